@@ -1,0 +1,43 @@
+// Comm over MPI: wraps (a duplicate of) the caller's communicator. MPI errors are returned, not fatal,
+// and become surrogate::Error(communication).
+#pragma once
+
+#include <mpi.h>
+
+#include "surrogate/comm.hpp"
+
+namespace surrogate {
+
+class MpiComm final : public Comm {
+ public:
+  /// Duplicates `comm` (collective), so the library's messages never mix with the caller's.
+  explicit MpiComm(MPI_Comm comm);
+  ~MpiComm() override;
+  MpiComm(const MpiComm&) = delete;
+  MpiComm& operator=(const MpiComm&) = delete;
+
+  MPI_Comm get() const { return comm_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::string name() const override;
+
+  using Comm::allreduce;
+  void allreduce(void* inout, std::size_t count, DType type, ReduceOp op) const override;
+  void broadcast(void* buffer, std::size_t bytes, int root) const override;
+  void allgather(const void* send, std::size_t bytes, void* recv) const override;
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets) const override;
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes,
+                 std::span<const std::size_t> recv_offsets) const override;
+  void sendrecv(const void* send, std::size_t send_bytes, int dest, void* recv, std::size_t recv_bytes, int source,
+                int tag) const override;
+  void barrier() const override;
+
+ private:
+  MPI_Comm comm_ = MPI_COMM_NULL;
+  int rank_ = 0;
+  int size_ = 1;
+};
+
+}  // namespace surrogate

@@ -1,0 +1,38 @@
+// Point files of `surrogate predict` (share/docs/cli.md): each rank reads and writes its own contiguous
+// slab of rows with collective parallel HDF5.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "surrogate/mpi_comm.hpp"
+
+namespace surrogate {
+
+struct PointSlab {
+  std::int64_t global_points = 0;
+  std::int64_t offset = 0;  // first global row of this rank
+  std::int64_t count = 0;   // rows on this rank
+  int dim = 0;              // columns of /coords
+  int channels = 0;         // columns of /features
+  std::vector<float> coords;            // count x dim
+  std::vector<float> features;          // count x channels
+  std::vector<std::int64_t> sample_ids; // count, or empty without /batch_idx
+  bool has_features = false;
+  /// Optional /target (count x target_channels): a reference solution the summary compares against.
+  int target_channels = 0;
+  std::vector<float> target;
+};
+
+/// Collective. Rows are split evenly: rank r gets [N r / P, N (r+1) / P). Checks the layout (datasets,
+/// ranks, lengths, types; /batch_idx sample-major and contiguous across the whole file) and throws the
+/// same Error on every rank.
+PointSlab read_point_file(const MpiComm& comm, const std::string& path);
+
+/// Collective. Writes /prediction (N x channels, float32, in input order) plus string attributes.
+void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
+                           std::int64_t offset, std::int64_t count, int channels, const float* values,
+                           const std::vector<std::pair<std::string, std::string>>& attributes);
+
+}  // namespace surrogate

@@ -1,0 +1,272 @@
+// The `surrogate` command-line tool:
+//   surrogate info MODEL.h5
+//   mpirun -np P surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
+// Every error is reported once (by rank 0) and makes every rank exit with status 1.
+#include <mpi.h>
+#include <omp.h>
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+#include "surrogate/point_file.hpp"
+#include "surrogate/version.hpp"
+
+namespace {
+
+using surrogate::Error;
+using surrogate::ErrorCode;
+
+constexpr const char* kUsage = R"(usage:
+  surrogate info MODEL.h5
+      Check a model file and print its architecture, configuration, parameter count, fields,
+      normalisation and provenance.
+  surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
+                    [--reproducible] [--threads N] [--quiet]
+      Run the model on every point of POINTS.h5 (datasets /coords N x d, /features N x c_in,
+      optional /batch_idx N int64 sample indices, sample-major) and write /prediction (N x c_out,
+      float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
+      --reproducible  bitwise-identical results for any number of ranks and threads
+      --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
+  surrogate version
+)";
+
+std::string with_commas(long long value) {
+  const std::string digits = std::to_string(value < 0 ? -value : value);
+  std::string text;
+  if (value < 0) text.push_back('-');
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) text.push_back(',');
+    text.push_back(digits[i]);
+  }
+  return text;
+}
+
+std::string fixed(double v, int digits) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.*f", digits, v);
+  return text;
+}
+
+std::string general(double v) {
+  char text[64];
+  std::snprintf(text, sizeof text, "%.6g", v);
+  return text;
+}
+
+std::string list(const std::vector<std::string>& values) {
+  std::string text;
+  for (const auto& v : values) text += (text.empty() ? "" : ", ") + (v.empty() ? std::string("-") : v);
+  return text;
+}
+
+std::string numbers(const std::vector<double>& values) {
+  std::string text;
+  for (double v : values) text += (text.empty() ? "" : ", ") + general(v);
+  return text;
+}
+
+// ---------------------------------------------------------------------------------------------------
+int run_info(const std::vector<std::string>& args) {
+  if (args.size() != 1) throw Error(ErrorCode::invalid_argument, "info expects exactly one model file");
+  const surrogate::ModelFile file = surrogate::ModelFile::read(args[0]);
+  const auto model = surrogate::make_model(file);
+  std::cout << "model file    " << file.path << "\n"
+            << "format        " << surrogate::kModelFormatName << " version " << file.format_version << "\n"
+            << "architecture  " << file.architecture << "\n"
+            << "source        " << file.source << "\n";
+  for (const char* key : {"weights_variant", "checkpoint", "exporter", "created"})
+    if (file.root.has(key)) std::cout << std::string(key) + std::string(14 - std::string(key).size(), ' ')
+                                      << surrogate::AttributeMap::to_text(file.root.values().at(key)) << "\n";
+  std::cout << "parameters    " << with_commas(model->parameter_count()) << "\n"
+            << "channels      " << model->in_channels() << " in, " << model->out_channels() << " out\n";
+  std::cout << "configuration\n";
+  for (const auto& [name, value] : model->describe()) std::cout << "  " << name << ": " << value << "\n";
+  const auto& f = file.fields;
+  std::cout << "fields\n";
+  std::vector<std::string> in_names, out_names;
+  for (int c = 0; c < model->in_channels(); ++c) in_names.push_back(model->input_name(c));
+  for (int c = 0; c < model->out_channels(); ++c) out_names.push_back(model->output_name(c));
+  std::cout << "  inputs:  " << list(in_names) << (f.input_units.empty() ? "" : "  [" + list(f.input_units) + "]") << "\n"
+            << "  outputs: " << list(out_names) << (f.output_units.empty() ? "" : "  [" + list(f.output_units) + "]")
+            << (f.input_names.empty() && f.output_names.empty() ? "  (no /fields group: default names)" : "") << "\n";
+  const auto& n = file.normalization;
+  std::cout << "normalization\n";
+  if (!n.has_input() && !n.has_output()) std::cout << "  none (the model sees the values as given)\n";
+  if (n.has_input()) std::cout << "  input mean:  " << numbers(n.input_mean) << "\n  input std:   " << numbers(n.input_std) << "\n";
+  if (n.has_output())
+    std::cout << "  output mean: " << numbers(n.output_mean) << "\n  output std:  " << numbers(n.output_std) << "\n";
+  return 0;
+}
+
+// ---------------------------------------------------------------------------------------------------
+struct PredictOptions {
+  std::string model, input, output;
+  surrogate::RunOptions run;
+  bool quiet = false;
+};
+
+PredictOptions parse_predict(const std::vector<std::string>& args) {
+  PredictOptions o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= args.size()) throw Error(ErrorCode::invalid_argument, "option " + a + " needs a value");
+      return args[++i];
+    };
+    if (a == "--model") o.model = value();
+    else if (a == "--input") o.input = value();
+    else if (a == "--output") o.output = value();
+    else if (a == "--reproducible") o.run.reproducible = true;
+    else if (a == "--quiet") o.quiet = true;
+    else if (a == "--threads") {
+      const std::string v = value();
+      char* end = nullptr;
+      const long t = std::strtol(v.c_str(), &end, 10);
+      if (!end || *end || t < 1 || t > 4096) throw Error(ErrorCode::invalid_argument, "--threads expects a positive integer, got '" + v + "'");
+      o.run.threads = static_cast<int>(t);
+    } else throw Error(ErrorCode::invalid_argument, "unknown option '" + a + "'");
+  }
+  if (o.model.empty() || o.input.empty() || o.output.empty())
+    throw Error(ErrorCode::invalid_argument, "predict needs --model, --input and --output");
+  return o;
+}
+
+int run_predict(const std::vector<std::string>& args) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  PredictOptions opt;
+  surrogate::collectively(comm, [&] { opt = parse_predict(args); });
+
+  const double t0 = MPI_Wtime();
+  const surrogate::ModelFile file = surrogate::ModelFile::read(comm, opt.model);
+  std::unique_ptr<surrogate::Model> model;
+  surrogate::collectively(comm, [&] { model = surrogate::make_model(file); });
+  const double t1 = MPI_Wtime();
+  surrogate::PointSlab slab = surrogate::read_point_file(comm, opt.input);
+  const double t2 = MPI_Wtime();
+
+  // Features: /features, or the coordinates themselves when the file has none and the model takes d inputs.
+  surrogate::collectively(comm, [&] {
+    if (slab.has_features) {
+      if (slab.channels != model->in_channels())
+        throw Error(ErrorCode::input, "'" + opt.input + "': /features has " + std::to_string(slab.channels) +
+                                          " channels but the model expects " + std::to_string(model->in_channels()));
+    } else if (slab.dim == model->in_channels()) {
+      slab.features = slab.coords;
+      slab.channels = slab.dim;
+    } else {
+      throw Error(ErrorCode::input, "'" + opt.input + "' has no /features and its " + std::to_string(slab.dim) +
+                                        " coordinates do not match the model's " + std::to_string(model->in_channels()) +
+                                        " inputs");
+    }
+  });
+  const auto layout = surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
+  const int out_channels = model->out_channels();
+  std::vector<float> prediction(static_cast<std::size_t>(slab.count) * out_channels);
+  comm.barrier();
+  const double t3 = MPI_Wtime();
+  model->predict(comm, layout, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
+  comm.barrier();
+  const double t4 = MPI_Wtime();
+  const int threads = opt.run.threads > 0 ? opt.run.threads : omp_get_max_threads();
+  surrogate::write_prediction_file(
+      comm, opt.output, slab.global_points, slab.offset, slab.count, out_channels, prediction.data(),
+      {{"model", opt.model},
+       {"architecture", file.architecture},
+       {"input", opt.input},
+       {"mode", opt.run.reproducible ? "reproducible" : "default"},
+       {"ranks", std::to_string(comm.size())},
+       {"surrogate_version", SURROGATE_VERSION_STRING}});
+  const double t5 = MPI_Wtime();
+
+  // Summary statistics (global).
+  std::vector<double> stats(static_cast<std::size_t>(out_channels) * 3, 0.0);  // sum, min, max
+  std::vector<double> mins(static_cast<std::size_t>(out_channels), INFINITY), maxs(static_cast<std::size_t>(out_channels), -INFINITY);
+  std::vector<double> err(static_cast<std::size_t>(out_channels) * 2, 0.0);  // |p - t|^2, |t|^2
+  const bool has_target = slab.target_channels == out_channels;
+  for (std::int64_t i = 0; i < slab.count; ++i)
+    for (int c = 0; c < out_channels; ++c) {
+      const double v = prediction[static_cast<std::size_t>(i * out_channels + c)];
+      stats[static_cast<std::size_t>(c)] += v;
+      mins[static_cast<std::size_t>(c)] = std::min(mins[static_cast<std::size_t>(c)], v);
+      maxs[static_cast<std::size_t>(c)] = std::max(maxs[static_cast<std::size_t>(c)], v);
+      if (has_target) {
+        const double t = slab.target[static_cast<std::size_t>(i * out_channels + c)];
+        err[static_cast<std::size_t>(2 * c)] += (v - t) * (v - t);
+        err[static_cast<std::size_t>(2 * c + 1)] += t * t;
+      }
+    }
+  comm.allreduce(std::span<double>(stats.data(), static_cast<std::size_t>(out_channels)), surrogate::ReduceOp::sum);
+  comm.allreduce(std::span<double>(mins), surrogate::ReduceOp::min);
+  comm.allreduce(std::span<double>(maxs), surrogate::ReduceOp::max);
+  comm.allreduce(std::span<double>(err), surrogate::ReduceOp::sum);
+  const std::int64_t samples = layout.num_samples();
+  if (comm.rank() == 0 && !opt.quiet) {
+    std::ostringstream o;
+    o << "surrogate predict\n"
+      << "  model       " << opt.model << " (" << file.architecture << ", " << with_commas(model->parameter_count())
+      << " parameters, " << file.source << ")\n"
+      << "  input       " << opt.input << ": " << with_commas(slab.global_points) << " points in " << samples
+      << (samples == 1 ? " sample" : " samples") << ", " << slab.dim << " coordinates, " << slab.channels << " input channels\n"
+      << "  run         " << comm.size() << " MPI rank(s) x " << threads << " OpenMP thread(s), CPU kernels "
+      << surrogate::kernels::to_string(surrogate::kernels::cpu().isa) << ", "
+      << (opt.run.reproducible ? "reproducible" : "default") << " mode\n"
+      << "  time        load model " << fixed(t1 - t0, 3) << " s, read points " << fixed(t2 - t1, 3) << " s, predict "
+      << fixed(t4 - t3, 3) << " s (" << with_commas(static_cast<long long>(slab.global_points / std::max(t4 - t3, 1e-9)))
+      << " points/s), write " << fixed(t5 - t4, 3) << " s\n";
+    for (int c = 0; c < out_channels; ++c) {
+      const std::string unit = c < static_cast<int>(file.fields.output_units.size()) ? file.fields.output_units[c] : "";
+      o << "  prediction  '" << model->output_name(c) << "'" << (unit.empty() ? "" : " [" + unit + "]") << ": min "
+        << general(mins[static_cast<std::size_t>(c)]) << ", max " << general(maxs[static_cast<std::size_t>(c)]) << ", mean "
+        << general(stats[static_cast<std::size_t>(c)] / static_cast<double>(slab.global_points));
+      if (has_target && err[static_cast<std::size_t>(2 * c + 1)] > 0)
+        o << "; relative L2 error vs /target " << general(std::sqrt(err[static_cast<std::size_t>(2 * c)] / err[static_cast<std::size_t>(2 * c + 1)]));
+      o << "\n";
+    }
+    o << "  output      " << opt.output << " (/prediction " << with_commas(slab.global_points) << " x " << out_channels << ")\n";
+    std::cout << o.str() << std::flush;
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  std::vector<std::string> args(argv + 1, argv + argc);
+  int rc = 0;
+  try {
+    if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
+      if (rank == 0) std::cout << kUsage;
+      rc = args.empty() ? 2 : 0;
+    } else if (args[0] == "version" || args[0] == "--version") {
+      if (rank == 0) std::cout << "surrogate " << SURROGATE_VERSION_STRING << "\n";
+    } else if (args[0] == "info") {
+      if (rank == 0) rc = run_info({args.begin() + 1, args.end()});
+    } else if (args[0] == "predict") {
+      rc = run_predict({args.begin() + 1, args.end()});
+    } else {
+      throw Error(ErrorCode::invalid_argument, "unknown command '" + args[0] + "'\n" + kUsage);
+    }
+  } catch (const std::exception& e) {
+    // Collective operations agree on errors, so every rank holds the same message: rank 0 prints it.
+    // `info` runs on rank 0 only.
+    if (rank == 0) std::cerr << "surrogate: error: " << e.what() << "\n";
+    rc = 1;
+  }
+  // Every rank exits with the same status.
+  MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Finalize();
+  return rc;
+}

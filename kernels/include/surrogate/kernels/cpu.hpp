@@ -1,0 +1,169 @@
+// CPU compute kernels: one implementation per instruction set (generic, AVX2, AVX-512) behind one table
+// of function pointers chosen at run time. Kernels are single-threaded and work on a block of rows; the
+// caller distributes blocks over threads. They never allocate heap memory.
+//
+// Layout conventions shared by every kernel:
+//  * activations are row-major, one point per row; every row stride (`ld*`) is a multiple of kPad floats
+//    and at least round_up(width, kPad), and the padding columns of a buffer hold finite values (the
+//    kernels write zeros there), so kernels may load and store whole padded rows;
+//  * per-channel parameters (norm weights, biases) are padded with zeros to a multiple of kPad;
+//  * a row's result never depends on the other rows of the block: the same point gives the same bits
+//    whatever block, thread or MPI rank it is computed in.
+#pragma once
+
+#include <cstdint>
+
+#include "surrogate/kernels/aligned_buffer.hpp"
+
+namespace surrogate::kernels {
+
+using index_t = std::int64_t;
+inline constexpr int kPad = 16;
+constexpr index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
+
+enum class Activation : std::uint8_t { none, gelu_tanh, silu };
+enum class Isa : std::uint8_t { generic, avx2, avx512 };
+const char* to_string(Isa isa) noexcept;
+
+/// A torch.nn.Linear packed for the kernels: W^T as [in][out_pad] and the bias padded with zeros.
+class PackedLinear {
+ public:
+  PackedLinear() = default;
+  /// weight: (out, in) row-major as PyTorch stores it; bias: out values or nullptr.
+  PackedLinear(const float* weight, const float* bias, int out, int in);
+  int in() const noexcept { return in_; }
+  int out() const noexcept { return out_; }
+  int out_pad() const noexcept { return out_pad_; }
+  const float* wt() const noexcept { return wt_.data(); }
+  const float* bias() const noexcept { return bias_.data(); }
+
+ private:
+  int in_ = 0, out_ = 0, out_pad_ = 0;
+  AlignedBuffer<float> wt_, bias_;
+};
+
+/// y = act(x W^T + b) [+ add1] [+ add2], over `rows` rows; y gets the full padded width.
+/// add1/add2 may alias y (element-wise in-place residual); x must not alias y.
+struct LinearArgs {
+  const PackedLinear* layer = nullptr;
+  const float* x = nullptr;
+  index_t ldx = 0;
+  float* y = nullptr;
+  index_t ldy = 0;
+  index_t rows = 0;
+  Activation act = Activation::none;
+  const float* add1 = nullptr;
+  index_t ld_add1 = 0;
+  const float* add2 = nullptr;
+  index_t ld_add2 = 0;
+};
+
+/// LayerNorm (biased variance; bias may be null) or RMSNorm (rms = true, no bias) over `dim` channels.
+struct NormArgs {
+  const float* x = nullptr;
+  index_t ldx = 0;
+  float* y = nullptr;  // may equal x
+  index_t ldy = 0;
+  index_t rows = 0;
+  int dim = 0;
+  const float* weight = nullptr;  // padded to round_up(dim, kPad)
+  const float* bias = nullptr;    // padded, or nullptr
+  float eps = 1e-5f;
+  bool rms = false;
+};
+
+/// One head of latent (FLARE) attention over a block of rows. q holds the M latent queries of the head
+/// (M x E, row-major) already multiplied by the attention scale; k, v, y point at the head's E columns.
+///
+/// Encode, streaming form: with l_mn = q_m . k_n, updates running_max[m] (it only grows) and returns
+///   sum[m] = sum_n exp(l_mn - running_max[m]),  weighted[m*E + e] = sum_n exp(l_mn - running_max[m]) v_ne.
+struct LatentEncodeArgs {
+  const float* q = nullptr;
+  int M = 0, E = 0;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  const float* v = nullptr;
+  index_t ldv = 0;
+  index_t rows = 0;
+  float* running_max = nullptr;  // [M], in/out; start at -inf
+  float* sum = nullptr;          // [M], out
+  float* weighted = nullptr;     // [M*E], out
+};
+
+/// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).
+struct LatentDecodeArgs {
+  const float* q = nullptr;
+  const float* z = nullptr;
+  int M = 0, E = 0;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  float* y = nullptr;
+  index_t ldy = 0;
+  index_t rows = 0;
+};
+
+/// Fixed-point representation used by the reproducible encode: a term t (|t| <= maxabs) becomes
+/// hi = trunc(t 2^hi_bits) and lo = trunc((t 2^hi_bits - hi) 2^lo_bits), both int64, chosen so that
+/// `count` terms never overflow. Integer sums are exact, so they do not depend on the order of the terms
+/// (threads, MPI ranks, partition). The value is hi 2^-hi_bits + lo 2^-(hi_bits+lo_bits).
+struct ExactScale {
+  int hi_bits = 0;
+  int lo_bits = 0;
+};
+ExactScale exact_scale(index_t count, double maxabs) noexcept;
+double exact_value(std::int64_t hi, std::int64_t lo, ExactScale scale) noexcept;
+
+/// Reproducible encode, pass 1: max[m] = max(max[m], max_n q_m . k_n).
+struct LatentMaxArgs {
+  const float* q = nullptr;
+  int M = 0, E = 0;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  index_t rows = 0;
+  float* max = nullptr;  // [M], in/out
+};
+
+/// Reproducible encode, pass 2: with p_mn = exp(q_m . k_n - ref_max[m]) (ref_max: the global maximum),
+/// adds the fixed-point images of p_mn (scale sum_scale) and p_mn v_ne (scale value_scale) to
+/// acc[(m*(E+1) + c)*2 + {0: hi, 1: lo}], c = 0 for the sum and 1 + e for the values.
+struct LatentExactArgs {
+  const float* q = nullptr;
+  int M = 0, E = 0;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  const float* v = nullptr;
+  index_t ldv = 0;
+  index_t rows = 0;
+  const float* ref_max = nullptr;
+  ExactScale sum_scale, value_scale;
+  std::int64_t* acc = nullptr;
+};
+
+struct CpuKernels {
+  Isa isa = Isa::generic;
+  int simd_width = 4;
+  void (*linear)(const LinearArgs&) = nullptr;
+  void (*norm)(const NormArgs&) = nullptr;
+  void (*latent_encode)(const LatentEncodeArgs&) = nullptr;
+  void (*latent_decode)(const LatentDecodeArgs&) = nullptr;
+  void (*latent_max)(const LatentMaxArgs&) = nullptr;
+  void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
+  /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
+  void (*exp)(const float* x, float* y, index_t n) = nullptr;
+  void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
+};
+
+/// The kernels of the best instruction set this CPU supports. The environment variable
+/// SURROGATE_CPU_ISA (generic, avx2, avx512) selects a lower one; asking for one the CPU lacks is an
+/// error (std::runtime_error).
+const CpuKernels& cpu();
+/// The kernels of one instruction set, or nullptr when this CPU cannot run it.
+const CpuKernels* cpu(Isa isa) noexcept;
+Isa best_cpu_isa() noexcept;
+
+/// Row-major single-precision GEMM through BLAS: C = alpha A B^T + beta C with A (m x k), B (n x k).
+/// Used where a general GEMM wins and as an independent reference in tests.
+void blas_gemm_abt(index_t m, index_t n, index_t k, float alpha, const float* a, index_t lda, const float* b,
+                   index_t ldb, float beta, float* c, index_t ldc);
+
+}  // namespace surrogate::kernels

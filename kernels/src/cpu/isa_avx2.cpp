@@ -1,0 +1,13 @@
+// Kernel table compiled for the avx2 instruction set (flags set in kernels/CMakeLists.txt).
+#define SURROGATE_ISA_NS avx2
+#define SURROGATE_ISA_ENUM Isa::avx2
+#define SURROGATE_LINEAR_ROWS 3
+#define SURROGATE_LINEAR_VECS 4
+#include "isa_table.hpp"
+
+namespace surrogate::kernels {
+const CpuKernels& kernels_avx2() {
+  static const CpuKernels table = avx2::make_table();
+  return table;
+}
+}  // namespace surrogate::kernels

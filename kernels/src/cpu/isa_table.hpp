@@ -1,0 +1,48 @@
+// Builds the kernel table of one instruction set. Included once by each isa_*.cpp, which defines
+// SURROGATE_ISA_NS, SURROGATE_ISA_ENUM and the register blocking before including it.
+#pragma once
+
+#include "latent_impl.hpp"
+#include "linear_impl.hpp"
+#include "norm_impl.hpp"
+
+namespace surrogate::kernels::SURROGATE_ISA_NS {
+
+inline void exp_map(const float* x, float* y, index_t n) {
+  using namespace simd;
+  index_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, simd::exp(load(x + i)));
+  for (; i < n; ++i) {
+    float lanes[W] = {};
+    lanes[0] = x[i];
+    y[i] = simd::exp(load(lanes))[0];
+  }
+}
+
+inline void activation_map(Activation act, const float* x, float* y, index_t n) {
+  using namespace simd;
+  index_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, apply_activation(act, load(x + i)));
+  for (; i < n; ++i) {
+    float lanes[W] = {};
+    lanes[0] = x[i];
+    y[i] = apply_activation(act, load(lanes))[0];
+  }
+}
+
+inline CpuKernels make_table() {
+  CpuKernels t;
+  t.isa = SURROGATE_ISA_ENUM;
+  t.simd_width = simd::W;
+  t.linear = &linear;
+  t.norm = &norm;
+  t.latent_encode = &latent_encode;
+  t.latent_decode = &latent_decode;
+  t.latent_max = &latent_max;
+  t.latent_encode_exact = &latent_encode_exact;
+  t.exp = &exp_map;
+  t.activation = &activation_map;
+  return t;
+}
+
+}  // namespace surrogate::kernels::SURROGATE_ISA_NS

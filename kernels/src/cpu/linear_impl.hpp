@@ -1,0 +1,92 @@
+// Dense layer y = act(x W^T + b) [+ add1] [+ add2] with a register-blocked micro-kernel: R rows times
+// NV vectors of output channels are accumulated in registers while k runs over the input channels, and
+// the bias, activation and residuals are applied before the single store (no second pass over y).
+#pragma once
+
+#include "simd.hpp"
+#include "surrogate/kernels/cpu.hpp"
+
+namespace surrogate::kernels::SURROGATE_ISA_NS {
+
+// Register blocking, chosen per instruction set by the including translation unit.
+inline constexpr int kLinearRows = SURROGATE_LINEAR_ROWS;
+inline constexpr int kLinearVecs = SURROGATE_LINEAR_VECS;
+
+inline simd::vf apply_activation(Activation act, simd::vf v) {
+  switch (act) {
+    case Activation::gelu_tanh: return simd::gelu_tanh(v);
+    case Activation::silu: return simd::silu(v);
+    case Activation::none: break;
+  }
+  return v;
+}
+
+template <int R, int NV>
+inline void linear_block(const LinearArgs& a, index_t r0, int j0) {
+  using namespace simd;
+  const PackedLinear& layer = *a.layer;
+  const int K = layer.in();
+  const index_t ldw = layer.out_pad();
+  const float* wt = layer.wt() + j0;
+  const float* xr[R];
+  for (int r = 0; r < R; ++r) xr[r] = a.x + (r0 + r) * a.ldx;
+
+  vf acc[R][NV];
+#pragma GCC unroll 8
+  for (int j = 0; j < NV; ++j) {
+    const vf b = load(layer.bias() + j0 + j * W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) acc[r][j] = b;
+  }
+  for (int k = 0; k < K; ++k) {
+    vf w[NV];
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) w[j] = load(wt + k * ldw + j * W);
+#pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const vf xb = splat(xr[r][k]);
+#pragma GCC unroll 8
+      for (int j = 0; j < NV; ++j) acc[r][j] += xb * w[j];
+    }
+  }
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r) {
+    const index_t row = r0 + r;
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) {
+      const int col = j0 + j * W;
+      vf v = apply_activation(a.act, acc[r][j]);
+      if (a.add1) v += load(a.add1 + row * a.ld_add1 + col);
+      if (a.add2) v += load(a.add2 + row * a.ld_add2 + col);
+      store(a.y + row * a.ldy + col, v);
+    }
+  }
+}
+
+template <int NV>
+inline void linear_columns(const LinearArgs& a, int j0) {
+  index_t r0 = 0;
+  for (; r0 + kLinearRows <= a.rows; r0 += kLinearRows) linear_block<kLinearRows, NV>(a, r0, j0);
+  // Tail rows: smaller blocks with the same per-row arithmetic.
+  for (; r0 < a.rows; ++r0) linear_block<1, NV>(a, r0, j0);
+}
+
+inline void linear(const LinearArgs& a) {
+  const int out_pad = a.layer->out_pad();
+  constexpr int step = kLinearVecs * simd::W;
+  int j0 = 0;
+  for (; j0 + step <= out_pad; j0 += step) linear_columns<kLinearVecs>(a, j0);
+  // Remaining output vectors (out_pad is a multiple of kPad, hence of W).
+  const int rest = (out_pad - j0) / simd::W;
+  if constexpr (kLinearVecs > 1) {
+    switch (rest) {
+      case 0: break;
+      case 1: linear_columns<1>(a, j0); break;
+      case 2: if constexpr (kLinearVecs > 2) linear_columns<2>(a, j0); break;
+      case 3: if constexpr (kLinearVecs > 3) linear_columns<3>(a, j0); break;
+      default: break;
+    }
+  }
+}
+
+}  // namespace surrogate::kernels::SURROGATE_ISA_NS

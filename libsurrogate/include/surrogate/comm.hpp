@@ -1,0 +1,103 @@
+// Communicator abstraction. Models see only this interface: a single process needs no MPI (SelfComm),
+// and the same model code runs over MPI (surrogate::MpiComm in the coupling layer) or NCCL.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "surrogate/error.hpp"
+
+namespace surrogate {
+
+enum class DType : std::uint8_t { f32, f64, i32, i64, u8 };
+enum class ReduceOp : std::uint8_t { sum, max, min };
+
+std::size_t size_of(DType type) noexcept;
+
+template <class T> constexpr DType dtype_of();
+template <> constexpr DType dtype_of<float>() { return DType::f32; }
+template <> constexpr DType dtype_of<double>() { return DType::f64; }
+template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
+template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
+template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+
+class Comm {
+ public:
+  virtual ~Comm() = default;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// A short description for messages ("self", "MPI (4 ranks)").
+  virtual std::string name() const = 0;
+
+  // Collectives: every rank of the communicator must call them in the same order.
+  virtual void allreduce(void* inout, std::size_t count, DType type, ReduceOp op) const = 0;
+  virtual void broadcast(void* buffer, std::size_t bytes, int root) const = 0;
+  /// recv gets every rank's `bytes` bytes, rank-major.
+  virtual void allgather(const void* send, std::size_t bytes, void* recv) const = 0;
+  /// Variable-size all-gather of bytes; recv_bytes/recv_offsets are per source rank.
+  virtual void allgatherv(const void* send, std::size_t send_bytes, void* recv,
+                          std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets) const = 0;
+  /// Personalised all-to-all of bytes (counts and offsets per peer rank).
+  virtual void alltoallv(const void* send, std::span<const std::size_t> send_bytes,
+                         std::span<const std::size_t> send_offsets, void* recv, std::span<const std::size_t> recv_bytes,
+                         std::span<const std::size_t> recv_offsets) const = 0;
+  /// Send to `dest` and receive from `source` in one step (either may be -1 for none).
+  virtual void sendrecv(const void* send, std::size_t send_bytes, int dest, void* recv, std::size_t recv_bytes,
+                        int source, int tag) const = 0;
+  virtual void barrier() const = 0;
+
+  // Typed conveniences.
+  template <class T> void allreduce(std::span<T> values, ReduceOp op) const {
+    allreduce(values.data(), values.size(), dtype_of<T>(), op);
+  }
+  template <class T> T allreduce(T value, ReduceOp op) const {
+    allreduce(&value, 1, dtype_of<T>(), op);
+    return value;
+  }
+
+  /// Collective agreement on an outcome: if any rank failed, every rank gets the failure of the
+  /// lowest failing rank (code and message, the message prefixed with that rank), else success.
+  Status agree(const Status& local) const;
+  /// agree() and throw the agreed error, if any, on every rank.
+  void agree_or_throw(const Status& local) const;
+  /// Broadcast a string from root.
+  std::string broadcast_string(const std::string& text, int root) const;
+};
+
+/// The communicator of a single process.
+class SelfComm final : public Comm {
+ public:
+  int rank() const override { return 0; }
+  int size() const override { return 1; }
+  std::string name() const override { return "self"; }
+  using Comm::allreduce;
+  void allreduce(void*, std::size_t, DType, ReduceOp) const override {}
+  void broadcast(void*, std::size_t, int) const override {}
+  void allgather(const void* send, std::size_t bytes, void* recv) const override;
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets) const override;
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes,
+                 std::span<const std::size_t> recv_offsets) const override;
+  void sendrecv(const void* send, std::size_t send_bytes, int dest, void* recv, std::size_t recv_bytes, int source,
+                int tag) const override;
+  void barrier() const override {}
+};
+
+/// Run `work` on every rank and agree on its outcome: an exception on any rank becomes the same
+/// surrogate::Error on all ranks (nobody hangs, provided `work` itself makes no collective calls).
+template <class F>
+void collectively(const Comm& comm, F&& work) {
+  Status local;
+  try {
+    work();
+  } catch (...) {
+    local = Status::from_current_exception();
+  }
+  comm.agree_or_throw(local);
+}
+
+}  // namespace surrogate

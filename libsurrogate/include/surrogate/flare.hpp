@@ -1,0 +1,40 @@
+// FLARE (Fast Low-rank Attention Routing Engine; vpuri3/FLARE.py): configuration and model.
+// Semantics: share/docs/model-format.md §4.1.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "surrogate/model.hpp"
+
+namespace surrogate {
+
+struct FlareConfig {
+  enum class Activation { gelu_tanh, silu };
+  enum class KeyLayout { current, paper };
+
+  int in_dim = 0, out_dim = 0;
+  int channel_dim = 64, num_blocks = 8, num_heads = 8, num_latents = 64;
+  Activation act = Activation::gelu_tanh;
+  bool rmsnorm = false, out_proj_norm = true, qk_norm = false;
+  double attn_scale = 1.0;
+  int num_layers_in_out_proj = 2, in_proj_hidden_dim = 64, out_proj_hidden_dim = 64;
+  int num_layers_k_proj = 3, k_proj_hidden_dim = 64;
+  int num_layers_v_proj = 3, v_proj_hidden_dim = 64;
+  int num_layers_ffn = 3, ffn_hidden_dim = 64;
+  KeyLayout key_layout = KeyLayout::current;
+  double layernorm_eps = 1e-5;
+  double rmsnorm_eps = 1.1920928955078125e-07;
+
+  int head_dim() const { return channel_dim / num_heads; }
+  /// Reads and checks /config; every problem is an Error(format) naming the attribute.
+  static FlareConfig from_attributes(const AttributeMap& config);
+  /// Every tensor name and shape the configuration implies.
+  ExpectedShapes expected_shapes() const;
+  std::vector<std::pair<std::string, std::string>> describe() const;
+};
+
+/// Creates the FLARE model of a file whose architecture is "flare".
+std::unique_ptr<Model> make_flare_model(const ModelFile& file);
+
+}  // namespace surrogate

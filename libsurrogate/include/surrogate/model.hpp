@@ -1,0 +1,107 @@
+// Models: one class per family, created from a ModelFile by its `architecture` attribute.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "surrogate/comm.hpp"
+#include "surrogate/model_file.hpp"
+
+namespace surrogate {
+
+using index_t = std::int64_t;
+
+struct RunOptions {
+  /// Bitwise-identical predictions for any number of ranks, any partition of the points and any thread
+  /// count (global reductions in exact fixed-point arithmetic; see share/docs/reproducibility.md).
+  bool reproducible = false;
+  /// OpenMP threads per rank; 0 uses the OpenMP default (OMP_NUM_THREADS). The caller's OpenMP settings
+  /// are not changed.
+  int threads = 0;
+};
+
+/// How a rank's local points are grouped into independent samples (a sample's attention never mixes
+/// with another's). Built collectively once per point set and reused by every prediction.
+class SampleLayout {
+ public:
+  struct Segment {
+    index_t sample;       // global sample index
+    index_t begin, end;   // rows [begin, end) of the working order
+  };
+
+  /// Collective. `sample_ids` has one non-negative id per local point, or is null (every point belongs
+  /// to sample 0). Samples are 0 .. B-1 globally and none may be empty; the points of a sample may be
+  /// spread over any ranks in any order. Throws Error(input) on every rank when the layout is invalid.
+  static SampleLayout build(const Comm& comm, index_t local_points, const std::int64_t* sample_ids);
+
+  index_t local_points() const { return local_points_; }
+  index_t global_points() const { return global_points_; }
+  index_t num_samples() const { return static_cast<index_t>(sample_sizes_.size()); }
+  /// Global number of points of each sample.
+  const std::vector<index_t>& sample_sizes() const { return sample_sizes_; }
+  /// Local rows grouped by sample, in increasing sample order.
+  const std::vector<Segment>& segments() const { return segments_; }
+  /// Working row -> caller's local row; empty when the caller's order is already grouped.
+  const std::vector<index_t>& order() const { return order_; }
+
+ private:
+  index_t local_points_ = 0;
+  index_t global_points_ = 0;
+  std::vector<index_t> sample_sizes_;
+  std::vector<Segment> segments_;
+  std::vector<index_t> order_;
+};
+
+class Model {
+ public:
+  virtual ~Model() = default;
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const std::string& architecture() const { return architecture_; }
+  int in_channels() const { return in_channels_; }
+  int out_channels() const { return out_channels_; }
+  const Normalization& normalization() const { return normalization_; }
+  const Fields& fields() const { return fields_; }
+  /// Channel name from /fields, or in<c> / out<c>.
+  std::string input_name(int c) const;
+  std::string output_name(int c) const;
+
+  virtual index_t parameter_count() const = 0;
+  /// Hyperparameters as (name, value) pairs, for `surrogate info`.
+  virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
+
+  /// Collective over comm. `in` holds the layout's local points in the caller's order, in_channels()
+  /// values per point at row stride ld_in, in physical units; `out` receives out_channels() values per
+  /// point at row stride ld_out, in physical units (the file's normalisation is applied here).
+  /// Non-finite inputs are reported (channel, rank, count) as Error(input) on every rank.
+  void predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+               index_t ld_out, const RunOptions& options = {});
+
+ protected:
+  Model(const ModelFile& file, int in_channels, int out_channels);
+
+  /// The family's forward pass on normalised inputs in the layout's working order (rows grouped by
+  /// sample). Row strides are multiples of kernels::kPad; padding columns of `in` are zero.
+  virtual void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                       index_t ld_out, const RunOptions& options) = 0;
+
+ private:
+  std::string architecture_;
+  int in_channels_;
+  int out_channels_;
+  Normalization normalization_;
+  Fields fields_;
+  std::vector<float> input_buffer_, output_buffer_;
+};
+
+/// Creates the model of the file's architecture; throws Error(format) for an unknown architecture and
+/// Error(weights) when the tensors do not match the configuration.
+std::unique_ptr<Model> make_model(const ModelFile& file);
+/// Architectures this build can run.
+std::vector<std::string> architectures();
+
+}  // namespace surrogate

@@ -1,0 +1,71 @@
+#include "surrogate/comm.hpp"
+
+#include <cstring>
+
+namespace surrogate {
+
+std::size_t size_of(DType type) noexcept {
+  switch (type) {
+    case DType::f32: return 4;
+    case DType::f64: return 8;
+    case DType::i32: return 4;
+    case DType::i64: return 8;
+    case DType::u8: return 1;
+  }
+  return 0;
+}
+
+std::string Comm::broadcast_string(const std::string& text, int root) const {
+  std::int64_t length = static_cast<std::int64_t>(text.size());
+  broadcast(&length, sizeof length, root);
+  std::string result = rank() == root ? text : std::string(static_cast<std::size_t>(length), '\0');
+  if (length > 0) broadcast(result.data(), static_cast<std::size_t>(length), root);
+  return result;
+}
+
+Status Comm::agree(const Status& local) const {
+  if (size() == 1) return local;
+  std::int32_t first_failed = local.ok() ? size() : rank();
+  allreduce(&first_failed, 1, DType::i32, ReduceOp::min);
+  if (first_failed == size()) return {};
+  std::int32_t code = static_cast<std::int32_t>(local.code);
+  broadcast(&code, sizeof code, first_failed);
+  const std::string message = broadcast_string(local.message, first_failed);
+  return {static_cast<ErrorCode>(code), "rank " + std::to_string(first_failed) + ": " + message};
+}
+
+void Comm::agree_or_throw(const Status& local) const {
+  const Status agreed = agree(local);
+  if (!agreed.ok()) agreed.raise();
+}
+
+void SelfComm::allgather(const void* send, std::size_t bytes, void* recv) const {
+  if (bytes) std::memmove(recv, send, bytes);
+}
+
+void SelfComm::allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t>,
+                          std::span<const std::size_t> recv_offsets) const {
+  if (send_bytes) std::memmove(static_cast<char*>(recv) + recv_offsets[0], send, send_bytes);
+}
+
+void SelfComm::alltoallv(const void* send, std::span<const std::size_t> send_bytes,
+                         std::span<const std::size_t> send_offsets, void* recv, std::span<const std::size_t> recv_bytes,
+                         std::span<const std::size_t> recv_offsets) const {
+  if (send_bytes[0] != recv_bytes[0])
+    throw Error(ErrorCode::communication, "alltoallv on one process: send and receive sizes differ");
+  if (send_bytes[0])
+    std::memmove(static_cast<char*>(recv) + recv_offsets[0], static_cast<const char*>(send) + send_offsets[0],
+                 send_bytes[0]);
+}
+
+void SelfComm::sendrecv(const void* send, std::size_t send_bytes, int dest, void* recv, std::size_t recv_bytes,
+                        int source, int) const {
+  if ((dest != -1 && dest != 0) || (source != -1 && source != 0))
+    throw Error(ErrorCode::communication, "sendrecv on one process: peer rank out of range");
+  if (dest == 0 && source == 0) {
+    if (send_bytes != recv_bytes) throw Error(ErrorCode::communication, "sendrecv to self: sizes differ");
+    if (send_bytes) std::memmove(recv, send, send_bytes);
+  }
+}
+
+}  // namespace surrogate

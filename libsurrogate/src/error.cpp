@@ -1,0 +1,40 @@
+#include "surrogate/error.hpp"
+
+#include <exception>
+#include <new>
+
+namespace surrogate {
+
+const char* to_string(ErrorCode code) noexcept {
+  switch (code) {
+    case ErrorCode::ok: return "ok";
+    case ErrorCode::invalid_argument: return "invalid argument";
+    case ErrorCode::io: return "I/O error";
+    case ErrorCode::format: return "invalid model or data file";
+    case ErrorCode::weights: return "invalid weights";
+    case ErrorCode::input: return "invalid input";
+    case ErrorCode::unsupported: return "unsupported";
+    case ErrorCode::communication: return "communication error";
+    case ErrorCode::out_of_memory: return "out of memory";
+    case ErrorCode::internal: return "internal error";
+  }
+  return "unknown error";
+}
+
+Status Status::from_current_exception() noexcept {
+  try {
+    throw;
+  } catch (const Error& e) {
+    return {e.code(), e.what()};
+  } catch (const std::bad_alloc&) {
+    return {ErrorCode::out_of_memory, "out of memory"};
+  } catch (const std::exception& e) {
+    return {ErrorCode::internal, e.what()};
+  } catch (...) {
+    return {ErrorCode::internal, "unknown exception"};
+  }
+}
+
+void Status::raise() const { throw Error(code == ErrorCode::ok ? ErrorCode::internal : code, message); }
+
+}  // namespace surrogate

@@ -1,0 +1,61 @@
+// Building blocks shared by the model families: norms and the residual MLP of FLARE.py, packed for the
+// CPU kernels. They run on one block of rows (one thread); the family decides how blocks are spread.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/model_file.hpp"
+
+namespace surrogate {
+
+using kernels::AlignedBuffer;
+using kernels::CpuKernels;
+using kernels::index_t;
+
+/// LayerNorm (weight, bias) or RMSNorm (weight) over `dim` channels.
+class NormLayer {
+ public:
+  NormLayer() = default;
+  NormLayer(const ModelFile& file, const std::string& prefix, int dim, bool rms, double eps);
+  void apply(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) const;
+  /// Normalises each of the `groups` consecutive slices of dim() channels of every row, in place (the
+  /// q/k norms over the head width).
+  void apply_grouped(float* x, index_t ldx, index_t rows, int groups) const;
+  /// Normalises one vector of dim() values in place.
+  void apply_vector(float* x) const;
+  int dim() const { return dim_; }
+
+ private:
+  int dim_ = 0;
+  bool rms_ = false;
+  float eps_ = 0.0f;
+  AlignedBuffer<float> weight_, bias_;  // padded to kPad with zeros
+};
+
+/// FLARE.py's ResidualMLP(in, hidden, out, num_layers, act, input_residual, output_residual).
+class ResidualMlp {
+ public:
+  ResidualMlp() = default;
+  ResidualMlp(const ModelFile& file, const std::string& prefix, int in, int hidden, int out, int num_layers,
+              kernels::Activation act, bool input_residual, bool output_residual);
+  /// y = mlp(x) [+ extra]; `extra` may alias y (in-place residual), x must not. scratch_a/b hold
+  /// rows x scratch_width() floats each with row stride ld_scratch.
+  void run(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, float* scratch_a,
+           float* scratch_b, index_t ld_scratch, const float* extra = nullptr, index_t ld_extra = 0) const;
+  int scratch_width() const;
+  int in() const { return in_; }
+  int out() const { return out_; }
+
+ private:
+  int in_ = 0, hidden_ = 0, out_ = 0, num_layers_ = 0;
+  kernels::Activation act_ = kernels::Activation::gelu_tanh;
+  bool input_residual_ = false, output_residual_ = false, single_residual_ = false;
+  std::vector<kernels::PackedLinear> layers_;  // fc, or fc1, fcs.0 .. fcs.{L-1}, fc2
+};
+
+/// Packs the Linear `prefix`.weight / .bias of a model file.
+kernels::PackedLinear pack_linear(const ModelFile& file, const std::string& prefix);
+
+}  // namespace surrogate

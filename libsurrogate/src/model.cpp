@@ -1,0 +1,157 @@
+#include "surrogate/model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "surrogate/kernels/cpu.hpp"
+
+namespace surrogate {
+
+// ---------------------------------------------------------------------------------------------------
+// SampleLayout
+
+SampleLayout SampleLayout::build(const Comm& comm, index_t local_points, const std::int64_t* sample_ids) {
+  SampleLayout layout;
+  Status status;
+  std::int64_t local_max_id = -1;
+  if (local_points < 0) {
+    status = {ErrorCode::invalid_argument, "negative number of local points (" + std::to_string(local_points) + ")"};
+  } else if (sample_ids) {
+    for (index_t i = 0; i < local_points; ++i) {
+      if (sample_ids[i] < 0) {
+        status = {ErrorCode::input, "sample index of local point " + std::to_string(i) + " is negative (" +
+                                        std::to_string(sample_ids[i]) + ")"};
+        break;
+      }
+      local_max_id = std::max(local_max_id, sample_ids[i]);
+    }
+  } else if (local_points > 0) {
+    local_max_id = 0;
+  }
+  comm.agree_or_throw(status);
+
+  layout.local_points_ = local_points;
+  layout.global_points_ = comm.allreduce<std::int64_t>(local_points, ReduceOp::sum);
+  if (layout.global_points_ == 0)
+    throw Error(ErrorCode::input, "the point set is empty: no rank has any point");
+  const std::int64_t max_id = comm.allreduce<std::int64_t>(local_max_id, ReduceOp::max);
+  if (max_id >= layout.global_points_)
+    throw Error(ErrorCode::input, "sample indices must run from 0 to B-1 without gaps, but index " +
+                                      std::to_string(max_id) + " appears among only " +
+                                      std::to_string(layout.global_points_) + " points");
+  const index_t samples = max_id + 1;
+  std::vector<std::int64_t> counts(static_cast<std::size_t>(samples), 0);
+  for (index_t i = 0; i < local_points; ++i) ++counts[static_cast<std::size_t>(sample_ids ? sample_ids[i] : 0)];
+  std::vector<std::int64_t> local_counts = counts;
+  comm.allreduce(std::span<std::int64_t>(counts), ReduceOp::sum);
+  for (index_t s = 0; s < samples; ++s)
+    if (counts[static_cast<std::size_t>(s)] == 0)
+      throw Error(ErrorCode::input, "sample " + std::to_string(s) + " has no points (sample indices must run from 0 to " +
+                                        std::to_string(samples - 1) + " without gaps)");
+  layout.sample_sizes_.assign(counts.begin(), counts.end());
+
+  // Group the local rows by sample (stable), keeping the caller's order when it is already grouped.
+  const bool grouped = !sample_ids || std::is_sorted(sample_ids, sample_ids + local_points);
+  if (!grouped) {
+    std::vector<index_t> start(static_cast<std::size_t>(samples) + 1, 0);
+    for (index_t s = 0; s < samples; ++s) start[s + 1] = start[s] + local_counts[static_cast<std::size_t>(s)];
+    layout.order_.resize(static_cast<std::size_t>(local_points));
+    std::vector<index_t> next(start.begin(), start.end() - 1);
+    for (index_t i = 0; i < local_points; ++i) layout.order_[static_cast<std::size_t>(next[sample_ids[i]]++)] = i;
+  }
+  index_t row = 0;
+  for (index_t s = 0; s < samples; ++s) {
+    const index_t n = local_counts[static_cast<std::size_t>(s)];
+    if (n > 0) layout.segments_.push_back({s, row, row + n});
+    row += n;
+  }
+  return layout;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Model
+
+Model::Model(const ModelFile& file, int in_channels, int out_channels)
+    : architecture_(file.architecture),
+      in_channels_(in_channels),
+      out_channels_(out_channels),
+      normalization_(file.normalization),
+      fields_(file.fields) {
+  auto check_length = [&](std::size_t size, int expected, const std::string& what) {
+    if (size != 0 && size != static_cast<std::size_t>(expected))
+      throw Error(ErrorCode::format, "'" + file.path + "': " + what + " has " + std::to_string(size) +
+                                         " entries but the model has " + std::to_string(expected) + " channels");
+  };
+  check_length(normalization_.input_mean.size(), in_channels, "/normalization/input_mean");
+  check_length(normalization_.output_mean.size(), out_channels, "/normalization/output_mean");
+  check_length(fields_.input_names.size(), in_channels, "/fields/input_names");
+  check_length(fields_.input_units.size(), in_channels, "/fields/input_units");
+  check_length(fields_.output_names.size(), out_channels, "/fields/output_names");
+  check_length(fields_.output_units.size(), out_channels, "/fields/output_units");
+}
+
+std::string Model::input_name(int c) const {
+  return c < static_cast<int>(fields_.input_names.size()) ? fields_.input_names[c] : "in" + std::to_string(c);
+}
+
+std::string Model::output_name(int c) const {
+  return c < static_cast<int>(fields_.output_names.size()) ? fields_.output_names[c] : "out" + std::to_string(c);
+}
+
+void Model::predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                    index_t ld_out, const RunOptions& options) {
+  const index_t n = layout.local_points();
+  const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
+  const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
+  Status status;
+  try {
+    if (n > 0 && (!in || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (ld_in < in_channels_ || ld_out < out_channels_)
+      throw Error(ErrorCode::invalid_argument, "row stride smaller than the channel count (input " +
+                                                   std::to_string(ld_in) + " < " + std::to_string(in_channels_) +
+                                                   " or output " + std::to_string(ld_out) + " < " +
+                                                   std::to_string(out_channels_) + ")");
+    std::vector<index_t> bad(static_cast<std::size_t>(in_channels_), 0);
+    for (index_t i = 0; i < n; ++i)
+      for (int c = 0; c < in_channels_; ++c)
+        if (!std::isfinite(in[i * ld_in + c])) ++bad[static_cast<std::size_t>(c)];
+    std::ostringstream message;
+    for (int c = 0; c < in_channels_; ++c)
+      if (bad[static_cast<std::size_t>(c)] > 0)
+        message << (message.tellp() > 0 ? "; " : "") << "input field '" << input_name(c) << "' (channel " << c
+                << ") has " << bad[static_cast<std::size_t>(c)] << " NaN/Inf value(s) among " << n << " local points";
+    if (message.tellp() > 0) throw Error(ErrorCode::input, message.str());
+    input_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_in), 0.0f);
+    output_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_out), 0.0f);
+  } catch (...) {
+    status = Status::from_current_exception();
+  }
+  comm.agree_or_throw(status);
+
+  // Working order (grouped by sample) and normalisation.
+  const auto& order = layout.order();
+  for (index_t row = 0; row < n; ++row) {
+    const float* src = in + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_in;
+    float* dst = input_buffer_.data() + row * ld_work_in;
+    for (int c = 0; c < in_channels_; ++c) {
+      double v = src[c];
+      if (normalization_.has_input())
+        v = (v - normalization_.input_mean[static_cast<std::size_t>(c)]) / normalization_.input_std[static_cast<std::size_t>(c)];
+      dst[c] = static_cast<float>(v);
+    }
+  }
+  forward(comm, layout, input_buffer_.data(), ld_work_in, output_buffer_.data(), ld_work_out, options);
+  for (index_t row = 0; row < n; ++row) {
+    const float* src = output_buffer_.data() + row * ld_work_out;
+    float* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;
+    for (int c = 0; c < out_channels_; ++c) {
+      double v = src[c];
+      if (normalization_.has_output())
+        v = v * normalization_.output_std[static_cast<std::size_t>(c)] + normalization_.output_mean[static_cast<std::size_t>(c)];
+      dst[c] = static_cast<float>(v);
+    }
+  }
+}
+
+}  // namespace surrogate

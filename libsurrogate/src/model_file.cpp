@@ -1,0 +1,324 @@
+#include "surrogate/model_file.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <sstream>
+
+#include "h5.hpp"
+
+namespace surrogate {
+
+// ---------------------------------------------------------------------------------------------------
+// AttributeMap
+
+std::string AttributeMap::to_text(const AttributeValue& value) {
+  std::ostringstream out;
+  if (const auto* i = std::get_if<std::int64_t>(&value)) out << *i;
+  if (const auto* d = std::get_if<double>(&value)) out << *d;
+  if (const auto* s = std::get_if<std::string>(&value)) out << *s;
+  auto list = [&out](const auto& values) {
+    out << '[';
+    for (std::size_t k = 0; k < values.size(); ++k) out << (k ? ", " : "") << values[k];
+    out << ']';
+  };
+  if (const auto* iv = std::get_if<std::vector<std::int64_t>>(&value)) list(*iv);
+  if (const auto* dv = std::get_if<std::vector<double>>(&value)) list(*dv);
+  return out.str();
+}
+
+const AttributeValue& AttributeMap::at(const std::string& name) const {
+  const auto it = values_.find(name);
+  if (it == values_.end()) throw Error(ErrorCode::format, "missing attribute '" + name + "' in " + group_);
+  return it->second;
+}
+
+std::int64_t AttributeMap::get_int(const std::string& name) const {
+  const AttributeValue& v = at(name);
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return *i;
+  if (const auto* d = std::get_if<double>(&v); d && std::floor(*d) == *d && std::abs(*d) < 9.0e15)
+    return static_cast<std::int64_t>(*d);
+  throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be an integer, found '" +
+                                     to_text(v) + "'");
+}
+
+double AttributeMap::get_double(const std::string& name) const {
+  const AttributeValue& v = at(name);
+  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
+  throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be a number, found '" +
+                                     to_text(v) + "'");
+}
+
+bool AttributeMap::get_bool(const std::string& name) const {
+  const std::int64_t value = get_int(name);
+  if (value != 0 && value != 1)
+    throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be 0 or 1, found " +
+                                       std::to_string(value));
+  return value == 1;
+}
+
+std::string AttributeMap::get_string(const std::string& name) const {
+  const AttributeValue& v = at(name);
+  if (const auto* s = std::get_if<std::string>(&v)) return *s;
+  throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be a string, found '" +
+                                     to_text(v) + "'");
+}
+
+std::int64_t AttributeMap::get_int(const std::string& name, std::int64_t fallback) const {
+  return has(name) ? get_int(name) : fallback;
+}
+
+double AttributeMap::get_double(const std::string& name, double fallback) const {
+  return has(name) ? get_double(name) : fallback;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Tensor32
+
+std::int64_t Tensor32::numel() const {
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string Tensor32::shape_text() const {
+  std::string text = "(";
+  for (std::size_t k = 0; k < shape.size(); ++k) text += (k ? ", " : "") + std::to_string(shape[k]);
+  if (shape.size() == 1) text += ",";
+  return text + ")";
+}
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) { return Tensor32{shape, {}}.shape_text(); }
+
+// ---------------------------------------------------------------------------------------------------
+// Reading
+
+std::map<std::string, Tensor32> read_float_group(hid_t file, const std::string& group_name, const std::string& path) {
+  std::map<std::string, Tensor32> result;
+  h5::Handle group = h5::group(
+      h5::check(H5Gopen2(file, group_name.c_str(), H5P_DEFAULT), ErrorCode::format,
+                "'" + path + "': cannot open group /" + group_name));
+  for (const std::string& name : h5::member_names(group)) {
+    const std::string what = "'" + path + "': dataset /" + group_name + "/" + name;
+    h5::Handle dset = h5::dataset(H5Dopen2(group, name.c_str(), H5P_DEFAULT));
+    if (!dset.valid()) throw Error(ErrorCode::format, what + " is not a dataset");
+    h5::Handle type = h5::datatype(H5Dget_type(dset));
+    const H5T_class_t cls = H5Tget_class(type);
+    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
+      throw Error(ErrorCode::format, what + " must hold floating-point numbers");
+    Tensor32 tensor;
+    tensor.shape = h5::dataset_shape(dset);
+    tensor.values.resize(static_cast<std::size_t>(tensor.numel()));
+    if (!tensor.values.empty()) h5::read_dataset(dset, H5T_NATIVE_FLOAT, tensor.values.data(), what);
+    result.emplace(name, std::move(tensor));
+  }
+  return result;
+}
+
+std::vector<double> read_vector(hid_t group, const std::string& name, const std::string& what) {
+  h5::Handle dset = h5::dataset(h5::check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), ErrorCode::format,
+                                          what + ": cannot open"));
+  const auto shape = h5::dataset_shape(dset);
+  if (shape.size() != 1) throw Error(ErrorCode::format, what + " must be one-dimensional");
+  std::vector<double> values(static_cast<std::size_t>(shape[0]));
+  if (!values.empty()) h5::read_dataset(dset, H5T_NATIVE_DOUBLE, values.data(), what);
+  return values;
+}
+
+Normalization read_normalization(hid_t file, const std::string& path) {
+  Normalization norm;
+  if (!h5::link_exists(file, "normalization")) return norm;
+  h5::Handle group = h5::group(h5::check(H5Gopen2(file, "normalization", H5P_DEFAULT), ErrorCode::format,
+                                         "'" + path + "': cannot open /normalization"));
+  auto member = [&](const char* name, std::vector<double>& out) {
+    if (h5::link_exists(group, name)) out = read_vector(group, name, "'" + path + "': /normalization/" + name);
+  };
+  member("input_mean", norm.input_mean);
+  member("input_std", norm.input_std);
+  member("output_mean", norm.output_mean);
+  member("output_std", norm.output_std);
+  auto pair = [&](const std::vector<double>& mean, const std::vector<double>& stdev, const char* what) {
+    if (mean.size() != stdev.size())
+      throw Error(ErrorCode::format, "'" + path + "': /normalization/" + what + "_mean and _std must both be " +
+                                         "present and of the same length");
+    for (std::size_t c = 0; c < stdev.size(); ++c)
+      if (!std::isfinite(mean[c]) || !std::isfinite(stdev[c]) || stdev[c] == 0.0)
+        throw Error(ErrorCode::format, "'" + path + "': /normalization/" + what + " channel " + std::to_string(c) +
+                                           ": mean and std must be finite and std non-zero");
+  };
+  pair(norm.input_mean, norm.input_std, "input");
+  pair(norm.output_mean, norm.output_std, "output");
+  return norm;
+}
+
+Fields read_fields(hid_t file, const std::string& path) {
+  Fields fields;
+  if (!h5::link_exists(file, "fields")) return fields;
+  h5::Handle group = h5::group(h5::check(H5Gopen2(file, "fields", H5P_DEFAULT), ErrorCode::format,
+                                         "'" + path + "': cannot open /fields"));
+  auto member = [&](const char* name, std::vector<std::string>& out) {
+    if (h5::link_exists(group, name)) out = h5::read_strings(group, name, "'" + path + "': /fields/" + name);
+  };
+  member("input_names", fields.input_names);
+  member("input_units", fields.input_units);
+  member("output_names", fields.output_names);
+  member("output_units", fields.output_units);
+  return fields;
+}
+
+}  // namespace
+
+ModelFile ModelFile::read(const std::string& path) {
+  h5::QuietErrors quiet;
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec))
+    throw Error(ErrorCode::io, "model file '" + path + "' does not exist");
+  if (std::filesystem::is_directory(path, ec))
+    throw Error(ErrorCode::io, "model file '" + path + "' is a directory");
+  if (H5Fis_hdf5(path.c_str()) <= 0)
+    throw Error(ErrorCode::io, "'" + path + "' is not an HDF5 file (or it is truncated or unreadable)");
+  h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
+  if (!file.valid()) throw Error(ErrorCode::io, "cannot open '" + path + "' (truncated or corrupt HDF5 file?)");
+
+  ModelFile model;
+  model.path = path;
+  model.root = h5::read_attributes(file, "the root of '" + path + "'");
+  if (!model.root.has("format") || model.root.get_string("format") != kModelFormatName)
+    throw Error(ErrorCode::format, "'" + path + "' is not a surrogate model file (root attribute format = '" +
+                                       std::string(kModelFormatName) + "' is missing)");
+  model.format_version = model.root.get_int("format_version");
+  if (model.format_version != kModelFormatVersion)
+    throw Error(ErrorCode::format, "'" + path + "' has format_version " + std::to_string(model.format_version) +
+                                       "; this library reads format_version " + std::to_string(kModelFormatVersion));
+  model.architecture = model.root.get_string("architecture");
+  model.source = model.root.get_string("source");
+
+  if (!h5::link_exists(file, "config")) throw Error(ErrorCode::format, "'" + path + "' has no /config group");
+  {
+    h5::Handle config = h5::group(h5::check(H5Gopen2(file, "config", H5P_DEFAULT), ErrorCode::format,
+                                            "'" + path + "': /config is not a group"));
+    model.config = h5::read_attributes(config, "/config of '" + path + "'");
+  }
+  if (!h5::link_exists(file, "weights")) throw Error(ErrorCode::format, "'" + path + "' has no /weights group");
+  model.weights = read_float_group(file, "weights", path);
+  if (h5::link_exists(file, "tables")) model.tables = read_float_group(file, "tables", path);
+  model.normalization = read_normalization(file, path);
+  model.fields = read_fields(file, path);
+  return model;
+}
+
+ModelFile ModelFile::read(const Comm& comm, const std::string& path) {
+  std::vector<std::uint8_t> bytes;
+  Status status;
+  if (comm.rank() == 0) {
+    try {
+      bytes = read(path).serialize();
+    } catch (...) {
+      status = Status::from_current_exception();
+    }
+  }
+  comm.agree_or_throw(status);
+  if (comm.size() == 1) return deserialize(bytes);
+  std::uint64_t size = bytes.size();
+  comm.broadcast(&size, sizeof size, 0);
+  bytes.resize(size);
+  comm.broadcast(bytes.data(), bytes.size(), 0);
+  ModelFile model = deserialize(bytes);
+  model.path = path;
+  return model;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Writing
+
+void ModelFile::write(const std::string& output_path) const {
+  h5::QuietErrors quiet;
+  h5::Handle file = h5::file(h5::check(H5Fcreate(output_path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT),
+                                       ErrorCode::io, "cannot create '" + output_path + "'"));
+  AttributeMap attributes = root;
+  attributes.set("format", std::string(kModelFormatName));
+  attributes.set("format_version", format_version);
+  attributes.set("architecture", architecture);
+  attributes.set("source", source);
+  for (const auto& [name, value] : attributes.values()) h5::write_attribute(file, name, value);
+  auto make_group = [&](const char* name) {
+    return h5::group(h5::check(H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), ErrorCode::io,
+                               "cannot create group /" + std::string(name) + " in '" + output_path + "'"));
+  };
+  {
+    h5::Handle group = make_group("config");
+    for (const auto& [name, value] : config.values()) h5::write_attribute(group, name, value);
+  }
+  auto write_tensors = [&](const char* name, const std::map<std::string, Tensor32>& tensors) {
+    h5::Handle group = make_group(name);
+    for (const auto& [key, tensor] : tensors)
+      h5::write_dataset(group, key, H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, tensor.shape, tensor.values.data());
+  };
+  write_tensors("weights", weights);
+  if (!tables.empty()) write_tensors("tables", tables);
+  if (normalization.has_input() || normalization.has_output()) {
+    h5::Handle group = make_group("normalization");
+    auto vec = [&](const char* name, const std::vector<double>& values) {
+      if (!values.empty())
+        h5::write_dataset(group, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE,
+                          {static_cast<std::int64_t>(values.size())}, values.data());
+    };
+    vec("input_mean", normalization.input_mean);
+    vec("input_std", normalization.input_std);
+    vec("output_mean", normalization.output_mean);
+    vec("output_std", normalization.output_std);
+  }
+  if (!fields.input_names.empty() || !fields.output_names.empty() || !fields.input_units.empty() ||
+      !fields.output_units.empty()) {
+    h5::Handle group = make_group("fields");
+    auto strings = [&](const char* name, const std::vector<std::string>& values) {
+      if (!values.empty()) h5::write_strings(group, name, values);
+    };
+    strings("input_names", fields.input_names);
+    strings("input_units", fields.input_units);
+    strings("output_names", fields.output_names);
+    strings("output_units", fields.output_units);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Validation
+
+const Tensor32& ModelFile::weight(const std::string& key) const {
+  const auto it = weights.find(key);
+  if (it == weights.end()) throw Error(ErrorCode::weights, "'" + path + "': missing weight tensor '" + key + "'");
+  return it->second;
+}
+
+void ModelFile::check_weights(const ExpectedShapes& expected) const {
+  std::vector<std::string> missing, unexpected, misshaped, non_finite;
+  for (const auto& [key, shape] : expected) {
+    const auto it = weights.find(key);
+    if (it == weights.end()) missing.push_back(key);
+    else if (it->second.shape != shape)
+      misshaped.push_back(key + " " + it->second.shape_text() + ", expected " + shape_text(shape));
+  }
+  for (const auto& [key, tensor] : weights) {
+    if (!expected.count(key)) unexpected.push_back(key);
+    else if (std::any_of(tensor.values.begin(), tensor.values.end(), [](float v) { return !std::isfinite(v); }))
+      non_finite.push_back(key);
+  }
+  if (missing.empty() && unexpected.empty() && misshaped.empty() && non_finite.empty()) return;
+  std::ostringstream out;
+  out << "'" << path << "': the weights do not match the " << architecture << " configuration in /config";
+  auto section = [&out](const char* title, const std::vector<std::string>& items) {
+    if (items.empty()) return;
+    out << "\n  " << title << " (" << items.size() << "):";
+    for (const auto& item : items) out << "\n    " << item;
+  };
+  section("missing tensors", missing);
+  section("unexpected tensors", unexpected);
+  section("mis-shaped tensors", misshaped);
+  section("tensors with NaN or Inf values", non_finite);
+  throw Error(ErrorCode::weights, out.str());
+}
+
+}  // namespace surrogate

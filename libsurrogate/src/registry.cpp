@@ -1,0 +1,36 @@
+// Model families by the `architecture` attribute of the model file.
+#include <functional>
+#include <map>
+
+#include "surrogate/flare.hpp"
+#include "surrogate/model.hpp"
+
+namespace surrogate {
+namespace {
+using Factory = std::function<std::unique_ptr<Model>(const ModelFile&)>;
+const std::map<std::string, Factory>& registry() {
+  static const std::map<std::string, Factory> factories = {
+      {"flare", make_flare_model},
+  };
+  return factories;
+}
+}  // namespace
+
+std::vector<std::string> architectures() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : registry()) names.push_back(name);
+  return names;
+}
+
+std::unique_ptr<Model> make_model(const ModelFile& file) {
+  const auto it = registry().find(file.architecture);
+  if (it == registry().end()) {
+    std::string known;
+    for (const auto& name : architectures()) known += (known.empty() ? "" : ", ") + name;
+    throw Error(ErrorCode::format, "'" + file.path + "': unknown architecture '" + file.architecture +
+                                       "' (this build knows: " + known + ")");
+  }
+  return it->second(file);
+}
+
+}  // namespace surrogate
