@@ -83,9 +83,10 @@ int run_info(const std::vector<std::string>& args) {
             << "format        " << surrogate::kModelFormatName << " version " << file.format_version << "\n"
             << "architecture  " << file.architecture << "\n"
             << "source        " << file.source << "\n";
-  for (const char* key : {"weights_variant", "checkpoint", "exporter", "created"})
-    if (file.root.has(key)) std::cout << std::string(key) + std::string(14 - std::string(key).size(), ' ')
-                                      << surrogate::AttributeMap::to_text(file.root.values().at(key)) << "\n";
+  const std::pair<const char*, const char*> provenance[] = {
+      {"weights_variant", "weights       "}, {"checkpoint", "checkpoint    "}, {"exporter", "exporter      "}, {"created", "created       "}};
+  for (const auto& [key, label] : provenance)
+    if (file.root.has(key)) std::cout << label << surrogate::AttributeMap::to_text(file.root.values().at(key)) << "\n";
   std::cout << "parameters    " << with_commas(model->parameter_count()) << "\n"
             << "channels      " << model->in_channels() << " in, " << model->out_channels() << " out\n";
   std::cout << "configuration\n";

@@ -6,5 +6,7 @@ validation reports, config / normalisation / fields files, the HDF5 writer); one
 family's canonical /config and the expected tensor shapes; ``cli`` is the command line.
 """
 
-from .cli import FAMILIES, main  # noqa: F401
-from .common import ExportError  # noqa: F401
+from .cli import FAMILIES, main
+from .common import ExportError
+
+__all__ = ["FAMILIES", "ExportError", "main"]

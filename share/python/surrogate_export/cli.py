@@ -75,7 +75,9 @@ def make_parser():
                         "detects it from the keys and refuses contradictory or unknown keys")
     p.add_argument("--unsafe-load", action="store_true",
                    help="load the checkpoint with full pickle (torch.load(weights_only=False)) when the safe "
-                        "loader refuses it; only for files you trust")
+                        "loader (weights_only=True, used on torch >= 2) refuses it; only for files you trust. "
+                        "torch < 2 always loads with full pickle (its weights-only loader cannot read the "
+                        "trainer's snapshots)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the model file to write")
     return p
 

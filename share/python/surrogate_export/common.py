@@ -3,8 +3,8 @@ validation reports, config / normalisation / fields files and the HDF5 writer (m
 
 import datetime
 import json
-import math
 import os
+import re
 import sys
 import tempfile
 import zipfile
@@ -28,7 +28,7 @@ def note(message):
 
 
 def _first_line(exc):
-    text = str(exc).strip().splitlines()
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc)).strip().splitlines()
     return f"{type(exc).__name__}: {text[0] if text else ''}".rstrip(": ")
 
 
@@ -57,19 +57,24 @@ def _looks_like_torch_file(path):
 
 
 def load_checkpoint(path, unsafe=False):
-    """``torch.load(path, map_location="cpu")``, with ``weights_only=True`` unless ``unsafe``."""
+    """``torch.load(path, map_location="cpu")``.
+
+    On torch >= 2 the safe loader (``weights_only=True``) is used unless ``unsafe``. torch 1.13's
+    weights-only unpickler cannot read plain floats (pickle opcode BINFLOAT) and so refuses every trainer
+    snapshot: there, as on older torch, the file is loaded with the ordinary unpickler.
+    """
     import torch
-    from surrogate_ref.compat import load_supports_weights_only
+    from surrogate_ref.compat import TORCH_VERSION, load_supports_weights_only
 
     p = Path(path)
     if not p.exists():
         raise ExportError(f"checkpoint {path} does not exist")
     if not p.is_file():
         raise ExportError(f"checkpoint {path} is not a file")
-    has_flag = load_supports_weights_only()
-    weights_only = has_flag and not unsafe
+    safe = TORCH_VERSION >= (2, 0, 0) and load_supports_weights_only()
+    weights_only = safe and not unsafe
     try:
-        if has_flag:
+        if safe:
             return torch.load(str(p), map_location="cpu", weights_only=weights_only)
         return torch.load(str(p), map_location="cpu")
     except Exception as exc:  # torch raises many types here (UnpicklingError, RuntimeError, ...)
@@ -397,7 +402,3 @@ def write_model_file(path, root_attrs, config, config_kinds, weights, normalizat
 
 def count_parameters(weights):
     return int(sum(int(np.prod(a.shape)) for a in weights.values()))
-
-
-def is_finite_positive(value):
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value > 0

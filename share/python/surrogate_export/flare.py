@@ -204,10 +204,10 @@ def resolve(spec, state, layout):
     errors, notes = [], []
     paper = layout == "paper"
     if spec["layout"] is not None and spec["layout"] != layout:
-        raise ExportError(f"the config is a {spec['era']} ({spec['layout']} layout) but the weights use the "
+        raise ExportError(f"the config ({spec['era']}) describes the {spec['layout']} layout but the weights use the "
                           f"{layout} key layout; give the matching config (or a JSON of constructor arguments)")
     C = _int(spec, "channel_dim", errors, minimum=1)
-    num_blocks = _int(spec, "num_blocks", errors, minimum=0)
+    num_blocks = _int(spec, "num_blocks", errors, minimum=1)
     heads = _int(spec, "num_heads", errors, allow_none=True, minimum=1)
     latents = _int(spec, "num_latents", errors, allow_none=True, minimum=1)
     L = {k: _int(spec, k, errors, minimum=-1) for k in
@@ -346,7 +346,17 @@ def build(state, config_data, config_origin, layout_choice):
         raise ExportError("--config is required for flare: num_heads, act and attn_scale cannot be read "
                           "from the weights")
     spec = parse_config(config_data, config_origin)
-    layout = detect_layout(state.keys()) if layout_choice in (None, "auto") else layout_choice
+    if layout_choice in (None, "auto"):
+        layout = detect_layout(state.keys())
+    else:
+        layout = layout_choice
+        try:
+            found = detect_layout(state.keys())
+        except ExportError:
+            found = layout
+        if found != layout:
+            raise ExportError(f"--layout {layout} was given but the keys are in the {found} layout "
+                              "(use --layout auto)")
     config = resolve(spec, state, layout)
     expected = expected_state_shapes(config)
     context = f"the FLARE configuration ({layout} layout; {describe(config)})"

@@ -3,5 +3,7 @@
 Only the ``flare`` family exists so far; see ``surrogate_ref.flare``.
 """
 
-from . import flare  # noqa: F401
-from .flare import FLAREModel, load_model_file, predict_batched, predict_physical  # noqa: F401
+from . import compat, flare
+from .flare import FLAREModel, load_model_file, predict_batched, predict_physical
+
+__all__ = ["compat", "flare", "FLAREModel", "load_model_file", "predict_batched", "predict_physical"]

@@ -147,11 +147,9 @@ def complete_config(config):
 def check_config(cfg):
     """Raise ValueError listing every inconsistency of a complete canonical config."""
     errors = []
-    for key in ("in_dim", "out_dim", "channel_dim", "num_heads", "num_latents") + _WIDTH_KEYS:
+    for key in ("in_dim", "out_dim", "channel_dim", "num_blocks", "num_heads", "num_latents") + _WIDTH_KEYS:
         if cfg[key] < 1:
             errors.append(f"{key} must be >= 1, got {cfg[key]}")
-    if cfg["num_blocks"] < 0:
-        errors.append(f"num_blocks must be >= 0, got {cfg['num_blocks']}")
     if cfg["num_heads"] >= 1 and cfg["channel_dim"] % cfg["num_heads"] != 0:
         errors.append(f"num_heads {cfg['num_heads']} does not divide channel_dim {cfg['channel_dim']}")
     for key in ("num_layers_in_out_proj", "num_layers_k_proj", "num_layers_v_proj", "num_layers_ffn"):
