@@ -1,5 +1,6 @@
 #include "layers.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 namespace surrogate {
@@ -83,6 +84,16 @@ int ResidualMlp::scratch_width() const {
 void ResidualMlp::run(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                       float* scratch_a, float* scratch_b, index_t ld_scratch, const float* extra,
                       index_t ld_extra) const {
+  // Blocks of rows small enough that a layer's input, output and weights stay in L1 together.
+  constexpr index_t kRows = 64;
+  for (index_t r0 = 0; r0 < rows; r0 += kRows)
+    run_rows(k, x + r0 * ldx, ldx, y + r0 * ldy, ldy, std::min(kRows, rows - r0), scratch_a, scratch_b, ld_scratch,
+             extra ? extra + r0 * ld_extra : nullptr, ld_extra);
+}
+
+void ResidualMlp::run_rows(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+                           float* scratch_a, float* scratch_b, index_t ld_scratch, const float* extra,
+                           index_t ld_extra) const {
   kernels::LinearArgs a;
   a.rows = rows;
   if (num_layers_ == -1) {

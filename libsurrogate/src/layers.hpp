@@ -45,6 +45,8 @@ class ResidualMlp {
   void run(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, float* scratch_a,
            float* scratch_b, index_t ld_scratch, const float* extra = nullptr, index_t ld_extra = 0) const;
   int scratch_width() const;
+  void run_rows(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, float* scratch_a,
+                float* scratch_b, index_t ld_scratch, const float* extra, index_t ld_extra) const;
   int in() const { return in_; }
   int out() const { return out_; }
 

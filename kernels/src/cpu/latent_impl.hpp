@@ -13,11 +13,12 @@ namespace surrogate::kernels::SURROGATE_ISA_NS {
 
 inline constexpr int kMaxHeadDim = 64;
 inline constexpr int kChunkFloats = 4096;  // per transposed operand: E x chunk <= 16 KiB
+inline constexpr int kMaxChunkRows = 1024;
 inline constexpr int kDecodeLatentBlock = 256;
 
 /// Points per chunk for head width E: a multiple of W with E * chunk <= kChunkFloats.
 inline int chunk_rows(int E) {
-  const int rows = kChunkFloats / static_cast<int>(simd::imax(E, 1)) / simd::W * simd::W;
+  const int rows = static_cast<int>(simd::imin(kChunkFloats / simd::imax(E, 1), kMaxChunkRows)) / simd::W * simd::W;
   return static_cast<int>(simd::imax(rows, simd::W));
 }
 
@@ -49,76 +50,123 @@ inline simd::vf logit(const float* q, const float* kt, int ld, int E) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Encode, streaming form.
+// Encode, streaming form: each term 2^(l log2 e - ref) is a float whose bits depend on l only (the
+// exponent shift is exact) and is accumulated in double, so splitting the points differently changes
+// the sums only by double rounding.
 
+typedef float vfh __attribute__((vector_size(simd::W * 2)));
+
+inline void to_double(simd::vf v, simd::vd out[2]) {
+  vfh half[2];
+  std::memcpy(half, &v, sizeof v);
+  out[0] = __builtin_convertvector(half[0], simd::vd);
+  out[1] = __builtin_convertvector(half[1], simd::vd);
+}
+
+inline double hsum_double(simd::vd a, simd::vd b) {
+  const simd::vd s = a + b;
+  double total = 0;
+  for (int i = 0; i < simd::W / 2; ++i) total += s[i];
+  return total;
+}
+
+/// Pass 1 for MB latents: their logits over the chunk into `logits`, and their maxima.
 template <int EC, int MB>
-inline void encode_latent_group(const float* q, int m0, int E_runtime, const float* kt, const float* vt, int ld,
-                                int nvec, int tail_lanes, float* running_max, float* sum, float* weighted) {
+inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec, int tail_lanes,
+                          float (*logits)[kMaxChunkRows], float* max_logit) {
+  using namespace simd;
+  const vi last = first_lanes(tail_lanes);
+  vf lane_max[MB];
+  for (int b = 0; b < MB; ++b) lane_max[b] = splat(-__builtin_inff());
+  for (int iv = 0; iv < nvec; ++iv) {
+#pragma GCC unroll 4
+    for (int b = 0; b < MB; ++b) {
+      vf l = logit<EC>(q + (m0 + b) * E, kt + iv * W, ld, E);
+      if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
+      store(logits[b] + iv * W, l);
+      lane_max[b] = vmax(lane_max[b], l);
+    }
+  }
+  for (int b = 0; b < MB; ++b) max_logit[b] = hmax(lane_max[b]);
+}
+
+/// Pass 2 for one latent: accumulate the chunk's terms relative to 2^ref into the double sums
+/// (vtd: the chunk's values, transposed and converted to double).
+template <int EC>
+inline void encode_accumulate(const float* logits, int E_runtime, const double* vtd, int ld, int nvec, int tail_lanes,
+                              std::int32_t ref, double* sum, double* weighted) {
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : E_runtime;
-  const float neg_inf = -__builtin_inff();
-  float mu[MB], mu_start[MB];
-  vf S[MB], U[MB][kE];
-  for (int b = 0; b < MB; ++b) {
-    mu[b] = mu_start[b] = running_max[m0 + b];
-    S[b] = splat(0.0f);
-    for (int e = 0; e < E; ++e) U[b][e] = splat(0.0f);
-  }
   const vi last = first_lanes(tail_lanes);
+  vd S[2] = {vd{}, vd{}};
+  vd U[kE][2];
+  for (int e = 0; e < E; ++e) U[e][0] = U[e][1] = vd{};
   for (int iv = 0; iv < nvec; ++iv) {
-    const float* kv = kt + iv * W;
-    const float* vv = vt + iv * W;
-    vf l[MB];
-#pragma GCC unroll 4
-    for (int b = 0; b < MB; ++b) l[b] = logit<EC>(q + (m0 + b) * E, kv, ld, E);
-    if (tail_lanes && iv == nvec - 1)
-      for (int b = 0; b < MB; ++b) l[b] = select(last, l[b], splat(neg_inf));
-#pragma GCC unroll 4
-    for (int b = 0; b < MB; ++b) {
-      if (any(l[b] > splat(mu[b]))) {  // a new maximum: rescale what was accumulated (rare)
-        const float m_new = fmaxf(mu[b], hmax(l[b]));
-        const vf scale = splat(__builtin_expf(mu[b] - m_new));
-        S[b] *= scale;
-        for (int e = 0; e < E; ++e) U[b][e] *= scale;
-        mu[b] = m_new;
-      }
-      const vf p = exp(l[b] - splat(mu[b]));
-      S[b] += p;
+    vf l = load(logits + iv * W);
+    const bool partial = tail_lanes && iv == nvec - 1;
+    if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
+    const ExpParts parts = exp_parts(l);
+    vf p = scale_down(parts.mantissa, parts.exponent - splati(ref));
+    if (partial) p = select(last, p, splat(0.0f));
+    vd pd[2];
+    to_double(p, pd);
+    S[0] += pd[0];
+    S[1] += pd[1];
 #pragma GCC unroll 16
-      for (int e = 0; e < E; ++e) U[b][e] += p * load(vv + e * ld);
+    for (int e = 0; e < E; ++e) {
+      vd v0, v1;
+      std::memcpy(&v0, vtd + e * ld + iv * W, sizeof v0);
+      std::memcpy(&v1, vtd + e * ld + iv * W + W / 2, sizeof v1);
+      U[e][0] += pd[0] * v0;  // the product of two floats is exact in double
+      U[e][1] += pd[1] * v1;
     }
   }
-  for (int b = 0; b < MB; ++b) {
-    const int m = m0 + b;
-    // Earlier chunks of this call were accumulated relative to mu_start.
-    const float carry = mu[b] == mu_start[b] ? 1.0f : __builtin_expf(mu_start[b] - mu[b]);
-    running_max[m] = mu[b];
-    sum[m] = sum[m] * carry + hsum(S[b]);
-    for (int e = 0; e < E; ++e) weighted[m * E + e] = weighted[m * E + e] * carry + hsum(U[b][e]);
-  }
+  *sum += hsum_double(S[0], S[1]);
+  for (int e = 0; e < E; ++e) weighted[e] += hsum_double(U[e][0], U[e][1]);
 }
 
 template <int EC, int MB>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
+  using namespace simd;
   const int E = a.E;
-  const int rows_per_chunk = chunk_rows(E);
-  alignas(64) float kt[kChunkFloats + kMaxHeadDim * simd::W];
-  alignas(64) float vt[kChunkFloats + kMaxHeadDim * simd::W];
-  for (int m = 0; m < a.M; ++m) a.sum[m] = 0.0f;
-  for (int i = 0; i < a.M * E; ++i) a.weighted[i] = 0.0f;
+  const int rows_per_chunk = static_cast<int>(simd::imax(chunk_rows(E) / 2, W));  // vtd is double
+  alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
+  alignas(64) double vtd[kChunkFloats / 2 + kMaxHeadDim * W];
+  alignas(64) float logits[MB][kMaxChunkRows];
+  float max_logit[MB];
   for (index_t r0 = 0; r0 < a.rows; r0 += rows_per_chunk) {
     const int rows = static_cast<int>(simd::imin(rows_per_chunk, a.rows - r0));
-    const int ld = static_cast<int>(round_up(rows, simd::W));
+    const int ld = static_cast<int>(round_up(rows, W));
     transpose_in(a.k + r0 * a.ldk, a.ldk, rows, E, kt, ld);
-    transpose_in(a.v + r0 * a.ldv, a.ldv, rows, E, vt, ld);
-    const int nvec = ld / simd::W;
-    const int tail = rows % simd::W;
-    int m0 = 0;
-    for (; m0 + MB <= a.M; m0 += MB)
-      encode_latent_group<EC, MB>(a.q, m0, E, kt, vt, ld, nvec, tail, a.running_max, a.sum, a.weighted);
-    for (; m0 < a.M; ++m0)
-      encode_latent_group<EC, 1>(a.q, m0, E, kt, vt, ld, nvec, tail, a.running_max, a.sum, a.weighted);
+    for (int e = 0; e < E; ++e) {
+      const float* src = a.v + r0 * a.ldv + e;
+      double* dst = vtd + e * ld;
+      for (int i = 0; i < rows; ++i) dst[i] = src[i * a.ldv];
+      for (int i = rows; i < ld; ++i) dst[i] = 0.0;
+    }
+    const int nvec = ld / W;
+    const int tail = rows % W;
+    for (int m0 = 0; m0 < a.M; m0 += MB) {
+      const int group = static_cast<int>(simd::imin(MB, a.M - m0));
+      if (group == MB) encode_logits<EC, MB>(a.q, m0, E, kt, ld, nvec, tail, logits, max_logit);
+      else
+        for (int b = 0; b < group; ++b) encode_logits<EC, 1>(a.q, m0 + b, E, kt, ld, nvec, tail, logits + b, max_logit + b);
+      for (int b = 0; b < group; ++b) {
+        const int m = m0 + b;
+        // The chunk's reference: the exponent of its largest term (same arithmetic as the terms).
+        const std::int32_t chunk_exp = exp_exponent(splat(max_logit[b]))[0];
+        if (a.ref_exp[m] == kNoExponent || chunk_exp > a.ref_exp[m]) {
+          if (a.ref_exp[m] != kNoExponent) {  // exact rescale of what is already summed
+            const double scale = __builtin_ldexp(1.0, a.ref_exp[m] - chunk_exp);
+            a.sum[m] *= scale;
+            for (int e = 0; e < E; ++e) a.weighted[m * E + e] *= scale;
+          }
+          a.ref_exp[m] = chunk_exp;
+        }
+        encode_accumulate<EC>(logits[b], E, vtd, ld, nvec, tail, a.ref_exp[m], a.sum + m, a.weighted + m * E);
+      }
+    }
   }
 }
 
@@ -222,8 +270,6 @@ inline void latent_max(const LatentMaxArgs& a) {
     }
   }
 }
-
-typedef float vfh __attribute__((vector_size(simd::W * 2)));
 
 /// Adds the fixed-point images (hi, lo) of the W/2 terms t to the lane accumulators.
 inline void quantize_add(simd::vd t, double hi_mult, double lo_mult, simd::vl& hi, simd::vl& lo) {

@@ -50,25 +50,60 @@ inline vf vmax(vf a, vf b) { return a > b ? a : b; }
 inline vf vmin(vf a, vf b) { return a < b ? a : b; }
 inline vf select(vi mask, vf a, vf b) { return mask ? a : b; }
 
+// Horizontal reductions in a fixed pairwise order (the same on every call for a given W).
+#if defined(__AVX2__)
+inline float hsum8(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_add_ss(s, _mm_movehdup_ps(s)));
+}
+inline float hmax8(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  return _mm_cvtss_f32(_mm_max_ss(s, _mm_movehdup_ps(s)));
+}
+#endif
+#if defined(__AVX512F__)
+// (the _mm512_cast/extract intrinsics trip GCC 12's -Wmaybe-uninitialized; shuffles do not)
+inline __m256 low_half(vf v) { return __builtin_shufflevector(v, v, 0, 1, 2, 3, 4, 5, 6, 7); }
+inline __m256 high_half(vf v) { return __builtin_shufflevector(v, v, 8, 9, 10, 11, 12, 13, 14, 15); }
+#endif
 inline float hsum(vf v) {
-  // fixed pairwise order: the same on every call for a given W
+#if defined(__AVX512F__)
+  return hsum8(_mm256_add_ps(low_half(v), high_half(v)));
+#elif defined(__AVX2__)
+  return hsum8(v);
+#else
   float lanes[W];
   store(lanes, v);
   for (int width = W / 2; width >= 1; width /= 2)
     for (int i = 0; i < width; ++i) lanes[i] += lanes[i + width];
   return lanes[0];
+#endif
 }
 inline float hmax(vf v) {
+#if defined(__AVX512F__)
+  return hmax8(_mm256_max_ps(low_half(v), high_half(v)));
+#elif defined(__AVX2__)
+  return hmax8(v);
+#else
   float lanes[W];
   store(lanes, v);
   float m = lanes[0];
   for (int i = 1; i < W; ++i) m = lanes[i] > m ? lanes[i] : m;
   return m;
+#endif
 }
 inline bool any(vi mask) {
+#if defined(__AVX512F__)
+  return _mm512_test_epi32_mask(__m512i(mask), __m512i(mask)) != 0;
+#elif defined(__AVX2__)
+  return _mm256_movemask_ps(__m256(as_float(mask))) != 0;
+#else
   for (int i = 0; i < W; ++i)
     if (mask[i]) return true;
   return false;
+#endif
 }
 /// Lanes [0, n) set, the rest clear.
 inline vi first_lanes(int n) {
@@ -87,15 +122,19 @@ inline vf reciprocal(vf d) {
 #endif
 }
 
-/// exp(x) in float32: Cody-Waite range reduction, degree-7 polynomial, exponent by integer add.
-/// Max relative error about 2 ulp for x in [-87, 88.3]; 0 below -87 (including -inf), inf above.
-inline vf exp(vf x) {
-  const vf lo = splat(-87.0f);
-  const vf hi = splat(88.3762626647949f);
-  const vi underflow = x < lo;
-  const vi overflow = x > hi;
-  x = vmin(vmax(x, lo), hi);
+/// exp(x) = mantissa * 2^exponent with mantissa in [0.7, 1.42]: Cody-Waite range reduction on
+/// x log2(e) and a degree-7 polynomial. x must be finite with |x| < 2^21; nothing overflows here because
+/// 2^exponent is not formed (callers shift the exponent exactly and then assemble the float).
+struct ExpParts {
+  vf mantissa;
+  vi exponent;
+};
+inline vi exp_exponent(vf x) {
   const vf magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer in the low bits
+  return as_int(x * splat(1.44269504088896341f) + magic) - as_int(magic);
+}
+inline ExpParts exp_parts(vf x) {
+  const vf magic = splat(12582912.0f);
   const vf t = x * splat(1.44269504088896341f) + magic;
   const vi k = as_int(t) - as_int(magic);
   const vf kf = t - magic;
@@ -108,7 +147,22 @@ inline vf exp(vf x) {
   p = p * r + splat(1.6666665459e-1f);
   p = p * r + splat(5.0000001201e-1f);
   p = p * (r * r) + r + splat(1.0f);
-  vf y = as_float(as_int(p) + (k << 23));
+  return {p, k};
+}
+/// mantissa * 2^shift for shift <= 0 (0 when the result would leave the normal range).
+inline vf scale_down(vf mantissa, vi shift) {
+  return select(shift < splati(-125), splat(0.0f), as_float(as_int(mantissa) + (shift << 23)));
+}
+
+/// exp(x) in float32, max relative error about 2 ulp for x in [-87, 88.3]; 0 below -87 (including
+/// -inf), inf above.
+inline vf exp(vf x) {
+  const vf lo = splat(-87.0f);
+  const vf hi = splat(88.3762626647949f);
+  const vi underflow = x < lo;
+  const vi overflow = x > hi;
+  const ExpParts e = exp_parts(vmin(vmax(x, lo), hi));
+  vf y = as_float(as_int(e.mantissa) + (e.exponent << 23));
   y = select(underflow, splat(0.0f), y);
   return select(overflow, splat(__builtin_inff()), y);
 }

@@ -36,11 +36,10 @@ struct Tile {
 /// Per-thread scratch and encode partials.
 struct ThreadWork {
   AlignedBuffer<float> normed, scratch_a, scratch_b, values, decoded;
-  // encode partials per (local segment, head, latent)
-  AlignedBuffer<float> run_max;    // [S][H][M]
-  AlignedBuffer<double> sum;       // [S][H][M]
-  AlignedBuffer<double> weighted;  // [S][H][M][E]
-  AlignedBuffer<float> call_max, call_sum, call_weighted;
+  // encode partials per (local segment, head, latent), relative to 2^ref_exp
+  AlignedBuffer<std::int32_t> ref_exp;  // [S][H][M]
+  AlignedBuffer<double> sum;            // [S][H][M]
+  AlignedBuffer<double> weighted;       // [S][H][M][E]
   // reproducible mode
   AlignedBuffer<float> logit_max;       // [S][H][M]
   AlignedBuffer<float> value_max;       // [S][H]
@@ -92,6 +91,7 @@ class FlareModel final : public Model {
   std::vector<float> max_buffer_;  // reproducible: [B][H][M] logit maxima, then [B][H] value maxima
   std::size_t value_max_count_ = 0;
   std::vector<double> sum_buffer_;
+  std::vector<std::int32_t> exp_buffer_;
   std::vector<std::int64_t> exact_buffer_;
   int segments_ = 0;
   int threads_ = 1;                      // OpenMP threads of the current forward
@@ -175,12 +175,9 @@ void FlareModel::prepare(const SampleLayout& layout, int threads, bool reproduci
     w.scratch_b.resize(tile_floats);
     w.values.resize(tile_floats);
     w.decoded.resize(tile_floats);
-    w.run_max.resize(shm);
+    w.ref_exp.resize(shm);
     w.sum.resize(shm);
     w.weighted.resize(shm * E_);
-    w.call_max.resize(static_cast<std::size_t>(M_));
-    w.call_sum.resize(static_cast<std::size_t>(M_));
-    w.call_weighted.resize(static_cast<std::size_t>(M_) * E_);
     if (reproducible) {
       w.logit_max.resize(shm);
       w.value_max.resize(static_cast<std::size_t>(std::max(segments_, 1)) * H_);
@@ -219,8 +216,6 @@ void FlareModel::start_block(const CpuKernels& k, int b, const Tile& tile, Threa
   }
   for (int h = 0; h < H_; ++h) {
     const std::size_t shm = base + static_cast<std::size_t>(h) * M_;
-    float* run_max = w.run_max.data() + shm;
-    std::copy(run_max, run_max + M_, w.call_max.data());
     kernels::LatentEncodeArgs a;
     a.q = blk.q.data() + static_cast<std::size_t>(h) * M_ * E_;
     a.M = M_;
@@ -230,22 +225,10 @@ void FlareModel::start_block(const CpuKernels& k, int b, const Tile& tile, Threa
     a.v = values + h * E_;
     a.ldv = ld_c_;
     a.rows = tile.rows;
-    a.running_max = run_max;
-    a.sum = w.call_sum.data();
-    a.weighted = w.call_weighted.data();
+    a.ref_exp = w.ref_exp.data() + shm;
+    a.sum = w.sum.data() + shm;
+    a.weighted = w.weighted.data() + shm * E_;
     k.latent_encode(a);
-    // Merge the call's sums (relative to the updated maxima) into the thread's double partials.
-    double* sum = w.sum.data() + shm;
-    double* weighted = w.weighted.data() + shm * E_;
-    for (int m = 0; m < M_; ++m) {
-      if (run_max[m] != w.call_max[m]) {
-        const double scale = std::exp(static_cast<double>(w.call_max[m]) - static_cast<double>(run_max[m]));
-        sum[m] *= scale;
-        for (int e = 0; e < E_; ++e) weighted[m * E_ + e] *= scale;
-      }
-      sum[m] += w.call_sum[m];
-      for (int e = 0; e < E_; ++e) weighted[m * E_ + e] += w.call_weighted[m * E_ + e];
-    }
   }
 }
 
@@ -322,7 +305,7 @@ namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void reset_encode_partials(ThreadWork& w, bool reproducible) {
-  std::fill(w.run_max.data(), w.run_max.data() + w.run_max.size(), kNegInf);
+  std::fill(w.ref_exp.data(), w.ref_exp.data() + w.ref_exp.size(), kernels::kNoExponent);
   std::fill(w.sum.data(), w.sum.data() + w.sum.size(), 0.0);
   std::fill(w.weighted.data(), w.weighted.data() + w.weighted.size(), 0.0);
   if (reproducible) {
@@ -336,17 +319,17 @@ void FlareModel::merge_encode(const Comm& comm, const SampleLayout& layout) {
   const std::size_t hm = static_cast<std::size_t>(H_) * M_;
   const std::size_t global_hm = static_cast<std::size_t>(layout.num_samples()) * hm;
   const int threads = threads_;
-  // 1. Global maximum per (sample, head, latent).
-  max_buffer_.assign(global_hm, kNegInf);
+  // 1. Global reference exponent per (sample, head, latent).
+  exp_buffer_.assign(global_hm, kernels::kNoExponent);
   for (int s = 0; s < segments_; ++s) {
-    float* gmax = max_buffer_.data() + static_cast<std::size_t>(segment_sample_[s]) * hm;
+    std::int32_t* gexp = exp_buffer_.data() + static_cast<std::size_t>(segment_sample_[s]) * hm;
     for (int t = 0; t < threads; ++t) {
-      const float* tmax = work_[t].run_max.data() + s * hm;
-      for (std::size_t i = 0; i < hm; ++i) gmax[i] = std::max(gmax[i], tmax[i]);
+      const std::int32_t* texp = work_[t].ref_exp.data() + s * hm;
+      for (std::size_t i = 0; i < hm; ++i) gexp[i] = std::max(gexp[i], texp[i]);
     }
   }
-  comm.allreduce(std::span<float>(max_buffer_), ReduceOp::max);
-  // 2. Sums rescaled to the global maximum, then summed over the ranks.
+  comm.allreduce(std::span<std::int32_t>(exp_buffer_), ReduceOp::max);
+  // 2. Partial sums moved to the global reference (exact powers of two), then summed over the ranks.
   const std::size_t width = static_cast<std::size_t>(E_) + 1;
   sum_buffer_.assign(global_hm * width, 0.0);
   for (int s = 0; s < segments_; ++s) {
@@ -354,9 +337,9 @@ void FlareModel::merge_encode(const Comm& comm, const SampleLayout& layout) {
     for (int t = 0; t < threads; ++t) {
       const ThreadWork& w = work_[t];
       for (std::size_t i = 0; i < hm; ++i) {
-        const float tmax = w.run_max[s * hm + i];
-        if (tmax == kNegInf) continue;
-        const double scale = std::exp(static_cast<double>(tmax) - static_cast<double>(max_buffer_[g + i]));
+        const std::int32_t texp = w.ref_exp[s * hm + i];
+        if (texp == kernels::kNoExponent) continue;
+        const double scale = std::ldexp(1.0, texp - exp_buffer_[g + i]);
         double* dst = sum_buffer_.data() + (g + i) * width;
         dst[0] += scale * w.sum[s * hm + i];
         for (int e = 0; e < E_; ++e) dst[1 + e] += scale * w.weighted[(s * hm + i) * E_ + e];

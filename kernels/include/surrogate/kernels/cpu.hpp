@@ -75,8 +75,14 @@ struct NormArgs {
 /// One head of latent (FLARE) attention over a block of rows. q holds the M latent queries of the head
 /// (M x E, row-major) already multiplied by the attention scale; k, v, y point at the head's E columns.
 ///
-/// Encode, streaming form: with l_mn = q_m . k_n, updates running_max[m] (it only grows) and returns
-///   sum[m] = sum_n exp(l_mn - running_max[m]),  weighted[m*E + e] = sum_n exp(l_mn - running_max[m]) v_ne.
+/// Encode, streaming form. With l_mn = q_m . k_n, ADDS this block's terms to running sums kept relative
+/// to a power of two 2^ref_exp[m] (chosen so that the largest term is below 1):
+///   sum[m] += sum_n 2^(l_mn log2(e) - ref_exp[m]),  weighted[m*E + e] += sum_n 2^(...) v_ne,
+/// rescaling what the arrays already hold (exactly, by a power of two) when ref_exp[m] grows. Each term is
+/// a float whose bits depend only on l_mn (2^(l log2 e) is evaluated before the exact power-of-two shift)
+/// and the sums are double, so the result depends on how the points are split into blocks, threads or
+/// ranks only through double rounding (about 1e-16 relative).
+inline constexpr std::int32_t kNoExponent = -2147483647 - 1;  // ref_exp before any term
 struct LatentEncodeArgs {
   const float* q = nullptr;
   int M = 0, E = 0;
@@ -85,9 +91,9 @@ struct LatentEncodeArgs {
   const float* v = nullptr;
   index_t ldv = 0;
   index_t rows = 0;
-  float* running_max = nullptr;  // [M], in/out; start at -inf
-  float* sum = nullptr;          // [M], out
-  float* weighted = nullptr;     // [M*E], out
+  std::int32_t* ref_exp = nullptr;  // [M], in/out; start at kNoExponent
+  double* sum = nullptr;            // [M], in/out; start at 0
+  double* weighted = nullptr;       // [M*E], in/out; start at 0
 };
 
 /// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).

@@ -1,0 +1,111 @@
+// Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8).
+//   build/benchmarks/bench_kernels [--benchmark_filter=...]
+#include <benchmark/benchmark.h>
+
+#include <random>
+#include <vector>
+
+#include "machine_limits.hpp"
+#include "surrogate/kernels/cpu.hpp"
+
+namespace k = surrogate::kernels;
+
+namespace {
+std::vector<float> random_values(std::size_t n, float scale, unsigned seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+void BM_linear(benchmark::State& state) {
+  const int width = static_cast<int>(state.range(0));
+  const auto act = static_cast<k::Activation>(state.range(1));
+  const k::index_t rows = 256, ld = k::round_up(width, k::kPad);
+  const auto w = random_values(static_cast<std::size_t>(width) * width, 0.1f, 1);
+  const auto b = random_values(static_cast<std::size_t>(width), 0.1f, 2);
+  const k::PackedLinear layer(w.data(), b.data(), width, width);
+  auto x = random_values(static_cast<std::size_t>(rows * ld), 1.0f, 3);
+  std::vector<float> y(x.size());
+  k::LinearArgs a;
+  a.layer = &layer;
+  a.x = x.data();
+  a.ldx = ld;
+  a.y = y.data();
+  a.ldy = ld;
+  a.rows = rows;
+  a.act = act;
+  a.add1 = x.data();
+  a.ld_add1 = ld;
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    kern.linear(a);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * rows * width * width, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_linear)->Args({64, 0})->Args({64, 1})->Args({128, 1})->Args({256, 1});
+
+void BM_latent(benchmark::State& state) {
+  const int M = static_cast<int>(state.range(0));
+  const bool decode = state.range(1) != 0;
+  const int E = 8, C = 64;
+  const k::index_t rows = 256;
+  const auto q = random_values(static_cast<std::size_t>(M) * E, 0.7f, 4);
+  const auto z = random_values(static_cast<std::size_t>(M) * E, 1.0f, 5);
+  const auto kv = random_values(static_cast<std::size_t>(rows) * C, 1.0f, 6);
+  std::vector<float> y(static_cast<std::size_t>(rows) * C);
+  std::vector<std::int32_t> ref(static_cast<std::size_t>(M), k::kNoExponent);
+  std::vector<double> sum(static_cast<std::size_t>(M)), weighted(static_cast<std::size_t>(M) * E);
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    if (decode) {
+      k::LatentDecodeArgs a;
+      a.q = q.data();
+      a.z = z.data();
+      a.M = M;
+      a.E = E;
+      a.k = kv.data();
+      a.ldk = C;
+      a.y = y.data();
+      a.ldy = C;
+      a.rows = rows;
+      kern.latent_decode(a);
+    } else {
+      k::LatentEncodeArgs a;
+      a.q = q.data();
+      a.M = M;
+      a.E = E;
+      a.k = kv.data();
+      a.ldk = C;
+      a.v = kv.data() + E;
+      a.ldv = C;
+      a.rows = rows;
+      a.ref_exp = ref.data();
+      a.sum = sum.data();
+      a.weighted = weighted.data();
+      kern.latent_encode(a);
+    }
+    benchmark::DoNotOptimize(y.data());
+    benchmark::DoNotOptimize(weighted.data());
+  }
+  // 4 M E flops per point (logits + weighted sum), M exponentials per point.
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * M * E * rows, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["exp/s"] = benchmark::Counter(1.0 * M * rows, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_latent)->Args({64, 0})->Args({64, 1})->Args({256, 0})->Args({256, 1});
+
+void BM_machine(benchmark::State& state) {
+  double fma = 0, exps = 0;
+  for (auto _ : state) {
+    fma = surrogate::bench::fma_gflops_one_thread();
+    exps = surrogate::bench::exp_gexps_one_thread();
+  }
+  state.counters["FMA GFLOP/s"] = fma;
+  state.counters["exp Gexp/s"] = exps;
+}
+BENCHMARK(BM_machine)->Iterations(1);
+}  // namespace
+
+BENCHMARK_MAIN();

@@ -1,0 +1,181 @@
+// FLARE across MPI ranks (run by ctest at 1, 2, 3 and 4 ranks): every golden case, partitioned in
+// several ways, against the single-process result computed on each rank. Default mode agrees within
+// 1e-6 (max abs difference / max abs value); reproducible mode is bitwise identical. Errors on one
+// rank become the same error on every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "golden.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+namespace st = surrogate::testing;
+using surrogate::Error;
+using surrogate::ErrorCode;
+
+namespace {
+
+struct Partition {
+  std::string name;
+  std::vector<std::int64_t> rows;  // global rows owned by this rank, in local order
+};
+
+std::vector<Partition> partitions(std::int64_t n, int rank, int size) {
+  std::vector<Partition> result;
+  Partition contiguous{"contiguous", {}};
+  for (std::int64_t i = n * rank / size; i < n * (rank + 1) / size; ++i) contiguous.rows.push_back(i);
+  result.push_back(contiguous);
+  // Shuffled: every rank draws the same permutation and random cut points, then keeps its part in a
+  // random local order (samples straddle ranks, local rows are not grouped by sample).
+  std::mt19937 gen(1234);
+  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), gen);
+  std::vector<std::int64_t> cuts = {0, n};
+  std::uniform_int_distribution<std::int64_t> cut(0, n);
+  for (int r = 1; r < size; ++r) cuts.push_back(cut(gen));
+  std::sort(cuts.begin(), cuts.end());
+  result.push_back({"shuffled", {perm.begin() + cuts[rank], perm.begin() + cuts[rank + 1]}});
+  Partition first{"all-on-rank-0", {}}, last{"all-on-last-rank", {}};
+  for (std::int64_t i = 0; i < n; ++i) {
+    if (rank == 0) first.rows.push_back(i);
+    if (rank == size - 1) last.rows.push_back(i);
+  }
+  result.push_back(first);
+  result.push_back(last);
+  return result;
+}
+
+std::vector<float> run(const surrogate::Comm& comm, surrogate::Model& model, const st::GoldenCase& c,
+                       const std::vector<std::int64_t>& rows, const surrogate::RunOptions& options) {
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t g : rows) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
+  std::vector<float> out(rows.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
+  model.predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
+  return out;
+}
+
+class FlareMpi : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(FlareMpi, PredictionsDoNotDependOnTheRanks) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  surrogate::SelfComm self;
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto file = surrogate::ModelFile::read(comm, c.model_path);
+  const auto model = surrogate::make_model(file);
+  std::vector<std::int64_t> all(static_cast<std::size_t>(c.points()));
+  std::iota(all.begin(), all.end(), 0);
+  surrogate::RunOptions fast, exact;
+  exact.reproducible = true;
+  const auto single_fast = run(self, *model, c, all, fast);
+  const auto single_exact = run(self, *model, c, all, exact);
+  double scale = 0;
+  for (float v : single_fast) scale = std::max(scale, double(std::abs(v)));
+  for (const Partition& p : partitions(c.points(), comm.rank(), comm.size())) {
+    for (int threads : {1, 2}) {
+      fast.threads = exact.threads = threads;
+      const auto out_fast = run(comm, *model, c, p.rows, fast);
+      const auto out_exact = run(comm, *model, c, p.rows, exact);
+      double worst = 0;
+      bool identical = true;
+      for (std::size_t i = 0; i < p.rows.size(); ++i)
+        for (int j = 0; j < c.out_dim; ++j) {
+          const std::size_t local = i * static_cast<std::size_t>(c.out_dim) + static_cast<std::size_t>(j);
+          const std::size_t global = static_cast<std::size_t>(p.rows[i] * c.out_dim + j);
+          worst = std::max(worst, double(std::abs(out_fast[local] - single_fast[global])));
+          identical = identical && out_exact[local] == single_exact[global];
+        }
+      EXPECT_LE(worst / scale, 1e-6) << c.name << " " << p.name << " threads " << threads << " on " << comm.size() << " ranks";
+      EXPECT_TRUE(identical) << c.name << " " << p.name << " threads " << threads
+                             << ": reproducible mode is not bitwise identical to one process";
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FlareMpi, ::testing::ValuesIn(st::golden_case_names()),
+                         [](const auto& param_info) { return param_info.param; });
+
+// ---------------------------------------------------------------------------------------------------
+// Collective errors: the same error on every rank, nobody hangs.
+
+template <class F>
+Error expect_error_everywhere(const surrogate::Comm& comm, F&& f) {
+  Error caught(ErrorCode::ok, "");
+  try {
+    f();
+  } catch (const Error& e) {
+    caught = e;
+  }
+  EXPECT_NE(caught.code(), ErrorCode::ok) << "rank " << comm.rank() << " got no error";
+  // every rank holds the same code and message
+  const std::string message = caught.what();
+  const std::string root_message = comm.broadcast_string(message, 0);
+  EXPECT_EQ(message, root_message) << "rank " << comm.rank();
+  int code = static_cast<int>(caught.code()), root_code = code;
+  comm.broadcast(&root_code, sizeof root_code, 0);
+  EXPECT_EQ(code, root_code);
+  return caught;
+}
+
+TEST(FlareMpiErrors, NonFiniteInputOnOneRankFailsOnAll) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  std::vector<std::int64_t> rows;
+  for (std::int64_t i = c.points() * comm.rank() / comm.size(); i < c.points() * (comm.rank() + 1) / comm.size(); ++i) rows.push_back(i);
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (auto g : rows) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  const int bad_rank = comm.size() - 1;
+  if (comm.rank() == bad_rank) in[1] = std::nanf(""), in[3] = INFINITY;  // channel 1, twice
+  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
+  std::vector<float> out(rows.size());
+  const Error e = expect_error_everywhere(comm, [&] { model->predict(comm, layout, in.data(), 2, out.data(), 1); });
+  EXPECT_EQ(e.code(), ErrorCode::input);
+  const std::string m = e.what();
+  EXPECT_NE(m.find("channel 1"), std::string::npos) << m;
+  EXPECT_NE(m.find("2 NaN/Inf"), std::string::npos) << m;
+  if (comm.size() > 1) {
+    EXPECT_NE(m.find("rank " + std::to_string(bad_rank)), std::string::npos) << m;
+  }
+}
+
+TEST(FlareMpiErrors, EmptyPointSetFailsOnAll) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Error e = expect_error_everywhere(comm, [&] { surrogate::SampleLayout::build(comm, 0, nullptr); });
+  EXPECT_EQ(e.code(), ErrorCode::input);
+  EXPECT_NE(std::string(e.what()).find("empty"), std::string::npos) << e.what();
+}
+
+TEST(FlareMpiErrors, BadSampleIndicesFailOnAll) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  std::vector<std::int64_t> ids = {0, 0, 0};
+  if (comm.rank() == comm.size() - 1) ids[1] = -4;
+  Error e = expect_error_everywhere(comm, [&] { surrogate::SampleLayout::build(comm, 3, ids.data()); });
+  EXPECT_NE(std::string(e.what()).find("negative"), std::string::npos) << e.what();
+  ids = {0, 2, 2};  // sample 1 has no points
+  e = expect_error_everywhere(comm, [&] { surrogate::SampleLayout::build(comm, 3, ids.data()); });
+  EXPECT_NE(std::string(e.what()).find("sample 1 has no points"), std::string::npos) << e.what();
+}
+
+TEST(FlareMpiErrors, MissingModelFileFailsOnAll) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Error e = expect_error_everywhere(comm, [&] { surrogate::ModelFile::read(comm, "/nonexistent/model.h5"); });
+  EXPECT_EQ(e.code(), ErrorCode::io);
+  EXPECT_NE(std::string(e.what()).find("does not exist"), std::string::npos) << e.what();
+}
+
+}  // namespace

@@ -1,0 +1,50 @@
+#include "golden.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+
+#include "h5_io.hpp"
+
+namespace surrogate::testing {
+
+std::string data_dir() { return SURROGATE_TEST_DATA_DIR; }
+
+std::vector<std::string> golden_case_names() {
+  std::vector<std::string> names;
+  for (const auto& entry : std::filesystem::directory_iterator(data_dir() + "/flare"))
+    if (entry.is_directory() && std::filesystem::exists(entry.path() / "io.h5")) names.push_back(entry.path().filename());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+GoldenCase load_golden_case(const std::string& name) {
+  GoldenCase c;
+  c.name = name;
+  c.model_path = data_dir() + "/flare/" + name + "/model.h5";
+  c.io_path = data_dir() + "/flare/" + name + "/io.h5";
+  const Array features = read_array(c.io_path, "features");
+  const Array reference = read_array(c.io_path, "prediction_f64");
+  c.in_dim = static_cast<int>(features.cols());
+  c.out_dim = static_cast<int>(reference.cols());
+  c.features = to_float(features.values);
+  c.reference = reference.values;
+  c.sample_ids.assign(static_cast<std::size_t>(features.rows()), 0);
+  if (has_dataset(c.io_path, "batch_idx")) {
+    const Array ids = read_array(c.io_path, "batch_idx");
+    for (std::size_t i = 0; i < c.sample_ids.size(); ++i) c.sample_ids[i] = static_cast<std::int64_t>(ids.values[i]);
+  }
+  c.float32_error = read_double_attribute(c.io_path, "float32_error");
+  return c;
+}
+
+double relative_max_error(const std::vector<float>& a, const std::vector<double>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, std::abs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::abs(b[i]));
+  }
+  return num / den;
+}
+
+}  // namespace surrogate::testing

@@ -1,0 +1,472 @@
+// CPU kernels against naive double-precision references, for every instruction set this CPU runs.
+// Tolerances are float32 rounding bounds (u = 2^-24) of the computation, not fitted to results.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+
+namespace k = surrogate::kernels;
+
+namespace {
+
+constexpr double u = 0x1p-24;  // unit roundoff of float32
+
+std::vector<k::Isa> available_isas() {
+  std::vector<k::Isa> isas;
+  for (k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512})
+    if (k::cpu(isa)) isas.push_back(isa);
+  return isas;
+}
+
+std::vector<float> random_vector(std::size_t n, float scale, std::mt19937& gen) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+// 0.5 x (1 + tanh(a)) written as x / (1 + exp(-2a)) (the same function): in double the tanh form cancels
+// to 0 for x < -9 while the true value is ~1e-30.
+double gelu_tanh_ref(double x) {
+  const double a = std::sqrt(2.0 / M_PI) * (x + 0.044715 * x * x * x);
+  return x / (1.0 + std::exp(-2.0 * a));
+}
+double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+double act_ref(k::Activation a, double x) {
+  switch (a) {
+    case k::Activation::gelu_tanh: return gelu_tanh_ref(x);
+    case k::Activation::silu: return silu_ref(x);
+    case k::Activation::none: break;
+  }
+  return x;
+}
+
+class KernelTest : public ::testing::TestWithParam<k::Isa> {
+ protected:
+  const k::CpuKernels& kern() const { return *k::cpu(GetParam()); }
+};
+
+// ---------------------------------------------------------------------------------------------------
+TEST_P(KernelTest, ExpIsAccurateAcrossItsRange) {
+  std::vector<float> x;
+  for (double v = -87.0; v <= 88.3; v += 0.00731) x.push_back(static_cast<float>(v));
+  x.push_back(0.0f);
+  std::vector<float> y(x.size());
+  kern().exp(x.data(), y.data(), static_cast<k::index_t>(x.size()));
+  double worst = 0;
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double ref = std::exp(static_cast<double>(x[i]));
+    worst = std::max(worst, std::abs(y[i] - ref) / ref);
+  }
+  // Range reduction plus a degree-7 polynomial: a few ulp (ulp = 2u).
+  EXPECT_LT(worst, 8 * u) << "worst relative error " << worst;
+  const float special[4] = {-std::numeric_limits<float>::infinity(), -1000.0f, -87.5f, 1000.0f};
+  float out[4] = {};
+  kern().exp(special, out, 4);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 0.0f);  // below the normal range: flushed to zero by design
+  EXPECT_TRUE(std::isinf(out[3]));
+}
+
+TEST_P(KernelTest, ActivationsMatchTheirDefinitions) {
+  std::vector<float> x;
+  for (double v = -30.0; v <= 30.0; v += 0.0137) x.push_back(static_cast<float>(v));
+  std::vector<float> y(x.size());
+  for (k::Activation a : {k::Activation::gelu_tanh, k::Activation::silu}) {
+    kern().activation(a, x.data(), y.data(), static_cast<k::index_t>(x.size()));
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const double ref = act_ref(a, x[i]);
+      // Both are x / (1 + exp(-t)) with t = 2a (GELU) or x (SiLU). exp, the reciprocal and four roundings
+      // cost a few ulp relative; the float rounding of t itself (~4u |t|) is amplified by exp's condition
+      // number |t|, which matters only in the far negative tail where the result is < 1e-20 |x|. Below
+      // t = -80 the exponent is capped (by design), leaving an absolute error under |x| e^-80.
+      const double t = a == k::Activation::silu ? x[i] : 2 * std::sqrt(2.0 / M_PI) * (x[i] + 0.044715 * std::pow(x[i], 3));
+      ASSERT_LE(std::abs(y[i] - ref), (16 + 4 * std::abs(t)) * u * std::abs(ref) + std::abs(x[i]) * 1.9e-35) << "x = " << x[i];
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+struct LinearShape {
+  int in, out;
+  k::index_t rows;
+};
+
+TEST_P(KernelTest, LinearMatchesNaiveReference) {
+  std::mt19937 gen(11);
+  const LinearShape shapes[] = {{1, 1, 1}, {2, 64, 7}, {3, 5, 13}, {17, 33, 1}, {64, 64, 100}, {64, 1, 37},
+                                {32, 130, 9}, {130, 48, 6}, {64, 256, 12}};
+  for (const auto& s : shapes) {
+    for (k::Activation act : {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu}) {
+      for (int residuals = 0; residuals <= 2; ++residuals) {
+        const k::index_t ldx = k::round_up(s.in, k::kPad) + 16, ldy = k::round_up(s.out, k::kPad) + 32;
+        const auto w = random_vector(static_cast<std::size_t>(s.in) * s.out, 1.0f / std::sqrt(float(s.in)), gen);
+        const auto b = random_vector(static_cast<std::size_t>(s.out), 0.3f, gen);
+        auto x = random_vector(static_cast<std::size_t>(s.rows * ldx), 1.0f, gen);
+        auto r1 = random_vector(static_cast<std::size_t>(s.rows * ldy), 1.0f, gen);
+        auto r2 = random_vector(static_cast<std::size_t>(s.rows * ldy), 1.0f, gen);
+        const k::PackedLinear layer(w.data(), b.data(), s.out, s.in);
+        std::vector<float> y = r2;  // residual 2 is added in place when residuals == 2
+        k::LinearArgs a;
+        a.layer = &layer;
+        a.x = x.data();
+        a.ldx = ldx;
+        a.y = y.data();
+        a.ldy = ldy;
+        a.rows = s.rows;
+        a.act = act;
+        if (residuals >= 1) a.add1 = r1.data(), a.ld_add1 = ldy;
+        if (residuals >= 2) a.add2 = y.data(), a.ld_add2 = ldy;
+        kern().linear(a);
+        for (k::index_t r = 0; r < s.rows; ++r)
+          for (int o = 0; o < s.out; ++o) {
+            double dot = b[o], magnitude = std::abs(b[o]);
+            for (int i = 0; i < s.in; ++i) {
+              dot += double(x[r * ldx + i]) * w[static_cast<std::size_t>(o) * s.in + i];
+              magnitude += std::abs(double(x[r * ldx + i]) * w[static_cast<std::size_t>(o) * s.in + i]);
+            }
+            double ref = act_ref(act, dot);
+            double scale = std::abs(ref) + std::abs(dot);
+            if (residuals >= 1) ref += r1[r * ldy + o], scale += std::abs(r1[r * ldy + o]);
+            if (residuals >= 2) ref += r2[r * ldy + o], scale += std::abs(r2[r * ldy + o]);
+            // dot product: (K + 1) u sum|x w| (Lipschitz constant of the activations <= 1.2);
+            // activation and residual additions: a few u relative.
+            const double tol = 1.2 * (s.in + 2) * u * magnitude + 16 * u * scale;
+            ASSERT_LE(std::abs(y[r * ldy + o] - ref), tol)
+                << "in " << s.in << " out " << s.out << " row " << r << " col " << o << " act " << int(act);
+          }
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, LinearRowsAreIndependentOfTheirBlock) {
+  std::mt19937 gen(12);
+  const int in = 64, out = 64;
+  const k::index_t rows = 23, ld = 64;
+  const auto w = random_vector(in * out, 0.2f, gen), b = random_vector(out, 0.1f, gen);
+  const auto x = random_vector(static_cast<std::size_t>(rows * ld), 1.0f, gen);
+  const k::PackedLinear layer(w.data(), b.data(), out, in);
+  std::vector<float> all(static_cast<std::size_t>(rows * ld)), one(all.size());
+  k::LinearArgs a;
+  a.layer = &layer;
+  a.x = x.data();
+  a.ldx = ld;
+  a.y = all.data();
+  a.ldy = ld;
+  a.rows = rows;
+  a.act = k::Activation::gelu_tanh;
+  kern().linear(a);
+  for (k::index_t r = 0; r < rows; ++r) {
+    a.x = x.data() + r * ld;
+    a.y = one.data() + r * ld;
+    a.rows = 1;
+    kern().linear(a);
+  }
+  EXPECT_EQ(all, one);  // bitwise: the same point gives the same bits in any block
+}
+
+// ---------------------------------------------------------------------------------------------------
+TEST_P(KernelTest, NormsMatchNaiveReference) {
+  std::mt19937 gen(13);
+  for (int dim : {1, 3, 8, 24, 64, 100}) {
+    for (bool rms : {false, true}) {
+      const k::index_t rows = 9, ld = k::round_up(dim, k::kPad);
+      auto x = random_vector(static_cast<std::size_t>(rows * ld), 2.0f, gen);
+      for (k::index_t r = 0; r < rows; ++r)
+        for (int c = 0; c < dim; ++c) x[r * ld + c] += 3.0f;  // a non-zero mean
+      std::vector<float> w(static_cast<std::size_t>(ld), 0.0f), b(static_cast<std::size_t>(ld), 0.0f);
+      for (int c = 0; c < dim; ++c) w[c] = 1.0f + 0.3f * std::sin(float(c)), b[c] = 0.1f * std::cos(float(c));
+      std::vector<float> y(x.size());
+      k::NormArgs a;
+      a.x = x.data();
+      a.ldx = ld;
+      a.y = y.data();
+      a.ldy = ld;
+      a.rows = rows;
+      a.dim = dim;
+      a.weight = w.data();
+      a.bias = rms ? nullptr : b.data();
+      a.eps = rms ? 1.1920929e-07f : 1e-5f;
+      a.rms = rms;
+      kern().norm(a);
+      for (k::index_t r = 0; r < rows; ++r) {
+        double mean = 0, var = 0;
+        if (!rms) {
+          for (int c = 0; c < dim; ++c) mean += x[r * ld + c];
+          mean /= dim;
+        }
+        for (int c = 0; c < dim; ++c) var += (x[r * ld + c] - mean) * (x[r * ld + c] - mean);
+        var /= dim;
+        for (int c = 0; c < dim; ++c) {
+          const double ref = (x[r * ld + c] - mean) / std::sqrt(var + a.eps) * w[c] + (rms ? 0.0 : b[c]);
+          // mean and variance are float sums over dim terms: about dim u relative each.
+          ASSERT_NEAR(y[r * ld + c], ref, (4.0 * dim + 16) * u * (std::abs(ref) + std::abs(w[c]) + 1.0))
+              << "dim " << dim << " rms " << rms;
+        }
+        for (k::index_t c = dim; c < ld; ++c) EXPECT_EQ(y[r * ld + c], 0.0f) << "padding column " << c;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Latent attention: one head with M latents of width E over n points (k, v rows of stride ld).
+struct LatentCase {
+  int M, E;
+  k::index_t n;
+};
+
+struct LatentData {
+  int M, E;
+  k::index_t n, ld;
+  std::vector<float> q, keys, values, z;
+  LatentData(const LatentCase& c, std::mt19937& gen) : M(c.M), E(c.E), n(c.n), ld(c.E + 5) {
+    q = random_vector(static_cast<std::size_t>(M) * E, 0.8f, gen);
+    keys = random_vector(static_cast<std::size_t>(n * ld), 1.0f, gen);
+    values = random_vector(static_cast<std::size_t>(n * ld), 1.0f, gen);
+    z = random_vector(static_cast<std::size_t>(M) * E, 1.0f, gen);
+  }
+  double logit(int m, k::index_t i) const {
+    double l = 0;
+    for (int e = 0; e < E; ++e) l += double(q[m * E + e]) * keys[i * ld + e];
+    return l;
+  }
+  /// Bound of the float rounding error of a logit: E u sum |q k|.
+  double logit_error(int m, k::index_t i) const {
+    double s = 0;
+    for (int e = 0; e < E; ++e) s += std::abs(double(q[m * E + e]) * keys[i * ld + e]);
+    return (E + 1) * u * s;
+  }
+};
+
+const LatentCase latent_cases[] = {{1, 1, 1}, {3, 4, 7}, {16, 8, 16}, {64, 8, 33}, {5, 8, 1500}, {7, 16, 300},
+                                   {4, 3, 77}, {300, 8, 40}, {2, 64, 20}};
+
+/// Runs the streaming encode over the rows [cuts[j], cuts[j+1]) in turn, as the model does per tile.
+void encode_in_parts(const k::CpuKernels& kern, const LatentData& d, const std::vector<k::index_t>& cuts,
+                     std::vector<std::int32_t>& ref, std::vector<double>& total, std::vector<double>& acc) {
+  ref.assign(static_cast<std::size_t>(d.M), k::kNoExponent);
+  total.assign(static_cast<std::size_t>(d.M), 0.0);
+  acc.assign(static_cast<std::size_t>(d.M) * d.E, 0.0);
+  for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
+    if (cuts[j] == cuts[j + 1]) continue;
+    k::LatentEncodeArgs a;
+    a.q = d.q.data();
+    a.M = d.M;
+    a.E = d.E;
+    a.k = d.keys.data() + cuts[j] * d.ld;
+    a.ldk = d.ld;
+    a.v = d.values.data() + cuts[j] * d.ld;
+    a.ldv = d.ld;
+    a.rows = cuts[j + 1] - cuts[j];
+    a.ref_exp = ref.data();
+    a.sum = total.data();
+    a.weighted = acc.data();
+    kern.latent_encode(a);
+  }
+}
+
+TEST_P(KernelTest, LatentEncodeMatchesSoftmaxOverPoints) {
+  std::mt19937 gen(14);
+  for (const auto& c : latent_cases) {
+    const LatentData d(c, gen);
+    std::vector<std::int32_t> ref;
+    std::vector<double> total, acc;
+    encode_in_parts(kern(), d, {0, d.n / 3, d.n}, ref, total, acc);
+    for (int m = 0; m < d.M; ++m) {
+      double mx = -1e300, max_err = 0;
+      for (k::index_t i = 0; i < d.n; ++i) mx = std::max(mx, d.logit(m, i)), max_err = std::max(max_err, d.logit_error(m, i));
+      // The reference exponent keeps every term below 2 and the largest one above 2^-1.5.
+      const double largest = std::exp(mx) * std::ldexp(1.0, -ref[m]);
+      EXPECT_LT(largest, 2.0 * (1 + 4 * max_err));
+      EXPECT_GT(largest, 0.3);
+      std::vector<double> expected(static_cast<std::size_t>(d.E), 0.0);
+      double s = 0, vmax = 0;
+      for (k::index_t i = 0; i < d.n; ++i) {
+        const double p = std::exp(d.logit(m, i) - mx);
+        s += p;
+        for (int e = 0; e < d.E; ++e) expected[e] += p * d.values[i * d.ld + e], vmax = std::max(vmax, std::abs(double(d.values[i * d.ld + e])));
+      }
+      for (int e = 0; e < d.E; ++e) {
+        const double z = acc[m * d.E + e] / total[m];
+        // Each term carries its logit's rounding error and exp's few ulp; the sums are double.
+        EXPECT_NEAR(z, expected[e] / s, (2 * max_err + 16 * u) * 2 * vmax) << "M " << d.M << " E " << d.E << " n " << d.n;
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, LatentEncodeBarelyDependsOnHowPointsAreSplit) {
+  std::mt19937 gen(18);
+  for (const auto& c : latent_cases) {
+    const LatentData d(c, gen);
+    std::vector<std::int32_t> ref_a, ref_b;
+    std::vector<double> total_a, acc_a, total_b, acc_b;
+    encode_in_parts(kern(), d, {0, d.n}, ref_a, total_a, acc_a);
+    std::vector<k::index_t> cuts = {0};
+    std::uniform_int_distribution<k::index_t> step(1, 29);
+    while (cuts.back() < d.n) cuts.push_back(std::min(d.n, cuts.back() + step(gen)));
+    encode_in_parts(kern(), d, cuts, ref_b, total_b, acc_b);
+    for (int m = 0; m < d.M; ++m) {
+      // Same terms, different double summation order: agreement to a few double roundings per term.
+      const double scale = std::ldexp(1.0, ref_b[m] - ref_a[m]);
+      EXPECT_NEAR(total_b[m] * scale, total_a[m], 1e-14 * total_a[m] * std::log2(double(d.n) + 2));
+      for (int e = 0; e < d.E; ++e) {
+        double mag = 0;
+        for (k::index_t i = 0; i < d.n; ++i) mag += std::abs(d.values[i * d.ld + e]) * std::exp(d.logit(m, i)) * std::ldexp(1.0, -ref_a[m]);
+        EXPECT_NEAR(acc_b[m * d.E + e] * scale, acc_a[m * d.E + e], 1e-14 * mag * std::log2(double(d.n) + 2));
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, LatentDecodeMatchesSoftmaxOverLatents) {
+  std::mt19937 gen(15);
+  for (const auto& c : latent_cases) {
+    const LatentData d(c, gen);
+    const k::index_t ldy = d.E + 3;
+    std::vector<float> y(static_cast<std::size_t>(d.n * ldy), 7.0f);
+    k::LatentDecodeArgs a;
+    a.q = d.q.data();
+    a.z = d.z.data();
+    a.M = d.M;
+    a.E = d.E;
+    a.k = d.keys.data();
+    a.ldk = d.ld;
+    a.y = y.data();
+    a.ldy = ldy;
+    a.rows = d.n;
+    kern().latent_decode(a);
+    double zmax = 0;
+    for (float v : d.z) zmax = std::max(zmax, double(std::abs(v)));
+    for (k::index_t i = 0; i < d.n; ++i) {
+      double mx = -1e300, max_err = 0;
+      for (int m = 0; m < d.M; ++m) mx = std::max(mx, d.logit(m, i)), max_err = std::max(max_err, d.logit_error(m, i));
+      double s = 0;
+      std::vector<double> ref(static_cast<std::size_t>(d.E), 0.0);
+      for (int m = 0; m < d.M; ++m) {
+        const double p = std::exp(d.logit(m, i) - mx);
+        s += p;
+        for (int e = 0; e < d.E; ++e) ref[e] += p * d.z[m * d.E + e];
+      }
+      for (int e = 0; e < d.E; ++e)
+        ASSERT_NEAR(y[i * ldy + e], ref[e] / s, (2 * max_err + (d.M + 32) * u) * 2 * zmax) << "row " << i;
+      for (k::index_t e = d.E; e < ldy; ++e) ASSERT_EQ(y[i * ldy + e], 7.0f) << "wrote outside the head's columns";
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+TEST(ExactScale, SumsNeverOverflow) {
+  for (k::index_t count : {k::index_t{1}, k::index_t{1000}, k::index_t{1} << 20, k::index_t{1} << 40}) {
+    for (double maxabs : {1e-30, 1e-3, 1.0, 3.7, 1e6}) {
+      const k::ExactScale s = k::exact_scale(count, maxabs);
+      EXPECT_LE(std::log2(double(count)) + std::log2(maxabs) + s.hi_bits, 61.0 + 1e-9);
+      EXPECT_LE(std::log2(double(count)) + s.lo_bits, 61.0 + 1e-9);
+      // Accumulated truncation error (count terms, each below 2^-(hi+lo)) relative to maxabs:
+      // negligible against float32 rounding up to 2^30 points per sample (documented limit).
+      if (count <= (k::index_t{1} << 30)) {
+        EXPECT_LT(double(count) * std::ldexp(1.0, -(s.hi_bits + s.lo_bits)) / maxabs, 0x1p-40);
+      }
+    }
+  }
+}
+
+TEST_P(KernelTest, ExactEncodeIsIndependentOfHowPointsAreSplit) {
+  std::mt19937 gen(16);
+  for (const auto& c : latent_cases) {
+    const LatentData d(c, gen);
+    // pass 1: the global maximum
+    std::vector<float> mx(static_cast<std::size_t>(d.M), -std::numeric_limits<float>::infinity());
+    k::LatentMaxArgs m;
+    m.q = d.q.data();
+    m.M = d.M;
+    m.E = d.E;
+    m.k = d.keys.data();
+    m.ldk = d.ld;
+    m.rows = d.n;
+    m.max = mx.data();
+    kern().latent_max(m);
+    float vmax = 0;
+    for (k::index_t i = 0; i < d.n; ++i)
+      for (int e = 0; e < d.E; ++e) vmax = std::max(vmax, std::abs(d.values[i * d.ld + e]));
+    auto run = [&](const std::vector<k::index_t>& cuts) {
+      std::vector<std::int64_t> acc(static_cast<std::size_t>(d.M) * (d.E + 1) * 2, 0);
+      for (std::size_t j = 0; j + 1 < cuts.size(); ++j) {
+        if (cuts[j] == cuts[j + 1]) continue;
+        k::LatentExactArgs a;
+        a.q = d.q.data();
+        a.M = d.M;
+        a.E = d.E;
+        a.k = d.keys.data() + cuts[j] * d.ld;
+        a.ldk = d.ld;
+        a.v = d.values.data() + cuts[j] * d.ld;
+        a.ldv = d.ld;
+        a.rows = cuts[j + 1] - cuts[j];
+        a.ref_max = mx.data();
+        a.sum_scale = k::exact_scale(d.n, 1.0);
+        a.value_scale = k::exact_scale(d.n, vmax);
+        a.acc = acc.data();
+        kern().latent_encode_exact(a);
+      }
+      return acc;
+    };
+    const auto whole = run({0, d.n});
+    std::vector<k::index_t> cuts = {0};
+    std::uniform_int_distribution<k::index_t> step(1, 37);
+    while (cuts.back() < d.n) cuts.push_back(std::min(d.n, cuts.back() + step(gen)));
+    EXPECT_EQ(run(cuts), whole) << "integer sums depend on the split (M " << d.M << ", n " << d.n << ")";
+    // ... and they agree with the softmax average within float rounding.
+    const auto sum_scale = k::exact_scale(d.n, 1.0), value_scale = k::exact_scale(d.n, vmax);
+    for (int mi = 0; mi < d.M; ++mi) {
+      const std::int64_t* a = whole.data() + static_cast<std::size_t>(mi) * (d.E + 1) * 2;
+      const double s = k::exact_value(a[0], a[1], sum_scale);
+      double ref_s = 0, max_err = 0;
+      std::vector<double> ref(static_cast<std::size_t>(d.E), 0.0);
+      for (k::index_t i = 0; i < d.n; ++i) {
+        const double p = std::exp(d.logit(mi, i) - mx[mi]);
+        max_err = std::max(max_err, d.logit_error(mi, i));
+        ref_s += p;
+        for (int e = 0; e < d.E; ++e) ref[e] += p * d.values[i * d.ld + e];
+      }
+      for (int e = 0; e < d.E; ++e) {
+        const double z = k::exact_value(a[2 * (1 + e)], a[2 * (1 + e) + 1], value_scale) / s;
+        EXPECT_NEAR(z, ref[e] / ref_s, (2 * max_err + 16 * u) * 2 * vmax);
+      }
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Isa, KernelTest, ::testing::ValuesIn(available_isas()),
+                         [](const auto& param_info) { return std::string(k::to_string(param_info.param)); });
+
+TEST(Dispatch, BestIsaIsUsable) {
+  EXPECT_NE(k::cpu(k::best_cpu_isa()), nullptr);
+  if (std::getenv("SURROGATE_CPU_ISA")) GTEST_SKIP() << "SURROGATE_CPU_ISA overrides the choice";
+  EXPECT_EQ(k::cpu().isa, k::best_cpu_isa());
+}
+
+TEST(Blas, GemmMatchesNaiveProduct) {
+  std::mt19937 gen(17);
+  const int m = 5, n = 7, kk = 9;
+  const auto a = random_vector(m * kk, 1.0f, gen), b = random_vector(n * kk, 1.0f, gen);
+  std::vector<float> c(m * n, 0.0f);
+  k::blas_gemm_abt(m, n, kk, 1.0f, a.data(), kk, b.data(), kk, 0.0f, c.data(), n);
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < n; ++j) {
+      double ref = 0, mag = 0;
+      for (int t = 0; t < kk; ++t) ref += double(a[i * kk + t]) * b[j * kk + t], mag += std::abs(double(a[i * kk + t]) * b[j * kk + t]);
+      EXPECT_NEAR(c[i * n + j], ref, (kk + 2) * u * mag);
+    }
+}
+
+}  // namespace
