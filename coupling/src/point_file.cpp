@@ -44,7 +44,8 @@ void read_rows(hid_t file, const char* name, hid_t mem_type, std::int64_t offset
   }
   h5::Handle xfer = h5::plist(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-  h5::check_status(H5Dread(dset, mem_type, mem_space, file_space, xfer, out), ErrorCode::io,
+  double dummy = 0;  // HDF5 wants a buffer even when this rank selects nothing
+  h5::check_status(H5Dread(dset, mem_type, mem_space, file_space, xfer, count > 0 ? out : &dummy), ErrorCode::io,
                    "'" + path + "': cannot read /" + name + " (truncated or corrupt file?)");
 }
 
@@ -109,6 +110,7 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   });
 
   const std::int64_t n = coords.shape[0];
+  if (n == 0) throw Error(ErrorCode::input, "'" + path + "' holds no points (/coords has 0 rows): the point set is empty");
   const std::int64_t p = comm.size(), r = comm.rank();
   slab.global_points = n;
   slab.offset = n * r / p;
@@ -184,7 +186,8 @@ void write_prediction_file(const MpiComm& comm, const std::string& path, std::in
   }
   h5::Handle xfer = h5::plist(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, values);
+  const float dummy = 0;
+  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, count > 0 ? values : &dummy);
   comm.agree_or_throw(rc >= 0 ? Status{} : Status{ErrorCode::io, "cannot write /prediction to '" + path + "'"});
 }
 

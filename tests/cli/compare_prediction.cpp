@@ -1,0 +1,47 @@
+// Checks a `surrogate predict` output.
+//   compare_prediction golden IO.h5 PREDICTION.h5   /prediction vs /prediction_f64 within 4 x float32_error
+//   compare_prediction identical A.h5 B.h5           the two /prediction datasets are bitwise equal
+#include <cmath>
+#include <iostream>
+#include <string>
+
+#include "h5_io.hpp"
+
+using namespace surrogate::testing;
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::cerr << "usage: compare_prediction golden IO.h5 PREDICTION.h5 | identical A.h5 B.h5\n";
+    return 2;
+  }
+  const std::string mode = argv[1];
+  try {
+    if (mode == "golden") {
+      const Array ref = read_array(argv[2], "prediction_f64");
+      const Array got = read_array(argv[3], "prediction");
+      const double f32 = read_double_attribute(argv[2], "float32_error");
+      if (got.shape != ref.shape) {
+        std::cerr << "shape mismatch\n";
+        return 1;
+      }
+      double num = 0, den = 0;
+      for (std::size_t i = 0; i < ref.values.size(); ++i) {
+        num = std::max(num, std::abs(got.values[i] - ref.values[i]));
+        den = std::max(den, std::abs(ref.values[i]));
+      }
+      std::cout << "relative error " << num / den << " (official float32: " << f32 << ")\n";
+      return num / den <= 4 * f32 ? 0 : 1;
+    }
+    if (mode == "identical") {
+      const Array a = read_array(argv[2], "prediction"), b = read_array(argv[3], "prediction");
+      const bool same = a.shape == b.shape && a.values == b.values;
+      std::cout << (same ? "bitwise identical\n" : "DIFFERENT\n");
+      return same ? 0 : 1;
+    }
+  } catch (const std::exception& e) {
+    std::cerr << e.what() << "\n";
+    return 1;
+  }
+  std::cerr << "unknown mode " << mode << "\n";
+  return 2;
+}
