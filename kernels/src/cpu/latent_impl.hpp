@@ -57,6 +57,11 @@ inline simd::vf logit(const float* q, const float* kt, int ld, int E) {
 typedef float vfh __attribute__((vector_size(simd::W * 2)));
 
 inline void to_double(simd::vf v, simd::vd out[2]) {
+#if defined(__AVX512F__)
+  out[0] = _mm512_maskz_cvtps_pd(0xFF, simd::low_half(v));  // one vcvtps2pd ymm -> zmm each (maskz: GCC 12 warning)
+  out[1] = _mm512_maskz_cvtps_pd(0xFF, simd::high_half(v));
+  return;
+#endif
   vfh half[2];
   std::memcpy(half, &v, sizeof v);
   out[0] = __builtin_convertvector(half[0], simd::vd);
@@ -90,40 +95,50 @@ inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld
   for (int b = 0; b < MB; ++b) max_logit[b] = hmax(lane_max[b]);
 }
 
-/// Pass 2 for one latent: accumulate the chunk's terms relative to 2^ref into the double sums
-/// (vtd: the chunk's values, transposed and converted to double).
-template <int EC>
-inline void encode_accumulate(const float* logits, int E_runtime, const double* vtd, int ld, int nvec, int tail_lanes,
-                              std::int32_t ref, double* sum, double* weighted) {
+/// Pass 2 for MB latents: accumulate the chunk's terms relative to 2^ref[b] into the double sums
+/// (vtd: the chunk's values, transposed and converted to double). Each point's term is a float whose
+/// bits depend only on its logit; both halves of a vector go into the same double lanes, so a latent
+/// needs E + 1 double registers and the value loads are shared by the MB latents.
+template <int EC, int MB>
+inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, const double* vtd, int ld, int nvec,
+                              int tail_lanes, const std::int32_t* ref, double* sum, double* weighted) {
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : E_runtime;
   const vi last = first_lanes(tail_lanes);
-  vd S[2] = {vd{}, vd{}};
-  vd U[kE][2];
-  for (int e = 0; e < E; ++e) U[e][0] = U[e][1] = vd{};
+  vd S[MB], U[MB][kE];
+  for (int b = 0; b < MB; ++b) {
+    S[b] = vd{};
+    for (int e = 0; e < E; ++e) U[b][e] = vd{};
+  }
   for (int iv = 0; iv < nvec; ++iv) {
-    vf l = load(logits + iv * W);
     const bool partial = tail_lanes && iv == nvec - 1;
-    if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
-    const ExpParts parts = exp_parts(l);
-    vf p = scale_down(parts.mantissa, parts.exponent - splati(ref));
-    if (partial) p = select(last, p, splat(0.0f));
-    vd pd[2];
-    to_double(p, pd);
-    S[0] += pd[0];
-    S[1] += pd[1];
+    vd pd[MB][2];
+#pragma GCC unroll 4
+    for (int b = 0; b < MB; ++b) {
+      vf l = load(logits[b] + iv * W);
+      if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
+      const ExpParts parts = exp_parts(l);
+      vf p = scale_down(parts.mantissa, parts.exponent - splati(ref[b]));
+      if (partial) p = select(last, p, splat(0.0f));
+      to_double(p, pd[b]);
+      S[b] += pd[b][0] + pd[b][1];
+    }
+#pragma GCC unroll 2
+    for (int h = 0; h < 2; ++h) {
 #pragma GCC unroll 16
-    for (int e = 0; e < E; ++e) {
-      vd v0, v1;
-      std::memcpy(&v0, vtd + e * ld + iv * W, sizeof v0);
-      std::memcpy(&v1, vtd + e * ld + iv * W + W / 2, sizeof v1);
-      U[e][0] += pd[0] * v0;  // the product of two floats is exact in double
-      U[e][1] += pd[1] * v1;
+      for (int e = 0; e < E; ++e) {
+        vd v;
+        std::memcpy(&v, vtd + e * ld + iv * W + h * (W / 2), sizeof v);
+#pragma GCC unroll 4
+        for (int b = 0; b < MB; ++b) U[b][e] += pd[b][h] * v;  // float x float is exact in double
+      }
     }
   }
-  *sum += hsum_double(S[0], S[1]);
-  for (int e = 0; e < E; ++e) weighted[e] += hsum_double(U[e][0], U[e][1]);
+  for (int b = 0; b < MB; ++b) {
+    sum[b] += hsum_double(S[b], vd{});
+    for (int e = 0; e < E; ++e) weighted[b * E + e] += hsum_double(U[b][e], vd{});
+  }
 }
 
 template <int EC, int MB>
@@ -164,8 +179,13 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
           }
           a.ref_exp[m] = chunk_exp;
         }
-        encode_accumulate<EC>(logits[b], E, vtd, ld, nvec, tail, a.ref_exp[m], a.sum + m, a.weighted + m * E);
       }
+      if (group == MB)
+        encode_accumulate<EC, MB>(logits, E, vtd, ld, nvec, tail, a.ref_exp + m0, a.sum + m0, a.weighted + m0 * E);
+      else
+        for (int b = 0; b < group; ++b)
+          encode_accumulate<EC, 1>(logits + b, E, vtd, ld, nvec, tail, a.ref_exp + m0 + b, a.sum + m0 + b,
+                                   a.weighted + (m0 + b) * E);
     }
   }
 }

@@ -67,8 +67,17 @@ template <int NV>
 inline void linear_columns(const LinearArgs& a, int j0) {
   index_t r0 = 0;
   for (; r0 + kLinearRows <= a.rows; r0 += kLinearRows) linear_block<kLinearRows, NV>(a, r0, j0);
-  // Tail rows: smaller blocks with the same per-row arithmetic.
-  for (; r0 < a.rows; ++r0) linear_block<1, NV>(a, r0, j0);
+  // Tail rows: one smaller block with the same per-row arithmetic.
+  switch (a.rows - r0) {
+    case 0: break;
+    case 1: linear_block<1, NV>(a, r0, j0); break;
+    case 2: linear_block<2, NV>(a, r0, j0); break;
+    case 3: linear_block<3, NV>(a, r0, j0); break;
+    case 4: if constexpr (kLinearRows > 4) linear_block<4, NV>(a, r0, j0); break;
+    case 5: if constexpr (kLinearRows > 5) linear_block<5, NV>(a, r0, j0); break;
+    default:
+      for (; r0 < a.rows; ++r0) linear_block<1, NV>(a, r0, j0);
+  }
 }
 
 inline void linear(const LinearArgs& a) {

@@ -167,15 +167,22 @@ inline vf exp(vf x) {
   return select(overflow, splat(__builtin_inff()), y);
 }
 
+/// exp(x) for the activations, where x <= 80: no overflow test, and x is only raised to -87, below which
+/// the result is meaningless but tiny (< 2e-38), which is all 1 + exp(x) needs.
+inline vf exp_activation(vf x) {
+  const ExpParts e = exp_parts(vmax(x, splat(-87.0f)));
+  return as_float(as_int(e.mantissa) + (e.exponent << 23));
+}
+
 /// GELU with the tanh approximation (PyTorch's approximate='tanh'):
 /// 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
 /// The exponent is capped at 80 so that 1 + exp(.) stays finite (its reciprocal is then ~1e-35, not 0/NaN).
 inline vf gelu_tanh(vf x) {
   const vf u2 = x * (splat(1.5957691216057308f) + splat(0.071354816272600250f) * (x * x));  // 2u
-  return x * reciprocal(splat(1.0f) + exp(vmin(-u2, splat(80.0f))));
+  return x * reciprocal(splat(1.0f) + exp_activation(vmin(-u2, splat(80.0f))));
 }
 
 /// SiLU: x * sigmoid(x) = x / (1 + exp(-x)), with the same cap.
-inline vf silu(vf x) { return x * reciprocal(splat(1.0f) + exp(vmin(-x, splat(80.0f)))); }
+inline vf silu(vf x) { return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f)))); }
 
 }  // namespace surrogate::kernels::SURROGATE_ISA_NS::simd
