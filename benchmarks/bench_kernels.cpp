@@ -96,6 +96,31 @@ void BM_latent(benchmark::State& state) {
 }
 BENCHMARK(BM_latent)->Args({64, 0})->Args({64, 1})->Args({256, 0})->Args({256, 1});
 
+void BM_activation(benchmark::State& state) {
+  const auto act = static_cast<k::Activation>(state.range(0));
+  const auto x = random_values(16384, 2.0f, 8);
+  std::vector<float> y(x.size());
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    kern.activation(act, x.data(), y.data(), static_cast<k::index_t>(x.size()));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["values/s"] = benchmark::Counter(double(x.size()), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_activation)->Arg(1)->Arg(2);
+
+void BM_exp(benchmark::State& state) {
+  const auto x = random_values(16384, 5.0f, 9);
+  std::vector<float> y(x.size());
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    kern.exp(x.data(), y.data(), static_cast<k::index_t>(x.size()));
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["values/s"] = benchmark::Counter(double(x.size()), benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_exp);
+
 void BM_machine(benchmark::State& state) {
   double fma = 0, exps = 0;
   for (auto _ : state) {

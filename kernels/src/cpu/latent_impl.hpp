@@ -119,7 +119,7 @@ inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, con
       vf l = load(logits[b] + iv * W);
       if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
       const ExpParts parts = exp_parts(l);
-      vf p = scale_down(parts.mantissa, parts.exponent - splati(ref[b]));
+      vf p = scale_down(parts.mantissa, parts.k - splat(static_cast<float>(ref[b])));
       if (partial) p = select(last, p, splat(0.0f));
       to_double(p, pd[b]);
       S[b] += pd[b][0] + pd[b][1];
@@ -170,7 +170,7 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
       for (int b = 0; b < group; ++b) {
         const int m = m0 + b;
         // The chunk's reference: the exponent of its largest term (same arithmetic as the terms).
-        const std::int32_t chunk_exp = exp_exponent(splat(max_logit[b]))[0];
+        const auto chunk_exp = static_cast<std::int32_t>(exp_exponent(splat(max_logit[b]))[0]);
         if (a.ref_exp[m] == kNoExponent || chunk_exp > a.ref_exp[m]) {
           if (a.ref_exp[m] != kNoExponent) {  // exact rescale of what is already summed
             const double scale = __builtin_ldexp(1.0, a.ref_exp[m] - chunk_exp);
@@ -232,7 +232,7 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
         }
         if (m0 > 0) {  // more than kDecodeLatentBlock latents: per-lane online rescale
           const vf new_max = vmax(run_max, block_max);
-          const vf scale = exp(run_max - new_max);
+          const vf scale = exp_nonpositive(run_max - new_max);
           S *= scale;
           for (int e = 0; e < E; ++e) Y[e] *= scale;
           run_max = new_max;
@@ -240,7 +240,7 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
           run_max = block_max;
         }
         for (int m = 0; m < mb; ++m) {
-          const vf p = exp(load(logits + m * W) - run_max);
+          const vf p = exp_nonpositive(load(logits + m * W) - run_max);
           S += p;
           const float* zm = a.z + (m0 + m) * E;
 #pragma GCC unroll 16

@@ -36,8 +36,25 @@ typedef std::int32_t vi __attribute__((vector_size(W * 4)));
 typedef double vd __attribute__((vector_size(W * 4)));            // W/2 doubles
 typedef std::int64_t vl __attribute__((vector_size(W * 4)));      // W/2 int64
 
-inline vf splat(float s) { return vf{} + s; }
-inline vi splati(std::int32_t s) { return vi{} + s; }
+// Broadcasts. (vf{} + s would cost a scalar addition first: 0 + s is not s for s = -0.)
+#if defined(__AVX512F__)
+inline vf splat(float s) { return _mm512_set1_ps(s); }
+inline vi splati(std::int32_t s) { return __builtin_bit_cast(vi, _mm512_set1_epi32(s)); }
+#elif defined(__AVX2__)
+inline vf splat(float s) { return _mm256_set1_ps(s); }
+inline vi splati(std::int32_t s) { return __builtin_bit_cast(vi, _mm256_set1_epi32(s)); }
+#else
+inline vf splat(float s) {
+  vf v;
+  for (int i = 0; i < W; ++i) v[i] = s;
+  return v;
+}
+inline vi splati(std::int32_t s) {
+  vi v;
+  for (int i = 0; i < W; ++i) v[i] = s;
+  return v;
+}
+#endif
 inline vf load(const float* p) {
   vf v;
   std::memcpy(&v, p, sizeof v);
@@ -122,39 +139,53 @@ inline vf reciprocal(vf d) {
 #endif
 }
 
-/// exp(x) = mantissa * 2^exponent with mantissa in [0.7, 1.42]: Cody-Waite range reduction on
-/// x log2(e) and a degree-7 polynomial. x must be finite with |x| < 2^21; nothing overflows here because
-/// 2^exponent is not formed (callers shift the exponent exactly and then assemble the float).
+/// exp(x) = mantissa * 2^k with mantissa in [0.7, 1.42] and k = round(x log2 e): Cody-Waite range
+/// reduction and a degree-6 polynomial fitted for relative error (0.8 ulp in float). x must be finite with
+/// |x| < 2^21. 2^k is not formed here, so nothing overflows; callers shift the exponent exactly.
 struct ExpParts {
   vf mantissa;
-  vi exponent;
+  vf k;  // an integer, as a float
 };
-inline vi exp_exponent(vf x) {
-  const vf magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer in the low bits
-  return as_int(x * splat(1.44269504088896341f) + magic) - as_int(magic);
+inline vf round_to_integer(vf x) {
+#if defined(__AVX512F__)
+  // (maskz form: the unmasked intrinsic trips GCC 12's -Wmaybe-uninitialized)
+  return _mm512_maskz_roundscale_ps(0xFFFF, x, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+#else
+  const vf magic = splat(12582912.0f);  // 1.5 * 2^23: adding it rounds to an integer
+  return (x + magic) - magic;
+#endif
+}
+/// m * 2^k for integer-valued k (AVX-512: vscalefps; elsewhere an exponent-field addition, valid while
+/// the result stays a normal float).
+inline vf scale_by_power_of_two(vf m, vf k) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_scalef_ps(0xFFFF, m, k);
+#else
+  return as_float(as_int(m) + (__builtin_convertvector(k, vi) << 23));
+#endif
+}
+inline vf exp_exponent(vf x) { return round_to_integer(x * splat(1.44269504088896341f)); }
+inline vf exp_polynomial(vf r) {  // e^r on [-ln2/2, ln2/2]
+  vf p = splat(1.3840249739587307e-3f);
+  p = p * r + splat(8.375746197998524e-3f);
+  p = p * r + splat(4.166821762919426e-2f);
+  p = p * r + splat(1.6666407883167267e-1f);
+  p = p * r + splat(4.9999991059303284e-1f);
+  p = p * r + splat(1.0f);
+  return p * r + splat(1.0f);
 }
 inline ExpParts exp_parts(vf x) {
-  const vf magic = splat(12582912.0f);
-  const vf t = x * splat(1.44269504088896341f) + magic;
-  const vi k = as_int(t) - as_int(magic);
-  const vf kf = t - magic;
-  vf r = x - kf * splat(0.693359375f);
-  r = r - kf * splat(-2.12194440e-4f);
-  vf p = splat(1.9875691500e-4f);
-  p = p * r + splat(1.3981999507e-3f);
-  p = p * r + splat(8.3334519073e-3f);
-  p = p * r + splat(4.1665795894e-2f);
-  p = p * r + splat(1.6666665459e-1f);
-  p = p * r + splat(5.0000001201e-1f);
-  p = p * (r * r) + r + splat(1.0f);
-  return {p, k};
+  const vf k = exp_exponent(x);
+  vf r = x - k * splat(0.693359375f);  // two-constant reduction: r is accurate for any |k| <= 2^15
+  r = r - k * splat(-2.12194440e-4f);
+  return {exp_polynomial(r), k};
 }
-/// mantissa * 2^shift for shift <= 0 (0 when the result would leave the normal range).
-inline vf scale_down(vf mantissa, vi shift) {
-  return select(shift < splati(-125), splat(0.0f), as_float(as_int(mantissa) + (shift << 23)));
+/// mantissa * 2^shift for integer-valued shift <= 0; 0 when the result would leave the normal range.
+inline vf scale_down(vf mantissa, vf shift) {
+  return select(shift < splat(-125.0f), splat(0.0f), scale_by_power_of_two(mantissa, vmax(shift, splat(-125.0f))));
 }
 
-/// exp(x) in float32, max relative error about 2 ulp for x in [-87, 88.3]; 0 below -87 (including
+/// exp(x) in float32, max relative error about 1 ulp for x in [-87, 88.3]; 0 below -87 (including
 /// -inf), inf above.
 inline vf exp(vf x) {
   const vf lo = splat(-87.0f);
@@ -162,16 +193,36 @@ inline vf exp(vf x) {
   const vi underflow = x < lo;
   const vi overflow = x > hi;
   const ExpParts e = exp_parts(vmin(vmax(x, lo), hi));
-  vf y = as_float(as_int(e.mantissa) + (e.exponent << 23));
+  vf y = scale_by_power_of_two(e.mantissa, e.k);
   y = select(underflow, splat(0.0f), y);
   return select(overflow, splat(__builtin_inff()), y);
 }
 
-/// exp(x) for the activations, where x <= 80: no overflow test, and x is only raised to -87, below which
-/// the result is meaningless but tiny (< 2e-38), which is all 1 + exp(x) needs.
+/// exp(x) for softmax weights, x <= 0 and finite: results below the normal range are not guaranteed to
+/// be 0 (AVX-512 gives the denormal, elsewhere x is raised to -87 first).
+inline vf exp_nonpositive(vf x) {
+#if !defined(__AVX512F__)
+  x = vmax(x, splat(-87.0f));
+#endif
+  const ExpParts e = exp_parts(x);
+  return scale_by_power_of_two(e.mantissa, e.k);
+}
+
+/// exp(x) for the activations, where x <= 80 and only 1 + exp(x) matters: a one-constant reduction and a
+/// degree-5 polynomial (1.6 ulp); below -87 the result is tiny (< 2e-38) but not exact.
 inline vf exp_activation(vf x) {
-  const ExpParts e = exp_parts(vmax(x, splat(-87.0f)));
-  return as_float(as_int(e.mantissa) + (e.exponent << 23));
+#if !defined(__AVX512F__)
+  x = vmax(x, splat(-87.0f));
+#endif
+  const vf k = exp_exponent(x);
+  const vf r = x - k * splat(0.693147180559945309f);
+  vf p = splat(8.300413377583027e-3f);
+  p = p * r + splat(4.192199558019638e-2f);
+  p = p * r + splat(1.6667571663856506e-1f);
+  p = p * r + splat(4.9998825788497925e-1f);
+  p = p * r + splat(9.999997019767761e-1f);
+  p = p * r + splat(1.0000001192092896f);
+  return scale_by_power_of_two(p, k);
 }
 
 /// GELU with the tanh approximation (PyTorch's approximate='tanh'):

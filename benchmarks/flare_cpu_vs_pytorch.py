@@ -1,0 +1,83 @@
+#!/usr/bin/env python3
+"""FLARE forward on the CPU: surrogate (bench_flare) side by side with PyTorch eager (flare_pytorch.py),
+same model configuration, same machine, same script, one configuration per process.
+
+    /usr/bin/python3 benchmarks/flare_cpu_vs_pytorch.py [--build build] [--points 16384 65536 262144]
+        [--latents 64 256] [--threads 1 2] [--repeats 3] [--skip-pytorch-above N] [--reproducible]
+
+PyTorch gets a fair chance: the reference model streamed over chunks of 2048 points (flare_pytorch.py),
+glibc's allocator kept from unmapping large blocks (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_), ATen's
+AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512), and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS /
+torch.set_num_threads all set to the thread count (Debian's torch calls a pthreads OpenBLAS that
+torch.set_num_threads does not limit). The table also prints this machine's measured FP32 FMA peak and
+exp throughput (one core, from bench_flare --machine) and the fraction of that limit each run reaches:
+limit time = GFLOP / (threads x FMA peak) + Gexp / (threads x exp rate).
+"""
+import argparse
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+
+
+def run_json(cmd, env):
+    out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=str(HERE.parent / "build"))
+    ap.add_argument("--points", type=int, nargs="+", default=[16384, 65536, 262144, 1048576])
+    ap.add_argument("--latents", type=int, nargs="+", default=[64, 256])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--skip-pytorch-above", type=int, default=1 << 30,
+                    help="do not run PyTorch above this many points (it takes minutes at 1M)")
+    ap.add_argument("--reproducible", action="store_true", help="also time surrogate's reproducible mode")
+    args = ap.parse_args()
+
+    bench = Path(args.build) / "benchmarks" / "bench_flare"
+    if not bench.exists():
+        sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
+    base_env = dict(os.environ)
+    machine = run_json([str(bench), "--machine"], {**base_env, "OMP_NUM_THREADS": "1"})
+    print(f"machine: FP32 FMA peak {machine['fma_gflops_1t']:.0f} GFLOP/s per core, "
+          f"vectorised exp {machine['exp_gexps_1t']:.2f} Gexp/s per core, surrogate kernels {machine['isa']}")
+    header = (f"{'N':>9} {'M':>4} {'thr':>3} | {'surrogate s':>11} {'GFLOP/s':>8} {'%limit':>6} {'MiB':>6} | "
+              f"{'PyTorch s':>10} {'GFLOP/s':>8} {'MiB':>6} | {'speed-up':>8}")
+    print(header)
+    print("-" * len(header))
+    for latents in args.latents:
+        for points in args.points:
+            for threads in args.threads:
+                env = {**base_env, "OMP_NUM_THREADS": str(threads), "OPENBLAS_NUM_THREADS": str(threads)}
+                common = ["--points", str(points), "--latents", str(latents), "--threads", str(threads),
+                          "--repeats", str(args.repeats)]
+                ours = run_json([str(bench), "--json", *common], env)
+                limit = (ours["gflop"] / (threads * machine["fma_gflops_1t"]) +
+                         ours["gexp"] / (threads * machine["exp_gexps_1t"]))
+                row = (f"{points:>9} {latents:>4} {threads:>3} | {ours['median_s']:>11.3f} "
+                       f"{ours['gflop'] / ours['median_s']:>8.1f} {100 * limit / ours['median_s']:>5.0f}% "
+                       f"{ours['peak_rss_mib']:>6.0f} | ")
+                if points <= args.skip_pytorch_above:
+                    torch_env = {**env, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000",
+                                 "ATEN_CPU_CAPABILITY": "avx512"}
+                    theirs = run_json([sys.executable, str(HERE / "flare_pytorch.py"), *common], torch_env)
+                    row += (f"{theirs['median_s']:>10.3f} {ours['gflop'] / theirs['median_s']:>8.1f} "
+                            f"{theirs['peak_rss_mib']:>6.0f} | {theirs['median_s'] / ours['median_s']:>7.2f}x")
+                else:
+                    row += f"{'(skipped)':>10} {'':>8} {'':>6} | {'':>8}"
+                print(row, flush=True)
+                if args.reproducible:
+                    exact = run_json([str(bench), "--json", "--reproducible", *common], env)
+                    print(f"{'':>9} {'':>4} {'':>3} | {exact['median_s']:>11.3f} "
+                          f"{exact['gflop'] / exact['median_s']:>8.1f}   (reproducible mode: "
+                          f"{exact['median_s'] / ours['median_s']:.2f}x the default)", flush=True)
+
+
+if __name__ == "__main__":
+    main()
