@@ -85,7 +85,7 @@ void ResidualMlp::run(const CpuKernels& k, const float* x, index_t ldx, float* y
                       float* scratch_a, float* scratch_b, index_t ld_scratch, const float* extra,
                       index_t ld_extra) const {
   // Blocks of rows small enough that a layer's input, output and weights stay in L1 together.
-  constexpr index_t kRows = 64;
+  constexpr index_t kRows = 60;
   for (index_t r0 = 0; r0 < rows; r0 += kRows)
     run_rows(k, x + r0 * ldx, ldx, y + r0 * ldy, ldy, std::min(kRows, rows - r0), scratch_a, scratch_b, ld_scratch,
              extra ? extra + r0 * ld_extra : nullptr, ld_extra);

@@ -22,7 +22,7 @@
 namespace surrogate {
 namespace {
 
-constexpr index_t kTileRows = 256;
+constexpr index_t kTileRows = 240;  // 4 MLP blocks of 60 rows (multiples of the 6-row micro-kernel)
 
 kernels::Activation to_kernel(FlareConfig::Activation a) {
   return a == FlareConfig::Activation::silu ? kernels::Activation::silu : kernels::Activation::gelu_tanh;
