@@ -7,9 +7,11 @@ same model configuration, same machine, same script, one configuration per proce
 
 PyTorch gets a fair chance: the reference model streamed over chunks of 2048 points (flare_pytorch.py),
 glibc's allocator kept from unmapping large blocks (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_), ATen's
-AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512), and OMP_NUM_THREADS / OPENBLAS_NUM_THREADS /
-torch.set_num_threads all set to the thread count (Debian's torch calls a pthreads OpenBLAS that
-torch.set_num_threads does not limit). The table also prints this machine's measured FP32 FMA peak and
+AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512), OMP_NUM_THREADS and torch.set_num_threads set to the
+thread count, and OPENBLAS_NUM_THREADS set explicitly (Debian's torch calls a pthreads OpenBLAS that
+torch.set_num_threads does not limit). Its default here is 1 (--pytorch-blas-threads): with two OpenMP
+threads, giving OpenBLAS two threads as well oversubscribes the cores and made PyTorch 2.6x slower
+on the development machine (43.7 s instead of 16.5 s at N = 262,144, M = 64), so 1 is PyTorch's best. The table also prints this machine's measured FP32 FMA peak and
 exp throughput (one core, from bench_flare --machine) and the fraction of that limit each run reaches:
 limit time = GFLOP / (threads x FMA peak) + Gexp / (threads x exp rate).
 """
@@ -38,6 +40,9 @@ def main():
     ap.add_argument("--skip-pytorch-above", type=int, default=1 << 30,
                     help="do not run PyTorch above this many points (it takes minutes at 1M)")
     ap.add_argument("--reproducible", action="store_true", help="also time surrogate's reproducible mode")
+    ap.add_argument("--pytorch-blas-threads", type=int, default=1,
+                    help="OPENBLAS_NUM_THREADS for PyTorch (0: the thread count)")
+    ap.add_argument("--pytorch-repeats", type=int, default=None, help="timed PyTorch runs (default: --repeats)")
     args = ap.parse_args()
 
     bench = Path(args.build) / "benchmarks" / "bench_flare"
@@ -64,9 +69,13 @@ def main():
                        f"{ours['gflop'] / ours['median_s']:>8.1f} {100 * limit / ours['median_s']:>5.0f}% "
                        f"{ours['peak_rss_mib']:>6.0f} | ")
                 if points <= args.skip_pytorch_above:
+                    blas = args.pytorch_blas_threads or threads
                     torch_env = {**env, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000",
-                                 "ATEN_CPU_CAPABILITY": "avx512"}
-                    theirs = run_json([sys.executable, str(HERE / "flare_pytorch.py"), *common], torch_env)
+                                 "ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_NUM_THREADS": str(blas)}
+                    torch_args = list(common)
+                    if args.pytorch_repeats:
+                        torch_args[-1] = str(args.pytorch_repeats)
+                    theirs = run_json([sys.executable, str(HERE / "flare_pytorch.py"), *torch_args], torch_env)
                     row += (f"{theirs['median_s']:>10.3f} {ours['gflop'] / theirs['median_s']:>8.1f} "
                             f"{theirs['peak_rss_mib']:>6.0f} | {theirs['median_s'] / ours['median_s']:>7.2f}x")
                 else:

@@ -4,6 +4,9 @@
 
 # --- MPI --------------------------------------------------------------------------------------------
 find_package(MPI REQUIRED COMPONENTS C CXX)
+if(CMAKE_Fortran_COMPILER)
+  find_package(MPI COMPONENTS Fortran)
+endif()
 # Keep Open MPI's deprecated C++ bindings out, whatever the include order (toolchain.md G7).
 add_compile_definitions(OMPI_SKIP_MPICXX=1 MPICH_SKIP_MPICXX=1)
 
