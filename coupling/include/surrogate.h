@@ -1,0 +1,143 @@
+/* surrogate C API: call learned attention surrogates from C (and, through the `surrogate` Fortran module,
+ * from Fortran) inside an MPI solver's time loop. This header is the single source of truth for every
+ * binding.
+ *
+ * Conventions
+ *  - Every function returns a status: SURROGATE_OK (0) or a positive error code; nothing is thrown and
+ *    nothing exits. surrogate_last_error() gives the message of the calling thread's last failure.
+ *  - Functions marked COLLECTIVE must be called by every rank of the handle's communicator; they agree on
+ *    their outcome, so a failure on one rank (a NaN in its inputs, a null pointer) returns the same code
+ *    and message on every rank instead of a hang. Messages name the rank, file, tensor or argument.
+ *  - Arrays are strided: element (point i, component j) is at a[i * point_stride + j * component_stride].
+ *    C order (points x components, row-major): point_stride = components, component_stride = 1.
+ *    Fortran order (a(n_local, components)): point_stride = 1, component_stride = n_local.
+ *  - Handles are not thread-safe: use one handle from one thread at a time.
+ */
+#ifndef SURROGATE_H
+#define SURROGATE_H
+
+#include <mpi.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Status codes (the values of surrogate::ErrorCode). */
+enum {
+  SURROGATE_OK = 0,
+  SURROGATE_ERR_INVALID_ARGUMENT = 1, /* a wrong count, dimension, pointer or option */
+  SURROGATE_ERR_IO = 2,               /* file missing, unreadable, not HDF5, truncated */
+  SURROGATE_ERR_FORMAT = 3,           /* not a valid model file (version, attributes, configuration) */
+  SURROGATE_ERR_WEIGHTS = 4,          /* missing, unexpected, mis-shaped or non-finite tensors */
+  SURROGATE_ERR_INPUT = 5,            /* NaN/Inf inputs, wrong channel count, empty point set */
+  SURROGATE_ERR_UNSUPPORTED = 6,      /* a valid request this build cannot serve (e.g. device "cuda") */
+  SURROGATE_ERR_COMMUNICATION = 7,    /* MPI failure */
+  SURROGATE_ERR_OUT_OF_MEMORY = 8,
+  SURROGATE_ERR_INTERNAL = 9          /* a bug: please report it */
+};
+
+typedef struct surrogate_handle_s* surrogate_t;
+
+typedef struct {
+  const char* device; /* "cpu" (default) */
+  int threads;        /* OpenMP threads per rank; 0 = OMP_NUM_THREADS (default) */
+  int reproducible;   /* 1: bitwise-identical results for any rank count, partition and thread count */
+} surrogate_options;
+
+/* Fills *options with the defaults. */
+void surrogate_options_default(surrogate_options* options);
+
+/* COLLECTIVE. Opens a model file on a communicator (duplicated internally); options may be NULL.
+ * On failure *handle is NULL. */
+int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle);
+/* The same for a Fortran communicator handle (MPI_Fint: integer communicator or comm%MPI_VAL). */
+int surrogate_open_f(MPI_Fint comm, const char* model_path, const surrogate_options* options, surrogate_t* handle);
+
+/* COLLECTIVE (frees the duplicated communicator). Sets *handle to NULL; a NULL handle is a no-op. */
+int surrogate_close(surrogate_t* handle);
+
+/* COLLECTIVE. Changes the options of an open handle. */
+int surrogate_set_options(surrogate_t handle, const surrogate_options* options);
+
+/* COLLECTIVE. The rank's points: n_local points of dim coordinates; global_ids (n_local int64, kept for
+ * output) and sample_ids (n_local int64, independent samples 0..B-1; NULL = one sample) may be NULL.
+ * Builds the plan reused by every predict until the points are set again. */
+int surrogate_set_points_f64(surrogate_t handle, int64_t n_local, int dim, const double* coords,
+                             int64_t point_stride, int64_t dim_stride, const int64_t* global_ids,
+                             const int64_t* sample_ids);
+int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const float* coords,
+                             int64_t point_stride, int64_t dim_stride, const int64_t* global_ids,
+                             const int64_t* sample_ids);
+
+/* COLLECTIVE. in: in_channels values per local point, out: out_channels values per local point, both
+ * strided, in physical units, in the order given to set_points. */
+int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,
+                          double* out, int64_t out_point_stride, int64_t out_channel_stride);
+int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,
+                          float* out, int64_t out_point_stride, int64_t out_channel_stride);
+
+/* Local queries. */
+int surrogate_in_channels(surrogate_t handle, int* channels);
+int surrogate_out_channels(surrogate_t handle, int* channels);
+/* Name (output = 0: input channel, 1: output channel) into buffer (NUL-terminated, truncated to size). */
+int surrogate_channel_name(surrogate_t handle, int output, int channel, char* buffer, size_t size);
+int surrogate_channel_unit(surrogate_t handle, int output, int channel, char* buffer, size_t size);
+int surrogate_architecture(surrogate_t handle, char* buffer, size_t size);
+/* Seconds taken by the last predict on this rank. */
+int surrogate_last_predict_seconds(surrogate_t handle, double* seconds);
+
+/* ------------------------------------------------------------------------------------------------
+ * Parallel VTK output (.vtu per rank, .pvtu per step, .pvd series) that ParaView opens.
+ * ------------------------------------------------------------------------------------------------ */
+typedef struct surrogate_vtk_s* surrogate_vtk_t;
+
+/* VTK cell types (VTKCellType values). */
+enum {
+  SURROGATE_VTK_VERTEX = 1,
+  SURROGATE_VTK_LINE = 3,
+  SURROGATE_VTK_TRIANGLE = 5,
+  SURROGATE_VTK_POLYGON = 7,
+  SURROGATE_VTK_QUAD = 9,
+  SURROGATE_VTK_TETRA = 10,
+  SURROGATE_VTK_HEXAHEDRON = 12,
+  SURROGATE_VTK_WEDGE = 13
+};
+
+/* COLLECTIVE. Files <directory>/<name>.pvd, <name>_<step>.pvtu, <name>_<step>/piece_<rank>.vtu. */
+int surrogate_vtk_open(MPI_Comm comm, const char* directory, const char* name, surrogate_vtk_t* vtk);
+int surrogate_vtk_open_f(MPI_Fint comm, const char* directory, const char* name, surrogate_vtk_t* vtk);
+/* COLLECTIVE. Sets *vtk to NULL. */
+int surrogate_vtk_close(surrogate_vtk_t* vtk);
+/* Local cells (0-based local point indices): offsets[c] = end of cell c in connectivity; types[c] one of
+ * SURROGATE_VTK_*. n_cells = 0 removes the cells (points are then written as vertices). */
+int surrogate_vtk_set_cells(surrogate_vtk_t vtk, int64_t n_cells, const int64_t* connectivity, const int64_t* offsets,
+                            const uint8_t* types);
+/* Stages a point array (n_local x components, strided) for the next write; unit may be NULL. */
+int surrogate_vtk_add_array_f64(surrogate_vtk_t vtk, const char* name, const char* unit, int components,
+                                const double* values, int64_t point_stride, int64_t component_stride);
+int surrogate_vtk_add_array_f32(surrogate_vtk_t vtk, const char* name, const char* unit, int components,
+                                const float* values, int64_t point_stride, int64_t component_stride);
+/* Stages the surrogate's outputs (out_channels values per point), one scalar array per channel named from
+ * the model file's /fields, each name prefixed by prefix (may be NULL). */
+int surrogate_vtk_add_prediction_f64(surrogate_vtk_t vtk, surrogate_t handle, const double* prediction,
+                                     int64_t point_stride, int64_t channel_stride, const char* prefix);
+/* COLLECTIVE. Writes a step with the given points (dim 1..3) and the staged arrays; *step may be NULL. */
+int surrogate_vtk_write(surrogate_vtk_t vtk, double time, int64_t n_local, int dim, const double* coords,
+                        int64_t point_stride, int64_t dim_stride, int* step);
+/* COLLECTIVE. The same with the points given to surrogate_set_points. */
+int surrogate_vtk_write_points_of(surrogate_vtk_t vtk, double time, surrogate_t handle, int* step);
+
+/* Message of the calling thread's last failed call ("" if none); valid until the next failing call. */
+const char* surrogate_last_error(void);
+/* Static description of a status code. */
+const char* surrogate_status_string(int status);
+/* Library version "MAJOR.MINOR.PATCH". */
+const char* surrogate_version(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* SURROGATE_H */

@@ -1,0 +1,91 @@
+// The C++ interface a solver uses: a surrogate model opened on the solver's communicator, fed the rank's
+// own points once per mesh and called every time step. RAII; every collective method agrees on its
+// outcome across the ranks (an error on one rank is the same surrogate::Error on all of them).
+// The C API (surrogate.h) and the Fortran module wrap this class.
+#pragma once
+
+#include <mpi.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+namespace surrogate {
+
+struct Options {
+  /// "cpu" (this build has only the CPU backend; "cuda", "cuda:N" are refused with a clear error).
+  std::string device = "cpu";
+  /// OpenMP threads per rank, 0 = OpenMP's default (OMP_NUM_THREADS).
+  int threads = 0;
+  /// Bitwise-identical results for any number of ranks, partition and thread count.
+  bool reproducible = false;
+};
+
+/// Strided view of a rank's local array: element (point i, component j) is at data[i * point_stride +
+/// j * component_stride]. C order (row-major, points x components): point_stride = components,
+/// component_stride = 1. Fortran order (x(n_local, components)): point_stride = 1, component_stride =
+/// n_local (or the leading dimension).
+template <class Real>
+struct Strided {
+  Real* data = nullptr;
+  std::int64_t point_stride = 0;
+  std::int64_t component_stride = 1;
+};
+
+class Surrogate {
+ public:
+  /// Collective over `comm` (which is duplicated): rank 0 reads the model file, every rank gets the
+  /// model or the same error.
+  Surrogate(MPI_Comm comm, const std::string& model_path, Options options = {});
+  ~Surrogate();
+  Surrogate(Surrogate&&) noexcept;
+  Surrogate& operator=(Surrogate&&) noexcept;
+  Surrogate(const Surrogate&) = delete;
+  Surrogate& operator=(const Surrogate&) = delete;
+
+  int in_channels() const;
+  int out_channels() const;
+  const Model& model() const;
+  const MpiComm& comm() const;
+  const Options& options() const;
+  /// Collective (the ranks must agree on the options).
+  void set_options(const Options& options);
+
+  /// Collective. The rank's points: n_local of them, `dim` coordinates each; optional global ids (kept for
+  /// output) and sample ids (independent samples, 0 .. B-1; null = one sample). Builds the plan that
+  /// every predict() reuses until the points change.
+  template <class Real>
+  void set_points(std::int64_t n_local, int dim, Strided<const Real> coords, const std::int64_t* global_ids = nullptr,
+                  const std::int64_t* sample_ids = nullptr);
+  bool has_points() const;
+  std::int64_t local_points() const;
+  std::int64_t global_points() const;
+  int dim() const;
+  /// The local coordinates as given to set_points (n_local x dim, C order, double).
+  const std::vector<double>& coordinates() const;
+  /// The global ids as given to set_points (empty if none were given).
+  const std::vector<std::int64_t>& global_ids() const;
+
+  /// Collective. Reads in_channels() input values per local point and writes out_channels() outputs, in
+  /// physical units, in the order of set_points. Inputs with NaN/Inf are an error on every rank.
+  template <class Real>
+  void predict(Strided<const Real> in, Strided<Real> out);
+
+  /// Time of the last predict() on this rank (seconds) and the number of predictions so far.
+  double last_predict_seconds() const;
+  std::int64_t predictions() const;
+
+ private:
+  struct State;
+  std::unique_ptr<State> state_;
+};
+
+/// Parses a device string ("cpu", "cuda", "cuda:1"); throws Error(unsupported) for devices this build
+/// cannot run and Error(invalid_argument) for malformed strings.
+void check_device(const std::string& device);
+
+}  // namespace surrogate

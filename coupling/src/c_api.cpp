@@ -1,0 +1,184 @@
+// The C API: a thin layer over surrogate::Surrogate. No exception crosses it; every error becomes a
+// status code and a thread-local message.
+#include "surrogate.h"
+
+#include <cstring>
+#include <string>
+
+#include "surrogate/surrogate.hpp"
+#include "surrogate/version.hpp"
+
+struct surrogate_handle_s {
+  surrogate::Surrogate object;
+};
+
+namespace {
+
+thread_local std::string last_error;
+
+template <class F>
+int guarded(F&& body) {
+  try {
+    body();
+    return SURROGATE_OK;
+  } catch (...) {
+    const surrogate::Status status = surrogate::Status::from_current_exception();
+    last_error = status.message;
+    return static_cast<int>(status.code);
+  }
+}
+
+int fail(int code, const std::string& message) {
+  last_error = message;
+  return code;
+}
+
+surrogate::Options to_options(const surrogate_options* options) {
+  surrogate::Options o;
+  if (options) {
+    if (options->device) o.device = options->device;
+    o.threads = options->threads;
+    o.reproducible = options->reproducible != 0;
+  }
+  return o;
+}
+
+int copy_string(const std::string& text, char* buffer, size_t size) {
+  if (!buffer || size == 0) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "null or empty output buffer");
+  const std::size_t n = std::min(text.size(), size - 1);
+  std::memcpy(buffer, text.data(), n);
+  buffer[n] = '\0';
+  return SURROGATE_OK;
+}
+
+#define SURROGATE_CHECK_HANDLE(h) \
+  if (!(h)) return fail(SURROGATE_ERR_INVALID_ARGUMENT, std::string(__func__) + ": null handle")
+
+}  // namespace
+
+extern "C" {
+
+void surrogate_options_default(surrogate_options* options) {
+  if (!options) return;
+  options->device = "cpu";
+  options->threads = 0;
+  options->reproducible = 0;
+}
+
+int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {
+  if (!handle) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null handle pointer");
+  *handle = nullptr;
+  return guarded([&] {
+    // A null path on some ranks must not stop the others inside a collective: the Surrogate constructor
+    // agrees on the outcome, and rank 0's path is the one read.
+    const std::string path = model_path ? model_path : "";
+    auto* h = new surrogate_handle_s{surrogate::Surrogate(comm, path, to_options(options))};
+    *handle = h;
+  });
+}
+
+int surrogate_open_f(MPI_Fint comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {
+  return surrogate_open(MPI_Comm_f2c(comm), model_path, options, handle);
+}
+
+int surrogate_close(surrogate_t* handle) {
+  if (!handle || !*handle) return SURROGATE_OK;
+  const int rc = guarded([&] { delete *handle; });
+  *handle = nullptr;
+  return rc;
+}
+
+int surrogate_set_options(surrogate_t handle, const surrogate_options* options) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] { handle->object.set_options(to_options(options)); });
+}
+
+int surrogate_set_points_f64(surrogate_t handle, int64_t n_local, int dim, const double* coords, int64_t point_stride,
+                             int64_t dim_stride, const int64_t* global_ids, const int64_t* sample_ids) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    handle->object.set_points<double>(n_local, dim, {coords, point_stride, dim_stride}, global_ids, sample_ids);
+  });
+}
+
+int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const float* coords, int64_t point_stride,
+                             int64_t dim_stride, const int64_t* global_ids, const int64_t* sample_ids) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    handle->object.set_points<float>(n_local, dim, {coords, point_stride, dim_stride}, global_ids, sample_ids);
+  });
+}
+
+int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,
+                          double* out, int64_t out_point_stride, int64_t out_channel_stride) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    handle->object.predict<double>({in, in_point_stride, in_channel_stride}, {out, out_point_stride, out_channel_stride});
+  });
+}
+
+int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,
+                          float* out, int64_t out_point_stride, int64_t out_channel_stride) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    handle->object.predict<float>({in, in_point_stride, in_channel_stride}, {out, out_point_stride, out_channel_stride});
+  });
+}
+
+int surrogate_in_channels(surrogate_t handle, int* channels) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!channels) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_in_channels: null pointer");
+  *channels = handle->object.in_channels();
+  return SURROGATE_OK;
+}
+
+int surrogate_out_channels(surrogate_t handle, int* channels) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!channels) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_out_channels: null pointer");
+  *channels = handle->object.out_channels();
+  return SURROGATE_OK;
+}
+
+int surrogate_channel_name(surrogate_t handle, int output, int channel, char* buffer, size_t size) {
+  SURROGATE_CHECK_HANDLE(handle);
+  const surrogate::Model& m = handle->object.model();
+  const int count = output ? m.out_channels() : m.in_channels();
+  if (channel < 0 || channel >= count)
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_channel_name: channel " + std::to_string(channel) +
+                                                    " out of range 0.." + std::to_string(count - 1));
+  return copy_string(output ? m.output_name(channel) : m.input_name(channel), buffer, size);
+}
+
+int surrogate_channel_unit(surrogate_t handle, int output, int channel, char* buffer, size_t size) {
+  SURROGATE_CHECK_HANDLE(handle);
+  const surrogate::Model& m = handle->object.model();
+  const int count = output ? m.out_channels() : m.in_channels();
+  if (channel < 0 || channel >= count)
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_channel_unit: channel " + std::to_string(channel) +
+                                                    " out of range 0.." + std::to_string(count - 1));
+  const auto& units = output ? m.fields().output_units : m.fields().input_units;
+  return copy_string(channel < static_cast<int>(units.size()) ? units[static_cast<std::size_t>(channel)] : "", buffer, size);
+}
+
+int surrogate_architecture(surrogate_t handle, char* buffer, size_t size) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return copy_string(handle->object.model().architecture(), buffer, size);
+}
+
+int surrogate_last_predict_seconds(surrogate_t handle, double* seconds) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!seconds) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_last_predict_seconds: null pointer");
+  *seconds = handle->object.last_predict_seconds();
+  return SURROGATE_OK;
+}
+
+const char* surrogate_last_error(void) { return last_error.c_str(); }
+
+const char* surrogate_status_string(int status) {
+  if (status < 0 || status > static_cast<int>(surrogate::ErrorCode::internal)) return "unknown status";
+  return surrogate::to_string(static_cast<surrogate::ErrorCode>(status));
+}
+
+const char* surrogate_version(void) { return SURROGATE_VERSION_STRING; }
+
+}  // extern "C"

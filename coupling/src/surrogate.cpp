@@ -1,0 +1,125 @@
+#include "surrogate/surrogate.hpp"
+
+#include <cmath>
+#include <cstdlib>
+
+namespace surrogate {
+
+struct Surrogate::State {
+  State(MPI_Comm c, Options o) : comm(c), options(std::move(o)) {}
+  MpiComm comm;
+  Options options;
+  std::unique_ptr<Model> model;
+  bool has_points = false;
+  SampleLayout layout;
+  int dim = 0;
+  std::vector<double> coordinates;
+  std::vector<std::int64_t> global_ids;
+  std::vector<float> in_buffer, out_buffer;
+  double last_seconds = 0;
+  std::int64_t predictions = 0;
+};
+
+void check_device(const std::string& device) {
+  if (device == "cpu") return;
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
+    throw Error(ErrorCode::unsupported, "device '" + device + "': this build of surrogate has no CUDA backend");
+  throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+namespace {
+void check_options(const Options& o) {
+  check_device(o.device);
+  if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
+}
+}  // namespace
+
+Surrogate::Surrogate(MPI_Comm comm, const std::string& model_path, Options options) {
+  // Constructing the communicator duplicates `comm` (collective); argument errors are agreed afterwards.
+  state_ = std::make_unique<State>(comm, std::move(options));
+  collectively(state_->comm, [&] { check_options(state_->options); });
+  const ModelFile file = ModelFile::read(state_->comm, model_path);
+  collectively(state_->comm, [&] { state_->model = make_model(file); });
+}
+
+Surrogate::~Surrogate() = default;
+Surrogate::Surrogate(Surrogate&&) noexcept = default;
+Surrogate& Surrogate::operator=(Surrogate&&) noexcept = default;
+
+int Surrogate::in_channels() const { return state_->model->in_channels(); }
+int Surrogate::out_channels() const { return state_->model->out_channels(); }
+const Model& Surrogate::model() const { return *state_->model; }
+const MpiComm& Surrogate::comm() const { return state_->comm; }
+const Options& Surrogate::options() const { return state_->options; }
+bool Surrogate::has_points() const { return state_->has_points; }
+std::int64_t Surrogate::local_points() const { return state_->layout.local_points(); }
+std::int64_t Surrogate::global_points() const { return state_->layout.global_points(); }
+int Surrogate::dim() const { return state_->dim; }
+const std::vector<double>& Surrogate::coordinates() const { return state_->coordinates; }
+const std::vector<std::int64_t>& Surrogate::global_ids() const { return state_->global_ids; }
+double Surrogate::last_predict_seconds() const { return state_->last_seconds; }
+std::int64_t Surrogate::predictions() const { return state_->predictions; }
+
+void Surrogate::set_options(const Options& options) {
+  collectively(state_->comm, [&] { check_options(options); });
+  state_->options = options;
+}
+
+template <class Real>
+void Surrogate::set_points(std::int64_t n_local, int dim, Strided<const Real> coords, const std::int64_t* global_ids,
+                           const std::int64_t* sample_ids) {
+  State& s = *state_;
+  collectively(s.comm, [&] {
+    if (n_local < 0) throw Error(ErrorCode::invalid_argument, "set_points: negative number of local points");
+    if (dim < 1 || dim > 16) throw Error(ErrorCode::invalid_argument, "set_points: dimension must be 1..16, got " + std::to_string(dim));
+    if (n_local > 0 && !coords.data) throw Error(ErrorCode::invalid_argument, "set_points: null coordinates");
+    std::vector<double> copy(static_cast<std::size_t>(n_local) * static_cast<std::size_t>(dim));
+    std::int64_t bad = 0;
+    for (std::int64_t i = 0; i < n_local; ++i)
+      for (int j = 0; j < dim; ++j) {
+        const double v = static_cast<double>(coords.data[i * coords.point_stride + j * coords.component_stride]);
+        bad += !std::isfinite(v);
+        copy[static_cast<std::size_t>(i * dim + j)] = v;
+      }
+    if (bad) throw Error(ErrorCode::input, "set_points: " + std::to_string(bad) + " NaN/Inf coordinate(s)");
+    s.coordinates = std::move(copy);
+    s.global_ids.assign(global_ids, global_ids ? global_ids + n_local : global_ids);
+    s.dim = dim;
+  });
+  s.has_points = false;
+  s.layout = SampleLayout::build(s.comm, n_local, sample_ids);
+  s.has_points = true;
+}
+
+template <class Real>
+void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
+  State& s = *state_;
+  const std::int64_t n = s.layout.local_points();
+  const int cin = s.model->in_channels(), cout = s.model->out_channels();
+  collectively(s.comm, [&] {
+    if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
+    if (n > 0 && (!in.data || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
+    s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
+  });
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < cin; ++c)
+      s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in.data[i * in.point_stride + c * in.component_stride]);
+  RunOptions run;
+  run.threads = s.options.threads;
+  run.reproducible = s.options.reproducible;
+  const double t0 = MPI_Wtime();
+  s.model->predict(s.comm, s.layout, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
+  s.last_seconds = MPI_Wtime() - t0;
+  ++s.predictions;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (int c = 0; c < cout; ++c)
+      out.data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(s.out_buffer[static_cast<std::size_t>(i * cout + c)]);
+}
+
+template void Surrogate::set_points<float>(std::int64_t, int, Strided<const float>, const std::int64_t*, const std::int64_t*);
+template void Surrogate::set_points<double>(std::int64_t, int, Strided<const double>, const std::int64_t*, const std::int64_t*);
+template void Surrogate::predict<float>(Strided<const float>, Strided<float>);
+template void Surrogate::predict<double>(Strided<const double>, Strided<double>);
+
+}  // namespace surrogate
