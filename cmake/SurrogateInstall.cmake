@@ -2,7 +2,8 @@
 # package so that a solver can find_package(surrogate) and link surrogate::coupling.
 install(EXPORT surrogateTargets NAMESPACE surrogate:: DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/surrogate)
 configure_package_config_file(${PROJECT_SOURCE_DIR}/cmake/surrogateConfig.cmake.in
-  ${PROJECT_BINARY_DIR}/surrogateConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/surrogate)
+  ${PROJECT_BINARY_DIR}/surrogateConfig.cmake INSTALL_DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/surrogate
+  PATH_VARS CMAKE_INSTALL_DATADIR)
 write_basic_package_version_file(${PROJECT_BINARY_DIR}/surrogateConfigVersion.cmake COMPATIBILITY SameMinorVersion)
 install(FILES ${PROJECT_BINARY_DIR}/surrogateConfig.cmake ${PROJECT_BINARY_DIR}/surrogateConfigVersion.cmake
         DESTINATION ${CMAKE_INSTALL_LIBDIR}/cmake/surrogate)
