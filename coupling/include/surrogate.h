@@ -110,11 +110,15 @@ int surrogate_vtk_open(MPI_Comm comm, const char* directory, const char* name, s
 int surrogate_vtk_open_f(MPI_Fint comm, const char* directory, const char* name, surrogate_vtk_t* vtk);
 /* COLLECTIVE. Sets *vtk to NULL. */
 int surrogate_vtk_close(surrogate_vtk_t* vtk);
-/* Local cells (0-based local point indices): offsets[c] = end of cell c in connectivity; types[c] one of
+/* The staging functions below (set_cells, add_array_*, add_prediction_f64) are local. A bad argument is
+ * returned at once AND kept: the next surrogate_vtk_write then fails with it on every rank (so a rank
+ * that goes on regardless cannot leave the others waiting); until then they keep returning it.
+ * Local cells (0-based local point indices): offsets[c] = end of cell c in connectivity; types[c] one of
  * SURROGATE_VTK_*. n_cells = 0 removes the cells (points are then written as vertices). */
 int surrogate_vtk_set_cells(surrogate_vtk_t vtk, int64_t n_cells, const int64_t* connectivity, const int64_t* offsets,
                             const uint8_t* types);
-/* Stages a point array (n_local x components, strided) for the next write; unit may be NULL. */
+/* Stages a point array (n_local x components, strided) for the next write, which reads the values (keep
+ * them valid until then); unit may be NULL. Units are stored in each piece's FieldData "units". */
 int surrogate_vtk_add_array_f64(surrogate_vtk_t vtk, const char* name, const char* unit, int components,
                                 const double* values, int64_t point_stride, int64_t component_stride);
 int surrogate_vtk_add_array_f32(surrogate_vtk_t vtk, const char* name, const char* unit, int components,

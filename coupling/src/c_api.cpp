@@ -5,16 +5,13 @@
 #include <cstring>
 #include <string>
 
+#include "c_api_handles.hpp"
 #include "surrogate/surrogate.hpp"
 #include "surrogate/version.hpp"
 
-struct surrogate_handle_s {
-  surrogate::Surrogate object;
-};
-
 namespace {
 
-thread_local std::string last_error;
+using surrogate::c_api::last_error;  // shared with c_api_vtk.cpp (c_api_handles.hpp)
 
 template <class F>
 int guarded(F&& body) {

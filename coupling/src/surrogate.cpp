@@ -1,5 +1,7 @@
 #include "surrogate/surrogate.hpp"
 
+#include "device_select.hpp"
+
 #include <cmath>
 #include <cstdlib>
 
@@ -9,6 +11,7 @@ struct Surrogate::State {
   State(MPI_Comm c, Options o) : comm(c), options(std::move(o)) {}
   MpiComm comm;
   Options options;
+  int cuda_device = -1;  // from options.device
   std::unique_ptr<Model> model;
   bool has_points = false;
   SampleLayout layout;
@@ -20,24 +23,18 @@ struct Surrogate::State {
   std::int64_t predictions = 0;
 };
 
-void check_device(const std::string& device) {
-  if (device == "cpu") return;
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
-    throw Error(ErrorCode::unsupported, "device '" + device + "': this build of surrogate has no CUDA backend");
-  throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
-}
-
 namespace {
-void check_options(const Options& o) {
-  check_device(o.device);
+/// Checks the options and returns the CUDA device they select (-1: CPU).
+int check_options(const Options& o, const MpiComm& comm) {
   if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
+  return detail::select_device(o.device, comm);
 }
 }  // namespace
 
 Surrogate::Surrogate(MPI_Comm comm, const std::string& model_path, Options options) {
   // Constructing the communicator duplicates `comm` (collective); argument errors are agreed afterwards.
   state_ = std::make_unique<State>(comm, std::move(options));
-  collectively(state_->comm, [&] { check_options(state_->options); });
+  collectively(state_->comm, [&] { state_->cuda_device = check_options(state_->options, state_->comm); });
   const ModelFile file = ModelFile::read(state_->comm, model_path);
   collectively(state_->comm, [&] { state_->model = make_model(file); });
 }
@@ -61,8 +58,10 @@ double Surrogate::last_predict_seconds() const { return state_->last_seconds; }
 std::int64_t Surrogate::predictions() const { return state_->predictions; }
 
 void Surrogate::set_options(const Options& options) {
-  collectively(state_->comm, [&] { check_options(options); });
+  int device = -1;
+  collectively(state_->comm, [&] { device = check_options(options, state_->comm); });
   state_->options = options;
+  state_->cuda_device = device;
 }
 
 template <class Real>
@@ -108,6 +107,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   RunOptions run;
   run.threads = s.options.threads;
   run.reproducible = s.options.reproducible;
+  run.cuda_device = s.cuda_device;
   const double t0 = MPI_Wtime();
   s.model->predict(s.comm, s.layout, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
   s.last_seconds = MPI_Wtime() - t0;

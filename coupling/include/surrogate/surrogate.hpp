@@ -17,7 +17,8 @@
 namespace surrogate {
 
 struct Options {
-  /// "cpu" (this build has only the CPU backend; "cuda", "cuda:N" are refused with a clear error).
+  /// "cpu", "cuda" (the node-local rank's GPU: local rank modulo the visible devices) or "cuda:N".
+  /// Builds without the CUDA backend refuse CUDA devices with Error(unsupported).
   std::string device = "cpu";
   /// OpenMP threads per rank, 0 = OpenMP's default (OMP_NUM_THREADS).
   int threads = 0;
@@ -83,9 +84,5 @@ class Surrogate {
   struct State;
   std::unique_ptr<State> state_;
 };
-
-/// Parses a device string ("cpu", "cuda", "cuda:1"); throws Error(unsupported) for devices this build
-/// cannot run and Error(invalid_argument) for malformed strings.
-void check_device(const std::string& device);
 
 }  // namespace surrogate

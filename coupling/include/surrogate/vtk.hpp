@@ -8,7 +8,17 @@
 //   vtk.add_array("temperature", "K", 1, {T, 1, 1});        // the solver's fields ...
 //   vtk.add_prediction(surrogate, {prediction, c_out, 1});  // ... the surrogate's, named from /fields
 //   vtk.write(time, n_local, dim, {coords, dim, 1});        // collective; clears the staged arrays
+//
+// Files (share/docs/vtk.md): points are Float64 (padded to 3-D), arrays Float64 or Float32 as staged,
+// binary appended data (zlib). Units: each piece's FieldData holds a string array "units" with one entry
+// "<array name>: <unit>" per staged array that has a unit, and a Float64 "TimeValue" with the step's time.
+//
+// Errors: the staging calls (set_cells, add_array, add_prediction) are local and never throw for a bad
+// argument; the first bad argument is kept and the next write() raises it as the same surrogate::Error
+// on every rank, so one rank's mistake cannot leave the others waiting inside write().
 #pragma once
+
+#include <mpi.h>
 
 #include <cstdint>
 #include <memory>
@@ -35,40 +45,61 @@ enum class VtkCell : std::uint8_t {
 
 class VtkSeries {
  public:
-  /// Collective. Creates `directory` if needed. Files: <directory>/<name>.pvd, per step
-  /// <name>_<step>.pvtu and its pieces <name>_<step>/piece_<rank>.vtu (step numbered from 0).
+  /// Whether this build writes VTK files (it was built with VTK). Without VTK the constructor throws
+  /// Error(unsupported) on every rank.
+  static bool available() noexcept;
+
+  /// Collective over `comm` (duplicated internally). Creates `directory` if needed; every rank must pass
+  /// the same directory and name. Files: <directory>/<name>.pvd, per step <name>_<step>.pvtu and its
+  /// pieces <name>_<step>/piece_<rank>.vtu (step numbered from 0, six digits). An existing .pvd of the
+  /// same name is replaced at the first write().
+  VtkSeries(MPI_Comm comm, std::string directory, std::string name);
   VtkSeries(const MpiComm& comm, std::string directory, std::string name);
   ~VtkSeries();
   VtkSeries(VtkSeries&&) noexcept;
   VtkSeries& operator=(VtkSeries&&) noexcept;
+  VtkSeries(const VtkSeries&) = delete;
+  VtkSeries& operator=(const VtkSeries&) = delete;
 
   /// Local cells over the local points (0-based local indices): connectivity lists the points of every
-  /// cell, offsets[c] is the end of cell c in connectivity (VTK convention), types[c] its type. Cells
-  /// persist until set again; without cells each point is written as a vertex.
+  /// cell, offsets[c] is the end of cell c in connectivity (VTK convention), types[c] its type. The
+  /// arrays are copied; cells persist until set again; without cells each point is written as a vertex.
   void set_cells(std::span<const std::int64_t> connectivity, std::span<const std::int64_t> offsets,
                  std::span<const VtkCell> types);
   void clear_cells();
 
-  /// Stages a point array for the next write(): n_local x components values, strided.
+  /// Stages a point array for the next write(): n_local x components values, strided. The values are
+  /// read by write(), so they must stay valid until then. `unit` may be empty.
   void add_array(const std::string& name, const std::string& unit, int components, Strided<const double> values);
   void add_array(const std::string& name, const std::string& unit, int components, Strided<const float> values);
-  /// Stages the surrogate's output channels, one scalar array per channel named (and with the unit) from
-  /// the model file's /fields, prefixed by `prefix` ("" by default).
+  /// Stages the surrogate's output channels (out_channels values per local point, in the order of its
+  /// set_points), one scalar Float64 array per channel named (and with the unit) from the model file's
+  /// /fields, prefixed by `prefix` ("" by default). Read by write(), like add_array.
   void add_prediction(const Surrogate& surrogate, Strided<const double> prediction, const std::string& prefix = "");
 
   /// Collective. Writes the step: points (n_local x dim, dim 1..3, padded to 3 with zeros), the cells, the
-  /// staged arrays (the same names, components and order on every rank); rank 0 writes the .pvtu and
-  /// rewrites the .pvd. Returns the step index. Clears the staged arrays.
+  /// staged arrays (the same names, units, components, types and order on every rank; time the same on
+  /// every rank); rank 0 writes the .pvtu and rewrites the .pvd. Returns the step index. Clears the
+  /// staged arrays and any pending staging error, whether it succeeds or not.
   int write(double time, std::int64_t n_local, int dim, Strided<const double> coords);
-  /// The same with the surrogate's own points (as given to set_points).
+  /// The same with the surrogate's own points (as given to set_points; dim must be 1..3).
   int write(double time, const Surrogate& surrogate);
 
   const std::string& pvd_path() const;
+  /// Steps written so far.
   int steps() const;
+
+  /// The first bad argument of the staging calls since the last write() (ok when none).
+  const Status& staging_error() const;
+  /// Keeps `error` (if none is pending yet) for the next write() to raise on every rank; for bindings
+  /// that find a bad argument before they can call a staging function (C null pointers).
+  void defer_error(const Status& error);
 
  private:
   struct State;
   std::unique_ptr<State> state_;
+  State& state() const;
+  int write_steps(double time, std::int64_t n_local, int dim, Strided<const double> coords, Status local);
 };
 
 }  // namespace surrogate

@@ -21,6 +21,9 @@ struct RunOptions {
   /// OpenMP threads per rank; 0 uses the OpenMP default (OMP_NUM_THREADS). The caller's OpenMP settings
   /// are not changed.
   int threads = 0;
+  /// Where the forward pass runs: -1 the CPU, otherwise the index of a CUDA device (CUDA builds only;
+  /// inputs and outputs stay host arrays, the model copies them).
+  int cuda_device = -1;
 };
 
 /// How a rank's local points are grouped into independent samples (a sample's attention never mixes

@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "../layers.hpp"
+#include "flare_device.hpp"
 #include "surrogate/flare.hpp"
 
 namespace surrogate {
@@ -76,6 +77,8 @@ class FlareModel final : public Model {
   void merge_encode_exact(const Comm& comm, const SampleLayout& layout, const CpuKernels& k, int b, int threads);
 
   FlareConfig cfg_;
+  ModelFile file_;  // kept for uploading the weights to a device on first use
+  std::unique_ptr<detail::FlareDeviceForward> device_forward_;
   index_t parameters_ = 0;
   ResidualMlp in_proj_, out_mlp_;
   std::optional<NormLayer> out_norm_;
@@ -101,7 +104,8 @@ class FlareModel final : public Model {
 
 FlareModel::FlareModel(const ModelFile& file)
     : Model(file, static_cast<int>(file.config.get_int("in_dim")), static_cast<int>(file.config.get_int("out_dim"))),
-      cfg_(FlareConfig::from_attributes(file.config)) {
+      cfg_(FlareConfig::from_attributes(file.config)),
+      file_(file) {
   file.check_weights(cfg_.expected_shapes());
   for (const auto& [name, tensor] : file.weights) parameters_ += tensor.numel();
   C_ = cfg_.channel_dim;
@@ -415,6 +419,18 @@ void FlareModel::merge_encode_exact(const Comm& comm, const SampleLayout& layout
 
 void FlareModel::forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                          index_t ld_out, const RunOptions& options) {
+  if (options.cuda_device >= 0) {
+    Status status;
+    try {
+      if (!device_forward_ || device_forward_->device() != options.cuda_device)
+        device_forward_ = detail::make_flare_cuda_forward(cfg_, file_, options.cuda_device);
+    } catch (...) {
+      status = Status::from_current_exception();
+    }
+    comm.agree_or_throw(status);
+    device_forward_->forward(comm, layout, in, ld_in, out, ld_out, options);
+    return;
+  }
   const CpuKernels& k = kernels::cpu();
   const bool reproducible = options.reproducible;
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();

@@ -1,0 +1,14 @@
+# VTK output: surrogate::VtkSeries and the surrogate_vtk_* C functions. Both sources are always built
+# (argument checks, .pvtu and .pvd writing do not need VTK); only the per-rank .vtu pieces need VTK's XML
+# writer. Without VTK every VtkSeries (and surrogate_vtk_open) fails with Error(unsupported).
+target_sources(surrogate_coupling PRIVATE
+  ${CMAKE_CURRENT_LIST_DIR}/../src/vtk_series.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../src/c_api_vtk.cpp)
+if(SURROGATE_HAVE_VTK)
+  # Only the XML modules (toolchain.md G6, G9); private: VTK does not appear in surrogate's headers.
+  set(_surrogate_vtk_modules VTK::CommonCore VTK::CommonDataModel VTK::IOXML)
+  target_link_libraries(surrogate_coupling PRIVATE ${_surrogate_vtk_modules})
+  target_compile_definitions(surrogate_coupling PRIVATE SURROGATE_HAVE_VTK=1)
+  vtk_module_autoinit(TARGETS surrogate_coupling MODULES ${_surrogate_vtk_modules})
+  unset(_surrogate_vtk_modules)
+endif()

@@ -1,0 +1,77 @@
+/* surrogate PETSc adapters: open a surrogate model from the PETSc options database and call it on PETSc
+ * Vecs inside a PETSc solver's time loop. A C interface, usable from C and C++ PETSc codes; compiled into
+ * libsurrogate_coupling when the library was built with PETSc (then SURROGATE_HAVE_PETSC is defined for
+ * every target that links surrogate::coupling). See share/docs/petsc.md.
+ *
+ *   surrogate_t s;
+ *   PetscCall(SurrogateCreateFromOptions(PETSC_COMM_WORLD, NULL, &s));   // -surrogate_model heat.h5
+ *   PetscCall(SurrogateSetPointsVec(s, coords));                          // block size = dim
+ *   for (step ...) PetscCall(SurrogatePredictVec(s, in, out));            // block sizes = channels
+ *   PetscCall(SurrogateDestroy(&s));
+ *
+ * Conventions
+ *  - Every function returns a PetscErrorCode and raises errors with PETSc's error machinery (SETERRQ),
+ *    so PetscCall() in the caller propagates them and -on_error_abort etc. apply. A failure inside the
+ *    surrogate library becomes PETSC_ERR_LIB with the message "surrogate: <surrogate_last_error()>".
+ *  - Every function except SurrogateGetVTKDirectory is COLLECTIVE over the communicator of the handle
+ *    (the Vecs must live on the same communicator). Errors are agreed: a wrong local size on one rank is
+ *    the same PETSc error, with the same message, on every rank (no hang).
+ *  - Points: the rank's points are the local part of the coordinate Vec, in local order; inputs and
+ *    outputs are the local parts of Vecs with exactly one value per point and channel in that order.
+ *  - Arrays are passed to the library without copies (VecGetArrayRead/VecGetArray and strided views);
+ *    only SurrogatePredictVecs with several separately allocated Vecs per side gathers them into one
+ *    buffer. PetscScalar must be real (double or single precision); complex builds get PETSC_ERR_SUP.
+ *  - -log_view shows the events SurrogateSetPoints and SurrogatePredict (class "Surrogate").
+ */
+#ifndef SURROGATE_PETSC_H
+#define SURROGATE_PETSC_H
+
+#include <petscvec.h>
+
+#include "surrogate.h"
+
+/* Registers the "Surrogate" class and its log events (SurrogateSetPoints, SurrogatePredict). Called by
+ * every function below; call it yourself only to have the events listed before the first use. */
+PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
+
+/* COLLECTIVE. Opens the model named in the options database (PetscOptionsBegin/End, so -help lists the
+ * keys; every key takes the optional prefix, e.g. -heat_surrogate_model for prefix "heat_"):
+ *   -surrogate_model <file>          the model file (required)
+ *   -surrogate_device <cpu>          device string (this build: cpu)
+ *   -surrogate_threads <n>           OpenMP threads per rank, 0 = OMP_NUM_THREADS
+ *   -surrogate_reproducible <bool>   bitwise-identical results for any rank count, partition, threads
+ *   -surrogate_vtk <directory>       stored with the handle for the solver's output: SurrogateGetVTKDirectory
+ * prefix may be NULL. Release the handle with SurrogateDestroy. */
+PETSC_EXTERN PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], surrogate_t* surrogate);
+
+/* COLLECTIVE. Closes the handle (NULL or *surrogate == NULL: nothing to do) and sets it to NULL. Use it
+ * rather than surrogate_close() for handles passed to the functions of this header. */
+PETSC_EXTERN PetscErrorCode SurrogateDestroy(surrogate_t* surrogate);
+
+/* Not collective. The -surrogate_vtk directory given to SurrogateCreateFromOptions, or NULL when the option
+ * was not set (or the handle was opened otherwise). The string belongs to the handle. */
+PETSC_EXTERN PetscErrorCode SurrogateGetVTKDirectory(surrogate_t surrogate, const char* directory[]);
+
+/* COLLECTIVE. The rank's points: coords has block size dim (1..16) and holds, interlaced, the coordinates
+ * of the rank's n_local = local size / dim points. The global point ids given to the library are the
+ * Vec's global block indices. Builds the plan that every predict reuses until the points change. */
+PETSC_EXTERN PetscErrorCode SurrogateSetPointsVec(surrogate_t surrogate, Vec coords);
+
+/* COLLECTIVE. Interlaced layout: in has block size in_channels and local size n_local * in_channels
+ * (point-major: the channels of point i are entries i * in_channels + c); out has block size
+ * out_channels and local size n_local * out_channels. Physical units, in the order of SurrogateSetPointsVec.
+ * in and out must be different Vecs. */
+PETSC_EXTERN PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out);
+
+/* COLLECTIVE. One Vec per channel: nin == in_channels Vecs in[c] and nout == out_channels Vecs out[c],
+ * each with local size n_local (any layout and block size: the local ownership range decides which
+ * points the rank owns, in the order of SurrogateSetPointsVec). */
+PETSC_EXTERN PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const Vec in[], PetscInt nout,
+                                                 const Vec out[]);
+
+/* The log events (valid after SurrogateInitializePackage), for PetscLogEventGetPerfInfo and the like. */
+PETSC_EXTERN PetscClassId SURROGATE_CLASSID;
+PETSC_EXTERN PetscLogEvent SURROGATE_SetPoints;
+PETSC_EXTERN PetscLogEvent SURROGATE_Predict;
+
+#endif /* SURROGATE_PETSC_H */

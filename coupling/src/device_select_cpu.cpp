@@ -1,0 +1,13 @@
+// Device selection in builds without the CUDA backend.
+#include "device_select.hpp"
+
+namespace surrogate::detail {
+
+int select_device(const std::string& device, const MpiComm&) {
+  if (device == "cpu") return -1;
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
+    throw Error(ErrorCode::unsupported, "device '" + device + "': this build of surrogate has no CUDA backend");
+  throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+}
+
+}  // namespace surrogate::detail
