@@ -586,11 +586,13 @@ void VtkSeries::add_prediction(const Surrogate& surrogate, Strided<const double>
   }
   const Model& model = surrogate.model();
   const auto& units = model.fields().output_units;
+  const std::int64_t n = surrogate.local_points();
   for (int c = 0; c < model.out_channels(); ++c) {
-    const Strided<const double> channel{prediction.data ? prediction.data + c * prediction.component_stride : nullptr,
+    const Strided<const double> channel{n > 0 && prediction.data ? prediction.data + c * prediction.component_stride
+                                                                 : prediction.data,
                                         prediction.point_stride, 0};
     const std::string unit = c < static_cast<int>(units.size()) ? units[static_cast<std::size_t>(c)] : "";
-    stage(s, prefix + model.output_name(c), unit, 1, channel, surrogate.local_points(), "add_prediction");
+    stage(s, prefix + model.output_name(c), unit, 1, channel, n, "add_prediction");
   }
 }
 

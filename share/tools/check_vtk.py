@@ -1,0 +1,186 @@
+"""Opens a surrogate VTK series (surrogate::VtkSeries) with ParaView and checks it; run by pvbatch:
+
+    share/tools/pvbatch-headless share/tools/check_vtk.py expect.json
+
+expect.json (tests/vtk/vtk_paraview_case.cpp writes one):
+    pvtu, pvtu_time   one step's .pvtu and its time
+    pvd, times        the series and its time steps
+    points, cells     global counts (every step)
+    pieces            pieces listed in each .pvtu (one per rank)
+    arrays            {name: {"components": n, "ranges": {time or "*": [[lo, hi] per component]} or null}};
+                      null ranges: only checked to be finite
+    units             {name: unit}, from the pieces' FieldData string array "units" ("name: unit" entries)
+    color_by, png     the point array to colour by and where to save an 800x600 screenshot of the last step
+
+Prints what ParaView sees (counts, arrays, components, ranges, units, time steps, the PNG) and every
+mismatch; exit status 0 when everything matches, 1 otherwise, 2 on bad usage.
+"""
+import json
+import math
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+from paraview import servermanager
+from paraview.simple import (ColorBy, CreateView, Delete, OpenDataFile, Render, SaveScreenshot, Show)
+
+errors = []
+
+
+def check(condition, message):
+    if not condition:
+        errors.append(message)
+        print("MISMATCH: " + message)
+
+
+def close(a, b):
+    return abs(a - b) <= 1e-6 * max(1.0, abs(a), abs(b))
+
+
+def expected_ranges(spec, time):
+    ranges = spec.get("ranges")
+    if ranges is None:
+        return None
+    for key, value in ranges.items():
+        if key != "*" and close(float(key), time):
+            return value
+    return ranges.get("*")
+
+
+def first_dataset(data):
+    """The dataset itself, or the first leaf of a composite one."""
+    if data is not None and data.IsA("vtkCompositeDataSet"):
+        it = data.NewIterator()
+        it.InitTraversal()
+        return None if it.IsDoneWithTraversal() else it.GetCurrentDataObject()
+    return data
+
+
+def check_dataset(label, source, time, expect):
+    source.UpdatePipeline(time)
+    info = source.GetDataInformation()
+    points, cells = info.GetNumberOfPoints(), info.GetNumberOfCells()
+    print("%s at t=%g: %d points, %d cells" % (label, time, points, cells))
+    check(points == expect["points"], "%s t=%g: %d points, expected %d" % (label, time, points, expect["points"]))
+    check(cells == expect["cells"], "%s t=%g: %d cells, expected %d" % (label, time, cells, expect["cells"]))
+
+    names = list(source.PointData.keys())
+    check(sorted(names) == sorted(expect["arrays"]),
+          "%s t=%g: point arrays %s, expected %s" % (label, time, sorted(names), sorted(expect["arrays"])))
+    for name, spec in expect["arrays"].items():
+        if name not in names:
+            continue
+        array = source.PointData[name]
+        components = array.GetNumberOfComponents()
+        ranges = [array.GetRange(c) for c in range(components)]
+        print("  point array '%s': %d component(s), range(s) %s"
+              % (name, components, ", ".join("[%.9g, %.9g]" % r for r in ranges)))
+        check(components == spec["components"],
+              "%s t=%g: '%s' has %d components, expected %d" % (label, time, name, components, spec["components"]))
+        want = expected_ranges(spec, time)
+        if want is None:
+            check(all(math.isfinite(v) for r in ranges for v in r), "%s t=%g: '%s' is not finite" % (label, time, name))
+            continue
+        for c, (got, exp) in enumerate(zip(ranges, want)):
+            check(close(got[0], exp[0]) and close(got[1], exp[1]),
+                  "%s t=%g: '%s' component %d range [%.17g, %.17g], expected [%.17g, %.17g]"
+                  % (label, time, name, c, got[0], got[1], exp[0], exp[1]))
+
+    data = first_dataset(servermanager.Fetch(source))
+    field = data.GetFieldData() if data is not None else None
+    units_array = field.GetAbstractArray("units") if field is not None else None
+    units = {}
+    if units_array is not None:
+        for i in range(units_array.GetNumberOfValues()):
+            name, _, unit = units_array.GetVariantValue(i).ToString().partition(": ")
+            units[name] = unit
+    print("  units (FieldData 'units'): %s" % ", ".join("%s [%s]" % kv for kv in sorted(units.items())))
+    check(units == expect["units"], "%s t=%g: units %s, expected %s" % (label, time, units, expect["units"]))
+    time_value = field.GetArray("TimeValue") if field is not None else None
+    check(time_value is not None and close(time_value.GetComponent(0, 0), time),
+          "%s t=%g: FieldData TimeValue %s" % (label, time, None if time_value is None else time_value.GetComponent(0, 0)))
+
+
+def check_pvtu_pieces(path, pieces):
+    root = ET.parse(path).getroot()
+    sources = [p.get("Source") for p in root.iter("Piece")]
+    print("%s: %d pieces" % (os.path.basename(path), len(sources)))
+    check(len(sources) == pieces, "%s lists %d pieces, expected %d" % (path, len(sources), pieces))
+    for source in sources:
+        check(os.path.isfile(os.path.join(os.path.dirname(path), source)), "%s: piece %s is missing" % (path, source))
+
+
+def check_png(path):
+    from vtkmodules.vtkIOImage import vtkPNGReader
+    size = os.path.getsize(path) if os.path.isfile(path) else 0
+    check(size > 5000, "screenshot %s: %d bytes" % (path, size))
+    if size == 0:
+        return
+    reader = vtkPNGReader()
+    reader.SetFileName(path)
+    reader.Update()
+    image = reader.GetOutput()
+    width, height, _ = image.GetDimensions()
+    scalars = image.GetPointData().GetScalars()
+    n, k = scalars.GetNumberOfTuples(), min(3, scalars.GetNumberOfComponents())
+    pixels = [tuple(int(scalars.GetComponent(i, c)) for c in range(k)) for i in range(0, n, 7)]
+    background = pixels[0]
+    colours = len(set(pixels))
+    covered = sum(p != background for p in pixels) / float(len(pixels))
+    print("screenshot: %s, %d bytes, %dx%d, %d colours in a 1/7 sample, %.0f%% not background"
+          % (path, size, width, height, colours, 100 * covered))
+    check((width, height) == (800, 600), "screenshot is %dx%d, expected 800x600" % (width, height))
+    check(colours >= 16, "screenshot has only %d colours" % colours)
+    check(covered >= 0.1, "screenshot is mostly background (%.1f%% covered)" % (100 * covered))
+
+
+def main():
+    if len(sys.argv) != 2:
+        print("usage: pvbatch check_vtk.py expect.json")
+        return 2
+    with open(sys.argv[1]) as f:
+        expect = json.load(f)
+
+    pvtu = OpenDataFile(expect["pvtu"])
+    check(pvtu is not None, "ParaView cannot open %s" % expect["pvtu"])
+    if pvtu is not None:
+        print("%s: reader %s" % (expect["pvtu"], pvtu.GetXMLName()))
+        check_pvtu_pieces(expect["pvtu"], expect["pieces"])
+        check_dataset("pvtu", pvtu, expect["pvtu_time"], expect)
+
+    pvd = OpenDataFile(expect["pvd"])
+    check(pvd is not None, "ParaView cannot open %s" % expect["pvd"])
+    if pvd is None:
+        return 1
+    times = list(pvd.TimestepValues) if pvd.TimestepValues else []
+    print("%s: reader %s, time steps %s" % (expect["pvd"], pvd.GetXMLName(), times))
+    check(len(times) == len(expect["times"]) and all(close(a, b) for a, b in zip(times, expect["times"])),
+          "time steps %s, expected %s" % (times, expect["times"]))
+    for t in times:
+        check_dataset("pvd", pvd, t, expect)
+
+    view = CreateView("RenderView")
+    view.ViewSize = [800, 600]
+    view.OrientationAxesVisibility = 0
+    view.ViewTime = times[-1] if times else 0.0
+    display = Show(pvd, view)
+    ColorBy(display, ("POINTS", expect["color_by"]))
+    display.RescaleTransferFunctionToDataRange(True, False)
+    display.SetScalarBarVisibility(view, True)
+    view.ResetCamera()
+    Render(view)
+    if os.path.exists(expect["png"]):
+        os.remove(expect["png"])
+    SaveScreenshot(expect["png"], view, ImageResolution=[800, 600])
+    check_png(expect["png"])
+    # Release the render window before the interpreter shuts down (else GLXBadContext at exit under Xvfb).
+    Delete(display)
+    Delete(view)
+    del display, view
+
+    print("check_vtk: %s" % ("OK" if not errors else "%d mismatch(es)" % len(errors)))
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
