@@ -85,6 +85,14 @@ int surrogate_out_channels(surrogate_t handle, int* channels);
 int surrogate_channel_name(surrogate_t handle, int output, int channel, char* buffer, size_t size);
 int surrogate_channel_unit(surrogate_t handle, int output, int channel, char* buffer, size_t size);
 int surrogate_architecture(surrogate_t handle, char* buffer, size_t size);
+/* The points given to set_points: local and global counts (0 before set_points), coordinates per point. */
+int surrogate_local_points(surrogate_t handle, int64_t* n_local);
+int surrogate_global_points(surrogate_t handle, int64_t* n_global);
+int surrogate_point_dim(surrogate_t handle, int* dim);
+/* COLLECTIVE. Lets a binding agree on a check of its own: every rank passes its local status (and a
+ * message when it is not SURROGATE_OK); every rank returns the status of the lowest failing rank, or
+ * SURROGATE_OK, and surrogate_last_error() then holds that rank's message. */
+int surrogate_agree(surrogate_t handle, int status, const char* message);
 /* Seconds taken by the last predict on this rank. */
 int surrogate_last_predict_seconds(surrogate_t handle, double* seconds);
 

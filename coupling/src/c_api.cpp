@@ -162,6 +162,40 @@ int surrogate_architecture(surrogate_t handle, char* buffer, size_t size) {
   return copy_string(handle->object.model().architecture(), buffer, size);
 }
 
+int surrogate_local_points(surrogate_t handle, int64_t* n_local) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!n_local) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_local_points: null pointer");
+  *n_local = handle->object.has_points() ? handle->object.local_points() : 0;
+  return SURROGATE_OK;
+}
+
+int surrogate_global_points(surrogate_t handle, int64_t* n_global) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!n_global) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_global_points: null pointer");
+  *n_global = handle->object.has_points() ? handle->object.global_points() : 0;
+  return SURROGATE_OK;
+}
+
+int surrogate_point_dim(surrogate_t handle, int* dim) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!dim) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_point_dim: null pointer");
+  *dim = handle->object.has_points() ? handle->object.dim() : 0;
+  return SURROGATE_OK;
+}
+
+int surrogate_agree(surrogate_t handle, int status, const char* message) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    surrogate::Status local;
+    if (status != SURROGATE_OK) {
+      const bool known = status > 0 && status <= static_cast<int>(surrogate::ErrorCode::internal);
+      local = {known ? static_cast<surrogate::ErrorCode>(status) : surrogate::ErrorCode::internal,
+               message ? message : "error reported by the caller"};
+    }
+    handle->object.comm().agree_or_throw(local);
+  });
+}
+
 int surrogate_last_predict_seconds(surrogate_t handle, double* seconds) {
   SURROGATE_CHECK_HANDLE(handle);
   if (!seconds) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_last_predict_seconds: null pointer");

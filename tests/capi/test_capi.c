@@ -149,6 +149,18 @@ int main(int argc, char** argv) {
   rc = surrogate_open(MPI_COMM_WORLD, "/nonexistent/model.h5", NULL, &none);
   check_agreement(rc, "missing model");
   CHECK(rc == SURROGATE_ERR_IO && none == NULL, "missing model: status %d", rc);
+  /* a binding's own check on one rank, agreed */
+  rc = surrogate_agree(s, rank == size - 1 ? SURROGATE_ERR_INVALID_ARGUMENT : SURROGATE_OK, "bad shape on this rank");
+  check_agreement(rc, "surrogate_agree");
+  CHECK(rc == SURROGATE_ERR_INVALID_ARGUMENT && strstr(surrogate_last_error(), "bad shape") != NULL, "agree: %d %s", rc,
+        surrogate_last_error());
+  CHECK(surrogate_agree(s, SURROGATE_OK, NULL) == SURROGATE_OK, "agree ok");
+  int64_t local = -1, global = -1;
+  int dim = -1;
+  OK(surrogate_local_points(s, &local));
+  OK(surrogate_global_points(s, &global));
+  OK(surrogate_point_dim(s, &dim));
+  CHECK(local == n && global == n_global && dim == 2, "queries %ld %ld %d", (long)local, (long)global, dim);
   /* the handle still works after errors */
   OK(surrogate_predict_f64(s, coords_c, 2, 1, out_c, 1, 1));
   CHECK(surrogate_predict_f64(NULL, coords_c, 2, 1, out_c, 1, 1) == SURROGATE_ERR_INVALID_ARGUMENT, "null handle");
