@@ -13,22 +13,8 @@ namespace {
 
 using surrogate::c_api::last_error;  // shared with c_api_vtk.cpp (c_api_handles.hpp)
 
-template <class F>
-int guarded(F&& body) {
-  try {
-    body();
-    return SURROGATE_OK;
-  } catch (...) {
-    const surrogate::Status status = surrogate::Status::from_current_exception();
-    last_error = status.message;
-    return static_cast<int>(status.code);
-  }
-}
-
-int fail(int code, const std::string& message) {
-  last_error = message;
-  return code;
-}
+using surrogate::c_api::fail;
+using surrogate::c_api::guarded;
 
 surrogate::Options to_options(const surrogate_options* options) {
   surrogate::Options o;

@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "surrogate.h"
 #include "surrogate/surrogate.hpp"
 
 struct surrogate_handle_s {
@@ -13,4 +14,23 @@ struct surrogate_handle_s {
 namespace surrogate::c_api {
 /// Message of the calling thread's last failed C call, shared by every C API source file.
 inline thread_local std::string last_error;
+
+/// Runs `body`, turning any exception into its status code and the thread's last error message.
+template <class F>
+int guarded(F&& body) {
+  try {
+    body();
+    return SURROGATE_OK;
+  } catch (...) {
+    const Status status = Status::from_current_exception();
+    last_error = status.message;
+    return static_cast<int>(status.code);
+  }
+}
+
+/// Records `message` as the last error and returns `code`.
+inline int fail(int code, const std::string& message) {
+  last_error = message;
+  return code;
+}
 }  // namespace surrogate::c_api

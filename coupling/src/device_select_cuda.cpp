@@ -1,0 +1,68 @@
+// Device selection in CUDA builds: "cpu", "cuda" (the node-local rank's GPU) or "cuda:N".
+#include <cuda_runtime_api.h>
+
+#include <string>
+
+#include "device_select.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::detail {
+
+#if defined(SURROGATE_HAVE_NCCL)
+void install_nccl_transport();  // nccl_comm.cpp
+#endif
+
+namespace {
+
+/// The N of "cuda:N" (decimal digits only), or -1.
+int parse_index(const std::string& digits) {
+  if (digits.empty() || digits.size() > 6) return -1;
+  int n = 0;
+  for (char c : digits) {
+    if (c < '0' || c > '9') return -1;
+    n = n * 10 + (c - '0');
+  }
+  return n;
+}
+
+/// This rank's index among the ranks of `comm` on the same node (MPI_Comm_split_type SHARED).
+/// Collective over comm.
+int node_local_rank(const MpiComm& comm) {
+  MPI_Comm local = MPI_COMM_NULL;
+  if (MPI_Comm_split_type(comm.get(), MPI_COMM_TYPE_SHARED, comm.rank(), MPI_INFO_NULL, &local) != MPI_SUCCESS)
+    throw Error(ErrorCode::communication, "MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed while selecting the CUDA device");
+  int rank = 0;
+  MPI_Comm_rank(local, &rank);
+  MPI_Comm_free(&local);
+  return rank;
+}
+
+}  // namespace
+
+int select_device(const std::string& device, const MpiComm& comm) {
+  if (device == "cpu") return -1;
+  int requested = -1;  // -1: "cuda", the node-local rank's device
+  if (device.rfind("cuda:", 0) == 0) {
+    requested = parse_index(device.substr(5));
+    if (requested < 0)
+      throw Error(ErrorCode::invalid_argument, "device '" + device + "': expected cuda:N with N a device index");
+  } else if (device != "cuda") {
+    throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+  }
+  // "cuda" asks the node first (a collective every rank reaches, whatever its own devices).
+  const int local_rank = requested < 0 ? node_local_rank(comm) : 0;
+  std::string why;
+  const int count = kernels::cuda::device_count(&why);
+  if (count == 0)
+    throw Error(ErrorCode::unsupported, "device '" + device + "': no CUDA device is visible to this process (" + why +
+                                            "); use device 'cpu'");
+  if (requested >= count)
+    throw Error(ErrorCode::unsupported, "device '" + device + "': only " + std::to_string(count) +
+                                            " CUDA device(s) are visible (0.." + std::to_string(count - 1) + ")");
+#if defined(SURROGATE_HAVE_NCCL)
+  install_nccl_transport();
+#endif
+  return requested >= 0 ? requested : local_rank % count;
+}
+
+}  // namespace surrogate::detail

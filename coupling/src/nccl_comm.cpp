@@ -1,0 +1,230 @@
+// NCCL communicator (builds with SURROGATE_HAVE_NCCL) and the device transport it provides to the CUDA
+// forward of the models (flare_cuda.hpp): installed by select_device() when a CUDA device is selected,
+// and at load time for programs that use the models directly.
+#include "surrogate/nccl_comm.hpp"
+
+#include <nccl.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "flare/flare_cuda.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate {
+
+struct NcclComm::Impl {
+  ncclComm_t comm = nullptr;
+  MPI_Comm mpi = MPI_COMM_NULL;  // our duplicate: bootstrap and connects()
+  int rank = 0, size = 1, device = -1;
+};
+
+namespace {
+
+std::string nccl_error(ncclResult_t r, const char* call) {
+  return std::string(call) + " failed: " + ncclGetErrorString(r);
+}
+
+ncclDataType_t nccl_type(DType type) {
+  switch (type) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::i32: return ncclInt32;
+    case DType::i64: return ncclInt64;
+    case DType::u8: return ncclUint8;
+  }
+  return ncclFloat32;
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::max: return ncclMax;
+    case ReduceOp::min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+bool nccl_disabled_by_environment() {
+  const char* v = std::getenv("SURROGATE_NCCL");
+  if (!v) return false;
+  const std::string s(v);
+  return s == "0" || s == "off" || s == "OFF" || s == "no" || s == "false";
+}
+
+struct Identity {
+  char host[256];
+  char bus[64];
+  std::int32_t device_ok;
+  std::int32_t enabled;
+};
+
+void free_mpi(MPI_Comm& comm) noexcept {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (!finalized && comm != MPI_COMM_NULL) MPI_Comm_free(&comm);
+  comm = MPI_COMM_NULL;
+}
+
+}  // namespace
+
+bool NcclComm::usable(const MpiComm& comm, int device, std::string* why) {
+  Identity me;
+  std::memset(&me, 0, sizeof me);
+  if (gethostname(me.host, sizeof me.host - 1) != 0) std::strcpy(me.host, "?");
+  me.device_ok = cudaDeviceGetPCIBusId(me.bus, static_cast<int>(sizeof me.bus) - 1, device) == cudaSuccess;
+  (void)cudaGetLastError();
+  me.enabled = !nccl_disabled_by_environment();
+  std::vector<Identity> all(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&me, sizeof me, all.data());
+  auto fail = [&](const std::string& reason) {
+    if (why) *why = reason;
+    return false;
+  };
+  for (int r = 0; r < comm.size(); ++r) {
+    const Identity& id = all[static_cast<std::size_t>(r)];
+    if (!id.enabled) return fail("SURROGATE_NCCL disables NCCL on rank " + std::to_string(r));
+    if (!id.device_ok) return fail("rank " + std::to_string(r) + " cannot query the PCI bus id of its CUDA device");
+  }
+  for (int r = 0; r < comm.size(); ++r)
+    for (int s = r + 1; s < comm.size(); ++s) {
+      const Identity& a = all[static_cast<std::size_t>(r)];
+      const Identity& b = all[static_cast<std::size_t>(s)];
+      if (std::strcmp(a.host, b.host) == 0 && std::strcmp(a.bus, b.bus) == 0)
+        return fail("ranks " + std::to_string(r) + " and " + std::to_string(s) + " share the GPU " + a.bus + " on " +
+                    a.host);
+    }
+  return true;
+}
+
+NcclComm::NcclComm(const MpiComm& comm, int device) : impl_(std::make_unique<Impl>()) {
+  impl_->rank = comm.rank();
+  impl_->size = comm.size();
+  impl_->device = device;
+  // 1. Our own duplicate of the communicator, and the unique id from rank 0 (with its status).
+  if (MPI_Comm_dup(comm.get(), &impl_->mpi) != MPI_SUCCESS)
+    throw Error(ErrorCode::communication, "NcclComm: MPI_Comm_dup failed");
+  MPI_Comm_set_errhandler(impl_->mpi, MPI_ERRORS_RETURN);
+  struct {
+    ncclUniqueId id;
+    std::int32_t status;
+  } boot;
+  std::memset(&boot, 0, sizeof boot);
+  if (impl_->rank == 0) boot.status = static_cast<std::int32_t>(ncclGetUniqueId(&boot.id));
+  if (MPI_Bcast(&boot, sizeof boot, MPI_BYTE, 0, impl_->mpi) != MPI_SUCCESS) {
+    free_mpi(impl_->mpi);
+    throw Error(ErrorCode::communication, "NcclComm: MPI_Bcast of the NCCL unique id failed");
+  }
+  if (boot.status != ncclSuccess) {
+    free_mpi(impl_->mpi);
+    throw Error(ErrorCode::communication,
+                "rank 0: " + nccl_error(static_cast<ncclResult_t>(boot.status), "ncclGetUniqueId"));
+  }
+  // 2. Every rank checks that it can use its device before anyone enters the (blocking) initialisation.
+  Status status;
+  try {
+    kernels::cuda::DeviceGuard guard(device);
+  } catch (...) {
+    status = Status::from_current_exception();
+  }
+  Status agreed = comm.agree(status);
+  if (!agreed.ok()) {
+    free_mpi(impl_->mpi);
+    throw Error(ErrorCode::communication, "NcclComm: " + agreed.message);
+  }
+  // 3. ncclCommInitRank with the device current, then agree on the outcome.
+  {
+    kernels::cuda::DeviceGuard guard(device);
+    const ncclResult_t r = ncclCommInitRank(&impl_->comm, impl_->size, boot.id, impl_->rank);
+    if (r != ncclSuccess) {
+      impl_->comm = nullptr;
+      status = {ErrorCode::communication, nccl_error(r, "ncclCommInitRank")};
+    }
+  }
+  agreed = comm.agree(status);
+  if (!agreed.ok()) {
+    if (impl_->comm) {
+      kernels::cuda::DeviceGuard guard(device);
+      ncclCommAbort(impl_->comm);
+      impl_->comm = nullptr;
+    }
+    free_mpi(impl_->mpi);
+    agreed.raise();
+  }
+}
+
+NcclComm::~NcclComm() {
+  if (impl_->comm) {
+    try {
+      kernels::cuda::DeviceGuard guard(impl_->device);
+      ncclCommDestroy(impl_->comm);
+    } catch (...) {
+      ncclCommDestroy(impl_->comm);
+    }
+  }
+  free_mpi(impl_->mpi);
+}
+
+int NcclComm::rank() const { return impl_->rank; }
+int NcclComm::size() const { return impl_->size; }
+int NcclComm::device() const { return impl_->device; }
+
+bool NcclComm::connects(const MpiComm& comm) const {
+  int result = MPI_UNEQUAL;
+  if (MPI_Comm_compare(impl_->mpi, comm.get(), &result) != MPI_SUCCESS) return false;
+  return result == MPI_IDENT || result == MPI_CONGRUENT;
+}
+
+void NcclComm::allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) const {
+  kernels::cuda::DeviceGuard guard(impl_->device);
+  const ncclResult_t r =
+      ncclAllReduce(device_data, device_data, count, nccl_type(type), nccl_op(op), impl_->comm, stream);
+  if (r != ncclSuccess) throw Error(ErrorCode::communication, nccl_error(r, "ncclAllReduce"));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The device transport of the CUDA forward.
+
+namespace detail {
+namespace {
+
+class NcclTransport final : public DeviceTransport {
+ public:
+  NcclTransport(const MpiComm& comm, int device) : nccl_(comm, device) {}
+  std::string name() const override { return "NCCL (" + std::to_string(nccl_.size()) + " ranks)"; }
+  bool serves(const Comm& comm) const override {
+    const auto* mpi = dynamic_cast<const MpiComm*>(&comm);
+    return mpi && nccl_.connects(*mpi);
+  }
+  void allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) override {
+    nccl_.allreduce(device_data, count, type, op, stream);
+  }
+
+ private:
+  NcclComm nccl_;
+};
+
+/// Collective: an NCCL transport when the communicator is an MpiComm (on every rank: the models are run
+/// with the same kind of communicator everywhere) and no two ranks share a GPU; else nullptr everywhere.
+std::unique_ptr<DeviceTransport> make_nccl_transport(const Comm& comm, int device) {
+  const auto* mpi = dynamic_cast<const MpiComm*>(&comm);
+  if (!mpi || comm.size() < 2) return nullptr;
+  if (!NcclComm::usable(*mpi, device)) return nullptr;
+  return std::make_unique<NcclTransport>(*mpi, device);
+}
+
+struct Installer {
+  Installer() { set_device_transport_factory(&make_nccl_transport); }
+};
+const Installer installer;  // shared libraries: at load time
+
+}  // namespace
+
+/// Called by select_device() (static libraries drop unreferenced objects, so the installer above may
+/// never run there).
+void install_nccl_transport() { set_device_transport_factory(&make_nccl_transport); }
+
+}  // namespace detail
+}  // namespace surrogate
