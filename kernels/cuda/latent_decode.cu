@@ -1,0 +1,71 @@
+// Latent (FLARE) decode: for every point and head, the softmax over the M latents of its sample.
+//
+// Grid (tile, head): a block of kDecodeRows threads takes one tile (<= 256 points of one segment), one
+// point per thread with its head's key in registers. The head's latent queries and the sample's latent
+// values Z are staged through shared memory kTile / E latents at a time; every thread reads the same
+// latent at the same time (broadcast). The softmax is the online Pow2Softmax<float> shared with the
+// encode (a power-of-two reference, exact rescaling when it grows).
+#include "latent_softmax.cuh"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::kernels::cuda {
+namespace {
+
+constexpr int kTile = 2048;  // staged floats per operand
+
+template <int kMaxE>
+__global__ void __launch_bounds__(kDecodeRows) decode_kernel(LatentDecodeArgs a) {
+  __shared__ float qs[kTile];
+  __shared__ float zs[kTile];
+  const LatentChunk tile = a.tiles[blockIdx.x];
+  const int h = static_cast<int>(blockIdx.y);
+  const int E = a.E, M = a.M;
+  const int t = static_cast<int>(threadIdx.x);
+  const bool active = t < tile.rows;
+  const index_t row = tile.begin + t;
+  float k[kMaxE];
+#pragma unroll
+  for (int e = 0; e < kMaxE; ++e) k[e] = (active && e < E) ? a.k[row * a.ldk + static_cast<index_t>(h) * E + e] : 0.0f;
+  detail::Pow2Softmax<float, kMaxE> sm;
+  sm.reset();
+  const float* qh = a.q + static_cast<std::size_t>(h) * M * E;
+  const float* zh = a.z + (static_cast<std::size_t>(tile.segment) * a.H + h) * M * E;
+  const int per_tile = kTile / E;
+  for (int m0 = 0; m0 < M; m0 += per_tile) {
+    const int count = min(per_tile, M - m0);
+    __syncthreads();
+    for (int i = t; i < count * E; i += kDecodeRows) {
+      qs[i] = qh[static_cast<std::size_t>(m0) * E + i];
+      zs[i] = zh[static_cast<std::size_t>(m0) * E + i];
+    }
+    __syncthreads();
+    if (active)
+      for (int m = 0; m < count; ++m) sm.add(detail::logit<kMaxE>(qs + m * E, k, E), zs + m * E, E);
+  }
+  if (!active) return;
+  const float inv = 1.0f / sm.sum;  // >= 0.7: the largest term is its mantissa
+#pragma unroll
+  for (int e = 0; e < kMaxE; ++e)
+    if (e < E) a.y[row * a.ldy + static_cast<index_t>(h) * E + e] = sm.acc[e] * inv;
+}
+
+}  // namespace
+
+void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream) {
+  if (a.num_tiles == 0) return;
+  if (a.E < 1 || a.E > kMaxHeadDim)
+    throw std::invalid_argument("cuda::latent_decode: head width " + std::to_string(a.E) + " outside 1.." +
+                                std::to_string(kMaxHeadDim));
+  if (a.H < 1 || a.H > 65535 || a.M < 1) throw std::invalid_argument("cuda::latent_decode: need 1 <= H <= 65535, M >= 1");
+  const dim3 grid(static_cast<unsigned>(a.num_tiles), static_cast<unsigned>(a.H));
+  switch (detail::head_dim_bucket(a.E)) {
+    case 4: decode_kernel<4><<<grid, kDecodeRows, 0, stream>>>(a); break;
+    case 8: decode_kernel<8><<<grid, kDecodeRows, 0, stream>>>(a); break;
+    case 16: decode_kernel<16><<<grid, kDecodeRows, 0, stream>>>(a); break;
+    case 32: decode_kernel<32><<<grid, kDecodeRows, 0, stream>>>(a); break;
+    default: decode_kernel<64><<<grid, kDecodeRows, 0, stream>>>(a); break;
+  }
+  check_launch("decode_kernel");
+}
+
+}  // namespace surrogate::kernels::cuda

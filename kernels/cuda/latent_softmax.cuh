@@ -1,0 +1,123 @@
+// Device helpers shared by the latent encode and decode kernels: the logit (one FMA chain in e order),
+// exp split into mantissa and power of two (the CPU kernels' exp_parts: same reduction, same polynomial),
+// and the online softmax with a power-of-two reference that both directions use.
+//
+// The online softmax keeps its sums relative to 2^ref, ref the largest k = round(l log2 e) seen so far.
+// A term is mantissa(l) * 2^(k(l) - ref): its bits depend only on the logit and on ref, and raising ref
+// rescales what is already summed by an exact power of two. The encode accumulates in double, so partial
+// sums over any split of the points merge exactly (up to double rounding of the additions); the decode
+// accumulates in float (a softmax over the M latents of one point).
+#pragma once
+
+#include <cstdint>
+
+#include "surrogate/kernels/cpu.hpp"  // kNoExponent
+
+namespace surrogate::kernels::cuda::detail {
+
+/// Smallest supported maximal head width for E: the kernels are instantiated for 4, 8, 16, 32 and 64.
+constexpr int head_dim_bucket(int E) { return E <= 4 ? 4 : E <= 8 ? 8 : E <= 16 ? 16 : E <= 32 ? 32 : 64; }
+
+/// l = sum_e q[e] k[e], one fused multiply-add chain in e order (bitwise the same wherever it runs).
+template <int kMaxE>
+__device__ __forceinline__ float logit(const float* q, const float* k, int E) {
+  float l = 0.0f;
+#pragma unroll
+  for (int e = 0; e < kMaxE; ++e)
+    if (e < E) l = fmaf(q[e], k[e], l);
+  return l;
+}
+
+/// exp(x) = mantissa * 2^k with k = round(x log2 e) and mantissa in [0.7, 1.42]: Cody-Waite reduction with
+/// two constants and the degree-6 polynomial of the CPU kernels (simd.hpp). |x| is clamped to 2^20 first,
+/// which keeps the rounding trick exact (|x log2 e| < 2^22); 2^k is not formed, so nothing overflows.
+struct ExpParts {
+  float mantissa;
+  int k;
+};
+__device__ __forceinline__ ExpParts exp_parts(float x) {
+  x = fminf(fmaxf(x, -1048576.0f), 1048576.0f);
+  // x log2 e + 1.5 * 2^23 lies in [2^23, 2^24), where the float spacing is 1: it is rounded to an integer
+  // and that integer sits in the low mantissa bits (no float-to-int conversion needed).
+  const float shifted = fmaf(x, 1.44269504088896341f, 12582912.0f);
+  const float kf = shifted - 12582912.0f;
+  const int k = __float_as_int(shifted) - 0x4B400000;
+  float r = fmaf(kf, -0.693359375f, x);
+  r = fmaf(kf, 2.12194440e-4f, r);
+  float p = 1.3840249739587307e-3f;
+  p = fmaf(p, r, 8.375746197998524e-3f);
+  p = fmaf(p, r, 4.166821762919426e-2f);
+  p = fmaf(p, r, 1.6666407883167267e-1f);
+  p = fmaf(p, r, 4.9999991059303284e-1f);
+  p = fmaf(p, r, 1.0f);
+  p = fmaf(p, r, 1.0f);
+  return {p, k};
+}
+
+/// mantissa * 2^shift for shift <= 0 (an exponent-field addition, exact); 0 below 2^-125 (the result
+/// would leave the normal range). mantissa must be in [0.5, 2).
+__device__ __forceinline__ float scale_down(float mantissa, int shift) {
+  return shift < -125 ? 0.0f : __int_as_float(__float_as_int(mantissa) + shift * (1 << 23));
+}
+
+/// exp(x) for x <= 0: 0 below about -86.6 (2^-125).
+__device__ __forceinline__ float exp_nonpositive(float x) {
+  const ExpParts p = exp_parts(x);
+  return scale_down(p.mantissa, p.k);
+}
+
+/// 2^d for d <= 0, exactly; 0 when it would be subnormal.
+template <class T> __device__ __forceinline__ T pow2_nonpositive(int d);
+template <> __device__ __forceinline__ float pow2_nonpositive<float>(int d) {
+  return d < -126 ? 0.0f : __int_as_float((127 + d) * (1 << 23));
+}
+template <> __device__ __forceinline__ double pow2_nonpositive<double>(int d) {
+  return d < -1022 ? 0.0 : __longlong_as_double(static_cast<long long>(1023 + d) << 52);
+}
+
+__device__ __forceinline__ float madd(float a, float b, float c) { return fmaf(a, b, c); }
+__device__ __forceinline__ double madd(double a, double b, double c) { return fma(a, b, c); }
+
+/// Online softmax-weighted sum with a power-of-two reference: after add() over a set of (logit, value)
+/// pairs, sum = sum_n 2^(l_n log2 e - ref) and acc[e] = sum_n 2^(l_n log2 e - ref) v_ne, with
+/// ref = max_n round(l_n log2 e) (kNoExponent before the first term). Acc is double (encode) or float
+/// (decode). A float term times a float value is exact in double.
+template <class Acc, int kMaxE>
+struct Pow2Softmax {
+  int ref;
+  Acc sum;
+  Acc acc[kMaxE];
+
+  __device__ __forceinline__ void reset() {
+    ref = kNoExponent;
+    sum = Acc(0);
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) acc[e] = Acc(0);
+  }
+
+  /// The term of `logit` relative to 2^ref, after raising ref (and rescaling the sums) if needed.
+  __device__ __forceinline__ float term(float l) {
+    const ExpParts p = exp_parts(l);
+    if (p.k > ref) {
+      if (ref != kNoExponent) {
+        const Acc s = pow2_nonpositive<Acc>(ref - p.k);
+        sum *= s;
+#pragma unroll
+        for (int e = 0; e < kMaxE; ++e) acc[e] *= s;
+      }
+      ref = p.k;
+    }
+    return scale_down(p.mantissa, p.k - ref);
+  }
+
+  template <class V>
+  __device__ __forceinline__ void add(float l, const V* v, int E) {
+    const Acc t = static_cast<Acc>(term(l));
+    sum += t;
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e)
+      if (e < E) acc[e] = madd(t, static_cast<Acc>(v[e]), acc[e]);
+  }
+};
+
+}  // namespace surrogate::kernels::cuda::detail

@@ -1,0 +1,147 @@
+// Fused residual MLP: one thread block takes kMlpRows = 64 rows through every layer of the MLP.
+//
+// Shared memory (dynamic): two activation tiles of 64 rows x lds floats (ping-pong: a layer reads one and
+// writes the other, so only the last layer touches global memory) and one weight stage of
+// round_up(in, 4) x 64 floats (W^T, 64 output columns of one layer at a time). With width w (<= 256) that
+// is (2 * 64 * (w + 4) + w * 64) * 4 bytes: 49 KiB for w = 64, 193 KiB for w = 256.
+//
+// 256 threads as 16 x 16: thread (ty, tx) computes rows ty + 16 i (i < 4) and columns 4 tx + j (j < 4) of
+// the current 64-column pass, a 4 x 4 register tile; per 4 steps of k it loads four float4 of activations
+// (one per row, broadcast over the 16 threads of a row) and four float4 of weights, for 64 FMAs. Row
+// strides of the tiles are w + 4 floats so that the two rows a warp reads lie in different banks.
+//
+// Every output element is bias + sum_k x_k w_k accumulated by one thread in k order, then the activation
+// and the residual: the same arithmetic whatever block or position the row has.
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::kernels::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kCols = 64;  // output columns per pass
+
+__device__ __forceinline__ float activate(Activation act, float v) {
+  // x * sigmoid(t) = x / (1 + exp(-t)) with t = 2u (GELU, tanh approximation) or t = x (SiLU); the
+  // exponent is capped at 80 so that 1 + exp(.) stays finite.
+  switch (act) {
+    case Activation::gelu_tanh: {
+      const float u2 = v * (1.5957691216057308f + 0.071354816272600250f * (v * v));
+      return v / (1.0f + expf(fminf(-u2, 80.0f)));
+    }
+    case Activation::silu: return v / (1.0f + expf(fminf(-v, 80.0f)));
+    case Activation::none: break;
+  }
+  return v;
+}
+
+__device__ __forceinline__ float component(const float4& v, int i) {
+  return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
+}
+
+__global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
+  extern __shared__ float4 smem4[];
+  float* const smem = reinterpret_cast<float*>(smem4);
+  float4* const ws = reinterpret_cast<float4*>(smem + 2 * kMlpRows * lds);  // [k][16] float4
+  const int tid = static_cast<int>(threadIdx.x);
+  const int tx = tid % 16, ty = tid / 16;
+  const index_t row0 = static_cast<index_t>(blockIdx.x) * kMlpRows;
+  const int rows = static_cast<int>(a.rows - row0 < kMlpRows ? a.rows - row0 : kMlpRows);
+
+  {  // the input tile; padding rows and columns are zero
+    const int in = a.layers[0].in;
+    const int in4 = (in + 3) & ~3;
+    for (int i = tid; i < kMlpRows * in4; i += kThreads) {
+      const int r = i / in4, c = i - r * in4;
+      smem[r * lds + c] = (r < rows && c < in) ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
+    }
+  }
+
+  int cur = 0;
+  for (int l = 0; l < a.num_layers; ++l) {
+    const MlpLayer L = a.layers[l];
+    const bool last = l + 1 == a.num_layers;
+    const int k4 = (L.in + 3) & ~3;
+    const int out4 = (L.out + 3) & ~3;
+    const float* const src = smem + cur * kMlpRows * lds;
+    float* const dst = smem + (cur ^ 1) * kMlpRows * lds;
+    for (int c0 = 0; c0 < L.out; c0 += kCols) {
+      __syncthreads();  // src is complete and nobody reads ws any more
+      const float4* const wsrc = reinterpret_cast<const float4*>(L.weight_t + c0);
+      for (int i = tid; i < k4 * (kCols / 4); i += kThreads) {
+        const int k = i / (kCols / 4), c = i % (kCols / 4);
+        ws[i] = __ldg(wsrc + static_cast<index_t>(k) * (L.ld / 4) + c);
+      }
+      __syncthreads();
+
+      float acc[4][4];
+      const float4 b = __ldg(reinterpret_cast<const float4*>(L.bias + c0) + tx);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) acc[i][0] = b.x, acc[i][1] = b.y, acc[i][2] = b.z, acc[i][3] = b.w;
+      for (int k = 0; k < k4; k += 4) {
+        float4 xv[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) xv[i] = *reinterpret_cast<const float4*>(src + (ty + 16 * i) * lds + k);
+#pragma unroll
+        for (int kk = 0; kk < 4; ++kk) {
+          const float4 w = ws[(k + kk) * (kCols / 4) + tx];
+#pragma unroll
+          for (int i = 0; i < 4; ++i) {
+            const float xi = component(xv[i], kk);
+            acc[i][0] = fmaf(xi, w.x, acc[i][0]);
+            acc[i][1] = fmaf(xi, w.y, acc[i][1]);
+            acc[i][2] = fmaf(xi, w.z, acc[i][2]);
+            acc[i][3] = fmaf(xi, w.w, acc[i][3]);
+          }
+        }
+      }
+
+      const int c = c0 + 4 * tx;
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const int r = ty + 16 * i;
+        float v[4];
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[j] = activate(L.act, acc[i][j]);
+        if (L.add_input && c < k4) {  // in == out: the layer's input has the same columns
+          const float4 s = *reinterpret_cast<const float4*>(src + r * lds + c);
+          v[0] += s.x, v[1] += s.y, v[2] += s.z, v[3] += s.w;
+        }
+        if (!last) {
+          // Columns [out, out4) come out as zero (zero weights and bias, act(0) = 0, zero input padding).
+          if (c < out4) *reinterpret_cast<float4*>(dst + r * lds + c) = make_float4(v[0], v[1], v[2], v[3]);
+        } else if (r < rows) {
+          const index_t g = row0 + r;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (c + j >= L.out) break;
+            float o = v[j];
+            if (a.extra) o += a.extra[g * a.ld_extra + c + j];
+            a.y[g * a.ldy + c + j] = o;
+          }
+        }
+      }
+    }
+    cur ^= 1;
+  }
+}
+
+}  // namespace
+
+void mlp(const MlpArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0) return;
+  if (!a.layers || a.num_layers < 1) throw std::invalid_argument("cuda::mlp: no layers");
+  if (a.max_width < 1 || a.max_width > kMaxMlpWidth)
+    throw std::invalid_argument("cuda::mlp: layer width " + std::to_string(a.max_width) +
+                                " is outside the fused kernel's range 1.." + std::to_string(kMaxMlpWidth));
+  const int w4 = static_cast<int>(round_up(a.max_width, 4));
+  const int lds = w4 + 4;
+  const std::size_t bytes = (static_cast<std::size_t>(2 * kMlpRows * lds) + static_cast<std::size_t>(w4) * kCols) * sizeof(float);
+  if (bytes > 48 * 1024)
+    check(cudaFuncSetAttribute(mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+          "cudaFuncSetAttribute(mlp_kernel, MaxDynamicSharedMemorySize)");
+  const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
+  mlp_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(a, lds);
+  check_launch("mlp_kernel");
+}
+
+}  // namespace surrogate::kernels::cuda

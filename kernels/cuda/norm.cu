@@ -1,0 +1,75 @@
+// LayerNorm / RMSNorm over the channels of each row, one warp per row; and buffer fills.
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::kernels::cuda {
+namespace {
+
+constexpr int kNormThreads = 256;  // 8 rows per block
+
+/// Butterfly sum over the warp: the same order for every row, so a row's result does not depend on
+/// which warp computes it.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int offset = 16; offset >= 1; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  return v;
+}
+
+__global__ void __launch_bounds__(kNormThreads) norm_kernel(NormArgs a) {
+  const index_t row = (static_cast<index_t>(blockIdx.x) * kNormThreads + threadIdx.x) / 32;
+  const int lane = static_cast<int>(threadIdx.x % 32);
+  if (row >= a.rows) return;  // uniform over the warp
+  const float* x = a.x + row * a.ldx;
+  float* y = a.y + row * a.ldy;
+  const float inv_dim = 1.0f / static_cast<float>(a.dim);
+  float mean = 0.0f;
+  if (!a.rms) {
+    float s = 0.0f;
+    for (int c = lane; c < a.dim; c += 32) s += x[c];
+    mean = warp_sum(s) * inv_dim;
+  }
+  float ss = 0.0f;
+  for (int c = lane; c < a.dim; c += 32) {
+    const float d = x[c] - mean;
+    ss = fmaf(d, d, ss);
+  }
+  const float var = warp_sum(ss) * inv_dim;
+  const float rstd = 1.0f / sqrtf(var + a.eps);
+  // Every lane has read all its inputs above (the shuffles order the warp), and each lane rewrites only
+  // the channels it reads: y may equal x.
+  for (int c = lane; c < a.dim; c += 32) {
+    float v = (x[c] - mean) * rstd * a.weight[c];
+    if (a.bias) v += a.bias[c];
+    y[c] = v;
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* dst, std::size_t n, T value) {
+  for (std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<std::size_t>(gridDim.x) * blockDim.x)
+    dst[i] = value;
+}
+
+template <class T>
+void fill_impl(T* dst, std::size_t n, T value, cudaStream_t stream) {
+  if (n == 0) return;
+  const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096));
+  fill_kernel<T><<<blocks, 256, 0, stream>>>(dst, n, value);
+  check_launch("fill_kernel");
+}
+
+}  // namespace
+
+void norm(const NormArgs& a, cudaStream_t stream) {
+  if (a.rows <= 0) return;
+  if (a.dim < 1) throw std::invalid_argument("cuda::norm: dim must be >= 1");
+  constexpr index_t rows_per_block = kNormThreads / 32;
+  const index_t blocks = (a.rows + rows_per_block - 1) / rows_per_block;
+  norm_kernel<<<static_cast<unsigned>(blocks), kNormThreads, 0, stream>>>(a);
+  check_launch("norm_kernel");
+}
+
+void fill(std::int32_t* dst, std::size_t n, std::int32_t value, cudaStream_t stream) { fill_impl(dst, n, value, stream); }
+void fill(float* dst, std::size_t n, float value, cudaStream_t stream) { fill_impl(dst, n, value, stream); }
+
+}  // namespace surrogate::kernels::cuda

@@ -1,0 +1,350 @@
+// CUDA compute kernels (CUDA builds only; needs the CUDA toolkit's include directory): RAII device memory,
+// streams and events, a guard for the caller's current device, and host-callable launchers of the FLARE
+// kernels. Every launcher enqueues on the given stream and returns at once; errors of the CUDA runtime
+// become kernels::cuda::CudaError (a std::runtime_error naming the call), never an exit.
+//
+// Layout conventions (device buffers, row-major, one point per row):
+//  * a row stride (`ld*`) is any value >= the row's width; no padding columns are required or written;
+//  * a point's result never depends on the other rows of a launch (which block, which rank): the same
+//    arithmetic, in the same order, is applied to every row. The reproducible mode relies on this.
+//  * FLARE heads: a row of keys or values holds C = H E channels, head h at columns [h E, h E + E).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"  // index_t, Activation, ExactScale, kNoExponent
+
+namespace surrogate::kernels::cuda {
+
+// ---------------------------------------------------------------------------------------------------
+// Errors, devices
+
+/// A failed CUDA runtime call: what() is "<call>: <error name>: <error string>".
+class CudaError : public std::runtime_error {
+ public:
+  CudaError(cudaError_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  cudaError_t code() const noexcept { return code_; }
+
+ private:
+  cudaError_t code_;
+};
+
+/// Throws CudaError naming `call` unless code is cudaSuccess.
+void check(cudaError_t code, const char* call);
+/// Checks the launch of the kernels just enqueued (cudaGetLastError).
+void check_launch(const char* kernel);
+
+/// The number of visible CUDA devices; 0 when there is none or no usable driver, with the runtime's
+/// reason in *why (e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver: CUDA driver version is
+/// insufficient for CUDA runtime version"). Never throws; clears the runtime's error state.
+int device_count(std::string* why = nullptr) noexcept;
+
+/// Makes `device` current for the guard's lifetime and restores the caller's current device afterwards.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  int device_ = -1;
+};
+
+// ---------------------------------------------------------------------------------------------------
+// Memory, streams, events
+
+void* device_alloc(std::size_t bytes, int device);        // cudaMalloc on `device`; throws CudaError
+void device_free(void* p, int device) noexcept;           // cudaFree on `device` (restores the current one)
+void* pinned_alloc(std::size_t bytes);                    // cudaMallocHost; throws CudaError
+void pinned_free(void* p) noexcept;
+
+/// Owning device memory of `count` T on one device. Contents are uninitialised.
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(std::size_t count, int device) { resize(count, device); }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept { swap(o); }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    DeviceBuffer(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~DeviceBuffer() { device_free(data_, device_); }
+
+  /// Reallocates only when the capacity grows or the device changes; contents are not preserved.
+  void resize(std::size_t count, int device) {
+    if (count <= count_ && device == device_ && data_) return;
+    DeviceBuffer fresh;
+    fresh.data_ = static_cast<T*>(device_alloc(std::max<std::size_t>(count, 1) * sizeof(T), device));
+    fresh.count_ = count;
+    fresh.device_ = device;
+    swap(fresh);
+  }
+  void swap(DeviceBuffer& o) noexcept {
+    std::swap(data_, o.data_);
+    std::swap(count_, o.count_);
+    std::swap(device_, o.device_);
+  }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  std::size_t bytes() const noexcept { return count_ * sizeof(T); }
+  int device() const noexcept { return device_; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+  int device_ = -1;
+};
+
+/// Page-locked host memory (fast, asynchronous copies).
+template <class T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  ~PinnedBuffer() { pinned_free(data_); }
+  void resize(std::size_t count) {
+    if (count <= count_ && data_) return;
+    void* fresh = pinned_alloc(std::max<std::size_t>(count, 1) * sizeof(T));
+    pinned_free(data_);
+    data_ = static_cast<T*>(fresh);
+    count_ = count;
+  }
+  T* data() noexcept { return data_; }
+  const T* data() const noexcept { return data_; }
+  std::size_t size() const noexcept { return count_; }
+  T& operator[](std::size_t i) noexcept { return data_[i]; }
+
+ private:
+  T* data_ = nullptr;
+  std::size_t count_ = 0;
+};
+
+/// A non-blocking stream on one device (created with that device current; the caller's is restored).
+class Stream {
+ public:
+  Stream() = default;
+  explicit Stream(int device);
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  Stream(Stream&& o) noexcept { swap(o); }
+  Stream& operator=(Stream&& o) noexcept {
+    Stream(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Stream();
+  void swap(Stream& o) noexcept {
+    std::swap(stream_, o.stream_);
+    std::swap(device_, o.device_);
+  }
+  cudaStream_t get() const noexcept { return stream_; }
+  int device() const noexcept { return device_; }
+  /// cudaStreamSynchronize; throws CudaError (errors of earlier asynchronous work surface here).
+  void synchronize() const;
+
+ private:
+  cudaStream_t stream_ = nullptr;
+  int device_ = -1;
+};
+
+/// A timing event on one device.
+class Event {
+ public:
+  Event() = default;
+  explicit Event(int device);
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  Event(Event&& o) noexcept { swap(o); }
+  Event& operator=(Event&& o) noexcept {
+    Event(std::move(o)).swap(*this);
+    return *this;
+  }
+  ~Event();
+  void swap(Event& o) noexcept {
+    std::swap(event_, o.event_);
+    std::swap(device_, o.device_);
+  }
+  void record(cudaStream_t stream);
+  /// Milliseconds from `start` to this event (both recorded and complete).
+  float elapsed_ms_since(const Event& start) const;
+  cudaEvent_t get() const noexcept { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  int device_ = -1;
+};
+
+/// Asynchronous copies (count elements) on `stream`.
+void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+void copy_on_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
+void zero(void* dst, std::size_t bytes, cudaStream_t stream);
+/// Fills n values.
+void fill(std::int32_t* dst, std::size_t n, std::int32_t value, cudaStream_t stream);
+void fill(float* dst, std::size_t n, float value, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
+// LayerNorm / RMSNorm, one warp per row. y may equal x.
+
+struct NormArgs {
+  const float* x = nullptr;
+  index_t ldx = 0;
+  float* y = nullptr;
+  index_t ldy = 0;
+  index_t rows = 0;
+  int dim = 0;
+  const float* weight = nullptr;  // dim values
+  const float* bias = nullptr;    // dim values, or nullptr (LayerNorm without bias; RMSNorm)
+  float eps = 1e-5f;
+  bool rms = false;
+};
+void norm(const NormArgs& a, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
+// Fused residual MLP: a thread block takes kMlpRows rows through every layer, the activations staying in
+// shared memory between the layers and each layer's weights staged in shared memory 64 output columns
+// at a time. Every width (in, out) must be <= kMaxMlpWidth.
+//
+// Layer l computes  h_{l+1} = act_l(h_l W_l^T + b_l) [+ h_l if add_input_l]; the last layer writes
+// y = h_L [+ extra] to global memory.
+
+inline constexpr int kMaxMlpWidth = 256;
+inline constexpr int kMlpRows = 64;
+
+/// Row stride of a packed weight: round_up(out, 64).
+int mlp_weight_ld(int out);
+/// Appends the packed form of a torch.nn.Linear (weight (out, in) row-major, bias (out) or nullptr):
+/// W^T as [round_up(in, 4)][mlp_weight_ld(out)] to `weight_t`, the bias as [mlp_weight_ld(out)] to `bias`,
+/// zero padded.
+void pack_mlp_linear(const float* weight, const float* bias, int out, int in, std::vector<float>& weight_t,
+                     std::vector<float>& bias_out);
+
+struct MlpLayer {                   // lives in device memory (an array of them per MLP)
+  const float* weight_t = nullptr;  // device, packed by pack_mlp_linear
+  const float* bias = nullptr;      // device, packed
+  int in = 0, out = 0, ld = 0;      // ld = mlp_weight_ld(out)
+  Activation act = Activation::none;
+  bool add_input = false;           // requires in == out
+};
+
+struct MlpArgs {
+  const MlpLayer* layers = nullptr;  // DEVICE array of num_layers descriptors
+  int num_layers = 0;
+  int max_width = 0;                 // max over the layers of in and out
+  const float* x = nullptr;          // rows x layers[0].in, must not alias y
+  index_t ldx = 0;
+  float* y = nullptr;                // rows x layers[last].out
+  index_t ldy = 0;
+  index_t rows = 0;
+  const float* extra = nullptr;      // added to the output; may alias y (in-place residual)
+  index_t ld_extra = 0;
+};
+/// Throws std::invalid_argument for widths above kMaxMlpWidth.
+void mlp(const MlpArgs& a, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
+// Latent (FLARE) attention. q: the latent queries of every head, [H][M][E] (normalised, times the
+// attention scale). Points are processed in chunks (encode) or tiles (decode) that never straddle two
+// samples; `segment` indexes the caller's local segments, whose sample index is `SegmentInfo::sample`.
+//
+// Default encode (partition-independent terms, double sums, exactly as the CPU's LatentEncodeArgs): for
+// each (chunk, head, latent) and each of the chunk's `slices` point slices, a partial
+//   ref = max_n k_n,   sum = sum_n 2^(l_n log2 e - ref),   acc[e] = sum_n 2^(l_n log2 e - ref) v_ne,
+// with k_n = round(l_n log2 e); each term is a float whose bits depend only on l_n, the sums are double.
+// The merge moves the partials of a segment to their largest exponent (exact power-of-two scalings) and
+// adds them in a fixed order; ranks merge the same way (rescale, then sum).
+
+inline constexpr int kMaxHeadDim = 64;
+
+struct LatentChunk {
+  index_t begin = 0;  // first row
+  int rows = 0;
+  int segment = 0;    // local segment
+};
+/// Appends the chunks of rows [begin, end) of one segment, at most `chunk_rows` rows each.
+void append_chunks(index_t begin, index_t end, int segment, int chunk_rows, std::vector<LatentChunk>& chunks);
+
+/// How the encode kernels cover the latents: grid.z = groups, `latents` latents per block, `slices`
+/// threads per latent (point slices), threads = latents * slices <= 256.
+struct EncodeShape {
+  int groups = 1, latents = 1, slices = 1, threads = 1;
+};
+EncodeShape encode_shape(int M);
+
+struct LatentProblem {
+  const float* q = nullptr;  // device [H][M][E]
+  int H = 0, M = 0, E = 0;
+  const float* k = nullptr;  // device, rows of H E channels
+  const float* v = nullptr;
+  index_t ld = 0;            // row stride of k and v
+  const LatentChunk* chunks = nullptr;  // device
+  int num_chunks = 0;
+};
+
+struct SegmentInfo {
+  const int* chunk_begin = nullptr;  // device [segments + 1]: the chunks of segment s are [begin[s], begin[s+1])
+  const index_t* sample = nullptr;   // device [segments]: global sample of each local segment
+  int segments = 0;
+};
+
+/// Partial sums: part_ref [num_chunks * slices][H][M], part_acc the same x (E + 1) (sum, then acc[e]).
+void latent_encode_partials(const LatentProblem& p, std::int32_t* part_ref, double* part_acc, cudaStream_t stream);
+/// Merges the partials of every local segment into ref/acc at the segment's *sample* index
+/// ([B][H][M] and [B][H][M][E + 1]); entries of other samples are not touched.
+void latent_encode_merge(const LatentProblem& p, const std::int32_t* part_ref, const double* part_acc,
+                         const SegmentInfo& seg, std::int32_t* ref, double* acc, cudaStream_t stream);
+/// acc[i] *= 2^(local_ref[i] - global_ref[i]) for the `entries` (sample, head, latent) entries that have
+/// local terms (local_ref != kNoExponent); exact.
+void latent_encode_rescale(const std::int32_t* local_ref, const std::int32_t* global_ref, double* acc,
+                           index_t entries, int E, cudaStream_t stream);
+/// z[s][h][m][e] = acc[sample(s)][h][m][1 + e] / acc[sample(s)][h][m][0] for the local segments.
+void latent_encode_finalize(const double* acc, const SegmentInfo& seg, int H, int M, int E, float* z,
+                            cudaStream_t stream);
+
+// Reproducible encode (RunOptions::reproducible), as the CPU's LatentMaxArgs / LatentExactArgs:
+/// Pass 1: part_max [num_chunks * slices][H][M] = max logit; part_vmax [num_chunks][H] = max |v|.
+void latent_max_partials(const LatentProblem& p, float* part_max, float* part_vmax, cudaStream_t stream);
+/// max_out[sample][h][m] and vmax_out[sample][h] of the local segments (other samples not touched).
+void latent_max_merge(const LatentProblem& p, const float* part_max, const float* part_vmax, const SegmentInfo& seg,
+                      float* max_out, float* vmax_out, cudaStream_t stream);
+/// Pass 2: with p = exp(l - max[sample][h][m]), adds the fixed-point images of p (scale sum_scale[s]) and
+/// p v_e (scale value_scale[s][h]) to acc[sample][h][m][c][{hi, lo}] (c = 0 the sum, 1 + e the values)
+/// with 64-bit atomic additions (exact, so the order does not matter).
+void latent_encode_exact(const LatentProblem& p, const float* max, const SegmentInfo& seg,
+                         const ExactScale* sum_scale, const ExactScale* value_scale, std::int64_t* acc,
+                         cudaStream_t stream);
+/// z[s][h][m][e] from the exact sums of sample(s).
+void latent_exact_finalize(const std::int64_t* acc, const SegmentInfo& seg, const ExactScale* sum_scale,
+                           const ExactScale* value_scale, int H, int M, int E, float* z, cudaStream_t stream);
+
+/// Decode: y_n[h] = sum_m softmax_m(q_m . k_n) z[segment][h][m] for every row of every tile (tiles of at
+/// most kDecodeRows rows, inside one segment), all heads.
+inline constexpr int kDecodeRows = 256;
+struct LatentDecodeArgs {
+  const float* q = nullptr;  // [H][M][E]
+  const float* z = nullptr;  // [segments][H][M][E]
+  int H = 0, M = 0, E = 0;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  float* y = nullptr;
+  index_t ldy = 0;
+  const LatentChunk* tiles = nullptr;  // device
+  int num_tiles = 0;
+};
+void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream);
+
+}  // namespace surrogate::kernels::cuda
