@@ -1,0 +1,4 @@
+# The CUDA forward of FLARE (SURROGATE_HAVE_CUDA), replacing flare_device_stub.cpp. Host code only (the
+# kernels are in surrogate::kernels); links the CUDA runtime, never the driver library (toolchain.md G4).
+target_sources(surrogate_core PRIVATE src/flare/flare_cuda.cpp)
+target_link_libraries(surrogate_core PRIVATE CUDA::cudart)
