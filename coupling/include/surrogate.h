@@ -41,7 +41,7 @@ enum {
 typedef struct surrogate_handle_s* surrogate_t;
 
 typedef struct {
-  const char* device; /* "cpu" (default) */
+  const char* device; /* "cpu" (default), "cuda" (node-local rank's GPU) or "cuda:N" (CUDA builds) */
   int threads;        /* OpenMP threads per rank; 0 = OMP_NUM_THREADS (default) */
   int reproducible;   /* 1: bitwise-identical results for any rank count, partition and thread count */
 } surrogate_options;
@@ -72,7 +72,9 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
                              const int64_t* sample_ids);
 
 /* COLLECTIVE. in: in_channels values per local point, out: out_channels values per local point, both
- * strided, in physical units, in the order given to set_points. */
+ * strided, in physical units, in the order given to set_points. Host memory; when the handle's device is
+ * "cuda" or "cuda:N" either array may also be CUDA device memory (told apart with
+ * cudaPointerGetAttributes; non-negative strides), which is staged through host memory. */
 int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,
                           double* out, int64_t out_point_stride, int64_t out_channel_stride);
 int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,

@@ -10,4 +10,14 @@ int select_device(const std::string& device, const MpiComm&) {
   throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
 }
 
+bool is_device_pointer(const void*) noexcept { return false; }
+
+void copy_device_to_host(void*, const void*, std::size_t) {
+  throw Error(ErrorCode::unsupported, "device memory given, but this build of surrogate has no CUDA backend");
+}
+
+void copy_host_to_device(void*, const void*, std::size_t) {
+  throw Error(ErrorCode::unsupported, "device memory given, but this build of surrogate has no CUDA backend");
+}
+
 }  // namespace surrogate::detail

@@ -65,4 +65,38 @@ int select_device(const std::string& device, const MpiComm& comm) {
   return requested >= 0 ? requested : local_rank % count;
 }
 
+namespace {
+/// The device that owns `p` when it is device memory, else -1 (clears the runtime's error state).
+int owning_device(const void* p) noexcept {
+  if (!p) return -1;
+  cudaPointerAttributes attributes{};
+  const cudaError_t code = cudaPointerGetAttributes(&attributes, p);
+  (void)cudaGetLastError();
+  return code == cudaSuccess && attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
+}
+
+void copy(void* dst, const void* src, std::size_t bytes, const void* device_side, const char* what) {
+  if (bytes == 0) return;
+  const int device = owning_device(device_side);
+  if (device < 0) throw Error(ErrorCode::invalid_argument, std::string(what) + ": not a CUDA device pointer");
+  try {
+    kernels::cuda::DeviceGuard guard(device);
+    kernels::cuda::check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), what);
+  } catch (const kernels::cuda::CudaError& e) {
+    throw Error(e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory : ErrorCode::internal,
+                "CUDA device " + std::to_string(device) + ": " + e.what());
+  }
+}
+}  // namespace
+
+bool is_device_pointer(const void* p) noexcept { return owning_device(p) >= 0; }
+
+void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
+  copy(host, device, bytes, device, "cudaMemcpy(device to host)");
+}
+
+void copy_host_to_device(void* device, const void* host, std::size_t bytes) {
+  copy(device, host, bytes, device, "cudaMemcpy(host to device)");
+}
+
 }  // namespace surrogate::detail

@@ -90,20 +90,53 @@ void Surrogate::set_points(std::int64_t n_local, int dim, Strided<const Real> co
   s.has_points = true;
 }
 
+namespace {
+/// Elements spanned by a strided array of n points x components (non-negative strides), or -1.
+std::int64_t strided_extent(std::int64_t n, int components, std::int64_t point_stride, std::int64_t component_stride) {
+  if (n <= 0 || components <= 0) return 0;
+  if (point_stride < 0 || component_stride < 0) return -1;
+  return (n - 1) * point_stride + static_cast<std::int64_t>(components - 1) * component_stride + 1;
+}
+}  // namespace
+
 template <class Real>
 void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   State& s = *state_;
   const std::int64_t n = s.layout.local_points();
   const int cin = s.model->in_channels(), cout = s.model->out_channels();
+  // With a CUDA device selected, either array may be device memory: it is staged through host memory
+  // (the strided span of the array, one copy each way).
+  std::vector<Real> in_stage, out_stage;
+  const Real* in_data = in.data;
+  Real* out_data = out.data;
+  bool out_on_device = false;
   collectively(s.comm, [&] {
     if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
     if (n > 0 && (!in.data || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
     s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
     s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
+    if (s.cuda_device < 0 || n == 0) return;
+    const bool in_on_device = detail::is_device_pointer(in.data);
+    out_on_device = detail::is_device_pointer(out.data);
+    if (!in_on_device && !out_on_device) return;
+    const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
+    const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
+    if ((in_on_device && in_extent < 0) || (out_on_device && out_extent < 0))
+      throw Error(ErrorCode::invalid_argument, "predict: device arrays need non-negative strides");
+    if (in_on_device) {
+      in_stage.resize(static_cast<std::size_t>(in_extent));
+      detail::copy_device_to_host(in_stage.data(), in.data, in_stage.size() * sizeof(Real));
+      in_data = in_stage.data();
+    }
+    if (out_on_device) {  // elements between the strides are the caller's: copied back unchanged
+      out_stage.resize(static_cast<std::size_t>(out_extent));
+      detail::copy_device_to_host(out_stage.data(), out.data, out_stage.size() * sizeof(Real));
+      out_data = out_stage.data();
+    }
   });
   for (std::int64_t i = 0; i < n; ++i)
     for (int c = 0; c < cin; ++c)
-      s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in.data[i * in.point_stride + c * in.component_stride]);
+      s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
   RunOptions run;
   run.threads = s.options.threads;
   run.reproducible = s.options.reproducible;
@@ -114,7 +147,9 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   ++s.predictions;
   for (std::int64_t i = 0; i < n; ++i)
     for (int c = 0; c < cout; ++c)
-      out.data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(s.out_buffer[static_cast<std::size_t>(i * cout + c)]);
+      out_data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(s.out_buffer[static_cast<std::size_t>(i * cout + c)]);
+  if (out_on_device)
+    collectively(s.comm, [&] { detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real)); });
 }
 
 template void Surrogate::set_points<float>(std::int64_t, int, Strided<const float>, const std::int64_t*, const std::int64_t*);

@@ -73,6 +73,8 @@ class Surrogate {
 
   /// Collective. Reads in_channels() input values per local point and writes out_channels() outputs, in
   /// physical units, in the order of set_points. Inputs with NaN/Inf are an error on every rank.
+  /// With a CUDA device selected, either array may be CUDA device memory (non-negative strides); it is
+  /// staged through host memory (share/docs/cuda.md).
   template <class Real>
   void predict(Strided<const Real> in, Strided<Real> out);
 
