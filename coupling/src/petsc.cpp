@@ -39,13 +39,11 @@ std::unordered_map<surrogate_t, HandleInfo>& table() {
   return t;
 }
 
-// Copies of the entry's fields (the map may rehash while another thread inserts).
-bool lookup(surrogate_t s, HandleInfo& info) {
+// The communicator a handle was created on by SurrogateCreateFromOptions (MPI_COMM_NULL: unknown).
+MPI_Comm creation_comm(surrogate_t s) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
   const auto it = table().find(s);
-  if (it == table().end()) return false;
-  info = it->second;
-  return true;
+  return it == table().end() ? MPI_COMM_NULL : it->second.comm;
 }
 
 // Inserts or updates an entry; false if memory ran out.
@@ -229,8 +227,8 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
 PetscErrorCode SurrogateDestroy(surrogate_t* surrogate) {
   PetscFunctionBegin;
   if (!surrogate || !*surrogate) PetscFunctionReturn(0);
-  HandleInfo info;
-  const MPI_Comm comm = lookup(*surrogate, info) && info.comm != MPI_COMM_NULL ? info.comm : PETSC_COMM_SELF;
+  const MPI_Comm created_on = creation_comm(*surrogate);
+  const MPI_Comm comm = created_on != MPI_COMM_NULL ? created_on : PETSC_COMM_SELF;
   forget(*surrogate);
   PetscCall(check_status(comm, surrogate_close(surrogate)));
   PetscFunctionReturn(0);

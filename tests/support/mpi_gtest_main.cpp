@@ -4,22 +4,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <cstdio>
-
-namespace {
-class RankFailurePrinter : public testing::EmptyTestEventListener {
- public:
-  explicit RankFailurePrinter(int rank) : rank_(rank) {}
-  void OnTestPartResult(const testing::TestPartResult& result) override {
-    if (result.failed())
-      std::fprintf(stderr, "[rank %d] FAILURE at %s:%d\n%s\n", rank_, result.file_name() ? result.file_name() : "?",
-                   result.line_number(), result.summary());
-  }
-
- private:
-  int rank_;
-};
-}  // namespace
+#include "rank_reporting.hpp"
 
 int main(int argc, char** argv) {
   int provided = 0;
@@ -27,11 +12,7 @@ int main(int argc, char** argv) {
   testing::InitGoogleTest(&argc, argv);
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  if (rank != 0) {
-    auto& listeners = testing::UnitTest::GetInstance()->listeners();
-    delete listeners.Release(listeners.default_result_printer());
-    listeners.Append(new RankFailurePrinter(rank));
-  }
+  surrogate::test::report_failures_only_off_root(rank);
   int rc = RUN_ALL_TESTS();
   MPI_Allreduce(MPI_IN_PLACE, &rc, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
   MPI_Finalize();

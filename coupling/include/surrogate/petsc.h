@@ -45,7 +45,8 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
 PETSC_EXTERN PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], surrogate_t* surrogate);
 
 /* COLLECTIVE. Closes the handle (NULL or *surrogate == NULL: nothing to do) and sets it to NULL. Use it
- * rather than surrogate_close() for handles passed to the functions of this header. */
+ * rather than surrogate_close() for handles from SurrogateCreateFromOptions (it also forgets their
+ * -surrogate_vtk directory); it closes handles from surrogate_open too. */
 PETSC_EXTERN PetscErrorCode SurrogateDestroy(surrogate_t* surrogate);
 
 /* Not collective. The -surrogate_vtk directory given to SurrogateCreateFromOptions, or NULL when the option
@@ -59,8 +60,9 @@ PETSC_EXTERN PetscErrorCode SurrogateSetPointsVec(surrogate_t surrogate, Vec coo
 
 /* COLLECTIVE. Interlaced layout: in has block size in_channels and local size n_local * in_channels
  * (point-major: the channels of point i are entries i * in_channels + c); out has block size
- * out_channels and local size n_local * out_channels. Physical units, in the order of SurrogateSetPointsVec.
- * in and out must be different Vecs. */
+ * out_channels and local size n_local * out_channels. n_local is the rank's point count given to
+ * SurrogateSetPointsVec (or surrogate_set_points_*); physical units, in the order of the points. in and
+ * out must be different Vecs. */
 PETSC_EXTERN PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out);
 
 /* COLLECTIVE. One Vec per channel: nin == in_channels Vecs in[c] and nout == out_channels Vecs out[c],
