@@ -1,0 +1,269 @@
+// Whole FLARE models on a CUDA device (RunOptions::cuda_device = 0), one process: every golden case
+// against the official float64 reference (the tolerance rule of tests/golden: a small multiple of the
+// official model's own float32 error) and against the CPU result, default and reproducible modes;
+// random models with awkward shapes against the CPU; determinism and point-order independence.
+// Every test SKIPS when no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "golden.hpp"
+#include "gpu_test.hpp"
+#include "random_models.hpp"
+#include "surrogate/flare.hpp"
+#include "surrogate/model.hpp"
+
+namespace st = surrogate::testing;
+using surrogate::FlareConfig;
+using surrogate::RunOptions;
+
+namespace {
+
+constexpr double kTolerance = 4.0;  // x float32_error, as tests/golden
+
+RunOptions on_gpu(bool reproducible) {
+  RunOptions o;
+  o.cuda_device = 0;
+  o.reproducible = reproducible;
+  return o;
+}
+
+RunOptions on_cpu(bool reproducible) {
+  RunOptions o;
+  o.threads = 1;
+  o.reproducible = reproducible;
+  return o;
+}
+
+std::vector<float> predict(surrogate::Model& model, const std::vector<float>& features,
+                           const std::vector<std::int64_t>& ids, const RunOptions& options) {
+  surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(ids.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, ids.data());
+  std::vector<float> out(static_cast<std::size_t>(n) * model.out_channels(), -1.0f);
+  model.predict(comm, layout, features.data(), model.in_channels(), out.data(), model.out_channels(), options);
+  return out;
+}
+
+/// max |a - b| / max |b|
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < b.size(); ++i) {
+    num = std::max(num, std::abs(double(a[i]) - double(b[i])));
+    den = std::max(den, std::abs(double(b[i])));
+  }
+  return num / den;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0;
+  for (double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+class FlareGoldenGpu : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_P(FlareGoldenGpu, MatchesTheOfficialModelAndTheCpu) {
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  for (bool reproducible : {false, true}) {
+    const auto gpu = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
+    const double err = st::relative_max_error(gpu, c.reference);
+    EXPECT_LE(err, kTolerance * c.float32_error) << c.name << (reproducible ? " reproducible" : " default")
+                                                 << ": error " << err << ", official float32 error " << c.float32_error;
+    const auto cpu = predict(*model, c.features, c.sample_ids, on_cpu(reproducible));
+    double worst = 0;
+    for (std::size_t i = 0; i < cpu.size(); ++i) worst = std::max(worst, std::abs(double(gpu[i]) - double(cpu[i])));
+    EXPECT_LE(worst / max_abs(c.reference), kTolerance * c.float32_error)
+        << c.name << (reproducible ? " reproducible" : " default") << ": GPU vs CPU " << worst / max_abs(c.reference);
+  }
+}
+
+TEST_P(FlareGoldenGpu, RepeatedPredictionsAreBitwiseIdentical) {
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  for (bool reproducible : {false, true}) {
+    const auto first = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
+    const auto second = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
+    EXPECT_EQ(first, second) << c.name << (reproducible ? " reproducible" : " default");
+  }
+}
+
+TEST_P(FlareGoldenGpu, ReproducibleModeDoesNotDependOnThePointOrder) {
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  std::vector<std::size_t> perm(c.sample_ids.size());
+  std::iota(perm.begin(), perm.end(), 0);
+  std::shuffle(perm.begin(), perm.end(), std::mt19937(99));
+  std::vector<float> features;
+  std::vector<std::int64_t> ids;
+  for (std::size_t p : perm) {
+    ids.push_back(c.sample_ids[p]);
+    for (int j = 0; j < c.in_dim; ++j) features.push_back(c.features[p * c.in_dim + j]);
+  }
+  for (bool reproducible : {false, true}) {
+    const auto ordered = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
+    const auto shuffled = predict(*model, features, ids, on_gpu(reproducible));
+    double worst = 0, scale = 0;
+    bool identical = true;
+    for (std::size_t i = 0; i < perm.size(); ++i)
+      for (int j = 0; j < c.out_dim; ++j) {
+        const float a = shuffled[i * c.out_dim + j], b = ordered[perm[i] * c.out_dim + j];
+        identical = identical && a == b;
+        worst = std::max(worst, std::abs(double(a) - double(b)));
+        scale = std::max(scale, std::abs(double(b)));
+      }
+    if (reproducible) EXPECT_TRUE(identical) << c.name << ": reproducible mode depends on the point order";
+    else EXPECT_LE(worst / scale, 1e-6) << c.name;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Cases, FlareGoldenGpu, ::testing::ValuesIn(st::golden_case_names()),
+                         [](const auto& param_info) { return param_info.param; });
+
+// ---------------------------------------------------------------------------------------------------
+// Random models: shapes the golden cases do not reach (head widths 3, 32, 64, 16; M = 1 and 300, two
+// latent groups; MLP widths up to 256; single-Linear MLPs; several samples of very different sizes).
+
+struct RandomCase {
+  std::string name;
+  FlareConfig cfg;
+};
+
+std::vector<RandomCase> random_cases() {
+  std::vector<RandomCase> cases;
+  {
+    FlareConfig c;
+    c.in_dim = 5, c.out_dim = 3, c.channel_dim = 12, c.num_heads = 4, c.num_latents = 1, c.num_blocks = 2;
+    c.act = FlareConfig::Activation::silu;
+    c.rmsnorm = true, c.qk_norm = true, c.out_proj_norm = false;
+    c.attn_scale = 1.0 / std::sqrt(3.0);
+    c.num_layers_in_out_proj = -1, c.in_proj_hidden_dim = 20, c.out_proj_hidden_dim = 20;
+    c.num_layers_k_proj = 1, c.k_proj_hidden_dim = 20;
+    c.num_layers_v_proj = 0, c.v_proj_hidden_dim = 7;
+    c.num_layers_ffn = -1, c.ffn_hidden_dim = 9;
+    cases.push_back({"heads_of_3_one_latent", c});
+  }
+  {
+    FlareConfig c;
+    c.in_dim = 2, c.out_dim = 1, c.channel_dim = 64, c.num_heads = 2, c.num_latents = 300, c.num_blocks = 1;
+    c.in_proj_hidden_dim = c.out_proj_hidden_dim = c.k_proj_hidden_dim = c.v_proj_hidden_dim = c.ffn_hidden_dim = 256;
+    c.num_layers_k_proj = c.num_layers_v_proj = c.num_layers_ffn = 2;
+    cases.push_back({"wide_mlps_300_latents", c});
+  }
+  {
+    FlareConfig c;
+    c.in_dim = 3, c.out_dim = 2, c.channel_dim = 64, c.num_heads = 1, c.num_latents = 20, c.num_blocks = 2;
+    c.qk_norm = true;
+    c.attn_scale = 0.125;
+    cases.push_back({"one_head_of_64", c});
+  }
+  {
+    FlareConfig c;
+    c.in_dim = 2, c.out_dim = 2, c.channel_dim = 128, c.num_heads = 8, c.num_latents = 64, c.num_blocks = 1;
+    c.in_proj_hidden_dim = c.out_proj_hidden_dim = c.k_proj_hidden_dim = c.v_proj_hidden_dim = c.ffn_hidden_dim = 130;
+    cases.push_back({"heads_of_16_hidden_130", c});
+  }
+  return cases;
+}
+
+void random_points(const std::vector<int>& sizes, int in_dim, std::vector<float>& features,
+                   std::vector<std::int64_t>& ids) {
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> dist(0.0f, 1.0f);
+  for (std::size_t s = 0; s < sizes.size(); ++s)
+    for (int i = 0; i < sizes[s]; ++i) {
+      ids.push_back(static_cast<std::int64_t>(s));
+      for (int j = 0; j < in_dim; ++j) features.push_back(dist(gen));
+    }
+}
+
+class FlareGpu : public ::testing::Test {
+ protected:
+  void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
+};
+
+TEST_F(FlareGpu, RandomModelsWithAwkwardShapesMatchTheCpu) {
+  for (const RandomCase& rc : random_cases()) {
+    const auto model = surrogate::make_model(st::random_flare_file(rc.cfg, 11));
+    std::vector<float> features;
+    std::vector<std::int64_t> ids;
+    random_points({1, 700, 2500}, rc.cfg.in_dim, features, ids);
+    for (bool reproducible : {false, true}) {
+      const auto gpu = predict(*model, features, ids, on_gpu(reproducible));
+      const auto cpu = predict(*model, features, ids, on_cpu(reproducible));
+      EXPECT_LE(relative_difference(gpu, cpu), 1e-4) << rc.name << (reproducible ? " reproducible" : " default");
+    }
+  }
+}
+
+TEST_F(FlareGpu, LargeSampleSpreadOverManyBlocksMatchesTheCpu) {
+  const FlareConfig cfg = st::elasticity_config();
+  const auto model = surrogate::make_model(st::random_flare_file(cfg, 12));
+  std::vector<float> features;
+  std::vector<std::int64_t> ids;
+  random_points({70000}, cfg.in_dim, features, ids);
+  for (bool reproducible : {false, true}) {
+    const auto gpu = predict(*model, features, ids, on_gpu(reproducible));
+    const auto cpu = predict(*model, features, ids, on_cpu(reproducible));
+    EXPECT_LE(relative_difference(gpu, cpu), 1e-4) << (reproducible ? "reproducible" : "default");
+  }
+}
+
+TEST_F(FlareGpu, UnsupportedShapesAreRefusedClearly) {
+  FlareConfig cfg = st::elasticity_config();
+  cfg.ffn_hidden_dim = 300;
+  const auto model = surrogate::make_model(st::random_flare_file(cfg, 13));
+  std::vector<float> features;
+  std::vector<std::int64_t> ids;
+  random_points({10}, cfg.in_dim, features, ids);
+  try {
+    predict(*model, features, ids, on_gpu(false));
+    FAIL() << "an MLP width of 300 was accepted on the GPU";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ffn_hidden_dim 300 > 256"), std::string::npos) << e.what();
+  }
+  // the CPU still runs it
+  EXPECT_NO_THROW(predict(*model, features, ids, on_cpu(false)));
+}
+
+TEST_F(FlareGpu, AMissingDeviceIsRefusedClearly) {
+  const int count = surrogate::kernels::cuda::device_count();
+  const auto model = surrogate::make_model(st::random_flare_file(st::elasticity_config(), 14));
+  std::vector<float> features;
+  std::vector<std::int64_t> ids;
+  random_points({10}, 2, features, ids);
+  RunOptions o;
+  o.cuda_device = count;
+  try {
+    predict(*model, features, ids, o);
+    FAIL() << "device " << count << " was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("device(s) are visible"), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(FlareGpu, TheCallersCurrentDeviceIsRestored) {
+  const int count = surrogate::kernels::cuda::device_count();
+  ASSERT_EQ(cudaSetDevice(count - 1), cudaSuccess);
+  const auto model = surrogate::make_model(st::random_flare_file(st::elasticity_config(), 15));
+  std::vector<float> features;
+  std::vector<std::int64_t> ids;
+  random_points({100}, 2, features, ids);
+  predict(*model, features, ids, on_gpu(false));
+  predict(*model, features, ids, on_gpu(true));
+  int current = -1;
+  ASSERT_EQ(cudaGetDevice(&current), cudaSuccess);
+  EXPECT_EQ(current, count - 1);
+  ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
+}
+
+}  // namespace

@@ -1,0 +1,573 @@
+// The CUDA kernels against the CPU kernels (surrogate/kernels/cpu.hpp) on random data with awkward sizes:
+// norms, the fused residual MLP, the latent encode (default and reproducible) and decode; plus the
+// properties the distributed forward relies on: a row's result does not depend on its block, and the
+// encode sums do not depend on how the points are split into chunks (bitwise in reproducible mode).
+// Every test SKIPS when no CUDA device is visible.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace k = surrogate::kernels;
+namespace cu = surrogate::kernels::cuda;
+using surrogate::testing::to_device;
+using surrogate::testing::to_host;
+
+namespace {
+
+std::vector<float> random_vector(std::size_t n, float scale, std::mt19937& gen) {
+  std::normal_distribution<float> dist(0.0f, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = dist(gen);
+  return v;
+}
+
+class GpuKernels : public ::testing::Test {
+ protected:
+  void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
+};
+
+// ---------------------------------------------------------------------------------------------------
+TEST_F(GpuKernels, NormMatchesTheCpuKernel) {
+  std::mt19937 gen(1);
+  const k::CpuKernels& cpu = k::cpu();
+  for (int dim : {1, 3, 8, 24, 64, 100, 256, 300}) {
+    for (bool rms : {false, true}) {
+      for (k::index_t rows : {1, 9, 1000}) {
+        const k::index_t ldg = dim + 5, ldc = k::round_up(dim, k::kPad);
+        auto x = random_vector(static_cast<std::size_t>(rows * ldg), 2.0f, gen);
+        for (auto& v : x) v += 3.0f;  // a non-zero mean
+        std::vector<float> w(static_cast<std::size_t>(ldc), 0.0f), b(static_cast<std::size_t>(ldc), 0.0f);
+        for (int c = 0; c < dim; ++c) w[c] = 1.0f + 0.3f * std::sin(float(c)), b[c] = 0.1f * std::cos(float(c));
+        const float eps = rms ? 1.1920929e-07f : 1e-5f;
+        std::vector<float> xc(static_cast<std::size_t>(rows * ldc), 0.0f), yc(xc.size(), 0.0f);
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < dim; ++c) xc[r * ldc + c] = x[r * ldg + c];
+        k::NormArgs a;
+        a.x = xc.data();
+        a.ldx = ldc;
+        a.y = yc.data();
+        a.ldy = ldc;
+        a.rows = rows;
+        a.dim = dim;
+        a.weight = w.data();
+        a.bias = rms ? nullptr : b.data();
+        a.eps = eps;
+        a.rms = rms;
+        cpu.norm(a);
+
+        auto dx = to_device(x), dw = to_device(w), db = to_device(b);
+        cu::DeviceBuffer<float> dy(x.size(), 0);
+        cu::NormArgs g;
+        g.x = dx.data();
+        g.ldx = ldg;
+        g.y = dy.data();
+        g.ldy = ldg;
+        g.rows = rows;
+        g.dim = dim;
+        g.weight = dw.data();
+        g.bias = rms ? nullptr : db.data();
+        g.eps = eps;
+        g.rms = rms;
+        cu::norm(g, nullptr);
+        const auto y = to_host(dy.data(), x.size());
+        for (k::index_t r = 0; r < rows; ++r) {
+          // Both round (x - mean) and the variance differently: a few ulp of max|x| times 1/std.
+          double mean = 0, var = 0, max_x = 0;
+          for (int c = 0; c < dim; ++c) mean += rms ? 0.0 : x[r * ldg + c] / double(dim);
+          for (int c = 0; c < dim; ++c) {
+            var += (x[r * ldg + c] - mean) * (x[r * ldg + c] - mean) / dim;
+            max_x = std::max(max_x, std::abs(double(x[r * ldg + c])));
+          }
+          const double rstd = 1.0 / std::sqrt(var + eps);
+          for (int c = 0; c < dim; ++c) {
+            const float ref = yc[r * ldc + c];
+            ASSERT_LE(std::abs(y[r * ldg + c] - ref), 0x1p-24 * (64 * max_x * rstd * std::abs(w[c]) + 8 * std::abs(ref)))
+                << "dim " << dim << " rms " << rms << " row " << r << " channel " << c;
+          }
+        }
+        g.y = dx.data();  // in place: the same bits
+        cu::norm(g, nullptr);
+        const auto yi = to_host(dx.data(), x.size());
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < dim; ++c) ASSERT_EQ(yi[r * ldg + c], y[r * ldg + c]) << "in place, dim " << dim;
+      }
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Residual MLPs (FLARE.py's ResidualMLP structure) on the GPU and through the CPU's linear kernel.
+
+struct HostLayer {
+  std::vector<float> w, b;  // torch layout (out, in), (out)
+  int in = 0, out = 0;
+  k::Activation act = k::Activation::none;
+  bool add_input = false;
+};
+
+struct MlpShape {
+  int in, hidden, out, layers;  // layers = -1: one Linear
+  bool input_residual, output_residual;
+  k::Activation act;
+};
+
+std::vector<HostLayer> make_mlp(const MlpShape& s, std::mt19937& gen) {
+  std::vector<HostLayer> layers;
+  auto linear = [&](int in, int out, k::Activation act, bool add_input) {
+    HostLayer l;
+    l.in = in, l.out = out, l.act = act, l.add_input = add_input;
+    l.w = random_vector(static_cast<std::size_t>(in) * out, 1.2f / std::sqrt(float(in)), gen);
+    l.b = random_vector(static_cast<std::size_t>(out), 0.1f, gen);
+    layers.push_back(l);
+  };
+  if (s.layers == -1) {
+    linear(s.in, s.out, k::Activation::none, s.input_residual && s.output_residual && s.in == s.out);
+    return layers;
+  }
+  linear(s.in, s.hidden, s.act, s.input_residual && s.in == s.hidden);
+  for (int j = 0; j < s.layers; ++j) linear(s.hidden, s.hidden, s.act, true);
+  linear(s.hidden, s.out, k::Activation::none, s.output_residual && s.hidden == s.out);
+  return layers;
+}
+
+int max_width(const std::vector<HostLayer>& layers) {
+  int w = 0;
+  for (const auto& l : layers) w = std::max({w, l.in, l.out});
+  return w;
+}
+
+/// rows x out (dense) through the CPU kernels, plus `extra` (rows x out dense) when given.
+std::vector<float> cpu_mlp(const std::vector<HostLayer>& layers, const std::vector<float>& x, k::index_t ldx,
+                           k::index_t rows, const std::vector<float>* extra) {
+  const k::CpuKernels& cpu = k::cpu();
+  const k::index_t ld = k::round_up(max_width(layers), k::kPad);
+  std::vector<float> cur(static_cast<std::size_t>(rows * ld), 0.0f), next(cur.size(), 0.0f);
+  for (k::index_t r = 0; r < rows; ++r)
+    for (int c = 0; c < layers[0].in; ++c) cur[r * ld + c] = x[r * ldx + c];
+  for (const auto& l : layers) {
+    const k::PackedLinear p(l.w.data(), l.b.data(), l.out, l.in);
+    k::LinearArgs a;
+    a.layer = &p;
+    a.x = cur.data();
+    a.ldx = ld;
+    a.y = next.data();
+    a.ldy = ld;
+    a.rows = rows;
+    a.act = l.act;
+    if (l.add_input) a.add1 = cur.data(), a.ld_add1 = ld;
+    cpu.linear(a);
+    std::swap(cur, next);
+  }
+  const int out = layers.back().out;
+  std::vector<float> y(static_cast<std::size_t>(rows * out));
+  for (k::index_t r = 0; r < rows; ++r)
+    for (int c = 0; c < out; ++c) y[r * out + c] = cur[r * ld + c] + (extra ? (*extra)[r * out + c] : 0.0f);
+  return y;
+}
+
+/// The layers packed and uploaded for the fused kernel.
+struct DeviceMlp {
+  cu::DeviceBuffer<float> weights, biases;
+  cu::DeviceBuffer<cu::MlpLayer> table;
+  int count = 0, width = 0;
+  explicit DeviceMlp(const std::vector<HostLayer>& layers) {
+    std::vector<float> wt, b;
+    std::vector<std::size_t> woff, boff;
+    for (const auto& l : layers) {
+      woff.push_back(wt.size());
+      boff.push_back(b.size());
+      cu::pack_mlp_linear(l.w.data(), l.b.data(), l.out, l.in, wt, b);
+    }
+    weights = to_device(wt);
+    biases = to_device(b);
+    std::vector<cu::MlpLayer> t;
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      cu::MlpLayer d;
+      d.weight_t = weights.data() + woff[i];
+      d.bias = biases.data() + boff[i];
+      d.in = layers[i].in;
+      d.out = layers[i].out;
+      d.ld = cu::mlp_weight_ld(layers[i].out);
+      d.act = layers[i].act;
+      d.add_input = layers[i].add_input;
+      t.push_back(d);
+    }
+    table = to_device(t);
+    count = static_cast<int>(layers.size());
+    width = max_width(layers);
+  }
+  void run(const float* x, k::index_t ldx, float* y, k::index_t ldy, k::index_t rows, const float* extra,
+           k::index_t ld_extra) const {
+    cu::MlpArgs a;
+    a.layers = table.data();
+    a.num_layers = count;
+    a.max_width = width;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.rows = rows;
+    a.extra = extra;
+    a.ld_extra = ld_extra;
+    cu::mlp(a, nullptr);
+  }
+};
+
+TEST_F(GpuKernels, FusedMlpMatchesTheCpuKernels) {
+  std::mt19937 gen(2);
+  const auto gelu = k::Activation::gelu_tanh, silu = k::Activation::silu;
+  const MlpShape shapes[] = {
+      {2, 32, 64, 2, false, true, gelu},   {64, 64, 64, 3, true, true, gelu},  {64, 64, 1, 2, true, false, gelu},
+      {3, 5, 7, -1, true, true, gelu},     {64, 0, 64, -1, true, true, gelu},  {17, 130, 33, 1, true, true, silu},
+      {256, 256, 256, 2, true, true, gelu}, {64, 48, 64, 0, true, true, silu}, {130, 256, 17, 1, true, true, gelu},
+      {1, 1, 1, 1, true, true, silu},      {255, 3, 250, 1, true, true, gelu}};
+  for (const MlpShape& s : shapes) {
+    const auto layers = make_mlp(s, gen);
+    const DeviceMlp dev(layers);
+    for (k::index_t rows : {1, 63, 64, 65, 1000}) {
+      for (bool with_extra : {false, true}) {
+        const k::index_t ldx = s.in + 3, ldy = s.out + 1;
+        const auto x = random_vector(static_cast<std::size_t>(rows * ldx), 1.0f, gen);
+        const auto extra = random_vector(static_cast<std::size_t>(rows * s.out), 1.0f, gen);
+        const auto ref = cpu_mlp(layers, x, ldx, rows, with_extra ? &extra : nullptr);
+        std::vector<float> y0(static_cast<std::size_t>(rows * ldy), 0.0f);
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < s.out; ++c) y0[r * ldy + c] = extra[r * s.out + c];
+        auto dx = to_device(x);
+        auto dy = to_device(y0);  // with_extra: y = mlp(x) + y in place
+        dev.run(dx.data(), ldx, dy.data(), ldy, rows, with_extra ? dy.data() : nullptr, ldy);
+        const auto y = to_host(dy.data(), y0.size());
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < s.out; ++c) {
+            const float e = ref[r * s.out + c];
+            ASSERT_LE(std::abs(y[r * ldy + c] - e), 1e-4 * (1 + std::abs(e)))
+                << "mlp " << s.in << "-" << s.hidden << "-" << s.out << " L " << s.layers << " rows " << rows << " row "
+                << r << " col " << c;
+          }
+      }
+    }
+  }
+}
+
+TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {
+  std::mt19937 gen(3);
+  const auto layers = make_mlp({64, 64, 64, 3, true, true, k::Activation::gelu_tanh}, gen);
+  const DeviceMlp dev(layers);
+  const k::index_t rows = 1000, ld = 64;
+  const auto x = random_vector(static_cast<std::size_t>(rows * ld), 1.0f, gen);
+  auto dx = to_device(x);
+  cu::DeviceBuffer<float> all(x.size(), 0), part(x.size(), 0);
+  dev.run(dx.data(), ld, all.data(), ld, rows, nullptr, 0);
+  // The same rows in other blocks and positions: [37, 137), then [500, 501), then [901, 1000).
+  for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
+    dev.run(dx.data() + begin * ld, ld, part.data() + begin * ld, ld, count, nullptr, 0);
+  const auto a = to_host(all.data(), x.size()), p = to_host(part.data(), x.size());
+  for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
+    for (k::index_t i = begin * ld; i < (begin + count) * ld; ++i) ASSERT_EQ(a[i], p[i]) << "element " << i;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Latent attention: several segments (samples), every head, against the CPU kernels per segment and head.
+
+struct LatentData {
+  int H, M, E, C;
+  std::vector<int> seg_rows;
+  std::vector<k::index_t> seg_begin;
+  k::index_t rows = 0;
+  std::vector<float> q, kk, v;  // q [H][M][E]; k, v rows x C (ld C)
+  LatentData(int h, int m, int e, std::vector<int> sizes, std::mt19937& gen) : H(h), M(m), E(e), C(h * e), seg_rows(std::move(sizes)) {
+    for (int n : seg_rows) seg_begin.push_back(rows), rows += n;
+    q = random_vector(static_cast<std::size_t>(H) * M * E, 0.7f, gen);
+    kk = random_vector(static_cast<std::size_t>(rows) * C, 1.0f, gen);
+    v = random_vector(static_cast<std::size_t>(rows) * C, 1.0f, gen);
+  }
+  int segments() const { return static_cast<int>(seg_rows.size()); }
+  int samples() const { return segments() + 1; }  // segment s is sample s + 1; sample 0 stays untouched
+  /// A CPU copy of rows x C at the padded stride.
+  std::vector<float> padded(const std::vector<float>& a) const {
+    const k::index_t ld = k::round_up(C, k::kPad);
+    std::vector<float> out(static_cast<std::size_t>(std::max<k::index_t>(rows, 1) * ld), 0.0f);
+    for (k::index_t r = 0; r < rows; ++r)
+      for (int c = 0; c < C; ++c) out[r * ld + c] = a[r * C + c];
+    return out;
+  }
+  float max_abs_v() const {
+    float m = 0;
+    for (float x : v) m = std::max(m, std::abs(x));
+    return m;
+  }
+};
+
+/// Device copies of a LatentData with its chunks (at most chunk_rows rows each).
+struct DeviceLatent {
+  cu::DeviceBuffer<float> q, kk, v;
+  cu::DeviceBuffer<cu::LatentChunk> chunks;
+  cu::DeviceBuffer<int> chunk_begin;
+  cu::DeviceBuffer<k::index_t> sample;
+  int num_chunks = 0;
+  cu::LatentProblem p;
+  cu::SegmentInfo seg;
+  DeviceLatent(const LatentData& d, int chunk_rows) {
+    q = to_device(d.q);
+    kk = to_device(d.kk);
+    v = to_device(d.v);
+    std::vector<cu::LatentChunk> c;
+    std::vector<int> begin;
+    std::vector<k::index_t> samples;
+    for (int s = 0; s < d.segments(); ++s) {
+      begin.push_back(static_cast<int>(c.size()));
+      samples.push_back(s + 1);
+      cu::append_chunks(d.seg_begin[s], d.seg_begin[s] + d.seg_rows[s], s, chunk_rows, c);
+    }
+    begin.push_back(static_cast<int>(c.size()));
+    num_chunks = static_cast<int>(c.size());
+    chunks = to_device(c);
+    chunk_begin = to_device(begin);
+    sample = to_device(samples);
+    p.q = q.data();
+    p.H = d.H, p.M = d.M, p.E = d.E;
+    p.k = kk.data();
+    p.v = v.data();
+    p.ld = d.C;
+    p.chunks = chunks.data();
+    p.num_chunks = num_chunks;
+    seg.chunk_begin = chunk_begin.data();
+    seg.sample = sample.data();
+    seg.segments = d.segments();
+  }
+};
+
+struct DefaultEncode {
+  std::vector<std::int32_t> ref;  // [B][H][M]
+  std::vector<double> acc;        // [B][H][M][E+1]
+  std::vector<float> z;           // [S][H][M][E]
+};
+
+DefaultEncode gpu_default_encode(const LatentData& d, int chunk_rows) {
+  DeviceLatent dl(d, chunk_rows);
+  const cu::EncodeShape shape = cu::encode_shape(d.M);
+  const std::size_t hm = static_cast<std::size_t>(d.H) * d.M, width = static_cast<std::size_t>(d.E) + 1;
+  const std::size_t parts = static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * shape.slices;
+  cu::DeviceBuffer<std::int32_t> part_ref(parts * hm, 0), ref(d.samples() * hm, 0);
+  cu::DeviceBuffer<double> part_acc(parts * hm * width, 0);
+  auto acc = to_device(std::vector<double>(d.samples() * hm * width, 12345.0));  // sentinel: sample 0
+  cu::fill(ref.data(), ref.size(), 777, nullptr);
+  cu::DeviceBuffer<float> z(static_cast<std::size_t>(d.segments()) * hm * d.E, 0);
+  cu::latent_encode_partials(dl.p, part_ref.data(), part_acc.data(), nullptr);
+  cu::latent_encode_merge(dl.p, part_ref.data(), part_acc.data(), dl.seg, ref.data(), acc.data(), nullptr);
+  cu::latent_encode_finalize(acc.data(), dl.seg, d.H, d.M, d.E, z.data(), nullptr);
+  return {to_host(ref.data(), ref.size()), to_host(acc.data(), acc.size()), to_host(z.data(), z.size())};
+}
+
+struct ExactEncode {
+  std::vector<std::int64_t> acc;  // [B][H][M][E+1][2]
+  std::vector<float> z;
+};
+
+ExactEncode gpu_exact_encode(const LatentData& d, int chunk_rows) {
+  DeviceLatent dl(d, chunk_rows);
+  const cu::EncodeShape shape = cu::encode_shape(d.M);
+  const std::size_t hm = static_cast<std::size_t>(d.H) * d.M, width = static_cast<std::size_t>(d.E) + 1;
+  const std::size_t parts = static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * shape.slices;
+  const std::size_t B = static_cast<std::size_t>(d.samples()), S = static_cast<std::size_t>(d.segments());
+  cu::DeviceBuffer<float> part_max(parts * hm, 0), part_vmax(static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * d.H, 0);
+  cu::DeviceBuffer<float> maxima(B * hm + B * d.H, 0);
+  cu::fill(maxima.data(), maxima.size(), -INFINITY, nullptr);
+  cu::latent_max_partials(dl.p, part_max.data(), part_vmax.data(), nullptr);
+  cu::latent_max_merge(dl.p, part_max.data(), part_vmax.data(), dl.seg, maxima.data(), maxima.data() + B * hm, nullptr);
+  const auto vmax = to_host(maxima.data() + B * hm, B * d.H);
+  std::vector<k::ExactScale> scales(S * (1 + static_cast<std::size_t>(d.H)));
+  for (std::size_t s = 0; s < S; ++s) {
+    scales[s] = k::exact_scale(d.seg_rows[s], 1.0);
+    for (int h = 0; h < d.H; ++h) scales[S + s * d.H + h] = k::exact_scale(d.seg_rows[s], vmax[(s + 1) * d.H + h]);
+  }
+  auto dscales = to_device(scales);
+  cu::DeviceBuffer<std::int64_t> acc(B * hm * width * 2, 0);
+  cu::zero(acc.data(), acc.bytes(), nullptr);
+  cu::latent_encode_exact(dl.p, maxima.data(), dl.seg, dscales.data(), dscales.data() + S, acc.data(), nullptr);
+  cu::DeviceBuffer<float> z(S * hm * d.E, 0);
+  cu::latent_exact_finalize(acc.data(), dl.seg, dscales.data(), dscales.data() + S, d.H, d.M, d.E, z.data(), nullptr);
+  return {to_host(acc.data(), acc.size()), to_host(z.data(), z.size())};
+}
+
+/// Z of every segment and head by the CPU kernels (default or reproducible encode).
+std::vector<float> cpu_encode(const LatentData& d, bool exact) {
+  const k::CpuKernels& cpu = k::cpu();
+  const k::index_t ld = k::round_up(d.C, k::kPad);
+  const auto kc = d.padded(d.kk), vc = d.padded(d.v);
+  std::vector<float> z(static_cast<std::size_t>(d.segments()) * d.H * d.M * d.E);
+  for (int s = 0; s < d.segments(); ++s)
+    for (int h = 0; h < d.H; ++h) {
+      const float* q = d.q.data() + static_cast<std::size_t>(h) * d.M * d.E;
+      const float* kh = kc.data() + d.seg_begin[s] * ld + h * d.E;
+      const float* vh = vc.data() + d.seg_begin[s] * ld + h * d.E;
+      float* zh = z.data() + (static_cast<std::size_t>(s) * d.H + h) * d.M * d.E;
+      if (!exact) {
+        std::vector<std::int32_t> ref(d.M, k::kNoExponent);
+        std::vector<double> sum(d.M, 0.0), weighted(static_cast<std::size_t>(d.M) * d.E, 0.0);
+        k::LatentEncodeArgs a;
+        a.q = q, a.M = d.M, a.E = d.E, a.k = kh, a.ldk = ld, a.v = vh, a.ldv = ld, a.rows = d.seg_rows[s];
+        a.ref_exp = ref.data(), a.sum = sum.data(), a.weighted = weighted.data();
+        cpu.latent_encode(a);
+        for (int m = 0; m < d.M; ++m)
+          for (int e = 0; e < d.E; ++e) zh[m * d.E + e] = static_cast<float>(weighted[m * d.E + e] / sum[m]);
+        continue;
+      }
+      std::vector<float> mx(d.M, -INFINITY);
+      k::LatentMaxArgs ma;
+      ma.q = q, ma.M = d.M, ma.E = d.E, ma.k = kh, ma.ldk = ld, ma.rows = d.seg_rows[s], ma.max = mx.data();
+      cpu.latent_max(ma);
+      float vmax = 0;
+      for (int r = 0; r < d.seg_rows[s]; ++r)
+        for (int e = 0; e < d.E; ++e) vmax = std::max(vmax, std::abs(vh[r * ld + e]));
+      std::vector<std::int64_t> acc(static_cast<std::size_t>(d.M) * (d.E + 1) * 2, 0);
+      k::LatentExactArgs a;
+      a.q = q, a.M = d.M, a.E = d.E, a.k = kh, a.ldk = ld, a.v = vh, a.ldv = ld, a.rows = d.seg_rows[s];
+      a.ref_max = mx.data();
+      a.sum_scale = k::exact_scale(d.seg_rows[s], 1.0);
+      a.value_scale = k::exact_scale(d.seg_rows[s], vmax);
+      a.acc = acc.data();
+      cpu.latent_encode_exact(a);
+      for (int m = 0; m < d.M; ++m) {
+        const std::int64_t* am = acc.data() + static_cast<std::size_t>(m) * (d.E + 1) * 2;
+        const double total = k::exact_value(am[0], am[1], a.sum_scale);
+        for (int e = 0; e < d.E; ++e)
+          zh[m * d.E + e] = static_cast<float>(k::exact_value(am[2 * (1 + e)], am[2 * (1 + e) + 1], a.value_scale) / total);
+      }
+    }
+  return z;
+}
+
+struct LatentShape {
+  int H, M, E;
+  std::vector<int> seg_rows;
+};
+const LatentShape kLatentShapes[] = {
+    {1, 1, 1, {1}},          {4, 16, 8, {150, 173}},  {3, 12, 8, {1, 64, 100}}, {8, 64, 8, {1000}},
+    {2, 100, 3, {777, 5}},   {8, 256, 8, {5000}},     {2, 300, 16, {2048, 9}},  {1, 64, 64, {300}},
+    {2, 8, 33, {100, 1, 40}}, {1, 1000, 5, {600}}};
+
+TEST_F(GpuKernels, DefaultEncodeMatchesTheCpuAndDoesNotDependOnTheChunks) {
+  std::mt19937 gen(4);
+  for (const LatentShape& s : kLatentShapes) {
+    const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
+    const auto ref = cpu_encode(d, false);
+    const float tol = 1e-5f * d.max_abs_v();
+    const DefaultEncode base = gpu_default_encode(d, 1 << 30);  // one chunk per segment
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      ASSERT_LE(std::abs(base.z[i] - ref[i]), tol) << "H " << s.H << " M " << s.M << " E " << s.E << " entry " << i;
+    // sample 0 has no local segment: untouched
+    const std::size_t hm = static_cast<std::size_t>(s.H) * s.M, width = static_cast<std::size_t>(s.E) + 1;
+    for (std::size_t i = 0; i < hm; ++i) ASSERT_EQ(base.ref[i], 777);
+    for (std::size_t i = 0; i < hm * width; ++i) ASSERT_EQ(base.acc[i], 12345.0);
+    for (int chunk_rows : {256, 37, 1}) {
+      if (chunk_rows == 1 && d.rows > 1000) continue;  // (one partial per point: large)
+      const DefaultEncode other = gpu_default_encode(d, chunk_rows);
+      ASSERT_EQ(other.ref, base.ref) << "the reference exponents depend on the chunks (" << chunk_rows << " rows)";
+      // only the order of the double additions differs: relative to the sum of |terms| <= sum * max|v|
+      for (std::size_t i = 0; i < base.acc.size(); ++i)
+        ASSERT_LE(std::abs(other.acc[i] - base.acc[i]), 1e-12 * std::abs(base.acc[i / width * width]) * d.max_abs_v())
+            << "chunks of " << chunk_rows << ": entry " << i;
+    }
+  }
+}
+
+TEST_F(GpuKernels, ReproducibleEncodeIsBitwiseIndependentOfTheChunks) {
+  std::mt19937 gen(5);
+  for (const LatentShape& s : kLatentShapes) {
+    const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
+    const auto ref = cpu_encode(d, true);
+    const float tol = 1e-5f * d.max_abs_v();
+    const ExactEncode base = gpu_exact_encode(d, 1 << 30);
+    for (std::size_t i = 0; i < ref.size(); ++i)
+      ASSERT_LE(std::abs(base.z[i] - ref[i]), tol) << "H " << s.H << " M " << s.M << " E " << s.E << " entry " << i;
+    const DefaultEncode fast = gpu_default_encode(d, 1 << 30);
+    for (std::size_t i = 0; i < ref.size(); ++i) ASSERT_LE(std::abs(base.z[i] - fast.z[i]), tol) << "vs default, entry " << i;
+    for (int chunk_rows : {256, 37, 1}) {
+      if (chunk_rows == 1 && d.rows > 1000) continue;
+      const ExactEncode other = gpu_exact_encode(d, chunk_rows);
+      EXPECT_EQ(other.acc, base.acc) << "fixed-point sums differ with chunks of " << chunk_rows << " rows";
+      EXPECT_EQ(other.z, base.z) << "chunks of " << chunk_rows;
+    }
+  }
+}
+
+TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
+  std::mt19937 gen(6);
+  const k::CpuKernels& cpu = k::cpu();
+  for (const LatentShape& s : kLatentShapes) {
+    const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
+    const auto z = random_vector(static_cast<std::size_t>(d.segments()) * d.H * d.M * d.E, 1.0f, gen);
+    const k::index_t ldy = d.C + 3;
+    std::vector<cu::LatentChunk> tiles;
+    for (int seg = 0; seg < d.segments(); ++seg)
+      cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
+    auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
+    auto dtiles = to_device(tiles);
+    cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), 0);
+    cu::LatentDecodeArgs a;
+    a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
+    a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
+    cu::latent_decode(a, nullptr);
+    const auto y = to_host(dy.data(), static_cast<std::size_t>(d.rows * ldy));
+
+    const k::index_t ld = k::round_up(d.C, k::kPad);
+    const auto kc = d.padded(d.kk);
+    std::vector<float> yc(kc.size(), 0.0f);
+    for (int seg = 0; seg < d.segments(); ++seg)
+      for (int h = 0; h < d.H; ++h) {
+        k::LatentDecodeArgs c;
+        c.q = d.q.data() + static_cast<std::size_t>(h) * d.M * d.E;
+        c.z = z.data() + (static_cast<std::size_t>(seg) * d.H + h) * d.M * d.E;
+        c.M = d.M, c.E = d.E;
+        c.k = kc.data() + d.seg_begin[seg] * ld + h * d.E, c.ldk = ld;
+        c.y = yc.data() + d.seg_begin[seg] * ld + h * d.E, c.ldy = ld;
+        c.rows = d.seg_rows[seg];
+        cpu.latent_decode(c);
+      }
+    for (k::index_t r = 0; r < d.rows; ++r)
+      for (int c = 0; c < d.C; ++c)
+        ASSERT_LE(std::abs(y[r * ldy + c] - yc[r * ld + c]), 1e-5)
+            << "H " << s.H << " M " << s.M << " E " << s.E << " row " << r << " channel " << c;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+TEST_F(GpuKernels, RuntimeErrorsNameTheCall) {
+  try {
+    cu::DeviceBuffer<char> huge(std::size_t{1} << 60, 0);
+    FAIL() << "allocating 2^60 bytes succeeded";
+  } catch (const cu::CudaError& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("cudaMalloc"), std::string::npos) << what;
+    EXPECT_EQ(e.code(), cudaErrorMemoryAllocation) << what;
+  }
+  // the error state is cleared: the next call works
+  cu::DeviceBuffer<float> small(16, 0);
+  EXPECT_NE(small.data(), nullptr);
+}
+
+TEST_F(GpuKernels, DeviceGuardRestoresTheCurrentDevice) {
+  const int count = cu::device_count();
+  const int last = count - 1;
+  cu::check(cudaSetDevice(last), "cudaSetDevice");
+  {
+    cu::DeviceGuard guard(0);
+    int current = -1;
+    cu::check(cudaGetDevice(&current), "cudaGetDevice");
+    EXPECT_EQ(current, 0);
+  }
+  int current = -1;
+  cu::check(cudaGetDevice(&current), "cudaGetDevice");
+  EXPECT_EQ(current, last);
+  cu::check(cudaSetDevice(0), "cudaSetDevice");
+}
+
+}  // namespace
