@@ -25,13 +25,11 @@ seeded generators; two runs give bit-identical checkpoints).
 """
 
 import argparse
-import copy
 import json
 import math
 import os
 import sys
 import time
-from collections import OrderedDict
 
 # One BLAS thread: Debian's torch uses the pthread OpenBLAS, whose own threads fight torch's OpenMP
 # threads (4x slower steps on 2 cores); torch.set_num_threads still parallelises the other ops.
@@ -40,17 +38,16 @@ os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-import yaml  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(ROOT, "share", "python"))
 
+import flare_training as ft  # noqa: E402
 import potential_flow as pf  # noqa: E402
 from surrogate_ref.flare import FLAREModel  # noqa: E402
 
-PREFIX = "_orig_mod."  # torch.compile'd model: the official trainer's keys carry this prefix
 CHANNEL_NAMES = [f["name"] for f in pf.OUTPUT_FIELDS]
 
 
@@ -95,43 +92,13 @@ def model_config(args):
 
 def trainer_config_yaml(args, steps):
     """The flat Config dict a 2026 FLARE.py experiment writes (model fields + training fields)."""
-    return OrderedDict([
-        ("model_type", "flare"), ("exp_name", "potential_flow"), ("dataset", "potential_flow_cylinder"),
-        # model
-        ("channel_dim", args.channel_dim), ("num_blocks", args.num_blocks), ("num_heads", args.num_heads),
-        ("num_latents", args.num_latents), ("act", "gelu"), ("attn_scale", "one"),
-        ("num_layers_in_out_proj", 2), ("num_layers_k_proj", 3), ("num_layers_v_proj", 3), ("num_layers_ffn", 3),
-        ("k_proj_mlp_ratio", 1.0), ("v_proj_mlp_ratio", 1.0), ("ffn_mlp_ratio", 1.0),
-        ("qk_norm", False), ("rmsnorm", False), ("out_proj_norm", True),
-        # training
-        ("train", True), ("epochs", args.epochs), ("steps", steps), ("batch_size", args.batch_size),
-        ("learning_rate", args.lr), ("weight_decay", args.weight_decay), ("optimizer", "adamw"),
-        ("opt_beta1", 0.9), ("opt_beta2", 0.999), ("opt_eps", 1e-8), ("schedule", "OneCycleLR"),
-        ("one_cycle_pct_start", args.pct_start), ("one_cycle_div_factor", 1e4),
-        ("one_cycle_final_div_factor", 1e4), ("one_cycle_anneal_strategy", "cos"),
-        ("clip_grad_norm", args.clip_grad_norm), ("ema", True), ("ema_decay", args.ema_decay),
-        ("mixed_precision", False), ("compile_model", True), ("seed", args.seed),
+    return ft.trainer_config(args, [
+        ("exp_name", "potential_flow"), ("dataset", "potential_flow_cylinder"),
+        ("epochs", args.epochs), ("steps", steps),
         ("train_samples", args.train_samples), ("test_samples", args.test_samples),
         ("points_per_sample", args.points_per_sample), ("min_points", args.min_points),
         ("max_points", args.max_points),
     ])
-
-
-def init_weights(model, generator):
-    """Our initialisation: PyTorch's default for the Linear layers (already done by the constructor,
-    under the global seed), unit/zero norms, latent queries ~ N(0, 1/head_dim)."""
-    E = model.config["channel_dim"] // model.config["num_heads"]
-    with torch.no_grad():
-        for block in model.blocks:
-            q = block.att.latent_q
-            q.copy_(torch.randn(q.shape, generator=generator) * E ** -0.5)
-
-
-def rel_l2_loss(pred, target):
-    """Mean over samples of ||pred - target|| / ||target|| (all points and channels of a sample)."""
-    diff = (pred - target).flatten(1).norm(dim=1)
-    ref = target.flatten(1).norm(dim=1)
-    return (diff / ref).mean()
 
 
 @torch.no_grad()
@@ -159,29 +126,8 @@ def evaluate(model, x_phys, y_phys, norm, batch=8):
         "rel_l2": {c: float(math.sqrt(err2[k] / ref2[k])) for k, c in enumerate(CHANNEL_NAMES)},
         "rel_l2_per_sample": {c: float(per_sample[k]) for k, c in enumerate(CHANNEL_NAMES)},
         "rel_l2_disturbance_velocity": float((du ** 2).sum().sqrt() / (dist ** 2).sum().sqrt()),
-        "loss": float(rel_l2_loss(pn, yn)),
+        "loss": float(ft.rel_l2(pn, yn)),
     }, p.float().numpy()
-
-
-class EMA:
-    """Exponential moving average of every trainable parameter (the trainer's ``ema_shadow``)."""
-
-    def __init__(self, model, decay):
-        self.decay = decay
-        self.shadow = OrderedDict((n, p.detach().clone()) for n, p in model.named_parameters() if p.requires_grad)
-
-    @torch.no_grad()
-    def update(self, model):
-        for n, p in model.named_parameters():
-            if n in self.shadow:
-                self.shadow[n].mul_(self.decay).add_(p.detach(), alpha=1.0 - self.decay)
-
-    def model(self, model):
-        ema = copy.deepcopy(model)
-        state = ema.state_dict()
-        state.update(self.shadow)
-        ema.load_state_dict(state)
-        return ema
 
 
 def write_points(path, x, y, geo):
@@ -226,18 +172,14 @@ def main(argv=None):
     # ---- model, optimiser, schedule, EMA ----
     gen = torch.Generator().manual_seed(args.seed)
     model = FLAREModel(model_config(args))
-    init_weights(model, gen)
+    ft.init_latent_queries(model, gen)
     nparams = sum(p.numel() for p in model.parameters())
     steps_per_epoch = args.train_samples // args.batch_size
     total_steps = args.epochs * steps_per_epoch
     if args.max_steps:
         total_steps = min(total_steps, args.max_steps)
-    opt = torch.optim.AdamW(model.parameters(), lr=args.lr, betas=(0.9, 0.999), eps=1e-8,
-                            weight_decay=args.weight_decay)
-    sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=args.lr, total_steps=total_steps,
-                                                pct_start=args.pct_start, anneal_strategy="cos",
-                                                div_factor=1e4, final_div_factor=1e4)
-    ema = EMA(model, args.ema_decay)
+    opt, sched = ft.optimizer_and_schedule(model, args.lr, args.weight_decay, total_steps, args.pct_start)
+    ema = ft.EMA(model, args.ema_decay)
     print(f"model: FLARE C {args.channel_dim}, {args.num_blocks} blocks, H {args.num_heads}, M {args.num_latents}, "
           f"{nparams} parameters; {total_steps} steps ({steps_per_epoch}/epoch), batch {args.batch_size}", flush=True)
 
@@ -255,7 +197,7 @@ def main(argv=None):
             n = int(torch.randint(args.min_points, args.max_points + 1, (1,), generator=gen))
             sub = torch.randperm(args.points_per_sample, generator=gen)[:n]
             xb, yb = xn_tr[idx][:, sub], yn_tr[idx][:, sub]
-            loss = rel_l2_loss(model(xb), yb)
+            loss = ft.rel_l2(model(xb), yb)
             opt.zero_grad(set_to_none=True)
             loss.backward()
             if args.clip_grad_norm > 0:
@@ -294,29 +236,15 @@ def main(argv=None):
     print(json.dumps(results, indent=2), flush=True)
 
     # ---- write everything as the official trainer (plus our normalisation / fields files) ----
-    os.makedirs(args.out_dir, exist_ok=True)
-    snapshot = {
-        "model_state": OrderedDict((PREFIX + k, v.detach().clone()) for k, v in model.state_dict().items()),
-        "ema_shadow": OrderedDict((PREFIX + k, v.clone()) for k, v in ema.shadow.items()),
-        "step": step,
-        "epoch": epoch,
-        # Loss history (per epoch). Unlike the official trainer's full-batch re-evaluation,
-        # train_loss_fullbatch is the mean of the epoch's mini-batch losses; test_* are on the 64 held-out samples.
-        "train_loss_fullbatch": history["train_loss"],
-        "test_loss_fullbatch": history["test_loss"],
-        "test_loss_fullbatch_ema": history["test_loss_ema"],
-        "num_steps_fullbatch": history["epoch_steps"],
-        "time_per_epoch": history["time_per_epoch"],
-    }
-    torch.save(snapshot, os.path.join(args.out_dir, "checkpoint.pt"))
-    with open(os.path.join(args.out_dir, "config.yaml"), "w") as f:
-        yaml.safe_dump(dict(trainer_config_yaml(args, 0)), f, sort_keys=True)
-    with open(os.path.join(args.out_dir, "normalization.json"), "w") as f:
-        json.dump(normalization, f, indent=2)
-        f.write("\n")
-    with open(os.path.join(args.out_dir, "fields.json"), "w") as f:
-        json.dump({"inputs": pf.INPUT_FIELDS, "outputs": pf.OUTPUT_FIELDS}, f, indent=2)
-        f.write("\n")
+    ft.write_trainer_outputs(
+        args.out_dir, model, ema,
+        {"step": step, "epoch": epoch,
+         # Loss history (per epoch). Unlike the official trainer's full-batch re-evaluation,
+         # train_loss_fullbatch is the mean of the epoch's mini-batch losses; test_* are on the held-out samples.
+         "train_loss_fullbatch": history["train_loss"], "test_loss_fullbatch": history["test_loss"],
+         "test_loss_fullbatch_ema": history["test_loss_ema"], "num_steps_fullbatch": history["epoch_steps"],
+         "time_per_epoch": history["time_per_epoch"]},
+        trainer_config_yaml(args, 0), normalization, {"inputs": pf.INPUT_FIELDS, "outputs": pf.OUTPUT_FIELDS})
     write_points(args.points, x_te[:D], y_te[:D], g_te[:D])
     print(f"wrote {args.out_dir}/{{checkpoint.pt,config.yaml,normalization.json,fields.json}} and {args.points}; "
           f"training {train_time:.0f} s, total {time.time() - t_start:.0f} s", flush=True)
