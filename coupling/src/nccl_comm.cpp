@@ -134,20 +134,26 @@ NcclComm::NcclComm(const MpiComm& comm, int device) : impl_(std::make_unique<Imp
     free_mpi(impl_->mpi);
     throw Error(ErrorCode::communication, "NcclComm: " + agreed.message);
   }
-  // 3. ncclCommInitRank with the device current, then agree on the outcome.
-  {
+  // 3. ncclCommInitRank with the device current, then agree on the outcome (nothing may escape before
+  //    the agreement: the other ranks would wait in it).
+  try {
     kernels::cuda::DeviceGuard guard(device);
     const ncclResult_t r = ncclCommInitRank(&impl_->comm, impl_->size, boot.id, impl_->rank);
     if (r != ncclSuccess) {
       impl_->comm = nullptr;
-      status = {ErrorCode::communication, nccl_error(r, "ncclCommInitRank")};
+      status = {ErrorCode::communication, nccl_error(r, "ncclCommInitRank") + " on CUDA device " + std::to_string(device)};
     }
+  } catch (...) {
+    status = Status::from_current_exception();
   }
   agreed = comm.agree(status);
   if (!agreed.ok()) {
     if (impl_->comm) {
-      kernels::cuda::DeviceGuard guard(device);
+      int previous = -1;
+      if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+      (void)cudaSetDevice(device);
       ncclCommAbort(impl_->comm);
+      if (previous >= 0) (void)cudaSetDevice(previous);
       impl_->comm = nullptr;
     }
     free_mpi(impl_->mpi);
@@ -178,10 +184,16 @@ bool NcclComm::connects(const MpiComm& comm) const {
 }
 
 void NcclComm::allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) const {
-  kernels::cuda::DeviceGuard guard(impl_->device);
-  const ncclResult_t r =
-      ncclAllReduce(device_data, device_data, count, nccl_type(type), nccl_op(op), impl_->comm, stream);
-  if (r != ncclSuccess) throw Error(ErrorCode::communication, nccl_error(r, "ncclAllReduce"));
+  ncclResult_t r = ncclSuccess;
+  try {
+    kernels::cuda::DeviceGuard guard(impl_->device);
+    r = ncclAllReduce(device_data, device_data, count, nccl_type(type), nccl_op(op), impl_->comm, stream);
+  } catch (const kernels::cuda::CudaError& e) {
+    throw Error(ErrorCode::internal, "CUDA device " + std::to_string(impl_->device) + ": " + e.what());
+  }
+  if (r != ncclSuccess)
+    throw Error(ErrorCode::communication,
+                nccl_error(r, "ncclAllReduce") + " on CUDA device " + std::to_string(impl_->device));
 }
 
 // ---------------------------------------------------------------------------------------------------
