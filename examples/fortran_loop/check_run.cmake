@@ -37,5 +37,11 @@ foreach(series cloud particles)
     message(FATAL_ERROR "${series}.pvd lists ${n} steps, expected ${STEPS}")
   endif()
 endforeach()
+# The prediction digest, for examples.fortran_loop.same_across_ranks (compare_digests.cmake).
+if(NOT out MATCHES "prediction digest [^:]*: *([-+0-9.eE]+) +([-+0-9.eE]+) +([-+0-9.eE]+)")
+  message(FATAL_ERROR "no prediction digest in the output")
+endif()
+file(WRITE ${OUTPUT}/digest.txt "${CMAKE_MATCH_1};${CMAKE_MATCH_2};${CMAKE_MATCH_3}")
+
 message("fortran_loop: ${STEPS} steps, worst relative L2 error (u,v) ${velocity_error}, Cp ${cp_error} (< ${MAX_ERROR}); "
         "cloud.pvd and particles.pvd written")

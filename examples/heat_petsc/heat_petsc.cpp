@@ -15,6 +15,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <exception>
 #include <map>
 #include <optional>
 #include <random>
@@ -23,6 +24,7 @@
 
 #include "heat_problem.hpp"
 #include "surrogate/petsc.h"
+#include "surrogate/surrogate.hpp"
 #include "surrogate/vtk.hpp"
 
 static const char help[] =
@@ -129,20 +131,106 @@ PetscErrorCode SurrogateSetup(const heat::Mesh& mesh, const Params& p, Surrogate
   PetscFunctionReturn(0);
 }
 
-// prediction = u + du (or u_next) from the state u, the source f at the new time and the step's rhs b.
-PetscErrorCode SurrogatePredictState(SurrogateInputs& s, const heat::Discretisation& disc, Vec u, Vec f, Vec b,
-                                     Vec prediction) {
+// The input Vecs of a prediction in the model's channel order: the state u = u^n, the source f = f^{n+1};
+// rate is computed from the step's right-hand side b when the model takes it.
+PetscErrorCode SurrogateInputVecs(SurrogateInputs& s, const heat::Discretisation& disc, Vec u, Vec f, Vec b,
+                                  std::vector<Vec>* in) {
   PetscFunctionBeginUser;
   if (std::find(s.input_names.begin(), s.input_names.end(), "rate") != s.input_names.end())
     PetscCall(ComputeRate(disc, b, u, s.rate));
   std::map<std::string, Vec> by_name = {{"x", s.x}, {"y", s.y}, {"u", u}, {"f", f}, {"kappa", s.kappa}, {"rate", s.rate}};
+  in->clear();
+  for (const std::string& n : s.input_names) in->push_back(by_name[n]);
+  PetscFunctionReturn(0);
+}
+
+// prediction = u + du (or u_next) from the state u, the source f at the new time and the step's rhs b.
+PetscErrorCode SurrogatePredictState(SurrogateInputs& s, const heat::Discretisation& disc, Vec u, Vec f, Vec b,
+                                     Vec prediction) {
   std::vector<Vec> in;
-  for (const std::string& n : s.input_names) in.push_back(by_name[n]);
+  PetscFunctionBeginUser;
+  PetscCall(SurrogateInputVecs(s, disc, u, f, b, &in));
   PetscCall(SurrogatePredictVecs(s.handle, static_cast<PetscInt>(in.size()), in.data(), 1, &s.out));
   if (s.increment)
     PetscCall(VecWAXPY(prediction, 1.0, u, s.out));
   else
     PetscCall(VecCopy(s.out, prediction));
+  PetscFunctionReturn(0);
+}
+
+// The whole Vec on rank 0 (global order; empty elsewhere).
+PetscErrorCode GatherToZero(Vec v, std::vector<double>* values) {
+  VecScatter scatter;
+  Vec seq;
+  PetscInt n;
+  const PetscScalar* a;
+  PetscFunctionBeginUser;
+  PetscCall(VecScatterCreateToZero(v, &scatter, &seq));
+  PetscCall(VecScatterBegin(scatter, v, seq, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(VecScatterEnd(scatter, v, seq, INSERT_VALUES, SCATTER_FORWARD));
+  PetscCall(VecGetLocalSize(seq, &n));
+  PetscCall(VecGetArrayRead(seq, &a));
+  values->assign(a, a + n);
+  PetscCall(VecRestoreArrayRead(seq, &a));
+  PetscCall(VecScatterDestroy(&scatter));
+  PetscCall(VecDestroy(&seq));
+  PetscFunctionReturn(0);
+}
+
+// -check_partition: the surrogate's output s.out for the inputs `in`, computed by the ranks on the solver's
+// partition, against the same model run by rank 0 alone on all points (PETSC_COMM_SELF), from the same
+// input values gathered to rank 0. The prediction for a point must not depend on the partition: bitwise
+// with -surrogate_reproducible, else within `tolerance` (max |difference| / max |output|).
+PetscErrorCode CheckAgainstOneRank(MPI_Comm comm, const SurrogateInputs& s, const std::vector<Vec>& in, const char* model,
+                                   PetscBool reproducible, double tolerance) {
+  PetscMPIInt rank, size;
+  std::vector<double> coords, channel, out;
+  std::vector<std::vector<double>> inputs(in.size());
+  PetscFunctionBeginUser;
+  PetscCallMPI(MPI_Comm_rank(comm, &rank));
+  PetscCallMPI(MPI_Comm_size(comm, &size));
+  PetscCall(GatherToZero(s.coords, &coords));
+  for (std::size_t c = 0; c < in.size(); ++c) PetscCall(GatherToZero(in[c], &inputs[c]));
+  PetscCall(GatherToZero(s.out, &out));
+  // On rank 0: the one-rank prediction; the outcome (difference or error message) is broadcast so that every
+  // rank reports the same.
+  double result[2] = {0.0, 0.0};  // max |difference|, max |output|
+  char message[512] = "";
+  if (rank == 0) {
+    try {
+      const std::int64_t n = static_cast<std::int64_t>(out.size());
+      const std::size_t channels = in.size();
+      std::vector<double> features(static_cast<std::size_t>(n) * channels), reference(out.size());
+      for (std::size_t c = 0; c < channels; ++c)
+        for (std::size_t i = 0; i < out.size(); ++i) features[i * channels + c] = inputs[c][i];
+      surrogate::Options options;
+      options.threads = 1;
+      options.reproducible = reproducible == PETSC_TRUE;
+      surrogate::Surrogate one_rank(PETSC_COMM_SELF, model, options);
+      one_rank.set_points<double>(n, 2, {coords.data(), 2, 1});
+      one_rank.predict<double>({features.data(), static_cast<std::int64_t>(channels), 1}, {reference.data(), 1, 1});
+      for (std::size_t i = 0; i < out.size(); ++i) {
+        result[0] = std::max(result[0], std::abs(out[i] - reference[i]));
+        result[1] = std::max(result[1], std::abs(reference[i]));
+      }
+    } catch (const std::exception& e) {
+      std::snprintf(message, sizeof(message), "%s", e.what());
+    }
+  }
+  PetscCallMPI(MPI_Bcast(result, 2, MPI_DOUBLE, 0, comm));
+  PetscCallMPI(MPI_Bcast(message, sizeof(message), MPI_CHAR, 0, comm));
+  PetscCheck(message[0] == '\0', comm, PETSC_ERR_LIB, "partition check: the one-rank prediction failed: %s", message);
+  const double relative = result[1] > 0 ? result[0] / result[1] : result[0];
+  char line[256];
+  std::snprintf(line, sizeof(line),
+                "partition check: %d-rank prediction vs one rank on all points: max difference %.3e (%.3e of max |output|)%s\n",
+                size, result[0], relative, reproducible ? ", reproducible mode: must be 0" : "");
+  PetscCall(PetscPrintf(comm, "%s", line));
+  if (reproducible)
+    PetscCheck(result[0] == 0.0, comm, PETSC_ERR_PLIB, "partition check failed: reproducible mode differs by %.3e", result[0]);
+  else
+    PetscCheck(relative <= tolerance, comm, PETSC_ERR_PLIB, "partition check failed: relative difference %.3e > %.3e", relative,
+               tolerance);
   PetscFunctionReturn(0);
 }
 
@@ -164,7 +252,7 @@ PetscErrorCode Run() {
   Params p;
   PetscInt steps = 40, compare_every = 1, vtk_every = 1;
   double dt = 1.0, rtol = 1e-8, check_error = 0.1;
-  PetscBool check = PETSC_FALSE, has_model = PETSC_FALSE;
+  PetscBool check = PETSC_FALSE, check_partition = PETSC_FALSE, has_model = PETSC_FALSE;
   PetscFunctionBeginUser;
   PetscCallMPI(MPI_Comm_size(comm, &size));
   PetscCall(MeshOptionsFromOptions(&mo));
@@ -180,6 +268,9 @@ PetscErrorCode Run() {
                              nullptr, check, &check, nullptr));
   PetscCall(PetscOptionsReal("-check_error", "Largest mean relative L2 surrogate error accepted by -check", nullptr, check_error,
                              &check_error, nullptr));
+  PetscCall(PetscOptionsBool("-check_partition",
+                             "At the first step, compare the surrogate's prediction with rank 0 predicting all points alone",
+                             nullptr, check_partition, &check_partition, nullptr));
   PetscOptionsEnd();
   PetscCall(PetscOptionsHasName(nullptr, nullptr, "-surrogate_model", &has_model));
 
@@ -287,6 +378,16 @@ PetscErrorCode Run() {
     PetscCall(PetscTime(&t0));
     if (has_model) PetscCall(SurrogatePredictState(s, disc, u, f, b, prediction));
     PetscCall(PetscTime(&t1));
+    if (has_model && check_partition && n == 0) {
+      std::vector<Vec> in;
+      PetscBool reproducible = PETSC_FALSE;
+      char model[PETSC_MAX_PATH_LEN];
+      PetscCall(SurrogateInputVecs(s, disc, u, f, b, &in));
+      PetscCall(PetscOptionsGetBool(nullptr, nullptr, "-surrogate_reproducible", &reproducible, nullptr));
+      PetscCall(PetscOptionsGetString(nullptr, nullptr, "-surrogate_model", model, sizeof(model), nullptr));
+      // The default mode's cross-rank merge agrees to 1e-6 relative (share/docs/reproducibility.md).
+      PetscCall(CheckAgainstOneRank(comm, s, in, model, reproducible, 1e-6));
+    }
 
     const bool compare = compare_every > 0 && n % compare_every == 0;
     PetscInt its_zero = -1, its_prev = -1, its_sur = -1;
