@@ -44,7 +44,8 @@ void check_launch(const char* kernel);
 
 /// The number of visible CUDA devices; 0 when there is none or no usable driver, with the runtime's
 /// reason in *why (e.g. "cudaGetDeviceCount: cudaErrorInsufficientDriver: CUDA driver version is
-/// insufficient for CUDA runtime version"). Never throws; clears the runtime's error state.
+/// insufficient for CUDA runtime version"). Never throws; clears the runtime's error state where it can
+/// (without a usable driver the initialisation error is sticky and every runtime call keeps failing).
 int device_count(std::string* why = nullptr) noexcept;
 
 /// Makes `device` current for the guard's lifetime and restores the caller's current device afterwards.

@@ -1,0 +1,119 @@
+// Host-side parts of the CUDA backend, which run (and must pass) on machines without a GPU: the launch
+// geometry of the latent kernels, the chunking of the points, the packing of Linear layers for the fused
+// MLP, and the errors a CUDA request gets when no device is usable. Tests that need a device skip.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <random>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "random_models.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/model.hpp"
+
+namespace cu = surrogate::kernels::cuda;
+namespace st = surrogate::testing;
+
+namespace {
+
+TEST(CudaHost, EncodeShapeCoversEveryLatentOnceWithinTheBlockLimits) {
+  for (int M = 1; M <= 2000; ++M) {
+    const cu::EncodeShape s = cu::encode_shape(M);
+    ASSERT_GE(s.groups, 1) << M;
+    ASSERT_LE(s.threads, 256) << M;
+    ASSERT_EQ(s.threads, s.latents * s.slices) << M;
+    ASSERT_GE(s.groups * s.latents, M) << "latents left out, M = " << M;
+    ASSERT_LT((s.groups - 1) * s.latents, M) << "an empty latent group, M = " << M;
+    ASSERT_GE(s.slices, 1) << M;
+  }
+  // small M fills the block with point slices; M = 256 needs no slices
+  EXPECT_EQ(cu::encode_shape(64).slices, 4);
+  EXPECT_EQ(cu::encode_shape(256).slices, 1);
+  EXPECT_EQ(cu::encode_shape(256).groups, 1);
+  EXPECT_EQ(cu::encode_shape(300).groups, 2);
+}
+
+TEST(CudaHost, ChunksCoverTheRowsOfASegmentExactly) {
+  for (int chunk_rows : {1, 7, 256}) {
+    for (std::int64_t n : {0, 1, 6, 7, 8, 1000}) {
+      std::vector<cu::LatentChunk> chunks = {{-5, 3, 9}};  // appended to, never cleared
+      cu::append_chunks(100, 100 + n, 2, chunk_rows, chunks);
+      ASSERT_EQ(chunks.size(), 1 + static_cast<std::size_t>((n + chunk_rows - 1) / chunk_rows));
+      std::int64_t next = 100;
+      for (std::size_t i = 1; i < chunks.size(); ++i) {
+        EXPECT_EQ(chunks[i].begin, next);
+        EXPECT_GE(chunks[i].rows, 1);
+        EXPECT_LE(chunks[i].rows, chunk_rows);
+        EXPECT_EQ(chunks[i].segment, 2);
+        next += chunks[i].rows;
+      }
+      EXPECT_EQ(next, 100 + n);
+    }
+  }
+  std::vector<cu::LatentChunk> chunks;
+  EXPECT_THROW(cu::append_chunks(0, 10, 0, 0, chunks), std::invalid_argument);
+}
+
+TEST(CudaHost, LinearLayersArePackedTransposedAndZeroPadded) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> dist;
+  for (auto [out, in] : {std::pair{1, 1}, {3, 5}, {64, 64}, {65, 2}, {130, 255}}) {
+    std::vector<float> w(static_cast<std::size_t>(out) * in), b(static_cast<std::size_t>(out));
+    for (auto& x : w) x = dist(gen);
+    for (auto& x : b) x = dist(gen);
+    std::vector<float> wt = {42.0f}, bias = {43.0f};  // appended after what is there
+    cu::pack_mlp_linear(w.data(), b.data(), out, in, wt, bias);
+    const int ld = cu::mlp_weight_ld(out);
+    ASSERT_EQ(ld % 64, 0);
+    ASSERT_GE(ld, out);
+    const int k4 = (in + 3) / 4 * 4;
+    ASSERT_EQ(wt.size(), 1 + static_cast<std::size_t>(k4) * ld);
+    ASSERT_EQ(bias.size(), 1 + static_cast<std::size_t>(ld));
+    EXPECT_EQ(wt[0], 42.0f);
+    EXPECT_EQ(bias[0], 43.0f);
+    for (int k = 0; k < k4; ++k)
+      for (int o = 0; o < ld; ++o) {
+        const float expected = (k < in && o < out) ? w[static_cast<std::size_t>(o) * in + k] : 0.0f;
+        ASSERT_EQ(wt[1 + static_cast<std::size_t>(k) * ld + o], expected) << "k " << k << " o " << o;
+      }
+    for (int o = 0; o < ld; ++o) ASSERT_EQ(bias[1 + static_cast<std::size_t>(o)], o < out ? b[o] : 0.0f);
+  }
+}
+
+TEST(CudaHost, DeviceCountGivesAReasonWhenThereIsNoDevice) {
+  std::string why;
+  const int count = cu::device_count(&why);
+  EXPECT_GE(count, 0);
+  if (count == 0) {
+    // (without a usable driver the runtime's initialisation error is sticky: nothing can clear it)
+    EXPECT_FALSE(why.empty());
+    EXPECT_NE(why.find("cudaGetDeviceCount"), std::string::npos) << why;
+  } else {
+    EXPECT_EQ(cudaGetLastError(), cudaSuccess) << "device_count left an error behind";
+  }
+}
+
+TEST(CudaHost, ACudaForwardWithoutADeviceIsRefusedClearly) {
+  std::string why;
+  if (cu::device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is visible: covered by gpu.FlareGpu.*";
+  const auto model = surrogate::make_model(st::random_flare_file(st::elasticity_config(), 5));
+  surrogate::SelfComm comm;
+  std::vector<float> in(20, 0.5f), out(10);
+  const auto layout = surrogate::SampleLayout::build(comm, 10, nullptr);
+  surrogate::RunOptions o;
+  o.cuda_device = 0;
+  try {
+    model->predict(comm, layout, in.data(), 2, out.data(), 1, o);
+    FAIL() << "a CUDA forward ran without a device";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos) << e.what();
+  }
+  // the CPU path of the same model still works
+  o.cuda_device = -1;
+  EXPECT_NO_THROW(model->predict(comm, layout, in.data(), 2, out.data(), 1, o));
+}
+
+}  // namespace
