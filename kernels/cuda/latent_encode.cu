@@ -121,7 +121,7 @@ __global__ void encode_merge_kernel(int H, int M, int E, int slices, const std::
     for (std::size_t part = p0; part < p1; ++part) {
       const std::size_t at = (part * H + h) * M + m;
       const std::int32_t r = part_ref[at];
-      if (r != kNoExponent) total += detail::pow2_nonpositive<double>(r - ref) * part_acc[at * width + c];
+      if (r != kNoExponent) total += detail::rebase_factor<double>(r, ref) * part_acc[at * width + c];
     }
   }
   const std::size_t o = (static_cast<std::size_t>(seg.sample[s]) * H + h) * M + m;
@@ -135,8 +135,8 @@ __global__ void encode_rescale_kernel(const std::int32_t* local_ref, const std::
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= entries * width) return;
   const std::int32_t local = local_ref[i / width];
-  if (local == kNoExponent) return;
-  acc[i] *= detail::pow2_nonpositive<double>(local - global_ref[i / width]);
+  if (local == kNoExponent) return;  // no local terms: the sums are 0 and stay untouched
+  acc[i] *= detail::rebase_factor<double>(local, global_ref[i / width]);
 }
 
 /// One thread per (segment, head, latent, e).

@@ -75,6 +75,15 @@ template <> __device__ __forceinline__ double pow2_nonpositive<double>(int d) {
   return d < -1022 ? 0.0 : __longlong_as_double(static_cast<long long>(1023 + d) << 52);
 }
 
+/// The exact factor that moves sums kept relative to 2^from onto the reference 2^to (from <= to):
+/// 2^(from - to); 0 for an empty partial (from == kNoExponent, whose sums are 0) and below the normal
+/// range. The one rebasing rule of the online softmax: raising the reference inside Pow2Softmax, merging
+/// the partials of a segment, and moving a rank's sums to the global reference all use it.
+template <class Acc>
+__device__ __forceinline__ Acc rebase_factor(int from, int to) {
+  return from == kNoExponent ? Acc(0) : pow2_nonpositive<Acc>(from - to);
+}
+
 __device__ __forceinline__ float madd(float a, float b, float c) { return fmaf(a, b, c); }
 __device__ __forceinline__ double madd(double a, double b, double c) { return fma(a, b, c); }
 
@@ -95,18 +104,19 @@ struct Pow2Softmax {
     for (int e = 0; e < kMaxE; ++e) acc[e] = Acc(0);
   }
 
+  /// Moves the sums to the reference 2^new_ref (new_ref >= ref), exactly.
+  __device__ __forceinline__ void rebase(int new_ref) {
+    const Acc s = rebase_factor<Acc>(ref, new_ref);
+    sum *= s;
+#pragma unroll
+    for (int e = 0; e < kMaxE; ++e) acc[e] *= s;
+    ref = new_ref;
+  }
+
   /// The term of `logit` relative to 2^ref, after raising ref (and rescaling the sums) if needed.
   __device__ __forceinline__ float term(float l) {
     const ExpParts p = exp_parts(l);
-    if (p.k > ref) {
-      if (ref != kNoExponent) {
-        const Acc s = pow2_nonpositive<Acc>(ref - p.k);
-        sum *= s;
-#pragma unroll
-        for (int e = 0; e < kMaxE; ++e) acc[e] *= s;
-      }
-      ref = p.k;
-    }
+    if (p.k > ref) rebase(p.k);
     return scale_down(p.mantissa, p.k - ref);
   }
 
