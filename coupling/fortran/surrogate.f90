@@ -108,6 +108,7 @@ module surrogate
     type(c_ptr) :: device = c_null_ptr
     integer(c_int) :: threads = 0
     integer(c_int) :: reproducible = 0
+    type(c_ptr) :: precision = c_null_ptr  ! NULL: "fp32" (not exposed by the Fortran wrappers)
   end type c_surrogate_options
 
   ! --- The C API ------------------------------------------------------------------------------------

@@ -44,6 +44,9 @@ typedef struct {
   const char* device; /* "cpu" (default), "cuda" (node-local rank's GPU) or "cuda:N" (CUDA builds) */
   int threads;        /* OpenMP threads per rank; 0 = OMP_NUM_THREADS (default) */
   int reproducible;   /* 1: bitwise-identical results for any rank count, partition and thread count */
+  const char* precision; /* arithmetic of the MLPs: "fp32" (default; also for NULL), "tf32" or "bf16" (CUDA
+                            devices only, tensor cores with FP32 accumulation; with "cpu":
+                            SURROGATE_ERR_UNSUPPORTED; accuracy in share/docs/cuda.md) */
 } surrogate_options;
 
 /* Fills *options with the defaults. */

@@ -22,6 +22,7 @@ surrogate::Options to_options(const surrogate_options* options) {
     if (options->device) o.device = options->device;
     o.threads = options->threads;
     o.reproducible = options->reproducible != 0;
+    if (options->precision) o.precision = options->precision;
   }
   return o;
 }
@@ -46,6 +47,7 @@ void surrogate_options_default(surrogate_options* options) {
   options->device = "cpu";
   options->threads = 0;
   options->reproducible = 0;
+  options->precision = "fp32";
 }
 
 int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {

@@ -4,6 +4,8 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <span>
+#include <type_traits>
 
 namespace surrogate {
 
@@ -12,6 +14,7 @@ struct Surrogate::State {
   MpiComm comm;
   Options options;
   int cuda_device = -1;  // from options.device
+  Precision precision = Precision::fp32;  // from options.precision
   std::unique_ptr<Model> model;
   bool has_points = false;
   SampleLayout layout;
@@ -27,14 +30,22 @@ namespace {
 /// Checks the options and returns the CUDA device they select (-1: CPU).
 int check_options(const Options& o, const MpiComm& comm) {
   if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
-  return detail::select_device(o.device, comm);
+  const Precision precision = parse_precision(o.precision);
+  const int device = detail::select_device(o.device, comm);
+  if (device < 0 && precision != Precision::fp32)
+    throw Error(ErrorCode::unsupported, "precision '" + o.precision + "' needs a CUDA device (device '" + o.device +
+                                            "' computes in fp32 only)");
+  return device;
 }
 }  // namespace
 
 Surrogate::Surrogate(MPI_Comm comm, const std::string& model_path, Options options) {
   // Constructing the communicator duplicates `comm` (collective); argument errors are agreed afterwards.
   state_ = std::make_unique<State>(comm, std::move(options));
-  collectively(state_->comm, [&] { state_->cuda_device = check_options(state_->options, state_->comm); });
+  collectively(state_->comm, [&] {
+    state_->cuda_device = check_options(state_->options, state_->comm);
+    state_->precision = parse_precision(state_->options.precision);
+  });
   const ModelFile file = ModelFile::read(state_->comm, model_path);
   collectively(state_->comm, [&] { state_->model = make_model(file); });
 }
@@ -62,6 +73,7 @@ void Surrogate::set_options(const Options& options) {
   collectively(state_->comm, [&] { device = check_options(options, state_->comm); });
   state_->options = options;
   state_->cuda_device = device;
+  state_->precision = parse_precision(options.precision);
 }
 
 template <class Real>
@@ -104,25 +116,55 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   State& s = *state_;
   const std::int64_t n = s.layout.local_points();
   const int cin = s.model->in_channels(), cout = s.model->out_channels();
-  // With a CUDA device selected, either array may be device memory: it is staged through host memory
-  // (the strided span of the array, one copy each way).
-  std::vector<Real> in_stage, out_stage;
-  const Real* in_data = in.data;
-  Real* out_data = out.data;
-  bool out_on_device = false;
+  RunOptions run;
+  run.threads = s.options.threads;
+  run.reproducible = s.options.reproducible;
+  run.cuda_device = s.cuda_device;
+  run.precision = s.precision;
+  // With a CUDA device selected, either array may be device memory. When every rank with points passes
+  // device memory for both arrays (a collective decision), the whole predict runs on the device
+  // (Model::predict_device). Otherwise a device array is staged through host memory (the strided span
+  // of the array, one copy each way).
+  bool in_on_device = false, out_on_device = false;
   collectively(s.comm, [&] {
     if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
     if (n > 0 && (!in.data || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    if (s.cuda_device < 0 || n == 0) return;
+    in_on_device = detail::is_device_pointer(in.data);
+    out_on_device = detail::is_device_pointer(out.data);
+  });
+  if (s.cuda_device >= 0) {
+    const std::int32_t device_rank = (n > 0 && in_on_device && out_on_device) ? 1 : 0;
+    const std::int32_t host_rank = (n > 0 && !(in_on_device && out_on_device)) ? 1 : 0;
+    std::int32_t flags[2] = {device_rank, host_rank};
+    s.comm.allreduce(std::span<std::int32_t>(flags, 2), ReduceOp::max);
+    if (flags[0] == 1 && flags[1] == 0) {
+      Model::DeviceArrays arrays;
+      arrays.in = in.data;
+      arrays.out = out.data;
+      arrays.is_double = std::is_same_v<Real, double>;
+      arrays.in_point_stride = in.point_stride;
+      arrays.in_component_stride = in.component_stride;
+      arrays.out_point_stride = out.point_stride;
+      arrays.out_component_stride = out.component_stride;
+      const double t0 = MPI_Wtime();
+      s.model->predict_device(s.comm, s.layout, arrays, run);
+      s.last_seconds = MPI_Wtime() - t0;
+      ++s.predictions;
+      return;
+    }
+  }
+  std::vector<Real> in_stage, out_stage;
+  const Real* in_data = in.data;
+  Real* out_data = out.data;
+  collectively(s.comm, [&] {
     s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
     s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
-    if (s.cuda_device < 0 || n == 0) return;
-    const bool in_on_device = detail::is_device_pointer(in.data);
-    out_on_device = detail::is_device_pointer(out.data);
     if (!in_on_device && !out_on_device) return;
     const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
     const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
     if ((in_on_device && in_extent < 0) || (out_on_device && out_extent < 0))
-      throw Error(ErrorCode::invalid_argument, "predict: device arrays need non-negative strides");
+      throw Error(ErrorCode::invalid_argument, "predict: staged device arrays need non-negative strides");
     if (in_on_device) {
       in_stage.resize(static_cast<std::size_t>(in_extent));
       detail::copy_device_to_host(in_stage.data(), in.data, in_stage.size() * sizeof(Real));
@@ -137,10 +179,6 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   for (std::int64_t i = 0; i < n; ++i)
     for (int c = 0; c < cin; ++c)
       s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
-  RunOptions run;
-  run.threads = s.options.threads;
-  run.reproducible = s.options.reproducible;
-  run.cuda_device = s.cuda_device;
   const double t0 = MPI_Wtime();
   s.model->predict(s.comm, s.layout, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
   s.last_seconds = MPI_Wtime() - t0;

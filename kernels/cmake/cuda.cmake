@@ -5,8 +5,10 @@ target_sources(surrogate_kernels PRIVATE
   cuda/runtime.cpp
   cuda/norm.cu
   cuda/mlp.cu
+  cuda/mlp_tensor_cores.cu
   cuda/latent_encode.cu
-  cuda/latent_decode.cu)
+  cuda/latent_decode.cu
+  cuda/caller_io.cu)
 target_link_libraries(surrogate_kernels PRIVATE CUDA::cudart)
 # The public header surrogate/kernels/cuda.hpp includes cuda_runtime_api.h: targets that include it
 # link CUDA::cudart themselves.

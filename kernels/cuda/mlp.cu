@@ -12,6 +12,7 @@
 //
 // Every output element is bias + sum_k x_k w_k accumulated by one thread in k order, then the activation
 // and the residual: the same arithmetic whatever block or position the row has.
+#include "activation.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -19,20 +20,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kCols = 64;  // output columns per pass
-
-__device__ __forceinline__ float activate(Activation act, float v) {
-  // x * sigmoid(t) = x / (1 + exp(-t)) with t = 2u (GELU, tanh approximation) or t = x (SiLU); the
-  // exponent is capped at 80 so that 1 + exp(.) stays finite.
-  switch (act) {
-    case Activation::gelu_tanh: {
-      const float u2 = v * (1.5957691216057308f + 0.071354816272600250f * (v * v));
-      return v / (1.0f + expf(fminf(-u2, 80.0f)));
-    }
-    case Activation::silu: return v / (1.0f + expf(fminf(-v, 80.0f)));
-    case Activation::none: break;
-  }
-  return v;
-}
 
 __device__ __forceinline__ float component(const float4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -129,6 +116,10 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
 
 void mlp(const MlpArgs& a, cudaStream_t stream) {
   if (a.rows <= 0) return;
+  if (a.precision != MlpPrecision::fp32) {
+    mlp_tensor_cores(a, stream);
+    return;
+  }
   if (!a.layers || a.num_layers < 1) throw std::invalid_argument("cuda::mlp: no layers");
   if (a.max_width < 1 || a.max_width > kMaxMlpWidth)
     throw std::invalid_argument("cuda::mlp: layer width " + std::to_string(a.max_width) +

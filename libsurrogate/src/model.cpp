@@ -107,21 +107,19 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const float* i
   Status status;
   try {
     if (n > 0 && (!in || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (options.cuda_device < 0 && options.precision != Precision::fp32)
+      throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
+                                              "' needs a CUDA device; the CPU computes in fp32 only");
     if (ld_in < in_channels_ || ld_out < out_channels_)
       throw Error(ErrorCode::invalid_argument, "row stride smaller than the channel count (input " +
                                                    std::to_string(ld_in) + " < " + std::to_string(in_channels_) +
                                                    " or output " + std::to_string(ld_out) + " < " +
                                                    std::to_string(out_channels_) + ")");
-    std::vector<index_t> bad(static_cast<std::size_t>(in_channels_), 0);
+    std::vector<std::uint64_t> bad(static_cast<std::size_t>(in_channels_), 0);
     for (index_t i = 0; i < n; ++i)
       for (int c = 0; c < in_channels_; ++c)
         if (!std::isfinite(in[i * ld_in + c])) ++bad[static_cast<std::size_t>(c)];
-    std::ostringstream message;
-    for (int c = 0; c < in_channels_; ++c)
-      if (bad[static_cast<std::size_t>(c)] > 0)
-        message << (message.tellp() > 0 ? "; " : "") << "input field '" << input_name(c) << "' (channel " << c
-                << ") has " << bad[static_cast<std::size_t>(c)] << " NaN/Inf value(s) among " << n << " local points";
-    if (message.tellp() > 0) throw Error(ErrorCode::input, message.str());
+    throw_if_non_finite(bad, n);
     input_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_in), 0.0f);
     output_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_out), 0.0f);
   } catch (...) {
@@ -152,6 +150,60 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const float* i
       dst[c] = static_cast<float>(v);
     }
   }
+}
+
+Precision parse_precision(const std::string& name) {
+  if (name == "fp32") return Precision::fp32;
+  if (name == "tf32") return Precision::tf32;
+  if (name == "bf16") return Precision::bf16;
+  throw Error(ErrorCode::invalid_argument, "unknown precision '" + name + "' (expected fp32, tf32 or bf16)");
+}
+
+const char* precision_name(Precision p) noexcept {
+  switch (p) {
+    case Precision::tf32: return "tf32";
+    case Precision::bf16: return "bf16";
+    case Precision::fp32: break;
+  }
+  return "fp32";
+}
+
+void Model::throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const {
+  std::ostringstream message;
+  for (int c = 0; c < in_channels_ && c < static_cast<int>(bad.size()); ++c)
+    if (bad[static_cast<std::size_t>(c)] > 0)
+      message << (message.tellp() > 0 ? "; " : "") << "input field '" << input_name(c) << "' (channel " << c
+              << ") has " << bad[static_cast<std::size_t>(c)] << " NaN/Inf value(s) among " << n << " local points";
+  if (message.tellp() > 0) throw Error(ErrorCode::input, message.str());
+}
+
+void Model::predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
+                           const RunOptions& options) {
+  {
+    Status status;
+    try {
+      if (options.cuda_device < 0)
+        throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
+      if (layout.local_points() > 0 && (!arrays.in || !arrays.out))
+        throw Error(ErrorCode::invalid_argument, "null input or output array");
+    } catch (...) {
+      status = Status::from_current_exception();
+    }
+    comm.agree_or_throw(status);
+  }
+  const index_t n = layout.local_points();
+  predict_device_impl(comm, layout, arrays, options, [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); });
+}
+
+void Model::predict_device_impl(const Comm& comm, const SampleLayout&, const DeviceArrays&, const RunOptions&,
+                                const std::function<void(const std::vector<std::uint64_t>&)>&) {
+  Status status;
+  try {
+    throw Error(ErrorCode::unsupported, "model architecture '" + architecture_ + "' has no device-resident predict");
+  } catch (...) {
+    status = Status::from_current_exception();
+  }
+  comm.agree_or_throw(status);
 }
 
 }  // namespace surrogate

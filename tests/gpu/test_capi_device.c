@@ -2,7 +2,8 @@
  *  - without a visible CUDA device (or in a build without the CUDA backend), surrogate_open with device
  *    "cuda" returns SURROGATE_ERR_UNSUPPORTED on every rank, with the same clear message, and no handle;
  *  - with one, "cuda" opens, and predictions on the GPU match the CPU (default mode within 1e-5 of the
- *    largest value, reproducible mode too), also from CUDA device arrays (bitwise as from host arrays);
+ *    largest value, reproducible mode too), also from CUDA device arrays (bitwise as from host arrays; both
+ *    arrays on the device: the device-resident path; device inputs with host outputs: staged);
  *  - everywhere: "cuda:99" is unsupported, malformed device strings are invalid arguments. */
 #include <math.h>
 #include <mpi.h>
@@ -137,6 +138,15 @@ int main(int argc, char** argv) {
           CHECK(out_host[3 * i + 1] == -7.0 && out_host[3 * i + 2] == -7.0, "device arrays: point %lld: gap overwritten",
                 (long long)i);
         }
+        /* Mixed: device inputs, host outputs (staged through host memory). */
+        double* out_mixed = malloc(sizeof(double) * (size_t)(n + 1));
+        rc = surrogate_predict_f64(g, (const double*)d_in, 1, n, out_mixed, 1, 1);
+        check_agreement(rc, "predict from device inputs to host outputs");
+        CHECK(rc == SURROGATE_OK, "mixed arrays: %s", surrogate_last_error());
+        for (int64_t i = 0; i < n; ++i)
+          CHECK(out_mixed[i] == out_gpu[i], "mixed arrays: point %lld: %g vs host arrays %g", (long long)i, out_mixed[i],
+                out_gpu[i]);
+        free(out_mixed);
         cudaFree(d_in);
         cudaFree(d_out);
         free(in_f);

@@ -24,6 +24,9 @@ struct Options {
   int threads = 0;
   /// Bitwise-identical results for any number of ranks, partition and thread count.
   bool reproducible = false;
+  /// Arithmetic of the MLPs: "fp32" (default), "tf32" or "bf16" (tensor cores, FP32 accumulation; CUDA
+  /// devices only: with device "cpu" they are refused with Error(unsupported)). Accuracy: cuda.md.
+  std::string precision = "fp32";
 };
 
 /// Strided view of a rank's local array: element (point i, component j) is at data[i * point_stride +

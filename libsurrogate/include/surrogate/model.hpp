@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -14,6 +15,14 @@ namespace surrogate {
 
 using index_t = std::int64_t;
 
+/// Arithmetic of the Linear layers (the MLPs): FP32 everywhere (default), or on CUDA devices the tensor
+/// cores with operands rounded to TF32 (10-bit mantissa) or BF16 (8-bit mantissa) and FP32 accumulation.
+/// Norms, softmax, the encode/decode products and the residual stream stay FP32 (share/docs/cuda.md).
+enum class Precision { fp32, tf32, bf16 };
+/// "fp32", "tf32", "bf16" (exactly); anything else throws Error(invalid_argument).
+Precision parse_precision(const std::string& name);
+const char* precision_name(Precision p) noexcept;
+
 struct RunOptions {
   /// Bitwise-identical predictions for any number of ranks, any partition of the points and any thread
   /// count (global reductions in exact fixed-point arithmetic; see share/docs/reproducibility.md).
@@ -24,6 +33,8 @@ struct RunOptions {
   /// Where the forward pass runs: -1 the CPU, otherwise the index of a CUDA device (CUDA builds only;
   /// inputs and outputs stay host arrays, the model copies them).
   int cuda_device = -1;
+  /// tf32 and bf16 need a CUDA device (cuda_device >= 0): the CPU refuses them with Error(unsupported).
+  Precision precision = Precision::fp32;
 };
 
 /// How a rank's local points are grouped into independent samples (a sample's attention never mixes
@@ -84,6 +95,23 @@ class Model {
   void predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options = {});
 
+  /// The caller's arrays in CUDA device memory: element (point i, component c) at
+  /// in[i * in_point_stride + c * in_component_stride] (likewise out), float or double, any strides.
+  struct DeviceArrays {
+    const void* in = nullptr;
+    void* out = nullptr;
+    bool is_double = false;
+    index_t in_point_stride = 0, in_component_stride = 1;
+    index_t out_point_stride = 0, out_component_stride = 1;
+  };
+  /// Collective over comm. predict() for arrays in the memory of CUDA device options.cuda_device (>= 0):
+  /// reordering, normalisation, the forward and the de-normalisation run on that device and the outputs
+  /// are written into `arrays.out` directly (elements between the strides are not touched); no array
+  /// crosses the host. Same arithmetic and the same errors as predict() with the inputs rounded to float.
+  /// Throws Error(unsupported) on every rank for model families without a device forward.
+  void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
+                      const RunOptions& options);
+
  protected:
   Model(const ModelFile& file, int in_channels, int out_channels);
 
@@ -91,6 +119,13 @@ class Model {
   /// sample). Row strides are multiples of kernels::kPad; padding columns of `in` are zero.
   virtual void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                        index_t ld_out, const RunOptions& options) = 0;
+  /// predict_device() of the family (arguments checked). The default refuses with Error(unsupported).
+  /// `check_inputs` receives the per-channel counts of non-finite inputs and throws Error(input) if any.
+  virtual void predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
+                                   const RunOptions& options,
+                                   const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs);
+  /// Throws Error(input) naming the channels with non-finite inputs (bad[c] of them among n local points).
+  void throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const;
 
  private:
   std::string architecture_;

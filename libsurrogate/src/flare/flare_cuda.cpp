@@ -19,6 +19,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <vector>
 
@@ -73,6 +74,15 @@ kernels::Activation to_kernel(FlareConfig::Activation a) {
   return a == FlareConfig::Activation::silu ? kernels::Activation::silu : kernels::Activation::gelu_tanh;
 }
 
+cu::MlpPrecision to_kernel(Precision p) {
+  switch (p) {
+    case Precision::tf32: return cu::MlpPrecision::tf32;
+    case Precision::bf16: return cu::MlpPrecision::bf16;
+    case Precision::fp32: break;
+  }
+  return cu::MlpPrecision::fp32;
+}
+
 /// All weights in one host array (every tensor at a multiple of 64 floats), uploaded at once.
 class WeightBlob {
  public:
@@ -123,6 +133,9 @@ class FlareCudaForward final : public FlareDeviceForward {
   int device() const override { return device_; }
   void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options) override;
+  void predict_device(const Comm& comm, const SampleLayout& layout, const Model::DeviceArrays& arrays,
+                      const RunOptions& options,
+                      const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs) override;
   const FlareCudaTiming& timing() const { return timing_; }
 
  private:
@@ -146,11 +159,17 @@ class FlareCudaForward final : public FlareDeviceForward {
   void local_step(const Comm& comm, F&& work);
   void allreduce(const Comm& comm, void* device_data, std::size_t count, DType type, ReduceOp op);
   void ensure_transport(const Comm& comm);
+  /// The forward: `load` fills in_ (n_ x in_dim, normalised, working order) on the stream, `store`
+  /// enqueues the use of out_ (n_ x out_dim), `finish` runs on the host after the stream completed.
+  void run(const Comm& comm, const SampleLayout& layout, bool reproducible, const std::function<void(cudaStream_t)>& load,
+           const std::function<void(cudaStream_t)>& store, const std::function<void()>& finish);
+  void upload_order(const SampleLayout& layout);
 
   FlareConfig cfg_;
   int device_;
   int C_, H_, M_, E_;
   int sm_count_ = 1;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the current forward
   cu::Stream stream_;
   cu::Event ev_start_, ev_uploaded_, ev_computed_, ev_end_;
   FlareCudaTiming timing_;
@@ -186,6 +205,13 @@ class FlareCudaForward final : public FlareDeviceForward {
   cu::DeviceBuffer<float> z_;                     // [S][H][M][E]
   cu::PinnedBuffer<char> staging_;                // host side of the MPI reductions
   std::vector<float> value_max_host_;
+  // device-resident predict
+  cu::DeviceBuffer<double> normalization_;           // input mean, std, output mean, std (as present)
+  bool has_input_norm_ = false, has_output_norm_ = false;
+  cu::DeviceBuffer<index_t> order_;                  // the layout's order (working row -> caller row)
+  std::vector<index_t> order_host_;
+  cu::DeviceBuffer<unsigned long long> bad_;         // per input channel: non-finite inputs
+  cu::PinnedBuffer<unsigned long long> bad_host_;
 };
 
 FlareCudaForward::FlareCudaForward(const FlareConfig& cfg, const ModelFile& file, int device)
@@ -270,6 +296,14 @@ FlareCudaForward::FlareCudaForward(const FlareConfig& cfg, const ModelFile& file
     d.add_input = l.add_input;
     table.push_back(d);
   }
+  std::vector<double> norm;
+  const Normalization& nf = file.normalization;
+  has_input_norm_ = nf.has_input();
+  has_output_norm_ = nf.has_output();
+  for (const auto* v : {&nf.input_mean, &nf.input_std, &nf.output_mean, &nf.output_std})
+    norm.insert(norm.end(), v->begin(), v->end());
+  normalization_.resize(std::max<std::size_t>(norm.size(), 1), device_);
+  if (!norm.empty()) cu::copy_to_device(normalization_.data(), norm.data(), norm.size() * sizeof(double), stream_.get());
   layers_.resize(table.size(), device_);
   cu::copy_to_device(layers_.data(), table.data(), table.size() * sizeof(cu::MlpLayer), stream_.get());
   stream_.synchronize();  // the host copies (table, blob) may go now
@@ -364,6 +398,7 @@ void FlareCudaForward::run_norm(const NormPlan& n, const float* x, index_t ldx, 
 void FlareCudaForward::run_mlp(const MlpPlan& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                                const float* extra, index_t ld_extra) {
   cu::MlpArgs a;
+  a.precision = precision_;
   a.layers = layers_.data() + m.first;
   a.num_layers = m.count;
   a.max_width = m.max_width;
@@ -595,9 +630,9 @@ void FlareCudaForward::ensure_transport(const Comm& comm) {
   if (comm.allreduce(have, ReduceOp::min) == 0) transport_.reset();
 }
 
-void FlareCudaForward::forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
-                               index_t ld_out, const RunOptions& options) {
-  const bool reproducible = options.reproducible;
+void FlareCudaForward::run(const Comm& comm, const SampleLayout& layout, bool reproducible,
+                           const std::function<void(cudaStream_t)>& load, const std::function<void(cudaStream_t)>& store,
+                           const std::function<void()>& finish) {
   const int blocks = cfg_.num_blocks;
   ensure_transport(comm);
   timing_.transport = comm.size() == 1 ? "none" : transport_ ? transport_->name() : "MPI (host staging)";
@@ -605,10 +640,7 @@ void FlareCudaForward::forward(const Comm& comm, const SampleLayout& layout, con
     prepare(layout, reproducible);
     const cudaStream_t s = stream_.get();
     ev_start_.record(s);
-    const auto in_dim = static_cast<std::size_t>(cfg_.in_dim);
-    for (index_t r = 0; r < n_; ++r)
-      std::memcpy(in_host_.data() + static_cast<std::size_t>(r) * in_dim, in + r * ld_in, in_dim * sizeof(float));
-    cu::copy_to_device(in_.data(), in_host_.data(), static_cast<std::size_t>(n_) * in_dim * sizeof(float), s);
+    load(s);
     ev_uploaded_.record(s);
     run_mlp(in_proj_, in_.data(), cfg_.in_dim, x_.data(), C_, n_);
     if (blocks > 0) start_block(0, reproducible);
@@ -657,17 +689,99 @@ void FlareCudaForward::forward(const Comm& comm, const SampleLayout& layout, con
     }
     run_mlp(out_mlp_, head_in, C_, out_.data(), cfg_.out_dim, n_);
     ev_computed_.record(s);
-    const auto out_dim = static_cast<std::size_t>(cfg_.out_dim);
-    cu::copy_to_host(out_host_.data(), out_.data(), static_cast<std::size_t>(n_) * out_dim * sizeof(float), s);
+    store(s);
     ev_end_.record(s);
     stream_.synchronize();
-    for (index_t r = 0; r < n_; ++r)
-      std::memcpy(out + r * ld_out, out_host_.data() + static_cast<std::size_t>(r) * out_dim, out_dim * sizeof(float));
+    finish();
     timing_.upload_ms = ev_uploaded_.elapsed_ms_since(ev_start_);
     timing_.compute_ms = ev_computed_.elapsed_ms_since(ev_uploaded_);
     timing_.download_ms = ev_end_.elapsed_ms_since(ev_computed_);
     timing_.total_ms = ev_end_.elapsed_ms_since(ev_start_);
   });
+}
+
+
+void FlareCudaForward::forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                               index_t ld_out, const RunOptions& options) {
+  const auto in_dim = static_cast<std::size_t>(cfg_.in_dim);
+  const auto out_dim = static_cast<std::size_t>(cfg_.out_dim);
+  precision_ = to_kernel(options.precision);
+  run(
+      comm, layout, options.reproducible,
+      [&](cudaStream_t s) {
+        for (index_t r = 0; r < n_; ++r)
+          std::memcpy(in_host_.data() + static_cast<std::size_t>(r) * in_dim, in + r * ld_in, in_dim * sizeof(float));
+        cu::copy_to_device(in_.data(), in_host_.data(), static_cast<std::size_t>(n_) * in_dim * sizeof(float), s);
+      },
+      [&](cudaStream_t s) {
+        cu::copy_to_host(out_host_.data(), out_.data(), static_cast<std::size_t>(n_) * out_dim * sizeof(float), s);
+      },
+      [&] {
+        for (index_t r = 0; r < n_; ++r)
+          std::memcpy(out + r * ld_out, out_host_.data() + static_cast<std::size_t>(r) * out_dim, out_dim * sizeof(float));
+      });
+}
+
+void FlareCudaForward::upload_order(const SampleLayout& layout) {
+  const std::vector<index_t>& order = layout.order();
+  if (order == order_host_) return;
+  order_.resize(std::max<std::size_t>(order.size(), 1), device_);
+  if (!order.empty()) {
+    cu::copy_to_device(order_.data(), order.data(), order.size() * sizeof(index_t), stream_.get());
+    stream_.synchronize();
+  }
+  order_host_ = order;
+}
+
+void FlareCudaForward::predict_device(const Comm& comm, const SampleLayout& layout, const Model::DeviceArrays& arrays,
+                                      const RunOptions& options,
+                                      const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs) {
+  const auto in_c = static_cast<std::size_t>(cfg_.in_dim), out_c = static_cast<std::size_t>(cfg_.out_dim);
+  precision_ = to_kernel(options.precision);
+  run(
+      comm, layout, options.reproducible,
+      [&](cudaStream_t s) {
+        upload_order(layout);
+        bad_.resize(in_c, device_);
+        bad_host_.resize(in_c);
+        cu::zero(bad_.data(), bad_.bytes(), s);
+        cu::CallerInput g;
+        g.data = arrays.in;
+        g.is_double = arrays.is_double;
+        g.point_stride = arrays.in_point_stride;
+        g.component_stride = arrays.in_component_stride;
+        g.channels = cfg_.in_dim;
+        g.rows = n_;
+        g.order = order_host_.empty() ? nullptr : order_.data();
+        g.mean = has_input_norm_ ? normalization_.data() : nullptr;
+        g.std = has_input_norm_ ? normalization_.data() + in_c : nullptr;
+        g.work = in_.data();
+        g.ld_work = cfg_.in_dim;
+        g.bad = bad_.data();
+        cu::gather_caller_input(g, s);
+        // The per-channel counts of non-finite inputs (in_dim integers) are the only thing read back
+        // before the forward: the error must be agreed before any collective of the forward.
+        cu::copy_to_host(bad_host_.data(), bad_.data(), bad_.bytes(), s);
+        stream_.synchronize();
+        check_inputs(std::vector<std::uint64_t>(bad_host_.data(), bad_host_.data() + in_c));
+      },
+      [&](cudaStream_t s) {
+        cu::CallerOutput o;
+        o.data = arrays.out;
+        o.is_double = arrays.is_double;
+        o.point_stride = arrays.out_point_stride;
+        o.component_stride = arrays.out_component_stride;
+        o.channels = cfg_.out_dim;
+        o.rows = n_;
+        o.order = order_host_.empty() ? nullptr : order_.data();
+        const std::size_t at = has_input_norm_ ? 2 * in_c : 0;
+        o.mean = has_output_norm_ ? normalization_.data() + at : nullptr;
+        o.std = has_output_norm_ ? normalization_.data() + at + out_c : nullptr;
+        o.work = out_.data();
+        o.ld_work = cfg_.out_dim;
+        cu::scatter_caller_output(o, s);
+      },
+      [] {});
 }
 
 }  // namespace

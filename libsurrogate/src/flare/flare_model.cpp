@@ -56,8 +56,13 @@ class FlareModel final : public Model {
  protected:
   void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options) override;
+  void predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
+                           const RunOptions& options,
+                           const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs) override;
 
  private:
+  /// Creates (or re-creates for another device) the device forward; collective, agreed.
+  void ensure_device_forward(const Comm& comm, int device);
   struct Block {
     NormLayer norm1, norm2;
     ResidualMlp k_proj, v_proj, ffn;
@@ -417,17 +422,28 @@ void FlareModel::merge_encode_exact(const Comm& comm, const SampleLayout& layout
   }
 }
 
+void FlareModel::ensure_device_forward(const Comm& comm, int device) {
+  Status status;
+  try {
+    if (!device_forward_ || device_forward_->device() != device)
+      device_forward_ = detail::make_flare_cuda_forward(cfg_, file_, device);
+  } catch (...) {
+    status = Status::from_current_exception();
+  }
+  comm.agree_or_throw(status);
+}
+
+void FlareModel::predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
+                                     const RunOptions& options,
+                                     const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs) {
+  ensure_device_forward(comm, options.cuda_device);
+  device_forward_->predict_device(comm, layout, arrays, options, check_inputs);
+}
+
 void FlareModel::forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                          index_t ld_out, const RunOptions& options) {
   if (options.cuda_device >= 0) {
-    Status status;
-    try {
-      if (!device_forward_ || device_forward_->device() != options.cuda_device)
-        device_forward_ = detail::make_flare_cuda_forward(cfg_, file_, options.cuda_device);
-    } catch (...) {
-      status = Status::from_current_exception();
-    }
-    comm.agree_or_throw(status);
+    ensure_device_forward(comm, options.cuda_device);
     device_forward_->forward(comm, layout, in, ld_in, out, ld_out, options);
     return;
   }

@@ -199,6 +199,40 @@ void fill(std::int32_t* dst, std::size_t n, std::int32_t value, cudaStream_t str
 void fill(float* dst, std::size_t n, float value, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
+// The caller's arrays on the device (device-resident predict). Element (point i, component c) of a
+// caller array is at data[i * point_stride + c * component_stride] (any strides), float or double.
+// Row r of the working order is the caller's point order[r] (order == nullptr: the identity).
+
+struct CallerInput {
+  const void* data = nullptr;         // device, float or double
+  bool is_double = false;
+  index_t point_stride = 0, component_stride = 1;
+  int channels = 0;
+  index_t rows = 0;
+  const index_t* order = nullptr;     // device, rows entries, or nullptr
+  const double* mean = nullptr;       // device, channels entries; nullptr: no normalisation
+  const double* std = nullptr;        // device, channels entries
+  float* work = nullptr;              // device, rows x ld_work: (float(x) - mean) / std in double, as float
+  index_t ld_work = 0;
+  unsigned long long* bad = nullptr;  // device, channels counters of non-finite inputs (incremented)
+};
+void gather_caller_input(const CallerInput& a, cudaStream_t stream);
+
+struct CallerOutput {
+  void* data = nullptr;               // device, float or double
+  bool is_double = false;
+  index_t point_stride = 0, component_stride = 1;
+  int channels = 0;
+  index_t rows = 0;
+  const index_t* order = nullptr;
+  const double* mean = nullptr;       // nullptr: no de-normalisation
+  const double* std = nullptr;
+  const float* work = nullptr;        // rows x ld_work: float(work * std + mean in double)
+  index_t ld_work = 0;
+};
+void scatter_caller_output(const CallerOutput& a, cudaStream_t stream);
+
+// ---------------------------------------------------------------------------------------------------
 // LayerNorm / RMSNorm, one warp per row. y may equal x.
 
 struct NormArgs {
@@ -242,7 +276,13 @@ struct MlpLayer {                   // lives in device memory (an array of them 
   bool add_input = false;           // requires in == out
 };
 
+/// Arithmetic of the products x W^T: FP32 FMAs (default), or tensor cores (WMMA) with both operands
+/// rounded to TF32 (cvt.rna: 10-bit mantissa, nearest, ties away) or BF16 (nearest even), FP32
+/// accumulation. Bias, activation and residuals are FP32 in every mode.
+enum class MlpPrecision { fp32, tf32, bf16 };
+
 struct MlpArgs {
+  MlpPrecision precision = MlpPrecision::fp32;
   const MlpLayer* layers = nullptr;  // DEVICE array of num_layers descriptors
   int num_layers = 0;
   int max_width = 0;                 // max over the layers of in and out
@@ -256,6 +296,12 @@ struct MlpArgs {
 };
 /// Throws std::invalid_argument for widths above kMaxMlpWidth.
 void mlp(const MlpArgs& a, cudaStream_t stream);
+/// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it). Shared memory of a
+/// block: 2 x 64 x (round_up(w, 64) + 8) floats of activations plus, for tf32, round_up(w, 16) x 64
+/// floats of weights, for bf16 64 x (round_up(w, 16) + 8) + round_up(w, 16) x 72 bf16 values.
+void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream);
+/// Dynamic shared memory (bytes) of mlp_tensor_cores for the largest width w (host-side, testable).
+std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width);
 
 // ---------------------------------------------------------------------------------------------------
 // Latent (FLARE) attention. q: the latent queries of every head, [H][M][E] (normalised, times the

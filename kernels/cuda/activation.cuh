@@ -1,0 +1,22 @@
+// The MLP activations on the device, shared by the FP32 and the tensor-core MLP kernels.
+#pragma once
+
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::kernels::cuda {
+
+/// x * sigmoid(t) = x / (1 + exp(-t)) with t = 2u (GELU, tanh approximation) or t = x (SiLU); the
+/// exponent is capped at 80 so that 1 + exp(.) stays finite.
+__device__ __forceinline__ float activate(Activation act, float v) {
+  switch (act) {
+    case Activation::gelu_tanh: {
+      const float u2 = v * (1.5957691216057308f + 0.071354816272600250f * (v * v));
+      return v / (1.0f + expf(fminf(-u2, 80.0f)));
+    }
+    case Activation::silu: return v / (1.0f + expf(fminf(-v, 80.0f)));
+    case Activation::none: break;
+  }
+  return v;
+}
+
+}  // namespace surrogate::kernels::cuda
