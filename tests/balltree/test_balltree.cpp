@@ -15,6 +15,10 @@
 #include "surrogate/balltree.hpp"
 #include "surrogate/error.hpp"
 
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
 namespace bt = surrogate::balltree;
 using surrogate::Error;
 using surrogate::ErrorCode;
@@ -441,6 +445,29 @@ TEST(BallTreeInvariants, RotatedLevelsArePermutationsWithTheBatchTotalTargetLeve
   EXPECT_EQ(bt::rotation_target_level(4096, 256), 4);
   EXPECT_EQ(bt::rotation_target_level(4096, 8192), 0);
   EXPECT_EQ(bt::rotation_target_level(3 * 4096, 256), 5);  // log2(48) = 5.58 -> 5
+}
+
+TEST(BallTreeInvariants, ThreadCountDoesNotChangeTheTrees) {
+#ifndef _OPENMP
+  GTEST_SKIP() << "built without OpenMP";
+#else
+  std::mt19937_64 rng(31);
+  std::vector<std::int64_t> offsets{0};
+  for (const std::int64_t n : {300, 2, 77, 1000, 5, 129}) offsets.push_back(offsets.back() + n);
+  const auto xd = random_cloud(rng, offsets.back(), 3, 50);
+  const std::vector<float> x(xd.begin(), xd.end());
+  const bt::Batch batch = bt::Batch::from_offsets(offsets);
+  const std::vector<int> strides{2}, balls{16, 16};
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  const auto one = bt::build_with_rotations(x, 3, batch, strides, balls, 45.0);
+  omp_set_num_threads(3);
+  const auto three = bt::build_with_rotations(x, 3, batch, strides, balls, 45.0);
+  omp_set_num_threads(saved);
+  EXPECT_EQ(one.tree.index, three.tree.index);
+  EXPECT_EQ(one.tree.mask, three.tree.mask);
+  EXPECT_EQ(one.rotated, three.rotated);
+#endif
 }
 
 // ---------------------------------------------------------------------------------------------------
