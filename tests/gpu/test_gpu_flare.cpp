@@ -14,6 +14,7 @@
 
 #include "golden.hpp"
 #include "gpu_test.hpp"
+#include "precision_emulation.hpp"
 #include "random_models.hpp"
 #include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
@@ -189,6 +190,28 @@ TEST_P(FlareGoldenGpu, DeviceArraysGiveTheHostArrayResultBitwise) {
     };
     run_with(0.0f);
     run_with(0.0);
+  }
+}
+
+// The tensor-core precisions on whole models: the GPU's error against the official reference stays
+// within twice the error of the CPU emulation of the same arithmetic (test_precision_emulation) plus the
+// FP32 tolerance.
+TEST_P(FlareGoldenGpu, TensorCorePrecisionsMatchTheirEmulatedAccuracy) {
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  for (auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+    std::vector<float> emulated;
+    {
+      st::ScopedPrecisionEmulation emulate(precision);
+      emulated = predict(*model, c.features, c.sample_ids, on_cpu(false));
+    }
+    const double emulated_error = st::relative_max_error(emulated, c.reference);
+    RunOptions o = on_gpu(false);
+    o.precision = precision;
+    const auto gpu = predict(*model, c.features, c.sample_ids, o);
+    const double err = st::relative_max_error(gpu, c.reference);
+    EXPECT_LE(err, 2 * emulated_error + kTolerance * c.float32_error)
+        << c.name << " " << surrogate::precision_name(precision) << ": GPU error " << err << ", emulated " << emulated_error;
   }
 }
 

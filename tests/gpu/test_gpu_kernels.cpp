@@ -8,14 +8,17 @@
 #include <algorithm>
 #include <cmath>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "precision_emulation.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace k = surrogate::kernels;
 namespace cu = surrogate::kernels::cuda;
+namespace st = surrogate::testing;
 using surrogate::testing::to_device;
 using surrogate::testing::to_host;
 
@@ -204,8 +207,9 @@ struct DeviceMlp {
     width = max_width(layers);
   }
   void run(const float* x, k::index_t ldx, float* y, k::index_t ldy, k::index_t rows, const float* extra,
-           k::index_t ld_extra) const {
+           k::index_t ld_extra, cu::MlpPrecision precision = cu::MlpPrecision::fp32) const {
     cu::MlpArgs a;
+    a.precision = precision;
     a.layers = table.data();
     a.num_layers = count;
     a.max_width = width;
@@ -250,6 +254,45 @@ TEST_F(GpuKernels, FusedMlpMatchesTheCpuKernels) {
             ASSERT_LE(std::abs(y[r * ldy + c] - e), 1e-4 * (1 + std::abs(e)))
                 << "mlp " << s.in << "-" << s.hidden << "-" << s.out << " L " << s.layers << " rows " << rows << " row "
                 << r << " col " << c;
+          }
+      }
+    }
+  }
+}
+
+// The tensor-core MLP (tf32, bf16) against the CPU emulation of the same arithmetic (operands rounded,
+// FP32 accumulation; tests/support/precision_emulation): equal up to FP32 accumulation order and the
+// occasional operand rounding flipped by it.
+TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
+  std::mt19937 gen(4);
+  const auto gelu = k::Activation::gelu_tanh, silu = k::Activation::silu;
+  const MlpShape shapes[] = {{64, 64, 64, 3, true, true, gelu}, {3, 5, 7, -1, true, true, gelu},
+                             {17, 130, 33, 1, true, true, silu}, {256, 256, 256, 2, true, true, gelu},
+                             {2, 32, 64, 2, false, true, gelu},  {1, 1, 1, 1, true, true, silu}};
+  for (auto [precision, model_precision, tolerance] :
+       {std::tuple{cu::MlpPrecision::tf32, surrogate::Precision::tf32, 2e-3},
+        std::tuple{cu::MlpPrecision::bf16, surrogate::Precision::bf16, 2e-2}}) {
+    for (const MlpShape& s : shapes) {
+      const auto layers = make_mlp(s, gen);
+      const DeviceMlp dev(layers);
+      for (k::index_t rows : {1, 65, 1000}) {
+        const k::index_t ldx = s.in + 3, ldy = s.out + 1;
+        const auto x = random_vector(static_cast<std::size_t>(rows * ldx), 1.0f, gen);
+        std::vector<float> ref;
+        {
+          st::ScopedPrecisionEmulation emulate(model_precision);
+          ref = cpu_mlp(layers, x, ldx, rows, nullptr);
+        }
+        auto dx = to_device(x);
+        cu::DeviceBuffer<float> dy(static_cast<std::size_t>(rows * ldy), 0);
+        dev.run(dx.data(), ldx, dy.data(), ldy, rows, nullptr, 0, precision);
+        const auto y = to_host(dy.data(), static_cast<std::size_t>(rows * ldy));
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < s.out; ++c) {
+            const float e = ref[r * s.out + c];
+            ASSERT_LE(std::abs(y[r * ldy + c] - e), tolerance * (1 + std::abs(e)))
+                << (precision == cu::MlpPrecision::tf32 ? "tf32" : "bf16") << " mlp " << s.in << "-" << s.hidden << "-"
+                << s.out << " L " << s.layers << " rows " << rows << " row " << r << " col " << c;
           }
       }
     }

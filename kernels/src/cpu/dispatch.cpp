@@ -1,4 +1,5 @@
 // Run-time choice of the kernel table.
+#include <atomic>
 #include <cstdlib>
 #include <stdexcept>
 #include <string>
@@ -64,9 +65,16 @@ const CpuKernels* cpu(Isa isa) noexcept {
   return nullptr;
 }
 
+namespace {
+std::atomic<const CpuKernels*> g_replacement{nullptr};
+}  // namespace
+
 const CpuKernels& cpu() {
+  if (const CpuKernels* replacement = g_replacement.load(std::memory_order_acquire)) return *replacement;
   static const CpuKernels& table = select_from_environment();
   return table;
 }
+
+void replace_cpu_kernels(const CpuKernels* table) noexcept { g_replacement.store(table, std::memory_order_release); }
 
 }  // namespace surrogate::kernels

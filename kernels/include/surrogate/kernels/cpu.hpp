@@ -163,6 +163,10 @@ struct CpuKernels {
 /// SURROGATE_CPU_ISA (generic, avx2, avx512) selects a lower one; asking for one the CPU lacks is an
 /// error (std::runtime_error).
 const CpuKernels& cpu();
+/// Makes cpu() return `table` (nullptr: the detected kernels again). For tests and accuracy studies that
+/// substitute other arithmetic (e.g. emulated reduced-precision Linear layers); `table` must outlive its
+/// use, and it must not be changed while a forward runs.
+void replace_cpu_kernels(const CpuKernels* table) noexcept;
 /// The kernels of one instruction set, or nullptr when this CPU cannot run it.
 const CpuKernels* cpu(Isa isa) noexcept;
 Isa best_cpu_isa() noexcept;

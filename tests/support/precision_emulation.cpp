@@ -1,0 +1,91 @@
+#include "precision_emulation.hpp"
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+namespace surrogate::testing {
+namespace {
+
+std::uint32_t bits_of(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  return u;
+}
+
+float float_of(std::uint32_t u) {
+  float x;
+  std::memcpy(&x, &u, sizeof x);
+  return x;
+}
+
+using Round = float (*)(float);
+
+template <Round R>
+void emulated_linear(const kernels::LinearArgs& a) {
+  const kernels::PackedLinear& L = *a.layer;
+  const int in = L.in(), out_pad = L.out_pad();
+  const float* wt = L.wt();
+  const float* bias = L.bias();
+  std::vector<float> w(static_cast<std::size_t>(in) * out_pad), x(static_cast<std::size_t>(in)),
+      y(static_cast<std::size_t>(out_pad));
+  for (std::size_t i = 0; i < w.size(); ++i) w[i] = R(wt[i]);
+  const kernels::CpuKernels& base = *kernels::cpu(kernels::best_cpu_isa());
+  for (kernels::index_t r = 0; r < a.rows; ++r) {
+    for (int i = 0; i < in; ++i) x[static_cast<std::size_t>(i)] = R(a.x[r * a.ldx + i]);
+    for (int o = 0; o < out_pad; ++o) {
+      float acc = 0.0f;
+      for (int i = 0; i < in; ++i) acc = std::fma(x[static_cast<std::size_t>(i)], w[static_cast<std::size_t>(i) * out_pad + o], acc);
+      y[static_cast<std::size_t>(o)] = acc + bias[o];
+    }
+    if (a.act != kernels::Activation::none) base.activation(a.act, y.data(), y.data(), out_pad);
+    for (int o = 0; o < out_pad; ++o) {
+      float v = y[static_cast<std::size_t>(o)];
+      if (a.add1) v += a.add1[r * a.ld_add1 + o];
+      if (a.add2) v += a.add2[r * a.ld_add2 + o];
+      a.y[r * a.ldy + o] = v;
+    }
+  }
+}
+
+kernels::CpuKernels with_linear(void (*linear)(const kernels::LinearArgs&)) {
+  kernels::CpuKernels k = *kernels::cpu(kernels::best_cpu_isa());
+  k.linear = linear;
+  return k;
+}
+
+}  // namespace
+
+float round_to_bf16(float x) {
+  const std::uint32_t u = bits_of(x);
+  if (std::isnan(x)) return float_of((u | 0x00400000u) & 0xffff0000u);
+  const std::uint32_t lsb = (u >> 16) & 1u;
+  return float_of((u + 0x7fffu + lsb) & 0xffff0000u);
+}
+
+float round_to_tf32(float x) {
+  if (!std::isfinite(x)) return x;
+  const std::uint32_t u = bits_of(x);
+  return float_of((u + 0x1000u) & 0xffffe000u);  // add half of the dropped 13 bits' unit: ties away
+}
+
+const kernels::CpuKernels& emulated_cpu_kernels(Precision precision) {
+  static const kernels::CpuKernels fp32 = *kernels::cpu(kernels::best_cpu_isa());
+  static const kernels::CpuKernels tf32 = with_linear(&emulated_linear<&round_to_tf32>);
+  static const kernels::CpuKernels bf16 = with_linear(&emulated_linear<&round_to_bf16>);
+  switch (precision) {
+    case Precision::tf32: return tf32;
+    case Precision::bf16: return bf16;
+    case Precision::fp32: break;
+  }
+  return fp32;
+}
+
+ScopedPrecisionEmulation::ScopedPrecisionEmulation(Precision precision) {
+  kernels::replace_cpu_kernels(&emulated_cpu_kernels(precision));
+}
+
+ScopedPrecisionEmulation::~ScopedPrecisionEmulation() { kernels::replace_cpu_kernels(nullptr); }
+
+}  // namespace surrogate::testing

@@ -1,0 +1,31 @@
+// Emulation, on the CPU, of the tensor-core precisions of the CUDA MLPs (MlpPrecision tf32 / bf16): a
+// CPU kernel table whose Linear layers round both operands (the layer's input and its weights) to TF32
+// or BF16 and accumulate in FP32, every other kernel unchanged. It documents the accuracy of the GPU
+// options without a GPU (share/docs/cuda.md) and is the reference of the GPU tensor-core tests.
+#pragma once
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/model.hpp"
+
+namespace surrogate::testing {
+
+/// BF16: round to nearest even of the float32 bit pattern to 8 significant bits (NaN kept quiet).
+float round_to_bf16(float x);
+/// TF32 as cvt.rna.tf32.f32 does it: 11 significant bits (10 stored), nearest, ties away from zero.
+float round_to_tf32(float x);
+
+/// The detected CPU kernels with `linear` replaced by the emulation of `precision` (fp32: unchanged).
+/// Products accumulate in FP32 from zero in k order, then the bias, the activation and the residuals
+/// (the order of the tensor-core kernel's epilogue).
+const kernels::CpuKernels& emulated_cpu_kernels(Precision precision);
+
+/// Installs emulated_cpu_kernels(precision) as kernels::cpu() for its lifetime.
+class ScopedPrecisionEmulation {
+ public:
+  explicit ScopedPrecisionEmulation(Precision precision);
+  ~ScopedPrecisionEmulation();
+  ScopedPrecisionEmulation(const ScopedPrecisionEmulation&) = delete;
+  ScopedPrecisionEmulation& operator=(const ScopedPrecisionEmulation&) = delete;
+};
+
+}  // namespace surrogate::testing
