@@ -161,6 +161,37 @@ int main(int argc, char** argv) {
     free(coords), free(out_gpu), free(out_cpu);
   }
 
+  /* Everywhere: tf32/bf16 need a CUDA device (refused on "cpu"), unknown precisions are invalid, NULL is
+   * fp32. */
+  {
+    const char* reduced[] = {"tf32", "bf16"};
+    for (size_t i = 0; i < 2; ++i) {
+      surrogate_options options;
+      surrogate_options_default(&options);
+      options.precision = reduced[i];
+      s = NULL;
+      rc = surrogate_open(MPI_COMM_WORLD, model, &options, &s);
+      check_agreement(rc, "precision on cpu");
+      CHECK(rc == SURROGATE_ERR_UNSUPPORTED && s == NULL, "%s on cpu: status %d: %s", reduced[i], rc,
+            surrogate_last_error());
+      CHECK(strstr(surrogate_last_error(), "needs a CUDA device") != NULL, "%s on cpu: %s", reduced[i],
+            surrogate_last_error());
+    }
+    surrogate_options options;
+    surrogate_options_default(&options);
+    CHECK(options.precision != NULL && strcmp(options.precision, "fp32") == 0, "default precision");
+    options.precision = "fp16";
+    s = NULL;
+    rc = surrogate_open(MPI_COMM_WORLD, model, &options, &s);
+    check_agreement(rc, "precision fp16");
+    CHECK(rc == SURROGATE_ERR_INVALID_ARGUMENT && s == NULL, "fp16: status %d: %s", rc, surrogate_last_error());
+    options.precision = NULL;
+    s = NULL;
+    rc = surrogate_open(MPI_COMM_WORLD, model, &options, &s);
+    CHECK(rc == SURROGATE_OK, "precision NULL: %s", surrogate_last_error());
+    surrogate_close(&s);
+  }
+
   /* Everywhere: a device index beyond the visible ones, and malformed strings. */
   s = NULL;
   rc = open_with(model, "cuda:99", 0, &s);
