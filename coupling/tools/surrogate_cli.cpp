@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device_select.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -30,12 +31,16 @@ constexpr const char* kUsage = R"(usage:
       Check a model file and print its architecture, configuration, parameter count, fields,
       normalisation and provenance.
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
-                    [--reproducible] [--threads N] [--quiet]
+                    [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
+                    [--precision fp32|tf32|bf16] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d, /features N x c_in,
       optional /batch_idx N int64 sample indices, sample-major) and write /prediction (N x c_out,
       float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
       --reproducible  bitwise-identical results for any number of ranks and threads
       --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
+      --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
+                      GPUs) or cuda:N (device N of the visible ones); CUDA builds only
+      --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only)
   surrogate version
 )";
 
@@ -112,6 +117,7 @@ int run_info(const std::vector<std::string>& args) {
 struct PredictOptions {
   std::string model, input, output;
   surrogate::RunOptions run;
+  std::string device = "cpu";
   bool quiet = false;
 };
 
@@ -127,6 +133,8 @@ PredictOptions parse_predict(const std::vector<std::string>& args) {
     else if (a == "--input") o.input = value();
     else if (a == "--output") o.output = value();
     else if (a == "--reproducible") o.run.reproducible = true;
+    else if (a == "--device") o.device = value();
+    else if (a == "--precision") o.run.precision = surrogate::parse_precision(value());
     else if (a == "--quiet") o.quiet = true;
     else if (a == "--threads") {
       const std::string v = value();
@@ -145,6 +153,14 @@ int run_predict(const std::vector<std::string>& args) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   PredictOptions opt;
   surrogate::collectively(comm, [&] { opt = parse_predict(args); });
+  // The device before anything is read: "cuda" asks the node (collective on every rank), a missing GPU
+  // is the same error on every rank.
+  surrogate::collectively(comm, [&] {
+    opt.run.cuda_device = surrogate::detail::select_device(opt.device, comm);
+    if (opt.run.cuda_device < 0 && opt.run.precision != surrogate::Precision::fp32)
+      throw Error(ErrorCode::unsupported, std::string("--precision ") + surrogate::precision_name(opt.run.precision) +
+                                              " needs a CUDA device (--device cuda); the CPU computes in fp32 only");
+  });
 
   const double t0 = MPI_Wtime();
   const surrogate::ModelFile file = surrogate::ModelFile::read(comm, opt.model);
@@ -184,6 +200,8 @@ int run_predict(const std::vector<std::string>& args) {
        {"architecture", file.architecture},
        {"input", opt.input},
        {"mode", opt.run.reproducible ? "reproducible" : "default"},
+       {"device", opt.device},
+       {"precision", surrogate::precision_name(opt.run.precision)},
        {"ranks", std::to_string(comm.size())},
        {"surrogate_version", SURROGATE_VERSION_STRING}});
   const double t5 = MPI_Wtime();
@@ -217,9 +235,11 @@ int run_predict(const std::vector<std::string>& args) {
       << " parameters, " << file.source << ")\n"
       << "  input       " << opt.input << ": " << with_commas(slab.global_points) << " points in " << samples
       << (samples == 1 ? " sample" : " samples") << ", " << slab.dim << " coordinates, " << slab.channels << " input channels\n"
-      << "  run         " << comm.size() << " MPI rank(s) x " << threads << " OpenMP thread(s), CPU kernels "
-      << surrogate::kernels::to_string(surrogate::kernels::cpu().isa) << ", "
-      << (opt.run.reproducible ? "reproducible" : "default") << " mode\n"
+      << "  run         " << comm.size() << " MPI rank(s) x "
+      << (opt.run.cuda_device >= 0 ? "CUDA device " + opt.device + " (" + surrogate::precision_name(opt.run.precision) + ")"
+                                   : std::to_string(threads) + " OpenMP thread(s), CPU kernels " +
+                                         surrogate::kernels::to_string(surrogate::kernels::cpu().isa))
+      << ", " << (opt.run.reproducible ? "reproducible" : "default") << " mode\n"
       << "  time        load model " << fixed(t1 - t0, 3) << " s, read points " << fixed(t2 - t1, 3) << " s, predict "
       << fixed(t4 - t3, 3) << " s (" << with_commas(static_cast<long long>(slab.global_points / std::max(t4 - t3, 1e-9)))
       << " points/s), write " << fixed(t5 - t4, 3) << " s\n";
