@@ -75,9 +75,19 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
                              const int64_t* sample_ids);
 
 /* COLLECTIVE. in: in_channels values per local point, out: out_channels values per local point, both
- * strided, in physical units, in the order given to set_points. Host memory; when the handle's device is
- * "cuda" or "cuda:N" either array may also be CUDA device memory (told apart with
- * cudaPointerGetAttributes; non-negative strides), which is staged through host memory. */
+ * strided, in physical units, in the order given to set_points.
+ * Which pointers may be CUDA device memory: only `in` and `out` of predict, and only when the handle's
+ * device is "cuda" or "cuda:N" (memory of that rank's device; told apart with cudaPointerGetAttributes:
+ * pinned and managed memory count as host memory). Everything else (set_points coordinates and ids,
+ * options, the VTK and point-query functions) is host memory, and with device "cpu" both arrays must be
+ * host memory.
+ *  - When every rank with points passes device memory for BOTH arrays, the predict is device-resident:
+ *    reordering, normalisation, forward and de-normalisation run on the device and the outputs are
+ *    written into `out` directly (any strides; elements between the strides are not touched). Only the
+ *    small encode partial sums cross ranks (over NCCL when each rank owns its GPU, else through host
+ *    memory and MPI), plus in_channels counters of NaN/Inf inputs copied back for the input check.
+ *  - Otherwise (one array on the device, or ranks differing) a device array is staged through host
+ *    memory (non-negative strides required). Host arrays always take the host path. */
 int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,
                           double* out, int64_t out_point_stride, int64_t out_channel_stride);
 int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,

@@ -76,8 +76,11 @@ class Surrogate {
 
   /// Collective. Reads in_channels() input values per local point and writes out_channels() outputs, in
   /// physical units, in the order of set_points. Inputs with NaN/Inf are an error on every rank.
-  /// With a CUDA device selected, either array may be CUDA device memory (non-negative strides); it is
-  /// staged through host memory (share/docs/cuda.md).
+  /// With a CUDA device selected, `in` and `out` (and nothing else of this class) may be CUDA device
+  /// memory of the rank's device. Both on the device on every rank with points: device-resident (the
+  /// normalisation, forward and de-normalisation run on the device, outputs written into `out` directly,
+  /// any strides, no array crosses the host). One of them on the device: staged through host memory
+  /// (non-negative strides). The rules in detail: surrogate.h (surrogate_predict_f64), cuda.md.
   template <class Real>
   void predict(Strided<const Real> in, Strided<Real> out);
 
