@@ -1,6 +1,7 @@
 // FLARE forward on a CUDA device: one configuration per process.
 //   bench_flare_gpu [--points 1048576] [--latents 256] [--channels 64] [--heads 8] [--blocks 8]
-//                   [--repeats 5] [--warmup 2] [--reproducible] [--device 0] [--json] [--machine]
+//                   [--repeats 5] [--warmup 2] [--reproducible] [--precision fp32|tf32|bf16] [--device 0]
+//                   [--json] [--machine]
 // Times the forward with CUDA events after warm-up (the library records them on its stream: upload of
 // the inputs, compute, download of the outputs) and by the wall clock, and reports
 //  * ms (median of the timed runs) for compute only and for the whole forward with the copies;
@@ -140,6 +141,15 @@ int main(int argc, char** argv) {
       return 2;
     }
     auto next = [&]() -> long { return std::atol(argv[++i]); };
+    if (a == "--precision") {
+      try {
+        options.precision = surrogate::parse_precision(argv[++i]);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "bench_flare_gpu: %s\n", e.what());
+        return 2;
+      }
+      continue;
+    }
     if (a == "--points") points = next();
     else if (a == "--latents") cfg.num_latents = static_cast<int>(next());
     else if (a == "--channels") cfg.channel_dim = cfg.in_proj_hidden_dim = cfg.out_proj_hidden_dim = cfg.k_proj_hidden_dim =
@@ -195,16 +205,18 @@ int main(int argc, char** argv) {
     const double gbytes = activation_bytes(cfg, static_cast<double>(points), options.reproducible) * 1e-9;
     const Nominal nom = nominal(device);
     const char* mode = options.reproducible ? "reproducible" : "default";
+    const char* precision = surrogate::precision_name(options.precision);
     if (json) {
       std::printf("{\"impl\": \"surrogate-cuda\", \"device\": \"%s\", \"points\": %ld, \"latents\": %d, \"channels\": %d, "
-                  "\"heads\": %d, \"blocks\": %d, \"mode\": \"%s\", \"compute_ms\": %.3f, \"total_ms\": %.3f, "
+                  "\"heads\": %d, \"blocks\": %d, \"mode\": \"%s\", \"precision\": \"%s\", \"compute_ms\": %.3f, \"total_ms\": %.3f, "
                   "\"wall_ms\": %.3f, \"tflop\": %.4f, \"tflops\": %.2f, \"activation_gb\": %.3f, \"hbm_tbs_used\": %.3f, "
                   "\"nominal_fp32_tflops\": %.1f, \"nominal_hbm_tbs\": %.2f}\n",
-                  nom.name.c_str(), points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, ms,
+                  nom.name.c_str(), points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, precision, ms,
                   ms_total, ms_wall, tflop, tflop / (ms * 1e-3), gbytes, gbytes / ms, nom.fp32_tflops, nom.hbm_tbs);
     } else {
-      std::printf("FLARE on %s, N=%ld M=%d C=%d H=%d B=%d, %s mode (median of %d after %d warm-up):\n", nom.name.c_str(),
-                  points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, repeats, warmup);
+      std::printf("FLARE on %s, N=%ld M=%d C=%d H=%d B=%d, %s mode, %s MLPs (median of %d after %d warm-up):\n",
+                  nom.name.c_str(), points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, precision,
+                  repeats, warmup);
       std::printf("  compute %.3f ms: %.2f TFLOP/s of %.1f nominal FP32 (%.0f%%); %.2f GB of activations moved = "
                   "%.2f TB/s of %.2f nominal HBM (%.0f%%)\n",
                   ms, tflop / (ms * 1e-3), nom.fp32_tflops, 100.0 * tflop / (ms * 1e-3) / nom.fp32_tflops, gbytes,
