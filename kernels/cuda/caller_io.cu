@@ -2,7 +2,9 @@
 // working order, de-normalise + scatter the outputs into the caller's strided array. The arithmetic is
 // that of the host path (Surrogate::predict, Model::predict): the value is rounded to float, normalised
 // in double, rounded to float; outputs are de-normalised in double from the float result, rounded to
-// float and then converted to the caller's type.
+// float and then converted to the caller's type. The double operations are spelled with the _rn
+// intrinsics so that nvcc cannot contract them into an FMA the host code does not use: the result is
+// bitwise that of host arrays.
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -21,7 +23,7 @@ __global__ void __launch_bounds__(kIoThreads) gather_kernel(CallerInput a) {
   const float f = static_cast<float>(in[src_row * a.point_stride + static_cast<index_t>(c) * a.component_stride]);
   if (!isfinite(f)) atomicAdd(a.bad + c, 1ull);
   double v = f;
-  if (a.mean) v = (v - a.mean[c]) / a.std[c];
+  if (a.mean) v = __ddiv_rn(__dsub_rn(v, a.mean[c]), a.std[c]);
   a.work[row * a.ld_work + c] = static_cast<float>(v);
 }
 
@@ -33,7 +35,7 @@ __global__ void __launch_bounds__(kIoThreads) scatter_kernel(CallerOutput a) {
   const int c = static_cast<int>(i - row * a.channels);
   const index_t dst_row = a.order ? a.order[row] : row;
   double v = a.work[row * a.ld_work + c];
-  if (a.mean) v = v * a.std[c] + a.mean[c];
+  if (a.mean) v = __dadd_rn(__dmul_rn(v, a.std[c]), a.mean[c]);  // no FMA contraction: as the host
   Real* out = static_cast<Real*>(a.data);
   out[dst_row * a.point_stride + static_cast<index_t>(c) * a.component_stride] = static_cast<Real>(static_cast<float>(v));
 }

@@ -81,6 +81,23 @@ TEST(CudaHost, LinearLayersArePackedTransposedAndZeroPadded) {
   }
 }
 
+// The tensor-core MLP's shared memory: within the 227 KiB a block may use on sm_90 up to the widest
+// supported layer, growing with the width, and the documented sizes (cuda.md) at width 256.
+TEST(CudaHost, TensorCoreMlpSharedMemoryFitsAnSm90Block) {
+  constexpr std::size_t kSm90Limit = 227 * 1024;
+  for (auto p : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    std::size_t previous = 0;
+    for (int w = 1; w <= cu::kMaxMlpWidth; ++w) {
+      const std::size_t bytes = cu::mlp_tensor_core_smem(p, w);
+      ASSERT_LE(bytes, kSm90Limit) << "width " << w;
+      ASSERT_GE(bytes, previous) << "width " << w;
+      previous = bytes;
+    }
+  }
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 2u * 64 * 264 * 4 + 256u * 64 * 4);  // 196 KiB
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 2u * 64 * 264 * 4 + (64u * 264 + 256u * 72) * 2);
+}
+
 TEST(CudaHost, DeviceCountGivesAReasonWhenThereIsNoDevice) {
   std::string why;
   const int count = cu::device_count(&why);
