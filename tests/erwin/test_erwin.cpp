@@ -184,6 +184,40 @@ TEST(Sensitivity, RotatedOrderMatters) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+// The erwin_flash layout (grouped q/k/v, no distance bias, LayerNorms without parameters): no official
+// output exists (the official flash model needs flash_attn on a GPU), so the file's outputs come from our
+// reference share/python/surrogate_ref/erwin.py; the official tree is still checked by Golden above.
+
+TEST(FlashVariant, MatchesOurReference) {
+  const Case c = load("flash_ref");
+  const ew::Network net(c.file);
+  EXPECT_EQ(net.config().variant, ew::Variant::erwin_flash);
+  const std::vector<float> y = net.forward(c.features, c.positions, c.batch(), c.edges, 2);
+  const double err = max_error(y, c.exact);
+  std::printf("flash_ref: max|y| %.3g, |ours - f64| %.3g\n", max_abs(c.exact), err);
+  EXPECT_LE(err, tolerance(c));
+  // sigma_att exists in the flash layout but is not used: changing it changes nothing.
+  ModelFile f = c.file;
+  f.weights.at("encoder.0.blocks.0.BMSA.sigma_att").values[0] += 0.5f;
+  EXPECT_EQ(ew::Network(f).forward(c.features, c.positions, c.batch(), c.edges, 2), y);
+  // Read as the interleaved layout (the wrong variant), the same weights give another model.
+  ModelFile g = c.file;
+  g.config.set("variant", std::string("erwin"));
+  EXPECT_THROW(ew::Network{g}, Error);  // the flash key names (fused_message_update) are refused
+}
+
+TEST(FlashVariant, TreeMatchesOfficial) {
+  const Case c = load("flash_ref");
+  const ew::Network net(c.file);
+  const auto& cfg = net.config();
+  const bt::RotatedTrees t = bt::build_with_rotations(c.positions, cfg.dimensionality, c.batch(), cfg.strides,
+                                                      cfg.ball_sizes, cfg.rotate);
+  EXPECT_EQ(t.tree.index, c.tree_idx);
+  ASSERT_EQ(t.rotated.size(), c.rot.size());
+  for (std::size_t i = 0; i < c.rot.size(); ++i) EXPECT_EQ(t.rotated[i], c.rot[i]) << "level " << i;
+}
+
+// ---------------------------------------------------------------------------------------------------
 // Configuration and weights.
 
 TEST(Config, ExpectedShapesMatchTheFile) {
