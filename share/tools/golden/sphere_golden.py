@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Golden data for the spherical family (tests/sphere), from the official torch-harmonics package.
+
+Writes tests/data/sphere/quadrature.h5 (latitude rules, colatitudes, longitudes and the attention layer's
+quadrature buffers of torch_harmonics.quadrature / AttentionS2 for every grid and a range of sizes) and
+tests/data/sphere/attention.h5 (AttentionS2 cases: constructor arguments, state_dict, inputs, the float32
+output of the official module and, for the tolerance, the same module evaluated in float64).
+
+Needs torch-harmonics (pip, in a virtual environment outside the repository), torch, numpy and h5py:
+    /work/venv-official/bin/python share/tools/golden/sphere_golden.py tests/data/sphere
+Only the package's public functions and modules are called; nothing of it is copied here.
+"""
+import math
+import sys
+from pathlib import Path
+
+import h5py
+import numpy as np
+import torch
+import torch_harmonics
+from torch_harmonics import AttentionS2
+from torch_harmonics.quadrature import (clenshaw_curtiss_weights, legendre_gauss_weights, lobatto_weights,
+                                        precompute_latitudes, precompute_longitudes, trapezoidal_weights)
+
+GRIDS = {
+    "equiangular": clenshaw_curtiss_weights,
+    "legendre-gauss": legendre_gauss_weights,
+    "lobatto": lobatto_weights,
+    "equiangular-trapezoidal": trapezoidal_weights,
+}
+SIZES = [2, 3, 4, 5, 6, 7, 8, 9, 16, 17, 33, 65, 129]
+
+
+def write_quadrature(path):
+    with h5py.File(path, "w") as f:
+        f.attrs["torch_harmonics_version"] = str(torch_harmonics.__version__)
+        f.attrs["torch_version"] = str(torch.__version__)
+        for grid, rule in GRIDS.items():
+            g = f.create_group(grid)
+            for n in SIZES:
+                s = g.create_group(f"n{n}")
+                x, w = rule(n, -1.0, 1.0)
+                s["rule_x"] = x.numpy().astype(np.float64)
+                s["rule_w"] = w.numpy().astype(np.float64)
+                lats, wl = precompute_latitudes(n, grid=grid)
+                s["colatitude"] = lats.numpy().astype(np.float64)
+                s["weight"] = wl.numpy().astype(np.float64)
+                nlon = 2 * n
+                att = AttentionS2(4, 1, (n, nlon), (n, nlon), grid_in=grid, grid_out=grid)
+                s["log_quad_weights"] = att.log_quad_weights.reshape(n, nlon)[:, 0].numpy().astype(np.float32)
+                s.attrs["nlon"] = nlon
+        lon = f.create_group("longitudes")
+        for nlon in [1, 2, 3, 8, 16, 24, 360, 720]:
+            lon[f"n{nlon}"] = precompute_longitudes(nlon).numpy().astype(np.float64)
+
+
+# name, batch, C_in, heads, query grid (nlat, nlon, grid), key grid (nlat, nlon, grid), options
+CASES = [
+    ("self_eq_8x16", 1, 8, 2, (8, 16, "equiangular"), None, dict(bias=True)),
+    ("self_lg_12x24_nobias", 2, 6, 1, (12, 24, "legendre-gauss"), None, dict(bias=False)),
+    ("self_lob_8x16_qknorm", 1, 16, 4, (8, 16, "lobatto"), None, dict(bias=True, use_qknorm=True)),
+    ("self_trap_9x12_kv_channels", 1, 6, 2, (9, 12, "equiangular-trapezoidal"), None,
+     dict(bias=True, k_channels=4, out_channels=10)),
+    ("self_eq_12x24_scale_float", 1, 8, 2, (12, 24, "equiangular"), None, dict(bias=True, scale=0.3)),
+    ("self_lg_8x16_scale_tensor", 1, 8, 4, (8, 16, "legendre-gauss"), None,
+     dict(bias=False, use_qknorm=True, scale="tensor")),
+    ("cross_eq_6x8_from_lg_12x24", 2, 8, 2, (6, 8, "equiangular"), (12, 24, "legendre-gauss"),
+     dict(bias=True, use_qknorm=True, k_channels=12, out_channels=6)),
+    ("self_eq_12x24_e32", 1, 32, 1, (12, 24, "equiangular"), None, dict(bias=True, k_channels=24)),
+]
+
+
+def write_attention(path):
+    gen = torch.Generator().manual_seed(20261121)
+    with h5py.File(path, "w") as f:
+        f.attrs["torch_harmonics_version"] = str(torch_harmonics.__version__)
+        f.attrs["torch_version"] = str(torch.__version__)
+        for name, batch, cin, heads, qgrid, kgrid, opts in CASES:
+            opts = dict(opts)
+            kgrid = kgrid or qgrid
+            scale = opts.pop("scale", None)
+            if scale == "tensor":
+                scale_arg = torch.tensor(0.45)
+            else:
+                scale_arg = scale
+            mod = AttentionS2(cin, heads, in_shape=kgrid[:2], out_shape=qgrid[:2], grid_in=kgrid[2], grid_out=qgrid[2],
+                              scale=scale_arg, **opts)
+            with torch.no_grad():
+                for p in mod.parameters():  # non-zero biases and norm weights, so that every term matters
+                    std = 1.0 / math.sqrt(p.shape[1]) if p.dim() == 4 else 0.5
+                    p.copy_(std * torch.randn(p.shape, generator=gen))
+            mod.eval()
+            self_attention = qgrid == kgrid and name.startswith("self")
+            xq = torch.randn(batch, cin, qgrid[0], qgrid[1], generator=gen)
+            if self_attention:
+                xk = xv = None
+            else:
+                xk = torch.randn(batch, cin, kgrid[0], kgrid[1], generator=gen)
+                xv = torch.randn(batch, cin, kgrid[0], kgrid[1], generator=gen)
+            with torch.no_grad():
+                out = mod(xq, xk, xv)
+                mod64 = mod.double()
+                out64 = mod64(xq.double(), None if xk is None else xk.double(), None if xv is None else xv.double())
+                mod.float()
+            g = f.create_group(name)
+            g.attrs["in_channels"] = cin
+            g.attrs["num_heads"] = heads
+            g.attrs["nlat_out"], g.attrs["nlon_out"], g.attrs["grid_out"] = qgrid
+            g.attrs["nlat_in"], g.attrs["nlon_in"], g.attrs["grid_in"] = kgrid
+            g.attrs["bias"] = int(opts.get("bias", True))
+            g.attrs["use_qknorm"] = int(opts.get("use_qknorm", False))
+            g.attrs["k_channels"] = mod.k_channels
+            g.attrs["out_channels"] = mod.out_channels
+            g.attrs["self_attention"] = int(self_attention)
+            if scale is None:
+                g.attrs["scale_kind"] = "none"
+            elif scale == "tensor":
+                g.attrs["scale_kind"] = "tensor"
+                g.attrs["scale"] = float(scale_arg)
+            else:
+                g.attrs["scale_kind"] = "float"
+                g.attrs["scale"] = float(scale)
+            w = g.create_group("weights")
+            for key, value in mod.state_dict().items():
+                w[key] = value.float().numpy()
+            g["query"] = xq.numpy()
+            if not self_attention:
+                g["key"] = xk.numpy()
+                g["value"] = xv.numpy()
+            g["output"] = out.numpy()
+            g["output_f64"] = out64.float().numpy()  # float32 copy: only its distance to "output" matters
+            err = (out.double() - out64).abs().max().item()
+            print(f"{name}: out {tuple(out.shape)}, |float32 - float64| max {err:.3g}")
+
+
+def main():
+    out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/sphere")
+    out.mkdir(parents=True, exist_ok=True)
+    torch.set_num_threads(1)
+    write_quadrature(out / "quadrature.h5")
+    write_attention(out / "attention.h5")
+
+
+if __name__ == "__main__":
+    main()
