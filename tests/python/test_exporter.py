@@ -450,8 +450,8 @@ class RefusalTest(ExporterTestBase):
                             "output directory")
 
     def test_wrong_family_and_usage(self):
-        self.assert_refused(["--family", "erwin", "--checkpoint", DATA / "options" / "checkpoint.pt",
-                             "-o", self.tmp / "o.h5"], "unknown family 'erwin'", "flare")
+        self.assert_refused(["--family", "nosuchfamily", "--checkpoint", DATA / "options" / "checkpoint.pt",
+                             "-o", self.tmp / "o.h5"], "unknown family 'nosuchfamily'", "erwin", "flare")
         self.assert_refused(["--family", "flare", "-o", self.tmp / "o.h5"], "--checkpoint")
         self.assert_refused(["--family", "flare", "--checkpoint", DATA / "options" / "checkpoint.pt",
                              "-o", self.tmp / "o.h5"], "--config is required")

@@ -2,7 +2,7 @@
 
 Layout: ``common`` holds what every family shares (checkpoint loading and containers, key prefixes,
 validation reports, config / normalisation / fields files, the HDF5 writer); one module per family
-(``flare``; later erwin, bsa, hept, sequoia, spherical) turns a config plus the weights into the
+(``flare``, ``erwin``; later bsa, hept, sequoia, spherical) turns a config plus the weights into the
 family's canonical /config and the expected tensor shapes; ``cli`` is the command line.
 """
 

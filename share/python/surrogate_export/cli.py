@@ -13,6 +13,7 @@ from .common import ExportError
 # build(state, config_data, config_origin, layout) and describe(config).
 FAMILIES = {
     "flare": "surrogate_export.flare",
+    "erwin": "surrogate_export.erwin",
 }
 
 DESCRIPTION = """\
@@ -69,10 +70,12 @@ def make_parser():
     p.add_argument("--source", metavar="OWNER/REPO@COMMIT",
                    help="the code that trained the model, recorded in @source (default for flare: "
                         "vpuri3/FLARE.py@unknown)")
-    p.add_argument("--layout", choices=("auto", "current", "paper"), default="auto",
-                   help="key layout of the state_dict (flare): 'current' (blocks.N.norm1, out_proj.1; FLARE.py "
-                        "from 2026-02) or 'paper' (blocks.N.ln1, out_proj.mlp; 2025-08..09); 'auto' (default) "
-                        "detects it from the keys and refuses contradictory or unknown keys")
+    p.add_argument("--layout", choices=("auto", "current", "paper", "erwin", "erwin_flash"), default="auto",
+                   help="key layout of the state_dict. flare: 'current' (blocks.N.norm1, out_proj.1; FLARE.py "
+                        "from 2026-02) or 'paper' (blocks.N.ln1, out_proj.mlp; 2025-08..09). erwin: 'erwin' "
+                        "(models/erwin.py: interleaved q/k/v, distance bias) or 'erwin_flash' "
+                        "(models/erwin_flash.py: grouped q/k/v, no bias). 'auto' (default) detects it from the "
+                        "keys and refuses contradictory or unknown keys")
     p.add_argument("--unsafe-load", action="store_true",
                    help="load the checkpoint with full pickle (torch.load(weights_only=False)) when the safe "
                         "loader (weights_only=True, used on torch >= 2) refuses it; only for files you trust. "
@@ -113,11 +116,15 @@ def run(args):
     if args.weights == "raw" and kind != "trainer":
         common.note("--weights raw on a bare state_dict: its tensors are exported as they are")
 
+    if hasattr(family, "prepare_state"):
+        state = family.prepare_state(state)
     config, expected, context, era = family.build(state, config_data, config_origin, args.layout)
     weights = common.validate_state(expected, state, context)
-    normalization = (common.load_normalization(args.normalization, config["in_dim"], config["out_dim"])
+    in_dim, out_dim = (family.io_dims(config) if hasattr(family, "io_dims")
+                       else (config["in_dim"], config["out_dim"]))
+    normalization = (common.load_normalization(args.normalization, in_dim, out_dim)
                      if args.normalization else None)
-    fields = common.load_fields(args.fields, config["in_dim"], config["out_dim"]) if args.fields else None
+    fields = common.load_fields(args.fields, in_dim, out_dim) if args.fields else None
 
     root = {
         "architecture": family.FAMILY,
@@ -137,7 +144,8 @@ def run(args):
         extras.append("normalization " + ", ".join(normalization))
     if fields:
         extras.append("fields " + ", ".join(fields))
-    print(f"surrogate-export: wrote {out}: {family.FAMILY} model, {config.get('key_layout', '')} key layout, "
+    print(f"surrogate-export: wrote {out}: {family.FAMILY} model, "
+          f"{config.get('key_layout', config.get('variant', ''))} key layout, "
           f"'{variant}' weights from the {what} {ckpt.name}, {count:,} parameters in {len(weights)} tensors; "
           f"config from {config_origin} ({era}): {family.describe(config)}; "
           + ("; ".join(extras) if extras else "no normalization, no field names") + f"; source {source}.")

@@ -102,7 +102,8 @@ def unwrap_container(obj, path="checkpoint"):
     """Return (model_state, ema_shadow or None, kind) with kind ``trainer`` or ``state_dict``.
 
     Accepted: the FLARE.py trainer snapshot (``model_state`` [+ ``ema_shadow``]), a bare state_dict,
-    or a dict holding one under ``state_dict`` or ``model``.
+    or a dict holding one under ``state_dict``, ``model`` or ``model_state_dict`` (Erwin's training
+    scripts).
     """
     if not isinstance(obj, dict):
         raise ExportError(f"{path} holds a {type(obj).__name__}, not a dict of weights; save the model's "
@@ -117,12 +118,12 @@ def unwrap_container(obj, path="checkpoint"):
         return state, ema, "trainer"
     if _is_state_dict(obj):
         return obj, None, "state_dict"
-    for key in ("state_dict", "model"):
+    for key in ("state_dict", "model", "model_state_dict"):  # the last: Erwin's training checkpoints
         if key in obj and _is_state_dict(obj[key]):
             return obj[key], None, "state_dict"
     keys = _list((repr(k) for k in obj), limit=12) or "none"
     raise ExportError(f"{path} holds no model weights: expected a trainer checkpoint with 'model_state', a "
-                      f"state_dict, or a dict with 'state_dict' or 'model'; its top-level keys are {keys}")
+                      f"state_dict, or a dict with 'state_dict', 'model' or 'model_state_dict'; its top-level keys are {keys}")
 
 
 def strip_key(key):
@@ -354,6 +355,8 @@ def _attr_value(kind, value):
         return np.int64(1 if value else 0)
     if kind == "float":
         return np.float64(value)
+    if kind == "ints":
+        return np.asarray([int(v) for v in value], dtype=np.int64)
     return str(value)
 
 
