@@ -6,8 +6,12 @@ quadrature buffers of torch_harmonics.quadrature / AttentionS2 for every grid an
 tests/data/sphere/attention.h5 (AttentionS2 cases: constructor arguments, state_dict, inputs, the float32
 output of the official module and, for the tolerance, the same module evaluated in float64).
 
+and tests/data/sphere/neighborhood.h5 (the CSR neighbour lists psi_col_idx / psi_roff_idx that
+NeighborhoodAttentionS2 builds, with the cutoff it used).
+
 Needs torch-harmonics (pip, in a virtual environment outside the repository), torch, numpy and h5py:
-    /work/venv-official/bin/python share/tools/golden/sphere_golden.py tests/data/sphere
+    /work/venv-official/bin/python share/tools/golden/sphere_golden.py tests/data/sphere [quadrature attention neighborhood]
+(the optional names select the files to write; default all).
 Only the package's public functions and modules are called; nothing of it is copied here.
 """
 import math
@@ -18,7 +22,7 @@ import h5py
 import numpy as np
 import torch
 import torch_harmonics
-from torch_harmonics import AttentionS2
+from torch_harmonics import AttentionS2, NeighborhoodAttentionS2
 from torch_harmonics.quadrature import (clenshaw_curtiss_weights, legendre_gauss_weights, lobatto_weights,
                                         precompute_latitudes, precompute_longitudes, trapezoidal_weights)
 
@@ -133,12 +137,49 @@ def write_attention(path):
             print(f"{name}: out {tuple(out.shape)}, |float32 - float64| max {err:.3g}")
 
 
+# name, input grid (nlat, nlon, grid), output grid, theta_cutoff (None: the module's default)
+NEIGHBORHOOD_CASES = [
+    ("self_eq_8x16_default", (8, 16, "equiangular"), (8, 16, "equiangular"), None),
+    ("self_lg_12x24_default", (12, 24, "legendre-gauss"), (12, 24, "legendre-gauss"), None),
+    ("self_lob_10x20_cut0.5", (10, 20, "lobatto"), (10, 20, "lobatto"), 0.5),
+    ("self_trap_9x18_default", (9, 18, "equiangular-trapezoidal"), (9, 18, "equiangular-trapezoidal"), None),
+    ("down_lg_16x32_to_eq_8x16_default", (16, 32, "legendre-gauss"), (8, 16, "equiangular"), None),
+    ("down_eq_17x36_to_lg_9x12_cut0.4", (17, 36, "equiangular"), (9, 12, "legendre-gauss"), 0.4),
+    ("self_eq_17x32_transformer", (17, 32, "equiangular"), (17, 32, "equiangular"), 7.0 / math.sqrt(math.pi) * math.pi / 16),
+    ("self_eq_6x8_whole_sphere", (6, 8, "equiangular"), (6, 8, "equiangular"), math.pi),
+    ("self_eq_33x64_cut0.3", (33, 64, "equiangular"), (33, 64, "equiangular"), 0.3),
+]
+
+
+def write_neighborhood(path):
+    with h5py.File(path, "w") as f:
+        f.attrs["torch_harmonics_version"] = str(torch_harmonics.__version__)
+        f.attrs["torch_version"] = str(torch.__version__)
+        for name, gin, gout, cutoff in NEIGHBORHOOD_CASES:
+            mod = NeighborhoodAttentionS2(2, in_shape=gin[:2], out_shape=gout[:2], grid_in=gin[2], grid_out=gout[2],
+                                          theta_cutoff=cutoff)
+            g = f.create_group(name)
+            g.attrs["nlat_in"], g.attrs["nlon_in"], g.attrs["grid_in"] = gin
+            g.attrs["nlat_out"], g.attrs["nlon_out"], g.attrs["grid_out"] = gout
+            g.attrs["theta_cutoff"] = float(mod.theta_cutoff)
+            g.attrs["default_cutoff"] = int(cutoff is None)
+            g["col_idx"] = mod.psi_col_idx.numpy().astype(np.int64)
+            g["roff_idx"] = mod.psi_roff_idx.numpy().astype(np.int64)
+            g["row_idx"] = mod.psi_row_idx.numpy().astype(np.int64)
+            print(f"{name}: cutoff {float(mod.theta_cutoff):.6f}, {mod.psi_col_idx.numel()} neighbours")
+
+
 def main():
     out = Path(sys.argv[1] if len(sys.argv) > 1 else "tests/data/sphere")
+    which = sys.argv[2:] or ["quadrature", "attention", "neighborhood"]
     out.mkdir(parents=True, exist_ok=True)
     torch.set_num_threads(1)
-    write_quadrature(out / "quadrature.h5")
-    write_attention(out / "attention.h5")
+    if "quadrature" in which:
+        write_quadrature(out / "quadrature.h5")
+    if "attention" in which:
+        write_attention(out / "attention.h5")
+    if "neighborhood" in which:
+        write_neighborhood(out / "neighborhood.h5")
 
 
 if __name__ == "__main__":
