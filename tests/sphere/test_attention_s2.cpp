@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include <omp.h>
+
 #include "h5_reader.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
@@ -285,6 +287,34 @@ TEST(AttentionS2, LongitudeShiftEquivariance) {
       for (int ch = 0; ch < 6; ++ch)
         EXPECT_NEAR(ys[static_cast<std::size_t>((t * 16 + (l + shift) % 16) * 6 + ch)],
                     y[static_cast<std::size_t>((t * 16 + l) * 6 + ch)], 2e-6);
+}
+
+// Every query row is computed by the same arithmetic whatever thread runs it: 1 and 3 threads give the
+// same bits (batch 2, cross-attention, several query blocks).
+TEST(AttentionS2, ThreadCountDoesNotChangeBits) {
+  std::mt19937 rng(5);
+  sphere::AttentionS2Config c;
+  c.in_channels = 8;
+  c.num_heads = 2;
+  c.nlat_in = 20;
+  c.nlon_in = 40;
+  c.nlat_out = 10;
+  c.nlon_out = 20;
+  c.grid_in = sphere::Grid::legendre_gauss;
+  c.use_qknorm = true;
+  const sphere::AttentionS2Weights w = random_weights(c, rng);
+  sphere::AttentionS2 att(c, w);
+  const std::vector<float> xq = random_vector(static_cast<std::size_t>(2 * 10 * 20 * 8), rng, 1.0f);
+  const std::vector<float> xk = random_vector(static_cast<std::size_t>(2 * 20 * 40 * 8), rng, 1.0f);
+  const std::vector<float> xv = random_vector(xk.size(), rng, 1.0f);
+  std::vector<float> y1(static_cast<std::size_t>(2 * 10 * 20 * 8)), y3(y1.size());
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(1);
+  att.forward(2, xq.data(), xk.data(), xv.data(), y1.data());
+  omp_set_num_threads(3);
+  att.forward(2, xq.data(), xk.data(), xv.data(), y3.data());
+  omp_set_num_threads(saved);
+  for (std::size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y3[i]) << i;
 }
 
 TEST(AttentionS2, RejectsBadArguments) {
