@@ -19,10 +19,15 @@ struct BallAttentionArgs {
   float* out = nullptr;       // row r, head h at out[r*ldo + h*E + e]
   std::int64_t ldo = 0;
   float* scores = nullptr;    // scratch of m floats
+  float* keys_t = nullptr;    // scratch of E * m floats (one head's keys, transposed)
+  /// Vectorised exp of the kernels (kernels::cpu().exp): every lane computes the same bits, so a row's
+  /// result does not depend on its position.
+  void (*exp)(const float* x, float* y, std::int64_t n) = nullptr;
 };
 
 /// out_i = sum_j softmax_j(scale q_i.k_j + sigma_h dist_ij) v_j for every row i and head h; softmax with
-/// the maximum subtracted, float32 arithmetic.
+/// the maximum subtracted, float32 arithmetic (q.k summed over e in order, the exponential sum over j in
+/// order).
 void ball_attention(const BallAttentionArgs& a);
 
 /// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major), computed as

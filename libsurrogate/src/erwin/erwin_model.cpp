@@ -306,7 +306,7 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
     AlignedBuffer<float> u(static_cast<std::size_t>(m * ld_u)), rel(static_cast<std::size_t>(m * ld_r));
     AlignedBuffer<float> a1(static_cast<std::size_t>(m * ld_h)), a2(static_cast<std::size_t>(m * ld_h));
     std::vector<float> dist(b.sigma.empty() ? 0 : static_cast<std::size_t>(m) * static_cast<std::size_t>(m));
-    std::vector<float> scores(static_cast<std::size_t>(m));
+    std::vector<float> scores(static_cast<std::size_t>(m)), keys_t(static_cast<std::size_t>(m) * static_cast<std::size_t>(E));
 #pragma omp for schedule(static)
     for (index_t ball = 0; ball < balls; ++ball) {
       float* rows = x + ball * m * ld;
@@ -332,6 +332,8 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
       a.out = att.data();
       a.ldo = ld;
       a.scores = scores.data();
+      a.keys_t = keys_t.data();
+      a.exp = k.exp;
       ball_attention(a);
       run_linear(k, b.proj, att.data(), ld, rows, ld, m, kernels::Activation::none, rows, ld);
       run_norm(k, rows, ld, h.data(), ld, m, D, b.norm2, nullptr, eps, true);
