@@ -446,6 +446,125 @@ TEST_P(KernelTest, ExactEncodeIsIndependentOfHowPointsAreSplit) {
   }
 }
 
+// ---------------------------------------------------------------------------------------------------
+// Ball attention: softmax over the m points of a ball, per head, with an optional additive bias
+// sigma_h * bias_ij. Sizes cross the kernel's query block (64) and its chunks of keys (E = 16: 128 rows,
+// E = 64: 32 rows); strides are not multiples of anything.
+struct BallCase {
+  int m, heads, E;
+};
+
+struct BallData {
+  int m, heads, E;
+  k::index_t ld, ld_bias;
+  float scale;
+  std::vector<float> q, keys, values, bias, sigma;
+  BallData(const BallCase& c, std::mt19937& gen)
+      : m(c.m), heads(c.heads), E(c.E), ld(c.heads * c.E + 3), ld_bias(c.m + 2),
+        scale(1.0f / std::sqrt(static_cast<float>(c.E))) {
+    q = random_vector(static_cast<std::size_t>(m * ld), 1.5f, gen);
+    keys = random_vector(static_cast<std::size_t>(m * ld), 1.5f, gen);
+    values = random_vector(static_cast<std::size_t>(m * ld), 1.0f, gen);
+    // Distance-like bias; the last row ends at its m-th entry (nothing readable past it).
+    std::uniform_real_distribution<float> dist(0.0f, 3.0f);
+    bias.resize(static_cast<std::size_t>((m - 1) * ld_bias + m));
+    for (auto& b : bias) b = dist(gen);
+    // Mild, strong (nearly one-hot: deep underflow of most terms) and positive factors.
+    const float factors[] = {-1.0f, -25.0f, 0.7f};
+    for (int h = 0; h < heads; ++h) sigma.push_back(factors[h % 3]);
+  }
+  std::vector<float> run(const k::CpuKernels& kern, const float* sig) const {
+    std::vector<float> out(static_cast<std::size_t>(m * ld), -7.0f);
+    k::BallAttentionArgs a;
+    a.m = m;
+    a.heads = heads;
+    a.E = E;
+    a.q = q.data();
+    a.k = keys.data();
+    a.v = values.data();
+    a.ld = ld;
+    a.scale = scale;
+    a.sigma = sig;
+    a.bias = sig ? bias.data() : nullptr;
+    a.ld_bias = ld_bias;
+    a.out = out.data();
+    a.ldo = ld;
+    kern.ball_attention(a);
+    return out;
+  }
+};
+
+const BallCase ball_cases[] = {{1, 1, 1}, {2, 3, 4}, {16, 8, 8}, {17, 2, 5}, {45, 4, 3},
+                               {100, 3, 16}, {256, 8, 8}, {70, 1, 64}, {300, 2, 16}};
+
+TEST_P(KernelTest, BallAttentionMatchesNaiveSoftmax) {
+  std::mt19937 gen(21);
+  for (const auto& c : ball_cases) {
+    const BallData d(c, gen);
+    for (const bool with_bias : {false, true}) {
+      const std::vector<float> out = d.run(kern(), with_bias ? d.sigma.data() : nullptr);
+      for (int h = 0; h < d.heads; ++h) {
+        const k::index_t c0 = static_cast<k::index_t>(h) * d.E;
+        for (int i = 0; i < d.m; ++i) {
+          std::vector<double> l(static_cast<std::size_t>(d.m));
+          double mx = -1e300, max_err = 0;
+          for (int j = 0; j < d.m; ++j) {
+            double dot = 0, mag = 0;
+            for (int e = 0; e < d.E; ++e) {
+              const double t = double(d.q[i * d.ld + c0 + e]) * d.keys[j * d.ld + c0 + e];
+              dot += t, mag += std::abs(t);
+            }
+            const double b = with_bias ? double(d.sigma[h]) * d.bias[i * d.ld_bias + j] : 0.0;
+            l[j] = d.scale * dot + b;
+            mx = std::max(mx, l[j]);
+            // The scaled queries, the logit's multiply-add chain and the bias term are float.
+            max_err = std::max(max_err, (d.E + 3) * u * (d.scale * mag + std::abs(b)));
+          }
+          double s = 0;
+          std::vector<double> expected(static_cast<std::size_t>(d.E), 0.0);
+          double vmax = 0;
+          for (int j = 0; j < d.m; ++j) {
+            const double p = std::exp(l[j] - mx);
+            s += p;
+            for (int e = 0; e < d.E; ++e) {
+              expected[e] += p * d.values[j * d.ld + c0 + e];
+              vmax = std::max(vmax, std::abs(double(d.values[j * d.ld + c0 + e])));
+            }
+          }
+          for (int e = 0; e < d.E; ++e)
+            ASSERT_NEAR(out[i * d.ld + c0 + e], expected[e] / s, (2 * max_err + 16 * u) * 2 * vmax)
+                << "m " << d.m << " heads " << d.heads << " E " << d.E << " bias " << with_bias << " head " << h
+                << " row " << i;
+        }
+      }
+      // Columns outside the heads are left alone.
+      for (int i = 0; i < d.m; ++i)
+        for (k::index_t col = static_cast<k::index_t>(d.heads) * d.E; col < d.ld; ++col)
+          ASSERT_EQ(out[i * d.ld + col], -7.0f);
+    }
+  }
+}
+
+TEST_P(KernelTest, BallAttentionBiasTermIsAddedAndNothingElseChanges) {
+  std::mt19937 gen(22);
+  for (const auto& c : ball_cases) {
+    const BallData d(c, gen);
+    // sigma = 0 adds exact zeros to the logits: the same bits as without a bias.
+    const std::vector<float> zeros(static_cast<std::size_t>(d.heads), 0.0f);
+    EXPECT_EQ(d.run(kern(), zeros.data()), d.run(kern(), nullptr)) << "m " << d.m << " E " << d.E;
+    // A bias of -80 on every key but one (per row) leaves that key's value (weights below 1e-34).
+    BallData one_hot = d;
+    std::fill(one_hot.sigma.begin(), one_hot.sigma.end(), -80.0f);
+    std::fill(one_hot.bias.begin(), one_hot.bias.end(), 1.0f);
+    std::fill(one_hot.q.begin(), one_hot.q.end(), 0.01f);
+    for (int i = 0; i < d.m; ++i) one_hot.bias[i * d.ld_bias + (7 * i + 3) % d.m] = 0.0f;
+    const std::vector<float> out = one_hot.run(kern(), one_hot.sigma.data());
+    for (int i = 0; i < d.m; ++i)
+      for (k::index_t col = 0; col < static_cast<k::index_t>(d.heads) * d.E; ++col)
+        ASSERT_NEAR(out[i * d.ld + col], d.values[((7 * i + 3) % d.m) * d.ld + col], 1e-6) << "m " << d.m << " row " << i;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Isa, KernelTest, ::testing::ValuesIn(available_isas()),
                          [](const auto& param_info) { return std::string(k::to_string(param_info.param)); });
 

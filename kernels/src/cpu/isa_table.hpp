@@ -40,6 +40,7 @@ inline CpuKernels make_table() {
   t.latent_decode = &latent_decode;
   t.latent_max = &latent_max;
   t.latent_encode_exact = &latent_encode_exact;
+  t.ball_attention = &ball_attention;
   t.exp = &exp_map;
   t.activation = &activation_map;
   return t;

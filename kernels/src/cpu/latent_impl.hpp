@@ -1,5 +1,6 @@
-// Latent (FLARE) attention for one head: encode (softmax over the points, streamed) and decode (softmax
-// over the latents), plus the two passes of the reproducible encode. Points are processed W at a time
+// Latent (FLARE) attention for one head: encode (softmax over the points, streamed, with an optional
+// additive bias) and decode (softmax over the latents), plus the two passes of the reproducible encode;
+// ball attention (Erwin) on the same encode. Points are processed W at a time
 // (one per SIMD lane) after transposing a chunk of the head's k/v columns; the latent queries are
 // broadcast from memory. A point's logits, exponentials and weights are computed by the same arithmetic
 // in every lane, chunk and call.
@@ -11,7 +12,7 @@
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
-inline constexpr int kMaxHeadDim = 64;
+inline constexpr int kMaxHeadDim = kMaxAttentionHeadDim;
 inline constexpr int kChunkFloats = 4096;  // per transposed operand: E x chunk <= 16 KiB
 inline constexpr int kMaxChunkRows = 1024;
 inline constexpr int kDecodeLatentBlock = 256;
@@ -75,10 +76,25 @@ inline double hsum_double(simd::vd a, simd::vd b) {
   return total;
 }
 
-/// Pass 1 for MB latents: their logits over the chunk into `logits`, and their maxima.
-template <int EC, int MB>
+/// Additive bias of the chunk's logits: latent m's row starts at p + m * ld (p: the chunk's first row).
+struct LogitBias {
+  const float* p = nullptr;
+  index_t ld = 0;
+  float scale = 1.0f;
+};
+
+/// The first n (< W) floats at p, zeros in the other lanes (reads nothing past p + n).
+inline simd::vf load_first(const float* p, int n) {
+  float lanes[simd::W] = {};
+  for (int i = 0; i < n; ++i) lanes[i] = p[i];
+  return simd::load(lanes);
+}
+
+/// Pass 1 for MB latents: their logits over the chunk (plus the bias when Bias) into `logits`, and
+/// their maxima.
+template <int EC, int MB, bool Bias>
 inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec, int tail_lanes,
-                          float (*logits)[kMaxChunkRows], float* max_logit) {
+                          const LogitBias& bias, float (*logits)[kMaxChunkRows], float* max_logit) {
   using namespace simd;
   const vi last = first_lanes(tail_lanes);
   vf lane_max[MB];
@@ -87,6 +103,10 @@ inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
       vf l = logit<EC>(q + (m0 + b) * E, kt + iv * W, ld, E);
+      if constexpr (Bias) {
+        const float* row = bias.p + (m0 + b) * bias.ld + iv * W;
+        l += splat(bias.scale) * (tail_lanes && iv == nvec - 1 ? load_first(row, tail_lanes) : load(row));
+      }
       if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
       store(logits[b] + iv * W, l);
       lane_max[b] = vmax(lane_max[b], l);
@@ -141,7 +161,7 @@ inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, con
   }
 }
 
-template <int EC, int MB>
+template <int EC, int MB, bool Bias>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
   using namespace simd;
   const int E = a.E;
@@ -162,11 +182,13 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     }
     const int nvec = ld / W;
     const int tail = rows % W;
+    const LogitBias bias{Bias ? a.bias + r0 : nullptr, a.ld_bias, a.bias_scale};
     for (int m0 = 0; m0 < a.M; m0 += MB) {
       const int group = static_cast<int>(simd::imin(MB, a.M - m0));
-      if (group == MB) encode_logits<EC, MB>(a.q, m0, E, kt, ld, nvec, tail, logits, max_logit);
+      if (group == MB) encode_logits<EC, MB, Bias>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit);
       else
-        for (int b = 0; b < group; ++b) encode_logits<EC, 1>(a.q, m0 + b, E, kt, ld, nvec, tail, logits + b, max_logit + b);
+        for (int b = 0; b < group; ++b)
+          encode_logits<EC, 1, Bias>(a.q, m0 + b, E, kt, ld, nvec, tail, bias, logits + b, max_logit + b);
       for (int b = 0; b < group; ++b) {
         const int m = m0 + b;
         // The chunk's reference: the exponent of its largest term (same arithmetic as the terms).
@@ -190,12 +212,68 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
   }
 }
 
-inline void latent_encode(const LatentEncodeArgs& a) {
+template <bool Bias>
+inline void latent_encode_width(const LatentEncodeArgs& a) {
   switch (a.E) {
-    case 4: latent_encode_impl<4, 4>(a); break;
-    case 8: latent_encode_impl<8, 2>(a); break;
-    case 16: latent_encode_impl<16, 1>(a); break;
-    default: latent_encode_impl<0, 1>(a); break;
+    case 4: latent_encode_impl<4, 4, Bias>(a); break;
+    case 8: latent_encode_impl<8, 2, Bias>(a); break;
+    case 16: latent_encode_impl<16, 1, Bias>(a); break;
+    default: latent_encode_impl<0, 1, Bias>(a); break;
+  }
+}
+
+inline void latent_encode(const LatentEncodeArgs& a) {
+  if (a.bias) latent_encode_width<true>(a);
+  else latent_encode_width<false>(a);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Ball attention: the ball's queries are the latents of the streaming encode (the same logits,
+// reference exponents, rescaling and double sums), taken kBallQueryBlock at a time; the output is the
+// normalised weighted sum.
+
+inline constexpr int kBallQueryBlock = 64;
+
+inline void ball_attention(const BallAttentionArgs& a) {
+  alignas(64) float qs[kBallQueryBlock * kMaxHeadDim];
+  alignas(64) double weighted[kBallQueryBlock * kMaxHeadDim];
+  double sum[kBallQueryBlock];
+  std::int32_t ref[kBallQueryBlock];
+  const int E = a.E;
+  for (int h = 0; h < a.heads; ++h) {
+    const index_t c0 = static_cast<index_t>(h) * E;
+    for (int i0 = 0; i0 < a.m; i0 += kBallQueryBlock) {
+      const int nq = static_cast<int>(simd::imin(kBallQueryBlock, a.m - i0));
+      for (int i = 0; i < nq; ++i) {
+        const float* qi = a.q + (i0 + i) * a.ld + c0;
+        for (int e = 0; e < E; ++e) qs[i * E + e] = qi[e] * a.scale;
+        ref[i] = kNoExponent;
+        sum[i] = 0.0;
+        for (int e = 0; e < E; ++e) weighted[i * E + e] = 0.0;
+      }
+      LatentEncodeArgs enc;
+      enc.q = qs;
+      enc.M = nq;
+      enc.E = E;
+      enc.k = a.k + c0;
+      enc.ldk = a.ld;
+      enc.v = a.v + c0;
+      enc.ldv = a.ld;
+      enc.rows = a.m;
+      enc.ref_exp = ref;
+      enc.sum = sum;
+      enc.weighted = weighted;
+      if (a.sigma) {
+        enc.bias = a.bias + i0 * a.ld_bias;
+        enc.ld_bias = a.ld_bias;
+        enc.bias_scale = a.sigma[h];
+      }
+      latent_encode(enc);
+      for (int i = 0; i < nq; ++i) {
+        float* oi = a.out + (i0 + i) * a.ldo + c0;
+        for (int e = 0; e < E; ++e) oi[e] = static_cast<float>(weighted[i * E + e] / sum[i]);
+      }
+    }
   }
 }
 

@@ -94,6 +94,37 @@ struct LatentEncodeArgs {
   std::int32_t* ref_exp = nullptr;  // [M], in/out; start at kNoExponent
   double* sum = nullptr;            // [M], in/out; start at 0
   double* weighted = nullptr;       // [M*E], in/out; start at 0
+  /// Optional additive bias of the logits (ball attention): l_mn += bias_scale * bias[m * ld_bias + n]
+  /// for the rows n < `rows` of this call. nullptr: no bias (FLARE), and no change to the arithmetic.
+  const float* bias = nullptr;
+  index_t ld_bias = 0;
+  float bias_scale = 1.0f;
+};
+
+/// Largest head width of the attention kernels (latent encode/decode, ball attention).
+inline constexpr int kMaxAttentionHeadDim = 64;
+
+/// Multi-head self-attention inside one ball of m points (Erwin's BMSA, BSA's local branch), on the
+/// streaming latent encode above with the ball's queries as the latents: for every row i and head h,
+///   out[i, hE:(h+1)E] = sum_j softmax_j(scale q_i . k_j + sigma_h bias_ij) v_j
+/// (q/k/v of head h: the E columns from hE of row i at q + i*ld, likewise k and v; bias: m x m, row i at
+/// bias + i*ld_bias, e.g. distances |p_i - p_j|; no bias term when sigma is null). The queries are
+/// multiplied by `scale` first (float), the softmax sums are double (see LatentEncodeArgs), the output is
+/// rounded to float once. Row i's result depends only on q_i and the ball's keys, values and bias row,
+/// never on the number of threads. E <= kMaxAttentionHeadDim. Single-threaded, no heap allocation.
+struct BallAttentionArgs {
+  int m = 0;
+  int heads = 0, E = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  float scale = 1.0f;
+  const float* sigma = nullptr;  // [heads], or nullptr: no bias
+  const float* bias = nullptr;   // read only when sigma is set
+  index_t ld_bias = 0;
+  float* out = nullptr;
+  index_t ldo = 0;
 };
 
 /// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).
@@ -154,6 +185,7 @@ struct CpuKernels {
   void (*latent_decode)(const LatentDecodeArgs&) = nullptr;
   void (*latent_max)(const LatentMaxArgs&) = nullptr;
   void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
+  void (*ball_attention)(const BallAttentionArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
