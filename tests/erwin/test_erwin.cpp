@@ -231,6 +231,24 @@ TEST(Config, ExpectedShapesMatchTheFile) {
   EXPECT_EQ(shapes.count("embed.mpnn.message_fns.0.0.weight"), 0u);
 }
 
+TEST(Config, HeadWidthAboveTheKernelLimitIsRefused) {
+  ew::Config cfg;
+  cfg.c_in = 4;
+  cfg.c_hidden = {128};
+  cfg.ball_sizes = {16};
+  cfg.enc_num_heads = {2};  // head width 64: the largest the ball attention kernel takes
+  cfg.enc_depths = {1};
+  EXPECT_NO_THROW(cfg.validate());
+  cfg.enc_num_heads = {1};  // 128
+  try {
+    cfg.validate();
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::format);
+    EXPECT_NE(std::string(e.what()).find("enc_num_heads[0]"), std::string::npos) << e.what();
+  }
+}
+
 TEST(Config, MissingAndMisshapedWeightsAreNamed) {
   Case c = load("mpnn_rot");
   ModelFile f = c.file;

@@ -4,6 +4,7 @@
 
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::erwin {
 namespace {
@@ -63,6 +64,12 @@ void Config::validate() const {
     if (v.size() != n)
       fail(std::string(name) + " has " + std::to_string(v.size()) + " entries, expected " + std::to_string(n));
   };
+  // The ball attention kernel keeps a head's sums in registers (kernels::BallAttentionArgs).
+  auto head_width = [&](int width, const char* heads, std::size_t i) {
+    if (width > kernels::kMaxAttentionHeadDim)
+      fail("head width c_hidden[" + std::to_string(i) + "] / " + at(heads, i) + " = " + std::to_string(width) +
+           " exceeds the supported maximum of " + std::to_string(kernels::kMaxAttentionHeadDim));
+  };
   same(c_hidden, "c_hidden", L);
   same(enc_num_heads, "enc_num_heads", L);
   same(enc_depths, "enc_depths", L);
@@ -76,6 +83,7 @@ void Config::validate() const {
     if (enc_num_heads[i] < 1 || c_hidden[i] % enc_num_heads[i] != 0)
       fail(at("c_hidden", i) + " = " + std::to_string(c_hidden[i]) + " is not divisible by " + at("enc_num_heads", i) +
            " = " + std::to_string(enc_num_heads[i]));
+    head_width(c_hidden[i] / enc_num_heads[i], "enc_num_heads", i);
   }
   for (std::size_t i = 0; i + 1 < L; ++i) {
     if (strides[i] < 1) fail(at("strides", i) + " must be at least 1");
@@ -83,6 +91,7 @@ void Config::validate() const {
     if (dec_num_heads[i] < 1 || c_hidden[i] % dec_num_heads[i] != 0)
       fail(at("c_hidden", i) + " = " + std::to_string(c_hidden[i]) + " is not divisible by " + at("dec_num_heads", i) +
            " = " + std::to_string(dec_num_heads[i]));
+    head_width(c_hidden[i] / dec_num_heads[i], "dec_num_heads", i);
     if (strides[i] == 1 && c_hidden[i] != c_hidden[i + 1])
       fail(at("strides", i) + " = 1 (no pooling) needs " + at("c_hidden", i) + " == " + at("c_hidden", i + 1));
   }

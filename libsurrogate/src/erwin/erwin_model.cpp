@@ -9,7 +9,6 @@
 #include <string>
 
 #include "../layers.hpp"
-#include "ball_attention.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 
@@ -19,6 +18,20 @@ namespace {
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
+
+/// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major), computed as
+/// torch.cdist does for up to 25 rows: sqrt(sum_c (p_ic - p_jc)^2) in float32.
+void ball_distances(const float* pos, int m, int dim, float* dist) {
+  for (int i = 0; i < m; ++i)
+    for (int j = 0; j < m; ++j) {
+      float sum = 0.0f;
+      for (int c = 0; c < dim; ++c) {
+        const float diff = pos[i * dim + c] - pos[j * dim + c];
+        sum += diff * diff;
+      }
+      dist[static_cast<std::int64_t>(i) * m + j] = std::sqrt(sum);
+    }
+}
 
 AlignedBuffer<float> padded_vector(const float* values, int n, float fill_if_null) {
   AlignedBuffer<float> out(static_cast<std::size_t>(round_up(n, kPad)));
@@ -306,7 +319,6 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
     AlignedBuffer<float> u(static_cast<std::size_t>(m * ld_u)), rel(static_cast<std::size_t>(m * ld_r));
     AlignedBuffer<float> a1(static_cast<std::size_t>(m * ld_h)), a2(static_cast<std::size_t>(m * ld_h));
     std::vector<float> dist(b.sigma.empty() ? 0 : static_cast<std::size_t>(m) * static_cast<std::size_t>(m));
-    std::vector<float> scores(static_cast<std::size_t>(m)), keys_t(static_cast<std::size_t>(m) * static_cast<std::size_t>(E));
 #pragma omp for schedule(static)
     for (index_t ball = 0; ball < balls; ++ball) {
       float* rows = x + ball * m * ld;
@@ -318,7 +330,7 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
       run_linear(k, b.pe, rel.data(), ld_r, h.data(), ld, m, kernels::Activation::none, h.data(), ld);
       run_linear(k, b.qkv, h.data(), ld, u.data(), ld_u, m);
       if (!dist.empty()) ball_distances(p, m, d, dist.data());
-      BallAttentionArgs a;
+      kernels::BallAttentionArgs a;
       a.m = m;
       a.heads = b.heads;
       a.E = E;
@@ -328,13 +340,11 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
       a.ld = ld_u;
       a.scale = scale;
       a.sigma = b.sigma.empty() ? nullptr : b.sigma.data();
-      a.dist = dist.data();
+      a.bias = dist.data();
+      a.ld_bias = m;
       a.out = att.data();
       a.ldo = ld;
-      a.scores = scores.data();
-      a.keys_t = keys_t.data();
-      a.exp = k.exp;
-      ball_attention(a);
+      k.ball_attention(a);
       run_linear(k, b.proj, att.data(), ld, rows, ld, m, kernels::Activation::none, rows, ld);
       run_norm(k, rows, ld, h.data(), ld, m, D, b.norm2, nullptr, eps, true);
       run_linear(k, b.w1, h.data(), ld, a1.data(), ld_h, m, kernels::Activation::silu);
