@@ -1,0 +1,226 @@
+// Shared checks and projection stages of AttentionS2 and NeighborhoodAttentionS2 (s2_heads.hpp).
+#include "s2_heads.hpp"
+
+#include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <string>
+#include <utility>
+
+#include "surrogate/error.hpp"
+
+namespace surrogate::sphere::detail {
+
+using kernels::AlignedBuffer;
+using kernels::index_t;
+using kernels::kPad;
+using kernels::round_up;
+
+namespace {
+
+constexpr int kRowBlock = 256;  // rows per task of the projections
+
+void check_size(const char* op, const std::vector<float>& t, std::size_t expected, const char* name) {
+  if (t.size() != expected)
+    throw Error(ErrorCode::weights, std::string(op) + ": tensor " + name + " has " + std::to_string(t.size()) +
+                                        " values, expected " + std::to_string(expected));
+}
+
+/// Rows [0, rows) of x (ld ldx) through a packed 1x1 convolution into y (ld ldy).
+void linear_rows(const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
+  kernels::LinearArgs a;
+  a.layer = &layer;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  kernels::cpu().linear(a);
+}
+
+/// RMSNorm over each head's `width` channels, in place: x * (1 / sqrt(mean(x^2) + eps)) * weight, eps =
+/// FLT_EPSILON (torch.finfo(float32).eps, what F.rms_norm uses when eps is None).
+void rms_norm_heads(float* row, int heads, int width, const std::vector<float>& weight) {
+  for (int h = 0; h < heads; ++h) {
+    float* x = row + h * width;
+    double sq = 0.0;
+    for (int e = 0; e < width; ++e) sq += static_cast<double>(x[e]) * x[e];
+    const float inv = static_cast<float>(1.0 / std::sqrt(sq / width + static_cast<double>(FLT_EPSILON)));
+    for (int e = 0; e < width; ++e) x[e] = x[e] * inv * weight[static_cast<std::size_t>(e)];
+  }
+}
+
+}  // namespace
+
+S2Heads::S2Heads(const char* op, int in_channels, int num_heads, int& k_channels, int& out_channels, bool bias,
+                 bool use_qknorm, ScaleMode scale_mode, float scale, const AttentionS2Weights& w)
+    : op_(op), in_channels_(in_channels), use_qknorm_(use_qknorm) {
+  const auto invalid = [op](const std::string& message) {
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": " + message);
+  };
+  if (in_channels < 1) invalid("in_channels must be positive, got " + std::to_string(in_channels));
+  if (num_heads < 1) invalid("num_heads must be positive, got " + std::to_string(num_heads));
+  if (k_channels == 0) k_channels = in_channels;
+  if (out_channels == 0) out_channels = in_channels;
+  if (k_channels < 0) invalid("k_channels must be positive, got " + std::to_string(k_channels));
+  if (out_channels < 0) invalid("out_channels must be positive, got " + std::to_string(out_channels));
+  if (k_channels % num_heads)
+    invalid("num_heads " + std::to_string(num_heads) + " does not divide k_channels " + std::to_string(k_channels));
+  if (out_channels % num_heads)
+    invalid("num_heads " + std::to_string(num_heads) + " does not divide out_channels " + std::to_string(out_channels));
+  if (scale_mode != ScaleMode::standard && !std::isfinite(scale)) invalid("scale must be finite");
+  heads = num_heads;
+  ck = k_channels;
+  cout = out_channels;
+  ek = ck / heads;
+  ev = cout / heads;
+  width = std::max(ek + 1, ev);
+  if (width > kernels::kMaxAttentionHeadDim)
+    throw Error(ErrorCode::unsupported, std::string(op) + ": head widths k_channels/num_heads = " + std::to_string(ek) +
+                                            ", out_channels/num_heads = " + std::to_string(ev) +
+                                            ": the CPU kernel supports k_channels/num_heads <= " +
+                                            std::to_string(kernels::kMaxAttentionHeadDim - 1) +
+                                            " and out_channels/num_heads <= " +
+                                            std::to_string(kernels::kMaxAttentionHeadDim));
+  // 1 / sqrt(k_channels / num_heads) formed in double and used as a float (SDPA's default and
+  // torch-harmonics' math.sqrt alike).
+  s = scale_mode == ScaleMode::standard ? static_cast<float>(1.0 / std::sqrt(static_cast<double>(ek))) : scale;
+
+  const std::size_t cin = static_cast<std::size_t>(in_channels), ckz = static_cast<std::size_t>(ck),
+                    co = static_cast<std::size_t>(cout);
+  check_size(op, w.q_weights, ckz * cin, "q_weights");
+  check_size(op, w.k_weights, ckz * cin, "k_weights");
+  check_size(op, w.v_weights, co * cin, "v_weights");
+  check_size(op, w.proj_weights, co * co, "proj_weights");
+  if (bias) {
+    check_size(op, w.q_bias, ckz, "q_bias");
+    check_size(op, w.k_bias, ckz, "k_bias");
+    check_size(op, w.v_bias, co, "v_bias");
+    check_size(op, w.proj_bias, co, "proj_bias");
+  } else {
+    for (const auto* t : {&w.q_bias, &w.k_bias, &w.v_bias, &w.proj_bias})
+      if (!t->empty()) invalid("bias=False but a bias tensor was given");
+  }
+  if (use_qknorm) {
+    check_size(op, w.q_norm_weights, static_cast<std::size_t>(ek), "q_norm_weights");
+    check_size(op, w.k_norm_weights, static_cast<std::size_t>(ek), "k_norm_weights");
+  } else if (!w.q_norm_weights.empty() || !w.k_norm_weights.empty()) {
+    invalid("use_qknorm=False but q_norm_weights / k_norm_weights were given");
+  }
+  for (const auto& [t, name] : {std::pair{&w.q_weights, "q_weights"}, {&w.k_weights, "k_weights"}, {&w.v_weights, "v_weights"},
+                                {&w.proj_weights, "proj_weights"}, {&w.q_bias, "q_bias"}, {&w.k_bias, "k_bias"},
+                                {&w.v_bias, "v_bias"}, {&w.proj_bias, "proj_bias"}, {&w.q_norm_weights, "q_norm_weights"},
+                                {&w.k_norm_weights, "k_norm_weights"}})
+    for (float v : *t)
+      if (!std::isfinite(v)) throw Error(ErrorCode::weights, std::string(op) + ": tensor " + name + " has a non-finite value");
+
+  const auto bias_of = [&](const std::vector<float>& b) { return bias ? b.data() : nullptr; };
+  q_ = kernels::PackedLinear(w.q_weights.data(), bias_of(w.q_bias), ck, in_channels);
+  k_ = kernels::PackedLinear(w.k_weights.data(), bias_of(w.k_bias), ck, in_channels);
+  v_ = kernels::PackedLinear(w.v_weights.data(), bias_of(w.v_bias), cout, in_channels);
+  proj_ = kernels::PackedLinear(w.proj_weights.data(), bias_of(w.proj_bias), cout, cout);
+  if (use_qknorm) {
+    for (float x : w.q_norm_weights) q_norm_.push_back(1.0f + x);
+    for (float x : w.k_norm_weights) k_norm_.push_back(1.0f + x);
+  }
+}
+
+void S2Heads::check_forward(int batch, const float*& query, const float*& key, const float*& value, const float* out,
+                            bool same_grids) const {
+  const auto invalid = [this](const std::string& message) {
+    throw Error(ErrorCode::invalid_argument, std::string(op_) + ": " + message);
+  };
+  if (batch < 1) invalid("batch must be positive, got " + std::to_string(batch));
+  if (!query) invalid("query is null");
+  if (!out) invalid("out is null");
+  if ((key == nullptr) != (value == nullptr)) invalid("key and value must both be given or both be null");
+  if (!key && !same_grids) invalid("self-attention (key = value = query) needs in_shape == out_shape");
+  if (!key) key = value = query;
+}
+
+index_t S2Heads::ld_out() const { return round_up(cout, kPad); }
+
+void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlon_in, const std::vector<float>& log_w_lat,
+                      const float* query, const float* key, const float* value, AugmentedOperands& ops) const {
+  const int cin = in_channels_, H = heads, E = width;
+  const index_t ld_in = round_up(cin, kPad), ld_k = round_up(ck, kPad), ld_v = ld_out();
+  const index_t ld_aug = round_up(static_cast<index_t>(H) * E, kPad);
+  ops.ld_aug = ld_aug;
+
+  // Inputs in padded rows (the same buffer where key / value are the query).
+  AlignedBuffer<float> xq(static_cast<std::size_t>(rows_q * ld_in)), xk, xv;
+  const bool separate_k = key != query, separate_v = value != key;
+  if (separate_k) xk.resize(static_cast<std::size_t>(rows_k * ld_in));
+  if (separate_v) xv.resize(static_cast<std::size_t>(rows_k * ld_in));
+  const float* xk_data = separate_k ? xk.data() : xq.data();
+  const float* xv_data = separate_v ? xv.data() : xk_data;
+  const auto pad_rows = [&](const float* src, float* dst, index_t rows) {
+#pragma omp parallel for schedule(static)
+    for (index_t r = 0; r < rows; ++r) {
+      std::copy(src + r * cin, src + (r + 1) * cin, dst + r * ld_in);
+      std::fill(dst + r * ld_in + cin, dst + (r + 1) * ld_in, 0.0f);
+    }
+  };
+  pad_rows(query, xq.data(), rows_q);
+  if (separate_k) pad_rows(key, xk.data(), rows_k);
+  if (separate_v) pad_rows(value, xv.data(), rows_k);
+
+  AlignedBuffer<float> qp(static_cast<std::size_t>(rows_q * ld_k)), kp(static_cast<std::size_t>(rows_k * ld_k)),
+      vp(static_cast<std::size_t>(rows_k * ld_v));
+  ops.q.resize(static_cast<std::size_t>(rows_q * ld_aug));
+  ops.k.resize(static_cast<std::size_t>(rows_k * ld_aug));
+  ops.v.resize(static_cast<std::size_t>(rows_k * ld_aug));
+
+  // q: projection, qk-norm, scale (after the norm), a 1 in the log-weight column.
+  const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel for schedule(dynamic)
+  for (index_t t = 0; t < blocks_q; ++t) {
+    const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_q - r0);
+    linear_rows(q_, xq.data() + r0 * ld_in, ld_in, qp.data() + r0 * ld_k, ld_k, n);
+    for (index_t r = r0; r < r0 + n; ++r) {
+      float* row = qp.data() + r * ld_k;
+      if (use_qknorm_) rms_norm_heads(row, H, ek, q_norm_);
+      float* dst = ops.q.data() + r * ld_aug;
+      std::fill(dst, dst + ld_aug, 0.0f);
+      for (int h = 0; h < H; ++h) {
+        for (int e = 0; e < ek; ++e) dst[h * E + e] = row[h * ek + e] * s;
+        dst[h * E + ek] = 1.0f;
+      }
+    }
+  }
+  // k, v: projections, qk-norm of k, the key latitude's log quadrature weight in the extra column.
+#pragma omp parallel for schedule(dynamic)
+  for (index_t t = 0; t < blocks_k; ++t) {
+    const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_k - r0);
+    linear_rows(k_, xk_data + r0 * ld_in, ld_in, kp.data() + r0 * ld_k, ld_k, n);
+    linear_rows(v_, xv_data + r0 * ld_in, ld_in, vp.data() + r0 * ld_v, ld_v, n);
+    for (index_t r = r0; r < r0 + n; ++r) {
+      float* krow = kp.data() + r * ld_k;
+      if (use_qknorm_) rms_norm_heads(krow, H, ek, k_norm_);
+      const float log_w = log_w_lat[static_cast<std::size_t>((r % points_in) / nlon_in)];
+      const float* vrow = vp.data() + r * ld_v;
+      float* kd = ops.k.data() + r * ld_aug;
+      float* vd = ops.v.data() + r * ld_aug;
+      std::fill(kd, kd + ld_aug, 0.0f);
+      std::fill(vd, vd + ld_aug, 0.0f);
+      for (int h = 0; h < H; ++h) {
+        for (int e = 0; e < ek; ++e) kd[h * E + e] = krow[h * ek + e];
+        kd[h * E + ek] = log_w;
+        for (int e = 0; e < ev; ++e) vd[h * E + e] = vrow[h * ev + e];
+      }
+    }
+  }
+}
+
+void S2Heads::output_projection(index_t rows, const float* o, float* out) const {
+  const index_t ld_v = ld_out(), blocks = (rows + kRowBlock - 1) / kRowBlock;
+  AlignedBuffer<float> y(static_cast<std::size_t>(rows * ld_v));
+#pragma omp parallel for schedule(dynamic)
+  for (index_t t = 0; t < blocks; ++t) {
+    const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows - r0);
+    linear_rows(proj_, o + r0 * ld_v, ld_v, y.data() + r0 * ld_v, ld_v, n);
+    for (index_t r = r0; r < r0 + n; ++r) std::copy(y.data() + r * ld_v, y.data() + r * ld_v + cout, out + r * cout);
+  }
+}
+
+}  // namespace surrogate::sphere::detail

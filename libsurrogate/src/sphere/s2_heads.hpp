@@ -1,0 +1,59 @@
+// The part AttentionS2 and NeighborhoodAttentionS2 share (internal): the checks of the channel/head
+// configuration and of the state_dict, the packed 1x1 convolutions, and the forward's projection stages.
+// Both operators feed the shared online softmax (kernels::CpuKernels::latent_encode) with "augmented"
+// per-head rows of common width E = max(ek + 1, ev): q scaled by s (after the optional RMS qk-norm) with a
+// 1 in column ek, k with the key latitude's log quadrature weight in column ek, v zero-padded; so every
+// logit is s q.k + log w_lat, torch-harmonics' quadrature-weighted softmax.
+#pragma once
+
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/sphere/attention.hpp"
+
+namespace surrogate::sphere::detail {
+
+/// The projected operands of one forward, rows b*P + p, head h in columns [h*E, (h+1)*E) (ld_aug).
+struct AugmentedOperands {
+  kernels::index_t ld_aug = 0;
+  kernels::AlignedBuffer<float> q, k, v;  // q: rows_q x ld_aug; k, v: rows_k x ld_aug
+};
+
+class S2Heads {
+ public:
+  /// Checks the channel/head options (filling k_channels / out_channels = 0 with in_channels) and every
+  /// weight tensor; `op` names the operator in the messages. Throws Error(invalid_argument | weights |
+  /// unsupported).
+  S2Heads(const char* op, int in_channels, int num_heads, int& k_channels, int& out_channels, bool bias,
+          bool use_qknorm, ScaleMode scale_mode, float scale, const AttentionS2Weights& weights);
+
+  int heads = 1, ck = 0, cout = 0, ek = 0, ev = 0, width = 0;  // width: the augmented head width E
+  float s = 1.0f;                                               // scale of q
+
+  /// The checks of forward()'s arguments shared by both operators; fills key = value = query for
+  /// self-attention (which needs equal grids).
+  void check_forward(int batch, const float*& query, const float*& key, const float*& value, const float* out,
+                     bool same_grids) const;
+
+  /// q/k/v projections, qk-norm and the augmented rows. query: rows_q x in_channels, key/value: rows_k x
+  /// in_channels (channels last); log_w_lat[(r % points_in) / nlon_in] is the log quadrature weight of key
+  /// row r.
+  void project(kernels::index_t rows_q, kernels::index_t rows_k, kernels::index_t points_in, int nlon_in,
+               const std::vector<float>& log_w_lat, const float* query, const float* key, const float* value,
+               AugmentedOperands& ops) const;
+
+  /// out (rows x cout, channels last) = proj(o), o: rows x round_up(cout, kPad).
+  void output_projection(kernels::index_t rows, const float* o, float* out) const;
+
+  /// Leading dimension of the attention results o given to output_projection.
+  kernels::index_t ld_out() const;
+
+ private:
+  const char* op_;
+  int in_channels_ = 0;
+  bool use_qknorm_ = false;
+  kernels::PackedLinear q_, k_, v_, proj_;
+  std::vector<float> q_norm_, k_norm_;  // 1 + weights (float32, as torch forms them)
+};
+
+}  // namespace surrogate::sphere::detail
