@@ -56,20 +56,6 @@ std::vector<std::vector<std::int64_t>> partitions(std::int64_t n, int rank, int 
   return result;
 }
 
-std::vector<float> run(const surrogate::Comm& comm, surrogate::Model& model, const st::GoldenCase& c,
-                       const std::vector<std::int64_t>& rows, const surrogate::RunOptions& options) {
-  std::vector<float> in;
-  std::vector<std::int64_t> ids;
-  for (std::int64_t g : rows) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
-  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
-  std::vector<float> out(rows.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
-  model.predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
-  return out;
-}
-
 class FlareMpiGpu : public ::testing::TestWithParam<std::string> {
  protected:
   void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
@@ -85,16 +71,16 @@ TEST_P(FlareMpiGpu, PredictionsDoNotDependOnTheRanks) {
   surrogate::RunOptions fast, exact;
   fast.cuda_device = exact.cuda_device = local_device();
   exact.reproducible = true;
-  const auto single_fast = run(self, *model, c, all, fast);
-  const auto single_exact = run(self, *model, c, all, exact);
+  const auto single_fast = st::predict_rows(self, *model, c, all, fast);
+  const auto single_exact = st::predict_rows(self, *model, c, all, exact);
   double scale = 0;
   for (float v : single_fast) scale = std::max(scale, double(std::abs(v)));
   std::vector<std::string> names;
   const auto parts = partitions(c.points(), comm.rank(), comm.size(), names);
   for (std::size_t p = 0; p < parts.size(); ++p) {
     const auto& rows = parts[p];
-    const auto out_fast = run(comm, *model, c, rows, fast);
-    const auto out_exact = run(comm, *model, c, rows, exact);
+    const auto out_fast = st::predict_rows(comm, *model, c, rows, fast);
+    const auto out_exact = st::predict_rows(comm, *model, c, rows, exact);
     double worst = 0;
     bool identical = true;
     for (std::size_t i = 0; i < rows.size(); ++i)

@@ -51,20 +51,6 @@ std::vector<Partition> partitions(std::int64_t n, int rank, int size) {
   return result;
 }
 
-std::vector<float> run(const surrogate::Comm& comm, surrogate::Model& model, const st::GoldenCase& c,
-                       const std::vector<std::int64_t>& rows, const surrogate::RunOptions& options) {
-  std::vector<float> in;
-  std::vector<std::int64_t> ids;
-  for (std::int64_t g : rows) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
-  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
-  std::vector<float> out(rows.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
-  model.predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
-  return out;
-}
-
 class FlareMpi : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(FlareMpi, PredictionsDoNotDependOnTheRanks) {
@@ -77,15 +63,15 @@ TEST_P(FlareMpi, PredictionsDoNotDependOnTheRanks) {
   std::iota(all.begin(), all.end(), 0);
   surrogate::RunOptions fast, exact;
   exact.reproducible = true;
-  const auto single_fast = run(self, *model, c, all, fast);
-  const auto single_exact = run(self, *model, c, all, exact);
+  const auto single_fast = st::predict_rows(self, *model, c, all, fast);
+  const auto single_exact = st::predict_rows(self, *model, c, all, exact);
   double scale = 0;
   for (float v : single_fast) scale = std::max(scale, double(std::abs(v)));
   for (const Partition& p : partitions(c.points(), comm.rank(), comm.size())) {
     for (int threads : {1, 2}) {
       fast.threads = exact.threads = threads;
-      const auto out_fast = run(comm, *model, c, p.rows, fast);
-      const auto out_exact = run(comm, *model, c, p.rows, exact);
+      const auto out_fast = st::predict_rows(comm, *model, c, p.rows, fast);
+      const auto out_exact = st::predict_rows(comm, *model, c, p.rows, exact);
       double worst = 0;
       bool identical = true;
       for (std::size_t i = 0; i < p.rows.size(); ++i)

@@ -47,4 +47,18 @@ double relative_max_error(const std::vector<float>& a, const std::vector<double>
   return num / den;
 }
 
+std::vector<float> predict_rows(const Comm& comm, Model& model, const GoldenCase& c, const std::vector<std::int64_t>& rows,
+                                const RunOptions& options) {
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t g : rows) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  const auto layout = SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
+  std::vector<float> out(rows.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
+  model.predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
+  return out;
+}
+
 }  // namespace surrogate::testing

@@ -1,8 +1,11 @@
 // The golden FLARE cases of tests/data/flare (made with the official FLARE.py, see its README.md).
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
+
+#include "surrogate/model.hpp"
 
 namespace surrogate::testing {
 
@@ -24,5 +27,10 @@ GoldenCase load_golden_case(const std::string& name);
 
 /// max |a - b| / max |b|
 double relative_max_error(const std::vector<float>& a, const std::vector<double>& b);
+
+/// The case's model on the rows `rows` of the case (this rank's share, in that order): inputs and sample
+/// ids gathered, one SampleLayout, one predict; the outputs rows.size() x out_dim.
+std::vector<float> predict_rows(const Comm& comm, Model& model, const GoldenCase& c, const std::vector<std::int64_t>& rows,
+                                const RunOptions& options);
 
 }  // namespace surrogate::testing
