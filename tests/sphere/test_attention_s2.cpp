@@ -10,6 +10,7 @@
 
 #include <omp.h>
 
+#include "attention_cases.hpp"
 #include "h5_reader.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
@@ -18,18 +19,11 @@ namespace sphere = surrogate::sphere;
 
 namespace {
 
-std::string data_file(const char* name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/sphere/" + name; }
+using sphere_test::data_file;
+using sphere_test::random_vector;
+using sphere_test::random_weights;
+using sphere_test::to_channels_last;
 
-/// (B, C, P) -> (B, P, C)
-std::vector<float> to_channels_last(const std::vector<float>& x, int batch, int channels) {
-  const std::size_t points = x.size() / static_cast<std::size_t>(batch) / static_cast<std::size_t>(channels);
-  std::vector<float> y(x.size());
-  for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
-    for (std::size_t c = 0; c < static_cast<std::size_t>(channels); ++c)
-      for (std::size_t p = 0; p < points; ++p)
-        y[(b * points + p) * static_cast<std::size_t>(channels) + c] = x[(b * static_cast<std::size_t>(channels) + c) * points + p];
-  return y;
-}
 
 /// The formula of docs/reference-models.md §5.3 in float64, one query at a time (naive, O(N^2)).
 std::vector<double> naive_attention(const sphere::AttentionS2Config& c, const sphere::AttentionS2Weights& w, int batch,
@@ -97,36 +91,7 @@ std::vector<double> naive_attention(const sphere::AttentionS2Config& c, const sp
   return y;
 }
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float stddev) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
-sphere::AttentionS2Weights random_weights(sphere::AttentionS2Config c, std::mt19937& rng) {
-  if (c.k_channels == 0) c.k_channels = c.in_channels;
-  if (c.out_channels == 0) c.out_channels = c.in_channels;
-  const auto cin = static_cast<std::size_t>(c.in_channels), ck = static_cast<std::size_t>(c.k_channels),
-             co = static_cast<std::size_t>(c.out_channels);
-  const float sw = 1.0f / std::sqrt(static_cast<float>(cin));
-  sphere::AttentionS2Weights w;
-  w.q_weights = random_vector(ck * cin, rng, sw);
-  w.k_weights = random_vector(ck * cin, rng, sw);
-  w.v_weights = random_vector(co * cin, rng, sw);
-  w.proj_weights = random_vector(co * co, rng, 1.0f / std::sqrt(static_cast<float>(co)));
-  if (c.bias) {
-    w.q_bias = random_vector(ck, rng, 0.5f);
-    w.k_bias = random_vector(ck, rng, 0.5f);
-    w.v_bias = random_vector(co, rng, 0.5f);
-    w.proj_bias = random_vector(co, rng, 0.5f);
-  }
-  if (c.use_qknorm) {
-    w.q_norm_weights = random_vector(ck / static_cast<std::size_t>(c.num_heads), rng, 0.5f);
-    w.k_norm_weights = random_vector(ck / static_cast<std::size_t>(c.num_heads), rng, 0.5f);
-  }
-  return w;
-}
 
 }  // namespace
 
@@ -142,43 +107,9 @@ TEST(AttentionS2, MatchesTorchHarmonics) {
   for (const std::string& name : f.children("/")) {
     const std::string g = "/" + name;
     sphere::AttentionS2Config c;
-    c.in_channels = static_cast<int>(f.number(g, "in_channels"));
-    c.num_heads = static_cast<int>(f.number(g, "num_heads"));
-    c.nlat_in = static_cast<int>(f.number(g, "nlat_in"));
-    c.nlon_in = static_cast<int>(f.number(g, "nlon_in"));
-    c.nlat_out = static_cast<int>(f.number(g, "nlat_out"));
-    c.nlon_out = static_cast<int>(f.number(g, "nlon_out"));
-    c.grid_in = sphere::parse_grid(f.text(g, "grid_in"));
-    c.grid_out = sphere::parse_grid(f.text(g, "grid_out"));
-    c.bias = f.number(g, "bias") != 0;
-    c.use_qknorm = f.number(g, "use_qknorm") != 0;
-    c.k_channels = static_cast<int>(f.number(g, "k_channels"));
-    c.out_channels = static_cast<int>(f.number(g, "out_channels"));
-    const std::string scale_kind = f.text(g, "scale_kind");
-    if (scale_kind == "float") {
-      c.scale_mode = sphere::ScaleMode::value;
-      c.scale = static_cast<float>(f.number(g, "scale"));
-    } else if (scale_kind == "tensor") {
-      c.scale_mode = sphere::ScaleMode::tensor;
-      c.scale = static_cast<float>(f.number(g, "scale"));
-    } else {
-      ASSERT_EQ(scale_kind, "none");
-    }
-    sphere::AttentionS2Weights w;
-    w.q_weights = f.floats(g + "/weights/q_weights");
-    w.k_weights = f.floats(g + "/weights/k_weights");
-    w.v_weights = f.floats(g + "/weights/v_weights");
-    w.proj_weights = f.floats(g + "/weights/proj_weights");
-    if (c.bias) {
-      w.q_bias = f.floats(g + "/weights/q_bias");
-      w.k_bias = f.floats(g + "/weights/k_bias");
-      w.v_bias = f.floats(g + "/weights/v_bias");
-      w.proj_bias = f.floats(g + "/weights/proj_bias");
-    }
-    if (c.use_qknorm) {
-      w.q_norm_weights = f.floats(g + "/weights/q_norm_weights");
-      w.k_norm_weights = f.floats(g + "/weights/k_norm_weights");
-    }
+    const std::string scale_kind = sphere_test::read_common_config(f, g, c);
+    ASSERT_TRUE(scale_kind == "none" || scale_kind == "float" || scale_kind == "tensor") << scale_kind;
+    const sphere::AttentionS2Weights w = sphere_test::read_weights(f, g, c.bias, c.use_qknorm);
     sphere::AttentionS2 att(c, w);
     std::vector<std::size_t> shape;
     const std::vector<float> q = f.floats(g + "/query", &shape);

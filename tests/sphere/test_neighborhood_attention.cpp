@@ -13,6 +13,7 @@
 
 #include <omp.h>
 
+#include "attention_cases.hpp"
 #include "h5_reader.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
@@ -22,51 +23,14 @@ namespace sphere = surrogate::sphere;
 
 namespace {
 
-std::string data_file(const char* name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/sphere/" + name; }
+using sphere_test::data_file;
+using sphere_test::random_vector;
+using sphere_test::random_weights;
+using sphere_test::to_channels_last;
 
-/// (B, C, P) -> (B, P, C)
-std::vector<float> to_channels_last(const std::vector<float>& x, int batch, int channels) {
-  const std::size_t points = x.size() / static_cast<std::size_t>(batch) / static_cast<std::size_t>(channels);
-  std::vector<float> y(x.size());
-  for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
-    for (std::size_t c = 0; c < static_cast<std::size_t>(channels); ++c)
-      for (std::size_t p = 0; p < points; ++p)
-        y[(b * points + p) * static_cast<std::size_t>(channels) + c] = x[(b * static_cast<std::size_t>(channels) + c) * points + p];
-  return y;
-}
 
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float stddev) {
-  std::normal_distribution<float> d(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
 
-sphere::AttentionS2Weights random_weights(int cin, int ck, int co, int heads, bool bias, bool qknorm, std::mt19937& rng) {
-  const auto ucin = static_cast<std::size_t>(cin), uck = static_cast<std::size_t>(ck), uco = static_cast<std::size_t>(co);
-  const float sw = 1.0f / std::sqrt(static_cast<float>(cin));
-  sphere::AttentionS2Weights w;
-  w.q_weights = random_vector(uck * ucin, rng, sw);
-  w.k_weights = random_vector(uck * ucin, rng, sw);
-  w.v_weights = random_vector(uco * ucin, rng, sw);
-  w.proj_weights = random_vector(uco * uco, rng, 1.0f / std::sqrt(static_cast<float>(co)));
-  if (bias) {
-    w.q_bias = random_vector(uck, rng, 0.5f);
-    w.k_bias = random_vector(uck, rng, 0.5f);
-    w.v_bias = random_vector(uco, rng, 0.5f);
-    w.proj_bias = random_vector(uco, rng, 0.5f);
-  }
-  if (qknorm) {
-    w.q_norm_weights = random_vector(uck / static_cast<std::size_t>(heads), rng, 0.5f);
-    w.k_norm_weights = random_vector(uck / static_cast<std::size_t>(heads), rng, 0.5f);
-  }
-  return w;
-}
 
-sphere::NeighborhoodAttentionS2Weights random_weights(const sphere::NeighborhoodAttentionS2Config& c, std::mt19937& rng) {
-  return random_weights(c.in_channels, c.k_channels ? c.k_channels : c.in_channels,
-                        c.out_channels ? c.out_channels : c.in_channels, c.num_heads, c.bias, c.use_qknorm, rng);
-}
 
 /// §5.4 in float64, one output point at a time, with the neighbourhood found by brute force: every input
 /// point whose great-circle distance (long double, from unit vectors) is <= (1 + 1e-3) theta_cutoff.
@@ -180,45 +144,11 @@ TEST(NeighborhoodAttentionS2, MatchesTorchHarmonics) {
   for (const std::string& name : f.children("/")) {
     const std::string g = "/" + name;
     sphere::NeighborhoodAttentionS2Config c;
-    c.in_channels = static_cast<int>(f.number(g, "in_channels"));
-    c.num_heads = static_cast<int>(f.number(g, "num_heads"));
-    c.nlat_in = static_cast<int>(f.number(g, "nlat_in"));
-    c.nlon_in = static_cast<int>(f.number(g, "nlon_in"));
-    c.nlat_out = static_cast<int>(f.number(g, "nlat_out"));
-    c.nlon_out = static_cast<int>(f.number(g, "nlon_out"));
-    c.grid_in = sphere::parse_grid(f.text(g, "grid_in"));
-    c.grid_out = sphere::parse_grid(f.text(g, "grid_out"));
-    c.bias = f.number(g, "bias") != 0;
-    c.use_qknorm = f.number(g, "use_qknorm") != 0;
-    c.k_channels = static_cast<int>(f.number(g, "k_channels"));
-    c.out_channels = static_cast<int>(f.number(g, "out_channels"));
+    const std::string scale_kind = sphere_test::read_common_config(f, g, c);
+    ASSERT_TRUE(scale_kind == "none" || scale_kind == "float" || scale_kind == "tensor") << scale_kind;
     const bool default_cutoff = f.number(g, "default_cutoff") != 0;
     c.theta_cutoff = default_cutoff ? 0.0 : f.number(g, "theta_cutoff");
-    const std::string scale_kind = f.text(g, "scale_kind");
-    if (scale_kind == "float") {
-      c.scale_mode = sphere::ScaleMode::value;
-      c.scale = static_cast<float>(f.number(g, "scale"));
-    } else if (scale_kind == "tensor") {
-      c.scale_mode = sphere::ScaleMode::tensor;
-      c.scale = static_cast<float>(f.number(g, "scale"));
-    } else {
-      ASSERT_EQ(scale_kind, "none");
-    }
-    sphere::NeighborhoodAttentionS2Weights w;
-    w.q_weights = f.floats(g + "/weights/q_weights");
-    w.k_weights = f.floats(g + "/weights/k_weights");
-    w.v_weights = f.floats(g + "/weights/v_weights");
-    w.proj_weights = f.floats(g + "/weights/proj_weights");
-    if (c.bias) {
-      w.q_bias = f.floats(g + "/weights/q_bias");
-      w.k_bias = f.floats(g + "/weights/k_bias");
-      w.v_bias = f.floats(g + "/weights/v_bias");
-      w.proj_bias = f.floats(g + "/weights/proj_bias");
-    }
-    if (c.use_qknorm) {
-      w.q_norm_weights = f.floats(g + "/weights/q_norm_weights");
-      w.k_norm_weights = f.floats(g + "/weights/k_norm_weights");
-    }
+    const sphere::AttentionS2Weights w = sphere_test::read_weights(f, g, c.bias, c.use_qknorm);
     sphere::NeighborhoodAttentionS2 att(c, w);
     // The default cutoff is the module's (0.9.3) value.
     EXPECT_DOUBLE_EQ(att.config().theta_cutoff, f.number(g, "theta_cutoff")) << name;
