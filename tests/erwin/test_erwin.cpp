@@ -234,12 +234,12 @@ TEST(Config, ExpectedShapesMatchTheFile) {
 TEST(Config, HeadWidthAboveTheKernelLimitIsRefused) {
   ew::Config cfg;
   cfg.c_in = 4;
-  cfg.c_hidden = {128};
+  cfg.c_hidden = {1024};
   cfg.ball_sizes = {16};
-  cfg.enc_num_heads = {2};  // head width 64: the largest the ball attention kernel takes
+  cfg.enc_num_heads = {2};  // head width 512: the largest the ball attention kernel takes
   cfg.enc_depths = {1};
   EXPECT_NO_THROW(cfg.validate());
-  cfg.enc_num_heads = {1};  // 128
+  cfg.enc_num_heads = {1};  // 1024
   try {
     cfg.validate();
     FAIL() << "no error";

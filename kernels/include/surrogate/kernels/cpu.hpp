@@ -101,8 +101,10 @@ struct LatentEncodeArgs {
   float bias_scale = 1.0f;
 };
 
-/// Largest head width of the attention kernels (latent encode/decode, ball attention).
-inline constexpr int kMaxAttentionHeadDim = 64;
+/// Largest head width of the CPU attention kernels (latent encode/decode, ball attention). Widths 4, 8
+/// and 16 have specialised code; other widths run the generic loops, whose stack buffers are sized for
+/// this maximum (at most about 0.6 MiB of stack per call, in ball_attention).
+inline constexpr int kMaxAttentionHeadDim = 512;
 
 /// Multi-head self-attention inside one ball of m points (Erwin's BMSA, BSA's local branch), on the
 /// streaming latent encode above with the ball's queries as the latents: for every row i and head h,
