@@ -101,12 +101,60 @@ std::string Model::output_name(int c) const {
 
 void Model::predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                     index_t ld_out, const RunOptions& options) {
+  predict(comm, layout, PointGeometry{}, in, ld_in, out, ld_out, options);
+}
+
+void Model::forward(const Comm& comm, const SampleLayout&, const float*, index_t, float*, index_t, const RunOptions&) {
+  collectively(comm, [&] {
+    throw Error(ErrorCode::internal, "model architecture '" + architecture_ + "' has no forward without point geometry");
+  });
+}
+
+void Model::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry&, const float* in,
+                             index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+  forward(comm, layout, in, ld_in, out, ld_out, options);
+}
+
+namespace {
+/// Checks the geometry of a model that needs `dim` coordinates per point (local part; the caller agrees).
+void check_geometry(const std::string& architecture, int dim, const PointGeometry& g, index_t n, index_t global_n) {
+  if (n > 0 && !g.positions)
+    throw Error(ErrorCode::input, "model architecture '" + architecture + "' needs the positions of the points (" +
+                                      std::to_string(dim) + " coordinates per point) and none were given");
+  if (g.positions && g.ld_positions < dim)
+    throw Error(ErrorCode::invalid_argument, "positions: row stride " + std::to_string(g.ld_positions) +
+                                                 " is smaller than the model's " + std::to_string(dim) + " coordinates");
+  index_t bad = 0;
+  for (index_t i = 0; g.positions && i < n; ++i)
+    for (int c = 0; c < dim; ++c) bad += !std::isfinite(g.positions[i * g.ld_positions + c]);
+  if (bad > 0)
+    throw Error(ErrorCode::input, "positions: " + std::to_string(bad) + " NaN/Inf coordinate(s) among " +
+                                      std::to_string(n) + " local points");
+  for (index_t i = 0; g.global_ids && i < n; ++i)
+    if (g.global_ids[i] < 0 || g.global_ids[i] >= global_n)
+      throw Error(ErrorCode::input, "global id " + std::to_string(g.global_ids[i]) + " of local point " + std::to_string(i) +
+                                        " is outside 0.." + std::to_string(global_n - 1));
+  if (g.num_edges < 0 || (g.num_edges > 0 && !g.edge_index))
+    throw Error(ErrorCode::invalid_argument, "edge_index: " + std::to_string(g.num_edges) +
+                                                 " edges with a null array (or a negative count)");
+  for (index_t e = 0; e < 2 * g.num_edges; ++e)
+    if (g.edge_index[e] < 0 || g.edge_index[e] >= global_n)
+      throw Error(ErrorCode::input, std::string("edge_index: ") + (e < g.num_edges ? "source" : "receiver") + " of edge " +
+                                        std::to_string(e % g.num_edges) + " is " + std::to_string(g.edge_index[e]) +
+                                        ", outside the global point ids 0.." + std::to_string(global_n - 1));
+}
+}  // namespace
+
+void Model::predict(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                    index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
   const index_t n = layout.local_points();
   const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
   const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
+  const int pdim = position_dim();
   Status status;
   try {
-    if (n > 0 && (!in || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (n > 0 && ((!in && in_channels_ > 0) || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (pdim > 0) check_geometry(architecture_, pdim, geometry, n, layout.global_points());
     if (options.cuda_device < 0 && options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
                                               "' needs a CUDA device; the CPU computes in fp32 only");
@@ -130,6 +178,7 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const float* i
   // Working order (grouped by sample) and normalisation.
   const auto& order = layout.order();
   for (index_t row = 0; row < n; ++row) {
+    if (in_channels_ == 0) break;
     const float* src = in + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_in;
     float* dst = input_buffer_.data() + row * ld_work_in;
     for (int c = 0; c < in_channels_; ++c) {
@@ -139,7 +188,35 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const float* i
       dst[c] = static_cast<float>(v);
     }
   }
-  forward(comm, layout, input_buffer_.data(), ld_work_in, output_buffer_.data(), ld_work_out, options);
+  PointGeometry working;  // families without positions get an empty one
+  if (pdim > 0) {
+    // Global ids: given on every rank with points, or nowhere (the rank-major default).
+    std::int64_t flags[2] = {n > 0 && geometry.global_ids ? 1 : 0, n > 0 && !geometry.global_ids ? 1 : 0};
+    comm.allreduce(std::span<std::int64_t>(flags, 2), ReduceOp::max);
+    if (flags[0] && flags[1])
+      throw Error(ErrorCode::invalid_argument, "global ids were given on some ranks but not on others");
+    std::int64_t first_id = 0;
+    if (!flags[0]) {
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(comm.size()));
+      const std::int64_t mine = n;
+      comm.allgather(&mine, sizeof mine, counts.data());
+      for (int r = 0; r < comm.rank(); ++r) first_id += counts[static_cast<std::size_t>(r)];
+    }
+    position_buffer_.resize(static_cast<std::size_t>(std::max<index_t>(n, 1) * pdim));
+    id_buffer_.resize(static_cast<std::size_t>(std::max<index_t>(n, 1)));
+    for (index_t row = 0; row < n; ++row) {
+      const index_t i = order.empty() ? row : order[static_cast<std::size_t>(row)];
+      for (int c = 0; c < pdim; ++c)
+        position_buffer_[static_cast<std::size_t>(row * pdim + c)] = geometry.positions[i * geometry.ld_positions + c];
+      id_buffer_[static_cast<std::size_t>(row)] = geometry.global_ids ? geometry.global_ids[i] : first_id + i;
+    }
+    working.positions = position_buffer_.data();
+    working.ld_positions = pdim;
+    working.global_ids = id_buffer_.data();
+    working.edge_index = geometry.edge_index;
+    working.num_edges = geometry.num_edges;
+  }
+  forward_geometry(comm, layout, working, input_buffer_.data(), ld_work_in, output_buffer_.data(), ld_work_out, options);
   for (index_t row = 0; row < n; ++row) {
     const float* src = output_buffer_.data() + row * ld_work_out;
     float* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;

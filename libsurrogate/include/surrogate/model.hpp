@@ -69,6 +69,28 @@ class SampleLayout {
   std::vector<index_t> order_;
 };
 
+/// The geometry of the points of one predict() call, for families that need positions (Erwin, BSA;
+/// Model::position_dim() > 0) and, for message passing, graph edges. Arrays hold the layout's local
+/// points in the caller's order (the order of `in` / `out`).
+struct PointGeometry {
+  /// Local points x position_dim() coordinates at row stride ld_positions (>= position_dim()), in the
+  /// coordinates the model was trained with. Required when the model needs positions.
+  const float* positions = nullptr;
+  index_t ld_positions = 0;
+  /// Global id of every local point: ids 0 .. N-1 over all ranks, each once. They fix the order in which
+  /// a sample's points are given to the model (the ball tree depends on it) and name the points in
+  /// edge_index. Null on every rank: rank-major order (rank r's local point i has id
+  /// n_0 + ... + n_{r-1} + i).
+  const std::int64_t* global_ids = nullptr;
+  /// Optional graph for message passing: 2 x num_edges global point ids, edge_index[e] the source j and
+  /// edge_index[num_edges + e] the receiver i of edge e (PyG source_to_target). Each rank passes any
+  /// subset of the edges (possibly none); the graph is the union in rank-major order (the order of the
+  /// edges of a receiver matters for the rounding of the message mean). Null on every rank: the model
+  /// builds the graph by its configured rule (model-format.md), if it has one.
+  const std::int64_t* edge_index = nullptr;
+  index_t num_edges = 0;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -84,6 +106,14 @@ class Model {
   std::string input_name(int c) const;
   std::string output_name(int c) const;
 
+  /// Number of coordinates per point the family needs in PointGeometry::positions; 0 for families
+  /// that see only the input channels (FLARE).
+  virtual int position_dim() const { return 0; }
+  bool needs_positions() const { return position_dim() > 0; }
+  /// True when predict() must be given edges (PointGeometry::edge_index): the model passes messages
+  /// along a graph and its file names no rule to build it.
+  virtual bool needs_edges() const { return false; }
+
   virtual index_t parameter_count() const = 0;
   /// Hyperparameters as (name, value) pairs, for `surrogate info`.
   virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
@@ -92,8 +122,14 @@ class Model {
   /// values per point at row stride ld_in, in physical units; `out` receives out_channels() values per
   /// point at row stride ld_out, in physical units (the file's normalisation is applied here).
   /// Non-finite inputs are reported (channel, rank, count) as Error(input) on every rank.
+  /// Throws Error(input) on every rank when the model needs positions (needs_positions()).
   void predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options = {});
+  /// The same with the points' geometry (ignored by families that need none). Missing positions for a
+  /// model that needs them, a stride below position_dim(), non-finite positions, bad global ids or edges
+  /// are Error(input) / Error(invalid_argument) on every rank. `in` may be null when in_channels() is 0.
+  void predict(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+               index_t ld_in, float* out, index_t ld_out, const RunOptions& options = {});
 
   /// The caller's arrays in CUDA device memory: element (point i, component c) at
   /// in[i * in_point_stride + c * in_component_stride] (likewise out), float or double, any strides.
@@ -117,8 +153,16 @@ class Model {
 
   /// The family's forward pass on normalised inputs in the layout's working order (rows grouped by
   /// sample). Row strides are multiples of kernels::kPad; padding columns of `in` are zero.
+  /// The default refuses with Error(internal): families that need positions override forward_geometry.
   virtual void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
-                       index_t ld_out, const RunOptions& options) = 0;
+                       index_t ld_out, const RunOptions& options);
+  /// The geometry in the layout's working order: `positions` (local points x position_dim() at stride
+  /// ld_positions, checked finite) and `global_ids` (never null: the caller's or the rank-major default)
+  /// are reordered like `in`; `edge_index` / `num_edges` are the caller's (global ids, unchecked).
+  /// The default ignores the geometry and calls forward().
+  virtual void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                const float* in, index_t ld_in, float* out, index_t ld_out,
+                                const RunOptions& options);
   /// predict_device() of the family (arguments checked). The default refuses with Error(unsupported).
   /// `check_inputs` receives the per-channel counts of non-finite inputs and throws Error(input) if any.
   virtual void predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
@@ -133,7 +177,8 @@ class Model {
   int out_channels_;
   Normalization normalization_;
   Fields fields_;
-  std::vector<float> input_buffer_, output_buffer_;
+  std::vector<float> input_buffer_, output_buffer_, position_buffer_;
+  std::vector<std::int64_t> id_buffer_;
 };
 
 /// Creates the model of the file's architecture; throws Error(format) for an unknown architecture and
