@@ -1,0 +1,248 @@
+// kNN and radius graphs (surrogate/graph.hpp) through a k-d tree per sample. Distances are computed in
+// the coordinates' type exactly as the brute-force definition (compiled without fused multiply-add,
+// libsurrogate/CMakeLists.txt); the tree only prunes boxes that provably hold no candidate, with a
+// margin for that rounding, so the result is the brute-force result whatever the tree looks like.
+#include "surrogate/graph.hpp"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string>
+#include <utility>
+
+#include "surrogate/error.hpp"
+
+namespace surrogate::graph {
+namespace {
+
+constexpr int kLeafSize = 8;
+
+template <class Real>
+struct KdTree {
+  struct Node {
+    std::int64_t begin = 0, end = 0;  // range of `order`
+    std::int32_t left = -1, right = -1;
+  };
+  const Real* points = nullptr;  // the sample's first point (row-major)
+  int dim = 0;
+  std::vector<std::int64_t> order;  // local point indices, leaves are contiguous ranges
+  std::vector<Node> nodes;
+  std::vector<double> lo, hi;  // bounding box per node (dim values each)
+
+  KdTree(const Real* p, int d, std::int64_t n) : points(p), dim(d), order(static_cast<std::size_t>(n)) {
+    for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+    nodes.reserve(static_cast<std::size_t>(2 * (n / kLeafSize + 1)));
+    build(0, n);
+  }
+
+  Real coord(std::int64_t i, int c) const { return points[i * dim + c]; }
+
+  std::int32_t build(std::int64_t begin, std::int64_t end) {
+    const auto id = static_cast<std::int32_t>(nodes.size());
+    nodes.push_back({begin, end, -1, -1});
+    lo.resize(lo.size() + static_cast<std::size_t>(dim), std::numeric_limits<double>::infinity());
+    hi.resize(hi.size() + static_cast<std::size_t>(dim), -std::numeric_limits<double>::infinity());
+    double* l = &lo[static_cast<std::size_t>(id) * dim];
+    double* h = &hi[static_cast<std::size_t>(id) * dim];
+    for (std::int64_t s = begin; s < end; ++s)
+      for (int c = 0; c < dim; ++c) {
+        const double v = coord(order[static_cast<std::size_t>(s)], c);
+        l[c] = std::min(l[c], v);
+        h[c] = std::max(h[c], v);
+      }
+    if (end - begin <= kLeafSize) return id;
+    int split = 0;
+    for (int c = 1; c < dim; ++c)
+      if (h[c] - l[c] > h[split] - l[split]) split = c;
+    if (!(h[split] > l[split])) return id;  // all points coincide: a leaf of any size
+    const std::int64_t mid = begin + (end - begin) / 2;
+    std::nth_element(order.begin() + begin, order.begin() + mid, order.begin() + end,
+                     [&](std::int64_t a, std::int64_t b) { return coord(a, split) < coord(b, split); });
+    const std::int32_t left = build(begin, mid);
+    const std::int32_t right = build(mid, end);
+    nodes[static_cast<std::size_t>(id)].left = left;
+    nodes[static_cast<std::size_t>(id)].right = right;
+    return id;
+  }
+
+  /// A lower bound of the rounded squared distance from q to any point of the node's box.
+  double lower_bound(std::int32_t node, const Real* q) const {
+    const double* l = &lo[static_cast<std::size_t>(node) * dim];
+    const double* h = &hi[static_cast<std::size_t>(node) * dim];
+    double sum = 0.0;
+    for (int c = 0; c < dim; ++c) {
+      const double v = q[c];
+      const double d = v < l[c] ? l[c] - v : (v > h[c] ? v - h[c] : 0.0);
+      sum += d * d;
+    }
+    // The rounded distance of a point can be below the exact one by a few units of relative rounding,
+    // and by a few subnormal steps when the squares underflow.
+    const double rel = (4.0 * dim + 8.0) * std::numeric_limits<Real>::epsilon();
+    const double abs = 4.0 * dim * static_cast<double>(std::numeric_limits<Real>::denorm_min());
+    return sum * (1.0 - rel) - abs;
+  }
+};
+
+/// The squared distance as nanoflann's L2_Simple_Adaptor computes it in Real.
+template <class Real>
+Real squared_distance(const Real* a, const Real* b, int dim) {
+  Real sum = 0;
+  for (int c = 0; c < dim; ++c) {
+    const Real d = a[c] - b[c];
+    sum += d * d;
+  }
+  return sum;
+}
+
+template <class Real>
+using Candidate = std::pair<Real, std::int64_t>;  // (squared distance, local index): lexicographic order
+
+/// The k nearest (distance, index) of q among the tree's points, excluding `skip` (-1: none), sorted.
+template <class Real>
+void knn_query(const KdTree<Real>& t, const Real* q, int k, std::int64_t skip, std::vector<Candidate<Real>>& heap) {
+  heap.clear();
+  auto visit = [&](auto&& self, std::int32_t node) -> void {
+    if (static_cast<int>(heap.size()) == k && t.lower_bound(node, q) > static_cast<double>(heap.front().first)) return;
+    const auto& nd = t.nodes[static_cast<std::size_t>(node)];
+    if (nd.left < 0) {
+      for (std::int64_t s = nd.begin; s < nd.end; ++s) {
+        const std::int64_t j = t.order[static_cast<std::size_t>(s)];
+        if (j == skip) continue;
+        const Candidate<Real> c{squared_distance(q, t.points + j * t.dim, t.dim), j};
+        if (static_cast<int>(heap.size()) < k) {
+          heap.push_back(c);
+          std::push_heap(heap.begin(), heap.end());
+        } else if (c < heap.front()) {
+          std::pop_heap(heap.begin(), heap.end());
+          heap.back() = c;
+          std::push_heap(heap.begin(), heap.end());
+        }
+      }
+      return;
+    }
+    const double bl = t.lower_bound(nd.left, q), br = t.lower_bound(nd.right, q);
+    if (bl <= br) {
+      self(self, nd.left);
+      self(self, nd.right);
+    } else {
+      self(self, nd.right);
+      self(self, nd.left);
+    }
+  };
+  visit(visit, 0);
+  std::sort_heap(heap.begin(), heap.end());
+}
+
+template <class Real>
+void radius_query(const KdTree<Real>& t, const Real* q, Real r2, std::int64_t skip, std::vector<Candidate<Real>>& out) {
+  out.clear();
+  auto visit = [&](auto&& self, std::int32_t node) -> void {
+    if (t.lower_bound(node, q) >= static_cast<double>(r2)) return;
+    const auto& nd = t.nodes[static_cast<std::size_t>(node)];
+    if (nd.left < 0) {
+      for (std::int64_t s = nd.begin; s < nd.end; ++s) {
+        const std::int64_t j = t.order[static_cast<std::size_t>(s)];
+        if (j == skip) continue;
+        const Real d2 = squared_distance(q, t.points + j * t.dim, t.dim);
+        if (d2 < r2) out.push_back({d2, j});
+      }
+      return;
+    }
+    self(self, nd.left);
+    self(self, nd.right);
+  };
+  visit(visit, 0);
+  std::sort(out.begin(), out.end());
+}
+
+template <class Real>
+void check_points(std::span<const Real> positions, int dim, const balltree::Batch& batch) {
+  if (dim < 1) throw Error(ErrorCode::invalid_argument, "graph: dim must be at least 1, got " + std::to_string(dim));
+  if (static_cast<std::int64_t>(positions.size()) != batch.points() * dim)
+    throw Error(ErrorCode::input, "graph: positions has " + std::to_string(positions.size()) + " values, expected " +
+                                      std::to_string(batch.points()) + " points x " + std::to_string(dim));
+  std::int64_t bad = 0;
+  for (const Real v : positions) bad += !std::isfinite(v);
+  if (bad > 0) throw Error(ErrorCode::input, "graph: positions has " + std::to_string(bad) + " NaN/Inf coordinate(s)");
+}
+
+/// Runs `query(tree, local point, candidates)` for every point and lists the edges receiver by receiver.
+template <class Real, class Query>
+Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batch& batch, int threads, Query query) {
+  const std::int64_t n = batch.points();
+  std::vector<std::vector<std::int64_t>> sources(static_cast<std::size_t>(n));
+  for (std::int64_t b = 0; b < batch.samples(); ++b) {
+    const std::int64_t begin = batch.begin(b), size = batch.size(b);
+    const KdTree<Real> tree(positions.data() + begin * dim, dim, size);
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+#pragma omp parallel num_threads(nt)
+    {
+      std::vector<Candidate<Real>> found;
+#pragma omp for schedule(dynamic, 64)
+      for (std::int64_t i = 0; i < size; ++i) {
+        query(tree, i, found);
+        auto& list = sources[static_cast<std::size_t>(begin + i)];
+        list.reserve(found.size());
+        for (const auto& c : found) list.push_back(begin + c.second);
+      }
+    }
+  }
+  std::int64_t total = 0;
+  for (const auto& l : sources) total += static_cast<std::int64_t>(l.size());
+  Edges edges;
+  edges.index.resize(static_cast<std::size_t>(2 * total));
+  std::int64_t e = 0;
+  for (std::int64_t i = 0; i < n; ++i)
+    for (const std::int64_t j : sources[static_cast<std::size_t>(i)]) {
+      edges.index[static_cast<std::size_t>(e)] = j;
+      edges.index[static_cast<std::size_t>(total + e)] = i;
+      ++e;
+    }
+  return edges;
+}
+
+template <class Real>
+Edges knn_impl(std::span<const Real> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
+  if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph: k must be at least 1, got " + std::to_string(k));
+  check_points(positions, dim, batch);
+  return build_edges<Real>(positions, dim, batch, threads, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
+    knn_query(t, t.points + i * dim, k, loop ? -1 : i, found);
+  });
+}
+
+template <class Real>
+Edges radius_impl(std::span<const Real> positions, int dim, const balltree::Batch& batch, double r,
+                  int max_num_neighbors, bool loop, int threads) {
+  if (!(r > 0) || !std::isfinite(r))
+    throw Error(ErrorCode::invalid_argument, "radius_graph: r must be positive and finite, got " + std::to_string(r));
+  if (max_num_neighbors < 1)
+    throw Error(ErrorCode::invalid_argument, "radius_graph: max_num_neighbors must be at least 1, got " +
+                                                 std::to_string(max_num_neighbors));
+  check_points(positions, dim, batch);
+  const Real r2 = static_cast<Real>(r * r);
+  return build_edges<Real>(positions, dim, batch, threads, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
+    radius_query(t, t.points + i * dim, r2, loop ? -1 : i, found);
+    if (static_cast<int>(found.size()) > max_num_neighbors) found.resize(static_cast<std::size_t>(max_num_neighbors));
+  });
+}
+
+}  // namespace
+
+Edges knn_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
+  return knn_impl(positions, dim, batch, k, loop, threads);
+}
+Edges knn_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
+  return knn_impl(positions, dim, batch, k, loop, threads);
+}
+Edges radius_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, double r,
+                   int max_num_neighbors, bool loop, int threads) {
+  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads);
+}
+Edges radius_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, double r,
+                   int max_num_neighbors, bool loop, int threads) {
+  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads);
+}
+
+}  // namespace surrogate::graph
