@@ -2,6 +2,7 @@
 #include <functional>
 #include <map>
 
+#include "surrogate/erwin.hpp"
 #include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
 
@@ -10,6 +11,7 @@ namespace {
 using Factory = std::function<std::unique_ptr<Model>(const ModelFile&)>;
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> factories = {
+      {"erwin", erwin::make_erwin_model},
       {"flare", make_flare_model},
   };
   return factories;

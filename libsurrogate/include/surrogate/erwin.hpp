@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "surrogate/balltree.hpp"
+#include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate::erwin {
@@ -81,5 +82,9 @@ class Network {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The registered Model of architecture "erwin" (registry.cpp): Network behind the generic predict path
+/// (positions, samples, edges given or built by the /config graph rule; optional ShapeNet-Car wrapper).
+std::unique_ptr<Model> make_erwin_model(const ModelFile& file);
 
 }  // namespace surrogate::erwin

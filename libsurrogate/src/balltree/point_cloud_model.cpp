@@ -1,0 +1,177 @@
+#include "point_cloud_model.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <numeric>
+
+#include "surrogate/graph.hpp"
+
+namespace surrogate {
+
+// ---------------------------------------------------------------------------------------------------
+// GraphRule
+
+GraphRule GraphRule::from_attributes(const AttributeMap& config) {
+  GraphRule rule;
+  const std::string kind = config.has("graph") ? config.get_string("graph") : "none";
+  if (kind == "none") return rule;
+  if (kind == "knn") {
+    rule.kind = Kind::knn;
+    rule.k = static_cast<int>(config.get_int("graph_k"));
+    if (rule.k < 1) throw Error(ErrorCode::format, "/config: graph_k = " + std::to_string(rule.k) + " must be at least 1");
+  } else if (kind == "radius") {
+    rule.kind = Kind::radius;
+    rule.radius = config.get_double("graph_radius");
+    rule.max_num_neighbors = static_cast<int>(config.get_int("graph_max_num_neighbors", 32));
+    if (!(rule.radius > 0) || !std::isfinite(rule.radius))
+      throw Error(ErrorCode::format, "/config: graph_radius = " + std::to_string(rule.radius) + " must be positive");
+    if (rule.max_num_neighbors < 1)
+      throw Error(ErrorCode::format, "/config: graph_max_num_neighbors = " + std::to_string(rule.max_num_neighbors) +
+                                         " must be at least 1");
+  } else {
+    throw Error(ErrorCode::format, "/config: graph = '" + kind + "' (expected knn, radius or none)");
+  }
+  rule.loop = config.get_int("graph_loop", 1) != 0;
+  return rule;
+}
+
+std::string GraphRule::describe() const {
+  const std::string loop_text = loop ? ", self loops" : ", no self loops";
+  switch (kind) {
+    case Kind::knn: return "knn (k " + std::to_string(k) + loop_text + ")";
+    case Kind::radius: {
+      char r[32];
+      std::snprintf(r, sizeof r, "%.6g", radius);
+      return std::string("radius (r ") + r + ", at most " + std::to_string(max_num_neighbors) + " neighbours" + loop_text + ")";
+    }
+    case Kind::none: break;
+  }
+  return "none (edges must be given)";
+}
+
+std::vector<std::int64_t> GraphRule::build(std::span<const float> positions, int dim, const balltree::Batch& batch,
+                                           int threads) const {
+  switch (kind) {
+    case Kind::knn: return graph::knn_graph(positions, dim, batch, k, loop, threads).index;
+    case Kind::radius: return graph::radius_graph(positions, dim, batch, radius, max_num_neighbors, loop, threads).index;
+    case Kind::none: break;
+  }
+  throw Error(ErrorCode::input, "the model passes messages along a graph and its file names no rule to build one: "
+                                "give the edges (edge_index)");
+}
+
+// ---------------------------------------------------------------------------------------------------
+// PointCloudModel
+
+namespace {
+
+/// Every rank's `mine`, rank-major, on every rank.
+template <class T>
+std::vector<T> gather_all(const Comm& comm, const std::vector<T>& mine) {
+  const std::uint64_t count = mine.size();
+  std::vector<std::uint64_t> counts(static_cast<std::size_t>(comm.size()));
+  comm.allgather(&count, sizeof count, counts.data());
+  std::vector<std::size_t> bytes(counts.size()), offsets(counts.size());
+  std::size_t total = 0;
+  for (std::size_t r = 0; r < counts.size(); ++r) {
+    offsets[r] = total * sizeof(T);
+    bytes[r] = static_cast<std::size_t>(counts[r]) * sizeof(T);
+    total += static_cast<std::size_t>(counts[r]);
+  }
+  std::vector<T> all(total);
+  comm.allgatherv(mine.data(), mine.size() * sizeof(T), all.data(), bytes, offsets);
+  return all;
+}
+
+}  // namespace
+
+PointCloudModel::PointCloudModel(const ModelFile& file, int in_channels, int out_channels, int dim, bool uses_edges)
+    : Model(file, in_channels, out_channels), dim_(dim), uses_edges_(uses_edges), rule_(GraphRule::from_attributes(file.config)) {}
+
+void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                       const float* in, index_t ld_in, float* out, index_t ld_out,
+                                       const RunOptions& options) {
+  const index_t n = layout.local_points();
+  const int cin = in_channels(), cout = out_channels();
+  // Local rows (working order): (global id, sample) pairs, compact features and positions.
+  std::vector<std::int64_t> keys(static_cast<std::size_t>(2 * n));
+  std::vector<float> features(static_cast<std::size_t>(n * cin)), positions(static_cast<std::size_t>(n * dim_));
+  for (const auto& seg : layout.segments())
+    for (index_t row = seg.begin; row < seg.end; ++row) {
+      keys[static_cast<std::size_t>(2 * row)] = geometry.global_ids[row];
+      keys[static_cast<std::size_t>(2 * row + 1)] = seg.sample;
+    }
+  for (index_t row = 0; row < n; ++row) {
+    std::copy_n(in + row * ld_in, cin, features.begin() + row * cin);
+    std::copy_n(geometry.positions + row * geometry.ld_positions, dim_, positions.begin() + row * dim_);
+  }
+  const std::vector<std::int64_t> all_keys = gather_all(comm, keys);
+  const std::vector<float> all_features = gather_all(comm, features);
+  const std::vector<float> all_positions = gather_all(comm, positions);
+  // Edges: the caller's (gathered rank-major, as pairs) or, when no rank gave any, the model's rule.
+  const bool given = uses_edges_ && comm.allreduce<std::int64_t>(geometry.edge_index ? 1 : 0, ReduceOp::max) > 0;
+  std::vector<std::int64_t> all_edges;
+  if (given) {
+    std::vector<std::int64_t> pairs(static_cast<std::size_t>(2 * geometry.num_edges));
+    for (index_t e = 0; e < geometry.num_edges; ++e) {
+      pairs[static_cast<std::size_t>(2 * e)] = geometry.edge_index[e];
+      pairs[static_cast<std::size_t>(2 * e + 1)] = geometry.edge_index[geometry.num_edges + e];
+    }
+    all_edges = gather_all(comm, pairs);
+  }
+
+  // From here on every rank computes the same thing from the same arrays; the outcome is agreed.
+  collectively(comm, [&] {
+    const index_t total = layout.global_points();
+    // Canonical order: by sample, then by global id.
+    std::vector<index_t> canonical(static_cast<std::size_t>(total));
+    std::iota(canonical.begin(), canonical.end(), index_t{0});
+    std::sort(canonical.begin(), canonical.end(), [&](index_t a, index_t b) {
+      const auto sa = all_keys[static_cast<std::size_t>(2 * a + 1)], sb = all_keys[static_cast<std::size_t>(2 * b + 1)];
+      return sa != sb ? sa < sb : all_keys[static_cast<std::size_t>(2 * a)] < all_keys[static_cast<std::size_t>(2 * b)];
+    });
+    std::vector<index_t> slot_of_id(static_cast<std::size_t>(total), -1);
+    std::vector<float> f(static_cast<std::size_t>(total * cin)), p(static_cast<std::size_t>(total * dim_));
+    for (index_t s = 0; s < total; ++s) {
+      const auto src = static_cast<std::size_t>(canonical[static_cast<std::size_t>(s)]);
+      const std::int64_t id = all_keys[2 * src];
+      if (slot_of_id[static_cast<std::size_t>(id)] >= 0)
+        throw Error(ErrorCode::input, "global id " + std::to_string(id) + " is given to more than one point");
+      slot_of_id[static_cast<std::size_t>(id)] = s;
+      std::copy_n(all_features.begin() + static_cast<std::ptrdiff_t>(src) * cin, cin, f.begin() + s * cin);
+      std::copy_n(all_positions.begin() + static_cast<std::ptrdiff_t>(src) * dim_, dim_, p.begin() + s * dim_);
+    }
+    std::vector<std::int64_t> offsets{0};
+    for (const index_t size : layout.sample_sizes()) offsets.push_back(offsets.back() + size);
+    const balltree::Batch batch = balltree::Batch::from_offsets(offsets);
+    const int threads = options.threads;
+
+    std::vector<std::int64_t> edges;
+    if (given) {
+      const index_t e_count = static_cast<index_t>(all_edges.size() / 2);
+      edges.assign(all_edges.size(), std::int64_t{0});
+      std::vector<std::int64_t> sample_of_slot = batch.batch_idx();
+      for (index_t e = 0; e < e_count; ++e) {
+        const index_t j = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e)])];
+        const index_t i = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e + 1)])];
+        if (sample_of_slot[static_cast<std::size_t>(j)] != sample_of_slot[static_cast<std::size_t>(i)])
+          throw Error(ErrorCode::input, "edge_index: edge " + std::to_string(all_edges[static_cast<std::size_t>(2 * e)]) +
+                                            " -> " + std::to_string(all_edges[static_cast<std::size_t>(2 * e + 1)]) +
+                                            " joins two samples (" + std::to_string(sample_of_slot[static_cast<std::size_t>(j)]) +
+                                            " and " + std::to_string(sample_of_slot[static_cast<std::size_t>(i)]) + ")");
+        edges[static_cast<std::size_t>(e)] = j;
+        edges[static_cast<std::size_t>(e_count + e)] = i;
+      }
+    } else if (uses_edges_) {
+      edges = rule_.build(p, dim_, batch, threads);
+    }
+    const std::vector<float> y = run_batch(f, p, batch, edges, threads);
+    for (index_t row = 0; row < n; ++row) {
+      const index_t s = slot_of_id[static_cast<std::size_t>(geometry.global_ids[row])];
+      std::copy_n(y.begin() + s * cout, cout, out + row * ld_out);
+    }
+  });
+}
+
+}  // namespace surrogate

@@ -1,0 +1,69 @@
+// Registered models of the ball-tree family (Erwin now, BSA next): the generic Model path for networks
+// whose forward takes the whole batch (features, positions, samples and, for message passing, edges)
+// in one process. A family derives from PointCloudModel, says how many coordinates and which graph
+// rule it needs, and implements run_batch(); gathering, the canonical point order, the graph and the
+// return of each rank's rows are done here.
+//
+// Multi-rank (interim, NOT scalable): every rank gathers all points of the batch (features, positions,
+// global ids, samples) and all edges with collectives, runs the forward redundantly on the whole batch
+// and keeps its own rows. The result is bitwise independent of the rank count and the partition (the
+// forward sees the same arrays in the same order everywhere), but memory and time per rank are those of
+// a single process. The distributed ball tree (balltree_distributed.hpp) is meant to replace this.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "surrogate/balltree.hpp"
+#include "surrogate/model.hpp"
+
+namespace surrogate {
+
+/// How a model builds its message-passing graph when the caller gives no edges (/config attributes
+/// `graph` = "knn" | "radius" | "none", `graph_k`, `graph_radius`, `graph_max_num_neighbors` (32),
+/// `graph_loop` (1); share/docs/model-format.md §4.2).
+struct GraphRule {
+  enum class Kind { none, knn, radius };
+  Kind kind = Kind::none;
+  int k = 0;
+  double radius = 0.0;
+  int max_num_neighbors = 32;
+  bool loop = true;
+  /// Absent `graph` = none. Throws Error(format) naming the attribute.
+  static GraphRule from_attributes(const AttributeMap& config);
+  /// "knn (k 8, loop)", "radius (r 0.05, at most 32 neighbours, loop)", "none (edges must be given)".
+  std::string describe() const;
+  /// The edges (2 x E, canonical indices) of the rule on row-major positions.
+  std::vector<std::int64_t> build(std::span<const float> positions, int dim, const balltree::Batch& batch,
+                                  int threads) const;
+};
+
+class PointCloudModel : public Model {
+ public:
+  int position_dim() const override { return dim_; }
+  bool needs_edges() const override { return uses_edges_ && rule_.kind == GraphRule::Kind::none; }
+  const GraphRule& graph_rule() const { return rule_; }
+
+ protected:
+  /// `uses_edges`: the network passes messages (edges are gathered or built); otherwise edges are ignored.
+  PointCloudModel(const ModelFile& file, int in_channels, int out_channels, int dim, bool uses_edges);
+
+  /// The family's forward on the whole batch in canonical order (samples in order, points of a sample by
+  /// increasing global id): `features` row-major N x in_channels() (normalised), `positions` N x dim,
+  /// `edges` 2 x E canonical indices (empty when the network uses none). Returns N x out_channels().
+  virtual std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
+                                       const balltree::Batch& batch, std::span<const std::int64_t> edges,
+                                       int threads) const = 0;
+
+  void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                        index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override;
+
+ private:
+  int dim_;
+  bool uses_edges_;
+  GraphRule rule_;
+};
+
+}  // namespace surrogate

@@ -1,0 +1,170 @@
+// Erwin as a registered Model (architecture "erwin"): erwin::Network behind the generic predict path
+// (PointCloudModel: positions, samples, edges given or built by the /config graph rule), optionally
+// inside the ShapeNet-Car wrapper of the official experiments (/config wrapper = "shapenet_car"):
+// inputs are the positions only, features = [cos(pos A^T), sin(pos A^T)] with A = pos_enc.linear.weight,
+// output = pred_head.2(GELU_erf(pred_head.0(erwin(...)))), one channel. Docs: share/docs/balltree.md.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "../balltree/point_cloud_model.hpp"
+#include "../layers.hpp"
+#include "surrogate/erwin.hpp"
+
+namespace surrogate::erwin {
+namespace {
+
+using kernels::kPad;
+using kernels::round_up;
+
+constexpr const char* kShapenetCar = "shapenet_car";
+const char* const kWrapperKeys[] = {"pos_enc.linear.weight", "pred_head.0.weight", "pred_head.0.bias",
+                                    "pred_head.2.weight", "pred_head.2.bias"};
+
+bool is_wrapper(const ModelFile& file) {
+  if (!file.config.has("wrapper")) return false;
+  const std::string w = file.config.get_string("wrapper");
+  if (w == kShapenetCar) return true;
+  if (w == "none") return false;
+  throw Error(ErrorCode::format, "'" + file.path + "': /config wrapper = '" + w + "' (expected shapenet_car or none)");
+}
+
+/// The file without the wrapper's tensors (what erwin::Network checks and reads).
+ModelFile core_file(const ModelFile& file, bool wrapper) {
+  if (!wrapper) return file;
+  ModelFile core = file;
+  for (const char* key : kWrapperKeys) core.weights.erase(key);
+  return core;
+}
+
+float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
+
+class ErwinModel final : public PointCloudModel {
+ public:
+  ErwinModel(const ModelFile& file, bool wrapper, Network net)
+      : PointCloudModel(file, wrapper ? 0 : net.in_channels(), wrapper ? 1 : net.out_channels(),
+                        net.config().dimensionality, net.config().mp_steps > 0),
+        net_(std::move(net)),
+        wrapper_(wrapper) {
+    if (!wrapper_) return;
+    const Config& c = net_.config();
+    if (c.c_in % 2 != 0)
+      throw Error(ErrorCode::format, "'" + file.path + "': the ShapeNet-Car wrapper needs an even c_in (cos and sin "
+                                                       "halves), got " + std::to_string(c.c_in));
+    const std::int64_t d = c.c_hidden.front(), half = c.c_in / 2;
+    ModelFile head;
+    head.path = file.path;
+    for (const char* key : kWrapperKeys)
+      if (file.weights.count(key)) head.weights[key] = file.weights.at(key);
+    head.check_weights({{"pos_enc.linear.weight", {half, c.dimensionality}},
+                        {"pred_head.0.weight", {d, d}},
+                        {"pred_head.0.bias", {d}},
+                        {"pred_head.2.weight", {1, d}},
+                        {"pred_head.2.bias", {1}}});
+    frequencies_ = file.weight("pos_enc.linear.weight").values;
+    head0_ = pack_linear(file, "pred_head.0");
+    head2_ = pack_linear(file, "pred_head.2");
+    parameters_ = half * c.dimensionality + d * d + d + d + 1;
+  }
+
+  index_t parameter_count() const override { return net_.parameter_count() + parameters_; }
+
+  std::vector<std::pair<std::string, std::string>> describe() const override {
+    const Config& c = net_.config();
+    auto ints = [](const std::vector<int>& v) {
+      std::string t;
+      for (const int x : v) t += (t.empty() ? "" : ", ") + std::to_string(x);
+      return "[" + t + "]";
+    };
+    char rotate[32];
+    std::snprintf(rotate, sizeof rotate, "%g", c.rotate);
+    std::vector<std::pair<std::string, std::string>> d = {
+        {"variant", c.variant == Variant::erwin ? "erwin" : "erwin_flash"},
+        {"wrapper", wrapper_ ? "shapenet_car (inputs: positions only; Fourier features, prediction head)" : "none"},
+        {"dimensionality", std::to_string(c.dimensionality)},
+        {"c_in", std::to_string(c.c_in)},
+        {"c_hidden", ints(c.c_hidden)},
+        {"ball_sizes", ints(c.ball_sizes)},
+        {"enc_num_heads / enc_depths", ints(c.enc_num_heads) + " / " + ints(c.enc_depths)},
+        {"dec_num_heads / dec_depths", ints(c.dec_num_heads) + " / " + ints(c.dec_depths)},
+        {"strides", ints(c.strides)},
+        {"rotate", std::string(rotate) + " degrees"},
+        {"mlp_ratio", std::to_string(c.mlp_ratio)},
+        {"mp_steps", std::to_string(c.mp_steps)},
+        {"graph", c.mp_steps > 0 ? graph_rule().describe() : "not used (mp_steps 0)"},
+        {"multi-rank mode", "interim: every rank gathers the whole batch and runs it (exact, not scalable)"}};
+    return d;
+  }
+
+ protected:
+  std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
+                               const balltree::Batch& batch, std::span<const std::int64_t> edges,
+                               int threads) const override {
+    if (!wrapper_) return net_.forward(features, positions, batch, edges, threads);
+    const Config& c = net_.config();
+    const std::int64_t n = batch.points();
+    const int half = c.c_in / 2, dim = c.dimensionality, D = c.c_hidden.front();
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
+    std::vector<float> fourier(static_cast<std::size_t>(n * c.c_in));
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int f = 0; f < half; ++f) {
+        float proj = 0.0f;
+        for (int k = 0; k < dim; ++k)
+          proj += positions[static_cast<std::size_t>(i * dim + k)] * frequencies_[static_cast<std::size_t>(f * dim + k)];
+        fourier[static_cast<std::size_t>(i * c.c_in + f)] = std::cos(proj);
+        fourier[static_cast<std::size_t>(i * c.c_in + half + f)] = std::sin(proj);
+      }
+    const std::vector<float> y = net_.forward(fourier, positions, batch, edges, threads);
+    // Prediction head, 64 rows at a time.
+    const index_t ld = round_up(D, kPad), ld_out = round_up(1, kPad), chunk = 64;
+    std::vector<float> out(static_cast<std::size_t>(n));
+    const auto& k = kernels::cpu();
+#pragma omp parallel num_threads(nt)
+    {
+      AlignedBuffer<float> x(static_cast<std::size_t>(chunk * ld)), h(static_cast<std::size_t>(chunk * ld)),
+          o(static_cast<std::size_t>(chunk * ld_out));
+#pragma omp for schedule(static)
+      for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
+        const index_t rows = std::min<index_t>(chunk, n - r0);
+        std::fill(x.data(), x.data() + chunk * ld, 0.0f);
+        for (index_t r = 0; r < rows; ++r) std::copy_n(y.data() + (r0 + r) * D, D, x.data() + r * ld);
+        linear(k, head0_, x.data(), ld, h.data(), ld, rows);
+        for (index_t r = 0; r < rows; ++r)
+          for (int ch = 0; ch < D; ++ch) h[static_cast<std::size_t>(r * ld + ch)] = gelu_erf(h[static_cast<std::size_t>(r * ld + ch)]);
+        linear(k, head2_, h.data(), ld, o.data(), ld_out, rows);
+        for (index_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r0 + r)] = o[static_cast<std::size_t>(r * ld_out)];
+      }
+    }
+    return out;
+  }
+
+ private:
+  static void linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,
+                     index_t ldy, index_t rows) {
+    kernels::LinearArgs a;
+    a.layer = &layer;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.rows = rows;
+    k.linear(a);
+  }
+
+  Network net_;
+  bool wrapper_;
+  std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
+  kernels::PackedLinear head0_, head2_;
+  index_t parameters_ = 0;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_erwin_model(const ModelFile& file) {
+  const bool wrapper = is_wrapper(file);
+  return std::make_unique<ErwinModel>(file, wrapper, Network(core_file(file, wrapper)));
+}
+
+}  // namespace surrogate::erwin
