@@ -65,6 +65,14 @@ std::string AttributeMap::get_string(const std::string& name) const {
                                      to_text(v) + "'");
 }
 
+std::vector<std::int64_t> AttributeMap::get_int_list(const std::string& name) const {
+  const AttributeValue& v = at(name);
+  if (const auto* list = std::get_if<std::vector<std::int64_t>>(&v)) return *list;
+  if (const auto* one = std::get_if<std::int64_t>(&v)) return {*one};
+  throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be a list of integers, found '" +
+                                     to_text(v) + "'");
+}
+
 std::int64_t AttributeMap::get_int(const std::string& name, std::int64_t fallback) const {
   return has(name) ? get_int(name) : fallback;
 }

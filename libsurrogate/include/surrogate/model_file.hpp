@@ -30,6 +30,8 @@ class AttributeMap {
   std::string get_string(const std::string& name) const;
   std::int64_t get_int(const std::string& name, std::int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
+  /// An integer array attribute (a single integer is accepted as a list of one).
+  std::vector<std::int64_t> get_int_list(const std::string& name) const;
   void set(const std::string& name, AttributeValue value) { values_[name] = std::move(value); }
   void erase(const std::string& name) { values_.erase(name); }
   const std::map<std::string, AttributeValue>& values() const { return values_; }

@@ -1,0 +1,95 @@
+// torch-harmonics' SphericalTransformer (examples/models/s2transformer.py, releases 0.9.1 - 0.9.3
+// semantics; eval mode) on the CPU: DISCO encoder to the internal grid, position embedding, attention
+// blocks (global AttentionS2 or NeighborhoodAttentionS2, instance/layer norm, 1x1-convolution MLP),
+// ResampleS2 back to the image grid, DISCO decoder, optional residual prediction. Semantics, model-file
+// attributes and status: share/docs/sphere.md ("SphericalTransformer"); specification:
+// docs/reference-models.md §5.5 - §5.8.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "surrogate/model.hpp"
+#include "surrogate/model_file.hpp"
+#include "surrogate/sphere/quadrature.hpp"
+
+namespace surrogate::sphere {
+
+enum class BlockNorm { none, instance_norm, layer_norm };
+enum class MlpActivation { gelu, relu, identity };
+enum class PositionEmbedding { none, sequence, spectral, learnable_lat, learnable_latlon };
+
+/// The constructor arguments of SphericalTransformer (the /config attributes of a model file of
+/// architecture "sphere_transformer"; share/docs/model-format.md §4.3).
+struct TransformerConfig {
+  int nlat = 0, nlon = 0;  // img_size
+  Grid grid = Grid::equiangular;
+  Grid grid_internal = Grid::legendre_gauss;
+  int scale_factor = 3;
+  int in_chans = 3, out_chans = 3;
+  int embed_dim = 256;
+  int num_layers = 4;
+  MlpActivation activation = MlpActivation::gelu;
+  std::vector<int> encoder_kernel_shape{3, 3};
+  std::string filter_basis_type = "morlet";
+  std::string basis_norm_mode = "nodal";
+  int num_heads = 1;
+  bool use_mlp = true;
+  double mlp_ratio = 2.0;
+  double drop_rate = 0.0;  // no effect in eval; > 0 moves the MLP's second convolution to mlp.fwd.3
+  BlockNorm normalization_layer = BlockNorm::none;
+  bool residual_prediction = false;
+  PositionEmbedding pos_embed = PositionEmbedding::spectral;
+  bool neighborhood = true;  // attention_mode "neighborhood" (true) or "global"
+  bool bias = false;
+  double theta_cutoff = 0.0;  // neighbourhood attention; <= 0: (7 / sqrt(pi)) pi / (h - 1)
+  std::string torch_harmonics_version;
+
+  int internal_nlat() const { return (nlat - 1) / scale_factor + 1; }
+  int internal_nlon() const { return nlon / scale_factor; }
+  int mlp_hidden() const { return static_cast<int>(embed_dim * mlp_ratio); }
+  /// The DISCO cutoff of the encoder (uses nlat) and decoder (uses internal_nlat()), as the model passes it.
+  double disco_cutoff(int nlat_for_cutoff) const;
+  double attention_cutoff() const;
+
+  /// From /config attributes (optional ones take the 0.9.3 constructor defaults). Throws Error(format)
+  /// naming the attribute, Error(unsupported) for options this library does not run (upsample_sht,
+  /// releases before 0.9.1).
+  static TransformerConfig from_attributes(const AttributeMap& attributes);
+  /// Throws Error(format) naming the first inconsistent field.
+  void validate() const;
+};
+
+/// The state_dict keys and shapes the configuration implies.
+ExpectedShapes expected_shapes(const TransformerConfig& config);
+
+class SphericalTransformer {
+ public:
+  /// Reads the configuration and checks every weight; DISCO filter tables from the file's /tables
+  /// (encoder.psi_idx / encoder.psi_vals, decoder.*) take precedence over the computed ones.
+  explicit SphericalTransformer(const ModelFile& file);
+  ~SphericalTransformer();
+  SphericalTransformer(SphericalTransformer&&) noexcept;
+  SphericalTransformer& operator=(SphericalTransformer&&) noexcept;
+
+  const TransformerConfig& config() const;
+  std::int64_t parameter_count() const;
+
+  /// One forward for `batch` samples on the whole grid. Channels last: in[(b*P + p)*in_chans + c],
+  /// p = lat*nlon + lon (latitude 0 = north), out likewise with out_chans. OpenMP inside.
+  void forward(int batch, const float* in, float* out) const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// The generic Models of the spherical families (registry): "sphere_transformer", and the single layers
+/// "s2_attention" / "s2_neighborhood_attention" run as self-attention on one grid. A sample's points,
+/// concatenated over the ranks in rank order, are its grid in row-major latitude-longitude order.
+std::unique_ptr<Model> make_sphere_transformer_model(const ModelFile& file);
+std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file);
+std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& file);
+
+}  // namespace surrogate::sphere

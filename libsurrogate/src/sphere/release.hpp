@@ -1,0 +1,30 @@
+// The torch-harmonics release recorded in a spherical model file (internal).
+#pragma once
+
+#include <cstdio>
+#include <string>
+
+#include "surrogate/error.hpp"
+#include "surrogate/model_file.hpp"
+
+namespace surrogate::sphere::detail {
+
+/// Reads /config's torch_harmonics_version and refuses releases before 0.9.1, whose neighbourhood-attention
+/// scale placement and DISCO normalisation default differ (reference-models §5.1); returns the string.
+inline std::string check_release(const AttributeMap& config, const std::string& family) {
+  if (!config.has("torch_harmonics_version"))
+    throw Error(ErrorCode::format, family + " /config: attribute 'torch_harmonics_version' (the release the model was "
+                                            "trained with, e.g. \"0.9.3\") is missing");
+  const std::string v = config.get_string("torch_harmonics_version");
+  int major = 0, minor = 0, patch = 0;
+  if (std::sscanf(v.c_str(), "%d.%d.%d", &major, &minor, &patch) < 2)
+    throw Error(ErrorCode::format, family + " /config: unreadable torch_harmonics_version '" + v + "'");
+  if (major == 0 && (minor < 9 || (minor == 9 && patch < 1)))
+    throw Error(ErrorCode::unsupported, family + ": trained with torch-harmonics " + v +
+                                            "; this library implements the semantics of 0.9.1 and later (the "
+                                            "neighbourhood attention scale and the DISCO normalisation changed in "
+                                            "0.9.1, share/docs/sphere.md)");
+  return v;
+}
+
+}  // namespace surrogate::sphere::detail

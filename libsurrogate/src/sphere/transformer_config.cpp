@@ -1,0 +1,147 @@
+// SphericalTransformer configuration (/config attributes) and the official state_dict shapes.
+#include <cmath>
+#include <numbers>
+#include <string>
+
+#include "surrogate/error.hpp"
+#include "surrogate/sphere/disco.hpp"
+#include "surrogate/sphere/transformer.hpp"
+#include "release.hpp"
+
+namespace surrogate::sphere {
+namespace {
+
+[[noreturn]] void bad(const std::string& what) { throw Error(ErrorCode::format, "sphere_transformer /config: " + what); }
+
+template <class Enum, std::size_t N>
+Enum choose(const AttributeMap& a, const char* name, const char* fallback, const std::pair<const char*, Enum> (&choices)[N]) {
+  const std::string value = a.has(name) ? a.get_string(name) : fallback;
+  std::string known;
+  for (const auto& [text, e] : choices) {
+    if (value == text) return e;
+    known += (known.empty() ? "'" : ", '") + std::string(text) + "'";
+  }
+  bad("attribute '" + std::string(name) + "' is '" + value + "'; expected one of " + known);
+}
+
+}  // namespace
+
+double TransformerConfig::disco_cutoff(int nlat_for_cutoff) const {
+  const double factor = filter_basis_type == "zernike" ? std::sqrt(2.0) : 0.5;
+  return (encoder_kernel_shape.at(0) + 1) * factor * std::numbers::pi / static_cast<double>(nlat_for_cutoff - 1);
+}
+
+double TransformerConfig::attention_cutoff() const {
+  if (theta_cutoff > 0.0) return theta_cutoff;
+  return (7.0 / std::sqrt(std::numbers::pi)) * std::numbers::pi / static_cast<double>(internal_nlat() - 1);
+}
+
+TransformerConfig TransformerConfig::from_attributes(const AttributeMap& a) {
+  TransformerConfig c;
+  c.torch_harmonics_version = detail::check_release(a, "sphere_transformer");
+  const auto img = a.get_int_list("img_size");
+  if (img.size() != 2) bad("attribute 'img_size' must hold two integers (nlat, nlon)");
+  c.nlat = static_cast<int>(img[0]);
+  c.nlon = static_cast<int>(img[1]);
+  c.grid = parse_grid(a.has("grid") ? a.get_string("grid") : "equiangular", "grid");
+  c.grid_internal = parse_grid(a.has("grid_internal") ? a.get_string("grid_internal") : "legendre-gauss", "grid_internal");
+  c.scale_factor = static_cast<int>(a.get_int("scale_factor", 3));
+  c.in_chans = static_cast<int>(a.get_int("in_chans", 3));
+  c.out_chans = static_cast<int>(a.get_int("out_chans", 3));
+  c.embed_dim = static_cast<int>(a.get_int("embed_dim", 256));
+  c.num_layers = static_cast<int>(a.get_int("num_layers", 4));
+  c.activation = choose<MlpActivation>(a, "activation_function", "gelu",
+                                       {{"gelu", MlpActivation::gelu}, {"relu", MlpActivation::relu},
+                                        {"identity", MlpActivation::identity}});
+  if (a.has("encoder_kernel_shape")) {
+    c.encoder_kernel_shape.clear();
+    for (auto k : a.get_int_list("encoder_kernel_shape")) c.encoder_kernel_shape.push_back(static_cast<int>(k));
+  }
+  c.filter_basis_type = a.has("filter_basis_type") ? a.get_string("filter_basis_type") : "morlet";
+  c.basis_norm_mode = a.has("basis_norm_mode") ? a.get_string("basis_norm_mode") : "nodal";
+  c.num_heads = static_cast<int>(a.get_int("num_heads", 1));
+  c.use_mlp = a.has("use_mlp") ? a.get_bool("use_mlp") : true;
+  c.mlp_ratio = a.get_double("mlp_ratio", 2.0);
+  c.drop_rate = a.get_double("drop_rate", 0.0);
+  c.normalization_layer = choose<BlockNorm>(a, "normalization_layer", "none",
+                                            {{"none", BlockNorm::none}, {"instance_norm", BlockNorm::instance_norm},
+                                             {"layer_norm", BlockNorm::layer_norm}});
+  c.residual_prediction = a.has("residual_prediction") && a.get_bool("residual_prediction");
+  c.pos_embed = choose<PositionEmbedding>(a, "pos_embed", "spectral",
+                                          {{"none", PositionEmbedding::none},
+                                           {"sequence", PositionEmbedding::sequence},
+                                           {"spectral", PositionEmbedding::spectral},
+                                           {"learnable lat", PositionEmbedding::learnable_lat},
+                                           {"learnable latlon", PositionEmbedding::learnable_latlon}});
+  if (a.has("upsample_sht") && a.get_bool("upsample_sht"))
+    throw Error(ErrorCode::unsupported,
+                "sphere_transformer: upsample_sht = True (SHT upsampling in the decoder) is not supported; only the "
+                "bilinear ResampleS2 decoder (upsample_sht = False, the model zoo's setting) runs");
+  const std::string mode = a.has("attention_mode") ? a.get_string("attention_mode") : "neighborhood";
+  if (mode != "neighborhood" && mode != "global")
+    bad("attribute 'attention_mode' is '" + mode + "'; expected 'neighborhood' or 'global'");
+  c.neighborhood = mode == "neighborhood";
+  c.bias = a.has("bias") && a.get_bool("bias");
+  c.theta_cutoff = a.get_double("theta_cutoff", 0.0);
+  c.validate();
+  return c;
+}
+
+void TransformerConfig::validate() const {
+  if (nlat < 2 || nlon < 1) bad("img_size must be at least (2, 1)");
+  if (scale_factor < 1) bad("scale_factor must be at least 1");
+  if (internal_nlat() < 2 || internal_nlon() < 1)
+    bad("the internal grid ((nlat - 1) / scale_factor + 1, nlon / scale_factor) = (" + std::to_string(internal_nlat()) +
+        ", " + std::to_string(internal_nlon()) + ") is too small");
+  if (nlon % internal_nlon() != 0)
+    bad("nlon (" + std::to_string(nlon) + ") must be a multiple of the internal nlon (" +
+        std::to_string(internal_nlon()) + ") for the encoder's DISCO convolution");
+  if (in_chans < 1 || out_chans < 1 || embed_dim < 1) bad("in_chans, out_chans and embed_dim must be positive");
+  if (num_layers < 0) bad("num_layers must not be negative");
+  if (num_heads < 1 || embed_dim % num_heads) bad("embed_dim must be a positive multiple of num_heads");
+  if (encoder_kernel_shape.empty() || encoder_kernel_shape.size() > 2)
+    bad("encoder_kernel_shape must hold one or two integers");
+  if (use_mlp && mlp_hidden() < 1) bad("mlp_ratio gives an empty MLP");
+  if (residual_prediction && in_chans != out_chans) bad("residual_prediction needs in_chans == out_chans");
+  (void)parse_filter_basis(filter_basis_type);
+  (void)parse_basis_norm_mode(basis_norm_mode);
+}
+
+ExpectedShapes expected_shapes(const TransformerConfig& c) {
+  using S = std::vector<std::int64_t>;
+  const std::int64_t C = c.embed_dim, h = c.internal_nlat(), w = c.internal_nlon();
+  const std::int64_t K = filter_basis_size(parse_filter_basis(c.filter_basis_type), c.encoder_kernel_shape);
+  ExpectedShapes e;
+  e["encoder.conv.weight"] = S{C, c.in_chans, K};
+  e["decoder.conv.weight"] = S{c.out_chans, C, K};
+  switch (c.pos_embed) {
+    case PositionEmbedding::none: break;
+    case PositionEmbedding::learnable_lat: e["pos_embed.position_embeddings"] = S{1, C, h, 1}; break;
+    default: e["pos_embed.position_embeddings"] = S{1, C, h, w}; break;
+  }
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string b = "blocks." + std::to_string(i) + ".";
+    for (const char* norm : {"norm0", "norm1"}) {
+      if (c.normalization_layer == BlockNorm::instance_norm) {
+        e[b + norm + ".weight"] = S{C};
+        e[b + norm + ".bias"] = S{C};
+      } else if (c.normalization_layer == BlockNorm::layer_norm) {
+        e[b + norm + ".norm.weight"] = S{C};
+        e[b + norm + ".norm.bias"] = S{C};
+      }
+    }
+    for (const char* m : {"q", "k", "v", "proj"}) {
+      e[b + "self_attn." + m + "_weights"] = S{C, C, 1, 1};
+      if (c.bias) e[b + "self_attn." + m + "_bias"] = S{C};
+    }
+    if (c.use_mlp) {
+      const std::int64_t hid = c.mlp_hidden();
+      e[b + "mlp.fwd.0.weight"] = S{hid, C, 1, 1};
+      e[b + "mlp.fwd.0.bias"] = S{hid};
+      e[b + (c.drop_rate > 0.0 ? "mlp.fwd.3.weight" : "mlp.fwd.2.weight")] = S{C, hid, 1, 1};
+    }
+  }
+  return e;
+}
+
+}  // namespace surrogate::sphere
