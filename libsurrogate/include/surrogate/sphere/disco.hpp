@@ -1,0 +1,110 @@
+// DISCO (discrete-continuous) convolution on the sphere: torch-harmonics' DiscreteContinuousConvS2
+// (0.9.3 semantics, eval) on the CPU, with the filter tensor psi computed here as the official module
+// computes it (float64 geometry, the (1 + 1e-3) cutoff slack, the filter basis, the basis normalisation,
+// the merged quadrature weights). Gather mode only (nlon_in a multiple of nlon_out).
+//
+//   y[b, c, k, t, wo] = sum_{(hi, wi)} psi[k, t, hi*nlon_in + wi] x[b, c, hi, (wi + p*wo) mod nlon_in],
+//   out[b, o, t, wo]  = sum_{c in group(o), k} W[o, c, k] y[b, c, k, t, wo] (+ bias[o]),  p = nlon_in / nlon_out.
+//
+// Semantics, options, version notes and measured errors: share/docs/sphere.md ("DISCO convolution");
+// specification: docs/reference-models.md §5.6.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "surrogate/sphere/quadrature.hpp"
+
+namespace surrogate::sphere {
+
+/// The filter bases of torch-harmonics 0.9.3 (`basis_type`):
+///  * piecewise_linear ("piecewise linear"): hat functions on rings x sectors, kernel_shape (nr[, nphi]);
+///  * harmonic ("harmonic"): Hann window x sin/cos tensor product, each function divided by its numerical
+///    L2 norm on the unit disk, kernel_shape (n0, n1) or n (= (n, n));
+///  * morlet ("morlet", deprecated alias in 0.9.3): the harmonic basis without the L2 normalisation;
+///  * zernike ("zernike"): L2-normalised Zernike polynomials up to radial order n_max = kernel_shape[0];
+///  * fourier_bessel ("fourier-bessel"): needs scipy's Bessel zeros; recognised but not implemented
+///    (compute_filter_table throws Error(unsupported)); a table from the model file still works.
+enum class FilterBasis { piecewise_linear, morlet, zernike, harmonic, fourier_bessel };
+
+/// torch-harmonics 0.9.3's `basis_norm_mode` values: "none", "nodal", "modal", "mean", "support",
+/// "geometric", plus the deprecated aliases "individual" (= nodal) and "area ratio" (= geometric).
+enum class BasisNormMode { none, nodal, modal, mean, support, geometric, individual = nodal };
+
+const char* to_string(FilterBasis basis) noexcept;
+const char* to_string(BasisNormMode mode) noexcept;
+/// torch-harmonics' names ("piecewise linear", "morlet", "harmonic", "zernike", "fourier-bessel");
+/// Error(invalid_argument) naming `basis_type` otherwise.
+FilterBasis parse_filter_basis(const std::string& name);
+/// "none", "nodal", "modal", "mean", "support", "geometric", "individual", "area ratio";
+/// Error(invalid_argument) naming `basis_norm_mode` otherwise.
+BasisNormMode parse_basis_norm_mode(const std::string& name);
+
+/// Number of basis functions K of a kernel shape (1 or 2 entries) for a basis:
+/// piecewise linear (nr//2)*nphi + nr%2 (one entry: nphi = 1); harmonic/morlet n0*n1 (one entry n: n*n);
+/// zernike n(n+1)/2 with n = kernel_shape[0]. Error(invalid_argument) naming `kernel_shape` for an
+/// empty/over-long shape or non-positive entries; Error(unsupported) for fourier_bessel.
+int filter_basis_size(FilterBasis basis, const std::vector<int>& kernel_shape);
+
+struct DiscoConfig {
+  int in_channels = 0, out_channels = 0;
+  int nlat_in = 0, nlon_in = 0, nlat_out = 0, nlon_out = 0;
+  Grid grid_in = Grid::equiangular, grid_out = Grid::equiangular;
+  std::vector<int> kernel_shape;  // 1 or 2 entries, as the Python argument
+  FilterBasis basis = FilterBasis::piecewise_linear;
+  BasisNormMode norm_mode = BasisNormMode::nodal;  // the 0.9.3 default
+  int groups = 1;
+  bool bias = false;
+  double theta_cutoff = 0.0;  // radians; <= 0: the official default for these grids
+};
+
+/// The cutoff the table is built with (before the 1e-3 slack): config.theta_cutoff if > 0, else the
+/// 0.9.3 default = the largest colatitude gap of the OUTPUT grid (default_theta_cutoff(nlat_out,
+/// grid_out); pi/(nlat_out-1) on equiangular grids).
+double disco_theta_cutoff(const DiscoConfig& config);
+
+/// psi of DiscreteContinuousConvS2 in COO form, sorted as torch-harmonics orders it (by kernel index,
+/// then output latitude, then column): entry n is (ker[n], row[n] = output latitude t, col[n] =
+/// hi * nlon_in + wi) for output longitude 0, value val[n] (the official float64 values with the
+/// quadrature weights merged in; the forward rounds them to float32 as the official float32 forward does).
+struct FilterTable {
+  int kernel_size = 0;
+  int nlat_out = 0;
+  int nlat_in = 0;
+  int nlon_in = 0;
+  std::vector<std::int64_t> ker, row, col;
+  std::vector<double> val;
+};
+
+/// Computes psi as torch-harmonics 0.9.3 does for this configuration. Errors (naming the argument):
+/// invalid_argument for bad sizes/kernel shapes/cutoffs, unsupported for nlon_in % nlon_out != 0
+/// (DiscreteContinuousConvTransposeS2 / upsampling is not implemented) and for fourier_bessel.
+FilterTable compute_filter_table(const DiscoConfig& config);
+
+class DiscoConvS2 {
+ public:
+  /// weight: (out_channels, in_channels/groups, K) flat as PyTorch stores it; bias: out_channels values
+  /// if config.bias (else empty). table: nullptr = compute_filter_table(config); otherwise a table from
+  /// the model file (checked against the config: sizes, kernel size, index ranges, finite values).
+  DiscoConvS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
+              const FilterTable* table = nullptr);
+  ~DiscoConvS2();
+  DiscoConvS2(DiscoConvS2&&) noexcept;
+  DiscoConvS2& operator=(DiscoConvS2&&) noexcept;
+
+  /// Channels last: in[(b*Pi + p)*in_channels + c], p = lat*nlon_in + lon (lat 0 = north);
+  /// out[(b*Po + p)*out_channels + o]. OpenMP over (sample, output latitude) rows inside.
+  void forward(int batch, const float* in, float* out) const;
+
+  const DiscoConfig& config() const;
+  int kernel_size() const;
+  const FilterTable& table() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace surrogate::sphere

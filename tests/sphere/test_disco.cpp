@@ -1,0 +1,379 @@
+// DISCO convolution (surrogate/sphere/disco.hpp) against torch-harmonics 0.9.3 (golden data
+// tests/data/sphere/disco.h5, made by share/tools/golden/sphere_disco_golden.py), a naive dense reference
+// built from the table, the exact longitude-shift equivariance, and the argument checks.
+//
+// Tolerances of the float32 forward: for an output element with A = sum_{c,k} |W| sum_z |psi_z| |x_z|
+// (the sum of the absolute values of all terms), float32 evaluation of the contraction (psi rounded to
+// float32, n_z products summed into y, y rounded, K*Cg products summed by the linear kernel) is within
+// (n_z + K*Cg + 3) u A of the exact value, u = 2^-24 (the classical gamma_n bound, n_z = the largest
+// number of table entries of one (k, t) group). The official float32 output obeys the same bound, so the
+// two are within twice of it of each other; an index or weight-layout error gives errors of the order A.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attention_cases.hpp"
+#include "h5_reader.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/sphere/disco.hpp"
+
+namespace {
+
+using namespace surrogate::sphere;
+using sphere_test::H5Reader;
+using surrogate::Error;
+using surrogate::ErrorCode;
+
+constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+
+H5Reader& golden() {
+  static H5Reader f(sphere_test::data_file("disco.h5"));
+  return f;
+}
+
+DiscoConfig read_config(const H5Reader& f, const std::string& g) {
+  DiscoConfig c;
+  c.in_channels = static_cast<int>(f.number(g, "in_channels"));
+  c.out_channels = static_cast<int>(f.number(g, "out_channels"));
+  c.nlat_in = static_cast<int>(f.number(g, "nlat_in"));
+  c.nlon_in = static_cast<int>(f.number(g, "nlon_in"));
+  c.nlat_out = static_cast<int>(f.number(g, "nlat_out"));
+  c.nlon_out = static_cast<int>(f.number(g, "nlon_out"));
+  c.grid_in = parse_grid(f.text(g, "grid_in"));
+  c.grid_out = parse_grid(f.text(g, "grid_out"));
+  for (double v : f.doubles(g + "/kernel_shape")) c.kernel_shape.push_back(static_cast<int>(v));
+  c.basis = parse_filter_basis(f.text(g, "basis_type"));
+  c.norm_mode = parse_basis_norm_mode(f.text(g, "basis_norm_mode"));
+  c.groups = static_cast<int>(f.number(g, "groups"));
+  c.bias = f.number(g, "bias") != 0;
+  c.theta_cutoff = f.number(g, "default_cutoff") != 0 ? 0.0 : f.number(g, "theta_cutoff");
+  return c;
+}
+
+FilterTable read_table(const H5Reader& f, const std::string& g, const DiscoConfig& c) {
+  FilterTable t;
+  t.kernel_size = static_cast<int>(f.number(g, "kernel_size"));
+  t.nlat_out = c.nlat_out;
+  t.nlat_in = c.nlat_in;
+  t.nlon_in = c.nlon_in;
+  auto ints = [&](const char* name) {
+    std::vector<std::int64_t> v;
+    for (double d : f.doubles(g + "/" + name)) v.push_back(static_cast<std::int64_t>(d));
+    return v;
+  };
+  t.ker = ints("psi_ker_idx");
+  t.row = ints("psi_row_idx");
+  t.col = ints("psi_col_idx");
+  t.val = f.doubles(g + "/psi_vals");
+  return t;
+}
+
+/// (B, C, H, W) -> channels last, and back.
+std::vector<float> from_channels_last(const std::vector<float>& y, int batch, int channels) {
+  const std::size_t points = y.size() / static_cast<std::size_t>(batch) / static_cast<std::size_t>(channels);
+  std::vector<float> x(y.size());
+  for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
+    for (std::size_t c = 0; c < static_cast<std::size_t>(channels); ++c)
+      for (std::size_t p = 0; p < points; ++p)
+        x[(b * static_cast<std::size_t>(channels) + c) * points + p] = y[(b * points + p) * static_cast<std::size_t>(channels) + c];
+  return x;
+}
+
+/// The naive dense reference in float64 with psi rounded to float32 (as the forward uses it): out and the
+/// absolute-value sum A of every output element, channels first (B, O, Ho, Wo). Straight from the formula
+/// of disco.hpp, O(points^2) with a dense psi.
+struct Reference {
+  std::vector<double> out, abs_sum;
+  int max_group = 0;  // largest number of entries of one (k, t) group
+};
+Reference dense_reference(const DiscoConfig& c, const FilterTable& t, const std::vector<float>& w,
+                          const std::vector<float>& bias, int batch, const std::vector<float>& x_cf) {
+  const int K = t.kernel_size, Hi = c.nlat_in, Wi = c.nlon_in, Ho = c.nlat_out, Wo = c.nlon_out, p = Wi / Wo;
+  const int Cg = c.in_channels / c.groups, Og = c.out_channels / c.groups;
+  std::vector<double> psi(static_cast<std::size_t>(K) * Ho * Hi * Wi, 0.0);
+  std::map<std::int64_t, int> count;
+  for (std::size_t n = 0; n < t.val.size(); ++n) {
+    psi[static_cast<std::size_t>((t.ker[n] * Ho + t.row[n]) * Hi * Wi + t.col[n])] += static_cast<float>(t.val[n]);
+    ++count[t.ker[n] * Ho + t.row[n]];
+  }
+  Reference r;
+  for (const auto& kv : count) r.max_group = std::max(r.max_group, kv.second);
+  r.out.assign(static_cast<std::size_t>(batch) * c.out_channels * Ho * Wo, 0.0);
+  r.abs_sum = r.out;
+  for (int b = 0; b < batch; ++b)
+    for (int o = 0; o < c.out_channels; ++o) {
+      const int g = o / Og;
+      for (int to = 0; to < Ho; ++to)
+        for (int wo = 0; wo < Wo; ++wo) {
+          double s = c.bias ? bias[static_cast<std::size_t>(o)] : 0.0, a = std::fabs(s);
+          for (int cc = 0; cc < Cg; ++cc)
+            for (int k = 0; k < K; ++k) {
+              const double wk = w[(static_cast<std::size_t>(o) * Cg + cc) * K + k];
+              double yk = 0.0, ya = 0.0;
+              const float* xc = x_cf.data() + (static_cast<std::size_t>(b) * c.in_channels + g * Cg + cc) * Hi * Wi;
+              const double* pk = psi.data() + static_cast<std::size_t>(k * Ho + to) * Hi * Wi;
+              for (int hi = 0; hi < Hi; ++hi)
+                for (int wi = 0; wi < Wi; ++wi) {
+                  const double v = pk[hi * Wi + wi];
+                  if (v == 0.0) continue;
+                  const double xv = xc[hi * Wi + (wi + p * wo) % Wi];
+                  yk += v * xv;
+                  ya += std::fabs(v * xv);
+                }
+              s += wk * yk;
+              a += std::fabs(wk) * ya;
+            }
+          const std::size_t i = ((static_cast<std::size_t>(b) * c.out_channels + o) * Ho + to) * Wo + wo;
+          r.out[i] = s;
+          r.abs_sum[i] = a;
+        }
+    }
+  return r;
+}
+
+std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
+  std::normal_distribution<float> d(0.0f, scale);
+  std::vector<float> v(n);
+  for (float& x : v) x = d(rng);
+  return v;
+}
+
+template <class F>
+void expect_error(F&& f, ErrorCode code, const std::string& needle) {
+  try {
+    f();
+    ADD_FAILURE() << "no Error thrown (expected one mentioning \"" << needle << "\")";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), code) << e.what();
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+  }
+}
+
+TEST(DiscoFilterTable, MatchesTorchHarmonics) {
+  const H5Reader& f = golden();
+  const auto cases = f.children("/");
+  ASSERT_GE(cases.size(), 10u);
+  for (const std::string& name : cases) {
+    SCOPED_TRACE(name);
+    const std::string g = "/" + name;
+    const DiscoConfig c = read_config(f, g);
+    EXPECT_NEAR(disco_theta_cutoff(c), f.number(g, "theta_cutoff"), 1e-15 * f.number(g, "theta_cutoff"));
+    const FilterTable ref = read_table(f, g, c);
+    const FilterTable t = compute_filter_table(c);
+    ASSERT_EQ(t.kernel_size, ref.kernel_size);
+    ASSERT_EQ(filter_basis_size(c.basis, c.kernel_shape), ref.kernel_size);
+    ASSERT_EQ(t.val.size(), ref.val.size());
+    EXPECT_EQ(t.ker, ref.ker);
+    EXPECT_EQ(t.row, ref.row);
+    EXPECT_EQ(t.col, ref.col);
+    double vmax = 0.0, err = 0.0;
+    for (double v : ref.val) vmax = std::max(vmax, std::fabs(v));
+    for (std::size_t n = 0; n < t.val.size(); ++n) err = std::max(err, std::fabs(t.val[n] - ref.val[n]));
+    // Same operations in float64, but not the same libm (torch evaluates cos/sin/arccos/atan2 with its
+    // vectorised SLEEF routines, we with glibc) nor the same Legendre-Gauss nodes (numpy's leggauss, ours
+    // more accurate; ~1e-15 apart). r = arccos(z) amplifies a one-ulp difference of z by 1/sin(r) and the
+    // basis functions turn it into |d psi| ~ |d r| / dr (piecewise linear) or more near the flat edge of
+    // the Hann window, so a few entries differ by up to ~4e-14 of the largest value (measured); most agree
+    // to 1e-15. Tolerance 1e-13 of the largest value; any index difference or formula error is far larger.
+    EXPECT_LE(err, 1e-13 * vmax) << "max |psi - psi_ref| = " << err << ", max |psi_ref| = " << vmax;
+    RecordProperty(name + "_psi_rel_err", std::to_string(err / vmax));
+    std::printf("  %-26s nnz %6zu  max|dpsi|/max|psi| = %.2e\n", name.c_str(), t.val.size(), err / vmax);
+  }
+}
+
+TEST(DiscoConvS2, ForwardMatchesTorchHarmonics) {
+  const H5Reader& f = golden();
+  for (const std::string& name : f.children("/")) {
+    SCOPED_TRACE(name);
+    const std::string g = "/" + name;
+    const DiscoConfig c = read_config(f, g);
+    const int batch = static_cast<int>(f.number(g, "batch"));
+    const std::vector<float> w = f.floats(g + "/weight");
+    const std::vector<float> bias = c.bias ? f.floats(g + "/bias") : std::vector<float>{};
+    const std::vector<float> x = f.floats(g + "/input");
+    const std::vector<float> out_ref = f.floats(g + "/output");
+    const std::vector<double> out64 = f.doubles(g + "/output_f64");
+    const FilterTable table = read_table(f, g, c);
+    const Reference ref = dense_reference(c, table, w, bias, batch, x);
+    const DiscoConvS2 own(c, w, bias);                // table computed here
+    const DiscoConvS2 from_file(c, w, bias, &table);  // table as the exporter would store it
+    const std::vector<float> xl = sphere_test::to_channels_last(x, batch, c.in_channels);
+    std::vector<float> y1(out_ref.size()), y2(out_ref.size());
+    own.forward(batch, xl.data(), y1.data());
+    from_file.forward(batch, xl.data(), y2.data());
+    const std::vector<float> o1 = from_channels_last(y1, batch, c.out_channels);
+    const std::vector<float> o2 = from_channels_last(y2, batch, c.out_channels);
+    const double n_terms = ref.max_group + own.kernel_size() * (c.in_channels / c.groups) + 3;
+    double worst = 0.0, e_off = 0.0, e_own = 0.0;
+    for (std::size_t i = 0; i < out_ref.size(); ++i) {
+      const double bound = n_terms * kU * ref.abs_sum[i];
+      ASSERT_LE(std::fabs(o1[i] - out_ref[i]), 2 * bound) << "element " << i;
+      ASSERT_LE(std::fabs(o2[i] - out_ref[i]), 2 * bound) << "element " << i;
+      ASSERT_LE(std::fabs(o1[i] - out64[i]), bound) << "element " << i;
+      worst = std::max(worst, std::fabs(o1[i] - out_ref[i]) / bound);
+      e_off = std::max(e_off, std::fabs(out_ref[i] - out64[i]) / (kU * ref.abs_sum[i]));
+      e_own = std::max(e_own, std::fabs(o1[i] - out64[i]) / (kU * ref.abs_sum[i]));
+    }
+    std::printf("  %-26s |own-f64|/(uA) %.2f  |official-f64|/(uA) %.2f  |own-official|/bound %.3f\n", name.c_str(),
+                e_own, e_off, worst);
+  }
+}
+
+/// A configuration with groups, bias and p = 2 on random data: forward == the dense reference.
+DiscoConfig grouped_config() {
+  DiscoConfig c;
+  c.in_channels = 6;
+  c.out_channels = 4;
+  c.nlat_in = 13;
+  c.nlon_in = 24;
+  c.nlat_out = 7;
+  c.nlon_out = 12;
+  c.grid_in = Grid::equiangular;
+  c.grid_out = Grid::legendre_gauss;
+  c.kernel_shape = {3, 4};
+  c.groups = 2;
+  c.bias = true;
+  c.theta_cutoff = 0.5;
+  return c;
+}
+
+TEST(DiscoConvS2, ForwardMatchesDenseReference) {
+  for (const bool grouped : {true, false}) {
+    DiscoConfig c = grouped_config();
+    if (!grouped) {
+      c.groups = 1;
+      c.in_channels = 19;  // not a multiple of the kernels' padding
+      c.out_channels = 21;
+      c.basis = FilterBasis::morlet;
+      c.kernel_shape = {3, 3};
+      c.nlon_out = 8;  // p = 3
+    }
+    SCOPED_TRACE(grouped ? "grouped" : "ungrouped");
+    std::mt19937 rng(7);
+    const int batch = 3, K = filter_basis_size(c.basis, c.kernel_shape);
+    const auto w = random_vector(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
+    const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), rng);
+    const auto x = random_vector(static_cast<std::size_t>(batch) * c.in_channels * c.nlat_in * c.nlon_in, rng);
+    const DiscoConvS2 conv(c, w, bias);
+    const Reference ref = dense_reference(c, conv.table(), w, bias, batch, x);
+    const auto xl = sphere_test::to_channels_last(x, batch, c.in_channels);
+    std::vector<float> yl(static_cast<std::size_t>(batch) * c.out_channels * c.nlat_out * c.nlon_out);
+    conv.forward(batch, xl.data(), yl.data());
+    const auto y = from_channels_last(yl, batch, c.out_channels);
+    const double n_terms = ref.max_group + K * (c.in_channels / c.groups) + 3;
+    double worst = 0.0;
+    for (std::size_t i = 0; i < y.size(); ++i) {
+      const double bound = n_terms * kU * ref.abs_sum[i];
+      ASSERT_LE(std::fabs(y[i] - ref.out[i]), bound) << "element " << i;
+      worst = std::max(worst, std::fabs(y[i] - ref.out[i]) / (kU * ref.abs_sum[i]));
+    }
+    std::printf("  max |out - dense| / (u A) = %.2f\n", worst);
+  }
+}
+
+TEST(DiscoConvS2, LongitudeShiftEquivarianceIsExact) {
+  const DiscoConfig c = grouped_config();  // p = 2
+  const int p = c.nlon_in / c.nlon_out, batch = 2;
+  std::mt19937 rng(11);
+  const int K = filter_basis_size(c.basis, c.kernel_shape);
+  const auto w = random_vector(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
+  const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), rng);
+  const auto x = random_vector(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
+  const DiscoConvS2 conv(c, w, bias);
+  const std::size_t Po = static_cast<std::size_t>(c.nlat_out) * c.nlon_out;
+  std::vector<float> y(batch * Po * c.out_channels), ys(y.size());
+  conv.forward(batch, x.data(), y.data());
+  for (int s : {1, 3, c.nlon_out - 1}) {
+    std::vector<float> xs(x.size());  // xs[h, w] = x[h, w - p s]
+    for (int b = 0; b < batch; ++b)
+      for (int h = 0; h < c.nlat_in; ++h)
+        for (int wi = 0; wi < c.nlon_in; ++wi)
+          for (int ch = 0; ch < c.in_channels; ++ch)
+            xs[((static_cast<std::size_t>(b) * c.nlat_in + h) * c.nlon_in + wi) * c.in_channels + ch] =
+                x[((static_cast<std::size_t>(b) * c.nlat_in + h) * c.nlon_in + (wi - p * s + c.nlon_in) % c.nlon_in) *
+                      c.in_channels + ch];
+    conv.forward(batch, xs.data(), ys.data());
+    for (int b = 0; b < batch; ++b)
+      for (int t = 0; t < c.nlat_out; ++t)
+        for (int wo = 0; wo < c.nlon_out; ++wo)
+          for (int o = 0; o < c.out_channels; ++o) {
+            const std::size_t i = ((b * Po) + static_cast<std::size_t>(t) * c.nlon_out + wo) * c.out_channels + o;
+            const std::size_t j = ((b * Po) + static_cast<std::size_t>(t) * c.nlon_out + (wo - s + c.nlon_out) % c.nlon_out) *
+                                      c.out_channels + o;
+            ASSERT_EQ(ys[i], y[j]) << "shift " << s << " b " << b << " t " << t << " wo " << wo << " o " << o;
+          }
+  }
+}
+
+TEST(DiscoConvS2, RejectsBadArguments) {
+  const DiscoConfig c = grouped_config();
+  const int K = filter_basis_size(c.basis, c.kernel_shape);
+  const std::vector<float> w(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, 0.5f);
+  const std::vector<float> bias(static_cast<std::size_t>(c.out_channels), 0.0f);
+  expect_error([&] { DiscoConvS2(c, std::vector<float>(w.size() - 1, 0.5f), bias); }, ErrorCode::weights, "weight");
+  auto wn = w;
+  wn[3] = std::numeric_limits<float>::quiet_NaN();
+  expect_error([&] { DiscoConvS2(c, wn, bias); }, ErrorCode::weights, "weight");
+  expect_error([&] { DiscoConvS2(c, w, std::vector<float>(3, 0.0f)); }, ErrorCode::weights, "bias");
+  DiscoConfig up = c;
+  up.nlon_out = 36;  // upsampling
+  expect_error([&] { DiscoConvS2(up, w, bias); }, ErrorCode::unsupported, "nlon_in");
+  expect_error([&] { compute_filter_table(up); }, ErrorCode::unsupported, "Transpose");
+  DiscoConfig odd = c;
+  odd.nlon_out = 7;
+  expect_error([&] { DiscoConvS2(odd, w, bias); }, ErrorCode::unsupported, "nlon_out");
+  DiscoConfig groups = c;
+  groups.groups = 4;
+  expect_error([&] { DiscoConvS2(groups, w, bias); }, ErrorCode::invalid_argument, "groups");
+
+  const FilterTable good = compute_filter_table(c);
+  FilterTable t = good;
+  t.kernel_size = K + 1;
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "kernel_size");
+  t = good;
+  t.col[5] = static_cast<std::int64_t>(c.nlat_in) * c.nlon_in;
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "col[5]");
+  t = good;
+  t.ker[2] = -1;
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "ker[2]");
+  t = good;
+  t.row[0] = c.nlat_out;
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "row[0]");
+  t = good;
+  t.val[1] = std::numeric_limits<double>::infinity();
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "val[1]");
+  t = good;
+  t.nlat_in = c.nlat_in + 1;
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "grid");
+  t = good;
+  t.val.pop_back();
+  expect_error([&] { DiscoConvS2(c, w, bias, &t); }, ErrorCode::weights, "same length");
+
+  expect_error([] { parse_filter_basis("piecewise-linear"); }, ErrorCode::invalid_argument, "basis_type");
+  expect_error([] { parse_basis_norm_mode("sum"); }, ErrorCode::invalid_argument, "basis_norm_mode");
+  expect_error([] { filter_basis_size(FilterBasis::piecewise_linear, {}); }, ErrorCode::invalid_argument, "kernel_shape");
+  expect_error([] { filter_basis_size(FilterBasis::zernike, {3, 0}); }, ErrorCode::invalid_argument, "kernel_shape");
+  expect_error([] { filter_basis_size(FilterBasis::fourier_bessel, {3, 3}); }, ErrorCode::unsupported, "fourier-bessel");
+  EXPECT_EQ(parse_basis_norm_mode("individual"), BasisNormMode::nodal);
+  EXPECT_EQ(parse_basis_norm_mode("area ratio"), BasisNormMode::geometric);
+  EXPECT_EQ(filter_basis_size(FilterBasis::piecewise_linear, {5, 4}), 9);
+  EXPECT_EQ(filter_basis_size(FilterBasis::piecewise_linear, {4, 3}), 6);
+  EXPECT_EQ(filter_basis_size(FilterBasis::piecewise_linear, {3}), 2);
+  EXPECT_EQ(filter_basis_size(FilterBasis::morlet, {3, 3}), 9);
+  EXPECT_EQ(filter_basis_size(FilterBasis::harmonic, {2, 3}), 6);
+  EXPECT_EQ(filter_basis_size(FilterBasis::zernike, {4}), 10);
+
+  const DiscoConvS2 conv(c, w, bias);
+  std::vector<float> buf(16);
+  expect_error([&] { conv.forward(-1, buf.data(), buf.data()); }, ErrorCode::invalid_argument, "batch");
+  expect_error([&] { conv.forward(1, nullptr, buf.data()); }, ErrorCode::invalid_argument, "null");
+}
+
+}  // namespace
