@@ -49,6 +49,26 @@ void read_rows(hid_t file, const char* name, hid_t mem_type, std::int64_t offset
                    "'" + path + "': cannot read /" + name + " (truncated or corrupt file?)");
 }
 
+/// Reads columns [first, first + count) of the (2, E) /edge_index, collectively: count sources, then count receivers.
+void read_edge_columns(hid_t file, std::int64_t first, std::int64_t count, std::int64_t* out, const std::string& path) {
+  h5::Handle dset = h5::dataset(H5Dopen2(file, "edge_index", H5P_DEFAULT));
+  h5::Handle file_space = h5::dataspace(H5Dget_space(dset));
+  hsize_t start[2] = {0, static_cast<hsize_t>(first)};
+  hsize_t extent[2] = {2, static_cast<hsize_t>(count)};
+  h5::Handle mem_space = h5::dataspace(H5Screate_simple(2, extent, nullptr));
+  if (count > 0) {
+    H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, extent, nullptr);
+  } else {
+    H5Sselect_none(file_space);
+    H5Sselect_none(mem_space);
+  }
+  h5::Handle xfer = h5::plist(H5Pcreate(H5P_DATASET_XFER));
+  H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
+  std::int64_t dummy = 0;
+  h5::check_status(H5Dread(dset, H5T_NATIVE_INT64, mem_space, file_space, xfer, count > 0 ? out : &dummy), ErrorCode::io,
+                   "'" + path + "': cannot read /edge_index (truncated or corrupt file?)");
+}
+
 }  // namespace
 
 PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
@@ -69,12 +89,13 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
                                    : Status{ErrorCode::io, "cannot open '" + path + "' (truncated or corrupt HDF5 file?)"});
 
   PointSlab slab;
-  DatasetInfo coords, features, batch, target;
+  DatasetInfo coords, features, batch, target, edges;
   collectively(comm, [&] {
     coords = inspect(file, "coords");
     features = inspect(file, "features");
     batch = inspect(file, "batch_idx");
     target = inspect(file, "target");
+    edges = inspect(file, "edge_index");
     if (!coords.present) throw Error(ErrorCode::format, "'" + path + "' has no /coords dataset (N x d point coordinates)");
     if (coords.shape.size() != 2 || coords.shape[1] < 1)
       throw Error(ErrorCode::format, "'" + path + "': /coords must be two-dimensional (N, d), found shape " +
@@ -101,6 +122,9 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
         throw Error(ErrorCode::input, "'" + path + "': /batch_idx must have one entry per point (" + std::to_string(n) +
                                           "), found shape " + shape_text(batch.shape));
     }
+    if (edges.present && (edges.type_class != H5T_INTEGER || edges.shape.size() != 2 || edges.shape[0] != 2))
+      throw Error(ErrorCode::format, "'" + path + "': /edge_index must hold integers of shape (2, E) (row 0 sources, "
+                                         "row 1 receivers), found shape " + shape_text(edges.shape));
     if (target.present) {
       numeric(target, "target");
       if (target.shape.size() != 2 || target.shape[0] != n)
@@ -128,6 +152,22 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     slab.target_channels = static_cast<int>(target.shape[1]);
     slab.target.resize(static_cast<std::size_t>(slab.count * slab.target_channels));
     read_rows(file, "target", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.target_channels, slab.target.data(), path);
+  }
+  if (edges.present) {
+    slab.has_edges = true;
+    slab.global_edges = edges.shape[1];
+    const std::int64_t first = slab.global_edges * r / p;
+    slab.edge_count = slab.global_edges * (r + 1) / p - first;
+    slab.edges.resize(static_cast<std::size_t>(2 * slab.edge_count));
+    read_edge_columns(file, first, slab.edge_count, slab.edges.data(), path);
+    Status edge_status;
+    for (const std::int64_t v : slab.edges)
+      if (v < 0 || v >= n) {
+        edge_status = {ErrorCode::input, "'" + path + "': /edge_index holds point " + std::to_string(v) + ", outside the rows 0.." +
+                                        std::to_string(n - 1) + " of /coords"};
+        break;
+      }
+    comm.agree_or_throw(edge_status);
   }
   if (batch.present) {
     slab.sample_ids.resize(static_cast<std::size_t>(slab.count));

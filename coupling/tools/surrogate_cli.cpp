@@ -36,6 +36,9 @@ constexpr const char* kUsage = R"(usage:
       Run the model on every point of POINTS.h5 (datasets /coords N x d, /features N x c_in,
       optional /batch_idx N int64 sample indices, sample-major) and write /prediction (N x c_out,
       float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
+      Models that need positions (erwin) take /coords as the positions; their message passing
+      uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
+      file), else the graph rule of the model file.
       --reproducible  bitwise-identical results for any number of ranks and threads
       --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
@@ -94,6 +97,9 @@ int run_info(const std::vector<std::string>& args) {
     if (file.root.has(key)) std::cout << label << surrogate::AttributeMap::to_text(file.root.values().at(key)) << "\n";
   std::cout << "parameters    " << with_commas(model->parameter_count()) << "\n"
             << "channels      " << model->in_channels() << " in, " << model->out_channels() << " out\n";
+  if (model->needs_positions())
+    std::cout << "positions     " << model->position_dim() << " coordinates per point (/coords of a point file)"
+              << (model->needs_edges() ? "; edges must be given (/edge_index)" : "") << "\n";
   std::cout << "configuration\n";
   for (const auto& [name, value] : model->describe()) std::cout << "  " << name << ": " << value << "\n";
   const auto& f = file.fields;
@@ -172,7 +178,16 @@ int run_predict(const std::vector<std::string>& args) {
 
   // Features: /features, or the coordinates themselves when the file has none and the model takes d inputs.
   surrogate::collectively(comm, [&] {
-    if (slab.has_features) {
+    if (model->needs_positions() && slab.dim != model->position_dim())
+      throw Error(ErrorCode::input, "'" + opt.input + "': /coords has " + std::to_string(slab.dim) + " columns but the " +
+                                        file.architecture + " model needs " + std::to_string(model->position_dim()) +
+                                        " coordinates per point (its positions)");
+    if (model->needs_edges() && !slab.has_edges)
+      throw Error(ErrorCode::input, "'" + opt.input + "' has no /edge_index and the model file names no graph rule: the " +
+                                        file.architecture + " model passes messages along a graph, give its edges");
+    if (model->in_channels() == 0) {
+      slab.channels = 0;  // the inputs are the positions only (ShapeNet-Car wrapper); /features is not read
+    } else if (slab.has_features) {
       if (slab.channels != model->in_channels())
         throw Error(ErrorCode::input, "'" + opt.input + "': /features has " + std::to_string(slab.channels) +
                                           " channels but the model expects " + std::to_string(model->in_channels()));
@@ -190,7 +205,16 @@ int run_predict(const std::vector<std::string>& args) {
   std::vector<float> prediction(static_cast<std::size_t>(slab.count) * out_channels);
   comm.barrier();
   const double t3 = MPI_Wtime();
-  model->predict(comm, layout, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
+  surrogate::PointGeometry geometry;  // global ids: the rows of the file (rank-major slabs)
+  if (model->needs_positions()) {
+    geometry.positions = slab.coords.data();
+    geometry.ld_positions = slab.dim;
+    if (slab.has_edges) {
+      geometry.edge_index = slab.edges.data();
+      geometry.num_edges = slab.edge_count;
+    }
+  }
+  model->predict(comm, layout, geometry, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
   comm.barrier();
   const double t4 = MPI_Wtime();
   const int threads = opt.run.threads > 0 ? opt.run.threads : omp_get_max_threads();
@@ -234,7 +258,11 @@ int run_predict(const std::vector<std::string>& args) {
       << "  model       " << opt.model << " (" << file.architecture << ", " << with_commas(model->parameter_count())
       << " parameters, " << file.source << ")\n"
       << "  input       " << opt.input << ": " << with_commas(slab.global_points) << " points in " << samples
-      << (samples == 1 ? " sample" : " samples") << ", " << slab.dim << " coordinates, " << slab.channels << " input channels\n"
+      << (samples == 1 ? " sample" : " samples") << ", " << slab.dim << " coordinates, " << slab.channels << " input channels\n";
+    if (model->needs_positions())
+      o << "  geometry    /coords as positions; graph: "
+        << (slab.has_edges ? with_commas(slab.global_edges) + " edges from /edge_index" : "built by the model's rule") << "\n";
+    o
       << "  run         " << comm.size() << " MPI rank(s) x "
       << (opt.run.cuda_device >= 0 ? "CUDA device " + opt.device + " (" + surrogate::precision_name(opt.run.precision) + ")"
                                    : std::to_string(threads) + " OpenMP thread(s), CPU kernels " +

@@ -23,10 +23,17 @@ struct PointSlab {
   /// Optional /target (count x target_channels): a reference solution the summary compares against.
   int target_channels = 0;
   std::vector<float> target;
+  /// Optional /edge_index (int64, 2 x E: row 0 sources j, row 1 receivers i, as global rows of the
+  /// file): this rank's share, the columns split evenly like the rows; edges[0, edge_count) are the
+  /// sources and edges[edge_count, 2 edge_count) the receivers.
+  bool has_edges = false;
+  std::int64_t global_edges = 0;
+  std::int64_t edge_count = 0;
+  std::vector<std::int64_t> edges;
 };
 
 /// Collective. Rows are split evenly: rank r gets [N r / P, N (r+1) / P). Checks the layout (datasets,
-/// ranks, lengths, types; /batch_idx sample-major and contiguous across the whole file) and throws the
+/// ranks, lengths, types; /edge_index (2, E) of integers; /batch_idx sample-major and contiguous across the whole file) and throws the
 /// same Error on every rank.
 PointSlab read_point_file(const MpiComm& comm, const std::string& path);
 
