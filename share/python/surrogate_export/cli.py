@@ -9,11 +9,17 @@ from pathlib import Path
 from . import common
 from .common import ExportError
 
-# Family name -> module (next to this file) providing FAMILY, DEFAULT_SOURCE, CONFIG_KINDS,
-# build(state, config_data, config_origin, layout) and describe(config).
+# Family name -> module (next to this file; "module:object" for a family object inside a module) providing
+# FAMILY, DEFAULT_SOURCE, CONFIG_KINDS, build(state, config_data, config_origin, layout) (or
+# build_from_args(state, config_data, config_origin, args)) and describe(config); optional hooks:
+# unwrap_checkpoint, prepare_state, io_dims, default_source(config), tables(config, args) /
+# write_tables(path, tables).
 FAMILIES = {
     "flare": "surrogate_export.flare",
     "erwin": "surrogate_export.erwin",
+    "sphere_transformer": "surrogate_export.sphere:TRANSFORMER",
+    "s2_attention": "surrogate_export.sphere:ATTENTION",
+    "s2_neighborhood_attention": "surrogate_export.sphere:NEIGHBORHOOD",
 }
 
 DESCRIPTION = """\
@@ -27,6 +33,10 @@ examples:
       --config out/pdebench/exp/config.yaml --normalization stats.json -o elasticity.h5
   surrogate-export --family flare --checkpoint weights.pt \\
       --config '{"in_dim": 2, "out_dim": 1, "channel_dim": 64, "num_heads": 8, "num_latents": 64}' -o m.h5
+  surrogate-export --family sphere_transformer --preset s2ntransformer_sc2_layers4_e128 \\
+      --checkpoint checkpoint.pt --torch-harmonics-version 0.9.3 -o s2n.h5
+  surrogate-export --family s2_attention --checkpoint att.pt --torch-harmonics-version 0.9.3 \\
+      --config '{"in_channels": 16, "num_heads": 2, "in_shape": [16, 32], "out_shape": [16, 32]}' -o att.h5
 
 exit status: 0 on success, 2 when the arguments or the checkpoint are refused (one message on stderr)."""
 
@@ -81,6 +91,17 @@ def make_parser():
                         "loader (weights_only=True, used on torch >= 2) refuses it; only for files you trust. "
                         "torch < 2 always loads with full pickle (its weights-only loader cannot read the "
                         "trainer's snapshots)")
+    p.add_argument("--preset", metavar="NAME",
+                   help="sphere_transformer: start from a torch-harmonics model-zoo configuration "
+                        "(examples/model_registry.py), e.g. s2transformer_sc2_layers4_e128 (global attention) or "
+                        "s2ntransformer_sc2_layers4_e128 (neighbourhood attention); --config overrides its arguments")
+    p.add_argument("--torch-harmonics-version", metavar="RELEASE",
+                   help="sphere_transformer, s2_attention, s2_neighborhood_attention: the torch-harmonics release "
+                        "the model was trained with (default: the installed one, if any). Releases before 0.9.1 "
+                        "are refused (their neighbourhood-attention scale and DISCO normalisation differ)")
+    p.add_argument("--tables", action="store_true",
+                   help="sphere_transformer: also store the DISCO filter tables (psi) of the encoder and decoder "
+                        "in /tables, computed by the installed torch-harmonics (which must be that release)")
     p.add_argument("-o", "--output", required=True, metavar="OUT.h5", help="the model file to write")
     return p
 
@@ -97,7 +118,10 @@ def _source(text, default):
 def run(args):
     if args.family not in FAMILIES:
         raise ExportError(f"unknown family {args.family!r}; supported: {', '.join(sorted(FAMILIES))}")
-    family = importlib.import_module(FAMILIES[args.family])
+    module_name, _, object_name = FAMILIES[args.family].partition(":")
+    family = importlib.import_module(module_name)
+    if object_name:
+        family = getattr(family, object_name)
     source = _source(args.source, family.DEFAULT_SOURCE)
     out = Path(args.output)
     ckpt = Path(args.checkpoint)
@@ -111,6 +135,8 @@ def run(args):
         config_data, config_origin = common.read_config(args.config)
 
     obj = common.load_checkpoint(args.checkpoint, unsafe=args.unsafe_load)
+    if hasattr(family, "unwrap_checkpoint"):
+        obj = family.unwrap_checkpoint(obj, ckpt.name)
     model_state, ema_shadow, kind = common.unwrap_container(obj, ckpt.name)
     state, variant = common.select_weights(model_state, ema_shadow, kind, args.weights)
     if args.weights == "raw" and kind != "trainer":
@@ -118,8 +144,15 @@ def run(args):
 
     if hasattr(family, "prepare_state"):
         state = family.prepare_state(state)
-    config, expected, context, era = family.build(state, config_data, config_origin, args.layout)
-    weights = common.validate_state(expected, state, context)
+    if hasattr(family, "build_from_args"):
+        config, expected, context, era = family.build_from_args(state, config_data, config_origin, args)
+    else:
+        config, expected, context, era = family.build(state, config_data, config_origin, args.layout)
+    weights = (family.validate_state(expected, state, context, config) if hasattr(family, "validate_state")
+               else common.validate_state(expected, state, context))
+    if args.source is None and hasattr(family, "default_source"):
+        source = family.default_source(config)
+    tables = family.tables(config, args) if hasattr(family, "tables") else None
     in_dim, out_dim = (family.io_dims(config) if hasattr(family, "io_dims")
                        else (config["in_dim"], config["out_dim"]))
     normalization = (common.load_normalization(args.normalization, in_dim, out_dim)
@@ -136,6 +169,8 @@ def run(args):
         "created": common.utc_now(),
     }
     common.write_model_file(out, root, config, family.CONFIG_KINDS, weights, normalization, fields)
+    if tables:
+        family.write_tables(out, tables)
 
     count = common.count_parameters(weights)
     what = "trainer snapshot" if kind == "trainer" else "state_dict"
@@ -144,10 +179,13 @@ def run(args):
         extras.append("normalization " + ", ".join(normalization))
     if fields:
         extras.append("fields " + ", ".join(fields))
+    layout = config.get("key_layout", config.get("variant"))
+    if tables:
+        extras.append("tables " + ", ".join(tables))
     print(f"surrogate-export: wrote {out}: {family.FAMILY} model, "
-          f"{config.get('key_layout', config.get('variant', ''))} key layout, "
+          + (f"{layout} key layout, " if layout else "") +
           f"'{variant}' weights from the {what} {ckpt.name}, {count:,} parameters in {len(weights)} tensors; "
-          f"config from {config_origin} ({era}): {family.describe(config)}; "
+          f"config from {config_origin or 'defaults'} ({era}): {family.describe(config)}; "
           + ("; ".join(extras) if extras else "no normalization, no field names") + f"; source {source}.")
     return 0
 
