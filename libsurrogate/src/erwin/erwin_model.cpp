@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../layers.hpp"
+#include "erwin_layers.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 
@@ -18,58 +19,10 @@ namespace {
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
-
-/// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major), computed as
-/// torch.cdist does for up to 25 rows: sqrt(sum_c (p_ic - p_jc)^2) in float32.
-void ball_distances(const float* pos, int m, int dim, float* dist) {
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < m; ++j) {
-      float sum = 0.0f;
-      for (int c = 0; c < dim; ++c) {
-        const float diff = pos[i * dim + c] - pos[j * dim + c];
-        sum += diff * diff;
-      }
-      dist[static_cast<std::int64_t>(i) * m + j] = std::sqrt(sum);
-    }
-}
-
-AlignedBuffer<float> padded_vector(const float* values, int n, float fill_if_null) {
-  AlignedBuffer<float> out(static_cast<std::size_t>(round_up(n, kPad)));
-  for (int c = 0; c < n; ++c) out[static_cast<std::size_t>(c)] = values ? values[c] : fill_if_null;
-  return out;
-}
-
-void run_linear(const CpuKernels& k, const PackedLinear& layer, const float* x, index_t ldx, float* y, index_t ldy,
-                index_t rows, kernels::Activation act = kernels::Activation::none, const float* add = nullptr,
-                index_t ld_add = 0) {
-  kernels::LinearArgs a;
-  a.layer = &layer;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.act = act;
-  a.add1 = add;
-  a.ld_add1 = ld_add;
-  k.linear(a);
-}
-
-void run_norm(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim,
-              const AlignedBuffer<float>& weight, const AlignedBuffer<float>* bias, float eps, bool rms) {
-  kernels::NormArgs a;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.dim = dim;
-  a.weight = weight.data();
-  a.bias = bias ? bias->data() : nullptr;
-  a.eps = eps;
-  a.rms = rms;
-  k.norm(a);
-}
+using balltree_layers::ball_distances;
+using balltree_layers::padded_vector;
+using balltree_layers::run_linear;
+using balltree_layers::run_norm;
 
 /// Eval BatchNorm as PyTorch's CPU inference kernel: y = x * alpha + beta with
 /// alpha = weight / sqrt(running_var + eps), beta = bias - running_mean * alpha.

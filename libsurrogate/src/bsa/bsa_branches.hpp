@@ -1,0 +1,89 @@
+// The three branches of BSA's sparse attention (NativeSparseAttention) and the block selection, on
+// projected q/k/v of a batch of equally sized samples. Internal to libsurrogate (the tests include it to
+// check each branch against a naive reference). Every function parallelises over (sample, head, block of
+// rows) with OpenMP; a row's result never depends on the number of threads. The softmaxes stream through
+// the shared online-softmax primitive kernels::CpuKernels::latent_encode (the queries of a task are its
+// "latents"), so no n x n or nb x nb score matrix is formed; the importance scores are computed one row
+// of nb scores at a time.
+#pragma once
+
+#include <cstdint>
+
+#include "surrogate/kernels/cpu.hpp"
+
+namespace surrogate::bsa::detail {
+
+using kernels::CpuKernels;
+using kernels::index_t;
+
+/// Per-token q, k, v of `samples` samples of n tokens each (rows sample-major): row i of q at q + i*ld,
+/// head h in columns [h*E, (h+1)*E); likewise k and v.
+struct Tokens {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  int samples = 1;
+  index_t n = 0;
+  int heads = 0, E = 0;
+};
+
+/// Compressed blocks (nb = n / C per sample, rows sample-major) in the same column layout; q may be null
+/// when the importance is token-level.
+struct Blocks {
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  index_t nb = 0;
+};
+
+/// The sparse-attention options that shape the branches (Config names in parentheses).
+struct SparseShape {
+  int P = 0;  // ball_size
+  int C = 0;  // compress_block_size
+  int S = 0;  // selected_blocks_number
+  int G = 0;  // group_selection_size (== C with block-level importance)
+  bool group_selection = true;  // use_group_selection
+  bool mask_own_ball = true;    // should_mask_blocks_in_ball
+  bool coarse_q_attn = true;    // use_coarse_q_attn
+  bool block_level = true;      // use_coarse_q_attn || use_coarse_q_importance
+
+  /// Rows of the selection per sample and head: blocks (block-level), groups, or tokens.
+  index_t selection_rows(index_t n) const;
+  /// Query tokens that share one selection row.
+  int tokens_per_row() const { return group_selection ? G : 1; }
+};
+
+/// Local branch: attention inside each ball of `ball` consecutive tokens with the bias
+/// sigma[h] * |p_i - p_j| (positions: rows x dim, in token order), scale 1/sqrt(E). Output: head h of
+/// token i at out + i*ldo + h*E.
+void local_branch(const CpuKernels& k, const Tokens& t, const float* positions, int dim, int ball, const float* sigma,
+                  float* out, index_t ldo, int threads);
+
+/// Coarse branch: with coarse_q_attn, each block's compressed query attends to all nb compressed blocks of
+/// its sample and every token of the block receives the result; otherwise every token's query attends
+/// to them. Scale 1/sqrt(E), no mask.
+void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, float* out,
+                   index_t ldo, int threads);
+
+/// Importance scores and top-S selection. For every (sample, head, selection row) writes the S chosen
+/// block indices in ascending order to sel[((sample * heads + h) * rows + r) * S + j]. Scores:
+/// block-level <qc_r, kc_g> / sqrt(E); token-level <q_i, kc_g> / sqrt(E), averaged over the G tokens of a
+/// group with group selection. Blocks of the own ball score -inf when mask_own_ball (for a group: the
+/// ball of any of its tokens). The S largest scores win; equal scores are ordered by the lower block
+/// index (so a sample with fewer than S candidates outside the own ball takes all of them, then the
+/// lowest-index blocks of the own ball). `min_gap`, when not null, receives the smallest difference
+/// between the S-th and the (S+1)-th score over all rows where both are finite.
+void select_blocks(const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel, int threads,
+                   double* min_gap = nullptr);
+
+/// Fine branch: every token attends to the S*C tokens of its row's selected blocks (ascending block
+/// order), scale 1/sqrt(E), no bias.
+void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, const std::int32_t* sel, float* out,
+                 index_t ldo, int threads);
+
+/// Full attention over the n tokens of each sample (attention_type "global"), scale 1/sqrt(E).
+void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads);
+
+}  // namespace surrogate::bsa::detail
