@@ -66,10 +66,21 @@ int surrogate_set_options(surrogate_t handle, const surrogate_options* options);
 
 /* COLLECTIVE. The rank's points: n_local points of dim coordinates; global_ids (n_local int64, kept for
  * output) and sample_ids (n_local int64, independent samples 0..B-1; NULL = one sample) may be NULL.
- * Builds the plan reused by every predict until the points are set again. */
+ * Builds the plan reused by every predict until the points are set again.
+ * Models that need positions (architecture "erwin"; surrogate_position_dim > 0) take these coordinates
+ * as the positions (dim must equal surrogate_position_dim), and global_ids, when given, must number the
+ * points 0..N-1 over all ranks (they fix the point order the model sees; NULL = rank-major order). */
 int surrogate_set_points_f64(surrogate_t handle, int64_t n_local, int dim, const double* coords,
                              int64_t point_stride, int64_t dim_stride, const int64_t* global_ids,
                              const int64_t* sample_ids);
+/* COLLECTIVE. Graph edges for the message passing of models that need them (Erwin): this rank's share of
+ * the edges, n_edges of them, sources[e] -> receivers[e] as global point ids (the global_ids of
+ * set_points, or the rank-major numbering); the graph is the union over the ranks in rank order. Kept
+ * until the next set_points or set_edges; n_edges = 0 on every rank with NULL arrays removes them (the
+ * model then builds its graph by the rule of its file, if it has one). Ignored by other models. */
+int surrogate_set_edges(surrogate_t handle, int64_t n_edges, const int64_t* sources, const int64_t* receivers);
+/* Coordinates per point the model needs as positions (0: none, the coordinates are only kept). */
+int surrogate_position_dim(surrogate_t handle, int* dim);
 int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const float* coords,
                              int64_t point_stride, int64_t dim_stride, const int64_t* global_ids,
                              const int64_t* sample_ids);

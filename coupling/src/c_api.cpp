@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "c_api_handles.hpp"
 #include "surrogate/surrogate.hpp"
@@ -92,6 +93,30 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
   return guarded([&] {
     handle->object.set_points<float>(n_local, dim, {coords, point_stride, dim_stride}, global_ids, sample_ids);
   });
+}
+
+int surrogate_set_edges(surrogate_t handle, int64_t n_edges, const int64_t* sources, const int64_t* receivers) {
+  SURROGATE_CHECK_HANDLE(handle);
+  return guarded([&] {
+    std::vector<std::int64_t> edges;
+    const bool given = sources || receivers;
+    surrogate::collectively(handle->object.comm(), [&] {
+      if (n_edges < 0) throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "surrogate_set_edges: negative n_edges");
+      if (n_edges > 0 && (!sources || !receivers))
+        throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "surrogate_set_edges: null sources or receivers");
+      edges.assign(sources, sources ? sources + n_edges : sources);
+      edges.insert(edges.end(), receivers, receivers ? receivers + n_edges : receivers);
+    });
+    // A rank that gives no edges takes part with an empty share as long as some rank gives edges.
+    handle->object.set_edges(n_edges, given ? edges.data() : nullptr);
+  });
+}
+
+int surrogate_position_dim(surrogate_t handle, int* dim) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!dim) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_position_dim: null pointer");
+  *dim = handle->object.model().position_dim();
+  return SURROGATE_OK;
 }
 
 int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,

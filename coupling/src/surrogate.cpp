@@ -21,6 +21,9 @@ struct Surrogate::State {
   int dim = 0;
   std::vector<double> coordinates;
   std::vector<std::int64_t> global_ids;
+  std::vector<float> positions;        // coordinates as float, for models that need positions
+  bool has_edges = false;              // set_edges on some rank (agreed)
+  std::vector<std::int64_t> edges;     // 2 x n: sources, then receivers
   std::vector<float> in_buffer, out_buffer;
   double last_seconds = 0;
   std::int64_t predictions = 0;
@@ -96,10 +99,23 @@ void Surrogate::set_points(std::int64_t n_local, int dim, Strided<const Real> co
     s.coordinates = std::move(copy);
     s.global_ids.assign(global_ids, global_ids ? global_ids + n_local : global_ids);
     s.dim = dim;
+    s.positions.assign(s.coordinates.begin(), s.coordinates.end());
+    s.has_edges = false;
+    s.edges.clear();
   });
   s.has_points = false;
   s.layout = SampleLayout::build(s.comm, n_local, sample_ids);
   s.has_points = true;
+}
+
+void Surrogate::set_edges(std::int64_t n_edges, const std::int64_t* edge_index) {
+  State& s = *state_;
+  collectively(s.comm, [&] {
+    if (n_edges < 0) throw Error(ErrorCode::invalid_argument, "set_edges: negative number of edges");
+    if (n_edges > 0 && !edge_index) throw Error(ErrorCode::invalid_argument, "set_edges: null edge array");
+    s.edges.assign(edge_index, edge_index ? edge_index + 2 * n_edges : edge_index);
+  });
+  s.has_edges = s.comm.allreduce<std::int64_t>(edge_index ? 1 : 0, ReduceOp::max) > 0;
 }
 
 namespace {
@@ -128,7 +144,11 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   bool in_on_device = false, out_on_device = false;
   collectively(s.comm, [&] {
     if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
-    if (n > 0 && (!in.data || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    if (n > 0 && ((!in.data && cin > 0) || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    if (s.model->needs_positions() && s.dim != s.model->position_dim())
+      throw Error(ErrorCode::input, "predict: the " + s.model->architecture() + " model needs " +
+                                        std::to_string(s.model->position_dim()) + " coordinates per point as positions, "
+                                        "set_points gave " + std::to_string(s.dim));
     if (s.cuda_device < 0 || n == 0) return;
     in_on_device = detail::is_device_pointer(in.data);
     out_on_device = detail::is_device_pointer(out.data);
@@ -180,7 +200,17 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     for (int c = 0; c < cin; ++c)
       s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
   const double t0 = MPI_Wtime();
-  s.model->predict(s.comm, s.layout, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
+  PointGeometry geometry;
+  if (s.model->needs_positions()) {
+    geometry.positions = s.positions.data();
+    geometry.ld_positions = s.dim;
+    geometry.global_ids = s.global_ids.empty() ? nullptr : s.global_ids.data();
+    if (s.has_edges) {
+      geometry.edge_index = s.edges.empty() ? nullptr : s.edges.data();
+      geometry.num_edges = static_cast<std::int64_t>(s.edges.size() / 2);
+    }
+  }
+  s.model->predict(s.comm, s.layout, geometry, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;
   for (std::int64_t i = 0; i < n; ++i)

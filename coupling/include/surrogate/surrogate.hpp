@@ -65,6 +65,10 @@ class Surrogate {
   template <class Real>
   void set_points(std::int64_t n_local, int dim, Strided<const Real> coords, const std::int64_t* global_ids = nullptr,
                   const std::int64_t* sample_ids = nullptr);
+  /// Collective. Edges for models that pass messages (Erwin): this rank's share, 2 x n_edges global point
+  /// ids (edge_index[e] the source, edge_index[n_edges + e] the receiver), kept until the next set_points
+  /// or set_edges; a null array on every rank removes them (the model's graph rule applies).
+  void set_edges(std::int64_t n_edges, const std::int64_t* edge_index);
   bool has_points() const;
   std::int64_t local_points() const;
   std::int64_t global_points() const;
