@@ -17,6 +17,7 @@ from .common import ExportError
 FAMILIES = {
     "flare": "surrogate_export.flare",
     "erwin": "surrogate_export.erwin",
+    "bsa": "surrogate_export.bsa",
     "sphere_transformer": "surrogate_export.sphere:TRANSFORMER",
     "s2_attention": "surrogate_export.sphere:ATTENTION",
     "s2_neighborhood_attention": "surrogate_export.sphere:NEIGHBORHOOD",
