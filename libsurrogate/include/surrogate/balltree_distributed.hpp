@@ -32,7 +32,8 @@ struct RankRanges {
 /// as copies take the value of another target row of the same rank afterwards); backward: every source
 /// row receives the target row planned from it. Built once, applied every step; pure data movement, so
 /// bitwise. The plan keeps a pointer to the communicator it was built with: the communicator must
-/// outlive the plan. forward/backward are collective (every rank calls them with the same width).
+/// outlive the plan. forward/backward are collective (every rank calls them with the same width); they
+/// reuse internal buffers, so one plan must not be applied by two threads at once.
 class ExchangePlan {
  public:
   ExchangePlan() = default;
@@ -63,6 +64,7 @@ class ExchangePlan {
   std::vector<std::size_t> recv_counts_, recv_offsets_;
   std::vector<std::int64_t> recv_rows_;                  // local target rows, grouped by source rank
   std::vector<std::int64_t> copies_;                     // pairs (target row, copied target row)
+  mutable std::vector<char> send_buffer_, recv_buffer_;   // kept between calls (a plan is not thread-safe)
 };
 
 /// The plan solver layout <-> tree layout of a DistributedTree. to_tree fills every local slot (padding

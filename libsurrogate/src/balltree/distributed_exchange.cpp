@@ -125,18 +125,37 @@ void ExchangePlan::move(const void* in, std::size_t row_bytes, void* out, bool f
   auto* dst = static_cast<char*>(out);
   const std::vector<std::int64_t>& pack_rows = forward_direction ? send_rows_ : recv_rows_;
   const std::vector<std::int64_t>& unpack_rows = forward_direction ? recv_rows_ : send_rows_;
-  const std::vector<std::size_t>& pack_counts = forward_direction ? send_counts_ : recv_counts_;
-  const std::vector<std::size_t>& unpack_counts = forward_direction ? recv_counts_ : send_counts_;
-  std::vector<char> send(pack_rows.size() * row_bytes), recv(unpack_rows.size() * row_bytes);
-  for (std::size_t i = 0; i < pack_rows.size(); ++i)
-    std::memcpy(send.data() + i * row_bytes, src + static_cast<std::size_t>(pack_rows[i]) * row_bytes, row_bytes);
-  detail::alltoallv_elements(comm, send.data(), pack_counts, recv.data(), unpack_counts, row_bytes);
-  for (std::size_t i = 0; i < unpack_rows.size(); ++i)
-    std::memcpy(dst + static_cast<std::size_t>(unpack_rows[i]) * row_bytes, recv.data() + i * row_bytes, row_bytes);
+  std::vector<std::size_t> pack_counts = forward_direction ? send_counts_ : recv_counts_;
+  std::vector<std::size_t> unpack_counts = forward_direction ? recv_counts_ : send_counts_;
+  const std::vector<std::size_t>& pack_offsets = forward_direction ? send_offsets_ : recv_offsets_;
+  const std::vector<std::size_t>& unpack_offsets = forward_direction ? recv_offsets_ : send_offsets_;
+  auto row = [row_bytes](auto* base, std::int64_t r) { return base + static_cast<std::size_t>(r) * row_bytes; };
+
+  // Rows that stay on this rank are copied directly (the two segments list them in the same order).
+  const auto me = static_cast<std::size_t>(comm.rank());
+  for (std::size_t i = 0; i < pack_counts[me]; ++i)
+    std::memcpy(row(dst, unpack_rows[unpack_offsets[me] + i]), row(src, pack_rows[pack_offsets[me] + i]), row_bytes);
+  pack_counts[me] = unpack_counts[me] = 0;
+
+  // The others through one all-to-all; the buffers are kept between calls.
+  std::size_t packed = 0, unpacked = 0;
+  for (std::size_t q = 0; q < pack_counts.size(); ++q) {
+    packed += pack_counts[q];
+    unpacked += unpack_counts[q];
+  }
+  if (send_buffer_.size() < packed * row_bytes) send_buffer_.resize(packed * row_bytes);
+  if (recv_buffer_.size() < unpacked * row_bytes) recv_buffer_.resize(unpacked * row_bytes);
+  char* buffer = send_buffer_.data();
+  for (std::size_t q = 0; q < pack_counts.size(); ++q)
+    for (std::size_t i = 0; i < pack_counts[q]; ++i, buffer += row_bytes)
+      std::memcpy(buffer, row(src, pack_rows[pack_offsets[q] + i]), row_bytes);
+  detail::alltoallv_elements(comm, send_buffer_.data(), pack_counts, recv_buffer_.data(), unpack_counts, row_bytes);
+  buffer = recv_buffer_.data();
+  for (std::size_t q = 0; q < unpack_counts.size(); ++q)
+    for (std::size_t i = 0; i < unpack_counts[q]; ++i, buffer += row_bytes)
+      std::memcpy(row(dst, unpack_rows[unpack_offsets[q] + i]), buffer, row_bytes);
   if (forward_direction)
-    for (std::size_t i = 0; i < copies_.size(); i += 2)
-      std::memcpy(dst + static_cast<std::size_t>(copies_[i]) * row_bytes,
-                  dst + static_cast<std::size_t>(copies_[i + 1]) * row_bytes, row_bytes);
+    for (std::size_t i = 0; i < copies_.size(); i += 2) std::memcpy(row(dst, copies_[i]), row(dst, copies_[i + 1]), row_bytes);
 }
 
 void ExchangePlan::forward(const float* source, int width, float* target) const {
