@@ -5,6 +5,7 @@
 #include "surrogate/erwin.hpp"
 #include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
+#include "surrogate/sphere/transformer.hpp"
 
 namespace surrogate {
 namespace {
@@ -13,6 +14,9 @@ const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> factories = {
       {"erwin", erwin::make_erwin_model},
       {"flare", make_flare_model},
+      {"sphere_transformer", sphere::make_sphere_transformer_model},
+      {"s2_attention", sphere::make_s2_attention_model},
+      {"s2_neighborhood_attention", sphere::make_s2_neighborhood_attention_model},
   };
   return factories;
 }
