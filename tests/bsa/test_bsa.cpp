@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
+#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -192,6 +193,67 @@ TEST(Sensitivity, RotatedOrderMatters) {
   EXPECT_LE(max_error(net.forward(t, c.features, c.positions, c.batch(), 2), c.exact), tolerance(c));
   std::iota(t.rotated[1].begin(), t.rotated[1].end(), 0);  // "rotated" layers on the main tree
   EXPECT_GT(max_error(net.forward(t, c.features, c.positions, c.batch(), 2), c.exact), 100 * tolerance(c));
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The ShapeNet-Car wrapper: random Fourier features of the positions, the model, pred_head, against the
+// same composition written out here (features and head in double).
+
+TEST(Wrapper, ShapenetForwardIsFeaturesModelAndHead) {
+  const Case c = load("sparse_rot");
+  ModelFile f = c.file;
+  const int D = 32, d = 3, cin = 6;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto tensor = [&](std::vector<std::int64_t> shape, float scale) {
+    surrogate::Tensor32 t;
+    t.shape = shape;
+    std::int64_t count = 1;
+    for (const auto s : shape) count *= s;
+    for (std::int64_t i = 0; i < count; ++i) t.values.push_back(scale * normal(rng));
+    return t;
+  };
+  f.config.set("c_in", std::int64_t{cin});
+  f.config.set("wrapper", std::string("shapenet_car"));
+  f.weights["embed.weight"] = tensor({D, cin}, 0.4f);
+  f.weights["pos_enc.linear.weight"] = tensor({cin / 2, d}, 1.0f);
+  f.weights["pred_head.0.weight"] = tensor({D, D}, 0.2f);
+  f.weights["pred_head.0.bias"] = tensor({D}, 0.1f);
+  f.weights["pred_head.2.weight"] = tensor({1, D}, 0.2f);
+  f.weights["pred_head.2.bias"] = tensor({1}, 0.1f);
+  const bsa::Network net(f);
+  const std::vector<float> got = net.forward_shapenet(c.positions, c.batch(), 2);
+  const std::size_t n = c.positions.size() / d;
+  std::vector<float> features(n * cin);
+  const auto& A = f.weights["pos_enc.linear.weight"].values;
+  for (std::size_t i = 0; i < n; ++i)
+    for (int j = 0; j < cin / 2; ++j) {
+      double proj = 0.0;
+      for (int e = 0; e < d; ++e) proj += double(c.positions[i * d + e]) * A[static_cast<std::size_t>(j * d + e)];
+      features[i * cin + j] = static_cast<float>(std::cos(proj));
+      features[i * cin + cin / 2 + j] = static_cast<float>(std::sin(proj));
+    }
+  const std::vector<float> y = net.forward(features, c.positions, c.batch(), 2);
+  const auto& W0 = f.weights["pred_head.0.weight"].values;
+  const auto& b0 = f.weights["pred_head.0.bias"].values;
+  const auto& W2 = f.weights["pred_head.2.weight"].values;
+  const float b2 = f.weights["pred_head.2.bias"].values[0];
+  ASSERT_EQ(got.size(), n);
+  double err = 0.0, scale = 0.0;
+  for (std::size_t i = 0; i < n; ++i) {
+    double out = b2;
+    for (int o = 0; o < D; ++o) {
+      double h = b0[static_cast<std::size_t>(o)];
+      for (int e = 0; e < D; ++e) h += double(W0[static_cast<std::size_t>(o * D + e)]) * y[i * D + static_cast<std::size_t>(e)];
+      out += W2[static_cast<std::size_t>(o)] * 0.5 * h * (1.0 + std::erf(h / std::sqrt(2.0)));
+    }
+    err = std::max(err, std::abs(out - got[i]));
+    scale = std::max(scale, std::abs(out));
+  }
+  // The features pass through cos/sin in float (1 ulp) and a 3-layer model; 1e-5 of max|out| is ~100x
+  // float32 rounding, a wrong feature order or head changes the output by O(1).
+  EXPECT_LE(err, 1e-5 * scale);
+  EXPECT_THROW((void)bsa::Network(c.file).forward_shapenet(c.positions, c.batch(), 1), Error);
 }
 
 // ---------------------------------------------------------------------------------------------------
