@@ -2,6 +2,7 @@
 // CPU kernels. They run on one block of rows (one thread); the family decides how blocks are spread.
 #pragma once
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -56,6 +57,16 @@ class ResidualMlp {
   bool input_residual_ = false, output_residual_ = false, single_residual_ = false;
   std::vector<kernels::PackedLinear> layers_;  // fc, or fc1, fcs.0 .. fcs.{L-1}, fc2
 };
+
+/// Exact (erf) GELU in float32, as torch.nn.GELU() computes it.
+inline float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
+
+/// n values padded with zeros to a multiple of kPad; `fill_if_null` everywhere when values is null.
+inline AlignedBuffer<float> padded_vector(const float* values, int n, float fill_if_null) {
+  AlignedBuffer<float> out(static_cast<std::size_t>(kernels::round_up(n, kernels::kPad)));  // zeroed
+  for (int c = 0; c < n; ++c) out[static_cast<std::size_t>(c)] = values ? values[c] : fill_if_null;
+  return out;
+}
 
 /// Packs the Linear `prefix`.weight / .bias of a model file.
 kernels::PackedLinear pack_linear(const ModelFile& file, const std::string& prefix);

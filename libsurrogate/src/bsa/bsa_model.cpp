@@ -19,7 +19,6 @@
 namespace surrogate::bsa {
 namespace {
 
-using balltree_layers::padded_vector;
 using balltree_layers::run_linear;
 using balltree_layers::run_norm;
 using kernels::kPad;
@@ -38,7 +37,6 @@ struct Layer {
 };
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
 
 template <typename F>
 void for_row_chunks(index_t rows, int threads, F&& body) {

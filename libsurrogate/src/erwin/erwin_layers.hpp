@@ -1,5 +1,5 @@
 // Small helpers shared by the ball-tree families (Erwin, BSA): kernel calls with the common arguments,
-// zero-padded parameter vectors and the distance tile of a ball. Internal to libsurrogate.
+// and the distance tile of a ball. Internal to libsurrogate.
 #pragma once
 
 #include <cmath>
@@ -22,13 +22,6 @@ inline void ball_distances(const float* pos, int m, int dim, float* dist) {
       }
       dist[static_cast<std::int64_t>(i) * m + j] = std::sqrt(sum);
     }
-}
-
-/// n values padded with zeros to a multiple of kPad; `fill_if_null` everywhere when values is null.
-inline AlignedBuffer<float> padded_vector(const float* values, int n, float fill_if_null) {
-  AlignedBuffer<float> out(static_cast<std::size_t>(kernels::round_up(n, kernels::kPad)));
-  for (int c = 0; c < n; ++c) out[static_cast<std::size_t>(c)] = values ? values[c] : fill_if_null;
-  return out;
 }
 
 inline void run_linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,

@@ -20,7 +20,6 @@ using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
 using balltree_layers::ball_distances;
-using balltree_layers::padded_vector;
 using balltree_layers::run_linear;
 using balltree_layers::run_norm;
 
@@ -59,7 +58,6 @@ struct Step {
   AlignedBuffer<float> message_w, message_b, update_w, update_b;
 };
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
 
 std::string level_name(int i) { return "level " + std::to_string(i); }
 

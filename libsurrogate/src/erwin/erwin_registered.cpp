@@ -38,7 +38,6 @@ ModelFile core_file(const ModelFile& file, bool wrapper) {
   return core;
 }
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
 
 class ErwinModel final : public PointCloudModel {
  public:

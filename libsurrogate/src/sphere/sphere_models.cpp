@@ -37,11 +37,17 @@ class ThreadCount {
   int saved_;
 };
 
-/// The whole grid of every sample (rows b*points + p, `width` dense columns) from the ranks' rows
-/// (layout's working order, row stride ld). Throws Error(input) on every rank when a sample does not
-/// have exactly `points` points.
-std::vector<float> gather_samples(const Comm& comm, const SampleLayout& layout, const float* rows, index_t ld, int width,
-                                  index_t points, const std::string& what) {
+/// The whole grid of every sample (rows b*points + p, `width` dense columns) gathered from the ranks'
+/// rows, and how many rows of each sample every rank holds (counts[r*B + b]).
+struct GatheredSamples {
+  std::vector<float> grid;
+  std::vector<index_t> counts;
+};
+
+/// Collective. Gathers the ranks' rows (layout's working order, row stride ld). Throws Error(input) on
+/// every rank when a sample does not have exactly `points` points.
+GatheredSamples gather_samples(const Comm& comm, const SampleLayout& layout, const float* rows, index_t ld, int width,
+                               index_t points, const std::string& what) {
   const index_t B = layout.num_samples();
   for (index_t s = 0; s < B; ++s)
     if (layout.sample_sizes()[static_cast<std::size_t>(s)] != points)
@@ -56,9 +62,12 @@ std::vector<float> gather_samples(const Comm& comm, const SampleLayout& layout, 
     local_begin[static_cast<std::size_t>(seg.sample)] = seg.begin;
   }
   const int P = comm.size();
-  std::vector<index_t> counts(static_cast<std::size_t>(B * P));
+  GatheredSamples g;
+  std::vector<index_t>& counts = g.counts;
+  counts.resize(static_cast<std::size_t>(B * P));
   comm.allgather(local_count.data(), sizeof(index_t) * static_cast<std::size_t>(B), counts.data());
-  std::vector<float> grid(static_cast<std::size_t>(B * points * width));
+  std::vector<float>& grid = g.grid;
+  grid.resize(static_cast<std::size_t>(B * points * width));
   std::vector<float> mine;
   for (index_t s = 0; s < B; ++s) {
     const index_t n = local_count[static_cast<std::size_t>(s)];
@@ -75,18 +84,14 @@ std::vector<float> gather_samples(const Comm& comm, const SampleLayout& layout, 
     }
     comm.allgatherv(mine.data(), sizeof(float) * mine.size(), grid.data() + s * points * width, bytes, offsets);
   }
-  return grid;
+  return g;
 }
 
-/// This rank's rows of the gathered result (`width` dense columns) into out (row stride ld_out).
-void scatter_own_rows(const Comm& comm, const SampleLayout& layout, const std::vector<float>& grid, int width,
-                      index_t points, float* out, index_t ld_out) {
+/// This rank's rows of the result on the gathered grids (`width` dense columns) into out (row stride
+/// ld_out); `counts` as gather_samples returned them.
+void scatter_own_rows(const Comm& comm, const SampleLayout& layout, const std::vector<index_t>& counts,
+                      const std::vector<float>& grid, int width, index_t points, float* out, index_t ld_out) {
   const index_t B = layout.num_samples();
-  const int P = comm.size();
-  std::vector<index_t> local_count(static_cast<std::size_t>(B), 0);
-  for (const auto& seg : layout.segments()) local_count[static_cast<std::size_t>(seg.sample)] = seg.end - seg.begin;
-  std::vector<index_t> counts(static_cast<std::size_t>(B * P));
-  comm.allgather(local_count.data(), sizeof(index_t) * static_cast<std::size_t>(B), counts.data());
   for (const auto& seg : layout.segments()) {
     index_t first = 0;  // the sample's rows on the lower ranks
     for (int r = 0; r < comm.rank(); ++r) first += counts[static_cast<std::size_t>(r * B + seg.sample)];
@@ -123,14 +128,13 @@ class SphereTransformerModel final : public Model {
       throw Error(ErrorCode::unsupported, "sphere_transformer: no CUDA forward yet; run it on the CPU");
     const TransformerConfig& c = net_.config();
     const index_t points = static_cast<index_t>(c.nlat) * c.nlon;
-    std::vector<float> grid_in, grid_out;
-    grid_in = gather_samples(comm, layout, in, ld_in, c.in_chans, points, "sphere_transformer");
-    grid_out.resize(static_cast<std::size_t>(layout.num_samples() * points * c.out_chans));
+    const GatheredSamples input = gather_samples(comm, layout, in, ld_in, c.in_chans, points, "sphere_transformer");
+    std::vector<float> grid_out(static_cast<std::size_t>(layout.num_samples() * points * c.out_chans));
     collectively(comm, [&] {
       ThreadCount threads(options.threads);
-      net_.forward(static_cast<int>(layout.num_samples()), grid_in.data(), grid_out.data());
+      net_.forward(static_cast<int>(layout.num_samples()), input.grid.data(), grid_out.data());
     });
-    scatter_own_rows(comm, layout, grid_out, c.out_chans, points, out, ld_out);
+    scatter_own_rows(comm, layout, input.counts, grid_out, c.out_chans, points, out, ld_out);
   }
 
  private:
@@ -234,13 +238,13 @@ class S2LayerModel final : public Model {
                const RunOptions& options) override {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, architecture() + ": no CUDA forward yet; run it on the CPU");
-    std::vector<float> grid_in = gather_samples(comm, layout, in, ld_in, in_channels(), points_, architecture());
+    const GatheredSamples input = gather_samples(comm, layout, in, ld_in, in_channels(), points_, architecture());
     std::vector<float> grid_out(static_cast<std::size_t>(layout.num_samples() * points_ * out_channels()));
     collectively(comm, [&] {
       ThreadCount threads(options.threads);
-      op_.forward(static_cast<int>(layout.num_samples()), grid_in.data(), nullptr, nullptr, grid_out.data());
+      op_.forward(static_cast<int>(layout.num_samples()), input.grid.data(), nullptr, nullptr, grid_out.data());
     });
-    scatter_own_rows(comm, layout, grid_out, out_channels(), points_, out, ld_out);
+    scatter_own_rows(comm, layout, input.counts, grid_out, out_channels(), points_, out, ld_out);
   }
 
  private:

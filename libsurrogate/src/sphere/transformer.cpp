@@ -63,7 +63,6 @@ std::unique_ptr<FilterTable> table_from_file(const ModelFile& f, const std::stri
   return t;
 }
 
-float gelu_erf(float x) { return 0.5f * x * (1.0f + std::erf(x * 0.70710678118654752440f)); }
 
 struct Block {
   // Norms: instance norm keeps weight/bias per channel; layer norm runs on the kernels.
@@ -72,12 +71,6 @@ struct Block {
   PackedLinear fc1, fc2;
 };
 
-AlignedBuffer<float> padded(const std::vector<float>& v, int n) {
-  AlignedBuffer<float> out(static_cast<std::size_t>(round_up(n, kPad)));
-  std::fill(out.data(), out.data() + out.size(), 0.0f);
-  std::copy(v.begin(), v.end(), out.data());
-  return out;
-}
 
 }  // namespace
 
@@ -161,11 +154,11 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
     for (int n = 0; n < 2; ++n) {
       const std::string norm = p + (n == 0 ? "norm0" : "norm1");
       if (cfg.normalization_layer == BlockNorm::instance_norm) {
-        b.norm_w[n] = padded(values_of(f, norm + ".weight"), C);
-        b.norm_b[n] = padded(values_of(f, norm + ".bias"), C);
+        b.norm_w[n] = padded_vector(values_of(f, norm + ".weight").data(), C, 0.0f);
+        b.norm_b[n] = padded_vector(values_of(f, norm + ".bias").data(), C, 0.0f);
       } else if (cfg.normalization_layer == BlockNorm::layer_norm) {
-        b.norm_w[n] = padded(values_of(f, norm + ".norm.weight"), C);
-        b.norm_b[n] = padded(values_of(f, norm + ".norm.bias"), C);
+        b.norm_w[n] = padded_vector(values_of(f, norm + ".norm.weight").data(), C, 0.0f);
+        b.norm_b[n] = padded_vector(values_of(f, norm + ".norm.bias").data(), C, 0.0f);
       }
     }
     AttentionS2Weights aw;
