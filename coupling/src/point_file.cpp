@@ -96,25 +96,29 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     batch = inspect(file, "batch_idx");
     target = inspect(file, "target");
     edges = inspect(file, "edge_index");
-    if (!coords.present) throw Error(ErrorCode::format, "'" + path + "' has no /coords dataset (N x d point coordinates)");
-    if (coords.shape.size() != 2 || coords.shape[1] < 1)
-      throw Error(ErrorCode::format, "'" + path + "': /coords must be two-dimensional (N, d), found shape " +
-                                         shape_text(coords.shape));
+    if (!coords.present && !features.present)
+      throw Error(ErrorCode::format, "'" + path + "' has neither /coords (N x d point coordinates) nor /features "
+                                                  "(N x c_in inputs): at least one is needed");
     auto numeric = [&](const DatasetInfo& d, const char* name) {
       if (d.type_class != H5T_FLOAT && d.type_class != H5T_INTEGER)
         throw Error(ErrorCode::format, "'" + path + "': /" + name + " must hold numbers");
     };
-    numeric(coords, "coords");
-    const std::int64_t n = coords.shape[0];
+    if (coords.present) {
+      if (coords.shape.size() != 2 || coords.shape[1] < 1)
+        throw Error(ErrorCode::format, "'" + path + "': /coords must be two-dimensional (N, d), found shape " +
+                                           shape_text(coords.shape));
+      numeric(coords, "coords");
+    }
     if (features.present) {
       numeric(features, "features");
       if (features.shape.size() != 2)
         throw Error(ErrorCode::format, "'" + path + "': /features must be two-dimensional (N, c_in), found shape " +
                                            shape_text(features.shape));
-      if (features.shape[0] != n)
-        throw Error(ErrorCode::input, "'" + path + "': /coords has " + std::to_string(n) + " rows but /features has " +
-                                          std::to_string(features.shape[0]));
+      if (coords.present && features.shape[0] != coords.shape[0])
+        throw Error(ErrorCode::input, "'" + path + "': /coords has " + std::to_string(coords.shape[0]) +
+                                          " rows but /features has " + std::to_string(features.shape[0]));
     }
+    const std::int64_t n = coords.present ? coords.shape[0] : features.shape[0];
     if (batch.present) {
       if (batch.type_class != H5T_INTEGER)
         throw Error(ErrorCode::format, "'" + path + "': /batch_idx must hold integers (int64 sample indices)");
@@ -133,15 +137,20 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     }
   });
 
-  const std::int64_t n = coords.shape[0];
-  if (n == 0) throw Error(ErrorCode::input, "'" + path + "' holds no points (/coords has 0 rows): the point set is empty");
+  const std::int64_t n = coords.present ? coords.shape[0] : features.shape[0];
+  if (n == 0)
+    throw Error(ErrorCode::input, "'" + path + "' holds no points (/" + (coords.present ? "coords" : "features") +
+                                      " has 0 rows): the point set is empty");
   const std::int64_t p = comm.size(), r = comm.rank();
   slab.global_points = n;
   slab.offset = n * r / p;
   slab.count = n * (r + 1) / p - slab.offset;
-  slab.dim = static_cast<int>(coords.shape[1]);
-  slab.coords.resize(static_cast<std::size_t>(slab.count * slab.dim));
-  read_rows(file, "coords", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.dim, slab.coords.data(), path);
+  if (coords.present) {
+    slab.has_coords = true;
+    slab.dim = static_cast<int>(coords.shape[1]);
+    slab.coords.resize(static_cast<std::size_t>(slab.count * slab.dim));
+    read_rows(file, "coords", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.dim, slab.coords.data(), path);
+  }
   if (features.present) {
     slab.has_features = true;
     slab.channels = static_cast<int>(features.shape[1]);
@@ -164,7 +173,7 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     for (const std::int64_t v : slab.edges)
       if (v < 0 || v >= n) {
         edge_status = {ErrorCode::input, "'" + path + "': /edge_index holds point " + std::to_string(v) + ", outside the rows 0.." +
-                                        std::to_string(n - 1) + " of /coords"};
+                                        std::to_string(n - 1) + " of the file"};
         break;
       }
     comm.agree_or_throw(edge_status);

@@ -20,6 +20,7 @@
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/point_file.hpp"
 #include "surrogate/version.hpp"
+#include "sphere_coords.hpp"
 
 namespace {
 
@@ -33,12 +34,15 @@ constexpr const char* kUsage = R"(usage:
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
                     [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
                     [--precision fp32|tf32|bf16] [--quiet]
-      Run the model on every point of POINTS.h5 (datasets /coords N x d, /features N x c_in,
-      optional /batch_idx N int64 sample indices, sample-major) and write /prediction (N x c_out,
-      float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
+      Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
+      at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
+      /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
       Models that need positions (erwin) take /coords as the positions; their message passing
       uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
       file), else the graph rule of the model file.
+      Spherical models (sphere_transformer, s2_attention, s2_neighborhood_attention) read /features
+      rows as the grid, row-major (latitude 0 = north, then longitude), nlat*nlon rows per sample;
+      /coords is optional for them and, if present, must hold the grid points' unit vectors.
       --reproducible  bitwise-identical results for any number of ranks and threads
       --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
@@ -178,6 +182,9 @@ int run_predict(const std::vector<std::string>& args) {
 
   // Features: /features, or the coordinates themselves when the file has none and the model takes d inputs.
   surrogate::collectively(comm, [&] {
+    if (model->needs_positions() && !slab.has_coords)
+      throw Error(ErrorCode::input, "'" + opt.input + "' has no /coords: the " + file.architecture + " model needs " +
+                                        std::to_string(model->position_dim()) + " coordinates per point (its positions)");
     if (model->needs_positions() && slab.dim != model->position_dim())
       throw Error(ErrorCode::input, "'" + opt.input + "': /coords has " + std::to_string(slab.dim) + " columns but the " +
                                         file.architecture + " model needs " + std::to_string(model->position_dim()) +
@@ -191,7 +198,7 @@ int run_predict(const std::vector<std::string>& args) {
       if (slab.channels != model->in_channels())
         throw Error(ErrorCode::input, "'" + opt.input + "': /features has " + std::to_string(slab.channels) +
                                           " channels but the model expects " + std::to_string(model->in_channels()));
-    } else if (slab.dim == model->in_channels()) {
+    } else if (slab.has_coords && slab.dim == model->in_channels()) {
       slab.features = slab.coords;
       slab.channels = slab.dim;
     } else {
@@ -201,6 +208,7 @@ int run_predict(const std::vector<std::string>& args) {
     }
   });
   const auto layout = surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
+  surrogate::cli::check_sphere_coordinates(comm, file, slab, layout.sample_sizes(), opt.input);
   const int out_channels = model->out_channels();
   std::vector<float> prediction(static_cast<std::size_t>(slab.count) * out_channels);
   comm.barrier();
@@ -258,7 +266,9 @@ int run_predict(const std::vector<std::string>& args) {
       << "  model       " << opt.model << " (" << file.architecture << ", " << with_commas(model->parameter_count())
       << " parameters, " << file.source << ")\n"
       << "  input       " << opt.input << ": " << with_commas(slab.global_points) << " points in " << samples
-      << (samples == 1 ? " sample" : " samples") << ", " << slab.dim << " coordinates, " << slab.channels << " input channels\n";
+      << (samples == 1 ? " sample" : " samples") << ", "
+      << (slab.has_coords ? std::to_string(slab.dim) + " coordinates" : std::string("no /coords")) << ", " << slab.channels
+      << " input channels\n";
     if (model->needs_positions())
       o << "  geometry    /coords as positions; graph: "
         << (slab.has_edges ? with_commas(slab.global_edges) + " edges from /edge_index" : "built by the model's rule") << "\n";

@@ -50,6 +50,7 @@ int main(int argc, char** argv) {
     write_file((out / "points_unsorted_batch.h5").string(),
                {{"coords", {4, 2}, {0, 0, 1, 0, 0, 1, 1, 1}}, {"batch_idx", {4}, {0, 1, 0, 1}, true}});
     write_file((out / "points_no_coords.h5").string(), {{"features", {3, 2}, {0, 0, 1, 0, 0, 1}}});
+    write_file((out / "points_no_coords_no_features.h5").string(), {{"batch_idx", {3}, {0, 0, 0}, true}});
   } catch (const std::exception& e) {
     std::cerr << "make_cli_inputs: " << e.what() << "\n";
     return 1;

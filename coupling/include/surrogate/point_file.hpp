@@ -14,7 +14,8 @@ struct PointSlab {
   std::int64_t global_points = 0;
   std::int64_t offset = 0;  // first global row of this rank
   std::int64_t count = 0;   // rows on this rank
-  int dim = 0;              // columns of /coords
+  bool has_coords = false;  // /coords is optional when /features is present
+  int dim = 0;              // columns of /coords (0 without /coords)
   int channels = 0;         // columns of /features
   std::vector<float> coords;            // count x dim
   std::vector<float> features;          // count x channels
