@@ -194,7 +194,7 @@ TEST(Branches, SelectionMatchesNaiveTopS) {
     const index_t rows = s.selection_rows(d.n);
     std::vector<std::int32_t> sel(static_cast<std::size_t>(d.samples * d.H * rows * S));
     double gap = 0.0;
-    bd::select_blocks(d.tokens(), d.blocks(), s, sel.data(), 3, &gap);
+    bd::select_blocks(surrogate::kernels::cpu(), d.tokens(), d.blocks(), s, sel.data(), 3, &gap);
     int mismatches = 0, near_ties = 0;
     double naive_gap = std::numeric_limits<double>::infinity();
     for (int smp = 0; smp < d.samples; ++smp)
@@ -236,7 +236,7 @@ TEST(Branches, SelectionOfADegenerateSampleTakesTheLowestMaskedBlocks) {
   Data d = make_data(8, 4);
   const auto s = shape(128, 8, 10, 8, true, true, true, true);
   std::vector<std::int32_t> sel(static_cast<std::size_t>(d.samples * d.H * d.nb * s.S));
-  bd::select_blocks(d.tokens(), d.blocks(), s, sel.data(), 2);
+  bd::select_blocks(surrogate::kernels::cpu(), d.tokens(), d.blocks(), s, sel.data(), 2);
   for (int smp = 0; smp < d.samples; ++smp)
     for (int h = 0; h < d.H; ++h)
       for (index_t r = 0; r < d.nb; ++r) {
@@ -247,11 +247,11 @@ TEST(Branches, SelectionOfADegenerateSampleTakesTheLowestMaskedBlocks) {
       }
   const auto one_ball = shape(256, 8, 4, 8, true, true, true, true);  // n = 256 = one ball
   std::vector<std::int32_t> sel1(static_cast<std::size_t>(d.samples * d.H * d.nb * one_ball.S));
-  bd::select_blocks(d.tokens(), d.blocks(), one_ball, sel1.data(), 2);
+  bd::select_blocks(surrogate::kernels::cpu(), d.tokens(), d.blocks(), one_ball, sel1.data(), 2);
   for (std::size_t i = 0; i < sel1.size(); ++i) EXPECT_EQ(sel1[i], static_cast<std::int32_t>(i % 4));
   const auto two_balls = shape(128, 8, 18, 8, true, true, true, true);  // 16 outside, then 2 own
   std::vector<std::int32_t> sel2(static_cast<std::size_t>(d.samples * d.H * d.nb * two_balls.S));
-  bd::select_blocks(d.tokens(), d.blocks(), two_balls, sel2.data(), 2);
+  bd::select_blocks(surrogate::kernels::cpu(), d.tokens(), d.blocks(), two_balls, sel2.data(), 2);
   for (int smp = 0; smp < d.samples; ++smp)
     for (int h = 0; h < d.H; ++h)
       for (index_t r = 0; r < d.nb; ++r) {

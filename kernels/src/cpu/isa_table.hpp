@@ -5,6 +5,7 @@
 #include "latent_impl.hpp"
 #include "linear_impl.hpp"
 #include "norm_impl.hpp"
+#include "top_keys_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -41,6 +42,7 @@ inline CpuKernels make_table() {
   t.latent_max = &latent_max;
   t.latent_encode_exact = &latent_encode_exact;
   t.ball_attention = &ball_attention;
+  t.top_keys = &top_keys;
   t.exp = &exp_map;
   t.activation = &activation_map;
   return t;

@@ -6,10 +6,12 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <string>
 #include <vector>
 
 #include "../erwin/erwin_layers.hpp"
 #include "surrogate/balltree.hpp"
+#include "surrogate/error.hpp"
 
 namespace surrogate::bsa::detail {
 namespace {
@@ -67,37 +69,6 @@ float attention_scale(int E) { return 1.0f / std::sqrt(static_cast<float>(E)); }
 void scaled_copy(const float* src, int E, float scale, float* dst) {
   for (int e = 0; e < E; ++e) dst[e] = src[e] * scale;
 }
-
-/// Keeps the S best (score, index) pairs of a row scanned in ascending index order: a later index
-/// displaces an earlier one only with a strictly larger score (equal scores: the lower index wins).
-class TopS {
- public:
-  explicit TopS(int S) : S_(S), score_(static_cast<std::size_t>(S) + 1), index_(static_cast<std::size_t>(S) + 1) {}
-  void reset() { count_ = 0; }
-  void offer(float score, std::int32_t index) {
-    if (count_ == S_ && !(score > score_[static_cast<std::size_t>(S_) - 1])) return;
-    int pos = std::min(count_, S_ - 1);  // insertion point: after every entry with a score >= this one
-    while (pos > 0 && score_[static_cast<std::size_t>(pos) - 1] < score) {
-      score_[static_cast<std::size_t>(pos)] = score_[static_cast<std::size_t>(pos) - 1];
-      index_[static_cast<std::size_t>(pos)] = index_[static_cast<std::size_t>(pos) - 1];
-      --pos;
-    }
-    score_[static_cast<std::size_t>(pos)] = score;
-    index_[static_cast<std::size_t>(pos)] = index;
-    count_ = std::min(count_ + 1, S_);
-  }
-  /// The chosen indices in ascending order; `next` is the best score that was not chosen (-inf if none).
-  void finish(std::int32_t* out) const {
-    std::copy_n(index_.begin(), S_, out);
-    std::sort(out, out + S_);
-  }
-  float kth() const { return score_[static_cast<std::size_t>(S_) - 1]; }
-
- private:
-  int S_ = 0, count_ = 0;
-  std::vector<float> score_;
-  std::vector<std::int32_t> index_;
-};
 
 }  // namespace
 
@@ -168,77 +139,79 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
   }
 }
 
-void select_blocks(const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel, int threads,
-                   double* min_gap) {
+void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel,
+                   int threads, double* min_gap) {
   const int H = t.heads, E = t.E;
   const index_t nb = b.nb, rows = s.selection_rows(t.n), bpb = s.P / s.C;
-  const float scale = attention_scale(E);
   const int per_row = s.block_level ? 1 : s.tokens_per_row();
-  // Compressed keys transposed per (sample, head): E rows of nb, so that a row of scores is a sum of
-  // E contiguous axpy's.
-  std::vector<float> kt(static_cast<std::size_t>(t.samples) * H * E * static_cast<std::size_t>(nb));
-  for (int smp = 0; smp < t.samples; ++smp)
-    for (int h = 0; h < H; ++h)
-      for (index_t g = 0; g < nb; ++g)
-        for (int e = 0; e < E; ++e)
-          kt[((static_cast<std::size_t>(smp) * H + h) * E + e) * nb + g] = b.k[(smp * nb + g) * b.ld + h * E + e];
-  const index_t chunk = 16;
+  if (s.S > kernels::kMaxTopKeys || s.S > nb)
+    throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(s.S) +
+                                            " exceeds the blocks per sample (" + std::to_string(nb) +
+                                            ") or the kernel limit " + std::to_string(kernels::kMaxTopKeys));
+  // Compressed keys transposed per (sample, head): E rows of nb (padded), the layout of the top_keys kernel.
+  const index_t ldk = kernels::round_up(nb, kernels::kPad);
+  AlignedBuffer<float> kt(static_cast<std::size_t>(t.samples) * H * E * static_cast<std::size_t>(ldk));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t sh = 0; sh < static_cast<index_t>(t.samples) * H; ++sh) {
+    const index_t smp = sh / H, h = sh % H;
+    float* dst = kt.data() + sh * E * ldk;
+    for (int e = 0; e < E; ++e) {
+      float* row = dst + e * ldk;
+      for (index_t g = 0; g < nb; ++g) row[g] = b.k[(smp * nb + g) * b.ld + h * E + e];
+      std::fill(row + nb, row + ldk, 0.0f);
+    }
+  }
+  constexpr index_t chunk = 64;  // selection rows per task
   const index_t chunks = (rows + chunk - 1) / chunk;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
   double gap = std::numeric_limits<double>::infinity();
 #pragma omp parallel num_threads(threads) reduction(min : gap)
   {
-    std::vector<float> row(static_cast<std::size_t>(nb)), part(static_cast<std::size_t>(nb));
-    TopS top(s.S);
+    std::vector<index_t> mask_begin(chunk), mask_end(chunk);
+    std::vector<float> kth(chunk), next(chunk);
 #pragma omp for schedule(dynamic)
     for (index_t task = 0; task < tasks; ++task) {
       const index_t smp = task / (H * chunks), h = (task / chunks) % H, r0 = (task % chunks) * chunk;
-      const float* kth = kt.data() + (static_cast<std::size_t>(smp) * H + h) * E * nb;
-      for (index_t r = r0; r < std::min(rows, r0 + chunk); ++r) {
-        // Scores of this row (the mean over the group's tokens for grouped token-level importance).
-        for (int tok = 0; tok < per_row; ++tok) {
-          const float* q = s.block_level ? b.q + (smp * nb + r) * b.ld + h * E
-                                         : t.q + (smp * t.n + r * per_row + tok) * t.ld + h * E;
-          float* dst = tok == 0 ? row.data() : part.data();
-          std::fill(dst, dst + nb, 0.0f);
-          for (int e = 0; e < E; ++e) {
-            const float qe = q[e];
-            const float* ke = kth + static_cast<std::size_t>(e) * nb;
-            for (index_t g = 0; g < nb; ++g) dst[g] += qe * ke[g];
-          }
-          for (index_t g = 0; g < nb; ++g) dst[g] *= scale;
-          if (tok > 0)
-            for (index_t g = 0; g < nb; ++g) row[static_cast<std::size_t>(g)] += part[static_cast<std::size_t>(g)];
-        }
-        if (per_row > 1)
-          for (index_t g = 0; g < nb; ++g) row[static_cast<std::size_t>(g)] /= static_cast<float>(per_row);
-        if (s.mask_own_ball) {
-          // Balls of the row's tokens (block-level: the block's ball).
+      const index_t count = std::min(chunk, rows - r0);
+      kernels::TopKeysArgs a;
+      if (s.block_level) {
+        a.q = b.q + (smp * nb + r0) * b.ld + h * E;
+        a.ldq = b.ld;
+      } else {
+        a.q = t.q + (smp * t.n + r0 * per_row) * t.ld + h * E;
+        a.ldq = t.ld;
+      }
+      a.group = per_row;
+      a.E = E;
+      a.rows = count;
+      a.kt = kt.data() + (smp * H + h) * E * ldk;
+      a.ldk = ldk;
+      a.keys = nb;
+      a.scale = attention_scale(E);
+      if (s.mask_own_ball) {
+        // Blocks of the balls of the row's tokens (block-level: the block's ball).
+        for (index_t i = 0; i < count; ++i) {
+          const index_t r = r0 + i;
           const index_t first = s.block_level ? r / bpb : r * per_row / s.P;
           const index_t last = s.block_level ? first : (r * per_row + per_row - 1) / s.P;
-          for (index_t ball = first; ball <= last; ++ball)
-            std::fill_n(row.begin() + ball * bpb, std::min(bpb, nb - ball * bpb), kNegInf);
+          mask_begin[static_cast<std::size_t>(i)] = first * bpb;
+          mask_end[static_cast<std::size_t>(i)] = std::min((last + 1) * bpb, nb);
         }
-        top.reset();
-        for (index_t g = 0; g < nb; ++g) top.offer(row[static_cast<std::size_t>(g)], static_cast<std::int32_t>(g));
-        if (min_gap && nb > s.S) {
-          // The best score left out.
-          std::int32_t* chosen = sel + ((smp * H + h) * rows + r) * s.S;
-          top.finish(chosen);
-          float next = kNegInf;
-          for (index_t g = 0, j = 0; g < nb; ++g) {
-            if (j < s.S && chosen[j] == g) {
-              ++j;
-              continue;
-            }
-            next = std::max(next, row[static_cast<std::size_t>(g)]);
-          }
-          if (std::isfinite(top.kth()) && std::isfinite(next))
-            gap = std::min(gap, static_cast<double>(top.kth()) - static_cast<double>(next));
-        } else {
-          top.finish(sel + ((smp * H + h) * rows + r) * s.S);
-        }
+        a.mask_begin = mask_begin.data();
+        a.mask_end = mask_end.data();
       }
+      a.S = s.S;
+      a.sel = sel + ((smp * H + h) * rows + r0) * s.S;
+      if (min_gap) {
+        a.kth = kth.data();
+        a.next = next.data();
+      }
+      k.top_keys(a);
+      if (min_gap)
+        for (index_t i = 0; i < count; ++i) {
+          const float hi = kth[static_cast<std::size_t>(i)], lo = next[static_cast<std::size_t>(i)];
+          if (std::isfinite(hi) && std::isfinite(lo)) gap = std::min(gap, static_cast<double>(hi) - static_cast<double>(lo));
+        }
     }
   }
   if (min_gap) *min_gap = gap;
@@ -257,6 +230,10 @@ void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, con
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
+    // The S*C selected keys and values of a row gathered head-wise (E floats per key), so that one
+    // streamed call covers them all rather than S calls of C keys.
+    const index_t keys = static_cast<index_t>(s.S) * s.C;
+    AlignedBuffer<float> kg(static_cast<std::size_t>(keys * E)), vg(kg.size());
 #pragma omp for schedule(dynamic)
     for (index_t task = 0; task < tasks; ++task) {
       const index_t smp = task / (H * chunks), h = (task / chunks) % H, r0 = (task % chunks) * per_task;
@@ -267,8 +244,13 @@ void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, con
         const std::int32_t* chosen = sel + ((smp * H + h) * rows + r) * s.S;
         for (int j = 0; j < s.S; ++j) {
           const index_t key0 = smp * t.n + static_cast<index_t>(chosen[j]) * s.C;
-          st.add(k, t.k + key0 * t.ld + h * E, t.v + key0 * t.ld + h * E, t.ld, s.C);
+          for (int c = 0; c < s.C; ++c) {
+            const index_t dst = (static_cast<index_t>(j) * s.C + c) * E;
+            std::copy_n(t.k + (key0 + c) * t.ld + h * E, E, kg.data() + dst);
+            std::copy_n(t.v + (key0 + c) * t.ld + h * E, E, vg.data() + dst);
+          }
         }
+        st.add(k, kg.data(), vg.data(), E, keys);
         for (int m = 0; m < M; ++m) st.store(m, out + (tok0 + m) * ldo + h * E);
       }
     }

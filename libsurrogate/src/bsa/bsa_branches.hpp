@@ -3,8 +3,8 @@
 // check each branch against a naive reference). Every function parallelises over (sample, head, block of
 // rows) with OpenMP; a row's result never depends on the number of threads. The softmaxes stream through
 // the shared online-softmax primitive kernels::CpuKernels::latent_encode (the queries of a task are its
-// "latents"), so no n x n or nb x nb score matrix is formed; the importance scores are computed one row
-// of nb scores at a time.
+// "latents"), so no n x n or nb x nb score matrix is formed; the importance scores and the top-S go
+// through kernels::CpuKernels::top_keys (W keys at a time in registers, no score row stored).
 #pragma once
 
 #include <cstdint>
@@ -73,10 +73,10 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
 /// group with group selection. Blocks of the own ball score -inf when mask_own_ball (for a group: the
 /// ball of any of its tokens). The S largest scores win; equal scores are ordered by the lower block
 /// index (so a sample with fewer than S candidates outside the own ball takes all of them, then the
-/// lowest-index blocks of the own ball). `min_gap`, when not null, receives the smallest difference
+/// lowest-index blocks of the own ball). S <= kernels::kMaxTopKeys (else Error(unsupported)). `min_gap`, when not null, receives the smallest difference
 /// between the S-th and the (S+1)-th score over all rows where both are finite.
-void select_blocks(const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel, int threads,
-                   double* min_gap = nullptr);
+void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel,
+                   int threads, double* min_gap = nullptr);
 
 /// Fine branch: every token attends to the S*C tokens of its row's selected blocks (ascending block
 /// order), scale 1/sqrt(E), no bias.

@@ -237,7 +237,7 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
     std::vector<std::int32_t> sel(static_cast<std::size_t>(samples * H * s.selection_rows(n) * s.S));
     detail::local_branch(k, tok, pos, d, c.ball_size, L.sigma.data(), local.data(), ld, threads);
     detail::coarse_branch(k, tok, blk, s, coarse.data(), ld, threads);
-    detail::select_blocks(tok, blk, s, sel.data(), threads);
+    detail::select_blocks(k, tok, blk, s, sel.data(), threads);
     detail::fine_branch(k, tok, s, sel.data(), fine.data(), ld, threads);
     // Gate: o = g_local * local + g_coarse * coarse + g_fine * fine per head (static: 1, sigmoid(gates)).
     for_row_chunks(rows, threads, [&](index_t r0, index_t count) {

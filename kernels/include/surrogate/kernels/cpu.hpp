@@ -129,6 +129,32 @@ struct BallAttentionArgs {
   index_t ldo = 0;
 };
 
+/// Block selection (BSA's importance scores and top-S), for `rows` rows: the score of key g is
+///   s_g = (sum_t scale * (q_t . k_g)) / group  over the row's `group` queries (query t of row r: E floats
+/// at q + (r * group + t) * ldq), and -inf for g in [mask_begin[r], mask_end[r]) when mask_begin is set.
+/// The S largest scores win, equal scores go to the lower key index; the S keys are written in ascending
+/// order to sel + r * S. Keys transposed: channel e of key g at kt[e * ldk + g], ldk >=
+/// round_up(keys, kPad), padding columns finite. S <= min(keys, kMaxTopKeys). Optional per-row outputs:
+/// kth[r] = the S-th best score, next[r] = the best score not chosen (-inf if none). No score row is
+/// stored; a row's result does not depend on the other rows. Single-threaded, no heap allocation.
+inline constexpr int kMaxTopKeys = 256;
+struct TopKeysArgs {
+  const float* q = nullptr;
+  index_t ldq = 0;
+  int group = 1, E = 0;
+  index_t rows = 0;
+  const float* kt = nullptr;
+  index_t ldk = 0;
+  index_t keys = 0;
+  float scale = 1.0f;
+  const index_t* mask_begin = nullptr;  // [rows], with mask_end, or nullptr: no mask
+  const index_t* mask_end = nullptr;
+  int S = 0;
+  std::int32_t* sel = nullptr;  // [rows * S]
+  float* kth = nullptr;         // [rows] or nullptr
+  float* next = nullptr;        // [rows] or nullptr
+};
+
 /// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).
 struct LatentDecodeArgs {
   const float* q = nullptr;
@@ -188,6 +214,7 @@ struct CpuKernels {
   void (*latent_max)(const LatentMaxArgs&) = nullptr;
   void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
   void (*ball_attention)(const BallAttentionArgs&) = nullptr;
+  void (*top_keys)(const TopKeysArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
