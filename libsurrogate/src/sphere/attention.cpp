@@ -59,13 +59,28 @@ float AttentionS2::scale() const noexcept { return impl_->h.s; }
 const std::vector<float>& AttentionS2::log_quad_weights() const noexcept { return impl_->log_w; }
 
 void AttentionS2::forward(int batch, const float* query, const float* key, const float* value, float* out) const {
+  forward_rows(batch, 0, impl_->cfg.nlat_out, query, key, value, out);
+}
+
+void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key,
+                               const float* value, float* out) const {
   const Impl& m = *impl_;
   const AttentionS2Config& c = m.cfg;
   const detail::S2Heads& hd = m.h;
+  if (lat_begin < 0 || lat_end > c.nlat_out || lat_begin > lat_end)
+    invalid("output rows [" + std::to_string(lat_begin) + ", " + std::to_string(lat_end) + ") outside [0, nlat_out = " +
+            std::to_string(c.nlat_out) + ")");
+  if (lat_begin == lat_end) {
+    if (batch < 1) invalid("batch must be positive, got " + std::to_string(batch));
+    return;
+  }
+  if (!key && !(lat_begin == 0 && lat_end == c.nlat_out))
+    invalid("forward_rows on a part of the grid needs the whole key and value grids");
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   const kernels::CpuKernels& kern = kernels::cpu();
 
-  const index_t po = static_cast<index_t>(c.nlat_out) * c.nlon_out, pi = static_cast<index_t>(c.nlat_in) * c.nlon_in;
+  const index_t po = static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
+                pi = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const index_t rows_q = batch * po, rows_k = batch * pi;
   const int H = hd.heads, E = hd.width, ev = hd.ev;
   detail::AugmentedOperands ops;

@@ -146,14 +146,40 @@ int DiscoConvS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvS2::table() const { return impl_->table; }
 
 void DiscoConvS2::forward(int batch, const float* in, float* out) const {
+  forward_rows(batch, in, 0, impl_->config.nlat_in, out, 0, impl_->config.nlat_out);
+}
+
+std::pair<int, int> DiscoConvS2::input_rows(int lat_begin, int lat_end) const {
+  const Impl& m = *impl_;
+  int first = m.config.nlat_in, last = -1;
+  const auto K = static_cast<std::size_t>(m.K);
+  for (int t = std::max(lat_begin, 0); t < std::min(lat_end, m.config.nlat_out); ++t)
+    for (std::int64_t z = m.seg[static_cast<std::size_t>(t) * K]; z < m.seg[static_cast<std::size_t>(t + 1) * K]; ++z) {
+      first = std::min(first, m.e_hi[static_cast<std::size_t>(z)]);
+      last = std::max(last, m.e_hi[static_cast<std::size_t>(z)]);
+    }
+  return last < 0 ? std::pair{lat_begin, lat_begin} : std::pair{first, last + 1};
+}
+
+void DiscoConvS2::forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                               int out_end) const {
   if (batch < 0) fail(ErrorCode::invalid_argument, "batch must be non-negative, got " + std::to_string(batch));
-  if (batch == 0) return;
-  if (!in || !out) fail(ErrorCode::invalid_argument, "in and out must not be null");
   const Impl& m = *impl_;
   const DiscoConfig& c = m.config;
+  if (out_begin < 0 || out_end > c.nlat_out || out_begin > out_end)
+    fail(ErrorCode::invalid_argument, "output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) +
+                                          ") outside [0, nlat_out = " + std::to_string(c.nlat_out) + ")");
+  if (batch == 0 || out_begin == out_end) return;
+  if (!in || !out) fail(ErrorCode::invalid_argument, "in and out must not be null");
+  const auto needed = input_rows(out_begin, out_end);
+  if (needed.first < needed.second && (needed.first < in_begin || needed.second > in_end))
+    fail(ErrorCode::invalid_argument, "output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) +
+                                          ") read input rows [" + std::to_string(needed.first) + ", " +
+                                          std::to_string(needed.second) + "), the given input holds [" +
+                                          std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
   const int K = m.K, G = c.groups, Cg = m.Cg, Og = m.Og, Cin = c.in_channels, Cout = c.out_channels;
-  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = c.nlat_out, p = Wi / Wo;
-  const index_t Pi = static_cast<index_t>(c.nlat_in) * Wi, Po = static_cast<index_t>(Ho) * Wo;
+  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin, p = Wi / Wo;
+  const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
   const index_t rows = static_cast<index_t>(batch) * Ho;
 
 #pragma omp parallel
@@ -165,8 +191,8 @@ void DiscoConvS2::forward(int batch, const float* in, float* out) const {
 #pragma omp for schedule(dynamic, 1)
     for (index_t r = 0; r < rows; ++r) {
       const index_t b = r / Ho;
-      const int t = static_cast<int>(r % Ho);
-      const float* xb = in + b * Pi * Cin;
+      const int t = out_begin + static_cast<int>(r % Ho);  // the global output latitude
+      const float* xb = in + b * Pi * Cin;  // input row hi at (hi - in_begin) * Wi * Cin
       std::memset(yd, 0, sizeof(float) * static_cast<std::size_t>(Wo) * static_cast<std::size_t>(m.ld_y));
       for (int k = 0; k < K; ++k) {
         const auto s = static_cast<std::size_t>(t) * static_cast<std::size_t>(K) + static_cast<std::size_t>(k);
@@ -174,7 +200,7 @@ void DiscoConvS2::forward(int batch, const float* in, float* out) const {
           const auto zi = static_cast<std::size_t>(z);
           const float v = m.e_val[zi];
           const int wi = m.e_wi[zi];
-          const float* xrow = xb + static_cast<index_t>(m.e_hi[zi]) * Wi * Cin;
+          const float* xrow = xb + static_cast<index_t>(m.e_hi[zi] - in_begin) * Wi * Cin;
           for (int wo = 0; wo < Wo; ++wo) {
             int w = wi + p * wo;
             if (w >= Wi) w -= Wi;
@@ -188,7 +214,7 @@ void DiscoConvS2::forward(int batch, const float* in, float* out) const {
           }
         }
       }
-      float* orow = out + (b * Po + static_cast<index_t>(t) * Wo) * Cout;
+      float* orow = out + (b * Po + static_cast<index_t>(t - out_begin) * Wo) * Cout;
       for (int g = 0; g < G; ++g) {
         kernels::LinearArgs a;
         a.layer = &m.layers[static_cast<std::size_t>(g)];

@@ -86,24 +86,66 @@ const std::vector<float>& NeighborhoodAttentionS2::quad_weights() const noexcept
 
 void NeighborhoodAttentionS2::forward(int batch, const float* query, const float* key, const float* value,
                                       float* out) const {
+  forward_rows(batch, 0, impl_->cfg.nlat_out, query, 0, impl_->cfg.nlat_in, key, value, out);
+}
+
+std::pair<int, int> NeighborhoodAttentionS2::input_rows(int lat_begin, int lat_end) const {
+  const Impl& m = *impl_;
+  const int nlon_in = m.cfg.nlon_in;
+  int first = m.cfg.nlat_in, last = -1;
+  lat_begin = std::max(lat_begin, 0);
+  lat_end = std::min(lat_end, m.cfg.nlat_out);
+  // Shifting by longitudes keeps the latitude of a column: the unshifted lists decide.
+  for (int t = lat_begin; t < lat_end; ++t)
+    for (index_t j = m.csr.row_offsets[static_cast<std::size_t>(t)]; j < m.csr.row_offsets[static_cast<std::size_t>(t) + 1];
+         ++j) {
+      const int hi = static_cast<int>(m.csr.columns[static_cast<std::size_t>(j)] / nlon_in);
+      first = std::min(first, hi);
+      last = std::max(last, hi);
+    }
+  return last < 0 ? std::pair{lat_begin, lat_begin} : std::pair{first, last + 1};
+}
+
+void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin,
+                                           int in_end, const float* key, const float* value, float* out) const {
   const Impl& m = *impl_;
   const NeighborhoodAttentionS2Config& c = m.cfg;
   const detail::S2Heads& hd = m.h;
+  if (lat_begin < 0 || lat_end > c.nlat_out || lat_begin > lat_end)
+    invalid("output rows [" + std::to_string(lat_begin) + ", " + std::to_string(lat_end) + ") outside [0, nlat_out = " +
+            std::to_string(c.nlat_out) + ")");
+  if (lat_begin == lat_end) {
+    if (batch < 1) invalid("batch must be positive, got " + std::to_string(batch));
+    return;
+  }
+  if (!key && !(lat_begin == 0 && lat_end == c.nlat_out && in_begin == 0 && in_end == c.nlat_in))
+    invalid("forward_rows on a part of the grid needs key and value");
+  const auto needed = input_rows(lat_begin, lat_end);
+  if (needed.first < needed.second && (needed.first < in_begin || needed.second > in_end))
+    invalid("output rows [" + std::to_string(lat_begin) + ", " + std::to_string(lat_end) + ") reach input rows [" +
+            std::to_string(needed.first) + ", " + std::to_string(needed.second) + "), the given key/value hold [" +
+            std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   const kernels::CpuKernels& kern = kernels::cpu();
 
-  const index_t po = static_cast<index_t>(c.nlat_out) * c.nlon_out, pi = static_cast<index_t>(c.nlat_in) * c.nlon_in;
+  // Band sizes: po output points and pi input points per sample; key row r of a sample is input point
+  // r + in_offset of the grid.
+  const index_t po = static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
+                pi = static_cast<index_t>(in_end - in_begin) * c.nlon_in,
+                in_offset = static_cast<index_t>(in_begin) * c.nlon_in;
   const index_t rows_q = batch * po, rows_k = batch * pi;
   const int H = hd.heads, E = hd.width, ev = hd.ev;
   detail::AugmentedOperands ops;
-  hd.project(rows_q, rows_k, pi, c.nlon_in, m.log_w, query, key, value, ops);
+  const std::vector<float> log_w(m.log_w.begin() + in_begin, m.log_w.begin() + in_end);
+  hd.project(rows_q, rows_k, pi, c.nlon_in, log_w, query, key, value, ops);
   const index_t ld_aug = ops.ld_aug, ld_v = hd.ld_out();
   AlignedBuffer<float> o(static_cast<std::size_t>(rows_q * ld_v));
 
   // The streamed softmax over each output point's neighbours: one task per (sample, output latitude,
   // block of output longitudes); per point the neighbours' augmented rows are gathered contiguously.
   const index_t lon_blocks = (c.nlon_out + kLonBlock - 1) / kLonBlock;
-  const index_t tasks = static_cast<index_t>(batch) * c.nlat_out * lon_blocks;
+  const index_t nlat_band = lat_end - lat_begin;
+  const index_t tasks = static_cast<index_t>(batch) * nlat_band * lon_blocks;
   const std::size_t gather = static_cast<std::size_t>(std::max<index_t>(m.max_neighbors, 1) * ld_aug);
 #pragma omp parallel
   {
@@ -111,20 +153,20 @@ void NeighborhoodAttentionS2::forward(int batch, const float* query, const float
     std::vector<double> weighted(static_cast<std::size_t>(E));
 #pragma omp for schedule(dynamic)
     for (index_t t = 0; t < tasks; ++t) {
-      const index_t b = t / (c.nlat_out * lon_blocks), lat = (t / lon_blocks) % c.nlat_out;
+      const index_t b = t / (nlat_band * lon_blocks), lat = lat_begin + (t / lon_blocks) % nlat_band;
       const int wo0 = static_cast<int>((t % lon_blocks) * kLonBlock);
       const int wo1 = std::min(c.nlon_out, wo0 + kLonBlock);
       const index_t beg = m.csr.row_offsets[static_cast<std::size_t>(lat)];
       const index_t n = m.csr.row_offsets[static_cast<std::size_t>(lat) + 1] - beg;
-      const float* kb = ops.k.data() + b * pi * ld_aug;
+      const float* kb = ops.k.data() + b * pi * ld_aug;  // grid point col at (col - in_offset) * ld_aug
       const float* vb = ops.v.data() + b * pi * ld_aug;
       for (int wo = wo0; wo < wo1; ++wo) {
         for (index_t j = 0; j < n; ++j) {
-          const index_t col = m.csr.shifted(m.csr.columns[static_cast<std::size_t>(beg + j)], wo);
+          const index_t col = m.csr.shifted(m.csr.columns[static_cast<std::size_t>(beg + j)], wo) - in_offset;
           std::memcpy(kg.data() + j * ld_aug, kb + col * ld_aug, static_cast<std::size_t>(ld_aug) * sizeof(float));
           std::memcpy(vg.data() + j * ld_aug, vb + col * ld_aug, static_cast<std::size_t>(ld_aug) * sizeof(float));
         }
-        const index_t row = b * po + lat * c.nlon_out + wo;
+        const index_t row = b * po + (lat - lat_begin) * c.nlon_out + wo;
         for (int h = 0; h < H; ++h) {
           std::int32_t ref_exp = kernels::kNoExponent;
           double sum = 0.0;

@@ -113,18 +113,53 @@ ResampleS2::ResampleS2(const ResampleConfig& config) : config_(config) {
 }
 
 void ResampleS2::forward(int batch, int channels, const float* in, float* out) const {
+  forward_rows(batch, channels, in, 0, config_.nlat_in, out, 0, config_.nlat_out);
+}
+
+std::pair<int, int> ResampleS2::input_rows(int lat_begin, int lat_end) const {
+  const ResampleConfig& c = config_;
+  lat_begin = std::max(lat_begin, 0);
+  lat_end = std::min(lat_end, c.nlat_out);
+  if (lat_begin >= lat_end) return {lat_begin, lat_begin};
+  if (identity_) return {lat_begin, lat_end};
+  // Extended rows r0 .. r1 + 1 (lat_index_ is non-decreasing); a pole row reads the first / last input row.
+  const int shift = expand_poles_ ? 1 : 0;
+  const int first = lat_index_[static_cast<std::size_t>(lat_begin)] - shift;
+  const int last = lat_index_[static_cast<std::size_t>(lat_end - 1)] + 1 - shift;
+  return {std::clamp(first, 0, c.nlat_in - 1), std::clamp(last, 0, c.nlat_in - 1) + 1};
+}
+
+void ResampleS2::forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out,
+                              int out_begin, int out_end) const {
   const ResampleConfig& c = config_;
   if (batch < 1) invalid("ResampleS2::forward: batch must be at least 1, got " + std::to_string(batch));
   if (channels < 1) invalid("ResampleS2::forward: channels must be at least 1, got " + std::to_string(channels));
+  if (out_begin < 0 || out_end > c.nlat_out || out_begin > out_end)
+    invalid("ResampleS2::forward_rows: output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) +
+            ") outside [0, nlat_out = " + std::to_string(c.nlat_out) + ")");
+  if (out_begin == out_end) return;
   if (!in || !out) invalid("ResampleS2::forward: in and out must not be null");
+  const auto needed = input_rows(out_begin, out_end);
+  if (needed.first < in_begin || needed.second > in_end)
+    invalid("ResampleS2::forward_rows: output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) +
+            ") read input rows [" + std::to_string(needed.first) + ", " + std::to_string(needed.second) +
+            "), the given input holds [" + std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
   const std::size_t C = static_cast<std::size_t>(channels);
-  const std::size_t pi_count = static_cast<std::size_t>(c.nlat_in) * static_cast<std::size_t>(c.nlon_in);
-  const std::size_t po_count = static_cast<std::size_t>(c.nlat_out) * static_cast<std::size_t>(c.nlon_out);
+  const std::size_t pi_count = static_cast<std::size_t>(in_end - in_begin) * static_cast<std::size_t>(c.nlon_in);
+  const std::size_t po_count = static_cast<std::size_t>(out_end - out_begin) * static_cast<std::size_t>(c.nlon_out);
   if (identity_) {
-    if (in != out) std::memcpy(out, in, static_cast<std::size_t>(batch) * pi_count * C * sizeof(float));
+    for (int b = 0; b < batch; ++b) {
+      const float* src = in + (static_cast<std::size_t>(b) * pi_count +
+                               static_cast<std::size_t>(out_begin - in_begin) * static_cast<std::size_t>(c.nlon_in)) * C;
+      float* dst = out + static_cast<std::size_t>(b) * po_count * C;
+      if (src != dst) std::memmove(dst, src, po_count * C * sizeof(float));
+    }
     return;
   }
   const bool spherical = c.mode == ResampleMode::bilinear_spherical;
+  // Which pole rows these output rows use (the extended rows 0 and nlat_in + 1).
+  const bool north = expand_poles_ && lat_index_[static_cast<std::size_t>(out_begin)] == 0;
+  const bool south = expand_poles_ && lat_index_[static_cast<std::size_t>(out_end - 1)] + 1 == c.nlat_in + 1;
 
   // Pole rows: per sample and channel, the mean over longitude of the first / last input row (a circular
   // mean, atan2(mean sin, mean cos), for angle-valued fields); sums in double, rounded to float.
@@ -134,7 +169,8 @@ void ResampleS2::forward(int batch, int channels, const float* in, float* out) c
 #pragma omp parallel for schedule(static)
     for (int task = 0; task < 2 * batch; ++task) {
       const std::size_t b = static_cast<std::size_t>(task / 2), side = static_cast<std::size_t>(task % 2);
-      const std::size_t row = side == 0 ? 0 : static_cast<std::size_t>(c.nlat_in - 1);
+      if (!(side == 0 ? north : south)) continue;
+      const std::size_t row = side == 0 ? 0 : static_cast<std::size_t>(c.nlat_in - 1 - in_begin);
       const float* base = in + (b * pi_count + row * static_cast<std::size_t>(c.nlon_in)) * C;
       float* dst = poles.data() + (b * 2 + side) * C;
       std::vector<double> s(C, 0.0), s2(spherical ? C : 0, 0.0);
@@ -156,11 +192,11 @@ void ResampleS2::forward(int batch, int channels, const float* in, float* out) c
     }
   }
 
-  const int rows_out = batch * c.nlat_out;
+  const int nrows = out_end - out_begin, rows_out = batch * nrows;
 #pragma omp parallel for schedule(static)
   for (int task = 0; task < rows_out; ++task) {
-    const std::size_t b = static_cast<std::size_t>(task / c.nlat_out);
-    const int t = task % c.nlat_out;
+    const std::size_t b = static_cast<std::size_t>(task / nrows);
+    const int t = out_begin + task % nrows;  // the global output latitude
     // Extended row r: the north pole row (r = 0), input row r - 1, the south pole row (r = nlat_in + 1)
     // when the poles are expanded; input row r otherwise. A pole row has one value per channel.
     auto row = [&](int r, int lon) -> const float* {
@@ -169,12 +205,14 @@ void ResampleS2::forward(int batch, int channels, const float* in, float* out) c
         if (r == c.nlat_in + 1) return poles.data() + (b * 2 + 1) * C;
         --r;
       }
+      r -= in_begin;
       return in + (b * pi_count + static_cast<std::size_t>(r) * static_cast<std::size_t>(c.nlon_in) +
                    static_cast<std::size_t>(lon)) * C;
     };
     const int r0 = lat_index_[static_cast<std::size_t>(t)];
     const float wl = lat_weight_[static_cast<std::size_t>(t)];
-    float* dst_row = out + (b * po_count + static_cast<std::size_t>(t) * static_cast<std::size_t>(c.nlon_out)) * C;
+    float* dst_row =
+        out + (b * po_count + static_cast<std::size_t>(t - out_begin) * static_cast<std::size_t>(c.nlon_out)) * C;
     for (int w = 0; w < c.nlon_out; ++w) {
       const int left = lon_left_[static_cast<std::size_t>(w)], right = lon_right_[static_cast<std::size_t>(w)];
       const float wo = lon_weight_[static_cast<std::size_t>(w)];

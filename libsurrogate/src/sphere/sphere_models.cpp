@@ -3,19 +3,24 @@
 // concatenated over the ranks in rank order, are the grid in row-major order (latitude 0 = north first,
 // then longitude): global row b*nlat*nlon + lat*nlon + lon of `surrogate predict`'s /features.
 //
-// Multi-rank mode of this version: every rank gathers the whole grid of every sample and runs the whole
-// forward, keeping its own rows. The prediction is therefore bitwise identical for any number of ranks
-// and any split of the rows, but neither the memory nor the time scales with the ranks (latitude-band
-// distribution with halos is the planned replacement; share/docs/sphere.md).
+// Multi-rank mode: latitude bands. Every rank computes whole latitude rows of each grid (solver_pieces
+// gives the partition rule); the rows an operator needs beyond the band (DISCO and resampling stencils,
+// neighbourhood-attention halos, every row for global attention) are fetched from the ranks holding them
+// (fetch_rows, surrogate/sphere/bands.hpp), and the result goes back to the solver's pieces the same way.
+// Every value is computed by the same arithmetic as on one process, so predictions are bitwise identical
+// for any number of ranks and any split of the rows (share/docs/sphere.md, "Multi-rank mode").
 #include <omp.h>
 
 #include <algorithm>
 #include <numeric>
 #include <string>
+#include <type_traits>
+#include <utility>
 
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/sphere/attention.hpp"
+#include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/transformer.hpp"
 #include "release.hpp"
@@ -37,18 +42,23 @@ class ThreadCount {
   int saved_;
 };
 
-/// The whole grid of every sample (rows b*points + p, `width` dense columns) gathered from the ranks'
-/// rows, and how many rows of each sample every rank holds (counts[r*B + b]).
-struct GatheredSamples {
-  std::vector<float> grid;
-  std::vector<index_t> counts;
+/// This rank's pieces of the solver's field (global rows b*points + p; each sample's points concatenated
+/// over the ranks in rank order) and the latitude bands the ranks compute.
+struct SolverPieces {
+  std::vector<HeldRows> held;          // this rank's input rows, one range per sample it holds
+  std::vector<index_t> working_begin;  // the first working row (layout order) of each range
+  BandPartition bands;                 // image-grid rows per rank
 };
 
-/// Collective. Gathers the ranks' rows (layout's working order, row stride ld). Throws Error(input) on
-/// every rank when a sample does not have exactly `points` points.
-GatheredSamples gather_samples(const Comm& comm, const SampleLayout& layout, const float* rows, index_t ld, int width,
-                               index_t points, const std::string& what) {
-  const index_t B = layout.num_samples();
+/// Collective. Throws Error(input) on every rank when a sample does not have exactly nlat*nlon points.
+///
+/// Partition rule: with one sample, rank r computes the rows whose first point (longitude 0) it holds
+/// - a solver that already partitions in latitude bands keeps its own band and exchanges only halos -
+/// unless that puts more than twice the balanced share ceil(nlat/ranks) on some rank (e.g. everything
+/// on one rank); then, and for batches of several samples, the rows are split evenly in rank order.
+SolverPieces solver_pieces(const Comm& comm, const SampleLayout& layout, const float* rows, index_t ld, int nlat,
+                           int nlon, const std::string& what) {
+  const index_t B = layout.num_samples(), points = static_cast<index_t>(nlat) * nlon;
   for (index_t s = 0; s < B; ++s)
     if (layout.sample_sizes()[static_cast<std::size_t>(s)] != points)
       throw Error(ErrorCode::input, what + ": sample " + std::to_string(s) + " has " +
@@ -56,50 +66,47 @@ GatheredSamples gather_samples(const Comm& comm, const SampleLayout& layout, con
                                         " points, the model's grid has " + std::to_string(points) +
                                         " (nlat*nlon; rows in row-major latitude-longitude order, concatenated over "
                                         "the ranks in rank order)");
-  std::vector<index_t> local_count(static_cast<std::size_t>(B), 0), local_begin(static_cast<std::size_t>(B), 0);
-  for (const auto& seg : layout.segments()) {
-    local_count[static_cast<std::size_t>(seg.sample)] = seg.end - seg.begin;
-    local_begin[static_cast<std::size_t>(seg.sample)] = seg.begin;
-  }
-  const int P = comm.size();
-  GatheredSamples g;
-  std::vector<index_t>& counts = g.counts;
-  counts.resize(static_cast<std::size_t>(B * P));
+  std::vector<index_t> local_count(static_cast<std::size_t>(B), 0);
+  for (const auto& seg : layout.segments()) local_count[static_cast<std::size_t>(seg.sample)] = seg.end - seg.begin;
+  const int P = comm.size(), me = comm.rank();
+  std::vector<index_t> counts(static_cast<std::size_t>(B * P));  // counts[r*B + s]
   comm.allgather(local_count.data(), sizeof(index_t) * static_cast<std::size_t>(B), counts.data());
-  std::vector<float>& grid = g.grid;
-  grid.resize(static_cast<std::size_t>(B * points * width));
-  std::vector<float> mine;
-  for (index_t s = 0; s < B; ++s) {
-    const index_t n = local_count[static_cast<std::size_t>(s)];
-    mine.resize(static_cast<std::size_t>(n * width));
-    for (index_t r = 0; r < n; ++r)
-      std::copy(rows + (local_begin[static_cast<std::size_t>(s)] + r) * ld,
-                rows + (local_begin[static_cast<std::size_t>(s)] + r) * ld + width, mine.data() + r * width);
-    std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
-    std::size_t offset = 0;
-    for (int r = 0; r < P; ++r) {
-      bytes[static_cast<std::size_t>(r)] = sizeof(float) * static_cast<std::size_t>(counts[static_cast<std::size_t>(r * B + s)] * width);
-      offsets[static_cast<std::size_t>(r)] = offset;
-      offset += bytes[static_cast<std::size_t>(r)];
-    }
-    comm.allgatherv(mine.data(), sizeof(float) * mine.size(), grid.data() + s * points * width, bytes, offsets);
+  SolverPieces pieces;
+  for (const auto& seg : layout.segments()) {
+    index_t first = 0;  // the sample's points on the lower ranks
+    for (int r = 0; r < me; ++r) first += counts[static_cast<std::size_t>(r * B + seg.sample)];
+    const index_t g = seg.sample * points + first;
+    pieces.held.push_back({{g, g + seg.end - seg.begin}, rows + seg.begin * ld, ld});
+    pieces.working_begin.push_back(seg.begin);
   }
-  return g;
+  pieces.bands = balanced_bands(nlat, P);
+  if (B == 1) {
+    std::vector<index_t> first_point(static_cast<std::size_t>(P) + 1, 0);
+    for (int r = 0; r < P; ++r)
+      first_point[static_cast<std::size_t>(r) + 1] = first_point[static_cast<std::size_t>(r)] + counts[static_cast<std::size_t>(r)];
+    BandPartition own = bands_from_points(nlat, nlon, first_point);
+    int widest = 0;
+    for (int r = 0; r < P; ++r) widest = std::max(widest, own.rows(r));
+    if (widest <= 2 * ((nlat + P - 1) / P)) pieces.bands = std::move(own);
+  }
+  return pieces;
 }
 
-/// This rank's rows of the result on the gathered grids (`width` dense columns) into out (row stride
-/// ld_out); `counts` as gather_samples returned them.
-void scatter_own_rows(const Comm& comm, const SampleLayout& layout, const std::vector<index_t>& counts,
-                      const std::vector<float>& grid, int width, index_t points, float* out, index_t ld_out) {
-  const index_t B = layout.num_samples();
-  for (const auto& seg : layout.segments()) {
-    index_t first = 0;  // the sample's rows on the lower ranks
-    for (int r = 0; r < comm.rank(); ++r) first += counts[static_cast<std::size_t>(r * B + seg.sample)];
-    for (index_t i = 0; i < seg.end - seg.begin; ++i) {
-      const float* src = grid.data() + (seg.sample * points + first + i) * width;
-      std::copy(src, src + width, out + (seg.begin + i) * ld_out);
-    }
-  }
+/// Collective. The ranks' bands of the result (out_band: this rank's rows [bands.begin, bands.end) of
+/// every sample, `width` floats each) back to the solver's pieces (rows of `out`, stride ld_out).
+void return_to_pieces(const Comm& comm, const SolverPieces& pieces, index_t batch, int nlat, int nlon,
+                      const float* out_band, int width, float* out, index_t ld_out) {
+  const int me = comm.rank();
+  const index_t points = static_cast<index_t>(nlat) * nlon;
+  const std::vector<HeldRows> held =
+      band_held(batch, points, nlon, pieces.bands.begin(me), pieces.bands.end(me), out_band, width);
+  std::vector<RowRange> wanted;
+  for (const HeldRows& h : pieces.held) wanted.push_back(h.range);
+  const std::vector<float> mine = fetch_rows(comm, held, wanted, width);
+  const float* src = mine.data();
+  for (std::size_t i = 0; i < wanted.size(); ++i)
+    for (index_t r = 0; r < wanted[i].size(); ++r, src += width)
+      std::copy(src, src + width, out + (pieces.working_begin[i] + r) * ld_out);
 }
 
 class SphereTransformerModel final : public Model {
@@ -118,7 +125,8 @@ class SphereTransformerModel final : public Model {
             {"embed_dim / heads / layers", std::to_string(c.embed_dim) + " / " + std::to_string(c.num_heads) + " / " +
                                                std::to_string(c.num_layers)},
             {"encoder/decoder DISCO", c.filter_basis_type + ", basis_norm_mode " + c.basis_norm_mode},
-            {"multi-rank mode", "whole grid gathered on every rank"}};
+            {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, global attention "
+                                 "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"}};
   }
 
  protected:
@@ -127,14 +135,15 @@ class SphereTransformerModel final : public Model {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, "sphere_transformer: no CUDA forward yet; run it on the CPU");
     const TransformerConfig& c = net_.config();
-    const index_t points = static_cast<index_t>(c.nlat) * c.nlon;
-    const GatheredSamples input = gather_samples(comm, layout, in, ld_in, c.in_chans, points, "sphere_transformer");
-    std::vector<float> grid_out(static_cast<std::size_t>(layout.num_samples() * points * c.out_chans));
-    collectively(comm, [&] {
+    const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, c.nlat, c.nlon, "sphere_transformer");
+    const index_t B = layout.num_samples();
+    const int me = comm.rank();
+    std::vector<float> band_out(static_cast<std::size_t>(B * pieces.bands.rows(me) * c.nlon * c.out_chans));
+    {
       ThreadCount threads(options.threads);
-      net_.forward(static_cast<int>(layout.num_samples()), input.grid.data(), grid_out.data());
-    });
-    scatter_own_rows(comm, layout, input.counts, grid_out, c.out_chans, points, out, ld_out);
+      net_.forward_bands(comm, static_cast<int>(B), pieces.bands, pieces.held, band_out.data());
+    }
+    return_to_pieces(comm, pieces, B, c.nlat, c.nlon, band_out.data(), c.out_chans, out, ld_out);
   }
 
  private:
@@ -230,7 +239,9 @@ class S2LayerModel final : public Model {
             {"channels in / k / out", std::to_string(c.in_channels) + " / " + std::to_string(c.k_channels) + " / " +
                                           std::to_string(c.out_channels)},
             {"heads", std::to_string(c.num_heads)},
-            {"multi-rank mode", "whole grid gathered on every rank"}};
+            {"multi-rank mode", std::is_same_v<Op, AttentionS2>
+                                    ? "latitude bands; keys/values all-gathered (global attention)"
+                                    : "latitude bands; key/value halo of the rows inside the cutoff"}};
   }
 
  protected:
@@ -238,13 +249,30 @@ class S2LayerModel final : public Model {
                const RunOptions& options) override {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, architecture() + ": no CUDA forward yet; run it on the CPU");
-    const GatheredSamples input = gather_samples(comm, layout, in, ld_in, in_channels(), points_, architecture());
-    std::vector<float> grid_out(static_cast<std::size_t>(layout.num_samples() * points_ * out_channels()));
-    collectively(comm, [&] {
+    const auto& c = op_.config();
+    const int nlat = c.nlat_in, nlon = c.nlon_in, me = comm.rank();
+    const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, nlat, nlon, architecture());
+    const index_t B = layout.num_samples();
+    const int g0 = pieces.bands.begin(me), g1 = pieces.bands.end(me);
+    // One fetch: the band's own rows (queries), then the key/value rows - every row for global
+    // attention, the rows inside the cutoff for neighbourhood attention.
+    std::pair<int, int> kv_rows{0, nlat};
+    if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>) kv_rows = op_.input_rows(g0, g1);
+    std::vector<RowRange> wanted = band_ranges(B, points_, nlon, g0, g1);
+    const std::size_t query_floats = static_cast<std::size_t>(B * (g1 - g0) * nlon * in_channels());
+    for (const RowRange& r : band_ranges(B, points_, nlon, kv_rows.first, kv_rows.second)) wanted.push_back(r);
+    const std::vector<float> rows = fetch_rows(comm, pieces.held, wanted, in_channels());
+    const float* query = rows.data();
+    const float* kv = rows.data() + query_floats;
+    std::vector<float> band_out(static_cast<std::size_t>(B * (g1 - g0) * nlon * out_channels()));
+    {
       ThreadCount threads(options.threads);
-      op_.forward(static_cast<int>(layout.num_samples()), input.grid.data(), nullptr, nullptr, grid_out.data());
-    });
-    scatter_own_rows(comm, layout, input.counts, grid_out, out_channels(), points_, out, ld_out);
+      if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
+        op_.forward_rows(static_cast<int>(B), g0, g1, query, kv_rows.first, kv_rows.second, kv, kv, band_out.data());
+      else
+        op_.forward_rows(static_cast<int>(B), g0, g1, query, kv, kv, band_out.data());
+    }
+    return_to_pieces(comm, pieces, B, nlat, nlon, band_out.data(), out_channels(), out, ld_out);
   }
 
  private:

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <variant>
 
 #include "../layers.hpp"
@@ -85,7 +86,8 @@ struct SphericalTransformer::Impl {
   std::vector<Block> blocks;
 
   explicit Impl(const ModelFile& f);
-  void norm(const Block& b, int which, int batch, const float* x, float* y) const;
+  void norm(const Comm& comm, const BandPartition& bands, const Block& b, int which, int batch, const float* x,
+            float* y) const;
   void mlp(const Block& b, index_t rows, const float* x_norm, float* x) const;
 };
 
@@ -202,9 +204,59 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
   }
 }
 
-/// y = norm(x) over `batch` samples of h*w rows (ld floats each); none copies.
-void SphericalTransformer::Impl::norm(const Block& b, int which, int batch, const float* x, float* y) const {
-  const index_t P = static_cast<index_t>(h) * w, rows = batch * P;
+namespace {
+
+/// Per (sample, latitude row, channel) sums over the longitudes in order, in double: f(x, c) of the band's
+/// rows (x: batch samples of `lat_rows` rows of `nlon` points, ld floats each) into part[(b*lat_rows +
+/// row)*C + c].
+template <class F>
+void row_sums(int batch, int lat_rows, int nlon, int C, const float* x, index_t ld, std::vector<double>& part, F&& f) {
+  part.assign(static_cast<std::size_t>(batch) * static_cast<std::size_t>(lat_rows) * static_cast<std::size_t>(C), 0.0);
+  const int tasks = batch * lat_rows;
+#pragma omp parallel for schedule(static)
+  for (int t = 0; t < tasks; ++t) {
+    double* acc = part.data() + static_cast<std::size_t>(t) * static_cast<std::size_t>(C);
+    const float* row = x + static_cast<index_t>(t) * nlon * ld;
+    for (int lon = 0; lon < nlon; ++lon)
+      for (int c = 0; c < C; ++c) acc[c] += f(row[lon * ld + c], c);
+  }
+}
+
+/// Collective. The per-row sums of every rank, added over the grid's rows in row order (north first):
+/// total[b*C + c]. The result does not depend on the partition.
+std::vector<double> sum_over_rows(const Comm& comm, const BandPartition& bands, int batch, int C,
+                                  const std::vector<double>& part) {
+  const int P = comm.size();
+  const std::size_t row_bytes = sizeof(double) * static_cast<std::size_t>(C);
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
+  std::size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    offsets[static_cast<std::size_t>(r)] = total;
+    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(batch) * static_cast<std::size_t>(bands.rows(r)) * row_bytes;
+    total += bytes[static_cast<std::size_t>(r)];
+  }
+  std::vector<double> all(total / sizeof(double));
+  comm.allgatherv(part.data(), part.size() * sizeof(double), all.data(), bytes, offsets);
+  std::vector<double> sum(static_cast<std::size_t>(batch) * static_cast<std::size_t>(C), 0.0);
+  for (int b = 0; b < batch; ++b)
+    for (int r = 0; r < P; ++r)  // ranks in order hold the rows in order
+      for (int row = 0; row < bands.rows(r); ++row) {
+        const double* src = all.data() + offsets[static_cast<std::size_t>(r)] / sizeof(double) +
+                            (static_cast<std::size_t>(b) * static_cast<std::size_t>(bands.rows(r)) + static_cast<std::size_t>(row)) *
+                                static_cast<std::size_t>(C);
+        for (int c = 0; c < C; ++c) sum[static_cast<std::size_t>(b) * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] += src[c];
+      }
+  return sum;
+}
+
+}  // namespace
+
+/// y = norm(x) over `batch` samples of this rank's band of the internal grid (ld floats per point); none
+/// copies. Collective for the instance norm.
+void SphericalTransformer::Impl::norm(const Comm& comm, const BandPartition& bands, const Block& b, int which, int batch,
+                                      const float* x, float* y) const {
+  const int lat_rows = bands.rows(comm.rank());
+  const index_t P = static_cast<index_t>(lat_rows) * w, rows = batch * P;
   switch (cfg.normalization_layer) {
     case BlockNorm::none: std::copy(x, x + rows * ld, y); return;
     case BlockNorm::layer_norm: {
@@ -227,26 +279,33 @@ void SphericalTransformer::Impl::norm(const Block& b, int which, int batch, cons
     }
     case BlockNorm::instance_norm: {
       // InstanceNorm2d(eps 1e-6, affine): per sample and channel, the unweighted mean and biased variance
-      // over the grid points; accumulated in double in a fixed row order (independent of the threads).
+      // over the whole grid (two passes). Sums in double: per latitude row over the longitudes, then over
+      // the rows in row order (sum_over_rows) - the same order for any partition and thread count.
+      const double points = static_cast<double>(h) * w;
+      std::vector<double> part;
+      row_sums(batch, lat_rows, w, C, x, ld, part, [](float v, int) { return static_cast<double>(v); });
+      std::vector<double> mean = sum_over_rows(comm, bands, batch, C, part);
+      for (auto& m : mean) m /= points;
+      std::vector<double> squares;  // per (sample, row, channel) sums of squared deviations
+      for (int s = 0; s < batch; ++s) {
+        const double* ms = mean.data() + static_cast<std::size_t>(s) * static_cast<std::size_t>(C);
+        row_sums(1, lat_rows, w, C, x + s * P * ld, ld, part, [ms](float v, int c) {
+          const double d = v - ms[c];
+          return d * d;
+        });
+        squares.insert(squares.end(), part.begin(), part.end());
+      }
+      const std::vector<double> var = sum_over_rows(comm, bands, batch, C, squares);
       for (int s = 0; s < batch; ++s) {
         const float* xs = x + s * P * ld;
         float* ys = y + s * P * ld;
-        std::vector<double> mean(static_cast<std::size_t>(C), 0.0), var(static_cast<std::size_t>(C), 0.0);
-        for (index_t p = 0; p < P; ++p)
-          for (int c = 0; c < C; ++c) mean[static_cast<std::size_t>(c)] += xs[p * ld + c];
-        for (auto& m : mean) m /= static_cast<double>(P);
-        for (index_t p = 0; p < P; ++p)
-          for (int c = 0; c < C; ++c) {
-            const double d = xs[p * ld + c] - mean[static_cast<std::size_t>(c)];
-            var[static_cast<std::size_t>(c)] += d * d;
-          }
         std::vector<float> scale(static_cast<std::size_t>(C)), shift(static_cast<std::size_t>(C));
         for (int c = 0; c < C; ++c) {
-          const double inv = 1.0 / std::sqrt(var[static_cast<std::size_t>(c)] / static_cast<double>(P) + 1e-6);
+          const std::size_t i = static_cast<std::size_t>(s) * static_cast<std::size_t>(C) + static_cast<std::size_t>(c);
+          const double inv = 1.0 / std::sqrt(var[i] / points + 1e-6);
           scale[static_cast<std::size_t>(c)] = static_cast<float>(inv * b.norm_w[which][static_cast<std::size_t>(c)]);
           shift[static_cast<std::size_t>(c)] = static_cast<float>(b.norm_b[which][static_cast<std::size_t>(c)] -
-                                                                  mean[static_cast<std::size_t>(c)] * inv *
-                                                                      b.norm_w[which][static_cast<std::size_t>(c)]);
+                                                                  mean[i] * inv * b.norm_w[which][static_cast<std::size_t>(c)]);
         }
 #pragma omp parallel for schedule(static)
         for (index_t p = 0; p < P; ++p)
@@ -319,40 +378,77 @@ void add_dense(const float* dense, int width, index_t rows, float* x, index_t ld
 }  // namespace
 
 void SphericalTransformer::forward(int batch, const float* in, float* out) const {
+  const TransformerConfig& c = impl_->cfg;
+  if (batch < 1) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: batch must be positive");
+  if (!in || !out) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: null input or output");
+  const SelfComm self;
+  const HeldRows whole{{0, static_cast<index_t>(batch) * c.nlat * c.nlon}, in, c.in_chans};
+  forward_bands(self, batch, balanced_bands(c.nlat, 1), std::span<const HeldRows>(&whole, 1), out);
+}
+
+BandPartition SphericalTransformer::internal_bands(const BandPartition& image_bands) const {
+  const TransformerConfig& c = impl_->cfg;
+  return matching_bands(image_bands, latitudes(c.nlat, c.grid).colatitude,
+                        latitudes(impl_->h, c.grid_internal).colatitude);
+}
+
+void SphericalTransformer::forward_bands(const Comm& comm, int batch, const BandPartition& image_bands,
+                                         std::span<const HeldRows> input, float* out_band) const {
   const Impl& m = *impl_;
   const TransformerConfig& c = m.cfg;
   if (batch < 1) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: batch must be positive");
-  if (!in || !out) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: null input or output");
+  if (image_bands.nlat() != c.nlat || static_cast<int>(image_bands.first.size()) != comm.size() + 1)
+    throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward_bands: the image bands must cover the " +
+                                                 std::to_string(c.nlat) + " latitudes with one band per rank of " +
+                                                 comm.name());
+  const BandPartition inner = internal_bands(image_bands);
+  const int me = comm.rank();
+  const int i0 = inner.begin(me), i1 = inner.end(me), g0 = image_bands.begin(me), g1 = image_bands.end(me);
   const index_t P_img = static_cast<index_t>(c.nlat) * c.nlon, P = static_cast<index_t>(m.h) * m.w;
-  const index_t rows = batch * P;
+  const index_t P_band = static_cast<index_t>(i1 - i0) * m.w, rows = batch * P_band;
   const int C = m.C;
   const index_t ld = m.ld;
 
-  // Encoder (dense C columns), then the padded residual stream with the position embedding.
+  // Encoder: the image rows within its cutoff of this band (from whichever ranks hold them), then the
+  // padded residual stream with the position embedding.
+  const auto enc_rows = m.encoder->input_rows(i0, i1);
+  const std::vector<float> enc_in =
+      fetch_rows(comm, input, band_ranges(batch, P_img, c.nlon, enc_rows.first, enc_rows.second), c.in_chans);
   std::vector<float> dense(static_cast<std::size_t>(rows * C));
-  m.encoder->forward(batch, in, dense.data());
+  m.encoder->forward_rows(batch, enc_in.data(), enc_rows.first, enc_rows.second, dense.data(), i0, i1);
   AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld)), y(static_cast<std::size_t>(rows * ld));
   std::fill(x.data(), x.data() + x.size(), 0.0f);
   std::fill(y.data(), y.data() + y.size(), 0.0f);
 #pragma omp parallel for schedule(static)
-  for (index_t r = 0; r < rows; ++r)
+  for (index_t r = 0; r < rows; ++r) {
+    const index_t p = static_cast<index_t>(i0) * m.w + r % P_band;  // the point of the internal grid
     for (int ch = 0; ch < C; ++ch) {
-      const float pe = m.pos.size() ? m.pos[static_cast<std::size_t>((r % P) * ld + ch)] : 0.0f;
+      const float pe = m.pos.size() ? m.pos[static_cast<std::size_t>(p * ld + ch)] : 0.0f;
       x[static_cast<std::size_t>(r * ld + ch)] = dense[static_cast<std::size_t>(r * C + ch)] + pe;
     }
+  }
 
   std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C));
   for (const Block& b : m.blocks) {
-    m.norm(b, 0, batch, x.data(), y.data());
+    m.norm(comm, inner, b, 0, batch, x.data(), y.data());
     const float* q = y.data();
     if (ld != C) {
       to_dense(y.data(), ld, C, rows, attn_in);
       q = attn_in.data();
     }
-    if (const auto* g = std::get_if<AttentionS2>(&b.attention)) g->forward(batch, q, nullptr, nullptr, attn_out.data());
-    else std::get<NeighborhoodAttentionS2>(b.attention).forward(batch, q, nullptr, nullptr, attn_out.data());
+    // Keys and values: the rows inside the neighbourhood cutoff, or every row for global attention.
+    const std::vector<HeldRows> held = band_held(batch, P, m.w, i0, i1, y.data(), ld);
+    if (const auto* g = std::get_if<AttentionS2>(&b.attention)) {
+      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, 0, m.h), C);
+      g->forward_rows(batch, i0, i1, q, kv.data(), kv.data(), attn_out.data());
+    } else {
+      const auto& na = std::get<NeighborhoodAttentionS2>(b.attention);
+      const auto halo = na.input_rows(i0, i1);
+      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, halo.first, halo.second), C);
+      na.forward_rows(batch, i0, i1, q, halo.first, halo.second, kv.data(), kv.data(), attn_out.data());
+    }
     add_dense(attn_out.data(), C, rows, x.data(), ld);  // x = attention + residual
-    m.norm(b, 1, batch, x.data(), y.data());
+    m.norm(comm, inner, b, 1, batch, x.data(), y.data());
     if (c.use_mlp) {
       m.mlp(b, rows, y.data(), x.data());
     } else {  // x = norm1(x) + x
@@ -360,13 +456,24 @@ void SphericalTransformer::forward(int batch, const float* in, float* out) const
     }
   }
 
-  // Decoder: resample to the image grid, DISCO convolution, optional residual prediction.
-  to_dense(x.data(), ld, C, rows, dense);
-  std::vector<float> upsampled(static_cast<std::size_t>(batch * P_img * C));
-  m.resample->forward(batch, C, dense.data(), upsampled.data());
-  m.decoder->forward(batch, upsampled.data(), out);
+  // Decoder: the image rows [g0, g1) need the resampled rows within the decoder's cutoff, which need the
+  // internal rows of their interpolation stencils (the resampling of the halo rows is recomputed here
+  // rather than exchanged).
+  const auto dec_rows = m.decoder->input_rows(g0, g1);
+  const auto res_rows = m.resample->input_rows(dec_rows.first, dec_rows.second);
+  const std::vector<float> inner_rows = fetch_rows(comm, band_held(batch, P, m.w, i0, i1, x.data(), ld),
+                                                   band_ranges(batch, P, m.w, res_rows.first, res_rows.second), C);
+  std::vector<float> upsampled(static_cast<std::size_t>(batch) *
+                               static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
+                               static_cast<std::size_t>(c.nlon) * static_cast<std::size_t>(C));
+  m.resample->forward_rows(batch, C, inner_rows.data(), res_rows.first, res_rows.second, upsampled.data(),
+                           dec_rows.first, dec_rows.second);
+  m.decoder->forward_rows(batch, upsampled.data(), dec_rows.first, dec_rows.second, out_band, g0, g1);
+  const std::vector<float> own_in =
+      c.residual_prediction ? fetch_rows(comm, input, band_ranges(batch, P_img, c.nlon, g0, g1), c.in_chans)
+                            : std::vector<float>{};
   if (c.residual_prediction) {
-    for (index_t i = 0; i < batch * P_img * c.out_chans; ++i) out[i] += in[i];
+    for (std::size_t i = 0; i < own_in.size(); ++i) out_band[i] += own_in[i];
   }
 }
 

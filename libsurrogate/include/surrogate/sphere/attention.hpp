@@ -67,6 +67,13 @@ class AttentionS2 {
   /// + c]. Po = nlat_out*nlon_out. OpenMP threads over samples, heads and query blocks.
   void forward(int batch, const float* query, const float* key, const float* value, float* out) const;
 
+  /// forward() for the output latitude rows [lat_begin, lat_end) only (latitude bands): query and out hold
+  /// those rows of every sample (sample-major, row-major), key and value the whole input grid of every
+  /// sample (nullptr only when the rows are the whole grid of a self-attention). Every output value is
+  /// bitwise the one forward() computes (a query's softmax does not depend on the other queries).
+  void forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key, const float* value,
+                    float* out) const;
+
   const AttentionS2Config& config() const noexcept;
   /// The attention scale s applied to the logits.
   float scale() const noexcept;

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "surrogate/sphere/quadrature.hpp"
@@ -97,6 +98,17 @@ class DiscoConvS2 {
   /// Channels last: in[(b*Pi + p)*in_channels + c], p = lat*nlon_in + lon (lat 0 = north);
   /// out[(b*Po + p)*out_channels + o]. OpenMP over (sample, output latitude) rows inside.
   void forward(int batch, const float* in, float* out) const;
+
+  /// The input latitude rows [first, second) that output rows [lat_begin, lat_end) read (from the
+  /// table; {lat_begin, lat_begin} when they read none).
+  std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
+  /// The forward restricted to output rows [out_begin, out_end) of every sample (latitude bands):
+  /// in[((b*(in_end - in_begin) + lat - in_begin)*nlon_in + lon)*in_channels + c] holds input rows
+  /// [in_begin, in_end) of every sample, which must contain input_rows(out_begin, out_end);
+  /// out likewise with rows [out_begin, out_end). Each output value is computed exactly as forward()
+  /// computes it (bitwise the same).
+  void forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                    int out_end) const;
 
   const DiscoConfig& config() const;
   int kernel_size() const;

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "surrogate/sphere/attention.hpp"
@@ -63,6 +64,16 @@ class NeighborhoodAttentionS2 {
   /// result does not depend on the number of threads. An output point without neighbours (possible only
   /// with an explicit cutoff smaller than the grid spacing) gives NaN, as 0/0 does in torch-harmonics.
   void forward(int batch, const float* query, const float* key, const float* value, float* out) const;
+
+  /// The input latitude rows [first, second) that the neighbourhoods of output rows [lat_begin, lat_end)
+  /// reach ({lat_begin, lat_begin} when none).
+  std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
+  /// forward() for the output latitude rows [lat_begin, lat_end) only (latitude bands): query and out hold
+  /// those rows of every sample (sample-major, row-major); key and value hold the input rows [in_begin,
+  /// in_end) of every sample, which must contain input_rows(lat_begin, lat_end) (nullptr: self-attention
+  /// on the whole grid only). Every output value is bitwise the one forward() computes.
+  void forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin, int in_end,
+                    const float* key, const float* value, float* out) const;
 
   /// The configuration with the defaults filled in (k_channels, out_channels, theta_cutoff).
   const NeighborhoodAttentionS2Config& config() const noexcept;

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "surrogate/sphere/quadrature.hpp"
@@ -53,6 +54,15 @@ class ResampleS2 {
   /// output grid. `in` and `out` must not overlap (identity: a copy). OpenMP threads over output rows; the
   /// result does not depend on the number of threads.
   void forward(int batch, int channels, const float* in, float* out) const;
+
+  /// The input latitude rows [first, second) that output rows [lat_begin, lat_end) read (a pole row reads
+  /// the whole first / last input row; {lat_begin, lat_begin} for an empty range).
+  std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
+  /// forward() restricted to output rows [out_begin, out_end) of every sample (latitude bands): `in` holds
+  /// input rows [in_begin, in_end) of every sample (sample-major, row-major), which must contain
+  /// input_rows(out_begin, out_end); `out` rows [out_begin, out_end). Bitwise the values of forward().
+  void forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                    int out_end) const;
 
   /// True when the official module skips the resampling (same sizes and grid type): forward copies.
   bool identity() const noexcept { return identity_; }

@@ -7,11 +7,14 @@
 #pragma once
 
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
+#include "surrogate/comm.hpp"
+#include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/quadrature.hpp"
 
 namespace surrogate::sphere {
@@ -79,6 +82,19 @@ class SphericalTransformer {
   /// One forward for `batch` samples on the whole grid. Channels last: in[(b*P + p)*in_chans + c],
   /// p = lat*nlon + lon (latitude 0 = north), out likewise with out_chans. OpenMP inside.
   void forward(int batch, const float* in, float* out) const;
+
+  /// Collective. The forward distributed in latitude bands (share/docs/sphere.md, "Multi-rank mode"):
+  /// rank r computes the image-grid rows [image_bands.begin(r), image_bands.end(r)) and the internal-grid
+  /// rows internal_bands(image_bands) of every sample. `input` are the input rows this rank holds (global
+  /// rows b*nlat*nlon + p, in_chans floats each; any pieces, disjoint over the ranks, covering the batch);
+  /// out_band receives this rank's image rows of every sample (sample-major, row-major, out_chans floats
+  /// each). Halos come from the owners with fetch_rows; the instance-norm statistics are summed per
+  /// latitude row in a fixed order. forward() is this with one rank, so every value is bitwise the same
+  /// for any number of ranks and any partition.
+  void forward_bands(const Comm& comm, int batch, const BandPartition& image_bands, std::span<const HeldRows> input,
+                     float* out_band) const;
+  /// The internal-grid rows of each rank for the given image-grid bands (matching_bands by colatitude).
+  BandPartition internal_bands(const BandPartition& image_bands) const;
 
  private:
   struct Impl;
