@@ -6,6 +6,7 @@
 #include "linear_impl.hpp"
 #include "norm_impl.hpp"
 #include "top_keys_impl.hpp"
+#include "ring_attention_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -43,6 +44,7 @@ inline CpuKernels make_table() {
   t.latent_encode_exact = &latent_encode_exact;
   t.ball_attention = &ball_attention;
   t.top_keys = &top_keys;
+  t.ring_attention = &ring_attention;
   t.exp = &exp_map;
   t.activation = &activation_map;
   return t;

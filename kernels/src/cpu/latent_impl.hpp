@@ -76,6 +76,13 @@ inline double hsum_double(simd::vd a, simd::vd b) {
   return total;
 }
 
+/// One term of the streaming softmax: exp(l) 2^-ref for an integer-valued reference ref at least the
+/// exponent exp_exponent(l), as a float whose bits depend only on l and ref (the shift is exact).
+inline simd::vf softmax_term(simd::vf l, simd::vf ref) {
+  const simd::ExpParts parts = simd::exp_parts(l);
+  return simd::scale_down(parts.mantissa, parts.k - ref);
+}
+
 /// Additive bias of the chunk's logits: latent m's row starts at p + m * ld (p: the chunk's first row).
 struct LogitBias {
   const float* p = nullptr;
@@ -138,8 +145,7 @@ inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, con
     for (int b = 0; b < MB; ++b) {
       vf l = load(logits[b] + iv * W);
       if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
-      const ExpParts parts = exp_parts(l);
-      vf p = scale_down(parts.mantissa, parts.k - splat(static_cast<float>(ref[b])));
+      vf p = softmax_term(l, splat(static_cast<float>(ref[b])));
       if (partial) p = select(last, p, splat(0.0f));
       to_double(p, pd[b]);
       S[b] += pd[b][0] + pd[b][1];

@@ -129,6 +129,38 @@ struct BallAttentionArgs {
   index_t ldo = 0;
 };
 
+/// Attention of consecutive output longitudes on a latitude ring whose neighbour lists are one list
+/// shifted in longitude (NeighborhoodAttentionS2's gather mode), one head. Query i (i < count) is output
+/// longitude first + i of a ring of `ring` longitudes; neighbour entry n of the list (the list of output
+/// longitude 0) is, for query i, the key/value at ring position (ring_pos[n] + first + i) mod ring of the
+/// transposed rows whose channel 0 starts at key_base[n] (keys) and value_base[n] (values): channel e of
+/// that position is at kt[key_base[n] + e * ld_ring + position], likewise vt with value_base. Positions
+/// ring .. ring + kRingPad - 1 must repeat positions 0 .. kRingPad - 1 (mod ring), so the kernel loads
+/// the queries' keys of one entry as one contiguous vector. The result is the quadrature-weighted softmax
+///   out[i*ldo + e] = sum_n exp(q_i . k_n) weight[n] v_ne / sum_n exp(q_i . k_n) weight[n]
+/// with q already scaled; every term is the streaming encode's (LatentEncodeArgs): a float whose bits
+/// depend only on the logit and a running power-of-two reference per query, times weight[n] in double,
+/// summed in double in entry order, rounded to float once. A query's result does not depend on `first`,
+/// `count` or where its lane sits (bitwise). No entries: NaN (0/0), as torch-harmonics. Single-threaded,
+/// no heap allocation; ek, ev <= kMaxAttentionHeadDim.
+inline constexpr int kRingPad = 16;
+struct RingAttentionArgs {
+  int ek = 0, ev = 0;             // key (logit) and value widths of the head
+  const float* q = nullptr;       // query i's ek channels at q + i * ldq
+  index_t ldq = 0;
+  int count = 0, first = 0, ring = 0;
+  const float* kt = nullptr;
+  const float* vt = nullptr;
+  index_t ld_ring = 0;            // >= ring + kRingPad
+  index_t entries = 0;
+  const index_t* key_base = nullptr;    // [entries]
+  const index_t* value_base = nullptr;  // [entries]
+  const std::int32_t* ring_pos = nullptr;  // [entries], in [0, ring)
+  const float* weight = nullptr;           // [entries], positive
+  float* out = nullptr;           // query i's ev channels at out + i * ldo
+  index_t ldo = 0;
+};
+
 /// Block selection (BSA's importance scores and top-S), for `rows` rows: the score of key g is
 ///   s_g = (sum_t scale * (q_t . k_g)) / group  over the row's `group` queries (query t of row r: E floats
 /// at q + (r * group + t) * ldq), and -inf for g in [mask_begin[r], mask_end[r]) when mask_begin is set.
@@ -215,6 +247,7 @@ struct CpuKernels {
   void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
   void (*ball_attention)(const BallAttentionArgs&) = nullptr;
   void (*top_keys)(const TopKeysArgs&) = nullptr;
+  void (*ring_attention)(const RingAttentionArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;

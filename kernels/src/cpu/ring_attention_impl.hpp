@@ -1,0 +1,145 @@
+// Ring attention (RingAttentionArgs): NeighborhoodAttentionS2's softmax for W consecutive output
+// longitudes at a time, one query per SIMD lane. Because the neighbour list of output longitude wo is
+// the list of longitude 0 shifted by wo ring positions, one neighbour entry is, for the W queries, W
+// consecutive positions of a transposed key/value row: the logits of an entry are E fused multiply-adds
+// of contiguous vectors, with no gather and no mask. The softmax is the streaming encode's arithmetic
+// (softmax_term, a power-of-two reference per query, double sums) taken chunk by chunk over the entries:
+// pass 1 the chunk's logits and per-lane maxima, then an exact rescale when a reference grows, pass 2
+// the terms times the quadrature weight (exact in double), pass 3 the value sums.
+#pragma once
+
+#include "latent_impl.hpp"
+
+namespace surrogate::kernels::SURROGATE_ISA_NS {
+
+inline constexpr int kRingChunk = 128;  // entries per chunk of the online softmax
+
+/// W/2 floats at p, as doubles.
+inline simd::vd load_half_as_double(const float* p) {
+  vfh h;
+  std::memcpy(&h, p, sizeof h);
+  return __builtin_convertvector(h, simd::vd);
+}
+
+/// 2^d for integer-valued d <= 0, exactly (0 below the normal double range).
+inline simd::vd power_of_two(simd::vd d) {
+  using namespace simd;
+  const vd floor = vd{} - 1023.0;
+  const vd clamped = d > floor ? d : floor;
+  const vl biased = __builtin_convertvector(clamped, vl) + 1023;
+  return __builtin_bit_cast(vd, biased << 52);
+}
+
+template <int EK, int EV>
+inline void ring_attention_impl(const RingAttentionArgs& a) {
+  using namespace simd;
+  constexpr int kHalf = W / 2;
+  constexpr int kGroup = W == 16 ? 16 : 8;  // value channels accumulated in registers at a time
+  const int ek = EK ? EK : a.ek, ev = EV ? EV : a.ev;
+  alignas(64) float qt[kMaxHeadDim * W];
+  alignas(64) float logits[kRingChunk * W];
+  alignas(64) double terms[kRingChunk * W];
+  alignas(64) double acc[(kMaxHeadDim + 1) * W];  // channel c (0: the sum, 1 + e: value e), lane i at c*W + i
+  index_t value_at[kRingChunk];
+  for (int i0 = 0; i0 < a.count; i0 += W) {
+    const int lanes = static_cast<int>(imin(W, a.count - i0));
+    for (int e = 0; e < ek; ++e)
+      for (int i = 0; i < W; ++i) qt[e * W + i] = i < lanes ? a.q[(i0 + i) * a.ldq + e] : 0.0f;
+    for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
+    const int base = a.first + i0;
+    vf ref = splat(0.0f);
+    for (index_t n0 = 0; n0 < a.entries; n0 += kRingChunk) {
+      const int chunk = static_cast<int>(imin(kRingChunk, a.entries - n0));
+      // Pass 1: logits (one fused multiply-add chain in channel order) and their per-lane maxima.
+      vf lane_max = splat(-__builtin_inff());
+      for (int j = 0; j < chunk; ++j) {
+        const index_t n = n0 + j;
+        int pos = a.ring_pos[n] + base;
+        if (pos >= a.ring) pos -= a.ring;
+        value_at[j] = a.value_base[n] + pos;
+        const float* k = a.kt + a.key_base[n] + pos;
+        vf l = load(qt) * load(k);
+#pragma GCC unroll 32
+        for (int e = 1; e < ek; ++e) l += load(qt + e * W) * load(k + e * a.ld_ring);
+        store(logits + j * W, l);
+        lane_max = vmax(lane_max, l);
+      }
+      // References: the exponent of each lane's largest term; exact rescale of the sums when one grows.
+      const vf chunk_ref = exp_exponent(lane_max);
+      if (n0 == 0) {
+        ref = chunk_ref;
+      } else {
+        const vf grown = vmax(ref, chunk_ref);
+        if (any(grown > ref)) {
+          vd shift[2], scale[2];
+          to_double(ref - grown, shift);
+          scale[0] = power_of_two(shift[0]);
+          scale[1] = power_of_two(shift[1]);
+          for (int c = 0; c <= ev; ++c)
+            for (int h = 0; h < 2; ++h) {
+              vd x;
+              std::memcpy(&x, acc + c * W + h * kHalf, sizeof x);
+              x *= scale[h];
+              std::memcpy(acc + c * W + h * kHalf, &x, sizeof x);
+            }
+        }
+        ref = grown;
+      }
+      // Pass 2: the terms times the entry's quadrature weight (float x float, exact in double).
+      vd S[2];
+      std::memcpy(S, acc, sizeof S);
+      for (int j = 0; j < chunk; ++j) {
+        vd p[2];
+        to_double(softmax_term(load(logits + j * W), ref), p);
+        const double w = a.weight[n0 + j];
+        for (int h = 0; h < 2; ++h) {
+          p[h] *= w;
+          S[h] += p[h];
+        }
+        std::memcpy(terms + j * W, p, sizeof p);
+      }
+      std::memcpy(acc, S, sizeof S);
+      // Pass 3: the weighted values, kGroup channels of one half of the lanes at a time.
+      for (int h = 0; h < 2; ++h) {
+        for (int e0 = 0; e0 < ev; e0 += kGroup) {
+          const int group = static_cast<int>(imin(kGroup, ev - e0));
+          double* u0 = acc + (1 + e0) * W + h * kHalf;
+          vd U[kGroup];
+          for (int g = 0; g < group; ++g) std::memcpy(&U[g], u0 + g * W, sizeof(vd));
+          for (int j = 0; j < chunk; ++j) {
+            vd t;
+            std::memcpy(&t, terms + j * W + h * kHalf, sizeof t);
+            const float* v = a.vt + value_at[j] + e0 * a.ld_ring + h * kHalf;
+            if (EV != 0 && group == kGroup) {
+#pragma GCC unroll 16
+              for (int g = 0; g < kGroup; ++g) U[g] += t * load_half_as_double(v + g * a.ld_ring);
+            } else {
+              for (int g = 0; g < group; ++g) U[g] += t * load_half_as_double(v + g * a.ld_ring);
+            }
+          }
+          for (int g = 0; g < group; ++g) std::memcpy(u0 + g * W, &U[g], sizeof(vd));
+        }
+      }
+    }
+    for (int i = 0; i < lanes; ++i) {
+      const double inv = 1.0 / acc[i];  // no entries: 0 * inf = NaN, as torch-harmonics' 0 / 0
+      float* dst = a.out + (i0 + i) * a.ldo;
+      for (int e = 0; e < ev; ++e) dst[e] = static_cast<float>(acc[(1 + e) * W + i] * inv);
+    }
+  }
+}
+
+inline void ring_attention(const RingAttentionArgs& a) {
+  if (a.ek == a.ev) {
+    switch (a.ek) {
+      case 4: ring_attention_impl<4, 4>(a); return;
+      case 8: ring_attention_impl<8, 8>(a); return;
+      case 16: ring_attention_impl<16, 16>(a); return;
+      case 32: ring_attention_impl<32, 32>(a); return;
+      default: break;
+    }
+  }
+  ring_attention_impl<0, 0>(a);
+}
+
+}  // namespace surrogate::kernels::SURROGATE_ISA_NS

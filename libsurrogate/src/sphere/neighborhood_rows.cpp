@@ -1,0 +1,114 @@
+// NeighborhoodAttentionS2's per-row softmax. The keys and values of each input latitude row are
+// transposed once per forward into "rings" (per sample, head, input row and residue r = w mod p of the
+// input longitude w: channel-major rows over the ring positions w / p, p = nlon_in / nlon_out, extended
+// by kRingPad wrapped positions). The neighbour list of an output latitude (that of output longitude 0)
+// becomes per entry a ring row offset, a ring position and the quadrature weight w_lat of its input row;
+// output longitude wo reads the position shifted by wo. The kernel then takes consecutive output
+// longitudes as SIMD lanes and reads each entry's keys and values as contiguous vectors.
+#include "neighborhood_rows.hpp"
+
+#include <algorithm>
+#include <cstdint>
+
+#include "surrogate/kernels/cpu.hpp"
+
+namespace surrogate::sphere::detail {
+
+using kernels::AlignedBuffer;
+using kernels::index_t;
+
+namespace {
+
+constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
+
+/// Channel-major ring rows of one operand: channel e of (sample b, head h, input row lat, residue r) at
+/// ring position j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j.
+void build_rings(const float* src, index_t ld_src, int batch, int heads, int head_stride, int width, int rows,
+                 int nlon_in, int ring, int p, index_t ld_ring, float* dst) {
+  const index_t points = static_cast<index_t>(rows) * nlon_in;
+  const index_t tasks = static_cast<index_t>(batch) * rows;
+#pragma omp parallel for schedule(static)
+  for (index_t t = 0; t < tasks; ++t) {
+    const index_t b = t / rows, lat = t % rows;
+    for (int h = 0; h < heads; ++h)
+      for (int r = 0; r < p; ++r) {
+        float* d = dst + (((b * heads + h) * rows + lat) * p + r) * width * ld_ring;
+        for (index_t j = 0; j < ld_ring; ++j) {
+          const index_t w = r + (j % ring) * p;
+          const float* s = src + (b * points + lat * nlon_in + w) * ld_src + static_cast<index_t>(h) * head_stride;
+          for (int e = 0; e < width; ++e) d[e * ld_ring + j] = s[e];
+        }
+      }
+  }
+}
+
+}  // namespace
+
+void neighborhood_softmax_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
+                               int batch, int lat_begin, int lat_end, int in_begin, int in_end,
+                               const AugmentedOperands& ops, float* o, index_t ld_o) {
+  const kernels::CpuKernels& kern = kernels::cpu();
+  const int nlon_in = csr.nlon_in, ring = csr.nlon_out, p = nlon_in / ring;
+  const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
+  const index_t ld_aug = ops.ld_aug, ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
+  const index_t po = static_cast<index_t>(rows_out) * ring;
+
+  // Rings of every (sample, head): keys ek channels, values ev channels.
+  const index_t ring_k = static_cast<index_t>(rows_in) * p * ek * ld_ring,
+                ring_v = static_cast<index_t>(rows_in) * p * ev * ld_ring;
+  AlignedBuffer<float> kt(static_cast<std::size_t>(batch * H * ring_k)),
+      vt(static_cast<std::size_t>(batch * H * ring_v));
+  build_rings(ops.k.data(), ld_aug, batch, H, hd.width, ek, rows_in, nlon_in, ring, p, ld_ring, kt.data());
+  build_rings(ops.v.data(), ld_aug, batch, H, hd.width, ev, rows_in, nlon_in, ring, p, ld_ring, vt.data());
+
+  // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights.
+  const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
+                count = csr.row_offsets[static_cast<std::size_t>(lat_end)] - first;
+  std::vector<index_t> key_base(static_cast<std::size_t>(count)), value_base(static_cast<std::size_t>(count));
+  std::vector<std::int32_t> ring_pos(static_cast<std::size_t>(count));
+  std::vector<float> weight(static_cast<std::size_t>(count));
+  for (index_t n = 0; n < count; ++n) {
+    const std::int64_t col = csr.columns[static_cast<std::size_t>(first + n)];
+    const index_t lat = col / nlon_in, w = col % nlon_in, row = (lat - in_begin) * p + w % p;
+    key_base[static_cast<std::size_t>(n)] = row * ek * ld_ring;
+    value_base[static_cast<std::size_t>(n)] = row * ev * ld_ring;
+    ring_pos[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(w / p);
+    weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(lat)];
+  }
+
+  // One task per (sample, output row, block of output longitudes); all heads in the task.
+  const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
+  const index_t tasks = static_cast<index_t>(batch) * rows_out * lon_blocks;
+#pragma omp parallel for schedule(dynamic)
+  for (index_t t = 0; t < tasks; ++t) {
+    const index_t b = t / (rows_out * lon_blocks), lat = (t / lon_blocks) % rows_out;
+    const int wo0 = static_cast<int>((t % lon_blocks) * kLonBlock);
+    const int n_lon = std::min(ring - wo0, kLonBlock);
+    const index_t beg = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat)] - first;
+    const index_t row0 = b * po + lat * ring + wo0;
+    for (int h = 0; h < H; ++h) {
+      kernels::RingAttentionArgs a;
+      a.ek = ek;
+      a.ev = ev;
+      a.q = ops.q.data() + row0 * ld_aug + static_cast<index_t>(h) * hd.width;
+      a.ldq = ld_aug;
+      a.count = n_lon;
+      a.first = wo0;
+      a.ring = ring;
+      a.kt = kt.data() + (b * H + h) * ring_k;
+      a.vt = vt.data() + (b * H + h) * ring_v;
+      a.ld_ring = ld_ring;
+      a.entries = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat) + 1] - first - beg;
+      a.key_base = key_base.data() + beg;
+      a.value_base = value_base.data() + beg;
+      a.ring_pos = ring_pos.data() + beg;
+      a.weight = weight.data() + beg;
+      a.out = o + row0 * ld_o + static_cast<index_t>(h) * ev;
+      a.ldo = ld_o;
+      kern.ring_attention(a);
+    }
+    for (int i = 0; i < n_lon; ++i) std::fill(o + (row0 + i) * ld_o + hd.cout, o + (row0 + i + 1) * ld_o, 0.0f);
+  }
+}
+
+}  // namespace surrogate::sphere::detail
