@@ -1,27 +1,25 @@
 #!/usr/bin/env python3
-"""BSA forward on the CPU: surrogate (bsa_bench) side by side with PyTorch eager, same model configuration
-(the BSA benchmark's: c_in 64, c_hidden 64, depth 18, 8 heads, block_size 6, mlp_ratio 4, ball_size 256,
-rotation 45 degrees, NativeSparseAttention defaults C = G = 8, S = 4), one sample of random points in the
-unit cube, same machine, same script, both on --threads threads (torch.set_num_threads).
+"""BSA forward on the CPU: surrogate (bsa_bench) side by side with PyTorch eager, same weights, same
+inputs (one sample of N random points in the unit cube, normal features), outputs compared before the
+timing. Model (the BSA benchmark's ShapeNet-Car configuration): c_in 64, c_hidden 64, depth 18, 8 heads
+(head width 8), block_size 6, mlp_ratio 4, ball_size 256, rotation 45 degrees, NativeSparseAttention
+defaults C = G = 8, S = 4 (coarse-q attention and importance, own-ball masking, token gate, compression
+MLPs; 1.74 M parameters). With --attention ball the same model with plain ball-256 attention (no coarse
+and fine branches).
 
-    python benchmarks/bsa_cpu_vs_pytorch.py [--build build] [--points 4096 16384] [--threads 1]
-        [--repeats 3] [--official DIR]
+    /work/venv-official/bin/python benchmarks/bsa_cpu_vs_pytorch.py --build build --official DIR \\
+        [--sizes 4096 16384 65536 262144] [--threads 1 2] [--repeats 2] [--pytorch-max-s 300]
 
 PyTorch side: the official Transformer when --official names a directory holding its transformer.py and
-native_sparse_attention.py (run this script with a torch 2.x that has nn.RMSNorm and the balltree-erwin
-package, e.g. /work/venv-official/bin/python), otherwise our reference share/python/surrogate_ref/bsa.py
-with the trees from balltree-erwin. Both time the whole forward including the ball trees, eager, no
-torch.compile (the official TransformerLayer compiles the sparse module with inductor for the GPU).
-Weights are random (the timings do not depend on them); the model file for surrogate is written from the
-same weights into a temporary directory.
+native_sparse_attention.py (a torch 2.x with nn.RMSNorm and balltree-erwin, e.g. /work/venv-official),
+otherwise our reference share/python/surrogate_ref/bsa.py (trees from balltree-erwin). Both time the
+whole forward including the ball trees, eager (the official layer's torch.compile is for the GPU). A
+PyTorch run whose power-law estimate from the smaller sizes exceeds --pytorch-max-s seconds or the
+available memory is skipped with the estimate printed; surrogate still runs.
 """
 import argparse
-import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import h5py
@@ -30,53 +28,40 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "share" / "python"))
+sys.path.insert(0, str(HERE))
 from surrogate_ref.bsa import BSAModel, CONFIG_KEYS, complete_config, expected_state_shapes  # noqa: E402
+import side_by_side as sbs  # noqa: E402
 
 CONFIG = dict(c_in=64, c_hidden=64, depth=18, num_heads=8, block_size=6, mlp_ratio=4, dimensionality=3,
               ball_size=256, should_rotate=True, rotation_angle=45.0, attention_type="sparse")
 
 
-def random_state(rng):
-    state = {}
-    for k, shape in expected_state_shapes(CONFIG).items():
-        fan_in = shape[1] if len(shape) == 2 else 1
-        v = rng.standard_normal(shape) / np.sqrt(fan_in)
-        if k.endswith("sigma_att"):
-            v = -1.0 + 0.1 * v
-        state[k] = torch.from_numpy(v.astype(np.float32))
-    return state
-
-
-def write_model(path, state):
-    flat = complete_config(CONFIG)
+def write_model(path, config, state):
+    flat = complete_config(config)
     with h5py.File(path, "w") as f:
         f.attrs["format"] = "surrogate-model"
         f.attrs["format_version"] = np.int64(1)
         f.attrs["architecture"] = "bsa"
         f.attrs["source"] = "britacatalin/bsa@unknown"
-        c = f.create_group("config")
-        for key in CONFIG_KEYS:
-            v = flat[key]
-            c.attrs[key] = v if isinstance(v, str) else (np.float64(v) if isinstance(v, float) else np.int64(v))
+        sbs.write_config_attrs(f.create_group("config"), flat, CONFIG_KEYS)
         w = f.create_group("weights")
         for k, v in state.items():
             w.create_dataset(k, data=v.numpy())
 
 
-def pytorch_forward(official_dir, state):
+def pytorch_model(official_dir, config, state):
     from balltree import build_balltree_with_rotations
     if official_dir:
         sys.path.insert(0, official_dir)
         import transformer as official
-        cfg = dict(CONFIG, attention_kwargs=None)
-        model = official.Transformer(official.TransformerConfig(**cfg)).eval()
+        model = official.Transformer(official.TransformerConfig(**dict(config, attention_kwargs=None))).eval()
         model.load_state_dict(state)
         return lambda x, p, b: model(x, p, b), "official Transformer"
-    model = BSAModel(CONFIG)
+    model = BSAModel(config)
     model.load_official_state_dict(state)
 
     def run(x, p, b):
-        idx, mask, rot = build_balltree_with_rotations(p, b, [1], [CONFIG["ball_size"]] * 2, CONFIG["rotation_angle"])
+        idx, mask, rot = build_balltree_with_rotations(p, b, [1], [config["ball_size"]] * 2, config["rotation_angle"])
         return model(x, p, idx, mask, rot[1], 1)
     return run, "surrogate_ref/bsa.py"
 
@@ -84,41 +69,54 @@ def pytorch_forward(official_dir, state):
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(HERE.parent / "build"))
-    ap.add_argument("--points", type=int, nargs="+", default=[4096, 16384])
-    ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--sizes", type=int, nargs="+", default=[4096, 16384, 65536])
+    ap.add_argument("--threads", type=int, nargs="+", default=[1])
+    ap.add_argument("--repeats", type=int, default=2, help="timed runs after the warm-up (best reported)")
+    ap.add_argument("--attention", choices=["sparse", "ball"], default="sparse")
     ap.add_argument("--official", help="directory holding the official transformer.py")
+    ap.add_argument("--pytorch-max-s", type=float, default=300.0,
+                    help="skip a PyTorch run estimated to take longer (warm-up + timed runs)")
+    ap.add_argument("--tolerance", type=float, default=1e-2,
+                    help="largest accepted max|diff| / max|y| (a near-tie in the top-S selection may pick "
+                         "another block in one of the two float32 computations)")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "bsa_bench"
     if not bench.exists():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
-    torch.set_num_threads(args.threads)
+    config = dict(CONFIG, attention_type=args.attention)  # ball: attention_ball_size 256 (the default)
     rng = np.random.default_rng(0)
-    state = random_state(rng)
-    forward, label = pytorch_forward(args.official, state)
-    env = {**os.environ, "OMP_NUM_THREADS": str(args.threads)}
-    print(f"BSA forward, one sample, D 64, H 8, P 256, depth 18, {args.threads} thread(s); PyTorch side: {label} "
-          f"(torch {torch.__version__})")
-    print(f"{'N':>7} | {'surrogate s':>11} | {'PyTorch s':>9} | {'speed-up':>8}")
+    state = sbs.random_state(expected_state_shapes(config), rng)
+    forward, label = pytorch_model(args.official, config, state)
+    params = sum(v.numel() for v in state.values())
+    sbs.header(f"BSA forward ({args.attention}), one sample, D 64, H 8, P 256, depth 18, {params} parameters; "
+               f"PyTorch side: {label} (torch {torch.__version__}); best of {args.repeats} after a warm-up")
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / "bsa.h5"
-        write_model(model_path, state)
-        for n in args.points:
-            out = subprocess.run([str(bench), str(model_path), str(n), str(args.threads), str(args.repeats)], env=env,
-                                 check=True, capture_output=True, text=True).stdout
-            ours = json.loads(out.strip().splitlines()[-1])["best_s"]
-            x = torch.from_numpy(rng.standard_normal((n, 64)).astype(np.float32))
-            p = torch.from_numpy(rng.random((n, 3)).astype(np.float32))
-            b = torch.zeros(n, dtype=torch.long)
-            times = []
-            with torch.no_grad():
-                forward(x, p, b)  # warm-up
-                for _ in range(args.repeats):
-                    t0 = time.perf_counter()
-                    forward(x, p, b)
-                    times.append(time.perf_counter() - t0)
-            theirs = min(times)
-            print(f"{n:>7} | {ours:>11.3f} | {theirs:>9.3f} | {theirs / ours:>7.2f}x")
+        write_model(model_path, config, state)
+        for threads in args.threads:
+            extrapolate = sbs.Extrapolation(exponent=2.0 if args.attention == "sparse" else 1.0)
+            for n in args.sizes:
+                data = Path(tmp) / f"n{n}"
+                pos = rng.random((n, 3)).astype(np.float32)
+                feat = rng.standard_normal((n, 64)).astype(np.float32)
+                sbs.write_inputs(data, pos, feat)
+                result = sbs.run_driver([bench, model_path, data, threads, args.repeats], threads)
+                ours = (result["best_s"], result["best_cpu_s"])
+                est_s, est_mib = extrapolate.estimate(n)
+                runs = 1 + args.repeats
+                if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):
+                    sbs.row(n, threads, ours)
+                    print(f"        PyTorch skipped (estimated {est_s:.0f} s per forward, {runs} runs, and "
+                          f"{est_mib:.0f} MiB more memory; limits --pytorch-max-s {args.pytorch_max_s:.0f} s, "
+                          f"80% of {sbs.available_mib():.0f} MiB available)")
+                    continue
+                rss0 = sbs.peak_rss_mib()
+                x, p, b = torch.from_numpy(feat), torch.from_numpy(pos), torch.zeros(n, dtype=torch.long)
+                y, wall, cpu, first = sbs.time_pytorch(lambda: forward(x, p, b), threads, args.repeats)
+                theirs = (wall, cpu)
+                extrapolate.add(n, first, max(sbs.peak_rss_mib() - rss0, 1.0))
+                diff, ymax = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance)
+                sbs.row(n, threads, ours, theirs, diff, ymax)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,72 @@
+// Small helpers of the model benchmark drivers (bsa_bench, erwin_bench): raw little-endian arrays
+// exchanged with the Python side-by-side scripts, and a best-of / median timer.
+#pragma once
+
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <ctime>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "surrogate/error.hpp"
+
+namespace bench_io {
+
+/// The whole file as an array of T (its size must be a multiple of sizeof(T)).
+template <typename T>
+std::vector<T> read_array(const std::string& path) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) throw surrogate::Error(surrogate::ErrorCode::io, "cannot open " + path);
+  const auto bytes = static_cast<std::size_t>(in.tellg());
+  if (bytes % sizeof(T) != 0)
+    throw surrogate::Error(surrogate::ErrorCode::input, path + ": " + std::to_string(bytes) +
+                                                            " bytes, not a whole number of values");
+  std::vector<T> values(bytes / sizeof(T));
+  in.seekg(0);
+  in.read(reinterpret_cast<char*>(values.data()), static_cast<std::streamsize>(bytes));
+  return values;
+}
+
+template <typename T>
+void write_array(const std::string& path, const std::vector<T>& values) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(reinterpret_cast<const char*>(values.data()), static_cast<std::streamsize>(values.size() * sizeof(T)));
+  if (!out) throw surrogate::Error(surrogate::ErrorCode::io, "cannot write " + path);
+}
+
+/// Runs `forward` once as a warm-up (its result returned through `first`), then `repeats` timed times.
+/// Prints one JSON line: points, threads, first_s (the warm-up's wall time), best_s and median_s (wall),
+/// best_cpu_s (the smallest process CPU time of a timed run: on a machine shared with other jobs it is
+/// the less disturbed measure at one thread). With repeats = 0 the warm-up is the timed run.
+template <typename F>
+void time_forward(long points, int threads, int repeats, F&& forward, std::vector<float>* first = nullptr) {
+  using clock = std::chrono::steady_clock;
+  const auto w0 = clock::now();
+  const std::clock_t c0 = std::clock();
+  std::vector<float> y = forward();
+  const double first_cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
+  const double first_s = std::chrono::duration<double>(clock::now() - w0).count();
+  if (first) *first = y;
+  std::vector<double> times, cpu;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = clock::now();
+    const std::clock_t c1 = std::clock();
+    y = forward();
+    cpu.push_back(static_cast<double>(std::clock() - c1) / CLOCKS_PER_SEC);
+    times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  if (times.empty()) {
+    times.push_back(first_s);
+    cpu.push_back(first_cpu);
+  }
+  std::sort(times.begin(), times.end());
+  std::sort(cpu.begin(), cpu.end());
+  std::printf("{\"points\": %ld, \"threads\": %d, \"first_s\": %.6f, \"best_s\": %.6f, \"median_s\": %.6f, "
+              "\"best_cpu_s\": %.6f}\n",
+              points, threads, first_s, times.front(), times[times.size() / 2], cpu.front());
+}
+
+}  // namespace bench_io

@@ -1,0 +1,151 @@
+"""Shared part of the model benchmarks bsa_cpu_vs_pytorch.py and erwin_cpu_vs_pytorch.py: random
+weights, inputs written as raw float32 for the C++ driver, the PyTorch timing (warm-up, best of k), the
+output check, the skip rule for PyTorch runs that would take too long or need too much memory, and the
+table.
+
+PyTorch is run as the FLARE benchmark tunes it (flare_cpu_vs_pytorch.py): torch.set_num_threads(T),
+torch.inference_mode, the official modules as they are (they call F.scaled_dot_product_attention
+themselves), one warm-up run, then the best of the timed runs.
+"""
+import json
+import math
+import os
+import resource
+import subprocess
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+
+def random_state(shapes, rng):
+    """Weights of a useful scale for the official state_dict shapes (fan-in scaled matrices, distance
+    bias sigma around -1, BatchNorm statistics near the identity)."""
+    state = {}
+    for k, shape in shapes.items():
+        if k.endswith("running_var"):
+            v = rng.uniform(0.5, 1.5, shape)
+        elif k.endswith("running_mean") or (k.endswith("bias") and len(shape) == 1):
+            v = 0.1 * rng.standard_normal(shape)
+        elif k.endswith("sigma_att"):
+            v = -1.0 + 0.1 * rng.standard_normal(shape)
+        elif len(shape) == 2:
+            v = rng.standard_normal(shape) / np.sqrt(shape[1])
+        else:
+            v = 1.0 + 0.1 * rng.standard_normal(shape)  # norm weights
+        state[k] = torch.from_numpy(np.asarray(v, dtype=np.float32))
+    return state
+
+
+def write_config_attrs(group, config, keys):
+    for key in keys:
+        v = config[key]
+        if isinstance(v, str):
+            group.attrs[key] = v
+        elif isinstance(v, (list, tuple)):
+            group.attrs[key] = np.array(v, dtype=np.int64)
+        elif isinstance(v, bool) or isinstance(v, (int, np.integer)):
+            group.attrs[key] = np.int64(v)
+        else:
+            group.attrs[key] = np.float64(v)
+
+
+def write_inputs(directory, positions, features):
+    directory.mkdir(parents=True, exist_ok=True)
+    positions.astype(np.float32).tofile(directory / "positions.f32")
+    features.astype(np.float32).tofile(directory / "features.f32")
+
+
+def run_driver(command, threads):
+    env = {**os.environ, "OMP_NUM_THREADS": str(threads)}
+    out = subprocess.run([str(c) for c in command], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def peak_rss_mib():
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def available_mib():
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) / 1024.0
+    return float("inf")
+
+
+def time_pytorch(forward, threads, repeats, long_run_s=20.0):
+    """Warm-up (its output returned for the check), then `repeats` timed runs (one when the warm-up took
+    longer than long_run_s). Returns (output, best wall seconds, best process CPU seconds, warm-up wall
+    seconds)."""
+    torch.set_num_threads(threads)
+    with torch.inference_mode():
+        t0 = time.perf_counter()
+        out = forward()
+        first = time.perf_counter() - t0
+        times, cpu = [], []
+        for _ in range(repeats if first < long_run_s else min(repeats, 1)):
+            t0, c0 = time.perf_counter(), time.process_time()
+            forward()
+            cpu.append(time.process_time() - c0)
+            times.append(time.perf_counter() - t0)
+    if not times:
+        return out.detach().numpy(), first, float("nan"), first
+    return out.detach().numpy(), min(times), min(cpu), first
+
+
+class Extrapolation:
+    """Power-law estimate of PyTorch's time and peak memory at a larger N from the sizes measured so far
+    (exponent from the last two; `exponent` when only one is known)."""
+
+    def __init__(self, exponent):
+        self.exponent = exponent
+        self.points = []  # (n, seconds, extra MiB)
+
+    def add(self, n, seconds, mib):
+        self.points.append((n, seconds, mib))
+
+    def estimate(self, n):
+        if not self.points:
+            return None, None
+        if len(self.points) >= 2:
+            (n0, t0, m0), (n1, t1, m1) = self.points[-2], self.points[-1]
+            p_t = math.log(t1 / t0) / math.log(n1 / n0) if t0 > 0 and t1 > 0 else self.exponent
+            p_m = math.log(m1 / m0) / math.log(n1 / n0) if m0 > 0 and m1 > 0 else self.exponent
+        else:
+            n1, t1, m1 = self.points[-1]
+            p_t = p_m = self.exponent
+        return t1 * (n / n1) ** p_t, m1 * (n / n1) ** p_m
+
+
+def header(title):
+    print(title)
+    print(f"{'N':>7} {'thr':>3} | {'surrogate s':>11} {'cpu s':>8} | {'PyTorch s':>10} {'cpu s':>8} | "
+          f"{'speed-up':>8} {'(cpu)':>7} | {'max|diff|':>9} {'max|y|':>8} | load")
+
+
+def row(n, threads, ours, theirs=None, diff=None, ymax=None):
+    """ours / theirs: (wall seconds, CPU seconds); load: the 1-minute load average after the row."""
+    load = os.getloadavg()[0]
+    left = f"{n:>7} {threads:>3} | {ours[0]:>11.3f} {ours[1]:>8.3f} | "
+    if theirs is None:
+        print(left + f"{'-':>10} {'-':>8} | {'-':>8} {'-':>7} | {'-':>9} {'-':>8} | {load:.1f}", flush=True)
+        return
+    print(left + f"{theirs[0]:>10.3f} {theirs[1]:>8.3f} | {theirs[0] / ours[0]:>7.2f}x {theirs[1] / ours[1]:>6.2f}x | "
+          f"{diff:>9.2e} {ymax:>8.2f} | {load:.1f}", flush=True)
+
+
+def check_agreement(ours, theirs, label, tolerance):
+    """max |ours - theirs| and max |theirs|; stops the benchmark when they differ by more than
+    tolerance * max |theirs| (the models would not be the same)."""
+    ours = ours.reshape(theirs.shape)
+    diff = float(np.max(np.abs(ours.astype(np.float64) - theirs)))
+    ymax = float(np.max(np.abs(theirs)))
+    if not diff <= tolerance * max(ymax, 1.0):
+        raise SystemExit(f"{label}: outputs differ by {diff:.3e} (max|y| {ymax:.3e}); not timing different models")
+    return diff, ymax
+
+
+def read_output(directory, shape):
+    return np.fromfile(Path(directory) / "surrogate_out.f32", dtype=np.float32).reshape(shape)
