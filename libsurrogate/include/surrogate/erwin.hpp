@@ -17,6 +17,10 @@
 
 namespace surrogate::erwin {
 
+namespace detail {
+struct Stages;  // the forward's stages, shared by the single-process and distributed paths (internal)
+}
+
 /// Which official file trained the checkpoint (share/docs/balltree.md):
 /// erwin        models/erwin.py: q/k/v interleaved in `qkv` (channel 3*(h*E+e)+s), distance bias
 ///              sigma_att[h] * |p_i - p_j|, affine LayerNorms in the message passing (`message_fns`);
@@ -79,6 +83,7 @@ class Network {
                              std::span<const std::int64_t> edge_index, int threads = 0) const;
 
  private:
+  friend struct detail::Stages;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -89,11 +89,11 @@ std::vector<T> gather_all(const Comm& comm, const std::vector<T>& mine) {
 PointCloudModel::PointCloudModel(const ModelFile& file, int in_channels, int out_channels, int dim, bool uses_edges)
     : Model(file, in_channels, out_channels), dim_(dim), uses_edges_(uses_edges), rule_(GraphRule::from_attributes(file.config)) {}
 
-void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                       const float* in, index_t ld_in, float* out, index_t ld_out,
-                                       const RunOptions& options) {
+CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleLayout& layout,
+                                                 const PointGeometry& geometry, const float* in, index_t ld_in,
+                                                 bool with_features, int threads) const {
   const index_t n = layout.local_points();
-  const int cin = in_channels(), cout = out_channels();
+  const int cin = with_features ? in_channels() : 0;
   // Local rows (working order): (global id, sample) pairs, compact features and positions.
   std::vector<std::int64_t> keys(static_cast<std::size_t>(2 * n));
   std::vector<float> features(static_cast<std::size_t>(n * cin)), positions(static_cast<std::size_t>(n * dim_));
@@ -107,8 +107,9 @@ void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& lay
     std::copy_n(geometry.positions + row * geometry.ld_positions, dim_, positions.begin() + row * dim_);
   }
   const std::vector<std::int64_t> all_keys = gather_all(comm, keys);
-  const std::vector<float> all_features = gather_all(comm, features);
+  const std::vector<float> all_features = with_features ? gather_all(comm, features) : std::vector<float>{};
   const std::vector<float> all_positions = gather_all(comm, positions);
+  const std::vector<std::int64_t> rank_rows = gather_all(comm, std::vector<std::int64_t>{n});
   // Edges: the caller's (gathered rank-major, as pairs) or, when no rank gave any, the model's rule.
   const bool given = uses_edges_ && comm.allreduce<std::int64_t>(geometry.edge_index ? 1 : 0, ReduceOp::max) > 0;
   std::vector<std::int64_t> all_edges;
@@ -122,6 +123,7 @@ void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& lay
   }
 
   // From here on every rank computes the same thing from the same arrays; the outcome is agreed.
+  CanonicalBatch result;
   collectively(comm, [&] {
     const index_t total = layout.global_points();
     // Canonical order: by sample, then by global id.
@@ -131,27 +133,43 @@ void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& lay
       const auto sa = all_keys[static_cast<std::size_t>(2 * a + 1)], sb = all_keys[static_cast<std::size_t>(2 * b + 1)];
       return sa != sb ? sa < sb : all_keys[static_cast<std::size_t>(2 * a)] < all_keys[static_cast<std::size_t>(2 * b)];
     });
+    // Gathered (rank-major) row -> owner rank and local row.
+    std::vector<int> gathered_rank(static_cast<std::size_t>(total));
+    std::vector<std::int64_t> gathered_row(static_cast<std::size_t>(total));
+    for (std::size_t r = 0, g = 0; r < rank_rows.size(); ++r)
+      for (std::int64_t row = 0; row < rank_rows[r]; ++row, ++g) {
+        gathered_rank[g] = static_cast<int>(r);
+        gathered_row[g] = row;
+      }
     std::vector<index_t> slot_of_id(static_cast<std::size_t>(total), -1);
-    std::vector<float> f(static_cast<std::size_t>(total * cin)), p(static_cast<std::size_t>(total * dim_));
+    result.features.resize(static_cast<std::size_t>(total * cin));
+    result.positions.resize(static_cast<std::size_t>(total * dim_));
+    result.owner_rank.resize(static_cast<std::size_t>(total));
+    result.owner_row.resize(static_cast<std::size_t>(total));
     for (index_t s = 0; s < total; ++s) {
       const auto src = static_cast<std::size_t>(canonical[static_cast<std::size_t>(s)]);
       const std::int64_t id = all_keys[2 * src];
       if (slot_of_id[static_cast<std::size_t>(id)] >= 0)
         throw Error(ErrorCode::input, "global id " + std::to_string(id) + " is given to more than one point");
       slot_of_id[static_cast<std::size_t>(id)] = s;
-      std::copy_n(all_features.begin() + static_cast<std::ptrdiff_t>(src) * cin, cin, f.begin() + s * cin);
-      std::copy_n(all_positions.begin() + static_cast<std::ptrdiff_t>(src) * dim_, dim_, p.begin() + s * dim_);
+      std::copy_n(all_features.begin() + static_cast<std::ptrdiff_t>(src) * cin, cin, result.features.begin() + s * cin);
+      std::copy_n(all_positions.begin() + static_cast<std::ptrdiff_t>(src) * dim_, dim_, result.positions.begin() + s * dim_);
+      result.owner_rank[static_cast<std::size_t>(s)] = gathered_rank[src];
+      result.owner_row[static_cast<std::size_t>(s)] = gathered_row[src];
     }
+    result.canonical_of_row.resize(static_cast<std::size_t>(n));
+    for (index_t row = 0; row < n; ++row)
+      result.canonical_of_row[static_cast<std::size_t>(row)] = slot_of_id[static_cast<std::size_t>(geometry.global_ids[row])];
     std::vector<std::int64_t> offsets{0};
     for (const index_t size : layout.sample_sizes()) offsets.push_back(offsets.back() + size);
-    const balltree::Batch batch = balltree::Batch::from_offsets(offsets);
-    const int threads = options.threads;
+    result.batch = balltree::Batch::from_offsets(offsets);
 
-    std::vector<std::int64_t> edges;
+    result.edges_given = given;
     if (given) {
       const index_t e_count = static_cast<index_t>(all_edges.size() / 2);
+      std::vector<std::int64_t>& edges = result.edges;
       edges.assign(all_edges.size(), std::int64_t{0});
-      std::vector<std::int64_t> sample_of_slot = batch.batch_idx();
+      std::vector<std::int64_t> sample_of_slot = result.batch.batch_idx();
       for (index_t e = 0; e < e_count; ++e) {
         const index_t j = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e)])];
         const index_t i = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e + 1)])];
@@ -164,13 +182,22 @@ void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& lay
         edges[static_cast<std::size_t>(e_count + e)] = i;
       }
     } else if (uses_edges_) {
-      edges = rule_.build(p, dim_, batch, threads);
+      result.edges = rule_.build(result.positions, dim_, result.batch, threads);
     }
-    const std::vector<float> y = run_batch(f, p, batch, edges, threads);
-    for (index_t row = 0; row < n; ++row) {
-      const index_t s = slot_of_id[static_cast<std::size_t>(geometry.global_ids[row])];
-      std::copy_n(y.begin() + s * cout, cout, out + row * ld_out);
-    }
+  });
+  return result;
+}
+
+void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                       const float* in, index_t ld_in, float* out, index_t ld_out,
+                                       const RunOptions& options) {
+  const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, true, options.threads);
+  const index_t n = layout.local_points();
+  const int cout = out_channels();
+  collectively(comm, [&] {
+    const std::vector<float> y = run_batch(all.features, all.positions, all.batch, all.edges, options.threads);
+    for (index_t row = 0; row < n; ++row)
+      std::copy_n(y.begin() + all.canonical_of_row[static_cast<std::size_t>(row)] * cout, cout, out + row * ld_out);
   });
 }
 

@@ -40,6 +40,19 @@ struct GraphRule {
                                   int threads) const;
 };
 
+/// A predict call's batch on every rank in canonical order (samples in order, points of a sample by
+/// increasing global id), from PointCloudModel::gather_canonical.
+struct CanonicalBatch {
+  balltree::Batch batch;
+  std::vector<float> features;      // points x in_channels (empty unless gathered with features)
+  std::vector<float> positions;     // points x dim
+  std::vector<std::int64_t> edges;  // 2 x E canonical indices (sources, then receivers); empty without edges
+  bool edges_given = false;         // from the caller (else built by the graph rule, or none)
+  std::vector<std::int64_t> canonical_of_row;  // this rank's rows -> canonical index
+  std::vector<int> owner_rank;                 // canonical index -> the rank that holds the point
+  std::vector<std::int64_t> owner_row;         // canonical index -> its row on that rank
+};
+
 class PointCloudModel : public Model {
  public:
   int position_dim() const override { return dim_; }
@@ -59,6 +72,13 @@ class PointCloudModel : public Model {
 
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override;
+
+  /// Gathers the batch (ids, samples, positions, features when `with_features`, the caller's edges) on
+  /// every rank and puts it in canonical order; the edges are the caller's or, when the network uses
+  /// edges and none were given, built by the graph rule. Collective; errors (a global id given twice, an
+  /// edge joining two samples) are agreed.
+  CanonicalBatch gather_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                  const float* in, index_t ld_in, bool with_features, int threads) const;
 
  private:
   int dim_;

@@ -10,6 +10,7 @@
 
 #include "../layers.hpp"
 #include "erwin_layers.hpp"
+#include "erwin_stages.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 
@@ -74,12 +75,12 @@ struct Network::Impl {
   std::vector<BatchNorm> pool_bn, unpool_bn;
 
   Block load_block(const ModelFile& f, const std::string& p, int dim, int heads, int ball) const;
-  void run_mpnn(const CpuKernels& k, float* h, index_t ld, std::span<const float> pos, index_t n,
-                std::span<const std::int64_t> edge_index, int threads) const;
+  void run_mpnn(const CpuKernels& k, float* h, index_t ld, const float* pos, index_t n, index_t n_all,
+                std::span<const std::int64_t> edge_index, const detail::HaloRefresh& refresh, int threads) const;
   void run_block(const CpuKernels& k, const Block& b, float* x, index_t ld, const std::vector<float>& pos, index_t n,
                  int threads) const;
   void run_blocks(const CpuKernels& k, const std::vector<Block>& blocks, AlignedBuffer<float>& x, index_t ld,
-                  const std::vector<float>& pos, index_t n, const std::vector<std::int64_t>* rot, int threads) const;
+                  const std::vector<float>& pos, index_t n, const detail::RotatedOrder* rot, int level, int threads) const;
 };
 
 Block Network::Impl::load_block(const ModelFile& f, const std::string& p, int dim, int heads, int ball) const {
@@ -173,10 +174,13 @@ std::int64_t Network::parameter_count() const { return impl_->parameters; }
 
 // ---------------------------------------------------------------------------------------------------
 // Message passing on the original points: m_e = LN(GELU(W [h_j; h_i; p_j - p_i] + b)), mean over the
-// edges of each receiver (in edge order, as index_add_), h_i += LN'(W' [h_i; mbar_i] + b').
+// edges of each receiver (in edge order, as index_add_), h_i += LN'(W' [h_i; mbar_i] + b'). Receivers are
+// rows 0 .. n-1 of h; sources may also be halo rows n .. n_all-1 (refreshed before every step). Every
+// message and update row is computed on its own, so the result does not depend on how rows are grouped.
 
-void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, std::span<const float> pos, index_t n,
-                             std::span<const std::int64_t> edge_index, int threads) const {
+void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, const float* pos, index_t n, index_t n_all,
+                             std::span<const std::int64_t> edge_index, const detail::HaloRefresh& refresh,
+                             int threads) const {
   const int D = cfg.c_hidden[0], d = cfg.dimensionality;
   const auto E = static_cast<index_t>(edge_index.size() / 2);
   const std::int64_t* src = edge_index.data();
@@ -192,7 +196,9 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, std::spa
   const index_t ld_msg = round_up(2 * D + d, kPad), ld_upd = round_up(2 * D, kPad);
   AlignedBuffer<float> agg(static_cast<std::size_t>(n * ld)), next(static_cast<std::size_t>(n * ld));
   constexpr index_t kRows = 64;
+  static_cast<void>(n_all);
   for (const Step& step : steps) {
+    if (refresh) refresh(h, ld);
 #pragma omp parallel num_threads(threads)
     {
       AlignedBuffer<float> in(static_cast<std::size_t>(kRows * std::max(ld_msg, ld_upd)));
@@ -212,7 +218,7 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, std::spa
             std::fill_n(row, ld_msg, 0.0f);
             std::copy_n(h + src[e] * ld, D, row);
             std::copy_n(h + dst[e] * ld, D, row + D);
-            for (int c = 0; c < d; ++c) row[2 * D + c] = pos[static_cast<std::size_t>(src[e] * d + c)] - pos[static_cast<std::size_t>(dst[e] * d + c)];
+            for (int c = 0; c < d; ++c) row[2 * D + c] = pos[src[e] * d + c] - pos[dst[e] * d + c];
           }
           run_linear(k, step.message, in.data(), ld_msg, out.data(), ld, e1 - e0);
           for (index_t q = 0; q < e1 - e0; ++q)
@@ -307,11 +313,12 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
 }
 
 void Network::Impl::run_blocks(const CpuKernels& k, const std::vector<Block>& blocks, AlignedBuffer<float>& x,
-                               index_t ld, const std::vector<float>& pos, index_t n,
-                               const std::vector<std::int64_t>* rot, int threads) const {
+                               index_t ld, const std::vector<float>& pos, index_t n, const detail::RotatedOrder* rot,
+                               int level, int threads) const {
   const int d = cfg.dimensionality;
   AlignedBuffer<float> xr;
   std::vector<float> pr;
+  bool have_rotated_positions = false;  // a flag, not xr.size(): the exchanges are collective, also for n = 0
   for (std::size_t j = 0; j < blocks.size(); ++j) {
     const bool rotated = cfg.rotate > 0 && j % 2 == 1;
     if (!rotated) {
@@ -319,16 +326,15 @@ void Network::Impl::run_blocks(const CpuKernels& k, const std::vector<Block>& bl
       continue;
     }
     // The block sees the nodes in the rotated tree's order; the result goes back to the level's order.
-    const std::vector<std::int64_t>& r = *rot;
-    if (xr.size() == 0) {
+    if (!have_rotated_positions) {
       xr.resize(static_cast<std::size_t>(n * ld));
       pr.resize(static_cast<std::size_t>(n * d));
-      for (index_t i = 0; i < n; ++i)
-        std::copy_n(pos.data() + r[static_cast<std::size_t>(i)] * d, d, pr.data() + i * d);
+      rot->to_rotated(level, pos.data(), d, pr.data());
+      have_rotated_positions = true;
     }
-    for (index_t i = 0; i < n; ++i) std::copy_n(x.data() + r[static_cast<std::size_t>(i)] * ld, ld, xr.data() + i * ld);
+    rot->to_rotated(level, x.data(), static_cast<int>(ld), xr.data());
     run_block(k, blocks[j], xr.data(), ld, pr, n, threads);
-    for (index_t i = 0; i < n; ++i) std::copy_n(xr.data() + i * ld, ld, x.data() + r[static_cast<std::size_t>(i)] * ld);
+    rot->from_rotated(level, xr.data(), static_cast<int>(ld), x.data());
   }
 }
 
@@ -349,12 +355,33 @@ std::vector<float> Network::forward(std::span<const float> features, std::span<c
   return forward(trees, features, positions, batch, edge_index, threads);
 }
 
+namespace {
+
+/// The rotated orders of a single-process run: rotated row r of level i is node rotated[i][r].
+class PermutationOrder final : public detail::RotatedOrder {
+ public:
+  explicit PermutationOrder(const std::vector<std::vector<std::int64_t>>& rotated) : rotated_(rotated) {}
+  void to_rotated(int level, const float* rows, int width, float* rotated_rows) const override {
+    const auto& r = rotated_[static_cast<std::size_t>(level)];
+    for (std::size_t i = 0; i < r.size(); ++i)
+      std::copy_n(rows + r[i] * width, width, rotated_rows + static_cast<index_t>(i) * width);
+  }
+  void from_rotated(int level, const float* rotated_rows, int width, float* rows) const override {
+    const auto& r = rotated_[static_cast<std::size_t>(level)];
+    for (std::size_t i = 0; i < r.size(); ++i)
+      std::copy_n(rotated_rows + static_cast<index_t>(i) * width, width, rows + r[i] * width);
+  }
+
+ private:
+  const std::vector<std::vector<std::int64_t>>& rotated_;
+};
+
+}  // namespace
+
 std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                     std::span<const float> positions, const balltree::Batch& batch,
                                     std::span<const std::int64_t> edge_index, int threads) const {
-  const Impl& m = *impl_;
-  const Config& c = m.cfg;
-  const CpuKernels& k = kernels::cpu();
+  const Config& c = impl_->cfg;
   if (threads <= 0) threads = omp_get_max_threads();
   const int d = c.dimensionality, L = c.levels();
   const index_t n = batch.points();
@@ -365,10 +392,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   if (static_cast<index_t>(positions.size()) != n * d)
     throw Error(ErrorCode::input, "erwin: positions has " + std::to_string(positions.size()) + " values, expected " +
                                       std::to_string(n) + " points x " + std::to_string(d));
-  for (std::size_t i = 0; i < features.size(); ++i)
-    if (!std::isfinite(features[i]))
-      throw Error(ErrorCode::input, "erwin: features has a NaN/Inf value at point " + std::to_string(i / static_cast<std::size_t>(c.c_in)) +
-                                        ", channel " + std::to_string(i % static_cast<std::size_t>(c.c_in)));
+  detail::Stages::check_features(*this, features, 0);
   for (std::size_t i = 0; i < positions.size(); ++i)
     if (!std::isfinite(positions[i]))
       throw Error(ErrorCode::input, "erwin: positions has a NaN/Inf coordinate at point " + std::to_string(i / static_cast<std::size_t>(d)));
@@ -390,8 +414,57 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   if (c.rotate > 0 && static_cast<int>(trees.rotated.size()) != L)
     throw Error(ErrorCode::input, "erwin: rotate > 0 needs one rotated permutation per level, trees.rotated has " +
                                       std::to_string(trees.rotated.size()));
-  // Node counts of the levels: every level must be made of whole balls and whole stride groups.
-  std::vector<index_t> nodes(static_cast<std::size_t>(L), tree.slots());
+  const std::vector<index_t> nodes = detail::Stages::level_nodes(*this, tree.slots());
+  if (c.rotate > 0)
+    for (int i = 0; i < L; ++i) {
+      const auto iu = static_cast<std::size_t>(i);
+      const auto& r = trees.rotated[iu];
+      if (static_cast<index_t>(r.size()) != nodes[iu])
+        throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] has " + std::to_string(r.size()) +
+                                          " entries, level has " + std::to_string(nodes[iu]) + " nodes");
+      for (const std::int64_t v : r)
+        if (v < 0 || v >= nodes[iu])
+          throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] holds " + std::to_string(v));
+    }
+
+  // Embedding and message passing on the original points.
+  const index_t ld = detail::Stages::row_stride(*this);
+  AlignedBuffer<float> h(static_cast<std::size_t>(n * ld));
+  detail::Stages::embed(*this, features, n, h.data(), threads);
+  if (c.mp_steps > 0) detail::Stages::message_passing(*this, h.data(), positions.data(), n, n, edge_index, {}, threads);
+
+  // Level 0 in tree order, then the U-Net.
+  AlignedBuffer<float> x(static_cast<std::size_t>(nodes[0] * ld));
+  std::vector<float> pos(static_cast<std::size_t>(nodes[0] * d));
+  for (index_t s = 0; s < nodes[0]; ++s) {
+    const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
+    std::copy_n(h.data() + p * ld, ld, x.data() + s * ld);
+    std::copy_n(positions.data() + p * d, d, pos.data() + s * d);
+  }
+  const PermutationOrder order(trees.rotated);
+  detail::Stages::levels(*this, x, std::move(pos), nodes, c.rotate > 0 ? &order : nullptr, threads);
+
+  // Output in input order (the slot holding each point with mask 1).
+  const int D0 = c.c_hidden[0];
+  const std::vector<std::int64_t> slot = tree.slot_of_point();
+  std::vector<float> result(static_cast<std::size_t>(n * D0));
+  for (index_t i = 0; i < n; ++i)
+    std::copy_n(x.data() + slot[static_cast<std::size_t>(i)] * ld, D0, result.data() + i * D0);
+  return result;
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The stages (erwin_stages.hpp).
+
+namespace detail {
+
+index_t Stages::row_stride(const Network& net) { return round_up(net.impl_->cfg.c_hidden[0], kPad); }
+
+std::vector<index_t> Stages::level_nodes(const Network& net, index_t total_slots) {
+  const Config& c = net.impl_->cfg;
+  const int L = c.levels();
+  // Every level must be made of whole balls and whole stride groups.
+  std::vector<index_t> nodes(static_cast<std::size_t>(L), total_slots);
   for (int i = 0; i < L; ++i) {
     const auto iu = static_cast<std::size_t>(i);
     if (i > 0) nodes[iu] = nodes[iu - 1] / c.strides[iu - 1];
@@ -402,48 +475,53 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
     if (i + 1 < L && nodes[iu] % c.strides[iu] != 0)
       throw Error(ErrorCode::input, "erwin: " + level_name(i) + " has " + std::to_string(nodes[iu]) +
                                         " nodes, not a multiple of strides[" + std::to_string(i) + "] = " + std::to_string(c.strides[iu]));
-    if (c.rotate > 0) {
-      const auto& r = trees.rotated[iu];
-      if (static_cast<index_t>(r.size()) != nodes[iu])
-        throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] has " + std::to_string(r.size()) +
-                                          " entries, level has " + std::to_string(nodes[iu]) + " nodes");
-      for (const std::int64_t v : r)
-        if (v < 0 || v >= nodes[iu])
-          throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] holds " + std::to_string(v));
-    }
   }
+  return nodes;
+}
 
-  // Embedding on the original points.
-  const int D0 = c.c_hidden[0];
-  index_t ld = round_up(D0, kPad);
-  const index_t ld_in = round_up(c.c_in, kPad);
-  AlignedBuffer<float> h(static_cast<std::size_t>(n * ld));
-  {
-    AlignedBuffer<float> in(static_cast<std::size_t>(n * ld_in));
-    for (index_t i = 0; i < n; ++i) std::copy_n(features.data() + i * c.c_in, c.c_in, in.data() + i * ld_in);
+void Stages::check_features(const Network& net, std::span<const float> features, index_t first_point) {
+  const auto cin = static_cast<std::size_t>(net.impl_->cfg.c_in);
+  for (std::size_t i = 0; i < features.size(); ++i)
+    if (!std::isfinite(features[i]))
+      throw Error(ErrorCode::input, "erwin: features has a NaN/Inf value at point " +
+                                        std::to_string(first_point + static_cast<index_t>(i / cin)) + ", channel " +
+                                        std::to_string(i % cin));
+}
+
+void Stages::embed(const Network& net, std::span<const float> features, index_t n, float* h, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const Config& c = m.cfg;
+  const CpuKernels& k = kernels::cpu();
+  if (threads <= 0) threads = omp_get_max_threads();
+  const index_t ld = row_stride(net), ld_in = round_up(c.c_in, kPad);
+  AlignedBuffer<float> in(static_cast<std::size_t>(n * ld_in));
+  for (index_t i = 0; i < n; ++i) std::copy_n(features.data() + i * c.c_in, c.c_in, in.data() + i * ld_in);
 #pragma omp parallel for num_threads(threads) schedule(static)
-    for (index_t r0 = 0; r0 < n; r0 += 64)
-      run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, h.data() + r0 * ld, ld, std::min<index_t>(64, n - r0));
-  }
-  if (c.mp_steps > 0) m.run_mpnn(k, h.data(), ld, positions, n, edge_index, threads);
+  for (index_t r0 = 0; r0 < n; r0 += 64)
+    run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, h + r0 * ld, ld, std::min<index_t>(64, n - r0));
+}
 
-  // Level 0 in tree order.
-  AlignedBuffer<float> x(static_cast<std::size_t>(nodes[0] * ld));
-  std::vector<float> pos(static_cast<std::size_t>(nodes[0] * d));
-  for (index_t s = 0; s < nodes[0]; ++s) {
-    const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
-    std::copy_n(h.data() + p * ld, ld, x.data() + s * ld);
-    std::copy_n(positions.data() + p * d, d, pos.data() + s * d);
-  }
-  auto rot_of = [&](int i) { return c.rotate > 0 ? &trees.rotated[static_cast<std::size_t>(i)] : nullptr; };
+void Stages::message_passing(const Network& net, float* h, const float* pos, index_t n_recv, index_t n_all,
+                             std::span<const std::int64_t> edges, const HaloRefresh& refresh, int threads) {
+  if (threads <= 0) threads = omp_get_max_threads();
+  net.impl_->run_mpnn(kernels::cpu(), h, row_stride(net), pos, n_recv, n_all, edges, refresh, threads);
+}
 
+void Stages::levels(const Network& net, AlignedBuffer<float>& x, std::vector<float> pos, std::span<const index_t> nodes,
+                    const RotatedOrder* rot, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const Config& c = m.cfg;
+  const CpuKernels& k = kernels::cpu();
+  if (threads <= 0) threads = omp_get_max_threads();
+  const int d = c.dimensionality, L = c.levels();
+  index_t ld = row_stride(net);
   // Encoder: blocks, then pooling; the blocks' output of each level is the decoder's skip.
   std::vector<AlignedBuffer<float>> skip_x(static_cast<std::size_t>(L));
   std::vector<std::vector<float>> skip_pos(static_cast<std::size_t>(L));
   for (int i = 0; i + 1 < L; ++i) {
     const auto iu = static_cast<std::size_t>(i);
     const index_t nn = nodes[iu];
-    m.run_blocks(k, m.encoder[iu], x, ld, pos, nn, rot_of(i), threads);
+    m.run_blocks(k, m.encoder[iu], x, ld, pos, nn, rot, i, threads);
     const int s = c.strides[iu];
     const int Din = c.c_hidden[iu], Dout = c.c_hidden[iu + 1];
     const index_t ld_out = round_up(Dout, kPad);
@@ -482,7 +560,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
     pos = std::move(centres);
     ld = ld_out;
   }
-  m.run_blocks(k, m.bottleneck, x, ld, pos, nodes.back(), rot_of(L - 1), threads);
+  m.run_blocks(k, m.bottleneck, x, ld, pos, nodes.back(), rot, L - 1, threads);
 
   // Decoder: unpooling with the skip, BatchNorm, blocks.
   for (int i = L - 2; i >= 0; --i) {
@@ -522,15 +600,11 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
     x = std::move(out);
     pos = child_pos;
     ld = ld_out;
-    m.run_blocks(k, m.decoder[iu], x, ld, pos, nn, rot_of(i), threads);
+    m.run_blocks(k, m.decoder[iu], x, ld, pos, nn, rot, i, threads);
   }
 
-  // Output in input order (the slot holding each point with mask 1).
-  const std::vector<std::int64_t> slot = tree.slot_of_point();
-  std::vector<float> result(static_cast<std::size_t>(n * D0));
-  for (index_t i = 0; i < n; ++i)
-    std::copy_n(x.data() + slot[static_cast<std::size_t>(i)] * ld, D0, result.data() + i * D0);
-  return result;
 }
+
+}  // namespace detail
 
 }  // namespace surrogate::erwin

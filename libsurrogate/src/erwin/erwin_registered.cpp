@@ -10,6 +10,7 @@
 
 #include "../balltree/point_cloud_model.hpp"
 #include "../layers.hpp"
+#include "erwin_distributed.hpp"
 #include "surrogate/erwin.hpp"
 
 namespace surrogate::erwin {
@@ -92,7 +93,9 @@ class ErwinModel final : public PointCloudModel {
         {"mlp_ratio", std::to_string(c.mlp_ratio)},
         {"mp_steps", std::to_string(c.mp_steps)},
         {"graph", c.mp_steps > 0 ? graph_rule().describe() : "not used (mp_steps 0)"},
-        {"multi-rank mode", "interim: every rank gathers the whole batch and runs it (exact, not scalable)"}};
+        {"multi-rank mode",
+         "distributed ball tree (every rank runs its subtrees; positions, ids and the graph are gathered on "
+         "every rank; bitwise equal to one process)"}};
     return d;
   }
 
@@ -101,22 +104,64 @@ class ErwinModel final : public PointCloudModel {
                                const balltree::Batch& batch, std::span<const std::int64_t> edges,
                                int threads) const override {
     if (!wrapper_) return net_.forward(features, positions, batch, edges, threads);
+    const std::vector<float> y = net_.forward(fourier(positions, threads), positions, batch, edges, threads);
+    return head(y, threads);
+  }
+
+  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp); only positions,
+  /// global ids and edges are gathered on every rank (the graph is built there), features move to the
+  /// rank that runs them and back.
+  void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                        index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
+    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, options.threads);
+    const index_t n = layout.local_points();
+    const detail::CanonicalBlocks blocks(comm, all, n);
+    const int cin = in_channels(), cout = out_channels();
+    std::vector<float> block_features;
+    if (wrapper_) {
+      block_features = fourier({all.positions.data() + blocks.begin * net_.config().dimensionality,
+                                static_cast<std::size_t>(blocks.rows() * net_.config().dimensionality)},
+                               options.threads);
+    } else {
+      std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cin)));
+      for (index_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, cin, rows.data() + r * cin);
+      block_features.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks.rows() * cin)));
+      blocks.plan.forward(rows.data(), cin, block_features.data());
+      block_features.resize(static_cast<std::size_t>(blocks.rows() * cin));
+    }
+    std::vector<float> y = detail::forward_distributed(comm, net_, blocks, block_features, all, options.threads);
+    if (wrapper_) y = head(y, options.threads);
+    y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks.rows() * cout)));
+    std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
+    blocks.plan.backward(y.data(), cout, rows.data());
+    for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cout, cout, out + r * ld_out);
+  }
+
+ private:
+  /// The wrapper's Fourier features [cos(p A^T), sin(p A^T)] of rows of positions (per row, float32).
+  std::vector<float> fourier(std::span<const float> positions, int threads) const {
     const Config& c = net_.config();
-    const std::int64_t n = batch.points();
-    const int half = c.c_in / 2, dim = c.dimensionality, D = c.c_hidden.front();
+    const int half = c.c_in / 2, dim = c.dimensionality;
+    const auto n = static_cast<std::int64_t>(positions.size()) / dim;
     const int nt = threads > 0 ? threads : omp_get_max_threads();
-    std::vector<float> fourier(static_cast<std::size_t>(n * c.c_in));
+    std::vector<float> features(static_cast<std::size_t>(n * c.c_in));
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (std::int64_t i = 0; i < n; ++i)
       for (int f = 0; f < half; ++f) {
         float proj = 0.0f;
         for (int k = 0; k < dim; ++k)
           proj += positions[static_cast<std::size_t>(i * dim + k)] * frequencies_[static_cast<std::size_t>(f * dim + k)];
-        fourier[static_cast<std::size_t>(i * c.c_in + f)] = std::cos(proj);
-        fourier[static_cast<std::size_t>(i * c.c_in + half + f)] = std::sin(proj);
+        features[static_cast<std::size_t>(i * c.c_in + f)] = std::cos(proj);
+        features[static_cast<std::size_t>(i * c.c_in + half + f)] = std::sin(proj);
       }
-    const std::vector<float> y = net_.forward(fourier, positions, batch, edges, threads);
-    // Prediction head, 64 rows at a time.
+    return features;
+  }
+
+  /// The wrapper's prediction head on rows of c_hidden[0] values (per row), 64 rows at a time.
+  std::vector<float> head(const std::vector<float>& y, int threads) const {
+    const int D = net_.config().c_hidden.front();
+    const auto n = static_cast<std::int64_t>(y.size()) / D;
+    const int nt = threads > 0 ? threads : omp_get_max_threads();
     const index_t ld = round_up(D, kPad), ld_out = round_up(1, kPad), chunk = 64;
     std::vector<float> out(static_cast<std::size_t>(n));
     const auto& k = kernels::cpu();
@@ -139,7 +184,6 @@ class ErwinModel final : public PointCloudModel {
     return out;
   }
 
- private:
   static void linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,
                      index_t ldy, index_t rows) {
     kernels::LinearArgs a;
