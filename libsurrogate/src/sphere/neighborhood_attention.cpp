@@ -1,10 +1,7 @@
-// NeighborhoodAttentionS2 (local attention on the sphere) on the CPU. Per output point, the projected
-// keys and values of its neighbours (the CSR row of its output latitude, shifted by p*wo input
-// longitudes) are gathered into one contiguous block and streamed through the shared online-softmax
-// primitive kernels::CpuKernels::latent_encode with a single query (M = 1). The quadrature factor
-// w_lat(j) of torch-harmonics' exp(q.k - max) * w_lat becomes an additive log w_lat in one extra key
-// column (the query carries 1 there), as in AttentionS2; further columns up to the common head width of
-// keys and values are zero.
+// NeighborhoodAttentionS2 (local attention on the sphere) on the CPU: the projections shared with
+// AttentionS2 (s2_heads), then the quadrature-weighted softmax over each output point's neighbours (the
+// CSR row of its output latitude, shifted by p*wo input longitudes) in neighborhood_rows.cpp, on the
+// ring-attention kernel (consecutive output longitudes as SIMD lanes), then the output projection.
 #include "surrogate/sphere/neighborhood_attention.hpp"
 
 #include <algorithm>
@@ -13,6 +10,7 @@
 #include <string>
 
 #include "surrogate/error.hpp"
+#include "neighborhood_rows.hpp"
 #include "s2_heads.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
@@ -22,8 +20,6 @@ using kernels::AlignedBuffer;
 using kernels::index_t;
 
 namespace {
-
-constexpr int kLonBlock = 16;  // output longitudes per task of the attention
 
 [[noreturn]] void invalid(const std::string& message) {
   throw Error(ErrorCode::invalid_argument, "NeighborhoodAttentionS2: " + message);
@@ -126,72 +122,20 @@ void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end
             std::to_string(needed.first) + ", " + std::to_string(needed.second) + "), the given key/value hold [" +
             std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
-  const kernels::CpuKernels& kern = kernels::cpu();
-
   // Band sizes: po output points and pi input points per sample; key row r of a sample is input point
-  // r + in_offset of the grid.
+  // r + in_begin * nlon_in of the grid.
   const index_t po = static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
-                pi = static_cast<index_t>(in_end - in_begin) * c.nlon_in,
-                in_offset = static_cast<index_t>(in_begin) * c.nlon_in;
+                pi = static_cast<index_t>(in_end - in_begin) * c.nlon_in;
   const index_t rows_q = batch * po, rows_k = batch * pi;
-  const int H = hd.heads, E = hd.width, ev = hd.ev;
   detail::AugmentedOperands ops;
   const std::vector<float> log_w(m.log_w.begin() + in_begin, m.log_w.begin() + in_end);
   hd.project(rows_q, rows_k, pi, c.nlon_in, log_w, query, key, value, ops);
-  const index_t ld_aug = ops.ld_aug, ld_v = hd.ld_out();
+  const index_t ld_v = hd.ld_out();
   AlignedBuffer<float> o(static_cast<std::size_t>(rows_q * ld_v));
 
-  // The streamed softmax over each output point's neighbours: one task per (sample, output latitude,
-  // block of output longitudes); per point the neighbours' augmented rows are gathered contiguously.
-  const index_t lon_blocks = (c.nlon_out + kLonBlock - 1) / kLonBlock;
-  const index_t nlat_band = lat_end - lat_begin;
-  const index_t tasks = static_cast<index_t>(batch) * nlat_band * lon_blocks;
-  const std::size_t gather = static_cast<std::size_t>(std::max<index_t>(m.max_neighbors, 1) * ld_aug);
-#pragma omp parallel
-  {
-    AlignedBuffer<float> kg(gather), vg(gather);
-    std::vector<double> weighted(static_cast<std::size_t>(E));
-#pragma omp for schedule(dynamic)
-    for (index_t t = 0; t < tasks; ++t) {
-      const index_t b = t / (nlat_band * lon_blocks), lat = lat_begin + (t / lon_blocks) % nlat_band;
-      const int wo0 = static_cast<int>((t % lon_blocks) * kLonBlock);
-      const int wo1 = std::min(c.nlon_out, wo0 + kLonBlock);
-      const index_t beg = m.csr.row_offsets[static_cast<std::size_t>(lat)];
-      const index_t n = m.csr.row_offsets[static_cast<std::size_t>(lat) + 1] - beg;
-      const float* kb = ops.k.data() + b * pi * ld_aug;  // grid point col at (col - in_offset) * ld_aug
-      const float* vb = ops.v.data() + b * pi * ld_aug;
-      for (int wo = wo0; wo < wo1; ++wo) {
-        for (index_t j = 0; j < n; ++j) {
-          const index_t col = m.csr.shifted(m.csr.columns[static_cast<std::size_t>(beg + j)], wo) - in_offset;
-          std::memcpy(kg.data() + j * ld_aug, kb + col * ld_aug, static_cast<std::size_t>(ld_aug) * sizeof(float));
-          std::memcpy(vg.data() + j * ld_aug, vb + col * ld_aug, static_cast<std::size_t>(ld_aug) * sizeof(float));
-        }
-        const index_t row = b * po + (lat - lat_begin) * c.nlon_out + wo;
-        for (int h = 0; h < H; ++h) {
-          std::int32_t ref_exp = kernels::kNoExponent;
-          double sum = 0.0;
-          std::fill(weighted.begin(), weighted.end(), 0.0);
-          kernels::LatentEncodeArgs a;
-          a.q = ops.q.data() + row * ld_aug + h * E;
-          a.M = 1;
-          a.E = E;
-          a.k = kg.data() + h * E;
-          a.ldk = ld_aug;
-          a.v = vg.data() + h * E;
-          a.ldv = ld_aug;
-          a.rows = n;
-          a.ref_exp = &ref_exp;
-          a.sum = &sum;
-          a.weighted = weighted.data();
-          if (n > 0) kern.latent_encode(a);
-          float* dst = o.data() + row * ld_v + h * ev;
-          const double inv = 1.0 / sum;  // no neighbours: 0 * inf = NaN, as torch-harmonics' 0 / 0
-          for (int e = 0; e < ev; ++e) dst[e] = static_cast<float>(weighted[static_cast<std::size_t>(e)] * inv);
-        }
-        std::fill(o.data() + row * ld_v + hd.cout, o.data() + (row + 1) * ld_v, 0.0f);
-      }
-    }
-  }
+  // The softmax over each output point's neighbours (quadrature-weighted), row by row.
+  detail::neighborhood_softmax_rows(m.csr, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, ops, o.data(),
+                                    ld_v);
 
   // Output projection, then the caller's layout.
   hd.output_projection(rows_q, o.data(), out);
