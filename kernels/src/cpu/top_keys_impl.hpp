@@ -67,27 +67,32 @@ inline void row_scores(const float* const* q, int E, const float* kt, index_t ld
   for (int r = 0; r < R; ++r) out[r] = acc[r] * splat(scale);
 }
 
-/// Offers one vector of scores (keys g0 .. g0 + W - 1; lanes at or past `keys` ignored) to `top`.
-inline void offer_vector(simd::vf s, index_t g0, index_t keys, index_t mask_begin, index_t mask_end, TopKeys& top,
+/// Offers one vector of scores (keys g0 .. g0 + valid - 1; valid <= W, the other lanes ignored) to `top`.
+/// Track: also keep the best rejected score per lane in `rejected` (for TopKeysArgs::next).
+template <bool Track>
+inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, index_t mask_end, TopKeys& top,
                          simd::vf& rejected) {
   using namespace simd;
-  vi lane;
-  for (int i = 0; i < W; ++i) lane[i] = i;
   if (mask_begin < g0 + W && mask_end > g0) {
-    const vi idx = lane + splati(static_cast<std::int32_t>(g0));
+    vi idx;
+    for (int i = 0; i < W; ++i) idx[i] = static_cast<std::int32_t>(g0) + i;
     const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
     s = select(masked, splat(-__builtin_inff()), s);
   }
-  const int valid = static_cast<int>(imin(W, keys - g0));
   if (top.count < top.S) {  // filling: every key is a candidate
     float lanes[W];
     store(lanes, s);
     for (int i = 0; i < valid; ++i) top.offer(lanes[i], static_cast<std::int32_t>(g0 + i));
     return;
   }
-  vi pass = s > splat(top.threshold());
-  if (valid < W) pass &= first_lanes(valid);
-  rejected = vmax(rejected, select(pass | ~first_lanes(valid), splat(-__builtin_inff()), s));
+  vi pass = s > splat(top.score[top.S - 1]);
+  if (valid < W) {
+    const vi inside = first_lanes(valid);
+    pass &= inside;
+    if constexpr (Track) rejected = vmax(rejected, select(pass | ~inside, splat(-__builtin_inff()), s));
+  } else if constexpr (Track) {
+    rejected = vmax(rejected, select(pass, splat(-__builtin_inff()), s));
+  }
   if (!any(pass)) return;
   float lanes[W];
   store(lanes, s);
@@ -96,7 +101,7 @@ inline void offer_vector(simd::vf s, index_t g0, index_t keys, index_t mask_begi
 }
 
 /// R rows of one query each (a.group == 1), starting at row r0.
-template <int EC, int R>
+template <int EC, int R, bool Track>
 inline void top_keys_rows(const TopKeysArgs& a, index_t r0, TopKeys* top) {
   using namespace simd;
   const float* q[R];
@@ -108,16 +113,24 @@ inline void top_keys_rows(const TopKeysArgs& a, index_t r0, TopKeys* top) {
     mb[r] = a.mask_begin ? a.mask_begin[r0 + r] : 0;
     me[r] = a.mask_begin ? a.mask_end[r0 + r] : 0;
   }
-  for (index_t g0 = 0; g0 < a.keys; g0 += W) {
+  index_t g0 = 0;
+  for (; g0 + W <= a.keys; g0 += W) {
     vf s[R];
     row_scores<EC, R>(q, a.E, a.kt + g0, a.ldk, a.scale, s);
-    for (int r = 0; r < R; ++r) offer_vector(s[r], g0, a.keys, mb[r], me[r], top[r], rejected[r]);
+    for (int r = 0; r < R; ++r) offer_vector<Track>(s[r], g0, W, mb[r], me[r], top[r], rejected[r]);
   }
-  for (int r = 0; r < R; ++r) top[r].next = fmaxf(top[r].next, hmax(rejected[r]));
+  if (g0 < a.keys) {
+    vf s[R];
+    row_scores<EC, R>(q, a.E, a.kt + g0, a.ldk, a.scale, s);
+    const int valid = static_cast<int>(a.keys - g0);
+    for (int r = 0; r < R; ++r) offer_vector<Track>(s[r], g0, valid, mb[r], me[r], top[r], rejected[r]);
+  }
+  if constexpr (Track)
+    for (int r = 0; r < R; ++r) top[r].next = fmaxf(top[r].next, hmax(rejected[r]));
 }
 
 /// One row of a.group queries: the mean of their scaled scores.
-template <int EC>
+template <int EC, bool Track>
 inline void top_keys_group(const TopKeysArgs& a, index_t r, TopKeys& top) {
   using namespace simd;
   vf rejected = splat(-__builtin_inff());
@@ -132,12 +145,12 @@ inline void top_keys_group(const TopKeysArgs& a, index_t r, TopKeys& top) {
       s = t == 0 ? part : s + part;
     }
     s = s / splat(group_size);
-    offer_vector(s, g0, a.keys, mb, me, top, rejected);
+    offer_vector<Track>(s, g0, static_cast<int>(imin(W, a.keys - g0)), mb, me, top, rejected);
   }
-  top.next = fmaxf(top.next, hmax(rejected));
+  if constexpr (Track) top.next = fmaxf(top.next, hmax(rejected));
 }
 
-template <int EC>
+template <int EC, bool Track>
 inline void top_keys_impl(const TopKeysArgs& a) {
   constexpr int R = 4;
   TopKeys top[R];
@@ -155,28 +168,34 @@ inline void top_keys_impl(const TopKeysArgs& a) {
   if (a.group == 1) {
     for (; r + R <= a.rows; r += R) {
       for (int i = 0; i < R; ++i) reset(top[i]);
-      top_keys_rows<EC, R>(a, r, top);
+      top_keys_rows<EC, R, Track>(a, r, top);
       for (int i = 0; i < R; ++i) finish(r + i, top[i]);
     }
     for (; r < a.rows; ++r) {
       reset(top[0]);
-      top_keys_rows<EC, 1>(a, r, top);
+      top_keys_rows<EC, 1, Track>(a, r, top);
       finish(r, top[0]);
     }
     return;
   }
   for (; r < a.rows; ++r) {
     reset(top[0]);
-    top_keys_group<EC>(a, r, top[0]);
+    top_keys_group<EC, Track>(a, r, top[0]);
     finish(r, top[0]);
   }
 }
 
+template <int EC>
+inline void top_keys_tracked(const TopKeysArgs& a) {
+  if (a.next) top_keys_impl<EC, true>(a);
+  else top_keys_impl<EC, false>(a);
+}
+
 inline void top_keys(const TopKeysArgs& a) {
   switch (a.E) {
-    case 8: top_keys_impl<8>(a); break;
-    case 16: top_keys_impl<16>(a); break;
-    default: top_keys_impl<0>(a); break;
+    case 8: top_keys_tracked<8>(a); break;
+    case 16: top_keys_tracked<16>(a); break;
+    default: top_keys_tracked<0>(a); break;
   }
 }
 
