@@ -77,27 +77,28 @@ def available_mib():
 
 def time_pytorch(forward, threads, repeats, long_run_s=20.0):
     """Warm-up (its output returned for the check), then `repeats` timed runs (one when the warm-up took
-    longer than long_run_s). Returns (output, best wall seconds, best process CPU seconds, warm-up wall
-    seconds)."""
+    longer than long_run_s CPU seconds; none with repeats = 0: the warm-up is then the timed run).
+    Returns (output, best wall seconds, best process CPU seconds, warm-up CPU seconds)."""
     torch.set_num_threads(threads)
     with torch.inference_mode():
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         out = forward()
-        first = time.perf_counter() - t0
+        first_cpu, first = time.process_time() - c0, time.perf_counter() - t0
         times, cpu = [], []
-        for _ in range(repeats if first < long_run_s else min(repeats, 1)):
+        for _ in range(repeats if first_cpu < long_run_s else min(repeats, 1)):
             t0, c0 = time.perf_counter(), time.process_time()
             forward()
             cpu.append(time.process_time() - c0)
             times.append(time.perf_counter() - t0)
     if not times:
-        return out.detach().numpy(), first, float("nan"), first
-    return out.detach().numpy(), min(times), min(cpu), first
+        return out.detach().numpy(), first, first_cpu, first_cpu
+    return out.detach().numpy(), min(times), min(cpu), first_cpu
 
 
 class Extrapolation:
-    """Power-law estimate of PyTorch's time and peak memory at a larger N from the sizes measured so far
-    (exponent from the last two; `exponent` when only one is known)."""
+    """Power-law estimate of PyTorch's CPU time and peak memory at a larger N from the sizes measured so
+    far (exponent from the last two; `exponent` when only one is known). CPU seconds rather than wall
+    seconds: on a machine shared with other jobs the wall time says more about the other jobs."""
 
     def __init__(self, exponent):
         self.exponent = exponent
