@@ -3,7 +3,9 @@
 // canonical row-major latitude-longitude order, as the convention requires: even, uneven at random cut
 // points that need not fall on latitude boundaries, all on rank 0, all on the last rank), against the
 // single-process result computed on each rank: bitwise identical (the prediction of a point does not
-// depend on the number of ranks), with 1 and 2 threads.
+// depend on the number of ranks), with 1 and 2 threads. Also the latitude-band pieces directly: the row
+// fetch collective (fetch_rows) against the known global array, and SphericalTransformer::forward_bands
+// on forced partitions (bands of one row, empty ranks) against the single-process forward.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -16,6 +18,8 @@
 #include "h5_io.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
+#include "surrogate/sphere/bands.hpp"
+#include "surrogate/sphere/transformer.hpp"
 
 namespace st = surrogate::testing;
 using surrogate::index_t;
@@ -91,5 +95,115 @@ TEST(SphereMpi, PredictionsDoNotDependOnTheRanks) {
         EXPECT_TRUE(identical) << std::filesystem::path(dir).filename() << " split " << name << " threads " << threads
                                << " on " << comm.size() << " ranks: not bitwise identical to one process";
       }
+  }
+}
+
+namespace {
+
+namespace sphere = surrogate::sphere;
+
+/// Value of column c of global row g in the fetch tests.
+float row_value(index_t g, int c) { return static_cast<float>(g * 8 + c); }
+
+}  // namespace
+
+TEST(SphereMpi, FetchRowsDeliversAnyRangesFromTheirOwners) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank(), W = 3;
+  const index_t N = 97;
+  for (unsigned seed : {1u, 2u, 3u}) {
+    // The rows cut into 3P pieces at random points (some empty), piece i held by rank i % P: several
+    // disjoint ranges per rank, stored with a padded stride.
+    std::mt19937 gen(seed);
+    std::uniform_int_distribution<index_t> cut(0, N);
+    std::vector<index_t> cuts{0, N};
+    for (int i = 1; i < 3 * P; ++i) cuts.push_back(cut(gen));
+    std::sort(cuts.begin(), cuts.end());
+    std::vector<std::vector<float>> storage;
+    std::vector<sphere::HeldRows> held;
+    for (int i = 0; i < 3 * P; ++i) {
+      if (i % P != me) continue;
+      const index_t b = cuts[static_cast<std::size_t>(i)], e = cuts[static_cast<std::size_t>(i) + 1];
+      storage.emplace_back(static_cast<std::size_t>((e - b) * (W + 2)), -1.0f);
+      for (index_t g = b; g < e; ++g)
+        for (int c = 0; c < W; ++c) storage.back()[static_cast<std::size_t>((g - b) * (W + 2) + c)] = row_value(g, c);
+      held.push_back({{b, e}, storage.back().data(), W + 2});
+    }
+    // Each rank wants its own random ranges (overlapping, unordered, empty ones included).
+    std::mt19937 mine(seed * 100 + static_cast<unsigned>(me));
+    std::uniform_int_distribution<index_t> at(0, N);
+    std::vector<sphere::RowRange> wanted;
+    for (int i = 0; i < 5; ++i) {
+      index_t a = at(mine), b = at(mine);
+      if (a > b) std::swap(a, b);
+      wanted.push_back({a, i == 2 ? a : b});
+    }
+    const std::vector<float> got = sphere::fetch_rows(comm, held, wanted, W);
+    std::vector<float> expected;
+    for (const auto& r : wanted)
+      for (index_t g = r.begin; g < r.end; ++g)
+        for (int c = 0; c < W; ++c) expected.push_back(row_value(g, c));
+    EXPECT_EQ(got, expected) << "seed " << seed << " rank " << me;
+    // A row nobody holds is an error on every rank.
+    std::vector<sphere::RowRange> beyond = wanted;
+    if (me == P - 1) beyond.push_back({N - 1, N + 1});
+    EXPECT_THROW(sphere::fetch_rows(comm, held, beyond, W), surrogate::Error);
+  }
+}
+
+TEST(SphereMpi, TransformerBandsOfOneRowAndEmptyRanks) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank();
+  const std::filesystem::path root = std::filesystem::path(st::data_dir()) / "sphere" / "models";
+  for (const char* name : {"st_neighborhood_instance_latlon_cutoff", "st_global_instance_spectral"}) {
+    const std::string dir = (root / name).string();
+    const auto file = surrogate::ModelFile::read(comm, dir + "/model.h5");
+    const sphere::SphericalTransformer net(file);
+    const auto& c = net.config();
+    const st::Array x = st::read_array(dir + "/io.h5", "input");  // (B, C, nlat, nlon)
+    const index_t B = x.shape[0], C = x.shape[1], Pg = x.shape[2] * x.shape[3], n = B * Pg;
+    std::vector<float> rows(static_cast<std::size_t>(n * C));
+    for (index_t b = 0; b < B; ++b)
+      for (index_t ch = 0; ch < C; ++ch)
+        for (index_t p = 0; p < Pg; ++p)
+          rows[static_cast<std::size_t>((b * Pg + p) * C + ch)] = static_cast<float>(x.values[static_cast<std::size_t>((b * C + ch) * Pg + p)]);
+    std::vector<float> single(static_cast<std::size_t>(n * c.out_chans));
+    net.forward(static_cast<int>(B), rows.data(), single.data());
+
+    // Forced image partitions: scale_factor rows per rank but the last (internal bands of about one row),
+    // one row per rank but the last, everything on rank 0 except one row on the last (empty ranks between).
+    std::vector<std::pair<std::string, sphere::BandPartition>> partitions;
+    for (int per : {c.scale_factor, 1}) {
+      sphere::BandPartition p;
+      for (int r = 0; r < P; ++r) p.first.push_back(std::min(c.nlat, r * per));
+      p.first.push_back(c.nlat);
+      partitions.push_back({"rows per rank " + std::to_string(per), p});
+    }
+    sphere::BandPartition lopsided;
+    lopsided.first.push_back(0);
+    for (int r = 1; r < P; ++r) lopsided.first.push_back(c.nlat - 1);
+    lopsided.first.push_back(c.nlat);
+    partitions.push_back({"lopsided", lopsided});
+    int thinnest_internal = c.nlat;
+    for (const auto& [label, image] : partitions) {
+      const auto inner = net.internal_bands(image);
+      for (int r = 0; r < P; ++r)
+        if (inner.rows(r) > 0) thinnest_internal = std::min(thinnest_internal, inner.rows(r));
+      // The input held in an uneven split that ignores the bands (rank r: rows [n r^2 / P^2, ...)).
+      const index_t b0 = n * me * me / (P * P), b1 = n * (me + 1) * (me + 1) / (P * P);
+      const sphere::HeldRows held{{b0, b1}, rows.data() + b0 * C, C};
+      const int g0 = image.begin(me), g1 = image.end(me);
+      std::vector<float> band(static_cast<std::size_t>(B * (g1 - g0) * c.nlon * c.out_chans));
+      net.forward_bands(comm, static_cast<int>(B), image, std::span<const sphere::HeldRows>(&held, 1), band.data());
+      std::vector<float> expected;
+      for (index_t b = 0; b < B; ++b) {
+        const auto first = single.begin() + static_cast<std::ptrdiff_t>((b * Pg + static_cast<index_t>(g0) * c.nlon) * c.out_chans);
+        expected.insert(expected.end(), first, first + static_cast<std::ptrdiff_t>((g1 - g0) * c.nlon * c.out_chans));
+      }
+      EXPECT_EQ(band, expected) << name << " partition " << label << " on " << P << " ranks, rank " << me;
+    }
+    if (P >= 3) {
+      EXPECT_EQ(thinnest_internal, 1) << name << ": no internal band of one row was exercised";
+    }
   }
 }

@@ -71,19 +71,25 @@ std::vector<float> fetch_rows(const Comm& comm, std::span<const HeldRows> held, 
   const std::vector<RowRange>& my_wanted = plans[static_cast<std::size_t>(me)].wanted;
   const std::size_t W = static_cast<std::size_t>(width);
 
-  // Where each wanted range starts in the result; every wanted row must be held exactly once somewhere.
+  // Where each wanted range starts in the result.
   std::vector<index_t> out_offset(my_wanted.size() + 1, 0);
   for (std::size_t i = 0; i < my_wanted.size(); ++i) out_offset[i + 1] = out_offset[i] + my_wanted[i].size();
-  std::vector<index_t> covered(my_wanted.size(), 0);
-  for (int r = 0; r < P; ++r)
-    for_each_overlap(my_wanted, plans[static_cast<std::size_t>(r)].held,
-                     [&](std::size_t i, const RowRange& o) { covered[i] += o.size(); });
-  index_t missing = 0;
-  for (std::size_t i = 0; i < my_wanted.size(); ++i) missing += my_wanted[i].size() - covered[i];
-  if (comm.allreduce<std::int64_t>(missing != 0 ? 1 : 0, ReduceOp::max) != 0)
-    throw Error(ErrorCode::internal, "sphere bands: fetch_rows on " + comm.name() + ": a wanted row range is not held by "
-                                         "exactly one rank (rank " + std::to_string(me) + " misses " +
-                                         std::to_string(missing) + " rows)");
+  // Every wanted row of every rank must be held exactly once: checked by every rank on the same data, so
+  // all ranks throw together without another collective.
+  for (int q = 0; q < P; ++q) {
+    const std::vector<RowRange>& wanted_q = plans[static_cast<std::size_t>(q)].wanted;
+    std::vector<index_t> covered(wanted_q.size(), 0);
+    for (int r = 0; r < P; ++r)
+      for_each_overlap(wanted_q, plans[static_cast<std::size_t>(r)].held,
+                       [&](std::size_t i, const RowRange& o) { covered[i] += o.size(); });
+    for (std::size_t i = 0; i < wanted_q.size(); ++i)
+      if (wanted_q[i].size() < 0 || covered[i] != wanted_q[i].size())
+        throw Error(ErrorCode::internal, "sphere bands: fetch_rows on " + comm.name() + ": rank " + std::to_string(q) +
+                                             " wants rows [" + std::to_string(wanted_q[i].begin) + ", " +
+                                             std::to_string(wanted_q[i].end) + "), of which " +
+                                             std::to_string(covered[i]) + " are held (each must be held by exactly "
+                                             "one rank)");
+  }
 
   // Pack what every peer wants from this rank, in the peer's wanted order, then by global row.
   std::vector<HeldRows> mine(held.begin(), held.end());
