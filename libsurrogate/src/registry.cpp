@@ -2,6 +2,7 @@
 #include <functional>
 #include <map>
 
+#include "surrogate/bsa.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
@@ -12,6 +13,7 @@ namespace {
 using Factory = std::function<std::unique_ptr<Model>(const ModelFile&)>;
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> factories = {
+      {"bsa", bsa::make_bsa_model},
       {"erwin", erwin::make_erwin_model},
       {"flare", make_flare_model},
       {"sphere_transformer", sphere::make_sphere_transformer_model},

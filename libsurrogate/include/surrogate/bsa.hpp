@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "surrogate/balltree.hpp"
+#include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate::bsa {
@@ -110,5 +111,10 @@ class Network {
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
+
+/// The registered model of architecture "bsa" (make_model): Network behind the generic predict path
+/// (positions required, edges ignored; wrapper = shapenet_car: positions only, one output). CPU only
+/// (a CUDA device is Error(unsupported)); multi-rank runs gather the batch on every rank.
+std::unique_ptr<Model> make_bsa_model(const ModelFile& file);
 
 }  // namespace surrogate::bsa

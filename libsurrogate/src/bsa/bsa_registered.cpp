@@ -1,0 +1,94 @@
+// BSA as a registered Model (architecture "bsa"): bsa::Network behind the generic predict path
+// (PointCloudModel: positions and samples; BSA passes no messages, so edges are never used), optionally
+// inside the ShapeNet-Car wrapper (/config wrapper = "shapenet_car": inputs are the positions only, one
+// output). CPU only: a CUDA device is refused. Docs: share/docs/balltree.md ("Running BSA").
+#include <cstdio>
+
+#include "../balltree/point_cloud_model.hpp"
+#include "surrogate/bsa.hpp"
+
+namespace surrogate::bsa {
+namespace {
+
+const char* attention_name(AttentionType t) {
+  switch (t) {
+    case AttentionType::sparse: return "sparse (BSA: local + coarse + fine, gated)";
+    case AttentionType::ball: return "ball";
+    case AttentionType::global: break;
+  }
+  return "global";
+}
+
+class BsaModel final : public PointCloudModel {
+ public:
+  BsaModel(const ModelFile& file, Network net)
+      : PointCloudModel(file, wrapped(net) ? 0 : net.in_channels(), wrapped(net) ? 1 : net.out_channels(),
+                        net.config().dimensionality, /*uses_edges=*/false),
+        net_(std::move(net)) {}
+
+  index_t parameter_count() const override { return net_.parameter_count(); }
+
+  std::vector<std::pair<std::string, std::string>> describe() const override {
+    const Config& c = net_.config();
+    auto number = [](double v) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%g", v);
+      return std::string(text);
+    };
+    auto yes = [](bool b) { return std::string(b ? "yes" : "no"); };
+    std::vector<std::pair<std::string, std::string>> d = {
+        {"wrapper", wrapped(net_) ? "shapenet_car (inputs: positions only; Fourier features, prediction head)" : "none"},
+        {"dimensionality", std::to_string(c.dimensionality)},
+        {"c_in / c_hidden", std::to_string(c.c_in) + " / " + std::to_string(c.c_hidden)},
+        {"depth / heads", std::to_string(c.depth) + " / " + std::to_string(c.num_heads)},
+        {"block_size (long residual)", std::to_string(c.block_size)},
+        {"mlp_ratio", std::to_string(c.mlp_ratio)},
+        {"ball_size", std::to_string(c.ball_size)},
+        {"rotation", c.should_rotate ? number(c.rotation_angle) + " degrees (odd layers)" : "none"},
+        {"attention", attention_name(c.attention_type)}};
+    if (c.attention_type == AttentionType::sparse) {
+      d.emplace_back("compress_block_size / selected_blocks", std::to_string(c.compress_block_size) + " / " +
+                                                                  std::to_string(c.selected_blocks_number));
+      d.emplace_back("compression", c.use_compress_mlp ? "MLP (expand " + number(c.compress_mlp_expand_factor) + ")"
+                                                       : "block mean");
+      d.emplace_back("group selection", c.use_group_selection ? "groups of " + std::to_string(c.group_selection_size)
+                                                              : "per token");
+      d.emplace_back("coarse q attention / importance", yes(c.use_coarse_q_attn) + " / " + yes(c.use_coarse_q_importance));
+      d.emplace_back("mask own-ball blocks", yes(c.should_mask_blocks_in_ball));
+      d.emplace_back("gate", c.use_token_gated_attention ? "token" : "static");
+    } else if (c.attention_type == AttentionType::ball) {
+      d.emplace_back("attention_ball_size", std::to_string(c.attention_ball_size));
+    }
+    d.emplace_back("input", "every sample must pad (next power of two) to the same size, a multiple of ball_size");
+    d.emplace_back("multi-rank mode", "interim: every rank gathers the whole batch and runs it (exact, not scalable)");
+    return d;
+  }
+
+ protected:
+  void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                        index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
+    // Every rank has the same options, so every rank throws the same error.
+    if (options.cuda_device >= 0)
+      throw Error(ErrorCode::unsupported, "bsa: no CUDA forward (cuda_device " + std::to_string(options.cuda_device) +
+                                              " was requested); run BSA models on the CPU (cuda_device -1)");
+    PointCloudModel::forward_geometry(comm, layout, geometry, in, ld_in, out, ld_out, options);
+  }
+
+  std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
+                               const balltree::Batch& batch, std::span<const std::int64_t> /*edges*/,
+                               int threads) const override {
+    if (wrapped(net_)) return net_.forward_shapenet(positions, batch, threads);
+    return net_.forward(features, positions, batch, threads);
+  }
+
+ private:
+  static bool wrapped(const Network& net) { return net.config().wrapper == Wrapper::shapenet_car; }
+
+  Network net_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_bsa_model(const ModelFile& file) { return std::make_unique<BsaModel>(file, Network(file)); }
+
+}  // namespace surrogate::bsa
