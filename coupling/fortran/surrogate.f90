@@ -114,6 +114,7 @@ module surrogate
   ! --- The C API ------------------------------------------------------------------------------------
   public :: c_surrogate_options_default, c_surrogate_open_f, c_surrogate_close, c_surrogate_set_options
   public :: c_surrogate_set_points_f64, c_surrogate_set_points_f32, c_surrogate_predict_f64, c_surrogate_predict_f32
+  public :: c_surrogate_set_edges, c_surrogate_position_dim
   public :: c_surrogate_in_channels, c_surrogate_out_channels, c_surrogate_channel_name, c_surrogate_channel_unit
   public :: c_surrogate_architecture, c_surrogate_last_predict_seconds
   public :: c_surrogate_vtk_open_f, c_surrogate_vtk_close, c_surrogate_vtk_set_cells
@@ -167,6 +168,20 @@ module surrogate
       integer(c_int64_t), value :: point_stride, dim_stride
       type(c_ptr), value :: global_ids, sample_ids
     end function c_surrogate_set_points_f32
+
+    integer(c_int) function c_surrogate_set_edges(handle, n_edges, sources, receivers) &
+        bind(C, name="surrogate_set_edges")
+      import :: c_int, c_int64_t, c_ptr
+      type(c_ptr), value :: handle
+      integer(c_int64_t), value :: n_edges
+      type(c_ptr), value :: sources, receivers
+    end function c_surrogate_set_edges
+
+    integer(c_int) function c_surrogate_position_dim(handle, dim) bind(C, name="surrogate_position_dim")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: handle
+      integer(c_int), intent(out) :: dim
+    end function c_surrogate_position_dim
 
     integer(c_int) function c_surrogate_predict_f64(handle, in, in_point_stride, in_channel_stride, &
                                                     out, out_point_stride, out_channel_stride) &
@@ -327,6 +342,7 @@ module surrogate
 
   ! --- The Fortran interface ------------------------------------------------------------------------
   public :: surrogate_open, surrogate_close, surrogate_set_options, surrogate_set_points, surrogate_predict
+  public :: surrogate_set_edges, surrogate_position_dim
   public :: surrogate_is_open, surrogate_in_channels, surrogate_out_channels, surrogate_channel_name
   public :: surrogate_channel_unit, surrogate_architecture, surrogate_last_predict_seconds
   public :: surrogate_last_error, surrogate_status_string, surrogate_version
@@ -751,6 +767,40 @@ contains
     end if
     call set_points_common(s, v, lay, .false., ierr, global_ids, sample_ids)
   end subroutine set_points_f32
+
+  !> call surrogate_set_edges(s, sources, receivers, ierr). Collective. Graph edges for models that pass
+  !> messages (Erwin): this rank's share, sources(e) -> receivers(e), as global point ids: the global_ids
+  !> given to surrogate_set_points (used as given), or without them the rank-major numbering starting at
+  !> 0. The graph is the union over the ranks in rank order; a rank may give none (zero-size arrays).
+  !> Kept until the next set_points or set_edges; zero-size arrays on every rank remove the edges (the
+  !> model then builds its graph by the rule of its file, if any). Other models ignore the edges.
+  subroutine surrogate_set_edges(s, sources, receivers, ierr)
+    type(surrogate_t), intent(inout) :: s
+    integer(int64), intent(in), target, contiguous :: sources(:), receivers(:)
+    integer, intent(out) :: ierr
+    integer(c_int) :: rc
+    if (size(sources, kind=int64) /= size(receivers, kind=int64)) then
+      ! n_edges = -1 is rejected by the library on every rank; this rank reports why.
+      rc = c_surrogate_set_edges(s%handle, -1_c_int64_t, c_null_ptr, c_null_ptr)
+      ierr = forced_status(rc, 'surrogate_set_edges: sources has '//itoa(size(sources, kind=int64))// &
+                           ' entries, receivers '//itoa(size(receivers, kind=int64)))
+      return
+    end if
+    rc = c_surrogate_set_edges(s%handle, int(size(sources, kind=int64), c_int64_t), ids_pointer(sources), &
+                               ids_pointer(receivers))
+    ierr = c_status(rc)
+  end subroutine surrogate_set_edges
+
+  !> n = surrogate_position_dim(s, ierr): coordinates per point the model needs as positions
+  !> (surrogate_set_points' dim), 0 for models that need none (FLARE, spherical models).
+  integer function surrogate_position_dim(s, ierr)
+    type(surrogate_t), intent(in) :: s
+    integer, intent(out) :: ierr
+    integer(c_int) :: dim
+    dim = 0
+    ierr = c_status(c_surrogate_position_dim(s%handle, dim))
+    surrogate_position_dim = int(dim)
+  end function surrogate_position_dim
 
   subroutine set_points_common(s, v, layout, double, ierr, global_ids, sample_ids)
     type(surrogate_t), intent(inout) :: s
