@@ -7,7 +7,9 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <string>
 #include <utility>
@@ -244,4 +246,57 @@ TEST(SphereBands, Partitions) {
   EXPECT_EQ(m.first.front(), 0);
   EXPECT_EQ(m.first.back(), 9);
   EXPECT_TRUE(std::is_sorted(m.first.begin(), m.first.end()));
+}
+
+TEST(SphereBands, HalosAreNoWiderThanTheCutoff) {
+  // Model-zoo sizes: neighbourhood attention on the 64x128 Legendre-Gauss internal grid with the
+  // transformer's cutoff, the decoder DISCO on the 128x256 equiangular image grid with the coarse cutoff.
+  // The halo of every single-row band holds only rows within the (widened) cutoff in colatitude, so a
+  // band's working size is the band plus about 2 cutoff/spacing rows, not the grid.
+  const double pi = 3.14159265358979323846;
+  const int h = 64, w = 128, nlat = 128, nlon = 256;
+  sphere::NeighborhoodAttentionS2Config na;
+  na.in_channels = 4;
+  na.nlat_in = na.nlat_out = h;
+  na.nlon_in = na.nlon_out = w;
+  na.grid_in = na.grid_out = Grid::legendre_gauss;
+  na.theta_cutoff = 7.0 / std::sqrt(pi) * pi / (h - 1);
+  const sphere::NeighborhoodAttentionS2 att(na, attention_weights(4, 4, 4, false, 1, 51));
+  sphere::DiscoConfig dc;
+  dc.in_channels = dc.out_channels = 1;
+  dc.nlat_in = dc.nlat_out = nlat;
+  dc.nlon_in = dc.nlon_out = nlon;
+  dc.kernel_shape = {5, 4};
+  dc.theta_cutoff = 6 * 0.5 * pi / (h - 1);
+  const int K = sphere::filter_basis_size(dc.basis, dc.kernel_shape);
+  const sphere::DiscoConvS2 dec(dc, random_values(static_cast<std::size_t>(K), 52), {});
+  struct Op {
+    const char* name;
+    std::vector<double> colat;
+    double cutoff;
+    std::function<std::pair<int, int>(int, int)> rows;
+  };
+  const std::vector<Op> ops = {
+      {"neighbourhood attention", sphere::latitudes(h, Grid::legendre_gauss).colatitude, na.theta_cutoff,
+       [&](int a, int b) { return att.input_rows(a, b); }},
+      {"decoder DISCO", sphere::latitudes(nlat, Grid::equiangular).colatitude, dc.theta_cutoff,
+       [&](int a, int b) { return dec.input_rows(a, b); }}};
+  for (const Op& op : ops) {
+    const int n = static_cast<int>(op.colat.size());
+    for (int t = 0; t < n; ++t) {
+      const auto [i0, i1] = op.rows(t, t + 1);
+      ASSERT_LE(i0, t);
+      ASSERT_GT(i1, t);
+      for (int i : {i0, i1 - 1})
+        EXPECT_LE(std::fabs(op.colat[static_cast<std::size_t>(i)] - op.colat[static_cast<std::size_t>(t)]),
+                  (1.0 + 1e-3) * op.cutoff + 1e-12)
+            << op.name << ": row " << t << " reaches row " << i;
+    }
+    // Eight ranks: every balanced band plus its halo is well under half the grid.
+    const auto bands8 = sphere::balanced_bands(n, 8);
+    for (int r = 0; r < 8; ++r) {
+      const auto [i0, i1] = op.rows(bands8.begin(r), bands8.end(r));
+      EXPECT_LT(i1 - i0, n / 2) << op.name << ": rank " << r << " of 8 works on " << i1 - i0 << " of " << n << " rows";
+    }
+  }
 }
