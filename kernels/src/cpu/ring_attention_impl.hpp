@@ -16,6 +16,9 @@ inline constexpr int kRingChunk = 128;  // entries per chunk of the online softm
 
 /// W/2 floats at p, as doubles.
 inline simd::vd load_half_as_double(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p));  // one vcvtps2pd ymm -> zmm (see to_double)
+#endif
   vfh h;
   std::memcpy(&h, p, sizeof h);
   return __builtin_convertvector(h, simd::vd);
@@ -43,8 +46,13 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
   index_t value_at[kRingChunk];
   for (int i0 = 0; i0 < a.count; i0 += W) {
     const int lanes = static_cast<int>(imin(W, a.count - i0));
-    for (int e = 0; e < ek; ++e)
-      for (int i = 0; i < W; ++i) qt[e * W + i] = i < lanes ? a.q[(i0 + i) * a.ldq + e] : 0.0f;
+    for (int i = 0; i < W; ++i) {
+      const float* qi = a.q + (i0 + i) * a.ldq;
+      if (i < lanes)
+        for (int e = 0; e < ek; ++e) qt[e * W + i] = qi[e];
+      else
+        for (int e = 0; e < ek; ++e) qt[e * W + i] = 0.0f;
+    }
     for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
     const int base = a.first + i0;
     vf ref = splat(0.0f);
@@ -121,10 +129,23 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
         }
       }
     }
+    // out = weighted * (1 / sum) per lane (no entries: 0 * inf = NaN, as torch-harmonics' 0 / 0), staged
+    // channel-major in `qt` (free until the next block of queries), then written row by row.
+    vd inv[2];
+    for (int h = 0; h < 2; ++h) {
+      std::memcpy(&inv[h], acc + h * kHalf, sizeof(vd));
+      inv[h] = 1.0 / inv[h];
+    }
+    for (int e = 0; e < ev; ++e)
+      for (int h = 0; h < 2; ++h) {
+        vd x;
+        std::memcpy(&x, acc + (1 + e) * W + h * kHalf, sizeof x);
+        const vfh y = __builtin_convertvector(x * inv[h], vfh);
+        std::memcpy(qt + e * W + h * kHalf, &y, sizeof y);
+      }
     for (int i = 0; i < lanes; ++i) {
-      const double inv = 1.0 / acc[i];  // no entries: 0 * inf = NaN, as torch-harmonics' 0 / 0
       float* dst = a.out + (i0 + i) * a.ldo;
-      for (int e = 0; e < ev; ++e) dst[e] = static_cast<float>(acc[(1 + e) * W + i] * inv);
+      for (int e = 0; e < ev; ++e) dst[e] = qt[e * W + i];
     }
   }
 }

@@ -127,11 +127,12 @@ void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end
   const index_t po = static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
                 pi = static_cast<index_t>(in_end - in_begin) * c.nlon_in;
   const index_t rows_q = batch * po, rows_k = batch * pi;
-  detail::AugmentedOperands ops;
-  const std::vector<float> log_w(m.log_w.begin() + in_begin, m.log_w.begin() + in_end);
-  hd.project(rows_q, rows_k, pi, c.nlon_in, log_w, query, key, value, ops);
+  // Scratch kept per calling thread and reused across forwards (fresh pages cost more than the softmax).
+  thread_local detail::PlainOperands ops;
+  thread_local AlignedBuffer<float> o;
+  hd.project_plain(rows_q, rows_k, query, key, value, ops);
   const index_t ld_v = hd.ld_out();
-  AlignedBuffer<float> o(static_cast<std::size_t>(rows_q * ld_v));
+  o.resize(static_cast<std::size_t>(rows_q * ld_v));
 
   // The softmax over each output point's neighbours (quadrature-weighted), row by row.
   detail::neighborhood_softmax_rows(m.csr, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, ops, o.data(),

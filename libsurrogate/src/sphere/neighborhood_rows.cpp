@@ -21,24 +21,35 @@ namespace {
 
 constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
 
-/// Channel-major ring rows of one operand: channel e of (sample b, head h, input row lat, residue r) at
-/// ring position j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j.
-void build_rings(const float* src, index_t ld_src, int batch, int heads, int head_stride, int width, int rows,
-                 int nlon_in, int ring, int p, index_t ld_ring, float* dst) {
+/// Channel-major ring rows of one operand (head h in columns [h*width, (h+1)*width) of src): channel e
+/// of (sample b, head h, input row lat, residue r) at ring position j is at
+/// (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1 repeat
+/// positions 0 .. (mod ring).
+void build_rings(const float* src, index_t ld_src, int batch, int heads, int width, int rows, int nlon_in, int ring,
+                 int p, index_t ld_ring, float* dst) {
   const index_t points = static_cast<index_t>(rows) * nlon_in;
   const index_t tasks = static_cast<index_t>(batch) * rows;
+  const index_t head_size = static_cast<index_t>(rows) * p * width * ld_ring;
 #pragma omp parallel for schedule(static)
   for (index_t t = 0; t < tasks; ++t) {
     const index_t b = t / rows, lat = t % rows;
-    for (int h = 0; h < heads; ++h)
-      for (int r = 0; r < p; ++r) {
-        float* d = dst + (((b * heads + h) * rows + lat) * p + r) * width * ld_ring;
-        for (index_t j = 0; j < ld_ring; ++j) {
-          const index_t w = r + (j % ring) * p;
-          const float* s = src + (b * points + lat * nlon_in + w) * ld_src + static_cast<index_t>(h) * head_stride;
-          for (int e = 0; e < width; ++e) d[e * ld_ring + j] = s[e];
+    const float* row = src + (b * points + lat * nlon_in) * ld_src;
+    for (int r = 0; r < p; ++r) {
+      float* d0 = dst + b * heads * head_size + (lat * p + r) * width * ld_ring;
+      for (index_t j = 0; j < ring; ++j) {
+        const float* s = row + (r + j * p) * ld_src;
+        for (int h = 0; h < heads; ++h) {
+          float* d = d0 + h * head_size + j;
+          const float* sh = s + static_cast<index_t>(h) * width;
+          for (int e = 0; e < width; ++e) d[e * ld_ring] = sh[e];
         }
       }
+      for (int h = 0; h < heads; ++h)
+        for (int e = 0; e < width; ++e) {
+          float* d = d0 + h * head_size + e * ld_ring;
+          for (index_t j = ring; j < ld_ring; ++j) d[j] = d[j % ring];
+        }
+    }
   }
 }
 
@@ -46,20 +57,24 @@ void build_rings(const float* src, index_t ld_src, int batch, int heads, int hea
 
 void neighborhood_softmax_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
                                int batch, int lat_begin, int lat_end, int in_begin, int in_end,
-                               const AugmentedOperands& ops, float* o, index_t ld_o) {
+                               const PlainOperands& ops, float* o, index_t ld_o) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = csr.nlon_in, ring = csr.nlon_out, p = nlon_in / ring;
   const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
-  const index_t ld_aug = ops.ld_aug, ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
+  const index_t ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
   const index_t po = static_cast<index_t>(rows_out) * ring;
 
   // Rings of every (sample, head): keys ek channels, values ev channels.
   const index_t ring_k = static_cast<index_t>(rows_in) * p * ek * ld_ring,
                 ring_v = static_cast<index_t>(rows_in) * p * ev * ld_ring;
-  AlignedBuffer<float> kt(static_cast<std::size_t>(batch * H * ring_k)),
-      vt(static_cast<std::size_t>(batch * H * ring_v));
-  build_rings(ops.k.data(), ld_aug, batch, H, hd.width, ek, rows_in, nlon_in, ring, p, ld_ring, kt.data());
-  build_rings(ops.v.data(), ld_aug, batch, H, hd.width, ev, rows_in, nlon_in, ring, p, ld_ring, vt.data());
+  // (Kept per calling thread and reused across forwards: no page faults; the threads below get pointers.)
+  thread_local AlignedBuffer<float> k_rings, v_rings;
+  k_rings.resize(static_cast<std::size_t>(batch * H * ring_k));
+  v_rings.resize(static_cast<std::size_t>(batch * H * ring_v));
+  float* const kt = k_rings.data();
+  float* const vt = v_rings.data();
+  build_rings(ops.k.data(), ops.ld_k, batch, H, ek, rows_in, nlon_in, ring, p, ld_ring, kt);
+  build_rings(ops.v.data(), ops.ld_v, batch, H, ev, rows_in, nlon_in, ring, p, ld_ring, vt);
 
   // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights.
   const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
@@ -90,13 +105,13 @@ void neighborhood_softmax_rows(const NeighborhoodCsr& csr, const std::vector<flo
       kernels::RingAttentionArgs a;
       a.ek = ek;
       a.ev = ev;
-      a.q = ops.q.data() + row0 * ld_aug + static_cast<index_t>(h) * hd.width;
-      a.ldq = ld_aug;
+      a.q = ops.q.data() + row0 * ops.ld_k + static_cast<index_t>(h) * ek;
+      a.ldq = ops.ld_k;
       a.count = n_lon;
       a.first = wo0;
       a.ring = ring;
-      a.kt = kt.data() + (b * H + h) * ring_k;
-      a.vt = vt.data() + (b * H + h) * ring_v;
+      a.kt = kt + (b * H + h) * ring_k;
+      a.vt = vt + (b * H + h) * ring_v;
       a.ld_ring = ld_ring;
       a.entries = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat) + 1] - first - beg;
       a.key_base = key_base.data() + beg;

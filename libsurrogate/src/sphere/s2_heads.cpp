@@ -38,6 +38,25 @@ void linear_rows(const kernels::PackedLinear& layer, const float* x, index_t ldx
   kernels::cpu().linear(a);
 }
 
+/// The rows of x (rows x cin, channels last) as the linear kernels read them: x itself when cin is a
+/// multiple of kPad, else a zero-padded copy in `scratch`. Sets ld.
+const float* padded_rows(const float* x, index_t rows, int cin, AlignedBuffer<float>& scratch, index_t& ld) {
+  if (cin % kPad == 0) {
+    ld = cin;
+    return x;
+  }
+  ld = round_up(cin, kPad);
+  scratch.resize(static_cast<std::size_t>(rows * ld));
+  float* dst = scratch.data();
+  const index_t ldd = ld;
+#pragma omp parallel for schedule(static)
+  for (index_t r = 0; r < rows; ++r) {
+    std::copy(x + r * cin, x + (r + 1) * cin, dst + r * ldd);
+    std::fill(dst + r * ldd + cin, dst + (r + 1) * ldd, 0.0f);
+  }
+  return dst;
+}
+
 /// RMSNorm over each head's `width` channels, in place: x * (1 / sqrt(mean(x^2) + eps)) * weight, eps =
 /// FLT_EPSILON (torch.finfo(float32).eps, what F.rms_norm uses when eps is None).
 void rms_norm_heads(float* row, int heads, int width, const std::vector<float>& weight) {
@@ -212,14 +231,64 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
   }
 }
 
+void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, const float* key, const float* value,
+                            PlainOperands& ops) const {
+  const int cin = in_channels_;
+  const index_t ld_k = round_up(ck, kPad), ld_v = ld_out();
+  ops.ld_k = ld_k;
+  ops.ld_v = ld_v;
+  // Inputs as the kernels read them (copies only when in_channels is not a multiple of kPad).
+  thread_local AlignedBuffer<float> pad_q, pad_k, pad_v;
+  index_t ld_q_in = 0, ld_k_in = 0, ld_v_in = 0;
+  const float* xq = padded_rows(query, rows_q, cin, pad_q, ld_q_in);
+  const float* xk = key == query ? (ld_k_in = ld_q_in, xq) : padded_rows(key, rows_k, cin, pad_k, ld_k_in);
+  const float* xv = value == key ? (ld_v_in = ld_k_in, xk) : padded_rows(value, rows_k, cin, pad_v, ld_v_in);
+  ops.q.resize(static_cast<std::size_t>(rows_q * ld_k));
+  ops.k.resize(static_cast<std::size_t>(rows_k * ld_k));
+  ops.v.resize(static_cast<std::size_t>(rows_k * ld_v));
+
+  const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
+#pragma omp parallel
+  {
+    // q: projection, qk-norm, then the scale (float32, after the norm).
+#pragma omp for schedule(dynamic) nowait
+    for (index_t t = 0; t < blocks_q; ++t) {
+      const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_q - r0);
+      linear_rows(q_, xq + r0 * ld_q_in, ld_q_in, ops.q.data() + r0 * ld_k, ld_k, n);
+      for (index_t r = r0; r < r0 + n; ++r) {
+        float* row = ops.q.data() + r * ld_k;
+        if (use_qknorm_) rms_norm_heads(row, heads, ek, q_norm_);
+        for (int c = 0; c < ck; ++c) row[c] *= s;
+      }
+    }
+    // k (qk-norm) and v.
+#pragma omp for schedule(dynamic)
+    for (index_t t = 0; t < blocks_k; ++t) {
+      const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_k - r0);
+      linear_rows(k_, xk + r0 * ld_k_in, ld_k_in, ops.k.data() + r0 * ld_k, ld_k, n);
+      linear_rows(v_, xv + r0 * ld_v_in, ld_v_in, ops.v.data() + r0 * ld_v, ld_v, n);
+      if (use_qknorm_)
+        for (index_t r = r0; r < r0 + n; ++r) rms_norm_heads(ops.k.data() + r * ld_k, heads, ek, k_norm_);
+    }
+  }
+}
+
 void S2Heads::output_projection(index_t rows, const float* o, float* out) const {
   const index_t ld_v = ld_out(), blocks = (rows + kRowBlock - 1) / kRowBlock;
-  AlignedBuffer<float> y(static_cast<std::size_t>(rows * ld_v));
+  // The kernel writes whole padded rows: straight into `out` when cout is a multiple of kPad.
+  const bool direct = cout % kPad == 0;
+  thread_local AlignedBuffer<float> scratch;  // (reused across forwards; the threads below get its pointer)
+  if (!direct) scratch.resize(static_cast<std::size_t>(rows * ld_v));
+  float* const y = scratch.data();
 #pragma omp parallel for schedule(dynamic)
   for (index_t t = 0; t < blocks; ++t) {
     const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows - r0);
-    linear_rows(proj_, o + r0 * ld_v, ld_v, y.data() + r0 * ld_v, ld_v, n);
-    for (index_t r = r0; r < r0 + n; ++r) std::copy(y.data() + r * ld_v, y.data() + r * ld_v + cout, out + r * cout);
+    if (direct) {
+      linear_rows(proj_, o + r0 * ld_v, ld_v, out + r0 * cout, cout, n);
+      continue;
+    }
+    linear_rows(proj_, o + r0 * ld_v, ld_v, y + r0 * ld_v, ld_v, n);
+    for (index_t r = r0; r < r0 + n; ++r) std::copy(y + r * ld_v, y + r * ld_v + cout, out + r * cout);
   }
 }
 

@@ -19,6 +19,14 @@ struct AugmentedOperands {
   kernels::AlignedBuffer<float> q, k, v;  // q: rows_q x ld_aug; k, v: rows_k x ld_aug
 };
 
+/// The projected operands of NeighborhoodAttentionS2 (no extra column): q (scaled by s after the
+/// qk-norm) and k rows x ld_k with head h in columns [h*ek, (h+1)*ek), v rows x ld_v with head h in
+/// [h*ev, (h+1)*ev). Buffers grow only, so a caller may keep one per thread across forwards.
+struct PlainOperands {
+  kernels::index_t ld_k = 0, ld_v = 0;
+  kernels::AlignedBuffer<float> q, k, v;
+};
+
 class S2Heads {
  public:
   /// Checks the channel/head options (filling k_channels / out_channels = 0 with in_channels) and every
@@ -41,6 +49,10 @@ class S2Heads {
   void project(kernels::index_t rows_q, kernels::index_t rows_k, kernels::index_t points_in, int nlon_in,
                const std::vector<float>& log_w_lat, const float* query, const float* key, const float* value,
                AugmentedOperands& ops) const;
+
+  /// q/k/v projections, qk-norm, scale of q, without the log-weight column (NeighborhoodAttentionS2).
+  void project_plain(kernels::index_t rows_q, kernels::index_t rows_k, const float* query, const float* key,
+                     const float* value, PlainOperands& ops) const;
 
   /// out (rows x cout, channels last) = proj(o), o: rows x round_up(cout, kPad).
   void output_projection(kernels::index_t rows, const float* o, float* out) const;
