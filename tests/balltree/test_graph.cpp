@@ -213,6 +213,34 @@ TEST(KnnGraph, ErwinGoldenGraphs) {
   }
 }
 
+TEST(Graphs, ReceiverRangesAreSlicesOfTheWholeGraph) {
+  // A range lists exactly the whole graph's edges of its receivers, in the same order (ranges inside a
+  // sample, across the sample boundary, empty, to the end); an invalid range is refused.
+  const auto p = random_cloud(500, 3, 23u);
+  const bt::Batch batch = two_samples(320, 180);
+  const gr::Edges knn = gr::knn_graph(p, 3, batch, 7, true);
+  const gr::Edges radius = gr::radius_graph(p, 3, batch, 0.3, 12, false);
+  auto slice = [](const gr::Edges& g, std::int64_t first, std::int64_t last) {
+    std::vector<std::int64_t> src, dst;
+    for (std::int64_t e = 0; e < g.count(); ++e) {
+      const std::int64_t i = g.index[static_cast<std::size_t>(g.count() + e)];
+      if (i < first || i >= last) continue;
+      src.push_back(g.index[static_cast<std::size_t>(e)]);
+      dst.push_back(i);
+    }
+    src.insert(src.end(), dst.begin(), dst.end());
+    return src;
+  };
+  for (const auto& [first, last] : std::vector<std::pair<std::int64_t, std::int64_t>>{{0, 100}, {250, 400}, {320, 320}, {499, 500}, {0, 500}}) {
+    EXPECT_EQ(gr::knn_graph(p, 3, batch, 7, true, 0, {first, last}).index, slice(knn, first, last)) << first << " " << last;
+    EXPECT_EQ(gr::radius_graph(p, 3, batch, 0.3, 12, false, 0, {first, last}).index, slice(radius, first, last))
+        << first << " " << last;
+  }
+  EXPECT_EQ(gr::knn_graph(p, 3, batch, 7, true, 0, {400, -1}).index, slice(knn, 400, 500));
+  EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {10, 5}), Error);
+  EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {0, 501}), Error);
+}
+
 TEST(Graphs, BadInput) {
   const std::vector<float> p = {0, 0, 1, 1, 2, 2};
   const bt::Batch one = bt::Batch::single(3);

@@ -20,6 +20,14 @@ struct Edges {
   std::int64_t count() const { return static_cast<std::int64_t>(index.size() / 2); }
 };
 
+/// The receivers a graph is built for: points [begin, end) of the batch (end < 0: to the last point).
+/// The result is exactly the edges of the whole graph whose receiver lies in the range, in the same
+/// order (a receiver's neighbours do not depend on the other receivers); the candidates (sources) are
+/// still all points of the receiver's sample. Lets each rank of a distributed run build its own part.
+struct ReceiverRange {
+  std::int64_t begin = 0, end = -1;
+};
+
 /// torch_cluster.knn_graph(pos, k, batch, loop, flow="source_to_target"): for every point i the k
 /// points j of its own sample nearest to it (fewer when the sample is smaller). Squared distances are
 /// computed in the coordinates' type as nanoflann does, sum_c (p_ic - p_jc)^2 accumulated from c = 0 in
@@ -29,9 +37,9 @@ struct Edges {
 /// `positions` is row-major (points x dim); throws Error(invalid_argument) for k < 1 or dim < 1 and
 /// Error(input) for sizes that do not match `batch` and NaN/Inf coordinates. threads = 0: OpenMP default.
 Edges knn_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, int k, bool loop = true,
-                int threads = 0);
+                int threads = 0, ReceiverRange receivers = {});
 Edges knn_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, int k, bool loop = true,
-                int threads = 0);
+                int threads = 0, ReceiverRange receivers = {});
 
 /// torch_cluster.radius_graph(pos, r, batch, loop, max_num_neighbors): for every point i the points j of
 /// its sample with squared distance < r^2 (strict, as nanoflann; r^2 computed in double and rounded to
@@ -40,8 +48,8 @@ Edges knn_graph(std::span<const double> positions, int dim, const balltree::Batc
 /// we keep the max_num_neighbors nearest (ties: smaller j). loop = false excludes i itself.
 /// Throws Error(invalid_argument) for r <= 0 or NaN, max_num_neighbors < 1, dim < 1.
 Edges radius_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, double r,
-                   int max_num_neighbors = 32, bool loop = true, int threads = 0);
+                   int max_num_neighbors = 32, bool loop = true, int threads = 0, ReceiverRange receivers = {});
 Edges radius_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, double r,
-                   int max_num_neighbors = 32, bool loop = true, int threads = 0);
+                   int max_num_neighbors = 32, bool loop = true, int threads = 0, ReceiverRange receivers = {});
 
 }  // namespace surrogate::graph

@@ -168,22 +168,30 @@ void check_points(std::span<const Real> positions, int dim, const balltree::Batc
   if (bad > 0) throw Error(ErrorCode::input, "graph: positions has " + std::to_string(bad) + " NaN/Inf coordinate(s)");
 }
 
-/// Runs `query(tree, local point, candidates)` for every point and lists the edges receiver by receiver.
+/// Runs `query(tree, local point, candidates)` for every receiver in range and lists the edges receiver
+/// by receiver (a sample's k-d tree is built only when the range holds one of its points).
 template <class Real, class Query>
-Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batch& batch, int threads, Query query) {
+Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batch& batch, int threads,
+                  ReceiverRange receivers, Query query) {
   const std::int64_t n = batch.points();
-  std::vector<std::vector<std::int64_t>> sources(static_cast<std::size_t>(n));
+  const std::int64_t first = receivers.begin, last = receivers.end < 0 ? n : receivers.end;
+  if (first < 0 || first > last || last > n)
+    throw Error(ErrorCode::invalid_argument, "graph: receivers [" + std::to_string(first) + ", " + std::to_string(last) +
+                                                 ") is not a range of the " + std::to_string(n) + " points");
+  std::vector<std::vector<std::int64_t>> sources(static_cast<std::size_t>(last - first));
   for (std::int64_t b = 0; b < batch.samples(); ++b) {
     const std::int64_t begin = batch.begin(b), size = batch.size(b);
+    const std::int64_t i0 = std::max(first, begin) - begin, i1 = std::min(last, begin + size) - begin;
+    if (i0 >= i1) continue;
     const KdTree<Real> tree(positions.data() + begin * dim, dim, size);
     const int nt = threads > 0 ? threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nt)
     {
       std::vector<Candidate<Real>> found;
 #pragma omp for schedule(dynamic, 64)
-      for (std::int64_t i = 0; i < size; ++i) {
+      for (std::int64_t i = i0; i < i1; ++i) {
         query(tree, i, found);
-        auto& list = sources[static_cast<std::size_t>(begin + i)];
+        auto& list = sources[static_cast<std::size_t>(begin + i - first)];
         list.reserve(found.size());
         for (const auto& c : found) list.push_back(begin + c.second);
       }
@@ -194,8 +202,8 @@ Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batc
   Edges edges;
   edges.index.resize(static_cast<std::size_t>(2 * total));
   std::int64_t e = 0;
-  for (std::int64_t i = 0; i < n; ++i)
-    for (const std::int64_t j : sources[static_cast<std::size_t>(i)]) {
+  for (std::int64_t i = first; i < last; ++i)
+    for (const std::int64_t j : sources[static_cast<std::size_t>(i - first)]) {
       edges.index[static_cast<std::size_t>(e)] = j;
       edges.index[static_cast<std::size_t>(total + e)] = i;
       ++e;
@@ -204,17 +212,18 @@ Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batc
 }
 
 template <class Real>
-Edges knn_impl(std::span<const Real> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
+Edges knn_impl(std::span<const Real> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads,
+               ReceiverRange receivers) {
   if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph: k must be at least 1, got " + std::to_string(k));
   check_points(positions, dim, batch);
-  return build_edges<Real>(positions, dim, batch, threads, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
+  return build_edges<Real>(positions, dim, batch, threads, receivers, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
     knn_query(t, t.points + i * dim, k, loop ? -1 : i, found);
   });
 }
 
 template <class Real>
 Edges radius_impl(std::span<const Real> positions, int dim, const balltree::Batch& batch, double r,
-                  int max_num_neighbors, bool loop, int threads) {
+                  int max_num_neighbors, bool loop, int threads, ReceiverRange receivers) {
   if (!(r > 0) || !std::isfinite(r))
     throw Error(ErrorCode::invalid_argument, "radius_graph: r must be positive and finite, got " + std::to_string(r));
   if (max_num_neighbors < 1)
@@ -222,7 +231,7 @@ Edges radius_impl(std::span<const Real> positions, int dim, const balltree::Batc
                                                  std::to_string(max_num_neighbors));
   check_points(positions, dim, batch);
   const Real r2 = static_cast<Real>(r * r);
-  return build_edges<Real>(positions, dim, batch, threads, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
+  return build_edges<Real>(positions, dim, batch, threads, receivers, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
     radius_query(t, t.points + i * dim, r2, loop ? -1 : i, found);
     if (static_cast<int>(found.size()) > max_num_neighbors) found.resize(static_cast<std::size_t>(max_num_neighbors));
   });
@@ -230,19 +239,21 @@ Edges radius_impl(std::span<const Real> positions, int dim, const balltree::Batc
 
 }  // namespace
 
-Edges knn_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
-  return knn_impl(positions, dim, batch, k, loop, threads);
+Edges knn_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads,
+                ReceiverRange receivers) {
+  return knn_impl(positions, dim, batch, k, loop, threads, receivers);
 }
-Edges knn_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads) {
-  return knn_impl(positions, dim, batch, k, loop, threads);
+Edges knn_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, int k, bool loop, int threads,
+                ReceiverRange receivers) {
+  return knn_impl(positions, dim, batch, k, loop, threads, receivers);
 }
 Edges radius_graph(std::span<const float> positions, int dim, const balltree::Batch& batch, double r,
-                   int max_num_neighbors, bool loop, int threads) {
-  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads);
+                   int max_num_neighbors, bool loop, int threads, ReceiverRange receivers) {
+  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads, receivers);
 }
 Edges radius_graph(std::span<const double> positions, int dim, const balltree::Batch& batch, double r,
-                   int max_num_neighbors, bool loop, int threads) {
-  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads);
+                   int max_num_neighbors, bool loop, int threads, ReceiverRange receivers) {
+  return radius_impl(positions, dim, batch, r, max_num_neighbors, loop, threads, receivers);
 }
 
 }  // namespace surrogate::graph

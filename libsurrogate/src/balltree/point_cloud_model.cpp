@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <numeric>
 
+#include "distributed_internal.hpp"
 #include "surrogate/graph.hpp"
 
 namespace surrogate {
@@ -51,10 +52,11 @@ std::string GraphRule::describe() const {
 }
 
 std::vector<std::int64_t> GraphRule::build(std::span<const float> positions, int dim, const balltree::Batch& batch,
-                                           int threads) const {
+                                           int threads, graph::ReceiverRange receivers) const {
   switch (kind) {
-    case Kind::knn: return graph::knn_graph(positions, dim, batch, k, loop, threads).index;
-    case Kind::radius: return graph::radius_graph(positions, dim, batch, radius, max_num_neighbors, loop, threads).index;
+    case Kind::knn: return graph::knn_graph(positions, dim, batch, k, loop, threads, receivers).index;
+    case Kind::radius:
+      return graph::radius_graph(positions, dim, batch, radius, max_num_neighbors, loop, threads, receivers).index;
     case Kind::none: break;
   }
   throw Error(ErrorCode::input, "the model passes messages along a graph and its file names no rule to build one: "
@@ -91,7 +93,7 @@ PointCloudModel::PointCloudModel(const ModelFile& file, int in_channels, int out
 
 CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleLayout& layout,
                                                  const PointGeometry& geometry, const float* in, index_t ld_in,
-                                                 bool with_features, int threads) const {
+                                                 bool with_features, bool block_edges, int threads) const {
   const index_t n = layout.local_points();
   const int cin = with_features ? in_channels() : 0;
   // Local rows (working order): (global id, sample) pairs, compact features and positions.
@@ -110,22 +112,25 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
   const std::vector<float> all_features = with_features ? gather_all(comm, features) : std::vector<float>{};
   const std::vector<float> all_positions = gather_all(comm, positions);
   const std::vector<std::int64_t> rank_rows = gather_all(comm, std::vector<std::int64_t>{n});
-  // Edges: the caller's (gathered rank-major, as pairs) or, when no rank gave any, the model's rule.
+  // Edges given by the caller (as pairs of global ids): gathered rank-major on every rank, or, for
+  // block_edges, sent to the owner of the receiver's block below.
   const bool given = uses_edges_ && comm.allreduce<std::int64_t>(geometry.edge_index ? 1 : 0, ReduceOp::max) > 0;
-  std::vector<std::int64_t> all_edges;
+  std::vector<std::int64_t> pairs;
   if (given) {
-    std::vector<std::int64_t> pairs(static_cast<std::size_t>(2 * geometry.num_edges));
+    pairs.resize(static_cast<std::size_t>(2 * geometry.num_edges));
     for (index_t e = 0; e < geometry.num_edges; ++e) {
       pairs[static_cast<std::size_t>(2 * e)] = geometry.edge_index[e];
       pairs[static_cast<std::size_t>(2 * e + 1)] = geometry.edge_index[geometry.num_edges + e];
     }
-    all_edges = gather_all(comm, pairs);
   }
+  const std::vector<std::int64_t> all_pairs = given && !block_edges ? gather_all(comm, pairs) : std::vector<std::int64_t>{};
 
   // From here on every rank computes the same thing from the same arrays; the outcome is agreed.
   CanonicalBatch result;
+  const index_t total = layout.global_points();
+  std::vector<index_t> slot_of_id(static_cast<std::size_t>(total), -1);
+  std::vector<std::int64_t> sample_of_slot;
   collectively(comm, [&] {
-    const index_t total = layout.global_points();
     // Canonical order: by sample, then by global id.
     std::vector<index_t> canonical(static_cast<std::size_t>(total));
     std::iota(canonical.begin(), canonical.end(), index_t{0});
@@ -141,7 +146,6 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
         gathered_rank[g] = static_cast<int>(r);
         gathered_row[g] = row;
       }
-    std::vector<index_t> slot_of_id(static_cast<std::size_t>(total), -1);
     result.features.resize(static_cast<std::size_t>(total * cin));
     result.positions.resize(static_cast<std::size_t>(total * dim_));
     result.owner_rank.resize(static_cast<std::size_t>(total));
@@ -163,35 +167,87 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
     std::vector<std::int64_t> offsets{0};
     for (const index_t size : layout.sample_sizes()) offsets.push_back(offsets.back() + size);
     result.batch = balltree::Batch::from_offsets(offsets);
-
-    result.edges_given = given;
-    if (given) {
-      const index_t e_count = static_cast<index_t>(all_edges.size() / 2);
-      std::vector<std::int64_t>& edges = result.edges;
-      edges.assign(all_edges.size(), std::int64_t{0});
-      std::vector<std::int64_t> sample_of_slot = result.batch.batch_idx();
-      for (index_t e = 0; e < e_count; ++e) {
-        const index_t j = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e)])];
-        const index_t i = slot_of_id[static_cast<std::size_t>(all_edges[static_cast<std::size_t>(2 * e + 1)])];
-        if (sample_of_slot[static_cast<std::size_t>(j)] != sample_of_slot[static_cast<std::size_t>(i)])
-          throw Error(ErrorCode::input, "edge_index: edge " + std::to_string(all_edges[static_cast<std::size_t>(2 * e)]) +
-                                            " -> " + std::to_string(all_edges[static_cast<std::size_t>(2 * e + 1)]) +
-                                            " joins two samples (" + std::to_string(sample_of_slot[static_cast<std::size_t>(j)]) +
-                                            " and " + std::to_string(sample_of_slot[static_cast<std::size_t>(i)]) + ")");
-        edges[static_cast<std::size_t>(e)] = j;
-        edges[static_cast<std::size_t>(e_count + e)] = i;
-      }
-    } else if (uses_edges_) {
-      result.edges = rule_.build(result.positions, dim_, result.batch, threads);
-    }
+    sample_of_slot = result.batch.batch_idx();
+    const int p = block_edges ? comm.size() : 1;
+    result.block_bounds.resize(static_cast<std::size_t>(p) + 1);
+    for (int r = 0; r <= p; ++r) result.block_bounds[static_cast<std::size_t>(r)] = total * r / p;
   });
+  const int block_rank = block_edges ? comm.rank() : 0;
+  const graph::ReceiverRange receivers{result.block_bounds[static_cast<std::size_t>(block_rank)],
+                                       result.block_bounds[static_cast<std::size_t>(block_rank) + 1]};
+
+  result.edges_given = given;
+  // Edge (source id, receiver id) -> canonical (j, i), refusing an edge that joins two samples.
+  auto canonical_edge = [&](std::int64_t source_id, std::int64_t receiver_id) {
+    const index_t j = slot_of_id[static_cast<std::size_t>(source_id)];
+    const index_t i = slot_of_id[static_cast<std::size_t>(receiver_id)];
+    if (sample_of_slot[static_cast<std::size_t>(j)] != sample_of_slot[static_cast<std::size_t>(i)])
+      throw Error(ErrorCode::input, "edge_index: edge " + std::to_string(source_id) + " -> " + std::to_string(receiver_id) +
+                                        " joins two samples (" + std::to_string(sample_of_slot[static_cast<std::size_t>(j)]) +
+                                        " and " + std::to_string(sample_of_slot[static_cast<std::size_t>(i)]) + ")");
+    return std::pair<std::int64_t, std::int64_t>{j, i};
+  };
+  std::vector<std::int64_t> canonical_pairs;  // (j, i) pairs of this rank's block (block_edges) or all
+  if (given && block_edges) {
+    // Each rank converts its own edges and sends each to the owner of its receiver's block: a block
+    // receives them rank by rank, each rank's in its order, i.e. the rank-major union's order.
+    const auto p = static_cast<std::size_t>(comm.size());
+    std::vector<std::size_t> send_counts(p, 0);
+    std::vector<std::int64_t> send(pairs.size());
+    collectively(comm, [&] {
+      std::vector<int> owner(pairs.size() / 2);
+      for (std::size_t e = 0; e < owner.size(); ++e) {
+        const auto [j, i] = canonical_edge(pairs[2 * e], pairs[2 * e + 1]);
+        const auto it = std::upper_bound(result.block_bounds.begin(), result.block_bounds.end() - 1, i);
+        owner[e] = static_cast<int>(it - result.block_bounds.begin()) - 1;
+        ++send_counts[static_cast<std::size_t>(owner[e])];
+        pairs[2 * e] = j;
+        pairs[2 * e + 1] = i;
+      }
+      std::vector<std::size_t> fill = balltree::detail::exclusive_offsets(send_counts);
+      for (std::size_t e = 0; e < owner.size(); ++e) {
+        const std::size_t at = fill[static_cast<std::size_t>(owner[e])]++;
+        send[2 * at] = pairs[2 * e];
+        send[2 * at + 1] = pairs[2 * e + 1];
+      }
+    });
+    std::vector<std::size_t> send_values(p), recv_values = balltree::detail::exchange_counts(comm, send_counts);
+    for (std::size_t r = 0; r < p; ++r) {
+      send_values[r] = 2 * send_counts[r];
+      recv_values[r] *= 2;
+    }
+    std::size_t received = 0;
+    for (const std::size_t v : recv_values) received += v;
+    canonical_pairs.resize(received);
+    balltree::detail::alltoallv_elements(comm, send.data(), send_values, canonical_pairs.data(), recv_values,
+                                         sizeof(std::int64_t));
+  } else if (given) {
+    canonical_pairs.assign(all_pairs.size(), std::int64_t{0});
+    collectively(comm, [&] {
+      for (std::size_t e = 0; e < all_pairs.size() / 2; ++e) {
+        const auto [j, i] = canonical_edge(all_pairs[2 * e], all_pairs[2 * e + 1]);
+        canonical_pairs[2 * e] = j;
+        canonical_pairs[2 * e + 1] = i;
+      }
+    });
+  }
+  if (given) {
+    const std::size_t e_count = canonical_pairs.size() / 2;
+    result.edges.resize(canonical_pairs.size());
+    for (std::size_t e = 0; e < e_count; ++e) {
+      result.edges[e] = canonical_pairs[2 * e];
+      result.edges[e_count + e] = canonical_pairs[2 * e + 1];
+    }
+  } else if (uses_edges_) {
+    collectively(comm, [&] { result.edges = rule_.build(result.positions, dim_, result.batch, threads, receivers); });
+  }
   return result;
 }
 
 void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
                                        const float* in, index_t ld_in, float* out, index_t ld_out,
                                        const RunOptions& options) {
-  const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, true, options.threads);
+  const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, true, false, options.threads);
   const index_t n = layout.local_points();
   const int cout = out_channels();
   collectively(comm, [&] {

@@ -4,11 +4,13 @@
 // rule it needs, and implements run_batch(); gathering, the canonical point order, the graph and the
 // return of each rank's rows are done here.
 //
-// Multi-rank (interim, NOT scalable): every rank gathers all points of the batch (features, positions,
-// global ids, samples) and all edges with collectives, runs the forward redundantly on the whole batch
-// and keeps its own rows. The result is bitwise independent of the rank count and the partition (the
-// forward sees the same arrays in the same order everywhere), but memory and time per rank are those of
-// a single process. The distributed ball tree (balltree_distributed.hpp) is meant to replace this.
+// Multi-rank, gathered mode (forward_geometry; NOT scalable, used by BSA): every rank gathers all points
+// of the batch (features, positions, global ids, samples) and all edges with collectives, runs the
+// forward redundantly on the whole batch and keeps its own rows. The result is bitwise independent of
+// the rank count and the partition (the forward sees the same arrays in the same order everywhere), but
+// memory and time per rank are those of a single process. A family that runs distributed (Erwin, on the
+// distributed ball tree) overrides forward_geometry and uses gather_canonical without features, with
+// each rank's edges only.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +19,7 @@
 #include <vector>
 
 #include "surrogate/balltree.hpp"
+#include "surrogate/graph.hpp"
 #include "surrogate/model.hpp"
 
 namespace surrogate {
@@ -35,9 +38,10 @@ struct GraphRule {
   static GraphRule from_attributes(const AttributeMap& config);
   /// "knn (k 8, loop)", "radius (r 0.05, at most 32 neighbours, loop)", "none (edges must be given)".
   std::string describe() const;
-  /// The edges (2 x E, canonical indices) of the rule on row-major positions.
+  /// The edges (2 x E, canonical indices) of the rule on row-major positions, for the receivers in
+  /// `receivers` (default: all points; see graph::ReceiverRange).
   std::vector<std::int64_t> build(std::span<const float> positions, int dim, const balltree::Batch& batch,
-                                  int threads) const;
+                                  int threads, graph::ReceiverRange receivers = {}) const;
 };
 
 /// A predict call's batch on every rank in canonical order (samples in order, points of a sample by
@@ -48,6 +52,10 @@ struct CanonicalBatch {
   std::vector<float> positions;     // points x dim
   std::vector<std::int64_t> edges;  // 2 x E canonical indices (sources, then receivers); empty without edges
   bool edges_given = false;         // from the caller (else built by the graph rule, or none)
+  /// Block mode: rank r's block of canonical points is [block_bounds[r], block_bounds[r+1]) (balanced
+  /// by count) and `edges` holds only the edges whose receiver is in this rank's block, in the order of
+  /// the whole graph. Otherwise one block [0, points) and every edge.
+  std::vector<std::int64_t> block_bounds;
   std::vector<std::int64_t> canonical_of_row;  // this rank's rows -> canonical index
   std::vector<int> owner_rank;                 // canonical index -> the rank that holds the point
   std::vector<std::int64_t> owner_row;         // canonical index -> its row on that rank
@@ -73,12 +81,14 @@ class PointCloudModel : public Model {
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override;
 
-  /// Gathers the batch (ids, samples, positions, features when `with_features`, the caller's edges) on
-  /// every rank and puts it in canonical order; the edges are the caller's or, when the network uses
-  /// edges and none were given, built by the graph rule. Collective; errors (a global id given twice, an
-  /// edge joining two samples) are agreed.
+  /// Gathers the batch (ids, samples, positions, features when `with_features`) on every rank and puts it
+  /// in canonical order. Edges: the caller's or, when the network uses edges and none were given, built
+  /// by the graph rule; with `block_edges` each rank gets (given edges: by an all-to-all to the owner of
+  /// the receiver's block) or builds only the edges of its block's receivers, otherwise every rank gets
+  /// every edge. Collective; errors (a global id given twice, an edge joining two samples) are agreed.
   CanonicalBatch gather_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                  const float* in, index_t ld_in, bool with_features, int threads) const;
+                                  const float* in, index_t ld_in, bool with_features, bool block_edges,
+                                  int threads) const;
 
  private:
   int dim_;

@@ -52,10 +52,9 @@ std::int64_t tree_granularity(const Config& c) {
 }
 
 CanonicalBlocks::CanonicalBlocks(const Comm& comm, const CanonicalBatch& all, std::int64_t local_rows) {
-  const int p = comm.size();
-  const auto total = static_cast<std::int64_t>(all.owner_rank.size());
-  ranges.bounds.resize(static_cast<std::size_t>(p) + 1);
-  for (int r = 0; r <= p; ++r) ranges.bounds[static_cast<std::size_t>(r)] = total * r / p;
+  if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
+    throw Error(ErrorCode::internal, "erwin (distributed): the batch was not gathered in block mode");
+  ranges.bounds = all.block_bounds;
   begin = ranges.begin(comm.rank());
   end = ranges.end(comm.rank());
   const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(end - begin));
@@ -70,11 +69,12 @@ std::vector<float> forward_distributed(const Comm& comm, const Network& net, con
   const std::int64_t n = blocks.rows(), begin = blocks.begin;
   if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
     throw Error(ErrorCode::internal, "erwin (distributed): block features of the wrong size");
+  const std::int64_t total_edges = comm.allreduce<std::int64_t>(static_cast<std::int64_t>(all.edges.size() / 2), ReduceOp::sum);
   collectively(comm, [&] {
     if (c.rotate > 0 && d != 2 && d != 3)
       throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
     Stages::check_features(net, block_features, begin);
-    if (c.mp_steps > 0 && all.edges.empty())
+    if (c.mp_steps > 0 && total_edges == 0)
       throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found 0");
   });
 
@@ -100,7 +100,8 @@ std::vector<float> forward_distributed(const Comm& comm, const Network& net, con
   const index_t ld = Stages::row_stride(net);
   AlignedBuffer<float> h;
   if (c.mp_steps > 0) {
-    // This block's receivers' edges, in the global edge order (hence in edge order per receiver).
+    // This block's receivers' edges (all.edges holds only those, in the whole graph's order, hence in
+    // edge order per receiver; the filter keeps the code right for any superset).
     const auto E = static_cast<std::int64_t>(all.edges.size() / 2);
     const std::int64_t* src = all.edges.data();
     const std::int64_t* dst = all.edges.data() + E;

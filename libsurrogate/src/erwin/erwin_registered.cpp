@@ -108,12 +108,12 @@ class ErwinModel final : public PointCloudModel {
     return head(y, threads);
   }
 
-  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp); only positions,
-  /// global ids and edges are gathered on every rank (the graph is built there), features move to the
-  /// rank that runs them and back.
+  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp). Positions and
+  /// global ids are gathered on every rank; each rank builds (from the gathered positions) or receives
+  /// the edges of its own block's receivers; features move to the rank that runs them and back.
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
-    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, options.threads);
+    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
     const index_t n = layout.local_points();
     const detail::CanonicalBlocks blocks(comm, all, n);
     const int cin = in_channels(), cout = out_channels();
