@@ -33,7 +33,7 @@ std::vector<float> read_floats(const std::string& path, std::size_t count) {
   std::ifstream in(path, std::ios::binary);
   std::vector<float> v(count);
   if (!in.read(reinterpret_cast<char*>(v.data()), static_cast<std::streamsize>(count * sizeof(float))))
-    throw surrogate::Error(surrogate::ErrorCode::io, "sphere_attention_bench: cannot read " + std::to_string(count) +
+    throw surrogate::Error(surrogate::ErrorCode::io, "cannot read " + std::to_string(count) +
                                                          " floats from " + path);
   return v;
 }

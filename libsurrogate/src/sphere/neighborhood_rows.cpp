@@ -47,7 +47,7 @@ void build_rings(const float* src, index_t ld_src, int batch, int heads, int wid
       for (int h = 0; h < heads; ++h)
         for (int e = 0; e < width; ++e) {
           float* d = d0 + h * head_size + e * ld_ring;
-          for (index_t j = ring; j < ld_ring; ++j) d[j] = d[j % ring];
+          for (index_t j = ring; j < ld_ring; ++j) d[j] = d[j - ring];  // (written already: j - ring < j)
         }
     }
   }
