@@ -2,9 +2,9 @@
 // ball tree (every rank its subtrees, message passing with a halo, rotated blocks through exchanges);
 // its output must equal bit for bit erwin::Network::forward of the whole batch in one process, which
 // every rank computes itself. Golden models of tests/data/erwin (rotation, message passing with given
-// and built edges, three levels, stride 4, the ShapeNet-Car wrapper) and a batch of four samples of
-// random points; points spread evenly, unevenly at random (local orders shuffled), all on rank 0, none
-// on the last rank; few points (tree ranges empty on some ranks).
+// and built edges, three levels, stride 4, the erwin_flash layout, the ShapeNet-Car wrapper) and a batch
+// of four samples of random points; points spread evenly, unevenly at random (local orders shuffled),
+// all on rank 0, none on the last rank; few points (tree ranges empty on some ranks).
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -199,7 +199,7 @@ void expect_all_spreads_equal(const Batch& c, const std::vector<float>& want, co
 }
 
 TEST(ErwinMpi, GoldenModelsBitwiseEqualToOneProcess) {
-  for (const char* name : {"mpnn_rot", "plain_rot_2d", "mpnn_norot"}) {
+  for (const char* name : {"mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"}) {
     const Batch c = golden(name);
     expect_all_spreads_equal(c, single_process(c, 0), std::string(name) + " (given edges)");
   }
