@@ -4,7 +4,8 @@
 // every rank computes itself. Golden models of tests/data/erwin (rotation, message passing with given
 // and built edges, three levels, stride 4, the erwin_flash layout, the ShapeNet-Car wrapper) and a batch
 // of four samples of random points; points spread evenly, unevenly at random (local orders shuffled),
-// all on rank 0, none on the last rank; few points (tree ranges empty on some ranks).
+// all on rank 0, none on the last rank; few points (tree ranges empty on some ranks); 3 threads per
+// rank on one spread.
 #include <gtest/gtest.h>
 #include <hdf5.h>
 #include <mpi.h>
@@ -106,8 +107,9 @@ std::vector<float> single_process(const Batch& c, int k) {
 enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
 
 /// Model::predict over MPI_COMM_WORLD with the points spread as asked (local orders shuffled, global ids
-/// = canonical index); every rank's rows are gathered back into canonical order on every rank.
-std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed) {
+/// = canonical index), `threads` OpenMP threads per rank (0: the default); every rank's rows are
+/// gathered back into canonical order on every rank.
+std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), ranks = comm.size();
   const std::int64_t n = c.n();
@@ -167,7 +169,9 @@ std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed) {
   }
   const SampleLayout layout = SampleLayout::build(comm, local, samples.data());
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
-  model->predict(comm, layout, g, f.data(), cin, out.data(), cout);
+  surrogate::RunOptions options;
+  options.threads = threads;
+  model->predict(comm, layout, g, f.data(), cin, out.data(), cout, options);
   // Back to canonical order on every rank.
   std::vector<float> all(static_cast<std::size_t>(n * cout));
   std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
@@ -187,7 +191,8 @@ std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed) {
 
 void expect_all_spreads_equal(const Batch& c, const std::vector<float>& want, const std::string& name) {
   for (const Spread s : {Spread::even, Spread::random_skewed, Spread::all_on_rank0, Spread::last_rank_empty}) {
-    const std::vector<float> got = distributed(c, s, 17u + static_cast<unsigned>(s));
+    // The skewed spread also with 3 threads per rank (the other spreads with OMP_NUM_THREADS, 1 in ctest).
+    const std::vector<float> got = distributed(c, s, 17u + static_cast<unsigned>(s), s == Spread::random_skewed ? 3 : 0);
     ASSERT_EQ(got.size(), want.size()) << name;
     std::size_t first = got.size();
     for (std::size_t i = 0; i < got.size() && first == got.size(); ++i)
