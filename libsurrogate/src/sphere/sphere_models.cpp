@@ -12,7 +12,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <numeric>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -256,7 +255,7 @@ class S2LayerModel final : public Model {
     const int g0 = pieces.bands.begin(me), g1 = pieces.bands.end(me);
     // One fetch: the band's own rows (queries), then the key/value rows - every row for global
     // attention, the rows inside the cutoff for neighbourhood attention.
-    std::pair<int, int> kv_rows{0, nlat};
+    std::pair<int, int> kv_rows{0, g0 < g1 ? nlat : 0};  // an empty band fetches nothing
     if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>) kv_rows = op_.input_rows(g0, g1);
     std::vector<RowRange> wanted = band_ranges(B, points_, nlon, g0, g1);
     const std::size_t query_floats = static_cast<std::size_t>(B * (g1 - g0) * nlon * in_channels());

@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <iterator>
 #include <variant>
 
 #include "../layers.hpp"
@@ -439,7 +438,8 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
     // Keys and values: the rows inside the neighbourhood cutoff, or every row for global attention.
     const std::vector<HeldRows> held = band_held(batch, P, m.w, i0, i1, y.data(), ld);
     if (const auto* g = std::get_if<AttentionS2>(&b.attention)) {
-      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, 0, m.h), C);
+      const int kv_rows = i0 < i1 ? m.h : 0;  // an empty band fetches nothing
+      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, 0, kv_rows), C);
       g->forward_rows(batch, i0, i1, q, kv.data(), kv.data(), attn_out.data());
     } else {
       const auto& na = std::get<NeighborhoodAttentionS2>(b.attention);
