@@ -109,7 +109,8 @@ enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
 /// Model::predict over MPI_COMM_WORLD with the points spread as asked (local orders shuffled, global ids
 /// = canonical index), `threads` OpenMP threads per rank (0: the default); every rank's rows are
 /// gathered back into canonical order on every rank.
-std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0) {
+std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0,
+                               surrogate::Model* reused_model = nullptr) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), ranks = comm.size();
   const std::int64_t n = c.n();
@@ -133,7 +134,8 @@ std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int
   for (std::int64_t i = 0; i < n; ++i)
     if (owner[static_cast<std::size_t>(i)] == rank) mine.push_back(i);
   std::shuffle(mine.begin(), mine.end(), gen);
-  const auto model = surrogate::make_model(c.file);
+  const auto own_model = reused_model ? nullptr : surrogate::make_model(c.file);
+  surrogate::Model* model = reused_model ? reused_model : own_model.get();
   const int dim = model->position_dim(), cin = model->in_channels(), cout = model->out_channels();
   const auto local = static_cast<std::int64_t>(mine.size());
   std::vector<float> f(static_cast<std::size_t>(local * cin)), p(static_cast<std::size_t>(local * dim));
@@ -237,6 +239,31 @@ TEST(ErwinMpi, SeveralSamplesAndFewPoints) {
   // One sample of 100 points, granularity 64 slots: two chunks, so ranks 2 and 3 hold no slot.
   const Batch few = random_batch("mpnn_norot", {100}, 5, 9u);
   expect_all_spreads_equal(few, single_process(few, 5), "mpnn_norot, 100 points");
+}
+
+TEST(ErwinMpi, PlanReusedWhileTheGeometryStays) {
+  // One model object, several calls (each with a new communicator object): new features on the same
+  // geometry reuse the plan; changed positions, another spread of the same points and given edges
+  // rebuild it. Every result equals the one-process forward of its inputs.
+  for (const bool given : {false, true}) {
+    Batch c = golden("mpnn_rot");
+    if (!given) {
+      c.file = with_knn(c.file, 6);
+      c.edges.clear();
+    }
+    const int k = given ? 0 : 6;
+    const auto model = surrogate::make_model(c.file);
+    const std::string name = given ? "given edges" : "kNN 6";
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", first call";
+    std::mt19937 gen(11u);
+    std::normal_distribution<float> normal;
+    for (float& v : c.features) v = normal(gen);
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", new features";
+    for (float& v : c.positions) v += 0.01f * normal(gen);
+    if (given) c.positions[0] += 0.5f;
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", moved points";
+    EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get()), single_process(c, k)) << name << ", another spread";
+  }
 }
 
 TEST(ErwinMpi, ErrorsAreAgreed) {

@@ -53,6 +53,10 @@ class ExchangePlan {
 
   std::int64_t source_rows() const { return source_rows_; }
   std::int64_t target_rows() const { return target_rows_; }
+  /// Applies the plan through `comm` from now on: another communicator object over the same ranks (same
+  /// size, each process the same rank), for a plan kept longer than the communicator it was built with.
+  /// Throws Error(invalid_argument) when the size differs.
+  void rebind(const Comm& comm);
 
  private:
   void move(const void* in, std::size_t row_bytes, void* out, bool forward_direction, int width) const;
@@ -79,6 +83,7 @@ class RedistributionPlan {
   void to_solver(const float* tree_rows, int width, float* solver_rows) const { plan_.backward(tree_rows, width, solver_rows); }
   void to_solver(const double* tree_rows, int width, double* solver_rows) const { plan_.backward(tree_rows, width, solver_rows); }
   const ExchangePlan& exchange() const { return plan_; }
+  void rebind(const Comm& comm) { plan_.rebind(comm); }
 
  private:
   ExchangePlan plan_;

@@ -54,6 +54,14 @@ void alltoallv_elements(const Comm& comm, const void* send, std::span<const std:
 
 }  // namespace detail
 
+void ExchangePlan::rebind(const Comm& comm) {
+  // The old communicator may be gone: its size is that of the per-peer counts.
+  if (!send_counts_.empty() && static_cast<std::size_t>(comm.size()) != send_counts_.size())
+    throw Error(ErrorCode::invalid_argument, "exchange plan: rebind to a communicator of " + std::to_string(comm.size()) +
+                                                 " ranks, the plan was built over " + std::to_string(send_counts_.size()));
+  comm_ = &comm;
+}
+
 ExchangePlan ExchangePlan::from_requests(const Comm& comm, std::int64_t source_rows, std::span<const int> source_rank,
                                          std::span<const std::int64_t> source_key, std::span<const std::int64_t> key_to_row,
                                          std::span<const std::int64_t> copy_from) {

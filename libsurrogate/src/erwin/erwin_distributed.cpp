@@ -1,8 +1,8 @@
 // The distributed Erwin forward (erwin_distributed.hpp). Layouts, in order:
-//   solver rows  --CanonicalBlocks::plan-->  canonical blocks (embedding, message passing with a halo of
-//   remote sources)  --tree.plan-->  the rank's slots of the distributed tree (every level, every ball,
-//   pooling group and unpooling group local; rotated blocks through the per-level exchange plans)
-//   --tree.plan back-->  canonical blocks  --CanonicalBlocks::plan back-->  solver rows.
+//   solver rows  --block plan-->  canonical blocks (embedding, message passing with a halo of remote
+//   sources)  --tree.plan-->  the rank's slots of the distributed tree (every level, every ball, pooling
+//   group and unpooling group local; rotated blocks through the per-level exchange plans)
+//   --tree.plan back-->  canonical blocks  --block plan back-->  solver rows.
 // Every row, edge, ball and group is computed by the same stage code as the single-process forward
 // (erwin_stages.hpp) on the same inputs, so the result is bitwise the same. Docs: share/docs/balltree.md.
 #include "erwin_distributed.hpp"
@@ -51,106 +51,127 @@ std::int64_t tree_granularity(const Config& c) {
   return std::lcm(g, stride_product);
 }
 
-CanonicalBlocks::CanonicalBlocks(const Comm& comm, const CanonicalBatch& all, std::int64_t local_rows) {
+DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const CanonicalBatch& all,
+                                 std::int64_t solver_rows)
+    : comm_(&comm) {
+  const Config& c = net.config();
+  const int d = c.dimensionality, L = c.levels();
   if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
     throw Error(ErrorCode::internal, "erwin (distributed): the batch was not gathered in block mode");
-  ranges.bounds = all.block_bounds;
-  begin = ranges.begin(comm.rank());
-  end = ranges.end(comm.rank());
-  const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(end - begin));
-  const std::span<const std::int64_t> row(all.owner_row.data() + begin, static_cast<std::size_t>(end - begin));
-  plan = balltree::ExchangePlan::from_requests(comm, local_rows, rank, row, {}, {});
-}
-
-std::vector<float> forward_distributed(const Comm& comm, const Network& net, const CanonicalBlocks& blocks,
-                                       std::span<const float> block_features, const CanonicalBatch& all, int threads) {
-  const Config& c = net.config();
-  const int d = c.dimensionality, L = c.levels(), D0 = c.c_hidden[0];
-  const std::int64_t n = blocks.rows(), begin = blocks.begin;
-  if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
-    throw Error(ErrorCode::internal, "erwin (distributed): block features of the wrong size");
+  const std::vector<std::int64_t>& bounds = all.block_bounds;
+  block_begin_ = bounds[static_cast<std::size_t>(comm.rank())];
+  block_end_ = bounds[static_cast<std::size_t>(comm.rank()) + 1];
+  const std::int64_t n = block_rows(), begin = block_begin_;
   const std::int64_t total_edges = comm.allreduce<std::int64_t>(static_cast<std::int64_t>(all.edges.size() / 2), ReduceOp::sum);
   collectively(comm, [&] {
     if (c.rotate > 0 && d != 2 && d != 3)
       throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
-    Stages::check_features(net, block_features, begin);
     if (c.mp_steps > 0 && total_edges == 0)
       throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found 0");
   });
+  {
+    const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(n));
+    const std::span<const std::int64_t> row(all.owner_row.data() + begin, static_cast<std::size_t>(n));
+    block_plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, rank, row, {}, {});
+  }
+  block_positions_.assign(all.positions.begin() + begin * d, all.positions.begin() + block_end_ * d);
 
-  // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
-  // inside a sample) is the canonical order, so it is the single-process tree of the batch.
-  const std::span<const float> block_positions(all.positions.data() + begin * d, static_cast<std::size_t>(n * d));
-  const std::vector<std::int64_t> batch_idx = all.batch.batch_idx();
-  const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
-  const balltree::DistributedOptions options{tree_granularity(c)};
-  balltree::DistributedRotatedTrees trees;
-  if (c.rotate > 0)
-    trees = balltree::build_distributed_with_rotations(comm, block_positions, d, block_samples, c.strides, c.ball_sizes,
-                                                       c.rotate, options);
-  else
-    trees.tree = balltree::build_distributed(comm, block_positions, d, block_samples, options);
-  const balltree::DistributedTree& tree = trees.tree;
-  const std::vector<index_t> global_nodes = Stages::level_nodes(net, tree.total_slots());  // same on every rank
-  std::vector<index_t> nodes(static_cast<std::size_t>(L));
-  for (int i = 0; i < L; ++i)
-    nodes[static_cast<std::size_t>(i)] = tree.local_slots() / (global_nodes[0] / global_nodes[static_cast<std::size_t>(i)]);
-
-  // Embedding on the block, then message passing with the remote sources as a halo (rows n ..).
-  const index_t ld = Stages::row_stride(net);
-  AlignedBuffer<float> h;
   if (c.mp_steps > 0) {
-    // This block's receivers' edges (all.edges holds only those, in the whole graph's order, hence in
-    // edge order per receiver; the filter keeps the code right for any superset).
+    // The block's receivers' edges (all.edges holds only those, in the whole graph's order, hence in edge
+    // order per receiver; the filter keeps this right for any superset); remote sources become halo rows.
     const auto E = static_cast<std::int64_t>(all.edges.size() / 2);
     const std::int64_t* src = all.edges.data();
     const std::int64_t* dst = all.edges.data() + E;
-    std::vector<std::int64_t> local_src, local_dst, halo;  // halo: canonical index of halo row n + k
+    std::vector<std::int64_t> local_dst, halo;  // halo: canonical index of halo row n + k
     std::unordered_map<std::int64_t, std::int64_t> halo_row;
     for (std::int64_t e = 0; e < E; ++e) {
-      if (dst[e] < begin || dst[e] >= blocks.end) continue;
+      if (dst[e] < begin || dst[e] >= block_end_) continue;
       std::int64_t j = src[e] - begin;
-      if (src[e] < begin || src[e] >= blocks.end) {
+      if (src[e] < begin || src[e] >= block_end_) {
         const auto [it, added] = halo_row.try_emplace(src[e], n + static_cast<std::int64_t>(halo.size()));
         if (added) halo.push_back(src[e]);
         j = it->second;
       }
-      local_src.push_back(j);
+      local_edges_.push_back(j);
       local_dst.push_back(dst[e] - begin);
     }
-    std::vector<std::int64_t> local_edges = std::move(local_src);
-    local_edges.insert(local_edges.end(), local_dst.begin(), local_dst.end());
-    const auto n_all = n + static_cast<std::int64_t>(halo.size());
+    local_edges_.insert(local_edges_.end(), local_dst.begin(), local_dst.end());
+    halo_rows_ = static_cast<std::int64_t>(halo.size());
     std::vector<int> halo_rank(halo.size());
     std::vector<std::int64_t> halo_key(halo.size());
-    std::vector<float> pos(static_cast<std::size_t>(n_all * d));
-    std::copy(block_positions.begin(), block_positions.end(), pos.begin());
+    edge_positions_.resize(static_cast<std::size_t>((n + halo_rows_) * d));
+    std::copy(block_positions_.begin(), block_positions_.end(), edge_positions_.begin());
+    balltree::RankRanges ranges;
+    ranges.bounds = bounds;
     for (std::size_t k = 0; k < halo.size(); ++k) {
-      halo_rank[k] = blocks.ranges.owner(halo[k]);
-      halo_key[k] = halo[k] - blocks.ranges.begin(halo_rank[k]);
-      std::copy_n(all.positions.data() + halo[k] * d, d, pos.data() + (n + static_cast<std::int64_t>(k)) * d);
+      halo_rank[k] = ranges.owner(halo[k]);
+      halo_key[k] = halo[k] - ranges.begin(halo_rank[k]);
+      std::copy_n(all.positions.data() + halo[k] * d, d, edge_positions_.data() + (n + static_cast<std::int64_t>(k)) * d);
     }
-    const balltree::ExchangePlan halo_plan = balltree::ExchangePlan::from_requests(comm, n, halo_rank, halo_key, {}, {});
-    h.resize(static_cast<std::size_t>(n_all * ld));
-    Stages::embed(net, block_features, n, h.data(), threads);
+    halo_plan_ = balltree::ExchangePlan::from_requests(comm, n, halo_rank, halo_key, {}, {});
+  }
+
+  // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
+  // inside a sample) is the canonical order, so it is the single-process tree of the batch.
+  const std::vector<std::int64_t> batch_idx = all.batch.batch_idx();
+  const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
+  const balltree::DistributedOptions options{tree_granularity(c)};
+  if (c.rotate > 0)
+    trees_ = balltree::build_distributed_with_rotations(comm, block_positions_, d, block_samples, c.strides, c.ball_sizes,
+                                                        c.rotate, options);
+  else
+    trees_.tree = balltree::build_distributed(comm, std::span<const float>(block_positions_), d, block_samples, options);
+  const balltree::DistributedTree& tree = trees_.tree;
+  const std::vector<index_t> global_nodes = Stages::level_nodes(net, tree.total_slots());  // same on every rank
+  level_nodes_.resize(static_cast<std::size_t>(L));
+  for (int i = 0; i < L; ++i)
+    level_nodes_[static_cast<std::size_t>(i)] = tree.local_slots() / (global_nodes[0] / global_nodes[static_cast<std::size_t>(i)]);
+  slot_positions_.resize(static_cast<std::size_t>(tree.local_slots() * d));
+  for (std::int64_t s = 0; s < tree.local_slots(); ++s)
+    std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+}
+
+void DistributedPlan::rebind(const Comm& comm) {
+  comm_ = &comm;
+  block_plan_.rebind(comm);
+  halo_plan_.rebind(comm);
+  trees_.tree.plan.rebind(comm);
+  for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+}
+
+void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
+  block_plan_.forward(rows_or_dummy(solver_rows), width, rows_or_dummy(block_rows));
+}
+
+void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
+  block_plan_.backward(rows_or_dummy(block_rows), width, rows_or_dummy(solver_rows));
+}
+
+std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
+  const Config& c = net.config();
+  const int D0 = c.c_hidden[0];
+  const std::int64_t n = block_rows();
+  if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
+    throw Error(ErrorCode::internal, "erwin (distributed): block features of the wrong size");
+  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_begin_); });
+
+  // Embedding on the block, then message passing with the remote sources as a halo (rows n ..).
+  const index_t ld = Stages::row_stride(net);
+  AlignedBuffer<float> h(static_cast<std::size_t>((n + halo_rows_) * ld));
+  Stages::embed(net, block_features, n, h.data(), threads);
+  if (c.mp_steps > 0) {
     const HaloRefresh refresh = [&](float* rows, index_t stride) {
-      halo_plan.forward(rows_or_dummy(rows), static_cast<int>(stride), rows_or_dummy(rows ? rows + n * stride : nullptr));
+      halo_plan_.forward(rows_or_dummy(rows), static_cast<int>(stride), rows_or_dummy(rows ? rows + n * stride : nullptr));
     };
-    Stages::message_passing(net, h.data(), pos.data(), n, n_all, local_edges, refresh, threads);
-  } else {
-    h.resize(static_cast<std::size_t>(n * ld));
-    Stages::embed(net, block_features, n, h.data(), threads);
+    Stages::message_passing(net, h.data(), edge_positions_.data(), n, n + halo_rows_, local_edges_, refresh, threads);
   }
 
   // The rank's slots of the tree (padding duplicates filled), the U-Net, back to the block.
-  const std::int64_t slots = tree.local_slots();
-  AlignedBuffer<float> x(static_cast<std::size_t>(slots * ld));
+  const balltree::DistributedTree& tree = trees_.tree;
+  AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
   tree.plan.to_tree(rows_or_dummy(static_cast<const float*>(h.data())), static_cast<int>(ld), rows_or_dummy(x.data()));
-  std::vector<float> pos(static_cast<std::size_t>(slots * d));
-  for (std::int64_t s = 0; s < slots; ++s)
-    std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, pos.data() + s * d);
-  const ExchangedOrder order(trees.rotations);
-  Stages::levels(net, x, std::move(pos), nodes, c.rotate > 0 ? &order : nullptr, threads);
+  const ExchangedOrder order(trees_.rotations);
+  Stages::levels(net, x, slot_positions_, level_nodes_, c.rotate > 0 ? &order : nullptr, threads);
   tree.plan.to_solver(rows_or_dummy(static_cast<const float*>(x.data())), static_cast<int>(ld), rows_or_dummy(h.data()));
   std::vector<float> result(static_cast<std::size_t>(n * D0));
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D0, result.data() + i * D0);

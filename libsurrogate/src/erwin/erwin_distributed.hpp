@@ -14,27 +14,52 @@
 
 namespace surrogate::erwin::detail {
 
-/// The canonical points cut into contiguous blocks, rank r holding canonical points
-/// [bounds[r], bounds[r+1]) (balanced by count), and the plan between the caller's rows (solver layout)
-/// and this rank's block. Collective.
-struct CanonicalBlocks {
-  balltree::RankRanges ranges;
-  std::int64_t begin = 0, end = 0;
-  balltree::ExchangePlan plan;  // forward: solver rows -> block rows; backward: block rows -> solver rows
-  CanonicalBlocks(const Comm& comm, const CanonicalBatch& all, std::int64_t local_rows);
-  std::int64_t rows() const { return end - begin; }
-};
-
-/// The Erwin network over the ranks. `block_features`: this rank's block of canonical points
-/// (blocks.rows() x c_in); `all`: positions, samples and edges of the whole batch in canonical order
-/// (features not needed). Returns blocks.rows() x c_hidden[0] values, bitwise equal to the rows of
-/// Network::forward(all features, all.positions, all.batch, all.edges). Collective; errors are agreed.
-std::vector<float> forward_distributed(const Comm& comm, const Network& net, const CanonicalBlocks& blocks,
-                                       std::span<const float> block_features, const CanonicalBatch& all, int threads);
-
 /// The tree granularity that makes every ball of every level and every pooling group local to one rank:
 /// the least common multiple of ball_sizes[i] * strides[0] * ... * strides[i-1] over the levels and of
 /// the product of all strides.
 std::int64_t tree_granularity(const Config& config);
+
+/// What a distributed forward needs that depends only on the geometry of a predict call (positions,
+/// global ids, samples, edges), built once and reused by every forward on that geometry:
+/// * canonical blocks: rank r holds canonical points [block_bounds[r], block_bounds[r+1]) and a plan
+///   moves rows between the caller's rows (solver layout) and the block;
+/// * the message-passing edges of the block's receivers (local indices) and the halo plan that fetches
+///   their remote sources;
+/// * the distributed tree (with the rotated orders when rotate > 0) over the blocks: the plan block ->
+///   the rank's slots, the slots' positions, the per-level exchanges of the rotated blocks.
+/// Only the construction gathers (through the CanonicalBatch it is given); a forward moves this rank's
+/// rows only. The plans are applied through the communicator of the last rebind().
+class DistributedPlan {
+ public:
+  /// Collective; `all` from PointCloudModel::gather_canonical in block mode (features not needed).
+  /// Errors (a configuration that cannot run, no edges for message passing, the tree's input errors, a
+  /// level that is not whole balls) are agreed.
+  DistributedPlan(const Comm& comm, const Network& net, const CanonicalBatch& all, std::int64_t solver_rows);
+
+  /// Use `comm` (the same ranks) for the next forwards.
+  void rebind(const Comm& comm);
+  std::int64_t block_rows() const { return block_end_ - block_begin_; }
+  /// The block's positions (block_rows() x dimensionality), in canonical order.
+  std::span<const float> block_positions() const { return block_positions_; }
+  /// solver rows (width values each) -> this rank's block rows, and back. Collective.
+  void to_block(const float* solver_rows, int width, float* block_rows) const;
+  void to_solver(const float* block_rows, int width, float* solver_rows) const;
+  /// The network on the block's features (block_rows() x c_in); returns block_rows() x c_hidden[0]
+  /// values, bitwise the rows of Network::forward of the whole batch. Collective; NaN/Inf features are
+  /// an agreed Error(input).
+  std::vector<float> forward(const Network& net, std::span<const float> block_features, int threads) const;
+
+ private:
+  const Comm* comm_;
+  std::int64_t block_begin_ = 0, block_end_ = 0, halo_rows_ = 0;
+  balltree::ExchangePlan block_plan_;  // forward: solver rows -> block rows
+  std::vector<float> block_positions_;
+  std::vector<std::int64_t> local_edges_;  // 2 x E: sources (block rows, then halo rows), receivers (block rows)
+  std::vector<float> edge_positions_;      // (block + halo rows) x d
+  balltree::ExchangePlan halo_plan_;       // forward: block rows of the owners -> this rank's halo rows
+  balltree::DistributedRotatedTrees trees_;
+  std::vector<index_t> level_nodes_;       // this rank's node count per level
+  std::vector<float> slot_positions_;      // local slots x d
+};
 
 }  // namespace surrogate::erwin::detail

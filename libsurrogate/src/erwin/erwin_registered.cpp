@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
 #include "../layers.hpp"
@@ -108,32 +110,40 @@ class ErwinModel final : public PointCloudModel {
     return head(y, threads);
   }
 
-  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp). Positions and
-  /// global ids are gathered on every rank; each rank builds (from the gathered positions) or receives
-  /// the edges of its own block's receivers; features move to the rank that runs them and back.
+  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp). The plan (the
+  /// gathers of positions and ids, the graph of each rank's block, the tree, the exchange plans) is
+  /// built on the first call and reused while the geometry (positions, global ids, samples, edges, on
+  /// every rank, compared bit for bit) stays the same: then a call moves only this rank's rows.
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
-    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
     const index_t n = layout.local_points();
-    const detail::CanonicalBlocks blocks(comm, all, n);
-    const int cin = in_channels(), cout = out_channels();
+    const int cin = in_channels(), cout = out_channels(), dim = net_.config().dimensionality;
+    GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
+    const bool same = plan_ && key == plan_key_;
+    if (comm.allreduce<std::int64_t>(same ? 1 : 0, ReduceOp::min) == 1) {
+      plan_->rebind(comm);
+    } else {
+      plan_.reset();
+      const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
+      plan_ = std::make_unique<detail::DistributedPlan>(comm, net_, all, n);
+      plan_key_ = std::move(key);
+    }
+    const detail::DistributedPlan& plan = *plan_;
     std::vector<float> block_features;
     if (wrapper_) {
-      block_features = fourier({all.positions.data() + blocks.begin * net_.config().dimensionality,
-                                static_cast<std::size_t>(blocks.rows() * net_.config().dimensionality)},
-                               options.threads);
+      block_features = fourier(plan.block_positions(), options.threads);
     } else {
       std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cin)));
       for (index_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, cin, rows.data() + r * cin);
-      block_features.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks.rows() * cin)));
-      blocks.plan.forward(rows.data(), cin, block_features.data());
-      block_features.resize(static_cast<std::size_t>(blocks.rows() * cin));
+      block_features.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cin)));
+      plan.to_block(rows.data(), cin, block_features.data());
+      block_features.resize(static_cast<std::size_t>(plan.block_rows() * cin));
     }
-    std::vector<float> y = detail::forward_distributed(comm, net_, blocks, block_features, all, options.threads);
+    std::vector<float> y = plan.forward(net_, block_features, options.threads);
     if (wrapper_) y = head(y, options.threads);
-    y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, blocks.rows() * cout)));
+    y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cout)));
     std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
-    blocks.plan.backward(y.data(), cout, rows.data());
+    plan.to_solver(y.data(), cout, rows.data());
     for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cout, cout, out + r * ld_out);
   }
 
@@ -196,8 +206,38 @@ class ErwinModel final : public PointCloudModel {
     k.linear(a);
   }
 
+  /// What a distributed plan depends on, on this rank (compared bit for bit; the agreement is collective).
+  struct GeometryKey {
+    int rank = -1, size = 0;
+    std::vector<float> positions;
+    std::vector<std::int64_t> ids, samples, edges;
+    bool has_edges = false;
+    static GeometryKey of(const Comm& comm, const SampleLayout& layout, const PointGeometry& g, int dim) {
+      GeometryKey k;
+      k.rank = comm.rank();
+      k.size = comm.size();
+      const index_t n = layout.local_points();
+      k.positions.resize(static_cast<std::size_t>(n * dim));
+      for (index_t r = 0; r < n; ++r) std::copy_n(g.positions + r * g.ld_positions, dim, k.positions.begin() + r * dim);
+      k.ids.assign(g.global_ids, g.global_ids + n);
+      k.samples.resize(static_cast<std::size_t>(n));
+      for (const auto& seg : layout.segments())
+        std::fill(k.samples.begin() + seg.begin, k.samples.begin() + seg.end, seg.sample);
+      k.has_edges = g.edge_index != nullptr;
+      if (k.has_edges) k.edges.assign(g.edge_index, g.edge_index + 2 * g.num_edges);
+      return k;
+    }
+    bool operator==(const GeometryKey& o) const {
+      return rank == o.rank && size == o.size && has_edges == o.has_edges && ids == o.ids && samples == o.samples &&
+             edges == o.edges && positions.size() == o.positions.size() &&
+             (positions.empty() || std::memcmp(positions.data(), o.positions.data(), positions.size() * sizeof(float)) == 0);
+    }
+  };
+
   Network net_;
   bool wrapper_;
+  std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
+  GeometryKey plan_key_;
   std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
   kernels::PackedLinear head0_, head2_;
   index_t parameters_ = 0;
