@@ -96,8 +96,9 @@ class ErwinModel final : public PointCloudModel {
         {"mp_steps", std::to_string(c.mp_steps)},
         {"graph", c.mp_steps > 0 ? graph_rule().describe() : "not used (mp_steps 0)"},
         {"multi-rank mode",
-         "distributed ball tree (every rank runs its subtrees; positions, ids and the graph are gathered on "
-         "every rank; bitwise equal to one process)"}};
+         "distributed ball tree (every rank runs its subtrees and its points' message passing; positions and "
+         "ids are gathered on every rank when a geometry is first seen, the plan is reused while it stays; "
+         "bitwise equal to one process)"}};
     return d;
   }
 
