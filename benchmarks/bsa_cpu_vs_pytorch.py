@@ -79,8 +79,13 @@ def main():
     ap.add_argument("--pytorch-max-s", type=float, default=300.0,
                     help="skip PyTorch where its estimated CPU seconds (warm-up + timed runs) exceed this")
     ap.add_argument("--tolerance", type=float, default=1e-2,
-                    help="largest accepted max|diff| / max|y| (a near-tie in the top-S selection may pick "
-                         "another block in one of the two float32 computations)")
+                    help="a point agrees when its largest output difference is below tolerance * max|y| (the "
+                         "official float32 output itself is off from its float64 output by up to about 1e-2 "
+                         "max|y| at N = 16384: benchmarks/README.md)")
+    ap.add_argument("--min-agree", type=float, default=0.99,
+                    help="smallest fraction of agreeing points accepted (a near-tie in a top-S selection, "
+                         "rounded differently by the two float32 computations, may pick another block for the "
+                         "tokens of one group)")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "bsa_bench"
     if not bench.exists():
@@ -117,8 +122,9 @@ def main():
                 y, wall, cpu, first_cpu = sbs.time_pytorch(lambda: forward(x, p, b), threads, args.repeats)
                 theirs = (wall, cpu)
                 extrapolate.add(n, first_cpu, max(sbs.peak_rss_mib() - rss0, 1.0))
-                diff, ymax = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance)
-                sbs.row(n, threads, ours, theirs, diff, ymax)
+                check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance,
+                                            args.min_agree)
+                sbs.row(n, threads, ours, theirs, check)
 
 
 if __name__ == "__main__":
