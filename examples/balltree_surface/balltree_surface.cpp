@@ -113,17 +113,25 @@ int run(int argc, char** argv) {
   // Errors against the closed form.
   std::vector<double> error(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
   double sums[3] = {0.0, 0.0, 0.0};  // sum err², sum exact², count
-  double worst = 0.0;
+  struct {
+    double value;
+    int rank;
+  } worst{0.0, rank};
+  double worst_x = 0.0;  // x of the largest error (on the rank that has it)
   for (std::int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<std::size_t>(i);
     error[k] = predicted[k] - exact[k];
     sums[0] += error[k] * error[k];
     sums[1] += exact[k] * exact[k];
-    worst = std::max(worst, std::abs(error[k]));
+    if (std::abs(error[k]) > worst.value) {
+      worst.value = std::abs(error[k]);
+      worst_x = positions[3 * k];
+    }
   }
   sums[2] = static_cast<double>(n);
   MPI_Allreduce(MPI_IN_PLACE, sums, 3, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE_INT, MPI_MAXLOC, MPI_COMM_WORLD);
+  MPI_Bcast(&worst_x, 1, MPI_DOUBLE, worst.rank, MPI_COMM_WORLD);
 
   // Digest of all predictions in point order (rank r holds points N r / P ..).
   std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks));
@@ -153,8 +161,8 @@ int run(int argc, char** argv) {
                 args.model.c_str(), model.model().architecture().c_str());
     std::printf("ellipsoid %.2f x %.2f x %.2f m, alpha = %.6f %.6f %.6f, flow %.1f deg attack, %.1f deg slip\n",
                 body.axes[0], body.axes[1], body.axes[2], alpha[0], alpha[1], alpha[2], body.attack_deg, body.slip_deg);
-    std::printf("Cp error vs closed form: rms %.5f max %.5f relative L2 %.5f\n", std::sqrt(sums[0] / sums[2]), worst,
-                std::sqrt(sums[0] / sums[1]));
+    std::printf("Cp error vs closed form: rms %.5f max %.5f relative L2 %.5f (largest error at x = %.3f m)\n",
+                std::sqrt(sums[0] / sums[2]), worst.value, std::sqrt(sums[0] / sums[1]), worst_x);
     std::printf("set_points %.3f s, prediction %.3f s (slowest rank, best of %d)\n", set_points_seconds, best,
                 args.repeat);
     std::printf("prediction digest: %016" PRIx64 "\n", fnv1a(all));

@@ -21,16 +21,19 @@ The problem (closed form, also implemented in C++ by the example):
 The model is Erwin inside the ShapeNet-Car wrapper of the official experiments (inputs: positions only;
 features [cos(p Aᵀ), sin(p Aᵀ)], ErwinTransformer, prediction head Linear-GELU-Linear): our reference
 share/python/surrogate_ref/erwin.py (trained with autograd; its BatchNorms are the eval-mode affine maps,
-running statistics kept at 0 / 1) and the official ball tree (PyPI balltree-erwin). Training clouds have
-4,096 .. 12,288 points with a random spiral phase; the loss is the MSE of the normalised Cp.
+running statistics kept at 0 / 1) on ball trees built here (trees(): median splits, as the official
+builder, but not its order inside balls; the library builds the official tree at prediction time). The
+relative-position terms are held at zero (SurfaceModel). Training clouds have 4,096, 8,192 or 16,384
+points with a random spiral phase; the loss is the MSE of the normalised Cp.
 
 Writes OUT_DIR/checkpoint.pt (the wrapper's state_dict: main_model.* + pos_enc.linear.weight + pred_head.*),
 config.json (ErwinTransformer arguments), normalization.json (output mean / std of Cp) and fields.json;
 then evaluates the trained model (float32 reference) on held-out clouds and prints the errors.
 
-Usage (outside CI: needs torch 2.x and balltree-erwin, e.g. the development virtual environment):
+Usage (outside CI; the published run used torch 2.15 of the development virtual environment, one thread,
+582 s; share/models/balltree_surface/README.md):
 
-  /work/venv-official/bin/python share/training/balltree_surface_train.py [--steps 1500] [--threads 2]
+  /work/venv-official/bin/python share/training/balltree_surface_train.py [--steps 800] [--threads 1]
 """
 
 import argparse
