@@ -1,5 +1,5 @@
-// NeighborhoodAttentionS2's per-row softmax. The keys and values of each input latitude row are
-// transposed once per forward into "rings" (per sample, head, input row and residue r = w mod p of the
+// NeighborhoodAttentionS2's projections and per-row softmax. The keys and values of each input latitude
+// row are transposed, block by block as the projection produces them, into "rings" (per sample, head, input row and residue r = w mod p of the
 // input longitude w: channel-major rows over the ring positions w / p, p = nlon_in / nlon_out, extended
 // by kRingPad wrapped positions). The neighbour list of an output latitude (that of output longitude 0)
 // becomes per entry a ring row offset, a ring position and the quadrature weight w_lat of its input row;
@@ -21,60 +21,62 @@ namespace {
 
 constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
 
-/// Channel-major ring rows of one operand (head h in columns [h*width, (h+1)*width) of src): channel e
-/// of (sample b, head h, input row lat, residue r) at ring position j is at
-/// (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1 repeat
-/// positions 0 .. (mod ring).
-void build_rings(const float* src, index_t ld_src, int batch, int heads, int width, int rows, int nlon_in, int ring,
-                 int p, index_t ld_ring, float* dst) {
-  const index_t points = static_cast<index_t>(rows) * nlon_in;
-  const index_t tasks = static_cast<index_t>(batch) * rows;
-  const index_t head_size = static_cast<index_t>(rows) * p * width * ld_ring;
-#pragma omp parallel for schedule(static)
-  for (index_t t = 0; t < tasks; ++t) {
-    const index_t b = t / rows, lat = t % rows;
-    const float* row = src + (b * points + lat * nlon_in) * ld_src;
-    for (int r = 0; r < p; ++r) {
-      float* d0 = dst + b * heads * head_size + (lat * p + r) * width * ld_ring;
-      for (index_t j = 0; j < ring; ++j) {
-        const float* s = row + (r + j * p) * ld_src;
+/// Ring layout of one operand: channel e of (sample b, head h, input row lat, residue r) at ring position
+/// j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1
+/// repeat positions 0 .. (mod ring).
+struct RingLayout {
+  int heads, width, rows, nlon_in, ring, p;
+  index_t ld_ring;
+  index_t head_size() const { return static_cast<index_t>(rows) * p * width * ld_ring; }
+  index_t size(int batch) const { return batch * heads * head_size(); }
+
+  /// Rows [r0, r0 + n) of the projected operand (row b*rows*nlon_in + lat*nlon_in + w, head h in columns
+  /// [h*width, (h+1)*width), ld ld_src) into their ring positions.
+  void scatter(index_t r0, index_t n, const float* src, index_t ld_src, float* dst) const {
+    const index_t points = static_cast<index_t>(rows) * nlon_in;
+    for (index_t i = 0; i < n; ++i) {
+      const index_t row = r0 + i, b = row / points, lat = (row % points) / nlon_in, w = row % nlon_in;
+      const index_t j = w / p;
+      float* d0 = dst + b * heads * head_size() + (lat * p + w % p) * width * ld_ring;
+      const float* s = src + i * ld_src;
+      for (index_t jj = j; jj < ld_ring; jj += ring)  // (once, or again for the wrapped positions)
         for (int h = 0; h < heads; ++h) {
-          float* d = d0 + h * head_size + j;
+          float* d = d0 + h * head_size() + jj;
           const float* sh = s + static_cast<index_t>(h) * width;
           for (int e = 0; e < width; ++e) d[e * ld_ring] = sh[e];
         }
-      }
-      for (int h = 0; h < heads; ++h)
-        for (int e = 0; e < width; ++e) {
-          float* d = d0 + h * head_size + e * ld_ring;
-          for (index_t j = ring; j < ld_ring; ++j) d[j] = d[j - ring];  // (written already: j - ring < j)
-        }
     }
   }
-}
+};
 
 }  // namespace
 
-void neighborhood_softmax_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
-                               int batch, int lat_begin, int lat_end, int in_begin, int in_end,
-                               const PlainOperands& ops, float* o, index_t ld_o) {
+void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
+                                 int batch, int lat_begin, int lat_end, int in_begin, int in_end, const float* query,
+                                 const float* key, const float* value, float* o, index_t ld_o) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = csr.nlon_in, ring = csr.nlon_out, p = nlon_in / ring;
   const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
   const index_t ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
-  const index_t po = static_cast<index_t>(rows_out) * ring;
+  const index_t po = static_cast<index_t>(rows_out) * ring, pi = static_cast<index_t>(rows_in) * nlon_in;
 
-  // Rings of every (sample, head): keys ek channels, values ev channels.
-  const index_t ring_k = static_cast<index_t>(rows_in) * p * ek * ld_ring,
-                ring_v = static_cast<index_t>(rows_in) * p * ev * ld_ring;
-  // (Kept per calling thread and reused across forwards: no page faults; the threads below get pointers.)
+  // Projections; the keys and values go into their rings block by block while in cache. (Buffers kept
+  // per calling thread and reused across forwards: no page faults; the threads get pointers.)
+  const RingLayout k_layout{H, ek, rows_in, nlon_in, ring, p, ld_ring}, v_layout{H, ev, rows_in, nlon_in, ring, p, ld_ring};
+  const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
+  thread_local PlainOperands ops;
   thread_local AlignedBuffer<float> k_rings, v_rings;
-  k_rings.resize(static_cast<std::size_t>(batch * H * ring_k));
-  v_rings.resize(static_cast<std::size_t>(batch * H * ring_v));
+  k_rings.resize(static_cast<std::size_t>(k_layout.size(batch)));
+  v_rings.resize(static_cast<std::size_t>(v_layout.size(batch)));
   float* const kt = k_rings.data();
   float* const vt = v_rings.data();
-  build_rings(ops.k.data(), ops.ld_k, batch, H, ek, rows_in, nlon_in, ring, p, ld_ring, kt);
-  build_rings(ops.v.data(), ops.ld_v, batch, H, ev, rows_in, nlon_in, ring, p, ld_ring, vt);
+  const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out();
+  const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
+    k_layout.scatter(r0, n, k, ld_k, kt);
+    v_layout.scatter(r0, n, v, ld_v, vt);
+  };
+  hd.project_plain(batch * po, batch * pi, query, key, value, ops, &to_rings);
+  const float* const q = ops.q.data();  // (the worker threads have their own thread_local `ops`)
 
   // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights.
   const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
@@ -105,8 +107,8 @@ void neighborhood_softmax_rows(const NeighborhoodCsr& csr, const std::vector<flo
       kernels::RingAttentionArgs a;
       a.ek = ek;
       a.ev = ev;
-      a.q = ops.q.data() + row0 * ops.ld_k + static_cast<index_t>(h) * ek;
-      a.ldq = ops.ld_k;
+      a.q = q + row0 * ld_k + static_cast<index_t>(h) * ek;
+      a.ldq = ld_k;
       a.count = n_lon;
       a.first = wo0;
       a.ring = ring;

@@ -232,7 +232,7 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
 }
 
 void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, const float* key, const float* value,
-                            PlainOperands& ops) const {
+                            PlainOperands& ops, const KeyValueSink* sink) const {
   const int cin = in_channels_;
   const index_t ld_k = round_up(ck, kPad), ld_v = ld_out();
   ops.ld_k = ld_k;
@@ -244,8 +244,10 @@ void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, 
   const float* xk = key == query ? (ld_k_in = ld_q_in, xq) : padded_rows(key, rows_k, cin, pad_k, ld_k_in);
   const float* xv = value == key ? (ld_v_in = ld_k_in, xk) : padded_rows(value, rows_k, cin, pad_v, ld_v_in);
   ops.q.resize(static_cast<std::size_t>(rows_q * ld_k));
-  ops.k.resize(static_cast<std::size_t>(rows_k * ld_k));
-  ops.v.resize(static_cast<std::size_t>(rows_k * ld_v));
+  if (!sink) {
+    ops.k.resize(static_cast<std::size_t>(rows_k * ld_k));
+    ops.v.resize(static_cast<std::size_t>(rows_k * ld_v));
+  }
 
   const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel
@@ -261,14 +263,19 @@ void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, 
         for (int c = 0; c < ck; ++c) row[c] *= s;
       }
     }
-    // k (qk-norm) and v.
+    // k (qk-norm) and v: into ops, or into a block buffer handed to the sink.
+    AlignedBuffer<float> k_block(sink ? static_cast<std::size_t>(kRowBlock * ld_k) : 0),
+        v_block(sink ? static_cast<std::size_t>(kRowBlock * ld_v) : 0);
 #pragma omp for schedule(dynamic)
     for (index_t t = 0; t < blocks_k; ++t) {
       const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_k - r0);
-      linear_rows(k_, xk + r0 * ld_k_in, ld_k_in, ops.k.data() + r0 * ld_k, ld_k, n);
-      linear_rows(v_, xv + r0 * ld_v_in, ld_v_in, ops.v.data() + r0 * ld_v, ld_v, n);
+      float* kd = sink ? k_block.data() : ops.k.data() + r0 * ld_k;
+      float* vd = sink ? v_block.data() : ops.v.data() + r0 * ld_v;
+      linear_rows(k_, xk + r0 * ld_k_in, ld_k_in, kd, ld_k, n);
+      linear_rows(v_, xv + r0 * ld_v_in, ld_v_in, vd, ld_v, n);
       if (use_qknorm_)
-        for (index_t r = r0; r < r0 + n; ++r) rms_norm_heads(ops.k.data() + r * ld_k, heads, ek, k_norm_);
+        for (index_t r = 0; r < n; ++r) rms_norm_heads(kd + r * ld_k, heads, ek, k_norm_);
+      if (sink) (*sink)(r0, n, kd, vd);
     }
   }
 }

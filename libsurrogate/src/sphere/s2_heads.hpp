@@ -6,6 +6,7 @@
 // logit is s q.k + log w_lat, torch-harmonics' quadrature-weighted softmax.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "surrogate/kernels/cpu.hpp"
@@ -50,9 +51,14 @@ class S2Heads {
                const std::vector<float>& log_w_lat, const float* query, const float* key, const float* value,
                AugmentedOperands& ops) const;
 
+  /// Receives projected key/value rows [r0, r0 + n) (k with qk-norm; ld_k, ld_v as PlainOperands),
+  /// called from OpenMP threads for disjoint row blocks.
+  using KeyValueSink = std::function<void(kernels::index_t r0, kernels::index_t n, const float* k, const float* v)>;
+
   /// q/k/v projections, qk-norm, scale of q, without the log-weight column (NeighborhoodAttentionS2).
+  /// With a sink, k and v go to it block by block (while in cache) and ops.k / ops.v stay empty.
   void project_plain(kernels::index_t rows_q, kernels::index_t rows_k, const float* query, const float* key,
-                     const float* value, PlainOperands& ops) const;
+                     const float* value, PlainOperands& ops, const KeyValueSink* sink = nullptr) const;
 
   /// out (rows x cout, channels last) = proj(o), o: rows x round_up(cout, kPad).
   void output_projection(kernels::index_t rows, const float* o, float* out) const;
