@@ -37,7 +37,7 @@ constexpr const char* kUsage = R"(usage:
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
       /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
-      Models that need positions (erwin) take /coords as the positions; their message passing
+      Models that need positions (erwin, bsa) take /coords as the positions; Erwin's message passing
       uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
       file), else the graph rule of the model file.
       Spherical models (sphere_transformer, s2_attention, s2_neighborhood_attention) read /features
