@@ -67,7 +67,7 @@ int surrogate_set_options(surrogate_t handle, const surrogate_options* options);
 /* COLLECTIVE. The rank's points: n_local points of dim coordinates; global_ids (n_local int64, kept for
  * output) and sample_ids (n_local int64, independent samples 0..B-1; NULL = one sample) may be NULL.
  * Builds the plan reused by every predict until the points are set again.
- * Models that need positions (architecture "erwin"; surrogate_position_dim > 0) take these coordinates
+ * Models that need positions (architectures "erwin", "bsa"; surrogate_position_dim > 0) take these coordinates
  * as the positions (dim must equal surrogate_position_dim), and global_ids, when given, must number the
  * points 0..N-1 over all ranks (they fix the point order the model sees; NULL = rank-major order). */
 int surrogate_set_points_f64(surrogate_t handle, int64_t n_local, int dim, const double* coords,
