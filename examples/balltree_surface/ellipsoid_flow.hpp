@@ -52,6 +52,17 @@ struct Ellipsoid {
     return alpha;
   }
 
+  /// α_k by the midpoint rule after s = t²/(1-t)² (an independent check of shape_factors()).
+  double shape_factor_quadrature(int k, int steps = 200000) const {
+    const double a2[3] = {axes[0] * axes[0], axes[1] * axes[1], axes[2] * axes[2]};
+    double sum = 0.0;
+    for (int j = 0; j < steps; ++j) {
+      const double t = (j + 0.5) / steps, s = t * t / ((1 - t) * (1 - t)), ds = 2 * t / ((1 - t) * (1 - t) * (1 - t));
+      sum += ds / ((a2[k] + s) * std::sqrt((a2[0] + s) * (a2[1] + s) * (a2[2] + s)));
+    }
+    return axes[0] * axes[1] * axes[2] * sum / steps;
+  }
+
   /// w = (K_k U_k): the surface velocity is its tangential part.
   std::array<double, 3> surface_velocity_vector() const {
     const double al = attack_deg * std::numbers::pi / 180.0, be = slip_deg * std::numbers::pi / 180.0;
