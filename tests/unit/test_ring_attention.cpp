@@ -35,7 +35,8 @@ struct RingCase {
 struct RingData {
   RingCase c;
   k::index_t ld_ring;
-  std::vector<float> q, kt, vt, weight;
+  std::vector<float> q, kt, weight;
+  std::vector<double> vt;  // float values, stored in double as the rings hold them
   std::vector<k::index_t> key_base, value_base;
   std::vector<std::int32_t> ring_pos;
   std::vector<int> entry_row;
@@ -47,12 +48,12 @@ struct RingData {
     q.resize(static_cast<std::size_t>(c.ring * c.ek));
     for (float& x : q) x = c.q_scale * normal(gen);
     kt.assign(static_cast<std::size_t>(c.rows * c.ek * ld_ring), 0.0f);
-    vt.assign(static_cast<std::size_t>(c.rows * c.ev * ld_ring), 0.0f);
+    vt.assign(static_cast<std::size_t>(c.rows * c.ev * ld_ring), 0.0);
     for (int r = 0; r < c.rows; ++r) {
       for (int e = 0; e < c.ek; ++e)
         for (int j = 0; j < c.ring; ++j) kt[static_cast<std::size_t>((r * c.ek + e) * ld_ring + j)] = normal(gen);
       for (int e = 0; e < c.ev; ++e)
-        for (int j = 0; j < c.ring; ++j) vt[static_cast<std::size_t>((r * c.ev + e) * ld_ring + j)] = normal(gen);
+        for (int j = 0; j < c.ring; ++j) vt[static_cast<std::size_t>((r * c.ev + e) * ld_ring + j)] = static_cast<double>(normal(gen));
     }
     // The wrapped positions repeat the ring.
     for (int r = 0; r < c.rows * c.ek; ++r)

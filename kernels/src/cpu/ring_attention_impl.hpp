@@ -5,7 +5,8 @@
 // of contiguous vectors, with no gather and no mask. The softmax is the streaming encode's arithmetic
 // (softmax_term, a power-of-two reference per query, double sums) taken chunk by chunk over the entries:
 // pass 1 the chunk's logits and per-lane maxima, then an exact rescale when a reference grows, pass 2
-// the terms times the quadrature weight (exact in double), pass 3 the value sums.
+// the terms times the quadrature weight (exact in double), pass 3 the value sums (values kept in double
+// in the rings, so pass 3 is one fused multiply-add per value and lane pair).
 #pragma once
 
 #include "latent_impl.hpp"
@@ -14,14 +15,11 @@ namespace surrogate::kernels::SURROGATE_ISA_NS {
 
 inline constexpr int kRingChunk = 128;  // entries per chunk of the online softmax
 
-/// W/2 floats at p, as doubles.
-inline simd::vd load_half_as_double(const float* p) {
-#if defined(__AVX512F__)
-  return _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p));  // one vcvtps2pd ymm -> zmm (see to_double)
-#endif
-  vfh h;
-  std::memcpy(&h, p, sizeof h);
-  return __builtin_convertvector(h, simd::vd);
+/// W/2 doubles at p.
+inline simd::vd load_double(const double* p) {
+  simd::vd v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
 }
 
 /// 2^d for integer-valued d <= 0, exactly (0 below the normal double range).
@@ -117,12 +115,12 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
           for (int j = 0; j < chunk; ++j) {
             vd t;
             std::memcpy(&t, terms + j * W + h * kHalf, sizeof t);
-            const float* v = a.vt + value_at[j] + e0 * a.ld_ring + h * kHalf;
+            const double* v = a.vt + value_at[j] + e0 * a.ld_ring + h * kHalf;
             if (EV != 0 && group == kGroup) {
 #pragma GCC unroll 16
-              for (int g = 0; g < kGroup; ++g) U[g] += t * load_half_as_double(v + g * a.ld_ring);
+              for (int g = 0; g < kGroup; ++g) U[g] += t * load_double(v + g * a.ld_ring);
             } else {
-              for (int g = 0; g < group; ++g) U[g] += t * load_half_as_double(v + g * a.ld_ring);
+              for (int g = 0; g < group; ++g) U[g] += t * load_double(v + g * a.ld_ring);
             }
           }
           for (int g = 0; g < group; ++g) std::memcpy(u0 + g * W, &U[g], sizeof(vd));

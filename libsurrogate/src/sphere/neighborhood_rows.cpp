@@ -32,16 +32,17 @@ struct RingLayout {
 
   /// Rows [r0, r0 + n) of the projected operand (row b*rows*nlon_in + lat*nlon_in + w, head h in columns
   /// [h*width, (h+1)*width), ld ld_src) into their ring positions.
-  void scatter(index_t r0, index_t n, const float* src, index_t ld_src, float* dst) const {
+  template <class T>
+  void scatter(index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
     const index_t points = static_cast<index_t>(rows) * nlon_in;
     for (index_t i = 0; i < n; ++i) {
       const index_t row = r0 + i, b = row / points, lat = (row % points) / nlon_in, w = row % nlon_in;
       const index_t j = w / p;
-      float* d0 = dst + b * heads * head_size() + (lat * p + w % p) * width * ld_ring;
+      T* d0 = dst + b * heads * head_size() + (lat * p + w % p) * width * ld_ring;
       const float* s = src + i * ld_src;
       for (index_t jj = j; jj < ld_ring; jj += ring)  // (once, or again for the wrapped positions)
         for (int h = 0; h < heads; ++h) {
-          float* d = d0 + h * head_size() + jj;
+          T* d = d0 + h * head_size() + jj;
           const float* sh = s + static_cast<index_t>(h) * width;
           for (int e = 0; e < width; ++e) d[e * ld_ring] = sh[e];
         }
@@ -65,11 +66,12 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   const RingLayout k_layout{H, ek, rows_in, nlon_in, ring, p, ld_ring}, v_layout{H, ev, rows_in, nlon_in, ring, p, ld_ring};
   const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
   thread_local PlainOperands ops;
-  thread_local AlignedBuffer<float> k_rings, v_rings;
+  thread_local AlignedBuffer<float> k_rings;
+  thread_local AlignedBuffer<double> v_rings;  // (values in double: the kernel's sums are double)
   k_rings.resize(static_cast<std::size_t>(k_layout.size(batch)));
   v_rings.resize(static_cast<std::size_t>(v_layout.size(batch)));
   float* const kt = k_rings.data();
-  float* const vt = v_rings.data();
+  double* const vt = v_rings.data();
   const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out();
   const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
     k_layout.scatter(r0, n, k, ld_k, kt);

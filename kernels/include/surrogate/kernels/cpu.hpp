@@ -134,7 +134,8 @@ struct BallAttentionArgs {
 /// longitude first + i of a ring of `ring` longitudes; neighbour entry n of the list (the list of output
 /// longitude 0) is, for query i, the key/value at ring position (ring_pos[n] + first + i) mod ring of the
 /// transposed rows whose channel 0 starts at key_base[n] (keys) and value_base[n] (values): channel e of
-/// that position is at kt[key_base[n] + e * ld_ring + position], likewise vt with value_base. Positions
+/// that position is at kt[key_base[n] + e * ld_ring + position], likewise vt with value_base (the values
+/// in double: the float values converted, exactly, when the rings are built). Positions
 /// ring .. ring + kRingPad - 1 must repeat positions 0 .. kRingPad - 1 (mod ring), so the kernel loads
 /// the queries' keys of one entry as one contiguous vector. The result is the quadrature-weighted softmax
 ///   out[i*ldo + e] = sum_n exp(q_i . k_n) weight[n] v_ne / sum_n exp(q_i . k_n) weight[n]
@@ -150,7 +151,7 @@ struct RingAttentionArgs {
   index_t ldq = 0;
   int count = 0, first = 0, ring = 0;
   const float* kt = nullptr;
-  const float* vt = nullptr;
+  const double* vt = nullptr;
   index_t ld_ring = 0;            // >= ring + kRingPad
   index_t entries = 0;
   const index_t* key_base = nullptr;    // [entries]
