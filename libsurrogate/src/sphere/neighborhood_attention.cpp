@@ -53,18 +53,13 @@ struct NeighborhoodAttentionS2::Impl {
       : cfg(config), h(make_heads(cfg, w)) {
     // quad_weights = 2 pi w_lat.float32 / nlon_in: the same float32 arithmetic as AttentionS2's buffer.
     quad_w = attention_latitude_weights(cfg.nlat_in, cfg.nlon_in, cfg.grid_in);
-    for (float q : quad_w) log_w.push_back(std::log(q));
     csr = neighborhood_csr(cfg.nlat_in, cfg.nlon_in, cfg.grid_in, cfg.nlat_out, cfg.nlon_out, cfg.grid_out,
                            cfg.theta_cutoff);
-    for (int t = 0; t < cfg.nlat_out; ++t)
-      max_neighbors = std::max<index_t>(max_neighbors, csr.row_offsets[static_cast<std::size_t>(t) + 1] -
-                                                           csr.row_offsets[static_cast<std::size_t>(t)]);
   }
   NeighborhoodAttentionS2Config cfg;
   detail::S2Heads h;
-  std::vector<float> quad_w, log_w;  // per input latitude
+  std::vector<float> quad_w;  // per input latitude
   NeighborhoodCsr csr;
-  index_t max_neighbors = 0;
 };
 
 NeighborhoodAttentionS2::NeighborhoodAttentionS2(const NeighborhoodAttentionS2Config& config,
