@@ -8,7 +8,9 @@ target_sources(surrogate_kernels PRIVATE
   cuda/mlp_tensor_cores.cu
   cuda/latent_encode.cu
   cuda/latent_decode.cu
-  cuda/caller_io.cu)
+  cuda/caller_io.cu
+  cuda/ball_attention.cu
+  cuda/sphere_attention.cu)
 target_link_libraries(surrogate_kernels PRIVATE CUDA::cudart)
 # The public header surrogate/kernels/cuda.hpp includes cuda_runtime_api.h: targets that include it
 # link CUDA::cudart themselves.

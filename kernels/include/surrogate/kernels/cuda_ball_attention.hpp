@@ -1,0 +1,94 @@
+// CUDA kernels of the ball-tree attentions (CUDA builds only): Erwin's ball attention with the distance
+// bias (also BSA's local branch), and BSA's coarse (block-compressed) and selected-block (fine) branches.
+// They compute what the CPU code computes (kernels::CpuKernels::ball_attention, bsa::detail::
+// coarse_branch / fine_branch) on the device's online softmax (latent_softmax.cuh: the CPU kernels' exp
+// arithmetic, power-of-two reference, double sums), one query and head per thread, the keys streamed
+// (no score matrix, no bias matrix, no scratch in global memory).
+//
+// Layout: device buffers, row-major, one token per row; head h of a row is the E columns from h E; any
+// row stride >= the row's width. E <= kMaxHeadDim (64); heads <= 65535. Every launcher enqueues on the
+// given stream and returns at once; invalid sizes throw std::invalid_argument before anything is enqueued.
+//
+// NOT YET RUN ON A GPU: written and compiled (sm_90) on a machine without a device; the GPU tests
+// (tests/gpu/test_gpu_ball_attention.cpp) skip there. Not yet used by the Erwin/BSA models.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "surrogate/kernels/cpu.hpp"  // index_t
+
+namespace surrogate::kernels::cuda {
+
+/// Largest position dimension of the distance bias.
+inline constexpr int kMaxBallPositionDim = 4;
+
+/// Multi-head self-attention inside consecutive balls of `ball` tokens (rows = balls * ball): for every
+/// token i of ball b = i / ball and head h,
+///   out[i, hE:(h+1)E] = sum_j softmax_j(scale q_i . k_j + sigma[h] |p_i - p_j|) v_j,  j in ball b,
+/// with |p_i - p_j| computed on the fly from the positions exactly as the CPU's ball_distances (float,
+/// components in order, sqrt correctly rounded). sigma == nullptr: no bias (erwin_flash). Padding
+/// duplicates of the ball tree are ordinary tokens here, as on the CPU (no mask).
+struct BallAttentionArgs {
+  index_t rows = 0;
+  int ball = 0;
+  int heads = 0, E = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;                    // row stride of q, k, v
+  float scale = 1.0f;
+  const float* sigma = nullptr;      // device [heads], or nullptr
+  const float* positions = nullptr;  // device rows x dim at positions + i * ld_pos (read when sigma is set)
+  index_t ld_pos = 0;
+  int dim = 0;                       // 1 .. kMaxBallPositionDim
+  float* out = nullptr;
+  index_t ldo = 0;
+};
+void ball_attention(const BallAttentionArgs& a, cudaStream_t stream);
+
+/// Coarse branch: query i of sample s (queries per sample) attends to the `keys` compressed keys and
+/// values of sample s (rows s * keys .. of k/v), no bias; the result is written to `copies` consecutive
+/// output rows (s * queries + i) * copies + c, c < copies (coarse-q attention: copies = C, the block's
+/// tokens; token queries: copies = 1).
+struct CoarseAttentionArgs {
+  int samples = 0;
+  int heads = 0, E = 0;
+  const float* q = nullptr;
+  index_t ldq = 0;
+  index_t queries = 0;  // per sample
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ldkv = 0;
+  index_t keys = 0;     // per sample
+  float scale = 1.0f;
+  float* out = nullptr;
+  index_t ldo = 0;
+  int copies = 1;
+};
+void coarse_attention(const CoarseAttentionArgs& a, cudaStream_t stream);
+
+/// Selected-block (fine) branch: token i of sample s (n tokens per sample) belongs to selection row
+/// r = i / tokens_per_row and attends to the S * C tokens of the blocks sel[((s * heads + h) * rows + r)
+/// * S + j], j = 0 .. S-1 in that order (block g: tokens g C .. g C + C - 1 of the sample), no bias.
+/// rows * tokens_per_row == n; every index must lie in [0, n / C) (not checked on the device).
+struct SelectedBlockAttentionArgs {
+  int samples = 0;
+  index_t n = 0;
+  int heads = 0, E = 0;
+  const float* q = nullptr;
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  float scale = 1.0f;
+  int C = 0, S = 0;
+  int tokens_per_row = 1;
+  index_t rows = 0;                  // selection rows per sample
+  const std::int32_t* sel = nullptr; // device [samples][heads][rows][S]
+  float* out = nullptr;
+  index_t ldo = 0;
+};
+void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t stream);
+
+}  // namespace surrogate::kernels::cuda
