@@ -1,4 +1,6 @@
 # The CUDA forward of FLARE (SURROGATE_HAVE_CUDA), replacing flare_device_stub.cpp. Host code only (the
 # kernels are in surrogate::kernels); links the CUDA runtime, never the driver library (toolchain.md G4).
 target_sources(surrogate_core PRIVATE src/flare/flare_cuda.cpp)
+# The CUDA forward of AttentionS2 / NeighborhoodAttentionS2 (surrogate/sphere/attention_device.hpp).
+target_sources(surrogate_core PRIVATE src/sphere/attention_device.cpp)
 target_link_libraries(surrogate_core PRIVATE CUDA::cudart)

@@ -1,0 +1,70 @@
+// The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (CUDA builds only; needs the CUDA toolkit's
+// include directory and CUDA::cudart). Same configuration, weights, semantics and layout as the CPU
+// operators (attention.hpp, neighborhood_attention.hpp; share/docs/sphere.md "CUDA"), on device pointers:
+//
+//   q/k/v projections (1x1 convolutions with bias): kernels::cuda::mlp, one FP32 layer each;
+//   optional RMS qk-norm and the scale of q: kernels::cuda::sphere_head_norm_scale;
+//   the quadrature-weighted softmax: kernels::cuda::sphere_global_attention / sphere_neighborhood_attention
+//   (the online softmax of latent_softmax.cuh, double sums, one thread per (sample, head, query));
+//   output projection: kernels::cuda::mlp.
+//
+// Each object builds the CPU operator first (every check of the configuration and weights, the scale,
+// the quadrature weights and the neighbour lists come from it), then uploads what the device needs.
+// Limits of the device path (Error(unsupported) at construction): head widths k_channels/num_heads and
+// out_channels/num_heads <= 64, in_channels, k_channels and out_channels <= 256, batch <= 65535.
+// A forward enqueues on `stream` and returns; its scratch buffers belong to the object, so one object
+// runs one forward at a time (the next forward on the same stream is fine). The caller's current
+// device is restored. CUDA failures become Error (out_of_memory, unsupported or internal) naming the
+// device.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <memory>
+
+#include "surrogate/sphere/attention.hpp"
+#include "surrogate/sphere/neighborhood_attention.hpp"
+
+namespace surrogate::sphere {
+
+class AttentionS2Device {
+ public:
+  AttentionS2Device(const AttentionS2Config& config, const AttentionS2Weights& weights, int device = 0);
+  ~AttentionS2Device();
+  AttentionS2Device(AttentionS2Device&&) noexcept;
+  AttentionS2Device& operator=(AttentionS2Device&&) noexcept;
+
+  /// AttentionS2::forward on device buffers of `device`: query batch*Po x in_channels, key/value
+  /// batch*Pi x in_channels (both nullptr: self-attention, in_shape == out_shape), out batch*Po x
+  /// out_channels, channels last. Enqueued on `stream` (nullptr: the legacy default stream).
+  void forward(int batch, const float* query, const float* key, const float* value, float* out, cudaStream_t stream);
+
+  /// The CPU operator with the same configuration and weights.
+  const AttentionS2& host() const noexcept;
+  int device() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class NeighborhoodAttentionS2Device {
+ public:
+  NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2Config& config,
+                                const NeighborhoodAttentionS2Weights& weights, int device = 0);
+  ~NeighborhoodAttentionS2Device();
+  NeighborhoodAttentionS2Device(NeighborhoodAttentionS2Device&&) noexcept;
+  NeighborhoodAttentionS2Device& operator=(NeighborhoodAttentionS2Device&&) noexcept;
+
+  /// NeighborhoodAttentionS2::forward (whole grid) on device buffers, as AttentionS2Device::forward.
+  void forward(int batch, const float* query, const float* key, const float* value, float* out, cudaStream_t stream);
+
+  const NeighborhoodAttentionS2& host() const noexcept;
+  int device() const noexcept;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace surrogate::sphere

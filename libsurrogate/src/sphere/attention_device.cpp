@@ -1,0 +1,278 @@
+// The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (attention_device.hpp; CUDA builds only,
+// added by libsurrogate/cmake/cuda.cmake). Host code: the packed weights on the device, the scratch of
+// the projected operands, and the launches of the kernels of kernels/cuda (mlp.cu, sphere_attention.cu).
+#include "surrogate/sphere/attention_device.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_sphere.hpp"
+
+namespace surrogate::sphere {
+namespace {
+
+namespace cu = kernels::cuda;
+using kernels::index_t;
+
+ErrorCode code_for(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorDevicesUnavailable: return ErrorCode::unsupported;
+    default: return ErrorCode::internal;
+  }
+}
+
+/// Runs f with `device` current; CUDA errors become Error naming the operator and the device, the
+/// kernels' argument errors Error(invalid_argument).
+template <class F>
+void on_device(const char* op, int device, F&& f) {
+  try {
+    cu::DeviceGuard guard(device);
+    f();
+  } catch (const cu::CudaError& e) {
+    throw Error(code_for(e.code()), std::string(op) + ": CUDA device " + std::to_string(device) + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": " + e.what());
+  }
+}
+
+template <class T>
+void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src, int device) {
+  dst.resize(src.size(), device);
+  cu::check(cudaMemcpy(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice),
+            "cudaMemcpy(sphere attention weights)");
+}
+
+/// What both device operators share: the four 1x1 convolutions (q, k, v, proj) as packed one-layer MLPs,
+/// the qk-norm weights (1 + w), the quadrature log weights, and the scratch of one forward.
+class DeviceHeads {
+ public:
+  DeviceHeads(const char* op, const AttentionS2Weights& w, int in_channels, int heads, int k_channels,
+              int out_channels, bool bias, bool use_qknorm, float scale, const std::vector<float>& log_w_lat,
+              int device)
+      : op_(op), device_(device), cin_(in_channels), heads_(heads), ck_(k_channels), cout_(out_channels),
+        ek_(k_channels / heads), ev_(out_channels / heads), s_(scale) {
+    if (ek_ > cu::kMaxSphereHeadDim || ev_ > cu::kMaxSphereHeadDim)
+      throw Error(ErrorCode::unsupported, op_ + ": head widths k_channels/num_heads = " + std::to_string(ek_) +
+                                              ", out_channels/num_heads = " + std::to_string(ev_) +
+                                              ": the CUDA kernels support at most " +
+                                              std::to_string(cu::kMaxSphereHeadDim) + " (use the CPU operator)");
+    if (std::max({cin_, ck_, cout_}) > cu::kMaxMlpWidth)
+      throw Error(ErrorCode::unsupported, op_ + ": in_channels = " + std::to_string(cin_) + ", k_channels = " +
+                                              std::to_string(ck_) + ", out_channels = " + std::to_string(cout_) +
+                                              ": the CUDA projections support at most " +
+                                              std::to_string(cu::kMaxMlpWidth) + " (use the CPU operator)");
+    // One blob: W^T and bias of q, k, v, proj (pack_mlp_linear; each part a multiple of 4 floats, so the
+    // kernels' float4 loads stay aligned), then the qk-norm weights.
+    std::vector<float> blob;
+    struct Part {
+      std::size_t weight_t, bias;
+      int in, out;
+    };
+    std::vector<Part> parts;
+    const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
+      std::vector<float> wt, bt;
+      cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
+      parts.push_back({blob.size(), blob.size() + wt.size(), in, out});
+      blob.insert(blob.end(), wt.begin(), wt.end());
+      blob.insert(blob.end(), bt.begin(), bt.end());
+    };
+    add(w.q_weights, w.q_bias, ck_, cin_);
+    add(w.k_weights, w.k_bias, ck_, cin_);
+    add(w.v_weights, w.v_bias, cout_, cin_);
+    add(w.proj_weights, w.proj_bias, cout_, cout_);
+    const std::size_t norm_at = blob.size();
+    if (use_qknorm) {
+      for (float x : w.q_norm_weights) blob.push_back(1.0f + x);
+      for (float x : w.k_norm_weights) blob.push_back(1.0f + x);
+    }
+    on_device(op, device_, [&] {
+      upload(blob_, blob, device_);
+      std::vector<cu::MlpLayer> layers;
+      for (const Part& p : parts) {
+        cu::MlpLayer l;
+        l.weight_t = blob_.data() + p.weight_t;
+        l.bias = blob_.data() + p.bias;
+        l.in = p.in;
+        l.out = p.out;
+        l.ld = cu::mlp_weight_ld(p.out);
+        layers.push_back(l);
+      }
+      upload(layers_, layers, device_);
+      upload(log_w_, log_w_lat, device_);
+    });
+    if (use_qknorm) {
+      q_norm_ = blob_.data() + norm_at;
+      k_norm_ = q_norm_ + ek_;
+    }
+  }
+
+  int device() const noexcept { return device_; }
+
+  /// The checks of the CPU operators' forward; key = value = query for self-attention.
+  void check_forward(int batch, const float* query, const float*& key, const float*& value, const float* out,
+                     bool same_grids) const {
+    const auto invalid = [this](const std::string& m) { throw Error(ErrorCode::invalid_argument, op_ + ": " + m); };
+    if (batch < 1 || batch > 65535) invalid("batch must be in [1, 65535], got " + std::to_string(batch));
+    if (!query) invalid("query is null");
+    if (!out) invalid("out is null");
+    if ((key == nullptr) != (value == nullptr)) invalid("key and value must both be given or both be null");
+    if (!key && !same_grids) invalid("self-attention (key = value = query) needs in_shape == out_shape");
+    if (!key) key = value = query;
+  }
+
+  /// Projections, qk-norm and the scale of q, the softmax (`attend` launches it on the filled arguments),
+  /// the output projection.
+  template <class Attend>
+  void forward(int batch, index_t queries, index_t keys, int nlon_in, const float* query, const float* key,
+               const float* value, float* out, cudaStream_t stream, Attend&& attend) {
+    on_device(op_.c_str(), device_, [&] {
+      const index_t rows_q = batch * queries, rows_k = batch * keys;
+      q_.resize(static_cast<std::size_t>(rows_q * ck_), device_);
+      k_.resize(static_cast<std::size_t>(rows_k * ck_), device_);
+      v_.resize(static_cast<std::size_t>(rows_k * cout_), device_);
+      o_.resize(static_cast<std::size_t>(rows_q * cout_), device_);
+      linear(0, query, cin_, q_.data(), ck_, rows_q, stream);
+      linear(1, key, cin_, k_.data(), ck_, rows_k, stream);
+      linear(2, value, cin_, v_.data(), cout_, rows_k, stream);
+      cu::sphere_head_norm_scale(q_.data(), ck_, rows_q, heads_, ek_, q_norm_, s_, stream);
+      if (k_norm_) cu::sphere_head_norm_scale(k_.data(), ck_, rows_k, heads_, ek_, k_norm_, 1.0f, stream);
+      cu::SphereAttentionArgs a;
+      a.q = q_.data();
+      a.ldq = ck_;
+      a.k = k_.data();
+      a.ldk = ck_;
+      a.v = v_.data();
+      a.ldv = cout_;
+      a.o = o_.data();
+      a.ldo = cout_;
+      a.log_w_lat = log_w_.data();
+      a.batch = batch;
+      a.heads = heads_;
+      a.ek = ek_;
+      a.ev = ev_;
+      a.queries = queries;
+      a.keys = keys;
+      a.nlon_in = nlon_in;
+      attend(a);
+      linear(3, o_.data(), cout_, out, cout_, rows_q, stream);
+    });
+  }
+
+ private:
+  void linear(int layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, cudaStream_t stream) const {
+    cu::MlpArgs m;
+    m.layers = layers_.data() + layer;
+    m.num_layers = 1;
+    m.max_width = layer == 3 ? cout_ : std::max(cin_, layer == 2 ? cout_ : ck_);
+    m.x = x;
+    m.ldx = ldx;
+    m.y = y;
+    m.ldy = ldy;
+    m.rows = rows;
+    cu::mlp(m, stream);
+  }
+
+  std::string op_;
+  int device_, cin_, heads_, ck_, cout_, ek_, ev_;
+  float s_;
+  cu::DeviceBuffer<float> blob_, log_w_;
+  cu::DeviceBuffer<cu::MlpLayer> layers_;
+  const float* q_norm_ = nullptr;  // into blob_, or nullptr without qk-norm
+  const float* k_norm_ = nullptr;
+  cu::DeviceBuffer<float> q_, k_, v_, o_;
+};
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------------
+
+struct AttentionS2Device::Impl {
+  Impl(const AttentionS2Config& config, const AttentionS2Weights& w, int device)
+      : cpu(config, w),
+        heads("AttentionS2 (CUDA)", w, cpu.config().in_channels, cpu.config().num_heads, cpu.config().k_channels,
+              cpu.config().out_channels, cpu.config().bias, cpu.config().use_qknorm, cpu.scale(),
+              cpu.log_quad_weights(), device) {}
+  AttentionS2 cpu;
+  DeviceHeads heads;
+};
+
+AttentionS2Device::AttentionS2Device(const AttentionS2Config& config, const AttentionS2Weights& weights, int device)
+    : impl_(std::make_unique<Impl>(config, weights, device)) {}
+AttentionS2Device::~AttentionS2Device() = default;
+AttentionS2Device::AttentionS2Device(AttentionS2Device&&) noexcept = default;
+AttentionS2Device& AttentionS2Device::operator=(AttentionS2Device&&) noexcept = default;
+const AttentionS2& AttentionS2Device::host() const noexcept { return impl_->cpu; }
+int AttentionS2Device::device() const noexcept { return impl_->heads.device(); }
+
+void AttentionS2Device::forward(int batch, const float* query, const float* key, const float* value, float* out,
+                                cudaStream_t stream) {
+  const AttentionS2Config& c = impl_->cpu.config();
+  impl_->heads.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
+  impl_->heads.forward(batch, static_cast<index_t>(c.nlat_out) * c.nlon_out, static_cast<index_t>(c.nlat_in) * c.nlon_in,
+                       c.nlon_in, query, key, value, out, stream,
+                       [&](const cu::SphereAttentionArgs& a) { cu::sphere_global_attention(a, stream); });
+}
+
+// ---------------------------------------------------------------------------------------------------
+
+namespace {
+std::vector<float> log_of(const std::vector<float>& w) {
+  std::vector<float> l;
+  for (float x : w) l.push_back(std::log(x));
+  return l;
+}
+}  // namespace
+
+struct NeighborhoodAttentionS2Device::Impl {
+  Impl(const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& w, int device)
+      : cpu(config, w),
+        heads("NeighborhoodAttentionS2 (CUDA)", w, cpu.config().in_channels, cpu.config().num_heads,
+              cpu.config().k_channels, cpu.config().out_channels, cpu.config().bias, cpu.config().use_qknorm,
+              cpu.scale(), log_of(cpu.quad_weights()), device) {
+    on_device("NeighborhoodAttentionS2 (CUDA)", device, [&] {
+      upload(row_offsets, cpu.neighbors().row_offsets, device);
+      upload(columns, cpu.neighbors().columns, device);
+    });
+  }
+  NeighborhoodAttentionS2 cpu;
+  DeviceHeads heads;
+  kernels::cuda::DeviceBuffer<std::int64_t> row_offsets, columns;
+};
+
+NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2Config& config,
+                                                             const NeighborhoodAttentionS2Weights& weights, int device)
+    : impl_(std::make_unique<Impl>(config, weights, device)) {}
+NeighborhoodAttentionS2Device::~NeighborhoodAttentionS2Device() = default;
+NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(NeighborhoodAttentionS2Device&&) noexcept = default;
+NeighborhoodAttentionS2Device& NeighborhoodAttentionS2Device::operator=(NeighborhoodAttentionS2Device&&) noexcept =
+    default;
+const NeighborhoodAttentionS2& NeighborhoodAttentionS2Device::host() const noexcept { return impl_->cpu; }
+int NeighborhoodAttentionS2Device::device() const noexcept { return impl_->heads.device(); }
+
+void NeighborhoodAttentionS2Device::forward(int batch, const float* query, const float* key, const float* value,
+                                            float* out, cudaStream_t stream) {
+  const NeighborhoodAttentionS2Config& c = impl_->cpu.config();
+  impl_->heads.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
+  cu::SphereNeighbors n;
+  n.row_offsets = impl_->row_offsets.data();
+  n.columns = impl_->columns.data();
+  n.nlat_out = c.nlat_out;
+  n.nlon_out = c.nlon_out;
+  impl_->heads.forward(batch, static_cast<index_t>(c.nlat_out) * c.nlon_out, static_cast<index_t>(c.nlat_in) * c.nlon_in,
+                       c.nlon_in, query, key, value, out, stream,
+                       [&](const cu::SphereAttentionArgs& a) { cu::sphere_neighborhood_attention(a, n, stream); });
+}
+
+}  // namespace surrogate::sphere
