@@ -10,6 +10,7 @@
 #include "gpu_test.hpp"
 #include "random_models.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_ball_attention.hpp"
 #include "surrogate/model.hpp"
 
 namespace cu = surrogate::kernels::cuda;
@@ -131,6 +132,56 @@ TEST(CudaHost, ACudaForwardWithoutADeviceIsRefusedClearly) {
   // the CPU path of the same model still works
   o.cuda_device = -1;
   EXPECT_NO_THROW(model->predict(comm, layout, in.data(), 2, out.data(), 1, o));
+}
+
+TEST(CudaHost, BallAttentionLaunchersRefuseInvalidSizesBeforeAnyDeviceCall) {
+  // The checks run on the host before anything is enqueued: they pass with or without a device.
+  const float fake = 0.0f;  // never dereferenced: every call below throws (or returns) before a launch
+  cu::BallAttentionArgs b;
+  b.heads = 2;
+  b.E = 8;
+  b.ball = 4;
+  EXPECT_NO_THROW(cu::ball_attention(b, nullptr)) << "zero rows: nothing to do";
+  b.rows = 10;  // not a multiple of the ball size
+  EXPECT_THROW(cu::ball_attention(b, nullptr), std::invalid_argument);
+  b.rows = 12;
+  b.E = 65;
+  EXPECT_THROW(cu::ball_attention(b, nullptr), std::invalid_argument);
+  b.E = 8;
+  b.heads = 0;
+  EXPECT_THROW(cu::ball_attention(b, nullptr), std::invalid_argument);
+  b.heads = 2;
+  b.sigma = &fake;  // the bias without positions, or with an unsupported dimension
+  b.dim = 3;
+  EXPECT_THROW(cu::ball_attention(b, nullptr), std::invalid_argument);
+  b.positions = &fake;
+  b.dim = cu::kMaxBallPositionDim + 1;
+  EXPECT_THROW(cu::ball_attention(b, nullptr), std::invalid_argument);
+
+  cu::CoarseAttentionArgs c;
+  c.samples = 1;
+  c.heads = 1;
+  c.E = 4;
+  c.queries = 3;
+  c.keys = 0;
+  EXPECT_THROW(cu::coarse_attention(c, nullptr), std::invalid_argument);
+  c.keys = 2;
+  c.copies = 0;
+  EXPECT_THROW(cu::coarse_attention(c, nullptr), std::invalid_argument);
+
+  cu::SelectedBlockAttentionArgs f;
+  f.samples = 1;
+  f.n = 32;
+  f.heads = 1;
+  f.E = 4;
+  f.C = 4;
+  f.S = 2;
+  f.tokens_per_row = 4;
+  f.rows = 7;  // 7 * 4 != 32
+  EXPECT_THROW(cu::selected_block_attention(f, nullptr), std::invalid_argument);
+  f.rows = 8;
+  f.S = 9;  // 9 * 4 > 32
+  EXPECT_THROW(cu::selected_block_attention(f, nullptr), std::invalid_argument);
 }
 
 }  // namespace
