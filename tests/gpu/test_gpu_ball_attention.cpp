@@ -2,8 +2,10 @@
 // a naive attention in double and, for the ball attention, the CPU kernel: several ball sizes, heads, head
 // widths (specialised and generic buckets), position dimensions, with and without the distance bias,
 // padding duplicates, row strides with NaN in the unused columns (never read) and sentinel output columns
-// (never written); run-to-run determinism and independence of a row's result from the rows launched with
-// it (bitwise). Every test SKIPS when no CUDA device is visible.
+// (never written); the coarse and selected-block kernels also against BSA's CPU branches
+// (bsa::detail::coarse_branch / fine_branch: the same layouts and selection conventions); run-to-run
+// determinism and independence of a row's result from the rows launched with it (bitwise). Every test
+// SKIPS when no CUDA device is visible.
 //
 // Error bound against the double reference (u = 2^-24, first order): the device's logit of key j differs
 // from the exact one by at most
@@ -24,6 +26,7 @@
 #include <random>
 #include <vector>
 
+#include "bsa/bsa_branches.hpp"  // the CPU branches (libsurrogate internal)
 #include "gpu_test.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -248,15 +251,17 @@ TEST_F(GpuBallAttention, MatchesTheNaiveReferenceAndTheCpuKernel) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReference) {
+TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReferenceAndTheCpuBranch) {
   std::mt19937 gen(11);
   struct Case {
     int samples, heads, E;
     index_t queries, keys;
     int copies;
   };
-  const Case cases[] = {{1, 1, 4, 5, 7, 1},   {2, 2, 16, 40, 64, 4},  {3, 1, 24, 17, 300, 8},
-                        {2, 3, 32, 64, 64, 1}, {1, 2, 64, 130, 130, 2}, {2, 2, 8, 9, 1, 3}};
+  // copies > 1 with queries == keys: BSA's coarse-q attention (also compared with the CPU branch).
+  const Case cases[] = {{1, 1, 4, 5, 7, 1},     {2, 2, 16, 40, 64, 4},  {3, 1, 24, 17, 300, 8},
+                        {2, 3, 32, 64, 64, 1},  {1, 2, 64, 130, 130, 2}, {2, 2, 8, 9, 1, 3},
+                        {3, 2, 16, 33, 33, 8}};
   for (const Case& t : cases) {
     const int H = t.heads, E = t.E, C = H * E;
     const index_t ldq = C + 1, ldkv = C + 5, ldo = C + 2;
@@ -283,6 +288,34 @@ TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReference) {
     g.copies = t.copies;
     cu::coarse_attention(g, nullptr);
     const auto out = to_host(dout.data(), static_cast<std::size_t>(nout * ldo));
+
+    // BSA's CPU coarse branch on the same data: coarse-q attention (the block queries, rows of the
+    // compressed blocks' stride) when copies > 1, token queries otherwise.
+    const bool coarse_q = t.copies > 1;
+    std::vector<float> qb;  // the queries at the compressed blocks' row stride
+    for (index_t i = 0; i < nq; ++i)
+      for (index_t c = 0; c < ldkv; ++c) qb.push_back(c < ldq ? q[i * ldq + c] : kNaN);
+    namespace bd = surrogate::bsa::detail;
+    bd::Tokens tok;
+    tok.q = q.data();
+    tok.ld = ldq;
+    tok.samples = t.samples;
+    tok.n = t.queries * t.copies;
+    tok.heads = H;
+    tok.E = E;
+    bd::Blocks blk;
+    blk.q = coarse_q ? qb.data() : nullptr;
+    blk.k = kk.data();
+    blk.v = v.data();
+    blk.ld = ldkv;
+    blk.nb = t.keys;
+    bd::SparseShape shape;
+    shape.C = t.copies;
+    shape.coarse_q_attn = coarse_q;
+    // (the CPU's coarse-q attention has the nb compressed blocks as its queries: queries == keys)
+    const bool with_cpu = !coarse_q || t.queries == t.keys;
+    std::vector<float> cpu_out(static_cast<std::size_t>(nout * ldo), kSentinel);
+    if (with_cpu) bd::coarse_branch(k::cpu(), tok, blk, shape, cpu_out.data(), ldo, 2);
     for (index_t i = 0; i < nq; ++i) {
       const index_t s = i / t.queries;
       std::vector<index_t> keys(static_cast<std::size_t>(t.keys));
@@ -298,6 +331,13 @@ TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReference) {
                 << "samples " << t.samples << " queries " << t.queries << " keys " << t.keys << " E " << E
                 << " query " << i << " copy " << c << " head " << h << " channel " << e;
             ASSERT_EQ(out[row * ldo + h * E + e], out[i * t.copies * ldo + h * E + e]) << "copies differ";
+            // Both within the bound of the reference (the CPU's logits are the same FMA chain, or
+            // unfused on the generic ISA: within the same (E + 2) u bound).
+            if (with_cpu) {
+              ASSERT_LE(std::abs(got - cpu_out[row * ldo + h * E + e]), 2 * ref.spread + 4 * kU * std::abs(want))
+                  << "CPU coarse branch: queries " << t.queries << " copies " << t.copies << " query " << i
+                  << " copy " << c << " head " << h << " channel " << e;
+            }
           }
       }
       for (int c = 0; c < t.copies; ++c)
@@ -309,7 +349,7 @@ TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReference) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReference) {
+TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReferenceAndTheCpuBranch) {
   std::mt19937 gen(13);
   struct Case {
     int samples, heads, E;
@@ -357,6 +397,29 @@ TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReference) {
     g.ldo = ldo;
     cu::selected_block_attention(g, nullptr);
     const auto out = to_host(dout.data(), static_cast<std::size_t>(total * ldo));
+
+    // BSA's CPU fine branch with the same selection: tokens_per_row C = block-level importance, G < C
+    // group selection, 1 per-token selection.
+    namespace bd = surrogate::bsa::detail;
+    bd::Tokens tok;
+    tok.q = q.data();
+    tok.k = kk.data();
+    tok.v = v.data();
+    tok.ld = ld;
+    tok.samples = t.samples;
+    tok.n = t.n;
+    tok.heads = H;
+    tok.E = E;
+    bd::SparseShape shape;
+    shape.C = t.C;
+    shape.S = t.S;
+    shape.block_level = t.tokens_per_row == t.C;
+    shape.group_selection = t.tokens_per_row > 1;
+    shape.G = t.tokens_per_row;
+    ASSERT_EQ(shape.selection_rows(t.n), rows);
+    ASSERT_EQ(shape.tokens_per_row(), t.tokens_per_row);
+    std::vector<float> cpu_out(static_cast<std::size_t>(total * ldo), kSentinel);
+    bd::fine_branch(k::cpu(), tok, shape, sel.data(), cpu_out.data(), ldo, 2);
     for (index_t i = 0; i < total; ++i) {
       const index_t s = i / t.n, r = (i % t.n) / t.tokens_per_row;
       for (int h = 0; h < H; ++h) {
@@ -370,6 +433,9 @@ TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReference) {
           const double got = out[i * ldo + h * E + e], want = ref.out[e];
           ASSERT_LE(std::abs(got - want), ref.spread + 2 * kU * std::abs(want))
               << "n " << t.n << " C " << t.C << " S " << t.S << " tokens/row " << t.tokens_per_row << " E " << E
+              << " token " << i << " head " << h << " channel " << e;
+          ASSERT_LE(std::abs(got - cpu_out[i * ldo + h * E + e]), 2 * ref.spread + 4 * kU * std::abs(want))
+              << "CPU fine branch: n " << t.n << " C " << t.C << " S " << t.S << " tokens/row " << t.tokens_per_row
               << " token " << i << " head " << h << " channel " << e;
         }
       }
