@@ -54,7 +54,8 @@ def pytorch_model(official_dir, config, state):
     if official_dir:
         sys.path.insert(0, official_dir)
         import transformer as official
-        model = official.Transformer(official.TransformerConfig(**dict(config, attention_kwargs=None))).eval()
+        kwargs = {"ball_size": 256} if config["attention_type"] == "ball" else None  # attention_ball_size
+        model = official.Transformer(official.TransformerConfig(**dict(config, attention_kwargs=kwargs))).eval()
         model.load_state_dict(state)
         return lambda x, p, b: model(x, p, b), "official Transformer"
     model = BSAModel(config)
