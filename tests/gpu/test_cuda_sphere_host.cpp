@@ -1,9 +1,14 @@
-// Host-side parts of the S2 attention CUDA path (run, and must pass, without a GPU): the device operators
-// refuse unsupported widths before touching a device, and the kernels' launchers refuse bad arguments
-// before launching. The GPU comparisons are in test_gpu_sphere_attention.cpp.
+// Host-side parts of the S2 attention CUDA path (run, and must pass, without a GPU): the float32 error
+// bound of the GPU tests (sphere_attention_reference.hpp) holds for the CPU operators on the GPU tests'
+// cases and is not vacuous; the device operators refuse unsupported widths before touching a device; the
+// kernels' launchers refuse bad arguments before launching. The GPU comparisons are in
+// test_gpu_sphere_attention.cpp.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstdio>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -11,6 +16,7 @@
 
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
+#include "sphere_attention_reference.hpp"
 #include "surrogate/sphere/attention_device.hpp"
 
 namespace sphere = surrogate::sphere;
@@ -37,7 +43,43 @@ sphere::AttentionS2Weights random_weights(int cin, int ck, int co, std::mt19937&
   return w;
 }
 
+/// |cpu - exact| <= bound for every element of every case, and the bound is at most 1% of the largest
+/// output: a wrong key, shift, quadrature weight, head or scale moves the outputs by far more. (The bound
+/// is a worst case: the measured errors are 1e-4 to 1e-1 of it.)
+template <class Op, class Config>
+void check_bound(const std::vector<sphere_cuda_test::Case>& cases, std::uint32_t seed) {
+  using namespace sphere_cuda_test;
+  std::mt19937 rng(seed);
+  for (const Case& t : cases) {
+    const sphere::AttentionS2Weights w = sphere_cuda_test::random_weights(t, rng);
+    const Op cpu(config_of<Config>(t), w);
+    const Inputs in = random_inputs(t, rng);
+    std::vector<float> y(in.q.size() / static_cast<std::size_t>(t.cin) * static_cast<std::size_t>(t.cout));
+    cpu.forward(t.batch, in.q.data(), t.self ? nullptr : in.k.data(), t.self ? nullptr : in.v.data(), y.data());
+    const Reference ref = reference(t, cpu, w, in);
+    std::size_t nan_mismatch = 0;
+    double err = 0, max_bound = 0, max_y = 0;
+    const double worst = worst_ratio(y, ref, 1.0, &nan_mismatch, &err);
+    for (std::size_t i = 0; i < y.size(); ++i)
+      if (!std::isnan(ref.y[i])) {
+        max_bound = std::max(max_bound, ref.bound[i]);
+        max_y = std::max(max_y, std::abs(ref.y[i]));
+      }
+    EXPECT_EQ(nan_mismatch, 0u) << t.name;
+    EXPECT_LE(worst, 1.0) << t.name << ": max |cpu - exact| " << err;
+    EXPECT_LE(max_bound, 1e-2 * max_y) << t.name << ": the bound is too loose to catch errors";
+    std::printf("  %-46s max |cpu - exact| %.3g, worst ratio to the bound %.3g, largest bound %.3g (max |y| %.3g)\n",
+                t.name.c_str(), err, worst, max_bound, max_y);
+  }
+}
+
 }  // namespace
+
+TEST(SphereAttentionHost, CpuOperatorsStayWithinTheGpuTestsBound) {
+  check_bound<sphere::AttentionS2, sphere::AttentionS2Config>(sphere_cuda_test::global_cases(), 11);
+  check_bound<sphere::NeighborhoodAttentionS2, sphere::NeighborhoodAttentionS2Config>(
+      sphere_cuda_test::neighborhood_cases(), 12);
+}
 
 // Needs no device: the width checks come before any CUDA call.
 TEST(SphereAttentionHost, RefusesWideHeadsBeforeTouchingTheDevice) {
