@@ -44,6 +44,7 @@ std::vector<float> run_on_device(Op& op, const Case& t, const std::vector<float>
     dv = st::to_device(xv);
   }
   cu::DeviceBuffer<float> dy(out_size, 0);
+  cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the pageable uploads are complete
   cu::Stream stream(0);
   op.forward(t.batch, dq.data(), t.self ? nullptr : dk.data(), t.self ? nullptr : dv.data(), dy.data(), stream.get());
   stream.synchronize();

@@ -111,6 +111,9 @@ class DeviceHeads {
       }
       upload(layers_, layers, device_);
       upload(log_w_, log_w_lat, device_);
+      // Pageable copies may still be in flight when cudaMemcpy returns; a caller's non-blocking stream
+      // does not wait for them.
+      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the weights)");
     });
     if (use_qknorm) {
       q_norm_ = blob_.data() + norm_at;
@@ -244,6 +247,7 @@ struct NeighborhoodAttentionS2Device::Impl {
     on_device("NeighborhoodAttentionS2 (CUDA)", device, [&] {
       upload(row_offsets, cpu.neighbors().row_offsets, device);
       upload(columns, cpu.neighbors().columns, device);
+      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the neighbour lists)");
     });
   }
   NeighborhoodAttentionS2 cpu;
