@@ -36,7 +36,8 @@ class AttentionS2Device {
 
   /// AttentionS2::forward on device buffers of `device`: query batch*Po x in_channels, key/value
   /// batch*Pi x in_channels (both nullptr: self-attention, in_shape == out_shape), out batch*Po x
-  /// out_channels, channels last. Enqueued on `stream` (nullptr: the legacy default stream).
+  /// out_channels, channels last. Enqueued on `stream`, a stream of `device` (nullptr: the legacy default
+  /// stream); the caller synchronizes before reading `out`.
   void forward(int batch, const float* query, const float* key, const float* value, float* out, cudaStream_t stream);
 
   /// The CPU operator with the same configuration and weights.
