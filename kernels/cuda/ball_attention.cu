@@ -15,120 +15,23 @@
 // weighted sum divided by (ball) or multiplied by the inverse of (coarse, fine) the double sum, rounded
 // to float once.
 //
-// NOT YET RUN ON A GPU (compiled only; see the header).
+// The kernels are in ball_attention_kernels.cuh (run on the CPU by tests/gpu/test_ball_kernels_emulated.cpp);
+// this file has the checks, the head-width dispatch and the launches. NOT YET RUN ON A GPU (compiled only).
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
-#include "latent_softmax.cuh"
+#include "ball_attention_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
 namespace surrogate::kernels::cuda {
 namespace {
 
-constexpr int kThreads = 128;
-
-template <int kMaxE>
-__device__ __forceinline__ void load_scaled_query(const float* q, int E, float scale, float* qs) {
-#pragma unroll
-  for (int e = 0; e < kMaxE; ++e) qs[e] = e < E ? __fmul_rn(q[e], scale) : 0.0f;
-}
-
-/// |p_i - p_j| as the CPU computes it: squares summed in component order, no contraction.
-__device__ __forceinline__ float distance(const float* pi, const float* pj, int dim) {
-  float sum = 0.0f;
-#pragma unroll
-  for (int c = 0; c < kMaxBallPositionDim; ++c)
-    if (c < dim) {
-      const float diff = __fsub_rn(pi[c], pj[c]);
-      sum = __fadd_rn(sum, __fmul_rn(diff, diff));
-    }
-  return __fsqrt_rn(sum);
-}
-
-template <int kMaxE, bool kBias>
-__global__ void __launch_bounds__(kThreads) ball_kernel(BallAttentionArgs a) {
-  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.rows) return;
-  const int E = a.E;
-  const index_t c0 = static_cast<index_t>(blockIdx.y) * E;
-  float qs[kMaxE];
-  load_scaled_query<kMaxE>(a.q + i * a.ld + c0, E, a.scale, qs);
-  float pi[kMaxBallPositionDim] = {};
-  float sigma = 0.0f;
-  if constexpr (kBias) {
-    sigma = a.sigma[blockIdx.y];
-#pragma unroll
-    for (int c = 0; c < kMaxBallPositionDim; ++c)
-      if (c < a.dim) pi[c] = a.positions[i * a.ld_pos + c];
-  }
-  const index_t first = i - i % a.ball;
-  detail::Pow2Softmax<double, kMaxE> sm;
-  sm.reset();
-  for (int j = 0; j < a.ball; ++j) {
-    const index_t row = first + j;
-    float l = detail::logit<kMaxE>(qs, a.k + row * a.ld + c0, E);
-    if constexpr (kBias) l = fmaf(sigma, distance(pi, a.positions + row * a.ld_pos, a.dim), l);
-    sm.add(l, a.v + row * a.ld + c0, E);
-  }
-  float* o = a.out + i * a.ldo + c0;
-#pragma unroll
-  for (int e = 0; e < kMaxE; ++e)
-    if (e < E) o[e] = static_cast<float>(sm.acc[e] / sm.sum);
-}
-
-template <int kMaxE>
-__global__ void __launch_bounds__(kThreads) coarse_kernel(CoarseAttentionArgs a) {
-  const index_t t = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (t >= static_cast<index_t>(a.samples) * a.queries) return;
-  const int E = a.E;
-  const index_t c0 = static_cast<index_t>(blockIdx.y) * E;
-  const index_t sample = t / a.queries;
-  float qs[kMaxE];
-  load_scaled_query<kMaxE>(a.q + t * a.ldq + c0, E, a.scale, qs);
-  detail::Pow2Softmax<double, kMaxE> sm;
-  sm.reset();
-  const index_t first = sample * a.keys;
-  for (index_t j = 0; j < a.keys; ++j) {
-    const index_t row = first + j;
-    sm.add(detail::logit<kMaxE>(qs, a.k + row * a.ldkv + c0, E), a.v + row * a.ldkv + c0, E);
-  }
-  const double inv = 1.0 / sm.sum;
-  for (int c = 0; c < a.copies; ++c) {
-    float* o = a.out + (t * a.copies + c) * a.ldo + c0;
-#pragma unroll
-    for (int e = 0; e < kMaxE; ++e)
-      if (e < E) o[e] = static_cast<float>(sm.acc[e] * inv);
-  }
-}
-
-template <int kMaxE>
-__global__ void __launch_bounds__(kThreads) selected_block_kernel(SelectedBlockAttentionArgs a) {
-  const index_t t = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (t >= static_cast<index_t>(a.samples) * a.n) return;
-  const int E = a.E;
-  const int h = static_cast<int>(blockIdx.y);
-  const index_t c0 = static_cast<index_t>(h) * E;
-  const index_t sample = t / a.n, r = (t % a.n) / a.tokens_per_row;
-  float qs[kMaxE];
-  load_scaled_query<kMaxE>(a.q + t * a.ld + c0, E, a.scale, qs);
-  const std::int32_t* chosen = a.sel + ((sample * a.heads + h) * a.rows + r) * a.S;
-  detail::Pow2Softmax<double, kMaxE> sm;
-  sm.reset();
-  for (int j = 0; j < a.S; ++j) {
-    const index_t first = sample * a.n + static_cast<index_t>(chosen[j]) * a.C;
-    for (int c = 0; c < a.C; ++c) {
-      const index_t row = first + c;
-      sm.add(detail::logit<kMaxE>(qs, a.k + row * a.ld + c0, E), a.v + row * a.ld + c0, E);
-    }
-  }
-  const double inv = 1.0 / sm.sum;
-  float* o = a.out + t * a.ldo + c0;
-#pragma unroll
-  for (int e = 0; e < kMaxE; ++e)
-    if (e < E) o[e] = static_cast<float>(sm.acc[e] * inv);
-}
+using ball_kernels::kThreads;
+using ball_kernels::ball_kernel;
+using ball_kernels::coarse_kernel;
+using ball_kernels::selected_block_kernel;
 
 /// Calls launch(std::integral_constant<int, kMaxE>) for the head-width bucket of E.
 template <class Launch>

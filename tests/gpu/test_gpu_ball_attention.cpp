@@ -1,449 +1,82 @@
-// The ball-tree attention kernels of the CUDA backend (surrogate/kernels/cuda_ball_attention.hpp) against
-// a naive attention in double and, for the ball attention, the CPU kernel: several ball sizes, heads, head
-// widths (specialised and generic buckets), position dimensions, with and without the distance bias,
-// padding duplicates, row strides with NaN in the unused columns (never read) and sentinel output columns
-// (never written); the coarse and selected-block kernels also against BSA's CPU branches
-// (bsa::detail::coarse_branch / fine_branch: the same layouts and selection conventions); run-to-run
-// determinism and independence of a row's result from the rows launched with it (bitwise). Every test
-// SKIPS when no CUDA device is visible.
-//
-// Error bound against the double reference (u = 2^-24, first order): the device's logit of key j differs
-// from the exact one by at most
-//   d_j = (E + 2) u sum_e |fl(scale q_e) k_je|   (the scaled query and the FMA chain)
-//       + (dim + 4) u |sigma| dist_ij             (the float distance and the bias product)
-//       + u |l_j|                                 (the bias FMA)
-// and its exp term has a relative error of at most 8u (the CPU kernels' polynomial, an exact power of
-// two); the double sums add ~N 2^-53. A softmax average whose weights carry relative errors eps_j <= D
-// moves by at most 2 D max_j |v_j|; the output is rounded to float once (u |out|). So
-//   |gpu - ref| <= 2 (max_j d_j + 8u) max_j |v_j| + 2u |ref|.
+// The ball-tree attention kernels on the GPU (the library's launchers, device arrays): the checks of
+// ball_attention_checks.hpp (naive double reference with a float32 error bound, the CPU kernel and BSA's
+// CPU branches, determinism, launch independence). Every test SKIPS when no CUDA device is visible.
 #include <gtest/gtest.h>
 
-#include <algorithm>
-#include <cmath>
-#include <cstdint>
-#include <limits>
-#include <numeric>
-#include <random>
 #include <vector>
 
-#include "bsa/bsa_branches.hpp"  // the CPU branches (libsurrogate internal)
+#include "ball_attention_checks.hpp"
 #include "gpu_test.hpp"
-#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
-namespace k = surrogate::kernels;
+namespace {
+
 namespace cu = surrogate::kernels::cuda;
-using k::index_t;
+namespace checks = surrogate::testing::ball_attention_checks;
+using surrogate::kernels::index_t;
 using surrogate::testing::to_device;
 using surrogate::testing::to_host;
 
-namespace {
-
-constexpr double kU = 0x1p-24;
-constexpr float kSentinel = 12345.0f;
-const float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-std::vector<float> random_rows(index_t rows, index_t ld, int width, float scale, std::mt19937& gen) {
-  std::normal_distribution<float> dist(0.0f, scale);
-  std::vector<float> v(static_cast<std::size_t>(rows * ld), kNaN);  // unused columns: NaN
-  for (index_t r = 0; r < rows; ++r)
-    for (int c = 0; c < width; ++c) v[r * ld + c] = dist(gen);
-  return v;
+template <class T>
+cu::DeviceBuffer<T> upload(const T* host, index_t count) {
+  return to_device(std::vector<T>(host, host + count));
 }
 
-/// The float distance of the CPU's ball_distances (components in order, no contraction).
-float float_distance(const float* a, const float* b, int dim) {
-  volatile float sum = 0.0f;  // volatile: no contraction by the host compiler either
-  for (int c = 0; c < dim; ++c) {
-    const float diff = a[c] - b[c];
-    const volatile float square = diff * diff;
-    sum = sum + square;
+/// Copies the args' host arrays to the device, launches, returns the output array.
+struct GpuBackend {
+  std::vector<float> ball(cu::BallAttentionArgs a) {
+    auto q = upload(a.q, a.rows * a.ld), k = upload(a.k, a.rows * a.ld), v = upload(a.v, a.rows * a.ld);
+    auto positions = upload(a.positions, a.rows * a.ld_pos);
+    auto sigma = upload(a.sigma ? a.sigma : a.q, a.sigma ? a.heads : 1);
+    auto out = upload(a.out, a.rows * a.ldo);
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.positions = positions.data();
+    a.sigma = a.sigma ? sigma.data() : nullptr;
+    a.out = out.data();
+    cu::ball_attention(a, nullptr);
+    return to_host(out.data(), static_cast<std::size_t>(a.rows * a.ldo));
   }
-  return std::sqrt(static_cast<float>(sum));
-}
-
-/// One query of one head against a list of key rows (with an optional additive bias per key), in double,
-/// and the error bound of the header comment per component.
-struct Reference {
-  std::vector<double> out;
-  double spread = 0;  // 2 (max_j d_j + 8u) max_j |v_j|
-  double max_logit = 0, max_v = 0;
+  std::vector<float> coarse(cu::CoarseAttentionArgs a) {
+    const index_t queries = a.samples * a.queries, keys = a.samples * a.keys;
+    auto q = upload(a.q, queries * a.ldq), k = upload(a.k, keys * a.ldkv), v = upload(a.v, keys * a.ldkv);
+    auto out = upload(a.out, queries * a.copies * a.ldo);
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.out = out.data();
+    cu::coarse_attention(a, nullptr);
+    return to_host(out.data(), static_cast<std::size_t>(queries * a.copies * a.ldo));
+  }
+  std::vector<float> selected(cu::SelectedBlockAttentionArgs a) {
+    const index_t tokens = a.samples * a.n;
+    auto q = upload(a.q, tokens * a.ld), k = upload(a.k, tokens * a.ld), v = upload(a.v, tokens * a.ld);
+    auto sel = upload(a.sel, a.samples * a.heads * a.rows * a.S);
+    auto out = upload(a.out, tokens * a.ldo);
+    a.q = q.data();
+    a.k = k.data();
+    a.v = v.data();
+    a.sel = sel.data();
+    a.out = out.data();
+    cu::selected_block_attention(a, nullptr);
+    return to_host(out.data(), static_cast<std::size_t>(tokens * a.ldo));
+  }
 };
-
-Reference naive_attention(const float* q, const float* K, const float* V, index_t ld, const std::vector<index_t>& keys,
-                          int E, float scale, const std::vector<double>& bias, const std::vector<double>& bias_error) {
-  const std::size_t n = keys.size();
-  std::vector<double> l(n);
-  double worst = 0, max_l = -std::numeric_limits<double>::infinity(), max_v = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const float* kj = K + keys[j] * ld;
-    double dot = 0, dot_abs = 0;
-    for (int e = 0; e < E; ++e) {
-      dot += static_cast<double>(q[e]) * scale * kj[e];
-      dot_abs += std::abs(static_cast<double>(q[e] * scale) * kj[e]);
-    }
-    l[j] = dot + (bias.empty() ? 0.0 : bias[j]);
-    worst = std::max(worst, (E + 2) * kU * dot_abs + (bias_error.empty() ? 0.0 : bias_error[j]) + kU * std::abs(l[j]));
-    max_l = std::max(max_l, l[j]);
-    for (int e = 0; e < E; ++e) max_v = std::max(max_v, std::abs(static_cast<double>(V[keys[j] * ld + e])));
-  }
-  Reference r;
-  r.out.assign(static_cast<std::size_t>(E), 0.0);
-  double sum = 0;
-  for (std::size_t j = 0; j < n; ++j) {
-    const double w = std::exp(l[j] - max_l);
-    sum += w;
-    for (int e = 0; e < E; ++e) r.out[e] += w * V[keys[j] * ld + e];
-  }
-  for (auto& o : r.out) o /= sum;
-  r.spread = 2 * (worst + 8 * kU) * max_v;
-  for (std::size_t j = 0; j < n; ++j) r.max_logit = std::max(r.max_logit, std::abs(l[j]));
-  r.max_v = max_v;
-  return r;
-}
 
 class GpuBallAttention : public ::testing::Test {
  protected:
   void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
+  GpuBackend backend;
 };
 
-struct BallCase {
-  int balls, ball, heads, E, dim;
-  bool bias, duplicates;
-  float q_scale;
-};
-
-// ---------------------------------------------------------------------------------------------------
-TEST_F(GpuBallAttention, MatchesTheNaiveReferenceAndTheCpuKernel) {
-  const k::CpuKernels& cpu = k::cpu();
-  std::mt19937 gen(7);
-  const BallCase cases[] = {
-      {1, 2, 1, 4, 3, true, false, 1.0f},    {3, 16, 2, 8, 3, true, true, 1.0f},
-      {5, 64, 3, 16, 2, true, true, 1.0f},   {2, 128, 4, 32, 3, true, true, 2.0f},
-      {3, 48, 2, 64, 3, true, false, 1.0f},  {2, 256, 1, 16, 3, true, true, 1.0f},
-      {4, 32, 2, 24, 2, true, true, 4.0f},   {7, 8, 5, 3, 1, true, false, 1.0f},
-      {3, 64, 2, 16, 3, false, true, 1.0f},  {2, 100, 3, 12, 4, true, true, 1.0f},
-      {1, 1, 2, 8, 3, true, false, 1.0f},
-  };
-  for (const BallCase& t : cases) {
-    const index_t rows = static_cast<index_t>(t.balls) * t.ball;
-    const int H = t.heads, E = t.E, C = H * E;
-    const index_t ld = C + 3, ldo = C + 2, ld_pos = t.dim + 1;
-    auto q = random_rows(rows, ld, C, t.q_scale, gen), kk = random_rows(rows, ld, C, 1.0f, gen);
-    auto v = random_rows(rows, ld, C, 1.0f, gen);
-    std::vector<float> pos(static_cast<std::size_t>(rows * ld_pos), kNaN);
-    std::uniform_real_distribution<float> unit(0.0f, 1.0f);
-    for (index_t r = 0; r < rows; ++r)
-      for (int c = 0; c < t.dim; ++c) pos[r * ld_pos + c] = unit(gen);
-    if (t.duplicates)  // padding duplicates: a copy of the row before (same leaf), as the ball tree makes them
-      for (index_t r = 1; r < rows; r += 3) {
-        if (r % t.ball == 0) continue;
-        std::copy_n(q.begin() + (r - 1) * ld, ld, q.begin() + r * ld);
-        std::copy_n(kk.begin() + (r - 1) * ld, ld, kk.begin() + r * ld);
-        std::copy_n(v.begin() + (r - 1) * ld, ld, v.begin() + r * ld);
-        std::copy_n(pos.begin() + (r - 1) * ld_pos, ld_pos, pos.begin() + r * ld_pos);
-      }
-    std::vector<float> sigma(static_cast<std::size_t>(H));
-    std::normal_distribution<float> noise(0.0f, 0.3f);
-    for (auto& s : sigma) s = -1.0f + noise(gen);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-
-    auto dq = to_device(q), dk = to_device(kk), dv = to_device(v), dpos = to_device(pos), dsigma = to_device(sigma);
-    auto dout = to_device(std::vector<float>(static_cast<std::size_t>(rows * ldo), kSentinel));
-    cu::BallAttentionArgs g;
-    g.rows = rows;
-    g.ball = t.ball;
-    g.heads = H;
-    g.E = E;
-    g.q = dq.data();
-    g.k = dk.data();
-    g.v = dv.data();
-    g.ld = ld;
-    g.scale = scale;
-    g.sigma = t.bias ? dsigma.data() : nullptr;
-    g.positions = dpos.data();
-    g.ld_pos = ld_pos;
-    g.dim = t.dim;
-    g.out = dout.data();
-    g.ldo = ldo;
-    cu::ball_attention(g, nullptr);
-    const auto out = to_host(dout.data(), static_cast<std::size_t>(rows * ldo));
-
-    // The CPU kernel, ball by ball, with the distance matrix of the Erwin/BSA forward.
-    std::vector<float> cpu_out(static_cast<std::size_t>(rows * ldo), kSentinel);
-    std::vector<float> dist(static_cast<std::size_t>(t.ball) * t.ball);
-    for (int b = 0; b < t.balls; ++b) {
-      const index_t r0 = static_cast<index_t>(b) * t.ball;
-      for (int i = 0; i < t.ball; ++i)
-        for (int j = 0; j < t.ball; ++j)
-          dist[static_cast<std::size_t>(i) * t.ball + j] =
-              float_distance(&pos[(r0 + i) * ld_pos], &pos[(r0 + j) * ld_pos], t.dim);
-      k::BallAttentionArgs a;
-      a.m = t.ball;
-      a.heads = H;
-      a.E = E;
-      a.q = q.data() + r0 * ld;
-      a.k = kk.data() + r0 * ld;
-      a.v = v.data() + r0 * ld;
-      a.ld = ld;
-      a.scale = scale;
-      a.sigma = t.bias ? sigma.data() : nullptr;
-      a.bias = dist.data();
-      a.ld_bias = t.ball;
-      a.out = cpu_out.data() + r0 * ldo;
-      a.ldo = ldo;
-      cpu.ball_attention(a);
-    }
-
-    for (index_t i = 0; i < rows; ++i) {
-      const index_t b0 = i - i % t.ball;
-      std::vector<index_t> keys(static_cast<std::size_t>(t.ball));
-      std::iota(keys.begin(), keys.end(), b0);
-      for (int h = 0; h < H; ++h) {
-        std::vector<double> bias, bias_error;
-        if (t.bias)
-          for (index_t j : keys) {
-            double d2 = 0;  // the exact distance (the device's float one is within (dim + 2) u of it)
-            for (int c = 0; c < t.dim; ++c) {
-              const double diff = static_cast<double>(pos[i * ld_pos + c]) - pos[j * ld_pos + c];
-              d2 += diff * diff;
-            }
-            const double d = std::sqrt(d2);
-            bias.push_back(static_cast<double>(sigma[h]) * d);
-            bias_error.push_back((t.dim + 4) * kU * std::abs(sigma[h]) * d);
-          }
-        const Reference ref = naive_attention(&q[i * ld + h * E], kk.data() + h * E, v.data() + h * E, ld, keys, E,
-                                              scale, bias, bias_error);
-        for (int e = 0; e < E; ++e) {
-          const double got = out[i * ldo + h * E + e], want = ref.out[e];
-          ASSERT_LE(std::abs(got - want), ref.spread + 2 * kU * std::abs(want))
-              << "balls " << t.balls << " ball " << t.ball << " heads " << H << " E " << E << " row " << i
-              << " head " << h << " channel " << e;
-          // Against the CPU kernel: the same float terms (the bias added with or without contraction: one
-          // rounding of the logit, u |l|), double sums in another order, one float rounding each.
-          const double cpu_value = cpu_out[i * ldo + h * E + e];
-          ASSERT_LE(std::abs(got - cpu_value), 2 * (2 * kU * ref.max_logit) * ref.max_v + 2 * kU * std::abs(cpu_value) +
-                                                   0x1p-44 * ref.max_v)
-              << "CPU kernel: ball " << t.ball << " E " << E << " row " << i << " head " << h << " channel " << e;
-        }
-      }
-      for (index_t c = C; c < ldo; ++c) ASSERT_EQ(out[i * ldo + c], kSentinel) << "row " << i << " column " << c;
-    }
-
-    // Run to run: the same bits. A row's result does not depend on the other balls of the launch.
-    cu::ball_attention(g, nullptr);
-    EXPECT_EQ(to_host(dout.data(), out.size()), out) << "ball " << t.ball << " E " << E;
-    if (t.balls > 1) {
-      cu::BallAttentionArgs tail = g;
-      tail.rows = rows - t.ball;
-      tail.q += t.ball * ld;
-      tail.k += t.ball * ld;
-      tail.v += t.ball * ld;
-      tail.positions += t.ball * ld_pos;
-      auto dtail = to_device(std::vector<float>(static_cast<std::size_t>(tail.rows * ldo), kSentinel));
-      tail.out = dtail.data();
-      cu::ball_attention(tail, nullptr);
-      const auto got = to_host(dtail.data(), static_cast<std::size_t>(tail.rows * ldo));
-      EXPECT_TRUE(std::equal(got.begin(), got.end(), out.begin() + t.ball * ldo)) << "ball " << t.ball << " E " << E;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
+TEST_F(GpuBallAttention, MatchesTheNaiveReferenceAndTheCpuKernel) { checks::check_ball_attention(backend); }
 TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReferenceAndTheCpuBranch) {
-  std::mt19937 gen(11);
-  struct Case {
-    int samples, heads, E;
-    index_t queries, keys;
-    int copies;
-  };
-  // copies > 1 with queries == keys: BSA's coarse-q attention (also compared with the CPU branch).
-  const Case cases[] = {{1, 1, 4, 5, 7, 1},     {2, 2, 16, 40, 64, 4},  {3, 1, 24, 17, 300, 8},
-                        {2, 3, 32, 64, 64, 1},  {1, 2, 64, 130, 130, 2}, {2, 2, 8, 9, 1, 3},
-                        {3, 2, 16, 33, 33, 8}};
-  for (const Case& t : cases) {
-    const int H = t.heads, E = t.E, C = H * E;
-    const index_t ldq = C + 1, ldkv = C + 5, ldo = C + 2;
-    const index_t nq = t.samples * t.queries, nk = t.samples * t.keys, nout = nq * t.copies;
-    auto q = random_rows(nq, ldq, C, 1.5f, gen), kk = random_rows(nk, ldkv, C, 1.0f, gen);
-    auto v = random_rows(nk, ldkv, C, 1.0f, gen);
-    const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-    auto dq = to_device(q), dk = to_device(kk), dv = to_device(v);
-    auto dout = to_device(std::vector<float>(static_cast<std::size_t>(nout * ldo), kSentinel));
-    cu::CoarseAttentionArgs g;
-    g.samples = t.samples;
-    g.heads = H;
-    g.E = E;
-    g.q = dq.data();
-    g.ldq = ldq;
-    g.queries = t.queries;
-    g.k = dk.data();
-    g.v = dv.data();
-    g.ldkv = ldkv;
-    g.keys = t.keys;
-    g.scale = scale;
-    g.out = dout.data();
-    g.ldo = ldo;
-    g.copies = t.copies;
-    cu::coarse_attention(g, nullptr);
-    const auto out = to_host(dout.data(), static_cast<std::size_t>(nout * ldo));
-
-    // BSA's CPU coarse branch on the same data: coarse-q attention (the block queries, rows of the
-    // compressed blocks' stride) when copies > 1, token queries otherwise.
-    const bool coarse_q = t.copies > 1;
-    std::vector<float> qb;  // the queries at the compressed blocks' row stride
-    for (index_t i = 0; i < nq; ++i)
-      for (index_t c = 0; c < ldkv; ++c) qb.push_back(c < ldq ? q[i * ldq + c] : kNaN);
-    namespace bd = surrogate::bsa::detail;
-    bd::Tokens tok;
-    tok.q = q.data();
-    tok.ld = ldq;
-    tok.samples = t.samples;
-    tok.n = t.queries * t.copies;
-    tok.heads = H;
-    tok.E = E;
-    bd::Blocks blk;
-    blk.q = coarse_q ? qb.data() : nullptr;
-    blk.k = kk.data();
-    blk.v = v.data();
-    blk.ld = ldkv;
-    blk.nb = t.keys;
-    bd::SparseShape shape;
-    shape.C = t.copies;
-    shape.coarse_q_attn = coarse_q;
-    // (the CPU's coarse-q attention has the nb compressed blocks as its queries: queries == keys)
-    const bool with_cpu = !coarse_q || t.queries == t.keys;
-    std::vector<float> cpu_out(static_cast<std::size_t>(nout * ldo), kSentinel);
-    if (with_cpu) bd::coarse_branch(k::cpu(), tok, blk, shape, cpu_out.data(), ldo, 2);
-    for (index_t i = 0; i < nq; ++i) {
-      const index_t s = i / t.queries;
-      std::vector<index_t> keys(static_cast<std::size_t>(t.keys));
-      std::iota(keys.begin(), keys.end(), s * t.keys);
-      for (int h = 0; h < H; ++h) {
-        const Reference ref = naive_attention(&q[i * ldq + h * E], kk.data() + h * E, v.data() + h * E, ldkv, keys, E,
-                                              scale, {}, {});
-        for (int c = 0; c < t.copies; ++c)
-          for (int e = 0; e < E; ++e) {
-            const index_t row = i * t.copies + c;
-            const double got = out[row * ldo + h * E + e], want = ref.out[e];
-            ASSERT_LE(std::abs(got - want), ref.spread + 2 * kU * std::abs(want))
-                << "samples " << t.samples << " queries " << t.queries << " keys " << t.keys << " E " << E
-                << " query " << i << " copy " << c << " head " << h << " channel " << e;
-            ASSERT_EQ(out[row * ldo + h * E + e], out[i * t.copies * ldo + h * E + e]) << "copies differ";
-            // Both within the bound of the reference (the CPU's logits are the same FMA chain, or
-            // unfused on the generic ISA: within the same (E + 2) u bound).
-            if (with_cpu) {
-              ASSERT_LE(std::abs(got - cpu_out[row * ldo + h * E + e]), 2 * ref.spread + 4 * kU * std::abs(want))
-                  << "CPU coarse branch: queries " << t.queries << " copies " << t.copies << " query " << i
-                  << " copy " << c << " head " << h << " channel " << e;
-            }
-          }
-      }
-      for (int c = 0; c < t.copies; ++c)
-        for (index_t col = C; col < ldo; ++col) ASSERT_EQ(out[(i * t.copies + c) * ldo + col], kSentinel);
-    }
-    cu::coarse_attention(g, nullptr);
-    EXPECT_EQ(to_host(dout.data(), out.size()), out) << "run to run, keys " << t.keys;
-  }
+  checks::check_coarse_attention(backend);
 }
-
-// ---------------------------------------------------------------------------------------------------
 TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReferenceAndTheCpuBranch) {
-  std::mt19937 gen(13);
-  struct Case {
-    int samples, heads, E;
-    index_t n;
-    int C, S, tokens_per_row;
-  };
-  // tokens_per_row: C (block-level importance), G < C (group selection), 1 (per-token selection).
-  const Case cases[] = {{1, 1, 4, 32, 4, 2, 4},  {2, 2, 16, 64, 8, 3, 8},  {2, 3, 8, 96, 4, 4, 2},
-                        {1, 2, 32, 48, 8, 1, 1}, {3, 1, 64, 64, 16, 4, 16}, {2, 2, 12, 40, 4, 10, 4}};
-  for (const Case& t : cases) {
-    const int H = t.heads, E = t.E, Cw = H * E;
-    const index_t ld = Cw + 3, ldo = Cw + 1, total = t.samples * t.n;
-    const index_t rows = t.n / t.tokens_per_row, nb = t.n / t.C;
-    auto q = random_rows(total, ld, Cw, 1.5f, gen), kk = random_rows(total, ld, Cw, 1.0f, gen);
-    auto v = random_rows(total, ld, Cw, 1.0f, gen);
-    // S distinct blocks per (sample, head, row), ascending (as select_blocks gives them).
-    std::vector<std::int32_t> sel(static_cast<std::size_t>(t.samples * H * rows * t.S));
-    std::vector<std::int32_t> all(static_cast<std::size_t>(nb));
-    std::iota(all.begin(), all.end(), 0);
-    for (std::size_t r = 0; r < sel.size() / t.S; ++r) {
-      std::shuffle(all.begin(), all.end(), gen);
-      std::sort(all.begin(), all.begin() + t.S);
-      std::copy_n(all.begin(), t.S, sel.begin() + r * t.S);
-    }
-    const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-    auto dq = to_device(q), dk = to_device(kk), dv = to_device(v);
-    auto dsel = to_device(sel);
-    auto dout = to_device(std::vector<float>(static_cast<std::size_t>(total * ldo), kSentinel));
-    cu::SelectedBlockAttentionArgs g;
-    g.samples = t.samples;
-    g.n = t.n;
-    g.heads = H;
-    g.E = E;
-    g.q = dq.data();
-    g.k = dk.data();
-    g.v = dv.data();
-    g.ld = ld;
-    g.scale = scale;
-    g.C = t.C;
-    g.S = t.S;
-    g.tokens_per_row = t.tokens_per_row;
-    g.rows = rows;
-    g.sel = dsel.data();
-    g.out = dout.data();
-    g.ldo = ldo;
-    cu::selected_block_attention(g, nullptr);
-    const auto out = to_host(dout.data(), static_cast<std::size_t>(total * ldo));
-
-    // BSA's CPU fine branch with the same selection: tokens_per_row C = block-level importance, G < C
-    // group selection, 1 per-token selection.
-    namespace bd = surrogate::bsa::detail;
-    bd::Tokens tok;
-    tok.q = q.data();
-    tok.k = kk.data();
-    tok.v = v.data();
-    tok.ld = ld;
-    tok.samples = t.samples;
-    tok.n = t.n;
-    tok.heads = H;
-    tok.E = E;
-    bd::SparseShape shape;
-    shape.C = t.C;
-    shape.S = t.S;
-    shape.block_level = t.tokens_per_row == t.C;
-    shape.group_selection = t.tokens_per_row > 1;
-    shape.G = t.tokens_per_row;
-    ASSERT_EQ(shape.selection_rows(t.n), rows);
-    ASSERT_EQ(shape.tokens_per_row(), t.tokens_per_row);
-    std::vector<float> cpu_out(static_cast<std::size_t>(total * ldo), kSentinel);
-    bd::fine_branch(k::cpu(), tok, shape, sel.data(), cpu_out.data(), ldo, 2);
-    for (index_t i = 0; i < total; ++i) {
-      const index_t s = i / t.n, r = (i % t.n) / t.tokens_per_row;
-      for (int h = 0; h < H; ++h) {
-        std::vector<index_t> keys;
-        const std::int32_t* chosen = &sel[static_cast<std::size_t>(((s * H + h) * rows + r) * t.S)];
-        for (int j = 0; j < t.S; ++j)
-          for (int c = 0; c < t.C; ++c) keys.push_back(s * t.n + static_cast<index_t>(chosen[j]) * t.C + c);
-        const Reference ref =
-            naive_attention(&q[i * ld + h * E], kk.data() + h * E, v.data() + h * E, ld, keys, E, scale, {}, {});
-        for (int e = 0; e < E; ++e) {
-          const double got = out[i * ldo + h * E + e], want = ref.out[e];
-          ASSERT_LE(std::abs(got - want), ref.spread + 2 * kU * std::abs(want))
-              << "n " << t.n << " C " << t.C << " S " << t.S << " tokens/row " << t.tokens_per_row << " E " << E
-              << " token " << i << " head " << h << " channel " << e;
-          ASSERT_LE(std::abs(got - cpu_out[i * ldo + h * E + e]), 2 * ref.spread + 4 * kU * std::abs(want))
-              << "CPU fine branch: n " << t.n << " C " << t.C << " S " << t.S << " tokens/row " << t.tokens_per_row
-              << " token " << i << " head " << h << " channel " << e;
-        }
-      }
-      for (index_t col = Cw; col < ldo; ++col) ASSERT_EQ(out[i * ldo + col], kSentinel);
-    }
-    cu::selected_block_attention(g, nullptr);
-    EXPECT_EQ(to_host(dout.data(), out.size()), out) << "run to run, C " << t.C << " S " << t.S;
-  }
+  checks::check_selected_block_attention(backend);
 }
 
 }  // namespace
