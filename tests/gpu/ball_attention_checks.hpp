@@ -78,8 +78,9 @@ struct Reference {
   double max_logit = 0, max_v = 0;
 };
 
-inline Reference naive_attention(const float* q, const float* K, const float* V, index_t ld, const std::vector<index_t>& keys,
-                          int E, float scale, const std::vector<double>& bias, const std::vector<double>& bias_error) {
+inline Reference naive_attention(const float* q, const float* K, const float* V, index_t ld,
+                                 const std::vector<index_t>& keys, int E, float scale, const std::vector<double>& bias,
+                                 const std::vector<double>& bias_error) {
   const std::size_t n = keys.size();
   std::vector<double> l(n);
   double worst = 0, max_l = -std::numeric_limits<double>::infinity(), max_v = 0;
