@@ -179,7 +179,7 @@ TEST(BsaModel, Described) {
   EXPECT_NE(text.find("attention: sparse"), std::string::npos) << text;
   EXPECT_NE(text.find("compress_block_size / selected_blocks: 8 / 4"), std::string::npos) << text;
   EXPECT_NE(text.find("rotation: 45 degrees"), std::string::npos) << text;
-  EXPECT_NE(text.find("multi-rank mode: interim"), std::string::npos) << text;
+  EXPECT_NE(text.find("multi-rank mode: distributed ball tree"), std::string::npos) << text;
 }
 
 TEST(BsaModel, Errors) {

@@ -20,6 +20,10 @@
 
 namespace surrogate::bsa {
 
+namespace detail {
+struct Stages;  // the forward's stages, shared by the single-process and distributed paths (internal)
+}
+
 /// TransformerConfig.attention_type: "sparse" = BSA (NativeSparseAttention), "ball" = ball attention
 /// only (BallAttention), "global" = full attention per sample (GlobalAttention). "lucidrains_sparse" is
 /// not supported.
@@ -108,13 +112,15 @@ class Network {
                                       int threads = 0) const;
 
  private:
+  friend struct detail::Stages;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
 /// The registered model of architecture "bsa" (make_model): Network behind the generic predict path
 /// (positions required, edges ignored; wrapper = shapenet_car: positions only, one output). CPU only
-/// (a CUDA device is Error(unsupported)); multi-rank runs gather the batch on every rank.
+/// (a CUDA device is Error(unsupported)). Several ranks: sparse and ball attention run on the
+/// distributed ball tree (bitwise equal to one process); global attention gathers the batch.
 std::unique_ptr<Model> make_bsa_model(const ModelFile& file);
 
 }  // namespace surrogate::bsa

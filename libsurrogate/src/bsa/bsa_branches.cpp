@@ -111,7 +111,7 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
   const int H = t.heads, E = t.E;
   const float scale = attention_scale(E);
   // Queries: the compressed blocks (coarse-q attention) or the tokens.
-  const index_t queries = s.coarse_q_attn ? b.nb : t.n;
+  const index_t queries = s.coarse_q_attn ? t.n / s.C : t.n;
   const float* qsrc = s.coarse_q_attn ? b.q : t.q;
   const index_t ldq = s.coarse_q_attn ? b.ld : t.ld;
   const index_t chunks = (queries + kQueries - 1) / kQueries;
@@ -144,6 +144,7 @@ void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
   const int H = t.heads, E = t.E;
   const index_t nb = b.nb, rows = s.selection_rows(t.n), bpb = s.P / s.C;
   const int per_row = s.block_level ? 1 : s.tokens_per_row();
+  const index_t row_shift = s.selection_rows(t.row0);  // in-sample index of selection row 0
   if (s.S > kernels::kMaxTopKeys || s.S > nb)
     throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(s.S) +
                                             " exceeds the blocks per sample (" + std::to_string(nb) +
@@ -175,7 +176,7 @@ void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
       const index_t count = std::min(chunk, rows - r0);
       kernels::TopKeysArgs a;
       if (s.block_level) {
-        a.q = b.q + (smp * nb + r0) * b.ld + h * E;
+        a.q = b.q + (smp * (t.n / s.C) + r0) * b.ld + h * E;
         a.ldq = b.ld;
       } else {
         a.q = t.q + (smp * t.n + r0 * per_row) * t.ld + h * E;
@@ -191,7 +192,7 @@ void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
       if (s.mask_own_ball) {
         // Blocks of the balls of the row's tokens (block-level: the block's ball).
         for (index_t i = 0; i < count; ++i) {
-          const index_t r = r0 + i;
+          const index_t r = row_shift + r0 + i;
           const index_t first = s.block_level ? r / bpb : r * per_row / s.P;
           const index_t last = s.block_level ? first : (r * per_row + per_row - 1) / s.P;
           mask_begin[static_cast<std::size_t>(i)] = first * bpb;
@@ -218,7 +219,7 @@ void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
 }
 
 void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, const std::int32_t* sel, float* out,
-                 index_t ldo, int threads) {
+                 index_t ldo, int threads, const SelectedRows* rows_from) {
   const int H = t.heads, E = t.E;
   const float scale = attention_scale(E);
   const index_t rows = s.selection_rows(t.n);
@@ -243,11 +244,15 @@ void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, con
         for (int m = 0; m < M; ++m) scaled_copy(t.q + (tok0 + m) * t.ld + h * E, E, scale, st.query(m));
         const std::int32_t* chosen = sel + ((smp * H + h) * rows + r) * s.S;
         for (int j = 0; j < s.S; ++j) {
-          const index_t key0 = smp * t.n + static_cast<index_t>(chosen[j]) * s.C;
+          const index_t key0 = rows_from ? rows_from->first_row[smp * rows_from->nb + chosen[j]]
+                                         : smp * t.n + static_cast<index_t>(chosen[j]) * s.C;
+          const float* ks = rows_from ? rows_from->k : t.k;
+          const float* vs = rows_from ? rows_from->v : t.v;
+          const index_t ldk = rows_from ? rows_from->ld : t.ld;
           for (int c = 0; c < s.C; ++c) {
             const index_t dst = (static_cast<index_t>(j) * s.C + c) * E;
-            std::copy_n(t.k + (key0 + c) * t.ld + h * E, E, kg.data() + dst);
-            std::copy_n(t.v + (key0 + c) * t.ld + h * E, E, vg.data() + dst);
+            std::copy_n(ks + (key0 + c) * ldk + h * E, E, kg.data() + dst);
+            std::copy_n(vs + (key0 + c) * ldk + h * E, E, vg.data() + dst);
           }
         }
         st.add(k, kg.data(), vg.data(), E, keys);

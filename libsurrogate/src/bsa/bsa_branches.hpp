@@ -26,10 +26,15 @@ struct Tokens {
   int samples = 1;
   index_t n = 0;
   int heads = 0, E = 0;
+  /// In-sample index of each sample's first row: the rows are the window [row0, row0 + n) of samples of
+  /// `Blocks::nb * C` tokens (0 and the whole samples in one process; a rank's part of one sample when
+  /// distributed). The own-ball mask of the selection counts from it.
+  index_t row0 = 0;
 };
 
-/// Compressed blocks (nb = n / C per sample, rows sample-major) in the same column layout; q may be null
-/// when the importance is token-level.
+/// Compressed blocks in the same column layout: k and v hold all nb blocks of each whole sample (rows
+/// sample-major); q holds the blocks of the tokens' window (t.n / C per sample) and may be null when the
+/// importance is token-level.
 struct Blocks {
   const float* q = nullptr;
   const float* k = nullptr;
@@ -78,10 +83,21 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
 void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel,
                    int threads, double* min_gap = nullptr);
 
+/// Where the fine branch reads the keys and values of selected blocks when they are not the tokens'
+/// own rows (distributed: blocks fetched from their owners). Block b of sample smp starts at row
+/// first_row[smp * nb + b] of k and v (C consecutive rows, head h in columns [h*E, (h+1)*E)).
+struct SelectedRows {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  index_t nb = 0;
+  const std::int64_t* first_row = nullptr;
+};
+
 /// Fine branch: every token attends to the S*C tokens of its row's selected blocks (ascending block
-/// order), scale 1/sqrt(E), no bias.
+/// order), scale 1/sqrt(E), no bias. The keys are t.k/t.v of the whole samples, or `rows` when given.
 void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, const std::int32_t* sel, float* out,
-                 index_t ldo, int threads);
+                 index_t ldo, int threads, const SelectedRows* rows = nullptr);
 
 /// Full attention over the n tokens of each sample (attention_type "global"), scale 1/sqrt(E).
 void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads);

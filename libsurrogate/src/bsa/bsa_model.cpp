@@ -13,6 +13,7 @@
 #include "../erwin/erwin_layers.hpp"
 #include "../layers.hpp"
 #include "bsa_branches.hpp"
+#include "bsa_stages.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 
@@ -44,6 +45,30 @@ void for_row_chunks(index_t rows, int threads, F&& body) {
   for (index_t r0 = 0; r0 < rows; r0 += kRows) body(r0, std::min(kRows, rows - r0));
 }
 
+/// The rotated order of one process: rotated row i = tree row rot[i]; no other process.
+class Permutation final : public detail::LayerExchanges {
+ public:
+  explicit Permutation(const std::vector<std::int64_t>* rot) : rot_(rot) {}
+  void to_rotated(const float* rows, int width, float* rotated_rows) const override {
+    for (std::size_t i = 0; i < rot_->size(); ++i)
+      std::copy_n(rows + (*rot_)[i] * width, width, rotated_rows + static_cast<std::int64_t>(i) * width);
+  }
+  void from_rotated(const float* rotated_rows, int width, float* rows) const override {
+    for (std::size_t i = 0; i < rot_->size(); ++i)
+      std::copy_n(rotated_rows + static_cast<std::int64_t>(i) * width, width, rows + (*rot_)[i] * width);
+  }
+  bool distributed() const override { return false; }
+  void gather_blocks(const float*, index_t, int, float*) const override {
+    throw Error(ErrorCode::internal, "bsa: no blocks to gather in one process");
+  }
+  void fetch_blocks(std::span<const std::int64_t>, const float*, int, float*) const override {
+    throw Error(ErrorCode::internal, "bsa: no blocks to fetch in one process");
+  }
+
+ private:
+  const std::vector<std::int64_t>* rot_;
+};
+
 }  // namespace
 
 struct Network::Impl {
@@ -54,8 +79,8 @@ struct Network::Impl {
   std::vector<float> pos_enc;  // wrapper: (c_in/2) x d
   PackedLinear head0, head2;
 
-  void run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos, int samples, index_t n,
-                 int threads) const;
+  void run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
+                 const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads) const;
   void compress(const CpuKernels& k, const PackedLinear* mlp, const float* src, index_t ld_u, int samples, index_t n,
                 float* dst, index_t ld_c, int threads) const;
 };
@@ -161,11 +186,13 @@ void Network::Impl::compress(const CpuKernels& k, const PackedLinear* mlp, const
 }
 
 // One layer on samples x n tokens: x += out_proj(attention(RMSNorm1(x))), x += SwiGLU(RMSNorm2(x)).
-void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos, int samples,
-                              index_t n, int threads) const {
+void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
+                              const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads) const {
   const Config& c = cfg;
   const int D = c.c_hidden, H = c.num_heads, E = c.head_dim(), d = c.dimensionality;
-  const index_t rows = samples * n;
+  const index_t rows = layout.rows;
+  if (ex.distributed() && c.attention_type == AttentionType::global)
+    throw Error(ErrorCode::internal, "bsa: global attention has no distributed forward");
   const float eps = std::numeric_limits<float>::epsilon();
   const index_t ld_u = round_up(3 * D, kPad), ld_r = round_up(d, kPad), ld_g = round_up(3 * H, kPad);
   const bool sparse = c.attention_type == AttentionType::sparse;
@@ -193,37 +220,45 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
       for (index_t i = r0 * ld_g; i < (r0 + count) * ld_g; ++i) gates[static_cast<std::size_t>(i)] = sigmoid(gates[static_cast<std::size_t>(i)]);
     }
   });
-  detail::Tokens tok;
-  tok.q = u.data();
-  tok.k = u.data() + D;
-  tok.v = u.data() + 2 * D;
-  tok.ld = ld_u;
-  tok.samples = samples;
-  tok.n = n;
-  tok.heads = H;
-  tok.E = E;
+  // Tokens of all local rows (row-wise and ball-wise branches) and of one segment (the sample-wise ones).
+  auto tokens = [&](index_t begin, int samples, index_t length, index_t row0) {
+    detail::Tokens t;
+    t.q = u.data() + begin * ld_u;
+    t.k = t.q + D;
+    t.v = t.q + 2 * D;
+    t.ld = ld_u;
+    t.samples = samples;
+    t.n = length;
+    t.heads = H;
+    t.E = E;
+    t.row0 = row0;
+    return t;
+  };
+  const detail::Tokens tok = tokens(0, 1, rows, 0);
 
   // Attention: o (rows x ld) = the fused heads.
   AlignedBuffer<float> o(static_cast<std::size_t>(rows * ld));
   std::fill_n(o.data(), rows * ld, 0.0f);
   if (c.attention_type == AttentionType::global) {
-    detail::global_attention(k, tok, o.data(), ld, threads);
+    for (const auto& g : layout.segments)
+      detail::global_attention(k, tokens(g.begin, g.samples, g.length, g.row0), o.data() + g.begin * ld, ld, threads);
   } else if (c.attention_type == AttentionType::ball) {
     detail::local_branch(k, tok, pos, d, ball, L.sigma.data(), o.data(), ld, threads);
   } else {
-    const index_t nb = n / c.compress_block_size;
+    const index_t nb = layout.n / c.compress_block_size, local_blocks = rows / c.compress_block_size;
     const index_t ld_c = round_up(D, kPad);
-    AlignedBuffer<float> kc(static_cast<std::size_t>(samples * nb * ld_c)), vc(kc.size());
+    AlignedBuffer<float> kc(static_cast<std::size_t>(local_blocks * ld_c)), vc(kc.size());
     AlignedBuffer<float> qc(c.block_level_importance() ? kc.size() : 0);
-    compress(k, L.k_mlp, tok.k, ld_u, samples, n, kc.data(), ld_c, threads);
-    compress(k, L.v_mlp, tok.v, ld_u, samples, n, vc.data(), ld_c, threads);
-    if (qc.size() > 0) compress(k, L.q_mlp, tok.q, ld_u, samples, n, qc.data(), ld_c, threads);
-    detail::Blocks blk;
-    blk.q = qc.size() > 0 ? qc.data() : nullptr;
-    blk.k = kc.data();
-    blk.v = vc.data();
-    blk.ld = ld_c;
-    blk.nb = nb;
+    compress(k, L.k_mlp, tok.k, ld_u, 1, rows, kc.data(), ld_c, threads);
+    compress(k, L.v_mlp, tok.v, ld_u, 1, rows, vc.data(), ld_c, threads);
+    if (qc.size() > 0) compress(k, L.q_mlp, tok.q, ld_u, 1, rows, qc.data(), ld_c, threads);
+    // The keys and values of every compressed block of the batch (distributed: all-gathered, N/C rows).
+    const bool distributed = ex.distributed();
+    AlignedBuffer<float> kc_all(distributed ? static_cast<std::size_t>(layout.samples * nb * ld_c) : 0), vc_all(kc_all.size());
+    if (distributed) {
+      ex.gather_blocks(kc.data(), local_blocks, static_cast<int>(ld_c), kc_all.data());
+      ex.gather_blocks(vc.data(), local_blocks, static_cast<int>(ld_c), vc_all.data());
+    }
     detail::SparseShape s;
     s.P = c.ball_size;
     s.C = c.compress_block_size;
@@ -234,11 +269,61 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
     s.coarse_q_attn = c.use_coarse_q_attn;
     s.block_level = c.block_level_importance();
     AlignedBuffer<float> local(static_cast<std::size_t>(rows * ld)), coarse(local.size()), fine(local.size());
-    std::vector<std::int32_t> sel(static_cast<std::size_t>(samples * H * s.selection_rows(n) * s.S));
     detail::local_branch(k, tok, pos, d, c.ball_size, L.sigma.data(), local.data(), ld, threads);
-    detail::coarse_branch(k, tok, blk, s, coarse.data(), ld, threads);
-    detail::select_blocks(k, tok, blk, s, sel.data(), threads);
-    detail::fine_branch(k, tok, s, sel.data(), fine.data(), ld, threads);
+    // Coarse branch and selection per segment (the queries of a window of samples, all their blocks).
+    std::vector<std::vector<std::int32_t>> sel(layout.segments.size());
+    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+      const auto& g = layout.segments[i];
+      const detail::Tokens t = tokens(g.begin, g.samples, g.length, g.row0);
+      detail::Blocks blk;
+      blk.q = qc.size() > 0 ? qc.data() + g.begin / s.C * ld_c : nullptr;
+      blk.k = (distributed ? kc_all.data() : kc.data()) + g.sample * nb * ld_c;
+      blk.v = (distributed ? vc_all.data() : vc.data()) + g.sample * nb * ld_c;
+      blk.ld = ld_c;
+      blk.nb = nb;
+      sel[i].resize(static_cast<std::size_t>(g.samples * H * s.selection_rows(g.length) * s.S));
+      detail::coarse_branch(k, t, blk, s, coarse.data() + g.begin * ld, ld, threads);
+      detail::select_blocks(k, t, blk, s, sel[i].data(), threads);
+    }
+    if (!distributed) {
+      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+        const auto& g = layout.segments[i];
+        detail::fine_branch(k, tokens(g.begin, g.samples, g.length, g.row0), s, sel[i].data(), fine.data() + g.begin * ld,
+                            ld, threads);
+      }
+    } else {
+      // Fine branch: the selected blocks (their token keys and values) fetched from their owners.
+      std::vector<std::int64_t> wanted;
+      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+        const auto& g = layout.segments[i];
+        const std::size_t per_sample = sel[i].size() / static_cast<std::size_t>(g.samples);
+        for (std::size_t j = 0; j < sel[i].size(); ++j)
+          wanted.push_back((g.sample + static_cast<std::int64_t>(j / per_sample)) * nb + sel[i][j]);
+      }
+      std::sort(wanted.begin(), wanted.end());
+      wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+      const int kv_width = 2 * D;
+      AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
+      for (index_t r = 0; r < rows; ++r) std::copy_n(u.data() + r * ld_u + D, kv_width, kv.data() + r * kv_width);
+      AlignedBuffer<float> fetched(wanted.size() * static_cast<std::size_t>(s.C * kv_width));
+      ex.fetch_blocks(wanted, kv.data(), kv_width, fetched.data());
+      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
+        const auto& g = layout.segments[i];
+        std::vector<std::int64_t> first_row(static_cast<std::size_t>(g.samples * nb), -1);
+        for (std::int64_t b = 0; b < g.samples * nb; ++b) {
+          const auto it = std::lower_bound(wanted.begin(), wanted.end(), g.sample * nb + b);
+          if (it != wanted.end() && *it == g.sample * nb + b) first_row[static_cast<std::size_t>(b)] = (it - wanted.begin()) * s.C;
+        }
+        detail::SelectedRows from;
+        from.k = fetched.data();
+        from.v = fetched.data() + D;
+        from.ld = kv_width;
+        from.nb = nb;
+        from.first_row = first_row.data();
+        detail::fine_branch(k, tokens(g.begin, g.samples, g.length, g.row0), s, sel[i].data(), fine.data() + g.begin * ld,
+                            ld, threads, &from);
+      }
+    }
     // Gate: o = g_local * local + g_coarse * coarse + g_fine * fine per head (static: 1, sigmoid(gates)).
     for_row_chunks(rows, threads, [&](index_t r0, index_t count) {
       for (index_t r = r0; r < r0 + count; ++r)
@@ -304,9 +389,7 @@ std::vector<float> Network::forward(std::span<const float> features, std::span<c
 
 std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                     std::span<const float> positions, const balltree::Batch& batch, int threads) const {
-  const Impl& m = *impl_;
-  const Config& c = m.cfg;
-  const CpuKernels& k = kernels::cpu();
+  const Config& c = impl_->cfg;
   if (threads <= 0) threads = omp_get_max_threads();
   const int d = c.dimensionality, D = c.c_hidden;
   const index_t points = batch.points();
@@ -318,9 +401,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   if (static_cast<index_t>(positions.size()) != points * d)
     bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
         " points x " + std::to_string(d));
-  for (std::size_t i = 0; i < features.size(); ++i)
-    if (!std::isfinite(features[i]))
-      bad("features has a NaN/Inf value at point " + std::to_string(i / static_cast<std::size_t>(c.c_in)));
+  detail::Stages::check_features(*this, features, 0);
   for (std::size_t i = 0; i < positions.size(); ++i)
     if (!std::isfinite(positions[i]))
       bad("positions has a NaN/Inf coordinate at point " + std::to_string(i / static_cast<std::size_t>(d)));
@@ -338,20 +419,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
           "; BSA needs every sample padded to the same size (the same next power of two of its point count)");
   for (const std::int64_t s : tree.index)
     if (s < 0 || s >= points) bad("trees.tree.index holds " + std::to_string(s) + ", not a point index");
-  auto multiple = [&](int of, const char* name) {
-    if (n % of != 0)
-      bad("the padded sample size " + std::to_string(n) + " is not a multiple of " + name + " = " + std::to_string(of) +
-          " (too few points for this model?)");
-  };
-  if (c.attention_type == AttentionType::ball) multiple(c.attention_ball_size, "attention_ball_size");
-  if (c.attention_type == AttentionType::sparse) {
-    multiple(c.ball_size, "ball_size");
-    multiple(c.compress_block_size, "compress_block_size");
-    if (c.use_group_selection) multiple(c.group_selection_size, "group_selection_size");
-    if (n / c.compress_block_size < c.selected_blocks_number)
-      bad("a sample of " + std::to_string(n) + " slots has " + std::to_string(n / c.compress_block_size) +
-          " blocks, fewer than selected_blocks_number = " + std::to_string(c.selected_blocks_number));
-  }
+  detail::Stages::check_sample_size(*this, n);
   const std::vector<std::int64_t>* rot = nullptr;
   if (c.should_rotate) {
     if (trees.rotated.size() != 2) bad("should_rotate needs trees.rotated with the two permutations of strides [1]");
@@ -366,43 +434,25 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
 
   // Embedding on the points, then the leaves in tree order.
   const index_t rows = tree.slots();
-  const index_t ld = round_up(D, kPad), ld_in = round_up(c.c_in, kPad);
+  const index_t ld = detail::Stages::row_stride(*this);
   AlignedBuffer<float> e(static_cast<std::size_t>(points * ld));
-  {
-    AlignedBuffer<float> in(static_cast<std::size_t>(points * ld_in));
-    for (index_t i = 0; i < points; ++i) std::copy_n(features.data() + i * c.c_in, c.c_in, in.data() + i * ld_in);
-    for_row_chunks(points, threads, [&](index_t r0, index_t count) {
-      run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, e.data() + r0 * ld, ld, count);
-    });
-  }
-  AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld)), residual(x.size());
+  detail::Stages::embed(*this, features, points, e.data(), threads);
+  AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld));
   std::vector<float> pos(static_cast<std::size_t>(rows * d));
   for (index_t s = 0; s < rows; ++s) {
     const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
     std::copy_n(e.data() + p * ld, ld, x.data() + s * ld);
     std::copy_n(positions.data() + p * d, d, pos.data() + s * d);
   }
-  std::copy_n(x.data(), rows * ld, residual.data());
-  AlignedBuffer<float> xr(rot ? x.size() : 0);
+  const Permutation order(rot);
   std::vector<float> pos_rot(rot ? pos.size() : 0);
-  if (rot) {
-    for (index_t i = 0; i < rows; ++i) std::copy_n(pos.data() + (*rot)[static_cast<std::size_t>(i)] * d, d, pos_rot.data() + i * d);
-  }
-  for (int l = 0; l < c.depth; ++l) {
-    const Layer& L = m.layers[static_cast<std::size_t>(l)];
-    if (rot && l % 2 == 1) {
-      const auto& r = *rot;
-      for (index_t i = 0; i < rows; ++i) std::copy_n(x.data() + r[static_cast<std::size_t>(i)] * ld, ld, xr.data() + i * ld);
-      m.run_layer(k, L, xr.data(), ld, pos_rot.data(), samples, n, threads);
-      for (index_t i = 0; i < rows; ++i) std::copy_n(xr.data() + i * ld, ld, x.data() + r[static_cast<std::size_t>(i)] * ld);
-    } else {
-      m.run_layer(k, L, x.data(), ld, pos.data(), samples, n, threads);
-    }
-    if ((l + 1) % c.block_size == 0 || l + 1 == c.depth) {
-      for (index_t i = 0; i < rows * ld; ++i) x[static_cast<std::size_t>(i)] += residual[static_cast<std::size_t>(i)];
-      std::copy_n(x.data(), rows * ld, residual.data());
-    }
-  }
+  if (rot) order.to_rotated(pos.data(), d, pos_rot.data());
+  detail::RowLayout layout;
+  layout.rows = rows;
+  layout.n = n;
+  layout.samples = samples;
+  layout.segments.push_back({0, samples, n, 0, 0});
+  detail::Stages::layers(*this, x.data(), pos.data(), pos_rot.data(), layout, order, threads);
 
   // Output in input order (the slot holding each point with mask 1).
   const std::vector<std::int64_t> slot = tree.slot_of_point();
@@ -413,17 +463,99 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
 
 std::vector<float> Network::forward_shapenet(std::span<const float> positions, const balltree::Batch& batch,
                                              int threads) const {
-  const Impl& m = *impl_;
-  const Config& c = m.cfg;
+  const Config& c = impl_->cfg;
   if (c.wrapper != Wrapper::shapenet_car)
     throw Error(ErrorCode::unsupported, "bsa: forward_shapenet needs a model file with the ShapeNet-Car wrapper");
-  const int d = c.dimensionality, half = c.c_in / 2, D = c.c_hidden;
+  const int d = c.dimensionality;
   const index_t points = batch.points();
   if (static_cast<index_t>(positions.size()) != points * d)
     throw Error(ErrorCode::input, "bsa: positions has " + std::to_string(positions.size()) + " values, expected " +
                                       std::to_string(points) + " points x " + std::to_string(d));
-  // Random Fourier features [cos(p A^T), sin(p A^T)].
+  const std::vector<float> y = forward(detail::Stages::fourier(*this, positions, threads), positions, batch, threads);
+  return detail::Stages::head(*this, y, threads);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// The stages (bsa_stages.hpp).
+
+namespace detail {
+
+index_t Stages::row_stride(const Network& net) { return round_up(net.config().c_hidden, kPad); }
+
+void Stages::check_sample_size(const Network& net, index_t n) {
+  const Config& c = net.config();
+  auto multiple = [&](int of, const char* name) {
+    if (n % of != 0)
+      throw Error(ErrorCode::input, "bsa: the padded sample size " + std::to_string(n) + " is not a multiple of " + name +
+                                        " = " + std::to_string(of) + " (too few points for this model?)");
+  };
+  if (c.attention_type == AttentionType::ball) multiple(c.attention_ball_size, "attention_ball_size");
+  if (c.attention_type == AttentionType::sparse) {
+    multiple(c.ball_size, "ball_size");
+    multiple(c.compress_block_size, "compress_block_size");
+    if (c.use_group_selection) multiple(c.group_selection_size, "group_selection_size");
+    if (n / c.compress_block_size < c.selected_blocks_number)
+      throw Error(ErrorCode::input, "bsa: a sample of " + std::to_string(n) + " slots has " +
+                                        std::to_string(n / c.compress_block_size) +
+                                        " blocks, fewer than selected_blocks_number = " +
+                                        std::to_string(c.selected_blocks_number));
+  }
+}
+
+void Stages::check_features(const Network& net, std::span<const float> features, index_t first_point) {
+  const int c_in = net.config().c_in;
+  for (std::size_t i = 0; i < features.size(); ++i)
+    if (!std::isfinite(features[i]))
+      throw Error(ErrorCode::input, "bsa: features has a NaN/Inf value at point " +
+                                        std::to_string(first_point + static_cast<index_t>(i / static_cast<std::size_t>(c_in))));
+}
+
+void Stages::embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const CpuKernels& k = kernels::cpu();
+  const int c_in = m.cfg.c_in;
+  const index_t ld = row_stride(net), ld_in = round_up(c_in, kPad);
+  if (threads <= 0) threads = omp_get_max_threads();
+  AlignedBuffer<float> in(static_cast<std::size_t>(points * ld_in));
+  for (index_t i = 0; i < points; ++i) std::copy_n(features.data() + i * c_in, c_in, in.data() + i * ld_in);
+  for_row_chunks(points, threads, [&](index_t r0, index_t count) {
+    run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, h + r0 * ld, ld, count);
+  });
+}
+
+void Stages::layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
+                    const LayerExchanges& ex, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const Config& c = m.cfg;
+  const CpuKernels& k = kernels::cpu();
+  if (threads <= 0) threads = omp_get_max_threads();
+  const index_t rows = layout.rows, ld = row_stride(net);
+  AlignedBuffer<float> residual(static_cast<std::size_t>(rows * ld)), xr(c.should_rotate ? residual.size() : 0);
+  std::copy_n(x, rows * ld, residual.data());
+  for (int l = 0; l < c.depth; ++l) {
+    const Layer& L = m.layers[static_cast<std::size_t>(l)];
+    if (c.should_rotate && l % 2 == 1) {
+      ex.to_rotated(x, static_cast<int>(ld), xr.data());
+      m.run_layer(k, L, xr.data(), ld, pos_rot, layout, ex, threads);
+      ex.from_rotated(xr.data(), static_cast<int>(ld), x);
+    } else {
+      m.run_layer(k, L, x, ld, pos, layout, ex, threads);
+    }
+    if ((l + 1) % c.block_size == 0 || l + 1 == c.depth) {
+      for (index_t i = 0; i < rows * ld; ++i) x[i] += residual[static_cast<std::size_t>(i)];
+      std::copy_n(x, rows * ld, residual.data());
+    }
+  }
+}
+
+std::vector<float> Stages::fourier(const Network& net, std::span<const float> positions, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const Config& c = m.cfg;
+  const int d = c.dimensionality, half = c.c_in / 2;
+  const auto points = static_cast<index_t>(positions.size()) / d;
+  if (threads <= 0) threads = omp_get_max_threads();
   std::vector<float> features(static_cast<std::size_t>(points * c.c_in));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t i = 0; i < points; ++i)
     for (int j = 0; j < half; ++j) {
       float proj = 0.0f;
@@ -431,7 +563,13 @@ std::vector<float> Network::forward_shapenet(std::span<const float> positions, c
       features[static_cast<std::size_t>(i * c.c_in + j)] = std::cos(proj);
       features[static_cast<std::size_t>(i * c.c_in + half + j)] = std::sin(proj);
     }
-  const std::vector<float> y = forward(features, positions, batch, threads);
+  return features;
+}
+
+std::vector<float> Stages::head(const Network& net, std::span<const float> y, int threads) {
+  const Network::Impl& m = *net.impl_;
+  const int D = m.cfg.c_hidden;
+  const auto points = static_cast<index_t>(y.size()) / D;
   // pred_head: Linear(D, D), exact GELU, Linear(D, 1).
   const index_t ld = round_up(D, kPad);
   std::vector<float> out(static_cast<std::size_t>(points));
@@ -447,5 +585,7 @@ std::vector<float> Network::forward_shapenet(std::span<const float> positions, c
   });
   return out;
 }
+
+}  // namespace detail
 
 }  // namespace surrogate::bsa

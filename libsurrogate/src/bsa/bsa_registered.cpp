@@ -1,10 +1,14 @@
 // BSA as a registered Model (architecture "bsa"): bsa::Network behind the generic predict path
 // (PointCloudModel: positions and samples; BSA passes no messages, so edges are never used), optionally
 // inside the ShapeNet-Car wrapper (/config wrapper = "shapenet_car": inputs are the positions only, one
-// output). CPU only: a CUDA device is refused. Docs: share/docs/balltree.md ("Running BSA").
+// output). CPU only: a CUDA device is refused. Sparse and ball attention run distributed on the ball
+// tree (bsa_distributed.hpp) at any rank count; global attention gathers the batch on every rank.
+// Docs: share/docs/balltree.md ("Running BSA").
+#include <algorithm>
 #include <cstdio>
 
 #include "../balltree/point_cloud_model.hpp"
+#include "bsa_distributed.hpp"
 #include "surrogate/bsa.hpp"
 
 namespace surrogate::bsa {
@@ -60,7 +64,12 @@ class BsaModel final : public PointCloudModel {
       d.emplace_back("attention_ball_size", std::to_string(c.attention_ball_size));
     }
     d.emplace_back("input", "every sample must pad (next power of two) to the same size, a multiple of ball_size");
-    d.emplace_back("multi-rank mode", "interim: every rank gathers the whole batch and runs it (exact, not scalable)");
+    d.emplace_back("multi-rank mode",
+                   c.attention_type == AttentionType::global
+                       ? "global attention: every rank gathers the whole batch and runs it (exact, not scalable)"
+                       : "distributed ball tree (every rank its slots; rotated layers exchanged, compressed blocks "
+                         "all-gathered, selected blocks fetched from their owners; positions and ids gathered on "
+                         "every rank per call; bitwise equal to one process)");
     return d;
   }
 
@@ -71,7 +80,31 @@ class BsaModel final : public PointCloudModel {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, "bsa: no CUDA forward (cuda_device " + std::to_string(options.cuda_device) +
                                               " was requested); run BSA models on the CPU (cuda_device -1)");
-    PointCloudModel::forward_geometry(comm, layout, geometry, in, ld_in, out, ld_out, options);
+    if (net_.config().attention_type == AttentionType::global) {
+      PointCloudModel::forward_geometry(comm, layout, geometry, in, ld_in, out, ld_out, options);
+      return;
+    }
+    // The distributed ball tree (bsa_distributed.hpp), built for this call.
+    const index_t n = layout.local_points();
+    const int cin = in_channels(), cout = out_channels();
+    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
+    const detail::DistributedPlan plan(comm, net_, all, n);
+    std::vector<float> block_features;
+    if (wrapped(net_)) {
+      block_features = detail::Stages::fourier(net_, plan.block_positions(), options.threads);
+    } else {
+      std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cin)));
+      for (index_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, cin, rows.data() + r * cin);
+      block_features.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cin)));
+      plan.to_block(rows.data(), cin, block_features.data());
+      block_features.resize(static_cast<std::size_t>(plan.block_rows() * cin));
+    }
+    std::vector<float> y = plan.forward(net_, block_features, options.threads);
+    if (wrapped(net_)) y = detail::Stages::head(net_, y, options.threads);
+    y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cout)));
+    std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
+    plan.to_solver(y.data(), cout, rows.data());
+    for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cout, cout, out + r * ld_out);
   }
 
   std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,

@@ -1,0 +1,191 @@
+// The distributed BSA forward (bsa_distributed.hpp). Layouts, in order:
+//   solver rows --block plan--> canonical blocks (embedding) --tree.plan--> the rank's slots of the
+//   distributed tree (every ball, compression block and selection group local; the odd layers' rotated
+//   order through the exchange plan of the rotated tree) --tree.plan back--> blocks --block plan
+//   back--> solver rows.
+// Every row, ball, block and query is computed by the same stage code as the single-process forward
+// (bsa_stages.hpp) on the same inputs in the same order, so the result is bitwise the same.
+#include "bsa_distributed.hpp"
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+
+#include "surrogate/error.hpp"
+
+namespace surrogate::bsa::detail {
+namespace {
+
+/// The exchange plans refuse null row pointers, also for zero rows: empty local arrays use this.
+float* rows_or_dummy(float* p) {
+  static float dummy[1] = {0.0f};
+  return p ? p : dummy;
+}
+const float* rows_or_dummy(const float* p) { return p ? p : rows_or_dummy(static_cast<float*>(nullptr)); }
+
+/// The layers' exchanges on the distributed tree (every call collective).
+class TreeExchanges final : public LayerExchanges {
+ public:
+  TreeExchanges(const Comm& comm, const balltree::DistributedRotatedTrees& trees, int C)
+      : comm_(comm), trees_(trees), C_(C) {}
+  void to_rotated(const float* rows, int width, float* rotated_rows) const override {
+    rotation().forward(rows_or_dummy(rows), width, rows_or_dummy(rotated_rows));
+  }
+  void from_rotated(const float* rotated_rows, int width, float* rows) const override {
+    rotation().backward(rows_or_dummy(rotated_rows), width, rows_or_dummy(rows));
+  }
+  bool distributed() const override { return true; }
+  void gather_blocks(const float* local_blocks, index_t count, int width, float* all) const override {
+    const balltree::RankRanges& slots = trees_.tree.slots;
+    const int P = comm_.size();
+    std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
+    std::size_t offset = 0;
+    for (int r = 0; r < P; ++r) {
+      bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(slots.size(r) / C_ * width) * sizeof(float);
+      offsets[static_cast<std::size_t>(r)] = offset;
+      offset += bytes[static_cast<std::size_t>(r)];
+    }
+    comm_.allgatherv(rows_or_dummy(local_blocks), static_cast<std::size_t>(count * width) * sizeof(float),
+                     rows_or_dummy(all), bytes, offsets);
+  }
+  void fetch_blocks(std::span<const std::int64_t> blocks, const float* local_rows, int width,
+                    float* fetched) const override {
+    const balltree::RankRanges& slots = trees_.tree.slots;
+    std::vector<int> rank(blocks.size() * static_cast<std::size_t>(C_));
+    std::vector<std::int64_t> key(rank.size());
+    for (std::size_t b = 0; b < blocks.size(); ++b)
+      for (int c = 0; c < C_; ++c) {
+        const std::int64_t slot = blocks[b] * C_ + c;
+        const std::size_t t = b * static_cast<std::size_t>(C_) + static_cast<std::size_t>(c);
+        rank[t] = slots.owner(slot);
+        key[t] = slot - slots.begin(rank[t]);
+      }
+    const balltree::ExchangePlan plan =
+        balltree::ExchangePlan::from_requests(comm_, trees_.tree.local_slots(), rank, key, {}, {});
+    plan.forward(rows_or_dummy(local_rows), width, rows_or_dummy(fetched));
+  }
+
+ private:
+  const balltree::ExchangePlan& rotation() const {
+    if (trees_.rotations.exchange.size() < 2)
+      throw Error(ErrorCode::internal, "bsa (distributed): the rotated layers have no rotated tree");
+    return trees_.rotations.exchange[1];
+  }
+  const Comm& comm_;
+  const balltree::DistributedRotatedTrees& trees_;
+  int C_;
+};
+
+}  // namespace
+
+std::int64_t tree_granularity(const Config& c) {
+  std::int64_t g = c.ball_size;
+  if (c.attention_type == AttentionType::ball) g = std::lcm(g, static_cast<std::int64_t>(c.attention_ball_size));
+  if (c.attention_type == AttentionType::sparse) {
+    g = std::lcm(g, static_cast<std::int64_t>(c.compress_block_size));
+    if (c.use_group_selection) g = std::lcm(g, static_cast<std::int64_t>(c.group_selection_size));
+  }
+  return g;
+}
+
+DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const CanonicalBatch& all,
+                                 std::int64_t solver_rows)
+    : comm_(&comm) {
+  const Config& c = net.config();
+  const int d = c.dimensionality;
+  if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
+    throw Error(ErrorCode::internal, "bsa (distributed): the batch was not gathered in block mode");
+  if (c.attention_type == AttentionType::global)
+    throw Error(ErrorCode::internal, "bsa (distributed): global attention has no distributed forward");
+  const std::vector<std::int64_t>& bounds = all.block_bounds;
+  block_begin_ = bounds[static_cast<std::size_t>(comm.rank())];
+  block_end_ = bounds[static_cast<std::size_t>(comm.rank()) + 1];
+  const std::int64_t n = block_rows(), begin = block_begin_;
+  {
+    const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(n));
+    const std::span<const std::int64_t> row(all.owner_row.data() + begin, static_cast<std::size_t>(n));
+    block_plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, rank, row, {}, {});
+  }
+  block_positions_.assign(all.positions.begin() + begin * d, all.positions.begin() + block_end_ * d);
+
+  // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
+  // inside a sample) is the canonical order, so it is the single-process tree of the batch.
+  const std::vector<std::int64_t> batch_idx = all.batch.batch_idx();
+  const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
+  const balltree::DistributedOptions options{tree_granularity(c)};
+  if (c.should_rotate) {
+    const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
+    trees_ = balltree::build_distributed_with_rotations(comm, block_positions_, d, block_samples, strides, balls,
+                                                        c.rotation_angle, options);
+  } else {
+    trees_.tree = balltree::build_distributed(comm, std::span<const float>(block_positions_), d, block_samples, options);
+  }
+  const balltree::DistributedTree& tree = trees_.tree;
+  // Equal padded sample sizes, whole balls, blocks and groups (global data: the same on every rank).
+  const std::int64_t samples = static_cast<std::int64_t>(tree.slot_offsets.size()) - 1;
+  if (samples < 1) throw Error(ErrorCode::input, "bsa: no points");
+  const std::int64_t slots_per_sample = tree.slot_offsets[1] - tree.slot_offsets[0];
+  collectively(comm, [&] {
+    for (std::int64_t s = 1; s < samples; ++s) {
+      const std::int64_t m = tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)];
+      if (m != slots_per_sample)
+        throw Error(ErrorCode::input, "bsa: batch sample " + std::to_string(s) + " pads to " + std::to_string(m) +
+                                          " tree slots but sample 0 to " + std::to_string(slots_per_sample) +
+                                          "; BSA needs every sample padded to the same size (the same next power of "
+                                          "two of its point count)");
+    }
+    Stages::check_sample_size(net, slots_per_sample);
+  });
+
+  slot_positions_.resize(static_cast<std::size_t>(tree.local_slots() * d));
+  for (std::int64_t s = 0; s < tree.local_slots(); ++s)
+    std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+  if (c.should_rotate) {
+    rotated_positions_.resize(slot_positions_.size());
+    TreeExchanges(comm, trees_, c.compress_block_size).to_rotated(slot_positions_.data(), d, rotated_positions_.data());
+  }
+
+  // The rank's slots cut at sample boundaries.
+  layout_.rows = tree.local_slots();
+  layout_.n = slots_per_sample;
+  layout_.samples = samples;
+  for (std::int64_t slot = tree.slot_begin; slot < tree.slot_end;) {
+    const std::int64_t sample = slot / slots_per_sample;
+    const std::int64_t end = std::min(tree.slot_end, (sample + 1) * slots_per_sample);
+    layout_.segments.push_back({slot - tree.slot_begin, 1, end - slot, slot - sample * slots_per_sample, sample});
+    slot = end;
+  }
+}
+
+void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
+  block_plan_.forward(rows_or_dummy(solver_rows), width, rows_or_dummy(block_rows));
+}
+
+void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
+  block_plan_.backward(rows_or_dummy(block_rows), width, rows_or_dummy(solver_rows));
+}
+
+std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
+  const Config& c = net.config();
+  const int D = c.c_hidden;
+  const std::int64_t n = block_rows();
+  if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
+    throw Error(ErrorCode::internal, "bsa (distributed): block features of the wrong size");
+  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_begin_); });
+
+  // Embedding on the block, the rank's slots (padding duplicates filled), the layers, back to the block.
+  const index_t ld = Stages::row_stride(net);
+  AlignedBuffer<float> h(static_cast<std::size_t>(n * ld));
+  Stages::embed(net, block_features, n, h.data(), threads);
+  const balltree::DistributedTree& tree = trees_.tree;
+  AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
+  tree.plan.to_tree(rows_or_dummy(static_cast<const float*>(h.data())), static_cast<int>(ld), rows_or_dummy(x.data()));
+  const TreeExchanges exchanges(*comm_, trees_, c.compress_block_size);
+  Stages::layers(net, x.data(), slot_positions_.data(), rotated_positions_.data(), layout_, exchanges, threads);
+  tree.plan.to_solver(rows_or_dummy(static_cast<const float*>(x.data())), static_cast<int>(ld), rows_or_dummy(h.data()));
+  std::vector<float> result(static_cast<std::size_t>(n * D));
+  for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D, result.data() + i * D);
+  return result;
+}
+
+}  // namespace surrogate::bsa::detail

@@ -1,0 +1,57 @@
+// The distributed BSA forward (share/docs/balltree.md, "Running BSA", multi-rank): every rank runs the
+// layers on its own slots of the distributed ball tree (balltree_distributed.hpp), whole balls,
+// compression blocks and selection groups; the rotated layers go through the tree's exchange plan, the
+// compressed keys and values of every block are all-gathered (N / C rows), and the token rows of the
+// blocks a rank selected are fetched from their owners, layer by layer. The result is bitwise that of
+// the single-process forward at any rank count and partition. Internal to libsurrogate.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../balltree/point_cloud_model.hpp"
+#include "bsa_stages.hpp"
+#include "surrogate/balltree_distributed.hpp"
+#include "surrogate/bsa.hpp"
+#include "surrogate/comm.hpp"
+
+namespace surrogate::bsa::detail {
+
+/// The tree granularity that keeps every ball (ball_size, and attention_ball_size for ball attention),
+/// compression block (C) and selection group (G) of every layer on one rank: their least common multiple.
+std::int64_t tree_granularity(const Config& config);
+
+/// What a distributed forward needs from the geometry of a predict call: the canonical blocks (rank r
+/// holds canonical points [block_bounds[r], block_bounds[r+1]), a plan between them and the caller's
+/// rows), the distributed tree (with the rotated order) over the blocks, the rank's slots' positions in
+/// tree and rotated order and its segments of samples. Sparse or ball attention only.
+class DistributedPlan {
+ public:
+  /// Collective; `all` from PointCloudModel::gather_canonical in block mode (features not needed).
+  /// Errors (the tree's input errors, unequal padded sample sizes, a size that is not whole balls,
+  /// blocks and groups) are agreed.
+  DistributedPlan(const Comm& comm, const Network& net, const CanonicalBatch& all, std::int64_t solver_rows);
+
+  std::int64_t block_rows() const { return block_end_ - block_begin_; }
+  /// The block's positions (block_rows() x dimensionality), in canonical order.
+  std::span<const float> block_positions() const { return block_positions_; }
+  /// solver rows (width values each) -> this rank's block rows, and back. Collective.
+  void to_block(const float* solver_rows, int width, float* block_rows) const;
+  void to_solver(const float* block_rows, int width, float* solver_rows) const;
+  /// The network on the block's features (block_rows() x c_in); returns block_rows() x c_hidden values,
+  /// bitwise the rows of Network::forward of the whole batch. Collective; NaN/Inf features are an
+  /// agreed Error(input).
+  std::vector<float> forward(const Network& net, std::span<const float> block_features, int threads) const;
+
+ private:
+  const Comm* comm_;
+  std::int64_t block_begin_ = 0, block_end_ = 0;
+  balltree::ExchangePlan block_plan_;  // forward: solver rows -> block rows
+  std::vector<float> block_positions_;
+  balltree::DistributedRotatedTrees trees_;
+  std::vector<float> slot_positions_, rotated_positions_;  // local slots x d, tree / rotated order
+  RowLayout layout_;
+};
+
+}  // namespace surrogate::bsa::detail

@@ -1,0 +1,73 @@
+// The stages of the BSA forward (checks, embedding, the layers, the ShapeNet-Car wrapper), shared by the
+// single-process forward (bsa_model.cpp) and the distributed one (bsa_distributed.cpp), so both run the
+// same per-row, per-ball, per-block and per-query code. Every stage works on the rows it is given: the
+// whole batch in tree order in one process, or one rank's slots of the distributed tree. Internal.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "../layers.hpp"
+#include "surrogate/bsa.hpp"
+
+namespace surrogate::bsa::detail {
+
+/// The rows a process runs, in tree order: `rows` slots, cut into segments that each lie inside samples
+/// (every sample has n slots, nb = n / C compressed blocks).
+struct RowLayout {
+  struct Segment {
+    index_t begin = 0;       // first local row
+    int samples = 1;         // samples of `length` rows each (several only when they are whole)
+    index_t length = 0;      // rows per sample in the segment
+    index_t row0 = 0;        // in-sample index of the segment's first row (0 for whole samples)
+    std::int64_t sample = 0;  // global index of the first sample
+  };
+  index_t rows = 0;
+  index_t n = 0;             // padded slots per sample
+  std::int64_t samples = 0;  // samples of the whole batch
+  std::vector<Segment> segments;
+};
+
+/// What the layers need beyond their rows: the rotated order of the odd layers and, distributed, the
+/// compressed blocks of all ranks and the selected blocks of other ranks. The calls are collective when
+/// distributed (every rank makes the same calls with the same widths, in the same order).
+class LayerExchanges {
+ public:
+  virtual ~LayerExchanges() = default;
+  /// rows (tree order, `width` values each) -> the same rows in the rotated tree's order, and back.
+  virtual void to_rotated(const float* rows, int width, float* rotated_rows) const = 0;
+  virtual void from_rotated(const float* rotated_rows, int width, float* rows) const = 0;
+  /// Whether the compressed blocks and the selected blocks live on other processes (then the two calls
+  /// below are used; otherwise the local rows hold whole samples).
+  virtual bool distributed() const = 0;
+  /// all (samples * nb rows of `width`) = every process's local compressed blocks, in global order.
+  virtual void gather_blocks(const float* local_blocks, index_t count, int width, float* all) const = 0;
+  /// fetched (C rows per entry of `blocks`, `width` values each) = the token rows of the global blocks
+  /// `blocks` (global block b = global slots [b*C, (b+1)*C)) from their owners' `local_rows`.
+  virtual void fetch_blocks(std::span<const std::int64_t> blocks, const float* local_rows, int width,
+                            float* fetched) const = 0;
+};
+
+/// Friend of Network: the stages, implemented in bsa_model.cpp.
+struct Stages {
+  /// Row stride of the hidden rows: round_up(c_hidden, kPad).
+  static index_t row_stride(const Network& net);
+  /// Error(input) naming the first wrong size of the common padded sample size n (every sample the same
+  /// n, a multiple of the ball size, C and G, at least S blocks); the same message on every rank.
+  static void check_sample_size(const Network& net, index_t n);
+  /// Error(input) for a NaN/Inf feature (rows of c_in values), naming first_point + its row.
+  static void check_features(const Network& net, std::span<const float> features, index_t first_point);
+  /// h (points rows, stride row_stride) = embed(features (points x c_in)).
+  static void embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads);
+  /// The depth layers with the long residual on x (layout.rows rows in tree order, stride row_stride);
+  /// pos / pos_rot: the rows' positions in tree / rotated order (pos_rot unused without rotation).
+  static void layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
+                     const LayerExchanges& ex, int threads);
+  /// The ShapeNet-Car wrapper: features [cos(p A^T), sin(p A^T)] of rows of positions, and the prediction
+  /// head on rows of c_hidden values (one value per row).
+  static std::vector<float> fourier(const Network& net, std::span<const float> positions, int threads);
+  static std::vector<float> head(const Network& net, std::span<const float> y, int threads);
+};
+
+}  // namespace surrogate::bsa::detail

@@ -1,0 +1,208 @@
+// Distributed BSA (run by ctest at 1, 2, 3 and 4 ranks): the registered model runs on the distributed
+// ball tree (every rank its slots; rotated layers through exchanges, compressed blocks all-gathered,
+// selected blocks fetched from their owners); its output must equal bit for bit bsa::Network::forward of
+// the whole batch in one process, which every rank computes itself. The golden cases of tests/data/bsa
+// (sparse with every option family, ball, global through the gathering path), the ShapeNet-Car wrapper,
+// a batch of four samples of random points and a sample so small that ranks hold no slot; points spread
+// evenly, unevenly at random (local orders shuffled, 3 threads per rank), all on rank 0, none on the last
+// rank; a NaN feature on one rank is an agreed error.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "h5_io.hpp"
+#include "surrogate/bsa.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+namespace bt = surrogate::balltree;
+namespace bsa = surrogate::bsa;
+namespace st = surrogate::testing;
+using surrogate::ModelFile;
+using surrogate::PointGeometry;
+using surrogate::SampleLayout;
+
+namespace {
+
+/// A batch in canonical order (samples in order; the global id of a point is its index).
+struct Batch {
+  ModelFile file;
+  std::vector<float> features, positions;  // features empty for the wrapper (positions only)
+  std::vector<std::int64_t> batch_idx;
+  std::int64_t n() const { return static_cast<std::int64_t>(batch_idx.size()); }
+};
+
+std::string path_of(const std::string& name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/bsa/bsa_" + name + ".h5"; }
+
+std::vector<std::int64_t> batch_of(const std::vector<double>& sizes) {
+  std::vector<std::int64_t> b;
+  for (std::size_t s = 0; s < sizes.size(); ++s) b.insert(b.end(), static_cast<std::size_t>(sizes[s]), static_cast<std::int64_t>(s));
+  return b;
+}
+
+Batch golden(const std::string& name) {
+  const std::string p = path_of(name);
+  return Batch{ModelFile::read(p), st::to_float(st::read_array(p, "/golden/features").values),
+               st::to_float(st::read_array(p, "/golden/positions").values),
+               batch_of(st::read_array(p, "/golden/sample_sizes").values)};
+}
+
+/// Random points and features for a golden model's weights.
+Batch random_batch(const std::string& name, const std::vector<double>& sizes, unsigned seed) {
+  Batch c{ModelFile::read(path_of(name)), {}, {}, batch_of(sizes)};
+  const bsa::Network net(c.file);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal;
+  c.positions.resize(static_cast<std::size_t>(c.n() * net.config().dimensionality));
+  c.features.resize(static_cast<std::size_t>(c.n() * net.in_channels()));
+  for (float& v : c.positions) v = normal(gen);
+  for (float& v : c.features) v = normal(gen);
+  return c;
+}
+
+/// What one process computes: bsa::Network on the whole batch (the wrapper: forward_shapenet).
+std::vector<float> single_process(const Batch& c) {
+  const bsa::Network net(c.file);
+  const bt::Batch batch = bt::Batch::from_batch_idx(c.batch_idx);
+  if (net.config().wrapper == bsa::Wrapper::shapenet_car) return net.forward_shapenet(c.positions, batch, 1);
+  return net.forward(c.features, c.positions, batch, 1);
+}
+
+enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
+
+/// Model::predict over MPI_COMM_WORLD with the points spread as asked (local orders shuffled, global ids
+/// = canonical index), `threads` OpenMP threads per rank (0: the default); every rank's rows are
+/// gathered back into canonical order on every rank.
+std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), ranks = comm.size();
+  const std::int64_t n = c.n();
+  std::mt19937 gen(seed);
+  std::vector<std::int64_t> mine;
+  for (std::int64_t i = 0; i < n; ++i) {
+    int r = 0;
+    switch (spread) {
+      case Spread::even: r = static_cast<int>(i * ranks / n); break;
+      case Spread::random_skewed: {  // the last rank gets about 55 %, the others share the rest at random
+        const unsigned u = gen() % 100u;
+        r = ranks == 1 ? 0 : (u < 55u ? ranks - 1 : static_cast<int>(u % static_cast<unsigned>(ranks - 1)));
+        break;
+      }
+      case Spread::all_on_rank0: r = 0; break;
+      case Spread::last_rank_empty: r = ranks > 1 ? static_cast<int>(gen() % static_cast<unsigned>(ranks - 1)) : 0; break;
+    }
+    if (r == rank) mine.push_back(i);
+  }
+  std::shuffle(mine.begin(), mine.end(), gen);
+  const auto model = surrogate::make_model(c.file);
+  const int dim = model->position_dim(), cin = model->in_channels(), cout = model->out_channels();
+  const auto local = static_cast<std::int64_t>(mine.size());
+  std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin))), p(static_cast<std::size_t>(local * dim));
+  std::vector<std::int64_t> samples(mine.size());
+  for (std::int64_t r = 0; r < local; ++r) {
+    const auto i = static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]);
+    std::copy_n(c.features.begin() + static_cast<std::ptrdiff_t>(i) * cin, cin, f.begin() + r * cin);
+    std::copy_n(c.positions.begin() + static_cast<std::ptrdiff_t>(i) * dim, dim, p.begin() + r * dim);
+    samples[static_cast<std::size_t>(r)] = c.batch_idx[i];
+  }
+  PointGeometry g;
+  g.positions = p.data();
+  g.ld_positions = dim;
+  g.global_ids = mine.data();
+  const SampleLayout layout = SampleLayout::build(comm, local, samples.data());
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
+  surrogate::RunOptions options;
+  options.threads = threads;
+  model->predict(comm, layout, g, cin > 0 ? f.data() : nullptr, cin, out.data(), cout, options);
+  // Back to canonical order on every rank.
+  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+  const int mine_count = static_cast<int>(local);
+  MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  MPI_Allgatherv(mine.data(), mine_count, MPI_INT64_T, ids.data(), counts.data(), displs.data(), MPI_INT64_T, MPI_COMM_WORLD);
+  for (int& x : counts) x *= cout;
+  for (int& x : displs) x *= cout;
+  std::vector<float> rows(static_cast<std::size_t>(n * cout)), all(rows.size());
+  MPI_Allgatherv(out.data(), mine_count * cout, MPI_FLOAT, rows.data(), counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+  for (std::int64_t r = 0; r < n; ++r)
+    std::copy_n(rows.begin() + r * cout, cout, all.begin() + ids[static_cast<std::size_t>(r)] * cout);
+  return all;
+}
+
+void expect_all_spreads_equal(const Batch& c, const std::string& name) {
+  const std::vector<float> want = single_process(c);
+  for (const Spread s : {Spread::even, Spread::random_skewed, Spread::all_on_rank0, Spread::last_rank_empty}) {
+    // The skewed spread also with 3 threads per rank (the other spreads with OMP_NUM_THREADS, 1 in ctest).
+    const std::vector<float> got = distributed(c, s, 17u + static_cast<unsigned>(s), s == Spread::random_skewed ? 3 : 0);
+    ASSERT_EQ(got.size(), want.size()) << name;
+    std::size_t first = got.size();
+    for (std::size_t i = 0; i < got.size() && first == got.size(); ++i)
+      if (got[i] != want[i]) first = i;
+    EXPECT_EQ(first, got.size()) << name << ", spread " << static_cast<int>(s) << ": first difference at value " << first
+                                 << " (" << (first < got.size() ? got[first] : 0.0f) << " vs "
+                                 << (first < got.size() ? want[first] : 0.0f) << ")";
+  }
+}
+
+TEST(BsaMpi, GoldenModelsBitwiseEqualToOneProcess) {
+  for (const char* name : {"sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball", "global"})
+    expect_all_spreads_equal(golden(name), name);
+}
+
+TEST(BsaMpi, ShapenetWrapperBitwiseEqualToOneProcess) {
+  // sparse_rot inside the wrapper with random Fourier and head weights (inputs: positions only).
+  Batch c = golden("sparse_rot");
+  const int D = 32, d = 3, cin = 6;
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  auto tensor = [&](std::vector<std::int64_t> shape, float scale) {
+    surrogate::Tensor32 t;
+    t.shape = shape;
+    std::int64_t count = 1;
+    for (const auto s : shape) count *= s;
+    for (std::int64_t i = 0; i < count; ++i) t.values.push_back(scale * normal(rng));
+    return t;
+  };
+  c.file.config.set("c_in", std::int64_t{cin});
+  c.file.config.set("wrapper", std::string("shapenet_car"));
+  c.file.weights["embed.weight"] = tensor({D, cin}, 0.4f);
+  c.file.weights["pos_enc.linear.weight"] = tensor({cin / 2, d}, 1.0f);
+  c.file.weights["pred_head.0.weight"] = tensor({D, D}, 0.2f);
+  c.file.weights["pred_head.0.bias"] = tensor({D}, 0.1f);
+  c.file.weights["pred_head.2.weight"] = tensor({1, D}, 0.2f);
+  c.file.weights["pred_head.2.bias"] = tensor({1}, 0.1f);
+  c.features.clear();
+  expect_all_spreads_equal(c, "sparse_rot in the ShapeNet-Car wrapper");
+}
+
+TEST(BsaMpi, SeveralSamplesAndFewPoints) {
+  // Four samples that all pad to 1024 slots: rank ranges (granularity 128) start and end inside samples.
+  expect_all_spreads_equal(random_batch("sparse_rot", {600, 1000, 513, 1024}, 5u), "sparse_rot, 4 random samples");
+  expect_all_spreads_equal(random_batch("token_groups_2d", {700, 900, 1000}, 6u), "token_groups_2d, 3 random samples");
+  // One sample of 200 points (256 slots, two chunks of 128): ranks 2 and 3 hold no slot.
+  expect_all_spreads_equal(random_batch("sparse_rot", {200}, 9u), "sparse_rot, 200 points");
+}
+
+TEST(BsaMpi, ErrorsAreAgreed) {
+  // A NaN feature on one rank only: every rank throws the same Error(input).
+  Batch c = golden("sparse_rot");
+  c.features[c.features.size() - 1] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    distributed(c, Spread::even, 1u);
+    FAIL() << "no error for a NaN feature";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("NaN/Inf"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
