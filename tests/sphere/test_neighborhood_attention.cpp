@@ -343,6 +343,38 @@ TEST(NeighborhoodAttentionS2, ThreadCountDoesNotChangeBits) {
   for (std::size_t i = 0; i < y1.size(); ++i) ASSERT_EQ(y1[i], y3[i]) << i;
 }
 
+// With 128 output longitudes the forward projects and attends 8 output rows at a time (about 1024
+// points): three such steps per sample give the same bits as forward_rows one output row at a time
+// (batch 2, downsampling, separate key and value).
+TEST(NeighborhoodAttentionS2, ForwardStepsDoNotChangeBits) {
+  std::mt19937 rng(9);
+  sphere::NeighborhoodAttentionS2Config c;
+  c.in_channels = 6;
+  c.num_heads = 2;
+  c.nlat_in = 20;
+  c.nlon_in = 256;
+  c.nlat_out = 20;
+  c.nlon_out = 128;
+  const sphere::AttentionS2Weights w = random_weights(c, rng);
+  sphere::NeighborhoodAttentionS2 att(c, w);
+  const int batch = 2, rq = 128 * 6, rk = 256 * 6;
+  const std::vector<float> xq = random_vector(static_cast<std::size_t>(batch * 20 * rq), rng, 1.0f);
+  const std::vector<float> xk = random_vector(static_cast<std::size_t>(batch * 20 * rk), rng, 1.0f);
+  const std::vector<float> xv = random_vector(xk.size(), rng, 1.0f);
+  std::vector<float> whole(xq.size()), row(static_cast<std::size_t>(batch * rq));
+  att.forward(batch, xq.data(), xk.data(), xv.data(), whole.data());
+  for (int t = 0; t < 20; ++t) {
+    std::vector<float> q(row.size());
+    for (int b = 0; b < batch; ++b)
+      std::copy_n(xq.begin() + (b * 20 + t) * rq, rq, q.begin() + b * rq);
+    att.forward_rows(batch, t, t + 1, q.data(), 0, 20, xk.data(), xv.data(), row.data());
+    for (int b = 0; b < batch; ++b)
+      for (int i = 0; i < rq; ++i)
+        ASSERT_EQ(row[static_cast<std::size_t>(b * rq + i)], whole[static_cast<std::size_t>((b * 20 + t) * rq + i)])
+            << "sample " << b << " row " << t << " value " << i;
+  }
+}
+
 TEST(NeighborhoodAttentionS2, RejectsBadArguments) {
   std::mt19937 rng(3);
   sphere::NeighborhoodAttentionS2Config c;

@@ -20,6 +20,7 @@ using kernels::index_t;
 namespace {
 
 constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
+constexpr int kBandPoints = 1024;  // output points (whole latitude rows, at least one) projected and attended at a time
 
 /// Ring layout of one operand: channel e of (sample b, head h, input row lat, residue r) at ring position
 /// j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1
@@ -31,21 +32,35 @@ struct RingLayout {
   index_t size(int batch) const { return batch * heads * head_size(); }
 
   /// Rows [r0, r0 + n) of the projected operand (row b*rows*nlon_in + lat*nlon_in + w, head h in columns
-  /// [h*width, (h+1)*width), ld ld_src) into their ring positions.
+  /// [h*width, (h+1)*width), ld ld_src) into their ring positions. Run by run of one (sample, input row,
+  /// residue), channel by channel: the stores go to consecutive ring positions (the source rows of a run,
+  /// a few KiB, stay in L1 across the channels) rather than one cache line per value.
   template <class T>
   void scatter(index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
     const index_t points = static_cast<index_t>(rows) * nlon_in;
-    for (index_t i = 0; i < n; ++i) {
-      const index_t row = r0 + i, b = row / points, lat = (row % points) / nlon_in, w = row % nlon_in;
-      const index_t j = w / p;
-      T* d0 = dst + b * heads * head_size() + (lat * p + w % p) * width * ld_ring;
-      const float* s = src + i * ld_src;
-      for (index_t jj = j; jj < ld_ring; jj += ring)  // (once, or again for the wrapped positions)
-        for (int h = 0; h < heads; ++h) {
-          T* d = d0 + h * head_size() + jj;
-          const float* sh = s + static_cast<index_t>(h) * width;
-          for (int e = 0; e < width; ++e) d[e * ld_ring] = sh[e];
-        }
+    for (index_t i0 = 0; i0 < n;) {
+      // Rows i0 .. i1 - 1: one sample and input row, longitudes w0 .. w0 + (i1 - i0) - 1.
+      const index_t row0 = r0 + i0, b = row0 / points, lat = (row0 % points) / nlon_in, w0 = row0 % nlon_in;
+      const index_t i1 = std::min(n, i0 + (nlon_in - w0));
+      for (index_t r = 0; r < p; ++r) {
+        // The longitudes w = r (mod p) of the run: ring positions ja .. jb - 1, source rows wa - w0 + i0, + p, ...
+        const index_t wa = w0 + ((r - w0 % p) % p + p) % p, w_end = w0 + (i1 - i0);
+        if (wa >= w_end) continue;
+        const index_t ja = wa / p, jb = ja + (w_end - wa + p - 1) / p;
+        const float* s0 = src + (i0 + wa - w0) * ld_src;
+        const index_t step = static_cast<index_t>(p) * ld_src;
+        T* d0 = dst + b * heads * head_size() + (lat * p + r) * width * ld_ring;
+        for (int h = 0; h < heads; ++h)
+          for (int e = 0; e < width; ++e) {
+            T* d = d0 + h * head_size() + e * ld_ring;
+            const float* s = s0 + static_cast<index_t>(h) * width + e;
+            for (index_t j = ja; j < jb; ++j) d[j] = s[(j - ja) * step];
+            // The wrapped copies ring .. ld_ring - 1 of positions 0 .. (mod ring).
+            for (index_t shift = ring; ja + shift < ld_ring; shift += ring)
+              for (index_t j = ja; j < std::min(jb, ld_ring - shift); ++j) d[j + shift] = d[j];
+          }
+      }
+      i0 = i1;
     }
   }
 };
@@ -61,8 +76,8 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   const index_t ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
   const index_t po = static_cast<index_t>(rows_out) * ring, pi = static_cast<index_t>(rows_in) * nlon_in;
 
-  // Projections; the keys and values go into their rings block by block while in cache. (Buffers kept
-  // per calling thread and reused across forwards: no page faults; the threads get pointers.)
+  // The rings (buffers kept per calling thread and reused across forwards: no page faults; the threads
+  // get pointers).
   const RingLayout k_layout{H, ek, rows_in, nlon_in, ring, p, ld_ring}, v_layout{H, ev, rows_in, nlon_in, ring, p, ld_ring};
   const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
   thread_local PlainOperands ops;
@@ -73,60 +88,83 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   float* const kt = k_rings.data();
   double* const vt = v_rings.data();
   const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out();
-  const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
-    k_layout.scatter(r0, n, k, ld_k, kt);
-    v_layout.scatter(r0, n, v, ld_v, vt);
-  };
-  hd.project_plain(batch * po, batch * pi, query, key, value, ops, &to_rings);
-  const float* const q = ops.q.data();  // (the worker threads have their own thread_local `ops`)
+  const int cin = hd.in_channels();
 
-  // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights.
+  // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights;
+  // and the input rows each output row reaches (last_in: one past the highest, relative to in_begin).
   const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
                 count = csr.row_offsets[static_cast<std::size_t>(lat_end)] - first;
   std::vector<index_t> key_base(static_cast<std::size_t>(count)), value_base(static_cast<std::size_t>(count));
   std::vector<std::int32_t> ring_pos(static_cast<std::size_t>(count));
   std::vector<float> weight(static_cast<std::size_t>(count));
-  for (index_t n = 0; n < count; ++n) {
-    const std::int64_t col = csr.columns[static_cast<std::size_t>(first + n)];
-    const index_t lat = col / nlon_in, w = col % nlon_in, row = (lat - in_begin) * p + w % p;
-    key_base[static_cast<std::size_t>(n)] = row * ek * ld_ring;
-    value_base[static_cast<std::size_t>(n)] = row * ev * ld_ring;
-    ring_pos[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(w / p);
-    weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(lat)];
-  }
-
-  // One task per (sample, output row, block of output longitudes); all heads in the task.
-  const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
-  const index_t tasks = static_cast<index_t>(batch) * rows_out * lon_blocks;
-#pragma omp parallel for schedule(dynamic)
-  for (index_t t = 0; t < tasks; ++t) {
-    const index_t b = t / (rows_out * lon_blocks), lat = (t / lon_blocks) % rows_out;
-    const int wo0 = static_cast<int>((t % lon_blocks) * kLonBlock);
-    const int n_lon = std::min(ring - wo0, kLonBlock);
-    const index_t beg = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat)] - first;
-    const index_t row0 = b * po + lat * ring + wo0;
-    for (int h = 0; h < H; ++h) {
-      kernels::RingAttentionArgs a;
-      a.ek = ek;
-      a.ev = ev;
-      a.q = q + row0 * ld_k + static_cast<index_t>(h) * ek;
-      a.ldq = ld_k;
-      a.count = n_lon;
-      a.first = wo0;
-      a.ring = ring;
-      a.kt = kt + (b * H + h) * ring_k;
-      a.vt = vt + (b * H + h) * ring_v;
-      a.ld_ring = ld_ring;
-      a.entries = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat) + 1] - first - beg;
-      a.key_base = key_base.data() + beg;
-      a.value_base = value_base.data() + beg;
-      a.ring_pos = ring_pos.data() + beg;
-      a.weight = weight.data() + beg;
-      a.out = o + row0 * ld_o + static_cast<index_t>(h) * ev;
-      a.ldo = ld_o;
-      kern.ring_attention(a);
+  std::vector<int> last_in(static_cast<std::size_t>(rows_out), 0);
+  for (int t = 0; t < rows_out; ++t)
+    for (index_t n = csr.row_offsets[static_cast<std::size_t>(lat_begin + t)] - first;
+         n < csr.row_offsets[static_cast<std::size_t>(lat_begin + t) + 1] - first; ++n) {
+      const std::int64_t col = csr.columns[static_cast<std::size_t>(first + n)];
+      const index_t lat = col / nlon_in, w = col % nlon_in, row = (lat - in_begin) * p + w % p;
+      key_base[static_cast<std::size_t>(n)] = row * ek * ld_ring;
+      value_base[static_cast<std::size_t>(n)] = row * ev * ld_ring;
+      ring_pos[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(w / p);
+      weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(lat)];
+      last_in[static_cast<std::size_t>(t)] = std::max(last_in[static_cast<std::size_t>(t)], static_cast<int>(lat - in_begin) + 1);
     }
-    for (int i = 0; i < n_lon; ++i) std::fill(o + (row0 + i) * ld_o + hd.cout, o + (row0 + i + 1) * ld_o, 0.0f);
+
+  // Sample by sample, about kBandPoints output points (whole rows) at a time: the projections of the band's queries and of the
+  // input rows it reaches that are not projected yet (the keys and values into their rings block by
+  // block while in cache), then the band's softmax while those rows are still in cache.
+  const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
+  const int band = std::max(1, kBandPoints / ring);
+  for (int b = 0; b < batch; ++b) {
+    int projected = 0;  // input rows [0, projected) of sample b are in the rings
+    for (int t0 = 0; t0 < rows_out; t0 += band) {
+      const int t1 = std::min(rows_out, t0 + band);
+      int reach = projected;
+      for (int t = t0; t < t1; ++t) reach = std::max(reach, last_in[static_cast<std::size_t>(t)]);
+      const index_t q_row0 = b * po + static_cast<index_t>(t0) * ring, k_row0 = b * pi + static_cast<index_t>(projected) * nlon_in;
+      const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
+        k_layout.scatter(k_row0 + r0, n, k, ld_k, kt);
+        v_layout.scatter(k_row0 + r0, n, v, ld_v, vt);
+      };
+      hd.project_plain(static_cast<index_t>(t1 - t0) * ring, static_cast<index_t>(reach - projected) * nlon_in,
+                       query + q_row0 * cin, key + k_row0 * cin, value + k_row0 * cin, ops, &to_rings);
+      projected = reach;
+      const float* const q = ops.q.data();  // (the worker threads have their own thread_local `ops`)
+
+      // One task per (head, output row, block of output longitudes), heads outermost: one head's rings of
+      // the rows in reach stay in L2.
+      const index_t band_rows = t1 - t0, tasks = static_cast<index_t>(H) * band_rows * lon_blocks;
+#pragma omp parallel for schedule(dynamic)
+      for (index_t task = 0; task < tasks; ++task) {
+        const int h = static_cast<int>(task / (band_rows * lon_blocks));
+        const index_t lat = t0 + (task / lon_blocks) % band_rows;
+        const int wo0 = static_cast<int>((task % lon_blocks) * kLonBlock);
+        const int n_lon = std::min(ring - wo0, kLonBlock);
+        const index_t beg = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat)] - first;
+        const index_t local0 = (lat - t0) * ring + wo0, row0 = b * po + lat * ring + wo0;
+        kernels::RingAttentionArgs a;
+        a.ek = ek;
+        a.ev = ev;
+        a.q = q + local0 * ld_k + static_cast<index_t>(h) * ek;
+        a.ldq = ld_k;
+        a.count = n_lon;
+        a.first = wo0;
+        a.ring = ring;
+        a.kt = kt + (static_cast<index_t>(b) * H + h) * ring_k;
+        a.vt = vt + (static_cast<index_t>(b) * H + h) * ring_v;
+        a.ld_ring = ld_ring;
+        a.entries = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat) + 1] - first - beg;
+        a.key_base = key_base.data() + beg;
+        a.value_base = value_base.data() + beg;
+        a.ring_pos = ring_pos.data() + beg;
+        a.weight = weight.data() + beg;
+        a.out = o + row0 * ld_o + static_cast<index_t>(h) * ev;
+        a.ldo = ld_o;
+        kern.ring_attention(a);
+        if (h == H - 1)
+          for (int i = 0; i < n_lon; ++i) std::fill(o + (row0 + i) * ld_o + hd.cout, o + (row0 + i + 1) * ld_o, 0.0f);
+      }
+    }
   }
 }
 

@@ -66,6 +66,8 @@ class S2Heads {
   /// Leading dimension of the attention results o given to output_projection.
   kernels::index_t ld_out() const;
 
+  int in_channels() const { return in_channels_; }
+
  private:
   const char* op_;
   int in_channels_ = 0;
