@@ -3,12 +3,34 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <numeric>
 
 #include "distributed_internal.hpp"
 #include "surrogate/graph.hpp"
 
 namespace surrogate {
+
+GeometryKey GeometryKey::of(const Comm& comm, const SampleLayout& layout, const PointGeometry& g, int dim) {
+  GeometryKey k;
+  k.rank = comm.rank();
+  k.size = comm.size();
+  const index_t n = layout.local_points();
+  k.positions.resize(static_cast<std::size_t>(n * dim));
+  for (index_t r = 0; r < n; ++r) std::copy_n(g.positions + r * g.ld_positions, dim, k.positions.begin() + r * dim);
+  k.ids.assign(g.global_ids, g.global_ids + n);
+  k.samples.resize(static_cast<std::size_t>(n));
+  for (const auto& seg : layout.segments()) std::fill(k.samples.begin() + seg.begin, k.samples.begin() + seg.end, seg.sample);
+  k.has_edges = g.edge_index != nullptr;
+  if (k.has_edges) k.edges.assign(g.edge_index, g.edge_index + 2 * g.num_edges);
+  return k;
+}
+
+bool GeometryKey::operator==(const GeometryKey& o) const {
+  return rank == o.rank && size == o.size && has_edges == o.has_edges && ids == o.ids && samples == o.samples &&
+         edges == o.edges && positions.size() == o.positions.size() &&
+         (positions.empty() || std::memcmp(positions.data(), o.positions.data(), positions.size() * sizeof(float)) == 0);
+}
 
 // ---------------------------------------------------------------------------------------------------
 // GraphRule

@@ -1,16 +1,16 @@
-// Registered models of the ball-tree family (Erwin now, BSA next): the generic Model path for networks
+// Registered models of the ball-tree family (Erwin, BSA): the generic Model path for networks
 // whose forward takes the whole batch (features, positions, samples and, for message passing, edges)
 // in one process. A family derives from PointCloudModel, says how many coordinates and which graph
 // rule it needs, and implements run_batch(); gathering, the canonical point order, the graph and the
 // return of each rank's rows are done here.
 //
-// Multi-rank, gathered mode (forward_geometry; NOT scalable, used by BSA): every rank gathers all points
+// Multi-rank, gathered mode (forward_geometry; NOT scalable, used by BSA's global attention): every rank gathers all points
 // of the batch (features, positions, global ids, samples) and all edges with collectives, runs the
 // forward redundantly on the whole batch and keeps its own rows. The result is bitwise independent of
 // the rank count and the partition (the forward sees the same arrays in the same order everywhere), but
-// memory and time per rank are those of a single process. A family that runs distributed (Erwin, on the
-// distributed ball tree) overrides forward_geometry and uses gather_canonical without features, with
-// each rank's edges only.
+// memory and time per rank are those of a single process. A family that runs distributed (Erwin, BSA, on
+// the distributed ball tree) overrides forward_geometry and uses gather_canonical without features, with
+// each rank's edges only, and keeps its plan while the GeometryKey stays the same.
 #pragma once
 
 #include <cstdint>
@@ -59,6 +59,17 @@ struct CanonicalBatch {
   std::vector<std::int64_t> canonical_of_row;  // this rank's rows -> canonical index
   std::vector<int> owner_rank;                 // canonical index -> the rank that holds the point
   std::vector<std::int64_t> owner_row;         // canonical index -> its row on that rank
+};
+
+/// What a distributed plan depends on, on this rank: positions, global ids, samples, edges (compared bit
+/// for bit; whether every rank's key is unchanged is agreed collectively by the caller).
+struct GeometryKey {
+  int rank = -1, size = 0;
+  std::vector<float> positions;
+  std::vector<std::int64_t> ids, samples, edges;
+  bool has_edges = false;
+  static GeometryKey of(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, int dim);
+  bool operator==(const GeometryKey& other) const;
 };
 
 class PointCloudModel : public Model {

@@ -157,6 +157,13 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   }
 }
 
+void DistributedPlan::rebind(const Comm& comm) {
+  comm_ = &comm;
+  block_plan_.rebind(comm);
+  trees_.tree.plan.rebind(comm);
+  for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+}
+
 void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
   block_plan_.forward(rows_or_dummy(solver_rows), width, rows_or_dummy(block_rows));
 }

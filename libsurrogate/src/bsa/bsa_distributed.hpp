@@ -25,7 +25,9 @@ std::int64_t tree_granularity(const Config& config);
 /// What a distributed forward needs from the geometry of a predict call: the canonical blocks (rank r
 /// holds canonical points [block_bounds[r], block_bounds[r+1]), a plan between them and the caller's
 /// rows), the distributed tree (with the rotated order) over the blocks, the rank's slots' positions in
-/// tree and rotated order and its segments of samples. Sparse or ball attention only.
+/// tree and rotated order and its segments of samples; built once per geometry and reused (only the
+/// construction gathers). The plans are applied through the communicator of the last rebind(). Sparse
+/// or ball attention only.
 class DistributedPlan {
  public:
   /// Collective; `all` from PointCloudModel::gather_canonical in block mode (features not needed).
@@ -33,6 +35,8 @@ class DistributedPlan {
   /// blocks and groups) are agreed.
   DistributedPlan(const Comm& comm, const Network& net, const CanonicalBatch& all, std::int64_t solver_rows);
 
+  /// Use `comm` (the same ranks) for the next forwards.
+  void rebind(const Comm& comm);
   std::int64_t block_rows() const { return block_end_ - block_begin_; }
   /// The block's positions (block_rows() x dimensionality), in canonical order.
   std::span<const float> block_positions() const { return block_positions_; }

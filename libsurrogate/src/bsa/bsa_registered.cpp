@@ -6,6 +6,7 @@
 // Docs: share/docs/balltree.md ("Running BSA").
 #include <algorithm>
 #include <cstdio>
+#include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
 #include "bsa_distributed.hpp"
@@ -68,8 +69,9 @@ class BsaModel final : public PointCloudModel {
                    c.attention_type == AttentionType::global
                        ? "global attention: every rank gathers the whole batch and runs it (exact, not scalable)"
                        : "distributed ball tree (every rank its slots; rotated layers exchanged, compressed blocks "
-                         "all-gathered, selected blocks fetched from their owners; positions and ids gathered on "
-                         "every rank per call; bitwise equal to one process)");
+                         "all-gathered, selected blocks fetched from their owners; positions and ids are gathered "
+                         "on every rank when a geometry is first seen, the plan is reused while it stays; bitwise "
+                         "equal to one process)");
     return d;
   }
 
@@ -84,11 +86,24 @@ class BsaModel final : public PointCloudModel {
       PointCloudModel::forward_geometry(comm, layout, geometry, in, ld_in, out, ld_out, options);
       return;
     }
-    // The distributed ball tree (bsa_distributed.hpp), built for this call.
+    // The distributed ball tree (bsa_distributed.hpp): the plan (the gathers of positions and ids, the
+    // tree, the exchange plans) is built on the first call and reused while the geometry (positions,
+    // global ids, samples, on every rank, compared bit for bit) stays the same.
     const index_t n = layout.local_points();
     const int cin = in_channels(), cout = out_channels();
-    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
-    const detail::DistributedPlan plan(comm, net_, all, n);
+    GeometryKey key = GeometryKey::of(comm, layout, geometry, net_.config().dimensionality);
+    key.has_edges = false;  // edges are ignored
+    key.edges.clear();
+    const bool same = plan_ && key == plan_key_;
+    if (comm.allreduce<std::int64_t>(same ? 1 : 0, ReduceOp::min) == 1) {
+      plan_->rebind(comm);
+    } else {
+      plan_.reset();
+      const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
+      plan_ = std::make_unique<detail::DistributedPlan>(comm, net_, all, n);
+      plan_key_ = std::move(key);
+    }
+    const detail::DistributedPlan& plan = *plan_;
     std::vector<float> block_features;
     if (wrapped(net_)) {
       block_features = detail::Stages::fourier(net_, plan.block_positions(), options.threads);
@@ -118,6 +133,8 @@ class BsaModel final : public PointCloudModel {
   static bool wrapped(const Network& net) { return net.config().wrapper == Wrapper::shapenet_car; }
 
   Network net_;
+  std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
+  GeometryKey plan_key_;
 };
 
 }  // namespace
