@@ -16,7 +16,6 @@
 
 namespace surrogate::sphere {
 
-using kernels::AlignedBuffer;
 using kernels::index_t;
 
 namespace {
@@ -117,19 +116,10 @@ void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end
             std::to_string(needed.first) + ", " + std::to_string(needed.second) + "), the given key/value hold [" +
             std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
-  // Band size: po output points per sample (key row r of a sample is input point r + in_begin * nlon_in).
-  const index_t po = static_cast<index_t>(lat_end - lat_begin) * c.nlon_out;
-  const index_t rows_q = batch * po;
-  // Projections and the softmax over each output point's neighbours (quadrature-weighted), row by row.
-  // (o kept per calling thread and reused across forwards: fresh pages cost more than the softmax.)
-  const index_t ld_v = hd.ld_out();
-  thread_local AlignedBuffer<float> o;
-  o.resize(static_cast<std::size_t>(rows_q * ld_v));
+  // Projections, the softmax over each output point's neighbours (quadrature-weighted) and the output
+  // projection, band by band.
   detail::neighborhood_attention_rows(m.csr, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, query, key,
-                                      value, o.data(), ld_v);
-
-  // Output projection, then the caller's layout.
-  hd.output_projection(rows_q, o.data(), out);
+                                      value, out);
 }
 
 }  // namespace surrogate::sphere

@@ -69,7 +69,7 @@ struct RingLayout {
 
 void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
                                  int batch, int lat_begin, int lat_end, int in_begin, int in_end, const float* query,
-                                 const float* key, const float* value, float* o, index_t ld_o) {
+                                 const float* key, const float* value, float* out) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = csr.nlon_in, ring = csr.nlon_out, p = nlon_in / ring;
   const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
@@ -87,7 +87,7 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   v_rings.resize(static_cast<std::size_t>(v_layout.size(batch)));
   float* const kt = k_rings.data();
   double* const vt = v_rings.data();
-  const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out();
+  const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out(), ld_o = ld_v;
   const int cin = hd.in_channels();
 
   // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights;
@@ -112,9 +112,13 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
 
   // Sample by sample, about kBandPoints output points (whole rows) at a time: the projections of the band's queries and of the
   // input rows it reaches that are not projected yet (the keys and values into their rings block by
-  // block while in cache), then the band's softmax while those rows are still in cache.
+  // block while in cache), then the band's softmax while those rows are still in cache, then its output
+  // projection.
   const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
   const int band = std::max(1, kBandPoints / ring);
+  thread_local AlignedBuffer<float> o_band;  // the band's attention results, head h in columns [h*ev, (h+1)*ev)
+  o_band.resize(static_cast<std::size_t>(std::min(band, rows_out) * ring * ld_o));
+  float* const o = o_band.data();
   for (int b = 0; b < batch; ++b) {
     int projected = 0;  // input rows [0, projected) of sample b are in the rings
     for (int t0 = 0; t0 < rows_out; t0 += band) {
@@ -141,11 +145,11 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
         const int wo0 = static_cast<int>((task % lon_blocks) * kLonBlock);
         const int n_lon = std::min(ring - wo0, kLonBlock);
         const index_t beg = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat)] - first;
-        const index_t local0 = (lat - t0) * ring + wo0, row0 = b * po + lat * ring + wo0;
+        const index_t row0 = (lat - t0) * ring + wo0;
         kernels::RingAttentionArgs a;
         a.ek = ek;
         a.ev = ev;
-        a.q = q + local0 * ld_k + static_cast<index_t>(h) * ek;
+        a.q = q + row0 * ld_k + static_cast<index_t>(h) * ek;
         a.ldq = ld_k;
         a.count = n_lon;
         a.first = wo0;
@@ -164,6 +168,7 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
         if (h == H - 1)
           for (int i = 0; i < n_lon; ++i) std::fill(o + (row0 + i) * ld_o + hd.cout, o + (row0 + i + 1) * ld_o, 0.0f);
       }
+      hd.output_projection(band_rows * ring, o, out + (b * po + static_cast<index_t>(t0) * ring) * hd.cout);
     }
   }
 }
