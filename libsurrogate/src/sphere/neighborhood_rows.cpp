@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstring>
 
 #include "surrogate/kernels/cpu.hpp"
 
@@ -21,6 +22,28 @@ namespace {
 
 constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
 constexpr int kBandPoints = 1024;  // output points (whole latitude rows, at least one) projected and attended at a time
+
+using f4 = float __attribute__((vector_size(16)));
+using d4 = double __attribute__((vector_size(32)));
+
+/// d[e*ldd + j] = s[j*lds + e] for j, e in 0..3 (float or double destination).
+template <class T>
+inline void transpose_4x4(const float* s, index_t lds, T* d, index_t ldd) {
+  f4 a[4];
+  for (int j = 0; j < 4; ++j) std::memcpy(&a[j], s + j * lds, sizeof(f4));
+  const f4 lo01 = __builtin_shufflevector(a[0], a[1], 0, 4, 1, 5), hi01 = __builtin_shufflevector(a[0], a[1], 2, 6, 3, 7),
+           lo23 = __builtin_shufflevector(a[2], a[3], 0, 4, 1, 5), hi23 = __builtin_shufflevector(a[2], a[3], 2, 6, 3, 7);
+  const f4 t[4] = {__builtin_shufflevector(lo01, lo23, 0, 1, 4, 5), __builtin_shufflevector(lo01, lo23, 2, 3, 6, 7),
+                   __builtin_shufflevector(hi01, hi23, 0, 1, 4, 5), __builtin_shufflevector(hi01, hi23, 2, 3, 6, 7)};
+  for (int e = 0; e < 4; ++e) {
+    if constexpr (sizeof(T) == sizeof(float)) {
+      std::memcpy(d + e * ldd, &t[e], sizeof(f4));
+    } else {
+      const d4 x = __builtin_convertvector(t[e], d4);
+      std::memcpy(d + e * ldd, &x, sizeof(d4));
+    }
+  }
+}
 
 /// Ring layout of one operand: channel e of (sample b, head h, input row lat, residue r) at ring position
 /// j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1
@@ -50,15 +73,22 @@ struct RingLayout {
         const float* s0 = src + (i0 + wa - w0) * ld_src;
         const index_t step = static_cast<index_t>(p) * ld_src;
         T* d0 = dst + b * heads * head_size() + (lat * p + r) * width * ld_ring;
-        for (int h = 0; h < heads; ++h)
+        for (int h = 0; h < heads; ++h) {
+          // 4 x 4 tiles (4 positions, 4 channels) transposed in registers, then the rest value by value.
+          const index_t j4 = width % 4 ? ja : ja + (jb - ja) / 4 * 4;
+          for (int e = 0; e < (width % 4 ? 0 : width); e += 4)
+            for (index_t j = ja; j < j4; j += 4)
+              transpose_4x4(s0 + (j - ja) * step + static_cast<index_t>(h) * width + e, step,
+                            d0 + h * head_size() + e * ld_ring + j, ld_ring);
           for (int e = 0; e < width; ++e) {
             T* d = d0 + h * head_size() + e * ld_ring;
             const float* s = s0 + static_cast<index_t>(h) * width + e;
-            for (index_t j = ja; j < jb; ++j) d[j] = s[(j - ja) * step];
+            for (index_t j = j4; j < jb; ++j) d[j] = s[(j - ja) * step];
             // The wrapped copies ring .. ld_ring - 1 of positions 0 .. (mod ring).
             for (index_t shift = ring; ja + shift < ld_ring; shift += ring)
               for (index_t j = ja; j < std::min(jb, ld_ring - shift); ++j) d[j + shift] = d[j];
           }
+        }
       }
       i0 = i1;
     }
