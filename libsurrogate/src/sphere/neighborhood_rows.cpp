@@ -49,21 +49,22 @@ inline void transpose_4x4(const float* s, index_t lds, T* d, index_t ldd) {
 /// j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1
 /// repeat positions 0 .. (mod ring).
 struct RingLayout {
-  int heads, width, rows, nlon_in, ring, p;
+  int heads, width, rows, rows_in, nlon_in, ring, p;  // rows: slots for input rows (of rows_in)
   index_t ld_ring;
   index_t head_size() const { return static_cast<index_t>(rows) * p * width * ld_ring; }
-  index_t size(int batch) const { return batch * heads * head_size(); }
+  index_t size() const { return heads * head_size(); }
 
-  /// Rows [r0, r0 + n) of the projected operand (row b*rows*nlon_in + lat*nlon_in + w, head h in columns
-  /// [h*width, (h+1)*width), ld ld_src) into their ring positions. Run by run of one (sample, input row,
+  /// Rows [r0, r0 + n) of the projected operand (row b*rows_in*nlon_in + lat*nlon_in + w, head h in
+  /// columns [h*width, (h+1)*width), ld ld_src) into their ring positions (input row lat in slot lat mod
+  /// rows; the samples one after the other in the same slots). Run by run of one (sample, input row,
   /// residue), channel by channel: the stores go to consecutive ring positions (the source rows of a run,
   /// a few KiB, stay in L1 across the channels) rather than one cache line per value.
   template <class T>
   void scatter(index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
-    const index_t points = static_cast<index_t>(rows) * nlon_in;
+    const index_t points = static_cast<index_t>(rows_in) * nlon_in;
     for (index_t i0 = 0; i0 < n;) {
       // Rows i0 .. i1 - 1: one sample and input row, longitudes w0 .. w0 + (i1 - i0) - 1.
-      const index_t row0 = r0 + i0, b = row0 / points, lat = (row0 % points) / nlon_in, w0 = row0 % nlon_in;
+      const index_t row0 = r0 + i0, slot = (row0 % points) / nlon_in % rows, w0 = row0 % nlon_in;
       const index_t i1 = std::min(n, i0 + (nlon_in - w0));
       for (index_t r = 0; r < p; ++r) {
         // The longitudes w = r (mod p) of the run: ring positions ja .. jb - 1, source rows wa - w0 + i0, + p, ...
@@ -72,7 +73,7 @@ struct RingLayout {
         const index_t ja = wa / p, jb = ja + (w_end - wa + p - 1) / p;
         const float* s0 = src + (i0 + wa - w0) * ld_src;
         const index_t step = static_cast<index_t>(p) * ld_src;
-        T* d0 = dst + b * heads * head_size() + (lat * p + r) * width * ld_ring;
+        T* d0 = dst + (slot * p + r) * width * ld_ring;
         for (int h = 0; h < heads; ++h) {
           // 4 x 4 tiles (4 positions, 4 channels) transposed in registers, then the rest value by value.
           const index_t j4 = width % 4 ? ja : ja + (jb - ja) / 4 * 4;
@@ -106,63 +107,88 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   const index_t ld_ring = kernels::round_up(ring + kernels::kRingPad, kernels::kPad);
   const index_t po = static_cast<index_t>(rows_out) * ring, pi = static_cast<index_t>(rows_in) * nlon_in;
 
+  const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out(), ld_o = ld_v;
+  const int cin = hd.in_channels();
+  const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
+  const int band = std::max(1, kBandPoints / ring);
+
+  // The input rows each output row reaches, relative to in_begin: [first_in, last_in).
+  const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
+                count = csr.row_offsets[static_cast<std::size_t>(lat_end)] - first;
+  std::vector<int> first_in(static_cast<std::size_t>(rows_out), rows_in), last_in(static_cast<std::size_t>(rows_out), 0);
+  for (int t = 0; t < rows_out; ++t)
+    for (index_t n = csr.row_offsets[static_cast<std::size_t>(lat_begin + t)] - first;
+         n < csr.row_offsets[static_cast<std::size_t>(lat_begin + t) + 1] - first; ++n) {
+      const int lat = static_cast<int>(csr.columns[static_cast<std::size_t>(first + n)] / nlon_in) - in_begin;
+      first_in[static_cast<std::size_t>(t)] = std::min(first_in[static_cast<std::size_t>(t)], lat);
+      last_in[static_cast<std::size_t>(t)] = std::max(last_in[static_cast<std::size_t>(t)], lat + 1);
+    }
+  // The bands below project the input rows in order, band k those from max(the rows projected, start[k])
+  // up to reach[k], the highest row it reaches (start[k]: the lowest row that band k or a later one
+  // reaches). The rings have `slots` slots for input rows, row lat in slot lat mod slots: they hold the
+  // last `slots` rows projected, which include every row of band k when slots >= reach[k] - start[k]
+  // (and the rows projected at once take distinct slots).
+  const int bands = (rows_out + band - 1) / band;
+  std::vector<int> reach(static_cast<std::size_t>(bands)), start(static_cast<std::size_t>(bands));
+  for (int k = 0, highest = 0; k < bands; ++k) {
+    for (int t = k * band; t < std::min(rows_out, (k + 1) * band); ++t)
+      highest = std::max(highest, last_in[static_cast<std::size_t>(t)]);
+    reach[static_cast<std::size_t>(k)] = highest;
+  }
+  int slots = 1;
+  for (int k = bands - 1, lowest = rows_in; k >= 0; --k) {
+    for (int t = k * band; t < std::min(rows_out, (k + 1) * band); ++t)
+      lowest = std::min(lowest, first_in[static_cast<std::size_t>(t)]);
+    start[static_cast<std::size_t>(k)] = std::min(lowest, reach[static_cast<std::size_t>(k)]);
+    slots = std::max(slots, reach[static_cast<std::size_t>(k)] - start[static_cast<std::size_t>(k)]);
+  }
+
   // The rings (buffers kept per calling thread and reused across forwards: no page faults; the threads
   // get pointers).
-  const RingLayout k_layout{H, ek, rows_in, nlon_in, ring, p, ld_ring}, v_layout{H, ev, rows_in, nlon_in, ring, p, ld_ring};
+  const RingLayout k_layout{H, ek, slots, rows_in, nlon_in, ring, p, ld_ring},
+      v_layout{H, ev, slots, rows_in, nlon_in, ring, p, ld_ring};
   const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
   thread_local PlainOperands ops;
   thread_local AlignedBuffer<float> k_rings;
   thread_local AlignedBuffer<double> v_rings;  // (values in double: the kernel's sums are double)
-  k_rings.resize(static_cast<std::size_t>(k_layout.size(batch)));
-  v_rings.resize(static_cast<std::size_t>(v_layout.size(batch)));
+  k_rings.resize(static_cast<std::size_t>(k_layout.size()));
+  v_rings.resize(static_cast<std::size_t>(v_layout.size()));
   float* const kt = k_rings.data();
   double* const vt = v_rings.data();
-  const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_v = hd.ld_out(), ld_o = ld_v;
-  const int cin = hd.in_channels();
 
-  // The entries of the band's lists: ring row offsets (within one sample and head), positions, weights;
-  // and the input rows each output row reaches (last_in: one past the highest, relative to in_begin).
-  const index_t first = csr.row_offsets[static_cast<std::size_t>(lat_begin)],
-                count = csr.row_offsets[static_cast<std::size_t>(lat_end)] - first;
+  // The entries of the band's lists: ring row offsets (within one head), positions, weights.
   std::vector<index_t> key_base(static_cast<std::size_t>(count)), value_base(static_cast<std::size_t>(count));
   std::vector<std::int32_t> ring_pos(static_cast<std::size_t>(count));
   std::vector<float> weight(static_cast<std::size_t>(count));
-  std::vector<int> last_in(static_cast<std::size_t>(rows_out), 0);
-  for (int t = 0; t < rows_out; ++t)
-    for (index_t n = csr.row_offsets[static_cast<std::size_t>(lat_begin + t)] - first;
-         n < csr.row_offsets[static_cast<std::size_t>(lat_begin + t) + 1] - first; ++n) {
-      const std::int64_t col = csr.columns[static_cast<std::size_t>(first + n)];
-      const index_t lat = col / nlon_in, w = col % nlon_in, row = (lat - in_begin) * p + w % p;
-      key_base[static_cast<std::size_t>(n)] = row * ek * ld_ring;
-      value_base[static_cast<std::size_t>(n)] = row * ev * ld_ring;
-      ring_pos[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(w / p);
-      weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(lat)];
-      last_in[static_cast<std::size_t>(t)] = std::max(last_in[static_cast<std::size_t>(t)], static_cast<int>(lat - in_begin) + 1);
-    }
+  for (index_t n = 0; n < count; ++n) {
+    const std::int64_t col = csr.columns[static_cast<std::size_t>(first + n)];
+    const index_t lat = col / nlon_in, w = col % nlon_in, row = (lat - in_begin) % slots * p + w % p;
+    key_base[static_cast<std::size_t>(n)] = row * ek * ld_ring;
+    value_base[static_cast<std::size_t>(n)] = row * ev * ld_ring;
+    ring_pos[static_cast<std::size_t>(n)] = static_cast<std::int32_t>(w / p);
+    weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(lat)];
+  }
 
-  // Sample by sample, about kBandPoints output points (whole rows) at a time: the projections of the band's queries and of the
-  // input rows it reaches that are not projected yet (the keys and values into their rings block by
-  // block while in cache), then the band's softmax while those rows are still in cache, then its output
-  // projection.
-  const index_t lon_blocks = (ring + kLonBlock - 1) / kLonBlock;
-  const int band = std::max(1, kBandPoints / ring);
+  // Sample by sample, band by band (about kBandPoints output points, whole rows): the projections of the
+  // band's queries and of the input rows it reaches that are not projected yet (the keys and values into
+  // their rings block by block while in cache), then the band's softmax while those rows are still in
+  // cache, then its output projection.
   thread_local AlignedBuffer<float> o_band;  // the band's attention results, head h in columns [h*ev, (h+1)*ev)
   o_band.resize(static_cast<std::size_t>(std::min(band, rows_out) * ring * ld_o));
   float* const o = o_band.data();
   for (int b = 0; b < batch; ++b) {
-    int projected = 0;  // input rows [0, projected) of sample b are in the rings
-    for (int t0 = 0; t0 < rows_out; t0 += band) {
-      const int t1 = std::min(rows_out, t0 + band);
-      int reach = projected;
-      for (int t = t0; t < t1; ++t) reach = std::max(reach, last_in[static_cast<std::size_t>(t)]);
-      const index_t q_row0 = b * po + static_cast<index_t>(t0) * ring, k_row0 = b * pi + static_cast<index_t>(projected) * nlon_in;
+    int projected = 0;  // input rows [0, projected) of sample b are done with
+    for (int bi = 0; bi < bands; ++bi) {
+      const int t0 = bi * band, t1 = std::min(rows_out, t0 + band);
+      const int from = std::max(projected, start[static_cast<std::size_t>(bi)]), to = reach[static_cast<std::size_t>(bi)];
+      const index_t q_row0 = b * po + static_cast<index_t>(t0) * ring, k_row0 = b * pi + static_cast<index_t>(from) * nlon_in;
       const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
         k_layout.scatter(k_row0 + r0, n, k, ld_k, kt);
         v_layout.scatter(k_row0 + r0, n, v, ld_v, vt);
       };
-      hd.project_plain(static_cast<index_t>(t1 - t0) * ring, static_cast<index_t>(reach - projected) * nlon_in,
+      hd.project_plain(static_cast<index_t>(t1 - t0) * ring, static_cast<index_t>(to - from) * nlon_in,
                        query + q_row0 * cin, key + k_row0 * cin, value + k_row0 * cin, ops, &to_rings);
-      projected = reach;
+      projected = to;
       const float* const q = ops.q.data();  // (the worker threads have their own thread_local `ops`)
 
       // One task per (head, output row, block of output longitudes), heads outermost: one head's rings of
@@ -184,8 +210,8 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
         a.count = n_lon;
         a.first = wo0;
         a.ring = ring;
-        a.kt = kt + (static_cast<index_t>(b) * H + h) * ring_k;
-        a.vt = vt + (static_cast<index_t>(b) * H + h) * ring_v;
+        a.kt = kt + h * ring_k;
+        a.vt = vt + h * ring_v;
         a.ld_ring = ld_ring;
         a.entries = csr.row_offsets[static_cast<std::size_t>(lat_begin + lat) + 1] - first - beg;
         a.key_base = key_base.data() + beg;
