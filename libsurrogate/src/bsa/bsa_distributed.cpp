@@ -16,23 +16,16 @@
 namespace surrogate::bsa::detail {
 namespace {
 
-/// The exchange plans refuse null row pointers, also for zero rows: empty local arrays use this.
-float* rows_or_dummy(float* p) {
-  static float dummy[1] = {0.0f};
-  return p ? p : dummy;
-}
-const float* rows_or_dummy(const float* p) { return p ? p : rows_or_dummy(static_cast<float*>(nullptr)); }
-
 /// The layers' exchanges on the distributed tree (every call collective).
 class TreeExchanges final : public LayerExchanges {
  public:
   TreeExchanges(const Comm& comm, const balltree::DistributedRotatedTrees& trees, int C)
       : comm_(comm), trees_(trees), C_(C) {}
   void to_rotated(const float* rows, int width, float* rotated_rows) const override {
-    rotation().forward(rows_or_dummy(rows), width, rows_or_dummy(rotated_rows));
+    rotation().forward(rows, width, rotated_rows);
   }
   void from_rotated(const float* rotated_rows, int width, float* rows) const override {
-    rotation().backward(rows_or_dummy(rotated_rows), width, rows_or_dummy(rows));
+    rotation().backward(rotated_rows, width, rows);
   }
   bool distributed() const override { return true; }
   void gather_blocks(const float* local_blocks, index_t count, int width, float* all) const override {
@@ -45,8 +38,8 @@ class TreeExchanges final : public LayerExchanges {
       offsets[static_cast<std::size_t>(r)] = offset;
       offset += bytes[static_cast<std::size_t>(r)];
     }
-    comm_.allgatherv(rows_or_dummy(local_blocks), static_cast<std::size_t>(count * width) * sizeof(float),
-                     rows_or_dummy(all), bytes, offsets);
+    comm_.allgatherv(local_blocks, static_cast<std::size_t>(count * width) * sizeof(float),
+                     all, bytes, offsets);
   }
   void fetch_blocks(std::span<const std::int64_t> blocks, const float* local_rows, int width,
                     float* fetched) const override {
@@ -62,7 +55,7 @@ class TreeExchanges final : public LayerExchanges {
       }
     const balltree::ExchangePlan plan =
         balltree::ExchangePlan::from_requests(comm_, trees_.tree.local_slots(), rank, key, {}, {});
-    plan.forward(rows_or_dummy(local_rows), width, rows_or_dummy(fetched));
+    plan.forward(local_rows, width, fetched);
   }
 
  private:
@@ -165,11 +158,11 @@ void DistributedPlan::rebind(const Comm& comm) {
 }
 
 void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
-  block_plan_.forward(rows_or_dummy(solver_rows), width, rows_or_dummy(block_rows));
+  block_plan_.forward(solver_rows, width, block_rows);
 }
 
 void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
-  block_plan_.backward(rows_or_dummy(block_rows), width, rows_or_dummy(solver_rows));
+  block_plan_.backward(block_rows, width, solver_rows);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
@@ -186,10 +179,10 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   Stages::embed(net, block_features, n, h.data(), threads);
   const balltree::DistributedTree& tree = trees_.tree;
   AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
-  tree.plan.to_tree(rows_or_dummy(static_cast<const float*>(h.data())), static_cast<int>(ld), rows_or_dummy(x.data()));
+  tree.plan.to_tree(h.data(), static_cast<int>(ld), x.data());
   const TreeExchanges exchanges(*comm_, trees_, c.compress_block_size);
   Stages::layers(net, x.data(), slot_positions_.data(), rotated_positions_.data(), layout_, exchanges, threads);
-  tree.plan.to_solver(rows_or_dummy(static_cast<const float*>(x.data())), static_cast<int>(ld), rows_or_dummy(h.data()));
+  tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D));
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D, result.data() + i * D);
   return result;

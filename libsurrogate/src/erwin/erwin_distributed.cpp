@@ -18,22 +18,15 @@
 namespace surrogate::erwin::detail {
 namespace {
 
-/// The exchange plans refuse null row pointers, also for zero rows: empty local arrays use this.
-float* rows_or_dummy(float* p) {
-  static float dummy[1] = {0.0f};
-  return p ? p : dummy;
-}
-const float* rows_or_dummy(const float* p) { return p ? p : rows_or_dummy(static_cast<float*>(nullptr)); }
-
 /// The rotated orders of this rank's part of the distributed tree: collective exchanges per level.
 class ExchangedOrder final : public RotatedOrder {
  public:
   explicit ExchangedOrder(const balltree::DistributedRotations& r) : rotations_(r) {}
   void to_rotated(int level, const float* rows, int width, float* rotated_rows) const override {
-    rotations_.exchange[static_cast<std::size_t>(level)].forward(rows_or_dummy(rows), width, rows_or_dummy(rotated_rows));
+    rotations_.exchange[static_cast<std::size_t>(level)].forward(rows, width, rotated_rows);
   }
   void from_rotated(int level, const float* rotated_rows, int width, float* rows) const override {
-    rotations_.exchange[static_cast<std::size_t>(level)].backward(rows_or_dummy(rotated_rows), width, rows_or_dummy(rows));
+    rotations_.exchange[static_cast<std::size_t>(level)].backward(rotated_rows, width, rows);
   }
 
  private:
@@ -140,11 +133,11 @@ void DistributedPlan::rebind(const Comm& comm) {
 }
 
 void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
-  block_plan_.forward(rows_or_dummy(solver_rows), width, rows_or_dummy(block_rows));
+  block_plan_.forward(solver_rows, width, block_rows);
 }
 
 void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
-  block_plan_.backward(rows_or_dummy(block_rows), width, rows_or_dummy(solver_rows));
+  block_plan_.backward(block_rows, width, solver_rows);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
@@ -161,7 +154,7 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   Stages::embed(net, block_features, n, h.data(), threads);
   if (c.mp_steps > 0) {
     const HaloRefresh refresh = [&](float* rows, index_t stride) {
-      halo_plan_.forward(rows_or_dummy(rows), static_cast<int>(stride), rows_or_dummy(rows ? rows + n * stride : nullptr));
+      halo_plan_.forward(rows, static_cast<int>(stride), rows ? rows + n * stride : nullptr);
     };
     Stages::message_passing(net, h.data(), edge_positions_.data(), n, n + halo_rows_, local_edges_, refresh, threads);
   }
@@ -169,10 +162,10 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   // The rank's slots of the tree (padding duplicates filled), the U-Net, back to the block.
   const balltree::DistributedTree& tree = trees_.tree;
   AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
-  tree.plan.to_tree(rows_or_dummy(static_cast<const float*>(h.data())), static_cast<int>(ld), rows_or_dummy(x.data()));
+  tree.plan.to_tree(h.data(), static_cast<int>(ld), x.data());
   const ExchangedOrder order(trees_.rotations);
   Stages::levels(net, x, slot_positions_, level_nodes_, c.rotate > 0 ? &order : nullptr, threads);
-  tree.plan.to_solver(rows_or_dummy(static_cast<const float*>(x.data())), static_cast<int>(ld), rows_or_dummy(h.data()));
+  tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D0));
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D0, result.data() + i * D0);
   return result;
