@@ -11,6 +11,18 @@
 
 namespace surrogate {
 
+CanonicalBlock::CanonicalBlock(const Comm& comm, const CanonicalBatch& all, int dim, std::int64_t solver_rows,
+                               const std::string& family) {
+  if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
+    throw Error(ErrorCode::internal, family + " (distributed): the batch was not gathered in block mode");
+  begin_ = all.block_bounds[static_cast<std::size_t>(comm.rank())];
+  end_ = all.block_bounds[static_cast<std::size_t>(comm.rank()) + 1];
+  const auto n = static_cast<std::size_t>(rows());
+  plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, {all.owner_rank.data() + begin_, n},
+                                                {all.owner_row.data() + begin_, n}, {}, {});
+  positions_.assign(all.positions.begin() + begin_ * dim, all.positions.begin() + end_ * dim);
+}
+
 GeometryKey GeometryKey::of(const Comm& comm, const SampleLayout& layout, const PointGeometry& g, int dim) {
   GeometryKey k;
   k.rank = comm.rank();

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "surrogate/balltree.hpp"
+#include "surrogate/balltree_distributed.hpp"
 #include "surrogate/graph.hpp"
 #include "surrogate/model.hpp"
 
@@ -59,6 +60,32 @@ struct CanonicalBatch {
   std::vector<std::int64_t> canonical_of_row;  // this rank's rows -> canonical index
   std::vector<int> owner_rank;                 // canonical index -> the rank that holds the point
   std::vector<std::int64_t> owner_row;         // canonical index -> its row on that rank
+};
+
+/// This rank's block of a CanonicalBatch gathered in block mode (canonical points [begin(), end())), its
+/// positions, and the plan that moves rows between the caller's rows and the block. Shared by the
+/// distributed plans of the families; applied through the communicator of the last rebind().
+class CanonicalBlock {
+ public:
+  CanonicalBlock() = default;
+  /// Collective. `dim` coordinates per point; `family` names the internal error when `all` was not
+  /// gathered in block mode.
+  CanonicalBlock(const Comm& comm, const CanonicalBatch& all, int dim, std::int64_t solver_rows,
+                 const std::string& family);
+  std::int64_t begin() const { return begin_; }
+  std::int64_t end() const { return end_; }
+  std::int64_t rows() const { return end_ - begin_; }
+  /// rows() x dim, in canonical order.
+  std::span<const float> positions() const { return positions_; }
+  /// solver rows (width values each) -> the block's rows, and back. Collective.
+  void to_block(const float* solver_rows, int width, float* block_rows) const { plan_.forward(solver_rows, width, block_rows); }
+  void to_solver(const float* block_rows, int width, float* solver_rows) const { plan_.backward(block_rows, width, solver_rows); }
+  void rebind(const Comm& comm) { plan_.rebind(comm); }
+
+ private:
+  std::int64_t begin_ = 0, end_ = 0;
+  balltree::ExchangePlan plan_;  // forward: solver rows -> block rows
+  std::vector<float> positions_;
 };
 
 /// What a distributed plan depends on, on this rank: positions, global ids, samples, edges (compared bit

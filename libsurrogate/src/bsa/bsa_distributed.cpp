@@ -86,20 +86,10 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     : comm_(&comm) {
   const Config& c = net.config();
   const int d = c.dimensionality;
-  if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
-    throw Error(ErrorCode::internal, "bsa (distributed): the batch was not gathered in block mode");
   if (c.attention_type == AttentionType::global)
     throw Error(ErrorCode::internal, "bsa (distributed): global attention has no distributed forward");
-  const std::vector<std::int64_t>& bounds = all.block_bounds;
-  block_begin_ = bounds[static_cast<std::size_t>(comm.rank())];
-  block_end_ = bounds[static_cast<std::size_t>(comm.rank()) + 1];
-  const std::int64_t n = block_rows(), begin = block_begin_;
-  {
-    const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(n));
-    const std::span<const std::int64_t> row(all.owner_row.data() + begin, static_cast<std::size_t>(n));
-    block_plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, rank, row, {}, {});
-  }
-  block_positions_.assign(all.positions.begin() + begin * d, all.positions.begin() + block_end_ * d);
+  block_ = CanonicalBlock(comm, all, d, solver_rows, "bsa");
+  const std::int64_t n = block_.rows(), begin = block_.begin();
 
   // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
   // inside a sample) is the canonical order, so it is the single-process tree of the batch.
@@ -108,10 +98,10 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   const balltree::DistributedOptions options{tree_granularity(c)};
   if (c.should_rotate) {
     const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
-    trees_ = balltree::build_distributed_with_rotations(comm, block_positions_, d, block_samples, strides, balls,
+    trees_ = balltree::build_distributed_with_rotations(comm, block_.positions(), d, block_samples, strides, balls,
                                                         c.rotation_angle, options);
   } else {
-    trees_.tree = balltree::build_distributed(comm, std::span<const float>(block_positions_), d, block_samples, options);
+    trees_.tree = balltree::build_distributed(comm, block_.positions(), d, block_samples, options);
   }
   const balltree::DistributedTree& tree = trees_.tree;
   // Equal padded sample sizes, whole balls, blocks and groups (global data: the same on every rank).
@@ -152,17 +142,9 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
 
 void DistributedPlan::rebind(const Comm& comm) {
   comm_ = &comm;
-  block_plan_.rebind(comm);
+  block_.rebind(comm);
   trees_.tree.plan.rebind(comm);
   for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
-}
-
-void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
-  block_plan_.forward(solver_rows, width, block_rows);
-}
-
-void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
-  block_plan_.backward(block_rows, width, solver_rows);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
@@ -171,7 +153,7 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   const std::int64_t n = block_rows();
   if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
     throw Error(ErrorCode::internal, "bsa (distributed): block features of the wrong size");
-  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_begin_); });
+  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_.begin()); });
 
   // Embedding on the block, the rank's slots (padding duplicates filled), the layers, back to the block.
   const index_t ld = Stages::row_stride(net);

@@ -37,12 +37,12 @@ class DistributedPlan {
 
   /// Use `comm` (the same ranks) for the next forwards.
   void rebind(const Comm& comm);
-  std::int64_t block_rows() const { return block_end_ - block_begin_; }
+  std::int64_t block_rows() const { return block_.rows(); }
   /// The block's positions (block_rows() x dimensionality), in canonical order.
-  std::span<const float> block_positions() const { return block_positions_; }
+  std::span<const float> block_positions() const { return block_.positions(); }
   /// solver rows (width values each) -> this rank's block rows, and back. Collective.
-  void to_block(const float* solver_rows, int width, float* block_rows) const;
-  void to_solver(const float* block_rows, int width, float* solver_rows) const;
+  void to_block(const float* solver_rows, int width, float* block_rows) const { block_.to_block(solver_rows, width, block_rows); }
+  void to_solver(const float* block_rows, int width, float* solver_rows) const { block_.to_solver(block_rows, width, solver_rows); }
   /// The network on the block's features (block_rows() x c_in); returns block_rows() x c_hidden values,
   /// bitwise the rows of Network::forward of the whole batch. Collective; NaN/Inf features are an
   /// agreed Error(input).
@@ -50,9 +50,7 @@ class DistributedPlan {
 
  private:
   const Comm* comm_;
-  std::int64_t block_begin_ = 0, block_end_ = 0;
-  balltree::ExchangePlan block_plan_;  // forward: solver rows -> block rows
-  std::vector<float> block_positions_;
+  CanonicalBlock block_;
   balltree::DistributedRotatedTrees trees_;
   std::vector<float> slot_positions_, rotated_positions_;  // local slots x d, tree / rotated order
   RowLayout layout_;

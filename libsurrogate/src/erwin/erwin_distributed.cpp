@@ -49,12 +49,8 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     : comm_(&comm) {
   const Config& c = net.config();
   const int d = c.dimensionality, L = c.levels();
-  if (all.block_bounds.size() != static_cast<std::size_t>(comm.size()) + 1)
-    throw Error(ErrorCode::internal, "erwin (distributed): the batch was not gathered in block mode");
-  const std::vector<std::int64_t>& bounds = all.block_bounds;
-  block_begin_ = bounds[static_cast<std::size_t>(comm.rank())];
-  block_end_ = bounds[static_cast<std::size_t>(comm.rank()) + 1];
-  const std::int64_t n = block_rows(), begin = block_begin_;
+  block_ = CanonicalBlock(comm, all, d, solver_rows, "erwin");
+  const std::int64_t n = block_.rows(), begin = block_.begin();
   const std::int64_t total_edges = comm.allreduce<std::int64_t>(static_cast<std::int64_t>(all.edges.size() / 2), ReduceOp::sum);
   collectively(comm, [&] {
     if (c.rotate > 0 && d != 2 && d != 3)
@@ -62,12 +58,6 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     if (c.mp_steps > 0 && total_edges == 0)
       throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found 0");
   });
-  {
-    const std::span<const int> rank(all.owner_rank.data() + begin, static_cast<std::size_t>(n));
-    const std::span<const std::int64_t> row(all.owner_row.data() + begin, static_cast<std::size_t>(n));
-    block_plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, rank, row, {}, {});
-  }
-  block_positions_.assign(all.positions.begin() + begin * d, all.positions.begin() + block_end_ * d);
 
   if (c.mp_steps > 0) {
     // The block's receivers' edges (all.edges holds only those, in the whole graph's order, hence in edge
@@ -78,9 +68,9 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     std::vector<std::int64_t> local_dst, halo;  // halo: canonical index of halo row n + k
     std::unordered_map<std::int64_t, std::int64_t> halo_row;
     for (std::int64_t e = 0; e < E; ++e) {
-      if (dst[e] < begin || dst[e] >= block_end_) continue;
+      if (dst[e] < begin || dst[e] >= block_.end()) continue;
       std::int64_t j = src[e] - begin;
-      if (src[e] < begin || src[e] >= block_end_) {
+      if (src[e] < begin || src[e] >= block_.end()) {
         const auto [it, added] = halo_row.try_emplace(src[e], n + static_cast<std::int64_t>(halo.size()));
         if (added) halo.push_back(src[e]);
         j = it->second;
@@ -93,9 +83,9 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     std::vector<int> halo_rank(halo.size());
     std::vector<std::int64_t> halo_key(halo.size());
     edge_positions_.resize(static_cast<std::size_t>((n + halo_rows_) * d));
-    std::copy(block_positions_.begin(), block_positions_.end(), edge_positions_.begin());
+    std::copy(block_.positions().begin(), block_.positions().end(), edge_positions_.begin());
     balltree::RankRanges ranges;
-    ranges.bounds = bounds;
+    ranges.bounds = all.block_bounds;
     for (std::size_t k = 0; k < halo.size(); ++k) {
       halo_rank[k] = ranges.owner(halo[k]);
       halo_key[k] = halo[k] - ranges.begin(halo_rank[k]);
@@ -110,10 +100,10 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
   const balltree::DistributedOptions options{tree_granularity(c)};
   if (c.rotate > 0)
-    trees_ = balltree::build_distributed_with_rotations(comm, block_positions_, d, block_samples, c.strides, c.ball_sizes,
+    trees_ = balltree::build_distributed_with_rotations(comm, block_.positions(), d, block_samples, c.strides, c.ball_sizes,
                                                         c.rotate, options);
   else
-    trees_.tree = balltree::build_distributed(comm, std::span<const float>(block_positions_), d, block_samples, options);
+    trees_.tree = balltree::build_distributed(comm, block_.positions(), d, block_samples, options);
   const balltree::DistributedTree& tree = trees_.tree;
   const std::vector<index_t> global_nodes = Stages::level_nodes(net, tree.total_slots());  // same on every rank
   level_nodes_.resize(static_cast<std::size_t>(L));
@@ -126,18 +116,10 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
 
 void DistributedPlan::rebind(const Comm& comm) {
   comm_ = &comm;
-  block_plan_.rebind(comm);
+  block_.rebind(comm);
   halo_plan_.rebind(comm);
   trees_.tree.plan.rebind(comm);
   for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
-}
-
-void DistributedPlan::to_block(const float* solver_rows, int width, float* block_rows) const {
-  block_plan_.forward(solver_rows, width, block_rows);
-}
-
-void DistributedPlan::to_solver(const float* block_rows, int width, float* solver_rows) const {
-  block_plan_.backward(block_rows, width, solver_rows);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
@@ -146,7 +128,7 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   const std::int64_t n = block_rows();
   if (static_cast<std::int64_t>(block_features.size()) != n * c.c_in)
     throw Error(ErrorCode::internal, "erwin (distributed): block features of the wrong size");
-  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_begin_); });
+  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_.begin()); });
 
   // Embedding on the block, then message passing with the remote sources as a halo (rows n ..).
   const index_t ld = Stages::row_stride(net);
