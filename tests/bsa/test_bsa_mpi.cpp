@@ -2,8 +2,9 @@
 // ball tree (every rank its slots; rotated layers through exchanges, compressed blocks all-gathered,
 // selected blocks fetched from their owners); its output must equal bit for bit bsa::Network::forward of
 // the whole batch in one process, which every rank computes itself. The golden cases of tests/data/bsa
-// (sparse with every option family, ball, global through the gathering path), the ShapeNet-Car wrapper,
-// a batch of four samples of random points and a sample so small that ranks hold no slot; points spread
+// (sparse with every option family, ball, global), the ShapeNet-Car wrapper, global attention with rotated
+// layers and on samples that straddle ranks (keys and values of the whole sample fetched), a batch of four
+// samples of random points and samples so small that ranks hold no slot; points spread
 // evenly, unevenly at random (local orders shuffled, 3 threads per rank), all on rank 0, none on the last
 // rank; the plan kept while the geometry stays and rebuilt when it changes; a NaN feature on one rank is
 // an agreed error.
@@ -195,20 +196,41 @@ TEST(BsaMpi, SeveralSamplesAndFewPoints) {
   expect_all_spreads_equal(random_batch("sparse_rot", {200}, 9u), "sparse_rot, 200 points");
 }
 
-TEST(BsaMpi, PlanReusedWhileTheGeometryStays) {
-  // One model object, several calls (each with a new communicator object): new features on the same
-  // geometry reuse the plan; moved points and another spread of the same points rebuild it. Every result
-  // equals the one-process forward of its inputs.
-  Batch c = golden("sparse_rot");
+/// The batch's model with rotated odd layers (should_rotate = 1; the golden global model has none).
+Batch with_rotation(Batch c) {
+  c.file.config.set("should_rotate", std::int64_t{1});
+  return c;
+}
+
+TEST(BsaMpi, GlobalAttentionOnTheTreeBitwiseEqualToOneProcess) {
+  // Rank ranges (granularity 2 for global attention) cut samples anywhere: a rank's queries attend to
+  // the keys and values of the whole sample, fetched in tree order (rotated order in the odd layers).
+  expect_all_spreads_equal(with_rotation(golden("global")), "global, rotated odd layers");
+  expect_all_spreads_equal(random_batch("global", {600, 1000, 513, 1024}, 21u), "global, 4 random samples");
+  expect_all_spreads_equal(with_rotation(random_batch("global", {300, 500, 400}, 22u)), "global rotated, 3 random samples");
+  // One sample of 3 points (4 slots, two leaves of 2): at 3 and 4 ranks, ranks hold no slot.
+  expect_all_spreads_equal(random_batch("global", {3}, 23u), "global, 3 points");
+}
+
+/// One model object, several calls (each with a new communicator object): new features on the same
+/// geometry reuse the plan; moved points and another spread of the same points rebuild it. Every result
+/// equals the one-process forward of its inputs.
+void expect_plan_kept_and_rebuilt(Batch c, const std::string& name) {
   const auto model = surrogate::make_model(c.file);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << "first call";
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", first call";
   std::mt19937 gen(11u);
   std::normal_distribution<float> normal;
   for (float& v : c.features) v = normal(gen);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << "new features";
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", new features";
   for (float& v : c.positions) v += 0.01f * normal(gen);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << "moved points";
-  EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get()), single_process(c)) << "another spread";
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", moved points";
+  EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get()), single_process(c)) << name << ", another spread";
+}
+
+TEST(BsaMpi, PlanReusedWhileTheGeometryStays) {
+  expect_plan_kept_and_rebuilt(golden("sparse_rot"), "sparse_rot");
+  // Global attention: the plan of the samples' rows is kept and rebuilt with the rest.
+  expect_plan_kept_and_rebuilt(with_rotation(random_batch("global", {700, 1000}, 24u)), "global rotated");
 }
 
 TEST(BsaMpi, ErrorsAreAgreed) {

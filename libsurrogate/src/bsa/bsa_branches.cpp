@@ -262,8 +262,11 @@ void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, con
   }
 }
 
-void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads) {
+void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads,
+                      const SampleKeys* keys) {
   const int H = t.heads, E = t.E;
+  const SampleKeys own{t.k, t.v, t.ld, t.n};
+  const SampleKeys& from = keys ? *keys : own;
   const float scale = attention_scale(E);
   const index_t chunks = (t.n + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
@@ -276,7 +279,8 @@ void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t 
       const int M = static_cast<int>(std::min<index_t>(kQueries, t.n - q0));
       st.reset(M);
       for (int m = 0; m < M; ++m) scaled_copy(t.q + (smp * t.n + q0 + m) * t.ld + h * E, E, scale, st.query(m));
-      st.add(k, t.k + smp * t.n * t.ld + h * E, t.v + smp * t.n * t.ld + h * E, t.ld, t.n);
+      const index_t first_key = smp * from.n * from.ld + h * E;
+      st.add(k, from.k + first_key, from.v + first_key, from.ld, from.n);
       for (int m = 0; m < M; ++m) st.store(m, out + (smp * t.n + q0 + m) * ldo + h * E);
     }
   }

@@ -99,7 +99,21 @@ struct SelectedRows {
 void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, const std::int32_t* sel, float* out,
                  index_t ldo, int threads, const SelectedRows* rows = nullptr);
 
-/// Full attention over the n tokens of each sample (attention_type "global"), scale 1/sqrt(E).
-void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads);
+/// Where global attention reads the keys and values when the tokens are only a window of their samples
+/// (distributed: the samples' rows fetched from their owners): sample smp's n keys at rows
+/// [smp * n, (smp + 1) * n) of k and v, in the sample's order (head h in columns [h*E, (h+1)*E)).
+struct SampleKeys {
+  const float* k = nullptr;
+  const float* v = nullptr;
+  index_t ld = 0;
+  index_t n = 0;
+};
+
+/// Full attention over all tokens of each sample (attention_type "global"), scale 1/sqrt(E): every query
+/// of t attends to the t.n tokens of its sample, or to the keys->n keys of its sample when `keys` is
+/// given. One query's result depends only on its q row and the sample's keys and values (streamed in
+/// one pass in key order), not on the window or the thread count.
+void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t ldo, int threads,
+                      const SampleKeys* keys = nullptr);
 
 }  // namespace surrogate::bsa::detail

@@ -3,6 +3,8 @@
 //   distributed tree (every ball, compression block and selection group local; the odd layers' rotated
 //   order through the exchange plan of the rotated tree) --tree.plan back--> blocks --block plan
 //   back--> solver rows.
+// Global attention: the keys and values of the samples a rank holds only part of come whole, in the
+// layer's order, through one exchange plan built with the tree (sample_rows_).
 // Every row, ball, block and query is computed by the same stage code as the single-process forward
 // (bsa_stages.hpp) on the same inputs in the same order, so the result is bitwise the same.
 #include "bsa_distributed.hpp"
@@ -19,8 +21,10 @@ namespace {
 /// The layers' exchanges on the distributed tree (every call collective).
 class TreeExchanges final : public LayerExchanges {
  public:
-  TreeExchanges(const Comm& comm, const balltree::DistributedRotatedTrees& trees, int C)
-      : comm_(comm), trees_(trees), C_(C) {}
+  /// sample_rows: the plan of fetch_samples (global attention; null otherwise).
+  TreeExchanges(const Comm& comm, const balltree::DistributedRotatedTrees& trees, int C,
+                const balltree::ExchangePlan* sample_rows)
+      : comm_(comm), trees_(trees), C_(C), sample_rows_(sample_rows) {}
   void to_rotated(const float* rows, int width, float* rotated_rows) const override {
     rotation().forward(rows, width, rotated_rows);
   }
@@ -57,6 +61,10 @@ class TreeExchanges final : public LayerExchanges {
         balltree::ExchangePlan::from_requests(comm_, trees_.tree.local_slots(), rank, key, {}, {});
     plan.forward(local_rows, width, fetched);
   }
+  void fetch_samples(const float* local_rows, int width, float* fetched) const override {
+    if (!sample_rows_) throw Error(ErrorCode::internal, "bsa (distributed): no plan for the samples' rows");
+    sample_rows_->forward(local_rows, width, fetched);
+  }
 
  private:
   const balltree::ExchangePlan& rotation() const {
@@ -67,11 +75,15 @@ class TreeExchanges final : public LayerExchanges {
   const Comm& comm_;
   const balltree::DistributedRotatedTrees& trees_;
   int C_;
+  const balltree::ExchangePlan* sample_rows_;
 };
 
 }  // namespace
 
 std::int64_t tree_granularity(const Config& c) {
+  // Global attention has no balls, blocks or groups inside a layer (ball_size only shapes the rotated
+  // tree, which the distributed build computes exactly at any granularity): leaves of two slots.
+  if (c.attention_type == AttentionType::global) return 2;
   std::int64_t g = c.ball_size;
   if (c.attention_type == AttentionType::ball) g = std::lcm(g, static_cast<std::int64_t>(c.attention_ball_size));
   if (c.attention_type == AttentionType::sparse) {
@@ -86,8 +98,6 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     : comm_(&comm) {
   const Config& c = net.config();
   const int d = c.dimensionality;
-  if (c.attention_type == AttentionType::global)
-    throw Error(ErrorCode::internal, "bsa (distributed): global attention has no distributed forward");
   block_ = CanonicalBlock(comm, all, d, solver_rows, "bsa");
   const std::int64_t n = block_.rows(), begin = block_.begin();
 
@@ -125,7 +135,8 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
   if (c.should_rotate) {
     rotated_positions_.resize(slot_positions_.size());
-    TreeExchanges(comm, trees_, c.compress_block_size).to_rotated(slot_positions_.data(), d, rotated_positions_.data());
+    TreeExchanges(comm, trees_, c.compress_block_size, nullptr)
+        .to_rotated(slot_positions_.data(), d, rotated_positions_.data());
   }
 
   // The rank's slots cut at sample boundaries.
@@ -138,6 +149,24 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     layout_.segments.push_back({slot - tree.slot_begin, 1, end - slot, slot - sample * slots_per_sample, sample});
     slot = end;
   }
+
+  // Global attention: the rows of every sample the rank holds only part of, built once (the rotated
+  // layers use the same plan: each rank holds the same range of global slots in both orders).
+  if (c.attention_type == AttentionType::global) {
+    const std::int64_t wanted = layout_.partial_samples() * slots_per_sample;
+    std::vector<int> rank(static_cast<std::size_t>(wanted));
+    std::vector<std::int64_t> key(rank.size());
+    std::size_t t = 0;
+    for (const RowLayout::Segment& g : layout_.segments) {
+      if (g.length == slots_per_sample) continue;
+      for (std::int64_t j = 0; j < slots_per_sample; ++j, ++t) {
+        const std::int64_t slot = g.sample * slots_per_sample + j;
+        rank[t] = tree.slots.owner(slot);
+        key[t] = slot - tree.slots.begin(rank[t]);
+      }
+    }
+    sample_rows_ = balltree::ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
+  }
 }
 
 void DistributedPlan::rebind(const Comm& comm) {
@@ -145,6 +174,7 @@ void DistributedPlan::rebind(const Comm& comm) {
   block_.rebind(comm);
   trees_.tree.plan.rebind(comm);
   for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+  sample_rows_.rebind(comm);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {
@@ -162,7 +192,8 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   const balltree::DistributedTree& tree = trees_.tree;
   AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
   tree.plan.to_tree(h.data(), static_cast<int>(ld), x.data());
-  const TreeExchanges exchanges(*comm_, trees_, c.compress_block_size);
+  const TreeExchanges exchanges(*comm_, trees_, c.compress_block_size,
+                                c.attention_type == AttentionType::global ? &sample_rows_ : nullptr);
   Stages::layers(net, x.data(), slot_positions_.data(), rotated_positions_.data(), layout_, exchanges, threads);
   tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D));

@@ -2,8 +2,9 @@
 // layers on its own slots of the distributed ball tree (balltree_distributed.hpp), whole balls,
 // compression blocks and selection groups; the rotated layers go through the tree's exchange plan, the
 // compressed keys and values of every block are all-gathered (N / C rows), and the token rows of the
-// blocks a rank selected are fetched from their owners, layer by layer. The result is bitwise that of
-// the single-process forward at any rank count and partition. Internal to libsurrogate.
+// blocks a rank selected are fetched from their owners, layer by layer; with global attention every rank
+// fetches the keys and values of the samples it holds part of. The result is bitwise that of the
+// single-process forward at any rank count and partition. Internal to libsurrogate.
 #pragma once
 
 #include <cstdint>
@@ -19,15 +20,16 @@
 namespace surrogate::bsa::detail {
 
 /// The tree granularity that keeps every ball (ball_size, and attention_ball_size for ball attention),
-/// compression block (C) and selection group (G) of every layer on one rank: their least common multiple.
+/// compression block (C) and selection group (G) of every layer on one rank: their least common multiple;
+/// 2 (leaves) for global attention, which attends to whole samples wherever their rows are.
 std::int64_t tree_granularity(const Config& config);
 
 /// What a distributed forward needs from the geometry of a predict call: the canonical blocks (rank r
 /// holds canonical points [block_bounds[r], block_bounds[r+1]), a plan between them and the caller's
 /// rows), the distributed tree (with the rotated order) over the blocks, the rank's slots' positions in
 /// tree and rotated order and its segments of samples; built once per geometry and reused (only the
-/// construction gathers). The plans are applied through the communicator of the last rebind(). Sparse
-/// or ball attention only.
+/// construction gathers). The plans are applied through the communicator of the last rebind(). Every
+/// attention type (global: see sample_rows_).
 class DistributedPlan {
  public:
   /// Collective; `all` from PointCloudModel::gather_canonical in block mode (features not needed).
@@ -54,6 +56,9 @@ class DistributedPlan {
   balltree::DistributedRotatedTrees trees_;
   std::vector<float> slot_positions_, rotated_positions_;  // local slots x d, tree / rotated order
   RowLayout layout_;
+  /// Global attention: local rows -> the n rows of every sample this rank holds only part of (its
+  /// partial segments, in order), used in every layer (tree and rotated order) and every call.
+  balltree::ExchangePlan sample_rows_;
 };
 
 }  // namespace surrogate::bsa::detail

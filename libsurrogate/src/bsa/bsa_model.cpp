@@ -64,6 +64,9 @@ class Permutation final : public detail::LayerExchanges {
   void fetch_blocks(std::span<const std::int64_t>, const float*, int, float*) const override {
     throw Error(ErrorCode::internal, "bsa: no blocks to fetch in one process");
   }
+  void fetch_samples(const float*, int, float*) const override {
+    throw Error(ErrorCode::internal, "bsa: no samples to fetch in one process");
+  }
 
  private:
   const std::vector<std::int64_t>* rot_;
@@ -191,8 +194,6 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   const Config& c = cfg;
   const int D = c.c_hidden, H = c.num_heads, E = c.head_dim(), d = c.dimensionality;
   const index_t rows = layout.rows;
-  if (ex.distributed() && c.attention_type == AttentionType::global)
-    throw Error(ErrorCode::internal, "bsa: global attention has no distributed forward");
   const float eps = std::numeric_limits<float>::epsilon();
   const index_t ld_u = round_up(3 * D, kPad), ld_r = round_up(d, kPad), ld_g = round_up(3 * H, kPad);
   const bool sparse = c.attention_type == AttentionType::sparse;
@@ -240,8 +241,28 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   AlignedBuffer<float> o(static_cast<std::size_t>(rows * ld));
   std::fill_n(o.data(), rows * ld, 0.0f);
   if (c.attention_type == AttentionType::global) {
-    for (const auto& g : layout.segments)
-      detail::global_attention(k, tokens(g.begin, g.samples, g.length, g.row0), o.data() + g.begin * ld, ld, threads);
+    // A segment that is a whole sample attends to its own rows; a part of a sample (distributed) to the
+    // sample's keys and values fetched whole from their owners (n rows of [k | v] per such sample).
+    const int kv_width = 2 * D;
+    const index_t partial = ex.distributed() ? layout.partial_samples() : 0;
+    AlignedBuffer<float> fetched(static_cast<std::size_t>(partial * layout.n * kv_width));
+    if (ex.distributed()) {
+      AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
+      for (index_t r = 0; r < rows; ++r) std::copy_n(u.data() + r * ld_u + D, kv_width, kv.data() + r * kv_width);
+      ex.fetch_samples(kv.data(), kv_width, fetched.data());
+    }
+    index_t next_partial = 0;
+    for (const auto& g : layout.segments) {
+      detail::SampleKeys keys;
+      if (g.length < layout.n) {
+        keys.k = fetched.data() + next_partial++ * layout.n * kv_width;
+        keys.v = keys.k + D;
+        keys.ld = kv_width;
+        keys.n = layout.n;
+      }
+      detail::global_attention(k, tokens(g.begin, g.samples, g.length, g.row0), o.data() + g.begin * ld, ld, threads,
+                               g.length < layout.n ? &keys : nullptr);
+    }
   } else if (c.attention_type == AttentionType::ball) {
     detail::local_branch(k, tok, pos, d, ball, L.sigma.data(), o.data(), ld, threads);
   } else {

@@ -1,8 +1,8 @@
 // BSA as a registered Model (architecture "bsa"): bsa::Network behind the generic predict path
 // (PointCloudModel: positions and samples; BSA passes no messages, so edges are never used), optionally
 // inside the ShapeNet-Car wrapper (/config wrapper = "shapenet_car": inputs are the positions only, one
-// output). CPU only: a CUDA device is refused. Sparse and ball attention run distributed on the ball
-// tree (bsa_distributed.hpp) at any rank count; global attention gathers the batch on every rank.
+// output). CPU only: a CUDA device is refused. Every attention type runs distributed on the ball tree
+// (bsa_distributed.hpp) at any rank count.
 // Docs: share/docs/balltree.md ("Running BSA").
 #include <algorithm>
 #include <cstdio>
@@ -66,12 +66,12 @@ class BsaModel final : public PointCloudModel {
     }
     d.emplace_back("input", "every sample must pad (next power of two) to the same size, a multiple of ball_size");
     d.emplace_back("multi-rank mode",
-                   c.attention_type == AttentionType::global
-                       ? "global attention: every rank gathers the whole batch and runs it (exact, not scalable)"
-                       : "distributed ball tree (every rank its slots; rotated layers exchanged, compressed blocks "
-                         "all-gathered, selected blocks fetched from their owners; positions and ids are gathered "
-                         "on every rank when a geometry is first seen, the plan is reused while it stays; bitwise "
-                         "equal to one process)");
+                   std::string("distributed ball tree (every rank its slots; rotated layers exchanged, ") +
+                       (c.attention_type == AttentionType::global
+                            ? "the keys and values of the samples a rank holds part of fetched whole"
+                            : "compressed blocks all-gathered, selected blocks fetched from their owners") +
+                       "; positions and ids are gathered on every rank when a geometry is first seen, the plan is "
+                       "reused while it stays; bitwise equal to one process)");
     return d;
   }
 
@@ -82,10 +82,6 @@ class BsaModel final : public PointCloudModel {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, "bsa: no CUDA forward (cuda_device " + std::to_string(options.cuda_device) +
                                               " was requested); run BSA models on the CPU (cuda_device -1)");
-    if (net_.config().attention_type == AttentionType::global) {
-      PointCloudModel::forward_geometry(comm, layout, geometry, in, ld_in, out, ld_out, options);
-      return;
-    }
     // The distributed ball tree (bsa_distributed.hpp): the plan (the gathers of positions and ids, the
     // tree, the exchange plans) is built on the first call and reused while the geometry (positions,
     // global ids, samples, on every rank, compared bit for bit) stays the same.
@@ -122,6 +118,7 @@ class BsaModel final : public PointCloudModel {
     for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cout, cout, out + r * ld_out);
   }
 
+  // The gathered path of PointCloudModel (unused: forward_geometry above runs every attention type).
   std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
                                const balltree::Batch& batch, std::span<const std::int64_t> /*edges*/,
                                int threads) const override {

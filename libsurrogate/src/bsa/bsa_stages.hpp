@@ -27,10 +27,18 @@ struct RowLayout {
   index_t n = 0;             // padded slots per sample
   std::int64_t samples = 0;  // samples of the whole batch
   std::vector<Segment> segments;
+  /// Segments that are only part of their sample (length < n): the samples whose other rows live on
+  /// other processes.
+  index_t partial_samples() const {
+    index_t count = 0;
+    for (const Segment& g : segments) count += g.length < n ? 1 : 0;
+    return count;
+  }
 };
 
 /// What the layers need beyond their rows: the rotated order of the odd layers and, distributed, the
-/// compressed blocks of all ranks and the selected blocks of other ranks. The calls are collective when
+/// compressed blocks of all ranks and the selected blocks of other ranks (sparse attention) or the whole
+/// samples a rank holds part of (global attention). The calls are collective when
 /// distributed (every rank makes the same calls with the same widths, in the same order).
 class LayerExchanges {
  public:
@@ -47,6 +55,11 @@ class LayerExchanges {
   /// `blocks` (global block b = global slots [b*C, (b+1)*C)) from their owners' `local_rows`.
   virtual void fetch_blocks(std::span<const std::int64_t> blocks, const float* local_rows, int width,
                             float* fetched) const = 0;
+  /// Global attention: fetched (n rows per entry, `width` values each) = every row of each sample that
+  /// the local rows hold only part of (the segments of the layout with length < n, in segment order),
+  /// in the sample's current order (tree order, or rotated order in the rotated layers: every process
+  /// holds the same range of both), from their owners' `local_rows` (layout.rows rows).
+  virtual void fetch_samples(const float* local_rows, int width, float* fetched) const = 0;
 };
 
 /// Friend of Network: the stages, implemented in bsa_model.cpp.
