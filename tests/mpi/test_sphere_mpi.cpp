@@ -155,7 +155,8 @@ TEST(SphereMpi, TransformerBandsOfOneRowAndEmptyRanks) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int P = comm.size(), me = comm.rank();
   const std::filesystem::path root = std::filesystem::path(st::data_dir()) / "sphere" / "models";
-  for (const char* name : {"st_neighborhood_instance_latlon_cutoff", "st_global_instance_spectral"}) {
+  for (const char* name : {"st_neighborhood_instance_latlon_cutoff", "st_global_instance_spectral",
+                           "st_sht_neighborhood_instance", "st_sht_global_lobatto"}) {
     const std::string dir = (root / name).string();
     const auto file = surrogate::ModelFile::read(comm, dir + "/model.h5");
     const sphere::SphericalTransformer net(file);

@@ -14,6 +14,7 @@
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/resample.hpp"
+#include "surrogate/sphere/sht.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -80,7 +81,9 @@ struct SphericalTransformer::Impl {
   index_t ld = 0, ld_hidden = 0;
   std::int64_t parameters = 0;
   std::unique_ptr<DiscoConvS2> encoder, decoder;
-  std::unique_ptr<ResampleS2> resample;
+  std::unique_ptr<ResampleS2> resample;   // decoder upsampling, upsample_sht = false
+  std::unique_ptr<RealSHT> sht;           // upsample_sht = true: analysis on the internal grid,
+  std::unique_ptr<InverseRealSHT> isht;   // synthesis on the image grid with the same lmax, mmax
   AlignedBuffer<float> pos;  // (h*w) x ld, or empty
   std::vector<Block> blocks;
 
@@ -127,14 +130,19 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
   encoder = std::make_unique<DiscoConvS2>(enc, values_of(f, "encoder.conv.weight"), std::vector<float>{}, enc_table.get());
   decoder = std::make_unique<DiscoConvS2>(dec, values_of(f, "decoder.conv.weight"), std::vector<float>{}, dec_table.get());
 
-  ResampleConfig rc;
-  rc.nlat_in = h;
-  rc.nlon_in = w;
-  rc.nlat_out = cfg.nlat;
-  rc.nlon_out = cfg.nlon;
-  rc.grid_in = cfg.grid_internal;
-  rc.grid_out = cfg.grid;
-  resample = std::make_unique<ResampleS2>(rc);
+  if (cfg.upsample_sht) {
+    sht = std::make_unique<RealSHT>(h, w, cfg.grid_internal);
+    isht = std::make_unique<InverseRealSHT>(cfg.nlat, cfg.nlon, cfg.grid, sht->lmax(), sht->mmax());
+  } else {
+    ResampleConfig rc;
+    rc.nlat_in = h;
+    rc.nlon_in = w;
+    rc.nlat_out = cfg.nlat;
+    rc.nlon_out = cfg.nlon;
+    rc.grid_in = cfg.grid_internal;
+    rc.grid_out = cfg.grid;
+    resample = std::make_unique<ResampleS2>(rc);
+  }
 
   if (cfg.pos_embed != PositionEmbedding::none) {
     const Tensor32& pe = f.weight("pos_embed.position_embeddings");
@@ -456,18 +464,39 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
     }
   }
 
-  // Decoder: the image rows [g0, g1) need the resampled rows within the decoder's cutoff, which need the
-  // internal rows of their interpolation stencils (the resampling of the halo rows is recomputed here
-  // rather than exchanged).
+  // Decoder: the image rows [g0, g1) need the upsampled rows within the decoder's cutoff.
   const auto dec_rows = m.decoder->input_rows(g0, g1);
-  const auto res_rows = m.resample->input_rows(dec_rows.first, dec_rows.second);
-  const std::vector<float> inner_rows = fetch_rows(comm, band_held(batch, P, m.w, i0, i1, x.data(), ld),
-                                                   band_ranges(batch, P, m.w, res_rows.first, res_rows.second), C);
   std::vector<float> upsampled(static_cast<std::size_t>(batch) *
                                static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
                                static_cast<std::size_t>(c.nlon) * static_cast<std::size_t>(C));
-  m.resample->forward_rows(batch, C, inner_rows.data(), res_rows.first, res_rows.second, upsampled.data(),
-                           dec_rows.first, dec_rows.second);
+  if (m.sht) {
+    // SHT upsampling: the coefficients need every internal latitude. Each rank transforms its own rows in
+    // longitude; the Fourier rows (2 mmax C floats per latitude row of a sample, global row b*h + lat) of
+    // every rank are gathered; every rank sums over the latitudes in the same order (the same
+    // coefficients on every rank) and synthesises only the image rows its decoder reads.
+    const std::int64_t width = m.sht->fourier_width(C);
+    std::vector<float> own(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (i1 - i0) * width));
+    for (int b = 0; b < batch; ++b)
+      m.sht->fourier_rows(i1 - i0, C, x.data() + b * P_band * ld, ld,
+                          own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width);
+    const int wanted = dec_rows.first < dec_rows.second ? m.h : 0;  // a rank without image rows needs none
+    const std::vector<float> fourier = fetch_rows(comm, band_held(batch, m.h, 1, i0, i1, own.data(), width),
+                                                  band_ranges(batch, m.h, 1, 0, wanted), static_cast<int>(width));
+    if (wanted) {
+      std::vector<float> coeffs(static_cast<std::size_t>(batch) * static_cast<std::size_t>(m.sht->lmax()) *
+                                static_cast<std::size_t>(m.sht->mmax()) * 2 * static_cast<std::size_t>(C));
+      m.sht->legendre(batch, C, fourier.data(), coeffs.data());
+      m.isht->forward_rows(batch, C, coeffs.data(), upsampled.data(), dec_rows.first, dec_rows.second);
+    }
+  } else {
+    // Bilinear resampling: the internal rows of the interpolation stencils (the resampling of the halo
+    // rows is recomputed here rather than exchanged).
+    const auto res_rows = m.resample->input_rows(dec_rows.first, dec_rows.second);
+    const std::vector<float> inner_rows = fetch_rows(comm, band_held(batch, P, m.w, i0, i1, x.data(), ld),
+                                                     band_ranges(batch, P, m.w, res_rows.first, res_rows.second), C);
+    m.resample->forward_rows(batch, C, inner_rows.data(), res_rows.first, res_rows.second, upsampled.data(),
+                             dec_rows.first, dec_rows.second);
+  }
   m.decoder->forward_rows(batch, upsampled.data(), dec_rows.first, dec_rows.second, out_band, g0, g1);
   const std::vector<float> own_in =
       c.residual_prediction ? fetch_rows(comm, input, band_ranges(batch, P_img, c.nlon, g0, g1), c.in_chans)

@@ -73,10 +73,7 @@ TransformerConfig TransformerConfig::from_attributes(const AttributeMap& a) {
                                            {"spectral", PositionEmbedding::spectral},
                                            {"learnable lat", PositionEmbedding::learnable_lat},
                                            {"learnable latlon", PositionEmbedding::learnable_latlon}});
-  if (a.has("upsample_sht") && a.get_bool("upsample_sht"))
-    throw Error(ErrorCode::unsupported,
-                "sphere_transformer: upsample_sht = True (SHT upsampling in the decoder) is not supported; only the "
-                "bilinear ResampleS2 decoder (upsample_sht = False, the model zoo's setting) runs");
+  c.upsample_sht = a.has("upsample_sht") && a.get_bool("upsample_sht");
   const std::string mode = a.has("attention_mode") ? a.get_string("attention_mode") : "neighborhood";
   if (mode != "neighborhood" && mode != "global")
     bad("attribute 'attention_mode' is '" + mode + "'; expected 'neighborhood' or 'global'");

@@ -250,9 +250,6 @@ def transformer_config(config_data, origin, preset, release):
         if c["theta_cutoff"] <= 0.0:
             raise ExportError(f"theta_cutoff must be positive, got {args['theta_cutoff']!r}")
 
-    if c["upsample_sht"]:
-        raise ExportError("upsample_sht = True (decoder upsampling by a spherical harmonic transform) is not supported "
-                          "yet; the library implements the bilinear ResampleS2 decoder (upsample_sht = False)")
     if c["embed_dim"] % c["num_heads"]:
         raise ExportError(f"num_heads = {c['num_heads']} does not divide embed_dim = {c['embed_dim']}")
     if c["residual_prediction"] and c["in_chans"] != c["out_chans"]:

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 import torch
 import torch_harmonics
-from torch_harmonics import AttentionS2, NeighborhoodAttentionS2
+from torch_harmonics import AttentionS2, InverseRealSHT, NeighborhoodAttentionS2, RealSHT
 from torch_harmonics.examples.models import SphericalTransformer
 
 REPO = Path(__file__).resolve().parents[3]
@@ -94,6 +94,20 @@ CASES = {
         in_channels=6, num_heads=2, in_shape=[16, 32], out_shape=[8, 16], grid_in="legendre-gauss",
         grid_out="equiangular", bias=True, use_qknorm=True, scale=0.6, theta_cutoff=0.45, k_channels=4,
         out_channels=8), 1, False, None),
+    # upsample_sht = True: the decoder upsamples by RealSHT on the internal grid + InverseRealSHT on the image
+    # grid. Neighbourhood attention, instance norm, spectral embedding, 17x32 equiangular -> 9x16 Legendre-Gauss
+    # (lmax = mmax = 9: the internal grid's Nyquist order 8 becomes an ordinary order of the image grid)
+    "st_sht_neighborhood_instance": ("transformer", dict(
+        SMALL, in_chans=2, out_chans=2, num_heads=2, attention_mode="neighborhood", normalization_layer="instance_norm",
+        pos_embed="spectral", encoder_kernel_shape=[5, 4], filter_basis_type="piecewise linear", upsample_sht=True),
+        2, True, None),
+    # upsample_sht = True with global attention on a Lobatto internal grid (19x36 equiangular -> 7x12 Lobatto,
+    # lmax = mmax = 6), layer norm, residual prediction, morlet basis, no tables
+    "st_sht_global_lobatto": ("transformer", dict(
+        img_size=[19, 36], grid="equiangular", grid_internal="lobatto", scale_factor=3, embed_dim=8, num_layers=1,
+        in_chans=2, out_chans=2, num_heads=1, attention_mode="global", normalization_layer="layer_norm",
+        pos_embed="learnable latlon", encoder_kernel_shape=[3, 3], filter_basis_type="morlet",
+        residual_prediction=True, upsample_sht=True), 1, False, None),
 }
 
 
@@ -211,6 +225,11 @@ def run_case(name, spec, outdir, tmp, gen):
     if kind == "transformer" and ctor.get("attention_mode") == "neighborhood":
         for blk in model64.blocks:  # the block casts the attention's input to float32: keep its weights float32
             blk.self_attn.float()
+    if kind == "transformer" and ctor.get("upsample_sht"):
+        # .double() keeps the float32-rounded tables of the float32 SHT modules: fresh float64 transforms
+        sht64 = RealSHT(model.h, model.w, grid=ctor.get("grid_internal", "legendre-gauss"))
+        isht64 = InverseRealSHT(*ctor["img_size"], lmax=sht64.lmax, mmax=sht64.mmax, grid=ctor.get("grid", "equiangular"))
+        model64.decoder.upsample = torch.nn.Sequential(sht64, isht64)
     if model64 is not None:
         y64 = forward(model64, torch.float64)
     with h5py.File(case_dir / "io.h5", "w") as f:

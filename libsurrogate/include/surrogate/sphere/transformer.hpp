@@ -1,7 +1,8 @@
 // torch-harmonics' SphericalTransformer (examples/models/s2transformer.py, releases 0.9.1 - 0.9.3
 // semantics; eval mode) on the CPU: DISCO encoder to the internal grid, position embedding, attention
 // blocks (global AttentionS2 or NeighborhoodAttentionS2, instance/layer norm, 1x1-convolution MLP),
-// ResampleS2 back to the image grid, DISCO decoder, optional residual prediction. Semantics, model-file
+// ResampleS2 (or, with upsample_sht, RealSHT + InverseRealSHT) back to the image grid, DISCO decoder,
+// optional residual prediction. Semantics, model-file
 // attributes and status: share/docs/sphere.md ("SphericalTransformer"); specification:
 // docs/reference-models.md §5.5 - §5.8.
 #pragma once
@@ -44,6 +45,7 @@ struct TransformerConfig {
   BlockNorm normalization_layer = BlockNorm::none;
   bool residual_prediction = false;
   PositionEmbedding pos_embed = PositionEmbedding::spectral;
+  bool upsample_sht = false;  // decoder upsampling: RealSHT (internal grid) + InverseRealSHT (image grid)
   bool neighborhood = true;  // attention_mode "neighborhood" (true) or "global"
   bool bias = false;
   double theta_cutoff = 0.0;  // neighbourhood attention; <= 0: (7 / sqrt(pi)) pi / (h - 1)
@@ -57,8 +59,8 @@ struct TransformerConfig {
   double attention_cutoff() const;
 
   /// From /config attributes (optional ones take the 0.9.3 constructor defaults). Throws Error(format)
-  /// naming the attribute, Error(unsupported) for options this library does not run (upsample_sht,
-  /// releases before 0.9.1).
+  /// naming the attribute, Error(unsupported) for options this library does not run (releases before
+  /// 0.9.1).
   static TransformerConfig from_attributes(const AttributeMap& attributes);
   /// Throws Error(format) naming the first inconsistent field.
   void validate() const;
