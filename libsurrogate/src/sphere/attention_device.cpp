@@ -236,12 +236,21 @@ std::vector<float> log_of(const std::vector<float>& w) {
   for (float x : w) l.push_back(std::log(x));
   return l;
 }
+
+/// The operator's name, after refusing the upsampling mode (its lists are keyed by input latitude; the
+/// device kernel walks gather-mode lists) before any CUDA call.
+const char* gather_mode_only(const NeighborhoodAttentionS2& cpu) {
+  if (cpu.config().nlon_in % cpu.config().nlon_out)
+    throw Error(ErrorCode::unsupported, "NeighborhoodAttentionS2 (CUDA): the upsampling mode (nlon_out a multiple of "
+                                        "nlon_in) has no device kernel; run it on the CPU operator");
+  return "NeighborhoodAttentionS2 (CUDA)";
+}
 }  // namespace
 
 struct NeighborhoodAttentionS2Device::Impl {
   Impl(const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& w, int device)
       : cpu(config, w),
-        heads("NeighborhoodAttentionS2 (CUDA)", w, cpu.config().in_channels, cpu.config().num_heads,
+        heads(gather_mode_only(cpu), w, cpu.config().in_channels, cpu.config().num_heads,
               cpu.config().k_channels, cpu.config().out_channels, cpu.config().bias, cpu.config().use_qknorm,
               cpu.scale(), log_of(cpu.quad_weights()), device) {
     on_device("NeighborhoodAttentionS2 (CUDA)", device, [&] {

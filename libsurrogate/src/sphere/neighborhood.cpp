@@ -30,7 +30,7 @@ NeighborhoodCsr neighborhood_csr(int nlat_in, int nlon_in, Grid grid_in, int nla
   if (nlon_in % nlon_out)
     throw Error(ErrorCode::unsupported, "neighborhood_csr: nlon_in (" + std::to_string(nlon_in) +
                                             ") must be an integer multiple of nlon_out (" + std::to_string(nlon_out) +
-                                            "); the upsampling (scatter) mode is not implemented");
+                                            "); the upsampling (scatter) mode has its own lists (neighborhood_csr_scatter)");
   if (!(theta_cutoff > 0.0) || !std::isfinite(theta_cutoff))
     invalid("neighborhood_csr: theta_cutoff must be positive and finite");
 

@@ -11,6 +11,7 @@
 
 #include "surrogate/error.hpp"
 #include "neighborhood_rows.hpp"
+#include "neighborhood_upsample.hpp"
 #include "s2_heads.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
@@ -29,15 +30,13 @@ namespace {
 detail::S2Heads make_heads(NeighborhoodAttentionS2Config& c, const NeighborhoodAttentionS2Weights& w) {
   if (c.nlat_in < 2 || c.nlon_in < 1) invalid("in_shape must be at least (2, 1)");
   if (c.nlat_out < 2 || c.nlon_out < 1) invalid("out_shape must be at least (2, 1)");
-  if (c.nlon_in % c.nlon_out) {
-    if (c.nlon_out % c.nlon_in == 0)
-      throw Error(ErrorCode::unsupported, "NeighborhoodAttentionS2: nlon_out (" + std::to_string(c.nlon_out) +
-                                              ") a multiple of nlon_in (" + std::to_string(c.nlon_in) +
-                                              ") is the upsampling (scatter) mode, which is not implemented");
-    invalid("nlon_in (" + std::to_string(c.nlon_in) + ") must be an integer multiple of nlon_out (" +
-            std::to_string(c.nlon_out) + ")");
-  }
-  if (c.theta_cutoff == 0.0) c.theta_cutoff = default_theta_cutoff(c.nlat_out, c.grid_out);
+  if (c.nlon_in % c.nlon_out && c.nlon_out % c.nlon_in)
+    invalid("nlon_in (" + std::to_string(c.nlon_in) + ") and nlon_out (" + std::to_string(c.nlon_out) +
+            "): one must be an integer multiple of the other");
+  // The default cutoff: the coarser grid's, the output grid in the gather mode, the input grid when upsampling.
+  if (c.theta_cutoff == 0.0)
+    c.theta_cutoff = c.nlon_in % c.nlon_out ? default_theta_cutoff(c.nlat_in, c.grid_in)
+                                            : default_theta_cutoff(c.nlat_out, c.grid_out);
   if (!(c.theta_cutoff > 0.0) || !std::isfinite(c.theta_cutoff))
     invalid("theta_cutoff must be positive and finite (0: the default), got " + std::to_string(c.theta_cutoff));
   // The scale multiplies q after the projection and the qk-norm in every mode (v0.9.1+ placement).
@@ -50,12 +49,21 @@ detail::S2Heads make_heads(NeighborhoodAttentionS2Config& c, const NeighborhoodA
 struct NeighborhoodAttentionS2::Impl {
   Impl(const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& w)
       : cfg(config), h(make_heads(cfg, w)) {
+    upsample = cfg.nlon_in % cfg.nlon_out != 0;  // (make_heads checked the shapes)
     // quad_weights = 2 pi w_lat.float32 / nlon_in: the same float32 arithmetic as AttentionS2's buffer.
     quad_w = attention_latitude_weights(cfg.nlat_in, cfg.nlon_in, cfg.grid_in);
+    if (upsample) {  // the scatter lists (the official buffers), regrouped per output point for the forward
+      csr = neighborhood_csr_scatter(cfg.nlat_in, cfg.nlon_in, cfg.grid_in, cfg.nlat_out, cfg.nlon_out, cfg.grid_out,
+                                     cfg.theta_cutoff);
+      up = detail::upsample_lists(csr);
+      return;
+    }
     csr = neighborhood_csr(cfg.nlat_in, cfg.nlon_in, cfg.grid_in, cfg.nlat_out, cfg.nlon_out, cfg.grid_out,
                            cfg.theta_cutoff);
   }
   NeighborhoodAttentionS2Config cfg;
+  bool upsample = false;     // nlon_out a multiple of nlon_in, not the reverse
+  detail::UpsampleLists up;  // upsampling mode only
   detail::S2Heads h;
   std::vector<float> quad_w;  // per input latitude
   NeighborhoodCsr csr;
@@ -81,6 +89,7 @@ void NeighborhoodAttentionS2::forward(int batch, const float* query, const float
 
 std::pair<int, int> NeighborhoodAttentionS2::input_rows(int lat_begin, int lat_end) const {
   const Impl& m = *impl_;
+  if (m.upsample) return detail::upsample_input_rows(m.up, lat_begin, lat_end);
   const int nlon_in = m.cfg.nlon_in;
   int first = m.cfg.nlat_in, last = -1;
   lat_begin = std::max(lat_begin, 0);
@@ -118,6 +127,11 @@ void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   // Projections, the softmax over each output point's neighbours (quadrature-weighted) and the output
   // projection, band by band.
+  if (m.upsample) {
+    detail::upsample_attention_rows(m.up, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, query, key, value,
+                                    out);
+    return;
+  }
   detail::neighborhood_attention_rows(m.csr, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, query, key,
                                       value, out);
 }

@@ -2,7 +2,8 @@
 // nlon_out, which includes self-attention): for each output latitude t and output longitude 0, every
 // input point within the geodesic disc of radius (1 + 1e-3) theta_cutoff, as CSR over the output
 // latitudes; output longitude wo uses the same list shifted by p*wo input longitudes, p = nlon_in /
-// nlon_out. Semantics and version notes: share/docs/sphere.md; specification:
+// nlon_out. The upsampling mode's lists: neighborhood_csr_scatter. Semantics and version notes:
+// share/docs/sphere.md; specification:
 // docs/reference-models.md §5.4.
 #pragma once
 
@@ -38,9 +39,21 @@ struct NeighborhoodCsr {
 /// Builds the lists exactly as torch-harmonics does (float64: the input point rotated into the frame of
 /// the output point, normalised, arccos of its z component compared with the widened cutoff; candidate
 /// input latitudes restricted to |theta_in - theta_out| <= widened cutoff, found by binary search).
-/// Requires nlon_in % nlon_out == 0 (the upsampling/scatter mode is not implemented) and
+/// Requires nlon_in % nlon_out == 0 (the upsampling mode has its own lists, neighborhood_csr_scatter) and
 /// theta_cutoff > 0; errors name the argument.
 NeighborhoodCsr neighborhood_csr(int nlat_in, int nlon_in, Grid grid_in, int nlat_out, int nlon_out, Grid grid_out,
                                  double theta_cutoff);
+
+/// The lists of the upsampling (scatter) mode (nlon_out a multiple of nlon_in, not the reverse), exactly
+/// torch-harmonics 0.9.3's psi_roff_idx / psi_col_idx there: the construction above with the two grids
+/// swapped, i.e. CSR over the *input* latitudes hi (row_offsets: nlat_in + 1 entries), columns ho *
+/// nlon_out + wo (ascending) of the output points within (1 + 1e-3) theta_cutoff of input point (hi,
+/// longitude 0), the distance evaluated in the input point's frame. Input longitude wi pairs with output
+/// longitude (wo + (nlon_out / nlon_in) wi) mod nlon_out. The returned struct describes the swapped
+/// construction: its nlat_in / nlon_in fields are the output grid's, nlat_out / nlon_out the input
+/// grid's, so shifted(column, wi) gives the output point of input longitude wi. Requires nlon_out %
+/// nlon_in == 0 and theta_cutoff > 0; errors name the argument.
+NeighborhoodCsr neighborhood_csr_scatter(int nlat_in, int nlon_in, Grid grid_in, int nlat_out, int nlon_out,
+                                         Grid grid_out, double theta_cutoff);
 
 }  // namespace surrogate::sphere

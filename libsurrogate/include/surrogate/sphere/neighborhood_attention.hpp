@@ -1,17 +1,18 @@
 // Local attention on the sphere: torch-harmonics' NeighborhoodAttentionS2 (semantics of v0.9.1 - 0.9.3:
-// scale applied to q after the projection and the optional qk-norm) on the CPU, gather mode
-// (nlon_in a multiple of nlon_out: self-attention and downsampling). Semantics, options and version
-// notes: share/docs/sphere.md; specification: docs/reference-models.md §5.4.
+// scale applied to q after the projection and the optional qk-norm) on the CPU, in both modes of the
+// official module: gather (nlon_in a multiple of nlon_out: self-attention and downsampling) and
+// upsampling (nlon_out a multiple of nlon_in, not the reverse: the query grid finer than the key grid).
+// Semantics, options and version notes: share/docs/sphere.md; specification: docs/reference-models.md §5.4.
 //
 //   q = s * norm(W_q x_q + b_q),  k = norm(W_k x_k + b_k),  v = W_v x_v + b_v      (1x1 convolutions)
 //   per head h (channel c belongs to head c / (C / num_heads)), norm = optional RMS qk-norm (weight 1 + w):
 //   o_{h,o} = sum_{j in N(o)} exp(q_{h,o}.k_{h,j}) w_lat(j) v_{h,j} / sum_{j in N(o)} exp(q_{h,o}.k_{h,j}) w_lat(j)
 //   y = W_proj o + b_proj
-// with N(o) the input points within (1 + 1e-3) theta_cutoff of output point o (neighborhood_csr, shifted
-// in longitude) and w_lat the float32 quadrature weight 2 pi w / nlon_in of the input latitude. The
-// softmax is streamed over each output point's neighbour list by the shared online-softmax primitive of
-// the CPU kernels (kernels::CpuKernels::latent_encode, one query at a time); the factor w_lat rides in
-// one extra key column as log w_lat.
+// with N(o) the input points within (1 + 1e-3) theta_cutoff of output point o (gather mode:
+// neighborhood_csr, shifted in longitude; upsampling: the same relation as torch-harmonics builds it
+// from the input side, neighborhood_csr_scatter) and w_lat the float32 quadrature weight 2 pi w /
+// nlon_in of the input latitude. The softmax is streamed over each output point's neighbours by the
+// shared ring-attention kernel of the CPU kernels (kernels::CpuKernels::ring_attention).
 #pragma once
 
 #include <memory>
@@ -28,7 +29,7 @@ struct NeighborhoodAttentionS2Config {
   int in_channels = 0;
   int num_heads = 1;
   int nlat_in = 0, nlon_in = 0;    // key / value grid (in_shape)
-  int nlat_out = 0, nlon_out = 0;  // query / output grid (out_shape); nlon_in % nlon_out == 0 required
+  int nlat_out = 0, nlon_out = 0;  // query / output grid (out_shape); one of nlon_in, nlon_out a multiple of the other
   Grid grid_in = Grid::equiangular;
   Grid grid_out = Grid::equiangular;
   bool bias = true;
@@ -39,8 +40,9 @@ struct NeighborhoodAttentionS2Config {
   /// the scale multiplies q after the projection and the qk-norm (v0.9.1+ placement).
   ScaleMode scale_mode = ScaleMode::standard;
   float scale = 0.0f;
-  /// Radius of the geodesic disc in radians; 0: torch-harmonics 0.9.3's default,
-  /// default_theta_cutoff(nlat_out, grid_out) (the largest colatitude gap of the output grid).
+  /// Radius of the geodesic disc in radians; 0: torch-harmonics 0.9.3's default, the largest colatitude
+  /// gap of the coarser grid: default_theta_cutoff(nlat_out, grid_out) in the gather mode,
+  /// default_theta_cutoff(nlat_in, grid_in) in the upsampling mode.
   double theta_cutoff = 0.0;
 };
 
@@ -50,7 +52,8 @@ using NeighborhoodAttentionS2Weights = AttentionS2Weights;
 class NeighborhoodAttentionS2 {
  public:
   /// Validates the configuration and every tensor (Error naming the argument or tensor) and builds the
-  /// neighbour lists. The upsampling (scatter) mode is refused (ErrorCode::unsupported).
+  /// neighbour lists. nlon_in % nlon_out == 0: gather mode; otherwise nlon_out % nlon_in == 0 is required
+  /// (upsampling mode), else Error(invalid_argument).
   NeighborhoodAttentionS2(const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& weights);
   ~NeighborhoodAttentionS2();
   NeighborhoodAttentionS2(NeighborhoodAttentionS2&&) noexcept;
@@ -79,7 +82,9 @@ class NeighborhoodAttentionS2 {
   const NeighborhoodAttentionS2Config& config() const noexcept;
   /// The scale s that multiplies q.
   float scale() const noexcept;
-  /// The neighbour lists (psi_roff_idx / psi_col_idx).
+  /// The neighbour lists (psi_roff_idx / psi_col_idx): neighborhood_csr in the gather mode (CSR over the
+  /// output latitudes), neighborhood_csr_scatter in the upsampling mode (CSR over the input latitudes,
+  /// columns on the output grid; see there for its fields).
   const NeighborhoodCsr& neighbors() const noexcept;
   /// The float32 quadrature weight of each input latitude (the official quad_weights buffer).
   const std::vector<float>& quad_weights() const noexcept;
