@@ -6,7 +6,9 @@
 // the output of the last forward is written to DIR/y.f32 (same layout). CUTOFF: the neighbourhood's
 // theta_cutoff in radians (0: torch-harmonics' default), ignored for global attention. The operator is
 // built once (the neighbour lists) and not timed. Prints one JSON line:
-//   {"op": ..., "nlat": ..., "nlon": ..., "threads": T, "best_s": ..., "median_s": ..., "build_s": ...}
+//   {"op": ..., "nlat": ..., "nlon": ..., "threads": T, "best_s": ..., "median_s": ..., "best_cpu_s": ...,
+//    "median_cpu_s": ..., "build_s": ...}
+// (wall seconds; *_cpu_s: CPU seconds of the process, all threads, per forward).
 // Op "lists" (the other arguments as for neighborhood; REPEATS ignored) writes the operator's neighbour
 // lists and quadrature weights instead, for the script's plain-PyTorch formulation: DIR/row_offsets.i64,
 // DIR/columns.i64 (NeighborhoodCsr) and DIR/quad_w.f32 (w_lat per input latitude).
@@ -17,6 +19,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <ctime>
 #include <fstream>
 #include <functional>
 #include <memory>
@@ -40,6 +43,13 @@ std::vector<float> read_floats(const std::string& path, std::size_t count) {
 
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// CPU seconds of the whole process (all threads): robust against other jobs on a shared machine.
+double process_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
 
 }  // namespace
@@ -109,19 +119,23 @@ int main(int argc, char** argv) {
     }
     const double build_s = seconds_since(t_build);
     forward();  // warm-up
-    std::vector<double> times;
+    std::vector<double> times, cpu_times;
     for (int r = 0; r < repeats; ++r) {
+      const double c0 = process_cpu_seconds();
       const auto t0 = std::chrono::steady_clock::now();
       forward();
       times.push_back(seconds_since(t0));
+      cpu_times.push_back(process_cpu_seconds() - c0);
     }
     std::sort(times.begin(), times.end());
+    std::sort(cpu_times.begin(), cpu_times.end());
     std::ofstream out(dir + "/y.f32", std::ios::binary);
     out.write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * sizeof(float)));
     std::printf(
         "{\"op\": \"%s\", \"nlat\": %d, \"nlon\": %d, \"threads\": %d, \"best_s\": %.6f, \"median_s\": %.6f, "
-        "\"build_s\": %.6f}\n",
-        op.c_str(), nlat, nlon, threads, times.front(), times[times.size() / 2], build_s);
+        "\"best_cpu_s\": %.6f, \"median_cpu_s\": %.6f, \"build_s\": %.6f}\n",
+        op.c_str(), nlat, nlon, threads, times.front(), times[times.size() / 2], cpu_times.front(),
+        cpu_times[cpu_times.size() / 2], build_s);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "sphere_attention_bench: %s\n", e.what());
     return 1;

@@ -22,6 +22,25 @@ inline simd::vd load_double(const double* p) {
   return v;
 }
 
+/// d[c*ldd + r] = s[r*lds + c] for r < rows, c < cols: 4 x 4 tiles transposed in registers (where
+/// rows and cols reach), the rest value by value.
+inline void transpose_block(const float* s, index_t lds, float* d, index_t ldd, int rows, int cols) {
+  typedef float f4 __attribute__((vector_size(16)));
+  const int rows4 = rows / 4 * 4, cols4 = cols / 4 * 4;
+  for (int r = 0; r < rows4; r += 4)
+    for (int c = 0; c < cols4; c += 4) {
+      f4 x[4];
+      for (int j = 0; j < 4; ++j) std::memcpy(&x[j], s + (r + j) * lds + c, sizeof(f4));
+      const f4 lo01 = __builtin_shufflevector(x[0], x[1], 0, 4, 1, 5), hi01 = __builtin_shufflevector(x[0], x[1], 2, 6, 3, 7),
+               lo23 = __builtin_shufflevector(x[2], x[3], 0, 4, 1, 5), hi23 = __builtin_shufflevector(x[2], x[3], 2, 6, 3, 7);
+      const f4 t[4] = {__builtin_shufflevector(lo01, lo23, 0, 1, 4, 5), __builtin_shufflevector(lo01, lo23, 2, 3, 6, 7),
+                       __builtin_shufflevector(hi01, hi23, 0, 1, 4, 5), __builtin_shufflevector(hi01, hi23, 2, 3, 6, 7)};
+      for (int j = 0; j < 4; ++j) std::memcpy(d + (c + j) * ldd + r, &t[j], sizeof(f4));
+    }
+  for (int r = 0; r < rows; ++r)
+    for (int c = r < rows4 ? cols4 : 0; c < cols; ++c) d[c * ldd + r] = s[r * lds + c];
+}
+
 /// 2^d for integer-valued d <= 0, exactly (0 below the normal double range).
 inline simd::vd power_of_two(simd::vd d) {
   using namespace simd;
@@ -44,14 +63,14 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
   index_t value_at[kRingChunk];
   for (int i0 = 0; i0 < a.count; i0 += W) {
     const int lanes = static_cast<int>(imin(W, a.count - i0));
-    for (int i = 0; i < W; ++i) {
-      const float* qi = a.q + (i0 + i) * a.ldq;
-      if (i < lanes)
-        for (int e = 0; e < ek; ++e) qt[e * W + i] = qi[e];
-      else
-        for (int e = 0; e < ek; ++e) qt[e * W + i] = 0.0f;
-    }
-    for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
+    // The queries channel-major (lanes past `count` zero).
+    transpose_block(a.q + i0 * a.ldq, a.ldq, qt, W, lanes, ek);
+    if (lanes < W)
+      for (int e = 0; e < ek; ++e)
+        for (int i = lanes; i < W; ++i) qt[e * W + i] = 0.0f;
+    // The sums start at zero: the first chunk's passes start from zero registers rather than `acc`.
+    if (a.entries == 0)
+      for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
     const int base = a.first + i0;
     vf ref = splat(0.0f);
     for (index_t n0 = 0; n0 < a.entries; n0 += kRingChunk) {
@@ -92,8 +111,8 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
         ref = grown;
       }
       // Pass 2: the terms times the entry's quadrature weight (float x float, exact in double).
-      vd S[2];
-      std::memcpy(S, acc, sizeof S);
+      vd S[2] = {};
+      if (n0 > 0) std::memcpy(S, acc, sizeof S);
       for (int j = 0; j < chunk; ++j) {
         vd p[2];
         to_double(softmax_term(load(logits + j * W), ref), p);
@@ -110,8 +129,9 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
         for (int e0 = 0; e0 < ev; e0 += kGroup) {
           const int group = static_cast<int>(imin(kGroup, ev - e0));
           double* u0 = acc + (1 + e0) * W + h * kHalf;
-          vd U[kGroup];
-          for (int g = 0; g < group; ++g) std::memcpy(&U[g], u0 + g * W, sizeof(vd));
+          vd U[kGroup] = {};
+          if (n0 > 0)
+            for (int g = 0; g < group; ++g) std::memcpy(&U[g], u0 + g * W, sizeof(vd));
           for (int j = 0; j < chunk; ++j) {
             vd t;
             std::memcpy(&t, terms + j * W + h * kHalf, sizeof t);
@@ -141,10 +161,7 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
         const vfh y = __builtin_convertvector(x * inv[h], vfh);
         std::memcpy(qt + e * W + h * kHalf, &y, sizeof y);
       }
-    for (int i = 0; i < lanes; ++i) {
-      float* dst = a.out + (i0 + i) * a.ldo;
-      for (int e = 0; e < ev; ++e) dst[e] = qt[e * W + i];
-    }
+    transpose_block(qt, W, a.out + i0 * a.ldo, a.ldo, ev, lanes);
   }
 }
 
