@@ -338,6 +338,21 @@ class SphereExport(unittest.TestCase):
         self.assertEqual(scalar(config["theta_cutoff"]), math.pi / 9)
         self.assertEqual(scalar(config["torch_harmonics_version"]), "0.9.2")
 
+    def test_neighborhood_upsampling(self):
+        # the upsampling (scatter) mode: query grid finer than the key grid (nlon_out a multiple of nlon_in)
+        cfg = {"in_channels": 8, "num_heads": 2, "in_shape": [9, 16], "out_shape": [17, 32], "grid_in": "equiangular",
+               "grid_out": "legendre-gauss", "k_channels": 6, "out_channels": 10, "use_qknorm": True}
+        state = self.attention_state(qknorm=True)
+        (_, config, weights, _), _, _ = self.run_ok("s2_neighborhood_attention", state, cfg, name="up")
+        self.assertEqual(scalar(config["in_shape"]), [9, 16])
+        self.assertEqual(scalar(config["out_shape"]), [17, 32])
+        self.assertNotIn("theta_cutoff", config)  # the 0.9.3 default (of the input grid), computed by the library
+        self.assertEqual(sorted(weights), sorted(state))
+        # 0.9.1 / 0.9.2: pi / (nlat_in - 1), the coarser (input) grid's, stored explicitly
+        (_, config, _, _), _, _ = self.run_ok("s2_neighborhood_attention", state, cfg, "--torch-harmonics-version",
+                                              "0.9.2", name="up_old")
+        self.assertEqual(scalar(config["theta_cutoff"]), math.pi / 8)
+
     def test_attention_refusals(self):
         state = self.attention_state()
         cfg = {"in_channels": 8, "num_heads": 2, "in_shape": [8, 16], "out_shape": [8, 16], "k_channels": 6,
@@ -356,8 +371,8 @@ class SphereExport(unittest.TestCase):
                       self.refused("s2_attention", state, dict(cfg, theta_cutoff=0.3)))
         self.assertIn("unknown NeighborhoodAttentionS2 argument(s) drop_rate",
                       self.refused("s2_neighborhood_attention", state, dict(cfg, drop_rate=0.1)))
-        self.assertIn("upsampling (scatter) mode",
-                      self.refused("s2_neighborhood_attention", state, dict(cfg, in_shape=[8, 8])))
+        self.assertIn("one must be a multiple of the other",
+                      self.refused("s2_neighborhood_attention", state, dict(cfg, out_shape=[8, 12])))
         self.assertIn("before 0.9.1", self.refused("s2_neighborhood_attention", state, cfg,
                                                    "--torch-harmonics-version", "0.8.0"))
         self.assertIn("--preset applies to sphere_transformer only",

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <filesystem>
 #include <random>
 #include <set>
 #include <string>
@@ -20,6 +21,9 @@
 #include "h5_reader.hpp"
 #include "neighborhood_reference.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/model_file.hpp"
+#include "surrogate/sphere/layer_file.hpp"
 #include "surrogate/sphere/neighborhood.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 
@@ -336,4 +340,60 @@ TEST(NeighborhoodUpsample, RejectsBadArguments) {
   EXPECT_LT(need.first, 2);
   expect_error([&] { att.forward_rows(1, 4, 5, xq.data(), 2, 3, xk.data(), xk.data(), y.data()); },
                ErrorCode::invalid_argument, "reach input rows");
+}
+
+// The layer files between two grids of tests/data/sphere/models (exported by our exporter from the
+// official modules: upsampling, downsampling, cross-attention): make_model refuses them with an
+// Error(unsupported) that names the way to run them, and the operators built from the files by
+// layer_file.hpp reproduce the official output (io.h5: the query on the output grid, key and value on
+// the input grid) within 32 float32 ulps of the output's magnitude (one projection, one softmax and the
+// output projection; the official float32 kernels have no float64 run to measure their own rounding).
+TEST(NeighborhoodUpsample, LayerFilesBetweenTwoGridsRunAsOperators) {
+  const std::filesystem::path dir = std::string(SURROGATE_TEST_DATA_DIR) + "/sphere/models";
+  int ran = 0;
+  bool upsampling = false;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    if (!std::filesystem::exists(e.path() / "model.h5")) continue;
+    const surrogate::ModelFile file = surrogate::ModelFile::read((e.path() / "model.h5").string());
+    if (file.architecture != "s2_attention" && file.architecture != "s2_neighborhood_attention") continue;
+    if (file.config.get_int_list("in_shape") == file.config.get_int_list("out_shape")) continue;
+    const std::string name = e.path().filename().string();
+    try {
+      surrogate::make_model(file);
+      ADD_FAILURE() << name << ": make_model accepted a layer between two grids";
+    } catch (const surrogate::Error& err) {
+      EXPECT_EQ(err.code(), surrogate::ErrorCode::unsupported) << err.what();
+      EXPECT_NE(std::string(err.what()).find("_from_file"), std::string::npos) << err.what();
+    }
+    sphere_test::H5Reader io((e.path() / "io.h5").string());
+    std::vector<std::size_t> qs, ks, os;
+    const std::vector<float> q = io.floats("/input", &qs), k = io.floats("/key", &ks), v = io.floats("/value");
+    const std::vector<float> ref_nchw = io.floats("/output", &os);
+    const int batch = static_cast<int>(qs[0]), cin = static_cast<int>(qs[1]), cout = static_cast<int>(os[1]);
+    const std::vector<float> xq = to_channels_last(q, batch, cin), xk = to_channels_last(k, batch, cin),
+                             xv = to_channels_last(v, batch, cin), ref = to_channels_last(ref_nchw, batch, cout);
+    std::vector<float> out(ref.size(), std::nanf(""));
+    if (file.architecture == "s2_attention") {
+      const sphere::AttentionS2 att = sphere::attention_from_file(file);
+      att.forward(batch, xq.data(), xk.data(), xv.data(), out.data());
+    } else {
+      const sphere::NeighborhoodAttentionS2 att = sphere::neighborhood_attention_from_file(file);
+      upsampling = upsampling || att.config().nlon_out % att.config().nlon_in == 0;
+      att.forward(batch, xq.data(), xk.data(), xv.data(), out.data());
+    }
+    double err = 0, mag = 0;
+    for (std::size_t i = 0; i < ref.size(); ++i) {
+      err = std::max(err, static_cast<double>(std::abs(out[i] - ref[i])));
+      mag = std::max(mag, static_cast<double>(std::abs(ref[i])));
+    }
+    EXPECT_LE(err, 32 * 6e-8 * mag) << name;
+    EXPECT_FALSE(std::isnan(err)) << name;
+    std::printf("  %-34s max |ours - official| %.3g (max |out| %.3g)\n", name.c_str(), err, mag);
+    ++ran;
+  }
+  EXPECT_GE(ran, 3);
+  EXPECT_TRUE(upsampling) << "no upsampling layer file in " << dir;
+  EXPECT_THROW(sphere::neighborhood_attention_from_file(
+                   surrogate::ModelFile::read((dir / "s2_attention_self_qknorm" / "model.h5").string())),
+               surrogate::Error);
 }

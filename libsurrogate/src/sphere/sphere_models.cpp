@@ -20,6 +20,7 @@
 #include "surrogate/model.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/bands.hpp"
+#include "surrogate/sphere/layer_file.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/transformer.hpp"
 #include "release.hpp"
@@ -162,7 +163,7 @@ std::vector<float> weight_or_empty(const ModelFile& f, const std::string& key) {
   return f.weights.count(key) ? f.weight(key).values : std::vector<float>{};
 }
 
-LayerSetup layer_setup(const ModelFile& f, bool neighborhood) {
+LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids) {
   const AttributeMap& a = f.config;
   const std::string family = f.architecture;
   detail::check_release(a, family);
@@ -174,11 +175,19 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood) {
   const auto out_shape = a.has("out_shape") ? a.get_int_list("out_shape") : in_shape;
   if (in_shape.size() != 2 || out_shape.size() != 2)
     throw Error(ErrorCode::format, family + " /config: in_shape and out_shape must hold two integers");
-  if (in_shape != out_shape)
-    throw Error(ErrorCode::unsupported, family + ": in_shape != out_shape; surrogate predict runs the layer as "
-                                                 "self-attention on one grid (the C++ operator itself takes both)");
-  c.nlat_in = c.nlat_out = static_cast<int>(in_shape[0]);
-  c.nlon_in = c.nlon_out = static_cast<int>(in_shape[1]);
+  if (in_shape != out_shape && !between_grids)
+    throw Error(ErrorCode::unsupported,
+                "'" + f.path + "': " + family + " with in_shape != out_shape (" + std::to_string(in_shape[0]) + "x" +
+                    std::to_string(in_shape[1]) + " -> " + std::to_string(out_shape[0]) + "x" +
+                    std::to_string(out_shape[1]) +
+                    ") is not a generic Model: its query lies on the output grid and its keys/values on the input "
+                    "grid (two fields), while a Model maps each input point to one output row; build the operator "
+                    "with surrogate::sphere::" + (neighborhood ? "neighborhood_attention_from_file" : "attention_from_file") +
+                    " (surrogate/sphere/layer_file.hpp) and call its forward(query, key, value)");
+  c.nlat_in = static_cast<int>(in_shape[0]);
+  c.nlon_in = static_cast<int>(in_shape[1]);
+  c.nlat_out = static_cast<int>(out_shape[0]);
+  c.nlon_out = static_cast<int>(out_shape[1]);
   c.grid_in = parse_grid(a.has("grid_in") ? a.get_string("grid_in") : "equiangular", "grid_in");
   c.grid_out = parse_grid(a.has("grid_out") ? a.get_string("grid_out") : "equiangular", "grid_out");
   c.bias = a.has("bias") ? a.get_bool("bias") : true;
@@ -204,8 +213,10 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood) {
     NeighborhoodAttentionS2Config& n = s.nbh;
     n.in_channels = c.in_channels;
     n.num_heads = c.num_heads;
-    n.nlat_in = n.nlat_out = c.nlat_in;
-    n.nlon_in = n.nlon_out = c.nlon_in;
+    n.nlat_in = c.nlat_in;
+    n.nlon_in = c.nlon_in;
+    n.nlat_out = c.nlat_out;
+    n.nlon_out = c.nlon_out;
     n.grid_in = c.grid_in;
     n.grid_out = c.grid_out;
     n.bias = c.bias;
@@ -294,7 +305,7 @@ std::unique_ptr<Model> make_sphere_transformer_model(const ModelFile& file) {
 }
 
 std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file) {
-  LayerSetup s = layer_setup(file, false);
+  LayerSetup s = layer_setup(file, false, false);
   AttentionS2 op(s.att, s.weights);
   const auto& c = op.config();
   const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
@@ -303,13 +314,29 @@ std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file) {
 }
 
 std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& file) {
-  LayerSetup s = layer_setup(file, true);
+  LayerSetup s = layer_setup(file, true, false);
   NeighborhoodAttentionS2 op(s.nbh, s.weights);
   const auto& c = op.config();
   const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const int in = c.in_channels, out = c.out_channels;
   return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), in, out, points,
                                                                  count_parameters(file));
+}
+
+AttentionS2 attention_from_file(const ModelFile& file) {
+  if (file.architecture != "s2_attention")
+    throw Error(ErrorCode::format, "'" + file.path + "': attention_from_file needs an s2_attention file, not " +
+                                       file.architecture);
+  LayerSetup s = layer_setup(file, false, true);
+  return AttentionS2(s.att, s.weights);
+}
+
+NeighborhoodAttentionS2 neighborhood_attention_from_file(const ModelFile& file) {
+  if (file.architecture != "s2_neighborhood_attention")
+    throw Error(ErrorCode::format, "'" + file.path + "': neighborhood_attention_from_file needs an "
+                                   "s2_neighborhood_attention file, not " + file.architecture);
+  LayerSetup s = layer_setup(file, true, true);
+  return NeighborhoodAttentionS2(s.nbh, s.weights);
 }
 
 }  // namespace surrogate::sphere

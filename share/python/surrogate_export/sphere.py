@@ -389,11 +389,9 @@ def attention_config(config_data, origin, state, release, neighborhood):
     hi, wi = c["in_shape"]
     ho, wo = c["out_shape"]
     if neighborhood:  # drop_rate stays 0: NeighborhoodAttentionS2 has no dropout
-        if wi % wo:
-            if wo % wi == 0:
-                raise ExportError(f"in_shape {c['in_shape']} -> out_shape {c['out_shape']}: the upsampling (scatter) mode "
-                                  "of NeighborhoodAttentionS2 (nlon_out a multiple of nlon_in) is not supported yet")
+        if wi % wo and wo % wi:
             raise ExportError(f"nlon_in = {wi} and nlon_out = {wo}: one must be a multiple of the other")
+        upsample = wi % wo != 0  # the upsampling (scatter) mode: its default cutoff is the input grid's
         if hi < 2 or ho < 2:
             raise ExportError(f"in_shape {c['in_shape']} / out_shape {c['out_shape']}: at least 2 latitudes are needed")
         cutoff = data.get("theta_cutoff")
@@ -402,10 +400,12 @@ def attention_config(config_data, origin, state, release, neighborhood):
             if c["theta_cutoff"] <= 0.0:
                 raise ExportError(f"theta_cutoff must be positive, got {cutoff!r}")
         elif release < (0, 9, 3):
-            # Before 0.9.3 the default was pi / (nlat_out - 1) on every grid; 0.9.3 uses the largest colatitude gap
-            # of the output grid, which the library computes when theta_cutoff is absent.
-            c["theta_cutoff"] = math.pi / (ho - 1)
-            note(f"theta_cutoff: torch-harmonics {c['torch_harmonics_version']}'s default pi/(nlat_out-1) = {c['theta_cutoff']!r} is stored")
+            # Before 0.9.3 the default was pi / (nlat - 1) of the coarser grid (the output grid, the input grid when
+            # upsampling) on every grid type; 0.9.3 uses the largest colatitude gap of that grid, which the library
+            # computes when theta_cutoff is absent.
+            c["theta_cutoff"] = math.pi / ((hi if upsample else ho) - 1)
+            which = "nlat_in" if upsample else "nlat_out"
+            note(f"theta_cutoff: torch-harmonics {c['torch_harmonics_version']}'s default pi/({which}-1) = {c['theta_cutoff']!r} is stored")
     else:
         if wi % wo:
             raise ExportError(f"nlon_in = {wi} must be a multiple of nlon_out = {wo} (AttentionS2)")

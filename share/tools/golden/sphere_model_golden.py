@@ -94,6 +94,11 @@ CASES = {
         in_channels=6, num_heads=2, in_shape=[16, 32], out_shape=[8, 16], grid_in="legendre-gauss",
         grid_out="equiangular", bias=True, use_qknorm=True, scale=0.6, theta_cutoff=0.45, k_channels=4,
         out_channels=8), 1, False, None),
+    # bare NeighborhoodAttentionS2 in the upsampling (scatter) mode: 9x16 equiangular keys -> 17x32 Legendre-Gauss
+    # queries, qk-norm, 2 heads, bias, default cutoff (the input grid's), batch 2
+    "s2_neighborhood_up_qknorm": ("neighborhood", dict(
+        in_channels=6, num_heads=2, in_shape=[9, 16], out_shape=[17, 32], grid_in="equiangular",
+        grid_out="legendre-gauss", bias=True, use_qknorm=True, k_channels=4, out_channels=8), 2, False, None),
     # upsample_sht = True: the decoder upsamples by RealSHT on the internal grid + InverseRealSHT on the image
     # grid. Neighbourhood attention, instance norm, spectral embedding, 17x32 equiangular -> 9x16 Legendre-Gauss
     # (lmax = mmax = 9: the internal grid's Nyquist order 8 becomes an ordinary order of the image grid)
