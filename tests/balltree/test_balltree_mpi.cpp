@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <numeric>
@@ -105,12 +106,13 @@ T row_value(Index id, int c) {
 }
 
 template <class T>
-void check_tree(const surrogate::Comm& comm, const Cloud& c, Index granularity, const std::string& what) {
-  SCOPED_TRACE(what);
+void check_tree(const surrogate::Comm& comm, const Cloud& c, Index granularity, const std::string& what,
+                Index serial_threshold = 4096, bt::DistributedTree* keep = nullptr) {
+  SCOPED_TRACE(what + ", serial threshold " + std::to_string(serial_threshold));
   std::vector<T> local(c.local.begin(), c.local.end());
   std::vector<T> serial(c.serial.begin(), c.serial.end());
   const bt::Tree ref = bt::build(std::span<const T>(serial), c.dim, bt::Batch::from_offsets(c.offsets));
-  const bt::DistributedTree t = bt::build_distributed(comm, std::span<const T>(local), c.dim, c.local_samples, {granularity});
+  bt::DistributedTree t = bt::build_distributed(comm, std::span<const T>(local), c.dim, c.local_samples, {granularity, serial_threshold});
 
   // Rank ranges: cover the tree, in order, multiples of the chunk except at the end.
   const Index chunk = granularity % 2 == 0 ? granularity : 2 * granularity;
@@ -149,6 +151,7 @@ void check_tree(const surrogate::Comm& comm, const Cloud& c, Index granularity, 
     t.plan.to_solver(tree_rows.data(), width, back.data());
     EXPECT_EQ(std::memcmp(back.data(), rows.data(), rows.size() * sizeof(T)), 0) << "to_solver, width " << width;
   }
+  if (keep != nullptr) *keep = std::move(t);
 }
 
 std::vector<Spread> spreads() { return {Spread::random_skewed, Spread::last_rank_empty, Spread::all_on_rank0, Spread::blocks}; }
@@ -176,8 +179,10 @@ TEST(DistributedBallTree, EqualsTheSingleProcessTree) {
           const std::string what = "dim " + std::to_string(dim) + ", " + std::to_string(sizes.size()) + " sample(s) of " +
                                    std::to_string(sizes[0]) + ".., " + name(spread) + ", granularity " +
                                    std::to_string(granularity) + ", seed " + std::to_string(seed);
-          check_tree<float>(comm, c, granularity, "float32 " + what);
-          check_tree<double>(comm, c, granularity, "float64 " + what);
+          // Threshold 0: every selection spread over ranks runs distributed down to 3 elements; the
+          // default gathers these small clouds' ranges on one rank.
+          check_tree<float>(comm, c, granularity, "float32 " + what, seed % 2 ? 0 : 5);
+          check_tree<double>(comm, c, granularity, "float64 " + what, seed % 3 ? 4096 : 0);
         }
 }
 
@@ -186,6 +191,86 @@ TEST(DistributedBallTree, LargerCloudWithManyTies) {
   const Cloud c = make_cloud(3, {5000, 3001}, Spread::random_skewed, 99, comm.rank(), comm.size());
   check_tree<float>(comm, c, 128, "8001 points, granularity 128");
   check_tree<double>(comm, c, 6, "8001 points, granularity 6");
+  check_tree<float>(comm, c, 128, "8001 points, granularity 128", 0);
+  check_tree<double>(comm, c, 6, "8001 points, granularity 6", 100);
+}
+
+namespace {
+
+/// Coordinates (one dimension) that drive std::nth_element at the median to its depth limit: McIlroy's
+/// adversary ("A killer adversary for quicksort", 1999), its lazily fixed values kept as the input.
+std::vector<double> adversarial_keys(Index n) {
+  std::vector<Index> value(sz(n), n);  // n = not fixed yet, above every fixed value
+  Index fixed = 0, candidate = 0;
+  auto less = [&](Index x, Index y) {
+    Index& vx = value[sz(x)];
+    Index& vy = value[sz(y)];
+    if (vx == n && vy == n) (x == candidate ? vx : vy) = fixed++;
+    if (vx == n) candidate = x;
+    else if (vy == n) candidate = y;
+    return vx < vy;
+  };
+  std::vector<Index> order(sz(n));
+  std::iota(order.begin(), order.end(), Index{0});
+  std::nth_element(order.begin(), order.begin() + n / 2, order.end(), less);
+  return {value.begin(), value.end()};
+}
+
+/// A 1-D cloud of one sample from given serial coordinates, cut into contiguous blocks per rank.
+Cloud blocks_of(const std::vector<double>& keys, int rank, int ranks) {
+  Cloud c;
+  c.dim = 1;
+  const Index n = static_cast<Index>(keys.size());
+  c.offsets = {0, n};
+  c.serial = keys;
+  for (Index i = n * rank / ranks; i < n * (rank + 1) / ranks; ++i) {
+    c.local.push_back(keys[sz(i)]);
+    c.local_samples.push_back(0);
+    c.local_serial.push_back(i);
+  }
+  return c;
+}
+
+}  // namespace
+
+TEST(DistributedBallTree, DepthLimitAndSortedInputs) {
+  // The root selection reaches introselect's depth limit (heap selection on the gathered range).
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Cloud killer = blocks_of(adversarial_keys(3000), comm.rank(), comm.size());
+  check_tree<double>(comm, killer, 16, "adversarial 1-D, 3000 points", 0);
+  check_tree<float>(comm, killer, 64, "adversarial 1-D, 3000 points", 50);
+  std::vector<double> pipe(2500);
+  for (std::size_t i = 0; i < pipe.size(); ++i) pipe[i] = static_cast<double>(std::min(i, pipe.size() - 1 - i) / 2);
+  check_tree<double>(comm, blocks_of(pipe, comm.rank(), comm.size()), 8, "organ pipe 1-D, 2500 points", 0);
+  std::vector<double> sorted(2049);
+  for (std::size_t i = 0; i < sorted.size(); ++i) sorted[i] = static_cast<double>(i / 3);
+  check_tree<float>(comm, blocks_of(sorted, comm.rank(), comm.size()), 2, "sorted 1-D, 2049 points", 0);
+}
+
+TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
+  // 100k points (ties and duplicates), skewed per-rank counts, two samples; then one sample with the
+  // last rank empty. The build's own storage must stay within 2 ceil(n / P) + serial_threshold + the
+  // points of the rank's slots (the gathering build held every point of a sample on one rank).
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int p = comm.size();
+  for (const Spread spread : {Spread::random_skewed, Spread::last_rank_empty}) {
+    const std::vector<Index> sizes = spread == Spread::random_skewed ? std::vector<Index>{70000, 30000} : std::vector<Index>{100000};
+    const Cloud c = make_cloud(3, sizes, spread, 4242, comm.rank(), p);
+    const Index threshold = 1000;
+    bt::DistributedTree t;
+    check_tree<float>(comm, c, 256, "100k points, " + name(spread), threshold, &t);
+    const Index n = c.offsets.back(), share = (n + p - 1) / p;
+    const Index bound = 2 * share + threshold + t.local_slots();
+    EXPECT_LE(t.peak_points, bound) << "rank " << comm.rank() << " held " << t.peak_points << " points";
+    EXPECT_GT(t.peak_points, 0);
+    // The work array and the received subtrees are both held while the subtrees travel (about
+    // n / P + n / P); from 3 ranks on that is less than the whole cloud.
+    if (p >= 3) {
+      EXPECT_LT(t.peak_points, n) << "rank " << comm.rank();
+    }
+    std::printf("rank %d: %s, peak points held %lld (share %lld, slots %lld)\n", comm.rank(), name(spread).c_str(),
+                static_cast<long long>(t.peak_points), static_cast<long long>(share), static_cast<long long>(t.local_slots()));
+  }
 }
 
 TEST(DistributedBallTree, SelfCommEqualsTheSingleProcessTree) {
@@ -211,8 +296,10 @@ TEST(DistributedBallTree, RotatedOrdersEqualTheSingleProcessOnes) {
                    name(spread) + ", granularity " + std::to_string(k.granularity));
       std::vector<float> local(c.local.begin(), c.local.end()), serial(c.serial.begin(), c.serial.end());
       const bt::RotatedTrees ref = bt::build_with_rotations(serial, k.dim, bt::Batch::from_offsets(c.offsets), k.strides, k.balls, k.angle);
+      // Alternate between distributed selections down to 3 elements and the default threshold.
+      const Index threshold = seed % 2 ? 0 : 4096;
       const bt::DistributedRotatedTrees d = bt::build_distributed_with_rotations(comm, local, k.dim, c.local_samples, k.strides, k.balls,
-                                                                                 k.angle, {k.granularity});
+                                                                                 k.angle, {k.granularity, threshold});
       const bt::DistributedTree& t = d.tree;
       EXPECT_EQ(t.index, std::vector<Index>(ref.tree.index.begin() + t.slot_begin, ref.tree.index.begin() + t.slot_end));
       ASSERT_EQ(d.rotations.target_levels, ref.target_levels);

@@ -96,6 +96,11 @@ struct DistributedOptions {
   /// product of the strides before level i; the largest ball size times the product of all strides is a
   /// safe choice). An odd value is doubled (a leaf of two slots never straddles ranks). Must be >= 1.
   std::int64_t granularity = 2;
+  /// The median selections of nodes spread over several ranks run distributed (share/docs/balltree.md,
+  /// "Distributed tree"); a remaining range of at most this many points that still spans ranks is
+  /// gathered on one rank and finished there. Any value >= 0 gives the same tree; it trades rounds of
+  /// small collectives against memory on that rank.
+  std::int64_t serial_threshold = 4096;
 };
 
 /// This rank's part of the distributed tree.
@@ -116,6 +121,10 @@ struct DistributedTree {
   std::vector<std::int64_t> local_point_index;
   /// Solver layout (the local points, in the caller's order) <-> tree layout (the local slots).
   RedistributionPlan plan;
+  /// The largest number of points (index and coordinates) the build held at once on this rank in its own
+  /// buffers (work array, messages, gathered ranges, the subtrees it finishes), the caller's input not
+  /// counted: at most about 2 ceil(points / P) plus serial_threshold plus the points of the rank's slots.
+  std::int64_t peak_points = 0;
 
   std::int64_t local_slots() const { return slot_end - slot_begin; }
   std::int64_t total_slots() const { return slot_offsets.back(); }
@@ -142,6 +151,8 @@ struct DistributedRotations {
   /// exchange[i].forward: rows of this rank's level-i nodes in tree order -> rows in rotated order
   /// (rotated row k = tree node rotated[i][k]); backward is the inverse.
   std::vector<ExchangePlan> exchange;
+  /// As DistributedTree::peak_points, the largest over the levels' placements.
+  std::int64_t peak_points = 0;
 };
 
 /// build_with_rotations over the ranks (angle > 0; float32 points, dim 2 or 3): the tree as

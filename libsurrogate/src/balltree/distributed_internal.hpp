@@ -1,5 +1,6 @@
-// Internals of the distributed ball tree (not installed): all-to-all helpers and the exact placement of
-// distributed per-sample arrays into an output order cut among ranks (distributed_placement.cpp).
+// Internals of the distributed ball tree (not installed): all-to-all helpers, the distributed exact
+// selection (distributed_selection.cpp) and the exact placement of distributed per-sample arrays into an
+// output order cut among ranks (distributed_placement.cpp).
 #pragma once
 
 #include <cstdint>
@@ -30,23 +31,81 @@ struct SpreadSamples {
   std::vector<T> coords;             // local elements x dim
 };
 
+/// Points held by this rank during a build (work array, message buffers, gathered ranges): the current
+/// count and the largest so far.
+struct HeldPoints {
+  std::int64_t now = 0, peak = 0;
+  void add(std::int64_t k) {
+    now += k;
+    peak = now > peak ? now : peak;
+  }
+  void remove(std::int64_t k) { now -= k; }
+};
+
+/// The concatenated arrays of all samples (positions 0 .. layout.total()-1, sample after sample, each in
+/// the order the serial code has it at that moment) laid out over the ranks: this rank holds positions
+/// [layout.begin(me), layout.end(me)), element k of `ids` / `coords` being position begin + k.
+template <class T>
+struct WorkArray {
+  int dim = 0;
+  RankRanges layout;
+  std::int64_t begin = 0;
+  std::vector<std::int64_t> ids;
+  std::vector<T> coords;
+};
+
+/// The serial split of a node, run on a range of a WorkArray in place, with the comparisons and the
+/// element moves of the serial code (share/docs/balltree.md, "Distributed tree"). Every rank calls every
+/// member with the same arguments (collective); a range inside one rank involves only that rank.
+template <class T>
+class DistributedSelection {
+ public:
+  /// Ranges of at most `serial_threshold` elements spread over ranks are finished on one rank.
+  DistributedSelection(const Comm& comm, WorkArray<T>& work, std::int64_t serial_threshold, HeldPoints& held)
+      : comm_(comm), work_(work), threshold_(serial_threshold), held_(held) {}
+
+  /// Splitter::split_dimension of positions [first, last): the dimension of strictly largest max - min.
+  int split_dimension(std::int64_t first, std::int64_t last);
+  /// std::nth_element(first, nth, last) with the comparator "coordinate c less than", as libstdc++ runs it.
+  void nth_element(std::int64_t first, std::int64_t nth, std::int64_t last, int c);
+
+ private:
+  double key(std::int64_t pos, int c) const {
+    return static_cast<double>(work_.coords[static_cast<std::size_t>((pos - work_.begin) * work_.dim + c)]);
+  }
+  std::int64_t round(std::int64_t first, std::int64_t last, int c);
+  void finish(std::int64_t first, std::int64_t nth, std::int64_t last, std::int64_t depth_limit, int c);
+  /// Swaps elements between ranks: peer_positions[q] lists local positions whose elements are exchanged
+  /// one for one, in that order, with those rank q lists for this rank.
+  void swap_with_peers(const std::vector<std::vector<std::int64_t>>& peer_positions);
+  void swap_local(std::int64_t a, std::int64_t b);
+
+  const Comm& comm_;
+  WorkArray<T>& work_;
+  std::int64_t threshold_;
+  HeldPoints& held_;
+};
+
 /// What the single-process code does with each sample's array.
 enum class Placement {
   tree,       // build(): padded slots, mask, recursion to the leaves
   partition,  // partition(target_level): no padding
 };
 
-/// The result for this rank's output range: ids[k] and (tree) mask[k] of output position range.begin + k.
+/// The result for this rank's output range: ids[k] and (tree) mask[k] of output position range.begin + k;
+/// the largest number of points this rank held at once (HeldPoints::peak).
 struct PlacedRange {
   std::vector<std::int64_t> ids;
   std::vector<std::uint8_t> mask;
+  std::int64_t peak_points = 0;
 };
 
 /// Places every sample exactly as the single-process build()/partition() of its serial array would, into
 /// the global output order (sample b's outputs start at out_offsets[b]) cut among ranks by `ranges`.
 /// Collective. See share/docs/balltree.md "Distributed tree" for the algorithm and its costs.
+/// `serial_threshold`: see DistributedOptions::serial_threshold.
 template <class T>
 PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode, int target_level,
-                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges);
+                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold);
 
 }  // namespace surrogate::balltree::detail

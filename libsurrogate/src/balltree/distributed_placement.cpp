@@ -5,11 +5,13 @@
 // result is, however, a function of its array alone (coordinates in array order): nth_element is a
 // comparison algorithm, so running build()/partition() on the node's points re-numbered 0..count-1 in
 // array order gives the same permutation. Hence:
-//   1. every sample's serial array is gathered on one planner rank (sample b on rank b % P);
-//   2. the planner replays the serial recursion, one split at a time (partition(.., 1) of the node's
-//      array), but only for nodes whose output range straddles two ranks; a node inside one rank's range
-//      is sent whole, in its current array order, to that rank;
-//   3. each rank finishes its nodes with the serial build()/partition() of the received arrays.
+//   1. the samples' serial arrays, concatenated, are spread evenly over the ranks in serial order (the
+//      work array: no rank holds more than ceil(n / P) of them);
+//   2. every rank replays the serial recursion over the node ranges, but splits only the nodes whose
+//      output range straddles two ranks, with the distributed selection on the work array
+//      (distributed_selection.cpp); a node inside one rank's output range becomes a piece;
+//   3. each piece's array goes, in its current order, to the rank owning its output range (one
+//      all-to-all), which finishes it with the serial build()/partition().
 #include <algorithm>
 #include <numeric>
 #include <string>
@@ -23,72 +25,49 @@ namespace {
 using Index = std::int64_t;
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 
-constexpr std::size_t header_size = 4;  // out_begin, out_size, remaining levels, count
+/// Positions of [first, last) held by rank r of `layout` (empty: lo == hi).
+std::pair<Index, Index> overlap(const RankRanges& layout, int r, Index first, Index last) {
+  const Index lo = std::max(first, layout.begin(r)), hi = std::min(last, layout.end(r));
+  return {lo, std::max(lo, hi)};
+}
 
-/// Pieces bound for every rank: headers, element ids, coordinates.
-template <class T>
-struct Outbox {
-  std::vector<std::vector<Index>> headers, ids;
-  std::vector<std::vector<T>> coords;
-  explicit Outbox(int p) : headers(sz(p)), ids(sz(p)), coords(sz(p)) {}
+/// A node left to one rank: positions [start, start + count) of the work array, output range
+/// [out_begin, out_begin + out_size), `levels` partition steps left (partition mode).
+struct Piece {
+  Index start, count, out_begin, out_size, levels;
 };
 
+/// The serial recursion over the node ranges (identical on every rank): splits the nodes that straddle
+/// two output ranks, lists the others as pieces.
 template <class T>
-struct Planner {
+struct Recursion {
   Placement mode;
   int target_level;
-  int dim;
   const RankRanges& ranges;
-  std::vector<Index>& ids;  // the sample's serial array, reordered in place as the serial code does
-  std::vector<T>& coords;
-  Outbox<T>& out;
-
-  void emit(Index start, Index count, Index out_begin, Index out_size, Index levels) const {
-    const int r = ranges.owner(out_begin);
-    auto& h = out.headers[sz(r)];
-    h.insert(h.end(), {out_begin, out_size, levels, count});
-    auto& i = out.ids[sz(r)];
-    i.insert(i.end(), ids.begin() + start, ids.begin() + start + count);
-    auto& c = out.coords[sz(r)];
-    c.insert(c.end(), coords.begin() + start * dim, coords.begin() + (start + count) * dim);
-  }
-
-  /// One serial split of [start, end): the split dimension and nth_element of partition(.., 1).
-  void split(Index start, Index end) const {
-    const Index count = end - start;
-    const std::vector<std::int64_t> perm =
-        partition(std::span<const T>(coords.data() + start * dim, sz(count * dim)), dim, Batch::single(count), 1);
-    std::vector<Index> new_ids(sz(count));
-    std::vector<T> new_coords(sz(count * dim));
-    for (Index i = 0; i < count; ++i) {
-      new_ids[sz(i)] = ids[sz(start + perm[sz(i)])];
-      std::copy_n(coords.begin() + (start + perm[sz(i)]) * dim, dim, new_coords.begin() + i * dim);
-    }
-    std::copy(new_ids.begin(), new_ids.end(), ids.begin() + start);
-    std::copy(new_coords.begin(), new_coords.end(), coords.begin() + start * dim);
-  }
+  DistributedSelection<T>& selection;
+  std::vector<Piece>& pieces;
 
   void node(Index start, Index end, Index out_begin, Index out_size, int depth) const {
     const Index count = end - start;
     const Index levels = mode == Placement::partition ? target_level - depth : -1;
     if (ranges.owner(out_begin) == ranges.owner(out_begin + out_size - 1)) {
-      emit(start, count, out_begin, out_size, levels);
+      pieces.push_back({start, count, out_begin, out_size, levels});
       return;
     }
     if (mode == Placement::partition && (levels <= 0 || count <= 1)) {
       // The serial code copies this range unchanged: cut it at the rank boundaries.
       for (Index pos = out_begin; pos < out_begin + out_size;) {
-        const int r = ranges.owner(pos);
-        const Index stop = std::min(ranges.end(r), out_begin + out_size);
-        emit(start + (pos - out_begin), stop - pos, pos, stop - pos, 0);
+        const Index stop = std::min(ranges.end(ranges.owner(pos)), out_begin + out_size);
+        pieces.push_back({start + (pos - out_begin), stop - pos, pos, stop - pos, 0});
         pos = stop;
       }
       return;
     }
     if (mode == Placement::tree && out_size <= 2)
       throw Error(ErrorCode::internal, "distributed ball tree: a leaf straddles two ranks");
-    split(start, end);
-    const Index mid = (start + end) / 2;
+    // The serial split (Splitter): dimension of largest spread, nth_element at the middle.
+    const Index mid = start + count / 2;
+    selection.nth_element(start, mid, end, selection.split_dimension(start, end));
     const Index left_out = mode == Placement::tree ? out_size / 2 : mid - start;
     node(start, mid, out_begin, left_out, depth + 1);
     node(mid, end, out_begin + left_out, out_size - left_out, depth + 1);
@@ -99,82 +78,130 @@ struct Planner {
 
 template <class T>
 PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode, int target_level,
-                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges) {
+                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold) {
   const int p = comm.size(), me = comm.rank();
   const auto up = sz(p);
   const Index samples = data.samples;
   const int dim = data.dim;
   auto count = [&](int r, Index b) { return data.counts[sz(r) * sz(samples) + sz(b)]; };
+  HeldPoints held;
 
-  // 1. Every sample's elements to its planner (sample b: rank b % p), in serial order.
-  std::vector<std::size_t> send_n(up, 0), recv_n(up, 0);
-  std::vector<Index> send_ids;
-  std::vector<T> send_coords;
-  collectively(comm, [&] {
-    std::vector<Index> local_begin(sz(samples) + 1, 0);
-    for (Index b = 0; b < samples; ++b) local_begin[sz(b) + 1] = local_begin[sz(b)] + count(me, b);
-    if (local_begin.back() != static_cast<Index>(data.ids.size()))
-      throw Error(ErrorCode::internal, "distributed ball tree: local element count differs from the count table");
-    for (int d = 0; d < p; ++d)
-      for (Index b = d; b < samples; b += p) {
-        send_n[sz(d)] += sz(count(me, b));
-        send_ids.insert(send_ids.end(), data.ids.begin() + local_begin[sz(b)], data.ids.begin() + local_begin[sz(b) + 1]);
-        send_coords.insert(send_coords.end(), data.coords.begin() + local_begin[sz(b)] * dim,
-                           data.coords.begin() + local_begin[sz(b) + 1] * dim);
-      }
-    for (int r = 0; r < p; ++r)
-      for (Index b = me; b < samples; b += p) recv_n[sz(r)] += sz(count(r, b));
-  });
-  const auto recv_off = exclusive_offsets(recv_n);
-  std::vector<Index> got_ids(recv_off.back());
-  std::vector<T> got_coords(recv_off.back() * sz(dim));
-  alltoallv_elements(comm, send_ids.data(), send_n, got_ids.data(), recv_n, sizeof(Index));
-  alltoallv_elements(comm, send_coords.data(), send_n, got_coords.data(), recv_n, sizeof(T) * sz(dim));
-  send_ids = {};
-  send_coords = {};
-
-  // 2. The planner replays the serial splits of the nodes that straddle ranks.
-  Outbox<T> out(p);
-  collectively(comm, [&] {
-    std::vector<std::size_t> cursor(recv_off.begin(), recv_off.end() - 1);
-    for (Index b = me; b < samples; b += p) {
-      std::vector<Index> ids;
-      std::vector<T> coords;
-      for (int r = 0; r < p; ++r) {
-        const std::size_t c = sz(count(r, b)), at = cursor[sz(r)];
-        ids.insert(ids.end(), got_ids.begin() + static_cast<std::ptrdiff_t>(at), got_ids.begin() + static_cast<std::ptrdiff_t>(at + c));
-        coords.insert(coords.end(), got_coords.begin() + static_cast<std::ptrdiff_t>(at * sz(dim)),
-                      got_coords.begin() + static_cast<std::ptrdiff_t>((at + c) * sz(dim)));
-        cursor[sz(r)] += c;
-      }
-      const Index n = static_cast<Index>(ids.size());
-      const Index out_size = out_offsets[sz(b) + 1] - out_offsets[sz(b)];
-      Planner<T> planner{mode, target_level, dim, ranges, ids, coords, out};
-      planner.node(0, n, out_offsets[sz(b)], out_size, 0);
+  // 1. The work array: sample b at positions array_offsets[b] .., rank r's elements of b at
+  //    array_offsets[b] + rank_first[b * p + r] ..; rank r holds positions [r n / P, (r + 1) n / P).
+  std::vector<Index> array_offsets(sz(samples) + 1, 0), rank_first(sz(samples) * up, 0);
+  for (Index b = 0; b < samples; ++b) {
+    Index at = 0;
+    for (int r = 0; r < p; ++r) {
+      rank_first[sz(b) * up + sz(r)] = at;
+      at += count(r, b);
     }
-  });
-  got_ids = {};
-  got_coords = {};
-
-  // 3. The pieces to their ranks; each rank finishes its pieces with the serial code.
-  std::vector<std::size_t> piece_n(up), elem_n(up);
-  std::vector<Index> headers, ids;
-  std::vector<T> coords;
-  for (std::size_t r = 0; r < up; ++r) {
-    piece_n[r] = out.headers[r].size() / header_size;
-    elem_n[r] = out.ids[r].size();
-    headers.insert(headers.end(), out.headers[r].begin(), out.headers[r].end());
-    ids.insert(ids.end(), out.ids[r].begin(), out.ids[r].end());
-    coords.insert(coords.end(), out.coords[r].begin(), out.coords[r].end());
+    array_offsets[sz(b) + 1] = array_offsets[sz(b)] + at;
   }
-  out = Outbox<T>(p);
-  const auto piece_in = exchange_counts(comm, piece_n), elem_in = exchange_counts(comm, elem_n);
-  const std::size_t pieces = exclusive_offsets(piece_in).back(), elems = exclusive_offsets(elem_in).back();
-  std::vector<Index> in_headers(pieces * header_size), in_ids(elems);
-  std::vector<T> in_coords(elems * sz(dim));
-  alltoallv_elements(comm, headers.data(), piece_n, in_headers.data(), piece_in, sizeof(Index) * header_size);
-  alltoallv_elements(comm, ids.data(), elem_n, in_ids.data(), elem_in, sizeof(Index));
-  alltoallv_elements(comm, coords.data(), elem_n, in_coords.data(), elem_in, sizeof(T) * sz(dim));
+  const Index total = array_offsets.back();
+  WorkArray<T> work;
+  work.dim = dim;
+  work.layout.bounds.resize(up + 1);
+  for (int r = 0; r <= p; ++r) work.layout.bounds[sz(r)] = total * r / p;
+  work.begin = work.layout.begin(me);
+  const Index held_here = work.layout.size(me);
+
+  std::vector<std::size_t> send_n(up, 0), recv_n(up, 0);
+  collectively(comm, [&] {
+    if (static_cast<Index>(data.ids.size()) * dim != static_cast<Index>(data.coords.size()))
+      throw Error(ErrorCode::internal, "distributed ball tree: ids and coordinates of different lengths");
+    Index local = 0;
+    for (Index b = 0; b < samples; ++b) {
+      const Index first = array_offsets[sz(b)] + rank_first[sz(b) * up + sz(me)];
+      for (int r = 0; r < p; ++r) {
+        const auto [lo, hi] = overlap(work.layout, r, first, first + count(me, b));
+        send_n[sz(r)] += sz(hi - lo);
+      }
+      local += count(me, b);
+      for (int q = 0; q < p; ++q) {
+        const Index qf = array_offsets[sz(b)] + rank_first[sz(b) * up + sz(q)];
+        const auto [lo, hi] = overlap(work.layout, me, qf, qf + count(q, b));
+        recv_n[sz(q)] += sz(hi - lo);
+      }
+    }
+    if (local != static_cast<Index>(data.ids.size()))
+      throw Error(ErrorCode::internal, "distributed ball tree: local element count differs from the count table");
+  });
+  // This rank's elements, grouped by sample and in serial order, have increasing positions: the part
+  // for each rank is contiguous. The parts arrive source by source, sample by sample, straight into the
+  // work array, and are then moved to their positions in place (the identity for one sample).
+  {
+    held.add(held_here);
+    work.ids.resize(sz(held_here));
+    work.coords.resize(sz(held_here * dim));
+    alltoallv_elements(comm, data.ids.data(), send_n, work.ids.data(), recv_n, sizeof(Index));
+    alltoallv_elements(comm, data.coords.data(), send_n, work.coords.data(), recv_n, sizeof(T) * sz(dim));
+    std::vector<Index> position;  // position - begin of every received element, in arrival order
+    position.reserve(sz(held_here));
+    for (int q = 0; q < p; ++q)
+      for (Index b = 0; b < samples; ++b) {
+        const Index qf = array_offsets[sz(b)] + rank_first[sz(b) * up + sz(q)];
+        const auto [lo, hi] = overlap(work.layout, me, qf, qf + count(q, b));
+        for (Index x = lo; x < hi; ++x) position.push_back(x - work.begin);
+      }
+    // Cycles of the permutation arrival -> position, each element moved once.
+    std::vector<T> row(sz(dim)), next_row(sz(dim));
+    for (Index start = 0; start < held_here; ++start) {
+      if (position[sz(start)] < 0 || position[sz(start)] == start) continue;
+      Index id = work.ids[sz(start)];
+      std::copy_n(work.coords.begin() + start * dim, dim, row.begin());
+      for (Index at = position[sz(start)]; at >= 0;) {
+        const Index next = position[sz(at)];
+        position[sz(at)] = -1;
+        std::swap(id, work.ids[sz(at)]);
+        std::copy_n(work.coords.begin() + at * dim, dim, next_row.begin());
+        std::copy_n(row.begin(), dim, work.coords.begin() + at * dim);
+        std::swap(row, next_row);
+        if (at == start) break;
+        at = next;
+      }
+    }
+  }
+
+  // 2. The serial recursion: distributed splits of the nodes that straddle output ranks.
+  std::vector<Piece> pieces;
+  DistributedSelection<T> selection(comm, work, serial_threshold, held);
+  const Recursion<T> recursion{mode, target_level, ranges, selection, pieces};
+  for (Index b = 0; b < samples; ++b)
+    recursion.node(array_offsets[sz(b)], array_offsets[sz(b) + 1], out_offsets[sz(b)], out_offsets[sz(b) + 1] - out_offsets[sz(b)], 0);
+
+  // 3. Every piece to the rank owning its output range. The pieces come in depth-first order, so their
+  //    arrays cover the work array in position order and their output ranges, hence their ranks, are
+  //    in increasing order too: this rank's work array is already grouped by destination, and what a
+  //    rank receives, source rank after source rank, is the contiguous run of positions of its pieces.
+  std::fill(send_n.begin(), send_n.end(), 0);
+  std::fill(recv_n.begin(), recv_n.end(), 0);
+  Index received_from = -1;  // first work position of this rank's pieces
+  Index next_start = 0;
+  int last_d = 0;
+  for (const Piece& piece : pieces) {
+    const int d = ranges.owner(piece.out_begin);
+    if (piece.start != next_start || d < last_d)
+      throw Error(ErrorCode::internal, "distributed ball tree: the pieces are not in position and rank order");
+    next_start = piece.start + piece.count;
+    last_d = d;
+    const auto [lo, hi] = overlap(work.layout, me, piece.start, piece.start + piece.count);
+    send_n[sz(d)] += sz(hi - lo);
+    if (d != me) continue;
+    if (received_from < 0) received_from = piece.start;
+    for (int q = 0; q < p; ++q) {
+      const auto [qlo, qhi] = overlap(work.layout, q, piece.start, piece.start + piece.count);
+      recv_n[sz(q)] += sz(qhi - qlo);
+    }
+  }
+  const std::size_t received = exclusive_offsets(recv_n).back();
+  held.add(static_cast<Index>(received));
+  std::vector<Index> in_ids(received);
+  std::vector<T> in_coords(received * sz(dim));
+  alltoallv_elements(comm, work.ids.data(), send_n, in_ids.data(), recv_n, sizeof(Index));
+  alltoallv_elements(comm, work.coords.data(), send_n, in_coords.data(), recv_n, sizeof(T) * sz(dim));
+  work.ids = {};
+  work.coords = {};
+  held.remove(held_here);
 
   PlacedRange result;
   collectively(comm, [&] {
@@ -190,13 +217,14 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
       result.ids[sz(k)] = id;
       if (mode == Placement::tree) result.mask[sz(k)] = m;
     };
-    std::size_t at = 0;
-    for (std::size_t q = 0; q < pieces; ++q) {
-      const Index* h = in_headers.data() + q * header_size;
-      const Index out_begin = h[0], out_size = h[1], levels = h[2], n = h[3];
+    for (const Piece& piece : pieces) {
+      if (ranges.owner(piece.out_begin) != me) continue;
+      const Index out_begin = piece.out_begin, out_size = piece.out_size, levels = piece.levels, n = piece.count;
+      const Index at = piece.start - received_from;
+      if (at < 0 || at + n > static_cast<Index>(received))
+        throw Error(ErrorCode::internal, "distributed ball tree: a piece outside the received positions");
       const Index* pid = in_ids.data() + at;
-      const std::span<const T> pc(in_coords.data() + at * sz(dim), sz(n * dim));
-      at += sz(n);
+      const std::span<const T> pc(in_coords.data() + at * dim, sz(n * dim));
       if (mode == Placement::tree) {
         // A node of out_size slots holds n in [out_size/2, out_size] points. With n > out_size/2 the
         // serial recursion below it is exactly build() of its array (same depth). With n == out_size/2
@@ -229,12 +257,13 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
     if (std::find(filled.begin(), filled.end(), 0) != filled.end())
       throw Error(ErrorCode::internal, "distributed ball tree: some local output positions were not placed");
   });
+  result.peak_points = held.peak;
   return result;
 }
 
 template PlacedRange place<float>(const Comm&, const SpreadSamples<float>&, Placement, int, std::span<const std::int64_t>,
-                                  const RankRanges&);
+                                  const RankRanges&, std::int64_t);
 template PlacedRange place<double>(const Comm&, const SpreadSamples<double>&, Placement, int,
-                                   std::span<const std::int64_t>, const RankRanges&);
+                                   std::span<const std::int64_t>, const RankRanges&, std::int64_t);
 
 }  // namespace surrogate::balltree::detail

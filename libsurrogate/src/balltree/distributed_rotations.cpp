@@ -2,6 +2,7 @@
 // rotates and mean-pools its own tree-order nodes (row-wise and group-wise operations, so bitwise the
 // serial values), the rotated partition of every level is placed exactly (distributed_placement.cpp), and
 // the exchange tree order <-> rotated order is planned once per level.
+#include <algorithm>
 #include <string>
 
 #include "distributed_internal.hpp"
@@ -88,7 +89,8 @@ DistributedRotatedTrees build_distributed_with_rotations(const Comm& comm, std::
     for (Index k = 0; k < nodes.size(me); ++k) data.ids[sz(k)] = nodes.begin(me) + k;
     data.coords = coords;
     detail::PlacedRange placed =
-        detail::place(comm, data, detail::Placement::partition, rot.target_levels.back(), offsets, nodes);
+        detail::place(comm, data, detail::Placement::partition, rot.target_levels.back(), offsets, nodes, options.serial_threshold);
+    rot.peak_points = std::max(rot.peak_points, placed.peak_points);
 
     const Index local_nodes = nodes.size(me);
     std::vector<int> source_rank(sz(local_nodes));

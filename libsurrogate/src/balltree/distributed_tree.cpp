@@ -24,6 +24,9 @@ Status check_local_input(std::span<const T> positions, int dim, std::span<const 
     if (options.granularity < 1)
       throw Error(ErrorCode::invalid_argument, "distributed ball tree: granularity must be at least 1, found " +
                                                    std::to_string(options.granularity));
+    if (options.serial_threshold < 0)
+      throw Error(ErrorCode::invalid_argument, "distributed ball tree: serial_threshold must be non-negative, found " +
+                                                   std::to_string(options.serial_threshold));
     if (positions.size() != sample_ids.size() * sz(dim))
       throw Error(ErrorCode::input, "distributed ball tree: local_positions has " + std::to_string(positions.size()) +
                                         " values but local_sample_ids has " + std::to_string(sample_ids.size()) +
@@ -123,9 +126,10 @@ DistributedTree build_impl(const Comm& comm, std::span<const T> positions, int d
     std::copy_n(positions.begin() + row * dim, dim, data.coords.begin() + g * dim);
   }
 
-  detail::PlacedRange placed = detail::place(comm, data, detail::Placement::tree, 0, t.slot_offsets, t.slots);
+  detail::PlacedRange placed = detail::place(comm, data, detail::Placement::tree, 0, t.slot_offsets, t.slots, options.serial_threshold);
   t.index = std::move(placed.ids);
   t.mask = std::move(placed.mask);
+  t.peak_points = placed.peak_points;
 
   // The plan: every local slot with mask 1 asks the rank that holds its point; a duplicate copies the
   // slot before it (its original, in the same leaf and so on the same rank).
