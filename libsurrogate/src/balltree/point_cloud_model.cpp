@@ -18,9 +18,17 @@ CanonicalBlock::CanonicalBlock(const Comm& comm, const CanonicalBatch& all, int 
   begin_ = all.block_bounds[static_cast<std::size_t>(comm.rank())];
   end_ = all.block_bounds[static_cast<std::size_t>(comm.rank()) + 1];
   const auto n = static_cast<std::size_t>(rows());
-  plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, {all.owner_rank.data() + begin_, n},
-                                                {all.owner_row.data() + begin_, n}, {}, {});
-  positions_.assign(all.positions.begin() + begin_ * dim, all.positions.begin() + end_ * dim);
+  if (all.owner_rank.size() != n || all.positions.size() != n * static_cast<std::size_t>(dim))
+    throw Error(ErrorCode::internal, family + " (distributed): the block's owners or positions are missing");
+  plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, all.owner_rank, all.owner_row, {}, {});
+  positions_ = all.positions;
+  samples_.resize(n);
+  const std::vector<std::int64_t>& offsets = all.batch.offsets();
+  std::size_t sample = 0;
+  for (std::int64_t c = begin_; c < end_; ++c) {
+    while (offsets[sample + 1] <= c) ++sample;
+    samples_[static_cast<std::size_t>(c - begin_)] = static_cast<std::int64_t>(sample);
+  }
 }
 
 GeometryKey GeometryKey::of(const Comm& comm, const SampleLayout& layout, const PointGeometry& g, int dim) {
@@ -127,154 +135,77 @@ PointCloudModel::PointCloudModel(const ModelFile& file, int in_channels, int out
 
 CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleLayout& layout,
                                                  const PointGeometry& geometry, const float* in, index_t ld_in,
-                                                 bool with_features, bool block_edges, int threads) const {
-  const index_t n = layout.local_points();
-  const int cin = with_features ? in_channels() : 0;
-  // Local rows (working order): (global id, sample) pairs, compact features and positions.
-  std::vector<std::int64_t> keys(static_cast<std::size_t>(2 * n));
-  std::vector<float> features(static_cast<std::size_t>(n * cin)), positions(static_cast<std::size_t>(n * dim_));
-  for (const auto& seg : layout.segments())
-    for (index_t row = seg.begin; row < seg.end; ++row) {
-      keys[static_cast<std::size_t>(2 * row)] = geometry.global_ids[row];
-      keys[static_cast<std::size_t>(2 * row + 1)] = seg.sample;
-    }
-  for (index_t row = 0; row < n; ++row) {
-    std::copy_n(in + row * ld_in, cin, features.begin() + row * cin);
-    std::copy_n(geometry.positions + row * geometry.ld_positions, dim_, positions.begin() + row * dim_);
-  }
-  const std::vector<std::int64_t> all_keys = gather_all(comm, keys);
-  const std::vector<float> all_features = with_features ? gather_all(comm, features) : std::vector<float>{};
-  const std::vector<float> all_positions = gather_all(comm, positions);
-  const std::vector<std::int64_t> rank_rows = gather_all(comm, std::vector<std::int64_t>{n});
-  // Edges given by the caller (as pairs of global ids): gathered rank-major on every rank, or, for
-  // block_edges, sent to the owner of the receiver's block below.
+                                                 bool with_features, bool block_mode, int threads) const {
   const bool given = uses_edges_ && comm.allreduce<std::int64_t>(geometry.edge_index ? 1 : 0, ReduceOp::max) > 0;
-  std::vector<std::int64_t> pairs;
-  if (given) {
-    pairs.resize(static_cast<std::size_t>(2 * geometry.num_edges));
-    for (index_t e = 0; e < geometry.num_edges; ++e) {
-      pairs[static_cast<std::size_t>(2 * e)] = geometry.edge_index[e];
-      pairs[static_cast<std::size_t>(2 * e + 1)] = geometry.edge_index[geometry.num_edges + e];
-    }
-  }
-  const std::vector<std::int64_t> all_pairs = given && !block_edges ? gather_all(comm, pairs) : std::vector<std::int64_t>{};
+  const GivenEdges edges = !given ? GivenEdges::ignore : block_mode ? GivenEdges::to_blocks : GivenEdges::local;
+  CanonicalBatch result = route_canonical(comm, layout, geometry, dim_, in, ld_in, with_features ? in_channels() : 0, edges);
 
-  // From here on every rank computes the same thing from the same arrays; the outcome is agreed.
-  CanonicalBatch result;
-  const index_t total = layout.global_points();
-  std::vector<index_t> slot_of_id(static_cast<std::size_t>(total), -1);
-  std::vector<std::int64_t> sample_of_slot;
+  if (!block_mode) {
+    // The blocks are consecutive canonical ranges: their rank-major concatenation is the canonical order.
+    result.positions = gather_all(comm, result.positions);
+    result.features = gather_all(comm, result.features);
+    result.owner_rank.clear();
+    result.owner_row.clear();
+    result.block_bounds = {0, layout.global_points()};
+    if (given) {
+      // Every rank's edges in its order, rank-major (the union's order), as (j, i) pairs.
+      const std::size_t mine = result.edges.size() / 2;
+      std::vector<std::int64_t> pairs(2 * mine);
+      for (std::size_t e = 0; e < mine; ++e) {
+        pairs[2 * e] = result.edges[e];
+        pairs[2 * e + 1] = result.edges[mine + e];
+      }
+      pairs = gather_all(comm, pairs);
+      const std::size_t count = pairs.size() / 2;
+      result.edges.resize(pairs.size());
+      for (std::size_t e = 0; e < count; ++e) {
+        result.edges[e] = pairs[2 * e];
+        result.edges[count + e] = pairs[2 * e + 1];
+      }
+    } else if (uses_edges_) {
+      collectively(comm, [&] { result.edges = rule_.build(result.positions, dim_, result.batch, threads); });
+    }
+    return result;
+  }
+  if (given || !uses_edges_) return result;
+
+  // Block mode, edges built by the rule: a receiver's candidates are all points of its sample, so this
+  // rank fetches the positions of the samples its block's receivers belong to from their blocks' owners
+  // (the only step of memory O(those samples' points) rather than O(N / P)).
+  const std::int64_t begin = result.block_bounds[static_cast<std::size_t>(comm.rank())];
+  const std::int64_t end = result.block_bounds[static_cast<std::size_t>(comm.rank()) + 1];
+  const std::vector<std::int64_t>& offsets = result.batch.offsets();
+  std::int64_t first_sample = 0, last_sample = -1;  // the samples of [begin, end)
+  if (end > begin) {
+    first_sample = std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin() - 1;
+    last_sample = std::upper_bound(offsets.begin(), offsets.end(), end - 1) - offsets.begin() - 1;
+  }
+  const std::int64_t from = end > begin ? offsets[static_cast<std::size_t>(first_sample)] : 0;
+  const std::int64_t to = end > begin ? offsets[static_cast<std::size_t>(last_sample) + 1] : 0;
+  balltree::RankRanges blocks;
+  blocks.bounds = result.block_bounds;
+  std::vector<int> owner(static_cast<std::size_t>(to - from));
+  std::vector<std::int64_t> key(owner.size());
+  for (std::int64_t c = from; c < to; ++c) {
+    owner[static_cast<std::size_t>(c - from)] = blocks.owner(c);
+    key[static_cast<std::size_t>(c - from)] = c - blocks.begin(owner[static_cast<std::size_t>(c - from)]);
+  }
+  const balltree::ExchangePlan fetch =
+      balltree::ExchangePlan::from_requests(comm, end - begin, owner, key, {}, {});
+  std::vector<float> candidates(owner.size() * static_cast<std::size_t>(dim_));
+  fetch.forward(result.positions.data(), dim_, candidates.data());
+  result.graph_candidate_points = to - from;
   collectively(comm, [&] {
-    // Canonical order: by sample, then by global id.
-    std::vector<index_t> canonical(static_cast<std::size_t>(total));
-    std::iota(canonical.begin(), canonical.end(), index_t{0});
-    std::sort(canonical.begin(), canonical.end(), [&](index_t a, index_t b) {
-      const auto sa = all_keys[static_cast<std::size_t>(2 * a + 1)], sb = all_keys[static_cast<std::size_t>(2 * b + 1)];
-      return sa != sb ? sa < sb : all_keys[static_cast<std::size_t>(2 * a)] < all_keys[static_cast<std::size_t>(2 * b)];
-    });
-    // Gathered (rank-major) row -> owner rank and local row.
-    std::vector<int> gathered_rank(static_cast<std::size_t>(total));
-    std::vector<std::int64_t> gathered_row(static_cast<std::size_t>(total));
-    for (std::size_t r = 0, g = 0; r < rank_rows.size(); ++r)
-      for (std::int64_t row = 0; row < rank_rows[r]; ++row, ++g) {
-        gathered_rank[g] = static_cast<int>(r);
-        gathered_row[g] = row;
-      }
-    result.features.resize(static_cast<std::size_t>(total * cin));
-    result.positions.resize(static_cast<std::size_t>(total * dim_));
-    result.owner_rank.resize(static_cast<std::size_t>(total));
-    result.owner_row.resize(static_cast<std::size_t>(total));
-    for (index_t s = 0; s < total; ++s) {
-      const auto src = static_cast<std::size_t>(canonical[static_cast<std::size_t>(s)]);
-      const std::int64_t id = all_keys[2 * src];
-      if (slot_of_id[static_cast<std::size_t>(id)] >= 0)
-        throw Error(ErrorCode::input, "global id " + std::to_string(id) + " is given to more than one point");
-      slot_of_id[static_cast<std::size_t>(id)] = s;
-      std::copy_n(all_features.begin() + static_cast<std::ptrdiff_t>(src) * cin, cin, result.features.begin() + s * cin);
-      std::copy_n(all_positions.begin() + static_cast<std::ptrdiff_t>(src) * dim_, dim_, result.positions.begin() + s * dim_);
-      result.owner_rank[static_cast<std::size_t>(s)] = gathered_rank[src];
-      result.owner_row[static_cast<std::size_t>(s)] = gathered_row[src];
+    if (end == begin) {
+      if (rule_.kind == GraphRule::Kind::none) rule_.build({}, dim_, result.batch, threads);  // the agreed error
+      return;
     }
-    result.canonical_of_row.resize(static_cast<std::size_t>(n));
-    for (index_t row = 0; row < n; ++row)
-      result.canonical_of_row[static_cast<std::size_t>(row)] = slot_of_id[static_cast<std::size_t>(geometry.global_ids[row])];
-    std::vector<std::int64_t> offsets{0};
-    for (const index_t size : layout.sample_sizes()) offsets.push_back(offsets.back() + size);
-    result.batch = balltree::Batch::from_offsets(offsets);
-    sample_of_slot = result.batch.batch_idx();
-    const int p = block_edges ? comm.size() : 1;
-    result.block_bounds.resize(static_cast<std::size_t>(p) + 1);
-    for (int r = 0; r <= p; ++r) result.block_bounds[static_cast<std::size_t>(r)] = total * r / p;
+    std::vector<std::int64_t> local_offsets;
+    for (std::int64_t s = first_sample; s <= last_sample + 1; ++s) local_offsets.push_back(offsets[static_cast<std::size_t>(s)] - from);
+    result.edges = rule_.build(candidates, dim_, balltree::Batch::from_offsets(local_offsets), threads,
+                               graph::ReceiverRange{begin - from, end - from});
+    for (std::int64_t& index : result.edges) index += from;
   });
-  const int block_rank = block_edges ? comm.rank() : 0;
-  const graph::ReceiverRange receivers{result.block_bounds[static_cast<std::size_t>(block_rank)],
-                                       result.block_bounds[static_cast<std::size_t>(block_rank) + 1]};
-
-  result.edges_given = given;
-  // Edge (source id, receiver id) -> canonical (j, i), refusing an edge that joins two samples.
-  auto canonical_edge = [&](std::int64_t source_id, std::int64_t receiver_id) {
-    const index_t j = slot_of_id[static_cast<std::size_t>(source_id)];
-    const index_t i = slot_of_id[static_cast<std::size_t>(receiver_id)];
-    if (sample_of_slot[static_cast<std::size_t>(j)] != sample_of_slot[static_cast<std::size_t>(i)])
-      throw Error(ErrorCode::input, "edge_index: edge " + std::to_string(source_id) + " -> " + std::to_string(receiver_id) +
-                                        " joins two samples (" + std::to_string(sample_of_slot[static_cast<std::size_t>(j)]) +
-                                        " and " + std::to_string(sample_of_slot[static_cast<std::size_t>(i)]) + ")");
-    return std::pair<std::int64_t, std::int64_t>{j, i};
-  };
-  std::vector<std::int64_t> canonical_pairs;  // (j, i) pairs of this rank's block (block_edges) or all
-  if (given && block_edges) {
-    // Each rank converts its own edges and sends each to the owner of its receiver's block: a block
-    // receives them rank by rank, each rank's in its order, i.e. the rank-major union's order.
-    const auto p = static_cast<std::size_t>(comm.size());
-    std::vector<std::size_t> send_counts(p, 0);
-    std::vector<std::int64_t> send(pairs.size());
-    collectively(comm, [&] {
-      std::vector<int> owner(pairs.size() / 2);
-      for (std::size_t e = 0; e < owner.size(); ++e) {
-        const auto [j, i] = canonical_edge(pairs[2 * e], pairs[2 * e + 1]);
-        const auto it = std::upper_bound(result.block_bounds.begin(), result.block_bounds.end() - 1, i);
-        owner[e] = static_cast<int>(it - result.block_bounds.begin()) - 1;
-        ++send_counts[static_cast<std::size_t>(owner[e])];
-        pairs[2 * e] = j;
-        pairs[2 * e + 1] = i;
-      }
-      std::vector<std::size_t> fill = balltree::detail::exclusive_offsets(send_counts);
-      for (std::size_t e = 0; e < owner.size(); ++e) {
-        const std::size_t at = fill[static_cast<std::size_t>(owner[e])]++;
-        send[2 * at] = pairs[2 * e];
-        send[2 * at + 1] = pairs[2 * e + 1];
-      }
-    });
-    std::vector<std::size_t> send_values(p), recv_values = balltree::detail::exchange_counts(comm, send_counts);
-    for (std::size_t r = 0; r < p; ++r) {
-      send_values[r] = 2 * send_counts[r];
-      recv_values[r] *= 2;
-    }
-    std::size_t received = 0;
-    for (const std::size_t v : recv_values) received += v;
-    canonical_pairs.resize(received);
-    balltree::detail::alltoallv_elements(comm, send.data(), send_values, canonical_pairs.data(), recv_values,
-                                         sizeof(std::int64_t));
-  } else if (given) {
-    canonical_pairs.assign(all_pairs.size(), std::int64_t{0});
-    collectively(comm, [&] {
-      for (std::size_t e = 0; e < all_pairs.size() / 2; ++e) {
-        const auto [j, i] = canonical_edge(all_pairs[2 * e], all_pairs[2 * e + 1]);
-        canonical_pairs[2 * e] = j;
-        canonical_pairs[2 * e + 1] = i;
-      }
-    });
-  }
-  if (given) {
-    const std::size_t e_count = canonical_pairs.size() / 2;
-    result.edges.resize(canonical_pairs.size());
-    for (std::size_t e = 0; e < e_count; ++e) {
-      result.edges[e] = canonical_pairs[2 * e];
-      result.edges[e_count + e] = canonical_pairs[2 * e + 1];
-    }
-  } else if (uses_edges_) {
-    collectively(comm, [&] { result.edges = rule_.build(result.positions, dim_, result.batch, threads, receivers); });
-  }
   return result;
 }
 

@@ -9,8 +9,9 @@
 // forward redundantly on the whole batch and keeps its own rows. The result is bitwise independent of
 // the rank count and the partition (the forward sees the same arrays in the same order everywhere), but
 // memory and time per rank are those of a single process. A family that runs distributed (Erwin, BSA, on
-// the distributed ball tree) overrides forward_geometry and uses gather_canonical without features, with
-// each rank's edges only, and keeps its plan while the GeometryKey stays the same.
+// the distributed ball tree) overrides forward_geometry and uses gather_canonical in block mode (each rank
+// only its block of the canonical order and its receivers' edges, memory O(N / P)), and keeps its plan
+// while the GeometryKey stays the same.
 #pragma once
 
 #include <cstdint>
@@ -45,22 +46,52 @@ struct GraphRule {
                                   int threads, graph::ReceiverRange receivers = {}) const;
 };
 
-/// A predict call's batch on every rank in canonical order (samples in order, points of a sample by
-/// increasing global id), from PointCloudModel::gather_canonical.
+/// A predict call's batch in canonical order (samples in order, points of a sample by increasing global
+/// id), from route_canonical (block mode) or PointCloudModel::gather_canonical (either mode).
+///
+/// Block mode (the distributed plans): rank r holds canonical points [block_bounds[r], block_bounds[r+1])
+/// (balanced by count, total * r / P) and `features`, `positions`, `owner_rank`, `owner_row` hold only
+/// those rows (index k is canonical point block_bounds[rank] + k); `edges` holds only the edges whose
+/// receiver is in this rank's block, in the order of the whole graph. Nothing of size N is kept.
+/// Gathered mode: one block [0, points), `features` and `positions` of every point, every edge, and no
+/// owner maps.
 struct CanonicalBatch {
-  balltree::Batch batch;
-  std::vector<float> features;      // points x in_channels (empty unless gathered with features)
-  std::vector<float> positions;     // points x dim
+  balltree::Batch batch;            // the samples' offsets (samples + 1 values)
+  std::vector<float> features;      // rows x in_channels (empty unless asked for)
+  std::vector<float> positions;     // rows x dim
   std::vector<std::int64_t> edges;  // 2 x E canonical indices (sources, then receivers); empty without edges
   bool edges_given = false;         // from the caller (else built by the graph rule, or none)
-  /// Block mode: rank r's block of canonical points is [block_bounds[r], block_bounds[r+1]) (balanced
-  /// by count) and `edges` holds only the edges whose receiver is in this rank's block, in the order of
-  /// the whole graph. Otherwise one block [0, points) and every edge.
   std::vector<std::int64_t> block_bounds;
   std::vector<std::int64_t> canonical_of_row;  // this rank's rows -> canonical index
-  std::vector<int> owner_rank;                 // canonical index -> the rank that holds the point
-  std::vector<std::int64_t> owner_row;         // canonical index -> its row on that rank
+  std::vector<int> owner_rank;                 // block row -> the rank that holds the point (block mode)
+  std::vector<std::int64_t> owner_row;         // block row -> its row on that rank (block mode)
+  /// The most points (records or rows) this rank held in one buffer while computing the canonical
+  /// order, the owners and the blocks: at most max(local points, ceil(N / P)) in block mode (the caller's
+  /// rows, its key range of ids, the block). Not counted: the graph rule's gathered samples (below).
+  std::int64_t largest_point_buffer = 0;
+  /// Block mode with a graph rule: the points of the samples this rank's receivers belong to, fetched to
+  /// build their edges (0 otherwise).
+  std::int64_t graph_candidate_points = 0;
 };
+
+/// How route_canonical treats the edges the caller gave (PointGeometry::edge_index).
+enum class GivenEdges {
+  ignore,    // no edges
+  to_blocks, // each edge to the rank owning its receiver's block (block mode)
+  local,     // each rank's own edges, in its order, translated to canonical indices (for gathering)
+};
+
+/// The canonical order without gathering (memory O(N / P + local points) per rank): every point's (global
+/// id, sample, row) goes to the rank owning its id's range (ids are dense: ranges total * r / P), which
+/// checks the ids (a duplicate is an agreed Error(input) naming the id and both holders), counts its
+/// points per sample, takes the exclusive prefix of those counts over ranks (B values) and so knows the
+/// canonical slot of every id it owns; the slot goes back to the point's rank (canonical_of_row), which
+/// sends the point's position (and `channels` features of `in`, row stride ld_in) to the rank owning that
+/// slot's block. Given edges ask the id owners for their endpoints' slots (an edge joining two samples is
+/// an agreed Error(input)). Returns block mode; with GivenEdges::local `edges` holds this rank's edges.
+/// Collective.
+CanonicalBatch route_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, int dim,
+                               const float* in, index_t ld_in, int channels, GivenEdges edges);
 
 /// This rank's block of a CanonicalBatch gathered in block mode (canonical points [begin(), end())), its
 /// positions, and the plan that moves rows between the caller's rows and the block. Shared by the
@@ -77,6 +108,8 @@ class CanonicalBlock {
   std::int64_t rows() const { return end_ - begin_; }
   /// rows() x dim, in canonical order.
   std::span<const float> positions() const { return positions_; }
+  /// The sample of every row.
+  std::span<const std::int64_t> samples() const { return samples_; }
   /// solver rows (width values each) -> the block's rows, and back. Collective.
   void to_block(const float* solver_rows, int width, float* block_rows) const { plan_.forward(solver_rows, width, block_rows); }
   void to_solver(const float* block_rows, int width, float* solver_rows) const { plan_.backward(block_rows, width, solver_rows); }
@@ -86,6 +119,7 @@ class CanonicalBlock {
   std::int64_t begin_ = 0, end_ = 0;
   balltree::ExchangePlan plan_;  // forward: solver rows -> block rows
   std::vector<float> positions_;
+  std::vector<std::int64_t> samples_;
 };
 
 /// What a distributed plan depends on, on this rank: positions, global ids, samples, edges (compared bit
@@ -119,13 +153,15 @@ class PointCloudModel : public Model {
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override;
 
-  /// Gathers the batch (ids, samples, positions, features when `with_features`) on every rank and puts it
-  /// in canonical order. Edges: the caller's or, when the network uses edges and none were given, built
-  /// by the graph rule; with `block_edges` each rank gets (given edges: by an all-to-all to the owner of
-  /// the receiver's block) or builds only the edges of its block's receivers, otherwise every rank gets
-  /// every edge. Collective; errors (a global id given twice, an edge joining two samples) are agreed.
+  /// The batch in canonical order (route_canonical). `block_mode` (the distributed plans): each rank gets
+  /// its block (positions, owners), the given edges of its block's receivers or, when the network uses
+  /// edges and none were given, builds those by the graph rule from the positions of the samples its
+  /// receivers belong to (fetched from their blocks' owners). Otherwise (gathered mode, forward_geometry)
+  /// the blocks are all-gathered: every rank gets every point (with features when `with_features`) and
+  /// every edge (the given ones in rank-major order). Collective; errors (a global id given twice or out
+  /// of range, an edge joining two samples) are agreed.
   CanonicalBatch gather_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                  const float* in, index_t ld_in, bool with_features, bool block_edges,
+                                  const float* in, index_t ld_in, bool with_features, bool block_mode,
                                   int threads) const;
 
  private:

@@ -99,12 +99,10 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   const Config& c = net.config();
   const int d = c.dimensionality;
   block_ = CanonicalBlock(comm, all, d, solver_rows, "bsa");
-  const std::int64_t n = block_.rows(), begin = block_.begin();
 
   // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
   // inside a sample) is the canonical order, so it is the single-process tree of the batch.
-  const std::vector<std::int64_t> batch_idx = all.batch.batch_idx();
-  const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
+  const std::span<const std::int64_t> block_samples = block_.samples();
   const balltree::DistributedOptions options{tree_granularity(c)};
   if (c.should_rotate) {
     const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
@@ -131,8 +129,7 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   });
 
   slot_positions_.resize(static_cast<std::size_t>(tree.local_slots() * d));
-  for (std::int64_t s = 0; s < tree.local_slots(); ++s)
-    std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+  tree.plan.to_tree(block_.positions().data(), d, slot_positions_.data());
   if (c.should_rotate) {
     rotated_positions_.resize(slot_positions_.size());
     TreeExchanges(comm, trees_, c.compress_block_size, nullptr)

@@ -89,15 +89,14 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
     for (std::size_t k = 0; k < halo.size(); ++k) {
       halo_rank[k] = ranges.owner(halo[k]);
       halo_key[k] = halo[k] - ranges.begin(halo_rank[k]);
-      std::copy_n(all.positions.data() + halo[k] * d, d, edge_positions_.data() + (n + static_cast<std::int64_t>(k)) * d);
     }
     halo_plan_ = balltree::ExchangePlan::from_requests(comm, n, halo_rank, halo_key, {}, {});
+    halo_plan_.forward(block_.positions().data(), d, edge_positions_.data() + n * d);  // the halo's positions
   }
 
   // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
   // inside a sample) is the canonical order, so it is the single-process tree of the batch.
-  const std::vector<std::int64_t> batch_idx = all.batch.batch_idx();
-  const std::span<const std::int64_t> block_samples(batch_idx.data() + begin, static_cast<std::size_t>(n));
+  const std::span<const std::int64_t> block_samples = block_.samples();
   const balltree::DistributedOptions options{tree_granularity(c)};
   if (c.rotate > 0)
     trees_ = balltree::build_distributed_with_rotations(comm, block_.positions(), d, block_samples, c.strides, c.ball_sizes,
@@ -110,8 +109,7 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
   for (int i = 0; i < L; ++i)
     level_nodes_[static_cast<std::size_t>(i)] = tree.local_slots() / (global_nodes[0] / global_nodes[static_cast<std::size_t>(i)]);
   slot_positions_.resize(static_cast<std::size_t>(tree.local_slots() * d));
-  for (std::int64_t s = 0; s < tree.local_slots(); ++s)
-    std::copy_n(all.positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+  tree.plan.to_tree(block_.positions().data(), d, slot_positions_.data());
 }
 
 void DistributedPlan::rebind(const Comm& comm) {
