@@ -1,6 +1,6 @@
 // RealSHT / InverseRealSHT (surrogate/sphere/sht.hpp): float64 Legendre tables from our own recurrence,
-// longitude transforms as direct sums over a table of exact-at-the-quarters twiddles, every sum in double in
-// a fixed order, rounded to float32 where torch-harmonics holds float32 tensors.
+// longitude transforms by a complex FFT over channel vectors in double (channel_fft.hpp), Legendre sums in
+// double in a fixed order, rounded to float32 where torch-harmonics holds float32 tensors.
 #include "surrogate/sphere/sht.hpp"
 
 #include <algorithm>
@@ -8,6 +8,7 @@
 #include <numbers>
 #include <string>
 
+#include "channel_fft.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::sphere {
@@ -31,27 +32,6 @@ void check_batch(const char* who, int batch, int channels, const void* in, const
   if (ld != 0 && ld < channels)
     invalid(std::string(who) + ": the row stride ld (" + std::to_string(ld) + ") is smaller than channels (" +
             std::to_string(channels) + ")");
-}
-
-/// cos / sin(2 pi q / n) for q = 0 .. n-1, exact at multiples of a quarter turn (so the imaginary parts
-/// of the orders 0 and n/2 are exact zeros, as a real FFT gives them).
-void twiddles(int n, std::vector<double>& cosines, std::vector<double>& sines) {
-  cosines.resize(static_cast<std::size_t>(n));
-  sines.resize(static_cast<std::size_t>(n));
-  for (int q = 0; q < n; ++q) {
-    double c, s;
-    if (4 * static_cast<std::int64_t>(q) % n == 0) {
-      const int quarter = static_cast<int>(4 * static_cast<std::int64_t>(q) / n);
-      c = quarter == 0 ? 1.0 : quarter == 2 ? -1.0 : 0.0;
-      s = quarter == 1 ? 1.0 : quarter == 3 ? -1.0 : 0.0;
-    } else {
-      const double angle = 2.0 * std::numbers::pi * static_cast<double>(q) / static_cast<double>(n);
-      c = std::cos(angle);
-      s = std::sin(angle);
-    }
-    cosines[static_cast<std::size_t>(q)] = c;
-    sines[static_cast<std::size_t>(q)] = s;
-  }
 }
 
 /// x_k = cos(colatitude_k), north first (as torch-harmonics evaluates its tables).
@@ -116,7 +96,7 @@ RealSHT::RealSHT(int nlat, int nlon, Grid grid, int lmax, int mmax) : nlat_(nlat
   check_grid("RealSHT", nlat, nlon, grid, lmax, mmax);
   size_ = sht_truncation(nlat, nlon, grid, lmax, mmax);
   modes_ = std::min(size_.mmax, nlon / 2 + 1);
-  twiddles(nlon, cos_, sin_);
+  fft_ = std::make_shared<const detail::ChannelFft>(nlon);
   const Latitudes lat = latitudes(nlat, grid);
   const std::vector<double> table = legendre_table(size_.lmax, size_.mmax, cos_colatitudes(nlat, grid));
   weights_.resize(table.size());
@@ -133,12 +113,26 @@ void RealSHT::fourier_rows(std::int64_t rows, int channels, const float* in, std
   const std::int64_t width = fourier_width(channels);
   const std::size_t C = static_cast<std::size_t>(channels);
   const double scale = 1.0 / static_cast<double>(nlon_);
+  // Two real channels per complex FFT: z = x_c + i x_{c+half}, then X_c[m] = (Z[m] + conj Z[-m]) / 2 and
+  // X_{c+half}[m] = (Z[m] - conj Z[-m]) / 2i.
+  const std::size_t half = (C + 1) / 2;
 #pragma omp parallel
   {
-    std::vector<double> re(C), im(C);
+    const std::size_t n = static_cast<std::size_t>(nlon_) * half;
+    std::vector<double> re(n), im(n), work;
 #pragma omp for schedule(static)
     for (std::int64_t r = 0; r < rows; ++r) {
       const float* row = in + r * nlon_ * ld;
+      for (int j = 0; j < nlon_; ++j) {
+        const float* v = row + static_cast<std::int64_t>(j) * ld;
+        double* zr = re.data() + static_cast<std::size_t>(j) * half;
+        double* zi = im.data() + static_cast<std::size_t>(j) * half;
+        for (std::size_t i = 0; i < half; ++i) {
+          zr[i] = v[i];
+          zi[i] = i + half < C ? static_cast<double>(v[i + half]) : 0.0;
+        }
+      }
+      fft_->transform(re.data(), im.data(), static_cast<int>(half), -1, work);
       float* dst = fourier + r * width;
       for (int m = 0; m < size_.mmax; ++m) {
         float* out_re = dst + 2 * static_cast<std::int64_t>(m) * channels;
@@ -147,20 +141,19 @@ void RealSHT::fourier_rows(std::int64_t rows, int channels, const float* in, std
           std::fill(out_re, out_re + 2 * channels, 0.0f);
           continue;
         }
-        std::fill(re.begin(), re.end(), 0.0);
-        std::fill(im.begin(), im.end(), 0.0);
-        for (int j = 0; j < nlon_; ++j) {
-          const std::size_t q = static_cast<std::size_t>((static_cast<std::int64_t>(m) * j) % nlon_);
-          const double c = cos_[q], s = sin_[q];
-          const float* v = row + static_cast<std::int64_t>(j) * ld;
-          for (std::size_t ch = 0; ch < C; ++ch) {
-            re[ch] += c * v[ch];
-            im[ch] -= s * v[ch];
+        const bool real = m == 0 || 2 * m == nlon_;  // a real FFT's exact zeros
+        const std::size_t mirror = static_cast<std::size_t>((nlon_ - m) % nlon_) * half;
+        const double* pr = re.data() + static_cast<std::size_t>(m) * half;
+        const double* pi = im.data() + static_cast<std::size_t>(m) * half;
+        const double* qr = re.data() + mirror;
+        const double* qi = im.data() + mirror;
+        for (std::size_t i = 0; i < half; ++i) {
+          out_re[i] = static_cast<float>(0.5 * (pr[i] + qr[i]) * scale);
+          out_im[i] = real ? 0.0f : static_cast<float>(0.5 * (pi[i] - qi[i]) * scale);
+          if (i + half < C) {
+            out_re[i + half] = static_cast<float>(0.5 * (pi[i] + qi[i]) * scale);
+            out_im[i + half] = real ? 0.0f : static_cast<float>(-0.5 * (pr[i] - qr[i]) * scale);
           }
-        }
-        for (std::size_t ch = 0; ch < C; ++ch) {
-          out_re[ch] = static_cast<float>(re[ch] * scale);
-          out_im[ch] = static_cast<float>(im[ch] * scale);
         }
       }
     }
@@ -212,7 +205,7 @@ InverseRealSHT::InverseRealSHT(int nlat, int nlon, Grid grid, int lmax, int mmax
   check_grid("InverseRealSHT", nlat, nlon, grid, lmax, mmax);
   size_ = sht_truncation(nlat, nlon, grid, lmax, mmax);
   modes_ = std::min(size_.mmax, nlon / 2 + 1);
-  twiddles(nlon, cos_, sin_);
+  fft_ = std::make_shared<const detail::ChannelFft>(nlon);
   const std::vector<double> table = legendre_table(size_.lmax, size_.mmax, cos_colatitudes(nlat, grid));
   table_.assign(table.begin(), table.end());  // rounded to float32 as the module's buffer is for float32 input
 }
@@ -228,15 +221,18 @@ void InverseRealSHT::forward_rows(int batch, int channels, const float* coeffs, 
   const std::size_t C = static_cast<std::size_t>(channels), C2 = 2 * C;
   const bool nyquist = nlon_ % 2 == 0 && nlon_ / 2 < modes_;  // order nlon/2 present: real, counted once
   const int tasks = batch * rows;
+  // Two channels per complex FFT: channel c in the real part, channel c + half in the imaginary part of
+  // one Hermitian-completed spectrum each, so that the inverse transform of their sum is f_c + i f_{c+half}.
+  const std::size_t half = (C + 1) / 2;
 #pragma omp parallel
   {
-    std::vector<double> g(static_cast<std::size_t>(modes_) * C2), acc(C);
+    const std::size_t n = static_cast<std::size_t>(nlon_) * half;
+    std::vector<double> z_re(n), z_im(n), g(static_cast<std::size_t>(modes_) * C2 + 2 * half, 0.0), work;
 #pragma omp for schedule(static)
     for (int t = 0; t < tasks; ++t) {
       const int b = t / rows, k = lat_begin + t % rows;
-      // Legendre synthesis of this latitude, rounded to float32 (the module's float32 tensor), with the
-      // factor of the Hermitian completion folded in: 1 for the orders 0 and nlon/2 (imaginary part
-      // dropped), 2 for the others.
+      // Legendre synthesis of this latitude, rounded to float32 (the module's float32 tensor); the imaginary
+      // parts of the orders 0 and nlon/2 dropped (a real signal's).
       for (int m = 0; m < modes_; ++m) {
         double* gm = g.data() + static_cast<std::size_t>(m) * C2;
         std::fill(gm, gm + C2, 0.0);
@@ -246,21 +242,39 @@ void InverseRealSHT::forward_rows(int batch, int channels, const float* coeffs, 
           for (std::size_t i = 0; i < C2; ++i) gm[i] += p * a[i];
         }
         const bool real_only = m == 0 || (nyquist && m == nlon_ / 2);
-        const double factor = real_only ? 1.0 : 2.0;
-        for (std::size_t i = 0; i < C; ++i) gm[i] = factor * static_cast<float>(gm[i]);
-        for (std::size_t i = C; i < C2; ++i) gm[i] = real_only ? 0.0 : factor * static_cast<float>(gm[i]);
+        for (std::size_t i = 0; i < C; ++i) gm[i] = static_cast<float>(gm[i]);
+        for (std::size_t i = C; i < C2; ++i) gm[i] = real_only ? 0.0 : static_cast<float>(gm[i]);
       }
-      float* row = out + (static_cast<std::int64_t>(t)) * nlon_ * ld;
-      for (int j = 0; j < nlon_; ++j) {
-        std::fill(acc.begin(), acc.end(), 0.0);
-        for (int m = 0; m < modes_; ++m) {
-          const std::size_t q = static_cast<std::size_t>((static_cast<std::int64_t>(m) * j) % nlon_);
-          const double c = cos_[q], s = sin_[q];
-          const double* gm = g.data() + static_cast<std::size_t>(m) * C2;
-          for (std::size_t i = 0; i < C; ++i) acc[i] += c * gm[i] - s * gm[C + i];
+      // z[m] = H_a[m] + i H_b[m] with H[m] = G[m], H[nlon - m] = conj(G[m]) (orders 0 and nlon/2 once).
+      std::fill(z_re.begin(), z_re.end(), 0.0);
+      std::fill(z_im.begin(), z_im.end(), 0.0);
+      for (int m = 0; m < modes_; ++m) {
+        const double* gm = g.data() + static_cast<std::size_t>(m) * C2;
+        double* zr = z_re.data() + static_cast<std::size_t>(m) * half;
+        double* zi = z_im.data() + static_cast<std::size_t>(m) * half;
+        const bool paired = m != 0 && 2 * m != nlon_;
+        double* wr = z_re.data() + static_cast<std::size_t>((nlon_ - m) % nlon_) * half;
+        double* wi = z_im.data() + static_cast<std::size_t>((nlon_ - m) % nlon_) * half;
+        for (std::size_t i = 0; i < half; ++i) {
+          const double ar = gm[i], ai = gm[C + i];
+          const bool has_b = i + half < C;
+          const double br = has_b ? gm[i + half] : 0.0, bi = has_b ? gm[C + i + half] : 0.0;
+          zr[i] = ar - bi;
+          zi[i] = ai + br;
+          if (paired) {
+            wr[i] = ar + bi;
+            wi[i] = br - ai;
+          }
         }
+      }
+      fft_->transform(z_re.data(), z_im.data(), static_cast<int>(half), +1, work);
+      float* row = out + static_cast<std::int64_t>(t) * nlon_ * ld;
+      for (int j = 0; j < nlon_; ++j) {
         float* dst = row + static_cast<std::int64_t>(j) * ld;
-        for (std::size_t i = 0; i < C; ++i) dst[i] = static_cast<float>(acc[i]);
+        const double* fr = z_re.data() + static_cast<std::size_t>(j) * half;
+        const double* fi = z_im.data() + static_cast<std::size_t>(j) * half;
+        for (std::size_t i = 0; i < half; ++i) dst[i] = static_cast<float>(fr[i]);
+        for (std::size_t i = half; i < C; ++i) dst[i] = static_cast<float>(fi[i - half]);
       }
     }
   }

@@ -28,12 +28,17 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <vector>
 
 #include "surrogate/sphere/quadrature.hpp"
 
 namespace surrogate::sphere {
+
+namespace detail {
+class ChannelFft;
+}
 
 /// (lmax, mmax) of a transform on an (nlat, nlon) grid, torch-harmonics' truncate_sht: the grid's default
 /// where lmax / mmax is 0, then both min(lmax, mmax).
@@ -79,7 +84,7 @@ class RealSHT {
   Grid grid_;
   ShtSize size_;
   int modes_ = 0;                    // orders the longitude transform computes: min(mmax, nlon / 2 + 1)
-  std::vector<double> cos_, sin_;    // cos / sin(2 pi q / nlon), q = 0 .. nlon-1
+  std::shared_ptr<const detail::ChannelFft> fft_;  // length nlon
   std::vector<float> weights_;
 };
 
@@ -112,7 +117,7 @@ class InverseRealSHT {
   Grid grid_;
   ShtSize size_;
   int modes_ = 0;                    // orders the longitude synthesis uses: min(mmax, nlon / 2 + 1)
-  std::vector<double> cos_, sin_;    // cos / sin(2 pi q / nlon), q = 0 .. nlon-1
+  std::shared_ptr<const detail::ChannelFft> fft_;  // length nlon
   std::vector<float> table_;
 };
 
