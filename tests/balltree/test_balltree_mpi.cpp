@@ -3,7 +3,9 @@
 // build_with_rotations of the gathered points, which every rank computes itself; the redistribution
 // plans must move rows bitwise (solver -> tree -> solver round trip, padding duplicates filled from their
 // original). Clouds: random and grid coordinates with many ties and exact duplicate points, several
-// samples spread over the ranks in random local order, unequal per-rank counts, a rank with no point.
+// samples spread over the ranks in random local order, unequal per-rank counts, a rank with no point;
+// serial thresholds 0 (every selection spread over ranks replayed distributed down to 3 elements) to
+// 4096; 1-D inputs that drive introselect to its depth limit; 100k points with a bound on the storage.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -354,6 +356,19 @@ TEST(DistributedBallTree, ErrorsAreAgreedOnEveryRank) {
       if (comm.size() > 1) {  // one process: the error is not prefixed with a rank
         EXPECT_NE(std::string(e.what()).find("rank " + std::to_string(last)), std::string::npos) << e.what();
       }
+    }
+  }
+  // A negative serial threshold on the last rank only.
+  {
+    const Cloud c = make_cloud(2, {40}, Spread::blocks, 7, comm.rank(), comm.size());
+    bt::DistributedOptions options;
+    if (comm.rank() == last) options.serial_threshold = -1;
+    try {
+      bt::build_distributed(comm, std::span<const double>(c.local), 2, c.local_samples, options);
+      ADD_FAILURE() << "a negative serial_threshold was accepted";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+      EXPECT_NE(std::string(e.what()).find("serial_threshold"), std::string::npos) << e.what();
     }
   }
   // Sizes that do not match on rank 0.
