@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "surrogate/balltree_distributed.hpp"
@@ -30,6 +31,13 @@ struct SpreadSamples {
   std::vector<std::int64_t> ids;     // global id of every local element
   std::vector<T> coords;             // local elements x dim
 };
+
+/// Positions of [first, last) held by rank r of `layout`: [lo, hi), empty when lo == hi.
+inline std::pair<std::int64_t, std::int64_t> overlap(const RankRanges& layout, int r, std::int64_t first, std::int64_t last) {
+  const std::int64_t lo = first > layout.begin(r) ? first : layout.begin(r);
+  const std::int64_t hi = last < layout.end(r) ? last : layout.end(r);
+  return {lo, hi > lo ? hi : lo};
+}
 
 /// Points held by this rank during a build (work array, message buffers, gathered ranges): the current
 /// count and the largest so far.

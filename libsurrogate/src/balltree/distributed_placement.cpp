@@ -25,12 +25,6 @@ namespace {
 using Index = std::int64_t;
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 
-/// Positions of [first, last) held by rank r of `layout` (empty: lo == hi).
-std::pair<Index, Index> overlap(const RankRanges& layout, int r, Index first, Index last) {
-  const Index lo = std::max(first, layout.begin(r)), hi = std::min(last, layout.end(r));
-  return {lo, std::max(lo, hi)};
-}
-
 /// A node left to one rank: positions [start, start + count) of the work array, output range
 /// [out_begin, out_begin + out_size), `levels` partition steps left (partition mode).
 struct Piece {
@@ -194,14 +188,24 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
     }
   }
   const std::size_t received = exclusive_offsets(recv_n).back();
-  held.add(static_cast<Index>(received));
-  std::vector<Index> in_ids(received);
-  std::vector<T> in_coords(received * sz(dim));
-  alltoallv_elements(comm, work.ids.data(), send_n, in_ids.data(), recv_n, sizeof(Index));
-  alltoallv_elements(comm, work.coords.data(), send_n, in_coords.data(), recv_n, sizeof(T) * sz(dim));
+  // A rank whose pieces are exactly its own part of the work array (one rank, for example) keeps it.
+  const bool in_place = send_n[sz(me)] == sz(held_here) && recv_n[sz(me)] == received;
+  held.add(in_place ? 0 : static_cast<Index>(received));
+  std::vector<Index> in_ids(in_place ? 0 : received);
+  std::vector<T> in_coords(in_place ? 0 : received * sz(dim));
+  if (in_place) {
+    // Still collective: the other ranks exchange their parts.
+    alltoallv_elements(comm, nullptr, std::vector<std::size_t>(up, 0), nullptr, std::vector<std::size_t>(up, 0), sizeof(Index));
+    alltoallv_elements(comm, nullptr, std::vector<std::size_t>(up, 0), nullptr, std::vector<std::size_t>(up, 0), sizeof(T) * sz(dim));
+    in_ids = std::move(work.ids);
+    in_coords = std::move(work.coords);
+  } else {
+    alltoallv_elements(comm, work.ids.data(), send_n, in_ids.data(), recv_n, sizeof(Index));
+    alltoallv_elements(comm, work.coords.data(), send_n, in_coords.data(), recv_n, sizeof(T) * sz(dim));
+    held.remove(held_here);
+  }
   work.ids = {};
   work.coords = {};
-  held.remove(held_here);
 
   PlacedRange result;
   collectively(comm, [&] {

@@ -29,12 +29,6 @@ using Index = std::int64_t;
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 constexpr double lowest = -std::numeric_limits<double>::infinity();
 
-/// Positions of [first, last) held by rank r of `layout`.
-std::pair<Index, Index> overlap(const RankRanges& layout, int r, Index first, Index last) {
-  const Index lo = std::max(first, layout.begin(r)), hi = std::min(last, layout.end(r));
-  return {lo, std::max(lo, hi)};
-}
-
 /// Runs the remaining introselect loop on m elements (ids, coords rows) held contiguously, as libstdc++.
 template <class T>
 void select_rows(Index* ids, T* coords, int dim, Index m, Index nth, Index depth_limit, int c, HeldPoints& held) {
