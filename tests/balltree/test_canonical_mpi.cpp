@@ -287,6 +287,77 @@ TEST(CanonicalOrder, BadIdsAndEdgesAreAgreedErrors) {
   }
 }
 
+/// PointCloudModel's gather_canonical made callable (the family's forward is not needed here).
+class Probe final : public surrogate::PointCloudModel {
+ public:
+  Probe(const surrogate::ModelFile& file, int channels) : PointCloudModel(file, channels, 1, 3, true) {}
+  using PointCloudModel::gather_canonical;
+  surrogate::index_t parameter_count() const override { return 0; }
+  std::vector<std::pair<std::string, std::string>> describe() const override { return {}; }
+
+ protected:
+  std::vector<float> run_batch(std::span<const float>, std::span<const float>, const bt::Batch&,
+                               std::span<const std::int64_t>, int) const override {
+    throw surrogate::Error(surrogate::ErrorCode::internal, "not used");
+  }
+};
+
+TEST(CanonicalOrder, GatheredModeAndBuiltGraphEqualTheNaiveOrder) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), P = comm.size();
+  surrogate::ModelFile file = surrogate::ModelFile::read(std::string(SURROGATE_TEST_DATA_DIR) + "/erwin/erwin_mpnn_rot.h5");
+  const unsigned seed = 61u;
+  const Points pts = make_points({80, 33, 120}, 2, Spread::last_rank_empty, seed, P);
+  const std::vector<std::int64_t> order = canonical_ids(pts);
+  std::vector<std::int64_t> slot_of_id(order.size());
+  for (std::size_t s = 0; s < order.size(); ++s) slot_of_id[static_cast<std::size_t>(order[s])] = static_cast<std::int64_t>(s);
+  std::vector<float> positions, features;
+  std::vector<std::int64_t> batch_idx;
+  for (const std::int64_t id : order) {
+    positions.insert(positions.end(), pts.positions.begin() + id * 3, pts.positions.begin() + (id + 1) * 3);
+    features.insert(features.end(), pts.features.begin() + id * 2, pts.features.begin() + (id + 1) * 2);
+    batch_idx.push_back(pts.sample_of_id[static_cast<std::size_t>(id)]);
+  }
+  const bt::Batch batch = bt::Batch::from_batch_idx(batch_idx);
+
+  // Gathered mode, given edges: every point with its features, every edge in rank-major order.
+  const std::vector<std::vector<std::int64_t>> edges = random_edges(pts, P, seed);
+  {
+    const Probe probe(file, 2);
+    const Local l = local_of(comm, pts, ids_of(pts, rank, seed), edges[static_cast<std::size_t>(rank)]);
+    const surrogate::CanonicalBatch got = probe.gather_canonical(comm, l.layout, l.geometry, l.features.data(), 2, true, false, 1);
+    EXPECT_EQ(got.positions, positions);
+    EXPECT_EQ(got.features, features);
+    std::vector<std::int64_t> want_src, want_dst;
+    for (const auto& e : edges)
+      for (std::size_t k = 0; k < e.size() / 2; ++k) {
+        want_src.push_back(slot_of_id[static_cast<std::size_t>(e[k])]);
+        want_dst.push_back(slot_of_id[static_cast<std::size_t>(e[e.size() / 2 + k])]);
+      }
+    want_src.insert(want_src.end(), want_dst.begin(), want_dst.end());
+    EXPECT_EQ(got.edges, want_src);
+    for (std::size_t row = 0; row < l.ids.size(); ++row)
+      EXPECT_EQ(got.canonical_of_row[row], slot_of_id[static_cast<std::size_t>(l.ids[row])]);
+  }
+  // The kNN rule: gathered mode builds the whole graph; block mode each block's receivers' edges, from
+  // the positions of their samples only.
+  file.config.set("graph", std::string("knn"));
+  file.config.set("graph_k", std::int64_t{5});
+  const Probe probe(file, 2);
+  const Local l = local_of(comm, pts, ids_of(pts, rank, seed), {});
+  const surrogate::graph::Edges whole = surrogate::graph::knn_graph(positions, 3, batch, 5, true, 1);
+  const surrogate::CanonicalBatch gathered = probe.gather_canonical(comm, l.layout, l.geometry, l.features.data(), 2, true, false, 1);
+  EXPECT_EQ(gathered.edges, whole.index);
+  const surrogate::CanonicalBatch block = probe.gather_canonical(comm, l.layout, l.geometry, nullptr, 0, false, true, 1);
+  const std::int64_t begin = pts.n * rank / P, end = pts.n * (rank + 1) / P;
+  const surrogate::graph::Edges mine = surrogate::graph::knn_graph(positions, 3, batch, 5, true, 1, {begin, end});
+  EXPECT_EQ(block.edges, mine.index);
+  std::int64_t candidates = 0;
+  if (end > begin)
+    candidates = batch.end(batch_idx[static_cast<std::size_t>(end - 1)]) - batch.begin(batch_idx[static_cast<std::size_t>(begin)]);
+  EXPECT_EQ(block.graph_candidate_points, candidates);
+}
+
 /// Model::predict over MPI_COMM_WORLD with this rank's ids of `pts`; the output rows by id on every rank.
 std::vector<float> predict_by_id(surrogate::Model& model, const Points& pts, unsigned seed,
                                  const std::vector<std::vector<std::int64_t>>& edges) {
