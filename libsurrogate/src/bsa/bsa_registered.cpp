@@ -70,8 +70,8 @@ class BsaModel final : public PointCloudModel {
                        (c.attention_type == AttentionType::global
                             ? "the keys and values of the samples a rank holds part of fetched whole"
                             : "compressed blocks all-gathered, selected blocks fetched from their owners") +
-                       "; positions and ids are gathered on every rank when a geometry is first seen, the plan is "
-                       "reused while it stays; bitwise equal to one process)");
+                       "; the canonical order is routed through the ranks owning the ids, no rank gathers the "
+                       "batch; the plan is reused while the geometry stays; bitwise equal to one process)");
     return d;
   }
 
@@ -82,7 +82,7 @@ class BsaModel final : public PointCloudModel {
     if (options.cuda_device >= 0)
       throw Error(ErrorCode::unsupported, "bsa: no CUDA forward (cuda_device " + std::to_string(options.cuda_device) +
                                               " was requested); run BSA models on the CPU (cuda_device -1)");
-    // The distributed ball tree (bsa_distributed.hpp): the plan (the gathers of positions and ids, the
+    // The distributed ball tree (bsa_distributed.hpp): the plan (the canonical blocks, the
     // tree, the exchange plans) is built on the first call and reused while the geometry (positions,
     // global ids, samples, on every rank, compared bit for bit) stays the same.
     const index_t n = layout.local_points();

@@ -96,9 +96,9 @@ class ErwinModel final : public PointCloudModel {
         {"mp_steps", std::to_string(c.mp_steps)},
         {"graph", c.mp_steps > 0 ? graph_rule().describe() : "not used (mp_steps 0)"},
         {"multi-rank mode",
-         "distributed ball tree (every rank runs its subtrees and its points' message passing; positions and "
-         "ids are gathered on every rank when a geometry is first seen, the plan is reused while it stays; "
-         "bitwise equal to one process)"}};
+         "distributed ball tree (every rank runs its subtrees and its points' message passing; the canonical "
+         "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built when a "
+         "geometry is first seen and reused while it stays; bitwise equal to one process)"}};
     return d;
   }
 
@@ -112,7 +112,7 @@ class ErwinModel final : public PointCloudModel {
   }
 
   /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp). The plan (the
-  /// gathers of positions and ids, the graph of each rank's block, the tree, the exchange plans) is
+  /// canonical blocks (route_canonical), the graph of each rank's block, the tree, the exchange plans) is
   /// built on the first call and reused while the geometry (positions, global ids, samples, edges, on
   /// every rank, compared bit for bit) stays the same: then a call moves only this rank's rows.
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
