@@ -7,6 +7,7 @@
 #include "norm_impl.hpp"
 #include "top_keys_impl.hpp"
 #include "ring_attention_impl.hpp"
+#include "transpose_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -45,6 +46,7 @@ inline CpuKernels make_table() {
   t.ball_attention = &ball_attention;
   t.top_keys = &top_keys;
   t.ring_attention = &ring_attention;
+  t.transpose = &transpose;
   t.exp = &exp_map;
   t.activation = &activation_map;
   return t;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include "latent_impl.hpp"
+#include "transpose_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -20,25 +21,6 @@ inline simd::vd load_double(const double* p) {
   simd::vd v;
   std::memcpy(&v, p, sizeof v);
   return v;
-}
-
-/// d[c*ldd + r] = s[r*lds + c] for r < rows, c < cols: 4 x 4 tiles transposed in registers (where
-/// rows and cols reach), the rest value by value.
-inline void transpose_block(const float* s, index_t lds, float* d, index_t ldd, int rows, int cols) {
-  typedef float f4 __attribute__((vector_size(16)));
-  const int rows4 = rows / 4 * 4, cols4 = cols / 4 * 4;
-  for (int r = 0; r < rows4; r += 4)
-    for (int c = 0; c < cols4; c += 4) {
-      f4 x[4];
-      for (int j = 0; j < 4; ++j) std::memcpy(&x[j], s + (r + j) * lds + c, sizeof(f4));
-      const f4 lo01 = __builtin_shufflevector(x[0], x[1], 0, 4, 1, 5), hi01 = __builtin_shufflevector(x[0], x[1], 2, 6, 3, 7),
-               lo23 = __builtin_shufflevector(x[2], x[3], 0, 4, 1, 5), hi23 = __builtin_shufflevector(x[2], x[3], 2, 6, 3, 7);
-      const f4 t[4] = {__builtin_shufflevector(lo01, lo23, 0, 1, 4, 5), __builtin_shufflevector(lo01, lo23, 2, 3, 6, 7),
-                       __builtin_shufflevector(hi01, hi23, 0, 1, 4, 5), __builtin_shufflevector(hi01, hi23, 2, 3, 6, 7)};
-      for (int j = 0; j < 4; ++j) std::memcpy(d + (c + j) * ldd + r, &t[j], sizeof(f4));
-    }
-  for (int r = 0; r < rows; ++r)
-    for (int c = r < rows4 ? cols4 : 0; c < cols; ++c) d[c * ldd + r] = s[r * lds + c];
 }
 
 /// 2^d for integer-valued d <= 0, exactly (0 below the normal double range).

@@ -9,7 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstring>
+#include <type_traits>
 
 #include "surrogate/kernels/cpu.hpp"
 
@@ -23,28 +23,6 @@ namespace {
 constexpr int kLonBlock = 64;  // output longitudes per task (the kernel takes its SIMD width at a time)
 constexpr int kBandPoints = 1024;  // output points (whole latitude rows, at least one) projected and attended at a time
 
-using f4 = float __attribute__((vector_size(16)));
-using d4 = double __attribute__((vector_size(32)));
-
-/// d[e*ldd + j] = s[j*lds + e] for j, e in 0..3 (float or double destination).
-template <class T>
-inline void transpose_4x4(const float* s, index_t lds, T* d, index_t ldd) {
-  f4 a[4];
-  for (int j = 0; j < 4; ++j) std::memcpy(&a[j], s + j * lds, sizeof(f4));
-  const f4 lo01 = __builtin_shufflevector(a[0], a[1], 0, 4, 1, 5), hi01 = __builtin_shufflevector(a[0], a[1], 2, 6, 3, 7),
-           lo23 = __builtin_shufflevector(a[2], a[3], 0, 4, 1, 5), hi23 = __builtin_shufflevector(a[2], a[3], 2, 6, 3, 7);
-  const f4 t[4] = {__builtin_shufflevector(lo01, lo23, 0, 1, 4, 5), __builtin_shufflevector(lo01, lo23, 2, 3, 6, 7),
-                   __builtin_shufflevector(hi01, hi23, 0, 1, 4, 5), __builtin_shufflevector(hi01, hi23, 2, 3, 6, 7)};
-  for (int e = 0; e < 4; ++e) {
-    if constexpr (sizeof(T) == sizeof(float)) {
-      std::memcpy(d + e * ldd, &t[e], sizeof(f4));
-    } else {
-      const d4 x = __builtin_convertvector(t[e], d4);
-      std::memcpy(d + e * ldd, &x, sizeof(d4));
-    }
-  }
-}
-
 /// Ring layout of one operand: channel e of (sample b, head h, input row lat, residue r) at ring position
 /// j is at (((b*heads + h)*rows + lat)*p + r)*width + e) * ld_ring + j; positions ring .. ld_ring - 1
 /// repeat positions 0 .. (mod ring).
@@ -57,10 +35,10 @@ struct RingLayout {
   /// Rows [r0, r0 + n) of the projected operand (row b*rows_in*nlon_in + lat*nlon_in + w, head h in
   /// columns [h*width, (h+1)*width), ld ld_src) into their ring positions (input row lat in slot lat mod
   /// rows; the samples one after the other in the same slots). Run by run of one (sample, input row,
-  /// residue), channel by channel: the stores go to consecutive ring positions (the source rows of a run,
-  /// a few KiB, stay in L1 across the channels) rather than one cache line per value.
+  /// residue), head by head, through the kernels' tiled transposition (kernels::CpuKernels::transpose):
+  /// whole vectors of consecutive ring positions per store rather than one cache line per value.
   template <class T>
-  void scatter(index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
+  void scatter(const kernels::CpuKernels& kern, index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
     const index_t points = static_cast<index_t>(rows_in) * nlon_in;
     for (index_t i0 = 0; i0 < n;) {
       // Rows i0 .. i1 - 1: one sample and input row, longitudes w0 .. w0 + (i1 - i0) - 1.
@@ -75,17 +53,21 @@ struct RingLayout {
         const index_t step = static_cast<index_t>(p) * ld_src;
         T* d0 = dst + (slot * p + r) * width * ld_ring;
         for (int h = 0; h < heads; ++h) {
-          // 4 x 4 tiles (4 positions, 4 channels) transposed in registers, then the rest value by value.
-          const index_t j4 = width % 4 ? ja : ja + (jb - ja) / 4 * 4;
-          for (int e = 0; e < (width % 4 ? 0 : width); e += 4)
-            for (index_t j = ja; j < j4; j += 4)
-              transpose_4x4(s0 + (j - ja) * step + static_cast<index_t>(h) * width + e, step,
-                            d0 + h * head_size() + e * ld_ring + j, ld_ring);
+          // Positions ja .. jb - 1 of the head's channels (the kernel's register-tiled transposition).
+          kernels::TransposeArgs t;
+          t.s = s0 + static_cast<index_t>(h) * width;
+          t.lds = step;
+          if constexpr (std::is_same_v<T, double>)
+            t.d_double = d0 + h * head_size() + ja;
+          else
+            t.d = d0 + h * head_size() + ja;
+          t.ldd = ld_ring;
+          t.rows = jb - ja;
+          t.cols = width;
+          kern.transpose(t);
+          // The wrapped copies ring .. ld_ring - 1 of positions 0 .. (mod ring).
           for (int e = 0; e < width; ++e) {
             T* d = d0 + h * head_size() + e * ld_ring;
-            const float* s = s0 + static_cast<index_t>(h) * width + e;
-            for (index_t j = j4; j < jb; ++j) d[j] = s[(j - ja) * step];
-            // The wrapped copies ring .. ld_ring - 1 of positions 0 .. (mod ring).
             for (index_t shift = ring; ja + shift < ld_ring; shift += ring)
               for (index_t j = ja; j < std::min(jb, ld_ring - shift); ++j) d[j + shift] = d[j];
           }
@@ -183,8 +165,8 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
       const int from = std::max(projected, start[static_cast<std::size_t>(bi)]), to = reach[static_cast<std::size_t>(bi)];
       const index_t q_row0 = b * po + static_cast<index_t>(t0) * ring, k_row0 = b * pi + static_cast<index_t>(from) * nlon_in;
       const S2Heads::KeyValueSink to_rings = [&](index_t r0, index_t n, const float* k, const float* v) {
-        k_layout.scatter(k_row0 + r0, n, k, ld_k, kt);
-        v_layout.scatter(k_row0 + r0, n, v, ld_v, vt);
+        k_layout.scatter(kern, k_row0 + r0, n, k, ld_k, kt);
+        v_layout.scatter(kern, k_row0 + r0, n, v, ld_v, vt);
       };
       hd.project_plain(static_cast<index_t>(t1 - t0) * ring, static_cast<index_t>(to - from) * nlon_in,
                        query + q_row0 * cin, key + k_row0 * cin, value + k_row0 * cin, ops, &to_rings);

@@ -162,6 +162,19 @@ struct RingAttentionArgs {
   index_t ldo = 0;
 };
 
+/// Transposition of a block of floats: d[c * ldd + r] = s[r * lds + c] for r < rows, c < cols, into
+/// floats (d) or doubles (d_double, the values converted exactly); exactly one destination is set. Used to
+/// build channel-major (transposed) operand rows from projected point rows. Single-threaded.
+struct TransposeArgs {
+  const float* s = nullptr;
+  index_t lds = 0;
+  float* d = nullptr;
+  double* d_double = nullptr;
+  index_t ldd = 0;
+  index_t rows = 0;
+  int cols = 0;
+};
+
 /// Block selection (BSA's importance scores and top-S), for `rows` rows: the score of key g is
 ///   s_g = (sum_t scale * (q_t . k_g)) / group  over the row's `group` queries (query t of row r: E floats
 /// at q + (r * group + t) * ldq), and -inf for g in [mask_begin[r], mask_end[r]) when mask_begin is set.
@@ -249,6 +262,7 @@ struct CpuKernels {
   void (*ball_attention)(const BallAttentionArgs&) = nullptr;
   void (*top_keys)(const TopKeysArgs&) = nullptr;
   void (*ring_attention)(const RingAttentionArgs&) = nullptr;
+  void (*transpose)(const TransposeArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
