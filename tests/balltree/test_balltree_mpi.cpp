@@ -305,6 +305,9 @@ TEST(DistributedBallTree, RotatedOrdersEqualTheSingleProcessOnes) {
       const bt::DistributedTree& t = d.tree;
       EXPECT_EQ(t.index, std::vector<Index>(ref.tree.index.begin() + t.slot_begin, ref.tree.index.begin() + t.slot_end));
       ASSERT_EQ(d.rotations.target_levels, ref.target_levels);
+      // Every level's placement holds at least this rank's share of the level's nodes.
+      const Index level0_nodes = ref.tree.slots();
+      EXPECT_GE(d.rotations.peak_points, level0_nodes / comm.size());
       ASSERT_EQ(d.rotations.rotated.size(), ref.rotated.size());
       Index per_node = 1;
       for (std::size_t i = 0; i < ref.rotated.size(); ++i) {
