@@ -16,11 +16,9 @@
 #include <functional>
 #include <limits>
 #include <numeric>
-#include <string>
 
 #include "distributed_internal.hpp"
 #include "introselect.hpp"
-#include "surrogate/error.hpp"
 
 namespace surrogate::balltree::detail {
 namespace {
