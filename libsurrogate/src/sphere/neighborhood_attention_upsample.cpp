@@ -24,18 +24,34 @@ constexpr int kBandPoints = 1024;  // output points (whole latitude rows, at lea
 
 /// Projected rows [r0, r0 + n) of one sample's input rows (row = slot * nlon + w, head h in columns [h*width,
 /// (h+1)*width), ld ld_src) into the rings: channel e of (head h, slot, position w) at ((h*slots + slot)*width
-/// + e)*ld_ring + w; positions nlon .. ld_ring - 1 repeat positions 0 .. (mod nlon).
+/// + e)*ld_ring + w; positions nlon .. ld_ring - 1 repeat positions 0 .. (mod nlon). Run by run of one input
+/// row, through the kernels' block transposition.
 template <class T>
 void to_rings(index_t r0, index_t n, const float* src, index_t ld_src, int heads, int width, int slots, int nlon,
               index_t ld_ring, T* dst) {
-  for (int h = 0; h < heads; ++h)
-    for (int e = 0; e < width; ++e)
-      for (index_t i = 0; i < n; ++i) {
-        const index_t row = r0 + i, slot = row / nlon, w = row % nlon;
-        T* d = dst + ((static_cast<index_t>(h) * slots + slot) * width + e) * ld_ring;
-        const T x = static_cast<T>(src[i * ld_src + static_cast<index_t>(h) * width + e]);
-        for (index_t pos = w; pos < ld_ring; pos += nlon) d[pos] = x;
-      }
+  const kernels::CpuKernels& kern = kernels::cpu();
+  for (index_t i0 = 0; i0 < n;) {
+    const index_t row = r0 + i0, slot = row / nlon, w0 = row % nlon, len = std::min(n - i0, nlon - w0);
+    for (int h = 0; h < heads; ++h) {
+      T* d = dst + (static_cast<index_t>(h) * slots + slot) * width * ld_ring;
+      kernels::TransposeArgs a;
+      a.s = src + i0 * ld_src + static_cast<index_t>(h) * width;
+      a.lds = ld_src;
+      if constexpr (sizeof(T) == sizeof(float))
+        a.d = d + w0;
+      else
+        a.d_double = d + w0;
+      a.ldd = ld_ring;
+      a.rows = len;
+      a.cols = width;
+      kern.transpose(a);
+      // The wrapped copies of the run's positions.
+      for (int e = 0; e < width; ++e)
+        for (index_t w = w0; w < w0 + len; ++w)
+          for (index_t pos = w + nlon; pos < ld_ring; pos += nlon) d[e * ld_ring + pos] = d[e * ld_ring + w];
+    }
+    i0 += len;
+  }
 }
 
 }  // namespace
