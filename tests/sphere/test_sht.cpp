@@ -15,6 +15,7 @@
 #include "h5_reader.hpp"
 #include "sphere/channel_fft.hpp"  // the library's internal FFT (libsurrogate/src)
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/sphere/quadrature.hpp"
 #include "surrogate/sphere/sht.hpp"
 
@@ -306,7 +307,7 @@ TEST(Sht, MatchesTorchHarmonics) {
 }
 
 // Row ranges give the rows of the whole synthesis, and the Fourier rows + Legendre sums the whole analysis;
-// 1 and 3 threads the same bits.
+// 1 and 3 threads the same bits; the baseline and the AVX2 Legendre sums the same bits (no contraction).
 TEST(Sht, RowRangesAndThreadsAreBitwise) {
   const int hi = 9, wi = 16, ho = 17, wo = 32, B = 2, C = 7, ld = 9;
   const sphere::RealSHT sht(hi, wi, Grid::legendre_gauss);
@@ -325,6 +326,12 @@ TEST(Sht, RowRangesAndThreadsAreBitwise) {
   const auto one = run(1), three = run(3);
   EXPECT_EQ(one.first, three.first);
   EXPECT_EQ(one.second, three.second);
+  namespace kernels = surrogate::kernels;
+  kernels::replace_cpu_kernels(kernels::cpu(kernels::Isa::generic));
+  const auto generic = run(2);
+  kernels::replace_cpu_kernels(nullptr);
+  EXPECT_EQ(generic.first, one.first) << "baseline vs " << kernels::to_string(kernels::cpu().isa);
+  EXPECT_EQ(generic.second, one.second) << "baseline vs " << kernels::to_string(kernels::cpu().isa);
   // Analysis from Fourier rows computed in two separate pieces.
   std::vector<float> fourier(static_cast<std::size_t>(B * hi * sht.fourier_width(C)));
   const std::int64_t split = 5;

@@ -10,6 +10,7 @@
 
 #include "channel_fft.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -33,6 +34,69 @@ void check_batch(const char* who, int batch, int channels, const void* in, const
     invalid(std::string(who) + ": the row stride ld (" + std::to_string(ld) + ") is smaller than channels (" +
             std::to_string(channels) + ")");
 }
+
+/// out[r * width + i] = sum_{s < terms} w0[r * row_step + s * term_step] * x[s * stride + i] for r < R, i < width,
+/// in double, each sum in the order of s: the Legendre sums of both transforms (R latitudes or degrees at a
+/// time share every load of x, kChunk channels at a time in registers; neither blocking changes any sum's
+/// value, and without contraction (ISO C++ mode) the wide and the generic build give the same bits).
+template <int R, std::size_t kChunk>
+[[gnu::always_inline]] inline void weighted_sums_block(int terms, const float* w0, std::int64_t row_step,
+                                                       std::int64_t term_step, const float* x, std::int64_t stride,
+                                                       std::size_t width, double* out) {
+  std::size_t i0 = 0;
+  for (; i0 + kChunk <= width; i0 += kChunk) {
+    double acc[R][kChunk] = {};
+    for (int s = 0; s < terms; ++s) {
+      const float* xs = x + s * stride + static_cast<std::int64_t>(i0);
+      double xv[kChunk];
+      for (std::size_t u = 0; u < kChunk; ++u) xv[u] = xs[u];
+      for (int r = 0; r < R; ++r) {
+        const double w = w0[r * row_step + s * term_step];
+        for (std::size_t u = 0; u < kChunk; ++u) acc[r][u] += w * xv[u];
+      }
+    }
+    for (int r = 0; r < R; ++r)
+      for (std::size_t u = 0; u < kChunk; ++u) out[static_cast<std::size_t>(r) * width + i0 + u] = acc[r][u];
+  }
+  for (std::size_t i = i0; i < width; ++i)
+    for (int r = 0; r < R; ++r) {
+      double acc = 0.0;
+      for (int s = 0; s < terms; ++s)
+        acc += w0[r * row_step + s * term_step] * static_cast<double>(x[s * stride + static_cast<std::int64_t>(i)]);
+      out[static_cast<std::size_t>(r) * width + i] = acc;
+    }
+}
+
+#define SURROGATE_WEIGHTED_SUMS_BODY(chunk)                                                      \
+  switch (rows) {                                                                                \
+    case 4: weighted_sums_block<4, chunk>(terms, w0, row_step, term_step, x, stride, width, out); break; \
+    case 3: weighted_sums_block<3, chunk>(terms, w0, row_step, term_step, x, stride, width, out); break; \
+    case 2: weighted_sums_block<2, chunk>(terms, w0, row_step, term_step, x, stride, width, out); break; \
+    default: weighted_sums_block<1, chunk>(terms, w0, row_step, term_step, x, stride, width, out); break; \
+  }
+
+/// weighted_sums_block for rows = 1 .. 4 on AVX2 (8 channels of 4 rows in 8 registers).
+[[gnu::target("avx2")]] void weighted_sums_avx2(int rows, int terms, const float* w0, std::int64_t row_step,
+                                                std::int64_t term_step, const float* x, std::int64_t stride,
+                                                std::size_t width, double* out) {
+  SURROGATE_WEIGHTED_SUMS_BODY(8)
+}
+
+/// The same for the baseline instruction set (4 channels of 4 rows in 8 SSE2 registers).
+void weighted_sums_generic(int rows, int terms, const float* w0, std::int64_t row_step, std::int64_t term_step,
+                           const float* x, std::int64_t stride, std::size_t width, double* out) {
+  SURROGATE_WEIGHTED_SUMS_BODY(4)
+}
+#undef SURROGATE_WEIGHTED_SUMS_BODY
+
+/// The variant of the instruction set the CPU kernels use (SURROGATE_CPU_ISA=generic selects the baseline).
+using WeightedSums = void (*)(int, int, const float*, std::int64_t, std::int64_t, const float*, std::int64_t,
+                              std::size_t, double*);
+WeightedSums weighted_sums_for_cpu() {
+  return kernels::cpu().isa == kernels::Isa::generic ? &weighted_sums_generic : &weighted_sums_avx2;
+}
+
+constexpr int kRowsPerSum = 4;
 
 /// x_k = cos(colatitude_k), north first (as torch-harmonics evaluates its tables).
 std::vector<double> cos_colatitudes(int nlat, Grid grid) {
@@ -166,26 +230,30 @@ void RealSHT::legendre(int batch, int channels, const float* fourier, float* out
   const std::int64_t width = fourier_width(channels);
   const std::size_t C2 = 2 * static_cast<std::size_t>(channels);
   const int tasks = batch * M;
+  const WeightedSums weighted_sums = weighted_sums_for_cpu();
 #pragma omp parallel
   {
-    std::vector<double> acc(C2);
+    std::vector<double> acc(static_cast<std::size_t>(kRowsPerSum) * C2);
+    std::vector<float> slice(static_cast<std::size_t>(nlat_) * C2);  // order m of every latitude, contiguous
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; ++t) {
       const int b = t / M, m = t % M;
-      for (int l = 0; l < L; ++l) {
+      for (int l = 0; l < m; ++l) {  // P_l^m = 0
         float* dst = out + ((static_cast<std::int64_t>(b) * L + l) * M + m) * static_cast<std::int64_t>(C2);
-        if (l < m) {  // P_l^m = 0
-          std::fill(dst, dst + C2, 0.0f);
-          continue;
+        std::fill(dst, dst + C2, 0.0f);
+      }
+      for (int k = 0; k < nlat_; ++k) {
+        const float* src = fourier + (static_cast<std::int64_t>(b) * nlat_ + k) * width + 2 * static_cast<std::int64_t>(m) * channels;
+        std::copy(src, src + C2, slice.data() + static_cast<std::size_t>(k) * C2);
+      }
+      for (int l0 = m; l0 < L; l0 += kRowsPerSum) {
+        const int n = std::min(kRowsPerSum, L - l0);
+        weighted_sums(n, nlat_, weights_.data() + (static_cast<std::size_t>(m) * L + static_cast<std::size_t>(l0)) * nlat_,
+                      nlat_, 1, slice.data(), static_cast<std::int64_t>(C2), C2, acc.data());
+        for (int r = 0; r < n; ++r) {
+          float* dst = out + ((static_cast<std::int64_t>(b) * L + l0 + r) * M + m) * static_cast<std::int64_t>(C2);
+          for (std::size_t i = 0; i < C2; ++i) dst[i] = static_cast<float>(acc[static_cast<std::size_t>(r) * C2 + i]);
         }
-        std::fill(acc.begin(), acc.end(), 0.0);
-        const float* wt = weights_.data() + (static_cast<std::size_t>(m) * L + static_cast<std::size_t>(l)) * nlat_;
-        for (int k = 0; k < nlat_; ++k) {
-          const double wk = wt[k];
-          const float* src = fourier + (static_cast<std::int64_t>(b) * nlat_ + k) * width + 2 * static_cast<std::int64_t>(m) * channels;
-          for (std::size_t i = 0; i < C2; ++i) acc[i] += wk * src[i];
-        }
-        for (std::size_t i = 0; i < C2; ++i) dst[i] = static_cast<float>(acc[i]);
       }
     }
   }
@@ -218,38 +286,61 @@ void InverseRealSHT::forward_rows(int batch, int channels, const float* coeffs, 
             ") are not within the " + std::to_string(nlat_) + " latitudes");
   if (ld == 0) ld = channels;
   const int L = size_.lmax, M = size_.mmax, rows = lat_end - lat_begin;
+  if (rows == 0) return;
   const std::size_t C = static_cast<std::size_t>(channels), C2 = 2 * C;
+  const std::size_t modes = static_cast<std::size_t>(modes_), nrows = static_cast<std::size_t>(rows);
   const bool nyquist = nlon_ % 2 == 0 && nlon_ / 2 < modes_;  // order nlon/2 present: real, counted once
-  const int tasks = batch * rows;
-  // Two channels per complex FFT: channel c in the real part, channel c + half in the imaginary part of
-  // one Hermitian-completed spectrum each, so that the inverse transform of their sum is f_c + i f_{c+half}.
+  const WeightedSums weighted_sums = weighted_sums_for_cpu();
+
+  // 1. Legendre synthesis, order by order (one order's coefficients stay in cache while every latitude of
+  //    the range is summed): g[((b * rows + r) * modes + m) * 2C ...] rounded to float32 (the module's
+  //    float32 tensor), the imaginary parts of the orders 0 and nlon/2 dropped (a real signal's).
+  std::vector<float> g(static_cast<std::size_t>(batch) * nrows * modes * C2);
+  const int tasks = batch * modes_;
+#pragma omp parallel
+  {
+    std::vector<float> by_degree(static_cast<std::size_t>(L) * C2);  // a(l, m) for l = m .. L-1, contiguous
+    std::vector<double> sums(static_cast<std::size_t>(kRowsPerSum) * C2);
+#pragma omp for schedule(dynamic, 1)
+    for (int t = 0; t < tasks; ++t) {
+      const int b = t / modes_, m = t % modes_;
+      for (int l = m; l < L; ++l) {
+        const float* src = coeffs + ((static_cast<std::int64_t>(b) * L + l) * M + m) * static_cast<std::int64_t>(C2);
+        std::copy(src, src + C2, by_degree.data() + static_cast<std::size_t>(l - m) * C2);
+      }
+      const bool real_only = m == 0 || (nyquist && m == nlon_ / 2);
+      for (int k0 = lat_begin; k0 < lat_end; k0 += kRowsPerSum) {
+        const int nk = std::min(kRowsPerSum, lat_end - k0);
+        weighted_sums(nk, L - m,
+                      table_.data() + (static_cast<std::size_t>(m) * L + static_cast<std::size_t>(m)) * nlat_ + static_cast<std::size_t>(k0),
+                      1, nlat_, by_degree.data(), static_cast<std::int64_t>(C2), C2, sums.data());
+        for (int r = 0; r < nk; ++r) {
+          const double* sr = sums.data() + static_cast<std::size_t>(r) * C2;
+          float* gm = g.data() + ((static_cast<std::size_t>(b) * nrows + static_cast<std::size_t>(k0 + r - lat_begin)) * modes +
+                                  static_cast<std::size_t>(m)) * C2;
+          for (std::size_t i = 0; i < C; ++i) gm[i] = static_cast<float>(sr[i]);
+          for (std::size_t i = C; i < C2; ++i) gm[i] = real_only ? 0.0f : static_cast<float>(sr[i]);
+        }
+      }
+    }
+  }
+
+  // 2. Longitudes, row by row: two channels per complex FFT, channel c in the real part and channel c + half
+  //    in the imaginary part of one Hermitian-completed spectrum each, so that the inverse transform of
+  //    z[m] = H_c[m] + i H_{c+half}[m] (H[m] = G[m], H[nlon - m] = conj G[m], the orders 0 and nlon/2 once)
+  //    is f_c + i f_{c+half}.
   const std::size_t half = (C + 1) / 2;
+  const int row_tasks = batch * rows;
 #pragma omp parallel
   {
     const std::size_t n = static_cast<std::size_t>(nlon_) * half;
-    std::vector<double> z_re(n), z_im(n), g(static_cast<std::size_t>(modes_) * C2 + 2 * half, 0.0), work;
+    std::vector<double> z_re(n), z_im(n), work;
 #pragma omp for schedule(static)
-    for (int t = 0; t < tasks; ++t) {
-      const int b = t / rows, k = lat_begin + t % rows;
-      // Legendre synthesis of this latitude, rounded to float32 (the module's float32 tensor); the imaginary
-      // parts of the orders 0 and nlon/2 dropped (a real signal's).
-      for (int m = 0; m < modes_; ++m) {
-        double* gm = g.data() + static_cast<std::size_t>(m) * C2;
-        std::fill(gm, gm + C2, 0.0);
-        for (int l = m; l < L; ++l) {
-          const double p = table_[(static_cast<std::size_t>(m) * L + static_cast<std::size_t>(l)) * nlat_ + static_cast<std::size_t>(k)];
-          const float* a = coeffs + ((static_cast<std::int64_t>(b) * L + l) * M + m) * static_cast<std::int64_t>(C2);
-          for (std::size_t i = 0; i < C2; ++i) gm[i] += p * a[i];
-        }
-        const bool real_only = m == 0 || (nyquist && m == nlon_ / 2);
-        for (std::size_t i = 0; i < C; ++i) gm[i] = static_cast<float>(gm[i]);
-        for (std::size_t i = C; i < C2; ++i) gm[i] = real_only ? 0.0 : static_cast<float>(gm[i]);
-      }
-      // z[m] = H_a[m] + i H_b[m] with H[m] = G[m], H[nlon - m] = conj(G[m]) (orders 0 and nlon/2 once).
+    for (int t = 0; t < row_tasks; ++t) {
       std::fill(z_re.begin(), z_re.end(), 0.0);
       std::fill(z_im.begin(), z_im.end(), 0.0);
       for (int m = 0; m < modes_; ++m) {
-        const double* gm = g.data() + static_cast<std::size_t>(m) * C2;
+        const float* gm = g.data() + (static_cast<std::size_t>(t) * modes + static_cast<std::size_t>(m)) * C2;
         double* zr = z_re.data() + static_cast<std::size_t>(m) * half;
         double* zi = z_im.data() + static_cast<std::size_t>(m) * half;
         const bool paired = m != 0 && 2 * m != nlon_;
