@@ -128,92 +128,103 @@ CanonicalBatch route_canonical(const Comm& comm, const SampleLayout& layout, con
   const auto B = static_cast<std::size_t>(layout.num_samples());
   std::int64_t largest = n;
 
-  // 1. Every row's (id, sample, row) to the owner of the id's range.
-  std::vector<std::int64_t> records(static_cast<std::size_t>(3 * n));
-  std::vector<int> id_owner(static_cast<std::size_t>(n));
-  collectively(comm, [&] {
-    for (const auto& seg : layout.segments())
-      for (index_t row = seg.begin; row < seg.end; ++row) {
-        const std::int64_t id = geometry.global_ids[row];
-        if (id < 0 || id >= total)
-          throw Error(ErrorCode::input, "global id " + std::to_string(id) + " of local point " + std::to_string(row) +
-                                            " is outside 0.." + std::to_string(total - 1));
-        records[static_cast<std::size_t>(3 * row)] = id;
-        records[static_cast<std::size_t>(3 * row + 1)] = seg.sample;
-        records[static_cast<std::size_t>(3 * row + 2)] = row;
-        id_owner[static_cast<std::size_t>(row)] = ranges.owner(id);
-      }
-  });
-  const Route to_id_owners(comm, id_owner);
-  const std::vector<std::int64_t> owned = to_id_owners.send<std::int64_t>(records, 3);
-  largest = std::max<std::int64_t>(largest, static_cast<std::int64_t>(to_id_owners.received()));
-
-  // 2. The id owner: duplicates, counts per sample, their prefix over ranks, the slot of every id.
-  IdTable table;
+  // Steps 1-3 in a scope: the routed records die before the blocks are filled.
+  IdTable table;  // kept for the given edges' questions
   table.first = ranges.begin(me);
-  table.sample.assign(static_cast<std::size_t>(ranges.size(me)), -1);
-  table.slot.assign(table.sample.size(), -1);
   largest = std::max<std::int64_t>(largest, ranges.size(me));
   {
-    const std::vector<int> holder = to_id_owners.sources();
-    std::vector<std::int64_t> holder_of(table.sample.size());  // id of the range -> the record that gave it
+    // 1. Every row's (id, sample, row) to the owner of the id's range.
+    std::vector<std::int64_t> records(static_cast<std::size_t>(3 * n));
+    std::vector<int> id_owner(static_cast<std::size_t>(n));
     collectively(comm, [&] {
-      for (std::size_t q = 0; q < to_id_owners.received(); ++q) {
-        const std::int64_t id = owned[3 * q];
-        const auto k = static_cast<std::size_t>(id - table.first);
-        if (table.sample[k] >= 0) {
-          const std::size_t first = static_cast<std::size_t>(holder_of[k]);
-          throw Error(ErrorCode::input, "global id " + std::to_string(id) + " is given to more than one point (rank " +
-                                            std::to_string(holder[first]) + " local point " +
-                                            std::to_string(owned[3 * first + 2]) + " and rank " +
-                                            std::to_string(holder[q]) + " local point " + std::to_string(owned[3 * q + 2]) + ")");
+      for (const auto& seg : layout.segments())
+        for (index_t row = seg.begin; row < seg.end; ++row) {
+          const std::int64_t id = geometry.global_ids[row];
+          if (id < 0 || id >= total)
+            throw Error(ErrorCode::input, "global id " + std::to_string(id) + " of local point " + std::to_string(row) +
+                                              " is outside 0.." + std::to_string(total - 1));
+          records[static_cast<std::size_t>(3 * row)] = id;
+          records[static_cast<std::size_t>(3 * row + 1)] = seg.sample;
+          records[static_cast<std::size_t>(3 * row + 2)] = row;
+          id_owner[static_cast<std::size_t>(row)] = ranges.owner(id);
         }
-        table.sample[k] = owned[3 * q + 1];
-        holder_of[k] = static_cast<std::int64_t>(q);
-      }
     });
-  }
-  // Every id is now held exactly once (N ids in range, none twice), so every entry of the table is set.
-  std::vector<std::int64_t> count(B, 0);
-  for (const std::int64_t s : table.sample) ++count[static_cast<std::size_t>(s)];
-  std::vector<std::int64_t> next = exclusive_scan_over_ranks(comm, std::move(count));
-  for (std::size_t s = 0; s < B; ++s) next[s] += offsets[s];
-  for (std::size_t k = 0; k < table.sample.size(); ++k) table.slot[k] = next[static_cast<std::size_t>(table.sample[k])]++;
+    const Route to_id_owners(comm, id_owner);
+    id_owner = {};
+    const std::vector<std::int64_t> owned = to_id_owners.send<std::int64_t>(records, 3);
+    records = {};
+    largest = std::max<std::int64_t>(largest, static_cast<std::int64_t>(to_id_owners.received()));
 
-  // 3. The slots back to the rows' ranks.
-  {
+    // 2. The id owner: duplicates, counts per sample, their prefix over ranks, the slot of every id.
+    table.sample.assign(static_cast<std::size_t>(ranges.size(me)), -1);
+    {
+      const std::vector<int> holder = to_id_owners.sources();
+      std::vector<std::int64_t> holder_of(table.sample.size());  // id of the range -> the record that gave it
+      collectively(comm, [&] {
+        for (std::size_t q = 0; q < to_id_owners.received(); ++q) {
+          const std::int64_t id = owned[3 * q];
+          const auto k = static_cast<std::size_t>(id - table.first);
+          if (table.sample[k] >= 0) {
+            const auto first = static_cast<std::size_t>(holder_of[k]);
+            throw Error(ErrorCode::input, "global id " + std::to_string(id) + " is given to more than one point (rank " +
+                                              std::to_string(holder[first]) + " local point " +
+                                              std::to_string(owned[3 * first + 2]) + " and rank " +
+                                              std::to_string(holder[q]) + " local point " +
+                                              std::to_string(owned[3 * q + 2]) + ")");
+          }
+          table.sample[k] = owned[3 * q + 1];
+          holder_of[k] = static_cast<std::int64_t>(q);
+        }
+      });
+    }
+    // Every id is now held exactly once (N ids in range, none twice), so every entry of the table is set.
+    std::vector<std::int64_t> count(B, 0);
+    for (const std::int64_t s : table.sample) ++count[static_cast<std::size_t>(s)];
+    std::vector<std::int64_t> next = exclusive_scan_over_ranks(comm, std::move(count));
+    for (std::size_t s = 0; s < B; ++s) next[s] += offsets[s];
+    table.slot.resize(table.sample.size());
+    for (std::size_t k = 0; k < table.sample.size(); ++k) table.slot[k] = next[static_cast<std::size_t>(table.sample[k])]++;
+
+    // 3. The slots back to the rows' ranks.
     std::vector<std::int64_t> slots(to_id_owners.received());
     for (std::size_t q = 0; q < slots.size(); ++q) slots[q] = table.slot[static_cast<std::size_t>(owned[3 * q] - table.first)];
     result.canonical_of_row = to_id_owners.back<std::int64_t>(slots, 1);
   }
+  if (given == GivenEdges::ignore) table = {};
 
   // 4. Every row's (slot, row) and position (and features) to the owner of the slot's block.
   {
     const auto width = static_cast<std::size_t>(dim + channels);
-    std::vector<int> block_owner(static_cast<std::size_t>(n));
-    std::vector<std::int64_t> meta(static_cast<std::size_t>(2 * n));
-    std::vector<float> payload(static_cast<std::size_t>(n) * width);
-    for (index_t row = 0; row < n; ++row) {
-      const std::int64_t slot = result.canonical_of_row[static_cast<std::size_t>(row)];
-      block_owner[static_cast<std::size_t>(row)] = ranges.owner(slot);
-      meta[static_cast<std::size_t>(2 * row)] = slot;
-      meta[static_cast<std::size_t>(2 * row + 1)] = row;
-      float* p = payload.data() + static_cast<std::size_t>(row) * width;
-      std::copy_n(geometry.positions + row * geometry.ld_positions, dim, p);
-      if (channels > 0) std::copy_n(in + row * ld_in, channels, p + dim);
+    std::vector<std::int64_t> got_meta;
+    std::vector<float> got;
+    std::vector<int> source;
+    {
+      std::vector<int> block_owner(static_cast<std::size_t>(n));
+      std::vector<std::int64_t> meta(static_cast<std::size_t>(2 * n));
+      std::vector<float> payload(static_cast<std::size_t>(n) * width);
+      for (index_t row = 0; row < n; ++row) {
+        const std::int64_t slot = result.canonical_of_row[static_cast<std::size_t>(row)];
+        block_owner[static_cast<std::size_t>(row)] = ranges.owner(slot);
+        meta[static_cast<std::size_t>(2 * row)] = slot;
+        meta[static_cast<std::size_t>(2 * row + 1)] = row;
+        float* p = payload.data() + static_cast<std::size_t>(row) * width;
+        std::copy_n(geometry.positions + row * geometry.ld_positions, dim, p);
+        if (channels > 0) std::copy_n(in + row * ld_in, channels, p + dim);
+      }
+      const Route to_blocks(comm, block_owner);
+      block_owner = {};
+      got_meta = to_blocks.send<std::int64_t>(meta, 2);
+      meta = {};
+      got = to_blocks.send<float>(payload, width);
+      source = to_blocks.sources();
     }
-    const Route to_blocks(comm, block_owner);
-    const std::vector<std::int64_t> got_meta = to_blocks.send<std::int64_t>(meta, 2);
-    const std::vector<float> got = to_blocks.send<float>(payload, width);
-    const std::vector<int> source = to_blocks.sources();
     const auto rows = static_cast<std::size_t>(ranges.size(me));
     collectively(comm, [&] {
-      if (to_blocks.received() != rows)
+      if (source.size() != rows)
         throw Error(ErrorCode::internal, "canonical order: rank " + std::to_string(me) + " received " +
-                                             std::to_string(to_blocks.received()) + " points for a block of " +
+                                             std::to_string(source.size()) + " points for a block of " +
                                              std::to_string(rows));
     });
-    largest = std::max<std::int64_t>(largest, static_cast<std::int64_t>(rows));
     result.positions.resize(rows * static_cast<std::size_t>(dim));
     result.features.resize(rows * static_cast<std::size_t>(channels));
     result.owner_rank.resize(rows);
