@@ -255,8 +255,8 @@ TEST(NeighborhoodUpsample, MatchesNaiveFormula) {
   }
 }
 
-// 1 and 3 OpenMP threads, forward_rows one output row at a time (with only the input rows it reaches),
-// and the whole forward give the same bits; shifting the input by s longitudes shifts the output by p*s.
+// 1 and 3 OpenMP threads, forward_rows one output row at a time (with only the input rows it reaches, and
+// with all of them), and the whole forward give the same bits; shifting the input by s longitudes shifts the output by p*s.
 TEST(NeighborhoodUpsample, ThreadsBandsAndShiftKeepBits) {
   std::mt19937 rng(43);
   for (const UpCase& t : kNaiveCases) {
@@ -287,10 +287,15 @@ TEST(NeighborhoodUpsample, ThreadsBandsAndShiftKeepBits) {
         std::copy_n(xv.begin() + (b * t.nlat_in + i0) * rk, (i1 - i0) * rk, v.begin() + b * (i1 - i0) * rk);
       }
       att.forward_rows(batch, lat, lat + 1, q.data(), i0, i1, k.data(), v.data(), row.data());
+      std::vector<float> wide(row.size());  // the same row with every input row given
+      att.forward_rows(batch, lat, lat + 1, q.data(), 0, t.nlat_in, xk.data(), xv.data(), wide.data());
       for (int b = 0; b < batch; ++b)
-        for (int i = 0; i < ro; ++i)
+        for (int i = 0; i < ro; ++i) {
           ASSERT_EQ(row[static_cast<std::size_t>(b * ro + i)], one[static_cast<std::size_t>((b * t.nlat_out + lat) * ro + i)])
               << "output row " << lat << ", sample " << b;
+          ASSERT_EQ(wide[static_cast<std::size_t>(b * ro + i)], row[static_cast<std::size_t>(b * ro + i)])
+              << "output row " << lat << ", sample " << b << ", all input rows given";
+        }
     }
 
     const int s = 3;  // input longitudes; the output moves by p*s

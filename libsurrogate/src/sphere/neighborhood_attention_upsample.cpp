@@ -61,10 +61,14 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
                              const float* value, float* out) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = l.nlon_in, nlon_out = l.nlon_out, p = l.p;
-  const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
+  const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_out = lat_end - lat_begin;
   const int cin = hd.in_channels();
   const index_t ld_ring = kernels::round_up(nlon_in + kernels::kRingPad, kernels::kPad);
-  const index_t po = static_cast<index_t>(rows_out) * nlon_out, pi = static_cast<index_t>(rows_in) * nlon_in;
+  // Only the input rows [lo, hi) that the output rows reach are projected (within the given [in_begin, in_end)).
+  const std::pair<int, int> reach = upsample_input_rows(l, lat_begin, lat_end);
+  const int lo = reach.first < reach.second ? reach.first : in_begin, rows_in = reach.second - reach.first;
+  const index_t po = static_cast<index_t>(rows_out) * nlon_out, pi = static_cast<index_t>(in_end - in_begin) * nlon_in;
+  const index_t skip = static_cast<index_t>(lo - in_begin) * nlon_in;  // rows of a sample's key before row lo
   const index_t ld_k = kernels::round_up(hd.ck, kernels::kPad), ld_o = hd.ld_out();
   const index_t m_blocks = (nlon_in + kLonBlock - 1) / kLonBlock;
   const int band = std::max(1, kBandPoints / nlon_out);
@@ -78,7 +82,7 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
   std::vector<float> weight(static_cast<std::size_t>(count));
   for (index_t n = 0; n < count; ++n) {
     const auto j = static_cast<std::size_t>(first + n);
-    const index_t slot = l.row[j] - in_begin;
+    const index_t slot = l.row[j] - lo;
     key_base[static_cast<std::size_t>(n)] = slot * ek * ld_ring;
     value_base[static_cast<std::size_t>(n)] = slot * ev * ld_ring;
     ring_pos[static_cast<std::size_t>(n)] = l.lon0[j];
@@ -100,13 +104,13 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
 
   for (int b = 0; b < batch; ++b) {
     // The sample's keys and values into the rings, block by block as the projection makes them.
-    const float* const k_rows = key + b * pi * cin;
-    const float* const v_rows = value + b * pi * cin;
+    const float* const k_rows = key + (b * pi + skip) * cin;
+    const float* const v_rows = value + (b * pi + skip) * cin;
     const S2Heads::KeyValueSink sink = [&](index_t r0, index_t n, const float* k, const float* v) {
       to_rings(r0, n, k, ld_k, H, ek, rows_in, nlon_in, ld_ring, kt);
       to_rings(r0, n, v, ld_o, H, ev, rows_in, nlon_in, ld_ring, vt);
     };
-    hd.project_plain(0, pi, nullptr, k_rows, v_rows, ops, &sink);
+    hd.project_plain(0, static_cast<index_t>(rows_in) * nlon_in, nullptr, k_rows, v_rows, ops, &sink);
 
     for (int t0 = 0; t0 < rows_out; t0 += band) {
       const int t1 = std::min(rows_out, t0 + band);
