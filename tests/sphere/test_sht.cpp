@@ -104,6 +104,15 @@ std::vector<float> random_values(std::size_t n, unsigned seed) {
   return v;
 }
 
+/// OpenMP limited to one thread while in scope.
+struct OneThread {
+  int saved = omp_get_max_threads();
+  OneThread() { omp_set_num_threads(1); }
+  ~OneThread() { omp_set_num_threads(saved); }
+  OneThread(const OneThread&) = delete;
+  OneThread& operator=(const OneThread&) = delete;
+};
+
 const Grid kGrids[] = {Grid::legendre_gauss, Grid::equiangular, Grid::lobatto, Grid::equiangular_trapezoidal};
 
 }  // namespace
@@ -120,6 +129,11 @@ TEST(Sht, ChannelFftMatchesDirectSums) {
   for (int n : sizes) {
     const sphere::detail::ChannelFft fft(n);
     const std::size_t N = static_cast<std::size_t>(n) * C;
+    std::vector<long double> cos_q(static_cast<std::size_t>(n)), sin_q(static_cast<std::size_t>(n));
+    for (int q = 0; q < n; ++q) {
+      cos_q[static_cast<std::size_t>(q)] = std::cos(2.0L * std::numbers::pi_v<long double> * q / n);
+      sin_q[static_cast<std::size_t>(q)] = std::sin(2.0L * std::numbers::pi_v<long double> * q / n);
+    }
     const std::vector<float> r = random_values(2 * N, static_cast<unsigned>(n));
     for (int sign : {-1, 1}) {
       std::vector<double> re(r.begin(), r.begin() + static_cast<std::ptrdiff_t>(N)), im(r.begin() + static_cast<std::ptrdiff_t>(N), r.end());
@@ -131,10 +145,11 @@ TEST(Sht, ChannelFftMatchesDirectSums) {
         for (int k = 0; k < n; ++k) {
           long double sr = 0, si = 0;
           for (int j = 0; j < n; ++j) {
-            const long double angle = sign * 2.0L * std::numbers::pi_v<long double> * ((static_cast<long long>(j) * k) % n) / n;
+            const std::size_t q = static_cast<std::size_t>((static_cast<long long>(j) * k) % n);
+            const long double cs = cos_q[q], sn = sign * sin_q[q];
             const long double xr = x_re[static_cast<std::size_t>(j * C + c)], xi = x_im[static_cast<std::size_t>(j * C + c)];
-            sr += xr * std::cos(angle) - xi * std::sin(angle);
-            si += xr * std::sin(angle) + xi * std::cos(angle);
+            sr += xr * cs - xi * sn;
+            si += xr * sn + xi * cs;
           }
           const double tol = 1e-14 * static_cast<double>(norm);
           ASSERT_NEAR(re[static_cast<std::size_t>(k * C + c)], static_cast<double>(sr), tol) << "n " << n << " sign " << sign << " k " << k;
@@ -177,6 +192,7 @@ TEST(Sht, LegendreTableMatchesClosedForm) {
 // 1/2 (resp. -i/2) at (l, m) and zero elsewhere, wherever the rule integrates degree 2 (lmax - 1) exactly
 // (not on the trapezoidal grid); the inverse transform of those coefficients is the harmonic on any grid.
 TEST(Sht, SingleHarmonicsOnEveryGrid) {
+  const OneThread one_thread;  // some thousand tiny transforms: thread start-up would dominate
   for (Grid grid : kGrids) {
     const int nlat = grid == Grid::legendre_gauss ? 8 : 15, nlon = 22;
     const sphere::RealSHT sht(nlat, nlon, grid);
