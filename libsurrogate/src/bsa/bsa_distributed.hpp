@@ -27,8 +27,8 @@ std::int64_t tree_granularity(const Config& config);
 /// What a distributed forward needs from the geometry of a predict call: the canonical blocks (rank r
 /// holds canonical points [block_bounds[r], block_bounds[r+1]), a plan between them and the caller's
 /// rows), the distributed tree (with the rotated order) over the blocks, the rank's slots' positions in
-/// tree and rotated order and its segments of samples; built once per geometry and reused (only the
-/// construction gathers). The plans are applied through the communicator of the last rebind(). Every
+/// tree and rotated order and its segments of samples; built once per geometry from the rank's block
+/// (nothing of size N) and reused. The plans are applied through the communicator of the last rebind(). Every
 /// attention type (global: see sample_rows_).
 class DistributedPlan {
  public:

@@ -27,8 +27,9 @@ std::int64_t tree_granularity(const Config& config);
 ///   their remote sources;
 /// * the distributed tree (with the rotated orders when rotate > 0) over the blocks: the plan block ->
 ///   the rank's slots, the slots' positions, the per-level exchanges of the rotated blocks.
-/// Only the construction gathers (through the CanonicalBatch it is given); a forward moves this rank's
-/// rows only. The plans are applied through the communicator of the last rebind().
+/// The construction takes the rank's block from the CanonicalBatch (block mode: nothing of size N) and
+/// fetches the halo's and slots' positions through the plans; a forward moves this rank's rows only.
+/// The plans are applied through the communicator of the last rebind().
 class DistributedPlan {
  public:
   /// Collective; `all` from PointCloudModel::gather_canonical in block mode (features not needed).
