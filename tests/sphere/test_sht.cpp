@@ -356,6 +356,31 @@ TEST(Sht, RowRangesAndThreadsAreBitwise) {
   std::vector<float> coeffs(ncoef);
   sht.legendre(B, C, fourier.data(), coeffs.data());
   EXPECT_EQ(coeffs, one.first);
+  // The orders in three pieces (as three ranks sum them), order-major, then the synthesis from that layout.
+  const int L = sht.lmax(), M = sht.mmax();
+  const std::size_t C2 = 2 * static_cast<std::size_t>(C);
+  std::vector<float> by_order(ncoef);
+  for (const auto& [m0, m1] : {std::pair{0, 2}, std::pair{2, 2}, std::pair{2, 7}, std::pair{7, M}}) {
+    std::vector<float> piece_in, piece_out(static_cast<std::size_t>(B * (m1 - m0) * L) * C2);
+    for (int row = 0; row < B * hi; ++row) {
+      const auto first = fourier.begin() + static_cast<std::ptrdiff_t>(row * sht.fourier_width(C) + m0 * static_cast<int>(C2));
+      piece_in.insert(piece_in.end(), first, first + static_cast<std::ptrdiff_t>((m1 - m0) * static_cast<int>(C2)));
+    }
+    sht.legendre_orders(B, C, m0, m1, piece_in.data(), piece_out.data());
+    for (int b = 0; b < B; ++b)
+      std::copy(piece_out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(b * (m1 - m0) * L) * C2),
+                piece_out.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>((b + 1) * (m1 - m0) * L) * C2),
+                by_order.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>((b * M + m0) * L) * C2));
+  }
+  for (int b = 0; b < B; ++b)
+    for (int l = 0; l < L; ++l)
+      for (int m = 0; m < M; ++m)
+        for (std::size_t i = 0; i < C2; ++i)
+          ASSERT_EQ(by_order[static_cast<std::size_t>((b * M + m) * L + l) * C2 + i], one.first[static_cast<std::size_t>((b * L + l) * M + m) * C2 + i])
+              << "b " << b << " l " << l << " m " << m;
+  std::vector<float> from_orders(one.second.size());
+  isht.forward_rows_by_order(B, C, by_order.data(), from_orders.data(), 0, ho);
+  EXPECT_EQ(from_orders, one.second);
   for (int r0 = 0; r0 < ho; r0 += 3) {
     const int r1 = std::min(ho, r0 + (r0 % 2 ? 1 : 4));
     std::vector<float> rows(static_cast<std::size_t>(B * (r1 - r0) * wo * C));

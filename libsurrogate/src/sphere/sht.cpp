@@ -226,10 +226,30 @@ void RealSHT::fourier_rows(std::int64_t rows, int channels, const float* in, std
 
 void RealSHT::legendre(int batch, int channels, const float* fourier, float* out) const {
   check_batch("RealSHT::legendre", batch, channels, fourier, out, 0);
-  const int L = size_.lmax, M = size_.mmax;
-  const std::int64_t width = fourier_width(channels);
+  order_sums(batch, channels, 0, size_.mmax, fourier, fourier_width(channels), out, false);
+}
+
+void RealSHT::legendre_orders(int batch, int channels, int m_begin, int m_end, const float* fourier, float* out) const {
+  if (m_begin < 0 || m_end > size_.mmax || m_begin > m_end)
+    invalid("RealSHT::legendre_orders: orders [" + std::to_string(m_begin) + ", " + std::to_string(m_end) +
+            ") are not within the " + std::to_string(size_.mmax) + " orders");
+  if (m_begin == m_end) return;
+  check_batch("RealSHT::legendre_orders", batch, channels, fourier, out, 0);
+  order_sums(batch, channels, m_begin, m_end, fourier, 2 * static_cast<std::int64_t>(m_end - m_begin) * channels, out,
+             true);
+}
+
+void RealSHT::order_sums(int batch, int channels, int m_begin, int m_end, const float* fourier, std::int64_t row_width,
+                         float* out, bool by_order) const {
+  const int L = size_.lmax, M = size_.mmax, orders = m_end - m_begin;
   const std::size_t C2 = 2 * static_cast<std::size_t>(channels);
-  const int tasks = batch * M;
+  // a(l, m) of sample b: [b][l][m] (by_order false) or [b][m - m_begin][l] (true), 2C floats each
+  auto coefficient = [&](int b, int l, int m) {
+    const std::int64_t index = by_order ? (static_cast<std::int64_t>(b) * orders + (m - m_begin)) * L + l
+                                        : (static_cast<std::int64_t>(b) * L + l) * M + m;
+    return out + index * static_cast<std::int64_t>(C2);
+  };
+  const int tasks = batch * orders;
   const WeightedSums weighted_sums = weighted_sums_for_cpu();
 #pragma omp parallel
   {
@@ -237,13 +257,14 @@ void RealSHT::legendre(int batch, int channels, const float* fourier, float* out
     std::vector<float> slice(static_cast<std::size_t>(nlat_) * C2);  // order m of every latitude, contiguous
 #pragma omp for schedule(dynamic, 1)
     for (int t = 0; t < tasks; ++t) {
-      const int b = t / M, m = t % M;
+      const int b = t / orders, m = m_begin + t % orders;
       for (int l = 0; l < m; ++l) {  // P_l^m = 0
-        float* dst = out + ((static_cast<std::int64_t>(b) * L + l) * M + m) * static_cast<std::int64_t>(C2);
+        float* dst = coefficient(b, l, m);
         std::fill(dst, dst + C2, 0.0f);
       }
       for (int k = 0; k < nlat_; ++k) {
-        const float* src = fourier + (static_cast<std::int64_t>(b) * nlat_ + k) * width + 2 * static_cast<std::int64_t>(m) * channels;
+        const float* src = fourier + (static_cast<std::int64_t>(b) * nlat_ + k) * row_width +
+                           static_cast<std::int64_t>(m - m_begin) * static_cast<std::int64_t>(C2);
         std::copy(src, src + C2, slice.data() + static_cast<std::size_t>(k) * C2);
       }
       for (int l0 = m; l0 < L; l0 += kRowsPerSum) {
@@ -251,7 +272,7 @@ void RealSHT::legendre(int batch, int channels, const float* fourier, float* out
         weighted_sums(n, nlat_, weights_.data() + (static_cast<std::size_t>(m) * L + static_cast<std::size_t>(l0)) * nlat_,
                       nlat_, 1, slice.data(), static_cast<std::int64_t>(C2), C2, acc.data());
         for (int r = 0; r < n; ++r) {
-          float* dst = out + ((static_cast<std::int64_t>(b) * L + l0 + r) * M + m) * static_cast<std::int64_t>(C2);
+          float* dst = coefficient(b, l0 + r, m);
           for (std::size_t i = 0; i < C2; ++i) dst[i] = static_cast<float>(acc[static_cast<std::size_t>(r) * C2 + i]);
         }
       }
@@ -280,6 +301,16 @@ InverseRealSHT::InverseRealSHT(int nlat, int nlon, Grid grid, int lmax, int mmax
 
 void InverseRealSHT::forward_rows(int batch, int channels, const float* coeffs, float* out, int lat_begin, int lat_end,
                                   std::int64_t ld) const {
+  synthesise(batch, channels, coeffs, false, out, lat_begin, lat_end, ld);
+}
+
+void InverseRealSHT::forward_rows_by_order(int batch, int channels, const float* coeffs, float* out, int lat_begin,
+                                           int lat_end, std::int64_t ld) const {
+  synthesise(batch, channels, coeffs, true, out, lat_begin, lat_end, ld);
+}
+
+void InverseRealSHT::synthesise(int batch, int channels, const float* coeffs, bool by_order, float* out, int lat_begin,
+                                int lat_end, std::int64_t ld) const {
   check_batch("InverseRealSHT::forward_rows", batch, channels, coeffs, out, ld);
   if (lat_begin < 0 || lat_end > nlat_ || lat_begin > lat_end)
     invalid("InverseRealSHT::forward_rows: rows [" + std::to_string(lat_begin) + ", " + std::to_string(lat_end) +
@@ -305,7 +336,9 @@ void InverseRealSHT::forward_rows(int batch, int channels, const float* coeffs, 
     for (int t = 0; t < tasks; ++t) {
       const int b = t / modes_, m = t % modes_;
       for (int l = m; l < L; ++l) {
-        const float* src = coeffs + ((static_cast<std::int64_t>(b) * L + l) * M + m) * static_cast<std::int64_t>(C2);
+        const std::int64_t index = by_order ? (static_cast<std::int64_t>(b) * M + m) * L + l
+                                            : (static_cast<std::int64_t>(b) * L + l) * M + m;
+        const float* src = coeffs + index * static_cast<std::int64_t>(C2);
         std::copy(src, src + C2, by_degree.data() + static_cast<std::size_t>(l - m) * C2);
       }
       const bool real_only = m == 0 || (nyquist && m == nlon_ / 2);

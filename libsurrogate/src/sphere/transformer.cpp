@@ -377,6 +377,22 @@ void to_dense(const float* x, index_t ld, int width, index_t rows, std::vector<f
   for (index_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + width, dense.data() + r * width);
 }
 
+/// The orders [first[r], first[r+1]) whose SHT coefficients rank r sums: contiguous, in rank order, about equal
+/// shares of the work (order m has lmax - m degrees).
+std::vector<int> order_split(int lmax, int mmax, int ranks) {
+  std::vector<std::int64_t> done(static_cast<std::size_t>(mmax) + 1, 0);
+  for (int m = 0; m < mmax; ++m) done[static_cast<std::size_t>(m) + 1] = done[static_cast<std::size_t>(m)] + std::max(lmax - m, 1);
+  std::vector<int> first{0};
+  int m = 0;
+  for (int r = 1; r < ranks; ++r) {
+    const std::int64_t target = done.back() * r / ranks;
+    while (m < mmax && done[static_cast<std::size_t>(m)] < target) ++m;
+    first.push_back(m);
+  }
+  first.push_back(mmax);
+  return first;
+}
+
 void add_dense(const float* dense, int width, index_t rows, float* x, index_t ld) {
   for (index_t r = 0; r < rows; ++r)
     for (int c = 0; c < width; ++c) x[r * ld + c] += dense[r * width + c];
@@ -470,24 +486,42 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
                                static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
                                static_cast<std::size_t>(c.nlon) * static_cast<std::size_t>(C));
   if (m.sht) {
-    // SHT upsampling: the coefficients need every internal latitude. Each rank transforms its own rows in
-    // longitude; the Fourier rows (2 mmax C floats per latitude row of a sample, global row b*h + lat) of
-    // every rank are gathered; every rank sums over the latitudes in the same order (the same
-    // coefficients on every rank) and synthesises only the image rows its decoder reads.
-    const std::int64_t width = m.sht->fourier_width(C);
+    // SHT upsampling (share/docs/sphere.md, "Multi-rank mode"). Each rank transforms its own internal rows
+    // in longitude (row-local); the orders m are split over the ranks, each rank fetching its orders of
+    // every latitude (global row (b*h + lat)*mmax + m, 2C floats) and summing over the latitudes in order;
+    // the coefficients of all orders (global row b*mmax + m, lmax*2C floats) go to every rank with image
+    // rows, which synthesises only the image rows its decoder reads. Every coefficient is summed by one
+    // rank in the same order: the same bits for any number of ranks.
+    const int L = m.sht->lmax(), M = m.sht->mmax();
+    const std::int64_t width = m.sht->fourier_width(C), C2 = 2 * static_cast<std::int64_t>(C);
     std::vector<float> own(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (i1 - i0) * width));
     for (int b = 0; b < batch; ++b)
       m.sht->fourier_rows(i1 - i0, C, x.data() + b * P_band * ld, ld,
                           own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width);
-    const int wanted = dec_rows.first < dec_rows.second ? m.h : 0;  // a rank without image rows needs none
-    const std::vector<float> fourier = fetch_rows(comm, band_held(batch, m.h, 1, i0, i1, own.data(), width),
-                                                  band_ranges(batch, m.h, 1, 0, wanted), static_cast<int>(width));
-    if (wanted) {
-      std::vector<float> coeffs(static_cast<std::size_t>(batch) * static_cast<std::size_t>(m.sht->lmax()) *
-                                static_cast<std::size_t>(m.sht->mmax()) * 2 * static_cast<std::size_t>(C));
-      m.sht->legendre(batch, C, fourier.data(), coeffs.data());
-      m.isht->forward_rows(batch, C, coeffs.data(), upsampled.data(), dec_rows.first, dec_rows.second);
-    }
+    const std::vector<int> orders = order_split(L, M, comm.size());
+    const int m0 = orders[static_cast<std::size_t>(me)], m1 = orders[static_cast<std::size_t>(me) + 1];
+    std::vector<HeldRows> held;
+    for (int b = 0; b < batch && i0 < i1; ++b)
+      held.push_back({{(static_cast<index_t>(b) * m.h + i0) * M, (static_cast<index_t>(b) * m.h + i1) * M},
+                      own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width, C2});
+    std::vector<RowRange> wanted;
+    for (int b = 0; b < batch && m0 < m1; ++b)
+      for (int k = 0; k < m.h; ++k) {
+        const index_t row = (static_cast<index_t>(b) * m.h + k) * M;
+        wanted.push_back({row + m0, row + m1});
+      }
+    const std::vector<float> my_orders = fetch_rows(comm, held, wanted, static_cast<int>(C2));
+    std::vector<float> part(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (m1 - m0) * L * C2));
+    m.sht->legendre_orders(batch, C, m0, m1, my_orders.data(), part.data());
+    std::vector<HeldRows> part_held;
+    for (int b = 0; b < batch && m0 < m1; ++b)
+      part_held.push_back({{static_cast<index_t>(b) * M + m0, static_cast<index_t>(b) * M + m1},
+                           part.data() + static_cast<std::int64_t>(b) * (m1 - m0) * L * C2, L * C2});
+    const bool needed = dec_rows.first < dec_rows.second;  // a rank without image rows needs no coefficients
+    const std::vector<float> coeffs = fetch_rows(comm, part_held, needed ? band_ranges(batch, M, 1, 0, M) : std::vector<RowRange>{},
+                                                 static_cast<int>(L * C2));
+    if (needed)
+      m.isht->forward_rows_by_order(batch, C, coeffs.data(), upsampled.data(), dec_rows.first, dec_rows.second);
   } else {
     // Bilinear resampling: the internal rows of the interpolation stencils (the resampling of the halo
     // rows is recomputed here rather than exchanged).

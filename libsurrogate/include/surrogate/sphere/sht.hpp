@@ -75,6 +75,11 @@ class RealSHT {
   /// legendre: the coefficients from the Fourier rows of every latitude of every sample
   /// (fourier[(b * nlat + lat) * fourier_width + ...]), summed over the latitudes in order.
   void legendre(int batch, int channels, const float* fourier, float* out) const;
+  /// legendre for the orders [m_begin, m_end) only (latitude bands split the orders over the ranks): fourier
+  /// holds those orders of every latitude, fourier[((b * nlat + lat) * (m_end - m_begin) + m - m_begin) * 2 *
+  /// channels + ...]; out is order-major, out[(((b * (m_end - m_begin) + m - m_begin) * lmax + l) * 2 + part) *
+  /// channels + c]. Every coefficient has the bits legendre() gives it.
+  void legendre_orders(int batch, int channels, int m_begin, int m_end, const float* fourier, float* out) const;
 
   /// The float32 analysis weights W[(m * lmax + l) * nlat + k].
   const std::vector<float>& weights() const noexcept { return weights_; }
@@ -83,6 +88,9 @@ class RealSHT {
   int nlat_, nlon_;
   Grid grid_;
   ShtSize size_;
+  void order_sums(int batch, int channels, int m_begin, int m_end, const float* fourier, std::int64_t row_width,
+                  float* out, bool by_order) const;
+
   int modes_ = 0;                    // orders the longitude transform computes: min(mmax, nlon / 2 + 1)
   std::shared_ptr<const detail::ChannelFft> fft_;  // length nlon
   std::vector<float> weights_;
@@ -108,6 +116,10 @@ class InverseRealSHT {
   /// Bitwise the rows of forward(): every row is synthesised on its own.
   void forward_rows(int batch, int channels, const float* coeffs, float* out, int lat_begin, int lat_end,
                     std::int64_t ld = 0) const;
+  /// forward_rows from order-major coefficients (legendre_orders' layout with all orders:
+  /// coeffs[(((b * mmax + m) * lmax + l) * 2 + part) * channels + c]); the same bits.
+  void forward_rows_by_order(int batch, int channels, const float* coeffs, float* out, int lat_begin, int lat_end,
+                             std::int64_t ld = 0) const;
 
   /// The float32 synthesis table P[(m * lmax + l) * nlat + k].
   const std::vector<float>& table() const noexcept { return table_; }
@@ -116,6 +128,9 @@ class InverseRealSHT {
   int nlat_, nlon_;
   Grid grid_;
   ShtSize size_;
+  void synthesise(int batch, int channels, const float* coeffs, bool by_order, float* out, int lat_begin, int lat_end,
+                  std::int64_t ld) const;
+
   int modes_ = 0;                    // orders the longitude synthesis uses: min(mmax, nlon / 2 + 1)
   std::shared_ptr<const detail::ChannelFft> fft_;  // length nlon
   std::vector<float> table_;
