@@ -72,11 +72,15 @@ void ChannelFft::run(int n, int stride, const double* in_re, const double* in_im
   double* t_im = scratch + static_cast<std::size_t>(p) * C;
   const double sgn = static_cast<double>(sign);
   const std::size_t mC = static_cast<std::size_t>(m) * C;
-  if (p == 2 || p == 4) {
-    // Radix 2 and 4 written out (w_4 = sign i): every input of the butterfly is read before any output is
-    // written, channel by channel, so no scratch is needed.
+  if (p <= 5) {
+    // Radix 2 to 5 written out (w_4 = sign i; radix 3 and 5 by the sums and differences of the conjugate
+    // pairs): every input of the butterfly is read before any output is written, channel by channel, so no
+    // scratch is needed.
+    const double c3 = -0.5, s3 = sgn * 0.86602540378443864676;  // cos, sign sin (2 pi / 3)
+    const double c51 = 0.30901699437494742410, c52 = -0.80901699437494742410;  // cos (2 pi / 5), cos (4 pi / 5)
+    const double s51 = sgn * 0.95105651629515357212, s52 = sgn * 0.58778525229247312917;  // sign sin (...)
     for (int k = 0; k < m; ++k) {
-      double wr[4] = {1.0, 1.0, 1.0, 1.0}, wi[4] = {0.0, 0.0, 0.0, 0.0};
+      double wr[5] = {1.0, 1.0, 1.0, 1.0, 1.0}, wi[5] = {0.0, 0.0, 0.0, 0.0, 0.0};
       for (int q = 1; q < p; ++q) {
         const std::size_t e = (static_cast<std::size_t>(q) * static_cast<std::size_t>(k) * unit) % top;
         wr[q] = cos_[e];
@@ -92,6 +96,51 @@ void ChannelFft::run(int n, int stride, const double* in_re, const double* in_im
           xi[c] = ai + bi;
           xr[mC + c] = ar - br;
           xi[mC + c] = ai - bi;
+        }
+        continue;
+      }
+      if (p == 3) {
+        for (std::size_t c = 0; c < C; ++c) {
+          const double t0r = xr[c], t0i = xi[c];
+          const double t1r = xr[mC + c] * wr[1] - xi[mC + c] * wi[1], t1i = xr[mC + c] * wi[1] + xi[mC + c] * wr[1];
+          const double t2r = xr[2 * mC + c] * wr[2] - xi[2 * mC + c] * wi[2], t2i = xr[2 * mC + c] * wi[2] + xi[2 * mC + c] * wr[2];
+          const double sr = t1r + t2r, si = t1i + t2i, dr = t1r - t2r, di = t1i - t2i;
+          const double ar = t0r + c3 * sr, ai = t0i + c3 * si;  // t0 + cos(2 pi / 3) (t1 + t2)
+          xr[c] = t0r + sr;
+          xi[c] = t0i + si;
+          xr[mC + c] = ar - s3 * di;  // + i sign sin(2 pi / 3) (t1 - t2)
+          xi[mC + c] = ai + s3 * dr;
+          xr[2 * mC + c] = ar + s3 * di;
+          xi[2 * mC + c] = ai - s3 * dr;
+        }
+        continue;
+      }
+      if (p == 5) {
+        for (std::size_t c = 0; c < C; ++c) {
+          double tr[5], ti[5];
+          tr[0] = xr[c];
+          ti[0] = xi[c];
+          for (int q = 1; q < 5; ++q) {
+            const double yr = xr[static_cast<std::size_t>(q) * mC + c], yi = xi[static_cast<std::size_t>(q) * mC + c];
+            tr[q] = yr * wr[q] - yi * wi[q];
+            ti[q] = yr * wi[q] + yi * wr[q];
+          }
+          const double s1r = tr[1] + tr[4], s1i = ti[1] + ti[4], d1r = tr[1] - tr[4], d1i = ti[1] - ti[4];
+          const double s2r = tr[2] + tr[3], s2i = ti[2] + ti[3], d2r = tr[2] - tr[3], d2i = ti[2] - ti[3];
+          const double a1r = tr[0] + c51 * s1r + c52 * s2r, a1i = ti[0] + c51 * s1i + c52 * s2i;
+          const double a2r = tr[0] + c52 * s1r + c51 * s2r, a2i = ti[0] + c52 * s1i + c51 * s2i;
+          const double b1r = s51 * d1r + s52 * d2r, b1i = s51 * d1i + s52 * d2i;  // X1 = a1 + i b1, X4 = a1 - i b1
+          const double b2r = s52 * d1r - s51 * d2r, b2i = s52 * d1i - s51 * d2i;  // X2 = a2 + i b2, X3 = a2 - i b2
+          xr[c] = tr[0] + s1r + s2r;
+          xi[c] = ti[0] + s1i + s2i;
+          xr[mC + c] = a1r - b1i;
+          xi[mC + c] = a1i + b1r;
+          xr[4 * mC + c] = a1r + b1i;
+          xi[4 * mC + c] = a1i - b1r;
+          xr[2 * mC + c] = a2r - b2i;
+          xi[2 * mC + c] = a2i + b2r;
+          xr[3 * mC + c] = a2r + b2i;
+          xi[3 * mC + c] = a2i - b2r;
         }
         continue;
       }
