@@ -14,6 +14,7 @@ __device__ __forceinline__ float activate(Activation act, float v) {
       return v / (1.0f + expf(fminf(-u2, 80.0f)));
     }
     case Activation::silu: return v / (1.0f + expf(fminf(-v, 80.0f)));
+    case Activation::gelu_erf: return 0.5f * v * (1.0f + erff(v * 0.70710678118654752440f));
     case Activation::none: break;
   }
   return v;

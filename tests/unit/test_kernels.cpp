@@ -3,7 +3,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdio>
+#include <cstdint>
 #include <cstdlib>
 #include <limits>
 #include <random>
@@ -39,9 +42,11 @@ double gelu_tanh_ref(double x) {
   return x / (1.0 + std::exp(-2.0 * a));
 }
 double silu_ref(double x) { return x / (1.0 + std::exp(-x)); }
+double gelu_erf_ref(double x) { return 0.5 * x * (1.0 + std::erf(x / std::sqrt(2.0))); }
 double act_ref(k::Activation a, double x) {
   switch (a) {
     case k::Activation::gelu_tanh: return gelu_tanh_ref(x);
+    case k::Activation::gelu_erf: return gelu_erf_ref(x);
     case k::Activation::silu: return silu_ref(x);
     case k::Activation::none: break;
   }
@@ -94,6 +99,70 @@ TEST_P(KernelTest, ActivationsMatchTheirDefinitions) {
   }
 }
 
+/// Distance of float y from the double r in units of the float spacing at |r| (2^-149 for subnormals).
+double ulps(float y, double r) {
+  if (r == 0.0) return y == 0.0f ? 0.0 : std::numeric_limits<double>::infinity();
+  const int e = std::max(std::ilogb(r), -126);
+  return std::abs(static_cast<double>(y) - r) / std::ldexp(1.0, e - 23);
+}
+
+// erf against std::erf in double on every 61st bit pattern of the positive finite floats (subnormals
+// included) and every 997th of the negative ones, plus the special values. The bound is the design's
+// (simd.hpp: leading term rounded once, fitted polynomials 1e-9, exp 1 ulp scaled by erfc < 0.16, the
+// final rounding): 1.5 ulp where the kernel has FMA, 2.5 ulp without (generic: every Horner step and the
+// leading term rounded twice).
+TEST_P(KernelTest, ErfIsAccurateOverTheWholeFloatRange) {
+  const double bound = GetParam() == k::Isa::generic ? 2.5 : 1.5;
+  constexpr std::size_t kChunk = 4096;
+  std::vector<float> x(kChunk), y(kChunk);
+  double worst = 0.0;
+  float worst_x = 0.0f;
+  auto check = [&](std::size_t n) {
+    kern().erf(x.data(), y.data(), static_cast<k::index_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+      const double err = ulps(y[i], std::erf(static_cast<double>(x[i])));
+      if (err > worst) worst = err, worst_x = x[i];
+    }
+  };
+  std::size_t n = 0;
+  for (std::uint64_t bits = 0; bits < 0x7f800000u; bits += 61) {
+    x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    if (n == kChunk) check(n), n = 0;
+  }
+  for (std::uint64_t bits = 0x80000000u; bits < 0xff800000u; bits += 997) {
+    x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits));
+    if (n == kChunk) check(n), n = 0;
+  }
+  check(n);
+  std::printf("erf (%s): worst %.3f ulp at x = %.9g\n", k::to_string(GetParam()), worst, worst_x);
+  EXPECT_LE(worst, bound) << "at x = " << worst_x;
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[6] = {0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::quiet_NaN(), 4.5f};
+  float out[6];
+  kern().erf(special, out, 6);
+  EXPECT_EQ(out[0], 0.0f);
+  EXPECT_EQ(out[1], 0.0f);
+  EXPECT_EQ(out[2], 1.0f);
+  EXPECT_EQ(out[3], -1.0f);
+  EXPECT_TRUE(std::isnan(out[4]));
+  EXPECT_EQ(out[5], 1.0f);  // erfc(4.5) = 2e-10, far below half the spacing below 1 (3e-8)
+}
+
+// GELU(erf) = 0.5 x (1 + erf(x / sqrt 2)) in float, as PyTorch evaluates it: erf's error (<= 2.5 ulp of
+// |erf| <= 1), the rounding of x / sqrt 2 (amplified by erf' |x| / sqrt 2 <= 0.25 |x|... times 0.5 |x|) and
+// of 1 + erf, and the two products give |y - ref| <= 4 u (|x| + |ref|); in the far negative tail 1 + erf
+// cancels (to 0 below x = -5.4, as in PyTorch), which the |x| term covers.
+TEST_P(KernelTest, GeluErfMatchesItsDefinition) {
+  std::vector<float> x;
+  for (double v = -30.0; v <= 30.0; v += 0.00137) x.push_back(static_cast<float>(v));
+  std::vector<float> y(x.size());
+  kern().activation(k::Activation::gelu_erf, x.data(), y.data(), static_cast<k::index_t>(x.size()));
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    const double ref = gelu_erf_ref(x[i]);
+    ASSERT_LE(std::abs(y[i] - ref), 4 * u * (std::abs(x[i]) + std::abs(ref))) << "x = " << x[i];
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 struct LinearShape {
   int in, out;
@@ -105,7 +174,8 @@ TEST_P(KernelTest, LinearMatchesNaiveReference) {
   const LinearShape shapes[] = {{1, 1, 1}, {2, 64, 7}, {3, 5, 13}, {17, 33, 1}, {64, 64, 100}, {64, 1, 37},
                                 {32, 130, 9}, {130, 48, 6}, {64, 256, 12}};
   for (const auto& s : shapes) {
-    for (k::Activation act : {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu}) {
+    for (k::Activation act : {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu,
+                              k::Activation::gelu_erf}) {
       for (int residuals = 0; residuals <= 2; ++residuals) {
         const k::index_t ldx = k::round_up(s.in, k::kPad) + 16, ldy = k::round_up(s.out, k::kPad) + 32;
         const auto w = random_vector(static_cast<std::size_t>(s.in) * s.out, 1.0f / std::sqrt(float(s.in)), gen);

@@ -22,6 +22,17 @@ inline void exp_map(const float* x, float* y, index_t n) {
   }
 }
 
+inline void erf_map(const float* x, float* y, index_t n) {
+  using namespace simd;
+  index_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, simd::erf(load(x + i)));
+  for (; i < n; ++i) {
+    float lanes[W] = {};
+    lanes[0] = x[i];
+    y[i] = simd::erf(load(lanes))[0];
+  }
+}
+
 inline void activation_map(Activation act, const float* x, float* y, index_t n) {
   using namespace simd;
   index_t i = 0;
@@ -48,6 +59,7 @@ inline CpuKernels make_table() {
   t.ring_attention = &ring_attention;
   t.transpose = &transpose;
   t.exp = &exp_map;
+  t.erf = &erf_map;
   t.activation = &activation_map;
   return t;
 }

@@ -15,6 +15,7 @@ inline constexpr int kLinearVecs = SURROGATE_LINEAR_VECS;
 inline simd::vf apply_activation(Activation act, simd::vf v) {
   switch (act) {
     case Activation::gelu_tanh: return simd::gelu_tanh(v);
+    case Activation::gelu_erf: return simd::gelu_erf(v);
     case Activation::silu: return simd::silu(v);
     case Activation::none: break;
   }

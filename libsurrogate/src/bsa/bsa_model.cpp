@@ -599,8 +599,7 @@ std::vector<float> Stages::head(const Network& net, std::span<const float> y, in
     AlignedBuffer<float> in(static_cast<std::size_t>(kRows * ld)), hid(in.size()), o(static_cast<std::size_t>(kRows * kPad));
     std::fill_n(in.data(), kRows * ld, 0.0f);
     for (index_t r = 0; r < count; ++r) std::copy_n(y.data() + (r0 + r) * D, D, in.data() + r * ld);
-    run_linear(k, m.head0, in.data(), ld, hid.data(), ld, count);
-    for (index_t i = 0; i < count * ld; ++i) hid[static_cast<std::size_t>(i)] = gelu_erf(hid[static_cast<std::size_t>(i)]);
+    run_linear(k, m.head0, in.data(), ld, hid.data(), ld, count, kernels::Activation::gelu_erf);
     run_linear(k, m.head2, hid.data(), ld, o.data(), kPad, count);
     for (index_t r = 0; r < count; ++r) out[static_cast<std::size_t>(r0 + r)] = o[static_cast<std::size_t>(r * kPad)];
   });

@@ -220,9 +220,7 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, const fl
             std::copy_n(h + dst[e] * ld, D, row + D);
             for (int c = 0; c < d; ++c) row[2 * D + c] = pos[src[e] * d + c] - pos[dst[e] * d + c];
           }
-          run_linear(k, step.message, in.data(), ld_msg, out.data(), ld, e1 - e0);
-          for (index_t q = 0; q < e1 - e0; ++q)
-            for (int c = 0; c < D; ++c) out[static_cast<std::size_t>(q * ld + c)] = gelu_erf(out[static_cast<std::size_t>(q * ld + c)]);
+          run_linear(k, step.message, in.data(), ld_msg, out.data(), ld, e1 - e0, kernels::Activation::gelu_erf);
           run_norm(k, out.data(), ld, out.data(), ld, e1 - e0, D, step.message_w, &step.message_b, 1e-5f, false);
           for (index_t q = e0; q < e1; ++q) {
             const index_t e = order[static_cast<std::size_t>(q)];

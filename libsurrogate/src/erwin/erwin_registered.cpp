@@ -186,8 +186,7 @@ class ErwinModel final : public PointCloudModel {
         std::fill(x.data(), x.data() + chunk * ld, 0.0f);
         for (index_t r = 0; r < rows; ++r) std::copy_n(y.data() + (r0 + r) * D, D, x.data() + r * ld);
         linear(k, head0_, x.data(), ld, h.data(), ld, rows);
-        for (index_t r = 0; r < rows; ++r)
-          for (int ch = 0; ch < D; ++ch) h[static_cast<std::size_t>(r * ld + ch)] = gelu_erf(h[static_cast<std::size_t>(r * ld + ch)]);
+        k.activation(kernels::Activation::gelu_erf, h.data(), h.data(), rows * ld);
         linear(k, head2_, h.data(), ld, o.data(), ld_out, rows);
         for (index_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r0 + r)] = o[static_cast<std::size_t>(r * ld_out)];
       }

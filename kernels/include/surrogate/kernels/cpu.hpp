@@ -21,7 +21,8 @@ using index_t = std::int64_t;
 inline constexpr int kPad = 16;
 constexpr index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 
-enum class Activation : std::uint8_t { none, gelu_tanh, silu };
+/// gelu_tanh: PyTorch's GELU(approximate='tanh'); gelu_erf: the exact GELU 0.5 x (1 + erf(x / sqrt(2))).
+enum class Activation : std::uint8_t { none, gelu_tanh, silu, gelu_erf };
 enum class Isa : std::uint8_t { generic, avx2, avx512 };
 const char* to_string(Isa isa) noexcept;
 
@@ -263,8 +264,9 @@ struct CpuKernels {
   void (*top_keys)(const TopKeysArgs&) = nullptr;
   void (*ring_attention)(const RingAttentionArgs&) = nullptr;
   void (*transpose)(const TransposeArgs&) = nullptr;
-  /// Element-wise maps (tests and benchmarks): y = exp(x); y = act(x).
+  /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
+  void (*erf)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
 };
 
