@@ -10,6 +10,7 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "bsa/bsa_branches.hpp"
@@ -54,9 +55,10 @@ struct Data {
   double v(index_t row, int h, int e) const { return u[static_cast<std::size_t>(row * ld + (2 * H + h) * E + e)]; }
 };
 
-Data make_data(int C, unsigned seed, int E = 8) {
+Data make_data(int C, unsigned seed, int E = 8, index_t n = 256) {
   Data d;
   d.E = E;
+  d.n = n;
   d.ld = ((3 * d.H * d.E) + 15) / 16 * 16;
   d.nb = d.n / C;
   std::mt19937 rng(seed);
@@ -233,6 +235,71 @@ TEST(Branches, SelectionMatchesNaiveTopS) {
           }
       EXPECT_EQ(mismatches, near_ties) << "block " << var.block_level << " group " << var.group << " mask " << var.mask;
       EXPECT_NEAR(gap, naive_gap, 1e-5);
+    }
+  }
+}
+
+// The one-pass coarse attention + block selection (coarse-q attention, block-level importance): the
+// selection is bit for bit select_blocks' (the same scores, dot product then scale), the coarse output is
+// within the naive reference's tolerance, and a window of a sample (a rank's part when distributed) gets
+// the same bits as the whole sample in its rows. 128 blocks per sample: two tasks of 64 query blocks.
+TEST(Branches, CoarseAndSelectInOnePassEqualsTheTwoBranches) {
+  using surrogate::kernels::Isa;
+  for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    const surrogate::kernels::CpuKernels* table = surrogate::kernels::cpu(isa);
+    if (!table) continue;
+    SCOPED_TRACE(surrogate::kernels::to_string(isa));
+    for (const int E : {8, 6}) {
+      const Data d = make_data(8, 6, E, 1024);
+      for (const bool mask : {true, false}) {
+        SCOPED_TRACE("E " + std::to_string(E) + " mask " + std::to_string(mask));
+        const auto s = shape(64, 8, 5, 8, true, mask, true, true);
+        const std::size_t n_sel = static_cast<std::size_t>(d.samples * d.H * d.nb * s.S);
+        std::vector<std::int32_t> sel(n_sel), sel_ref(n_sel);
+        std::vector<float> out(static_cast<std::size_t>(d.samples * d.n * d.ld), 0.0f);
+        bd::coarse_and_select(*table, d.tokens(), d.blocks(), s, out.data(), d.ld, sel.data(), 3);
+        bd::select_blocks(*table, d.tokens(), d.blocks(), s, sel_ref.data(), 2);
+        EXPECT_EQ(sel, sel_ref);
+        double err = 0.0;
+        for (index_t i = 0; i < d.samples * d.n; i += 3)
+          for (int h = 0; h < d.H; ++h) {
+            const index_t smp = i / d.n, blk = smp * d.nb + (i % d.n) / 8;
+            std::vector<std::vector<double>> keys, values;
+            for (index_t g = smp * d.nb; g < (smp + 1) * d.nb; ++g) {
+              keys.push_back(row_of(d.E, [&](int e) { return d.kc[g * d.H * d.E + h * d.E + e]; }));
+              values.push_back(row_of(d.E, [&](int e) { return d.vc[g * d.H * d.E + h * d.E + e]; }));
+            }
+            const auto want = naive_attention(row_of(d.E, [&](int e) { return d.qc[blk * d.H * d.E + h * d.E + e]; }),
+                                              keys, values, {});
+            for (int e = 0; e < d.E; ++e) err = std::max(err, std::abs(out[i * d.ld + h * d.E + e] - want[e]));
+          }
+        EXPECT_LE(err, kTol);
+        // Window: tokens 320 .. 1023 of sample 1 (row0 320, 88 query blocks: one full task and a tail).
+        const index_t row0 = 320, length = d.n - row0;
+        bd::Tokens t = d.tokens();
+        t.q += (d.n + row0) * d.ld;
+        t.k += (d.n + row0) * d.ld;
+        t.v += (d.n + row0) * d.ld;
+        t.samples = 1;
+        t.n = length;
+        t.row0 = row0;
+        bd::Blocks b = d.blocks();
+        b.q += (d.nb + row0 / 8) * b.ld;
+        b.k += d.nb * b.ld;
+        b.v += d.nb * b.ld;
+        std::vector<std::int32_t> sel_w(static_cast<std::size_t>(d.H * (length / 8) * s.S));
+        std::vector<float> out_w(static_cast<std::size_t>(length * d.ld), 0.0f);
+        bd::coarse_and_select(*table, t, b, s, out_w.data(), d.ld, sel_w.data(), 2);
+        for (int h = 0; h < d.H; ++h)
+          for (index_t r = 0; r < length / 8; ++r)
+            for (int j = 0; j < s.S; ++j)
+              ASSERT_EQ(sel_w[static_cast<std::size_t>((h * (length / 8) + r) * s.S + j)],
+                        sel[static_cast<std::size_t>(((d.H + h) * d.nb + row0 / 8 + r) * s.S + j)]);
+        for (index_t i = 0; i < length; ++i)
+          for (int c = 0; c < d.H * d.E; ++c)
+            ASSERT_EQ(out_w[static_cast<std::size_t>(i * d.ld + c)],
+                      out[static_cast<std::size_t>((d.n + row0 + i) * d.ld + c)]);
+      }
     }
   }
 }

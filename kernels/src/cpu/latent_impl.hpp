@@ -9,6 +9,7 @@
 
 #include "simd.hpp"
 #include "surrogate/kernels/cpu.hpp"
+#include "top_set_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -24,7 +25,7 @@ inline int chunk_rows(int E) {
 }
 
 /// dst[e * ld + i] = src[i * lds + e] for i < rows; zero for rows <= i < padded.
-inline void transpose_in(const float* src, index_t lds, int rows, int E, float* dst, int ld) {
+[[gnu::always_inline]] inline void transpose_in(const float* src, index_t lds, int rows, int E, float* dst, int ld) {
   const int padded = static_cast<int>(round_up(rows, simd::W));
   for (int e = 0; e < E; ++e) {
     float* d = dst + e * ld;
@@ -97,24 +98,46 @@ inline simd::vf load_first(const float* p, int n) {
   return simd::load(lanes);
 }
 
+/// The selection of the selecting encode (LatentEncodeArgs::select_S): the running top-S set of every
+/// latent, the logit scale and the masks; `first_key` is the chunk's first key.
+struct EncodeSelection {
+  TopKeys* top = nullptr;  // [M]
+  float scale = 1.0f;
+  const index_t* mask_begin = nullptr;
+  const index_t* mask_end = nullptr;
+  index_t first_key = 0;
+};
+
 /// Pass 1 for MB latents: their logits over the chunk (plus the bias when Bias) into `logits`, and
-/// their maxima.
-template <int EC, int MB, bool Bias>
-inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec, int tail_lanes,
-                          const LogitBias& bias, float (*logits)[kMaxChunkRows], float* max_logit) {
+/// their maxima. Select: the logits are scaled after the dot product and offered to the latents' top-S.
+// (always_inline: with the selecting variants GCC would otherwise call these per chunk)
+template <int EC, int MB, bool Bias, bool Select = false>
+[[gnu::always_inline]] inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec,
+                                                 int tail_lanes, const LogitBias& bias,
+                                                 float (*logits)[kMaxChunkRows], float* max_logit,
+                                                 const EncodeSelection* selection = nullptr) {
   using namespace simd;
   const vi last = first_lanes(tail_lanes);
   vf lane_max[MB];
+  [[maybe_unused]] vf unused_rejected = splat(-__builtin_inff());
   for (int b = 0; b < MB; ++b) lane_max[b] = splat(-__builtin_inff());
   for (int iv = 0; iv < nvec; ++iv) {
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
       vf l = logit<EC>(q + (m0 + b) * E, kt + iv * W, ld, E);
+      if constexpr (Select) l *= splat(selection->scale);
       if constexpr (Bias) {
         const float* row = bias.p + (m0 + b) * bias.ld + iv * W;
         l += splat(bias.scale) * (tail_lanes && iv == nvec - 1 ? load_first(row, tail_lanes) : load(row));
       }
       if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
+      if constexpr (Select) {
+        const int m = m0 + b;
+        const index_t mb = selection->mask_begin ? selection->mask_begin[m] : 0;
+        const index_t me = selection->mask_begin ? selection->mask_end[m] : 0;
+        offer_vector<false>(l, selection->first_key + iv * W, tail_lanes && iv == nvec - 1 ? tail_lanes : W, mb, me,
+                            selection->top[m], unused_rejected);
+      }
       store(logits[b] + iv * W, l);
       lane_max[b] = vmax(lane_max[b], l);
     }
@@ -127,8 +150,9 @@ inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld
 /// bits depend only on its logit; both halves of a vector go into the same double lanes, so a latent
 /// needs E + 1 double registers and the value loads are shared by the MB latents.
 template <int EC, int MB>
-inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, const double* vtd, int ld, int nvec,
-                              int tail_lanes, const std::int32_t* ref, double* sum, double* weighted) {
+[[gnu::always_inline]] inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, const double* vtd,
+                                                     int ld, int nvec, int tail_lanes, const std::int32_t* ref,
+                                                     double* sum, double* weighted) {
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : E_runtime;
@@ -167,10 +191,19 @@ inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, con
   }
 }
 
-template <int EC, int MB, bool Bias>
+template <int EC, int MB, bool Bias, bool Select = false>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
   using namespace simd;
   const int E = a.E;
+  [[maybe_unused]] TopKeys top[Select ? kMaxSelectLatents : 1];
+  [[maybe_unused]] EncodeSelection selection;
+  if constexpr (Select) {
+    for (int m = 0; m < a.M; ++m) {
+      top[m].count = 0;
+      top[m].S = a.select_S;
+    }
+    selection = {top, a.logit_scale, a.mask_begin, a.mask_end, 0};
+  }
   const int rows_per_chunk = static_cast<int>(simd::imax(chunk_rows(E) / 2, W));  // vtd is double
   alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
   alignas(64) double vtd[kChunkFloats / 2 + kMaxHeadDim * W];
@@ -189,12 +222,15 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     const int nvec = ld / W;
     const int tail = rows % W;
     const LogitBias bias{Bias ? a.bias + r0 : nullptr, a.ld_bias, a.bias_scale};
+    selection.first_key = r0;
     for (int m0 = 0; m0 < a.M; m0 += MB) {
       const int group = static_cast<int>(simd::imin(MB, a.M - m0));
-      if (group == MB) encode_logits<EC, MB, Bias>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit);
+      if (group == MB)
+        encode_logits<EC, MB, Bias, Select>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit, &selection);
       else
         for (int b = 0; b < group; ++b)
-          encode_logits<EC, 1, Bias>(a.q, m0 + b, E, kt, ld, nvec, tail, bias, logits + b, max_logit + b);
+          encode_logits<EC, 1, Bias, Select>(a.q, m0 + b, E, kt, ld, nvec, tail, bias, logits + b, max_logit + b,
+                                             &selection);
       for (int b = 0; b < group; ++b) {
         const int m = m0 + b;
         // The chunk's reference: the exponent of its largest term (same arithmetic as the terms).
@@ -216,20 +252,23 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
                                    a.weighted + (m0 + b) * E);
     }
   }
+  if constexpr (Select)
+    for (int m = 0; m < a.M; ++m) top[m].write_sorted(a.sel + static_cast<index_t>(m) * a.select_S);
 }
 
-template <bool Bias>
+template <bool Bias, bool Select = false>
 inline void latent_encode_width(const LatentEncodeArgs& a) {
   switch (a.E) {
-    case 4: latent_encode_impl<4, 4, Bias>(a); break;
-    case 8: latent_encode_impl<8, 2, Bias>(a); break;
-    case 16: latent_encode_impl<16, 1, Bias>(a); break;
-    default: latent_encode_impl<0, 1, Bias>(a); break;
+    case 4: latent_encode_impl<4, 4, Bias, Select>(a); break;
+    case 8: latent_encode_impl<8, 2, Bias, Select>(a); break;
+    case 16: latent_encode_impl<16, 1, Bias, Select>(a); break;
+    default: latent_encode_impl<0, 1, Bias, Select>(a); break;
   }
 }
 
 inline void latent_encode(const LatentEncodeArgs& a) {
-  if (a.bias) latent_encode_width<true>(a);
+  if (a.select_S > 0) latent_encode_width<false, true>(a);  // (the selection has no bias)
+  else if (a.bias) latent_encode_width<true>(a);
   else latent_encode_width<false>(a);
 }
 

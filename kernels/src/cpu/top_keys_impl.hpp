@@ -6,50 +6,10 @@
 
 #include "latent_impl.hpp"
 #include "simd.hpp"
+#include "top_set_impl.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
-
-/// The S best (score, key) pairs seen so far, best first; keys arrive in ascending order, so a later key
-/// displaces an earlier one only with a strictly larger score (equal scores: the lower key stays ahead).
-struct TopKeys {
-  float score[kMaxTopKeys];
-  std::int32_t key[kMaxTopKeys];
-  int count = 0, S = 0;
-  float next = -__builtin_inff();  // best score offered but not (or no longer) among the S best
-
-  float threshold() const { return count == S ? score[S - 1] : -__builtin_inff(); }
-  void offer(float s, std::int32_t g) {
-    if (count == S) {
-      if (!(s > score[S - 1])) {
-        next = simd::fmaxf(next, s);
-        return;
-      }
-      next = simd::fmaxf(next, score[S - 1]);  // displaced
-    }
-    int pos = count < S ? count : S - 1;
-    while (pos > 0 && score[pos - 1] < s) {
-      score[pos] = score[pos - 1];
-      key[pos] = key[pos - 1];
-      --pos;
-    }
-    score[pos] = s;
-    key[pos] = g;
-    if (count < S) ++count;
-  }
-  /// The chosen keys in ascending order.
-  void write_sorted(std::int32_t* out) const {
-    for (int j = 0; j < S; ++j) {
-      const std::int32_t g = key[j];
-      int pos = j;
-      while (pos > 0 && out[pos - 1] > g) {
-        out[pos] = out[pos - 1];
-        --pos;
-      }
-      out[pos] = g;
-    }
-  }
-};
 
 /// Scores of R rows (group 1) for the W keys at kt: one FMA chain in e order per row, times scale.
 template <int EC, int R>
@@ -65,39 +25,6 @@ inline void row_scores(const float* const* q, int E, const float* kt, index_t ld
     for (int r = 0; r < R; ++r) acc[r] += splat(q[r][e]) * ke;
   }
   for (int r = 0; r < R; ++r) out[r] = acc[r] * splat(scale);
-}
-
-/// Offers one vector of scores (keys g0 .. g0 + valid - 1; valid <= W, the other lanes ignored) to `top`.
-/// Track: also keep the best rejected score per lane in `rejected` (for TopKeysArgs::next).
-template <bool Track>
-inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, index_t mask_end, TopKeys& top,
-                         simd::vf& rejected) {
-  using namespace simd;
-  if (mask_begin < g0 + W && mask_end > g0) {
-    vi idx;
-    for (int i = 0; i < W; ++i) idx[i] = static_cast<std::int32_t>(g0) + i;
-    const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
-    s = select(masked, splat(-__builtin_inff()), s);
-  }
-  if (top.count < top.S) {  // filling: every key is a candidate
-    float lanes[W];
-    store(lanes, s);
-    for (int i = 0; i < valid; ++i) top.offer(lanes[i], static_cast<std::int32_t>(g0 + i));
-    return;
-  }
-  vi pass = s > splat(top.score[top.S - 1]);
-  if (valid < W) {
-    const vi inside = first_lanes(valid);
-    pass &= inside;
-    if constexpr (Track) rejected = vmax(rejected, select(pass | ~inside, splat(-__builtin_inff()), s));
-  } else if constexpr (Track) {
-    rejected = vmax(rejected, select(pass, splat(-__builtin_inff()), s));
-  }
-  if (!any(pass)) return;
-  float lanes[W];
-  store(lanes, s);
-  for (int i = 0; i < valid; ++i)
-    if (pass[i]) top.offer(lanes[i], static_cast<std::int32_t>(g0 + i));
 }
 
 /// R rows of one query each (a.group == 1), starting at row r0.

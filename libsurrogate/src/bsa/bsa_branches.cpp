@@ -50,6 +50,29 @@ class Stream {
     a.weighted = weighted_.data();
     k.latent_encode(a);
   }
+  /// Like add, with the S best keys of every query chosen from the same logits (LatentEncodeArgs::
+  /// select_S: the queries unscaled, the logits multiplied by `scale`); all keys in this one call.
+  void add_selecting(const CpuKernels& k, const float* keys, const float* values, index_t ld, index_t rows, float scale,
+                     int S, const index_t* mask_begin, const index_t* mask_end, std::int32_t* sel) {
+    kernels::LatentEncodeArgs a;
+    a.q = q_.data();
+    a.M = M_;
+    a.E = E_;
+    a.k = keys;
+    a.ldk = ld;
+    a.v = values;
+    a.ldv = ld;
+    a.rows = rows;
+    a.ref_exp = ref_exp_.data();
+    a.sum = sum_.data();
+    a.weighted = weighted_.data();
+    a.logit_scale = scale;
+    a.select_S = S;
+    a.mask_begin = mask_begin;
+    a.mask_end = mask_end;
+    a.sel = sel;
+    k.latent_encode(a);
+  }
   /// The softmax-weighted values of query m.
   void store(int m, float* out) const {
     const double inv = 1.0 / sum_[static_cast<std::size_t>(m)];
@@ -131,6 +154,46 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
           st.store(m, out + (smp * t.n + q0 + m) * ldo + h * E);
           continue;
         }
+        float* first = out + (smp * t.n + (q0 + m) * s.C) * ldo + h * E;
+        st.store(m, first);
+        for (int c = 1; c < s.C; ++c) std::copy_n(first, E, first + c * ldo);
+      }
+    }
+  }
+}
+
+void coarse_and_select(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, float* out,
+                       index_t ldo, std::int32_t* sel, int threads) {
+  if (!s.coarse_q_attn || !s.block_level || s.S > kernels::kMaxTopKeys || s.S > b.nb) {
+    coarse_branch(k, t, b, s, out, ldo, threads);
+    select_blocks(k, t, b, s, sel, threads);  // (refuses S beyond the kernel limit or the blocks)
+    return;
+  }
+  static_assert(kQueries <= kernels::kMaxSelectLatents);
+  const int H = t.heads, E = t.E;
+  const float scale = attention_scale(E);
+  const index_t queries = t.n / s.C, bpb = s.P / s.C, row_shift = t.row0 / s.C;
+  const index_t chunks = (queries + kQueries - 1) / kQueries;
+  const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
+#pragma omp parallel num_threads(threads)
+  {
+    Stream st(E);
+    std::vector<index_t> mask_begin(kQueries), mask_end(kQueries);
+#pragma omp for schedule(dynamic)
+    for (index_t task = 0; task < tasks; ++task) {
+      const index_t smp = task / (H * chunks), h = (task / chunks) % H, q0 = (task % chunks) * kQueries;
+      const int M = static_cast<int>(std::min<index_t>(kQueries, queries - q0));
+      st.reset(M);
+      for (int m = 0; m < M; ++m) std::copy_n(b.q + (smp * queries + q0 + m) * b.ld + h * E, E, st.query(m));
+      for (int m = 0; m < M; ++m) {  // the blocks of the query block's own ball
+        const index_t ball = (row_shift + q0 + m) / bpb;
+        mask_begin[static_cast<std::size_t>(m)] = ball * bpb;
+        mask_end[static_cast<std::size_t>(m)] = std::min((ball + 1) * bpb, b.nb);
+      }
+      st.add_selecting(k, b.k + smp * b.nb * b.ld + h * E, b.v + smp * b.nb * b.ld + h * E, b.ld, b.nb, scale, s.S,
+                       s.mask_own_ball ? mask_begin.data() : nullptr, mask_end.data(),
+                       sel + ((smp * H + h) * queries + q0) * s.S);
+      for (int m = 0; m < M; ++m) {
         float* first = out + (smp * t.n + (q0 + m) * s.C) * ldo + h * E;
         st.store(m, first);
         for (int c = 1; c < s.C; ++c) std::copy_n(first, E, first + c * ldo);

@@ -83,6 +83,14 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
 void select_blocks(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, std::int32_t* sel,
                    int threads, double* min_gap = nullptr);
 
+/// coarse_branch and select_blocks (no min_gap) in one pass when the coarse queries are the compressed
+/// blocks and the importance is block-level (the logits are the scores): every query block's
+/// <qc_r, kc_g> / sqrt(E) (the dot product first, then the scale) is both its coarse-attention logit and
+/// block g's importance, so the selection is bit for bit select_blocks' and the coarse output differs from
+/// coarse_branch's (which scales q first) by float32 rounding only. Other options: the two calls.
+void coarse_and_select(const CpuKernels& k, const Tokens& t, const Blocks& b, const SparseShape& s, float* out,
+                       index_t ldo, std::int32_t* sel, int threads);
+
 /// Where the fine branch reads the keys and values of selected blocks when they are not the tokens'
 /// own rows (distributed: blocks fetched from their owners). Block b of sample smp starts at row
 /// first_row[smp * nb + b] of k and v (C consecutive rows, head h in columns [h*E, (h+1)*E)).

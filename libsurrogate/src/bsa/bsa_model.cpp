@@ -303,8 +303,7 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
       blk.ld = ld_c;
       blk.nb = nb;
       sel[i].resize(static_cast<std::size_t>(g.samples * H * s.selection_rows(g.length) * s.S));
-      detail::coarse_branch(k, t, blk, s, coarse.data() + g.begin * ld, ld, threads);
-      detail::select_blocks(k, t, blk, s, sel[i].data(), threads);
+      detail::coarse_and_select(k, t, blk, s, coarse.data() + g.begin * ld, ld, sel[i].data(), threads);
     }
     if (!distributed) {
       for (std::size_t i = 0; i < layout.segments.size(); ++i) {

@@ -100,7 +100,20 @@ struct LatentEncodeArgs {
   const float* bias = nullptr;
   index_t ld_bias = 0;
   float bias_scale = 1.0f;
+  /// Optional block selection from the same logits (BSA's coarse branch with block-level importance),
+  /// when select_S > 0: q is NOT pre-scaled and the logits are l_mn = (q_m . k_n) * logit_scale, which is
+  /// bit for bit TopKeysArgs' score; for every latent the select_S keys with the largest l (keys in
+  /// [mask_begin[m], mask_end[m]) excluded when mask_begin is set; equal scores: the lower key) are
+  /// written in ascending order to sel + m * select_S, exactly as top_keys chooses them. The call must
+  /// hold all the latents' keys (the selection does not continue across calls); no bias;
+  /// M <= kMaxSelectLatents; select_S <= min(rows, kMaxTopKeys).
+  float logit_scale = 1.0f;
+  int select_S = 0;
+  const index_t* mask_begin = nullptr;  // [M], with mask_end, or nullptr: no mask
+  const index_t* mask_end = nullptr;
+  std::int32_t* sel = nullptr;  // [M * select_S]
 };
+inline constexpr int kMaxSelectLatents = 64;
 
 /// Largest head width of the CPU attention kernels (latent encode/decode, ball attention). Widths 4, 8
 /// and 16 have specialised code; other widths run the generic loops, whose stack buffers are sized for
