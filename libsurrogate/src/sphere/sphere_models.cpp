@@ -22,6 +22,7 @@
 #include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/layer_file.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
+#include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
 #include "release.hpp"
 
@@ -125,7 +126,12 @@ class SphereTransformerModel final : public Model {
             {"embed_dim / heads / layers", std::to_string(c.embed_dim) + " / " + std::to_string(c.num_heads) + " / " +
                                                std::to_string(c.num_layers)},
             {"encoder/decoder DISCO", c.filter_basis_type + ", basis_norm_mode " + c.basis_norm_mode},
-            {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, global attention "
+            {"decoder upsampling",
+             c.upsample_sht ? "SHT, lmax = mmax = " +
+                                  std::to_string(sht_truncation(c.internal_nlat(), c.internal_nlon(), c.grid_internal).lmax)
+                            : std::string("bilinear (ResampleS2)")},
+            {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, SHT orders split "
+                                 "over the ranks, global attention "
                                  "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"}};
   }
 
