@@ -75,12 +75,15 @@ template <int R, std::size_t kChunk>
     default: weighted_sums_block<1, chunk>(terms, w0, row_step, term_step, x, stride, width, out); break; \
   }
 
+#if defined(__x86_64__) || defined(__i386__)
+#define SURROGATE_SHT_AVX2 1
 /// weighted_sums_block for rows = 1 .. 4 on AVX2 (8 channels of 4 rows in 8 registers).
 [[gnu::target("avx2")]] void weighted_sums_avx2(int rows, int terms, const float* w0, std::int64_t row_step,
                                                 std::int64_t term_step, const float* x, std::int64_t stride,
                                                 std::size_t width, double* out) {
   SURROGATE_WEIGHTED_SUMS_BODY(8)
 }
+#endif
 
 /// The same for the baseline instruction set (4 channels of 4 rows in 8 SSE2 registers).
 void weighted_sums_generic(int rows, int terms, const float* w0, std::int64_t row_step, std::int64_t term_step,
@@ -93,7 +96,10 @@ void weighted_sums_generic(int rows, int terms, const float* w0, std::int64_t ro
 using WeightedSums = void (*)(int, int, const float*, std::int64_t, std::int64_t, const float*, std::int64_t,
                               std::size_t, double*);
 WeightedSums weighted_sums_for_cpu() {
-  return kernels::cpu().isa == kernels::Isa::generic ? &weighted_sums_generic : &weighted_sums_avx2;
+#ifdef SURROGATE_SHT_AVX2
+  if (kernels::cpu().isa != kernels::Isa::generic) return &weighted_sums_avx2;
+#endif
+  return &weighted_sums_generic;
 }
 
 constexpr int kRowsPerSum = 4;
