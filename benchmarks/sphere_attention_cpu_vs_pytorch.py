@@ -20,7 +20,11 @@ Outputs are compared (max |ours - theirs|) before timing. The neighbour lists an
 plain formulation are surrogate's (sphere_attention_bench lists); with torch-harmonics present they are
 checked equal to the module's buffers. Global attention is O(N^2): it runs only up to --global-max-points
 points ("skipped" beyond), the plain neighbourhood formulation up to --plain-max-points. Times: the best of --repeats runs after one warm-up (build of the operator and
-its neighbour lists not timed, on either side).
+its neighbour lists not timed, on either side). Each side's time is also taken as process CPU time (time.process_time
+on the PyTorch side, CLOCK_PROCESS_CPUTIME_ID in sphere_attention_bench), the robust figure on a shared machine at one
+thread (at two threads it adds both threads' time, spin-waiting included). --rounds R runs the pair (surrogate, PyTorch)
+R times one after the other and keeps each side's best, so both sides see the same load; "load" is the 1-minute load
+average when the line is printed.
 """
 import argparse
 import json
@@ -41,6 +45,7 @@ def parse_args():
     ap.add_argument("--grids", nargs="+", default=["64x128", "128x256", "181x360", "361x720"])
     ap.add_argument("--threads", type=int, nargs="+", default=[1, 2])
     ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=1, help="(surrogate, PyTorch) pairs run one after the other, best kept")
     ap.add_argument("--channels", type=int, default=64)
     ap.add_argument("--heads", type=int, default=4)
     ap.add_argument("--ops", nargs="+", default=["neighborhood", "global"], choices=["neighborhood", "global"])
@@ -95,7 +100,9 @@ def run_ours(bench, op, nlat, nlon, cutoff, threads, d):
     cmd = [str(bench), op, str(nlat), str(nlon), str(ARGS.channels), str(ARGS.heads), repr(cutoff), str(threads),
            str(ARGS.repeats), str(d)]
     out = subprocess.run(cmd, env=env, check=True, capture_output=True, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    result = json.loads(out.strip().splitlines()[-1])
+    result.setdefault("best_cpu_s", float("nan"))  # (a bench built before it reported CPU time)
+    return result
 
 
 def read_ours(d, nlat, nlon):
@@ -104,14 +111,16 @@ def read_ours(d, nlat, nlon):
 
 
 def timed(fn, x):
+    """Best wall and best process CPU seconds of --repeats calls after one warm-up, and the output."""
     with torch.inference_mode():
         y = fn(x)  # warm-up
-        times = []
+        times, cpu_times = [], []
         for _ in range(ARGS.repeats):
-            t0 = time.perf_counter()
+            c0, t0 = time.process_time(), time.perf_counter()
             fn(x)
             times.append(time.perf_counter() - t0)
-    return min(times), y
+            cpu_times.append(time.process_time() - c0)
+    return min(times), min(cpu_times), y
 
 
 class PlainNeighborhood:
@@ -201,11 +210,12 @@ def main():
     print(f"S2 attention, self-attention, one sample, {ARGS.channels} channels, {ARGS.heads} heads, equiangular, bias; "
           f"torch {torch.__version__}" + (f", torch-harmonics {th.__version__}" if th is not None else
                                           ", torch-harmonics not importable (plain PyTorch only)"))
-    print("times: best of %d after one warm-up, milliseconds; speed-up = PyTorch / surrogate" % ARGS.repeats)
-    header = f"{'op':<13} {'grid':>8} {'cutoff':<11} {'entries':>8} {'thr':>3} | {'surrogate':>9} |"
+    print("times: best of %d after one warm-up%s, milliseconds (wall, and process CPU time); speed-up = PyTorch / "
+          "surrogate" % (ARGS.repeats, f" over {ARGS.rounds} rounds" if ARGS.rounds > 1 else ""))
+    header = f"{'op':<13} {'grid':>8} {'cutoff':<11} {'entries':>8} {'thr':>3} | {'surrogate':>9} {'cpu':>8} |"
     for r in refs:
-        header += f" {r + ' ms':>11} {'x':>6} {'max|diff|':>9} |"
-    print(header)
+        header += f" {r + ' ms':>11} {'cpu':>8} {'x':>6} {'x cpu':>6} {'max|diff|':>9} |"
+    print(header + " load")
     gen = torch.Generator().manual_seed(0)
     w = random_weights(ARGS.channels, gen)
     with tempfile.TemporaryDirectory() as tmp:
@@ -243,18 +253,31 @@ def main():
                     else:
                         modules[r] = PlainGlobal(w, ARGS.heads, quad_w, nlat, nlon)
                 for threads in ARGS.threads:
-                    ours = run_ours(bench, op, nlat, nlon, cutoff, threads, d)
-                    y_ours = read_ours(d, nlat, nlon)
-                    line = f"{op:<13} {grid:>8} {cut_name:<11} {entries:>8} {threads:>3} | {ours['best_s'] * 1e3:>9.2f} |"
                     torch.set_num_threads(threads)
+                    best = {}  # side -> [wall, cpu], the best over the rounds
+                    diffs = {}
+                    for _ in range(ARGS.rounds):
+                        ours = run_ours(bench, op, nlat, nlon, cutoff, threads, d)
+                        y_ours = read_ours(d, nlat, nlon)
+                        best["ours"] = [min(a, b) for a, b in zip(best.get("ours", [math.inf] * 2),
+                                                                    (ours["best_s"], ours["best_cpu_s"]))]
+                        for r in refs:
+                            if r == "plain" and op == "neighborhood" and nlat * nlon > ARGS.plain_max_points:
+                                continue
+                            t, c, y = timed(modules[r], x)
+                            best[r] = [min(a, b) for a, b in zip(best.get(r, [math.inf] * 2), (t, c))]
+                            diffs[r] = max(diffs.get(r, 0.0), (y.float() - y_ours).abs().max().item())
+                    t_ours, c_ours = best["ours"]
+                    line = (f"{op:<13} {grid:>8} {cut_name:<11} {entries:>8} {threads:>3} | {t_ours * 1e3:>9.2f} "
+                            f"{c_ours * 1e3:>8.2f} |")
                     for r in refs:
-                        if r == "plain" and op == "neighborhood" and nlat * nlon > ARGS.plain_max_points:
-                            line += f" {'skipped':>11} {'':>6} {'':>9} |"
+                        if r not in best:
+                            line += f" {'skipped':>11} {'':>8} {'':>6} {'':>6} {'':>9} |"
                             continue
-                        t, y = timed(modules[r], x)
-                        diff = (y.float() - y_ours).abs().max().item()
-                        line += f" {t * 1e3:>11.2f} {t / ours['best_s']:>5.2f}x {diff:>9.2e} |"
-                    print(line, flush=True)
+                        t, c = best[r]
+                        line += (f" {t * 1e3:>11.2f} {c * 1e3:>8.2f} {t / t_ours:>5.2f}x {c / c_ours:>5.2f}x "
+                                 f"{diffs[r]:>9.2e} |")
+                    print(line + f" {os.getloadavg()[0]:.1f}", flush=True)
 
 
 if __name__ == "__main__":
