@@ -191,6 +191,52 @@ template <int EC, int MB>
   }
 }
 
+/// Pass 2 of the selecting encode (LatentEncodeArgs::select_S): the same terms summed in float lanes
+/// within the chunk (vt: the chunk's values transposed, float), each lane's sum then converted to double
+/// and added to the double sums. A query's sums depend only on its logits and the chunking of the keys
+/// (fixed by E and the key count), not on the other queries.
+template <int EC, int MB>
+[[gnu::always_inline]] inline void encode_accumulate_float(float (*logits)[kMaxChunkRows], int E_runtime,
+                                                           const float* vt, int ld, int nvec, int tail_lanes,
+                                                           const std::int32_t* ref, double* sum, double* weighted) {
+  using namespace simd;
+  constexpr int kE = EC ? EC : kMaxHeadDim;
+  const int E = EC ? EC : E_runtime;
+  const vi last = first_lanes(tail_lanes);
+  vf S[MB], U[MB][kE];
+  for (int b = 0; b < MB; ++b) {
+    S[b] = splat(0.0f);
+    for (int e = 0; e < E; ++e) U[b][e] = splat(0.0f);
+  }
+  for (int iv = 0; iv < nvec; ++iv) {
+    const bool partial = tail_lanes && iv == nvec - 1;
+    vf p[MB];
+#pragma GCC unroll 4
+    for (int b = 0; b < MB; ++b) {
+      vf l = load(logits[b] + iv * W);
+      if (partial) l = select(last, l, splat(0.0f));
+      p[b] = softmax_term(l, splat(static_cast<float>(ref[b])));
+      if (partial) p[b] = select(last, p[b], splat(0.0f));
+      S[b] += p[b];
+    }
+#pragma GCC unroll 16
+    for (int e = 0; e < E; ++e) {
+      const vf v = load(vt + e * ld + iv * W);
+#pragma GCC unroll 4
+      for (int b = 0; b < MB; ++b) U[b][e] += p[b] * v;
+    }
+  }
+  for (int b = 0; b < MB; ++b) {
+    vd d[2];
+    to_double(S[b], d);
+    sum[b] += hsum_double(d[0], d[1]);
+    for (int e = 0; e < E; ++e) {
+      to_double(U[b][e], d);
+      weighted[b * E + e] += hsum_double(d[0], d[1]);
+    }
+  }
+}
+
 template <int EC, int MB, bool Bias, bool Select = false>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
   using namespace simd;
@@ -206,18 +252,23 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
   }
   const int rows_per_chunk = static_cast<int>(simd::imax(chunk_rows(E) / 2, W));  // vtd is double
   alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
-  alignas(64) double vtd[kChunkFloats / 2 + kMaxHeadDim * W];
+  alignas(64) double vtd[Select ? 1 : kChunkFloats / 2 + kMaxHeadDim * W];
+  [[maybe_unused]] alignas(64) float vtf[Select ? kChunkFloats + kMaxHeadDim * W : 1];  // selecting: float values
   alignas(64) float logits[MB][kMaxChunkRows];
   float max_logit[MB];
   for (index_t r0 = 0; r0 < a.rows; r0 += rows_per_chunk) {
     const int rows = static_cast<int>(simd::imin(rows_per_chunk, a.rows - r0));
     const int ld = static_cast<int>(round_up(rows, W));
     transpose_in(a.k + r0 * a.ldk, a.ldk, rows, E, kt, ld);
-    for (int e = 0; e < E; ++e) {
-      const float* src = a.v + r0 * a.ldv + e;
-      double* dst = vtd + e * ld;
-      for (int i = 0; i < rows; ++i) dst[i] = src[i * a.ldv];
-      for (int i = rows; i < ld; ++i) dst[i] = 0.0;
+    if constexpr (Select) {
+      transpose_in(a.v + r0 * a.ldv, a.ldv, rows, E, vtf, ld);
+    } else {
+      for (int e = 0; e < E; ++e) {
+        const float* src = a.v + r0 * a.ldv + e;
+        double* dst = vtd + e * ld;
+        for (int i = 0; i < rows; ++i) dst[i] = src[i * a.ldv];
+        for (int i = rows; i < ld; ++i) dst[i] = 0.0;
+      }
     }
     const int nvec = ld / W;
     const int tail = rows % W;
@@ -244,12 +295,21 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
           a.ref_exp[m] = chunk_exp;
         }
       }
-      if (group == MB)
+      if constexpr (Select) {
+        if (group == MB)
+          encode_accumulate_float<EC, MB>(logits, E, vtf, ld, nvec, tail, a.ref_exp + m0, a.sum + m0,
+                                          a.weighted + m0 * E);
+        else
+          for (int b = 0; b < group; ++b)
+            encode_accumulate_float<EC, 1>(logits + b, E, vtf, ld, nvec, tail, a.ref_exp + m0 + b, a.sum + m0 + b,
+                                           a.weighted + (m0 + b) * E);
+      } else if (group == MB) {
         encode_accumulate<EC, MB>(logits, E, vtd, ld, nvec, tail, a.ref_exp + m0, a.sum + m0, a.weighted + m0 * E);
-      else
+      } else {
         for (int b = 0; b < group; ++b)
           encode_accumulate<EC, 1>(logits + b, E, vtd, ld, nvec, tail, a.ref_exp + m0 + b, a.sum + m0 + b,
                                    a.weighted + (m0 + b) * E);
+      }
     }
   }
   if constexpr (Select)

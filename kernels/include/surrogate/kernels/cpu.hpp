@@ -106,7 +106,9 @@ struct LatentEncodeArgs {
   /// [mask_begin[m], mask_end[m]) excluded when mask_begin is set; equal scores: the lower key) are
   /// written in ascending order to sel + m * select_S, exactly as top_keys chooses them. The call must
   /// hold all the latents' keys (the selection does not continue across calls); no bias;
-  /// M <= kMaxSelectLatents; select_S <= min(rows, kMaxTopKeys).
+  /// M <= kMaxSelectLatents; select_S <= min(rows, kMaxTopKeys). In this mode the terms (the same floats)
+  /// are summed in float lanes within each chunk of keys and the lane sums added in double, which is
+  /// cheaper; a latent's result still depends only on its logits and the keys' chunking (fixed by E).
   float logit_scale = 1.0f;
   int select_S = 0;
   const index_t* mask_begin = nullptr;  // [M], with mask_end, or nullptr: no mask
