@@ -36,36 +36,13 @@ class Stream {
     std::fill_n(weighted_.begin(), static_cast<std::size_t>(M) * E_, 0.0);
   }
   void add(const CpuKernels& k, const float* keys, const float* values, index_t ld, index_t rows) {
-    kernels::LatentEncodeArgs a;
-    a.q = q_.data();
-    a.M = M_;
-    a.E = E_;
-    a.k = keys;
-    a.ldk = ld;
-    a.v = values;
-    a.ldv = ld;
-    a.rows = rows;
-    a.ref_exp = ref_exp_.data();
-    a.sum = sum_.data();
-    a.weighted = weighted_.data();
-    k.latent_encode(a);
+    k.latent_encode(encode_args(keys, values, ld, rows));
   }
   /// Like add, with the S best keys of every query chosen from the same logits (LatentEncodeArgs::
   /// select_S: the queries unscaled, the logits multiplied by `scale`); all keys in this one call.
   void add_selecting(const CpuKernels& k, const float* keys, const float* values, index_t ld, index_t rows, float scale,
                      int S, const index_t* mask_begin, const index_t* mask_end, std::int32_t* sel) {
-    kernels::LatentEncodeArgs a;
-    a.q = q_.data();
-    a.M = M_;
-    a.E = E_;
-    a.k = keys;
-    a.ldk = ld;
-    a.v = values;
-    a.ldv = ld;
-    a.rows = rows;
-    a.ref_exp = ref_exp_.data();
-    a.sum = sum_.data();
-    a.weighted = weighted_.data();
+    kernels::LatentEncodeArgs a = encode_args(keys, values, ld, rows);
     a.logit_scale = scale;
     a.select_S = S;
     a.mask_begin = mask_begin;
@@ -81,6 +58,23 @@ class Stream {
   }
 
  private:
+  /// The encode of this state's queries against `rows` keys and values (row stride ld).
+  kernels::LatentEncodeArgs encode_args(const float* keys, const float* values, index_t ld, index_t rows) {
+    kernels::LatentEncodeArgs a;
+    a.q = q_.data();
+    a.M = M_;
+    a.E = E_;
+    a.k = keys;
+    a.ldk = ld;
+    a.v = values;
+    a.ldv = ld;
+    a.rows = rows;
+    a.ref_exp = ref_exp_.data();
+    a.sum = sum_.data();
+    a.weighted = weighted_.data();
+    return a;
+  }
+
   int E_ = 0, M_ = 0;
   std::vector<std::int32_t> ref_exp_;
   std::vector<double> sum_, weighted_;
