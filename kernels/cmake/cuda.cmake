@@ -10,6 +10,7 @@ target_sources(surrogate_kernels PRIVATE
   cuda/latent_decode.cu
   cuda/caller_io.cu
   cuda/ball_attention.cu
+  cuda/point_layers.cu
   cuda/sphere_attention.cu)
 target_link_libraries(surrogate_kernels PRIVATE CUDA::cudart)
 # The public header surrogate/kernels/cuda.hpp includes cuda_runtime_api.h: targets that include it

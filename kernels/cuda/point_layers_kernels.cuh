@@ -1,0 +1,78 @@
+// The device code of the point-cloud layers (point_layers.cu has the launchers; see
+// surrogate/kernels/cuda_point_layers.hpp for what they compute). In a header of its own so that the host
+// emulation (tests/gpu/test_point_layers_emulated.cpp) runs exactly this code on the CPU: one thread per
+// output element, no shared memory, no synchronisation; intrinsics fmaf and __fmul_rn only (plus the
+// activations of activation.cuh).
+#pragma once
+
+#include <cstdint>
+
+#include "activation.cuh"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+
+namespace surrogate::kernels::cuda::point_kernels {
+
+constexpr int kThreads = 128;
+
+/// The flat index of this thread (elements are numbered row-major over rows x width).
+__device__ __forceinline__ index_t flat_index() {
+  return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+}
+
+__global__ void __launch_bounds__(kThreads) dense_kernel(DenseArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.rows * a.out) return;
+  const index_t r = t / a.out;
+  const int o = static_cast<int>(t - r * a.out);
+  const float* x = a.x + r * a.ldx;
+  const float* w = a.wt + o;
+  float acc = a.bias[o];
+  for (int k = 0; k < a.in; ++k) acc = fmaf(x[k], w[static_cast<index_t>(k) * a.ldw], acc);
+  float v = activate(a.act, acc);
+  if (a.add) v += a.add[r * a.ld_add + o];
+  a.y[r * a.ldy + o] = v;
+}
+
+__global__ void __launch_bounds__(kThreads) copy_rows_kernel(RowCopyArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.rows * a.width) return;
+  const index_t r = t / a.width;
+  const index_t c = t - r * a.width;
+  const index_t from = a.src_index ? a.src_index[r] : r;
+  const index_t to = a.dst_index ? a.dst_index[r] : r;
+  a.dst[to * a.ld_dst + c] = a.src[from * a.ld_src + c];
+}
+
+__global__ void __launch_bounds__(kThreads) row_binary_kernel(RowBinaryArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.rows * a.width) return;
+  const index_t r = t / a.width;
+  const index_t c = t - r * a.width;
+  const float x = a.a[r * a.lda + c], y = a.b[r * a.ldb + c];
+  a.y[r * a.ldy + c] = a.op == RowOp::multiply ? __fmul_rn(x, y) : x + y;
+}
+
+__global__ void __launch_bounds__(kThreads) batch_norm_kernel(BatchNormArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.rows * a.dim) return;
+  const index_t r = t / a.dim;
+  const int c = static_cast<int>(t - r * a.dim);
+  float* x = a.x + r * a.ld + c;
+  float v = *x;
+  if (a.add) v += a.add[r * a.ld_add + c];
+  *x = __fmul_rn(v, a.alpha[c]) + a.beta[c];
+}
+
+__global__ void __launch_bounds__(kThreads) segment_mean_kernel(SegmentMeanArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.receivers * a.width) return;
+  const index_t i = t / a.width;
+  const index_t c = t - i * a.width;
+  const index_t first = a.start[i], last = a.start[i + 1], base = a.start[0];
+  float sum = 0.0f;
+  for (index_t q = first; q < last; ++q) sum += a.msg[(q - base) * a.ld_msg + c];
+  const index_t count = last - first > 1 ? last - first : 1;
+  a.agg[i * a.ld_agg + c] = sum / static_cast<float>(count);
+}
+
+}  // namespace surrogate::kernels::cuda::point_kernels
