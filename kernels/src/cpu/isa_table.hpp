@@ -2,6 +2,7 @@
 // SURROGATE_ISA_NS, SURROGATE_ISA_ENUM and the register blocking before including it.
 #pragma once
 
+#include "ball_distance_impl.hpp"
 #include "latent_impl.hpp"
 #include "linear_impl.hpp"
 #include "norm_impl.hpp"
@@ -55,6 +56,7 @@ inline CpuKernels make_table() {
   t.latent_max = &latent_max;
   t.latent_encode_exact = &latent_encode_exact;
   t.ball_attention = &ball_attention;
+  t.ball_distances = &ball_distances;
   t.top_keys = &top_keys;
   t.ring_attention = &ring_attention;
   t.transpose = &transpose;

@@ -103,7 +103,7 @@ void local_branch(const CpuKernels& k, const Tokens& t, const float* positions, 
 #pragma omp for schedule(static)
     for (index_t b = 0; b < balls; ++b) {
       const index_t r0 = b * ball;
-      balltree_layers::ball_distances(positions + r0 * dim, ball, dim, dist.data());
+      balltree_layers::ball_distances(k, positions + r0 * dim, ball, dim, dist.data());
       kernels::BallAttentionArgs a;
       a.m = ball;
       a.heads = t.heads;

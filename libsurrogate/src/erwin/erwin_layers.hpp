@@ -9,19 +9,18 @@
 
 namespace surrogate::balltree_layers {
 
-/// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major), computed as
-/// torch.cdist does for up to 25 rows: sqrt(sum_c (p_ic - p_jc)^2) in float32 (for more rows cdist uses
-/// |p|^2 + |q|^2 - 2 p.q, which differs by float32 rounding of |p|^2; the differences are exact).
-inline void ball_distances(const float* pos, int m, int dim, float* dist) {
-  for (int i = 0; i < m; ++i)
-    for (int j = 0; j < m; ++j) {
-      float sum = 0.0f;
-      for (int c = 0; c < dim; ++c) {
-        const float diff = pos[i * dim + c] - pos[j * dim + c];
-        sum += diff * diff;
-      }
-      dist[static_cast<std::int64_t>(i) * m + j] = std::sqrt(sum);
-    }
+/// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major) into the m x m
+/// tile `dist`, computed as torch.cdist does for up to 25 rows: sqrt(sum_c (p_ic - p_jc)^2) in float32
+/// (for more rows cdist uses |p|^2 + |q|^2 - 2 p.q, which differs by float32 rounding of |p|^2; the
+/// differences are exact). The kernel (CpuKernels::ball_distances) is bitwise the plain loop on every ISA.
+inline void ball_distances(const CpuKernels& k, const float* pos, int m, int dim, float* dist) {
+  kernels::BallDistanceArgs a;
+  a.pos = pos;
+  a.m = m;
+  a.dim = dim;
+  a.dist = dist;
+  a.ld_dist = m;
+  k.ball_distances(a);
 }
 
 inline void run_linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,

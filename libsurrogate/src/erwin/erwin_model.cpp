@@ -284,7 +284,7 @@ void Network::Impl::run_block(const CpuKernels& k, const Block& b, float* x, ind
         for (int c = 0; c < d; ++c) rel[static_cast<std::size_t>(r * ld_r + c)] = p[r * d + c] - centre[c];
       run_linear(k, b.pe, rel.data(), ld_r, h.data(), ld, m, kernels::Activation::none, h.data(), ld);
       run_linear(k, b.qkv, h.data(), ld, u.data(), ld_u, m);
-      if (!dist.empty()) ball_distances(p, m, d, dist.data());
+      if (!dist.empty()) ball_distances(k, p, m, d, dist.data());
       kernels::BallAttentionArgs a;
       a.m = m;
       a.heads = b.heads;

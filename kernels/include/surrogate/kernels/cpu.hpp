@@ -145,6 +145,18 @@ struct BallAttentionArgs {
   index_t ldo = 0;
 };
 
+/// The distance tile of a ball of m points (dim coordinates each, row-major in `pos`):
+///   dist[i*ld_dist + j] = sqrt(sum_c (pos[i*dim + c] - pos[j*dim + c])^2)   (i, j < m)
+/// in float, the squares rounded and added from c = 0 in order (no fused multiply-add), the square root
+/// correctly rounded: bitwise the plain scalar loop on every instruction set (torch.cdist's formula for
+/// small inputs; the CUDA ball attention computes the same). Single-threaded, no heap allocation.
+struct BallDistanceArgs {
+  const float* pos = nullptr;
+  int m = 0, dim = 0;
+  float* dist = nullptr;
+  index_t ld_dist = 0;
+};
+
 /// Attention of consecutive output longitudes on a latitude ring whose neighbour lists are one list
 /// shifted in longitude (NeighborhoodAttentionS2's gather mode), one head. Query i (i < count) is output
 /// longitude first + i of a ring of `ring` longitudes; neighbour entry n of the list (the list of output
@@ -276,6 +288,7 @@ struct CpuKernels {
   void (*latent_max)(const LatentMaxArgs&) = nullptr;
   void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
   void (*ball_attention)(const BallAttentionArgs&) = nullptr;
+  void (*ball_distances)(const BallDistanceArgs&) = nullptr;
   void (*top_keys)(const TopKeysArgs&) = nullptr;
   void (*ring_attention)(const RingAttentionArgs&) = nullptr;
   void (*transpose)(const TransposeArgs&) = nullptr;
