@@ -3,4 +3,6 @@
 target_sources(surrogate_core PRIVATE src/flare/flare_cuda.cpp)
 # The CUDA forward of AttentionS2 / NeighborhoodAttentionS2 (surrogate/sphere/attention_device.hpp).
 target_sources(surrogate_core PRIVATE src/sphere/attention_device.cpp)
+# The CUDA forward of DiscoConvS2 / ResampleS2 (surrogate/sphere/grid_ops_device.hpp).
+target_sources(surrogate_core PRIVATE src/sphere/grid_ops_device.cpp)
 target_link_libraries(surrogate_core PRIVATE CUDA::cudart)

@@ -2,7 +2,8 @@
 // bound of the GPU tests (sphere_attention_reference.hpp) holds for the CPU operators on the GPU tests'
 // cases and is not vacuous; the device operators refuse unsupported widths before touching a device; the
 // kernels' launchers refuse bad arguments before launching. The GPU comparisons are in
-// test_gpu_sphere_attention.cpp.
+// test_gpu_sphere_attention.cpp. Also the host side of DiscoConvS2Device / ResampleS2Device and their
+// launchers (bad arguments refused before any CUDA call; a missing device refused clearly).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +19,10 @@
 #include "surrogate/kernels/cuda_sphere.hpp"
 #include "sphere_attention_reference.hpp"
 #include "surrogate/sphere/attention_device.hpp"
+#include "surrogate/sphere/grid_ops_device.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
+#include "sphere_grid_ops_cases.hpp"
 
 namespace sphere = surrogate::sphere;
 
@@ -127,4 +132,69 @@ TEST(SphereAttentionHost, KernelLaunchersRefuseBadArgumentsBeforeLaunching) {
   n.nlon_out = 3;  // does not divide nlon_in = 4
   a.queries = 6;
   EXPECT_THROW(cu::sphere_neighborhood_attention(a, n, nullptr), std::invalid_argument);
+}
+
+// Host side of DiscoConvS2Device / ResampleS2Device (no GPU needed): bad configurations are refused by the
+// CPU operator's checks before any CUDA call; the launchers refuse bad sizes before launching; without a
+// visible device the construction is refused with Error(unsupported) naming the operator and the device.
+TEST(SphereGridOpsHost, DeviceOperatorsRefuseBadArgumentsAndAMissingDeviceClearly) {
+  namespace cu = surrogate::kernels::cuda;
+  namespace gt = sphere_grid_ops_test;
+  sphere::DiscoConfig bad = gt::disco_cases().front().config;
+  bad.groups = 2;  // 3 input channels
+  try {
+    sphere::DiscoConvS2Device op(bad, std::vector<float>(72, 0.1f), std::vector<float>(8, 0.0f));
+    ADD_FAILURE() << "a DISCO configuration with in_channels not a multiple of groups was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::invalid_argument) << e.what();
+  }
+  cu::GroupedLinearArgs l;
+  l.in = 4;
+  l.out = 2;
+  l.rows = 10;
+  l.ldx = 3;  // < in
+  l.ldy = 2;
+  EXPECT_THROW(cu::grouped_linear(l, nullptr), std::invalid_argument);
+  cu::DiscoContractionArgs a;
+  a.batch = 1;
+  a.nlat_in = a.nlat_out = 4;
+  a.nlon_in = 8;
+  a.nlon_out = 3;  // does not divide nlon_in
+  a.channels = 2;
+  a.ldx = 2;
+  a.ldy = 2;
+  a.rows_end = 1;
+  cu::DiscoTable tab;
+  tab.kernel_size = 1;
+  EXPECT_THROW(cu::disco_contraction(a, tab, nullptr), std::invalid_argument);
+  a.nlon_out = 4;
+  a.rows_end = 5;  // > batch * nlat_out
+  EXPECT_THROW(cu::disco_contraction(a, tab, nullptr), std::invalid_argument);
+  cu::ResampleArgs r;
+  r.batch = 1;
+  r.channels = 1;
+  r.nlat_in = r.nlon_in = r.nlat_out = r.nlon_out = 4;
+  cu::ResampleTables rt;
+  rt.expand_poles = true;  // without the poles scratch
+  EXPECT_THROW(cu::resample(r, rt, nullptr), std::invalid_argument);
+
+  std::string why;
+  if (cu::device_count(&why) > 0) GTEST_SKIP() << "a CUDA device is visible: the missing-device refusal is not testable";
+  const gt::DiscoCase t = gt::disco_cases().front();
+  const int K = sphere::filter_basis_size(t.config.basis, t.config.kernel_shape);
+  try {
+    sphere::DiscoConvS2Device op(t.config, std::vector<float>(static_cast<std::size_t>(8 * 3 * K), 0.1f),
+                                 std::vector<float>(8, 0.0f));
+    ADD_FAILURE() << "DiscoConvS2Device was constructed without a visible CUDA device";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("DiscoConvS2 (CUDA): CUDA device 0"), std::string::npos) << e.what();
+  }
+  try {
+    sphere::ResampleS2Device op(gt::resample_cases().front().config);
+    ADD_FAILURE() << "ResampleS2Device was constructed without a visible CUDA device";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("ResampleS2 (CUDA): CUDA device 0"), std::string::npos) << e.what();
+  }
 }

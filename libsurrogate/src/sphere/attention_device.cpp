@@ -13,6 +13,7 @@
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
+#include "device_call.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -20,39 +21,8 @@ namespace {
 namespace cu = kernels::cuda;
 using kernels::index_t;
 
-ErrorCode code_for(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-    case cudaErrorDevicesUnavailable: return ErrorCode::unsupported;
-    default: return ErrorCode::internal;
-  }
-}
-
-/// Runs f with `device` current; CUDA errors become Error naming the operator and the device, the
-/// kernels' argument errors Error(invalid_argument).
-template <class F>
-void on_device(const char* op, int device, F&& f) {
-  try {
-    cu::DeviceGuard guard(device);
-    f();
-  } catch (const cu::CudaError& e) {
-    throw Error(code_for(e.code()), std::string(op) + ": CUDA device " + std::to_string(device) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorCode::invalid_argument, std::string(op) + ": " + e.what());
-  }
-}
-
-template <class T>
-void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src, int device) {
-  dst.resize(src.size(), device);
-  cu::check(cudaMemcpy(dst.data(), src.data(), src.size() * sizeof(T), cudaMemcpyHostToDevice),
-            "cudaMemcpy(sphere attention weights)");
-}
+using device_call::on_device;
+using device_call::upload;
 
 /// What both device operators share: the four 1x1 convolutions (q, k, v, proj) as packed one-layer MLPs,
 /// the qk-norm weights (1 + w), the quadrature log weights, and the scratch of one forward.

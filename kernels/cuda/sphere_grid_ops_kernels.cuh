@@ -1,0 +1,156 @@
+// The device code of the DISCO contraction, the grouped linear layer and ResampleS2
+// (sphere_grid_ops.cu has the launchers; surrogate/kernels/cuda_sphere_grid_ops.hpp says what they
+// compute). In a header of its own so that a host emulation (tests/gpu/test_sphere_grid_ops_emulated.cpp)
+// runs exactly this code on the CPU.
+//
+// Rounding: products that the CPU code rounds before adding are written __fmul_rn(a, b) + c, which nvcc
+// never fuses; the fused operations of the CPU code (torch.lerp's) are explicit fmaf.
+#pragma once
+
+#include <math.h>
+
+#include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
+
+namespace surrogate::kernels::cuda::sphere_grid_kernels {
+
+constexpr int kThreads = 256;  // threads per block of every kernel here
+
+/// One thread per (sample, output latitude, output longitude, channel): y of that channel for every basis
+/// function k, each the sum over the (t, k) segment in table order (0 + psi x + psi x + ...).
+__global__ void __launch_bounds__(kThreads) disco_contraction_kernel(DiscoContractionArgs a, DiscoTable tab) {
+  const index_t idx = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= static_cast<index_t>(a.nlon_out) * a.channels) return;
+  const int wo = static_cast<int>(idx / a.channels), c = static_cast<int>(idx % a.channels);
+  const index_t r = a.rows_begin + blockIdx.y;
+  const index_t b = r / a.nlat_out;
+  const int t = static_cast<int>(r % a.nlat_out);
+  const int K = tab.kernel_size, cg = a.channels / a.groups, g = c / cg;
+  const int shift = (a.nlon_in / a.nlon_out) * wo;
+  const float* const xb = a.x + b * a.nlat_in * a.nlon_in * a.ldx + c;
+  float* const dst = a.y + (static_cast<index_t>(blockIdx.y) * a.nlon_out + wo) * a.ldy +
+                     static_cast<index_t>(g) * K * cg + (c - g * cg);
+  for (int k = 0; k < K; ++k) {
+    const index_t s = static_cast<index_t>(t) * K + k;
+    const std::int64_t end = tab.segment[s + 1];
+    float acc = 0.0f;
+    for (std::int64_t z = tab.segment[s]; z < end; ++z) {
+      int w = tab.lon_in[z] + shift;
+      if (w >= a.nlon_in) w -= a.nlon_in;
+      acc = acc + __fmul_rn(tab.value[z], xb[(static_cast<index_t>(tab.lat_in[z]) * a.nlon_in + w) * a.ldx]);
+    }
+    dst[static_cast<index_t>(k) * cg] = acc;
+  }
+}
+
+constexpr int kTileRows = 64, kTileOut = 64, kTileIn = 16;
+
+/// A block computes 64 rows x 64 outputs of one group (4 x 4 per thread, strided by 16); x and w pass
+/// through shared memory 16 inputs at a time. Each output: fmaf over j ascending from 0, then + bias.
+__global__ void __launch_bounds__(kThreads) grouped_linear_kernel(GroupedLinearArgs a) {
+  __shared__ float xs[kTileIn][kTileRows + 1];
+  __shared__ float ws[kTileIn][kTileOut];
+  const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
+  const index_t row0 = static_cast<index_t>(blockIdx.x) * kTileRows;
+  const int out0 = static_cast<int>(blockIdx.y) * kTileOut, g = static_cast<int>(blockIdx.z);
+  const float* const x = a.x + static_cast<index_t>(g) * a.in;
+  const float* const w = a.weight + static_cast<index_t>(g) * a.in * a.out;
+  float acc[4][4];
+#pragma unroll
+  for (int i = 0; i < 4; ++i)
+#pragma unroll
+    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  for (int j0 = 0; j0 < a.in; j0 += kTileIn) {
+    const int n = a.in - j0 < kTileIn ? a.in - j0 : kTileIn;
+    __syncthreads();  // nobody reads the previous tiles any more
+    for (int e = static_cast<int>(threadIdx.x); e < kTileRows * kTileIn; e += kThreads) {
+      const int rr = e / kTileIn, kk = e % kTileIn;
+      const index_t row = row0 + rr;
+      xs[kk][rr] = row < a.rows && kk < n ? x[row * a.ldx + j0 + kk] : 0.0f;
+    }
+    for (int e = static_cast<int>(threadIdx.x); e < kTileIn * kTileOut; e += kThreads) {
+      const int kk = e / kTileOut, oo = e % kTileOut;
+      ws[kk][oo] = kk < n && out0 + oo < a.out ? w[static_cast<index_t>(j0 + kk) * a.out + out0 + oo] : 0.0f;
+    }
+    __syncthreads();
+    for (int kk = 0; kk < n; ++kk)
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xs[kk][ty + 16 * i], ws[kk][tx + 16 * j], acc[i][j]);
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const index_t row = row0 + ty + 16 * i;
+    if (row >= a.rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int o = out0 + tx + 16 * j;
+      if (o >= a.out) continue;
+      const index_t col = static_cast<index_t>(g) * a.out + o;
+      a.y[row * a.ldy + col] = a.bias ? acc[i][j] + a.bias[col] : acc[i][j];
+    }
+  }
+}
+
+/// torch.lerp on float32 (its vectorised CPU form, as resample.cpp): one fused multiply-add.
+__device__ __forceinline__ float resample_lerp(float start, float end, float w) {
+  const float diff = end - start;
+  return fabsf(w) < 0.5f ? fmaf(w, diff, start) : fmaf(w - 1.0f, diff, end);
+}
+
+/// start + w * wrap(end - start), wrap(d) = remainder(d + pi, 2 pi) - pi (fmod moved into [0, 2 pi)).
+__device__ __forceinline__ float resample_slerp(float start, float end, float w) {
+  const float pi = static_cast<float>(3.14159265358979323846), two_pi = static_cast<float>(2.0 * 3.14159265358979323846);
+  float r = fmodf((end - start) + pi, two_pi);
+  if (r < 0.0f) r += two_pi;
+  const float delta = r - pi;
+  return start + __fmul_rn(w, delta);
+}
+
+/// One thread per (sample, pole, channel): the longitude mean of the first (north) or last (south) input
+/// row, summed in double in longitude order; bilinear-spherical: atan2 of the means of sin and cos.
+__global__ void __launch_bounds__(kThreads) resample_poles_kernel(ResampleArgs a, bool spherical) {
+  const index_t idx = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (idx >= static_cast<index_t>(a.batch) * 2 * a.channels) return;
+  const index_t c = idx % a.channels, side = (idx / a.channels) % 2, b = idx / (2 * static_cast<index_t>(a.channels));
+  const index_t row = side == 0 ? 0 : a.nlat_in - 1;
+  const float* const x = a.x + ((b * a.nlat_in + row) * a.nlon_in) * a.channels + c;
+  double s = 0.0, s2 = 0.0;
+  for (int lon = 0; lon < a.nlon_in; ++lon) {
+    const float v = x[static_cast<index_t>(lon) * a.channels];
+    if (spherical) {
+      s = s + static_cast<double>(sinf(v));
+      s2 = s2 + static_cast<double>(cosf(v));
+    } else {
+      s = s + static_cast<double>(v);
+    }
+  }
+  const float mean = static_cast<float>(s / a.nlon_in);
+  a.poles[idx] = spherical ? atan2f(mean, static_cast<float>(s2 / a.nlon_in)) : mean;
+}
+
+/// One thread per (sample, output latitude, output longitude, channel): latitude interpolation on the
+/// left and right input longitudes, then longitude interpolation (resample.cpp's order and operations).
+__global__ void __launch_bounds__(kThreads) resample_interpolate_kernel(ResampleArgs a, ResampleTables tab) {
+  const index_t idx = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const index_t C = a.channels, po = static_cast<index_t>(a.nlat_out) * a.nlon_out;
+  if (idx >= static_cast<index_t>(a.batch) * po * C) return;
+  const index_t c = idx % C, p = (idx / C) % po, b = idx / (C * po);
+  const int t = static_cast<int>(p / a.nlon_out), w = static_cast<int>(p % a.nlon_out);
+  const int r0 = tab.lat_index[t], left = tab.lon_left[w], right = tab.lon_right[w];
+  const float wl = tab.lat_weight[t], wo = tab.lon_weight[w];
+  // The value of extended row r at input longitude lon (a pole row has one value per channel).
+  const auto at = [&](int r, int lon) -> float {
+    if (tab.expand_poles) {
+      if (r == 0) return a.poles[(b * 2) * C + c];
+      if (r == a.nlat_in + 1) return a.poles[(b * 2 + 1) * C + c];
+      --r;
+    }
+    return a.x[((b * a.nlat_in + r) * a.nlon_in + lon) * C + c];
+  };
+  const float a0 = at(r0, left), a1 = at(r0 + 1, left), b0 = at(r0, right), b1 = at(r0 + 1, right);
+  a.y[idx] = tab.spherical ? resample_slerp(resample_slerp(a0, a1, wl), resample_slerp(b0, b1, wl), wo)
+                           : resample_lerp(resample_lerp(a0, a1, wl), resample_lerp(b0, b1, wl), wo);
+}
+
+}  // namespace surrogate::kernels::cuda::sphere_grid_kernels
