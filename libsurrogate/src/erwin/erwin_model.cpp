@@ -458,6 +458,44 @@ namespace detail {
 
 index_t Stages::row_stride(const Network& net) { return round_up(net.impl_->cfg.c_hidden[0], kPad); }
 
+NetworkWeights Stages::weights(const Network& net) {
+  const Network::Impl& m = *net.impl_;
+  auto block = [](const Block& b) {
+    BlockWeights w;
+    w.dim = b.dim;
+    w.heads = b.heads;
+    w.ball = b.ball;
+    w.hidden = b.hidden;
+    w.norm1 = b.norm1.data();
+    w.norm2 = b.norm2.data();
+    w.qkv = &b.qkv;
+    w.proj = &b.proj;
+    w.pe = &b.pe;
+    w.w1 = &b.w1;
+    w.w2 = &b.w2;
+    w.w3 = &b.w3;
+    w.sigma = &b.sigma;
+    return w;
+  };
+  auto blocks = [&](const std::vector<Block>& v) {
+    std::vector<BlockWeights> out;
+    for (const Block& b : v) out.push_back(block(b));
+    return out;
+  };
+  NetworkWeights w;
+  w.embed = &m.embed;
+  for (const Step& s : m.steps)
+    w.steps.push_back({&s.message, &s.update, s.message_w.data(), s.message_b.data(), s.update_w.data(), s.update_b.data()});
+  for (const auto& level : m.encoder) w.encoder.push_back(blocks(level));
+  for (const auto& level : m.decoder) w.decoder.push_back(blocks(level));
+  w.bottleneck = blocks(m.bottleneck);
+  for (const PackedLinear& p : m.pool) w.pool.push_back(&p);
+  for (const PackedLinear& p : m.unpool) w.unpool.push_back(&p);
+  for (const BatchNorm& b : m.pool_bn) w.pool_bn.push_back({&b.alpha, &b.beta});
+  for (const BatchNorm& b : m.unpool_bn) w.unpool_bn.push_back({&b.alpha, &b.beta});
+  return w;
+}
+
 std::vector<index_t> Stages::level_nodes(const Network& net, index_t total_slots) {
   const Config& c = net.impl_->cfg;
   const int L = c.levels();

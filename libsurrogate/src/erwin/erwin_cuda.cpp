@@ -1,0 +1,642 @@
+// The Erwin forward on a CUDA device (erwin_device.hpp): the stages of erwin_model.cpp on device arrays,
+// with the kernels of surrogate/kernels/cuda_point_layers.hpp (dense layers, row copies, BatchNorm,
+// message mean), kernels::cuda::norm (RMSNorm, LayerNorm) and kernels::cuda::ball_attention.
+//
+// What stays on the host: the ball tree and the rotated trees (built by the caller), and what depends
+// only on the geometry, computed once per geometry with the CPU forward's own functions (so with its
+// bits): the positions of every level in tree order (mean_pool of the children), the positions of every
+// block's nodes relative to their ball's centre (rotated and not), the children's positions relative to
+// their parent (pooling and unpooling), and the edges grouped by receiver in edge order with p_j - p_i.
+// Those are uploaded once per geometry; the weights once per model (one arena, the CPU's packed W^T).
+//
+// Arithmetic: the dense layers, BatchNorm, copies and the message mean are the CPU's operations in the
+// CPU's order (emulation-tested); the norms sum in another order (warp butterflies), GELU uses the
+// device's erff (the CPU a fitted polynomial) and the attention is the shared online softmax, so the
+// result agrees with the CPU forward within float32 rounding, not bitwise.
+//
+// NOT YET RUN ON A GPU: compiled on a machine without a device; tests/gpu/test_gpu_erwin.cpp skips there.
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "erwin_device.hpp"
+#include "erwin_stages.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_ball_attention.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+
+namespace surrogate::erwin::detail {
+namespace {
+
+namespace cu = kernels::cuda;
+using kernels::Activation;
+
+/// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
+[[noreturn]] void raise_current(int device) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const cu::CudaError& e) {
+    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
+                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
+                               ? ErrorCode::unsupported
+                               : ErrorCode::internal;
+    throw Error(code, "erwin: CUDA device " + std::to_string(device) + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::internal, "erwin: CUDA device " + std::to_string(device) + ": " + e.what());
+  }
+}
+
+/// A dense layer's place in the weight arena.
+struct Dense {
+  std::size_t wt = 0, bias = 0;
+  int in = 0, out = 0;
+  index_t ldw = 0;
+};
+struct Block {
+  int dim = 0, heads = 0, ball = 0, hidden = 0;
+  std::size_t norm1 = 0, norm2 = 0, sigma = 0;
+  bool bias = false;  // distance bias (sigma)
+  Dense qkv, proj, pe, w1, w2, w3;
+};
+struct Step {
+  Dense message, update;
+  std::size_t message_w = 0, message_b = 0, update_w = 0, update_b = 0;
+};
+struct Norm {  // folded eval BatchNorm
+  std::size_t alpha = 0, beta = 0;
+};
+
+/// The geometry of one level: positions (level order) and ball-relative positions, the same for the
+/// rotated order, and the children's positions relative to their parent (transition to the next level).
+struct Level {
+  index_t nodes = 0;
+  int width = 0;  // c_hidden of the level = row stride of its node array
+  cu::DeviceBuffer<float> pos, rel, pos_rot, rel_rot, child_rel;
+  cu::DeviceBuffer<std::int64_t> rot;
+  cu::DeviceBuffer<float> x;  // the node array (nodes x width); the encoder's output is the decoder's skip
+};
+
+/// Ball-relative positions: p - mean of its ball (mean_pool, the CPU's summation), ball rows consecutive.
+std::vector<float> ball_relative(const std::vector<float>& pos, int d, int ball) {
+  const std::vector<float> centres = balltree::mean_pool(pos, d, ball);
+  std::vector<float> rel(pos.size());
+  for (std::size_t r = 0; r < pos.size() / static_cast<std::size_t>(d); ++r)
+    for (int c = 0; c < d; ++c)
+      rel[r * d + c] = pos[r * d + c] - centres[(r / static_cast<std::size_t>(ball)) * d + c];
+  return rel;
+}
+
+std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
+  std::vector<float> out(order.size() * static_cast<std::size_t>(width));
+  for (std::size_t r = 0; r < order.size(); ++r)
+    std::copy_n(rows.begin() + order[r] * width, width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
+  return out;
+}
+
+class ErwinCudaForward final : public ErwinDeviceForward {
+ public:
+  ErwinCudaForward(const Network& net, int device);
+  int device() const override { return device_; }
+  std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
+                             std::span<const float> positions, const balltree::Batch& batch,
+                             std::span<const std::int64_t> edge_index, bool same_geometry) override;
+  double last_forward_ms() const override { return forward_ms_; }
+  double last_geometry_ms() const override { return geometry_ms_; }
+
+ private:
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
+    dst.resize(std::max<std::size_t>(src.size(), 1), device_);
+    if (!src.empty()) cu::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream_.get());
+  }
+  std::size_t add(const float* values, std::size_t count);
+  Dense add_dense(const kernels::PackedLinear& layer);
+  Block add_block(const BlockWeights& b);
+  const float* w(std::size_t offset) const { return weights_.data() + offset; }
+
+  void set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t n,
+                    std::span<const std::int64_t> edge_index);
+  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+             Activation act = Activation::none, const float* add = nullptr, index_t ld_add = 0);
+  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+            const std::int64_t* dst_index, index_t rows, int width);
+  void norm(const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim, const float* weight,
+            const float* bias, float eps, bool rms);
+  void message_passing(index_t n);
+  void run_block(const Block& b, float* x, index_t rows, const float* pos, const float* rel);
+  void run_blocks(const std::vector<Block>& blocks, Level& level);
+  void levels();
+
+  const Network* net_;
+  Config cfg_;
+  int device_ = -1;
+  cu::Stream stream_;
+  std::vector<float> arena_;  // host image of the weights (kept only until the upload)
+  cu::DeviceBuffer<float> weights_;
+  Dense embed_;
+  std::vector<Step> steps_;
+  std::vector<std::vector<Block>> encoder_, decoder_;
+  std::vector<Block> bottleneck_;
+  std::vector<Dense> pool_, unpool_;
+  std::vector<Norm> pool_bn_, unpool_bn_;
+
+  // Geometry (set_geometry).
+  bool have_geometry_ = false;
+  index_t points_ = 0;
+  std::vector<Level> levels_;
+  cu::DeviceBuffer<std::int64_t> tree_index_, slot_;
+  cu::DeviceBuffer<std::int64_t> edge_src_, edge_dst_, edge_start_;  // edges grouped by receiver
+  cu::DeviceBuffer<float> edge_rel_;                                 // p_src - p_dst, in that order
+  std::vector<std::pair<index_t, index_t>> receiver_chunks_;          // [r0, r1) with few enough edges
+  std::vector<std::int64_t> edge_start_host_;  // the same on the host
+  // Work arrays (sized by set_geometry).
+  cu::DeviceBuffer<float> features_, h_, msg_in_, msg_, agg_, upd_in_, upd_, out_;
+  cu::DeviceBuffer<float> xr_, hb_, att_, u_, a1_, a2_, join_, z_;
+  double forward_ms_ = 0.0, geometry_ms_ = 0.0;
+};
+
+constexpr index_t kEdgeChunk = index_t{1} << 17;  // messages per chunk of receivers (bounds msg_in_)
+
+std::size_t ErwinCudaForward::add(const float* values, std::size_t count) {
+  const std::size_t offset = (arena_.size() + 3) / 4 * 4;  // 16-byte aligned starts
+  arena_.resize(offset);
+  arena_.insert(arena_.end(), values, values + count);
+  return offset;
+}
+
+Dense ErwinCudaForward::add_dense(const kernels::PackedLinear& layer) {
+  Dense d;
+  d.in = layer.in();
+  d.out = layer.out();
+  d.ldw = layer.out_pad();
+  d.wt = add(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
+  d.bias = add(layer.bias(), static_cast<std::size_t>(d.ldw));
+  return d;
+}
+
+Block ErwinCudaForward::add_block(const BlockWeights& b) {
+  Block k;
+  k.dim = b.dim;
+  k.heads = b.heads;
+  k.ball = b.ball;
+  k.hidden = b.hidden;
+  k.norm1 = add(b.norm1, static_cast<std::size_t>(b.dim));
+  k.norm2 = add(b.norm2, static_cast<std::size_t>(b.dim));
+  k.bias = !b.sigma->empty();
+  if (k.bias) k.sigma = add(b.sigma->data(), b.sigma->size());
+  k.qkv = add_dense(*b.qkv);
+  k.proj = add_dense(*b.proj);
+  k.pe = add_dense(*b.pe);
+  k.w1 = add_dense(*b.w1);
+  k.w2 = add_dense(*b.w2);
+  k.w3 = add_dense(*b.w3);
+  const int E = b.dim / b.heads;
+  if (E > cu::kMaxHeadDim)
+    throw Error(ErrorCode::unsupported, "erwin: head width " + std::to_string(E) + " exceeds the CUDA attention's " +
+                                            std::to_string(cu::kMaxHeadDim));
+  return k;
+}
+
+ErwinCudaForward::ErwinCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
+  std::string why;
+  const int count = cu::device_count(&why);
+  if (device < 0 || device >= count)
+    throw Error(ErrorCode::unsupported, "erwin: CUDA device " + std::to_string(device) + " requested, but " +
+                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
+                                                        : std::to_string(count) + " device(s) are visible"));
+  if (cfg_.dimensionality > cu::kMaxBallPositionDim)
+    throw Error(ErrorCode::unsupported, "erwin: the CUDA forward takes positions of up to " +
+                                            std::to_string(cu::kMaxBallPositionDim) + " coordinates, the model has " +
+                                            std::to_string(cfg_.dimensionality));
+  for (std::size_t i = 0; i < cfg_.strides.size(); ++i)
+    if (cfg_.strides[i] == 1 && cfg_.c_hidden[i] != cfg_.c_hidden[i + 1])
+      throw Error(ErrorCode::unsupported, "erwin: stride 1 between levels of widths " + std::to_string(cfg_.c_hidden[i]) +
+                                              " and " + std::to_string(cfg_.c_hidden[i + 1]) + " (not supported on CUDA)");
+  const NetworkWeights nw = Stages::weights(net);
+  embed_ = add_dense(*nw.embed);
+  for (const StepWeights& s : nw.steps) {
+    const auto D = static_cast<std::size_t>(cfg_.c_hidden[0]);
+    steps_.push_back({add_dense(*s.message), add_dense(*s.update), add(s.message_w, D), add(s.message_b, D),
+                      add(s.update_w, D), add(s.update_b, D)});
+  }
+  for (const auto& level : nw.encoder) {
+    encoder_.emplace_back();
+    for (const BlockWeights& b : level) encoder_.back().push_back(add_block(b));
+  }
+  for (const auto& level : nw.decoder) {
+    decoder_.emplace_back();
+    for (const BlockWeights& b : level) decoder_.back().push_back(add_block(b));
+  }
+  for (const BlockWeights& b : nw.bottleneck) bottleneck_.push_back(add_block(b));
+  for (const kernels::PackedLinear* p : nw.pool) pool_.push_back(add_dense(*p));
+  for (const kernels::PackedLinear* p : nw.unpool) unpool_.push_back(add_dense(*p));
+  for (const BatchNormWeights& b : nw.pool_bn) pool_bn_.push_back({add(b.alpha->data(), b.alpha->size()), add(b.beta->data(), b.beta->size())});
+  for (const BatchNormWeights& b : nw.unpool_bn)
+    unpool_bn_.push_back({add(b.alpha->data(), b.alpha->size()), add(b.beta->data(), b.beta->size())});
+  cu::DeviceGuard guard(device_);
+  stream_ = cu::Stream(device_);
+  upload(weights_, arena_);
+  stream_.synchronize();
+  arena_ = {};
+}
+
+void ErwinCudaForward::dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+                             Activation act, const float* add_rows, index_t ld_add) {
+  cu::DenseArgs a;
+  a.wt = w(l.wt);
+  a.bias = w(l.bias);
+  a.in = l.in;
+  a.out = l.out;
+  a.ldw = l.ldw;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  a.act = act;
+  a.add = add_rows;
+  a.ld_add = ld_add;
+  cu::dense(a, stream_.get());
+}
+
+void ErwinCudaForward::copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+                            const std::int64_t* dst_index, index_t rows, int width) {
+  cu::RowCopyArgs a;
+  a.src = src;
+  a.ld_src = ld_src;
+  a.src_index = src_index;
+  a.dst = dst;
+  a.ld_dst = ld_dst;
+  a.dst_index = dst_index;
+  a.rows = rows;
+  a.width = width;
+  cu::copy_rows(a, stream_.get());
+}
+
+void ErwinCudaForward::norm(const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim,
+                            const float* weight, const float* bias, float eps, bool rms) {
+  cu::NormArgs a;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  a.dim = dim;
+  a.weight = weight;
+  a.bias = bias;
+  a.eps = eps;
+  a.rms = rms;
+  cu::norm(a, stream_.get());
+}
+
+void ErwinCudaForward::set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t n,
+                                    std::span<const std::int64_t> edge_index) {
+  const int d = cfg_.dimensionality, L = cfg_.levels();
+  const balltree::Tree& tree = trees.tree;
+  const std::vector<index_t> nodes = Stages::level_nodes(*net_, tree.slots());
+  const bool rotate = cfg_.rotate > 0;
+  if (tree.mask.size() != tree.index.size() || tree.slots() < n)
+    throw Error(ErrorCode::input, "erwin: trees.tree does not belong to these points");
+  for (const std::int64_t s : tree.index)
+    if (s < 0 || s >= n) throw Error(ErrorCode::input, "erwin: trees.tree.index holds " + std::to_string(s) + ", not a point index");
+  if (rotate && static_cast<int>(trees.rotated.size()) != L)
+    throw Error(ErrorCode::input, "erwin: rotate > 0 needs one rotated permutation per level, trees.rotated has " +
+                                      std::to_string(trees.rotated.size()));
+  for (int i = 0; rotate && i < L; ++i) {
+    const auto& r = trees.rotated[static_cast<std::size_t>(i)];
+    bool ok = static_cast<index_t>(r.size()) == nodes[static_cast<std::size_t>(i)];
+    for (const std::int64_t v : r) ok = ok && v >= 0 && v < nodes[static_cast<std::size_t>(i)];
+    if (!ok) throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] is not a permutation of the level's nodes");
+  }
+
+  // Positions of every level in tree order: level 0 from the points, then the children's means.
+  levels_.clear();
+  levels_.resize(static_cast<std::size_t>(L));
+  std::vector<float> pos(static_cast<std::size_t>(nodes[0] * d));
+  for (index_t s = 0; s < nodes[0]; ++s)
+    std::copy_n(positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, pos.data() + s * d);
+  std::size_t scratch_ld = 1, scratch_u = 1, scratch_h = 1, scratch_join = 1, scratch_z = 1;
+  for (int i = 0; i < L; ++i) {
+    const auto iu = static_cast<std::size_t>(i);
+    Level& lv = levels_[iu];
+    lv.nodes = nodes[iu];
+    lv.width = cfg_.c_hidden[iu];
+    const int ball = cfg_.ball_sizes[iu];
+    upload(lv.pos, pos);
+    upload(lv.rel, ball_relative(pos, d, ball));
+    if (rotate) {
+      const std::vector<float> pr = permute_rows(pos, d, trees.rotated[iu]);
+      upload(lv.rot, trees.rotated[iu]);
+      upload(lv.pos_rot, pr);
+      upload(lv.rel_rot, ball_relative(pr, d, ball));
+    }
+    lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
+    const auto rows = static_cast<std::size_t>(lv.nodes);
+    const auto D = static_cast<std::size_t>(lv.width);
+    scratch_u = std::max(scratch_u, rows * 3 * D);
+    scratch_h = std::max(scratch_h, rows * D * static_cast<std::size_t>(cfg_.mlp_ratio));
+    scratch_ld = std::max(scratch_ld, rows * D);
+    if (i + 1 == L) break;
+    // The next level's positions and the children's positions relative to their parent (pooling and
+    // unpooling use the same differences: child - mean of the stride group).
+    const int s = cfg_.strides[iu];
+    std::vector<float> parent = s == 1 ? pos : balltree::mean_pool(pos, d, s);
+    std::vector<float> child_rel(pos.size());
+    for (std::size_t c = 0; c < pos.size() / static_cast<std::size_t>(d); ++c)
+      for (int e = 0; e < d; ++e)
+        child_rel[c * d + e] = pos[c * d + e] - parent[(c / static_cast<std::size_t>(s)) * d + e];
+    upload(lv.child_rel, child_rel);
+    const auto np = static_cast<std::size_t>(nodes[iu + 1]), Dn = static_cast<std::size_t>(cfg_.c_hidden[iu + 1]);
+    const auto su = static_cast<std::size_t>(s), du = static_cast<std::size_t>(d);
+    scratch_join = std::max({scratch_join, np * su * (D + du), np * (Dn + su * du)});
+    scratch_z = std::max(scratch_z, np * su * D);
+    pos = std::move(parent);
+  }
+  for (cu::DeviceBuffer<float>* b : {&xr_, &hb_, &att_}) b->resize(scratch_ld, device_);
+  u_.resize(scratch_u, device_);
+  a1_.resize(scratch_h, device_);
+  a2_.resize(scratch_h, device_);
+  join_.resize(scratch_join, device_);
+  z_.resize(scratch_z, device_);
+
+  // Output order: the slot holding each point.
+  upload(tree_index_, std::vector<std::int64_t>(tree.index.begin(), tree.index.begin() + nodes[0]));
+  upload(slot_, tree.slot_of_point());
+
+  // Edges grouped by receiver, each group in edge order (as run_mpnn), and p_src - p_dst per edge.
+  const auto D0 = static_cast<std::size_t>(cfg_.c_hidden[0]);
+  const auto nu = static_cast<std::size_t>(n);
+  receiver_chunks_.clear();
+  if (cfg_.mp_steps > 0) {
+    if (edge_index.empty() || edge_index.size() % 2 != 0)
+      throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found " +
+                                        std::to_string(edge_index.size()));
+    const std::size_t E = edge_index.size() / 2;
+    const std::int64_t* src = edge_index.data();
+    const std::int64_t* dst = edge_index.data() + E;
+    for (std::size_t e = 0; e < 2 * E; ++e)
+      if (edge_index[e] < 0 || edge_index[e] >= n)
+        throw Error(ErrorCode::input, "erwin: edge_index[" + std::to_string(e < E ? 0 : 1) + "][" + std::to_string(e % E) +
+                                          "] = " + std::to_string(edge_index[e]) + " is not a point index");
+    std::vector<std::int64_t> start(nu + 1, 0), fill(nu), src_sorted(E), dst_sorted(E);
+    for (std::size_t e = 0; e < E; ++e) ++start[static_cast<std::size_t>(dst[e]) + 1];
+    for (std::size_t i = 0; i < nu; ++i) start[i + 1] += start[i];
+    std::copy(start.begin(), start.end() - 1, fill.begin());
+    std::vector<float> rel(E * static_cast<std::size_t>(d));
+    for (std::size_t e = 0; e < E; ++e) {
+      const auto q = static_cast<std::size_t>(fill[static_cast<std::size_t>(dst[e])]++);
+      src_sorted[q] = src[e];
+      dst_sorted[q] = dst[e];
+      for (int c = 0; c < d; ++c) rel[q * d + c] = positions[static_cast<std::size_t>(src[e] * d + c)] - positions[static_cast<std::size_t>(dst[e] * d + c)];
+    }
+    upload(edge_src_, src_sorted);
+    upload(edge_dst_, dst_sorted);
+    upload(edge_start_, start);
+    edge_start_host_ = start;
+    upload(edge_rel_, rel);
+    index_t most = 1;
+    for (index_t r0 = 0; r0 < n;) {
+      index_t r1 = r0 + 1;
+      while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= kEdgeChunk) ++r1;
+      receiver_chunks_.emplace_back(r0, r1);
+      most = std::max<index_t>(most, start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]);
+      r0 = r1;
+    }
+    const auto mu = static_cast<std::size_t>(most);
+    msg_in_.resize(mu * (2 * D0 + static_cast<std::size_t>(d)), device_);
+    msg_.resize(mu * D0, device_);
+    agg_.resize(nu * D0, device_);
+    upd_in_.resize(nu * 2 * D0, device_);
+    upd_.resize(nu * D0, device_);
+  }
+  h_.resize(std::max<std::size_t>(1, nu * D0), device_);
+  out_.resize(std::max<std::size_t>(1, nu * D0), device_);
+  features_.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
+  points_ = n;
+  have_geometry_ = true;
+}
+
+// Message passing (as Network::Impl::run_mpnn): per step, for chunks of receivers, the message rows
+// [h_j | h_i | p_j - p_i] in receiver order, m = LayerNorm(GELU(W x + b)), the mean per receiver; then
+// [h_i | mean_i] -> LayerNorm(W' x + b') added to h.
+void ErwinCudaForward::message_passing(index_t n) {
+  const int D = cfg_.c_hidden[0], d = cfg_.dimensionality;
+  const index_t ld_msg = 2 * D + d, ld_upd = 2 * D;
+  for (const Step& step : steps_) {
+    for (const auto& [r0, r1] : receiver_chunks_) {
+      const index_t e0 = edge_start_host_[static_cast<std::size_t>(r0)], e1 = edge_start_host_[static_cast<std::size_t>(r1)];
+      const index_t m = e1 - e0;
+      if (m > 0) {
+        copy(h_.data(), D, edge_src_.data() + e0, msg_in_.data(), ld_msg, nullptr, m, D);
+        copy(h_.data(), D, edge_dst_.data() + e0, msg_in_.data() + D, ld_msg, nullptr, m, D);
+        copy(edge_rel_.data() + e0 * d, d, nullptr, msg_in_.data() + 2 * D, ld_msg, nullptr, m, d);
+        dense(step.message, msg_in_.data(), ld_msg, msg_.data(), D, m, Activation::gelu_erf);
+        norm(msg_.data(), D, msg_.data(), D, m, D, w(step.message_w), w(step.message_b), 1e-5f, false);
+      }
+      cu::SegmentMeanArgs a;
+      a.msg = msg_.data();
+      a.ld_msg = D;
+      a.start = edge_start_.data() + r0;
+      a.receivers = r1 - r0;
+      a.width = D;
+      a.agg = agg_.data() + r0 * D;
+      a.ld_agg = D;
+      cu::segment_mean(a, stream_.get());
+    }
+    copy(h_.data(), D, nullptr, upd_in_.data(), ld_upd, nullptr, n, D);
+    copy(agg_.data(), D, nullptr, upd_in_.data() + D, ld_upd, nullptr, n, D);
+    dense(step.update, upd_in_.data(), ld_upd, upd_.data(), D, n);
+    norm(upd_.data(), D, upd_.data(), D, n, D, w(step.update_w), w(step.update_b), 1e-5f, false);
+    cu::RowBinaryArgs sum;
+    sum.op = cu::RowOp::add;
+    sum.a = h_.data();
+    sum.lda = D;
+    sum.b = upd_.data();
+    sum.ldb = D;
+    sum.y = h_.data();
+    sum.ldy = D;
+    sum.rows = n;
+    sum.width = D;
+    cu::row_binary(sum, stream_.get());
+  }
+}
+
+// One transformer block (as Network::Impl::run_block) on `rows` nodes whose balls are consecutive:
+// x += proj(BMSA(RMSNorm1(x) + pe(rel))), x += w3(silu(w1 h) * w2 h) with h = RMSNorm2(x).
+void ErwinCudaForward::run_block(const Block& b, float* x, index_t rows, const float* pos, const float* rel) {
+  const int D = b.dim, d = cfg_.dimensionality, E = D / b.heads;
+  const float eps = std::numeric_limits<float>::epsilon();
+  norm(x, D, hb_.data(), D, rows, D, w(b.norm1), nullptr, eps, true);
+  dense(b.pe, rel, d, hb_.data(), D, rows, Activation::none, hb_.data(), D);
+  dense(b.qkv, hb_.data(), D, u_.data(), 3 * D, rows);
+  cu::BallAttentionArgs a;
+  a.rows = rows;
+  a.ball = b.ball;
+  a.heads = b.heads;
+  a.E = E;
+  a.q = u_.data();
+  a.k = u_.data() + D;
+  a.v = u_.data() + 2 * D;
+  a.ld = 3 * D;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(E));
+  a.sigma = b.bias ? w(b.sigma) : nullptr;
+  a.positions = pos;
+  a.ld_pos = d;
+  a.dim = d;
+  a.out = att_.data();
+  a.ldo = D;
+  cu::ball_attention(a, stream_.get());
+  dense(b.proj, att_.data(), D, x, D, rows, Activation::none, x, D);
+  norm(x, D, hb_.data(), D, rows, D, w(b.norm2), nullptr, eps, true);
+  dense(b.w1, hb_.data(), D, a1_.data(), b.hidden, rows, Activation::silu);
+  dense(b.w2, hb_.data(), D, a2_.data(), b.hidden, rows);
+  cu::RowBinaryArgs gate;
+  gate.op = cu::RowOp::multiply;
+  gate.a = a1_.data();
+  gate.lda = b.hidden;
+  gate.b = a2_.data();
+  gate.ldb = b.hidden;
+  gate.y = a1_.data();
+  gate.ldy = b.hidden;
+  gate.rows = rows;
+  gate.width = b.hidden;
+  cu::row_binary(gate, stream_.get());
+  dense(b.w3, a1_.data(), b.hidden, x, D, rows, Activation::none, x, D);
+}
+
+// The blocks of a level (as Network::Impl::run_blocks): odd blocks of a rotated model see the nodes in
+// the rotated tree's order (gathered into xr_, scattered back).
+void ErwinCudaForward::run_blocks(const std::vector<Block>& blocks, Level& level) {
+  const int D = level.width;
+  for (std::size_t j = 0; j < blocks.size(); ++j) {
+    if (!(cfg_.rotate > 0 && j % 2 == 1)) {
+      run_block(blocks[j], level.x.data(), level.nodes, level.pos.data(), level.rel.data());
+      continue;
+    }
+    copy(level.x.data(), D, level.rot.data(), xr_.data(), D, nullptr, level.nodes, D);
+    run_block(blocks[j], xr_.data(), level.nodes, level.pos_rot.data(), level.rel_rot.data());
+    copy(xr_.data(), D, nullptr, level.x.data(), D, level.rot.data(), level.nodes, D);
+  }
+}
+
+// The U-Net (as Stages::levels): encoder blocks and pooling (the encoder's node array of each level stays
+// as the decoder's skip), the bottleneck, then unpooling into the skip with BatchNorm and the decoder blocks.
+void ErwinCudaForward::levels() {
+  const int L = cfg_.levels(), d = cfg_.dimensionality;
+  for (int i = 0; i + 1 < L; ++i) {
+    const auto iu = static_cast<std::size_t>(i);
+    Level& lv = levels_[iu];
+    Level& next = levels_[iu + 1];
+    run_blocks(encoder_[iu], lv);
+    const int s = cfg_.strides[iu], Din = lv.width, Dout = next.width;
+    if (s == 1) {
+      copy(lv.x.data(), Din, nullptr, next.x.data(), Dout, nullptr, lv.nodes, Din);
+      continue;
+    }
+    // [x of the s children | their positions relative to the parent] -> Linear -> BatchNorm.
+    const index_t np = next.nodes, ld_in = static_cast<index_t>(s) * (Din + d);
+    for (int j = 0; j < s; ++j)
+      copy(lv.x.data() + static_cast<index_t>(j) * Din, static_cast<index_t>(s) * Din, nullptr,
+           join_.data() + static_cast<index_t>(j) * Din, ld_in, nullptr, np, Din);
+    copy(lv.child_rel.data(), static_cast<index_t>(s) * d, nullptr, join_.data() + static_cast<index_t>(s) * Din, ld_in,
+         nullptr, np, s * d);
+    dense(pool_[iu], join_.data(), ld_in, next.x.data(), Dout, np);
+    cu::BatchNormArgs bn;
+    bn.x = next.x.data();
+    bn.ld = Dout;
+    bn.rows = np;
+    bn.dim = Dout;
+    bn.alpha = w(pool_bn_[iu].alpha);
+    bn.beta = w(pool_bn_[iu].beta);
+    cu::batch_norm(bn, stream_.get());
+  }
+  run_blocks(bottleneck_, levels_.back());
+  for (int i = L - 2; i >= 0; --i) {
+    const auto iu = static_cast<std::size_t>(i);
+    Level& lv = levels_[iu];
+    const Level& parent = levels_[iu + 1];
+    const int s = cfg_.strides[iu], Din = parent.width, Dout = lv.width;
+    // [x of the parent | its children's positions relative to it] -> Linear (s x Dout per parent), added
+    // to the skip's children, then BatchNorm.
+    const index_t np = parent.nodes, ld_in = Din + static_cast<index_t>(s) * d;
+    copy(parent.x.data(), Din, nullptr, join_.data(), ld_in, nullptr, np, Din);
+    copy(lv.child_rel.data(), static_cast<index_t>(s) * d, nullptr, join_.data() + Din, ld_in, nullptr, np, s * d);
+    dense(unpool_[iu], join_.data(), ld_in, z_.data(), static_cast<index_t>(s) * Dout, np);
+    cu::BatchNormArgs bn;
+    bn.x = lv.x.data();
+    bn.ld = Dout;
+    bn.rows = lv.nodes;
+    bn.dim = Dout;
+    bn.alpha = w(unpool_bn_[iu].alpha);
+    bn.beta = w(unpool_bn_[iu].beta);
+    bn.add = z_.data();  // child (p s + j) <- z[p][j Dout ..]: rows of Dout
+    bn.ld_add = Dout;
+    cu::batch_norm(bn, stream_.get());
+    run_blocks(decoder_[iu], lv);
+  }
+}
+
+std::vector<float> ErwinCudaForward::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
+                                             std::span<const float> positions, const balltree::Batch& batch,
+                                             std::span<const std::int64_t> edge_index, bool same_geometry) {
+  const int d = cfg_.dimensionality, D0 = cfg_.c_hidden[0];
+  const index_t n = batch.points();
+  if (n < 1) throw Error(ErrorCode::input, "erwin: no points");
+  if (static_cast<index_t>(features.size()) != n * cfg_.c_in)
+    throw Error(ErrorCode::input, "erwin: features has " + std::to_string(features.size()) + " values, expected " +
+                                      std::to_string(n) + " points x c_in " + std::to_string(cfg_.c_in));
+  if (static_cast<index_t>(positions.size()) != n * d)
+    throw Error(ErrorCode::input, "erwin: positions has " + std::to_string(positions.size()) + " values, expected " +
+                                      std::to_string(n) + " points x " + std::to_string(d));
+  Stages::check_features(*net_, features, 0);
+  std::vector<float> result(static_cast<std::size_t>(n * D0));
+  try {
+    cu::DeviceGuard guard(device_);
+    geometry_ms_ = 0.0;
+    if (!same_geometry || !have_geometry_ || points_ != n) {
+      cu::Event g0(device_), g1(device_);
+      g0.record(stream_.get());
+      have_geometry_ = false;
+      set_geometry(trees, positions, n, edge_index);
+      g1.record(stream_.get());
+      stream_.synchronize();  // the host arrays of set_geometry are released on return
+      geometry_ms_ = g1.elapsed_ms_since(g0);
+    }
+    cu::Event t0(device_), t1(device_);
+    t0.record(stream_.get());
+    upload(features_, std::vector<float>(features.begin(), features.end()));
+    dense(embed_, features_.data(), cfg_.c_in, h_.data(), D0, n);
+    if (cfg_.mp_steps > 0) message_passing(n);
+    Level& level0 = levels_.front();
+    copy(h_.data(), D0, tree_index_.data(), level0.x.data(), D0, nullptr, level0.nodes, D0);
+    levels();
+    copy(level0.x.data(), D0, slot_.data(), out_.data(), D0, nullptr, n, D0);
+    cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), stream_.get());
+    t1.record(stream_.get());
+    stream_.synchronize();
+    forward_ms_ = t1.elapsed_ms_since(t0);
+  } catch (...) {
+    have_geometry_ = false;
+    raise_current(device_);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device) {
+  try {
+    return std::make_unique<ErwinCudaForward>(net, device);
+  } catch (...) {
+    raise_current(device);
+  }
+}
+
+}  // namespace surrogate::erwin::detail
