@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "attention_cases.hpp"
+#include "disco_cases.hpp"
 #include "h5_reader.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/disco.hpp"
@@ -31,130 +31,24 @@ using sphere_test::H5Reader;
 using surrogate::Error;
 using surrogate::ErrorCode;
 
-constexpr double kU = 1.0 / 16777216.0;  // 2^-24
+using sphere_test::expect_error;
+using sphere_test::from_channels_last;
+using sphere_test::kU;
+using sphere_test::random_normal;
 
 H5Reader& golden() {
   static H5Reader f(sphere_test::data_file("disco.h5"));
   return f;
 }
 
-DiscoConfig read_config(const H5Reader& f, const std::string& g) {
-  DiscoConfig c;
-  c.in_channels = static_cast<int>(f.number(g, "in_channels"));
-  c.out_channels = static_cast<int>(f.number(g, "out_channels"));
-  c.nlat_in = static_cast<int>(f.number(g, "nlat_in"));
-  c.nlon_in = static_cast<int>(f.number(g, "nlon_in"));
-  c.nlat_out = static_cast<int>(f.number(g, "nlat_out"));
-  c.nlon_out = static_cast<int>(f.number(g, "nlon_out"));
-  c.grid_in = parse_grid(f.text(g, "grid_in"));
-  c.grid_out = parse_grid(f.text(g, "grid_out"));
-  for (double v : f.doubles(g + "/kernel_shape")) c.kernel_shape.push_back(static_cast<int>(v));
-  c.basis = parse_filter_basis(f.text(g, "basis_type"));
-  c.norm_mode = parse_basis_norm_mode(f.text(g, "basis_norm_mode"));
-  c.groups = static_cast<int>(f.number(g, "groups"));
-  c.bias = f.number(g, "bias") != 0;
-  c.theta_cutoff = f.number(g, "default_cutoff") != 0 ? 0.0 : f.number(g, "theta_cutoff");
-  return c;
-}
+DiscoConfig read_config(const H5Reader& f, const std::string& g) { return sphere_test::read_disco_config(f, g); }
 
 FilterTable read_table(const H5Reader& f, const std::string& g, const DiscoConfig& c) {
-  FilterTable t;
-  t.kernel_size = static_cast<int>(f.number(g, "kernel_size"));
-  t.nlat_out = c.nlat_out;
-  t.nlat_in = c.nlat_in;
-  t.nlon_in = c.nlon_in;
-  auto ints = [&](const char* name) {
-    std::vector<std::int64_t> v;
-    for (double d : f.doubles(g + "/" + name)) v.push_back(static_cast<std::int64_t>(d));
-    return v;
-  };
-  t.ker = ints("psi_ker_idx");
-  t.row = ints("psi_row_idx");
-  t.col = ints("psi_col_idx");
-  t.val = f.doubles(g + "/psi_vals");
-  return t;
+  return sphere_test::read_disco_table(f, g, c, false);
 }
 
-/// (B, C, H, W) -> channels last, and back.
-std::vector<float> from_channels_last(const std::vector<float>& y, int batch, int channels) {
-  const std::size_t points = y.size() / static_cast<std::size_t>(batch) / static_cast<std::size_t>(channels);
-  std::vector<float> x(y.size());
-  for (std::size_t b = 0; b < static_cast<std::size_t>(batch); ++b)
-    for (std::size_t c = 0; c < static_cast<std::size_t>(channels); ++c)
-      for (std::size_t p = 0; p < points; ++p)
-        x[(b * static_cast<std::size_t>(channels) + c) * points + p] = y[(b * points + p) * static_cast<std::size_t>(channels) + c];
-  return x;
-}
-
-/// The naive dense reference in float64 with psi rounded to float32 (as the forward uses it): out and the
-/// absolute-value sum A of every output element, channels first (B, O, Ho, Wo). Straight from the formula
-/// of disco.hpp, O(points^2) with a dense psi.
-struct Reference {
-  std::vector<double> out, abs_sum;
-  int max_group = 0;  // largest number of entries of one (k, t) group
-};
-Reference dense_reference(const DiscoConfig& c, const FilterTable& t, const std::vector<float>& w,
-                          const std::vector<float>& bias, int batch, const std::vector<float>& x_cf) {
-  const int K = t.kernel_size, Hi = c.nlat_in, Wi = c.nlon_in, Ho = c.nlat_out, Wo = c.nlon_out, p = Wi / Wo;
-  const int Cg = c.in_channels / c.groups, Og = c.out_channels / c.groups;
-  std::vector<double> psi(static_cast<std::size_t>(K) * Ho * Hi * Wi, 0.0);
-  std::map<std::int64_t, int> count;
-  for (std::size_t n = 0; n < t.val.size(); ++n) {
-    psi[static_cast<std::size_t>((t.ker[n] * Ho + t.row[n]) * Hi * Wi + t.col[n])] += static_cast<float>(t.val[n]);
-    ++count[t.ker[n] * Ho + t.row[n]];
-  }
-  Reference r;
-  for (const auto& kv : count) r.max_group = std::max(r.max_group, kv.second);
-  r.out.assign(static_cast<std::size_t>(batch) * c.out_channels * Ho * Wo, 0.0);
-  r.abs_sum = r.out;
-  for (int b = 0; b < batch; ++b)
-    for (int o = 0; o < c.out_channels; ++o) {
-      const int g = o / Og;
-      for (int to = 0; to < Ho; ++to)
-        for (int wo = 0; wo < Wo; ++wo) {
-          double s = c.bias ? bias[static_cast<std::size_t>(o)] : 0.0, a = std::fabs(s);
-          for (int cc = 0; cc < Cg; ++cc)
-            for (int k = 0; k < K; ++k) {
-              const double wk = w[(static_cast<std::size_t>(o) * Cg + cc) * K + k];
-              double yk = 0.0, ya = 0.0;
-              const float* xc = x_cf.data() + (static_cast<std::size_t>(b) * c.in_channels + g * Cg + cc) * Hi * Wi;
-              const double* pk = psi.data() + static_cast<std::size_t>(k * Ho + to) * Hi * Wi;
-              for (int hi = 0; hi < Hi; ++hi)
-                for (int wi = 0; wi < Wi; ++wi) {
-                  const double v = pk[hi * Wi + wi];
-                  if (v == 0.0) continue;
-                  const double xv = xc[hi * Wi + (wi + p * wo) % Wi];
-                  yk += v * xv;
-                  ya += std::fabs(v * xv);
-                }
-              s += wk * yk;
-              a += std::fabs(wk) * ya;
-            }
-          const std::size_t i = ((static_cast<std::size_t>(b) * c.out_channels + o) * Ho + to) * Wo + wo;
-          r.out[i] = s;
-          r.abs_sum[i] = a;
-        }
-    }
-  return r;
-}
-
-std::vector<float> random_vector(std::size_t n, std::mt19937& rng, float scale = 1.0f) {
-  std::normal_distribution<float> d(0.0f, scale);
-  std::vector<float> v(n);
-  for (float& x : v) x = d(rng);
-  return v;
-}
-
-template <class F>
-void expect_error(F&& f, ErrorCode code, const std::string& needle) {
-  try {
-    f();
-    ADD_FAILURE() << "no Error thrown (expected one mentioning \"" << needle << "\")";
-  } catch (const Error& e) {
-    EXPECT_EQ(e.code(), code) << e.what();
-    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
-  }
-}
+using sphere_test::dense_reference;
+using sphere_test::Reference;
 
 TEST(DiscoFilterTable, MatchesTorchHarmonics) {
   const H5Reader& f = golden();
@@ -258,9 +152,9 @@ TEST(DiscoConvS2, ForwardMatchesDenseReference) {
     SCOPED_TRACE(grouped ? "grouped" : "ungrouped");
     std::mt19937 rng(7);
     const int batch = 3, K = filter_basis_size(c.basis, c.kernel_shape);
-    const auto w = random_vector(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
-    const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), rng);
-    const auto x = random_vector(static_cast<std::size_t>(batch) * c.in_channels * c.nlat_in * c.nlon_in, rng);
+    const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
+    const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
+    const auto x = random_normal(static_cast<std::size_t>(batch) * c.in_channels * c.nlat_in * c.nlon_in, rng);
     const DiscoConvS2 conv(c, w, bias);
     const Reference ref = dense_reference(c, conv.table(), w, bias, batch, x);
     const auto xl = sphere_test::to_channels_last(x, batch, c.in_channels);
@@ -283,9 +177,9 @@ TEST(DiscoConvS2, LongitudeShiftEquivarianceIsExact) {
   const int p = c.nlon_in / c.nlon_out, batch = 2;
   std::mt19937 rng(11);
   const int K = filter_basis_size(c.basis, c.kernel_shape);
-  const auto w = random_vector(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
-  const auto bias = random_vector(static_cast<std::size_t>(c.out_channels), rng);
-  const auto x = random_vector(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
+  const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
+  const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
+  const auto x = random_normal(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
   const DiscoConvS2 conv(c, w, bias);
   const std::size_t Po = static_cast<std::size_t>(c.nlat_out) * c.nlon_out;
   std::vector<float> y(batch * Po * c.out_channels), ys(y.size());
@@ -360,7 +254,7 @@ TEST(DiscoConvS2, RejectsBadArguments) {
   expect_error([] { parse_basis_norm_mode("sum"); }, ErrorCode::invalid_argument, "basis_norm_mode");
   expect_error([] { filter_basis_size(FilterBasis::piecewise_linear, {}); }, ErrorCode::invalid_argument, "kernel_shape");
   expect_error([] { filter_basis_size(FilterBasis::zernike, {3, 0}); }, ErrorCode::invalid_argument, "kernel_shape");
-  expect_error([] { filter_basis_size(FilterBasis::fourier_bessel, {3, 3}); }, ErrorCode::unsupported, "fourier-bessel");
+  expect_error([] { filter_basis_size(FilterBasis::fourier_bessel, {0, 2}); }, ErrorCode::invalid_argument, "kernel_shape");
   EXPECT_EQ(parse_basis_norm_mode("individual"), BasisNormMode::nodal);
   EXPECT_EQ(parse_basis_norm_mode("area ratio"), BasisNormMode::geometric);
   EXPECT_EQ(filter_basis_size(FilterBasis::piecewise_linear, {5, 4}), 9);

@@ -34,14 +34,36 @@ std::string shape_string(const std::vector<int>& s) {
 }
 
 void check_shape(FilterBasis basis, const std::vector<int>& shape) {
-  if (basis == FilterBasis::fourier_bessel)
-    throw Error(ErrorCode::unsupported,
-                "filter basis \"fourier-bessel\" is not implemented (it needs Bessel-function zeros); use a psi "
-                "table exported from torch-harmonics");
   if (shape.empty() || shape.size() > 2)
     invalid("kernel_shape must have 1 or 2 entries, got " + std::to_string(shape.size()));
-  for (int v : shape)
-    if (v < 1) invalid("kernel_shape entries must be positive, got " + shape_string(shape));
+  // fourier-bessel: (n_radial, m_max), m_max = 0 (only J_0) allowed
+  for (std::size_t i = 0; i < shape.size(); ++i)
+    if (shape[i] < (basis == FilterBasis::fourier_bessel && i == 1 ? 0 : 1))
+      invalid("kernel_shape entries must be positive, got " + shape_string(shape));
+}
+
+/// One Fourier-Bessel basis function J_m(alpha r / rc) {cos, sin}(m phi) / norm.
+struct BesselMode {
+  double alpha = 0.0;
+  int m = 0;
+  bool cosine = true;
+};
+
+/// The official selection and order: n_radial = shape[0], m_max = shape[1] (one entry: both); alpha_max is
+/// the n_radial-th zero of J_0; for m = 0 .. m_max the first n_radial zeros of J_m not above alpha_max,
+/// a cosine and (m > 0) a sine function each; stably sorted by alpha (the eigenvalue order).
+std::vector<BesselMode> fourier_bessel_modes(const std::vector<int>& shape) {
+  const int nrad = shape[0], mmax = shape.size() == 2 ? shape[1] : shape[0];
+  const double alpha_max = bessel_j_zeros(0, nrad).back();
+  std::vector<BesselMode> modes;
+  for (int m = 0; m <= mmax; ++m)
+    for (double a : bessel_j_zeros(m, nrad)) {
+      if (a > alpha_max) break;
+      modes.push_back({a, m, true});
+      if (m > 0) modes.push_back({a, m, false});
+    }
+  std::stable_sort(modes.begin(), modes.end(), [](const BesselMode& x, const BesselMode& y) { return x.alpha < y.alpha; });
+  return modes;
 }
 
 /// min(|a - b|, |2 pi - |a - b||), as the official _circle_dist.
@@ -84,6 +106,14 @@ class Basis {
       n0_ = shape[0];
       n1_ = shape.size() == 2 ? shape[1] : shape[0];
       if (basis == FilterBasis::harmonic) l2_norms();
+    } else if (basis == FilterBasis::fourier_bessel) {
+      modes_ = fourier_bessel_modes(shape);
+      // analytic L2 norms on the unit disk: |J_{m+1}(alpha)| / sqrt(2) times sqrt(2 pi) (m = 0) or sqrt(pi)
+      for (const BesselMode& b : modes_) {
+        const double radial = std::max(std::fabs(std::cyl_bessel_j(b.m + 1.0, b.alpha)) / std::sqrt(2.0), 1e-12);
+        const double angular = b.m == 0 ? std::sqrt(2.0 * kPi) : std::sqrt(kPi);
+        norms_.push_back(std::max(1.0 * radial * angular, 1e-12));
+      }
     } else {  // zernike
       nmax_ = shape[0];
       zn_.resize(static_cast<std::size_t>(K_));
@@ -109,6 +139,14 @@ class Basis {
         value = harmonic(k, r / rc_, phi);
         if (!norms_.empty()) value = value / std::max(norms_[static_cast<std::size_t>(k)], 1e-12);
         return true;
+      case FilterBasis::fourier_bessel: {
+        if (!(r <= rc_)) return false;
+        const BesselMode& b = modes_[static_cast<std::size_t>(k)];
+        const double radial = std::cyl_bessel_j(static_cast<double>(b.m), b.alpha * (r / rc_));
+        const double mphi = static_cast<double>(b.m) * phi;
+        value = radial * (b.cosine ? std::cos(mphi) : std::sin(mphi)) / norms_[static_cast<std::size_t>(k)];
+        return true;
+      }
       default:
         if (!(r <= rc_)) return false;
         value = zernike(k, r / rc_, phi);
@@ -216,6 +254,7 @@ class Basis {
   int nmax_ = 0;
   std::vector<int> zn_, zl_;
   std::vector<float> fact32_;
+  std::vector<BesselMode> modes_;
 };
 
 /// Kernel indices whose functions are isotropic (the official isotropic_mask; used by "modal").
@@ -228,6 +267,9 @@ std::vector<bool> isotropic_mask(FilterBasis basis, const std::vector<int>& shap
   } else if (basis == FilterBasis::zernike) {
     for (int n = 0, k = 0; n < shape[0]; ++n)
       for (int l = 0; l <= n; ++l, ++k) iso[static_cast<std::size_t>(k)] = 2 * l - n == 0;
+  } else if (basis == FilterBasis::fourier_bessel) {
+    const auto modes = fourier_bessel_modes(shape);
+    for (std::size_t k = 0; k < modes.size() && k < iso.size(); ++k) iso[k] = modes[k].m == 0;
   } else {
     iso[0] = true;
   }
@@ -288,6 +330,7 @@ int filter_basis_size(FilterBasis basis, const std::vector<int>& shape) {
     }
     case FilterBasis::harmonic:
     case FilterBasis::morlet: return shape[0] * (shape.size() == 2 ? shape[1] : shape[0]);
+    case FilterBasis::fourier_bessel: return static_cast<int>(fourier_bessel_modes(shape).size());
     default: return shape[0] * (shape[0] + 1) / 2;
   }
 }
@@ -299,30 +342,96 @@ double disco_theta_cutoff(const DiscoConfig& c) {
   return default_theta_cutoff(c.nlat_out, c.grid_out);
 }
 
-FilterTable compute_filter_table(const DiscoConfig& c) {
-  if (c.nlat_in < 1 || c.nlon_in < 1) invalid("DISCO: in_shape (nlat_in, nlon_in) must be positive");
-  if (c.nlat_out < 1 || c.nlon_out < 1) invalid("DISCO: out_shape (nlat_out, nlon_out) must be positive");
-  if (c.nlon_in % c.nlon_out != 0)
-    throw Error(ErrorCode::unsupported,
-                "DISCO: nlon_in (" + std::to_string(c.nlon_in) + ") must be an integer multiple of nlon_out (" +
-                    std::to_string(c.nlon_out) +
-                    "); the transpose / upsampling convolution (DiscreteContinuousConvTransposeS2) is not implemented");
-  const double cutoff = disco_theta_cutoff(c);
+double disco_transpose_theta_cutoff(const DiscoConfig& c) {
+  if (std::isnan(c.theta_cutoff) || std::isinf(c.theta_cutoff))
+    invalid("theta_cutoff must be finite, got " + std::to_string(c.theta_cutoff));
+  if (c.theta_cutoff > 0.0) return c.theta_cutoff;
+  return default_theta_cutoff(c.nlat_in, c.grid_in);
+}
+
+std::vector<double> bessel_j_zeros(int m, int n) {
+  if (m < 0 || n < 1)
+    invalid("bessel_j_zeros: order m must be >= 0 and the count n >= 1, got m = " + std::to_string(m) +
+            ", n = " + std::to_string(n));
+  const double nu = m;
+  auto J = [nu](double x) { return std::cyl_bessel_j(nu, x); };
+  // No zero of J_m lies in (0, m]; consecutive zeros are more than 3 apart (pi - 0.03 at worst, for m = 0),
+  // so a scan with step 0.25 from x = m sees each sign change alone.
+  std::vector<double> zeros;
+  double a = std::max(nu, 0.25), fa = J(a);
+  while (static_cast<int>(zeros.size()) < n) {
+    const double b = a + 0.25, fb = J(b);
+    if (fb == 0.0) {
+      zeros.push_back(b);
+    } else if ((fa < 0.0) != (fb < 0.0)) {
+      // Newton steps on J_m (J_m' = m/x J_m - J_{m+1}) kept inside the bracket, bisection otherwise,
+      // until the bracket closes to adjacent doubles or the step vanishes.
+      double lo = a, hi = b, flo = fa, x = 0.5 * (a + b);
+      for (int it = 0; it < 200; ++it) {
+        const double fx = J(x);
+        if (fx == 0.0) {
+          lo = hi = x;
+          break;
+        }
+        if ((fx < 0.0) == (flo < 0.0)) {
+          lo = x;
+          flo = fx;
+        } else {
+          hi = x;
+        }
+        const double d = nu / x * fx - std::cyl_bessel_j(nu + 1.0, x);
+        double next = d != 0.0 ? x - fx / d : 0.5 * (lo + hi);
+        if (!(next > lo && next < hi)) next = 0.5 * (lo + hi);
+        if (next == x || next == lo || next == hi) break;
+        x = next;
+      }
+      // the better end of the final bracket (x lies in it)
+      double best = x;
+      for (double c : {lo, hi})
+        if (std::fabs(J(c)) < std::fabs(J(best))) best = c;
+      zeros.push_back(best);
+    }
+    a = b;
+    fa = fb;
+  }
+  return zeros;
+}
+
+namespace {
+
+/// The roles of the two grids when building psi. The forward convolution evaluates the basis on the input
+/// grid around each output latitude (rows = output latitudes, columns = input points); the transpose
+/// builds the table of the forward convolution from its output grid to its input grid (rows = its input
+/// latitudes, columns = its output points) and normalises it "transposed".
+struct TableGeometry {
+  FilterBasis basis = FilterBasis::piecewise_linear;
+  std::vector<int> kernel_shape;
+  BasisNormMode norm_mode = BasisNormMode::nodal;
+  double cutoff = 0.0;
+  int nlat_rows = 0, nlon_rows = 0;
+  Grid grid_rows = Grid::equiangular;
+  int nlat_cols = 0, nlon_cols = 0;
+  Grid grid_cols = Grid::equiangular;
+  bool transpose = false;
+};
+
+FilterTable build_table(const TableGeometry& c) {
+  const double cutoff = c.cutoff;
   const double rc = (1.0 + kThetaCutoffEps) * cutoff;
   const Basis basis(c.basis, c.kernel_shape, rc);
   const int K = basis.size();
 
-  const Latitudes in = latitudes(c.nlat_in, c.grid_in), out = latitudes(c.nlat_out, c.grid_out);
-  const std::vector<double> lon = longitudes(c.nlon_in);
+  const Latitudes cols = latitudes(c.nlat_cols, c.grid_cols), rows = latitudes(c.nlat_rows, c.grid_rows);
+  const std::vector<double> lon = longitudes(c.nlon_cols);
   const std::size_t W = lon.size();
-  std::vector<double> cbeta(W), sbeta(W), cgamma(in.colatitude.size()), sgamma(in.colatitude.size());
+  std::vector<double> cbeta(W), sbeta(W), cgamma(cols.colatitude.size()), sgamma(cols.colatitude.size());
   for (std::size_t w = 0; w < W; ++w) {
     cbeta[w] = std::cos(lon[w]);
     sbeta[w] = std::sin(lon[w]);
   }
-  for (std::size_t h = 0; h < in.colatitude.size(); ++h) {
-    cgamma[h] = std::cos(in.colatitude[h]);
-    sgamma[h] = std::sin(in.colatitude[h]);
+  for (std::size_t h = 0; h < cols.colatitude.size(); ++h) {
+    cgamma[h] = std::cos(cols.colatitude[h]);
+    sgamma[h] = std::sin(cols.colatitude[h]);
   }
 
   // Entries in the official construction order (t, k, hi, wi); group g = (k, t) is contiguous.
@@ -330,9 +439,9 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
   std::vector<double> val;
   std::vector<double> r_pt, phi_pt;
   std::vector<std::int64_t> col_pt;
-  const auto& ci = in.colatitude;
-  for (int t = 0; t < c.nlat_out; ++t) {
-    const double theta_out = out.colatitude[static_cast<std::size_t>(t)];
+  const auto& ci = cols.colatitude;
+  for (int t = 0; t < c.nlat_rows; ++t) {
+    const double theta_out = rows.colatitude[static_cast<std::size_t>(t)];
     const auto lo = static_cast<int>(std::lower_bound(ci.begin(), ci.end(), theta_out - rc) - ci.begin());
     const auto hi = static_cast<int>(std::upper_bound(ci.begin(), ci.end(), theta_out + rc) - ci.begin()) - 1;
     const double alpha = -theta_out, ca = std::cos(alpha), sa = std::sin(alpha);
@@ -356,7 +465,7 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
         if (phi < 0.0) phi = phi + 2.0 * kPi;
         r_pt.push_back(theta);
         phi_pt.push_back(phi);
-        col_pt.push_back(static_cast<std::int64_t>(h) * c.nlon_in + static_cast<std::int64_t>(w));
+        col_pt.push_back(static_cast<std::int64_t>(h) * c.nlon_cols + static_cast<std::int64_t>(w));
       }
     }
     for (int k = 0; k < K; ++k)
@@ -370,13 +479,19 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
       }
   }
 
-  // Normalisation per group (k, t), sums in the construction order, as the official scatter_add.
-  const std::size_t nnz = val.size(), G = static_cast<std::size_t>(K) * static_cast<std::size_t>(c.nlat_out);
+  // Normalisation per group, sums in the construction order, as the official scatter_add. Forward: groups
+  // (k, row latitude), quadrature weight of the column latitude. Transpose: groups (k, column latitude),
+  // quadrature weight of the row latitude (both divided by the column grid's nlon).
+  const int nlat_groups = c.transpose ? c.nlat_cols : c.nlat_rows;
+  const std::size_t nnz = val.size(), G = static_cast<std::size_t>(K) * static_cast<std::size_t>(nlat_groups);
   std::vector<double> q(nnz), support(G, 0.0), bias(G, 0.0), scale(G, 0.0);
   std::vector<std::size_t> gid(nnz);
   for (std::size_t n = 0; n < nnz; ++n) {
-    q[n] = in.weight[static_cast<std::size_t>(col[n] / c.nlon_in)] / c.nlon_in / 2.0;
-    gid[n] = static_cast<std::size_t>(ker[n]) * static_cast<std::size_t>(c.nlat_out) + static_cast<std::size_t>(row[n]);
+    const std::int64_t col_lat = col[n] / c.nlon_cols;
+    q[n] = c.transpose ? rows.weight[static_cast<std::size_t>(row[n])] / c.nlon_cols / 2.0
+                       : cols.weight[static_cast<std::size_t>(col_lat)] / c.nlon_cols / 2.0;
+    gid[n] = static_cast<std::size_t>(ker[n]) * static_cast<std::size_t>(nlat_groups) +
+             static_cast<std::size_t>(c.transpose ? col_lat : row[n]);
     support[gid[n]] += q[n];
   }
   const BasisNormMode mode = c.norm_mode;
@@ -393,13 +508,13 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
   } else if (mode == BasisNormMode::mean) {
     std::vector<double> bias_k(static_cast<std::size_t>(K), 0.0), scale_k(static_cast<std::size_t>(K), 0.0);
     for (int k = 0; k < K; ++k) {
-      for (int t = 0; t < c.nlat_out; ++t) {
-        const std::size_t g = static_cast<std::size_t>(k) * static_cast<std::size_t>(c.nlat_out) + static_cast<std::size_t>(t);
+      for (int t = 0; t < nlat_groups; ++t) {
+        const std::size_t g = static_cast<std::size_t>(k) * static_cast<std::size_t>(nlat_groups) + static_cast<std::size_t>(t);
         bias_k[static_cast<std::size_t>(k)] += bias[g];
         scale_k[static_cast<std::size_t>(k)] += scale[g];
       }
-      bias_k[static_cast<std::size_t>(k)] /= c.nlat_out;
-      scale_k[static_cast<std::size_t>(k)] /= c.nlat_out;
+      bias_k[static_cast<std::size_t>(k)] /= nlat_groups;
+      scale_k[static_cast<std::size_t>(k)] /= nlat_groups;
     }
     for (std::size_t n = 0; n < nnz; ++n) {
       const auto k = static_cast<std::size_t>(ker[n]);
@@ -412,13 +527,18 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
     for (std::size_t n = 0; n < nnz; ++n) val[n] = val[n] / s;
   }
   for (std::size_t n = 0; n < nnz; ++n) val[n] = val[n] * q[n];
+  if (c.transpose) {
+    // the official correction for the longitude ratio: divided by nlon_rows / nlon_cols
+    const double correction = static_cast<double>(c.nlon_rows) / static_cast<double>(c.nlon_cols);
+    for (std::size_t n = 0; n < nnz; ++n) val[n] = val[n] / correction;
+  }
 
   // Stable counting sort by kernel index (the official preprocess_psi): order (k, t, hi, wi).
   FilterTable table;
   table.kernel_size = K;
-  table.nlat_out = c.nlat_out;
-  table.nlat_in = c.nlat_in;
-  table.nlon_in = c.nlon_in;
+  table.nlat_out = c.nlat_rows;
+  table.nlat_in = c.nlat_cols;
+  table.nlon_in = c.nlon_cols;
   std::vector<std::size_t> start(static_cast<std::size_t>(K) + 1, 0);
   for (std::size_t n = 0; n < nnz; ++n) ++start[static_cast<std::size_t>(ker[n]) + 1];
   for (std::size_t k = 0; k < static_cast<std::size_t>(K); ++k) start[k + 1] += start[k];
@@ -434,6 +554,53 @@ FilterTable compute_filter_table(const DiscoConfig& c) {
     table.val[dst] = val[n];
   }
   return table;
+}
+
+}  // namespace
+
+FilterTable compute_filter_table(const DiscoConfig& c) {
+  if (c.nlat_in < 1 || c.nlon_in < 1) invalid("DISCO: in_shape (nlat_in, nlon_in) must be positive");
+  if (c.nlat_out < 1 || c.nlon_out < 1) invalid("DISCO: out_shape (nlat_out, nlon_out) must be positive");
+  if (c.nlon_in % c.nlon_out != 0)
+    throw Error(ErrorCode::unsupported,
+                "DISCO: nlon_in (" + std::to_string(c.nlon_in) + ") must be an integer multiple of nlon_out (" +
+                    std::to_string(c.nlon_out) +
+                    "); for upsampling use the transpose convolution (compute_transpose_filter_table, "
+                    "DiscoConvTransposeS2)");
+  TableGeometry g;
+  g.basis = c.basis;
+  g.kernel_shape = c.kernel_shape;
+  g.norm_mode = c.norm_mode;
+  g.cutoff = disco_theta_cutoff(c);
+  g.nlat_rows = c.nlat_out;
+  g.nlon_rows = c.nlon_out;
+  g.grid_rows = c.grid_out;
+  g.nlat_cols = c.nlat_in;
+  g.nlon_cols = c.nlon_in;
+  g.grid_cols = c.grid_in;
+  return build_table(g);
+}
+
+FilterTable compute_transpose_filter_table(const DiscoConfig& c) {
+  if (c.nlat_in < 1 || c.nlon_in < 1) invalid("DISCO transpose: in_shape (nlat_in, nlon_in) must be positive");
+  if (c.nlat_out < 1 || c.nlon_out < 1) invalid("DISCO transpose: out_shape (nlat_out, nlon_out) must be positive");
+  if (c.nlon_out % c.nlon_in != 0)
+    throw Error(ErrorCode::unsupported, "DISCO transpose: nlon_out (" + std::to_string(c.nlon_out) +
+                                            ") must be an integer multiple of nlon_in (" + std::to_string(c.nlon_in) +
+                                            ")");
+  TableGeometry g;
+  g.basis = c.basis;
+  g.kernel_shape = c.kernel_shape;
+  g.norm_mode = c.norm_mode;
+  g.cutoff = disco_transpose_theta_cutoff(c);
+  g.nlat_rows = c.nlat_in;
+  g.nlon_rows = c.nlon_in;
+  g.grid_rows = c.grid_in;
+  g.nlat_cols = c.nlat_out;
+  g.nlon_cols = c.nlon_out;
+  g.grid_cols = c.grid_out;
+  g.transpose = true;
+  return build_table(g);
 }
 
 }  // namespace surrogate::sphere

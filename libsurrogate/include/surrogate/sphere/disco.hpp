@@ -1,10 +1,15 @@
 // DISCO (discrete-continuous) convolution on the sphere: torch-harmonics' DiscreteContinuousConvS2
 // (0.9.3 semantics, eval) on the CPU, with the filter tensor psi computed here as the official module
 // computes it (float64 geometry, the (1 + 1e-3) cutoff slack, the filter basis, the basis normalisation,
-// the merged quadrature weights). Gather mode only (nlon_in a multiple of nlon_out).
+// the merged quadrature weights), and its transpose DiscreteContinuousConvTransposeS2 (upsampling).
 //
+// DiscoConvS2 (nlon_in a multiple of nlon_out, p = nlon_in / nlon_out):
 //   y[b, c, k, t, wo] = sum_{(hi, wi)} psi[k, t, hi*nlon_in + wi] x[b, c, hi, (wi + p*wo) mod nlon_in],
-//   out[b, o, t, wo]  = sum_{c in group(o), k} W[o, c, k] y[b, c, k, t, wo] (+ bias[o]),  p = nlon_in / nlon_out.
+//   out[b, o, t, wo]  = sum_{c in group(o), k} W[o, c, k] y[b, c, k, t, wo] (+ bias[o]).
+// DiscoConvTransposeS2 (nlon_out a multiple of nlon_in, p = nlon_out / nlon_in), psi the transpose table
+// (rows = input latitudes ti, columns = output points ho*nlon_out + wo, for input longitude 0):
+//   out[b, o, ho, (wo + p*wi) mod nlon_out] += sum_{c in group(o), k} W[o, c, k] psi[k, ti, ho*nlon_out + wo]
+//                                              x[b, c, ti, wi]   (+ bias[o]), the adjoint of the gather.
 //
 // Semantics, options, version notes and measured errors: share/docs/sphere.md ("DISCO convolution");
 // specification: docs/reference-models.md §5.6.
@@ -26,8 +31,10 @@ namespace surrogate::sphere {
 ///    L2 norm on the unit disk, kernel_shape (n0, n1) or n (= (n, n));
 ///  * morlet ("morlet", deprecated alias in 0.9.3): the harmonic basis without the L2 normalisation;
 ///  * zernike ("zernike"): L2-normalised Zernike polynomials up to radial order n_max = kernel_shape[0];
-///  * fourier_bessel ("fourier-bessel"): needs scipy's Bessel zeros; recognised but not implemented
-///    (compute_filter_table throws Error(unsupported)); a table from the model file still works.
+///  * fourier_bessel ("fourier-bessel"): J_m(alpha_{m,n} r / rc) {cos, sin}(m phi) divided by its analytic L2
+///    norm on the unit disk, kernel_shape (n_radial, m_max) or n (= (n, n)): for m = 0 .. m_max the zeros
+///    alpha_{m,n} (n <= n_radial) of J_m up to the n_radial-th zero of J_0, a cosine and (m > 0) a sine
+///    function each, ordered by alpha (Bessel functions: std::cyl_bessel_j; zeros: bessel_j_zeros).
 enum class FilterBasis { piecewise_linear, morlet, zernike, harmonic, fourier_bessel };
 
 /// torch-harmonics 0.9.3's `basis_norm_mode` values: "none", "nodal", "modal", "mean", "support",
@@ -45,9 +52,15 @@ BasisNormMode parse_basis_norm_mode(const std::string& name);
 
 /// Number of basis functions K of a kernel shape (1 or 2 entries) for a basis:
 /// piecewise linear (nr//2)*nphi + nr%2 (one entry: nphi = 1); harmonic/morlet n0*n1 (one entry n: n*n);
-/// zernike n(n+1)/2 with n = kernel_shape[0]. Error(invalid_argument) naming `kernel_shape` for an
-/// empty/over-long shape or non-positive entries; Error(unsupported) for fourier_bessel.
+/// zernike n(n+1)/2 with n = kernel_shape[0]; fourier-bessel the number of selected (m, n, cos/sin) modes
+/// (e.g. (3, 3): 13). Error(invalid_argument) naming `kernel_shape` for an empty/over-long shape or
+/// non-positive entries (fourier-bessel allows m_max = 0).
 int filter_basis_size(FilterBasis basis, const std::vector<int>& kernel_shape);
+
+/// The first n positive zeros of the Bessel function J_m (float64): scan for sign changes of
+/// std::cyl_bessel_j, then safeguarded Newton / bisection in the bracket down to adjacent doubles.
+/// Error(invalid_argument) for m < 0 or n < 1.
+std::vector<double> bessel_j_zeros(int m, int n);
 
 struct DiscoConfig {
   int in_channels = 0, out_channels = 0;
@@ -65,6 +78,9 @@ struct DiscoConfig {
 /// 0.9.3 default = the largest colatitude gap of the OUTPUT grid (default_theta_cutoff(nlat_out,
 /// grid_out); pi/(nlat_out-1) on equiangular grids).
 double disco_theta_cutoff(const DiscoConfig& config);
+/// The cutoff of the transpose convolution: config.theta_cutoff if > 0, else the 0.9.3 default of
+/// DiscreteContinuousConvTransposeS2 = the largest colatitude gap of the INPUT grid.
+double disco_transpose_theta_cutoff(const DiscoConfig& config);
 
 /// psi of DiscreteContinuousConvS2 in COO form, sorted as torch-harmonics orders it (by kernel index,
 /// then output latitude, then column): entry n is (ker[n], row[n] = output latitude t, col[n] =
@@ -81,8 +97,17 @@ struct FilterTable {
 
 /// Computes psi as torch-harmonics 0.9.3 does for this configuration. Errors (naming the argument):
 /// invalid_argument for bad sizes/kernel shapes/cutoffs, unsupported for nlon_in % nlon_out != 0
-/// (DiscreteContinuousConvTransposeS2 / upsampling is not implemented) and for fourier_bessel.
+/// (upsampling: compute_transpose_filter_table / DiscoConvTransposeS2).
 FilterTable compute_filter_table(const DiscoConfig& config);
+
+/// psi of DiscreteContinuousConvTransposeS2 as torch-harmonics 0.9.3 computes it: the table of the forward
+/// convolution from the OUTPUT grid to the INPUT grid (grids swapped; cutoff disco_transpose_theta_cutoff),
+/// normalised per (k, output latitude) group with the quadrature weights of the INPUT latitude,
+/// w_ti / nlon_out / 2, merged, then divided by nlon_in / nlon_out. In FilterTable terms (the table's own
+/// roles): nlat_out = config.nlat_in rows (ker, row = input latitude ti, col = ho * nlon_out + wo),
+/// nlat_in = config.nlat_out, nlon_in = config.nlon_out; order (k, ti, ho, wo).
+/// Errors: invalid_argument as compute_filter_table, unsupported for nlon_out % nlon_in != 0.
+FilterTable compute_transpose_filter_table(const DiscoConfig& config);
 
 class DiscoConvS2 {
  public:
@@ -107,6 +132,40 @@ class DiscoConvS2 {
   /// [in_begin, in_end) of every sample, which must contain input_rows(out_begin, out_end);
   /// out likewise with rows [out_begin, out_end). Each output value is computed exactly as forward()
   /// computes it (bitwise the same).
+  void forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                    int out_end) const;
+
+  const DiscoConfig& config() const;
+  int kernel_size() const;
+  const FilterTable& table() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+/// torch-harmonics' DiscreteContinuousConvTransposeS2 (0.9.3 semantics, eval): the same options as
+/// DiscoConvS2 (weight (out_channels, in_channels/groups, K) as PyTorch stores it), nlon_out a multiple of
+/// nlon_in, default cutoff from the input grid. Computed per output row as a gather (the input rows of the
+/// table entries of that row), psi rounded to float32 and summed in float32, then the packed linear layer
+/// of the forward convolution (the same row contraction as DiscoConvS2; no full-grid scratch).
+class DiscoConvTransposeS2 {
+ public:
+  /// table: nullptr = compute_transpose_filter_table(config); otherwise a table from the model file
+  /// (checked: kernel size, its grid (nlat_out = config.nlat_in, nlat_in = config.nlat_out, nlon_in =
+  /// config.nlon_out), lengths, index ranges, finite values).
+  DiscoConvTransposeS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
+                       const FilterTable* table = nullptr);
+  ~DiscoConvTransposeS2();
+  DiscoConvTransposeS2(DiscoConvTransposeS2&&) noexcept;
+  DiscoConvTransposeS2& operator=(DiscoConvTransposeS2&&) noexcept;
+
+  /// Channels last, as DiscoConvS2::forward. OpenMP over (sample, output latitude) rows.
+  void forward(int batch, const float* in, float* out) const;
+  /// The input latitude rows [first, second) that output rows [lat_begin, lat_end) read.
+  std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
+  /// The forward restricted to output rows [out_begin, out_end), with input rows [in_begin, in_end)
+  /// (containing input_rows(out_begin, out_end)); bitwise the values forward() computes.
   void forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
                     int out_end) const;
 

@@ -1,0 +1,156 @@
+// The DISCO row contraction (disco_rows.hpp), shared by the forward and the transpose convolution.
+#include "disco_rows.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/aligned_buffer.hpp"
+
+namespace surrogate::sphere::detail {
+
+using kernels::index_t;
+
+DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size, const FilterTable& table,
+                     bool transpose, const std::vector<float>& weight, const std::vector<float>& bias)
+    : who_(who), config_(config), transpose_(transpose), K(kernel_size) {
+  auto fail = [&](const std::string& m) { throw Error(ErrorCode::weights, who_ + ": " + m); };
+  const int G = config.groups;
+  Cg = config.in_channels / G;
+  Og = config.out_channels / G;
+  const std::size_t wsize = static_cast<std::size_t>(config.out_channels) * static_cast<std::size_t>(Cg) * static_cast<std::size_t>(K);
+  if (weight.size() != wsize)
+    fail("weight has " + std::to_string(weight.size()) + " values, expected (out_channels, in_channels/groups, K) = " +
+         std::to_string(wsize));
+  for (float v : weight)
+    if (!std::isfinite(v)) fail("weight has a non-finite value");
+  if (config.bias) {
+    if (bias.size() != static_cast<std::size_t>(config.out_channels))
+      fail("bias has " + std::to_string(bias.size()) + " values, expected out_channels = " + std::to_string(config.out_channels));
+    for (float v : bias)
+      if (!std::isfinite(v)) fail("bias has a non-finite value");
+  } else if (!bias.empty()) {
+    fail("bias given but config.bias is false");
+  }
+
+  // Per-group linear layers: W'[o][k*Cg + c] = W[g*Og + o][c][k].
+  blk = static_cast<int>(kernels::round_up(static_cast<index_t>(K) * Cg, kernels::kPad));
+  ld_y = G * blk;
+  std::vector<float> wg(static_cast<std::size_t>(Og) * static_cast<std::size_t>(K) * static_cast<std::size_t>(Cg));
+  for (int g = 0; g < G; ++g) {
+    for (int o = 0; o < Og; ++o)
+      for (int c = 0; c < Cg; ++c)
+        for (int k = 0; k < K; ++k)
+          wg[(static_cast<std::size_t>(o) * K + k) * Cg + c] = weight[((static_cast<std::size_t>(g) * Og + o) * Cg + c) * K + k];
+    layers.emplace_back(wg.data(), config.bias ? bias.data() + static_cast<std::size_t>(g) * Og : nullptr, Og, K * Cg);
+  }
+  out_pad = layers.front().out_pad();
+
+  // Regroup the entries by (output row, k), keeping the table order inside each group. The table's column
+  // grid is the input grid (forward) or the output grid (transpose).
+  const std::size_t nnz = table.val.size(), S = static_cast<std::size_t>(config.nlat_out) * static_cast<std::size_t>(K);
+  const std::int64_t ncol_lon = transpose ? config.nlon_out : config.nlon_in;
+  auto out_row = [&](std::size_t i) { return transpose ? table.col[i] / ncol_lon : table.row[i]; };
+  seg.assign(S + 1, 0);
+  for (std::size_t i = 0; i < nnz; ++i) ++seg[static_cast<std::size_t>(out_row(i) * K + table.ker[i]) + 1];
+  std::partial_sum(seg.begin(), seg.end(), seg.begin());
+  std::vector<std::int64_t> fill(seg.begin(), seg.end() - 1);
+  e_lat.resize(nnz);
+  e_lon.resize(nnz);
+  e_val.resize(nnz);
+  for (std::size_t i = 0; i < nnz; ++i) {
+    const auto dst = static_cast<std::size_t>(fill[static_cast<std::size_t>(out_row(i) * K + table.ker[i])]++);
+    e_lat[dst] = static_cast<std::int32_t>(transpose ? table.row[i] : table.col[i] / ncol_lon);
+    e_lon[dst] = static_cast<std::int32_t>(table.col[i] % ncol_lon);
+    e_val[dst] = static_cast<float>(table.val[i]);
+  }
+}
+
+std::pair<int, int> DiscoRows::input_rows(int lat_begin, int lat_end) const {
+  int first = config_.nlat_in, last = -1;
+  const auto Ks = static_cast<std::size_t>(K);
+  for (int t = std::max(lat_begin, 0); t < std::min(lat_end, config_.nlat_out); ++t)
+    for (std::int64_t z = seg[static_cast<std::size_t>(t) * Ks]; z < seg[static_cast<std::size_t>(t + 1) * Ks]; ++z) {
+      first = std::min(first, e_lat[static_cast<std::size_t>(z)]);
+      last = std::max(last, e_lat[static_cast<std::size_t>(z)]);
+    }
+  return last < 0 ? std::pair{lat_begin, lat_begin} : std::pair{first, last + 1};
+}
+
+void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end) const {
+  auto fail = [&](const std::string& m) { throw Error(ErrorCode::invalid_argument, who_ + ": " + m); };
+  if (batch < 0) fail("batch must be non-negative, got " + std::to_string(batch));
+  const DiscoConfig& c = config_;
+  if (out_begin < 0 || out_end > c.nlat_out || out_begin > out_end)
+    fail("output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) + ") outside [0, nlat_out = " +
+         std::to_string(c.nlat_out) + ")");
+  if (batch == 0 || out_begin == out_end) return;
+  if (!in || !out) fail("in and out must not be null");
+  const auto needed = input_rows(out_begin, out_end);
+  if (needed.first < needed.second && (needed.first < in_begin || needed.second > in_end))
+    fail("output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) + ") read input rows [" +
+         std::to_string(needed.first) + ", " + std::to_string(needed.second) + "), the given input holds [" +
+         std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
+  const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
+  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin;
+  // The stride pairing of disco_rows.hpp: j runs over nj values; src = (s0 + ss*j) mod Wi, dst = (d0 + ds*j) mod Wo.
+  const int nj = transpose_ ? Wi : Wo;
+  const int ss = transpose_ ? 1 : Wi / Wo, ds = transpose_ ? Wo / Wi : 1;
+  const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
+  const index_t rows = static_cast<index_t>(batch) * Ho;
+
+#pragma omp parallel
+  {
+    kernels::AlignedBuffer<float> y(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(ld_y));
+    kernels::AlignedBuffer<float> o(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(out_pad));
+    float* yd = y.data();
+    float* od = o.data();
+#pragma omp for schedule(dynamic, 1)
+    for (index_t r = 0; r < rows; ++r) {
+      const index_t b = r / Ho;
+      const int t = out_begin + static_cast<int>(r % Ho);  // the global output latitude
+      const float* xb = in + b * Pi * Cin;                 // input row hi at (hi - in_begin) * Wi * Cin
+      std::memset(yd, 0, sizeof(float) * static_cast<std::size_t>(Wo) * static_cast<std::size_t>(ld_y));
+      for (int k = 0; k < K; ++k) {
+        const auto sk = static_cast<std::size_t>(t) * static_cast<std::size_t>(K) + static_cast<std::size_t>(k);
+        for (std::int64_t z = seg[sk]; z < seg[sk + 1]; ++z) {
+          const auto zi = static_cast<std::size_t>(z);
+          const float v = e_val[zi];
+          const float* xrow = xb + static_cast<index_t>(e_lat[zi] - in_begin) * Wi * Cin;
+          int s = transpose_ ? 0 : e_lon[zi], d = transpose_ ? e_lon[zi] : 0;
+          for (int j = 0; j < nj; ++j) {
+            const float* src = xrow + static_cast<index_t>(s) * Cin;
+            float* dst = yd + static_cast<index_t>(d) * ld_y + static_cast<index_t>(k) * Cg;
+            for (int g = 0; g < G; ++g) {
+              const float* sg = src + static_cast<index_t>(g) * Cg;
+              float* dg = dst + static_cast<index_t>(g) * blk;
+              for (int ch = 0; ch < Cg; ++ch) dg[ch] += v * sg[ch];
+            }
+            s += ss;
+            if (s >= Wi) s -= Wi;
+            d += ds;
+            if (d >= Wo) d -= Wo;
+          }
+        }
+      }
+      float* orow = out + (b * Po + static_cast<index_t>(t - out_begin) * Wo) * Cout;
+      for (int g = 0; g < G; ++g) {
+        kernels::LinearArgs a;
+        a.layer = &layers[static_cast<std::size_t>(g)];
+        a.x = yd + static_cast<index_t>(g) * blk;
+        a.ldx = ld_y;
+        a.y = od;
+        a.ldy = out_pad;
+        a.rows = Wo;
+        kernels::cpu().linear(a);
+        for (int wo = 0; wo < Wo; ++wo)
+          std::memcpy(orow + static_cast<index_t>(wo) * Cout + static_cast<index_t>(g) * Og, od + static_cast<index_t>(wo) * out_pad,
+                      sizeof(float) * static_cast<std::size_t>(Og));
+      }
+    }
+  }
+}
+
+}  // namespace surrogate::sphere::detail

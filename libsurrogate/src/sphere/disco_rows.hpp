@@ -1,0 +1,46 @@
+// The row contraction shared by DiscoConvS2 and DiscoConvTransposeS2 (share/docs/sphere.md, "DISCO
+// convolution"). Both compute each (sample, output latitude) row independently:
+//  1. y[wo][g][k][c] = sum over the table entries z of the groups (output row, k), in table order, of
+//     psi_z x[lat_z, lon, g*Cg + c] in float32 with psi rounded to float32, where an entry pairs input and
+//     output longitudes along a stride:
+//       forward   (p = nlon_in / nlon_out):  output wo = j, input (lon_z + p*j) mod nlon_in,  j < nlon_out;
+//       transpose (p = nlon_out / nlon_in):  input wi = j, output (lon_z + p*j) mod nlon_out, j < nlon_in
+//     (lon_z: the entry's input longitude, resp. output longitude, for the other grid's longitude 0);
+//  2. out[wo][g*Og + o] = sum_{k,c} W[g*Og + o, c, k] y[wo][g][k][c] (+ bias): one packed linear layer per
+//     group (kernels::PackedLinear, K*Cg inputs) over the nlon_out longitudes of the row.
+// The scratch is one row's y (nlon_out x K*Cin floats) per thread, never the whole grid.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/sphere/disco.hpp"
+
+namespace surrogate::sphere::detail {
+
+class DiscoRows {
+ public:
+  /// who: the operator name for messages. transpose: the table is a compute_transpose_filter_table table.
+  /// weight (out_channels, in_channels/groups, K) and bias as the operators take them (checked here).
+  DiscoRows(const char* who, const DiscoConfig& config, int kernel_size, const FilterTable& table, bool transpose,
+            const std::vector<float>& weight, const std::vector<float>& bias);
+
+  std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
+  void run(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end) const;
+
+ private:
+  std::string who_;
+  DiscoConfig config_;
+  bool transpose_ = false;
+  int K = 0, Cg = 0, Og = 0, blk = 0, ld_y = 0, out_pad = 0;
+  // Entries regrouped by (output row t, k), table order kept within a group: [seg[t*K+k], seg[t*K+k+1]).
+  std::vector<std::int64_t> seg;
+  std::vector<std::int32_t> e_lat, e_lon;  // input latitude; longitude as described above
+  std::vector<float> e_val;
+  std::vector<kernels::PackedLinear> layers;  // one per group, inputs ordered (k, c)
+};
+
+}  // namespace surrogate::sphere::detail
