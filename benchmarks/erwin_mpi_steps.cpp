@@ -1,9 +1,11 @@
 // Times the registered Erwin model distributed over MPI ranks, call after call on one geometry (the
 // first call builds the distributed plan: gathers, graph, tree, exchange plans; later calls reuse it):
-//   mpirun -np P erwin_mpi_steps POINTS [CALLS]
+//   mpirun -np P erwin_mpi_steps POINTS [CALLS] [ORDER]
 // The model has random weights (fixed seed) and the configuration below (3-D, c_hidden [64, 128], balls
 // [128, 64], stride 2, rotate 45 degrees, 2 message-passing steps on the kNN 8 graph it builds); POINTS
-// random points in the unit cube, one sample, split evenly over the ranks. Prints, per call and rank,
+// random points in the unit cube, one sample, split evenly over the ranks; ORDER = random (default: global
+// ids in generation order, so every rank's block is spread over the whole cube) or slabs (ids by
+// increasing x, as a solver's mesh numbering is spatially coherent: every rank's block is a slab). Prints, per call and rank,
 // wall time, the rank's CPU time and its peak RSS (the MPI runtime and this program's own copy of all
 // points included). Not run by CI. Docs: share/docs/balltree.md ("Running Erwin", multi-rank).
 #include <mpi.h>
@@ -17,6 +19,7 @@
 #include <exception>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "surrogate/erwin.hpp"
@@ -72,10 +75,14 @@ int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   int rc = 0;
   try {
-    if (argc < 2) throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "usage: erwin_mpi_steps POINTS [CALLS]");
+    if (argc < 2)
+      throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "usage: erwin_mpi_steps POINTS [CALLS] [random|slabs]");
     const surrogate::MpiComm comm(MPI_COMM_WORLD);
     const long total = std::atol(argv[1]);
     const int calls = argc > 2 ? std::atoi(argv[2]) : 3;
+    const std::string order = argc > 3 ? argv[3] : "random";
+    if (order != "random" && order != "slabs")
+      throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "erwin_mpi_steps: ORDER must be random or slabs, got " + order);
     const auto model = surrogate::make_model(random_model());
     const int rank = comm.rank(), ranks = comm.size();
     const long begin = total * rank / ranks, end = total * (rank + 1) / ranks, n = end - begin;
@@ -83,6 +90,17 @@ int main(int argc, char** argv) {
     std::uniform_real_distribution<float> uniform;
     std::vector<float> positions(static_cast<std::size_t>(total * 3)), features(positions.size());
     for (float& v : positions) v = uniform(gen);
+    if (order == "slabs") {  // global id = rank of the point's x coordinate
+      std::vector<long> by_x(static_cast<std::size_t>(total));
+      for (long i = 0; i < total; ++i) by_x[static_cast<std::size_t>(i)] = i;
+      std::sort(by_x.begin(), by_x.end(), [&](long a, long b) {
+        return positions[static_cast<std::size_t>(a * 3)] < positions[static_cast<std::size_t>(b * 3)];
+      });
+      std::vector<float> sorted(positions.size());
+      for (long i = 0; i < total; ++i)
+        std::copy_n(positions.begin() + by_x[static_cast<std::size_t>(i)] * 3, 3, sorted.begin() + i * 3);
+      positions = std::move(sorted);
+    }
     for (float& v : features) v = uniform(gen) - 0.5f;
     std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
     for (long i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = begin + i;

@@ -12,6 +12,7 @@
 #include <string>
 #include <utility>
 
+#include "graph_distance.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::graph {
@@ -27,6 +28,7 @@ struct KdTree {
   };
   const Real* points = nullptr;  // the sample's first point (row-major)
   int dim = 0;
+  detail::RoundingMargin<Real> margin{dim};  // after dim: initialised from it
   std::vector<std::int64_t> order;  // local point indices, leaves are contiguous ranges
   std::vector<Node> nodes;
   std::vector<double> lo, hi;  // bounding box per node (dim values each)
@@ -77,24 +79,11 @@ struct KdTree {
       const double d = v < l[c] ? l[c] - v : (v > h[c] ? v - h[c] : 0.0);
       sum += d * d;
     }
-    // The rounded distance of a point can be below the exact one by a few units of relative rounding,
-    // and by a few subnormal steps when the squares underflow.
-    const double rel = (4.0 * dim + 8.0) * std::numeric_limits<Real>::epsilon();
-    const double abs = 4.0 * dim * static_cast<double>(std::numeric_limits<Real>::denorm_min());
-    return sum * (1.0 - rel) - abs;
+    return margin.rounded_below(sum);
   }
 };
 
-/// The squared distance as nanoflann's L2_Simple_Adaptor computes it in Real.
-template <class Real>
-Real squared_distance(const Real* a, const Real* b, int dim) {
-  Real sum = 0;
-  for (int c = 0; c < dim; ++c) {
-    const Real d = a[c] - b[c];
-    sum += d * d;
-  }
-  return sum;
-}
+using detail::squared_distance;
 
 template <class Real>
 using Candidate = std::pair<Real, std::int64_t>;  // (squared distance, local index): lexicographic order

@@ -8,6 +8,7 @@
 
 #include "distributed_internal.hpp"
 #include "surrogate/graph.hpp"
+#include "surrogate/graph_distributed.hpp"
 
 namespace surrogate {
 
@@ -93,6 +94,16 @@ std::string GraphRule::describe() const {
   return "none (edges must be given)";
 }
 
+std::vector<std::int64_t> GraphRule::build_distributed(const Comm& comm, const graph::CanonicalBlocks& blocks, int threads,
+                                                       graph::DistributedGraphStats* stats) const {
+  switch (kind) {
+    case Kind::knn: return graph::knn_graph_distributed(comm, blocks, k, loop, threads, stats).index;
+    case Kind::radius: return graph::radius_graph_distributed(comm, blocks, radius, max_num_neighbors, loop, threads, stats).index;
+    case Kind::none: break;
+  }
+  return build({}, blocks.dim, *blocks.batch, threads);  // the error
+}
+
 std::vector<std::int64_t> GraphRule::build(std::span<const float> positions, int dim, const balltree::Batch& batch,
                                            int threads, graph::ReceiverRange receivers) const {
   switch (kind) {
@@ -169,43 +180,14 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
   }
   if (given || !uses_edges_) return result;
 
-  // Block mode, edges built by the rule: a receiver's candidates are all points of its sample, so this
-  // rank fetches the positions of the samples its block's receivers belong to from their blocks' owners
-  // (the only step of memory O(those samples' points) rather than O(N / P)).
-  const std::int64_t begin = result.block_bounds[static_cast<std::size_t>(comm.rank())];
-  const std::int64_t end = result.block_bounds[static_cast<std::size_t>(comm.rank()) + 1];
-  const std::vector<std::int64_t>& offsets = result.batch.offsets();
-  std::int64_t first_sample = 0, last_sample = -1;  // the samples of [begin, end)
-  if (end > begin) {
-    first_sample = std::upper_bound(offsets.begin(), offsets.end(), begin) - offsets.begin() - 1;
-    last_sample = std::upper_bound(offsets.begin(), offsets.end(), end - 1) - offsets.begin() - 1;
-  }
-  const std::int64_t from = end > begin ? offsets[static_cast<std::size_t>(first_sample)] : 0;
-  const std::int64_t to = end > begin ? offsets[static_cast<std::size_t>(last_sample) + 1] : 0;
-  balltree::RankRanges blocks;
-  blocks.bounds = result.block_bounds;
-  std::vector<int> owner(static_cast<std::size_t>(to - from));
-  std::vector<std::int64_t> key(owner.size());
-  for (std::int64_t c = from; c < to; ++c) {
-    owner[static_cast<std::size_t>(c - from)] = blocks.owner(c);
-    key[static_cast<std::size_t>(c - from)] = c - blocks.begin(owner[static_cast<std::size_t>(c - from)]);
-  }
-  const balltree::ExchangePlan fetch =
-      balltree::ExchangePlan::from_requests(comm, end - begin, owner, key, {}, {});
-  std::vector<float> candidates(owner.size() * static_cast<std::size_t>(dim_));
-  fetch.forward(result.positions.data(), dim_, candidates.data());
-  result.graph_candidate_points = to - from;
+  // Block mode, edges built by the rule: each rank builds its receivers' edges from its block and a halo
+  // of the other ranks' points that can be their neighbours (graph_distributed.hpp), exactly the
+  // one-process edges of its block.
   collectively(comm, [&] {
-    if (end == begin) {
-      if (rule_.kind == GraphRule::Kind::none) rule_.build({}, dim_, result.batch, threads);  // the agreed error
-      return;
-    }
-    std::vector<std::int64_t> local_offsets;
-    for (std::int64_t s = first_sample; s <= last_sample + 1; ++s) local_offsets.push_back(offsets[static_cast<std::size_t>(s)] - from);
-    result.edges = rule_.build(candidates, dim_, balltree::Batch::from_offsets(local_offsets), threads,
-                               graph::ReceiverRange{begin - from, end - from});
-    for (std::int64_t& index : result.edges) index += from;
+    if (rule_.kind == GraphRule::Kind::none) rule_.build({}, dim_, result.batch, threads);  // the agreed error
   });
+  const graph::CanonicalBlocks blocks{result.positions, dim_, &result.batch, result.block_bounds};
+  result.edges = rule_.build_distributed(comm, blocks, threads, &result.graph_stats);
   return result;
 }
 

@@ -22,6 +22,7 @@
 #include "surrogate/balltree.hpp"
 #include "surrogate/balltree_distributed.hpp"
 #include "surrogate/graph.hpp"
+#include "surrogate/graph_distributed.hpp"
 #include "surrogate/model.hpp"
 
 namespace surrogate {
@@ -44,6 +45,12 @@ struct GraphRule {
   /// `receivers` (default: all points; see graph::ReceiverRange).
   std::vector<std::int64_t> build(std::span<const float> positions, int dim, const balltree::Batch& batch,
                                   int threads, graph::ReceiverRange receivers = {}) const;
+  /// The edges of this rank's block's receivers from the canonical blocks, without gathering samples
+  /// (graph_distributed.hpp): exactly build(all positions, ..., ReceiverRange{block}). Collective; `stats`
+  /// (optional) says what this rank held. Kind::none: the same error as build() (not agreed: every rank
+  /// throws it alike).
+  std::vector<std::int64_t> build_distributed(const Comm& comm, const graph::CanonicalBlocks& blocks, int threads,
+                                              graph::DistributedGraphStats* stats = nullptr) const;
 };
 
 /// A predict call's batch in canonical order (samples in order, points of a sample by increasing global
@@ -67,11 +74,11 @@ struct CanonicalBatch {
   std::vector<std::int64_t> owner_row;         // block row -> its row on that rank (block mode)
   /// The most points (records or rows) this rank held in one buffer while computing the canonical
   /// order, the owners and the blocks: at most max(local points, ceil(N / P)) in block mode (the caller's
-  /// rows, its key range of ids, the block). Not counted: the graph rule's gathered samples (below).
+  /// rows, its key range of ids, the block). Not counted: the graph rule's halo (below).
   std::int64_t largest_point_buffer = 0;
-  /// Block mode with a graph rule: the points of the samples this rank's receivers belong to, fetched to
-  /// build their edges (0 otherwise).
-  std::int64_t graph_candidate_points = 0;
+  /// Block mode with a graph rule: the other ranks' points this rank fetched to build its receivers' edges
+  /// (the halo), what it sent, and the samples it had to fetch whole (graph_distributed.hpp; 0 otherwise).
+  graph::DistributedGraphStats graph_stats;
 };
 
 /// How route_canonical treats the edges the caller gave (PointGeometry::edge_index).
@@ -155,8 +162,8 @@ class PointCloudModel : public Model {
 
   /// The batch in canonical order (route_canonical). `block_mode` (the distributed plans): each rank gets
   /// its block (positions, owners), the given edges of its block's receivers or, when the network uses
-  /// edges and none were given, builds those by the graph rule from the positions of the samples its
-  /// receivers belong to (fetched from their blocks' owners). Otherwise (gathered mode, forward_geometry)
+  /// edges and none were given, builds those by the graph rule from its block and a halo of the other
+  /// ranks' points that can be their neighbours (GraphRule::build_distributed). Otherwise (gathered mode, forward_geometry)
   /// the blocks are all-gathered: every rank gets every point (with features when `with_features`) and
   /// every edge (the given ones in rank-major order). Collective; errors (a global id given twice or out
   /// of range, an edge joining two samples) are agreed.
