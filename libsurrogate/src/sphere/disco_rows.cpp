@@ -119,19 +119,31 @@ void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float*
           const auto zi = static_cast<std::size_t>(z);
           const float v = e_val[zi];
           const float* xrow = xb + static_cast<index_t>(e_lat[zi] - in_begin) * Wi * Cin;
-          int s = transpose_ ? 0 : e_lon[zi], d = transpose_ ? e_lon[zi] : 0;
-          for (int j = 0; j < nj; ++j) {
-            const float* src = xrow + static_cast<index_t>(s) * Cin;
-            float* dst = yd + static_cast<index_t>(d) * ld_y + static_cast<index_t>(k) * Cg;
-            for (int g = 0; g < G; ++g) {
-              const float* sg = src + static_cast<index_t>(g) * Cg;
-              float* dg = dst + static_cast<index_t>(g) * blk;
-              for (int ch = 0; ch < Cg; ++ch) dg[ch] += v * sg[ch];
+          // (src, dst) longitudes of j: one of them runs j, the other s0 + p*j and wraps once, at j_wrap:
+          // two runs without wrap tests, in increasing j (the order of the sums is that of j).
+          const int lon0 = e_lon[zi];
+          const int p_step = transpose_ ? ds : ss, wrap_at = transpose_ ? Wo : Wi;
+          const int j_wrap = std::min(nj, (wrap_at - lon0 + p_step - 1) / p_step);
+          for (int run = 0; run < 2; ++run) {
+            const int j0 = run == 0 ? 0 : j_wrap, j1 = run == 0 ? j_wrap : nj;
+            if (j0 >= j1) continue;
+            const int strided0 = lon0 + p_step * j0 - (run == 0 ? 0 : wrap_at);
+            const index_t s0 = transpose_ ? j0 : strided0, d0 = transpose_ ? strided0 : j0;
+            const index_t src_step = static_cast<index_t>(transpose_ ? 1 : p_step) * Cin;
+            const index_t dst_step = static_cast<index_t>(transpose_ ? p_step : 1) * ld_y;
+            const float* src = xrow + s0 * Cin;
+            float* dst = yd + d0 * ld_y + static_cast<index_t>(k) * Cg;
+            if (G == 1) {
+              for (int j = j0; j < j1; ++j, src += src_step, dst += dst_step)
+                for (int ch = 0; ch < Cg; ++ch) dst[ch] += v * src[ch];
+            } else {
+              for (int j = j0; j < j1; ++j, src += src_step, dst += dst_step)
+                for (int g = 0; g < G; ++g) {
+                  const float* sg = src + static_cast<index_t>(g) * Cg;
+                  float* dg = dst + static_cast<index_t>(g) * blk;
+                  for (int ch = 0; ch < Cg; ++ch) dg[ch] += v * sg[ch];
+                }
             }
-            s += ss;
-            if (s >= Wi) s -= Wi;
-            d += ds;
-            if (d >= Wo) d -= Wo;
           }
         }
       }
