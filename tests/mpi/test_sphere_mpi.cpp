@@ -19,6 +19,7 @@
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/sphere/bands.hpp"
+#include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
 namespace st = surrogate::testing;
@@ -205,6 +206,75 @@ TEST(SphereMpi, TransformerBandsOfOneRowAndEmptyRanks) {
     }
     if (P >= 3) {
       EXPECT_EQ(thinnest_internal, 1) << name << ": no internal band of one row was exercised";
+    }
+  }
+}
+
+// DiscoConvTransposeS2 on latitude bands: each rank holds a band of the input grid, fetches the input rows
+// its output band reads (input_rows: the table entries' halo) with fetch_rows and computes its output band
+// with forward_rows; bitwise the single-process forward, for several partitions of both grids (empty
+// bands included).
+TEST(SphereMpi, DiscoTransposeBandsAreBitwiseTheSingleProcessResult) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank(), B = 2;
+  sphere::DiscoConfig c;
+  c.in_channels = 6;
+  c.out_channels = 4;
+  c.nlat_in = 9;
+  c.nlon_in = 16;
+  c.grid_in = sphere::Grid::legendre_gauss;
+  c.nlat_out = 17;
+  c.nlon_out = 32;
+  c.kernel_shape = {3, 4};
+  c.groups = 2;
+  c.bias = true;
+  const int K = sphere::filter_basis_size(c.basis, c.kernel_shape);
+  std::mt19937 gen(99);  // the same data on every rank
+  std::normal_distribution<float> nd;
+  auto randn = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = nd(gen);
+    return v;
+  };
+  const auto w = randn(static_cast<std::size_t>(c.out_channels * (c.in_channels / c.groups) * K));
+  const auto bias = randn(static_cast<std::size_t>(c.out_channels));
+  const index_t Pi = static_cast<index_t>(c.nlat_in) * c.nlon_in, Po = static_cast<index_t>(c.nlat_out) * c.nlon_out;
+  const auto x = randn(static_cast<std::size_t>(B * Pi * c.in_channels));
+  const sphere::DiscoConvTransposeS2 conv(c, w, bias);
+  std::vector<float> whole(static_cast<std::size_t>(B * Po * c.out_channels));
+  conv.forward(B, x.data(), whole.data());
+
+  auto on_one = [&](int nlat, int rank) {
+    sphere::BandPartition part;
+    for (int r = 0; r <= P; ++r) part.first.push_back(r <= rank ? 0 : nlat);
+    return part;
+  };
+  const std::vector<std::pair<std::string, std::pair<sphere::BandPartition, sphere::BandPartition>>> partitions = {
+      {"balanced", {sphere::balanced_bands(c.nlat_in, P), sphere::balanced_bands(c.nlat_out, P)}},
+      {"input on the last rank", {on_one(c.nlat_in, P - 1), sphere::balanced_bands(c.nlat_out, P)}},
+      {"output on rank 0", {sphere::balanced_bands(c.nlat_in, P), on_one(c.nlat_out, 0)}}};
+  for (const auto& [name, parts] : partitions) {
+    const auto& [in_part, out_part] = parts;
+    const int ib = in_part.begin(me), ie = in_part.end(me), ob = out_part.begin(me), oe = out_part.end(me);
+    // this rank's input band, sample-major
+    std::vector<float> band;
+    for (int b = 0; b < B; ++b)
+      band.insert(band.end(), x.begin() + (b * Pi + static_cast<index_t>(ib) * c.nlon_in) * c.in_channels,
+                  x.begin() + (b * Pi + static_cast<index_t>(ie) * c.nlon_in) * c.in_channels);
+    const auto held = sphere::band_held(B, Pi, c.nlon_in, ib, ie, band.data(), c.in_channels);
+    const auto [i0, i1] = conv.input_rows(ob, oe);
+    const auto wanted = sphere::band_ranges(B, Pi, c.nlon_in, i0, i1);
+    const std::vector<float> halo = sphere::fetch_rows(comm, held, wanted, c.in_channels);
+    std::vector<float> part(static_cast<std::size_t>(B) * static_cast<std::size_t>(oe - ob) * c.nlon_out * c.out_channels);
+    conv.forward_rows(B, halo.data(), i0, i1, part.data(), ob, oe);
+    const std::size_t per_sample = static_cast<std::size_t>(oe - ob) * c.nlon_out * c.out_channels;
+    for (int b = 0; b < B; ++b)
+      for (std::size_t i = 0; i < per_sample; ++i)
+        ASSERT_EQ(part[static_cast<std::size_t>(b) * per_sample + i],
+                  whole[static_cast<std::size_t>((b * Po + static_cast<index_t>(ob) * c.nlon_out) * c.out_channels) + i])
+            << name << ": rank " << me << " of " << P << ", sample " << b << ", value " << i;
+    if (oe > ob && 2 * (oe - ob) <= c.nlat_out) {  // at most half of the output grid
+      EXPECT_LT(i1 - i0, c.nlat_in) << name << ": a band's halo should not need the whole input grid";
     }
   }
 }
