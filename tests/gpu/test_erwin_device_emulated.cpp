@@ -241,6 +241,26 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
   const std::vector<float> reused = device->forward(trees, other, positions, batch, edges, true);
   EXPECT_EQ(reused, device->forward(trees, other, positions, batch, edges, false));
   EXPECT_LE(max_error(reused, net.forward(trees, other, positions, batch, edges, 1)), 2 * tol + 1e-6);
+  // Messages in chunks of at most 7 / 13 edges (receivers grouped, a receiver with more edges alone) on a
+  // graph with uneven receiver degrees (every seventh edge dropped): the bits of one chunk, and the CPU's
+  // result within the bound.
+  if (!edges.empty()) {
+    const std::size_t E = edges.size() / 2;
+    std::vector<std::int64_t> src, dst;
+    for (std::size_t e = 0; e < E; ++e)
+      if (e % 7 != 3) {
+        src.push_back(edges[e]);
+        dst.push_back(edges[E + e]);
+      }
+    std::vector<std::int64_t> uneven = src;
+    uneven.insert(uneven.end(), dst.begin(), dst.end());
+    const std::vector<float> whole = device->forward(trees, features, positions, batch, uneven, false);
+    EXPECT_LE(max_error(whole, net.forward(trees, features, positions, batch, uneven, 1)), 2 * tol);
+    for (const surrogate::index_t chunk : {7, 13})
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, features, positions, batch, uneven, false),
+                whole)
+          << "chunk " << chunk;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Erwin, ErwinDeviceEmulated, ::testing::Values("mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"));

@@ -108,6 +108,25 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
   EXPECT_EQ(reused, fresh);
   EXPECT_GT(max_error(reused, gpu), 100 * tol);  // the features matter
   EXPECT_EQ(device->forward(trees, c.features, c.positions, c.batch(), c.edges, true), gpu);
+  // Messages in chunks of at most 7 / 13 edges on a graph with uneven receiver degrees (every seventh edge
+  // dropped): the bits of one chunk.
+  if (!c.edges.empty()) {
+    const std::size_t E = c.edges.size() / 2;
+    std::vector<std::int64_t> src, dst;
+    for (std::size_t e = 0; e < E; ++e)
+      if (e % 7 != 3) {
+        src.push_back(c.edges[e]);
+        dst.push_back(c.edges[E + e]);
+      }
+    std::vector<std::int64_t> uneven = src;
+    uneven.insert(uneven.end(), dst.begin(), dst.end());
+    const std::vector<float> whole = device->forward(trees, c.features, c.positions, c.batch(), uneven, false);
+    EXPECT_LE(max_error(whole, net.forward(trees, c.features, c.positions, c.batch(), uneven, 1)), 2 * tol);
+    for (const surrogate::index_t chunk : {7, 13})
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, c.features, c.positions, c.batch(), uneven, false),
+                whole)
+          << "chunk " << chunk;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Erwin, GpuErwinGolden, ::testing::Values("mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"));

@@ -102,7 +102,7 @@ std::vector<float> permute_rows(const std::vector<float>& rows, int width, const
 
 class ErwinCudaForward final : public ErwinDeviceForward {
  public:
-  ErwinCudaForward(const Network& net, int device);
+  ErwinCudaForward(const Network& net, int device, index_t edge_chunk);
   int device() const override { return device_; }
   std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                              std::span<const float> positions, const balltree::Batch& batch,
@@ -137,6 +137,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   const Network* net_;
   Config cfg_;
   int device_ = -1;
+  index_t edge_chunk_;  // messages per chunk of receivers (bounds msg_in_ and msg_)
   cu::Stream stream_;
   std::vector<float> arena_;  // host image of the weights (kept only until the upload)
   cu::DeviceBuffer<float> weights_;
@@ -161,8 +162,6 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   cu::DeviceBuffer<float> xr_, hb_, att_, u_, a1_, a2_, join_, z_;
   double forward_ms_ = 0.0, geometry_ms_ = 0.0;
 };
-
-constexpr index_t kEdgeChunk = index_t{1} << 17;  // messages per chunk of receivers (bounds msg_in_)
 
 std::size_t ErwinCudaForward::add(const float* values, std::size_t count) {
   const std::size_t offset = (arena_.size() + 3) / 4 * 4;  // 16-byte aligned starts
@@ -204,7 +203,8 @@ Block ErwinCudaForward::add_block(const BlockWeights& b) {
   return k;
 }
 
-ErwinCudaForward::ErwinCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
+ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk)
+    : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)) {
   std::string why;
   const int count = cu::device_count(&why);
   if (device < 0 || device >= count)
@@ -404,7 +404,7 @@ void ErwinCudaForward::set_geometry(const balltree::RotatedTrees& trees, std::sp
     index_t most = 1;
     for (index_t r0 = 0; r0 < n;) {
       index_t r1 = r0 + 1;
-      while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= kEdgeChunk) ++r1;
+      while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= edge_chunk_) ++r1;
       receiver_chunks_.emplace_back(r0, r1);
       most = std::max<index_t>(most, start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]);
       r0 = r1;
@@ -631,9 +631,9 @@ std::vector<float> ErwinCudaForward::forward(const balltree::RotatedTrees& trees
 
 }  // namespace
 
-std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device) {
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device, index_t edge_chunk) {
   try {
-    return std::make_unique<ErwinCudaForward>(net, device);
+    return std::make_unique<ErwinCudaForward>(net, device, edge_chunk);
   } catch (...) {
     raise_current(device);
   }

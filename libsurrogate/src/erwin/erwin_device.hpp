@@ -39,7 +39,11 @@ class ErwinDeviceForward {
 
 /// Uploads the network's weights to CUDA device `device`. Throws Error(unsupported) when this build has
 /// no CUDA backend, no such device is visible, or the network is outside what the kernels cover (head
-/// width > 64, distance-bias dimension > 4, stride 1 between levels of different widths).
-std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device);
+/// width > 64, distance-bias dimension > 4, stride 1 between levels of different widths). The network must
+/// outlive the result. `edge_chunk`: messages computed at once (receivers are grouped into chunks of at
+/// most that many edges, a receiver with more edges alone); it bounds the message buffers, not the result.
+inline constexpr index_t kDefaultEdgeChunk = index_t{1} << 17;
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device,
+                                                            index_t edge_chunk = kDefaultEdgeChunk);
 
 }  // namespace surrogate::erwin::detail

@@ -6,7 +6,7 @@
 
 namespace surrogate::erwin::detail {
 
-std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network&, int device) {
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network&, int device, index_t) {
   throw Error(ErrorCode::unsupported, "erwin: CUDA device " + std::to_string(device) +
                                           " requested, but this build of surrogate has no CUDA backend");
 }
