@@ -18,14 +18,16 @@
 // block's first sample, what comes from higher ranks lies above `end` in its last sample: the halo, the
 // block and the halo above, in this order, are the candidates in canonical order, and the one-process
 // graph code on them (receivers = the block) gives the one-process edges: the same candidates ranked by
-// the same (distance, index) order, the distances computed by the same function. Box bounds are rounded
-// outwards, so the test can only admit points, never lose one.
+// the same (distance, index) order, the distances computed by the same function (kNN without a halo:
+// round 1 already is that graph). Box bounds are rounded outwards, so the test can only admit points,
+// never lose one.
 #include "surrogate/graph_distributed.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed_internal.hpp"
@@ -99,12 +101,13 @@ std::vector<double> regions(const BlockSamples& s, std::span<const float> positi
   return box;
 }
 
-/// The halo of this rank: the other ranks' points of its samples inside its regions, sorted by canonical
-/// index (those below its block first).
+/// The candidates of this rank's receivers: the other ranks' points of its samples inside its regions
+/// (the halo), sorted by canonical index, and the positions of the halo below the block, the block and
+/// the halo above, in this (canonical) order.
 struct Halo {
-  std::vector<std::int64_t> index;
-  std::vector<float> positions;
-  std::int64_t below = 0;  // how many come before the block
+  std::vector<std::int64_t> index;  // the halo's canonical indices
+  std::vector<float> candidates;    // (halo + block) x dim
+  std::int64_t below = 0;           // halo points before the block
 };
 
 Halo exchange_halo(const Comm& comm, const CanonicalBlocks& blocks, const BlockSamples& mine,
@@ -157,11 +160,28 @@ Halo exchange_halo(const Comm& comm, const CanonicalBlocks& blocks, const BlockS
   for (const std::size_t c : recv_counts) received += c;
   Halo halo;
   halo.index.resize(received);
-  halo.positions.resize(received * static_cast<std::size_t>(dim));
   balltree::detail::alltoallv_elements(comm, send_index.data(), send_counts, halo.index.data(), recv_counts, sizeof(std::int64_t));
-  balltree::detail::alltoallv_elements(comm, send_positions.data(), send_counts, halo.positions.data(), recv_counts,
-                                       sizeof(float) * static_cast<std::size_t>(dim));
-  halo.below = std::lower_bound(halo.index.begin(), halo.index.end(), mine.begin) - halo.index.begin();
+  // Lower ranks send points before the block, higher ranks after it: the positions go straight to their
+  // places around the block's.
+  const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(dim), n = static_cast<std::size_t>(mine.rows());
+  std::vector<std::size_t> sb(static_cast<std::size_t>(P)), so(sb.size()), rb(sb.size()), ro(sb.size());
+  std::size_t sent = 0, got = 0;
+  for (std::size_t r = 0; r < sb.size(); ++r) {
+    if (r == static_cast<std::size_t>(me) + 1) got += n;  // the block's place
+    sb[r] = send_counts[r] * row_bytes;
+    so[r] = sent * row_bytes;
+    sent += send_counts[r];
+    rb[r] = recv_counts[r] * row_bytes;
+    ro[r] = got * row_bytes;
+    got += recv_counts[r];
+    if (r < static_cast<std::size_t>(me)) halo.below += static_cast<std::int64_t>(recv_counts[r]);
+  }
+  halo.candidates.resize((received + n) * static_cast<std::size_t>(dim));
+  static const float no_send = 0.0f;  // never a null buffer, even for empty messages
+  static float no_recv = 0.0f;
+  comm.alltoallv(send_positions.empty() ? &no_send : send_positions.data(), sb, so,
+                 halo.candidates.empty() ? &no_recv : halo.candidates.data(), rb, ro);
+  std::copy(blocks.block_positions.begin(), blocks.block_positions.end(), halo.candidates.begin() + halo.below * dim);
   stats.sent_points = static_cast<std::int64_t>(send_index.size());
   stats.foreign_points = static_cast<std::int64_t>(received);
   return halo;
@@ -171,20 +191,16 @@ Halo exchange_halo(const Comm& comm, const CanonicalBlocks& blocks, const BlockS
 /// canonical order; `build(positions, batch, receivers)` is the one-process graph. Indices back to
 /// canonical ones.
 template <class Build>
-Edges edges_on_candidates(const CanonicalBlocks& blocks, const BlockSamples& mine, const Halo& halo, Build build) {
-  const int dim = blocks.dim;
+Edges edges_on_candidates(const BlockSamples& mine, const Halo& halo, Build build) {
   const std::int64_t n = mine.rows(), below = halo.below, above = static_cast<std::int64_t>(halo.index.size()) - below;
   if (n == 0) return {};
-  if (!std::is_sorted(halo.index.begin(), halo.index.end()) || (above > 0 && halo.index[static_cast<std::size_t>(below)] < mine.end))
+  if (!std::is_sorted(halo.index.begin(), halo.index.end()) || (below > 0 && halo.index[static_cast<std::size_t>(below) - 1] >= mine.begin) ||
+      (above > 0 && halo.index[static_cast<std::size_t>(below)] < mine.end))
     throw Error(ErrorCode::internal, "graph (distributed): the halo is not in canonical order");
-  std::vector<float> candidates(static_cast<std::size_t>((below + n + above) * dim));
-  auto out = std::copy_n(halo.positions.begin(), below * dim, candidates.begin());
-  out = std::copy(blocks.block_positions.begin(), blocks.block_positions.end(), out);
-  std::copy(halo.positions.begin() + below * dim, halo.positions.end(), out);
   std::vector<std::int64_t> offsets{0};  // the halo below joins the first sample, the halo above the last
   for (std::int64_t t = 1; t < mine.count; ++t) offsets.push_back(below + mine.offsets[static_cast<std::size_t>(t)]);
   offsets.push_back(below + n + above);
-  Edges edges = build(candidates, balltree::Batch::from_offsets(offsets), ReceiverRange{below, below + n});
+  Edges edges = build(halo.candidates, balltree::Batch::from_offsets(offsets), ReceiverRange{below, below + n});
   for (std::int64_t& v : edges.index)
     v = v < below ? halo.index[static_cast<std::size_t>(v)] : v < below + n ? mine.begin + v - below : halo.index[static_cast<std::size_t>(v - n)];
   return edges;
@@ -197,6 +213,7 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
   DistributedGraphStats local_stats;
   BlockSamples mine;
   std::vector<double> my_regions;
+  Edges local;  // round 1: the kNN graph of the block alone (block indices)
   collectively(comm, [&] {
     if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph (distributed): k must be at least 1, got " + std::to_string(k));
     check_blocks(comm, blocks);
@@ -205,7 +222,7 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
     // Round 1: the k-th neighbour of every receiver within the block bounds its k-th distance overall.
     std::vector<double> reach(static_cast<std::size_t>(mine.rows()), kInfinity);
     if (mine.rows() > 0) {
-      const Edges local = knn_graph(blocks.block_positions, dim, balltree::Batch::from_offsets(mine.offsets), k, loop, threads);
+      local = knn_graph(blocks.block_positions, dim, balltree::Batch::from_offsets(mine.offsets), k, loop, threads);
       const std::int64_t E = local.count();
       const std::int64_t* src = local.index.data();
       const std::int64_t* dst = src + E;
@@ -234,8 +251,14 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
   const Halo halo = exchange_halo(comm, blocks, mine, my_regions, local_stats);
   Edges edges;
   collectively(comm, [&] {
-    edges = edges_on_candidates(blocks, mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
-                                                        ReceiverRange receivers) {
+    if (halo.index.empty()) {  // the block holds every candidate: round 1 was the graph (one rank, small samples)
+      edges = std::move(local);
+      for (std::int64_t& v : edges.index) v += mine.begin;
+      return;
+    }
+    local = Edges{};
+    edges = edges_on_candidates(mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
+                                                ReceiverRange receivers) {
       return knn_graph(candidates, blocks.dim, batch, k, loop, threads, receivers);
     });
   });
@@ -264,8 +287,8 @@ Edges radius_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, 
   const Halo halo = exchange_halo(comm, blocks, mine, my_regions, local_stats);
   Edges edges;
   collectively(comm, [&] {
-    edges = edges_on_candidates(blocks, mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
-                                                        ReceiverRange receivers) {
+    edges = edges_on_candidates(mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
+                                                ReceiverRange receivers) {
       return radius_graph(candidates, blocks.dim, batch, r, max_num_neighbors, loop, threads, receivers);
     });
   });
