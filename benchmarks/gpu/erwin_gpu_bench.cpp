@@ -1,0 +1,83 @@
+// Times the Erwin forward on a CUDA device (libsurrogate/src/erwin/erwin_device.hpp) on one sample:
+//   erwin_gpu_bench MODEL.h5 DIR REPEATS [K] [DEVICE]
+// DIR/positions.f32 (N x d) and DIR/features.f32 (N x c_in), float32 raw, as erwin_bench. With message
+// passing the kNN graph (K neighbours, default 8, self loops) is built once, not timed, and written to
+// DIR/edges.i64 for the PyTorch side; the warm-up's output goes to DIR/surrogate_out.f32.
+// Prints one JSON line:
+//   tree_s        host time of build_with_rotations (the official forward builds its trees every call),
+//   geometry_ms   device time of the first call's geometry upload,
+//   device_ms     best device time (CUDA events) of a forward on the kept geometry (features upload, the
+//                 whole network, result download),
+//   wall_ms       best wall time of such a forward,
+//   full_wall_ms  best wall time of tree build + geometry upload + forward (what the official forward does).
+// NOT YET RUN ON A GPU (written on a machine without one); benchmarks/gpu/erwin_gpu_vs_pytorch.py drives it.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "../bench_io.hpp"
+#include "erwin/erwin_device.hpp"
+#include "surrogate/erwin.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/graph.hpp"
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [K] [DEVICE]\n", argv[0]);
+    return 2;
+  }
+  using clock = std::chrono::steady_clock;
+  auto seconds_since = [](clock::time_point t0) { return std::chrono::duration<double>(clock::now() - t0).count(); };
+  try {
+    const surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
+    const surrogate::erwin::Network net(file);
+    const auto& cfg = net.config();
+    const std::string dir = argv[2];
+    const int repeats = std::max(1, std::atoi(argv[3]));
+    const int k = argc > 4 ? std::atoi(argv[4]) : 8;
+    const int device = argc > 5 ? std::atoi(argv[5]) : 0;
+    const int d = cfg.dimensionality;
+    const std::vector<float> pos = bench_io::read_array<float>(dir + "/positions.f32");
+    const std::vector<float> feat = bench_io::read_array<float>(dir + "/features.f32");
+    const long points = static_cast<long>(pos.size()) / d;
+    const auto batch = surrogate::balltree::Batch::single(points);
+    std::vector<std::int64_t> edges;
+    if (cfg.mp_steps > 0) {
+      edges = surrogate::graph::knn_graph(pos, d, batch, k, true, 0).index;
+      bench_io::write_array(dir + "/edges.i64", edges);
+    }
+    auto build = [&] {
+      return surrogate::balltree::build_with_rotations(pos, d, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
+    };
+    auto t0 = clock::now();
+    const surrogate::balltree::RotatedTrees trees = build();
+    const double tree_s = seconds_since(t0);
+    const auto forward = surrogate::erwin::detail::make_erwin_cuda_forward(net, device);
+    const std::vector<float> first = forward->forward(trees, feat, pos, batch, edges, false);
+    const double geometry_ms = forward->last_geometry_ms();
+    bench_io::write_array(dir + "/surrogate_out.f32", first);
+    double device_ms = 1e300, wall_ms = 1e300, full_wall_ms = 1e300;
+    for (int r = 0; r < repeats; ++r) {
+      t0 = clock::now();
+      static_cast<void>(forward->forward(trees, feat, pos, batch, edges, true));
+      wall_ms = std::min(wall_ms, 1e3 * seconds_since(t0));
+      device_ms = std::min(device_ms, forward->last_forward_ms());
+    }
+    for (int r = 0; r < repeats; ++r) {
+      t0 = clock::now();
+      const surrogate::balltree::RotatedTrees fresh = build();
+      static_cast<void>(forward->forward(fresh, feat, pos, batch, edges, false));
+      full_wall_ms = std::min(full_wall_ms, 1e3 * seconds_since(t0));
+    }
+    std::printf("{\"points\": %ld, \"device\": %d, \"tree_s\": %.6f, \"geometry_ms\": %.4f, \"device_ms\": %.4f, "
+                "\"wall_ms\": %.4f, \"full_wall_ms\": %.4f}\n",
+                points, device, tree_s, geometry_ms, device_ms, wall_ms, full_wall_ms);
+  } catch (const surrogate::Error& e) {
+    std::fprintf(stderr, "erwin_gpu_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
