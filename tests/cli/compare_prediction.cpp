@@ -1,6 +1,7 @@
 // Checks a `surrogate predict` output.
 //   compare_prediction golden IO.h5 PREDICTION.h5   /prediction vs /prediction_f64 within 4 x float32_error
 //   compare_prediction identical A.h5 B.h5           the two /prediction datasets are bitwise equal
+//   compare_prediction close A.h5 B.h5 R             max |A - B| <= R max |B| (/prediction of both)
 #include <cmath>
 #include <iostream>
 #include <string>
@@ -10,8 +11,8 @@
 using namespace surrogate::testing;
 
 int main(int argc, char** argv) {
-  if (argc != 4) {
-    std::cerr << "usage: compare_prediction golden IO.h5 PREDICTION.h5 | identical A.h5 B.h5\n";
+  if (argc != 4 && !(argc == 5 && std::string(argv[1]) == "close")) {
+    std::cerr << "usage: compare_prediction golden IO.h5 PREDICTION.h5 | identical A.h5 B.h5 | close A.h5 B.h5 R\n";
     return 2;
   }
   const std::string mode = argv[1];
@@ -37,6 +38,21 @@ int main(int argc, char** argv) {
       const bool same = a.shape == b.shape && a.values == b.values;
       std::cout << (same ? "bitwise identical\n" : "DIFFERENT\n");
       return same ? 0 : 1;
+    }
+    if (mode == "close") {
+      const Array a = read_array(argv[2], "prediction"), b = read_array(argv[3], "prediction");
+      if (a.shape != b.shape) {
+        std::cerr << "shape mismatch\n";
+        return 1;
+      }
+      double diff = 0, scale = 0;
+      for (std::size_t i = 0; i < b.values.size(); ++i) {
+        diff = std::max(diff, std::abs(a.values[i] - b.values[i]));
+        scale = std::max(scale, std::abs(b.values[i]));
+      }
+      const double bound = std::stod(argv[4]) * scale;
+      std::cout << "max |a - b| " << diff << " (bound " << bound << ")\n";
+      return diff <= bound ? 0 : 1;
     }
   } catch (const std::exception& e) {
     std::cerr << e.what() << "\n";
