@@ -12,6 +12,7 @@
 
 #include "surrogate/error.hpp"
 #include "s2_heads.hpp"
+#include "s2_workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere {
@@ -45,6 +46,7 @@ struct AttentionS2::Impl {
   AttentionS2Config cfg;
   detail::S2Heads h;
   std::vector<float> log_w;  // per input latitude
+  mutable std::shared_ptr<detail::S2WorkspacePool> workspaces = std::make_shared<detail::S2WorkspacePool>();
 };
 
 AttentionS2::AttentionS2(const AttentionS2Config& config, const AttentionS2Weights& w)
@@ -56,6 +58,9 @@ AttentionS2& AttentionS2::operator=(AttentionS2&&) noexcept = default;
 
 const AttentionS2Config& AttentionS2::config() const noexcept { return impl_->cfg; }
 float AttentionS2::scale() const noexcept { return impl_->h.s; }
+void AttentionS2::release_workspace() const noexcept { impl_->workspaces->release(); }
+std::size_t AttentionS2::workspace_bytes() const { return impl_->workspaces->idle_bytes(); }
+void AttentionS2::share_workspace(const AttentionS2& other) const noexcept { impl_->workspaces = other.impl_->workspaces; }
 const std::vector<float>& AttentionS2::log_quad_weights() const noexcept { return impl_->log_w; }
 
 void AttentionS2::forward(int batch, const float* query, const float* key, const float* value, float* out) const {
@@ -83,10 +88,12 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
                 pi = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const index_t rows_q = batch * po, rows_k = batch * pi;
   const int H = hd.heads, E = hd.width, ev = hd.ev;
-  detail::AugmentedOperands ops;
-  hd.project(rows_q, rows_k, pi, c.nlon_in, m.log_w, query, key, value, ops);
+  const detail::S2WorkspacePool::Lease ws = m.workspaces->acquire();
+  hd.project(rows_q, rows_k, pi, c.nlon_in, m.log_w, query, key, value, *ws);
+  const detail::AugmentedOperands& ops = ws->augmented;
   const index_t ld_aug = ops.ld_aug, ld_v = hd.ld_out();
-  AlignedBuffer<float> o(static_cast<std::size_t>(rows_q * ld_v));
+  AlignedBuffer<float>& o = ws->attention;
+  o.resize(static_cast<std::size_t>(rows_q * ld_v));
   std::fill(o.data(), o.data() + rows_q * ld_v, 0.0f);
 
   // The streamed softmax: one task per (sample, head, block of queries); the block's queries of the head
@@ -131,7 +138,7 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
   }
 
   // Output projection, then the caller's layout.
-  hd.output_projection(rows_q, o.data(), out);
+  hd.output_projection(rows_q, o.data(), out, *ws);
 }
 
 }  // namespace surrogate::sphere

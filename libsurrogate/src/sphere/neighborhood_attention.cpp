@@ -13,6 +13,7 @@
 #include "neighborhood_rows.hpp"
 #include "neighborhood_upsample.hpp"
 #include "s2_heads.hpp"
+#include "s2_workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere {
@@ -67,6 +68,7 @@ struct NeighborhoodAttentionS2::Impl {
   detail::S2Heads h;
   std::vector<float> quad_w;  // per input latitude
   NeighborhoodCsr csr;
+  mutable std::shared_ptr<detail::S2WorkspacePool> workspaces = std::make_shared<detail::S2WorkspacePool>();
 };
 
 NeighborhoodAttentionS2::NeighborhoodAttentionS2(const NeighborhoodAttentionS2Config& config,
@@ -81,6 +83,11 @@ const NeighborhoodAttentionS2Config& NeighborhoodAttentionS2::config() const noe
 float NeighborhoodAttentionS2::scale() const noexcept { return impl_->h.s; }
 const NeighborhoodCsr& NeighborhoodAttentionS2::neighbors() const noexcept { return impl_->csr; }
 const std::vector<float>& NeighborhoodAttentionS2::quad_weights() const noexcept { return impl_->quad_w; }
+void NeighborhoodAttentionS2::release_workspace() const noexcept { impl_->workspaces->release(); }
+std::size_t NeighborhoodAttentionS2::workspace_bytes() const { return impl_->workspaces->idle_bytes(); }
+void NeighborhoodAttentionS2::share_workspace(const NeighborhoodAttentionS2& other) const noexcept {
+  impl_->workspaces = other.impl_->workspaces;
+}
 
 void NeighborhoodAttentionS2::forward(int batch, const float* query, const float* key, const float* value,
                                       float* out) const {
@@ -127,13 +134,14 @@ void NeighborhoodAttentionS2::forward_rows(int batch, int lat_begin, int lat_end
   hd.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   // Projections, the softmax over each output point's neighbours (quadrature-weighted) and the output
   // projection, band by band.
+  const detail::S2WorkspacePool::Lease ws = m.workspaces->acquire();
   if (m.upsample) {
     detail::upsample_attention_rows(m.up, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, query, key, value,
-                                    out);
+                                    out, *ws);
     return;
   }
   detail::neighborhood_attention_rows(m.csr, m.quad_w, hd, batch, lat_begin, lat_end, in_begin, in_end, query, key,
-                                      value, out);
+                                      value, out, *ws);
 }
 
 }  // namespace surrogate::sphere

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "neighborhood_upsample.hpp"
+#include "s2_workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere::detail {
@@ -58,7 +59,7 @@ void to_rings(index_t r0, index_t n, const float* src, index_t ld_src, int heads
 
 void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& quad_w, const S2Heads& hd, int batch,
                              int lat_begin, int lat_end, int in_begin, int in_end, const float* query, const float* key,
-                             const float* value, float* out) {
+                             const float* value, float* out, S2Workspace& ws) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = l.nlon_in, nlon_out = l.nlon_out, p = l.p;
   const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_out = lat_end - lat_begin;
@@ -89,12 +90,12 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
     weight[static_cast<std::size_t>(n)] = quad_w[static_cast<std::size_t>(l.row[j])];
   }
 
-  // Buffers kept per calling thread and reused across forwards (the worker threads get pointers).
+  // Buffers of the operator's workspace, reused across forwards (the worker threads get pointers).
   const index_t ring_k = static_cast<index_t>(rows_in) * ek * ld_ring, ring_v = static_cast<index_t>(rows_in) * ev * ld_ring;
-  thread_local PlainOperands ops;
-  thread_local AlignedBuffer<float> k_rings;
-  thread_local AlignedBuffer<double> v_rings;
-  thread_local AlignedBuffer<float> o_band;  // one band's attention results, head h in columns [h*ev, (h+1)*ev)
+  const PlainOperands& ops = ws.plain;
+  AlignedBuffer<float>& k_rings = ws.k_rings;
+  AlignedBuffer<double>& v_rings = ws.v_rings;
+  AlignedBuffer<float>& o_band = ws.attention;  // one band's attention results, head h in columns [h*ev, (h+1)*ev)
   k_rings.resize(static_cast<std::size_t>(H * ring_k));
   v_rings.resize(static_cast<std::size_t>(H * ring_v));
   o_band.resize(static_cast<std::size_t>(std::min(band, rows_out) * nlon_out * ld_o));
@@ -110,13 +111,13 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
       to_rings(r0, n, k, ld_k, H, ek, rows_in, nlon_in, ld_ring, kt);
       to_rings(r0, n, v, ld_o, H, ev, rows_in, nlon_in, ld_ring, vt);
     };
-    hd.project_plain(0, static_cast<index_t>(rows_in) * nlon_in, nullptr, k_rows, v_rows, ops, &sink);
+    hd.project_plain(0, static_cast<index_t>(rows_in) * nlon_in, nullptr, k_rows, v_rows, ws, &sink);
 
     for (int t0 = 0; t0 < rows_out; t0 += band) {
       const int t1 = std::min(rows_out, t0 + band);
       const index_t band_rows = t1 - t0, q_row0 = b * po + static_cast<index_t>(t0) * nlon_out;
       const float* const xq = query + q_row0 * cin;
-      hd.project_plain(band_rows * nlon_out, 0, xq, xq, xq, ops, nullptr);
+      hd.project_plain(band_rows * nlon_out, 0, xq, xq, xq, ws, nullptr);
       const float* const q = ops.q.data();
       // Padding columns of the attention results (read by the output projection) finite.
       for (index_t r = 0; r < band_rows * nlon_out; ++r) std::fill(o + r * ld_o + hd.cout, o + (r + 1) * ld_o, 0.0f);
@@ -153,7 +154,7 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
         a.ldo = p * ld_o;
         kern.ring_attention(a);
       }
-      hd.output_projection(band_rows * nlon_out, o, out + q_row0 * hd.cout);
+      hd.output_projection(band_rows * nlon_out, o, out + q_row0 * hd.cout, ws);
     }
   }
 }

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "s2_workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere::detail {
@@ -82,7 +83,7 @@ struct RingLayout {
 
 void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& hd,
                                  int batch, int lat_begin, int lat_end, int in_begin, int in_end, const float* query,
-                                 const float* key, const float* value, float* out) {
+                                 const float* key, const float* value, float* out, S2Workspace& ws) {
   const kernels::CpuKernels& kern = kernels::cpu();
   const int nlon_in = csr.nlon_in, ring = csr.nlon_out, p = nlon_in / ring;
   const int H = hd.heads, ek = hd.ek, ev = hd.ev, rows_in = in_end - in_begin, rows_out = lat_end - lat_begin;
@@ -125,14 +126,14 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
     slots = std::max(slots, reach[static_cast<std::size_t>(k)] - start[static_cast<std::size_t>(k)]);
   }
 
-  // The rings (buffers kept per calling thread and reused across forwards: no page faults; the threads
-  // get pointers).
+  // The rings (in the operator's workspace, reused across forwards: no page faults; the threads get
+  // pointers).
   const RingLayout k_layout{H, ek, slots, rows_in, nlon_in, ring, p, ld_ring},
       v_layout{H, ev, slots, rows_in, nlon_in, ring, p, ld_ring};
   const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
-  thread_local PlainOperands ops;
-  thread_local AlignedBuffer<float> k_rings;
-  thread_local AlignedBuffer<double> v_rings;  // (values in double: the kernel's sums are double)
+  const PlainOperands& ops = ws.plain;
+  AlignedBuffer<float>& k_rings = ws.k_rings;
+  AlignedBuffer<double>& v_rings = ws.v_rings;  // (values in double: the kernel's sums are double)
   k_rings.resize(static_cast<std::size_t>(k_layout.size()));
   v_rings.resize(static_cast<std::size_t>(v_layout.size()));
   float* const kt = k_rings.data();
@@ -155,7 +156,7 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   // band's queries and of the input rows it reaches that are not projected yet (the keys and values into
   // their rings block by block while in cache), then the band's softmax while those rows are still in
   // cache, then its output projection.
-  thread_local AlignedBuffer<float> o_band;  // the band's attention results, head h in columns [h*ev, (h+1)*ev)
+  AlignedBuffer<float>& o_band = ws.attention;  // the band's attention results, head h in columns [h*ev, (h+1)*ev)
   o_band.resize(static_cast<std::size_t>(std::min(band, rows_out) * ring * ld_o));
   float* const o = o_band.data();
   for (int b = 0; b < batch; ++b) {
@@ -169,9 +170,9 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
         v_layout.scatter(kern, k_row0 + r0, n, v, ld_v, vt);
       };
       hd.project_plain(static_cast<index_t>(t1 - t0) * ring, static_cast<index_t>(to - from) * nlon_in,
-                       query + q_row0 * cin, key + k_row0 * cin, value + k_row0 * cin, ops, &to_rings);
+                       query + q_row0 * cin, key + k_row0 * cin, value + k_row0 * cin, ws, &to_rings);
       projected = to;
-      const float* const q = ops.q.data();  // (the worker threads have their own thread_local `ops`)
+      const float* const q = ops.q.data();
 
       // One task per (head, output row, block of output longitudes), heads outermost: one head's rings of
       // the rows in reach stay in L2.
@@ -206,7 +207,7 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
         if (h == H - 1)
           for (int i = 0; i < n_lon; ++i) std::fill(o + (row0 + i) * ld_o + hd.cout, o + (row0 + i + 1) * ld_o, 0.0f);
       }
-      hd.output_projection(band_rows * ring, o, out + (b * po + static_cast<index_t>(t0) * ring) * hd.cout);
+      hd.output_projection(band_rows * ring, o, out + (b * po + static_cast<index_t>(t0) * ring) * hd.cout, ws);
     }
   }
 }

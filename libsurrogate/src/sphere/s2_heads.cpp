@@ -7,6 +7,7 @@
 #include <string>
 #include <utility>
 
+#include "s2_workspace.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::sphere::detail {
@@ -160,14 +161,18 @@ void S2Heads::check_forward(int batch, const float*& query, const float*& key, c
 index_t S2Heads::ld_out() const { return round_up(cout, kPad); }
 
 void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlon_in, const std::vector<float>& log_w_lat,
-                      const float* query, const float* key, const float* value, AugmentedOperands& ops) const {
+                      const float* query, const float* key, const float* value, S2Workspace& ws) const {
+  AugmentedOperands& ops = ws.augmented;
   const int cin = in_channels_, H = heads, E = width;
   const index_t ld_in = round_up(cin, kPad), ld_k = round_up(ck, kPad), ld_v = ld_out();
   const index_t ld_aug = round_up(static_cast<index_t>(H) * E, kPad);
   ops.ld_aug = ld_aug;
 
   // Inputs in padded rows (the same buffer where key / value are the query).
-  AlignedBuffer<float> xq(static_cast<std::size_t>(rows_q * ld_in)), xk, xv;
+  AlignedBuffer<float>& xq = ws.pad_q;
+  AlignedBuffer<float>& xk = ws.pad_k;
+  AlignedBuffer<float>& xv = ws.pad_v;
+  xq.resize(static_cast<std::size_t>(rows_q * ld_in));
   const bool separate_k = key != query, separate_v = value != key;
   if (separate_k) xk.resize(static_cast<std::size_t>(rows_k * ld_in));
   if (separate_v) xv.resize(static_cast<std::size_t>(rows_k * ld_in));
@@ -184,8 +189,12 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
   if (separate_k) pad_rows(key, xk.data(), rows_k);
   if (separate_v) pad_rows(value, xv.data(), rows_k);
 
-  AlignedBuffer<float> qp(static_cast<std::size_t>(rows_q * ld_k)), kp(static_cast<std::size_t>(rows_k * ld_k)),
-      vp(static_cast<std::size_t>(rows_k * ld_v));
+  AlignedBuffer<float>& qp = ws.proj_q;
+  AlignedBuffer<float>& kp = ws.proj_k;
+  AlignedBuffer<float>& vp = ws.proj_v;
+  qp.resize(static_cast<std::size_t>(rows_q * ld_k));
+  kp.resize(static_cast<std::size_t>(rows_k * ld_k));
+  vp.resize(static_cast<std::size_t>(rows_k * ld_v));
   ops.q.resize(static_cast<std::size_t>(rows_q * ld_aug));
   ops.k.resize(static_cast<std::size_t>(rows_k * ld_aug));
   ops.v.resize(static_cast<std::size_t>(rows_k * ld_aug));
@@ -232,17 +241,17 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
 }
 
 void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, const float* key, const float* value,
-                            PlainOperands& ops, const KeyValueSink* sink) const {
+                            S2Workspace& ws, const KeyValueSink* sink) const {
+  PlainOperands& ops = ws.plain;
   const int cin = in_channels_;
   const index_t ld_k = round_up(ck, kPad), ld_v = ld_out();
   ops.ld_k = ld_k;
   ops.ld_v = ld_v;
   // Inputs as the kernels read them (copies only when in_channels is not a multiple of kPad).
-  thread_local AlignedBuffer<float> pad_q, pad_k, pad_v;
   index_t ld_q_in = 0, ld_k_in = 0, ld_v_in = 0;
-  const float* xq = padded_rows(query, rows_q, cin, pad_q, ld_q_in);
-  const float* xk = key == query ? (ld_k_in = ld_q_in, xq) : padded_rows(key, rows_k, cin, pad_k, ld_k_in);
-  const float* xv = value == key ? (ld_v_in = ld_k_in, xk) : padded_rows(value, rows_k, cin, pad_v, ld_v_in);
+  const float* xq = padded_rows(query, rows_q, cin, ws.pad_q, ld_q_in);
+  const float* xk = key == query ? (ld_k_in = ld_q_in, xq) : padded_rows(key, rows_k, cin, ws.pad_k, ld_k_in);
+  const float* xv = value == key ? (ld_v_in = ld_k_in, xk) : padded_rows(value, rows_k, cin, ws.pad_v, ld_v_in);
   ops.q.resize(static_cast<std::size_t>(rows_q * ld_k));
   if (!sink) {
     ops.k.resize(static_cast<std::size_t>(rows_k * ld_k));
@@ -280,13 +289,12 @@ void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, 
   }
 }
 
-void S2Heads::output_projection(index_t rows, const float* o, float* out) const {
+void S2Heads::output_projection(index_t rows, const float* o, float* out, S2Workspace& ws) const {
   const index_t ld_v = ld_out(), blocks = (rows + kRowBlock - 1) / kRowBlock;
   // The kernel writes whole padded rows: straight into `out` when cout is a multiple of kPad.
   const bool direct = cout % kPad == 0;
-  thread_local AlignedBuffer<float> scratch;  // (reused across forwards; the threads below get its pointer)
-  if (!direct) scratch.resize(static_cast<std::size_t>(rows * ld_v));
-  float* const y = scratch.data();
+  if (!direct) ws.projected.resize(static_cast<std::size_t>(rows * ld_v));
+  float* const y = ws.projected.data();
 #pragma omp parallel for schedule(dynamic)
   for (index_t t = 0; t < blocks; ++t) {
     const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows - r0);

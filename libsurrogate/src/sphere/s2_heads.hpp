@@ -28,6 +28,8 @@ struct PlainOperands {
   kernels::AlignedBuffer<float> q, k, v;
 };
 
+struct S2Workspace;  // s2_workspace.hpp: the buffers below are taken from it
+
 class S2Heads {
  public:
   /// Checks the channel/head options (filling k_channels / out_channels = 0 with in_channels) and every
@@ -44,24 +46,25 @@ class S2Heads {
   void check_forward(int batch, const float*& query, const float*& key, const float*& value, const float* out,
                      bool same_grids) const;
 
-  /// q/k/v projections, qk-norm and the augmented rows. query: rows_q x in_channels, key/value: rows_k x
-  /// in_channels (channels last); log_w_lat[(r % points_in) / nlon_in] is the log quadrature weight of key
-  /// row r.
+  /// q/k/v projections, qk-norm and the augmented rows, into ws.augmented (scratch: ws.pad_*, ws.proj_*).
+  /// query: rows_q x in_channels, key/value: rows_k x in_channels (channels last);
+  /// log_w_lat[(r % points_in) / nlon_in] is the log quadrature weight of key row r.
   void project(kernels::index_t rows_q, kernels::index_t rows_k, kernels::index_t points_in, int nlon_in,
                const std::vector<float>& log_w_lat, const float* query, const float* key, const float* value,
-               AugmentedOperands& ops) const;
+               S2Workspace& ws) const;
 
   /// Receives projected key/value rows [r0, r0 + n) (k with qk-norm; ld_k, ld_v as PlainOperands),
   /// called from OpenMP threads for disjoint row blocks.
   using KeyValueSink = std::function<void(kernels::index_t r0, kernels::index_t n, const float* k, const float* v)>;
 
-  /// q/k/v projections, qk-norm, scale of q, without the log-weight column (NeighborhoodAttentionS2).
-  /// With a sink, k and v go to it block by block (while in cache) and ops.k / ops.v stay empty.
+  /// q/k/v projections, qk-norm, scale of q, without the log-weight column (NeighborhoodAttentionS2), into
+  /// ws.plain (scratch: ws.pad_*). With a sink, k and v go to it block by block (while in cache) and
+  /// ws.plain.k / ws.plain.v are not written.
   void project_plain(kernels::index_t rows_q, kernels::index_t rows_k, const float* query, const float* key,
-                     const float* value, PlainOperands& ops, const KeyValueSink* sink = nullptr) const;
+                     const float* value, S2Workspace& ws, const KeyValueSink* sink = nullptr) const;
 
-  /// out (rows x cout, channels last) = proj(o), o: rows x round_up(cout, kPad).
-  void output_projection(kernels::index_t rows, const float* o, float* out) const;
+  /// out (rows x cout, channels last) = proj(o), o: rows x round_up(cout, kPad) (scratch: ws.projected).
+  void output_projection(kernels::index_t rows, const float* o, float* out, S2Workspace& ws) const;
 
   /// Leading dimension of the attention results o given to output_projection.
   kernels::index_t ld_out() const;

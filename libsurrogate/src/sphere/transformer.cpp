@@ -189,7 +189,8 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
       ac.bias = cfg.bias;
       ac.out_channels = C;
       ac.theta_cutoff = cfg.attention_cutoff();
-      b.attention.emplace<NeighborhoodAttentionS2>(ac, aw);
+      const auto& op = b.attention.emplace<NeighborhoodAttentionS2>(ac, aw);
+      if (i > 0) op.share_workspace(std::get<NeighborhoodAttentionS2>(blocks[0].attention));  // one set of buffers
     } else {
       AttentionS2Config ac;
       ac.in_channels = C;
@@ -199,7 +200,8 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
       ac.grid_in = ac.grid_out = cfg.grid_internal;
       ac.bias = cfg.bias;
       ac.out_channels = C;
-      b.attention.emplace<AttentionS2>(ac, aw);
+      const auto& op = b.attention.emplace<AttentionS2>(ac, aw);
+      if (i > 0) op.share_workspace(std::get<AttentionS2>(blocks[0].attention));  // one set of buffers
     }
     if (cfg.use_mlp) {
       const auto fc1_w = values_of(f, p + "mlp.fwd.0.weight");

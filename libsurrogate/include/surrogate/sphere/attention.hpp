@@ -11,6 +11,7 @@
 // kernels (kernels::CpuKernels::latent_encode); the additive log weight rides in one extra key column.
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <vector>
 
@@ -79,6 +80,16 @@ class AttentionS2 {
   float scale() const noexcept;
   /// The per-latitude log quadrature weights of the key grid (float32, as the official buffer).
   const std::vector<float>& log_quad_weights() const noexcept;
+
+  /// The forward's scratch (padded inputs, projected operands, attention results) is kept between
+  /// forwards and reused, one workspace per concurrent forward. It is freed when the operator (the last
+  /// one sharing it) is destroyed, or by release_workspace(), which frees the workspaces no forward is
+  /// using at the time. workspace_bytes(): the bytes kept by those not in use.
+  void release_workspace() const noexcept;
+  std::size_t workspace_bytes() const;
+  /// From now on this operator uses `other`'s workspaces (operators run one after another, e.g. the
+  /// blocks of a transformer, then hold one set of buffers). Not while either runs a forward.
+  void share_workspace(const AttentionS2& other) const noexcept;
 
  private:
   struct Impl;

@@ -15,6 +15,7 @@
 // shared ring-attention kernel of the CPU kernels (kernels::CpuKernels::ring_attention).
 #pragma once
 
+#include <cstddef>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -88,6 +89,16 @@ class NeighborhoodAttentionS2 {
   const NeighborhoodCsr& neighbors() const noexcept;
   /// The float32 quadrature weight of each input latitude (the official quad_weights buffer).
   const std::vector<float>& quad_weights() const noexcept;
+
+  /// The forward's scratch (padded inputs, projected operands, attention results) is kept between
+  /// forwards and reused, one workspace per concurrent forward. It is freed when the operator (the last
+  /// one sharing it) is destroyed, or by release_workspace(), which frees the workspaces no forward is
+  /// using at the time. workspace_bytes(): the bytes kept by those not in use.
+  void release_workspace() const noexcept;
+  std::size_t workspace_bytes() const;
+  /// From now on this operator uses `other`'s workspaces (operators run one after another, e.g. the
+  /// blocks of a transformer, then hold one set of buffers). Not while either runs a forward.
+  void share_workspace(const NeighborhoodAttentionS2& other) const noexcept;
 
  private:
   struct Impl;
