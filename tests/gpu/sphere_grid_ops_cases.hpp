@@ -67,6 +67,9 @@ inline std::vector<DiscoCase> disco_cases() {
       {"lobatto_to_trapezoidal_p3", disco_config(5, 3, 10, 24, G::lobatto, 6, 8, G::equiangular_trapezoidal, {2, 2},
                                                  B::harmonic, 1, false, 0.9), 2},
       // Zernike basis, three groups, p = 3.
+      // More than 64 outputs per group (several output tiles of the grouped linear layer), two groups.
+      {"wide_outputs_groups2", disco_config(8, 130, 9, 16, G::legendre_gauss, 5, 8, G::equiangular, {3, 3},
+                                            B::piecewise_linear, 2, true, 0.0), 1},
       {"eq_to_lobatto_zernike_groups3", disco_config(6, 9, 9, 18, G::equiangular, 5, 6, G::lobatto, {3},
                                                      B::zernike, 3, true, 0.8), 1},
   };
