@@ -238,36 +238,47 @@ TEST(DiscoConvTransposeS2, OutputsMatchTorchHarmonics) {
     const sphere_test::Reference ref = tr ? transpose_reference(c, table, w, bias, batch, x)
                                           : sphere_test::dense_reference(c, table, w, bias, batch, x);
     const std::vector<float> xl = sphere_test::to_channels_last(x, batch, c.in_channels);
-    std::vector<float> y1(out_ref.size()), y2(out_ref.size());
+    std::vector<float> y1(out_ref.size()), y2(out_ref.size()), y3(out_ref.size());
     int K = 0;
     if (tr) {
-      const DiscoConvTransposeS2 own(c, w, bias), from_file(c, w, bias, &table);
+      // both orders of the two contractions; the table from the file with the other one
+      const DiscoConvTransposeS2 own(c, w, bias, nullptr, DiscoTransposeOrder::gather_first);
+      const DiscoConvTransposeS2 own_wf(c, w, bias, nullptr, DiscoTransposeOrder::weights_first);
+      const DiscoConvTransposeS2 from_file(c, w, bias, &table, DiscoTransposeOrder::weights_first);
+      ASSERT_EQ(own.order(), DiscoTransposeOrder::gather_first);
+      ASSERT_EQ(own_wf.order(), DiscoTransposeOrder::weights_first);
       own.forward(batch, xl.data(), y1.data());
       from_file.forward(batch, xl.data(), y2.data());
+      own_wf.forward(batch, xl.data(), y3.data());
       K = own.kernel_size();
     } else {
       const DiscoConvS2 own(c, w, bias), from_file(c, w, bias, &table);
       own.forward(batch, xl.data(), y1.data());
       from_file.forward(batch, xl.data(), y2.data());
+      y3 = y1;
       K = own.kernel_size();
     }
     const std::vector<float> o1 = from_channels_last(y1, batch, c.out_channels);
     const std::vector<float> o2 = from_channels_last(y2, batch, c.out_channels);
+    const std::vector<float> o3 = from_channels_last(y3, batch, c.out_channels);
     const double n_terms = ref.max_group + K * (c.in_channels / c.groups) + 3;
-    double worst = 0.0, e_off = 0.0, e_own = 0.0, e_naive = 0.0;
+    double worst = 0.0, e_off = 0.0, e_own = 0.0, e_naive = 0.0, e_wf = 0.0;
     for (std::size_t i = 0; i < out_ref.size(); ++i) {
       const double bound = n_terms * kU * ref.abs_sum[i];
       ASSERT_LE(std::fabs(o1[i] - out_ref[i]), 2 * bound) << "element " << i;
       ASSERT_LE(std::fabs(o2[i] - out_ref[i]), 2 * bound) << "element " << i;
       ASSERT_LE(std::fabs(o1[i] - out64[i]), bound) << "element " << i;
       ASSERT_LE(std::fabs(o1[i] - ref.out[i]), bound) << "element " << i;
+      ASSERT_LE(std::fabs(o3[i] - out64[i]), bound) << "element " << i << " (weights first)";
+      ASSERT_LE(std::fabs(o3[i] - out_ref[i]), 2 * bound) << "element " << i << " (weights first)";
+      e_wf = std::max(e_wf, std::fabs(o3[i] - out64[i]) / (kU * ref.abs_sum[i]));
       worst = std::max(worst, std::fabs(o1[i] - out_ref[i]) / bound);
       e_off = std::max(e_off, std::fabs(out_ref[i] - out64[i]) / (kU * ref.abs_sum[i]));
       e_own = std::max(e_own, std::fabs(o1[i] - out64[i]) / (kU * ref.abs_sum[i]));
       e_naive = std::max(e_naive, std::fabs(o1[i] - ref.out[i]) / (kU * ref.abs_sum[i]));
     }
-    std::printf("  %-28s |own-f64|/(uA) %.2f  |official-f64|/(uA) %.2f  |own-naive|/(uA) %.2f  "
-                "|own-official|/bound %.3f\n", name.c_str(), e_own, e_off, e_naive, worst);
+    std::printf("  %-26s |own-f64|/(uA) %.2f (weights first %.2f)  |official-f64|/(uA) %.2f  |own-naive|/(uA) %.2f  "
+                "|own-official|/bound %.3f\n", name.c_str(), e_own, e_wf, e_off, e_naive, worst);
   }
 }
 
@@ -313,20 +324,23 @@ TEST(DiscoConvTransposeS2, MatchesNaiveReference) {
     const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
     const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
     const auto x = random_normal(static_cast<std::size_t>(batch) * c.in_channels * c.nlat_in * c.nlon_in, rng);
-    const DiscoConvTransposeS2 conv(c, w, bias);
-    const auto ref = transpose_reference(c, conv.table(), w, bias, batch, x);
-    const auto xl = sphere_test::to_channels_last(x, batch, c.in_channels);
-    std::vector<float> yl(static_cast<std::size_t>(batch) * c.out_channels * c.nlat_out * c.nlon_out);
-    conv.forward(batch, xl.data(), yl.data());
-    const auto y = from_channels_last(yl, batch, c.out_channels);
-    const double n_terms = ref.max_group + K * (c.in_channels / c.groups) + 3;
-    double worst = 0.0;
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const double bound = n_terms * kU * ref.abs_sum[i];
-      ASSERT_LE(std::fabs(y[i] - ref.out[i]), bound) << "element " << i;
-      worst = std::max(worst, std::fabs(y[i] - ref.out[i]) / (kU * ref.abs_sum[i]));
+    for (const auto order : {DiscoTransposeOrder::gather_first, DiscoTransposeOrder::weights_first}) {
+      const DiscoConvTransposeS2 conv(c, w, bias, nullptr, order);
+      const auto ref = transpose_reference(c, conv.table(), w, bias, batch, x);
+      const auto xl = sphere_test::to_channels_last(x, batch, c.in_channels);
+      std::vector<float> yl(static_cast<std::size_t>(batch) * c.out_channels * c.nlat_out * c.nlon_out);
+      conv.forward(batch, xl.data(), yl.data());
+      const auto y = from_channels_last(yl, batch, c.out_channels);
+      const double n_terms = ref.max_group + K * (c.in_channels / c.groups) + 3;
+      double worst = 0.0;
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        const double bound = n_terms * kU * ref.abs_sum[i];
+        ASSERT_LE(std::fabs(y[i] - ref.out[i]), bound) << "element " << i;
+        worst = std::max(worst, std::fabs(y[i] - ref.out[i]) / (kU * ref.abs_sum[i]));
+      }
+      std::printf("  %s: max |out - naive| / (u A) = %.2f\n",
+                  order == DiscoTransposeOrder::gather_first ? "gather first " : "weights first", worst);
     }
-    std::printf("  max |out - naive| / (u A) = %.2f\n", worst);
   }
 }
 
@@ -338,7 +352,9 @@ TEST(DiscoConvTransposeS2, LongitudeShiftEquivarianceIsExact) {
   const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
   const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
   const auto x = random_normal(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
-  const DiscoConvTransposeS2 conv(c, w, bias);
+  for (const auto order : {DiscoTransposeOrder::gather_first, DiscoTransposeOrder::weights_first}) {
+  SCOPED_TRACE(order == DiscoTransposeOrder::gather_first ? "gather first" : "weights first");
+  const DiscoConvTransposeS2 conv(c, w, bias, nullptr, order);
   const std::size_t Po = static_cast<std::size_t>(c.nlat_out) * c.nlon_out;
   std::vector<float> y(batch * Po * c.out_channels), ys(y.size());
   conv.forward(batch, x.data(), y.data());
@@ -362,6 +378,7 @@ TEST(DiscoConvTransposeS2, LongitudeShiftEquivarianceIsExact) {
             ASSERT_EQ(ys[i], y[j]) << "shift " << s << " b " << b << " t " << t << " wo " << wo << " o " << o;
           }
   }
+  }
 }
 
 TEST(DiscoConvTransposeS2, RowBandsEqualWholeForward) {
@@ -371,7 +388,9 @@ TEST(DiscoConvTransposeS2, RowBandsEqualWholeForward) {
   const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
   const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
   const auto x = random_normal(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
-  const DiscoConvTransposeS2 conv(c, w, bias);
+  for (const auto order : {DiscoTransposeOrder::gather_first, DiscoTransposeOrder::weights_first}) {
+  SCOPED_TRACE(order == DiscoTransposeOrder::gather_first ? "gather first" : "weights first");
+  const DiscoConvTransposeS2 conv(c, w, bias, nullptr, order);
   const std::size_t Pi = static_cast<std::size_t>(c.nlat_in) * c.nlon_in, Po = static_cast<std::size_t>(c.nlat_out) * c.nlon_out;
   std::vector<float> whole(batch * Po * c.out_channels);
   conv.forward(batch, x.data(), whole.data());
@@ -395,6 +414,7 @@ TEST(DiscoConvTransposeS2, RowBandsEqualWholeForward) {
       expect_error([&, ib = ib, ie = ie] { conv.forward_rows(batch, xin.data(), ib + 1, ie, part.data(), ob, oe); },
                    ErrorCode::invalid_argument, "input rows");
     }
+  }
   }
 }
 

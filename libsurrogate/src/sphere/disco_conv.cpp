@@ -111,7 +111,8 @@ struct DiscoConvTransposeS2::Impl {
 };
 
 DiscoConvTransposeS2::DiscoConvTransposeS2(const DiscoConfig& config, std::vector<float> weight,
-                                           std::vector<float> bias, const FilterTable* table)
+                                           std::vector<float> bias, const FilterTable* table,
+                                           DiscoTransposeOrder order)
     : impl_(std::make_unique<Impl>()) {
   constexpr const char* who = "DiscoConvTransposeS2";
   check_config(who, config, true);
@@ -120,7 +121,7 @@ DiscoConvTransposeS2::DiscoConvTransposeS2(const DiscoConfig& config, std::vecto
   m.K = filter_basis_size(config.basis, config.kernel_shape);
   m.table = table ? *table : compute_transpose_filter_table(config);
   if (table) check_table(who, m.K, m.table, config.nlat_in, config.nlat_out, config.nlon_out);
-  m.rows = std::make_unique<detail::DiscoRows>(who, config, m.K, m.table, true, weight, bias);
+  m.rows = std::make_unique<detail::DiscoRows>(who, config, m.K, m.table, true, weight, bias, order);
 }
 
 DiscoConvTransposeS2::~DiscoConvTransposeS2() = default;
@@ -130,6 +131,9 @@ DiscoConvTransposeS2& DiscoConvTransposeS2::operator=(DiscoConvTransposeS2&&) no
 const DiscoConfig& DiscoConvTransposeS2::config() const { return impl_->config; }
 int DiscoConvTransposeS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvTransposeS2::table() const { return impl_->table; }
+DiscoTransposeOrder DiscoConvTransposeS2::order() const {
+  return impl_->rows->weights_first() ? DiscoTransposeOrder::weights_first : DiscoTransposeOrder::gather_first;
+}
 
 void DiscoConvTransposeS2::forward(int batch, const float* in, float* out) const {
   forward_rows(batch, in, 0, impl_->config.nlat_in, out, 0, impl_->config.nlat_out);

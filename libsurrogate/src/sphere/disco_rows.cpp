@@ -14,7 +14,8 @@ namespace surrogate::sphere::detail {
 using kernels::index_t;
 
 DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size, const FilterTable& table,
-                     bool transpose, const std::vector<float>& weight, const std::vector<float>& bias)
+                     bool transpose, const std::vector<float>& weight, const std::vector<float>& bias,
+                     DiscoTransposeOrder order)
     : who_(who), config_(config), transpose_(transpose), K(kernel_size) {
   auto fail = [&](const std::string& m) { throw Error(ErrorCode::weights, who_ + ": " + m); };
   const int G = config.groups;
@@ -47,6 +48,32 @@ DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size
     layers.emplace_back(wg.data(), config.bias ? bias.data() + static_cast<std::size_t>(g) * Og : nullptr, Og, K * Cg);
   }
   out_pad = layers.front().out_pad();
+
+  // The transpose's weights-first order when it costs fewer multiply-adds per sample (padded widths):
+  // gather Cin channels for each entry and input longitude, then the linear layer on the output grid,
+  // against the linear layer on the input grid, then a gather of Cout channels.
+  if (transpose) {
+    const double nnz = static_cast<double>(table.val.size()), Wi = config.nlon_in;
+    const double Pi = static_cast<double>(config.nlat_in) * config.nlon_in;
+    const double Po = static_cast<double>(config.nlat_out) * config.nlon_out;
+    const double pad_xw = static_cast<double>(kernels::round_up(static_cast<index_t>(K) * Og, kernels::kPad));
+    const double gather_first = nnz * Wi * config.in_channels + Po * G * static_cast<double>(K) * Cg * out_pad;
+    const double weights_first = Pi * G * static_cast<double>(Cg) * pad_xw + nnz * Wi * config.out_channels;
+    weights_first_ = order == DiscoTransposeOrder::automatic ? weights_first < gather_first
+                                                             : order == DiscoTransposeOrder::weights_first;
+  }
+  if (weights_first_) {
+    std::vector<float> wk(static_cast<std::size_t>(K) * static_cast<std::size_t>(Og) * static_cast<std::size_t>(Cg));
+    for (int g = 0; g < G; ++g) {
+      for (int k = 0; k < K; ++k)
+        for (int o = 0; o < Og; ++o)
+          for (int c = 0; c < Cg; ++c)
+            wk[(static_cast<std::size_t>(k) * Og + o) * Cg + c] = weight[((static_cast<std::size_t>(g) * Og + o) * Cg + c) * K + k];
+      in_layers.emplace_back(wk.data(), nullptr, K * Og, Cg);
+    }
+    xw_pad = in_layers.front().out_pad();
+    bias_ = bias;
+  }
 
   // Regroup the entries by (output row, k), keeping the table order inside each group. The table's column
   // grid is the input grid (forward) or the output grid (transpose).
@@ -93,6 +120,10 @@ void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float*
     fail("output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) + ") read input rows [" +
          std::to_string(needed.first) + ", " + std::to_string(needed.second) + "), the given input holds [" +
          std::to_string(in_begin) + ", " + std::to_string(in_end) + ")");
+  if (weights_first_) {
+    run_weights_first(batch, in, in_begin, in_end, out, out_begin, out_end, needed);
+    return;
+  }
   const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
   const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin;
   // The stride pairing of disco_rows.hpp: j runs over nj values; src = (s0 + ss*j) mod Wi, dst = (d0 + ds*j) mod Wo.
@@ -160,6 +191,87 @@ void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float*
         for (int wo = 0; wo < Wo; ++wo)
           std::memcpy(orow + static_cast<index_t>(wo) * Cout + static_cast<index_t>(g) * Og, od + static_cast<index_t>(wo) * out_pad,
                       sizeof(float) * static_cast<std::size_t>(Og));
+      }
+    }
+  }
+}
+
+void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                                  int out_end, std::pair<int, int> needed) const {
+  const DiscoConfig& c = config_;
+  const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
+  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin, p = Wo / Wi;
+  const int i0 = needed.first, i1 = needed.second;  // input rows read (none: the outputs are the bias)
+  const index_t nrows = i1 - i0, ldw = static_cast<index_t>(G) * xw_pad;
+  const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
+  // xw of one sample in planes per basis function: plane k holds [input row][longitude][Cout] contiguous,
+  // so that an entry's walk over the input longitudes reads consecutive Cout-blocks.
+  const index_t plane = nrows * Wi * Cout;
+  kernels::AlignedBuffer<float> xw(static_cast<std::size_t>(std::max<index_t>(plane * K, 1)));
+  float* xwd = xw.data();
+  for (int b = 0; b < batch; ++b) {
+    const float* xb = in + static_cast<index_t>(b) * Pi * Cin;
+#pragma omp parallel
+    {
+      kernels::AlignedBuffer<float> lin(static_cast<std::size_t>(Wi) * static_cast<std::size_t>(ldw));
+      float* ld = lin.data();
+#pragma omp for schedule(static)
+      for (int h = i0; h < i1; ++h) {
+        for (int g = 0; g < G; ++g) {
+          kernels::LinearArgs a;
+          a.layer = &in_layers[static_cast<std::size_t>(g)];
+          a.x = xb + static_cast<index_t>(h - in_begin) * Wi * Cin + static_cast<index_t>(g) * Cg;
+          a.ldx = Cin;
+          a.y = ld + static_cast<index_t>(g) * xw_pad;
+          a.ldy = ldw;
+          a.rows = Wi;
+          kernels::cpu().linear(a);
+        }
+        for (int k = 0; k < K; ++k) {
+          float* dst = xwd + k * plane + static_cast<index_t>(h - i0) * Wi * Cout;
+          for (int wi = 0; wi < Wi; ++wi)
+            for (int g = 0; g < G; ++g)
+              std::memcpy(dst + static_cast<index_t>(wi) * Cout + static_cast<index_t>(g) * Og,
+                          ld + static_cast<index_t>(wi) * ldw + static_cast<index_t>(g) * xw_pad + static_cast<index_t>(k) * Og,
+                          sizeof(float) * static_cast<std::size_t>(Og));
+        }
+      }
+    }
+#pragma omp parallel
+    {
+      kernels::AlignedBuffer<float> acc(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(Cout));
+      float* ad = acc.data();
+#pragma omp for schedule(dynamic, 1)
+      for (int t = out_begin; t < out_end; ++t) {
+        std::memset(ad, 0, sizeof(float) * static_cast<std::size_t>(Wo) * static_cast<std::size_t>(Cout));
+        for (int k = 0; k < K; ++k) {
+          const auto sk = static_cast<std::size_t>(t) * static_cast<std::size_t>(K) + static_cast<std::size_t>(k);
+          for (std::int64_t z = seg[sk]; z < seg[sk + 1]; ++z) {
+            const auto zi = static_cast<std::size_t>(z);
+            const float v = e_val[zi];
+            const float* xrow = xwd + k * plane + static_cast<index_t>(e_lat[zi] - i0) * Wi * Cout;
+            // output longitude (lon_z + p*wi) mod Wo wraps once: two runs in increasing wi
+            const int lon0 = e_lon[zi];
+            const int j_wrap = std::min(Wi, (Wo - lon0 + p - 1) / p);
+            for (int run = 0; run < 2; ++run) {
+              const int j0 = run == 0 ? 0 : j_wrap, j1 = run == 0 ? j_wrap : Wi;
+              if (j0 >= j1) continue;
+              const float* src = xrow + static_cast<index_t>(j0) * Cout;
+              float* dst = ad + static_cast<index_t>(lon0 + p * j0 - (run == 0 ? 0 : Wo)) * Cout;
+              const index_t dst_step = static_cast<index_t>(p) * Cout;
+              for (int j = j0; j < j1; ++j, src += Cout, dst += dst_step)
+                for (int o = 0; o < Cout; ++o) dst[o] += v * src[o];
+            }
+          }
+        }
+        float* orow = out + (static_cast<index_t>(b) * Po + static_cast<index_t>(t - out_begin) * Wo) * Cout;
+        if (c.bias) {
+          for (int wo = 0; wo < Wo; ++wo)
+            for (int o = 0; o < Cout; ++o)
+              orow[static_cast<index_t>(wo) * Cout + o] = ad[static_cast<index_t>(wo) * Cout + o] + bias_[static_cast<std::size_t>(o)];
+        } else {
+          std::memcpy(orow, ad, sizeof(float) * static_cast<std::size_t>(Wo) * static_cast<std::size_t>(Cout));
+        }
       }
     }
   }

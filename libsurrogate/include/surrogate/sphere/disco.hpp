@@ -144,18 +144,25 @@ class DiscoConvS2 {
   std::unique_ptr<Impl> impl_;
 };
 
+/// The order of the transpose's two contractions (results within the same float32 bound, not bitwise equal):
+/// gather_first: per output row, the table entries gather Cin channels, then the packed linear layer on the
+/// output grid (as DiscoConvS2); weights_first: the linear layer on the input grid (Cin -> K*Cout, the
+/// official order), then the entries gather Cout channels; automatic: the one with fewer multiply-adds.
+enum class DiscoTransposeOrder { automatic, gather_first, weights_first };
+
 /// torch-harmonics' DiscreteContinuousConvTransposeS2 (0.9.3 semantics, eval): the same options as
 /// DiscoConvS2 (weight (out_channels, in_channels/groups, K) as PyTorch stores it), nlon_out a multiple of
 /// nlon_in, default cutoff from the input grid. Computed per output row as a gather (the input rows of the
-/// table entries of that row), psi rounded to float32 and summed in float32, then the packed linear layer
-/// of the forward convolution (the same row contraction as DiscoConvS2; no full-grid scratch).
+/// table entries of that row) in float32 with psi rounded to float32, in the DiscoTransposeOrder chosen
+/// (the row contraction shared with DiscoConvS2; scratch: one output row per thread, plus for weights_first
+/// the weighted input rows that the output rows read, one sample at a time).
 class DiscoConvTransposeS2 {
  public:
   /// table: nullptr = compute_transpose_filter_table(config); otherwise a table from the model file
   /// (checked: kernel size, its grid (nlat_out = config.nlat_in, nlat_in = config.nlat_out, nlon_in =
   /// config.nlon_out), lengths, index ranges, finite values).
   DiscoConvTransposeS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
-                       const FilterTable* table = nullptr);
+                       const FilterTable* table = nullptr, DiscoTransposeOrder order = DiscoTransposeOrder::automatic);
   ~DiscoConvTransposeS2();
   DiscoConvTransposeS2(DiscoConvTransposeS2&&) noexcept;
   DiscoConvTransposeS2& operator=(DiscoConvTransposeS2&&) noexcept;
@@ -172,6 +179,8 @@ class DiscoConvTransposeS2 {
   const DiscoConfig& config() const;
   int kernel_size() const;
   const FilterTable& table() const;
+  /// The order in use (gather_first or weights_first).
+  DiscoTransposeOrder order() const;
 
  private:
   struct Impl;
