@@ -9,6 +9,10 @@
 //  3. the basis normalisation per (k, t) group with the quadrature weights q = w_hi / nlon_in / 2;
 //  4. the values multiplied by q (merge_quadrature);
 //  5. a stable sort by k (the official preprocess_psi), giving the order (k, t, hi, wi).
+// DiscreteContinuousConvTransposeS2 builds the same table with the grids' roles swapped (rows = its input
+// latitudes, the basis evaluated on its output grid), groups (k, output latitude) in step 3 with the
+// weight of the row's (input) latitude, and divides the merged values by nlon_in / nlon_out. The bases
+// include "fourier-bessel" (Bessel functions std::cyl_bessel_j, zeros from bessel_j_zeros).
 #include <algorithm>
 #include <cmath>
 #include <numbers>
