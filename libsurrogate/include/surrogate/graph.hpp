@@ -24,8 +24,10 @@ struct Edges {
 /// The result is exactly the edges of the whole graph whose receiver lies in the range, in the same
 /// order (a receiver's neighbours do not depend on the other receivers); the candidates (sources) are
 /// still all points of the receiver's sample. Lets each rank of a distributed run build its own part.
+/// `subset` (optional): only these receivers, increasing indices inside the range (empty: all of it).
 struct ReceiverRange {
   std::int64_t begin = 0, end = -1;
+  std::span<const std::int64_t> subset = {};
 };
 
 /// torch_cluster.knn_graph(pos, k, batch, loop, flow="source_to_target"): for every point i the k

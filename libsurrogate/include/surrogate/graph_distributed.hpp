@@ -20,6 +20,8 @@ struct DistributedGraphStats {
   std::int64_t sent_points = 0;      // records this rank sent to others (a point counts once per receiver rank)
   std::int64_t whole_samples = 0;    // samples spanning ranks of which every foreign point was fetched (kNN:
                                      // a receiver with fewer than k candidates of its sample in the block)
+  std::int64_t requeried = 0;        // kNN: receivers whose neighbours were searched again among block + halo
+                                     // (the others' round-1 neighbours within the block are final)
 };
 
 /// The canonical points a rank holds: `block_bounds` (ranks + 1 values, the same on every rank) cuts the

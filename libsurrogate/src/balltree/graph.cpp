@@ -157,8 +157,8 @@ void check_points(std::span<const Real> positions, int dim, const balltree::Batc
   if (bad > 0) throw Error(ErrorCode::input, "graph: positions has " + std::to_string(bad) + " NaN/Inf coordinate(s)");
 }
 
-/// Runs `query(tree, local point, candidates)` for every receiver in range and lists the edges receiver
-/// by receiver (a sample's k-d tree is built only when the range holds one of its points).
+/// Runs `query(tree, local point, candidates)` for every receiver (the range, or its subset) and lists
+/// the edges receiver by receiver (a sample's k-d tree is built only when it holds a receiver).
 template <class Real, class Query>
 Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batch& batch, int threads,
                   ReceiverRange receivers, Query query) {
@@ -167,20 +167,33 @@ Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batc
   if (first < 0 || first > last || last > n)
     throw Error(ErrorCode::invalid_argument, "graph: receivers [" + std::to_string(first) + ", " + std::to_string(last) +
                                                  ") is not a range of the " + std::to_string(n) + " points");
-  std::vector<std::vector<std::int64_t>> sources(static_cast<std::size_t>(last - first));
+  const std::span<const std::int64_t> subset = receivers.subset;
+  for (std::size_t m = 0; m < subset.size(); ++m)
+    if (subset[m] < first || subset[m] >= last || (m > 0 && subset[m] <= subset[m - 1]))
+      throw Error(ErrorCode::invalid_argument, "graph: the receivers' subset must increase within [" + std::to_string(first) +
+                                                   ", " + std::to_string(last) + "), entry " + std::to_string(m) + " is " +
+                                                   std::to_string(subset[m]));
+  const bool all = subset.empty();
+  const std::int64_t count = all ? last - first : static_cast<std::int64_t>(subset.size());
+  auto receiver = [&](std::int64_t m) { return all ? first + m : subset[static_cast<std::size_t>(m)]; };
+  auto first_at_or_after = [&](std::int64_t point) {  // the first receiver number whose point is >= point
+    if (all) return std::clamp<std::int64_t>(point - first, 0, count);
+    return static_cast<std::int64_t>(std::lower_bound(subset.begin(), subset.end(), point) - subset.begin());
+  };
+  std::vector<std::vector<std::int64_t>> sources(static_cast<std::size_t>(count));
   for (std::int64_t b = 0; b < batch.samples(); ++b) {
     const std::int64_t begin = batch.begin(b), size = batch.size(b);
-    const std::int64_t i0 = std::max(first, begin) - begin, i1 = std::min(last, begin + size) - begin;
-    if (i0 >= i1) continue;
+    const std::int64_t m0 = first_at_or_after(begin), m1 = first_at_or_after(begin + size);
+    if (m0 >= m1) continue;
     const KdTree<Real> tree(positions.data() + begin * dim, dim, size);
     const int nt = threads > 0 ? threads : omp_get_max_threads();
 #pragma omp parallel num_threads(nt)
     {
       std::vector<Candidate<Real>> found;
 #pragma omp for schedule(dynamic, 64)
-      for (std::int64_t i = i0; i < i1; ++i) {
-        query(tree, i, found);
-        auto& list = sources[static_cast<std::size_t>(begin + i - first)];
+      for (std::int64_t m = m0; m < m1; ++m) {
+        query(tree, receiver(m) - begin, found);
+        auto& list = sources[static_cast<std::size_t>(m)];
         list.reserve(found.size());
         for (const auto& c : found) list.push_back(begin + c.second);
       }
@@ -191,10 +204,10 @@ Edges build_edges(std::span<const Real> positions, int dim, const balltree::Batc
   Edges edges;
   edges.index.resize(static_cast<std::size_t>(2 * total));
   std::int64_t e = 0;
-  for (std::int64_t i = first; i < last; ++i)
-    for (const std::int64_t j : sources[static_cast<std::size_t>(i - first)]) {
+  for (std::int64_t m = 0; m < count; ++m)
+    for (const std::int64_t j : sources[static_cast<std::size_t>(m)]) {
       edges.index[static_cast<std::size_t>(e)] = j;
-      edges.index[static_cast<std::size_t>(total + e)] = i;
+      edges.index[static_cast<std::size_t>(total + e)] = receiver(m);
       ++e;
     }
   return edges;

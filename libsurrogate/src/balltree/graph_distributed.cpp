@@ -101,6 +101,20 @@ std::vector<double> regions(const BlockSamples& s, std::span<const float> positi
   return box;
 }
 
+/// The bounding box of row-major points (lower corner, then upper corner), rounded outwards; empty
+/// (lower > upper) for no point.
+std::vector<double> bounding_box(std::span<const float> points, int dim) {
+  std::vector<double> box(static_cast<std::size_t>(2 * dim));
+  std::fill(box.begin(), box.begin() + dim, kInfinity);
+  std::fill(box.begin() + dim, box.end(), -kInfinity);
+  for (std::size_t i = 0; i < points.size(); i += static_cast<std::size_t>(dim))
+    for (int c = 0; c < dim; ++c) {
+      box[static_cast<std::size_t>(c)] = std::min(box[static_cast<std::size_t>(c)], static_cast<double>(points[i + static_cast<std::size_t>(c)]));
+      box[static_cast<std::size_t>(dim + c)] = std::max(box[static_cast<std::size_t>(dim + c)], static_cast<double>(points[i + static_cast<std::size_t>(c)]));
+    }
+  return box;
+}
+
 /// The candidates of this rank's receivers: the other ranks' points of its samples inside its regions
 /// (the halo), sorted by canonical index, and the positions of the halo below the block, the block and
 /// the halo above, in this (canonical) order.
@@ -187,11 +201,11 @@ Halo exchange_halo(const Comm& comm, const CanonicalBlocks& blocks, const BlockS
   return halo;
 }
 
-/// The block's receivers' edges from the halo, the block and the halo above as one candidate array in
-/// canonical order; `build(positions, batch, receivers)` is the one-process graph. Indices back to
-/// canonical ones.
+/// The block's receivers' edges (only those of `subset`, block rows, when not empty) from the halo, the
+/// block and the halo above as one candidate array in canonical order; `build(positions, batch,
+/// receivers)` is the one-process graph. Indices back to canonical ones.
 template <class Build>
-Edges edges_on_candidates(const BlockSamples& mine, const Halo& halo, Build build) {
+Edges edges_on_candidates(const BlockSamples& mine, const Halo& halo, std::vector<std::int64_t> subset, Build build) {
   const std::int64_t n = mine.rows(), below = halo.below, above = static_cast<std::int64_t>(halo.index.size()) - below;
   if (n == 0) return {};
   if (!std::is_sorted(halo.index.begin(), halo.index.end()) || (below > 0 && halo.index[static_cast<std::size_t>(below) - 1] >= mine.begin) ||
@@ -200,7 +214,8 @@ Edges edges_on_candidates(const BlockSamples& mine, const Halo& halo, Build buil
   std::vector<std::int64_t> offsets{0};  // the halo below joins the first sample, the halo above the last
   for (std::int64_t t = 1; t < mine.count; ++t) offsets.push_back(below + mine.offsets[static_cast<std::size_t>(t)]);
   offsets.push_back(below + n + above);
-  Edges edges = build(halo.candidates, balltree::Batch::from_offsets(offsets), ReceiverRange{below, below + n});
+  for (std::int64_t& i : subset) i += below;
+  Edges edges = build(halo.candidates, balltree::Batch::from_offsets(offsets), ReceiverRange{below, below + n, subset});
   for (std::int64_t& v : edges.index)
     v = v < below ? halo.index[static_cast<std::size_t>(v)] : v < below + n ? mine.begin + v - below : halo.index[static_cast<std::size_t>(v - n)];
   return edges;
@@ -213,14 +228,15 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
   DistributedGraphStats local_stats;
   BlockSamples mine;
   std::vector<double> my_regions;
-  Edges local;  // round 1: the kNN graph of the block alone (block indices)
+  Edges local;                // round 1: the kNN graph of the block alone (block indices)
+  std::vector<double> reach;  // per receiver: the largest exact distance of a true neighbour
   collectively(comm, [&] {
     if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph (distributed): k must be at least 1, got " + std::to_string(k));
     check_blocks(comm, blocks);
     mine = block_samples(*blocks.batch, blocks.block_bounds, comm.rank());
     const int dim = blocks.dim;
     // Round 1: the k-th neighbour of every receiver within the block bounds its k-th distance overall.
-    std::vector<double> reach(static_cast<std::size_t>(mine.rows()), kInfinity);
+    reach.assign(static_cast<std::size_t>(mine.rows()), kInfinity);
     if (mine.rows() > 0) {
       local = knn_graph(blocks.block_positions, dim, balltree::Batch::from_offsets(mine.offsets), k, loop, threads);
       const std::int64_t E = local.count();
@@ -256,10 +272,66 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
       for (std::int64_t& v : edges.index) v += mine.begin;
       return;
     }
-    local = Edges{};
-    edges = edges_on_candidates(mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
-                                                ReceiverRange receivers) {
-      return knn_graph(candidates, blocks.dim, batch, k, loop, threads, receivers);
+    // Round 2 for the receivers whose box q_i -+ reach_i meets the bounding box of their sample's halo
+    // (below the block: its first sample, above: its last); no other receiver has a foreign point within
+    // reach, so its round-1 neighbours are the true ones.
+    const int dim = blocks.dim;
+    const std::int64_t n = mine.rows(), below = halo.below;
+    const std::span<const float> all(halo.candidates);
+    const std::vector<double> halo_below = bounding_box(all.first(static_cast<std::size_t>(below * dim)), dim);
+    const std::vector<double> halo_above = bounding_box(all.subspan(static_cast<std::size_t>((below + n) * dim)), dim);
+    auto meets = [&](const std::vector<double>& box, std::int64_t i) {
+      if (box[0] > box[static_cast<std::size_t>(dim)]) return false;  // no halo there
+      const float* q = blocks.block_positions.data() + i * dim;
+      const double w = reach[static_cast<std::size_t>(i)];
+      for (int c = 0; c < dim; ++c)
+        if (std::nextafter(q[c] - w, -kInfinity) > box[dim + c] || std::nextafter(q[c] + w, kInfinity) < box[c]) return false;
+      return true;
+    };
+    std::vector<std::int64_t> again;
+    for (std::int64_t t = 0; t < mine.count; ++t)
+      for (std::int64_t i = mine.offsets[static_cast<std::size_t>(t)]; i < mine.offsets[static_cast<std::size_t>(t) + 1]; ++i)
+        if ((t == 0 && meets(halo_below, i)) || (t == mine.count - 1 && meets(halo_above, i))) again.push_back(i);
+    local_stats.requeried = static_cast<std::int64_t>(again.size());
+    if (2 * again.size() > static_cast<std::size_t>(n)) {  // most receivers (a spread-out block): all of them, round 1 freed
+      local = Edges{};
+      edges = edges_on_candidates(mine, halo, {}, [&](std::span<const float> candidates, const balltree::Batch& batch,
+                                                      ReceiverRange receivers) {
+        return knn_graph(candidates, dim, batch, k, loop, threads, receivers);
+      });
+      local_stats.requeried = n;
+      return;
+    }
+    const Edges second = again.empty() ? Edges{}
+                                       : edges_on_candidates(mine, halo, again, [&](std::span<const float> candidates,
+                                                                                   const balltree::Batch& batch, ReceiverRange receivers) {
+                                           return knn_graph(candidates, dim, batch, k, loop, threads, receivers);
+                                         });
+    // Merge, receiver by receiver: round 2 where it ran, round 1 elsewhere (a counting pass, then the fill).
+    const std::int64_t E1 = local.count(), E2 = second.count();
+    auto merge = [&](auto&& emit) {
+      std::int64_t e1 = 0, e2 = 0;
+      std::size_t a = 0;
+      for (std::int64_t i = 0; i < n; ++i) {
+        while (e1 < E1 && local.index[static_cast<std::size_t>(E1 + e1)] < i) ++e1;
+        if (a < again.size() && again[a] == i) {
+          ++a;
+          for (; e2 < E2 && second.index[static_cast<std::size_t>(E2 + e2)] == mine.begin + i; ++e2)
+            emit(second.index[static_cast<std::size_t>(e2)], mine.begin + i);
+        } else {
+          for (; e1 < E1 && local.index[static_cast<std::size_t>(E1 + e1)] == i; ++e1)
+            emit(mine.begin + local.index[static_cast<std::size_t>(e1)], mine.begin + i);
+        }
+      }
+    };
+    std::int64_t E = 0;
+    merge([&](std::int64_t, std::int64_t) { ++E; });
+    edges.index.resize(static_cast<std::size_t>(2 * E));
+    std::int64_t e = 0;
+    merge([&](std::int64_t j, std::int64_t i) {
+      edges.index[static_cast<std::size_t>(e)] = j;
+      edges.index[static_cast<std::size_t>(E + e)] = i;
+      ++e;
     });
   });
   if (stats != nullptr) *stats = local_stats;
@@ -287,8 +359,8 @@ Edges radius_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, 
   const Halo halo = exchange_halo(comm, blocks, mine, my_regions, local_stats);
   Edges edges;
   collectively(comm, [&] {
-    edges = edges_on_candidates(mine, halo, [&](std::span<const float> candidates, const balltree::Batch& batch,
-                                                ReceiverRange receivers) {
+    edges = edges_on_candidates(mine, halo, {}, [&](std::span<const float> candidates, const balltree::Batch& batch,
+                                                    ReceiverRange receivers) {
       return radius_graph(candidates, blocks.dim, batch, r, max_num_neighbors, loop, threads, receivers);
     });
   });
