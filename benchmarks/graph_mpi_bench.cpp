@@ -106,10 +106,11 @@ int main(int argc, char** argv) {
     const double cpu = cpu_seconds() - c0;
     const long peak = status_kb("VmHWM");
     std::printf("rank %d of %d (%s%s): %lld of %lld points, %lld edges, step peak above its start %ld kB, halo %lld, "
-                "sent %lld, whole samples %lld, wall %.3f s, cpu %.3f s\n",
+                "sent %lld, whole samples %lld, searched again %lld, wall %.3f s, cpu %.3f s\n",
                 rank, P, order.c_str(), gather ? ", gathered" : "", static_cast<long long>(n), static_cast<long long>(total),
                 static_cast<long long>(edges), peak - before, static_cast<long long>(stats.foreign_points),
-                static_cast<long long>(stats.sent_points), static_cast<long long>(stats.whole_samples), seconds, cpu);
+                static_cast<long long>(stats.sent_points), static_cast<long long>(stats.whole_samples),
+                static_cast<long long>(stats.requeried), seconds, cpu);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "graph_mpi_bench: %s\n", e.what());
     rc = 1;

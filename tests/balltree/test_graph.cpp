@@ -215,7 +215,7 @@ TEST(KnnGraph, ErwinGoldenGraphs) {
 
 TEST(Graphs, ReceiverRangesAreSlicesOfTheWholeGraph) {
   // A range lists exactly the whole graph's edges of its receivers, in the same order (ranges inside a
-  // sample, across the sample boundary, empty, to the end); an invalid range is refused.
+  // sample, across the sample boundary, empty, to the end); an invalid range is refused. Likewise a subset.
   const auto p = random_cloud(500, 3, 23u);
   const bt::Batch batch = two_samples(320, 180);
   const gr::Edges knn = gr::knn_graph(p, 3, batch, 7, true);
@@ -239,6 +239,28 @@ TEST(Graphs, ReceiverRangesAreSlicesOfTheWholeGraph) {
   EXPECT_EQ(gr::knn_graph(p, 3, batch, 7, true, 0, {400, -1}).index, slice(knn, 400, 500));
   EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {10, 5}), Error);
   EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {0, 501}), Error);
+
+  // A subset of a range (every third receiver of 250 ... 399, across the sample boundary): the whole
+  // graph's edges of those receivers only, in the same order; a subset not increasing or outside the
+  // range is refused.
+  std::vector<std::int64_t> subset;
+  for (std::int64_t i = 250; i < 400; i += 3) subset.push_back(i);
+  auto select = [&](const gr::Edges& g) {
+    std::vector<std::int64_t> src, dst;
+    for (std::int64_t e = 0; e < g.count(); ++e) {
+      const std::int64_t i = g.index[static_cast<std::size_t>(g.count() + e)];
+      if (!std::binary_search(subset.begin(), subset.end(), i)) continue;
+      src.push_back(g.index[static_cast<std::size_t>(e)]);
+      dst.push_back(i);
+    }
+    src.insert(src.end(), dst.begin(), dst.end());
+    return src;
+  };
+  EXPECT_EQ(gr::knn_graph(p, 3, batch, 7, true, 0, {250, 400, subset}).index, select(knn));
+  EXPECT_EQ(gr::radius_graph(p, 3, batch, 0.3, 12, false, 0, {250, 400, subset}).index, select(radius));
+  const std::vector<std::int64_t> unsorted{260, 255}, outside{240, 260};
+  EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {250, 400, unsorted}), Error);
+  EXPECT_THROW(gr::knn_graph(p, 3, batch, 7, true, 0, {250, 400, outside}), Error);
 }
 
 TEST(Graphs, BadInput) {
