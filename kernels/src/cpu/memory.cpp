@@ -2,6 +2,7 @@
 #include <sys/mman.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <cstdlib>
 #include <cstring>
 #include <new>
@@ -10,25 +11,63 @@
 
 namespace surrogate::kernels {
 
-void* aligned_zeroed_alloc(std::size_t bytes) {
-  if (bytes == 0) return nullptr;
-  constexpr std::size_t kAlign = 64;
-  constexpr std::size_t kHuge = std::size_t{2} << 20;
+namespace {
+
+constexpr std::size_t kAlign = 64;
+constexpr std::size_t kHuge = std::size_t{2} << 20;
+
+// Bytes a block of `bytes` occupies: 64-byte multiples; from 2 MiB on, whole 2 MiB pages.
+std::size_t block_bytes(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
-  void* p = nullptr;
-  if (rounded >= kHuge) {
-    // 2 MiB alignment lets the kernel back the block with transparent huge pages.
-    p = std::aligned_alloc(kHuge, (rounded + kHuge - 1) / kHuge * kHuge);
-    if (p) madvise(p, rounded, MADV_HUGEPAGE);
-  } else {
-    p = std::aligned_alloc(kAlign, rounded);
-  }
-  if (!p) throw std::bad_alloc();
-  std::memset(p, 0, rounded);
+  return rounded >= kHuge ? (rounded + kHuge - 1) / kHuge * kHuge : rounded;
+}
+
+// A 2 MiB aligned anonymous mapping of `bytes` (a multiple of 2 MiB), zero-filled by the kernel. Large
+// blocks bypass malloc so that freeing one always returns its memory to the system, whatever the
+// process's malloc settings: a library loaded into the process can switch off malloc's use of mmap and
+// the trimming of its heap (Debian's libsuperlu_dist.so.8, which libpetsc_real.so.3.18 pulls in, calls
+// mallopt(M_MMAP_MAX, 0) and mallopt(M_TRIM_THRESHOLD, -1) when it is loaded), and then every large
+// block lands on the brk heap and the heap never shrinks (share/docs/balltree.md, "Memory per rank").
+void* map_huge_aligned(std::size_t bytes) {
+  const std::size_t span = bytes + kHuge;
+  void* raw = mmap(nullptr, span, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) return nullptr;
+  const auto begin = reinterpret_cast<std::uintptr_t>(raw);
+  const std::uintptr_t aligned = (begin + kHuge - 1) & ~(std::uintptr_t{kHuge} - 1);
+  if (aligned > begin) munmap(raw, aligned - begin);
+  const std::uintptr_t end = aligned + bytes;
+  if (begin + span > end) munmap(reinterpret_cast<void*>(end), begin + span - end);
+  void* p = reinterpret_cast<void*>(aligned);
+  // 2 MiB alignment lets the kernel back the block with transparent huge pages.
+  madvise(p, bytes, MADV_HUGEPAGE);
   return p;
 }
 
-void aligned_free(void* p, std::size_t) noexcept { std::free(p); }
+}  // namespace
+
+void* aligned_zeroed_alloc(std::size_t bytes) {
+  if (bytes == 0) return nullptr;
+  const std::size_t size = block_bytes(bytes);
+  if (size >= kHuge) {
+    void* p = map_huge_aligned(size);
+    if (!p) throw std::bad_alloc();
+    return p;  // fresh anonymous pages read as zero
+  }
+  void* p = std::aligned_alloc(kAlign, size);
+  if (!p) throw std::bad_alloc();
+  std::memset(p, 0, size);
+  return p;
+}
+
+void aligned_free(void* p, std::size_t bytes) noexcept {
+  if (!p) return;
+  const std::size_t size = block_bytes(bytes);
+  if (size >= kHuge) {
+    munmap(p, size);
+  } else {
+    std::free(p);
+  }
+}
 
 PackedLinear::PackedLinear(const float* weight, const float* bias, int out, int in)
     : in_(in), out_(out), out_pad_(static_cast<int>(round_up(out, kPad))) {

@@ -1,5 +1,7 @@
-// Owning, 64-byte aligned, zero-initialised host memory. Large blocks are advised to use transparent huge
-// pages: first-touch page faults on 4 KiB pages cost about 2 GB/s on the machines this library targets.
+// Owning, 64-byte aligned, zero-initialised host memory. Blocks of 2 MiB and more are anonymous mappings
+// of their own (2 MiB aligned, advised to use transparent huge pages: first-touch page faults on 4 KiB
+// pages cost about 2 GB/s on the machines this library targets), unmapped when freed, so they go back to
+// the system whatever malloc settings the process runs with.
 #pragma once
 
 #include <cstddef>
@@ -9,7 +11,7 @@
 namespace surrogate::kernels {
 
 void* aligned_zeroed_alloc(std::size_t bytes);  // throws std::bad_alloc
-void aligned_free(void* p, std::size_t bytes) noexcept;
+void aligned_free(void* p, std::size_t bytes) noexcept;  // bytes: as given to aligned_zeroed_alloc
 
 template <class T>
 class AlignedBuffer {
