@@ -11,16 +11,19 @@
 //     point among the true k nearest of i (ties by index included) has rounded distance <= rho_i, exact
 //     distance <= t_i = sqrt(exact_above(rho_i)); the region is the union over receivers of the boxes
 //     q_i +- t_i. A receiver with fewer than k candidates in the block has t_i = infinity: that sample's
-//     every foreign point comes to this rank (DistributedGraphStats::whole_samples).
+//     every foreign point comes to this rank (DistributedGraphStats::whole_samples). Round 1 is skipped
+//     (every t_i infinite) when most of the block lies inside other ranks' bounding boxes of the same
+//     samples: the halo would be (nearly) the whole samples anyway (global ids not coherent in space).
 // The regions (one box per rank and touched sample) are all-gathered; every rank sends each other rank
 // its points that lie in that rank's box of their sample (index and position, one all-to-all). Blocks are
 // consecutive canonical ranges, so what comes from lower ranks has indices below `begin` and lies in the
 // block's first sample, what comes from higher ranks lies above `end` in its last sample: the halo, the
 // block and the halo above, in this order, are the candidates in canonical order, and the one-process
 // graph code on them (receivers = the block) gives the one-process edges: the same candidates ranked by
-// the same (distance, index) order, the distances computed by the same function (kNN without a halo:
-// round 1 already is that graph). Box bounds are rounded outwards, so the test can only admit points,
-// never lose one.
+// the same (distance, index) order, the distances computed by the same function. kNN: round 2 searches
+// only the receivers whose box q_i -+ t_i meets the bounding box of their sample's halo (all of them
+// when that is most of the block); the others' round-1 neighbours are final, since no foreign point lies
+// within their reach. Box bounds are rounded outwards, so the tests can only admit points, never lose one.
 #include "surrogate/graph_distributed.hpp"
 
 #include <algorithm>
@@ -124,50 +127,77 @@ struct Halo {
   std::int64_t below = 0;           // halo points before the block
 };
 
+/// Every rank's boxes, one per touched sample (its sample range follows from the bounds, so only the
+/// boxes travel). Collective.
+struct GatheredRegions {
+  std::vector<BlockSamples> ranks;
+  std::vector<double> boxes;
+  std::vector<std::size_t> at;  // bytes: where rank r's boxes start
+  const double* box(int r, std::int64_t sample, int dim) const {
+    return boxes.data() + at[static_cast<std::size_t>(r)] / sizeof(double) + (sample - ranks[static_cast<std::size_t>(r)].first) * 2 * dim;
+  }
+};
+
+GatheredRegions gather_regions(const Comm& comm, const CanonicalBlocks& blocks, const std::vector<double>& my_regions) {
+  const int P = comm.size(), dim = blocks.dim;
+  GatheredRegions g;
+  g.ranks.resize(static_cast<std::size_t>(P));
+  g.at.resize(static_cast<std::size_t>(P));
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(P));
+  std::size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    g.ranks[static_cast<std::size_t>(r)] = block_samples(*blocks.batch, blocks.block_bounds, r);
+    g.at[static_cast<std::size_t>(r)] = total;
+    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(g.ranks[static_cast<std::size_t>(r)].count * 2 * dim) * sizeof(double);
+    total += bytes[static_cast<std::size_t>(r)];
+  }
+  g.boxes.resize(total / sizeof(double) + 1);  // + 1: never a null buffer
+  const double none = 0.0;
+  comm.allgatherv(my_regions.empty() ? &none : my_regions.data(), my_regions.size() * sizeof(double), g.boxes.data(), bytes, g.at);
+  return g;
+}
+
+/// Calls inside(i) for every block row i of this rank (`mine`) in rank r's box of i's sample, in order.
+template <class F>
+void points_inside(const GatheredRegions& g, int r, const CanonicalBlocks& blocks, const BlockSamples& mine, F inside) {
+  const BlockSamples& other = g.ranks[static_cast<std::size_t>(r)];
+  if (other.count == 0 || mine.count == 0) return;
+  const int dim = blocks.dim;
+  const std::vector<std::int64_t>& offsets = blocks.batch->offsets();
+  const float* p = blocks.block_positions.data();
+  const std::int64_t b0 = std::max(mine.first, other.first), b1 = std::min(mine.first + mine.count, other.first + other.count);
+  for (std::int64_t b = b0; b < b1; ++b) {
+    const double* lo = g.box(r, b, dim);
+    const double* hi = lo + dim;
+    const std::int64_t i0 = std::max(offsets[static_cast<std::size_t>(b)], mine.begin) - mine.begin;
+    const std::int64_t i1 = std::min(offsets[static_cast<std::size_t>(b) + 1], mine.end) - mine.begin;
+    for (std::int64_t i = i0; i < i1; ++i) {
+      bool in = true;
+      for (int c = 0; c < dim && in; ++c) {
+        const double v = p[i * dim + c];
+        in = v >= lo[c] && v <= hi[c];
+      }
+      if (in) inside(i);
+    }
+  }
+}
+
 Halo exchange_halo(const Comm& comm, const CanonicalBlocks& blocks, const BlockSamples& mine,
                    const std::vector<double>& my_regions, DistributedGraphStats& stats) {
   const int P = comm.size(), me = comm.rank(), dim = blocks.dim;
-  const std::vector<std::int64_t>& offsets = blocks.batch->offsets();
-  // Every rank's regions: its sample range follows from the bounds, so only the boxes travel.
-  std::vector<BlockSamples> all(static_cast<std::size_t>(P));
-  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), at(static_cast<std::size_t>(P));
-  std::size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    all[static_cast<std::size_t>(r)] = block_samples(*blocks.batch, blocks.block_bounds, r);
-    at[static_cast<std::size_t>(r)] = total;
-    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(all[static_cast<std::size_t>(r)].count * 2 * dim) * sizeof(double);
-    total += bytes[static_cast<std::size_t>(r)];
-  }
-  std::vector<double> boxes(total / sizeof(double) + 1);  // + 1: never a null buffer
-  const double none = 0.0;
-  comm.allgatherv(my_regions.empty() ? &none : my_regions.data(), my_regions.size() * sizeof(double), boxes.data(), bytes, at);
-
+  const GatheredRegions regions_of = gather_regions(comm, blocks, my_regions);
   // The points each other rank's regions hold, rank by rank, each rank's in canonical order.
   std::vector<std::size_t> send_counts(static_cast<std::size_t>(P), 0);
   std::vector<std::int64_t> send_index;
   std::vector<float> send_positions;
   const float* p = blocks.block_positions.data();
   for (int r = 0; r < P; ++r) {
-    const BlockSamples& other = all[static_cast<std::size_t>(r)];
-    if (r == me || other.count == 0 || mine.count == 0) continue;
-    const std::int64_t b0 = std::max(mine.first, other.first), b1 = std::min(mine.first + mine.count, other.first + other.count);
-    for (std::int64_t b = b0; b < b1; ++b) {
-      const double* lo = boxes.data() + at[static_cast<std::size_t>(r)] / sizeof(double) + (b - other.first) * 2 * dim;
-      const double* hi = lo + dim;
-      const std::int64_t i0 = std::max(offsets[static_cast<std::size_t>(b)], mine.begin) - mine.begin;
-      const std::int64_t i1 = std::min(offsets[static_cast<std::size_t>(b) + 1], mine.end) - mine.begin;
-      for (std::int64_t i = i0; i < i1; ++i) {
-        bool inside = true;
-        for (int c = 0; c < dim && inside; ++c) {
-          const double v = p[i * dim + c];
-          inside = v >= lo[c] && v <= hi[c];
-        }
-        if (!inside) continue;
-        send_index.push_back(mine.begin + i);
-        send_positions.insert(send_positions.end(), p + i * dim, p + (i + 1) * dim);
-        ++send_counts[static_cast<std::size_t>(r)];
-      }
-    }
+    if (r == me) continue;
+    points_inside(regions_of, r, blocks, mine, [&](std::int64_t i) {
+      send_index.push_back(mine.begin + i);
+      send_positions.insert(send_positions.end(), p + i * dim, p + (i + 1) * dim);
+      ++send_counts[static_cast<std::size_t>(r)];
+    });
   }
   const std::vector<std::size_t> recv_counts = balltree::detail::exchange_counts(comm, send_counts);
   std::size_t received = 0;
@@ -230,14 +260,26 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
   std::vector<double> my_regions;
   Edges local;                // round 1: the kNN graph of the block alone (block indices)
   std::vector<double> reach;  // per receiver: the largest exact distance of a true neighbour
+  std::vector<double> block_boxes;
   collectively(comm, [&] {
     if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph (distributed): k must be at least 1, got " + std::to_string(k));
     check_blocks(comm, blocks);
     mine = block_samples(*blocks.batch, blocks.block_bounds, comm.rank());
+    block_boxes = regions(mine, blocks.block_positions, blocks.dim, std::vector<double>(static_cast<std::size_t>(mine.rows()), 0.0));
+  });
+  // A block spread over its samples (ids not coherent in space): most of its points lie in other ranks'
+  // boxes, the halo will be (nearly) the whole samples, and round 1 would be wasted: skipped (reach
+  // infinite, every receiver searched in round 2). Only the cost depends on this choice, not the edges.
+  const GatheredRegions others = gather_regions(comm, blocks, block_boxes);
+  std::vector<char> overlapped(static_cast<std::size_t>(mine.rows()), 0);
+  for (int r = 0; r < comm.size(); ++r)
+    if (r != comm.rank()) points_inside(others, r, blocks, mine, [&](std::int64_t i) { overlapped[static_cast<std::size_t>(i)] = 1; });
+  const bool round1 = 2 * std::count(overlapped.begin(), overlapped.end(), char{1}) <= mine.rows();
+  collectively(comm, [&] {
     const int dim = blocks.dim;
     // Round 1: the k-th neighbour of every receiver within the block bounds its k-th distance overall.
     reach.assign(static_cast<std::size_t>(mine.rows()), kInfinity);
-    if (mine.rows() > 0) {
+    if (mine.rows() > 0 && round1) {
       local = knn_graph(blocks.block_positions, dim, balltree::Batch::from_offsets(mine.offsets), k, loop, threads);
       const std::int64_t E = local.count();
       const std::int64_t* src = local.index.data();
@@ -267,7 +309,7 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
   const Halo halo = exchange_halo(comm, blocks, mine, my_regions, local_stats);
   Edges edges;
   collectively(comm, [&] {
-    if (halo.index.empty()) {  // the block holds every candidate: round 1 was the graph (one rank, small samples)
+    if (halo.index.empty() && round1) {  // the block holds every candidate: round 1 was the graph (one rank, small samples)
       edges = std::move(local);
       for (std::int64_t& v : edges.index) v += mine.begin;
       return;
@@ -293,7 +335,7 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
       for (std::int64_t i = mine.offsets[static_cast<std::size_t>(t)]; i < mine.offsets[static_cast<std::size_t>(t) + 1]; ++i)
         if ((t == 0 && meets(halo_below, i)) || (t == mine.count - 1 && meets(halo_above, i))) again.push_back(i);
     local_stats.requeried = static_cast<std::int64_t>(again.size());
-    if (2 * again.size() > static_cast<std::size_t>(n)) {  // most receivers (a spread-out block): all of them, round 1 freed
+    if (!round1 || 2 * again.size() > static_cast<std::size_t>(n)) {  // most receivers: all of them, round 1 freed
       local = Edges{};
       edges = edges_on_candidates(mine, halo, {}, [&](std::span<const float> candidates, const balltree::Batch& batch,
                                                       ReceiverRange receivers) {
