@@ -368,6 +368,19 @@ Edges knn_graph_distributed(const Comm& comm, const CanonicalBlocks& blocks, int
     };
     std::int64_t E = 0;
     merge([&](std::int64_t, std::int64_t) { ++E; });
+    if (E == E1) {  // every receiver searched again kept its count (the usual case): round 2's sources in place
+      std::int64_t e2 = 0;
+      std::size_t a = 0;
+      for (std::int64_t e = 0; e < E1; ++e) {
+        std::int64_t& j = local.index[static_cast<std::size_t>(e)];
+        std::int64_t& i = local.index[static_cast<std::size_t>(E1 + e)];
+        while (a < again.size() && again[a] < i) ++a;
+        j = a < again.size() && again[a] == i ? second.index[static_cast<std::size_t>(e2++)] : mine.begin + j;
+        i += mine.begin;
+      }
+      edges = std::move(local);
+      return;
+    }
     edges.index.resize(static_cast<std::size_t>(2 * E));
     std::int64_t e = 0;
     merge([&](std::int64_t j, std::int64_t i) {
