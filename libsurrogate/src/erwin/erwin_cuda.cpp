@@ -111,10 +111,16 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   double last_geometry_ms() const override { return geometry_ms_; }
 
  private:
+  /// Copies host values into dst (grown as needed). From pageable memory the runtime stages the values
+  /// before it returns, so `src` may be a temporary; set_geometry synchronises once at its end anyway.
   template <class T>
-  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
+  void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
     dst.resize(std::max<std::size_t>(src.size(), 1), device_);
     if (!src.empty()) cu::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream_.get());
+  }
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
+    upload(dst, std::span<const T>(src));
   }
   std::size_t add(const float* values, std::size_t count);
   Dense add_dense(const kernels::PackedLinear& layer);
@@ -611,7 +617,7 @@ std::vector<float> ErwinCudaForward::forward(const balltree::RotatedTrees& trees
     }
     cu::Event t0(device_), t1(device_);
     t0.record(stream_.get());
-    upload(features_, std::vector<float>(features.begin(), features.end()));
+    upload(features_, features);
     dense(embed_, features_.data(), cfg_.c_in, h_.data(), D0, n);
     if (cfg_.mp_steps > 0) message_passing(n);
     Level& level0 = levels_.front();
