@@ -97,7 +97,7 @@ TEST(SphereGridOpsDevice, DiscoOneHotWeightsGiveTheCpuOutputBitwise) {
     const std::vector<float> bias =
         c.bias ? random_vector(static_cast<std::size_t>(c.out_channels), rng, -0.5f, 0.5f) : std::vector<float>{};
     const Inputs in = make_inputs(c, t.batch, rng);
-    const sp::DiscoConvS2 cpu_op(c, weight, bias);
+    const sp::DiscoConvS2 cpu_op(c, weight, bias, nullptr, sp::DiscoOrder::gather_first);  // the device's order
     std::vector<float> cpu(static_cast<std::size_t>(t.batch) * c.nlat_out * c.nlon_out * c.out_channels);
     cpu_op.forward(t.batch, in.x.data(), cpu.data());
     const std::vector<float> gpu = disco_on_device(c, weight, bias, t.batch, in.x, t.name);
@@ -119,7 +119,7 @@ TEST(SphereGridOpsDevice, DiscoRandomWeightsMatchTheCpuAndFloat64WithinTheBound)
     const std::vector<float> bias =
         c.bias ? random_vector(static_cast<std::size_t>(c.out_channels), rng, -0.5f, 0.5f) : std::vector<float>{};
     const Inputs in = make_inputs(c, t.batch, rng);
-    const sp::DiscoConvS2 cpu_op(c, weight, bias);
+    const sp::DiscoConvS2 cpu_op(c, weight, bias, nullptr, sp::DiscoOrder::gather_first);  // the device's order
     std::vector<float> cpu(static_cast<std::size_t>(t.batch) * c.nlat_out * c.nlon_out * c.out_channels);
     cpu_op.forward(t.batch, in.x.data(), cpu.data());
     const std::vector<float> gpu = disco_on_device(c, weight, bias, t.batch, in.x, t.name);

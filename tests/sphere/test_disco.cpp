@@ -50,6 +50,16 @@ FilterTable read_table(const H5Reader& f, const std::string& g, const DiscoConfi
 using sphere_test::dense_reference;
 using sphere_test::Reference;
 
+const char* order_name(DiscoOrder order) { return order == DiscoOrder::gather_first ? "gather first" : "weights first"; }
+
+/// The gamma_n term count of the error bound (header) valid in both orders: gather first sums n_z <=
+/// max_group products per (k, c), then K*Cg in the linear layer; weights first sums Cg products in the
+/// linear layer, then all entries of the output row (at most K*max_group) in one accumulator; + psi's
+/// rounding, the product's and the bias's.
+double n_terms_bound(const Reference& ref, int K, int Cg) {
+  return std::max(ref.max_group + K * Cg, Cg + K * ref.max_group) + 3.0;
+}
+
 TEST(DiscoFilterTable, MatchesTorchHarmonics) {
   const H5Reader& f = golden();
   const auto cases = f.children("/");
@@ -96,15 +106,19 @@ TEST(DiscoConvS2, ForwardMatchesTorchHarmonics) {
     const std::vector<double> out64 = f.doubles(g + "/output_f64");
     const FilterTable table = read_table(f, g, c);
     const Reference ref = dense_reference(c, table, w, bias, batch, x);
-    const DiscoConvS2 own(c, w, bias);                // table computed here
-    const DiscoConvS2 from_file(c, w, bias, &table);  // table as the exporter would store it
+    for (const DiscoOrder order : {DiscoOrder::gather_first, DiscoOrder::weights_first}) {
+    SCOPED_TRACE(order_name(order));
+    const DiscoConvS2 own(c, w, bias, nullptr, order);  // table computed here
+    const DiscoConvS2 from_file(c, w, bias, &table, order);  // table as the exporter would store it
+    ASSERT_EQ(own.order(), order);
+    ASSERT_EQ(from_file.order(), order);
     const std::vector<float> xl = sphere_test::to_channels_last(x, batch, c.in_channels);
     std::vector<float> y1(out_ref.size()), y2(out_ref.size());
     own.forward(batch, xl.data(), y1.data());
     from_file.forward(batch, xl.data(), y2.data());
     const std::vector<float> o1 = from_channels_last(y1, batch, c.out_channels);
     const std::vector<float> o2 = from_channels_last(y2, batch, c.out_channels);
-    const double n_terms = ref.max_group + own.kernel_size() * (c.in_channels / c.groups) + 3;
+    const double n_terms = n_terms_bound(ref, own.kernel_size(), c.in_channels / c.groups);
     double worst = 0.0, e_off = 0.0, e_own = 0.0;
     for (std::size_t i = 0; i < out_ref.size(); ++i) {
       const double bound = n_terms * kU * ref.abs_sum[i];
@@ -115,8 +129,9 @@ TEST(DiscoConvS2, ForwardMatchesTorchHarmonics) {
       e_off = std::max(e_off, std::fabs(out_ref[i] - out64[i]) / (kU * ref.abs_sum[i]));
       e_own = std::max(e_own, std::fabs(o1[i] - out64[i]) / (kU * ref.abs_sum[i]));
     }
-    std::printf("  %-26s |own-f64|/(uA) %.2f  |official-f64|/(uA) %.2f  |own-official|/bound %.3f\n", name.c_str(),
-                e_own, e_off, worst);
+    std::printf("  %-26s %-13s |own-f64|/(uA) %.2f  |official-f64|/(uA) %.2f  |own-official|/bound %.3f\n",
+                name.c_str(), order_name(order), e_own, e_off, worst);
+    }
   }
 }
 
@@ -155,20 +170,24 @@ TEST(DiscoConvS2, ForwardMatchesDenseReference) {
     const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
     const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
     const auto x = random_normal(static_cast<std::size_t>(batch) * c.in_channels * c.nlat_in * c.nlon_in, rng);
-    const DiscoConvS2 conv(c, w, bias);
+    for (const DiscoOrder order : {DiscoOrder::gather_first, DiscoOrder::weights_first}) {
+    SCOPED_TRACE(order_name(order));
+    const DiscoConvS2 conv(c, w, bias, nullptr, order);
+    ASSERT_EQ(conv.order(), order);
     const Reference ref = dense_reference(c, conv.table(), w, bias, batch, x);
     const auto xl = sphere_test::to_channels_last(x, batch, c.in_channels);
     std::vector<float> yl(static_cast<std::size_t>(batch) * c.out_channels * c.nlat_out * c.nlon_out);
     conv.forward(batch, xl.data(), yl.data());
     const auto y = from_channels_last(yl, batch, c.out_channels);
-    const double n_terms = ref.max_group + K * (c.in_channels / c.groups) + 3;
+    const double n_terms = n_terms_bound(ref, K, c.in_channels / c.groups);
     double worst = 0.0;
     for (std::size_t i = 0; i < y.size(); ++i) {
       const double bound = n_terms * kU * ref.abs_sum[i];
       ASSERT_LE(std::fabs(y[i] - ref.out[i]), bound) << "element " << i;
       worst = std::max(worst, std::fabs(y[i] - ref.out[i]) / (kU * ref.abs_sum[i]));
     }
-    std::printf("  max |out - dense| / (u A) = %.2f\n", worst);
+    std::printf("  %-13s max |out - dense| / (u A) = %.2f\n", order_name(order), worst);
+    }
   }
 }
 
@@ -180,7 +199,9 @@ TEST(DiscoConvS2, LongitudeShiftEquivarianceIsExact) {
   const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
   const auto bias = random_normal(static_cast<std::size_t>(c.out_channels), rng);
   const auto x = random_normal(static_cast<std::size_t>(batch) * c.nlat_in * c.nlon_in * c.in_channels, rng);
-  const DiscoConvS2 conv(c, w, bias);
+  for (const DiscoOrder order : {DiscoOrder::gather_first, DiscoOrder::weights_first}) {
+  SCOPED_TRACE(order_name(order));
+  const DiscoConvS2 conv(c, w, bias, nullptr, order);
   const std::size_t Po = static_cast<std::size_t>(c.nlat_out) * c.nlon_out;
   std::vector<float> y(batch * Po * c.out_channels), ys(y.size());
   conv.forward(batch, x.data(), y.data());
@@ -203,6 +224,27 @@ TEST(DiscoConvS2, LongitudeShiftEquivarianceIsExact) {
                                       c.out_channels + o;
             ASSERT_EQ(ys[i], y[j]) << "shift " << s << " b " << b << " t " << t << " wo " << wo << " o " << o;
           }
+  }
+  }
+}
+
+/// The automatic order is the one with fewer multiply-adds: many input channels to few output channels
+/// (the transformer's decoder, 128 -> 3) weights first, few to many (its encoder, 3 -> 128) gather first.
+TEST(DiscoConvS2, AutomaticOrderByMultiplyAdds) {
+  DiscoConfig c;
+  c.nlat_in = c.nlat_out = 25;
+  c.nlon_in = c.nlon_out = 48;
+  c.kernel_shape = {3, 3};
+  c.theta_cutoff = 0.3;
+  std::mt19937 rng(5);
+  for (const bool decoder : {true, false}) {
+    c.in_channels = decoder ? 128 : 3;
+    c.out_channels = decoder ? 3 : 128;
+    const int K = filter_basis_size(c.basis, c.kernel_shape);
+    const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * c.in_channels * K, rng);
+    EXPECT_EQ(DiscoConvS2(c, w, {}).order(), decoder ? DiscoOrder::weights_first : DiscoOrder::gather_first);
+    EXPECT_EQ(DiscoConvS2(c, w, {}, nullptr, DiscoOrder::gather_first).order(), DiscoOrder::gather_first);
+    EXPECT_EQ(DiscoConvS2(c, w, {}, nullptr, DiscoOrder::weights_first).order(), DiscoOrder::weights_first);
   }
 }
 

@@ -102,7 +102,9 @@ TEST(SphereBands, DiscoRowsEqualTheWholeForward) {
     c.kernel_shape = k.shape;
     c.theta_cutoff = k.cutoff;
     const int K = sphere::filter_basis_size(c.basis, c.kernel_shape);
-    const sphere::DiscoConvS2 conv(c, random_values(static_cast<std::size_t>(5 * 3 * K), 11), {});
+    for (const auto order : {sphere::DiscoOrder::gather_first, sphere::DiscoOrder::weights_first}) {
+    SCOPED_TRACE(order == sphere::DiscoOrder::gather_first ? "gather first" : "weights first");
+    const sphere::DiscoConvS2 conv(c, random_values(static_cast<std::size_t>(5 * 3 * K), 11), {}, nullptr, order);
     const int B = 2;
     const auto x = random_values(static_cast<std::size_t>(B * k.hi * k.wi * 3), 12);
     std::vector<float> whole(static_cast<std::size_t>(B * k.ho * k.wo * 5));
@@ -121,6 +123,7 @@ TEST(SphereBands, DiscoRowsEqualTheWholeForward) {
       }
     }
     EXPECT_GE(widest_halo, 3) << "the case should need a halo of several rows";
+    }
   }
 }
 

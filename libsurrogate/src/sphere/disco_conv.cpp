@@ -1,7 +1,8 @@
 // DiscoConvS2 (DiscreteContinuousConvS2) and DiscoConvTransposeS2 (DiscreteContinuousConvTransposeS2) on
 // the CPU (docs/reference-models.md §5.6, share/docs/sphere.md "DISCO convolution"): argument and table
-// checks; both run the row contraction of disco_rows.hpp (per (sample, output latitude) row: a float32
-// gather with psi rounded to float32, then the packed linear layer of each group).
+// checks; both run the row contraction of disco_rows.hpp in either DiscoOrder (per (sample, output
+// latitude) row: a float32 gather with psi rounded to float32, then the packed linear layer of each group;
+// or the linear layer on the input rows read, then the gather).
 #include <cmath>
 #include <string>
 
@@ -67,7 +68,7 @@ struct DiscoConvS2::Impl {
 };
 
 DiscoConvS2::DiscoConvS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
-                         const FilterTable* table)
+                         const FilterTable* table, DiscoOrder order)
     : impl_(std::make_unique<Impl>()) {
   constexpr const char* who = "DiscoConvS2";
   check_config(who, config, false);
@@ -76,7 +77,7 @@ DiscoConvS2::DiscoConvS2(const DiscoConfig& config, std::vector<float> weight, s
   m.K = filter_basis_size(config.basis, config.kernel_shape);
   m.table = table ? *table : compute_filter_table(config);
   if (table) check_table(who, m.K, m.table, config.nlat_out, config.nlat_in, config.nlon_in);
-  m.rows = std::make_unique<detail::DiscoRows>(who, config, m.K, m.table, false, weight, bias);
+  m.rows = std::make_unique<detail::DiscoRows>(who, config, m.K, m.table, false, weight, bias, order);
 }
 
 DiscoConvS2::~DiscoConvS2() = default;
@@ -86,6 +87,9 @@ DiscoConvS2& DiscoConvS2::operator=(DiscoConvS2&&) noexcept = default;
 const DiscoConfig& DiscoConvS2::config() const { return impl_->config; }
 int DiscoConvS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvS2::table() const { return impl_->table; }
+DiscoOrder DiscoConvS2::order() const {
+  return impl_->rows->weights_first() ? DiscoOrder::weights_first : DiscoOrder::gather_first;
+}
 
 void DiscoConvS2::forward(int batch, const float* in, float* out) const {
   forward_rows(batch, in, 0, impl_->config.nlat_in, out, 0, impl_->config.nlat_out);
@@ -112,7 +116,7 @@ struct DiscoConvTransposeS2::Impl {
 
 DiscoConvTransposeS2::DiscoConvTransposeS2(const DiscoConfig& config, std::vector<float> weight,
                                            std::vector<float> bias, const FilterTable* table,
-                                           DiscoTransposeOrder order)
+                                           DiscoOrder order)
     : impl_(std::make_unique<Impl>()) {
   constexpr const char* who = "DiscoConvTransposeS2";
   check_config(who, config, true);
@@ -131,8 +135,8 @@ DiscoConvTransposeS2& DiscoConvTransposeS2::operator=(DiscoConvTransposeS2&&) no
 const DiscoConfig& DiscoConvTransposeS2::config() const { return impl_->config; }
 int DiscoConvTransposeS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvTransposeS2::table() const { return impl_->table; }
-DiscoTransposeOrder DiscoConvTransposeS2::order() const {
-  return impl_->rows->weights_first() ? DiscoTransposeOrder::weights_first : DiscoTransposeOrder::gather_first;
+DiscoOrder DiscoConvTransposeS2::order() const {
+  return impl_->rows->weights_first() ? DiscoOrder::weights_first : DiscoOrder::gather_first;
 }
 
 void DiscoConvTransposeS2::forward(int batch, const float* in, float* out) const {

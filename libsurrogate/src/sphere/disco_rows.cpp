@@ -15,7 +15,7 @@ using kernels::index_t;
 
 DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size, const FilterTable& table,
                      bool transpose, const std::vector<float>& weight, const std::vector<float>& bias,
-                     DiscoTransposeOrder order)
+                     DiscoOrder order)
     : who_(who), config_(config), transpose_(transpose), K(kernel_size) {
   auto fail = [&](const std::string& m) { throw Error(ErrorCode::weights, who_ + ": " + m); };
   const int G = config.groups;
@@ -49,18 +49,19 @@ DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size
   }
   out_pad = layers.front().out_pad();
 
-  // The transpose's weights-first order when it costs fewer multiply-adds per sample (padded widths):
-  // gather Cin channels for each entry and input longitude, then the linear layer on the output grid,
-  // against the linear layer on the input grid, then a gather of Cout channels.
-  if (transpose) {
-    const double nnz = static_cast<double>(table.val.size()), Wi = config.nlon_in;
+  // Weights first when it costs fewer multiply-adds per sample (padded widths): gather Cin channels for
+  // each entry and longitude pair, then the linear layer on the output grid, against the linear layer on
+  // the input grid, then a gather of Cout channels. Each entry pairs nj longitudes (nlon_out for the
+  // forward, nlon_in for the transpose).
+  {
+    const double nnz = static_cast<double>(table.val.size());
+    const double nj = transpose ? config.nlon_in : config.nlon_out;
     const double Pi = static_cast<double>(config.nlat_in) * config.nlon_in;
     const double Po = static_cast<double>(config.nlat_out) * config.nlon_out;
     const double pad_xw = static_cast<double>(kernels::round_up(static_cast<index_t>(K) * Og, kernels::kPad));
-    const double gather_first = nnz * Wi * config.in_channels + Po * G * static_cast<double>(K) * Cg * out_pad;
-    const double weights_first = Pi * G * static_cast<double>(Cg) * pad_xw + nnz * Wi * config.out_channels;
-    weights_first_ = order == DiscoTransposeOrder::automatic ? weights_first < gather_first
-                                                             : order == DiscoTransposeOrder::weights_first;
+    const double gather_first = nnz * nj * config.in_channels + Po * G * static_cast<double>(K) * Cg * out_pad;
+    const double weights_first = Pi * G * static_cast<double>(Cg) * pad_xw + nnz * nj * config.out_channels;
+    weights_first_ = order == DiscoOrder::automatic ? weights_first < gather_first : order == DiscoOrder::weights_first;
   }
   if (weights_first_) {
     std::vector<float> wk(static_cast<std::size_t>(K) * static_cast<std::size_t>(Og) * static_cast<std::size_t>(Cg));
@@ -200,7 +201,10 @@ void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int 
                                   int out_end, std::pair<int, int> needed) const {
   const DiscoConfig& c = config_;
   const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
-  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin, p = Wo / Wi;
+  const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin;
+  // The stride pairing of disco_rows.hpp: j < nj; forward: src (lon_z + p*j) mod Wi, dst j; transpose:
+  // src j, dst (lon_z + p*j) mod Wo.
+  const int nj = transpose_ ? Wi : Wo, p = transpose_ ? Wo / Wi : Wi / Wo, wrap_at = transpose_ ? Wo : Wi;
   const int i0 = needed.first, i1 = needed.second;  // input rows read (none: the outputs are the bias)
   const index_t nrows = i1 - i0, ldw = static_cast<index_t>(G) * xw_pad;
   const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
@@ -250,16 +254,18 @@ void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int 
             const auto zi = static_cast<std::size_t>(z);
             const float v = e_val[zi];
             const float* xrow = xwd + k * plane + static_cast<index_t>(e_lat[zi] - i0) * Wi * Cout;
-            // output longitude (lon_z + p*wi) mod Wo wraps once: two runs in increasing wi
+            // the strided longitude (lon_z + p*j) wraps once: two runs in increasing j
             const int lon0 = e_lon[zi];
-            const int j_wrap = std::min(Wi, (Wo - lon0 + p - 1) / p);
+            const int j_wrap = std::min(nj, (wrap_at - lon0 + p - 1) / p);
+            const index_t src_step = static_cast<index_t>(transpose_ ? 1 : p) * Cout;
+            const index_t dst_step = static_cast<index_t>(transpose_ ? p : 1) * Cout;
             for (int run = 0; run < 2; ++run) {
-              const int j0 = run == 0 ? 0 : j_wrap, j1 = run == 0 ? j_wrap : Wi;
+              const int j0 = run == 0 ? 0 : j_wrap, j1 = run == 0 ? j_wrap : nj;
               if (j0 >= j1) continue;
-              const float* src = xrow + static_cast<index_t>(j0) * Cout;
-              float* dst = ad + static_cast<index_t>(lon0 + p * j0 - (run == 0 ? 0 : Wo)) * Cout;
-              const index_t dst_step = static_cast<index_t>(p) * Cout;
-              for (int j = j0; j < j1; ++j, src += Cout, dst += dst_step)
+              const index_t strided0 = lon0 + p * j0 - (run == 0 ? 0 : wrap_at);
+              const float* src = xrow + (transpose_ ? j0 : strided0) * Cout;
+              float* dst = ad + (transpose_ ? strided0 : j0) * Cout;
+              for (int j = j0; j < j1; ++j, src += src_step, dst += dst_step)
                 for (int o = 0; o < Cout; ++o) dst[o] += v * src[o];
             }
           }

@@ -10,13 +10,14 @@
 //     group (kernels::PackedLinear, K*Cg inputs) over the nlon_out longitudes of the row.
 // The scratch is one row's y (nlon_out x K*Cin floats) per thread, never the whole grid.
 //
-// The transpose has a second order when it is cheaper (the cost model in the constructor, counting the
-// padded widths of the linear layers; typically upsampling, where the output grid has p^2 times the
-// points): the official one, weights first. Per sample, xw[ti, wi][g][k][o] = sum_c W[g*Og + o, c, k]
-// x[ti, wi, g*Cg + c] (one packed linear layer per group, Cg inputs, K*Og outputs) for the input rows the
-// output rows read, then per output row out[wo][o] = sum over the row's entries z (k-major, table order) of
-// psi_z xw[lat_z, wi][k][o] at wo = (lon_z + p*wi) mod nlon_out, in float32, + bias. Scratch: those input
-// rows of xw (rows x nlon_in x G*round_up(K*Og, 16) floats, one sample) and one output row per thread.
+// Both have a second order (DiscoOrder::weights_first), used when it is cheaper by the cost model in the
+// constructor (counting the padded widths of the linear layers; e.g. few output channels, as the
+// transformer's decoder, or upsampling, where the output grid has p^2 times the points); it is the
+// official order of the transpose. Per sample, xw[h, w][g][k][o] = sum_c W[g*Og + o, c, k] x[h, w, g*Cg + c]
+// (one packed linear layer per group, Cg inputs, K*Og outputs) for the input rows the output rows read,
+// then per output row out[.][o] = sum over the row's entries z (k-major, table order) of psi_z
+// xw[lat_z, src][k][o] along the stride pairing above, in float32, + bias. Scratch: those input rows of xw
+// (rows x nlon_in x K*Cout floats, one sample) and one output row per thread.
 #pragma once
 
 #include <cstdint>
@@ -33,14 +34,14 @@ class DiscoRows {
  public:
   /// who: the operator name for messages. transpose: the table is a compute_transpose_filter_table table.
   /// weight (out_channels, in_channels/groups, K) and bias as the operators take them (checked here).
-  /// order: the transpose's order (automatic: by the cost model); ignored for the forward.
+  /// order: the contraction order (automatic: by the cost model).
   DiscoRows(const char* who, const DiscoConfig& config, int kernel_size, const FilterTable& table, bool transpose,
             const std::vector<float>& weight, const std::vector<float>& bias,
-            DiscoTransposeOrder order = DiscoTransposeOrder::automatic);
+            DiscoOrder order = DiscoOrder::automatic);
 
   std::pair<int, int> input_rows(int lat_begin, int lat_end) const;
   void run(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end) const;
-  /// Whether the transpose runs weights first (the official order; see above).
+  /// Whether the rows run weights first (see above).
   bool weights_first() const { return weights_first_; }
 
  private:
@@ -56,7 +57,7 @@ class DiscoRows {
   std::vector<std::int32_t> e_lat, e_lon;  // input latitude; longitude as described above
   std::vector<float> e_val;
   std::vector<kernels::PackedLinear> layers;  // one per group, inputs ordered (k, c)
-  // weights first (transpose only): one layer per group, Cg inputs, outputs ordered (k, o)
+  // weights first: one layer per group, Cg inputs, outputs ordered (k, o)
   bool weights_first_ = false;
   int xw_pad = 0;
   std::vector<kernels::PackedLinear> in_layers;

@@ -60,7 +60,8 @@ constexpr const char* kResampleName = "ResampleS2 (CUDA)";
 struct DiscoConvS2Device::Impl {
   Impl(const DiscoConfig& config, const std::vector<float>& weight, const std::vector<float>& bias,
        const FilterTable* table, int device_index)
-      : cpu(config, weight, bias, table), device(device_index) {
+      // gather first, the order the device kernels follow (the emulation tests compare bitwise with it)
+      : cpu(config, weight, bias, table, DiscoOrder::gather_first), device(device_index) {
     const int K = cpu.kernel_size();
     const DiscoSegments s = disco_segments(cpu.table(), K);
     on_device(kDiscoName, device, [&] {

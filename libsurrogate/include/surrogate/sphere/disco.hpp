@@ -109,13 +109,24 @@ FilterTable compute_filter_table(const DiscoConfig& config);
 /// Errors: invalid_argument as compute_filter_table, unsupported for nlon_out % nlon_in != 0.
 FilterTable compute_transpose_filter_table(const DiscoConfig& config);
 
+/// The order of the two contractions of DiscoConvS2 and DiscoConvTransposeS2 (results within the same
+/// float32 bound, not bitwise equal): gather_first: per output row, the table entries gather Cin channels,
+/// then the packed linear layer (K*Cin -> Cout) on the output row (the official order of the forward);
+/// weights_first: the linear layer on the input rows read (Cin -> K*Cout, the official order of the
+/// transpose), then the entries gather Cout channels; automatic: the one with fewer multiply-adds (padded
+/// widths; e.g. the transformer's decoder, 128 -> 3 channels, runs weights first).
+enum class DiscoOrder { automatic, gather_first, weights_first };
+/// The former name (the transpose had the two orders first).
+using DiscoTransposeOrder = DiscoOrder;
+
 class DiscoConvS2 {
  public:
   /// weight: (out_channels, in_channels/groups, K) flat as PyTorch stores it; bias: out_channels values
   /// if config.bias (else empty). table: nullptr = compute_filter_table(config); otherwise a table from
   /// the model file (checked against the config: sizes, kernel size, index ranges, finite values).
+  /// order: the DiscoOrder of the two contractions (automatic: by multiply-add count; see order()).
   DiscoConvS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
-              const FilterTable* table = nullptr);
+              const FilterTable* table = nullptr, DiscoOrder order = DiscoOrder::automatic);
   ~DiscoConvS2();
   DiscoConvS2(DiscoConvS2&&) noexcept;
   DiscoConvS2& operator=(DiscoConvS2&&) noexcept;
@@ -138,22 +149,18 @@ class DiscoConvS2 {
   const DiscoConfig& config() const;
   int kernel_size() const;
   const FilterTable& table() const;
+  /// The order in use (gather_first or weights_first).
+  DiscoOrder order() const;
 
  private:
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-/// The order of the transpose's two contractions (results within the same float32 bound, not bitwise equal):
-/// gather_first: per output row, the table entries gather Cin channels, then the packed linear layer on the
-/// output grid (as DiscoConvS2); weights_first: the linear layer on the input grid (Cin -> K*Cout, the
-/// official order), then the entries gather Cout channels; automatic: the one with fewer multiply-adds.
-enum class DiscoTransposeOrder { automatic, gather_first, weights_first };
-
 /// torch-harmonics' DiscreteContinuousConvTransposeS2 (0.9.3 semantics, eval): the same options as
 /// DiscoConvS2 (weight (out_channels, in_channels/groups, K) as PyTorch stores it), nlon_out a multiple of
 /// nlon_in, default cutoff from the input grid. Computed per output row as a gather (the input rows of the
-/// table entries of that row) in float32 with psi rounded to float32, in the DiscoTransposeOrder chosen
+/// table entries of that row) in float32 with psi rounded to float32, in the DiscoOrder chosen
 /// (the row contraction shared with DiscoConvS2; scratch: one output row per thread, plus for weights_first
 /// the weighted input rows that the output rows read, one sample at a time).
 class DiscoConvTransposeS2 {
@@ -162,7 +169,7 @@ class DiscoConvTransposeS2 {
   /// (checked: kernel size, its grid (nlat_out = config.nlat_in, nlat_in = config.nlat_out, nlon_in =
   /// config.nlon_out), lengths, index ranges, finite values).
   DiscoConvTransposeS2(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
-                       const FilterTable* table = nullptr, DiscoTransposeOrder order = DiscoTransposeOrder::automatic);
+                       const FilterTable* table = nullptr, DiscoOrder order = DiscoOrder::automatic);
   ~DiscoConvTransposeS2();
   DiscoConvTransposeS2(DiscoConvTransposeS2&&) noexcept;
   DiscoConvTransposeS2& operator=(DiscoConvTransposeS2&&) noexcept;
@@ -180,7 +187,7 @@ class DiscoConvTransposeS2 {
   int kernel_size() const;
   const FilterTable& table() const;
   /// The order in use (gather_first or weights_first).
-  DiscoTransposeOrder order() const;
+  DiscoOrder order() const;
 
  private:
   struct Impl;
