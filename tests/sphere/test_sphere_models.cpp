@@ -181,6 +181,20 @@ TEST(SphereModels, OldReleasesAndMissingWeightsAreRefused) {
       EXPECT_EQ(e.code(), ErrorCode::weights);
       EXPECT_NE(std::string(e.what()).find("decoder.conv.weight"), std::string::npos) << e.what();
     }
+    // Bases the official SphericalTransformer has no cutoff factor for (a KeyError there).
+    for (const std::string& basis : std::vector<std::string>{"harmonic", "fourier-bessel"}) {
+      ModelFile other = file;
+      other.config.set("filter_basis_type", basis);
+      try {
+        make_model(other);
+        FAIL() << basis << ": no error";
+      } catch (const Error& e) {
+        EXPECT_EQ(e.code(), ErrorCode::unsupported) << e.what();
+        const std::string m = e.what();
+        for (const std::string& part : std::vector<std::string>{"filter_basis_type", basis, "'piecewise linear', 'morlet', 'zernike'"})
+          EXPECT_NE(m.find(part), std::string::npos) << part << " not in: " << m;
+      }
+    }
     return;
   }
   FAIL() << "no sphere_transformer case";

@@ -24,10 +24,21 @@ Enum choose(const AttributeMap& a, const char* name, const char* fallback, const
   bad("attribute '" + std::string(name) + "' is '" + value + "'; expected one of " + known);
 }
 
+/// The official SphericalTransformer's DISCO cutoff factor per basis: it knows "piecewise linear", "morlet"
+/// and "zernike" only (a KeyError for the others, which the model therefore never had).
+double cutoff_factor(const std::string& basis_type) {
+  if (basis_type == "piecewise linear" || basis_type == "morlet") return 0.5;
+  if (basis_type == "zernike") return std::sqrt(2.0);
+  throw Error(ErrorCode::unsupported,
+              "sphere_transformer /config: filter_basis_type '" + basis_type +
+                  "' has no DISCO cutoff in torch-harmonics' SphericalTransformer; accepted values: 'piecewise linear', "
+                  "'morlet', 'zernike'");
+}
+
 }  // namespace
 
 double TransformerConfig::disco_cutoff(int nlat_for_cutoff) const {
-  const double factor = filter_basis_type == "zernike" ? std::sqrt(2.0) : 0.5;
+  const double factor = cutoff_factor(filter_basis_type);
   return (encoder_kernel_shape.at(0) + 1) * factor * std::numbers::pi / static_cast<double>(nlat_for_cutoff - 1);
 }
 
@@ -101,6 +112,7 @@ void TransformerConfig::validate() const {
   if (use_mlp && mlp_hidden() < 1) bad("mlp_ratio gives an empty MLP");
   if (residual_prediction && in_chans != out_chans) bad("residual_prediction needs in_chans == out_chans");
   (void)parse_filter_basis(filter_basis_type);
+  (void)cutoff_factor(filter_basis_type);
   (void)parse_basis_norm_mode(basis_norm_mode);
 }
 
