@@ -251,8 +251,10 @@ TEST(DistributedBallTree, DepthLimitAndSortedInputs) {
 
 TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
   // 100k points (ties and duplicates), skewed per-rank counts, two samples; then one sample with the
-  // last rank empty. The build's own storage must stay within 2 ceil(n / P) + serial_threshold + the
-  // points of the rank's slots (the gathering build held every point of a sample on one rank).
+  // last rank empty. The build's own storage must stay within the work array, ceil(n / P), plus the
+  // largest of: a batch of a round's swaps, sent and received (2 (max(serial_threshold, ceil(n / P) / 8,
+  // 4096) + P)), a range gathered on one rank (serial_threshold), the points of the rank's slots received
+  // while the work array is still held (the gathering build held every point of a sample on one rank).
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int p = comm.size();
   for (const Spread spread : {Spread::random_skewed, Spread::last_rank_empty}) {
@@ -262,7 +264,8 @@ TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
     bt::DistributedTree t;
     check_tree<float>(comm, c, 256, "100k points, " + name(spread), threshold, &t);
     const Index n = c.offsets.back(), share = (n + p - 1) / p;
-    const Index bound = 2 * share + threshold + t.local_slots();
+    const Index swap_batch = std::max({threshold, share / 8, Index{4096}});
+    const Index bound = share + std::max({2 * (swap_batch + p), threshold, t.local_slots()});
     EXPECT_LE(t.peak_points, bound) << "rank " << comm.rank() << " held " << t.peak_points << " points";
     EXPECT_GT(t.peak_points, 0);
     // The work array and the received subtrees are both held while the subtrees travel (about
@@ -272,6 +275,25 @@ TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
     }
     std::printf("rank %d: %s, peak points held %lld (share %lld, slots %lld)\n", comm.rank(), name(spread).c_str(),
                 static_cast<long long>(t.peak_points), static_cast<long long>(share), static_cast<long long>(t.local_slots()));
+  }
+  // One sample of 2^16 points in rank blocks: no padding, and where every rank's slots are exactly its
+  // part of the work array (1, 2 and 4 ranks) the subtrees stay in place, so the peak is the work array
+  // plus one batch of a round's swaps (sending all of a round's swaps at once reached about
+  // 1.8 ceil(n / P) at 2 ranks).
+  {
+    const Cloud c = make_cloud(3, {65536}, Spread::blocks, 4343, comm.rank(), p);
+    const Index threshold = 1000;
+    bt::DistributedTree t;
+    check_tree<float>(comm, c, 256, "65,536 points in blocks", threshold, &t);
+    const Index n = c.offsets.back(), share = (n + p - 1) / p;
+    bool in_place = t.total_slots() == n;
+    for (int r = 0; r <= p; ++r) in_place = in_place && t.slots.bounds[sz(r)] == n * r / p;
+    const Index swap_batch = std::max({threshold, share / 8, Index{4096}});
+    if (in_place) {
+      EXPECT_LE(t.peak_points, share + std::max(2 * (swap_batch + p), threshold)) << "rank " << comm.rank();
+    }
+    std::printf("rank %d: 65,536 points in blocks, peak points held %lld (share %lld, subtrees in place: %s)\n", comm.rank(),
+                static_cast<long long>(t.peak_points), static_cast<long long>(share), in_place ? "yes" : "no");
   }
 }
 

@@ -84,8 +84,13 @@ class DistributedSelection {
   std::int64_t round(std::int64_t first, std::int64_t last, int c);
   void finish(std::int64_t first, std::int64_t nth, std::int64_t last, std::int64_t depth_limit, int c);
   /// Swaps elements between ranks: peer_positions[q] lists local positions whose elements are exchanged
-  /// one for one, in that order, with those rank q lists for this rank.
-  void swap_with_peers(const std::vector<std::vector<std::int64_t>>& peer_positions);
+  /// one for one, in that order, with those rank q lists for this rank. The exchange runs in `batches`
+  /// all-to-alls (the same number on every rank): batch b moves elements [b L / batches, (b + 1) L /
+  /// batches) of a list of length L, which both partners of a pair cut alike.
+  void swap_with_peers(const std::vector<std::vector<std::int64_t>>& peer_positions, std::int64_t batches);
+  /// Elements a rank sends in one batch of a round's swaps, about: max(serial_threshold, ceil(n / P) / 8,
+  /// 4096).
+  std::int64_t swap_batch() const;
   void swap_local(std::int64_t a, std::int64_t b);
 
   const Comm& comm_;

@@ -27,23 +27,34 @@ using Index = std::int64_t;
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 constexpr double lowest = -std::numeric_limits<double>::infinity();
 
-/// Runs the remaining introselect loop on m elements (ids, coords rows) held contiguously, as libstdc++.
+/// Runs the remaining introselect loop on m elements (ids, coords rows) held contiguously, as libstdc++,
+/// and applies the resulting order in place, cycle by cycle (no copy of the m elements).
 template <class T>
-void select_rows(Index* ids, T* coords, int dim, Index m, Index nth, Index depth_limit, int c, HeldPoints& held) {
+void select_rows(Index* ids, T* coords, int dim, Index m, Index nth, Index depth_limit, int c) {
   std::vector<Index> order(sz(m));
   std::iota(order.begin(), order.end(), Index{0});
   const auto less = [coords, dim, c](Index a, Index b) {
     return static_cast<double>(coords[a * dim + c]) < static_cast<double>(coords[b * dim + c]);
   };
   introselect_from(order.begin(), order.begin() + nth, order.end(), depth_limit, less);
-  held.add(m);
-  std::vector<Index> old_ids(ids, ids + m);
-  std::vector<T> old_coords(coords, coords + m * dim);
-  for (Index i = 0; i < m; ++i) {
-    ids[i] = old_ids[sz(order[sz(i)])];
-    std::copy_n(old_coords.begin() + order[sz(i)] * dim, dim, coords + i * dim);
+  // Element i receives element order[i]: each cycle i <- order[i] <- order[order[i]] ... is rotated with
+  // one saved element, its entries marked done (-1).
+  std::vector<T> row(sz(dim));
+  for (Index start = 0; start < m; ++start) {
+    if (order[sz(start)] < 0 || order[sz(start)] == start) continue;
+    const Index saved_id = ids[start];
+    std::copy_n(coords + start * dim, dim, row.begin());
+    Index at = start;
+    for (Index from = order[sz(at)]; from != start; from = order[sz(at)]) {
+      ids[at] = ids[from];
+      std::copy_n(coords + from * dim, dim, coords + at * dim);
+      order[sz(at)] = -1;
+      at = from;
+    }
+    ids[at] = saved_id;
+    std::copy_n(row.begin(), dim, coords + at * dim);
+    order[sz(at)] = -1;
   }
-  held.remove(m);
 }
 
 }  // namespace
@@ -57,36 +68,53 @@ void DistributedSelection<T>::swap_local(Index a, Index b) {
 }
 
 template <class T>
-void DistributedSelection<T>::swap_with_peers(const std::vector<std::vector<Index>>& peer_positions) {
+Index DistributedSelection<T>::swap_batch() const {
+  // At least 4096 elements (about 80 KB of ids and 3-D coordinates): small ranges swap in one batch.
+  const Index p = comm_.size(), share = (work_.layout.total() + p - 1) / p;
+  return std::max({threshold_, share / 8, Index{4096}});
+}
+
+template <class T>
+void DistributedSelection<T>::swap_with_peers(const std::vector<std::vector<Index>>& peer_positions, Index batches) {
   const int p = comm_.size();
   const int dim = work_.dim;
   std::vector<std::size_t> counts(sz(p));
-  std::vector<Index> ids;
-  std::vector<T> coords;
-  for (int q = 0; q < p; ++q) {
-    counts[sz(q)] = peer_positions[sz(q)].size();
-    for (const Index pos : peer_positions[sz(q)]) {
-      const Index k = pos - work_.begin;
-      ids.push_back(work_.ids[sz(k)]);
-      coords.insert(coords.end(), work_.coords.begin() + k * dim, work_.coords.begin() + (k + 1) * dim);
+  std::vector<Index> ids, in_ids;
+  std::vector<T> coords, in_coords;
+  // Batch b of a list of length L: elements [b L / batches, (b + 1) L / batches).
+  const auto cut = [batches](std::size_t length, Index b) { return sz(static_cast<Index>(length) * b / batches); };
+  for (Index b = 0; b < batches; ++b) {
+    ids.clear();
+    coords.clear();
+    for (int q = 0; q < p; ++q) {
+      const auto& list = peer_positions[sz(q)];
+      const std::size_t from = cut(list.size(), b), to = cut(list.size(), b + 1);
+      counts[sz(q)] = to - from;
+      for (std::size_t i = from; i < to; ++i) {
+        const Index k = list[i] - work_.begin;
+        ids.push_back(work_.ids[sz(k)]);
+        coords.insert(coords.end(), work_.coords.begin() + k * dim, work_.coords.begin() + (k + 1) * dim);
+      }
     }
+    // Every pair is listed on both sides and cut alike, so the counts received equal the counts sent.
+    const auto n = static_cast<Index>(ids.size());
+    held_.add(2 * n);
+    in_ids.resize(ids.size());
+    in_coords.resize(coords.size());
+    alltoallv_elements(comm_, ids.data(), counts, in_ids.data(), counts, sizeof(Index));
+    alltoallv_elements(comm_, coords.data(), counts, in_coords.data(), counts, sizeof(T) * sz(dim));
+    std::size_t at = 0;
+    for (int q = 0; q < p; ++q) {
+      const auto& list = peer_positions[sz(q)];
+      for (std::size_t i = cut(list.size(), b), to = cut(list.size(), b + 1); i < to; ++i) {
+        const Index k = list[i] - work_.begin;
+        work_.ids[sz(k)] = in_ids[at];
+        std::copy_n(in_coords.begin() + static_cast<std::ptrdiff_t>(at * sz(dim)), dim, work_.coords.begin() + k * dim);
+        ++at;
+      }
+    }
+    held_.remove(2 * n);
   }
-  // Every pair is listed on both sides, so the counts received equal the counts sent.
-  const auto n = static_cast<Index>(ids.size());
-  held_.add(2 * n);
-  std::vector<Index> in_ids(ids.size());
-  std::vector<T> in_coords(coords.size());
-  alltoallv_elements(comm_, ids.data(), counts, in_ids.data(), counts, sizeof(Index));
-  alltoallv_elements(comm_, coords.data(), counts, in_coords.data(), counts, sizeof(T) * sz(dim));
-  std::size_t at = 0;
-  for (int q = 0; q < p; ++q)
-    for (const Index pos : peer_positions[sz(q)]) {
-      const Index k = pos - work_.begin;
-      work_.ids[sz(k)] = in_ids[at];
-      std::copy_n(in_coords.begin() + static_cast<std::ptrdiff_t>(at * sz(dim)), dim, work_.coords.begin() + k * dim);
-      ++at;
-    }
-  held_.remove(2 * n);
 }
 
 template <class T>
@@ -144,7 +172,7 @@ void DistributedSelection<T>::finish(Index first, Index nth, Index last, Index d
   if (root == layout.owner(last - 1)) {
     if (me == root) {
       const Index k = first - work_.begin;
-      select_rows(work_.ids.data() + k, work_.coords.data() + k * dim, dim, last - first, nth - first, depth_limit, c, held_);
+      select_rows(work_.ids.data() + k, work_.coords.data() + k * dim, dim, last - first, nth - first, depth_limit, c);
     }
     return;
   }
@@ -163,7 +191,7 @@ void DistributedSelection<T>::finish(Index first, Index nth, Index last, Index d
   const Index k = hi > lo ? lo - work_.begin : 0;
   alltoallv_elements(comm_, work_.ids.data() + k, to_root, ids.data(), at_root, sizeof(Index));
   alltoallv_elements(comm_, work_.coords.data() + k * dim, to_root, coords.data(), at_root, sizeof(T) * sz(dim));
-  if (me == root) select_rows(ids.data(), coords.data(), dim, m, nth - first, depth_limit, c, held_);
+  if (me == root) select_rows(ids.data(), coords.data(), dim, m, nth - first, depth_limit, c);
   alltoallv_elements(comm_, ids.data(), at_root, work_.ids.data() + k, to_root, sizeof(Index));
   alltoallv_elements(comm_, coords.data(), at_root, work_.coords.data() + k * dim, to_root, sizeof(T) * sz(dim));
   held_.remove(m);
@@ -189,7 +217,7 @@ Index DistributedSelection<T>::round(Index first, Index last, int c) {
     std::vector<std::vector<Index>> peers(sz(p));
     if (owns(first)) peers[sz(layout.owner(other))].push_back(first);
     if (owns(other)) peers[sz(layout.owner(first))].push_back(other);
-    swap_with_peers(peers);
+    swap_with_peers(peers, 1);
   }
 
   // Stops of this rank's part: lefts ascending, rights descending (the pivot at `first` is a right stop).
@@ -250,7 +278,19 @@ Index DistributedSelection<T>::round(Index first, Index last, int c) {
       const int q = rank_of(lefts_before, k);
       if (q != me) peers[sz(q)].push_back(rights[sz(i)]);
     }
-    swap_with_peers(peers);
+    // Batches: every rank knows every rank's stops, so the largest number of elements a rank exchanges
+    // with others is known without communication. Rank r's swaps k < K are its lefts, k in
+    // [lefts_before[r], lefts_before[r + 1]), and its rights, k in [rights_after[r + 1], rights_after[r]);
+    // a k in both is a swap inside r.
+    const auto below_pairs = [pairs](Index a, Index b) { return std::max<Index>(0, std::min(b, pairs) - a); };
+    Index most = 0;
+    for (int r = 0; r < p; ++r) {
+      const Index la = lefts_before[sz(r)], lb = lefts_before[sz(r) + 1];
+      const Index ra = rights_after[sz(r) + 1], rb = rights_after[sz(r)];
+      const Index both = below_pairs(std::max(la, ra), std::max(std::max(la, ra), std::min(lb, rb)));
+      most = std::max(most, below_pairs(la, std::max(la, lb)) + below_pairs(ra, std::max(ra, rb)) - 2 * both);
+    }
+    swap_with_peers(peers, (most + swap_batch() - 1) / swap_batch());
   }
   return cut;
 }
