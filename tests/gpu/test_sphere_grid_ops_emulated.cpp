@@ -119,7 +119,7 @@ TEST(SphereDiscoEmulated, OneHotWeightsGiveTheCpuOutputBitwise) {
     for (int o = 0; o < c.out_channels; ++o) weight[static_cast<std::size_t>(o * cg * K + pick(rng))] = 1.0f;
     const std::vector<float> bias =
         c.bias ? random_vector(static_cast<std::size_t>(c.out_channels), rng, -0.5f, 0.5f) : std::vector<float>{};
-    const sp::DiscoConvS2 op(c, weight, bias);
+    const sp::DiscoConvS2 op(c, weight, bias, nullptr, sp::DiscoOrder::gather_first);  // the device's order
     const Inputs in = make_inputs(c, t.batch, rng);
     std::vector<float> cpu(static_cast<std::size_t>(t.batch) * c.nlat_out * c.nlon_out * c.out_channels);
     op.forward(t.batch, in.x.data(), cpu.data());
@@ -141,7 +141,7 @@ TEST(SphereDiscoEmulated, ContractionMatchesTheTableInFloat64AndRandomWeightsThe
     const std::vector<float> weight = random_vector(static_cast<std::size_t>(c.out_channels * cg * K), rng, -1.0f, 1.0f);
     const std::vector<float> bias =
         c.bias ? random_vector(static_cast<std::size_t>(c.out_channels), rng, -0.5f, 0.5f) : std::vector<float>{};
-    const sp::DiscoConvS2 op(c, weight, bias);
+    const sp::DiscoConvS2 op(c, weight, bias, nullptr, sp::DiscoOrder::gather_first);  // the device's order
     const Inputs in = make_inputs(c, t.batch, rng);
     std::vector<float> cpu(static_cast<std::size_t>(t.batch) * c.nlat_out * c.nlon_out * c.out_channels);
     op.forward(t.batch, in.x.data(), cpu.data());
