@@ -3,8 +3,9 @@
 // radius_graph of the whole batch restricted to its block's receivers (ReceiverRange), which every rank
 // computes itself. Clouds: uniform and clustered, duplicates and lattices (ties at equal distances, at
 // distance 0), several samples (some smaller than k), points numbered in random or spatial (x-sorted)
-// order; blocks even, skewed, with empty ranks, all on one rank. Plus the halo's size on a uniform cloud in
-// slabs (far below the sample) and agreed errors.
+// order; blocks even, skewed, with empty ranks, all on one rank, a rank with 3 points of a sample that
+// spans ranks (fetched whole). Plus the halo's size on a uniform cloud in slabs (far below the sample)
+// and agreed errors.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -190,6 +191,37 @@ TEST(DistributedGraph, RadiusEqualsOneProcessEdgeForEdge) {
             });
       }
   }
+}
+
+// Blocks that leave a rank only 3 points of a sample spanning ranks (ids in x order, so round 1 runs):
+// those receivers have fewer than k candidates in their block, that rank fetches the sample whole
+// (whole_samples) and their second search finds more edges than the first (the merging path).
+TEST(DistributedGraph, FewPointsOfASampleOnOneRank) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), rank = comm.rank();
+  Case c;
+  c.data = make_batch(3, {600, 600}, Cloud::uniform, Numbering::slabs, 17);
+  c.bounds.assign(static_cast<std::size_t>(P) + 1, 1200);
+  for (int r = 0; r < P; ++r) c.bounds[static_cast<std::size_t>(r)] = r == 0 ? 0 : std::min<Index>(1200, 600 * r - 3);
+  for (const int k : {8, 16})
+    for (const bool loop : {true, false}) {
+      c.name = "few points, k " + std::to_string(k) + (loop ? " loop" : " no loop");
+      graph::DistributedGraphStats stats;
+      const graph::Edges got = graph::knn_graph_distributed(comm, blocks_of(c, rank), k, loop, 1, &stats);
+      const graph::Edges want = graph::knn_graph(c.data.positions, 3, c.data.batch, k, loop, 1,
+                                                 {c.bounds[static_cast<std::size_t>(rank)], c.bounds[static_cast<std::size_t>(rank) + 1]});
+      EXPECT_EQ(got.index, want.index) << c.name << " on rank " << rank;
+      // Rank r >= 1 holds the last 3 points of sample r - 1 (when it has any point).
+      const bool few = rank >= 1 && rank <= 2 && c.bounds[static_cast<std::size_t>(rank)] < 1200;
+      EXPECT_EQ(stats.whole_samples, few ? 1 : 0) << c.name << " on rank " << rank;
+    }
+  c.name = "few points, radius";
+  expect_equal(
+      c,
+      [&](const surrogate::Comm& cm, const graph::CanonicalBlocks& b, graph::DistributedGraphStats* st) {
+        return graph::radius_graph_distributed(cm, b, 0.15, 32, true, 1, st);
+      },
+      [&](graph::ReceiverRange range) { return graph::radius_graph(c.data.positions, 3, c.data.batch, 0.15, 32, true, 1, range); });
 }
 
 // One uniform sample in slabs (the blocks of a spatially coherent numbering): each rank holds its block
