@@ -5,6 +5,8 @@ target_sources(surrogate_core PRIVATE src/flare/flare_cuda.cpp)
 target_sources(surrogate_core PRIVATE src/sphere/attention_device.cpp)
 # The CUDA forward of DiscoConvS2 / ResampleS2 (surrogate/sphere/grid_ops_device.hpp).
 target_sources(surrogate_core PRIVATE src/sphere/grid_ops_device.cpp)
+# The CUDA forward of the SphericalTransformer (transformer_device.hpp), replacing transformer_device_stub.cpp.
+target_sources(surrogate_core PRIVATE src/sphere/transformer_device.cpp)
 # The CUDA forward of Erwin (erwin_device.hpp), replacing erwin_device_stub.cpp.
 target_sources(surrogate_core PRIVATE src/erwin/erwin_cuda.cpp)
 target_link_libraries(surrogate_core PRIVATE CUDA::cudart)

@@ -15,6 +15,7 @@
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/resample.hpp"
 #include "surrogate/sphere/sht.hpp"
+#include "transformer_internals.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -74,6 +75,20 @@ struct Block {
 
 
 }  // namespace
+
+AttentionS2Weights transformer_attention_weights(const ModelFile& f, int block) {
+  const std::string p = "blocks." + std::to_string(block) + ".self_attn.";
+  AttentionS2Weights aw;
+  aw.q_weights = values_of(f, p + "q_weights");
+  aw.k_weights = values_of(f, p + "k_weights");
+  aw.v_weights = values_of(f, p + "v_weights");
+  aw.proj_weights = values_of(f, p + "proj_weights");
+  aw.q_bias = optional_values(f, p + "q_bias");
+  aw.k_bias = optional_values(f, p + "k_bias");
+  aw.v_bias = optional_values(f, p + "v_bias");
+  aw.proj_bias = optional_values(f, p + "proj_bias");
+  return aw;
+}
 
 struct SphericalTransformer::Impl {
   TransformerConfig cfg;
@@ -170,15 +185,7 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
         b.norm_b[n] = padded_vector(values_of(f, norm + ".norm.bias").data(), C, 0.0f);
       }
     }
-    AttentionS2Weights aw;
-    aw.q_weights = values_of(f, p + "self_attn.q_weights");
-    aw.k_weights = values_of(f, p + "self_attn.k_weights");
-    aw.v_weights = values_of(f, p + "self_attn.v_weights");
-    aw.proj_weights = values_of(f, p + "self_attn.proj_weights");
-    aw.q_bias = optional_values(f, p + "self_attn.q_bias");
-    aw.k_bias = optional_values(f, p + "self_attn.k_bias");
-    aw.v_bias = optional_values(f, p + "self_attn.v_bias");
-    aw.proj_bias = optional_values(f, p + "self_attn.proj_bias");
+    const AttentionS2Weights aw = transformer_attention_weights(f, i);
     if (cfg.neighborhood) {
       NeighborhoodAttentionS2Config ac;
       ac.in_channels = C;
@@ -541,6 +548,34 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
   if (c.residual_prediction) {
     for (std::size_t i = 0; i < own_in.size(); ++i) out_band[i] += own_in[i];
   }
+}
+
+TransformerView TransformerInternals::view(const SphericalTransformer& net) {
+  const SphericalTransformer::Impl& m = *net.impl_;
+  TransformerView v;
+  v.config = &m.cfg;
+  v.h = m.h;
+  v.w = m.w;
+  v.ld = m.ld;
+  v.encoder = m.encoder.get();
+  v.decoder = m.decoder.get();
+  v.resample = m.resample.get();
+  v.pos = m.pos.size() ? m.pos.data() : nullptr;
+  for (const Block& b : m.blocks) {
+    TransformerView::Block k;
+    for (int n = 0; n < 2; ++n) {
+      k.norm_w[n] = b.norm_w[n].size() ? b.norm_w[n].data() : nullptr;
+      k.norm_b[n] = b.norm_b[n].size() ? b.norm_b[n].data() : nullptr;
+    }
+    k.global = std::get_if<AttentionS2>(&b.attention);
+    k.neighborhood = std::get_if<NeighborhoodAttentionS2>(&b.attention);
+    if (m.cfg.use_mlp) {
+      k.fc1 = &b.fc1;
+      k.fc2 = &b.fc2;
+    }
+    v.blocks.push_back(k);
+  }
+  return v;
 }
 
 }  // namespace surrogate::sphere

@@ -20,6 +20,8 @@
 
 namespace surrogate::sphere {
 
+struct TransformerInternals;
+
 enum class BlockNorm { none, instance_norm, layer_norm };
 enum class MlpActivation { gelu, relu, identity };
 enum class PositionEmbedding { none, sequence, spectral, learnable_lat, learnable_latlon };
@@ -99,6 +101,7 @@ class SphericalTransformer {
   BandPartition internal_bands(const BandPartition& image_bands) const;
 
  private:
+  friend struct TransformerInternals;  // the device forward's read access (libsurrogate internal)
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

@@ -1,0 +1,357 @@
+// The SphericalTransformer forward on a CUDA device (transformer_device.hpp): the CPU forward's stages
+// (transformer.cpp, one rank) on device arrays of embed_dim floats per point. The CPU operators built by
+// the SphericalTransformer give the configurations, DISCO tables, position embedding, norm weights and
+// packed MLP layers; the device operators are built from them (each builds its own CPU operator again for
+// its checks and tables) with the weights read from the model file.
+//
+// Arithmetic: DISCO's psi contraction, the resampling, the embedding add, the instance norm and the
+// residual adds are the CPU's operations in the CPU's order; the DISCO channel contraction, the dense
+// layers (fmaf chain from the bias), the layer norm, GELU (device erff) and the attention (shared online
+// softmax) sum in other orders, so the output agrees with the CPU forward within float32 rounding, not
+// bitwise (tests/gpu/test_sphere_transformer_device_emulated.cpp).
+//
+// NOT YET RUN ON A GPU: compiled on a machine without a device; tests/gpu/test_gpu_sphere_transformer.cpp
+// skips there.
+#include <cuda_runtime_api.h>
+
+#include <optional>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+#include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
+#include "surrogate/sphere/attention_device.hpp"
+#include "surrogate/sphere/grid_ops_device.hpp"
+#include "transformer_device.hpp"
+#include "transformer_internals.hpp"
+
+namespace surrogate::sphere {
+namespace {
+
+namespace cu = kernels::cuda;
+using kernels::Activation;
+
+/// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
+[[noreturn]] void raise_current(int device) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const cu::CudaError& e) {
+    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
+                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
+                               ? ErrorCode::unsupported
+                               : ErrorCode::internal;
+    throw Error(code, "sphere_transformer: CUDA device " + std::to_string(device) + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::internal, "sphere_transformer: CUDA device " + std::to_string(device) + ": " + e.what());
+  }
+}
+
+/// A packed dense layer on the device (the CPU's W^T with its padded row stride, and its padded bias).
+struct DeviceDense {
+  cu::DeviceBuffer<float> wt, bias;
+  int in = 0, out = 0;
+  index_t ldw = 0;
+};
+
+struct DeviceBlock {
+  cu::DeviceBuffer<float> norm_w[2], norm_b[2];
+  std::optional<AttentionS2Device> global;
+  std::optional<NeighborhoodAttentionS2Device> neighborhood;
+  DeviceDense fc1, fc2;
+};
+
+class SphereTransformerCuda final : public SphereTransformerDeviceForward {
+ public:
+  SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device);
+  void forward(int batch, const float* in, float* out) override;
+  int device() const override { return device_; }
+
+ private:
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, const T* src, std::size_t count) {
+    dst.resize(std::max<std::size_t>(count, 1), device_);
+    if (count) cu::copy_to_device(dst.data(), src, count * sizeof(T), stream_.get());
+  }
+  DeviceDense upload_dense(const kernels::PackedLinear& layer);
+  void norm(const DeviceBlock& b, int which, int batch, const float* x, float* y);
+  void ensure_buffers(int batch);
+
+  TransformerConfig cfg_;
+  int device_ = -1, h_ = 0, w_ = 0, C_ = 0, hidden_ = 0;
+  cu::Stream stream_;
+  std::optional<DiscoConvS2Device> encoder_, decoder_;
+  std::optional<ResampleS2Device> resample_;
+  cu::DeviceBuffer<float> pos_;  // h*w x C, or empty
+  bool has_pos_ = false;
+  std::vector<DeviceBlock> blocks_;
+  // Work arrays (grown by ensure_buffers).
+  int capacity_ = 0;
+  cu::DeviceBuffer<float> in_, x_, y_, att_, hid_, up_, out_, scale_, shift_;
+  cu::DeviceBuffer<double> part_, mean_;
+};
+
+DeviceDense SphereTransformerCuda::upload_dense(const kernels::PackedLinear& layer) {
+  DeviceDense d;
+  d.in = layer.in();
+  d.out = layer.out();
+  d.ldw = layer.out_pad();
+  upload(d.wt, layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
+  upload(d.bias, layer.bias(), static_cast<std::size_t>(d.ldw));
+  return d;
+}
+
+SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device)
+    : cfg_(net.config()), device_(device) {
+  if (cfg_.upsample_sht)
+    throw Error(ErrorCode::unsupported, "sphere_transformer '" + file.path +
+                                            "': upsample_sht = true (the SHT decoder) has no CUDA forward; run it on "
+                                            "the CPU");
+  const TransformerView v = TransformerInternals::view(net);
+  h_ = v.h;
+  w_ = v.w;
+  C_ = cfg_.embed_dim;
+  hidden_ = cfg_.use_mlp ? cfg_.mlp_hidden() : 0;
+  try {
+    stream_ = cu::Stream(device_);
+    encoder_.emplace(v.encoder->config(), file.weight("encoder.conv.weight").values, std::vector<float>{},
+                     &v.encoder->table(), device_);
+    decoder_.emplace(v.decoder->config(), file.weight("decoder.conv.weight").values, std::vector<float>{},
+                     &v.decoder->table(), device_);
+    resample_.emplace(v.resample->config(), device_);
+    if (v.pos) {
+      std::vector<float> dense(static_cast<std::size_t>(h_) * static_cast<std::size_t>(w_) * static_cast<std::size_t>(C_));
+      for (index_t p = 0; p < static_cast<index_t>(h_) * w_; ++p)
+        std::copy(v.pos + p * v.ld, v.pos + p * v.ld + C_, dense.begin() + p * C_);
+      upload(pos_, dense.data(), dense.size());
+      has_pos_ = true;
+    }
+    blocks_.resize(v.blocks.size());
+    for (std::size_t i = 0; i < v.blocks.size(); ++i) {
+      const TransformerView::Block& src = v.blocks[i];
+      DeviceBlock& b = blocks_[i];
+      for (int n = 0; n < 2; ++n)
+        if (src.norm_w[n]) {
+          upload(b.norm_w[n], src.norm_w[n], static_cast<std::size_t>(C_));
+          upload(b.norm_b[n], src.norm_b[n], static_cast<std::size_t>(C_));
+        }
+      const AttentionS2Weights weights = transformer_attention_weights(file, static_cast<int>(i));
+      if (src.global) b.global.emplace(src.global->config(), weights, device_);
+      else b.neighborhood.emplace(src.neighborhood->config(), weights, device_);
+      if (src.fc1) {
+        b.fc1 = upload_dense(*src.fc1);
+        b.fc2 = upload_dense(*src.fc2);
+      }
+    }
+    stream_.synchronize();  // the uploads read host memory that goes away with `v` and `dense`
+  } catch (...) {
+    raise_current(device_);
+  }
+}
+
+void SphereTransformerCuda::ensure_buffers(int batch) {
+  if (batch <= capacity_) return;
+  const std::size_t P_img = static_cast<std::size_t>(cfg_.nlat) * static_cast<std::size_t>(cfg_.nlon);
+  const std::size_t P = static_cast<std::size_t>(h_) * static_cast<std::size_t>(w_), B = static_cast<std::size_t>(batch);
+  const std::size_t C = static_cast<std::size_t>(C_);
+  in_.resize(B * P_img * static_cast<std::size_t>(cfg_.in_chans), device_);
+  out_.resize(B * P_img * static_cast<std::size_t>(cfg_.out_chans), device_);
+  up_.resize(B * P_img * C, device_);
+  x_.resize(B * P * C, device_);
+  y_.resize(B * P * C, device_);
+  att_.resize(B * P * C, device_);
+  hid_.resize(B * P * static_cast<std::size_t>(std::max(hidden_, 1)), device_);
+  part_.resize(B * static_cast<std::size_t>(h_) * C, device_);
+  mean_.resize(B * C, device_);
+  scale_.resize(B * C, device_);
+  shift_.resize(B * C, device_);
+  capacity_ = batch;
+}
+
+/// y = norm_which(x) over the whole internal grid of `batch` samples (none: y = x).
+void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, const float* x, float* y) {
+  const index_t P = static_cast<index_t>(h_) * w_, rows = batch * P;
+  switch (cfg_.normalization_layer) {
+    case BlockNorm::none: {
+      cu::RowCopyArgs a;
+      a.src = x;
+      a.ld_src = C_;
+      a.dst = y;
+      a.ld_dst = C_;
+      a.rows = rows;
+      a.width = C_;
+      cu::copy_rows(a, stream_.get());
+      return;
+    }
+    case BlockNorm::layer_norm: {
+      cu::NormArgs a;
+      a.x = x;
+      a.ldx = C_;
+      a.y = y;
+      a.ldy = C_;
+      a.rows = rows;
+      a.dim = C_;
+      a.weight = b.norm_w[which].data();
+      a.bias = b.norm_b[which].data();
+      a.eps = 1e-6f;  // as the CPU forward (reference-models §5.5)
+      cu::norm(a, stream_.get());
+      return;
+    }
+    case BlockNorm::instance_norm: {
+      cu::GridRowSumsArgs rs;
+      rs.x = x;
+      rs.ld = C_;
+      rs.batch = batch;
+      rs.lat_rows = h_;
+      rs.nlon = w_;
+      rs.dim = C_;
+      rs.part = part_.data();
+      cu::grid_row_sums(rs, stream_.get());
+      cu::GridNormStatsArgs st;
+      st.part = part_.data();
+      st.batch = batch;
+      st.lat_rows = h_;
+      st.dim = C_;
+      st.points = static_cast<double>(h_) * w_;
+      st.mean = mean_.data();
+      cu::grid_norm_stats(st, stream_.get());
+      rs.mean = mean_.data();
+      cu::grid_row_sums(rs, stream_.get());
+      st.finish = true;
+      st.eps = 1e-6;
+      st.weight = b.norm_w[which].data();
+      st.bias = b.norm_b[which].data();
+      st.scale = scale_.data();
+      st.shift = shift_.data();
+      cu::grid_norm_stats(st, stream_.get());
+      cu::ChannelAffineArgs af;
+      af.x = x;
+      af.ldx = C_;
+      af.y = y;
+      af.ldy = C_;
+      af.rows = rows;
+      af.rows_per_sample = P;
+      af.dim = C_;
+      af.scale = scale_.data();
+      af.shift = shift_.data();
+      cu::channel_affine(af, stream_.get());
+      return;
+    }
+  }
+}
+
+void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
+  if (batch < 1 || !in || !out)
+    throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward needs batch >= 1 and host arrays");
+  try {
+    cu::DeviceGuard guard(device_);
+    ensure_buffers(batch);
+    cudaStream_t s = stream_.get();
+    const index_t P_img = static_cast<index_t>(cfg_.nlat) * cfg_.nlon, P = static_cast<index_t>(h_) * w_;
+    const index_t rows = batch * P;
+    cu::copy_to_device(in_.data(), in, static_cast<std::size_t>(batch * P_img * cfg_.in_chans) * sizeof(float), s);
+
+    // Encoder, then the position embedding added per sample (x = encoded + pos, the CPU's float add).
+    encoder_->forward(batch, in_.data(), x_.data(), s);
+    if (has_pos_)
+      for (int b = 0; b < batch; ++b) {
+        cu::RowBinaryArgs a;
+        a.op = cu::RowOp::add;
+        a.a = x_.data() + b * P * C_;
+        a.lda = C_;
+        a.b = pos_.data();
+        a.ldb = C_;
+        a.y = x_.data() + b * P * C_;
+        a.ldy = C_;
+        a.rows = P;
+        a.width = C_;
+        cu::row_binary(a, s);
+      }
+
+    auto add_into_x = [&](const float* addend) {  // x = x + addend
+      cu::RowBinaryArgs a;
+      a.op = cu::RowOp::add;
+      a.a = x_.data();
+      a.lda = C_;
+      a.b = addend;
+      a.ldb = C_;
+      a.y = x_.data();
+      a.ldy = C_;
+      a.rows = rows;
+      a.width = C_;
+      cu::row_binary(a, s);
+    };
+    for (DeviceBlock& b : blocks_) {
+      norm(b, 0, batch, x_.data(), y_.data());
+      if (b.global) b.global->forward(batch, y_.data(), nullptr, nullptr, att_.data(), s);
+      else b.neighborhood->forward(batch, y_.data(), nullptr, nullptr, att_.data(), s);
+      add_into_x(att_.data());
+      norm(b, 1, batch, x_.data(), y_.data());
+      if (!cfg_.use_mlp) {
+        add_into_x(y_.data());
+        continue;
+      }
+      cu::DenseArgs d1;
+      d1.wt = b.fc1.wt.data();
+      d1.bias = b.fc1.bias.data();
+      d1.in = b.fc1.in;
+      d1.out = b.fc1.out;
+      d1.ldw = b.fc1.ldw;
+      d1.x = y_.data();
+      d1.ldx = C_;
+      d1.y = hid_.data();
+      d1.ldy = hidden_;
+      d1.rows = rows;
+      d1.act = cfg_.activation == MlpActivation::gelu ? Activation::gelu_erf : Activation::none;
+      cu::dense(d1, s);
+      if (cfg_.activation == MlpActivation::relu) cu::relu_rows(hid_.data(), hidden_, rows, hidden_, s);
+      cu::DenseArgs d2;
+      d2.wt = b.fc2.wt.data();
+      d2.bias = b.fc2.bias.data();
+      d2.in = b.fc2.in;
+      d2.out = b.fc2.out;
+      d2.ldw = b.fc2.ldw;
+      d2.x = hid_.data();
+      d2.ldx = hidden_;
+      d2.y = x_.data();
+      d2.ldy = C_;
+      d2.rows = rows;
+      d2.add = x_.data();  // the residual, in place
+      d2.ld_add = C_;
+      cu::dense(d2, s);
+    }
+
+    resample_->forward(batch, C_, x_.data(), up_.data(), s);
+    decoder_->forward(batch, up_.data(), out_.data(), s);
+    if (cfg_.residual_prediction) {
+      cu::RowBinaryArgs a;
+      a.op = cu::RowOp::add;
+      a.a = out_.data();
+      a.lda = cfg_.out_chans;
+      a.b = in_.data();
+      a.ldb = cfg_.in_chans;
+      a.y = out_.data();
+      a.ldy = cfg_.out_chans;
+      a.rows = batch * P_img;
+      a.width = cfg_.out_chans;
+      cu::row_binary(a, s);
+    }
+    cu::copy_to_host(out, out_.data(), static_cast<std::size_t>(batch * P_img * cfg_.out_chans) * sizeof(float), s);
+    stream_.synchronize();
+  } catch (...) {
+    raise_current(device_);
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
+                                                                                      const ModelFile& file, int device) {
+  return std::make_unique<SphereTransformerCuda>(net, file, device);
+}
+
+}  // namespace surrogate::sphere

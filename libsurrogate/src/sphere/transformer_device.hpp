@@ -1,0 +1,42 @@
+// The SphericalTransformer forward on a CUDA device, one rank, FP32 (transformer_device.cpp in CUDA
+// builds; transformer_device_stub.cpp, which refuses, otherwise). Internal to libsurrogate: the
+// registered "sphere_transformer" model runs it for RunOptions::cuda_device >= 0 on one rank.
+//
+// The stages of the CPU forward (transformer.cpp) on device arrays, channels last with rows of embed_dim
+// floats: DiscoConvS2Device encoder; the position-embedding add (cuda::row_binary, the CPU's float add);
+// per block the norm (instance norm: cuda::grid_row_sums / grid_norm_stats / channel_affine, bitwise the
+// CPU's; layer norm: cuda::norm, eps 1e-6), the attention device operator (AttentionS2Device or
+// NeighborhoodAttentionS2Device), the residual add, the norm, the MLP (cuda::dense on the CPU's packed
+// layers, exact-erf GELU in the epilogue or ReLU after it, the second layer adding the residual in place)
+// or the norm's residual add without MLP; ResampleS2Device to the image grid; DiscoConvS2Device decoder;
+// the input added for residual_prediction.
+//
+// Refused (Error(unsupported) at construction): upsample_sht (the SHT decoder has no device code), and
+// whatever the attention device operators refuse (head widths above 64, embed_dim above 256).
+//
+// COMPILED AND EMULATION-TESTED, NEVER RUN ON A GPU.
+#pragma once
+
+#include <memory>
+
+#include "surrogate/model_file.hpp"
+#include "surrogate/sphere/transformer.hpp"
+
+namespace surrogate::sphere {
+
+class SphereTransformerDeviceForward {
+ public:
+  virtual ~SphereTransformerDeviceForward() = default;
+  /// SphericalTransformer::forward (whole grid, one rank) on host arrays: in batch*nlat*nlon x in_chans,
+  /// out batch*nlat*nlon x out_chans, channels last. Uploads, runs on the device, downloads, synchronizes.
+  virtual void forward(int batch, const float* in, float* out) = 0;
+  virtual int device() const = 0;
+};
+
+/// The device forward of `net` (its CPU operators, embedding, norms and MLP layers) with the attention and
+/// DISCO weights read again from `file` (the file `net` was built from). Throws Error(unsupported) in
+/// builds without CUDA and for the configurations named above.
+std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
+                                                                                      const ModelFile& file, int device);
+
+}  // namespace surrogate::sphere
