@@ -11,6 +11,7 @@ target_sources(surrogate_kernels PRIVATE
   cuda/caller_io.cu
   cuda/ball_attention.cu
   cuda/point_layers.cu
+  cuda/bsa_gate.cu
   cuda/sphere_attention.cu
   cuda/sphere_grid_ops.cu
   cuda/sphere_grid_norm.cu)

@@ -502,6 +502,32 @@ namespace detail {
 
 index_t Stages::row_stride(const Network& net) { return round_up(net.config().c_hidden, kPad); }
 
+const PackedLinear& Stages::embed_weights(const Network& net) { return net.impl_->embed; }
+
+std::vector<LayerWeights> Stages::layer_weights(const Network& net) {
+  const Network::Impl& m = *net.impl_;
+  std::vector<LayerWeights> out;
+  for (const Layer& L : m.layers) {
+    LayerWeights w;
+    w.norm1 = L.norm1.data();
+    w.norm2 = L.norm2.data();
+    w.qkv = &L.qkv;
+    w.out_proj = &L.out_proj;
+    w.position_proj = &L.position_proj;
+    w.w1 = &L.w1;
+    w.w2 = &L.w2;
+    w.w3 = &L.w3;
+    w.sigma = &L.sigma;
+    w.q_mlp = L.q_mlp;
+    w.k_mlp = L.k_mlp;
+    w.v_mlp = L.v_mlp;
+    w.gate = m.cfg.use_token_gated_attention ? &L.gate : nullptr;
+    w.static_gate = &L.static_gate;
+    out.push_back(w);
+  }
+  return out;
+}
+
 void Stages::check_sample_size(const Network& net, index_t n) {
   const Config& c = net.config();
   auto multiple = [&](int of, const char* name) {

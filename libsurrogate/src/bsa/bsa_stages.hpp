@@ -62,8 +62,28 @@ class LayerExchanges {
   virtual void fetch_samples(const float* local_rows, int width, float* fetched) const = 0;
 };
 
+/// The weights of one layer, read-only views into the Network (for the device forward, bsa_cuda.cpp).
+/// The compression MLPs are pairs (Linear, ReLU, Linear); q_mlp only with block-level importance, none
+/// without use_compress_mlp; gate only with the token gate, static_gate ([H][2], sigmoid applied) only
+/// without it; sigma empty for global attention.
+struct LayerWeights {
+  const float* norm1 = nullptr;
+  const float* norm2 = nullptr;
+  const kernels::PackedLinear *qkv = nullptr, *out_proj = nullptr, *position_proj = nullptr;
+  const kernels::PackedLinear *w1 = nullptr, *w2 = nullptr, *w3 = nullptr;
+  const std::vector<float>* sigma = nullptr;
+  const kernels::PackedLinear* q_mlp = nullptr;  // [2]
+  const kernels::PackedLinear* k_mlp = nullptr;  // [2]
+  const kernels::PackedLinear* v_mlp = nullptr;  // [2]
+  const kernels::PackedLinear* gate = nullptr;
+  const std::vector<float>* static_gate = nullptr;
+};
+
 /// Friend of Network: the stages, implemented in bsa_model.cpp.
 struct Stages {
+  /// The embedding and the layers' weights (valid while the network lives).
+  static const kernels::PackedLinear& embed_weights(const Network& net);
+  static std::vector<LayerWeights> layer_weights(const Network& net);
   /// Row stride of the hidden rows: round_up(c_hidden, kPad).
   static index_t row_stride(const Network& net);
   /// Error(input) naming the first wrong size of the common padded sample size n (every sample the same

@@ -1,0 +1,668 @@
+// The BSA forward on a CUDA device (bsa_device.hpp): the layers of bsa_model.cpp on device arrays, with
+// the kernels of surrogate/kernels/cuda_point_layers.hpp (dense layers, row copies, row sums/products,
+// block means), cuda_bsa_gate.hpp (ReLU, sigmoid, the gated sum), kernels::cuda::norm (RMSNorm) and the
+// three attention branches of cuda_ball_attention.hpp (ball_attention: the local branch and "ball"
+// attention; coarse_attention: the coarse branch and, with the tokens as queries and keys, "global"
+// attention; selected_block_attention: the fine branch).
+//
+// What stays on the host: the ball tree and its rotation (built by the caller); what depends only on the
+// geometry (positions in tree and rotated order, their offsets from their ball's centre with the CPU's
+// mean_pool, the index arrays of the block compression), computed once per geometry and uploaded; and
+// the top-S block selection: per sparse layer the compressed keys (and the compressed queries, or the
+// token queries for token-level importance) are downloaded and detail::select_blocks, the CPU forward's
+// own selection (same scores, same tie order), chooses the blocks, which are uploaded for the fine branch.
+// So the selection is the CPU's function of the device's compressed blocks; those differ from the CPU's
+// by float32 rounding (the norms sum in another order), so a near-tied selection can flip.
+//
+// NOT YET RUN ON A GPU: compiled on a machine without a device; tests/gpu/test_gpu_bsa.cpp skips there,
+// tests/gpu/test_bsa_device_emulated.cpp runs this file's code on the CPU.
+#include <cuda_runtime_api.h>
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+#include <string>
+
+#include "bsa_branches.hpp"
+#include "bsa_device.hpp"
+#include "bsa_stages.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_ball_attention.hpp"
+#include "surrogate/kernels/cuda_bsa_gate.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+
+namespace surrogate::bsa::detail {
+namespace {
+
+namespace cu = kernels::cuda;
+using kernels::Activation;
+using kernels::PackedLinear;
+
+/// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
+[[noreturn]] void raise_current(int device) {
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const cu::CudaError& e) {
+    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
+                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
+                               ? ErrorCode::unsupported
+                               : ErrorCode::internal;
+    throw Error(code, "bsa: CUDA device " + std::to_string(device) + ": " + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::internal, "bsa: CUDA device " + std::to_string(device) + ": " + e.what());
+  }
+}
+
+/// A dense layer's place in the weight arena.
+struct Dense {
+  std::size_t wt = 0, bias = 0;
+  int in = 0, out = 0;
+  index_t ldw = 0;
+};
+struct DeviceLayer {
+  std::size_t norm1 = 0, norm2 = 0, sigma = 0, static_gate = 0;
+  Dense qkv, out_proj, position_proj, w1, w2, w3, gate;
+  Dense q_mlp[2], k_mlp[2], v_mlp[2];
+  bool token_gate = false;
+};
+
+/// Offsets of rows from their ball's centre (mean_pool, the CPU's summation), balls of `ball` rows.
+std::vector<float> ball_relative(const std::vector<float>& pos, int d, int ball) {
+  const std::vector<float> centres = balltree::mean_pool(pos, d, ball);
+  std::vector<float> rel(pos.size());
+  for (std::size_t r = 0; r < pos.size() / static_cast<std::size_t>(d); ++r)
+    for (int c = 0; c < d; ++c) rel[r * d + c] = pos[r * d + c] - centres[(r / static_cast<std::size_t>(ball)) * d + c];
+  return rel;
+}
+
+class BsaCudaForward final : public BsaDeviceForward {
+ public:
+  BsaCudaForward(const Network& net, int device);
+  int device() const override { return device_; }
+  std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
+                             std::span<const float> positions, const balltree::Batch& batch, bool same_geometry,
+                             int threads) override;
+  double last_forward_ms() const override { return forward_ms_; }
+  double last_geometry_ms() const override { return geometry_ms_; }
+
+ private:
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
+    dst.resize(std::max<std::size_t>(src.size(), 1), device_);
+    if (!src.empty()) cu::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream_.get());
+  }
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
+    upload(dst, std::span<const T>(src));
+  }
+  std::size_t add(const float* values, std::size_t count);
+  Dense add_dense(const PackedLinear& layer);
+  const float* w(std::size_t offset) const { return weights_.data() + offset; }
+
+  void set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
+  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+             Activation act = Activation::none, const float* add_rows = nullptr, index_t ld_add = 0);
+  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+            const std::int64_t* dst_index, index_t rows, int width);
+  void rms_norm(const float* x, float* y, const float* weight);
+  void map(cu::RowMap op, float* x, index_t ld, index_t rows, int width);
+  void compress(const Dense* mlp, int column, float* dst);
+  void sparse_attention(const DeviceLayer& L, const float* pos, int threads);
+  void run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel, int threads);
+
+  const Network* net_;
+  Config cfg_;
+  int device_ = -1;
+  cu::Stream stream_;
+  std::vector<float> arena_;  // host image of the weights (kept only until the upload)
+  cu::DeviceBuffer<float> weights_;
+  Dense embed_;
+  std::vector<DeviceLayer> layers_;
+
+  // Geometry (set_geometry).
+  bool have_geometry_ = false;
+  index_t points_ = 0, rows_ = 0, n_ = 0;  // points, tree slots, slots per sample
+  int samples_ = 0;
+  std::vector<std::int64_t> geometry_index_;  // tree.index of the uploaded geometry (for the check)
+  cu::DeviceBuffer<float> pos_, rel_, pos_rot_, rel_rot_;
+  cu::DeviceBuffer<std::int64_t> tree_index_, slot_, rot_, compress_index_, block_start_;
+  // Work arrays (sized by set_geometry).
+  cu::DeviceBuffer<float> features_, e_, x_, residual_, xr_, h_, u_, o_, local_, coarse_, fine_, gates_, a1_, a2_, out_;
+  cu::DeviceBuffer<float> kc_, vc_, qc_, mlp_in_, mlp_hidden_;
+  cu::DeviceBuffer<std::int32_t> sel_;
+  std::vector<float> kc_host_, q_host_;
+  std::vector<std::int32_t> sel_host_;
+  double forward_ms_ = 0.0, geometry_ms_ = 0.0;
+};
+
+std::size_t BsaCudaForward::add(const float* values, std::size_t count) {
+  const std::size_t offset = (arena_.size() + 3) / 4 * 4;  // 16-byte aligned starts
+  arena_.resize(offset);
+  arena_.insert(arena_.end(), values, values + count);
+  return offset;
+}
+
+Dense BsaCudaForward::add_dense(const PackedLinear& layer) {
+  Dense d;
+  d.in = layer.in();
+  d.out = layer.out();
+  d.ldw = layer.out_pad();
+  d.wt = add(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
+  d.bias = add(layer.bias(), static_cast<std::size_t>(d.ldw));
+  return d;
+}
+
+BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
+  std::string why;
+  const int count = cu::device_count(&why);
+  if (device < 0 || device >= count)
+    throw Error(ErrorCode::unsupported, "bsa: CUDA device " + std::to_string(device) + " requested, but " +
+                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
+                                                        : std::to_string(count) + " device(s) are visible"));
+  if (cfg_.dimensionality > cu::kMaxBallPositionDim)
+    throw Error(ErrorCode::unsupported, "bsa: the CUDA forward takes positions of up to " +
+                                            std::to_string(cu::kMaxBallPositionDim) + " coordinates, the model has " +
+                                            std::to_string(cfg_.dimensionality));
+  if (cfg_.head_dim() > cu::kMaxHeadDim)
+    throw Error(ErrorCode::unsupported, "bsa: head width " + std::to_string(cfg_.head_dim()) +
+                                            " exceeds the CUDA attention's " + std::to_string(cu::kMaxHeadDim));
+  const int D = cfg_.c_hidden;
+  const bool sparse = cfg_.attention_type == AttentionType::sparse;
+  embed_ = add_dense(Stages::embed_weights(net));
+  for (const LayerWeights& lw : Stages::layer_weights(net)) {
+    DeviceLayer L;
+    L.norm1 = add(lw.norm1, static_cast<std::size_t>(D));
+    L.norm2 = add(lw.norm2, static_cast<std::size_t>(D));
+    L.qkv = add_dense(*lw.qkv);
+    L.out_proj = add_dense(*lw.out_proj);
+    L.w1 = add_dense(*lw.w1);
+    L.w2 = add_dense(*lw.w2);
+    L.w3 = add_dense(*lw.w3);
+    if (cfg_.attention_type != AttentionType::global) {
+      L.position_proj = add_dense(*lw.position_proj);
+      L.sigma = add(lw.sigma->data(), lw.sigma->size());
+    }
+    if (sparse) {
+      if (cfg_.use_compress_mlp)
+        for (int i = 0; i < 2; ++i) {
+          L.k_mlp[i] = add_dense(lw.k_mlp[i]);
+          L.v_mlp[i] = add_dense(lw.v_mlp[i]);
+          if (cfg_.block_level_importance()) L.q_mlp[i] = add_dense(lw.q_mlp[i]);
+        }
+      L.token_gate = lw.gate != nullptr;
+      if (L.token_gate) L.gate = add_dense(*lw.gate);
+      else L.static_gate = add(lw.static_gate->data(), lw.static_gate->size());
+    }
+    layers_.push_back(L);
+  }
+  try {
+    cu::DeviceGuard guard(device_);
+    stream_ = cu::Stream(device_);
+    upload(weights_, arena_);
+    stream_.synchronize();
+  } catch (...) {
+    raise_current(device_);
+  }
+  arena_.clear();
+  arena_.shrink_to_fit();
+}
+
+void BsaCudaForward::dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+                           Activation act, const float* add_rows, index_t ld_add) {
+  cu::DenseArgs a;
+  a.wt = w(l.wt);
+  a.bias = w(l.bias);
+  a.in = l.in;
+  a.out = l.out;
+  a.ldw = l.ldw;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  a.act = act;
+  a.add = add_rows;
+  a.ld_add = ld_add;
+  cu::dense(a, stream_.get());
+}
+
+void BsaCudaForward::copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+                          const std::int64_t* dst_index, index_t rows, int width) {
+  cu::RowCopyArgs a;
+  a.src = src;
+  a.ld_src = ld_src;
+  a.src_index = src_index;
+  a.dst = dst;
+  a.ld_dst = ld_dst;
+  a.dst_index = dst_index;
+  a.rows = rows;
+  a.width = width;
+  cu::copy_rows(a, stream_.get());
+}
+
+// RMSNorm of the rows (eps = float epsilon, no bias), rows_ x c_hidden.
+void BsaCudaForward::rms_norm(const float* x, float* y, const float* weight) {
+  cu::NormArgs a;
+  a.x = x;
+  a.ldx = cfg_.c_hidden;
+  a.y = y;
+  a.ldy = cfg_.c_hidden;
+  a.rows = rows_;
+  a.dim = cfg_.c_hidden;
+  a.weight = weight;
+  a.bias = nullptr;
+  a.eps = std::numeric_limits<float>::epsilon();
+  a.rms = true;
+  cu::norm(a, stream_.get());
+}
+
+void BsaCudaForward::map(cu::RowMap op, float* x, index_t ld, index_t rows, int width) {
+  cu::RowMapArgs a;
+  a.op = op;
+  a.x = x;
+  a.ld = ld;
+  a.rows = rows;
+  a.width = width;
+  cu::row_map(a, stream_.get());
+}
+
+void BsaCudaForward::set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions,
+                                  index_t points) {
+  const int d = cfg_.dimensionality, D = cfg_.c_hidden, H = cfg_.num_heads;
+  const balltree::Tree& tree = trees.tree;
+  const index_t rows = tree.slots();
+  std::vector<float> pos(static_cast<std::size_t>(rows * d));
+  for (index_t s = 0; s < rows; ++s)
+    std::copy_n(positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, pos.data() + s * d);
+  const int ball = cfg_.attention_type == AttentionType::ball ? cfg_.attention_ball_size : cfg_.ball_size;
+  upload(pos_, pos);
+  if (cfg_.attention_type != AttentionType::global) upload(rel_, ball_relative(pos, d, ball));
+  if (cfg_.should_rotate) {
+    const std::vector<std::int64_t>& rot = trees.rotated[1];
+    std::vector<float> pr(pos.size());
+    for (std::size_t i = 0; i < rot.size(); ++i)
+      std::copy_n(pos.begin() + rot[i] * d, d, pr.begin() + static_cast<std::ptrdiff_t>(i * d));
+    upload(rot_, rot);
+    upload(pos_rot_, pr);
+    if (cfg_.attention_type != AttentionType::global) upload(rel_rot_, ball_relative(pr, d, ball));
+  }
+  upload(tree_index_, tree.index);
+  upload(slot_, tree.slot_of_point());
+
+  const auto R = static_cast<std::size_t>(rows), Du = static_cast<std::size_t>(D);
+  const auto hidden = static_cast<std::size_t>(layers_.empty() ? 1 : layers_.front().w1.out);
+  for (cu::DeviceBuffer<float>* b : {&x_, &residual_, &h_, &o_}) b->resize(std::max<std::size_t>(1, R * Du), device_);
+  if (cfg_.should_rotate) xr_.resize(std::max<std::size_t>(1, R * Du), device_);
+  u_.resize(std::max<std::size_t>(1, R * 3 * Du), device_);
+  a1_.resize(std::max<std::size_t>(1, R * hidden), device_);
+  a2_.resize(a1_.size(), device_);
+  if (cfg_.attention_type == AttentionType::sparse) {
+    const int C = cfg_.compress_block_size;
+    const index_t blocks = rows / C;
+    for (cu::DeviceBuffer<float>* b : {&local_, &coarse_, &fine_}) b->resize(std::max<std::size_t>(1, R * Du), device_);
+    const auto Bu = static_cast<std::size_t>(std::max<index_t>(1, blocks));
+    kc_.resize(Bu * Du, device_);
+    vc_.resize(Bu * Du, device_);
+    if (cfg_.block_level_importance()) qc_.resize(Bu * Du, device_);
+    if (cfg_.use_token_gated_attention) gates_.resize(std::max<std::size_t>(1, R * 3 * static_cast<std::size_t>(H)), device_);
+    if (cfg_.use_compress_mlp) {
+      // MLP input row (block b, head h) = the C tokens' head-h columns, token-major: row (b H + h) C + t
+      // of E values, taken from token row b C + t at column h E (+ the offset of q, k or v): with u's rows
+      // of 3 D = 3 H E values read as rows of E, that is row (b C + t) 3 H + h.
+      std::vector<std::int64_t> index(static_cast<std::size_t>(blocks) * H * C);
+      for (index_t b = 0; b < blocks; ++b)
+        for (int h = 0; h < H; ++h)
+          for (int t = 0; t < C; ++t)
+            index[static_cast<std::size_t>((b * H + h) * C + t)] = (b * C + t) * 3 * H + h;
+      upload(compress_index_, index);
+      mlp_in_.resize(Bu * Du * static_cast<std::size_t>(C), device_);
+      const int mlp_hidden = layers_.front().k_mlp[0].out;
+      mlp_hidden_.resize(Bu * static_cast<std::size_t>(H) * static_cast<std::size_t>(mlp_hidden), device_);
+    } else {
+      std::vector<std::int64_t> start(static_cast<std::size_t>(blocks) + 1);
+      for (index_t b = 0; b <= blocks; ++b) start[static_cast<std::size_t>(b)] = b * C;
+      upload(block_start_, start);
+    }
+    detail::SparseShape s;
+    s.C = C;
+    s.G = cfg_.group_selection_size;
+    s.group_selection = cfg_.use_group_selection;
+    s.block_level = cfg_.block_level_importance();
+    const index_t sel_rows = s.selection_rows(n_);
+    sel_host_.resize(static_cast<std::size_t>(samples_ * H * sel_rows * cfg_.selected_blocks_number));
+    sel_.resize(std::max<std::size_t>(1, sel_host_.size()), device_);
+    kc_host_.resize(Bu * Du);
+    q_host_.resize(s.block_level ? Bu * Du : R * 3 * Du);
+  }
+  features_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cfg_.c_in)), device_);
+  e_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points) * Du), device_);
+  out_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points) * Du), device_);
+  points_ = points;
+  rows_ = rows;
+  geometry_index_ = tree.index;
+  have_geometry_ = true;
+}
+
+// Compressed blocks of q, k or v (column 0, D or 2 D of u) into dst (blocks x D): the MLP on each
+// (block, head) of C E values, token-major (Linear, ReLU, Linear: rows b H + h of E = block b's row of
+// D), or the mean over the block (the CPU's sum from 0 in token order, divided by C).
+void BsaCudaForward::compress(const Dense* mlp, int column, float* dst) {
+  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), C = cfg_.compress_block_size;
+  const index_t blocks = rows_ / C;
+  if (!cfg_.use_compress_mlp) {
+    cu::SegmentMeanArgs a;
+    a.msg = u_.data() + column;
+    a.ld_msg = 3 * D;
+    a.start = block_start_.data();
+    a.receivers = blocks;
+    a.width = D;
+    a.agg = dst;
+    a.ld_agg = D;
+    cu::segment_mean(a, stream_.get());
+    return;
+  }
+  const index_t mlp_rows = blocks * H;
+  copy(u_.data() + column, E, compress_index_.data(), mlp_in_.data(), E, nullptr, mlp_rows * C, E);
+  dense(mlp[0], mlp_in_.data(), static_cast<index_t>(C) * E, mlp_hidden_.data(), mlp[0].out, mlp_rows);
+  map(cu::RowMap::relu, mlp_hidden_.data(), mlp[0].out, mlp_rows, mlp[0].out);
+  dense(mlp[1], mlp_hidden_.data(), mlp[0].out, dst, E, mlp_rows);
+}
+
+// Sparse attention (BSA): local, coarse and fine branches into local_, coarse_, fine_, then the gate
+// into o_. The selection on the host (see the file comment).
+void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, int threads) {
+  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
+  const int C = cfg_.compress_block_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(E));
+  const index_t nb = n_ / C, blocks = rows_ / C;
+  const bool block_level = cfg_.block_level_importance();
+
+  cu::BallAttentionArgs local;
+  local.rows = rows_;
+  local.ball = cfg_.ball_size;
+  local.heads = H;
+  local.E = E;
+  local.q = u_.data();
+  local.k = u_.data() + D;
+  local.v = u_.data() + 2 * D;
+  local.ld = 3 * D;
+  local.scale = scale;
+  local.sigma = w(L.sigma);
+  local.positions = pos;
+  local.ld_pos = d;
+  local.dim = d;
+  local.out = local_.data();
+  local.ldo = D;
+  cu::ball_attention(local, stream_.get());
+
+  compress(L.k_mlp, D, kc_.data());
+  compress(L.v_mlp, 2 * D, vc_.data());
+  if (block_level) compress(L.q_mlp, 0, qc_.data());
+
+  cu::CoarseAttentionArgs coarse;
+  coarse.samples = samples_;
+  coarse.heads = H;
+  coarse.E = E;
+  coarse.q = cfg_.use_coarse_q_attn ? qc_.data() : u_.data();
+  coarse.ldq = cfg_.use_coarse_q_attn ? D : 3 * D;
+  coarse.queries = cfg_.use_coarse_q_attn ? nb : n_;
+  coarse.k = kc_.data();
+  coarse.v = vc_.data();
+  coarse.ldkv = D;
+  coarse.keys = nb;
+  coarse.scale = scale;
+  coarse.out = coarse_.data();
+  coarse.ldo = D;
+  coarse.copies = cfg_.use_coarse_q_attn ? C : 1;
+  cu::coarse_attention(coarse, stream_.get());
+
+  // The selection on the host: the CPU's select_blocks on the device's compressed blocks.
+  cu::copy_to_host(kc_host_.data(), kc_.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
+  if (block_level)
+    cu::copy_to_host(q_host_.data(), qc_.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
+  else
+    cu::copy_to_host(q_host_.data(), u_.data(), static_cast<std::size_t>(rows_ * 3 * D) * sizeof(float), stream_.get());
+  stream_.synchronize();
+  detail::SparseShape s;
+  s.P = cfg_.ball_size;
+  s.C = C;
+  s.S = cfg_.selected_blocks_number;
+  s.G = cfg_.group_selection_size;
+  s.group_selection = cfg_.use_group_selection;
+  s.mask_own_ball = cfg_.should_mask_blocks_in_ball;
+  s.coarse_q_attn = cfg_.use_coarse_q_attn;
+  s.block_level = block_level;
+  detail::Tokens t;
+  t.q = q_host_.data();
+  t.ld = 3 * D;
+  t.samples = samples_;
+  t.n = n_;
+  t.heads = H;
+  t.E = E;
+  detail::Blocks b;
+  b.q = block_level ? q_host_.data() : nullptr;
+  b.k = kc_host_.data();
+  b.ld = D;
+  b.nb = nb;
+  detail::select_blocks(kernels::cpu(), t, b, s, sel_host_.data(), threads);
+  upload(sel_, sel_host_);
+
+  const index_t sel_rows = s.selection_rows(n_);
+  cu::SelectedBlockAttentionArgs fine;
+  fine.samples = samples_;
+  fine.n = n_;
+  fine.heads = H;
+  fine.E = E;
+  fine.q = u_.data();
+  fine.k = u_.data() + D;
+  fine.v = u_.data() + 2 * D;
+  fine.ld = 3 * D;
+  fine.scale = scale;
+  fine.C = C;
+  fine.S = s.S;
+  fine.tokens_per_row = static_cast<int>(n_ / sel_rows);
+  fine.rows = sel_rows;
+  fine.sel = sel_.data();
+  fine.out = fine_.data();
+  fine.ldo = D;
+  cu::selected_block_attention(fine, stream_.get());
+
+  cu::GatedSumArgs g;
+  g.local = local_.data();
+  g.coarse = coarse_.data();
+  g.fine = fine_.data();
+  g.ld = D;
+  g.out = o_.data();
+  g.ldo = D;
+  g.rows = rows_;
+  g.heads = H;
+  g.E = E;
+  if (L.token_gate) {
+    g.gates = gates_.data();
+    g.ld_gates = 3 * H;
+  } else {
+    g.static_gates = w(L.static_gate);
+  }
+  cu::gated_sum(g, stream_.get());
+}
+
+// One layer (as Network::Impl::run_layer): x += out_proj(attention(RMSNorm1(x) [+ position_proj(rel)])),
+// x += w3(silu(w1 h) * w2 h) with h = RMSNorm2(x).
+void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel, int threads) {
+  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(E));
+  rms_norm(x, h_.data(), w(L.norm1));
+  if (cfg_.attention_type != AttentionType::global)
+    dense(L.position_proj, rel, d, h_.data(), D, rows_, Activation::none, h_.data(), D);
+  dense(L.qkv, h_.data(), D, u_.data(), 3 * D, rows_);
+  if (cfg_.attention_type == AttentionType::sparse) {
+    if (L.token_gate) {
+      dense(L.gate, h_.data(), D, gates_.data(), 3 * H, rows_);
+      map(cu::RowMap::sigmoid, gates_.data(), 3 * H, rows_, 3 * H);
+    }
+    sparse_attention(L, pos, threads);
+  } else if (cfg_.attention_type == AttentionType::ball) {
+    cu::BallAttentionArgs a;
+    a.rows = rows_;
+    a.ball = cfg_.attention_ball_size;
+    a.heads = H;
+    a.E = E;
+    a.q = u_.data();
+    a.k = u_.data() + D;
+    a.v = u_.data() + 2 * D;
+    a.ld = 3 * D;
+    a.scale = scale;
+    a.sigma = w(L.sigma);
+    a.positions = pos;
+    a.ld_pos = d;
+    a.dim = d;
+    a.out = o_.data();
+    a.ldo = D;
+    cu::ball_attention(a, stream_.get());
+  } else {  // global: every token of a sample attends to all tokens of the sample
+    cu::CoarseAttentionArgs a;
+    a.samples = samples_;
+    a.heads = H;
+    a.E = E;
+    a.q = u_.data();
+    a.ldq = 3 * D;
+    a.queries = n_;
+    a.k = u_.data() + D;
+    a.v = u_.data() + 2 * D;
+    a.ldkv = 3 * D;
+    a.keys = n_;
+    a.scale = scale;
+    a.out = o_.data();
+    a.ldo = D;
+    a.copies = 1;
+    cu::coarse_attention(a, stream_.get());
+  }
+  dense(L.out_proj, o_.data(), D, x, D, rows_, Activation::none, x, D);
+  rms_norm(x, h_.data(), w(L.norm2));
+  const int hidden = L.w1.out;
+  dense(L.w1, h_.data(), D, a1_.data(), hidden, rows_, Activation::silu);
+  dense(L.w2, h_.data(), D, a2_.data(), hidden, rows_);
+  cu::RowBinaryArgs gate;
+  gate.op = cu::RowOp::multiply;
+  gate.a = a1_.data();
+  gate.lda = hidden;
+  gate.b = a2_.data();
+  gate.ldb = hidden;
+  gate.y = a1_.data();
+  gate.ldy = hidden;
+  gate.rows = rows_;
+  gate.width = hidden;
+  cu::row_binary(gate, stream_.get());
+  dense(L.w3, a1_.data(), hidden, x, D, rows_, Activation::none, x, D);
+}
+
+std::vector<float> BsaCudaForward::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
+                                           std::span<const float> positions, const balltree::Batch& batch,
+                                           bool same_geometry, int threads) {
+  const int d = cfg_.dimensionality, D = cfg_.c_hidden;
+  if (threads <= 0) threads = omp_get_max_threads();
+  const index_t points = batch.points();
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::input, "bsa: " + what); };
+  if (points < 1) bad("no points");
+  if (static_cast<index_t>(features.size()) != points * cfg_.c_in)
+    bad("features has " + std::to_string(features.size()) + " values, expected " + std::to_string(points) +
+        " points x c_in " + std::to_string(cfg_.c_in));
+  if (static_cast<index_t>(positions.size()) != points * d)
+    bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
+        " points x " + std::to_string(d));
+  Stages::check_features(*net_, features, 0);
+  const balltree::Tree& tree = trees.tree;
+  const int samples = static_cast<int>(batch.samples());
+  if (tree.mask.size() != tree.index.size() || static_cast<int>(tree.slot_offsets.size()) != samples + 1)
+    bad("trees.tree does not belong to this batch");
+  const index_t n = tree.slot_offsets[1] - tree.slot_offsets[0];
+  for (int s = 1; s < samples; ++s)
+    if (tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)] != n)
+      bad("batch sample " + std::to_string(s) + " pads to a different number of tree slots than sample 0; BSA needs "
+          "every sample padded to the same size");
+  for (const std::int64_t s : tree.index)
+    if (s < 0 || s >= points) bad("trees.tree.index holds " + std::to_string(s) + ", not a point index");
+  Stages::check_sample_size(*net_, n);
+  if (cfg_.should_rotate) {
+    if (trees.rotated.size() != 2) bad("should_rotate needs trees.rotated with the two permutations of strides [1]");
+    const std::vector<std::int64_t>& rot = trees.rotated[1];
+    if (static_cast<index_t>(rot.size()) != tree.slots()) bad("trees.rotated[1] does not match the tree");
+    std::vector<std::uint8_t> seen(rot.size(), 0);
+    for (const std::int64_t v : rot) {
+      if (v < 0 || v >= tree.slots() || seen[static_cast<std::size_t>(v)]) bad("trees.rotated[1] is not a permutation");
+      seen[static_cast<std::size_t>(v)] = 1;
+    }
+  }
+  std::vector<float> result(static_cast<std::size_t>(points * D));
+  try {
+    cu::DeviceGuard guard(device_);
+    geometry_ms_ = 0.0;
+    if (!same_geometry || !have_geometry_ || points_ != points || geometry_index_ != tree.index) {
+      cu::Event g0(device_), g1(device_);
+      g0.record(stream_.get());
+      have_geometry_ = false;
+      n_ = n;
+      samples_ = samples;
+      set_geometry(trees, positions, points);
+      g1.record(stream_.get());
+      stream_.synchronize();  // the host arrays of set_geometry are released on return
+      geometry_ms_ = g1.elapsed_ms_since(g0);
+    }
+    cu::Event t0(device_), t1(device_);
+    t0.record(stream_.get());
+    upload(features_, features);
+    dense(embed_, features_.data(), cfg_.c_in, e_.data(), D, points);
+    copy(e_.data(), D, tree_index_.data(), x_.data(), D, nullptr, rows_, D);
+    copy(x_.data(), D, nullptr, residual_.data(), D, nullptr, rows_, D);
+    for (int l = 0; l < cfg_.depth; ++l) {
+      const DeviceLayer& L = layers_[static_cast<std::size_t>(l)];
+      if (cfg_.should_rotate && l % 2 == 1) {
+        copy(x_.data(), D, rot_.data(), xr_.data(), D, nullptr, rows_, D);
+        run_layer(L, xr_.data(), pos_rot_.data(), rel_rot_.data(), threads);
+        copy(xr_.data(), D, nullptr, x_.data(), D, rot_.data(), rows_, D);
+      } else {
+        run_layer(L, x_.data(), pos_.data(), rel_.data(), threads);
+      }
+      if ((l + 1) % cfg_.block_size == 0 || l + 1 == cfg_.depth) {  // the long residual
+        cu::RowBinaryArgs sum;
+        sum.op = cu::RowOp::add;
+        sum.a = x_.data();
+        sum.lda = D;
+        sum.b = residual_.data();
+        sum.ldb = D;
+        sum.y = x_.data();
+        sum.ldy = D;
+        sum.rows = rows_;
+        sum.width = D;
+        cu::row_binary(sum, stream_.get());
+        copy(x_.data(), D, nullptr, residual_.data(), D, nullptr, rows_, D);
+      }
+    }
+    copy(x_.data(), D, slot_.data(), out_.data(), D, nullptr, points, D);
+    cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), stream_.get());
+    t1.record(stream_.get());
+    stream_.synchronize();
+    forward_ms_ = t1.elapsed_ms_since(t0);
+  } catch (...) {
+    have_geometry_ = false;
+    raise_current(device_);
+  }
+  return result;
+}
+
+}  // namespace
+
+std::unique_ptr<BsaDeviceForward> make_bsa_cuda_forward(const Network& net, int device) {
+  try {
+    return std::make_unique<BsaCudaForward>(net, device);
+  } catch (...) {
+    raise_current(device);
+  }
+}
+
+}  // namespace surrogate::bsa::detail

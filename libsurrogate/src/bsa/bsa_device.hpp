@@ -1,0 +1,47 @@
+// The BSA forward on a CUDA device (implemented in a CUDA build, bsa_cuda.cpp; elsewhere the factory
+// refuses, bsa_device_stub.cpp). The ball tree and its rotation are built on the host (by the caller);
+// the arrays that depend only on the geometry (tree order, rotated order, positions and ball-relative
+// positions in both orders, the index arrays of the block compression) are uploaded once per geometry,
+// the weights once per model, and the layers (norms, projections, the three attention branches, the
+// compression MLPs, the gate, SwiGLU, the long residual) run on the device. The top-S block selection
+// runs on the host, with the CPU forward's own select_blocks, on the compressed blocks (and, with
+// token-level importance, the token queries) downloaded once per sparse layer; the chosen block indices
+// go back up. Single process, fp32. Internal to libsurrogate.
+//
+// NOT YET RUN ON A GPU: written and compiled on a machine without a device (share/docs/balltree.md).
+#pragma once
+
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "surrogate/balltree.hpp"
+#include "surrogate/bsa.hpp"
+
+namespace surrogate::bsa::detail {
+
+class BsaDeviceForward {
+ public:
+  virtual ~BsaDeviceForward() = default;
+  /// The device the weights live on.
+  virtual int device() const = 0;
+  /// Network::forward(trees, features, positions, batch, threads) on the device: host arrays in the
+  /// caller's order, returns points x c_hidden values in input order. `threads`: host threads of the
+  /// block selection (<= 0: OpenMP's default). `same_geometry`: trees, positions and batch are those of
+  /// the previous call, whose uploaded geometry is reused (ignored on the first call). Throws
+  /// Error(input) as Network::forward does.
+  virtual std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
+                                     std::span<const float> positions, const balltree::Batch& batch,
+                                     bool same_geometry, int threads) = 0;
+  /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
+  /// events; includes the host selection's waits), and of its geometry upload (0 when reused).
+  virtual double last_forward_ms() const = 0;
+  virtual double last_geometry_ms() const = 0;
+};
+
+/// Uploads the network's weights to CUDA device `device`. Throws Error(unsupported) when this build has
+/// no CUDA backend, no such device is visible, or the network is outside what the kernels cover (head
+/// width > 64, more than 4 coordinates). The network must outlive the result.
+std::unique_ptr<BsaDeviceForward> make_bsa_cuda_forward(const Network& net, int device);
+
+}  // namespace surrogate::bsa::detail
