@@ -123,10 +123,12 @@ struct DistributedTree {
   RedistributionPlan plan;
   /// The largest number of points (index and coordinates) the build held at once on this rank in its own
   /// buffers (work array, messages, gathered ranges, the subtrees it finishes), the caller's input not
-  /// counted: at most ceil(points / P) (the work array) plus the largest of 2 (max(serial_threshold,
-  /// ceil(points / P) / 8, 4096) + P) (one batch of a selection round's swaps, both ways),
-  /// serial_threshold (a gathered range) and the points of the rank's slots (received while the work
-  /// array is held); a range gathered at introselect's depth limit (adversarial input) can be larger.
+  /// counted: at most the work array plus the larger of 2 (max(serial_threshold, ceil(points / P) / 8,
+  /// 4096) + P) (one batch of a selection round's swaps, both ways) and serial_threshold (a gathered
+  /// range). The work array is ceil(points / P), or, where the serial positions of this rank's points
+  /// (its slots' points) differ from its part, the union of the two runs (one buffer, the subtrees
+  /// delivered in place), both added only when the runs are disjoint; a range gathered at introselect's
+  /// depth limit (adversarial input) can be larger.
   std::int64_t peak_points = 0;
 
   std::int64_t local_slots() const { return slot_end - slot_begin; }

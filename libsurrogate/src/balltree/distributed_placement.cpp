@@ -68,6 +68,26 @@ struct Recursion {
   }
 };
 
+/// Points of a sample of `n` points and `slots` output positions that the serial recursion puts before
+/// output offset `o` (tree: left children get floor(n / 2) points in half the slots; partition: the
+/// outputs are the points). Depends on the counts only, not on the coordinates.
+Index points_before(Placement mode, Index n, Index slots, Index o) {
+  Index before = 0;
+  while (o > 0 && o < slots) {
+    if (mode == Placement::partition) return before + o;
+    const Index half = slots / 2;
+    if (o >= half) {
+      before += n / 2;
+      n -= n / 2;
+      o -= half;
+    } else {
+      n /= 2;
+    }
+    slots = half;
+  }
+  return before + (o <= 0 ? 0 : n);
+}
+
 }  // namespace
 
 template <class T>
@@ -96,8 +116,42 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
   work.dim = dim;
   work.layout.bounds.resize(up + 1);
   for (int r = 0; r <= p; ++r) work.layout.bounds[sz(r)] = total * r / p;
-  work.begin = work.layout.begin(me);
   const Index held_here = work.layout.size(me);
+
+  // Work positions [received_bounds[r], received_bounds[r + 1]) make up rank r's pieces (the points of
+  // its output range; they depend on the counts only). Where this rank's work range and received run
+  // overlap, one buffer spans both: the positions in both stay where they are, the others leave and
+  // arrive in place in one all-to-all, and nothing is held twice (step 3).
+  std::vector<Index> received_bounds(up + 1, total);
+  for (int r = 0; r < p; ++r) {
+    const Index o = ranges.bounds[sz(r)];
+    for (Index b = 0; b < samples; ++b)
+      if (o < out_offsets[sz(b) + 1]) {
+        received_bounds[sz(r)] = array_offsets[sz(b)] + points_before(mode, array_offsets[sz(b) + 1] - array_offsets[sz(b)],
+                                                                      out_offsets[sz(b) + 1] - out_offsets[sz(b)], o - out_offsets[sz(b)]);
+        break;
+      }
+  }
+  const Index work_first = work.layout.begin(me), work_end = work.layout.end(me);
+  const Index recv_first = received_bounds[sz(me)], recv_end = received_bounds[sz(me) + 1];
+  const Index recv_size = recv_end - recv_first;
+  Index span_first = work_first, span_end = work_end;
+  if (held_here == 0) {
+    span_first = recv_first;
+    span_end = recv_end;
+  } else if (recv_size > 0) {
+    span_first = std::min(work_first, recv_first);
+    span_end = std::max(work_end, recv_end);
+  }
+  // Disjoint ranges (a gap between them) keep two buffers, as the span would be larger.
+  const bool one_buffer = span_end - span_first <= held_here + recv_size;
+  if (!one_buffer) {
+    span_first = work_first;
+    span_end = work_end;
+  }
+  const Index span = span_end - span_first;
+  work.begin = span_first;
+  const Index work_offset = work_first - span_first;  // buffer index of work position work_first
 
   std::vector<std::size_t> send_n(up, 0), recv_n(up, 0);
   collectively(comm, [&] {
@@ -124,31 +178,33 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
   // for each rank is contiguous. The parts arrive source by source, sample by sample, straight into the
   // work array, and are then moved to their positions in place (the identity for one sample).
   {
-    held.add(held_here);
-    work.ids.resize(sz(held_here));
-    work.coords.resize(sz(held_here * dim));
-    alltoallv_elements(comm, data.ids.data(), send_n, work.ids.data(), recv_n, sizeof(Index));
-    alltoallv_elements(comm, data.coords.data(), send_n, work.coords.data(), recv_n, sizeof(T) * sz(dim));
-    std::vector<Index> position;  // position - begin of every received element, in arrival order
+    held.add(span);
+    work.ids.resize(sz(span));
+    work.coords.resize(sz(span * dim));
+    Index* const ids_here = work.ids.data() + work_offset;
+    T* const coords_here = work.coords.data() + work_offset * dim;
+    alltoallv_elements(comm, data.ids.data(), send_n, ids_here, recv_n, sizeof(Index));
+    alltoallv_elements(comm, data.coords.data(), send_n, coords_here, recv_n, sizeof(T) * sz(dim));
+    std::vector<Index> position;  // position - work_first of every received element, in arrival order
     position.reserve(sz(held_here));
     for (int q = 0; q < p; ++q)
       for (Index b = 0; b < samples; ++b) {
         const Index qf = array_offsets[sz(b)] + rank_first[sz(b) * up + sz(q)];
         const auto [lo, hi] = overlap(work.layout, me, qf, qf + count(q, b));
-        for (Index x = lo; x < hi; ++x) position.push_back(x - work.begin);
+        for (Index x = lo; x < hi; ++x) position.push_back(x - work_first);
       }
     // Cycles of the permutation arrival -> position, each element moved once.
     std::vector<T> row(sz(dim)), next_row(sz(dim));
     for (Index start = 0; start < held_here; ++start) {
       if (position[sz(start)] < 0 || position[sz(start)] == start) continue;
-      Index id = work.ids[sz(start)];
-      std::copy_n(work.coords.begin() + start * dim, dim, row.begin());
+      Index id = ids_here[start];
+      std::copy_n(coords_here + start * dim, dim, row.begin());
       for (Index at = position[sz(start)]; at >= 0;) {
         const Index next = position[sz(at)];
         position[sz(at)] = -1;
-        std::swap(id, work.ids[sz(at)]);
-        std::copy_n(work.coords.begin() + at * dim, dim, next_row.begin());
-        std::copy_n(row.begin(), dim, work.coords.begin() + at * dim);
+        std::swap(id, ids_here[at]);
+        std::copy_n(coords_here + at * dim, dim, next_row.begin());
+        std::copy_n(row.begin(), dim, coords_here + at * dim);
         std::swap(row, next_row);
         if (at == start) break;
         at = next;
@@ -169,7 +225,6 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
   //    rank receives, source rank after source rank, is the contiguous run of positions of its pieces.
   std::fill(send_n.begin(), send_n.end(), 0);
   std::fill(recv_n.begin(), recv_n.end(), 0);
-  Index received_from = -1;  // first work position of this rank's pieces
   Index next_start = 0;
   int last_d = 0;
   for (const Piece& piece : pieces) {
@@ -181,31 +236,80 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
     const auto [lo, hi] = overlap(work.layout, me, piece.start, piece.start + piece.count);
     send_n[sz(d)] += sz(hi - lo);
     if (d != me) continue;
-    if (received_from < 0) received_from = piece.start;
     for (int q = 0; q < p; ++q) {
       const auto [qlo, qhi] = overlap(work.layout, q, piece.start, piece.start + piece.count);
       recv_n[sz(q)] += sz(qhi - qlo);
     }
   }
   const std::size_t received = exclusive_offsets(recv_n).back();
-  // A rank whose pieces are exactly its own part of the work array (one rank, for example) keeps it.
-  const bool in_place = send_n[sz(me)] == sz(held_here) && recv_n[sz(me)] == received;
-  held.add(in_place ? 0 : static_cast<Index>(received));
-  std::vector<Index> in_ids(in_place ? 0 : received);
-  std::vector<T> in_coords(in_place ? 0 : received * sz(dim));
-  if (in_place) {
-    // Still collective: the other ranks exchange their parts.
-    alltoallv_elements(comm, nullptr, std::vector<std::size_t>(up, 0), nullptr, std::vector<std::size_t>(up, 0), sizeof(Index));
-    alltoallv_elements(comm, nullptr, std::vector<std::size_t>(up, 0), nullptr, std::vector<std::size_t>(up, 0), sizeof(T) * sz(dim));
-    in_ids = std::move(work.ids);
-    in_coords = std::move(work.coords);
+  // The runs computed from the counts (received_bounds) must be those of the pieces: checked for every
+  // rank on every rank (the pieces are the same everywhere), so a mismatch throws on all of them.
+  {
+    for (int r = 0; r < p; ++r) {
+      Index first = -1, n = 0;
+      for (const Piece& piece : pieces)
+        if (ranges.owner(piece.out_begin) == r) {
+          if (first < 0) first = piece.start;
+          n += piece.count;
+        }
+      if (n != received_bounds[sz(r) + 1] - received_bounds[sz(r)] || (n > 0 && first != received_bounds[sz(r)]))
+        throw Error(ErrorCode::internal, "distributed ball tree: the pieces of rank " + std::to_string(r) +
+                                             " are not the positions its output range holds");
+    }
+  }
+  const Index* in_ids_at = nullptr;  // this rank's pieces: ids and coordinates of positions recv_first ..
+  const T* in_coords_at = nullptr;
+  std::vector<Index> in_ids;
+  std::vector<T> in_coords;
+  if (one_buffer) {
+    // Positions of both ranges stay; the others leave from and arrive at their place in the buffer.
+    std::vector<std::size_t> sn(up, 0), so(up, 0), rn(up, 0), ro(up, 0);
+    Index send_lo = span, recv_lo = span;
+    for (int r = 0; r < p; ++r) {
+      if (r == me) continue;
+      const auto [slo, shi] = overlap(work.layout, me, received_bounds[sz(r)], received_bounds[sz(r) + 1]);
+      if (shi > slo) {
+        sn[sz(r)] = sz(shi - slo);
+        so[sz(r)] = sz(slo - span_first);
+        send_lo = std::min(send_lo, slo - span_first);
+      }
+      const auto [rlo, rhi] = overlap(work.layout, r, recv_first, recv_end);
+      if (rhi > rlo) {
+        rn[sz(r)] = sz(rhi - rlo);
+        ro[sz(r)] = sz(rlo - span_first);
+        recv_lo = std::min(recv_lo, rlo - span_first);
+      }
+    }
+    // Base pointers at the first element sent / received (distinct elements, never a null pointer).
+    static char no_element = 0;
+    const auto exchange = [&](void* buffer, std::size_t bytes) {
+      auto* base = static_cast<char*>(buffer);
+      std::vector<std::size_t> sb(up), sd(up), rb(up), rd(up);
+      for (std::size_t r = 0; r < up; ++r) {
+        sb[r] = sn[r] * bytes;
+        sd[r] = sn[r] ? (so[r] - sz(send_lo)) * bytes : 0;
+        rb[r] = rn[r] * bytes;
+        rd[r] = rn[r] ? (ro[r] - sz(recv_lo)) * bytes : 0;
+      }
+      comm.alltoallv(send_lo < span ? base + sz(send_lo) * bytes : &no_element, sb, sd,
+                     recv_lo < span ? base + sz(recv_lo) * bytes : &no_element, rb, rd);
+    };
+    exchange(work.ids.data(), sizeof(Index));
+    exchange(work.coords.data(), sizeof(T) * sz(dim));
+    in_ids_at = work.ids.data() + (recv_first - span_first);
+    in_coords_at = work.coords.data() + (recv_first - span_first) * dim;
   } else {
+    held.add(static_cast<Index>(received));
+    in_ids.resize(received);
+    in_coords.resize(received * sz(dim));
     alltoallv_elements(comm, work.ids.data(), send_n, in_ids.data(), recv_n, sizeof(Index));
     alltoallv_elements(comm, work.coords.data(), send_n, in_coords.data(), recv_n, sizeof(T) * sz(dim));
     held.remove(held_here);
+    work.ids = {};
+    work.coords = {};
+    in_ids_at = in_ids.data();
+    in_coords_at = in_coords.data();
   }
-  work.ids = {};
-  work.coords = {};
 
   PlacedRange result;
   collectively(comm, [&] {
@@ -224,11 +328,11 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
     for (const Piece& piece : pieces) {
       if (ranges.owner(piece.out_begin) != me) continue;
       const Index out_begin = piece.out_begin, out_size = piece.out_size, levels = piece.levels, n = piece.count;
-      const Index at = piece.start - received_from;
-      if (at < 0 || at + n > static_cast<Index>(received))
+      const Index at = piece.start - recv_first;
+      if (at < 0 || at + n > recv_size)
         throw Error(ErrorCode::internal, "distributed ball tree: a piece outside the received positions");
-      const Index* pid = in_ids.data() + at;
-      const std::span<const T> pc(in_coords.data() + at * dim, sz(n * dim));
+      const Index* pid = in_ids_at + at;
+      const std::span<const T> pc(in_coords_at + at * dim, sz(n * dim));
       if (mode == Placement::tree) {
         // A node of out_size slots holds n in [out_size/2, out_size] points. With n > out_size/2 the
         // serial recursion below it is exactly build() of its array (same depth). With n == out_size/2
