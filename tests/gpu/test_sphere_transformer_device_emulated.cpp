@@ -48,6 +48,7 @@
 #include "surrogate/kernels/cuda_sphere.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
+#include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
@@ -325,6 +326,53 @@ TEST(SphereTransformerDeviceEmulated, GoldenModelsWithinTheFloat32Bound) {
     for (float& v : shifted) v = 0.5f * v + 0.25f;
     device->forward(g.batch, shifted.data(), other.data());
     EXPECT_GT(max_diff(other, dev), 100 * tol) << name;
+  }
+}
+
+// The registered model with RunOptions::cuda_device = 0 against cuda_device = -1 (row strides wider than
+// the rows), and the refusals of the registered path (the SHT decoder).
+TEST(SphereTransformerDeviceEmulated, RegisteredModelWithCudaDevice) {
+  const surrogate::SelfComm comm;
+  const std::string dir = model_dir("st_neighborhood_layernorm_lat");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
+  const Golden g = read_golden(dir);
+  const int cin = model->in_channels(), cout = model->out_channels();
+  const auto n = static_cast<index_t>(g.rows.size()) / cin, points = n / g.batch;
+  std::vector<std::int64_t> sample(static_cast<std::size_t>(n));
+  for (index_t r = 0; r < n; ++r) sample[static_cast<std::size_t>(r)] = r / points;
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, sample.data());
+  const index_t ld_in = cin + 3, ld_out = cout + 2;
+  std::vector<float> in(static_cast<std::size_t>(n * ld_in), 99.0f);
+  for (index_t r = 0; r < n; ++r) std::copy_n(g.rows.data() + r * cin, cin, in.data() + r * ld_in);
+  std::vector<float> cpu(static_cast<std::size_t>(n * ld_out), -7.0f), dev(cpu.size(), -7.0f);
+  model->predict(comm, layout, in.data(), ld_in, cpu.data(), ld_out);
+  surrogate::RunOptions options;
+  options.cuda_device = 0;
+  const int before = launches;
+  model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
+  EXPECT_GT(launches, before);
+  double mag = 0.0;
+  for (double v : g.ref64) mag = std::max(mag, std::fabs(v));
+  const double tol = 4 * max_diff(g.ref32, g.ref64) + 16 * 6e-8 * mag;
+  for (index_t r = 0; r < n; ++r)
+    for (int c = 0; c < ld_out; ++c) {
+      const std::size_t i = static_cast<std::size_t>(r * ld_out + c);
+      if (c >= cout) {
+        ASSERT_EQ(dev[i], -7.0f) << "padding written, row " << r;
+      } else {
+        ASSERT_LE(std::fabs(static_cast<double>(dev[i]) - cpu[i]), 2 * tol) << "row " << r << " channel " << c;
+      }
+    }
+  const auto sht = surrogate::make_model(surrogate::ModelFile::read(model_dir("st_sht_global_lobatto") + "/model.h5"));
+  const index_t n_sht = static_cast<index_t>(19) * 36;
+  const surrogate::SampleLayout one = surrogate::SampleLayout::build(comm, n_sht, nullptr);
+  std::vector<float> x(static_cast<std::size_t>(n_sht * 2), 0.5f), y(x.size());
+  try {
+    sht->predict(comm, one, x.data(), 2, y.data(), 2, options);
+    ADD_FAILURE() << "upsample_sht accepted on a device";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("upsample_sht"), std::string::npos) << e.what();
   }
 }
 

@@ -25,6 +25,7 @@
 #include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
 #include "release.hpp"
+#include "transformer_device.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -113,7 +114,7 @@ void return_to_pieces(const Comm& comm, const SolverPieces& pieces, index_t batc
 class SphereTransformerModel final : public Model {
  public:
   SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
-      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)) {}
+      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), file_(f) {}
 
   index_t parameter_count() const override { return net_.parameter_count(); }
   std::vector<std::pair<std::string, std::string>> describe() const override {
@@ -138,8 +139,10 @@ class SphereTransformerModel final : public Model {
  protected:
   void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options) override {
-    if (options.cuda_device >= 0)
-      throw Error(ErrorCode::unsupported, "sphere_transformer: no CUDA forward yet; run it on the CPU");
+    if (options.cuda_device >= 0) {
+      forward_on_device(comm, layout, in, ld_in, out, ld_out, options);
+      return;
+    }
     const TransformerConfig& c = net_.config();
     const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, c.nlat, c.nlon, "sphere_transformer");
     const index_t B = layout.num_samples();
@@ -153,7 +156,44 @@ class SphereTransformerModel final : public Model {
   }
 
  private:
+  /// The CUDA forward (transformer_device.hpp), one rank, fp32: the samples gathered into grid order,
+  /// the device forward, the rows back. The device object is built on the first call (and again when the
+  /// device changes).
+  void forward_on_device(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                         index_t ld_out, const RunOptions& options) {
+    const TransformerConfig& c = net_.config();
+    if (comm.size() > 1)  // the same on every rank: the same error everywhere
+      throw Error(ErrorCode::unsupported,
+                  "sphere_transformer: the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
+                      " ranks here): the latitude-band exchanges have no device path yet; run it on one rank, or on "
+                      "the CPU (cuda_device -1)");
+    if (options.precision != Precision::fp32)
+      throw Error(ErrorCode::unsupported, std::string("sphere_transformer: the CUDA forward computes in fp32 only "
+                                                      "(precision '") + precision_name(options.precision) + "' requested)");
+    const index_t B = layout.num_samples(), P = static_cast<index_t>(c.nlat) * c.nlon;
+    for (index_t s = 0; s < B; ++s)
+      if (layout.sample_sizes()[static_cast<std::size_t>(s)] != P)
+        throw Error(ErrorCode::input, "sphere_transformer: sample " + std::to_string(s) + " has " +
+                                          std::to_string(layout.sample_sizes()[static_cast<std::size_t>(s)]) +
+                                          " points, the model's grid has " + std::to_string(P) + " (nlat*nlon)");
+    if (!device_ || device_->device() != options.cuda_device) {
+      device_.reset();
+      device_ = make_sphere_transformer_device_forward(net_, file_, options.cuda_device);
+    }
+    const int cin = c.in_chans, cout = c.out_chans;
+    std::vector<float> grid_in(static_cast<std::size_t>(B * P * cin)), grid_out(static_cast<std::size_t>(B * P * cout));
+    for (const auto& seg : layout.segments())  // one rank: each segment is a whole sample
+      for (index_t p = 0; p < seg.end - seg.begin; ++p)
+        std::copy_n(in + (seg.begin + p) * ld_in, cin, grid_in.data() + (seg.sample * P + p) * cin);
+    device_->forward(static_cast<int>(B), grid_in.data(), grid_out.data());
+    for (const auto& seg : layout.segments())
+      for (index_t p = 0; p < seg.end - seg.begin; ++p)
+        std::copy_n(grid_out.data() + (seg.sample * P + p) * cout, cout, out + (seg.begin + p) * ld_out);
+  }
+
   SphericalTransformer net_;
+  ModelFile file_;  // the attention and DISCO weights the device forward uploads
+  std::unique_ptr<SphereTransformerDeviceForward> device_;
 };
 
 // ------------------------------------------------------------------------------------------------------
