@@ -249,28 +249,38 @@ TEST(DistributedBallTree, DepthLimitAndSortedInputs) {
   check_tree<float>(comm, blocks_of(sorted, comm.rank(), comm.size()), 2, "sorted 1-D, 2049 points", 0);
 }
 
-/// Positions of the work array a rank holds while its subtrees are delivered: its own part, [n r / P,
-/// n (r + 1) / P), and the run of serial positions of the points of its slots (every rank's points of
-/// mask 1, counted and summed over the ranks before it). Where the two overlap one buffer spans both
-/// (their union); else both are held (their sizes added).
-Index delivery_span(const surrogate::Comm& comm, const bt::DistributedTree& t, Index n) {
+/// The storage bound of a rank (share/docs/balltree.md, "Distributed tree", costs): its part of the
+/// work array, h = [n r / P, n (r + 1) / P), and the run of serial positions of its slots' points (every
+/// rank's points of mask 1, counted and summed over the ranks before it), r of them; the transient
+/// storage of the selection rounds, X = max(2 (max(threshold, ceil(n / P) / 8, 4096) + P), threshold).
+/// One buffer over the union of the two runs, held throughout: union + X; two buffers (the work part
+/// during the rounds, both parts while the subtrees travel): h + max(X, r). The build takes one buffer
+/// where that bound is not larger (always where the run lies within the work part).
+struct StorageBound {
+  Index bound = 0, union_span = 0;
+  bool one_buffer = false;
+};
+StorageBound storage_bound(const surrogate::Comm& comm, const bt::DistributedTree& t, Index n, Index threshold) {
   const int p = comm.size(), me = comm.rank();
   const Index mine = std::count(t.mask.begin(), t.mask.end(), std::uint8_t{1});
   std::vector<Index> points(sz(p));
   comm.allgather(&mine, sizeof(Index), points.data());
-  const Index recv_first = std::accumulate(points.begin(), points.begin() + me, Index{0});
-  const Index recv_end = recv_first + mine, work_first = n * me / p, work_end = n * (me + 1) / p;
-  if (mine == 0) return work_end - work_first;
-  if (work_end == work_first) return mine;
-  const Index union_span = std::max(work_end, recv_end) - std::min(work_first, recv_first);
-  return std::min(union_span, (work_end - work_first) + mine);
+  const Index recv_first = std::accumulate(points.begin(), points.begin() + me, Index{0}), recv_end = recv_first + mine;
+  const Index work_first = n * me / p, work_end = n * (me + 1) / p, h = work_end - work_first;
+  const Index share = (n + p - 1) / p;
+  const Index x = std::max(2 * (std::max({threshold, share / 8, Index{4096}}) + p), threshold);
+  StorageBound s;
+  s.union_span = mine == 0 ? h : h == 0 ? mine : std::max(work_end, recv_end) - std::min(work_first, recv_first);
+  s.one_buffer = s.union_span + x <= h + std::max(x, mine);
+  s.bound = s.one_buffer ? s.union_span + x : h + std::max(x, mine);
+  return s;
 }
 
 TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
   // 100k points (ties and duplicates), skewed per-rank counts, two samples; then one sample with the
-  // last rank empty. The build's own storage must stay within the work array (ceil(n / P), or the
-  // delivery buffer, delivery_span, where that is larger) plus the larger of: a batch of a round's swaps,
-  // sent and received (2 (max(serial_threshold, ceil(n / P) / 8, 4096) + P)), and a range gathered on one
+  // last rank empty. The build's own storage must stay within storage_bound: the work array (or the
+  // buffer spanning it and the rank's received run) plus the larger of a batch of a round's swaps, sent
+  // and received (2 (max(serial_threshold, ceil(n / P) / 8, 4096) + P)), and a range gathered on one
   // rank (serial_threshold). (The gathering build held every point of a sample on one rank.)
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int p = comm.size();
@@ -281,21 +291,21 @@ TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
     bt::DistributedTree t;
     check_tree<float>(comm, c, 256, "100k points, " + name(spread), threshold, &t);
     const Index n = c.offsets.back(), share = (n + p - 1) / p;
-    const Index swap_batch = std::max({threshold, share / 8, Index{4096}});
     // The delivery keeps the positions the work part and the received run share in one buffer: the
-    // work array's storage is their union (about n / P plus the boundary shifts), not both (up to
-    // 2 n / P; the former delivery held 93,750 > 62,504 points on rank 0 at 2 ranks here).
-    const Index span = delivery_span(comm, t, n);
-    const Index bound = std::max(share, span) + std::max(2 * (swap_batch + p), threshold);
+    // storage is their union (about n / P plus the boundary shifts), not both (up to 2 n / P; the
+    // former delivery held 93,750 > 62,504 points on rank 0 at 2 ranks here).
+    const StorageBound b = storage_bound(comm, t, n, threshold);
+    const Index bound = b.bound, span = b.union_span;
     EXPECT_LE(t.peak_points, bound) << "rank " << comm.rank() << " held " << t.peak_points << " points, delivery span " << span;
     EXPECT_GT(t.peak_points, 0);
     // From 3 ranks on that is less than the whole cloud.
     if (p >= 3) {
       EXPECT_LT(t.peak_points, n) << "rank " << comm.rank();
     }
-    std::printf("rank %d: %s, peak points held %lld (share %lld, slots %lld, delivery span %lld, bound %lld)\n", comm.rank(),
+    std::printf("rank %d: %s, peak points held %lld (share %lld, slots %lld, delivery span %lld%s, bound %lld)\n", comm.rank(),
                 name(spread).c_str(), static_cast<long long>(t.peak_points), static_cast<long long>(share),
-                static_cast<long long>(t.local_slots()), static_cast<long long>(span), static_cast<long long>(bound));
+                static_cast<long long>(t.local_slots()), static_cast<long long>(span), b.one_buffer ? ", one buffer" : ", two buffers",
+                static_cast<long long>(bound));
   }
   // One sample of 2^16 points in rank blocks: no padding, and where every rank's slots are exactly its
   // part of the work array (1, 2 and 4 ranks) the subtrees stay in place, so the peak is the work array
@@ -314,8 +324,7 @@ TEST(DistributedBallTree, HundredThousandPointsWithBoundedStorage) {
       EXPECT_LE(t.peak_points, share + std::max(2 * (swap_batch + p), threshold)) << "rank " << comm.rank();
     } else {
       // At 3 ranks: the delivery buffer's span (the former delivery held about 43,600 > 30,000 here).
-      EXPECT_LE(t.peak_points, std::max(share, delivery_span(comm, t, n)) + std::max(2 * (swap_batch + p), threshold))
-          << "rank " << comm.rank();
+      EXPECT_LE(t.peak_points, storage_bound(comm, t, n, threshold).bound) << "rank " << comm.rank();
     }
     std::printf("rank %d: 65,536 points in blocks, peak points held %lld (share %lld, subtrees in place: %s)\n", comm.rank(),
                 static_cast<long long>(t.peak_points), static_cast<long long>(share), in_place ? "yes" : "no");

@@ -50,6 +50,14 @@ struct HeldPoints {
   void remove(std::int64_t k) { now -= k; }
 };
 
+/// Elements a rank sends in one batch of a selection round's swaps: max(serial_threshold, ceil(total /
+/// ranks) / 8, 4096).
+inline std::int64_t swap_batch_size(std::int64_t total, int ranks, std::int64_t serial_threshold) {
+  const std::int64_t share = (total + ranks - 1) / ranks, eighth = share / 8;
+  const std::int64_t batch = serial_threshold > eighth ? serial_threshold : eighth;
+  return batch > 4096 ? batch : 4096;
+}
+
 /// The concatenated arrays of all samples (positions 0 .. layout.total()-1, sample after sample, each in
 /// the order the serial code has it at that moment) laid out over the ranks: this rank holds positions
 /// [layout.begin(me), layout.end(me)), element k of `ids` / `coords` being position begin + k.

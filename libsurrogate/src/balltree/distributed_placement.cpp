@@ -143,8 +143,12 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
     span_first = std::min(work_first, recv_first);
     span_end = std::max(work_end, recv_end);
   }
-  // Disjoint ranges (a gap between them) keep two buffers, as the span would be larger.
-  const bool one_buffer = span_end - span_first <= held_here + recv_size;
+  // One buffer is held from the start, through the selection rounds (their swap batches and gathered
+  // ranges, `transient`, come on top); two buffers hold the work part during the rounds and both parts
+  // during the delivery. Take one buffer where its bound is not larger: always where the received run
+  // lies within the work part, never where the runs are disjoint (then the span exceeds both).
+  const Index transient = std::max(2 * (swap_batch_size(total, p, serial_threshold) + p), serial_threshold);
+  const bool one_buffer = span_end - span_first + transient <= held_here + std::max(transient, recv_size);
   if (!one_buffer) {
     span_first = work_first;
     span_end = work_end;

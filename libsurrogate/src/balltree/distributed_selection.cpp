@@ -70,8 +70,7 @@ void DistributedSelection<T>::swap_local(Index a, Index b) {
 template <class T>
 Index DistributedSelection<T>::swap_batch() const {
   // At least 4096 elements (about 80 KB of ids and 3-D coordinates): small ranges swap in one batch.
-  const Index p = comm_.size(), share = (work_.layout.total() + p - 1) / p;
-  return std::max({threshold_, share / 8, Index{4096}});
+  return swap_batch_size(work_.layout.total(), comm_.size(), threshold_);
 }
 
 template <class T>
