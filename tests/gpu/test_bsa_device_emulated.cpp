@@ -34,7 +34,9 @@
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/model.hpp"
 
 // ---------------------------------------------------------------------------------------------------
 // Host versions of the CUDA backend's functions (replacing the library's in this process).
@@ -269,6 +271,51 @@ TEST_P(BsaDeviceEmulated, MatchesTheCpuForward) {
 INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceEmulated,
                          ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
                                            "global"));
+
+// The registered model (Model::predict) with RunOptions::cuda_device = 0 against cuda_device = -1 (the
+// distributed plan on one rank), rows in the solver's order, then a second call on the kept trees and
+// geometry (the same bits), and the refusal of tf32.
+TEST(BsaDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
+  const std::string p = st::data_dir() + "/bsa/bsa_sparse_rot.h5";
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(p));
+  const std::vector<float> features = st::to_float(st::read_array(p, "/golden/features").values);
+  const std::vector<float> positions = st::to_float(st::read_array(p, "/golden/positions").values);
+  const std::vector<double> exact = st::read_array(p, "/golden/output_f64").values;
+  std::vector<std::int64_t> batch_idx;
+  std::int64_t b = 0;
+  for (const double s : st::read_array(p, "/golden/sample_sizes").values) {
+    batch_idx.insert(batch_idx.end(), static_cast<std::size_t>(s), b);
+    ++b;
+  }
+  const surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(batch_idx.size());
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, batch_idx.data());
+  surrogate::PointGeometry g;
+  g.positions = positions.data();
+  g.ld_positions = 3;
+  const int cin = model->in_channels(), cout = model->out_channels();
+  std::vector<float> cpu(static_cast<std::size_t>(n * cout)), emulated(cpu.size()), again(cpu.size());
+  model->predict(comm, layout, g, features.data(), cin, cpu.data(), cout);
+  surrogate::RunOptions options;
+  options.cuda_device = 0;
+  const int before = launches;
+  model->predict(comm, layout, g, features.data(), cin, emulated.data(), cout, options);
+  EXPECT_GT(launches, before);
+  model->predict(comm, layout, g, features.data(), cin, again.data(), cout, options);
+  const double tol = 4e-6 * max_abs(exact);
+  std::printf("sparse_rot (model): |emulated - f64| %.3g, |emulated - cpu| %.3g, tolerance %.3g\n",
+              max_error(emulated, exact), max_error(emulated, cpu), tol);
+  EXPECT_LE(max_error(emulated, exact), tol);
+  EXPECT_LE(max_error(emulated, cpu), 2 * tol);
+  EXPECT_EQ(emulated, again);
+  options.precision = surrogate::Precision::tf32;
+  try {
+    model->predict(comm, layout, g, features.data(), cin, emulated.data(), cout, options);
+    ADD_FAILURE() << "tf32 was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+  }
+}
 
 TEST(BsaDeviceEmulatedErrors, WrongSizesAreInputErrors) {
   const std::string p = st::data_dir() + "/bsa/bsa_ball.h5";

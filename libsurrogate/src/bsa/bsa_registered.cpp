@@ -1,15 +1,19 @@
 // BSA as a registered Model (architecture "bsa"): bsa::Network behind the generic predict path
 // (PointCloudModel: positions and samples; BSA passes no messages, so edges are never used), optionally
 // inside the ShapeNet-Car wrapper (/config wrapper = "shapenet_car": inputs are the positions only, one
-// output). CPU only: a CUDA device is refused. Every attention type runs distributed on the ball tree
-// (bsa_distributed.hpp) at any rank count.
+// output). Every attention type runs distributed on the ball tree (bsa_distributed.hpp) at any rank count;
+// with cuda_device >= 0 on one rank the network runs on the device (bsa_device.hpp; compiled and
+// emulation-tested, never run on a GPU), several ranks with a device are refused.
 // Docs: share/docs/balltree.md ("Running BSA").
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
+#include "bsa_device.hpp"
 #include "bsa_distributed.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/bsa.hpp"
 
 namespace surrogate::bsa {
@@ -72,16 +76,19 @@ class BsaModel final : public PointCloudModel {
                             : "compressed blocks all-gathered, selected blocks fetched from their owners") +
                        "; the canonical order is routed through the ranks owning the ids, no rank gathers the "
                        "batch; the plan is reused while the geometry stays; bitwise equal to one process)");
+    d.emplace_back("CUDA forward",
+                   "one rank, fp32 (cuda_device >= 0: tree and top-S block selection on the host, the layers on the "
+                   "device; compiled and emulation-tested, never run on a GPU)");
     return d;
   }
 
  protected:
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
-    // Every rank has the same options, so every rank throws the same error.
-    if (options.cuda_device >= 0)
-      throw Error(ErrorCode::unsupported, "bsa: no CUDA forward (cuda_device " + std::to_string(options.cuda_device) +
-                                              " was requested); run BSA models on the CPU (cuda_device -1)");
+    if (options.cuda_device >= 0) {
+      forward_on_device(comm, layout, geometry, in, ld_in, out, ld_out, options);
+      return;
+    }
     // The distributed ball tree (bsa_distributed.hpp): the plan (the canonical blocks, the
     // tree, the exchange plans) is built on the first call and reused while the geometry (positions,
     // global ids, samples, on every rank, compared bit for bit) stays the same.
@@ -129,9 +136,68 @@ class BsaModel final : public PointCloudModel {
  private:
   static bool wrapped(const Network& net) { return net.config().wrapper == Wrapper::shapenet_car; }
 
+  /// The CUDA forward (bsa_device.hpp), one rank: the batch in canonical order, the trees built on the
+  /// host when the geometry changes (kept with the geometry uploaded on the device while it stays), the
+  /// network on the device; the wrapper's Fourier features and head on the host.
+  void forward_on_device(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+    const Config& c = net_.config();
+    const int dim = c.dimensionality;
+    collectively(comm, [&] {  // every rank has the same options and rank count: the same error everywhere
+      if (comm.size() > 1)
+        throw Error(ErrorCode::unsupported,
+                    "bsa: the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
+                        " ranks here): the distributed ball tree's block exchanges have no device path yet; run BSA "
+                        "on one rank, or on the CPU (cuda_device -1)");
+      if (options.precision != Precision::fp32)
+        throw Error(ErrorCode::unsupported, std::string("bsa: the CUDA forward computes in fp32 only (precision '") +
+                                                precision_name(options.precision) + "' requested)");
+      if (!device_ || device_->device() != options.cuda_device) {
+        device_.reset();
+        device_trees_.reset();
+        device_ = detail::make_bsa_cuda_forward(net_, options.cuda_device);
+      }
+    });
+    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, !wrapped(net_), false, options.threads);
+    GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
+    key.has_edges = false;  // edges are ignored
+    key.edges.clear();
+    collectively(comm, [&] {
+      const bool same = device_trees_ && key == device_key_;
+      if (!same) {
+        device_trees_.reset();
+        for (const float p : all.positions)
+          if (!std::isfinite(p)) throw Error(ErrorCode::input, "bsa: positions has a NaN/Inf coordinate");
+        for (std::int64_t s = 0; s < all.batch.samples(); ++s)
+          if (all.batch.size(s) < 2)
+            throw Error(ErrorCode::input, "bsa: batch sample " + std::to_string(s) + " has " +
+                                              std::to_string(all.batch.size(s)) + " point(s); the ball tree needs at least 2");
+        auto trees = std::make_unique<balltree::RotatedTrees>();
+        if (c.should_rotate) {
+          const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
+          *trees = balltree::build_with_rotations(all.positions, dim, all.batch, strides, balls, c.rotation_angle);
+        } else {
+          trees->tree = balltree::build(all.positions, dim, all.batch);
+        }
+        device_trees_ = std::move(trees);
+        device_key_ = std::move(key);
+      }
+      const std::vector<float> features =
+          wrapped(net_) ? detail::Stages::fourier(net_, all.positions, options.threads) : all.features;
+      std::vector<float> y = device_->forward(*device_trees_, features, all.positions, all.batch, same, options.threads);
+      if (wrapped(net_)) y = detail::Stages::head(net_, y, options.threads);
+      const int cout = out_channels();
+      for (index_t row = 0; row < layout.local_points(); ++row)
+        std::copy_n(y.begin() + all.canonical_of_row[static_cast<std::size_t>(row)] * cout, cout, out + row * ld_out);
+    });
+  }
+
   Network net_;
   std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
   GeometryKey plan_key_;
+  std::unique_ptr<detail::BsaDeviceForward> device_;      // the CUDA forward, once a device was asked for
+  std::unique_ptr<balltree::RotatedTrees> device_trees_;  // its trees, of the geometry device_key_
+  GeometryKey device_key_;
 };
 
 }  // namespace

@@ -1,0 +1,153 @@
+// The BSA forward on a CUDA device (libsurrogate/src/bsa/bsa_device.hpp) against the CPU forward and the
+// official float64 output on the golden models of tests/data/bsa, the reuse of an uploaded geometry,
+// determinism, and the registered model with RunOptions::cuda_device. Every test SKIPS when no CUDA device
+// is visible, except the one that checks the error a machine without a device must give. The same
+// checks run on the CPU through the host emulation (test_bsa_device_emulated.cpp).
+//
+// Tolerance (as test_gpu_erwin.cpp): the device forward differs from the CPU one only by float32
+// rounding (the RMSNorm's summation order, the device's expf in the gate's sigmoid, the attention
+// kernels' scaling order); the block selection is the CPU's function on the device's compressed blocks,
+// and the golden sizes have no near tie. 4e-6 max|y| from float64, twice that from the CPU output.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "bsa/bsa_device.hpp"
+#include "golden.hpp"
+#include "gpu_test.hpp"
+#include "h5_io.hpp"
+#include "surrogate/balltree.hpp"
+#include "surrogate/bsa.hpp"
+#include "surrogate/comm.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/model_file.hpp"
+
+namespace {
+
+namespace bt = surrogate::balltree;
+namespace bsa = surrogate::bsa;
+namespace st = surrogate::testing;
+using surrogate::Error;
+using surrogate::ErrorCode;
+
+struct Case {
+  surrogate::ModelFile file;
+  std::vector<float> features, positions;
+  std::vector<double> exact;
+  std::vector<std::int64_t> offsets{0};
+  bt::Batch batch() const { return bt::Batch::from_offsets(offsets); }
+};
+
+Case load(const std::string& name) {
+  const std::string p = st::data_dir() + "/bsa/bsa_" + name + ".h5";
+  Case c;
+  c.file = surrogate::ModelFile::read(p);
+  c.features = st::to_float(st::read_array(p, "/golden/features").values);
+  c.positions = st::to_float(st::read_array(p, "/golden/positions").values);
+  c.exact = st::read_array(p, "/golden/output_f64").values;
+  for (const double s : st::read_array(p, "/golden/sample_sizes").values)
+    c.offsets.push_back(c.offsets.back() + static_cast<std::int64_t>(s));
+  return c;
+}
+
+bt::RotatedTrees trees_for(const bsa::Config& c, const std::vector<float>& positions, const bt::Batch& batch) {
+  bt::RotatedTrees trees;
+  if (c.should_rotate) {
+    const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
+    trees = bt::build_with_rotations(positions, c.dimensionality, batch, strides, balls, c.rotation_angle);
+  } else {
+    trees.tree = bt::build(positions, c.dimensionality, batch);
+  }
+  return trees;
+}
+
+double max_abs(const std::vector<double>& v) {
+  double m = 0.0;
+  for (const double x : v) m = std::max(m, std::abs(x));
+  return m;
+}
+
+template <class T>
+double max_error(const std::vector<float>& got, const std::vector<T>& want) {
+  EXPECT_EQ(got.size(), want.size());
+  double m = 0.0;
+  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
+    m = std::max(m, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
+  return m;
+}
+
+class GpuBsaGolden : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Case c = load(GetParam());
+  const bsa::Network net(c.file);
+  const bt::RotatedTrees trees = trees_for(net.config(), c.positions, c.batch());
+  const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), 1);
+  const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
+  const std::vector<float> gpu = device->forward(trees, c.features, c.positions, c.batch(), false, 1);
+  const double tol = 4e-6 * max_abs(c.exact);
+  std::printf("%s: max|y| %.3g, |gpu - f64| %.3g, |gpu - cpu| %.3g, |cpu - f64| %.3g; device %.3f ms (geometry %.3f ms)\n",
+              GetParam(), max_abs(c.exact), max_error(gpu, c.exact), max_error(gpu, cpu), max_error(cpu, c.exact),
+              device->last_forward_ms(), device->last_geometry_ms());
+  EXPECT_LE(max_error(gpu, c.exact), tol);
+  EXPECT_LE(max_error(gpu, cpu), 2 * tol);
+  std::vector<float> other = c.features;
+  for (float& v : other) v = 0.5f * v + 0.25f;
+  const std::vector<float> reused = device->forward(trees, other, c.positions, c.batch(), true, 1);
+  EXPECT_EQ(device->last_geometry_ms(), 0.0);
+  EXPECT_EQ(reused, device->forward(trees, other, c.positions, c.batch(), false, 2));
+  EXPECT_GT(max_error(reused, gpu), 100 * tol);  // the features matter
+  EXPECT_EQ(device->forward(trees, c.features, c.positions, c.batch(), true, 1), gpu);
+}
+
+INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaGolden,
+                         ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
+                                           "global"));
+
+TEST(GpuBsaModel, PredictOnTheDeviceMatchesTheCpu) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Case c = load("sparse_rot");
+  const auto model = surrogate::make_model(c.file);
+  std::vector<std::int64_t> batch_idx;
+  for (std::size_t s = 0; s + 1 < c.offsets.size(); ++s)
+    batch_idx.insert(batch_idx.end(), static_cast<std::size_t>(c.offsets[s + 1] - c.offsets[s]), static_cast<std::int64_t>(s));
+  const surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(batch_idx.size());
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, batch_idx.data());
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  const int cin = model->in_channels(), cout = model->out_channels();
+  std::vector<float> cpu(static_cast<std::size_t>(n * cout)), gpu(cpu.size()), again(cpu.size());
+  model->predict(comm, layout, g, c.features.data(), cin, cpu.data(), cout);
+  surrogate::RunOptions options;
+  options.cuda_device = 0;
+  model->predict(comm, layout, g, c.features.data(), cin, gpu.data(), cout, options);
+  model->predict(comm, layout, g, c.features.data(), cin, again.data(), cout, options);
+  const double tol = 4e-6 * max_abs(c.exact);
+  EXPECT_LE(max_error(gpu, c.exact), tol);
+  EXPECT_LE(max_error(gpu, cpu), 2 * tol);
+  EXPECT_EQ(gpu, again);
+}
+
+// Without a visible device (this test skips where there is one) the factory refuses with Error(unsupported).
+TEST(GpuBsaModel, WithoutADeviceTheCudaForwardIsRefused) {
+  std::string why;
+  if (st::cuda_device_visible(&why)) GTEST_SKIP() << "a CUDA device is visible: the refusal is not reachable";
+  const bsa::Network net(load("ball").file);
+  try {
+    static_cast<void>(bsa::detail::make_bsa_cuda_forward(net, 0));
+    ADD_FAILURE() << "no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("no CUDA device is visible"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
