@@ -41,8 +41,11 @@ using kernels::Activation;
   } catch (const Error&) {
     throw;
   } catch (const cu::CudaError& e) {
-    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
-                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
+    // No usable device (none, no driver, a device without this build's code) is unsupported, not a bug.
+    const cudaError_t c = e.code();
+    const ErrorCode code = c == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
+                           : c == cudaErrorNoKernelImageForDevice || c == cudaErrorInvalidDevice || c == cudaErrorNoDevice ||
+                                   c == cudaErrorInsufficientDriver
                                ? ErrorCode::unsupported
                                : ErrorCode::internal;
     throw Error(code, "sphere_transformer: CUDA device " + std::to_string(device) + ": " + e.what());
