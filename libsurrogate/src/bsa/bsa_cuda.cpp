@@ -28,6 +28,7 @@
 #include "bsa_branches.hpp"
 #include "bsa_device.hpp"
 #include "bsa_stages.hpp"
+#include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
@@ -42,21 +43,7 @@ using kernels::Activation;
 using kernels::PackedLinear;
 
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
-[[noreturn]] void raise_current(int device) {
-  try {
-    throw;
-  } catch (const Error&) {
-    throw;
-  } catch (const cu::CudaError& e) {
-    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
-                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
-                               ? ErrorCode::unsupported
-                               : ErrorCode::internal;
-    throw Error(code, "bsa: CUDA device " + std::to_string(device) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorCode::internal, "bsa: CUDA device " + std::to_string(device) + ": " + e.what());
-  }
-}
+[[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("bsa", device); }
 
 /// A dense layer's place in the weight arena.
 struct Dense {

@@ -25,6 +25,7 @@
 
 #include "erwin_device.hpp"
 #include "erwin_stages.hpp"
+#include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
@@ -37,21 +38,7 @@ namespace cu = kernels::cuda;
 using kernels::Activation;
 
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
-[[noreturn]] void raise_current(int device) {
-  try {
-    throw;
-  } catch (const Error&) {
-    throw;
-  } catch (const cu::CudaError& e) {
-    const ErrorCode code = e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
-                           : e.code() == cudaErrorNoKernelImageForDevice || e.code() == cudaErrorInvalidDevice
-                               ? ErrorCode::unsupported
-                               : ErrorCode::internal;
-    throw Error(code, "erwin: CUDA device " + std::to_string(device) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorCode::internal, "erwin: CUDA device " + std::to_string(device) + ": " + e.what());
-  }
-}
+[[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("erwin", device); }
 
 /// A dense layer's place in the weight arena.
 struct Dense {

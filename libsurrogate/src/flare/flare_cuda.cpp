@@ -13,6 +13,7 @@
 //
 // Device memory is O(N C): the residual stream, one scratch (norm output, then the decoded attention),
 // the keys and the values; the MLPs' hidden activations never leave the chip.
+#include "../cuda_errors.hpp"
 #include "flare_cuda.hpp"
 
 #include <algorithm>
@@ -32,25 +33,12 @@ namespace cu = kernels::cuda;
 
 std::atomic<DeviceTransportFactory> g_transport_factory{nullptr};
 
-ErrorCode code_for(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-    case cudaErrorDevicesUnavailable: return ErrorCode::unsupported;
-    default: return ErrorCode::internal;
-  }
-}
-
 /// Call inside a catch block: CUDA errors become Error codes naming the device, the rest as usual.
 Status status_of_current_exception(int device) noexcept {
   try {
     throw;
   } catch (const cu::CudaError& e) {
-    return {code_for(e.code()), "CUDA device " + std::to_string(device) + ": " + e.what()};
+    return {error_code_for(e.code()), "CUDA device " + std::to_string(device) + ": " + e.what()};
   } catch (...) {
     return Status::from_current_exception();
   }

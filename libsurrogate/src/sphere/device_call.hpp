@@ -9,23 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::sphere::device_call {
-
-inline ErrorCode code_for(cudaError_t e) {
-  switch (e) {
-    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
-    case cudaErrorNoDevice:
-    case cudaErrorInsufficientDriver:
-    case cudaErrorInvalidDevice:
-    case cudaErrorNoKernelImageForDevice:
-    case cudaErrorUnsupportedPtxVersion:
-    case cudaErrorDevicesUnavailable: return ErrorCode::unsupported;
-    default: return ErrorCode::internal;
-  }
-}
 
 /// Runs f with `device` current; CUDA errors become Error naming the operator and the device, the
 /// kernels' argument errors Error(invalid_argument).
@@ -35,7 +23,7 @@ void on_device(const char* op, int device, F&& f) {
     kernels::cuda::DeviceGuard guard(device);
     f();
   } catch (const kernels::cuda::CudaError& e) {
-    throw Error(code_for(e.code()), std::string(op) + ": CUDA device " + std::to_string(device) + ": " + e.what());
+    throw Error(surrogate::detail::error_code_for(e.code()), std::string(op) + ": CUDA device " + std::to_string(device) + ": " + e.what());
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorCode::invalid_argument, std::string(op) + ": " + e.what());
   }

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
@@ -35,24 +36,7 @@ namespace cu = kernels::cuda;
 using kernels::Activation;
 
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
-[[noreturn]] void raise_current(int device) {
-  try {
-    throw;
-  } catch (const Error&) {
-    throw;
-  } catch (const cu::CudaError& e) {
-    // No usable device (none, no driver, a device without this build's code) is unsupported, not a bug.
-    const cudaError_t c = e.code();
-    const ErrorCode code = c == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory
-                           : c == cudaErrorNoKernelImageForDevice || c == cudaErrorInvalidDevice || c == cudaErrorNoDevice ||
-                                   c == cudaErrorInsufficientDriver
-                               ? ErrorCode::unsupported
-                               : ErrorCode::internal;
-    throw Error(code, "sphere_transformer: CUDA device " + std::to_string(device) + ": " + e.what());
-  } catch (const std::invalid_argument& e) {
-    throw Error(ErrorCode::internal, "sphere_transformer: CUDA device " + std::to_string(device) + ": " + e.what());
-  }
-}
+[[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("sphere_transformer", device); }
 
 /// A packed dense layer on the device (the CPU's W^T with its padded row stride, and its padded bias).
 struct DeviceDense {

@@ -1,0 +1,44 @@
+// CUDA runtime errors as the library's error codes: one mapping for every device forward (CUDA builds only).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <stdexcept>
+#include <string>
+
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::detail {
+
+/// No usable device (none, no driver, a device without this build's code) is `unsupported`, not a bug;
+/// an allocation failure is `out_of_memory`; anything else is `internal`.
+inline ErrorCode error_code_for(cudaError_t e) {
+  switch (e) {
+    case cudaErrorMemoryAllocation: return ErrorCode::out_of_memory;
+    case cudaErrorNoDevice:
+    case cudaErrorInsufficientDriver:
+    case cudaErrorInvalidDevice:
+    case cudaErrorNoKernelImageForDevice:
+    case cudaErrorUnsupportedPtxVersion:
+    case cudaErrorDevicesUnavailable: return ErrorCode::unsupported;
+    default: return ErrorCode::internal;
+  }
+}
+
+/// Call inside a catch block of a device forward: an Error passes through; a CUDA runtime error or a launch
+/// the kernels rejected becomes an Error naming `what` (the model or operator) and the device.
+[[noreturn]] inline void raise_current_cuda_error(const char* what, int device) {
+  const std::string where = std::string(what) + ": CUDA device " + std::to_string(device) + ": ";
+  try {
+    throw;
+  } catch (const Error&) {
+    throw;
+  } catch (const kernels::cuda::CudaError& e) {
+    throw Error(error_code_for(e.code()), where + e.what());
+  } catch (const std::invalid_argument& e) {
+    throw Error(ErrorCode::internal, where + e.what());
+  }
+}
+
+}  // namespace surrogate::detail
