@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "ball_golden_checks.hpp"
 #include "bsa/bsa_device.hpp"
 #include "golden.hpp"
 #include "gpu_test.hpp"
@@ -32,6 +33,9 @@ namespace {
 namespace bt = surrogate::balltree;
 namespace bsa = surrogate::bsa;
 namespace st = surrogate::testing;
+using ball_golden::bsa_trees_for;
+using ball_golden::max_abs;
+using ball_golden::max_error;
 using surrogate::Error;
 using surrogate::ErrorCode;
 
@@ -55,39 +59,13 @@ Case load(const std::string& name) {
   return c;
 }
 
-bt::RotatedTrees trees_for(const bsa::Config& c, const std::vector<float>& positions, const bt::Batch& batch) {
-  bt::RotatedTrees trees;
-  if (c.should_rotate) {
-    const std::vector<int> strides{1}, balls{c.ball_size, c.ball_size};
-    trees = bt::build_with_rotations(positions, c.dimensionality, batch, strides, balls, c.rotation_angle);
-  } else {
-    trees.tree = bt::build(positions, c.dimensionality, batch);
-  }
-  return trees;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (const double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-template <class T>
-double max_error(const std::vector<float>& got, const std::vector<T>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double m = 0.0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    m = std::max(m, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
-  return m;
-}
-
 class GpuBsaGolden : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const Case c = load(GetParam());
   const bsa::Network net(c.file);
-  const bt::RotatedTrees trees = trees_for(net.config(), c.positions, c.batch());
+  const bt::RotatedTrees trees = bsa_trees_for(net.config(), c.positions, c.batch());
   const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), 1);
   const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
   const std::vector<float> gpu = device->forward(trees, c.features, c.positions, c.batch(), false, 1);

@@ -20,6 +20,7 @@
 #include "erwin/erwin_device.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
+#include "ball_golden_checks.hpp"
 #include "golden.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/comm.hpp"
@@ -33,6 +34,8 @@ namespace {
 namespace bt = surrogate::balltree;
 namespace ew = surrogate::erwin;
 namespace st = surrogate::testing;
+using ball_golden::max_abs;
+using ball_golden::max_error;
 using surrogate::Error;
 using surrogate::ErrorCode;
 
@@ -61,21 +64,6 @@ Case load(const std::string& name) {
   if (st::has_dataset(p, "/golden/edge_index"))
     for (const double e : st::read_array(p, "/golden/edge_index").values) c.edges.push_back(static_cast<std::int64_t>(e));
   return c;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0.0;
-  for (const double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-
-template <class T>
-double max_error(const std::vector<float>& got, const std::vector<T>& want) {
-  EXPECT_EQ(got.size(), want.size());
-  double m = 0.0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    m = std::max(m, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
-  return m;
 }
 
 class GpuErwinGolden : public ::testing::TestWithParam<const char*> {};

@@ -1,14 +1,13 @@
 // The SphericalTransformer device forward (libsurrogate/src/sphere/transformer_device.cpp, the code
 // compiled into the library, with the device operators of attention_device.cpp and grid_ops_device.cpp)
-// run on the CPU: this executable defines the CUDA-backend functions it calls with host versions, which
-// take the place of the library's (ELF symbol interposition, as tests/gpu/test_erwin_device_emulated.cpp:
-// shared-library builds only). "Device" memory is host memory, copies are memcpy (also the CUDA runtime's
-// cudaMemcpy / cudaDeviceSynchronize, which the device operators call directly), and the launchers run the
-// unchanged device code of point_layers_kernels.cuh, sphere_grid_norm_kernels.cuh,
-// sphere_attention_kernels.cuh and sphere_grid_ops_kernels.cuh (the last two with their blocks' threads as
-// std::threads, for __syncthreads). Written out here instead of emulated: the fused MLP kernel of mlp.cu
-// (one layer, FP32: bias, then fmaf over the inputs in order, activation, extra) and norm.cu's
-// per-row arithmetic (lanes, warp butterfly), as in the Erwin test.
+// run on the CPU with the host-emulated CUDA backend of emulated_cuda_backend.cpp (compiled into this
+// executable, where its definitions replace the library's: memory, streams, copies, the CUDA runtime's
+// cudaMemcpy / cudaDeviceSynchronize, the point layers, norm.cu's arithmetic; see
+// emulated_cuda_backend.hpp). Defined here, the launchers only the sphere operators use: they run the
+// unchanged device code of sphere_grid_norm_kernels.cuh (block by block, threads one after another),
+// sphere_attention_kernels.cuh and sphere_grid_ops_kernels.cuh (their blocks' threads as std::threads,
+// for __syncthreads); the fused MLP kernel of mlp.cu is written out (one layer, FP32: bias, then fmaf
+// over the inputs in order, activation, extra).
 //
 // What is compared, on the golden transformer files whose attention the device operators accept (head
 // widths <= 64; the e128 one-head zoo file is refused, checked below): instance norm, layer norm and none;
@@ -21,9 +20,9 @@
 // and another input changes them by far more than the bound. About 20 s (threads per emulated block).
 //
 // What this does not check: nvcc's code, the real runtime, the hardware. Labels unit;cuda.
-#include "cuda_host_emulation.hpp"  // first: replaces the CUDA keywords for the kernel sources below
+#include "emulated_cuda_backend.hpp"  // first: replaces the CUDA keywords for the kernel sources below
 
-#include "point_layers_kernels.cuh"
+#include "activation.cuh"  // activate(), for the MLP written out below
 #include "sphere_attention_kernels.cuh"
 #include "sphere_grid_norm_kernels.cuh"
 #include "sphere_grid_ops_kernels.cuh"
@@ -32,9 +31,9 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <filesystem>
+#include <cstdint>
+#include <cstdio>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -43,7 +42,6 @@
 #include "sphere/transformer_device.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
@@ -52,118 +50,33 @@
 #include "surrogate/model_file.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
-namespace {
-
-int launches = 0;
-
-template <class Kernel>
-void run_sequentially(surrogate::kernels::index_t threads_total, unsigned block, Kernel kernel) {
-  const auto blocks = static_cast<unsigned>((threads_total + block - 1) / block);
-  cuda_host_emulation::block_dim = dim3(block);
-  for (unsigned b = 0; b < blocks; ++b) {
-    cuda_host_emulation::block_index = dim3(b);
-    for (unsigned t = 0; t < block; ++t) {
-      cuda_host_emulation::thread_index = dim3(t);
-      kernel();
-    }
-  }
-}
-
-}  // namespace
-
-// The CUDA runtime calls the device operators make directly.
-extern "C" cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
-  if (count) std::memcpy(dst, src, count);
-  return cudaSuccess;
-}
-extern "C" cudaError_t cudaDeviceSynchronize() { return cudaSuccess; }
+// ---------------------------------------------------------------------------------------------------
+// Host versions of the launchers only the sphere operators use (the common ones: emulated_cuda_backend.cpp).
 
 namespace surrogate::kernels::cuda {
 
-void check(cudaError_t code, const char* call) {
-  if (code != cudaSuccess) throw CudaError(code, std::string(call) + ": emulated runtime error");
-}
-void check_launch(const char*) {}
-int device_count(std::string*) noexcept { return 1; }
-DeviceGuard::DeviceGuard(int device) : device_(device) {}
-DeviceGuard::~DeviceGuard() = default;
-void* device_alloc(std::size_t bytes, int) {
-  void* p = std::aligned_alloc(64, (bytes + 63) / 64 * 64);
-  if (!p) throw CudaError(cudaErrorMemoryAllocation, "emulated device_alloc");
-  return p;
-}
-void device_free(void* p, int) noexcept { std::free(p); }
-Stream::Stream(int device) : device_(device) {}
-Stream::~Stream() = default;
-void Stream::synchronize() const {}
-void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memcpy(dst, src, bytes); }
-void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memcpy(dst, src, bytes); }
-void copy_on_device(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memmove(dst, src, bytes); }
-
-namespace pk = point_kernels;
-void dense(const DenseArgs& a, cudaStream_t) {
-  ++launches;
-  run_sequentially(a.rows * a.out, pk::kThreads, [&] { pk::dense_kernel(a); });
-}
-void copy_rows(const RowCopyArgs& a, cudaStream_t) {
-  ++launches;
-  run_sequentially(a.rows * a.width, pk::kThreads, [&] { pk::copy_rows_kernel(a); });
-}
-void row_binary(const RowBinaryArgs& a, cudaStream_t) {
-  ++launches;
-  run_sequentially(a.rows * a.width, pk::kThreads, [&] { pk::row_binary_kernel(a); });
-}
+using emulated_backend::grid_for;
+using emulated_backend::launches;
+using emulated_backend::run_sequentially;
 
 namespace nk = grid_norm_kernels;
 void grid_row_sums(const GridRowSumsArgs& a, cudaStream_t) {
   ++launches;
-  run_sequentially(static_cast<index_t>(a.batch) * a.lat_rows * a.dim, nk::kThreads, [&] { nk::grid_row_sums_kernel(a); });
+  run_sequentially(grid_for(static_cast<index_t>(a.batch) * a.lat_rows * a.dim, nk::kThreads), nk::kThreads,
+                   [&] { nk::grid_row_sums_kernel(a); });
 }
 void grid_norm_stats(const GridNormStatsArgs& a, cudaStream_t) {
   ++launches;
-  run_sequentially(static_cast<index_t>(a.batch) * a.dim, nk::kThreads, [&] { nk::grid_norm_stats_kernel(a); });
+  run_sequentially(grid_for(static_cast<index_t>(a.batch) * a.dim, nk::kThreads), nk::kThreads,
+                   [&] { nk::grid_norm_stats_kernel(a); });
 }
 void channel_affine(const ChannelAffineArgs& a, cudaStream_t) {
   ++launches;
-  run_sequentially(a.rows * a.dim, nk::kThreads, [&] { nk::channel_affine_kernel(a); });
+  run_sequentially(grid_for(a.rows * a.dim, nk::kThreads), nk::kThreads, [&] { nk::channel_affine_kernel(a); });
 }
 void relu_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t) {
   ++launches;
-  run_sequentially(rows * width, nk::kThreads, [&] { nk::relu_kernel(x, ld, rows, width); });
-}
-
-/// norm.cu's arithmetic per row (as test_erwin_device_emulated.cpp).
-void norm(const NormArgs& a, cudaStream_t) {
-  ++launches;
-  auto warp_sum = [](float (&v)[32]) {
-    for (int offset = 16; offset >= 1; offset /= 2) {
-      float next[32];
-      for (int l = 0; l < 32; ++l) next[l] = v[l] + v[l ^ offset];
-      std::copy(next, next + 32, v);
-    }
-    return v[0];
-  };
-  const float inv_dim = 1.0f / static_cast<float>(a.dim);
-  for (index_t r = 0; r < a.rows; ++r) {
-    const float* x = a.x + r * a.ldx;
-    float* y = a.y + r * a.ldy;
-    float lanes[32] = {};
-    float mean = 0.0f;
-    if (!a.rms) {
-      for (int c = 0; c < a.dim; ++c) lanes[c % 32] += x[c];
-      mean = warp_sum(lanes) * inv_dim;
-    }
-    float squares[32] = {};
-    for (int c = 0; c < a.dim; ++c) {
-      const float d = x[c] - mean;
-      squares[c % 32] = std::fma(d, d, squares[c % 32]);
-    }
-    const float rstd = 1.0f / std::sqrt(warp_sum(squares) * inv_dim + a.eps);
-    for (int c = 0; c < a.dim; ++c) {
-      const float scaled = (x[c] - mean) * rstd;
-      y[c] = a.bias ? std::fma(scaled, a.weight[c], a.bias[c]) : scaled * a.weight[c];
-    }
-  }
+  run_sequentially(grid_for(rows * width, nk::kThreads), nk::kThreads, [&] { nk::relu_kernel(x, ld, rows, width); });
 }
 
 /// mlp.cu's FP32 arithmetic per output: the bias, fmaf over the inputs in order, the activation, the
@@ -204,13 +117,8 @@ void attention_launch(const SphereAttentionArgs& a, const SphereNeighbors* n) {
 }
 void attention_bucket(const SphereAttentionArgs& a, const SphereNeighbors* n) {
   ++launches;
-  switch (sk::head_dim_bucket(a.ek > a.ev ? a.ek : a.ev)) {
-    case 4: attention_launch<4>(a, n); break;
-    case 8: attention_launch<8>(a, n); break;
-    case 16: attention_launch<16>(a, n); break;
-    case 32: attention_launch<32>(a, n); break;
-    default: attention_launch<64>(a, n); break;
-  }
+  emulated_backend::with_head_dim(a.ek > a.ev ? a.ek : a.ev,
+                                  [&](auto width) { attention_launch<decltype(width)::value>(a, n); });
 }
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t) { attention_bucket(a, nullptr); }
 void sphere_neighborhood_attention(const SphereAttentionArgs& a, const SphereNeighbors& n, cudaStream_t) {
@@ -257,6 +165,7 @@ namespace {
 
 namespace sp = surrogate::sphere;
 namespace st = surrogate::testing;
+using emulated_backend::launches;
 using surrogate::index_t;
 
 struct Golden {
