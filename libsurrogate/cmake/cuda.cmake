@@ -7,6 +7,9 @@ target_sources(surrogate_core PRIVATE src/sphere/attention_device.cpp)
 target_sources(surrogate_core PRIVATE src/sphere/grid_ops_device.cpp)
 # The CUDA forward of the SphericalTransformer (transformer_device.hpp), replacing transformer_device_stub.cpp.
 target_sources(surrogate_core PRIVATE src/sphere/transformer_device.cpp)
+# The single-layer s2_attention / s2_neighborhood_attention models on a device (layer_device.hpp),
+# replacing layer_device_stub.cpp.
+target_sources(surrogate_core PRIVATE src/sphere/layer_device.cpp)
 # The CUDA forward of Erwin (erwin_device.hpp), replacing erwin_device_stub.cpp.
 target_sources(surrogate_core PRIVATE src/erwin/erwin_cuda.cpp)
 # The CUDA forward of BSA (bsa_device.hpp), replacing bsa_device_stub.cpp.

@@ -285,6 +285,72 @@ TEST(SphereTransformerDeviceEmulated, RegisteredModelWithCudaDevice) {
   }
 }
 
+// The registered single-layer models (s2_attention, s2_neighborhood_attention; layer_device.cpp) with
+// RunOptions::cuda_device = 0 against cuda_device = -1 and the official output, on their self-attention
+// golden files. Tolerance as tests/sphere/test_sphere_models.cpp: within 4 gap + 16 u' mag of the float64
+// output where the file has one (gap = |official float32 - float64|), else within 32 u' mag of the
+// official float32 output (NeighborhoodAttentionS2 alone: one projection, one softmax, the output
+// projection); and within twice that of the CPU forward. Also: the device path ran, a second forward
+// (the same device object) repeats the values, and precision tf32 is refused.
+TEST(SphereTransformerDeviceEmulated, RegisteredLayerModelsWithCudaDevice) {
+  const surrogate::SelfComm comm;
+  for (const char* name : {"s2_attention_self_qknorm", "s2_neighborhood_self"}) {
+    const std::string dir = model_dir(name);
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
+    const st::Array x = st::read_array(dir + "/io.h5", "input");
+    const std::vector<double> xr = to_rows(x);
+    const std::vector<float> rows(xr.begin(), xr.end());
+    const std::vector<double> ref32 = to_rows(st::read_array(dir + "/io.h5", "output"));
+    const bool has64 = st::has_dataset(dir + "/io.h5", "output_f64");
+    const std::vector<double> ref64 = has64 ? to_rows(st::read_array(dir + "/io.h5", "output_f64")) : ref32;
+    const int cin = model->in_channels(), cout = model->out_channels();
+    const index_t batch = x.shape[0], points = x.shape[2] * x.shape[3], n = batch * points;
+    ASSERT_EQ(static_cast<index_t>(rows.size()), n * cin) << name;
+    std::vector<std::int64_t> sample(static_cast<std::size_t>(n));
+    for (index_t r = 0; r < n; ++r) sample[static_cast<std::size_t>(r)] = r / points;
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, sample.data());
+    const index_t ld_in = cin + 3, ld_out = cout + 2;  // strides wider than the rows
+    std::vector<float> in(static_cast<std::size_t>(n * ld_in), 99.0f);
+    for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cin, cin, in.data() + r * ld_in);
+    std::vector<float> cpu(static_cast<std::size_t>(n * ld_out), -7.0f), dev(cpu.size(), -7.0f), again(cpu.size(), -7.0f);
+    model->predict(comm, layout, in.data(), ld_in, cpu.data(), ld_out);
+    surrogate::RunOptions options;
+    options.cuda_device = 0;
+    const int before = launches;
+    model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
+    EXPECT_GT(launches, before) << name;
+    model->predict(comm, layout, in.data(), ld_in, again.data(), ld_out, options);
+    EXPECT_EQ(again, dev) << name;
+    double mag = 0.0;
+    for (double v : ref64) mag = std::max(mag, std::fabs(v));
+    const double tol = has64 ? 4 * max_diff(ref32, ref64) + 16 * 6e-8 * mag : 32 * 6e-8 * mag;
+    double err_ref = 0.0, err_cpu = 0.0;
+    for (index_t r = 0; r < n; ++r)
+      for (int c = 0; c < ld_out; ++c) {
+        const std::size_t i = static_cast<std::size_t>(r * ld_out + c);
+        if (c >= cout) {
+          ASSERT_EQ(dev[i], -7.0f) << name << ": padding written, row " << r;
+          continue;
+        }
+        const double want = ref64[static_cast<std::size_t>(r * cout + c)];
+        err_ref = std::max(err_ref, std::fabs(static_cast<double>(dev[i]) - want));
+        err_cpu = std::max(err_cpu, std::fabs(static_cast<double>(dev[i]) - static_cast<double>(cpu[i])));
+      }
+    std::printf("%s: |device - %s| %.3g, |device - CPU| %.3g, bound %.3g (mag %.3g)\n", name,
+                has64 ? "f64" : "official f32", err_ref, err_cpu, tol, mag);
+    EXPECT_LE(err_ref, tol) << name;
+    EXPECT_LE(err_cpu, 2 * tol) << name;
+    options.precision = surrogate::Precision::tf32;
+    try {
+      model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
+      ADD_FAILURE() << name << ": tf32 accepted on a device";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+    }
+  }
+}
+
 TEST(SphereTransformerDeviceEmulated, RefusesTheShtDecoderAndWideHeads) {
   const surrogate::SelfComm self;
   for (const char* name : {"st_sht_global_lobatto", "zoo_s2ntransformer_e128_reduced"}) {

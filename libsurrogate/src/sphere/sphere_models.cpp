@@ -25,6 +25,7 @@
 #include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
 #include "release.hpp"
+#include "layer_device.hpp"
 #include "transformer_device.hpp"
 
 namespace surrogate::sphere {
@@ -286,8 +287,8 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids
 template <class Op>
 class S2LayerModel final : public Model {
  public:
-  S2LayerModel(const ModelFile& f, Op op, int in, int out, index_t points, std::int64_t params)
-      : Model(f, in, out), op_(std::move(op)), points_(points), parameters_(params) {}
+  S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, index_t points, std::int64_t params)
+      : Model(f, in, out), op_(std::move(op)), setup_(std::move(setup)), points_(points), parameters_(params) {}
   index_t parameter_count() const override { return parameters_; }
   std::vector<std::pair<std::string, std::string>> describe() const override {
     const auto& c = op_.config();
@@ -303,8 +304,10 @@ class S2LayerModel final : public Model {
  protected:
   void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options) override {
-    if (options.cuda_device >= 0)
-      throw Error(ErrorCode::unsupported, architecture() + ": no CUDA forward yet; run it on the CPU");
+    if (options.cuda_device >= 0) {
+      forward_on_device(comm, layout, in, ld_in, out, ld_out, options);
+      return;
+    }
     const auto& c = op_.config();
     const int nlat = c.nlat_in, nlon = c.nlon_in, me = comm.rank();
     const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, nlat, nlon, architecture());
@@ -332,7 +335,48 @@ class S2LayerModel final : public Model {
   }
 
  private:
+  /// The CUDA forward (layer_device.hpp), one rank, fp32: the samples gathered into grid order, the device
+  /// operator, the rows back. The device object is built on the first call (and again when the device
+  /// changes); the device operator refuses the upsampling mode and wide heads at construction.
+  void forward_on_device(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                         index_t ld_out, const RunOptions& options) {
+    if (comm.size() > 1)  // the same on every rank: the same error everywhere
+      throw Error(ErrorCode::unsupported,
+                  architecture() + ": the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
+                      " ranks here): the latitude-band exchanges have no device path yet; run it on one rank, or on "
+                      "the CPU (cuda_device -1)");
+    if (options.precision != Precision::fp32)
+      throw Error(ErrorCode::unsupported, architecture() + ": the CUDA forward computes in fp32 only (precision '" +
+                                              precision_name(options.precision) + "' requested)");
+    const index_t B = layout.num_samples();
+    for (index_t s = 0; s < B; ++s)
+      if (layout.sample_sizes()[static_cast<std::size_t>(s)] != points_)
+        throw Error(ErrorCode::input, architecture() + ": sample " + std::to_string(s) + " has " +
+                                          std::to_string(layout.sample_sizes()[static_cast<std::size_t>(s)]) +
+                                          " points, the model's grid has " + std::to_string(points_) +
+                                          " (nlat*nlon)");
+    if (!device_ || device_->device() != options.cuda_device) {
+      device_.reset();
+      if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
+        device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, options.cuda_device);
+      else
+        device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, options.cuda_device);
+    }
+    const int cin = in_channels(), cout = out_channels();
+    const index_t P = points_;
+    std::vector<float> grid_in(static_cast<std::size_t>(B * P * cin)), grid_out(static_cast<std::size_t>(B * P * cout));
+    for (const auto& seg : layout.segments())  // one rank: each segment is a whole sample
+      for (index_t p = 0; p < seg.end - seg.begin; ++p)
+        std::copy_n(in + (seg.begin + p) * ld_in, cin, grid_in.data() + (seg.sample * P + p) * cin);
+    device_->forward(static_cast<int>(B), grid_in.data(), grid_out.data());
+    for (const auto& seg : layout.segments())
+      for (index_t p = 0; p < seg.end - seg.begin; ++p)
+        std::copy_n(grid_out.data() + (seg.sample * P + p) * cout, cout, out + (seg.begin + p) * ld_out);
+  }
+
   Op op_;
+  LayerSetup setup_;  // the configuration and weights the device operator uploads
+  std::unique_ptr<S2LayerDeviceForward> device_;
   index_t points_;
   std::int64_t parameters_;
 };
@@ -356,7 +400,8 @@ std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file) {
   const auto& c = op.config();
   const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), in, out, points, count_parameters(file));
+  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), std::move(s), in, out, points,
+                                                     count_parameters(file));
 }
 
 std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& file) {
@@ -365,7 +410,7 @@ std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& fil
   const auto& c = op.config();
   const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), in, out, points,
+  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), std::move(s), in, out, points,
                                                                  count_parameters(file));
 }
 

@@ -1,0 +1,35 @@
+// The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, one
+// rank, FP32 (layer_device.cpp in CUDA builds; layer_device_stub.cpp, which refuses, otherwise). Internal
+// to libsurrogate: the registered layer models run it for RunOptions::cuda_device >= 0 on one rank.
+//
+// Self-attention on the model's grid: the host rows are uploaded, AttentionS2Device /
+// NeighborhoodAttentionS2Device (surrogate/sphere/attention_device.hpp) runs on the object's stream, the
+// output rows are downloaded. Refused (Error(unsupported) at construction, by the device operators):
+// the neighbourhood upsampling mode, head widths above 64, channel counts above 256.
+//
+// COMPILED AND EMULATION-TESTED, NEVER RUN ON A GPU.
+#pragma once
+
+#include <memory>
+
+#include "surrogate/sphere/attention.hpp"
+#include "surrogate/sphere/neighborhood_attention.hpp"
+
+namespace surrogate::sphere {
+
+class S2LayerDeviceForward {
+ public:
+  virtual ~S2LayerDeviceForward() = default;
+  /// The operator's whole-grid self-attention on host arrays: in batch*nlat*nlon x in_channels, out
+  /// batch*nlat*nlon x out_channels, channels last. Uploads, runs on the device, downloads, synchronizes.
+  virtual void forward(int batch, const float* in, float* out) = 0;
+  virtual int device() const = 0;
+};
+
+/// Throw Error(unsupported) in builds without CUDA and for the configurations named above.
+std::unique_ptr<S2LayerDeviceForward> make_s2_attention_device_forward(const AttentionS2Config& config,
+                                                                       const AttentionS2Weights& weights, int device);
+std::unique_ptr<S2LayerDeviceForward> make_s2_neighborhood_attention_device_forward(
+    const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& weights, int device);
+
+}  // namespace surrogate::sphere
