@@ -28,6 +28,7 @@
 #include "bsa_branches.hpp"
 #include "bsa_device.hpp"
 #include "bsa_stages.hpp"
+#include "../balltree/point_device.hpp"
 #include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -45,27 +46,14 @@ using kernels::PackedLinear;
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
 [[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("bsa", device); }
 
-/// A dense layer's place in the weight arena.
-struct Dense {
-  std::size_t wt = 0, bias = 0;
-  int in = 0, out = 0;
-  index_t ldw = 0;
-};
+using balltree::device::Dense;
+using balltree::device::ball_relative;
 struct DeviceLayer {
   std::size_t norm1 = 0, norm2 = 0, sigma = 0, static_gate = 0;
   Dense qkv, out_proj, position_proj, w1, w2, w3, gate;
   Dense q_mlp[2], k_mlp[2], v_mlp[2];
   bool token_gate = false;
 };
-
-/// Offsets of rows from their ball's centre (mean_pool, the CPU's summation), balls of `ball` rows.
-std::vector<float> ball_relative(const std::vector<float>& pos, int d, int ball) {
-  const std::vector<float> centres = balltree::mean_pool(pos, d, ball);
-  std::vector<float> rel(pos.size());
-  for (std::size_t r = 0; r < pos.size() / static_cast<std::size_t>(d); ++r)
-    for (int c = 0; c < d; ++c) rel[r * d + c] = pos[r * d + c] - centres[(r / static_cast<std::size_t>(ball)) * d + c];
-  return rel;
-}
 
 class BsaCudaForward final : public BsaDeviceForward {
  public:
@@ -80,15 +68,14 @@ class BsaCudaForward final : public BsaDeviceForward {
  private:
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
-    dst.resize(std::max<std::size_t>(src.size(), 1), device_);
-    if (!src.empty()) cu::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream_.get());
+    balltree::device::upload(dst, src, device_, stream_.get());
   }
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  std::size_t add(const float* values, std::size_t count);
-  Dense add_dense(const PackedLinear& layer);
+  std::size_t add(const float* values, std::size_t count) { return balltree::device::append(arena_, values, count); }
+  Dense add_dense(const PackedLinear& layer) { return balltree::device::append_dense(arena_, layer); }
   const float* w(std::size_t offset) const { return weights_.data() + offset; }
 
   void set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
@@ -126,23 +113,6 @@ class BsaCudaForward final : public BsaDeviceForward {
   std::vector<std::int32_t> sel_host_;
   double forward_ms_ = 0.0, geometry_ms_ = 0.0;
 };
-
-std::size_t BsaCudaForward::add(const float* values, std::size_t count) {
-  const std::size_t offset = (arena_.size() + 3) / 4 * 4;  // 16-byte aligned starts
-  arena_.resize(offset);
-  arena_.insert(arena_.end(), values, values + count);
-  return offset;
-}
-
-Dense BsaCudaForward::add_dense(const PackedLinear& layer) {
-  Dense d;
-  d.in = layer.in();
-  d.out = layer.out();
-  d.ldw = layer.out_pad();
-  d.wt = add(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
-  d.bias = add(layer.bias(), static_cast<std::size_t>(d.ldw));
-  return d;
-}
 
 BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
   std::string why;
@@ -201,35 +171,12 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg
 
 void BsaCudaForward::dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                            Activation act, const float* add_rows, index_t ld_add) {
-  cu::DenseArgs a;
-  a.wt = w(l.wt);
-  a.bias = w(l.bias);
-  a.in = l.in;
-  a.out = l.out;
-  a.ldw = l.ldw;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.act = act;
-  a.add = add_rows;
-  a.ld_add = ld_add;
-  cu::dense(a, stream_.get());
+  balltree::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, act, add_rows, ld_add, stream_.get());
 }
 
 void BsaCudaForward::copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
                           const std::int64_t* dst_index, index_t rows, int width) {
-  cu::RowCopyArgs a;
-  a.src = src;
-  a.ld_src = ld_src;
-  a.src_index = src_index;
-  a.dst = dst;
-  a.ld_dst = ld_dst;
-  a.dst_index = dst_index;
-  a.rows = rows;
-  a.width = width;
-  cu::copy_rows(a, stream_.get());
+  balltree::device::copy_rows(src, ld_src, src_index, dst, ld_dst, dst_index, rows, width, stream_.get());
 }
 
 // RMSNorm of the rows (eps = float epsilon, no bias), rows_ x c_hidden.

@@ -25,6 +25,7 @@
 
 #include "erwin_device.hpp"
 #include "erwin_stages.hpp"
+#include "../balltree/point_device.hpp"
 #include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -40,12 +41,8 @@ using kernels::Activation;
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
 [[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("erwin", device); }
 
-/// A dense layer's place in the weight arena.
-struct Dense {
-  std::size_t wt = 0, bias = 0;
-  int in = 0, out = 0;
-  index_t ldw = 0;
-};
+using balltree::device::Dense;
+using balltree::device::ball_relative;
 struct Block {
   int dim = 0, heads = 0, ball = 0, hidden = 0;
   std::size_t norm1 = 0, norm2 = 0, sigma = 0;
@@ -70,16 +67,6 @@ struct Level {
   cu::DeviceBuffer<float> x;  // the node array (nodes x width); the encoder's output is the decoder's skip
 };
 
-/// Ball-relative positions: p - mean of its ball (mean_pool, the CPU's summation), ball rows consecutive.
-std::vector<float> ball_relative(const std::vector<float>& pos, int d, int ball) {
-  const std::vector<float> centres = balltree::mean_pool(pos, d, ball);
-  std::vector<float> rel(pos.size());
-  for (std::size_t r = 0; r < pos.size() / static_cast<std::size_t>(d); ++r)
-    for (int c = 0; c < d; ++c)
-      rel[r * d + c] = pos[r * d + c] - centres[(r / static_cast<std::size_t>(ball)) * d + c];
-  return rel;
-}
-
 std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
   std::vector<float> out(order.size() * static_cast<std::size_t>(width));
   for (std::size_t r = 0; r < order.size(); ++r)
@@ -98,19 +85,16 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   double last_geometry_ms() const override { return geometry_ms_; }
 
  private:
-  /// Copies host values into dst (grown as needed). From pageable memory the runtime stages the values
-  /// before it returns, so `src` may be a temporary; set_geometry synchronises once at its end anyway.
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
-    dst.resize(std::max<std::size_t>(src.size(), 1), device_);
-    if (!src.empty()) cu::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream_.get());
+    balltree::device::upload(dst, src, device_, stream_.get());
   }
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  std::size_t add(const float* values, std::size_t count);
-  Dense add_dense(const kernels::PackedLinear& layer);
+  std::size_t add(const float* values, std::size_t count) { return balltree::device::append(arena_, values, count); }
+  Dense add_dense(const kernels::PackedLinear& layer) { return balltree::device::append_dense(arena_, layer); }
   Block add_block(const BlockWeights& b);
   const float* w(std::size_t offset) const { return weights_.data() + offset; }
 
@@ -155,23 +139,6 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   cu::DeviceBuffer<float> xr_, hb_, att_, u_, a1_, a2_, join_, z_;
   double forward_ms_ = 0.0, geometry_ms_ = 0.0;
 };
-
-std::size_t ErwinCudaForward::add(const float* values, std::size_t count) {
-  const std::size_t offset = (arena_.size() + 3) / 4 * 4;  // 16-byte aligned starts
-  arena_.resize(offset);
-  arena_.insert(arena_.end(), values, values + count);
-  return offset;
-}
-
-Dense ErwinCudaForward::add_dense(const kernels::PackedLinear& layer) {
-  Dense d;
-  d.in = layer.in();
-  d.out = layer.out();
-  d.ldw = layer.out_pad();
-  d.wt = add(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
-  d.bias = add(layer.bias(), static_cast<std::size_t>(d.ldw));
-  return d;
-}
 
 Block ErwinCudaForward::add_block(const BlockWeights& b) {
   Block k;
@@ -242,35 +209,12 @@ ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_
 
 void ErwinCudaForward::dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                              Activation act, const float* add_rows, index_t ld_add) {
-  cu::DenseArgs a;
-  a.wt = w(l.wt);
-  a.bias = w(l.bias);
-  a.in = l.in;
-  a.out = l.out;
-  a.ldw = l.ldw;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.act = act;
-  a.add = add_rows;
-  a.ld_add = ld_add;
-  cu::dense(a, stream_.get());
+  balltree::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, act, add_rows, ld_add, stream_.get());
 }
 
 void ErwinCudaForward::copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
                             const std::int64_t* dst_index, index_t rows, int width) {
-  cu::RowCopyArgs a;
-  a.src = src;
-  a.ld_src = ld_src;
-  a.src_index = src_index;
-  a.dst = dst;
-  a.ld_dst = ld_dst;
-  a.dst_index = dst_index;
-  a.rows = rows;
-  a.width = width;
-  cu::copy_rows(a, stream_.get());
+  balltree::device::copy_rows(src, ld_src, src_index, dst, ld_dst, dst_index, rows, width, stream_.get());
 }
 
 void ErwinCudaForward::norm(const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim,
