@@ -53,6 +53,25 @@ class ExchangePlan {
 
   std::int64_t source_rows() const { return source_rows_; }
   std::int64_t target_rows() const { return target_rows_; }
+
+  /// The rows the plan moves, for callers that pack and unpack rows themselves (rows in device memory
+  /// staged through host memory: libsurrogate/src/balltree/device_exchange.hpp). forward reads the source
+  /// rows sent_rows(), grouped by destination rank (send_counts()[q] rows for rank q, ranks in order), and
+  /// writes the target rows received_rows(), grouped by source rank (recv_counts()), then the copies
+  /// (pairs: target row, the target row it takes); this rank's own segments pair up row by row. backward
+  /// moves the same rows the other way and makes no copies.
+  std::span<const std::int64_t> sent_rows() const { return send_rows_; }
+  std::span<const std::size_t> send_counts() const { return send_counts_; }
+  std::span<const std::int64_t> received_rows() const { return recv_rows_; }
+  std::span<const std::size_t> recv_counts() const { return recv_counts_; }
+  std::span<const std::int64_t> copies() const { return copies_; }
+  /// The communicator the plan is applied through (Error(invalid_argument) for a plan never built).
+  const Comm& comm() const;
+  /// The message part of forward/backward on rows packed by the caller: `packed` holds the rows this
+  /// rank sends to the other ranks (forward: sent_rows() order, backward: received_rows() order, this
+  /// rank's own segment left out), `width` values each; `unpacked` receives the rows from the other ranks
+  /// in the opposite list's order (own segment left out). Collective; bitwise data movement.
+  void exchange_packed(const float* packed, int width, float* unpacked, bool forward_direction) const;
   /// Applies the plan through `comm` from now on: another communicator object over the same ranks (same
   /// size, each process the same rank), for a plan kept longer than the communicator it was built with.
   /// Throws Error(invalid_argument) when the size differs.

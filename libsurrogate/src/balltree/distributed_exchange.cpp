@@ -115,6 +115,33 @@ ExchangePlan ExchangePlan::from_requests(const Comm& comm, std::int64_t source_r
   return plan;
 }
 
+const Comm& ExchangePlan::comm() const {
+  if (comm_ == nullptr) throw Error(ErrorCode::invalid_argument, "exchange plan: the plan was never built");
+  return *comm_;
+}
+
+void ExchangePlan::exchange_packed(const float* packed, int width, float* unpacked, bool forward_direction) const {
+  const Comm& comm = this->comm();
+  const auto me = static_cast<std::size_t>(comm.rank());
+  std::vector<std::size_t> pack_counts = forward_direction ? send_counts_ : recv_counts_;
+  std::vector<std::size_t> unpack_counts = forward_direction ? recv_counts_ : send_counts_;
+  pack_counts[me] = unpack_counts[me] = 0;
+  std::size_t packed_rows = 0, unpacked_rows = 0;
+  for (std::size_t q = 0; q < pack_counts.size(); ++q) {
+    packed_rows += pack_counts[q];
+    unpacked_rows += unpack_counts[q];
+  }
+  Status local;
+  if (width < 1)
+    local = {ErrorCode::invalid_argument, "exchange plan: width must be at least 1, found " + std::to_string(width)};
+  else if ((packed_rows > 0 && packed == nullptr) || (unpacked_rows > 0 && unpacked == nullptr))
+    local = {ErrorCode::invalid_argument, std::string("exchange plan: null packed ") + (packed == nullptr ? "input" : "output") +
+                                              " rows"};
+  comm.agree_or_throw(local);
+  detail::alltoallv_elements(comm, packed, pack_counts, unpacked, unpack_counts,
+                             sizeof(float) * static_cast<std::size_t>(width));
+}
+
 void ExchangePlan::move(const void* in, std::size_t row_bytes, void* out, bool forward_direction, int width) const {
   if (comm_ == nullptr) throw Error(ErrorCode::invalid_argument, "exchange plan: the plan was never built");
   const Comm& comm = *comm_;
