@@ -9,6 +9,10 @@
 // thread reads them as broadcasts. Neighbourhood attention: each thread reads its neighbours' k and v rows
 // straight from global memory (consecutive threads are consecutive output longitudes, whose neighbour
 // rows are the same rows shifted by nlon_in / nlon_out longitudes: neighbouring addresses, cached).
+//
+// Heads wider than kSphereRegisterHeadDim (64) run on the column-split kernels of
+// sphere_attention_kernels.cuh (wide_*_attention_kernel): several threads per query, 64 value columns
+// each, the logits computed once per key into shared memory with the same fmaf chain. Same results.
 #include <stdexcept>
 #include <string>
 
@@ -23,9 +27,8 @@ using namespace sphere_kernels;
 
 void check_args(const SphereAttentionArgs& a, const char* what) {
   const auto bad = [what](const std::string& m) { throw std::invalid_argument(std::string(what) + ": " + m); };
-  if (a.ek < 1 || a.ek > kMaxSphereHeadDim || a.ev < 1 || a.ev > kMaxSphereHeadDim)
-    bad("head widths ek = " + std::to_string(a.ek) + ", ev = " + std::to_string(a.ev) + " outside [1, " +
-        std::to_string(kMaxSphereHeadDim) + "]");
+  if (a.ek < 1 || a.ev < 1)
+    bad("head widths ek = " + std::to_string(a.ek) + ", ev = " + std::to_string(a.ev) + " must be >= 1");
   if (a.heads < 1 || a.heads > 65535 || a.batch > 65535) bad("heads and batch must be in [1, 65535]");
   if (a.nlon_in < 1 || a.keys % a.nlon_in) bad("keys must be a multiple of nlon_in >= 1");
 }
@@ -35,30 +38,22 @@ dim3 grid_of(const SphereAttentionArgs& a) {
               static_cast<unsigned>(a.batch));
 }
 
-template <int kMaxE>
-void launch_global(const SphereAttentionArgs& a, cudaStream_t stream) {
-  global_attention_kernel<kMaxE><<<grid_of(a), kQueries, 0, stream>>>(a);
-}
-
-template <int kMaxE>
-void launch_neighborhood(const SphereAttentionArgs& a, const SphereNeighbors& n, cudaStream_t stream) {
-  neighborhood_attention_kernel<kMaxE><<<grid_of(a), kQueries, 0, stream>>>(a, n);
-}
-
 }  // namespace
 
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream) {
   check_args(a, "cuda::sphere_global_attention");
   if (a.batch < 1 || a.queries < 1) return;
   if (a.keys < 1) throw std::invalid_argument("cuda::sphere_global_attention: no keys");
-  switch (head_dim_bucket(a.ek > a.ev ? a.ek : a.ev)) {
-    case 4: launch_global<4>(a, stream); break;
-    case 8: launch_global<8>(a, stream); break;
-    case 16: launch_global<16>(a, stream); break;
-    case 32: launch_global<32>(a, stream); break;
-    default: launch_global<64>(a, stream); break;
-  }
-  check_launch("sphere global_attention_kernel");
+  dispatch_attention(
+      a,
+      [&](auto width) {
+        global_attention_kernel<decltype(width)::value><<<grid_of(a), kQueries, 0, stream>>>(a);
+        check_launch("sphere global_attention_kernel");
+      },
+      [&](int parts, int col0) {
+        wide_global_attention_kernel<<<wide_grid(a), kWideQueries * parts, 0, stream>>>(a, col0);
+        check_launch("sphere wide_global_attention_kernel");
+      });
 }
 
 void sphere_neighborhood_attention(const SphereAttentionArgs& a, const SphereNeighbors& n, cudaStream_t stream) {
@@ -68,14 +63,16 @@ void sphere_neighborhood_attention(const SphereAttentionArgs& a, const SphereNei
     throw std::invalid_argument("cuda::sphere_neighborhood_attention: queries must be nlat_out * nlon_out and nlon_out "
                                 "must divide nlon_in");
   if (a.batch < 1) return;
-  switch (head_dim_bucket(a.ek > a.ev ? a.ek : a.ev)) {
-    case 4: launch_neighborhood<4>(a, n, stream); break;
-    case 8: launch_neighborhood<8>(a, n, stream); break;
-    case 16: launch_neighborhood<16>(a, n, stream); break;
-    case 32: launch_neighborhood<32>(a, n, stream); break;
-    default: launch_neighborhood<64>(a, n, stream); break;
-  }
-  check_launch("sphere neighborhood_attention_kernel");
+  dispatch_attention(
+      a,
+      [&](auto width) {
+        neighborhood_attention_kernel<decltype(width)::value><<<grid_of(a), kQueries, 0, stream>>>(a, n);
+        check_launch("sphere neighborhood_attention_kernel");
+      },
+      [&](int parts, int col0) {
+        wide_neighborhood_attention_kernel<<<wide_grid(a), kWideQueries * parts, 0, stream>>>(a, n, col0);
+        check_launch("sphere wide_neighborhood_attention_kernel");
+      });
 }
 
 void sphere_head_norm_scale(float* x, index_t ldx, index_t rows, int heads, int width, const float* weight, float scale,

@@ -4,6 +4,8 @@
 #pragma once
 
 #include <cfloat>
+#include <cstdint>
+#include <type_traits>
 
 #include "latent_softmax.cuh"
 #include "surrogate/kernels/cuda_sphere.hpp"
@@ -84,6 +86,166 @@ __global__ void __launch_bounds__(kQueries) neighborhood_attention_kernel(Sphere
     sm.add(logit<kMaxE>(q, k + r * a.ldk, a.ek) + a.log_w_lat[hi], v + r * a.ldv, a.ev);
   }
   store_output(sm, a.o + (static_cast<index_t>(b) * a.queries + i) * a.ldo + h * a.ev, a.ev);
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Wide heads (max(ek, ev) > kSphereRegisterHeadDim, e.g. the model zoo's one-head embed_dim 128 / 256):
+// a query's value columns are split among `parts` threads, each owning at most kWideColumns of them (its
+// own Pow2Softmax<double, kWideColumns>), and q lives in shared memory instead of registers. A block
+// holds kWideQueries queries of one (sample, head) and blockDim = kWideQueries * parts threads: thread
+// (part, lane) = threadIdx.x / kWideQueries, threadIdx.x % kWideQueries, so a warp is one column part of
+// 32 queries. The keys of each query are taken kWideSlots at a time:
+//  1. logits: the key slots of a query are dealt among its parts threads (slot t to part t % parts); each
+//     computes its slots' logits as the register kernels do, one fmaf chain over e in order from 0 (the
+//     chain is continued across the kWideQChunk-column chunks of q staged in shared memory, so the bits
+//     are those of detail::logit), then adds the log weight, and leaves them in shared memory;
+//  2. softmax: every thread of the query adds all slots of the window, in key order, to its accumulator
+//     (its columns only; ref and sum are the same in every part).
+// Every output is therefore the same sequence of operations as in the register kernels (bitwise equal at
+// the widths both handle), whatever the launch geometry. Value columns beyond kWideMaxParts *
+// kWideColumns (512) are covered by further launches of column groups [col0, col0 + parts * kWideColumns)
+// (the logits are recomputed per group), so no width is refused.
+
+constexpr int kWideQueries = 32;   // queries per block (lanes)
+constexpr int kWideColumns = 64;   // value columns per thread
+constexpr int kWideMaxParts = 8;   // threads per query: blockDim <= 256
+constexpr int kWideSlots = 64;     // key slots per window
+constexpr int kWideQChunk = 64;    // q columns staged in shared memory per step
+
+/// Threads per query of the wide kernels for head widths ek, ev (host side: the launchers and tests).
+inline int wide_parts(int ek, int ev) {
+  const int widest = ek > ev ? ek : ev;
+  const int parts = (widest + kWideColumns - 1) / kWideColumns;
+  return parts < kWideMaxParts ? parts : kWideMaxParts;
+}
+
+/// A key as the wide kernels need it: its row in k and v (within the sample) and its latitude.
+struct KeyRef {
+  index_t row, lat;
+};
+
+/// Global attention: slot s of any query is key s.
+struct AllKeys {
+  index_t count;  // keys of this lane's query (0 for a lane past the last query)
+  int nlon_in;
+  __device__ __forceinline__ KeyRef operator()(index_t s) const { return {s, s / nlon_in}; }
+};
+
+/// Neighbourhood attention: slot s of query (t, wo) is entry s of latitude t's list, shifted by wo.
+struct NeighborKeys {
+  const std::int64_t* columns;  // the list of the query's output latitude
+  index_t count;
+  index_t shift;                // (nlon_in / nlon_out) * wo
+  int nlon_in;
+  __device__ __forceinline__ KeyRef operator()(index_t s) const {
+    const std::int64_t column = columns[s];
+    const std::int64_t hi = column / nlon_in, wi = column - hi * nlon_in;
+    return {hi * nlon_in + (wi + shift) % nlon_in, hi};
+  }
+};
+
+/// The body of both wide kernels; `slots` (the most keys of any query of the block) is uniform over the
+/// block, as the __syncthreads() need.
+template <class Keys>
+__device__ __forceinline__ void wide_attention(const SphereAttentionArgs& a, const Keys& keys, index_t slots,
+                                               int col0, float (&q_tile)[kWideQueries][kWideQChunk + 1],
+                                               float (&logit_tile)[kWideSlots][kWideQueries]) {
+  const int lane = static_cast<int>(threadIdx.x) % kWideQueries, part = static_cast<int>(threadIdx.x) / kWideQueries;
+  const int parts = static_cast<int>(blockDim.x) / kWideQueries;
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const index_t first = static_cast<index_t>(blockIdx.x) * kWideQueries, i = first + lane;
+  // This thread's value columns: [c0, c0 + columns) of the launch's group [col0, col0 + parts * kWideColumns).
+  const int c0 = col0 + part * kWideColumns;
+  const int group_end = a.ev < col0 + parts * kWideColumns ? a.ev : col0 + parts * kWideColumns;
+  const int columns = group_end - c0 < 0 ? 0 : group_end - c0 > kWideColumns ? kWideColumns : group_end - c0;
+  const float* const q = a.q + (static_cast<index_t>(b) * a.queries + first) * a.ldq + h * a.ek;
+  const float* const k = a.k + static_cast<index_t>(b) * a.keys * a.ldk + h * a.ek;
+  const float* const v = a.v + static_cast<index_t>(b) * a.keys * a.ldv + h * a.ev + c0;
+  Pow2Softmax<double, kWideColumns> sm;
+  sm.reset();
+  for (index_t s0 = 0; s0 < slots; s0 += kWideSlots) {
+    const int n = static_cast<int>(keys.count - s0 < 0 ? 0 : keys.count - s0 < kWideSlots ? keys.count - s0 : kWideSlots);
+    for (int e0 = 0; e0 < a.ek; e0 += kWideQChunk) {
+      const int ne = a.ek - e0 < kWideQChunk ? a.ek - e0 : kWideQChunk;
+      __syncthreads();  // nobody reads q_tile (previous chunk) or logit_tile (previous window) any more
+      for (int idx = static_cast<int>(threadIdx.x); idx < kWideQueries * kWideQChunk; idx += static_cast<int>(blockDim.x)) {
+        const int r = idx / kWideQChunk, e = idx % kWideQChunk;
+        q_tile[r][e] = first + r < a.queries && e < ne ? q[r * a.ldq + e0 + e] : 0.0f;
+      }
+      __syncthreads();
+      const bool last_chunk = e0 + kWideQChunk >= a.ek;
+      for (int t = part; t < n; t += parts) {
+        const KeyRef key = keys(s0 + t);
+        const float* const kr = k + key.row * a.ldk + e0;
+        float l = e0 == 0 ? 0.0f : logit_tile[t][lane];
+        for (int e = 0; e < ne; ++e) l = fmaf(q_tile[lane][e], kr[e], l);
+        logit_tile[t][lane] = last_chunk ? l + a.log_w_lat[key.lat] : l;
+      }
+    }
+    __syncthreads();  // the window's logits are complete
+    for (int t = 0; t < n; ++t) sm.add(logit_tile[t][lane], v + keys(s0 + t).row * a.ldv, columns);
+  }
+  if (i < a.queries && columns > 0)
+    store_output(sm, a.o + (static_cast<index_t>(b) * a.queries + i) * a.ldo + h * a.ev + c0, columns);
+}
+
+/// AttentionS2 for wide heads; blockDim = kWideQueries * wide_parts(ek, ev), value columns from col0.
+__global__ void __launch_bounds__(kWideQueries * kWideMaxParts) wide_global_attention_kernel(SphereAttentionArgs a,
+                                                                                              int col0) {
+  __shared__ float q_tile[kWideQueries][kWideQChunk + 1];
+  __shared__ float logit_tile[kWideSlots][kWideQueries];
+  const index_t i = static_cast<index_t>(blockIdx.x) * kWideQueries + static_cast<int>(threadIdx.x) % kWideQueries;
+  const AllKeys keys{i < a.queries ? a.keys : 0, a.nlon_in};
+  wide_attention(a, keys, a.keys, col0, q_tile, logit_tile);
+}
+
+/// NeighborhoodAttentionS2 (gather mode) for wide heads; launched as wide_global_attention_kernel.
+__global__ void __launch_bounds__(kWideQueries * kWideMaxParts)
+    wide_neighborhood_attention_kernel(SphereAttentionArgs a, SphereNeighbors nb, int col0) {
+  __shared__ float q_tile[kWideQueries][kWideQChunk + 1];
+  __shared__ float logit_tile[kWideSlots][kWideQueries];
+  const index_t first = static_cast<index_t>(blockIdx.x) * kWideQueries;
+  const index_t i = first + static_cast<int>(threadIdx.x) % kWideQueries;
+  const index_t last = (first + kWideQueries < a.queries ? first + kWideQueries : a.queries) - 1;
+  index_t slots = 0;  // the longest list of the block's output latitudes
+  for (index_t t = first / nb.nlon_out; t <= last / nb.nlon_out; ++t) {
+    const index_t len = nb.row_offsets[t + 1] - nb.row_offsets[t];
+    slots = len > slots ? len : slots;
+  }
+  NeighborKeys keys{nb.columns, 0, 0, a.nlon_in};
+  if (i < a.queries) {
+    const index_t t = i / nb.nlon_out, wo = i % nb.nlon_out;
+    keys.columns = nb.columns + nb.row_offsets[t];
+    keys.count = nb.row_offsets[t + 1] - nb.row_offsets[t];
+    keys.shift = static_cast<index_t>(a.nlon_in / nb.nlon_out) * wo;
+  }
+  wide_attention(a, keys, slots, col0, q_tile, logit_tile);
+}
+
+/// Launches a softmax kernel for the head widths of `a` (host side; sphere_attention.cu and the emulation
+/// tests): register(std::integral_constant<int, kMaxE>) for max(ek, ev) <= kSphereRegisterHeadDim (kMaxE
+/// its bucket), else wide(parts, col0) for each column group.
+template <class Register, class Wide>
+void dispatch_attention(const SphereAttentionArgs& a, Register&& register_kernel, Wide&& wide) {
+  const int widest = a.ek > a.ev ? a.ek : a.ev;
+  if (widest > kSphereRegisterHeadDim) {
+    const int parts = wide_parts(a.ek, a.ev);
+    for (int col0 = 0; col0 < a.ev; col0 += parts * kWideColumns) wide(parts, col0);
+    return;
+  }
+  switch (head_dim_bucket(widest)) {
+    case 4: register_kernel(std::integral_constant<int, 4>{}); break;
+    case 8: register_kernel(std::integral_constant<int, 8>{}); break;
+    case 16: register_kernel(std::integral_constant<int, 16>{}); break;
+    case 32: register_kernel(std::integral_constant<int, 32>{}); break;
+    default: register_kernel(std::integral_constant<int, 64>{}); break;
+  }
+}
+
+/// The grid of the wide kernels: query blocks of kWideQueries, heads, samples.
+inline dim3 wide_grid(const SphereAttentionArgs& a) {
+  return dim3(static_cast<unsigned>((a.queries + kWideQueries - 1) / kWideQueries), static_cast<unsigned>(a.heads),
+              static_cast<unsigned>(a.batch));
 }
 
 /// One thread per (row, head); the products and sums of the norm rounded as the CPU's (no contraction).

@@ -20,6 +20,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -49,9 +50,10 @@ struct KernelCase {
   sp::Grid grid_in, grid_out;
 };
 
-/// The kernel of `max_width`'s bucket on the case's grid (as the launchers in sphere_attention.cu).
+/// The register kernel instantiated for kMaxE (as the launchers in sphere_attention.cu for kMaxE <= 64;
+/// wider instantiations only here, as the reference arithmetic for the wide kernels).
 template <int kMaxE>
-void launch(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n) {
+void launch_register(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n) {
   const dim3 grid(static_cast<unsigned>((a.queries + sk::kQueries - 1) / sk::kQueries), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
   if (n)
@@ -60,12 +62,47 @@ void launch(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n) {
     cuda_host_emulation::launch(grid, sk::kQueries, [&] { sk::global_attention_kernel<kMaxE>(a); });
 }
 
-void run_case(const KernelCase& c, std::mt19937& rng) {
+/// A wide kernel with `parts` threads per query on the column group starting at col0 (as sphere_attention.cu).
+void launch_wide_group(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n, int parts, int col0) {
+  const unsigned threads = static_cast<unsigned>(sk::kWideQueries * parts);
+  if (n)
+    cuda_host_emulation::launch(sk::wide_grid(a), threads, [&] { sk::wide_neighborhood_attention_kernel(a, *n, col0); });
+  else
+    cuda_host_emulation::launch(sk::wide_grid(a), threads, [&] { sk::wide_global_attention_kernel(a, col0); });
+}
+
+/// The wide kernels with `parts` threads per query (any number), one launch per column group.
+void launch_wide(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n, int parts) {
+  for (int col0 = 0; col0 < a.ev; col0 += parts * sk::kWideColumns) launch_wide_group(a, n, parts, col0);
+}
+
+/// Which kernels run_case launches.
+enum class Path {
+  dispatch,          // the launchers' choice (sk::dispatch_attention): register kernels up to width 64, else wide
+  wide_and_register  // the wide kernels (wide_parts, and one part per query when that differs), each compared
+                     // bitwise with the register kernel instantiated for the case's width
+};
+
+/// The register kernel for any width up to 1024 (its bucket, or the next power of two above 64).
+void launch_register_any(const cu::SphereAttentionArgs& a, const cu::SphereNeighbors* n) {
+  const int widest = std::max(a.ek, a.ev);
+  if (widest <= 64)
+    sk::dispatch_attention(a, [&](auto w) { launch_register<decltype(w)::value>(a, n); }, [](int, int) {});
+  else if (widest <= 128) launch_register<128>(a, n);
+  else if (widest <= 256) launch_register<256>(a, n);
+  else if (widest <= 512) launch_register<512>(a, n);
+  else launch_register<1024>(a, n);
+}
+
+void run_case(const KernelCase& c, std::mt19937& rng, Path path = Path::dispatch) {
   const bool neighborhood = c.theta_cutoff > 0;
   const index_t po = static_cast<index_t>(c.nlat_out) * c.nlon_out, pi = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   // Row strides wider than the rows: the kernels must not read or write the padding.
   const index_t ldq = c.heads * c.ek + 3, ldk = c.heads * c.ek + 1, ldv = c.heads * c.ev + 2, ldo = c.heads * c.ev + 5;
-  const std::vector<float> q = random_vector(static_cast<std::size_t>(c.batch * po * ldq), rng, 0.7f),
+  // q as if scaled by 1/sqrt(ek) beyond width 48 (logits of the same spread as at 48): wide heads then do not
+  // all give a one-key softmax, where only the final rounding would be tested.
+  const float q_stddev = 0.7f * static_cast<float>(std::sqrt(48.0 / std::max(48, c.ek)));
+  const std::vector<float> q = random_vector(static_cast<std::size_t>(c.batch * po * ldq), rng, q_stddev),
                            k = random_vector(static_cast<std::size_t>(c.batch * pi * ldk), rng, 0.7f),
                            v = random_vector(static_cast<std::size_t>(c.batch * pi * ldv), rng, 1.0f);
   constexpr float kUntouched = -7.0f;
@@ -99,12 +136,24 @@ void run_case(const KernelCase& c, std::mt19937& rng) {
     n.nlat_out = c.nlat_out;
     n.nlon_out = c.nlon_out;
   }
-  switch (cu::detail::head_dim_bucket(std::max(c.ek, c.ev))) {
-    case 4: launch<4>(a, neighborhood ? &n : nullptr); break;
-    case 8: launch<8>(a, neighborhood ? &n : nullptr); break;
-    case 16: launch<16>(a, neighborhood ? &n : nullptr); break;
-    case 32: launch<32>(a, neighborhood ? &n : nullptr); break;
-    default: launch<64>(a, neighborhood ? &n : nullptr); break;
+  const cu::SphereNeighbors* const nb = neighborhood ? &n : nullptr;
+  std::size_t register_mismatch = 0;
+  if (path == Path::dispatch) {
+    sk::dispatch_attention(
+        a, [&](auto w) { launch_register<decltype(w)::value>(a, nb); },
+        [&](int parts, int col0) { launch_wide_group(a, nb, parts, col0); });
+  } else {
+    std::vector<float> reference(o.size(), kUntouched);
+    a.o = reference.data();
+    launch_register_any(a, nb);
+    a.o = o.data();
+    for (const int parts : {sk::wide_parts(c.ek, c.ev), 1}) {
+      std::fill(o.begin(), o.end(), kUntouched);
+      launch_wide(a, nb, parts);
+      // Equal bits (NaN included: 0 * inf from the same operations).
+      register_mismatch += std::memcmp(o.data(), reference.data(), o.size() * sizeof(float)) != 0 ? 1 : 0;
+      if (parts == 1) break;
+    }
   }
 
   double worst = 0, max_err = 0;
@@ -172,6 +221,7 @@ void run_case(const KernelCase& c, std::mt19937& rng) {
   EXPECT_EQ(nan_mismatch, 0u) << name << ": NaN exactly for the outputs without keys";
   EXPECT_EQ(padding_written, 0u) << name << ": padding columns of o written";
   EXPECT_LE(worst, 1.0) << name << ": max error " << max_err;
+  EXPECT_EQ(register_mismatch, 0u) << name << ": the wide kernels differ from the register kernel's arithmetic";
   std::printf("  %-62s max err %.3g (%.3g of the bound), NaN %zu\n", name.c_str(), max_err, worst, nan);
 }
 
@@ -194,6 +244,42 @@ TEST(SphereKernelsEmulated, NeighborhoodAttentionMatchesTheFormula) {
   run_case({16, 32, 8, 8, 2, 8, 8, 1, 0.4, G::equiangular, G::legendre_gauss}, rng);    // p = 4
   run_case({10, 20, 10, 20, 1, 48, 48, 3, 1.2, G::equiangular, G::equiangular}, rng);   // wide, 2 query blocks
   run_case({9, 36, 8, 12, 2, 2, 2, 1, 0.05, G::legendre_gauss, G::equiangular}, rng);   // empty lists: NaN
+}
+
+// Wide heads (above 64: the model zoo's one head of width 128 or 256, and wider), through the launchers'
+// choice (the wide kernels): the formula within the same bound.
+TEST(SphereKernelsEmulated, WideHeadsMatchTheFormula) {
+  std::mt19937 rng(7);
+  using G = sp::Grid;
+  // global: 135 keys = 3 windows of kWideSlots, several query blocks with a partial last one
+  run_case({9, 15, 9, 15, 1, 128, 128, 2, 0.0, G::equiangular, G::equiangular}, rng);
+  run_case({6, 12, 6, 12, 1, 96, 96, 1, 0.0, G::legendre_gauss, G::legendre_gauss}, rng);
+  run_case({8, 16, 4, 8, 2, 100, 130, 1, 0.0, G::lobatto, G::equiangular}, rng);        // 3 parts, the last 2 columns
+  run_case({6, 12, 6, 12, 1, 256, 256, 1, 0.0, G::equiangular, G::equiangular}, rng);  // e256: 4 q chunks
+  // neighbourhood: blocks spanning several output latitudes with lists of different lengths
+  run_case({12, 24, 12, 24, 1, 128, 128, 2, 0.3, G::equiangular, G::equiangular}, rng);
+  run_case({16, 32, 8, 8, 2, 96, 160, 1, 0.5, G::legendre_gauss, G::equiangular}, rng);  // p = 4, ev 160
+  run_case({10, 20, 10, 20, 1, 256, 256, 1, 1.2, G::equiangular, G::equiangular}, rng);  // lists of 100+ keys
+  run_case({9, 36, 8, 12, 1, 72, 72, 1, 0.05, G::legendre_gauss, G::equiangular}, rng);  // empty lists: NaN
+}
+
+// The wide kernels are the register kernels' arithmetic: bitwise equal to the register kernel instantiated
+// for the same width (on the device only up to 64; on the host, as a reference, for any width), with the
+// launchers' number of threads per query and with one (every column group a launch of its own), including
+// ek > ev, ev > 512 (two column groups at 8 parts) and the register kernels' own widths (<= 64).
+TEST(SphereKernelsEmulated, WideKernelsAreTheRegisterKernelsArithmetic) {
+  std::mt19937 rng(8);
+  using G = sp::Grid;
+  const Path w = Path::wide_and_register;
+  run_case({9, 15, 9, 15, 2, 16, 33, 1, 0.0, G::equiangular, G::equiangular}, rng, w);
+  run_case({8, 16, 8, 16, 1, 64, 64, 1, 0.0, G::lobatto, G::lobatto}, rng, w);
+  run_case({9, 15, 9, 15, 1, 128, 128, 1, 0.0, G::equiangular, G::equiangular}, rng, w);
+  run_case({6, 12, 3, 6, 1, 200, 40, 2, 0.0, G::legendre_gauss, G::equiangular}, rng, w);  // ek > ev
+  run_case({4, 8, 4, 8, 1, 72, 520, 1, 0.0, G::equiangular, G::equiangular}, rng, w);      // 2 column groups
+  run_case({12, 24, 12, 24, 2, 5, 3, 1, 0.3, G::equiangular, G::equiangular}, rng, w);
+  run_case({16, 32, 8, 8, 1, 96, 160, 2, 0.5, G::legendre_gauss, G::equiangular}, rng, w);
+  run_case({10, 20, 10, 20, 1, 256, 256, 1, 1.2, G::equiangular, G::equiangular}, rng, w);
+  run_case({9, 36, 8, 12, 1, 72, 72, 1, 0.05, G::legendre_gauss, G::equiangular}, rng, w);   // NaN, same bits
 }
 
 // The kernel's arithmetic is the CPU operators' (s2_heads.cpp, rms_norm_heads and the scale): equal bits.

@@ -1,6 +1,7 @@
 // The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (attention_device.hpp; CUDA builds only,
 // added by libsurrogate/cmake/cuda.cmake). Host code: the packed weights on the device, the scratch of
-// the projected operands, and the launches of the kernels of kernels/cuda (mlp.cu, sphere_attention.cu).
+// the projected operands, and the launches of the kernels of kernels/cuda (mlp.cu or point_layers.cu's
+// dense for the projections, sphere_attention.cu).
 #include "surrogate/sphere/attention_device.hpp"
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
 #include "device_call.hpp"
 
@@ -33,24 +35,10 @@ class DeviceHeads {
               int device)
       : op_(op), device_(device), cin_(in_channels), heads_(heads), ck_(k_channels), cout_(out_channels),
         ek_(k_channels / heads), ev_(out_channels / heads), s_(scale) {
-    if (ek_ > cu::kMaxSphereHeadDim || ev_ > cu::kMaxSphereHeadDim)
-      throw Error(ErrorCode::unsupported, op_ + ": head widths k_channels/num_heads = " + std::to_string(ek_) +
-                                              ", out_channels/num_heads = " + std::to_string(ev_) +
-                                              ": the CUDA kernels support at most " +
-                                              std::to_string(cu::kMaxSphereHeadDim) + " (use the CPU operator)");
-    if (std::max({cin_, ck_, cout_}) > cu::kMaxMlpWidth)
-      throw Error(ErrorCode::unsupported, op_ + ": in_channels = " + std::to_string(cin_) + ", k_channels = " +
-                                              std::to_string(ck_) + ", out_channels = " + std::to_string(cout_) +
-                                              ": the CUDA projections support at most " +
-                                              std::to_string(cu::kMaxMlpWidth) + " (use the CPU operator)");
     // One blob: W^T and bias of q, k, v, proj (pack_mlp_linear; each part a multiple of 4 floats, so the
     // kernels' float4 loads stay aligned), then the qk-norm weights.
     std::vector<float> blob;
-    struct Part {
-      std::size_t weight_t, bias;
-      int in, out;
-    };
-    std::vector<Part> parts;
+    std::vector<Part>& parts = parts_;
     const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
       std::vector<float> wt, bt;
       cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
@@ -144,11 +132,30 @@ class DeviceHeads {
   }
 
  private:
+  /// One projection: the fused MLP kernel (mlp.cu) for widths up to kMaxMlpWidth, else cuda::dense (one
+  /// thread per output, no width limit) on the same packed weights. Both compute bias + sum_k x_k w_k as
+  /// one fmaf chain in k order, so the width only changes the speed.
   void linear(int layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, cudaStream_t stream) const {
+    const Part& p = parts_[static_cast<std::size_t>(layer)];
+    if (std::max(p.in, p.out) > cu::kMaxMlpWidth) {
+      cu::DenseArgs d;
+      d.wt = blob_.data() + p.weight_t;
+      d.bias = blob_.data() + p.bias;
+      d.in = p.in;
+      d.out = p.out;
+      d.ldw = cu::mlp_weight_ld(p.out);
+      d.x = x;
+      d.ldx = ldx;
+      d.y = y;
+      d.ldy = ldy;
+      d.rows = rows;
+      cu::dense(d, stream);
+      return;
+    }
     cu::MlpArgs m;
     m.layers = layers_.data() + layer;
     m.num_layers = 1;
-    m.max_width = layer == 3 ? cout_ : std::max(cin_, layer == 2 ? cout_ : ck_);
+    m.max_width = std::max(p.in, p.out);
     m.x = x;
     m.ldx = ldx;
     m.y = y;
@@ -157,6 +164,11 @@ class DeviceHeads {
     cu::mlp(m, stream);
   }
 
+  struct Part {  // one packed projection in blob_ (offsets in floats)
+    std::size_t weight_t, bias;
+    int in, out;
+  };
+  std::vector<Part> parts_;  // q, k, v, proj
   std::string op_;
   int device_, cin_, heads_, ck_, cout_, ek_, ev_;
   float s_;

@@ -5,7 +5,7 @@
 // Self-attention on the model's grid: the host rows are uploaded, AttentionS2Device /
 // NeighborhoodAttentionS2Device (surrogate/sphere/attention_device.hpp) runs on the object's stream, the
 // output rows are downloaded. Refused (Error(unsupported) at construction, by the device operators):
-// the neighbourhood upsampling mode, head widths above 64, channel counts above 256.
+// the neighbourhood upsampling mode (any head width and channel count runs).
 //
 // COMPILED AND EMULATION-TESTED, NEVER RUN ON A GPU.
 #pragma once

@@ -4,8 +4,9 @@
 //   o_{h,i} = sum_j exp(q_{h,i}.k_{h,j} + log w_lat(j)) v_{h,j} / sum_j exp(q_{h,i}.k_{h,j} + log w_lat(j))
 // on the online softmax with a power-of-two reference of latent_softmax.cuh (the CPU kernels' exp_parts,
 // double sums). Inputs are the already projected operands (q scaled and qk-normed: s2_head_norm_scale).
-// One thread computes one (sample, head, query) from start to end in key order: the result does not
-// depend on the launch geometry and is bitwise reproducible run to run.
+// Each (sample, head, query) is computed in key order with the same operations whatever the launch geometry
+// (one thread, or for wide heads one thread per 64 value columns sharing the logits): bitwise reproducible
+// run to run.
 //
 // Layout (device buffers, row-major, channels last, one point per row): q row b*queries + i, k and v rows
 // b*keys + j; head h of q and k at columns [h*ek, (h+1)*ek), of v and o at [h*ev, (h+1)*ev). Key row
@@ -20,8 +21,11 @@
 
 namespace surrogate::kernels::cuda {
 
-/// The largest head width (ek and ev) of the sphere attention kernels.
-inline constexpr int kMaxSphereHeadDim = 64;
+/// Head widths up to this (max(ek, ev)) run on the register-resident kernels (one thread per query, q and
+/// the accumulators in registers); wider heads on the column-split kernels (the value columns of a query
+/// shared by up to 8 threads of 64 columns each, q in shared memory; more columns in further launches), so
+/// no head width is refused. Both compute the same operations in the same order.
+inline constexpr int kSphereRegisterHeadDim = 64;
 
 struct SphereAttentionArgs {
   const float* q = nullptr;  // batch*queries rows
@@ -40,7 +44,7 @@ struct SphereAttentionArgs {
 };
 
 /// AttentionS2: every query against all keys of its sample. Throws std::invalid_argument for head widths
-/// outside [1, kMaxSphereHeadDim].
+/// below 1.
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream);
 
 /// The CSR neighbour lists of NeighborhoodAttentionS2 on the device (NeighborhoodCsr): output point

@@ -2,16 +2,17 @@
 // include directory and CUDA::cudart). Same configuration, weights, semantics and layout as the CPU
 // operators (attention.hpp, neighborhood_attention.hpp; share/docs/sphere.md "CUDA"), on device pointers:
 //
-//   q/k/v projections (1x1 convolutions with bias): kernels::cuda::mlp, one FP32 layer each;
+//   q/k/v projections (1x1 convolutions with bias): kernels::cuda::mlp, one FP32 layer each (channel
+//   counts above 256: kernels::cuda::dense, the same fmaf chain per output);
 //   optional RMS qk-norm and the scale of q: kernels::cuda::sphere_head_norm_scale;
 //   the quadrature-weighted softmax: kernels::cuda::sphere_global_attention / sphere_neighborhood_attention
-//   (the online softmax of latent_softmax.cuh, double sums, one thread per (sample, head, query));
-//   output projection: kernels::cuda::mlp.
+//   (the online softmax of latent_softmax.cuh, double sums; one thread per (sample, head, query) for head
+//   widths <= 64, one thread per 64 value columns of a query above);
+//   output projection: as the q/k/v projections.
 //
 // Each object builds the CPU operator first (every check of the configuration and weights, the scale,
 // the quadrature weights and the neighbour lists come from it), then uploads what the device needs.
-// Limits of the device path (Error(unsupported) at construction): head widths k_channels/num_heads and
-// out_channels/num_heads <= 64, in_channels, k_channels and out_channels <= 256, batch <= 65535.
+// Any head width and channel count; batch <= 65535 (Error(invalid_argument) in the forward).
 // A forward enqueues on `stream` and returns; its scratch buffers belong to the object, so one object
 // runs one forward at a time (the next forward on the same stream is fine). The caller's current
 // device is restored. CUDA failures become Error (out_of_memory, unsupported or internal) naming the
