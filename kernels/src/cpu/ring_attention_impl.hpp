@@ -14,7 +14,7 @@
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
-inline constexpr int kRingChunk = 128;  // entries per chunk of the online softmax
+inline constexpr int kRingChunk = 32;  // entries per chunk: float sums within a chunk, double across chunks
 
 /// W/2 doubles at p.
 inline simd::vd load_double(const double* p) {
@@ -32,6 +32,17 @@ inline simd::vd power_of_two(simd::vd d) {
   return __builtin_bit_cast(vd, biased << 52);
 }
 
+/// The double sums at acc (W lanes: two halves of W/2) plus the float lanes x, or set to x when first.
+inline void add_to_double(double* acc, simd::vf x, bool first) {
+  using namespace simd;
+  vd h[2];
+  to_double(x, h);
+  for (int i = 0; i < 2; ++i) {
+    if (!first) h[i] += load_double(acc + i * (W / 2));
+    std::memcpy(acc + i * (W / 2), &h[i], sizeof(vd));
+  }
+}
+
 template <int EK, int EV>
 inline void ring_attention_impl(const RingAttentionArgs& a) {
   using namespace simd;
@@ -39,8 +50,7 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
   constexpr int kGroup = W == 16 ? 16 : 8;  // value channels accumulated in registers at a time
   const int ek = EK ? EK : a.ek, ev = EV ? EV : a.ev;
   alignas(64) float qt[kMaxHeadDim * W];
-  alignas(64) float logits[kRingChunk * W];
-  alignas(64) double terms[kRingChunk * W];
+  alignas(64) float logits[kRingChunk * W];       // pass 1's logits, then pass 2's terms in their place
   alignas(64) double acc[(kMaxHeadDim + 1) * W];  // channel c (0: the sum, 1 + e: value e), lane i at c*W + i
   index_t value_at[kRingChunk];
   for (int i0 = 0; i0 < a.count; i0 += W) {
@@ -50,13 +60,13 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
     if (lanes < W)
       for (int e = 0; e < ek; ++e)
         for (int i = lanes; i < W; ++i) qt[e * W + i] = 0.0f;
-    // The sums start at zero: the first chunk's passes start from zero registers rather than `acc`.
     if (a.entries == 0)
       for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
     const int base = a.first + i0;
     vf ref = splat(0.0f);
     for (index_t n0 = 0; n0 < a.entries; n0 += kRingChunk) {
       const int chunk = static_cast<int>(imin(kRingChunk, a.entries - n0));
+      const bool first_chunk = n0 == 0;
       // Pass 1: logits (one fused multiply-add chain in channel order) and their per-lane maxima.
       vf lane_max = splat(-__builtin_inff());
       for (int j = 0; j < chunk; ++j) {
@@ -73,7 +83,7 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
       }
       // References: the exponent of each lane's largest term; exact rescale of the sums when one grows.
       const vf chunk_ref = exp_exponent(lane_max);
-      if (n0 == 0) {
+      if (first_chunk) {
         ref = chunk_ref;
       } else {
         const vf grown = vmax(ref, chunk_ref);
@@ -92,41 +102,30 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
         }
         ref = grown;
       }
-      // Pass 2: the terms times the entry's quadrature weight (float x float, exact in double).
-      vd S[2] = {};
-      if (n0 > 0) std::memcpy(S, acc, sizeof S);
+      // Pass 2: the terms times the entry's quadrature weight (rounded to float), summed in float.
+      vf S = splat(0.0f);
       for (int j = 0; j < chunk; ++j) {
-        vd p[2];
-        to_double(softmax_term(load(logits + j * W), ref), p);
-        const double w = a.weight[n0 + j];
-        for (int h = 0; h < 2; ++h) {
-          p[h] *= w;
-          S[h] += p[h];
-        }
-        std::memcpy(terms + j * W, p, sizeof p);
+        const vf t = softmax_term(load(logits + j * W), ref) * splat(a.weight[n0 + j]);
+        S += t;
+        store(logits + j * W, t);
       }
-      std::memcpy(acc, S, sizeof S);
-      // Pass 3: the weighted values, kGroup channels of one half of the lanes at a time.
-      for (int h = 0; h < 2; ++h) {
-        for (int e0 = 0; e0 < ev; e0 += kGroup) {
-          const int group = static_cast<int>(imin(kGroup, ev - e0));
-          double* u0 = acc + (1 + e0) * W + h * kHalf;
-          vd U[kGroup] = {};
-          if (n0 > 0)
-            for (int g = 0; g < group; ++g) std::memcpy(&U[g], u0 + g * W, sizeof(vd));
-          for (int j = 0; j < chunk; ++j) {
-            vd t;
-            std::memcpy(&t, terms + j * W + h * kHalf, sizeof t);
-            const double* v = a.vt + value_at[j] + e0 * a.ld_ring + h * kHalf;
-            if (EV != 0 && group == kGroup) {
+      add_to_double(acc, S, first_chunk);
+      // Pass 3: the weighted values summed in float, kGroup channels at a time, then added in double.
+      for (int e0 = 0; e0 < ev; e0 += kGroup) {
+        const int group = static_cast<int>(imin(kGroup, ev - e0));
+        vf U[kGroup];
+        for (int g = 0; g < kGroup; ++g) U[g] = splat(0.0f);
+        for (int j = 0; j < chunk; ++j) {
+          const vf t = load(logits + j * W);
+          const float* v = a.vt + value_at[j] + e0 * a.ld_ring;
+          if (EV != 0 && group == kGroup) {
 #pragma GCC unroll 16
-              for (int g = 0; g < kGroup; ++g) U[g] += t * load_double(v + g * a.ld_ring);
-            } else {
-              for (int g = 0; g < group; ++g) U[g] += t * load_double(v + g * a.ld_ring);
-            }
+            for (int g = 0; g < kGroup; ++g) U[g] += t * load(v + g * a.ld_ring);
+          } else {
+            for (int g = 0; g < group; ++g) U[g] += t * load(v + g * a.ld_ring);
           }
-          for (int g = 0; g < group; ++g) std::memcpy(u0 + g * W, &U[g], sizeof(vd));
         }
+        for (int g = 0; g < group; ++g) add_to_double(acc + (1 + e0 + g) * W, U[g], first_chunk);
       }
     }
     // out = weighted * (1 / sum) per lane (no entries: 0 * inf = NaN, as torch-harmonics' 0 / 0), staged

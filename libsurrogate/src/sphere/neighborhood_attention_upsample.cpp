@@ -1,6 +1,6 @@
 // NeighborhoodAttentionS2's forward in the upsampling (scatter) mode (query grid finer than the key
 // grid): per sample, the keys and values of the input rows projected once (S2Heads::project_plain) and
-// transposed into channel-major rings over the input longitudes (values in double, as the kernel sums);
+// transposed into channel-major rings over the input longitudes;
 // then band by band of output rows the q projection, the softmax of every output point over its input
 // neighbours on the shared ring-attention kernel (the queries of one output latitude and longitude
 // residue r, output longitudes r, r + p, r + 2p, ..., as consecutive lanes: they read consecutive ring
@@ -27,21 +27,17 @@ constexpr int kBandPoints = 1024;  // output points (whole latitude rows, at lea
 /// (h+1)*width), ld ld_src) into the rings: channel e of (head h, slot, position w) at ((h*slots + slot)*width
 /// + e)*ld_ring + w; positions nlon .. ld_ring - 1 repeat positions 0 .. (mod nlon). Run by run of one input
 /// row, through the kernels' block transposition.
-template <class T>
 void to_rings(index_t r0, index_t n, const float* src, index_t ld_src, int heads, int width, int slots, int nlon,
-              index_t ld_ring, T* dst) {
+              index_t ld_ring, float* dst) {
   const kernels::CpuKernels& kern = kernels::cpu();
   for (index_t i0 = 0; i0 < n;) {
     const index_t row = r0 + i0, slot = row / nlon, w0 = row % nlon, len = std::min(n - i0, nlon - w0);
     for (int h = 0; h < heads; ++h) {
-      T* d = dst + (static_cast<index_t>(h) * slots + slot) * width * ld_ring;
+      float* d = dst + (static_cast<index_t>(h) * slots + slot) * width * ld_ring;
       kernels::TransposeArgs a;
       a.s = src + i0 * ld_src + static_cast<index_t>(h) * width;
       a.lds = ld_src;
-      if constexpr (sizeof(T) == sizeof(float))
-        a.d = d + w0;
-      else
-        a.d_double = d + w0;
+      a.d = d + w0;
       a.ldd = ld_ring;
       a.rows = len;
       a.cols = width;
@@ -94,13 +90,13 @@ void upsample_attention_rows(const UpsampleLists& l, const std::vector<float>& q
   const index_t ring_k = static_cast<index_t>(rows_in) * ek * ld_ring, ring_v = static_cast<index_t>(rows_in) * ev * ld_ring;
   const PlainOperands& ops = ws.plain;
   AlignedBuffer<float>& k_rings = ws.k_rings;
-  AlignedBuffer<double>& v_rings = ws.v_rings;
+  AlignedBuffer<float>& v_rings = ws.v_rings;
   AlignedBuffer<float>& o_band = ws.attention;  // one band's attention results, head h in columns [h*ev, (h+1)*ev)
   k_rings.resize(static_cast<std::size_t>(H * ring_k));
   v_rings.resize(static_cast<std::size_t>(H * ring_v));
   o_band.resize(static_cast<std::size_t>(std::min(band, rows_out) * nlon_out * ld_o));
   float* const kt = k_rings.data();
-  double* const vt = v_rings.data();
+  float* const vt = v_rings.data();
   float* const o = o_band.data();
 
   for (int b = 0; b < batch; ++b) {

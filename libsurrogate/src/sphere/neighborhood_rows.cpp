@@ -9,7 +9,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <type_traits>
 
 #include "s2_workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
@@ -38,8 +37,7 @@ struct RingLayout {
   /// rows; the samples one after the other in the same slots). Run by run of one (sample, input row,
   /// residue), head by head, through the kernels' tiled transposition (kernels::CpuKernels::transpose):
   /// whole vectors of consecutive ring positions per store rather than one cache line per value.
-  template <class T>
-  void scatter(const kernels::CpuKernels& kern, index_t r0, index_t n, const float* src, index_t ld_src, T* dst) const {
+  void scatter(const kernels::CpuKernels& kern, index_t r0, index_t n, const float* src, index_t ld_src, float* dst) const {
     const index_t points = static_cast<index_t>(rows_in) * nlon_in;
     for (index_t i0 = 0; i0 < n;) {
       // Rows i0 .. i1 - 1: one sample and input row, longitudes w0 .. w0 + (i1 - i0) - 1.
@@ -52,23 +50,20 @@ struct RingLayout {
         const index_t ja = wa / p, jb = ja + (w_end - wa + p - 1) / p;
         const float* s0 = src + (i0 + wa - w0) * ld_src;
         const index_t step = static_cast<index_t>(p) * ld_src;
-        T* d0 = dst + (slot * p + r) * width * ld_ring;
+        float* d0 = dst + (slot * p + r) * width * ld_ring;
         for (int h = 0; h < heads; ++h) {
           // Positions ja .. jb - 1 of the head's channels (the kernel's register-tiled transposition).
           kernels::TransposeArgs t;
           t.s = s0 + static_cast<index_t>(h) * width;
           t.lds = step;
-          if constexpr (std::is_same_v<T, double>)
-            t.d_double = d0 + h * head_size() + ja;
-          else
-            t.d = d0 + h * head_size() + ja;
+          t.d = d0 + h * head_size() + ja;
           t.ldd = ld_ring;
           t.rows = jb - ja;
           t.cols = width;
           kern.transpose(t);
           // The wrapped copies ring .. ld_ring - 1 of positions 0 .. (mod ring).
           for (int e = 0; e < width; ++e) {
-            T* d = d0 + h * head_size() + e * ld_ring;
+            float* d = d0 + h * head_size() + e * ld_ring;
             for (index_t shift = ring; ja + shift < ld_ring; shift += ring)
               for (index_t j = ja; j < std::min(jb, ld_ring - shift); ++j) d[j + shift] = d[j];
           }
@@ -133,11 +128,11 @@ void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<f
   const index_t ring_k = k_layout.head_size(), ring_v = v_layout.head_size();
   const PlainOperands& ops = ws.plain;
   AlignedBuffer<float>& k_rings = ws.k_rings;
-  AlignedBuffer<double>& v_rings = ws.v_rings;  // (values in double: the kernel's sums are double)
+  AlignedBuffer<float>& v_rings = ws.v_rings;
   k_rings.resize(static_cast<std::size_t>(k_layout.size()));
   v_rings.resize(static_cast<std::size_t>(v_layout.size()));
   float* const kt = k_rings.data();
-  double* const vt = v_rings.data();
+  float* const vt = v_rings.data();
 
   // The entries of the band's lists: ring row offsets (within one head), positions, weights.
   std::vector<index_t> key_base(static_cast<std::size_t>(count)), value_base(static_cast<std::size_t>(count));

@@ -27,16 +27,16 @@ struct S2Workspace {
   AugmentedOperands augmented;                           // AttentionS2
   PlainOperands plain;                                   // NeighborhoodAttentionS2
   kernels::AlignedBuffer<float> k_rings;                 // NeighborhoodAttentionS2: key rings
-  kernels::AlignedBuffer<double> v_rings;                // and value rings (double)
+  kernels::AlignedBuffer<float> v_rings;                 // and value rings
   kernels::AlignedBuffer<float> attention;              // softmax results before the output projection
   kernels::AlignedBuffer<float> projected;              // output projection rows (out_channels not a multiple of kPad)
 
   std::size_t bytes() const {
     const std::size_t floats = pad_q.size() + pad_k.size() + pad_v.size() + proj_q.size() + proj_k.size() +
                                proj_v.size() + augmented.q.size() + augmented.k.size() + augmented.v.size() +
-                               plain.q.size() + plain.k.size() + plain.v.size() + k_rings.size() + attention.size() +
-                               projected.size();
-    return floats * sizeof(float) + v_rings.size() * sizeof(double);
+                               plain.q.size() + plain.k.size() + plain.v.size() + k_rings.size() + v_rings.size() +
+                               attention.size() + projected.size();
+    return floats * sizeof(float);
   }
 };
 

@@ -162,14 +162,15 @@ struct BallDistanceArgs {
 /// longitude first + i of a ring of `ring` longitudes; neighbour entry n of the list (the list of output
 /// longitude 0) is, for query i, the key/value at ring position (ring_pos[n] + first + i) mod ring of the
 /// transposed rows whose channel 0 starts at key_base[n] (keys) and value_base[n] (values): channel e of
-/// that position is at kt[key_base[n] + e * ld_ring + position], likewise vt with value_base (the values
-/// in double: the float values converted, exactly, when the rings are built). Positions
+/// that position is at kt[key_base[n] + e * ld_ring + position], likewise vt with value_base. Positions
 /// ring .. ring + kRingPad - 1 must repeat positions 0 .. kRingPad - 1 (mod ring), so the kernel loads
 /// the queries' keys of one entry as one contiguous vector. The result is the quadrature-weighted softmax
 ///   out[i*ldo + e] = sum_n exp(q_i . k_n) weight[n] v_ne / sum_n exp(q_i . k_n) weight[n]
 /// with q already scaled; every term is the streaming encode's (LatentEncodeArgs): a float whose bits
-/// depend only on the logit and a running power-of-two reference per query, times weight[n] in double,
-/// summed in double in entry order, rounded to float once. A query's result does not depend on `first`,
+/// depend only on the logit and a running power-of-two reference per query, times weight[n] rounded to
+/// float; the terms and the weighted values are summed in float in entry order within chunks of 32
+/// entries, the chunks' sums added in double, the quotient rounded to float once (error at most about
+/// 2 * 31 float32 ulps of max |v| beyond the terms' own). A query's result does not depend on `first`,
 /// `count` or where its lane sits (bitwise). No entries: NaN (0/0), as torch-harmonics. Single-threaded,
 /// no heap allocation; ek, ev <= kMaxAttentionHeadDim.
 inline constexpr int kRingPad = 16;
@@ -179,7 +180,7 @@ struct RingAttentionArgs {
   index_t ldq = 0;
   int count = 0, first = 0, ring = 0;
   const float* kt = nullptr;
-  const double* vt = nullptr;
+  const float* vt = nullptr;
   index_t ld_ring = 0;            // >= ring + kRingPad
   index_t entries = 0;
   const index_t* key_base = nullptr;    // [entries]
