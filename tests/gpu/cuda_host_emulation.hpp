@@ -2,7 +2,7 @@
 // (kernels/cuda/sphere_attention_kernels.cuh) runs unchanged on the CPU in tests: the execution-space
 // keywords become nothing, __shared__ arrays become function statics shared by the threads of a block,
 // a block is run as blockDim std::threads with a std::barrier for __syncthreads(), blocks one after
-// another, and the bit-cast / rounding intrinsics are their IEEE host equivalents (compile with
+// another (the same threads for every block of a launch), and the bit-cast / rounding intrinsics are their IEEE host equivalents (compile with
 // -ffp-contract=off so that the host does not fuse what the device code keeps separate). Not a CUDA
 // implementation: just enough for kernels that use blockIdx, threadIdx, blockDim, __syncthreads and
 // __shared__ arrays. Include before any kernel source.
@@ -29,28 +29,34 @@
 #define __shared__ static
 
 namespace cuda_host_emulation {
-inline dim3 block_index, block_dim;
-inline thread_local dim3 thread_index;
+inline dim3 block_dim;
+inline thread_local dim3 block_index, thread_index;
 inline std::barrier<>* block_barrier = nullptr;
 
-/// Runs kernel() for every thread of every block of `grid` (blocks in order, a block's threads at once).
+/// Runs kernel() for every thread of every block of `grid` (blocks in order, a block's threads at once):
+/// `threads` std::threads for the whole launch, each running its thread of every block in turn, with a
+/// barrier after each block (nobody starts the next block, whose __shared__ statics are the same arrays,
+/// before the whole block has finished).
 template <class Kernel>
 void launch(dim3 grid, unsigned threads, Kernel kernel) {
   block_dim = dim3(threads);
-  for (unsigned z = 0; z < grid.z; ++z)
-    for (unsigned y = 0; y < grid.y; ++y)
-      for (unsigned x = 0; x < grid.x; ++x) {
-        block_index = dim3(x, y, z);
-        std::barrier<> barrier(static_cast<std::ptrdiff_t>(threads));
-        block_barrier = &barrier;
-        std::vector<std::thread> pool;
-        for (unsigned t = 0; t < threads; ++t)
-          pool.emplace_back([&kernel, t] {
-            thread_index = dim3(t);
+  std::barrier<> barrier(static_cast<std::ptrdiff_t>(threads));
+  block_barrier = &barrier;
+  std::vector<std::thread> pool;
+  pool.reserve(threads);
+  for (unsigned t = 0; t < threads; ++t)
+    pool.emplace_back([&kernel, &barrier, grid, t] {
+      thread_index = dim3(t);
+      for (unsigned z = 0; z < grid.z; ++z)
+        for (unsigned y = 0; y < grid.y; ++y)
+          for (unsigned x = 0; x < grid.x; ++x) {
+            block_index = dim3(x, y, z);
             kernel();
-          });
-        for (std::thread& t : pool) t.join();
-      }
+            barrier.arrive_and_wait();
+          }
+    });
+  for (std::thread& t : pool) t.join();
+  block_barrier = nullptr;
 }
 }  // namespace cuda_host_emulation
 

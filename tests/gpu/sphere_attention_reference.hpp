@@ -100,6 +100,40 @@ inline sphere::AttentionS2Weights random_weights(const Case& t, std::mt19937& rn
   return w;
 }
 
+/// Heads wider than 64 (the device's column-split kernels): the model zoo's one head of width 128, two
+/// heads of widths 96 / 160 with 320 output channels (projections above 256 channels: cuda::dense). Few
+/// input channels: the worst-case bound grows with every width, and with 16 inputs it stays below 1 % of
+/// the outputs (test_cuda_sphere_host.cpp), tight enough to catch a wrong key, column or weight.
+inline std::vector<Case> wide_global_cases() {
+  std::vector<Case> cases;
+  Case z{"self 8x16, 1 head of width 128 (zoo e128)", 16, 1, 128, 128, 8, 16, 8, 16};
+  z.bias = false;
+  z.grid_in = z.grid_out = sphere::Grid::legendre_gauss;
+  cases.push_back(z);
+  Case c{"cross 12x24 -> 6x12, widths 96 / 160", 16, 2, 192, 320, 12, 24, 6, 12};
+  c.self = false;
+  c.batch = 2;
+  cases.push_back(c);
+  return cases;
+}
+
+/// Heads wider than 64, neighbourhood: the zoo's e256 (one head of width 256) and a downsampling case
+/// with 264 value columns (5 threads per query on the device, the last with 8 columns; the CPU operator
+/// takes at most 512).
+inline std::vector<Case> wide_neighborhood_cases() {
+  std::vector<Case> cases;
+  Case z{"self 12x24, 1 head of width 256 (zoo e256)", 16, 1, 256, 256, 12, 24, 12, 24};
+  z.bias = false;
+  cases.push_back(z);
+  Case d{"LG 16x32 -> 8x8, widths 72 / 264, cutoff 0.5", 16, 1, 72, 264, 16, 32, 8, 8};
+  d.grid_in = sphere::Grid::legendre_gauss;
+  d.theta_cutoff = 0.5;
+  d.self = false;
+  d.batch = 2;
+  cases.push_back(d);
+  return cases;
+}
+
 inline std::vector<Case> global_cases() {
   std::vector<Case> cases;
   cases.push_back({"self 8x16, 2 heads, bias", 8, 2, 8, 8, 8, 16, 8, 16});
@@ -121,6 +155,7 @@ inline std::vector<Case> global_cases() {
   Case l{"self 16x32 Lobatto (8 key tiles), 4 heads", 16, 4, 16, 16, 16, 32, 16, 32};
   l.grid_in = l.grid_out = sphere::Grid::lobatto;
   cases.push_back(l);
+  for (const Case& wide : wide_global_cases()) cases.push_back(wide);
   return cases;
 }
 
@@ -146,6 +181,7 @@ inline std::vector<Case> neighborhood_cases() {
   e.theta_cutoff = 0.05;  // the polar output rows have no input point that close: NaN, as the CPU
   e.self = false;
   cases.push_back(e);
+  for (const Case& wide : wide_neighborhood_cases()) cases.push_back(wide);
   return cases;
 }
 

@@ -5,6 +5,9 @@
 // kernels' indexing (heads, samples, strides, key tiles and partial tiles, query blocks, CSR lists, the
 // longitude shift, downsampling, empty lists) and their use of the online softmax without a GPU; it says
 // nothing about the hardware (compilation by nvcc, the real launch, memory). Labels unit;cuda, CUDA builds.
+// Wide heads (above 64: the column-split kernels, several threads per query): the same formula check at
+// widths 72 ... 520 (non-powers of two, ek != ev, several column groups), and bitwise equality with the
+// register kernel instantiated on the host for the same width (the arithmetic the design promises).
 //
 // Tolerance per output element (u = 2^-24; the operands are exact float inputs here): the logit of a key
 // is within d_l = (ek + 2) u sum_e |q_e k_e| + 3 u |log w| of the exact one (the dot's rounding, the rounded
