@@ -102,10 +102,14 @@ void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t 
     throw std::invalid_argument("cuda::selected_block_attention: need C, S, tokens_per_row >= 1 and rows * "
                                 "tokens_per_row == n (rows " + std::to_string(a.rows) + ", tokens_per_row " +
                                 std::to_string(a.tokens_per_row) + ", n " + std::to_string(a.n) + ")");
-  if (static_cast<index_t>(a.S) * a.C > a.n)
+  if (a.first_row == nullptr && static_cast<index_t>(a.S) * a.C > a.n)
     throw std::invalid_argument("cuda::selected_block_attention: S * C = " +
                                 std::to_string(static_cast<index_t>(a.S) * a.C) + " exceeds the " +
                                 std::to_string(a.n) + " tokens of a sample");
+  if (a.first_row != nullptr && (a.S > a.blocks || a.ldkv < 1))
+    throw std::invalid_argument("cuda::selected_block_attention: gathered blocks need S <= blocks and ldkv >= 1 (S " +
+                                std::to_string(a.S) + ", blocks " + std::to_string(a.blocks) + ", ldkv " +
+                                std::to_string(a.ldkv) + ")");
   const dim3 grid = thread_grid("selected_block_attention", static_cast<index_t>(a.samples) * a.n, a.heads);
   with_head_dim(a.E, [&](auto width) {
     selected_block_kernel<decltype(width)::value><<<grid, kThreads, 0, stream>>>(a);

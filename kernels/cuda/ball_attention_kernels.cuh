@@ -102,11 +102,13 @@ __global__ void __launch_bounds__(kThreads) selected_block_kernel(SelectedBlockA
   const std::int32_t* chosen = a.sel + ((sample * a.heads + h) * a.rows + r) * a.S;
   detail::Pow2Softmax<double, kMaxE> sm;
   sm.reset();
+  const index_t ldkv = a.first_row ? a.ldkv : a.ld;
   for (int j = 0; j < a.S; ++j) {
-    const index_t first = sample * a.n + static_cast<index_t>(chosen[j]) * a.C;
+    const index_t first = a.first_row ? a.first_row[sample * a.blocks + chosen[j]]
+                                      : sample * a.n + static_cast<index_t>(chosen[j]) * a.C;
     for (int c = 0; c < a.C; ++c) {
       const index_t row = first + c;
-      sm.add(detail::logit<kMaxE>(qs, a.k + row * a.ld + c0, E), a.v + row * a.ld + c0, E);
+      sm.add(detail::logit<kMaxE>(qs, a.k + row * ldkv + c0, E), a.v + row * ldkv + c0, E);
     }
   }
   const double inv = 1.0 / sm.sum;

@@ -15,5 +15,5 @@ target_sources(surrogate_core PRIVATE src/erwin/erwin_cuda.cpp)
 # ExchangePlan applied to device rows through host memory (the multi-rank device forwards).
 target_sources(surrogate_core PRIVATE src/balltree/device_exchange.cpp)
 # The CUDA forward of BSA (bsa_device.hpp), replacing bsa_device_stub.cpp.
-target_sources(surrogate_core PRIVATE src/bsa/bsa_cuda.cpp)
+target_sources(surrogate_core PRIVATE src/bsa/bsa_cuda.cpp src/bsa/bsa_cuda_distributed.cpp)
 target_link_libraries(surrogate_core PRIVATE CUDA::cudart)

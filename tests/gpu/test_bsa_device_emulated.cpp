@@ -1,20 +1,15 @@
 // The BSA device forward (libsurrogate/src/bsa/bsa_cuda.cpp, the code compiled into the library) run on
 // the CPU with the host-emulated CUDA backend of emulated_cuda_backend.cpp (memory, streams, copies, the
 // point layers, the ball attention, the norm; see emulated_cuda_backend.hpp), as
-// tests/gpu/test_erwin_device_emulated.cpp does for Erwin. Defined here, the launchers only BSA uses:
-// its gate kernels (bsa_gate_kernels.cuh) and the coarse and selected-block attention
-// (ball_attention_kernels.cuh), which run the unchanged device code the same way, the threads of a block
-// one after another (those kernels use neither shared memory nor __syncthreads). Shared-library builds
-// only (ELF symbol interposition).
+// tests/gpu/test_erwin_device_emulated.cpp does for Erwin, with the launchers only BSA uses from
+// emulated_bsa_launchers.cpp (its gate kernels, the coarse and selected-block attention). Shared-library
+// builds only (ELF symbol interposition).
 //
 // What this checks without a GPU: the orchestration of the device forward (weights arena, geometry,
 // compression index arrays, the host block selection, strides, rotated layers, the long residual, the
 // gate) against the CPU forward on the golden BSA models, within a float32 bound. What it does not check:
 // nvcc's code, the real runtime, the hardware. Labels unit;cuda, CUDA builds with shared libraries.
-#include "emulated_cuda_backend.hpp"  // first: replaces the CUDA keywords for the kernel sources below
-
-#include "ball_attention_kernels.cuh"
-#include "bsa_gate_kernels.cuh"
+#include "emulated_bsa_launchers.hpp"  // first: replaces the CUDA keywords
 
 #include <gtest/gtest.h>
 
@@ -32,46 +27,6 @@
 #include "surrogate/bsa.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/model.hpp"
-
-// ---------------------------------------------------------------------------------------------------
-// Host versions of the launchers only BSA's device forward uses (the common ones: emulated_cuda_backend.cpp).
-
-namespace surrogate::kernels::cuda {
-
-using emulated_backend::grid_for;
-using emulated_backend::launches;
-using emulated_backend::run_sequentially;
-using emulated_backend::with_head_dim;
-
-namespace gk = bsa_kernels;
-void row_map(const RowMapArgs& a, cudaStream_t) {
-  ++launches;
-  run_sequentially(grid_for(a.rows * a.width, gk::kThreads), gk::kThreads, [&] { gk::row_map_kernel(a); });
-}
-void gated_sum(const GatedSumArgs& a, cudaStream_t) {
-  ++launches;
-  run_sequentially(grid_for(a.rows * a.heads * a.E, gk::kThreads), gk::kThreads, [&] { gk::gated_sum_kernel(a); });
-}
-
-namespace bk = ball_kernels;
-void coarse_attention(const CoarseAttentionArgs& a, cudaStream_t) {
-  ++launches;
-  with_head_dim(a.E, [&](auto width) {
-    run_sequentially(grid_for(static_cast<index_t>(a.samples) * a.queries, bk::kThreads, a.heads), bk::kThreads,
-                     [&] { bk::coarse_kernel<decltype(width)::value>(a); });
-  });
-}
-void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t) {
-  ++launches;
-  with_head_dim(a.E, [&](auto width) {
-    run_sequentially(grid_for(static_cast<index_t>(a.samples) * a.n, bk::kThreads, a.heads), bk::kThreads,
-                     [&] { bk::selected_block_kernel<decltype(width)::value>(a); });
-  });
-}
-
-}  // namespace surrogate::kernels::cuda
-
-// ---------------------------------------------------------------------------------------------------
 
 namespace {
 

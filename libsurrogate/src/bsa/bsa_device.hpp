@@ -6,7 +6,11 @@
 // compression MLPs, the gate, SwiGLU, the long residual) run on the device. The top-S block selection
 // runs on the host, with the CPU forward's own select_blocks, on the compressed blocks (and, with
 // token-level importance, the token queries) downloaded once per sparse layer; the chosen block indices
-// go back up. Single process, fp32. Internal to libsurrogate.
+// go back up. fp32. Internal to libsurrogate.
+// Several ranks (forward_distributed): every rank runs the layers on its own slots of the distributed
+// tree (DistributedPlan, bsa_distributed.hpp, builds it on the host); what crosses ranks goes through host
+// memory and the CPU path's MPI plans: the rotated layers' exchange, the compressed K/V all-gather, the
+// selected blocks fetched from their owners, the global branch's sample K/V (bsa_cuda_distributed.cpp).
 //
 // NOT YET RUN ON A GPU: written and compiled on a machine without a device (share/docs/balltree.md).
 #pragma once
@@ -15,10 +19,25 @@
 #include <span>
 #include <vector>
 
+#include "bsa_stages.hpp"
 #include "surrogate/balltree.hpp"
+#include "surrogate/balltree_distributed.hpp"
 #include "surrogate/bsa.hpp"
+#include "surrogate/comm.hpp"
 
 namespace surrogate::bsa::detail {
+
+/// A rank's part of the distributed forward, as DistributedPlan built it (host data, valid during the
+/// call; the plans are applied through their bound communicator, which must be `comm`).
+struct DistributedRows {
+  const Comm* comm = nullptr;
+  const balltree::DistributedTree* tree = nullptr;  // the rank's slots (owners of the blocks)
+  const RowLayout* layout = nullptr;                // the local slots cut at sample boundaries
+  std::span<const float> positions;                 // layout->rows x d, tree order
+  std::span<const float> rotated_positions;         // the same in rotated order (rotated models)
+  const balltree::ExchangePlan* rotation = nullptr;     // tree order -> rotated order (rotated models)
+  const balltree::ExchangePlan* sample_rows = nullptr;  // global attention: the rows of the partial samples
+};
 
 class BsaDeviceForward {
  public:
@@ -33,6 +52,13 @@ class BsaDeviceForward {
   virtual std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                      std::span<const float> positions, const balltree::Batch& batch,
                                      bool same_geometry, int threads) = 0;
+  /// The layers on this rank's slots of the distributed tree: slot_features (layout->rows x c_in, tree
+  /// order, padding duplicates filled) -> layout->rows x c_hidden values in tree order, bitwise the rows
+  /// of forward() on the whole batch on one rank. Collective over rows.comm: every rank calls it with the
+  /// same model; an error on one rank (device, input) is the same Error on all. `same_geometry`: `rows`
+  /// is the plan of the previous distributed call (its uploaded positions and exchange lists are reused).
+  virtual std::vector<float> forward_distributed(const DistributedRows& rows, std::span<const float> slot_features,
+                                                 bool same_geometry, int threads) = 0;
   /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
   /// events; includes the host selection's waits), and of its geometry upload (0 when reused).
   virtual double last_forward_ms() const = 0;

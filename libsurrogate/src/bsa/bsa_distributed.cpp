@@ -13,6 +13,7 @@
 #include <numeric>
 #include <string>
 
+#include "bsa_device.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::bsa::detail {
@@ -33,33 +34,11 @@ class TreeExchanges final : public LayerExchanges {
   }
   bool distributed() const override { return true; }
   void gather_blocks(const float* local_blocks, index_t count, int width, float* all) const override {
-    const balltree::RankRanges& slots = trees_.tree.slots;
-    const int P = comm_.size();
-    std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
-    std::size_t offset = 0;
-    for (int r = 0; r < P; ++r) {
-      bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(slots.size(r) / C_ * width) * sizeof(float);
-      offsets[static_cast<std::size_t>(r)] = offset;
-      offset += bytes[static_cast<std::size_t>(r)];
-    }
-    comm_.allgatherv(local_blocks, static_cast<std::size_t>(count * width) * sizeof(float),
-                     all, bytes, offsets);
+    gather_compressed_blocks(comm_, trees_.tree, C_, local_blocks, count, width, all);
   }
   void fetch_blocks(std::span<const std::int64_t> blocks, const float* local_rows, int width,
                     float* fetched) const override {
-    const balltree::RankRanges& slots = trees_.tree.slots;
-    std::vector<int> rank(blocks.size() * static_cast<std::size_t>(C_));
-    std::vector<std::int64_t> key(rank.size());
-    for (std::size_t b = 0; b < blocks.size(); ++b)
-      for (int c = 0; c < C_; ++c) {
-        const std::int64_t slot = blocks[b] * C_ + c;
-        const std::size_t t = b * static_cast<std::size_t>(C_) + static_cast<std::size_t>(c);
-        rank[t] = slots.owner(slot);
-        key[t] = slot - slots.begin(rank[t]);
-      }
-    const balltree::ExchangePlan plan =
-        balltree::ExchangePlan::from_requests(comm_, trees_.tree.local_slots(), rank, key, {}, {});
-    plan.forward(local_rows, width, fetched);
+    block_fetch_plan(comm_, trees_.tree, C_, blocks).forward(local_rows, width, fetched);
   }
   void fetch_samples(const float* local_rows, int width, float* fetched) const override {
     if (!sample_rows_) throw Error(ErrorCode::internal, "bsa (distributed): no plan for the samples' rows");
@@ -79,6 +58,33 @@ class TreeExchanges final : public LayerExchanges {
 };
 
 }  // namespace
+
+void gather_compressed_blocks(const Comm& comm, const balltree::DistributedTree& tree, int C, const float* local_blocks,
+                              index_t count, int width, float* all) {
+  const int P = comm.size();
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
+  std::size_t offset = 0;
+  for (int r = 0; r < P; ++r) {
+    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(tree.slots.size(r) / C * width) * sizeof(float);
+    offsets[static_cast<std::size_t>(r)] = offset;
+    offset += bytes[static_cast<std::size_t>(r)];
+  }
+  comm.allgatherv(local_blocks, static_cast<std::size_t>(count * width) * sizeof(float), all, bytes, offsets);
+}
+
+balltree::ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
+                                        std::span<const std::int64_t> blocks) {
+  std::vector<int> rank(blocks.size() * static_cast<std::size_t>(C));
+  std::vector<std::int64_t> key(rank.size());
+  for (std::size_t b = 0; b < blocks.size(); ++b)
+    for (int c = 0; c < C; ++c) {
+      const std::int64_t slot = blocks[b] * C + c;
+      const std::size_t t = b * static_cast<std::size_t>(C) + static_cast<std::size_t>(c);
+      rank[t] = tree.slots.owner(slot);
+      key[t] = slot - tree.slots.begin(rank[t]);
+    }
+  return balltree::ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
+}
 
 std::int64_t tree_granularity(const Config& c) {
   // Global attention has no balls, blocks or groups inside a layer (ball_size only shapes the rotated
@@ -195,6 +201,43 @@ std::vector<float> DistributedPlan::forward(const Network& net, std::span<const 
   tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D));
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D, result.data() + i * D);
+  return result;
+}
+
+std::vector<float> DistributedPlan::forward_on_device(BsaDeviceForward& device, const Network& net,
+                                                      std::span<const float> block_features, bool same_geometry,
+                                                      int threads) const {
+  const Config& c = net.config();
+  const int D = c.c_hidden, cin = c.c_in;
+  const std::int64_t n = block_rows();
+  if (static_cast<std::int64_t>(block_features.size()) != n * cin)
+    throw Error(ErrorCode::internal, "bsa (distributed, device): block features of the wrong size");
+  collectively(*comm_, [&] { Stages::check_features(net, block_features, block_.begin()); });
+  // The features to the rank's slots on the host (c_in values per row: fewer bytes than the hidden rows),
+  // the layers on the device, the hidden rows back to the block on the host.
+  const balltree::DistributedTree& tree = trees_.tree;
+  std::vector<float> padded(block_features.begin(), block_features.end());
+  padded.resize(std::max<std::size_t>(1, padded.size()));
+  std::vector<float> slot_features(static_cast<std::size_t>(std::max<std::int64_t>(1, tree.local_slots() * cin)));
+  tree.plan.to_tree(padded.data(), cin, slot_features.data());
+  slot_features.resize(static_cast<std::size_t>(tree.local_slots() * cin));
+  DistributedRows rows;
+  rows.comm = comm_;
+  rows.tree = &tree;
+  rows.layout = &layout_;
+  rows.positions = slot_positions_;
+  rows.rotated_positions = rotated_positions_;
+  if (c.should_rotate) {
+    if (trees_.rotations.exchange.size() < 2)
+      throw Error(ErrorCode::internal, "bsa (distributed): the rotated layers have no rotated tree");
+    rows.rotation = &trees_.rotations.exchange[1];
+  }
+  if (c.attention_type == AttentionType::global) rows.sample_rows = &sample_rows_;
+  std::vector<float> y = device.forward_distributed(rows, slot_features, same_geometry, threads);
+  y.resize(std::max<std::size_t>(1, y.size()));
+  std::vector<float> result(static_cast<std::size_t>(std::max<std::int64_t>(1, n * D)));
+  tree.plan.to_solver(y.data(), D, result.data());
+  result.resize(static_cast<std::size_t>(n * D));
   return result;
 }
 

@@ -19,6 +19,19 @@
 
 namespace surrogate::bsa::detail {
 
+class BsaDeviceForward;
+
+/// all (the batch's compressed blocks in global order, `width` floats each) = every rank's `count` local
+/// blocks (its slots / C, in slot order). Collective.
+void gather_compressed_blocks(const Comm& comm, const balltree::DistributedTree& tree, int C, const float* local_blocks,
+                              index_t count, int width, float* all);
+
+/// The plan that fetches the token rows of the global blocks `blocks` (block b = global slots [b C, (b+1) C))
+/// from their owners: source = the owners' local slot rows, target row i C + c = slot blocks[i] C + c.
+/// Collective (every rank with its own list).
+balltree::ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
+                                        std::span<const std::int64_t> blocks);
+
 /// The tree granularity that keeps every ball (ball_size, and attention_ball_size for ball attention),
 /// compression block (C) and selection group (G) of every layer on one rank: their least common multiple;
 /// 2 (leaves) for global attention, which attends to whole samples wherever their rows are.
@@ -49,6 +62,12 @@ class DistributedPlan {
   /// bitwise the rows of Network::forward of the whole batch. Collective; NaN/Inf features are an
   /// agreed Error(input).
   std::vector<float> forward(const Network& net, std::span<const float> block_features, int threads) const;
+  /// The same on a CUDA device (bsa_device.hpp, forward_distributed): the features moved to the rank's
+  /// slots on the host, the layers on the device, the result moved back to the block on the host.
+  /// `same_geometry`: this plan's geometry is already on `device` (its previous call). Collective;
+  /// errors agreed.
+  std::vector<float> forward_on_device(BsaDeviceForward& device, const Network& net,
+                                       std::span<const float> block_features, bool same_geometry, int threads) const;
 
  private:
   const Comm* comm_;

@@ -2,11 +2,13 @@
 // (PointCloudModel: positions and samples; BSA passes no messages, so edges are never used), optionally
 // inside the ShapeNet-Car wrapper (/config wrapper = "shapenet_car": inputs are the positions only, one
 // output). Every attention type runs distributed on the ball tree (bsa_distributed.hpp) at any rank count;
-// with cuda_device >= 0 on one rank the network runs on the device (bsa_device.hpp; compiled and
-// emulation-tested, never run on a GPU), several ranks with a device are refused.
+// with cuda_device >= 0 the network runs on the device (bsa_device.hpp; compiled and emulation-tested,
+// never run on a GPU): on one rank on the gathered batch, on several ranks every rank on its slots of the
+// distributed tree, the exchanges staged through host memory and MPI.
 // Docs: share/docs/balltree.md ("Running BSA").
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <memory>
 
@@ -77,18 +79,21 @@ class BsaModel final : public PointCloudModel {
                        "; the canonical order is routed through the ranks owning the ids, no rank gathers the "
                        "batch; the plan is reused while the geometry stays; bitwise equal to one process)");
     d.emplace_back("CUDA forward",
-                   "one rank, fp32 (cuda_device >= 0: tree and top-S block selection on the host, the layers on the "
-                   "device; compiled and emulation-tested, never run on a GPU)");
+                   "fp32 (cuda_device >= 0: tree and top-S block selection on the host, the layers on the device; "
+                   "several ranks: each on its slots of the distributed tree, exchanges through host memory and "
+                   "MPI; compiled and emulation-tested, never run on a GPU)");
     return d;
   }
 
  protected:
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
-    if (options.cuda_device >= 0) {
+    const bool on_device = options.cuda_device >= 0;
+    if (on_device && comm.size() == 1) {
       forward_on_device(comm, layout, geometry, in, ld_in, out, ld_out, options);
       return;
     }
+    if (on_device) use_device(comm, options);
     // The distributed ball tree (bsa_distributed.hpp): the plan (the canonical blocks, the
     // tree, the exchange plans) is built on the first call and reused while the geometry (positions,
     // global ids, samples, on every rank, compared bit for bit) stays the same.
@@ -105,6 +110,7 @@ class BsaModel final : public PointCloudModel {
       const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
       plan_ = std::make_unique<detail::DistributedPlan>(comm, net_, all, n);
       plan_key_ = std::move(key);
+      ++plan_generation_;
     }
     const detail::DistributedPlan& plan = *plan_;
     std::vector<float> block_features;
@@ -117,7 +123,16 @@ class BsaModel final : public PointCloudModel {
       plan.to_block(rows.data(), cin, block_features.data());
       block_features.resize(static_cast<std::size_t>(plan.block_rows() * cin));
     }
-    std::vector<float> y = plan.forward(net_, block_features, options.threads);
+    std::vector<float> y;
+    if (on_device) {
+      // The device keeps this plan's geometry (positions, exchange lists) while the plan is kept.
+      const bool same = device_plan_generation_ == plan_generation_;
+      device_plan_generation_ = 0;
+      y = plan.forward_on_device(*device_, net_, block_features, same, options.threads);
+      device_plan_generation_ = plan_generation_;
+    } else {
+      y = plan.forward(net_, block_features, options.threads);
+    }
     if (wrapped(net_)) y = detail::Stages::head(net_, y, options.threads);
     y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cout)));
     std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
@@ -139,25 +154,27 @@ class BsaModel final : public PointCloudModel {
   /// The CUDA forward (bsa_device.hpp), one rank: the batch in canonical order, the trees built on the
   /// host when the geometry changes (kept with the geometry uploaded on the device while it stays), the
   /// network on the device; the wrapper's Fourier features and head on the host.
-  void forward_on_device(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
-                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
-    const Config& c = net_.config();
-    const int dim = c.dimensionality;
-    collectively(comm, [&] {  // every rank has the same options and rank count: the same error everywhere
-      if (comm.size() > 1)
-        throw Error(ErrorCode::unsupported,
-                    "bsa: the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
-                        " ranks here): the distributed ball tree's block exchanges have no device path yet; run BSA "
-                        "on one rank, or on the CPU (cuda_device -1)");
+  /// The device forward for options.cuda_device (made, and the weights uploaded, on first use); fp32
+  /// only. Collective: a refusal or a device error on one rank is the same Error on all.
+  void use_device(const Comm& comm, const RunOptions& options) {
+    collectively(comm, [&] {
       if (options.precision != Precision::fp32)
         throw Error(ErrorCode::unsupported, std::string("bsa: the CUDA forward computes in fp32 only (precision '") +
                                                 precision_name(options.precision) + "' requested)");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
         device_trees_.reset();
+        device_plan_generation_ = 0;
         device_ = detail::make_bsa_cuda_forward(net_, options.cuda_device);
       }
     });
+  }
+
+  void forward_on_device(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
+                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+    const Config& c = net_.config();
+    const int dim = c.dimensionality;
+    use_device(comm, options);
     const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, !wrapped(net_), false, options.threads);
     GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
     key.has_edges = false;  // edges are ignored
@@ -195,6 +212,8 @@ class BsaModel final : public PointCloudModel {
   Network net_;
   std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
   GeometryKey plan_key_;
+  std::uint64_t plan_generation_ = 0;         // counts the plans built
+  std::uint64_t device_plan_generation_ = 0;  // the plan whose geometry device_ holds (0: none)
   std::unique_ptr<detail::BsaDeviceForward> device_;      // the CUDA forward, once a device was asked for
   std::unique_ptr<balltree::RotatedTrees> device_trees_;  // its trees, of the geometry device_key_
   GeometryKey device_key_;

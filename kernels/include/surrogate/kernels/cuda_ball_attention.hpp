@@ -75,6 +75,11 @@ void coarse_attention(const CoarseAttentionArgs& a, cudaStream_t stream);
 /// r = i / tokens_per_row and attends to the S * C tokens of the blocks sel[((s * heads + h) * rows + r)
 /// * S + j], j = 0 .. S-1 in that order (block g: tokens g C .. g C + C - 1 of the sample), no bias.
 /// rows * tokens_per_row == n; every index must lie in [0, n / C) (not checked on the device).
+/// With `first_row` set, the tokens are a window of n rows of their samples (multi-rank: a rank's part of
+/// a sample) and the selected blocks' keys and values are rows gathered elsewhere (fetched from their
+/// owners): block g of sample s starts at row first_row[s * blocks + g] of k and v, whose row stride is
+/// ldkv; indices then lie in [0, blocks) and S <= blocks. The keys are the same values in the same order,
+/// so a token's result is bitwise that of the whole-sample launch.
 struct SelectedBlockAttentionArgs {
   int samples = 0;
   index_t n = 0;
@@ -90,6 +95,9 @@ struct SelectedBlockAttentionArgs {
   const std::int32_t* sel = nullptr; // device [samples][heads][rows][S]
   float* out = nullptr;
   index_t ldo = 0;
+  const std::int64_t* first_row = nullptr;  // device [samples][blocks], or nullptr (the tokens' own rows)
+  index_t blocks = 0;                       // blocks per whole sample (with first_row)
+  index_t ldkv = 0;                         // row stride of k and v (with first_row)
 };
 void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t stream);
 
