@@ -2,6 +2,14 @@
 // with the kernels of surrogate/kernels/cuda_point_layers.hpp (dense layers, row copies, BatchNorm,
 // message mean), kernels::cuda::norm (RMSNorm, LayerNorm) and kernels::cuda::ball_attention.
 //
+// Where the rows live and how they move between the stages is a DeviceLayout (erwin_cuda_layout.hpp):
+// one process (gathers by the tree's index arrays), or one rank of the distributed plan (its block with a
+// halo, its slots of the distributed tree, the halo refreshes, block <-> slots moves and rotated orders
+// as the plan's exchanges staged through host memory). Every kernel computes each row, edge group and
+// ball from that row's inputs alone, so a rank's rows are bitwise those of the one-process forward.
+// Errors inside the launches are kept until the next collective point (every movement of a distributed
+// layout, and the end), where they are agreed, so no rank waits on one that failed.
+//
 // What stays on the host: the ball tree and the rotated trees (built by the caller), and what depends
 // only on the geometry, computed once per geometry with the CPU forward's own functions (so with its
 // bits): the positions of every level in tree order (mean_pool of the children), the positions of every
@@ -19,11 +27,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <stdexcept>
 #include <string>
 
+#include "erwin_cuda_layout.hpp"
 #include "erwin_device.hpp"
+#include "erwin_distributed.hpp"
 #include "erwin_stages.hpp"
 #include "../balltree/point_device.hpp"
 #include "../cuda_errors.hpp"
@@ -60,19 +71,12 @@ struct Norm {  // folded eval BatchNorm
 /// The geometry of one level: positions (level order) and ball-relative positions, the same for the
 /// rotated order, and the children's positions relative to their parent (transition to the next level).
 struct Level {
+  int index = 0;
   index_t nodes = 0;
   int width = 0;  // c_hidden of the level = row stride of its node array
   cu::DeviceBuffer<float> pos, rel, pos_rot, rel_rot, child_rel;
-  cu::DeviceBuffer<std::int64_t> rot;
   cu::DeviceBuffer<float> x;  // the node array (nodes x width); the encoder's output is the decoder's skip
 };
-
-std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
-  std::vector<float> out(order.size() * static_cast<std::size_t>(width));
-  for (std::size_t r = 0; r < order.size(); ++r)
-    std::copy_n(rows.begin() + order[r] * width, width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
-  return out;
-}
 
 class ErwinCudaForward final : public ErwinDeviceForward {
  public:
@@ -81,6 +85,8 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                              std::span<const float> positions, const balltree::Batch& batch,
                              std::span<const std::int64_t> edge_index, bool same_geometry) override;
+  std::vector<float> forward(const DistributedPlan& plan, std::span<const float> block_features,
+                             bool same_geometry) override;
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
 
@@ -98,15 +104,26 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   Block add_block(const BlockWeights& b);
   const float* w(std::size_t offset) const { return weights_.data() + offset; }
 
-  void set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t n,
-                    std::span<const std::int64_t> edge_index);
+  /// Runs `work` (launches) unless an earlier one failed; a failure is kept as pending_ (an Error).
+  template <class F>
+  void launch(F&& work);
+  /// A movement of the layout: after the pending error is agreed; collective when distributed, else a launch.
+  template <class F>
+  void move(F&& movement);
+  /// The pending error agreed over the layout's ranks (or raised, in one process): call before every
+  /// collective movement and at the end.
+  void agree_pending();
+  /// The whole forward on the current layout: features (points x c_in, host) -> points x c_hidden[0].
+  std::vector<float> run(std::span<const float> features, const void* geometry_source, bool same_geometry,
+                         const std::function<std::unique_ptr<DeviceLayout>()>& make_layout);
+  void set_geometry();
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
              Activation act = Activation::none, const float* add = nullptr, index_t ld_add = 0);
   void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
             const std::int64_t* dst_index, index_t rows, int width);
   void norm(const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim, const float* weight,
             const float* bias, float eps, bool rms);
-  void message_passing(index_t n);
+  void message_passing();
   void run_block(const Block& b, float* x, index_t rows, const float* pos, const float* rel);
   void run_blocks(const std::vector<Block>& blocks, Level& level);
   void levels();
@@ -126,10 +143,10 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   std::vector<Norm> pool_bn_, unpool_bn_;
 
   // Geometry (set_geometry).
-  bool have_geometry_ = false;
-  index_t points_ = 0;
+  std::unique_ptr<DeviceLayout> layout_;
+  const void* geometry_source_ = nullptr;  // the trees or the plan the layout was made of
+  Status pending_;                         // a failed launch, not yet agreed
   std::vector<Level> levels_;
-  cu::DeviceBuffer<std::int64_t> tree_index_, slot_;
   cu::DeviceBuffer<std::int64_t> edge_src_, edge_dst_, edge_start_;  // edges grouped by receiver
   cu::DeviceBuffer<float> edge_rel_;                                 // p_src - p_dst, in that order
   std::vector<std::pair<index_t, index_t>> receiver_chunks_;          // [r0, r1) with few enough edges
@@ -233,48 +250,69 @@ void ErwinCudaForward::norm(const float* x, index_t ldx, float* y, index_t ldy, 
   cu::norm(a, stream_.get());
 }
 
-void ErwinCudaForward::set_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t n,
-                                    std::span<const std::int64_t> edge_index) {
-  const int d = cfg_.dimensionality, L = cfg_.levels();
-  const balltree::Tree& tree = trees.tree;
-  const std::vector<index_t> nodes = Stages::level_nodes(*net_, tree.slots());
-  const bool rotate = cfg_.rotate > 0;
-  if (tree.mask.size() != tree.index.size() || tree.slots() < n)
-    throw Error(ErrorCode::input, "erwin: trees.tree does not belong to these points");
-  for (const std::int64_t s : tree.index)
-    if (s < 0 || s >= n) throw Error(ErrorCode::input, "erwin: trees.tree.index holds " + std::to_string(s) + ", not a point index");
-  if (rotate && static_cast<int>(trees.rotated.size()) != L)
-    throw Error(ErrorCode::input, "erwin: rotate > 0 needs one rotated permutation per level, trees.rotated has " +
-                                      std::to_string(trees.rotated.size()));
-  for (int i = 0; rotate && i < L; ++i) {
-    const auto& r = trees.rotated[static_cast<std::size_t>(i)];
-    bool ok = static_cast<index_t>(r.size()) == nodes[static_cast<std::size_t>(i)];
-    for (const std::int64_t v : r) ok = ok && v >= 0 && v < nodes[static_cast<std::size_t>(i)];
-    if (!ok) throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] is not a permutation of the level's nodes");
+template <class F>
+void ErwinCudaForward::launch(F&& work) {
+  if (!pending_.ok()) return;
+  try {
+    work();
+  } catch (...) {
+    try {
+      raise_current(device_);
+    } catch (...) {
+      pending_ = Status::from_current_exception();
+    }
   }
+}
 
-  // Positions of every level in tree order: level 0 from the points, then the children's means.
+template <class F>
+void ErwinCudaForward::move(F&& movement) {
+  agree_pending();
+  if (layout_->comm()) movement();  // DeviceExchange: its own errors agreed
+  else launch(movement);
+}
+
+void ErwinCudaForward::agree_pending() {
+  const Status local = std::move(pending_);
+  pending_ = {};
+  if (const Comm* comm = layout_ ? layout_->comm() : nullptr) comm->agree_or_throw(local);
+  else if (!local.ok()) local.raise();
+}
+
+// The geometry of the current layout on the device: the positions of every level (level 0 the slots,
+// then the children's means), ball-relative positions (tree and rotated order), the children's positions
+// relative to their parent, the edges grouped by receiver, the layout's index arrays or exchange lists,
+// and the work arrays. Host arithmetic is the CPU forward's (mean_pool, ball_relative); the rotated
+// positions come from the layout (a collective exchange when distributed).
+void ErwinCudaForward::set_geometry() {
+  const DeviceLayout& layout = *layout_;
+  const int d = cfg_.dimensionality, L = cfg_.levels();
+  const std::span<const index_t> nodes = layout.level_nodes();
+  const bool rotate = cfg_.rotate > 0;
+  const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
+  launch([&] { layout_->upload(device_, stream_); });
+
   levels_.clear();
   levels_.resize(static_cast<std::size_t>(L));
-  std::vector<float> pos(static_cast<std::size_t>(nodes[0] * d));
-  for (index_t s = 0; s < nodes[0]; ++s)
-    std::copy_n(positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, pos.data() + s * d);
+  std::vector<float> pos(layout.slot_positions().begin(), layout.slot_positions().end());
   std::size_t scratch_ld = 1, scratch_u = 1, scratch_h = 1, scratch_join = 1, scratch_z = 1;
   for (int i = 0; i < L; ++i) {
     const auto iu = static_cast<std::size_t>(i);
     Level& lv = levels_[iu];
+    lv.index = i;
     lv.nodes = nodes[iu];
     lv.width = cfg_.c_hidden[iu];
     const int ball = cfg_.ball_sizes[iu];
-    upload(lv.pos, pos);
-    upload(lv.rel, ball_relative(pos, d, ball));
-    if (rotate) {
-      const std::vector<float> pr = permute_rows(pos, d, trees.rotated[iu]);
-      upload(lv.rot, trees.rotated[iu]);
-      upload(lv.pos_rot, pr);
-      upload(lv.rel_rot, ball_relative(pr, d, ball));
-    }
-    lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
+    std::vector<float> rotated_pos;
+    if (rotate) rotated_pos = layout.rotated_rows(i, pos, d);  // collective when distributed
+    launch([&] {
+      upload(lv.pos, pos);
+      upload(lv.rel, ball_relative(pos, d, ball));
+      if (rotate) {
+        upload(lv.pos_rot, rotated_pos);
+        upload(lv.rel_rot, ball_relative(rotated_pos, d, ball));
+      }
+      lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
+    });
     const auto rows = static_cast<std::size_t>(lv.nodes);
     const auto D = static_cast<std::size_t>(lv.width);
     scratch_u = std::max(scratch_u, rows * 3 * D);
@@ -289,84 +327,91 @@ void ErwinCudaForward::set_geometry(const balltree::RotatedTrees& trees, std::sp
     for (std::size_t c = 0; c < pos.size() / static_cast<std::size_t>(d); ++c)
       for (int e = 0; e < d; ++e)
         child_rel[c * d + e] = pos[c * d + e] - parent[(c / static_cast<std::size_t>(s)) * d + e];
-    upload(lv.child_rel, child_rel);
+    launch([&] { upload(lv.child_rel, child_rel); });
     const auto np = static_cast<std::size_t>(nodes[iu + 1]), Dn = static_cast<std::size_t>(cfg_.c_hidden[iu + 1]);
     const auto su = static_cast<std::size_t>(s), du = static_cast<std::size_t>(d);
     scratch_join = std::max({scratch_join, np * su * (D + du), np * (Dn + su * du)});
     scratch_z = std::max(scratch_z, np * su * D);
     pos = std::move(parent);
   }
-  for (cu::DeviceBuffer<float>* b : {&xr_, &hb_, &att_}) b->resize(scratch_ld, device_);
-  u_.resize(scratch_u, device_);
-  a1_.resize(scratch_h, device_);
-  a2_.resize(scratch_h, device_);
-  join_.resize(scratch_join, device_);
-  z_.resize(scratch_z, device_);
-
-  // Output order: the slot holding each point.
-  upload(tree_index_, std::vector<std::int64_t>(tree.index.begin(), tree.index.begin() + nodes[0]));
-  upload(slot_, tree.slot_of_point());
 
   // Edges grouped by receiver, each group in edge order (as run_mpnn), and p_src - p_dst per edge.
   const auto D0 = static_cast<std::size_t>(cfg_.c_hidden[0]);
   const auto nu = static_cast<std::size_t>(n);
   receiver_chunks_.clear();
+  std::vector<std::int64_t> start(nu + 1, 0), src_sorted, dst_sorted;
+  std::vector<float> rel;
+  std::size_t most = 1;
   if (cfg_.mp_steps > 0) {
-    if (edge_index.empty() || edge_index.size() % 2 != 0)
-      throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found " +
-                                        std::to_string(edge_index.size()));
-    const std::size_t E = edge_index.size() / 2;
+    const std::span<const std::int64_t> edge_index = layout.edges();
+    const std::span<const float> positions = layout.edge_positions();
+    std::size_t E = edge_index.size() / 2;
     const std::int64_t* src = edge_index.data();
     const std::int64_t* dst = edge_index.data() + E;
-    for (std::size_t e = 0; e < 2 * E; ++e)
-      if (edge_index[e] < 0 || edge_index[e] >= n)
-        throw Error(ErrorCode::input, "erwin: edge_index[" + std::to_string(e < E ? 0 : 1) + "][" + std::to_string(e % E) +
-                                          "] = " + std::to_string(edge_index[e]) + " is not a point index");
-    std::vector<std::int64_t> start(nu + 1, 0), fill(nu), src_sorted(E), dst_sorted(E);
+    for (std::size_t e = 0; e < E; ++e)
+      if (src[e] < 0 || src[e] >= n_all || dst[e] < 0 || dst[e] >= n) {  // the layouts check: a bug, agreed below
+        if (pending_.ok()) pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(e) + " out of range"};
+        E = 0;
+      }
+    std::vector<std::int64_t> fill(nu);
+    src_sorted.resize(E);
+    dst_sorted.resize(E);
     for (std::size_t e = 0; e < E; ++e) ++start[static_cast<std::size_t>(dst[e]) + 1];
     for (std::size_t i = 0; i < nu; ++i) start[i + 1] += start[i];
     std::copy(start.begin(), start.end() - 1, fill.begin());
-    std::vector<float> rel(E * static_cast<std::size_t>(d));
+    rel.resize(E * static_cast<std::size_t>(d));
     for (std::size_t e = 0; e < E; ++e) {
       const auto q = static_cast<std::size_t>(fill[static_cast<std::size_t>(dst[e])]++);
       src_sorted[q] = src[e];
       dst_sorted[q] = dst[e];
       for (int c = 0; c < d; ++c) rel[q * d + c] = positions[static_cast<std::size_t>(src[e] * d + c)] - positions[static_cast<std::size_t>(dst[e] * d + c)];
     }
-    upload(edge_src_, src_sorted);
-    upload(edge_dst_, dst_sorted);
-    upload(edge_start_, start);
-    edge_start_host_ = start;
-    upload(edge_rel_, rel);
-    index_t most = 1;
     for (index_t r0 = 0; r0 < n;) {
       index_t r1 = r0 + 1;
       while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= edge_chunk_) ++r1;
       receiver_chunks_.emplace_back(r0, r1);
-      most = std::max<index_t>(most, start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]);
+      most = std::max<std::size_t>(most, static_cast<std::size_t>(start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]));
       r0 = r1;
     }
-    const auto mu = static_cast<std::size_t>(most);
-    msg_in_.resize(mu * (2 * D0 + static_cast<std::size_t>(d)), device_);
-    msg_.resize(mu * D0, device_);
-    agg_.resize(nu * D0, device_);
-    upd_in_.resize(nu * 2 * D0, device_);
-    upd_.resize(nu * D0, device_);
+    edge_start_host_ = start;
   }
-  h_.resize(std::max<std::size_t>(1, nu * D0), device_);
-  out_.resize(std::max<std::size_t>(1, nu * D0), device_);
-  features_.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
-  points_ = n;
-  have_geometry_ = true;
+  launch([&] {
+    for (cu::DeviceBuffer<float>* b : {&xr_, &hb_, &att_}) b->resize(scratch_ld, device_);
+    u_.resize(scratch_u, device_);
+    a1_.resize(scratch_h, device_);
+    a2_.resize(scratch_h, device_);
+    join_.resize(scratch_join, device_);
+    z_.resize(scratch_z, device_);
+    if (cfg_.mp_steps > 0) {
+      upload(edge_src_, src_sorted);
+      upload(edge_dst_, dst_sorted);
+      upload(edge_start_, start);
+      upload(edge_rel_, rel);
+      msg_in_.resize(most * (2 * D0 + static_cast<std::size_t>(d)), device_);
+      msg_.resize(most * D0, device_);
+      agg_.resize(std::max<std::size_t>(1, nu * D0), device_);
+      upd_in_.resize(std::max<std::size_t>(1, nu * 2 * D0), device_);
+      upd_.resize(std::max<std::size_t>(1, nu * D0), device_);
+    }
+    h_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
+    out_.resize(std::max<std::size_t>(1, nu * D0), device_);
+    features_.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
+    stream_.synchronize();  // the host arrays above are released on return
+  });
+  agree_pending();
 }
 
 // Message passing (as Network::Impl::run_mpnn): per step, for chunks of receivers, the message rows
 // [h_j | h_i | p_j - p_i] in receiver order, m = LayerNorm(GELU(W x + b)), the mean per receiver; then
 // [h_i | mean_i] -> LayerNorm(W' x + b') added to h.
-void ErwinCudaForward::message_passing(index_t n) {
+void ErwinCudaForward::message_passing() {
   const int D = cfg_.c_hidden[0], d = cfg_.dimensionality;
-  const index_t ld_msg = 2 * D + d, ld_upd = 2 * D;
+  const index_t ld_msg = 2 * D + d, ld_upd = 2 * D, n = layout_->points();
   for (const Step& step : steps_) {
+    // The halo rows (remote sources) take their owners' current rows: collective when distributed.
+    agree_pending();
+    layout_->refresh_halo(h_.data(), D, D, stream_);
+    launch([&] {
     for (const auto& [r0, r1] : receiver_chunks_) {
       const index_t e0 = edge_start_host_[static_cast<std::size_t>(r0)], e1 = edge_start_host_[static_cast<std::size_t>(r1)];
       const index_t m = e1 - e0;
@@ -402,6 +447,7 @@ void ErwinCudaForward::message_passing(index_t n) {
     sum.rows = n;
     sum.width = D;
     cu::row_binary(sum, stream_.get());
+    });
   }
 }
 
@@ -454,12 +500,12 @@ void ErwinCudaForward::run_blocks(const std::vector<Block>& blocks, Level& level
   const int D = level.width;
   for (std::size_t j = 0; j < blocks.size(); ++j) {
     if (!(cfg_.rotate > 0 && j % 2 == 1)) {
-      run_block(blocks[j], level.x.data(), level.nodes, level.pos.data(), level.rel.data());
+      launch([&] { run_block(blocks[j], level.x.data(), level.nodes, level.pos.data(), level.rel.data()); });
       continue;
     }
-    copy(level.x.data(), D, level.rot.data(), xr_.data(), D, nullptr, level.nodes, D);
-    run_block(blocks[j], xr_.data(), level.nodes, level.pos_rot.data(), level.rel_rot.data());
-    copy(xr_.data(), D, nullptr, level.x.data(), D, level.rot.data(), level.nodes, D);
+    move([&] { layout_->to_rotated(level.index, level.x.data(), xr_.data(), D, stream_); });
+    launch([&] { run_block(blocks[j], xr_.data(), level.nodes, level.pos_rot.data(), level.rel_rot.data()); });
+    move([&] { layout_->from_rotated(level.index, xr_.data(), level.x.data(), D, stream_); });
   }
 }
 
@@ -474,11 +520,12 @@ void ErwinCudaForward::levels() {
     run_blocks(encoder_[iu], lv);
     const int s = cfg_.strides[iu], Din = lv.width, Dout = next.width;
     if (s == 1) {
-      copy(lv.x.data(), Din, nullptr, next.x.data(), Dout, nullptr, lv.nodes, Din);
+      launch([&] { copy(lv.x.data(), Din, nullptr, next.x.data(), Dout, nullptr, lv.nodes, Din); });
       continue;
     }
     // [x of the s children | their positions relative to the parent] -> Linear -> BatchNorm.
     const index_t np = next.nodes, ld_in = static_cast<index_t>(s) * (Din + d);
+    launch([&] {
     for (int j = 0; j < s; ++j)
       copy(lv.x.data() + static_cast<index_t>(j) * Din, static_cast<index_t>(s) * Din, nullptr,
            join_.data() + static_cast<index_t>(j) * Din, ld_in, nullptr, np, Din);
@@ -493,6 +540,7 @@ void ErwinCudaForward::levels() {
     bn.alpha = w(pool_bn_[iu].alpha);
     bn.beta = w(pool_bn_[iu].beta);
     cu::batch_norm(bn, stream_.get());
+    });
   }
   run_blocks(bottleneck_, levels_.back());
   for (int i = L - 2; i >= 0; --i) {
@@ -503,6 +551,7 @@ void ErwinCudaForward::levels() {
     // [x of the parent | its children's positions relative to it] -> Linear (s x Dout per parent), added
     // to the skip's children, then BatchNorm.
     const index_t np = parent.nodes, ld_in = Din + static_cast<index_t>(s) * d;
+    launch([&] {
     copy(parent.x.data(), Din, nullptr, join_.data(), ld_in, nullptr, np, Din);
     copy(lv.child_rel.data(), static_cast<index_t>(s) * d, nullptr, join_.data() + Din, ld_in, nullptr, np, s * d);
     dense(unpool_[iu], join_.data(), ld_in, z_.data(), static_cast<index_t>(s) * Dout, np);
@@ -516,6 +565,7 @@ void ErwinCudaForward::levels() {
     bn.add = z_.data();  // child (p s + j) <- z[p][j Dout ..]: rows of Dout
     bn.ld_add = Dout;
     cu::batch_norm(bn, stream_.get());
+    });
     run_blocks(decoder_[iu], lv);
   }
 }
@@ -523,7 +573,7 @@ void ErwinCudaForward::levels() {
 std::vector<float> ErwinCudaForward::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                              std::span<const float> positions, const balltree::Batch& batch,
                                              std::span<const std::int64_t> edge_index, bool same_geometry) {
-  const int d = cfg_.dimensionality, D0 = cfg_.c_hidden[0];
+  const int d = cfg_.dimensionality;
   const index_t n = batch.points();
   if (n < 1) throw Error(ErrorCode::input, "erwin: no points");
   if (static_cast<index_t>(features.size()) != n * cfg_.c_in)
@@ -533,37 +583,64 @@ std::vector<float> ErwinCudaForward::forward(const balltree::RotatedTrees& trees
     throw Error(ErrorCode::input, "erwin: positions has " + std::to_string(positions.size()) + " values, expected " +
                                       std::to_string(n) + " points x " + std::to_string(d));
   Stages::check_features(*net_, features, 0);
-  std::vector<float> result(static_cast<std::size_t>(n * D0));
+  const bool same = same_geometry && layout_ && layout_->points() == n;
+  return run(features, &trees, same, [&] { return single_process_layout(*net_, trees, positions, n, edge_index); });
+}
+
+std::vector<float> ErwinCudaForward::forward(const DistributedPlan& plan, std::span<const float> block_features,
+                                             bool same_geometry) {
+  if (static_cast<index_t>(block_features.size()) != plan.block_rows() * cfg_.c_in)
+    throw Error(ErrorCode::internal, "erwin (distributed, device): block features of the wrong size");
+  collectively(plan.comm(), [&] { Stages::check_features(*net_, block_features, plan.block_begin()); });
+  return run(block_features, &plan, same_geometry, [&] { return distributed_layout(*net_, plan); });
+}
+
+std::vector<float> ErwinCudaForward::run(std::span<const float> features, const void* geometry_source, bool same_geometry,
+                                         const std::function<std::unique_ptr<DeviceLayout>()>& make_layout) {
+  const int D0 = cfg_.c_hidden[0];
+  pending_ = {};
   try {
     cu::DeviceGuard guard(device_);
     geometry_ms_ = 0.0;
-    if (!same_geometry || !have_geometry_ || points_ != n) {
+    if (!same_geometry || !layout_ || geometry_source_ != geometry_source) {
+      layout_.reset();
+      geometry_source_ = nullptr;
       cu::Event g0(device_), g1(device_);
       g0.record(stream_.get());
-      have_geometry_ = false;
-      set_geometry(trees, positions, n, edge_index);
+      layout_ = make_layout();
+      set_geometry();  // agrees its errors
       g1.record(stream_.get());
-      stream_.synchronize();  // the host arrays of set_geometry are released on return
+      stream_.synchronize();
       geometry_ms_ = g1.elapsed_ms_since(g0);
+      geometry_source_ = geometry_source;
     }
+    const index_t n = layout_->points();
+    std::vector<float> result(static_cast<std::size_t>(n * D0));
     cu::Event t0(device_), t1(device_);
-    t0.record(stream_.get());
-    upload(features_, features);
-    dense(embed_, features_.data(), cfg_.c_in, h_.data(), D0, n);
-    if (cfg_.mp_steps > 0) message_passing(n);
+    launch([&] {
+      t0.record(stream_.get());
+      upload(features_, features);
+      dense(embed_, features_.data(), cfg_.c_in, h_.data(), D0, n);
+    });
+    if (cfg_.mp_steps > 0) message_passing();
     Level& level0 = levels_.front();
-    copy(h_.data(), D0, tree_index_.data(), level0.x.data(), D0, nullptr, level0.nodes, D0);
+    move([&] { layout_->to_slots(h_.data(), D0, level0.x.data(), D0, D0, stream_); });
     levels();
-    copy(level0.x.data(), D0, slot_.data(), out_.data(), D0, nullptr, n, D0);
-    cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), stream_.get());
-    t1.record(stream_.get());
-    stream_.synchronize();
-    forward_ms_ = t1.elapsed_ms_since(t0);
+    move([&] { layout_->to_points(level0.x.data(), D0, out_.data(), D0, D0, stream_); });
+    launch([&] {
+      cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), stream_.get());
+      t1.record(stream_.get());
+      stream_.synchronize();
+      forward_ms_ = t1.elapsed_ms_since(t0);
+    });
+    agree_pending();
+    return result;
   } catch (...) {
-    have_geometry_ = false;
+    layout_.reset();  // the geometry is rebuilt by the next call
+    geometry_source_ = nullptr;
+    pending_ = {};
     raise_current(device_);
   }
-  return result;
 }
 
 }  // namespace

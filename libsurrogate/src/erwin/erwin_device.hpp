@@ -3,7 +3,8 @@
 // design); the arrays that depend only on the geometry (tree order, rotated orders, positions and
 // ball-relative positions of every level, the edges grouped by receiver) are uploaded once per geometry,
 // the weights once per model, and the whole level sequence (embedding, message passing, every block,
-// pooling and unpooling) runs on the device. Single process. Internal to libsurrogate.
+// pooling and unpooling) runs on the device. One process, or one rank's part of the distributed plan
+// (erwin_distributed.hpp) with its exchanges staged through host memory. Internal to libsurrogate.
 //
 // NOT YET RUN ON A GPU: written and compiled on a machine without a device (share/docs/balltree.md).
 #pragma once
@@ -18,6 +19,8 @@
 
 namespace surrogate::erwin::detail {
 
+class DistributedPlan;  // erwin_distributed.hpp
+
 class ErwinDeviceForward {
  public:
   virtual ~ErwinDeviceForward() = default;
@@ -31,6 +34,16 @@ class ErwinDeviceForward {
   virtual std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                      std::span<const float> positions, const balltree::Batch& batch,
                                      std::span<const std::int64_t> edge_index, bool same_geometry) = 0;
+  /// One rank's part of the distributed forward (erwin_distributed.hpp) on the device: the plan's block
+  /// features (block_rows() x c_in, canonical order) -> block_rows() x c_hidden[0] values, bitwise the
+  /// rows the one-process forward above gives for the whole batch (same kernels on the same rows). The
+  /// block with its halo of remote message-passing sources, then the rank's slots of the distributed
+  /// tree; the halo refreshes, the block <-> slots moves and the rotated orders are the plan's exchanges
+  /// applied to device rows through host memory (balltree/device_exchange.hpp: MPI, no NCCL). The plan
+  /// must outlive the next calls; `same_geometry`: the plan is the one of the previous call (its uploaded
+  /// arrays are reused). Collective; errors (NaN/Inf features, device errors on any rank) are agreed.
+  virtual std::vector<float> forward(const DistributedPlan& plan, std::span<const float> block_features,
+                                     bool same_geometry) = 0;
   /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
   /// events), and of its geometry upload (0 when reused).
   virtual double last_forward_ms() const = 0;

@@ -50,6 +50,24 @@ class DistributedPlan {
   /// an agreed Error(input).
   std::vector<float> forward(const Network& net, std::span<const float> block_features, int threads) const;
 
+  // What the device forward reads once per geometry (erwin_cuda_layout.cpp: its arrays uploaded, its
+  // plans applied to device rows through host memory, balltree/device_exchange.hpp).
+  const Comm& comm() const { return *comm_; }
+  std::int64_t block_begin() const { return block_.begin(); }
+  /// Remote message-passing sources of the block's receivers (rows block_rows() .. after the block).
+  std::int64_t halo_rows() const { return halo_rows_; }
+  /// 2 x E: sources (block rows, then halo rows), receivers (block rows); empty without message passing.
+  std::span<const std::int64_t> local_edges() const { return local_edges_; }
+  /// (block_rows() + halo_rows()) x dimensionality (empty without message passing).
+  std::span<const float> edge_positions() const { return edge_positions_; }
+  /// forward: the owners' block rows -> this rank's halo rows.
+  const balltree::ExchangePlan& halo_plan() const { return halo_plan_; }
+  /// The distributed tree (plan: block rows <-> the rank's slots) and the rotated orders' exchanges.
+  const balltree::DistributedRotatedTrees& trees() const { return trees_; }
+  /// This rank's node count per level, and its slots' positions (local slots x dimensionality).
+  std::span<const index_t> level_nodes() const { return level_nodes_; }
+  std::span<const float> slot_positions() const { return slot_positions_; }
+
  private:
   const Comm* comm_;
   CanonicalBlock block_;

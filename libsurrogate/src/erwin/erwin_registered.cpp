@@ -101,8 +101,9 @@ class ErwinModel final : public PointCloudModel {
          "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built when a "
          "geometry is first seen and reused while it stays; bitwise equal to one process)"},
         {"CUDA forward",
-         "one rank, fp32 (cuda_device >= 0: tree on the host, the level sequence on the device; compiled and "
-         "emulation-tested, never run on a GPU)"}};
+         "fp32, any rank count (cuda_device >= 0: the distributed plan on the host, each rank's block and slots "
+         "on its device, the exchanges staged through host memory and MPI; bitwise the one-process device "
+         "forward; compiled and emulation-tested, never run on a GPU)"}};
     return d;
   }
 
@@ -119,12 +120,13 @@ class ErwinModel final : public PointCloudModel {
   /// canonical blocks (route_canonical), the graph of each rank's block, the tree, the exchange plans) is
   /// built on the first call and reused while the geometry (positions, global ids, samples, edges, on
   /// every rank, compared bit for bit) stays the same: then a call moves only this rank's rows.
+  /// cuda_device >= 0: the same plan, the network on each rank's device (erwin_device.hpp: its block and
+  /// slots there, the plan's exchanges staged through host memory), the geometry uploaded once per plan;
+  /// the wrapper's Fourier features and head on the host.
   void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
-    if (options.cuda_device >= 0) {
-      forward_on_device(comm, layout, geometry, in, ld_in, out, ld_out, options);
-      return;
-    }
+    const bool on_device = options.cuda_device >= 0;
+    if (on_device) prepare_device(comm, options);
     const index_t n = layout.local_points();
     const int cin = in_channels(), cout = out_channels(), dim = net_.config().dimensionality;
     GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
@@ -136,6 +138,7 @@ class ErwinModel final : public PointCloudModel {
       const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
       plan_ = std::make_unique<detail::DistributedPlan>(comm, net_, all, n);
       plan_key_ = std::move(key);
+      ++plan_generation_;
     }
     const detail::DistributedPlan& plan = *plan_;
     std::vector<float> block_features;
@@ -148,7 +151,13 @@ class ErwinModel final : public PointCloudModel {
       plan.to_block(rows.data(), cin, block_features.data());
       block_features.resize(static_cast<std::size_t>(plan.block_rows() * cin));
     }
-    std::vector<float> y = plan.forward(net_, block_features, options.threads);
+    std::vector<float> y;
+    if (on_device) {
+      y = device_->forward(plan, block_features, device_generation_ == plan_generation_);
+      device_generation_ = plan_generation_;
+    } else {
+      y = plan.forward(net_, block_features, options.threads);
+    }
     if (wrapper_) y = head(y, options.threads);
     y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cout)));
     std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
@@ -157,46 +166,20 @@ class ErwinModel final : public PointCloudModel {
   }
 
  private:
-  /// The CUDA forward (erwin_device.hpp), one rank: the batch in canonical order, the trees built on the
-  /// host when the geometry changes (kept with the geometry uploaded on the device while it stays), the
-  /// network on the device; the wrapper's Fourier features and head on the host.
-  void forward_on_device(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
-                         index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+  /// The checks of a device forward and the CUDA forward object (erwin_device.hpp) on the requested
+  /// device; errors agreed (every rank has the same options, so the same refusal everywhere).
+  void prepare_device(const Comm& comm, const RunOptions& options) {
     const Config& c = net_.config();
-    const int dim = c.dimensionality;
-    collectively(comm, [&] {  // every rank has the same options and rank count: the same error everywhere
-      if (comm.size() > 1)
-        throw Error(ErrorCode::unsupported,
-                    "erwin: the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
-                        " ranks here): the distributed ball tree's exchanges and message-passing halos have no device "
-                        "path yet; run Erwin on one rank, or on the CPU (cuda_device -1)");
+    collectively(comm, [&] {
       if (options.precision != Precision::fp32)
         throw Error(ErrorCode::unsupported, std::string("erwin: the CUDA forward computes in fp32 only (precision '") +
                                                 precision_name(options.precision) + "' requested)");
-      if (c.rotate > 0 && dim != 2 && dim != 3)
+      if (c.rotate > 0 && c.dimensionality != 2 && c.dimensionality != 3)
         throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
-        device_trees_.reset();
         device_ = detail::make_erwin_cuda_forward(net_, options.cuda_device);
       }
-    });
-    const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, !wrapper_, false, options.threads);
-    GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
-    collectively(comm, [&] {
-      const bool same = device_trees_ && key == device_key_;
-      if (!same) {
-        device_trees_.reset();
-        device_trees_ = std::make_unique<balltree::RotatedTrees>(
-            balltree::build_with_rotations(all.positions, dim, all.batch, c.strides, c.ball_sizes, c.rotate));
-        device_key_ = std::move(key);
-      }
-      const std::vector<float> features = wrapper_ ? fourier(all.positions, options.threads) : all.features;
-      std::vector<float> y = device_->forward(*device_trees_, features, all.positions, all.batch, all.edges, same);
-      if (wrapper_) y = head(y, options.threads);
-      const int cout = out_channels();
-      for (index_t row = 0; row < layout.local_points(); ++row)
-        std::copy_n(y.begin() + all.canonical_of_row[static_cast<std::size_t>(row)] * cout, cout, out + row * ld_out);
     });
   }
 
@@ -261,9 +244,9 @@ class ErwinModel final : public PointCloudModel {
   bool wrapper_;
   std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
   GeometryKey plan_key_;
+  std::uint64_t plan_generation_ = 0;                   // plans built so far
   std::unique_ptr<detail::ErwinDeviceForward> device_;  // the CUDA forward, once a device was asked for
-  std::unique_ptr<balltree::RotatedTrees> device_trees_;  // its trees, of the geometry device_key_
-  GeometryKey device_key_;
+  std::uint64_t device_generation_ = 0;                 // the plan whose geometry device_ holds (0: none)
   std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
   kernels::PackedLinear head0_, head2_;
   index_t parameters_ = 0;

@@ -1,0 +1,176 @@
+// The layouts of the Erwin device forward (erwin_cuda_layout.hpp): one process, or one rank of the
+// distributed plan with its exchanges staged through host memory.
+#include "erwin_cuda_layout.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "../balltree/device_exchange.hpp"
+#include "erwin_stages.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"  // index_t, used by point_device.hpp
+#include "../balltree/point_device.hpp"
+
+namespace surrogate::erwin::detail {
+namespace {
+
+namespace cu = kernels::cuda;
+using balltree::device::copy_rows;
+using balltree::device::DeviceExchange;
+
+std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
+  std::vector<float> out(order.size() * static_cast<std::size_t>(width));
+  for (std::size_t r = 0; r < order.size(); ++r)
+    std::copy_n(rows.begin() + order[r] * width, width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
+  return out;
+}
+
+/// One process: gathers by the tree's index arrays on the device, no halo.
+class SingleProcessLayout final : public DeviceLayout {
+ public:
+  SingleProcessLayout(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> positions,
+                      index_t n, std::span<const std::int64_t> edge_index) {
+    const Config& c = net.config();
+    const int d = c.dimensionality, L = c.levels();
+    const balltree::Tree& tree = trees.tree;
+    level_nodes_ = Stages::level_nodes(net, tree.slots());
+    if (tree.mask.size() != tree.index.size() || tree.slots() < n)
+      throw Error(ErrorCode::input, "erwin: trees.tree does not belong to these points");
+    for (const std::int64_t s : tree.index)
+      if (s < 0 || s >= n) throw Error(ErrorCode::input, "erwin: trees.tree.index holds " + std::to_string(s) + ", not a point index");
+    if (c.rotate > 0) {
+      if (static_cast<int>(trees.rotated.size()) != L)
+        throw Error(ErrorCode::input, "erwin: rotate > 0 needs one rotated permutation per level, trees.rotated has " +
+                                          std::to_string(trees.rotated.size()));
+      for (int i = 0; i < L; ++i) {
+        const auto& r = trees.rotated[static_cast<std::size_t>(i)];
+        const index_t nodes = level_nodes_[static_cast<std::size_t>(i)];
+        bool ok = static_cast<index_t>(r.size()) == nodes;
+        for (const std::int64_t v : r) ok = ok && v >= 0 && v < nodes;
+        if (!ok) throw Error(ErrorCode::input, "erwin: trees.rotated[" + std::to_string(i) + "] is not a permutation of the level's nodes");
+      }
+      rotated_ = trees.rotated;
+    }
+    if (c.mp_steps > 0) {
+      if (edge_index.empty() || edge_index.size() % 2 != 0)
+        throw Error(ErrorCode::input, "erwin: edge_index must hold 2 x E entries (E > 0) when mp_steps > 0, found " +
+                                          std::to_string(edge_index.size()));
+      const std::size_t E = edge_index.size() / 2;
+      for (std::size_t e = 0; e < 2 * E; ++e)
+        if (edge_index[e] < 0 || edge_index[e] >= n)
+          throw Error(ErrorCode::input, "erwin: edge_index[" + std::to_string(e < E ? 0 : 1) + "][" + std::to_string(e % E) +
+                                            "] = " + std::to_string(edge_index[e]) + " is not a point index");
+      edges_ = edge_index;
+    }
+    points_ = n;
+    edge_positions_ = positions;
+    const index_t slots = level_nodes_[0];
+    tree_index_host_.assign(tree.index.begin(), tree.index.begin() + slots);
+    slot_positions_.resize(static_cast<std::size_t>(slots * d));
+    for (index_t s = 0; s < slots; ++s)
+      std::copy_n(positions.data() + tree_index_host_[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+    slot_of_point_host_ = tree.slot_of_point();
+  }
+
+  const Comm* comm() const override { return nullptr; }
+  std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
+    return permute_rows(rows, width, rotated_[static_cast<std::size_t>(level)]);
+  }
+  void upload(int device, const cu::Stream& stream) override {
+    balltree::device::upload(tree_index_, std::span<const std::int64_t>(tree_index_host_), device, stream.get());
+    balltree::device::upload(slot_, std::span<const std::int64_t>(slot_of_point_host_), device, stream.get());
+    rotated_device_.resize(rotated_.size());
+    for (std::size_t i = 0; i < rotated_.size(); ++i)
+      balltree::device::upload(rotated_device_[i], std::span<const std::int64_t>(rotated_[i]), device, stream.get());
+  }
+  void refresh_halo(float*, index_t, int, const cu::Stream&) const override {}
+  void to_slots(const float* h, index_t ld_h, float* x, index_t ld_x, int width, const cu::Stream& stream) const override {
+    copy_rows(h, ld_h, tree_index_.data(), x, ld_x, nullptr, level_nodes_[0], width, stream.get());
+  }
+  void to_points(const float* x, index_t ld_x, float* h, index_t ld_h, int width, const cu::Stream& stream) const override {
+    copy_rows(x, ld_x, slot_.data(), h, ld_h, nullptr, points_, width, stream.get());
+  }
+  void to_rotated(int level, const float* x, float* rotated, int width, const cu::Stream& stream) const override {
+    const auto l = static_cast<std::size_t>(level);
+    copy_rows(x, width, rotated_device_[l].data(), rotated, width, nullptr, level_nodes_[l], width, stream.get());
+  }
+  void from_rotated(int level, const float* rotated, float* x, int width, const cu::Stream& stream) const override {
+    const auto l = static_cast<std::size_t>(level);
+    copy_rows(rotated, width, nullptr, x, width, rotated_device_[l].data(), level_nodes_[l], width, stream.get());
+  }
+
+ private:
+  std::vector<std::int64_t> tree_index_host_, slot_of_point_host_;
+  std::vector<std::vector<std::int64_t>> rotated_;
+  cu::DeviceBuffer<std::int64_t> tree_index_, slot_;
+  std::vector<cu::DeviceBuffer<std::int64_t>> rotated_device_;
+};
+
+/// One rank of the distributed plan: the plan's exchanges on device rows through host memory.
+class DistributedLayout final : public DeviceLayout {
+ public:
+  DistributedLayout(const Network& net, const DistributedPlan& plan) : plan_(&plan) {
+    const Config& c = net.config();
+    points_ = plan.block_rows();
+    halo_ = plan.halo_rows();
+    if (c.mp_steps > 0) {
+      edges_ = plan.local_edges();
+      edge_positions_ = plan.edge_positions();
+    } else {
+      edge_positions_ = plan.block_positions();
+    }
+    level_nodes_.assign(plan.level_nodes().begin(), plan.level_nodes().end());
+    slot_positions_.assign(plan.slot_positions().begin(), plan.slot_positions().end());
+    message_passing_ = c.mp_steps > 0;
+  }
+
+  const Comm* comm() const override { return &plan_->comm(); }
+  std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
+    const balltree::ExchangePlan& e = plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
+    std::vector<float> out(static_cast<std::size_t>(e.target_rows()) * static_cast<std::size_t>(width));
+    e.forward(rows.data(), width, out.data());
+    return out;
+  }
+  void upload(int device, const cu::Stream& stream) override {
+    const balltree::DistributedRotatedTrees& trees = plan_->trees();
+    tree_ = DeviceExchange(trees.tree.plan.exchange(), device, stream, "erwin");
+    if (message_passing_) halo_exchange_ = DeviceExchange(plan_->halo_plan(), device, stream, "erwin");
+    rotations_.clear();
+    for (const balltree::ExchangePlan& e : trees.rotations.exchange) rotations_.emplace_back(e, device, stream, "erwin");
+  }
+  void refresh_halo(float* h, index_t ld, int width, const cu::Stream& stream) const override {
+    halo_exchange_.forward(h, ld, h + points_ * ld, ld, width, stream);
+  }
+  void to_slots(const float* h, index_t ld_h, float* x, index_t ld_x, int width, const cu::Stream& stream) const override {
+    tree_.forward(h, ld_h, x, ld_x, width, stream);
+  }
+  void to_points(const float* x, index_t ld_x, float* h, index_t ld_h, int width, const cu::Stream& stream) const override {
+    tree_.backward(x, ld_x, h, ld_h, width, stream);
+  }
+  void to_rotated(int level, const float* x, float* rotated, int width, const cu::Stream& stream) const override {
+    rotations_[static_cast<std::size_t>(level)].forward(x, width, rotated, width, width, stream);
+  }
+  void from_rotated(int level, const float* rotated, float* x, int width, const cu::Stream& stream) const override {
+    rotations_[static_cast<std::size_t>(level)].backward(rotated, width, x, width, width, stream);
+  }
+
+ private:
+  const DistributedPlan* plan_;
+  bool message_passing_ = false;
+  DeviceExchange tree_, halo_exchange_;
+  std::vector<DeviceExchange> rotations_;
+};
+
+}  // namespace
+
+std::unique_ptr<DeviceLayout> single_process_layout(const Network& net, const balltree::RotatedTrees& trees,
+                                                    std::span<const float> positions, index_t points,
+                                                    std::span<const std::int64_t> edge_index) {
+  return std::make_unique<SingleProcessLayout>(net, trees, positions, points, edge_index);
+}
+
+std::unique_ptr<DeviceLayout> distributed_layout(const Network& net, const DistributedPlan& plan) {
+  return std::make_unique<DistributedLayout>(net, plan);
+}
+
+}  // namespace surrogate::erwin::detail

@@ -1,0 +1,159 @@
+// The multi-rank Erwin device forward (the registered model with RunOptions::cuda_device = 0 under
+// mpirun: erwin_cuda.cpp on the DistributedPlan's layout, erwin_cuda_layout.cpp, the exchanges through
+// host memory, balltree/device_exchange.cpp) run on the CPU with the host-emulated CUDA backend of
+// emulated_cuda_backend.cpp (each rank its own emulated device; see emulated_cuda_backend.hpp).
+// ctest runs it at 1, 2, 3 and 4 ranks; no GPU needed.
+//
+// Checks, on golden models (rotation, message passing with given edges, no rotation, 2-D, erwin_flash),
+// a batch of random points whose slots leave some ranks empty, and the ShapeNet-Car wrapper (kNN graph
+// built by its rule), with unequal per-rank point counts (one rank ~55 %, one rank without points):
+//  * the gathered result equals bit for bit the one-process device forward of the whole batch
+//    (ErwinDeviceForward::forward on RotatedTrees: the same kernels on the same rows; every rank
+//    computes it itself), and is within the float32 bound of test_erwin_device_emulated.cpp of the CPU
+//    forward (2 x 4e-6 max|y|) and of the float64 reference (4e-6 max|y|);
+//  * a second call on the same geometry (the uploaded geometry reused) gives the same bits, and new
+//    features on it the one-process device result of those features.
+// What it does not check: nvcc's code, the real runtime, the hardware, CUDA-aware transfers.
+#include "emulated_cuda_backend.hpp"
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "ball_golden_checks.hpp"
+#include "erwin/erwin_device.hpp"
+#include "erwin_device_mpi_cases.hpp"
+
+namespace {
+
+using ball_golden::max_abs;
+using ball_golden::max_error;
+using emulated_backend::launches;
+
+using namespace erwin_device_mpi;
+
+/// One process, the whole batch: the device forward on RotatedTrees (device_out) and the CPU forward.
+struct OneProcess {
+  std::vector<float> device_out, cpu_out;
+};
+OneProcess one_process(const Case& c, const std::vector<float>& features) {
+  const ew::Network net(c.file);
+  const auto& cfg = net.config();
+  const bt::Batch batch = bt::Batch::from_batch_idx(c.batch_idx);
+  const std::vector<std::int64_t> edges = edges_of(c, net);
+  const bt::RotatedTrees trees =
+      bt::build_with_rotations(c.positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
+  OneProcess r;
+  r.device_out = ew::detail::make_erwin_cuda_forward(net, 0)->forward(trees, features, c.positions, batch, edges, false);
+  r.cpu_out = net.forward(trees, features, c.positions, batch, edges, 1);
+  return r;
+}
+
+void expect_device_bitwise(const std::string& name, const Case& c) {
+  const OneProcess ref = one_process(c, c.features);
+  const double scale = c.exact.empty() ? ball_golden::max_abs(std::vector<double>(ref.cpu_out.begin(), ref.cpu_out.end()))
+                                       : max_abs(c.exact);
+  const double tol = 4e-6 * scale;
+  for (const bool last_empty : {false, true}) {
+    const std::string what = name + (last_empty ? " (last rank without points)" : " (one rank ~55 %)");
+    const auto model = surrogate::make_model(c.file);
+    const int before = launches;
+    const std::vector<float> got = distributed(*model, c, c.features, last_empty, 7u);
+    EXPECT_GT(launches, before) << what;  // the emulated device ran
+    EXPECT_EQ(first_difference(got, ref.device_out), got.size()) << what << ": not the one-process device result";
+    EXPECT_LE(max_error(got, ref.cpu_out), 2 * tol) << what << ": CPU forward";
+    if (!c.exact.empty()) {
+      EXPECT_LE(max_error(got, c.exact), tol) << what << ": float64 reference";
+    }
+    // The geometry kept: the same call again, then new features.
+    EXPECT_EQ(first_difference(distributed(*model, c, c.features, last_empty, 7u), got), got.size()) << what << ", again";
+    if (!c.features.empty()) {
+      std::vector<float> other = c.features;
+      for (float& v : other) v = 0.5f * v + 0.25f;
+      const std::vector<float> again = distributed(*model, c, other, last_empty, 7u);
+      EXPECT_EQ(first_difference(again, one_process(c, other).device_out), again.size()) << what << ", new features";
+    }
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+      std::printf("%s: max|y| %.3g, |device - cpu| %.3g, |device - f64| %s\n", what.c_str(), scale,
+                  max_error(got, ref.cpu_out), c.exact.empty() ? "(no float64 reference)"
+                                                               : std::to_string(max_error(got, c.exact)).c_str());
+  }
+}
+
+TEST(ErwinDeviceMpiEmulated, GoldenModelsBitwiseEqualToTheOneProcessDeviceForward) {
+  for (const char* name : {"mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"}) expect_device_bitwise(name, golden(name));
+}
+
+TEST(ErwinDeviceMpiEmulated, FewPointsAndBuiltGraph) {
+  // One sample of 100 points, granularity 64 slots: two chunks, so ranks 2 and 3 hold no slot (levels of
+  // zero nodes there); the kNN graph built by the rule from each rank's block and its halo.
+  expect_device_bitwise("mpnn_norot, 100 random points, kNN 5", random_case("mpnn_norot", {100}, 5, 9u));
+  // Four samples, rotated trees, kNN 6.
+  expect_device_bitwise("mpnn_rot, 4 random samples, kNN 6", random_case("mpnn_rot", {150, 97, 40, 201}, 6, 5u));
+}
+
+TEST(ErwinDeviceMpiEmulated, ShapenetCarWrapper) {
+  // The wrapper (Fourier features and head on the host, kNN 8 graph by its rule): every rank count gives
+  // the bits of the one-process registered model on the device, within the bound of the float64 output.
+  Case c = golden("shapenet_car");
+  const surrogate::SelfComm self;
+  const auto model = surrogate::make_model(c.file);
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(self, c.n(), c.batch_idx.data());
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  surrogate::RunOptions options;
+  options.cuda_device = 0;
+  std::vector<float> one(static_cast<std::size_t>(c.n())), cpu(one.size());
+  model->predict(self, layout, g, nullptr, 0, one.data(), 1, options);
+  model->predict(self, layout, g, nullptr, 0, cpu.data(), 1);
+  const double tol = 4e-6 * max_abs(c.exact);
+  for (const bool last_empty : {false, true}) {
+    const auto m = surrogate::make_model(c.file);
+    const std::vector<float> got = distributed(*m, c, {}, last_empty, 3u);
+    EXPECT_EQ(first_difference(got, one), got.size()) << "last rank empty " << last_empty;
+    EXPECT_LE(max_error(got, c.exact), tol);
+    EXPECT_LE(max_error(got, cpu), 2 * tol);
+  }
+}
+
+TEST(ErwinDeviceMpiEmulated, OtherPrecisionsAreRefusedOnEveryRank) {
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  // Rank 0 holds every point (the others none): the refusal comes before any data moves.
+  const std::int64_t local = comm.rank() == 0 ? c.n() : 0;
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, local, c.batch_idx.data());
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(local));
+  std::iota(ids.begin(), ids.end(), 0);
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  g.global_ids = ids.data();
+  g.edge_index = c.edges.data();
+  g.num_edges = comm.rank() == 0 ? static_cast<std::int64_t>(c.edges.size() / 2) : 0;
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * model->out_channels())));
+  for (const surrogate::Precision p : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+    surrogate::RunOptions options;
+    options.cuda_device = 0;
+    options.precision = p;
+    try {
+      model->predict(comm, layout, g, c.features.data(), model->in_channels(), out.data(), model->out_channels(), options);
+      ADD_FAILURE() << "precision " << surrogate::precision_name(p) << " accepted";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+    }
+  }
+}
+
+}  // namespace
