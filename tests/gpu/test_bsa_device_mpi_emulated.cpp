@@ -22,198 +22,28 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdio>
-#include <limits>
-#include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
-#include "ball_golden_checks.hpp"
-#include "bsa/bsa_device.hpp"
-#include "golden.hpp"
-#include "h5_io.hpp"
-#include "surrogate/balltree.hpp"
-#include "surrogate/bsa.hpp"
+#include "bsa_device_mpi_cases.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 
 namespace {
 
-namespace bt = surrogate::balltree;
-namespace bsa = surrogate::bsa;
-namespace st = surrogate::testing;
-using ball_golden::bsa_trees_for;
-using ball_golden::max_abs;
+using namespace bsa_device_mpi;  // NOLINT: the shared cases
 using surrogate::Error;
 using surrogate::ErrorCode;
-
-struct Golden {
-  std::string path;
-  std::vector<float> features, positions;
-  std::vector<double> exact;
-  std::vector<std::int64_t> offsets{0}, sample;  // sample offsets; sample of every point
-  int dim = 0, cin = 0;
-  bt::Batch batch() const { return bt::Batch::from_offsets(offsets); }
-  std::int64_t points() const { return offsets.back(); }
-};
-
-Golden load(const std::string& name) {
-  Golden g;
-  g.path = st::data_dir() + "/bsa/bsa_" + name + ".h5";
-  g.features = st::to_float(st::read_array(g.path, "/golden/features").values);
-  g.positions = st::to_float(st::read_array(g.path, "/golden/positions").values);
-  g.exact = st::read_array(g.path, "/golden/output_f64").values;
-  std::int64_t b = 0;
-  for (const double s : st::read_array(g.path, "/golden/sample_sizes").values) {
-    g.offsets.push_back(g.offsets.back() + static_cast<std::int64_t>(s));
-    g.sample.insert(g.sample.end(), static_cast<std::size_t>(s), b++);
-  }
-  g.dim = static_cast<int>(g.positions.size() / g.sample.size());
-  g.cin = static_cast<int>(g.features.size() / g.sample.size());
-  return g;
-}
-
-/// This rank's points: a fixed shuffle of the global ids, rank r taking ids in proportion to r + 1.
-struct Part {
-  std::vector<std::int64_t> ids, sample;
-  std::vector<float> positions;
-  std::int64_t size() const { return static_cast<std::int64_t>(ids.size()); }
-  std::vector<float> rows_of(const std::vector<float>& all, int width) const {
-    std::vector<float> rows;
-    for (const std::int64_t i : ids) rows.insert(rows.end(), all.begin() + i * width, all.begin() + (i + 1) * width);
-    rows.resize(std::max<std::size_t>(rows.size(), 1));  // a valid pointer on a rank without points
-    return rows;
-  }
-};
-
-Part deal(const Golden& g, int rank, int size) {
-  std::vector<std::int64_t> order(static_cast<std::size_t>(g.points()));
-  std::iota(order.begin(), order.end(), 0);
-  std::mt19937_64 rng(2026);
-  std::shuffle(order.begin(), order.end(), rng);
-  const std::int64_t weight = static_cast<std::int64_t>(size) * (size + 1) / 2;
-  const std::int64_t first = g.points() * (rank * (rank + 1) / 2) / weight;
-  const std::int64_t last = g.points() * ((rank + 1) * (rank + 2) / 2) / weight;
-  Part p;
-  for (std::int64_t k = first; k < last; ++k) {
-    const std::int64_t i = order[static_cast<std::size_t>(k)];
-    p.ids.push_back(i);
-    p.sample.push_back(g.sample[static_cast<std::size_t>(i)]);
-  }
-  p.positions = p.rows_of(g.positions, g.dim);
-  return p;
-}
-
-/// Model::predict on this rank's part (rows of the model's outputs, in the part's order).
-std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g, const Part& p,
-                           const std::vector<float>& features, const surrogate::RunOptions& options) {
-  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, p.size(), p.sample.data());
-  surrogate::PointGeometry geometry;
-  geometry.positions = p.positions.data();
-  geometry.ld_positions = g.dim;
-  geometry.global_ids = p.ids.data();
-  const std::vector<float> in = p.rows_of(features, g.cin);
-  const int cout = model.out_channels();
-  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, p.size() * cout)));
-  model.predict(comm, layout, geometry, in.data(), g.cin, out.data(), cout, options);
-  out.resize(static_cast<std::size_t>(p.size() * cout));
-  return out;
-}
-
-/// all = rank 0's values, on every rank.
-void broadcast(std::vector<float>& all) {
-  auto count = static_cast<long long>(all.size());
-  MPI_Bcast(&count, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
-  all.resize(static_cast<std::size_t>(count));
-  MPI_Bcast(all.data(), static_cast<int>(count), MPI_FLOAT, 0, MPI_COMM_WORLD);
-}
-
-/// Rows of `all` (points x width, golden order) for the part's ids.
-std::vector<float> rows_for(const Part& p, const std::vector<float>& all, int width) {
-  std::vector<float> rows = p.rows_of(all, width);
-  rows.resize(static_cast<std::size_t>(p.size() * width));
-  return rows;
-}
-
-/// Values that differ in bits (NaN never equal).
-std::int64_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
-  if (a.size() != b.size()) return std::numeric_limits<std::int64_t>::max();
-  std::int64_t count = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) count += a[i] == b[i] ? 0 : 1;
-  return count;
-}
-
-double max_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double m = 0.0;
-  for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
-    m = std::max(m, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
-  return m;
-}
-
-double max_over_ranks(double v) {
-  MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
-  return v;
-}
-
-std::vector<float> shifted(const std::vector<float>& v) {
-  std::vector<float> out = v;
-  for (float& x : out) x = 0.5f * x + 0.25f;
-  return out;
-}
 
 class BsaDeviceMpiEmulated : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BsaDeviceMpiEmulated, EveryRankCountGivesTheOneRankDeviceForwardBitwise) {
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Golden g = load(GetParam());
-  const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
-  const bsa::Network net(file);
-  const std::vector<float> other = shifted(g.features);
-  // The references, on rank 0: the one-rank device forward of the whole batch (emulated) and the CPU forward.
-  std::vector<float> device_ref, device_other, cpu;
-  if (comm.rank() == 0) {
-    const bt::RotatedTrees trees = bsa_trees_for(net.config(), g.positions, g.batch());
-    const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
-    device_ref = device->forward(trees, g.features, g.positions, g.batch(), false, 1);
-    device_other = device->forward(trees, other, g.positions, g.batch(), true, 1);
-    cpu = net.forward(trees, g.features, g.positions, g.batch(), 1);
-  }
-  broadcast(device_ref);
-  broadcast(device_other);
-  broadcast(cpu);
-  const int D = net.config().c_hidden;
-
-  const Part p = deal(g, comm.rank(), comm.size());
-  const auto model = surrogate::make_model(file);
-  surrogate::RunOptions options;
-  options.cuda_device = 0;
   const int launches_before = emulated_backend::launches;
-  const std::vector<float> y = predict(comm, *model, g, p, g.features, options);
-  const std::vector<float> again = predict(comm, *model, g, p, g.features, options);  // plan and geometry kept
-  const std::vector<float> y_other = predict(comm, *model, g, p, other, options);
-  if (p.size() > 0) {
-    EXPECT_GT(emulated_backend::launches, launches_before);  // the device path ran
-  }
-
-  const std::vector<float> want = rows_for(p, device_ref, D);
-  EXPECT_EQ(bit_differences(y, want), 0) << "rank " << comm.rank() << ": " << p.size() << " points, max |diff| "
-                                         << max_error(y, want);
-  EXPECT_EQ(bit_differences(again, y), 0) << "rank " << comm.rank() << ": the kept geometry changed the result";
-  EXPECT_EQ(bit_differences(y_other, rows_for(p, device_other, D)), 0) << "rank " << comm.rank() << ": new features";
-  const double tol = 4e-6 * max_abs(g.exact);
-  const double from_cpu = max_over_ranks(max_error(y, rows_for(p, cpu, D)));
-  long long fewest = p.size(), most = p.size();
-  MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);
-  MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
-  if (comm.rank() == 0)
-    std::printf("%s at %d ranks (%lld..%lld points per rank): |device - cpu| %.3g (bound %.3g)\n", GetParam(),
-                comm.size(), fewest, most, from_cpu, 2 * tol);
-  EXPECT_LE(from_cpu, 2 * tol);
+  expect_one_rank_device_bits(GetParam(), 0);
+  EXPECT_GT(emulated_backend::launches, launches_before);  // the device path ran (the launchers were replaced)
 }
 
 INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceMpiEmulated,
