@@ -100,11 +100,13 @@ class RingAttentionTest : public ::testing::TestWithParam<k::Isa> {
 };
 
 // Specialised widths (4, 8, 16, 32: one or two value groups) and generic ones (ek != ev, odd), rings that
-// are not a multiple of the vector width, one chunk and several (more than 128 entries, so the
-// per-query references grow and the sums are rescaled), large logits (q_scale 4: |logit| up to ~60).
+// are not a multiple of the vector width, one chunk and several (more than 32 entries, so the
+// per-query references grow and the sums are rescaled), large logits (q_scale 4: |logit| up to ~60); lists
+// of one entry, 31 and 32 (the kernel's one-chunk path, float quotient) and 33 (two chunks).
 const RingCase ring_cases[] = {
     {16, 16, 37, 3, 9, 1.0f},   {16, 16, 50, 4, 300, 4.0f}, {8, 8, 19, 2, 140, 2.0f}, {4, 4, 5, 2, 7, 1.0f},
     {32, 32, 33, 3, 260, 1.5f}, {5, 7, 23, 3, 200, 3.0f},   {3, 20, 70, 5, 130, 2.0f}, {16, 16, 3, 1, 20, 1.0f},
+    {16, 16, 29, 3, 32, 2.0f},  {16, 16, 29, 3, 33, 2.0f},  {32, 32, 21, 2, 31, 1.0f}, {5, 7, 17, 2, 1, 1.0f},
 };
 
 TEST_P(RingAttentionTest, MatchesNaiveWeightedSoftmax) {

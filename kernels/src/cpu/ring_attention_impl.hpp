@@ -2,11 +2,13 @@
 // longitudes at a time, one query per SIMD lane. Because the neighbour list of output longitude wo is
 // the list of longitude 0 shifted by wo ring positions, one neighbour entry is, for the W queries, W
 // consecutive positions of a transposed key/value row: the logits of an entry are E fused multiply-adds
-// of contiguous vectors, with no gather and no mask. The softmax is the streaming encode's arithmetic
-// (softmax_term, a power-of-two reference per query, double sums) taken chunk by chunk over the entries:
-// pass 1 the chunk's logits and per-lane maxima, then an exact rescale when a reference grows, pass 2
-// the terms times the quadrature weight (exact in double), pass 3 the value sums (values kept in double
-// in the rings, so pass 3 is one fused multiply-add per value and lane pair).
+// of contiguous vectors, with no gather and no mask. The softmax uses the streaming encode's terms
+// (softmax_term, a power-of-two reference per query) chunk by chunk over the entries (kRingChunk): pass 1
+// the chunk's logits and per-lane maxima, then an exact rescale of the double sums when a reference
+// grows, pass 2 the terms times the quadrature weight and their float sum, pass 3 the weighted values
+// summed in float registers (one fused multiply-add per value and lane pair); each chunk's float sums
+// are added to the double sums. A list of one chunk (most rows of a default-cutoff neighbourhood) skips
+// the double sums: its quotient is formed in float.
 #pragma once
 
 #include "latent_impl.hpp"
@@ -43,6 +45,30 @@ inline void add_to_double(double* acc, simd::vf x, bool first) {
   }
 }
 
+/// Pass 1 for entries [n0, n0 + chunk) and the W queries of ring position `base` on (channel-major in qt):
+/// the logits (one fused multiply-add chain in channel order per entry) into `logits`, each entry's value
+/// offset into value_at; returns the per-lane maxima.
+template <int EK>
+inline simd::vf ring_logits(const RingAttentionArgs& a, const float* qt, int base, index_t n0, int chunk,
+                            float* logits, index_t* value_at) {
+  using namespace simd;
+  const int ek = EK ? EK : a.ek;
+  vf lane_max = splat(-__builtin_inff());
+  for (int j = 0; j < chunk; ++j) {
+    const index_t n = n0 + j;
+    int pos = a.ring_pos[n] + base;
+    if (pos >= a.ring) pos -= a.ring;
+    value_at[j] = a.value_base[n] + pos;
+    const float* k = a.kt + a.key_base[n] + pos;
+    vf l = load(qt) * load(k);
+#pragma GCC unroll 32
+    for (int e = 1; e < ek; ++e) l += load(qt + e * W) * load(k + e * a.ld_ring);
+    store(logits + j * W, l);
+    lane_max = vmax(lane_max, l);
+  }
+  return lane_max;
+}
+
 template <int EK, int EV>
 inline void ring_attention_impl(const RingAttentionArgs& a) {
   using namespace simd;
@@ -60,27 +86,45 @@ inline void ring_attention_impl(const RingAttentionArgs& a) {
     if (lanes < W)
       for (int e = 0; e < ek; ++e)
         for (int i = lanes; i < W; ++i) qt[e * W + i] = 0.0f;
+    const int base = a.first + i0;
+    if (a.entries > 0 && a.entries <= kRingChunk) {
+      // One chunk: its float sums are the sums; out = weighted * (1 / sum) in float.
+      const int chunk = static_cast<int>(a.entries);
+      const vf ref = exp_exponent(ring_logits<EK>(a, qt, base, 0, chunk, logits, value_at));
+      vf S = splat(0.0f);
+      for (int j = 0; j < chunk; ++j) {
+        const vf t = softmax_term(load(logits + j * W), ref) * splat(a.weight[j]);
+        S += t;
+        store(logits + j * W, t);
+      }
+      const vf inv = splat(1.0f) / S;
+      for (int e0 = 0; e0 < ev; e0 += kGroup) {
+        const int group = static_cast<int>(imin(kGroup, ev - e0));
+        vf U[kGroup];
+        for (int g = 0; g < kGroup; ++g) U[g] = splat(0.0f);
+        for (int j = 0; j < chunk; ++j) {
+          const vf t = load(logits + j * W);
+          const float* v = a.vt + value_at[j] + e0 * a.ld_ring;
+          if (EV != 0 && group == kGroup) {
+#pragma GCC unroll 16
+            for (int g = 0; g < kGroup; ++g) U[g] += t * load(v + g * a.ld_ring);
+          } else {
+            for (int g = 0; g < group; ++g) U[g] += t * load(v + g * a.ld_ring);
+          }
+        }
+        for (int g = 0; g < group; ++g) store(qt + (e0 + g) * W, U[g] * inv);
+      }
+      transpose_block(qt, W, a.out + i0 * a.ldo, a.ldo, ev, lanes);
+      continue;
+    }
     if (a.entries == 0)
       for (int c = 0; c < (1 + ev) * W; ++c) acc[c] = 0.0;
-    const int base = a.first + i0;
     vf ref = splat(0.0f);
     for (index_t n0 = 0; n0 < a.entries; n0 += kRingChunk) {
       const int chunk = static_cast<int>(imin(kRingChunk, a.entries - n0));
       const bool first_chunk = n0 == 0;
-      // Pass 1: logits (one fused multiply-add chain in channel order) and their per-lane maxima.
-      vf lane_max = splat(-__builtin_inff());
-      for (int j = 0; j < chunk; ++j) {
-        const index_t n = n0 + j;
-        int pos = a.ring_pos[n] + base;
-        if (pos >= a.ring) pos -= a.ring;
-        value_at[j] = a.value_base[n] + pos;
-        const float* k = a.kt + a.key_base[n] + pos;
-        vf l = load(qt) * load(k);
-#pragma GCC unroll 32
-        for (int e = 1; e < ek; ++e) l += load(qt + e * W) * load(k + e * a.ld_ring);
-        store(logits + j * W, l);
-        lane_max = vmax(lane_max, l);
-      }
+      // Pass 1: logits and their per-lane maxima.
+      const vf lane_max = ring_logits<EK>(a, qt, base, n0, chunk, logits, value_at);
       // References: the exponent of each lane's largest term; exact rescale of the sums when one grows.
       const vf chunk_ref = exp_exponent(lane_max);
       if (first_chunk) {

@@ -169,8 +169,9 @@ struct BallDistanceArgs {
 /// with q already scaled; every term is the streaming encode's (LatentEncodeArgs): a float whose bits
 /// depend only on the logit and a running power-of-two reference per query, times weight[n] rounded to
 /// float; the terms and the weighted values are summed in float in entry order within chunks of 32
-/// entries, the chunks' sums added in double, the quotient rounded to float once (error at most about
-/// 2 * 31 float32 ulps of max |v| beyond the terms' own). A query's result does not depend on `first`,
+/// entries, the chunks' sums added in double, the quotient rounded to float once (a list of at most 32
+/// entries: one chunk, out = weighted sum * (1 / sum) in float), an error of at most about 2 * 32 float32 ulps of
+/// max |v| beyond the terms' own. A query's result does not depend on `first`,
 /// `count` or where its lane sits (bitwise). No entries: NaN (0/0), as torch-harmonics. Single-threaded,
 /// no heap allocation; ek, ev <= kMaxAttentionHeadDim.
 inline constexpr int kRingPad = 16;
