@@ -1,6 +1,8 @@
 // Shared checks and projection stages of AttentionS2 and NeighborhoodAttentionS2 (s2_heads.hpp).
 #include "s2_heads.hpp"
 
+#include <omp.h>
+
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
@@ -139,6 +141,18 @@ S2Heads::S2Heads(const char* op, int in_channels, int num_heads, int& k_channels
   k_ = kernels::PackedLinear(w.k_weights.data(), bias_of(w.k_bias), ck, in_channels);
   v_ = kernels::PackedLinear(w.v_weights.data(), bias_of(w.v_bias), cout, in_channels);
   proj_ = kernels::PackedLinear(w.proj_weights.data(), bias_of(w.proj_bias), cout, cout);
+  // s = 2^k: s * fl(sum) = fl(s * sum) and every product and partial sum of the kernel's chain scales
+  // exactly, so the scaled weights give the bits of scaling the result (normal floats assumed: weights
+  // times s stay far from the subnormal range for |k| <= 8). With qk-norm the scale follows the norm.
+  int exponent = 0;
+  const float mantissa = std::frexp(s, &exponent);
+  if (!use_qknorm && mantissa == 0.5f && exponent >= -7 && exponent <= 9) {
+    std::vector<float> qw(w.q_weights), qb(bias ? w.q_bias : std::vector<float>());
+    for (float& x : qw) x *= s;
+    for (float& x : qb) x *= s;
+    q_scaled_ = kernels::PackedLinear(qw.data(), bias ? qb.data() : nullptr, ck, in_channels);
+    q_scale_folded_ = true;
+  }
   if (use_qknorm) {
     for (float x : w.q_norm_weights) q_norm_.push_back(1.0f + x);
     for (float x : w.k_norm_weights) k_norm_.push_back(1.0f + x);
@@ -259,12 +273,24 @@ void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, 
   }
 
   const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
+  // The sink's row blocks, two per thread, kept in the workspace (no allocation per call).
+  if (sink) {
+    ws.sink_blocks.resize(2 * static_cast<std::size_t>(omp_get_max_threads()));
+    for (std::size_t i = 0; i < ws.sink_blocks.size(); i += 2) {
+      ws.sink_blocks[i].resize(static_cast<std::size_t>(kRowBlock * ld_k));
+      ws.sink_blocks[i + 1].resize(static_cast<std::size_t>(kRowBlock * ld_v));
+    }
+  }
 #pragma omp parallel
   {
     // q: projection, qk-norm, then the scale (float32, after the norm).
 #pragma omp for schedule(dynamic) nowait
     for (index_t t = 0; t < blocks_q; ++t) {
       const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_q - r0);
+      if (q_scale_folded_) {
+        linear_rows(q_scaled_, xq + r0 * ld_q_in, ld_q_in, ops.q.data() + r0 * ld_k, ld_k, n);
+        continue;
+      }
       linear_rows(q_, xq + r0 * ld_q_in, ld_q_in, ops.q.data() + r0 * ld_k, ld_k, n);
       for (index_t r = r0; r < r0 + n; ++r) {
         float* row = ops.q.data() + r * ld_k;
@@ -273,13 +299,12 @@ void S2Heads::project_plain(index_t rows_q, index_t rows_k, const float* query, 
       }
     }
     // k (qk-norm) and v: into ops, or into a block buffer handed to the sink.
-    AlignedBuffer<float> k_block(sink ? static_cast<std::size_t>(kRowBlock * ld_k) : 0),
-        v_block(sink ? static_cast<std::size_t>(kRowBlock * ld_v) : 0);
+    const std::size_t own = 2 * static_cast<std::size_t>(omp_get_thread_num());
 #pragma omp for schedule(dynamic)
     for (index_t t = 0; t < blocks_k; ++t) {
       const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_k - r0);
-      float* kd = sink ? k_block.data() : ops.k.data() + r0 * ld_k;
-      float* vd = sink ? v_block.data() : ops.v.data() + r0 * ld_v;
+      float* kd = sink ? ws.sink_blocks[own].data() : ops.k.data() + r0 * ld_k;
+      float* vd = sink ? ws.sink_blocks[own + 1].data() : ops.v.data() + r0 * ld_v;
       linear_rows(k_, xk + r0 * ld_k_in, ld_k_in, kd, ld_k, n);
       linear_rows(v_, xv + r0 * ld_v_in, ld_v_in, vd, ld_v, n);
       if (use_qknorm_)

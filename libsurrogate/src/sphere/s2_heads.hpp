@@ -76,6 +76,10 @@ class S2Heads {
   int in_channels_ = 0;
   bool use_qknorm_ = false;
   kernels::PackedLinear q_, k_, v_, proj_;
+  // project_plain's q projection with s folded into the weights and bias, used when that gives the same
+  // bits as scaling the projection (s a power of two, no qk-norm); empty otherwise.
+  kernels::PackedLinear q_scaled_;
+  bool q_scale_folded_ = false;
   std::vector<float> q_norm_, k_norm_;  // 1 + weights (float32, as torch forms them)
 };
 

@@ -30,13 +30,16 @@ struct S2Workspace {
   kernels::AlignedBuffer<float> v_rings;                 // and value rings
   kernels::AlignedBuffer<float> attention;              // softmax results before the output projection
   kernels::AlignedBuffer<float> projected;              // output projection rows (out_channels not a multiple of kPad)
+  std::vector<kernels::AlignedBuffer<float>> sink_blocks;  // project_plain: per OpenMP thread, a k and a v row block
 
   std::size_t bytes() const {
     const std::size_t floats = pad_q.size() + pad_k.size() + pad_v.size() + proj_q.size() + proj_k.size() +
                                proj_v.size() + augmented.q.size() + augmented.k.size() + augmented.v.size() +
                                plain.q.size() + plain.k.size() + plain.v.size() + k_rings.size() + v_rings.size() +
                                attention.size() + projected.size();
-    return floats * sizeof(float);
+    std::size_t blocks = 0;
+    for (const auto& b : sink_blocks) blocks += b.size();
+    return (floats + blocks) * sizeof(float);
   }
 };
 
