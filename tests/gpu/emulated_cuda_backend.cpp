@@ -12,6 +12,9 @@
 #include <string>
 
 int emulated_backend::launches = 0;
+int emulated_backend::fail_after = 0;
+long long emulated_backend::bytes_to_device = 0;
+long long emulated_backend::bytes_to_host = 0;
 
 // The CUDA runtime calls the device operators make directly.
 extern "C" cudaError_t cudaMemcpy(void* dst, const void* src, size_t count, cudaMemcpyKind) {
@@ -46,35 +49,50 @@ Event::Event(int device) : device_(device) {}
 Event::~Event() = default;
 void Event::record(cudaStream_t) {}
 float Event::elapsed_ms_since(const Event&) const { return 0.0f; }
-void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memcpy(dst, src, bytes); }
-void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memcpy(dst, src, bytes); }
+void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t) {
+  emulated_backend::bytes_to_device += static_cast<long long>(bytes);
+  std::memcpy(dst, src, bytes);
+}
+void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t) {
+  emulated_backend::bytes_to_host += static_cast<long long>(bytes);
+  std::memcpy(dst, src, bytes);
+}
 void copy_on_device(void* dst, const void* src, std::size_t bytes, cudaStream_t) { std::memmove(dst, src, bytes); }
+
+namespace {
+/// Counts a launch; the one that brings fail_after to zero fails as a CUDA launch error would.
+void count_launch() {
+  ++launches;
+  if (emulated_backend::fail_after > 0 && --emulated_backend::fail_after == 0)
+    throw CudaError(cudaErrorLaunchFailure, "emulated launch failure");
+}
+}  // namespace
 
 namespace pk = point_kernels;
 void dense(const DenseArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   run_sequentially(grid_for(a.rows * a.out, pk::kThreads), pk::kThreads, [&] { pk::dense_kernel(a); });
 }
 void copy_rows(const RowCopyArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   run_sequentially(grid_for(a.rows * a.width, pk::kThreads), pk::kThreads, [&] { pk::copy_rows_kernel(a); });
 }
 void row_binary(const RowBinaryArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   run_sequentially(grid_for(a.rows * a.width, pk::kThreads), pk::kThreads, [&] { pk::row_binary_kernel(a); });
 }
 void batch_norm(const BatchNormArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   run_sequentially(grid_for(a.rows * a.dim, pk::kThreads), pk::kThreads, [&] { pk::batch_norm_kernel(a); });
 }
 void segment_mean(const SegmentMeanArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   run_sequentially(grid_for(a.receivers * a.width, pk::kThreads), pk::kThreads, [&] { pk::segment_mean_kernel(a); });
 }
 
 namespace bk = ball_kernels;
 void ball_attention(const BallAttentionArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   emulated_backend::with_head_dim(a.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;
     run_sequentially(grid_for(a.rows, bk::kThreads, a.heads), bk::kThreads, [&] {  // grid.y = heads
@@ -87,7 +105,7 @@ void ball_attention(const BallAttentionArgs& a, cudaStream_t) {
 /// norm.cu's arithmetic per row: lane l sums channels l, l + 32, ...; the warp butterfly (xor 16 .. 1);
 /// (x - mean) rstd weight [+ bias] per channel (the multiply-add fused, as nvcc contracts it).
 void norm(const NormArgs& a, cudaStream_t) {
-  ++launches;
+  count_launch();
   auto warp_sum = [](float (&v)[32]) {
     for (int offset = 16; offset >= 1; offset /= 2) {
       float next[32];

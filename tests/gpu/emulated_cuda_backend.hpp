@@ -28,6 +28,11 @@ namespace emulated_backend {
 
 /// Kernels "launched" in this process by the host launchers (a test checks that the device path ran).
 extern int launches;
+/// When > 0: counted down by every launch of the shared launchers below; the launch that brings it to 0
+/// throws as a CUDA launch failure would (a test of the error paths sets it).
+extern int fail_after;
+/// Bytes copied host -> device and device -> host by copy_to_device / copy_to_host (staging measures).
+extern long long bytes_to_device, bytes_to_host;
 
 /// Runs kernel() for every thread of every block of grid (x, y), the threads of a block one after another.
 template <class Kernel>

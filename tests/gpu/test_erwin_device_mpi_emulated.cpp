@@ -22,6 +22,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <limits>
 #include <numeric>
 #include <random>
 #include <string>
@@ -124,6 +125,51 @@ TEST(ErwinDeviceMpiEmulated, ShapenetCarWrapper) {
     EXPECT_LE(max_error(got, c.exact), tol);
     EXPECT_LE(max_error(got, cpu), 2 * tol);
   }
+}
+
+TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const std::vector<float> good = distributed(*model, c, c.features, false, 7u);
+  // A second call on the kept geometry: its launches on this rank, and the bytes it moves between host
+  // and device (features and result included), per rank.
+  const int before = launches;
+  const long long to_device = emulated_backend::bytes_to_device, to_host = emulated_backend::bytes_to_host;
+  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good);
+  const int per_call = launches - before;
+  long long moved[2] = {emulated_backend::bytes_to_device - to_device, emulated_backend::bytes_to_host - to_host};
+  std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
+  MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    for (int r = 0; r < ranks; ++r)
+      std::printf("mpnn_rot, %d ranks, kept geometry: rank %d uploads %lld bytes, downloads %lld bytes per forward\n", ranks, r,
+                  all[static_cast<std::size_t>(2 * r)], all[static_cast<std::size_t>(2 * r + 1)]);
+  // A launch failing half-way through the forward on the last rank only: every rank throws the same
+  // Error (no rank left waiting in an exchange), and the next call rebuilds the geometry and is right.
+  if (rank == ranks - 1) emulated_backend::fail_after = std::max(1, per_call / 2);
+  try {
+    distributed(*model, c, c.features, false, 7u);
+    ADD_FAILURE() << "a failed launch on rank " << ranks - 1 << " went unnoticed";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(emulated_backend::fail_after, 0);
+  emulated_backend::fail_after = 0;
+  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good) << "after the failure";
+  // A NaN feature (held by one rank): the same Error(input) on every rank.
+  std::vector<float> bad = c.features;
+  bad[bad.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    distributed(*model, c, bad, false, 7u);
+    ADD_FAILURE() << "a NaN feature was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+  }
+  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good) << "after the NaN";
 }
 
 TEST(ErwinDeviceMpiEmulated, OtherPrecisionsAreRefusedOnEveryRank) {
