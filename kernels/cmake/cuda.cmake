@@ -14,7 +14,8 @@ target_sources(surrogate_kernels PRIVATE
   cuda/bsa_gate.cu
   cuda/sphere_attention.cu
   cuda/sphere_grid_ops.cu
-  cuda/sphere_grid_norm.cu)
+  cuda/sphere_grid_norm.cu
+  cuda/sphere_sht.cu)
 target_link_libraries(surrogate_kernels PRIVATE CUDA::cudart)
 # The public header surrogate/kernels/cuda.hpp includes cuda_runtime_api.h: targets that include it
 # link CUDA::cudart themselves.

@@ -22,6 +22,7 @@
 #include "surrogate/sphere/grid_ops_device.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
+#include "surrogate/kernels/cuda_sphere_sht.hpp"
 #include "sphere_grid_ops_cases.hpp"
 
 namespace sphere = surrogate::sphere;
@@ -140,6 +141,32 @@ TEST(SphereAttentionHost, KernelLaunchersRefuseBadArgumentsBeforeLaunching) {
   n.nlon_out = 3;  // does not divide nlon_in = 4
   a.queries = 6;
   EXPECT_THROW(cu::sphere_neighborhood_attention(a, n, nullptr), std::invalid_argument);
+  // The SHT decoder's launchers (cuda_sphere_sht.hpp): bad sizes and missing arrays, before launching.
+  const std::vector<double> twiddle(16, 0.0);
+  std::vector<float> buffer(64, 0.0f);
+  cu::ShtFourierArgs f;
+  f.x = f.y = buffer.data();
+  f.twiddle = twiddle.data();
+  f.rows = 1;
+  f.nlon = 8;
+  f.channels = 2;
+  f.ldx = f.ldy = 2;
+  f.mmax = 4;
+  f.modes = 6;  // > mmax and > nlon / 2 + 1
+  EXPECT_THROW(cu::sht_fourier_analysis(f, nullptr), std::invalid_argument);
+  f.modes = 4;
+  f.ldx = 1;  // < channels
+  EXPECT_THROW(cu::sht_fourier_analysis(f, nullptr), std::invalid_argument);
+  f.mmax = 5;  // synthesis rows hold exactly `modes` orders
+  EXPECT_THROW(cu::sht_fourier_synthesis(f, nullptr), std::invalid_argument);
+  cu::ShtLegendreArgs l;
+  l.x = l.y = buffer.data();
+  l.batch = l.nlat = l.lmax = l.mmax = l.channels = 1;
+  EXPECT_THROW(cu::sht_legendre_analysis(l, nullptr), std::invalid_argument);  // no table
+  l.table = buffer.data();
+  l.modes = 1;
+  l.nyquist = 1;  // not below modes
+  EXPECT_THROW(cu::sht_legendre_synthesis(l, nullptr), std::invalid_argument);
 }
 
 // Host side of DiscoConvS2Device / ResampleS2Device (no GPU needed): bad configurations are refused by the

@@ -1,5 +1,7 @@
 // The SphericalTransformer device forward (libsurrogate/src/sphere/transformer_device.cpp) on a real GPU
-// against the official float64 output and the CPU forward of the golden transformer files, and the
+// against the official float64 output and the CPU forward of the golden transformer files (the two
+// upsample_sht files included: the SHT decoder's kernels), the zoo's one-head e128 file in both attention
+// modes (the wide-head attention kernels), and the
 // registered model with cuda_device = 0. Skipped without a visible device (label gpu). Tolerance as
 // tests/sphere/test_sphere_models.cpp and test_sphere_transformer_device_emulated.cpp: another float32
 // evaluation of the same graph lies within 4 gap + 16 u' mag of float64 (gap = |official f32 - f64|,
@@ -48,7 +50,7 @@ TEST(GpuSphereTransformer, GoldenModelsWithinTheFloat32Bound) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::SelfComm self;
   for (const char* name : {"st_global_instance_spectral", "st_global_none_morlet", "st_neighborhood_instance_latlon_cutoff",
-                           "st_neighborhood_layernorm_lat"}) {
+                           "st_neighborhood_layernorm_lat", "st_sht_neighborhood_instance", "st_sht_global_lobatto"}) {
     const std::string dir = st::data_dir() + "/sphere/models/" + name;
     const auto file = surrogate::ModelFile::read(self, dir + "/model.h5");
     const sp::SphericalTransformer net(file);

@@ -4,8 +4,9 @@
 // packed MLP layers; the device operators are built from them (each builds its own CPU operator again for
 // its checks and tables) with the weights read from the model file.
 //
-// Arithmetic: DISCO's psi contraction, the resampling, the embedding add, the instance norm and the
-// residual adds are the CPU's operations in the CPU's order; the DISCO channel contraction, the dense
+// Arithmetic: DISCO's psi contraction, the resampling, the SHT decoder's Legendre sums, the embedding add,
+// the instance norm and the residual adds are the CPU's operations in the CPU's order (the SHT's longitude
+// transforms are direct DFTs in double where the CPU runs an FFT in double: about one ulp apart); the DISCO channel contraction, the dense
 // layers (fmaf chain from the bias), the layer norm, GELU (device erff) and the attention (shared online
 // softmax) sum in other orders, so the output agrees with the CPU forward within float32 rounding, not
 // bitwise (tests/gpu/test_sphere_transformer_device_emulated.cpp).
@@ -14,9 +15,13 @@
 // skips there.
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
+#include <cmath>
+#include <numbers>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../cuda_errors.hpp"
@@ -24,8 +29,10 @@
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
+#include "surrogate/kernels/cuda_sphere_sht.hpp"
 #include "surrogate/sphere/attention_device.hpp"
 #include "surrogate/sphere/grid_ops_device.hpp"
+#include "surrogate/sphere/sht.hpp"
 #include "transformer_device.hpp"
 #include "transformer_internals.hpp"
 
@@ -72,7 +79,17 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   int device_ = -1, h_ = 0, w_ = 0, C_ = 0, hidden_ = 0;
   cu::Stream stream_;
   std::optional<DiscoConvS2Device> encoder_, decoder_;
-  std::optional<ResampleS2Device> resample_;
+  std::optional<ResampleS2Device> resample_;  // upsample_sht = false
+  // upsample_sht = true: RealSHT on the internal grid, InverseRealSHT on the image grid (the CPU classes'
+  // tables and truncation), on the kernels of cuda_sphere_sht.hpp.
+  struct ShtDecoder {
+    int lmax = 0, mmax = 0, modes_in = 0, modes_out = 0, nyquist = -1;
+    cu::DeviceBuffer<float> analysis, synthesis;     // RealSHT::weights(), InverseRealSHT::table()
+    cu::DeviceBuffer<double> twiddle_in, twiddle_out;  // cos, sin(2 pi t / nlon) of both grids
+    cu::DeviceBuffer<float> fourier, coeffs, g;       // work arrays (grown by ensure_buffers)
+  };
+  std::optional<ShtDecoder> sht_;
+  void upsample_sht(int batch, const float* x, float* up, cudaStream_t s);
   cu::DeviceBuffer<float> pos_;  // h*w x C, or empty
   bool has_pos_ = false;
   std::vector<DeviceBlock> blocks_;
@@ -94,10 +111,6 @@ DeviceDense SphereTransformerCuda::upload_dense(const kernels::PackedLinear& lay
 
 SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device)
     : cfg_(net.config()), device_(device) {
-  if (cfg_.upsample_sht)
-    throw Error(ErrorCode::unsupported, "sphere_transformer '" + file.path +
-                                            "': upsample_sht = true (the SHT decoder) has no CUDA forward; run it on "
-                                            "the CPU");
   const TransformerView v = TransformerInternals::view(net);
   h_ = v.h;
   w_ = v.w;
@@ -109,7 +122,32 @@ SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, co
                      &v.encoder->table(), device_);
     decoder_.emplace(v.decoder->config(), file.weight("decoder.conv.weight").values, std::vector<float>{},
                      &v.decoder->table(), device_);
-    resample_.emplace(v.resample->config(), device_);
+    if (cfg_.upsample_sht) {
+      const RealSHT sht(h_, w_, cfg_.grid_internal);
+      const InverseRealSHT isht(cfg_.nlat, cfg_.nlon, cfg_.grid, sht.lmax(), sht.mmax());
+      ShtDecoder& d = sht_.emplace();
+      d.lmax = sht.lmax();
+      d.mmax = sht.mmax();
+      d.modes_in = std::min(d.mmax, w_ / 2 + 1);
+      d.modes_out = std::min(d.mmax, cfg_.nlon / 2 + 1);
+      d.nyquist = cfg_.nlon % 2 == 0 && cfg_.nlon / 2 < d.modes_out ? cfg_.nlon / 2 : -1;
+      upload(d.analysis, sht.weights().data(), sht.weights().size());
+      upload(d.synthesis, isht.table().data(), isht.table().size());
+      std::vector<double> tw_in, tw_out;  // cos, sin(2 pi t / n), t < n, of both grids
+      for (const auto& [n, tw] : {std::pair<int, std::vector<double>*>{w_, &tw_in}, {cfg_.nlon, &tw_out}}) {
+        tw->resize(2 * static_cast<std::size_t>(n));
+        for (int t = 0; t < n; ++t) {
+          const double angle = 2.0 * std::numbers::pi * t / n;
+          (*tw)[2 * static_cast<std::size_t>(t)] = std::cos(angle);
+          (*tw)[2 * static_cast<std::size_t>(t) + 1] = std::sin(angle);
+        }
+      }
+      upload(d.twiddle_in, tw_in.data(), tw_in.size());
+      upload(d.twiddle_out, tw_out.data(), tw_out.size());
+      stream_.synchronize();  // the uploads read the local tables
+    } else {
+      resample_.emplace(v.resample->config(), device_);
+    }
     if (v.pos) {
       std::vector<float> dense(static_cast<std::size_t>(h_) * static_cast<std::size_t>(w_) * static_cast<std::size_t>(C_));
       for (index_t p = 0; p < static_cast<index_t>(h_) * w_; ++p)
@@ -153,10 +191,60 @@ void SphereTransformerCuda::ensure_buffers(int batch) {
   att_.resize(B * P * C, device_);
   hid_.resize(B * P * static_cast<std::size_t>(std::max(hidden_, 1)), device_);
   part_.resize(B * static_cast<std::size_t>(h_) * C, device_);
+  if (sht_) {
+    const std::size_t C2 = 2 * C;
+    sht_->fourier.resize(B * static_cast<std::size_t>(h_) * static_cast<std::size_t>(sht_->mmax) * C2, device_);
+    sht_->coeffs.resize(B * static_cast<std::size_t>(sht_->lmax) * static_cast<std::size_t>(sht_->mmax) * C2, device_);
+    sht_->g.resize(B * static_cast<std::size_t>(cfg_.nlat) * static_cast<std::size_t>(sht_->modes_out) * C2, device_);
+  }
   mean_.resize(B * C, device_);
   scale_.resize(B * C, device_);
   shift_.resize(B * C, device_);
   capacity_ = batch;
+}
+
+/// up (image grid) = InverseRealSHT(RealSHT(x (internal grid))): the CPU decoder's four steps on the device.
+void SphereTransformerCuda::upsample_sht(int batch, const float* x, float* up, cudaStream_t s) {
+  ShtDecoder& d = *sht_;
+  cu::ShtFourierArgs fa;
+  fa.x = x;
+  fa.ldx = C_;
+  fa.y = d.fourier.data();
+  fa.twiddle = d.twiddle_in.data();
+  fa.rows = static_cast<index_t>(batch) * h_;
+  fa.nlon = w_;
+  fa.channels = C_;
+  fa.mmax = d.mmax;
+  fa.modes = d.modes_in;
+  cu::sht_fourier_analysis(fa, s);
+  cu::ShtLegendreArgs la;
+  la.table = d.analysis.data();
+  la.x = d.fourier.data();
+  la.y = d.coeffs.data();
+  la.batch = batch;
+  la.nlat = h_;
+  la.lmax = d.lmax;
+  la.mmax = d.mmax;
+  la.channels = C_;
+  cu::sht_legendre_analysis(la, s);
+  cu::ShtLegendreArgs ls = la;
+  ls.table = d.synthesis.data();
+  ls.x = d.coeffs.data();
+  ls.y = d.g.data();
+  ls.nlat = cfg_.nlat;
+  ls.modes = d.modes_out;
+  ls.nyquist = d.nyquist;
+  cu::sht_legendre_synthesis(ls, s);
+  cu::ShtFourierArgs fs;
+  fs.x = d.g.data();
+  fs.y = up;
+  fs.ldy = C_;
+  fs.twiddle = d.twiddle_out.data();
+  fs.rows = static_cast<index_t>(batch) * cfg_.nlat;
+  fs.nlon = cfg_.nlon;
+  fs.channels = C_;
+  fs.mmax = fs.modes = d.modes_out;
+  cu::sht_fourier_synthesis(fs, s);
 }
 
 /// y = norm_which(x) over the whole internal grid of `batch` samples (none: y = x).
@@ -312,7 +400,8 @@ void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
       cu::dense(d2, s);
     }
 
-    resample_->forward(batch, C_, x_.data(), up_.data(), s);
+    if (sht_) upsample_sht(batch, x_.data(), up_.data(), s);
+    else resample_->forward(batch, C_, x_.data(), up_.data(), s);
     decoder_->forward(batch, up_.data(), out_.data(), s);
     if (cfg_.residual_prediction) {
       cu::RowBinaryArgs a;

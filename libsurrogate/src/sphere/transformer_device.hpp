@@ -11,8 +11,9 @@
 // or the norm's residual add without MLP; ResampleS2Device to the image grid; DiscoConvS2Device decoder;
 // the input added for residual_prediction.
 //
-// Refused (Error(unsupported) at construction): upsample_sht (the SHT decoder has no device code). Any
-// embed_dim and head width runs (the model zoo's one-head e128 / e256 on the wide-head attention kernels).
+// Decoder upsampling: ResampleS2Device, or with upsample_sht the SHT decoder (RealSHT on the internal
+// grid, InverseRealSHT on the image grid) on the kernels of kernels/cuda/sphere_sht.cu. Any embed_dim and
+// head width runs (the model zoo's one-head e128 / e256 on the wide-head attention kernels).
 //
 // COMPILED AND EMULATION-TESTED, NEVER RUN ON A GPU.
 #pragma once
