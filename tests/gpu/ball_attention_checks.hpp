@@ -347,7 +347,8 @@ void check_coarse_attention(Backend& backend) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-/// Selected-block attention against the naive reference and BSA's CPU fine branch; determinism.
+/// Selected-block attention against the naive reference and BSA's CPU fine branch; determinism; the
+/// blocks read from gathered rows (first_row), for the whole batch and a window of a sample, bitwise.
 template <class Backend>
 void check_selected_block_attention(Backend& backend) {
   std::mt19937 gen(13);
@@ -439,6 +440,52 @@ void check_selected_block_attention(Backend& backend) {
       for (index_t col = Cw; col < ldo; ++col) ASSERT_EQ(out[i * ldo + col], kSentinel);
     }
     EXPECT_EQ(backend.selected(g), out) << "run to run, C " << t.C << " S " << t.S;
+
+    // The blocks read from gathered rows instead (first_row, blocks, ldkv: the multi-rank fetch): every
+    // block copied to a shuffled place in arrays of another stride; the whole launch, and a window of the
+    // last sample's tokens launched alone, give the own-rows launch's bits.
+    const index_t ldkv = Cw + 5, blocks = t.samples * nb;
+    std::vector<index_t> place(static_cast<std::size_t>(blocks));
+    std::iota(place.begin(), place.end(), index_t{0});
+    std::shuffle(place.begin(), place.end(), gen);
+    std::vector<float> kg(static_cast<std::size_t>(blocks * t.C * ldkv), kNaN), vg(kg.size(), kNaN);
+    std::vector<std::int64_t> first_row(static_cast<std::size_t>(blocks));
+    for (index_t b = 0; b < blocks; ++b) {  // block b of the batch = rows b C .. of k and v (n = nb C)
+      const index_t at = place[static_cast<std::size_t>(b)] * t.C;
+      first_row[static_cast<std::size_t>(b)] = at;
+      for (int c = 0; c < t.C; ++c)
+        for (int e = 0; e < Cw; ++e) {
+          kg[static_cast<std::size_t>((at + c) * ldkv + e)] = kk[static_cast<std::size_t>((b * t.C + c) * ld + e)];
+          vg[static_cast<std::size_t>((at + c) * ldkv + e)] = v[static_cast<std::size_t>((b * t.C + c) * ld + e)];
+        }
+    }
+    cu::SelectedBlockAttentionArgs f = g;
+    f.k = kg.data();
+    f.v = vg.data();
+    f.ldkv = ldkv;
+    f.first_row = first_row.data();
+    f.blocks = nb;
+    EXPECT_EQ(backend.selected(f), out) << "gathered blocks, C " << t.C << " S " << t.S;
+    const index_t last = t.samples - 1, r0 = rows / 3, r1 = std::max(r0 + 1, 2 * rows / 3);
+    const index_t w0 = r0 * t.tokens_per_row, length = (r1 - r0) * t.tokens_per_row;
+    std::vector<std::int32_t> window_sel;
+    for (int h = 0; h < H; ++h)
+      for (index_t r = r0; r < r1; ++r) {
+        const auto from = sel.begin() + ((last * H + h) * rows + r) * t.S;
+        window_sel.insert(window_sel.end(), from, from + t.S);
+      }
+    std::vector<float> window_init(static_cast<std::size_t>(length * ldo), kSentinel);
+    f.samples = 1;
+    f.n = length;
+    f.q = q.data() + (last * t.n + w0) * ld;
+    f.rows = r1 - r0;
+    f.sel = window_sel.data();
+    f.first_row = first_row.data() + last * nb;
+    f.out = window_init.data();
+    const std::vector<float> window = backend.selected(f);
+    const auto own = out.begin() + (last * t.n + w0) * ldo;
+    EXPECT_TRUE(std::equal(window.begin(), window.end(), own, own + length * ldo))
+        << "a window of gathered blocks, C " << t.C << " S " << t.S << " tokens " << w0 << ".." << w0 + length;
   }
 }
 

@@ -3,6 +3,8 @@
 // CPU branches, determinism, launch independence). Every test SKIPS when no CUDA device is visible.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <vector>
 
 #include "ball_attention_checks.hpp"
@@ -52,13 +54,22 @@ struct GpuBackend {
   }
   std::vector<float> selected(cu::SelectedBlockAttentionArgs a) {
     const index_t tokens = a.samples * a.n;
-    auto q = upload(a.q, tokens * a.ld), k = upload(a.k, tokens * a.ld), v = upload(a.v, tokens * a.ld);
+    // k and v: the tokens' own rows, or (first_row) the gathered rows up to the last block named.
+    index_t kv_rows = tokens, ldkv = a.ld;
+    if (a.first_row) {
+      kv_rows = 0;
+      for (index_t i = 0; i < a.samples * a.blocks; ++i) kv_rows = std::max<index_t>(kv_rows, a.first_row[i] + a.C);
+      ldkv = a.ldkv;
+    }
+    auto q = upload(a.q, tokens * a.ld), k = upload(a.k, kv_rows * ldkv), v = upload(a.v, kv_rows * ldkv);
     auto sel = upload(a.sel, a.samples * a.heads * a.rows * a.S);
+    auto first_row = upload(a.first_row ? a.first_row : &kv_rows, a.first_row ? a.samples * a.blocks : 1);
     auto out = upload(a.out, tokens * a.ldo);
     a.q = q.data();
     a.k = k.data();
     a.v = v.data();
     a.sel = sel.data();
+    a.first_row = a.first_row ? first_row.data() : nullptr;
     a.out = out.data();
     cu::selected_block_attention(a, nullptr);
     return to_host(out.data(), static_cast<std::size_t>(tokens * a.ldo));
