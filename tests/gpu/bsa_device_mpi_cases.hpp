@@ -41,7 +41,7 @@ struct Golden {
   std::int64_t points() const { return offsets.back(); }
 };
 
-Golden load(const std::string& name) {
+inline Golden load(const std::string& name) {
   Golden g;
   g.path = st::data_dir() + "/bsa/bsa_" + name + ".h5";
   g.features = st::to_float(st::read_array(g.path, "/golden/features").values);
@@ -54,6 +54,19 @@ Golden load(const std::string& name) {
   }
   g.dim = static_cast<int>(g.positions.size() / g.sample.size());
   g.cin = static_cast<int>(g.features.size() / g.sample.size());
+  return g;
+}
+
+/// The case's first sample alone (BSA's samples do not interact: the official output of its points is
+/// theirs in the batch).
+inline Golden first_sample(const Golden& all) {
+  Golden g = all;
+  const auto points = static_cast<std::size_t>(all.offsets[1]);
+  g.offsets = {0, all.offsets[1]};
+  g.sample.resize(points);
+  g.features.resize(points * static_cast<std::size_t>(g.cin));
+  g.positions.resize(points * static_cast<std::size_t>(g.dim));
+  g.exact.resize(all.exact.size() / all.sample.size() * points);
   return g;
 }
 
@@ -70,7 +83,7 @@ struct Part {
   }
 };
 
-Part deal(const Golden& g, int rank, int size) {
+inline Part deal(const Golden& g, int rank, int size) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(g.points()));
   std::iota(order.begin(), order.end(), 0);
   std::mt19937_64 rng(2026);
@@ -89,7 +102,7 @@ Part deal(const Golden& g, int rank, int size) {
 }
 
 /// Model::predict on this rank's part (rows of the model's outputs, in the part's order).
-std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g, const Part& p,
+inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g, const Part& p,
                            const std::vector<float>& features, const surrogate::RunOptions& options) {
   const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, p.size(), p.sample.data());
   surrogate::PointGeometry geometry;
@@ -105,7 +118,7 @@ std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model,
 }
 
 /// all = rank 0's values, on every rank.
-void broadcast(std::vector<float>& all) {
+inline void broadcast(std::vector<float>& all) {
   auto count = static_cast<long long>(all.size());
   MPI_Bcast(&count, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   all.resize(static_cast<std::size_t>(count));
@@ -113,33 +126,33 @@ void broadcast(std::vector<float>& all) {
 }
 
 /// Rows of `all` (points x width, golden order) for the part's ids.
-std::vector<float> rows_for(const Part& p, const std::vector<float>& all, int width) {
+inline std::vector<float> rows_for(const Part& p, const std::vector<float>& all, int width) {
   std::vector<float> rows = p.rows_of(all, width);
   rows.resize(static_cast<std::size_t>(p.size() * width));
   return rows;
 }
 
 /// Values that differ in bits (NaN never equal).
-std::int64_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
+inline std::int64_t bit_differences(const std::vector<float>& a, const std::vector<float>& b) {
   if (a.size() != b.size()) return std::numeric_limits<std::int64_t>::max();
   std::int64_t count = 0;
   for (std::size_t i = 0; i < a.size(); ++i) count += a[i] == b[i] ? 0 : 1;
   return count;
 }
 
-double max_error(const std::vector<float>& got, const std::vector<float>& want) {
+inline double max_error(const std::vector<float>& got, const std::vector<float>& want) {
   double m = 0.0;
   for (std::size_t i = 0; i < std::min(got.size(), want.size()); ++i)
     m = std::max(m, std::abs(static_cast<double>(got[i]) - static_cast<double>(want[i])));
   return m;
 }
 
-double max_over_ranks(double v) {
+inline double max_over_ranks(double v) {
   MPI_Allreduce(MPI_IN_PLACE, &v, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
   return v;
 }
 
-std::vector<float> shifted(const std::vector<float>& v) {
+inline std::vector<float> shifted(const std::vector<float>& v) {
   std::vector<float> out = v;
   for (float& x : out) x = 0.5f * x + 0.25f;
   return out;
@@ -150,10 +163,9 @@ std::vector<float> shifted(const std::vector<float>& v) {
 /// rank 0): bitwise; within 8e-6 max|y| (the float32 bound of the one-rank device tests) of the CPU
 /// forward; a second call (kept plan and device geometry) the same bits; new features the one-rank
 /// forward's bits for them.
-inline void expect_one_rank_device_bits(const char* name, int device) {
+inline void expect_one_rank_device_bits(const Golden& g, const char* name, int device) {
   namespace bsa = surrogate::bsa;
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Golden g = load(name);
   const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
   const bsa::Network net(file);
   const std::vector<float> other = shifted(g.features);
@@ -197,6 +209,9 @@ inline void expect_one_rank_device_bits(const char* name, int device) {
                 "(plan and geometry built), %.1f ms (kept) on rank 0\n",
                 name, comm.size(), fewest, most, from_cpu, 2 * tol, 1e3 * (t1 - t0), 1e3 * (t2 - t1));
   EXPECT_LE(from_cpu, 2 * tol);
+}
+inline void expect_one_rank_device_bits(const char* name, int device) {
+  expect_one_rank_device_bits(load(name), name, device);
 }
 
 }  // namespace bsa_device_mpi

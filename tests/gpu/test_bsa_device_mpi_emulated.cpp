@@ -50,6 +50,14 @@ INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceMpiEmulated,
                          ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
                                            "global"));
 
+// One sample of 250 points (256 slots, two tree granules of 128): at 3 and 4 ranks some ranks hold no slot
+// but take part in every exchange (with group selection and block means).
+TEST(BsaDeviceMpiEmulatedSmall, RanksWithoutSlots) {
+  const int launches_before = emulated_backend::launches;
+  expect_one_rank_device_bits(first_sample(load("means_static")), "means_static (first sample)", 0);
+  EXPECT_GT(emulated_backend::launches, launches_before);
+}
+
 // A kernel launch that fails on the last rank in the middle of the forward (the third BSA launch there:
 // inside the first sparse layer, between its exchanges) is the same Error on every rank, with the
 // failing rank's message; nothing hangs, and the next call runs (the device geometry rebuilt) with the

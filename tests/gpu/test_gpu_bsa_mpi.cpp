@@ -37,4 +37,11 @@ INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaMpi,
                          ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
                                            "global"));
 
+// One sample of 250 points (two tree granules): at 3 ranks one rank holds no slot.
+TEST(GpuBsaMpiSmall, RanksWithoutSlots) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  bsa_device_mpi::expect_one_rank_device_bits(bsa_device_mpi::first_sample(bsa_device_mpi::load("means_static")),
+                                              "means_static (first sample)", local_device());
+}
+
 }  // namespace

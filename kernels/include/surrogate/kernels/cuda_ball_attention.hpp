@@ -11,8 +11,8 @@
 //
 // NOT YET RUN ON A GPU: written and compiled (sm_90) on a machine without a device; the GPU tests
 // (tests/gpu/test_gpu_ball_attention.cpp) skip there, and the same checks run the unchanged device code
-// on the CPU through a host emulation (tests/gpu/test_ball_kernels_emulated.cpp). Not yet used by the
-// Erwin/BSA models.
+// on the CPU through a host emulation (tests/gpu/test_ball_kernels_emulated.cpp). Used by the Erwin and
+// BSA device forwards.
 #pragma once
 
 #include <cuda_runtime_api.h>
