@@ -374,7 +374,7 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, in
     }
     upload(sel_, sel_host_);
   });
-  if (dist_ != nullptr) fetch_selected_blocks();
+  if (dist_ != nullptr && any_partial_) fetch_selected_blocks();
 
   on_device([&] {
     std::size_t partial = 0;
@@ -433,7 +433,7 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, in
 // rows when the segment holds it whole, else from its K/V rows fetched from their owners.
 void BsaCudaForward::global_attention() {
   const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim();
-  if (dist_ != nullptr) fetch_sample_rows();
+  if (dist_ != nullptr && any_partial_) fetch_sample_rows();
   on_device([&] {
     index_t partial = 0;
     for (const RowLayout::Segment& g : layout_.segments) {

@@ -37,6 +37,12 @@ void BsaCudaForward::set_distributed_geometry(const DistributedRows& rows) {
   layout_ = *rows.layout;
   rows_ = layout_.rows;
   n_ = layout_.n;
+  // Whether any rank holds part of a sample (the same answer on every rank, from the global rank
+  // ranges): if none does, no rank fetches selected blocks or sample rows, and the exchanges are skipped.
+  const balltree::RankRanges& slots = rows.tree->slots;
+  any_partial_ = false;
+  for (int r = 0; r < rows.comm->size(); ++r)
+    if (slots.size(r) > 0 && (slots.begin(r) % n_ != 0 || slots.end(r) % n_ != 0)) any_partial_ = true;
   on_device([&] {
     geometry_ = Geometry::distributed;  // (set_rows then sizes no one-rank arrays)
     set_rows(rows.positions, rows.rotated_positions, rows_);

@@ -117,6 +117,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   cu::DeviceBuffer<std::int64_t> tree_index_, slot_, rot_, compress_index_, block_start_;
   // Distributed (valid during forward_distributed; the exchanges kept with the geometry).
   const DistributedRows* dist_ = nullptr;
+  bool any_partial_ = false;  // some rank holds part of a sample (else nothing is fetched)
   std::unique_ptr<balltree::device::DeviceExchange> rotation_, sample_rows_;
   // Work arrays.
   cu::DeviceBuffer<float> features_, e_, x_, residual_, xr_, h_, u_, o_, local_, coarse_, fine_, gates_, a1_, a2_, out_;
