@@ -530,10 +530,16 @@ void BsaCudaForward::layers(int threads) {
     const DeviceLayer& L = layers_[static_cast<std::size_t>(l)];
     if (cfg_.should_rotate && l % 2 == 1) {
       // The rotated tree's order: a permutation on one rank, the rotation's exchange plan distributed.
-      if (dist_ != nullptr) rotation_->forward(x_.data(), D, xr_.data(), D, D, stream_);
+      if (dist_ != nullptr) {
+        agree();
+        rotation_->forward(x_.data(), D, xr_.data(), D, D, stream_);
+      }
       else on_device([&] { copy(x_.data(), D, rot_.data(), xr_.data(), D, nullptr, rows_, D); });
       run_layer(L, xr_.data(), pos_rot_.data(), rel_rot_.data(), threads);
-      if (dist_ != nullptr) rotation_->backward(xr_.data(), D, x_.data(), D, D, stream_);
+      if (dist_ != nullptr) {
+        agree();
+        rotation_->backward(xr_.data(), D, x_.data(), D, D, stream_);
+      }
       else on_device([&] { copy(xr_.data(), D, nullptr, x_.data(), D, rot_.data(), rows_, D); });
     } else {
       run_layer(L, x_.data(), pos_.data(), rel_.data(), threads);

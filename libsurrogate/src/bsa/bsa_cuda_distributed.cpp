@@ -13,8 +13,9 @@
 //    selected-block kernel reads through first_row_ (whole samples read their own rows);
 //  - global attention: the K/V rows of the samples the rank holds only part of, by the plan built with
 //    the tree (the CPU path's), through a DeviceExchange kept with the geometry.
-// NCCL is not used. A failure on one rank (device, input) is agreed before each exchange (on_device,
-// DeviceExchange), so every rank throws the same Error and none waits in a collective.
+// NCCL is not used. A failure on one rank (device, selection) is kept (on_device) and agreed before each
+// collective (agree(); DeviceExchange agrees its own device steps), so every rank throws the same Error and
+// none waits in a collective: about one allreduce per exchange, not per stretch of launches.
 //
 // NOT YET RUN ON A GPU: tests/gpu/test_bsa_device_mpi_emulated.cpp runs this code on the CPU under mpirun.
 #include <omp.h>
@@ -68,6 +69,7 @@ void BsaCudaForward::gather_compressed(index_t local_blocks) {
     }
     stream_.synchronize();
   });
+  agree();
   gather_compressed_blocks(*dist_->comm, *dist_->tree, C, kc_host_.data(), local_blocks, D, kc_all_host_.data());
   gather_compressed_blocks(*dist_->comm, *dist_->tree, C, vc_host_.data(), local_blocks, D, vc_all_host_.data());
   on_device([&] {
@@ -80,6 +82,7 @@ void BsaCudaForward::fetch_selected_blocks() {
   const int D = cfg_.c_hidden, C = cfg_.compress_block_size;
   const index_t nb = n_ / C;
   const std::vector<RowLayout::Segment>& segments = layout_.segments;
+  agree();  // (the selection is complete on every rank)
   // The union of the blocks the partial segments selected (all heads and rows), ascending global ids.
   std::vector<std::int64_t> wanted;
   for (std::size_t i = 0; i < segments.size(); ++i) {
@@ -105,6 +108,7 @@ void BsaCudaForward::fetch_selected_blocks() {
     }
     upload(first_row_, first_row_host_);
   });
+  agree();
   exchange->forward(u_.data() + D, 3 * D, fetched_.data(), 2 * D, 2 * D, stream_);
 }
 
@@ -114,6 +118,7 @@ void BsaCudaForward::fetch_sample_rows() {
     const auto rows = static_cast<std::size_t>(layout_.partial_samples() * n_);
     fetched_.resize(std::max<std::size_t>(1, rows * 2 * D), device_);
   });
+  agree();
   sample_rows_->forward(u_.data() + D, 3 * D, fetched_.data(), 2 * D, 2 * D, stream_);
 }
 
@@ -140,6 +145,7 @@ std::vector<float> BsaCudaForward::forward_distributed(const DistributedRows& ro
   });
   std::vector<float> result(static_cast<std::size_t>(layout.rows * D));
   dist_ = &rows;
+  pending_ = nullptr;
   try {
     geometry_ms_ = 0.0;
     cu::Event g0, g1, t0, t1;
@@ -171,8 +177,10 @@ std::vector<float> BsaCudaForward::forward_distributed(const DistributedRows& ro
       stream_.synchronize();
       forward_ms_ = t1.elapsed_ms_since(t0);
     });
+    agree();
   } catch (...) {
     dist_ = nullptr;
+    pending_ = nullptr;
     geometry_ = Geometry::none;
     rotation_.reset();
     sample_rows_.reset();

@@ -13,7 +13,9 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <exception>
 #include <memory>
+#include <utility>
 #include <span>
 #include <vector>
 
@@ -63,10 +65,14 @@ class BsaCudaForward final : public BsaDeviceForward {
   const float* w(std::size_t offset) const { return weights_.data() + offset; }
   /// Call inside a catch block: the current exception as an Error naming the device.
   [[noreturn]] void raise_current() const;
-  /// Runs `work` (device launches, copies) with the device current; a failure is an Error naming the
-  /// device, agreed over the ranks when distributed (dist_ set), so no rank waits in a later collective.
+  /// Runs `work` (device launches, copies, host work between exchanges) with the device current; a
+  /// failure is an Error naming the device: thrown at once on one rank; distributed (dist_ set) kept, the
+  /// rank's later device work skipped, until agree() before the next collective throws it on every rank.
   template <class Work>
   void on_device(Work&& work);
+  /// Distributed: the kept failure of any rank becomes the same Error on every rank (one allreduce).
+  /// Called before every collective, so no rank waits in one another rank has left.
+  void agree();
 
   // bsa_cuda.cpp: launches on the stream.
   void dense(const balltree::device::Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
@@ -117,6 +123,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   cu::DeviceBuffer<std::int64_t> tree_index_, slot_, rot_, compress_index_, block_start_;
   // Distributed (valid during forward_distributed; the exchanges kept with the geometry).
   const DistributedRows* dist_ = nullptr;
+  std::exception_ptr pending_;  // distributed: this rank's failure, not yet agreed
   bool any_partial_ = false;  // some rank holds part of a sample (else nothing is fetched)
   std::unique_ptr<balltree::device::DeviceExchange> rotation_, sample_rows_;
   // Work arrays.
@@ -133,16 +140,25 @@ class BsaCudaForward final : public BsaDeviceForward {
 
 template <class Work>
 void BsaCudaForward::on_device(Work&& work) {
-  auto run = [&] {
+  if (pending_) return;  // this rank failed earlier: nothing more until the failure is agreed
+  try {
     try {
       cu::DeviceGuard guard(device_);
       work();
     } catch (...) {
       raise_current();
     }
-  };
-  if (dist_ != nullptr) collectively(*dist_->comm, run);
-  else run();
+  } catch (...) {
+    if (dist_ == nullptr) throw;
+    pending_ = std::current_exception();
+  }
+}
+
+inline void BsaCudaForward::agree() {
+  if (dist_ == nullptr) return;
+  collectively(*dist_->comm, [&] {
+    if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
+  });
 }
 
 }  // namespace surrogate::bsa::detail
