@@ -222,7 +222,7 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
     sel_host_.resize(sel_offsets_.back());
     sel_.resize(std::max<std::size_t>(1, sel_host_.size()), device_);
     kc_host_.resize(Bu * Du);
-    q_host_.resize(s.block_level ? Bu * Du : R * 3 * Du);
+    q_host_.resize(s.block_level ? Bu * Du : std::max<std::size_t>(1, R) * Du);
   }
   features_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cfg_.c_in)), device_);
   if (geometry_ == Geometry::batch) {
@@ -349,17 +349,19 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, in
     // (the window's in-sample offset row0 places the own-ball mask), then the indices back up.
     if (dist_ == nullptr)
       cu::copy_to_host(kc_host_.data(), kc_.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
-    if (s.block_level)
+    if (s.block_level) {
       cu::copy_to_host(q_host_.data(), qc_.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
-    else
-      cu::copy_to_host(q_host_.data(), u_.data(), static_cast<std::size_t>(rows_ * 3 * D) * sizeof(float), stream_.get());
+    } else {  // the token queries only (packed into o_, which the gate writes later), not all of q, k, v
+      copy(u_.data(), 3 * D, nullptr, o_.data(), D, nullptr, rows_, D);
+      cu::copy_to_host(q_host_.data(), o_.data(), static_cast<std::size_t>(rows_ * D) * sizeof(float), stream_.get());
+    }
     stream_.synchronize();
     const float* kc = dist_ != nullptr ? kc_all_host_.data() : kc_host_.data();
     for (std::size_t i = 0; i < segments.size(); ++i) {
       const RowLayout::Segment& g = segments[i];
       Tokens t;
-      t.q = s.block_level ? nullptr : q_host_.data() + g.begin * 3 * D;
-      t.ld = 3 * D;
+      t.q = s.block_level ? nullptr : q_host_.data() + g.begin * D;
+      t.ld = D;
       t.samples = g.samples;
       t.n = g.length;
       t.heads = H;
