@@ -29,6 +29,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <stdexcept>
 #include <string>
 
@@ -600,25 +601,35 @@ std::vector<float> ErwinCudaForward::run(std::span<const float> features, const 
   const int D0 = cfg_.c_hidden[0];
   pending_ = {};
   try {
-    cu::DeviceGuard guard(device_);
+    // The guard and the events are made inside launch(): a failure there is agreed like any other (in
+    // the distributed forward no rank may leave before the next collective).
+    std::optional<cu::DeviceGuard> guard;
+    std::optional<cu::Event> g0, g1, t0, t1;
+    launch([&] { guard.emplace(device_); });
     geometry_ms_ = 0.0;
     if (!same_geometry || !layout_ || geometry_source_ != geometry_source) {
       layout_.reset();
       geometry_source_ = nullptr;
-      cu::Event g0(device_), g1(device_);
-      g0.record(stream_.get());
+      launch([&] {
+        g0.emplace(device_);
+        g1.emplace(device_);
+        g0->record(stream_.get());
+      });
       layout_ = make_layout();
       set_geometry();  // agrees its errors
-      g1.record(stream_.get());
-      stream_.synchronize();
-      geometry_ms_ = g1.elapsed_ms_since(g0);
+      launch([&] {
+        g1->record(stream_.get());
+        stream_.synchronize();
+        geometry_ms_ = g1->elapsed_ms_since(*g0);
+      });
       geometry_source_ = geometry_source;
     }
     const index_t n = layout_->points();
     std::vector<float> result(static_cast<std::size_t>(n * D0));
-    cu::Event t0(device_), t1(device_);
     launch([&] {
-      t0.record(stream_.get());
+      t0.emplace(device_);
+      t1.emplace(device_);
+      t0->record(stream_.get());
       upload(features_, features);
       dense(embed_, features_.data(), cfg_.c_in, h_.data(), D0, n);
     });
@@ -629,9 +640,9 @@ std::vector<float> ErwinCudaForward::run(std::span<const float> features, const 
     move([&] { layout_->to_points(level0.x.data(), D0, out_.data(), D0, D0, stream_); });
     launch([&] {
       cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), stream_.get());
-      t1.record(stream_.get());
+      t1->record(stream_.get());
       stream_.synchronize();
-      forward_ms_ = t1.elapsed_ms_since(t0);
+      forward_ms_ = t1->elapsed_ms_since(*t0);
     });
     agree_pending();
     return result;
