@@ -126,9 +126,9 @@ class BsaModel final : public PointCloudModel {
     std::vector<float> y;
     if (on_device) {
       // The device keeps this plan's geometry (positions, exchange lists) while the plan is kept.
-      const bool same = device_plan_generation_ == plan_generation_;
+      const bool kept_on_device = device_plan_generation_ == plan_generation_;
       device_plan_generation_ = 0;
-      y = plan.forward_on_device(*device_, net_, block_features, same, options.threads);
+      y = plan.forward_on_device(*device_, net_, block_features, kept_on_device, options.threads);
       device_plan_generation_ = plan_generation_;
     } else {
       y = plan.forward(net_, block_features, options.threads);
