@@ -11,7 +11,8 @@ target_sources(surrogate_core PRIVATE src/sphere/transformer_device.cpp)
 # replacing layer_device_stub.cpp.
 target_sources(surrogate_core PRIVATE src/sphere/layer_device.cpp)
 # The CUDA forward of Erwin (erwin_device.hpp), replacing erwin_device_stub.cpp.
-target_sources(surrogate_core PRIVATE src/erwin/erwin_cuda.cpp src/erwin/erwin_cuda_layout.cpp)
+target_sources(surrogate_core PRIVATE src/erwin/erwin_cuda.cpp src/erwin/erwin_cuda_geometry.cpp
+                                      src/erwin/erwin_cuda_layout.cpp)
 # ExchangePlan applied to device rows through host memory (the multi-rank device forwards).
 target_sources(surrogate_core PRIVATE src/balltree/device_exchange.cpp)
 # The CUDA forward of BSA (bsa_device.hpp), replacing bsa_device_stub.cpp.

@@ -33,130 +33,11 @@
 #include <stdexcept>
 #include <string>
 
-#include "erwin_cuda_layout.hpp"
-#include "erwin_device.hpp"
+#include "erwin_cuda_forward.hpp"
 #include "erwin_distributed.hpp"
-#include "erwin_stages.hpp"
-#include "../balltree/point_device.hpp"
-#include "../cuda_errors.hpp"
-#include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
-#include "surrogate/kernels/cuda_point_layers.hpp"
 
-namespace surrogate::erwin::detail {
-namespace {
-
-namespace cu = kernels::cuda;
-using kernels::Activation;
-
-/// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
-[[noreturn]] void raise_current(int device) { surrogate::detail::raise_current_cuda_error("erwin", device); }
-
-using balltree::device::Dense;
-using balltree::device::ball_relative;
-struct Block {
-  int dim = 0, heads = 0, ball = 0, hidden = 0;
-  std::size_t norm1 = 0, norm2 = 0, sigma = 0;
-  bool bias = false;  // distance bias (sigma)
-  Dense qkv, proj, pe, w1, w2, w3;
-};
-struct Step {
-  Dense message, update;
-  std::size_t message_w = 0, message_b = 0, update_w = 0, update_b = 0;
-};
-struct Norm {  // folded eval BatchNorm
-  std::size_t alpha = 0, beta = 0;
-};
-
-/// The geometry of one level: positions (level order) and ball-relative positions, the same for the
-/// rotated order, and the children's positions relative to their parent (transition to the next level).
-struct Level {
-  int index = 0;
-  index_t nodes = 0;
-  int width = 0;  // c_hidden of the level = row stride of its node array
-  cu::DeviceBuffer<float> pos, rel, pos_rot, rel_rot, child_rel;
-  cu::DeviceBuffer<float> x;  // the node array (nodes x width); the encoder's output is the decoder's skip
-};
-
-class ErwinCudaForward final : public ErwinDeviceForward {
- public:
-  ErwinCudaForward(const Network& net, int device, index_t edge_chunk);
-  int device() const override { return device_; }
-  std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
-                             std::span<const float> positions, const balltree::Batch& batch,
-                             std::span<const std::int64_t> edge_index, bool same_geometry) override;
-  std::vector<float> forward(const DistributedPlan& plan, std::span<const float> block_features,
-                             bool same_geometry) override;
-  double last_forward_ms() const override { return forward_ms_; }
-  double last_geometry_ms() const override { return geometry_ms_; }
-
- private:
-  template <class T>
-  void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
-    balltree::device::upload(dst, src, device_, stream_.get());
-  }
-  template <class T>
-  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
-    upload(dst, std::span<const T>(src));
-  }
-  std::size_t add(const float* values, std::size_t count) { return balltree::device::append(arena_, values, count); }
-  Dense add_dense(const kernels::PackedLinear& layer) { return balltree::device::append_dense(arena_, layer); }
-  Block add_block(const BlockWeights& b);
-  const float* w(std::size_t offset) const { return weights_.data() + offset; }
-
-  /// Runs `work` (launches) unless an earlier one failed; a failure is kept as pending_ (an Error).
-  template <class F>
-  void launch(F&& work);
-  /// A movement of the layout: after the pending error is agreed; collective when distributed, else a launch.
-  template <class F>
-  void move(F&& movement);
-  /// The pending error agreed over the layout's ranks (or raised, in one process): call before every
-  /// collective movement and at the end.
-  void agree_pending();
-  /// The whole forward on the current layout: features (points x c_in, host) -> points x c_hidden[0].
-  std::vector<float> run(std::span<const float> features, const void* geometry_source, bool same_geometry,
-                         const std::function<std::unique_ptr<DeviceLayout>()>& make_layout);
-  void set_geometry();
-  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-             Activation act = Activation::none, const float* add = nullptr, index_t ld_add = 0);
-  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
-            const std::int64_t* dst_index, index_t rows, int width);
-  void norm(const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim, const float* weight,
-            const float* bias, float eps, bool rms);
-  void message_passing();
-  void run_block(const Block& b, float* x, index_t rows, const float* pos, const float* rel);
-  void run_blocks(const std::vector<Block>& blocks, Level& level);
-  void levels();
-
-  const Network* net_;
-  Config cfg_;
-  int device_ = -1;
-  index_t edge_chunk_;  // messages per chunk of receivers (bounds msg_in_ and msg_)
-  cu::Stream stream_;
-  std::vector<float> arena_;  // host image of the weights (kept only until the upload)
-  cu::DeviceBuffer<float> weights_;
-  Dense embed_;
-  std::vector<Step> steps_;
-  std::vector<std::vector<Block>> encoder_, decoder_;
-  std::vector<Block> bottleneck_;
-  std::vector<Dense> pool_, unpool_;
-  std::vector<Norm> pool_bn_, unpool_bn_;
-
-  // Geometry (set_geometry).
-  std::unique_ptr<DeviceLayout> layout_;
-  const void* geometry_source_ = nullptr;  // the trees or the plan the layout was made of
-  Status pending_;                         // a failed launch, not yet agreed
-  std::vector<Level> levels_;
-  cu::DeviceBuffer<std::int64_t> edge_src_, edge_dst_, edge_start_;  // edges grouped by receiver
-  cu::DeviceBuffer<float> edge_rel_;                                 // p_src - p_dst, in that order
-  std::vector<std::pair<index_t, index_t>> receiver_chunks_;          // [r0, r1) with few enough edges
-  std::vector<std::int64_t> edge_start_host_;  // the same on the host
-  // Work arrays (sized by set_geometry).
-  cu::DeviceBuffer<float> features_, h_, msg_in_, msg_, agg_, upd_in_, upd_, out_;
-  cu::DeviceBuffer<float> xr_, hb_, att_, u_, a1_, a2_, join_, z_;
-  double forward_ms_ = 0.0, geometry_ms_ = 0.0;
-};
+namespace surrogate::erwin::detail::cuda_forward {
 
 Block ErwinCudaForward::add_block(const BlockWeights& b) {
   Block k;
@@ -251,155 +132,11 @@ void ErwinCudaForward::norm(const float* x, index_t ldx, float* y, index_t ldy, 
   cu::norm(a, stream_.get());
 }
 
-template <class F>
-void ErwinCudaForward::launch(F&& work) {
-  if (!pending_.ok()) return;
-  try {
-    work();
-  } catch (...) {
-    try {
-      raise_current(device_);
-    } catch (...) {
-      pending_ = Status::from_current_exception();
-    }
-  }
-}
-
-template <class F>
-void ErwinCudaForward::move(F&& movement) {
-  agree_pending();
-  if (layout_->comm()) movement();  // DeviceExchange: its own errors agreed
-  else launch(movement);
-}
-
 void ErwinCudaForward::agree_pending() {
   const Status local = std::move(pending_);
   pending_ = {};
   if (const Comm* comm = layout_ ? layout_->comm() : nullptr) comm->agree_or_throw(local);
   else if (!local.ok()) local.raise();
-}
-
-// The geometry of the current layout on the device: the positions of every level (level 0 the slots,
-// then the children's means), ball-relative positions (tree and rotated order), the children's positions
-// relative to their parent, the edges grouped by receiver, the layout's index arrays or exchange lists,
-// and the work arrays. Host arithmetic is the CPU forward's (mean_pool, ball_relative); the rotated
-// positions come from the layout (a collective exchange when distributed).
-void ErwinCudaForward::set_geometry() {
-  const DeviceLayout& layout = *layout_;
-  const int d = cfg_.dimensionality, L = cfg_.levels();
-  const std::span<const index_t> nodes = layout.level_nodes();
-  const bool rotate = cfg_.rotate > 0;
-  const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
-  launch([&] { layout_->upload(device_, stream_); });
-
-  levels_.clear();
-  levels_.resize(static_cast<std::size_t>(L));
-  std::vector<float> pos(layout.slot_positions().begin(), layout.slot_positions().end());
-  std::size_t scratch_ld = 1, scratch_u = 1, scratch_h = 1, scratch_join = 1, scratch_z = 1;
-  for (int i = 0; i < L; ++i) {
-    const auto iu = static_cast<std::size_t>(i);
-    Level& lv = levels_[iu];
-    lv.index = i;
-    lv.nodes = nodes[iu];
-    lv.width = cfg_.c_hidden[iu];
-    const int ball = cfg_.ball_sizes[iu];
-    std::vector<float> rotated_pos;
-    if (rotate) rotated_pos = layout.rotated_rows(i, pos, d);  // collective when distributed
-    launch([&] {
-      upload(lv.pos, pos);
-      upload(lv.rel, ball_relative(pos, d, ball));
-      if (rotate) {
-        upload(lv.pos_rot, rotated_pos);
-        upload(lv.rel_rot, ball_relative(rotated_pos, d, ball));
-      }
-      lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
-    });
-    const auto rows = static_cast<std::size_t>(lv.nodes);
-    const auto D = static_cast<std::size_t>(lv.width);
-    scratch_u = std::max(scratch_u, rows * 3 * D);
-    scratch_h = std::max(scratch_h, rows * D * static_cast<std::size_t>(cfg_.mlp_ratio));
-    scratch_ld = std::max(scratch_ld, rows * D);
-    if (i + 1 == L) break;
-    // The next level's positions and the children's positions relative to their parent (pooling and
-    // unpooling use the same differences: child - mean of the stride group).
-    const int s = cfg_.strides[iu];
-    std::vector<float> parent = s == 1 ? pos : balltree::mean_pool(pos, d, s);
-    std::vector<float> child_rel(pos.size());
-    for (std::size_t c = 0; c < pos.size() / static_cast<std::size_t>(d); ++c)
-      for (int e = 0; e < d; ++e)
-        child_rel[c * d + e] = pos[c * d + e] - parent[(c / static_cast<std::size_t>(s)) * d + e];
-    launch([&] { upload(lv.child_rel, child_rel); });
-    const auto np = static_cast<std::size_t>(nodes[iu + 1]), Dn = static_cast<std::size_t>(cfg_.c_hidden[iu + 1]);
-    const auto su = static_cast<std::size_t>(s), du = static_cast<std::size_t>(d);
-    scratch_join = std::max({scratch_join, np * su * (D + du), np * (Dn + su * du)});
-    scratch_z = std::max(scratch_z, np * su * D);
-    pos = std::move(parent);
-  }
-
-  // Edges grouped by receiver, each group in edge order (as run_mpnn), and p_src - p_dst per edge.
-  const auto D0 = static_cast<std::size_t>(cfg_.c_hidden[0]);
-  const auto nu = static_cast<std::size_t>(n);
-  receiver_chunks_.clear();
-  std::vector<std::int64_t> start(nu + 1, 0), src_sorted, dst_sorted;
-  std::vector<float> rel;
-  std::size_t most = 1;
-  if (cfg_.mp_steps > 0) {
-    const std::span<const std::int64_t> edge_index = layout.edges();
-    const std::span<const float> positions = layout.edge_positions();
-    std::size_t E = edge_index.size() / 2;
-    const std::int64_t* src = edge_index.data();
-    const std::int64_t* dst = edge_index.data() + E;
-    for (std::size_t e = 0; e < E; ++e)
-      if (src[e] < 0 || src[e] >= n_all || dst[e] < 0 || dst[e] >= n) {  // the layouts check: a bug, agreed below
-        if (pending_.ok()) pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(e) + " out of range"};
-        E = 0;
-      }
-    std::vector<std::int64_t> fill(nu);
-    src_sorted.resize(E);
-    dst_sorted.resize(E);
-    for (std::size_t e = 0; e < E; ++e) ++start[static_cast<std::size_t>(dst[e]) + 1];
-    for (std::size_t i = 0; i < nu; ++i) start[i + 1] += start[i];
-    std::copy(start.begin(), start.end() - 1, fill.begin());
-    rel.resize(E * static_cast<std::size_t>(d));
-    for (std::size_t e = 0; e < E; ++e) {
-      const auto q = static_cast<std::size_t>(fill[static_cast<std::size_t>(dst[e])]++);
-      src_sorted[q] = src[e];
-      dst_sorted[q] = dst[e];
-      for (int c = 0; c < d; ++c) rel[q * d + c] = positions[static_cast<std::size_t>(src[e] * d + c)] - positions[static_cast<std::size_t>(dst[e] * d + c)];
-    }
-    for (index_t r0 = 0; r0 < n;) {
-      index_t r1 = r0 + 1;
-      while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= edge_chunk_) ++r1;
-      receiver_chunks_.emplace_back(r0, r1);
-      most = std::max<std::size_t>(most, static_cast<std::size_t>(start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]));
-      r0 = r1;
-    }
-    edge_start_host_ = start;
-  }
-  launch([&] {
-    for (cu::DeviceBuffer<float>* b : {&xr_, &hb_, &att_}) b->resize(scratch_ld, device_);
-    u_.resize(scratch_u, device_);
-    a1_.resize(scratch_h, device_);
-    a2_.resize(scratch_h, device_);
-    join_.resize(scratch_join, device_);
-    z_.resize(scratch_z, device_);
-    if (cfg_.mp_steps > 0) {
-      upload(edge_src_, src_sorted);
-      upload(edge_dst_, dst_sorted);
-      upload(edge_start_, start);
-      upload(edge_rel_, rel);
-      msg_in_.resize(most * (2 * D0 + static_cast<std::size_t>(d)), device_);
-      msg_.resize(most * D0, device_);
-      agg_.resize(std::max<std::size_t>(1, nu * D0), device_);
-      upd_in_.resize(std::max<std::size_t>(1, nu * 2 * D0), device_);
-      upd_.resize(std::max<std::size_t>(1, nu * D0), device_);
-    }
-    h_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
-    out_.resize(std::max<std::size_t>(1, nu * D0), device_);
-    features_.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
-    stream_.synchronize();  // the host arrays above are released on return
-  });
-  agree_pending();
 }
 
 // Message passing (as Network::Impl::run_mpnn): per step, for chunks of receivers, the message rows
@@ -654,13 +391,15 @@ std::vector<float> ErwinCudaForward::run(std::span<const float> features, const 
   }
 }
 
-}  // namespace
+}  // namespace surrogate::erwin::detail::cuda_forward
+
+namespace surrogate::erwin::detail {
 
 std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device, index_t edge_chunk) {
   try {
-    return std::make_unique<ErwinCudaForward>(net, device, edge_chunk);
+    return std::make_unique<cuda_forward::ErwinCudaForward>(net, device, edge_chunk);
   } catch (...) {
-    raise_current(device);
+    cuda_forward::raise_current(device);
   }
 }
 
