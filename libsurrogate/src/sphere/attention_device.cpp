@@ -210,6 +210,29 @@ void AttentionS2Device::forward(int batch, const float* query, const float* key,
                        [&](const cu::SphereAttentionArgs& a) { cu::sphere_global_attention(a, stream); });
 }
 
+namespace {
+/// Error(invalid_argument) unless 0 <= lat_begin <= lat_end <= nlat.
+void check_lat_range(const char* op, const char* what, int lat_begin, int lat_end, int nlat) {
+  if (lat_begin < 0 || lat_begin > lat_end || lat_end > nlat)
+    throw Error(ErrorCode::invalid_argument, std::string(op) + ": " + what + " rows [" + std::to_string(lat_begin) +
+                                                 ", " + std::to_string(lat_end) + ") outside [0, " +
+                                                 std::to_string(nlat) + ")");
+}
+}  // namespace
+
+void AttentionS2Device::forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key,
+                                     const float* value, float* out, cudaStream_t stream) {
+  const AttentionS2Config& c = impl_->cpu.config();
+  check_lat_range("AttentionS2 (CUDA)", "output latitude", lat_begin, lat_end, c.nlat_out);
+  if (!key || !value)
+    throw Error(ErrorCode::invalid_argument, "AttentionS2 (CUDA): forward_rows needs the key and value rows");
+  impl_->heads.check_forward(batch, query, key, value, out, false);
+  if (lat_begin == lat_end) return;
+  impl_->heads.forward(batch, static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
+                       static_cast<index_t>(c.nlat_in) * c.nlon_in, c.nlon_in, query, key, value, out, stream,
+                       [&](const cu::SphereAttentionArgs& a) { cu::sphere_global_attention(a, stream); });
+}
+
 // ---------------------------------------------------------------------------------------------------
 
 namespace {
@@ -244,6 +267,42 @@ struct NeighborhoodAttentionS2Device::Impl {
   NeighborhoodAttentionS2 cpu;
   DeviceHeads heads;
   kernels::cuda::DeviceBuffer<std::int64_t> row_offsets, columns;
+  // forward_rows: the lists of output rows [band_begin, band_end), columns rebased to input row band_in.
+  kernels::cuda::DeviceBuffer<std::int64_t> band_offsets, band_columns;
+  int band_begin = -1, band_end = -1, band_in = -1;
+
+  /// The lists of output rows [lat_begin, lat_end) with their columns relative to input row in_begin,
+  /// on the device (kept while the band stays the same). Error(invalid_argument) when a neighbour lies
+  /// outside the input rows [in_begin, in_end).
+  void set_band(int lat_begin, int lat_end, int in_begin, int in_end) {
+    if (lat_begin == band_begin && lat_end == band_end && in_begin == band_in) return;
+    const NeighborhoodCsr& csr = cpu.neighbors();
+    const std::int64_t nlon_in = csr.nlon_in, first = csr.row_offsets[static_cast<std::size_t>(lat_begin)];
+    std::vector<std::int64_t> offsets, cols;
+    for (int t = lat_begin; t <= lat_end; ++t) offsets.push_back(csr.row_offsets[static_cast<std::size_t>(t)] - first);
+    for (std::int64_t j = first; j < csr.row_offsets[static_cast<std::size_t>(lat_end)]; ++j) {
+      const std::int64_t column = csr.columns[static_cast<std::size_t>(j)], hi = column / nlon_in;
+      if (hi < in_begin || hi >= in_end)
+        throw Error(ErrorCode::invalid_argument,
+                    "NeighborhoodAttentionS2 (CUDA): forward_rows for output rows [" + std::to_string(lat_begin) + ", " +
+                        std::to_string(lat_end) + ") needs input row " + std::to_string(hi) +
+                        ", outside the given input rows [" + std::to_string(in_begin) + ", " + std::to_string(in_end) +
+                        ") (input_rows() names the rows needed)");
+      cols.push_back(column - in_begin * nlon_in);
+    }
+    if (cols.empty()) cols.push_back(0);  // never read (no list has entries); keeps the buffer non-null
+    band_begin = band_end = band_in = -1;
+    device_call::on_device("NeighborhoodAttentionS2 (CUDA)", heads.device(), [&] {
+      // A forward still running may read the buffers about to be replaced.
+      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(before replacing the band's lists)");
+      upload(band_offsets, offsets, heads.device());
+      upload(band_columns, cols, heads.device());
+      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the band's lists)");
+    });
+    band_begin = lat_begin;
+    band_end = lat_end;
+    band_in = in_begin;
+  }
 };
 
 NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2Config& config,
@@ -268,6 +327,31 @@ void NeighborhoodAttentionS2Device::forward(int batch, const float* query, const
   impl_->heads.forward(batch, static_cast<index_t>(c.nlat_out) * c.nlon_out, static_cast<index_t>(c.nlat_in) * c.nlon_in,
                        c.nlon_in, query, key, value, out, stream,
                        [&](const cu::SphereAttentionArgs& a) { cu::sphere_neighborhood_attention(a, n, stream); });
+}
+
+void NeighborhoodAttentionS2Device::forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin,
+                                                 int in_end, const float* key, const float* value, float* out,
+                                                 cudaStream_t stream) {
+  const NeighborhoodAttentionS2Config& c = impl_->cpu.config();
+  const char* op = "NeighborhoodAttentionS2 (CUDA)";
+  check_lat_range(op, "output latitude", lat_begin, lat_end, c.nlat_out);
+  check_lat_range(op, "input latitude", in_begin, in_end, c.nlat_in);
+  if (!key || !value) throw Error(ErrorCode::invalid_argument, std::string(op) + ": forward_rows needs the key and value rows");
+  impl_->heads.check_forward(batch, query, key, value, out, false);
+  if (lat_begin == lat_end) return;
+  impl_->set_band(lat_begin, lat_end, in_begin, in_end);
+  cu::SphereNeighbors n;
+  n.row_offsets = impl_->band_offsets.data();
+  n.columns = impl_->band_columns.data();
+  n.nlat_out = lat_end - lat_begin;
+  n.nlon_out = c.nlon_out;
+  impl_->heads.forward(batch, static_cast<index_t>(lat_end - lat_begin) * c.nlon_out,
+                       static_cast<index_t>(in_end - in_begin) * c.nlon_in, c.nlon_in, query, key, value, out, stream,
+                       [&](const cu::SphereAttentionArgs& a) {
+                         cu::SphereAttentionArgs band = a;
+                         band.log_w_lat = a.log_w_lat + in_begin;  // the band's key latitudes start at in_begin
+                         cu::sphere_neighborhood_attention(band, n, stream);
+                       });
 }
 
 }  // namespace surrogate::sphere

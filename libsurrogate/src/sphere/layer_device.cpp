@@ -5,6 +5,7 @@
 #include <cuda_runtime_api.h>
 
 #include <string>
+#include <type_traits>
 
 #include "../cuda_errors.hpp"
 #include "surrogate/error.hpp"
@@ -47,6 +48,37 @@ class S2LayerCuda final : public S2LayerDeviceForward {
       cudaStream_t s = stream_.get();
       cu::copy_to_device(in_.data(), in, in_count * sizeof(float), s);
       op_->forward(batch, in_.data(), nullptr, nullptr, out_.data(), s);  // self-attention
+      cu::copy_to_host(out, out_.data(), out_count * sizeof(float), s);
+      stream_.synchronize();
+    } catch (...) {
+      detail::raise_current_cuda_error(model_, device_);
+    }
+  }
+  void forward_band(int batch, int lat_begin, int lat_end, const float* query, int kv_begin, int kv_end,
+                    const float* key_value, float* out) override {
+    if (batch < 1 || !query || !key_value || !out)
+      throw Error(ErrorCode::invalid_argument, std::string(model_) + ": CUDA band forward needs batch >= 1 and host arrays");
+    if (lat_begin == lat_end) return;
+    try {
+      cu::DeviceGuard guard(device_);
+      const auto& c = op_->host().config();
+      const std::size_t q_count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(lat_end - lat_begin) *
+                                  static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(in_channels_);
+      const std::size_t kv_count = static_cast<std::size_t>(batch) * static_cast<std::size_t>(kv_end - kv_begin) *
+                                   static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(in_channels_);
+      const std::size_t out_count = q_count / static_cast<std::size_t>(in_channels_) * static_cast<std::size_t>(out_channels_);
+      if (q_count + kv_count > in_.size()) in_.resize(q_count + kv_count, device_);
+      if (out_count > out_.size()) out_.resize(out_count, device_);
+      cudaStream_t s = stream_.get();
+      cu::copy_to_device(in_.data(), query, q_count * sizeof(float), s);
+      cu::copy_to_device(in_.data() + q_count, key_value, kv_count * sizeof(float), s);
+      const float* kv = in_.data() + q_count;
+      if constexpr (std::is_same_v<DeviceOp, NeighborhoodAttentionS2Device>)
+        op_->forward_rows(batch, lat_begin, lat_end, in_.data(), kv_begin, kv_end, kv, kv, out_.data(), s);
+      else if (kv_begin != 0 || kv_end != c.nlat_in)
+        throw Error(ErrorCode::internal, std::string(model_) + ": global attention needs every key/value row");
+      else
+        op_->forward_rows(batch, lat_begin, lat_end, in_.data(), kv, kv, out_.data(), s);
       cu::copy_to_host(out, out_.data(), out_count * sizeof(float), s);
       stream_.synchronize();
     } catch (...) {

@@ -308,43 +308,87 @@ class S2LayerModel final : public Model {
       forward_on_device(comm, layout, in, ld_in, out, ld_out, options);
       return;
     }
-    const auto& c = op_.config();
-    const int nlat = c.nlat_in, nlon = c.nlon_in, me = comm.rank();
-    const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, nlat, nlon, architecture());
+    const BandInput band = band_input(comm, layout, in, ld_in);
     const index_t B = layout.num_samples();
-    const int g0 = pieces.bands.begin(me), g1 = pieces.bands.end(me);
-    // One fetch: the band's own rows (queries), then the key/value rows - every row for global
-    // attention, the rows inside the cutoff for neighbourhood attention.
-    std::pair<int, int> kv_rows{0, g0 < g1 ? nlat : 0};  // an empty band fetches nothing
-    if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>) kv_rows = op_.input_rows(g0, g1);
-    std::vector<RowRange> wanted = band_ranges(B, points_, nlon, g0, g1);
-    const std::size_t query_floats = static_cast<std::size_t>(B * (g1 - g0) * nlon * in_channels());
-    for (const RowRange& r : band_ranges(B, points_, nlon, kv_rows.first, kv_rows.second)) wanted.push_back(r);
-    const std::vector<float> rows = fetch_rows(comm, pieces.held, wanted, in_channels());
-    const float* query = rows.data();
-    const float* kv = rows.data() + query_floats;
+    const int g0 = band.lat_begin, g1 = band.lat_end, nlon = op_.config().nlon_in;
     std::vector<float> band_out(static_cast<std::size_t>(B * (g1 - g0) * nlon * out_channels()));
     {
       ThreadCount threads(options.threads);
       if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
-        op_.forward_rows(static_cast<int>(B), g0, g1, query, kv_rows.first, kv_rows.second, kv, kv, band_out.data());
+        op_.forward_rows(static_cast<int>(B), g0, g1, band.query(), band.kv_rows.first, band.kv_rows.second, band.kv(),
+                         band.kv(), band_out.data());
       else
-        op_.forward_rows(static_cast<int>(B), g0, g1, query, kv, kv, band_out.data());
+        op_.forward_rows(static_cast<int>(B), g0, g1, band.query(), band.kv(), band.kv(), band_out.data());
     }
-    return_to_pieces(comm, pieces, B, nlat, nlon, band_out.data(), out_channels(), out, ld_out);
+    return_to_pieces(comm, band.pieces, B, op_.config().nlat_in, nlon, band_out.data(), out_channels(), out, ld_out);
   }
 
  private:
-  /// The CUDA forward (layer_device.hpp), one rank, fp32: the samples gathered into grid order, the device
-  /// operator, the rows back. The device object is built on the first call (and again when the device
-  /// changes); the device operator refuses the upsampling mode and wide heads at construction.
+  /// This rank's latitude band and the input rows it needs: the band's own rows (queries), then the
+  /// key/value rows - every row for global attention, the rows inside the cutoff for neighbourhood
+  /// attention - fetched in one collective from the ranks holding them.
+  struct BandInput {
+    SolverPieces pieces;
+    int lat_begin = 0, lat_end = 0;
+    std::pair<int, int> kv_rows;
+    std::vector<float> rows;
+    std::size_t query_floats = 0;
+    const float* query() const { return rows.data(); }
+    const float* kv() const { return rows.data() + query_floats; }
+  };
+  /// Collective (solver_pieces, fetch_rows).
+  BandInput band_input(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in) const {
+    const auto& c = op_.config();
+    const int nlat = c.nlat_in, nlon = c.nlon_in, me = comm.rank();
+    BandInput band;
+    band.pieces = solver_pieces(comm, layout, in, ld_in, nlat, nlon, architecture());
+    const index_t B = layout.num_samples();
+    const int g0 = band.pieces.bands.begin(me), g1 = band.pieces.bands.end(me);
+    band.lat_begin = g0;
+    band.lat_end = g1;
+    band.kv_rows = {0, g0 < g1 ? nlat : 0};  // an empty band fetches nothing
+    if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>) band.kv_rows = op_.input_rows(g0, g1);
+    std::vector<RowRange> wanted = band_ranges(B, points_, nlon, g0, g1);
+    band.query_floats = static_cast<std::size_t>(B * (g1 - g0) * nlon * in_channels());
+    for (const RowRange& r : band_ranges(B, points_, nlon, band.kv_rows.first, band.kv_rows.second)) wanted.push_back(r);
+    band.rows = fetch_rows(comm, band.pieces.held, wanted, in_channels());
+    return band;
+  }
+
+  /// The device object for `cuda_device` (built on the first call, and again when the device changes).
+  void ensure_device(int cuda_device) {
+    if (device_ && device_->device() == cuda_device) return;
+    device_.reset();
+    if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
+      device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, cuda_device);
+    else
+      device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, cuda_device);
+  }
+
+  /// Several ranks on devices: the same band and the same one fetch as the CPU path (host memory, MPI),
+  /// the band's rows uploaded, the device operator's row-range forward, the rows downloaded and returned
+  /// to the solver's pieces. A failure on any rank (no device, out of memory, a launch) is agreed: every
+  /// rank throws the same Error. Bitwise the one-rank device forward (same kernels on the same rows).
+  void forward_bands_on_device(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                               index_t ld_out, const RunOptions& options) {
+    const BandInput band = band_input(comm, layout, in, ld_in);
+    const index_t B = layout.num_samples();
+    const int nlon = op_.config().nlon_in;
+    std::vector<float> band_out(static_cast<std::size_t>(B * (band.lat_end - band.lat_begin) * nlon * out_channels()));
+    collectively(comm, [&] {
+      ensure_device(options.cuda_device);
+      device_->forward_band(static_cast<int>(B), band.lat_begin, band.lat_end, band.query(), band.kv_rows.first,
+                            band.kv_rows.second, band.kv(), band_out.data());
+    });
+    return_to_pieces(comm, band.pieces, B, op_.config().nlat_in, nlon, band_out.data(), out_channels(), out, ld_out);
+  }
+
+  /// The CUDA forward (layer_device.hpp), fp32. One rank: the samples gathered into grid order, the
+  /// device operator on the whole grid, the rows back. Several ranks: forward_bands_on_device. The device
+  /// object is built on the first call (and again when the device changes); the device operator refuses
+  /// the upsampling mode at construction.
   void forward_on_device(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                          index_t ld_out, const RunOptions& options) {
-    if (comm.size() > 1)  // the same on every rank: the same error everywhere
-      throw Error(ErrorCode::unsupported,
-                  architecture() + ": the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
-                      " ranks here): the latitude-band exchanges have no device path yet; run it on one rank, or on "
-                      "the CPU (cuda_device -1)");
     if (options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, architecture() + ": the CUDA forward computes in fp32 only (precision '" +
                                               precision_name(options.precision) + "' requested)");
@@ -355,13 +399,11 @@ class S2LayerModel final : public Model {
                                           std::to_string(layout.sample_sizes()[static_cast<std::size_t>(s)]) +
                                           " points, the model's grid has " + std::to_string(points_) +
                                           " (nlat*nlon)");
-    if (!device_ || device_->device() != options.cuda_device) {
-      device_.reset();
-      if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
-        device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, options.cuda_device);
-      else
-        device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, options.cuda_device);
+    if (comm.size() > 1) {
+      forward_bands_on_device(comm, layout, in, ld_in, out, ld_out, options);
+      return;
     }
+    ensure_device(options.cuda_device);
     const int cin = in_channels(), cout = out_channels();
     const index_t P = points_;
     std::vector<float> grid_in(static_cast<std::size_t>(B * P * cin)), grid_out(static_cast<std::size_t>(B * P * cout));

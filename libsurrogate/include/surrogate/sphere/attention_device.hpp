@@ -41,6 +41,13 @@ class AttentionS2Device {
   /// stream); the caller synchronizes before reading `out`.
   void forward(int batch, const float* query, const float* key, const float* value, float* out, cudaStream_t stream);
 
+  /// The output latitude rows [lat_begin, lat_end) only (AttentionS2::forward_rows on device buffers):
+  /// query and out hold those rows of every sample (batch*(lat_end-lat_begin)*nlon_out rows), key/value
+  /// every input row of every sample. Bitwise the rows forward() computes (the same kernels on the same
+  /// rows: a query's keys do not depend on its latitude). Nothing is enqueued for an empty range.
+  void forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key, const float* value,
+                    float* out, cudaStream_t stream);
+
   /// The CPU operator with the same configuration and weights.
   const AttentionS2& host() const noexcept;
   int device() const noexcept;
@@ -60,6 +67,15 @@ class NeighborhoodAttentionS2Device {
 
   /// NeighborhoodAttentionS2::forward (whole grid) on device buffers, as AttentionS2Device::forward.
   void forward(int batch, const float* query, const float* key, const float* value, float* out, cudaStream_t stream);
+
+  /// The output latitude rows [lat_begin, lat_end) only (NeighborhoodAttentionS2::forward_rows on device
+  /// buffers): query and out hold those rows of every sample, key/value the input rows [in_begin, in_end)
+  /// of every sample, which must contain host().input_rows(lat_begin, lat_end) (else
+  /// Error(invalid_argument)). The neighbour lists of the band, rebased to its first input row, are built
+  /// and uploaded on the first call for a band (and again when the band changes; the device is
+  /// synchronized first). Bitwise the rows forward() computes. Nothing is enqueued for an empty range.
+  void forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin, int in_end,
+                    const float* key, const float* value, float* out, cudaStream_t stream);
 
   const NeighborhoodAttentionS2& host() const noexcept;
   int device() const noexcept;

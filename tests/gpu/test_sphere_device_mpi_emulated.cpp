@@ -1,0 +1,100 @@
+// The spherical single-layer models (s2_attention, s2_neighborhood_attention) with RunOptions::cuda_device
+// across MPI ranks (sphere_models.cpp: latitude bands, the rows fetched through host memory and MPI, the
+// device operators' row-range forward of attention_device.cpp) run on the CPU with the host-emulated CUDA
+// backend (emulated_cuda_backend.cpp, emulated_sphere_launchers.cpp: each rank its own emulated device,
+// the unchanged device code of sphere_attention_kernels.cuh). ctest runs it at 1, 2, 3 and 4 ranks.
+//
+// Checks (sphere_device_mpi_cases.hpp), on the golden self-attention layer files (global with qk-norm;
+// neighbourhood), the grid rows spread unequally over the ranks (rank 0 ~55 %, cut inside latitude rows;
+// also the last rank without rows):
+//  * the gathered result equals bit for bit the one-process device forward (the whole-grid device
+//    operator: the same kernels on the same rows), and lies within twice the float32 bound of
+//    test_sphere_transformer_device_emulated.cpp of the CPU forward; a second call gives the same bits;
+//  * the device path ran on every rank that holds a band (kernel launches counted);
+//  * a launch failing on one rank only becomes the same Error on every rank (no rank left waiting).
+// The SphericalTransformer with cuda_device on several ranks is still refused (checked here: the same
+// Error(unsupported) on every rank).
+// What this does not check: nvcc's code, the real runtime, the hardware.
+#include "emulated_sphere_launchers.hpp"  // first: replaces the CUDA keywords
+
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <string>
+#include <vector>
+
+#include "sphere_device_mpi_cases.hpp"
+#include "surrogate/error.hpp"
+
+namespace {
+
+using emulated_backend::launches;
+using namespace sphere_device_mpi;
+
+TEST(SphereDeviceMpiEmulated, GlobalAttentionLayerIsTheOneProcessDeviceForwardBitwise) {
+  const int before = launches;
+  expect_one_process_device_bits("s2_attention_self_qknorm", 0);
+  EXPECT_GT(launches, before);
+}
+
+TEST(SphereDeviceMpiEmulated, NeighborhoodAttentionLayerIsTheOneProcessDeviceForwardBitwise) {
+  const int before = launches;
+  expect_one_process_device_bits("s2_neighborhood_self", 0);
+  EXPECT_GT(launches, before);
+}
+
+/// Every rank's band runs the device operator (counted on the emulated device of each rank).
+TEST(SphereDeviceMpiEmulated, EveryRankWithABandLaunchesKernels) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Case c = load("s2_neighborhood_self");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
+  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+  const int before = launches;
+  predict(comm, *model, c, begin, end, 0);
+  // B = 2 samples: balanced bands of nlat = 10 rows, every rank has one at up to 4 ranks.
+  EXPECT_GT(launches, before) << "rank " << comm.rank() << " ran no kernel";
+}
+
+/// A launch failing on one rank: every rank throws the same surrogate::Error (agreed), and the model
+/// works again afterwards.
+TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Case c = load("s2_attention_self_qknorm");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
+  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+  const int failing = comm.size() - 1;
+  emulated_sphere::fail_after = comm.rank() == failing ? 1 : 0;
+  std::string message;
+  try {
+    predict(comm, *model, c, begin, end, 0);
+  } catch (const surrogate::Error& e) {
+    message = e.what();
+  }
+  emulated_sphere::fail_after = 0;
+  EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
+  // The same message everywhere.
+  const std::vector<float> one(1, static_cast<float>(message.size()));
+  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
+  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, 0));
+  const surrogate::SelfComm self;
+  const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
+  const std::vector<float> want = predict(self, *single, c, 0, c.n(), 0);
+  EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
+}
+
+/// The transformer's band exchanges have no device path yet: refused alike on every rank at P > 1.
+TEST(SphereDeviceMpiEmulated, TransformerOnSeveralRanksIsRefusedOnEveryRank) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  if (comm.size() == 1) GTEST_SKIP() << "one rank: the device transformer runs (test_sphere_transformer_device_emulated)";
+  const Case c = load("st_neighborhood_instance_latlon_cutoff");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
+  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+  try {
+    predict(comm, *model, c, begin, end, 0);
+    ADD_FAILURE() << "rank " << comm.rank() << ": not refused";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+  }
+}
+
+}  // namespace
