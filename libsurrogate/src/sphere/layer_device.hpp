@@ -1,6 +1,7 @@
 // The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, FP32
-// (one rank: forward; each rank's latitude band under MPI: forward_band) (layer_device.cpp in CUDA builds; layer_device_stub.cpp, which refuses, otherwise). Internal
-// to libsurrogate: the registered layer models run it for RunOptions::cuda_device >= 0 on one rank.
+// (layer_device.cpp in CUDA builds; layer_device_stub.cpp, which refuses, otherwise). Internal to
+// libsurrogate: the registered layer models run it for RunOptions::cuda_device >= 0 - forward on one
+// rank, forward_band for each rank's latitude band on several (sphere_models.cpp).
 //
 // Self-attention on the model's grid: the host rows are uploaded, AttentionS2Device /
 // NeighborhoodAttentionS2Device (surrogate/sphere/attention_device.hpp) runs on the object's stream, the
