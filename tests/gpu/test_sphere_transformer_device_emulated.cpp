@@ -32,6 +32,7 @@
 #include <random>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "golden.hpp"
@@ -48,6 +49,9 @@
 #include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/sphere/attention_device.hpp"
+#include "surrogate/sphere/disco.hpp"
+#include "surrogate/sphere/grid_ops_device.hpp"
+#include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
@@ -503,6 +507,135 @@ TEST(SphereTransformerDeviceEmulated, WideHeadAttentionOperators) {
       sphere_cuda_test::wide_global_cases(), 21);
   wide_operator_cases<sp::NeighborhoodAttentionS2, sp::NeighborhoodAttentionS2Device, sp::NeighborhoodAttentionS2Config>(
       sphere_cuda_test::wide_neighborhood_cases(), 22);
+}
+
+// The row-range device forwards (latitude bands: attention_device.cpp's and grid_ops_device.cpp's
+// forward_rows) against the whole-grid device forward, bitwise: every single-row band (the widest halo
+// relative to the band, poles included) and the two halves; DISCO encoder-like (17x32 equiangular -> 9x16
+// Legendre-Gauss, a halo of several rows) and decoder-like (same grid); neighbourhood attention with a
+// cutoff of several rows; global attention. One input row less than the band needs is refused.
+TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
+  std::mt19937 gen(77);
+  std::normal_distribution<float> normal(0.0f, 0.5f);
+  const auto random = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (float& x : v) x = normal(gen);
+    return v;
+  };
+  const auto rows_of = [](const std::vector<float>& x, int batch, int nlat, int nlon, int ch, int r0, int r1) {
+    std::vector<float> out;
+    const std::size_t row = static_cast<std::size_t>(nlon) * static_cast<std::size_t>(ch);
+    for (int b = 0; b < batch; ++b) {
+      const auto first = x.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(b) * static_cast<std::size_t>(nlat) + static_cast<std::size_t>(r0)) * row);
+      out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r1 - r0) * row));
+    }
+    return out;
+  };
+  const auto bands = [](int nlat) {
+    std::vector<std::pair<int, int>> out;
+    for (int t = 0; t < nlat; ++t) out.push_back({t, t + 1});
+    out.push_back({0, nlat / 2});
+    out.push_back({nlat / 2, nlat});
+    return out;
+  };
+  const int B = 2;
+  // DISCO.
+  struct DiscoCase {
+    int hi, wi, ho, wo;
+    sp::Grid gi, go;
+    double cutoff;
+  };
+  const double pi = 3.14159265358979;
+  for (const DiscoCase& k : {DiscoCase{17, 32, 9, 16, sp::Grid::equiangular, sp::Grid::legendre_gauss, 3 * 0.5 * pi / 16},
+                             DiscoCase{13, 24, 13, 24, sp::Grid::equiangular, sp::Grid::equiangular, 5 * 0.5 * pi / 6}}) {
+    sp::DiscoConfig c;
+    c.in_channels = 4;
+    c.out_channels = 6;
+    c.groups = 2;
+    c.nlat_in = k.hi;
+    c.nlon_in = k.wi;
+    c.nlat_out = k.ho;
+    c.nlon_out = k.wo;
+    c.grid_in = k.gi;
+    c.grid_out = k.go;
+    c.kernel_shape = {3, 3};
+    c.theta_cutoff = k.cutoff;
+    c.bias = true;
+    const int K = sp::filter_basis_size(c.basis, c.kernel_shape);
+    sp::DiscoConvS2Device conv(c, random(static_cast<std::size_t>(6 * 2 * K)), random(6), nullptr, 0);
+    const auto x = random(static_cast<std::size_t>(B * k.hi * k.wi * 4));
+    std::vector<float> whole(static_cast<std::size_t>(B * k.ho * k.wo * 6));
+    conv.forward(B, x.data(), whole.data(), nullptr);
+    int widest = 0;
+    for (const auto& [t0, t1] : bands(k.ho)) {
+      const auto [i0, i1] = conv.host().input_rows(t0, t1);
+      widest = std::max(widest, i1 - i0 - (t1 - t0));
+      const auto in = rows_of(x, B, k.hi, k.wi, 4, i0, i1);
+      std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * k.wo * 6), -7.0f);
+      conv.forward_rows(B, in.data(), i0, i1, out.data(), t0, t1, nullptr);
+      EXPECT_EQ(out, rows_of(whole, B, k.ho, k.wo, 6, t0, t1)) << "DISCO " << k.hi << "x" << k.wi << " rows " << t0 << ".." << t1;
+      if (t1 == t0 + 1 && i0 > 0) {  // one input row short
+        EXPECT_THROW(conv.forward_rows(B, in.data() + k.wi * 4, i0 + 1, i1, out.data(), t0, t1, nullptr), surrogate::Error);
+      }
+    }
+    EXPECT_GE(widest, 2) << "the DISCO case should need a halo";
+  }
+  // Attention (self-attention on one grid, 2 heads, qk-norm).
+  const int nlat = 10, nlon = 20, cin = 6;
+  sp::AttentionS2Weights w;
+  w.q_weights = random(static_cast<std::size_t>(8 * cin));
+  w.k_weights = random(static_cast<std::size_t>(8 * cin));
+  w.v_weights = random(static_cast<std::size_t>(8 * cin));
+  w.proj_weights = random(64);
+  w.q_bias = random(8);
+  w.k_bias = random(8);
+  w.v_bias = random(8);
+  w.proj_bias = random(8);
+  w.q_norm_weights = random(4);
+  w.k_norm_weights = random(4);
+  const auto x = random(static_cast<std::size_t>(B * nlat * nlon * cin));
+  sp::NeighborhoodAttentionS2Config nc;
+  nc.in_channels = cin;
+  nc.num_heads = 2;
+  nc.k_channels = 8;
+  nc.out_channels = 8;
+  nc.nlat_in = nc.nlat_out = nlat;
+  nc.nlon_in = nc.nlon_out = nlon;
+  nc.grid_in = nc.grid_out = sp::Grid::legendre_gauss;
+  nc.use_qknorm = true;
+  nc.theta_cutoff = 0.6;
+  sp::NeighborhoodAttentionS2Device na(nc, w, 0);
+  sp::AttentionS2Config gc;
+  gc.in_channels = cin;
+  gc.num_heads = 2;
+  gc.k_channels = 8;
+  gc.out_channels = 8;
+  gc.nlat_in = gc.nlat_out = nlat;
+  gc.nlon_in = gc.nlon_out = nlon;
+  gc.grid_in = gc.grid_out = sp::Grid::legendre_gauss;
+  gc.use_qknorm = true;
+  sp::AttentionS2Device ga(gc, w, 0);
+  std::vector<float> whole_n(static_cast<std::size_t>(B * nlat * nlon * 8)), whole_g(whole_n.size());
+  na.forward(B, x.data(), nullptr, nullptr, whole_n.data(), nullptr);
+  ga.forward(B, x.data(), nullptr, nullptr, whole_g.data(), nullptr);
+  int widest = 0;
+  for (const auto& [t0, t1] : bands(nlat)) {
+    const auto q = rows_of(x, B, nlat, nlon, cin, t0, t1);
+    const auto [i0, i1] = na.host().input_rows(t0, t1);
+    widest = std::max(widest, i1 - i0 - (t1 - t0));
+    const auto kv = rows_of(x, B, nlat, nlon, cin, i0, i1);
+    std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * nlon * 8), -7.0f), out_g(out.size(), -7.0f);
+    na.forward_rows(B, t0, t1, q.data(), i0, i1, kv.data(), kv.data(), out.data(), nullptr);
+    EXPECT_EQ(out, rows_of(whole_n, B, nlat, nlon, 8, t0, t1)) << "neighbourhood rows " << t0 << ".." << t1;
+    ga.forward_rows(B, t0, t1, q.data(), x.data(), x.data(), out_g.data(), nullptr);
+    EXPECT_EQ(out_g, rows_of(whole_g, B, nlat, nlon, 8, t0, t1)) << "global rows " << t0 << ".." << t1;
+    if (t1 == t0 + 1 && i0 > 0) {  // one key row short
+      EXPECT_THROW(na.forward_rows(B, t0, t1, q.data(), i0 + 1, i1, kv.data() + nlon * cin, kv.data() + nlon * cin,
+                                   out.data(), nullptr),
+                   surrogate::Error);
+    }
+  }
+  EXPECT_GE(widest, 2) << "the neighbourhood case should need a halo";
 }
 
 }  // namespace

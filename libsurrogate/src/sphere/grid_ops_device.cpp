@@ -79,6 +79,90 @@ struct DiscoConvS2Device::Impl {
   cu::DeviceBuffer<std::int64_t> segment;
   cu::DeviceBuffer<std::int32_t> lat_in, lon_in;
   cu::DeviceBuffer<float> value, grouped_weight, bias_values, y;
+  // forward_rows: lat_in with the entries of output rows [band_begin, band_end) rebased to band_in.
+  cu::DeviceBuffer<std::int32_t> band_lat_in;
+  int band_begin = -1, band_end = -1, band_in = -1;
+
+  /// The band's rebased input latitudes on the device (Error(invalid_argument) for an entry outside the
+  /// input rows [in_begin, in_end)).
+  void set_band(int out_begin, int out_end, int in_begin, int in_end) {
+    if (out_begin == band_begin && out_end == band_end && in_begin == band_in) return;
+    const int K = cpu.kernel_size();
+    DiscoSegments s = disco_segments(cpu.table(), K);
+    const auto first = static_cast<std::size_t>(s.segment[static_cast<std::size_t>(out_begin) * static_cast<std::size_t>(K)]);
+    const auto last = static_cast<std::size_t>(s.segment[static_cast<std::size_t>(out_end) * static_cast<std::size_t>(K)]);
+    for (std::size_t z = first; z < last; ++z) {
+      const int hi = s.lat_in[z];
+      if (hi < in_begin || hi >= in_end)
+        throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": forward_rows for output rows [" +
+                                                     std::to_string(out_begin) + ", " + std::to_string(out_end) +
+                                                     ") reads input row " + std::to_string(hi) + ", outside the given rows [" +
+                                                     std::to_string(in_begin) + ", " + std::to_string(in_end) +
+                                                     ") (input_rows() names the rows needed)");
+      s.lat_in[z] = hi - in_begin;
+    }
+    band_begin = band_end = band_in = -1;
+    on_device(kDiscoName, device, [&] {
+      // A forward still running may read the buffer about to be replaced.
+      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(before replacing the band's table)");
+      upload(band_lat_in, s.lat_in, device);
+      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the band's table)");
+    });
+    band_begin = out_begin;
+    band_end = out_end;
+    band_in = in_begin;
+  }
+
+  /// The contraction and the GEMM of output rows [out_first, out_first + out_rows) of every sample from
+  /// `in_rows` input rows per sample, whose entries' latitudes `lat` (relative to the first row of `in`).
+  void contract(int batch, const float* in, int in_rows, const std::int32_t* lat, int out_first, int out_rows,
+                float* out, cudaStream_t stream) {
+    const DiscoConfig& c = cpu.config();
+    const int K = cpu.kernel_size();
+    const index_t width = static_cast<index_t>(K) * c.in_channels;  // y columns
+    const index_t rows = static_cast<index_t>(batch) * out_rows;    // (sample, output latitude) rows
+    const index_t per_row = width * c.nlon_out;
+    const index_t chunk = std::clamp<index_t>(static_cast<index_t>(kDiscoScratchFloats) / per_row, 1, 65535);
+    on_device(kDiscoName, device, [&] {
+      y.resize(static_cast<std::size_t>(std::min(chunk, rows) * per_row), device);
+      cu::DiscoTable table;
+      table.segment = segment.data() + static_cast<index_t>(out_first) * K;  // the band's first output row
+      table.lat_in = lat;
+      table.lon_in = lon_in.data();
+      table.value = value.data();
+      table.kernel_size = K;
+      for (index_t r0 = 0; r0 < rows; r0 += chunk) {
+        const index_t r1 = std::min(rows, r0 + chunk);
+        cu::DiscoContractionArgs a;
+        a.x = in;
+        a.ldx = c.in_channels;
+        a.y = y.data();
+        a.ldy = width;
+        a.batch = batch;
+        a.nlat_in = in_rows;
+        a.nlon_in = c.nlon_in;
+        a.nlat_out = out_rows;
+        a.nlon_out = c.nlon_out;
+        a.channels = c.in_channels;
+        a.groups = c.groups;
+        a.rows_begin = r0;
+        a.rows_end = r1;
+        cu::disco_contraction(a, table, stream);
+        cu::GroupedLinearArgs l;
+        l.x = y.data();
+        l.ldx = width;
+        l.weight = grouped_weight.data();
+        l.bias = c.bias ? bias_values.data() : nullptr;
+        l.y = out + r0 * c.nlon_out * c.out_channels;
+        l.ldy = c.out_channels;
+        l.rows = (r1 - r0) * c.nlon_out;
+        l.in = static_cast<int>(width / c.groups);
+        l.out = c.out_channels / c.groups;
+        l.groups = c.groups;
+        cu::grouped_linear(l, stream);
+      }
+    });
+  }
 };
 
 DiscoConvS2Device::DiscoConvS2Device(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
@@ -96,50 +180,25 @@ void DiscoConvS2Device::forward(int batch, const float* in, float* out, cudaStre
   if (batch < 0) throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": batch must be non-negative, got " + std::to_string(batch));
   if (batch == 0) return;
   if (!in || !out) throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": in and out must not be null");
-  const int K = m.cpu.kernel_size();
-  const index_t width = static_cast<index_t>(K) * c.in_channels;  // y columns
-  const index_t rows = static_cast<index_t>(batch) * c.nlat_out;  // (sample, output latitude) rows
-  const index_t per_row = width * c.nlon_out;
-  const index_t chunk = std::clamp<index_t>(static_cast<index_t>(kDiscoScratchFloats) / per_row, 1, 65535);
-  on_device(kDiscoName, m.device, [&] {
-    m.y.resize(static_cast<std::size_t>(std::min(chunk, rows) * per_row), m.device);
-    cu::DiscoTable table;
-    table.segment = m.segment.data();
-    table.lat_in = m.lat_in.data();
-    table.lon_in = m.lon_in.data();
-    table.value = m.value.data();
-    table.kernel_size = K;
-    for (index_t r0 = 0; r0 < rows; r0 += chunk) {
-      const index_t r1 = std::min(rows, r0 + chunk);
-      cu::DiscoContractionArgs a;
-      a.x = in;
-      a.ldx = c.in_channels;
-      a.y = m.y.data();
-      a.ldy = width;
-      a.batch = batch;
-      a.nlat_in = c.nlat_in;
-      a.nlon_in = c.nlon_in;
-      a.nlat_out = c.nlat_out;
-      a.nlon_out = c.nlon_out;
-      a.channels = c.in_channels;
-      a.groups = c.groups;
-      a.rows_begin = r0;
-      a.rows_end = r1;
-      cu::disco_contraction(a, table, stream);
-      cu::GroupedLinearArgs l;
-      l.x = m.y.data();
-      l.ldx = width;
-      l.weight = m.grouped_weight.data();
-      l.bias = c.bias ? m.bias_values.data() : nullptr;
-      l.y = out + r0 * c.nlon_out * c.out_channels;
-      l.ldy = c.out_channels;
-      l.rows = (r1 - r0) * c.nlon_out;
-      l.in = static_cast<int>(width / c.groups);
-      l.out = c.out_channels / c.groups;
-      l.groups = c.groups;
-      cu::grouped_linear(l, stream);
-    }
-  });
+  m.contract(batch, in, c.nlat_in, m.lat_in.data(), 0, c.nlat_out, out, stream);
+}
+
+void DiscoConvS2Device::forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                                     int out_end, cudaStream_t stream) {
+  Impl& m = *impl_;
+  const DiscoConfig& c = m.cpu.config();
+  const auto invalid = [](const std::string& msg) { throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": " + msg); };
+  if (batch < 0) invalid("batch must be non-negative, got " + std::to_string(batch));
+  if (out_begin < 0 || out_begin > out_end || out_end > c.nlat_out)
+    invalid("output rows [" + std::to_string(out_begin) + ", " + std::to_string(out_end) + ") outside [0, " +
+            std::to_string(c.nlat_out) + ")");
+  if (in_begin < 0 || in_begin > in_end || in_end > c.nlat_in)
+    invalid("input rows [" + std::to_string(in_begin) + ", " + std::to_string(in_end) + ") outside [0, " +
+            std::to_string(c.nlat_in) + ")");
+  if (batch == 0 || out_begin == out_end) return;
+  if (!in || !out) invalid("in and out must not be null");
+  m.set_band(out_begin, out_end, in_begin, in_end);
+  m.contract(batch, in, in_end - in_begin, m.band_lat_in.data(), out_begin, out_end - out_begin, out, stream);
 }
 
 // ---------------------------------------------------------------------------------------------------

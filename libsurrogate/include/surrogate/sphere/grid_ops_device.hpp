@@ -62,6 +62,15 @@ class DiscoConvS2Device {
   /// of `device`; nullptr: the legacy default stream); the caller synchronizes before reading `out`.
   void forward(int batch, const float* in, float* out, cudaStream_t stream);
 
+  /// DiscoConvS2::forward_rows on device buffers (latitude bands): `in` holds the input rows [in_begin,
+  /// in_end) of every sample, which must contain host().input_rows(out_begin, out_end) (else
+  /// Error(invalid_argument) naming the row); `out` the output rows [out_begin, out_end) of every sample.
+  /// The kernels are forward()'s: the object keeps a copy of the table's input latitudes with the entries
+  /// of the band's output rows rebased to in_begin (built and uploaded on the first call for a band, the
+  /// device synchronized first; kept while the band stays the same). Bitwise the rows forward() gives.
+  void forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end,
+                    cudaStream_t stream);
+
   const DiscoConvS2& host() const noexcept;
   int device() const noexcept;
 
