@@ -20,6 +20,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -43,16 +44,29 @@ TEST(SphereDeviceMpiEmulated, NeighborhoodAttentionLayerIsTheOneProcessDeviceFor
   EXPECT_GT(launches, before);
 }
 
-/// Every rank's band runs the device operator (counted on the emulated device of each rank).
+/// Every rank's band runs the device operator (counted on the emulated device of each rank). Prints the
+/// bytes each rank copies to and from its device per forward (the second call: the band's neighbour
+/// lists already uploaded).
 TEST(SphereDeviceMpiEmulated, EveryRankWithABandLaunchesKernels) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Case c = load("s2_neighborhood_self");
-  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
-  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-  const int before = launches;
-  predict(comm, *model, c, begin, end, 0);
-  // B = 2 samples: balanced bands of nlat = 10 rows, every rank has one at up to 4 ranks.
-  EXPECT_GT(launches, before) << "rank " << comm.rank() << " ran no kernel";
+  for (const char* name : {"s2_neighborhood_self", "s2_attention_self_qknorm"}) {
+    const Case c = load(name);
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
+    const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+    predict(comm, *model, c, begin, end, 0);
+    const int before = launches;
+    const long long up = emulated_backend::bytes_to_device, down = emulated_backend::bytes_to_host;
+    predict(comm, *model, c, begin, end, 0);
+    // B = 2 samples: balanced bands of nlat = 8 or 10 rows, every rank has one at up to 4 ranks.
+    EXPECT_GT(launches, before) << name << ": rank " << comm.rank() << " ran no kernel";
+    const std::vector<float> moved = gather({static_cast<float>(emulated_backend::bytes_to_device - up),
+                                             static_cast<float>(emulated_backend::bytes_to_host - down)});
+    if (comm.rank() == 0) {
+      std::printf("%s, %d ranks, bytes to / from the device per forward:", name, comm.size());
+      for (std::size_t r = 0; r + 1 < moved.size(); r += 2) std::printf(" rank %zu %.0f / %.0f;", r / 2, moved[r], moved[r + 1]);
+      std::printf("\n");
+    }
+  }
 }
 
 /// A launch failing on one rank: every rank throws the same surrogate::Error (agreed), and the model
