@@ -1,4 +1,5 @@
-// The single-layer spherical models (s2_attention, s2_neighborhood_attention) with RunOptions::cuda_device
+// The single-layer spherical models (s2_attention, s2_neighborhood_attention) and the sphere_transformer
+// (bilinear decoder) with RunOptions::cuda_device
 // across MPI ranks on GPUs (ctest at 1, 2 and 3 ranks; the ranks share the node's devices: node-local rank
 // mod device count): the checks of test_sphere_device_mpi_emulated.cpp (sphere_device_mpi_cases.hpp) with
 // the real runtime and kernels - the grid rows spread unequally over the ranks, the gathered result
@@ -33,5 +34,10 @@ TEST_P(GpuSphereMpi, EveryRankCountGivesTheOneProcessDeviceForwardBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, GpuSphereMpi, ::testing::Values("s2_attention_self_qknorm", "s2_neighborhood_self"));
+// The SphericalTransformer in latitude bands on the devices (bilinear decoder; instance norm's per-row
+// sums gathered through host memory).
+INSTANTIATE_TEST_SUITE_P(Transformers, GpuSphereMpi,
+                         ::testing::Values("st_global_instance_spectral", "st_neighborhood_instance_latlon_cutoff",
+                                           "st_neighborhood_layernorm_lat"));
 
 }  // namespace

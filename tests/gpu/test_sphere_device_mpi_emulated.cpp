@@ -12,8 +12,9 @@
 //    test_sphere_transformer_device_emulated.cpp of the CPU forward; a second call gives the same bits;
 //  * the device path ran on every rank that holds a band (kernel launches counted);
 //  * a launch failing on one rank only becomes the same Error on every rank (no rank left waiting).
-// The SphericalTransformer with cuda_device on several ranks is still refused (checked here: the same
-// Error(unsupported) on every rank).
+// The same checks for the SphericalTransformer golden files (global / neighbourhood attention, instance
+// norm, layer norm, none; bilinear decoder), with a launch failing on one rank inside its band forward;
+// with upsample_sht on several ranks the same Error(unsupported) on every rank.
 // What this does not check: nvcc's code, the real runtime, the hardware.
 #include "emulated_sphere_launchers.hpp"  // first: replaces the CUDA keywords
 
@@ -96,19 +97,80 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 
-/// The transformer's band exchanges have no device path yet: refused alike on every rank at P > 1.
-TEST(SphereDeviceMpiEmulated, TransformerOnSeveralRanksIsRefusedOnEveryRank) {
+/// The SphericalTransformer on the devices of every rank (latitude bands, transformer_device.cpp
+/// forward_bands): bitwise the one-process device forward, within the float32 bound of the CPU. Global
+/// attention with instance norm, neighbourhood attention with instance norm and with layer norm, global
+/// attention without norm (bilinear decoder upsampling in all).
+TEST(SphereDeviceMpiEmulated, GlobalInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
+  const int before = launches;
+  expect_one_process_device_bits("st_global_instance_spectral", 0);
+  EXPECT_GT(launches, before);
+}
+
+TEST(SphereDeviceMpiEmulated, NeighborhoodInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
+  const int before = launches;
+  expect_one_process_device_bits("st_neighborhood_instance_latlon_cutoff", 0);
+  EXPECT_GT(launches, before);
+}
+
+TEST(SphereDeviceMpiEmulated, NeighborhoodLayerNormTransformerIsTheOneProcessDeviceForwardBitwise) {
+  expect_one_process_device_bits("st_neighborhood_layernorm_lat", 0);
+}
+
+TEST(SphereDeviceMpiEmulated, GlobalNoNormTransformerIsTheOneProcessDeviceForwardBitwise) {
+  expect_one_process_device_bits("st_global_none_morlet", 0);
+}
+
+/// The SHT decoder's order split has no device path: with upsample_sht on several ranks, the same
+/// Error(unsupported) on every rank (nobody left waiting), and the model works on the CPU afterwards.
+TEST(SphereDeviceMpiEmulated, ShtTransformerOnSeveralRanksIsRefusedOnEveryRank) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  if (comm.size() == 1) GTEST_SKIP() << "one rank: the device transformer runs (test_sphere_transformer_device_emulated)";
-  const Case c = load("st_neighborhood_instance_latlon_cutoff");
+  if (comm.size() == 1) GTEST_SKIP() << "one rank: the device SHT transformer runs (test_sphere_transformer_device_emulated)";
+  const Case c = load("st_sht_global_lobatto");
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
   const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+  std::string message;
   try {
     predict(comm, *model, c, begin, end, 0);
     ADD_FAILURE() << "rank " << comm.rank() << ": not refused";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    message = e.what();
   }
+  EXPECT_NE(message.find("upsample_sht"), std::string::npos) << message;
+  const std::vector<float> one(1, static_cast<float>(message.size()));
+  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
+  // The CPU path afterwards: bitwise the one-process CPU forward (its order split's design).
+  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, -1));
+  const surrogate::SelfComm self;
+  const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
+  const std::vector<float> want = predict(self, *single, c, 0, c.n(), -1);
+  EXPECT_EQ(first_difference(got, want), got.size()) << "the CPU forward after the refusal";
+}
+
+/// A launch failing on one rank inside the transformer's band forward (between its collectives): the same
+/// Error on every rank, and the next forward gives the one-process device bits.
+TEST(SphereDeviceMpiEmulated, ATransformerLaunchFailingOnOneRankIsAnErrorOnEveryRank) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Case c = load("st_neighborhood_instance_latlon_cutoff");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
+  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
+  emulated_sphere::fail_after = comm.rank() == comm.size() - 1 ? 1 : 0;  // its first attention launch
+  std::string message;
+  try {
+    predict(comm, *model, c, begin, end, 0);
+  } catch (const surrogate::Error& e) {
+    message = e.what();
+  }
+  emulated_sphere::fail_after = 0;
+  EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
+  const std::vector<float> one(1, static_cast<float>(message.size()));
+  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
+  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, 0));
+  const surrogate::SelfComm self;
+  const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
+  const std::vector<float> want = predict(self, *single, c, 0, c.n(), 0);
+  EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 
 }  // namespace

@@ -157,17 +157,12 @@ class SphereTransformerModel final : public Model {
   }
 
  private:
-  /// The CUDA forward (transformer_device.hpp), one rank, fp32: the samples gathered into grid order,
-  /// the device forward, the rows back. The device object is built on the first call (and again when the
-  /// device changes).
+  /// The CUDA forward (transformer_device.hpp), fp32. One rank: the samples gathered into grid order,
+  /// the device forward, the rows back. Several ranks: the latitude bands of the CPU path on the devices.
+  /// The device object is built on the first call (and again when the device changes).
   void forward_on_device(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                          index_t ld_out, const RunOptions& options) {
     const TransformerConfig& c = net_.config();
-    if (comm.size() > 1)  // the same on every rank: the same error everywhere
-      throw Error(ErrorCode::unsupported,
-                  "sphere_transformer: the CUDA forward runs on one rank only (" + std::to_string(comm.size()) +
-                      " ranks here): the latitude-band exchanges have no device path yet; run it on one rank, or on "
-                      "the CPU (cuda_device -1)");
     if (options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, std::string("sphere_transformer: the CUDA forward computes in fp32 only "
                                                       "(precision '") + precision_name(options.precision) + "' requested)");
@@ -177,10 +172,20 @@ class SphereTransformerModel final : public Model {
         throw Error(ErrorCode::input, "sphere_transformer: sample " + std::to_string(s) + " has " +
                                           std::to_string(layout.sample_sizes()[static_cast<std::size_t>(s)]) +
                                           " points, the model's grid has " + std::to_string(P) + " (nlat*nlon)");
-    if (!device_ || device_->device() != options.cuda_device) {
-      device_.reset();
-      device_ = make_sphere_transformer_device_forward(net_, file_, options.cuda_device);
+    if (comm.size() > 1) {
+      // Latitude bands, as the CPU path: each rank's band on its device, the exchanges through host memory
+      // (SphereTransformerDeviceForward::forward_bands); a failure anywhere agreed on every rank.
+      const SolverPieces pieces = solver_pieces(comm, layout, in, ld_in, c.nlat, c.nlon, "sphere_transformer");
+      std::vector<float> band_out(static_cast<std::size_t>(B * pieces.bands.rows(comm.rank()) * c.nlon * c.out_chans));
+      collectively(comm, [&] { ensure_device(options.cuda_device); });
+      {
+        ThreadCount threads(options.threads);
+        device_->forward_bands(comm, static_cast<int>(B), pieces.bands, pieces.held, band_out.data());
+      }
+      return_to_pieces(comm, pieces, B, c.nlat, c.nlon, band_out.data(), c.out_chans, out, ld_out);
+      return;
     }
+    ensure_device(options.cuda_device);
     const int cin = c.in_chans, cout = c.out_chans;
     std::vector<float> grid_in(static_cast<std::size_t>(B * P * cin)), grid_out(static_cast<std::size_t>(B * P * cout));
     for (const auto& seg : layout.segments())  // one rank: each segment is a whole sample
@@ -190,6 +195,13 @@ class SphereTransformerModel final : public Model {
     for (const auto& seg : layout.segments())
       for (index_t p = 0; p < seg.end - seg.begin; ++p)
         std::copy_n(grid_out.data() + (seg.sample * P + p) * cout, cout, out + (seg.begin + p) * ld_out);
+  }
+
+  /// The device object for `cuda_device` (built on the first call, and again when the device changes).
+  void ensure_device(int cuda_device) {
+    if (device_ && device_->device() == cuda_device) return;
+    device_.reset();
+    device_ = make_sphere_transformer_device_forward(net_, file_, cuda_device);
   }
 
   SphericalTransformer net_;

@@ -220,6 +220,35 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
   }
 }
 
+std::vector<double> gather_row_sums(const Comm& comm, const BandPartition& bands, int batch, int C,
+                                    const std::vector<double>& part) {
+  const int P = comm.size(), nlat = bands.nlat();
+  const std::size_t row_bytes = sizeof(double) * static_cast<std::size_t>(C);
+  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
+  std::size_t total = 0;
+  for (int r = 0; r < P; ++r) {
+    offsets[static_cast<std::size_t>(r)] = total;
+    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(batch) * static_cast<std::size_t>(bands.rows(r)) * row_bytes;
+    total += bytes[static_cast<std::size_t>(r)];
+  }
+  if (part.size() * sizeof(double) != bytes[static_cast<std::size_t>(comm.rank())])
+    throw Error(ErrorCode::internal, "gather_row_sums: rank " + std::to_string(comm.rank()) + " passes " +
+                                         std::to_string(part.size()) + " sums, its band needs " +
+                                         std::to_string(bytes[static_cast<std::size_t>(comm.rank())] / sizeof(double)));
+  std::vector<double> by_rank(total / sizeof(double));
+  comm.allgatherv(part.data(), part.size() * sizeof(double), by_rank.data(), bytes, offsets);
+  // Rank r holds (b, row) for its rows sample-major: reorder to (b*nlat + row)*C.
+  std::vector<double> all(static_cast<std::size_t>(batch) * static_cast<std::size_t>(nlat) * static_cast<std::size_t>(C));
+  for (int r = 0; r < P; ++r)
+    for (int b = 0; b < batch; ++b) {
+      const std::size_t n = static_cast<std::size_t>(bands.rows(r)) * static_cast<std::size_t>(C);
+      const double* src = by_rank.data() + offsets[static_cast<std::size_t>(r)] / sizeof(double) + static_cast<std::size_t>(b) * n;
+      std::copy(src, src + n, all.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(b) * static_cast<std::size_t>(nlat) +
+                                                                          static_cast<std::size_t>(bands.begin(r))) * static_cast<std::size_t>(C)));
+    }
+  return all;
+}
+
 namespace {
 
 /// Per (sample, latitude row, channel) sums over the longitudes in order, in double: f(x, c) of the band's
@@ -242,26 +271,15 @@ void row_sums(int batch, int lat_rows, int nlon, int C, const float* x, index_t 
 /// total[b*C + c]. The result does not depend on the partition.
 std::vector<double> sum_over_rows(const Comm& comm, const BandPartition& bands, int batch, int C,
                                   const std::vector<double>& part) {
-  const int P = comm.size();
-  const std::size_t row_bytes = sizeof(double) * static_cast<std::size_t>(C);
-  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
-  std::size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    offsets[static_cast<std::size_t>(r)] = total;
-    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(batch) * static_cast<std::size_t>(bands.rows(r)) * row_bytes;
-    total += bytes[static_cast<std::size_t>(r)];
-  }
-  std::vector<double> all(total / sizeof(double));
-  comm.allgatherv(part.data(), part.size() * sizeof(double), all.data(), bytes, offsets);
+  const int nlat = bands.nlat();
+  const std::vector<double> all = gather_row_sums(comm, bands, batch, C, part);
   std::vector<double> sum(static_cast<std::size_t>(batch) * static_cast<std::size_t>(C), 0.0);
   for (int b = 0; b < batch; ++b)
-    for (int r = 0; r < P; ++r)  // ranks in order hold the rows in order
-      for (int row = 0; row < bands.rows(r); ++row) {
-        const double* src = all.data() + offsets[static_cast<std::size_t>(r)] / sizeof(double) +
-                            (static_cast<std::size_t>(b) * static_cast<std::size_t>(bands.rows(r)) + static_cast<std::size_t>(row)) *
-                                static_cast<std::size_t>(C);
-        for (int c = 0; c < C; ++c) sum[static_cast<std::size_t>(b) * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] += src[c];
-      }
+    for (int row = 0; row < nlat; ++row) {  // the rows in order
+      const double* src = all.data() + (static_cast<std::size_t>(b) * static_cast<std::size_t>(nlat) +
+                                        static_cast<std::size_t>(row)) * static_cast<std::size_t>(C);
+      for (int c = 0; c < C; ++c) sum[static_cast<std::size_t>(b) * static_cast<std::size_t>(C) + static_cast<std::size_t>(c)] += src[c];
+    }
   return sum;
 }
 

@@ -1,5 +1,7 @@
 // The SphericalTransformer forward on a CUDA device (transformer_device.hpp): the CPU forward's stages
-// (transformer.cpp, one rank) on device arrays of embed_dim floats per point. The CPU operators built by
+// (transformer.cpp) on device arrays of embed_dim floats per point, on one rank (forward) or in latitude
+// bands on several (forward_bands: SphericalTransformer::forward_bands stage by stage, every exchange
+// between ranks through host memory with the CPU path's fetch_rows / all-gather). The CPU operators built by
 // the SphericalTransformer give the configurations, DISCO tables, position embedding, norm weights and
 // packed MLP layers; the device operators are built from them (each builds its own CPU operator again for
 // its checks and tables) with the weights read from the model file.
@@ -72,8 +74,29 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
     if (count) cu::copy_to_device(dst.data(), src, count * sizeof(T), stream_.get());
   }
   DeviceDense upload_dense(const kernels::PackedLinear& layer);
-  void norm(const DeviceBlock& b, int which, int batch, const float* x, float* y);
+  void norm(const DeviceBlock& b, int which, int batch, int lat_rows, const float* x, float* y);
   void ensure_buffers(int batch);
+  void mlp(const DeviceBlock& b, index_t rows, cudaStream_t s);
+  void add_rows(float* x, const float* addend, index_t rows, int width, int ld_addend, cudaStream_t s);
+  void band_norm(const Comm& comm, const BandPartition& inner, const DeviceBlock& b, int which, int batch,
+                 const float* x, float* y);
+  template <class F>
+  void on_every_rank(const Comm& comm, F&& work);
+  template <class T>
+  void download(std::vector<T>& dst, const T* src, std::size_t count) {
+    dst.resize(count);
+    if (count) cu::copy_to_host(dst.data(), src, count * sizeof(T), stream_.get());
+  }
+  void upload_to(float* dst, const std::vector<float>& src) {
+    if (!src.empty()) cu::copy_to_device(dst, src.data(), src.size() * sizeof(float), stream_.get());
+  }
+
+ public:
+  void forward_bands(const Comm& comm, int batch, const BandPartition& image_bands, std::span<const HeldRows> input,
+                     float* out_band) override;
+
+ private:
+  const SphericalTransformer& net_;
 
   TransformerConfig cfg_;
   int device_ = -1, h_ = 0, w_ = 0, C_ = 0, hidden_ = 0;
@@ -96,6 +119,7 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   // Work arrays (grown by ensure_buffers).
   int capacity_ = 0;
   cu::DeviceBuffer<float> in_, x_, y_, att_, hid_, up_, out_, scale_, shift_;
+  cu::DeviceBuffer<float> kv_, band_up_;  // forward_bands: fetched key/value rows, the decoder's input rows
   cu::DeviceBuffer<double> part_, mean_;
 };
 
@@ -110,7 +134,7 @@ DeviceDense SphereTransformerCuda::upload_dense(const kernels::PackedLinear& lay
 }
 
 SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device)
-    : cfg_(net.config()), device_(device) {
+    : net_(net), cfg_(net.config()), device_(device) {
   const TransformerView v = TransformerInternals::view(net);
   h_ = v.h;
   w_ = v.w;
@@ -188,6 +212,8 @@ void SphereTransformerCuda::ensure_buffers(int batch) {
   up_.resize(B * P_img * C, device_);
   x_.resize(B * P * C, device_);
   y_.resize(B * P * C, device_);
+  kv_.resize(B * P * C, device_);
+  band_up_.resize(B * P_img * C, device_);
   att_.resize(B * P * C, device_);
   hid_.resize(B * P * static_cast<std::size_t>(std::max(hidden_, 1)), device_);
   part_.resize(B * static_cast<std::size_t>(h_) * C, device_);
@@ -247,9 +273,10 @@ void SphereTransformerCuda::upsample_sht(int batch, const float* x, float* up, c
   cu::sht_fourier_synthesis(fs, s);
 }
 
-/// y = norm_which(x) over the whole internal grid of `batch` samples (none: y = x).
-void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, const float* x, float* y) {
-  const index_t P = static_cast<index_t>(h_) * w_, rows = batch * P;
+/// y = norm_which(x) over `lat_rows` latitude rows of the internal grid of `batch` samples (none: y = x);
+/// the instance norm's statistics over those rows (the whole grid: lat_rows = h).
+void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, int lat_rows, const float* x, float* y) {
+  const index_t P = static_cast<index_t>(lat_rows) * w_, rows = batch * P;
   switch (cfg_.normalization_layer) {
     case BlockNorm::none: {
       cu::RowCopyArgs a;
@@ -281,7 +308,7 @@ void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, con
       rs.x = x;
       rs.ld = C_;
       rs.batch = batch;
-      rs.lat_rows = h_;
+      rs.lat_rows = lat_rows;
       rs.nlon = w_;
       rs.dim = C_;
       rs.part = part_.data();
@@ -289,9 +316,9 @@ void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, con
       cu::GridNormStatsArgs st;
       st.part = part_.data();
       st.batch = batch;
-      st.lat_rows = h_;
+      st.lat_rows = lat_rows;
       st.dim = C_;
-      st.points = static_cast<double>(h_) * w_;
+      st.points = static_cast<double>(P);
       st.mean = mean_.data();
       cu::grid_norm_stats(st, stream_.get());
       rs.mean = mean_.data();
@@ -319,6 +346,38 @@ void SphereTransformerCuda::norm(const DeviceBlock& b, int which, int batch, con
   }
 }
 
+/// x = fc2(act(fc1(y))) + x over `rows` rows (the residual added in place by the second layer).
+void SphereTransformerCuda::mlp(const DeviceBlock& b, index_t rows, cudaStream_t s) {
+  cu::DenseArgs d1;
+  d1.wt = b.fc1.wt.data();
+  d1.bias = b.fc1.bias.data();
+  d1.in = b.fc1.in;
+  d1.out = b.fc1.out;
+  d1.ldw = b.fc1.ldw;
+  d1.x = y_.data();
+  d1.ldx = C_;
+  d1.y = hid_.data();
+  d1.ldy = hidden_;
+  d1.rows = rows;
+  d1.act = cfg_.activation == MlpActivation::gelu ? Activation::gelu_erf : Activation::none;
+  cu::dense(d1, s);
+  if (cfg_.activation == MlpActivation::relu) cu::relu_rows(hid_.data(), hidden_, rows, hidden_, s);
+  cu::DenseArgs d2;
+  d2.wt = b.fc2.wt.data();
+  d2.bias = b.fc2.bias.data();
+  d2.in = b.fc2.in;
+  d2.out = b.fc2.out;
+  d2.ldw = b.fc2.ldw;
+  d2.x = hid_.data();
+  d2.ldx = hidden_;
+  d2.y = x_.data();
+  d2.ldy = C_;
+  d2.rows = rows;
+  d2.add = x_.data();  // the residual, in place
+  d2.ld_add = C_;
+  cu::dense(d2, s);
+}
+
 void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
   if (batch < 1 || !in || !out)
     throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward needs batch >= 1 and host arrays");
@@ -333,94 +392,230 @@ void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
     // Encoder, then the position embedding added per sample (x = encoded + pos, the CPU's float add).
     encoder_->forward(batch, in_.data(), x_.data(), s);
     if (has_pos_)
-      for (int b = 0; b < batch; ++b) {
-        cu::RowBinaryArgs a;
-        a.op = cu::RowOp::add;
-        a.a = x_.data() + b * P * C_;
-        a.lda = C_;
-        a.b = pos_.data();
-        a.ldb = C_;
-        a.y = x_.data() + b * P * C_;
-        a.ldy = C_;
-        a.rows = P;
-        a.width = C_;
-        cu::row_binary(a, s);
-      }
+      for (int b = 0; b < batch; ++b) add_rows(x_.data() + b * P * C_, pos_.data(), P, C_, C_, s);
 
-    auto add_into_x = [&](const float* addend) {  // x = x + addend
-      cu::RowBinaryArgs a;
-      a.op = cu::RowOp::add;
-      a.a = x_.data();
-      a.lda = C_;
-      a.b = addend;
-      a.ldb = C_;
-      a.y = x_.data();
-      a.ldy = C_;
-      a.rows = rows;
-      a.width = C_;
-      cu::row_binary(a, s);
-    };
     for (DeviceBlock& b : blocks_) {
-      norm(b, 0, batch, x_.data(), y_.data());
+      norm(b, 0, batch, h_, x_.data(), y_.data());
       if (b.global) b.global->forward(batch, y_.data(), nullptr, nullptr, att_.data(), s);
       else b.neighborhood->forward(batch, y_.data(), nullptr, nullptr, att_.data(), s);
-      add_into_x(att_.data());
-      norm(b, 1, batch, x_.data(), y_.data());
+      add_rows(x_.data(), att_.data(), rows, C_, C_, s);
+      norm(b, 1, batch, h_, x_.data(), y_.data());
       if (!cfg_.use_mlp) {
-        add_into_x(y_.data());
+        add_rows(x_.data(), y_.data(), rows, C_, C_, s);
         continue;
       }
-      cu::DenseArgs d1;
-      d1.wt = b.fc1.wt.data();
-      d1.bias = b.fc1.bias.data();
-      d1.in = b.fc1.in;
-      d1.out = b.fc1.out;
-      d1.ldw = b.fc1.ldw;
-      d1.x = y_.data();
-      d1.ldx = C_;
-      d1.y = hid_.data();
-      d1.ldy = hidden_;
-      d1.rows = rows;
-      d1.act = cfg_.activation == MlpActivation::gelu ? Activation::gelu_erf : Activation::none;
-      cu::dense(d1, s);
-      if (cfg_.activation == MlpActivation::relu) cu::relu_rows(hid_.data(), hidden_, rows, hidden_, s);
-      cu::DenseArgs d2;
-      d2.wt = b.fc2.wt.data();
-      d2.bias = b.fc2.bias.data();
-      d2.in = b.fc2.in;
-      d2.out = b.fc2.out;
-      d2.ldw = b.fc2.ldw;
-      d2.x = hid_.data();
-      d2.ldx = hidden_;
-      d2.y = x_.data();
-      d2.ldy = C_;
-      d2.rows = rows;
-      d2.add = x_.data();  // the residual, in place
-      d2.ld_add = C_;
-      cu::dense(d2, s);
+      mlp(b, rows, s);
     }
 
     if (sht_) upsample_sht(batch, x_.data(), up_.data(), s);
     else resample_->forward(batch, C_, x_.data(), up_.data(), s);
     decoder_->forward(batch, up_.data(), out_.data(), s);
-    if (cfg_.residual_prediction) {
-      cu::RowBinaryArgs a;
-      a.op = cu::RowOp::add;
-      a.a = out_.data();
-      a.lda = cfg_.out_chans;
-      a.b = in_.data();
-      a.ldb = cfg_.in_chans;
-      a.y = out_.data();
-      a.ldy = cfg_.out_chans;
-      a.rows = batch * P_img;
-      a.width = cfg_.out_chans;
-      cu::row_binary(a, s);
-    }
+    if (cfg_.residual_prediction) add_rows(out_.data(), in_.data(), batch * P_img, cfg_.out_chans, cfg_.in_chans, s);
     cu::copy_to_host(out, out_.data(), static_cast<std::size_t>(batch * P_img * cfg_.out_chans) * sizeof(float), s);
     stream_.synchronize();
   } catch (...) {
     raise_current(device_);
   }
+}
+
+/// x[r] += addend[r] (the first `width` values of `rows` rows; x has rows of `width` floats).
+void SphereTransformerCuda::add_rows(float* x, const float* addend, index_t rows, int width, int ld_addend,
+                                     cudaStream_t s) {
+  if (rows == 0) return;
+  cu::RowBinaryArgs a;
+  a.op = cu::RowOp::add;
+  a.a = x;
+  a.lda = width;
+  a.b = addend;
+  a.ldb = ld_addend;
+  a.y = x;
+  a.ldy = width;
+  a.rows = rows;
+  a.width = width;
+  cu::row_binary(a, s);
+}
+
+/// Device work between two collectives of forward_bands: run on this rank's device, synchronized; a failure
+/// on any rank becomes the same Error on every rank before the next collective.
+template <class F>
+void SphereTransformerCuda::on_every_rank(const Comm& comm, F&& work) {
+  collectively(comm, [&] {
+    try {
+      cu::DeviceGuard guard(device_);
+      work(stream_.get());
+      stream_.synchronize();
+    } catch (...) {
+      raise_current(device_);
+    }
+  });
+}
+
+/// y = norm_which(x) over this rank's band of the internal grid (`inner`), batch samples. Layer norm and
+/// none are row-local (norm() on the band's rows). Instance norm: the per-row sums of the band (double,
+/// grid_row_sums) downloaded, gathered from every rank in grid layout and uploaded, and the statistics
+/// computed from all rows by the one-rank forward's grid_norm_stats: the one-rank device bits.
+void SphereTransformerCuda::band_norm(const Comm& comm, const BandPartition& inner, const DeviceBlock& b, int which,
+                                      int batch, const float* x, float* y) {
+  const int lat_rows = inner.rows(comm.rank());
+  if (cfg_.normalization_layer != BlockNorm::instance_norm) {
+    on_every_rank(comm, [&](cudaStream_t) {
+      if (lat_rows > 0) norm(b, which, batch, lat_rows, x, y);
+    });
+    return;
+  }
+  const std::size_t band_sums = static_cast<std::size_t>(batch) * static_cast<std::size_t>(lat_rows) * static_cast<std::size_t>(C_);
+  cu::GridRowSumsArgs rs;
+  rs.x = x;
+  rs.ld = C_;
+  rs.batch = batch;
+  rs.lat_rows = lat_rows;
+  rs.nlon = w_;
+  rs.dim = C_;
+  rs.part = part_.data();
+  cu::GridNormStatsArgs st;
+  st.part = part_.data();
+  st.batch = batch;
+  st.lat_rows = h_;
+  st.dim = C_;
+  st.points = static_cast<double>(h_) * w_;
+  st.mean = mean_.data();
+  std::vector<double> sums;
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (lat_rows > 0) cu::grid_row_sums(rs, s);
+    download(sums, part_.data(), band_sums);
+  });
+  std::vector<double> all = gather_row_sums(comm, inner, batch, C_, sums);
+  on_every_rank(comm, [&](cudaStream_t s) {
+    cu::copy_to_device(part_.data(), all.data(), all.size() * sizeof(double), s);
+    cu::grid_norm_stats(st, s);  // the means from every row
+    rs.mean = mean_.data();
+    if (lat_rows > 0) cu::grid_row_sums(rs, s);
+    download(sums, part_.data(), band_sums);
+  });
+  all = gather_row_sums(comm, inner, batch, C_, sums);
+  on_every_rank(comm, [&](cudaStream_t s) {
+    cu::copy_to_device(part_.data(), all.data(), all.size() * sizeof(double), s);
+    st.finish = true;
+    st.eps = 1e-6;
+    st.weight = b.norm_w[which].data();
+    st.bias = b.norm_b[which].data();
+    st.scale = scale_.data();
+    st.shift = shift_.data();
+    cu::grid_norm_stats(st, s);
+    if (lat_rows == 0) return;
+    cu::ChannelAffineArgs af;
+    af.x = x;
+    af.ldx = C_;
+    af.y = y;
+    af.ldy = C_;
+    af.rows = static_cast<index_t>(batch) * lat_rows * w_;
+    af.rows_per_sample = static_cast<index_t>(lat_rows) * w_;
+    af.dim = C_;
+    af.scale = scale_.data();
+    af.shift = shift_.data();
+    cu::channel_affine(af, s);
+  });
+}
+
+void SphereTransformerCuda::forward_bands(const Comm& comm, int batch, const BandPartition& image_bands,
+                                          std::span<const HeldRows> input, float* out_band) {
+  if (batch < 1) throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward needs batch >= 1");
+  if (sht_ && comm.size() > 1)  // the configuration: the same on every rank
+    throw Error(ErrorCode::unsupported,
+                "sphere_transformer: the CUDA forward with upsample_sht runs on one rank only (" +
+                    std::to_string(comm.size()) + " ranks on " + comm.name() +
+                    "): the SHT decoder's order split has no device path yet; run it on one rank, or on the CPU "
+                    "(cuda_device -1)");
+  if (image_bands.nlat() != cfg_.nlat || static_cast<int>(image_bands.first.size()) != comm.size() + 1)
+    throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward_bands: the image bands must cover the " +
+                                                 std::to_string(cfg_.nlat) + " latitudes with one band per rank of " +
+                                                 comm.name());
+  const TransformerView v = TransformerInternals::view(net_);
+  const BandPartition inner = net_.internal_bands(image_bands);
+  const int me = comm.rank();
+  const int i0 = inner.begin(me), i1 = inner.end(me), g0 = image_bands.begin(me), g1 = image_bands.end(me);
+  const index_t P_img = static_cast<index_t>(cfg_.nlat) * cfg_.nlon, P = static_cast<index_t>(h_) * w_;
+  const index_t P_band = static_cast<index_t>(i1 - i0) * w_, rows = batch * P_band;
+  const std::size_t band_values = static_cast<std::size_t>(rows) * static_cast<std::size_t>(C_);
+  on_every_rank(comm, [&](cudaStream_t) { ensure_buffers(batch); });
+
+  // Encoder: the image rows within its cutoff of this band, fetched as the CPU path does; DISCO rows;
+  // the position embedding of the band's rows.
+  const auto enc_rows = v.encoder->input_rows(i0, i1);
+  const std::vector<float> enc_in =
+      fetch_rows(comm, input, band_ranges(batch, P_img, cfg_.nlon, enc_rows.first, enc_rows.second), cfg_.in_chans);
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (rows == 0) return;
+    upload_to(in_.data(), enc_in);
+    encoder_->forward_rows(batch, in_.data(), enc_rows.first, enc_rows.second, x_.data(), i0, i1, s);
+    if (has_pos_)
+      for (int b = 0; b < batch; ++b)
+        add_rows(x_.data() + b * P_band * C_, pos_.data() + static_cast<index_t>(i0) * w_ * C_, P_band, C_, C_, s);
+  });
+
+  std::vector<float> band_host;
+  for (DeviceBlock& b : blocks_) {
+    band_norm(comm, inner, b, 0, batch, x_.data(), y_.data());
+    // Keys and values: every row (global attention) or the neighbourhood halo, from their owners.
+    on_every_rank(comm, [&](cudaStream_t) { download(band_host, y_.data(), band_values); });
+    const std::vector<HeldRows> held = band_held(batch, P, w_, i0, i1, band_host.data(), C_);
+    const auto kv_rows = b.global ? std::pair<int, int>{0, i0 < i1 ? h_ : 0}  // an empty band fetches nothing
+                                  : b.neighborhood->host().input_rows(i0, i1);
+    const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, w_, kv_rows.first, kv_rows.second), C_);
+    on_every_rank(comm, [&](cudaStream_t s) {
+      if (rows == 0) return;
+      upload_to(kv_.data(), kv);
+      if (b.global) b.global->forward_rows(batch, i0, i1, y_.data(), kv_.data(), kv_.data(), att_.data(), s);
+      else b.neighborhood->forward_rows(batch, i0, i1, y_.data(), kv_rows.first, kv_rows.second, kv_.data(),
+                                        kv_.data(), att_.data(), s);
+      add_rows(x_.data(), att_.data(), rows, C_, C_, s);
+    });
+    band_norm(comm, inner, b, 1, batch, x_.data(), y_.data());
+    on_every_rank(comm, [&](cudaStream_t s) {
+      if (rows == 0) return;
+      if (cfg_.use_mlp) mlp(b, rows, s);
+      else add_rows(x_.data(), y_.data(), rows, C_, C_, s);
+    });
+  }
+
+  // Decoder: the image rows [g0, g1) read the resampled rows within the decoder's cutoff, which read the
+  // internal rows of their interpolation stencils (pole rows: the first / last internal row). Those rows
+  // are fetched, placed into a zeroed whole internal grid and resampled there (ResampleS2Device has no
+  // row-range forward yet: each rank interpolates the whole image grid and keeps its rows; the rows it
+  // keeps read only the fetched rows, so they are the one-rank bits).
+  const auto dec_rows = v.decoder->input_rows(g0, g1);
+  const auto res_rows = v.resample->input_rows(dec_rows.first, dec_rows.second);
+  on_every_rank(comm, [&](cudaStream_t) { download(band_host, x_.data(), band_values); });
+  const std::vector<float> stencil_rows = fetch_rows(comm, band_held(batch, P, w_, i0, i1, band_host.data(), C_),
+                                                     band_ranges(batch, P, w_, res_rows.first, res_rows.second), C_);
+  const index_t dec_points = static_cast<index_t>(dec_rows.second - dec_rows.first) * cfg_.nlon;
+  const index_t out_rows = static_cast<index_t>(batch) * (g1 - g0) * cfg_.nlon;
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (dec_points == 0) return;
+    const index_t res_points = static_cast<index_t>(res_rows.second - res_rows.first) * w_;
+    cu::fill(y_.data(), static_cast<std::size_t>(batch * P * C_), 0.0f, s);
+    for (int b = 0; b < batch; ++b)
+      cu::copy_to_device(y_.data() + (b * P + static_cast<index_t>(res_rows.first) * w_) * C_,
+                         stencil_rows.data() + b * res_points * C_,
+                         static_cast<std::size_t>(res_points * C_) * sizeof(float), s);
+    resample_->forward(batch, C_, y_.data(), up_.data(), s);
+    for (int b = 0; b < batch; ++b)
+      cu::copy_on_device(band_up_.data() + b * dec_points * C_,
+                         up_.data() + (b * P_img + static_cast<index_t>(dec_rows.first) * cfg_.nlon) * C_,
+                         static_cast<std::size_t>(dec_points * C_) * sizeof(float), s);
+    decoder_->forward_rows(batch, band_up_.data(), dec_rows.first, dec_rows.second, out_.data(), g0, g1, s);
+  });
+  const std::vector<float> own_in =
+      cfg_.residual_prediction ? fetch_rows(comm, input, band_ranges(batch, P_img, cfg_.nlon, g0, g1), cfg_.in_chans)
+                               : std::vector<float>{};
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (out_rows == 0) return;
+    if (cfg_.residual_prediction) {
+      upload_to(in_.data(), own_in);
+      add_rows(out_.data(), in_.data(), out_rows, cfg_.out_chans, cfg_.in_chans, s);
+    }
+    cu::copy_to_host(out_band, out_.data(), static_cast<std::size_t>(out_rows * cfg_.out_chans) * sizeof(float), s);
+  });
 }
 
 }  // namespace

@@ -7,7 +7,9 @@
 #include <vector>
 
 #include "../layers.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/model_file.hpp"
+#include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
@@ -38,6 +40,13 @@ struct TransformerView {
 struct TransformerInternals {
   static TransformerView view(const SphericalTransformer& net);
 };
+
+/// Collective. The per-(sample, latitude row, channel) sums `part` of this rank's band (sample-major:
+/// (b*bands.rows(rank) + row)*C + c) of every rank, in grid layout: all[(b*bands.nlat() + row)*C + c].
+/// The instance norm's statistics sum these rows in row order (transformer.cpp; the device forward's
+/// grid_norm_stats on the gathered rows): the same values for any partition.
+std::vector<double> gather_row_sums(const Comm& comm, const BandPartition& bands, int batch, int C,
+                                    const std::vector<double>& part);
 
 /// The weights of block `block`'s attention (blocks.<block>.self_attn.*) as the CPU forward reads them.
 AttentionS2Weights transformer_attention_weights(const ModelFile& file, int block);
