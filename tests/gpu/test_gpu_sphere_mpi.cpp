@@ -38,6 +38,6 @@ INSTANTIATE_TEST_SUITE_P(Layers, GpuSphereMpi, ::testing::Values("s2_attention_s
 // sums gathered through host memory).
 INSTANTIATE_TEST_SUITE_P(Transformers, GpuSphereMpi,
                          ::testing::Values("st_global_instance_spectral", "st_neighborhood_instance_latlon_cutoff",
-                                           "st_neighborhood_layernorm_lat"));
+                                           "st_neighborhood_layernorm_lat", "zoo_s2ntransformer_e128_reduced"));
 
 }  // namespace
