@@ -63,7 +63,7 @@ void resample(const ResampleArgs& a, const ResampleTables& t, cudaStream_t strea
         a, t.spherical);
     check_launch("resample_poles_kernel");
   }
-  const index_t n = static_cast<index_t>(a.batch) * a.nlat_out * a.nlon_out * a.channels;
+  const index_t n = static_cast<index_t>(a.batch) * ((a.out_end < 0 ? a.nlat_out : a.out_end) - a.out_begin) * a.nlon_out * a.channels;
   if ((n + kThreads - 1) / kThreads > 2147483647) bad(what, "too many output values for one launch");
   resample_interpolate_kernel<<<blocks_for(n), kThreads, 0, stream>>>(a, t);
   check_launch("resample_interpolate_kernel");

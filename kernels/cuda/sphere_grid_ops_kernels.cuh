@@ -107,14 +107,24 @@ __device__ __forceinline__ float resample_slerp(float start, float end, float w)
   return start + __fmul_rn(w, delta);
 }
 
+/// The input rows x holds per sample, the output rows y receives (ResampleArgs' band; -1: the whole grid).
+__device__ __forceinline__ index_t resample_in_rows(const ResampleArgs& a) {
+  return static_cast<index_t>(a.in_end < 0 ? a.nlat_in : a.in_end) - a.in_begin;
+}
+__device__ __forceinline__ index_t resample_out_rows(const ResampleArgs& a) {
+  return static_cast<index_t>(a.out_end < 0 ? a.nlat_out : a.out_end) - a.out_begin;
+}
+
 /// One thread per (sample, pole, channel): the longitude mean of the first (north) or last (south) input
-/// row, summed in double in longitude order; bilinear-spherical: atan2 of the means of sin and cos.
+/// row, summed in double in longitude order; bilinear-spherical: atan2 of the means of sin and cos. A pole
+/// the band does not use (a.north / a.south unset) is left alone.
 __global__ void __launch_bounds__(kThreads) resample_poles_kernel(ResampleArgs a, bool spherical) {
   const index_t idx = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (idx >= static_cast<index_t>(a.batch) * 2 * a.channels) return;
   const index_t c = idx % a.channels, side = (idx / a.channels) % 2, b = idx / (2 * static_cast<index_t>(a.channels));
-  const index_t row = side == 0 ? 0 : a.nlat_in - 1;
-  const float* const x = a.x + ((b * a.nlat_in + row) * a.nlon_in) * a.channels + c;
+  if (!(side == 0 ? a.north : a.south)) return;
+  const index_t row = (side == 0 ? 0 : a.nlat_in - 1) - a.in_begin;  // in the rows x holds
+  const float* const x = a.x + ((b * resample_in_rows(a) + row) * a.nlon_in) * a.channels + c;
   double s = 0.0, s2 = 0.0;
   for (int lon = 0; lon < a.nlon_in; ++lon) {
     const float v = x[static_cast<index_t>(lon) * a.channels];
@@ -133,10 +143,10 @@ __global__ void __launch_bounds__(kThreads) resample_poles_kernel(ResampleArgs a
 /// left and right input longitudes, then longitude interpolation (resample.cpp's order and operations).
 __global__ void __launch_bounds__(kThreads) resample_interpolate_kernel(ResampleArgs a, ResampleTables tab) {
   const index_t idx = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  const index_t C = a.channels, po = static_cast<index_t>(a.nlat_out) * a.nlon_out;
+  const index_t C = a.channels, po = resample_out_rows(a) * a.nlon_out, in_rows = resample_in_rows(a);
   if (idx >= static_cast<index_t>(a.batch) * po * C) return;
   const index_t c = idx % C, p = (idx / C) % po, b = idx / (C * po);
-  const int t = static_cast<int>(p / a.nlon_out), w = static_cast<int>(p % a.nlon_out);
+  const int t = a.out_begin + static_cast<int>(p / a.nlon_out), w = static_cast<int>(p % a.nlon_out);
   const int r0 = tab.lat_index[t], left = tab.lon_left[w], right = tab.lon_right[w];
   const float wl = tab.lat_weight[t], wo = tab.lon_weight[w];
   // The value of extended row r at input longitude lon (a pole row has one value per channel).
@@ -146,7 +156,7 @@ __global__ void __launch_bounds__(kThreads) resample_interpolate_kernel(Resample
       if (r == a.nlat_in + 1) return a.poles[(b * 2 + 1) * C + c];
       --r;
     }
-    return a.x[((b * a.nlat_in + r) * a.nlon_in + lon) * C + c];
+    return a.x[((b * in_rows + (r - a.in_begin)) * a.nlon_in + lon) * C + c];
   };
   const float a0 = at(r0, left), a1 = at(r0 + 1, left), b0 = at(r0, right), b1 = at(r0 + 1, right);
   a.y[idx] = tab.spherical ? resample_slerp(resample_slerp(a0, a1, wl), resample_slerp(b0, b1, wl), wo)

@@ -164,7 +164,7 @@ void resample(const ResampleArgs& a, const ResampleTables& t, cudaStream_t) {
   if (t.expand_poles)
     cuda_host_emulation::launch(blocks(static_cast<index_t>(a.batch) * 2 * a.channels), gk::kThreads,
                                 [&] { gk::resample_poles_kernel(a, t.spherical); });
-  const index_t n = static_cast<index_t>(a.batch) * a.nlat_out * a.nlon_out * a.channels;
+  const index_t n = static_cast<index_t>(a.batch) * ((a.out_end < 0 ? a.nlat_out : a.out_end) - a.out_begin) * a.nlon_out * a.channels;
   cuda_host_emulation::launch(blocks(n), gk::kThreads, [&] { gk::resample_interpolate_kernel(a, t); });
 }
 

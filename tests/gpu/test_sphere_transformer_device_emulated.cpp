@@ -513,7 +513,8 @@ TEST(SphereTransformerDeviceEmulated, WideHeadAttentionOperators) {
 // forward_rows) against the whole-grid device forward, bitwise: every single-row band (the widest halo
 // relative to the band, poles included) and the two halves; DISCO encoder-like (17x32 equiangular -> 9x16
 // Legendre-Gauss, a halo of several rows) and decoder-like (same grid); neighbourhood attention with a
-// cutoff of several rows; global attention. One input row less than the band needs is refused.
+// cutoff of several rows; global attention; ResampleS2 (poles expanded, spherical, downsampling, identity).
+// One input row less than the band needs is refused.
 TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
   std::mt19937 gen(77);
   std::normal_distribution<float> normal(0.0f, 0.5f);
@@ -579,6 +580,50 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
       }
     }
     EXPECT_GE(widest, 2) << "the DISCO case should need a halo";
+  }
+  // ResampleS2 (ResampleS2Device::forward_rows): with the poles expanded (the pole rows read input row 0 /
+  // nlat_in - 1, which a band holds only when it reaches them), spherical and not, a downsampling, the
+  // identity. The band forwards run on an object of their own, so that pole rows left over in the
+  // scratch of the whole-grid forward cannot hide a pole row not computed.
+  struct ResampleCase {
+    int hi, wi, ho, wo;
+    sp::Grid gi, go;
+    sp::ResampleMode mode;
+  };
+  using RM = sp::ResampleMode;
+  for (const ResampleCase& k : {ResampleCase{8, 16, 17, 32, sp::Grid::legendre_gauss, sp::Grid::equiangular, RM::bilinear},
+                                ResampleCase{8, 16, 17, 32, sp::Grid::legendre_gauss, sp::Grid::equiangular,
+                                             RM::bilinear_spherical},
+                                ResampleCase{5, 10, 9, 7, sp::Grid::legendre_gauss, sp::Grid::lobatto, RM::bilinear},
+                                ResampleCase{17, 32, 9, 16, sp::Grid::equiangular, sp::Grid::legendre_gauss, RM::bilinear},
+                                ResampleCase{9, 16, 9, 16, sp::Grid::legendre_gauss, sp::Grid::legendre_gauss, RM::bilinear}}) {
+    sp::ResampleConfig c;
+    c.nlat_in = k.hi;
+    c.nlon_in = k.wi;
+    c.grid_in = k.gi;
+    c.nlat_out = k.ho;
+    c.nlon_out = k.wo;
+    c.grid_out = k.go;
+    c.mode = k.mode;
+    const int ch = 3;
+    sp::ResampleS2Device whole_op(c, 0);
+    sp::ResampleS2Device band_op(c, 0);
+    const auto x = random(static_cast<std::size_t>(B * k.hi * k.wi * ch));
+    std::vector<float> whole(static_cast<std::size_t>(B * k.ho * k.wo * ch));
+    whole_op.forward(B, ch, x.data(), whole.data(), nullptr);
+    const std::string name = std::to_string(k.hi) + "x" + std::to_string(k.wi) + " -> " + std::to_string(k.ho) + "x" +
+                             std::to_string(k.wo) + (k.mode == RM::bilinear_spherical ? " spherical" : "");
+    for (const auto& [t0, t1] : bands(k.ho)) {
+      const auto [i0, i1] = band_op.host().input_rows(t0, t1);
+      const auto in = rows_of(x, B, k.hi, k.wi, ch, i0, i1);
+      std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * k.wo * ch), -7.0f);
+      band_op.forward_rows(B, ch, in.data(), i0, i1, out.data(), t0, t1, nullptr);
+      EXPECT_EQ(out, rows_of(whole, B, k.ho, k.wo, ch, t0, t1)) << "resample " << name << " rows " << t0 << ".." << t1;
+      if (i1 > i0 + 1) {  // one input row short at either end
+        EXPECT_THROW(band_op.forward_rows(B, ch, in.data(), i0, i1 - 1, out.data(), t0, t1, nullptr), surrogate::Error);
+        EXPECT_THROW(band_op.forward_rows(B, ch, in.data(), i0 + 1, i1, out.data(), t0, t1, nullptr), surrogate::Error);
+      }
+    }
   }
   // Attention (self-attention on one grid, 2 heads, qk-norm).
   const int nlat = 10, nlon = 20, cin = 6;

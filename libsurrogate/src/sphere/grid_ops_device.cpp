@@ -229,17 +229,48 @@ const ResampleS2& ResampleS2Device::host() const noexcept { return impl_->cpu; }
 int ResampleS2Device::device() const noexcept { return impl_->device; }
 
 void ResampleS2Device::forward(int batch, int channels, const float* in, float* out, cudaStream_t stream) {
+  const ResampleConfig& c = impl_->cpu.config();
+  forward_rows(batch, channels, in, 0, c.nlat_in, out, 0, c.nlat_out, stream);
+}
+
+void ResampleS2Device::forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out,
+                                    int out_begin, int out_end, cudaStream_t stream) {
   Impl& m = *impl_;
   const ResampleConfig& c = m.cpu.config();
   const auto invalid = [](const std::string& msg) { throw Error(ErrorCode::invalid_argument, std::string(kResampleName) + ": " + msg); };
+  const auto rows = [](int b, int e) {
+    std::string r(1, '[');
+    r += std::to_string(b);
+    r += ", ";
+    r += std::to_string(e);
+    r += ')';
+    return r;
+  };
   if (batch < 1) invalid("batch must be at least 1, got " + std::to_string(batch));
   if (channels < 1) invalid("channels must be at least 1, got " + std::to_string(channels));
+  if (out_begin < 0 || out_begin > out_end || out_end > c.nlat_out)
+    invalid("output rows " + rows(out_begin, out_end) + " outside [0, nlat_out = " + std::to_string(c.nlat_out) + ")");
+  if (in_begin < 0 || in_begin > in_end || in_end > c.nlat_in)
+    invalid("input rows " + rows(in_begin, in_end) + " outside [0, nlat_in = " + std::to_string(c.nlat_in) + ")");
+  if (out_begin == out_end) return;
   if (!in || !out) invalid("in and out must not be null");
+  const auto needed = m.cpu.input_rows(out_begin, out_end);
+  if (needed.first < in_begin || needed.second > in_end)
+    invalid("output rows " + rows(out_begin, out_end) + " read input rows " + rows(needed.first, needed.second) +
+            ", the given input holds " + rows(in_begin, in_end));
   on_device(kResampleName, m.device, [&] {
     if (m.cpu.identity()) {
-      const std::size_t values = static_cast<std::size_t>(batch) * static_cast<std::size_t>(c.nlat_in) *
-                                 static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(channels);
-      if (in != out) cu::copy_on_device(out, in, values * sizeof(float), stream);
+      const std::size_t row_values = static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(channels);
+      const std::size_t in_sample = static_cast<std::size_t>(in_end - in_begin) * row_values;
+      const std::size_t out_sample = static_cast<std::size_t>(out_end - out_begin) * row_values;
+      const std::size_t skip = static_cast<std::size_t>(out_begin - in_begin) * row_values;
+      if (in_sample == out_sample) {
+        if (in != out) cu::copy_on_device(out, in, static_cast<std::size_t>(batch) * out_sample * sizeof(float), stream);
+        return;
+      }
+      for (int b = 0; b < batch; ++b)
+        cu::copy_on_device(out + static_cast<std::size_t>(b) * out_sample,
+                           in + static_cast<std::size_t>(b) * in_sample + skip, out_sample * sizeof(float), stream);
       return;
     }
     if (m.cpu.expand_poles())
@@ -262,6 +293,14 @@ void ResampleS2Device::forward(int batch, int channels, const float* in, float* 
     a.nlon_in = c.nlon_in;
     a.nlat_out = c.nlat_out;
     a.nlon_out = c.nlon_out;
+    a.in_begin = in_begin;
+    a.in_end = in_end;
+    a.out_begin = out_begin;
+    a.out_end = out_end;
+    // The pole rows these output rows read (the extended rows 0 and nlat_in + 1), as the CPU decides.
+    const std::vector<int>& lat = m.cpu.lat_index();
+    a.north = t.expand_poles && lat[static_cast<std::size_t>(out_begin)] == 0;
+    a.south = t.expand_poles && lat[static_cast<std::size_t>(out_end - 1)] + 1 == c.nlat_in + 1;
     cu::resample(a, t, stream);
   });
 }

@@ -580,9 +580,8 @@ void SphereTransformerCuda::forward_bands(const Comm& comm, int batch, const Ban
 
   // Decoder: the image rows [g0, g1) read the resampled rows within the decoder's cutoff, which read the
   // internal rows of their interpolation stencils (pole rows: the first / last internal row). Those rows
-  // are fetched, placed into a zeroed whole internal grid and resampled there (ResampleS2Device has no
-  // row-range forward yet: each rank interpolates the whole image grid and keeps its rows; the rows it
-  // keeps read only the fetched rows, so they are the one-rank bits).
+  // are fetched and resampled into the decoder's rows only (ResampleS2Device::forward_rows, bitwise the
+  // whole-grid rows).
   const auto dec_rows = v.decoder->input_rows(g0, g1);
   const auto res_rows = v.resample->input_rows(dec_rows.first, dec_rows.second);
   on_every_rank(comm, [&](cudaStream_t) { download(band_host, x_.data(), band_values); });
@@ -592,17 +591,9 @@ void SphereTransformerCuda::forward_bands(const Comm& comm, int batch, const Ban
   const index_t out_rows = static_cast<index_t>(batch) * (g1 - g0) * cfg_.nlon;
   on_every_rank(comm, [&](cudaStream_t s) {
     if (dec_points == 0) return;
-    const index_t res_points = static_cast<index_t>(res_rows.second - res_rows.first) * w_;
-    cu::fill(y_.data(), static_cast<std::size_t>(batch * P * C_), 0.0f, s);
-    for (int b = 0; b < batch; ++b)
-      cu::copy_to_device(y_.data() + (b * P + static_cast<index_t>(res_rows.first) * w_) * C_,
-                         stencil_rows.data() + b * res_points * C_,
-                         static_cast<std::size_t>(res_points * C_) * sizeof(float), s);
-    resample_->forward(batch, C_, y_.data(), up_.data(), s);
-    for (int b = 0; b < batch; ++b)
-      cu::copy_on_device(band_up_.data() + b * dec_points * C_,
-                         up_.data() + (b * P_img + static_cast<index_t>(dec_rows.first) * cfg_.nlon) * C_,
-                         static_cast<std::size_t>(dec_points * C_) * sizeof(float), s);
+    upload_to(y_.data(), stencil_rows);
+    resample_->forward_rows(batch, C_, y_.data(), res_rows.first, res_rows.second, band_up_.data(), dec_rows.first,
+                            dec_rows.second, s);
     decoder_->forward_rows(batch, band_up_.data(), dec_rows.first, dec_rows.second, out_.data(), g0, g1, s);
   });
   const std::vector<float> own_in =

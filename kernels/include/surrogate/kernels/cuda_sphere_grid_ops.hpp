@@ -80,6 +80,12 @@ struct ResampleArgs {
   float* y = nullptr;        // batch * nlat_out * nlon_out rows of `channels` values; must not alias x
   float* poles = nullptr;    // device scratch of batch * 2 * channels values (with expand_poles)
   int batch = 0, channels = 0, nlat_in = 0, nlon_in = 0, nlat_out = 0, nlon_out = 0;
+  // Latitude bands (ResampleS2Device::forward_rows): x holds the input rows [in_begin, in_end) of each
+  // sample, y the output rows [out_begin, out_end); an end of -1 means nlat_in / nlat_out (the whole
+  // grid). With expand_poles, the north (south) pole row is computed only where `north` (`south`) is set,
+  // from input row 0 (nlat_in - 1), which x must then hold.
+  int in_begin = 0, in_end = -1, out_begin = 0, out_end = -1;
+  bool north = true, south = true;
 };
 /// With t.expand_poles: the pole rows (poles[(b*2 + side)*channels + c]), then the interpolation;
 /// without: the interpolation only. Not for the identity (the caller copies).

@@ -89,6 +89,14 @@ class ResampleS2Device {
   /// ResampleS2::forward on device buffers (contiguous rows of `channels` values), enqueued on `stream`.
   void forward(int batch, int channels, const float* in, float* out, cudaStream_t stream);
 
+  /// ResampleS2::forward_rows on device buffers (latitude bands): `in` holds the input rows [in_begin,
+  /// in_end) of every sample, which must contain host().input_rows(out_begin, out_end) (else
+  /// Error(invalid_argument) naming the rows); `out` receives the output rows [out_begin, out_end). A pole
+  /// row (bilinear with the poles expanded) is computed only when these output rows read it, from input
+  /// row 0 or nlat_in - 1, as the CPU. Same kernels and per-element arithmetic: bitwise forward()'s rows.
+  void forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out, int out_begin,
+                    int out_end, cudaStream_t stream);
+
   const ResampleS2& host() const noexcept;
   int device() const noexcept;
 
