@@ -71,7 +71,7 @@ void sht_legendre_synthesis(const ShtLegendreArgs& a, cudaStream_t stream) {
   check_legendre(a, "sht_legendre_synthesis");
   require(a.modes >= 1 && a.modes <= a.mmax && (a.nyquist == -1 || (a.nyquist >= 1 && a.nyquist < a.modes)),
           "sht_legendre_synthesis", "need 1 <= modes <= mmax and nyquist -1 or an order below modes");
-  const index_t elements = static_cast<index_t>(a.batch) * a.nlat * a.modes * 2 * a.channels;
+  const index_t elements = static_cast<index_t>(a.batch) * (a.lat_rows < 0 ? a.nlat : a.lat_rows) * a.modes * 2 * a.channels;
   if (elements == 0) return;
   sht_kernels::legendre_synthesis_kernel<<<blocks_for("sht_legendre_synthesis", elements), kThreads, 0, stream>>>(a);
   check_launch("sht legendre_synthesis_kernel");

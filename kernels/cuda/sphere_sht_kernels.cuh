@@ -48,12 +48,12 @@ __global__ void __launch_bounds__(kThreads) legendre_analysis_kernel(ShtLegendre
   if (id >= a.batch * per_sample) return;
   const index_t b = id / per_sample, rest = id - b * per_sample;
   const int l = static_cast<int>(rest / (static_cast<index_t>(a.mmax) * C2));
-  const int m = static_cast<int>(rest / C2 % a.mmax);
+  const int m_local = static_cast<int>(rest / C2 % a.mmax), m = a.m_first + m_local;
   const index_t i = rest % C2;
   double sum = 0.0;
   if (l >= m) {
     const float* w = a.table + (static_cast<index_t>(m) * a.lmax + l) * a.nlat;
-    const float* x = a.x + (b * a.nlat * a.mmax + m) * C2 + i;
+    const float* x = a.x + (b * a.nlat * a.mmax + m_local) * C2 + i;
     for (int k = 0; k < a.nlat; ++k)
       sum = __dadd_rn(sum, __dmul_rn(static_cast<double>(w[k]), static_cast<double>(x[k * a.mmax * C2])));
   }
@@ -66,10 +66,11 @@ __global__ void __launch_bounds__(kThreads) legendre_analysis_kernel(ShtLegendre
 __global__ void __launch_bounds__(kThreads) legendre_synthesis_kernel(ShtLegendreArgs a) {
   const index_t id = flat_index();
   const index_t C2 = 2 * static_cast<index_t>(a.channels);
-  const index_t per_sample = static_cast<index_t>(a.nlat) * a.modes * C2;
+  const index_t lat_rows = a.lat_rows < 0 ? a.nlat : a.lat_rows;
+  const index_t per_sample = lat_rows * a.modes * C2;
   if (id >= a.batch * per_sample) return;
   const index_t b = id / per_sample, rest = id - b * per_sample;
-  const int k = static_cast<int>(rest / (static_cast<index_t>(a.modes) * C2));
+  const int k = a.lat_first + static_cast<int>(rest / (static_cast<index_t>(a.modes) * C2));
   const int m = static_cast<int>(rest / C2 % a.modes);
   const index_t i = rest % C2;
   double sum = 0.0;

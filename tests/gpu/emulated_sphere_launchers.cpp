@@ -138,7 +138,8 @@ void sht_legendre_analysis(const ShtLegendreArgs& a, cudaStream_t) {
 }
 void sht_legendre_synthesis(const ShtLegendreArgs& a, cudaStream_t) {
   ++launches, ++sht_launches;
-  run_sequentially(grid_for(static_cast<index_t>(a.batch) * a.nlat * a.modes * 2 * a.channels, shk::kThreads),
+  run_sequentially(grid_for(static_cast<index_t>(a.batch) * (a.lat_rows < 0 ? a.nlat : a.lat_rows) * a.modes * 2 * a.channels,
+                            shk::kThreads),
                    shk::kThreads, [&] { shk::legendre_synthesis_kernel(a); });
 }
 

@@ -13,8 +13,8 @@
 //  * the device path ran on every rank that holds a band (kernel launches counted);
 //  * a launch failing on one rank only becomes the same Error on every rank (no rank left waiting).
 // The same checks for the SphericalTransformer golden files (global / neighbourhood attention, instance
-// norm, layer norm, none; bilinear decoder), with a launch failing on one rank inside its band forward;
-// with upsample_sht on several ranks the same Error(unsupported) on every rank.
+// norm, layer norm, none; bilinear decoder; SHT decoder), with a launch failing on one rank inside its band
+// forward.
 // What this does not check: nvcc's code, the real runtime, the hardware.
 #include "emulated_sphere_launchers.hpp"  // first: replaces the CUDA keywords
 
@@ -131,31 +131,18 @@ TEST(SphereDeviceMpiEmulated, DISABLED_ZooWideHeadTransformerIsTheOneProcessDevi
   EXPECT_GT(surrogate::kernels::cuda::wide_attention_launches, before);
 }
 
-/// The SHT decoder's order split has no device path: with upsample_sht on several ranks, the same
-/// Error(unsupported) on every rank (nobody left waiting), and the model works on the CPU afterwards.
-TEST(SphereDeviceMpiEmulated, ShtTransformerOnSeveralRanksIsRefusedOnEveryRank) {
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  if (comm.size() == 1) GTEST_SKIP() << "one rank: the device SHT transformer runs (test_sphere_transformer_device_emulated)";
-  const Case c = load("st_sht_global_lobatto");
-  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
-  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-  std::string message;
-  try {
-    predict(comm, *model, c, begin, end, 0);
-    ADD_FAILURE() << "rank " << comm.rank() << ": not refused";
-  } catch (const surrogate::Error& e) {
-    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
-    message = e.what();
-  }
-  EXPECT_NE(message.find("upsample_sht"), std::string::npos) << message;
-  const std::vector<float> one(1, static_cast<float>(message.size()));
-  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
-  // The CPU path afterwards: bitwise the one-process CPU forward (its order split's design).
-  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, -1));
-  const surrogate::SelfComm self;
-  const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
-  const std::vector<float> want = predict(self, *single, c, 0, c.n(), -1);
-  EXPECT_EQ(first_difference(got, want), got.size()) << "the CPU forward after the refusal";
+/// The SHT decoder (upsample_sht) in latitude bands on devices: the Fourier rows of each rank's internal
+/// rows, the orders split over the ranks (the Legendre analysis of the rank's orders of every latitude), the
+/// coefficients of every order to each rank with decoder rows, the synthesis of those rows only. Global
+/// attention on a Lobatto grid and neighbourhood attention with instance norm.
+TEST(SphereDeviceMpiEmulated, ShtGlobalTransformerIsTheOneProcessDeviceForwardBitwise) {
+  const int before = surrogate::kernels::cuda::sht_launches;
+  expect_one_process_device_bits("st_sht_global_lobatto", 0);
+  EXPECT_GT(surrogate::kernels::cuda::sht_launches, before);
+}
+
+TEST(SphereDeviceMpiEmulated, ShtNeighborhoodInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
+  expect_one_process_device_bits("st_sht_neighborhood_instance", 0);
 }
 
 /// A launch failing on one rank inside the transformer's band forward (between its collectives): the same

@@ -405,8 +405,8 @@ void to_dense(const float* x, index_t ld, int width, index_t rows, std::vector<f
   for (index_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + width, dense.data() + r * width);
 }
 
-/// The orders [first[r], first[r+1]) whose SHT coefficients rank r sums: contiguous, in rank order, about equal
-/// shares of the work (order m has lmax - m degrees).
+}  // namespace
+
 std::vector<int> order_split(int lmax, int mmax, int ranks) {
   std::vector<std::int64_t> done(static_cast<std::size_t>(mmax) + 1, 0);
   for (int m = 0; m < mmax; ++m) done[static_cast<std::size_t>(m) + 1] = done[static_cast<std::size_t>(m)] + std::max(lmax - m, 1);
@@ -420,6 +420,8 @@ std::vector<int> order_split(int lmax, int mmax, int ranks) {
   first.push_back(mmax);
   return first;
 }
+
+namespace {
 
 void add_dense(const float* dense, int width, index_t rows, float* x, index_t ld) {
   for (index_t r = 0; r < rows; ++r)

@@ -113,6 +113,9 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   };
   std::optional<ShtDecoder> sht_;
   void upsample_sht(int batch, const float* x, float* up, cudaStream_t s);
+  // The order split of upsample_sht across ranks (forward_bands): x_ holds the internal rows [i0, i1);
+  // band_up_ receives the image rows [d0, d1).
+  void upsample_sht_bands(const Comm& comm, int batch, int i0, int i1, int d0, int d1);
   cu::DeviceBuffer<float> pos_;  // h*w x C, or empty
   bool has_pos_ = false;
   std::vector<DeviceBlock> blocks_;
@@ -271,6 +274,114 @@ void SphereTransformerCuda::upsample_sht(int batch, const float* x, float* up, c
   fs.channels = C_;
   fs.mmax = fs.modes = d.modes_out;
   cu::sht_fourier_synthesis(fs, s);
+}
+
+/// upsample_sht in latitude bands, the CPU path's split (transformer.cpp, SphericalTransformer::forward_bands)
+/// on the device kernels: the Fourier rows of the rank's internal rows; the rank's orders [m0, m1)
+/// (order_split) of every latitude fetched through host memory, their Legendre analysis (the kernel's order
+/// range: each coefficient summed over the latitudes in the whole-grid order); the coefficients of every
+/// order fetched by each rank with decoder rows, which synthesises only those rows. Every element is
+/// computed by the same kernel code from the same values as in upsample_sht: the same bits for any number
+/// of ranks.
+void SphereTransformerCuda::upsample_sht_bands(const Comm& comm, int batch, int i0, int i1, int d0, int d1) {
+  ShtDecoder& d = *sht_;
+  const int L = d.lmax, M = d.mmax;
+  const index_t C2 = 2 * static_cast<index_t>(C_), width = M * C2;
+  const index_t own_rows = static_cast<index_t>(batch) * (i1 - i0);
+  std::vector<float> own;
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (own_rows == 0) return;
+    cu::ShtFourierArgs fa;
+    fa.x = x_.data();
+    fa.ldx = C_;
+    fa.y = d.fourier.data();
+    fa.twiddle = d.twiddle_in.data();
+    fa.rows = own_rows;
+    fa.nlon = w_;
+    fa.channels = C_;
+    fa.mmax = M;
+    fa.modes = d.modes_in;
+    cu::sht_fourier_analysis(fa, s);
+    download(own, d.fourier.data(), static_cast<std::size_t>(own_rows * width));
+  });
+  const std::vector<int> orders = order_split(L, M, comm.size());
+  const int m0 = orders[static_cast<std::size_t>(comm.rank())], m1 = orders[static_cast<std::size_t>(comm.rank()) + 1];
+  std::vector<HeldRows> held;  // Fourier row of (b, lat, m): global row (b*h + lat)*M + m, 2C floats
+  for (int b = 0; b < batch && i0 < i1; ++b)
+    held.push_back({{(static_cast<index_t>(b) * h_ + i0) * M, (static_cast<index_t>(b) * h_ + i1) * M},
+                    own.data() + static_cast<index_t>(b) * (i1 - i0) * width, C2});
+  std::vector<RowRange> wanted;
+  for (int b = 0; b < batch && m0 < m1; ++b)
+    for (int k = 0; k < h_; ++k) {
+      const index_t row = (static_cast<index_t>(b) * h_ + k) * M;
+      wanted.push_back({row + m0, row + m1});
+    }
+  const std::vector<float> my_orders = fetch_rows(comm, held, wanted, static_cast<int>(C2));
+  const index_t orders_here = m1 - m0;
+  std::vector<float> part_lm;  // [b][l][m - m0][2C], the kernel's layout
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (orders_here == 0) return;
+    upload_to(d.fourier.data(), my_orders);
+    cu::ShtLegendreArgs la;
+    la.table = d.analysis.data();
+    la.x = d.fourier.data();
+    la.y = d.coeffs.data();
+    la.batch = batch;
+    la.nlat = h_;
+    la.lmax = L;
+    la.mmax = static_cast<int>(orders_here);
+    la.m_first = m0;
+    la.channels = C_;
+    cu::sht_legendre_analysis(la, s);
+    download(part_lm, d.coeffs.data(), static_cast<std::size_t>(batch * L * orders_here * C2));
+  });
+  // Order-major rows for the exchange: global row b*M + m, L*2C floats (a copy, no arithmetic).
+  std::vector<float> part(part_lm.size());
+  for (index_t b = 0; b < batch; ++b)
+    for (index_t l = 0; l < L; ++l)
+      for (index_t m = 0; m < orders_here; ++m)
+        std::copy_n(part_lm.data() + ((b * L + l) * orders_here + m) * C2, C2,
+                    part.data() + ((b * orders_here + m) * L + l) * C2);
+  std::vector<HeldRows> part_held;
+  for (int b = 0; b < batch && m0 < m1; ++b)
+    part_held.push_back({{static_cast<index_t>(b) * M + m0, static_cast<index_t>(b) * M + m1},
+                         part.data() + static_cast<index_t>(b) * orders_here * L * C2, L * C2});
+  const bool needed = d0 < d1;  // a rank without decoder rows needs no coefficients
+  const std::vector<float> by_order = fetch_rows(comm, part_held, needed ? band_ranges(batch, M, 1, 0, M) : std::vector<RowRange>{},
+                                                 static_cast<int>(L * C2));
+  std::vector<float> coeffs(by_order.size());  // back to the kernels' layout [b][l][m][2C]
+  for (index_t b = 0; b < batch && needed; ++b)
+    for (index_t m = 0; m < M; ++m)
+      for (index_t l = 0; l < L; ++l)
+        std::copy_n(by_order.data() + ((b * M + m) * L + l) * C2, C2, coeffs.data() + ((b * L + l) * M + m) * C2);
+  on_every_rank(comm, [&](cudaStream_t s) {
+    if (!needed) return;
+    upload_to(d.coeffs.data(), coeffs);
+    cu::ShtLegendreArgs ls;
+    ls.table = d.synthesis.data();
+    ls.x = d.coeffs.data();
+    ls.y = d.g.data();
+    ls.batch = batch;
+    ls.nlat = cfg_.nlat;
+    ls.lmax = L;
+    ls.mmax = M;
+    ls.channels = C_;
+    ls.modes = d.modes_out;
+    ls.nyquist = d.nyquist;
+    ls.lat_first = d0;
+    ls.lat_rows = d1 - d0;
+    cu::sht_legendre_synthesis(ls, s);
+    cu::ShtFourierArgs fs;
+    fs.x = d.g.data();
+    fs.y = band_up_.data();
+    fs.ldy = C_;
+    fs.twiddle = d.twiddle_out.data();
+    fs.rows = static_cast<index_t>(batch) * (d1 - d0);
+    fs.nlon = cfg_.nlon;
+    fs.channels = C_;
+    fs.mmax = fs.modes = d.modes_out;
+    cu::sht_fourier_synthesis(fs, s);
+  });
 }
 
 /// y = norm_which(x) over `lat_rows` latitude rows of the internal grid of `batch` samples (none: y = x);
@@ -520,12 +631,6 @@ void SphereTransformerCuda::band_norm(const Comm& comm, const BandPartition& inn
 void SphereTransformerCuda::forward_bands(const Comm& comm, int batch, const BandPartition& image_bands,
                                           std::span<const HeldRows> input, float* out_band) {
   if (batch < 1) throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward needs batch >= 1");
-  if (sht_ && comm.size() > 1)  // the configuration: the same on every rank
-    throw Error(ErrorCode::unsupported,
-                "sphere_transformer: the CUDA forward with upsample_sht runs on one rank only (" +
-                    std::to_string(comm.size()) + " ranks on " + comm.name() +
-                    "): the SHT decoder's order split has no device path yet; run it on one rank, or on the CPU "
-                    "(cuda_device -1)");
   if (image_bands.nlat() != cfg_.nlat || static_cast<int>(image_bands.first.size()) != comm.size() + 1)
     throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward_bands: the image bands must cover the " +
                                                  std::to_string(cfg_.nlat) + " latitudes with one band per rank of " +
@@ -578,22 +683,29 @@ void SphereTransformerCuda::forward_bands(const Comm& comm, int batch, const Ban
     });
   }
 
-  // Decoder: the image rows [g0, g1) read the resampled rows within the decoder's cutoff, which read the
-  // internal rows of their interpolation stencils (pole rows: the first / last internal row). Those rows
-  // are fetched and resampled into the decoder's rows only (ResampleS2Device::forward_rows, bitwise the
-  // whole-grid rows).
+  // Decoder: the image rows [g0, g1) read the upsampled rows [dec_rows) within the decoder's cutoff.
   const auto dec_rows = v.decoder->input_rows(g0, g1);
-  const auto res_rows = v.resample->input_rows(dec_rows.first, dec_rows.second);
-  on_every_rank(comm, [&](cudaStream_t) { download(band_host, x_.data(), band_values); });
-  const std::vector<float> stencil_rows = fetch_rows(comm, band_held(batch, P, w_, i0, i1, band_host.data(), C_),
-                                                     band_ranges(batch, P, w_, res_rows.first, res_rows.second), C_);
   const index_t dec_points = static_cast<index_t>(dec_rows.second - dec_rows.first) * cfg_.nlon;
   const index_t out_rows = static_cast<index_t>(batch) * (g1 - g0) * cfg_.nlon;
+  if (sht_) {
+    upsample_sht_bands(comm, batch, i0, i1, dec_rows.first, dec_rows.second);
+  } else {
+    // Bilinear: the internal rows of the interpolation stencils (pole rows: the first / last internal row)
+    // are fetched and resampled into the decoder's rows only (ResampleS2Device::forward_rows, bitwise the
+    // whole-grid rows).
+    const auto res_rows = v.resample->input_rows(dec_rows.first, dec_rows.second);
+    on_every_rank(comm, [&](cudaStream_t) { download(band_host, x_.data(), band_values); });
+    const std::vector<float> stencil_rows = fetch_rows(comm, band_held(batch, P, w_, i0, i1, band_host.data(), C_),
+                                                       band_ranges(batch, P, w_, res_rows.first, res_rows.second), C_);
+    on_every_rank(comm, [&](cudaStream_t s) {
+      if (dec_points == 0) return;
+      upload_to(y_.data(), stencil_rows);
+      resample_->forward_rows(batch, C_, y_.data(), res_rows.first, res_rows.second, band_up_.data(), dec_rows.first,
+                              dec_rows.second, s);
+    });
+  }
   on_every_rank(comm, [&](cudaStream_t s) {
     if (dec_points == 0) return;
-    upload_to(y_.data(), stencil_rows);
-    resample_->forward_rows(batch, C_, y_.data(), res_rows.first, res_rows.second, band_up_.data(), dec_rows.first,
-                            dec_rows.second, s);
     decoder_->forward_rows(batch, band_up_.data(), dec_rows.first, dec_rows.second, out_.data(), g0, g1, s);
   });
   const std::vector<float> own_in =

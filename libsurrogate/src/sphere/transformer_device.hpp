@@ -1,7 +1,7 @@
 // The SphericalTransformer forward on a CUDA device, FP32 (transformer_device.cpp in CUDA builds;
 // transformer_device_stub.cpp, which refuses, otherwise). Internal to libsurrogate: the registered
 // "sphere_transformer" model runs it for RunOptions::cuda_device >= 0, on one rank (forward) or in
-// latitude bands on several (forward_bands: bilinear decoder only; upsample_sht refused there).
+// latitude bands on several (forward_bands; both decoders, the SHT one with the CPU path's order split).
 //
 // The stages of the CPU forward (transformer.cpp) on device arrays, channels last with rows of embed_dim
 // floats: DiscoConvS2Device encoder; the position-embedding add (cuda::row_binary, the CPU's float add);
@@ -38,8 +38,8 @@ class SphereTransformerDeviceForward {
   /// Collective. SphericalTransformer::forward_bands on the device of every rank (latitude bands, the same
   /// arguments): each stage on the device, every move between ranks through host memory (the band's rows
   /// downloaded, the CPU path's fetch_rows / all-gather, the fetched rows uploaded). Bitwise the one-rank
-  /// device forward for any partition. A failure on any rank is the same Error on every rank. Decoder
-  /// upsampling with the SHT on several ranks: Error(unsupported) on every rank.
+  /// device forward for any partition. A failure on any rank is the same Error on every rank. The SHT
+  /// decoder splits the orders over the ranks as the CPU path does (upsample_sht_bands).
   virtual void forward_bands(const Comm& comm, int batch, const BandPartition& image_bands,
                              std::span<const HeldRows> input, float* out_band) = 0;
   virtual int device() const = 0;

@@ -48,6 +48,11 @@ struct TransformerInternals {
 std::vector<double> gather_row_sums(const Comm& comm, const BandPartition& bands, int batch, int C,
                                     const std::vector<double>& part);
 
+/// The orders [first[r], first[r+1]) whose SHT coefficients rank r sums in the band forward of upsample_sht
+/// (the CPU's and the device's): contiguous, in rank order, about equal shares of the work (order m has
+/// lmax - m degrees).
+std::vector<int> order_split(int lmax, int mmax, int ranks);
+
 /// The weights of block `block`'s attention (blocks.<block>.self_attn.*) as the CPU forward reads them.
 AttentionS2Weights transformer_attention_weights(const ModelFile& file, int block);
 

@@ -49,6 +49,14 @@ struct ShtLegendreArgs {
   int batch = 0, nlat = 0, lmax = 0, mmax = 0, channels = 0;
   int modes = 0;                 // synthesis: orders of the output rows, min(mmax, nlon / 2 + 1)
   int nyquist = -1;              // synthesis: the order nlon / 2 when nlon is even and it is < modes, else -1
+  // Order split (analysis, several ranks): x and y hold the mmax orders [m_first, m_first + mmax) only
+  // (x[((b * nlat + k) * mmax + m - m_first) * 2C + i], y[((b * lmax + l) * mmax + m - m_first) * 2C + i]);
+  // the table is the whole one. Each coefficient's sum is the whole-grid one (same k order).
+  int m_first = 0;
+  // Latitude band (synthesis): y holds the output rows [lat_first, lat_first + lat_rows) of each sample
+  // (y[((b * lat_rows + k - lat_first) * modes + m) * 2C + i]); lat_rows -1: every row (nlat). nlat stays
+  // the table's latitude count.
+  int lat_first = 0, lat_rows = -1;
 };
 /// Coefficients from the Fourier rows of every latitude (RealSHT::legendre).
 void sht_legendre_analysis(const ShtLegendreArgs& a, cudaStream_t stream);
