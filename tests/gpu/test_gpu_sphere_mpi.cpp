@@ -34,10 +34,11 @@ TEST_P(GpuSphereMpi, EveryRankCountGivesTheOneProcessDeviceForwardBitwise) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Layers, GpuSphereMpi, ::testing::Values("s2_attention_self_qknorm", "s2_neighborhood_self"));
-// The SphericalTransformer in latitude bands on the devices (bilinear decoder; instance norm's per-row
-// sums gathered through host memory).
+// The SphericalTransformer in latitude bands on the devices (bilinear and SHT decoders; instance norm's
+// per-row sums gathered through host memory).
 INSTANTIATE_TEST_SUITE_P(Transformers, GpuSphereMpi,
                          ::testing::Values("st_global_instance_spectral", "st_neighborhood_instance_latlon_cutoff",
-                                           "st_neighborhood_layernorm_lat", "zoo_s2ntransformer_e128_reduced"));
+                                           "st_neighborhood_layernorm_lat", "zoo_s2ntransformer_e128_reduced",
+                                           "st_sht_global_lobatto", "st_sht_neighborhood_instance"));
 
 }  // namespace
