@@ -14,6 +14,7 @@
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
+#include "surrogate/model.hpp"  // index_t
 
 namespace surrogate::balltree::device {
 
