@@ -558,40 +558,11 @@ void BsaCudaForward::layers(int threads) {
 std::vector<float> BsaCudaForward::forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                                            std::span<const float> positions, const balltree::Batch& batch,
                                            bool same_geometry, int threads) {
-  const int d = cfg_.dimensionality, D = cfg_.c_hidden;
+  const int D = cfg_.c_hidden;
   if (threads <= 0) threads = omp_get_max_threads();
   const index_t points = batch.points();
-  auto bad = [](const std::string& what) { throw Error(ErrorCode::input, "bsa: " + what); };
-  if (points < 1) bad("no points");
-  if (static_cast<index_t>(features.size()) != points * cfg_.c_in)
-    bad("features has " + std::to_string(features.size()) + " values, expected " + std::to_string(points) +
-        " points x c_in " + std::to_string(cfg_.c_in));
-  if (static_cast<index_t>(positions.size()) != points * d)
-    bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
-        " points x " + std::to_string(d));
-  Stages::check_features(*net_, features, 0);
+  const index_t n = Stages::check_inputs(*net_, trees, features, positions, batch);
   const balltree::Tree& tree = trees.tree;
-  const int samples = static_cast<int>(batch.samples());
-  if (tree.mask.size() != tree.index.size() || static_cast<int>(tree.slot_offsets.size()) != samples + 1)
-    bad("trees.tree does not belong to this batch");
-  const index_t n = tree.slot_offsets[1] - tree.slot_offsets[0];
-  for (int s = 1; s < samples; ++s)
-    if (tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)] != n)
-      bad("batch sample " + std::to_string(s) + " pads to a different number of tree slots than sample 0; BSA needs "
-          "every sample padded to the same size");
-  for (const std::int64_t s : tree.index)
-    if (s < 0 || s >= points) bad("trees.tree.index holds " + std::to_string(s) + ", not a point index");
-  Stages::check_sample_size(*net_, n);
-  if (cfg_.should_rotate) {
-    if (trees.rotated.size() != 2) bad("should_rotate needs trees.rotated with the two permutations of strides [1]");
-    const std::vector<std::int64_t>& rot = trees.rotated[1];
-    if (static_cast<index_t>(rot.size()) != tree.slots()) bad("trees.rotated[1] does not match the tree");
-    std::vector<std::uint8_t> seen(rot.size(), 0);
-    for (const std::int64_t v : rot) {
-      if (v < 0 || v >= tree.slots() || seen[static_cast<std::size_t>(v)]) bad("trees.rotated[1] is not a permutation");
-      seen[static_cast<std::size_t>(v)] = 1;
-    }
-  }
   std::vector<float> result(static_cast<std::size_t>(points * D));
   dist_ = nullptr;
   try {

@@ -413,44 +413,10 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   if (threads <= 0) threads = omp_get_max_threads();
   const int d = c.dimensionality, D = c.c_hidden;
   const index_t points = batch.points();
-  auto bad = [](const std::string& what) { throw Error(ErrorCode::input, "bsa: " + what); };
-  if (points < 1) bad("no points");
-  if (static_cast<index_t>(features.size()) != points * c.c_in)
-    bad("features has " + std::to_string(features.size()) + " values, expected " + std::to_string(points) +
-        " points x c_in " + std::to_string(c.c_in));
-  if (static_cast<index_t>(positions.size()) != points * d)
-    bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
-        " points x " + std::to_string(d));
-  detail::Stages::check_features(*this, features, 0);
-  for (std::size_t i = 0; i < positions.size(); ++i)
-    if (!std::isfinite(positions[i]))
-      bad("positions has a NaN/Inf coordinate at point " + std::to_string(i / static_cast<std::size_t>(d)));
-  // Equal padded sample sizes (the official reshape to (B, n, D)), whole balls, blocks and groups.
+  const index_t n = detail::Stages::check_inputs(*this, trees, features, positions, batch);
   const balltree::Tree& tree = trees.tree;
   const int samples = static_cast<int>(batch.samples());
-  if (tree.mask.size() != tree.index.size() || static_cast<int>(tree.slot_offsets.size()) != samples + 1)
-    bad("trees.tree does not belong to this batch");
-  const index_t n = tree.slot_offsets[1] - tree.slot_offsets[0];
-  for (int s = 1; s < samples; ++s)
-    if (tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)] != n)
-      bad("batch sample " + std::to_string(s) + " pads to " +
-          std::to_string(tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)]) +
-          " tree slots but sample 0 to " + std::to_string(n) +
-          "; BSA needs every sample padded to the same size (the same next power of two of its point count)");
-  for (const std::int64_t s : tree.index)
-    if (s < 0 || s >= points) bad("trees.tree.index holds " + std::to_string(s) + ", not a point index");
-  detail::Stages::check_sample_size(*this, n);
-  const std::vector<std::int64_t>* rot = nullptr;
-  if (c.should_rotate) {
-    if (trees.rotated.size() != 2) bad("should_rotate needs trees.rotated with the two permutations of strides [1]");
-    rot = &trees.rotated[1];
-    if (static_cast<index_t>(rot->size()) != tree.slots()) bad("trees.rotated[1] does not match the tree");
-    std::vector<std::uint8_t> seen(rot->size(), 0);
-    for (const std::int64_t v : *rot) {
-      if (v < 0 || v >= tree.slots() || seen[static_cast<std::size_t>(v)]) bad("trees.rotated[1] is not a permutation");
-      seen[static_cast<std::size_t>(v)] = 1;
-    }
-  }
+  const std::vector<std::int64_t>* rot = c.should_rotate ? &trees.rotated[1] : nullptr;
 
   // Embedding on the points, then the leaves in tree order.
   const index_t rows = tree.slots();
@@ -546,6 +512,51 @@ void Stages::check_sample_size(const Network& net, index_t n) {
                                         " blocks, fewer than selected_blocks_number = " +
                                         std::to_string(c.selected_blocks_number));
   }
+}
+
+index_t Stages::check_inputs(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> features,
+                             std::span<const float> positions, const balltree::Batch& batch) {
+  const Config& c = net.config();
+  const int d = c.dimensionality;
+  const index_t points = batch.points();
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::input, "bsa: " + what); };
+  if (points < 1) bad("no points");
+  if (static_cast<index_t>(features.size()) != points * c.c_in)
+    bad("features has " + std::to_string(features.size()) + " values, expected " + std::to_string(points) +
+        " points x c_in " + std::to_string(c.c_in));
+  if (static_cast<index_t>(positions.size()) != points * d)
+    bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
+        " points x " + std::to_string(d));
+  check_features(net, features, 0);
+  for (std::size_t i = 0; i < positions.size(); ++i)
+    if (!std::isfinite(positions[i]))
+      bad("positions has a NaN/Inf coordinate at point " + std::to_string(i / static_cast<std::size_t>(d)));
+  // Equal padded sample sizes (the official reshape to (B, n, D)), whole balls, blocks and groups.
+  const balltree::Tree& tree = trees.tree;
+  const int samples = static_cast<int>(batch.samples());
+  if (tree.mask.size() != tree.index.size() || static_cast<int>(tree.slot_offsets.size()) != samples + 1)
+    bad("trees.tree does not belong to this batch");
+  const index_t n = tree.slot_offsets[1] - tree.slot_offsets[0];
+  for (int s = 1; s < samples; ++s)
+    if (tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)] != n)
+      bad("batch sample " + std::to_string(s) + " pads to " +
+          std::to_string(tree.slot_offsets[static_cast<std::size_t>(s) + 1] - tree.slot_offsets[static_cast<std::size_t>(s)]) +
+          " tree slots but sample 0 to " + std::to_string(n) +
+          "; BSA needs every sample padded to the same size (the same next power of two of its point count)");
+  for (const std::int64_t s : tree.index)
+    if (s < 0 || s >= points) bad("trees.tree.index holds " + std::to_string(s) + ", not a point index");
+  check_sample_size(net, n);
+  if (c.should_rotate) {
+    if (trees.rotated.size() != 2) bad("should_rotate needs trees.rotated with the two permutations of strides [1]");
+    const std::vector<std::int64_t>* rot = &trees.rotated[1];
+    if (static_cast<index_t>(rot->size()) != tree.slots()) bad("trees.rotated[1] does not match the tree");
+    std::vector<std::uint8_t> seen(rot->size(), 0);
+    for (const std::int64_t v : *rot) {
+      if (v < 0 || v >= tree.slots() || seen[static_cast<std::size_t>(v)]) bad("trees.rotated[1] is not a permutation");
+      seen[static_cast<std::size_t>(v)] = 1;
+    }
+  }
+  return n;
 }
 
 void Stages::check_features(const Network& net, std::span<const float> features, index_t first_point) {

@@ -91,6 +91,11 @@ struct Stages {
   static void check_sample_size(const Network& net, index_t n);
   /// Error(input) for a NaN/Inf feature (rows of c_in values), naming first_point + its row.
   static void check_features(const Network& net, std::span<const float> features, index_t first_point);
+  /// Error(input) for the arrays of a one-process forward (Network::forward and the CUDA forward): sizes,
+  /// NaN/Inf features or coordinates, trees that do not belong to the batch (equal padded sample sizes,
+  /// point indices, the rotation permutation when configured). Returns the common padded sample size n.
+  static index_t check_inputs(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> features,
+                              std::span<const float> positions, const balltree::Batch& batch);
   /// h (points rows, stride row_stride) = embed(features (points x c_in)).
   static void embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads);
   /// The depth layers with the long residual on x (layout.rows rows in tree order, stride row_stride);
