@@ -8,10 +8,6 @@
 
 namespace surrogate::detail {
 
-#if defined(SURROGATE_HAVE_NCCL)
-void install_nccl_transport();  // nccl_comm.cpp
-#endif
-
 namespace {
 
 /// The N of "cuda:N" (decimal digits only), or -1.
@@ -59,9 +55,6 @@ int select_device(const std::string& device, const MpiComm& comm) {
   if (requested >= count)
     throw Error(ErrorCode::unsupported, "device '" + device + "': only " + std::to_string(count) +
                                             " CUDA device(s) are visible (0.." + std::to_string(count - 1) + ")");
-#if defined(SURROGATE_HAVE_NCCL)
-  install_nccl_transport();
-#endif
   return requested >= 0 ? requested : local_rank % count;
 }
 

@@ -2,9 +2,26 @@
 
 #include <algorithm>
 #include <climits>
+#include <memory>
 #include <vector>
 
+#include "surrogate/exchange.hpp"
+
 namespace surrogate {
+
+#if defined(SURROGATE_HAVE_NCCL)
+namespace detail {
+std::shared_ptr<DeviceTransport> make_nccl_transport(const MpiComm& comm, int device);  // nccl_comm.cpp
+}  // namespace detail
+#endif
+
+std::shared_ptr<DeviceTransport> MpiComm::make_device_transport(int device) const {
+#if defined(SURROGATE_HAVE_NCCL)
+  if (std::shared_ptr<DeviceTransport> nccl = detail::make_nccl_transport(*this, device)) return nccl;
+#endif
+  return Comm::make_device_transport(device);
+}
+
 namespace {
 
 void check(int rc, const char* what) {

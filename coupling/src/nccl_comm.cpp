@@ -1,6 +1,6 @@
-// NCCL communicator (builds with SURROGATE_HAVE_NCCL) and the device transport it provides to the CUDA
-// forward of the models (flare_cuda.hpp): installed by select_device() when a CUDA device is selected,
-// and at load time for programs that use the models directly.
+// NCCL communicator (builds with SURROGATE_HAVE_NCCL) and the DeviceTransport it provides to the exchange
+// plans and the device forwards of the models: MpiComm::make_device_transport chooses it when every rank
+// owns its GPU (share/docs/cuda.md, "NCCL").
 #include "surrogate/nccl_comm.hpp"
 
 #include <nccl.h>
@@ -10,7 +10,7 @@
 #include <cstring>
 #include <vector>
 
-#include "flare/flare_cuda.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate {
@@ -197,46 +197,100 @@ void NcclComm::allreduce(void* device_data, std::size_t count, DType type, Reduc
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The device transport of the CUDA forward.
+// The device transport.
 
-namespace detail {
 namespace {
+
+/// Runs `call` (an NCCL group) with the device current and turns its failure into Error(communication).
+template <class F>
+void nccl_group(int device, const char* what, F&& call) {
+  ncclResult_t r = ncclSuccess;
+  try {
+    kernels::cuda::DeviceGuard guard(device);
+    if ((r = ncclGroupStart()) == ncclSuccess) {
+      const ncclResult_t inner = call();
+      r = ncclGroupEnd();
+      if (inner != ncclSuccess) r = inner;
+    }
+  } catch (const kernels::cuda::CudaError& e) {
+    throw Error(ErrorCode::internal, "CUDA device " + std::to_string(device) + ": " + e.what());
+  }
+  if (r != ncclSuccess)
+    throw Error(ErrorCode::communication, nccl_error(r, what) + " on CUDA device " + std::to_string(device));
+}
 
 class NcclTransport final : public DeviceTransport {
  public:
-  NcclTransport(const MpiComm& comm, int device) : nccl_(comm, device) {}
+  NcclTransport(const MpiComm& comm, int device) : DeviceTransport(device), nccl_(comm, device) {}
   std::string name() const override { return "NCCL (" + std::to_string(nccl_.size()) + " ranks)"; }
-  bool serves(const Comm& comm) const override {
-    const auto* mpi = dynamic_cast<const MpiComm*>(&comm);
-    return mpi && nccl_.connects(*mpi);
+  bool direct() const override { return true; }
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
+                 void* stream) override {
+    nccl_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, static_cast<cudaStream_t>(stream));
   }
-  void allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) override {
-    nccl_.allreduce(device_data, count, type, op, stream);
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets, void* stream) override {
+    nccl_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, static_cast<cudaStream_t>(stream));
+  }
+  void allreduce(void* data, std::size_t count, DType type, ReduceOp op, void* stream) override {
+    nccl_.allreduce(data, count, type, op, static_cast<cudaStream_t>(stream));
   }
 
  private:
   NcclComm nccl_;
 };
 
-/// Collective: an NCCL transport when the communicator is an MpiComm (on every rank: the models are run
-/// with the same kind of communicator everywhere) and no two ranks share a GPU; else nullptr everywhere.
-std::unique_ptr<DeviceTransport> make_nccl_transport(const Comm& comm, int device) {
-  const auto* mpi = dynamic_cast<const MpiComm*>(&comm);
-  if (!mpi || comm.size() < 2) return nullptr;
-  if (!NcclComm::usable(*mpi, device)) return nullptr;
-  return std::make_unique<NcclTransport>(*mpi, device);
-}
-
-struct Installer {
-  Installer() { set_device_transport_factory(&make_nccl_transport); }
-};
-const Installer installer;  // shared libraries: at load time
-
 }  // namespace
 
-/// Called by select_device() (static libraries drop unreferenced objects, so the installer above may
-/// never run there).
-void install_nccl_transport() { set_device_transport_factory(&make_nccl_transport); }
+void NcclComm::alltoallv(const void* send, std::span<const std::size_t> send_bytes,
+                         std::span<const std::size_t> send_offsets, void* recv, std::span<const std::size_t> recv_bytes,
+                         std::span<const std::size_t> recv_offsets, cudaStream_t stream) const {
+  const auto* in = static_cast<const char*>(send);
+  auto* out = static_cast<char*>(recv);
+  nccl_group(impl_->device, "ncclSend/ncclRecv", [&]() -> ncclResult_t {
+    for (int q = 0; q < impl_->size; ++q) {
+      const auto uq = static_cast<std::size_t>(q);
+      if (send_bytes[uq] > 0)
+        if (const ncclResult_t r = ncclSend(in + send_offsets[uq], send_bytes[uq], ncclUint8, q, impl_->comm, stream);
+            r != ncclSuccess)
+          return r;
+      if (recv_bytes[uq] > 0)
+        if (const ncclResult_t r = ncclRecv(out + recv_offsets[uq], recv_bytes[uq], ncclUint8, q, impl_->comm, stream);
+            r != ncclSuccess)
+          return r;
+    }
+    return ncclSuccess;
+  });
+}
+
+void NcclComm::allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                          std::span<const std::size_t> recv_offsets, cudaStream_t stream) const {
+  auto* out = static_cast<char*>(recv);
+  // Equal parts: one ncclAllGather; otherwise every rank broadcasts its part (variable counts).
+  bool equal = true;
+  for (const std::size_t b : recv_bytes) equal = equal && b == recv_bytes[0];
+  bool packed = equal;
+  for (std::size_t q = 0; q < recv_offsets.size(); ++q) packed = packed && recv_offsets[q] == q * recv_bytes[0];
+  nccl_group(impl_->device, packed ? "ncclAllGather" : "ncclBroadcast", [&]() -> ncclResult_t {
+    if (packed) return recv_bytes[0] > 0 ? ncclAllGather(send, out, send_bytes, ncclUint8, impl_->comm, stream) : ncclSuccess;
+    for (int q = 0; q < impl_->size; ++q) {
+      const auto uq = static_cast<std::size_t>(q);
+      if (recv_bytes[uq] == 0) continue;
+      if (const ncclResult_t r = ncclBroadcast(send, out + recv_offsets[uq], recv_bytes[uq], ncclUint8, q, impl_->comm, stream);
+          r != ncclSuccess)
+        return r;
+    }
+    return ncclSuccess;
+  });
+}
+
+namespace detail {
+
+std::shared_ptr<DeviceTransport> make_nccl_transport(const MpiComm& comm, int device) {
+  if (comm.size() < 2 || !NcclComm::usable(comm, device)) return nullptr;  // collective, same answer everywhere
+  return std::make_shared<NcclTransport>(comm, device);                   // collective; agrees on its outcome
+}
 
 }  // namespace detail
 }  // namespace surrogate

@@ -24,6 +24,7 @@ struct Surrogate::State {
   std::vector<float> positions;        // coordinates as float, for models that need positions
   bool has_edges = false;              // set_edges on some rank (agreed)
   std::vector<std::int64_t> edges;     // 2 x n: sources, then receivers
+  std::unique_ptr<Plan> plan;          // of the current points (and edges); built by the first predict
   std::vector<float> in_buffer, out_buffer;
   double last_seconds = 0;
   std::int64_t predictions = 0;
@@ -104,6 +105,7 @@ void Surrogate::set_points(std::int64_t n_local, int dim, Strided<const Real> co
     s.edges.clear();
   });
   s.has_points = false;
+  s.plan.reset();
   s.layout = SampleLayout::build(s.comm, n_local, sample_ids);
   s.has_points = true;
 }
@@ -116,6 +118,7 @@ void Surrogate::set_edges(std::int64_t n_edges, const std::int64_t* edge_index) 
     s.edges.assign(edge_index, edge_index ? edge_index + 2 * n_edges : edge_index);
   });
   s.has_edges = s.comm.allreduce<std::int64_t>(edge_index ? 1 : 0, ReduceOp::max) > 0;
+  s.plan.reset();
 }
 
 namespace {
@@ -130,6 +133,23 @@ std::int64_t strided_extent(std::int64_t n, int components, std::int64_t point_s
 template <class Real>
 void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   State& s = *state_;
+  // The plan of the current points (built by the first predict after set_points / set_edges; collective).
+  const auto current_plan = [](State& st, const RunOptions& run) -> Plan& {
+    if (!st.plan) {
+      PointGeometry geometry;
+      if (st.model->needs_positions()) {
+        geometry.positions = st.positions.data();
+        geometry.ld_positions = st.dim;
+        geometry.global_ids = st.global_ids.empty() ? nullptr : st.global_ids.data();
+        if (st.has_edges) {
+          geometry.edge_index = st.edges.empty() ? nullptr : st.edges.data();
+          geometry.num_edges = static_cast<std::int64_t>(st.edges.size() / 2);
+        }
+      }
+      st.plan = st.model->plan(st.comm, st.layout, geometry, run);
+    }
+    return *st.plan;
+  };
   const std::int64_t n = s.layout.local_points();
   const int cin = s.model->in_channels(), cout = s.model->out_channels();
   RunOptions run;
@@ -168,7 +188,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
       arrays.out_point_stride = out.point_stride;
       arrays.out_component_stride = out.component_stride;
       const double t0 = MPI_Wtime();
-      s.model->predict_device(s.comm, s.layout, arrays, run);
+      s.model->predict_device(s.comm, current_plan(s, run), arrays, run);
       s.last_seconds = MPI_Wtime() - t0;
       ++s.predictions;
       return;
@@ -200,17 +220,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     for (int c = 0; c < cin; ++c)
       s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
   const double t0 = MPI_Wtime();
-  PointGeometry geometry;
-  if (s.model->needs_positions()) {
-    geometry.positions = s.positions.data();
-    geometry.ld_positions = s.dim;
-    geometry.global_ids = s.global_ids.empty() ? nullptr : s.global_ids.data();
-    if (s.has_edges) {
-      geometry.edge_index = s.edges.empty() ? nullptr : s.edges.data();
-      geometry.num_edges = static_cast<std::int64_t>(s.edges.size() / 2);
-    }
-  }
-  s.model->predict(s.comm, s.layout, geometry, s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
+  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;
   for (std::int64_t i = 0; i < n; ++i)

@@ -89,6 +89,7 @@ Stream::~Stream() {
 }
 
 void Stream::synchronize() const { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
+void synchronize(cudaStream_t stream) { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
 
 Event::Event(int device) : device_(device) {
   DeviceGuard guard(device);

@@ -2,6 +2,9 @@
 
 #include <cstring>
 
+#include "device_support.hpp"
+#include "surrogate/exchange.hpp"
+
 namespace surrogate {
 
 std::size_t size_of(DType type) noexcept {
@@ -38,6 +41,20 @@ void Comm::agree_or_throw(const Status& local) const {
   const Status agreed = agree(local);
   if (!agreed.ok()) agreed.raise();
 }
+
+DeviceTransport& Comm::device_transport(int device) const {
+  for (const auto& [d, transport] : transports_)
+    if (d == device) return *transport;
+  std::shared_ptr<DeviceTransport> transport = make_device_transport(device);
+  transports_.emplace_back(device, transport);
+  return *transport;
+}
+
+#if !SURROGATE_HAVE_CUDA
+std::shared_ptr<DeviceTransport> Comm::make_device_transport(int device) const {
+  detail::refuse_without_cuda_backend("device transport", device);
+}
+#endif
 
 void SelfComm::allgather(const void* send, std::size_t bytes, void* recv) const {
   if (bytes) std::memmove(recv, send, bytes);

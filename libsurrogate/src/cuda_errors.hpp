@@ -26,8 +26,11 @@ inline ErrorCode error_code_for(cudaError_t e) {
   }
 }
 
-/// Call inside a catch block of a device forward: an Error passes through; a CUDA runtime error or a launch
-/// the kernels rejected becomes an Error naming `what` (the model or operator) and the device.
+/// Call inside a catch block of a device forward: an Error passes through; a CUDA runtime error becomes an
+/// Error with error_code_for's code, and a launch the kernels rejected (std::invalid_argument: the caller
+/// broke a launcher's contract, a bug) Error(internal), both naming `what` (the model or operator) and the
+/// device. The one mapping from CUDA failures to library errors; status_of_current_cuda_error is the same
+/// as a Status.
 [[noreturn]] inline void raise_current_cuda_error(const char* what, int device) {
   const std::string where = std::string(what) + ": CUDA device " + std::to_string(device) + ": ";
   try {
@@ -38,6 +41,15 @@ inline ErrorCode error_code_for(cudaError_t e) {
     throw Error(error_code_for(e.code()), where + e.what());
   } catch (const std::invalid_argument& e) {
     throw Error(ErrorCode::internal, where + e.what());
+  }
+}
+
+/// raise_current_cuda_error as a Status (for code that agrees on a Status before a collective).
+inline Status status_of_current_cuda_error(const char* what, int device) noexcept {
+  try {
+    raise_current_cuda_error(what, device);
+  } catch (...) {
+    return Status::from_current_exception();
   }
 }
 

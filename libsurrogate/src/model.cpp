@@ -99,21 +99,23 @@ std::string Model::output_name(int c) const {
   return c < static_cast<int>(fields_.output_names.size()) ? fields_.output_names[c] : "out" + std::to_string(c);
 }
 
-void Model::predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
-                    index_t ld_out, const RunOptions& options) {
-  predict(comm, layout, PointGeometry{}, in, ld_in, out, ld_out, options);
+// ---------------------------------------------------------------------------------------------------
+// Plan
+
+Plan::Plan(Basis basis)
+    : model_(basis.model),
+      layout_(std::move(basis.layout)),
+      geometry_(basis.geometry),
+      positions_(std::move(basis.positions)),
+      ids_(std::move(basis.ids)),
+      edges_(std::move(basis.edges)) {
+  // The geometry points into this plan's own copies.
+  geometry_.positions = positions_.empty() ? nullptr : positions_.data();
+  geometry_.global_ids = ids_.empty() ? nullptr : ids_.data();
+  geometry_.edge_index = edges_.empty() ? nullptr : edges_.data();
 }
 
-void Model::forward(const Comm& comm, const SampleLayout&, const float*, index_t, float*, index_t, const RunOptions&) {
-  collectively(comm, [&] {
-    throw Error(ErrorCode::internal, "model architecture '" + architecture_ + "' has no forward without point geometry");
-  });
-}
-
-void Model::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry&, const float* in,
-                             index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
-  forward(comm, layout, in, ld_in, out, ld_out, options);
-}
+void Plan::rebind(const Comm&) {}
 
 namespace {
 /// Checks the geometry of a model that needs `dim` coordinates per point (local part; the caller agrees).
@@ -145,16 +147,90 @@ void check_geometry(const std::string& architecture, int dim, const PointGeometr
 }
 }  // namespace
 
+std::unique_ptr<Plan> Model::plan(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                  const RunOptions& options) {
+  const index_t n = layout.local_points();
+  const int pdim = position_dim();
+  Plan::Basis basis;
+  basis.model = this;
+  basis.layout = layout;
+  if (pdim > 0) {
+    collectively(comm, [&] { check_geometry(architecture_, pdim, geometry, n, layout.global_points()); });
+    // Global ids: given on every rank with points, or nowhere (the rank-major default).
+    std::int64_t flags[2] = {n > 0 && geometry.global_ids ? 1 : 0, n > 0 && !geometry.global_ids ? 1 : 0};
+    comm.allreduce(std::span<std::int64_t>(flags, 2), ReduceOp::max);
+    if (flags[0] && flags[1])
+      throw Error(ErrorCode::invalid_argument, "global ids were given on some ranks but not on others");
+    std::int64_t first_id = 0;
+    if (!flags[0]) {
+      std::vector<std::int64_t> counts(static_cast<std::size_t>(comm.size()));
+      const std::int64_t mine = n;
+      comm.allgather(&mine, sizeof mine, counts.data());
+      for (int r = 0; r < comm.rank(); ++r) first_id += counts[static_cast<std::size_t>(r)];
+    }
+    const auto& order = layout.order();
+    basis.positions.resize(static_cast<std::size_t>(std::max<index_t>(n, 1) * pdim));
+    basis.ids.resize(static_cast<std::size_t>(std::max<index_t>(n, 1)));
+    for (index_t row = 0; row < n; ++row) {
+      const index_t i = order.empty() ? row : order[static_cast<std::size_t>(row)];
+      for (int c = 0; c < pdim; ++c)
+        basis.positions[static_cast<std::size_t>(row * pdim + c)] = geometry.positions[i * geometry.ld_positions + c];
+      basis.ids[static_cast<std::size_t>(row)] = geometry.global_ids ? geometry.global_ids[i] : first_id + i;
+    }
+    basis.edges.assign(geometry.edge_index, geometry.edge_index ? geometry.edge_index + 2 * geometry.num_edges
+                                                                : geometry.edge_index);
+    basis.geometry.ld_positions = pdim;
+    basis.geometry.num_edges = geometry.num_edges;
+  }
+  return build_plan(comm, std::move(basis), options);
+}
+
+std::unique_ptr<Plan> Model::build_plan(const Comm&, Plan::Basis basis, const RunOptions&) {
+  return std::make_unique<Plan>(std::move(basis));
+}
+
+void Model::predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                    index_t ld_out, const RunOptions& options) {
+  predict(comm, layout, PointGeometry{}, in, ld_in, out, ld_out, options);
+}
+
 void Model::predict(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                     index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+  const std::unique_ptr<Plan> p = plan(comm, layout, geometry, options);
+  predict(comm, *p, in, ld_in, out, ld_out, options);
+}
+
+void Model::forward_host(const Comm& comm, const SampleLayout&, const float*, index_t, float*, index_t,
+                         const RunOptions&) {
+  collectively(comm, [&] {
+    throw Error(ErrorCode::internal, "model architecture '" + architecture_ + "' has no forward without point geometry");
+  });
+}
+
+void Model::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry&, const float* in,
+                             index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
+  forward_host(comm, layout, in, ld_in, out, ld_out, options);
+}
+
+void Model::forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) {
+  if (io.device)
+    predict_device_impl(comm, plan.layout(), *io.device, options, io.check_inputs);
+  else
+    forward_geometry(comm, plan.layout(), plan.geometry(), io.in, io.ld_in, io.out, io.ld_out, options);
+}
+
+void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
+                    const RunOptions& options) {
+  const SampleLayout& layout = plan.layout();
   const index_t n = layout.local_points();
   const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
   const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
-  const int pdim = position_dim();
   Status status;
   try {
+    if (&plan.model() != this)
+      throw Error(ErrorCode::invalid_argument, "predict: the plan was built by another model (architecture '" +
+                                                   plan.model().architecture() + "')");
     if (n > 0 && ((!in && in_channels_ > 0) || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
-    if (pdim > 0) check_geometry(architecture_, pdim, geometry, n, layout.global_points());
     if (options.cuda_device < 0 && options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
                                               "' needs a CUDA device; the CPU computes in fp32 only");
@@ -188,35 +264,13 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const PointGeo
       dst[c] = static_cast<float>(v);
     }
   }
-  PointGeometry working;  // families without positions get an empty one
-  if (pdim > 0) {
-    // Global ids: given on every rank with points, or nowhere (the rank-major default).
-    std::int64_t flags[2] = {n > 0 && geometry.global_ids ? 1 : 0, n > 0 && !geometry.global_ids ? 1 : 0};
-    comm.allreduce(std::span<std::int64_t>(flags, 2), ReduceOp::max);
-    if (flags[0] && flags[1])
-      throw Error(ErrorCode::invalid_argument, "global ids were given on some ranks but not on others");
-    std::int64_t first_id = 0;
-    if (!flags[0]) {
-      std::vector<std::int64_t> counts(static_cast<std::size_t>(comm.size()));
-      const std::int64_t mine = n;
-      comm.allgather(&mine, sizeof mine, counts.data());
-      for (int r = 0; r < comm.rank(); ++r) first_id += counts[static_cast<std::size_t>(r)];
-    }
-    position_buffer_.resize(static_cast<std::size_t>(std::max<index_t>(n, 1) * pdim));
-    id_buffer_.resize(static_cast<std::size_t>(std::max<index_t>(n, 1)));
-    for (index_t row = 0; row < n; ++row) {
-      const index_t i = order.empty() ? row : order[static_cast<std::size_t>(row)];
-      for (int c = 0; c < pdim; ++c)
-        position_buffer_[static_cast<std::size_t>(row * pdim + c)] = geometry.positions[i * geometry.ld_positions + c];
-      id_buffer_[static_cast<std::size_t>(row)] = geometry.global_ids ? geometry.global_ids[i] : first_id + i;
-    }
-    working.positions = position_buffer_.data();
-    working.ld_positions = pdim;
-    working.global_ids = id_buffer_.data();
-    working.edge_index = geometry.edge_index;
-    working.num_edges = geometry.num_edges;
-  }
-  forward_geometry(comm, layout, working, input_buffer_.data(), ld_work_in, output_buffer_.data(), ld_work_out, options);
+  plan.rebind(comm);
+  Io io;
+  io.in = input_buffer_.data();
+  io.ld_in = ld_work_in;
+  io.out = output_buffer_.data();
+  io.ld_out = ld_work_out;
+  forward(comm, plan, io, options);
   for (index_t row = 0; row < n; ++row) {
     const float* src = output_buffer_.data() + row * ld_work_out;
     float* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;
@@ -256,20 +310,25 @@ void Model::throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n
 
 void Model::predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
                            const RunOptions& options) {
-  {
-    Status status;
-    try {
-      if (options.cuda_device < 0)
-        throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
-      if (layout.local_points() > 0 && (!arrays.in || !arrays.out))
-        throw Error(ErrorCode::invalid_argument, "null input or output array");
-    } catch (...) {
-      status = Status::from_current_exception();
-    }
-    comm.agree_or_throw(status);
-  }
-  const index_t n = layout.local_points();
-  predict_device_impl(comm, layout, arrays, options, [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); });
+  const std::unique_ptr<Plan> p = plan(comm, layout, PointGeometry{}, options);
+  predict_device(comm, *p, arrays, options);
+}
+
+void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
+  const index_t n = plan.layout().local_points();
+  collectively(comm, [&] {
+    if (&plan.model() != this)
+      throw Error(ErrorCode::invalid_argument, "predict_device: the plan was built by another model (architecture '" +
+                                                   plan.model().architecture() + "')");
+    if (options.cuda_device < 0)
+      throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
+    if (n > 0 && (!arrays.in || !arrays.out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+  });
+  plan.rebind(comm);
+  Io io;
+  io.device = &arrays;
+  io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); };
+  forward(comm, plan, io, options);
 }
 
 void Model::predict_device_impl(const Comm& comm, const SampleLayout&, const DeviceArrays&, const RunOptions&,

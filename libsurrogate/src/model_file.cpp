@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <sstream>
 
-#include "h5.hpp"
+#include "hdf5/h5.hpp"
 
 namespace surrogate {
 

@@ -1,24 +1,25 @@
-// Model families by the `architecture` attribute of the model file.
-#include <functional>
+// Model families by the `architecture` attribute of the model file (the list: families.hpp).
 #include <map>
+#include <memory>
 
-#include "surrogate/bsa.hpp"
-#include "surrogate/erwin.hpp"
-#include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
-#include "surrogate/sphere/transformer.hpp"
+
+// Every family's factory, declared in its namespace.
+#define SURROGATE_MODEL(family, architecture, factory) \
+  namespace surrogate::family {                        \
+  std::unique_ptr<Model> factory(const ModelFile& file); \
+  }
+#include "families.hpp"
+#undef SURROGATE_MODEL
 
 namespace surrogate {
 namespace {
-using Factory = std::function<std::unique_ptr<Model>(const ModelFile&)>;
+using Factory = std::unique_ptr<Model> (*)(const ModelFile&);
 const std::map<std::string, Factory>& registry() {
   static const std::map<std::string, Factory> factories = {
-      {"bsa", bsa::make_bsa_model},
-      {"erwin", erwin::make_erwin_model},
-      {"flare", make_flare_model},
-      {"sphere_transformer", sphere::make_sphere_transformer_model},
-      {"s2_attention", sphere::make_s2_attention_model},
-      {"s2_neighborhood_attention", sphere::make_s2_neighborhood_attention_model},
+#define SURROGATE_MODEL(family, architecture, factory) {architecture, &family::factory},
+#include "families.hpp"
+#undef SURROGATE_MODEL
   };
   return factories;
 }

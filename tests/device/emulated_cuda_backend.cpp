@@ -45,6 +45,7 @@ void device_free(void* p, int) noexcept { std::free(p); }
 Stream::Stream(int device) : device_(device) {}
 Stream::~Stream() = default;
 void Stream::synchronize() const {}
+void synchronize(cudaStream_t) {}
 Event::Event(int device) : device_(device) {}
 Event::~Event() = default;
 void Event::record(cudaStream_t) {}

@@ -34,6 +34,11 @@ class MpiComm final : public Comm {
                 int tag) const override;
   void barrier() const override;
 
+ protected:
+  /// NCCL builds: NCCL when every rank owns its GPU (NcclComm::usable; SURROGATE_NCCL=0 disables it),
+  /// otherwise (and in other builds) host staging through this communicator. Collective.
+  std::shared_ptr<DeviceTransport> make_device_transport(int device) const override;
+
  private:
   MPI_Comm comm_ = MPI_COMM_NULL;
   int rank_ = 0;

@@ -1,13 +1,13 @@
 // NCCL communicator for device buffers, bootstrapped from an MPI communicator (builds with CUDA and
-// NCCL only; needs the CUDA toolkit's include directory). The CUDA forward of the models uses it for the
-// encode reduction when every rank owns a different GPU, and the MPI communicator (through host memory)
-// otherwise; see share/docs/cuda.md.
+// NCCL only; needs the CUDA toolkit's include directory). MpiComm's DeviceTransport uses it when every
+// rank owns a different GPU, and host staging through MPI otherwise; see share/docs/cuda.md.
 #pragma once
 
 #include <cuda_runtime_api.h>
 
 #include <cstddef>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "surrogate/mpi_comm.hpp"
@@ -38,6 +38,15 @@ class NcclComm {
   /// In-place allreduce of `count` values of device memory, enqueued on `stream` (asynchronous).
   /// Collective over the ranks; throws Error(communication).
   void allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) const;
+  /// Personalised all-to-all of device bytes (one group of ncclSend/ncclRecv; counts and offsets per peer,
+  /// this rank's own part included), enqueued on `stream`. Collective; throws Error(communication).
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
+                 cudaStream_t stream) const;
+  /// Variable-size all-gather of device bytes (ncclAllGather when the parts are equal and packed, else one
+  /// group of ncclBroadcast), enqueued on `stream`. Collective; throws Error(communication).
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets, cudaStream_t stream) const;
 
  private:
   struct Impl;

@@ -13,6 +13,7 @@
 
 #include "surrogate/balltree.hpp"
 #include "surrogate/comm.hpp"
+#include "surrogate/exchange.hpp"
 
 namespace surrogate::balltree {
 
@@ -25,69 +26,6 @@ struct RankRanges {
   std::int64_t total() const { return bounds.back(); }
   /// The rank that owns position `pos` (0 <= pos < total()).
   int owner(std::int64_t pos) const;
-};
-
-/// Moves rows between two layouts of the same ranks: "source" rows (local to every rank) and "target"
-/// rows (local to every rank). forward: target[t] = source row it was planned from (rows a plan marks
-/// as copies take the value of another target row of the same rank afterwards); backward: every source
-/// row receives the target row planned from it. Built once, applied every step; pure data movement, so
-/// bitwise. The plan keeps a pointer to the communicator it was built with: the communicator must
-/// outlive the plan. forward/backward are collective (every rank calls them with the same width); they
-/// reuse internal buffers, so one plan must not be applied by two threads at once.
-class ExchangePlan {
- public:
-  ExchangePlan() = default;
-
-  /// Builds the plan from the target side: for every local target row, the rank and the key of the
-  /// source row it takes (source_rank < 0: a copy, see `copy_from`). On the source side, key k names the
-  /// local row key_to_row[k] (identity when key_to_row is empty). copy_from[t] >= 0 makes target row t a
-  /// copy of local target row copy_from[t] (which must itself be received). Collective.
-  static ExchangePlan from_requests(const Comm& comm, std::int64_t source_rows, std::span<const int> source_rank,
-                                    std::span<const std::int64_t> source_key, std::span<const std::int64_t> key_to_row,
-                                    std::span<const std::int64_t> copy_from);
-
-  void forward(const float* source, int width, float* target) const;
-  void forward(const double* source, int width, double* target) const;
-  void backward(const float* target, int width, float* source) const;
-  void backward(const double* target, int width, double* source) const;
-
-  std::int64_t source_rows() const { return source_rows_; }
-  std::int64_t target_rows() const { return target_rows_; }
-
-  /// The rows the plan moves, for callers that pack and unpack rows themselves (rows in device memory
-  /// staged through host memory: libsurrogate/src/balltree/device_exchange.hpp). forward reads the source
-  /// rows sent_rows(), grouped by destination rank (send_counts()[q] rows for rank q, ranks in order), and
-  /// writes the target rows received_rows(), grouped by source rank (recv_counts()), then the copies
-  /// (pairs: target row, the target row it takes); this rank's own segments pair up row by row. backward
-  /// moves the same rows the other way and makes no copies.
-  std::span<const std::int64_t> sent_rows() const { return send_rows_; }
-  std::span<const std::size_t> send_counts() const { return send_counts_; }
-  std::span<const std::int64_t> received_rows() const { return recv_rows_; }
-  std::span<const std::size_t> recv_counts() const { return recv_counts_; }
-  std::span<const std::int64_t> copies() const { return copies_; }
-  /// The communicator the plan is applied through (Error(invalid_argument) for a plan never built).
-  const Comm& comm() const;
-  /// The message part of forward/backward on rows packed by the caller: `packed` holds the rows this
-  /// rank sends to the other ranks (forward: sent_rows() order, backward: received_rows() order, this
-  /// rank's own segment left out), `width` values each; `unpacked` receives the rows from the other ranks
-  /// in the opposite list's order (own segment left out). Collective; bitwise data movement.
-  void exchange_packed(const float* packed, int width, float* unpacked, bool forward_direction) const;
-  /// Applies the plan through `comm` from now on: another communicator object over the same ranks (same
-  /// size, each process the same rank), for a plan kept longer than the communicator it was built with.
-  /// Throws Error(invalid_argument) when the size differs.
-  void rebind(const Comm& comm);
-
- private:
-  void move(const void* in, std::size_t row_bytes, void* out, bool forward_direction, int width) const;
-
-  const Comm* comm_ = nullptr;
-  std::int64_t source_rows_ = 0, target_rows_ = 0;
-  std::vector<std::size_t> send_counts_, send_offsets_;  // rows per peer (forward direction)
-  std::vector<std::int64_t> send_rows_;                  // local source rows, grouped by destination rank
-  std::vector<std::size_t> recv_counts_, recv_offsets_;
-  std::vector<std::int64_t> recv_rows_;                  // local target rows, grouped by source rank
-  std::vector<std::int64_t> copies_;                     // pairs (target row, copied target row)
-  mutable std::vector<char> send_buffer_, recv_buffer_;   // kept between calls (a plan is not thread-safe)
 };
 
 /// The plan solver layout <-> tree layout of a DistributedTree. to_tree fills every local slot (padding

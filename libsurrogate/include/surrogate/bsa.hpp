@@ -117,10 +117,4 @@ class Network {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The registered model of architecture "bsa" (make_model): Network behind the generic predict path
-/// (positions required, edges ignored; wrapper = shapenet_car: positions only, one output). CPU only
-/// (a CUDA device is Error(unsupported)). Several ranks: sparse and ball attention run on the
-/// distributed ball tree (bitwise equal to one process); global attention gathers the batch.
-std::unique_ptr<Model> make_bsa_model(const ModelFile& file);
-
 }  // namespace surrogate::bsa

@@ -4,8 +4,10 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "surrogate/error.hpp"
@@ -23,6 +25,8 @@ template <> constexpr DType dtype_of<double>() { return DType::f64; }
 template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
 template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
 template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
+
+class DeviceTransport;  // surrogate/exchange.hpp
 
 class Comm {
  public:
@@ -65,6 +69,20 @@ class Comm {
   void agree_or_throw(const Status& local) const;
   /// Broadcast a string from root.
   std::string broadcast_string(const std::string& text, int root) const;
+
+  /// The transport between the ranks' CUDA devices, every rank passing its own device (CUDA builds):
+  /// collective on the first call for a device (it may bootstrap NCCL), the same object afterwards.
+  /// Staged through host memory and this communicator unless the implementation offers better (MpiComm
+  /// in NCCL builds: NCCL when every rank owns its GPU). Error(unsupported) without the CUDA backend.
+  DeviceTransport& device_transport(int device) const;
+
+ protected:
+  /// A new transport for `device` (collective; the same kind on every rank). The default stages through
+  /// host memory and this communicator.
+  virtual std::shared_ptr<DeviceTransport> make_device_transport(int device) const;
+
+ private:
+  mutable std::vector<std::pair<int, std::shared_ptr<DeviceTransport>>> transports_;
 };
 
 /// The communicator of a single process.

@@ -88,8 +88,4 @@ class Network {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The registered Model of architecture "erwin" (registry.cpp): Network behind the generic predict path
-/// (positions, samples, edges given or built by the /config graph rule; optional ShapeNet-Car wrapper).
-std::unique_ptr<Model> make_erwin_model(const ModelFile& file);
-
 }  // namespace surrogate::erwin

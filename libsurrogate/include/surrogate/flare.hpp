@@ -34,7 +34,4 @@ struct FlareConfig {
   std::vector<std::pair<std::string, std::string>> describe() const;
 };
 
-/// Creates the FLARE model of a file whose architecture is "flare".
-std::unique_ptr<Model> make_flare_model(const ModelFile& file);
-
 }  // namespace surrogate

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "surrogate/comm.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate {
@@ -91,6 +92,52 @@ struct PointGeometry {
   index_t num_edges = 0;
 };
 
+class Model;
+
+/// What a model builds once per point set and reuses in every predict while the points stay: trees,
+/// neighbour lists, latitude bands, exchange plans, device buffers. Built by Model::plan (collective);
+/// the Surrogate (C++, C, Fortran, PETSc, the command line) keeps it until the points change. Each family
+/// derives its own (share/docs/adding-a-family.md, "Plan").
+class Plan {
+ public:
+  virtual ~Plan() = default;
+  Plan(const Plan&) = delete;
+  Plan& operator=(const Plan&) = delete;
+
+  /// The model that built the plan (a plan serves only that model).
+  const Model& model() const { return *model_; }
+  const SampleLayout& layout() const { return layout_; }
+  /// The geometry in the layout's working order (rows grouped by sample): positions (local points x
+  /// position_dim() at stride position_dim()) and global ids (the caller's, or rank-major), both null
+  /// for families that need no positions; edge_index / num_edges as the caller gave them (global ids).
+  const PointGeometry& geometry() const { return geometry_; }
+  /// Bytes the plan's exchanges moved on this rank since it was built (ExchangePlan::count_into).
+  const Traffic& traffic() const { return traffic_; }
+  Traffic& traffic() { return traffic_; }
+  /// Applies the plan through `comm` (the same ranks, in the same order, as the communicator it was
+  /// built with) from now on: called by Model::predict before every forward. The default does nothing;
+  /// families that keep exchange plans rebind them.
+  virtual void rebind(const Comm& comm);
+
+  /// What Model::plan hands a family's plan: the model, the layout and the working-order geometry.
+  struct Basis {
+    const Model* model = nullptr;
+    SampleLayout layout;
+    PointGeometry geometry;
+    std::vector<float> positions;
+    std::vector<std::int64_t> ids, edges;
+  };
+  explicit Plan(Basis basis);
+
+ private:
+  const Model* model_;
+  SampleLayout layout_;
+  PointGeometry geometry_;
+  std::vector<float> positions_;
+  std::vector<std::int64_t> ids_, edges_;
+  Traffic traffic_;
+};
+
 class Model {
  public:
   virtual ~Model() = default;
@@ -118,16 +165,26 @@ class Model {
   /// Hyperparameters as (name, value) pairs, for `surrogate info`.
   virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
 
-  /// Collective over comm. `in` holds the layout's local points in the caller's order, in_channels()
+  /// Collective over comm. The plan of a point set (the layout's local points in the caller's order,
+  /// their geometry when the family needs one): missing positions for a model that needs them, a stride
+  /// below position_dim(), non-finite positions, bad global ids or edges are Error(input) /
+  /// Error(invalid_argument) on every rank. `options.threads` is used for the build.
+  std::unique_ptr<Plan> plan(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry = {},
+                             const RunOptions& options = {});
+
+  /// Collective over comm. `in` holds the plan's local points in the caller's order, in_channels()
   /// values per point at row stride ld_in, in physical units; `out` receives out_channels() values per
   /// point at row stride ld_out, in physical units (the file's normalisation is applied here).
-  /// Non-finite inputs are reported (channel, rank, count) as Error(input) on every rank.
-  /// Throws Error(input) on every rank when the model needs positions (needs_positions()).
+  /// Non-finite inputs are reported (channel, rank, count) as Error(input) on every rank. A plan of
+  /// another model is Error(invalid_argument). `in` may be null when in_channels() is 0.
+  void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
+               const RunOptions& options = {});
+
+  /// One-shot forms: plan() of the points, then predict() with that plan (a caller that predicts again
+  /// on the same points keeps a plan instead). Without a geometry, a model that needs positions
+  /// (needs_positions()) is Error(input) on every rank.
   void predict(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options = {});
-  /// The same with the points' geometry (ignored by families that need none). Missing positions for a
-  /// model that needs them, a stride below position_dim(), non-finite positions, bad global ids or edges
-  /// are Error(input) / Error(invalid_argument) on every rank. `in` may be null when in_channels() is 0.
   void predict(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
                index_t ld_in, float* out, index_t ld_out, const RunOptions& options = {});
 
@@ -145,21 +202,38 @@ class Model {
   /// are written into `arrays.out` directly (elements between the strides are not touched); no array
   /// crosses the host. Same arithmetic and the same errors as predict() with the inputs rounded to float.
   /// Throws Error(unsupported) on every rank for model families without a device forward.
+  void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
+  /// One-shot form (plan(), then predict_device()).
   void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
                       const RunOptions& options);
 
  protected:
   Model(const ModelFile& file, int in_channels, int out_channels);
 
-  /// The family's forward pass on normalised inputs in the layout's working order (rows grouped by
-  /// sample). Row strides are multiples of kernels::kPad; padding columns of `in` are zero.
-  /// The default refuses with Error(internal): families that need positions override forward_geometry.
-  virtual void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
-                       index_t ld_out, const RunOptions& options);
-  /// The geometry in the layout's working order: `positions` (local points x position_dim() at stride
-  /// ld_positions, checked finite) and `global_ids` (never null: the caller's or the rank-major default)
-  /// are reordered like `in`; `edge_index` / `num_edges` are the caller's (global ids, unchecked).
-  /// The default ignores the geometry and calls forward().
+  /// The family's plan of a point set (collective; errors agreed). The default is the base Plan (the
+  /// layout and the geometry), for families that build nothing per point set.
+  virtual std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions& options);
+
+  /// The arrays of one forward: either the normalised inputs and the outputs in the plan's working order
+  /// on the host (rows grouped by sample; row strides multiples of kernels::kPad; padding columns of `in`
+  /// zero), or, for predict_device, the caller's arrays in device memory (`device`; then `check_inputs`
+  /// receives the per-channel counts of non-finite inputs and throws Error(input) if any).
+  struct Io {
+    const float* in = nullptr;
+    index_t ld_in = 0;
+    float* out = nullptr;
+    index_t ld_out = 0;
+    const DeviceArrays* device = nullptr;
+    std::function<void(const std::vector<std::uint64_t>&)> check_inputs;
+  };
+  /// The family's forward pass (collective), on host or device arrays (`io`), with its plan.
+  virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options);
+
+  /// Interim forms of the forward (removed once every family overrides forward(comm, plan, io, options)):
+  /// forward_host on normalised host inputs in the layout's working order, forward_geometry with the
+  /// working-order geometry (default: forward_host), predict_device_impl on the caller's device arrays.
+  virtual void forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+                            index_t ld_out, const RunOptions& options);
   virtual void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
                                 const float* in, index_t ld_in, float* out, index_t ld_out,
                                 const RunOptions& options);
@@ -177,8 +251,7 @@ class Model {
   int out_channels_;
   Normalization normalization_;
   Fields fields_;
-  std::vector<float> input_buffer_, output_buffer_, position_buffer_;
-  std::vector<std::int64_t> id_buffer_;
+  std::vector<float> input_buffer_, output_buffer_;
 };
 
 /// Creates the model of the file's architecture; throws Error(format) for an unknown architecture and

@@ -1,11 +1,6 @@
-// An ExchangePlan (surrogate/balltree_distributed.hpp) applied to rows that live in device memory, with
-// the messages staged through host memory (CUDA builds only). The rows that stay on this rank are copied
-// on the device (one row-copy launch); only the rows that go to or come from other ranks cross the bus:
-// gathered on the device into a packed array, downloaded, moved by the plan's MPI all-to-all
-// (ExchangePlan::exchange_packed, through the plan's communicator), uploaded, and scattered on the device;
-// then the plan's copies (padding duplicates) on the device. Bitwise data movement, like the plan.
-// Used by the multi-rank device forwards of the ball-tree models (Erwin: erwin_cuda_layout.cpp).
-// NCCL point-to-point is not used: every exchange goes through MPI and host memory.
+// An ExchangePlan applied to rows in device memory through the communicator's DeviceTransport (NCCL or
+// host staging): a thin adapter for the ball-tree device forwards, which the family template replaces by
+// ExchangePlan::forward(..., Place) directly.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +14,7 @@ namespace surrogate::balltree::device {
 class DeviceExchange {
  public:
   DeviceExchange() = default;
-  /// Uploads the plan's row lists to `device` on `stream` (once per plan). The plan must outlive this
-  /// object and keep its communicator bound (ExchangePlan::rebind); `what` names the model in errors.
+  /// The plan must outlive this object and keep its communicator bound (ExchangePlan::rebind).
   DeviceExchange(const ExchangePlan& plan, int device, const kernels::cuda::Stream& stream, const char* what);
 
   /// The plan's forward on device rows: target rows (stride ld_target) <- source rows (stride
@@ -38,19 +32,11 @@ class DeviceExchange {
   std::int64_t staged_rows() const { return remote_sent_ + remote_received_; }
 
  private:
-  void move(const float* in, std::int64_t ld_in, float* out, std::int64_t ld_out, int width,
-            const kernels::cuda::Stream& stream, bool forward_direction) const;
+  Place place(const kernels::cuda::Stream& stream) const;
 
   const ExchangePlan* plan_ = nullptr;
   int device_ = -1;
-  const char* what_ = "exchange";
-  std::int64_t local_ = 0, remote_sent_ = 0, remote_received_ = 0, copies_ = 0;
-  // This rank's segment (source row, target row), the other ranks' (source rows sent, target rows
-  // received, in the plan's packed order) and the copies (target row, the target row it takes).
-  kernels::cuda::DeviceBuffer<std::int64_t> local_source_, local_target_, remote_source_, remote_target_,
-      copy_target_, copy_source_;
-  mutable kernels::cuda::DeviceBuffer<float> packed_out_, packed_in_;
-  mutable std::vector<float> host_out_, host_in_;
+  std::int64_t remote_sent_ = 0, remote_received_ = 0;
 };
 
 }  // namespace surrogate::balltree::device

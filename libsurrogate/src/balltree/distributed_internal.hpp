@@ -9,16 +9,15 @@
 #include <vector>
 
 #include "surrogate/balltree_distributed.hpp"
+#include "../exchange/collectives.hpp"
 #include "surrogate/comm.hpp"
 
 namespace surrogate::balltree::detail {
 
-std::vector<std::size_t> exclusive_offsets(std::span<const std::size_t> counts);
-/// Every rank tells every peer a count: returns the counts received, per source rank.
-std::vector<std::size_t> exchange_counts(const Comm& comm, std::span<const std::size_t> send_counts);
-/// alltoallv of elements of `element_bytes` bytes, counts in elements, contiguous per peer.
-void alltoallv_elements(const Comm& comm, const void* send, std::span<const std::size_t> send_counts, void* recv,
-                        std::span<const std::size_t> recv_counts, std::size_t element_bytes);
+// All-to-all helpers (shared with the exchange plans).
+using surrogate::detail::alltoallv_elements;
+using surrogate::detail::exchange_counts;
+using surrogate::detail::exclusive_offsets;
 
 /// Elements of several samples spread over ranks. Sample b's serial array is the concatenation over
 /// ranks r = 0, 1, ... of the counts[r * samples + b] elements rank r holds of it. Locally the elements

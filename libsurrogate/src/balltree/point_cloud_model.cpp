@@ -21,7 +21,7 @@ CanonicalBlock::CanonicalBlock(const Comm& comm, const CanonicalBatch& all, int 
   const auto n = static_cast<std::size_t>(rows());
   if (all.owner_rank.size() != n || all.positions.size() != n * static_cast<std::size_t>(dim))
     throw Error(ErrorCode::internal, family + " (distributed): the block's owners or positions are missing");
-  plan_ = balltree::ExchangePlan::from_requests(comm, solver_rows, all.owner_rank, all.owner_row, {}, {});
+  plan_ = ExchangePlan::from_requests(comm, solver_rows, all.owner_rank, all.owner_row, {}, {});
   positions_ = all.positions;
   samples_.resize(n);
   const std::vector<std::int64_t>& offsets = all.batch.offsets();

@@ -124,7 +124,7 @@ class CanonicalBlock {
 
  private:
   std::int64_t begin_ = 0, end_ = 0;
-  balltree::ExchangePlan plan_;  // forward: solver rows -> block rows
+  ExchangePlan plan_;  // forward: solver rows -> block rows
   std::vector<float> positions_;
   std::vector<std::int64_t> samples_;
 };

@@ -92,7 +92,7 @@ void BsaCudaForward::fetch_selected_blocks() {
   }
   std::sort(wanted.begin(), wanted.end());
   wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-  const balltree::ExchangePlan plan = block_fetch_plan(*dist_->comm, *dist_->tree, C, wanted);
+  const ExchangePlan plan = block_fetch_plan(*dist_->comm, *dist_->tree, C, wanted);
   std::unique_ptr<DeviceExchange> exchange;
   on_device([&] {
     exchange = std::make_unique<DeviceExchange>(plan, device_, stream_, "bsa");

@@ -35,8 +35,8 @@ struct DistributedRows {
   const RowLayout* layout = nullptr;                // the local slots cut at sample boundaries
   std::span<const float> positions;                 // layout->rows x d, tree order
   std::span<const float> rotated_positions;         // the same in rotated order (rotated models)
-  const balltree::ExchangePlan* rotation = nullptr;     // tree order -> rotated order (rotated models)
-  const balltree::ExchangePlan* sample_rows = nullptr;  // global attention: the rows of the partial samples
+  const ExchangePlan* rotation = nullptr;     // tree order -> rotated order (rotated models)
+  const ExchangePlan* sample_rows = nullptr;  // global attention: the rows of the partial samples
 };
 
 class BsaDeviceForward {

@@ -24,7 +24,7 @@ class TreeExchanges final : public LayerExchanges {
  public:
   /// sample_rows: the plan of fetch_samples (global attention; null otherwise).
   TreeExchanges(const Comm& comm, const balltree::DistributedRotatedTrees& trees, int C,
-                const balltree::ExchangePlan* sample_rows)
+                const ExchangePlan* sample_rows)
       : comm_(comm), trees_(trees), C_(C), sample_rows_(sample_rows) {}
   void to_rotated(const float* rows, int width, float* rotated_rows) const override {
     rotation().forward(rows, width, rotated_rows);
@@ -46,7 +46,7 @@ class TreeExchanges final : public LayerExchanges {
   }
 
  private:
-  const balltree::ExchangePlan& rotation() const {
+  const ExchangePlan& rotation() const {
     if (trees_.rotations.exchange.size() < 2)
       throw Error(ErrorCode::internal, "bsa (distributed): the rotated layers have no rotated tree");
     return trees_.rotations.exchange[1];
@@ -54,7 +54,7 @@ class TreeExchanges final : public LayerExchanges {
   const Comm& comm_;
   const balltree::DistributedRotatedTrees& trees_;
   int C_;
-  const balltree::ExchangePlan* sample_rows_;
+  const ExchangePlan* sample_rows_;
 };
 
 }  // namespace
@@ -72,7 +72,7 @@ void gather_compressed_blocks(const Comm& comm, const balltree::DistributedTree&
   comm.allgatherv(local_blocks, static_cast<std::size_t>(count * width) * sizeof(float), all, bytes, offsets);
 }
 
-balltree::ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
+ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
                                         std::span<const std::int64_t> blocks) {
   std::vector<int> rank(blocks.size() * static_cast<std::size_t>(C));
   std::vector<std::int64_t> key(rank.size());
@@ -83,7 +83,7 @@ balltree::ExchangePlan block_fetch_plan(const Comm& comm, const balltree::Distri
       rank[t] = tree.slots.owner(slot);
       key[t] = slot - tree.slots.begin(rank[t]);
     }
-  return balltree::ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
+  return ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
 }
 
 std::int64_t tree_granularity(const Config& c) {
@@ -168,7 +168,7 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
         key[t] = slot - tree.slots.begin(rank[t]);
       }
     }
-    sample_rows_ = balltree::ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
+    sample_rows_ = ExchangePlan::from_requests(comm, tree.local_slots(), rank, key, {}, {});
   }
 }
 
@@ -176,7 +176,7 @@ void DistributedPlan::rebind(const Comm& comm) {
   comm_ = &comm;
   block_.rebind(comm);
   trees_.tree.plan.rebind(comm);
-  for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+  for (ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
   sample_rows_.rebind(comm);
 }
 

@@ -29,7 +29,7 @@ void gather_compressed_blocks(const Comm& comm, const balltree::DistributedTree&
 /// The plan that fetches the token rows of the global blocks `blocks` (block b = global slots [b C, (b+1) C))
 /// from their owners: source = the owners' local slot rows, target row i C + c = slot blocks[i] C + c.
 /// Collective (every rank with its own list).
-balltree::ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
+ExchangePlan block_fetch_plan(const Comm& comm, const balltree::DistributedTree& tree, int C,
                                         std::span<const std::int64_t> blocks);
 
 /// The tree granularity that keeps every ball (ball_size, and attention_ball_size for ball attention),
@@ -77,7 +77,7 @@ class DistributedPlan {
   RowLayout layout_;
   /// Global attention: local rows -> the n rows of every sample this rank holds only part of (its
   /// partial segments, in order), used in every layer (tree and rotated order) and every call.
-  balltree::ExchangePlan sample_rows_;
+  ExchangePlan sample_rows_;
 };
 
 }  // namespace surrogate::bsa::detail

@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
+#include "../device_support.hpp"
 #include "bsa_device.hpp"
 #include "bsa_distributed.hpp"
 #include "surrogate/comm.hpp"
@@ -165,7 +166,11 @@ class BsaModel final : public PointCloudModel {
         device_.reset();
         device_trees_.reset();
         device_plan_generation_ = 0;
+#if SURROGATE_HAVE_CUDA
         device_ = detail::make_bsa_cuda_forward(net_, options.cuda_device);
+#else
+        detail::refuse_without_cuda_backend("bsa", options.cuda_device);
+#endif
       }
     });
   }
@@ -221,6 +226,6 @@ class BsaModel final : public PointCloudModel {
 
 }  // namespace
 
-std::unique_ptr<Model> make_bsa_model(const ModelFile& file) { return std::make_unique<BsaModel>(file, Network(file)); }
+std::unique_ptr<Model> make_model(const ModelFile& file) { return std::make_unique<BsaModel>(file, Network(file)); }
 
 }  // namespace surrogate::bsa

@@ -126,7 +126,7 @@ class DistributedLayout final : public DeviceLayout {
 
   const Comm* comm() const override { return &plan_->comm(); }
   std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
-    const balltree::ExchangePlan& e = plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
+    const ExchangePlan& e = plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
     std::vector<float> out(static_cast<std::size_t>(e.target_rows()) * static_cast<std::size_t>(width));
     e.forward(rows.data(), width, out.data());
     return out;
@@ -136,7 +136,7 @@ class DistributedLayout final : public DeviceLayout {
     tree_ = DeviceExchange(trees.tree.plan.exchange(), device, stream, "erwin");
     if (message_passing_) halo_exchange_ = DeviceExchange(plan_->halo_plan(), device, stream, "erwin");
     rotations_.clear();
-    for (const balltree::ExchangePlan& e : trees.rotations.exchange) rotations_.emplace_back(e, device, stream, "erwin");
+    for (const ExchangePlan& e : trees.rotations.exchange) rotations_.emplace_back(e, device, stream, "erwin");
   }
   void refresh_halo(float* h, index_t ld, int width, const cu::Stream& stream) const override {
     halo_exchange_.forward(h, ld, h + points_ * ld, ld, width, stream);

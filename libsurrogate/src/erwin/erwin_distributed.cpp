@@ -90,7 +90,7 @@ DistributedPlan::DistributedPlan(const Comm& comm, const Network& net, const Can
       halo_rank[k] = ranges.owner(halo[k]);
       halo_key[k] = halo[k] - ranges.begin(halo_rank[k]);
     }
-    halo_plan_ = balltree::ExchangePlan::from_requests(comm, n, halo_rank, halo_key, {}, {});
+    halo_plan_ = ExchangePlan::from_requests(comm, n, halo_rank, halo_key, {}, {});
     halo_plan_.forward(block_.positions().data(), d, edge_positions_.data() + n * d);  // the halo's positions
   }
 
@@ -117,7 +117,7 @@ void DistributedPlan::rebind(const Comm& comm) {
   block_.rebind(comm);
   halo_plan_.rebind(comm);
   trees_.tree.plan.rebind(comm);
-  for (balltree::ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+  for (ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
 }
 
 std::vector<float> DistributedPlan::forward(const Network& net, std::span<const float> block_features, int threads) const {

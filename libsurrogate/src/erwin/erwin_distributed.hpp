@@ -61,7 +61,7 @@ class DistributedPlan {
   /// (block_rows() + halo_rows()) x dimensionality (empty without message passing).
   std::span<const float> edge_positions() const { return edge_positions_; }
   /// forward: the owners' block rows -> this rank's halo rows.
-  const balltree::ExchangePlan& halo_plan() const { return halo_plan_; }
+  const ExchangePlan& halo_plan() const { return halo_plan_; }
   /// The distributed tree (plan: block rows <-> the rank's slots) and the rotated orders' exchanges.
   const balltree::DistributedRotatedTrees& trees() const { return trees_; }
   /// This rank's node count per level, and its slots' positions (local slots x dimensionality).
@@ -74,7 +74,7 @@ class DistributedPlan {
   std::int64_t halo_rows_ = 0;
   std::vector<std::int64_t> local_edges_;  // 2 x E: sources (block rows, then halo rows), receivers (block rows)
   std::vector<float> edge_positions_;      // (block + halo rows) x d
-  balltree::ExchangePlan halo_plan_;       // forward: block rows of the owners -> this rank's halo rows
+  ExchangePlan halo_plan_;       // forward: block rows of the owners -> this rank's halo rows
   balltree::DistributedRotatedTrees trees_;
   std::vector<index_t> level_nodes_;       // this rank's node count per level
   std::vector<float> slot_positions_;      // local slots x d

@@ -12,6 +12,7 @@
 
 #include "../balltree/point_cloud_model.hpp"
 #include "../layers.hpp"
+#include "../device_support.hpp"
 #include "erwin_device.hpp"
 #include "erwin_distributed.hpp"
 #include "surrogate/erwin.hpp"
@@ -178,7 +179,11 @@ class ErwinModel final : public PointCloudModel {
         throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
+#if SURROGATE_HAVE_CUDA
         device_ = detail::make_erwin_cuda_forward(net_, options.cuda_device);
+#else
+        detail::refuse_without_cuda_backend("erwin", options.cuda_device);
+#endif
       }
     });
   }
@@ -254,7 +259,7 @@ class ErwinModel final : public PointCloudModel {
 
 }  // namespace
 
-std::unique_ptr<Model> make_erwin_model(const ModelFile& file) {
+std::unique_ptr<Model> make_model(const ModelFile& file) {
   const bool wrapper = is_wrapper(file);
   return std::make_unique<ErwinModel>(file, wrapper, Network(core_file(file, wrapper)));
 }

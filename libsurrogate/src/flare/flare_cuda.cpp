@@ -8,8 +8,8 @@
 // partials, merges them per local segment, and the ranks then merge exactly as the CPU does
 //   default mode:      max of the power-of-two reference exponents, exact rescale, sum of doubles;
 //   reproducible mode: max of the logits and |v|, then sums of int64 fixed-point words,
-// through a device transport (NCCL, installed by the coupling layer when every rank has its own GPU) or
-// else through the Comm with a copy of the small arrays to host memory and back.
+// through the communicator's DeviceTransport (NCCL when every rank owns its GPU, else staged through host
+// memory and the Comm).
 //
 // Device memory is O(N C): the residual stream, one scratch (norm output, then the decoded attention),
 // the keys and the values; the MLPs' hidden activations never leave the chip.
@@ -17,21 +17,19 @@
 #include "flare_cuda.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <functional>
 #include <optional>
 #include <vector>
 
+#include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::detail {
 namespace {
 
 namespace cu = kernels::cuda;
-
-std::atomic<DeviceTransportFactory> g_transport_factory{nullptr};
 
 /// Call inside a catch block: CUDA errors become Error codes naming the device, the rest as usual.
 Status status_of_current_exception(int device) noexcept {
@@ -161,7 +159,7 @@ class FlareCudaForward final : public FlareDeviceForward {
   cu::Stream stream_;
   cu::Event ev_start_, ev_uploaded_, ev_computed_, ev_end_;
   FlareCudaTiming timing_;
-  std::unique_ptr<DeviceTransport> transport_;
+  DeviceTransport* transport_ = nullptr;  // the communicator's, for the current forward (several ranks)
 
   // weights
   WeightBlob blob_;
@@ -191,7 +189,6 @@ class FlareCudaForward final : public FlareDeviceForward {
   cu::DeviceBuffer<kernels::ExactScale> scales_;  // [S] sum scales, then [S][H] value scales
   std::vector<kernels::ExactScale> scales_host_;
   cu::DeviceBuffer<float> z_;                     // [S][H][M][E]
-  cu::PinnedBuffer<char> staging_;                // host side of the MPI reductions
   std::vector<float> value_max_host_;
   // device-resident predict
   cu::DeviceBuffer<double> normalization_;           // input mean, std, output mean, std (as present)
@@ -297,15 +294,7 @@ FlareCudaForward::FlareCudaForward(const FlareConfig& cfg, const ModelFile& file
   stream_.synchronize();  // the host copies (table, blob) may go now
 }
 
-FlareCudaForward::~FlareCudaForward() {
-  // The device transport (an NCCL communicator) is released with this device current.
-  try {
-    cu::DeviceGuard guard(device_);
-    transport_.reset();
-  } catch (...) {
-    transport_.reset();
-  }
-}
+FlareCudaForward::~FlareCudaForward() = default;
 
 NormPlan FlareCudaForward::add_norm(const ModelFile& file, const std::string& prefix, int dim) {
   NormPlan n;
@@ -460,23 +449,20 @@ void FlareCudaForward::prepare(const SampleLayout& layout, bool reproducible) {
   out_host_.resize(rows * cfg_.out_dim);
   for (auto* buffer : {&x_, &scratch_, &keys_, &values_}) buffer->resize(rows * C_, device_);
   z_.resize(S * hm * E_, device_);
-  std::size_t staging = 0;
   if (reproducible) {
     part_max_.resize(parts * hm, device_);
     part_vmax_.resize(static_cast<std::size_t>(std::max(num_chunks_, 1)) * H_, device_);
     maxima_.resize(global_hm + static_cast<std::size_t>(samples_) * H_, device_);
     exact_.resize(global_hm * width * 2, device_);
     scales_.resize(S * (1 + static_cast<std::size_t>(H_)), device_);
-    staging = std::max(maxima_.bytes(), exact_.bytes());
   } else {
     part_ref_.resize(parts * hm, device_);
     part_acc_.resize(parts * hm * width, device_);
     local_ref_.resize(global_hm, device_);
     global_ref_.resize(global_hm, device_);
     sums_.resize(global_hm * width, device_);
-    staging = std::max(global_ref_.bytes(), sums_.bytes());
+
   }
-  staging_.resize(staging);
 }
 
 cu::LatentProblem FlareCudaForward::problem(int b) const {
@@ -581,41 +567,15 @@ void FlareCudaForward::local_step(const Comm& comm, F&& work) {
 
 void FlareCudaForward::allreduce(const Comm& comm, void* device_data, std::size_t count, DType type, ReduceOp op) {
   if (comm.size() == 1 || count == 0) return;
-  if (transport_) {
+  if (transport_->direct()) {  // NCCL: enqueued on the stream, the outcome agreed like a local step
     local_step(comm, [&] { transport_->allreduce(device_data, count, type, op, stream_.get()); });
     return;
   }
-  const std::size_t bytes = count * size_of(type);
-  local_step(comm, [&] { cu::copy_to_host(staging_.data(), device_data, bytes, stream_.get()); });
-  comm.allreduce(staging_.data(), count, type, op);
-  local_step(comm, [&] { cu::copy_to_device(device_data, staging_.data(), bytes, stream_.get()); });
+  transport_->allreduce(device_data, count, type, op, stream_.get());  // staged: agrees its own steps
 }
 
 void FlareCudaForward::ensure_transport(const Comm& comm) {
-  const DeviceTransportFactory factory = device_transport_factory();
-  if (comm.size() == 1 || !factory) return;
-  // Collective decision: rebuild when any rank lacks a transport for this communicator.
-  const std::int32_t need = (!transport_ || !transport_->serves(comm)) ? 1 : 0;
-  if (comm.allreduce(need, ReduceOp::max) == 0) return;
-  {
-    Status status;
-    try {
-      cu::DeviceGuard guard(device_);
-      transport_.reset();
-    } catch (...) {
-      status = status_of_current_exception(device_);
-    }
-    comm.agree_or_throw(status);
-  }
-  try {
-    cu::DeviceGuard guard(device_);
-    transport_ = factory(comm, device_);  // collective; agrees on its outcome
-  } catch (...) {
-    transport_.reset();
-  }
-  // Use it only if every rank has it (otherwise the MPI path everywhere).
-  const std::int32_t have = transport_ ? 1 : 0;
-  if (comm.allreduce(have, ReduceOp::min) == 0) transport_.reset();
+  transport_ = comm.size() > 1 ? &comm.device_transport(device_) : nullptr;  // collective on first use
 }
 
 void FlareCudaForward::run(const Comm& comm, const SampleLayout& layout, bool reproducible,
@@ -623,7 +583,7 @@ void FlareCudaForward::run(const Comm& comm, const SampleLayout& layout, bool re
                            const std::function<void()>& finish) {
   const int blocks = cfg_.num_blocks;
   ensure_transport(comm);
-  timing_.transport = comm.size() == 1 ? "none" : transport_ ? transport_->name() : "MPI (host staging)";
+  timing_.transport = comm.size() == 1 ? "none" : transport_->name();
   local_step(comm, [&] {
     prepare(layout, reproducible);
     const cudaStream_t s = stream_.get();
@@ -773,9 +733,6 @@ void FlareCudaForward::predict_device(const Comm& comm, const SampleLayout& layo
 }
 
 }  // namespace
-
-void set_device_transport_factory(DeviceTransportFactory factory) noexcept { g_transport_factory.store(factory); }
-DeviceTransportFactory device_transport_factory() noexcept { return g_transport_factory.load(); }
 
 FlareCudaTiming last_cuda_timing(const FlareDeviceForward& forward) {
   const auto* f = dynamic_cast<const FlareCudaForward*>(&forward);

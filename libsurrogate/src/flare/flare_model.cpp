@@ -17,6 +17,7 @@
 #include <optional>
 
 #include "../layers.hpp"
+#include "../device_support.hpp"
 #include "flare_device.hpp"
 #include "surrogate/flare.hpp"
 
@@ -54,7 +55,7 @@ class FlareModel final : public Model {
   std::vector<std::pair<std::string, std::string>> describe() const override { return cfg_.describe(); }
 
  protected:
-  void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+  void forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                index_t ld_out, const RunOptions& options) override;
   void predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
                            const RunOptions& options,
@@ -426,7 +427,11 @@ void FlareModel::ensure_device_forward(const Comm& comm, int device) {
   Status status;
   try {
     if (!device_forward_ || device_forward_->device() != device)
+#if SURROGATE_HAVE_CUDA
       device_forward_ = detail::make_flare_cuda_forward(cfg_, file_, device);
+#else
+      detail::refuse_without_cuda_backend("flare", device);
+#endif
   } catch (...) {
     status = Status::from_current_exception();
   }
@@ -440,7 +445,7 @@ void FlareModel::predict_device_impl(const Comm& comm, const SampleLayout& layou
   device_forward_->predict_device(comm, layout, arrays, options, check_inputs);
 }
 
-void FlareModel::forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
+void FlareModel::forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
                          index_t ld_out, const RunOptions& options) {
   if (options.cuda_device >= 0) {
     ensure_device_forward(comm, options.cuda_device);
@@ -496,6 +501,8 @@ void FlareModel::forward(const Comm& comm, const SampleLayout& layout, const flo
 
 }  // namespace
 
-std::unique_ptr<Model> make_flare_model(const ModelFile& file) { return std::make_unique<FlareModel>(file); }
+namespace flare {
+std::unique_ptr<Model> make_model(const ModelFile& file) { return std::make_unique<FlareModel>(file); }
+}  // namespace flare
 
 }  // namespace surrogate

@@ -24,6 +24,7 @@
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
+#include "../device_support.hpp"
 #include "release.hpp"
 #include "layer_device.hpp"
 #include "transformer_device.hpp"
@@ -138,7 +139,7 @@ class SphereTransformerModel final : public Model {
   }
 
  protected:
-  void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
+  void forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options) override {
     if (options.cuda_device >= 0) {
       forward_on_device(comm, layout, in, ld_in, out, ld_out, options);
@@ -201,7 +202,11 @@ class SphereTransformerModel final : public Model {
   void ensure_device(int cuda_device) {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
+#if SURROGATE_HAVE_CUDA
     device_ = make_sphere_transformer_device_forward(net_, file_, cuda_device);
+#else
+    detail::refuse_without_cuda_backend("sphere_transformer", cuda_device);
+#endif
   }
 
   SphericalTransformer net_;
@@ -314,7 +319,7 @@ class S2LayerModel final : public Model {
   }
 
  protected:
-  void forward(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
+  void forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options) override {
     if (options.cuda_device >= 0) {
       forward_on_device(comm, layout, in, ld_in, out, ld_out, options);
@@ -371,10 +376,14 @@ class S2LayerModel final : public Model {
   void ensure_device(int cuda_device) {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
+#if SURROGATE_HAVE_CUDA
     if constexpr (std::is_same_v<Op, NeighborhoodAttentionS2>)
       device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, cuda_device);
     else
       device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, cuda_device);
+#else
+    detail::refuse_without_cuda_backend(architecture(), cuda_device);
+#endif
   }
 
   /// Several ranks on devices: the same band and the same one fetch as the CPU path (host memory, MPI),
@@ -443,12 +452,12 @@ std::int64_t count_parameters(const ModelFile& f) {
 
 }  // namespace
 
-std::unique_ptr<Model> make_sphere_transformer_model(const ModelFile& file) {
+std::unique_ptr<Model> make_transformer_model(const ModelFile& file) {
   SphericalTransformer net(file);
   return std::make_unique<SphereTransformerModel>(file, std::move(net));
 }
 
-std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file) {
+std::unique_ptr<Model> make_attention_model(const ModelFile& file) {
   LayerSetup s = layer_setup(file, false, false);
   AttentionS2 op(s.att, s.weights);
   const auto& c = op.config();
@@ -458,7 +467,7 @@ std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file) {
                                                      count_parameters(file));
 }
 
-std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& file) {
+std::unique_ptr<Model> make_neighborhood_attention_model(const ModelFile& file) {
   LayerSetup s = layer_setup(file, true, false);
   NeighborhoodAttentionS2 op(s.nbh, s.weights);
   const auto& c = op.config();

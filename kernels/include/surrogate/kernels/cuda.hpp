@@ -189,6 +189,9 @@ class Event {
   int device_ = -1;
 };
 
+/// cudaStreamSynchronize of a stream the caller holds as a raw handle; throws CudaError.
+void synchronize(cudaStream_t stream);
+
 /// Asynchronous copies (count elements) on `stream`.
 void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);
 void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);

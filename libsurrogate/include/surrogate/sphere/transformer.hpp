@@ -106,11 +106,4 @@ class SphericalTransformer {
   std::unique_ptr<Impl> impl_;
 };
 
-/// The generic Models of the spherical families (registry): "sphere_transformer", and the single layers
-/// "s2_attention" / "s2_neighborhood_attention" run as self-attention on one grid. A sample's points,
-/// concatenated over the ranks in rank order, are its grid in row-major latitude-longitude order.
-std::unique_ptr<Model> make_sphere_transformer_model(const ModelFile& file);
-std::unique_ptr<Model> make_s2_attention_model(const ModelFile& file);
-std::unique_ptr<Model> make_s2_neighborhood_attention_model(const ModelFile& file);
-
 }  // namespace surrogate::sphere

@@ -1,0 +1,162 @@
+// The device counterparts of layers.hpp for the families' CUDA forwards (CUDA builds only): a layer's
+// weights uploaded once into a device arena, and one call per layer — dense with activation and residual,
+// LayerNorm / RMSNorm, row copies and row-wise sums and products — instead of kernel argument structs
+// filled by hand. share/docs/adding-a-family.md, "Device forward".
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+
+namespace surrogate::device {
+
+using kernels::index_t;
+
+/// A dense layer's place in a weight arena: the CPU's packed W^T (in x ldw) and its padded bias.
+struct Dense {
+  std::size_t wt = 0, bias = 0;
+  int in = 0, out = 0;
+  index_t ldw = 0;
+};
+
+/// A norm's place in a weight arena (bias: LayerNorm with bias only).
+struct Norm {
+  std::size_t weight = 0, bias = 0;
+  int dim = 0;
+  bool has_bias = false, rms = false;
+  float eps = 1e-5f;
+};
+
+/// The weights of a model, collected on the host and uploaded once (one device allocation).
+class WeightArena {
+ public:
+  /// Appends `count` values at a 16-byte aligned offset; returns the offset.
+  std::size_t append(const float* values, std::size_t count) {
+    const std::size_t offset = (host_.size() + 3) / 4 * 4;
+    host_.resize(offset);
+    host_.insert(host_.end(), values, values + count);
+    return offset;
+  }
+  std::size_t append(std::span<const float> values) { return append(values.data(), values.size()); }
+  /// A packed Linear layer (W^T with its padded row stride, then the padded bias).
+  Dense append_dense(const kernels::PackedLinear& layer) {
+    Dense d;
+    d.in = layer.in();
+    d.out = layer.out();
+    d.ldw = layer.out_pad();
+    d.wt = append(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
+    d.bias = append(layer.bias(), static_cast<std::size_t>(d.ldw));
+    return d;
+  }
+  /// A norm of `dim` channels (bias may be empty).
+  Norm append_norm(std::span<const float> weight, std::span<const float> bias, bool rms, float eps) {
+    Norm n;
+    n.dim = static_cast<int>(weight.size());
+    n.weight = append(weight);
+    n.has_bias = !bias.empty();
+    if (n.has_bias) n.bias = append(bias);
+    n.rms = rms;
+    n.eps = eps;
+    return n;
+  }
+  /// Copies the arena to `device` (synchronously: the host image may be released afterwards).
+  void upload(int device, cudaStream_t stream) {
+    device_.resize(std::max<std::size_t>(host_.size(), 1), device);
+    if (!host_.empty()) kernels::cuda::copy_to_device(device_.data(), host_.data(), host_.size() * sizeof(float), stream);
+    kernels::cuda::synchronize(stream);
+    host_.clear();
+    host_.shrink_to_fit();
+  }
+  const float* data() const { return device_.data(); }
+
+ private:
+  std::vector<float> host_;
+  kernels::cuda::DeviceBuffer<float> device_;
+};
+
+/// Copies host values into dst (grown as needed) on `stream`. From pageable memory the runtime stages the
+/// values before it returns, so `src` may be a temporary.
+template <class T>
+void upload(kernels::cuda::DeviceBuffer<T>& dst, std::span<const T> src, int device, cudaStream_t stream) {
+  dst.resize(std::max<std::size_t>(src.size(), 1), device);
+  if (!src.empty()) kernels::cuda::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream);
+}
+
+/// y = act(x W^T + b) (+ residual rows; `residual` may alias y), the CPU Linear's arithmetic.
+inline void dense(const Dense& l, const float* weights, const float* x, index_t ldx, float* y, index_t ldy,
+                  index_t rows, cudaStream_t stream, kernels::Activation act = kernels::Activation::none,
+                  const float* residual = nullptr, index_t ld_residual = 0) {
+  kernels::cuda::DenseArgs a;
+  a.wt = weights + l.wt;
+  a.bias = weights + l.bias;
+  a.in = l.in;
+  a.out = l.out;
+  a.ldw = l.ldw;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  a.act = act;
+  a.add = residual;
+  a.ld_add = ld_residual;
+  kernels::cuda::dense(a, stream);
+}
+
+/// LayerNorm / RMSNorm of `rows` rows (y may equal x).
+inline void norm(const Norm& n, const float* weights, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+                 cudaStream_t stream) {
+  kernels::cuda::NormArgs a;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = rows;
+  a.dim = n.dim;
+  a.weight = weights + n.weight;
+  a.bias = n.has_bias ? weights + n.bias : nullptr;
+  a.eps = n.eps;
+  a.rms = n.rms;
+  kernels::cuda::norm(a, stream);
+}
+
+/// Row gather/scatter: dst[dst_index[r]] = src[src_index[r]] (an index array may be null: r itself).
+inline void copy_rows(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+                      const std::int64_t* dst_index, index_t rows, int width, cudaStream_t stream) {
+  if (rows <= 0) return;
+  kernels::cuda::RowCopyArgs a;
+  a.src = src;
+  a.ld_src = ld_src;
+  a.src_index = src_index;
+  a.dst = dst;
+  a.ld_dst = ld_dst;
+  a.dst_index = dst_index;
+  a.rows = rows;
+  a.width = width;
+  kernels::cuda::copy_rows(a, stream);
+}
+
+/// y = a + b (op add, a residual) or a * b (op multiply, a gate), row-wise; y may equal a or b.
+inline void combine_rows(kernels::cuda::RowOp op, const float* a, index_t lda, const float* b, index_t ldb, float* y,
+                         index_t ldy, index_t rows, int width, cudaStream_t stream) {
+  kernels::cuda::RowBinaryArgs r;
+  r.op = op;
+  r.a = a;
+  r.lda = lda;
+  r.b = b;
+  r.ldb = ldb;
+  r.y = y;
+  r.ldy = ldy;
+  r.rows = rows;
+  r.width = width;
+  kernels::cuda::row_binary(r, stream);
+}
+
+}  // namespace surrogate::device

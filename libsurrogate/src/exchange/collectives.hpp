@@ -1,0 +1,20 @@
+// All-to-all helpers on a Comm shared by the exchange plans and the distributed ball tree.
+#pragma once
+
+#include <cstddef>
+#include <span>
+#include <vector>
+
+#include "surrogate/comm.hpp"
+
+namespace surrogate::detail {
+
+/// counts.size() + 1 offsets: 0, c0, c0 + c1, ...
+std::vector<std::size_t> exclusive_offsets(std::span<const std::size_t> counts);
+/// Every rank tells every peer a count: returns the counts received, per source rank. Collective.
+std::vector<std::size_t> exchange_counts(const Comm& comm, std::span<const std::size_t> send_counts);
+/// alltoallv of elements of `element_bytes` bytes, counts in elements, contiguous per peer. Collective.
+void alltoallv_elements(const Comm& comm, const void* send, std::span<const std::size_t> send_counts, void* recv,
+                        std::span<const std::size_t> recv_counts, std::size_t element_bytes);
+
+}  // namespace surrogate::detail
