@@ -33,18 +33,6 @@ using ball_kernels::ball_kernel;
 using ball_kernels::coarse_kernel;
 using ball_kernels::selected_block_kernel;
 
-/// Calls launch(std::integral_constant<int, kMaxE>) for the head-width bucket of E.
-template <class Launch>
-void with_head_dim(int E, Launch&& launch) {
-  switch (detail::head_dim_bucket(E)) {
-    case 4: launch(std::integral_constant<int, 4>{}); break;
-    case 8: launch(std::integral_constant<int, 8>{}); break;
-    case 16: launch(std::integral_constant<int, 16>{}); break;
-    case 32: launch(std::integral_constant<int, 32>{}); break;
-    default: launch(std::integral_constant<int, 64>{}); break;
-  }
-}
-
 void check_heads(const char* kernel, int heads, int E) {
   if (E < 1 || E > kMaxHeadDim)
     throw std::invalid_argument(std::string("cuda::") + kernel + ": head width " + std::to_string(E) +
@@ -75,7 +63,7 @@ void ball_attention(const BallAttentionArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("cuda::ball_attention: the distance bias needs positions of dimension 1.." +
                                 std::to_string(kMaxBallPositionDim) + " (got " + std::to_string(a.dim) + ")");
   const dim3 grid = thread_grid("ball_attention", a.rows, a.heads);
-  with_head_dim(a.E, [&](auto width) {
+  detail::dispatch_head_width(a.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;
     if (a.sigma) ball_kernel<kE, true><<<grid, kThreads, 0, stream>>>(a);
     else ball_kernel<kE, false><<<grid, kThreads, 0, stream>>>(a);
@@ -89,7 +77,7 @@ void coarse_attention(const CoarseAttentionArgs& a, cudaStream_t stream) {
   if (a.samples < 0 || a.queries < 0 || a.keys < 1 || a.copies < 1)
     throw std::invalid_argument("cuda::coarse_attention: need samples, queries >= 0 and keys, copies >= 1");
   const dim3 grid = thread_grid("coarse_attention", static_cast<index_t>(a.samples) * a.queries, a.heads);
-  with_head_dim(a.E, [&](auto width) {
+  detail::dispatch_head_width(a.E, [&](auto width) {
     coarse_kernel<decltype(width)::value><<<grid, kThreads, 0, stream>>>(a);
   });
   check_launch("coarse_kernel");
@@ -111,7 +99,7 @@ void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t 
                                 std::to_string(a.S) + ", blocks " + std::to_string(a.blocks) + ", ldkv " +
                                 std::to_string(a.ldkv) + ")");
   const dim3 grid = thread_grid("selected_block_attention", static_cast<index_t>(a.samples) * a.n, a.heads);
-  with_head_dim(a.E, [&](auto width) {
+  detail::dispatch_head_width(a.E, [&](auto width) {
     selected_block_kernel<decltype(width)::value><<<grid, kThreads, 0, stream>>>(a);
   });
   check_launch("selected_block_kernel");

@@ -58,13 +58,9 @@ void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream) {
                                 std::to_string(kMaxHeadDim));
   if (a.H < 1 || a.H > 65535 || a.M < 1) throw std::invalid_argument("cuda::latent_decode: need 1 <= H <= 65535, M >= 1");
   const dim3 grid(static_cast<unsigned>(a.num_tiles), static_cast<unsigned>(a.H));
-  switch (detail::head_dim_bucket(a.E)) {
-    case 4: decode_kernel<4><<<grid, kDecodeRows, 0, stream>>>(a); break;
-    case 8: decode_kernel<8><<<grid, kDecodeRows, 0, stream>>>(a); break;
-    case 16: decode_kernel<16><<<grid, kDecodeRows, 0, stream>>>(a); break;
-    case 32: decode_kernel<32><<<grid, kDecodeRows, 0, stream>>>(a); break;
-    default: decode_kernel<64><<<grid, kDecodeRows, 0, stream>>>(a); break;
-  }
+  detail::dispatch_head_width(a.E, [&](auto width) {
+    decode_kernel<decltype(width)::value><<<grid, kDecodeRows, 0, stream>>>(a);
+  });
   check_launch("decode_kernel");
 }
 

@@ -27,13 +27,7 @@ void dispatch_head_dim(int E, F&& f) {
   if (E < 1 || E > kMaxHeadDim)
     throw std::invalid_argument("cuda latent kernels: head width " + std::to_string(E) + " outside 1.." +
                                 std::to_string(kMaxHeadDim));
-  switch (detail::head_dim_bucket(E)) {
-    case 4: f.template operator()<4>(); break;
-    case 8: f.template operator()<8>(); break;
-    case 16: f.template operator()<16>(); break;
-    case 32: f.template operator()<32>(); break;
-    default: f.template operator()<64>(); break;
-  }
+  detail::dispatch_head_width(E, [&](auto width) { f.template operator()<decltype(width)::value>(); });
 }
 
 struct ThreadPlace {

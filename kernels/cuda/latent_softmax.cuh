@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "surrogate/kernels/cpu.hpp"  // kNoExponent
 
@@ -17,6 +18,19 @@ namespace surrogate::kernels::cuda::detail {
 
 /// Smallest supported maximal head width for E: the kernels are instantiated for 4, 8, 16, 32 and 64.
 constexpr int head_dim_bucket(int E) { return E <= 4 ? 4 : E <= 8 ? 8 : E <= 16 ? 16 : E <= 32 ? 32 : 64; }
+
+/// The one head-width dispatch of every attention kernel: calls f(std::integral_constant<int, kMaxE>{})
+/// with kMaxE = head_dim_bucket(E) (host code; the caller checks E against its own limit first).
+template <class F>
+void dispatch_head_width(int E, F&& f) {
+  switch (head_dim_bucket(E)) {
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    default: f(std::integral_constant<int, 64>{}); break;
+  }
+}
 
 /// l = sum_e q[e] k[e], one fused multiply-add chain in e order (bitwise the same wherever it runs).
 template <int kMaxE>

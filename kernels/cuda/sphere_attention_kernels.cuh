@@ -233,13 +233,7 @@ void dispatch_attention(const SphereAttentionArgs& a, Register&& register_kernel
     for (int col0 = 0; col0 < a.ev; col0 += parts * kWideColumns) wide(parts, col0);
     return;
   }
-  switch (head_dim_bucket(widest)) {
-    case 4: register_kernel(std::integral_constant<int, 4>{}); break;
-    case 8: register_kernel(std::integral_constant<int, 8>{}); break;
-    case 16: register_kernel(std::integral_constant<int, 16>{}); break;
-    case 32: register_kernel(std::integral_constant<int, 32>{}); break;
-    default: register_kernel(std::integral_constant<int, 64>{}); break;
-  }
+  detail::dispatch_head_width(widest, register_kernel);
 }
 
 /// The grid of the wide kernels: query blocks of kWideQueries, heads, samples.

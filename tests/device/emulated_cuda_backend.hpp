@@ -56,13 +56,7 @@ inline dim3 grid_for(surrogate::kernels::index_t threads, unsigned block, int y 
 /// Calls run(std::integral_constant<int, kMaxE>) for E's head-width bucket, as the .cu launchers do.
 template <class Run>
 void with_head_dim(int E, Run&& run) {
-  switch (surrogate::kernels::cuda::detail::head_dim_bucket(E)) {
-    case 4: run(std::integral_constant<int, 4>{}); break;
-    case 8: run(std::integral_constant<int, 8>{}); break;
-    case 16: run(std::integral_constant<int, 16>{}); break;
-    case 32: run(std::integral_constant<int, 32>{}); break;
-    default: run(std::integral_constant<int, 64>{}); break;
-  }
+  surrogate::kernels::cuda::detail::dispatch_head_width(E, run);
 }
 
 }  // namespace emulated_backend
