@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage:
       normalisation and provenance.
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
                     [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
-                    [--precision fp32|tf32|bf16] [--quiet]
+                    [--precision fp32|tf32|bf16] [--timing] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
       /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
@@ -48,6 +48,8 @@ constexpr const char* kUsage = R"(usage:
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
                       GPUs) or cuda:N (device N of the visible ones); CUDA builds only
       --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only)
+      --timing        per-rank times (min and max over the ranks) of building the plan and of the forward,
+                      and the bytes the plan's exchanges moved between ranks
   surrogate version
 )";
 
@@ -129,6 +131,7 @@ struct PredictOptions {
   surrogate::RunOptions run;
   std::string device = "cpu";
   bool quiet = false;
+  bool timing = false;
 };
 
 PredictOptions parse_predict(const std::vector<std::string>& args) {
@@ -146,6 +149,7 @@ PredictOptions parse_predict(const std::vector<std::string>& args) {
     else if (a == "--device") o.device = value();
     else if (a == "--precision") o.run.precision = surrogate::parse_precision(value());
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--timing") o.timing = true;
     else if (a == "--threads") {
       const std::string v = value();
       char* end = nullptr;
@@ -222,9 +226,19 @@ int run_predict(const std::vector<std::string>& args) {
       geometry.num_edges = slab.edge_count;
     }
   }
-  model->predict(comm, layout, geometry, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
+  const std::unique_ptr<surrogate::Plan> plan = model->plan(comm, layout, geometry, opt.run);
+  const double t_plan = MPI_Wtime() - t3;
+  const double t_forward_start = MPI_Wtime();
+  model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
+  const double t_forward = MPI_Wtime() - t_forward_start;
   comm.barrier();
   const double t4 = MPI_Wtime();
+  // Per-rank figures for --timing: min and max over the ranks.
+  const surrogate::Traffic traffic = plan->traffic();
+  std::vector<double> per_rank{t_plan, t_forward, static_cast<double>(traffic.sent), static_cast<double>(traffic.received)};
+  std::vector<double> rank_min(per_rank), rank_max(per_rank);
+  comm.allreduce(std::span<double>(rank_min), surrogate::ReduceOp::min);
+  comm.allreduce(std::span<double>(rank_max), surrogate::ReduceOp::max);
   const int threads = opt.run.threads > 0 ? opt.run.threads : omp_get_max_threads();
   surrogate::write_prediction_file(
       comm, opt.output, slab.global_points, slab.offset, slab.count, out_channels, prediction.data(),
@@ -281,6 +295,16 @@ int run_predict(const std::vector<std::string>& args) {
       << "  time        load model " << fixed(t1 - t0, 3) << " s, read points " << fixed(t2 - t1, 3) << " s, predict "
       << fixed(t4 - t3, 3) << " s (" << with_commas(static_cast<long long>(slab.global_points / std::max(t4 - t3, 1e-9)))
       << " points/s), write " << fixed(t5 - t4, 3) << " s\n";
+    if (opt.timing) {
+      const auto range = [&](std::size_t i, int digits) {
+        return fixed(rank_min[i], digits) + " .. " + fixed(rank_max[i], digits);
+      };
+      o << "  timing      per rank (min .. max): plan " << range(0, 3) << " s, forward " << range(1, 3) << " s\n"
+        << "  exchanges   per rank (min .. max): sent " << with_commas(static_cast<long long>(rank_min[2])) << " .. "
+        << with_commas(static_cast<long long>(rank_max[2])) << " bytes, received "
+        << with_commas(static_cast<long long>(rank_min[3])) << " .. " << with_commas(static_cast<long long>(rank_max[3]))
+        << " bytes\n";
+    }
     for (int c = 0; c < out_channels; ++c) {
       const std::string unit = c < static_cast<int>(file.fields.output_units.size()) ? file.fields.output_units[c] : "";
       o << "  prediction  '" << model->output_name(c) << "'" << (unit.empty() ? "" : " [" + unit + "]") << ": min "
