@@ -2,13 +2,19 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 
 #include "h5_io.hpp"
 
 namespace surrogate::testing {
 
-std::string data_dir() { return SURROGATE_TEST_DATA_DIR; }
+// The environment variable SURROGATE_TEST_DATA_DIR, when set, replaces the compiled-in tests/data: the GPU
+// bundle (share/tools/gpu-bundle) runs the tests on another machine, where the data lies elsewhere.
+std::string data_dir() {
+  if (const char* dir = std::getenv("SURROGATE_TEST_DATA_DIR"); dir != nullptr && *dir != '\0') return dir;
+  return SURROGATE_TEST_DATA_DIR;
+}
 
 std::vector<std::string> golden_case_names() {
   std::vector<std::string> names;

@@ -21,7 +21,7 @@ struct GoldenCase {
   std::int64_t points() const { return static_cast<std::int64_t>(sample_ids.size()); }
 };
 
-std::string data_dir();  // tests/data (compiled in)
+std::string data_dir();  // tests/data (compiled in; $SURROGATE_TEST_DATA_DIR overrides it)
 std::vector<std::string> golden_case_names();
 GoldenCase load_golden_case(const std::string& name);
 

@@ -1,0 +1,179 @@
+"""share/tools/gpu-bundle: the packer's test selection and path rewriting on a made-up ctest document and on
+this build's own, the runner's pass/skip/fail rules and its timeout, and a small bundle (a few tests, no
+benchmarks, uncompressed) packed from this build, unpacked elsewhere and run under `env -i`.
+
+    GPU_BUNDLE_BUILD_DIR=build GPU_BUNDLE_SOURCE_DIR=. python3 -m unittest test_gpu_bundle
+(the build-tree checks are skipped without those variables; ctest sets them: tools.gpu_bundle).
+"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from pathlib import Path
+
+TOOLS = Path(__file__).resolve().parents[2] / "share" / "tools"
+
+
+def load(name):
+    spec = importlib.util.spec_from_file_location(f"gpu_bundle_{name}", TOOLS / "gpu_bundle" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+pack = load("pack")
+run = load("run")
+
+SRC, BUILD = "/src/proj", "/src/proj/build"
+
+
+def test(name, command, **props):
+    return {"name": name, "command": command,
+            "properties": [{"name": k, "value": v} for k, v in props.items()]}
+
+
+DOCUMENT = {"kind": "ctestInfo", "tests": [
+    test("gpu.Kernels.Norm", [f"{BUILD}/tests/gpu/test_gpu_kernels", "--gtest_filter=Kernels.Norm"],
+         LABELS=["gpu"], WORKING_DIRECTORY=f"{BUILD}/tests/gpu", SKIP_REGULAR_EXPRESSION=["\\[  SKIPPED \\]"],
+         ENVIRONMENT=["OMP_NUM_THREADS=1", f"LD_PRELOAD={BUILD}/tests/gpu/libpreload.so"]),
+    test("cli.setup", [f"{BUILD}/tests/make_inputs", f"{SRC}/tests/data/flare/default/model.h5", f"{BUILD}/tests/cli"],
+         LABELS=["cli"], FIXTURES_SETUP=["inputs"]),
+    test("cli.device.np2", ["/usr/bin/cmake", "-DCOMMAND=/usr/bin/mpiexec@@-n@@2@@"
+                            f"{BUILD}/coupling/surrogate@@--model@@{SRC}/tests/data/m.h5",
+                            "-P", f"{SRC}/tests/gpu/cli_device.cmake"],
+         LABELS=["cli", "gpu"], FIXTURES_REQUIRED=["inputs"]),
+    test("unit.Other", [f"{BUILD}/tests/test_kernels"], LABELS=["unit"]),
+    test("gpu.Disabled", [f"{BUILD}/tests/gpu/test_gpu_kernels"], LABELS=["gpu"], DISABLED=True),
+    test("cuda.Emulated", [f"{SRC}/buildx/y", "/opt/other/z"], LABELS=["cuda"]),
+]}
+
+
+class Selection(unittest.TestCase):
+    def test_labels_fixtures_and_disabled_tests(self):
+        names = [t["name"] for t in pack.select_tests(DOCUMENT, ["gpu", "cuda"])]
+        self.assertEqual(names, ["gpu.Kernels.Norm", "cli.setup", "cli.device.np2", "cuda.Emulated"])
+        names = [t["name"] for t in pack.select_tests(DOCUMENT, ["gpu"], exclude="^cli\\.")]
+        self.assertEqual(names, ["gpu.Kernels.Norm"])
+        names = [t["name"] for t in pack.select_tests(DOCUMENT, [], select="^unit\\.")]
+        self.assertEqual(names, ["unit.Other"])
+
+    def test_paths_are_rewritten_wherever_they_occur(self):
+        tests = pack.select_tests(DOCUMENT, ["gpu", "cuda"])
+        programs = pack.program_replacements(DOCUMENT, Path(BUILD), Path(SRC), "/usr/bin/mpiexec")
+        rewrite = pack.Rewriter(Path(BUILD), Path(SRC), programs)
+        entries = {e["name"]: e for e in pack.manifest_tests(tests, rewrite)}
+        gpu = entries["gpu.Kernels.Norm"]
+        self.assertEqual(gpu["command"], ["@BUNDLE@/build/tests/gpu/test_gpu_kernels", "--gtest_filter=Kernels.Norm"])
+        self.assertEqual(gpu["working_directory"], "@BUNDLE@/build/tests/gpu")
+        self.assertEqual(gpu["environment"], ["OMP_NUM_THREADS=1", "LD_PRELOAD=@BUNDLE@/build/tests/gpu/libpreload.so"])
+        self.assertEqual(gpu["skip_regex"], ["\\[  SKIPPED \\]"])
+        cli = entries["cli.device.np2"]
+        self.assertEqual(cli["command"], [
+            "@PATH:cmake@",
+            "-DCOMMAND=@BUNDLE@/openmpi/bin/mpiexec@@-n@@2@@@BUNDLE@/build/coupling/surrogate@@--model@@"
+            "@BUNDLE@/src/tests/data/m.h5",
+            "-P", "@BUNDLE@/src/tests/gpu/cli_device.cmake"])
+        self.assertEqual(cli["fixtures_required"], ["inputs"])
+        self.assertEqual(entries["cli.setup"]["fixtures_setup"], ["inputs"])
+        # /src/proj/buildx is not the build directory; a path outside both trees keeps its text.
+        self.assertEqual(entries["cuda.Emulated"]["command"], ["@BUNDLE@/src/buildx/y", "/opt/other/z"])
+        self.assertIn("tests/gpu/test_gpu_kernels", rewrite.named["build"])
+        self.assertIn("tests/data/flare/default/model.h5", rewrite.named["src"])
+        self.assertIn("tests/gpu/cli_device.cmake", rewrite.named["src"])
+
+
+class Outcome(unittest.TestCase):
+    def rule(self, **props):
+        t = {"skip_regex": [], "pass_regex": [], "fail_regex": [], "skip_return_code": None, "will_fail": False}
+        t.update(props)
+        return t
+
+    def test_ctest_rules(self):
+        gtest = self.rule(skip_regex=["\\[  SKIPPED \\]"])
+        self.assertEqual(run.classify(gtest, 0, "[  PASSED  ] 1 test.", False)[0], "passed")
+        self.assertEqual(run.classify(gtest, 1, "[  FAILED  ] 1 test.", False)[0], "failed")
+        self.assertEqual(run.classify(gtest, 0, "[  SKIPPED ] 1 test, listed below:", False)[0], "skipped")
+        # A test that says it skipped is skipped whatever its exit status (ctest's rule) ...
+        self.assertEqual(run.classify(gtest, 1, "[  SKIPPED ] GpuMpi.X\n", False)[0], "skipped")
+        # ... and one that does not say so is never a skip, even when it fails quietly or passes.
+        self.assertEqual(run.classify(gtest, 0, "no device, nothing done", False)[0], "passed")
+        self.assertEqual(run.classify(self.rule(), 77, "", False)[0], "failed")
+        self.assertEqual(run.classify(self.rule(skip_return_code=77), 77, "", False)[0], "skipped")
+        self.assertEqual(run.classify(self.rule(pass_regex=["ok"]), 1, "all ok", False)[0], "passed")
+        self.assertEqual(run.classify(self.rule(pass_regex=["ok"]), 0, "bad", False)[0], "failed")
+        self.assertEqual(run.classify(self.rule(fail_regex=["ERROR"]), 0, "an ERROR", False)[0], "failed")
+        self.assertEqual(run.classify(self.rule(will_fail=True), 1, "", False)[0], "passed")
+        self.assertEqual(run.classify(self.rule(will_fail=True), 0, "", False)[0], "failed")
+        self.assertEqual(run.classify(gtest, -11, "Segmentation fault", False)[0], "failed")
+        self.assertEqual(run.classify(gtest, -15, "", True, 5), ("failed", "timeout after 5 s"))
+
+    def test_timeout_ends_the_process_and_its_children(self):
+        start = time.monotonic()
+        rc, output, timed_out, seconds = run.run_process(
+            ["sh", "-c", "sleep 60 & echo child $!; sleep 60"], dict(os.environ), "/", 1)
+        self.assertTrue(timed_out)
+        self.assertLess(time.monotonic() - start, 20)
+        child = int(output.split()[1])
+        time.sleep(0.5)
+        state = Path(f"/proc/{child}/stat")
+        self.assertTrue(not state.exists() or state.read_text().split()[2] == "Z", "the child is still running")
+
+
+BUILD_DIR = os.environ.get("GPU_BUNDLE_BUILD_DIR")
+SOURCE_DIR = os.environ.get("GPU_BUNDLE_SOURCE_DIR")
+
+
+@unittest.skipUnless(BUILD_DIR and SOURCE_DIR, "GPU_BUNDLE_BUILD_DIR and GPU_BUNDLE_SOURCE_DIR not set")
+class ThisBuild(unittest.TestCase):
+    def test_every_selected_path_is_rewritten(self):
+        build, source = Path(BUILD_DIR).resolve(), Path(SOURCE_DIR).resolve()
+        document = pack.ctest_json(build)
+        tests = pack.select_tests(document, ["gpu", "cuda"])
+        self.assertTrue(any("gpu" in pack.as_list(pack.properties(t).get("LABELS")) for t in tests))
+        mpiexec = pack.cache_value(build, "MPIEXEC_EXECUTABLE")
+        rewrite = pack.Rewriter(build, source, pack.program_replacements(document, build, source, mpiexec))
+        text = json.dumps(pack.manifest_tests(tests, rewrite))
+        self.assertNotIn(str(build), text)
+        self.assertNotIn(str(source) + "/", text)
+        self.assertNotIn(mpiexec, text)
+        for rel in rewrite.named["build"]:
+            self.assertFalse(rel.startswith(".."), rel)
+
+    def test_a_small_bundle_runs_under_env_i(self):
+        build, source = Path(BUILD_DIR).resolve(), Path(SOURCE_DIR).resolve()
+        with tempfile.TemporaryDirectory(prefix="gpu-bundle-test-") as tmp:
+            tmp = Path(tmp)
+            archive = tmp / "b.tar"
+            # capi.device_cuda.np2: mpiexec with 2 ranks; cli.device.unknown_precision: cmake -P and its
+            # fixture cli.setup; PrecisionEmulation: GoogleTest cases reading the bundle's data.
+            select = (r"^(capi\.device_cuda\.np2|cli\.device\.unknown_precision"
+                      r"|precision\.PrecisionEmulation\.Golden.*)$")
+            subprocess.run([sys.executable, str(TOOLS / "gpu_bundle" / "pack.py"), "--build", str(build), "--source",
+                            str(source), "--output", str(archive), "--labels", "", "--select", select,
+                            "--compression", "none", "--no-benchmarks"], check=True)
+            (tmp / "unpacked").mkdir()
+            subprocess.run(["tar", "-xf", str(archive), "-C", str(tmp / "unpacked")], check=True)
+            out = tmp / "out"
+            env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp)}
+            done = subprocess.run(["bash", str(tmp / "unpacked" / "surrogate-gpu-bundle" / "run"), str(out)],
+                                  env=env, capture_output=True, text=True)
+            print(done.stdout[-3000:], done.stderr[-2000:])
+            summary = json.loads((out / "summary.json").read_text())
+            status = {t["name"]: t["status"] for t in summary["tests"]}
+            self.assertEqual(done.returncode, 0)
+            self.assertEqual(status.get("capi.device_cuda.np2"), "passed")
+            self.assertEqual(status.get("cli.setup"), "passed")
+            self.assertEqual(status.get("cli.device.unknown_precision"), "passed")
+            self.assertTrue(any(n.startswith("precision.") and s == "passed" for n, s in status.items()), status)
+            self.assertEqual(summary["counts"]["failed"], 0)
+            self.assertTrue(summary["machine"]["mpirun_np3"])
+            self.assertEqual(summary["missing_libraries"], {})
+            self.assertTrue((out / "log.txt").read_text().count("----"))
+
+
+if __name__ == "__main__":
+    unittest.main()
