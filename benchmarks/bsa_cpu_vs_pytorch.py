@@ -7,11 +7,12 @@ defaults C = G = 8, S = 4 (coarse-q attention and importance, own-ball masking, 
 MLPs; 1.74 M parameters). With --attention ball the same model with plain ball-256 attention (no coarse
 and fine branches).
 
-    /work/venv-official/bin/python benchmarks/bsa_cpu_vs_pytorch.py --build build --official DIR \\
+    VENV/bin/python benchmarks/bsa_cpu_vs_pytorch.py --build build --official DIR \\
         [--sizes 4096 16384 65536 262144] [--threads 1 2] [--repeats 2] [--pytorch-max-s 300]
 
 PyTorch side: the official Transformer when --official names a directory holding its transformer.py and
-native_sparse_attention.py (a torch 2.x with nn.RMSNorm and balltree-erwin, e.g. /work/venv-official),
+native_sparse_attention.py (a torch 2.x with nn.RMSNorm and balltree-erwin, e.g. a virtual environment VENV
+outside the repository),
 otherwise our reference share/python/surrogate_ref/bsa.py (trees from balltree-erwin). Both time the
 whole forward including the ball trees, eager (the official layer's torch.compile is for the GPU). A
 PyTorch run whose power-law estimate from the smaller sizes exceeds --pytorch-max-s seconds or the

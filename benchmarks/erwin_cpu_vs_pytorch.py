@@ -7,14 +7,14 @@ ShapeNet-Car configuration of the Erwin/BSA experiments (docs/reference-models.m
 [6], strides [1] (no pooling: 18 blocks of ball-256 attention, head width 8, with the distance bias),
 rotate 45, mp_steps 3, mlp_ratio 4; 1.27 M parameters.
 
-    /work/venv-official/bin/python benchmarks/erwin_cpu_vs_pytorch.py --build build --official DIR \\
+    VENV/bin/python benchmarks/erwin_cpu_vs_pytorch.py --build build --official DIR \\
         [--sizes 4096 16384 65536 262144] [--threads 1 2] [--repeats 2] [--pytorch-max-s 300]
 
 PyTorch side: the official ErwinTransformer when --official names a directory holding it as
-erwin_official.py or erwin.py (torch 2.x with balltree-erwin, e.g. /work/venv-official; its attention is
-F.scaled_dot_product_attention with the distance bias as the mask), otherwise our reference
-share/python/surrogate_ref/erwin.py (explicit tensor ops). Both time the whole forward including the
-ball trees (the official forward builds them); the graph is an input, as in the official data loader.
+erwin_official.py or erwin.py (torch 2.x with balltree-erwin, e.g. a virtual environment VENV outside the
+repository; its attention is F.scaled_dot_product_attention with the distance bias as the mask), otherwise
+our reference share/python/surrogate_ref/erwin.py (explicit tensor ops). Both time the whole forward
+including the ball trees (the official forward builds them); the graph is an input, as in the official data loader.
 A PyTorch run whose estimate from the smaller sizes exceeds --pytorch-max-s seconds or the available
 memory is skipped with the estimate printed; surrogate still runs.
 """

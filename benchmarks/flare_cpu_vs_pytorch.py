@@ -7,8 +7,8 @@ same model configuration, same machine, same script, one configuration per proce
 
 PyTorch gets a fair chance: the reference model streamed over chunks of 2048 points (flare_pytorch.py),
 glibc's allocator kept from unmapping large blocks (MALLOC_MMAP_MAX_=0, MALLOC_TRIM_THRESHOLD_), ATen's
-AVX-512 kernels (ATEN_CPU_CAPABILITY=avx512), OMP_NUM_THREADS and torch.set_num_threads set to the
-thread count, and OPENBLAS_NUM_THREADS set explicitly (Debian's torch calls a pthreads OpenBLAS that
+kernels chosen by PyTorch itself for the CPU it runs on (the widest it supports; set ATEN_CPU_CAPABILITY
+yourself to choose), OMP_NUM_THREADS and torch.set_num_threads set to the thread count, and OPENBLAS_NUM_THREADS set explicitly (Debian's torch calls a pthreads OpenBLAS that
 torch.set_num_threads does not limit). Its default here is 1 (--pytorch-blas-threads): with two OpenMP
 threads, giving OpenBLAS two threads as well oversubscribes the cores and made PyTorch 2.6x slower
 on the development machine (43.7 s instead of 16.5 s at N = 262,144, M = 64), so 1 is PyTorch's best. The table also prints this machine's measured FP32 FMA peak and
@@ -23,6 +23,8 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+import machine as machine_info  # noqa: E402
 
 
 def run_json(cmd, env):
@@ -50,8 +52,10 @@ def main():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
     base_env = dict(os.environ)
     machine = run_json([str(bench), "--machine"], {**base_env, "OMP_NUM_THREADS": "1"})
-    print(f"machine: FP32 FMA peak {machine['fma_gflops_1t']:.0f} GFLOP/s per core, "
-          f"vectorised exp {machine['exp_gexps_1t']:.2f} Gexp/s per core, surrogate kernels {machine['isa']}")
+    import torch  # only to report the kernels it picks here; the timed PyTorch runs are child processes
+    print(machine_info.describe(torch))
+    print(f"limits: FP32 FMA peak {machine['fma_gflops_1t']:.0f} GFLOP/s per core, "
+          f"vectorised exp {machine['exp_gexps_1t']:.2f} Gexp/s per core (bench_flare --machine, one core)")
     header = (f"{'N':>9} {'M':>4} {'thr':>3} | {'surrogate s':>11} {'GFLOP/s':>8} {'%limit':>6} {'MiB':>6} | "
               f"{'PyTorch s':>10} {'GFLOP/s':>8} {'MiB':>6} | {'speed-up':>8}")
     print(header)
@@ -71,7 +75,7 @@ def main():
                 if points <= args.skip_pytorch_above:
                     blas = args.pytorch_blas_threads or threads
                     torch_env = {**env, "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "100000000000",
-                                 "ATEN_CPU_CAPABILITY": "avx512", "OPENBLAS_NUM_THREADS": str(blas)}
+                                 "OPENBLAS_NUM_THREADS": str(blas)}
                     torch_args = list(common)
                     if args.pytorch_repeats:
                         torch_args[-1] = str(args.pytorch_repeats)

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
 """FLARE forward in PyTorch eager on the CPU, given a fair chance: the reference model of
 share/python/surrogate_ref run in chunks of points (the encode softmax streamed with a running maximum,
-as our library does), no autograd, glibc's allocator kept from unmapping large blocks and ATen's AVX-512
-kernels (set by flare_cpu_vs_pytorch.py). One configuration per process; prints one JSON line.
+as our library does), no autograd, glibc's allocator kept from unmapping large blocks (set by
+flare_cpu_vs_pytorch.py); ATen picks its kernels for the CPU it runs on. One configuration per process;
+prints one JSON line.
 
-    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 ATEN_CPU_CAPABILITY=avx512 \\
+    MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000 \\
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 /usr/bin/python3 benchmarks/flare_pytorch.py --points 262144
 """
 import argparse

@@ -18,6 +18,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import machine
+
 
 def random_state(shapes, rng):
     """Weights of a useful scale for the official state_dict shapes (fan-in scaled matrices, distance
@@ -121,6 +123,7 @@ class Extrapolation:
 
 
 def header(title):
+    print(machine.describe(torch))
     print(title)
     print(f"{'N':>7} {'thr':>3} | {'surrogate s':>11} {'cpu s':>8} | {'PyTorch s':>10} {'cpu s':>8} | "
           f"{'speed-up':>8} {'(cpu)':>7} | {'max|diff|':>9} {'max|y|':>8} {'agree':>7} | load")

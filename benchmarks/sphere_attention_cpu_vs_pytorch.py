@@ -11,7 +11,7 @@ PyTorch side, both timed when available, eager, torch.inference_mode(), torch.se
 OMP_NUM_THREADS / OPENBLAS_NUM_THREADS / MKL_NUM_THREADS = T set before torch is imported:
   official  torch-harmonics' NeighborhoodAttentionS2 (its compiled CPU kernel, optimized_kernel=True) and
             AttentionS2 (scaled_dot_product_attention with the log-weight mask), when torch_harmonics is
-            importable (e.g. /work/venv-official/bin/python: torch 2.x, torch-harmonics 0.9.3);
+            importable (e.g. VENV/bin/python with torch 2.x and torch-harmonics 0.9.3);
   plain     the same mathematics written with plain PyTorch ops (runs on Debian's torch 1.13): 1x1
             convolutions for the projections; per output latitude row the neighbours' keys and values
             gathered (longitude blocks of bounded size), logits, softmax of logits + log w_lat, weighted sum;
@@ -69,6 +69,9 @@ else:
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import torch.nn.functional as F  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402
 
 try:
     import torch_harmonics as th  # noqa: E402
@@ -207,6 +210,7 @@ def main():
     if not bench.exists():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
     refs = [r for r in ARGS.references if r != "official" or th is not None]
+    print(machine.describe(torch))
     print(f"S2 attention, self-attention, one sample, {ARGS.channels} channels, {ARGS.heads} heads, equiangular, bias; "
           f"torch {torch.__version__}" + (f", torch-harmonics {th.__version__}" if th is not None else
                                           ", torch-harmonics not importable (plain PyTorch only)"))

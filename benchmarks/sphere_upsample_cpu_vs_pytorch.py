@@ -3,7 +3,7 @@
 torch-harmonics' module with its compiled CPU kernel, same weights and inputs, one sample, equiangular grids
 (in: nlat x 2(nlat-1) ... out: (2 nlat - 1) x 2 nlon), bias, default cutoff, channels and heads as given.
 Needs the official package (a virtual environment outside the repository):
-    /work/venv-official/bin/python benchmarks/sphere_upsample_cpu_vs_pytorch.py --bench BUILD/benchmarks/sphere_upsample_bench \
+    VENV/bin/python benchmarks/sphere_upsample_cpu_vs_pytorch.py --bench BUILD/benchmarks/sphere_upsample_bench \
         [--sizes 33x64 65x128 91x180] [--channels 64] [--heads 4] [--threads 1] [--repeats 5]
 Prints one line per size: best wall seconds of each, the ratio and max |ours - official|.
 """
@@ -11,6 +11,7 @@ import argparse
 import json
 import math
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -18,6 +19,9 @@ from pathlib import Path
 import numpy as np
 import torch
 from torch_harmonics import NeighborhoodAttentionS2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import machine  # noqa: E402
 
 
 def main():
@@ -30,6 +34,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
+    print(machine.describe(torch))
     gen = torch.Generator().manual_seed(7)
     C = a.channels
     for size in a.sizes:

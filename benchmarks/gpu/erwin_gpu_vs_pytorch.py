@@ -5,7 +5,7 @@ one sample of N points in the unit cube, normal features, kNN 8 graph with self 
 driver and given to both), outputs compared after the timing. NOT YET RUN ON A GPU: written on a machine
 without one; only its PyTorch side was run, on the CPU (--device cpu --skip-surrogate).
 
-    /work/venv-official/bin/python benchmarks/gpu/erwin_gpu_vs_pytorch.py --build build --official DIR \\
+    VENV/bin/python benchmarks/gpu/erwin_gpu_vs_pytorch.py --build build --official DIR \\
         [--sizes 16384 65536 262144 1048576] [--repeats 5] [--device cuda]
 
 surrogate columns (milliseconds): `device` = CUDA-event time of a forward on the kept geometry (features
@@ -113,6 +113,8 @@ def main():
     rng = np.random.default_rng(0)
     state = sbs.random_state(expected_state_shapes(dict(cpu_bench.CONFIG, variant="erwin")), rng)
     forward, label = pytorch_forward(args.official, state, args.device)
+    print(sbs.machine.describe(torch) + (f"; GPU {torch.cuda.get_device_name(args.cuda_device)}"
+                                         if torch.cuda.is_available() else "; no CUDA device visible to PyTorch"))
     print(f"Erwin forward (ShapeNet-Car config), one sample, kNN {cpu_bench.KNN}; PyTorch: {label} "
           f"(torch {torch.__version__}, {args.device}, TF32 off); best of {args.repeats} after a warm-up")
     print(f"{'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} {'tree s':>7} | {'PyTorch ms':>10} | "

@@ -9,6 +9,7 @@
 #include <petsclog.h>
 #include <petscsys.h>
 
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -20,17 +21,19 @@
 PetscClassId SURROGATE_CLASSID = 0;
 PetscLogEvent SURROGATE_SetPoints = 0;
 PetscLogEvent SURROGATE_Predict = 0;
+PetscLogEvent SURROGATE_Check = 0;
 
 namespace {
 
 PetscBool package_initialized = PETSC_FALSE;
 
-// What the C handle does not carry: the -surrogate_vtk directory and the communicator the handle was
-// created on (for the error raised if closing it fails).
+// What the C handle does not carry: the -surrogate_vtk directory, the communicator the handle was
+// created on (for the error raised if closing it fails) and the tolerance of SurrogateAcceptOrSolve.
 struct HandleInfo {
   MPI_Comm comm = MPI_COMM_NULL;  // the communicator given to SurrogateCreateFromOptions (not owned)
   bool has_vtk = false;
   std::string vtk_directory;
+  PetscReal accept_rtol = 0;
 };
 
 std::mutex table_mutex;
@@ -56,6 +59,12 @@ bool update(surrogate_t s, F&& change) noexcept {
   } catch (...) {
     return false;
   }
+}
+
+PetscReal accept_rtol(surrogate_t s) noexcept {
+  std::lock_guard<std::mutex> lock(table_mutex);
+  const auto it = table().find(s);
+  return it == table().end() ? PetscReal(0) : it->second.accept_rtol;
 }
 
 void forget(surrogate_t s) noexcept {
@@ -163,6 +172,7 @@ PetscErrorCode SurrogateInitializePackage(void) {
   PetscCall(PetscClassIdRegister("Surrogate", &SURROGATE_CLASSID));
   PetscCall(PetscLogEventRegister("SurrogateSetPoints", SURROGATE_CLASSID, &SURROGATE_SetPoints));
   PetscCall(PetscLogEventRegister("SurrogatePredict", SURROGATE_CLASSID, &SURROGATE_Predict));
+  PetscCall(PetscLogEventRegister("SurrogateCheck", SURROGATE_CLASSID, &SURROGATE_Check));
   PetscCall(PetscRegisterFinalize(finalize_package));
   PetscFunctionReturn(0);
 }
@@ -173,6 +183,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   char vtk[PETSC_MAX_PATH_LEN] = "";
   PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE;
   PetscInt threads = 0;
+  PetscReal accept = 0;
 
   PetscFunctionBegin;
   PetscCall(SurrogateInitializePackage());
@@ -190,7 +201,16 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
                              "SurrogateCreateFromOptions", reproducible, &reproducible, nullptr));
   PetscCall(PetscOptionsString("-surrogate_vtk", "Directory for VTK output (see SurrogateGetVTKDirectory)",
                                "SurrogateGetVTKDirectory", vtk, vtk, sizeof(vtk), &has_vtk));
+  PetscCall(PetscOptionsReal("-surrogate_accept_rtol",
+                             "SurrogateAcceptOrSolve accepts a prediction x when ||b - A x|| / ||b|| <= this (0: only exact)",
+                             "SurrogateAcceptOrSolve", accept, &accept, nullptr));
   PetscOptionsEnd();
+  // The options database is per process: agree on the checks, so that every rank raises the same error.
+  PetscMPIInt bad_rtol_on = -1;
+  PetscCall(agree(comm, !(accept >= 0 && std::isfinite(static_cast<double>(accept))), nullptr, 0, &bad_rtol_on));
+  PetscCheck(bad_rtol_on < 0, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "surrogate: -%ssurrogate_accept_rtol must be a finite number >= 0 (it is not on rank %d)", prefix ? prefix : "",
+             bad_rtol_on);
 
   // The options database is per process: agree that every rank has a model file name.
   PetscMPIInt missing_on = -1;
@@ -212,6 +232,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
     info.comm = comm;
     info.has_vtk = has_vtk && vtk[0] != '\0';
     if (info.has_vtk) info.vtk_directory = vtk;
+    info.accept_rtol = accept;
   });
   PetscMPIInt failed_on = -1;
   PetscCall(agree(comm, !stored, nullptr, 0, &failed_on));
@@ -444,6 +465,73 @@ PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const V
   PetscCall(agreed);
   PetscCheck(failed_on < 0, comm, PETSC_ERR_MEM, "surrogate: SurrogatePredictVecs: out of memory on rank %d", failed_on);
   PetscCall(check_status(comm, status));
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode SurrogateSetAcceptTolerance(surrogate_t surrogate, PetscReal rtol) {
+  PetscFunctionBegin;
+  PetscCheck(surrogate, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateSetAcceptTolerance: null surrogate handle");
+  PetscCheck(rtol >= 0 && std::isfinite(static_cast<double>(rtol)), PETSC_COMM_SELF, PETSC_ERR_ARG_OUTOFRANGE,
+             "surrogate: SurrogateSetAcceptTolerance: rtol %g must be a finite number >= 0", static_cast<double>(rtol));
+  PetscCheck(update(surrogate, [&](HandleInfo& info) { info.accept_rtol = rtol; }), PETSC_COMM_SELF, PETSC_ERR_MEM,
+             "surrogate: SurrogateSetAcceptTolerance: out of memory");
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode SurrogateGetAcceptTolerance(surrogate_t surrogate, PetscReal* rtol) {
+  PetscFunctionBegin;
+  PetscCheck(surrogate && rtol, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateGetAcceptTolerance: null argument");
+  *rtol = accept_rtol(surrogate);
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode SurrogateAcceptOrSolve(surrogate_t surrogate, KSP ksp, Vec b, Vec x, PetscReal rtol, PetscBool* accepted,
+                                      PetscReal* residual) {
+  PetscFunctionBegin;
+  PetscCall(SurrogateInitializePackage());
+  PetscCheck(ksp && b && x, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateAcceptOrSolve: null KSP or Vec");
+  const MPI_Comm comm = PetscObjectComm(reinterpret_cast<PetscObject>(ksp));
+  PetscCheck(surrogate, comm, PETSC_ERR_ARG_NULL, "surrogate: SurrogateAcceptOrSolve: null surrogate handle");
+  PetscCheck(b != x, comm, PETSC_ERR_ARG_IDN, "surrogate: SurrogateAcceptOrSolve: b and x must be different Vecs");
+  PetscBool has_operator = PETSC_FALSE;
+  PetscCall(KSPGetOperatorsSet(ksp, &has_operator, nullptr));
+  PetscCheck(has_operator, comm, PETSC_ERR_ORDER, "surrogate: SurrogateAcceptOrSolve: the KSP has no operator (KSPSetOperators)");
+  if (rtol == static_cast<PetscReal>(PETSC_DEFAULT)) rtol = accept_rtol(surrogate);
+  // The decision must be the same on every rank: the tolerance too (it may come from per-process options).
+  double range[2] = {static_cast<double>(rtol), -static_cast<double>(rtol)};
+  PetscCallMPI(MPI_Allreduce(MPI_IN_PLACE, range, 2, MPI_DOUBLE, MPI_MAX, comm));
+  PetscCheck(range[0] == -range[1], comm, PETSC_ERR_ARG_WRONG,
+             "surrogate: SurrogateAcceptOrSolve: rtol differs across ranks (from %g to %g)", -range[1], range[0]);
+  PetscCheck(range[0] >= 0 && std::isfinite(range[0]), comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "surrogate: SurrogateAcceptOrSolve: rtol %g must be a finite number >= 0 (or PETSC_DEFAULT)", range[0]);
+
+  // r = b - A x and the two norms in one reduction.
+  Mat A;
+  Vec r;
+  PetscReal norm_r = 0, norm_b = 0;
+  PetscCall(KSPGetOperators(ksp, &A, nullptr));
+  PetscCall(VecDuplicate(b, &r));
+  PetscCall(PetscLogEventBegin(SURROGATE_Check, reinterpret_cast<PetscObject>(ksp), reinterpret_cast<PetscObject>(x), 0, 0));
+  PetscCall(MatMult(A, x, r));
+  PetscCall(VecAYPX(r, -1.0, b));
+  PetscCall(VecNormBegin(r, NORM_2, &norm_r));
+  PetscCall(VecNormBegin(b, NORM_2, &norm_b));
+  PetscCall(VecNormEnd(r, NORM_2, &norm_r));
+  PetscCall(VecNormEnd(b, NORM_2, &norm_b));
+  PetscCall(PetscLogEventEnd(SURROGATE_Check, reinterpret_cast<PetscObject>(ksp), reinterpret_cast<PetscObject>(x), 0, 0));
+  PetscCall(VecDestroy(&r));
+  const PetscReal relative = norm_b > 0 ? norm_r / norm_b : norm_r;
+  const bool finite = std::isfinite(static_cast<double>(relative));
+  const bool accept = finite && relative <= static_cast<PetscReal>(range[0]);
+  if (!accept) {
+    PetscBool nonzero;
+    PetscCall(KSPGetInitialGuessNonzero(ksp, &nonzero));
+    PetscCall(KSPSetInitialGuessNonzero(ksp, finite ? PETSC_TRUE : PETSC_FALSE));
+    PetscCall(KSPSolve(ksp, b, x));
+    PetscCall(KSPSetInitialGuessNonzero(ksp, nonzero));
+  }
+  if (accepted) *accepted = accept ? PETSC_TRUE : PETSC_FALSE;
+  if (residual) *residual = relative;
   PetscFunctionReturn(0);
 }
 

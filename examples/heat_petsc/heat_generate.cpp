@@ -1,6 +1,6 @@
-// heat_petsc -generate: training data for the surrogate. Trajectories with random parameters
+// heat_generate: training data for heat_petsc's surrogate. Trajectories with random parameters
 // (RandomParams), solved to a tight tolerance, gathered to rank 0 and written to one HDF5 file (layout in
-// README.md, "Training data").
+// README.md, "Training data").   heat_generate -o data.h5 -trajectories 192 -steps 40 -seed 1
 #include <hdf5.h>
 #include <petscdmplex.h>
 #include <petscksp.h>
@@ -82,8 +82,6 @@ PetscErrorCode H5StringAttribute(hid_t file, const char* name, const std::string
   PetscFunctionReturn(0);
 }
 
-}  // namespace
-
 PetscErrorCode Generate(const char* path) {
   MPI_Comm comm = PETSC_COMM_WORLD;
   PetscMPIInt rank;
@@ -95,7 +93,7 @@ PetscErrorCode Generate(const char* path) {
   PetscCallMPI(MPI_Comm_rank(comm, &rank));
   PetscCall(MeshOptionsFromOptions(&mo));
   PetscCall(ParamsFromOptions(&base));  // beta and u_ambient are kept; the rest is drawn at random
-  PetscOptionsBegin(comm, nullptr, "Training data", "heat_petsc");
+  PetscOptionsBegin(comm, nullptr, "Training data", "heat_generate");
   PetscCall(PetscOptionsInt("-trajectories", "Trajectories (random parameter sets)", nullptr, trajectories, &trajectories, nullptr));
   PetscCall(PetscOptionsInt("-steps", "Time steps per trajectory", nullptr, steps, &steps, nullptr));
   PetscCall(PetscOptionsInt("-seed", "Random seed", nullptr, seed, &seed, nullptr));
@@ -156,7 +154,7 @@ PetscErrorCode Generate(const char* path) {
     for (const auto& n : names) joined += (joined.empty() ? "" : ",") + n;
     PetscCall(H5StringAttribute(h5.file, "param_names", joined));
     PetscCall(H5StringAttribute(h5.file, "description",
-                                "heat_petsc -generate: u[t, n] is the state at time n*dt of trajectory t (n = 0: initial "
+                                "heat_generate: u[t, n] is the state at time n*dt of trajectory t (n = 0: initial "
                                 "condition); f[t, n] is the source at time (n+1)*dt (used to step from n to n+1); "
                                 "rate[t, n] = M^-1 (b - A u[t, n]) of that step; kappa[t] the diffusivity at the "
                                 "vertices; coords the vertices (m)"));
@@ -223,4 +221,18 @@ PetscErrorCode Generate(const char* path) {
   PetscFunctionReturn(0);
 }
 
+}  // namespace
 }  // namespace heat_example
+
+int main(int argc, char** argv) {
+  char path[PETSC_MAX_PATH_LEN] = "";
+  PetscBool has_path = PETSC_FALSE;
+  PetscCall(PetscInitialize(&argc, &argv, nullptr, "Training data for heat_petsc's surrogate (HDF5).\n"));
+  PetscOptionsBegin(PETSC_COMM_WORLD, nullptr, "Output", "heat_generate");
+  PetscCall(PetscOptionsString("-o", "HDF5 file to write", nullptr, path, path, sizeof(path), &has_path));
+  PetscOptionsEnd();
+  PetscCheck(has_path && path[0] != '\0', PETSC_COMM_WORLD, PETSC_ERR_USER_INPUT, "give the output file: -o data.h5");
+  PetscCall(heat_example::Generate(path));
+  PetscCall(PetscFinalize());
+  return 0;
+}

@@ -1,5 +1,5 @@
-// heat_petsc: the problem's parameters and pieces shared by the example's three modes (run: heat_petsc.cpp,
-// -generate: heat_generate.cpp, -verify: heat_verify.cpp). See README.md.
+// heat_petsc: the problem's parameters and pieces shared by the example's programs (heat_petsc, heat_generate,
+// heat_verify, heat_check). See README.md.
 #pragma once
 
 #include <petscksp.h>
@@ -70,10 +70,5 @@ PetscErrorCode ComputeRate(const heat::Discretisation& disc, Vec b, Vec u, Vec r
 
 // KSPSolve from a zero (nonzero_guess false) or the given initial guess in x; an error unless it converged.
 PetscErrorCode Solve(KSP ksp, Vec b, Vec x, bool nonzero_guess, PetscInt* iterations);
-
-// The modes.
-PetscErrorCode Run();
-PetscErrorCode Generate(const char* path);
-PetscErrorCode Verify();
 
 }  // namespace heat_example

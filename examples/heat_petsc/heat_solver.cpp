@@ -306,6 +306,26 @@ PetscErrorCode MassNorm(const Discretisation& disc, Vec v, double* norm) {
   PetscFunctionReturn(0);
 }
 
+PetscErrorCode MeshLocalValues(const Mesh& mesh, Vec global, std::vector<double>* values) {
+  Vec local;
+  PetscSection section;
+  const PetscScalar* a;
+  PetscFunctionBeginUser;
+  PetscCall(DMGetLocalVector(mesh.dm, &local));
+  PetscCall(DMGlobalToLocal(mesh.dm, global, INSERT_VALUES, local));
+  PetscCall(DMGetLocalSection(mesh.dm, &section));
+  PetscCall(VecGetArrayRead(local, &a));
+  values->resize(static_cast<std::size_t>(mesh.local_vertices()));
+  for (PetscInt v = mesh.v_start; v < mesh.v_end; ++v) {
+    PetscInt off;
+    PetscCall(PetscSectionGetOffset(section, v, &off));
+    (*values)[static_cast<std::size_t>(v - mesh.v_start)] = a[off];
+  }
+  PetscCall(VecRestoreArrayRead(local, &a));
+  PetscCall(DMRestoreLocalVector(mesh.dm, &local));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode CreateKSP(MPI_Comm comm, const Discretisation& disc, double rtol, KSP* ksp) {
   PC pc;
   PetscFunctionBeginUser;

@@ -61,6 +61,9 @@ PetscErrorCode MeshDestroy(Mesh* mesh);
 PetscErrorCode MeshCreateVec(const Mesh& mesh, Vec* v);
 /// v[i] = f(x_i, y_i, t) at the owned vertices.
 PetscErrorCode MeshInterpolate(const Mesh& mesh, const PointFunction& f, double t, Vec v);
+/// The values of a global Vec at the rank's local vertices (owned and ghost, in local order), e.g. for VTK
+/// pieces made of the local triangles. Collective (a ghost update).
+PetscErrorCode MeshLocalValues(const Mesh& mesh, Vec global, std::vector<double>* values);
 
 /// The discrete operator for a conductivity field, a Robin coefficient and a time step.
 struct Discretisation {

@@ -95,7 +95,7 @@ if(NOT DEFINED VTK OR VTK)
              \"q_error\": {\"components\": 1, \"ranges\": null},
              \"rank\": {\"components\": 1, \"ranges\": {\"*\": [[0, ${last_rank}]]}}},
   \"units\": {\"q_solver\": \"1\", \"q_surrogate\": \"1\", \"q_error\": \"1\"},
-  \"color_by\": \"q_surrogate\", \"png\": \"${OUTPUT}/sphere.png\"
+  \"color_by\": \"q_surrogate\", \"camera\": \"feature\", \"png\": \"${OUTPUT}/sphere.png\"
 }
 ")
 endif()

@@ -12,6 +12,9 @@ expect.json (tests/vtk/vtk_paraview_case.cpp writes one):
                       null ranges: only checked to be finite
     units             {name: unit}, from the pieces' FieldData string array "units" ("name: unit" entries)
     color_by, png     the point array to colour by and where to save an 800x600 screenshot of the last step
+    camera            optional, "feature": for a closed surface around its centre (a sphere), look from the
+                      direction of the point where color_by is farthest from its mean, so that the feature
+                      faces the viewer (default: ParaView's reset camera)
 
 Prints what ParaView sees (counts, arrays, components, ranges, units, time steps, the PNG) and every
 mismatch; exit status 0 when everything matches, 1 otherwise, 2 on bad usage.
@@ -106,6 +109,51 @@ def check_dataset(label, source, time, expect):
           "%s t=%g: FieldData TimeValue %s" % (label, time, None if time_value is None else time_value.GetComponent(0, 0)))
 
 
+def point_values(source, name, time):
+    """(points, values of the point array `name`) at `time`, every piece, as numpy arrays."""
+    import numpy as np
+    from vtkmodules.util.numpy_support import vtk_to_numpy
+    source.UpdatePipeline(time)
+    data = servermanager.Fetch(source)
+    leaves = []
+    if data is not None and data.IsA("vtkCompositeDataSet"):
+        it = data.NewIterator()
+        it.InitTraversal()
+        while not it.IsDoneWithTraversal():
+            leaves.append(it.GetCurrentDataObject())
+            it.GoToNextItem()
+    elif data is not None:
+        leaves.append(data)
+    points = [vtk_to_numpy(d.GetPoints().GetData()) for d in leaves if d.GetNumberOfPoints() > 0]
+    values = [vtk_to_numpy(d.GetPointData().GetArray(name)) for d in leaves if d.GetNumberOfPoints() > 0]
+    return np.concatenate(points).astype(float), np.concatenate(values).astype(float)
+
+
+def aim_at_feature(view, source, name, time):
+    """Camera on the line from the data's centre through the point where `name` is farthest from its mean,
+    looking at the centre; the colour range is the data's (set by the caller). Prints what it chose."""
+    import numpy as np
+    points, values = point_values(source, name, time)
+    if values.ndim > 1:
+        values = np.linalg.norm(values, axis=1)
+    k = int(np.argmax(np.abs(values - values.mean())))
+    lo, hi = points.min(axis=0), points.max(axis=0)
+    centre, radius = (lo + hi) / 2, float(np.linalg.norm(hi - lo)) / 2
+    direction = points[k] - centre
+    if np.linalg.norm(direction) < 1e-12 * max(radius, 1e-300):
+        print("camera: the feature is at the centre; ParaView's reset camera kept")
+        return
+    direction /= np.linalg.norm(direction)
+    up = np.array([0.0, 0.0, 1.0]) if abs(direction[2]) < 0.9 else np.array([0.0, 1.0, 0.0])
+    up -= direction * up.dot(direction)
+    view.CameraFocalPoint = list(centre)
+    view.CameraPosition = list(centre + 4.0 * radius * direction)
+    view.CameraViewUp = list(up / np.linalg.norm(up))
+    view.ResetCamera()  # keeps the direction, fits the distance
+    print("camera: looking at (%.3f, %.3f, %.3f), where '%s' = %.4g is farthest from its mean %.4g (range %.4g .. %.4g)"
+          % (points[k][0], points[k][1], points[k][2], name, values[k], values.mean(), values.min(), values.max()))
+
+
 def check_pvtu_pieces(path, pieces):
     root = ET.parse(path).getroot()
     sources = [p.get("Source") for p in root.iter("Piece")]
@@ -169,10 +217,13 @@ def main():
     view.OrientationAxesVisibility = 0
     view.ViewTime = times[-1] if times else 0.0
     display = Show(pvd, view)
+    display.PointSize = 8  # point clouds (vertex cells) drawn as visible dots; no effect on surfaces
     ColorBy(display, ("POINTS", expect["color_by"]))
     display.RescaleTransferFunctionToDataRange(True, False)
     display.SetScalarBarVisibility(view, True)
     view.ResetCamera()
+    if expect.get("camera") == "feature":
+        aim_at_feature(view, pvd, expect["color_by"], view.ViewTime)
     Render(view)
     if os.path.exists(expect["png"]):
         os.remove(expect["png"])

@@ -33,7 +33,7 @@ then evaluates the trained model (float32 reference) on held-out clouds and prin
 Usage (outside CI; the published run used torch 2.15 of the development virtual environment, one thread,
 582 s; share/models/balltree_surface/README.md):
 
-  /work/venv-official/bin/python share/training/balltree_surface_train.py [--steps 800] [--threads 1]
+  VENV/bin/python share/training/balltree_surface_train.py [--steps 800] [--threads 1]
 """
 
 import argparse

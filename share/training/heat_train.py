@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Train the FLARE heat surrogate of examples/heat_petsc: one backward-Euler step of the heat equation.
 
-The data come from the example itself (its -generate mode: P1 FEM on the DMPlex mesh, KSP to rtol 1e-10),
+The data come from the example's own solver (heat_generate: P1 FEM on the DMPlex mesh, KSP to rtol 1e-10),
 see share/models/heat/README.md:
 
-  build/examples/heat_petsc/heat_petsc -generate /tmp/heat/train.h5 -trajectories 192 -steps 40 -seed 1
-  build/examples/heat_petsc/heat_petsc -generate /tmp/heat/test.h5  -trajectories 16  -steps 40 -seed 2
+  build/examples/heat_petsc/heat_generate -o /tmp/heat/train.h5 -trajectories 192 -steps 40 -seed 1
+  build/examples/heat_petsc/heat_generate -o /tmp/heat/test.h5  -trajectories 16  -steps 40 -seed 2
   /usr/bin/python3 share/training/heat_train.py --train /tmp/heat/train.h5 --test /tmp/heat/test.h5
 
 Per mesh vertex the model sees (x, y, u^n, f^{n+1}, kappa, rate) and predicts du = u^{n+1} - u^n (the example
@@ -56,8 +56,8 @@ OUTPUT_FIELDS = [{"name": "du", "unit": "K"}]
 
 def parse_args(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--train", default="/tmp/heat/train.h5", help="heat_petsc -generate output (training)")
-    p.add_argument("--test", default="/tmp/heat/test.h5", help="heat_petsc -generate output (held out)")
+    p.add_argument("--train", default="/tmp/heat/train.h5", help="heat_generate output (training)")
+    p.add_argument("--test", default="/tmp/heat/test.h5", help="heat_generate output (held out)")
     p.add_argument("--out-dir", default=os.path.join(ROOT, "share", "models", "heat"))
     p.add_argument("--inputs", default="x,y,u,f,kappa,rate",
                    help="input channels, a subset of " + ",".join(UNITS) + " (rate = M^-1 (b - A u^n) of the step)")
@@ -83,7 +83,7 @@ def parse_args(argv=None):
 
 
 def load(path, channels):
-    """Per-sample inputs and targets of a -generate file: returns (inputs (S, N, C), du (S, N, 1), info)."""
+    """Per-sample inputs and targets of a heat_generate file: returns (inputs (S, N, C), du (S, N, 1), info)."""
     with h5py.File(path, "r") as f:
         xy = f["coords"][...].astype(np.float32)  # (N, 2)
         u = f["u"][...]                            # (T, steps + 1, N) float32

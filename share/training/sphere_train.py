@@ -2,10 +2,10 @@
 """Train the spherical surrogate of examples/sphere_fortran: one solver step (dt = 0.05) of the tracer
 advected by the tilted solid-body rotation with a little diffusion, on the 33 x 64 equiangular grid.
 
-Needs torch-harmonics 0.9.3 (the official SphericalTransformer), so it runs in the development venv, never
-in CI:
+Needs torch-harmonics 0.9.3 (the official SphericalTransformer), so it runs in a virtual environment VENV of
+your own, never in CI:
 
-  OMP_NUM_THREADS=1 /work/venv-official/bin/python share/training/sphere_train.py
+  OMP_NUM_THREADS=1 VENV/bin/python share/training/sphere_train.py
 
 Data: generated here by the NumPy port of the example's solver (share/training/sphere_solver.py, the same
 finite-volume scheme and constants; examples.sphere_fortran.solver_matches_numpy checks that the Fortran

@@ -7,6 +7,7 @@
  *   PetscCall(SurrogateCreateFromOptions(PETSC_COMM_WORLD, NULL, &s));   // -surrogate_model heat.h5
  *   PetscCall(SurrogateSetPointsVec(s, coords));                          // block size = dim
  *   for (step ...) PetscCall(SurrogatePredictVec(s, in, out));            // block sizes = channels
+ *   PetscCall(SurrogateAcceptOrSolve(s, ksp, b, x, PETSC_DEFAULT, &ok, &r)); // x: a predicted solution
  *   PetscCall(SurrogateDestroy(&s));
  *
  * Conventions
@@ -21,17 +22,18 @@
  *  - Arrays are passed to the library without copies (VecGetArrayRead/VecGetArray and strided views);
  *    only SurrogatePredictVecs with several separately allocated Vecs per side gathers them into one
  *    buffer. PetscScalar must be real (double or single precision); complex builds get PETSC_ERR_SUP.
- *  - -log_view shows the events SurrogateSetPoints and SurrogatePredict (class "Surrogate").
+ *  - -log_view shows the events SurrogateSetPoints, SurrogatePredict and SurrogateCheck (class "Surrogate").
  */
 #ifndef SURROGATE_PETSC_H
 #define SURROGATE_PETSC_H
 
+#include <petscksp.h>
 #include <petscvec.h>
 
 #include "surrogate.h"
 
-/* Registers the "Surrogate" class and its log events (SurrogateSetPoints, SurrogatePredict). Called by
- * every function below; call it yourself only to have the events listed before the first use. */
+/* Registers the "Surrogate" class and its log events (SurrogateSetPoints, SurrogatePredict, SurrogateCheck).
+ * Called by every function below; call it yourself only to have the events listed before the first use. */
 PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
 
 /* COLLECTIVE. Opens the model named in the options database (PetscOptionsBegin/End, so -help lists the
@@ -41,6 +43,8 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
  *   -surrogate_threads <n>           OpenMP threads per rank, 0 = OMP_NUM_THREADS
  *   -surrogate_reproducible <bool>   bitwise-identical results for any rank count, partition, threads
  *   -surrogate_vtk <directory>       stored with the handle for the solver's output: SurrogateGetVTKDirectory
+ *   -surrogate_accept_rtol <r>       SurrogateAcceptOrSolve accepts a prediction x of A x = b when
+ *                                    ||b - A x|| / ||b|| <= r (default 0: only an exact one)
  * prefix may be NULL. Release the handle with SurrogateDestroy. */
 PETSC_EXTERN PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], surrogate_t* surrogate);
 
@@ -71,9 +75,30 @@ PETSC_EXTERN PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, V
 PETSC_EXTERN PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const Vec in[], PetscInt nout,
                                                  const Vec out[]);
 
-/* The log events (valid after SurrogateInitializePackage), for PetscLogEventGetPerfInfo and the like. */
+/* COLLECTIVE over the KSP's communicator. Accept a predicted solution of the KSP's linear system, or solve.
+ * On entry x holds the prediction (e.g. the surrogate's next state). The relative residual
+ * ||b - A x||_2 / ||b||_2 (A: the KSP's operator; one MatMult and one reduction; ||b - A x||_2 when b = 0)
+ * is global, so every rank takes the same decision:
+ *   - residual <= rtol: the prediction is accepted, x is unchanged and the KSP is not called;
+ *   - otherwise x is solved with KSPSolve from the prediction as the initial guess (from zero when the
+ *     residual is not finite); the KSP's own setting of KSPSetInitialGuessNonzero is restored afterwards.
+ * rtol >= 0, the same on every rank (checked); PETSC_DEFAULT takes the handle's -surrogate_accept_rtol.
+ * accepted and residual may be NULL. Whether a solve converged is the KSP's business
+ * (KSPGetConvergedReason, -ksp_error_if_not_converged), as after KSPSolve. */
+PETSC_EXTERN PetscErrorCode SurrogateAcceptOrSolve(surrogate_t surrogate, KSP ksp, Vec b, Vec x, PetscReal rtol,
+                                                   PetscBool* accepted, PetscReal* residual);
+
+/* Not collective. The tolerance SurrogateAcceptOrSolve uses for PETSC_DEFAULT: -surrogate_accept_rtol for a
+ * handle from SurrogateCreateFromOptions, else the last SurrogateSetAcceptTolerance, else 0. Set it to the
+ * same value on every rank (rtol >= 0). */
+PETSC_EXTERN PetscErrorCode SurrogateSetAcceptTolerance(surrogate_t surrogate, PetscReal rtol);
+PETSC_EXTERN PetscErrorCode SurrogateGetAcceptTolerance(surrogate_t surrogate, PetscReal* rtol);
+
+/* The log events (valid after SurrogateInitializePackage), for PetscLogEventGetPerfInfo and the like.
+ * SURROGATE_Check: the residual of SurrogateAcceptOrSolve (its solves are logged as KSPSolve). */
 PETSC_EXTERN PetscClassId SURROGATE_CLASSID;
 PETSC_EXTERN PetscLogEvent SURROGATE_SetPoints;
 PETSC_EXTERN PetscLogEvent SURROGATE_Predict;
+PETSC_EXTERN PetscLogEvent SURROGATE_Check;
 
 #endif /* SURROGATE_PETSC_H */

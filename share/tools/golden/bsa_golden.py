@@ -17,7 +17,7 @@ is stored as /golden@min_gap.
 
 Usage (from the repository root):
 
-    /work/venv-official/bin/python share/tools/golden/bsa_golden.py --official /tmp/bsa_official tests/data/bsa
+    VENV/bin/python share/tools/golden/bsa_golden.py --official BSA_DIR tests/data/bsa
 
 Each file is a model file (share/docs/model-format.md: root attributes, /config, /weights; architecture
 ``bsa``) plus a group /golden: features (N x c_in f32), positions (N x d f32), sample_sizes (int64),

@@ -11,7 +11,7 @@ official output to float32 rounding; the script stops otherwise) and in float64 
 
 Usage (from the repository root):
 
-    /work/venv-official/bin/python share/tools/golden/erwin_golden.py --official /tmp/erwin_official \
+    VENV/bin/python share/tools/golden/erwin_golden.py --official ERWIN_DIR \
         tests/data/erwin
 
 Each file is a model file (share/docs/model-format.md: root attributes, /config, /weights; architecture

@@ -12,7 +12,7 @@ from their specification (docs/reference-models.md §1.4.8).
 
 Usage (from the repository root, torch 2.x virtual environment with balltree-erwin):
 
-    /work/venv-official/bin/python share/tools/golden/erwin_shapenet_golden.py --official /tmp/erwin_official \
+    VENV/bin/python share/tools/golden/erwin_shapenet_golden.py --official ERWIN_DIR \
         tests/data/erwin
 
 The file is a model file (architecture erwin, /config with wrapper = shapenet_car, graph = knn,

@@ -7,7 +7,7 @@ buffers psi_ker_idx, psi_row_idx, psi_col_idx int64 and psi_vals float64, in the
 weight (and bias), a random input, the module's float32 output and the same module evaluated in float64
 (for the tolerance of the float32 comparison).
 
-    /work/venv-official/bin/python share/tools/golden/sphere_disco_golden.py tests/data/sphere/disco.h5
+    VENV/bin/python share/tools/golden/sphere_disco_golden.py tests/data/sphere/disco.h5
 
 Only the package's public module is called; nothing of it is copied here.
 """

@@ -11,8 +11,8 @@ Writes tests/data/sphere/disco_transpose.h5:
     bias, a random input, the float32 output and the same module evaluated in float64 (the psi datasets
     gzip-compressed).
 
-    /work/venv-official/bin/pip install scipy   # torch-harmonics' optional dependency of the basis
-    /work/venv-official/bin/python share/tools/golden/sphere_disco_transpose_golden.py \
+    VENV/bin/pip install scipy   # torch-harmonics' optional dependency of the basis
+    VENV/bin/python share/tools/golden/sphere_disco_transpose_golden.py \
         tests/data/sphere/disco_transpose.h5
 
 Only the package's public modules (and scipy's jn_zeros) are called; nothing of them is copied here.

@@ -13,7 +13,7 @@ module and, for the tolerance, a float64 evaluation of the same formula on the m
 script; the official kernels compute in float32 even for float64 inputs).
 
 Needs torch-harmonics (pip, in a virtual environment outside the repository), torch, numpy and h5py:
-    /work/venv-official/bin/python share/tools/golden/sphere_golden.py tests/data/sphere \
+    VENV/bin/python share/tools/golden/sphere_golden.py tests/data/sphere \
         [quadrature attention neighborhood neighborhood_attention]
 (the optional names select the files to write; default all).
 Only the package's public functions and modules are called; nothing of it is copied here.

@@ -16,7 +16,7 @@ write
 
 Run with the virtual environment that has torch-harmonics (the exporter itself runs under Debian's
 /usr/bin/python3 unless --tables needs torch-harmonics):
-    /work/venv-official/bin/python share/tools/golden/sphere_model_golden.py tests/data/sphere/models [case ...]
+    VENV/bin/python share/tools/golden/sphere_model_golden.py tests/data/sphere/models [case ...]
 Only the package's public classes are called; nothing of it is copied here.
 """
 import json

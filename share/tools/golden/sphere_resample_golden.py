@@ -8,7 +8,7 @@ float32), expand_poles and skip_resampling (0/1), an input (batch, channels, nla
 the module's float32 output (batch, channels, nlat_out, nlon_out).
 
 Needs torch-harmonics (pip, in a virtual environment outside the repository), torch, numpy and h5py:
-    /work/venv-official/bin/python share/tools/golden/sphere_resample_golden.py tests/data/sphere
+    VENV/bin/python share/tools/golden/sphere_resample_golden.py tests/data/sphere
 Only the package's public module is called; nothing of it is copied here.
 """
 import math

@@ -13,7 +13,7 @@ One group per case in <out>/sht.h5 with the grids and the transform sizes as att
     synthesis        InverseRealSHT(given) float32, synthesis_f64 the same in float64
 
 Run with the virtual environment that has torch-harmonics:
-    /work/venv-official/bin/python share/tools/golden/sphere_sht_golden.py tests/data/sphere
+    VENV/bin/python share/tools/golden/sphere_sht_golden.py tests/data/sphere
 Only the package's public classes are called (and their buffers read); nothing of it is copied here.
 """
 import sys

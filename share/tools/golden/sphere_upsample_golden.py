@@ -12,7 +12,7 @@ reference kernel) and output_f64 (the formula of docs/reference-models.md §5.4 
 script on the module's own weights, lists and quad_weights, in the scatter formulation; stored as float32).
 
 Needs torch-harmonics (pip, in a virtual environment outside the repository), torch, numpy and h5py:
-    /work/venv-official/bin/python share/tools/golden/sphere_upsample_golden.py tests/data/sphere
+    VENV/bin/python share/tools/golden/sphere_upsample_golden.py tests/data/sphere
 Only the package's public modules are called; nothing of it is copied here.
 """
 import math

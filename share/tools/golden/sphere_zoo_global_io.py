@@ -12,7 +12,7 @@ persistent buffers present, nothing unexpected), runs the file's io.h5 input and
             encoder/decoder float32 casts bypassed, as sphere_model_golden.py does)
 
 Run with the virtual environment that has torch-harmonics:
-    /work/venv-official/bin/python share/tools/golden/sphere_zoo_global_io.py \
+    VENV/bin/python share/tools/golden/sphere_zoo_global_io.py \
         tests/data/sphere/models tests/data/sphere/zoo_s2transformer_e128_global_io.h5
 Only the package's public classes are called; nothing of it is copied here.
 """
