@@ -2,12 +2,13 @@
 // the CPU (network.hpp) or on a CUDA device (cuda/forward.hpp). share/docs/model-format.md §4.1.
 #include <memory>
 
-#include "../device_support.hpp"
 #include "config.hpp"
 #include "network.hpp"
 #include "plan.hpp"
 #if SURROGATE_HAVE_CUDA
 #include "cuda/forward.hpp"
+#else
+#include "../device_support.hpp"
 #endif
 
 namespace surrogate::flare {
