@@ -21,16 +21,17 @@
 #include <string>
 #include <vector>
 
-#include "flare/flare_cuda.hpp"
+#include "flare/cuda/forward.hpp"
 #include "random_models.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/model.hpp"
 
 namespace cu = surrogate::kernels::cuda;
 
 namespace {
 
 /// The analytic FLOP count of benchmarks/bench_flare.cpp (flare_flops_per_point), per point.
-double flare_flops_per_point(const surrogate::FlareConfig& c) {
+double flare_flops_per_point(const surrogate::flare::Config& c) {
   auto mlp = [](int in, int hidden, int out, int layers) {
     if (layers == -1) return 2.0 * in * out;
     return 2.0 * in * hidden + layers * 2.0 * hidden * hidden + 2.0 * hidden * out;
@@ -47,7 +48,7 @@ double flare_flops_per_point(const surrogate::FlareConfig& c) {
 /// encode partials and Z are small and stay in L2). Per block, in units of N C floats: norm1 2, k_proj 2,
 /// v_proj 2, encode 2 (reproducible: 4, two passes), decode 2, out_proj 3 (y, x in, x out), norm2 2,
 /// feed-forward 3; plus the input projection and the output head.
-double activation_bytes(const surrogate::FlareConfig& c, double n, bool reproducible) {
+double activation_bytes(const surrogate::flare::Config& c, double n, bool reproducible) {
   const double nc = n * c.channel_dim;
   const double per_block = (18.0 + (reproducible ? 2.0 : 0.0)) * nc;
   const double head = (c.out_proj_norm ? 2.0 * nc : 0.0) + nc + n * c.out_dim;
@@ -131,7 +132,7 @@ int main(int argc, char** argv) {
   int repeats = 5, warmup = 2, device = 0;
   bool json = false, run_machine = false;
   surrogate::RunOptions options;
-  surrogate::FlareConfig cfg = surrogate::testing::elasticity_config();
+  surrogate::flare::Config cfg = surrogate::testing::elasticity_config();
   cfg.num_latents = 256;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
@@ -179,9 +180,13 @@ int main(int argc, char** argv) {
     }
     options.cuda_device = device;
     const surrogate::ModelFile file = surrogate::testing::random_flare_file(cfg, 42);
-    auto forward = surrogate::detail::make_flare_cuda_forward(cfg, file, device);
+    surrogate::flare::cuda::Forward forward(cfg, file, device);
     surrogate::SelfComm comm;
     const auto layout = surrogate::SampleLayout::build(comm, points, nullptr);
+    // One plan of the points for every timed forward (the registered model here only builds the plan).
+    const auto model = surrogate::make_model(file);
+    const auto plan = model->plan(comm, layout);
+    auto& flare_plan = static_cast<surrogate::flare::Plan&>(*plan);
     const auto ld_in = surrogate::kernels::round_up(cfg.in_dim, surrogate::kernels::kPad);
     const auto ld_out = surrogate::kernels::round_up(cfg.out_dim, surrogate::kernels::kPad);
     std::vector<float> in(static_cast<std::size_t>(points) * ld_in, 0.0f), out(static_cast<std::size_t>(points) * ld_out);
@@ -192,10 +197,10 @@ int main(int argc, char** argv) {
     std::vector<double> compute, total, wall;
     for (int r = 0; r < warmup + repeats; ++r) {
       const auto t0 = std::chrono::steady_clock::now();
-      forward->forward(comm, layout, in.data(), ld_in, out.data(), ld_out, options);
+      forward.forward_host_arrays(comm, flare_plan, in.data(), ld_in, out.data(), ld_out, options);
       const double w = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
       if (r < warmup) continue;
-      const auto t = surrogate::detail::last_cuda_timing(*forward);
+      const auto& t = forward.timing();
       compute.push_back(t.compute_ms);
       total.push_back(t.total_ms);
       wall.push_back(w);

@@ -25,7 +25,7 @@ class ModelFileTest : public ::testing::Test {
            ("surrogate_model_file_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
             ::testing::UnitTest::GetInstance()->current_test_info()->name());
     std::filesystem::create_directories(dir_);
-    cfg_ = surrogate::FlareConfig{};
+    cfg_ = surrogate::flare::Config{};
     cfg_.in_dim = 3;
     cfg_.out_dim = 2;
     cfg_.channel_dim = 16;
@@ -51,7 +51,7 @@ class ModelFileTest : public ::testing::Test {
   }
 
   std::filesystem::path dir_;
-  surrogate::FlareConfig cfg_;
+  surrogate::flare::Config cfg_;
   ModelFile file_;
 };
 

@@ -1,7 +1,7 @@
 // FLARE across MPI ranks (run by ctest at 1, 2, 3 and 4 ranks): every golden case, partitioned in
 // several ways, against the single-process result computed on each rank. Default mode agrees within
-// 1e-6 (max abs difference / max abs value); reproducible mode is bitwise identical. Errors on one
-// rank become the same error on every rank.
+// 1e-6 (max abs difference / max abs value); reproducible mode is bitwise identical. A kept plan gives the
+// bits of a fresh one. Errors on one rank become the same error on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -88,6 +88,43 @@ TEST_P(FlareMpi, PredictionsDoNotDependOnTheRanks) {
   }
 }
 
+// The plan of a point set (Model::plan): predictions on one kept plan, on a second plan of the same points
+// and through the one-shot predict are bitwise identical, in both modes; FLARE's plan moves no rows.
+TEST_P(FlareMpi, APlanIsReusedBitwise) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  const Partition shuffled = partitions(c.points(), comm.rank(), comm.size())[1];  // samples straddle ranks
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (auto g : shuffled.rows) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  const auto n = static_cast<std::int64_t>(shuffled.rows.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, ids.data());
+  const auto plan = model->plan(comm, layout);
+  const auto second_plan = model->plan(comm, layout);
+  for (bool reproducible : {false, true}) {
+    surrogate::RunOptions options;
+    options.reproducible = reproducible;
+    options.threads = 2;
+    auto predict = [&](surrogate::Plan* p) {
+      std::vector<float> out(static_cast<std::size_t>(n) * static_cast<std::size_t>(c.out_dim), -1.0f);
+      if (p) model->predict(comm, *p, in.data(), c.in_dim, out.data(), c.out_dim, options);
+      else model->predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
+      return out;
+    };
+    const auto first = predict(plan.get());
+    const std::string mode = reproducible ? " reproducible" : " default";
+    EXPECT_EQ(predict(plan.get()), first) << c.name << mode << ": the kept plan changed the bits";
+    EXPECT_EQ(predict(second_plan.get()), first) << c.name << mode << ": a second plan of the points";
+    EXPECT_EQ(predict(nullptr), first) << c.name << mode << ": the one-shot predict";
+  }
+  const surrogate::Traffic& traffic = plan->traffic();
+  EXPECT_EQ(traffic.sent + traffic.received + traffic.local + traffic.moves, 0u) << "FLARE moves no rows";
+}
+
 INSTANTIATE_TEST_SUITE_P(Cases, FlareMpi, ::testing::ValuesIn(st::golden_case_names()),
                          [](const auto& param_info) { return param_info.param; });
 
@@ -137,6 +174,28 @@ TEST(FlareMpiErrors, NonFiniteInputOnOneRankFailsOnAll) {
   if (comm.size() > 1) {
     EXPECT_NE(m.find("rank " + std::to_string(bad_rank)), std::string::npos) << m;
   }
+}
+
+TEST(FlareMpiErrors, APlanOfAnotherModelIsRefusedOnAll) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto file = surrogate::ModelFile::read(comm, c.model_path);
+  const auto model = surrogate::make_model(file), other = surrogate::make_model(file);
+  const std::int64_t n = comm.rank() == 0 ? 5 : 0;
+  const auto layout = surrogate::SampleLayout::build(comm, n, nullptr);
+  const auto plan = model->plan(comm, layout);
+  std::vector<float> in(static_cast<std::size_t>(n * c.in_dim), 0.5f), out(static_cast<std::size_t>(n * c.out_dim));
+  Error e = expect_error_everywhere(comm, [&] { other->predict(comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(e.what()).find("the plan was built by another model"), std::string::npos) << e.what();
+  surrogate::RunOptions device;
+  device.cuda_device = 0;
+  surrogate::Model::DeviceArrays arrays;
+  e = expect_error_everywhere(comm, [&] { other->predict_device(comm, *plan, arrays, device); });
+  EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+  EXPECT_NE(std::string(e.what()).find("the plan was built by another model"), std::string::npos) << e.what();
+  // The plan still serves its own model.
+  EXPECT_NO_THROW(model->predict(comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim));
 }
 
 TEST(FlareMpiErrors, EmptyPointSetFailsOnAll) {

@@ -20,7 +20,7 @@
 #include "surrogate/model.hpp"
 
 namespace st = surrogate::testing;
-using surrogate::FlareConfig;
+using surrogate::flare::Config;
 using surrogate::RunOptions;
 
 namespace {
@@ -88,13 +88,24 @@ TEST_P(FlareGoldenGpu, MatchesTheOfficialModelAndTheCpu) {
   }
 }
 
+// Predictions on one kept plan (its device tables built by the first), and on a fresh plan of the same
+// points, are bitwise identical.
 TEST_P(FlareGoldenGpu, RepeatedPredictionsAreBitwiseIdentical) {
   const st::GoldenCase c = st::load_golden_case(GetParam());
   const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  surrogate::SelfComm comm;
+  const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, c.points(), c.sample_ids.data()));
   for (bool reproducible : {false, true}) {
-    const auto first = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
-    const auto second = predict(*model, c.features, c.sample_ids, on_gpu(reproducible));
+    auto on_plan = [&] {
+      std::vector<float> out(c.sample_ids.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
+      model->predict(comm, *plan, c.features.data(), c.in_dim, out.data(), c.out_dim, on_gpu(reproducible));
+      return out;
+    };
+    const auto first = on_plan();
+    const auto second = on_plan();
     EXPECT_EQ(first, second) << c.name << (reproducible ? " reproducible" : " default");
+    EXPECT_EQ(predict(*model, c.features, c.sample_ids, on_gpu(reproducible)), first)
+        << c.name << (reproducible ? " reproducible" : " default") << ": a fresh plan";
   }
 }
 
@@ -224,15 +235,15 @@ INSTANTIATE_TEST_SUITE_P(Cases, FlareGoldenGpu, ::testing::ValuesIn(st::golden_c
 
 struct RandomCase {
   std::string name;
-  FlareConfig cfg;
+  Config cfg;
 };
 
 std::vector<RandomCase> random_cases() {
   std::vector<RandomCase> cases;
   {
-    FlareConfig c;
+    Config c;
     c.in_dim = 5, c.out_dim = 3, c.channel_dim = 12, c.num_heads = 4, c.num_latents = 1, c.num_blocks = 2;
-    c.act = FlareConfig::Activation::silu;
+    c.act = Config::Activation::silu;
     c.rmsnorm = true, c.qk_norm = true, c.out_proj_norm = false;
     c.attn_scale = 1.0 / std::sqrt(3.0);
     c.num_layers_in_out_proj = -1, c.in_proj_hidden_dim = 20, c.out_proj_hidden_dim = 20;
@@ -242,21 +253,21 @@ std::vector<RandomCase> random_cases() {
     cases.push_back({"heads_of_3_one_latent", c});
   }
   {
-    FlareConfig c;
+    Config c;
     c.in_dim = 2, c.out_dim = 1, c.channel_dim = 64, c.num_heads = 2, c.num_latents = 300, c.num_blocks = 1;
     c.in_proj_hidden_dim = c.out_proj_hidden_dim = c.k_proj_hidden_dim = c.v_proj_hidden_dim = c.ffn_hidden_dim = 256;
     c.num_layers_k_proj = c.num_layers_v_proj = c.num_layers_ffn = 2;
     cases.push_back({"wide_mlps_300_latents", c});
   }
   {
-    FlareConfig c;
+    Config c;
     c.in_dim = 3, c.out_dim = 2, c.channel_dim = 64, c.num_heads = 1, c.num_latents = 20, c.num_blocks = 2;
     c.qk_norm = true;
     c.attn_scale = 0.125;
     cases.push_back({"one_head_of_64", c});
   }
   {
-    FlareConfig c;
+    Config c;
     c.in_dim = 2, c.out_dim = 2, c.channel_dim = 128, c.num_heads = 8, c.num_latents = 64, c.num_blocks = 1;
     c.in_proj_hidden_dim = c.out_proj_hidden_dim = c.k_proj_hidden_dim = c.v_proj_hidden_dim = c.ffn_hidden_dim = 130;
     cases.push_back({"heads_of_16_hidden_130", c});
@@ -295,7 +306,7 @@ TEST_F(FlareGpu, RandomModelsWithAwkwardShapesMatchTheCpu) {
 }
 
 TEST_F(FlareGpu, LargeSampleSpreadOverManyBlocksMatchesTheCpu) {
-  const FlareConfig cfg = st::elasticity_config();
+  const Config cfg = st::elasticity_config();
   const auto model = surrogate::make_model(st::random_flare_file(cfg, 12));
   std::vector<float> features;
   std::vector<std::int64_t> ids;
@@ -308,7 +319,7 @@ TEST_F(FlareGpu, LargeSampleSpreadOverManyBlocksMatchesTheCpu) {
 }
 
 TEST_F(FlareGpu, UnsupportedShapesAreRefusedClearly) {
-  FlareConfig cfg = st::elasticity_config();
+  Config cfg = st::elasticity_config();
   cfg.ffn_hidden_dim = 300;
   const auto model = surrogate::make_model(st::random_flare_file(cfg, 13));
   std::vector<float> features;

@@ -5,7 +5,7 @@
 
 namespace surrogate::testing {
 
-AttributeMap flare_attributes(const FlareConfig& c) {
+AttributeMap flare_attributes(const flare::Config& c) {
   AttributeMap a("/config");
   auto i = [&](const char* name, std::int64_t v) { a.set(name, v); };
   i("in_dim", c.in_dim);
@@ -14,7 +14,7 @@ AttributeMap flare_attributes(const FlareConfig& c) {
   i("num_blocks", c.num_blocks);
   i("num_heads", c.num_heads);
   i("num_latents", c.num_latents);
-  a.set("act", std::string(c.act == FlareConfig::Activation::silu ? "silu" : "gelu"));
+  a.set("act", std::string(c.act == flare::Config::Activation::silu ? "silu" : "gelu"));
   i("rmsnorm", c.rmsnorm);
   i("out_proj_norm", c.out_proj_norm);
   i("qk_norm", c.qk_norm);
@@ -28,13 +28,13 @@ AttributeMap flare_attributes(const FlareConfig& c) {
   i("v_proj_hidden_dim", c.v_proj_hidden_dim);
   i("num_layers_ffn", c.num_layers_ffn);
   i("ffn_hidden_dim", c.ffn_hidden_dim);
-  a.set("key_layout", std::string(c.key_layout == FlareConfig::KeyLayout::paper ? "paper" : "current"));
+  a.set("key_layout", std::string(c.key_layout == flare::Config::KeyLayout::paper ? "paper" : "current"));
   a.set("layernorm_eps", c.layernorm_eps);
   a.set("rmsnorm_eps", c.rmsnorm_eps);
   return a;
 }
 
-ModelFile random_flare_file(const FlareConfig& cfg, std::uint64_t seed) {
+ModelFile random_flare_file(const flare::Config& cfg, std::uint64_t seed) {
   ModelFile f;
   f.path = "(random FLARE model)";
   f.architecture = "flare";
@@ -59,8 +59,8 @@ ModelFile random_flare_file(const FlareConfig& cfg, std::uint64_t seed) {
   return f;
 }
 
-FlareConfig elasticity_config() {
-  FlareConfig c;
+flare::Config elasticity_config() {
+  flare::Config c;
   c.in_dim = 2;
   c.out_dim = 1;
   return c;  // the remaining defaults are the official ones

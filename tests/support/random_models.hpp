@@ -12,12 +12,12 @@
 namespace surrogate::testing {
 
 /// The canonical /config attributes of a FLARE configuration.
-AttributeMap flare_attributes(const FlareConfig& cfg);
+AttributeMap flare_attributes(const flare::Config& cfg);
 
 /// A complete, valid FLARE model file with random weights.
-ModelFile random_flare_file(const FlareConfig& cfg, std::uint64_t seed);
+ModelFile random_flare_file(const flare::Config& cfg, std::uint64_t seed);
 
 /// The official default elasticity model: in 2, out 1, C 64, H 8, M 64, 8 blocks.
-FlareConfig elasticity_config();
+flare::Config elasticity_config();
 
 }  // namespace surrogate::testing

@@ -1,15 +1,18 @@
-// FLARE (Fast Low-rank Attention Routing Engine; vpuri3/FLARE.py): configuration and model.
-// Semantics: share/docs/model-format.md §4.1.
+// FLARE (Fast Low-rank Attention Routing Engine; vpuri3/FLARE.py): the configuration of a model file, for
+// tools that write or inspect FLARE model files. Semantics: share/docs/model-format.md §4.1; the model
+// itself is registered as architecture "flare" (libsurrogate/src/flare/).
 #pragma once
 
-#include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
-#include "surrogate/model.hpp"
+#include "surrogate/model_file.hpp"
 
-namespace surrogate {
+namespace surrogate::flare {
 
-struct FlareConfig {
+/// The /config attributes of a FLARE model file (the constructor arguments of FLARE.py's FLAREModel).
+struct Config {
   enum class Activation { gelu_tanh, silu };
   enum class KeyLayout { current, paper };
 
@@ -28,10 +31,10 @@ struct FlareConfig {
 
   int head_dim() const { return channel_dim / num_heads; }
   /// Reads and checks /config; every problem is an Error(format) naming the attribute.
-  static FlareConfig from_attributes(const AttributeMap& config);
+  static Config from_attributes(const AttributeMap& config);
   /// Every tensor name and shape the configuration implies.
   ExpectedShapes expected_shapes() const;
   std::vector<std::pair<std::string, std::string>> describe() const;
 };
 
-}  // namespace surrogate
+}  // namespace surrogate::flare

@@ -37,14 +37,17 @@ struct Norm {
 /// The weights of a model, collected on the host and uploaded once (one device allocation).
 class WeightArena {
  public:
-  /// Appends `count` values at a 16-byte aligned offset; returns the offset.
-  std::size_t append(const float* values, std::size_t count) {
-    const std::size_t offset = (host_.size() + 3) / 4 * 4;
+  /// Appends `count` values at an offset that is a multiple of `alignment` floats (default 4: 16 bytes);
+  /// returns the offset.
+  std::size_t append(const float* values, std::size_t count, std::size_t alignment = 4) {
+    const std::size_t offset = (host_.size() + alignment - 1) / alignment * alignment;
     host_.resize(offset);
     host_.insert(host_.end(), values, values + count);
     return offset;
   }
-  std::size_t append(std::span<const float> values) { return append(values.data(), values.size()); }
+  std::size_t append(std::span<const float> values, std::size_t alignment = 4) {
+    return append(values.data(), values.size(), alignment);
+  }
   /// A packed Linear layer (W^T with its padded row stride, then the padded bias).
   Dense append_dense(const kernels::PackedLinear& layer) {
     Dense d;

@@ -1,9 +1,13 @@
+// FLARE's /config: reading and checking it, the tensors it implies, its description (`surrogate info`),
+// and the layer names and latent queries both forwards use. share/docs/model-format.md §4.1.
+#include "config.hpp"
+
 #include <cmath>
 #include <sstream>
 
-#include "surrogate/flare.hpp"
+#include "../layers.hpp"
 
-namespace surrogate {
+namespace surrogate::flare {
 namespace {
 
 std::string mlp_prefix_text(int layers) { return layers == -1 ? "single linear" : std::to_string(layers) + " hidden"; }
@@ -32,8 +36,8 @@ void add_norm(ExpectedShapes& shapes, const std::string& prefix, int dim, bool r
 
 }  // namespace
 
-FlareConfig FlareConfig::from_attributes(const AttributeMap& a) {
-  FlareConfig c;
+Config Config::from_attributes(const AttributeMap& a) {
+  Config c;
   auto positive = [&](const char* name) {
     const std::int64_t v = a.get_int(name);
     if (v < 1 || v > (1 << 24))
@@ -92,15 +96,15 @@ FlareConfig FlareConfig::from_attributes(const AttributeMap& a) {
   return c;
 }
 
-ExpectedShapes FlareConfig::expected_shapes() const {
+ExpectedShapes Config::expected_shapes() const {
   ExpectedShapes s;
   const int C = channel_dim;
-  const bool paper = key_layout == KeyLayout::paper;
+  const LayerNames names(*this);
   add_mlp(s, "in_proj", in_dim, in_proj_hidden_dim, C, num_layers_in_out_proj);
   for (int b = 0; b < num_blocks; ++b) {
-    const std::string p = "blocks." + std::to_string(b) + ".";
-    add_norm(s, p + (paper ? "ln1" : "norm1"), C, rmsnorm);
-    add_norm(s, p + (paper ? "ln2" : "norm2"), C, rmsnorm);
+    const std::string p = LayerNames::block(b);
+    add_norm(s, names.norm1(b), C, rmsnorm);
+    add_norm(s, names.norm2(b), C, rmsnorm);
     s[p + "att.latent_q"] = {C, num_latents};
     if (qk_norm) {
       add_norm(s, p + "att.q_norm", head_dim(), rmsnorm);
@@ -112,12 +116,12 @@ ExpectedShapes FlareConfig::expected_shapes() const {
     s[p + "att.out_proj.bias"] = {C};
     add_mlp(s, p + "mlp", C, ffn_hidden_dim, C, num_layers_ffn);
   }
-  if (out_proj_norm) add_norm(s, paper ? "out_proj.ln" : "out_proj.0", C, rmsnorm);
-  add_mlp(s, paper ? "out_proj.mlp" : "out_proj.1", C, out_proj_hidden_dim, out_dim, num_layers_in_out_proj);
+  if (out_proj_norm) add_norm(s, names.out_norm(), C, rmsnorm);
+  add_mlp(s, names.out_mlp(), C, out_proj_hidden_dim, out_dim, num_layers_in_out_proj);
   return s;
 }
 
-std::vector<std::pair<std::string, std::string>> FlareConfig::describe() const {
+std::vector<std::pair<std::string, std::string>> Config::describe() const {
   auto num = [](double v) {
     std::ostringstream o;
     o << v;
@@ -141,4 +145,24 @@ std::vector<std::pair<std::string, std::string>> FlareConfig::describe() const {
   };
 }
 
-}  // namespace surrogate
+kernels::Activation kernel_activation(const Config& cfg) {
+  return cfg.act == Config::Activation::silu ? kernels::Activation::silu : kernels::Activation::gelu_tanh;
+}
+
+double norm_eps(const Config& cfg) { return cfg.rmsnorm ? cfg.rmsnorm_eps : cfg.layernorm_eps; }
+
+std::vector<float> latent_queries(const ModelFile& file, const Config& cfg, int b) {
+  const std::string p = LayerNames::block(b);
+  const int E = cfg.head_dim();
+  std::vector<float> q = file.weight(p + "att.latent_q").values;  // (C, M) read as (H, M, E)
+  if (cfg.qk_norm) {
+    const NormLayer q_norm(file, p + "att.q_norm", E, cfg.rmsnorm, norm_eps(cfg));
+    for (std::size_t hm = 0; hm < static_cast<std::size_t>(cfg.num_heads) * cfg.num_latents; ++hm)
+      q_norm.apply_vector(q.data() + hm * static_cast<std::size_t>(E));
+  }
+  const auto scale = static_cast<float>(cfg.attn_scale);
+  for (float& v : q) v *= scale;
+  return q;
+}
+
+}  // namespace surrogate::flare
