@@ -100,7 +100,7 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 
-/// The SphericalTransformer on the devices of every rank (latitude bands, transformer_device.cpp
+/// The SphericalTransformer on the devices of every rank (latitude bands, cuda/transformer_bands.cpp
 /// forward_bands): bitwise the one-process device forward, within the float32 bound of the CPU. Global
 /// attention with instance norm, neighbourhood attention with instance norm and with layer norm, global
 /// attention without norm (bilinear decoder upsampling in all).

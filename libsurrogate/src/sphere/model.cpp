@@ -1,9 +1,8 @@
 // The spherical families as generic Models ("sphere_transformer", "s2_attention",
-// "s2_neighborhood_attention"). A sample is one field on the model's latitude-longitude grid: its points,
-// concatenated over the ranks in rank order, are the grid in row-major order (latitude 0 = north first,
-// then longitude): global row b*nlat*nlon + lat*nlon + lon of `surrogate predict`'s /features. Every rank
-// computes whole latitude rows through the exchanges of its SpherePlan (plan.hpp), bitwise the one-process
-// result for any number of ranks and any split of the rows (share/docs/sphere.md, "Multi-rank mode").
+// "s2_neighborhood_attention"): a sample is one field on the model's grid, its points concatenated over the
+// ranks in rank order in row-major latitude-longitude order; every rank computes whole latitude rows through
+// the exchanges of its SpherePlan (plan.hpp), bitwise the one-process result for any number of ranks.
+// share/docs/sphere.md, "Point layout" and "Multi-rank mode".
 #include <omp.h>
 
 #include <algorithm>

@@ -1,10 +1,8 @@
 // The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, FP32
-// (cuda/layer.cpp, CUDA builds only). Internal to libsurrogate: the registered layer models (model.cpp)
-// run it for RunOptions::cuda_device >= 0 - forward on one rank, forward_bands on several.
-//
-// Self-attention on the model's grid with AttentionS2Device / NeighborhoodAttentionS2Device
-// (surrogate/sphere/attention_device.hpp) on the object's stream. Refused (Error(unsupported) at
-// construction, by the device operators): the neighbourhood upsampling mode. share/docs/sphere.md.
+// (CUDA builds only): self-attention on the model's grid with AttentionS2Device / NeighborhoodAttentionS2Device
+// on the object's stream, whole grid on one rank, the plan's latitude bands on several; the device
+// operators refuse the neighbourhood upsampling mode (Error(unsupported) at construction).
+// share/docs/sphere.md, "Latitude bands on a device".
 #pragma once
 
 #include <memory>

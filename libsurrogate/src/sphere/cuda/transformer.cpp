@@ -1,14 +1,7 @@
-// The SphericalTransformer forward on a CUDA device (transformer.hpp): construction and the whole grid on
-// one rank; the CPU operators built by the SphericalTransformer give the configurations, DISCO tables, SHT
-// tables, position embedding, norm weights and packed MLP layers, the model file the DISCO and attention
-// weights. The latitude-band forward is in transformer_bands.cpp.
-//
-// Arithmetic: DISCO's psi contraction, the resampling, the SHT decoder's Legendre sums, the embedding add,
-// the instance norm and the residual adds are the CPU's operations in the CPU's order (the SHT's longitude
-// transforms are direct DFTs in double where the CPU runs an FFT in double: about one ulp apart); the DISCO
-// channel contraction, the dense layers (fmaf chain from the bias), the layer norm, GELU (device erff) and
-// the attention (shared online softmax) sum in other orders, so the output agrees with the CPU forward
-// within float32 rounding, not bitwise (tests/sphere/test_sphere_transformer_device_emulated.cpp).
+// The SphericalTransformer's device forward (transformer.hpp): construction from the CPU network's operators
+// and tables (the DISCO and attention weights from the model file), the stages, and the whole grid on one
+// rank; the latitude bands are in transformer_bands.cpp. Agrees with the CPU forward within float32
+// rounding, not bitwise: share/docs/sphere.md, "CUDA forward of the SphericalTransformer", "Arithmetic".
 #include <cuda_runtime_api.h>
 
 #include <algorithm>

@@ -1,17 +1,7 @@
-// The SphericalTransformer forward on a CUDA device, FP32 (cuda/transformer.cpp and transformer_bands.cpp,
-// CUDA builds only). Internal to libsurrogate: the registered "sphere_transformer" model runs it for
-// RunOptions::cuda_device >= 0, on one rank (forward) or in the latitude bands of its SpherePlan on several
-// (forward_bands; both decoders, the SHT one with the CPU path's order split).
-//
-// The stages of the CPU forward (transformer/network.cpp) on device arrays, channels last with rows of
-// embed_dim floats: DiscoConvS2Device encoder; the position-embedding add (the CPU's float add); per block
-// the norm (instance norm: cuda::grid_row_sums / grid_norm_stats / channel_affine, bitwise the CPU's; layer
-// norm: device::norm, eps 1e-6), the attention device operator (AttentionS2Device or
-// NeighborhoodAttentionS2Device), the residual add, the norm, the MLP (device::dense on the CPU's packed
-// layers, exact-erf GELU in the epilogue or ReLU after it, the second layer adding the residual in place)
-// or the norm's residual add without MLP; ResampleS2Device or the SHT decoder (kernels/cuda/sphere_sht.cu)
-// to the image grid; DiscoConvS2Device decoder; the input added for residual_prediction.
-// share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
+// The SphericalTransformer forward on a CUDA device, FP32 (transformer.cpp, transformer_bands.cpp; CUDA
+// builds only): the stages of the CPU forward (transformer/network.cpp) on device arrays of embed_dim floats
+// per point, on one rank (forward) or in the latitude bands of a SpherePlan on several (forward_bands), with
+// either decoder. share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
 #pragma once
 
 #include <memory>
