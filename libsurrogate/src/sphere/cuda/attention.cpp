@@ -67,8 +67,7 @@ class DeviceHeads {
       }
       upload(layers_, layers, device_);
       upload(log_w_, log_w_lat, device_);
-      // Pageable copies may still be in flight when cudaMemcpy returns; a caller's non-blocking stream
-      // does not wait for them.
+      // The uploads run on the default stream; a caller's non-blocking stream does not wait for them.
       cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the weights)");
     });
     if (use_qknorm) {
