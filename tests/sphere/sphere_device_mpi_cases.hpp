@@ -95,21 +95,25 @@ inline std::pair<index_t, index_t> piece(index_t n, int rank, int size, bool las
   return {cuts[static_cast<std::size_t>(rank)], cuts[static_cast<std::size_t>(rank) + 1]};
 }
 
-/// Model::predict of rows [begin, end) (input stride cin + 3, output stride cout + 2: the padding must stay
-/// untouched); returns the rows (cout wide).
-inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Case& c, index_t begin,
-                                  index_t end, int cuda_device) {
-  const int cin = model.in_channels(), cout = model.out_channels();
-  const index_t ld_in = cin + 3, ld_out = cout + 2, m = end - begin;
+/// The layout of rows [begin, end) of the canonical order (each row's sample).
+inline surrogate::SampleLayout layout_of(const surrogate::Comm& comm, const Case& c, index_t begin, index_t end) {
   std::vector<std::int64_t> sample;
   for (index_t r = begin; r < end; ++r) sample.push_back(r / c.points);
-  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, m, sample.data());
+  return surrogate::SampleLayout::build(comm, end - begin, sample.data());
+}
+
+/// Model::predict of rows [begin, end) with `plan` (a plan of layout_of(begin, end); input stride cin + 3,
+/// output stride cout + 2: the padding must stay untouched); returns the rows (cout wide).
+inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, surrogate::Plan& plan,
+                                  const Case& c, index_t begin, index_t end, int cuda_device) {
+  const int cin = model.in_channels(), cout = model.out_channels();
+  const index_t ld_in = cin + 3, ld_out = cout + 2, m = end - begin;
   std::vector<float> in(static_cast<std::size_t>(m * ld_in), 99.0f), out(static_cast<std::size_t>(m * ld_out), -7.0f);
   for (index_t r = 0; r < m; ++r)
     std::copy_n(c.rows.data() + (begin + r) * cin, cin, in.data() + r * ld_in);
   surrogate::RunOptions options;
   options.cuda_device = cuda_device;
-  model.predict(comm, layout, in.data(), ld_in, out.data(), ld_out, options);
+  model.predict(comm, plan, in.data(), ld_in, out.data(), ld_out, options);
   std::vector<float> rows(static_cast<std::size_t>(m * cout));
   for (index_t r = 0; r < m; ++r) {
     for (int k = cout; k < ld_out; ++k)
@@ -117,6 +121,13 @@ inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model&
     std::copy_n(out.data() + r * ld_out, cout, rows.data() + r * cout);
   }
   return rows;
+}
+
+/// The same with a plan of its own (Model::plan, then predict).
+inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Case& c, index_t begin,
+                                  index_t end, int cuda_device) {
+  const auto plan = model.plan(comm, layout_of(comm, c, begin, end));
+  return predict(comm, model, *plan, c, begin, end, cuda_device);
 }
 
 /// Every rank's rows in rank order (the whole output).
@@ -150,7 +161,7 @@ inline double max_diff(const std::vector<float>& a, const std::vector<float>& b)
 
 /// The checks of one layer case on `device` (every rank): for both spreads, the gathered device result
 /// against the one-process device result (bitwise) and the one-process CPU result (2 x tol), and a
-/// second call (the device object and the band's neighbour lists kept) giving the same bits.
+/// second call on the same Plan (the device object and the band's neighbour lists kept) giving the same bits.
 inline void expect_one_process_device_bits(const std::string& name, int device) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const surrogate::SelfComm self;
@@ -165,10 +176,11 @@ inline void expect_one_process_device_bits(const std::string& name, int device) 
                              std::to_string(comm.size()) + " ranks";
     const auto model = surrogate::make_model(file);
     const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), last_empty);
-    const std::vector<float> got = gather(predict(comm, *model, c, begin, end, device));
+    const auto plan = model->plan(comm, layout_of(comm, c, begin, end));
+    const std::vector<float> got = gather(predict(comm, *model, *plan, c, begin, end, device));
     EXPECT_EQ(first_difference(got, one_device), got.size()) << what << ": not the one-process device result";
     EXPECT_LE(max_diff(got, one_cpu), 2 * c.tol) << what << ": CPU forward";
-    const std::vector<float> again = gather(predict(comm, *model, c, begin, end, device));
+    const std::vector<float> again = gather(predict(comm, *model, *plan, c, begin, end, device));
     EXPECT_EQ(first_difference(again, got), got.size()) << what << ": a second call";
     if (comm.rank() == 0)
       std::printf("%s: |device - CPU| %.3g (bound %.3g)\n", what.c_str(), max_diff(got, one_cpu), 2 * c.tol);

@@ -1,4 +1,4 @@
-// The SphericalTransformer device forward (libsurrogate/src/sphere/transformer_device.cpp) on a real GPU
+// The SphericalTransformer device forward (libsurrogate/src/sphere/cuda/transformer.cpp) on a real GPU
 // against the official float64 output and the CPU forward of the golden transformer files (the two
 // upsample_sht files included: the SHT decoder's kernels), the zoo's one-head e128 file in both attention
 // modes (the wide-head attention kernels), and the
@@ -18,7 +18,7 @@
 #include "golden.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
-#include "sphere/transformer_device.hpp"
+#include "sphere/cuda/transformer.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"

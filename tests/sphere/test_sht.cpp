@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "h5_reader.hpp"
-#include "sphere/channel_fft.hpp"  // the library's internal FFT (libsurrogate/src)
+#include "sphere/sht/channel_fft.hpp"  // the library's internal FFT (libsurrogate/src)
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/sphere/quadrature.hpp"

@@ -2,8 +2,8 @@
 // range of output latitude rows, fed only the input rows its input_rows() names, gives bitwise the rows of
 // the whole-grid forward - for every single-row band (the worst halo case: a band of one row whose
 // stencil or neighbourhood spans several rows, poles included) and a few wider bands; the partition
-// helpers against hand-computed partitions. The distributed use (fetch_rows, forward_bands under MPI) is
-// tested in tests/mpi/test_sphere_mpi.cpp.
+// helpers against hand-computed partitions. The distributed use (the exchanges of the bands,
+// forward_bands under MPI) is tested in tests/sphere/test_sphere_mpi.cpp.
 #include <gtest/gtest.h>
 
 #include <algorithm>

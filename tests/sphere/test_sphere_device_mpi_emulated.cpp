@@ -1,15 +1,17 @@
 // The spherical single-layer models (s2_attention, s2_neighborhood_attention) with RunOptions::cuda_device
-// across MPI ranks (sphere_models.cpp: latitude bands, the rows fetched through host memory and MPI, the
-// device operators' row-range forward of attention_device.cpp) run on the CPU with the host-emulated CUDA
-// backend (emulated_cuda_backend.cpp, emulated_sphere_launchers.cpp: each rank its own emulated device,
-// the unchanged device code of sphere_attention_kernels.cuh). ctest runs it at 1, 2, 3 and 4 ranks.
+// across MPI ranks (model.cpp: latitude bands, the rows moved between the devices by the plan's exchanges,
+// here through the host-staged DeviceTransport; the device operators' row-range forward) run on the CPU
+// with the host-emulated CUDA backend (emulated_cuda_backend.cpp, emulated_sphere_launchers.cpp: each rank
+// its own emulated device, the unchanged device code of sphere_attention_kernels.cuh). ctest runs it at 1,
+// 2, 3 and 4 ranks.
 //
 // Checks (sphere_device_mpi_cases.hpp), on the golden self-attention layer files (global with qk-norm;
 // neighbourhood), the grid rows spread unequally over the ranks (rank 0 ~55 %, cut inside latitude rows;
 // also the last rank without rows):
 //  * the gathered result equals bit for bit the one-process device forward (the whole-grid device
 //    operator: the same kernels on the same rows), and lies within twice the float32 bound of
-//    test_sphere_transformer_device_emulated.cpp of the CPU forward; a second call gives the same bits;
+//    test_sphere_transformer_device_emulated.cpp of the CPU forward; a second call on the same Plan gives
+//    the same bits;
 //  * the device path ran on every rank that holds a band (kernel launches counted);
 //  * a launch failing on one rank only becomes the same Error on every rank (no rank left waiting).
 // The same checks for the SphericalTransformer golden files (global / neighbourhood attention, instance
@@ -46,18 +48,19 @@ TEST(SphereDeviceMpiEmulated, NeighborhoodAttentionLayerIsTheOneProcessDeviceFor
 }
 
 /// Every rank's band runs the device operator (counted on the emulated device of each rank). Prints the
-/// bytes each rank copies to and from its device per forward (the second call: the band's neighbour
-/// lists already uploaded).
+/// bytes each rank copies to and from its device per forward (the second call on the same plan: the
+/// band's neighbour lists and the exchanges' row lists already uploaded).
 TEST(SphereDeviceMpiEmulated, EveryRankWithABandLaunchesKernels) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   for (const char* name : {"s2_neighborhood_self", "s2_attention_self_qknorm"}) {
     const Case c = load(name);
     const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
     const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-    predict(comm, *model, c, begin, end, 0);
+    const auto plan = model->plan(comm, layout_of(comm, c, begin, end));
+    predict(comm, *model, *plan, c, begin, end, 0);
     const int before = launches;
     const long long up = emulated_backend::bytes_to_device, down = emulated_backend::bytes_to_host;
-    predict(comm, *model, c, begin, end, 0);
+    predict(comm, *model, *plan, c, begin, end, 0);
     // B = 2 samples: balanced bands of nlat = 8 or 10 rows, every rank has one at up to 4 ranks.
     EXPECT_GT(launches, before) << name << ": rank " << comm.rank() << " ran no kernel";
     const std::vector<float> moved = gather({static_cast<float>(emulated_backend::bytes_to_device - up),
@@ -97,7 +100,7 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 
-/// The SphericalTransformer on the devices of every rank (latitude bands, transformer_device.cpp
+/// The SphericalTransformer on the devices of every rank (latitude bands, cuda/transformer_bands.cpp
 /// forward_bands): bitwise the one-process device forward, within the float32 bound of the CPU. Global
 /// attention with instance norm, neighbourhood attention with instance norm and with layer norm, global
 /// attention without norm (bilinear decoder upsampling in all).

@@ -4,18 +4,21 @@
 // points that need not fall on latitude boundaries, all on rank 0, all on the last rank), against the
 // single-process result computed on each rank: bitwise identical (the prediction of a point does not
 // depend on the number of ranks), with 1 and 2 threads. Also the latitude-band pieces directly: the row
-// fetch collective (fetch_rows) against the known global array, and SphericalTransformer::forward_bands
-// on forced partitions (bands of one row, empty ranks) against the single-process forward.
+// exchange (ExchangePlan::from_ranges) against the known global array, SphericalTransformer::forward_bands
+// on forced partitions (bands of one row, empty ranks) against the single-process forward, and the bytes
+// a model's Plan moves per predict.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <filesystem>
 #include <numeric>
 #include <random>
 
 #include "golden.hpp"
 #include "h5_io.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/sphere/bands.hpp"
@@ -99,6 +102,57 @@ TEST(SphereMpi, PredictionsDoNotDependOnTheRanks) {
   }
 }
 
+// The Plan of a point set counts what its exchanges move (Plan::traffic): nothing sent at one rank; at
+// several, the bytes sent summed over the ranks equal the bytes received (> 0); a second predict on the
+// same plan moves the same bytes again and gives the same bits.
+TEST(SphereMpi, PlanTrafficIsBalancedAndTheSameEveryPredict) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const std::string root = st::data_dir() + "/sphere/models/";
+  for (const char* name : {"st_neighborhood_instance_latlon_cutoff", "st_sht_global_lobatto", "s2_attention_self_qknorm",
+                           "s2_neighborhood_self"}) {
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, root + name + "/model.h5"));
+    const st::Array x = st::read_array(root + name + "/io.h5", "input");  // (B, C, nlat, nlon)
+    const index_t B = x.shape[0], C = x.shape[1], Pg = x.shape[2] * x.shape[3], n = B * Pg;
+    const index_t begin = n * comm.rank() / comm.size(), end = n * (comm.rank() + 1) / comm.size();
+    std::vector<float> in(static_cast<std::size_t>((end - begin) * C));
+    std::vector<std::int64_t> ids;
+    for (index_t r = begin; r < end; ++r) {
+      ids.push_back(r / Pg);
+      for (index_t c = 0; c < C; ++c)
+        in[static_cast<std::size_t>((r - begin) * C + c)] =
+            static_cast<float>(x.values[static_cast<std::size_t>(((r / Pg) * C + c) * Pg + r % Pg)]);
+    }
+    const auto layout = surrogate::SampleLayout::build(comm, end - begin, ids.data());
+    const auto plan = model->plan(comm, layout);
+    const int cout = model->out_channels();
+    std::vector<float> first(static_cast<std::size_t>((end - begin) * cout)), second(first.size());
+    model->predict(comm, *plan, in.data(), C, first.data(), cout);
+    const surrogate::Traffic once = plan->traffic();
+    model->predict(comm, *plan, in.data(), C, second.data(), cout);
+    const surrogate::Traffic twice = plan->traffic();
+    EXPECT_EQ(first, second) << name << ": a second predict on the same plan";
+    EXPECT_EQ(twice.sent, 2 * once.sent) << name;
+    EXPECT_EQ(twice.received, 2 * once.received) << name;
+    EXPECT_EQ(twice.local, 2 * once.local) << name;
+    EXPECT_EQ(twice.moves, 2 * once.moves) << name;
+    EXPECT_GT(once.moves, 0u) << name;
+    std::uint64_t totals[2] = {once.sent, once.received};
+    MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    if (comm.size() == 1) {
+      EXPECT_EQ(once.sent, 0u) << name;
+      EXPECT_EQ(once.received, 0u) << name;
+      EXPECT_GT(once.local, 0u) << name;
+    } else {
+      EXPECT_EQ(totals[0], totals[1]) << name << ": bytes sent and received over all ranks";
+      EXPECT_GT(totals[0], 0u) << name;
+    }
+    if (comm.rank() == 0)
+      std::printf("%s, %d ranks: rank 0 sends %llu, receives %llu, copies %llu bytes in %llu moves per predict\n", name,
+                  comm.size(), static_cast<unsigned long long>(once.sent), static_cast<unsigned long long>(once.received),
+                  static_cast<unsigned long long>(once.local), static_cast<unsigned long long>(once.moves));
+  }
+}
+
 namespace {
 
 namespace sphere = surrogate::sphere;
@@ -108,28 +162,32 @@ float row_value(index_t g, int c) { return static_cast<float>(g * 8 + c); }
 
 }  // namespace
 
-TEST(SphereMpi, FetchRowsDeliversAnyRangesFromTheirOwners) {
+TEST(SphereMpi, ExchangePlanFromRangesDeliversAnyRangesFromTheirOwners) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int P = comm.size(), me = comm.rank(), W = 3;
+  const int P = comm.size(), me = comm.rank(), W = 3, ld = W + 2;
   const index_t N = 97;
   for (unsigned seed : {1u, 2u, 3u}) {
     // The rows cut into 3P pieces at random points (some empty), piece i held by rank i % P: several
-    // disjoint ranges per rank, stored with a padded stride.
+    // disjoint ranges per rank, stored one after the other (in reverse order) with a padded stride.
     std::mt19937 gen(seed);
     std::uniform_int_distribution<index_t> cut(0, N);
     std::vector<index_t> cuts{0, N};
     for (int i = 1; i < 3 * P; ++i) cuts.push_back(cut(gen));
     std::sort(cuts.begin(), cuts.end());
-    std::vector<std::vector<float>> storage;
-    std::vector<sphere::HeldRows> held;
-    for (int i = 0; i < 3 * P; ++i) {
+    std::vector<float> storage;
+    std::vector<sphere::RowRange> held;
+    std::vector<std::int64_t> first_row;
+    for (int i = 3 * P - 1; i >= 0; --i) {
       if (i % P != me) continue;
       const index_t b = cuts[static_cast<std::size_t>(i)], e = cuts[static_cast<std::size_t>(i) + 1];
-      storage.emplace_back(static_cast<std::size_t>((e - b) * (W + 2)), -1.0f);
-      for (index_t g = b; g < e; ++g)
-        for (int c = 0; c < W; ++c) storage.back()[static_cast<std::size_t>((g - b) * (W + 2) + c)] = row_value(g, c);
-      held.push_back({{b, e}, storage.back().data(), W + 2});
+      held.push_back({b, e});
+      first_row.push_back(static_cast<std::int64_t>(storage.size()) / ld);
+      for (index_t g = b; g < e; ++g) {
+        for (int c = 0; c < W; ++c) storage.push_back(row_value(g, c));
+        storage.insert(storage.end(), ld - W, -1.0f);
+      }
     }
+    const index_t source_rows = static_cast<index_t>(storage.size()) / ld;
     // Each rank wants its own random ranges (overlapping, unordered, empty ones included).
     std::mt19937 mine(seed * 100 + static_cast<unsigned>(me));
     std::uniform_int_distribution<index_t> at(0, N);
@@ -139,7 +197,9 @@ TEST(SphereMpi, FetchRowsDeliversAnyRangesFromTheirOwners) {
       if (a > b) std::swap(a, b);
       wanted.push_back({a, i == 2 ? a : b});
     }
-    const std::vector<float> got = sphere::fetch_rows(comm, held, wanted, W);
+    const auto plan = surrogate::ExchangePlan::from_ranges(comm, source_rows, held, first_row, wanted);
+    std::vector<float> got(static_cast<std::size_t>(plan.target_rows() * W));
+    plan.forward(storage.data(), ld, got.data(), W, W);
     std::vector<float> expected;
     for (const auto& r : wanted)
       for (index_t g = r.begin; g < r.end; ++g)
@@ -148,7 +208,7 @@ TEST(SphereMpi, FetchRowsDeliversAnyRangesFromTheirOwners) {
     // A row nobody holds is an error on every rank.
     std::vector<sphere::RowRange> beyond = wanted;
     if (me == P - 1) beyond.push_back({N - 1, N + 1});
-    EXPECT_THROW(sphere::fetch_rows(comm, held, beyond, W), surrogate::Error);
+    EXPECT_THROW(surrogate::ExchangePlan::from_ranges(comm, source_rows, held, first_row, beyond), surrogate::Error);
   }
 }
 
@@ -193,10 +253,12 @@ TEST(SphereMpi, TransformerBandsOfOneRowAndEmptyRanks) {
         if (inner.rows(r) > 0) thinnest_internal = std::min(thinnest_internal, inner.rows(r));
       // The input held in an uneven split that ignores the bands (rank r: rows [n r^2 / P^2, ...)).
       const index_t b0 = n * me * me / (P * P), b1 = n * (me + 1) * (me + 1) / (P * P);
-      const sphere::HeldRows held{{b0, b1}, rows.data() + b0 * C, C};
+      const sphere::RowRange held{b0, b1};
+      const std::int64_t first_row = 0;
       const int g0 = image.begin(me), g1 = image.end(me);
       std::vector<float> band(static_cast<std::size_t>(B * (g1 - g0) * c.nlon * c.out_chans));
-      net.forward_bands(comm, static_cast<int>(B), image, std::span<const sphere::HeldRows>(&held, 1), band.data());
+      const sphere::TransformerBands bands = net.plan_bands(comm, static_cast<int>(B), image, {&held, 1}, {&first_row, 1}, b1 - b0);
+      net.forward_bands(bands, rows.data() + b0 * C, C, band.data());
       std::vector<float> expected;
       for (index_t b = 0; b < B; ++b) {
         const auto first = single.begin() + static_cast<std::ptrdiff_t>((b * Pg + static_cast<index_t>(g0) * c.nlon) * c.out_chans);
@@ -211,7 +273,7 @@ TEST(SphereMpi, TransformerBandsOfOneRowAndEmptyRanks) {
 }
 
 // DiscoConvTransposeS2 on latitude bands: each rank holds a band of the input grid, fetches the input rows
-// its output band reads (input_rows: the table entries' halo) with fetch_rows and computes its output band
+// its output band reads (input_rows: the table entries' halo) by band_exchange and computes its output band
 // with forward_rows; bitwise the single-process forward, for several partitions of both grids (empty
 // bands included).
 TEST(SphereMpi, DiscoTransposeBandsAreBitwiseTheSingleProcessResult) {
@@ -261,10 +323,11 @@ TEST(SphereMpi, DiscoTransposeBandsAreBitwiseTheSingleProcessResult) {
     for (int b = 0; b < B; ++b)
       band.insert(band.end(), x.begin() + (b * Pi + static_cast<index_t>(ib) * c.nlon_in) * c.in_channels,
                   x.begin() + (b * Pi + static_cast<index_t>(ie) * c.nlon_in) * c.in_channels);
-    const auto held = sphere::band_held(B, Pi, c.nlon_in, ib, ie, band.data(), c.in_channels);
     const auto [i0, i1] = conv.input_rows(ob, oe);
     const auto wanted = sphere::band_ranges(B, Pi, c.nlon_in, i0, i1);
-    const std::vector<float> halo = sphere::fetch_rows(comm, held, wanted, c.in_channels);
+    const auto exchange = sphere::band_exchange(comm, B, Pi, c.nlon_in, ib, ie, wanted);
+    std::vector<float> halo(static_cast<std::size_t>(exchange.target_rows() * c.in_channels));
+    exchange.forward(band.data(), c.in_channels, halo.data());
     std::vector<float> part(static_cast<std::size_t>(B) * static_cast<std::size_t>(oe - ob) * c.nlon_out * c.out_channels);
     conv.forward_rows(B, halo.data(), i0, i1, part.data(), ob, oe);
     const std::size_t per_sample = static_cast<std::size_t>(oe - ob) * c.nlon_out * c.out_channels;

@@ -1,5 +1,5 @@
-// The SphericalTransformer device forward (libsurrogate/src/sphere/transformer_device.cpp, the code
-// compiled into the library, with the device operators of attention_device.cpp and grid_ops_device.cpp)
+// The SphericalTransformer device forward (libsurrogate/src/sphere/cuda/transformer.cpp, the code
+// compiled into the library, with the device operators of cuda/attention.cpp and cuda/grid_ops.cpp)
 // run on the CPU with the host-emulated CUDA backend of emulated_cuda_backend.cpp (compiled into this
 // executable, where its definitions replace the library's: memory, streams, copies, the CUDA runtime's
 // cudaMemcpy / cudaDeviceSynchronize, the point layers, norm.cu's arithmetic; see
@@ -38,7 +38,7 @@
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "sphere_attention_reference.hpp"
-#include "sphere/transformer_device.hpp"
+#include "sphere/cuda/transformer.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
@@ -182,7 +182,7 @@ TEST(SphereTransformerDeviceEmulated, RegisteredModelWithCudaDevice) {
   EXPECT_LE(max_diff(y_dev, y_cpu), 2 * (4 * max_diff(gs.ref32, gs.ref64) + 16 * 6e-8 * mag_sht)) << "upsample_sht";
 }
 
-// The registered single-layer models (s2_attention, s2_neighborhood_attention; layer_device.cpp) with
+// The registered single-layer models (s2_attention, s2_neighborhood_attention; cuda/layer.cpp) with
 // RunOptions::cuda_device = 0 against cuda_device = -1 and the official output, on their self-attention
 // golden files. Tolerance as tests/sphere/test_sphere_models.cpp: within 4 gap + 16 u' mag of the float64
 // output where the file has one (gap = |official float32 - float64|), else within 32 u' mag of the
@@ -214,9 +214,10 @@ TEST(SphereTransformerDeviceEmulated, RegisteredLayerModelsWithCudaDevice) {
     surrogate::RunOptions options;
     options.cuda_device = 0;
     const int before = launches;
-    model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
+    const auto plan = model->plan(comm, layout);  // one plan for both forwards
+    model->predict(comm, *plan, in.data(), ld_in, dev.data(), ld_out, options);
     EXPECT_GT(launches, before) << name;
-    model->predict(comm, layout, in.data(), ld_in, again.data(), ld_out, options);
+    model->predict(comm, *plan, in.data(), ld_in, again.data(), ld_out, options);
     EXPECT_EQ(again, dev) << name;
     double mag = 0.0;
     for (double v : ref64) mag = std::max(mag, std::fabs(v));

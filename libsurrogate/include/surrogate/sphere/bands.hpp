@@ -1,9 +1,8 @@
-// Latitude bands of the spherical models across ranks. A distributed field on a
-// latitude-longitude grid is a set of "global rows" g = b*P + lat*nlon + lon (sample b, P = nlat*nlon
-// points per sample); every rank holds some contiguous ranges of them. The one collective here,
-// fetch_rows, hands every rank any ranges of rows it asks for from whichever ranks hold them (one
-// alltoallv over surrogate::Comm); it serves to move the solver's pieces to the working bands, to fetch
-// halos, and to return the output to the solver's pieces. share/docs/sphere.md ("Multi-rank mode").
+// Latitude bands of the spherical models across ranks. A distributed field on a latitude-longitude grid
+// is a set of "global rows" g = b*P + lat*nlon + lon (sample b, P = nlat*nlon points per sample); every
+// rank holds some ranges of them. Rows move between ranks by surrogate::ExchangePlan (from_ranges: the
+// ranges a rank holds and the ranges it wants), built once per point set. share/docs/sphere.md
+// ("Multi-rank mode").
 #pragma once
 
 #include <cstdint>
@@ -11,28 +10,12 @@
 #include <vector>
 
 #include "surrogate/comm.hpp"
+#include "surrogate/exchange.hpp"
 
 namespace surrogate::sphere {
 
 /// Global rows [begin, end).
-struct RowRange {
-  std::int64_t begin = 0, end = 0;
-  std::int64_t size() const { return end - begin; }
-};
-
-/// Rows [range.begin, range.end) held by this rank: row g at data + (g - range.begin) * ld, `width` floats.
-struct HeldRows {
-  RowRange range;
-  const float* data = nullptr;
-  std::int64_t ld = 0;
-};
-
-/// Collective. Every rank passes the rows it holds (disjoint across all ranks and within the rank) and the
-/// ranges it wants; returns the wanted rows (`width` floats each, dense), concatenated in the order of
-/// `wanted`. Rows may come from any ranks, this one included. Throws Error(internal) on every rank when a
-/// wanted row is held by no rank.
-std::vector<float> fetch_rows(const Comm& comm, std::span<const HeldRows> held, std::span<const RowRange> wanted,
-                              int width);
+using RowRange = surrogate::RowRange;
 
 /// The latitude rows [begin, end) each rank computes on a grid of `nlat` rows: contiguous, in rank order,
 /// covering every row once (empty bands allowed).
@@ -62,8 +45,16 @@ BandPartition matching_bands(const BandPartition& from, std::span<const double> 
 /// `points` points per sample, sample-major (empty when lat_begin >= lat_end).
 std::vector<RowRange> band_ranges(std::int64_t batch, std::int64_t points, int nlon, int lat_begin, int lat_end);
 
-/// HeldRows of a band buffer (rows [lat_begin, lat_end) of every sample, sample-major, `ld` floats each).
-std::vector<HeldRows> band_held(std::int64_t batch, std::int64_t points, int nlon, int lat_begin, int lat_end,
-                                const float* data, std::int64_t ld);
+/// Collective. The exchange from a band buffer (this rank's rows [lat_begin, lat_end) of every sample,
+/// sample-major: the ranges of band_ranges, packed) to the rows `wanted` (concatenated in order), e.g. a
+/// halo. Every wanted row must lie in some rank's band (else Error(internal) on every rank).
+ExchangePlan band_exchange(const Comm& comm, std::int64_t batch, std::int64_t points, int nlon, int lat_begin,
+                           int lat_end, std::span<const RowRange> wanted);
+
+/// Collective. Every row of every sample (sample-major, grid order) to each rank whose band under `bands`
+/// is non-empty, from the ranks' band buffers (as band_exchange; `points` = bands.nlat() * nlon). With
+/// one sample and no empty band this is ExchangePlan::all_gather (the bands are in rank order); otherwise
+/// from_ranges, ranks without a band receiving nothing.
+ExchangePlan gather_bands(const Comm& comm, const BandPartition& bands, std::int64_t batch, int nlon);
 
 }  // namespace surrogate::sphere

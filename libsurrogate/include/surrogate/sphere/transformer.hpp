@@ -15,6 +15,7 @@
 #include "surrogate/model.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/comm.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/quadrature.hpp"
 
@@ -71,6 +72,33 @@ struct TransformerConfig {
 /// The state_dict keys and shapes the configuration implies.
 ExpectedShapes expected_shapes(const TransformerConfig& config);
 
+/// What a forward in latitude bands moves between the ranks, built once (SphericalTransformer::plan_bands,
+/// collective) for a batch, a partition and the input pieces each rank holds, and used by every
+/// forward_bands on them, on the CPU and on a device: the encoder's input rows, the key/value rows of the
+/// attention, the instance norm's per-row sums, the decoder's resampling or SHT rows, the residual input
+/// (ExchangePlans; share/docs/sphere.md, "Multi-rank mode"). Keeps a pointer to the communicator it was
+/// built with (rebind: another communicator over the same ranks).
+class TransformerBands {
+ public:
+  struct Exchanges;  // the bands and the exchange plans (libsurrogate/src/sphere/transformer/bands.hpp)
+  explicit TransformerBands(std::unique_ptr<Exchanges> exchanges);
+  ~TransformerBands();
+  TransformerBands(TransformerBands&&) noexcept;
+  TransformerBands& operator=(TransformerBands&&) noexcept;
+
+  int batch() const;
+  const BandPartition& image_bands() const;
+  const BandPartition& internal_bands() const;
+  /// Applies every exchange through `comm` (the same ranks) from now on.
+  void rebind(const Comm& comm);
+  /// Adds the bytes of every exchange to `sink` (e.g. Plan::traffic()), which must outlive the moves.
+  void count_into(Traffic* sink);
+  const Exchanges& exchanges() const { return *exchanges_; }
+
+ private:
+  std::unique_ptr<Exchanges> exchanges_;
+};
+
 class SphericalTransformer {
  public:
   /// Reads the configuration and checks every weight; DISCO filter tables from the file's /tables
@@ -87,15 +115,21 @@ class SphericalTransformer {
   /// p = lat*nlon + lon (latitude 0 = north), out likewise with out_chans. OpenMP inside.
   void forward(int batch, const float* in, float* out) const;
 
-  /// Collective. The forward distributed in latitude bands (share/docs/sphere.md, "Multi-rank mode"):
-  /// rank r computes the image-grid rows [image_bands.begin(r), image_bands.end(r)) and the internal-grid
-  /// rows internal_bands(image_bands) of every sample. `input` are the input rows this rank holds (global
-  /// rows b*nlat*nlon + p, in_chans floats each; any pieces, disjoint over the ranks, covering the batch);
-  /// out_band receives this rank's image rows of every sample (sample-major, row-major, out_chans floats
-  /// each). Halos come from the owners with fetch_rows; the instance-norm statistics are summed per
-  /// latitude row in a fixed order. forward() is this with one rank, so every value is bitwise the same
-  /// for any number of ranks and any partition.
-  void forward_bands(const Comm& comm, int batch, const BandPartition& image_bands, std::span<const HeldRows> input,
+  /// Collective. The exchanges of forward_bands (TransformerBands) for `batch` samples: rank r computes the
+  /// image-grid rows [image_bands.begin(r), image_bands.end(r)) and the internal-grid rows
+  /// internal_bands(image_bands) of every sample. This rank holds the input rows `held` (global rows
+  /// b*nlat*nlon + p; any pieces, disjoint over the ranks, covering the batch), range i at row
+  /// held_first_row[i] of the `input_rows` rows it passes to forward_bands.
+  TransformerBands plan_bands(const Comm& comm, int batch, const BandPartition& image_bands,
+                              std::span<const RowRange> held, std::span<const std::int64_t> held_first_row,
+                              std::int64_t input_rows) const;
+  /// Collective over the ranks of `bands`. The forward distributed in latitude bands (share/docs/sphere.md,
+  /// "Multi-rank mode"): `input` holds this rank's input rows (in_chans floats at row stride ld_input, as
+  /// planned); out_band receives this rank's image rows of every sample (sample-major, row-major,
+  /// out_chans floats each). Halos move through the plan's exchanges; the instance-norm statistics are
+  /// summed per latitude row in a fixed order. forward() is this with one rank, so every value is bitwise
+  /// the same for any number of ranks and any partition.
+  void forward_bands(const TransformerBands& bands, const float* input, std::int64_t ld_input,
                      float* out_band) const;
   /// The internal-grid rows of each rank for the given image-grid bands (matching_bands by colatitude).
   BandPartition internal_bands(const BandPartition& image_bands) const;

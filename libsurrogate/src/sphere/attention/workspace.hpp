@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "s2_heads.hpp"
+#include "heads.hpp"
 
 namespace surrogate::sphere::detail {
 

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "s2_heads.hpp"
+#include "heads.hpp"
 #include "surrogate/sphere/neighborhood.hpp"
 
 namespace surrogate::sphere::detail {
@@ -16,7 +16,7 @@ namespace surrogate::sphere::detail {
 /// the input rows [in_begin, in_end), which must hold every row the lists of the output rows reach (key =
 /// value = query for self-attention on the whole grid). quad_w: w_lat of every input latitude of the
 /// grid. Every output value is the same bits whatever the band, the batch or the number of OpenMP threads.
-/// Scratch (rings, operands, band results) from ws (s2_workspace.hpp).
+/// Scratch (rings, operands, band results) from ws (workspace.hpp).
 void neighborhood_attention_rows(const NeighborhoodCsr& csr, const std::vector<float>& quad_w, const S2Heads& heads,
                                  int batch, int lat_begin, int lat_end, int in_begin, int in_end, const float* query,
                                  const float* key, const float* value, float* out, S2Workspace& ws);

@@ -1,7 +1,7 @@
-// The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (attention_device.hpp; CUDA builds only,
-// added by libsurrogate/cmake/cuda.cmake). Host code: the packed weights on the device, the scratch of
-// the projected operands, and the launches of the kernels of kernels/cuda (mlp.cu or point_layers.cu's
-// dense for the projections, sphere_attention.cu).
+// The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (surrogate/sphere/attention_device.hpp;
+// CUDA builds only). Host code: the packed weights on the device, the scratch of the projected operands,
+// and the launches of the kernels of kernels/cuda (mlp.cu or device::dense for the projections,
+// sphere_attention.cu). share/docs/sphere.md, "CUDA forward of both attention operators".
 #include "surrogate/sphere/attention_device.hpp"
 
 #include <algorithm>
@@ -13,9 +13,8 @@
 
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
-#include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
-#include "device_call.hpp"
+#include "on_device.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -23,8 +22,8 @@ namespace {
 namespace cu = kernels::cuda;
 using kernels::index_t;
 
-using device_call::on_device;
-using device_call::upload;
+using device_ops::on_device;
+using device_ops::upload;
 
 /// What both device operators share: the four 1x1 convolutions (q, k, v, proj) as packed one-layer MLPs,
 /// the qk-norm weights (1 + w), the quadrature log weights, and the scratch of one forward.
@@ -38,11 +37,10 @@ class DeviceHeads {
     // One blob: W^T and bias of q, k, v, proj (pack_mlp_linear; each part a multiple of 4 floats, so the
     // kernels' float4 loads stay aligned), then the qk-norm weights.
     std::vector<float> blob;
-    std::vector<Part>& parts = parts_;
     const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
       std::vector<float> wt, bt;
       cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
-      parts.push_back({blob.size(), blob.size() + wt.size(), in, out});
+      parts_.push_back({blob.size(), blob.size() + wt.size(), in, out, cu::mlp_weight_ld(out)});
       blob.insert(blob.end(), wt.begin(), wt.end());
       blob.insert(blob.end(), bt.begin(), bt.end());
     };
@@ -58,19 +56,18 @@ class DeviceHeads {
     on_device(op, device_, [&] {
       upload(blob_, blob, device_);
       std::vector<cu::MlpLayer> layers;
-      for (const Part& p : parts) {
+      for (const device::Dense& p : parts_) {
         cu::MlpLayer l;
-        l.weight_t = blob_.data() + p.weight_t;
+        l.weight_t = blob_.data() + p.wt;
         l.bias = blob_.data() + p.bias;
         l.in = p.in;
         l.out = p.out;
-        l.ld = cu::mlp_weight_ld(p.out);
+        l.ld = p.ldw;
         layers.push_back(l);
       }
       upload(layers_, layers, device_);
       upload(log_w_, log_w_lat, device_);
-      // Pageable copies may still be in flight when cudaMemcpy returns; a caller's non-blocking stream
-      // does not wait for them.
+      // The uploads run on the default stream; a caller's non-blocking stream does not wait for them.
       cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the weights)");
     });
     if (use_qknorm) {
@@ -132,24 +129,13 @@ class DeviceHeads {
   }
 
  private:
-  /// One projection: the fused MLP kernel (mlp.cu) for widths up to kMaxMlpWidth, else cuda::dense (one
+  /// One projection: the fused MLP kernel (mlp.cu) for widths up to kMaxMlpWidth, else device::dense (one
   /// thread per output, no width limit) on the same packed weights. Both compute bias + sum_k x_k w_k as
   /// one fmaf chain in k order, so the width only changes the speed.
   void linear(int layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, cudaStream_t stream) const {
-    const Part& p = parts_[static_cast<std::size_t>(layer)];
+    const device::Dense& p = parts_[static_cast<std::size_t>(layer)];
     if (std::max(p.in, p.out) > cu::kMaxMlpWidth) {
-      cu::DenseArgs d;
-      d.wt = blob_.data() + p.weight_t;
-      d.bias = blob_.data() + p.bias;
-      d.in = p.in;
-      d.out = p.out;
-      d.ldw = cu::mlp_weight_ld(p.out);
-      d.x = x;
-      d.ldx = ldx;
-      d.y = y;
-      d.ldy = ldy;
-      d.rows = rows;
-      cu::dense(d, stream);
+      device::dense(p, blob_.data(), x, ldx, y, ldy, rows, stream);
       return;
     }
     cu::MlpArgs m;
@@ -164,11 +150,7 @@ class DeviceHeads {
     cu::mlp(m, stream);
   }
 
-  struct Part {  // one packed projection in blob_ (offsets in floats)
-    std::size_t weight_t, bias;
-    int in, out;
-  };
-  std::vector<Part> parts_;  // q, k, v, proj
+  std::vector<device::Dense> parts_;  // q, k, v, proj: offsets in blob_ (each a multiple of 4 floats)
   std::string op_;
   int device_, cin_, heads_, ck_, cout_, ek_, ev_;
   float s_;
@@ -292,7 +274,7 @@ struct NeighborhoodAttentionS2Device::Impl {
     }
     if (cols.empty()) cols.push_back(0);  // never read (no list has entries); keeps the buffer non-null
     band_begin = band_end = band_in = -1;
-    device_call::on_device("NeighborhoodAttentionS2 (CUDA)", heads.device(), [&] {
+    on_device("NeighborhoodAttentionS2 (CUDA)", heads.device(), [&] {
       // A forward still running may read the buffers about to be replaced.
       kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(before replacing the band's lists)");
       upload(band_offsets, offsets, heads.device());

@@ -11,8 +11,8 @@
 #include <string>
 
 #include "surrogate/error.hpp"
-#include "s2_heads.hpp"
-#include "s2_workspace.hpp"
+#include "heads.hpp"
+#include "workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere {

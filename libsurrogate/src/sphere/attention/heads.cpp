@@ -1,5 +1,5 @@
-// Shared checks and projection stages of AttentionS2 and NeighborhoodAttentionS2 (s2_heads.hpp).
-#include "s2_heads.hpp"
+// Shared checks and projection stages of AttentionS2 and NeighborhoodAttentionS2 (heads.hpp).
+#include "heads.hpp"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <utility>
 
-#include "s2_workspace.hpp"
+#include "workspace.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::sphere::detail {

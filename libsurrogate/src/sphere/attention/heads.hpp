@@ -28,7 +28,7 @@ struct PlainOperands {
   kernels::AlignedBuffer<float> q, k, v;
 };
 
-struct S2Workspace;  // s2_workspace.hpp: the buffers below are taken from it
+struct S2Workspace;  // workspace.hpp: the buffers below are taken from it
 
 class S2Heads {
  public:

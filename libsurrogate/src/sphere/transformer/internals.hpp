@@ -1,19 +1,18 @@
-// Read access to the parts of a SphericalTransformer (transformer.cpp) for the device forward
-// (transformer_device.cpp): the CPU operators (their configurations and tables), the position embedding,
-// the norms' weights and the packed MLP layers. Internal to libsurrogate.
+// Read access to the parts of a SphericalTransformer (network.cpp) for the band plan (bands.cpp) and the
+// device forward (../cuda/transformer.cpp): the CPU operators (their configurations and tables), the
+// position embedding, the norms' weights and the packed MLP layers. Internal to libsurrogate.
 #pragma once
 
 #include <string>
 #include <vector>
 
-#include "../layers.hpp"
-#include "surrogate/comm.hpp"
+#include "../../layers.hpp"
 #include "surrogate/model_file.hpp"
-#include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/resample.hpp"
+#include "surrogate/sphere/sht.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
 namespace surrogate::sphere {
@@ -25,6 +24,8 @@ struct TransformerView {
   const DiscoConvS2* encoder = nullptr;
   const DiscoConvS2* decoder = nullptr;
   const ResampleS2* resample = nullptr;  // nullptr with upsample_sht
+  const RealSHT* sht = nullptr;          // upsample_sht only: analysis on the internal grid,
+  const InverseRealSHT* isht = nullptr;  // synthesis on the image grid
   const float* pos = nullptr;            // h*w rows of ld floats (zeros past embed_dim), or nullptr
   struct Block {
     const float* norm_w[2] = {nullptr, nullptr};  // embed_dim values each (instance or layer norm)
@@ -40,18 +41,6 @@ struct TransformerView {
 struct TransformerInternals {
   static TransformerView view(const SphericalTransformer& net);
 };
-
-/// Collective. The per-(sample, latitude row, channel) sums `part` of this rank's band (sample-major:
-/// (b*bands.rows(rank) + row)*C + c) of every rank, in grid layout: all[(b*bands.nlat() + row)*C + c].
-/// The instance norm's statistics sum these rows in row order (transformer.cpp; the device forward's
-/// grid_norm_stats on the gathered rows): the same values for any partition.
-std::vector<double> gather_row_sums(const Comm& comm, const BandPartition& bands, int batch, int C,
-                                    const std::vector<double>& part);
-
-/// The orders [first[r], first[r+1]) whose SHT coefficients rank r sums in the band forward of upsample_sht
-/// (the CPU's and the device's): contiguous, in rank order, about equal shares of the work (order m has
-/// lmax - m degrees).
-std::vector<int> order_split(int lmax, int mmax, int ranks);
 
 /// The weights of block `block`'s attention (blocks.<block>.self_attn.*) as the CPU forward reads them.
 AttentionS2Weights transformer_attention_weights(const ModelFile& file, int block);

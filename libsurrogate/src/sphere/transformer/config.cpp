@@ -6,7 +6,7 @@
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/transformer.hpp"
-#include "release.hpp"
+#include "../config.hpp"
 
 namespace surrogate::sphere {
 namespace {

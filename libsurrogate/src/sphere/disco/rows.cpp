@@ -1,5 +1,5 @@
-// The DISCO row contraction (disco_rows.hpp), shared by the forward and the transpose convolution.
-#include "disco_rows.hpp"
+// The DISCO row contraction (rows.hpp), shared by the forward and the transpose convolution.
+#include "rows.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -127,7 +127,7 @@ void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float*
   }
   const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
   const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin;
-  // The stride pairing of disco_rows.hpp: j runs over nj values; src = (s0 + ss*j) mod Wi, dst = (d0 + ds*j) mod Wo.
+  // The stride pairing of rows.hpp: j runs over nj values; src = (s0 + ss*j) mod Wi, dst = (d0 + ds*j) mod Wo.
   const int nj = transpose_ ? Wi : Wo;
   const int ss = transpose_ ? 1 : Wi / Wo, ds = transpose_ ? Wo / Wi : 1;
   const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
@@ -202,7 +202,7 @@ void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int 
   const DiscoConfig& c = config_;
   const int G = c.groups, Cin = c.in_channels, Cout = c.out_channels;
   const int Wi = c.nlon_in, Wo = c.nlon_out, Ho = out_end - out_begin;
-  // The stride pairing of disco_rows.hpp: j < nj; forward: src (lon_z + p*j) mod Wi, dst j; transpose:
+  // The stride pairing of rows.hpp: j < nj; forward: src (lon_z + p*j) mod Wi, dst j; transpose:
   // src j, dst (lon_z + p*j) mod Wo.
   const int nj = transpose_ ? Wi : Wo, p = transpose_ ? Wo / Wi : Wi / Wo, wrap_at = transpose_ ? Wo : Wi;
   const int i0 = needed.first, i1 = needed.second;  // input rows read (none: the outputs are the bias)

@@ -1,5 +1,5 @@
 // NeighborhoodAttentionS2 (local attention on the sphere) on the CPU: the projections shared with
-// AttentionS2 (s2_heads), then the quadrature-weighted softmax over each output point's neighbours (the
+// AttentionS2 (heads.hpp), then the quadrature-weighted softmax over each output point's neighbours (the
 // CSR row of its output latitude, shifted by p*wo input longitudes) in neighborhood_rows.cpp, on the
 // ring-attention kernel (consecutive output longitudes as SIMD lanes), then the output projection.
 #include "surrogate/sphere/neighborhood_attention.hpp"
@@ -12,8 +12,8 @@
 #include "surrogate/error.hpp"
 #include "neighborhood_rows.hpp"
 #include "neighborhood_upsample.hpp"
-#include "s2_heads.hpp"
-#include "s2_workspace.hpp"
+#include "heads.hpp"
+#include "workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere {

@@ -11,7 +11,7 @@
 #include <utility>
 #include <vector>
 
-#include "s2_heads.hpp"
+#include "heads.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/sphere/neighborhood.hpp"
 
@@ -37,7 +37,7 @@ std::pair<int, int> upsample_input_rows(const UpsampleLists& lists, int lat_begi
 /// of neighborhood_attention_rows (query / out rows b*po + (t - lat_begin)*nlon_out + wo, key / value rows
 /// b*pi + (lat - in_begin)*nlon_in + w for input rows [in_begin, in_end), which must hold every row the
 /// output rows reach). Every output value is the same bits whatever the band, batch or thread count.
-/// Scratch from ws (s2_workspace.hpp).
+/// Scratch from ws (workspace.hpp).
 void upsample_attention_rows(const UpsampleLists& lists, const std::vector<float>& quad_w, const S2Heads& heads,
                              int batch, int lat_begin, int lat_end, int in_begin, int in_end, const float* query,
                              const float* key, const float* value, float* out, S2Workspace& ws);

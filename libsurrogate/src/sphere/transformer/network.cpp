@@ -1,21 +1,22 @@
-// SphericalTransformer forward on the CPU. The residual stream is channels last with rows padded to
-// kernels::kPad floats (zeros in the padding), so the norms and the MLP run on the shared CPU kernels;
-// the spherical operators (DISCO, attention, resampling) take dense rows and get a dense copy only when
-// embed_dim is not a multiple of kPad.
+// SphericalTransformer forward on the CPU, in latitude bands (the exchanges of bands.hpp). The residual
+// stream is channels last with rows padded to kernels::kPad floats (zeros in the padding), so the norms and
+// the MLP run on the shared CPU kernels; the spherical operators (DISCO, attention, resampling) take dense
+// rows and get a dense copy only when embed_dim is not a multiple of kPad. share/docs/sphere.md.
 #include "surrogate/sphere/transformer.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <variant>
 
-#include "../layers.hpp"
+#include "../../layers.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 #include "surrogate/sphere/resample.hpp"
 #include "surrogate/sphere/sht.hpp"
-#include "transformer_internals.hpp"
+#include "bands.hpp"
+#include "internals.hpp"
 
 namespace surrogate::sphere {
 namespace {
@@ -103,8 +104,7 @@ struct SphericalTransformer::Impl {
   std::vector<Block> blocks;
 
   explicit Impl(const ModelFile& f);
-  void norm(const Comm& comm, const BandPartition& bands, const Block& b, int which, int batch, const float* x,
-            float* y) const;
+  void norm(const TransformerBands::Exchanges& bands, const Block& b, int which, const float* x, float* y) const;
   void mlp(const Block& b, index_t rows, const float* x_norm, float* x) const;
 };
 
@@ -220,35 +220,6 @@ SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::fr
   }
 }
 
-std::vector<double> gather_row_sums(const Comm& comm, const BandPartition& bands, int batch, int C,
-                                    const std::vector<double>& part) {
-  const int P = comm.size(), nlat = bands.nlat();
-  const std::size_t row_bytes = sizeof(double) * static_cast<std::size_t>(C);
-  std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
-  std::size_t total = 0;
-  for (int r = 0; r < P; ++r) {
-    offsets[static_cast<std::size_t>(r)] = total;
-    bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(batch) * static_cast<std::size_t>(bands.rows(r)) * row_bytes;
-    total += bytes[static_cast<std::size_t>(r)];
-  }
-  if (part.size() * sizeof(double) != bytes[static_cast<std::size_t>(comm.rank())])
-    throw Error(ErrorCode::internal, "gather_row_sums: rank " + std::to_string(comm.rank()) + " passes " +
-                                         std::to_string(part.size()) + " sums, its band needs " +
-                                         std::to_string(bytes[static_cast<std::size_t>(comm.rank())] / sizeof(double)));
-  std::vector<double> by_rank(total / sizeof(double));
-  comm.allgatherv(part.data(), part.size() * sizeof(double), by_rank.data(), bytes, offsets);
-  // Rank r holds (b, row) for its rows sample-major: reorder to (b*nlat + row)*C.
-  std::vector<double> all(static_cast<std::size_t>(batch) * static_cast<std::size_t>(nlat) * static_cast<std::size_t>(C));
-  for (int r = 0; r < P; ++r)
-    for (int b = 0; b < batch; ++b) {
-      const std::size_t n = static_cast<std::size_t>(bands.rows(r)) * static_cast<std::size_t>(C);
-      const double* src = by_rank.data() + offsets[static_cast<std::size_t>(r)] / sizeof(double) + static_cast<std::size_t>(b) * n;
-      std::copy(src, src + n, all.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(b) * static_cast<std::size_t>(nlat) +
-                                                                          static_cast<std::size_t>(bands.begin(r))) * static_cast<std::size_t>(C)));
-    }
-  return all;
-}
-
 namespace {
 
 /// Per (sample, latitude row, channel) sums over the longitudes in order, in double: f(x, c) of the band's
@@ -267,12 +238,14 @@ void row_sums(int batch, int lat_rows, int nlon, int C, const float* x, index_t 
   }
 }
 
-/// Collective. The per-row sums of every rank, added over the grid's rows in row order (north first):
-/// total[b*C + c]. The result does not depend on the partition.
-std::vector<double> sum_over_rows(const Comm& comm, const BandPartition& bands, int batch, int C,
+/// Collective. The per-row sums of every rank (`part`: this rank's band, sample-major) moved to every rank
+/// with a band (row_sums), added over the grid's `nlat` rows in row order (north first): total[b*C + c].
+/// The result does not depend on the partition; empty on a rank without rows.
+std::vector<double> sum_over_rows(const ExchangePlan& row_sums, int batch, int nlat, int C,
                                   const std::vector<double>& part) {
-  const int nlat = bands.nlat();
-  const std::vector<double> all = gather_row_sums(comm, bands, batch, C, part);
+  std::vector<double> all(static_cast<std::size_t>(row_sums.target_rows()) * static_cast<std::size_t>(C));
+  row_sums.forward(part.data(), C, all.data());
+  if (all.empty()) return {};
   std::vector<double> sum(static_cast<std::size_t>(batch) * static_cast<std::size_t>(C), 0.0);
   for (int b = 0; b < batch; ++b)
     for (int row = 0; row < nlat; ++row) {  // the rows in order
@@ -285,11 +258,11 @@ std::vector<double> sum_over_rows(const Comm& comm, const BandPartition& bands, 
 
 }  // namespace
 
-/// y = norm(x) over `batch` samples of this rank's band of the internal grid (ld floats per point); none
-/// copies. Collective for the instance norm.
-void SphericalTransformer::Impl::norm(const Comm& comm, const BandPartition& bands, const Block& b, int which, int batch,
+/// y = norm(x) over the samples of this rank's band of the internal grid (ld floats per point); none
+/// copies. Collective for the instance norm (its row sums through bands.row_sums).
+void SphericalTransformer::Impl::norm(const TransformerBands::Exchanges& bands, const Block& b, int which,
                                       const float* x, float* y) const {
-  const int lat_rows = bands.rows(comm.rank());
+  const int batch = bands.batch, lat_rows = bands.i1 - bands.i0;
   const index_t P = static_cast<index_t>(lat_rows) * w, rows = batch * P;
   switch (cfg.normalization_layer) {
     case BlockNorm::none: std::copy(x, x + rows * ld, y); return;
@@ -318,10 +291,10 @@ void SphericalTransformer::Impl::norm(const Comm& comm, const BandPartition& ban
       const double points = static_cast<double>(h) * w;
       std::vector<double> part;
       row_sums(batch, lat_rows, w, C, x, ld, part, [](float v, int) { return static_cast<double>(v); });
-      std::vector<double> mean = sum_over_rows(comm, bands, batch, C, part);
+      std::vector<double> mean = sum_over_rows(bands.row_sums, batch, h, C, part);
       for (auto& m : mean) m /= points;
       std::vector<double> squares;  // per (sample, row, channel) sums of squared deviations
-      for (int s = 0; s < batch; ++s) {
+      for (int s = 0; s < batch && lat_rows > 0; ++s) {
         const double* ms = mean.data() + static_cast<std::size_t>(s) * static_cast<std::size_t>(C);
         row_sums(1, lat_rows, w, C, x + s * P * ld, ld, part, [ms](float v, int c) {
           const double d = v - ms[c];
@@ -329,8 +302,8 @@ void SphericalTransformer::Impl::norm(const Comm& comm, const BandPartition& ban
         });
         squares.insert(squares.end(), part.begin(), part.end());
       }
-      const std::vector<double> var = sum_over_rows(comm, bands, batch, C, squares);
-      for (int s = 0; s < batch; ++s) {
+      const std::vector<double> var = sum_over_rows(bands.row_sums, batch, h, C, squares);
+      for (int s = 0; s < batch && lat_rows > 0; ++s) {
         const float* xs = x + s * P * ld;
         float* ys = y + s * P * ld;
         std::vector<float> scale(static_cast<std::size_t>(C)), shift(static_cast<std::size_t>(C));
@@ -405,24 +378,7 @@ void to_dense(const float* x, index_t ld, int width, index_t rows, std::vector<f
   for (index_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + width, dense.data() + r * width);
 }
 
-}  // namespace
-
-std::vector<int> order_split(int lmax, int mmax, int ranks) {
-  std::vector<std::int64_t> done(static_cast<std::size_t>(mmax) + 1, 0);
-  for (int m = 0; m < mmax; ++m) done[static_cast<std::size_t>(m) + 1] = done[static_cast<std::size_t>(m)] + std::max(lmax - m, 1);
-  std::vector<int> first{0};
-  int m = 0;
-  for (int r = 1; r < ranks; ++r) {
-    const std::int64_t target = done.back() * r / ranks;
-    while (m < mmax && done[static_cast<std::size_t>(m)] < target) ++m;
-    first.push_back(m);
-  }
-  first.push_back(mmax);
-  return first;
-}
-
-namespace {
-
+/// x += dense over the first `width` values of `rows` rows (x at row stride ld).
 void add_dense(const float* dense, int width, index_t rows, float* x, index_t ld) {
   for (index_t r = 0; r < rows; ++r)
     for (int c = 0; c < width; ++c) x[r * ld + c] += dense[r * width + c];
@@ -435,8 +391,11 @@ void SphericalTransformer::forward(int batch, const float* in, float* out) const
   if (batch < 1) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: batch must be positive");
   if (!in || !out) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: null input or output");
   const SelfComm self;
-  const HeldRows whole{{0, static_cast<index_t>(batch) * c.nlat * c.nlon}, in, c.in_chans};
-  forward_bands(self, batch, balanced_bands(c.nlat, 1), std::span<const HeldRows>(&whole, 1), out);
+  const RowRange whole{0, static_cast<index_t>(batch) * c.nlat * c.nlon};
+  const std::int64_t first_row = 0;
+  const TransformerBands bands = plan_bands(self, batch, balanced_bands(c.nlat, 1), std::span<const RowRange>(&whole, 1),
+                                            std::span<const std::int64_t>(&first_row, 1), whole.end);
+  forward_bands(bands, in, c.in_chans, out);
 }
 
 BandPartition SphericalTransformer::internal_bands(const BandPartition& image_bands) const {
@@ -445,30 +404,22 @@ BandPartition SphericalTransformer::internal_bands(const BandPartition& image_ba
                         latitudes(impl_->h, c.grid_internal).colatitude);
 }
 
-void SphericalTransformer::forward_bands(const Comm& comm, int batch, const BandPartition& image_bands,
-                                         std::span<const HeldRows> input, float* out_band) const {
+void SphericalTransformer::forward_bands(const TransformerBands& bands, const float* input, std::int64_t ld_input,
+                                         float* out_band) const {
   const Impl& m = *impl_;
   const TransformerConfig& c = m.cfg;
-  if (batch < 1) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward: batch must be positive");
-  if (image_bands.nlat() != c.nlat || static_cast<int>(image_bands.first.size()) != comm.size() + 1)
-    throw Error(ErrorCode::invalid_argument, "SphericalTransformer::forward_bands: the image bands must cover the " +
-                                                 std::to_string(c.nlat) + " latitudes with one band per rank of " +
-                                                 comm.name());
-  const BandPartition inner = internal_bands(image_bands);
-  const int me = comm.rank();
-  const int i0 = inner.begin(me), i1 = inner.end(me), g0 = image_bands.begin(me), g1 = image_bands.end(me);
-  const index_t P_img = static_cast<index_t>(c.nlat) * c.nlon, P = static_cast<index_t>(m.h) * m.w;
+  const TransformerBands::Exchanges& e = bands.exchanges();
+  const int batch = e.batch, i0 = e.i0, i1 = e.i1, g0 = e.g0, g1 = e.g1;
   const index_t P_band = static_cast<index_t>(i1 - i0) * m.w, rows = batch * P_band;
   const int C = m.C;
   const index_t ld = m.ld;
 
   // Encoder: the image rows within its cutoff of this band (from whichever ranks hold them), then the
   // padded residual stream with the position embedding.
-  const auto enc_rows = m.encoder->input_rows(i0, i1);
-  const std::vector<float> enc_in =
-      fetch_rows(comm, input, band_ranges(batch, P_img, c.nlon, enc_rows.first, enc_rows.second), c.in_chans);
+  std::vector<float> enc_in(static_cast<std::size_t>(e.encoder_input.target_rows() * c.in_chans));
+  e.encoder_input.forward(input, ld_input, enc_in.data(), c.in_chans, c.in_chans);
   std::vector<float> dense(static_cast<std::size_t>(rows * C));
-  m.encoder->forward_rows(batch, enc_in.data(), enc_rows.first, enc_rows.second, dense.data(), i0, i1);
+  m.encoder->forward_rows(batch, enc_in.data(), e.encoder_rows.first, e.encoder_rows.second, dense.data(), i0, i1);
   AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld)), y(static_cast<std::size_t>(rows * ld));
   std::fill(x.data(), x.data() + x.size(), 0.0f);
   std::fill(y.data(), y.data() + y.size(), 0.0f);
@@ -481,28 +432,24 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
     }
   }
 
-  std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C));
+  // Keys and values: the rows inside the neighbourhood cutoff, or every row for global attention.
+  std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C)),
+      kv(static_cast<std::size_t>(e.key_value.target_rows() * C));
   for (const Block& b : m.blocks) {
-    m.norm(comm, inner, b, 0, batch, x.data(), y.data());
+    m.norm(e, b, 0, x.data(), y.data());
     const float* q = y.data();
     if (ld != C) {
       to_dense(y.data(), ld, C, rows, attn_in);
       q = attn_in.data();
     }
-    // Keys and values: the rows inside the neighbourhood cutoff, or every row for global attention.
-    const std::vector<HeldRows> held = band_held(batch, P, m.w, i0, i1, y.data(), ld);
-    if (const auto* g = std::get_if<AttentionS2>(&b.attention)) {
-      const int kv_rows = i0 < i1 ? m.h : 0;  // an empty band fetches nothing
-      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, 0, kv_rows), C);
+    e.key_value.forward(y.data(), ld, kv.data(), C, C);
+    if (const auto* g = std::get_if<AttentionS2>(&b.attention))
       g->forward_rows(batch, i0, i1, q, kv.data(), kv.data(), attn_out.data());
-    } else {
-      const auto& na = std::get<NeighborhoodAttentionS2>(b.attention);
-      const auto halo = na.input_rows(i0, i1);
-      const std::vector<float> kv = fetch_rows(comm, held, band_ranges(batch, P, m.w, halo.first, halo.second), C);
-      na.forward_rows(batch, i0, i1, q, halo.first, halo.second, kv.data(), kv.data(), attn_out.data());
-    }
+    else
+      std::get<NeighborhoodAttentionS2>(b.attention)
+          .forward_rows(batch, i0, i1, q, e.kv_rows.first, e.kv_rows.second, kv.data(), kv.data(), attn_out.data());
     add_dense(attn_out.data(), C, rows, x.data(), ld);  // x = attention + residual
-    m.norm(comm, inner, b, 1, batch, x.data(), y.data());
+    m.norm(e, b, 1, x.data(), y.data());
     if (c.use_mlp) {
       m.mlp(b, rows, y.data(), x.data());
     } else {  // x = norm1(x) + x
@@ -511,61 +458,43 @@ void SphericalTransformer::forward_bands(const Comm& comm, int batch, const Band
   }
 
   // Decoder: the image rows [g0, g1) need the upsampled rows within the decoder's cutoff.
-  const auto dec_rows = m.decoder->input_rows(g0, g1);
+  const auto dec_rows = e.decoder_rows;
   std::vector<float> upsampled(static_cast<std::size_t>(batch) *
                                static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
                                static_cast<std::size_t>(c.nlon) * static_cast<std::size_t>(C));
   if (m.sht) {
     // SHT upsampling (share/docs/sphere.md, "Multi-rank mode"). Each rank transforms its own internal rows
-    // in longitude (row-local); the orders m are split over the ranks, each rank fetching its orders of
-    // every latitude (global row (b*h + lat)*mmax + m, 2C floats) and summing over the latitudes in order;
-    // the coefficients of all orders (global row b*mmax + m, lmax*2C floats) go to every rank with image
-    // rows, which synthesises only the image rows its decoder reads. Every coefficient is summed by one
-    // rank in the same order: the same bits for any number of ranks.
-    const int L = m.sht->lmax(), M = m.sht->mmax();
+    // in longitude (row-local); the orders m are split over the ranks, each rank receiving its orders of
+    // every latitude (sht_orders) and summing over the latitudes in order; the coefficients of all orders
+    // go to every rank with image rows (sht_coefficients), which synthesises only the image rows its
+    // decoder reads. Every coefficient is summed by one rank in the same order: the same bits for any
+    // number of ranks.
+    const int L = m.sht->lmax(), m0 = e.m0, m1 = e.m1;
     const std::int64_t width = m.sht->fourier_width(C), C2 = 2 * static_cast<std::int64_t>(C);
     std::vector<float> own(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (i1 - i0) * width));
     for (int b = 0; b < batch; ++b)
       m.sht->fourier_rows(i1 - i0, C, x.data() + b * P_band * ld, ld,
                           own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width);
-    const std::vector<int> orders = order_split(L, M, comm.size());
-    const int m0 = orders[static_cast<std::size_t>(me)], m1 = orders[static_cast<std::size_t>(me) + 1];
-    std::vector<HeldRows> held;
-    for (int b = 0; b < batch && i0 < i1; ++b)
-      held.push_back({{(static_cast<index_t>(b) * m.h + i0) * M, (static_cast<index_t>(b) * m.h + i1) * M},
-                      own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width, C2});
-    std::vector<RowRange> wanted;
-    for (int b = 0; b < batch && m0 < m1; ++b)
-      for (int k = 0; k < m.h; ++k) {
-        const index_t row = (static_cast<index_t>(b) * m.h + k) * M;
-        wanted.push_back({row + m0, row + m1});
-      }
-    const std::vector<float> my_orders = fetch_rows(comm, held, wanted, static_cast<int>(C2));
+    std::vector<float> my_orders(static_cast<std::size_t>(e.sht_orders.target_rows() * C2));
+    e.sht_orders.forward(own.data(), C2, my_orders.data(), C2, static_cast<int>(C2));
     std::vector<float> part(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (m1 - m0) * L * C2));
     m.sht->legendre_orders(batch, C, m0, m1, my_orders.data(), part.data());
-    std::vector<HeldRows> part_held;
-    for (int b = 0; b < batch && m0 < m1; ++b)
-      part_held.push_back({{static_cast<index_t>(b) * M + m0, static_cast<index_t>(b) * M + m1},
-                           part.data() + static_cast<std::int64_t>(b) * (m1 - m0) * L * C2, L * C2});
-    const bool needed = dec_rows.first < dec_rows.second;  // a rank without image rows needs no coefficients
-    const std::vector<float> coeffs = fetch_rows(comm, part_held, needed ? band_ranges(batch, M, 1, 0, M) : std::vector<RowRange>{},
-                                                 static_cast<int>(L * C2));
-    if (needed)
+    std::vector<float> coeffs(static_cast<std::size_t>(e.sht_coefficients.target_rows() * L * C2));
+    e.sht_coefficients.forward(part.data(), L * C2, coeffs.data(), L * C2, static_cast<int>(L * C2));
+    if (dec_rows.first < dec_rows.second)  // a rank without image rows receives no coefficients
       m.isht->forward_rows_by_order(batch, C, coeffs.data(), upsampled.data(), dec_rows.first, dec_rows.second);
   } else {
     // Bilinear resampling: the internal rows of the interpolation stencils (the resampling of the halo
     // rows is recomputed here rather than exchanged).
-    const auto res_rows = m.resample->input_rows(dec_rows.first, dec_rows.second);
-    const std::vector<float> inner_rows = fetch_rows(comm, band_held(batch, P, m.w, i0, i1, x.data(), ld),
-                                                     band_ranges(batch, P, m.w, res_rows.first, res_rows.second), C);
-    m.resample->forward_rows(batch, C, inner_rows.data(), res_rows.first, res_rows.second, upsampled.data(),
-                             dec_rows.first, dec_rows.second);
+    std::vector<float> inner_rows(static_cast<std::size_t>(e.resample_input.target_rows() * C));
+    e.resample_input.forward(x.data(), ld, inner_rows.data(), C, C);
+    m.resample->forward_rows(batch, C, inner_rows.data(), e.resample_rows.first, e.resample_rows.second,
+                             upsampled.data(), dec_rows.first, dec_rows.second);
   }
   m.decoder->forward_rows(batch, upsampled.data(), dec_rows.first, dec_rows.second, out_band, g0, g1);
-  const std::vector<float> own_in =
-      c.residual_prediction ? fetch_rows(comm, input, band_ranges(batch, P_img, c.nlon, g0, g1), c.in_chans)
-                            : std::vector<float>{};
-  if (c.residual_prediction) {
+  if (c.residual_prediction) {  // the band's own input rows
+    std::vector<float> own_in(static_cast<std::size_t>(e.residual_input.target_rows() * c.in_chans));
+    e.residual_input.forward(input, ld_input, own_in.data(), c.in_chans, c.in_chans);
     for (std::size_t i = 0; i < own_in.size(); ++i) out_band[i] += own_in[i];
   }
 }
@@ -580,6 +509,8 @@ TransformerView TransformerInternals::view(const SphericalTransformer& net) {
   v.encoder = m.encoder.get();
   v.decoder = m.decoder.get();
   v.resample = m.resample.get();
+  v.sht = m.sht.get();
+  v.isht = m.isht.get();
   v.pos = m.pos.size() ? m.pos.data() : nullptr;
   for (const Block& b : m.blocks) {
     TransformerView::Block k;

@@ -1,11 +1,16 @@
-// The torch-harmonics release recorded in a spherical model file (internal).
+// The configuration of the spherical model files (internal): the torch-harmonics release they record, and
+// the constructor arguments and weights of the single-layer files (s2_attention, s2_neighborhood_attention;
+// model-format.md §4.3). The SphericalTransformer's are TransformerConfig (transformer/config.cpp).
 #pragma once
 
+#include <cstdint>
 #include <cstdio>
 #include <string>
 
 #include "surrogate/error.hpp"
 #include "surrogate/model_file.hpp"
+#include "surrogate/sphere/attention.hpp"
+#include "surrogate/sphere/neighborhood_attention.hpp"
 
 namespace surrogate::sphere::detail {
 
@@ -28,3 +33,22 @@ inline std::string check_release(const AttributeMap& config, const std::string& 
 }
 
 }  // namespace surrogate::sphere::detail
+
+namespace surrogate::sphere {
+
+/// A single-layer file's operator configuration (`nbh` filled for s2_neighborhood_attention) and weights.
+struct LayerSetup {
+  AttentionS2Config att;
+  NeighborhoodAttentionS2Config nbh;
+  AttentionS2Weights weights;
+};
+
+/// Reads a single-layer file: release check, configuration, weights (every stored tensor must be one the
+/// operator takes: Error(weights) otherwise). A file between two grids is Error(unsupported) unless
+/// `between_grids` (the operators of layer_file.hpp take those; a Model cannot).
+LayerSetup layer_setup(const ModelFile& file, bool neighborhood, bool between_grids);
+
+/// The number of values of every weight tensor of the file.
+std::int64_t count_parameters(const ModelFile& file);
+
+}  // namespace surrogate::sphere

@@ -1,12 +1,12 @@
 // DiscoConvS2 (DiscreteContinuousConvS2) and DiscoConvTransposeS2 (DiscreteContinuousConvTransposeS2) on
 // the CPU (docs/reference-models.md §5.6, share/docs/sphere.md "DISCO convolution"): argument and table
-// checks; both run the row contraction of disco_rows.hpp in either DiscoOrder (per (sample, output
+// checks; both run the row contraction of rows.hpp in either DiscoOrder (per (sample, output
 // latitude) row: a float32 gather with psi rounded to float32, then the packed linear layer of each group;
 // or the linear layer on the input rows read, then the gather).
 #include <cmath>
 #include <string>
 
-#include "disco_rows.hpp"
+#include "rows.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/disco.hpp"
 

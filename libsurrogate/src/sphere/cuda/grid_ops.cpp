@@ -1,13 +1,13 @@
-// The CUDA forward of DiscoConvS2 and ResampleS2 (grid_ops_device.hpp; CUDA builds only, added by
-// libsurrogate/cmake/cuda.cmake). Host code: the regrouped filter table, the grouped weight and the
-// interpolation tables on the device, the scratch, and the launches of kernels/cuda/sphere_grid_ops.cu.
+// The CUDA forward of DiscoConvS2 and ResampleS2 (surrogate/sphere/grid_ops_device.hpp; CUDA builds only).
+// Host code: the regrouped filter table, the grouped weight and the interpolation tables on the device,
+// the scratch, and the launches of kernels/cuda/sphere_grid_ops.cu. share/docs/sphere.md.
 #include "surrogate/sphere/grid_ops_device.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 
-#include "device_call.hpp"
+#include "on_device.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
@@ -15,8 +15,8 @@
 namespace surrogate::sphere {
 
 namespace cu = kernels::cuda;
-using device_call::on_device;
-using device_call::upload;
+using device_ops::on_device;
+using device_ops::upload;
 using kernels::index_t;
 
 DiscoSegments disco_segments(const FilterTable& t, int K) {

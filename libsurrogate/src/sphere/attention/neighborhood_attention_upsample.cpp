@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "neighborhood_upsample.hpp"
-#include "s2_workspace.hpp"
+#include "workspace.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::sphere::detail {

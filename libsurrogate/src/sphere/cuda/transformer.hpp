@@ -1,0 +1,39 @@
+// The SphericalTransformer forward on a CUDA device, FP32 (transformer.cpp, transformer_bands.cpp; CUDA
+// builds only): the stages of the CPU forward (transformer/network.cpp) on device arrays of embed_dim floats
+// per point, on one rank (forward) or in the latitude bands of a SpherePlan on several (forward_bands), with
+// either decoder. share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
+#pragma once
+
+#include <memory>
+
+#include "../plan.hpp"
+#include "surrogate/comm.hpp"
+#include "surrogate/model_file.hpp"
+#include "surrogate/sphere/transformer.hpp"
+
+namespace surrogate::sphere {
+
+class SphereTransformerDeviceForward {
+ public:
+  virtual ~SphereTransformerDeviceForward() = default;
+  /// SphericalTransformer::forward (whole grid, one rank) on host arrays: in batch*nlat*nlon x in_chans,
+  /// out batch*nlat*nlon x out_chans, channels last. Uploads, runs on the device, downloads, synchronizes.
+  virtual void forward(int batch, const float* in, float* out) = 0;
+  /// Collective. SphericalTransformer::forward_bands with the plan's TransformerBands on the device of every
+  /// rank: this rank's rows `in` (its pieces in the working order, in_chans values at row stride ld_in)
+  /// uploaded, each stage on the device, every exchange an ExchangePlan device move (through the comm's
+  /// DeviceTransport: NCCL when every rank owns its GPU), the output band moved back to the pieces' rows
+  /// and downloaded into `out` (out_chans values at row stride ld_out). Bitwise the one-rank device
+  /// forward for any partition; a failure on any rank is the same Error on every rank.
+  virtual void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
+                             index_t ld_out) = 0;
+  virtual int device() const = 0;
+};
+
+/// The device forward of `net` (its CPU operators, embedding, norms and MLP layers) with the attention and
+/// DISCO weights read again from `file` (the file `net` was built from). Error(unsupported) without a
+/// usable device.
+std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
+                                                                                      const ModelFile& file, int device);
+
+}  // namespace surrogate::sphere

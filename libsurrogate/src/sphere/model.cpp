@@ -1,0 +1,282 @@
+// The spherical families as generic Models ("sphere_transformer", "s2_attention",
+// "s2_neighborhood_attention"): a sample is one field on the model's grid, its points concatenated over the
+// ranks in rank order in row-major latitude-longitude order; every rank computes whole latitude rows through
+// the exchanges of its SpherePlan (plan.hpp), bitwise the one-process result for any number of ranks.
+// share/docs/sphere.md, "Point layout" and "Multi-rank mode".
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "../device_support.hpp"
+#include "config.hpp"
+#include "cuda/layer.hpp"
+#include "cuda/transformer.hpp"
+#include "plan.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/sphere/attention.hpp"
+#include "surrogate/sphere/neighborhood_attention.hpp"
+#include "surrogate/sphere/sht.hpp"
+#include "surrogate/sphere/transformer.hpp"
+
+namespace surrogate::sphere {
+namespace {
+
+/// Sets the OpenMP thread count of the calling thread for one forward and restores it.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : saved_(omp_get_max_threads()) {
+    if (threads > 0) omp_set_num_threads(threads);
+  }
+  ~ThreadCount() { omp_set_num_threads(saved_); }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+};
+
+SpherePlan& sphere_plan(Plan& plan) {
+  auto* p = dynamic_cast<SpherePlan*>(&plan);
+  if (!p) throw Error(ErrorCode::internal, "sphere: the plan is not a spherical model's plan");
+  return *p;
+}
+
+/// Arrays in device memory (Model::predict_device) have no spherical forward: Error(unsupported) on every rank.
+void refuse_device_arrays(const Comm& comm, const std::string& architecture) {
+  collectively(comm, [&] {
+    throw Error(ErrorCode::unsupported, "model architecture '" + architecture + "' has no device-resident predict");
+  });
+}
+
+void check_fp32(const std::string& what, const RunOptions& options) {
+  if (options.precision != Precision::fp32)
+    throw Error(ErrorCode::unsupported, what + ": the CUDA forward computes in fp32 only (precision '" +
+                                            precision_name(options.precision) + "' requested)");
+}
+
+/// One rank on a device: the working rows (every segment a whole sample) gathered into grid order,
+/// run(batch, grid_in, grid_out) on the whole grid, the rows back (cout values each).
+template <class Run>
+void on_the_whole_grid(const SampleLayout& layout, index_t points, int cin, int cout, const float* in, index_t ld_in,
+                       float* out, index_t ld_out, Run&& run) {
+  const index_t B = layout.num_samples();
+  std::vector<float> grid_in(static_cast<std::size_t>(B * points * cin)), grid_out(static_cast<std::size_t>(B * points * cout));
+  for (const auto& seg : layout.segments())
+    for (index_t p = 0; p < seg.end - seg.begin; ++p)
+      std::copy_n(in + (seg.begin + p) * ld_in, cin, grid_in.data() + (seg.sample * points + p) * cin);
+  run(static_cast<int>(B), grid_in.data(), grid_out.data());
+  for (const auto& seg : layout.segments())
+    for (index_t p = 0; p < seg.end - seg.begin; ++p)
+      std::copy_n(grid_out.data() + (seg.sample * points + p) * cout, cout, out + (seg.begin + p) * ld_out);
+}
+
+class SphereTransformerModel final : public Model {
+ public:
+  SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
+      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), file_(f) {}
+
+  index_t parameter_count() const override { return net_.parameter_count(); }
+  std::vector<std::pair<std::string, std::string>> describe() const override {
+    const TransformerConfig& c = net_.config();
+    auto grid = [](int a, int b) { return std::to_string(a) + " x " + std::to_string(b); };
+    return {{"torch-harmonics release", c.torch_harmonics_version},
+            {"image grid", grid(c.nlat, c.nlon) + " " + to_string(c.grid)},
+            {"internal grid", grid(c.internal_nlat(), c.internal_nlon()) + " " + to_string(c.grid_internal)},
+            {"attention", c.neighborhood ? "neighborhood" : "global"},
+            {"embed_dim / heads / layers", std::to_string(c.embed_dim) + " / " + std::to_string(c.num_heads) + " / " +
+                                               std::to_string(c.num_layers)},
+            {"encoder/decoder DISCO", c.filter_basis_type + ", basis_norm_mode " + c.basis_norm_mode},
+            {"decoder upsampling",
+             c.upsample_sht ? "SHT, lmax = mmax = " +
+                                  std::to_string(sht_truncation(c.internal_nlat(), c.internal_nlon(), c.grid_internal).lmax)
+                            : std::string("bilinear (ResampleS2)")},
+            {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, SHT orders split "
+                                 "over the ranks, global attention "
+                                 "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"}};
+  }
+
+ protected:
+  /// The bands of the solver's pieces, the output's way back and the transformer's exchanges.
+  std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions&) override {
+    const TransformerConfig& c = net_.config();
+    SolverPieces pieces = solver_pieces(comm, basis.layout, c.nlat, c.nlon, "sphere_transformer");
+    const index_t B = basis.layout.num_samples(), n = basis.layout.local_points();
+    auto plan = std::make_unique<SpherePlan>(std::move(basis), comm, std::move(pieces), c.nlon);
+    const SolverPieces& p = plan->pieces();
+    plan->set_transformer(net_.plan_bands(comm, static_cast<int>(B), p.bands, p.held, p.working_begin, n));
+    return plan;
+  }
+
+  void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) override {
+    if (io.device) return refuse_device_arrays(comm, architecture());
+    SpherePlan& p = sphere_plan(plan);
+    if (options.cuda_device >= 0) return forward_on_device(comm, p, io, options);
+    const TransformerConfig& c = net_.config();
+    const index_t B = p.layout().num_samples();
+    std::vector<float> band_out(static_cast<std::size_t>(B * (p.band_end() - p.band_begin()) * c.nlon * c.out_chans));
+    {
+      ThreadCount threads(options.threads);
+      net_.forward_bands(p.transformer(), io.in, io.ld_in, band_out.data());
+    }
+    p.outputs().forward(band_out.data(), c.out_chans, io.out, io.ld_out, c.out_chans);
+  }
+
+ private:
+  /// The CUDA forward (cuda/transformer.hpp), fp32. One rank: the whole-grid device forward. Several ranks:
+  /// the plan's latitude bands on every rank's device. The device object (the weights on the device) is
+  /// built on the first call, and again when the device changes.
+  void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
+    const TransformerConfig& c = net_.config();
+    check_fp32("sphere_transformer", options);
+    if (comm.size() > 1) {
+      collectively(comm, [&] { ensure_device(options.cuda_device); });
+      ThreadCount threads(options.threads);
+      device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
+      return;
+    }
+    ensure_device(options.cuda_device);
+    on_the_whole_grid(p.layout(), static_cast<index_t>(c.nlat) * c.nlon, c.in_chans, c.out_chans, io.in, io.ld_in,
+                      io.out, io.ld_out, [&](int batch, const float* in, float* out) { device_->forward(batch, in, out); });
+  }
+
+  void ensure_device(int cuda_device) {
+    if (device_ && device_->device() == cuda_device) return;
+    device_.reset();
+#if SURROGATE_HAVE_CUDA
+    device_ = make_sphere_transformer_device_forward(net_, file_, cuda_device);
+#else
+    surrogate::detail::refuse_without_cuda_backend("sphere_transformer", cuda_device);
+#endif
+  }
+
+  SphericalTransformer net_;
+  ModelFile file_;  // the attention and DISCO weights the device forward uploads
+  std::unique_ptr<SphereTransformerDeviceForward> device_;
+};
+
+// ------------------------------------------------------------------------------------------------------
+// Single layers: AttentionS2 / NeighborhoodAttentionS2 as self-attention on one grid.
+
+template <class Op>
+class S2LayerModel final : public Model {
+  static constexpr bool kNeighborhood = std::is_same_v<Op, NeighborhoodAttentionS2>;
+
+ public:
+  S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, index_t points, std::int64_t params)
+      : Model(f, in, out), op_(std::move(op)), setup_(std::move(setup)), points_(points), parameters_(params) {}
+  index_t parameter_count() const override { return parameters_; }
+  std::vector<std::pair<std::string, std::string>> describe() const override {
+    const auto& c = op_.config();
+    return {{"grid", std::to_string(c.nlat_in) + " x " + std::to_string(c.nlon_in) + " " + to_string(c.grid_in)},
+            {"channels in / k / out", std::to_string(c.in_channels) + " / " + std::to_string(c.k_channels) + " / " +
+                                          std::to_string(c.out_channels)},
+            {"heads", std::to_string(c.num_heads)},
+            {"multi-rank mode", kNeighborhood ? "latitude bands; key/value halo of the rows inside the cutoff"
+                                              : "latitude bands; keys/values all-gathered (global attention)"}};
+  }
+
+ protected:
+  /// The bands of the solver's pieces, the output's way back, and the band's query and key/value rows:
+  /// every row for global attention, the rows inside the cutoff for neighbourhood attention.
+  std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions&) override {
+    const auto& c = op_.config();
+    SolverPieces pieces = solver_pieces(comm, basis.layout, c.nlat_in, c.nlon_in, architecture());
+    auto plan = std::make_unique<SpherePlan>(std::move(basis), comm, std::move(pieces), c.nlon_in);
+    const int g0 = plan->band_begin(), g1 = plan->band_end();
+    std::pair<int, int> kv_rows{0, g0 < g1 ? c.nlat_in : 0};  // an empty band needs nothing
+    if constexpr (kNeighborhood) kv_rows = op_.input_rows(g0, g1);
+    plan->plan_layer(comm, c.nlon_in, kv_rows, !kNeighborhood);
+    return plan;
+  }
+
+  void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) override {
+    if (io.device) return refuse_device_arrays(comm, architecture());
+    SpherePlan& p = sphere_plan(plan);
+    if (options.cuda_device >= 0) return forward_on_device(comm, p, io, options);
+    const LayerBands& l = p.layer();
+    const int cin = in_channels(), cout = out_channels();
+    const index_t B = p.layout().num_samples();
+    std::vector<float> rows(static_cast<std::size_t>(l.inputs.target_rows() * cin));
+    l.inputs.forward(io.in, io.ld_in, rows.data(), cin, cin);
+    const float* query = rows.data() + l.query_row * cin;
+    const float* kv = rows.data() + l.kv_row * cin;
+    std::vector<float> band_out(static_cast<std::size_t>(B * (l.lat_end - l.lat_begin) * op_.config().nlon_in * cout));
+    {
+      ThreadCount threads(options.threads);
+      if constexpr (kNeighborhood)
+        op_.forward_rows(static_cast<int>(B), l.lat_begin, l.lat_end, query, l.kv_begin, l.kv_end, kv, kv,
+                         band_out.data());
+      else
+        op_.forward_rows(static_cast<int>(B), l.lat_begin, l.lat_end, query, kv, kv, band_out.data());
+    }
+    p.outputs().forward(band_out.data(), cout, io.out, io.ld_out, cout);
+  }
+
+ private:
+  /// The CUDA forward (cuda/layer.hpp), fp32. One rank: the device operator on the whole grid. Several
+  /// ranks: the plan's bands on every rank's device. The device object is built on the first call (and
+  /// again when the device changes); the device operator refuses the upsampling mode at construction.
+  void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
+    check_fp32(architecture(), options);
+    if (comm.size() > 1) {
+      collectively(comm, [&] { ensure_device(options.cuda_device); });
+      device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
+      return;
+    }
+    ensure_device(options.cuda_device);
+    on_the_whole_grid(p.layout(), points_, in_channels(), out_channels(), io.in, io.ld_in, io.out, io.ld_out,
+                      [&](int batch, const float* in, float* out) { device_->forward(batch, in, out); });
+  }
+
+  void ensure_device(int cuda_device) {
+    if (device_ && device_->device() == cuda_device) return;
+    device_.reset();
+#if SURROGATE_HAVE_CUDA
+    if constexpr (kNeighborhood)
+      device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, cuda_device);
+    else
+      device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, cuda_device);
+#else
+    surrogate::detail::refuse_without_cuda_backend(architecture(), cuda_device);
+#endif
+  }
+
+  Op op_;
+  LayerSetup setup_;  // the configuration and weights the device operator uploads
+  std::unique_ptr<S2LayerDeviceForward> device_;
+  index_t points_;
+  std::int64_t parameters_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> make_transformer_model(const ModelFile& file) {
+  SphericalTransformer net(file);
+  return std::make_unique<SphereTransformerModel>(file, std::move(net));
+}
+
+std::unique_ptr<Model> make_attention_model(const ModelFile& file) {
+  LayerSetup s = layer_setup(file, false, false);
+  AttentionS2 op(s.att, s.weights);
+  const auto& c = op.config();
+  const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
+  const int in = c.in_channels, out = c.out_channels;
+  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), std::move(s), in, out, points,
+                                                     count_parameters(file));
+}
+
+std::unique_ptr<Model> make_neighborhood_attention_model(const ModelFile& file) {
+  LayerSetup s = layer_setup(file, true, false);
+  NeighborhoodAttentionS2 op(s.nbh, s.weights);
+  const auto& c = op.config();
+  const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
+  const int in = c.in_channels, out = c.out_channels;
+  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), std::move(s), in, out, points,
+                                                                 count_parameters(file));
+}
+
+}  // namespace surrogate::sphere
