@@ -332,15 +332,7 @@ void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t 
   char* buffer = send_buffer_.data();
   if (all_gather_) {
     for (std::int64_t i = 0; i < source_rows_; ++i, buffer += row_bytes) std::memcpy(buffer, in_row(i), row_bytes);
-    std::vector<std::size_t> bytes(unpack_counts.size()), offsets(unpack_counts.size());
-    std::size_t total = 0;
-    for (std::size_t q = 0; q < unpack_counts.size(); ++q) {
-      offsets[q] = total;
-      bytes[q] = unpack_counts[q] * row_bytes;
-      total += bytes[q];
-    }
-    // Own rows are not received again (their count is zeroed): gather everything into the buffer's end.
-    std::vector<char> all(std::max<std::size_t>(total + static_cast<std::size_t>(source_rows_) * row_bytes, 1));
+    // Every rank's rows, this one's included, gathered into the receive buffer (kept between moves).
     std::vector<std::size_t> all_bytes(unpack_counts.size()), all_offsets(unpack_counts.size());
     std::size_t at = 0;
     for (std::size_t q = 0; q < unpack_counts.size(); ++q) {
@@ -348,12 +340,13 @@ void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t 
       all_bytes[q] = (q == me ? static_cast<std::size_t>(source_rows_) : unpack_counts[q]) * row_bytes;
       at += all_bytes[q];
     }
-    comm.allgatherv(send_buffer_.data(), static_cast<std::size_t>(source_rows_) * row_bytes, all.data(), all_bytes,
-                    all_offsets);
+    if (recv_buffer_.size() < std::max<std::size_t>(at, 1)) recv_buffer_.resize(std::max<std::size_t>(at, 1));
+    char* all = recv_buffer_.data();
+    comm.allgatherv(send_buffer_.data(), static_cast<std::size_t>(source_rows_) * row_bytes, all, all_bytes, all_offsets);
     for (std::size_t q = 0; q < unpack_counts.size(); ++q) {
       if (q == me) continue;
       for (std::size_t i = 0; i < unpack_counts[q]; ++i)
-        std::memcpy(out_row(unpack_rows[unpack_offsets[q] + i]), all.data() + all_offsets[q] + i * row_bytes, row_bytes);
+        std::memcpy(out_row(unpack_rows[unpack_offsets[q] + i]), all + all_offsets[q] + i * row_bytes, row_bytes);
     }
     return;
   }
