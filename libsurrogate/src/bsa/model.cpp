@@ -99,8 +99,9 @@ class BsaModel final : public PointCloudModel {
     auto& plan = static_cast<detail::BsaPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) use_device(comm, options);
-    const std::vector<float> block_features = wrapped(net_) ? detail::Stages::fourier(net_, plan.block_positions(), options.threads)
-                                                            : plan.to_block(io.in, io.ld_in, in_channels());
+    const std::vector<float> block_features = wrapped(net_)
+                                                  ? detail::Stages::fourier(net_, plan.block_positions(), options.threads)
+                                                  : plan.to_block(io.in, io.ld_in, in_channels());
     std::vector<float> y;
     if (on_device && comm.size() == 1) y = forward_one_rank(comm, plan, block_features, options.threads);
     else if (on_device) y = plan.forward_on_device(*device_, net_, block_features, options.threads);

@@ -123,7 +123,8 @@ class ErwinModel final : public PointCloudModel {
     if (on_device) prepare_device(comm, options);
     const std::vector<float> block_features =
         wrapper_ ? fourier(plan.block_positions(), options.threads) : plan.to_block(io.in, io.ld_in, in_channels());
-    std::vector<float> y = on_device ? device_->forward(plan, block_features) : plan.forward(net_, block_features, options.threads);
+    std::vector<float> y =
+        on_device ? device_->forward(plan, block_features) : plan.forward(net_, block_features, options.threads);
     if (wrapper_) y = head(y, options.threads);
     plan.to_solver(y, out_channels(), io.out, io.ld_out);
   }

@@ -54,7 +54,8 @@ std::vector<float> ErwinPlan::forward(const Network& net, std::span<const float>
   AlignedBuffer<float> x(static_cast<std::size_t>(tree.local_slots() * ld));
   tree.plan.to_tree(h.data(), static_cast<int>(ld), x.data());
   const ExchangedOrder order(trees().rotations);
-  Stages::levels(net, x, {slot_positions().begin(), slot_positions().end()}, level_nodes_, c.rotate > 0 ? &order : nullptr, threads);
+  Stages::levels(net, x, {slot_positions().begin(), slot_positions().end()}, level_nodes_, c.rotate > 0 ? &order : nullptr,
+                 threads);
   tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D0));
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D0, result.data() + i * D0);

@@ -81,8 +81,10 @@ ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_
   for (const BlockWeights& b : nw.bottleneck) bottleneck_.push_back(add_block(b));
   for (const kernels::PackedLinear* p : nw.pool) pool_.push_back(weights_.append_dense(*p));
   for (const kernels::PackedLinear* p : nw.unpool) unpool_.push_back(weights_.append_dense(*p));
-  for (const BatchNormWeights& b : nw.pool_bn) pool_bn_.push_back({weights_.append(*b.alpha), weights_.append(*b.beta)});
-  for (const BatchNormWeights& b : nw.unpool_bn) unpool_bn_.push_back({weights_.append(*b.alpha), weights_.append(*b.beta)});
+  for (const BatchNormWeights& b : nw.pool_bn)
+    pool_bn_.push_back({weights_.append(*b.alpha), weights_.append(*b.beta)});
+  for (const BatchNormWeights& b : nw.unpool_bn)
+    unpool_bn_.push_back({weights_.append(*b.alpha), weights_.append(*b.beta)});
   cu::DeviceGuard guard(device_);
   stream_ = cu::Stream(device_);
   weights_.upload(device_, stream_.get());
@@ -144,7 +146,8 @@ void ErwinCudaForward::message_passing() {
     copy(g_->agg.data(), D, nullptr, g_->upd_in.data() + D, ld_upd, nullptr, n, D);
     dense(step.update, g_->upd_in.data(), ld_upd, g_->upd.data(), D, n);
     norm(step.update_norm, g_->upd.data(), D, g_->upd.data(), D, n);
-    surrogate::device::combine_rows(cu::RowOp::add, g_->h.data(), D, g_->upd.data(), D, g_->h.data(), D, n, D, stream_.get());
+    surrogate::device::combine_rows(cu::RowOp::add, g_->h.data(), D, g_->upd.data(), D, g_->h.data(), D, n, D,
+                                    stream_.get());
     });
   }
 }

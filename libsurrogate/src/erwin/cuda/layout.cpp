@@ -150,7 +150,9 @@ class PlanLayout final : public DeviceLayout {
     return plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
   }
   /// This device and the transport of the communicator of the current predict (collective on its first use).
-  Place place(const cu::Stream& stream) const { return {device_, stream.get(), &plan_->comm().device_transport(device_)}; }
+  Place place(const cu::Stream& stream) const {
+    return {device_, stream.get(), &plan_->comm().device_transport(device_)};
+  }
 
   const ErwinPlan* plan_;
   int device_ = -1;
