@@ -23,15 +23,8 @@ namespace {
 class Probe final : public surrogate::PointCloudModel {
  public:
   explicit Probe(const surrogate::ModelFile& file) : PointCloudModel(file, 0, 1, 3, false) {}
-  using PointCloudModel::gather_canonical;
   surrogate::index_t parameter_count() const override { return 0; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return {}; }
-
- protected:
-  std::vector<float> run_batch(std::span<const float>, std::span<const float>, const surrogate::balltree::Batch&,
-                               std::span<const std::int64_t>, int) const override {
-    throw surrogate::Error(surrogate::ErrorCode::internal, "not used");
-  }
 };
 
 /// A "Vm...:" value of /proc/self/status in kB.

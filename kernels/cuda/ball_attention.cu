@@ -53,7 +53,7 @@ dim3 thread_grid(const char* kernel, index_t threads, int heads) {
 
 }  // namespace
 
-void ball_attention(const BallAttentionArgs& a, cudaStream_t stream) {
+void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream) {
   if (a.rows == 0) return;
   check_heads("ball_attention", a.heads, a.E);
   if (a.ball < 1 || a.rows < 0 || a.rows % a.ball != 0)

@@ -34,7 +34,7 @@ __device__ __forceinline__ float distance(const float* pi, const float* pj, int 
 }
 
 template <int kMaxE, bool kBias>
-__global__ void __launch_bounds__(kThreads) ball_kernel(BallAttentionArgs a) {
+__global__ void __launch_bounds__(kThreads) ball_kernel(BallAttentionLaunch a) {
   const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= a.rows) return;
   const int E = a.E;

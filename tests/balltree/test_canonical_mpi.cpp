@@ -287,19 +287,12 @@ TEST(CanonicalOrder, BadIdsAndEdgesAreAgreedErrors) {
   }
 }
 
-/// PointCloudModel's gather_canonical made callable (the family's forward is not needed here).
+/// PointCloudModel (its gather_canonical) with no forward of its own (not needed here).
 class Probe final : public surrogate::PointCloudModel {
  public:
   Probe(const surrogate::ModelFile& file, int channels) : PointCloudModel(file, channels, 1, 3, true) {}
-  using PointCloudModel::gather_canonical;
   surrogate::index_t parameter_count() const override { return 0; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return {}; }
-
- protected:
-  std::vector<float> run_batch(std::span<const float>, std::span<const float>, const bt::Batch&,
-                               std::span<const std::int64_t>, int) const override {
-    throw surrogate::Error(surrogate::ErrorCode::internal, "not used");
-  }
 };
 
 TEST(CanonicalOrder, GatheredModeAndBuiltGraphEqualTheNaiveOrder) {

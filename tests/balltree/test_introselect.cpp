@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "introselect.hpp"
+#include "balltree/introselect.hpp"
 
 namespace detail = surrogate::balltree::detail;
 

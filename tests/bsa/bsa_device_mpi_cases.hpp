@@ -11,13 +11,14 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "ball_golden_checks.hpp"
-#include "bsa/bsa_device.hpp"
+#include "bsa/cuda/device.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
@@ -101,20 +102,35 @@ inline Part deal(const Golden& g, int rank, int size) {
   return p;
 }
 
-/// Model::predict on this rank's part (rows of the model's outputs, in the part's order).
-inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g, const Part& p,
-                           const std::vector<float>& features, const surrogate::RunOptions& options) {
+/// The model's plan of this rank's part.
+inline std::unique_ptr<surrogate::Plan> plan_of(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g,
+                                                const Part& p) {
   const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, p.size(), p.sample.data());
   surrogate::PointGeometry geometry;
   geometry.positions = p.positions.data();
   geometry.ld_positions = g.dim;
   geometry.global_ids = p.ids.data();
+  return model.plan(comm, layout, geometry);
+}
+
+/// Model::predict on `plan` (plan_of this rank's part) with the part's rows of `features`: rows of the
+/// model's outputs, in the part's order.
+inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, surrogate::Plan& plan,
+                                  const Golden& g, const Part& p, const std::vector<float>& features,
+                                  const surrogate::RunOptions& options) {
   const std::vector<float> in = p.rows_of(features, g.cin);
   const int cout = model.out_channels();
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, p.size() * cout)));
-  model.predict(comm, layout, geometry, in.data(), g.cin, out.data(), cout, options);
+  model.predict(comm, plan, in.data(), g.cin, out.data(), cout, options);
   out.resize(static_cast<std::size_t>(p.size() * cout));
   return out;
+}
+
+/// The same on a plan made for this call.
+inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Golden& g, const Part& p,
+                                  const std::vector<float>& features, const surrogate::RunOptions& options) {
+  const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, model, g, p);
+  return predict(comm, model, *plan, g, p, features, options);
 }
 
 /// all = rank 0's values, on every rank.
@@ -174,8 +190,9 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
   if (comm.rank() == 0) {
     const bt::RotatedTrees trees = ball_golden::bsa_trees_for(net.config(), g.positions, g.batch());
     const auto one_rank = bsa::detail::make_bsa_cuda_forward(net, device);
-    device_ref = one_rank->forward(trees, g.features, g.positions, g.batch(), false, 1);
-    device_other = one_rank->forward(trees, other, g.positions, g.batch(), true, 1);
+    const auto geometry = one_rank->upload_geometry(trees, g.positions, g.batch());
+    device_ref = one_rank->forward(*geometry, g.features, 1);
+    device_other = one_rank->forward(*geometry, other, 1);
     cpu = net.forward(trees, g.features, g.positions, g.batch(), 1);
   }
   broadcast(device_ref);
@@ -188,11 +205,12 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
   surrogate::RunOptions options;
   options.cuda_device = device;
   const double t0 = MPI_Wtime();
-  const std::vector<float> y = predict(comm, *model, g, p, g.features, options);
+  const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+  const std::vector<float> y = predict(comm, *model, *plan, g, p, g.features, options);
   const double t1 = MPI_Wtime();
-  const std::vector<float> again = predict(comm, *model, g, p, g.features, options);  // plan and geometry kept
+  const std::vector<float> again = predict(comm, *model, *plan, g, p, g.features, options);  // plan and geometry kept
   const double t2 = MPI_Wtime();
-  const std::vector<float> y_other = predict(comm, *model, g, p, other, options);
+  const std::vector<float> y_other = predict(comm, *model, *plan, g, p, other, options);
 
   const std::vector<float> want = rows_for(p, device_ref, D);
   EXPECT_EQ(bit_differences(y, want), 0) << "rank " << comm.rank() << ": " << p.size() << " points, max |diff| "

@@ -1,4 +1,4 @@
-// The branches of BSA's sparse attention (libsurrogate/src/bsa/bsa_branches.hpp) against naive float64
+// The branches of BSA's sparse attention (libsurrogate/src/bsa/branches.hpp) against naive float64
 // references that form every score explicitly (O(n^2)), on random q/k/v: local (ball attention with
 // distance bias), coarse (both query kinds), importance scores and top-S selection (block level, grouped
 // and per-token token level, own-ball masking, the degenerate single-ball case), fine, global.
@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "bsa/bsa_branches.hpp"
+#include "bsa/branches.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace bd = surrogate::bsa::detail;

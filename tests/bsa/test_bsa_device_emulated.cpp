@@ -1,7 +1,7 @@
-// The BSA device forward (libsurrogate/src/bsa/bsa_cuda.cpp, the code compiled into the library) run on
+// The BSA device forward (libsurrogate/src/bsa/cuda/, the code compiled into the library) run on
 // the CPU with the host-emulated CUDA backend of emulated_cuda_backend.cpp (memory, streams, copies, the
 // point layers, the ball attention, the norm; see emulated_cuda_backend.hpp), as
-// tests/gpu/test_erwin_device_emulated.cpp does for Erwin, with the launchers only BSA uses from
+// tests/erwin/test_erwin_device_emulated.cpp does for Erwin, with the launchers only BSA uses from
 // emulated_bsa_launchers.cpp (its gate kernels, the coarse and selected-block attention). Shared-library
 // builds only (ELF symbol interposition).
 //
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ball_golden_checks.hpp"
-#include "bsa/bsa_device.hpp"
+#include "bsa/cuda/device.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
@@ -45,7 +45,7 @@ class BsaDeviceEmulated : public ::testing::TestWithParam<const char*> {};
 // path repeats the CPU's dense layers, copies, block means and selection arithmetic, and differs by the
 // RMSNorm's summation order (warp butterfly), the device's expf in the gate's sigmoid and the
 // attention kernels' scaling order, all float32 rounding of the same operations: 4e-6 max|y| from float64 and 8e-6 max|y|
-// from the CPU (Erwin's bound, tests/gpu/test_gpu_erwin.cpp). The golden sizes are those where the CPU
+// from the CPU (Erwin's bound, tests/erwin/test_gpu_erwin.cpp). The golden sizes are those where the CPU
 // matches the official selection (no near tie). A second call with reused geometry gives the same bits.
 TEST_P(BsaDeviceEmulated, MatchesTheCpuForward) {
   const std::string p = st::data_dir() + "/bsa/bsa_" + GetParam() + ".h5";
@@ -63,7 +63,7 @@ TEST_P(BsaDeviceEmulated, MatchesTheCpuForward) {
   const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
   const int before = launches;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float> emulated = device->forward(trees, features, positions, batch, false, 1);
+  const std::vector<float> emulated = device->forward(trees, features, positions, batch, 1);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(launches, before);  // the host launchers ran (the library's were replaced)
   const double tol = 4e-6 * max_abs(exact);
@@ -74,8 +74,10 @@ TEST_P(BsaDeviceEmulated, MatchesTheCpuForward) {
   EXPECT_LE(max_error(emulated, cpu), 2 * tol);
   std::vector<float> other = features;
   for (float& v : other) v = 0.5f * v + 0.25f;
-  const std::vector<float> reused = device->forward(trees, other, positions, batch, true, 1);
-  EXPECT_EQ(reused, device->forward(trees, other, positions, batch, false, 2));
+  const auto geometry = device->upload_geometry(trees, positions, batch);
+  EXPECT_EQ(device->forward(*geometry, features, 1), emulated);
+  const std::vector<float> reused = device->forward(*geometry, other, 1);
+  EXPECT_EQ(reused, device->forward(trees, other, positions, batch, 2));
   EXPECT_LE(max_error(reused, net.forward(trees, other, positions, batch, 1)), 2 * tol + 1e-6);
 }
 
@@ -84,8 +86,8 @@ INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceEmulated,
                                            "global"));
 
 // The registered model (Model::predict) with RunOptions::cuda_device = 0 against cuda_device = -1 (the
-// distributed plan on one rank), rows in the solver's order, then a second call on the kept trees and
-// geometry (the same bits), and the refusal of tf32.
+// plan on one rank), rows in the solver's order, then a second call on the same plan (its trees and device
+// geometry kept: the same bits), and the refusal of tf32.
 TEST(BsaDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   const std::string p = st::data_dir() + "/bsa/bsa_sparse_rot.h5";
   const auto model = surrogate::make_model(surrogate::ModelFile::read(p));
@@ -110,9 +112,10 @@ TEST(BsaDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   surrogate::RunOptions options;
   options.cuda_device = 0;
   const int before = launches;
-  model->predict(comm, layout, g, features.data(), cin, emulated.data(), cout, options);
+  const auto plan = model->plan(comm, layout, g);
+  model->predict(comm, *plan, features.data(), cin, emulated.data(), cout, options);
   EXPECT_GT(launches, before);
-  model->predict(comm, layout, g, features.data(), cin, again.data(), cout, options);
+  model->predict(comm, *plan, features.data(), cin, again.data(), cout, options);
   const double tol = 4e-6 * max_abs(exact);
   std::printf("sparse_rot (model): |emulated - f64| %.3g, |emulated - cpu| %.3g, tolerance %.3g\n",
               max_error(emulated, exact), max_error(emulated, cpu), tol);
@@ -139,7 +142,7 @@ TEST(BsaDeviceEmulatedErrors, WrongSizesAreInputErrors) {
   const bt::RotatedTrees trees = bsa_trees_for(net.config(), positions, batch);
   const std::vector<float> short_features(static_cast<std::size_t>(net.config().c_in));
   try {
-    device->forward(trees, short_features, positions, batch, false, 1);
+    device->forward(trees, short_features, positions, batch, 1);
     ADD_FAILURE() << "no error for too few features";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input);

@@ -1,7 +1,7 @@
-// The BSA device forward across MPI ranks (libsurrogate/src/bsa/bsa_cuda_distributed.cpp: every rank the
+// The BSA device forward across MPI ranks (libsurrogate/src/bsa/cuda/distributed.cpp: every rank the
 // layers on its slots of the distributed tree, the rotated layers, the compressed K/V all-gather, the
-// selected blocks' fetch and the global branch's sample K/V staged through host memory and moved by the
-// CPU path's MPI plans) run on the CPU under mpirun with the host-emulated CUDA backend
+// selected blocks' fetch and the global branch's sample K/V moved by the plan's exchanges on device rows,
+// here through the host staging transport) run on the CPU under mpirun with the host-emulated CUDA backend
 // (emulated_cuda_backend.cpp, emulated_bsa_launchers.cpp; each rank its own emulated device). The code of
 // the library is the code a GPU build runs; what is emulated is the runtime and the kernels' launch.
 //
@@ -60,8 +60,8 @@ TEST(BsaDeviceMpiEmulatedSmall, RanksWithoutSlots) {
 
 // A kernel launch that fails on the last rank in the middle of the forward (the third BSA launch there:
 // inside the first sparse layer, between its exchanges) is the same Error on every rank, with the
-// failing rank's message; nothing hangs, and the next call runs (the device geometry rebuilt) with the
-// one-rank result's bits.
+// failing rank's message; nothing hangs, and the next call on the plan runs (its device geometry uploaded
+// again) with the one-rank result's bits.
 TEST(BsaDeviceMpiEmulatedErrors, ALaunchFailureOnOneRankIsAnAgreedError) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const Golden g = load("means_static");
@@ -70,10 +70,11 @@ TEST(BsaDeviceMpiEmulatedErrors, ALaunchFailureOnOneRankIsAnAgreedError) {
   const auto model = surrogate::make_model(file);
   surrogate::RunOptions options;
   options.cuda_device = 0;
-  const std::vector<float> good = predict(comm, *model, g, p, g.features, options);
+  const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+  const std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);
   if (comm.rank() == comm.size() - 1) emulated_bsa::fail_after = 3;
   try {
-    predict(comm, *model, g, p, g.features, options);
+    predict(comm, *model, *plan, g, p, g.features, options);
     ADD_FAILURE() << "rank " << comm.rank() << ": no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::internal) << e.what();
@@ -81,7 +82,7 @@ TEST(BsaDeviceMpiEmulatedErrors, ALaunchFailureOnOneRankIsAnAgreedError) {
     EXPECT_NE(std::string(e.what()).find("CUDA device 0"), std::string::npos) << e.what();
   }
   emulated_bsa::fail_after = 0;
-  EXPECT_EQ(bit_differences(predict(comm, *model, g, p, g.features, options), good), 0) << "rank " << comm.rank();
+  EXPECT_EQ(bit_differences(predict(comm, *model, *plan, g, p, g.features, options), good), 0) << "rank " << comm.rank();
 }
 
 // A NaN feature on the last rank, tf32, and a device only the last rank asks for (the emulation has one

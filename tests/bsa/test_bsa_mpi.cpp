@@ -6,7 +6,7 @@
 // layers and on samples that straddle ranks (keys and values of the whole sample fetched), a batch of four
 // samples of random points and samples so small that ranks hold no slot; points spread
 // evenly, unevenly at random (local orders shuffled, 3 threads per rank), all on rank 0, none on the last
-// rank; the plan kept while the geometry stays and rebuilt when it changes; a NaN feature on one rank is
+// rank; a plan kept for new features and a new one when the points change; a NaN feature on one rank is
 // an agreed error.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -82,9 +83,11 @@ enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
 
 /// Model::predict over MPI_COMM_WORLD with the points spread as asked (local orders shuffled, global ids
 /// = canonical index), `threads` OpenMP threads per rank (0: the default); every rank's rows are
-/// gathered back into canonical order on every rank.
+/// gathered back into canonical order on every rank. `kept_plan` (with `reused_model`): the plan of the
+/// points, built by the call that finds it empty and used by the next ones.
 std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0,
-                               surrogate::Model* reused_model = nullptr) {
+                               surrogate::Model* reused_model = nullptr,
+                               std::unique_ptr<surrogate::Plan>* kept_plan = nullptr) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), ranks = comm.size();
   const std::int64_t n = c.n();
@@ -125,7 +128,10 @@ std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
   surrogate::RunOptions options;
   options.threads = threads;
-  model->predict(comm, layout, g, cin > 0 ? f.data() : nullptr, cin, out.data(), cout, options);
+  std::unique_ptr<surrogate::Plan> own_plan;
+  std::unique_ptr<surrogate::Plan>& plan = kept_plan ? *kept_plan : own_plan;
+  if (!plan) plan = model->plan(comm, layout, g, options);
+  model->predict(comm, *plan, cin > 0 ? f.data() : nullptr, cin, out.data(), cout, options);
   // Back to canonical order on every rank.
   std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
   const int mine_count = static_cast<int>(local);
@@ -213,24 +219,66 @@ TEST(BsaMpi, GlobalAttentionOnTheTreeBitwiseEqualToOneProcess) {
 }
 
 /// One model object, several calls (each with a new communicator object): new features on the same
-/// geometry reuse the plan; moved points and another spread of the same points rebuild it. Every result
+/// points reuse the plan; moved points and another spread of the same points get a new one. Every result
 /// equals the one-process forward of its inputs.
 void expect_plan_kept_and_rebuilt(Batch c, const std::string& name) {
   const auto model = surrogate::make_model(c.file);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", first call";
+  std::unique_ptr<surrogate::Plan> plan;
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c)) << name << ", first call";
   std::mt19937 gen(11u);
   std::normal_distribution<float> normal;
   for (float& v : c.features) v = normal(gen);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", new features";
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c)) << name << ", new features";
   for (float& v : c.positions) v += 0.01f * normal(gen);
-  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c)) << name << ", moved points";
-  EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get()), single_process(c)) << name << ", another spread";
+  plan.reset();
+  EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c)) << name << ", moved points";
+  plan.reset();
+  EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get(), &plan), single_process(c)) << name << ", another spread";
 }
 
 TEST(BsaMpi, PlanReusedWhileTheGeometryStays) {
   expect_plan_kept_and_rebuilt(golden("sparse_rot"), "sparse_rot");
   // Global attention: the plan of the samples' rows is kept and rebuilt with the rest.
   expect_plan_kept_and_rebuilt(with_rotation(random_batch("global", {700, 1000}, 24u)), "global rotated");
+}
+
+/// The bytes the plan's exchanges move (Plan::traffic), per predict on the same plan: at one rank nothing
+/// is sent or received; at several, the bytes sent over all ranks equal those received and are > 0; every
+/// predict adds the same bytes again (the plan moves the same rows each time).
+void expect_traffic_counted(const Batch& c, const std::string& name) {
+  const auto model = surrogate::make_model(c.file);
+  std::unique_ptr<surrogate::Plan> plan;
+  std::vector<surrogate::Traffic> after;
+  for (int call = 0; call < 3; ++call) {
+    static_cast<void>(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan));
+    after.push_back(plan->traffic());
+  }
+  auto moved = [&](int call) {  // what predict `call` (1 or 2) added on this rank
+    const surrogate::Traffic& a = after[static_cast<std::size_t>(call - 1)];
+    const surrogate::Traffic& b = after[static_cast<std::size_t>(call)];
+    return std::vector<std::uint64_t>{b.sent - a.sent, b.received - a.received, b.local - a.local, b.moves - a.moves};
+  };
+  const std::vector<std::uint64_t> once = moved(1);
+  EXPECT_EQ(moved(2), once) << name << ": a second predict on the plan moved other bytes";
+  EXPECT_GT(once[3], 0u) << name << ": no exchange counted";
+  std::uint64_t totals[2] = {once[0], once[1]};
+  MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks == 1) {
+    EXPECT_EQ(totals[0], 0u) << name;
+    EXPECT_EQ(totals[1], 0u) << name;
+  } else {
+    EXPECT_EQ(totals[0], totals[1]) << name << ": bytes sent and received over all ranks differ";
+    EXPECT_GT(totals[0], 0u) << name;
+  }
+}
+
+TEST(BsaMpi, PlanTrafficCountsWhatMoves) {
+  // Sparse attention (the compressed blocks all-gathered, the selected blocks fetched by a plan per layer)
+  // with rotated layers, and global attention (the samples' rows).
+  expect_traffic_counted(golden("sparse_rot"), "sparse_rot");
+  expect_traffic_counted(with_rotation(random_batch("global", {700, 1000}, 24u)), "global rotated");
 }
 
 TEST(BsaMpi, ErrorsAreAgreed) {

@@ -1,4 +1,4 @@
-// The BSA forward on a CUDA device (libsurrogate/src/bsa/bsa_device.hpp) against the CPU forward and the
+// The BSA forward on a CUDA device (libsurrogate/src/bsa/cuda/device.hpp) against the CPU forward and the
 // official float64 output on the golden models of tests/data/bsa, the reuse of an uploaded geometry,
 // determinism, and the registered model with RunOptions::cuda_device. Every test SKIPS when no CUDA device
 // is visible, except the one that checks the error a machine without a device must give. The same
@@ -17,7 +17,7 @@
 #include <vector>
 
 #include "ball_golden_checks.hpp"
-#include "bsa/bsa_device.hpp"
+#include "bsa/cuda/device.hpp"
 #include "golden.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
@@ -68,20 +68,22 @@ TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
   const bt::RotatedTrees trees = bsa_trees_for(net.config(), c.positions, c.batch());
   const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), 1);
   const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
-  const std::vector<float> gpu = device->forward(trees, c.features, c.positions, c.batch(), false, 1);
+  const auto geometry = device->upload_geometry(trees, c.positions, c.batch());
+  const double geometry_ms = device->last_geometry_ms();
+  const std::vector<float> gpu = device->forward(*geometry, c.features, 1);
   const double tol = 4e-6 * max_abs(c.exact);
   std::printf("%s: max|y| %.3g, |gpu - f64| %.3g, |gpu - cpu| %.3g, |cpu - f64| %.3g; device %.3f ms (geometry %.3f ms)\n",
               GetParam(), max_abs(c.exact), max_error(gpu, c.exact), max_error(gpu, cpu), max_error(cpu, c.exact),
-              device->last_forward_ms(), device->last_geometry_ms());
+              device->last_forward_ms(), geometry_ms);
   EXPECT_LE(max_error(gpu, c.exact), tol);
   EXPECT_LE(max_error(gpu, cpu), 2 * tol);
   std::vector<float> other = c.features;
   for (float& v : other) v = 0.5f * v + 0.25f;
-  const std::vector<float> reused = device->forward(trees, other, c.positions, c.batch(), true, 1);
+  const std::vector<float> reused = device->forward(*geometry, other, 1);
   EXPECT_EQ(device->last_geometry_ms(), 0.0);
-  EXPECT_EQ(reused, device->forward(trees, other, c.positions, c.batch(), false, 2));
+  EXPECT_EQ(reused, device->forward(trees, other, c.positions, c.batch(), 2));
   EXPECT_GT(max_error(reused, gpu), 100 * tol);  // the features matter
-  EXPECT_EQ(device->forward(trees, c.features, c.positions, c.batch(), true, 1), gpu);
+  EXPECT_EQ(device->forward(*geometry, c.features, 1), gpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaGolden,
@@ -106,8 +108,9 @@ TEST(GpuBsaModel, PredictOnTheDeviceMatchesTheCpu) {
   model->predict(comm, layout, g, c.features.data(), cin, cpu.data(), cout);
   surrogate::RunOptions options;
   options.cuda_device = 0;
-  model->predict(comm, layout, g, c.features.data(), cin, gpu.data(), cout, options);
-  model->predict(comm, layout, g, c.features.data(), cin, again.data(), cout, options);
+  const auto plan = model->plan(comm, layout, g);
+  model->predict(comm, *plan, c.features.data(), cin, gpu.data(), cout, options);
+  model->predict(comm, *plan, c.features.data(), cin, again.data(), cout, options);  // the plan's device geometry kept
   const double tol = 4e-6 * max_abs(c.exact);
   EXPECT_LE(max_error(gpu, c.exact), tol);
   EXPECT_LE(max_error(gpu, cpu), 2 * tol);

@@ -1,4 +1,4 @@
-// The BSA device forward across MPI ranks on GPUs (libsurrogate/src/bsa/bsa_cuda_distributed.cpp; ranks
+// The BSA device forward across MPI ranks on GPUs (libsurrogate/src/bsa/cuda/distributed.cpp; ranks
 // share the node's devices: node-local rank mod device count): the checks of
 // test_bsa_device_mpi_emulated.cpp (bsa_device_mpi_cases.hpp) with the real runtime and kernels: on the
 // golden BSA models with the points dealt unevenly over the ranks, Model::predict with cuda_device is

@@ -92,7 +92,7 @@ void segment_mean(const SegmentMeanArgs& a, cudaStream_t) {
 }
 
 namespace bk = ball_kernels;
-void ball_attention(const BallAttentionArgs& a, cudaStream_t) {
+void ball_attention(const BallAttentionLaunch& a, cudaStream_t) {
   count_launch();
   emulated_backend::with_head_dim(a.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;

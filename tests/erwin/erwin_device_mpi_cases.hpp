@@ -1,6 +1,7 @@
 // What the multi-rank Erwin device tests share (test_erwin_device_mpi_emulated.cpp on the host-emulated
 // backend, test_erwin_device_mpi.cpp on a GPU): golden and random batches, and Model::predict with
-// cuda_device 0 over MPI_COMM_WORLD with the points spread unequally, gathered back in canonical order.
+// cuda_device 0 over MPI_COMM_WORLD on the plan of the points spread unequally, gathered back in canonical
+// order.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -8,6 +9,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -87,77 +89,103 @@ inline std::vector<std::int64_t> edges_of(const Case& c, const ew::Network& net)
       .index;
 }
 
-/// Model::predict with `cuda_device` over MPI_COMM_WORLD, points spread unequally (the last rank about
-/// 55 %, the others at random; or none on the last rank), local orders shuffled, global ids given; the
-/// rows gathered back into canonical order on every rank.
-inline std::vector<float> distributed(surrogate::Model& model, const Case& c, const std::vector<float>& features, bool last_empty,
-                                      unsigned seed, int cuda_device = 0) {
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int rank = comm.rank(), ranks = comm.size();
-  const std::int64_t n = c.n();
-  std::mt19937 gen(seed);
-  std::vector<int> owner(static_cast<std::size_t>(n));
-  for (int& r : owner) {
-    const unsigned u = gen() % 100u;
-    if (ranks == 1) r = 0;
-    else if (last_empty) r = static_cast<int>(u % static_cast<unsigned>(ranks - 1));
-    else r = u < 55u ? ranks - 1 : static_cast<int>(u % static_cast<unsigned>(ranks - 1));
+/// The points of a case over MPI_COMM_WORLD, spread unequally (the last rank about 55 %, the others at
+/// random; or none on the last rank), local orders shuffled, global ids given, and the model's plan of
+/// them; predict() runs Model::predict on that plan (its geometry, and on a device its uploaded geometry,
+/// kept from call to call) and gathers the rows back into canonical order on every rank.
+class Spread {
+ public:
+  Spread(surrogate::Model& model, const Case& c, bool last_empty, unsigned seed) : model_(model), n_(c.n()) {
+    const int rank = comm_.rank(), ranks = comm_.size();
+    std::mt19937 gen(seed);
+    std::vector<int> owner(static_cast<std::size_t>(n_));
+    for (int& r : owner) {
+      const unsigned u = gen() % 100u;
+      if (ranks == 1) r = 0;
+      else if (last_empty) r = static_cast<int>(u % static_cast<unsigned>(ranks - 1));
+      else r = u < 55u ? ranks - 1 : static_cast<int>(u % static_cast<unsigned>(ranks - 1));
+    }
+    for (std::int64_t i = 0; i < n_; ++i)
+      if (owner[static_cast<std::size_t>(i)] == rank) mine_.push_back(i);
+    std::shuffle(mine_.begin(), mine_.end(), gen);
+    const int dim = model.position_dim();
+    const auto local = static_cast<std::int64_t>(mine_.size());
+    positions_.resize(static_cast<std::size_t>(local * dim));
+    std::vector<std::int64_t> samples(mine_.size());
+    for (std::int64_t r = 0; r < local; ++r) {
+      const auto i = static_cast<std::size_t>(mine_[static_cast<std::size_t>(r)]);
+      std::copy_n(c.positions.begin() + static_cast<std::ptrdiff_t>(i) * dim, dim, positions_.begin() + r * dim);
+      samples[static_cast<std::size_t>(r)] = c.batch_idx[i];
+    }
+    // Given edges: each rank passes those whose receiver it holds, in the file's order (a receiver's
+    // edges all come from one rank, so their order is the file's).
+    if (!c.edges.empty()) {
+      const std::size_t E = c.edges.size() / 2;
+      std::vector<std::int64_t> src, dst;
+      for (std::size_t e = 0; e < E; ++e)
+        if (owner[static_cast<std::size_t>(c.edges[E + e])] == rank) {
+          src.push_back(c.edges[e]);
+          dst.push_back(c.edges[E + e]);
+        }
+      edges_ = src;
+      edges_.insert(edges_.end(), dst.begin(), dst.end());
+    }
+    surrogate::PointGeometry g;
+    g.positions = positions_.data();
+    g.ld_positions = dim;
+    g.global_ids = mine_.data();
+    if (!c.edges.empty()) {
+      g.edge_index = edges_.data();
+      g.num_edges = static_cast<std::int64_t>(edges_.size() / 2);
+    }
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm_, local, samples.data());
+    plan_ = model.plan(comm_, layout, g);
   }
-  std::vector<std::int64_t> mine;
-  for (std::int64_t i = 0; i < n; ++i)
-    if (owner[static_cast<std::size_t>(i)] == rank) mine.push_back(i);
-  std::shuffle(mine.begin(), mine.end(), gen);
-  const int dim = model.position_dim(), cin = model.in_channels(), cout = model.out_channels();
-  const auto local = static_cast<std::int64_t>(mine.size());
-  std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin))), p(static_cast<std::size_t>(local * dim));
-  std::vector<std::int64_t> samples(mine.size());
-  for (std::int64_t r = 0; r < local; ++r) {
-    const auto i = static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]);
-    std::copy_n(features.begin() + static_cast<std::ptrdiff_t>(i) * cin, cin, f.begin() + r * cin);
-    std::copy_n(c.positions.begin() + static_cast<std::ptrdiff_t>(i) * dim, dim, p.begin() + r * dim);
-    samples[static_cast<std::size_t>(r)] = c.batch_idx[i];
+
+  surrogate::Plan& plan() { return *plan_; }
+
+  /// Model::predict with `cuda_device` on the plan; every rank's rows back in canonical order.
+  std::vector<float> predict(const std::vector<float>& features, int cuda_device = 0) {
+    const int ranks = comm_.size(), cin = model_.in_channels(), cout = model_.out_channels();
+    const auto local = static_cast<std::int64_t>(mine_.size());
+    std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin)));
+    for (std::int64_t r = 0; r < local; ++r)
+      std::copy_n(features.begin() + mine_[static_cast<std::size_t>(r)] * cin, cin, f.begin() + r * cin);
+    std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
+    surrogate::RunOptions options;
+    options.cuda_device = cuda_device;
+    model_.predict(comm_, *plan_, cin ? f.data() : nullptr, cin, out.data(), cout, options);
+    // Back to canonical order on every rank.
+    std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+    const int mine_count = static_cast<int>(local);
+    MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+    std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
+    std::vector<std::int64_t> ids(static_cast<std::size_t>(n_));
+    MPI_Allgatherv(mine_.data(), mine_count, MPI_INT64_T, ids.data(), counts.data(), displs.data(), MPI_INT64_T,
+                   MPI_COMM_WORLD);
+    for (int& x : counts) x *= cout;
+    for (int& x : displs) x *= cout;
+    std::vector<float> rows(static_cast<std::size_t>(n_ * cout)), all(rows.size());
+    MPI_Allgatherv(out.data(), mine_count * cout, MPI_FLOAT, rows.data(), counts.data(), displs.data(), MPI_FLOAT,
+                   MPI_COMM_WORLD);
+    for (std::int64_t r = 0; r < n_; ++r)
+      std::copy_n(rows.begin() + r * cout, cout, all.begin() + ids[static_cast<std::size_t>(r)] * cout);
+    return all;
   }
-  // Given edges: each rank passes those whose receiver it holds, in the file's order (a receiver's
-  // edges all come from one rank, so their order is the file's).
-  std::vector<std::int64_t> edges;
-  if (!c.edges.empty()) {
-    const std::size_t E = c.edges.size() / 2;
-    std::vector<std::int64_t> src, dst;
-    for (std::size_t e = 0; e < E; ++e)
-      if (owner[static_cast<std::size_t>(c.edges[E + e])] == rank) {
-        src.push_back(c.edges[e]);
-        dst.push_back(c.edges[E + e]);
-      }
-    edges = src;
-    edges.insert(edges.end(), dst.begin(), dst.end());
-  }
-  surrogate::PointGeometry g;
-  g.positions = p.data();
-  g.ld_positions = dim;
-  g.global_ids = mine.data();
-  if (!c.edges.empty()) {
-    g.edge_index = edges.data();
-    g.num_edges = static_cast<std::int64_t>(edges.size() / 2);
-  }
-  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, local, samples.data());
-  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
-  surrogate::RunOptions options;
-  options.cuda_device = cuda_device;
-  model.predict(comm, layout, g, cin ? f.data() : nullptr, cin, out.data(), cout, options);
-  // Back to canonical order on every rank.
-  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
-  const int mine_count = static_cast<int>(local);
-  MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
-  std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
-  MPI_Allgatherv(mine.data(), mine_count, MPI_INT64_T, ids.data(), counts.data(), displs.data(), MPI_INT64_T, MPI_COMM_WORLD);
-  for (int& x : counts) x *= cout;
-  for (int& x : displs) x *= cout;
-  std::vector<float> rows(static_cast<std::size_t>(n * cout)), all(rows.size());
-  MPI_Allgatherv(out.data(), mine_count * cout, MPI_FLOAT, rows.data(), counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
-  for (std::int64_t r = 0; r < n; ++r)
-    std::copy_n(rows.begin() + r * cout, cout, all.begin() + ids[static_cast<std::size_t>(r)] * cout);
-  return all;
+
+ private:
+  surrogate::MpiComm comm_{MPI_COMM_WORLD};
+  surrogate::Model& model_;
+  std::int64_t n_;
+  std::vector<std::int64_t> mine_, edges_;
+  std::vector<float> positions_;
+  std::unique_ptr<surrogate::Plan> plan_;
+};
+
+/// One predict on a fresh plan (Spread::predict once).
+inline std::vector<float> distributed(surrogate::Model& model, const Case& c, const std::vector<float>& features,
+                                      bool last_empty, unsigned seed, int cuda_device = 0) {
+  return Spread(model, c, last_empty, seed).predict(features, cuda_device);
 }
 
 /// Index of the first differing value (size when none).

@@ -1,4 +1,4 @@
-// The Erwin device forward (libsurrogate/src/erwin/erwin_cuda.cpp, the code compiled into the library)
+// The Erwin device forward (libsurrogate/src/erwin/cuda/, the code compiled into the library)
 // run on the CPU with the host-emulated CUDA backend of emulated_cuda_backend.cpp (compiled into this
 // executable, where its definitions replace libsurrogate_kernels.so's: memory, streams, events, copies,
 // the launchers of the point layers and the ball attention, which run the unchanged device code block by
@@ -7,7 +7,7 @@
 // What this checks without a GPU: the orchestration of the device forward (geometry upload, index arrays,
 // strides, chunking of the messages, pooling/unpooling layouts, rotated orders, the level sequence, the
 // registered model's device path) against the CPU forward on the golden models, within the float32 bound
-// of tests/gpu/test_gpu_erwin.cpp. What it does not check: nvcc's code, the real runtime, the hardware.
+// of tests/erwin/test_gpu_erwin.cpp. What it does not check: nvcc's code, the real runtime, the hardware.
 // Labels unit;cuda, CUDA builds with shared libraries.
 #include "emulated_cuda_backend.hpp"
 
@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "ball_golden_checks.hpp"
-#include "erwin/erwin_device.hpp"
+#include "erwin/cuda/device.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
@@ -69,7 +69,7 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
   const auto device = ew::detail::make_erwin_cuda_forward(net, 0);
   const int before = launches;
   const auto t0 = std::chrono::steady_clock::now();
-  const std::vector<float> emulated = device->forward(trees, features, positions, batch, edges, false);
+  const std::vector<float> emulated = device->forward(trees, features, positions, batch, edges);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   EXPECT_GT(launches, before);  // the host launchers ran (the library's were replaced)
   const double tol = 4e-6 * max_abs(exact);
@@ -80,8 +80,10 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
   EXPECT_LE(max_error(emulated, cpu), 2 * tol);
   std::vector<float> other = features;
   for (float& v : other) v = 0.5f * v + 0.25f;
-  const std::vector<float> reused = device->forward(trees, other, positions, batch, edges, true);
-  EXPECT_EQ(reused, device->forward(trees, other, positions, batch, edges, false));
+  const auto geometry = device->upload_geometry(trees, positions, batch, edges);
+  EXPECT_EQ(device->forward(*geometry, features), emulated);
+  const std::vector<float> reused = device->forward(*geometry, other);
+  EXPECT_EQ(reused, device->forward(trees, other, positions, batch, edges));
   EXPECT_LE(max_error(reused, net.forward(trees, other, positions, batch, edges, 1)), 2 * tol + 1e-6);
   // Messages in chunks of at most 7 / 13 edges (receivers grouped, a receiver with more edges alone) on a
   // graph with uneven receiver degrees (every seventh edge dropped): the bits of one chunk, and the CPU's
@@ -96,11 +98,10 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
       }
     std::vector<std::int64_t> uneven = src;
     uneven.insert(uneven.end(), dst.begin(), dst.end());
-    const std::vector<float> whole = device->forward(trees, features, positions, batch, uneven, false);
+    const std::vector<float> whole = device->forward(trees, features, positions, batch, uneven);
     EXPECT_LE(max_error(whole, net.forward(trees, features, positions, batch, uneven, 1)), 2 * tol);
     for (const surrogate::index_t chunk : {7, 13})
-      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, features, positions, batch, uneven, false),
-                whole)
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, features, positions, batch, uneven), whole)
           << "chunk " << chunk;
   }
 }
@@ -108,7 +109,7 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
 INSTANTIATE_TEST_SUITE_P(Erwin, ErwinDeviceEmulated, ::testing::Values("mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"));
 
 // The registered model with RunOptions::cuda_device = 0 (ShapeNet-Car wrapper, kNN graph by the model's
-// rule) against cuda_device = -1, and a second call on the kept trees and geometry.
+// rule) against cuda_device = -1, and a second call on the same plan (its device geometry kept).
 TEST(ErwinDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   const std::string p = path_of("shapenet_car");
   const auto model = surrogate::make_model(surrogate::ModelFile::read(p));
@@ -131,9 +132,10 @@ TEST(ErwinDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   surrogate::RunOptions options;
   options.cuda_device = 0;
   const int before = launches;
-  model->predict(comm, layout, g, nullptr, 0, emulated.data(), 1, options);
+  const auto plan = model->plan(comm, layout, g);
+  model->predict(comm, *plan, nullptr, 0, emulated.data(), 1, options);
   EXPECT_GT(launches, before);
-  model->predict(comm, layout, g, nullptr, 0, again.data(), 1, options);
+  model->predict(comm, *plan, nullptr, 0, again.data(), 1, options);
   const double tol = 4e-6 * max_abs(exact);
   std::printf("shapenet_car: |emulated - f64| %.3g, |emulated - cpu| %.3g, tolerance %.3g\n", max_error(emulated, exact),
               max_error(emulated, cpu), tol);

@@ -1,6 +1,6 @@
 // The Erwin model with RunOptions::cuda_device across MPI ranks on a GPU (ctest at 1, 2 and 3 ranks; the
 // ranks share the node's devices, rank mod device count): each rank runs its block and its slots of the
-// distributed tree on its device, the exchanges staged through host memory. With a device: golden
+// distributed tree on its device, the plan's exchanges on device rows. With a device: golden
 // models (rotation with given edges, 2-D, the ShapeNet-Car wrapper with its kNN rule) with unequal
 // per-rank point counts against the CPU prediction (2 x the 4e-6 max|y| float32 bound of
 // test_gpu_erwin.cpp) and the float64 reference (4e-6 max|y|), the same bits on a second call and at
@@ -67,11 +67,12 @@ TEST(ErwinDeviceMpi, EveryRankCountMatchesTheCpu) {
     const Case c = golden(name);
     const std::vector<float> cpu = one_process(c, -1);
     const auto model = surrogate::make_model(c.file);
-    const std::vector<float> got = distributed(*model, c, c.features, false, 5u, device);
+    Spread spread(*model, c, false, 5u);
+    const std::vector<float> got = spread.predict(c.features, device);
     const double tol = 4e-6 * max_abs_double(c.exact);
     EXPECT_LE(max_diff(got, cpu), 2 * tol) << name;
     EXPECT_LE(max_diff(got, c.exact), tol) << name;
-    EXPECT_EQ(distributed(*model, c, c.features, false, 5u, device), got) << name << ": geometry reused";
+    EXPECT_EQ(spread.predict(c.features, device), got) << name << ": plan and device geometry reused";
     EXPECT_EQ(distributed(*model, c, c.features, true, 6u, device), got) << name << ": another spread";
     if (comm.size() > 1) {
       EXPECT_EQ(one_process(c, device), got) << name << ": one process on the device";

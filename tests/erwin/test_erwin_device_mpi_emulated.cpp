@@ -1,6 +1,6 @@
 // The multi-rank Erwin device forward (the registered model with RunOptions::cuda_device = 0 under
-// mpirun: erwin_cuda.cpp on the DistributedPlan's layout, erwin_cuda_layout.cpp, the exchanges through
-// host memory, balltree/device_exchange.cpp) run on the CPU with the host-emulated CUDA backend of
+// mpirun: erwin/cuda/ on the ErwinPlan's layout, the plan's exchanges on device rows through the host
+// staging transport, exchange/exchange_device.cpp) run on the CPU with the host-emulated CUDA backend of
 // emulated_cuda_backend.cpp (each rank its own emulated device; see emulated_cuda_backend.hpp).
 // ctest runs it at 1, 2, 3 and 4 ranks; no GPU needed.
 //
@@ -11,8 +11,8 @@
 //    (ErwinDeviceForward::forward on RotatedTrees: the same kernels on the same rows; every rank
 //    computes it itself), and is within the float32 bound of test_erwin_device_emulated.cpp of the CPU
 //    forward (2 x 4e-6 max|y|) and of the float64 reference (4e-6 max|y|);
-//  * a second call on the same geometry (the uploaded geometry reused) gives the same bits, and new
-//    features on it the one-process device result of those features.
+//  * a second call on the same plan (its uploaded geometry reused) gives the same bits, and new features
+//    on it the one-process device result of those features.
 // What it does not check: nvcc's code, the real runtime, the hardware, CUDA-aware transfers.
 #include "emulated_cuda_backend.hpp"
 
@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "ball_golden_checks.hpp"
-#include "erwin/erwin_device.hpp"
+#include "erwin/cuda/device.hpp"
 #include "erwin_device_mpi_cases.hpp"
 
 namespace {
@@ -52,7 +52,7 @@ OneProcess one_process(const Case& c, const std::vector<float>& features) {
   const bt::RotatedTrees trees =
       bt::build_with_rotations(c.positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
   OneProcess r;
-  r.device_out = ew::detail::make_erwin_cuda_forward(net, 0)->forward(trees, features, c.positions, batch, edges, false);
+  r.device_out = ew::detail::make_erwin_cuda_forward(net, 0)->forward(trees, features, c.positions, batch, edges);
   r.cpu_out = net.forward(trees, features, c.positions, batch, edges, 1);
   return r;
 }
@@ -65,20 +65,21 @@ void expect_device_bitwise(const std::string& name, const Case& c) {
   for (const bool last_empty : {false, true}) {
     const std::string what = name + (last_empty ? " (last rank without points)" : " (one rank ~55 %)");
     const auto model = surrogate::make_model(c.file);
+    Spread spread(*model, c, last_empty, 7u);
     const int before = launches;
-    const std::vector<float> got = distributed(*model, c, c.features, last_empty, 7u);
+    const std::vector<float> got = spread.predict(c.features);
     EXPECT_GT(launches, before) << what;  // the emulated device ran
     EXPECT_EQ(first_difference(got, ref.device_out), got.size()) << what << ": not the one-process device result";
     EXPECT_LE(max_error(got, ref.cpu_out), 2 * tol) << what << ": CPU forward";
     if (!c.exact.empty()) {
       EXPECT_LE(max_error(got, c.exact), tol) << what << ": float64 reference";
     }
-    // The geometry kept: the same call again, then new features.
-    EXPECT_EQ(first_difference(distributed(*model, c, c.features, last_empty, 7u), got), got.size()) << what << ", again";
+    // The plan and its device geometry kept: the same call again, then new features.
+    EXPECT_EQ(first_difference(spread.predict(c.features), got), got.size()) << what << ", again";
     if (!c.features.empty()) {
       std::vector<float> other = c.features;
       for (float& v : other) v = 0.5f * v + 0.25f;
-      const std::vector<float> again = distributed(*model, c, other, last_empty, 7u);
+      const std::vector<float> again = spread.predict(other);
       EXPECT_EQ(first_difference(again, one_process(c, other).device_out), again.size()) << what << ", new features";
     }
     int rank = 0;
@@ -133,12 +134,13 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   int rank = 0, ranks = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const std::vector<float> good = distributed(*model, c, c.features, false, 7u);
-  // A second call on the kept geometry: its launches on this rank, and the bytes it moves between host
-  // and device (features and result included), per rank.
+  Spread spread(*model, c, false, 7u);
+  const std::vector<float> good = spread.predict(c.features);
+  // A second call on the kept plan and geometry: its launches on this rank, and the bytes it moves between
+  // host and device (features and result included), per rank.
   const int before = launches;
   const long long to_device = emulated_backend::bytes_to_device, to_host = emulated_backend::bytes_to_host;
-  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good);
+  EXPECT_EQ(spread.predict(c.features), good);
   const int per_call = launches - before;
   long long moved[2] = {emulated_backend::bytes_to_device - to_device, emulated_backend::bytes_to_host - to_host};
   std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
@@ -148,10 +150,11 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
       std::printf("mpnn_rot, %d ranks, kept geometry: rank %d uploads %lld bytes, downloads %lld bytes per forward\n", ranks, r,
                   all[static_cast<std::size_t>(2 * r)], all[static_cast<std::size_t>(2 * r + 1)]);
   // A launch failing half-way through the forward on the last rank only: every rank throws the same
-  // Error (no rank left waiting in an exchange), and the next call rebuilds the geometry and is right.
+  // Error (no rank left waiting in an exchange), and the next call on the plan uploads its geometry again
+  // and is right.
   if (rank == ranks - 1) emulated_backend::fail_after = std::max(1, per_call / 2);
   try {
-    distributed(*model, c, c.features, false, 7u);
+    spread.predict(c.features);
     ADD_FAILURE() << "a failed launch on rank " << ranks - 1 << " went unnoticed";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
@@ -159,17 +162,17 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   }
   EXPECT_EQ(emulated_backend::fail_after, 0);
   emulated_backend::fail_after = 0;
-  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good) << "after the failure";
+  EXPECT_EQ(spread.predict(c.features), good) << "after the failure";
   // A NaN feature (held by one rank): the same Error(input) on every rank.
   std::vector<float> bad = c.features;
   bad[bad.size() / 3] = std::numeric_limits<float>::quiet_NaN();
   try {
-    distributed(*model, c, bad, false, 7u);
+    spread.predict(bad);
     ADD_FAILURE() << "a NaN feature was accepted";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
   }
-  EXPECT_EQ(distributed(*model, c, c.features, false, 7u), good) << "after the NaN";
+  EXPECT_EQ(spread.predict(c.features), good) << "after the NaN";
 }
 
 TEST(ErwinDeviceMpiEmulated, OtherPrecisionsAreRefusedOnEveryRank) {

@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <string>
@@ -108,9 +109,11 @@ enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
 
 /// Model::predict over MPI_COMM_WORLD with the points spread as asked (local orders shuffled, global ids
 /// = canonical index), `threads` OpenMP threads per rank (0: the default); every rank's rows are
-/// gathered back into canonical order on every rank.
+/// gathered back into canonical order on every rank. `kept_plan` (with `reused_model`): the plan of the
+/// points, built by the call that finds it empty and used by the next ones.
 std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int threads = 0,
-                               surrogate::Model* reused_model = nullptr) {
+                               surrogate::Model* reused_model = nullptr,
+                               std::unique_ptr<surrogate::Plan>* kept_plan = nullptr) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), ranks = comm.size();
   const std::int64_t n = c.n();
@@ -173,7 +176,10 @@ std::vector<float> distributed(const Batch& c, Spread spread, unsigned seed, int
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
   surrogate::RunOptions options;
   options.threads = threads;
-  model->predict(comm, layout, g, f.data(), cin, out.data(), cout, options);
+  std::unique_ptr<surrogate::Plan> own_plan;
+  std::unique_ptr<surrogate::Plan>& plan = kept_plan ? *kept_plan : own_plan;
+  if (!plan) plan = model->plan(comm, layout, g, options);
+  model->predict(comm, *plan, f.data(), cin, out.data(), cout, options);
   // Back to canonical order on every rank.
   std::vector<float> all(static_cast<std::size_t>(n * cout));
   std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
@@ -243,8 +249,8 @@ TEST(ErwinMpi, SeveralSamplesAndFewPoints) {
 
 TEST(ErwinMpi, PlanReusedWhileTheGeometryStays) {
   // One model object, several calls (each with a new communicator object): new features on the same
-  // geometry reuse the plan; changed positions, another spread of the same points and given edges
-  // rebuild it. Every result equals the one-process forward of its inputs.
+  // points reuse the plan; changed positions, another spread of the same points and given edges get a
+  // new one. Every result equals the one-process forward of its inputs.
   for (const bool given : {false, true}) {
     Batch c = golden("mpnn_rot");
     if (!given) {
@@ -254,16 +260,60 @@ TEST(ErwinMpi, PlanReusedWhileTheGeometryStays) {
     const int k = given ? 0 : 6;
     const auto model = surrogate::make_model(c.file);
     const std::string name = given ? "given edges" : "kNN 6";
-    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", first call";
+    std::unique_ptr<surrogate::Plan> plan;
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c, k)) << name << ", first call";
     std::mt19937 gen(11u);
     std::normal_distribution<float> normal;
     for (float& v : c.features) v = normal(gen);
-    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", new features";
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c, k)) << name << ", new features";
     for (float& v : c.positions) v += 0.01f * normal(gen);
     if (given) c.positions[0] += 0.5f;
-    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get()), single_process(c, k)) << name << ", moved points";
-    EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get()), single_process(c, k)) << name << ", another spread";
+    plan.reset();
+    EXPECT_EQ(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan), single_process(c, k)) << name << ", moved points";
+    plan.reset();
+    EXPECT_EQ(distributed(c, Spread::even, 3u, 0, model.get(), &plan), single_process(c, k)) << name << ", another spread";
   }
+}
+
+/// The bytes the plan's exchanges move (Plan::traffic), per predict on the same plan: at one rank nothing
+/// is sent or received; at several, the bytes sent over all ranks equal those received and are > 0; every
+/// predict adds the same bytes again (the plan moves the same rows each time).
+void expect_traffic_counted(const Batch& c, const std::string& name) {
+  const auto model = surrogate::make_model(c.file);
+  std::unique_ptr<surrogate::Plan> plan;
+  std::vector<surrogate::Traffic> after;
+  for (int call = 0; call < 3; ++call) {
+    static_cast<void>(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan));
+    after.push_back(plan->traffic());
+  }
+  auto moved = [&](int call) {  // what predict `call` (1 or 2) added on this rank
+    const surrogate::Traffic& a = after[static_cast<std::size_t>(call - 1)];
+    const surrogate::Traffic& b = after[static_cast<std::size_t>(call)];
+    return std::vector<std::uint64_t>{b.sent - a.sent, b.received - a.received, b.local - a.local, b.moves - a.moves};
+  };
+  const std::vector<std::uint64_t> once = moved(1);
+  EXPECT_EQ(moved(2), once) << name << ": a second predict on the plan moved other bytes";
+  EXPECT_GT(once[3], 0u) << name << ": no exchange counted";
+  std::uint64_t totals[2] = {once[0], once[1]};
+  MPI_Allreduce(MPI_IN_PLACE, totals, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks == 1) {
+    EXPECT_EQ(totals[0], 0u) << name;
+    EXPECT_EQ(totals[1], 0u) << name;
+  } else {
+    EXPECT_EQ(totals[0], totals[1]) << name << ": bytes sent and received over all ranks differ";
+    EXPECT_GT(totals[0], 0u) << name;
+  }
+}
+
+TEST(ErwinMpi, PlanTrafficCountsWhatMoves) {
+  // Rotated blocks (per-level exchanges) and message passing with a halo (given edges, and kNN 6 built).
+  expect_traffic_counted(golden("mpnn_rot"), "mpnn_rot");
+  Batch knn = golden("mpnn_rot");
+  knn.file = with_knn(knn.file, 6);
+  knn.edges.clear();
+  expect_traffic_counted(knn, "mpnn_rot, kNN 6");
 }
 
 TEST(ErwinMpi, ErrorsAreAgreed) {

@@ -1,4 +1,4 @@
-// The Erwin forward on a CUDA device (libsurrogate/src/erwin/erwin_device.hpp) against the CPU forward and
+// The Erwin forward on a CUDA device (libsurrogate/src/erwin/cuda/device.hpp) against the CPU forward and
 // the float64 reference on the golden models of tests/data/erwin (official Erwin weights and inputs), the
 // reuse of an uploaded geometry, determinism, and the registered model with RunOptions::cuda_device
 // (ShapeNet-Car wrapper, graph built by the model's rule). Every test SKIPS when no CUDA device is visible,
@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "erwin/erwin_device.hpp"
+#include "erwin/cuda/device.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
 #include "ball_golden_checks.hpp"
@@ -77,12 +77,14 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
       bt::build_with_rotations(c.positions, cfg.dimensionality, c.batch(), cfg.strides, cfg.ball_sizes, cfg.rotate);
   const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), c.edges, 1);
   const auto device = ew::detail::make_erwin_cuda_forward(net, 0);
-  const std::vector<float> gpu = device->forward(trees, c.features, c.positions, c.batch(), c.edges, false);
+  const auto geometry = device->upload_geometry(trees, c.positions, c.batch(), c.edges);
+  const double geometry_ms = device->last_geometry_ms();
+  const std::vector<float> gpu = device->forward(*geometry, c.features);
   const double tol = 4e-6 * max_abs(c.exact);
   const double err_exact = max_error(gpu, c.exact), err_cpu = max_error(gpu, cpu);
   std::printf("%s: max|y| %.3g, |gpu - f64| %.3g, |gpu - cpu| %.3g, |cpu - f64| %.3g; device %.3f ms (geometry %.3f ms)\n",
               GetParam(), max_abs(c.exact), err_exact, err_cpu, max_error(cpu, c.exact), device->last_forward_ms(),
-              device->last_geometry_ms());
+              geometry_ms);
   EXPECT_LE(err_exact, tol);
   EXPECT_LE(err_cpu, 2 * tol);
 
@@ -90,12 +92,12 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
   // a fresh upload, and the same call twice gives the same bits (the kernels are deterministic).
   std::vector<float> other = c.features;
   for (float& v : other) v = 0.5f * v + 0.25f;
-  const std::vector<float> reused = device->forward(trees, other, c.positions, c.batch(), c.edges, true);
+  const std::vector<float> reused = device->forward(*geometry, other);
   EXPECT_EQ(device->last_geometry_ms(), 0.0);
-  const std::vector<float> fresh = device->forward(trees, other, c.positions, c.batch(), c.edges, false);
+  const std::vector<float> fresh = device->forward(trees, other, c.positions, c.batch(), c.edges);
   EXPECT_EQ(reused, fresh);
   EXPECT_GT(max_error(reused, gpu), 100 * tol);  // the features matter
-  EXPECT_EQ(device->forward(trees, c.features, c.positions, c.batch(), c.edges, true), gpu);
+  EXPECT_EQ(device->forward(*geometry, c.features), gpu);
   // Messages in chunks of at most 7 / 13 edges on a graph with uneven receiver degrees (every seventh edge
   // dropped): the bits of one chunk.
   if (!c.edges.empty()) {
@@ -108,10 +110,10 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
       }
     std::vector<std::int64_t> uneven = src;
     uneven.insert(uneven.end(), dst.begin(), dst.end());
-    const std::vector<float> whole = device->forward(trees, c.features, c.positions, c.batch(), uneven, false);
+    const std::vector<float> whole = device->forward(trees, c.features, c.positions, c.batch(), uneven);
     EXPECT_LE(max_error(whole, net.forward(trees, c.features, c.positions, c.batch(), uneven, 1)), 2 * tol);
     for (const surrogate::index_t chunk : {7, 13})
-      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, c.features, c.positions, c.batch(), uneven, false),
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, c.features, c.positions, c.batch(), uneven),
                 whole)
           << "chunk " << chunk;
   }
@@ -145,8 +147,9 @@ TEST(GpuErwinModel, PredictOnTheDeviceMatchesTheCpu) {
   model->predict(comm, layout, g, nullptr, 0, cpu.data(), 1);
   surrogate::RunOptions options;
   options.cuda_device = 0;
-  model->predict(comm, layout, g, nullptr, 0, gpu.data(), 1, options);
-  model->predict(comm, layout, g, nullptr, 0, again.data(), 1, options);  // the kept trees and geometry
+  const auto plan = model->plan(comm, layout, g);
+  model->predict(comm, *plan, nullptr, 0, gpu.data(), 1, options);
+  model->predict(comm, *plan, nullptr, 0, again.data(), 1, options);  // the plan's device geometry kept
   const double tol = 4e-6 * max_abs(exact);
   EXPECT_LE(max_error(gpu, exact), tol);
   EXPECT_LE(max_error(gpu, cpu), 2 * tol);

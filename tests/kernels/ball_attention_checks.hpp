@@ -3,7 +3,7 @@
 // the library's launchers; skips without a device) and the host emulation of the device code
 // (test_ball_kernels_emulated.cpp: kernels/cuda/ball_attention_kernels.cuh run on the CPU; no GPU needed).
 // A backend has
-//   std::vector<float> ball(const BallAttentionArgs&), coarse(const CoarseAttentionArgs&),
+//   std::vector<float> ball(const BallAttentionLaunch&), coarse(const CoarseAttentionArgs&),
 //   selected(const SelectedBlockAttentionArgs&)
 // which run the kernel on the args' HOST arrays (a.out holds the initial output, sentinels) and return the
 // whole output array (its rows x ldo floats).
@@ -37,7 +37,7 @@
 #include <random>
 #include <vector>
 
-#include "bsa/bsa_branches.hpp"  // the CPU branches (libsurrogate internal)
+#include "bsa/branches.hpp"  // the CPU branches (libsurrogate internal)
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
@@ -155,7 +155,7 @@ void check_ball_attention(Backend& backend) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(E));
 
     std::vector<float> init(static_cast<std::size_t>(rows * ldo), kSentinel);
-    cu::BallAttentionArgs g;
+    cu::BallAttentionLaunch g;
     g.rows = rows;
     g.ball = t.ball;
     g.heads = H;
@@ -237,7 +237,7 @@ void check_ball_attention(Backend& backend) {
     // Run to run: the same bits. A row's result does not depend on the other balls of the launch.
     EXPECT_EQ(backend.ball(g), out) << "ball " << t.ball << " E " << E;
     if (t.balls > 1) {
-      cu::BallAttentionArgs tail = g;
+      cu::BallAttentionLaunch tail = g;
       tail.rows = rows - t.ball;
       tail.q += t.ball * ld;
       tail.k += t.ball * ld;

@@ -35,7 +35,7 @@ void with_head_dim(int E, Run&& run) {
 
 /// Runs the kernels on the args' host arrays (the output in a copy of a.out), returns the output array.
 struct EmulatedBackend {
-  std::vector<float> ball(cu::BallAttentionArgs a) {
+  std::vector<float> ball(cu::BallAttentionLaunch a) {
     std::vector<float> out(a.out, a.out + a.rows * a.ldo);
     a.out = out.data();
     with_head_dim(a.E, [&](auto width) {

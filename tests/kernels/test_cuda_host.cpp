@@ -137,7 +137,7 @@ TEST(CudaHost, ACudaForwardWithoutADeviceIsRefusedClearly) {
 TEST(CudaHost, BallAttentionLaunchersRefuseInvalidSizesBeforeAnyDeviceCall) {
   // The checks run on the host before anything is enqueued: they pass with or without a device.
   const float fake = 0.0f;  // never dereferenced: every call below throws (or returns) before a launch
-  cu::BallAttentionArgs b;
+  cu::BallAttentionLaunch b;
   b.heads = 2;
   b.E = 8;
   b.ball = 4;

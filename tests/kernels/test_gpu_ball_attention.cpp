@@ -27,7 +27,7 @@ cu::DeviceBuffer<T> upload(const T* host, index_t count) {
 
 /// Copies the args' host arrays to the device, launches, returns the output array.
 struct GpuBackend {
-  std::vector<float> ball(cu::BallAttentionArgs a) {
+  std::vector<float> ball(cu::BallAttentionLaunch a) {
     auto q = upload(a.q, a.rows * a.ld), k = upload(a.k, a.rows * a.ld), v = upload(a.v, a.rows * a.ld);
     auto positions = upload(a.positions, a.rows * a.ld_pos);
     auto sigma = upload(a.sigma ? a.sigma : a.q, a.sigma ? a.heads : 1);

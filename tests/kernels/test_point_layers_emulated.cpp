@@ -3,7 +3,7 @@
 // arithmetic: the dense layer against the CPU Linear kernel of every instruction set this machine has
 // (bitwise without an activation where the CPU kernel fuses the multiply-adds, i.e. AVX2 / AVX-512)
 // and against a double reference with the float32 bound of a k-term FMA chain; the row copies, products,
-// sums, eval BatchNorm and the per-receiver message mean bitwise against the loops of erwin_model.cpp
+// sums, eval BatchNorm and the per-receiver message mean bitwise against the loops of erwin/network.cpp
 // written out here. Checks the kernels' indexing and arithmetic without a GPU; says nothing about nvcc's
 // code or the hardware. Labels unit;cuda, CUDA builds.
 #include "cuda_host_emulation.hpp"  // first: replaces the CUDA keywords for the kernel source below
@@ -217,7 +217,7 @@ TEST(PointLayersEmulated, RowProductsAndSumsAreTheCpuOperations) {
 
 // Eval BatchNorm after pooling (x = x alpha + beta) and after unpooling (x = (x + z) alpha + beta, z the
 // unpooled rows at their own stride): bitwise against the CPU's BatchNorm::apply (product rounded, then
-// the sum; erwin_model.cpp is compiled without FMA contraction on x86-64).
+// the sum; erwin/network.cpp is compiled without FMA contraction on x86-64).
 TEST(PointLayersEmulated, BatchNormIsTheCpuFold) {
   const index_t rows = 19, ld = 16, ld_z = 10;
   const int dim = 10;

@@ -41,6 +41,8 @@ class RedistributionPlan {
   void to_solver(const double* tree_rows, int width, double* solver_rows) const { plan_.backward(tree_rows, width, solver_rows); }
   const ExchangePlan& exchange() const { return plan_; }
   void rebind(const Comm& comm) { plan_.rebind(comm); }
+  /// Adds the bytes of every move to `sink` (ExchangePlan::count_into).
+  void count_into(Traffic* sink) { plan_.count_into(sink); }
 
  private:
   ExchangePlan plan_;

@@ -1,9 +1,9 @@
+// GraphRule, CanonicalBlock and PointCloudModel (point_cloud_model.hpp).
 #include "point_cloud_model.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <numeric>
 
 #include "distributed_internal.hpp"
@@ -30,27 +30,6 @@ CanonicalBlock::CanonicalBlock(const Comm& comm, const CanonicalBatch& all, int 
     while (offsets[sample + 1] <= c) ++sample;
     samples_[static_cast<std::size_t>(c - begin_)] = static_cast<std::int64_t>(sample);
   }
-}
-
-GeometryKey GeometryKey::of(const Comm& comm, const SampleLayout& layout, const PointGeometry& g, int dim) {
-  GeometryKey k;
-  k.rank = comm.rank();
-  k.size = comm.size();
-  const index_t n = layout.local_points();
-  k.positions.resize(static_cast<std::size_t>(n * dim));
-  for (index_t r = 0; r < n; ++r) std::copy_n(g.positions + r * g.ld_positions, dim, k.positions.begin() + r * dim);
-  k.ids.assign(g.global_ids, g.global_ids + n);
-  k.samples.resize(static_cast<std::size_t>(n));
-  for (const auto& seg : layout.segments()) std::fill(k.samples.begin() + seg.begin, k.samples.begin() + seg.end, seg.sample);
-  k.has_edges = g.edge_index != nullptr;
-  if (k.has_edges) k.edges.assign(g.edge_index, g.edge_index + 2 * g.num_edges);
-  return k;
-}
-
-bool GeometryKey::operator==(const GeometryKey& o) const {
-  return rank == o.rank && size == o.size && has_edges == o.has_edges && ids == o.ids && samples == o.samples &&
-         edges == o.edges && positions.size() == o.positions.size() &&
-         (positions.empty() || std::memcmp(positions.data(), o.positions.data(), positions.size() * sizeof(float)) == 0);
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -191,16 +170,9 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
   return result;
 }
 
-void PointCloudModel::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                       const float* in, index_t ld_in, float* out, index_t ld_out,
-                                       const RunOptions& options) {
-  const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, true, false, options.threads);
-  const index_t n = layout.local_points();
-  const int cout = out_channels();
+void PointCloudModel::refuse_device_arrays(const Comm& comm) const {
   collectively(comm, [&] {
-    const std::vector<float> y = run_batch(all.features, all.positions, all.batch, all.edges, options.threads);
-    for (index_t row = 0; row < n; ++row)
-      std::copy_n(y.begin() + all.canonical_of_row[static_cast<std::size_t>(row)] * cout, cout, out + row * ld_out);
+    throw Error(ErrorCode::unsupported, "model architecture '" + architecture() + "' has no device-resident predict");
   });
 }
 

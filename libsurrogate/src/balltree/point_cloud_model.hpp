@@ -1,17 +1,6 @@
-// Registered models of the ball-tree family (Erwin, BSA): the generic Model path for networks
-// whose forward takes the whole batch (features, positions, samples and, for message passing, edges)
-// in one process. A family derives from PointCloudModel, says how many coordinates and which graph
-// rule it needs, and implements run_batch(); gathering, the canonical point order, the graph and the
-// return of each rank's rows are done here.
-//
-// Multi-rank, gathered mode (forward_geometry; NOT scalable, used by BSA's global attention): every rank gathers all points
-// of the batch (features, positions, global ids, samples) and all edges with collectives, runs the
-// forward redundantly on the whole batch and keeps its own rows. The result is bitwise independent of
-// the rank count and the partition (the forward sees the same arrays in the same order everywhere), but
-// memory and time per rank are those of a single process. A family that runs distributed (Erwin, BSA, on
-// the distributed ball tree) overrides forward_geometry and uses gather_canonical in block mode (each rank
-// only its block of the canonical order and its receivers' edges, memory O(N / P)), and keeps its plan
-// while the GeometryKey stays the same.
+// The shared base of the ball-tree Models (Erwin, BSA): positions and graph rule (GraphRule), the canonical
+// order of a batch (route_canonical; block mode for the plans, gathered mode on every rank) and this rank's
+// block of it (CanonicalBlock). share/docs/balltree.md, "Running Erwin" (multi-rank) and "Code layout".
 #pragma once
 
 #include <cstdint>
@@ -120,7 +109,15 @@ class CanonicalBlock {
   /// solver rows (width values each) -> the block's rows, and back. Collective.
   void to_block(const float* solver_rows, int width, float* block_rows) const { plan_.forward(solver_rows, width, block_rows); }
   void to_solver(const float* block_rows, int width, float* solver_rows) const { plan_.backward(block_rows, width, solver_rows); }
+  /// The same moves at row strides (host memory). Collective.
+  void to_block(const float* solver_rows, index_t ld_solver, float* block_rows, index_t ld_block, int width) const {
+    plan_.forward(solver_rows, ld_solver, block_rows, ld_block, width);
+  }
+  void to_solver(const float* block_rows, index_t ld_block, float* solver_rows, index_t ld_solver, int width) const {
+    plan_.backward(block_rows, ld_block, solver_rows, ld_solver, width);
+  }
   void rebind(const Comm& comm) { plan_.rebind(comm); }
+  void count_into(Traffic* sink) { plan_.count_into(sink); }
 
  private:
   std::int64_t begin_ = 0, end_ = 0;
@@ -129,47 +126,30 @@ class CanonicalBlock {
   std::vector<std::int64_t> samples_;
 };
 
-/// What a distributed plan depends on, on this rank: positions, global ids, samples, edges (compared bit
-/// for bit; whether every rank's key is unchanged is agreed collectively by the caller).
-struct GeometryKey {
-  int rank = -1, size = 0;
-  std::vector<float> positions;
-  std::vector<std::int64_t> ids, samples, edges;
-  bool has_edges = false;
-  static GeometryKey of(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, int dim);
-  bool operator==(const GeometryKey& other) const;
-};
-
 class PointCloudModel : public Model {
  public:
   int position_dim() const override { return dim_; }
   bool needs_edges() const override { return uses_edges_ && rule_.kind == GraphRule::Kind::none; }
   const GraphRule& graph_rule() const { return rule_; }
 
+  /// The batch in canonical order (route_canonical) of a plan's layout and working-order geometry.
+  /// `block_mode` (the family plans): each rank gets its block (positions, owners), the given edges of its
+  /// block's receivers or, when the network uses edges and none were given, builds those by the graph rule
+  /// from its block and a halo of the other ranks' points that can be their neighbours
+  /// (GraphRule::build_distributed). Otherwise (gathered mode) the blocks are all-gathered: every rank gets
+  /// every point (with features when `with_features`) and every edge (the given ones in rank-major order).
+  /// Collective; errors (a global id given twice or out of range, an edge joining two samples) are agreed.
+  CanonicalBatch gather_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
+                                  const float* in, index_t ld_in, bool with_features, bool block_mode,
+                                  int threads) const;
+
  protected:
   /// `uses_edges`: the network passes messages (edges are gathered or built); otherwise edges are ignored.
   PointCloudModel(const ModelFile& file, int in_channels, int out_channels, int dim, bool uses_edges);
 
-  /// The family's forward on the whole batch in canonical order (samples in order, points of a sample by
-  /// increasing global id): `features` row-major N x in_channels() (normalised), `positions` N x dim,
-  /// `edges` 2 x E canonical indices (empty when the network uses none). Returns N x out_channels().
-  virtual std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
-                                       const balltree::Batch& batch, std::span<const std::int64_t> edges,
-                                       int threads) const = 0;
-
-  void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
-                        index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override;
-
-  /// The batch in canonical order (route_canonical). `block_mode` (the distributed plans): each rank gets
-  /// its block (positions, owners), the given edges of its block's receivers or, when the network uses
-  /// edges and none were given, builds those by the graph rule from its block and a halo of the other
-  /// ranks' points that can be their neighbours (GraphRule::build_distributed). Otherwise (gathered mode, forward_geometry)
-  /// the blocks are all-gathered: every rank gets every point (with features when `with_features`) and
-  /// every edge (the given ones in rank-major order). Collective; errors (a global id given twice or out
-  /// of range, an edge joining two samples) are agreed.
-  CanonicalBatch gather_canonical(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                  const float* in, index_t ld_in, bool with_features, bool block_mode,
-                                  int threads) const;
+  /// The refusal of a forward on the caller's device arrays (predict_device): the ball-tree families take
+  /// host arrays (their CUDA forward with RunOptions::cuda_device). Error(unsupported) on every rank.
+  void refuse_device_arrays(const Comm& comm) const;
 
  private:
   int dim_;

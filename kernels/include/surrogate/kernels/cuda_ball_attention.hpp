@@ -31,8 +31,10 @@ inline constexpr int kMaxBallPositionDim = 4;
 ///   out[i, hE:(h+1)E] = sum_j softmax_j(scale q_i . k_j + sigma[h] |p_i - p_j|) v_j,  j in ball b,
 /// with |p_i - p_j| computed on the fly from the positions exactly as the CPU's ball_distances (float,
 /// components in order, sqrt correctly rounded). sigma == nullptr: no bias (erwin_flash). Padding
-/// duplicates of the ball tree are ordinary tokens here, as on the CPU (no mask).
-struct BallAttentionArgs {
+/// duplicates of the ball tree are ordinary tokens here, as on the CPU (no mask). One launch covers every
+/// ball of the rows and computes the distances itself (the CPU's kernels::BallAttentionArgs is one ball
+/// with a precomputed bias tile).
+struct BallAttentionLaunch {
   index_t rows = 0;
   int ball = 0;
   int heads = 0, E = 0;
@@ -48,7 +50,7 @@ struct BallAttentionArgs {
   float* out = nullptr;
   index_t ldo = 0;
 };
-void ball_attention(const BallAttentionArgs& a, cudaStream_t stream);
+void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream);
 
 /// Coarse branch: query i of sample s (queries per sample) attends to the `keys` compressed keys and
 /// values of sample s (rows s * keys .. of k/v), no bias; the result is written to `copies` consecutive

@@ -1,20 +1,19 @@
-// Erwin as a registered Model (architecture "erwin"): erwin::Network behind the generic predict path
-// (PointCloudModel: positions, samples, edges given or built by the /config graph rule), optionally
-// inside the ShapeNet-Car wrapper of the official experiments (/config wrapper = "shapenet_car"):
-// inputs are the positions only, features = [cos(pos A^T), sin(pos A^T)] with A = pos_enc.linear.weight,
-// output = pred_head.2(GELU_erf(pred_head.0(erwin(...)))), one channel. Docs: share/docs/balltree.md.
+// Erwin as a registered Model (architecture "erwin"): its plan (plan.hpp) per point set, the network on
+// the plan on the CPU or a CUDA device, optionally inside the ShapeNet-Car wrapper of the official
+// experiments (/config wrapper = "shapenet_car": inputs are the positions only, features = [cos(pos A^T),
+// sin(pos A^T)] with A = pos_enc.linear.weight, output = pred_head.2(GELU_erf(pred_head.0(erwin(...)))),
+// one channel). Docs: share/docs/balltree.md, "Running Erwin".
 #include <omp.h>
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
-#include "../layers.hpp"
 #include "../device_support.hpp"
-#include "erwin_device.hpp"
-#include "erwin_distributed.hpp"
+#include "../layers.hpp"
+#include "cuda/device.hpp"
+#include "plan.hpp"
 #include "surrogate/erwin.hpp"
 
 namespace surrogate::erwin {
@@ -99,75 +98,39 @@ class ErwinModel final : public PointCloudModel {
         {"graph", c.mp_steps > 0 ? graph_rule().describe() : "not used (mp_steps 0)"},
         {"multi-rank mode",
          "distributed ball tree (every rank runs its subtrees and its points' message passing; the canonical "
-         "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built when a "
-         "geometry is first seen and reused while it stays; bitwise equal to one process)"},
+         "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built once "
+         "per point set and reused by every predict on it; bitwise equal to one process)"},
         {"CUDA forward",
-         "fp32, any rank count (cuda_device >= 0: the distributed plan on the host, each rank's block and slots "
-         "on its device, the exchanges staged through host memory and MPI; bitwise the one-process device "
-         "forward; compiled and emulation-tested, never run on a GPU)"}};
+         "fp32, any rank count (cuda_device >= 0: the plan built on the host, each rank's block and slots on "
+         "its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
+         "one-process device forward)"}};
     return d;
   }
 
  protected:
-  std::vector<float> run_batch(std::span<const float> features, std::span<const float> positions,
-                               const balltree::Batch& batch, std::span<const std::int64_t> edges,
-                               int threads) const override {
-    if (!wrapper_) return net_.forward(features, positions, batch, edges, threads);
-    const std::vector<float> y = net_.forward(fourier(positions, threads), positions, batch, edges, threads);
-    return head(y, threads);
+  std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions& options) override {
+    return std::make_unique<detail::ErwinPlan>(comm, std::move(basis), *this, net_, options.threads);
   }
 
-  /// Distributed: the network runs on the distributed ball tree (erwin_distributed.hpp). The plan (the
-  /// canonical blocks (route_canonical), the graph of each rank's block, the tree, the exchange plans) is
-  /// built on the first call and reused while the geometry (positions, global ids, samples, edges, on
-  /// every rank, compared bit for bit) stays the same: then a call moves only this rank's rows.
-  /// cuda_device >= 0: the same plan, the network on each rank's device (erwin_device.hpp: its block and
-  /// slots there, the plan's exchanges staged through host memory), the geometry uploaded once per plan;
-  /// the wrapper's Fourier features and head on the host.
-  void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const float* in,
-                        index_t ld_in, float* out, index_t ld_out, const RunOptions& options) override {
+  /// The network on the plan (plan.hpp): the features moved to this rank's block, the network there (on
+  /// the CPU, or with cuda_device >= 0 on the device: cuda/device.hpp, the plan's geometry uploaded by the
+  /// first device forward), the result moved back to the caller's rows; the wrapper's Fourier features and
+  /// head on the host.
+  void forward(const Comm& comm, Plan& base, const Io& io, const RunOptions& options) override {
+    if (io.device) refuse_device_arrays(comm);
+    auto& plan = static_cast<detail::ErwinPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) prepare_device(comm, options);
-    const index_t n = layout.local_points();
-    const int cin = in_channels(), cout = out_channels(), dim = net_.config().dimensionality;
-    GeometryKey key = GeometryKey::of(comm, layout, geometry, dim);
-    const bool same = plan_ && key == plan_key_;
-    if (comm.allreduce<std::int64_t>(same ? 1 : 0, ReduceOp::min) == 1) {
-      plan_->rebind(comm);
-    } else {
-      plan_.reset();
-      const CanonicalBatch all = gather_canonical(comm, layout, geometry, in, ld_in, false, true, options.threads);
-      plan_ = std::make_unique<detail::DistributedPlan>(comm, net_, all, n);
-      plan_key_ = std::move(key);
-      ++plan_generation_;
-    }
-    const detail::DistributedPlan& plan = *plan_;
-    std::vector<float> block_features;
-    if (wrapper_) {
-      block_features = fourier(plan.block_positions(), options.threads);
-    } else {
-      std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cin)));
-      for (index_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, cin, rows.data() + r * cin);
-      block_features.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cin)));
-      plan.to_block(rows.data(), cin, block_features.data());
-      block_features.resize(static_cast<std::size_t>(plan.block_rows() * cin));
-    }
-    std::vector<float> y;
-    if (on_device) {
-      y = device_->forward(plan, block_features, device_generation_ == plan_generation_);
-      device_generation_ = plan_generation_;
-    } else {
-      y = plan.forward(net_, block_features, options.threads);
-    }
+    const std::vector<float> block_features =
+        wrapper_ ? fourier(plan.block_positions(), options.threads) : plan.to_block(io.in, io.ld_in, in_channels());
+    std::vector<float> y =
+        on_device ? device_->forward(plan, block_features) : plan.forward(net_, block_features, options.threads);
     if (wrapper_) y = head(y, options.threads);
-    y.resize(static_cast<std::size_t>(std::max<std::int64_t>(1, plan.block_rows() * cout)));
-    std::vector<float> rows(static_cast<std::size_t>(std::max<index_t>(1, n * cout)));
-    plan.to_solver(y.data(), cout, rows.data());
-    for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cout, cout, out + r * ld_out);
+    plan.to_solver(y, out_channels(), io.out, io.ld_out);
   }
 
  private:
-  /// The checks of a device forward and the CUDA forward object (erwin_device.hpp) on the requested
+  /// The checks of a device forward and the CUDA forward object (cuda/device.hpp) on the requested
   /// device; errors agreed (every rank has the same options, so the same refusal everywhere).
   void prepare_device(const Comm& comm, const RunOptions& options) {
     const Config& c = net_.config();
@@ -182,7 +145,7 @@ class ErwinModel final : public PointCloudModel {
 #if SURROGATE_HAVE_CUDA
         device_ = detail::make_erwin_cuda_forward(net_, options.cuda_device);
 #else
-        detail::refuse_without_cuda_backend("erwin", options.cuda_device);
+        surrogate::detail::refuse_without_cuda_backend("erwin", options.cuda_device);
 #endif
       }
     });
@@ -247,11 +210,7 @@ class ErwinModel final : public PointCloudModel {
 
   Network net_;
   bool wrapper_;
-  std::unique_ptr<detail::DistributedPlan> plan_;  // of the last geometry (plan_key_)
-  GeometryKey plan_key_;
-  std::uint64_t plan_generation_ = 0;                   // plans built so far
-  std::unique_ptr<detail::ErwinDeviceForward> device_;  // the CUDA forward, once a device was asked for
-  std::uint64_t device_generation_ = 0;                 // the plan whose geometry device_ holds (0: none)
+  std::unique_ptr<detail::ErwinDeviceForward> device_;  // the weights on a device, once a device was asked for
   std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
   kernels::PackedLinear head0_, head2_;
   index_t parameters_ = 0;

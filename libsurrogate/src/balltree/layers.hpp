@@ -1,5 +1,5 @@
-// Small helpers shared by the ball-tree families (Erwin, BSA): kernel calls with the common arguments,
-// and the distance tile of a ball. Internal to libsurrogate.
+// The CPU layers shared by the ball-tree families (Erwin, BSA): kernel calls with the common arguments,
+// and the distance tile of a ball (share/docs/balltree.md, "Code layout").
 #pragma once
 
 #include <cmath>
@@ -7,7 +7,7 @@
 
 #include "../layers.hpp"
 
-namespace surrogate::balltree_layers {
+namespace surrogate::balltree::layers {
 
 /// Distances |p_i - p_j| between the m points of a ball (dim coordinates each, row-major) into the m x m
 /// tile `dist`, computed as torch.cdist does for up to 25 rows: sqrt(sum_c (p_ic - p_jc)^2) in float32
@@ -55,4 +55,4 @@ inline void run_norm(const CpuKernels& k, const float* x, index_t ldx, float* y,
   k.norm(a);
 }
 
-}  // namespace surrogate::balltree_layers
+}  // namespace surrogate::balltree::layers

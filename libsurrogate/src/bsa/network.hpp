@@ -1,7 +1,8 @@
 // The stages of the BSA forward (checks, embedding, the layers, the ShapeNet-Car wrapper), shared by the
-// single-process forward (bsa_model.cpp) and the distributed one (bsa_distributed.cpp), so both run the
+// one-process forward (network.cpp) and the forward on a plan (network_distributed.cpp), so both run the
 // same per-row, per-ball, per-block and per-query code. Every stage works on the rows it is given: the
-// whole batch in tree order in one process, or one rank's slots of the distributed tree. Internal.
+// whole batch in tree order in one process, or one rank's slots of the distributed tree.
+// share/docs/balltree.md, "Code layout".
 #pragma once
 
 #include <cstdint>
@@ -62,7 +63,7 @@ class LayerExchanges {
   virtual void fetch_samples(const float* local_rows, int width, float* fetched) const = 0;
 };
 
-/// The weights of one layer, read-only views into the Network (for the device forward, bsa_cuda.cpp).
+/// The weights of one layer, read-only views into the Network (for the device forward, cuda/forward.cpp).
 /// The compression MLPs are pairs (Linear, ReLU, Linear); q_mlp only with block-level importance, none
 /// without use_compress_mlp; gate only with the token gate, static_gate ([H][2], sigmoid applied) only
 /// without it; sigma empty for global attention.
@@ -79,7 +80,7 @@ struct LayerWeights {
   const std::vector<float>* static_gate = nullptr;
 };
 
-/// Friend of Network: the stages, implemented in bsa_model.cpp.
+/// Friend of Network: the stages, implemented in network.cpp.
 struct Stages {
   /// The embedding and the layers' weights (valid while the network lives).
   static const kernels::PackedLinear& embed_weights(const Network& net);
@@ -96,6 +97,9 @@ struct Stages {
   /// point indices, the rotation permutation when configured). Returns the common padded sample size n.
   static index_t check_inputs(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> features,
                               std::span<const float> positions, const balltree::Batch& batch);
+  /// The same without the features (the geometry of a device forward).
+  static index_t check_geometry(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> positions,
+                                const balltree::Batch& batch);
   /// h (points rows, stride row_stride) = embed(features (points x c_in)).
   static void embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads);
   /// The depth layers with the long residual on x (layout.rows rows in tree order, stride row_stride);

@@ -1,22 +1,19 @@
-// The layouts of the Erwin device forward (erwin_cuda_layout.hpp): one process, or one rank of the
-// distributed plan with its exchanges staged through host memory.
-#include "erwin_cuda_layout.hpp"
+// The layouts of the Erwin device forward (layout.hpp): one process, or one rank of a plan with its
+// exchanges on device rows.
+#include "layout.hpp"
 
 #include <algorithm>
 #include <string>
 
-#include "../balltree/device_exchange.hpp"
-#include "erwin_stages.hpp"
+#include "../../device/layers.hpp"
+#include "../network.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/model.hpp"  // index_t, used by point_device.hpp
-#include "../balltree/point_device.hpp"
 
 namespace surrogate::erwin::detail {
 namespace {
 
 namespace cu = kernels::cuda;
-using balltree::device::copy_rows;
-using balltree::device::DeviceExchange;
+using surrogate::device::copy_rows;
 
 std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
   std::vector<float> out(order.size() * static_cast<std::size_t>(width));
@@ -77,11 +74,11 @@ class SingleProcessLayout final : public DeviceLayout {
     return permute_rows(rows, width, rotated_[static_cast<std::size_t>(level)]);
   }
   void upload(int device, const cu::Stream& stream) override {
-    balltree::device::upload(tree_index_, std::span<const std::int64_t>(tree_index_host_), device, stream.get());
-    balltree::device::upload(slot_, std::span<const std::int64_t>(slot_of_point_host_), device, stream.get());
+    surrogate::device::upload(tree_index_, std::span<const std::int64_t>(tree_index_host_), device, stream.get());
+    surrogate::device::upload(slot_, std::span<const std::int64_t>(slot_of_point_host_), device, stream.get());
     rotated_device_.resize(rotated_.size());
     for (std::size_t i = 0; i < rotated_.size(); ++i)
-      balltree::device::upload(rotated_device_[i], std::span<const std::int64_t>(rotated_[i]), device, stream.get());
+      surrogate::device::upload(rotated_device_[i], std::span<const std::int64_t>(rotated_[i]), device, stream.get());
   }
   void refresh_halo(float*, index_t, int, const cu::Stream&) const override {}
   void to_slots(const float* h, index_t ld_h, float* x, index_t ld_x, int width, const cu::Stream& stream) const override {
@@ -106,10 +103,11 @@ class SingleProcessLayout final : public DeviceLayout {
   std::vector<cu::DeviceBuffer<std::int64_t>> rotated_device_;
 };
 
-/// One rank of the distributed plan: the plan's exchanges on device rows through host memory.
-class DistributedLayout final : public DeviceLayout {
+/// One rank of a plan: the plan's exchanges on device rows, through the transport of the communicator the
+/// plan is bound to (Comm::device_transport: NCCL when every rank owns its GPU, else host staging).
+class PlanLayout final : public DeviceLayout {
  public:
-  DistributedLayout(const Network& net, const DistributedPlan& plan) : plan_(&plan) {
+  PlanLayout(const Network& net, const ErwinPlan& plan) : plan_(&plan) {
     const Config& c = net.config();
     points_ = plan.block_rows();
     halo_ = plan.halo_rows();
@@ -121,44 +119,43 @@ class DistributedLayout final : public DeviceLayout {
     }
     level_nodes_.assign(plan.level_nodes().begin(), plan.level_nodes().end());
     slot_positions_.assign(plan.slot_positions().begin(), plan.slot_positions().end());
-    message_passing_ = c.mp_steps > 0;
   }
 
   const Comm* comm() const override { return &plan_->comm(); }
   std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
-    const ExchangePlan& e = plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
+    const ExchangePlan& e = rotation(level);
     std::vector<float> out(static_cast<std::size_t>(e.target_rows()) * static_cast<std::size_t>(width));
     e.forward(rows.data(), width, out.data());
     return out;
   }
-  void upload(int device, const cu::Stream& stream) override {
-    const balltree::DistributedRotatedTrees& trees = plan_->trees();
-    tree_ = DeviceExchange(trees.tree.plan.exchange(), device, stream, "erwin");
-    if (message_passing_) halo_exchange_ = DeviceExchange(plan_->halo_plan(), device, stream, "erwin");
-    rotations_.clear();
-    for (const ExchangePlan& e : trees.rotations.exchange) rotations_.emplace_back(e, device, stream, "erwin");
-  }
+  void upload(int device, const cu::Stream&) override { device_ = device; }  // the plans upload their own lists
   void refresh_halo(float* h, index_t ld, int width, const cu::Stream& stream) const override {
-    halo_exchange_.forward(h, ld, h + points_ * ld, ld, width, stream);
+    plan_->halo_plan().forward(h, ld, h + points_ * ld, ld, width, place(stream));
   }
   void to_slots(const float* h, index_t ld_h, float* x, index_t ld_x, int width, const cu::Stream& stream) const override {
-    tree_.forward(h, ld_h, x, ld_x, width, stream);
+    plan_->trees().tree.plan.exchange().forward(h, ld_h, x, ld_x, width, place(stream));
   }
   void to_points(const float* x, index_t ld_x, float* h, index_t ld_h, int width, const cu::Stream& stream) const override {
-    tree_.backward(x, ld_x, h, ld_h, width, stream);
+    plan_->trees().tree.plan.exchange().backward(x, ld_x, h, ld_h, width, place(stream));
   }
   void to_rotated(int level, const float* x, float* rotated, int width, const cu::Stream& stream) const override {
-    rotations_[static_cast<std::size_t>(level)].forward(x, width, rotated, width, width, stream);
+    rotation(level).forward(x, width, rotated, width, width, place(stream));
   }
   void from_rotated(int level, const float* rotated, float* x, int width, const cu::Stream& stream) const override {
-    rotations_[static_cast<std::size_t>(level)].backward(rotated, width, x, width, width, stream);
+    rotation(level).backward(rotated, width, x, width, width, place(stream));
   }
 
  private:
-  const DistributedPlan* plan_;
-  bool message_passing_ = false;
-  DeviceExchange tree_, halo_exchange_;
-  std::vector<DeviceExchange> rotations_;
+  const ExchangePlan& rotation(int level) const {
+    return plan_->trees().rotations.exchange[static_cast<std::size_t>(level)];
+  }
+  /// This device and the transport of the communicator of the current predict (collective on its first use).
+  Place place(const cu::Stream& stream) const {
+    return {device_, stream.get(), &plan_->comm().device_transport(device_)};
+  }
+
+  const ErwinPlan* plan_;
+  int device_ = -1;
 };
 
 }  // namespace
@@ -169,8 +166,8 @@ std::unique_ptr<DeviceLayout> single_process_layout(const Network& net, const ba
   return std::make_unique<SingleProcessLayout>(net, trees, positions, points, edge_index);
 }
 
-std::unique_ptr<DeviceLayout> distributed_layout(const Network& net, const DistributedPlan& plan) {
-  return std::make_unique<DistributedLayout>(net, plan);
+std::unique_ptr<DeviceLayout> plan_layout(const Network& net, const ErwinPlan& plan) {
+  return std::make_unique<PlanLayout>(net, plan);
 }
 
 }  // namespace surrogate::erwin::detail

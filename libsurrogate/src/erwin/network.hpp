@@ -1,8 +1,8 @@
-// The stages of the Erwin forward (embedding, message passing, the U-Net over the tree levels), shared
-// by the single-process forward (erwin_model.cpp) and the distributed one (erwin_distributed.cpp), so
-// both run the same per-row, per-edge and per-ball code. Every stage works on the rows it is given: the
-// whole batch in one process, or one rank's rows (its points, its slots of the distributed tree).
-// Internal to libsurrogate.
+// The stages of the Erwin forward (embedding, message passing, the U-Net over the tree levels), shared by
+// the one-process forward (network.cpp) and the forward on a plan (network_distributed.cpp), so both run
+// the same per-row, per-edge and per-ball code. Every stage works on the rows it is given: the whole
+// batch in one process, or one rank's rows (its block, its slots of the distributed tree).
+// share/docs/balltree.md, "Code layout".
 #pragma once
 
 #include <cstdint>
@@ -30,7 +30,7 @@ class RotatedOrder {
 /// rows of their owners; called before every message-passing step (collective when distributed).
 using HaloRefresh = std::function<void(float* h, index_t ld)>;
 
-/// Read-only views of a Network's weights (for the device forward, erwin_cuda.cpp); pointers into the
+/// Read-only views of a Network's weights (for the device forward, cuda/forward.cpp); pointers into the
 /// Network, valid while it lives. Linear layers in the CPU's packed form (PackedLinear: W^T, padded).
 struct BlockWeights {
   int dim = 0, heads = 0, ball = 0, hidden = 0;
@@ -56,7 +56,7 @@ struct NetworkWeights {
   std::vector<BatchNormWeights> pool_bn, unpool_bn;
 };
 
-/// Friend of Network: the stages, implemented in erwin_model.cpp.
+/// Friend of Network: the stages, implemented in network.cpp.
 struct Stages {
   /// The network's weights (views).
   static NetworkWeights weights(const Network& net);

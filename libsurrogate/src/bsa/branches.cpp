@@ -1,5 +1,5 @@
-// BSA's branches on the CPU kernels (see bsa_branches.hpp).
-#include "bsa_branches.hpp"
+// BSA's branches on the CPU kernels (see branches.hpp).
+#include "branches.hpp"
 
 #include <omp.h>
 
@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "../erwin/erwin_layers.hpp"
+#include "../balltree/layers.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/error.hpp"
 
@@ -103,7 +103,7 @@ void local_branch(const CpuKernels& k, const Tokens& t, const float* positions, 
 #pragma omp for schedule(static)
     for (index_t b = 0; b < balls; ++b) {
       const index_t r0 = b * ball;
-      balltree_layers::ball_distances(k, positions + r0 * dim, ball, dim, dist.data());
+      balltree::layers::ball_distances(k, positions + r0 * dim, ball, dim, dist.data());
       kernels::BallAttentionArgs a;
       a.m = ball;
       a.heads = t.heads;

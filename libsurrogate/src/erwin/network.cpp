@@ -9,8 +9,8 @@
 #include <string>
 
 #include "../layers.hpp"
-#include "erwin_layers.hpp"
-#include "erwin_stages.hpp"
+#include "../balltree/layers.hpp"
+#include "network.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 
@@ -20,9 +20,9 @@ namespace {
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
-using balltree_layers::ball_distances;
-using balltree_layers::run_linear;
-using balltree_layers::run_norm;
+using balltree::layers::ball_distances;
+using balltree::layers::run_linear;
+using balltree::layers::run_norm;
 
 /// Eval BatchNorm as PyTorch's CPU inference kernel: y = x * alpha + beta with
 /// alpha = weight / sqrt(running_var + eps), beta = bias - running_mean * alpha.
@@ -452,7 +452,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The stages (erwin_stages.hpp).
+// The stages (network.hpp).
 
 namespace detail {
 

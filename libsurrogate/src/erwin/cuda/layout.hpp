@@ -1,13 +1,7 @@
-// Where the rows of the Erwin device forward (erwin_cuda.cpp) live and how they move between its stages,
-// for one geometry (CUDA builds only; internal):
-//  * single process: the points in the caller's order, the tree's slots gathered by Tree::index, the
-//    rotated orders as gathers by RotatedTrees::rotated, the result gathered by slot_of_point;
-//  * one rank of the distributed forward (DistributedPlan, erwin_distributed.hpp): the rank's canonical
-//    block with a halo of remote message-passing sources, its slots of the distributed tree, the rotated
-//    orders and the halo as the plan's exchanges applied to device rows through host memory
-//    (balltree::device::DeviceExchange: own rows copied on the device, the others through MPI).
-// The host arrays (edges, positions, node counts) are read while the forward sets its geometry; the
-// movements act on device rows on the forward's stream and are collective when distributed.
+// Where the rows of the Erwin device forward (forward.cpp) live and how they move between its stages, for
+// one geometry: one process (gathers by the tree's index arrays) or one rank of a plan (its block with a
+// halo, its slots of the distributed tree; the moves are the plan's exchanges on device rows, collective).
+// The host arrays are read only while the forward uploads its geometry. CUDA builds only.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +9,7 @@
 #include <span>
 #include <vector>
 
-#include "erwin_distributed.hpp"
+#include "../plan.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/erwin.hpp"
@@ -42,7 +36,7 @@ class DeviceLayout {
   virtual const Comm* comm() const = 0;
   /// Host rows of level `level`'s nodes (`width` values each) in the rotated order. Collective when distributed.
   virtual std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const = 0;
-  /// Uploads what the movements need (index arrays, exchange row lists) to `device`, once per geometry.
+  /// Uploads what the movements need (index arrays) to `device`, once per geometry.
   virtual void upload(int device, const kernels::cuda::Stream& stream) = 0;
 
   /// The halo rows (points .. points + halo) of h (row stride ld) from their owners' rows.
@@ -66,12 +60,12 @@ class DeviceLayout {
   std::vector<float> slot_positions_;
 };
 
-/// The single-process layout of a batch's trees (Error(input) when the trees, positions or edges do not
-/// belong together). `positions` and `edge_index` must stay valid while the forward sets its geometry.
+/// The one-process layout of a batch's trees (Error(input) when the trees, positions or edges do not
+/// belong together). `positions` and `edge_index` must stay valid while the forward uploads its geometry.
 std::unique_ptr<DeviceLayout> single_process_layout(const Network& net, const balltree::RotatedTrees& trees,
                                                     std::span<const float> positions, index_t points,
                                                     std::span<const std::int64_t> edge_index);
-/// This rank's layout of a distributed plan, which must outlive it.
-std::unique_ptr<DeviceLayout> distributed_layout(const Network& net, const DistributedPlan& plan);
+/// This rank's layout of a plan, which must outlive it (the plan keeps it in its device geometry).
+std::unique_ptr<DeviceLayout> plan_layout(const Network& net, const ErwinPlan& plan);
 
 }  // namespace surrogate::erwin::detail

@@ -1,6 +1,6 @@
 // BSA forward on the CPU (one process). Token arrays are row-major (samples * n rows, n the common padded
 // sample size, round_up(width, kPad) columns); a layer runs phase by phase (projections in chunks of rows,
-// then the branches of bsa_branches.hpp), each phase an OpenMP loop over independent rows or
+// then the branches of branches.hpp), each phase an OpenMP loop over independent rows or
 // (sample, head, block) tasks, so the result does not depend on the thread count.
 // Semantics: share/docs/balltree.md (section "BSA").
 #include <omp.h>
@@ -10,18 +10,18 @@
 #include <limits>
 #include <string>
 
-#include "../erwin/erwin_layers.hpp"
+#include "../balltree/layers.hpp"
 #include "../layers.hpp"
-#include "bsa_branches.hpp"
-#include "bsa_stages.hpp"
+#include "branches.hpp"
+#include "network.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::bsa {
 namespace {
 
-using balltree_layers::run_linear;
-using balltree_layers::run_norm;
+using balltree::layers::run_linear;
+using balltree::layers::run_norm;
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
@@ -462,7 +462,7 @@ std::vector<float> Network::forward_shapenet(std::span<const float> positions, c
 }
 
 // ---------------------------------------------------------------------------------------------------
-// The stages (bsa_stages.hpp).
+// The stages (network.hpp).
 
 namespace detail {
 
@@ -528,6 +528,19 @@ index_t Stages::check_inputs(const Network& net, const balltree::RotatedTrees& t
     bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
         " points x " + std::to_string(d));
   check_features(net, features, 0);
+  return check_geometry(net, trees, positions, batch);
+}
+
+index_t Stages::check_geometry(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> positions,
+                               const balltree::Batch& batch) {
+  const Config& c = net.config();
+  const int d = c.dimensionality;
+  const index_t points = batch.points();
+  auto bad = [](const std::string& what) { throw Error(ErrorCode::input, "bsa: " + what); };
+  if (points < 1) bad("no points");
+  if (static_cast<index_t>(positions.size()) != points * d)
+    bad("positions has " + std::to_string(positions.size()) + " values, expected " + std::to_string(points) +
+        " points x " + std::to_string(d));
   for (std::size_t i = 0; i < positions.size(); ++i)
     if (!std::isfinite(positions[i]))
       bad("positions has a NaN/Inf coordinate at point " + std::to_string(i / static_cast<std::size_t>(d)));

@@ -1,32 +1,34 @@
-// The geometry of the Erwin CUDA forward's layout on the device (erwin_cuda_forward.hpp).
+// A layout's geometry on the device for the Erwin CUDA forward (forward.hpp).
 #include <algorithm>
 #include <string>
 #include <vector>
 
-#include "erwin_cuda_forward.hpp"
+#include "../../balltree/cuda/geometry.hpp"
+#include "forward.hpp"
 
 namespace surrogate::erwin::detail::cuda_forward {
 
-// The geometry of the current layout on the device: the positions of every level (level 0 the slots,
-// then the children's means), ball-relative positions (tree and rotated order), the children's positions
-// relative to their parent, the edges grouped by receiver, the layout's index arrays or exchange lists,
-// and the work arrays. Host arithmetic is the CPU forward's (mean_pool, ball_relative); the rotated
-// positions come from the layout (a collective exchange when distributed).
-void ErwinCudaForward::set_geometry() {
-  const DeviceLayout& layout = *layout_;
+// The geometry of a layout on the device: the positions of every level (level 0 the slots, then the
+// children's means), ball-relative positions (tree and rotated order), the children's positions relative
+// to their parent, the edges grouped by receiver, the layout's index arrays, and the work arrays. Host
+// arithmetic is the CPU forward's (mean_pool, ball_relative); the rotated positions come from the layout
+// (a collective exchange on a plan).
+void ErwinCudaForward::set_geometry(Geometry& geometry) {
+  g_ = &geometry;
+  const DeviceLayout& layout = *g_->layout;
   const int d = cfg_.dimensionality, L = cfg_.levels();
   const std::span<const index_t> nodes = layout.level_nodes();
   const bool rotate = cfg_.rotate > 0;
   const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
-  launch([&] { layout_->upload(device_, stream_); });
+  launch([&] { g_->layout->upload(device_, stream_); });
 
-  levels_.clear();
-  levels_.resize(static_cast<std::size_t>(L));
+  g_->levels.clear();
+  g_->levels.resize(static_cast<std::size_t>(L));
   std::vector<float> pos(layout.slot_positions().begin(), layout.slot_positions().end());
   std::size_t scratch_ld = 1, scratch_u = 1, scratch_h = 1, scratch_join = 1, scratch_z = 1;
   for (int i = 0; i < L; ++i) {
     const auto iu = static_cast<std::size_t>(i);
-    Level& lv = levels_[iu];
+    Level& lv = g_->levels[iu];
     lv.index = i;
     lv.nodes = nodes[iu];
     lv.width = cfg_.c_hidden[iu];
@@ -35,10 +37,10 @@ void ErwinCudaForward::set_geometry() {
     if (rotate) rotated_pos = layout.rotated_rows(i, pos, d);  // collective when distributed
     launch([&] {
       upload(lv.pos, pos);
-      upload(lv.rel, ball_relative(pos, d, ball));
+      upload(lv.rel, balltree::device::ball_relative(pos, d, ball));
       if (rotate) {
         upload(lv.pos_rot, rotated_pos);
-        upload(lv.rel_rot, ball_relative(rotated_pos, d, ball));
+        upload(lv.rel_rot, balltree::device::ball_relative(rotated_pos, d, ball));
       }
       lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
     });
@@ -67,7 +69,7 @@ void ErwinCudaForward::set_geometry() {
   // Edges grouped by receiver, each group in edge order (as run_mpnn), and p_src - p_dst per edge.
   const auto D0 = static_cast<std::size_t>(cfg_.c_hidden[0]);
   const auto nu = static_cast<std::size_t>(n);
-  receiver_chunks_.clear();
+  g_->receiver_chunks.clear();
   std::vector<std::int64_t> start(nu + 1, 0), src_sorted, dst_sorted;
   std::vector<float> rel;
   std::size_t most = 1;
@@ -98,33 +100,33 @@ void ErwinCudaForward::set_geometry() {
     for (index_t r0 = 0; r0 < n;) {
       index_t r1 = r0 + 1;
       while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= edge_chunk_) ++r1;
-      receiver_chunks_.emplace_back(r0, r1);
+      g_->receiver_chunks.emplace_back(r0, r1);
       most = std::max<std::size_t>(most, static_cast<std::size_t>(start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]));
       r0 = r1;
     }
-    edge_start_host_ = start;
+    g_->edge_start_host = start;
   }
   launch([&] {
-    for (cu::DeviceBuffer<float>* b : {&xr_, &hb_, &att_}) b->resize(scratch_ld, device_);
-    u_.resize(scratch_u, device_);
-    a1_.resize(scratch_h, device_);
-    a2_.resize(scratch_h, device_);
-    join_.resize(scratch_join, device_);
-    z_.resize(scratch_z, device_);
+    for (cu::DeviceBuffer<float>* b : {&g_->xr, &g_->hb, &g_->att}) b->resize(scratch_ld, device_);
+    g_->u.resize(scratch_u, device_);
+    g_->a1.resize(scratch_h, device_);
+    g_->a2.resize(scratch_h, device_);
+    g_->join.resize(scratch_join, device_);
+    g_->z.resize(scratch_z, device_);
     if (cfg_.mp_steps > 0) {
-      upload(edge_src_, src_sorted);
-      upload(edge_dst_, dst_sorted);
-      upload(edge_start_, start);
-      upload(edge_rel_, rel);
-      msg_in_.resize(most * (2 * D0 + static_cast<std::size_t>(d)), device_);
-      msg_.resize(most * D0, device_);
-      agg_.resize(std::max<std::size_t>(1, nu * D0), device_);
-      upd_in_.resize(std::max<std::size_t>(1, nu * 2 * D0), device_);
-      upd_.resize(std::max<std::size_t>(1, nu * D0), device_);
+      upload(g_->edge_src, src_sorted);
+      upload(g_->edge_dst, dst_sorted);
+      upload(g_->edge_start, start);
+      upload(g_->edge_rel, rel);
+      g_->msg_in.resize(most * (2 * D0 + static_cast<std::size_t>(d)), device_);
+      g_->msg.resize(most * D0, device_);
+      g_->agg.resize(std::max<std::size_t>(1, nu * D0), device_);
+      g_->upd_in.resize(std::max<std::size_t>(1, nu * 2 * D0), device_);
+      g_->upd.resize(std::max<std::size_t>(1, nu * D0), device_);
     }
-    h_.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
-    out_.resize(std::max<std::size_t>(1, nu * D0), device_);
-    features_.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
+    g_->h.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
+    g_->out.resize(std::max<std::size_t>(1, nu * D0), device_);
+    g_->features.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
     stream_.synchronize();  // the host arrays above are released on return
   });
   agree_pending();

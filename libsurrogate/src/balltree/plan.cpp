@@ -1,0 +1,51 @@
+// The shared part of the ball-tree families' plans (plan.hpp).
+#include "plan.hpp"
+
+#include "surrogate/error.hpp"
+
+namespace surrogate::balltree {
+
+BallTreePlan::BallTreePlan(const Comm& comm, Plan::Basis basis) : Plan(std::move(basis)), comm_(&comm) {}
+
+CanonicalBatch BallTreePlan::gather_block(const PointCloudModel& model, int threads, const std::string& family) {
+  CanonicalBatch all = model.gather_canonical(*comm_, layout(), geometry(), nullptr, 0, false, true, threads);
+  block_ = CanonicalBlock(*comm_, all, model.position_dim(), layout().local_points(), family);
+  block_.count_into(&traffic());
+  return all;
+}
+
+void BallTreePlan::build_tree(const TreeShape& shape, int dim) {
+  // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
+  // inside a sample) is the canonical order, so it is the single-process tree of the batch.
+  const DistributedOptions options{shape.granularity};
+  if (shape.rotate > 0)
+    trees_ = build_distributed_with_rotations(*comm_, block_.positions(), dim, block_.samples(), shape.strides,
+                                              shape.ball_sizes, shape.rotate, options);
+  else
+    trees_.tree = build_distributed(*comm_, block_.positions(), dim, block_.samples(), options);
+  trees_.tree.plan.count_into(&traffic());
+  for (ExchangePlan& e : trees_.rotations.exchange) count(e);
+  slot_positions_.resize(static_cast<std::size_t>(trees_.tree.local_slots() * dim));
+  trees_.tree.plan.to_tree(block_.positions().data(), dim, slot_positions_.data());
+}
+
+void BallTreePlan::rebind(const Comm& comm) {
+  comm_ = &comm;
+  block_.rebind(comm);
+  trees_.tree.plan.rebind(comm);
+  for (ExchangePlan& e : trees_.rotations.exchange) e.rebind(comm);
+}
+
+std::vector<float> BallTreePlan::to_block(const float* rows, index_t ld, int width) const {
+  std::vector<float> block(static_cast<std::size_t>(block_rows() * width));
+  block_.to_block(rows, ld, block.data(), width, width);
+  return block;
+}
+
+void BallTreePlan::to_solver(std::span<const float> block_rows, int width, float* rows, index_t ld) const {
+  if (static_cast<std::int64_t>(block_rows.size()) != this->block_rows() * width)
+    throw Error(ErrorCode::internal, "ball-tree plan: block rows of the wrong size");
+  block_.to_solver(block_rows.data(), width, rows, ld, width);
+}
+
+}  // namespace surrogate::balltree

@@ -1,0 +1,167 @@
+// The BSA CUDA forward on a plan (device.hpp): every rank the layers of forward.cpp on its slots of the
+// distributed tree; the rotated layers, the compressed K/V all-gather, the selected blocks' fetch and the
+// global branch's sample rows are the plan's exchanges on device rows (NCCL, or staged through host
+// memory); a failure on one rank is kept and agreed before the next collective.
+// share/docs/balltree.md, "BSA on a CUDA device", "Several ranks".
+#include <omp.h>
+
+#include <algorithm>
+#include <string>
+
+#include "forward.hpp"
+#include "surrogate/error.hpp"
+
+namespace surrogate::bsa::detail {
+
+Place BsaCudaForward::place() const { return {device_, stream_.get(), &plan_->comm().device_transport(device_)}; }
+
+void BsaCudaForward::set_plan_geometry(Geometry& geometry, const BsaPlan& plan) {
+  g_ = &geometry;
+  g_->on_plan = true;  // (set_rows then sizes no one-process arrays)
+  g_->layout = plan.row_layout();
+  g_->rows = g_->layout.rows;
+  g_->n = g_->layout.n;
+  // Whether any rank holds part of a sample (the same answer on every rank, from the global rank
+  // ranges): if none does, no rank fetches selected blocks or sample rows, and the exchanges are skipped.
+  const balltree::RankRanges& slots = plan.trees().tree.slots;
+  g_->any_partial = false;
+  for (int r = 0; r < plan.comm().size(); ++r)
+    if (slots.size(r) > 0 && (slots.begin(r) % g_->n != 0 || slots.end(r) % g_->n != 0)) g_->any_partial = true;
+  on_device([&] {
+    set_rows(plan.slot_positions(), plan.rotated_positions(), g_->rows);
+    stream_.synchronize();  // the host arrays of set_rows are released on return
+  });
+}
+
+void BsaCudaForward::gather_compressed() {
+  const int D = cfg_.c_hidden;
+  const ExchangePlan& all_gather = plan_->compressed_blocks();
+  const auto local = static_cast<std::size_t>(all_gather.source_rows() * D);
+  const auto all = static_cast<std::size_t>(all_gather.target_rows() * D);
+  // The keys through the host, where the selection reads them (the rank's blocks downloaded, all-gathered
+  // by the plan's host move, uploaded for the coarse branch); the values device to device.
+  std::vector<float> local_keys;
+  on_device([&] {
+    g_->kc_all.resize(std::max<std::size_t>(1, all), device_);
+    g_->vc_all.resize(std::max<std::size_t>(1, all), device_);
+    g_->kc_host.resize(std::max<std::size_t>(1, all));
+    local_keys.resize(std::max<std::size_t>(1, local));
+    if (local > 0) cu::copy_to_host(local_keys.data(), g_->kc.data(), local * sizeof(float), stream_.get());
+    stream_.synchronize();
+  });
+  agree();
+  all_gather.forward(local_keys.data(), D, g_->kc_host.data());
+  all_gather.forward(g_->vc.data(), D, g_->vc_all.data(), D, D, place());
+  on_device([&] { upload(g_->kc_all, std::span<const float>(g_->kc_host.data(), all)); });
+}
+
+void BsaCudaForward::fetch_selected_blocks() {
+  const int D = cfg_.c_hidden, C = cfg_.compress_block_size;
+  const index_t nb = g_->n / C;
+  const std::vector<RowLayout::Segment>& segments = g_->layout.segments;
+  agree();  // (the selection is complete on every rank)
+  // The union of the blocks the partial segments selected (all heads and rows), ascending global ids.
+  std::vector<std::int64_t> wanted;
+  for (std::size_t i = 0; i < segments.size(); ++i) {
+    if (segments[i].length == g_->n) continue;
+    for (std::size_t j = g_->sel_offsets[i]; j < g_->sel_offsets[i + 1]; ++j)
+      wanted.push_back(segments[i].sample * nb + g_->sel_host[j]);
+  }
+  std::sort(wanted.begin(), wanted.end());
+  wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+  const ExchangePlan fetch = plan_->fetch_plan(wanted);
+  on_device([&] {
+    g_->fetched.resize(std::max<std::size_t>(1, wanted.size() * static_cast<std::size_t>(C) * 2 * D), device_);
+    // Per partial segment, block b of its sample -> its first fetched row (-1: not selected).
+    g_->first_row_host.clear();
+    for (const RowLayout::Segment& g : segments) {
+      if (g.length == g_->n) continue;
+      for (index_t b = 0; b < nb; ++b) {
+        const auto it = std::lower_bound(wanted.begin(), wanted.end(), g.sample * nb + b);
+        g_->first_row_host.push_back(it != wanted.end() && *it == g.sample * nb + b ? (it - wanted.begin()) * C : -1);
+      }
+    }
+    upload(g_->first_row, g_->first_row_host);
+  });
+  agree();
+  fetch.forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
+}
+
+void BsaCudaForward::fetch_sample_rows() {
+  const int D = cfg_.c_hidden;
+  on_device([&] {
+    const auto rows = static_cast<std::size_t>(g_->layout.partial_samples() * g_->n);
+    g_->fetched.resize(std::max<std::size_t>(1, rows * 2 * D), device_);
+  });
+  agree();
+  plan_->sample_rows().forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
+}
+
+std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features, int threads) {
+  const int d = cfg_.dimensionality, D = cfg_.c_hidden;
+  const RowLayout& layout = plan.row_layout();
+  if (threads <= 0) threads = omp_get_max_threads();
+  collectively(plan.comm(), [&] {
+    auto wrong = [](const std::string& what) { throw Error(ErrorCode::internal, "bsa (device, plan): " + what); };
+    if (static_cast<index_t>(slot_features.size()) != layout.rows * cfg_.c_in) wrong("slot features of the wrong size");
+    if (static_cast<index_t>(plan.slot_positions().size()) != layout.rows * d) wrong("slot positions of the wrong size");
+    if (cfg_.should_rotate && plan.rotated_positions().size() != plan.slot_positions().size())
+      wrong("a rotated model without the rotated order");
+    if (layout.samples < 1 || layout.n < 1) wrong("no samples");
+    Stages::check_sample_size(*net_, layout.n);
+  });
+  std::vector<float> result(static_cast<std::size_t>(layout.rows * D));
+  // The plan's geometry on this device: uploaded by the first forward there, kept in the plan.
+  std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
+  plan_ = &plan;
+  pending_ = nullptr;
+  geometry_ms_ = 0.0;
+  try {
+    if (!kept || kept->device() != device_) {
+      kept.reset();
+      auto geometry = std::make_unique<Geometry>(device_);
+      cu::Event g0, g1;
+      on_device([&] {
+        g0 = cu::Event(device_);
+        g1 = cu::Event(device_);
+        g0.record(stream_.get());
+      });
+      set_plan_geometry(*geometry, plan);
+      on_device([&] {
+        g1.record(stream_.get());
+        stream_.synchronize();
+        geometry_ms_ = g1.elapsed_ms_since(g0);
+      });
+      agree();
+      kept = std::move(geometry);
+    }
+    g_ = static_cast<Geometry*>(kept.get());
+    cu::Event t0, t1;
+    on_device([&] {
+      t0 = cu::Event(device_);
+      t1 = cu::Event(device_);
+      t0.record(stream_.get());
+      upload(g_->features, slot_features);
+      dense(embed_, g_->features.data(), cfg_.c_in, g_->x.data(), D, g_->rows);
+    });
+    layers(threads);
+    on_device([&] {
+      if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
+      t1.record(stream_.get());
+      stream_.synchronize();
+      forward_ms_ = t1.elapsed_ms_since(t0);
+    });
+    agree();
+  } catch (...) {
+    plan_ = nullptr;
+    g_ = nullptr;
+    pending_ = nullptr;
+    kept.reset();  // the next call uploads the geometry again
+    throw;
+  }
+  plan_ = nullptr;
+  g_ = nullptr;
+  return result;
+}
+
+}  // namespace surrogate::bsa::detail

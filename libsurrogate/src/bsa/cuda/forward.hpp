@@ -1,0 +1,169 @@
+// The BSA CUDA forward's classes (device.hpp), shared by forward.cpp (weights, the one-process geometry,
+// the layers) and distributed.cpp (a plan's slots, what crosses ranks): the layers run on the rows of a
+// Geometry cut into the segments of its RowLayout, the whole batch in one process or the rank's slots on a
+// plan, with the same per-row arithmetic either way. CUDA builds only; share/docs/balltree.md.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <exception>
+#include <memory>
+#include <span>
+#include <utility>
+#include <vector>
+
+#include "../../device/layers.hpp"
+#include "../network.hpp"
+#include "../plan.hpp"
+#include "device.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bsa_gate.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+
+namespace surrogate::bsa::detail {
+
+namespace cu = kernels::cuda;
+using surrogate::device::Dense;
+using surrogate::device::Norm;
+
+struct DeviceLayer {
+  Norm norm1, norm2;  // RMSNorms
+  std::size_t sigma = 0, static_gate = 0;
+  Dense qkv, out_proj, position_proj, w1, w2, w3, gate;
+  Dense q_mlp[2], k_mlp[2], v_mlp[2];
+  bool token_gate = false;
+};
+
+/// The rows of a forward on the device: their positions and index arrays, sized work arrays and the
+/// selection's host buffers (forward.cpp set_rows); a plan's (kept in the plan) or a one-process batch's
+/// (kept by the caller).
+struct Geometry final : balltree::DeviceGeometry {
+  explicit Geometry(int device) : DeviceGeometry(device) {}
+  bool on_plan = false;  // a plan's slots (else a one-process batch)
+  RowLayout layout;
+  index_t points = 0, rows = 0, n = 0;  // points (one process), rows here, slots per sample
+  cu::DeviceBuffer<float> pos, rel, pos_rot, rel_rot;
+  cu::DeviceBuffer<std::int64_t> tree_index, slot, rot, compress_index, block_start;
+  bool any_partial = false;  // a plan where some rank holds part of a sample (else nothing is fetched)
+  // Work arrays.
+  cu::DeviceBuffer<float> features, e, x, residual, xr, h, u, o, local, coarse, fine, gates, a1, a2, out;
+  cu::DeviceBuffer<float> kc, vc, qc, mlp_in, mlp_hidden, kc_all, vc_all, fetched;
+  cu::DeviceBuffer<std::int32_t> sel;
+  cu::DeviceBuffer<std::int64_t> first_row;
+  std::vector<float> kc_host, q_host;
+  std::vector<std::int32_t> sel_host;
+  std::vector<std::size_t> sel_offsets;  // segment i's selection at sel_host[sel_offsets[i]]
+  std::vector<std::int64_t> first_row_host;
+};
+
+class BsaCudaForward final : public BsaDeviceForward {
+ public:
+  BsaCudaForward(const Network& net, int device);
+  int device() const override { return device_; }
+  using BsaDeviceForward::forward;
+  std::unique_ptr<balltree::DeviceGeometry> upload_geometry(const balltree::RotatedTrees& trees,
+                                                            std::span<const float> positions,
+                                                            const balltree::Batch& batch) override;
+  std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features, int threads) override;
+  std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features, int threads) override;
+  double last_forward_ms() const override { return forward_ms_; }
+  double last_geometry_ms() const override { return geometry_ms_; }
+
+ protected:
+  const Network& net() const override { return *net_; }
+
+ private:
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
+    surrogate::device::upload(dst, src, device_, stream_.get());
+  }
+  template <class T>
+  void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
+    upload(dst, std::span<const T>(src));
+  }
+  const float* w(std::size_t offset) const { return weights_.data() + offset; }
+  /// Call inside a catch block: the current exception as an Error naming the device.
+  [[noreturn]] void raise_current() const;
+  /// Runs `work` (device launches, copies, host work between exchanges) with the device current; a
+  /// failure is an Error naming the device: thrown at once in one process; on a plan (plan_ set) kept, the
+  /// rank's later device work skipped, until agree() before the next collective throws it on every rank.
+  template <class Work>
+  void on_device(Work&& work);
+  /// On a plan: the kept failure of any rank becomes the same Error on every rank (one allreduce).
+  /// Called before every collective, so no rank waits in one another rank has left.
+  void agree();
+  /// The device and stream of the moves, with the transport of the plan's communicator.
+  Place place() const;
+
+  // forward.cpp: launches on the stream.
+  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+             kernels::Activation act = kernels::Activation::none, const float* residual = nullptr,
+             index_t ld_residual = 0);
+  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
+            const std::int64_t* dst_index, index_t rows, int width);
+  void rms_norm(const Norm& n, const float* x, float* y);
+  void map(cu::RowMap op, float* x, index_t ld, index_t rows, int width);
+
+  /// Positions (tree and rotated order) uploaded with their ball-relative offsets, the work arrays and
+  /// the compression's index arrays sized for g_->rows rows in g_->layout.
+  void set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points);
+  void set_batch_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
+  void compress(const Dense* mlp, int column, float* dst);
+  void sparse_attention(const DeviceLayer& L, const float* pos, int threads);
+  void global_attention();
+  void run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel, int threads);
+  /// The depth layers with the long residual on g_->x; rotated layers through g_->rot in one process,
+  /// through the plan's rotation exchange on a plan.
+  void layers(int threads);
+
+  // distributed.cpp: a plan's slots and what crosses ranks (the plan's exchanges on device rows).
+  void set_plan_geometry(Geometry& geometry, const BsaPlan& plan);
+  /// g_->kc_all / vc_all = the batch's compressed K/V (the plan's all-gather), the keys also on the host
+  /// (g_->kc_host, for the selection).
+  void gather_compressed();
+  /// The token K/V rows of the blocks that the partial segments selected, fetched from their owners into
+  /// g_->fetched, and g_->first_row (per partial segment, nb entries: the block's first fetched row or -1).
+  void fetch_selected_blocks();
+  /// Global attention: the K/V rows of every partial segment's sample into g_->fetched (n rows each).
+  void fetch_sample_rows();
+
+  const Network* net_;
+  Config cfg_;
+  int device_ = -1;
+  cu::Stream stream_;
+  surrogate::device::WeightArena weights_;
+  Dense embed_;
+  std::vector<DeviceLayer> layers_;
+
+  // The current call.
+  Geometry* g_ = nullptr;  // the rows being uploaded or run on
+  BsaPlan* plan_ = nullptr;  // on a plan: its exchanges
+  std::exception_ptr pending_;  // on a plan: this rank's failure, not yet agreed
+  double forward_ms_ = 0.0, geometry_ms_ = 0.0;
+};
+
+template <class Work>
+void BsaCudaForward::on_device(Work&& work) {
+  if (pending_) return;  // this rank failed earlier: nothing more until the failure is agreed
+  try {
+    try {
+      cu::DeviceGuard guard(device_);
+      work();
+    } catch (...) {
+      raise_current();
+    }
+  } catch (...) {
+    if (plan_ == nullptr) throw;
+    pending_ = std::current_exception();
+  }
+}
+
+inline void BsaCudaForward::agree() {
+  if (plan_ == nullptr) return;
+  collectively(plan_->comm(), [&] {
+    if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
+  });
+}
+
+}  // namespace surrogate::bsa::detail
