@@ -25,6 +25,12 @@ class Probe final : public surrogate::PointCloudModel {
   explicit Probe(const surrogate::ModelFile& file) : PointCloudModel(file, 0, 1, 3, false) {}
   surrogate::index_t parameter_count() const override { return 0; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return {}; }
+
+ protected:
+  // Only gather_canonical is timed; a forward is never run.
+  void forward(const surrogate::Comm&, surrogate::Plan&, const Io&, const surrogate::RunOptions&) override {
+    throw surrogate::Error(surrogate::ErrorCode::internal, "Probe has no forward");
+  }
 };
 
 /// A "Vm...:" value of /proc/self/status in kB.

@@ -200,25 +200,6 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const PointGeo
   predict(comm, *p, in, ld_in, out, ld_out, options);
 }
 
-void Model::forward_host(const Comm& comm, const SampleLayout&, const float*, index_t, float*, index_t,
-                         const RunOptions&) {
-  collectively(comm, [&] {
-    throw Error(ErrorCode::internal, "model architecture '" + architecture_ + "' has no forward without point geometry");
-  });
-}
-
-void Model::forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry&, const float* in,
-                             index_t ld_in, float* out, index_t ld_out, const RunOptions& options) {
-  forward_host(comm, layout, in, ld_in, out, ld_out, options);
-}
-
-void Model::forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) {
-  if (io.device)
-    predict_device_impl(comm, plan.layout(), *io.device, options, io.check_inputs);
-  else
-    forward_geometry(comm, plan.layout(), plan.geometry(), io.in, io.ld_in, io.out, io.ld_out, options);
-}
-
 void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                     const RunOptions& options) {
   const SampleLayout& layout = plan.layout();
@@ -329,17 +310,6 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   io.device = &arrays;
   io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); };
   forward(comm, plan, io, options);
-}
-
-void Model::predict_device_impl(const Comm& comm, const SampleLayout&, const DeviceArrays&, const RunOptions&,
-                                const std::function<void(const std::vector<std::uint64_t>&)>&) {
-  Status status;
-  try {
-    throw Error(ErrorCode::unsupported, "model architecture '" + architecture_ + "' has no device-resident predict");
-  } catch (...) {
-    status = Status::from_current_exception();
-  }
-  comm.agree_or_throw(status);
 }
 
 }  // namespace surrogate

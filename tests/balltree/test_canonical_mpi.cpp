@@ -293,6 +293,12 @@ class Probe final : public surrogate::PointCloudModel {
   Probe(const surrogate::ModelFile& file, int channels) : PointCloudModel(file, channels, 1, 3, true) {}
   surrogate::index_t parameter_count() const override { return 0; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return {}; }
+
+ protected:
+  // Only gather_canonical is probed; a forward is never run.
+  void forward(const surrogate::Comm&, surrogate::Plan&, const Io&, const surrogate::RunOptions&) override {
+    throw surrogate::Error(surrogate::ErrorCode::internal, "Probe has no forward");
+  }
 };
 
 TEST(CanonicalOrder, GatheredModeAndBuiltGraphEqualTheNaiveOrder) {

@@ -226,22 +226,10 @@ class Model {
     const DeviceArrays* device = nullptr;
     std::function<void(const std::vector<std::uint64_t>&)> check_inputs;
   };
-  /// The family's forward pass (collective), on host or device arrays (`io`), with its plan.
-  virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options);
+  /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. A family
+  /// without a device-resident predict refuses `io.device` with Error(unsupported) on every rank.
+  virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) = 0;
 
-  /// Interim forms of the forward (removed once every family overrides forward(comm, plan, io, options)):
-  /// forward_host on normalised host inputs in the layout's working order, forward_geometry with the
-  /// working-order geometry (default: forward_host), predict_device_impl on the caller's device arrays.
-  virtual void forward_host(const Comm& comm, const SampleLayout& layout, const float* in, index_t ld_in, float* out,
-                            index_t ld_out, const RunOptions& options);
-  virtual void forward_geometry(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry,
-                                const float* in, index_t ld_in, float* out, index_t ld_out,
-                                const RunOptions& options);
-  /// predict_device() of the family (arguments checked). The default refuses with Error(unsupported).
-  /// `check_inputs` receives the per-channel counts of non-finite inputs and throws Error(input) if any.
-  virtual void predict_device_impl(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
-                                   const RunOptions& options,
-                                   const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs);
   /// Throws Error(input) naming the channels with non-finite inputs (bad[c] of them among n local points).
   void throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const;
 
