@@ -247,3 +247,19 @@ function(surrogate_cli_device_test name mode expect)
   set_tests_properties(cli.${name} PROPERTIES LABELS "${labels}" ENVIRONMENT "${SURROGATE_TEST_ENV}"
                        FIXTURES_REQUIRED "${fixtures}")
 endfunction()
+
+# One more run of an existing test binary on the kernels of another instruction set (SURROGATE_CPU_ISA):
+# ctest NAME, under mpirun with RANKS ranks when given, with ARGS (e.g. a gtest filter). Reported as
+# skipped when the binary says it skipped (an instruction set this CPU lacks).
+function(surrogate_add_isa_run name)
+  cmake_parse_arguments(T "" "TARGET;ISA;RANKS" "ARGS;LABELS" ${ARGN})
+  set(env "OMP_NUM_THREADS=1;OMPI_MCA_rmaps_base_oversubscribe=1;SURROGATE_CPU_ISA=${T_ISA}")
+  if(T_RANKS)
+    add_test(NAME ${name} COMMAND ${SURROGATE_MPIEXEC} ${T_RANKS} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${T_TARGET}> ${T_ARGS})
+    set_tests_properties(${name} PROPERTIES PROCESSORS ${T_RANKS})
+  else()
+    add_test(NAME ${name} COMMAND ${T_TARGET} ${T_ARGS})
+  endif()
+  set_tests_properties(${name} PROPERTIES LABELS "${T_LABELS}" ENVIRONMENT "${env}"
+                       SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+endfunction()
