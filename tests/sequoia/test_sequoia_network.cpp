@@ -118,3 +118,65 @@ TEST(SequoiaCls, Small) { check_regular("cls", "small", false); }
 TEST(SequoiaCls, Medium) { check_regular("cls", "medium", false); }
 
 }  // namespace
+
+namespace {
+
+/// Degenerate clouds the official classification model runs (one point, identical points, one voxel per
+/// level): the library gives its outputs.
+void check_cls_degenerate(const std::string& name) {
+  const H5 f(sequoia_test::data_path("cls"));
+  const Case c = load(f, "cls", name);
+  const sq::Network net(c.file, c.cfg);
+  const auto out = net.forward(c.h, c.features.data(), nullptr);
+  EXPECT_LT(max_abs_diff(out, f.f32("/golden/" + name + "/output")), kTol) << name;
+}
+
+TEST(SequoiaClsDegenerate, SinglePoint) { check_cls_degenerate("single_point"); }
+TEST(SequoiaClsDegenerate, IdenticalPoints) { check_cls_degenerate("identical"); }
+TEST(SequoiaClsDegenerate, TinySpan) { check_cls_degenerate("tiny_span"); }
+TEST(SequoiaClsDegenerate, OneVoxelSample) { check_cls_degenerate("one_voxel_sample"); }
+
+/// The segmentation model cannot run a sample with a single node at a level (the official code raises
+/// IndexError): the library says which sample and level.
+TEST(SequoiaSegDegenerate, SingleNodeLevelsAreInputErrors) {
+  const H5 f(sequoia_test::data_path("seg"));
+  for (const char* name : {"single_point", "identical", "tiny_span", "one_voxel_sample"}) {
+    const Case c = load(f, "seg", name);
+    const sq::Network net(c.file, c.cfg);
+    try {
+      (void)net.forward(c.h, c.positions.data(), c.sample_features.data());
+      ADD_FAILURE() << name << ": no error";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << name;
+      EXPECT_NE(std::string(e.what()).find("single"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(SequoiaSegDegenerate, MissingClassVectorIsAnInputError) {
+  const H5 f(sequoia_test::data_path("seg"));
+  const Case c = load(f, "seg", "small");
+  const sq::Network net(c.file, c.cfg);
+  EXPECT_THROW((void)net.forward(c.h, c.positions.data(), nullptr), surrogate::Error);
+}
+
+/// Unequal sample sizes: the official head hands the class vectors to equal chunks of N / B rows, so
+/// points 10 and 11 of sample 0 (12 + 8 points) get sample 1's class there. The library gives every point
+/// its own sample's vector: every other row equals the official output, those two differ.
+TEST(SequoiaSegDegenerate, UnequalSizesEachPointGetsItsOwnClass) {
+  const H5 f(sequoia_test::data_path("seg"));
+  const Case c = load(f, "seg", "unequal_sizes");
+  const sq::Network net(c.file, c.cfg);
+  const auto out = net.forward(c.h, c.positions.data(), c.sample_features.data());
+  const auto ref = f.f32("/golden/unequal_sizes/output");
+  ASSERT_EQ(out.size(), ref.size());
+  const auto parts = static_cast<std::size_t>(c.cfg.n_part);
+  for (std::size_t r = 0; r < out.size() / parts; ++r) {
+    double d = 0.0;
+    for (std::size_t j = 0; j < parts; ++j) d = std::max(d, std::abs(static_cast<double>(out[r * parts + j]) - ref[r * parts + j]));
+    if (r == 10 || r == 11) EXPECT_GT(d, 1e-3) << "row " << r;
+    else EXPECT_LT(d, kTol) << "row " << r;
+  }
+}
+
+}  // namespace
