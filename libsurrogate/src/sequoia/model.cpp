@@ -40,13 +40,12 @@ class Model final : public PointCloudModel {
  protected:
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
                                               const RunOptions& options) override {
-    CanonicalBatch all = gather_canonical(comm, basis.layout, basis.geometry, nullptr, 0, false, false, options.threads);
-    std::unique_ptr<surrogate::Plan> plan;
+    auto plan = std::make_unique<Plan>(std::move(basis));
+    CanonicalBatch all = gather_canonical(comm, plan->layout(), plan->geometry(), nullptr, 0, false, false, options.threads);
     collectively(comm, [&] {
-      const std::vector<index_t>& offsets = all.batch.offsets();
-      Hierarchy h = build_hierarchy(all.positions.data(), offsets, cfg_.divide, cfg_.depth);
+      Hierarchy h = build_hierarchy(all.positions.data(), all.batch.offsets(), cfg_.divide, cfg_.depth);
       network_.check(h);
-      plan = std::make_unique<Plan>(std::move(basis), std::move(all), std::move(h));
+      plan->set(std::move(all), std::move(h));
     });
     return plan;
   }

@@ -11,8 +11,12 @@ namespace surrogate::sequoia {
 
 class Plan final : public surrogate::Plan {
  public:
-  Plan(surrogate::Plan::Basis basis, CanonicalBatch batch, Hierarchy hierarchy)
-      : surrogate::Plan(std::move(basis)), batch_(std::move(batch)), hierarchy_(std::move(hierarchy)) {}
+  explicit Plan(surrogate::Plan::Basis basis) : surrogate::Plan(std::move(basis)) {}
+  /// Set once by the model's build_plan, from the plan's own layout and geometry.
+  void set(CanonicalBatch batch, Hierarchy hierarchy) {
+    batch_ = std::move(batch);
+    hierarchy_ = std::move(hierarchy);
+  }
   /// Every point of every sample, in canonical order (samples in order, points by increasing global id).
   const CanonicalBatch& batch() const { return batch_; }
   const Hierarchy& hierarchy() const { return hierarchy_; }
