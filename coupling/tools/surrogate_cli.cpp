@@ -317,8 +317,6 @@ int run_predict(const std::vector<std::string>& args) {
       << (samples == 1 ? " sample" : " samples") << ", "
       << (slab.has_coords ? std::to_string(slab.dim) + " coordinates" : std::string("no /coords")) << ", " << slab.channels
       << " input channels" << (sample_in > 0 ? ", " + std::to_string(sample_in) + " values per sample" : std::string()) << "\n";
-    if (sample_out > 0)
-      o << "  output      " << sample_out << " values per sample (/sample_prediction)\n";
     if (model->needs_positions())
       o << "  geometry    /coords as positions; graph: "
         << (slab.has_edges ? with_commas(slab.global_edges) + " edges from /edge_index" : "built by the model's rule") << "\n";
@@ -350,7 +348,11 @@ int run_predict(const std::vector<std::string>& args) {
         o << "; relative L2 error vs /target " << general(std::sqrt(err[static_cast<std::size_t>(2 * c)] / err[static_cast<std::size_t>(2 * c + 1)]));
       o << "\n";
     }
-    o << "  output      " << opt.output << " (/prediction " << with_commas(slab.global_points) << " x " << out_channels << ")\n";
+    if (sample_out > 0)
+      o << "  output      " << opt.output << " (/sample_prediction " << samples << " x " << sample_out
+        << ": " << sample_out << " values per sample)\n";
+    else
+      o << "  output      " << opt.output << " (/prediction " << with_commas(slab.global_points) << " x " << out_channels << ")\n";
     std::cout << o.str() << std::flush;
   }
   return 0;
