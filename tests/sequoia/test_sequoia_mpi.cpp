@@ -130,7 +130,7 @@ Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 
     for (int& x : displs) x *= cout;
     std::vector<float> rows(static_cast<std::size_t>(n * cout));
     MPI_Allgatherv(out.data(), mine_count * cout, MPI_FLOAT, rows.data(), counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
-    run.per_point.resize(rows.size());
+    run.per_point = rows;
     for (std::int64_t r = 0; r < n; ++r)
       std::copy_n(rows.begin() + r * cout, cout, run.per_point.begin() + ids[static_cast<std::size_t>(r)] * cout);
   }
@@ -212,6 +212,30 @@ TEST(SequoiaMpiErrors, PerSampleInputsDifferBetweenRanks) {
   std::vector<float> mine = c.sample_features;
   if (rank == ranks - 1) mine[1] += 1.0f;
   EXPECT_EQ(error_of([&] { distributed(c, Spread::even, 5u, 1, mine.data()); }), surrogate::ErrorCode::input);
+}
+
+/// A plan of one model given to another, and a CUDA device (no Sequoia device forward): agreed errors.
+TEST(SequoiaMpiErrors, ForeignPlanAndCudaDevice) {
+  const Batch c = golden("cls", "small");
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const auto model = surrogate::make_model(c.file), other = surrogate::make_model(c.file);
+  const std::int64_t n = comm.rank() == 0 ? c.n() : 0;
+  const auto layout = surrogate::SampleLayout::build(comm, n, comm.rank() == 0 ? c.batch_idx.data() : nullptr);
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  const auto plan = model->plan(comm, layout, g);
+  std::vector<float> logits(c.sizes.size() * 40);
+  surrogate::Model::SampleArrays sa;
+  sa.out = logits.data();
+  sa.ld_out = 40;
+  EXPECT_EQ(error_of([&] { other->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa); }),
+            surrogate::ErrorCode::invalid_argument);
+  surrogate::RunOptions cuda;
+  cuda.cuda_device = 0;
+  EXPECT_EQ(error_of([&] { model->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa, cuda); }),
+            surrogate::ErrorCode::unsupported);
+  EXPECT_EQ(error_of([&] { model->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa); }), surrogate::ErrorCode{});
 }
 
 TEST(SequoiaMpiErrors, NonFinitePosition) {
