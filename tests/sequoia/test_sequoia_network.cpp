@@ -1,8 +1,8 @@
 // TreeTransformerSeg / TreeTransformerCls (surrogate/sequoia.hpp) against the official models' outputs:
-// tests/data/sequoia/sequoia_{seg,cls}.h5 (README there). Tolerances: our sums run in double and round
-// once per layer, so we sit closer to the official float64 run than the official float32 run does
-// (max |f32 - f64| 1e-7 .. 3.4e-7 on outputs of magnitude ~1); 2e-6 is 6x that, far below any semantic
-// difference (a wrong pairing, count or scale changes outputs by 1e-2 or more).
+// tests/data/sequoia/sequoia_{seg,cls}.h5 (README there). Tolerance: float32 rounding of the same
+// operations in another order; the official float32 run is 1e-7 .. 3.4e-7 from its float64 run (outputs
+// of magnitude ~1), and 2e-6 is 6x that, far below any semantic difference (a wrong pairing, count or
+// scale changes outputs by 1e-2 or more).
 #include <gtest/gtest.h>
 
 #include <algorithm>

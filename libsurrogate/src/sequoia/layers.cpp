@@ -12,6 +12,7 @@ Dense::Dense(const ModelFile& f, const std::string& prefix, bool bias) {
   in = static_cast<int>(t.shape[1]);
   w = t.values;
   if (bias) b = f.weight(prefix + ".bias").values;
+  packed = kernels::PackedLinear(w.data(), bias ? b.data() : nullptr, out, in);
 }
 
 void Dense::apply(const float* x, float* y) const {
@@ -25,8 +26,25 @@ void Dense::apply(const float* x, float* y) const {
 
 Rows Dense::apply(const Rows& x) const {
   Rows y(x.rows, out);
-#pragma omp parallel for schedule(static)
-  for (std::int64_t r = 0; r < x.rows; ++r) apply(x.row(r), y.row(r));
+  const kernels::CpuKernels& k = kernels::cpu();
+  constexpr std::int64_t kChunk = 64;
+  const std::int64_t ld = packed.out_pad();
+#pragma omp parallel
+  {
+    kernels::AlignedBuffer<float> buffer(static_cast<std::size_t>(kChunk * ld));
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < x.rows; r0 += kChunk) {
+      kernels::LinearArgs a;
+      a.layer = &packed;
+      a.x = x.row(r0);
+      a.ldx = x.cols;
+      a.y = buffer.data();
+      a.ldy = ld;
+      a.rows = std::min(kChunk, x.rows - r0);
+      k.linear(a);
+      for (std::int64_t r = 0; r < a.rows; ++r) std::copy_n(buffer.data() + r * ld, out, y.row(r0 + r));
+    }
+  }
   return y;
 }
 

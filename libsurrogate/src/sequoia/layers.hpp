@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate::sequoia {
@@ -21,10 +22,13 @@ struct Rows {
   const float* row(std::int64_t i) const { return v.data() + i * cols; }
 };
 
-/// torch.nn.Linear (bias optional).
+/// torch.nn.Linear (bias optional): one vector in double (the positional MLP, PointConv's messages), or
+/// rows through the CPU kernels (float32 accumulation in input-channel order, per row independent of
+/// the blocking and the threads).
 struct Dense {
   int in = 0, out = 0;
   std::vector<float> w, b;  // out x in; out or empty
+  kernels::PackedLinear packed;
   Dense() = default;
   Dense(const ModelFile& f, const std::string& prefix, bool bias);
   void apply(const float* x, float* y) const;
