@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -74,6 +75,7 @@ struct CaseSpec {
   const char* name;
   int divide, depth;
 };
+void PrintTo(const CaseSpec& c, std::ostream* os) { *os << c.name << " (divide " << c.divide << ", depth " << c.depth << ")"; }
 
 class Hierarchy : public ::testing::TestWithParam<CaseSpec> {};
 
