@@ -117,6 +117,8 @@ module surrogate
   public :: c_surrogate_set_edges, c_surrogate_position_dim
   public :: c_surrogate_in_channels, c_surrogate_out_channels, c_surrogate_channel_name, c_surrogate_channel_unit
   public :: c_surrogate_architecture, c_surrogate_last_predict_seconds
+  public :: c_surrogate_sample_channels, c_surrogate_samples, c_surrogate_set_sample_inputs_f64
+  public :: c_surrogate_get_sample_outputs_f64
   public :: c_surrogate_vtk_open_f, c_surrogate_vtk_close, c_surrogate_vtk_set_cells
   public :: c_surrogate_vtk_add_array_f64, c_surrogate_vtk_add_array_f32, c_surrogate_vtk_add_prediction_f64
   public :: c_surrogate_vtk_write, c_surrogate_vtk_write_points_of
@@ -241,6 +243,36 @@ module surrogate
       integer(c_size_t), value :: size
     end function c_surrogate_architecture
 
+    integer(c_int) function c_surrogate_sample_channels(handle, sample_in, sample_out) &
+        bind(C, name="surrogate_sample_channels")
+      import :: c_int, c_ptr
+      type(c_ptr), value :: handle
+      integer(c_int), intent(out) :: sample_in, sample_out
+    end function c_surrogate_sample_channels
+
+    integer(c_int) function c_surrogate_samples(handle, samples) bind(C, name="surrogate_samples")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: handle
+      integer(c_int64_t), intent(out) :: samples
+    end function c_surrogate_samples
+
+    integer(c_int) function c_surrogate_set_sample_inputs_f64(handle, samples, channels, values) &
+        bind(C, name="surrogate_set_sample_inputs_f64")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: handle
+      integer(c_int64_t), value :: samples
+      integer(c_int), value :: channels
+      type(c_ptr), value :: values
+    end function c_surrogate_set_sample_inputs_f64
+
+    integer(c_int) function c_surrogate_get_sample_outputs_f64(handle, capacity, values) &
+        bind(C, name="surrogate_get_sample_outputs_f64")
+      import :: c_int, c_ptr, c_int64_t
+      type(c_ptr), value :: handle
+      integer(c_int64_t), value :: capacity
+      type(c_ptr), value :: values
+    end function c_surrogate_get_sample_outputs_f64
+
     integer(c_int) function c_surrogate_last_predict_seconds(handle, seconds) &
         bind(C, name="surrogate_last_predict_seconds")
       import :: c_int, c_ptr, c_double
@@ -345,6 +377,8 @@ module surrogate
   public :: surrogate_set_edges, surrogate_position_dim
   public :: surrogate_is_open, surrogate_in_channels, surrogate_out_channels, surrogate_channel_name
   public :: surrogate_channel_unit, surrogate_architecture, surrogate_last_predict_seconds
+  public :: surrogate_sample_in_channels, surrogate_sample_out_channels, surrogate_samples
+  public :: surrogate_set_sample_inputs, surrogate_get_sample_outputs
   public :: surrogate_last_error, surrogate_status_string, surrogate_version
   public :: surrogate_vtk_open, surrogate_vtk_close, surrogate_vtk_set_cells, surrogate_vtk_add_array
   public :: surrogate_vtk_add_prediction, surrogate_vtk_write
@@ -921,6 +955,92 @@ contains
   ! =================================================================================================
   ! Queries (local)
   ! =================================================================================================
+
+  !> Per-sample values (share/docs/fortran.md, "Per-sample inputs and outputs"): values per sample the
+  !> model takes besides the per-point inputs, and values per sample it outputs (one row per sample).
+  integer function surrogate_sample_in_channels(s, ierr)
+    type(surrogate_t), intent(in) :: s
+    integer, intent(out) :: ierr
+    integer(c_int) :: sin, sout
+    sin = 0
+    sout = 0
+    ierr = c_status(c_surrogate_sample_channels(s%handle, sin, sout))
+    surrogate_sample_in_channels = int(sin)
+  end function surrogate_sample_in_channels
+
+  integer function surrogate_sample_out_channels(s, ierr)
+    type(surrogate_t), intent(in) :: s
+    integer, intent(out) :: ierr
+    integer(c_int) :: sin, sout
+    sin = 0
+    sout = 0
+    ierr = c_status(c_surrogate_sample_channels(s%handle, sin, sout))
+    surrogate_sample_out_channels = int(sout)
+  end function surrogate_sample_out_channels
+
+  !> Samples B of the current points (0 before set_points).
+  integer(int64) function surrogate_samples(s, ierr)
+    type(surrogate_t), intent(in) :: s
+    integer, intent(out) :: ierr
+    integer(c_int64_t) :: b
+    b = 0
+    ierr = c_status(c_surrogate_samples(s%handle, b))
+    surrogate_samples = int(b, int64)
+  end function surrogate_samples
+
+  !> call surrogate_set_sample_inputs(s, values, ierr [, layout]): values(n_samples, channels) (or
+  !> values(channels, n_samples) with layout = SURROGATE_COMPONENTS_FIRST), real64, the same on every
+  !> rank; kept for the following predicts, which check them. Local.
+  subroutine surrogate_set_sample_inputs(s, values, ierr, layout)
+    type(surrogate_t), intent(inout) :: s
+    real(real64), intent(in) :: values(:, :)
+    integer, intent(out) :: ierr
+    integer, intent(in), optional :: layout
+    real(real64), allocatable, target :: rows(:, :)  ! (channels, samples): sample-major as in C
+    integer :: lay
+    lay = layout_or_default(layout)
+    if (lay == SURROGATE_COMPONENTS_FIRST) then
+      rows = values
+    else
+      rows = transpose(values)
+    end if
+    ierr = c_status(c_surrogate_set_sample_inputs_f64(s%handle, int(size(rows, 2), c_int64_t), &
+                                                      int(size(rows, 1), c_int), c_loc(rows)))
+  end subroutine surrogate_set_sample_inputs
+
+  !> call surrogate_get_sample_outputs(s, values, ierr [, layout]): the last predict's per-sample outputs
+  !> into values(n_samples, sample_out_channels) (or transposed with layout = SURROGATE_COMPONENTS_FIRST),
+  !> the same on every rank. Local.
+  subroutine surrogate_get_sample_outputs(s, values, ierr, layout)
+    type(surrogate_t), intent(in) :: s
+    real(real64), intent(inout) :: values(:, :)
+    integer, intent(out) :: ierr
+    integer, intent(in), optional :: layout
+    real(real64), allocatable, target :: rows(:, :)
+    integer(c_int64_t) :: b
+    integer(c_int) :: sin, sout
+    integer :: lay
+    lay = layout_or_default(layout)
+    b = 0
+    sin = 0
+    sout = 0
+    ierr = c_status(c_surrogate_samples(s%handle, b))
+    if (ierr == SURROGATE_OK) ierr = c_status(c_surrogate_sample_channels(s%handle, sin, sout))
+    if (ierr /= SURROGATE_OK) return
+    allocate(rows(max(sout, 1_c_int), max(b, 1_c_int64_t)))
+    if ((lay == SURROGATE_COMPONENTS_FIRST .and. (size(values, 1) /= sout .or. size(values, 2) /= b)) .or. &
+        (lay /= SURROGATE_COMPONENTS_FIRST .and. (size(values, 1) /= b .or. size(values, 2) /= sout))) then
+      ierr = c_status(c_surrogate_get_sample_outputs_f64(s%handle, -1_c_int64_t, c_loc(rows)))
+      return
+    end if
+    ierr = c_status(c_surrogate_get_sample_outputs_f64(s%handle, int(size(rows), c_int64_t), c_loc(rows)))
+    if (ierr /= SURROGATE_OK) return
+    if (lay == SURROGATE_COMPONENTS_FIRST) then
+      values = rows(1:sout, 1:b)
+    else
+      values = transpose(rows(1:sout, 1:b))
+    end if
+  end subroutine surrogate_get_sample_outputs
 
   !> .true. between a successful surrogate_open and surrogate_close.
   logical function surrogate_is_open(s)

@@ -67,7 +67,7 @@ int surrogate_set_options(surrogate_t handle, const surrogate_options* options);
 /* COLLECTIVE. The rank's points: n_local points of dim coordinates; global_ids (n_local int64, kept for
  * output) and sample_ids (n_local int64, independent samples 0..B-1; NULL = one sample) may be NULL.
  * Builds the plan reused by every predict until the points are set again.
- * Models that need positions (architectures "erwin", "bsa"; surrogate_position_dim > 0) take these coordinates
+ * Models that need positions (architectures "erwin", "bsa", "sequoia"; surrogate_position_dim > 0) take these coordinates
  * as the positions (dim must equal surrogate_position_dim), and global_ids, when given, must number the
  * points 0..N-1 over all ranks (they fix the point order the model sees; NULL = rank-major order). */
 int surrogate_set_points_f64(surrogate_t handle, int64_t n_local, int dim, const double* coords,
@@ -103,6 +103,20 @@ int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point
                           double* out, int64_t out_point_stride, int64_t out_channel_stride);
 int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,
                           float* out, int64_t out_point_stride, int64_t out_channel_stride);
+
+/* Per-sample inputs and outputs (coupling.md, "Per-sample inputs and outputs"). sample_in: values per
+ * sample the model takes besides the per-point inputs (Sequoia's class vector), 0 for most models;
+ * sample_out: values per sample it outputs when its output is one row per sample (its out_channels is 0
+ * then; out may be NULL in surrogate_predict_*). samples: B of the current points (0 before set_points).
+ * set_sample_inputs is local: `samples` x `channels` values, sample-major, the same on every rank, kept
+ * for the following predicts, which check them (count, finite, equal on every rank) and fail on every
+ * rank otherwise. get_sample_outputs copies the last predict's B x sample_out values (sample-major, the
+ * same on every rank) into `values`, which holds `capacity` values. */
+int surrogate_sample_channels(surrogate_t handle, int* sample_in, int* sample_out);
+int surrogate_samples(surrogate_t handle, int64_t* samples);
+int surrogate_set_sample_inputs_f64(surrogate_t handle, int64_t samples, int channels, const double* values);
+int surrogate_set_sample_inputs_f32(surrogate_t handle, int64_t samples, int channels, const float* values);
+int surrogate_get_sample_outputs_f64(surrogate_t handle, int64_t capacity, double* values);
 
 /* Local queries. */
 int surrogate_in_channels(surrogate_t handle, int* channels);

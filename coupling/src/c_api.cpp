@@ -2,6 +2,7 @@
 // status code and a thread-local message.
 #include "surrogate.h"
 
+#include <algorithm>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -133,6 +134,47 @@ int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_
   return guarded([&] {
     handle->object.predict<float>({in, in_point_stride, in_channel_stride}, {out, out_point_stride, out_channel_stride});
   });
+}
+
+int surrogate_sample_channels(surrogate_t handle, int* sample_in, int* sample_out) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!sample_in || !sample_out) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_sample_channels: null pointer");
+  *sample_in = handle->object.sample_in_channels();
+  *sample_out = handle->object.sample_out_channels();
+  return SURROGATE_OK;
+}
+
+int surrogate_samples(surrogate_t handle, int64_t* samples) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (!samples) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_samples: null pointer");
+  *samples = handle->object.samples();
+  return SURROGATE_OK;
+}
+
+int surrogate_set_sample_inputs_f64(surrogate_t handle, int64_t samples, int channels, const double* values) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (samples < 0 || channels < 0 || (!values && samples * channels > 0))
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_set_sample_inputs_f64: negative count or null values");
+  handle->object.set_sample_inputs<double>(samples, channels, values);
+  return SURROGATE_OK;
+}
+
+int surrogate_set_sample_inputs_f32(surrogate_t handle, int64_t samples, int channels, const float* values) {
+  SURROGATE_CHECK_HANDLE(handle);
+  if (samples < 0 || channels < 0 || (!values && samples * channels > 0))
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_set_sample_inputs_f32: negative count or null values");
+  handle->object.set_sample_inputs<float>(samples, channels, values);
+  return SURROGATE_OK;
+}
+
+int surrogate_get_sample_outputs_f64(surrogate_t handle, int64_t capacity, double* values) {
+  SURROGATE_CHECK_HANDLE(handle);
+  const std::vector<double>& v = handle->object.sample_outputs();
+  if (capacity < static_cast<int64_t>(v.size()) || (!values && !v.empty()))
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_get_sample_outputs_f64: room for " + std::to_string(capacity) +
+                                                    " values, the last predict gave " + std::to_string(v.size()));
+  std::copy(v.begin(), v.end(), values);
+  return SURROGATE_OK;
 }
 
 int surrogate_in_channels(surrogate_t handle, int* channels) {

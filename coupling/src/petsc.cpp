@@ -149,7 +149,7 @@ PetscErrorCode local_points(MPI_Comm comm, surrogate_t s, const char* caller, Pe
 // Vecs share one allocation): returns the channel stride in elements, or 0 when they are not.
 template <class Scalar>
 std::int64_t uniform_stride(const std::vector<Scalar*>& arrays, PetscInt n_local) {
-  if (arrays.size() == 1) return n_local > 0 ? n_local : 1;
+  if (arrays.size() <= 1) return n_local > 0 ? n_local : 1;  // none: a model without per-point outputs
   const auto base = reinterpret_cast<std::uintptr_t>(arrays[0]);
   const auto next = reinterpret_cast<std::uintptr_t>(arrays[1]);
   if (next <= base || (next - base) % sizeof(Scalar) != 0) return 0;
@@ -298,6 +298,47 @@ PetscErrorCode SurrogateSetPointsVec(surrogate_t surrogate, Vec coords) {
   PetscFunctionReturn(0);
 }
 
+PetscErrorCode SurrogateSetSampleInputsVec(surrogate_t surrogate, Vec v) {
+  PetscFunctionBegin;
+  PetscCheck(surrogate && v, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateSetSampleInputsVec: null argument");
+  int sin = 0, sout = 0;
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_sample_channels(surrogate, &sin, &sout)));
+  std::int64_t samples = 0;
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_samples(surrogate, &samples)));
+  PetscInt n;
+  PetscCall(VecGetLocalSize(v, &n));
+  PetscCheck(sin > 0 && n == static_cast<PetscInt>(samples * sin), PETSC_COMM_SELF, PETSC_ERR_ARG_SIZ,
+             "surrogate: SurrogateSetSampleInputsVec: local size %" PetscInt_FMT ", the model takes %" PetscInt64_FMT
+             " samples x %d values",
+             n, static_cast<PetscInt64>(samples), sin);
+  const PetscScalar* a;
+  PetscCall(VecGetArrayRead(v, &a));
+  std::vector<double> values(static_cast<std::size_t>(n));
+  for (PetscInt i = 0; i < n; ++i) values[static_cast<std::size_t>(i)] = static_cast<double>(PetscRealPart(a[i]));
+  PetscCall(VecRestoreArrayRead(v, &a));
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_set_sample_inputs_f64(surrogate, samples, sin, values.data())));
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode SurrogateGetSampleOutputsVec(surrogate_t surrogate, Vec* v) {
+  PetscFunctionBegin;
+  PetscCheck(surrogate && v, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateGetSampleOutputsVec: null argument");
+  int sin = 0, sout = 0;
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_sample_channels(surrogate, &sin, &sout)));
+  std::int64_t samples = 0;
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_samples(surrogate, &samples)));
+  std::vector<double> values(static_cast<std::size_t>(samples * sout));
+  PetscCall(check_status(PETSC_COMM_SELF, surrogate_get_sample_outputs_f64(surrogate, static_cast<std::int64_t>(values.size()),
+                                                                           values.data())));
+  PetscCall(VecCreateSeq(PETSC_COMM_SELF, static_cast<PetscInt>(values.size()), v));
+  if (sout > 0) PetscCall(VecSetBlockSize(*v, sout));
+  PetscScalar* a;
+  PetscCall(VecGetArray(*v, &a));
+  for (std::size_t i = 0; i < values.size(); ++i) a[i] = static_cast<PetscScalar>(values[i]);
+  PetscCall(VecRestoreArray(*v, &a));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
   PetscFunctionBegin;
   PetscCall(SurrogateInitializePackage());
@@ -363,7 +404,7 @@ PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const V
   PetscFunctionBegin;
   PetscCall(SurrogateInitializePackage());
   PetscCheck(nin > 0 && in, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVecs: no input Vecs");
-  PetscCheck(nout > 0 && out, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVecs: no output Vecs");
+  PetscCheck(nout == 0 || (nout > 0 && out), PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVecs: no output Vecs");
   for (PetscInt c = 0; c < nin; ++c)
     PetscCheck(in[c], PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVecs: in[%" PetscInt_FMT "] is NULL", c);
   for (PetscInt c = 0; c < nout; ++c)
@@ -418,7 +459,7 @@ PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const V
     }
   }
 
-  PetscCall(PetscLogEventBegin(SURROGATE_Predict, reinterpret_cast<PetscObject>(in[0]), reinterpret_cast<PetscObject>(out[0]), 0, 0));
+  PetscCall(PetscLogEventBegin(SURROGATE_Predict, reinterpret_cast<PetscObject>(in[0]), nout > 0 ? reinterpret_cast<PetscObject>(out[0]) : nullptr, 0, 0));
   std::vector<const PetscScalar*> xs;
   std::vector<PetscScalar*> ys;
   PetscCallCXX(xs.assign(static_cast<std::size_t>(nin), nullptr));
@@ -452,7 +493,7 @@ PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const V
       x = in_buffer.get();
       ics = n_local;
     }
-    PetscScalar* y = out_buffer ? out_buffer.get() : ys[0];
+    PetscScalar* y = out_buffer ? out_buffer.get() : ys.empty() ? nullptr : ys[0];
     const std::int64_t ocs = out_buffer ? n_local : out_stride;
     status = predict_raw(surrogate, x, 1, ics ? ics : 1, y, 1, ocs ? ocs : 1);
     if (out_buffer && status == SURROGATE_OK)
@@ -461,7 +502,7 @@ PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const V
   }
   for (PetscInt c = 0; c < nout; ++c) PetscCall(VecRestoreArrayWrite(out[c], &ys[static_cast<std::size_t>(c)]));
   for (PetscInt c = 0; c < nin; ++c) PetscCall(VecRestoreArrayRead(in[c], &xs[static_cast<std::size_t>(c)]));
-  PetscCall(PetscLogEventEnd(SURROGATE_Predict, reinterpret_cast<PetscObject>(in[0]), reinterpret_cast<PetscObject>(out[0]), 0, 0));
+  PetscCall(PetscLogEventEnd(SURROGATE_Predict, reinterpret_cast<PetscObject>(in[0]), nout > 0 ? reinterpret_cast<PetscObject>(out[0]) : nullptr, 0, 0));
   PetscCall(agreed);
   PetscCheck(failed_on < 0, comm, PETSC_ERR_MEM, "surrogate: SurrogatePredictVecs: out of memory on rank %d", failed_on);
   PetscCall(check_status(comm, status));

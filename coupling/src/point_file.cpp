@@ -89,9 +89,10 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
                                    : Status{ErrorCode::io, "cannot open '" + path + "' (truncated or corrupt HDF5 file?)"});
 
   PointSlab slab;
-  DatasetInfo coords, features, batch, target, edges;
+  DatasetInfo coords, features, batch, target, edges, sample_features;
   collectively(comm, [&] {
     coords = inspect(file, "coords");
+    sample_features = inspect(file, "sample_features");
     features = inspect(file, "features");
     batch = inspect(file, "batch_idx");
     target = inspect(file, "target");
@@ -129,6 +130,12 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     if (edges.present && (edges.type_class != H5T_INTEGER || edges.shape.size() != 2 || edges.shape[0] != 2))
       throw Error(ErrorCode::format, "'" + path + "': /edge_index must hold integers of shape (2, E) (row 0 sources, "
                                          "row 1 receivers), found shape " + shape_text(edges.shape));
+    if (sample_features.present) {
+      numeric(sample_features, "sample_features");
+      if (sample_features.shape.size() != 2)
+        throw Error(ErrorCode::format, "'" + path + "': /sample_features must be two-dimensional (B, n), found shape " +
+                                           shape_text(sample_features.shape));
+    }
     if (target.present) {
       numeric(target, "target");
       if (target.shape.size() != 2 || target.shape[0] != n)
@@ -156,6 +163,14 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     slab.channels = static_cast<int>(features.shape[1]);
     slab.features.resize(static_cast<std::size_t>(slab.count * slab.channels));
     read_rows(file, "features", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.channels, slab.features.data(), path);
+  }
+  if (sample_features.present) {  // every rank reads all of it
+    slab.has_sample_features = true;
+    slab.sample_rows = sample_features.shape[0];
+    slab.sample_channels = static_cast<int>(sample_features.shape[1]);
+    slab.sample_features.resize(static_cast<std::size_t>(slab.sample_rows * slab.sample_channels));
+    read_rows(file, "sample_features", H5T_NATIVE_FLOAT, 0, slab.sample_rows, slab.sample_channels,
+              slab.sample_features.data(), path);
   }
   if (target.present) {
     slab.target_channels = static_cast<int>(target.shape[1]);
@@ -210,24 +225,19 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   return slab;
 }
 
-void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
-                           std::int64_t offset, std::int64_t count, int channels, const float* values,
-                           const std::vector<std::pair<std::string, std::string>>& attributes) {
-  h5::QuietErrors quiet;
-  h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
-  H5Pset_fapl_mpio(fapl, comm.get(), MPI_INFO_NULL);
-  h5::Handle file = h5::file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  comm.agree_or_throw(file.valid() ? Status{} : Status{ErrorCode::io, "cannot create output file '" + path + "'"});
-  for (const auto& [name, value] : attributes) h5::write_attribute(file, name, value);
-  hsize_t dims[2] = {static_cast<hsize_t>(global_points), static_cast<hsize_t>(channels)};
+namespace {
+
+/// Creates `name` (rows x columns float32) and writes rows [offset, offset + count) from values, collectively.
+void write_rows(const MpiComm& comm, hid_t file, const char* name, std::int64_t rows, int columns, std::int64_t offset,
+                std::int64_t count, const float* values, const std::string& path) {
+  hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(columns)};
   h5::Handle file_space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
-  h5::Handle dset = h5::dataset(
-      H5Dcreate2(file, "prediction", H5T_IEEE_F32LE, file_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  comm.agree_or_throw(dset.valid() ? Status{} : Status{ErrorCode::io, "cannot create /prediction in '" + path + "'"});
+  h5::Handle dset = h5::dataset(H5Dcreate2(file, name, H5T_IEEE_F32LE, file_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
+  comm.agree_or_throw(dset.valid() ? Status{} : Status{ErrorCode::io, "cannot create /" + std::string(name) + " in '" + path + "'"});
   hsize_t start[2] = {static_cast<hsize_t>(offset), 0};
-  hsize_t extent[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(channels)};
+  hsize_t extent[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(columns)};
   h5::Handle mem_space = h5::dataspace(H5Screate_simple(2, extent, nullptr));
-  if (count > 0) {
+  if (count > 0 && columns > 0) {
     H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, extent, nullptr);
   } else {
     H5Sselect_none(file_space);
@@ -236,8 +246,27 @@ void write_prediction_file(const MpiComm& comm, const std::string& path, std::in
   h5::Handle xfer = h5::plist(H5Pcreate(H5P_DATASET_XFER));
   H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
   const float dummy = 0;
-  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, count > 0 ? values : &dummy);
-  comm.agree_or_throw(rc >= 0 ? Status{} : Status{ErrorCode::io, "cannot write /prediction to '" + path + "'"});
+  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, count > 0 && columns > 0 ? values : &dummy);
+  comm.agree_or_throw(rc >= 0 ? Status{} : Status{ErrorCode::io, "cannot write /" + std::string(name) + " to '" + path + "'"});
+}
+
+}  // namespace
+
+void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
+                           std::int64_t offset, std::int64_t count, int channels, const float* values,
+                           const std::vector<std::pair<std::string, std::string>>& attributes, std::int64_t samples,
+                           int sample_channels, const float* sample_values) {
+  h5::QuietErrors quiet;
+  h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fapl_mpio(fapl, comm.get(), MPI_INFO_NULL);
+  h5::Handle file = h5::file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
+  comm.agree_or_throw(file.valid() ? Status{} : Status{ErrorCode::io, "cannot create output file '" + path + "'"});
+  for (const auto& [name, value] : attributes) h5::write_attribute(file, name, value);
+  if (channels > 0 || sample_channels == 0)
+    write_rows(comm, file, "prediction", global_points, channels, offset, count, values, path);
+  if (sample_channels > 0)  // the same on every rank: rank 0 writes it
+    write_rows(comm, file, "sample_prediction", samples, sample_channels, 0, comm.rank() == 0 ? samples : 0,
+               sample_values, path);
 }
 
 }  // namespace surrogate

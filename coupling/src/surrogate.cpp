@@ -26,6 +26,11 @@ struct Surrogate::State {
   std::vector<std::int64_t> edges;     // 2 x n: sources, then receivers
   std::unique_ptr<Plan> plan;          // of the current points (and edges); built by the first predict
   std::vector<float> in_buffer, out_buffer;
+  bool has_sample_inputs = false;      // set_sample_inputs on this rank
+  std::int64_t sample_rows = 0;        // what set_sample_inputs gave
+  int sample_cols = 0;
+  std::vector<float> sample_in, sample_out_buffer;
+  std::vector<double> sample_out;
   double last_seconds = 0;
   std::int64_t predictions = 0;
 };
@@ -69,6 +74,21 @@ std::int64_t Surrogate::global_points() const { return state_->layout.global_poi
 int Surrogate::dim() const { return state_->dim; }
 const std::vector<double>& Surrogate::coordinates() const { return state_->coordinates; }
 const std::vector<std::int64_t>& Surrogate::global_ids() const { return state_->global_ids; }
+int Surrogate::sample_in_channels() const { return state_->model->sample_in_channels(); }
+int Surrogate::sample_out_channels() const { return state_->model->sample_out_channels(); }
+std::int64_t Surrogate::samples() const { return state_->has_points ? state_->layout.num_samples() : 0; }
+const std::vector<double>& Surrogate::sample_outputs() const { return state_->sample_out; }
+
+template <class Real>
+void Surrogate::set_sample_inputs(std::int64_t samples, int channels, const Real* values) {
+  State& s = *state_;
+  s.has_sample_inputs = samples >= 0 && channels >= 0 && (values || samples * channels == 0);
+  s.sample_rows = samples;
+  s.sample_cols = channels;
+  s.sample_in.assign(static_cast<std::size_t>(s.has_sample_inputs ? samples * channels : 0), 0.0f);
+  for (std::size_t i = 0; i < s.sample_in.size(); ++i) s.sample_in[i] = static_cast<float>(values[i]);
+}
+
 double Surrogate::last_predict_seconds() const { return state_->last_seconds; }
 std::int64_t Surrogate::predictions() const { return state_->predictions; }
 std::vector<Profile::Phase> Surrogate::profile() const {
@@ -168,7 +188,18 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   bool in_on_device = false, out_on_device = false;
   collectively(s.comm, [&] {
     if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
-    if (n > 0 && ((!in.data && cin > 0) || !out.data)) throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    if (n > 0 && ((!in.data && cin > 0) || (!out.data && cout > 0)))
+      throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    const int s_in = s.model->sample_in_channels();
+    const std::int64_t B = s.layout.num_samples();
+    if (s_in > 0 && !s.has_sample_inputs)
+      throw Error(ErrorCode::input, "predict: the " + s.model->architecture() + " model needs " + std::to_string(s_in) +
+                                        " per-sample input value(s) for each of the " + std::to_string(B) +
+                                        " samples: call set_sample_inputs first");
+    if (s_in > 0 && (s.sample_rows != B || s.sample_cols != s_in))
+      throw Error(ErrorCode::input, "predict: per-sample inputs of " + std::to_string(s.sample_rows) + " x " +
+                                        std::to_string(s.sample_cols) + " values, the model needs " + std::to_string(B) +
+                                        " samples x " + std::to_string(s_in));
     if (s.model->needs_positions() && s.dim != s.model->position_dim())
       throw Error(ErrorCode::input, "predict: the " + s.model->architecture() + " model needs " +
                                         std::to_string(s.model->position_dim()) + " coordinates per point as positions, "
@@ -224,7 +255,19 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     for (int c = 0; c < cin; ++c)
       s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
   const double t0 = MPI_Wtime();
-  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, s.out_buffer.data(), cout, run);
+  Model::SampleArrays samples;
+  const int s_in = s.model->sample_in_channels(), s_out = s.model->sample_out_channels();
+  s.sample_out_buffer.assign(static_cast<std::size_t>(s.layout.num_samples() * s_out), 0.0f);
+  if (s_in > 0) {
+    samples.in = s.sample_in.data();
+    samples.ld_in = s_in;
+  }
+  if (s_out > 0) {
+    samples.out = s.sample_out_buffer.data();
+    samples.ld_out = s_out;
+  }
+  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, s.out_buffer.data(), cout, samples, run);
+  s.sample_out.assign(s.sample_out_buffer.begin(), s.sample_out_buffer.end());
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;
   for (std::int64_t i = 0; i < n; ++i)
@@ -237,6 +280,8 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
 template void Surrogate::set_points<float>(std::int64_t, int, Strided<const float>, const std::int64_t*, const std::int64_t*);
 template void Surrogate::set_points<double>(std::int64_t, int, Strided<const double>, const std::int64_t*, const std::int64_t*);
 template void Surrogate::predict<float>(Strided<const float>, Strided<float>);
+template void Surrogate::set_sample_inputs<float>(std::int64_t, int, const float*);
+template void Surrogate::set_sample_inputs<double>(std::int64_t, int, const double*);
 template void Surrogate::predict<double>(Strided<const double>, Strided<double>);
 
 }  // namespace surrogate

@@ -41,6 +41,9 @@ constexpr const char* kUsage = R"(usage:
       Models that need positions (erwin, bsa) take /coords as the positions; Erwin's message passing
       uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
       file), else the graph rule of the model file.
+      Models with per-sample inputs (sequoia's segmentation model: its class vector) read them from
+      /sample_features (B x n, one row per sample); models whose output is one row per sample
+      (sequoia's classification model) write /sample_prediction (B x c_out) instead of /prediction.
       Spherical models (sphere_transformer, s2_attention, s2_neighborhood_attention) read /features
       rows as the grid, row-major (latitude 0 = north, then longitude), nlat*nlon rows per sample;
       /coords is optional for them and, if present, must hold the grid points' unit vectors.
@@ -104,6 +107,14 @@ int run_info(const std::vector<std::string>& args) {
     if (file.root.has(key)) std::cout << label << surrogate::AttributeMap::to_text(file.root.values().at(key)) << "\n";
   std::cout << "parameters    " << with_commas(model->parameter_count()) << "\n"
             << "channels      " << model->in_channels() << " in, " << model->out_channels() << " out\n";
+  if (model->sample_in_channels() > 0)
+    std::cout << "sample inputs " << model->sample_in_channels() << " per sample (/sample_features of a point file)\n";
+  std::cout << "output        "
+            << (model->sample_out_channels() > 0
+                    ? "one row per sample: " + std::to_string(model->sample_out_channels()) +
+                          " values (/sample_prediction of the output file)"
+                    : "one row per point: " + std::to_string(model->out_channels()) + " values (/prediction)")
+            << "\n";
   if (model->needs_positions())
     std::cout << "positions     " << model->position_dim() << " coordinates per point (/coords of a point file)"
               << (model->needs_edges() ? "; edges must be given (/edge_index)" : "") << "\n";
@@ -214,6 +225,28 @@ int run_predict(const std::vector<std::string>& args) {
   });
   const auto layout = surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
   surrogate::cli::check_sphere_coordinates(comm, file, slab, layout.sample_sizes(), opt.input);
+  // Per-sample inputs (/sample_features, B x sample_in_channels) and outputs (/sample_prediction).
+  const int sample_in = model->sample_in_channels(), sample_out = model->sample_out_channels();
+  surrogate::collectively(comm, [&] {
+    if (sample_in > 0 && !slab.has_sample_features)
+      throw Error(ErrorCode::input, "'" + opt.input + "' has no /sample_features: the " + file.architecture + " model takes " +
+                                        std::to_string(sample_in) + " values per sample (" +
+                                        std::to_string(layout.num_samples()) + " samples)");
+    if (sample_in > 0 && (slab.sample_rows != layout.num_samples() || slab.sample_channels != sample_in))
+      throw Error(ErrorCode::input, "'" + opt.input + "': /sample_features has shape (" + std::to_string(slab.sample_rows) +
+                                        ", " + std::to_string(slab.sample_channels) + "), the model needs (" +
+                                        std::to_string(layout.num_samples()) + ", " + std::to_string(sample_in) + ")");
+  });
+  std::vector<float> sample_prediction(static_cast<std::size_t>(layout.num_samples() * sample_out));
+  surrogate::Model::SampleArrays sample_arrays;
+  if (sample_in > 0) {
+    sample_arrays.in = slab.sample_features.data();
+    sample_arrays.ld_in = sample_in;
+  }
+  if (sample_out > 0) {
+    sample_arrays.out = sample_prediction.data();
+    sample_arrays.ld_out = sample_out;
+  }
   const int out_channels = model->out_channels();
   std::vector<float> prediction(static_cast<std::size_t>(slab.count) * out_channels);
   comm.barrier();
@@ -229,7 +262,7 @@ int run_predict(const std::vector<std::string>& args) {
   }
   surrogate::cli::Progress progress(comm, !opt.quiet);  // a line on a terminal while a long run works
   const std::unique_ptr<surrogate::Plan> plan = model->plan(comm, layout, geometry, opt.run);
-  model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
+  model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, sample_arrays, opt.run);
   progress.stop();
   comm.barrier();
   const double t4 = MPI_Wtime();
@@ -243,7 +276,8 @@ int run_predict(const std::vector<std::string>& args) {
        {"device", opt.device},
        {"precision", surrogate::precision_name(opt.run.precision)},
        {"ranks", std::to_string(comm.size())},
-       {"surrogate_version", SURROGATE_VERSION_STRING}});
+       {"surrogate_version", SURROGATE_VERSION_STRING}},
+      layout.num_samples(), sample_out, sample_prediction.data());
   const double t5 = MPI_Wtime();
   std::string timing;
   if (opt.timing) {  // collective: every rank's phases, min .. max
@@ -283,7 +317,7 @@ int run_predict(const std::vector<std::string>& args) {
       << "  input       " << opt.input << ": " << with_commas(slab.global_points) << " points in " << samples
       << (samples == 1 ? " sample" : " samples") << ", "
       << (slab.has_coords ? std::to_string(slab.dim) + " coordinates" : std::string("no /coords")) << ", " << slab.channels
-      << " input channels\n";
+      << " input channels" << (sample_in > 0 ? ", " + std::to_string(sample_in) + " values per sample" : std::string()) << "\n";
     if (model->needs_positions())
       o << "  geometry    /coords as positions; graph: "
         << (slab.has_edges ? with_commas(slab.global_edges) + " edges from /edge_index" : "built by the model's rule") << "\n";
@@ -306,7 +340,11 @@ int run_predict(const std::vector<std::string>& args) {
         o << "; relative L2 error vs /target " << general(std::sqrt(err[static_cast<std::size_t>(2 * c)] / err[static_cast<std::size_t>(2 * c + 1)]));
       o << "\n";
     }
-    o << "  output      " << opt.output << " (/prediction " << with_commas(slab.global_points) << " x " << out_channels << ")\n";
+    if (sample_out > 0)
+      o << "  output      " << opt.output << " (/sample_prediction " << samples << " x " << sample_out
+        << ": " << sample_out << " values per sample)\n";
+    else
+      o << "  output      " << opt.output << " (/prediction " << with_commas(slab.global_points) << " x " << out_channels << ")\n";
     std::cout << o.str() << std::flush;
   }
   return 0;

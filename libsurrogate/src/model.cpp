@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <sstream>
 
 #include "surrogate/kernels/cpu.hpp"
@@ -212,7 +213,30 @@ void Model::predict(const Comm& comm, const SampleLayout& layout, const PointGeo
 
 void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                     const RunOptions& options) {
+  predict(comm, plan, in, ld_in, out, ld_out, SampleArrays{}, options);
+}
+
+namespace {
+
+/// 64-bit FNV-1a of the bytes of B x n floats (row stride ld): equal arrays, equal digests.
+std::uint64_t digest_rows(const float* v, index_t rows, int n, index_t ld) {
+  std::uint64_t h = 14695981039346656037ull;
+  for (index_t r = 0; r < rows; ++r)
+    for (int c = 0; c < n; ++c) {
+      std::uint32_t bits = 0;
+      std::memcpy(&bits, v + r * ld + c, sizeof bits);
+      for (int b = 0; b < 4; ++b) h = (h ^ ((bits >> (8 * b)) & 0xffu)) * 1099511628211ull;
+    }
+  return h;
+}
+
+}  // namespace
+
+void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
+                    const SampleArrays& samples, const RunOptions& options) {
   const SampleLayout& layout = plan.layout();
+  const index_t B = layout.num_samples();
+  const int s_in = sample_in_channels(), s_out = sample_out_channels();
   const index_t n = layout.local_points();
   const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
   const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
@@ -221,7 +245,24 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
     if (&plan.model() != this)
       throw Error(ErrorCode::invalid_argument, "predict: the plan was built by another model (architecture '" +
                                                    plan.model().architecture() + "')");
-    if (n > 0 && ((!in && in_channels_ > 0) || !out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (n > 0 && ((!in && in_channels_ > 0) || (!out && out_channels_ > 0)))
+      throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (s_in > 0 && !samples.in)
+      throw Error(ErrorCode::input, "predict: the " + architecture_ + " model needs " + std::to_string(s_in) +
+                                        " per-sample input value(s) for each of the " + std::to_string(B) +
+                                        " samples; none were given");
+    if (s_in > 0 && samples.ld_in < s_in)
+      throw Error(ErrorCode::invalid_argument, "predict: per-sample input row stride " + std::to_string(samples.ld_in) +
+                                                   " < " + std::to_string(s_in));
+    if (s_out > 0 && (!samples.out || samples.ld_out < s_out))
+      throw Error(ErrorCode::invalid_argument, "predict: the " + architecture_ + " model outputs " +
+                                                   std::to_string(s_out) +
+                                                   " value(s) per sample: give a per-sample output array");
+    for (index_t b = 0; b < B && s_in > 0; ++b)
+      for (int c = 0; c < s_in; ++c)
+        if (!std::isfinite(samples.in[b * samples.ld_in + c]))
+          throw Error(ErrorCode::input, "predict: per-sample input of sample " + std::to_string(b) + ", value " +
+                                            std::to_string(c) + " is NaN/Inf");
     if (options.cuda_device < 0 && options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
                                               "' needs a CUDA device; the CPU computes in fp32 only");
@@ -241,6 +282,14 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
     status = Status::from_current_exception();
   }
   comm.agree_or_throw(status);
+  if (s_in > 0) {  // the per-sample inputs must be the same on every rank
+    const auto h = static_cast<std::int64_t>(digest_rows(samples.in, B, s_in, samples.ld_in));
+    collectively(comm, [&] {
+      if (comm.allreduce<std::int64_t>(h, ReduceOp::min) != comm.allreduce<std::int64_t>(h, ReduceOp::max))
+        throw Error(ErrorCode::input, "predict: the per-sample inputs differ between ranks (they must be the same "
+                                      "B x " + std::to_string(s_in) + " values on every rank)");
+    });
+  }
 
   // Working order (grouped by sample) and normalisation.
   const auto& order = layout.order();
@@ -262,6 +311,10 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
   io.ld_in = ld_work_in;
   io.out = output_buffer_.data();
   io.ld_out = ld_work_out;
+  io.sample_in = samples.in;
+  io.ld_sample_in = samples.ld_in;
+  io.sample_out = samples.out;
+  io.ld_sample_out = samples.ld_out;
   {
     const ScopedPhase phase("forward");
     forward(comm, plan, io, options);

@@ -1,6 +1,6 @@
 // Checks a `surrogate predict` output.
 //   compare_prediction golden IO.h5 PREDICTION.h5   /prediction vs /prediction_f64 within 4 x float32_error
-//   compare_prediction identical A.h5 B.h5           the two /prediction datasets are bitwise equal
+//   compare_prediction identical A.h5 B.h5 [NAME]    the two /prediction (or /NAME) datasets are bitwise equal
 //   compare_prediction close A.h5 B.h5 R             max |A - B| <= R max |B| (/prediction of both)
 #include <cmath>
 #include <iostream>
@@ -11,8 +11,8 @@
 using namespace surrogate::testing;
 
 int main(int argc, char** argv) {
-  if (argc != 4 && !(argc == 5 && std::string(argv[1]) == "close")) {
-    std::cerr << "usage: compare_prediction golden IO.h5 PREDICTION.h5 | identical A.h5 B.h5 | close A.h5 B.h5 R\n";
+  if (argc != 4 && !(argc == 5 && (std::string(argv[1]) == "close" || std::string(argv[1]) == "identical"))) {
+    std::cerr << "usage: compare_prediction golden IO.h5 PREDICTION.h5 | identical A.h5 B.h5 [NAME] | close A.h5 B.h5 R\n";
     return 2;
   }
   const std::string mode = argv[1];
@@ -34,7 +34,8 @@ int main(int argc, char** argv) {
       return num / den <= 4 * f32 ? 0 : 1;
     }
     if (mode == "identical") {
-      const Array a = read_array(argv[2], "prediction"), b = read_array(argv[3], "prediction");
+      const std::string name = argc == 5 ? argv[4] : "prediction";
+      const Array a = read_array(argv[2], name), b = read_array(argv[3], name);
       const bool same = a.shape == b.shape && a.values == b.values;
       std::cout << (same ? "bitwise identical\n" : "DIFFERENT\n");
       return same ? 0 : 1;

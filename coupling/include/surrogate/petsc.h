@@ -75,6 +75,16 @@ PETSC_EXTERN PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, V
 PETSC_EXTERN PetscErrorCode SurrogatePredictVecs(surrogate_t surrogate, PetscInt nin, const Vec in[], PetscInt nout,
                                                  const Vec out[]);
 
+/* Per-sample inputs and outputs (petsc.md, "Per-sample inputs and outputs"). Not collective.
+ * SurrogateSetSampleInputsVec: v holds, on every rank, all B x sample_in values (sample-major: the
+ * values of sample b at b * sample_in + c; a VECSEQ on PETSC_COMM_SELF, say), the same on every rank;
+ * the following predicts use them (and fail on every rank when they differ between ranks).
+ * SurrogateGetSampleOutputsVec: a new sequential Vec (PETSC_COMM_SELF) on every rank holding the last
+ * predict's B x sample_out values (sample-major), the same on every rank; destroy it with VecDestroy.
+ * A model whose output is one row per sample has out_channels 0: predict with SurrogatePredictVecs(s,
+ * nin, in, 0, NULL). */
+PETSC_EXTERN PetscErrorCode SurrogateSetSampleInputsVec(surrogate_t surrogate, Vec v);
+PETSC_EXTERN PetscErrorCode SurrogateGetSampleOutputsVec(surrogate_t surrogate, Vec* v);
 /* COLLECTIVE over the KSP's communicator. Accept a predicted solution of the KSP's linear system, or solve.
  * On entry x holds the prediction (e.g. the surrogate's next state). The relative residual
  * ||b - A x||_2 / ||b||_2 (A: the KSP's operator; one MatMult and one reduction; ||b - A x||_2 when b = 0)

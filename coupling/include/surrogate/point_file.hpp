@@ -24,6 +24,11 @@ struct PointSlab {
   /// Optional /target (count x target_channels): a reference solution the summary compares against.
   int target_channels = 0;
   std::vector<float> target;
+  /// Optional /sample_features (B x sample_channels): per-sample inputs, read whole by every rank.
+  bool has_sample_features = false;
+  std::int64_t sample_rows = 0;
+  int sample_channels = 0;
+  std::vector<float> sample_features;
   /// Optional /edge_index (int64, 2 x E: row 0 sources j, row 1 receivers i, as global rows of the
   /// file): this rank's share, the columns split evenly like the rows; edges[0, edge_count) are the
   /// sources and edges[edge_count, 2 edge_count) the receivers.
@@ -38,9 +43,12 @@ struct PointSlab {
 /// same Error on every rank.
 PointSlab read_point_file(const MpiComm& comm, const std::string& path);
 
-/// Collective. Writes /prediction (N x channels, float32, in input order) plus string attributes.
+/// Collective. Writes /prediction (N x channels, float32, in input order; left out when channels is 0
+/// and the model has per-sample outputs), /sample_prediction (samples x sample_channels, the same values
+/// on every rank; only when sample_channels > 0), plus string attributes.
 void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
                            std::int64_t offset, std::int64_t count, int channels, const float* values,
-                           const std::vector<std::pair<std::string, std::string>>& attributes);
+                           const std::vector<std::pair<std::string, std::string>>& attributes,
+                           std::int64_t samples = 0, int sample_channels = 0, const float* sample_values = nullptr);
 
 }  // namespace surrogate

@@ -80,7 +80,8 @@ class Surrogate {
   const std::vector<std::int64_t>& global_ids() const;
 
   /// Collective. Reads in_channels() input values per local point and writes out_channels() outputs, in
-  /// physical units, in the order of set_points. Inputs with NaN/Inf are an error on every rank.
+  /// physical units, in the order of set_points (`out` may be null when out_channels() is 0); per-sample
+  /// inputs and outputs through set_sample_inputs() / sample_outputs(). Inputs with NaN/Inf are an error on every rank.
   /// With a CUDA device selected, `in` and `out` (and nothing else of this class) may be CUDA device
   /// memory of the rank's device. Both on the device on every rank with points: device-resident (the
   /// normalisation, forward and de-normalisation run on the device, outputs written into `out` directly,
@@ -88,6 +89,22 @@ class Surrogate {
   /// (non-negative strides). The rules in detail: surrogate.h (surrogate_predict_f64), cuda.md.
   template <class Real>
   void predict(Strided<const Real> in, Strided<Real> out);
+
+  /// Per-sample values (share/docs/coupling.md, "Per-sample inputs and outputs"). sample_in_channels():
+  /// values per sample the model takes besides the per-point inputs (Sequoia's class vector), 0 for most;
+  /// sample_out_channels(): values per sample it outputs when its output is one row per sample (then
+  /// out_channels() is 0), 0 for per-point models. samples(): B of the current points (set_points).
+  int sample_in_channels() const;
+  int sample_out_channels() const;
+  std::int64_t samples() const;
+  /// The per-sample inputs of the following predicts: `samples` x `channels` values, C order (sample-major),
+  /// the same on every rank; kept until called again. Not collective: predict() checks them (B x
+  /// sample_in_channels(), finite, equal on every rank) and fails on every rank otherwise.
+  template <class Real>
+  void set_sample_inputs(std::int64_t samples, int channels, const Real* values);
+  /// The per-sample outputs of the last predict(): B x sample_out_channels() values, C order, the same on
+  /// every rank (empty for per-point models).
+  const std::vector<double>& sample_outputs() const;
 
   /// Time of the last predict() on this rank (seconds) and the number of predictions so far.
   double last_predict_seconds() const;

@@ -167,6 +167,20 @@ class Model {
   /// along a graph and its file names no rule to build it.
   virtual bool needs_edges() const { return false; }
 
+  /// Values per sample the model takes besides the per-point inputs (Sequoia's class vector), 0 for most
+  /// models; and values per sample it outputs when its output is one row per sample (a classification,
+  /// an integrated quantity), 0 when its output is per point (out_channels()).
+  virtual int sample_in_channels() const { return 0; }
+  virtual int sample_out_channels() const { return 0; }
+  /// The per-sample arrays of one predict (share/docs/coupling.md, "Per-sample inputs and outputs"):
+  /// B = plan.layout().num_samples() rows in sample order, the same on every rank.
+  struct SampleArrays {
+    const float* in = nullptr;  // B x sample_in_channels() at row stride ld_in; required when that is > 0
+    index_t ld_in = 0;
+    float* out = nullptr;       // B x sample_out_channels() at row stride ld_out, written on every rank
+    index_t ld_out = 0;
+  };
+
   virtual index_t parameter_count() const = 0;
   /// Hyperparameters as (name, value) pairs, for `surrogate info`.
   virtual std::vector<std::pair<std::string, std::string>> describe() const = 0;
@@ -185,6 +199,12 @@ class Model {
   /// another model is Error(invalid_argument). `in` may be null when in_channels() is 0.
   void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options = {});
+
+  /// predict() with per-sample inputs and outputs (SampleArrays). Per-sample inputs that differ between
+  /// ranks, are non-finite or missing (the model takes some) are Error(input) on every rank; a model with
+  /// per-sample outputs needs samples.out. The arrays are not normalised (/normalization is per point).
+  void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
+               const SampleArrays& samples, const RunOptions& options = {});
 
   /// One-shot forms: plan() of the points, then predict() with that plan (a caller that predicts again
   /// on the same points keeps a plan instead). Without a geometry, a model that needs positions
@@ -230,6 +250,12 @@ class Model {
     float* out = nullptr;
     index_t ld_out = 0;
     const DeviceArrays* device = nullptr;
+    /// The per-sample arrays (host; checked, identical on every rank): B x sample_in_channels() at
+    /// ld_sample_in, B x sample_out_channels() at ld_sample_out (every rank writes all rows).
+    const float* sample_in = nullptr;
+    index_t ld_sample_in = 0;
+    float* sample_out = nullptr;
+    index_t ld_sample_out = 0;
     std::function<void(const std::vector<std::uint64_t>&)> check_inputs;
   };
   /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. A family

@@ -18,6 +18,7 @@ FAMILIES = {
     "flare": "surrogate_export.flare",
     "erwin": "surrogate_export.erwin",
     "bsa": "surrogate_export.bsa",
+    "sequoia": "surrogate_export.sequoia",
     "sphere_transformer": "surrogate_export.sphere:TRANSFORMER",
     "s2_attention": "surrogate_export.sphere:ATTENTION",
     "s2_neighborhood_attention": "surrogate_export.sphere:NEIGHBORHOOD",
@@ -169,6 +170,8 @@ def run(args):
         "source_config": common.config_json(config_data),
         "created": common.utc_now(),
     }
+    if hasattr(family, "root_attributes"):
+        root.update(family.root_attributes(config))
     common.write_model_file(out, root, config, family.CONFIG_KINDS, weights, normalization, fields)
     if tables:
         family.write_tables(out, tables)

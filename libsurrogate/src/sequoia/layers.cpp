@@ -1,0 +1,151 @@
+// Sequoia's CPU layers (layers.hpp; share/docs/sequoia.md, "Forward").
+#include "layers.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace surrogate::sequoia {
+
+Dense::Dense(const ModelFile& f, const std::string& prefix, bool bias) {
+  const Tensor32& t = f.weight(prefix + ".weight");
+  out = static_cast<int>(t.shape[0]);
+  in = static_cast<int>(t.shape[1]);
+  w = t.values;
+  if (bias) b = f.weight(prefix + ".bias").values;
+  packed = kernels::PackedLinear(w.data(), bias ? b.data() : nullptr, out, in);
+}
+
+void Dense::apply(const float* x, float* y) const {
+  for (int o = 0; o < out; ++o) {
+    const float* wo = w.data() + static_cast<std::size_t>(o) * static_cast<std::size_t>(in);
+    double s = b.empty() ? 0.0 : static_cast<double>(b[static_cast<std::size_t>(o)]);
+    for (int i = 0; i < in; ++i) s += static_cast<double>(wo[i]) * static_cast<double>(x[i]);
+    y[o] = static_cast<float>(s);
+  }
+}
+
+Rows Dense::apply(const Rows& x) const {
+  Rows y(x.rows, out);
+  const kernels::CpuKernels& k = kernels::cpu();
+  constexpr std::int64_t kChunk = 64;
+  const std::int64_t ld = packed.out_pad();
+#pragma omp parallel
+  {
+    kernels::AlignedBuffer<float> buffer(static_cast<std::size_t>(kChunk * ld));
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < x.rows; r0 += kChunk) {
+      kernels::LinearArgs a;
+      a.layer = &packed;
+      a.x = x.row(r0);
+      a.ldx = x.cols;
+      a.y = buffer.data();
+      a.ldy = ld;
+      a.rows = std::min(kChunk, x.rows - r0);
+      k.linear(a);
+      for (std::int64_t r = 0; r < a.rows; ++r) std::copy_n(buffer.data() + r * ld, out, y.row(r0 + r));
+    }
+  }
+  return y;
+}
+
+BatchNorm::BatchNorm(const ModelFile& f, const std::string& p) {
+  const auto& w = f.weight(p + ".weight").values;
+  const auto& b = f.weight(p + ".bias").values;
+  const auto& mean = f.weight(p + ".running_mean").values;
+  const auto& var = f.weight(p + ".running_var").values;
+  scale.resize(w.size());
+  shift.resize(w.size());
+  for (std::size_t c = 0; c < w.size(); ++c) {
+    const double s = static_cast<double>(w[c]) / std::sqrt(static_cast<double>(var[c]) + 1e-5);
+    scale[c] = static_cast<float>(s);
+    shift[c] = static_cast<float>(static_cast<double>(b[c]) - static_cast<double>(mean[c]) * s);
+  }
+}
+
+void BatchNorm::apply(float* x) const {
+  for (std::size_t c = 0; c < scale.size(); ++c)
+    x[c] = static_cast<float>(static_cast<double>(x[c]) * scale[c] + static_cast<double>(shift[c]));
+}
+
+void BatchNorm::apply(Rows& x, bool relu) const {
+#pragma omp parallel for schedule(static)
+  for (std::int64_t r = 0; r < x.rows; ++r) {
+    float* row = x.row(r);
+    apply(row);
+    if (relu)
+      for (int c = 0; c < x.cols; ++c) row[c] = std::max(row[c], 0.0f);
+  }
+}
+
+PositionalMlp::PositionalMlp(const ModelFile& f, const std::string& p)
+    : first(f, p + ".pe_mlp.0", true), last(f, p + ".pe_mlp.3", true), norm(f, p + ".pe_mlp.1") {}
+
+void PositionalMlp::apply(const float delta[3], float* out) const {
+  float h[3];
+  first.apply(delta, h);
+  norm.apply(h);
+  for (float& x : h) x = std::max(x, 0.0f);
+  last.apply(h, out);
+}
+
+Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vector<float>& query_positions,
+                    const std::vector<float>& key_positions, const KeyLists& lists, const PositionalMlp& pe,
+                    int heads, float tau, float fixed_denom) {
+  const std::int64_t n = q.rows;
+  const int d = q.cols, e = d / heads;
+  Rows out(n, d);
+#pragma omp parallel
+  {
+    std::vector<float> pi;
+    std::vector<double> logit, acc(static_cast<std::size_t>(d));
+#pragma omp for schedule(dynamic, 64)
+    for (std::int64_t a = 0; a < n; ++a) {
+      const std::int64_t b0 = lists.first[static_cast<std::size_t>(a)], b1 = lists.first[static_cast<std::size_t>(a) + 1];
+      const std::int64_t count = b1 - b0;
+      if (count == 0) continue;
+      const double denom = fixed_denom > 0 ? static_cast<double>(fixed_denom)
+                                           : static_cast<double>(tau * static_cast<float>(count) + 1e-8f);
+      pi.assign(static_cast<std::size_t>(count * e), 0.0f);
+      logit.assign(static_cast<std::size_t>(count * heads), 0.0);
+      const float* pa = &query_positions[static_cast<std::size_t>(a) * 3];
+      const float* qa = q.row(a);
+      for (std::int64_t j = 0; j < count; ++j) {
+        const std::int64_t key = lists.keys[static_cast<std::size_t>(b0 + j)];
+        const float* pk = &key_positions[static_cast<std::size_t>(key) * 3];
+        const float delta[3] = {pa[0] - pk[0], pa[1] - pk[1], pa[2] - pk[2]};
+        float* pij = &pi[static_cast<std::size_t>(j * e)];
+        pe.apply(delta, pij);
+        const float* kk = k.row(key);
+        for (int h = 0; h < heads; ++h) {
+          double s = 0.0;
+          for (int c = 0; c < e; ++c)
+            s += static_cast<double>(qa[h * e + c]) * static_cast<double>(kk[h * e + c]) + static_cast<double>(pij[c]);
+          logit[static_cast<std::size_t>(j * heads + h)] = s / denom;
+        }
+      }
+      std::fill(acc.begin(), acc.end(), 0.0);
+      for (int h = 0; h < heads; ++h) {
+        double mx = -INFINITY;
+        for (std::int64_t j = 0; j < count; ++j) mx = std::max(mx, logit[static_cast<std::size_t>(j * heads + h)]);
+        double sum = 0.0;
+        for (std::int64_t j = 0; j < count; ++j) {
+          double& l = logit[static_cast<std::size_t>(j * heads + h)];
+          l = std::exp(l - mx);
+          sum += l;
+        }
+        for (std::int64_t j = 0; j < count; ++j) {
+          const double alpha = logit[static_cast<std::size_t>(j * heads + h)] / sum;
+          const float* vv = v.row(lists.keys[static_cast<std::size_t>(b0 + j)]);
+          const float* pij = &pi[static_cast<std::size_t>(j * e)];
+          for (int c = 0; c < e; ++c)
+            acc[static_cast<std::size_t>(h * e + c)] += alpha * (static_cast<double>(vv[h * e + c]) + static_cast<double>(pij[c]));
+        }
+      }
+      float* o = out.row(a);
+      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[static_cast<std::size_t>(c)]);
+    }
+  }
+  return out;
+}
+
+}  // namespace surrogate::sequoia

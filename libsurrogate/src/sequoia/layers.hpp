@@ -1,0 +1,69 @@
+// Sequoia's CPU layers (share/docs/sequoia.md, "Forward"): dense rows, eval BatchNorm, the positional MLP
+// and tree attention over per-query key lists. Sums in double, each output rounded to float once.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "surrogate/kernels/cpu.hpp"
+#include "surrogate/model_file.hpp"
+
+namespace surrogate::sequoia {
+
+/// Row-major float matrix.
+struct Rows {
+  std::int64_t rows = 0;
+  int cols = 0;
+  std::vector<float> v;
+  Rows() = default;
+  Rows(std::int64_t r, int c) : rows(r), cols(c), v(static_cast<std::size_t>(r) * static_cast<std::size_t>(c), 0.0f) {}
+  float* row(std::int64_t i) { return v.data() + i * cols; }
+  const float* row(std::int64_t i) const { return v.data() + i * cols; }
+};
+
+/// torch.nn.Linear (bias optional): one vector in double (the positional MLP, PointConv's messages), or
+/// rows through the CPU kernels (float32 accumulation in input-channel order, per row independent of
+/// the blocking and the threads).
+struct Dense {
+  int in = 0, out = 0;
+  std::vector<float> w, b;  // out x in; out or empty
+  kernels::PackedLinear packed;
+  Dense() = default;
+  Dense(const ModelFile& f, const std::string& prefix, bool bias);
+  void apply(const float* x, float* y) const;
+  Rows apply(const Rows& x) const;
+};
+
+/// BatchNorm1d in eval mode: y = (x - mean) / sqrt(var + 1e-5) * weight + bias.
+struct BatchNorm {
+  std::vector<float> scale, shift;  // weight / sqrt(var + eps), bias - mean * scale
+  BatchNorm() = default;
+  BatchNorm(const ModelFile& f, const std::string& prefix);
+  void apply(float* x) const;
+  void apply(Rows& x, bool relu) const;
+};
+
+/// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e).
+struct PositionalMlp {
+  Dense first, last;
+  BatchNorm norm;
+  PositionalMlp() = default;
+  PositionalMlp(const ModelFile& f, const std::string& prefix);
+  void apply(const float delta[3], float* out) const;
+};
+
+/// Tree attention over key lists (TreeAttention / TreeAttentionSiblings): for query a with keys
+/// keys[first[a] .. first[a+1]) and per edge pi = pe(p_a - p_key), per head h
+///   logit = sum_e (q_a,e k_key,e + pi_e) / denom_a,  alpha = softmax over the edges,
+///   out_a = sum alpha (v_key + pi)   (heads concatenated; queries without keys give 0),
+/// with denom_a = tau * count_a + 1e-8 (count_a its number of edges) or the fixed `fixed_denom` when > 0.
+struct KeyLists {
+  std::vector<std::int64_t> first;  // queries + 1
+  std::vector<std::int64_t> keys;
+};
+Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vector<float>& query_positions,
+                    const std::vector<float>& key_positions, const KeyLists& lists, const PositionalMlp& pe,
+                    int heads, float tau, float fixed_denom);
+
+}  // namespace surrogate::sequoia

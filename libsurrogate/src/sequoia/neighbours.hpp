@@ -1,0 +1,18 @@
+// Nearest same-sample nodes (share/docs/sequoia.md, "Neighbour order"); sibling_lists is the public form.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "surrogate/sequoia.hpp"
+
+namespace surrogate::sequoia {
+
+/// k nearest nodes of each node among the nodes of its sample (`batch`: sample of each node, grouped),
+/// positions row-major x 3: squared distance in double, ties by ascending index, fewer than k nodes
+/// padded with the first entry. Samples of at most `brute_force_up_to` nodes by brute force, larger ones
+/// through a grid (the same lists).
+std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
+                                        std::int64_t brute_force_up_to = 512);
+
+}  // namespace surrogate::sequoia

@@ -1,0 +1,124 @@
+// The voxel hierarchy (surrogate/sequoia.hpp) against the official builder, integer-exactly and bitwise:
+// tests/data/sequoia/sequoia_hierarchy.h5 (made by share/tools/golden/sequoia_golden.py).
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "h5_golden.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/sequoia.hpp"
+
+namespace sq = surrogate::sequoia;
+using sequoia_test::H5;
+
+namespace {
+
+std::vector<std::uint32_t> bits(const float* v, std::size_t n) {
+  std::vector<std::uint32_t> b(n);
+  std::memcpy(b.data(), v, n * sizeof(float));
+  return b;
+}
+std::vector<std::uint32_t> bits(const std::vector<float>& v) { return bits(v.data(), v.size()); }
+
+struct Golden {
+  H5 f{sequoia_test::data_path("hierarchy")};
+};
+
+/// Every sample of a case, compared dataset by dataset; returns the hierarchies.
+std::vector<sq::SampleHierarchy> check_samples(const H5& f, const std::string& c, int divide, int depth) {
+  const auto sizes = f.i64(c + "/sample_sizes");
+  std::vector<sq::SampleHierarchy> out;
+  for (std::size_t b = 0; b < sizes.size(); ++b) {
+    const std::string g = c + "/sample_" + std::to_string(b) + "/";
+    SCOPED_TRACE(g);
+    const auto points = f.f32(g + "points");
+    const auto s = sq::build_sample_hierarchy(points.data(), static_cast<std::int64_t>(sizes[b]), divide, depth);
+    EXPECT_EQ(bits(s.lo, 3), bits(f.f32(g + "bbox_lo")));
+    EXPECT_EQ(bits(s.hi, 3), bits(f.f32(g + "bbox_hi")));
+    EXPECT_EQ(bits(s.steps), bits(f.f32(g + "steps")));
+    EXPECT_EQ(s.voxel_coords, f.i32(g + "voxel_coords"));
+    EXPECT_EQ(s.voxel_hashes, f.u64(g + "voxel_hashes"));
+    EXPECT_EQ(s.voxel_rows, f.i32(g + "voxel_rows"));
+    EXPECT_EQ(bits(s.virtual_positions), bits(f.f32(g + "virtual_positions")));
+    EXPECT_EQ(s.pair_hashes.size(), static_cast<std::size_t>(depth - 2));
+    for (int l = 1; l + 1 < depth && s.pair_hashes.size() == static_cast<std::size_t>(depth - 2); ++l)
+      EXPECT_EQ(s.pair_hashes[static_cast<std::size_t>(l - 1)], f.u64(g + "pair_hashes_" + std::to_string(l)));
+    EXPECT_EQ(s.mapping, f.i64(g + "mapping"));
+    out.push_back(s);
+  }
+  return out;
+}
+
+void check_batch(const H5& f, const std::string& c, const std::vector<sq::SampleHierarchy>& samples) {
+  const std::string g = c + "/batch/";
+  const sq::Hierarchy h = sq::collate(samples);
+  EXPECT_EQ(bits(h.coords), bits(f.f32(g + "coords")));
+  EXPECT_EQ(h.offset, f.i64(g + "offset"));
+  EXPECT_EQ(h.mapping, f.i64(g + "mapping"));
+  EXPECT_EQ(h.mapping_local, f.i64(g + "mapping_local"));
+  for (int i = 0; i <= h.depth; ++i) {
+    const std::string li = std::to_string(i);
+    EXPECT_EQ(h.level_ids[static_cast<std::size_t>(i)], f.i64(g + "level_ids_" + li)) << li;
+    EXPECT_EQ(h.level_batch[static_cast<std::size_t>(i)], f.i64(g + "level_batch_" + li)) << li;
+    if (i < h.depth) {
+      EXPECT_EQ(h.pool_parent[static_cast<std::size_t>(i)], f.i64(g + "pool_parent_" + li)) << li;
+    }
+  }
+}
+
+struct CaseSpec {
+  const char* name;
+  int divide, depth;
+};
+void PrintTo(const CaseSpec& c, std::ostream* os) { *os << c.name << " (divide " << c.divide << ", depth " << c.depth << ")"; }
+
+class Hierarchy : public ::testing::TestWithParam<CaseSpec> {};
+
+TEST_P(Hierarchy, MatchesOfficialBuilder) {
+  const Golden g;
+  const CaseSpec spec = GetParam();
+  const std::string c = std::string("/golden/") + spec.name;
+  const auto samples = check_samples(g.f, c, spec.divide, spec.depth);
+  if (g.f.exists(c + "/batch")) check_batch(g.f, c, samples);
+}
+
+INSTANTIATE_TEST_SUITE_P(Official, Hierarchy,
+                         ::testing::Values(CaseSpec{"random_1024", 3, 3}, CaseSpec{"mixed_batch", 3, 3},
+                                           CaseSpec{"divide2_depth4", 2, 4}, CaseSpec{"depth2", 3, 2}),
+                         [](const auto& param_info) { return std::string(param_info.param.name); });
+
+TEST(HierarchyErrors, ExtentBeyondTheMarginsIsAnInputError) {
+  // The official builder raises ValueError here (several level-0 voxels); the library says why.
+  const Golden g;
+  const auto points = g.f.f32("/golden/large_coords/sample_0/points");
+  try {
+    sq::build_sample_hierarchy(points.data(), static_cast<std::int64_t>(points.size() / 3), 3, 3, "sample 0");
+    FAIL() << "no error";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("root voxels"), std::string::npos) << e.what();
+  }
+}
+
+TEST(HierarchyErrors, NonFiniteCoordinateIsAnInputError) {
+  // The official builder hashes NaN as INT32_MIN voxel coordinates without complaint; the library refuses.
+  const Golden g;
+  const auto points = g.f.f32("/golden/nan/sample_0/points");
+  EXPECT_THROW(sq::build_sample_hierarchy(points.data(), static_cast<std::int64_t>(points.size() / 3), 3, 3),
+               surrogate::Error);
+  EXPECT_THROW(sq::build_sample_hierarchy(points.data(), 0, 3, 3), surrogate::Error);
+}
+
+TEST(Fnv, MultiplyThenXorSignExtended) {
+  // h = ((basis * prime) ^ -1) computed by hand in unsigned 64-bit arithmetic.
+  const std::int64_t col[1] = {-1};
+  const std::uint64_t expected = (14695981039346656037ull * 1099511628211ull) ^ 0xffffffffffffffffull;
+  EXPECT_EQ(sq::fnv64(col, 1), expected);
+}
+
+}  // namespace

@@ -1,0 +1,247 @@
+// The registered Sequoia model (make_model, per-sample arrays) at 1, 2, 3 and 4 ranks: bitwise equal to
+// sequoia::Network on the whole batch in one process (which every rank computes itself), for points
+// spread evenly, unevenly at random (local orders shuffled), all on rank 0, none on the last rank; plan
+// reuse; bad input (a seg sample with one voxel per level, missing or rank-dependent per-sample inputs,
+// NaN positions) as the same Error on every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "h5_golden.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+#include "surrogate/sequoia.hpp"
+
+namespace sq = surrogate::sequoia;
+using sequoia_test::H5;
+using surrogate::ModelFile;
+
+namespace {
+
+struct Batch {
+  std::string model;
+  ModelFile file;
+  std::vector<float> positions, features, sample_features;
+  std::vector<std::int64_t> sizes, batch_idx;
+  std::int64_t n() const { return static_cast<std::int64_t>(batch_idx.size()); }
+};
+
+Batch golden(const std::string& model, const std::string& name) {
+  const H5 f(sequoia_test::data_path(model));
+  Batch c;
+  c.model = model;
+  c.file = ModelFile::read(sequoia_test::data_path(model));
+  const std::string g = "/golden/" + name + "/";
+  c.positions = f.f32(g + "positions");
+  c.features = f.exists(g + "features") ? f.f32(g + "features") : c.positions;
+  if (f.exists(g + "sample_features")) c.sample_features = f.f32(g + "sample_features");
+  c.sizes = f.i64(g + "sample_sizes");
+  for (std::size_t s = 0; s < c.sizes.size(); ++s)
+    c.batch_idx.insert(c.batch_idx.end(), static_cast<std::size_t>(c.sizes[s]), static_cast<std::int64_t>(s));
+  return c;
+}
+
+/// seg: points x n_part; cls: B x 40.
+std::vector<float> single_process(const Batch& c) {
+  const sq::Config cfg = sq::Config::from_file(c.file);
+  const sq::Network net(c.file, cfg);
+  std::vector<std::int64_t> offsets{0};
+  for (const auto s : c.sizes) offsets.push_back(offsets.back() + s);
+  const sq::Hierarchy h = sq::build_hierarchy(c.positions.data(), offsets, cfg.divide, cfg.depth);
+  return net.forward(h, c.features.data(), c.sample_features.empty() ? nullptr : c.sample_features.data());
+}
+
+enum class Spread { even, random_skewed, all_on_rank0, last_rank_empty };
+
+struct Outputs {
+  std::vector<float> per_point, per_sample;
+};
+
+/// Runs the registered model with the points spread over the ranks; returns every point's outputs (by
+/// global id) and the per-sample outputs of this rank.
+Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 1, const float* sample_in = nullptr) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int rank = comm.rank(), ranks = comm.size();
+  const std::int64_t n = c.n();
+  std::mt19937 gen(seed);
+  std::vector<std::int64_t> mine;
+  for (std::int64_t i = 0; i < n; ++i) {
+    int r = 0;
+    switch (spread) {
+      case Spread::even: r = static_cast<int>(i * ranks / n); break;
+      case Spread::random_skewed: {
+        const unsigned u = gen() % 100u;
+        r = ranks == 1 ? 0 : (u < 55u ? ranks - 1 : static_cast<int>(u % static_cast<unsigned>(ranks - 1)));
+        break;
+      }
+      case Spread::all_on_rank0: r = 0; break;
+      case Spread::last_rank_empty: r = ranks > 1 ? static_cast<int>(gen() % static_cast<unsigned>(ranks - 1)) : 0; break;
+    }
+    if (r == rank) mine.push_back(i);
+  }
+  std::shuffle(mine.begin(), mine.end(), gen);
+  const auto model = surrogate::make_model(c.file);
+  const int cin = model->in_channels(), cout = model->out_channels();
+  const int s_in = model->sample_in_channels(), s_out = model->sample_out_channels();
+  const auto local = static_cast<std::int64_t>(mine.size());
+  std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin))), p(static_cast<std::size_t>(std::max<std::int64_t>(1, local * 3)));
+  std::vector<std::int64_t> samples(mine.size());
+  for (std::int64_t r = 0; r < local; ++r) {
+    const auto i = static_cast<std::size_t>(mine[static_cast<std::size_t>(r)]);
+    std::copy_n(c.features.begin() + static_cast<std::ptrdiff_t>(i) * cin, cin, f.begin() + r * cin);
+    std::copy_n(c.positions.begin() + static_cast<std::ptrdiff_t>(i) * 3, 3, p.begin() + r * 3);
+    samples[static_cast<std::size_t>(r)] = c.batch_idx[i];
+  }
+  surrogate::PointGeometry g;
+  g.positions = p.data();
+  g.ld_positions = 3;
+  g.global_ids = mine.data();
+  const auto layout = surrogate::SampleLayout::build(comm, local, samples.data());
+  const auto B = static_cast<std::int64_t>(c.sizes.size());
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
+  Outputs run;
+  run.per_sample.assign(static_cast<std::size_t>(B * s_out), 0.0f);
+  surrogate::Model::SampleArrays sa;
+  sa.in = sample_in ? sample_in : (s_in > 0 && !c.sample_features.empty() ? c.sample_features.data() : nullptr);
+  sa.ld_in = s_in;
+  sa.out = s_out > 0 ? run.per_sample.data() : nullptr;
+  sa.ld_out = s_out;
+  const auto plan = model->plan(comm, layout, g);
+  for (int t = 0; t < repeats; ++t) model->predict(comm, *plan, f.data(), cin, cout > 0 ? out.data() : nullptr, cout, sa);
+  // Every point's outputs by global id.
+  std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
+  const int mine_count = static_cast<int>(local);
+  MPI_Allgather(&mine_count, 1, MPI_INT, counts.data(), 1, MPI_INT, MPI_COMM_WORLD);
+  std::partial_sum(counts.begin(), counts.end() - 1, displs.begin() + 1);
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  MPI_Allgatherv(mine.data(), mine_count, MPI_INT64_T, ids.data(), counts.data(), displs.data(), MPI_INT64_T, MPI_COMM_WORLD);
+  if (cout > 0) {
+    for (int& x : counts) x *= cout;
+    for (int& x : displs) x *= cout;
+    std::vector<float> rows(static_cast<std::size_t>(n * cout));
+    MPI_Allgatherv(out.data(), mine_count * cout, MPI_FLOAT, rows.data(), counts.data(), displs.data(), MPI_FLOAT, MPI_COMM_WORLD);
+    run.per_point = rows;
+    for (std::int64_t r = 0; r < n; ++r)
+      std::copy_n(rows.begin() + r * cout, cout, run.per_point.begin() + ids[static_cast<std::size_t>(r)] * cout);
+  }
+  return run;
+}
+
+bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::equal(a.begin(), a.end(), b.begin(), [](float x, float y) {
+           return std::memcmp(&x, &y, sizeof x) == 0;
+         });
+}
+
+/// The per-sample outputs of every rank, compared with rank 0's.
+bool same_on_every_rank(const std::vector<float>& v) {
+  std::vector<float> root = v;
+  MPI_Bcast(root.data(), static_cast<int>(root.size()), MPI_FLOAT, 0, MPI_COMM_WORLD);
+  int same = bitwise_equal(root, v) ? 1 : 0, all = 0;
+  MPI_Allreduce(&same, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  return all == 1;
+}
+
+class SequoiaMpi : public ::testing::TestWithParam<std::pair<const char*, const char*>> {};
+
+TEST_P(SequoiaMpi, BitwiseEqualToOneProcess) {
+  const auto [model, name] = GetParam();
+  const Batch c = golden(model, name);
+  const std::vector<float> want = single_process(c);
+  for (const Spread s : {Spread::even, Spread::random_skewed, Spread::all_on_rank0, Spread::last_rank_empty}) {
+    const Outputs got = distributed(c, s, 11u + static_cast<unsigned>(s), s == Spread::even ? 2 : 1);
+    if (std::string(model) == "seg") {
+      EXPECT_TRUE(bitwise_equal(got.per_point, want)) << name << ", spread " << static_cast<int>(s);
+    } else {
+      EXPECT_TRUE(bitwise_equal(got.per_sample, want)) << name << ", spread " << static_cast<int>(s);
+      EXPECT_TRUE(same_on_every_rank(got.per_sample)) << name;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Golden, SequoiaMpi,
+                         ::testing::Values(std::make_pair("seg", "small"), std::make_pair("seg", "ties"),
+                                           std::make_pair("cls", "small"), std::make_pair("cls", "medium"),
+                                           std::make_pair("cls", "one_voxel_sample")),
+                         [](const auto& param_info) {
+                           return std::string(param_info.param.first) + "_" + param_info.param.second;
+                         });
+
+/// The error of a run, which must be the same Error on every rank.
+surrogate::ErrorCode error_of(const std::function<void()>& run) {
+  int code = 0;
+  try {
+    run();
+  } catch (const surrogate::Error& e) {
+    code = static_cast<int>(e.code());
+  }
+  int lo = 0, hi = 0;
+  MPI_Allreduce(&code, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(&code, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi) << "ranks disagree";
+  return static_cast<surrogate::ErrorCode>(code);
+}
+
+TEST(SequoiaMpiErrors, SegSampleWithOneVoxelPerLevel) {
+  const Batch c = golden("seg", "one_voxel_sample");
+  EXPECT_EQ(error_of([&] { distributed(c, Spread::random_skewed, 5u); }), surrogate::ErrorCode::input);
+}
+
+TEST(SequoiaMpiErrors, MissingPerSampleInputs) {
+  Batch c = golden("seg", "small");
+  c.sample_features.clear();  // the model takes 4 values per sample; none given
+  EXPECT_EQ(error_of([&] { distributed(c, Spread::even, 5u); }), surrogate::ErrorCode::input);
+}
+
+TEST(SequoiaMpiErrors, PerSampleInputsDifferBetweenRanks) {
+  const Batch c = golden("seg", "small");
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  if (ranks == 1) GTEST_SKIP() << "needs two ranks";
+  std::vector<float> mine = c.sample_features;
+  if (rank == ranks - 1) mine[1] += 1.0f;
+  EXPECT_EQ(error_of([&] { distributed(c, Spread::even, 5u, 1, mine.data()); }), surrogate::ErrorCode::input);
+}
+
+/// A plan of one model given to another, and a CUDA device (no Sequoia device forward): agreed errors.
+TEST(SequoiaMpiErrors, ForeignPlanAndCudaDevice) {
+  const Batch c = golden("cls", "small");
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const auto model = surrogate::make_model(c.file), other = surrogate::make_model(c.file);
+  const std::int64_t n = comm.rank() == 0 ? c.n() : 0;
+  const auto layout = surrogate::SampleLayout::build(comm, n, comm.rank() == 0 ? c.batch_idx.data() : nullptr);
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  const auto plan = model->plan(comm, layout, g);
+  std::vector<float> logits(c.sizes.size() * 40);
+  surrogate::Model::SampleArrays sa;
+  sa.out = logits.data();
+  sa.ld_out = 40;
+  EXPECT_EQ(error_of([&] { other->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa); }),
+            surrogate::ErrorCode::invalid_argument);
+  surrogate::RunOptions cuda;
+  cuda.cuda_device = 0;
+  EXPECT_EQ(error_of([&] { model->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa, cuda); }),
+            surrogate::ErrorCode::unsupported);
+  EXPECT_EQ(error_of([&] { model->predict(comm, *plan, c.features.data(), 3, nullptr, 0, sa); }), surrogate::ErrorCode{});
+}
+
+TEST(SequoiaMpiErrors, NonFinitePosition) {
+  Batch c = golden("cls", "small");
+  c.positions[7] = std::nanf("");
+  EXPECT_NE(error_of([&] { distributed(c, Spread::random_skewed, 5u); }), surrogate::ErrorCode{});
+}
+
+}  // namespace

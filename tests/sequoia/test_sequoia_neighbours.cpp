@@ -1,0 +1,63 @@
+// The grid search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp) gives exactly the
+// brute force's lists — same nodes, same order, ties by index — on clouds that stress it: random, lattice
+// points with repeats (ties everywhere), a plane, a line, identical points, tight clusters far apart,
+// several samples of different sizes.
+#include <gtest/gtest.h>
+
+#include <random>
+#include <string>
+#include <vector>
+
+#include "sequoia/neighbours.hpp"
+
+namespace sq = surrogate::sequoia;
+
+namespace {
+
+struct Cloud {
+  std::vector<float> positions;
+  std::vector<std::int64_t> batch;
+  void add(std::int64_t sample, float x, float y, float z) {
+    positions.insert(positions.end(), {x, y, z});
+    batch.push_back(sample);
+  }
+};
+
+void expect_same(const Cloud& c, const std::string& what) {
+  for (const int k : {8, 16}) {
+    const auto brute = sq::nearest_lists(c.positions, c.batch, k, 1 << 30);
+    const auto grid = sq::nearest_lists(c.positions, c.batch, k, 0);
+    ASSERT_EQ(brute.size(), grid.size());
+    std::size_t first = brute.size();
+    for (std::size_t i = 0; i < brute.size() && first == brute.size(); ++i)
+      if (brute[i] != grid[i]) first = i;
+    EXPECT_EQ(first, brute.size()) << what << ", k " << k << ": first difference in the list of node " << first / k;
+  }
+}
+
+TEST(SequoiaNeighbours, GridEqualsBruteForce) {
+  std::mt19937 gen(3);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> cell(0, 9);
+  Cloud random, lattice, plane, line, identical, clusters, samples;
+  for (int i = 0; i < 3000; ++i) random.add(0, normal(gen), normal(gen), normal(gen));
+  for (int i = 0; i < 2500; ++i) lattice.add(0, 0.1f * cell(gen), 0.1f * cell(gen), 0.1f * cell(gen));
+  for (int i = 0; i < 2000; ++i) plane.add(0, normal(gen), normal(gen), 0.25f);
+  for (int i = 0; i < 1500; ++i) line.add(0, 0.5f, normal(gen), -1.0f);
+  for (int i = 0; i < 700; ++i) identical.add(0, 0.3f, 0.3f, 0.3f);
+  for (int i = 0; i < 2000; ++i) {
+    const float at = i % 2 ? 50.0f : -50.0f;
+    clusters.add(0, at + 1e-3f * normal(gen), at + 1e-3f * normal(gen), 1e-3f * normal(gen));
+  }
+  for (int s = 0; s < 4; ++s)
+    for (int i = 0; i < 300 + 700 * s; ++i) samples.add(s, normal(gen) + 3.0f * s, normal(gen), normal(gen));
+  expect_same(random, "random");
+  expect_same(lattice, "lattice with repeats");
+  expect_same(plane, "plane");
+  expect_same(line, "line");
+  expect_same(identical, "identical points");
+  expect_same(clusters, "two tight clusters");
+  expect_same(samples, "four samples");
+}
+
+}  // namespace
