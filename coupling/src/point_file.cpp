@@ -13,15 +13,22 @@ struct DatasetInfo {
   H5T_class_t type_class = H5T_NO_CLASS;
 };
 
-DatasetInfo inspect(hid_t file, const char* name) {
+/// Most columns a point file's dataset may have (coordinates, channels): they become int widths.
+constexpr std::int64_t kMaxColumns = std::int64_t{1} << 16;
+
+DatasetInfo inspect(hid_t file, const char* name, const std::string& path) {
   DatasetInfo info;
   if (!h5::link_exists(file, name)) return info;
+  const std::string what = "'" + path + "': /" + name;
   h5::Handle dset = h5::dataset(H5Dopen2(file, name, H5P_DEFAULT));
-  if (!dset.valid()) throw Error(ErrorCode::format, std::string("/") + name + " is not a dataset");
+  if (!dset.valid()) throw Error(ErrorCode::format, what + " is not a dataset");
   h5::Handle type = h5::datatype(H5Dget_type(dset));
   info.present = true;
-  info.shape = h5::dataset_shape(dset);
+  info.shape = h5::checked_dataset_shape(dset, kMaxTensorElements, what);
   info.type_class = H5Tget_class(type);
+  if (info.shape.size() == 2 && std::string(name) != "edge_index" && info.shape[1] > kMaxColumns)
+    throw Error(ErrorCode::format, what + " has " + std::to_string(info.shape[1]) + " columns; at most " +
+                                       std::to_string(kMaxColumns) + " are accepted");
   return info;
 }
 
@@ -91,11 +98,11 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   PointSlab slab;
   DatasetInfo coords, features, batch, target, edges;
   collectively(comm, [&] {
-    coords = inspect(file, "coords");
-    features = inspect(file, "features");
-    batch = inspect(file, "batch_idx");
-    target = inspect(file, "target");
-    edges = inspect(file, "edge_index");
+    coords = inspect(file, "coords", path);
+    features = inspect(file, "features", path);
+    batch = inspect(file, "batch_idx", path);
+    target = inspect(file, "target", path);
+    edges = inspect(file, "edge_index", path);
     if (!coords.present && !features.present)
       throw Error(ErrorCode::format, "'" + path + "' has neither /coords (N x d point coordinates) nor /features "
                                                   "(N x c_in inputs): at least one is needed");
