@@ -24,6 +24,7 @@ surrogate::Options to_options(const surrogate_options* options) {
     o.threads = options->threads;
     o.reproducible = options->reproducible != 0;
     if (options->precision) o.precision = options->precision;
+    o.allow_non_finite_output = options->allow_non_finite_output != 0;
   }
   return o;
 }
@@ -49,6 +50,7 @@ void surrogate_options_default(surrogate_options* options) {
   options->threads = 0;
   options->reproducible = 0;
   options->precision = "fp32";
+  options->allow_non_finite_output = 0;
 }
 
 int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {

@@ -155,6 +155,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   RunOptions run;
   run.threads = s.options.threads;
   run.reproducible = s.options.reproducible;
+  run.allow_non_finite_output = s.options.allow_non_finite_output;
   run.cuda_device = s.cuda_device;
   run.precision = s.precision;
   // With a CUDA device selected, either array may be device memory. When every rank with points passes
