@@ -5,7 +5,7 @@
 
 For every family it copies the valid model and edits one thing per case (an attribute of the wrong class,
 rank or range, an absurd size, a dataset whose declared shape is not backed by data, weights of another
-type, ...); for the first family it also writes hostile point files. It writes OUT/<family>/cases.cmake,
+type, ...); for FLARE it also writes hostile point files. It writes OUT/<family>/cases.cmake,
 one `list(APPEND CASES "name~model~points~regex")` per case, where regex must match the error message
 (it names the culprit). run_hostile.cmake runs them under mpirun. Needs Debian's python3-h5py.
 """
@@ -180,13 +180,13 @@ def point_cases(c):
 
 def main():
     out, specs = sys.argv[1], sys.argv[2:]
-    for k, spec in enumerate(specs):
+    for spec in specs:
         family, files = spec.split("=", 1)
         model, points = files.split(":", 1)
         c = Cases(out, family, model, points)
         model_cases(c)
         family_specific(c, family)
-        if k == 0:
+        if family == "flare":
             point_cases(c)
         c.write()
         print(f"{family}: {len(c.lines)} hostile cases in {c.dir}")
