@@ -177,6 +177,14 @@ def point_cases(c):
         f.create_dataset("features", shape=(n, 2), dtype=np.float32, chunks=(1, 2))
     c.add("points_unbacked", None, "/features.*not backed", points=points("unbacked", unbacked), model=c.model)
 
+    def target(f):
+        n = f["features"].shape[0]
+        if "target" in f:
+            del f["target"]
+        f.create_dataset("target", data=np.zeros((n, 7), dtype=np.float32))
+    c.add("points_target_channels", None, "/target has 7 channels but the model predicts",
+          points=points("target", target), model=c.model)
+
 
 def main():
     out, specs = sys.argv[1], sys.argv[2:]
