@@ -664,8 +664,8 @@ int VtkSeries::write_steps(double time, std::int64_t n, int dim, Strided<const d
     std::error_code ec;
     fs::rename(piece_temporary, piece, ec);
     if (ec)
-      piece_status = {ErrorCode::io, s.context + ": cannot rename piece '" + piece_temporary.string() + "' to '" +
-                                         piece.filename().string() + "': " + ec.message()};
+      piece_status = {ErrorCode::io, s.context + ": cannot write piece '" + piece.string() + "': " + ec.message() +
+                                         " (moving the finished '" + piece_temporary.filename().string() + "' into place)"};
     piece_status = s.comm.agree(piece_status);
   }
   if (!piece_status.ok()) {
