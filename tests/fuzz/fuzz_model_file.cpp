@@ -30,6 +30,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     auto model = surrogate::make_model(model_file);
   } catch (const surrogate::Error&) {
   }
+  std::remove(path.c_str());  // no scratch file left in /dev/shm
   // Every HDF5 object the reader opened must be closed again, on every path (a leaked handle keeps the
   // file open: the next read of the same path would see the old file).
   if (H5Fget_obj_count(static_cast<hid_t>(H5F_OBJ_ALL), H5F_OBJ_ALL) != 0) __builtin_trap();

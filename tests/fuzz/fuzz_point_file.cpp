@@ -33,5 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const surrogate::PointSlab slab = surrogate::read_point_file(*comm, path);
   } catch (const surrogate::Error&) {
   }
+  std::remove(path.c_str());  // no scratch file left in /dev/shm
   return 0;
 }
