@@ -109,6 +109,7 @@ module surrogate
     integer(c_int) :: threads = 0
     integer(c_int) :: reproducible = 0
     type(c_ptr) :: precision = c_null_ptr  ! NULL: "fp32" (not exposed by the Fortran wrappers)
+    integer(c_int) :: allow_non_finite_output = 0  ! 0: NaN/Inf predictions are an error (not exposed)
   end type c_surrogate_options
 
   ! --- The C API ------------------------------------------------------------------------------------

@@ -47,6 +47,8 @@ typedef struct {
   const char* precision; /* arithmetic of the MLPs: "fp32" (default; also for NULL), "tf32" or "bf16" (CUDA
                             devices only, tensor cores with FP32 accumulation; with "cpu":
                             SURROGATE_ERR_UNSUPPORTED; accuracy in share/docs/cuda.md) */
+  int allow_non_finite_output; /* 1: hand NaN/Inf predictions to the caller; 0 (default): predict fails with
+                                  SURROGATE_ERR_INPUT on every rank, naming channels, ranks and counts */
 } surrogate_options;
 
 /* Fills *options with the defaults. */

@@ -25,6 +25,7 @@ surrogate::Options to_options(const surrogate_options* options) {
     o.threads = options->threads;
     o.reproducible = options->reproducible != 0;
     if (options->precision) o.precision = options->precision;
+    o.allow_non_finite_output = options->allow_non_finite_output != 0;
   }
   return o;
 }
@@ -50,14 +51,21 @@ void surrogate_options_default(surrogate_options* options) {
   options->threads = 0;
   options->reproducible = 0;
   options->precision = "fp32";
+  options->allow_non_finite_output = 0;
 }
 
 int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {
   if (!handle) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null handle pointer");
   *handle = nullptr;
+  // A null path on any rank is refused on every rank (agreed before anything else collective).
+  if (comm != MPI_COMM_NULL) {
+    int null_paths = model_path ? 0 : 1;
+    MPI_Allreduce(MPI_IN_PLACE, &null_paths, 1, MPI_INT, MPI_SUM, comm);
+    if (null_paths > 0)
+      return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null model path on " + std::to_string(null_paths) +
+                                                      " rank(s)");
+  }
   return guarded([&] {
-    // A null path on some ranks must not stop the others inside a collective: the Surrogate constructor
-    // agrees on the outcome, and rank 0's path is the one read.
     const std::string path = model_path ? model_path : "";
     auto* h = new surrogate_handle_s{surrogate::Surrogate(comm, path, to_options(options))};
     *handle = h;

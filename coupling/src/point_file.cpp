@@ -1,6 +1,14 @@
 #include "surrogate/point_file.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
 #include <filesystem>
+#include <limits>
+#include <system_error>
 
 #include "h5.hpp"
 
@@ -13,15 +21,22 @@ struct DatasetInfo {
   H5T_class_t type_class = H5T_NO_CLASS;
 };
 
-DatasetInfo inspect(hid_t file, const char* name) {
+/// Most columns a point file's dataset may have (coordinates, channels): they become int widths.
+constexpr std::int64_t kMaxColumns = std::int64_t{1} << 16;
+
+DatasetInfo inspect(hid_t file, const char* name, const std::string& path) {
   DatasetInfo info;
   if (!h5::link_exists(file, name)) return info;
+  const std::string what = "'" + path + "': /" + name;
   h5::Handle dset = h5::dataset(H5Dopen2(file, name, H5P_DEFAULT));
-  if (!dset.valid()) throw Error(ErrorCode::format, std::string("/") + name + " is not a dataset");
+  if (!dset.valid()) throw Error(ErrorCode::format, what + " is not a dataset");
   h5::Handle type = h5::datatype(H5Dget_type(dset));
   info.present = true;
-  info.shape = h5::dataset_shape(dset);
+  info.shape = h5::checked_dataset_shape(dset, kMaxTensorElements, what);
   info.type_class = H5Tget_class(type);
+  if (info.shape.size() == 2 && std::string(name) != "edge_index" && info.shape[1] > kMaxColumns)
+    throw Error(ErrorCode::format, what + " has " + std::to_string(info.shape[1]) + " columns; at most " +
+                                       std::to_string(kMaxColumns) + " are accepted");
   return info;
 }
 
@@ -91,12 +106,12 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   PointSlab slab;
   DatasetInfo coords, features, batch, target, edges, sample_features;
   collectively(comm, [&] {
-    coords = inspect(file, "coords");
-    sample_features = inspect(file, "sample_features");
-    features = inspect(file, "features");
-    batch = inspect(file, "batch_idx");
-    target = inspect(file, "target");
-    edges = inspect(file, "edge_index");
+    coords = inspect(file, "coords", path);
+    sample_features = inspect(file, "sample_features", path);
+    features = inspect(file, "features", path);
+    batch = inspect(file, "batch_idx", path);
+    target = inspect(file, "target", path);
+    edges = inspect(file, "edge_index", path);
     if (!coords.present && !features.present)
       throw Error(ErrorCode::format, "'" + path + "' has neither /coords (N x d point coordinates) nor /features "
                                                   "(N x c_in inputs): at least one is needed");
@@ -227,27 +242,55 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
 
 namespace {
 
-/// Creates `name` (rows x columns float32) and writes rows [offset, offset + count) from values, collectively.
-void write_rows(const MpiComm& comm, hid_t file, const char* name, std::int64_t rows, int columns, std::int64_t offset,
-                std::int64_t count, const float* values, const std::string& path) {
-  hsize_t dims[2] = {static_cast<hsize_t>(rows), static_cast<hsize_t>(columns)};
-  h5::Handle file_space = h5::dataspace(H5Screate_simple(2, dims, nullptr));
-  h5::Handle dset = h5::dataset(H5Dcreate2(file, name, H5T_IEEE_F32LE, file_space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT));
-  comm.agree_or_throw(dset.valid() ? Status{} : Status{ErrorCode::io, "cannot create /" + std::string(name) + " in '" + path + "'"});
-  hsize_t start[2] = {static_cast<hsize_t>(offset), 0};
-  hsize_t extent[2] = {static_cast<hsize_t>(count), static_cast<hsize_t>(columns)};
-  h5::Handle mem_space = h5::dataspace(H5Screate_simple(2, extent, nullptr));
-  if (count > 0 && columns > 0) {
-    H5Sselect_hyperslab(file_space, H5S_SELECT_SET, start, nullptr, extent, nullptr);
-  } else {
-    H5Sselect_none(file_space);
-    H5Sselect_none(mem_space);
+/// Test hook (share/docs/reliability.md): with SURROGATE_TEST_FAIL_WRITE set, writing the prediction file
+/// fails as on a full disk (ENOSPC), for tests where no small file system can be mounted.
+bool write_failure_injected() {
+  const char* value = std::getenv("SURROGATE_TEST_FAIL_WRITE");
+  return value && *value;
+}
+
+/// The whole prediction file as bytes, built in memory (HDF5 core driver, no backing store) on rank 0.
+std::vector<unsigned char> prediction_image(std::int64_t global_points, int channels, const float* values,
+                                            const std::vector<std::pair<std::string, std::string>>& attributes,
+                                            std::int64_t samples, int sample_channels, const float* sample_values,
+                                            const std::string& path) {
+  h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
+  H5Pset_fapl_core(fapl, std::size_t{1} << 20, 0);
+  h5::Handle file = h5::file(h5::check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), ErrorCode::io,
+                                       "cannot create output file '" + path + "'"));
+  for (const auto& [name, value] : attributes) h5::write_attribute(file, name, value);
+  if (channels > 0 || sample_channels == 0)
+    h5::write_dataset(file, "prediction", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {global_points, channels}, values);
+  if (sample_channels > 0)
+    h5::write_dataset(file, "sample_prediction", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {samples, sample_channels},
+                      sample_values);
+  h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), ErrorCode::io, "cannot complete '" + path + "'");
+  const ssize_t size = H5Fget_file_image(file, nullptr, 0);
+  if (size <= 0) throw Error(ErrorCode::io, "cannot complete '" + path + "'");
+  std::vector<unsigned char> image(static_cast<std::size_t>(size));
+  if (H5Fget_file_image(file, image.data(), image.size()) != size) throw Error(ErrorCode::io, "cannot complete '" + path + "'");
+  return image;
+}
+
+/// Writes `bytes` to `temporary` and syncs it; throws Error(io) with the system's reason.
+void write_bytes(const std::string& temporary, const std::vector<unsigned char>& bytes, const std::string& path) {
+  auto fail = [&](int error) {
+    throw Error(ErrorCode::io, "cannot write output file '" + path + "': " + std::generic_category().message(error) +
+                                   " (the previous file, if any, is left as it was)");
+  };
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) fail(errno);
+  std::size_t done = 0;
+  int error = write_failure_injected() ? ENOSPC : 0;
+  while (error == 0 && done < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) error = n < 0 ? errno : EIO;
+    else done += static_cast<std::size_t>(n);
   }
-  h5::Handle xfer = h5::plist(H5Pcreate(H5P_DATASET_XFER));
-  H5Pset_dxpl_mpio(xfer, H5FD_MPIO_COLLECTIVE);
-  const float dummy = 0;
-  const herr_t rc = H5Dwrite(dset, H5T_NATIVE_FLOAT, mem_space, file_space, xfer, count > 0 && columns > 0 ? values : &dummy);
-  comm.agree_or_throw(rc >= 0 ? Status{} : Status{ErrorCode::io, "cannot write /" + std::string(name) + " to '" + path + "'"});
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
+  if (error != 0) fail(error);
 }
 
 }  // namespace
@@ -257,16 +300,47 @@ void write_prediction_file(const MpiComm& comm, const std::string& path, std::in
                            const std::vector<std::pair<std::string, std::string>>& attributes, std::int64_t samples,
                            int sample_channels, const float* sample_values) {
   h5::QuietErrors quiet;
-  h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
-  H5Pset_fapl_mpio(fapl, comm.get(), MPI_INFO_NULL);
-  h5::Handle file = h5::file(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl));
-  comm.agree_or_throw(file.valid() ? Status{} : Status{ErrorCode::io, "cannot create output file '" + path + "'"});
-  for (const auto& [name, value] : attributes) h5::write_attribute(file, name, value);
-  if (channels > 0 || sample_channels == 0)
-    write_rows(comm, file, "prediction", global_points, channels, offset, count, values, path);
-  if (sample_channels > 0)  // the same on every rank: rank 0 writes it
-    write_rows(comm, file, "sample_prediction", samples, sample_channels, 0, comm.rank() == 0 ? samples : 0,
-               sample_values, path);
+  // Rank 0 gathers the rows, builds the file in memory and writes it beside the target under a temporary
+  // name, renamed over the target only when the write, the sync and the close succeeded: a failed write
+  // (full disk, quota, I/O error) is an agreed error and leaves the previous file intact.
+  const int p = comm.size();
+  std::vector<int> counts(static_cast<std::size_t>(p)), displacements(static_cast<std::size_t>(p));
+  Status status;
+  const std::int64_t mine = count * channels;
+  if (global_points * channels > std::numeric_limits<int>::max())
+    status = {ErrorCode::unsupported, "output file '" + path + "': " + std::to_string(global_points) + " x " +
+                                          std::to_string(channels) + " values exceed what one file write gathers (2^31)"};
+  comm.agree_or_throw(status);
+  const int mine_int = static_cast<int>(mine);
+  MPI_Gather(&mine_int, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm.get());
+  std::vector<float> all;
+  if (comm.rank() == 0) {
+    int total = 0;
+    for (int r = 0; r < p; ++r) {
+      displacements[static_cast<std::size_t>(r)] = total;
+      total += counts[static_cast<std::size_t>(r)];
+    }
+    all.resize(static_cast<std::size_t>(std::max(total, 1)));
+  }
+  (void)offset;  // rows arrive in rank order, which is the file's order (offsets are rank-major)
+  MPI_Gatherv(values, mine_int, MPI_FLOAT, all.data(), counts.data(), displacements.data(), MPI_FLOAT, 0, comm.get());
+  if (comm.rank() == 0) {
+    const std::string temporary = path + ".tmp";
+    try {
+      write_bytes(temporary,
+                  prediction_image(global_points, channels, all.data(), attributes, samples, sample_channels,
+                                   sample_values, path),
+                  path);
+      std::error_code ec;
+      std::filesystem::rename(temporary, path, ec);
+      if (ec) throw Error(ErrorCode::io, "cannot move the finished output into place as '" + path + "': " + ec.message());
+    } catch (...) {
+      status = Status::from_current_exception();
+      std::error_code ignored;
+      std::filesystem::remove(temporary, ignored);
+    }
+  }
+  comm.agree_or_throw(status);
 }
 
 }  // namespace surrogate

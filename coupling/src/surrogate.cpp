@@ -179,6 +179,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   RunOptions run;
   run.threads = s.options.threads;
   run.reproducible = s.options.reproducible;
+  run.allow_non_finite_output = s.options.allow_non_finite_output;
   run.cuda_device = s.cuda_device;
   run.precision = s.precision;
   // With a CUDA device selected, either array may be device memory. When every rank with points passes
@@ -233,6 +234,11 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   const Real* in_data = in.data;
   Real* out_data = out.data;
   collectively(s.comm, [&] {
+    // A zero output stride would write several predictions to one place: refused, not silently overwritten.
+    if ((n > 1 && out.point_stride == 0) || (cout > 1 && out.component_stride == 0))
+      throw Error(ErrorCode::invalid_argument, "predict: output stride 0 (point stride " + std::to_string(out.point_stride) +
+                                                   ", channel stride " + std::to_string(out.component_stride) +
+                                                   ") would write several predictions to the same element");
     s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
     s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
     if (!in_on_device && !out_on_device) return;

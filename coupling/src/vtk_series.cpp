@@ -648,10 +648,31 @@ int VtkSeries::write_steps(double time, std::int64_t n, int dim, Strided<const d
   const int step = s.steps;
   const std::string stem = s.name + "_" + six_digits(step);
   const fs::path step_directory = fs::path(s.directory) / stem;
-  collectively(s.comm, [&] {
+  //    Written to a temporary name and renamed only when every rank's piece was written and closed: a
+  //    failed step (full disk, quota) leaves no piece of it and every earlier file intact.
+  const fs::path piece = step_directory / ("piece_" + std::to_string(s.comm.rank()) + ".vtu");
+  const fs::path piece_temporary = piece.string() + ".tmp";
+  Status piece_status;
+  try {
     make_directory(step_directory, s.context);
-    write_piece(s, step_directory / ("piece_" + std::to_string(s.comm.rank()) + ".vtu"), time, n, dim, coords);
-  });
+    write_piece(s, piece_temporary, time, n, dim, coords);
+  } catch (...) {
+    piece_status = Status::from_current_exception();
+  }
+  piece_status = s.comm.agree(piece_status);
+  if (piece_status.ok()) {
+    std::error_code ec;
+    fs::rename(piece_temporary, piece, ec);
+    if (ec)
+      piece_status = {ErrorCode::io, s.context + ": cannot write piece '" + piece.string() + "': " + ec.message() +
+                                         " (moving the finished '" + piece_temporary.filename().string() + "' into place)"};
+    piece_status = s.comm.agree(piece_status);
+  }
+  if (!piece_status.ok()) {
+    std::error_code ignored;
+    fs::remove(piece_temporary, ignored);
+    piece_status.raise();
+  }
 
   // 4. Rank 0: the .pvtu, then the whole .pvd (each through a rename, so a reader never sees half a file).
   auto index = s.series;

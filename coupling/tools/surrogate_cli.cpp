@@ -34,7 +34,7 @@ constexpr const char* kUsage = R"(usage:
       normalisation and provenance.
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
                     [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
-                    [--precision fp32|tf32|bf16] [--timing] [--quiet]
+                    [--precision fp32|tf32|bf16] [--allow-non-finite] [--timing] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
       /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
@@ -52,6 +52,8 @@ constexpr const char* kUsage = R"(usage:
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
                       GPUs) or cuda:N (device N of the visible ones); CUDA builds only
       --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only)
+      --allow-non-finite  write NaN/Inf predictions instead of failing (by default they are an error
+                      naming the output channels, ranks and counts)
       --timing        per-rank times (min and max over the ranks) of building the plan and of the forward,
                       and the bytes the plan's exchanges moved between ranks
   surrogate version
@@ -161,6 +163,7 @@ PredictOptions parse_predict(const std::vector<std::string>& args) {
     else if (a == "--device") o.device = value();
     else if (a == "--precision") o.run.precision = surrogate::parse_precision(value());
     else if (a == "--quiet") o.quiet = true;
+    else if (a == "--allow-non-finite") o.run.allow_non_finite_output = true;
     else if (a == "--timing") o.timing = true;
     else if (a == "--threads") {
       const std::string v = value();
@@ -208,6 +211,9 @@ int run_predict(const std::vector<std::string>& args) {
     if (model->needs_edges() && !slab.has_edges)
       throw Error(ErrorCode::input, "'" + opt.input + "' has no /edge_index and the model file names no graph rule: the " +
                                         file.architecture + " model passes messages along a graph, give its edges");
+    if (slab.target_channels > 0 && slab.target_channels != model->out_channels())
+      throw Error(ErrorCode::input, "'" + opt.input + "': /target has " + std::to_string(slab.target_channels) +
+                                        " channels but the model predicts " + std::to_string(model->out_channels()));
     if (model->in_channels() == 0) {
       slab.channels = 0;  // the inputs are the positions only (ShapeNet-Car wrapper); /features is not read
     } else if (slab.has_features) {

@@ -2,6 +2,8 @@
 
 #include <exception>
 #include <new>
+#include <stdexcept>
+#include <string>
 
 namespace surrogate {
 
@@ -26,10 +28,16 @@ Status Status::from_current_exception() noexcept {
     throw;
   } catch (const Error& e) {
     return {e.code(), e.what()};
+  } catch (const std::bad_array_new_length&) {
+    return {ErrorCode::out_of_memory, "out of memory: a requested array size is too large to allocate"};
   } catch (const std::bad_alloc&) {
-    return {ErrorCode::out_of_memory, "out of memory"};
+    return {ErrorCode::out_of_memory,
+            "out of memory: an allocation failed (the model, the points or the batch need more memory than this "
+            "process can get)"};
+  } catch (const std::length_error&) {
+    return {ErrorCode::out_of_memory, "out of memory: a requested size exceeds what a container can hold"};
   } catch (const std::exception& e) {
-    return {ErrorCode::internal, e.what()};
+    return {ErrorCode::internal, std::string("internal error (please report): ") + e.what()};
   } catch (...) {
     return {ErrorCode::internal, "unknown exception"};
   }

@@ -271,11 +271,6 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
                                                    std::to_string(ld_in) + " < " + std::to_string(in_channels_) +
                                                    " or output " + std::to_string(ld_out) + " < " +
                                                    std::to_string(out_channels_) + ")");
-    std::vector<std::uint64_t> bad(static_cast<std::size_t>(in_channels_), 0);
-    for (index_t i = 0; i < n; ++i)
-      for (int c = 0; c < in_channels_; ++c)
-        if (!std::isfinite(in[i * ld_in + c])) ++bad[static_cast<std::size_t>(c)];
-    throw_if_non_finite(bad, n);
     input_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_in), 0.0f);
     output_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_out), 0.0f);
   } catch (...) {
@@ -289,6 +284,13 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
         throw Error(ErrorCode::input, "predict: the per-sample inputs differ between ranks (they must be the same "
                                       "B x " + std::to_string(s_in) + " values on every rank)");
     });
+  }
+  {
+    std::vector<std::uint64_t> bad(static_cast<std::size_t>(in_channels_), 0);
+    for (index_t i = 0; i < n; ++i)
+      for (int c = 0; c < in_channels_; ++c)
+        if (!std::isfinite(in[i * ld_in + c])) ++bad[static_cast<std::size_t>(c)];
+    throw_if_non_finite(comm, bad, false);
   }
 
   // Working order (grouped by sample) and normalisation.
@@ -329,6 +331,13 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
       dst[c] = static_cast<float>(v);
     }
   }
+  if (!options.allow_non_finite_output) {
+    std::vector<std::uint64_t> bad(static_cast<std::size_t>(out_channels_), 0);
+    for (index_t i = 0; i < n; ++i)
+      for (int c = 0; c < out_channels_; ++c)
+        if (!std::isfinite(out[i * ld_out + c])) ++bad[static_cast<std::size_t>(c)];
+    throw_if_non_finite(comm, bad, true);
+  }
 }
 
 Precision parse_precision(const std::string& name) {
@@ -354,6 +363,37 @@ void Model::throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n
       message << (message.tellp() > 0 ? "; " : "") << "input field '" << input_name(c) << "' (channel " << c
               << ") has " << bad[static_cast<std::size_t>(c)] << " NaN/Inf value(s) among " << n << " local points";
   if (message.tellp() > 0) throw Error(ErrorCode::input, message.str());
+}
+
+void Model::throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const {
+  const int channels = static_cast<int>(bad.size());
+  const int ranks = comm.size();
+  std::vector<std::uint64_t> all(static_cast<std::size_t>(channels) * static_cast<std::size_t>(ranks), 0);
+  if (channels == 0) return;
+  comm.allgather(bad.data(), bad.size() * sizeof(std::uint64_t), all.data());
+  std::ostringstream message;
+  for (int c = 0; c < channels; ++c) {
+    std::uint64_t total = 0;
+    std::ostringstream where;
+    int listed = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const std::uint64_t k = all[static_cast<std::size_t>(r) * static_cast<std::size_t>(channels) + static_cast<std::size_t>(c)];
+      if (k == 0) continue;
+      total += k;
+      if (listed++ < 8) where << (listed > 1 ? ", " : "") << "rank " << r << ": " << k;
+    }
+    if (total == 0) continue;
+    if (listed > 8) where << ", ... (" << listed << " ranks)";
+    message << (message.tellp() > 0 ? "; " : "") << (outputs ? "output field '" + output_name(c) : "input field '" + input_name(c))
+            << "' (channel " << c << ") has " << total << " NaN/Inf value(s) (" << where.str() << ")";
+  }
+  if (message.tellp() == 0) return;
+  if (outputs)
+    throw Error(ErrorCode::input, "the model produced non-finite predictions: " + message.str() +
+                                      ". Likely causes: inputs far outside the training range, an extreme "
+                                      "normalisation or attention scale, or overflowing logits; "
+                                      "RunOptions::allow_non_finite_output hands them to the caller instead");
+  throw Error(ErrorCode::input, message.str());
 }
 
 void Model::predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,

@@ -1,8 +1,10 @@
 #include "surrogate/model_file.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <cmath>
 #include <filesystem>
+#include <new>
 #include <sstream>
 
 #include "hdf5/h5.hpp"
@@ -44,7 +46,12 @@ std::int64_t AttributeMap::get_int(const std::string& name) const {
 
 double AttributeMap::get_double(const std::string& name) const {
   const AttributeValue& v = at(name);
-  if (const auto* d = std::get_if<double>(&v)) return *d;
+  if (const auto* d = std::get_if<double>(&v)) {
+    if (!std::isfinite(*d))
+      throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be a finite number, found " +
+                                         to_text(v));
+    return *d;
+  }
   if (const auto* i = std::get_if<std::int64_t>(&v)) return static_cast<double>(*i);
   throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " must be a number, found '" +
                                      to_text(v) + "'");
@@ -73,6 +80,46 @@ std::vector<std::int64_t> AttributeMap::get_int_list(const std::string& name) co
                                      to_text(v) + "'");
 }
 
+std::int64_t AttributeMap::get_size(const std::string& name, std::int64_t min, std::int64_t max) const {
+  const std::int64_t v = get_int(name);
+  if (v < min || v > max)
+    throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " is " + std::to_string(v) +
+                                       ", expected an integer from " + std::to_string(min) + " to " +
+                                       std::to_string(max));
+  return v;
+}
+
+std::int64_t AttributeMap::get_size_or(const std::string& name, std::int64_t fallback, std::int64_t min,
+                                       std::int64_t max) const {
+  return has(name) ? get_size(name, min, max) : fallback;
+}
+
+std::vector<std::int64_t> AttributeMap::get_size_list(const std::string& name, std::int64_t min,
+                                                      std::int64_t max) const {
+  const std::vector<std::int64_t> list = get_int_list(name);
+  if (static_cast<std::int64_t>(list.size()) > kMaxConfigSize)
+    throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " has " + std::to_string(list.size()) +
+                                       " entries");
+  for (std::size_t k = 0; k < list.size(); ++k)
+    if (list[k] < min || list[k] > max)
+      throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + ": entry " + std::to_string(k) +
+                                         " is " + std::to_string(list[k]) + ", expected an integer from " +
+                                         std::to_string(min) + " to " + std::to_string(max));
+  return list;
+}
+
+double AttributeMap::get_positive(const std::string& name) const {
+  const double v = get_double(name);
+  if (!(v > 0.0))
+    throw Error(ErrorCode::format, "attribute '" + name + "' in " + group_ + " is " + to_text(v) +
+                                       ", expected a positive finite number");
+  return v;
+}
+
+double AttributeMap::get_positive(const std::string& name, double fallback) const {
+  return has(name) ? get_positive(name) : fallback;
+}
+
 std::int64_t AttributeMap::get_int(const std::string& name, std::int64_t fallback) const {
   return has(name) ? get_int(name) : fallback;
 }
@@ -86,7 +133,11 @@ double AttributeMap::get_double(const std::string& name, double fallback) const 
 
 std::int64_t Tensor32::numel() const {
   std::int64_t n = 1;
-  for (auto d : shape) n *= d;
+  for (auto d : shape) {
+    if (d < 0 || (d > 0 && n > INT64_MAX / d))
+      throw Error(ErrorCode::format, "tensor shape " + shape_text() + " has no valid element count");
+    n *= d;
+  }
   return n;
 }
 
@@ -104,7 +155,9 @@ std::string shape_text(const std::vector<std::int64_t>& shape) { return Tensor32
 // ---------------------------------------------------------------------------------------------------
 // Reading
 
-std::map<std::string, Tensor32> read_float_group(hid_t file, const std::string& group_name, const std::string& path) {
+/// A group of tensors; `integers_allowed` for /tables, whose index tables are integers (model-format.md, /tables).
+std::map<std::string, Tensor32> read_float_group(hid_t file, const std::string& group_name, const std::string& path,
+                                                 bool integers_allowed) {
   std::map<std::string, Tensor32> result;
   h5::Handle group = h5::group(
       h5::check(H5Gopen2(file, group_name.c_str(), H5P_DEFAULT), ErrorCode::format,
@@ -115,10 +168,17 @@ std::map<std::string, Tensor32> read_float_group(hid_t file, const std::string& 
     if (!dset.valid()) throw Error(ErrorCode::format, what + " is not a dataset");
     h5::Handle type = h5::datatype(H5Dget_type(dset));
     const H5T_class_t cls = H5Tget_class(type);
-    if (cls != H5T_FLOAT && cls != H5T_INTEGER)
-      throw Error(ErrorCode::format, what + " must hold floating-point numbers");
+    const std::size_t bytes = H5Tget_size(type);
+    // 32-bit floats as the format says; 64-bit floats are converted (model-format.md §2); anything else
+    // (integers, 16-bit or extended floats) is refused rather than converted silently.
+    const bool accepted = cls == H5T_FLOAT ? bytes == 4 || bytes == 8 : cls == H5T_INTEGER && integers_allowed;
+    if (!accepted)
+      throw Error(ErrorCode::format, what + " must hold 32-bit (or 64-bit) floating-point numbers, found " +
+                                         (cls == H5T_INTEGER ? std::to_string(8 * bytes) + "-bit integers"
+                                          : cls == H5T_FLOAT ? std::to_string(8 * bytes) + "-bit floats"
+                                                             : std::string("another type")));
     Tensor32 tensor;
-    tensor.shape = h5::dataset_shape(dset);
+    tensor.shape = h5::checked_dataset_shape(dset, kMaxTensorElements, what);
     tensor.values.resize(static_cast<std::size_t>(tensor.numel()));
     if (!tensor.values.empty()) h5::read_dataset(dset, H5T_NATIVE_FLOAT, tensor.values.data(), what);
     result.emplace(name, std::move(tensor));
@@ -129,7 +189,7 @@ std::map<std::string, Tensor32> read_float_group(hid_t file, const std::string& 
 std::vector<double> read_vector(hid_t group, const std::string& name, const std::string& what) {
   h5::Handle dset = h5::dataset(h5::check(H5Dopen2(group, name.c_str(), H5P_DEFAULT), ErrorCode::format,
                                           what + ": cannot open"));
-  const auto shape = h5::dataset_shape(dset);
+  const auto shape = h5::checked_dataset_shape(dset, kMaxConfigSize, what);
   if (shape.size() != 1) throw Error(ErrorCode::format, what + " must be one-dimensional");
   std::vector<double> values(static_cast<std::size_t>(shape[0]));
   if (!values.empty()) h5::read_dataset(dset, H5T_NATIVE_DOUBLE, values.data(), what);
@@ -179,7 +239,22 @@ Fields read_fields(hid_t file, const std::string& path) {
 
 }  // namespace
 
+namespace {
+ModelFile read_unguarded(const std::string& path);
+}  // namespace
+
 ModelFile ModelFile::read(const std::string& path) {
+  try {
+    return read_unguarded(path);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, "'" + path + "': not enough memory to hold the model file's contents");
+  } catch (const std::length_error&) {
+    throw Error(ErrorCode::out_of_memory, "'" + path + "': the model file declares sizes too large to hold in memory");
+  }
+}
+
+namespace {
+ModelFile read_unguarded(const std::string& path) {
   h5::QuietErrors quiet;
   std::error_code ec;
   if (!std::filesystem::exists(path, ec))
@@ -211,12 +286,13 @@ ModelFile ModelFile::read(const std::string& path) {
     model.config = h5::read_attributes(config, "/config of '" + path + "'");
   }
   if (!h5::link_exists(file, "weights")) throw Error(ErrorCode::format, "'" + path + "' has no /weights group");
-  model.weights = read_float_group(file, "weights", path);
-  if (h5::link_exists(file, "tables")) model.tables = read_float_group(file, "tables", path);
+  model.weights = read_float_group(file, "weights", path, false);
+  if (h5::link_exists(file, "tables")) model.tables = read_float_group(file, "tables", path, true);
   model.normalization = read_normalization(file, path);
   model.fields = read_fields(file, path);
   return model;
 }
+}  // namespace
 
 ModelFile ModelFile::read(const Comm& comm, const std::string& path) {
   std::vector<std::uint8_t> bytes;
@@ -299,6 +375,15 @@ const Tensor32& ModelFile::weight(const std::string& key) const {
   const auto it = weights.find(key);
   if (it == weights.end()) throw Error(ErrorCode::weights, "'" + path + "': missing weight tensor '" + key + "'");
   return it->second;
+}
+
+void ModelFile::check_repeat_count(const std::string& attribute, std::int64_t count, std::int64_t tensors_each) const {
+  const auto present = static_cast<std::int64_t>(weights.size());
+  if (count < 0 || tensors_each < 0 || (tensors_each > 0 && count > present / tensors_each))
+    throw Error(ErrorCode::weights, "'" + path + "': /config " + attribute + " = " + std::to_string(count) +
+                                        " asks for at least " + std::to_string(tensors_each) +
+                                        " tensor(s) each, but /weights holds only " + std::to_string(present) +
+                                        " tensors");
 }
 
 void ModelFile::check_weights(const ExpectedShapes& expected) const {

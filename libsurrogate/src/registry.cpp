@@ -1,6 +1,8 @@
 // Model families by the `architecture` attribute of the model file (the list: families.hpp).
 #include <map>
 #include <memory>
+#include <new>
+#include <stdexcept>
 
 #include "surrogate/model.hpp"
 
@@ -39,7 +41,15 @@ std::unique_ptr<Model> make_model(const ModelFile& file) {
     throw Error(ErrorCode::format, "'" + file.path + "': unknown architecture '" + file.architecture +
                                        "' (this build knows: " + known + ")");
   }
-  return it->second(file);
+  try {
+    return it->second(file);
+  } catch (const std::bad_alloc&) {
+    throw Error(ErrorCode::out_of_memory, "'" + file.path + "': not enough memory to build the " + file.architecture +
+                                              " model its /config describes");
+  } catch (const std::length_error&) {
+    throw Error(ErrorCode::out_of_memory, "'" + file.path + "': the " + file.architecture +
+                                              " model its /config describes needs sizes too large to allocate");
+  }
 }
 
 }  // namespace surrogate

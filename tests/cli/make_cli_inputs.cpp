@@ -38,6 +38,10 @@ int main(int argc, char** argv) {
     fc1.shape[0] += 1;  // one output row too many
     fc1.values.resize(static_cast<std::size_t>(fc1.numel()), 0.5f);
     m.write((out / "model_bad_weights.h5").string());
+    m = good;  // an output std of 1e300 overflows float32: every prediction is Inf
+    m.normalization.output_mean.assign(static_cast<std::size_t>(m.config.get_int("out_dim")), 0.0);
+    m.normalization.output_std.assign(static_cast<std::size_t>(m.config.get_int("out_dim")), 1e300);
+    m.write((out / "model_overflow.h5").string());
     // point files (the model has 2 input channels)
     const double nan = std::numeric_limits<double>::quiet_NaN();
     write_file((out / "points_ok3.h5").string(), {{"coords", {3, 2}, {0, 0, 1, 0, 0, 1}}});

@@ -176,6 +176,60 @@ TEST(FlareMpiErrors, NonFiniteInputOnOneRankFailsOnAll) {
   }
 }
 
+TEST(FlareMpiErrors, NonFiniteInputErrorSummarisesEveryRank) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  const std::int64_t first = c.points() * comm.rank() / comm.size(), end = c.points() * (comm.rank() + 1) / comm.size();
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t g = first; g < end; ++g) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  // A NaN in channel 0 on rank 0, an Inf in channel 1 on the last rank: both must be reported.
+  const int last = comm.size() - 1;
+  if (comm.rank() == 0) in[0] = std::nanf("");
+  if (comm.rank() == last) in[in.size() - 1] = INFINITY;
+  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(ids.size()), ids.data());
+  std::vector<float> out(ids.size());
+  const Error e = expect_error_everywhere(comm, [&] { model->predict(comm, layout, in.data(), 2, out.data(), 1); });
+  const std::string m = e.what();
+  EXPECT_EQ(e.code(), ErrorCode::input);
+  EXPECT_NE(m.find("(channel 0) has 1 NaN/Inf value(s) (rank 0: 1)"), std::string::npos) << m;
+  EXPECT_NE(m.find("(channel 1) has 1 NaN/Inf value(s) (rank " + std::to_string(last) + ": 1)"), std::string::npos) << m;
+}
+
+TEST(FlareMpiErrors, NonFinitePredictionsAreAnAgreedErrorUnlessAllowed) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  // An output std of 1e300 overflows float32 at every point: every rank with points holds Inf.
+  surrogate::ModelFile file = surrogate::ModelFile::read(comm, c.model_path);
+  file.normalization.output_mean.assign(1, 0.0);
+  file.normalization.output_std.assign(1, 1e300);
+  const auto model = surrogate::make_model(file);
+  const std::int64_t first = c.points() * comm.rank() / comm.size(), end = c.points() * (comm.rank() + 1) / comm.size();
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  for (std::int64_t g = first; g < end; ++g) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(ids.size()), ids.data());
+  std::vector<float> out(ids.size());
+  const Error e = expect_error_everywhere(comm, [&] { model->predict(comm, layout, in.data(), 2, out.data(), 1); });
+  const std::string m = e.what();
+  EXPECT_EQ(e.code(), ErrorCode::input);
+  EXPECT_NE(m.find("non-finite predictions: output field"), std::string::npos) << m;
+  EXPECT_NE(m.find("(channel 0) has " + std::to_string(c.points()) + " NaN/Inf value(s)"), std::string::npos) << m;
+  const std::int64_t last_count = c.points() - c.points() * (comm.size() - 1) / comm.size();
+  EXPECT_NE(m.find("rank " + std::to_string(comm.size() - 1) + ": " + std::to_string(last_count)), std::string::npos) << m;
+  surrogate::RunOptions allow;
+  allow.allow_non_finite_output = true;
+  model->predict(comm, layout, in.data(), 2, out.data(), 1, allow);
+  for (const float v : out) EXPECT_FALSE(std::isfinite(v));
+}
+
 TEST(FlareMpiErrors, APlanOfAnotherModelIsRefusedOnAll) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const st::GoldenCase c = st::load_golden_case("default");

@@ -447,6 +447,26 @@ TEST_F(VtkSeriesTest, ErrorsAreTheSameOnEveryRank) {
   if (rank == 0) fs::remove_all(dir / stem);
   MPI_Barrier(MPI_COMM_WORLD);
 
+  // The last rank's piece cannot even be written under its temporary name: no rank's piece of the failed
+  // step is put in place, and no temporary is left.
+  std::snprintf(stem, sizeof stem, "err_%06d", steps);
+  const fs::path blocked = dir / stem / ("piece_" + std::to_string(last) + ".vtu.tmp");
+  if (rank == 0) fs::create_directories(blocked);
+  MPI_Barrier(MPI_COMM_WORLD);
+  st = status_of([&] { vtk.write(0, mesh.points, 2, coords); });
+  expect_error(st, ErrorCode::io, {"rank " + std::to_string(last) + ":", "cannot write piece"});
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int r = 0; r < size; ++r) {
+    const fs::path mine = dir / stem / ("piece_" + std::to_string(r) + ".vtu");
+    EXPECT_FALSE(fs::exists(mine)) << mine << " was put in place by a failed step";
+    if (r != last) {
+      EXPECT_FALSE(fs::exists(mine.string() + ".tmp")) << mine << ".tmp left behind";
+    }
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) fs::remove_all(dir / stem);
+  MPI_Barrier(MPI_COMM_WORLD);
+
   // After all that the series still works, with nothing left staged from the failed steps.
   EXPECT_EQ(vtk.write(2.0, mesh.points, 2, coords), steps);
   ++steps;

@@ -28,6 +28,9 @@ struct Options {
   /// Arithmetic of the MLPs: "fp32" (default), "tf32" or "bf16" (tensor cores, FP32 accumulation; CUDA
   /// devices only: with device "cpu" they are refused with Error(unsupported)). Accuracy: cuda.md.
   std::string precision = "fp32";
+  /// Hand NaN/Inf predictions to the caller; by default predict() fails on every rank, naming the output
+  /// channels, ranks and counts (RunOptions::allow_non_finite_output).
+  bool allow_non_finite_output = false;
 };
 
 /// Strided view of a rank's local array: element (point i, component j) is at data[i * point_stride +

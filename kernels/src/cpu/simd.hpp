@@ -168,12 +168,14 @@ inline vf round_to_integer(vf x) {
 #endif
 }
 /// m * 2^k for integer-valued k (AVX-512: vscalefps; elsewhere an exponent-field addition, valid while
-/// the result stays a normal float).
+/// the result stays a normal float). k is clamped to [-127, 128] first (NaN to -127), so that an extreme
+/// logit cannot overflow the integer conversion or the addition (undefined behaviour, issue 19).
 inline vf scale_by_power_of_two(vf m, vf k) {
 #if defined(__AVX512F__)
   return _mm512_maskz_scalef_ps(0xFFFF, m, k);
 #else
-  return as_float(as_int(m) + (__builtin_convertvector(k, vi) << 23));
+  const vf clamped = vmin(vmax(k, splat(-127.0f)), splat(128.0f));
+  return as_float(as_int(m) + __builtin_convertvector(clamped, vi) * (1 << 23));
 #endif
 }
 inline vf exp_exponent(vf x) { return round_to_integer(x * splat(1.44269504088896341f)); }

@@ -37,6 +37,9 @@ struct RunOptions {
   int cuda_device = -1;
   /// tf32 and bf16 need a CUDA device (cuda_device >= 0): the CPU refuses them with Error(unsupported).
   Precision precision = Precision::fp32;
+  /// Hand NaN/Inf predictions to the caller instead of failing (default: predict() checks its outputs and
+  /// throws Error(input) on every rank, naming the channels, ranks and counts).
+  bool allow_non_finite_output = false;
 };
 
 /// How a rank's local points are grouped into independent samples (a sample's attention never mixes
@@ -264,6 +267,9 @@ class Model {
 
   /// Throws Error(input) naming the channels with non-finite inputs (bad[c] of them among n local points).
   void throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const;
+  /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
+  /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
+  void throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const;
 
  private:
   std::string architecture_;

@@ -14,6 +14,10 @@ namespace surrogate {
 
 inline constexpr const char* kModelFormatName = "surrogate-model";
 inline constexpr std::int64_t kModelFormatVersion = 1;
+/// Sane limits on what a model file may declare (share/docs/reliability.md): any one size or count in
+/// /config, and the elements of any one tensor.
+inline constexpr std::int64_t kMaxConfigSize = std::int64_t{1} << 24;
+inline constexpr std::int64_t kMaxTensorElements = std::int64_t{1} << 33;
 
 using AttributeValue =
     std::variant<std::int64_t, double, std::string, std::vector<std::int64_t>, std::vector<double>>;
@@ -25,13 +29,23 @@ class AttributeMap {
   explicit AttributeMap(std::string group) : group_(std::move(group)) {}
   bool has(const std::string& name) const { return values_.count(name) != 0; }
   std::int64_t get_int(const std::string& name) const;
-  double get_double(const std::string& name) const;  // integers are accepted
+  double get_double(const std::string& name) const;  // integers are accepted; NaN and Inf are refused
   bool get_bool(const std::string& name) const;       // 0 or 1
   std::string get_string(const std::string& name) const;
   std::int64_t get_int(const std::string& name, std::int64_t fallback) const;
   double get_double(const std::string& name, double fallback) const;
   /// An integer array attribute (a single integer is accepted as a list of one).
   std::vector<std::int64_t> get_int_list(const std::string& name) const;
+  /// Checked accessors for what drives an allocation, a loop or a division: an integer in [min, max]
+  /// (default max kMaxConfigSize), a list of them, a finite number > 0. Errors name the group, the
+  /// attribute, the value found and the range expected.
+  std::int64_t get_size(const std::string& name, std::int64_t min, std::int64_t max = kMaxConfigSize) const;
+  std::int64_t get_size_or(const std::string& name, std::int64_t fallback, std::int64_t min,
+                           std::int64_t max = kMaxConfigSize) const;
+  std::vector<std::int64_t> get_size_list(const std::string& name, std::int64_t min,
+                                          std::int64_t max = kMaxConfigSize) const;
+  double get_positive(const std::string& name) const;
+  double get_positive(const std::string& name, double fallback) const;
   void set(const std::string& name, AttributeValue value) { values_[name] = std::move(value); }
   void erase(const std::string& name) { values_.erase(name); }
   const std::map<std::string, AttributeValue>& values() const { return values_; }
@@ -80,6 +94,9 @@ class ModelFile {
   /// non-finite values.
   void check_weights(const ExpectedShapes& expected) const;
   const Tensor32& weight(const std::string& key) const;
+  /// Refuses a repeat count read from /config (blocks, layers, steps) that asks for more than the
+  /// `tensors_each` tensors per repetition the file holds: checked before the expected shapes are built.
+  void check_repeat_count(const std::string& attribute, std::int64_t count, std::int64_t tensors_each = 1) const;
 
   std::string path;
   std::string architecture;

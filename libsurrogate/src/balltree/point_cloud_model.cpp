@@ -41,12 +41,11 @@ GraphRule GraphRule::from_attributes(const AttributeMap& config) {
   if (kind == "none") return rule;
   if (kind == "knn") {
     rule.kind = Kind::knn;
-    rule.k = static_cast<int>(config.get_int("graph_k"));
-    if (rule.k < 1) throw Error(ErrorCode::format, "/config: graph_k = " + std::to_string(rule.k) + " must be at least 1");
+    rule.k = static_cast<int>(config.get_size("graph_k", 1, 4096));
   } else if (kind == "radius") {
     rule.kind = Kind::radius;
     rule.radius = config.get_double("graph_radius");
-    rule.max_num_neighbors = static_cast<int>(config.get_int("graph_max_num_neighbors", 32));
+    rule.max_num_neighbors = static_cast<int>(config.get_size_or("graph_max_num_neighbors", 32, 1, 4096));
     if (!(rule.radius > 0) || !std::isfinite(rule.radius))
       throw Error(ErrorCode::format, "/config: graph_radius = " + std::to_string(rule.radius) + " must be positive");
     if (rule.max_num_neighbors < 1)

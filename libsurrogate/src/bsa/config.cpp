@@ -10,7 +10,7 @@ namespace {
 
 bool flag(const AttributeMap& a, const char* name, bool fallback) { return a.has(name) ? a.get_bool(name) : fallback; }
 int integer(const AttributeMap& a, const char* name, int fallback) {
-  return static_cast<int>(a.get_int(name, fallback));
+  return static_cast<int>(a.get_size_or(name, fallback, -kMaxConfigSize, kMaxConfigSize));
 }
 
 }  // namespace
@@ -21,13 +21,13 @@ int Config::compress_hidden() const {
 
 Config Config::from_attributes(const AttributeMap& a) {
   Config c;
-  c.c_in = static_cast<int>(a.get_int("c_in"));
-  c.c_hidden = static_cast<int>(a.get_int("c_hidden"));
-  c.depth = static_cast<int>(a.get_int("depth"));
-  c.num_heads = static_cast<int>(a.get_int("num_heads"));
+  c.c_in = static_cast<int>(a.get_size("c_in", 1));
+  c.c_hidden = static_cast<int>(a.get_size("c_hidden", 1));
+  c.depth = static_cast<int>(a.get_size("depth", 1));
+  c.num_heads = static_cast<int>(a.get_size("num_heads", 1));
   c.block_size = integer(a, "block_size", c.block_size);
-  c.mlp_ratio = integer(a, "mlp_ratio", c.mlp_ratio);
-  c.dimensionality = integer(a, "dimensionality", c.dimensionality);
+  c.mlp_ratio = static_cast<int>(a.get_size_or("mlp_ratio", c.mlp_ratio, 1, 64));
+  c.dimensionality = static_cast<int>(a.get_size_or("dimensionality", c.dimensionality, 1, 64));
   c.ball_size = integer(a, "ball_size", c.ball_size);
   c.should_rotate = flag(a, "should_rotate", c.should_rotate);
   c.rotation_angle = a.get_double("rotation_angle", c.rotation_angle);
@@ -76,6 +76,8 @@ void Config::validate() const {
   positive(mlp_ratio, "mlp_ratio");
   positive(dimensionality, "dimensionality");
   positive(ball_size, "ball_size");
+  if (!(compress_mlp_expand_factor > 0.0 && compress_mlp_expand_factor <= 1024.0))
+    fail("compress_mlp_expand_factor = " + std::to_string(compress_mlp_expand_factor) + " must lie in (0, 1024]");
   if (c_hidden % num_heads != 0)
     fail("c_hidden = " + std::to_string(c_hidden) + " is not divisible by num_heads = " + std::to_string(num_heads));
   if (head_dim() > kernels::kMaxAttentionHeadDim)

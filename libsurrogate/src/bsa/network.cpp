@@ -93,6 +93,7 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = Config::from_attributes(file.config);
   const Config& c = m.cfg;
+  file.check_repeat_count("depth", c.depth, 1);
   const ExpectedShapes shapes = expected_shapes(c);
   file.check_weights(shapes);
   for (const auto& [key, shape] : shapes) {

@@ -1,5 +1,6 @@
 // Erwin configuration (/config attributes) and the official state_dict shapes.
 #include <string>
+#include <vector>
 #include <variant>
 
 #include "surrogate/erwin.hpp"
@@ -9,19 +10,10 @@
 namespace surrogate::erwin {
 namespace {
 
+/// A list of integers, each within +-kMaxConfigSize (so an int holds it); validate() checks their meaning.
 std::vector<int> int_list(const AttributeMap& a, const std::string& name) {
-  if (!a.has(name)) throw Error(ErrorCode::format, "missing attribute '" + name + "' in " + a.group());
-  const AttributeValue& v = a.values().at(name);
-  std::vector<int> out;
-  if (const auto* list = std::get_if<std::vector<std::int64_t>>(&v)) {
-    for (const std::int64_t x : *list) out.push_back(static_cast<int>(x));
-  } else if (const auto* one = std::get_if<std::int64_t>(&v)) {
-    out.push_back(static_cast<int>(*one));
-  } else {
-    throw Error(ErrorCode::format, "attribute '" + name + "' in " + a.group() + " must be a list of integers, found '" +
-                                       AttributeMap::to_text(v) + "'");
-  }
-  return out;
+  const auto list = a.get_size_list(name, -kMaxConfigSize, kMaxConfigSize);
+  return {list.begin(), list.end()};
 }
 
 std::string at(const char* name, std::size_t i) { return std::string(name) + "[" + std::to_string(i) + "]"; }
@@ -30,7 +22,7 @@ std::string at(const char* name, std::size_t i) { return std::string(name) + "["
 
 Config Config::from_attributes(const AttributeMap& a) {
   Config c;
-  c.c_in = static_cast<int>(a.get_int("c_in"));
+  c.c_in = static_cast<int>(a.get_size("c_in", 1));
   c.c_hidden = int_list(a, "c_hidden");
   c.ball_sizes = int_list(a, "ball_sizes");
   c.enc_num_heads = int_list(a, "enc_num_heads");
@@ -39,9 +31,9 @@ Config Config::from_attributes(const AttributeMap& a) {
   c.dec_depths = a.has("dec_depths") ? int_list(a, "dec_depths") : std::vector<int>{};
   c.strides = a.has("strides") ? int_list(a, "strides") : std::vector<int>{};
   c.rotate = a.get_double("rotate");
-  c.mlp_ratio = static_cast<int>(a.get_int("mlp_ratio", 4));
-  c.dimensionality = static_cast<int>(a.get_int("dimensionality", 3));
-  c.mp_steps = static_cast<int>(a.get_int("mp_steps", 3));
+  c.mlp_ratio = static_cast<int>(a.get_size_or("mlp_ratio", 4, 1, 64));
+  c.dimensionality = static_cast<int>(a.get_size_or("dimensionality", 3, 1, 64));
+  c.mp_steps = static_cast<int>(a.get_size_or("mp_steps", 3, 0));
   const std::string variant = a.has("variant") ? a.get_string("variant") : "erwin";
   if (variant == "erwin") c.variant = Variant::erwin;
   else if (variant == "erwin_flash") c.variant = Variant::erwin_flash;

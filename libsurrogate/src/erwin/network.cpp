@@ -63,6 +63,17 @@ struct Step {
 
 std::string level_name(int i) { return "level " + std::to_string(i); }
 
+/// The levels, blocks and message-passing steps /config asks for, against the tensors present (each holds
+/// at least one), before the expected shapes are built.
+void check_repeat_counts(const ModelFile& file, const Config& c) {
+  file.check_repeat_count("ball_sizes (levels)", static_cast<std::int64_t>(c.ball_sizes.size()));
+  file.check_repeat_count("mp_steps", c.mp_steps);
+  std::int64_t blocks = 0;
+  for (const int d : c.enc_depths) blocks += d;
+  for (const int d : c.dec_depths) blocks += d;
+  file.check_repeat_count("enc_depths + dec_depths (blocks)", blocks);
+}
+
 }  // namespace
 
 struct Network::Impl {
@@ -116,6 +127,7 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
   Impl& m = *impl_;
   m.cfg = Config::from_attributes(file.config);
   const Config& c = m.cfg;
+  check_repeat_counts(file, c);
   const ExpectedShapes shapes = expected_shapes(c);
   file.check_weights(shapes);
   for (const auto& [key, shape] : shapes) {

@@ -39,13 +39,14 @@ class Model final : public surrogate::Model {
 
 /// The file, after checking its tensors against the configuration (Error(weights) naming each problem).
 const ModelFile& checked(const ModelFile& file, const Config& cfg) {
+  file.check_repeat_count("num_blocks", cfg.num_blocks, 4);  // two norms, latent_q, out_proj at least
   file.check_weights(cfg.expected_shapes());
   return file;
 }
 
 Model::Model(const ModelFile& file)
-    : surrogate::Model(file, static_cast<int>(file.config.get_int("in_dim")),
-                       static_cast<int>(file.config.get_int("out_dim"))),
+    : surrogate::Model(file, static_cast<int>(file.config.get_size("in_dim", 1)),
+                       static_cast<int>(file.config.get_size("out_dim", 1))),
       cfg_(Config::from_attributes(file.config)),
       file_(checked(file, cfg_)),
       network_(file, cfg_) {

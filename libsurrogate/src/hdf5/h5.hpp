@@ -76,6 +76,12 @@ void check_status(herr_t status, ErrorCode code, const std::string& what);
 
 bool link_exists(hid_t location, const std::string& name);
 std::vector<std::int64_t> dataset_shape(hid_t dataset);
+inline constexpr int kMaxDatasetRank = 8;
+inline constexpr double kMaxCompression = 4096.0;  // declared bytes per stored byte of a filtered dataset
+inline constexpr std::size_t kMaxStringBytes = std::size_t{1} << 20;
+/// The shape of a dataset, checked before any of it is read: at most kMaxDatasetRank dimensions, at most
+/// max_elements elements (no overflow), and backed by the bytes the file stores. Errors name `what`.
+std::vector<std::int64_t> checked_dataset_shape(hid_t dataset, std::int64_t max_elements, const std::string& what);
 /// Names of the links directly under a group, in name order.
 std::vector<std::string> member_names(hid_t group);
 

@@ -25,12 +25,10 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids
   detail::check_release(a, family);
   LayerSetup s;
   AttentionS2Config& c = s.att;
-  c.in_channels = static_cast<int>(a.get_int("in_channels"));
-  c.num_heads = static_cast<int>(a.get_int("num_heads", 1));
-  const auto in_shape = a.get_int_list("in_shape");
-  const auto out_shape = a.has("out_shape") ? a.get_int_list("out_shape") : in_shape;
-  if (in_shape.size() != 2 || out_shape.size() != 2)
-    throw Error(ErrorCode::format, family + " /config: in_shape and out_shape must hold two integers");
+  c.in_channels = static_cast<int>(a.get_size("in_channels", 1));
+  c.num_heads = static_cast<int>(a.get_size_or("num_heads", 1, 1));
+  const auto in_shape = detail::grid_shape(a, "in_shape", family);
+  const auto out_shape = a.has("out_shape") ? detail::grid_shape(a, "out_shape", family) : in_shape;
   if (in_shape != out_shape && !between_grids)
     throw Error(ErrorCode::unsupported,
                 "'" + f.path + "': " + family + " with in_shape != out_shape (" + std::to_string(in_shape[0]) + "x" +
@@ -48,11 +46,12 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids
   c.grid_out = parse_grid(a.has("grid_out") ? a.get_string("grid_out") : "equiangular", "grid_out");
   c.bias = a.has("bias") ? a.get_bool("bias") : true;
   c.use_qknorm = a.has("use_qknorm") && a.get_bool("use_qknorm");
-  c.k_channels = static_cast<int>(a.get_int("k_channels", 0));
-  c.out_channels = static_cast<int>(a.get_int("out_channels", 0));
+  // Absent (0) means "as in_channels"; present, they must be positive.
+  c.k_channels = static_cast<int>(a.get_size_or("k_channels", 0, 1));
+  c.out_channels = static_cast<int>(a.get_size_or("out_channels", 0, 1));
   if (a.has("scale")) {
     c.scale_mode = a.has("scale_is_tensor") && a.get_bool("scale_is_tensor") ? ScaleMode::tensor : ScaleMode::value;
-    c.scale = static_cast<float>(a.get_double("scale"));
+    c.scale = static_cast<float>(a.get_positive("scale"));
   }
   AttentionS2Weights& w = s.weights;
   w.q_weights = f.weight("q_weights").values;

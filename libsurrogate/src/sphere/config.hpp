@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 #include "surrogate/error.hpp"
 #include "surrogate/model_file.hpp"
@@ -30,6 +31,24 @@ inline std::string check_release(const AttributeMap& config, const std::string& 
                                             "neighbourhood attention scale and the DISCO normalisation changed in "
                                             "0.9.1, share/docs/sphere.md)");
   return v;
+}
+
+/// Largest grid a spherical model file may declare: the grid drives the quadrature, SHT and DISCO work
+/// and memory before any weight is checked (0.044 degrees; ERA5's 721 x 1440 fits easily).
+inline constexpr std::int64_t kMaxGridLatitudes = 4096;
+inline constexpr std::int64_t kMaxGridLongitudes = 8192;
+
+/// A grid shape attribute (nlat, nlon): two integers within the limits above; errors name the attribute.
+inline std::vector<std::int64_t> grid_shape(const AttributeMap& config, const std::string& name,
+                                            const std::string& family) {
+  const auto shape = config.get_int_list(name);
+  if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1 || shape[0] > kMaxGridLatitudes ||
+      shape[1] > kMaxGridLongitudes)
+    throw Error(ErrorCode::format, family + " /config: attribute '" + name + "' must hold two integers (nlat, nlon) " +
+                                       "from 1 to " + std::to_string(kMaxGridLatitudes) + " and " +
+                                       std::to_string(kMaxGridLongitudes) + ", found " +
+                                       AttributeMap::to_text(config.values().at(name)));
+  return shape;
 }
 
 }  // namespace surrogate::sphere::detail

@@ -7,6 +7,7 @@
 
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/transformer.hpp"
+#include "../config.hpp"
 
 namespace surrogate::sphere {
 
@@ -29,9 +30,7 @@ std::optional<ModelGrid> model_grid(const ModelFile& file) {
     g.nlon = c.nlon;
     g.grid = c.grid;
   } else if (file.architecture == "s2_attention" || file.architecture == "s2_neighborhood_attention") {
-    const auto shape = a.get_int_list("in_shape");
-    if (shape.size() != 2 || shape[0] < 1 || shape[1] < 1)
-      throw Error(ErrorCode::format, "'" + file.path + "' /config: in_shape must hold two positive integers");
+    const auto shape = detail::grid_shape(a, "in_shape", "'" + file.path + "' " + file.architecture);
     g.nlat = static_cast<int>(shape[0]);
     g.nlon = static_cast<int>(shape[1]);
     g.grid = parse_grid(a.has("grid_in") ? a.get_string("grid_in") : "equiangular", "grid_in");

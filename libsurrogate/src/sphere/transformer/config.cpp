@@ -50,29 +50,29 @@ double TransformerConfig::attention_cutoff() const {
 TransformerConfig TransformerConfig::from_attributes(const AttributeMap& a) {
   TransformerConfig c;
   c.torch_harmonics_version = detail::check_release(a, "sphere_transformer");
-  const auto img = a.get_int_list("img_size");
-  if (img.size() != 2) bad("attribute 'img_size' must hold two integers (nlat, nlon)");
+  const auto img = detail::grid_shape(a, "img_size", "sphere_transformer");
   c.nlat = static_cast<int>(img[0]);
   c.nlon = static_cast<int>(img[1]);
   c.grid = parse_grid(a.has("grid") ? a.get_string("grid") : "equiangular", "grid");
   c.grid_internal = parse_grid(a.has("grid_internal") ? a.get_string("grid_internal") : "legendre-gauss", "grid_internal");
-  c.scale_factor = static_cast<int>(a.get_int("scale_factor", 3));
-  c.in_chans = static_cast<int>(a.get_int("in_chans", 3));
-  c.out_chans = static_cast<int>(a.get_int("out_chans", 3));
-  c.embed_dim = static_cast<int>(a.get_int("embed_dim", 256));
-  c.num_layers = static_cast<int>(a.get_int("num_layers", 4));
+  c.scale_factor = static_cast<int>(a.get_size_or("scale_factor", 3, 1));
+  c.in_chans = static_cast<int>(a.get_size_or("in_chans", 3, 1));
+  c.out_chans = static_cast<int>(a.get_size_or("out_chans", 3, 1));
+  c.embed_dim = static_cast<int>(a.get_size_or("embed_dim", 256, 1));
+  c.num_layers = static_cast<int>(a.get_size_or("num_layers", 4, 0));
   c.activation = choose<MlpActivation>(a, "activation_function", "gelu",
                                        {{"gelu", MlpActivation::gelu}, {"relu", MlpActivation::relu},
                                         {"identity", MlpActivation::identity}});
   if (a.has("encoder_kernel_shape")) {
     c.encoder_kernel_shape.clear();
-    for (auto k : a.get_int_list("encoder_kernel_shape")) c.encoder_kernel_shape.push_back(static_cast<int>(k));
+    for (auto k : a.get_size_list("encoder_kernel_shape", 1, 64)) c.encoder_kernel_shape.push_back(static_cast<int>(k));
   }
   c.filter_basis_type = a.has("filter_basis_type") ? a.get_string("filter_basis_type") : "morlet";
   c.basis_norm_mode = a.has("basis_norm_mode") ? a.get_string("basis_norm_mode") : "nodal";
-  c.num_heads = static_cast<int>(a.get_int("num_heads", 1));
+  c.num_heads = static_cast<int>(a.get_size_or("num_heads", 1, 1));
   c.use_mlp = a.has("use_mlp") ? a.get_bool("use_mlp") : true;
   c.mlp_ratio = a.get_double("mlp_ratio", 2.0);
+  if (c.mlp_ratio < 0.0 || c.mlp_ratio > 64.0) bad("attribute 'mlp_ratio' must lie in [0, 64]");
   c.drop_rate = a.get_double("drop_rate", 0.0);
   c.normalization_layer = choose<BlockNorm>(a, "normalization_layer", "none",
                                             {{"none", BlockNorm::none}, {"instance_norm", BlockNorm::instance_norm},

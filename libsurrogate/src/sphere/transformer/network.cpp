@@ -110,6 +110,7 @@ struct SphericalTransformer::Impl {
 };
 
 SphericalTransformer::Impl::Impl(const ModelFile& f) : cfg(TransformerConfig::from_attributes(f.config)) {
+  f.check_repeat_count("num_layers", cfg.num_layers, 1);
   f.check_weights(expected_shapes(cfg));
   for (const auto& [key, t] : f.weights) parameters += t.numel();
   h = cfg.internal_nlat();
