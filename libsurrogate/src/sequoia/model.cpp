@@ -93,13 +93,12 @@ class Model final : public PointCloudModel {
     collectively(comm, [&] {
       if (!owned.empty()) result = network_.forward(plan.hierarchy(), features.data(), classes.data());
     });
-    if (segmentation(cfg_)) {
-      result.resize(std::max<std::size_t>(1, result.size()));
+    // Per-point outputs back to the rows' ranks; per-sample outputs to every rank, in sample order.
+    result.resize(std::max<std::size_t>(1, result.size()));
+    if (segmentation(cfg_))
       owners.rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
-    } else {
-      result.resize(std::max<std::size_t>(1, result.size()));
+    else
       owners.samples_to_all().forward(result.data(), cfg_.classes, io.sample_out, io.ld_sample_out, cfg_.classes);
-    }
   }
 
  private:
