@@ -1,8 +1,8 @@
 // The registered Sequoia model (make_model, per-sample arrays) at 1, 2, 3 and 4 ranks: bitwise equal to
-// sequoia::Network on the whole batch in one process (which every rank computes itself), for points
-// spread evenly, unevenly at random (local orders shuffled), all on rank 0, none on the last rank; plan
-// reuse; bad input (a seg sample with one voxel per level, missing or rank-dependent per-sample inputs,
-// NaN positions) as the same Error on every rank.
+// sequoia::Network on the whole batch in one process, for points spread evenly, unevenly at random (local
+// orders shuffled), all on rank 0, none on the last rank; each sample built and run on its one owner rank,
+// traffic balanced; plan reuse; bad input (a seg sample with one voxel per level, missing or rank-dependent
+// per-sample inputs, NaN positions) as the same Error on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "h5_golden.hpp"
+#include "sequoia/plan.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -69,7 +70,9 @@ struct Outputs {
 
 /// Runs the registered model with the points spread over the ranks; returns every point's outputs (by
 /// global id) and the per-sample outputs of this rank.
-Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 1, const float* sample_in = nullptr) {
+/// `inspect` (optional) sees the plan after the predicts.
+Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 1, const float* sample_in = nullptr,
+                    const std::function<void(surrogate::Plan&)>& inspect = {}) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const int rank = comm.rank(), ranks = comm.size();
   const std::int64_t n = c.n();
@@ -118,6 +121,7 @@ Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 
   sa.ld_out = s_out;
   const auto plan = model->plan(comm, layout, g);
   for (int t = 0; t < repeats; ++t) model->predict(comm, *plan, f.data(), cin, cout > 0 ? out.data() : nullptr, cout, sa);
+  if (inspect) inspect(*plan);
   // Every point's outputs by global id.
   std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
   const int mine_count = static_cast<int>(local);
@@ -176,6 +180,42 @@ INSTANTIATE_TEST_SUITE_P(Golden, SequoiaMpi,
                          [](const auto& param_info) {
                            return std::string(param_info.param.first) + "_" + param_info.param.second;
                          });
+
+/// Each sample's hierarchy is built and run on exactly one rank (its owner, the SampleOwners rule: samples
+/// contiguous, about N / P points per rank), and the plan's traffic balances over the ranks.
+TEST_P(SequoiaMpi, EachSampleOnOneOwnerRank) {
+  const auto [model, name] = GetParam();
+  const Batch c = golden(model, name);
+  const auto B = static_cast<std::int64_t>(c.sizes.size());
+  const std::int64_t largest = *std::max_element(c.sizes.begin(), c.sizes.end());
+  int ranks = 1;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  const auto inspect = [&](surrogate::Plan& base) {
+    auto* plan = dynamic_cast<sq::Plan*>(&base);
+    ASSERT_NE(plan, nullptr);
+    const auto& owners = plan->owners();
+    const sq::Hierarchy& h = plan->hierarchy();
+    std::vector<std::int64_t> owned(static_cast<std::size_t>(B), 0), expect_ids;
+    for (const auto& o : owners.owned()) {
+      owned[static_cast<std::size_t>(o.sample)] = 1;
+      expect_ids.push_back(o.sample);
+      EXPECT_EQ(o.end - o.begin, c.sizes[static_cast<std::size_t>(o.sample)]);
+    }
+    EXPECT_EQ(h.samples(), static_cast<std::int64_t>(owners.owned().size()));
+    EXPECT_EQ(h.sample_ids, expect_ids);
+    EXPECT_EQ(h.point_offsets.empty() ? 0 : h.point_offsets.back(), owners.rows());
+    EXPECT_LE(owners.rows(), c.n() / ranks + largest) << "more than about N / P points on one rank";
+    MPI_Allreduce(MPI_IN_PLACE, owned.data(), static_cast<int>(B), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    for (std::int64_t s = 0; s < B; ++s) EXPECT_EQ(owned[static_cast<std::size_t>(s)], 1) << "sample " << s;
+    std::uint64_t bytes[2] = {plan->traffic().sent, plan->traffic().received};
+    MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_EQ(bytes[0], bytes[1]) << "bytes sent and received over all ranks";
+    if (ranks > 1) EXPECT_GT(bytes[0], 0u) << "the skewed spread moves rows to their owners";
+    else EXPECT_EQ(bytes[0], 0u);
+    EXPECT_GE(plan->traffic().moves, 3u) << "positions, inputs and outputs moved through the counted plans";
+  };
+  distributed(c, Spread::random_skewed, 3u, 1, nullptr, inspect);
+}
 
 /// The error of a run, which must be the same Error on every rank.
 surrogate::ErrorCode error_of(const std::function<void()>& run) {

@@ -48,6 +48,7 @@ struct Hierarchy {
   int depth = 0;                                   // voxel levels; model levels = depth + 1
   std::vector<index_t> point_offsets;              // B + 1: the samples' points in the batch's point rows
   std::vector<index_t> offset;                     // B: cumulative node counts (points and voxels)
+  std::vector<index_t> sample_ids;                 // B: each sample's index in the caller's batch (errors)
   std::vector<float> coords;                       // T x 3: per sample its points, then its voxel centres
   std::vector<std::int64_t> mapping;               // M x 4, global node ids
   std::vector<std::int64_t> mapping_local;         // M x 4, columns 0-1 as level-local ids
@@ -63,7 +64,8 @@ struct Hierarchy {
   index_t nodes(int level) const { return static_cast<index_t>(level_ids[static_cast<std::size_t>(level)].size()); }
 };
 
-Hierarchy collate(const std::vector<SampleHierarchy>& samples);
+/// sample_ids: the samples' indices in the caller's batch (empty: 0 .. B-1).
+Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index_t> sample_ids = {});
 
 /// Every sample's hierarchy (points row-major, samples by point_offsets, B + 1 values) collated.
 Hierarchy build_hierarchy(const float* points, const std::vector<index_t>& point_offsets, int divide, int depth);

@@ -5,6 +5,7 @@
 #include <numeric>
 #include <string>
 #include <unordered_map>
+#include <utility>
 
 #include "surrogate/error.hpp"
 #include "surrogate/sequoia.hpp"
@@ -145,9 +146,15 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
   return s;
 }
 
-Hierarchy collate(const std::vector<SampleHierarchy>& samples) {
+Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index_t> sample_ids) {
   if (samples.empty()) throw Error(ErrorCode::input, "sequoia hierarchy: no samples");
+  if (!sample_ids.empty() && sample_ids.size() != samples.size())
+    throw Error(ErrorCode::invalid_argument, "sequoia hierarchy: " + std::to_string(sample_ids.size()) +
+                                                 " sample ids for " + std::to_string(samples.size()) + " samples");
   Hierarchy h;
+  h.sample_ids = std::move(sample_ids);
+  if (h.sample_ids.empty())
+    for (std::size_t b = 0; b < samples.size(); ++b) h.sample_ids.push_back(static_cast<index_t>(b));
   h.depth = samples.front().depth;
   const int levels = h.depth + 1;
   h.point_offsets.push_back(0);

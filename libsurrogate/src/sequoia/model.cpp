@@ -1,6 +1,11 @@
 // The registered Sequoia model (architecture "sequoia"; root attribute model_class TreeTransformerSeg or
-// TreeTransformerCls): the plan (plan.hpp) and the CPU forward (network.cpp). share/docs/sequoia.md.
+// TreeTransformerCls): the plan (plan.hpp: whole samples on owner ranks) and the CPU forward (network.cpp).
+// share/docs/sequoia.md.
+#include <algorithm>
 #include <memory>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include "../balltree/point_cloud_model.hpp"
 #include "../device_support.hpp"
@@ -32,20 +37,32 @@ class Model final : public PointCloudModel {
   int sample_out_channels() const override { return segmentation(cfg_) ? 0 : cfg_.classes; }
   std::vector<std::pair<std::string, std::string>> describe() const override {
     auto d = cfg_.describe();
-    d.emplace_back("multi-rank", "every rank gathers the whole batch and runs it (exact, not distributed)");
+    d.emplace_back("multi-rank", "whole samples on owner ranks (about N / P points each; a sample on one rank)");
     d.emplace_back("device forward", "none (CPU only)");
     return d;
   }
 
  protected:
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
-                                              const RunOptions& options) override {
+                                              const RunOptions&) override {
     auto plan = std::make_unique<Plan>(std::move(basis));
-    CanonicalBatch all = gather_canonical(comm, plan->layout(), plan->geometry(), nullptr, 0, false, false, options.threads);
+    plan->set_owners(detail::SampleOwners::build(comm, plan->layout(), plan->geometry().global_ids));
+    detail::SampleOwners& owners = plan->owners();
+    // The positions of the owned samples, each sample's points by increasing global id.
+    std::vector<float> positions(static_cast<std::size_t>(std::max<index_t>(1, owners.rows() * 3)));
+    owners.rows_plan().forward(plan->geometry().positions, 3, positions.data());
     collectively(comm, [&] {
-      Hierarchy h = build_hierarchy(all.positions.data(), all.batch.offsets(), cfg_.divide, cfg_.depth);
+      if (owners.owned().empty()) return;
+      std::vector<SampleHierarchy> samples;
+      std::vector<index_t> ids;
+      for (const detail::SampleOwners::Owned& o : owners.owned()) {
+        samples.push_back(build_sample_hierarchy(positions.data() + o.begin * 3, o.end - o.begin, cfg_.divide,
+                                                 cfg_.depth, "sample " + std::to_string(o.sample)));
+        ids.push_back(o.sample);
+      }
+      Hierarchy h = collate(samples, std::move(ids));
       network_.check(h);
-      plan->set(std::move(all), std::move(h));
+      plan->set_hierarchy(std::move(h));
     });
     return plan;
   }
@@ -61,26 +78,27 @@ class Model final : public PointCloudModel {
 #endif
       });
     auto& plan = static_cast<Plan&>(base);
-    const SampleLayout& layout = plan.layout();
-    // Every rank gets every point's features in canonical order and runs the whole batch.
-    const CanonicalBatch features = gather_canonical(comm, layout, plan.geometry(), io.in, io.ld_in, true, false,
-                                                     options.threads);
-    std::vector<float> classes;  // B x n_class, dense
-    for (index_t b = 0; b < layout.num_samples() && sample_in_channels() > 0; ++b)
-      classes.insert(classes.end(), io.sample_in + b * io.ld_sample_in, io.sample_in + b * io.ld_sample_in + cfg_.n_class);
-    std::vector<float> result;
-    collectively(comm, [&] { result = network_.forward(plan.hierarchy(), features.features.data(), classes.data()); });
-    const index_t n = layout.local_points();
-    if (segmentation(cfg_)) {
-      for (index_t row = 0; row < n; ++row) {
-        const index_t k = features.canonical_of_row[static_cast<std::size_t>(row)];
-        std::copy(result.begin() + k * cfg_.n_part, result.begin() + (k + 1) * cfg_.n_part, io.out + row * io.ld_out);
-      }
-    } else {
-      for (index_t b = 0; b < layout.num_samples(); ++b)
-        std::copy(result.begin() + b * cfg_.classes, result.begin() + (b + 1) * cfg_.classes,
-                  io.sample_out + b * io.ld_sample_out);
+    detail::SampleOwners& owners = plan.owners();
+    const auto& owned = owners.owned();
+    // The owned samples' features to this rank (owner order), their class vectors by global sample id.
+    const index_t rows = owners.rows();
+    std::vector<float> features(static_cast<std::size_t>(std::max<index_t>(1, rows * cfg_.c)));
+    owners.rows_plan().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
+    std::vector<float> classes;  // owned samples x n_class, dense
+    for (std::size_t b = 0; b < owned.size() && sample_in_channels() > 0; ++b) {
+      const float* row = io.sample_in + owned[b].sample * io.ld_sample_in;
+      classes.insert(classes.end(), row, row + cfg_.n_class);
     }
+    std::vector<float> result;
+    collectively(comm, [&] {
+      if (!owned.empty()) result = network_.forward(plan.hierarchy(), features.data(), classes.data());
+    });
+    // Per-point outputs back to the rows' ranks; per-sample outputs to every rank, in sample order.
+    result.resize(std::max<std::size_t>(1, result.size()));
+    if (segmentation(cfg_))
+      owners.rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
+    else
+      owners.samples_to_all().forward(result.data(), cfg_.classes, io.sample_out, io.ld_sample_out, cfg_.classes);
   }
 
  private:

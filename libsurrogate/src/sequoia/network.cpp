@@ -209,12 +209,13 @@ void Network::check(const Hierarchy& h) const {
     const auto& batch = h.level_batch[static_cast<std::size_t>(i)];
     for (std::size_t r = 0; r < batch.size(); ++r) {
       const bool alone = (r == 0 || batch[r - 1] != batch[r]) && (r + 1 == batch.size() || batch[r + 1] != batch[r]);
-      if (alone)
-        throw Error(ErrorCode::input,
-                    "sequoia TreeTransformerSeg: sample " + std::to_string(batch[r]) + " has a single " +
-                        (i == 0 ? std::string("point") : "voxel at model level " + std::to_string(i)) +
-                        " (one point, identical points or a tiny extent); the segmentation model needs at least "
-                        "two nodes per level (the reference fails there)");
+      if (!alone) continue;
+      const std::int64_t sample = h.sample_ids.empty() ? batch[r] : h.sample_ids[static_cast<std::size_t>(batch[r])];
+      throw Error(ErrorCode::input,
+                  "sequoia TreeTransformerSeg: sample " + std::to_string(sample) + " has a single " +
+                      (i == 0 ? std::string("point") : "voxel at model level " + std::to_string(i)) +
+                      " (one point, identical points or a tiny extent); the segmentation model needs at least "
+                      "two nodes per level (the reference fails there)");
     }
   }
 }

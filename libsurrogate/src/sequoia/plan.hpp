@@ -1,10 +1,11 @@
-// Sequoia's Plan: the batch in canonical order on every rank (gathered) and its voxel hierarchy
-// (share/docs/sequoia.md, "Across ranks").
+// Sequoia's Plan: whole samples on their owner ranks (detail::SampleOwners) and the voxel hierarchy of
+// the samples this rank owns (share/docs/sequoia.md, "Across ranks").
 #pragma once
 
 #include <vector>
 
-#include "../balltree/point_cloud_model.hpp"
+#include "../exchange/sample_owners.hpp"
+#include "surrogate/model.hpp"
 #include "surrogate/sequoia.hpp"
 
 namespace surrogate::sequoia {
@@ -12,17 +13,22 @@ namespace surrogate::sequoia {
 class Plan final : public surrogate::Plan {
  public:
   explicit Plan(surrogate::Plan::Basis basis) : surrogate::Plan(std::move(basis)) {}
-  /// Set once by the model's build_plan, from the plan's own layout and geometry.
-  void set(CanonicalBatch batch, Hierarchy hierarchy) {
-    batch_ = std::move(batch);
-    hierarchy_ = std::move(hierarchy);
+  /// Set once by the model's build_plan; the owners' exchanges count into this plan's traffic().
+  void set_owners(detail::SampleOwners owners) {
+    owners_ = std::move(owners);
+    owners_.rows_plan().count_into(&traffic());
+    owners_.samples_to_all().count_into(&traffic());
   }
-  /// Every point of every sample, in canonical order (samples in order, points by increasing global id).
-  const CanonicalBatch& batch() const { return batch_; }
+  void set_hierarchy(Hierarchy hierarchy) { hierarchy_ = std::move(hierarchy); }
+  /// The owner of every sample; this rank's rows in the owner order (owned samples, each by global id).
+  detail::SampleOwners& owners() { return owners_; }
+  const detail::SampleOwners& owners() const { return owners_; }
+  /// The hierarchy of the owned samples only (in owned() order; empty when this rank owns none).
   const Hierarchy& hierarchy() const { return hierarchy_; }
+  void rebind(const Comm& comm) override { owners_.rebind(comm); }
 
  private:
-  CanonicalBatch batch_;
+  detail::SampleOwners owners_;
   Hierarchy hierarchy_;
 };
 
