@@ -1,0 +1,136 @@
+// HEPT across ranks (label mpi, hept), each graph on one rank: bitwise equal to one process in fp32 and
+// fp64 for several spreads of whole graphs over the ranks (unequal shares, empty ranks, rows shuffled
+// with global ids); a graph split over ranks and a graph below the block size are the same error on
+// every rank.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "h5_io.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+using surrogate::Error;
+using surrogate::ErrorCode;
+using surrogate::PointGeometry;
+using surrogate::Precision;
+using surrogate::RunOptions;
+using surrogate::SampleLayout;
+using surrogate::testing::read_array;
+
+namespace {
+
+const std::string kPath = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_example_small.h5";
+
+/// Four graphs: the golden batch (300 and 224 hits) twice, the copy's features and coordinates shifted.
+struct Batch {
+  std::vector<float> x, coords;
+  std::vector<std::int64_t> graph;
+  int in = 5, cd = 4;
+  Batch() {
+    const auto gx = surrogate::testing::to_float(read_array(kPath, "/golden/x").values);
+    const auto gc = surrogate::testing::to_float(read_array(kPath, "/golden/coords").values);
+    const auto gb = read_array(kPath, "/golden/batch").values;
+    for (int copy = 0; copy < 2; ++copy) {
+      for (std::size_t i = 0; i < gb.size(); ++i) {
+        for (int c = 0; c < in; ++c) x.push_back(gx[i * 5 + static_cast<std::size_t>(c)] * (copy ? 0.75f : 1.0f));
+        for (int c = 0; c < cd; ++c) coords.push_back(gc[i * 4 + static_cast<std::size_t>(c)] + (copy ? 0.125f : 0.0f));
+        graph.push_back(static_cast<std::int64_t>(gb[i]) + 2 * copy);
+      }
+    }
+  }
+  std::int64_t n() const { return static_cast<std::int64_t>(graph.size()); }
+};
+
+/// Predicts with the points whose owner(graph, point) is this rank, in reversed order, with global ids.
+std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
+                           const std::vector<int>& owner_of_graph, Precision p, std::vector<std::int64_t>& mine) {
+  mine.clear();
+  for (std::int64_t i = b.n() - 1; i >= 0; --i)
+    if (owner_of_graph[static_cast<std::size_t>(b.graph[static_cast<std::size_t>(i)])] == comm.rank()) mine.push_back(i);
+  std::vector<float> x, coords;
+  std::vector<std::int64_t> graph;
+  for (const std::int64_t i : mine) {
+    x.insert(x.end(), b.x.begin() + i * b.in, b.x.begin() + (i + 1) * b.in);
+    coords.insert(coords.end(), b.coords.begin() + i * b.cd, b.coords.begin() + (i + 1) * b.cd);
+    graph.push_back(b.graph[static_cast<std::size_t>(i)]);
+  }
+  const auto n = static_cast<std::int64_t>(mine.size());
+  PointGeometry g;
+  g.positions = coords.data();
+  g.ld_positions = b.cd;
+  g.global_ids = mine.data();
+  RunOptions o;
+  o.precision = p;
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * model.out_channels()));
+  model.predict(comm, SampleLayout::build(comm, n, graph.data()), g, x.data(), b.in, out.data(), model.out_channels(), o);
+  return out;
+}
+
+TEST(HeptMpi, WholeGraphsOnAnyRanksMatchOneProcess) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const Batch b;
+  const int od = model->out_channels(), size = comm.size();
+  // Spreads of the four graphs: all on the last rank, round robin, three on rank 0 and one on the last.
+  const std::vector<std::vector<int>> spreads = {
+      {size - 1, size - 1, size - 1, size - 1}, {0, 1 % size, 2 % size, 3 % size}, {0, 0, size - 1, 0}};
+  for (const Precision p : {Precision::fp32, Precision::fp64}) {
+    std::vector<std::int64_t> all;
+    const std::vector<int> everything_here(4, 0);
+    const auto reference = predict(self, *model, b, everything_here, p, all);
+    for (const auto& spread : spreads) {
+      std::vector<std::int64_t> mine;
+      const auto out = predict(comm, *model, b, spread, p, mine);
+      for (std::size_t r = 0; r < mine.size(); ++r) {
+        // `all` holds the points in reversed order: point i at row n-1-i.
+        const std::size_t ref_row = static_cast<std::size_t>(b.n() - 1 - mine[r]);
+        for (int k = 0; k < od; ++k)
+          ASSERT_EQ(out[r * static_cast<std::size_t>(od) + static_cast<std::size_t>(k)],
+                    reference[ref_row * static_cast<std::size_t>(od) + static_cast<std::size_t>(k)])
+              << "rank " << comm.rank() << " point " << mine[r] << " precision " << surrogate::precision_name(p);
+      }
+    }
+  }
+}
+
+TEST(HeptMpi, SplitGraphIsRefusedOnEveryRank) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  if (comm.size() < 2) GTEST_SKIP() << "needs two ranks";
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const Batch b;
+  // Graph 0's points alternate between ranks 0 and 1; the other graphs on rank 0.
+  std::vector<std::int64_t> mine;
+  for (std::int64_t i = 0; i < b.n(); ++i) {
+    const bool split = b.graph[static_cast<std::size_t>(i)] == 0;
+    const int owner = split ? static_cast<int>(i % 2) : 0;
+    if (owner == comm.rank()) mine.push_back(i);
+  }
+  std::vector<float> coords, x;
+  std::vector<std::int64_t> graph;
+  for (const std::int64_t i : mine) {
+    x.insert(x.end(), b.x.begin() + i * b.in, b.x.begin() + (i + 1) * b.in);
+    coords.insert(coords.end(), b.coords.begin() + i * b.cd, b.coords.begin() + (i + 1) * b.cd);
+    graph.push_back(b.graph[static_cast<std::size_t>(i)]);
+  }
+  PointGeometry g;
+  g.positions = coords.data();
+  g.ld_positions = b.cd;
+  g.global_ids = mine.data();
+  const auto n = static_cast<std::int64_t>(mine.size());
+  try {
+    (void)model->plan(comm, SampleLayout::build(comm, n, graph.data()), g);
+    FAIL() << "a split graph was accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::unsupported);
+    EXPECT_NE(std::string(e.what()).find("each graph must lie on one rank"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
