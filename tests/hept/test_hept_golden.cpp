@@ -167,6 +167,43 @@ TEST(HeptGolden, CheckpointFloat64Stable) {
   EXPECT_LT(relative_error(f.out, c.run("f64_stable", "output")), 1e-9);
 }
 
+// The src/ layout (one graph of 300 padded to 320 with zero rows and +inf keys, the additive region shift):
+// bins over the padded length, every bucket permutation, keys (finite ones), layer-0 attention and the
+// output of the stable runs; float64 to 1e-12 and float32 to 2e-5 relative, as the example layout.
+template <class T>
+void check_src(const std::string& r, double bound) {
+  const Golden c("src_small");
+  ASSERT_EQ(c.cfg.layout, hept::Config::Layout::src);
+  const hept::Network<T> net(c.file, c.cfg);
+  const hept::Geometry g = c.geometry<T>(net.regions());
+  expect_equal(g.region_eta, c.run(r, "region_eta"), r + " region_eta");
+  expect_equal(g.region_phi, c.run(r, "region_phi"), r + " region_phi");
+  expect_equal(g.bin_eta, c.run(r, "bin_size_eta"), r + " bin_size_eta");
+  expect_equal(g.bin_phi, c.run(r, "bin_size_phi"), r + " bin_size_phi");
+  const Forward<T> f(c, net);
+  for (int l = 0; l < c.cfg.n_layers; ++l) {
+    const std::string layer = r + "/layer_" + std::to_string(l);
+    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u) << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u) << layer;
+  }
+  auto finite = [](std::vector<T> got, std::vector<double> want) {
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (!std::isfinite(want[i])) {
+        EXPECT_FALSE(std::isfinite(got[i])) << i;
+        got[i] = 0;
+        want[i] = 0;
+      }
+    return relative_error(got, want);
+  };
+  EXPECT_LT(finite(f.trace.keys_q0, c.run(r + "/layer_0", "keys_q")), bound);
+  EXPECT_LT(finite(f.trace.keys_k0, c.run(r + "/layer_0", "keys_k")), bound);
+  EXPECT_LT(relative_error(f.trace.attn_out0, c.run(r + "/layer_0", "attn_out")), bound);
+  EXPECT_LT(relative_error(f.out, c.run(r, "output")), bound);
+}
+
+TEST(HeptGolden, SrcLayoutFloat64Stable) { check_src<double>("f64_stable", 1e-12); }
+TEST(HeptGolden, SrcLayoutFloat32Stable) { check_src<float>("f32_stable", 2e-5); }
+
 // Threads change nothing: every value is computed by one thread in a fixed order.
 TEST(HeptGolden, ThreadCountIndependent) {
   const Golden c("example_small");

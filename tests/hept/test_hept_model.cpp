@@ -25,6 +25,9 @@ using surrogate::testing::read_array;
 
 namespace {
 
+struct Case;
+void expect_error(Case& c, const std::string& message, surrogate::ErrorCode code = surrogate::ErrorCode::input);
+
 std::string path_of(const std::string& name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5"; }
 
 struct Case {
@@ -119,6 +122,20 @@ TEST(HeptModel, RowOrderFollowsGlobalIds) {
       ASSERT_EQ(reversed[static_cast<std::size_t>(i * od + k)], out[static_cast<std::size_t>((n - 1 - i) * od + k)]) << i;
 }
 
+// The src layout through make_model: the official f64_stable output (float outputs: 3.3 * 2^-24 plus
+// the forward's 1e-15), and a batch of two graphs refused (the official code asserts one graph).
+TEST(HeptModel, SrcLayoutThroughMakeModel) {
+  Case c("src_small");
+  const SelfComm comm;
+  const int od = c.model->out_channels();
+  std::vector<float> out(static_cast<std::size_t>(c.n() * od));
+  c.model->predict(comm, SampleLayout::build(comm, c.n(), c.batch.data()), c.geometry(), c.x.data(),
+                   c.model->in_channels(), out.data(), od, precision(Precision::fp64));
+  EXPECT_LT(max_difference(out, read_array(c.path, "/golden/f64_stable/output").values), 1e-6);
+  for (std::size_t i = static_cast<std::size_t>(c.n()) / 2; i < c.batch.size(); ++i) c.batch[i] = 1;
+  expect_error(c, "hept: the src layout runs one graph per batch");
+}
+
 // fp64 is refused, with Error(unsupported) naming the precision, by a family that does not offer it.
 TEST(HeptModel, OtherFamiliesRefuseFp64) {
   EXPECT_EQ(surrogate::parse_precision("fp64"), Precision::fp64);
@@ -137,7 +154,7 @@ TEST(HeptModel, OtherFamiliesRefuseFp64) {
   }
 }
 
-void expect_error(Case& c, const std::string& message, ErrorCode code = ErrorCode::input) {
+void expect_error(Case& c, const std::string& message, ErrorCode code) {
   const SelfComm comm;
   try {
     auto plan = c.model->plan(comm, SampleLayout::build(comm, c.n(), c.batch.data()), c.geometry());

@@ -15,8 +15,9 @@ namespace surrogate::hept {
 
 /// The /config attributes of a HEPT model file (the official Transformer's constructor arguments).
 struct Config {
-  /// `example`: the official example/ code (padding by duplication, bit-packed region codes).
-  enum class Layout { example };
+  /// `example`: the official example/ code (padding by duplication, bit-packed region codes); `src`: the
+  /// training code of src/ (one graph, zero padding with +inf keys, additive region shift, e2lsh.beta).
+  enum class Layout { example, src };
   Layout layout = Layout::example;
   int in_dim = 0, coords_dim = 0, num_classes = 0;
   int block_size = 100, n_hashes = 3, num_heads = 8, h_dim = 24, n_layers = 4, num_w_per_dist = 10;
@@ -37,15 +38,19 @@ struct Config {
 /// arithmetic of the run (T = float or double: the bin sizes are ceil(n * (1 / R)) in that precision).
 struct Geometry {
   std::vector<std::int64_t> sizes, padded_sizes;  // per graph
-  std::vector<std::int64_t> region_eta, region_phi;  // rows x N (input order)
+  std::vector<std::int64_t> region_eta, region_phi;  // rows x N (input order; src: rows x N', pads last)
   std::vector<double> bin_eta, bin_phi;               // graphs x rows
   std::vector<std::int64_t> bits_eta, bits_code1;     // rows
   std::vector<std::int64_t> codes;                    // rows x N
   std::vector<std::int64_t> pad_sort_order;           // N: stable argsort of codes row 0 within each graph
-  std::vector<std::int64_t> pad_seq;                  // N': input row of each padded row
+  std::vector<std::int64_t> pad_seq;                  // N': input row of each padded row (src: -1 for zero pads)
   std::vector<std::uint8_t> unpad;                    // N': 1 for originals
   std::vector<std::int64_t> padded_codes;             // rows x N'
-  std::int64_t points() const { return static_cast<std::int64_t>(pad_sort_order.size()); }
+  std::int64_t points() const {
+    std::int64_t n = 0;
+    for (const std::int64_t s : sizes) n += s;
+    return n;
+  }
   std::int64_t padded_points() const { return static_cast<std::int64_t>(pad_seq.size()); }
 };
 

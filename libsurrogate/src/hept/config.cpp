@@ -25,15 +25,25 @@ Config Config::from_attributes(const AttributeMap& a) {
     return static_cast<int>(v);
   };
   const std::string layout = a.has("layout") ? a.get_string("layout") : std::string("example");
-  if (layout != "example")
-    throw Error(ErrorCode::unsupported, "/config attribute 'layout' is '" + layout +
-                                            "': this build runs the official example/ layout only");
+  if (layout == "src") {
+    c.layout = Layout::src;
+    auto expect = [&](const char* name, const char* value) {
+      if (a.has(name) && a.get_string(name) != value)
+        throw Error(ErrorCode::unsupported, "/config attribute '" + std::string(name) + "' is '" + a.get_string(name) +
+                                                "': the src layout runs " + name + " '" + value + "' only");
+    };
+    expect("attn_type", "hept");
+    expect("task", "tracking");
+    expect("pe_type", "none");
+  } else if (layout != "example") {
+    throw Error(ErrorCode::format, "/config attribute 'layout' must be 'example' or 'src', found '" + layout + "'");
+  }
   c.in_dim = positive("in_dim");
   c.coords_dim = positive("coords_dim", 64);
   if (c.coords_dim < 2)
     throw Error(ErrorCode::format, "/config attribute 'coords_dim' must be at least 2 (eta and phi first)");
   const std::int64_t classes = a.get_int("num_classes", 0);
-  if (classes < 0 || classes > (1 << 20))
+  if (classes < 0 || classes > (1 << 20) || (classes > 0 && c.layout == Layout::src))
     throw Error(ErrorCode::format, "/config attribute 'num_classes' must be 0 (no out_proj) or positive");
   c.num_classes = static_cast<int>(classes);
   c.block_size = positive("block_size");
@@ -60,6 +70,7 @@ ExpectedShapes Config::expected_shapes() const {
     add_linear(s, p + "w_v", hd, h_dim, false);
     add_linear(s, p + "attn.out_linear", h_dim, hd);
     s[p + "attn.e2lsh.alpha"] = {num_heads, hash_dim(), n_hashes};
+    if (layout == Layout::src) s[p + "attn.e2lsh.beta"] = {1, n_hashes};  // unused by the forward
     s[p + "norm1.weight"] = s[p + "norm1.bias"] = s[p + "norm2.weight"] = s[p + "norm2.bias"] = {h_dim};
     add_linear(s, p + "ff.0", h_dim, h_dim);
     add_linear(s, p + "ff.2", h_dim, h_dim);
@@ -75,7 +86,8 @@ ExpectedShapes Config::expected_shapes() const {
 }
 
 std::vector<std::pair<std::string, std::string>> Config::describe() const {
-  return {{"layout", "example (padding by duplication, bit-packed region codes)"},
+  return {{"layout", layout == Layout::src ? "src (one graph, zero padding with +inf keys, additive region shift)"
+                                           : "example (padding by duplication, bit-packed region codes)"},
           {"channels", "in_dim " + std::to_string(in_dim) + ", coords_dim " + std::to_string(coords_dim) +
                            " (eta, phi first), h_dim " + std::to_string(h_dim) + ", out " + std::to_string(out_dim())},
           {"layers", std::to_string(n_layers) + " HEPT blocks, " + std::to_string(num_heads) + " heads"},
@@ -83,7 +95,8 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
                           std::to_string(num_regions) + "), buckets of " + std::to_string(block_size)},
           {"sorts", "stable (ties by the point's index within its graph)"},
           {"precision", "fp32 or fp64 (CPU); the shipped tracking checkpoint needs fp64"},
-          {"multi-rank", "each graph on one rank (graphs split over ranks refused); bit widths and ranges global"},
+          {"multi-rank", layout == Layout::src ? "one graph per batch, on one rank"
+                                               : "each graph on one rank (graphs split over ranks refused); bit widths and ranges global"},
           {"device forward", "none (CPU only)"}};
 }
 

@@ -29,38 +29,44 @@ std::int64_t bit_width(std::int64_t max) {
 
 template <class T>
 void quantile_bins(const Config& cfg, const std::vector<float>& regions, const float* coords,
-                           const std::vector<std::int64_t>& sizes, Geometry& g) {
+                   const std::vector<std::int64_t>& sizes, Geometry& g) {
   const int rows = cfg.n_hashes * cfg.num_heads, H = cfg.num_heads, cd = cfg.coords_dim;
-  std::int64_t n = 0;
-  for (const std::int64_t s : sizes) n += s;
+  // src: the ranks are taken over the padded graph, the pads' coordinates +inf (they rank last, in order).
+  const bool src = cfg.layout == Config::Layout::src;
+  const std::int64_t bs = cfg.block_size;
+  auto ranked = [&](std::int64_t ng) { return src ? (ng + bs - 1) / bs * bs : ng; };
+  std::int64_t total = 0;
+  for (const std::int64_t s : sizes) total += ranked(s);
   g.sizes = sizes;
-  g.region_eta.assign(static_cast<std::size_t>(rows * n), 0);
-  g.region_phi.assign(static_cast<std::size_t>(rows * n), 0);
+  g.region_eta.assign(static_cast<std::size_t>(rows * total), 0);
+  g.region_phi.assign(static_cast<std::size_t>(rows * total), 0);
   g.bin_eta.assign(sizes.size() * static_cast<std::size_t>(rows), 0.0);
   g.bin_phi.assign(sizes.size() * static_cast<std::size_t>(rows), 0.0);
-  std::int64_t first = 0;
+  std::int64_t first = 0, first_ranked = 0;
   for (std::size_t graph = 0; graph < sizes.size(); ++graph) {
-    const std::int64_t ng = sizes[graph];
+    const std::int64_t ng = sizes[graph], mg = ranked(ng);
     const float* c = coords + first * cd;
     for (int axis = 0; axis < 2; ++axis) {
       const auto order = stable_order(ng, [&](std::int64_t i) { return c[i * cd + axis]; });
-      std::vector<std::int64_t> rank(static_cast<std::size_t>(ng));
+      std::vector<std::int64_t> rank(static_cast<std::size_t>(mg));
       for (std::int64_t p = 0; p < ng; ++p) rank[static_cast<std::size_t>(order[static_cast<std::size_t>(p)])] = p;
+      for (std::int64_t p = ng; p < mg; ++p) rank[static_cast<std::size_t>(p)] = p;
       for (int r = 0; r < rows; ++r) {
         // R[axis, c*H + h] = regions[c, axis, h]; bin = ceil(n * fl(1 / R)) in the run's precision.
         const float R = regions[static_cast<std::size_t>(((r / H) * 2 + axis) * H + r % H)];
-        const T bin = std::ceil(static_cast<T>(ng) * (T(1) / static_cast<T>(R)));
+        const T bin = std::ceil(static_cast<T>(mg) * (T(1) / static_cast<T>(R)));
         if (!(bin >= T(1)) || !std::isfinite(bin))
           throw Error(ErrorCode::weights, "hept: 'regions' gives a quantile bin size " + std::to_string(double(bin)) +
                                               " (regions must be positive and finite)");
         (axis == 0 ? g.bin_eta : g.bin_phi)[graph * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] = double(bin);
         const auto b = static_cast<std::int64_t>(bin);
         auto& out = axis == 0 ? g.region_eta : g.region_phi;
-        for (std::int64_t i = 0; i < ng; ++i)
-          out[static_cast<std::size_t>(r * n + first + i)] = rank[static_cast<std::size_t>(i)] / b + 1;
+        for (std::int64_t i = 0; i < mg; ++i)
+          out[static_cast<std::size_t>(r * total + first_ranked + i)] = rank[static_cast<std::size_t>(i)] / b + 1;
       }
     }
     first += ng;
+    first_ranked += mg;
   }
 }
 
@@ -68,6 +74,19 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
                      const std::function<void(std::vector<std::int64_t>&)>& reduce_max) {
   const int rows = cfg.n_hashes * cfg.num_heads;
   const std::int64_t n = static_cast<std::int64_t>(g.region_eta.size()) / rows, bs = cfg.block_size;
+  if (cfg.layout == Config::Layout::src) {
+    // One graph: its points in order, then zero pads (-1) up to a multiple of bs; no codes.
+    g.padded_sizes.assign(1, n);
+    g.pad_seq.clear();
+    g.unpad.clear();
+    for (std::int64_t i = 0; i < n; ++i) {
+      const bool real = i < g.sizes.at(0);
+      g.pad_seq.push_back(real ? i : -1);
+      g.unpad.push_back(real ? 1 : 0);
+    }
+    (void)graph_ids, (void)reduce_max;
+    return;
+  }
   auto batch_max = [&](const std::vector<std::int64_t>& v) {
     std::vector<std::int64_t> m(static_cast<std::size_t>(rows), 0);
     for (int r = 0; r < rows; ++r)

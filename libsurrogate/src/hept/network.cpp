@@ -134,10 +134,12 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   const int rows = C * H, L = cfg_.n_layers, bs = cfg_.block_size, HD = H * D;
   const std::int64_t np = g.padded_points(), ldcat = static_cast<std::int64_t>(L + 1) * D;
   const auto npu = static_cast<std::size_t>(np);
-  // Padded inputs (duplicates are copies of their originals' rows).
+  // Padded inputs (duplicates are copies of their originals' rows; src: zero rows).
+  const bool src_layout = cfg_.layout == Config::Layout::src;
   std::vector<T> xp(npu * static_cast<std::size_t>(cfg_.in_dim)), cp(npu * static_cast<std::size_t>(cd));
   for (std::int64_t p = 0; p < np; ++p) {
     const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
+    if (i < 0) continue;
     for (int c = 0; c < cfg_.in_dim; ++c) xp[static_cast<std::size_t>(p * cfg_.in_dim + c)] = static_cast<T>(x[i * cfg_.in_dim + c]);
     for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
   }
@@ -187,6 +189,18 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = sk;
         }
       }
+    if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
+      for (std::int64_t n = 0; n < np; ++n) {
+        if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
+        for (int h = 0; h < H; ++h) {
+          const std::size_t row = (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+          std::fill_n(qh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
+          std::fill_n(kh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
+          for (int c = 0; c < C; ++c) pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] =
+              pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = T(0);
+        }
+        std::fill_n(v.begin() + n * HD, HD, T(0));
+      }
     // The range Delta of every (table, head) over the whole batch (all ranks), then the keys.
     std::vector<T> lo(static_cast<std::size_t>(rows), T(INFINITY)), hi(static_cast<std::size_t>(rows), T(-INFINITY));
     for (int r = 0; r < rows; ++r)
@@ -198,13 +212,24 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     if (range && *range) (*range)(lo, hi);
     std::vector<T> delta(static_cast<std::size_t>(rows));
     for (int r = 0; r < rows; ++r) delta[static_cast<std::size_t>(r)] = hi[static_cast<std::size_t>(r)] - lo[static_cast<std::size_t>(r)];
-    for (int r = 0; r < rows; ++r)
+    for (int r = 0; r < rows; ++r) {
+      const T dr = delta[static_cast<std::size_t>(r)];
+      // src: shift (phi * Delta) * (ceil(R_eta) + 1) + eta * Delta, the pads' keys +inf.
+      const T factor = std::ceil(static_cast<T>(regions_[static_cast<std::size_t>(((r / H) * 2) * H + r % H)])) + T(1);
       for (std::size_t n = 0; n < npu; ++n) {
         const auto i = static_cast<std::size_t>(r) * npu + n;
-        const T shift = static_cast<T>(g.padded_codes[i]) * delta[static_cast<std::size_t>(r)];
-        pq[i] += shift;
-        pk[i] += shift;
+        if (!src_layout) {
+          const T shift = static_cast<T>(g.padded_codes[i]) * dr;
+          pq[i] += shift;
+          pk[i] += shift;
+          continue;
+        }
+        const T shift = static_cast<T>(g.region_phi[i]) * dr * factor + static_cast<T>(g.region_eta[i]) * dr;
+        const bool pad = g.pad_seq[n] < 0;
+        pq[i] = pad ? T(INFINITY) : pq[i] + shift;
+        pk[i] = pad ? T(INFINITY) : pk[i] + shift;
       }
+    }
     // Stable sorts of the keys within each graph (ties by padded position), then bucket attention.
 #pragma omp parallel num_threads(threads)
     {
