@@ -208,6 +208,7 @@ TEST(HeptModel, CoordsDimMismatchIsRefused) {
     (void)c.model->plan(comm, SampleLayout::build(comm, c.n(), c.batch.data()), c.geometry());
     FAIL() << "accepted";
   } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
     EXPECT_NE(std::string(e.what()).find("stride"), std::string::npos) << e.what();
   }
 }
