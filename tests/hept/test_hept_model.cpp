@@ -136,6 +136,21 @@ TEST(HeptModel, SrcLayoutThroughMakeModel) {
   expect_error(c, "hept: the src layout runs one graph per batch");
 }
 
+// A plan serves only the model that built it.
+TEST(HeptModel, PlanOfAnotherModelIsRefused) {
+  Case a("example_small"), b("example_small");
+  const SelfComm comm;
+  auto plan = a.model->plan(comm, SampleLayout::build(comm, a.n(), a.batch.data()), a.geometry());
+  std::vector<float> out(static_cast<std::size_t>(a.n() * a.model->out_channels()));
+  try {
+    b.model->predict(comm, *plan, a.x.data(), a.model->in_channels(), out.data(), a.model->out_channels());
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::invalid_argument);
+    EXPECT_NE(std::string(e.what()).find("the plan was built by another model"), std::string::npos) << e.what();
+  }
+}
+
 // fp64 is refused, with Error(unsupported) naming the precision, by a family that does not offer it.
 TEST(HeptModel, OtherFamiliesRefuseFp64) {
   EXPECT_EQ(surrogate::parse_precision("fp64"), Precision::fp64);
