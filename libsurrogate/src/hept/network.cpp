@@ -152,7 +152,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   std::vector<T> qh(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(Dh)), kh(qh.size());
   std::vector<T> pq(static_cast<std::size_t>(rows) * npu), pk(pq.size());
   std::vector<std::int64_t> perm_q(pq.size()), perm_k(pq.size());
-  std::vector<T> num(static_cast<std::size_t>(rows) * npu * static_cast<std::size_t>(D)), den(pq.size());
+  // Per head: the numerators and denominators summed over the hash tables.
+  std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)), den(static_cast<std::size_t>(H) * npu);
   std::vector<T> attn(npu * static_cast<std::size_t>(HD)), y(npu * static_cast<std::size_t>(D));
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
@@ -230,48 +231,50 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         pk[i] = pad ? T(INFINITY) : pk[i] + shift;
       }
     }
-    // Stable sorts of the keys within each graph (ties by padded position), then bucket attention.
+    // Stable sorts of the keys within each graph (ties by padded position), then bucket attention, one
+    // hash table after the other: each query's numerator and denominator are added to its head's sums in
+    // table order (OR-combination), each (head, row) written by one task per table.
+    std::fill(num.begin(), num.end(), T(0));
+    std::fill(den.begin(), den.end(), T(0));
+    for (int c = 0; c < C; ++c) {
 #pragma omp parallel num_threads(threads)
-    {
-      std::vector<T> scratch(static_cast<std::size_t>(2 * bs));
+      {
+        std::vector<T> scratch(static_cast<std::size_t>(2 * bs)), bnum(static_cast<std::size_t>(bs * D)),
+            bden(static_cast<std::size_t>(bs));
 #pragma omp for schedule(dynamic)
-      for (std::int64_t task = 0; task < static_cast<std::int64_t>(rows) * graphs; ++task) {
-        const int r = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), h = r % H;
-        const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)], b1 = graph_first[static_cast<std::size_t>(gi) + 1];
-        const std::size_t base = static_cast<std::size_t>(r) * npu;
-        for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
-          std::int64_t* pr = perm->data() + base;
-          std::iota(pr + b0, pr + b1, b0);
-          const T* key = keys->data() + base;
-          std::stable_sort(pr + b0, pr + b1, [key](std::int64_t a, std::int64_t b) { return key[a] < key[b]; });
-        }
-        const T* qb = qh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
-        const T* kb = kh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
-        std::vector<T> bnum(static_cast<std::size_t>(bs * D)), bden(static_cast<std::size_t>(bs));
-        for (std::int64_t s = b0; s < b1; s += bs) {
-          const std::int64_t* qrow = perm_q.data() + base + s;
-          kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD,
-                                                bs, Dh, D, bnum.data(), bden.data(), scratch.data());
-          for (int i = 0; i < bs; ++i) {
-            const auto row = static_cast<std::size_t>(qrow[i]);
-            std::copy(bnum.begin() + i * D, bnum.begin() + (i + 1) * D, num.begin() + static_cast<std::ptrdiff_t>((base + row) * static_cast<std::size_t>(D)));
-            den[base + row] = bden[static_cast<std::size_t>(i)];
+        for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
+          const int h = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), r = c * H + h;
+          const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)], b1 = graph_first[static_cast<std::size_t>(gi) + 1];
+          const std::size_t base = static_cast<std::size_t>(r) * npu;
+          for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
+            std::int64_t* pr = perm->data() + base;
+            std::iota(pr + b0, pr + b1, b0);
+            const T* key = keys->data() + base;
+            std::stable_sort(pr + b0, pr + b1, [key](std::int64_t a, std::int64_t b) { return key[a] < key[b]; });
+          }
+          const T* qb = qh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
+          const T* kb = kh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
+          const std::size_t head = static_cast<std::size_t>(h) * npu;
+          for (std::int64_t s = b0; s < b1; s += bs) {
+            const std::int64_t* qrow = perm_q.data() + base + s;
+            kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD,
+                                                  bs, Dh, D, bnum.data(), bden.data(), scratch.data());
+            for (int i = 0; i < bs; ++i) {
+              const auto row = static_cast<std::size_t>(qrow[i]);
+              T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);
+              for (int d = 0; d < D; ++d) acc[d] += bnum[static_cast<std::size_t>(i * D + d)];
+              den[head + row] += bden[static_cast<std::size_t>(i)];
+            }
           }
         }
       }
     }
-    // OR-combination: numerators and denominators summed over the tables (in table order), then divided.
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t n = 0; n < np; ++n)
       for (int h = 0; h < H; ++h) {
-        T dsum = 0;
-        for (int c = 0; c < C; ++c) dsum += den[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)];
-        for (int d = 0; d < D; ++d) {
-          T nsum = 0;
-          for (int c = 0; c < C; ++c)
-            nsum += num[(static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)];
-          attn[static_cast<std::size_t>(n * HD + h * D + d)] = nsum / dsum;
-        }
+        const std::size_t slot = static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n);
+        for (int d = 0; d < D; ++d)
+          attn[static_cast<std::size_t>(n * HD + h * D + d)] = num[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / den[slot];
       }
     apply<T>(layer.out_linear, attn.data(), HD, y.data(), D, np, threads);
     if (trace) {
