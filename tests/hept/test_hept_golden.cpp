@@ -220,7 +220,7 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
   for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.3 * static_cast<double>(i) + 1.0);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.1 * static_cast<double>(i) + 0.5);
   const std::vector<std::int64_t> qrow = {3, 0, 19, 7, 7, 12, 5}, krow = {1, 18, 4, 4, 9, 0, 13};
-  std::vector<double> num(m * dv), den(m), scratch(2 * m);
+  std::vector<double> num(m * dv), den(m), scratch(static_cast<std::size_t>(surrogate::kernels::gaussian_bucket_scratch(m, dh, dv)));
   surrogate::kernels::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), k.data(), dh, krow.data(), v.data(), dv,
                                                         m, dh, dv, num.data(), den.data(), scratch.data());
   for (int i = 0; i < m; ++i) {

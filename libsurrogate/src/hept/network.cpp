@@ -239,7 +239,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     for (int c = 0; c < C; ++c) {
 #pragma omp parallel num_threads(threads)
       {
-        std::vector<T> scratch(static_cast<std::size_t>(2 * bs)), bnum(static_cast<std::size_t>(bs * D)),
+        std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))), bnum(static_cast<std::size_t>(bs * D)),
             bden(static_cast<std::size_t>(bs));
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
