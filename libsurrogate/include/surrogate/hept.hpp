@@ -92,7 +92,7 @@ class Network {
 
   struct Linear {
     int in = 0, out = 0;
-    std::vector<T> w, b;  // w: out x in
+    std::vector<T> wt, b;  // wt: in x out (the weight transposed)
   };
   struct Norm {
     std::vector<T> w, b;

@@ -21,7 +21,11 @@ typename Network<T>::Linear linear(const ModelFile& file, const std::string& pre
   const Tensor32& w = file.weight(prefix + ".weight");
   l.out = static_cast<int>(w.shape[0]);
   l.in = static_cast<int>(w.shape[1]);
-  l.w.assign(w.values.begin(), w.values.end());
+  l.wt.resize(w.values.size());
+  for (int o = 0; o < l.out; ++o)
+    for (int i = 0; i < l.in; ++i)
+      l.wt[static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out) + static_cast<std::size_t>(o)] =
+          static_cast<T>(w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
   if (bias) {
     const Tensor32& b = file.weight(prefix + ".bias");
     l.b.assign(b.values.begin(), b.values.end());
@@ -42,18 +46,24 @@ typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix)
 int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
 /// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy): the sum over inputs in
-/// ascending order, then the bias.
+/// ascending order, then the bias (the loop over outputs innermost, on W transposed).
 template <class T>
 void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
            std::int64_t rows, int threads) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t n = 0; n < rows; ++n) {
-    const T* xn = x + n * ldx;
-    for (int o = 0; o < l.out; ++o) {
-      const T* w = l.w.data() + static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in);
-      T s = 0;
-      for (int i = 0; i < l.in; ++i) s += xn[i] * w[i];
-      y[n * ldy + o] = l.b.empty() ? s : s + l.b[static_cast<std::size_t>(o)];
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<T> acc(static_cast<std::size_t>(l.out));
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* xn = x + n * ldx;
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (int i = 0; i < l.in; ++i) {
+        const T xi = xn[i];
+        const T* wt = l.wt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out);
+        for (int o = 0; o < l.out; ++o) acc[static_cast<std::size_t>(o)] += xi * wt[o];
+      }
+      for (int o = 0; o < l.out; ++o)
+        y[n * ldy + o] = l.b.empty() ? acc[static_cast<std::size_t>(o)] : acc[static_cast<std::size_t>(o)] + l.b[static_cast<std::size_t>(o)];
     }
   }
 }
