@@ -24,8 +24,7 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
       if (segment.end - segment.begin != whole)
         throw Error(ErrorCode::unsupported, "hept: sample " + std::to_string(segment.sample) + " has " +
                                                 std::to_string(segment.end - segment.begin) + " of its " +
-                                                std::to_string(whole) + " points on rank " + std::to_string(comm.rank()) +
-                                                ": each graph must lie on one rank");
+                                                std::to_string(whole) + " points on this rank: each graph must lie on one rank");
       std::vector<index_t> rows(static_cast<std::size_t>(whole));
       std::iota(rows.begin(), rows.end(), segment.begin);
       const std::int64_t* gid = geometry().global_ids;
