@@ -26,7 +26,8 @@ std::vector<std::int64_t> batch_of(const std::string& path, const std::string& r
 }
 void write_points(const std::string& out, const std::string& path, const std::string& root) {
   const st::Array c = st::read_array(path, root + "/coords"), x = st::read_array(path, root + "/x");
-  st::write_file(out, {{"coords", c.shape, c.values}, {"features", x.shape, x.values}, ints("batch_idx", batch_of(path, root))});
+  st::write_file(
+      out, {{"coords", c.shape, c.values}, {"features", x.shape, x.values}, ints("batch_idx", batch_of(path, root))});
 }
 }  // namespace
 
@@ -48,13 +49,17 @@ int main(int argc, char** argv) {
     for (int copy = 0; copy < 3; ++copy)
       for (std::size_t i = 0; i < batch.size(); ++i) {
         if (batch[i] != 1) continue;
-        for (std::int64_t k = 0; k < c.cols(); ++k) coords.push_back(c.values[i * static_cast<std::size_t>(c.cols()) + static_cast<std::size_t>(k)]);
+        for (std::int64_t k = 0; k < c.cols(); ++k)
+          coords.push_back(c.values[i * static_cast<std::size_t>(c.cols()) + static_cast<std::size_t>(k)]);
         for (std::int64_t k = 0; k < x.cols(); ++k)
-          features.push_back(x.values[i * static_cast<std::size_t>(x.cols()) + static_cast<std::size_t>(k)] * (1.0 - 0.25 * copy));
+          features.push_back(x.values[i * static_cast<std::size_t>(x.cols()) + static_cast<std::size_t>(k)] *
+                             (1.0 - 0.25 * copy));
         graph.push_back(copy);
       }
     const auto n = static_cast<std::int64_t>(graph.size());
-    st::write_file(out + "three_graphs.h5", {{"coords", {n, c.cols()}, coords}, {"features", {n, x.cols()}, features}, ints("batch_idx", graph)});
+    st::write_file(
+        out + "three_graphs.h5",
+        {{"coords", {n, c.cols()}, coords}, {"features", {n, x.cols()}, features}, ints("batch_idx", graph)});
     const auto model = surrogate::make_model(file);
     const surrogate::SelfComm comm;
     const auto cf = st::to_float(coords), xf = st::to_float(features);
@@ -64,7 +69,8 @@ int main(int argc, char** argv) {
     std::vector<float> y(static_cast<std::size_t>(n * model->out_channels()));
     model->predict(comm, surrogate::SampleLayout::build(comm, n, graph.data()), g, xf.data(), x.cols(), y.data(),
                    model->out_channels());
-    st::write_file(out + "three_graphs_reference.h5", {{"prediction", {n, model->out_channels()}, {y.begin(), y.end()}}});
+    st::write_file(out + "three_graphs_reference.h5",
+                   {{"prediction", {n, model->out_channels()}, {y.begin(), y.end()}}});
 
     const std::string checkpoint = data + "checkpoint_tracking.h5";
     surrogate::ModelFile::read(checkpoint).write(out + "checkpoint_model.h5");

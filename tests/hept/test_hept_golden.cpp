@@ -18,7 +18,9 @@ using surrogate::testing::read_array;
 
 namespace {
 
-std::string path_of(const std::string& name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5"; }
+std::string path_of(const std::string& name) {
+  return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5";
+}
 
 std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
 
@@ -29,7 +31,9 @@ struct Golden {
   std::vector<float> x, coords;
   std::vector<std::int64_t> sizes, ids;
   Golden(const std::string& name, const std::string& root = "/golden")
-      : path(path_of(name)), group(root), file(surrogate::ModelFile::read(path_of(name))),
+      : path(path_of(name)),
+        group(root),
+        file(surrogate::ModelFile::read(path_of(name))),
         cfg(hept::Config::from_attributes(file.config)) {
     file.check_weights(cfg.expected_shapes());
     x = surrogate::testing::to_float(read_array(path, root + "/x").values);
@@ -129,8 +133,10 @@ TEST(HeptGolden, ExampleSmallFloat64Stable) {
   const Forward<double> f(c, net);
   for (int l = 0; l < c.cfg.n_layers; ++l) {
     const std::string layer = "f64_stable/layer_" + std::to_string(l);
-    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u) << layer;
-    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u) << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u)
+        << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u)
+        << layer;
     EXPECT_LT(relative_error(f.trace.delta[static_cast<std::size_t>(l)], c.run(layer, "delta")), 1e-12) << layer;
   }
   EXPECT_LT(relative_error(f.trace.keys_q0, c.run("f64_stable/layer_0", "keys_q")), 1e-12);
@@ -183,8 +189,10 @@ void check_src(const std::string& r, double bound) {
   const Forward<T> f(c, net);
   for (int l = 0; l < c.cfg.n_layers; ++l) {
     const std::string layer = r + "/layer_" + std::to_string(l);
-    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u) << layer;
-    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u) << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u)
+        << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u)
+        << layer;
   }
   auto finite = [](std::vector<T> got, std::vector<double> want) {
     for (std::size_t i = 0; i < want.size(); ++i)
@@ -220,15 +228,17 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
   for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.3 * static_cast<double>(i) + 1.0);
   for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.1 * static_cast<double>(i) + 0.5);
   const std::vector<std::int64_t> qrow = {3, 0, 19, 7, 7, 12, 5}, krow = {1, 18, 4, 4, 9, 0, 13};
-  std::vector<double> num(m * dv), den(m), scratch(static_cast<std::size_t>(surrogate::kernels::gaussian_bucket_scratch(m, dh, dv)));
-  surrogate::kernels::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), k.data(), dh, krow.data(), v.data(), dv,
-                                                        m, dh, dv, num.data(), den.data(), scratch.data());
+  std::vector<double> num(m * dv), den(m),
+      scratch(static_cast<std::size_t>(surrogate::kernels::gaussian_bucket_scratch(m, dh, dv)));
+  surrogate::kernels::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), k.data(), dh, krow.data(), v.data(),
+                                                        dv, m, dh, dv, num.data(), den.data(), scratch.data());
   for (int i = 0; i < m; ++i) {
     long double d = 0, n[dv] = {0, 0, 0};
     for (int j = 0; j < m; ++j) {
       long double dist = 0;
       for (int t = 0; t < dh; ++t) {
-        const long double diff = q[static_cast<std::size_t>(qrow[i] * dh + t)] - k[static_cast<std::size_t>(krow[j] * dh + t)];
+        const long double diff =
+            q[static_cast<std::size_t>(qrow[i] * dh + t)] - k[static_cast<std::size_t>(krow[j] * dh + t)];
         dist += diff * diff;
       }
       const long double a = std::exp(-0.5L * dist);  // = exp(q.k - |q|^2/2 - |k|^2/2), at most 1
@@ -237,7 +247,8 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
     }
     // Sums of 7 terms of magnitude <= 1 after a cancellation of terms <= ~10: 1e-14 bounds the rounding.
     EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d + 1e-20L), 1e-14);
-    for (int e = 0; e < dv; ++e) EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[e]), 1e-14);
+    for (int e = 0; e < dv; ++e)
+      EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[e]), 1e-14);
   }
 }
 

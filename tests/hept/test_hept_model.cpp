@@ -28,7 +28,9 @@ namespace {
 struct Case;
 void expect_error(Case& c, const std::string& message, surrogate::ErrorCode code = surrogate::ErrorCode::input);
 
-std::string path_of(const std::string& name) { return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5"; }
+std::string path_of(const std::string& name) {
+  return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5";
+}
 
 struct Case {
   std::string path;
@@ -119,7 +121,8 @@ TEST(HeptModel, RowOrderFollowsGlobalIds) {
   c.model->predict(comm, SampleLayout::build(comm, n, batch.data()), g, x.data(), in, reversed.data(), od);
   for (std::int64_t i = 0; i < n; ++i)
     for (int k = 0; k < od; ++k)
-      ASSERT_EQ(reversed[static_cast<std::size_t>(i * od + k)], out[static_cast<std::size_t>((n - 1 - i) * od + k)]) << i;
+      ASSERT_EQ(reversed[static_cast<std::size_t>(i * od + k)], out[static_cast<std::size_t>((n - 1 - i) * od + k)])
+          << i;
 }
 
 // The src layout through make_model: the official f64_stable output (float outputs: 3.3 * 2^-24 plus
@@ -155,17 +158,21 @@ TEST(HeptModel, PlanOfAnotherModelIsRefused) {
 TEST(HeptModel, OtherFamiliesRefuseFp64) {
   EXPECT_EQ(surrogate::parse_precision("fp64"), Precision::fp64);
   EXPECT_STREQ(surrogate::precision_name(Precision::fp64), "fp64");
-  const auto flare = surrogate::make_model(ModelFile::read(std::string(SURROGATE_TEST_DATA_DIR) + "/flare/default/model.h5"));
+  const auto flare =
+      surrogate::make_model(ModelFile::read(std::string(SURROGATE_TEST_DATA_DIR) + "/flare/default/model.h5"));
   const SelfComm comm;
   const std::int64_t n = 10;
   const SampleLayout layout = SampleLayout::build(comm, n, nullptr);
-  std::vector<float> in(static_cast<std::size_t>(n * flare->in_channels()), 0.5f), out(static_cast<std::size_t>(n * flare->out_channels()));
+  std::vector<float> in(static_cast<std::size_t>(n * flare->in_channels()), 0.5f),
+      out(static_cast<std::size_t>(n * flare->out_channels()));
   try {
-    flare->predict(comm, layout, in.data(), flare->in_channels(), out.data(), flare->out_channels(), precision(Precision::fp64));
+    flare->predict(comm, layout, in.data(), flare->in_channels(), out.data(), flare->out_channels(),
+                   precision(Precision::fp64));
     FAIL() << "fp64 accepted by flare";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::unsupported);
-    EXPECT_NE(std::string(e.what()).find("precision 'fp64': the flare model computes in fp32 only"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("precision 'fp64': the flare model computes in fp32 only"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -52,7 +52,8 @@ std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model,
                            const std::vector<int>& owner_of_graph, Precision p, std::vector<std::int64_t>& mine) {
   mine.clear();
   for (std::int64_t i = b.n() - 1; i >= 0; --i)
-    if (owner_of_graph[static_cast<std::size_t>(b.graph[static_cast<std::size_t>(i)])] == comm.rank()) mine.push_back(i);
+    if (owner_of_graph[static_cast<std::size_t>(b.graph[static_cast<std::size_t>(i)])] == comm.rank())
+      mine.push_back(i);
   std::vector<float> x, coords;
   std::vector<std::int64_t> graph;
   for (const std::int64_t i : mine) {
@@ -68,7 +69,8 @@ std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model,
   RunOptions o;
   o.precision = p;
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * model.out_channels()));
-  model.predict(comm, SampleLayout::build(comm, n, graph.data()), g, x.data(), b.in, out.data(), model.out_channels(), o);
+  model.predict(comm, SampleLayout::build(comm, n, graph.data()), g, x.data(), b.in, out.data(), model.out_channels(),
+                o);
   return out;
 }
 

@@ -50,7 +50,8 @@ Config Config::from_attributes(const AttributeMap& a) {
   c.n_hashes = positive("n_hashes", 64);
   c.num_heads = positive("num_heads", 256);
   c.h_dim = positive("h_dim", 4096);
-  if (c.h_dim < 2) throw Error(ErrorCode::format, "/config attribute 'h_dim' must be at least 2 (output width h_dim/2)");
+  if (c.h_dim < 2)
+    throw Error(ErrorCode::format, "/config attribute 'h_dim' must be at least 2 (output width h_dim/2)");
   c.n_layers = positive("n_layers", 256);
   c.num_w_per_dist = positive("num_w_per_dist", 1024);
   c.num_regions = static_cast<int>(a.get_int("num_regions", 0));
@@ -80,24 +81,27 @@ ExpectedShapes Config::expected_shapes() const {
   add_linear(s, "mlp_out.lins.0", 256, h_dim / 2);
   for (int j = 1; j < 4; ++j) add_linear(s, "mlp_out.lins." + std::to_string(j), 256, 256);
   add_linear(s, "mlp_out.lins.4", h_dim / 2, 256);
-  for (int j = 0; j < 4; ++j) s["mlp_out.norms." + std::to_string(j) + ".weight"] = s["mlp_out.norms." + std::to_string(j) + ".bias"] = {256};
+  for (int j = 0; j < 4; ++j)
+    s["mlp_out.norms." + std::to_string(j) + ".weight"] = s["mlp_out.norms." + std::to_string(j) + ".bias"] = {256};
   if (num_classes > 0) add_linear(s, "out_proj", num_classes, h_dim / 2);
   return s;
 }
 
 std::vector<std::pair<std::string, std::string>> Config::describe() const {
-  return {{"layout", layout == Layout::src ? "src (one graph, zero padding with +inf keys, additive region shift)"
-                                           : "example (padding by duplication, bit-packed region codes)"},
-          {"channels", "in_dim " + std::to_string(in_dim) + ", coords_dim " + std::to_string(coords_dim) +
-                           " (eta, phi first), h_dim " + std::to_string(h_dim) + ", out " + std::to_string(out_dim())},
-          {"layers", std::to_string(n_layers) + " HEPT blocks, " + std::to_string(num_heads) + " heads"},
-          {"hashing", std::to_string(n_hashes) + " E2LSH tables (OR), eta x phi regions (AND, num_regions " +
-                          std::to_string(num_regions) + "), buckets of " + std::to_string(block_size)},
-          {"sorts", "stable (ties by the point's index within its graph)"},
-          {"precision", "fp32 or fp64 (CPU); the shipped tracking checkpoint needs fp64"},
-          {"multi-rank", layout == Layout::src ? "one graph per batch, on one rank"
-                                               : "each graph on one rank (graphs split over ranks refused); bit widths and ranges global"},
-          {"device forward", "none (CPU only)"}};
+  return {
+      {"layout", layout == Layout::src ? "src (one graph, zero padding with +inf keys, additive region shift)"
+                                       : "example (padding by duplication, bit-packed region codes)"},
+      {"channels", "in_dim " + std::to_string(in_dim) + ", coords_dim " + std::to_string(coords_dim) +
+                       " (eta, phi first), h_dim " + std::to_string(h_dim) + ", out " + std::to_string(out_dim())},
+      {"layers", std::to_string(n_layers) + " HEPT blocks, " + std::to_string(num_heads) + " heads"},
+      {"hashing", std::to_string(n_hashes) + " E2LSH tables (OR), eta x phi regions (AND, num_regions " +
+                      std::to_string(num_regions) + "), buckets of " + std::to_string(block_size)},
+      {"sorts", "stable (ties by the point's index within its graph)"},
+      {"precision", "fp32 or fp64 (CPU); the shipped tracking checkpoint needs fp64"},
+      {"multi-rank", layout == Layout::src
+                         ? "one graph per batch, on one rank"
+                         : "each graph on one rank (graphs split over ranks refused); bit widths and ranges global"},
+      {"device forward", "none (CPU only)"}};
 }
 
 }  // namespace surrogate::hept

@@ -58,7 +58,8 @@ void quantile_bins(const Config& cfg, const std::vector<float>& regions, const f
         if (!(bin >= T(1)) || !std::isfinite(bin))
           throw Error(ErrorCode::weights, "hept: 'regions' gives a quantile bin size " + std::to_string(double(bin)) +
                                               " (regions must be positive and finite)");
-        (axis == 0 ? g.bin_eta : g.bin_phi)[graph * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] = double(bin);
+        (axis == 0 ? g.bin_eta : g.bin_phi)[graph * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
+            double(bin);
         const auto b = static_cast<std::int64_t>(bin);
         auto& out = axis == 0 ? g.region_eta : g.region_phi;
         for (std::int64_t i = 0; i < mg; ++i)
@@ -91,7 +92,8 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
     std::vector<std::int64_t> m(static_cast<std::size_t>(rows), 0);
     for (int r = 0; r < rows; ++r)
       for (std::int64_t i = 0; i < n; ++i)
-        m[static_cast<std::size_t>(r)] = std::max(m[static_cast<std::size_t>(r)], v[static_cast<std::size_t>(r * n + i)]);
+        m[static_cast<std::size_t>(r)] =
+            std::max(m[static_cast<std::size_t>(r)], v[static_cast<std::size_t>(r * n + i)]);
     if (reduce_max) reduce_max(m);
     return m;
   };
@@ -130,7 +132,8 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
                                         " points, fewer than the block size " + std::to_string(bs) +
                                         " (the official code then pads it with points of other graphs)");
     const auto order = stable_order(ng, [&](std::int64_t i) { return g.codes[static_cast<std::size_t>(first + i)]; });
-    for (std::int64_t p = 0; p < ng; ++p) g.pad_sort_order[static_cast<std::size_t>(first + p)] = first + order[static_cast<std::size_t>(p)];
+    for (std::int64_t p = 0; p < ng; ++p)
+      g.pad_sort_order[static_cast<std::size_t>(first + p)] = first + order[static_cast<std::size_t>(p)];
     for (std::int64_t i = 0; i < ng; ++i) {
       g.pad_seq.push_back(first + i);
       g.unpad.push_back(1);
@@ -146,7 +149,8 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
   g.padded_codes.assign(static_cast<std::size_t>(rows * np), 0);
   for (int r = 0; r < rows; ++r)
     for (std::int64_t i = 0; i < np; ++i)
-      g.padded_codes[static_cast<std::size_t>(r * np + i)] = g.codes[static_cast<std::size_t>(r * n + g.pad_seq[static_cast<std::size_t>(i)])];
+      g.padded_codes[static_cast<std::size_t>(r * np + i)] =
+          g.codes[static_cast<std::size_t>(r * n + g.pad_seq[static_cast<std::size_t>(i)])];
 }
 
 template void quantile_bins<float>(const Config&, const std::vector<float>&, const float*,

@@ -61,7 +61,8 @@ void Model::run(const Comm& comm, const Plan& plan, const Network<T>& network, c
   const std::size_t n = rows.size();
   std::vector<float> x(std::max<std::size_t>(n, 1) * static_cast<std::size_t>(cfg_.in_dim));
   for (std::size_t i = 0; i < n; ++i)
-    for (int c = 0; c < cfg_.in_dim; ++c) x[i * static_cast<std::size_t>(cfg_.in_dim) + static_cast<std::size_t>(c)] = io.in[rows[i] * io.ld_in + c];
+    for (int c = 0; c < cfg_.in_dim; ++c)
+      x[i * static_cast<std::size_t>(cfg_.in_dim) + static_cast<std::size_t>(c)] = io.in[rows[i] * io.ld_in + c];
   std::vector<T> out(std::max<std::size_t>(n, 1) * static_cast<std::size_t>(cfg_.out_dim()));
   // Delta of every (table, head) spans the whole batch: min and max over the ranks (exact, any order).
   const std::function<void(std::vector<T>&, std::vector<T>&)> range = [&comm](std::vector<T>& lo, std::vector<T>& hi) {
@@ -73,7 +74,8 @@ void Model::run(const Comm& comm, const Plan& plan, const Network<T>& network, c
   const int od = cfg_.out_dim();
   for (std::size_t i = 0; i < n; ++i)
     for (int c = 0; c < od; ++c)
-      io.out[rows[i] * io.ld_out + c] = static_cast<float>(out[i * static_cast<std::size_t>(od) + static_cast<std::size_t>(c)]);
+      io.out[rows[i] * io.ld_out + c] =
+          static_cast<float>(out[i * static_cast<std::size_t>(od) + static_cast<std::size_t>(c)]);
 }
 
 void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {

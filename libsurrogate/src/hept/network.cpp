@@ -25,7 +25,8 @@ typename Network<T>::Linear linear(const ModelFile& file, const std::string& pre
   for (int o = 0; o < l.out; ++o)
     for (int i = 0; i < l.in; ++i)
       l.wt[static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out) + static_cast<std::size_t>(o)] =
-          static_cast<T>(w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
+          static_cast<T>(
+              w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
   if (bias) {
     const Tensor32& b = file.weight(prefix + ".bias");
     l.b.assign(b.values.begin(), b.values.end());
@@ -63,7 +64,8 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
         for (int o = 0; o < l.out; ++o) acc[static_cast<std::size_t>(o)] += xi * wt[o];
       }
       for (int o = 0; o < l.out; ++o)
-        y[n * ldy + o] = l.b.empty() ? acc[static_cast<std::size_t>(o)] : acc[static_cast<std::size_t>(o)] + l.b[static_cast<std::size_t>(o)];
+        y[n * ldy + o] = l.b.empty() ? acc[static_cast<std::size_t>(o)]
+                                     : acc[static_cast<std::size_t>(o)] + l.b[static_cast<std::size_t>(o)];
     }
   }
 }
@@ -118,7 +120,8 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
         T total = 0;
         for (int k = 0; k < K; ++k) {
           T s = 0;
-          for (int d = 0; d < D; ++d) s += static_cast<T>(rpe.values[static_cast<std::size_t>((h * D + d) * cols + r * K + k)]);
+          for (int d = 0; d < D; ++d)
+            s += static_cast<T>(rpe.values[static_cast<std::size_t>((h * D + d) * cols + r * K + k)]);
           total += std::exp(std::min(s, T(50)));
         }
         w[static_cast<std::size_t>(h * (cd - 1) + r)] = total;
@@ -150,7 +153,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   for (std::int64_t p = 0; p < np; ++p) {
     const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
     if (i < 0) continue;
-    for (int c = 0; c < cfg_.in_dim; ++c) xp[static_cast<std::size_t>(p * cfg_.in_dim + c)] = static_cast<T>(x[i * cfg_.in_dim + c]);
+    for (int c = 0; c < cfg_.in_dim; ++c)
+      xp[static_cast<std::size_t>(p * cfg_.in_dim + c)] = static_cast<T>(x[i * cfg_.in_dim + c]);
     for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
   }
   std::vector<T> cat(npu * static_cast<std::size_t>(ldcat)), hid(npu * static_cast<std::size_t>(std::max(D, 256)));
@@ -163,7 +167,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   std::vector<T> pq(static_cast<std::size_t>(rows) * npu), pk(pq.size());
   std::vector<std::int64_t> perm_q(pq.size()), perm_k(pq.size());
   // Per head: the numerators and denominators summed over the hash tables.
-  std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)), den(static_cast<std::size_t>(H) * npu);
+  std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)),
+      den(static_cast<std::size_t>(H) * npu);
   std::vector<T> attn(npu * static_cast<std::size_t>(HD)), y(npu * static_cast<std::size_t>(D));
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
@@ -181,14 +186,17 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t n = 0; n < np; ++n)
       for (int h = 0; h < H; ++h) {
-        T* qr = qh.data() + (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
-        T* kr = kh.data() + (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+        T* qr = qh.data() +
+                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+        T* kr = kh.data() +
+                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
         for (int d = 0; d < D; ++d) {
           qr[d] = q[static_cast<std::size_t>(n * HD + h * D + d)];
           kr[d] = k[static_cast<std::size_t>(n * HD + h * D + d)];
         }
         for (int t = 0; t < cd; ++t)
-          qr[D + t] = kr[D + t] = layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
+          qr[D + t] = kr[D + t] =
+              layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
         for (int c = 0; c < C; ++c) {
           T sq = 0, sk = 0;
           for (int t = 0; t < Dh; ++t) {
@@ -204,11 +212,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       for (std::int64_t n = 0; n < np; ++n) {
         if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
         for (int h = 0; h < H; ++h) {
-          const std::size_t row = (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+          const std::size_t row =
+              (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
           std::fill_n(qh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
           std::fill_n(kh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
-          for (int c = 0; c < C; ++c) pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] =
-              pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = T(0);
+          for (int c = 0; c < C; ++c)
+            pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] =
+                pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = T(0);
         }
         std::fill_n(v.begin() + n * HD, HD, T(0));
       }
@@ -222,7 +232,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       }
     if (range && *range) (*range)(lo, hi);
     std::vector<T> delta(static_cast<std::size_t>(rows));
-    for (int r = 0; r < rows; ++r) delta[static_cast<std::size_t>(r)] = hi[static_cast<std::size_t>(r)] - lo[static_cast<std::size_t>(r)];
+    for (int r = 0; r < rows; ++r)
+      delta[static_cast<std::size_t>(r)] = hi[static_cast<std::size_t>(r)] - lo[static_cast<std::size_t>(r)];
     for (int r = 0; r < rows; ++r) {
       const T dr = delta[static_cast<std::size_t>(r)];
       // src: shift (phi * Delta) * (ceil(R_eta) + 1) + eta * Delta, the pads' keys +inf.
@@ -249,12 +260,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     for (int c = 0; c < C; ++c) {
 #pragma omp parallel num_threads(threads)
       {
-        std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))), bnum(static_cast<std::size_t>(bs * D)),
-            bden(static_cast<std::size_t>(bs));
+        std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))),
+            bnum(static_cast<std::size_t>(bs * D)), bden(static_cast<std::size_t>(bs));
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
           const int h = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), r = c * H + h;
-          const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)], b1 = graph_first[static_cast<std::size_t>(gi) + 1];
+          const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)],
+                             b1 = graph_first[static_cast<std::size_t>(gi) + 1];
           const std::size_t base = static_cast<std::size_t>(r) * npu;
           for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
             std::int64_t* pr = perm->data() + base;
@@ -284,7 +296,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       for (int h = 0; h < H; ++h) {
         const std::size_t slot = static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n);
         for (int d = 0; d < D; ++d)
-          attn[static_cast<std::size_t>(n * HD + h * D + d)] = num[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / den[slot];
+          attn[static_cast<std::size_t>(n * HD + h * D + d)] =
+              num[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / den[slot];
       }
     apply<T>(layer.out_linear, attn.data(), HD, y.data(), D, np, threads);
     if (trace) {

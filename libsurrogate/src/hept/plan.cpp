@@ -17,14 +17,17 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
   std::vector<std::int64_t> sizes, ids;
   collectively(comm, [&] {
     if (cfg.layout == Config::Layout::src && l.num_samples() > 1)
-      throw Error(ErrorCode::input, "hept: the src layout runs one graph per batch (the official code asserts it); "
-                                    "this batch has " + std::to_string(l.num_samples()) + " samples");
+      throw Error(ErrorCode::input,
+                  "hept: the src layout runs one graph per batch (the official code asserts it); "
+                  "this batch has " +
+                      std::to_string(l.num_samples()) + " samples");
     for (const auto& segment : l.segments()) {
       const index_t whole = l.sample_sizes()[static_cast<std::size_t>(segment.sample)];
       if (segment.end - segment.begin != whole)
         throw Error(ErrorCode::unsupported, "hept: sample " + std::to_string(segment.sample) + " has " +
                                                 std::to_string(segment.end - segment.begin) + " of its " +
-                                                std::to_string(whole) + " points on this rank: each graph must lie on one rank");
+                                                std::to_string(whole) +
+                                                " points on this rank: each graph must lie on one rank");
       std::vector<index_t> rows(static_cast<std::size_t>(whole));
       std::iota(rows.begin(), rows.end(), segment.begin);
       const std::int64_t* gid = geometry().global_ids;
@@ -34,8 +37,9 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
         for (int c = 0; c < cd; ++c) coords_.push_back(geometry().positions[r * cd + c]);
       }
       if (whole < cfg.block_size && cfg.layout == Config::Layout::example)
-        throw Error(ErrorCode::input, "hept: sample " + std::to_string(segment.sample) + " has " + std::to_string(whole) +
-                                          " points, fewer than the block size " + std::to_string(cfg.block_size) +
+        throw Error(ErrorCode::input, "hept: sample " + std::to_string(segment.sample) + " has " +
+                                          std::to_string(whole) + " points, fewer than the block size " +
+                                          std::to_string(cfg.block_size) +
                                           " (the official code then pads it with points of other graphs)");
       sizes.push_back(whole);
       ids.push_back(segment.sample);

@@ -24,7 +24,7 @@ template <class T>
 void gaussian_bucket_attention(const T* q, std::int64_t ldq, const std::int64_t* qrow, const T* k, std::int64_t ldk,
                                const std::int64_t* krow, const T* v, std::int64_t ldv, int m, int dh, int dv, T* num,
                                T* den, T* scratch) {
-  T* kt = scratch;              // dh x m: the keys transposed, so that the loops over keys are contiguous
+  T* kt = scratch;  // dh x m: the keys transposed, so that the loops over keys are contiguous
   T* vs = kt + static_cast<std::int64_t>(dh) * m;  // m x dv: the values gathered
   T* ksq = vs + static_cast<std::int64_t>(m) * dv;
   T* a = ksq + m;
