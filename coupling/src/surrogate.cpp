@@ -71,6 +71,10 @@ const std::vector<double>& Surrogate::coordinates() const { return state_->coord
 const std::vector<std::int64_t>& Surrogate::global_ids() const { return state_->global_ids; }
 double Surrogate::last_predict_seconds() const { return state_->last_seconds; }
 std::int64_t Surrogate::predictions() const { return state_->predictions; }
+std::vector<Profile::Phase> Surrogate::profile() const {
+  return state_->plan ? state_->plan->profile().phases() : std::vector<Profile::Phase>{};
+}
+Traffic Surrogate::traffic() const { return state_->plan ? state_->plan->traffic() : Traffic{}; }
 
 void Surrogate::set_options(const Options& options) {
   int device = -1;

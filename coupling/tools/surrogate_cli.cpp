@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "device_select.hpp"
+#include "run_report.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -228,19 +229,12 @@ int run_predict(const std::vector<std::string>& args) {
       geometry.num_edges = slab.edge_count;
     }
   }
+  surrogate::cli::Progress progress(comm, !opt.quiet);  // a line on a terminal while a long run works
   const std::unique_ptr<surrogate::Plan> plan = model->plan(comm, layout, geometry, opt.run);
-  const double t_plan = MPI_Wtime() - t3;
-  const double t_forward_start = MPI_Wtime();
   model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, opt.run);
-  const double t_forward = MPI_Wtime() - t_forward_start;
+  progress.stop();
   comm.barrier();
   const double t4 = MPI_Wtime();
-  // Per-rank figures for --timing: min and max over the ranks.
-  const surrogate::Traffic traffic = plan->traffic();
-  std::vector<double> per_rank{t_plan, t_forward, static_cast<double>(traffic.sent), static_cast<double>(traffic.received)};
-  std::vector<double> rank_min(per_rank), rank_max(per_rank);
-  comm.allreduce(std::span<double>(rank_min), surrogate::ReduceOp::min);
-  comm.allreduce(std::span<double>(rank_max), surrogate::ReduceOp::max);
   const int threads = opt.run.threads > 0 ? opt.run.threads : omp_get_max_threads();
   surrogate::write_prediction_file(
       comm, opt.output, slab.global_points, slab.offset, slab.count, out_channels, prediction.data(),
@@ -253,6 +247,13 @@ int run_predict(const std::vector<std::string>& args) {
        {"ranks", std::to_string(comm.size())},
        {"surrogate_version", SURROGATE_VERSION_STRING}});
   const double t5 = MPI_Wtime();
+  std::string timing;
+  if (opt.timing) {  // collective: every rank's phases, min .. max
+    std::vector<surrogate::Profile::Phase> phases{{"load model", t1 - t0, 1, 0}, {"read points", t2 - t1, 1, 0}};
+    for (const auto& phase : plan->profile().phases()) phases.push_back(phase);
+    phases.push_back({"write", t5 - t4, 1, 0});
+    timing = surrogate::cli::timing_report(comm, phases, plan->traffic());
+  }
 
   // Summary statistics (global).
   std::vector<double> stats(static_cast<std::size_t>(out_channels) * 3, 0.0);  // sum, min, max
@@ -297,16 +298,7 @@ int run_predict(const std::vector<std::string>& args) {
       << "  time        load model " << fixed(t1 - t0, 3) << " s, read points " << fixed(t2 - t1, 3) << " s, predict "
       << fixed(t4 - t3, 3) << " s (" << with_commas(static_cast<long long>(slab.global_points / std::max(t4 - t3, 1e-9)))
       << " points/s), write " << fixed(t5 - t4, 3) << " s\n";
-    if (opt.timing) {
-      const auto range = [&](std::size_t i, int digits) {
-        return fixed(rank_min[i], digits) + " .. " + fixed(rank_max[i], digits);
-      };
-      o << "  timing      per rank (min .. max): plan " << range(0, 3) << " s, forward " << range(1, 3) << " s\n"
-        << "  exchanges   per rank (min .. max): sent " << with_commas(static_cast<long long>(rank_min[2])) << " .. "
-        << with_commas(static_cast<long long>(rank_max[2])) << " bytes, received "
-        << with_commas(static_cast<long long>(rank_min[3])) << " .. " << with_commas(static_cast<long long>(rank_max[3]))
-        << " bytes\n";
-    }
+    o << timing;
     for (int c = 0; c < out_channels; ++c) {
       const std::string unit = c < static_cast<int>(file.fields.output_units.size()) ? file.fields.output_units[c] : "";
       o << "  prediction  '" << model->output_name(c) << "'" << (unit.empty() ? "" : " [" + unit + "]") << ": min "

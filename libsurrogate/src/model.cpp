@@ -108,7 +108,8 @@ Plan::Plan(Basis basis)
       geometry_(basis.geometry),
       positions_(std::move(basis.positions)),
       ids_(std::move(basis.ids)),
-      edges_(std::move(basis.edges)) {
+      edges_(std::move(basis.edges)),
+      profile_(std::make_unique<Profile>()) {
   // The geometry points into this plan's own copies.
   geometry_.positions = positions_.empty() ? nullptr : positions_.data();
   geometry_.global_ids = ids_.empty() ? nullptr : ids_.data();
@@ -182,7 +183,16 @@ std::unique_ptr<Plan> Model::plan(const Comm& comm, const SampleLayout& layout, 
     basis.geometry.ld_positions = pdim;
     basis.geometry.num_edges = geometry.num_edges;
   }
-  return build_plan(comm, std::move(basis), options);
+  // The build's phases, kept by the plan with those of its forwards.
+  auto profile = std::make_unique<Profile>();
+  std::unique_ptr<Plan> built;
+  {
+    const ProfileScope scope(profile.get());
+    const ScopedPhase phase("plan");
+    built = build_plan(comm, std::move(basis), options);
+  }
+  built->profile_ = std::move(profile);
+  return built;
 }
 
 std::unique_ptr<Plan> Model::build_plan(const Comm&, Plan::Basis basis, const RunOptions&) {
@@ -244,12 +254,16 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
     }
   }
   plan.rebind(comm);
+  const ProfileScope scope(&plan.profile());
   Io io;
   io.in = input_buffer_.data();
   io.ld_in = ld_work_in;
   io.out = output_buffer_.data();
   io.ld_out = ld_work_out;
-  forward(comm, plan, io, options);
+  {
+    const ScopedPhase phase("forward");
+    forward(comm, plan, io, options);
+  }
   for (index_t row = 0; row < n; ++row) {
     const float* src = output_buffer_.data() + row * ld_work_out;
     float* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;
@@ -319,9 +333,11 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
     check_precision(options);
   });
   plan.rebind(comm);
+  const ProfileScope scope(&plan.profile());
   Io io;
   io.device = &arrays;
   io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); };
+  const ScopedPhase phase("forward");
   forward(comm, plan, io, options);
 }
 

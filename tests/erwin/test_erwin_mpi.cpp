@@ -24,6 +24,7 @@
 #include "surrogate/graph.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
+#include "surrogate/profile.hpp"
 
 namespace bt = surrogate::balltree;
 namespace ew = surrogate::erwin;
@@ -314,6 +315,43 @@ TEST(ErwinMpi, PlanTrafficCountsWhatMoves) {
   knn.file = with_knn(knn.file, 6);
   knn.edges.clear();
   expect_traffic_counted(knn, "mpnn_rot, kNN 6");
+}
+
+TEST(ErwinMpi, PlanProfileNestsPhases) {
+  // Plan::profile (what --timing and Surrogate::profile report): the build under "plan" with the ball
+  // tree inside it, every predict under "forward" with the layer kinds inside it; calls counted per
+  // predict; an inner phase never takes longer than its outer one. The same phase list on every rank.
+  const Batch c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  std::unique_ptr<surrogate::Plan> plan;
+  for (int call = 0; call < 2; ++call)
+    static_cast<void>(distributed(c, Spread::random_skewed, 3u, 0, model.get(), &plan));
+  const std::vector<surrogate::Profile::Phase> phases = plan->profile().phases();
+  auto find = [&](const std::string& name) {
+    const auto it = std::find_if(phases.begin(), phases.end(), [&](const auto& p) { return p.name == name; });
+    EXPECT_NE(it, phases.end()) << "no phase '" << name << "'";
+    return it == phases.end() ? surrogate::Profile::Phase{} : *it;
+  };
+  const auto built = find("plan"), tree = find("ball tree"), forward = find("forward");
+  const auto mpnn = find("message passing"), levels = find("ball attention levels");
+  EXPECT_EQ(built.depth, 0);
+  EXPECT_EQ(built.calls, 1u);
+  EXPECT_EQ(tree.depth, 1);
+  EXPECT_LE(tree.seconds, built.seconds);
+  EXPECT_EQ(forward.depth, 0);
+  EXPECT_EQ(forward.calls, 2u);
+  EXPECT_EQ(mpnn.depth, 1);
+  EXPECT_EQ(levels.depth, 1);
+  EXPECT_EQ(levels.calls, 2u);
+  EXPECT_LE(mpnn.seconds + levels.seconds, forward.seconds);
+  EXPECT_EQ(phases.front().name, "plan");  // listed in the order they first started
+  std::string names;
+  for (const auto& p : phases) names += p.name + ";";
+  const int length = static_cast<int>(names.size());
+  int lo = length, hi = length;
+  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD);
+  EXPECT_EQ(lo, hi) << "phases differ between ranks: " << names;
 }
 
 TEST(ErwinMpi, ErrorsAreAgreed) {

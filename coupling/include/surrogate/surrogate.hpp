@@ -13,6 +13,7 @@
 
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
+#include "surrogate/profile.hpp"
 
 namespace surrogate {
 
@@ -93,6 +94,12 @@ class Surrogate {
   /// Time of the last predict() on this rank (seconds) and the number of predictions so far.
   double last_predict_seconds() const;
   std::int64_t predictions() const;
+
+  /// Where this rank's time went since the points were set: building the plan and the phases of every
+  /// predict on it (layer kinds, nested under "plan" and "forward"), and the bytes and seconds of the plan's
+  /// exchanges. Empty before the first predict on the current points. share/docs/coupling.md, "Timing".
+  std::vector<Profile::Phase> profile() const;
+  Traffic traffic() const;
 
  private:
   struct State;

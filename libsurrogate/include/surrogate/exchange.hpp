@@ -19,6 +19,7 @@ struct Traffic {
   std::uint64_t received = 0;  // bytes from other ranks
   std::uint64_t local = 0;     // bytes copied within this rank
   std::uint64_t moves = 0;     // forward / backward applications
+  double seconds = 0.0;        // wall time of the moves (packing, messages, unpacking)
   Traffic& operator+=(const Traffic& other);
 };
 
@@ -138,6 +139,7 @@ class ExchangePlan {
   struct DeviceState;  // the row lists on a device and the staging buffers (exchange_device.cpp)
 
  private:
+  class MoveTimer;
   void move(const void* in, std::size_t row_bytes, std::int64_t ld_in, void* out, std::int64_t ld_out, int width,
             bool forward_direction) const;
   void move_on_device(const float* in, std::int64_t ld_in, float* out, std::int64_t ld_out, int width,

@@ -11,6 +11,7 @@
 #include "surrogate/comm.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/model_file.hpp"
+#include "surrogate/profile.hpp"
 
 namespace surrogate {
 
@@ -117,6 +118,9 @@ class Plan {
   /// Bytes the plan's exchanges moved on this rank since it was built (ExchangePlan::count_into).
   const Traffic& traffic() const { return traffic_; }
   Traffic& traffic() { return traffic_; }
+  /// Where this rank's time went: the phases of building the plan and of every forward on it since
+  /// (ScopedPhase in the families' code); the exchanges' time is traffic().seconds.
+  Profile& profile() const { return *profile_; }
   /// Applies the plan through `comm` (the same ranks, in the same order, as the communicator it was
   /// built with) from now on: called by Model::predict before every forward. The default does nothing;
   /// families that keep exchange plans rebind them.
@@ -133,12 +137,14 @@ class Plan {
   explicit Plan(Basis basis);
 
  private:
+  friend class Model;  // hands the plan the profile of its build
   const Model* model_;
   SampleLayout layout_;
   PointGeometry geometry_;
   std::vector<float> positions_;
   std::vector<std::int64_t> ids_, edges_;
   Traffic traffic_;
+  std::unique_ptr<Profile> profile_;
 };
 
 class Model {

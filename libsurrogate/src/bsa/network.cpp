@@ -11,6 +11,7 @@
 #include <string>
 
 #include "../balltree/layers.hpp"
+#include "surrogate/profile.hpp"
 #include "../layers.hpp"
 #include "branches.hpp"
 #include "network.hpp"
@@ -581,6 +582,7 @@ void Stages::check_features(const Network& net, std::span<const float> features,
 }
 
 void Stages::embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads) {
+  const ScopedPhase phase("embedding");
   const Network::Impl& m = *net.impl_;
   const CpuKernels& k = kernels::cpu();
   const int c_in = m.cfg.c_in;
@@ -595,6 +597,7 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
 
 void Stages::layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
                     const LayerExchanges& ex, int threads) {
+  const ScopedPhase phase("sparse attention layers");
   const Network::Impl& m = *net.impl_;
   const Config& c = m.cfg;
   const CpuKernels& k = kernels::cpu();

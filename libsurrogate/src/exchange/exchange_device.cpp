@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "../cuda_errors.hpp"
+#include "move_timer.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -68,6 +69,7 @@ void to_bytes(const std::vector<std::size_t>& rows, std::size_t row_bytes, std::
 
 void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* out, std::int64_t ld_out, int width,
                                   const Place& place, bool forward_direction) const {
+  const MoveTimer timer(*this);
   const Comm& comm = this->comm();
   const auto me = static_cast<std::size_t>(comm.rank());
   const auto stream = static_cast<cudaStream_t>(place.stream);

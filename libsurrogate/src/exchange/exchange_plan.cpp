@@ -5,6 +5,7 @@
 
 #include "../device_support.hpp"
 #include "collectives.hpp"
+#include "move_timer.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/exchange.hpp"
 
@@ -15,6 +16,7 @@ Traffic& Traffic::operator+=(const Traffic& other) {
   received += other.received;
   local += other.local;
   moves += other.moves;
+  seconds += other.seconds;
   return *this;
 }
 
@@ -285,6 +287,7 @@ void ExchangePlan::count(std::size_t row_bytes, bool forward_direction) const {
 
 void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t ld_in, void* out, std::int64_t ld_out,
                         int width, bool forward_direction) const {
+  const MoveTimer timer(*this);
   const Comm& comm = this->comm();
   const std::int64_t in_rows = forward_direction ? source_rows_ : target_rows_;
   const std::int64_t out_rows = forward_direction ? target_rows_ : source_rows_;

@@ -10,6 +10,7 @@
 // Memory is O(N C): the residual stream x, the keys K (needed again by the decode) and, in reproducible
 // mode, the values V. No M x N score matrix is ever formed.
 #include "network.hpp"
+#include "surrogate/profile.hpp"
 
 #include <omp.h>
 
@@ -223,28 +224,32 @@ void Network::forward(const Comm& comm, const Plan& plan, const float* in, index
     Status status;
     if (b < num_blocks_)
       for (int t = 0; t < threads; ++t) reset_encode_partials(work_[static_cast<std::size_t>(t)], reproducible);
-#pragma omp parallel num_threads(threads)
     {
-      ThreadWork& w = work_[static_cast<std::size_t>(omp_get_thread_num())];
+      const ScopedPhase sweep("projections, encode and decode (tile sweeps)");
+#pragma omp parallel num_threads(threads)
+      {
+        ThreadWork& w = work_[static_cast<std::size_t>(omp_get_thread_num())];
 #pragma omp for schedule(static)
-      for (std::size_t i = 0; i < tiles.size(); ++i) {
-        const Tile& tile = tiles[i];
-        try {
-          if (b == 0)
-            in_proj_.run(k, in + tile.begin * ld_in, ld_in, x_.data() + tile.begin * ld_c_, ld_c_, tile.rows,
-                         w.scratch_a.data(), w.scratch_b.data(), ld_scratch_);
-          else
-            finish_block(k, b - 1, tile, w);
-          if (b < num_blocks_) start_block(k, b, tile, w, reproducible);
-          else output_head(k, tile, w, out, ld_out);
-        } catch (...) {
+        for (std::size_t i = 0; i < tiles.size(); ++i) {
+          const Tile& tile = tiles[i];
+          try {
+            if (b == 0)
+              in_proj_.run(k, in + tile.begin * ld_in, ld_in, x_.data() + tile.begin * ld_c_, ld_c_, tile.rows,
+                           w.scratch_a.data(), w.scratch_b.data(), ld_scratch_);
+            else
+              finish_block(k, b - 1, tile, w);
+            if (b < num_blocks_) start_block(k, b, tile, w, reproducible);
+            else output_head(k, tile, w, out, ld_out);
+          } catch (...) {
 #pragma omp critical(surrogate_flare_error)
-          if (status.ok()) status = Status::from_current_exception();
+            if (status.ok()) status = Status::from_current_exception();
+          }
         }
       }
     }
     comm.agree_or_throw(status);
     if (b == num_blocks_) break;
+    const ScopedPhase merge("encode merge over threads and ranks");
     if (reproducible) merge_encode_exact(comm, plan, k, b);
     else merge_encode(comm, plan);
   }

@@ -3,6 +3,7 @@
 // the MLP run on the shared CPU kernels; the spherical operators (DISCO, attention, resampling) take dense
 // rows and get a dense copy only when embed_dim is not a multiple of kPad. share/docs/sphere.md.
 #include "surrogate/sphere/transformer.hpp"
+#include "surrogate/profile.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -417,9 +418,12 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   // Encoder: the image rows within its cutoff of this band (from whichever ranks hold them), then the
   // padded residual stream with the position embedding.
   std::vector<float> enc_in(static_cast<std::size_t>(e.encoder_input.target_rows() * c.in_chans));
-  e.encoder_input.forward(input, ld_input, enc_in.data(), c.in_chans, c.in_chans);
   std::vector<float> dense(static_cast<std::size_t>(rows * C));
-  m.encoder->forward_rows(batch, enc_in.data(), e.encoder_rows.first, e.encoder_rows.second, dense.data(), i0, i1);
+  {
+    const ScopedPhase phase("DISCO encoder");
+    e.encoder_input.forward(input, ld_input, enc_in.data(), c.in_chans, c.in_chans);
+    m.encoder->forward_rows(batch, enc_in.data(), e.encoder_rows.first, e.encoder_rows.second, dense.data(), i0, i1);
+  }
   AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld)), y(static_cast<std::size_t>(rows * ld));
   std::fill(x.data(), x.data() + x.size(), 0.0f);
   std::fill(y.data(), y.data() + y.size(), 0.0f);
@@ -436,6 +440,7 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C)),
       kv(static_cast<std::size_t>(e.key_value.target_rows() * C));
   for (const Block& b : m.blocks) {
+    const ScopedPhase phase("attention blocks");
     m.norm(e, b, 0, x.data(), y.data());
     const float* q = y.data();
     if (ld != C) {
@@ -458,6 +463,7 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   }
 
   // Decoder: the image rows [g0, g1) need the upsampled rows within the decoder's cutoff.
+  const ScopedPhase decoder("upsampling and DISCO decoder");
   const auto dec_rows = e.decoder_rows;
   std::vector<float> upsampled(static_cast<std::size_t>(batch) *
                                static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
