@@ -4,7 +4,8 @@
 // 1 of the golden batch three times, features scaled per copy: 3 x 224 hits, so that 3 ranks' slabs are
 // whole graphs), three_graphs_reference.h5 (/prediction: the registered model in one process, fp32),
 // checkpoint_model.h5 and checkpoint_points.h5 (the shipped checkpoint and the golden events),
-// checkpoint_official.h5 (/prediction: the official f64_stable output), degenerate_model.h5 and
+// checkpoint_official.h5 (/prediction: the official f64_stable output), checkpoint_reference_fp64.h5
+// (the registered model in one process, fp64), degenerate_model.h5 and
 // coords5_points.h5 (coordinates 5 wide for a model of coords_dim 4).
 #include <filesystem>
 #include <iostream>
@@ -75,6 +76,23 @@ int main(int argc, char** argv) {
     const std::string checkpoint = data + "checkpoint_tracking.h5";
     surrogate::ModelFile::read(checkpoint).write(out + "checkpoint_model.h5");
     write_points(out + "checkpoint_points.h5", checkpoint, "/golden");
+    {  // the registered model in one process, fp64
+      const surrogate::ModelFile checkpoint_file = surrogate::ModelFile::read(checkpoint);
+      const auto m = surrogate::make_model(checkpoint_file);
+      const st::Array pc = st::read_array(checkpoint, "/golden/coords"), px = st::read_array(checkpoint, "/golden/x");
+      const auto pb = batch_of(checkpoint, "/golden");
+      const auto pcf = st::to_float(pc.values), pxf = st::to_float(px.values);
+      surrogate::PointGeometry pg;
+      pg.positions = pcf.data();
+      pg.ld_positions = pc.cols();
+      const auto pn = static_cast<std::int64_t>(pb.size());
+      std::vector<float> py(static_cast<std::size_t>(pn * m->out_channels()));
+      surrogate::RunOptions o;
+      o.precision = surrogate::Precision::fp64;
+      m->predict(comm, surrogate::SampleLayout::build(comm, pn, pb.data()), pg, pxf.data(), px.cols(), py.data(),
+                 m->out_channels(), o);
+      st::write_file(out + "checkpoint_reference_fp64.h5", {{"prediction", {pn, m->out_channels()}, {py.begin(), py.end()}}});
+    }
     const st::Array official = st::read_array(checkpoint, "/golden/f64_stable/output");
     st::write_file(out + "checkpoint_official.h5", {{"prediction", official.shape, official.values}});
 

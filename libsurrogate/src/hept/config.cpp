@@ -98,9 +98,8 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
                       std::to_string(num_regions) + "), buckets of " + std::to_string(block_size)},
       {"sorts", "stable (ties by the point's index within its graph)"},
       {"precision", "fp32 or fp64 (CPU); the shipped tracking checkpoint needs fp64"},
-      {"multi-rank", layout == Layout::src
-                         ? "one graph per batch, on one rank"
-                         : "each graph on one rank (graphs split over ranks refused); bit widths and ranges global"},
+      {"multi-rank", "whole samples gathered on owner ranks (global-id order), results returned; bit widths and "
+                         "ranges global; bitwise the one-process result"},
       {"device forward", "none (CPU only)"}};
 }
 

@@ -29,7 +29,7 @@ class Model final : public surrogate::Model {
 
  private:
   template <class T>
-  void run(const Comm& comm, const Plan& plan, const Network<T>& network, const Io& io, int threads) const;
+  void run(const Comm& comm, Plan& plan, const Network<T>& network, const Io& io, int threads) const;
 
   Config cfg_;
   index_t parameters_ = 0;
@@ -56,26 +56,24 @@ std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::
 }
 
 template <class T>
-void Model::run(const Comm& comm, const Plan& plan, const Network<T>& network, const Io& io, int threads) const {
-  const auto& rows = plan.rows();
-  const std::size_t n = rows.size();
-  std::vector<float> x(std::max<std::size_t>(n, 1) * static_cast<std::size_t>(cfg_.in_dim));
-  for (std::size_t i = 0; i < n; ++i)
-    for (int c = 0; c < cfg_.in_dim; ++c)
-      x[i * static_cast<std::size_t>(cfg_.in_dim) + static_cast<std::size_t>(c)] = io.in[rows[i] * io.ld_in + c];
-  std::vector<T> out(std::max<std::size_t>(n, 1) * static_cast<std::size_t>(cfg_.out_dim()));
+void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const Io& io, int threads) const {
+  // The inputs to the samples' owners (global-id order), the forward there, the outputs back.
+  ExchangePlan& rows = plan.owners().rows_plan();
+  const auto m = static_cast<std::size_t>(plan.owners().rows());
+  const int od = cfg_.out_dim();
+  std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
+  rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
+  std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
   // Delta of every (table, head) spans the whole batch: min and max over the ranks (exact, any order).
-  const std::function<void(std::vector<T>&, std::vector<T>&)> range = [&comm](std::vector<T>& lo, std::vector<T>& hi) {
+  const std::function<void(std::vector<T>&, std::vector<T>&)> range = [&comm](std::vector<T>& lo,
+                                                                               std::vector<T>& hi) {
     comm.allreduce(std::span<T>(lo), ReduceOp::min);
     comm.allreduce(std::span<T>(hi), ReduceOp::max);
   };
   network.forward(plan.geometry_of(sizeof(T) == sizeof(double)), x.data(), plan.coords().data(), out.data(), nullptr,
                   &range, threads);
-  const int od = cfg_.out_dim();
-  for (std::size_t i = 0; i < n; ++i)
-    for (int c = 0; c < od; ++c)
-      io.out[rows[i] * io.ld_out + c] =
-          static_cast<float>(out[i * static_cast<std::size_t>(od) + static_cast<std::size_t>(c)]);
+  std::vector<float> y(out.begin(), out.end());
+  rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 
 void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {
@@ -90,7 +88,7 @@ void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const
 #endif
   }
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
-  const auto& p = static_cast<const Plan&>(plan);
+  auto& p = static_cast<Plan&>(plan);
   if (options.precision == Precision::fp64) run(comm, p, network64_, io, options.threads);
   else run(comm, p, network32_, io, options.threads);
 }

@@ -2,7 +2,6 @@
 #include "plan.hpp"
 
 #include <algorithm>
-#include <numeric>
 #include <span>
 #include <string>
 
@@ -14,36 +13,31 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
     : surrogate::Plan(std::move(basis)) {
   const SampleLayout& l = layout();
   const int cd = cfg.coords_dim;
-  std::vector<std::int64_t> sizes, ids;
   collectively(comm, [&] {
     if (cfg.layout == Config::Layout::src && l.num_samples() > 1)
       throw Error(ErrorCode::input,
                   "hept: the src layout runs one graph per batch (the official code asserts it); "
                   "this batch has " +
                       std::to_string(l.num_samples()) + " samples");
-    for (const auto& segment : l.segments()) {
-      const index_t whole = l.sample_sizes()[static_cast<std::size_t>(segment.sample)];
-      if (segment.end - segment.begin != whole)
-        throw Error(ErrorCode::unsupported, "hept: sample " + std::to_string(segment.sample) + " has " +
-                                                std::to_string(segment.end - segment.begin) + " of its " +
-                                                std::to_string(whole) +
-                                                " points on this rank: each graph must lie on one rank");
-      std::vector<index_t> rows(static_cast<std::size_t>(whole));
-      std::iota(rows.begin(), rows.end(), segment.begin);
-      const std::int64_t* gid = geometry().global_ids;
-      std::stable_sort(rows.begin(), rows.end(), [gid](index_t a, index_t b) { return gid[a] < gid[b]; });
-      for (const index_t r : rows) {
-        rows_.push_back(r);
-        for (int c = 0; c < cd; ++c) coords_.push_back(geometry().positions[r * cd + c]);
-      }
-      if (whole < cfg.block_size && cfg.layout == Config::Layout::example)
-        throw Error(ErrorCode::input, "hept: sample " + std::to_string(segment.sample) + " has " +
-                                          std::to_string(whole) + " points, fewer than the block size " +
-                                          std::to_string(cfg.block_size) +
+  });
+  // Every sample on its owner rank, its points in global-id order.
+  owners_ = detail::SampleOwners::build(comm, l, geometry().global_ids);
+  owners_.rows_plan().count_into(&traffic());
+  owners_.samples_to_all().count_into(&traffic());
+  const index_t m = owners_.rows();
+  coords_.assign(static_cast<std::size_t>(std::max<index_t>(m, 1) * cd), 0.0f);
+  owners_.rows_plan().forward(geometry().positions, cd, coords_.data(), cd, cd);
+  std::vector<std::int64_t> sizes, ids;
+  for (const auto& o : owners_.owned()) {
+    sizes.push_back(o.end - o.begin);
+    ids.push_back(o.sample);
+  }
+  collectively(comm, [&] {
+    for (std::size_t s = 0; s < sizes.size(); ++s)
+      if (sizes[s] < cfg.block_size && cfg.layout == Config::Layout::example)
+        throw Error(ErrorCode::input, "hept: sample " + std::to_string(ids[s]) + " has " + std::to_string(sizes[s]) +
+                                          " points, fewer than the block size " + std::to_string(cfg.block_size) +
                                           " (the official code then pads it with points of other graphs)");
-      sizes.push_back(whole);
-      ids.push_back(segment.sample);
-    }
     quantile_bins<float>(cfg, regions, coords_.data(), sizes, geometry32_);
     quantile_bins<double>(cfg, regions, coords_.data(), sizes, geometry64_);
   });
