@@ -96,6 +96,7 @@ module surrogate
     character(len=:), allocatable, private :: device
     integer, private :: threads = 0
     logical, private :: reproducible = .false.
+    character(len=:), allocatable, private :: precision
   end type surrogate_t
 
   !> A parallel VTK time series. `handle` is the C surrogate_vtk_t.
@@ -108,7 +109,7 @@ module surrogate
     type(c_ptr) :: device = c_null_ptr
     integer(c_int) :: threads = 0
     integer(c_int) :: reproducible = 0
-    type(c_ptr) :: precision = c_null_ptr  ! NULL: "fp32" (not exposed by the Fortran wrappers)
+    type(c_ptr) :: precision = c_null_ptr  ! NULL: "fp32"
     integer(c_int) :: allow_non_finite_output = 0  ! 0: NaN/Inf predictions are an error (not exposed)
   end type c_surrogate_options
 
@@ -384,11 +385,12 @@ module surrogate
   public :: surrogate_vtk_open, surrogate_vtk_close, surrogate_vtk_set_cells, surrogate_vtk_add_array
   public :: surrogate_vtk_add_prediction, surrogate_vtk_write
 
-  !> call surrogate_open(s, comm, model_path, ierr [, device, threads, reproducible])
+  !> call surrogate_open(s, comm, model_path, ierr [, device, threads, reproducible, precision])
   !> comm: type(MPI_Comm) (mpi_f08) or integer (use mpi). device: 'cpu' (default), 'cuda' or 'cuda:N'
   !> (builds without the CUDA backend refuse those); threads: OpenMP threads per rank, 0 =
   !> OMP_NUM_THREADS (default); reproducible: bitwise-identical results for any rank count and
-  !> partition (default .false.). Collective.
+  !> partition (default .false.); precision: 'fp32' (default), 'tf32' / 'bf16' (CUDA devices) or 'fp64'
+  !> (double precision on the CPU, for the families that offer it). Collective.
   interface surrogate_open
     module procedure open_f08, open_integer
   end interface surrogate_open
@@ -664,7 +666,7 @@ contains
   ! Open, close, options
   ! =================================================================================================
 
-  subroutine open_f08(s, comm, model_path, ierr, device, threads, reproducible)
+  subroutine open_f08(s, comm, model_path, ierr, device, threads, reproducible, precision)
     type(surrogate_t), intent(inout) :: s
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: model_path
@@ -672,10 +674,11 @@ contains
     character(len=*), intent(in), optional :: device
     integer, intent(in), optional :: threads
     logical, intent(in), optional :: reproducible
-    call open_integer(s, comm%MPI_VAL, model_path, ierr, device, threads, reproducible)
+    character(len=*), intent(in), optional :: precision
+    call open_integer(s, comm%MPI_VAL, model_path, ierr, device, threads, reproducible, precision)
   end subroutine open_f08
 
-  subroutine open_integer(s, comm, model_path, ierr, device, threads, reproducible)
+  subroutine open_integer(s, comm, model_path, ierr, device, threads, reproducible, precision)
     type(surrogate_t), intent(inout) :: s
     integer, intent(in) :: comm
     character(len=*), intent(in) :: model_path
@@ -683,8 +686,9 @@ contains
     character(len=*), intent(in), optional :: device
     integer, intent(in), optional :: threads
     logical, intent(in), optional :: reproducible
+    character(len=*), intent(in), optional :: precision
     type(c_surrogate_options), target :: options
-    character(kind=c_char), allocatable, target :: c_device(:)
+    character(kind=c_char), allocatable, target :: c_device(:), c_precision(:)
     type(c_ptr) :: handle
     integer(c_int) :: rc, channels
     logical :: already_open
@@ -695,10 +699,15 @@ contains
     if (present(threads)) s%threads = threads
     s%reproducible = .false.
     if (present(reproducible)) s%reproducible = reproducible
+    s%precision = 'fp32'
+    if (present(precision)) s%precision = trim(precision)
     call c_surrogate_options_default(options)
     allocate (c_device(len(s%device) + 1)) ! (explicit: gfortran 12 warns about allocation on assignment)
     c_device = c_string(s%device)
     options%device = c_loc(c_device)
+    allocate (c_precision(len(s%precision) + 1))
+    c_precision = c_string(s%precision)
+    options%precision = c_loc(c_precision)
     options%threads = int(s%threads, c_int)
     options%reproducible = merge(1_c_int, 0_c_int, s%reproducible)
 
@@ -734,15 +743,16 @@ contains
   end subroutine surrogate_close
 
   !> Collective. Changes the options given; the others keep their values.
-  subroutine surrogate_set_options(s, ierr, device, threads, reproducible)
+  subroutine surrogate_set_options(s, ierr, device, threads, reproducible, precision)
     type(surrogate_t), intent(inout) :: s
     integer, intent(out) :: ierr
     character(len=*), intent(in), optional :: device
     integer, intent(in), optional :: threads
     logical, intent(in), optional :: reproducible
+    character(len=*), intent(in), optional :: precision
     type(c_surrogate_options), target :: options
-    character(kind=c_char), allocatable, target :: c_device(:)
-    character(len=:), allocatable :: new_device
+    character(kind=c_char), allocatable, target :: c_device(:), c_precision(:)
+    character(len=:), allocatable :: new_device, new_precision
     integer :: new_threads
     logical :: new_reproducible
     new_device = 'cpu'
@@ -752,10 +762,16 @@ contains
     if (present(threads)) new_threads = threads
     new_reproducible = s%reproducible
     if (present(reproducible)) new_reproducible = reproducible
+    new_precision = 'fp32'
+    if (allocated(s%precision)) new_precision = s%precision
+    if (present(precision)) new_precision = trim(precision)
     call c_surrogate_options_default(options)
     allocate (c_device(len(new_device) + 1))
     c_device = c_string(new_device)
     options%device = c_loc(c_device)
+    allocate (c_precision(len(new_precision) + 1))
+    c_precision = c_string(new_precision)
+    options%precision = c_loc(c_precision)
     options%threads = int(new_threads, c_int)
     options%reproducible = merge(1_c_int, 0_c_int, new_reproducible)
     ierr = c_status(c_surrogate_set_options(s%handle, c_loc(options)))
@@ -763,6 +779,7 @@ contains
     s%device = new_device
     s%threads = new_threads
     s%reproducible = new_reproducible
+    s%precision = new_precision
   end subroutine surrogate_set_options
 
   ! =================================================================================================

@@ -180,6 +180,7 @@ PetscErrorCode SurrogateInitializePackage(void) {
 PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], surrogate_t* surrogate) {
   char model[PETSC_MAX_PATH_LEN] = "";
   char device[64] = "cpu";
+  char precision[16] = "fp32";
   char vtk[PETSC_MAX_PATH_LEN] = "";
   PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE;
   PetscInt threads = 0;
@@ -194,6 +195,8 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
                                "SurrogateCreateFromOptions", model, model, sizeof(model), &has_model));
   PetscCall(PetscOptionsString("-surrogate_device", "Device that runs the surrogate (cpu)", "SurrogateCreateFromOptions",
                                device, device, sizeof(device), nullptr));
+  PetscCall(PetscOptionsString("-surrogate_precision", "Arithmetic: fp32, tf32, bf16 (CUDA) or fp64 (CPU, hept)",
+                               "SurrogateCreateFromOptions", precision, precision, sizeof(precision), nullptr));
   PetscCall(PetscOptionsBoundedInt("-surrogate_threads", "OpenMP threads per rank (0: OMP_NUM_THREADS)",
                                    "SurrogateCreateFromOptions", threads, &threads, nullptr, 0));
   PetscCall(PetscOptionsBool("-surrogate_reproducible",
@@ -224,6 +227,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   options.device = device;
   options.threads = static_cast<int>(threads);
   options.reproducible = reproducible ? 1 : 0;
+  options.precision = precision;
   surrogate_t s = nullptr;
   PetscCall(check_status(comm, surrogate_open(comm, model, &options, &s)));
 

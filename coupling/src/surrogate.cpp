@@ -41,9 +41,9 @@ int check_options(const Options& o, const MpiComm& comm) {
   if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
   const Precision precision = parse_precision(o.precision);
   const int device = detail::select_device(o.device, comm);
-  if (device < 0 && precision != Precision::fp32)
+  if (device < 0 && (precision == Precision::tf32 || precision == Precision::bf16))
     throw Error(ErrorCode::unsupported, "precision '" + o.precision + "' needs a CUDA device (device '" + o.device +
-                                            "' computes in fp32 only)");
+                                            "' computes in fp32, or fp64 where the model offers it)");
   return device;
 }
 }  // namespace

@@ -34,12 +34,12 @@ constexpr const char* kUsage = R"(usage:
       normalisation and provenance.
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
                     [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
-                    [--precision fp32|tf32|bf16] [--allow-non-finite] [--timing] [--quiet]
+                    [--precision fp32|tf32|bf16|fp64] [--allow-non-finite] [--timing] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
       /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
-      Models that need positions (erwin, bsa) take /coords as the positions; Erwin's message passing
-      uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
+      Models that need positions (erwin, bsa, hept) take /coords as the positions (hept: eta and phi
+      first, each /batch_idx sample one graph); Erwin's message passing uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
       file), else the graph rule of the model file.
       Models with per-sample inputs (sequoia's segmentation model: its class vector) read them from
       /sample_features (B x n, one row per sample); models whose output is one row per sample
@@ -51,7 +51,8 @@ constexpr const char* kUsage = R"(usage:
       --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
                       GPUs) or cuda:N (device N of the visible ones); CUDA builds only
-      --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only)
+      --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only),
+                      fp64 (the whole forward in double precision on the CPU; models that offer it: hept)
       --allow-non-finite  write NaN/Inf predictions instead of failing (by default they are an error
                       naming the output channels, ranks and counts)
       --timing        per-rank times (min and max over the ranks) of building the plan and of the forward,
@@ -186,9 +187,10 @@ int run_predict(const std::vector<std::string>& args) {
   // is the same error on every rank.
   surrogate::collectively(comm, [&] {
     opt.run.cuda_device = surrogate::detail::select_device(opt.device, comm);
-    if (opt.run.cuda_device < 0 && opt.run.precision != surrogate::Precision::fp32)
+    if (opt.run.cuda_device < 0 &&
+        (opt.run.precision == surrogate::Precision::tf32 || opt.run.precision == surrogate::Precision::bf16))
       throw Error(ErrorCode::unsupported, std::string("--precision ") + surrogate::precision_name(opt.run.precision) +
-                                              " needs a CUDA device (--device cuda); the CPU computes in fp32 only");
+                                              " needs a CUDA device (--device cuda); the CPU computes in fp32 (or fp64)");
   });
 
   const double t0 = MPI_Wtime();

@@ -4,6 +4,7 @@
 SURROGATE_MODEL(bsa, "bsa", make_model)
 SURROGATE_MODEL(erwin, "erwin", make_model)
 SURROGATE_MODEL(flare, "flare", make_model)
+SURROGATE_MODEL(hept, "hept", make_model)
 SURROGATE_MODEL(sequoia, "sequoia", make_model)
 SURROGATE_MODEL(sphere, "sphere_transformer", make_transformer_model)
 SURROGATE_MODEL(sphere, "s2_attention", make_attention_model)

@@ -263,9 +263,7 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
         if (!std::isfinite(samples.in[b * samples.ld_in + c]))
           throw Error(ErrorCode::input, "predict: per-sample input of sample " + std::to_string(b) + ", value " +
                                             std::to_string(c) + " is NaN/Inf");
-    if (options.cuda_device < 0 && options.precision != Precision::fp32)
-      throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
-                                              "' needs a CUDA device; the CPU computes in fp32 only");
+    check_precision(options);
     if (ld_in < in_channels_ || ld_out < out_channels_)
       throw Error(ErrorCode::invalid_argument, "row stride smaller than the channel count (input " +
                                                    std::to_string(ld_in) + " < " + std::to_string(in_channels_) +
@@ -340,17 +338,31 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
   }
 }
 
+void Model::check_precision(const RunOptions& options) const {
+  if (options.precision == Precision::fp64) {
+    if (!supports_fp64())
+      throw Error(ErrorCode::unsupported, "precision 'fp64': the " + architecture_ +
+                                              " model computes in fp32 only (fp64 is offered by the hept family)");
+    return;
+  }
+  if (options.cuda_device < 0 && options.precision != Precision::fp32)
+    throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
+                                            "' needs a CUDA device; the CPU computes in fp32 (or fp64 where the model offers it)");
+}
+
 Precision parse_precision(const std::string& name) {
   if (name == "fp32") return Precision::fp32;
+  if (name == "fp64") return Precision::fp64;
   if (name == "tf32") return Precision::tf32;
   if (name == "bf16") return Precision::bf16;
-  throw Error(ErrorCode::invalid_argument, "unknown precision '" + name + "' (expected fp32, tf32 or bf16)");
+  throw Error(ErrorCode::invalid_argument, "unknown precision '" + name + "' (expected fp32, tf32, bf16 or fp64)");
 }
 
 const char* precision_name(Precision p) noexcept {
   switch (p) {
     case Precision::tf32: return "tf32";
     case Precision::bf16: return "bf16";
+    case Precision::fp64: return "fp64";
     case Precision::fp32: break;
   }
   return "fp32";
@@ -411,6 +423,7 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
     if (options.cuda_device < 0)
       throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
     if (n > 0 && (!arrays.in || !arrays.out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    check_precision(options);
   });
   plan.rebind(comm);
   const ProfileScope scope(&plan.profile());

@@ -12,6 +12,7 @@
 
 #include "exchange/sample_owners.hpp"
 #include "exchange_cases.hpp"
+#include "surrogate/error.hpp"
 #include "surrogate/mpi_comm.hpp"
 
 namespace {
@@ -138,6 +139,24 @@ TEST(SampleOwners, OwnersDependOnSizesAndRanksOnly) {
     return o;
   };
   EXPECT_EQ(owners_of(a), owners_of(b));
+}
+
+TEST(SampleOwners, DuplicateIdsAreAnAgreedError) {
+  // Two points of one sample with the same global id (on different ranks when there are several).
+  MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank();
+  const Index n = me == 0 || me == P - 1 ? 2 : 0;
+  std::vector<std::int64_t> samples(static_cast<std::size_t>(n), 0), ids;
+  for (Index i = 0; i < n; ++i) ids.push_back(me == 0 ? i : 1 + i);  // id 1 on rank 0 and on rank P - 1
+  if (P == 1) ids = {5, 5};
+  const SampleLayout layout = SampleLayout::build(comm, n, samples.data());
+  try {
+    static_cast<void>(SampleOwners::build(comm, layout, ids.data()));
+    ADD_FAILURE() << "duplicate ids accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("is given to two points of sample 0"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

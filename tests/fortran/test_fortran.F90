@@ -248,6 +248,15 @@ program test_fortran
   call check_agreed(ierr, SURROGATE_ERR_INVALID_ARGUMENT, 'open over an open handle', .false.)
   call check(index(surrogate_last_error(), 'already open') > 0, 'already open: '//surrogate_last_error())
 
+  ! precision='fp64': reaches the model, which (FLARE) refuses it on every rank; then back to fp32
+  call surrogate_set_options(s, ierr, precision='fp64')
+  call expect_ok(ierr, 'set_options precision fp64')
+  call surrogate_predict(s, coords_pf, out_pf, ierr)
+  call check_agreed(ierr, SURROGATE_ERR_UNSUPPORTED, 'fp64 on a FLARE model', .true.)
+  call check(index(surrogate_last_error(), "precision 'fp64'") > 0, 'fp64 message: '//surrogate_last_error())
+  call surrogate_set_options(s, ierr, precision='fp32')
+  call expect_ok(ierr, 'set_options precision fp32')
+
   ! The handle still works (the points are those of the last successful set_points)
   call surrogate_predict(s, coords_pf, out_pf, ierr)
   call expect_ok(ierr, 'predict after errors')

@@ -77,7 +77,8 @@ const kernels::CpuKernels& emulated_cpu_kernels(Precision precision) {
   switch (precision) {
     case Precision::tf32: return tf32;
     case Precision::bf16: return bf16;
-    case Precision::fp32: break;
+    case Precision::fp32:
+    case Precision::fp64: break;
   }
   return fp32;
 }

@@ -20,8 +20,10 @@ using index_t = std::int64_t;
 /// Arithmetic of the Linear layers (the MLPs): FP32 everywhere (default), or on CUDA devices the tensor
 /// cores with operands rounded to TF32 (10-bit mantissa) or BF16 (8-bit mantissa) and FP32 accumulation.
 /// Norms, softmax, the encode/decode products and the residual stream stay FP32 (share/docs/cuda.md).
-enum class Precision { fp32, tf32, bf16 };
-/// "fp32", "tf32", "bf16" (exactly); anything else throws Error(invalid_argument).
+/// FP64: the whole forward in double precision on the CPU (inputs and outputs stay float), for models
+/// that need it (HEPT's shipped checkpoint, share/docs/hept.md); families without it refuse it.
+enum class Precision { fp32, tf32, bf16, fp64 };
+/// "fp32", "tf32", "bf16", "fp64" (exactly); anything else throws Error(invalid_argument).
 Precision parse_precision(const std::string& name);
 const char* precision_name(Precision p) noexcept;
 
@@ -35,7 +37,8 @@ struct RunOptions {
   /// Where the forward pass runs: -1 the CPU, otherwise the index of a CUDA device (CUDA builds only;
   /// inputs and outputs stay host arrays, the model copies them).
   int cuda_device = -1;
-  /// tf32 and bf16 need a CUDA device (cuda_device >= 0): the CPU refuses them with Error(unsupported).
+  /// tf32 and bf16 need a CUDA device (cuda_device >= 0): the CPU refuses them with Error(unsupported);
+  /// fp64 is refused with Error(unsupported) by the families that do not offer it (Model::supports_fp64).
   Precision precision = Precision::fp32;
   /// Hand NaN/Inf predictions to the caller instead of failing (default: predict() checks its outputs and
   /// throws Error(input) on every rank, naming the channels, ranks and counts).
@@ -169,6 +172,9 @@ class Model {
   /// True when predict() must be given edges (PointGeometry::edge_index): the model passes messages
   /// along a graph and its file names no rule to build it.
   virtual bool needs_edges() const { return false; }
+  /// True when the family runs Precision::fp64 (in double precision on the CPU); predict() refuses fp64
+  /// with Error(unsupported) on every rank for the others.
+  virtual bool supports_fp64() const { return false; }
 
   /// Values per sample the model takes besides the per-point inputs (Sequoia's class vector), 0 for most
   /// models; and values per sample it outputs when its output is one row per sample (a classification,
@@ -270,6 +276,8 @@ class Model {
   /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
   /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
   void throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const;
+  /// Throws Error(unsupported) for a precision this model cannot run with these options.
+  void check_precision(const RunOptions& options) const;
 
  private:
   std::string architecture_;

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <numeric>
+#include <string>
 
 #include "surrogate/error.hpp"
 
@@ -115,6 +116,13 @@ SampleOwners SampleOwners::build(const Comm& comm, const SampleLayout& layout, c
   for (const Owned& o : so.owned_)
     std::stable_sort(perm.begin() + o.begin, perm.begin() + o.end,
                      [&](std::size_t a, std::size_t b) { return gathered[a] < gathered[b]; });
+  std::string duplicate;  // a global id given twice within a sample would make the order partition-dependent
+  for (const Owned& o : so.owned_)
+    for (index_t t = o.begin + 1; t < o.end && duplicate.empty(); ++t)
+      if (gathered[perm[static_cast<std::size_t>(t)]] == gathered[perm[static_cast<std::size_t>(t - 1)]])
+        duplicate = "global id " + std::to_string(static_cast<std::int64_t>(gathered[perm[static_cast<std::size_t>(t)]])) +
+                    " is given to two points of sample " + std::to_string(o.sample) + " (ids must be unique)";
+  comm.agree_or_throw(duplicate.empty() ? Status{} : Status{ErrorCode::input, duplicate});
   for (std::size_t t = 0; t < perm.size(); ++t) {
     sorted_rank[t] = source_rank[perm[t]];
     sorted_key[t] = source_key[perm[t]];

@@ -18,6 +18,7 @@ FAMILIES = {
     "flare": "surrogate_export.flare",
     "erwin": "surrogate_export.erwin",
     "bsa": "surrogate_export.bsa",
+    "hept": "surrogate_export.hept",
     "sequoia": "surrogate_export.sequoia",
     "sphere_transformer": "surrogate_export.sphere:TRANSFORMER",
     "s2_attention": "surrogate_export.sphere:ATTENTION",
@@ -82,11 +83,11 @@ def make_parser():
     p.add_argument("--source", metavar="OWNER/REPO@COMMIT",
                    help="the code that trained the model, recorded in @source (default for flare: "
                         "vpuri3/FLARE.py@unknown)")
-    p.add_argument("--layout", choices=("auto", "current", "paper", "erwin", "erwin_flash"), default="auto",
+    p.add_argument("--layout", choices=("auto", "current", "paper", "erwin", "erwin_flash", "example", "src"), default="auto",
                    help="key layout of the state_dict. flare: 'current' (blocks.N.norm1, out_proj.1; FLARE.py "
                         "from 2026-02) or 'paper' (blocks.N.ln1, out_proj.mlp; 2025-08..09). erwin: 'erwin' "
                         "(models/erwin.py: interleaved q/k/v, distance bias) or 'erwin_flash' "
-                        "(models/erwin_flash.py: grouped q/k/v, no bias). 'auto' (default) detects it from the "
+                        "(models/erwin_flash.py: grouped q/k/v, no bias). hept: 'example' or 'src' (e2lsh.beta). 'auto' (default) detects it from the "
                         "keys and refuses contradictory or unknown keys")
     p.add_argument("--unsafe-load", action="store_true",
                    help="load the checkpoint with full pickle (torch.load(weights_only=False)) when the safe "

@@ -1,0 +1,115 @@
+// HEPT (LSH-based Efficient Point Transformer; Graph-COM/HEPT): the configuration of a model file, the
+// geometry of a batch of graphs (region codes, padding) and the CPU network, in float or double, for tests
+// and tools. Semantics: share/docs/hept.md; registered as architecture "hept" (libsurrogate/src/hept/).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "surrogate/model_file.hpp"
+
+namespace surrogate::hept {
+
+/// The /config attributes of a HEPT model file (the official Transformer's constructor arguments).
+struct Config {
+  /// `example`: the official example/ code (padding by duplication, bit-packed region codes); `src`: the
+  /// training code of src/ (one graph, zero padding with +inf keys, additive region shift, e2lsh.beta).
+  enum class Layout { example, src };
+  Layout layout = Layout::example;
+  int in_dim = 0, coords_dim = 0, num_classes = 0;
+  int block_size = 100, n_hashes = 3, num_heads = 8, h_dim = 24, n_layers = 4, num_w_per_dist = 10;
+  int num_regions = 150;  // only drew `regions` at construction (stored); reported by describe()
+
+  /// Width of the hashed vectors [q ; sqrt(2 w) * coords].
+  int hash_dim() const { return h_dim + coords_dim; }
+  int out_dim() const { return num_classes > 0 ? num_classes : h_dim / 2; }
+  /// Reads and checks /config; every problem is an Error(format) naming the attribute.
+  static Config from_attributes(const AttributeMap& config);
+  ExpectedShapes expected_shapes() const;
+  std::vector<std::pair<std::string, std::string>> describe() const;
+};
+
+/// The geometry of a batch of whole graphs that depends only on the coordinates (share/docs/hept.md,
+/// "Regions and padding"): per hash table c and head h (row r = c * num_heads + h) the 1-based quantile
+/// bins of eta and phi, the bit widths, the region codes, and the padded sequence. Computed in the
+/// arithmetic of the run (T = float or double: the bin sizes are ceil(n * (1 / R)) in that precision).
+struct Geometry {
+  std::vector<std::int64_t> sizes, padded_sizes;     // per graph
+  std::vector<std::int64_t> region_eta, region_phi;  // rows x N (input order; src: rows x N', pads last)
+  std::vector<double> bin_eta, bin_phi;              // graphs x rows
+  std::vector<std::int64_t> bits_eta, bits_code1;    // rows
+  std::vector<std::int64_t> codes;                   // rows x N
+  std::vector<std::int64_t> pad_sort_order;          // N: stable argsort of codes row 0 within each graph
+  std::vector<std::int64_t> pad_seq;                 // N': input row of each padded row (src: -1 for zero pads)
+  std::vector<std::uint8_t> unpad;                   // N': 1 for originals
+  std::vector<std::int64_t> padded_codes;            // rows x N'
+  std::int64_t points() const {
+    std::int64_t n = 0;
+    for (const std::int64_t s : sizes) n += s;
+    return n;
+  }
+  std::int64_t padded_points() const { return static_cast<std::int64_t>(pad_seq.size()); }
+};
+
+/// The first step of the geometry: quantile bins of the graphs `sizes` (consecutive rows of `coords`,
+/// points x coords_dim), ranks by a stable sort (ties by index within the graph). Fills sizes,
+/// region_eta, region_phi, bin_eta, bin_phi.
+template <class T>
+void quantile_bins(const Config& cfg, const std::vector<float>& regions, const float* coords,
+                   const std::vector<std::int64_t>& sizes, Geometry& g);
+/// The second step: bit widths over the batch (`reduce_max` takes the maxima over the ranks; empty: this
+/// process holds the batch), codes with the graphs' batch numbers `graph_ids`, padding by duplication
+/// (stable order). Every graph must hold at least block_size points (Error(input) otherwise).
+void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_ids, Geometry& g,
+                     const std::function<void(std::vector<std::int64_t>&)>& reduce_max = {});
+
+/// What a forward can record for tests: per layer the sort permutations (rows x N', padded row at each
+/// sorted position), the ranges Delta (rows), and layer 0's sort keys and attention output (N' x h_dim).
+template <class T>
+struct Trace {
+  std::vector<std::vector<std::int64_t>> perm_q, perm_k;
+  std::vector<std::vector<T>> delta;
+  std::vector<T> keys_q0, keys_k0, attn_out0;
+};
+
+/// The HEPT network in arithmetic T (float or double) on the CPU, for a batch of whole graphs on one
+/// process (the registered model adds the ranks).
+template <class T>
+class Network {
+ public:
+  Network() = default;
+  Network(const ModelFile& file, const Config& cfg);
+  /// x: points x in_dim, coords: points x coords_dim (input order, graphs consecutive); out: points x
+  /// out_dim. `range` reduces the per-(table, head) minima and maxima over the ranks (identity when null).
+  void forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace = nullptr,
+               const std::function<void(std::vector<T>&, std::vector<T>&)>* range = nullptr, int threads = 0) const;
+  const std::vector<float>& regions() const { return regions_; }
+  const Config& config() const { return cfg_; }
+
+  struct Linear {
+    int in = 0, out = 0;
+    std::vector<T> wt, b;  // wt: in x out (the weight transposed)
+  };
+  struct Norm {
+    std::vector<T> w, b;
+  };
+  struct Layer {
+    Norm norm1, norm2;
+    Linear wq, wk, wv, out_linear, ff0, ff2;
+    std::vector<T> alpha;      // heads x hash_dim x n_hashes
+    std::vector<T> rbf_scale;  // heads x coords_dim: sqrt(2 w')
+  };
+
+ private:
+  Config cfg_;
+  std::vector<float> regions_;  // n_hashes x 2 x heads
+  Linear enc0_, enc2_, W_, out_proj_;
+  std::vector<Layer> layers_;
+  Linear mlp_[5];
+  Norm mlp_norms_[4];
+};
+
+}  // namespace surrogate::hept

@@ -1,0 +1,355 @@
+// HEPT's CPU forward in float or double (share/docs/hept.md): feature encoder, HEPT blocks (RBF-augmented
+// queries and keys, E2LSH keys P + code * Delta, stable bucket sorts, Gaussian bucket attention summed
+// over the hash tables), the concatenation head and its PyG-style MLP, the optional out_proj.
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <string>
+
+#include "surrogate/error.hpp"
+#include "surrogate/hept.hpp"
+#include "surrogate/kernels/bucket_attention.hpp"
+
+namespace surrogate::hept {
+namespace {
+
+template <class T>
+typename Network<T>::Linear linear(const ModelFile& file, const std::string& prefix, bool bias = true) {
+  typename Network<T>::Linear l;
+  const Tensor32& w = file.weight(prefix + ".weight");
+  l.out = static_cast<int>(w.shape[0]);
+  l.in = static_cast<int>(w.shape[1]);
+  l.wt.resize(w.values.size());
+  for (int o = 0; o < l.out; ++o)
+    for (int i = 0; i < l.in; ++i)
+      l.wt[static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out) + static_cast<std::size_t>(o)] =
+          static_cast<T>(
+              w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
+  if (bias) {
+    const Tensor32& b = file.weight(prefix + ".bias");
+    l.b.assign(b.values.begin(), b.values.end());
+  }
+  return l;
+}
+
+template <class T>
+typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix) {
+  typename Network<T>::Norm n;
+  const Tensor32& w = file.weight(prefix + ".weight");
+  const Tensor32& b = file.weight(prefix + ".bias");
+  n.w.assign(w.values.begin(), w.values.end());
+  n.b.assign(b.values.begin(), b.values.end());
+  return n;
+}
+
+int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
+
+/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy): the sum over inputs in
+/// ascending order, then the bias (the loop over outputs innermost, on W transposed).
+template <class T>
+void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+           std::int64_t rows, int threads) {
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<T> acc(static_cast<std::size_t>(l.out));
+#pragma omp for schedule(static)
+    for (std::int64_t n = 0; n < rows; ++n) {
+      const T* xn = x + n * ldx;
+      std::fill(acc.begin(), acc.end(), T(0));
+      for (int i = 0; i < l.in; ++i) {
+        const T xi = xn[i];
+        const T* wt = l.wt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out);
+        for (int o = 0; o < l.out; ++o) acc[static_cast<std::size_t>(o)] += xi * wt[o];
+      }
+      for (int o = 0; o < l.out; ++o)
+        y[n * ldy + o] = l.b.empty() ? acc[static_cast<std::size_t>(o)]
+                                     : acc[static_cast<std::size_t>(o)] + l.b[static_cast<std::size_t>(o)];
+    }
+  }
+}
+
+/// LayerNorm (biased variance, eps 1e-5) of `dim` channels.
+template <class T>
+void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+                std::int64_t rows, int dim, int threads) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t n = 0; n < rows; ++n) {
+    const T* xn = x + n * ldx;
+    T mean = 0, var = 0;
+    for (int c = 0; c < dim; ++c) mean += xn[c];
+    mean /= static_cast<T>(dim);
+    for (int c = 0; c < dim; ++c) var += (xn[c] - mean) * (xn[c] - mean);
+    var /= static_cast<T>(dim);
+    const T inv = T(1) / std::sqrt(var + T(1e-5));
+    for (int c = 0; c < dim; ++c)
+      y[n * ldy + c] = (xn[c] - mean) * inv * nm.w[static_cast<std::size_t>(c)] + nm.b[static_cast<std::size_t>(c)];
+  }
+}
+
+}  // namespace
+
+template <class T>
+Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
+  const Tensor32& regions = file.weight("regions");
+  regions_ = regions.values;
+  enc0_ = linear<T>(file, "feat_encoder.0");
+  enc2_ = linear<T>(file, "feat_encoder.2");
+  const int H = cfg.num_heads, D = cfg.h_dim, K = cfg.num_w_per_dist, cd = cfg.coords_dim;
+  for (int l = 0; l < cfg.n_layers; ++l) {
+    const std::string p = "attns." + std::to_string(l) + ".";
+    Layer layer;
+    layer.norm1 = norm<T>(file, p + "norm1");
+    layer.norm2 = norm<T>(file, p + "norm2");
+    layer.wq = linear<T>(file, p + "w_q", false);
+    layer.wk = linear<T>(file, p + "w_k", false);
+    layer.wv = linear<T>(file, p + "w_v", false);
+    layer.out_linear = linear<T>(file, p + "attn.out_linear");
+    layer.ff0 = linear<T>(file, p + "ff.0");
+    layer.ff2 = linear<T>(file, p + "ff.2");
+    const Tensor32& alpha = file.weight(p + "attn.e2lsh.alpha");
+    layer.alpha.assign(alpha.values.begin(), alpha.values.end());
+    // RBF weights from w_rpe.weight viewed [h][d][r][k]: w[h][r] = sum_k exp(min(sum_d w, 50)); eta and phi
+    // share r = 0, so the per-coordinate weights are [w0, w0, w1, ...]; the scale is sqrt(2 w').
+    const Tensor32& rpe = file.weight(p + "w_rpe.weight");
+    const int cols = (cd - 1) * K;
+    std::vector<T> w(static_cast<std::size_t>(H * (cd - 1)));
+    for (int h = 0; h < H; ++h)
+      for (int r = 0; r < cd - 1; ++r) {
+        T total = 0;
+        for (int k = 0; k < K; ++k) {
+          T s = 0;
+          for (int d = 0; d < D; ++d)
+            s += static_cast<T>(rpe.values[static_cast<std::size_t>((h * D + d) * cols + r * K + k)]);
+          total += std::exp(std::min(s, T(50)));
+        }
+        w[static_cast<std::size_t>(h * (cd - 1) + r)] = total;
+      }
+    layer.rbf_scale.resize(static_cast<std::size_t>(H * cd));
+    for (int h = 0; h < H; ++h)
+      for (int t = 0; t < cd; ++t)
+        layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] =
+            std::sqrt(T(2) * w[static_cast<std::size_t>(h * (cd - 1) + std::max(0, t - 1))]);
+    layers_.push_back(std::move(layer));
+  }
+  W_ = linear<T>(file, "W", false);
+  for (int j = 0; j < 5; ++j) mlp_[j] = linear<T>(file, "mlp_out.lins." + std::to_string(j));
+  for (int j = 0; j < 4; ++j) mlp_norms_[j] = norm<T>(file, "mlp_out.norms." + std::to_string(j));
+  if (cfg.num_classes > 0) out_proj_ = linear<T>(file, "out_proj");
+}
+
+template <class T>
+void Network<T>::forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace,
+                         const std::function<void(std::vector<T>&, std::vector<T>&)>* range, int threads) const {
+  threads = thread_count(threads);
+  const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
+  const int rows = C * H, L = cfg_.n_layers, bs = cfg_.block_size, HD = H * D;
+  const std::int64_t np = g.padded_points(), ldcat = static_cast<std::int64_t>(L + 1) * D;
+  const auto npu = static_cast<std::size_t>(np);
+  // Padded inputs (duplicates are copies of their originals' rows; src: zero rows).
+  const bool src_layout = cfg_.layout == Config::Layout::src;
+  std::vector<T> xp(npu * static_cast<std::size_t>(cfg_.in_dim)), cp(npu * static_cast<std::size_t>(cd));
+  for (std::int64_t p = 0; p < np; ++p) {
+    const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
+    if (i < 0) continue;
+    for (int c = 0; c < cfg_.in_dim; ++c)
+      xp[static_cast<std::size_t>(p * cfg_.in_dim + c)] = static_cast<T>(x[i * cfg_.in_dim + c]);
+    for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
+  }
+  std::vector<T> cat(npu * static_cast<std::size_t>(ldcat)), hid(npu * static_cast<std::size_t>(std::max(D, 256)));
+  apply<T>(enc0_, xp.data(), cfg_.in_dim, hid.data(), D, np, threads);
+  for (auto& v : hid) v = std::max(v, T(0));
+  apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
+
+  std::vector<T> xn(npu * static_cast<std::size_t>(D)), q(npu * static_cast<std::size_t>(HD)), k(q.size()), v(q.size());
+  std::vector<T> qh(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(Dh)), kh(qh.size());
+  std::vector<T> pq(static_cast<std::size_t>(rows) * npu), pk(pq.size());
+  std::vector<std::int64_t> perm_q(pq.size()), perm_k(pq.size());
+  // Per head: the numerators and denominators summed over the hash tables.
+  std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)),
+      den(static_cast<std::size_t>(H) * npu);
+  std::vector<T> attn(npu * static_cast<std::size_t>(HD)), y(npu * static_cast<std::size_t>(D));
+  // First padded row of every graph.
+  std::vector<std::int64_t> graph_first(1, 0);
+  for (const std::int64_t s : g.padded_sizes) graph_first.push_back(graph_first.back() + s);
+  const int graphs = static_cast<int>(g.padded_sizes.size());
+
+  for (int l = 0; l < L; ++l) {
+    const Layer& layer = layers_[static_cast<std::size_t>(l)];
+    T* e = cat.data() + static_cast<std::int64_t>(l) * D;
+    layer_norm<T>(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
+    apply<T>(layer.wq, xn.data(), D, q.data(), HD, np, threads);
+    apply<T>(layer.wk, xn.data(), D, k.data(), HD, np, threads);
+    apply<T>(layer.wv, xn.data(), D, v.data(), HD, np, threads);
+    // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords]; projections P [c][h][n] on alpha [h][t][c].
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t n = 0; n < np; ++n)
+      for (int h = 0; h < H; ++h) {
+        T* qr = qh.data() +
+                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+        T* kr = kh.data() +
+                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+        for (int d = 0; d < D; ++d) {
+          qr[d] = q[static_cast<std::size_t>(n * HD + h * D + d)];
+          kr[d] = k[static_cast<std::size_t>(n * HD + h * D + d)];
+        }
+        for (int t = 0; t < cd; ++t)
+          qr[D + t] = kr[D + t] =
+              layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
+        for (int c = 0; c < C; ++c) {
+          T sq = 0, sk = 0;
+          for (int t = 0; t < Dh; ++t) {
+            const T a = layer.alpha[static_cast<std::size_t>((h * Dh + t) * C + c)];
+            sq += qr[t] * a;
+            sk += kr[t] * a;
+          }
+          pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = sq;
+          pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = sk;
+        }
+      }
+    if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
+      for (std::int64_t n = 0; n < np; ++n) {
+        if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
+        for (int h = 0; h < H; ++h) {
+          const std::size_t row =
+              (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
+          std::fill_n(qh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
+          std::fill_n(kh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
+          for (int c = 0; c < C; ++c)
+            pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] =
+                pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = T(0);
+        }
+        std::fill_n(v.begin() + n * HD, HD, T(0));
+      }
+    // The range Delta of every (table, head) over the whole batch (all ranks), then the keys.
+    std::vector<T> lo(static_cast<std::size_t>(rows), T(INFINITY)), hi(static_cast<std::size_t>(rows), T(-INFINITY));
+    for (int r = 0; r < rows; ++r)
+      for (std::size_t n = 0; n < npu; ++n) {
+        const auto i = static_cast<std::size_t>(r) * npu + n;
+        lo[static_cast<std::size_t>(r)] = std::min({lo[static_cast<std::size_t>(r)], pq[i], pk[i]});
+        hi[static_cast<std::size_t>(r)] = std::max({hi[static_cast<std::size_t>(r)], pq[i], pk[i]});
+      }
+    if (range && *range) (*range)(lo, hi);
+    std::vector<T> delta(static_cast<std::size_t>(rows));
+    for (int r = 0; r < rows; ++r)
+      delta[static_cast<std::size_t>(r)] = hi[static_cast<std::size_t>(r)] - lo[static_cast<std::size_t>(r)];
+    for (int r = 0; r < rows; ++r) {
+      const T dr = delta[static_cast<std::size_t>(r)];
+      // src: shift (phi * Delta) * (ceil(R_eta) + 1) + eta * Delta, the pads' keys +inf.
+      const T factor = std::ceil(static_cast<T>(regions_[static_cast<std::size_t>(((r / H) * 2) * H + r % H)])) + T(1);
+      for (std::size_t n = 0; n < npu; ++n) {
+        const auto i = static_cast<std::size_t>(r) * npu + n;
+        if (!src_layout) {
+          const T shift = static_cast<T>(g.padded_codes[i]) * dr;
+          pq[i] += shift;
+          pk[i] += shift;
+          continue;
+        }
+        const T shift = static_cast<T>(g.region_phi[i]) * dr * factor + static_cast<T>(g.region_eta[i]) * dr;
+        const bool pad = g.pad_seq[n] < 0;
+        pq[i] = pad ? T(INFINITY) : pq[i] + shift;
+        pk[i] = pad ? T(INFINITY) : pk[i] + shift;
+      }
+    }
+    // Stable sorts of the keys within each graph (ties by padded position), then bucket attention, one
+    // hash table after the other: each query's numerator and denominator are added to its head's sums in
+    // table order (OR-combination), each (head, row) written by one task per table.
+    std::fill(num.begin(), num.end(), T(0));
+    std::fill(den.begin(), den.end(), T(0));
+    for (int c = 0; c < C; ++c) {
+#pragma omp parallel num_threads(threads)
+      {
+        std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))),
+            bnum(static_cast<std::size_t>(bs * D)), bden(static_cast<std::size_t>(bs));
+#pragma omp for schedule(dynamic)
+        for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
+          const int h = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), r = c * H + h;
+          const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)],
+                             b1 = graph_first[static_cast<std::size_t>(gi) + 1];
+          const std::size_t base = static_cast<std::size_t>(r) * npu;
+          for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
+            std::int64_t* pr = perm->data() + base;
+            std::iota(pr + b0, pr + b1, b0);
+            const T* key = keys->data() + base;
+            std::stable_sort(pr + b0, pr + b1, [key](std::int64_t a, std::int64_t b) { return key[a] < key[b]; });
+          }
+          const T* qb = qh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
+          const T* kb = kh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
+          const std::size_t head = static_cast<std::size_t>(h) * npu;
+          for (std::int64_t s = b0; s < b1; s += bs) {
+            const std::int64_t* qrow = perm_q.data() + base + s;
+            kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD,
+                                                  bs, Dh, D, bnum.data(), bden.data(), scratch.data());
+            for (int i = 0; i < bs; ++i) {
+              const auto row = static_cast<std::size_t>(qrow[i]);
+              T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);
+              for (int d = 0; d < D; ++d) acc[d] += bnum[static_cast<std::size_t>(i * D + d)];
+              den[head + row] += bden[static_cast<std::size_t>(i)];
+            }
+          }
+        }
+      }
+    }
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t n = 0; n < np; ++n)
+      for (int h = 0; h < H; ++h) {
+        const std::size_t slot = static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n);
+        for (int d = 0; d < D; ++d)
+          attn[static_cast<std::size_t>(n * HD + h * D + d)] =
+              num[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / den[slot];
+      }
+    apply<T>(layer.out_linear, attn.data(), HD, y.data(), D, np, threads);
+    if (trace) {
+      trace->perm_q.push_back(perm_q);
+      trace->perm_k.push_back(perm_k);
+      trace->delta.push_back(delta);
+      if (l == 0) {
+        trace->keys_q0 = pq;
+        trace->keys_k0 = pk;
+        trace->attn_out0 = y;
+      }
+    }
+    // Residuals: x + attn, then x + ff(LN2(x)), written to the next block of the concatenation.
+    T* next = e + D;
+    for (std::int64_t n = 0; n < np; ++n)
+      for (int d = 0; d < D; ++d) next[n * ldcat + d] = e[n * ldcat + d] + y[static_cast<std::size_t>(n * D + d)];
+    layer_norm<T>(layer.norm2, next, ldcat, xn.data(), D, np, D, threads);
+    apply<T>(layer.ff0, xn.data(), D, hid.data(), D, np, threads);
+    for (std::size_t i = 0; i < npu * static_cast<std::size_t>(D); ++i) hid[i] = std::max(hid[i], T(0));
+    apply<T>(layer.ff2, hid.data(), D, y.data(), D, np, threads);
+    for (std::int64_t n = 0; n < np; ++n)
+      for (int d = 0; d < D; ++d) next[n * ldcat + d] += y[static_cast<std::size_t>(n * D + d)];
+  }
+  // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
+  const int half = D / 2;
+  std::vector<T> eh(npu * static_cast<std::size_t>(half)), a(npu * 256), b(npu * 256), res(eh.size());
+  apply<T>(W_, cat.data(), ldcat, eh.data(), half, np, threads);
+  const T* src = eh.data();
+  std::int64_t ld = half;
+  for (int j = 0; j < 4; ++j) {
+    apply<T>(mlp_[j], src, ld, a.data(), 256, np, threads);
+    layer_norm<T>(mlp_norms_[j], a.data(), 256, b.data(), 256, np, 256, threads);
+    for (auto& t : b) t = std::tanh(t);
+    src = b.data();
+    ld = 256;
+  }
+  apply<T>(mlp_[4], src, ld, res.data(), half, np, threads);
+  for (std::size_t i = 0; i < res.size(); ++i) res[i] += eh[i];
+  std::vector<T> final_out;
+  const T* result = res.data();
+  if (cfg_.num_classes > 0) {
+    final_out.resize(npu * static_cast<std::size_t>(cfg_.num_classes));
+    apply<T>(out_proj_, res.data(), half, final_out.data(), cfg_.num_classes, np, threads);
+    result = final_out.data();
+  }
+  const int od = cfg_.out_dim();
+  for (std::int64_t p = 0; p < np; ++p)
+    if (g.unpad[static_cast<std::size_t>(p)])
+      std::copy(result + p * od, result + (p + 1) * od, out + g.pad_seq[static_cast<std::size_t>(p)] * od);
+}
+
+template class Network<float>;
+template class Network<double>;
+
+}  // namespace surrogate::hept

@@ -1,0 +1,153 @@
+"""HEPT family (Graph-COM/HEPT: ``example/transformer.py`` and ``src/models/baselines/transformer.py``, class
+``Transformer``).
+
+Plain state_dicts as the repository saves them (the shipped ``example/ckpt/tracking-60k-model.pt``).
+The layout is detected from the keys: ``attns.{l}.attn.e2lsh.beta`` exists only in the ``src/`` code
+(zero padding with ``+inf`` keys, additive region shift), otherwise ``example`` (padding by duplication,
+bit-packed region codes). ``regions`` is stored non-contiguous; its logical values are exported.
+``--config``: the ``Transformer`` constructor arguments as JSON (``in_dim``, ``coords_dim``,
+``num_classes``, ``dropout``, ``block_size``, ``n_hashes``, ``num_regions``, ``num_heads``, ``h_dim``,
+``n_layers``, ``num_w_per_dist``; ``src``: ``attn_type``, ``task``, ``pe_type`` instead of
+``num_classes``/``dropout``) or a ``src/configs/*`` YAML (its ``model_kwargs``; ``in_dim``,
+``coords_dim`` and ``num_classes`` then come from the weights). Semantics: share/docs/hept.md.
+"""
+
+from collections import OrderedDict
+
+from .common import ExportError, note
+
+FAMILY = "hept"
+DEFAULT_SOURCE = "Graph-COM/HEPT@8d256c1c11c81e24c77d57e80decfeb02df75968"
+
+CONFIG_KINDS = OrderedDict([
+    ("layout", "str"), ("in_dim", "int"), ("coords_dim", "int"), ("num_classes", "int"), ("block_size", "int"),
+    ("n_hashes", "int"), ("num_regions", "int"), ("num_heads", "int"), ("h_dim", "int"), ("n_layers", "int"),
+    ("num_w_per_dist", "int"),
+])
+EXAMPLE_ARGS = ("in_dim", "coords_dim", "num_classes", "dropout", "block_size", "n_hashes", "num_regions",
+                "num_heads", "h_dim", "n_layers", "num_w_per_dist")
+SRC_ARGS = ("attn_type", "in_dim", "coords_dim", "task", "block_size", "n_hashes", "num_regions", "num_heads",
+            "h_dim", "n_layers", "num_w_per_dist", "pe_type")
+HYPER = ("block_size", "n_hashes", "num_heads", "h_dim", "n_layers", "num_w_per_dist")
+
+
+def io_dims(config):
+    """(input channels, output channels) for --normalization / --fields."""
+    return config["in_dim"], config["num_classes"] or config["h_dim"] // 2
+
+
+def detect_layout(keys):
+    return "src" if any(k.endswith(".attn.e2lsh.beta") for k in keys) else "example"
+
+
+def _shape(state, key):
+    if key not in state:
+        raise ExportError(f"the state_dict has no {key} (is it a HEPT Transformer?)")
+    return tuple(state[key].shape)
+
+
+def _from_weights(state):
+    """in_dim, coords_dim, num_classes as the weights imply them."""
+    h_dim = _shape(state, "feat_encoder.0.weight")[0]
+    in_dim = _shape(state, "feat_encoder.0.weight")[1]
+    hash_dim = _shape(state, "attns.0.attn.e2lsh.alpha")[1]
+    classes = _shape(state, "out_proj.weight")[0] if "out_proj.weight" in state else 0
+    return {"in_dim": in_dim, "coords_dim": hash_dim - h_dim, "num_classes": classes}
+
+
+def parse_config(data, origin, layout, state):
+    if not isinstance(data, dict):
+        raise ExportError(f"--config ({origin}) must be an object of Transformer arguments or a src/configs YAML")
+    derived = _from_weights(state)
+    if isinstance(data.get("model_kwargs"), dict):  # src/configs/*.yaml
+        name = data.get("model_name", "trans_hept")
+        if name != "trans_hept":
+            raise ExportError(f"--config ({origin}): model_name {name!r} is not trans_hept")
+        data = dict(data["model_kwargs"], **derived)
+        if layout == "src":
+            data.update(attn_type="hept", task="tracking")
+        elif data.pop("pe_type", "none") != "none":
+            raise ExportError(f"--config ({origin}): pe_type {data['pe_type']!r} is not supported")
+    allowed = SRC_ARGS if layout == "src" else EXAMPLE_ARGS
+    unknown = sorted(k for k in data if k not in allowed)
+    if unknown:
+        raise ExportError(f"--config ({origin}): unknown {layout} Transformer argument(s) {', '.join(unknown)}; "
+                          f"expected {', '.join(allowed)}")
+    cfg = dict(derived)
+    for key, value in data.items():
+        if key in derived and value != derived[key] and not (key == "num_classes" and not value and not derived[key]):
+            raise ExportError(f"--config ({origin}): {key} = {value!r} but the weights give {derived[key]}")
+    missing = [k for k in HYPER if k not in data]
+    if missing:
+        raise ExportError(f"--config ({origin}): missing {', '.join(missing)}")
+    for key in HYPER + ("num_regions",):
+        if key in data:
+            if not isinstance(data[key], int) or isinstance(data[key], bool) or data[key] < 1:
+                raise ExportError(f"--config ({origin}): {key} must be a positive integer, got {data[key]!r}")
+            cfg[key] = data[key]
+    cfg.setdefault("num_regions", 0)
+    if layout == "src":
+        if data.get("attn_type", "hept") != "hept":
+            raise ExportError(f"--config ({origin}): attn_type {data['attn_type']!r}: only hept is this family")
+        if data.get("pe_type", "none") != "none":
+            raise ExportError(f"--config ({origin}): pe_type {data['pe_type']!r} is not supported (the configs use none)")
+        if data.get("task", "tracking") != "tracking":
+            raise ExportError(f"--config ({origin}): task {data['task']!r} is not supported (tracking only; pileup "
+                              "adds an embedding, out_proj and a sigmoid)")
+    elif "dropout" in data:
+        note("dropout is inactive at inference and not exported")
+    return cfg
+
+
+def expected_shapes(cfg):
+    h, H, L, cd = cfg["h_dim"], cfg["num_heads"], cfg["n_layers"], cfg["coords_dim"]
+    s = OrderedDict()
+    s["regions"] = (cfg["n_hashes"], 2, H)
+    s["feat_encoder.0.weight"], s["feat_encoder.0.bias"] = (h, cfg["in_dim"]), (h,)
+    s["feat_encoder.2.weight"], s["feat_encoder.2.bias"] = (h, h), (h,)
+    for l in range(L):
+        p = f"attns.{l}."
+        for name in ("w_q", "w_k", "w_v"):
+            s[p + name + ".weight"] = (H * h, h)
+        s[p + "attn.out_linear.weight"], s[p + "attn.out_linear.bias"] = (h, H * h), (h,)
+        s[p + "attn.e2lsh.alpha"] = (H, h + cd, cfg["n_hashes"])
+        if cfg["layout"] == "src":
+            s[p + "attn.e2lsh.beta"] = (1, cfg["n_hashes"])
+        for name in ("norm1", "norm2"):
+            s[p + name + ".weight"], s[p + name + ".bias"] = (h,), (h,)
+        for name in ("ff.0", "ff.2"):
+            s[p + name + ".weight"], s[p + name + ".bias"] = (h, h), (h,)
+        s[p + "w_rpe.weight"], s[p + "w_rpe.bias"] = (H * h, cfg["num_w_per_dist"] * (cd - 1)), (H * h,)
+    s["W.weight"] = (h // 2, h * (L + 1))
+    widths = [h // 2, 256, 256, 256, 256, h // 2]
+    for j in range(5):
+        s[f"mlp_out.lins.{j}.weight"], s[f"mlp_out.lins.{j}.bias"] = (widths[j + 1], widths[j]), (widths[j + 1],)
+    for j in range(4):
+        s[f"mlp_out.norms.{j}.weight"], s[f"mlp_out.norms.{j}.bias"] = (256,), (256,)
+    if cfg["num_classes"]:
+        s["out_proj.weight"], s["out_proj.bias"] = (cfg["num_classes"], h // 2), (cfg["num_classes"],)
+    return s
+
+
+def describe(cfg):
+    return (f"{cfg['layout']} layout, in_dim {cfg['in_dim']}, coords_dim {cfg['coords_dim']}, h_dim {cfg['h_dim']}, "
+            f"{cfg['n_layers']} layers, {cfg['num_heads']} heads, {cfg['n_hashes']} hashes, block {cfg['block_size']}"
+            + (f", {cfg['num_classes']} classes" if cfg["num_classes"] else ""))
+
+
+def build(state, config_data, config_origin, layout_choice):
+    """Family entry point: (stripped state, parsed config) -> (canonical config, expected shapes)."""
+    layout = detect_layout(state.keys())
+    if layout_choice not in (None, "auto", layout):
+        raise ExportError(f"--layout {layout_choice}: the keys are those of the {layout} layout"
+                          if layout_choice in ("example", "src") else
+                          f"--layout {layout_choice} does not apply to hept (example or src, detected from the keys)")
+    if config_data is None:
+        raise ExportError("--config is required for hept: block_size, n_hashes and num_w_per_dist cannot be read "
+                          "from the weights")
+    cfg = parse_config(config_data, config_origin, layout, state)
+    cfg["layout"] = layout
+    if cfg["h_dim"] % 2:
+        raise ExportError(f"--config ({config_origin}): h_dim {cfg['h_dim']} must be even (output width h_dim/2)")
+    config = OrderedDict((k, cfg[k]) for k in CONFIG_KINDS)
+    return config, expected_shapes(config), f"the HEPT {layout} configuration ({describe(config)})", f"{layout}/ Transformer"

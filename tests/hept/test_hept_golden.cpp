@@ -1,0 +1,255 @@
+// HEPT's geometry and network against the official example/ code (tests/data/hept/README.md): region
+// codes, bit widths, bin sizes, padding, bucket permutations, layer-0 keys and attention, the output; the
+// stable-sort runs (the library's order) in float32 and float64; the bucket kernel against a naive loop.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "h5_io.hpp"
+#include "surrogate/hept.hpp"
+#include "surrogate/kernels/bucket_attention.hpp"
+
+namespace hept = surrogate::hept;
+using surrogate::testing::read_array;
+
+namespace {
+
+std::string path_of(const std::string& name) {
+  return std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5";
+}
+
+std::vector<std::int64_t> ints(const std::vector<double>& v) { return {v.begin(), v.end()}; }
+
+struct Golden {
+  std::string path, group;
+  surrogate::ModelFile file;
+  hept::Config cfg;
+  std::vector<float> x, coords;
+  std::vector<std::int64_t> sizes, ids;
+  Golden(const std::string& name, const std::string& root = "/golden")
+      : path(path_of(name)),
+        group(root),
+        file(surrogate::ModelFile::read(path_of(name))),
+        cfg(hept::Config::from_attributes(file.config)) {
+    file.check_weights(cfg.expected_shapes());
+    x = surrogate::testing::to_float(read_array(path, root + "/x").values);
+    coords = surrogate::testing::to_float(read_array(path, root + "/coords").values);
+    sizes = ints(read_array(path, root + "/sample_sizes").values);
+    for (std::size_t g = 0; g < sizes.size(); ++g) ids.push_back(static_cast<std::int64_t>(g));
+  }
+  std::vector<double> run(const std::string& r, const std::string& name) const {
+    return read_array(path, group + "/" + r + "/" + name).values;
+  }
+  template <class T>
+  hept::Geometry geometry(const std::vector<float>& regions) const {
+    hept::Geometry g;
+    hept::quantile_bins<T>(cfg, regions, coords.data(), sizes, g);
+    hept::finish_geometry(cfg, ids, g);
+    return g;
+  }
+};
+
+template <class A, class B>
+void expect_equal(const A& got, const B& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  std::size_t bad = 0, first = 0;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    if (static_cast<double>(got[i]) != static_cast<double>(want[i]) && bad++ == 0) first = i;
+  EXPECT_EQ(bad, 0u) << what << ": first difference at " << first << " (" << static_cast<double>(got[first]) << " vs "
+                     << static_cast<double>(want[first]) << ")";
+}
+
+/// max |got - want| / max(1, max |want|).
+template <class T>
+double relative_error(const std::vector<T>& got, const std::vector<double>& want) {
+  double err = 0, scale = 1;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    err = std::max(err, std::abs(static_cast<double>(got[i]) - want[i]));
+    scale = std::max(scale, std::abs(want[i]));
+  }
+  std::printf("  max |difference| %.3g (relative to max(1, max|want|) %.3g)\n", err, err / scale);
+  return err / scale;
+}
+
+template <class T>
+void check_geometry(const Golden& c, const hept::Geometry& g, const std::string& r) {
+  expect_equal(g.region_eta, c.run(r, "region_eta"), r + " region_eta");
+  expect_equal(g.region_phi, c.run(r, "region_phi"), r + " region_phi");
+  // bin sizes: graphs x rows as the forward computed them (integers in the run's precision)
+  expect_equal(g.bin_eta, c.run(r, "bin_size_eta"), r + " bin_size_eta");
+  expect_equal(g.bin_phi, c.run(r, "bin_size_phi"), r + " bin_size_phi");
+  expect_equal(g.bits_eta, c.run(r, "bits_eta"), r + " bits_eta");
+  expect_equal(g.bits_code1, c.run(r, "bits_code1"), r + " bits_code1");
+  expect_equal(g.codes, c.run(r, "codes"), r + " codes");
+  expect_equal(g.pad_sort_order, c.run(r, "pad_sort_order"), r + " pad_sort_order");
+  expect_equal(g.pad_seq, c.run(r, "pad_seq"), r + " pad_seq");
+  expect_equal(g.unpad, c.run(r, "unpad"), r + " unpad");
+}
+
+TEST(HeptGolden, ExampleSmallGeometryStableRuns) {
+  const Golden c("example_small");
+  const hept::Network<float> net(c.file, c.cfg);
+  check_geometry<float>(c, c.geometry<float>(net.regions()), "f32_stable");
+  check_geometry<double>(c, c.geometry<double>(net.regions()), "f64_stable");
+}
+
+TEST(HeptGolden, CheckpointGeometryStableRuns) {
+  const Golden c("checkpoint_tracking");
+  const hept::Network<float> net(c.file, c.cfg);
+  check_geometry<float>(c, c.geometry<float>(net.regions()), "f32_stable");
+  check_geometry<double>(c, c.geometry<double>(net.regions()), "f64_stable");
+}
+
+/// The network's forward with a trace, in arithmetic T, on the golden inputs.
+template <class T>
+struct Forward {
+  hept::Trace<T> trace;
+  std::vector<T> out;
+  Forward(const Golden& c, const hept::Network<T>& net, int threads = 1) {
+    const hept::Geometry g = c.geometry<T>(net.regions());
+    out.resize(static_cast<std::size_t>(g.points() * c.cfg.out_dim()));
+    net.forward(g, c.x.data(), c.coords.data(), out.data(), &trace, nullptr, threads);
+  }
+};
+
+/// Sorted positions whose padded row differs from the golden permutation.
+std::size_t permutation_differences(const std::vector<std::int64_t>& got, const std::vector<double>& want) {
+  std::size_t bad = 0;
+  for (std::size_t i = 0; i < want.size(); ++i) bad += static_cast<double>(got[i]) != want[i];
+  return bad;
+}
+
+// float64, stable sorts: every bucket permutation of every layer is the official one; the keys, the
+// layer-0 attention and the output agree to the rounding of float64 sums in another order. Bound: the
+// network's values are sums of at most a few hundred products of magnitude <= 1e2 (logits cancel terms
+// up to 1e2 here), each relative 2^-53, so 1e-12 relative to max(1, max|y|) leaves a margin of ~100.
+TEST(HeptGolden, ExampleSmallFloat64Stable) {
+  const Golden c("example_small");
+  const hept::Network<double> net(c.file, c.cfg);
+  const Forward<double> f(c, net);
+  for (int l = 0; l < c.cfg.n_layers; ++l) {
+    const std::string layer = "f64_stable/layer_" + std::to_string(l);
+    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u)
+        << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u)
+        << layer;
+    EXPECT_LT(relative_error(f.trace.delta[static_cast<std::size_t>(l)], c.run(layer, "delta")), 1e-12) << layer;
+  }
+  EXPECT_LT(relative_error(f.trace.keys_q0, c.run("f64_stable/layer_0", "keys_q")), 1e-12);
+  EXPECT_LT(relative_error(f.trace.keys_k0, c.run("f64_stable/layer_0", "keys_k")), 1e-12);
+  EXPECT_LT(relative_error(f.trace.attn_out0, c.run("f64_stable/layer_0", "attn_out")), 1e-12);
+  EXPECT_LT(relative_error(f.out, c.run("f64_stable", "output")), 1e-12);
+}
+
+// float32, stable sorts: the same buckets except where float32 keys tie or nearly tie (rounding of the
+// projections in another summation order can swap two keys within a few ulps); the output within float32
+// rounding: 2e-5 relative to max(1, max|y|) (~170 float32 ulps: the errors of ~10 chained layers of sums
+// of 10-256 terms).
+TEST(HeptGolden, ExampleSmallFloat32Stable) {
+  const Golden c("example_small");
+  const hept::Network<float> net(c.file, c.cfg);
+  const Forward<float> f(c, net);
+  const std::size_t layer0 = permutation_differences(f.trace.perm_q[0], c.run("f32_stable/layer_0", "perm_q")) +
+                             permutation_differences(f.trace.perm_k[0], c.run("f32_stable/layer_0", "perm_k"));
+  EXPECT_EQ(layer0, 0u);
+  EXPECT_LT(relative_error(f.trace.attn_out0, c.run("f32_stable/layer_0", "attn_out")), 2e-5);
+  EXPECT_LT(relative_error(f.out, c.run("f32_stable", "output")), 2e-5);
+}
+
+// The shipped checkpoint in float64 (the precision it needs): layer-0 buckets are the official ones;
+// the output to 1e-9 relative to max|y| (~48): the logits cancel terms up to 1e8 (RBF weights ~1.7e7),
+// so a float64 rounding of 1e8 * 2^-53 ~ 1e-8 in a logit moves a kernel value by that relative amount.
+TEST(HeptGolden, CheckpointFloat64Stable) {
+  const Golden c("checkpoint_tracking");
+  const hept::Network<double> net(c.file, c.cfg);
+  const Forward<double> f(c, net);
+  EXPECT_EQ(permutation_differences(f.trace.perm_q[0], c.run("f64_stable/layer_0", "perm_q")), 0u);
+  EXPECT_EQ(permutation_differences(f.trace.perm_k[0], c.run("f64_stable/layer_0", "perm_k")), 0u);
+  EXPECT_LT(relative_error(f.trace.attn_out0, c.run("f64_stable/layer_0", "attn_out")), 1e-9);
+  EXPECT_LT(relative_error(f.out, c.run("f64_stable", "output")), 1e-9);
+}
+
+// The src/ layout (one graph of 300 padded to 320 with zero rows and +inf keys, the additive region shift):
+// bins over the padded length, every bucket permutation, keys (finite ones), layer-0 attention and the
+// output of the stable runs; float64 to 1e-12 and float32 to 2e-5 relative, as the example layout.
+template <class T>
+void check_src(const std::string& r, double bound) {
+  const Golden c("src_small");
+  ASSERT_EQ(c.cfg.layout, hept::Config::Layout::src);
+  const hept::Network<T> net(c.file, c.cfg);
+  const hept::Geometry g = c.geometry<T>(net.regions());
+  expect_equal(g.region_eta, c.run(r, "region_eta"), r + " region_eta");
+  expect_equal(g.region_phi, c.run(r, "region_phi"), r + " region_phi");
+  expect_equal(g.bin_eta, c.run(r, "bin_size_eta"), r + " bin_size_eta");
+  expect_equal(g.bin_phi, c.run(r, "bin_size_phi"), r + " bin_size_phi");
+  const Forward<T> f(c, net);
+  for (int l = 0; l < c.cfg.n_layers; ++l) {
+    const std::string layer = r + "/layer_" + std::to_string(l);
+    EXPECT_EQ(permutation_differences(f.trace.perm_q[static_cast<std::size_t>(l)], c.run(layer, "perm_q")), 0u)
+        << layer;
+    EXPECT_EQ(permutation_differences(f.trace.perm_k[static_cast<std::size_t>(l)], c.run(layer, "perm_k")), 0u)
+        << layer;
+  }
+  auto finite = [](std::vector<T> got, std::vector<double> want) {
+    for (std::size_t i = 0; i < want.size(); ++i)
+      if (!std::isfinite(want[i])) {
+        EXPECT_FALSE(std::isfinite(got[i])) << i;
+        got[i] = 0;
+        want[i] = 0;
+      }
+    return relative_error(got, want);
+  };
+  EXPECT_LT(finite(f.trace.keys_q0, c.run(r + "/layer_0", "keys_q")), bound);
+  EXPECT_LT(finite(f.trace.keys_k0, c.run(r + "/layer_0", "keys_k")), bound);
+  EXPECT_LT(relative_error(f.trace.attn_out0, c.run(r + "/layer_0", "attn_out")), bound);
+  EXPECT_LT(relative_error(f.out, c.run(r, "output")), bound);
+}
+
+TEST(HeptGolden, SrcLayoutFloat64Stable) { check_src<double>("f64_stable", 1e-12); }
+TEST(HeptGolden, SrcLayoutFloat32Stable) { check_src<float>("f32_stable", 2e-5); }
+
+// Threads change nothing: every value is computed by one thread in a fixed order.
+TEST(HeptGolden, ThreadCountIndependent) {
+  const Golden c("example_small");
+  const hept::Network<float> net(c.file, c.cfg);
+  const Forward<float> one(c, net, 1), three(c, net, 3);
+  expect_equal(one.out, three.out, "1 vs 3 threads");
+}
+
+// The bucket kernel against the formula evaluated naively in long double.
+TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
+  const int m = 7, dh = 5, dv = 3;
+  std::vector<double> q(20 * dh), k(20 * dh), v(20 * dv);
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = std::sin(0.7 * static_cast<double>(i)) * 1.3;
+  for (std::size_t i = 0; i < k.size(); ++i) k[i] = std::cos(0.3 * static_cast<double>(i) + 1.0);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.1 * static_cast<double>(i) + 0.5);
+  const std::vector<std::int64_t> qrow = {3, 0, 19, 7, 7, 12, 5}, krow = {1, 18, 4, 4, 9, 0, 13};
+  std::vector<double> num(m * dv), den(m),
+      scratch(static_cast<std::size_t>(surrogate::kernels::gaussian_bucket_scratch(m, dh, dv)));
+  surrogate::kernels::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), k.data(), dh, krow.data(), v.data(),
+                                                        dv, m, dh, dv, num.data(), den.data(), scratch.data());
+  for (int i = 0; i < m; ++i) {
+    long double d = 0, n[dv] = {0, 0, 0};
+    for (int j = 0; j < m; ++j) {
+      long double dist = 0;
+      for (int t = 0; t < dh; ++t) {
+        const long double diff =
+            q[static_cast<std::size_t>(qrow[i] * dh + t)] - k[static_cast<std::size_t>(krow[j] * dh + t)];
+        dist += diff * diff;
+      }
+      const long double a = std::exp(-0.5L * dist);  // = exp(q.k - |q|^2/2 - |k|^2/2), at most 1
+      d += a;
+      for (int e = 0; e < dv; ++e) n[e] += a * v[static_cast<std::size_t>(krow[j] * dv + e)];
+    }
+    // Sums of 7 terms of magnitude <= 1 after a cancellation of terms <= ~10: 1e-14 bounds the rounding.
+    EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d + 1e-20L), 1e-14);
+    for (int e = 0; e < dv; ++e)
+      EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[e]), 1e-14);
+  }
+}
+
+}  // namespace

@@ -1,0 +1,145 @@
+"""surrogate-export --family hept: the shipped checkpoint (non-contiguous `regions`, exported by its logical
+values) with its constructor arguments as JSON and as the src/configs YAML, the src layout detected from
+e2lsh.beta, refusals (unknown and missing arguments and keys, contradictions with the weights).
+
+Run from the repository root: /usr/bin/python3 -m unittest discover -s tests/python -v
+"""
+
+import contextlib
+import io
+import json
+import sys
+import tempfile
+import unittest
+from collections import OrderedDict
+from pathlib import Path
+
+sys.dont_write_bytecode = True
+REPO = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(REPO / "share" / "python"))
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+import surrogate_export  # noqa: E402
+
+CHECKPOINT = REPO / "share" / "models" / "hept" / "tracking-60k-model.pt"
+CONFIG = REPO / "share" / "models" / "hept" / "config.json"
+GOLDEN = REPO / "tests" / "data" / "hept"
+YAML = """model_name: trans_hept
+model_kwargs:
+  block_size: 100
+  n_hashes: 3
+  num_regions: 150
+  pe_type: none
+  num_heads: 8
+  h_dim: 24
+  n_layers: 4
+  num_w_per_dist: 10
+loss_name: infonce
+"""
+
+
+def export(*argv):
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        rc = surrogate_export.main([str(a) for a in argv])
+    return rc, out.getvalue(), err.getvalue()
+
+
+def scalar(v):
+    v = np.asarray(v)
+    if v.dtype.kind in "SO":
+        x = v.item()
+        return x.decode() if isinstance(x, bytes) else x
+    return v.item()
+
+
+def read(path):
+    with h5py.File(path, "r") as f:
+        config = {k: scalar(v) for k, v in f["config"].attrs.items()}
+        weights = OrderedDict((k, f["weights"][k][()]) for k in f["weights"])
+    return config, weights
+
+
+class HeptExport(unittest.TestCase):
+    def setUp(self):
+        self.tmp = tempfile.TemporaryDirectory()
+        self.dir = Path(self.tmp.name)
+
+    def tearDown(self):
+        self.tmp.cleanup()
+
+    def save(self, state, name="model.pt"):
+        path = self.dir / name
+        torch.save(state, path)
+        return path
+
+    def test_shipped_checkpoint_with_json_and_yaml(self):
+        state = torch.load(CHECKPOINT, map_location="cpu")
+        self.assertFalse(state["regions"].is_contiguous())  # the trap the exporter must handle
+        _, golden = read(GOLDEN / "hept_checkpoint_tracking.h5")
+        golden_config, _ = read(GOLDEN / "hept_checkpoint_tracking.h5")
+        yaml_path = self.dir / "tracking_trans_hept.yaml"
+        yaml_path.write_text(YAML)
+        for config in (CONFIG, yaml_path):
+            out = self.dir / f"out_{config.suffix[1:]}.h5"
+            rc, stdout, err = export("--family", "hept", "--checkpoint", CHECKPOINT, "--config", config, "-o", out)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("example layout", stdout)
+            cfg, weights = read(out)
+            self.assertEqual(list(weights), list(golden))
+            for key in golden:  # the golden file's weights are the checkpoint's logical values
+                np.testing.assert_array_equal(weights[key], golden[key], err_msg=key)
+            np.testing.assert_array_equal(weights["regions"], state["regions"].numpy())
+            for key, value in cfg.items():
+                self.assertEqual(value, golden_config[key], key)
+
+    def test_src_layout_detected_from_beta(self):
+        _, weights = read(GOLDEN / "hept_src_small.h5")
+        state = OrderedDict((k, torch.from_numpy(v)) for k, v in weights.items())
+        ckpt = self.save(state)
+        args = {"attn_type": "hept", "in_dim": 5, "coords_dim": 4, "task": "tracking", "block_size": 32,
+                "n_hashes": 3, "num_regions": 12, "num_heads": 2, "h_dim": 8, "n_layers": 2, "num_w_per_dist": 3,
+                "pe_type": "none"}
+        out = self.dir / "src.h5"
+        rc, stdout, err = export("--family", "hept", "--checkpoint", ckpt, "--config", json.dumps(args), "-o", out)
+        self.assertEqual(rc, 0, err)
+        cfg, exported = read(out)
+        self.assertEqual(cfg["layout"], "src")
+        self.assertIn("attns.1.attn.e2lsh.beta", exported)
+        # The example arguments do not fit the src layout.
+        rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config",
+                            json.dumps({**{k: v for k, v in args.items() if k not in ("attn_type", "task", "pe_type")},
+                                        "num_classes": 0, "dropout": 0.1}), "--layout", "example", "-o", out)
+        self.assertEqual(rc, 2)
+        self.assertIn("the keys are those of the src layout", err)
+
+    def test_refusals(self):
+        state = torch.load(CHECKPOINT, map_location="cpu")
+        good = json.loads(CONFIG.read_text())
+        out = self.dir / "x.h5"
+        cases = [
+            ({**good, "n_buckets": 4}, state, "unknown example Transformer argument(s) n_buckets"),
+            ({k: v for k, v in good.items() if k != "block_size"}, state, "missing block_size"),
+            ({**good, "coords_dim": 5}, state, "coords_dim = 5 but the weights give 6"),
+            ({**good, "n_layers": 3}, state, "unexpected (16): attns.3.w_q.weight"),
+        ]
+        extra = OrderedDict(state)
+        extra["attns.0.extra.weight"] = torch.zeros(2)
+        cases.append((good, extra, "unexpected (1): attns.0.extra.weight"))
+        missing = OrderedDict((k, v) for k, v in state.items() if k != "W.weight")
+        cases.append((good, missing, "missing (1): W.weight"))
+        for config, st, message in cases:
+            ckpt = self.save(st, "case.pt")
+            rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config", json.dumps(config), "-o", out)
+            self.assertEqual(rc, 2, message)
+            self.assertIn(message, err)
+        rc, _, err = export("--family", "hept", "--checkpoint", CHECKPOINT, "-o", out)
+        self.assertEqual(rc, 2)
+        self.assertIn("--config is required for hept", err)
+
+
+if __name__ == "__main__":
+    unittest.main()
