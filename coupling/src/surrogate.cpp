@@ -234,8 +234,9 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   const Real* in_data = in.data;
   Real* out_data = out.data;
   collectively(s.comm, [&] {
-    // A zero output stride would write several predictions to one place: refused, not silently overwritten.
-    if ((n > 1 && out.point_stride == 0) || (cout > 1 && out.component_stride == 0))
+    // A zero output stride would write several predictions to one place: refused, not silently overwritten
+    // (a model without per-point outputs, cout 0, writes nothing there).
+    if ((n > 1 && cout > 0 && out.point_stride == 0) || (cout > 1 && out.component_stride == 0))
       throw Error(ErrorCode::invalid_argument, "predict: output stride 0 (point stride " + std::to_string(out.point_stride) +
                                                    ", channel stride " + std::to_string(out.component_stride) +
                                                    ") would write several predictions to the same element");
