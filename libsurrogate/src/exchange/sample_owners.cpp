@@ -1,11 +1,13 @@
 // SampleOwners (sample_owners.hpp): owners from the sample sizes, the rows' sources by an all-to-all of
-// (sample, count, first row) per segment, then a first exchange of the ids that orders each sample.
+// (sample, count, first row) per segment (collectives.hpp), then an exchange of the ids that orders each
+// sample.
 #include "sample_owners.hpp"
 
 #include <algorithm>
 #include <numeric>
 #include <string>
 
+#include "collectives.hpp"
 #include "surrogate/error.hpp"
 
 namespace surrogate::detail {
@@ -26,30 +28,17 @@ SampleOwners SampleOwners::build(const Comm& comm, const SampleLayout& layout, c
   std::partial_sum(sizes.begin(), sizes.end(), so.first_point_.begin() + 1);
 
   // Every segment (sample, rows, first working row) to the sample's owner; received grouped by rank.
-  std::vector<std::vector<index_t>> out(static_cast<std::size_t>(P));
-  for (const SampleLayout::Segment& seg : layout.segments())
-    for (index_t v : {seg.sample, seg.end - seg.begin, seg.begin}) out[static_cast<std::size_t>(so.owner(seg.sample))].push_back(v);
-  std::vector<std::size_t> send_bytes(static_cast<std::size_t>(P)), send_offsets(static_cast<std::size_t>(P));
+  // Owners are increasing in the sample and segments come in sample order, so `send` is grouped by owner.
+  std::vector<std::size_t> send_counts(static_cast<std::size_t>(P), 0);
   std::vector<index_t> send;
-  for (int r = 0; r < P; ++r) {
-    send_offsets[static_cast<std::size_t>(r)] = send.size() * sizeof(index_t);
-    send_bytes[static_cast<std::size_t>(r)] = out[static_cast<std::size_t>(r)].size() * sizeof(index_t);
-    send.insert(send.end(), out[static_cast<std::size_t>(r)].begin(), out[static_cast<std::size_t>(r)].end());
+  for (const SampleLayout::Segment& seg : layout.segments()) {
+    send.insert(send.end(), {seg.sample, seg.end - seg.begin, seg.begin});
+    send_counts[static_cast<std::size_t>(so.owner(seg.sample))] += 3;
   }
-  // Bytes per peer first (one size_t to and from every rank), then the segments.
-  const std::size_t word = sizeof(std::size_t);
-  const std::vector<std::size_t> words(static_cast<std::size_t>(P), word);
-  std::vector<std::size_t> word_offsets(static_cast<std::size_t>(P));
-  for (int r = 0; r < P; ++r) word_offsets[static_cast<std::size_t>(r)] = static_cast<std::size_t>(r) * word;
-  std::vector<std::size_t> recv_bytes(static_cast<std::size_t>(P)), recv_offsets(static_cast<std::size_t>(P));
-  comm.alltoallv(send_bytes.data(), words, word_offsets, recv_bytes.data(), words, word_offsets);
-  std::size_t received = 0;
-  for (int r = 0; r < P; ++r) {
-    recv_offsets[static_cast<std::size_t>(r)] = received;
-    received += recv_bytes[static_cast<std::size_t>(r)];
-  }
-  std::vector<index_t> recv(received / sizeof(index_t));
-  comm.alltoallv(send.data(), send_bytes, send_offsets, recv.data(), recv_bytes, recv_offsets);
+  const std::vector<std::size_t> recv_counts = exchange_counts(comm, send_counts);
+  const std::vector<std::size_t> recv_offsets = exclusive_offsets(recv_counts);
+  std::vector<index_t> recv(recv_offsets.back());
+  alltoallv_elements(comm, send.data(), send_counts, recv.data(), recv_counts, sizeof(index_t));
 
   // Owned samples in increasing order; within a sample, the segments of ranks 0, 1, ... (rank-major).
   struct Piece {
@@ -57,11 +46,9 @@ SampleOwners SampleOwners::build(const Comm& comm, const SampleLayout& layout, c
     int rank;
   };
   std::vector<Piece> pieces;
-  for (int r = 0; r < P; ++r) {
-    const std::size_t begin = recv_offsets[static_cast<std::size_t>(r)] / sizeof(index_t);
-    const std::size_t end = begin + recv_bytes[static_cast<std::size_t>(r)] / sizeof(index_t);
-    for (std::size_t i = begin; i + 3 <= end; i += 3) pieces.push_back({recv[i], recv[i + 1], recv[i + 2], r});
-  }
+  for (int r = 0; r < P; ++r)
+    for (std::size_t i = recv_offsets[static_cast<std::size_t>(r)]; i + 3 <= recv_offsets[static_cast<std::size_t>(r) + 1]; i += 3)
+      pieces.push_back({recv[i], recv[i + 1], recv[i + 2], r});
   std::stable_sort(pieces.begin(), pieces.end(), [](const Piece& a, const Piece& b) { return a.sample < b.sample; });
   std::vector<int> source_rank;
   std::vector<std::int64_t> source_key;
