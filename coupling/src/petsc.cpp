@@ -5,16 +5,19 @@
 #include "surrogate/petsc.h"
 
 #include "c_api_handles.hpp"  // the handle's surrogate::Surrogate (local point count, communicator)
+#include "surrogate/profile.hpp"
 
 #include <petsclog.h>
 #include <petscsys.h>
 
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <string>
+#include <string_view>
 #include <unordered_map>
 #include <vector>
 
@@ -72,8 +75,43 @@ void forget(surrogate_t s) noexcept {
   table().erase(s);
 }
 
+// The library's phases (plan, each layer kind, exchanges) as PETSc log events "surrogate <phase>", nested
+// in SurrogateSetPoints / SurrogatePredict. -log_view needs every rank to register the same events in the
+// same order: the names come from surrogate::phase_names(), sorted and the same on every rank.
+class PhaseEvents final : public surrogate::PhaseObserver {
+ public:
+  PetscErrorCode register_all() {
+    PetscFunctionBegin;
+    std::vector<std::string> names;
+    try {
+      names = surrogate::phase_names();
+      for (const std::string& name : names) events_.emplace(name, PetscLogEvent{});
+    } catch (const std::bad_alloc&) {
+      SETERRQ(PETSC_COMM_SELF, PETSC_ERR_MEM, "surrogate: out of memory registering the phase log events");
+    }
+    for (const std::string& name : names)
+      PetscCall(PetscLogEventRegister(("surrogate " + name).c_str(), SURROGATE_CLASSID, &events_.find(name)->second));
+    PetscFunctionReturn(0);
+  }
+  // A failure of PETSc's logging (a corrupt event table) is not the forward's error: it is dropped.
+  void begin(const char* name) noexcept override {
+    const auto it = events_.find(std::string_view(name));
+    if (it != events_.end()) (void)PetscLogEventBegin(it->second, 0, 0, 0, 0);
+  }
+  void end(const char* name) noexcept override {
+    const auto it = events_.find(std::string_view(name));
+    if (it != events_.end()) (void)PetscLogEventEnd(it->second, 0, 0, 0, 0);
+  }
+
+ private:
+  std::map<std::string, PetscLogEvent, std::less<>> events_;
+};
+std::unique_ptr<PhaseEvents> phase_events;
+
 PetscErrorCode finalize_package() {
   PetscFunctionBegin;
+  surrogate::set_phase_observer(nullptr);
+  phase_events.reset();
   package_initialized = PETSC_FALSE;
   PetscFunctionReturn(0);
 }
@@ -173,6 +211,10 @@ PetscErrorCode SurrogateInitializePackage(void) {
   PetscCall(PetscLogEventRegister("SurrogateSetPoints", SURROGATE_CLASSID, &SURROGATE_SetPoints));
   PetscCall(PetscLogEventRegister("SurrogatePredict", SURROGATE_CLASSID, &SURROGATE_Predict));
   PetscCall(PetscLogEventRegister("SurrogateCheck", SURROGATE_CLASSID, &SURROGATE_Check));
+  phase_events.reset(new (std::nothrow) PhaseEvents);
+  PetscCheck(phase_events, PETSC_COMM_SELF, PETSC_ERR_MEM, "surrogate: out of memory registering the phase log events");
+  PetscCall(phase_events->register_all());
+  surrogate::set_phase_observer(phase_events.get());
   PetscCall(PetscRegisterFinalize(finalize_package));
   PetscFunctionReturn(0);
 }
@@ -346,8 +388,8 @@ PetscErrorCode SurrogateGetSampleOutputsVec(surrogate_t surrogate, Vec* v) {
 PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
   PetscFunctionBegin;
   PetscCall(SurrogateInitializePackage());
-  PetscCheck(in && out, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVec: null Vec");
-  PetscCheck(surrogate, PetscObjectComm(reinterpret_cast<PetscObject>(in)), PETSC_ERR_ARG_NULL,
+  PetscCheck(out, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogatePredictVec: null output Vec");
+  PetscCheck(surrogate, PetscObjectComm(reinterpret_cast<PetscObject>(out)), PETSC_ERR_ARG_NULL,
              "surrogate: SurrogatePredictVec: null surrogate handle");
   const MPI_Comm comm = handle_comm(surrogate);
   PetscCheck(in != out, comm, PETSC_ERR_ARG_IDN, "surrogate: SurrogatePredictVec: in and out must be different Vecs");
@@ -355,6 +397,9 @@ PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
   int cin = 0, cout = 0;
   PetscCall(check_status(comm, surrogate_in_channels(surrogate, &cin)));
   PetscCall(check_status(comm, surrogate_out_channels(surrogate, &cout)));
+  // A model of the positions alone (no input channels) takes in = NULL.
+  PetscCheck(in || cin == 0, comm, PETSC_ERR_ARG_NULL,
+             "surrogate: SurrogatePredictVec: null input Vec (the model has %d input channels)", cin);
   PetscInt n_local = 0;
   PetscCall(local_points(comm, surrogate, "SurrogatePredictVec", &n_local));
 
@@ -362,7 +407,7 @@ PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
   const Vec vecs[2] = {in, out};
   const char* roles[2] = {"input", "output"};
   const int channels[2] = {cin, cout};
-  for (int k = 0; k < 2; ++k) {
+  for (int k = in ? 0 : 1; k < 2; ++k) {
     PetscInt bs;
     const char* name;
     PetscCall(VecGetBlockSize(vecs[k], &bs));
@@ -375,7 +420,7 @@ PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
     }
   }
   // Local sizes may be wrong on some ranks only: agree, then report the first such rank everywhere.
-  for (int k = 0; k < 2; ++k) {
+  for (int k = in ? 0 : 1; k < 2; ++k) {
     PetscInt n;
     PetscCall(VecGetLocalSize(vecs[k], &n));
     PetscInt v[2] = {n, n_local};
@@ -394,11 +439,11 @@ PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out) {
   const PetscScalar* x = nullptr;
   PetscScalar* y = nullptr;
   PetscCall(PetscLogEventBegin(SURROGATE_Predict, reinterpret_cast<PetscObject>(in), reinterpret_cast<PetscObject>(out), 0, 0));
-  PetscCall(VecGetArrayRead(in, &x));
+  if (in) PetscCall(VecGetArrayRead(in, &x));
   PetscCall(VecGetArrayWrite(out, &y));
   const int status = predict_raw(surrogate, x, cin, 1, y, cout, 1);
   PetscCall(VecRestoreArrayWrite(out, &y));
-  PetscCall(VecRestoreArrayRead(in, &x));
+  if (in) PetscCall(VecRestoreArrayRead(in, &x));
   PetscCall(PetscLogEventEnd(SURROGATE_Predict, reinterpret_cast<PetscObject>(in), reinterpret_cast<PetscObject>(out), 0, 0));
   PetscCall(check_status(comm, status));
   PetscFunctionReturn(0);

@@ -6,6 +6,13 @@
 #include <sstream>
 
 #include "surrogate/kernels/cpu.hpp"
+#include "surrogate/profile.hpp"
+
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kPlanPhase{"plan"};
+const surrogate::PhaseName kForwardPhase{"forward"};
+}  // namespace
 
 namespace surrogate {
 
@@ -189,7 +196,7 @@ std::unique_ptr<Plan> Model::plan(const Comm& comm, const SampleLayout& layout, 
   std::unique_ptr<Plan> built;
   {
     const ProfileScope scope(profile.get());
-    const ScopedPhase phase("plan");
+    const ScopedPhase phase(kPlanPhase);
     built = build_plan(comm, std::move(basis), options);
   }
   built->profile_ = std::move(profile);
@@ -316,7 +323,7 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
   io.sample_out = samples.out;
   io.ld_sample_out = samples.ld_out;
   {
-    const ScopedPhase phase("forward");
+    const ScopedPhase phase(kForwardPhase);
     forward(comm, plan, io, options);
   }
   for (index_t row = 0; row < n; ++row) {
@@ -430,7 +437,7 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   Io io;
   io.device = &arrays;
   io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); };
-  const ScopedPhase phase("forward");
+  const ScopedPhase phase(kForwardPhase);
   forward(comm, plan, io, options);
 }
 

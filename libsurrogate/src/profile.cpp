@@ -1,6 +1,7 @@
 // Profile, ProfileScope and ScopedPhase (surrogate/profile.hpp).
 #include "surrogate/profile.hpp"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 
@@ -9,6 +10,18 @@ namespace {
 
 thread_local Profile* t_profile = nullptr;
 std::atomic<const char*> g_running{""};
+std::atomic<PhaseObserver*> g_observer{nullptr};
+
+// The declared names (a function-local static: PhaseNames of other translation units register during
+// static initialisation, in an order this must not depend on).
+struct NameRegistry {
+  std::mutex mutex;
+  std::vector<std::string> names;
+};
+NameRegistry& name_registry() {
+  static NameRegistry registry;
+  return registry;
+}
 
 double now() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -69,22 +82,58 @@ void Profile::end(const std::string& name, const std::string& outer, double seco
   if (depth_ > 0) --depth_;
 }
 
+PhaseName::PhaseName(const char* name) : name_(name) {
+  NameRegistry& r = name_registry();
+  const std::lock_guard<std::mutex> lock(r.mutex);
+  r.names.emplace_back(name);
+}
+
+std::vector<std::string> phase_names() {
+  NameRegistry& r = name_registry();
+  std::vector<std::string> names;
+  {
+    const std::lock_guard<std::mutex> lock(r.mutex);
+    names = r.names;
+  }
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
+}
+
+const PhaseName kExchangePhase{"exchange"};
+
+void set_phase_observer(PhaseObserver* observer) noexcept { g_observer.store(observer); }
+
+ObservedPhase::ObservedPhase(const PhaseName& name) noexcept {
+  PhaseObserver* observer = g_observer.load();
+  if (!t_profile || !observer) return;
+  name_ = name.c_str();
+  observer->begin(name_);
+}
+
+ObservedPhase::~ObservedPhase() {
+  if (!name_) return;
+  if (PhaseObserver* observer = g_observer.load()) observer->end(name_);
+}
+
 Profile* current_profile() noexcept { return t_profile; }
 const char* running_phase() noexcept { return g_running.load(std::memory_order_relaxed); }
 
 ProfileScope::ProfileScope(Profile* profile) noexcept : previous_(t_profile) { t_profile = profile; }
 ProfileScope::~ProfileScope() { t_profile = previous_; }
 
-ScopedPhase::ScopedPhase(const char* name) : profile_(t_profile), name_(name) {
+ScopedPhase::ScopedPhase(const PhaseName& name) : profile_(t_profile), name_(name.c_str()) {
   if (!profile_) return;
   outer_ = profile_->current();
   outer_running_ = g_running.exchange(name_, std::memory_order_relaxed);
   profile_->begin(name_);
+  if (PhaseObserver* observer = g_observer.load()) observer->begin(name_);
   start_ = now();
 }
 
 ScopedPhase::~ScopedPhase() {
   if (profile_) {
+    if (PhaseObserver* observer = g_observer.load()) observer->end(name_);
     g_running.store(outer_running_, std::memory_order_relaxed);
     try {
       profile_->end(name_, outer_, now() - start_);

@@ -67,7 +67,7 @@ PETSC_EXTERN PetscErrorCode SurrogateSetPointsVec(surrogate_t surrogate, Vec coo
  * (point-major: the channels of point i are entries i * in_channels + c); out has block size
  * out_channels and local size n_local * out_channels. n_local is the rank's point count given to
  * SurrogateSetPointsVec (or surrogate_set_points_*); physical units, in the order of the points. in and
- * out must be different Vecs. */
+ * out must be different Vecs. A model of the positions alone (0 input channels) takes in = NULL. */
 PETSC_EXTERN PetscErrorCode SurrogatePredictVec(surrogate_t surrogate, Vec in, Vec out);
 
 /* COLLECTIVE. One Vec per channel: nin == in_channels Vecs in[c] and nout == out_channels Vecs out[c],

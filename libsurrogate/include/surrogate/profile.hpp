@@ -1,6 +1,6 @@
 // Where a plan's forwards spend their time on this rank: seconds and calls per named phase (building the
-// plan, each layer kind), for `surrogate predict --timing` and Surrogate::profile. Families mark phases
-// with ScopedPhase (share/docs/adding-a-family.md, "Timing").
+// plan, each layer kind), for `surrogate predict --timing`, Surrogate::profile and PETSc's -log_view.
+// Families declare phase names with PhaseName and mark phases with ScopedPhase (adding-a-family.md §6b).
 #pragma once
 
 #include <cstdint>
@@ -60,11 +60,55 @@ class ProfileScope {
   Profile* previous_;
 };
 
+/// The name of a phase, declared once at namespace scope (`const PhaseName kTreePhase{"ball tree"};`).
+/// Declaring registers the name at static initialisation, so every name an executable can time is known
+/// before its first forward and is the same on every rank: what profilers that register names
+/// collectively (PETSc's log events) need.
+class PhaseName {
+ public:
+  explicit PhaseName(const char* name);  // a string literal (kept by pointer)
+  const char* c_str() const noexcept { return name_; }
+
+ private:
+  const char* name_;
+};
+
+/// Every declared phase name, sorted and without duplicates: identical on every rank of one executable.
+std::vector<std::string> phase_names();
+
+/// Told where phases begin and end on the thread that runs a forward (the thread with a current profile),
+/// including the exchanges' moves (the phase "exchange", which the profile itself leaves to Traffic).
+/// The PETSc coupling installs one that turns phases into log events.
+class PhaseObserver {
+ public:
+  virtual ~PhaseObserver() = default;
+  virtual void begin(const char* name) noexcept = 0;
+  virtual void end(const char* name) noexcept = 0;
+};
+/// Installs the process's observer (nullptr: none). Not thread-safe against running forwards.
+void set_phase_observer(PhaseObserver* observer) noexcept;
+
+/// The phase name of the exchanges' moves (ExchangePlan), seen by observers only.
+extern const PhaseName kExchangePhase;
+
+/// Tells the observer (if any) that the phase `name` begins or ends, when this thread has a current
+/// profile; does not record the phase in the profile.
+class ObservedPhase {
+ public:
+  explicit ObservedPhase(const PhaseName& name) noexcept;
+  ~ObservedPhase();
+  ObservedPhase(const ObservedPhase&) = delete;
+  ObservedPhase& operator=(const ObservedPhase&) = delete;
+
+ private:
+  const char* name_ = nullptr;  // nullptr: not observed
+};
+
 /// Times its scope as the phase `name` of the current profile (nothing when there is none, e.g. inside
 /// OpenMP worker threads). Phases nest: the time of an inner phase also counts in the outer one.
 class ScopedPhase {
  public:
-  explicit ScopedPhase(const char* name);
+  explicit ScopedPhase(const PhaseName& name);
   ~ScopedPhase();
   ScopedPhase(const ScopedPhase&) = delete;
   ScopedPhase& operator=(const ScopedPhase&) = delete;

@@ -4,12 +4,18 @@
 
 #include "surrogate/error.hpp"
 
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kCanonicalOrderAndGraphPhase{"canonical order and graph"};
+const surrogate::PhaseName kBallTreePhase{"ball tree"};
+}  // namespace
+
 namespace surrogate::balltree {
 
 BallTreePlan::BallTreePlan(const Comm& comm, Plan::Basis basis) : Plan(std::move(basis)), comm_(&comm) {}
 
 CanonicalBatch BallTreePlan::gather_block(const PointCloudModel& model, int threads, const std::string& family) {
-  const ScopedPhase phase("canonical order and graph");
+  const ScopedPhase phase(kCanonicalOrderAndGraphPhase);
   CanonicalBatch all = model.gather_canonical(*comm_, layout(), geometry(), nullptr, 0, false, true, threads);
   block_ = CanonicalBlock(*comm_, all, model.position_dim(), layout().local_points(), family);
   block_.count_into(&traffic());
@@ -17,7 +23,7 @@ CanonicalBatch BallTreePlan::gather_block(const PointCloudModel& model, int thre
 }
 
 void BallTreePlan::build_tree(const TreeShape& shape, int dim) {
-  const ScopedPhase phase("ball tree");
+  const ScopedPhase phase(kBallTreePhase);
   // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
   // inside a sample) is the canonical order, so it is the single-process tree of the batch.
   const DistributedOptions options{shape.granularity};

@@ -18,6 +18,12 @@
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kEmbeddingPhase{"embedding"};
+const surrogate::PhaseName kSparseAttentionLayersPhase{"sparse attention layers"};
+}  // namespace
+
 namespace surrogate::bsa {
 namespace {
 
@@ -583,7 +589,7 @@ void Stages::check_features(const Network& net, std::span<const float> features,
 }
 
 void Stages::embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads) {
-  const ScopedPhase phase("embedding");
+  const ScopedPhase phase(kEmbeddingPhase);
   const Network::Impl& m = *net.impl_;
   const CpuKernels& k = kernels::cpu();
   const int c_in = m.cfg.c_in;
@@ -598,7 +604,7 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
 
 void Stages::layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
                     const LayerExchanges& ex, int threads) {
-  const ScopedPhase phase("sparse attention layers");
+  const ScopedPhase phase(kSparseAttentionLayersPhase);
   const Network::Impl& m = *net.impl_;
   const Config& c = m.cfg;
   const CpuKernels& k = kernels::cpu();

@@ -15,6 +15,13 @@
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kEmbeddingPhase{"embedding"};
+const surrogate::PhaseName kMessagePassingPhase{"message passing"};
+const surrogate::PhaseName kBallAttentionLevelsPhase{"ball attention levels"};
+}  // namespace
+
 namespace surrogate::erwin {
 namespace {
 
@@ -538,7 +545,7 @@ void Stages::check_features(const Network& net, std::span<const float> features,
 }
 
 void Stages::embed(const Network& net, std::span<const float> features, index_t n, float* h, int threads) {
-  const ScopedPhase phase("embedding");
+  const ScopedPhase phase(kEmbeddingPhase);
   const Network::Impl& m = *net.impl_;
   const Config& c = m.cfg;
   const CpuKernels& k = kernels::cpu();
@@ -553,14 +560,14 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
 
 void Stages::message_passing(const Network& net, float* h, const float* pos, index_t n_recv, index_t n_all,
                              std::span<const std::int64_t> edges, const HaloRefresh& refresh, int threads) {
-  const ScopedPhase phase("message passing");
+  const ScopedPhase phase(kMessagePassingPhase);
   if (threads <= 0) threads = omp_get_max_threads();
   net.impl_->run_mpnn(kernels::cpu(), h, row_stride(net), pos, n_recv, n_all, edges, refresh, threads);
 }
 
 void Stages::levels(const Network& net, AlignedBuffer<float>& x, std::vector<float> pos, std::span<const index_t> nodes,
                     const RotatedOrder* rot, int threads) {
-  const ScopedPhase phase("ball attention levels");
+  const ScopedPhase phase(kBallAttentionLevelsPhase);
   const Network::Impl& m = *net.impl_;
   const Config& c = m.cfg;
   const CpuKernels& k = kernels::cpu();

@@ -4,10 +4,12 @@
 #include <chrono>
 
 #include "surrogate/exchange.hpp"
+#include "surrogate/profile.hpp"
 
 namespace surrogate {
 
-/// Adds the wall time of its scope to a plan's traffic and its sink.
+/// Adds the wall time of its scope to a plan's traffic and its sink; observers see it as the phase
+/// "exchange" (PETSc's log event).
 class ExchangePlan::MoveTimer {
  public:
   explicit MoveTimer(const ExchangePlan& plan) : plan_(plan), start_(std::chrono::steady_clock::now()) {}
@@ -21,6 +23,7 @@ class ExchangePlan::MoveTimer {
 
  private:
   const ExchangePlan& plan_;
+  ObservedPhase observed_{kExchangePhase};
   std::chrono::steady_clock::time_point start_;
 };
 

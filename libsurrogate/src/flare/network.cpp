@@ -18,6 +18,12 @@
 #include <cmath>
 #include <limits>
 
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kProjectionsEncodeAndDecodePhase{"projections, encode and decode (tile sweeps)"};
+const surrogate::PhaseName kEncodeMergeOverThreadsPhase{"encode merge over threads and ranks"};
+}  // namespace
+
 namespace surrogate::flare {
 
 namespace {
@@ -225,7 +231,7 @@ void Network::forward(const Comm& comm, const Plan& plan, const float* in, index
     if (b < num_blocks_)
       for (int t = 0; t < threads; ++t) reset_encode_partials(work_[static_cast<std::size_t>(t)], reproducible);
     {
-      const ScopedPhase sweep("projections, encode and decode (tile sweeps)");
+      const ScopedPhase sweep(kProjectionsEncodeAndDecodePhase);
 #pragma omp parallel num_threads(threads)
       {
         ThreadWork& w = work_[static_cast<std::size_t>(omp_get_thread_num())];
@@ -249,7 +255,7 @@ void Network::forward(const Comm& comm, const Plan& plan, const float* in, index
     }
     comm.agree_or_throw(status);
     if (b == num_blocks_) break;
-    const ScopedPhase merge("encode merge over threads and ranks");
+    const ScopedPhase merge(kEncodeMergeOverThreadsPhase);
     if (reproducible) merge_encode_exact(comm, plan, k, b);
     else merge_encode(comm, plan);
   }

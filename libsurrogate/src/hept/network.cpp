@@ -6,14 +6,20 @@
 #include <algorithm>
 #include <cmath>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
+#include "surrogate/profile.hpp"
 
 namespace surrogate::hept {
 namespace {
+
+// The phases this file times (surrogate/profile.hpp).
+const PhaseName kLshAttentionLayersPhase{"LSH attention layers"};
+const PhaseName kHeptHeadPhase{"head"};
 
 template <class T>
 typename Network<T>::Linear linear(const ModelFile& file, const std::string& prefix, bool bias = true) {
@@ -175,6 +181,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   for (const std::int64_t s : g.padded_sizes) graph_first.push_back(graph_first.back() + s);
   const int graphs = static_cast<int>(g.padded_sizes.size());
 
+  std::optional<ScopedPhase> phase(std::in_place, kLshAttentionLayersPhase);
   for (int l = 0; l < L; ++l) {
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     T* e = cat.data() + static_cast<std::int64_t>(l) * D;
@@ -321,6 +328,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     for (std::int64_t n = 0; n < np; ++n)
       for (int d = 0; d < D; ++d) next[n * ldcat + d] += y[static_cast<std::size_t>(n * D + d)];
   }
+  phase.reset();
+  phase.emplace(kHeptHeadPhase);
   // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
   const int half = D / 2;
   std::vector<T> eh(npu * static_cast<std::size_t>(half)), a(npu * 256), b(npu * 256), res(eh.size());

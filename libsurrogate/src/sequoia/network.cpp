@@ -2,11 +2,20 @@
 // "Forward"): Init (projections and the positional max pooling), TreeBlocks, the heads.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <string>
 
 #include "layers.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/profile.hpp"
 #include "surrogate/sequoia.hpp"
+
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kInitLevelsPhase{"initial levels and pooling"};
+const surrogate::PhaseName kTreeBlocksPhase{"tree attention blocks"};
+const surrogate::PhaseName kSequoiaHeadPhase{"head"};
+}  // namespace
 
 namespace surrogate::sequoia {
 
@@ -232,6 +241,7 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
   if (cfg.kind == Config::Kind::segmentation && cfg.n_class > 0 && !sample_features)
     throw Error(ErrorCode::input, "sequoia TreeTransformerSeg: the per-sample class vector is missing");
   // Init: level 0 from the point features, then each level from the max-pooled level below.
+  std::optional<ScopedPhase> phase(std::in_place, kInitLevelsPhase);
   std::vector<Rows> x(static_cast<std::size_t>(L));
   x[0] = m.init_level0(h, features);
   for (int i = 0; i + 1 < L; ++i) {
@@ -252,6 +262,8 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
     trace->init.clear();
     for (const Rows& r : x) trace->init.push_back(r.v);
   }
+  phase.reset();
+  phase.emplace(kTreeBlocksPhase);
   // Sibling lists (the same in every block).
   const int ks = cfg.k_siblings();
   std::vector<KeyLists> sib(static_cast<std::size_t>(L));
@@ -302,6 +314,8 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
       x[si] = std::move(out);
     }
   }
+  phase.reset();
+  const ScopedPhase head_phase(kSequoiaHeadPhase);
   return m.head(h, x, sample_features).v;
 }
 

@@ -19,6 +19,13 @@
 #include "bands.hpp"
 #include "internals.hpp"
 
+namespace {
+// The phases this file times (surrogate/profile.hpp).
+const surrogate::PhaseName kDISCOEncoderPhase{"DISCO encoder"};
+const surrogate::PhaseName kAttentionBlocksPhase{"attention blocks"};
+const surrogate::PhaseName kUpsamplingAndDISCODecoderPhase{"upsampling and DISCO decoder"};
+}  // namespace
+
 namespace surrogate::sphere {
 namespace {
 
@@ -421,7 +428,7 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   std::vector<float> enc_in(static_cast<std::size_t>(e.encoder_input.target_rows() * c.in_chans));
   std::vector<float> dense(static_cast<std::size_t>(rows * C));
   {
-    const ScopedPhase phase("DISCO encoder");
+    const ScopedPhase phase(kDISCOEncoderPhase);
     e.encoder_input.forward(input, ld_input, enc_in.data(), c.in_chans, c.in_chans);
     m.encoder->forward_rows(batch, enc_in.data(), e.encoder_rows.first, e.encoder_rows.second, dense.data(), i0, i1);
   }
@@ -441,7 +448,7 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C)),
       kv(static_cast<std::size_t>(e.key_value.target_rows() * C));
   for (const Block& b : m.blocks) {
-    const ScopedPhase phase("attention blocks");
+    const ScopedPhase phase(kAttentionBlocksPhase);
     m.norm(e, b, 0, x.data(), y.data());
     const float* q = y.data();
     if (ld != C) {
@@ -464,7 +471,7 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   }
 
   // Decoder: the image rows [g0, g1) need the upsampled rows within the decoder's cutoff.
-  const ScopedPhase decoder("upsampling and DISCO decoder");
+  const ScopedPhase decoder(kUpsamplingAndDISCODecoderPhase);
   const auto dec_rows = e.decoder_rows;
   std::vector<float> upsampled(static_cast<std::size_t>(batch) *
                                static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
