@@ -6,7 +6,7 @@ Prints every JSON record, then a Markdown table with the speed-ups.
     python3 benchmarks/gpu/flare_gpu_vs_pytorch.py --build build --points 262144 1048576 --latents 64 256
 
 surrogate's BF16 run uses `--precision bf16` (the MLPs on the tensor cores; the attention stays FP32, see
-share/docs/cuda.md), compared with PyTorch's BF16 forward; FP32 with FP32. Not yet run on a GPU.
+share/docs/cuda.md), compared with PyTorch's BF16 forward; FP32 with FP32.
 """
 import argparse
 import json

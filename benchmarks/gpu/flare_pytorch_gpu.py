@@ -10,8 +10,7 @@ prints one JSON line to put next to `bench_flare_gpu --json`.
     python3 benchmarks/gpu/flare_pytorch_gpu.py --device cpu --points 4096 --check   # formulation check
 
 Needs torch >= 2.1 (SDPA with `scale`). Without SDPA (Debian's torch 1.13) the attention falls back to
-explicit softmaxes and the JSON says "sdpa": false (only for --check, not a benchmark). Not yet run on a
-GPU.
+explicit softmaxes and the JSON says "sdpa": false (only for --check, not a benchmark).
 """
 import argparse
 import json

@@ -15,8 +15,8 @@
 // weighted sum divided by (ball) or multiplied by the inverse of (coarse, fine) the double sum, rounded
 // to float once.
 //
-// The kernels are in ball_attention_kernels.cuh (run on the CPU by tests/gpu/test_ball_kernels_emulated.cpp);
-// this file has the checks, the head-width dispatch and the launches. NOT YET RUN ON A GPU (compiled only).
+// The kernels are in ball_attention_kernels.cuh (also run on the CPU by tests/kernels/test_ball_kernels_emulated.cpp);
+// this file has the checks, the head-width dispatch and the launches.
 #include <stdexcept>
 #include <string>
 #include <type_traits>

@@ -1,6 +1,5 @@
 // Launchers of BSA's element-wise steps (surrogate/kernels/cuda_bsa_gate.hpp); the device code is in
-// bsa_gate_kernels.cuh. One thread per element, kThreads per block, a 1-D grid. NOT YET RUN ON A GPU
-// (compiled only; emulation-tested on the CPU).
+// bsa_gate_kernels.cuh. One thread per element, kThreads per block, a 1-D grid.
 #include <stdexcept>
 #include <string>
 

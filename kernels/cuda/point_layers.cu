@@ -1,6 +1,6 @@
 // Launchers of the point-cloud layers (surrogate/kernels/cuda_point_layers.hpp); the device code is in
 // point_layers_kernels.cuh. One thread per output element, kThreads per block, a 1-D grid over the
-// elements. NOT YET RUN ON A GPU (compiled only; emulation-tested on the CPU).
+// elements.
 #include <stdexcept>
 #include <string>
 

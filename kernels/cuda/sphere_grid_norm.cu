@@ -1,6 +1,5 @@
 // Launchers of the grid instance norm and ReLU (surrogate/kernels/cuda_sphere_grid_norm.hpp); the device
 // code is in sphere_grid_norm_kernels.cuh. One thread per output element, kThreads per block, a 1-D grid.
-// NOT YET RUN ON A GPU (compiled only; emulation-tested on the CPU).
 #include <stdexcept>
 #include <string>
 

@@ -1,6 +1,5 @@
 // Launchers of the spherical harmonic transform kernels (surrogate/kernels/cuda_sphere_sht.hpp); the device
 // code is in sphere_sht_kernels.cuh. One thread per output element, kThreads per block, a 1-D grid.
-// NOT YET RUN ON A GPU (compiled only; emulation-tested on the CPU).
 #include <stdexcept>
 #include <string>
 

@@ -9,10 +9,9 @@
 // row stride >= the row's width. E <= kMaxHeadDim (64); heads <= 65535. Every launcher enqueues on the
 // given stream and returns at once; invalid sizes throw std::invalid_argument before anything is enqueued.
 //
-// NOT YET RUN ON A GPU: written and compiled (sm_90) on a machine without a device; the GPU tests
-// (tests/gpu/test_gpu_ball_attention.cpp) skip there, and the same checks run the unchanged device code
-// on the CPU through a host emulation (tests/gpu/test_ball_kernels_emulated.cpp). Used by the Erwin and
-// BSA device forwards.
+// Tested on a GPU by tests/kernels/test_gpu_kernels.cpp and, the unchanged device code on the CPU
+// through the host emulation, by tests/kernels/test_ball_kernels_emulated.cpp (status: share/docs/cuda.md).
+// Used by the Erwin and BSA device forwards.
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -6,8 +6,7 @@
 // launcher enqueues on the given stream and returns at once; invalid sizes throw std::invalid_argument
 // before anything is enqueued.
 //
-// NOT YET RUN ON A GPU: written and compiled on a machine without a device; the device code runs on the
-// CPU in tests/gpu/test_bsa_device_emulated.cpp.
+// The device code also runs on the CPU in tests/bsa/test_bsa_device_emulated.cpp (status: share/docs/cuda.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

@@ -10,8 +10,8 @@
 // operations in the same order as the CPU code named at each launcher). Every launcher enqueues on the
 // given stream and returns at once; invalid sizes throw std::invalid_argument before anything is enqueued.
 //
-// NOT YET RUN ON A GPU: written and compiled (sm_90) on a machine without a device. The device code
-// (kernels/cuda/point_layers_kernels.cuh) runs unchanged on the CPU in tests/gpu/test_point_layers_emulated.cpp.
+// The device code (kernels/cuda/point_layers_kernels.cuh) also runs unchanged on the CPU in
+// tests/kernels/test_point_layers_emulated.cpp (status: share/docs/cuda.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

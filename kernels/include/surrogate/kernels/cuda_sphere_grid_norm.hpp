@@ -16,9 +16,8 @@
 // shared memory. Every launcher enqueues on the given stream and returns at once; invalid sizes throw
 // std::invalid_argument before anything is enqueued.
 //
-// NOT YET RUN ON A GPU: compiled (sm_90) on a machine without a device; the device code
-// (kernels/cuda/sphere_grid_norm_kernels.cuh) runs unchanged on the CPU in
-// tests/gpu/test_sphere_grid_norm_emulated.cpp.
+// The device code (kernels/cuda/sphere_grid_norm_kernels.cuh) also runs unchanged on the CPU in
+// tests/kernels/test_sphere_grid_norm_emulated.cpp (status: share/docs/cuda.md).
 #pragma once
 
 #include <cuda_runtime_api.h>

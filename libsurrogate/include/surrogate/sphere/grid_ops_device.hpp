@@ -17,8 +17,6 @@
 // device needs once. A forward's scratch belongs to the object: one forward at a time per object (the
 // next one on the same stream is fine). The caller's current device is restored. CUDA failures become
 // Error (out_of_memory, unsupported or internal) naming the operator and the device.
-//
-// COMPILED AND EMULATION-TESTED, NEVER RUN ON A GPU (see sphere.md).
 #pragma once
 
 #include <cuda_runtime_api.h>
