@@ -46,7 +46,8 @@ struct Detector {
   /// Azimuth of the normal of the barrel module of layer k that holds azimuth φ (radians).
   static double barrel_normal(int k, double phi) {
     const auto K = static_cast<std::size_t>(k);
-    const double step = 2.0 * std::numbers::pi / barrel_modules[K], first = barrel_first_phi[K] * std::numbers::pi / 180.0;
+    const double step = 2.0 * std::numbers::pi / barrel_modules[K],
+                 first = barrel_first_phi[K] * std::numbers::pi / 180.0;
     return first + step * std::round((phi - first) / step) + barrel_tilt * std::numbers::pi / 180.0;
   }
   /// Layer index of the data set: the sorted (volume, layer) pairs, (7, 2..14) → 0..6 (z = −1500 … −600),
@@ -70,8 +71,8 @@ struct Hit {
   std::array<float, 15> x{};      // 14 scaled features, layer / 10
   std::array<float, 6> coords{};  // η, φ, r/1000, φ/π, z/1000, η_rz
   std::array<double, 3> position{};
-  std::int64_t particle = 0;      // 0: noise
-  double pt = 0.0;                // GeV (0 for noise)
+  std::int64_t particle = 0;  // 0: noise
+  double pt = 0.0;            // GeV (0 for noise)
   int layer = 0;
 };
 
@@ -97,17 +98,20 @@ inline Hit features(const RawHit& raw, Random& random) {
   // Module axes of detector_kaggle.csv: barrel u = e_φ, v = e_z, w = e_r of the module's normal azimuth;
   // disks at z > 0 u = −e_φ, v = e_r, w = e_z; disks at z < 0 u = e_φ, v = e_r, w = −e_z.
   const double normal = raw.barrel ? D::barrel_normal(raw.layer - D::barrel_layer(0), ph) : ph;
-  const double flip = !raw.barrel && raw.position[2] > 0 ? -1.0 : 1.0, w_z = !raw.barrel && raw.position[2] < 0 ? -1.0 : 1.0;
-  const std::array<double, 3> u_hat{-flip * std::sin(normal), flip * std::cos(normal), 0.0}, e_r{std::cos(normal), std::sin(normal), 0.0},
-      e_z{0.0, 0.0, w_z};
+  const double flip = !raw.barrel && raw.position[2] > 0 ? -1.0 : 1.0,
+               w_z = !raw.barrel && raw.position[2] < 0 ? -1.0 : 1.0;
+  const std::array<double, 3> u_hat{-flip * std::sin(normal), flip * std::cos(normal), 0.0},
+      e_r{std::cos(normal), std::sin(normal), 0.0}, e_z{0.0, 0.0, w_z};
   const auto& w_hat = raw.barrel ? e_r : e_z;
   const auto& v_hat = raw.barrel ? e_z : e_r;
   const auto dot = [&](const std::array<double, 3>& a) {
     return a[0] * raw.direction[0] + a[1] * raw.direction[1] + a[2] * raw.direction[2];
   };
   const double du = dot(u_hat), dv = dot(v_hat), dw = std::max(std::abs(dot(w_hat)), 0.05);
-  const double nb_u = std::min(1.0 + std::floor(D::thickness * std::abs(du) / dw / D::pitch_u + random.uniform()), 30.0);
-  const double nb_v = std::min(1.0 + std::floor(D::thickness * std::abs(dv) / dw / D::pitch_v + random.uniform()), 30.0);
+  const double nb_u =
+      std::min(1.0 + std::floor(D::thickness * std::abs(du) / dw / D::pitch_u + random.uniform()), 30.0);
+  const double nb_v =
+      std::min(1.0 + std::floor(D::thickness * std::abs(dv) / dw / D::pitch_v + random.uniform()), 30.0);
   const double l_u = nb_u * D::pitch_u, l_v = nb_v * D::pitch_v, l_w = 2.0 * D::thickness;
   const double charge_frac = random.uniform(0.1, 0.45);
   const auto spherical = [](double a, double b, double c) {  // θ, φ of a vector
@@ -122,10 +126,19 @@ inline Hit features(const RawHit& raw, Random& random) {
   const auto global = spherical(g[0], g[1], g[2]);
   const auto eta_of = [](double theta) { return -std::log(std::tan(0.5 * theta)); };
   // The 14 features (float32, as to_pyg_data stores them), divided by the data set's scale in float64.
-  const std::array<float, 14> raw14{r, phi, hz, eta_rz, u, v,
-                                    static_cast<float>(charge_frac), static_cast<float>(eta_of(local[0])),
-                                    static_cast<float>(local[1]), static_cast<float>(l_u), static_cast<float>(l_v),
-                                    static_cast<float>(l_w), static_cast<float>(eta_of(global[0])),
+  const std::array<float, 14> raw14{r,
+                                    phi,
+                                    hz,
+                                    eta_rz,
+                                    u,
+                                    v,
+                                    static_cast<float>(charge_frac),
+                                    static_cast<float>(eta_of(local[0])),
+                                    static_cast<float>(local[1]),
+                                    static_cast<float>(l_u),
+                                    static_cast<float>(l_v),
+                                    static_cast<float>(l_w),
+                                    static_cast<float>(eta_of(global[0])),
                                     static_cast<float>(global[1])};
   const std::array<double, 6> scale{1000.0, std::numbers::pi, 1000.0, 1.0, 1.0 / 1000.0, 1.0 / 1000.0};
   Hit hit;
@@ -164,14 +177,16 @@ inline std::vector<Hit> generate_wedge(const EventSettings& s, std::uint64_t see
       std::array<double, 3> d{std::cos(a), std::sin(a), cot};
       const double norm = std::sqrt(1.0 + cot * cot);
       for (double& c : d) c /= norm;
-      return detail::RawHit{{(radius / q) * (std::sin(phi0) - std::sin(a)), (radius / q) * (std::cos(a) - std::cos(phi0)),
-                             z0 + t * cot},
-                            d, layer, barrel};
+      return detail::RawHit{
+          {(radius / q) * (std::sin(phi0) - std::sin(a)), (radius / q) * (std::cos(a) - std::cos(phi0)), z0 + t * cot},
+          d,
+          layer,
+          barrel};
     };
     crossings.clear();
     for (std::size_t k = 0; k < D::barrel_r.size() && D::barrel_r[k] < 2.0 * radius; ++k) {
-      const detail::RawHit h = point(2.0 * radius * std::asin(D::barrel_r[k] / (2.0 * radius)),
-                                     D::barrel_layer(static_cast<int>(k)), true);
+      const detail::RawHit h =
+          point(2.0 * radius * std::asin(D::barrel_r[k] / (2.0 * radius)), D::barrel_layer(static_cast<int>(k)), true);
       if (std::abs(h.position[2]) < D::barrel_half_z) crossings.push_back(h);
     }
     const double side = cot > 0 ? 1.0 : -1.0;
@@ -197,13 +212,17 @@ inline std::vector<Hit> generate_wedge(const EventSettings& s, std::uint64_t see
       const int k = random.below(4);
       const double r = D::barrel_r[static_cast<std::size_t>(k)];
       raw = {{r * std::cos(a), r * std::sin(a), random.uniform(-D::barrel_half_z, D::barrel_half_z)},
-             {std::cos(a), std::sin(a), 0.0}, D::barrel_layer(k), true};
+             {std::cos(a), std::sin(a), 0.0},
+             D::barrel_layer(k),
+             true};
     } else {
       const int k = random.below(7);
       const double side = random.uniform() < 0.5 ? -1.0 : 1.0;
       const double rr = std::sqrt(random.uniform(D::disk_r_min * D::disk_r_min, D::disk_r_max * D::disk_r_max));
       raw = {{rr * std::cos(a), rr * std::sin(a), side * D::disk_z[static_cast<std::size_t>(k)]},
-             {0.3 * std::cos(a), 0.3 * std::sin(a), side}, D::disk_layer(k, side), false};
+             {0.3 * std::cos(a), 0.3 * std::sin(a), side},
+             D::disk_layer(k, side),
+             false};
     }
     for (double& c : raw.position) c += s.smearing * random.normal();
     hits.push_back(detail::features(raw, random));

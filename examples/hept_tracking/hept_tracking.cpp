@@ -89,7 +89,8 @@ std::vector<T> gather(const std::vector<T>& local, MPI_Datatype type, int ranks,
   std::vector<int> counts(static_cast<std::size_t>(ranks)), offsets(static_cast<std::size_t>(ranks), 0);
   MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   for (int r = 1; r < ranks; ++r)
-    offsets[static_cast<std::size_t>(r)] = offsets[static_cast<std::size_t>(r - 1)] + counts[static_cast<std::size_t>(r - 1)];
+    offsets[static_cast<std::size_t>(r)] =
+        offsets[static_cast<std::size_t>(r - 1)] + counts[static_cast<std::size_t>(r - 1)];
   std::vector<T> all(rank == 0 ? static_cast<std::size_t>(offsets.back() + counts.back()) : 0);
   MPI_Gatherv(local.data(), mine, type, all.data(), counts.data(), offsets.data(), type, 0, MPI_COMM_WORLD);
   return all;
@@ -110,7 +111,8 @@ int run(int argc, char** argv) {
   double t0 = MPI_Wtime();
   for (int w = args.wedges * rank / ranks; w < args.wedges * (rank + 1) / ranks; ++w) {
     const auto share = [&](std::int64_t total) { return total * (w + 1) / args.wedges - total * w / args.wedges; };
-    const auto wedge = hept_tracking::generate_wedge(settings, args.seed, w, args.wedges, share(track_total), share(noise_total));
+    const auto wedge =
+        hept_tracking::generate_wedge(settings, args.seed, w, args.wedges, share(track_total), share(noise_total));
     hits.insert(hits.end(), wedge.begin(), wedge.end());
   }
   const double generate_seconds = MPI_Wtime() - t0;
@@ -133,7 +135,8 @@ int run(int argc, char** argv) {
   options.precision = args.precision;
   surrogate::Surrogate model(MPI_COMM_WORLD, args.model, options);
   if (model.model().position_dim() != 6 || model.in_channels() != 15 || model.out_channels() != 12)
-    throw Error(ErrorCode::invalid_argument, "'" + args.model + "' is not the HEPT tracking model (6 coordinates, 15 features, 12 outputs)");
+    throw Error(ErrorCode::invalid_argument,
+                "'" + args.model + "' is not the HEPT tracking model (6 coordinates, 15 features, 12 outputs)");
   t0 = MPI_Wtime();
   model.set_points<double>(n, 6, {coords.data(), 6, 1});
   const double set_points_seconds = MPI_Wtime() - t0;
@@ -168,7 +171,8 @@ int run(int argc, char** argv) {
   const int mine = static_cast<int>(n);
   MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, MPI_COMM_WORLD);
   for (int r = 1; r < ranks; ++r)
-    offsets[static_cast<std::size_t>(r)] = offsets[static_cast<std::size_t>(r - 1)] + counts[static_cast<std::size_t>(r - 1)];
+    offsets[static_cast<std::size_t>(r)] =
+        offsets[static_cast<std::size_t>(r - 1)] + counts[static_cast<std::size_t>(r - 1)];
   std::vector<std::int64_t> label(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)));
   MPI_Scatterv(all_label.data(), counts.data(), offsets.data(), MPI_INT64_T, label.data(), mine, MPI_INT64_T, 0,
                MPI_COMM_WORLD);
@@ -179,21 +183,29 @@ int run(int argc, char** argv) {
   if (args.vtk && surrogate::VtkSeries::available()) {
     std::vector<double> arrays(static_cast<std::size_t>(6 * n));  // per hit: 6 scalars below
     for (std::size_t i = 0; i < static_cast<std::size_t>(n); ++i) {
-      const double values[6] = {static_cast<double>(label[i]), colour(label[i] + 1), static_cast<double>(particle[i]),
-                                colour(particle[i]), pt[i], static_cast<double>(hits[i].layer)};
+      const double values[6] = {static_cast<double>(label[i]),
+                                colour(label[i] + 1),
+                                static_cast<double>(particle[i]),
+                                colour(particle[i]),
+                                pt[i],
+                                static_cast<double>(hits[i].layer)};
       std::copy(values, values + 6, arrays.begin() + static_cast<std::ptrdiff_t>(6 * i));
     }
     surrogate::VtkSeries vtk(MPI_COMM_WORLD, args.output, "hits");
-    const char* names[6] = {"predicted_track", "predicted_track_colour", "true_particle", "true_particle_colour", "pt", "layer"};
+    const char* names[6] = {
+        "predicted_track", "predicted_track_colour", "true_particle", "true_particle_colour", "pt", "layer"};
     const char* units[6] = {"", "", "", "", "GeV", ""};
-    for (int a = 0; a < 6; ++a) vtk.add_array(names[a], units[a], 1, surrogate::Strided<const double>{arrays.data() + a, 6, 1});
+    for (int a = 0; a < 6; ++a)
+      vtk.add_array(names[a], units[a], 1, surrogate::Strided<const double>{arrays.data() + a, 6, 1});
     vtk.add_array("embedding", "", 12, surrogate::Strided<const double>{embedding.data(), 12, 1});
     vtk.write(0.0, n, 3, {positions.data(), 3, 1});
     vtk_note = args.output + "/hits.pvd (" + std::to_string(ranks) + " pieces)";
   }
 
   if (rank == 0) {
-    const auto ratio = [](std::int64_t a, std::int64_t b) { return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0; };
+    const auto ratio = [](std::int64_t a, std::int64_t b) {
+      return b > 0 ? static_cast<double>(a) / static_cast<double>(b) : 0.0;
+    };
     std::int64_t noise = 0;
     for (const std::int64_t p : all_particle) noise += p == 0;
     std::printf("hept_tracking: %" PRId64 " hits (%" PRId64 " noise) in %d wedges on %d rank(s), seed %" PRIu64
@@ -206,12 +218,14 @@ int run(int argc, char** argv) {
                 " of %" PRId64 ")\n",
                 ratio(scores.found, scores.particles), scores.found, scores.particles,
                 ratio(scores.found_hard, scores.particles_hard), scores.found_hard, scores.particles_hard);
-    std::printf("purity %.4f (%" PRId64 " of %" PRId64 " candidates matched)\n", ratio(scores.matched, scores.candidates),
-                scores.matched, scores.candidates);
-    std::printf("accuracy@0.9 (official metric) %.4f over %" PRId64 " hits\n", scores.accuracy_09, scores.accuracy_hits);
-    std::printf("forward %.3f s (slowest rank, best of %d): %.0f hits/s; set_points %.3f s, event %.3f s, "
-                "clustering and scores %.3f s\n",
-                best, args.repeat, static_cast<double>(n_total) / best, set_points_seconds, generate_seconds, cluster_seconds);
+    std::printf("purity %.4f (%" PRId64 " of %" PRId64 " candidates matched)\n",
+                ratio(scores.matched, scores.candidates), scores.matched, scores.candidates);
+    std::printf("accuracy@0.9 (official metric) %.4f over %" PRId64 " hits\n", scores.accuracy_09,
+                scores.accuracy_hits);
+    std::printf(
+        "forward %.3f s (slowest rank, best of %d): %.0f hits/s; set_points %.3f s, event %.3f s, "
+        "clustering and scores %.3f s\n",
+        best, args.repeat, static_cast<double>(n_total) / best, set_points_seconds, generate_seconds, cluster_seconds);
     std::printf("embedding digest: %016" PRIx64 "\n", fnv1a(all_embedding));
     std::printf("VTK: %s\n", vtk_note.c_str());
   }

@@ -34,7 +34,8 @@ class NeighbourSearch {
       return at(a, axis_) != at(b, axis_) ? at(a, axis_) < at(b, axis_) : a < b;
     });
     position_.resize(order_.size());
-    for (std::size_t s = 0; s < order_.size(); ++s) position_[static_cast<std::size_t>(order_[s])] = static_cast<std::int64_t>(s);
+    for (std::size_t s = 0; s < order_.size(); ++s)
+      position_[static_cast<std::size_t>(order_[s])] = static_cast<std::int64_t>(s);
   }
 
   double distance2(std::int64_t i, std::int64_t j) const {
@@ -95,14 +96,16 @@ inline std::vector<std::int64_t> cluster(const NeighbourSearch& search, std::int
   std::vector<std::int64_t> parent(static_cast<std::size_t>(n));
   std::iota(parent.begin(), parent.end(), std::int64_t{0});
   const auto root = [&](std::int64_t i) {
-    while (parent[static_cast<std::size_t>(i)] != i) i = parent[static_cast<std::size_t>(i)] = parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(i)])];
+    while (parent[static_cast<std::size_t>(i)] != i)
+      i = parent[static_cast<std::size_t>(i)] = parent[static_cast<std::size_t>(parent[static_cast<std::size_t>(i)])];
     return i;
   };
   search.pairs_within(radius, [&](std::int64_t i, std::int64_t j) {
     const std::int64_t a = root(i), b = root(j);
     if (a != b) parent[static_cast<std::size_t>(std::max(a, b))] = std::min(a, b);  // the smaller index is the root
   });
-  std::vector<std::int64_t> size(static_cast<std::size_t>(n), 0), label(static_cast<std::size_t>(n), -1), id(static_cast<std::size_t>(n), -1);
+  std::vector<std::int64_t> size(static_cast<std::size_t>(n), 0), label(static_cast<std::size_t>(n), -1),
+      id(static_cast<std::size_t>(n), -1);
   for (std::int64_t i = 0; i < n; ++i) ++size[static_cast<std::size_t>(root(i))];
   std::int64_t next = 0;
   for (std::int64_t i = 0; i < n; ++i) {
@@ -127,9 +130,9 @@ struct Scores {
 inline Scores score(const NeighbourSearch& search, const std::vector<std::int64_t>& label,
                     const std::vector<std::int64_t>& particle, const std::vector<double>& pt) {
   const auto n = static_cast<std::int64_t>(label.size());
-  std::map<std::int64_t, std::int64_t> hits_of;              // particle → hits
+  std::map<std::int64_t, std::int64_t> hits_of;                          // particle → hits
   std::map<std::pair<std::int64_t, std::int64_t>, std::int64_t> shared;  // (candidate, particle) → hits
-  std::map<std::int64_t, std::int64_t> size_of;              // candidate → hits
+  std::map<std::int64_t, std::int64_t> size_of;                          // candidate → hits
   std::map<std::int64_t, double> pt_of;
   for (std::int64_t i = 0; i < n; ++i) {
     const auto k = static_cast<std::size_t>(i);
