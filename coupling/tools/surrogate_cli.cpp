@@ -327,8 +327,11 @@ int run_predict(const std::vector<std::string>& args) {
       << (slab.has_coords ? std::to_string(slab.dim) + " coordinates" : std::string("no /coords")) << ", " << slab.channels
       << " input channels" << (sample_in > 0 ? ", " + std::to_string(sample_in) + " values per sample" : std::string()) << "\n";
     if (model->needs_positions())
-      o << "  geometry    /coords as positions; graph: "
-        << (slab.has_edges ? with_commas(slab.global_edges) + " edges from /edge_index" : "built by the model's rule") << "\n";
+      o << "  geometry    /coords as positions"
+        << (!model->uses_graph() ? std::string()
+            : slab.has_edges     ? "; graph: " + with_commas(slab.global_edges) + " edges from /edge_index"
+                                 : std::string("; graph: built by the model's rule"))
+        << "\n";
     o
       << "  run         " << comm.size() << " MPI rank(s) x "
       << (opt.run.cuda_device >= 0 ? "CUDA device " + opt.device + " (" + surrogate::precision_name(opt.run.precision) + ")"

@@ -172,6 +172,8 @@ class Model {
   /// True when predict() must be given edges (PointGeometry::edge_index): the model passes messages
   /// along a graph and its file names no rule to build it.
   virtual bool needs_edges() const { return false; }
+  /// True when the model passes messages along a graph at all (given edges or built by its rule).
+  virtual bool uses_graph() const { return false; }
   /// True when the family runs Precision::fp64 (in double precision on the CPU); predict() refuses fp64
   /// with Error(unsupported) on every rank for the others.
   virtual bool supports_fp64() const { return false; }

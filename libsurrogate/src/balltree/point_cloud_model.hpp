@@ -130,6 +130,7 @@ class PointCloudModel : public Model {
  public:
   int position_dim() const override { return dim_; }
   bool needs_edges() const override { return uses_edges_ && rule_.kind == GraphRule::Kind::none; }
+  bool uses_graph() const override { return uses_edges_; }
   const GraphRule& graph_rule() const { return rule_; }
 
   /// The batch in canonical order (route_canonical) of a plan's layout and working-order geometry.
