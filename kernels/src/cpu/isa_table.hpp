@@ -3,6 +3,7 @@
 #pragma once
 
 #include "ball_distance_impl.hpp"
+#include "bucket_impl.hpp"
 #include "latent_impl.hpp"
 #include "linear_impl.hpp"
 #include "norm_impl.hpp"
@@ -60,6 +61,7 @@ inline CpuKernels make_table() {
   t.top_keys = &top_keys;
   t.ring_attention = &ring_attention;
   t.transpose = &transpose;
+  t.gaussian_bucket = &gaussian_bucket;
   t.exp = &exp_map;
   t.erf = &erf_map;
   t.activation = &activation_map;

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate::hept {
@@ -92,6 +93,7 @@ class Network {
   struct Linear {
     int in = 0, out = 0;
     std::vector<T> wt, b;  // wt: in x out (the weight transposed)
+    kernels::PackedLinear packed;  // T = float: the same weights for the CPU kernels' dense layer
   };
   struct Norm {
     std::vector<T> w, b;

@@ -8,10 +8,12 @@
 #include <numeric>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/profile.hpp"
 
 namespace surrogate::hept {
@@ -37,6 +39,8 @@ typename Network<T>::Linear linear(const ModelFile& file, const std::string& pre
     const Tensor32& b = file.weight(prefix + ".bias");
     l.b.assign(b.values.begin(), b.values.end());
   }
+  if constexpr (std::is_same_v<T, float>)
+    l.packed = kernels::PackedLinear(w.values.data(), bias ? l.b.data() : nullptr, l.out, l.in);
   return l;
 }
 
@@ -52,11 +56,34 @@ typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix)
 
 int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
-/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy): the sum over inputs in
-/// ascending order, then the bias (the loop over outputs innermost, on W transposed).
+/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy). float: the CPU kernels'
+/// dense layer; double: the sum over inputs in ascending order, then the bias.
 template <class T>
 void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
            std::int64_t rows, int threads) {
+  if constexpr (std::is_same_v<T, float>) {  // the CPU kernels' dense layer, blocks of rows per thread
+    constexpr std::int64_t kRows = 256;
+    const kernels::CpuKernels& k = kernels::cpu();
+    const int pad = l.packed.out_pad();
+#pragma omp parallel num_threads(threads)
+    {
+      std::vector<float> block(static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad));  // padded width
+#pragma omp for schedule(static)
+      for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+        kernels::LinearArgs a;
+        a.layer = &l.packed;
+        a.x = x + r0 * ldx;
+        a.ldx = ldx;
+        a.y = block.data();
+        a.ldy = pad;
+        a.rows = std::min(kRows, rows - r0);
+        k.linear(a);
+        for (std::int64_t r = 0; r < a.rows; ++r)
+          std::copy(block.data() + r * pad, block.data() + r * pad + l.out, y + (r0 + r) * ldy);
+      }
+    }
+    return;
+  }
 #pragma omp parallel num_threads(threads)
   {
     std::vector<T> acc(static_cast<std::size_t>(l.out));
@@ -286,8 +313,12 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           const std::size_t head = static_cast<std::size_t>(h) * npu;
           for (std::int64_t s = b0; s < b1; s += bs) {
             const std::int64_t* qrow = perm_q.data() + base + s;
-            kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD,
-                                                  bs, Dh, D, bnum.data(), bden.data(), scratch.data());
+            if constexpr (std::is_same_v<T, float>)
+              kernels::cpu().gaussian_bucket({qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD, bs,
+                                              Dh, D, bnum.data(), bden.data(), scratch.data()});
+            else
+              kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D,
+                                                    HD, bs, Dh, D, bnum.data(), bden.data(), scratch.data());
             for (int i = 0; i < bs; ++i) {
               const auto row = static_cast<std::size_t>(qrow[i]);
               T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);

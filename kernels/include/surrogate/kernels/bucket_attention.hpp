@@ -1,6 +1,7 @@
 // Bucket attention with an unnormalised Gaussian kernel (HEPT, share/docs/hept.md "Bucket attention"):
 // no scale, no max subtraction, numerator and denominator returned separately so that several hash
-// tables can be summed before dividing. Header-only, float or double.
+// tables can be summed before dividing. Header-only, float or double: the reference, and the float64
+// path of the model; the float32 path runs the vectorised CpuKernels::gaussian_bucket (surrogate/kernels/cpu.hpp).
 #pragma once
 
 #include <algorithm>
@@ -9,9 +10,11 @@
 
 namespace surrogate::kernels {
 
-/// Values of scratch gaussian_bucket_attention needs for a bucket of m keys.
+/// Values of scratch gaussian_bucket_attention (and the float32 CPU kernel CpuKernels::gaussian_bucket,
+/// which pads keys and value columns to its vector width, at most 16) needs for a bucket of m keys.
 inline std::int64_t gaussian_bucket_scratch(int m, int dh, int dv) {
-  return static_cast<std::int64_t>(m) * (dh + dv + 2);
+  const std::int64_t mp = (m + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+  return mp * (dh + 3) + static_cast<std::int64_t>(m) * dvp;
 }
 
 /// One bucket: queries q[i] (rows of width dh at stride ldq, gathered by qrow[i], i < m) against keys

@@ -280,6 +280,23 @@ struct LatentExactArgs {
   std::int64_t* acc = nullptr;
 };
 
+/// HEPT's bucket attention of one bucket in float32 (surrogate/kernels/bucket_attention.hpp: the formula,
+/// the argument meanings and the scratch size gaussian_bucket_scratch).
+struct GaussianBucketArgs {
+  const float* q = nullptr;
+  index_t ldq = 0;
+  const std::int64_t* qrow = nullptr;
+  const float* k = nullptr;
+  index_t ldk = 0;
+  const std::int64_t* krow = nullptr;
+  const float* v = nullptr;
+  index_t ldv = 0;
+  int m = 0, dh = 0, dv = 0;
+  float* num = nullptr;
+  float* den = nullptr;
+  float* scratch = nullptr;
+};
+
 struct CpuKernels {
   Isa isa = Isa::generic;
   int simd_width = 4;
@@ -294,6 +311,7 @@ struct CpuKernels {
   void (*top_keys)(const TopKeysArgs&) = nullptr;
   void (*ring_attention)(const RingAttentionArgs&) = nullptr;
   void (*transpose)(const TransposeArgs&) = nullptr;
+  void (*gaussian_bucket)(const GaussianBucketArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x).
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*erf)(const float* x, float* y, index_t n) = nullptr;
