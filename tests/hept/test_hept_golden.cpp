@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <string>
@@ -12,6 +13,7 @@
 #include "h5_io.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
+#include "surrogate/kernels/cpu.hpp"
 
 namespace hept = surrogate::hept;
 using surrogate::testing::read_array;
@@ -249,6 +251,55 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
     EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d + 1e-20L), 1e-14);
     for (int e = 0; e < dv; ++e)
       EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[e]), 1e-14);
+  }
+}
+
+// The float32 CPU kernel of every instruction set this CPU runs against the same naive long double
+// formula, with bucket sizes and widths that are not multiples of any vector width. Bound: a logit sums
+// dh + 2 float32 terms of magnitude <= |q|^2 + |k|^2 (<= 2 here), so it is off by <= 4 (dh + 2) 2^-24 * 2;
+// exp adds 2 ulps; a weight is then off by <= 1e-5 relative, and a sum of m <= 1-bounded weights (times
+// |v| <= 1) by m * 1e-5 plus its own rounding m * 2^-24.
+TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
+  namespace k = surrogate::kernels;
+  for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
+    const k::CpuKernels* table = k::cpu(isa);
+    if (!table) continue;
+    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{100, 30, 24}}) {
+      const int rows = m + 11;
+      std::vector<float> q(static_cast<std::size_t>(rows * dh)), kk(q.size()), v(static_cast<std::size_t>(rows * dv));
+      for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+      for (std::size_t i = 0; i < kk.size(); ++i) kk[i] = 0.25f * static_cast<float>(std::cos(0.3 * static_cast<double>(i) + 1.0));
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(1.1 * static_cast<double>(i) + 0.5));
+      std::vector<std::int64_t> qrow(static_cast<std::size_t>(m)), krow(qrow.size());
+      for (int i = 0; i < m; ++i) {
+        qrow[static_cast<std::size_t>(i)] = (7 * i + 3) % rows;
+        krow[static_cast<std::size_t>(i)] = (5 * i + 1) % rows;
+      }
+      std::vector<float> num(static_cast<std::size_t>(m * dv), -1.0f), den(static_cast<std::size_t>(m), -1.0f),
+          scratch(static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv)));
+      table->gaussian_bucket({q.data(), dh, qrow.data(), kk.data(), dh, krow.data(), v.data(), dv, m, dh, dv, num.data(),
+                              den.data(), scratch.data()});
+      const double bound = m * (1e-5 + std::ldexp(1.0, -24));
+      for (int i = 0; i < m; ++i) {
+        long double d = 0;
+        std::vector<long double> n(static_cast<std::size_t>(dv), 0.0L);
+        for (int j = 0; j < m; ++j) {
+          long double dist = 0;
+          for (int t = 0; t < dh; ++t) {
+            const long double diff = static_cast<long double>(q[static_cast<std::size_t>(qrow[static_cast<std::size_t>(i)] * dh + t)]) -
+                                     kk[static_cast<std::size_t>(krow[static_cast<std::size_t>(j)] * dh + t)];
+            dist += diff * diff;
+          }
+          const long double a = std::exp(-0.5L * dist);
+          d += a;
+          for (int e = 0; e < dv; ++e) n[static_cast<std::size_t>(e)] += a * v[static_cast<std::size_t>(krow[static_cast<std::size_t>(j)] * dv + e)];
+        }
+        EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d), bound) << k::to_string(isa) << " m " << m << " i " << i;
+        for (int e = 0; e < dv; ++e)
+          EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[static_cast<std::size_t>(e)]), bound)
+              << k::to_string(isa) << " m " << m << " i " << i << " e " << e;
+      }
+    }
   }
 }
 
