@@ -63,6 +63,10 @@ inline void to_double(simd::vf v, simd::vd out[2]) {
   out[0] = _mm512_maskz_cvtps_pd(0xFF, simd::low_half(v));  // one vcvtps2pd ymm -> zmm each (maskz: GCC 12 warning)
   out[1] = _mm512_maskz_cvtps_pd(0xFF, simd::high_half(v));
   return;
+#elif defined(__AVX2__)
+  out[0] = _mm256_cvtps_pd(_mm256_castps256_ps128(v));  // (the generic halves go through the stack here)
+  out[1] = _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1));
+  return;
 #endif
   vfh half[2];
   std::memcpy(half, &v, sizeof v);
@@ -80,8 +84,7 @@ inline double hsum_double(simd::vd a, simd::vd b) {
 /// One term of the streaming softmax: exp(l) 2^-ref for an integer-valued reference ref at least the
 /// exponent exp_exponent(l), as a float whose bits depend only on l and ref (the shift is exact).
 inline simd::vf softmax_term(simd::vf l, simd::vf ref) {
-  const simd::ExpParts parts = simd::exp_parts(l);
-  return simd::scale_down(parts.mantissa, parts.k - ref);
+  return simd::scale_down_parts(simd::exp_parts(l), ref);
 }
 
 /// Additive bias of the chunk's logits: latent m's row starts at p + m * ld (p: the chunk's first row).
@@ -316,11 +319,20 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     for (int m = 0; m < a.M; ++m) top[m].write_sorted(a.sel + static_cast<index_t>(m) * a.select_S);
 }
 
+// Latents per accumulate pass: MB (E + 1) double accumulators plus 2 MB converted terms must fit the
+// register file (32 vectors with AVX-512, 16 otherwise: more spills them to the stack in the inner loop).
+// The grouping changes no result: each latent's sums are the same operations in the same order.
+#if defined(__AVX512F__)
+inline constexpr int kEncodeGroup4 = 4, kEncodeGroup8 = 2;
+#else
+inline constexpr int kEncodeGroup4 = 2, kEncodeGroup8 = 1;
+#endif
+
 template <bool Bias, bool Select = false>
 inline void latent_encode_width(const LatentEncodeArgs& a) {
   switch (a.E) {
-    case 4: latent_encode_impl<4, 4, Bias, Select>(a); break;
-    case 8: latent_encode_impl<8, 2, Bias, Select>(a); break;
+    case 4: latent_encode_impl<4, kEncodeGroup4, Bias, Select>(a); break;
+    case 8: latent_encode_impl<8, kEncodeGroup8, Bias, Select>(a); break;
     case 16: latent_encode_impl<16, 1, Bias, Select>(a); break;
     default: latent_encode_impl<0, 1, Bias, Select>(a); break;
   }

@@ -22,6 +22,14 @@ inline simd::vf apply_activation(Activation act, simd::vf v) {
   return v;
 }
 
+template <int R, int NV, class F>
+[[gnu::always_inline]] inline void activate_block(simd::vf (&acc)[R][NV], F f) {
+#pragma GCC unroll 8
+  for (int r = 0; r < R; ++r)
+#pragma GCC unroll 8
+    for (int j = 0; j < NV; ++j) acc[r][j] = f(acc[r][j]);
+}
+
 template <int R, int NV>
 inline void linear_block(const LinearArgs& a, index_t r0, int j0) {
   using namespace simd;
@@ -50,13 +58,21 @@ inline void linear_block(const LinearArgs& a, index_t r0, int j0) {
       for (int j = 0; j < NV; ++j) acc[r][j] += xb * w[j];
     }
   }
+  // The activation over the whole block at once: R * NV independent chains the core can overlap (one
+  // switch per block; per element the same operations as apply_activation).
+  switch (a.act) {
+    case Activation::gelu_tanh: activate_block<R, NV>(acc, [](vf v) { return gelu_tanh(v); }); break;
+    case Activation::gelu_erf: activate_block<R, NV>(acc, [](vf v) { return gelu_erf(v); }); break;
+    case Activation::silu: activate_block<R, NV>(acc, [](vf v) { return silu(v); }); break;
+    case Activation::none: break;
+  }
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     const index_t row = r0 + r;
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
       const int col = j0 + j * W;
-      vf v = apply_activation(a.act, acc[r][j]);
+      vf v = acc[r][j];
       if (a.add1) v += load(a.add1 + row * a.ld_add1 + col);
       if (a.add2) v += load(a.add2 + row * a.ld_add2 + col);
       store(a.y + row * a.ldy + col, v);
