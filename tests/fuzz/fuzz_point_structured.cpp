@@ -72,6 +72,9 @@ std::vector<Item> build(FuzzedDataProvider& fdp) {
 
 }  // namespace
 
+// Open MPI's allocations at exit are not ours; libFuzzer still checks every input for leaks.
+extern "C" const char* __asan_default_options() { return "leak_check_at_exit=0"; }
+
 extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
   MPI_Init(argc, argv);
   comm = std::make_unique<surrogate::MpiComm>(MPI_COMM_SELF);
