@@ -128,7 +128,8 @@ bool write_item(hid_t file, std::map<std::string, hid_t>& groups, const Item& it
                               : H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr),
            H5Sclose);
   if (type < 0 || space < 0) return false;
-  const bool written = n <= kMaxWritten;
+  // Strings are kept to a few MiB per item: the harness must not be what hits the allocation cap.
+  const bool written = n <= kMaxWritten && (!is_string(item.cls) || n * fixed_len <= (std::uint64_t{1} << 24));
   Buffer buffer;
   if (written) fill(item, n, fixed_len, type, buffer);
   if (!item.dataset) {
@@ -224,7 +225,8 @@ std::vector<std::uint64_t> pick_shape(FuzzedDataProvider& fdp, const std::vector
 }
 
 void mutate_values(FuzzedDataProvider& fdp, Item& item, const std::vector<std::string>& pool) {
-  const std::uint64_t n = std::max<std::uint64_t>(1, std::min(numel(item.shape), kMaxWritten));
+  const std::uint64_t cap = is_string(item.cls) ? kMaxAttribute : kMaxWritten;
+  const std::uint64_t n = std::max<std::uint64_t>(1, std::min(numel(item.shape), cap));
   const bool all = fdp.ConsumeBool();
   auto apply = [&](auto& values, auto value) {
     if (values.size() < n) values.resize(n);
