@@ -239,11 +239,13 @@ TEST(FlareDeviceMpiEmulatedErrors, OneRanksFailureIsAgreed) {
     e = error_everywhere(*comm, [&] { model->predict_device(*comm, *plan, arrays, options); });
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
     const std::string what = e.what();
-    if (counts.front() > 0)
+    if (counts.front() > 0) {
       EXPECT_NE(what.find("(channel 0) has 1 NaN/Inf value(s) (rank 0: 1)"), std::string::npos) << what;
-    if (counts.back() > 0 && c.in_dim > 1)
+    }
+    if (counts.back() > 0 && c.in_dim > 1) {
       EXPECT_NE(what.find("(channel 1) has 1 NaN/Inf value(s) (rank " + std::to_string(comm->size() - 1) + ": 1)"),
                 std::string::npos) << what;
+    }
     model->predict(*comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim, options);
     EXPECT_EQ(out, good);
   }
