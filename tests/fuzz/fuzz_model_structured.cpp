@@ -2,7 +2,6 @@
 // valid seed model (FLARE, Erwin, BSA, sphere, HEPT, Sequoia) and mutates its attributes and datasets
 // (presence, class, shape, values); the file is written well formed, read, built and, when small, run on
 // a few points. surrogate::Error is the expected outcome; anything else is a finding.
-#include <unistd.h>
 
 #include <cstdlib>
 #include <cstdio>
@@ -177,7 +176,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = "/dev/shm/surrogate_fuzz_model_" + std::to_string(::getpid()) + ".h5";
+  static const std::string path = fuzz::scratch_path("surrogate_fuzz_model");
   FuzzedDataProvider fdp(data, size);
   std::vector<Item> items = seeds[fdp.ConsumeIntegralInRange<std::size_t>(0, seeds.size() - 1)].items;
   mutate(fdp, items);

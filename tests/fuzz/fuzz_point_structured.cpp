@@ -3,7 +3,6 @@
 // shape, values), written well formed, then read with read_point_file on one rank and its samples laid out
 // as `surrogate predict` does. surrogate::Error is the expected outcome; anything else is a finding.
 #include <mpi.h>
-#include <unistd.h>
 
 #include <cstdio>
 #include <memory>
@@ -82,7 +81,7 @@ extern "C" int LLVMFuzzerInitialize(int* argc, char*** argv) {
 }
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
-  static const std::string path = "/dev/shm/surrogate_fuzz_points_" + std::to_string(::getpid()) + ".h5";
+  static const std::string path = fuzz::scratch_path("surrogate_fuzz_points");
   FuzzedDataProvider fdp(data, size);
   fuzz::write_file(path, build(fdp));
   try {

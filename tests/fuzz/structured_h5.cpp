@@ -2,9 +2,12 @@
 // (share/docs/reliability.md §4).
 #include "structured_h5.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <limits>
 #include <map>
 
@@ -256,6 +259,12 @@ bool write_file(const std::string& path, const std::vector<Item>& items) {
     for (auto& [name, g] : groups) H5Gclose(g);
   }
   return ok;
+}
+
+std::string scratch_path(const std::string& stem) {
+  const char* tmp = std::getenv("TMPDIR");
+  const std::string dir = ::access("/dev/shm", W_OK) == 0 ? "/dev/shm" : tmp && *tmp ? tmp : "/tmp";
+  return dir + "/" + stem + "_" + std::to_string(::getpid()) + ".h5";
 }
 
 long open_hdf5_objects() { return static_cast<long>(H5Fget_obj_count(static_cast<hid_t>(H5F_OBJ_ALL), H5F_OBJ_ALL)); }

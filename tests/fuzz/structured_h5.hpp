@@ -51,6 +51,9 @@ void mutate_values(FuzzedDataProvider& fdp, Item& item, const std::vector<std::s
 /// that the harness built (then the input is skipped).
 bool write_file(const std::string& path, const std::vector<Item>& items);
 
+/// A scratch file name for this process: in /dev/shm when it is writable (memory), else in $TMPDIR or /tmp.
+std::string scratch_path(const std::string& stem);
+
 /// Number of HDF5 objects (files, groups, datasets, types, attributes) open in this process.
 long open_hdf5_objects();
 
