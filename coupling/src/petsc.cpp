@@ -224,7 +224,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   char device[64] = "cpu";
   char precision[16] = "fp32";
   char vtk[PETSC_MAX_PATH_LEN] = "";
-  PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE;
+  PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE, allow_non_finite = PETSC_FALSE;
   PetscInt threads = 0;
   PetscReal accept = 0;
 
@@ -244,6 +244,9 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   PetscCall(PetscOptionsBool("-surrogate_reproducible",
                              "Bitwise-identical predictions for any rank count, partition and thread count",
                              "SurrogateCreateFromOptions", reproducible, &reproducible, nullptr));
+  PetscCall(PetscOptionsBool("-surrogate_allow_non_finite_output",
+                             "Hand NaN/Inf predictions to the caller instead of failing the predict",
+                             "SurrogateCreateFromOptions", allow_non_finite, &allow_non_finite, nullptr));
   PetscCall(PetscOptionsString("-surrogate_vtk", "Directory for VTK output (see SurrogateGetVTKDirectory)",
                                "SurrogateGetVTKDirectory", vtk, vtk, sizeof(vtk), &has_vtk));
   PetscCall(PetscOptionsReal("-surrogate_accept_rtol",
@@ -269,6 +272,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   options.device = device;
   options.threads = static_cast<int>(threads);
   options.reproducible = reproducible ? 1 : 0;
+  options.allow_non_finite_output = allow_non_finite ? 1 : 0;
   options.precision = precision;
   surrogate_t s = nullptr;
   PetscCall(check_status(comm, surrogate_open(comm, model, &options, &s)));

@@ -375,15 +375,6 @@ const char* precision_name(Precision p) noexcept {
   return "fp32";
 }
 
-void Model::throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const {
-  std::ostringstream message;
-  for (int c = 0; c < in_channels_ && c < static_cast<int>(bad.size()); ++c)
-    if (bad[static_cast<std::size_t>(c)] > 0)
-      message << (message.tellp() > 0 ? "; " : "") << "input field '" << input_name(c) << "' (channel " << c
-              << ") has " << bad[static_cast<std::size_t>(c)] << " NaN/Inf value(s) among " << n << " local points";
-  if (message.tellp() > 0) throw Error(ErrorCode::input, message.str());
-}
-
 void Model::throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const {
   const int channels = static_cast<int>(bad.size());
   const int ranks = comm.size();
@@ -436,7 +427,8 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   const ProfileScope scope(&plan.profile());
   Io io;
   io.device = &arrays;
-  io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(bad, n); };
+  // The same agreed summary as predict(): every rank's counts, per channel.
+  io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(comm, bad, false); };
   const ScopedPhase phase(kForwardPhase);
   forward(comm, plan, io, options);
 }

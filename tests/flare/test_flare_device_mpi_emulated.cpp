@@ -223,8 +223,14 @@ TEST(FlareDeviceMpiEmulatedErrors, OneRanksFailureIsAgreed) {
     emulated_backend::fail_after = 0;
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
     EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+    // A NaN in channel 0 on rank 0 and an Inf in channel 1 on the last rank: the agreed message sums up
+    // every rank's counts per channel, as the host path does.
     std::vector<float> bad = in;
-    if (last && !bad.empty()) bad[0] = std::nanf("");
+    const bool first = comm->rank() == 0;
+    if (first && n > 0) bad[0] = std::nanf("");
+    if (last && n > 0 && c.in_dim > 1) bad[static_cast<std::size_t>((n - 1) * c.in_dim + 1)] = INFINITY;
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(comm->size()));
+    MPI_Allgather(&n, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
     surrogate::Model::DeviceArrays arrays;
     arrays.in = bad.data();
     arrays.out = out.data();
@@ -232,6 +238,14 @@ TEST(FlareDeviceMpiEmulatedErrors, OneRanksFailureIsAgreed) {
     arrays.out_point_stride = c.out_dim;
     e = error_everywhere(*comm, [&] { model->predict_device(*comm, *plan, arrays, options); });
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+    const std::string what = e.what();
+    if (counts.front() > 0) {
+      EXPECT_NE(what.find("(channel 0) has 1 NaN/Inf value(s) (rank 0: 1)"), std::string::npos) << what;
+    }
+    if (counts.back() > 0 && c.in_dim > 1) {
+      EXPECT_NE(what.find("(channel 1) has 1 NaN/Inf value(s) (rank " + std::to_string(comm->size() - 1) + ": 1)"),
+                std::string::npos) << what;
+    }
     model->predict(*comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim, options);
     EXPECT_EQ(out, good);
   }

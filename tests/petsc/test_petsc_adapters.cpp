@@ -423,6 +423,36 @@ TEST(Options, ModelAndVtkDirectoryFromTheOptionsDatabase) {
     ASSERT_EQ(PetscOptionsClearValue(nullptr, key), 0);
 }
 
+TEST(Options, AllowNonFiniteOutputReachesThePredict) {
+  // Inputs finite but far outside the training range overflow the network: by default the predict is the
+  // library's error on every rank; with the key the predictions come back as they are.
+  const Range r = my_range("uneven");
+  std::vector<double> huge(data().features.size(), 3.0e38);
+  Vec X = make_vec(r, 2, data().coords.data(), "coords"), IN = make_vec(r, 2, huge.data(), "features");
+  Vec OUT = make_vec(r, 1, nullptr, "prediction");
+  ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_model", model_path().c_str()), 0);
+  surrogate_t s = nullptr;
+  ASSERT_EQ(SurrogateCreateFromOptions(world(), nullptr, &s), 0);
+  ASSERT_EQ(SurrogateSetPointsVec(s, X), 0);
+  EXPECT_EQ(caught([&] { return SurrogatePredictVec(s, IN, OUT); }), PETSC_ERR_LIB);
+  EXPECT_NE(petsc_message(PETSC_ERR_LIB).find("non-finite predictions"), std::string::npos)
+      << petsc_message(PETSC_ERR_LIB);
+  EXPECT_EQ(SurrogateDestroy(&s), 0);
+
+  ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_allow_non_finite_output", "true"), 0);
+  ASSERT_EQ(SurrogateCreateFromOptions(world(), nullptr, &s), 0);
+  ASSERT_EQ(SurrogateSetPointsVec(s, X), 0);
+  ASSERT_EQ(SurrogatePredictVec(s, IN, OUT), 0);
+  int local_non_finite = 0, non_finite = 0;
+  for (const PetscScalar v : values(OUT)) local_non_finite += std::isfinite(PetscRealPart(v)) ? 0 : 1;
+  MPI_Allreduce(&local_non_finite, &non_finite, 1, MPI_INT, MPI_SUM, world());
+  EXPECT_GT(non_finite, 0);
+  EXPECT_EQ(SurrogateDestroy(&s), 0);
+  for (Vec* v : {&X, &IN, &OUT}) VecDestroy(v);
+  for (const char* key : {"-surrogate_model", "-surrogate_allow_non_finite_output"})
+    ASSERT_EQ(PetscOptionsClearValue(nullptr, key), 0);
+}
+
 TEST(Options, PrefixMissingModelBadFileBadDevice) {
   surrogate_t s = nullptr;
   // Prefixed keys.

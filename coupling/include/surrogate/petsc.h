@@ -43,6 +43,7 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
  *   -surrogate_precision <fp32>      fp32, tf32 / bf16 (CUDA devices), fp64 (CPU; families that offer it)
  *   -surrogate_threads <n>           OpenMP threads per rank, 0 = OMP_NUM_THREADS
  *   -surrogate_reproducible <bool>   bitwise-identical results for any rank count, partition, threads
+ *   -surrogate_allow_non_finite_output <bool>  hand NaN/Inf predictions to the caller (default: an error)
  *   -surrogate_vtk <directory>       stored with the handle for the solver's output: SurrogateGetVTKDirectory
  *   -surrogate_accept_rtol <r>       SurrogateAcceptOrSolve accepts a prediction x of A x = b when
  *                                    ||b - A x|| / ||b|| <= r (default 0: only an exact one)

@@ -253,8 +253,9 @@ class Model {
 
   /// The arrays of one forward: either the normalised inputs and the outputs in the plan's working order
   /// on the host (rows grouped by sample; row strides multiples of kernels::kPad; padding columns of `in`
-  /// zero), or, for predict_device, the caller's arrays in device memory (`device`; then `check_inputs`
-  /// receives the per-channel counts of non-finite inputs and throws Error(input) if any).
+  /// zero), or, for predict_device, the caller's arrays in device memory (`device`; then the family calls
+  /// `check_inputs` on every rank, before any collective of its forward, with this rank's per-channel counts
+  /// of non-finite inputs: collective, it throws the agreed Error(input) of predict() when any rank has some).
   struct Io {
     const float* in = nullptr;
     index_t ld_in = 0;
@@ -273,8 +274,6 @@ class Model {
   /// without a device-resident predict refuses `io.device` with Error(unsupported) on every rank.
   virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) = 0;
 
-  /// Throws Error(input) naming the channels with non-finite inputs (bad[c] of them among n local points).
-  void throw_if_non_finite(const std::vector<std::uint64_t>& bad, index_t n) const;
   /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
   /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
   void throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const;

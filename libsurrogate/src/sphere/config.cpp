@@ -86,7 +86,8 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids
   for (const auto& [key, t] : f.weights) {
     static const char* known[] = {"q_weights", "k_weights", "v_weights", "proj_weights", "q_bias",
                                   "k_bias",    "v_bias",    "proj_bias", "q_norm_weights", "k_norm_weights"};
-    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return key == k; }) == std::end(known))
+    const std::string& name = key;  // a structured binding cannot be captured before clang 16
+    if (std::find_if(std::begin(known), std::end(known), [&](const char* k) { return name == k; }) == std::end(known))
       throw Error(ErrorCode::weights, "'" + f.path + "': unexpected tensor '" + key + "' for " + family);
   }
   return s;

@@ -159,7 +159,7 @@ void Forward::finish_block(const Tables& t, int b, bool reproducible) {
 }
 
 void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const Stage& load, const Stage& store,
-                  const std::function<void()>& finish) {
+                  const std::function<void()>& finish, const std::function<void()>& loaded) {
   const int blocks = cfg_.num_blocks;
   const bool reproducible = options.reproducible;
   precision_ = to_kernel(options.precision);
@@ -178,6 +178,7 @@ void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const
     run_mlp(in_proj_, in_.data(), cfg_.in_dim, x_.data(), C_, n_);
     if (blocks > 0) start_block(*t, 0, reproducible);
   });
+  if (loaded) loaded();
   for (int b = 0; b < blocks; ++b) {
     merge_encode(comm, plan, *t, b, reproducible);
     local_step(comm, [&] {
@@ -250,10 +251,8 @@ void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogat
         g.bad = bad_.data();
         cu::gather_caller_input(g, s);
         // The per-channel counts of non-finite inputs (in_dim integers) are the only thing read back
-        // before the forward: the error must be agreed before any collective of the forward.
+        // before the forward; they are checked once every rank has loaded (below), before any collective.
         cu::copy_to_host(bad_host_.data(), bad_.data(), bad_.bytes(), s);
-        stream_.synchronize();
-        check_inputs(std::vector<std::uint64_t>(bad_host_.data(), bad_host_.data() + in_c));
       },
       [&](cudaStream_t s, const Tables& t) {
         cu::CallerOutput o;
@@ -271,7 +270,7 @@ void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogat
         o.ld_work = cfg_.out_dim;
         cu::scatter_caller_output(o, s);
       },
-      [] {});
+      [] {}, [&] { check_inputs(std::vector<std::uint64_t>(bad_host_.data(), bad_host_.data() + in_c)); });
 }
 
 }  // namespace surrogate::flare::cuda

@@ -45,7 +45,8 @@ class Forward {
                            const RunOptions& options);
   /// Model::predict_device: the caller's arrays are in this device's memory; the inputs are gathered into
   /// the working order and normalised, the outputs de-normalised and scattered, all on the device.
-  /// `check_inputs` receives the per-channel counts of non-finite inputs. Collective; errors agreed.
+  /// `check_inputs` receives this rank's per-channel counts of non-finite inputs, on every rank at the same
+  /// point, before any collective of the forward (it may itself be collective). Collective; errors agreed.
   void forward_device_arrays(const Comm& comm, Plan& plan, const surrogate::Model::DeviceArrays& arrays,
                              const RunOptions& options,
                              const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs);
@@ -91,10 +92,11 @@ class Forward {
   void start_block(const Tables& t, int b, bool reproducible);
   void finish_block(const Tables& t, int b, bool reproducible);
   /// The forward: `load` fills in_ (n x in_dim, normalised, working order) on the stream, `store`
-  /// enqueues the use of out_ (n x out_dim), `finish` runs on the host after the stream completed.
+  /// enqueues the use of out_ (n x out_dim), `finish` runs on the host after the stream completed;
+  /// `loaded`, when given, runs on every rank once the load step succeeded everywhere (collectives allowed).
   using Stage = std::function<void(cudaStream_t, const Tables&)>;
   void run(const Comm& comm, Plan& plan, const RunOptions& options, const Stage& load, const Stage& store,
-           const std::function<void()>& finish);
+           const std::function<void()>& finish, const std::function<void()>& loaded = {});
 
   // the encode across ranks (encode_merge.cpp)
   /// The global part of the encode of block b, between its local partials and its Z (collective).
