@@ -279,7 +279,9 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     selection.first_key = r0;
     for (int m0 = 0; m0 < a.M; m0 += MB) {
       const int group = static_cast<int>(simd::imin(MB, a.M - m0));
-      if (group == MB)
+      if constexpr (MB == 1)  // (no remainder loop: GCC's -Warray-bounds misreads it under sanitizers)
+        encode_logits<EC, 1, Bias, Select>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit, &selection);
+      else if (group == MB)
         encode_logits<EC, MB, Bias, Select>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit, &selection);
       else
         for (int b = 0; b < group; ++b)

@@ -19,7 +19,6 @@ namespace {
 using kernels::AlignedBuffer;
 
 constexpr int kQueries = 64;  // queries per task of a streamed softmax
-constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 /// Running online-softmax state of up to kQueries queries (the shared latent_encode primitive).
 class Stream {
