@@ -222,6 +222,30 @@ TEST(HeptGolden, ThreadCountIndependent) {
   expect_equal(one.out, three.out, "1 vs 3 threads");
 }
 
+// The bucket formula evaluated naively in long double for query i: den = sum_j a_ij (without the 1e-20)
+// and num[e] = sum_j a_ij v_je, a_ij = exp(-|q_i - k_j|^2 / 2) (= exp(q.k - |q|^2/2 - |k|^2/2), at most 1).
+template <class T>
+void naive_bucket(const std::vector<T>& q, const std::vector<T>& k, const std::vector<T>& v,
+                  const std::vector<std::int64_t>& qrow, const std::vector<std::int64_t>& krow, int i, int dh, int dv,
+                  long double& den, std::vector<long double>& num) {
+  den = 0;
+  num.assign(static_cast<std::size_t>(dv), 0.0L);
+  const auto qi = static_cast<std::size_t>(qrow[static_cast<std::size_t>(i)]);
+  for (std::size_t j = 0; j < krow.size(); ++j) {
+    const auto kj = static_cast<std::size_t>(krow[j]);
+    long double dist = 0;
+    for (std::size_t t = 0; t < static_cast<std::size_t>(dh); ++t) {
+      const long double diff = static_cast<long double>(q[qi * static_cast<std::size_t>(dh) + t]) -
+                               static_cast<long double>(k[kj * static_cast<std::size_t>(dh) + t]);
+      dist += diff * diff;
+    }
+    const long double a = std::exp(-0.5L * dist);
+    den += a;
+    for (std::size_t e = 0; e < static_cast<std::size_t>(dv); ++e)
+      num[e] += a * static_cast<long double>(v[kj * static_cast<std::size_t>(dv) + e]);
+  }
+}
+
 // The bucket kernel against the formula evaluated naively in long double.
 TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
   const int m = 7, dh = 5, dv = 3;
@@ -235,22 +259,13 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
   surrogate::kernels::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), k.data(), dh, krow.data(), v.data(),
                                                         dv, m, dh, dv, num.data(), den.data(), scratch.data());
   for (int i = 0; i < m; ++i) {
-    long double d = 0, n[dv] = {0, 0, 0};
-    for (int j = 0; j < m; ++j) {
-      long double dist = 0;
-      for (int t = 0; t < dh; ++t) {
-        const long double diff =
-            q[static_cast<std::size_t>(qrow[i] * dh + t)] - k[static_cast<std::size_t>(krow[j] * dh + t)];
-        dist += diff * diff;
-      }
-      const long double a = std::exp(-0.5L * dist);  // = exp(q.k - |q|^2/2 - |k|^2/2), at most 1
-      d += a;
-      for (int e = 0; e < dv; ++e) n[e] += a * v[static_cast<std::size_t>(krow[j] * dv + e)];
-    }
+    long double d = 0;
+    std::vector<long double> n;
+    naive_bucket(q, k, v, qrow, krow, i, dh, dv, d, n);
     // Sums of 7 terms of magnitude <= 1 after a cancellation of terms <= ~10: 1e-14 bounds the rounding.
     EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d + 1e-20L), 1e-14);
     for (int e = 0; e < dv; ++e)
-      EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[e]), 1e-14);
+      EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[static_cast<std::size_t>(e)]), 1e-14);
   }
 }
 
@@ -282,18 +297,8 @@ TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
       const double bound = m * (1e-5 + std::ldexp(1.0, -24));
       for (int i = 0; i < m; ++i) {
         long double d = 0;
-        std::vector<long double> n(static_cast<std::size_t>(dv), 0.0L);
-        for (int j = 0; j < m; ++j) {
-          long double dist = 0;
-          for (int t = 0; t < dh; ++t) {
-            const long double diff = static_cast<long double>(q[static_cast<std::size_t>(qrow[static_cast<std::size_t>(i)] * dh + t)]) -
-                                     kk[static_cast<std::size_t>(krow[static_cast<std::size_t>(j)] * dh + t)];
-            dist += diff * diff;
-          }
-          const long double a = std::exp(-0.5L * dist);
-          d += a;
-          for (int e = 0; e < dv; ++e) n[static_cast<std::size_t>(e)] += a * v[static_cast<std::size_t>(krow[static_cast<std::size_t>(j)] * dv + e)];
-        }
+        std::vector<long double> n;
+        naive_bucket(q, kk, v, qrow, krow, i, dh, dv, d, n);
         EXPECT_NEAR(den[static_cast<std::size_t>(i)], static_cast<double>(d), bound) << k::to_string(isa) << " m " << m << " i " << i;
         for (int e = 0; e < dv; ++e)
           EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], static_cast<double>(n[static_cast<std::size_t>(e)]), bound)
