@@ -9,7 +9,8 @@
 
 namespace surrogate::detail {
 
-/// "cpu" -> -1; "cuda" -> the node-local rank modulo the visible devices; "cuda:N" -> N. Local (no
+/// "cpu" -> -1; "cuda" -> the node-local rank modulo the visible devices; "cuda:N" -> N; "cuda-emulated" ->
+/// kernels::cuda::kEmulatedDevice (the host backend). Local (no
 /// collective calls); throws Error(unsupported) for CUDA in builds without it or when no device is
 /// visible, Error(invalid_argument) for malformed strings.
 int select_device(const std::string& device, const MpiComm& comm);

@@ -5,9 +5,9 @@ namespace surrogate::detail {
 
 int select_device(const std::string& device, const MpiComm&) {
   if (device == "cpu") return -1;
-  if (device == "cuda" || device.rfind("cuda:", 0) == 0)
+  if (device == "cuda" || device.rfind("cuda:", 0) == 0 || device == "cuda-emulated")
     throw Error(ErrorCode::unsupported, "device '" + device + "': this build of surrogate has no CUDA backend");
-  throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+  throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda, cuda:N or cuda-emulated)");
 }
 
 bool is_device_pointer(const void*) noexcept { return false; }

@@ -1,4 +1,5 @@
-// Device selection in CUDA builds: "cpu", "cuda" (the node-local rank's GPU) or "cuda:N".
+// Device selection in CUDA builds: "cpu", "cuda" (the node-local rank's GPU), "cuda:N", or
+// "cuda-emulated" (the host backend: the CUDA kernels run on the CPU, share/docs/cuda.md).
 #include <cuda_runtime_api.h>
 
 #include <string>
@@ -37,13 +38,14 @@ int node_local_rank(const MpiComm& comm) {
 
 int select_device(const std::string& device, const MpiComm& comm) {
   if (device == "cpu") return -1;
+  if (device == "cuda-emulated") return kernels::cuda::kEmulatedDevice;
   int requested = -1;  // -1: "cuda", the node-local rank's device
   if (device.rfind("cuda:", 0) == 0) {
     requested = parse_index(device.substr(5));
     if (requested < 0)
       throw Error(ErrorCode::invalid_argument, "device '" + device + "': expected cuda:N with N a device index");
   } else if (device != "cuda") {
-    throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda or cuda:N)");
+    throw Error(ErrorCode::invalid_argument, "unknown device '" + device + "' (expected cpu, cuda, cuda:N or cuda-emulated)");
   }
   // "cuda" asks the node first (a collective every rank reaches, whatever its own devices).
   const int local_rank = requested < 0 ? node_local_rank(comm) : 0;
@@ -59,22 +61,12 @@ int select_device(const std::string& device, const MpiComm& comm) {
 }
 
 namespace {
-/// The device that owns `p` when it is device memory, else -1 (clears the runtime's error state).
-int owning_device(const void* p) noexcept {
-  if (!p) return -1;
-  cudaPointerAttributes attributes{};
-  const cudaError_t code = cudaPointerGetAttributes(&attributes, p);
-  (void)cudaGetLastError();
-  return code == cudaSuccess && attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
-}
-
 void copy(void* dst, const void* src, std::size_t bytes, const void* device_side, const char* what) {
   if (bytes == 0) return;
-  const int device = owning_device(device_side);
+  const int device = kernels::cuda::pointer_device(device_side);
   if (device < 0) throw Error(ErrorCode::invalid_argument, std::string(what) + ": not a CUDA device pointer");
   try {
-    kernels::cuda::DeviceGuard guard(device);
-    kernels::cuda::check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), what);
+    kernels::cuda::copy_blocking(dst, src, bytes, device);
   } catch (const kernels::cuda::CudaError& e) {
     throw Error(e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory : ErrorCode::internal,
                 "CUDA device " + std::to_string(device) + ": " + e.what());
@@ -82,7 +74,7 @@ void copy(void* dst, const void* src, std::size_t bytes, const void* device_side
 }
 }  // namespace
 
-bool is_device_pointer(const void* p) noexcept { return owning_device(p) >= 0; }
+bool is_device_pointer(const void* p) noexcept { return kernels::cuda::pointer_device(p) >= 0; }
 
 void copy_device_to_host(void* host, const void* device, std::size_t bytes) {
   copy(host, device, bytes, device, "cudaMemcpy(device to host)");

@@ -1,21 +1,32 @@
 # CUDA kernels (SURROGATE_HAVE_CUDA): added to surrogate::kernels. sm_90 SASS plus compute_90 PTX by
 # default (CMAKE_CUDA_ARCHITECTURES, set in the top-level CMakeLists.txt). Only the CUDA runtime is
 # linked, never the driver library (toolchain.md G4): binaries start on machines without a GPU.
+#
+# Every .cu file is compiled twice: by nvcc for the GPU, and by the host compiler into the host backend
+# (device "cuda-emulated", namespace cuda::host; share/docs/cuda.md, "The host backend"), through a
+# generated one-line .cpp that includes it with cuda/host/emulation.hpp forced in first.
+set(SURROGATE_CUDA_KERNEL_SOURCES
+  norm.cu mlp.cu mlp_tensor_cores.cu latent_encode.cu latent_decode.cu caller_io.cu ball_attention.cu
+  point_layers.cu bsa_gate.cu sphere_attention.cu sphere_grid_ops.cu sphere_grid_norm.cu sphere_sht.cu)
+list(TRANSFORM SURROGATE_CUDA_KERNEL_SOURCES PREPEND cuda/ OUTPUT_VARIABLE gpu_sources)
+set(host_sources)
+foreach(source IN LISTS SURROGATE_CUDA_KERNEL_SOURCES)
+  get_filename_component(stem ${source} NAME_WE)
+  set(wrapper ${CMAKE_CURRENT_BINARY_DIR}/cuda_host_backend/${stem}.cpp)
+  file(CONFIGURE OUTPUT ${wrapper} CONTENT "#include \"${source}\"  // the host backend's copy\n" @ONLY)
+  list(APPEND host_sources ${wrapper})
+endforeach()
+set_source_files_properties(${host_sources} PROPERTIES
+  COMPILE_OPTIONS "-include;${CMAKE_CURRENT_SOURCE_DIR}/cuda/host/emulation.hpp;-ffp-contract=off;-Wno-unknown-pragmas"
+  INCLUDE_DIRECTORIES "${CMAKE_CURRENT_SOURCE_DIR}/cuda")
+
 target_sources(surrogate_kernels PRIVATE
   cuda/runtime.cpp
-  cuda/norm.cu
-  cuda/mlp.cu
-  cuda/mlp_tensor_cores.cu
-  cuda/latent_encode.cu
-  cuda/latent_decode.cu
-  cuda/caller_io.cu
-  cuda/ball_attention.cu
-  cuda/point_layers.cu
-  cuda/bsa_gate.cu
-  cuda/sphere_attention.cu
-  cuda/sphere_grid_ops.cu
-  cuda/sphere_grid_norm.cu
-  cuda/sphere_sht.cu)
+  cuda/host/emulator.cpp
+  cuda/host/checks.cpp
+  ${gpu_sources}
+  ${host_sources})
+target_include_directories(surrogate_kernels PRIVATE ${CMAKE_CURRENT_SOURCE_DIR}/cuda)
 target_link_libraries(surrogate_kernels PRIVATE CUDA::cudart)
 # The public header surrogate/kernels/cuda.hpp includes cuda_runtime_api.h: targets that include it
 # link CUDA::cudart themselves.

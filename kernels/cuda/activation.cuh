@@ -1,9 +1,11 @@
 // The MLP activations on the device, shared by the FP32 and the tensor-core MLP kernels.
 #pragma once
 
+#include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 
 /// x * sigmoid(t) = x / (1 + exp(-t)) with t = 2u (GELU, tanh approximation) or t = x (SiLU); the
 /// exponent is capped at 80 so that 1 + exp(.) stays finite.
@@ -20,4 +22,5 @@ __device__ __forceinline__ float activate(Activation act, float v) {
   return v;
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

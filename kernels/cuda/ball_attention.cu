@@ -21,11 +21,13 @@
 #include <string>
 #include <type_traits>
 
+#include "launch.cuh"
 #include "ball_attention_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 using ball_kernels::kThreads;
@@ -54,6 +56,7 @@ dim3 thread_grid(const char* kernel, index_t threads, int heads) {
 }  // namespace
 
 void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, ball_attention(a, stream));
   if (a.rows == 0) return;
   check_heads("ball_attention", a.heads, a.E);
   if (a.ball < 1 || a.rows < 0 || a.rows % a.ball != 0)
@@ -65,25 +68,27 @@ void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream) {
   const dim3 grid = thread_grid("ball_attention", a.rows, a.heads);
   detail::dispatch_head_width(a.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;
-    if (a.sigma) ball_kernel<kE, true><<<grid, kThreads, 0, stream>>>(a);
-    else ball_kernel<kE, false><<<grid, kThreads, 0, stream>>>(a);
+    if (a.sigma) launch(ball_kernel<kE, true>, grid, kThreads, 0, stream, a);
+    else launch(ball_kernel<kE, false>, grid, kThreads, 0, stream, a);
   });
   check_launch("ball_kernel");
 }
 
 void coarse_attention(const CoarseAttentionArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, coarse_attention(a, stream));
   if (a.samples == 0 || a.queries == 0) return;
   check_heads("coarse_attention", a.heads, a.E);
   if (a.samples < 0 || a.queries < 0 || a.keys < 1 || a.copies < 1)
     throw std::invalid_argument("cuda::coarse_attention: need samples, queries >= 0 and keys, copies >= 1");
   const dim3 grid = thread_grid("coarse_attention", static_cast<index_t>(a.samples) * a.queries, a.heads);
   detail::dispatch_head_width(a.E, [&](auto width) {
-    coarse_kernel<decltype(width)::value><<<grid, kThreads, 0, stream>>>(a);
+    launch(coarse_kernel<decltype(width)::value>, grid, kThreads, 0, stream, a);
   });
   check_launch("coarse_kernel");
 }
 
 void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, selected_block_attention(a, stream));
   if (a.samples == 0 || a.n == 0) return;
   check_heads("selected_block_attention", a.heads, a.E);
   if (a.samples < 0 || a.n < 0 || a.C < 1 || a.S < 1 || a.tokens_per_row < 1 || a.rows * a.tokens_per_row != a.n)
@@ -100,9 +105,10 @@ void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t 
                                 std::to_string(a.ldkv) + ")");
   const dim3 grid = thread_grid("selected_block_attention", static_cast<index_t>(a.samples) * a.n, a.heads);
   detail::dispatch_head_width(a.E, [&](auto width) {
-    selected_block_kernel<decltype(width)::value><<<grid, kThreads, 0, stream>>>(a);
+    launch(selected_block_kernel<decltype(width)::value>, grid, kThreads, 0, stream, a);
   });
   check_launch("selected_block_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

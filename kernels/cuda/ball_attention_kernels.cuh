@@ -5,10 +5,13 @@
 // __fmul_rn and sqrtf.
 #pragma once
 
+#include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
-namespace surrogate::kernels::cuda::ball_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace ball_kernels {
 
 
 constexpr int kThreads = 128;  // threads (queries of one head) per block
@@ -118,4 +121,6 @@ __global__ void __launch_bounds__(kThreads) selected_block_kernel(SelectedBlockA
     if (e < E) o[e] = static_cast<float>(sm.acc[e] * inv);
 }
 
-}  // namespace surrogate::kernels::cuda::ball_kernels
+}  // namespace ball_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

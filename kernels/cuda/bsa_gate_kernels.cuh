@@ -6,9 +6,12 @@
 
 #include <cstdint>
 
+#include "launch.cuh"
 #include "surrogate/kernels/cuda_bsa_gate.hpp"
 
-namespace surrogate::kernels::cuda::bsa_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace bsa_kernels {
 
 constexpr int kThreads = 128;
 
@@ -46,4 +49,6 @@ __global__ void __launch_bounds__(kThreads) gated_sum_kernel(GatedSumArgs a) {
   a.out[r * a.ldo + c] = __fmul_rn(g0, a.local[i]) + __fmul_rn(g1, a.coarse[i]) + __fmul_rn(g2, a.fine[i]);
 }
 
-}  // namespace surrogate::kernels::cuda::bsa_kernels
+}  // namespace bsa_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

@@ -5,9 +5,11 @@
 // float and then converted to the caller's type. The double operations are spelled with the _rn
 // intrinsics so that nvcc cannot contract them into an FMA the host code does not use: the result is
 // bitwise that of host arrays.
+#include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 constexpr int kIoThreads = 256;
@@ -45,23 +47,26 @@ unsigned grid_for(index_t n) { return static_cast<unsigned>((n + kIoThreads - 1)
 }  // namespace
 
 void gather_caller_input(const CallerInput& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, gather_caller_input(a, stream));
   if (a.rows <= 0 || a.channels <= 0) return;
   const index_t n = a.rows * a.channels;
   if (a.is_double)
-    gather_kernel<double><<<grid_for(n), kIoThreads, 0, stream>>>(a);
+    launch(gather_kernel<double>, grid_for(n), kIoThreads, 0, stream, a);
   else
-    gather_kernel<float><<<grid_for(n), kIoThreads, 0, stream>>>(a);
+    launch(gather_kernel<float>, grid_for(n), kIoThreads, 0, stream, a);
   check_launch("gather_kernel");
 }
 
 void scatter_caller_output(const CallerOutput& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, scatter_caller_output(a, stream));
   if (a.rows <= 0 || a.channels <= 0) return;
   const index_t n = a.rows * a.channels;
   if (a.is_double)
-    scatter_kernel<double><<<grid_for(n), kIoThreads, 0, stream>>>(a);
+    launch(scatter_kernel<double>, grid_for(n), kIoThreads, 0, stream, a);
   else
-    scatter_kernel<float><<<grid_for(n), kIoThreads, 0, stream>>>(a);
+    launch(scatter_kernel<float>, grid_for(n), kIoThreads, 0, stream, a);
   check_launch("scatter_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

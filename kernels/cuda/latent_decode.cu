@@ -5,10 +5,12 @@
 // values Z are staged through shared memory kTile / E latents at a time; every thread reads the same
 // latent at the same time (broadcast). The softmax is the online Pow2Softmax<float> shared with the
 // encode (a power-of-two reference, exact rescaling when it grows).
+#include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 constexpr int kTile = 2048;  // staged floats per operand
@@ -52,6 +54,7 @@ __global__ void __launch_bounds__(kDecodeRows) decode_kernel(LatentDecodeArgs a)
 }  // namespace
 
 void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_decode(a, stream));
   if (a.num_tiles == 0) return;
   if (a.E < 1 || a.E > kMaxHeadDim)
     throw std::invalid_argument("cuda::latent_decode: head width " + std::to_string(a.E) + " outside 1.." +
@@ -59,9 +62,10 @@ void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream) {
   if (a.H < 1 || a.H > 65535 || a.M < 1) throw std::invalid_argument("cuda::latent_decode: need 1 <= H <= 65535, M >= 1");
   const dim3 grid(static_cast<unsigned>(a.num_tiles), static_cast<unsigned>(a.H));
   detail::dispatch_head_width(a.E, [&](auto width) {
-    decode_kernel<decltype(width)::value><<<grid, kDecodeRows, 0, stream>>>(a);
+    launch(decode_kernel<decltype(width)::value>, grid, kDecodeRows, 0, stream, a);
   });
   check_launch("decode_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

@@ -11,10 +11,12 @@
 // (exact power-of-two factors), exactly as the CPU merges its threads and ranks.
 // Reproducible mode: pass 1 takes maxima (exact, order-free), pass 2 adds fixed-point images of every
 // term with 64-bit integer atomics (exact, order-free).
+#include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 using detail::Pow2Softmax;
@@ -299,82 +301,91 @@ void check_problem(const LatentProblem& p) {
 }  // namespace
 
 void latent_encode_partials(const LatentProblem& p, std::int32_t* part_ref, double* part_acc, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_partials(p, part_ref, part_acc, stream));
   check_problem(p);
   if (p.num_chunks == 0) return;
   const EncodeShape s = encode_shape(p.M);
   const dim3 grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.H), static_cast<unsigned>(s.groups));
   dispatch_head_dim(p.E, [&]<int kMaxE>() {
-    encode_partials_kernel<kMaxE><<<grid, s.threads, 0, stream>>>(p, s, part_ref, part_acc);
+    launch(encode_partials_kernel<kMaxE>, grid, s.threads, 0, stream, p, s, part_ref, part_acc);
   });
   check_launch("encode_partials_kernel");
 }
 
 void latent_encode_merge(const LatentProblem& p, const std::int32_t* part_ref, const double* part_acc,
                          const SegmentInfo& seg, std::int32_t* ref, double* acc, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_merge(p, part_ref, part_acc, seg, ref, acc, stream));
   check_problem(p);
   const std::size_t n = static_cast<std::size_t>(seg.segments) * p.H * p.M * (p.E + 1);
   if (n == 0) return;
-  encode_merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(p.H, p.M, p.E, encode_shape(p.M).slices, part_ref,
+  launch(encode_merge_kernel, blocks_for(n, 256), 256, 0, stream, p.H, p.M, p.E, encode_shape(p.M).slices, part_ref,
                                                               part_acc, seg, ref, acc);
   check_launch("encode_merge_kernel");
 }
 
 void latent_encode_rescale(const std::int32_t* local_ref, const std::int32_t* global_ref, double* acc, index_t entries,
                            int E, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_rescale(local_ref, global_ref, acc, entries, E, stream));
   const std::size_t n = static_cast<std::size_t>(entries) * (static_cast<std::size_t>(E) + 1);
   if (n == 0) return;
-  encode_rescale_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(local_ref, global_ref, acc,
+  launch(encode_rescale_kernel, blocks_for(n, 256), 256, 0, stream, local_ref, global_ref, acc,
                                                                 static_cast<std::size_t>(entries), E);
   check_launch("encode_rescale_kernel");
 }
 
 void latent_encode_finalize(const double* acc, const SegmentInfo& seg, int H, int M, int E, float* z,
                             cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_finalize(acc, seg, H, M, E, z, stream));
   const std::size_t n = static_cast<std::size_t>(seg.segments) * H * M * E;
   if (n == 0) return;
-  encode_finalize_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(acc, seg, H, M, E, z);
+  launch(encode_finalize_kernel, blocks_for(n, 256), 256, 0, stream, acc, seg, H, M, E, z);
   check_launch("encode_finalize_kernel");
 }
 
 void latent_max_partials(const LatentProblem& p, float* part_max, float* part_vmax, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_max_partials(p, part_max, part_vmax, stream));
   check_problem(p);
   if (p.num_chunks == 0) return;
   const EncodeShape s = encode_shape(p.M);
   const dim3 grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.H), static_cast<unsigned>(s.groups));
   dispatch_head_dim(p.E, [&]<int kMaxE>() {
-    max_partials_kernel<kMaxE><<<grid, s.threads, 0, stream>>>(p, s, part_max, part_vmax);
+    launch(max_partials_kernel<kMaxE>, grid, s.threads, 0, stream, p, s, part_max, part_vmax);
   });
   check_launch("max_partials_kernel");
 }
 
 void latent_max_merge(const LatentProblem& p, const float* part_max, const float* part_vmax, const SegmentInfo& seg,
                       float* max_out, float* vmax_out, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_max_merge(p, part_max, part_vmax, seg, max_out, vmax_out, stream));
   check_problem(p);
   const std::size_t n = static_cast<std::size_t>(seg.segments) * p.H * p.M;  // >= segments * H
   if (n == 0) return;
-  max_merge_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(p.H, p.M, encode_shape(p.M).slices, part_max, part_vmax,
+  launch(max_merge_kernel, blocks_for(n, 256), 256, 0, stream, p.H, p.M, encode_shape(p.M).slices, part_max, part_vmax,
                                                            seg, max_out, vmax_out);
   check_launch("max_merge_kernel");
 }
 
 void latent_encode_exact(const LatentProblem& p, const float* max, const SegmentInfo& seg, const ExactScale* sum_scale,
                          const ExactScale* value_scale, std::int64_t* acc, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_exact(p, max, seg, sum_scale, value_scale, acc, stream));
   check_problem(p);
   if (p.num_chunks == 0) return;
   const EncodeShape s = encode_shape(p.M);
   const dim3 grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.H), static_cast<unsigned>(s.groups));
   dispatch_head_dim(p.E, [&]<int kMaxE>() {
-    exact_kernel<kMaxE><<<grid, s.threads, 0, stream>>>(p, s, max, seg, sum_scale, value_scale, acc);
+    launch(exact_kernel<kMaxE>, grid, s.threads, 0, stream, p, s, max, seg, sum_scale, value_scale, acc);
   });
   check_launch("exact_kernel");
 }
 
 void latent_exact_finalize(const std::int64_t* acc, const SegmentInfo& seg, const ExactScale* sum_scale,
                            const ExactScale* value_scale, int H, int M, int E, float* z, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_exact_finalize(acc, seg, sum_scale, value_scale, H, M, E, z, stream));
   const std::size_t n = static_cast<std::size_t>(seg.segments) * H * M * E;
   if (n == 0) return;
-  exact_finalize_kernel<<<blocks_for(n, 256), 256, 0, stream>>>(acc, seg, sum_scale, value_scale, H, M, E, z);
+  launch(exact_finalize_kernel, blocks_for(n, 256), 256, 0, stream, acc, seg, sum_scale, value_scale, H, M, E, z);
   check_launch("exact_finalize_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

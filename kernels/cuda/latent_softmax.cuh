@@ -12,9 +12,12 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "launch.cuh"
 #include "surrogate/kernels/cpu.hpp"  // kNoExponent
 
-namespace surrogate::kernels::cuda::detail {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace detail {
 
 /// Smallest supported maximal head width for E: the kernels are instantiated for 4, 8, 16, 32 and 64.
 constexpr int head_dim_bucket(int E) { return E <= 4 ? 4 : E <= 8 ? 8 : E <= 16 ? 16 : E <= 32 ? 32 : 64; }
@@ -144,4 +147,6 @@ struct Pow2Softmax {
   }
 };
 
-}  // namespace surrogate::kernels::cuda::detail
+}  // namespace detail
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

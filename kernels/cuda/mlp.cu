@@ -12,10 +12,12 @@
 //
 // Every output element is bias + sum_k x_k w_k accumulated by one thread in k order, then the activation
 // and the residual: the same arithmetic whatever block or position the row has.
+#include "launch.cuh"
 #include "activation.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
@@ -26,7 +28,7 @@ __device__ __forceinline__ float component(const float4& v, int i) {
 }
 
 __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
-  extern __shared__ float4 smem4[];
+  SURROGATE_DYNAMIC_SHARED(float4, smem4);
   float* const smem = reinterpret_cast<float*>(smem4);
   float4* const ws = reinterpret_cast<float4*>(smem + 2 * kMlpRows * lds);  // [k][16] float4
   const int tid = static_cast<int>(threadIdx.x);
@@ -115,9 +117,10 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
 }  // namespace
 
 void mlp(const MlpArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, mlp(a, stream));
   if (a.rows <= 0) return;
   if (a.precision != MlpPrecision::fp32) {
-    mlp_tensor_cores(a, stream);
+    backend::mlp_tensor_cores(a, stream);
     return;
   }
   if (!a.layers || a.num_layers < 1) throw std::invalid_argument("cuda::mlp: no layers");
@@ -131,8 +134,9 @@ void mlp(const MlpArgs& a, cudaStream_t stream) {
     check(cudaFuncSetAttribute(mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
           "cudaFuncSetAttribute(mlp_kernel, MaxDynamicSharedMemorySize)");
   const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
-  mlp_kernel<<<static_cast<unsigned>(blocks), kThreads, bytes, stream>>>(a, lds);
+  launch(mlp_kernel, static_cast<unsigned>(blocks), kThreads, bytes, stream, a, lds);
   check_launch("mlp_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

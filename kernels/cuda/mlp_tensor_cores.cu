@@ -15,10 +15,12 @@
 #include <cuda_bf16.h>
 #include <mma.h>
 
+#include "launch.cuh"
 #include "activation.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 namespace wmma = nvcuda::wmma;
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kThreads) mlp_tc_kernel(MlpArgs a, int lds, in
 #else
   constexpr bool kBf16 = P == MlpPrecision::bf16;
   constexpr int kK = kBf16 ? 16 : 8;  // K of one fragment
-  extern __shared__ __align__(128) unsigned char smem_raw[];
+  SURROGATE_DYNAMIC_SHARED(unsigned char, smem_raw);
   float* const tiles = reinterpret_cast<float*>(smem_raw);
   unsigned char* const stage = smem_raw + 2 * kMlpRows * lds * sizeof(float);
   float* const ws = reinterpret_cast<float*>(stage);                                    // tf32: [k][kCols]
@@ -161,13 +163,13 @@ __global__ void __launch_bounds__(kThreads) mlp_tc_kernel(MlpArgs a, int lds, in
 }
 
 template <MlpPrecision P>
-void launch(const MlpArgs& a, cudaStream_t stream) {
+void launch_precision(const MlpArgs& a, cudaStream_t stream) {
   const Geometry g = geometry(P, a.max_width);
   if (g.total > 48 * 1024)
     check(cudaFuncSetAttribute(mlp_tc_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.total)),
           "cudaFuncSetAttribute(mlp_tc_kernel, MaxDynamicSharedMemorySize)");
   const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
-  mlp_tc_kernel<P><<<static_cast<unsigned>(blocks), kThreads, g.total, stream>>>(a, g.lds, g.lda);
+  launch(mlp_tc_kernel<P>, static_cast<unsigned>(blocks), kThreads, g.total, stream, a, g.lds, g.lda);
   check_launch("mlp_tc_kernel");
 }
 
@@ -176,6 +178,7 @@ void launch(const MlpArgs& a, cudaStream_t stream) {
 std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width) { return geometry(precision, max_width).total; }
 
 void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, mlp_tensor_cores(a, stream));
   if (a.rows <= 0) return;
   if (!a.layers || a.num_layers < 1) throw std::invalid_argument("cuda::mlp_tensor_cores: no layers");
   if (a.max_width < 1 || a.max_width > kMaxMlpWidth)
@@ -189,10 +192,11 @@ void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream) {
     throw std::invalid_argument("cuda::mlp_tensor_cores: tf32/bf16 need compute capability 8.0 or newer (device " +
                                 std::to_string(device) + " has " + std::to_string(major) + ".x)");
   switch (a.precision) {
-    case MlpPrecision::tf32: launch<MlpPrecision::tf32>(a, stream); break;
-    case MlpPrecision::bf16: launch<MlpPrecision::bf16>(a, stream); break;
+    case MlpPrecision::tf32: launch_precision<MlpPrecision::tf32>(a, stream); break;
+    case MlpPrecision::bf16: launch_precision<MlpPrecision::bf16>(a, stream); break;
     case MlpPrecision::fp32: throw std::invalid_argument("cuda::mlp_tensor_cores: precision fp32 (use cuda::mlp)");
   }
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

@@ -1,7 +1,9 @@
 // LayerNorm / RMSNorm over the channels of each row, one warp per row; and buffer fills.
+#include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 constexpr int kNormThreads = 256;  // 8 rows per block
@@ -52,24 +54,27 @@ __global__ void fill_kernel(T* dst, std::size_t n, T value) {
 
 template <class T>
 void fill_impl(T* dst, std::size_t n, T value, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, fill(dst, n, value, stream));
   if (n == 0) return;
   const auto blocks = static_cast<unsigned>(std::min<std::size_t>((n + 255) / 256, 4096));
-  fill_kernel<T><<<blocks, 256, 0, stream>>>(dst, n, value);
+  launch(fill_kernel<T>, blocks, 256, 0, stream, dst, n, value);
   check_launch("fill_kernel");
 }
 
 }  // namespace
 
 void norm(const NormArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, norm(a, stream));
   if (a.rows <= 0) return;
   if (a.dim < 1) throw std::invalid_argument("cuda::norm: dim must be >= 1");
   constexpr index_t rows_per_block = kNormThreads / 32;
   const index_t blocks = (a.rows + rows_per_block - 1) / rows_per_block;
-  norm_kernel<<<static_cast<unsigned>(blocks), kNormThreads, 0, stream>>>(a);
+  launch(norm_kernel, static_cast<unsigned>(blocks), kNormThreads, 0, stream, a);
   check_launch("norm_kernel");
 }
 
 void fill(std::int32_t* dst, std::size_t n, std::int32_t value, cudaStream_t stream) { fill_impl(dst, n, value, stream); }
 void fill(float* dst, std::size_t n, float value, cudaStream_t stream) { fill_impl(dst, n, value, stream); }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

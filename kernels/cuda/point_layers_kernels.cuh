@@ -7,10 +7,13 @@
 
 #include <cstdint>
 
+#include "launch.cuh"
 #include "activation.cuh"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 
-namespace surrogate::kernels::cuda::point_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace point_kernels {
 
 constexpr int kThreads = 128;
 
@@ -75,4 +78,6 @@ __global__ void __launch_bounds__(kThreads) segment_mean_kernel(SegmentMeanArgs 
   a.agg[i * a.ld_agg + c] = sum / static_cast<float>(count);
 }
 
-}  // namespace surrogate::kernels::cuda::point_kernels
+}  // namespace point_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

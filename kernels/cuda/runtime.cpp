@@ -1,6 +1,8 @@
-// CUDA runtime wrappers: errors, devices, memory, streams, events, copies (host code, no kernels).
+// CUDA runtime wrappers: errors, devices, memory, streams, events, copies (host code, no kernels). The
+// emulated device (kEmulatedDevice) and its streams go to the host backend's runtime (host/emulator.hpp).
 #include <string>
 
+#include "host/emulator.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -9,6 +11,16 @@ namespace {
 std::string describe(cudaError_t code) {
   return std::string(cudaGetErrorName(code)) + ": " + cudaGetErrorString(code);
 }
+
+/// check() for a result of the emulator: its message says what failed.
+void check_emulated(cudaError_t code, const char* call) {
+  if (code == cudaSuccess) return;
+  (void)emulator::get_last_error();
+  throw CudaError(code, std::string(call) + " (emulated device): " + cudaGetErrorName(code) + ": " +
+                            emulator::last_message());
+}
+
+bool emulated(int device) { return device == kEmulatedDevice; }
 }  // namespace
 
 void check(cudaError_t code, const char* call) {
@@ -36,16 +48,28 @@ int device_count(std::string* why) noexcept {
   return count;
 }
 
-DeviceGuard::DeviceGuard(int device) : device_(device) {
+DeviceGuard::DeviceGuard(int device) : device_(device), was_emulated_(emulator::is_current()) {
+  if (emulated(device)) {
+    emulator::set_current(true);
+    return;
+  }
   check(cudaGetDevice(&previous_), "cudaGetDevice");
   if (previous_ != device_) check(cudaSetDevice(device_), ("cudaSetDevice(" + std::to_string(device_) + ")").c_str());
+  emulator::set_current(false);
 }
 
 DeviceGuard::~DeviceGuard() {
+  emulator::set_current(was_emulated_);
+  if (emulated(device_)) return;
   if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
 }
 
 void* device_alloc(std::size_t bytes, int device) {
+  if (emulated(device)) {
+    void* p = nullptr;
+    check_emulated(emulator::malloc_device(&p, bytes), ("cudaMalloc(" + std::to_string(bytes) + " bytes)").c_str());
+    return p;
+  }
   DeviceGuard guard(device);
   void* p = nullptr;
   const cudaError_t code = cudaMalloc(&p, bytes);
@@ -57,6 +81,10 @@ void* device_alloc(std::size_t bytes, int device) {
 
 void device_free(void* p, int device) noexcept {
   if (!p) return;
+  if (emulated(device)) {
+    (void)emulator::free_device(p);  // a failure stays the emulator's last error, as CUDA's sticky errors
+    return;
+  }
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   if (previous != device) (void)cudaSetDevice(device);
@@ -66,21 +94,36 @@ void device_free(void* p, int device) noexcept {
 
 void* pinned_alloc(std::size_t bytes) {
   void* p = nullptr;
-  check(cudaMallocHost(&p, bytes), ("cudaMallocHost(" + std::to_string(bytes) + " bytes)").c_str());
+  const cudaError_t code = cudaMallocHost(&p, bytes);
+  if (code != cudaSuccess && device_count() == 0) {  // no GPU: the emulated device's host memory
+    (void)cudaGetLastError();
+    if (void* host = emulator::host_alloc(bytes)) return host;
+  }
+  check(code, ("cudaMallocHost(" + std::to_string(bytes) + " bytes)").c_str());
   return p;
 }
 
 void pinned_free(void* p) noexcept {
-  if (p) (void)cudaFreeHost(p);
+  if (!p) return;
+  if (emulator::is_host_alloc(p)) emulator::host_free(p);
+  else (void)cudaFreeHost(p);
 }
 
 Stream::Stream(int device) : device_(device) {
+  if (emulated(device)) {
+    check_emulated(emulator::stream_create(&stream_), "cudaStreamCreateWithFlags");
+    return;
+  }
   DeviceGuard guard(device);
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreateWithFlags");
 }
 
 Stream::~Stream() {
   if (!stream_) return;
+  if (emulated(device_)) {
+    (void)emulator::stream_destroy(stream_);
+    return;
+  }
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
   if (previous != device_) (void)cudaSetDevice(device_);
@@ -88,40 +131,98 @@ Stream::~Stream() {
   if (previous >= 0 && previous != device_) (void)cudaSetDevice(previous);
 }
 
-void Stream::synchronize() const { check(cudaStreamSynchronize(stream_), "cudaStreamSynchronize"); }
-void synchronize(cudaStream_t stream) { check(cudaStreamSynchronize(stream), "cudaStreamSynchronize"); }
+void Stream::synchronize() const { cuda::synchronize(stream_); }
+void synchronize(cudaStream_t stream) {
+  if (emulator::owns_stream(stream)) check_emulated(emulator::stream_synchronize(stream), "cudaStreamSynchronize");
+  else check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
+}
+
+void device_synchronize(int device) {
+  if (emulated(device)) return check_emulated(emulator::device_synchronize(), "cudaDeviceSynchronize");
+  DeviceGuard guard(device);
+  check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+}
+
+int multiprocessor_count(int device) {
+  int count = 0;
+  if (emulated(device)) {
+    check_emulated(emulator::device_attribute(&count, cudaDevAttrMultiProcessorCount), "cudaDeviceGetAttribute");
+  } else {
+    check(cudaDeviceGetAttribute(&count, cudaDevAttrMultiProcessorCount, device),
+          "cudaDeviceGetAttribute(MultiProcessorCount)");
+  }
+  return count;
+}
+
+int pointer_device(const void* p) noexcept {
+  if (!p) return -1;
+  if (emulator::find_allocation(p)) return kEmulatedDevice;
+  cudaPointerAttributes attributes{};
+  const cudaError_t code = cudaPointerGetAttributes(&attributes, p);
+  (void)cudaGetLastError();
+  return code == cudaSuccess && attributes.type == cudaMemoryTypeDevice ? attributes.device : -1;
+}
+
+void copy_blocking(void* dst, const void* src, std::size_t bytes, int device) {
+  if (bytes == 0) return;
+  if (emulated(device)) return check_emulated(emulator::memcpy_blocking(dst, src, bytes), "cudaMemcpy");
+  DeviceGuard guard(device);
+  check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+}
 
 Event::Event(int device) : device_(device) {
+  if (emulated(device)) {
+    check_emulated(emulator::event_create(&event_), "cudaEventCreate");
+    return;
+  }
   DeviceGuard guard(device);
   check(cudaEventCreate(&event_), "cudaEventCreate");
 }
 
 Event::~Event() {
-  if (event_) (void)cudaEventDestroy(event_);
+  if (!event_) return;
+  if (emulated(device_)) (void)emulator::event_destroy(event_);
+  else (void)cudaEventDestroy(event_);
 }
 
-void Event::record(cudaStream_t stream) { check(cudaEventRecord(event_, stream), "cudaEventRecord"); }
+void Event::record(cudaStream_t stream) {
+  if (emulated(device_)) check_emulated(emulator::event_record(event_, stream), "cudaEventRecord");
+  else check(cudaEventRecord(event_, stream), "cudaEventRecord");
+}
 
 float Event::elapsed_ms_since(const Event& start) const {
   float ms = 0.0f;
-  check(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+  if (emulated(device_)) {
+    check_emulated(emulator::event_synchronize(event_), "cudaEventSynchronize");
+    check_emulated(emulator::event_elapsed(&ms, start.event_, event_), "cudaEventElapsedTime");
+  } else {
+    check(cudaEventElapsedTime(&ms, start.event_, event_), "cudaEventElapsedTime");
+  }
   return ms;
 }
 
 void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync(host to device)");
+  if (!bytes) return;
+  if (emulator::owns_stream(stream)) check_emulated(emulator::memcpy_async(dst, src, bytes, stream), "cudaMemcpyAsync");
+  else check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream), "cudaMemcpyAsync(host to device)");
 }
 
 void copy_to_host(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(device to host)");
+  if (!bytes) return;
+  if (emulator::owns_stream(stream)) check_emulated(emulator::memcpy_async(dst, src, bytes, stream), "cudaMemcpyAsync");
+  else check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, stream), "cudaMemcpyAsync(device to host)");
 }
 
 void copy_on_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
-  if (bytes) check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(device to device)");
+  if (!bytes) return;
+  if (emulator::owns_stream(stream)) check_emulated(emulator::memcpy_async(dst, src, bytes, stream), "cudaMemcpyAsync");
+  else check(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream), "cudaMemcpyAsync(device to device)");
 }
 
 void zero(void* dst, std::size_t bytes, cudaStream_t stream) {
-  if (bytes) check(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
+  if (!bytes) return;
+  if (emulator::owns_stream(stream)) check_emulated(emulator::memset_async(dst, 0, bytes, stream), "cudaMemsetAsync");
+  else check(cudaMemsetAsync(dst, 0, bytes, stream), "cudaMemsetAsync");
 }
 
 void append_chunks(index_t begin, index_t end, int segment, int chunk_rows, std::vector<LatentChunk>& chunks) {

@@ -16,11 +16,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "launch.cuh"
 #include "sphere_attention_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 using namespace sphere_kernels;
@@ -41,22 +43,24 @@ dim3 grid_of(const SphereAttentionArgs& a) {
 }  // namespace
 
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sphere_global_attention(a, stream));
   check_args(a, "cuda::sphere_global_attention");
   if (a.batch < 1 || a.queries < 1) return;
   if (a.keys < 1) throw std::invalid_argument("cuda::sphere_global_attention: no keys");
   dispatch_attention(
       a,
       [&](auto width) {
-        global_attention_kernel<decltype(width)::value><<<grid_of(a), kQueries, 0, stream>>>(a);
+        launch(global_attention_kernel<decltype(width)::value>, grid_of(a), kQueries, 0, stream, a);
         check_launch("sphere global_attention_kernel");
       },
       [&](int parts, int col0) {
-        wide_global_attention_kernel<<<wide_grid(a), kWideQueries * parts, 0, stream>>>(a, col0);
+        launch(wide_global_attention_kernel, wide_grid(a), kWideQueries * parts, 0, stream, a, col0);
         check_launch("sphere wide_global_attention_kernel");
       });
 }
 
 void sphere_neighborhood_attention(const SphereAttentionArgs& a, const SphereNeighbors& n, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sphere_neighborhood_attention(a, n, stream));
   check_args(a, "cuda::sphere_neighborhood_attention");
   if (n.nlat_out < 1 || n.nlon_out < 1 || a.nlon_in % n.nlon_out ||
       a.queries != static_cast<index_t>(n.nlat_out) * n.nlon_out)
@@ -66,22 +70,24 @@ void sphere_neighborhood_attention(const SphereAttentionArgs& a, const SphereNei
   dispatch_attention(
       a,
       [&](auto width) {
-        neighborhood_attention_kernel<decltype(width)::value><<<grid_of(a), kQueries, 0, stream>>>(a, n);
+        launch(neighborhood_attention_kernel<decltype(width)::value>, grid_of(a), kQueries, 0, stream, a, n);
         check_launch("sphere neighborhood_attention_kernel");
       },
       [&](int parts, int col0) {
-        wide_neighborhood_attention_kernel<<<wide_grid(a), kWideQueries * parts, 0, stream>>>(a, n, col0);
+        launch(wide_neighborhood_attention_kernel, wide_grid(a), kWideQueries * parts, 0, stream, a, n, col0);
         check_launch("sphere wide_neighborhood_attention_kernel");
       });
 }
 
 void sphere_head_norm_scale(float* x, index_t ldx, index_t rows, int heads, int width, const float* weight, float scale,
                             cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sphere_head_norm_scale(x, ldx, rows, heads, width, weight, scale, stream));
   const index_t n = rows * heads;
   if (n <= 0) return;
-  head_norm_scale_kernel<<<static_cast<unsigned>((n + 255) / 256), 256, 0, stream>>>(x, ldx, rows, heads, width, weight,
+  launch(head_norm_scale_kernel, static_cast<unsigned>((n + 255) / 256), 256, 0, stream, x, ldx, rows, heads, width, weight,
                                                                                     scale);
   check_launch("sphere head_norm_scale_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

@@ -7,10 +7,13 @@
 #include <cstdint>
 #include <type_traits>
 
+#include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "surrogate/kernels/cuda_sphere.hpp"
 
-namespace surrogate::kernels::cuda::sphere_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace sphere_kernels {
 
 using detail::head_dim_bucket;
 using detail::logit;
@@ -260,4 +263,6 @@ __global__ void head_norm_scale_kernel(float* x, index_t ldx, index_t rows, int 
   for (int e = 0; e < width; ++e) p[e] = __fmul_rn(p[e], scale);
 }
 
-}  // namespace surrogate::kernels::cuda::sphere_kernels
+}  // namespace sphere_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

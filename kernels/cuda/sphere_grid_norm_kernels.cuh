@@ -5,9 +5,12 @@
 // fusing what the CPU rounds separately.
 #pragma once
 
+#include "launch.cuh"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
 
-namespace surrogate::kernels::cuda::grid_norm_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace grid_norm_kernels {
 
 constexpr int kThreads = 128;
 
@@ -69,4 +72,6 @@ __global__ void __launch_bounds__(kThreads) relu_kernel(float* x, index_t ld, in
   *v = *v > 0.0f ? *v : 0.0f;
 }
 
-}  // namespace surrogate::kernels::cuda::grid_norm_kernels
+}  // namespace grid_norm_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

@@ -9,9 +9,12 @@
 
 #include <math.h>
 
+#include "launch.cuh"
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
 
-namespace surrogate::kernels::cuda::sphere_grid_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace sphere_grid_kernels {
 
 constexpr int kThreads = 256;  // threads per block of every kernel here
 
@@ -163,4 +166,6 @@ __global__ void __launch_bounds__(kThreads) resample_interpolate_kernel(Resample
                            : resample_lerp(resample_lerp(a0, a1, wl), resample_lerp(b0, b1, wl), wo);
 }
 
-}  // namespace surrogate::kernels::cuda::sphere_grid_kernels
+}  // namespace sphere_grid_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

@@ -3,11 +3,13 @@
 #include <stdexcept>
 #include <string>
 
+#include "launch.cuh"
 #include "sphere_sht_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere_sht.hpp"
 
 namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 using sht_kernels::kThreads;
@@ -43,37 +45,42 @@ void check_legendre(const ShtLegendreArgs& a, const char* kernel) {
 }  // namespace
 
 void sht_fourier_analysis(const ShtFourierArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sht_fourier_analysis(a, stream));
   check_fourier(a, "sht_fourier_analysis", true);
   const index_t elements = a.rows * 2 * static_cast<index_t>(a.mmax) * a.channels;
   if (elements == 0) return;
-  sht_kernels::fourier_analysis_kernel<<<blocks_for("sht_fourier_analysis", elements), kThreads, 0, stream>>>(a);
+  launch(sht_kernels::fourier_analysis_kernel, blocks_for("sht_fourier_analysis", elements), kThreads, 0, stream, a);
   check_launch("sht fourier_analysis_kernel");
 }
 
 void sht_fourier_synthesis(const ShtFourierArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sht_fourier_synthesis(a, stream));
   check_fourier(a, "sht_fourier_synthesis", false);
   const index_t elements = a.rows * a.nlon * static_cast<index_t>(a.channels);
   if (elements == 0) return;
-  sht_kernels::fourier_synthesis_kernel<<<blocks_for("sht_fourier_synthesis", elements), kThreads, 0, stream>>>(a);
+  launch(sht_kernels::fourier_synthesis_kernel, blocks_for("sht_fourier_synthesis", elements), kThreads, 0, stream, a);
   check_launch("sht fourier_synthesis_kernel");
 }
 
 void sht_legendre_analysis(const ShtLegendreArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sht_legendre_analysis(a, stream));
   check_legendre(a, "sht_legendre_analysis");
   const index_t elements = static_cast<index_t>(a.batch) * a.lmax * a.mmax * 2 * a.channels;
   if (elements == 0) return;
-  sht_kernels::legendre_analysis_kernel<<<blocks_for("sht_legendre_analysis", elements), kThreads, 0, stream>>>(a);
+  launch(sht_kernels::legendre_analysis_kernel, blocks_for("sht_legendre_analysis", elements), kThreads, 0, stream, a);
   check_launch("sht legendre_analysis_kernel");
 }
 
 void sht_legendre_synthesis(const ShtLegendreArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, sht_legendre_synthesis(a, stream));
   check_legendre(a, "sht_legendre_synthesis");
   require(a.modes >= 1 && a.modes <= a.mmax && (a.nyquist == -1 || (a.nyquist >= 1 && a.nyquist < a.modes)),
           "sht_legendre_synthesis", "need 1 <= modes <= mmax and nyquist -1 or an order below modes");
   const index_t elements = static_cast<index_t>(a.batch) * (a.lat_rows < 0 ? a.nlat : a.lat_rows) * a.modes * 2 * a.channels;
   if (elements == 0) return;
-  sht_kernels::legendre_synthesis_kernel<<<blocks_for("sht_legendre_synthesis", elements), kThreads, 0, stream>>>(a);
+  launch(sht_kernels::legendre_synthesis_kernel, blocks_for("sht_legendre_synthesis", elements), kThreads, 0, stream, a);
   check_launch("sht legendre_synthesis_kernel");
 }
 
+SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

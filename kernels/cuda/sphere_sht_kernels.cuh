@@ -4,9 +4,12 @@
 // element; no shared memory, no synchronisation.
 #pragma once
 
+#include "launch.cuh"
 #include "surrogate/kernels/cuda_sphere_sht.hpp"
 
-namespace surrogate::kernels::cuda::sht_kernels {
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace sht_kernels {
 
 constexpr int kThreads = 256;
 
@@ -107,4 +110,6 @@ __global__ void __launch_bounds__(kThreads) fourier_synthesis_kernel(ShtFourierA
   a.y[point * a.ldy + c] = static_cast<float>(sum);
 }
 
-}  // namespace surrogate::kernels::cuda::sht_kernels
+}  // namespace sht_kernels
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

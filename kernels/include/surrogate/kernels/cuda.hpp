@@ -48,6 +48,11 @@ void check_launch(const char* kernel);
 /// (without a usable driver the initialisation error is sticky and every runtime call keeps failing).
 int device_count(std::string* why = nullptr) noexcept;
 
+/// The device of the host backend ("cuda-emulated"): the CUDA kernels compiled by the host compiler and
+/// run on the CPU by an emulator with deferred streams (share/docs/cuda.md, "The host backend").
+/// Every function here takes it where it takes a device index.
+inline constexpr int kEmulatedDevice = 1 << 20;
+
 /// Makes `device` current for the guard's lifetime and restores the caller's current device afterwards.
 class DeviceGuard {
  public:
@@ -59,6 +64,7 @@ class DeviceGuard {
  private:
   int previous_ = -1;
   int device_ = -1;
+  bool was_emulated_ = false;
 };
 
 // ---------------------------------------------------------------------------------------------------
@@ -191,6 +197,14 @@ class Event {
 
 /// cudaStreamSynchronize of a stream the caller holds as a raw handle; throws CudaError.
 void synchronize(cudaStream_t stream);
+/// cudaDeviceSynchronize on `device`; throws CudaError.
+void device_synchronize(int device);
+/// The number of multiprocessors of `device`.
+int multiprocessor_count(int device);
+/// The device whose memory holds p, or -1 (host memory, or not CUDA memory). Never throws.
+int pointer_device(const void* p) noexcept;
+/// A blocking copy between host memory and the memory of `device` (cudaMemcpy, cudaMemcpyDefault).
+void copy_blocking(void* dst, const void* src, std::size_t bytes, int device);
 
 /// Asynchronous copies (count elements) on `stream`.
 void copy_to_device(void* dst, const void* src, std::size_t bytes, cudaStream_t stream);

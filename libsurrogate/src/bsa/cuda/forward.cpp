@@ -43,8 +43,8 @@ SparseShape sparse_shape(const Config& c) {
 
 BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
   std::string why;
-  const int count = cu::device_count(&why);
-  if (device < 0 || device >= count)
+  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
+  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
     throw Error(ErrorCode::unsupported, "bsa: CUDA device " + std::to_string(device) + " requested, but " +
                                             (count == 0 ? "no CUDA device is visible (" + why + ")"
                                                         : std::to_string(count) + " device(s) are visible"));

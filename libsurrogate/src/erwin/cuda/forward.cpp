@@ -46,8 +46,8 @@ Block ErwinCudaForward::add_block(const BlockWeights& b) {
 ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk)
     : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)) {
   std::string why;
-  const int count = cu::device_count(&why);
-  if (device < 0 || device >= count)
+  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
+  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
     throw Error(ErrorCode::unsupported, "erwin: CUDA device " + std::to_string(device) + " requested, but " +
                                             (count == 0 ? "no CUDA device is visible (" + why + ")"
                                                         : std::to_string(count) + " device(s) are visible"));

@@ -16,8 +16,8 @@ constexpr std::size_t kAlignment = 64;
 /// MLP width <= 256.
 void check_supported(const Config& cfg, int device) {
   std::string why;
-  const int count = cu::device_count(&why);
-  if (device < 0 || device >= count)
+  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
+  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
     throw Error(ErrorCode::unsupported, "CUDA device " + std::to_string(device) + " requested, but " +
                                             (count == 0 ? "no CUDA device is visible (" + why + ")"
                                                         : std::to_string(count) + " device(s) are visible"));
@@ -70,8 +70,7 @@ Forward::Forward(const Config& cfg, const ModelFile& file, int device)
     }
     slices_ = cu::encode_shape(M_).slices;
     kernels::cuda::DeviceGuard guard(device_);
-    cu::check(cudaDeviceGetAttribute(&sm_count_, cudaDevAttrMultiProcessorCount, device_),
-              "cudaDeviceGetAttribute(MultiProcessorCount)");
+    sm_count_ = cu::multiprocessor_count(device_);
     stream_ = cu::Stream(device_);
     ev_start_ = cu::Event(device_);
     ev_uploaded_ = cu::Event(device_);

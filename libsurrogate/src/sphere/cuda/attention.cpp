@@ -68,7 +68,7 @@ class DeviceHeads {
       upload(layers_, layers, device_);
       upload(log_w_, log_w_lat, device_);
       // The uploads run on the default stream; a caller's non-blocking stream does not wait for them.
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the weights)");
+      cu::device_synchronize(device_);  // after uploading the weights
     });
     if (use_qknorm) {
       q_norm_ = blob_.data() + norm_at;
@@ -243,7 +243,7 @@ struct NeighborhoodAttentionS2Device::Impl {
     on_device("NeighborhoodAttentionS2 (CUDA)", device, [&] {
       upload(row_offsets, cpu.neighbors().row_offsets, device);
       upload(columns, cpu.neighbors().columns, device);
-      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the neighbour lists)");
+      kernels::cuda::device_synchronize(device);  // after uploading the neighbour lists
     });
   }
   NeighborhoodAttentionS2 cpu;
@@ -276,10 +276,10 @@ struct NeighborhoodAttentionS2Device::Impl {
     band_begin = band_end = band_in = -1;
     on_device("NeighborhoodAttentionS2 (CUDA)", heads.device(), [&] {
       // A forward still running may read the buffers about to be replaced.
-      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(before replacing the band's lists)");
+      kernels::cuda::device_synchronize(heads.device());  // before replacing the band's lists
       upload(band_offsets, offsets, heads.device());
       upload(band_columns, cols, heads.device());
-      kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the band's lists)");
+      kernels::cuda::device_synchronize(heads.device());  // after uploading the band's lists
     });
     band_begin = lat_begin;
     band_end = lat_end;

@@ -71,7 +71,7 @@ struct DiscoConvS2Device::Impl {
       upload(value, s.value, device);
       upload(grouped_weight, disco_grouped_weight(cpu.config(), K, weight), device);
       if (config.bias) upload(bias_values, bias, device);
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the table and weights)");
+      cu::device_synchronize(device);  // after uploading the table and weights
     });
   }
   DiscoConvS2 cpu;
@@ -104,9 +104,9 @@ struct DiscoConvS2Device::Impl {
     band_begin = band_end = band_in = -1;
     on_device(kDiscoName, device, [&] {
       // A forward still running may read the buffer about to be replaced.
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(before replacing the band's table)");
+      cu::device_synchronize(device);  // before replacing the band's table
       upload(band_lat_in, s.lat_in, device);
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the band's table)");
+      cu::device_synchronize(device);  // after uploading the band's table
     });
     band_begin = out_begin;
     band_end = out_end;
@@ -211,7 +211,7 @@ struct ResampleS2Device::Impl {
       upload(lon_left, cpu.lon_left(), device);
       upload(lon_right, cpu.lon_right(), device);
       upload(lon_weight, cpu.lon_weight(), device);
-      cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize(after uploading the interpolation tables)");
+      cu::device_synchronize(device);  // after uploading the interpolation tables
     });
   }
   ResampleS2 cpu;

@@ -1,0 +1,40 @@
+// The host backend's launchers (namespace cuda::host): the public launchers of surrogate/kernels/cuda*.hpp
+// compiled from the same .cu sources by the host compiler. Declared here with the public declarations'
+// types (decltype), so that a launcher whose signature changes fails to build or link, never drifts.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_ball_attention.hpp"
+#include "surrogate/kernels/cuda_bsa_gate.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
+#include "surrogate/kernels/cuda_sphere.hpp"
+#include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
+#include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
+#include "surrogate/kernels/cuda_sphere_sht.hpp"
+
+#define SURROGATE_CUDA_LAUNCHERS(X)                                                                        \
+  X(gather_caller_input) X(scatter_caller_output) X(norm) X(mlp) X(mlp_tensor_cores) X(mlp_tensor_core_smem) \
+  X(latent_encode_partials) X(latent_encode_merge) X(latent_encode_rescale) X(latent_encode_finalize)      \
+  X(latent_max_partials) X(latent_max_merge) X(latent_encode_exact) X(latent_exact_finalize)               \
+  X(latent_decode) X(ball_attention) X(coarse_attention) X(selected_block_attention) X(row_map)             \
+  X(gated_sum) X(dense) X(copy_rows) X(row_binary) X(batch_norm) X(segment_mean)                           \
+  X(sphere_global_attention) X(sphere_neighborhood_attention) X(sphere_head_norm_scale) X(grid_row_sums)  \
+  X(grid_norm_stats) X(channel_affine) X(relu_rows) X(disco_contraction) X(grouped_linear) X(resample)     \
+  X(sht_fourier_analysis) X(sht_fourier_synthesis) X(sht_legendre_analysis) X(sht_legendre_synthesis)
+
+namespace surrogate::kernels::cuda::host {
+
+#define SURROGATE_CUDA_DECLARE_HOST_LAUNCHER(name) decltype(::surrogate::kernels::cuda::name) name;
+SURROGATE_CUDA_LAUNCHERS(SURROGATE_CUDA_DECLARE_HOST_LAUNCHER)
+#undef SURROGATE_CUDA_DECLARE_HOST_LAUNCHER
+void fill(std::int32_t* dst, std::size_t n, std::int32_t value, cudaStream_t stream);
+void fill(float* dst, std::size_t n, float value, cudaStream_t stream);
+
+/// The runtime checks as the host backend's launchers see them (the emulator's errors).
+void check(cudaError_t code, const char* call);
+void check_launch(const char* kernel);
+
+}  // namespace surrogate::kernels::cuda::host

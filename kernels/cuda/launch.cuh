@@ -1,0 +1,52 @@
+// The one launch seam of the CUDA kernels (share/docs/cuda.md, "The host backend"): every .cu file is
+// compiled twice, by nvcc for the GPU and by the host compiler (with host/emulation.hpp) into the host
+// backend, namespace cuda::host. A public launcher compiled by nvcc hands streams of the emulated device
+// to its host twin (SURROGATE_CUDA_ON_HOST_BACKEND); launch() is the only place that writes <<< >>>.
+#pragma once
+
+#include <cstddef>
+#include <utility>
+
+#include "host/emulator.hpp"
+#include "host_backend.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+#define SURROGATE_CUDA_BACKEND_BEGIN namespace host {
+#define SURROGATE_CUDA_BACKEND_END }
+#define SURROGATE_CUDA_ON_HOST_BACKEND(stream, call) ((void)0)
+#else
+#define SURROGATE_CUDA_BACKEND_BEGIN
+#define SURROGATE_CUDA_BACKEND_END
+/// `extern __shared__ T name[]`: the block's dynamic shared memory (host/emulation.hpp has the host form).
+#define SURROGATE_DYNAMIC_SHARED(T, name) extern __shared__ __align__(128) T name[]
+/// In a public launcher compiled by nvcc: run the host backend's launcher for its streams.
+#define SURROGATE_CUDA_ON_HOST_BACKEND(stream, call) \
+  if (::surrogate::kernels::cuda::emulator::owns_stream(stream)) return host::call
+#endif
+
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+
+/// This backend's launchers (cuda, or cuda::host in the host backend): a launcher that calls another
+/// qualifies the call with it, since argument-dependent lookup would also find the other backend's.
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+namespace backend = ::surrogate::kernels::cuda::host;
+#else
+namespace backend = ::surrogate::kernels::cuda;
+#endif
+
+/// Launches kernel(args...) on `grid` x `block` threads with `smem` bytes of dynamic shared memory on
+/// `stream`; errors of the launch are read by check_launch().
+template <class... Params, class... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
+            Args&&... args) {
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+  emulator::launch(grid, block, smem, stream, [kernel, ... a = Params(std::forward<Args>(args))] { kernel(a...); });
+#else
+  kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
+#endif
+}
+
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda
