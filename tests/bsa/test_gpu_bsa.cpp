@@ -67,7 +67,7 @@ TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
   const bsa::Network net(c.file);
   const bt::RotatedTrees trees = bsa_trees_for(net.config(), c.positions, c.batch());
   const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), 1);
-  const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
+  const auto device = bsa::detail::make_bsa_cuda_forward(net, st::test_device());
   const auto geometry = device->upload_geometry(trees, c.positions, c.batch());
   const double geometry_ms = device->last_geometry_ms();
   const std::vector<float> gpu = device->forward(*geometry, c.features, 1);
@@ -107,7 +107,7 @@ TEST(GpuBsaModel, PredictOnTheDeviceMatchesTheCpu) {
   std::vector<float> cpu(static_cast<std::size_t>(n * cout)), gpu(cpu.size()), again(cpu.size());
   model->predict(comm, layout, g, c.features.data(), cin, cpu.data(), cout);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = st::test_device();
   const auto plan = model->plan(comm, layout, g);
   model->predict(comm, *plan, c.features.data(), cin, gpu.data(), cout, options);
   model->predict(comm, *plan, c.features.data(), cin, again.data(), cout, options);  // the plan's device geometry kept

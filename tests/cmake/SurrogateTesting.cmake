@@ -19,15 +19,21 @@ set(SURROGATE_TESTS_DIR ${CMAKE_CURRENT_LIST_DIR}/..)
 # (only the first label and the first variable took effect). The properties are therefore set by a second
 # file that ctest includes after the discovered tests, from the list of their names.
 function(surrogate_discover_gtests target prefix labels)
-  gtest_discover_tests(${target} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${prefix}" TEST_LIST ${target}_TESTS)
-  set(properties_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_properties.cmake)
+  set(environment ${SURROGATE_TEST_ENV} ${ARGN})  # extra arguments: more NAME=VALUE for the environment
+  string(MAKE_C_IDENTIFIER "${prefix}" tag)
+  gtest_discover_tests(${target} DISCOVERY_MODE PRE_TEST TEST_PREFIX "${prefix}" TEST_LIST ${target}_${tag}_TESTS)
+  set(properties_file ${CMAKE_CURRENT_BINARY_DIR}/${target}_${tag}_properties.cmake)
   file(GENERATE OUTPUT ${properties_file}
-       CONTENT "foreach(test IN LISTS ${target}_TESTS)
-  set_tests_properties(\"\${test}\" PROPERTIES LABELS \"${labels}\" ENVIRONMENT \"${SURROGATE_TEST_ENV}\")
+       CONTENT "foreach(test IN LISTS ${target}_${tag}_TESTS)
+  set_tests_properties(\"\${test}\" PROPERTIES LABELS \"${labels}\" ENVIRONMENT \"${environment}\")
 endforeach()
 ")
   set_property(DIRECTORY APPEND PROPERTY TEST_INCLUDE_FILES ${properties_file})
 endfunction()
+
+# The schedules the device tests run under on the host backend: a block's threads in order, and a seeded
+# shuffle between barriers (a race on shared memory changes the result under one of them).
+set(SURROGATE_EMULATED_SCHEDULES forward shuffle:1)
 
 # The executable every helper builds. T_* are the caller's parsed arguments.
 macro(_surrogate_test_executable name extra_sources)
@@ -111,8 +117,10 @@ function(surrogate_add_mpi_test name)
   endforeach()
 endfunction()
 
-# A test binary that needs a CUDA device (CUDA builds only): cases named gpu.Suite.Case, label gpu + LABELS;
-# every case SKIPS (GTEST_SKIP) without a device.
+# A device test binary (CUDA builds only; tests/support/gpu_test.hpp), one source for two backends:
+#  - the host backend (device "cuda-emulated"), always run: cases cuda.<schedule>.Suite.Case, labels
+#    unit;cuda + LABELS, once per schedule of SURROGATE_EMULATED_SCHEDULES;
+#  - a real GPU: cases gpu.Suite.Case, label gpu + LABELS, every case SKIPPED without a device.
 function(surrogate_add_gpu_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
@@ -121,17 +129,22 @@ function(surrogate_add_gpu_test name)
   set(T_COUPLING ON)
   _surrogate_test_executable(${name} "")
   target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
-  set(labels gpu ${T_LABELS})
-  surrogate_discover_gtests(${name} "gpu." "${labels}")
+  surrogate_discover_gtests(${name} "gpu." "gpu;${T_LABELS}")
+  foreach(schedule IN LISTS SURROGATE_EMULATED_SCHEDULES)
+    string(REGEX REPLACE ":.*" "" short ${schedule})
+    surrogate_discover_gtests(${name} "cuda.${short}." "unit;cuda;${T_LABELS}" SURROGATE_TEST_DEVICE=cuda-emulated
+                              SURROGATE_CUDA_EMULATED_SCHEDULE=${schedule})
+  endforeach()
 endfunction()
 
 # The same under mpirun, one ctest gpu.mpi.<name>.np<N> per rank count (ranks share the GPUs: node-local
-# rank modulo the device count), reported as skipped when the output says so. FILTER: a gtest filter.
+# rank modulo the device count), reported as skipped when the output says so, and cuda.mpi.<name>.np<N> on
+# the host backend (GPU_ONLY: not there; e.g. NCCL). FILTER: a gtest filter.
 function(surrogate_add_gpu_mpi_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
-  cmake_parse_arguments(T "${_surrogate_test_flags}" "FILTER" "${_surrogate_test_lists}" ${ARGN})
+  cmake_parse_arguments(T "${_surrogate_test_flags};GPU_ONLY" "FILTER" "${_surrogate_test_lists}" ${ARGN})
   set(filter_args "")
   if(T_FILTER)
     set(filter_args "--gtest_filter=${T_FILTER}")
@@ -145,6 +158,17 @@ function(surrogate_add_gpu_mpi_test name)
              COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}> ${filter_args})
     set_tests_properties(gpu.mpi.${name}.np${np} PROPERTIES PROCESSORS ${np} LABELS "${labels}"
                          ENVIRONMENT "${SURROGATE_TEST_ENV}" SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+    # The host backend (the first schedule; the single-process tests cover the others), unless GPU_ONLY.
+    # TIMEOUT: a rank left waiting in a collective fails instead of hanging CI.
+    if(T_GPU_ONLY)
+      continue()
+    endif()
+    list(GET SURROGATE_EMULATED_SCHEDULES 0 schedule)
+    add_test(NAME cuda.mpi.${name}.np${np}
+             COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}> ${filter_args})
+    set_tests_properties(cuda.mpi.${name}.np${np} PROPERTIES PROCESSORS ${np} LABELS "unit;cuda;mpi;${T_LABELS}"
+                         ENVIRONMENT "${SURROGATE_TEST_ENV};SURROGATE_TEST_DEVICE=cuda-emulated;SURROGATE_CUDA_EMULATED_SCHEDULE=${schedule}"
+                         TIMEOUT 300 FAIL_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
   endforeach()
 endfunction()
 

@@ -76,7 +76,7 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
   const bt::RotatedTrees trees =
       bt::build_with_rotations(c.positions, cfg.dimensionality, c.batch(), cfg.strides, cfg.ball_sizes, cfg.rotate);
   const std::vector<float> cpu = net.forward(trees, c.features, c.positions, c.batch(), c.edges, 1);
-  const auto device = ew::detail::make_erwin_cuda_forward(net, 0);
+  const auto device = ew::detail::make_erwin_cuda_forward(net, st::test_device());
   const auto geometry = device->upload_geometry(trees, c.positions, c.batch(), c.edges);
   const double geometry_ms = device->last_geometry_ms();
   const std::vector<float> gpu = device->forward(*geometry, c.features);
@@ -113,7 +113,7 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
     const std::vector<float> whole = device->forward(trees, c.features, c.positions, c.batch(), uneven);
     EXPECT_LE(max_error(whole, net.forward(trees, c.features, c.positions, c.batch(), uneven, 1)), 2 * tol);
     for (const surrogate::index_t chunk : {7, 13})
-      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, c.features, c.positions, c.batch(), uneven),
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, st::test_device(), chunk)->forward(trees, c.features, c.positions, c.batch(), uneven),
                 whole)
           << "chunk " << chunk;
   }
@@ -146,7 +146,7 @@ TEST(GpuErwinModel, PredictOnTheDeviceMatchesTheCpu) {
   std::vector<float> cpu(static_cast<std::size_t>(n)), gpu(cpu.size()), again(cpu.size());
   model->predict(comm, layout, g, nullptr, 0, cpu.data(), 1);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = st::test_device();
   const auto plan = model->plan(comm, layout, g);
   model->predict(comm, *plan, nullptr, 0, gpu.data(), 1, options);
   model->predict(comm, *plan, nullptr, 0, again.data(), 1, options);  // the plan's device geometry kept

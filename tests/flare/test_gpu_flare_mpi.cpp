@@ -20,6 +20,7 @@ namespace st = surrogate::testing;
 namespace {
 
 int local_device() {
+  if (surrogate::testing::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
   MPI_Comm local;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   int rank = 0;

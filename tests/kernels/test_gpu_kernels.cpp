@@ -66,7 +66,7 @@ TEST_F(GpuKernels, NormMatchesTheCpuKernel) {
         cpu.norm(a);
 
         auto dx = to_device(x), dw = to_device(w), db = to_device(b);
-        cu::DeviceBuffer<float> dy(x.size(), 0);
+        cu::DeviceBuffer<float> dy(x.size(), st::test_device());
         cu::NormArgs g;
         g.x = dx.data();
         g.ldx = ldg;
@@ -284,7 +284,7 @@ TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
           ref = cpu_mlp(layers, x, ldx, rows, nullptr);
         }
         auto dx = to_device(x);
-        cu::DeviceBuffer<float> dy(static_cast<std::size_t>(rows * ldy), 0);
+        cu::DeviceBuffer<float> dy(static_cast<std::size_t>(rows * ldy), st::test_device());
         dev.run(dx.data(), ldx, dy.data(), ldy, rows, nullptr, 0, precision);
         const auto y = to_host(dy.data(), static_cast<std::size_t>(rows * ldy));
         for (k::index_t r = 0; r < rows; ++r)
@@ -306,7 +306,7 @@ TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {
   const k::index_t rows = 1000, ld = 64;
   const auto x = random_vector(static_cast<std::size_t>(rows * ld), 1.0f, gen);
   auto dx = to_device(x);
-  cu::DeviceBuffer<float> all(x.size(), 0), part(x.size(), 0);
+  cu::DeviceBuffer<float> all(x.size(), st::test_device()), part(x.size(), st::test_device());
   dev.run(dx.data(), ld, all.data(), ld, rows, nullptr, 0);
   // The same rows in other blocks and positions: [37, 137), then [500, 501), then [901, 1000).
   for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
@@ -398,11 +398,11 @@ DefaultEncode gpu_default_encode(const LatentData& d, int chunk_rows) {
   const cu::EncodeShape shape = cu::encode_shape(d.M);
   const std::size_t hm = static_cast<std::size_t>(d.H) * d.M, width = static_cast<std::size_t>(d.E) + 1;
   const std::size_t parts = static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * shape.slices;
-  cu::DeviceBuffer<std::int32_t> part_ref(parts * hm, 0), ref(d.samples() * hm, 0);
-  cu::DeviceBuffer<double> part_acc(parts * hm * width, 0);
+  cu::DeviceBuffer<std::int32_t> part_ref(parts * hm, st::test_device()), ref(d.samples() * hm, st::test_device());
+  cu::DeviceBuffer<double> part_acc(parts * hm * width, st::test_device());
   auto acc = to_device(std::vector<double>(d.samples() * hm * width, 12345.0));  // sentinel: sample 0
   cu::fill(ref.data(), ref.size(), 777, nullptr);
-  cu::DeviceBuffer<float> z(static_cast<std::size_t>(d.segments()) * hm * d.E, 0);
+  cu::DeviceBuffer<float> z(static_cast<std::size_t>(d.segments()) * hm * d.E, st::test_device());
   cu::latent_encode_partials(dl.p, part_ref.data(), part_acc.data(), nullptr);
   cu::latent_encode_merge(dl.p, part_ref.data(), part_acc.data(), dl.seg, ref.data(), acc.data(), nullptr);
   cu::latent_encode_finalize(acc.data(), dl.seg, d.H, d.M, d.E, z.data(), nullptr);
@@ -420,8 +420,8 @@ ExactEncode gpu_exact_encode(const LatentData& d, int chunk_rows) {
   const std::size_t hm = static_cast<std::size_t>(d.H) * d.M, width = static_cast<std::size_t>(d.E) + 1;
   const std::size_t parts = static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * shape.slices;
   const std::size_t B = static_cast<std::size_t>(d.samples()), S = static_cast<std::size_t>(d.segments());
-  cu::DeviceBuffer<float> part_max(parts * hm, 0), part_vmax(static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * d.H, 0);
-  cu::DeviceBuffer<float> maxima(B * hm + B * d.H, 0);
+  cu::DeviceBuffer<float> part_max(parts * hm, st::test_device()), part_vmax(static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * d.H, st::test_device());
+  cu::DeviceBuffer<float> maxima(B * hm + B * d.H, st::test_device());
   cu::fill(maxima.data(), maxima.size(), -INFINITY, nullptr);
   cu::latent_max_partials(dl.p, part_max.data(), part_vmax.data(), nullptr);
   cu::latent_max_merge(dl.p, part_max.data(), part_vmax.data(), dl.seg, maxima.data(), maxima.data() + B * hm, nullptr);
@@ -432,10 +432,10 @@ ExactEncode gpu_exact_encode(const LatentData& d, int chunk_rows) {
     for (int h = 0; h < d.H; ++h) scales[S + s * d.H + h] = k::exact_scale(d.seg_rows[s], vmax[(s + 1) * d.H + h]);
   }
   auto dscales = to_device(scales);
-  cu::DeviceBuffer<std::int64_t> acc(B * hm * width * 2, 0);
+  cu::DeviceBuffer<std::int64_t> acc(B * hm * width * 2, st::test_device());
   cu::zero(acc.data(), acc.bytes(), nullptr);
   cu::latent_encode_exact(dl.p, maxima.data(), dl.seg, dscales.data(), dscales.data() + S, acc.data(), nullptr);
-  cu::DeviceBuffer<float> z(S * hm * d.E, 0);
+  cu::DeviceBuffer<float> z(S * hm * d.E, st::test_device());
   cu::latent_exact_finalize(acc.data(), dl.seg, dscales.data(), dscales.data() + S, d.H, d.M, d.E, z.data(), nullptr);
   return {to_host(acc.data(), acc.size()), to_host(z.data(), z.size())};
 }
@@ -554,7 +554,7 @@ TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
       cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
     auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
     auto dtiles = to_device(tiles);
-    cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), 0);
+    cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), st::test_device());
     cu::LatentDecodeArgs a;
     a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
     a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
@@ -585,7 +585,7 @@ TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
 // ---------------------------------------------------------------------------------------------------
 TEST_F(GpuKernels, RuntimeErrorsNameTheCall) {
   try {
-    cu::DeviceBuffer<char> huge(std::size_t{1} << 60, 0);
+    cu::DeviceBuffer<char> huge(std::size_t{1} << 60, st::test_device());
     FAIL() << "allocating 2^60 bytes succeeded";
   } catch (const cu::CudaError& e) {
     const std::string what = e.what();
@@ -593,11 +593,12 @@ TEST_F(GpuKernels, RuntimeErrorsNameTheCall) {
     EXPECT_EQ(e.code(), cudaErrorMemoryAllocation) << what;
   }
   // the error state is cleared: the next call works
-  cu::DeviceBuffer<float> small(16, 0);
+  cu::DeviceBuffer<float> small(16, st::test_device());
   EXPECT_NE(small.data(), nullptr);
 }
 
 TEST_F(GpuKernels, DeviceGuardRestoresTheCurrentDevice) {
+  if (st::on_host_backend()) GTEST_SKIP() << "the CUDA runtime's current device: real devices only";
   const int count = cu::device_count();
   const int last = count - 1;
   cu::check(cudaSetDevice(last), "cudaSetDevice");

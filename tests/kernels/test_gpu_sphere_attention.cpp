@@ -43,9 +43,9 @@ std::vector<float> run_on_device(Op& op, const Case& t, const std::vector<float>
     dk = st::to_device(xk);
     dv = st::to_device(xv);
   }
-  cu::DeviceBuffer<float> dy(out_size, 0);
-  cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");  // the pageable uploads are complete
-  cu::Stream stream(0);
+  cu::DeviceBuffer<float> dy(out_size, st::test_device());
+  cu::device_synchronize(st::test_device());  // the pageable uploads are complete
+  cu::Stream stream(st::test_device());
   op.forward(t.batch, dq.data(), t.self ? nullptr : dk.data(), t.self ? nullptr : dv.data(), dy.data(), stream.get());
   stream.synchronize();
   const std::vector<float> first = st::to_host(dy.data(), out_size);
@@ -102,7 +102,7 @@ TEST(SphereAttentionDevice, GlobalMatchesCpu) {
   for (const Case& t : global_cases()) {
     const auto c = config_of<sphere::AttentionS2Config>(t);
     const sphere::AttentionS2Weights w = random_weights(t, rng);
-    sphere::AttentionS2Device gpu(c, w, 0);
+    sphere::AttentionS2Device gpu(c, w, st::test_device());
     compare(t, gpu.host(), gpu, w, rng);
   }
 }
@@ -113,7 +113,7 @@ TEST(SphereAttentionDevice, NeighborhoodMatchesCpu) {
   for (const Case& t : neighborhood_cases()) {
     const auto c = config_of<sphere::NeighborhoodAttentionS2Config>(t);
     const sphere::AttentionS2Weights w = random_weights(t, rng);
-    sphere::NeighborhoodAttentionS2Device gpu(c, w, 0);
+    sphere::NeighborhoodAttentionS2Device gpu(c, w, st::test_device());
     compare(t, gpu.host(), gpu, w, rng);
   }
 }

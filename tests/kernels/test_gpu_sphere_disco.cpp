@@ -46,8 +46,8 @@ using namespace sphere_grid_ops_test;
 /// after checking both are bitwise equal.
 template <class Forward>
 std::vector<float> run_twice(std::size_t out_size, const std::string& name, Forward&& forward) {
-  cu::DeviceBuffer<float> dy(out_size, 0);
-  cu::Stream stream(0);
+  cu::DeviceBuffer<float> dy(out_size, st::test_device());
+  cu::Stream stream(st::test_device());
   cu::fill(dy.data(), out_size, -7.0f, stream.get());
   forward(dy.data(), stream.get());
   stream.synchronize();
@@ -64,9 +64,9 @@ std::vector<float> run_twice(std::size_t out_size, const std::string& name, Forw
 std::vector<float> disco_on_device(const sp::DiscoConfig& c, const std::vector<float>& weight,
                                    const std::vector<float>& bias, int batch, const std::vector<float>& x,
                                    const std::string& name) {
-  sp::DiscoConvS2Device op(c, weight, bias);
+  sp::DiscoConvS2Device op(c, weight, bias, nullptr, st::test_device());
   const cu::DeviceBuffer<float> dx = st::to_device(x);
-  cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cu::device_synchronize(st::test_device());
   const std::size_t out_size = static_cast<std::size_t>(batch) * static_cast<std::size_t>(c.nlat_out) *
                                static_cast<std::size_t>(c.nlon_out) * static_cast<std::size_t>(c.out_channels);
   return run_twice(out_size, name, [&](float* y, cudaStream_t s) { op.forward(batch, dx.data(), y, s); });
@@ -163,12 +163,12 @@ TEST(SphereGridOpsDevice, ResampleMatchesTheCpuBitwiseAndAtSphericalPolesWithinT
     const float pi = static_cast<float>(3.14159265358979323846);
     const std::vector<float> x = random_vector(static_cast<std::size_t>(t.batch * c.nlat_in * c.nlon_in * t.channels),
                                                rng, spherical ? -pi : -2.0f, spherical ? pi : 2.0f);
-    sp::ResampleS2Device op(c);
+    sp::ResampleS2Device op(c, st::test_device());
     const std::size_t n_out = static_cast<std::size_t>(t.batch * c.nlat_out * c.nlon_out * t.channels);
     std::vector<float> cpu(n_out);
     op.host().forward(t.batch, t.channels, x.data(), cpu.data());
     const cu::DeviceBuffer<float> dx = st::to_device(x);
-    cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+    cu::device_synchronize(st::test_device());
     const std::vector<float> gpu =
         run_twice(n_out, t.name, [&](float* y, cudaStream_t s) { op.forward(t.batch, t.channels, dx.data(), y, s); });
     // The circular means of the pole rows (float64 here) give rho per (sample, side, channel).
@@ -215,11 +215,11 @@ TEST(SphereGridOpsDevice, ResampleOnTheSameGridCopies) {
   c.nlat_in = c.nlat_out = 9;
   c.nlon_in = c.nlon_out = 16;
   c.grid_in = c.grid_out = sp::Grid::legendre_gauss;
-  sp::ResampleS2Device op(c);
+  sp::ResampleS2Device op(c, st::test_device());
   ASSERT_TRUE(op.host().identity());
   const std::vector<float> x = random_vector(2 * 9 * 16 * 5, rng, -1.0f, 1.0f);
   const cu::DeviceBuffer<float> dx = st::to_device(x);
-  cu::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
+  cu::device_synchronize(st::test_device());
   const std::vector<float> gpu =
       run_twice(x.size(), "identity", [&](float* y, cudaStream_t s) { op.forward(2, 5, dx.data(), y, s); });
   EXPECT_EQ(0, std::memcmp(x.data(), gpu.data(), x.size() * sizeof(float)));
@@ -230,11 +230,11 @@ TEST(SphereGridOpsDevice, BadForwardArgumentsAreRefused) {
   const DiscoCase t = disco_cases().front();
   const int K = sp::filter_basis_size(t.config.basis, t.config.kernel_shape);
   sp::DiscoConvS2Device disco(t.config, std::vector<float>(static_cast<std::size_t>(8 * 3 * K), 0.1f),
-                              std::vector<float>(8, 0.0f));
+                              std::vector<float>(8, 0.0f), nullptr, st::test_device());
   float dummy = 0;
   EXPECT_THROW(disco.forward(-1, &dummy, &dummy, nullptr), surrogate::Error);
   EXPECT_THROW(disco.forward(1, nullptr, &dummy, nullptr), surrogate::Error);
-  sp::ResampleS2Device resample(resample_cases().front().config);
+  sp::ResampleS2Device resample(resample_cases().front().config, st::test_device());
   EXPECT_THROW(resample.forward(0, 1, &dummy, &dummy, nullptr), surrogate::Error);
   EXPECT_THROW(resample.forward(1, 0, &dummy, &dummy, nullptr), surrogate::Error);
 }

@@ -62,7 +62,7 @@ TEST(GpuSphereTransformer, GoldenModelsWithinTheFloat32Bound) {
     const int batch = static_cast<int>(x.shape[0]);
     std::vector<float> cpu(ref64.size()), dev(ref64.size());
     net.forward(batch, rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, 0);
+    auto device = sp::make_sphere_transformer_device_forward(net, file, st::test_device());
     device->forward(batch, rows.data(), dev.data());
     double mag = 0.0;
     for (double v : ref64) mag = std::max(mag, std::fabs(v));
@@ -89,7 +89,7 @@ TEST(GpuSphereTransformer, RegisteredModelOnDeviceZero) {
   std::vector<float> cpu(static_cast<std::size_t>(n * cout)), dev(cpu.size());
   model->predict(comm, layout, rows.data(), cin, cpu.data(), cout);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = st::test_device();
   model->predict(comm, layout, rows.data(), cin, dev.data(), cout, options);
   const std::vector<double> ref32 = to_rows(st::read_array(dir + "/io.h5", "output")),
                             ref64 = to_rows(st::read_array(dir + "/io.h5", "output_f64"));
@@ -124,7 +124,7 @@ TEST(GpuSphereTransformer, ZooOneHeadE128BothAttentionModes) {
     const sp::SphericalTransformer net(file);
     std::vector<float> cpu(ref64.size()), dev(ref64.size());
     net.forward(batch, rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, 0);
+    auto device = sp::make_sphere_transformer_device_forward(net, file, st::test_device());
     device->forward(batch, rows.data(), dev.data());  // warm-up
     const auto start = std::chrono::steady_clock::now();
     device->forward(batch, rows.data(), dev.data());

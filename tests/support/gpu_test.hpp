@@ -1,8 +1,11 @@
-// Shared by the GPU tests: the skip when no CUDA device is visible, and host <-> device helpers.
+// Shared by the device tests, which run on two backends from one source: the host backend (device
+// "cuda-emulated", ctest names cuda.*, in every CUDA build) and a real GPU (gpu.*, skipped without one).
+// SURROGATE_TEST_DEVICE=cuda-emulated selects the first (ctest sets it); host <-> device helpers.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 #include <vector>
 
@@ -10,29 +13,44 @@
 
 namespace surrogate::testing {
 
-/// Whether a CUDA device is visible; otherwise *why holds the runtime's reason.
-inline bool cuda_device_visible(std::string* why) { return kernels::cuda::device_count(why) > 0; }
+/// The device under test: kernels::cuda::kEmulatedDevice when SURROGATE_TEST_DEVICE is "cuda-emulated",
+/// else CUDA device 0.
+inline int test_device() {
+  const char* env = std::getenv("SURROGATE_TEST_DEVICE");
+  return env && std::string(env) == "cuda-emulated" ? kernels::cuda::kEmulatedDevice : 0;
+}
+inline bool on_host_backend() { return test_device() == kernels::cuda::kEmulatedDevice; }
+
+/// On the host backend, the emulated device is current on the main thread for the whole run (the null
+/// stream of the tests' launches is then the emulated device's, as a GPU's is after cudaSetDevice).
+inline const bool host_backend_current = [] {
+  if (on_host_backend()) static const kernels::cuda::DeviceGuard guard(kernels::cuda::kEmulatedDevice);
+  return true;
+}();
+
+/// Whether the device under test can run; otherwise *why holds the runtime's reason.
+inline bool cuda_device_visible(std::string* why) { return on_host_backend() || kernels::cuda::device_count(why) > 0; }
 
 template <class T>
-kernels::cuda::DeviceBuffer<T> to_device(const std::vector<T>& host, int device = 0) {
+kernels::cuda::DeviceBuffer<T> to_device(const std::vector<T>& host, int device = test_device()) {
   kernels::cuda::DeviceBuffer<T> d(host.size(), device);
-  kernels::cuda::check(cudaMemcpy(d.data(), host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice),
-                       "cudaMemcpy(host to device)");
+  kernels::cuda::copy_blocking(d.data(), host.data(), host.size() * sizeof(T), device);
   return d;
 }
 
+/// Waits for the device's work, then copies count values to the host.
 template <class T>
-std::vector<T> to_host(const T* device_data, std::size_t count) {
+std::vector<T> to_host(const T* device_data, std::size_t count, int device = test_device()) {
   std::vector<T> h(count);
-  kernels::cuda::check(cudaDeviceSynchronize(), "cudaDeviceSynchronize");
-  kernels::cuda::check(cudaMemcpy(h.data(), device_data, count * sizeof(T), cudaMemcpyDeviceToHost),
-                       "cudaMemcpy(device to host)");
+  kernels::cuda::device_synchronize(device);
+  kernels::cuda::copy_blocking(h.data(), device_data, count * sizeof(T), device);
   return h;
 }
 
 }  // namespace surrogate::testing
 
-/// Every GPU test starts with this: without a visible device it is reported as SKIPPED (never passed).
+/// Every device test starts with this: on a real device that is not there it is reported as SKIPPED
+/// (never passed); on the host backend it always runs.
 #define SURROGATE_SKIP_WITHOUT_GPU()                                                                   \
   do {                                                                                                 \
     std::string why_;                                                                                  \

@@ -578,14 +578,25 @@ bool owns_stream(cudaStream_t stream) noexcept {
 void set_current(bool emulated_device_current) noexcept { tl_current = emulated_device_current; }
 bool is_current() noexcept { return tl_current; }
 
+namespace {
+/// Page-locked host memory: the emulator's (no GPU) or the CUDA runtime's (cudaMallocHost).
+bool is_pinned(const void* p) {
+  if (is_host_alloc(p)) return true;
+  cudaPointerAttributes attributes{};
+  const bool host = cudaPointerGetAttributes(&attributes, p) == cudaSuccess && attributes.type == cudaMemoryTypeHost;
+  (void)cudaGetLastError();
+  return host;
+}
+}  // namespace
+
 cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemcpyAsync: unknown stream");
   if (!bytes) return cudaSuccess;
   // As CUDA with pageable host memory: the source is staged at the call (the caller may reuse it at
   // once), and a copy into pageable memory returns only when done. Pinned memory is fully asynchronous.
-  const bool src_pageable = !find_allocation(src) && !is_host_alloc(src);
-  const bool dst_pageable = !find_allocation(dst) && !is_host_alloc(dst);
+  const bool src_pageable = !find_allocation(src) && !is_pinned(src);
+  const bool dst_pageable = !find_allocation(dst) && !is_pinned(dst);
   if (dst_pageable) {
     const cudaError_t code = drain(*q);
     if (code != cudaSuccess) return code;

@@ -1,0 +1,230 @@
+// The host backend's emulator (kernels/cuda/host/, share/docs/cuda.md "The host backend"): CUDA's lane
+// semantics, and the planted bugs it exists to catch. This file is compiled as the host backend's .cu
+// copies are (host/emulation.hpp forced in), so its kernels are CUDA source run by the emulator.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "host/emulator.hpp"
+#include "launch.cuh"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace {
+
+namespace cu = surrogate::kernels::cuda;
+namespace emu = surrogate::kernels::cuda::emulator;
+using cu::host::launch;
+
+constexpr int kDevice = cu::kEmulatedDevice;
+constexpr int kThreads = 128;
+// The emulated device is current on the main thread: the null stream is its.
+const cu::DeviceGuard host_backend_current(kDevice);
+
+template <class T>
+std::vector<T> download(const cu::DeviceBuffer<T>& d) {
+  std::vector<T> h(d.size());
+  cu::device_synchronize(kDevice);
+  cu::copy_blocking(h.data(), d.data(), d.bytes(), kDevice);
+  return h;
+}
+
+/// Sets a schedule for the scope of the object, then restores the previous one.
+struct WithSchedule {
+  explicit WithSchedule(const char* s) : saved(emu::schedule()) { emu::set_schedule(emu::parse_schedule(s)); }
+  ~WithSchedule() { emu::set_schedule(saved); }
+  emu::ScheduleChoice saved;
+};
+
+// out[t] = the value thread t - 1 stored in shared memory. The racy version reads it without waiting for
+// the block: right only when thread t - 1 happens to run first, as it always did when threads ran in order.
+template <bool kBarrier>
+__global__ void read_left_neighbour(float* out) {
+  __shared__ float s[kThreads];
+  const int t = static_cast<int>(threadIdx.x);
+  s[t] = static_cast<float>(blockIdx.x * 1000 + t);
+  if constexpr (kBarrier) __syncthreads();
+  out[blockIdx.x * kThreads + t] = t > 0 ? s[t - 1] : -1.0f;
+}
+
+template <bool kBarrier>
+std::vector<float> run_neighbours(const char* schedule) {
+  WithSchedule with(schedule);
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> out(3 * kThreads, kDevice);
+  launch(read_left_neighbour<kBarrier>, 3, kThreads, 0, stream.get(), out.data());
+  cu::host::check_launch("read_left_neighbour");
+  stream.synchronize();
+  return download(out);
+}
+
+std::vector<float> expected_neighbours() {
+  std::vector<float> e(3 * kThreads);
+  for (int b = 0; b < 3; ++b)
+    for (int t = 0; t < kThreads; ++t) e[static_cast<std::size_t>(b * kThreads + t)] = t > 0 ? b * 1000.0f + t - 1 : -1.0f;
+  return e;
+}
+
+TEST(CudaHostBackend, ARaceOnSharedMemoryFailsUnderAnotherSchedule) {
+  const std::vector<float> expected = expected_neighbours();
+  // In thread order (the old emulation's only order) the race is invisible ...
+  EXPECT_EQ(run_neighbours<false>("forward"), expected);
+  // ... in reverse order or shuffled, the reads come before the writes.
+  EXPECT_NE(run_neighbours<false>("reverse"), expected);
+  EXPECT_NE(run_neighbours<false>("shuffle:1"), expected);
+  // With the barrier every schedule gives the right answer.
+  for (const char* s : {"forward", "reverse", "shuffle:1", "shuffle:2"}) EXPECT_EQ(run_neighbours<true>(s), expected) << s;
+}
+
+__global__ void fill_value(float* out, int n, float value) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = value;
+}
+
+TEST(CudaHostBackend, WorkOnAStreamRunsOnlyWhenSynchronised) {
+  const int n = 1000;
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> d(n, kDevice);
+  cu::PinnedBuffer<float> h;
+  h.resize(n);
+  for (int i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = 1.0f;
+  // A forward that forgets to synchronise before reading its output: it reads stale data.
+  launch(fill_value, (n + kThreads - 1) / kThreads, kThreads, 0, stream.get(), d.data(), n, 7.0f);
+  cu::host::check_launch("fill_value");
+  cu::copy_to_host(h.data(), d.data(), n * sizeof(float), stream.get());
+  EXPECT_EQ(h[0], 1.0f) << "the copy into pinned memory ran before the stream was synchronised";
+  stream.synchronize();
+  EXPECT_EQ(h[0], 7.0f);
+  EXPECT_EQ(h[static_cast<std::size_t>(n - 1)], 7.0f);
+}
+
+TEST(CudaHostBackend, APageableSourceIsStagedAtTheCall) {
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> d(4, kDevice);
+  std::vector<float> src{1, 2, 3, 4};
+  cu::copy_to_device(d.data(), src.data(), 4 * sizeof(float), stream.get());
+  src.assign(4, -1.0f);  // allowed by CUDA for pageable memory: the copy has read it
+  std::vector<float> back(4);
+  cu::copy_to_host(back.data(), d.data(), 4 * sizeof(float), stream.get());  // pageable: returns when done
+  EXPECT_EQ(back, (std::vector<float>{1, 2, 3, 4}));
+}
+
+TEST(CudaHostBackend, FreshDeviceMemoryIsPoisoned) {
+  cu::DeviceBuffer<float> d(8, kDevice);
+  for (float v : download(d)) EXPECT_TRUE(std::isnan(v));
+}
+
+// A butterfly sum, a rotation by shuffles and a ballot over the lanes of each warp.
+__global__ void warp_ops(float* sums, int* rotated, unsigned* ballots) {
+  const int t = static_cast<int>(threadIdx.x), lane = t % 32;
+  float v = static_cast<float>(t);
+  for (int offset = 16; offset >= 1; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
+  sums[t] = v;
+  rotated[t] = __shfl_sync(0xffffffffu, t, lane + 1) + __shfl_down_sync(0xffffffffu, 0, 1);
+  ballots[t] = __ballot_sync(0xffffffffu, lane % 3 == 0);
+}
+
+TEST(CudaHostBackend, WarpOperationsFollowCudaLaneSemantics) {
+  for (const char* s : {"forward", "reverse", "shuffle:5"}) {
+    WithSchedule with(s);
+    cu::DeviceBuffer<float> sums(kThreads, kDevice);
+    cu::DeviceBuffer<int> rotated(kThreads, kDevice);
+    cu::DeviceBuffer<unsigned> ballots(kThreads, kDevice);
+    launch(warp_ops, 1, kThreads, 0, nullptr, sums.data(), rotated.data(), ballots.data());
+    cu::host::check_launch("warp_ops");
+    const auto hs = download(sums);
+    const auto hr = download(rotated);
+    const auto hb = download(ballots);
+    unsigned every_third = 0;
+    for (int l = 0; l < 32; l += 3) every_third |= 1u << l;
+    for (int t = 0; t < kThreads; ++t) {
+      const int warp0 = t / 32 * 32;
+      EXPECT_EQ(hs[static_cast<std::size_t>(t)], static_cast<float>(32 * warp0 + 496)) << s << " thread " << t;
+      EXPECT_EQ(hr[static_cast<std::size_t>(t)], warp0 + (t % 32 + 1) % 32) << s << " thread " << t;
+      EXPECT_EQ(hb[static_cast<std::size_t>(t)], every_third) << s;
+    }
+  }
+}
+
+__global__ void count_with_atomics(unsigned long long* total, unsigned* maximum) {
+  __shared__ unsigned long long block_sum;
+  if (threadIdx.x == 0) block_sum = 0;
+  __syncthreads();
+  atomicAdd(&block_sum, static_cast<unsigned long long>(threadIdx.x + 1));
+  atomicMax(maximum, blockIdx.x * blockDim.x + threadIdx.x);
+  __syncthreads();
+  if (threadIdx.x == 0) atomicAdd(total, block_sum);
+}
+
+TEST(CudaHostBackend, BarriersAndAtomics) {
+  WithSchedule with("shuffle:3");
+  cu::DeviceBuffer<unsigned long long> total(1, kDevice);
+  cu::DeviceBuffer<unsigned> maximum(1, kDevice);
+  cu::zero(total.data(), total.bytes(), nullptr);
+  cu::zero(maximum.data(), maximum.bytes(), nullptr);
+  launch(count_with_atomics, 5, kThreads, 0, nullptr, total.data(), maximum.data());
+  cu::host::check_launch("count_with_atomics");
+  EXPECT_EQ(download(total)[0], 5ull * kThreads * (kThreads + 1) / 2);
+  EXPECT_EQ(download(maximum)[0], 5u * kThreads - 1);
+}
+
+__global__ void write_one_past(float* out, int n) {
+  if (threadIdx.x == 0) out[n] = 1.0f;
+}
+
+TEST(CudaHostBackend, AnOutOfBoundsWriteFailsTheLaunch) {
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> d(10, kDevice);
+  launch(write_one_past, 1, 32, 0, stream.get(), d.data(), 10);
+  cu::host::check_launch("write_one_past");
+  try {
+    stream.synchronize();
+    FAIL() << "a write past the end of an allocation went unnoticed";
+  } catch (const cu::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("past the end of a device allocation of 40 bytes"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("write_one_past"), std::string::npos) << e.what();
+  }
+  EXPECT_NO_THROW(stream.synchronize());  // the error was reported once; the stream works again
+}
+
+// Half the warp leaves before a full-mask shuffle: undefined on a GPU, a deadlock the emulator names.
+__global__ void divergent_shuffle(float* out) {
+  if (threadIdx.x >= 16) return;
+  out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+}
+
+TEST(CudaHostBackend, AShuffleWaitingForExitedLanesIsReported) {
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> d(32, kDevice);
+  launch(divergent_shuffle, 1, 32, 0, stream.get(), d.data());
+  cu::host::check_launch("divergent_shuffle");
+  try {
+    stream.synchronize();
+    FAIL() << "no error";
+  } catch (const cu::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("deadlock"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaHostBackend, BadLaunchConfigurationsAreRefusedAtTheLaunch) {
+  cu::DeviceBuffer<float> d(32, kDevice);
+  launch(fill_value, 1, 2048, 0, nullptr, d.data(), 32, 1.0f);
+  EXPECT_THROW(cu::host::check_launch("fill_value"), cu::CudaError);
+  launch(fill_value, 0, 32, 0, nullptr, d.data(), 32, 1.0f);
+  EXPECT_THROW(cu::host::check_launch("fill_value"), cu::CudaError);
+  launch(fill_value, 1, 32, 300 * 1024, nullptr, d.data(), 32, 1.0f);
+  EXPECT_THROW(cu::host::check_launch("fill_value"), cu::CudaError);
+  launch(fill_value, 1, 32, 0, nullptr, d.data(), 32, 1.0f);
+  EXPECT_NO_THROW(cu::host::check_launch("fill_value"));
+}
+
+TEST(CudaHostBackend, SchedulesParse) {
+  EXPECT_EQ(emu::parse_schedule("reverse").order, emu::Schedule::reverse);
+  EXPECT_EQ(emu::parse_schedule("shuffle:42").seed, 42u);
+  EXPECT_THROW(emu::parse_schedule("backwards"), std::invalid_argument);
+  EXPECT_THROW(emu::parse_schedule("shuffle:x"), std::invalid_argument);
+}
+
+}  // namespace
