@@ -386,7 +386,8 @@ module surrogate
   public :: surrogate_vtk_add_prediction, surrogate_vtk_write
 
   !> call surrogate_open(s, comm, model_path, ierr [, device, threads, reproducible, precision])
-  !> comm: type(MPI_Comm) (mpi_f08) or integer (use mpi). device: 'cpu' (default), 'cuda' or 'cuda:N'
+  !> comm: type(MPI_Comm) (mpi_f08) or integer (use mpi). device: 'cpu' (default), 'cuda', 'cuda:N'
+  !> or 'cuda-emulated' (the CUDA kernels on the CPU, for tests)
   !> (builds without the CUDA backend refuse those); threads: OpenMP threads per rank, 0 =
   !> OMP_NUM_THREADS (default); reproducible: bitwise-identical results for any rank count and
   !> partition (default .false.); precision: 'fp32' (default), 'tf32' / 'bf16' (CUDA devices) or 'fp64'

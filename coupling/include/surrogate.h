@@ -41,7 +41,8 @@ enum {
 typedef struct surrogate_handle_s* surrogate_t;
 
 typedef struct {
-  const char* device; /* "cpu" (default), "cuda" (node-local rank's GPU) or "cuda:N" (CUDA builds) */
+  const char* device; /* "cpu" (default), "cuda" (node-local rank's GPU), "cuda:N", or "cuda-emulated"
+                         (the host backend: the CUDA kernels on the CPU, for tests) (CUDA builds) */
   int threads;        /* OpenMP threads per rank; 0 = OMP_NUM_THREADS (default) */
   int reproducible;   /* 1: bitwise-identical results for any rank count, partition and thread count */
   const char* precision; /* arithmetic of the MLPs: "fp32" (default; also for NULL), "tf32" or "bf16" (CUDA

@@ -69,7 +69,7 @@ void copy(void* dst, const void* src, std::size_t bytes, const void* device_side
     kernels::cuda::copy_blocking(dst, src, bytes, device);
   } catch (const kernels::cuda::CudaError& e) {
     throw Error(e.code() == cudaErrorMemoryAllocation ? ErrorCode::out_of_memory : ErrorCode::internal,
-                "CUDA device " + std::to_string(device) + ": " + e.what());
+                "CUDA device " + kernels::cuda::device_label(device) + ": " + e.what());
   }
 }
 }  // namespace

@@ -33,7 +33,7 @@ constexpr const char* kUsage = R"(usage:
       Check a model file and print its architecture, configuration, parameter count, fields,
       normalisation and provenance.
   surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
-                    [--reproducible] [--threads N] [--device cpu|cuda|cuda:N]
+                    [--reproducible] [--threads N] [--device cpu|cuda|cuda:N|cuda-emulated]
                     [--precision fp32|tf32|bf16|fp64] [--allow-non-finite] [--timing] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
@@ -50,7 +50,8 @@ constexpr const char* kUsage = R"(usage:
       --reproducible  bitwise-identical results for any number of ranks and threads
       --threads N     OpenMP threads per rank (default: OMP_NUM_THREADS)
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
-                      GPUs) or cuda:N (device N of the visible ones); CUDA builds only
+                      GPUs), cuda:N (device N of the visible ones), or cuda-emulated (the CUDA
+                      kernels on the CPU: the host backend, for testing without a GPU); CUDA builds only
       --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only),
                       fp64 (the whole forward in double precision on the CPU; models that offer it: hept)
       --allow-non-finite  write NaN/Inf predictions instead of failing (by default they are an error

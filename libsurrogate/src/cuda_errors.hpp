@@ -32,7 +32,7 @@ inline ErrorCode error_code_for(cudaError_t e) {
 /// device. The one mapping from CUDA failures to library errors; status_of_current_cuda_error is the same
 /// as a Status.
 [[noreturn]] inline void raise_current_cuda_error(const char* what, int device) {
-  const std::string where = std::string(what) + ": CUDA device " + std::to_string(device) + ": ";
+  const std::string where = std::string(what) + ": CUDA device " + kernels::cuda::device_label(device) + ": ";
   try {
     throw;
   } catch (const Error&) {

@@ -9,7 +9,7 @@
 // compression index arrays, the host block selection, strides, rotated layers, the long residual, the
 // gate) against the CPU forward on the golden BSA models, within a float32 bound. What it does not check:
 // nvcc's code, the real runtime, the hardware. Labels unit;cuda, CUDA builds with shared libraries.
-#include "emulated_bsa_launchers.hpp"  // first: replaces the CUDA keywords
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 
@@ -36,7 +36,7 @@ namespace st = surrogate::testing;
 using ball_golden::bsa_trees_for;
 using ball_golden::max_abs;
 using ball_golden::max_error;
-using emulated_backend::launches;
+using host_backend::launches;
 
 class BsaDeviceEmulated : public ::testing::TestWithParam<const char*> {};
 
@@ -60,7 +60,7 @@ TEST_P(BsaDeviceEmulated, MatchesTheCpuForward) {
   const bsa::Network net(file);
   const bt::RotatedTrees trees = bsa_trees_for(net.config(), positions, batch);
   const std::vector<float> cpu = net.forward(trees, features, positions, batch, 1);
-  const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
+  const auto device = bsa::detail::make_bsa_cuda_forward(net, host_backend::kDevice);
   const int before = launches;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> emulated = device->forward(trees, features, positions, batch, 1);
@@ -110,7 +110,7 @@ TEST(BsaDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   std::vector<float> cpu(static_cast<std::size_t>(n * cout)), emulated(cpu.size()), again(cpu.size());
   model->predict(comm, layout, g, features.data(), cin, cpu.data(), cout);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   const int before = launches;
   const auto plan = model->plan(comm, layout, g);
   model->predict(comm, *plan, features.data(), cin, emulated.data(), cout, options);
@@ -134,7 +134,7 @@ TEST(BsaDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
 TEST(BsaDeviceEmulatedErrors, WrongSizesAreInputErrors) {
   const std::string p = st::data_dir() + "/bsa/bsa_ball.h5";
   const bsa::Network net(surrogate::ModelFile::read(p));
-  const auto device = bsa::detail::make_bsa_cuda_forward(net, 0);
+  const auto device = bsa::detail::make_bsa_cuda_forward(net, host_backend::kDevice);
   const std::vector<float> positions = st::to_float(st::read_array(p, "/golden/positions").values);
   const auto points = static_cast<std::int64_t>(positions.size()) / net.config().dimensionality;
   const std::vector<std::int64_t> offsets{0, points};

@@ -17,7 +17,7 @@
 //    forward's bits for them;
 //  - errors on one rank (a failed kernel launch mid-forward, a NaN feature, a device this rank lacks) are
 //    the same Error on every rank, no hang, and the model runs again afterwards.
-#include "emulated_bsa_launchers.hpp"  // first: replaces the CUDA keywords
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -41,9 +41,9 @@ using surrogate::ErrorCode;
 class BsaDeviceMpiEmulated : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(BsaDeviceMpiEmulated, EveryRankCountGivesTheOneRankDeviceForwardBitwise) {
-  const int launches_before = emulated_backend::launches;
-  expect_one_rank_device_bits(GetParam(), 0);
-  EXPECT_GT(emulated_backend::launches, launches_before);  // the device path ran (the launchers were replaced)
+  const int launches_before = host_backend::launches;
+  expect_one_rank_device_bits(GetParam(), host_backend::kDevice);
+  EXPECT_GT(host_backend::launches, launches_before);  // the device path ran (the launchers were replaced)
 }
 
 INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceMpiEmulated,
@@ -53,9 +53,9 @@ INSTANTIATE_TEST_SUITE_P(Bsa, BsaDeviceMpiEmulated,
 // One sample of 250 points (256 slots, two tree granules of 128): at 3 and 4 ranks some ranks hold no slot
 // but take part in every exchange (with group selection and block means).
 TEST(BsaDeviceMpiEmulatedSmall, RanksWithoutSlots) {
-  const int launches_before = emulated_backend::launches;
-  expect_one_rank_device_bits(first_sample(load("means_static")), "means_static (first sample)", 0);
-  EXPECT_GT(emulated_backend::launches, launches_before);
+  const int launches_before = host_backend::launches;
+  expect_one_rank_device_bits(first_sample(load("means_static")), "means_static (first sample)", host_backend::kDevice);
+  EXPECT_GT(host_backend::launches, launches_before);
 }
 
 // A kernel launch that fails on the last rank in the middle of the forward (the third BSA launch there:
@@ -69,19 +69,19 @@ TEST(BsaDeviceMpiEmulatedErrors, ALaunchFailureOnOneRankIsAnAgreedError) {
   const Part p = deal(g, comm.rank(), comm.size());
   const auto model = surrogate::make_model(file);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
   const std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);
-  if (comm.rank() == comm.size() - 1) emulated_bsa::fail_after = 3;
+  if (comm.rank() == comm.size() - 1) host_backend::fail_after = 3;
   try {
     predict(comm, *model, *plan, g, p, g.features, options);
     ADD_FAILURE() << "rank " << comm.rank() << ": no error";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::internal) << e.what();
     EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("CUDA device 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device cuda-emulated"), std::string::npos) << e.what();
   }
-  emulated_bsa::fail_after = 0;
+  host_backend::fail_after = 0;
   EXPECT_EQ(bit_differences(predict(comm, *model, *plan, g, p, g.features, options), good), 0) << "rank " << comm.rank();
 }
 
@@ -104,7 +104,7 @@ TEST(BsaDeviceMpiEmulatedErrors, InputAndOptionErrorsAreAgreed) {
     }
   };
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   std::int64_t id_on_last_rank = p.ids.empty() ? 0 : p.ids.back();  // (the last rank has the most points)
   MPI_Bcast(&id_on_last_rank, 1, MPI_INT64_T, comm.size() - 1, MPI_COMM_WORLD);
   std::vector<float> nan_on_last = g.features;

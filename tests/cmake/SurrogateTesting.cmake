@@ -189,20 +189,18 @@ function(surrogate_add_kernel_emulation_test name)
   surrogate_discover_gtests(${name} "cuda." "${labels}")
 endfunction()
 
-# The library's device forwards run on the CPU: tests/device/emulated_cuda_backend.cpp defines host versions
-# of the CUDA backend's functions, which replace libsurrogate_kernels.so's (symbol interposition: only with
-# shared libraries; nothing is added in static builds). Cases named cuda.Suite.Case, labels unit;cuda + LABELS.
+# Tests of the library's device forwards that only the host backend can run (device "cuda-emulated":
+# injected launch failures, counted launches and staged bytes; tests/support/host_backend_hooks.hpp).
+# Cases named cuda.Suite.Case, labels unit;cuda + LABELS; CUDA builds, static or shared.
 function(surrogate_add_emulated_device_test name)
-  get_target_property(core_type surrogate_core TYPE)
-  if(NOT SURROGATE_HAVE_CUDA OR NOT core_type STREQUAL "SHARED_LIBRARY")
+  if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
   cmake_parse_arguments(T "${_surrogate_test_flags}" "" "${_surrogate_test_lists}" ${ARGN})
   set(T_NO_FMA ON)
   set(T_INTERNAL ON)
-  _surrogate_test_executable(${name} ${SURROGATE_TESTS_DIR}/device/emulated_cuda_backend.cpp)
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda ${SURROGATE_TESTS_DIR}/device)
-  target_compile_options(${name} PRIVATE -Wno-unknown-pragmas)
+  _surrogate_test_executable(${name} "")
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)
   target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
   set(labels unit cuda ${T_LABELS})
   surrogate_discover_gtests(${name} "cuda." "${labels}")
@@ -212,17 +210,15 @@ endfunction()
 # device), labels unit;cuda;mpi + LABELS. TIMEOUT 300: a rank left waiting in a collective (an error not
 # agreed) fails instead of hanging CI.
 function(surrogate_add_emulated_device_mpi_test name)
-  get_target_property(core_type surrogate_core TYPE)
-  if(NOT SURROGATE_HAVE_CUDA OR NOT core_type STREQUAL "SHARED_LIBRARY")
+  if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
   cmake_parse_arguments(T "${_surrogate_test_flags}" "" "${_surrogate_test_lists}" ${ARGN})
   set(T_NO_FMA ON)
   set(T_INTERNAL ON)
   set(T_COUPLING ON)
-  _surrogate_test_executable(${name} "${SURROGATE_TESTS_DIR}/device/emulated_cuda_backend.cpp;${SURROGATE_TESTS_DIR}/support/mpi_gtest_main.cpp")
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda ${SURROGATE_TESTS_DIR}/device)
-  target_compile_options(${name} PRIVATE -Wno-unknown-pragmas)
+  _surrogate_test_executable(${name} "${SURROGATE_TESTS_DIR}/support/mpi_gtest_main.cpp")
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)
   target_link_libraries(${name} PRIVATE MPI::MPI_CXX CUDA::cudart)
   set(labels unit cuda mpi ${T_LABELS})
   foreach(np ${T_RANKS})

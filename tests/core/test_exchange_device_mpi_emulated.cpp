@@ -6,7 +6,7 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
-#include "emulated_cuda_backend.hpp"  // first: replaces the CUDA keywords
+#include "host_backend_hooks.hpp"
 
 #include <string>
 #include <vector>
@@ -29,7 +29,7 @@ using surrogate::Place;
 /// the emulated device memory, which is host memory), counting its calls.
 class DirectTransport final : public surrogate::DeviceTransport {
  public:
-  explicit DirectTransport(const MpiComm& comm) : DeviceTransport(0), comm_(comm) {}
+  explicit DirectTransport(const MpiComm& comm) : DeviceTransport(host_backend::kDevice), comm_(comm) {}
   std::string name() const override { return "direct (test)"; }
   bool direct() const override { return true; }
   void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
@@ -55,7 +55,7 @@ class DirectTransport final : public surrogate::DeviceTransport {
 
 /// Host rows copied to (emulated) device memory and back.
 cu::DeviceBuffer<float> to_device(const std::vector<float>& host) {
-  cu::DeviceBuffer<float> d(host.size(), 0);
+  cu::DeviceBuffer<float> d(host.size(), host_backend::kDevice);
   cu::copy_to_device(d.data(), host.data(), host.size() * sizeof(float), nullptr);
   return d;
 }
@@ -72,7 +72,7 @@ void expect_device_equals_host(const MpiComm& comm, const ExchangePlan& plan, co
   std::vector<float> host(static_cast<std::size_t>(std::max<Index>(plan.target_rows(), 1) * ld_out), -1.0f);
   plan.forward(source.data(), ld_in, host.data(), ld_out, width);
   DirectTransport direct(comm);
-  for (surrogate::DeviceTransport* transport : {&comm.device_transport(0), static_cast<surrogate::DeviceTransport*>(&direct)}) {
+  for (surrogate::DeviceTransport* transport : {&comm.device_transport(host_backend::kDevice), static_cast<surrogate::DeviceTransport*>(&direct)}) {
     const cu::DeviceBuffer<float> src = to_device(source);
     cu::DeviceBuffer<float> dst = to_device(std::vector<float>(host.size(), -1.0f));
     plan.forward(src.data(), ld_in, dst.data(), ld_out, width, Place{0, nullptr, transport});
@@ -143,9 +143,9 @@ TEST(ExchangePlanDevice, AFailedLaunchOnOneRankIsAnErrorOnEveryRank) {
                                                         q.source_key, {}, q.copy_from);
   const int width = 2;
   const cu::DeviceBuffer<float> src = to_device(exchange_cases::rows_of(mine, width, width));
-  cu::DeviceBuffer<float> dst(static_cast<std::size_t>(12 * width), 0);
-  const Place place{0, nullptr, &comm.device_transport(0)};
-  if (me == P - 1) emulated_backend::fail_after = 1;
+  cu::DeviceBuffer<float> dst(static_cast<std::size_t>(12 * width), host_backend::kDevice);
+  const Place place{host_backend::kDevice, nullptr, &comm.device_transport(host_backend::kDevice)};
+  if (me == P - 1) host_backend::fail_after = 1;
   try {
     plan.forward(src.data(), width, dst.data(), width, width, place);
     FAIL() << "rank " << me << ": no error";
@@ -154,7 +154,7 @@ TEST(ExchangePlanDevice, AFailedLaunchOnOneRankIsAnErrorOnEveryRank) {
     const std::string expected = (P > 1 ? "rank " + std::to_string(P - 1) + ": " : "") + "exchange plan: CUDA device 0";
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
-  emulated_backend::fail_after = 0;
+  host_backend::fail_after = 0;
   plan.forward(src.data(), width, dst.data(), width, width, place);  // the next move works again
   const std::vector<float> got = to_host(dst);
   for (std::size_t t = 0; t < q.expected.size(); ++t)

@@ -9,7 +9,7 @@
 // registered model's device path) against the CPU forward on the golden models, within the float32 bound
 // of tests/erwin/test_gpu_erwin.cpp. What it does not check: nvcc's code, the real runtime, the hardware.
 // Labels unit;cuda, CUDA builds with shared libraries.
-#include "emulated_cuda_backend.hpp"
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 
@@ -35,7 +35,7 @@ namespace ew = surrogate::erwin;
 namespace st = surrogate::testing;
 using ball_golden::max_abs;
 using ball_golden::max_error;
-using emulated_backend::launches;
+using host_backend::launches;
 
 std::string path_of(const std::string& name) { return st::data_dir() + "/erwin/erwin_" + name + ".h5"; }
 
@@ -66,7 +66,7 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
   const bt::RotatedTrees trees =
       bt::build_with_rotations(positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
   const std::vector<float> cpu = net.forward(trees, features, positions, batch, edges, 1);
-  const auto device = ew::detail::make_erwin_cuda_forward(net, 0);
+  const auto device = ew::detail::make_erwin_cuda_forward(net, host_backend::kDevice);
   const int before = launches;
   const auto t0 = std::chrono::steady_clock::now();
   const std::vector<float> emulated = device->forward(trees, features, positions, batch, edges);
@@ -101,7 +101,7 @@ TEST_P(ErwinDeviceEmulated, MatchesTheCpuForward) {
     const std::vector<float> whole = device->forward(trees, features, positions, batch, uneven);
     EXPECT_LE(max_error(whole, net.forward(trees, features, positions, batch, uneven, 1)), 2 * tol);
     for (const surrogate::index_t chunk : {7, 13})
-      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, 0, chunk)->forward(trees, features, positions, batch, uneven), whole)
+      EXPECT_EQ(ew::detail::make_erwin_cuda_forward(net, host_backend::kDevice, chunk)->forward(trees, features, positions, batch, uneven), whole)
           << "chunk " << chunk;
   }
 }
@@ -130,7 +130,7 @@ TEST(ErwinDeviceEmulatedModel, PredictWithCudaDeviceMatchesTheCpu) {
   std::vector<float> cpu(static_cast<std::size_t>(n)), emulated(cpu.size()), again(cpu.size());
   model->predict(comm, layout, g, nullptr, 0, cpu.data(), 1);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   const int before = launches;
   const auto plan = model->plan(comm, layout, g);
   model->predict(comm, *plan, nullptr, 0, emulated.data(), 1, options);

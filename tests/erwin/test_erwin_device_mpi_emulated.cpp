@@ -14,7 +14,7 @@
 //  * a second call on the same plan (its uploaded geometry reused) gives the same bits, and new features
 //    on it the one-process device result of those features.
 // What it does not check: nvcc's code, the real runtime, the hardware, CUDA-aware transfers.
-#include "emulated_cuda_backend.hpp"
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -36,7 +36,7 @@ namespace {
 
 using ball_golden::max_abs;
 using ball_golden::max_error;
-using emulated_backend::launches;
+using host_backend::launches;
 
 using namespace erwin_device_mpi;
 
@@ -52,7 +52,7 @@ OneProcess one_process(const Case& c, const std::vector<float>& features) {
   const bt::RotatedTrees trees =
       bt::build_with_rotations(c.positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
   OneProcess r;
-  r.device_out = ew::detail::make_erwin_cuda_forward(net, 0)->forward(trees, features, c.positions, batch, edges);
+  r.device_out = ew::detail::make_erwin_cuda_forward(net, host_backend::kDevice)->forward(trees, features, c.positions, batch, edges);
   r.cpu_out = net.forward(trees, features, c.positions, batch, edges, 1);
   return r;
 }
@@ -114,7 +114,7 @@ TEST(ErwinDeviceMpiEmulated, ShapenetCarWrapper) {
   g.positions = c.positions.data();
   g.ld_positions = 3;
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   std::vector<float> one(static_cast<std::size_t>(c.n())), cpu(one.size());
   model->predict(self, layout, g, nullptr, 0, one.data(), 1, options);
   model->predict(self, layout, g, nullptr, 0, cpu.data(), 1);
@@ -139,10 +139,10 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   // A second call on the kept plan and geometry: its launches on this rank, and the bytes it moves between
   // host and device (features and result included), per rank.
   const int before = launches;
-  const long long to_device = emulated_backend::bytes_to_device, to_host = emulated_backend::bytes_to_host;
+  const long long to_device = host_backend::bytes_to_device, to_host = host_backend::bytes_to_host;
   EXPECT_EQ(spread.predict(c.features), good);
   const int per_call = launches - before;
-  long long moved[2] = {emulated_backend::bytes_to_device - to_device, emulated_backend::bytes_to_host - to_host};
+  long long moved[2] = {host_backend::bytes_to_device - to_device, host_backend::bytes_to_host - to_host};
   std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
   MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
   if (rank == 0)
@@ -152,7 +152,7 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   // A launch failing half-way through the forward on the last rank only: every rank throws the same
   // Error (no rank left waiting in an exchange), and the next call on the plan uploads its geometry again
   // and is right.
-  if (rank == ranks - 1) emulated_backend::fail_after = std::max(1, per_call / 2);
+  if (rank == ranks - 1) host_backend::fail_after = std::max(1, per_call / 2);
   try {
     spread.predict(c.features);
     ADD_FAILURE() << "a failed launch on rank " << ranks - 1 << " went unnoticed";
@@ -160,8 +160,8 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
     EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
   }
-  EXPECT_EQ(emulated_backend::fail_after, 0);
-  emulated_backend::fail_after = 0;
+  EXPECT_EQ(host_backend::fail_after, 0);
+  host_backend::fail_after = 0;
   EXPECT_EQ(spread.predict(c.features), good) << "after the failure";
   // A NaN feature (held by one rank): the same Error(input) on every rank.
   std::vector<float> bad = c.features;
@@ -193,7 +193,7 @@ TEST(ErwinDeviceMpiEmulated, OtherPrecisionsAreRefusedOnEveryRank) {
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * model->out_channels())));
   for (const surrogate::Precision p : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
     surrogate::RunOptions options;
-    options.cuda_device = 0;
+    options.cuda_device = host_backend::kDevice;
     options.precision = p;
     try {
       model->predict(comm, layout, g, c.features.data(), model->in_channels(), out.data(), model->out_channels(), options);

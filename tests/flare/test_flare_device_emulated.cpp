@@ -16,15 +16,12 @@
 #include <random>
 #include <type_traits>
 
+#include "host_backend_hooks.hpp"
 #include "golden.hpp"
 #include "random_models.hpp"
 #include "surrogate/flare.hpp"
 #include "surrogate/model.hpp"
 
-namespace emulated_backend {
-extern int launches;
-extern int fail_after;
-}  // namespace emulated_backend
 
 namespace st = surrogate::testing;
 using surrogate::RunOptions;
@@ -35,7 +32,7 @@ constexpr double kTolerance = 4.0;  // x float32_error, as the golden tests
 
 RunOptions on_device(bool reproducible) {
   RunOptions o;
-  o.cuda_device = 0;
+  o.cuda_device = host_backend::kDevice;
   o.reproducible = reproducible;
   return o;
 }
@@ -86,9 +83,9 @@ TEST_P(FlareDeviceEmulated, MatchesTheOfficialModelAndTheCpu) {
   double scale = 0;
   for (double v : c.reference) scale = std::max(scale, std::abs(v));
   for (bool reproducible : {false, true}) {
-    const int before = emulated_backend::launches;
+    const int before = host_backend::launches;
     const auto device = predict(*model, *plan, c.features, on_device(reproducible));
-    EXPECT_GT(emulated_backend::launches, before) << "the device path did not run";
+    EXPECT_GT(host_backend::launches, before) << "the device path did not run";
     const double err = st::relative_max_error(device, c.reference);
     EXPECT_LE(err, kTolerance * c.float32_error) << c.name << (reproducible ? " reproducible" : " default") << ": error "
                                                  << err << ", official float32 error " << c.float32_error;
@@ -189,16 +186,16 @@ TEST(FlareDeviceEmulatedErrors, ALaunchFailureIsAnErrorNamingTheDevice) {
   surrogate::SelfComm comm;
   const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, c.points(), c.sample_ids.data()));
   const auto good = predict(*model, *plan, c.features, on_device(false));
-  emulated_backend::fail_after = 3;  // the third norm of the forward
+  host_backend::fail_after = 3;  // the third norm of the forward
   try {
     predict(*model, *plan, c.features, on_device(false));
     ADD_FAILURE() << "the failed launch was not reported";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
-    EXPECT_NE(std::string(e.what()).find("flare: CUDA device 0"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("flare: CUDA device cuda-emulated"), std::string::npos) << e.what();
     EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
   }
-  emulated_backend::fail_after = 0;
+  host_backend::fail_after = 0;
   EXPECT_EQ(predict(*model, *plan, c.features, on_device(false)), good);
 }
 

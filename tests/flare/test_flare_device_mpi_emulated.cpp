@@ -13,14 +13,12 @@
 #include <numeric>
 #include <random>
 
+#include "host_backend_hooks.hpp"
 #include "golden.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 
-namespace emulated_backend {
-extern int fail_after;
-}  // namespace emulated_backend
 
 namespace st = surrogate::testing;
 using surrogate::Comm;
@@ -134,15 +132,15 @@ TEST_P(FlareDeviceMpiEmulated, PredictionsDoNotDependOnTheRanksOrTheTransport) {
   std::vector<std::int64_t> all(static_cast<std::size_t>(c.points()));
   std::iota(all.begin(), all.end(), 0);
   surrogate::RunOptions fast, exact;
-  fast.cuda_device = exact.cuda_device = 0;
+  fast.cuda_device = exact.cuda_device = host_backend::kDevice;
   exact.reproducible = true;
   const auto single_fast = st::predict_rows(self, *model, c, all, fast);
   const auto single_exact = st::predict_rows(self, *model, c, all, exact);
   double scale = 0;
   for (float v : single_fast) scale = std::max(scale, double(std::abs(v)));
-  EXPECT_TRUE(direct.device_transport(0).direct());
+  EXPECT_TRUE(direct.device_transport(host_backend::kDevice).direct());
   for (const Comm* comm : {static_cast<const Comm*>(&mpi), static_cast<const Comm*>(&direct)}) {
-    const std::string transport = comm->device_transport(0).name();
+    const std::string transport = comm->device_transport(host_backend::kDevice).name();
     for (const Partition& p : partitions(c.points(), comm->rank(), comm->size())) {
       std::vector<float> in;
       std::vector<std::int64_t> ids;
@@ -213,14 +211,14 @@ TEST(FlareDeviceMpiEmulatedErrors, OneRanksFailureIsAgreed) {
     const auto plan = model->plan(*comm, surrogate::SampleLayout::build(*comm, n, ids.data()));
     std::vector<float> out(static_cast<std::size_t>(n * c.out_dim)), good(out.size());
     surrogate::RunOptions options;
-    options.cuda_device = 0;
+    options.cuda_device = host_backend::kDevice;
     model->predict(*comm, *plan, in.data(), c.in_dim, good.data(), c.out_dim, options);
     const bool last = comm->rank() == comm->size() - 1;
-    if (last) emulated_backend::fail_after = 3;
+    if (last) host_backend::fail_after = 3;
     surrogate::Error e = error_everywhere(*comm, [&] {
       model->predict(*comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim, options);
     });
-    emulated_backend::fail_after = 0;
+    host_backend::fail_after = 0;
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
     EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
     // A NaN in channel 0 on rank 0 and an Inf in channel 1 on the last rank: the agreed message sums up

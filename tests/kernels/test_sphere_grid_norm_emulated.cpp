@@ -30,16 +30,9 @@ namespace nk = surrogate::kernels::cuda::grid_norm_kernels;
 using surrogate::kernels::index_t;
 
 template <class Kernel>
-void run_sequentially(index_t threads_total, Kernel kernel) {
+void run_blocks(index_t threads_total, Kernel kernel) {
   const auto blocks = static_cast<unsigned>((threads_total + nk::kThreads - 1) / nk::kThreads);
-  cuda_host_emulation::block_dim = dim3(nk::kThreads);
-  for (unsigned b = 0; b < blocks; ++b) {
-    cuda_host_emulation::block_index = dim3(b);
-    for (unsigned t = 0; t < static_cast<unsigned>(nk::kThreads); ++t) {
-      cuda_host_emulation::thread_index = dim3(t);
-      kernel();
-    }
-  }
+  cuda_host_emulation::launch(dim3(blocks), nk::kThreads, kernel);
 }
 
 /// The device instance norm: the three launches of the transformer's device forward.
@@ -55,7 +48,7 @@ std::vector<float> device_instance_norm(const std::vector<float>& x, index_t ld,
   rs.nlon = nlon;
   rs.dim = C;
   rs.part = part.data();
-  run_sequentially(static_cast<index_t>(part.size()), [&] { nk::grid_row_sums_kernel(rs); });
+  run_blocks(static_cast<index_t>(part.size()), [&] { nk::grid_row_sums_kernel(rs); });
   cu::GridNormStatsArgs st;
   st.part = part.data();
   st.batch = batch;
@@ -63,15 +56,15 @@ std::vector<float> device_instance_norm(const std::vector<float>& x, index_t ld,
   st.dim = C;
   st.points = static_cast<double>(nlat) * nlon;
   st.mean = mean.data();
-  run_sequentially(static_cast<index_t>(mean.size()), [&] { nk::grid_norm_stats_kernel(st); });
+  run_blocks(static_cast<index_t>(mean.size()), [&] { nk::grid_norm_stats_kernel(st); });
   rs.mean = mean.data();
-  run_sequentially(static_cast<index_t>(part.size()), [&] { nk::grid_row_sums_kernel(rs); });
+  run_blocks(static_cast<index_t>(part.size()), [&] { nk::grid_row_sums_kernel(rs); });
   st.finish = true;
   st.weight = w.data();
   st.bias = b.data();
   st.scale = scale.data();
   st.shift = shift.data();
-  run_sequentially(static_cast<index_t>(mean.size()), [&] { nk::grid_norm_stats_kernel(st); });
+  run_blocks(static_cast<index_t>(mean.size()), [&] { nk::grid_norm_stats_kernel(st); });
   cu::ChannelAffineArgs af;
   af.x = x.data();
   af.ldx = ld;
@@ -82,7 +75,7 @@ std::vector<float> device_instance_norm(const std::vector<float>& x, index_t ld,
   af.dim = C;
   af.scale = scale.data();
   af.shift = shift.data();
-  run_sequentially(af.rows * C, [&] { nk::channel_affine_kernel(af); });
+  run_blocks(af.rows * C, [&] { nk::channel_affine_kernel(af); });
   return y;
 }
 
@@ -162,7 +155,7 @@ TEST(SphereGridNormEmulated, ReluRows) {
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (float& v : x) v = n(rng);
   std::vector<float> y = x;
-  run_sequentially(static_cast<index_t>(rows) * width, [&] { nk::relu_kernel(y.data(), ld, rows, width); });
+  run_blocks(static_cast<index_t>(rows) * width, [&] { nk::relu_kernel(y.data(), ld, rows, width); });
   for (std::size_t i = 0; i < x.size(); ++i) {
     const bool column = static_cast<index_t>(i) % ld < width;
     EXPECT_EQ(y[i], column ? std::fmax(x[i], 0.0f) : x[i]) << i;

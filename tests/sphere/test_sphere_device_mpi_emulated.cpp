@@ -18,7 +18,7 @@
 // norm, layer norm, none; bilinear decoder; SHT decoder), with a launch failing on one rank inside its band
 // forward.
 // What this does not check: nvcc's code, the real runtime, the hardware.
-#include "emulated_sphere_launchers.hpp"  // first: replaces the CUDA keywords
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -32,18 +32,18 @@
 
 namespace {
 
-using emulated_backend::launches;
+using host_backend::launches;
 using namespace sphere_device_mpi;
 
 TEST(SphereDeviceMpiEmulated, GlobalAttentionLayerIsTheOneProcessDeviceForwardBitwise) {
   const int before = launches;
-  expect_one_process_device_bits("s2_attention_self_qknorm", 0);
+  expect_one_process_device_bits("s2_attention_self_qknorm", host_backend::kDevice);
   EXPECT_GT(launches, before);
 }
 
 TEST(SphereDeviceMpiEmulated, NeighborhoodAttentionLayerIsTheOneProcessDeviceForwardBitwise) {
   const int before = launches;
-  expect_one_process_device_bits("s2_neighborhood_self", 0);
+  expect_one_process_device_bits("s2_neighborhood_self", host_backend::kDevice);
   EXPECT_GT(launches, before);
 }
 
@@ -57,14 +57,14 @@ TEST(SphereDeviceMpiEmulated, EveryRankWithABandLaunchesKernels) {
     const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
     const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
     const auto plan = model->plan(comm, layout_of(comm, c, begin, end));
-    predict(comm, *model, *plan, c, begin, end, 0);
+    predict(comm, *model, *plan, c, begin, end, host_backend::kDevice);
     const int before = launches;
-    const long long up = emulated_backend::bytes_to_device, down = emulated_backend::bytes_to_host;
-    predict(comm, *model, *plan, c, begin, end, 0);
+    const long long up = host_backend::bytes_to_device, down = host_backend::bytes_to_host;
+    predict(comm, *model, *plan, c, begin, end, host_backend::kDevice);
     // B = 2 samples: balanced bands of nlat = 8 or 10 rows, every rank has one at up to 4 ranks.
     EXPECT_GT(launches, before) << name << ": rank " << comm.rank() << " ran no kernel";
-    const std::vector<float> moved = gather({static_cast<float>(emulated_backend::bytes_to_device - up),
-                                             static_cast<float>(emulated_backend::bytes_to_host - down)});
+    const std::vector<float> moved = gather({static_cast<float>(host_backend::bytes_to_device - up),
+                                             static_cast<float>(host_backend::bytes_to_host - down)});
     if (comm.rank() == 0) {
       std::printf("%s, %d ranks, bytes to / from the device per forward:", name, comm.size());
       for (std::size_t r = 0; r + 1 < moved.size(); r += 2) std::printf(" rank %zu %.0f / %.0f;", r / 2, moved[r], moved[r + 1]);
@@ -81,14 +81,14 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
   const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
   const int failing = comm.size() - 1;
-  emulated_sphere::fail_after = comm.rank() == failing ? 1 : 0;
+  host_backend::fail_after = comm.rank() == failing ? 1 : 0;
   std::string message;
   try {
-    predict(comm, *model, c, begin, end, 0);
+    predict(comm, *model, c, begin, end, host_backend::kDevice);
   } catch (const surrogate::Error& e) {
     message = e.what();
   }
-  emulated_sphere::fail_after = 0;
+  host_backend::fail_after = 0;
   EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
   // The same message everywhere.
   const std::vector<float> one(1, static_cast<float>(message.size()));
@@ -106,22 +106,22 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
 /// attention without norm (bilinear decoder upsampling in all).
 TEST(SphereDeviceMpiEmulated, GlobalInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
   const int before = launches;
-  expect_one_process_device_bits("st_global_instance_spectral", 0);
+  expect_one_process_device_bits("st_global_instance_spectral", host_backend::kDevice);
   EXPECT_GT(launches, before);
 }
 
 TEST(SphereDeviceMpiEmulated, NeighborhoodInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
   const int before = launches;
-  expect_one_process_device_bits("st_neighborhood_instance_latlon_cutoff", 0);
+  expect_one_process_device_bits("st_neighborhood_instance_latlon_cutoff", host_backend::kDevice);
   EXPECT_GT(launches, before);
 }
 
 TEST(SphereDeviceMpiEmulated, NeighborhoodLayerNormTransformerIsTheOneProcessDeviceForwardBitwise) {
-  expect_one_process_device_bits("st_neighborhood_layernorm_lat", 0);
+  expect_one_process_device_bits("st_neighborhood_layernorm_lat", host_backend::kDevice);
 }
 
 TEST(SphereDeviceMpiEmulated, GlobalNoNormTransformerIsTheOneProcessDeviceForwardBitwise) {
-  expect_one_process_device_bits("st_global_none_morlet", 0);
+  expect_one_process_device_bits("st_global_none_morlet", host_backend::kDevice);
 }
 
 /// The model zoo's one-head e128 neighbourhood transformer (reduced grid): the wide-head attention
@@ -129,9 +129,9 @@ TEST(SphereDeviceMpiEmulated, GlobalNoNormTransformerIsTheOneProcessDeviceForwar
 /// on the shared 2-core machine), so disabled there; run it by hand:
 ///   mpirun -np 3 tests/gpu/test_sphere_device_mpi_emulated --gtest_also_run_disabled_tests --gtest_filter='*Zoo*'
 TEST(SphereDeviceMpiEmulated, DISABLED_ZooWideHeadTransformerIsTheOneProcessDeviceForwardBitwise) {
-  const int before = surrogate::kernels::cuda::wide_attention_launches;
-  expect_one_process_device_bits("zoo_s2ntransformer_e128_reduced", 0);
-  EXPECT_GT(surrogate::kernels::cuda::wide_attention_launches, before);
+  const int before = host_backend::wide_attention_launches;
+  expect_one_process_device_bits("zoo_s2ntransformer_e128_reduced", host_backend::kDevice);
+  EXPECT_GT(host_backend::wide_attention_launches, before);
 }
 
 /// The SHT decoder (upsample_sht) in latitude bands on devices: the Fourier rows of each rank's internal
@@ -139,13 +139,13 @@ TEST(SphereDeviceMpiEmulated, DISABLED_ZooWideHeadTransformerIsTheOneProcessDevi
 /// coefficients of every order to each rank with decoder rows, the synthesis of those rows only. Global
 /// attention on a Lobatto grid and neighbourhood attention with instance norm.
 TEST(SphereDeviceMpiEmulated, ShtGlobalTransformerIsTheOneProcessDeviceForwardBitwise) {
-  const int before = surrogate::kernels::cuda::sht_launches;
-  expect_one_process_device_bits("st_sht_global_lobatto", 0);
-  EXPECT_GT(surrogate::kernels::cuda::sht_launches, before);
+  const int before = host_backend::sht_launches;
+  expect_one_process_device_bits("st_sht_global_lobatto", host_backend::kDevice);
+  EXPECT_GT(host_backend::sht_launches, before);
 }
 
 TEST(SphereDeviceMpiEmulated, ShtNeighborhoodInstanceNormTransformerIsTheOneProcessDeviceForwardBitwise) {
-  expect_one_process_device_bits("st_sht_neighborhood_instance", 0);
+  expect_one_process_device_bits("st_sht_neighborhood_instance", host_backend::kDevice);
 }
 
 /// A launch failing on one rank inside the transformer's band forward (between its collectives): the same
@@ -155,14 +155,14 @@ TEST(SphereDeviceMpiEmulated, ATransformerLaunchFailingOnOneRankIsAnErrorOnEvery
   const Case c = load("st_neighborhood_instance_latlon_cutoff");
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
   const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-  emulated_sphere::fail_after = comm.rank() == comm.size() - 1 ? 1 : 0;  // its first attention launch
+  host_backend::fail_after = comm.rank() == comm.size() - 1 ? 1 : 0;  // its first attention launch
   std::string message;
   try {
-    predict(comm, *model, c, begin, end, 0);
+    predict(comm, *model, c, begin, end, host_backend::kDevice);
   } catch (const surrogate::Error& e) {
     message = e.what();
   }
-  emulated_sphere::fail_after = 0;
+  host_backend::fail_after = 0;
   EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
   const std::vector<float> one(1, static_cast<float>(message.size()));
   for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));

@@ -20,7 +20,7 @@
 // (threads per emulated block).
 //
 // What this does not check: nvcc's code, the real runtime, the hardware. Labels unit;cuda.
-#include "emulated_sphere_launchers.hpp"  // first: replaces the CUDA keywords
+#include "host_backend_hooks.hpp"
 
 #include <gtest/gtest.h>
 
@@ -59,10 +59,10 @@ namespace {
 
 namespace sp = surrogate::sphere;
 namespace st = surrogate::testing;
-using emulated_backend::launches;
+using host_backend::launches;
 using surrogate::index_t;
-using surrogate::kernels::cuda::sht_launches;
-using surrogate::kernels::cuda::wide_attention_launches;
+using host_backend::sht_launches;
+using host_backend::wide_attention_launches;
 
 struct Golden {
   std::vector<float> rows;           // (B * P, C_in)
@@ -109,7 +109,7 @@ TEST(SphereTransformerDeviceEmulated, GoldenModelsWithinTheFloat32Bound) {
     const Golden g = read_golden(dir);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, 0);
+    auto device = sp::make_sphere_transformer_device_forward(net, file, host_backend::kDevice);
     const int before = launches;
     device->forward(g.batch, g.rows.data(), dev.data());
     EXPECT_GT(launches, before) << name;
@@ -152,7 +152,7 @@ TEST(SphereTransformerDeviceEmulated, RegisteredModelWithCudaDevice) {
   std::vector<float> cpu(static_cast<std::size_t>(n * ld_out), -7.0f), dev(cpu.size(), -7.0f);
   model->predict(comm, layout, in.data(), ld_in, cpu.data(), ld_out);
   surrogate::RunOptions options;
-  options.cuda_device = 0;
+  options.cuda_device = host_backend::kDevice;
   const int before = launches;
   model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
   EXPECT_GT(launches, before);
@@ -212,7 +212,7 @@ TEST(SphereTransformerDeviceEmulated, RegisteredLayerModelsWithCudaDevice) {
     std::vector<float> cpu(static_cast<std::size_t>(n * ld_out), -7.0f), dev(cpu.size(), -7.0f), again(cpu.size(), -7.0f);
     model->predict(comm, layout, in.data(), ld_in, cpu.data(), ld_out);
     surrogate::RunOptions options;
-    options.cuda_device = 0;
+    options.cuda_device = host_backend::kDevice;
     const int before = launches;
     const auto plan = model->plan(comm, layout);  // one plan for both forwards
     model->predict(comm, *plan, in.data(), ld_in, dev.data(), ld_out, options);
@@ -263,7 +263,7 @@ TEST(SphereTransformerDeviceEmulated, ShtDecoderGoldenModels) {
     const Golden g = read_golden(dir);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, 0);
+    auto device = sp::make_sphere_transformer_device_forward(net, file, host_backend::kDevice);
     const int before = sht_launches;
     device->forward(g.batch, g.rows.data(), dev.data());
     EXPECT_EQ(sht_launches, before + 4) << name << ": the four SHT kernels";
@@ -337,6 +337,7 @@ TEST(SphereTransformerDeviceEmulated, ShtKernelsAreTheCpuTransforms) {
     fa.mmax = M;
     fa.modes = std::min(M, t.nlon_in / 2 + 1);
     cu::sht_fourier_analysis(fa, nullptr);
+    host_backend::synchronize();
     double worst_fourier = 0.0;
     for (index_t r = 0; r < rows_in; ++r) {
       std::vector<double> sum_abs(static_cast<std::size_t>(C), 0.0);
@@ -363,6 +364,7 @@ TEST(SphereTransformerDeviceEmulated, ShtKernelsAreTheCpuTransforms) {
     la.mmax = M;
     la.channels = C;
     cu::sht_legendre_analysis(la, nullptr);
+    host_backend::synchronize();
     EXPECT_EQ(0, std::memcmp(coeff_cpu.data(), coeff_dev.data(), coeff_cpu.size() * sizeof(float)))
         << name << ": the Legendre analysis is not RealSHT::legendre's arithmetic";
     // Inverse: the synthesis rows, then the fields on the output grid.
@@ -379,6 +381,7 @@ TEST(SphereTransformerDeviceEmulated, ShtKernelsAreTheCpuTransforms) {
     ls.modes = modes;
     ls.nyquist = t.nlon_out % 2 == 0 && t.nlon_out / 2 < modes ? t.nlon_out / 2 : -1;
     cu::sht_legendre_synthesis(ls, nullptr);
+    host_backend::synchronize();
     cu::ShtFourierArgs fs;
     fs.x = g.data();
     fs.y = f_dev.data();
@@ -389,6 +392,7 @@ TEST(SphereTransformerDeviceEmulated, ShtKernelsAreTheCpuTransforms) {
     fs.channels = C;
     fs.mmax = fs.modes = modes;
     cu::sht_fourier_synthesis(fs, nullptr);
+    host_backend::synchronize();
     double worst_inverse = 0.0, max_err = 0.0;
     std::size_t padding_written = 0;
     for (index_t r = 0; r < rows_out; ++r)
@@ -448,7 +452,7 @@ TEST(SphereTransformerDeviceEmulated, ZooOneHeadE128BothAttentionModes) {
     const sp::SphericalTransformer net(file);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, 0);
+    auto device = sp::make_sphere_transformer_device_forward(net, file, host_backend::kDevice);
     const int before = wide_attention_launches;
     device->forward(g.batch, g.rows.data(), dev.data());
     EXPECT_EQ(wide_attention_launches, before + 1) << mode << ": one wide-head attention launch per layer";
@@ -471,7 +475,7 @@ void wide_operator_cases(const std::vector<sphere_cuda_test::Case>& cases, std::
   for (const Case& t : cases) {
     const sp::AttentionS2Weights w = random_weights(t, rng);
     const Op cpu(config_of<Config>(t), w);
-    DeviceOp dev(config_of<Config>(t), w, 0);
+    DeviceOp dev(config_of<Config>(t), w, host_backend::kDevice);
     const Inputs in = random_inputs(t, rng);
     const std::size_t out_size = in.q.size() / static_cast<std::size_t>(t.cin) * static_cast<std::size_t>(t.cout);
     std::vector<float> y_cpu(out_size), y_dev(out_size, -7.0f);
@@ -480,6 +484,7 @@ void wide_operator_cases(const std::vector<sphere_cuda_test::Case>& cases, std::
     cpu.forward(t.batch, in.q.data(), key, value, y_cpu.data());
     const int before = wide_attention_launches;
     dev.forward(t.batch, in.q.data(), key, value, y_dev.data(), nullptr);
+    host_backend::synchronize();
     EXPECT_GT(wide_attention_launches, before) << t.name;
     const Reference ref = reference(t, cpu, w, in);
     std::size_t nan_mismatch = 0;
@@ -564,10 +569,11 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
     c.theta_cutoff = k.cutoff;
     c.bias = true;
     const int K = sp::filter_basis_size(c.basis, c.kernel_shape);
-    sp::DiscoConvS2Device conv(c, random(static_cast<std::size_t>(6 * 2 * K)), random(6), nullptr, 0);
+    sp::DiscoConvS2Device conv(c, random(static_cast<std::size_t>(6 * 2 * K)), random(6), nullptr, host_backend::kDevice);
     const auto x = random(static_cast<std::size_t>(B * k.hi * k.wi * 4));
     std::vector<float> whole(static_cast<std::size_t>(B * k.ho * k.wo * 6));
     conv.forward(B, x.data(), whole.data(), nullptr);
+    host_backend::synchronize();
     int widest = 0;
     for (const auto& [t0, t1] : bands(k.ho)) {
       const auto [i0, i1] = conv.host().input_rows(t0, t1);
@@ -575,6 +581,7 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
       const auto in = rows_of(x, B, k.hi, k.wi, 4, i0, i1);
       std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * k.wo * 6), -7.0f);
       conv.forward_rows(B, in.data(), i0, i1, out.data(), t0, t1, nullptr);
+      host_backend::synchronize();
       EXPECT_EQ(out, rows_of(whole, B, k.ho, k.wo, 6, t0, t1)) << "DISCO " << k.hi << "x" << k.wi << " rows " << t0 << ".." << t1;
       if (t1 == t0 + 1 && i0 > 0) {  // one input row short
         EXPECT_THROW(conv.forward_rows(B, in.data() + k.wi * 4, i0 + 1, i1, out.data(), t0, t1, nullptr), surrogate::Error);
@@ -607,11 +614,12 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
     c.grid_out = k.go;
     c.mode = k.mode;
     const int ch = 3;
-    sp::ResampleS2Device whole_op(c, 0);
-    sp::ResampleS2Device band_op(c, 0);
+    sp::ResampleS2Device whole_op(c, host_backend::kDevice);
+    sp::ResampleS2Device band_op(c, host_backend::kDevice);
     const auto x = random(static_cast<std::size_t>(B * k.hi * k.wi * ch));
     std::vector<float> whole(static_cast<std::size_t>(B * k.ho * k.wo * ch));
     whole_op.forward(B, ch, x.data(), whole.data(), nullptr);
+    host_backend::synchronize();
     const std::string name = std::to_string(k.hi) + "x" + std::to_string(k.wi) + " -> " + std::to_string(k.ho) + "x" +
                              std::to_string(k.wo) + (k.mode == RM::bilinear_spherical ? " spherical" : "");
     for (const auto& [t0, t1] : bands(k.ho)) {
@@ -619,6 +627,7 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
       const auto in = rows_of(x, B, k.hi, k.wi, ch, i0, i1);
       std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * k.wo * ch), -7.0f);
       band_op.forward_rows(B, ch, in.data(), i0, i1, out.data(), t0, t1, nullptr);
+      host_backend::synchronize();
       EXPECT_EQ(out, rows_of(whole, B, k.ho, k.wo, ch, t0, t1)) << "resample " << name << " rows " << t0 << ".." << t1;
       if (i1 > i0 + 1) {  // one input row short at either end
         EXPECT_THROW(band_op.forward_rows(B, ch, in.data(), i0, i1 - 1, out.data(), t0, t1, nullptr), surrogate::Error);
@@ -650,7 +659,7 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
   nc.grid_in = nc.grid_out = sp::Grid::legendre_gauss;
   nc.use_qknorm = true;
   nc.theta_cutoff = 0.6;
-  sp::NeighborhoodAttentionS2Device na(nc, w, 0);
+  sp::NeighborhoodAttentionS2Device na(nc, w, host_backend::kDevice);
   sp::AttentionS2Config gc;
   gc.in_channels = cin;
   gc.num_heads = 2;
@@ -660,10 +669,12 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
   gc.nlon_in = gc.nlon_out = nlon;
   gc.grid_in = gc.grid_out = sp::Grid::legendre_gauss;
   gc.use_qknorm = true;
-  sp::AttentionS2Device ga(gc, w, 0);
+  sp::AttentionS2Device ga(gc, w, host_backend::kDevice);
   std::vector<float> whole_n(static_cast<std::size_t>(B * nlat * nlon * 8)), whole_g(whole_n.size());
   na.forward(B, x.data(), nullptr, nullptr, whole_n.data(), nullptr);
+  host_backend::synchronize();
   ga.forward(B, x.data(), nullptr, nullptr, whole_g.data(), nullptr);
+  host_backend::synchronize();
   int widest = 0;
   for (const auto& [t0, t1] : bands(nlat)) {
     const auto q = rows_of(x, B, nlat, nlon, cin, t0, t1);
@@ -672,8 +683,10 @@ TEST(SphereTransformerDeviceEmulated, BandRowsAreTheWholeDeviceForward) {
     const auto kv = rows_of(x, B, nlat, nlon, cin, i0, i1);
     std::vector<float> out(static_cast<std::size_t>(B * (t1 - t0) * nlon * 8), -7.0f), out_g(out.size(), -7.0f);
     na.forward_rows(B, t0, t1, q.data(), i0, i1, kv.data(), kv.data(), out.data(), nullptr);
+    host_backend::synchronize();
     EXPECT_EQ(out, rows_of(whole_n, B, nlat, nlon, 8, t0, t1)) << "neighbourhood rows " << t0 << ".." << t1;
     ga.forward_rows(B, t0, t1, q.data(), x.data(), x.data(), out_g.data(), nullptr);
+    host_backend::synchronize();
     EXPECT_EQ(out_g, rows_of(whole_g, B, nlat, nlon, 8, t0, t1)) << "global rows " << t0 << ".." << t1;
     if (t1 == t0 + 1 && i0 > 0) {  // one key row short
       EXPECT_THROW(na.forward_rows(B, t0, t1, q.data(), i0 + 1, i1, kv.data() + nlon * cin, kv.data() + nlon * cin,

@@ -18,7 +18,8 @@
 namespace surrogate {
 
 struct Options {
-  /// "cpu", "cuda" (the node-local rank's GPU: local rank modulo the visible devices) or "cuda:N".
+  /// "cpu", "cuda" (the node-local rank's GPU: local rank modulo the visible devices), "cuda:N", or
+  /// "cuda-emulated" (the host backend: the CUDA kernels run on the CPU, for tests without a GPU).
   /// Builds without the CUDA backend refuse CUDA devices with Error(unsupported).
   std::string device = "cpu";
   /// OpenMP threads per rank, 0 = OpenMP's default (OMP_NUM_THREADS).

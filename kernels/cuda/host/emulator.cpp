@@ -159,6 +159,22 @@ cudaError_t drain_all() {
 }
 
 // ------------------------------------------------------------------------------------------------------
+// Test hooks
+
+std::mutex counters_mutex;
+Counters counters_total;
+int failure_countdown = 0;
+std::map<std::string, long long> named_launches;
+
+void count_copy(const void* dst, const void* src, std::size_t bytes) {
+  const bool to_device = find_allocation(dst) && !find_allocation(src);
+  const bool to_host = find_allocation(src) && !find_allocation(dst);
+  std::lock_guard lock(counters_mutex);
+  if (to_device) counters_total.bytes_to_device += static_cast<long long>(bytes);
+  if (to_host) counters_total.bytes_to_host += static_cast<long long>(bytes);
+}
+
+// ------------------------------------------------------------------------------------------------------
 // Schedules
 
 std::mutex schedule_mutex;
@@ -593,6 +609,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemcpyAsync: unknown stream");
   if (!bytes) return cudaSuccess;
+  count_copy(dst, src, bytes);
   // As CUDA with pageable host memory: the source is staged at the call (the caller may reuse it at
   // once), and a copy into pageable memory returns only when done. Pinned memory is fully asynchronous.
   const bool src_pageable = !find_allocation(src) && !is_pinned(src);
@@ -740,6 +757,14 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream
     fail(cudaErrorInvalidValue, "emulated launch: " + std::to_string(dynamic_smem) + " bytes of dynamic shared memory");
     return;
   }
+  {
+    std::lock_guard lock(counters_mutex);
+    ++counters_total.launches;
+    if (failure_countdown > 0 && --failure_countdown == 0) {
+      fail(cudaErrorLaunchFailure, "emulated launch failure (injected by fail_launch_after)");
+      return;
+    }
+  }
   q->ops.push_back(Op{[grid, block, dynamic_smem, body = std::move(body)] {
                         run_kernel(grid, block, dynamic_smem, body);
                         const std::string damaged = check_guards();
@@ -749,6 +774,10 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream
 }
 
 void name_last_launch(const char* kernel) {
+  {
+    std::lock_guard count_lock(counters_mutex);
+    ++named_launches[kernel];
+  }
   // The launch just queued is at the back of its queue: name the kernels still unnamed.
   std::lock_guard lock(registry_mutex);
   auto rename = [&](Queue& q) {
@@ -793,5 +822,28 @@ void warp_all(unsigned mask, unsigned long long bits, unsigned long long out[32]
 void sync_warp(unsigned mask) { (void)warp_arrive(mask, 0); }
 
 void kernel_fault(const std::string& what) { throw KernelFault(what); }
+
+Counters counters() {
+  std::lock_guard lock(counters_mutex);
+  return counters_total;
+}
+
+long long launches_named(const std::string& part) {
+  std::lock_guard lock(counters_mutex);
+  long long n = 0;
+  for (const auto& [name, count] : named_launches)
+    if (name.find(part) != std::string::npos) n += count;
+  return n;
+}
+
+void fail_launch_after(int n) {
+  std::lock_guard lock(counters_mutex);
+  failure_countdown = n > 0 ? n : 0;
+}
+
+int launches_until_failure() {
+  std::lock_guard lock(counters_mutex);
+  return failure_countdown;
+}
 
 }  // namespace surrogate::kernels::cuda::emulator

@@ -83,6 +83,19 @@ unsigned warp_ballot(unsigned mask, bool predicate);
 /// Every lane of `mask` deposits `bits` and receives all lanes' deposits (out[l] for lane l of the mask).
 void warp_all(unsigned mask, unsigned long long bits, unsigned long long out[32]);
 void sync_warp(unsigned mask);
+// --- for tests ----------------------------------------------------------------------------------------
+/// Kernels launched on the emulated device, and bytes copied host to device and device to host.
+struct Counters {
+  long long launches = 0, bytes_to_device = 0, bytes_to_host = 0;
+};
+Counters counters();
+/// Launches checked (check_launch) under a kernel name that contains `part`.
+long long launches_named(const std::string& part);
+/// Fault injection: the n-th kernel launch from now fails as a CUDA launch failure (check_launch throws);
+/// 0 clears it. launches_until_failure() is what is left (0 once it fired, or when none is set).
+void fail_launch_after(int n);
+int launches_until_failure();
+
 /// A failure inside a kernel (__trap, a bad warp operation): ends the launch with this message.
 [[noreturn]] void kernel_fault(const std::string& what);
 

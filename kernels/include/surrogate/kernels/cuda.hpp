@@ -52,6 +52,10 @@ int device_count(std::string* why = nullptr) noexcept;
 /// run on the CPU by an emulator with deferred streams (share/docs/cuda.md, "The host backend").
 /// Every function here takes it where it takes a device index.
 inline constexpr int kEmulatedDevice = 1 << 20;
+/// How messages name a device: its index, or "cuda-emulated".
+inline std::string device_label(int device) {
+  return device == kEmulatedDevice ? std::string("cuda-emulated") : std::to_string(device);
+}
 
 /// Makes `device` current for the guard's lifetime and restores the caller's current device afterwards.
 class DeviceGuard {
