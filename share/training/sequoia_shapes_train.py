@@ -166,6 +166,53 @@ def check_closed_form():
 # Data: hierarchies (official builder), collated batches
 # ---------------------------------------------------------------------------------------------------------
 
+def example_shape(seed, index):
+    """Shape `index` of the C++ example's `--seed` (examples/sequoia_shapes/shapes.hpp, make_shape:
+    splitmix64 draws in the same order as random_shape's)."""
+    mask = (1 << 64) - 1
+    state = [(seed * 0x9E3779B97F4A7C15 + index * 0xD1B54A32D192ED03 + 1) & mask]
+
+    def uniform(lo, hi):
+        state[0] = (state[0] + 0x9E3779B97F4A7C15) & mask
+        z = state[0]
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & mask
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & mask
+        return lo + (hi - lo) * ((z ^ (z >> 31)) >> 11) * 2.0 ** -53
+
+    axes = (uniform(0.45, 0.9), uniform(0.25, 0.55), uniform(0.2, 0.5))
+    bump = uniform(0.0, 0.35)
+    u, phi = uniform(-1.0, 1.0), uniform(0.0, 2.0 * math.pi)
+    r = math.sqrt(1.0 - u * u)
+    return dict(axes=axes, bump=bump, bump_dir=(u, r * math.cos(phi), r * math.sin(phi)),
+                attack_deg=uniform(-20.0, 20.0))
+
+
+def check_example(off, out_dir, seed, shapes, n):
+    """The saved checkpoints (PyTorch, official classes) on the C++ example's bodies: the figures the
+    example prints (D model, D from the predicted field, cp errors), to compare with its output."""
+    samples = []
+    for k in range(shapes):
+        shape = example_shape(seed, k)
+        x, normal, weight = surface(shape, n)
+        d = stream(shape)
+        samples.append(dict(shape=shape, positions=x.astype(np.float32), normals=normal, weights=weight,
+                            cp=pressure(normal, d), drag=drag_area(shape), d=d))
+    batch = collate(off, samples)
+    seg, _ = build(off, "seg", 0, n)
+    seg.load_state_dict(torch.load(os.path.join(out_dir, "seg_checkpoint.pt"))["model_state_dict"])
+    cls, _ = build(off, "cls", 0, n)
+    cls.load_state_dict(torch.load(os.path.join(out_dir, "cls_checkpoint.pt")))
+    with torch.no_grad():
+        cp = forward(seg, "seg", batch).double().numpy()
+        drag = forward(cls, "cls", batch).double().numpy()
+    for k, s in enumerate(samples):
+        nd = s["normals"] @ s["d"]
+        field = -(s["weights"] * cp[k * n:(k + 1) * n] * nd).sum()
+        print(f"{k:4d}  D exact {s['drag']:.5f}  D model {drag[k]:.5f}  D from field {field:.5f}")
+    err = cp - np.concatenate([s["cp"] for s in samples])
+    print(f"cp error vs closed form: rms {np.sqrt(np.mean(err ** 2)):.5f} max {np.abs(err).max():.5f}")
+
+
 def make_samples(rng, count, n):
     out = []
     for _ in range(count):
@@ -330,6 +377,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--no-export", action="store_true")
+    ap.add_argument("--check-example", nargs=3, type=int, metavar=("SEED", "SHAPES", "POINTS"),
+                    help="do not train: run the checkpoints of --out-dir on the C++ example's bodies")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
     SEG_CONFIG["layers"] = args.seg_layers
@@ -338,6 +387,9 @@ def main():
     off.seg.query_knn_point = exact_rule_knn
     off.cls.query_knn_point = exact_rule_knn
     commit = OFFICIAL_COMMIT if off.commit == "unknown" else off.commit
+    if args.check_example:
+        check_example(off, args.out_dir, *args.check_example)
+        return
     print(f"official code {off.commit} (files sha256/16: {'; '.join(f'{k} {v}' for k, v in off.files.items())}), "
           f"stand-ins: {', '.join(off.stand_ins) or 'none'}")
 
