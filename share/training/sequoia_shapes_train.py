@@ -284,7 +284,7 @@ def build(off, kind, seed, n):
     return model.eval(), cfg
 
 
-def standardised(model, kind, batches):
+def standardised(kind, batches):
     """Mean and standard deviation of the training target: the network is trained to output the
     standardised target, and fold() puts the affine map into channel 0 of its last Linear afterwards."""
     t = torch.cat([b["cp"] if kind == "seg" else b["drag"] for b in batches]).double()
@@ -318,7 +318,7 @@ def calibrate(model, kind, batches):
 
 def train(model, kind, batches, steps, lr, log_every):
     calibrate(model, kind, batches)
-    mean, std = standardised(model, kind, batches)
+    mean, std = standardised(kind, batches)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     sched = torch.optim.lr_scheduler.OneCycleLR(opt, max_lr=lr, total_steps=steps, pct_start=0.1)
     order = np.random.default_rng(1).permutation(steps) % len(batches)
