@@ -191,7 +191,9 @@ int run(int argc, char** argv) {
   const std::vector<double> all_predicted =
       gather(std::vector<double>(predicted.begin(), predicted.begin() + n), ranks, rank);
 
-  // 6. VTK: every rank's points with the exact and predicted field, the body id, normals and weights.
+  // 6. VTK: every rank's points with the exact and predicted field, the body id, normals and weights; the
+  //    bodies side by side for viewing, on a grid of ceil(√B) columns 2 m apart in x and rows 1.3 m apart in y
+  //    (the models saw them centred).
   std::string vtk_note = "not written (--no-vtk)";
   if (args.vtk && !surrogate::VtkSeries::available()) vtk_note = "not written (this build has no VTK)";
   if (args.vtk && surrogate::VtkSeries::available()) {
@@ -202,7 +204,14 @@ int run(int argc, char** argv) {
     vtk.add_array("shape", "", 1, surrogate::Strided<const double>{shape_id.data(), 1, 1});
     vtk.add_array("normal", "", 3, surrogate::Strided<const double>{normals.data(), 3, 1});
     vtk.add_array("area_weight", "m^2", 1, surrogate::Strided<const double>{weights.data(), 1, 1});
-    vtk.write(0.0, n, 3, {positions.data(), 3, 1});
+    std::vector<double> shown(positions);
+    const auto columns = static_cast<std::int64_t>(std::ceil(std::sqrt(static_cast<double>(args.shapes))));
+    for (std::int64_t i = 0; i < n; ++i) {
+      const std::int64_t s = sample[static_cast<std::size_t>(i)];
+      shown[static_cast<std::size_t>(3 * i)] += 2.0 * static_cast<double>(s % columns);
+      shown[static_cast<std::size_t>(3 * i + 1)] -= 1.3 * static_cast<double>(s / columns);
+    }
+    vtk.write(0.0, n, 3, {shown.data(), 3, 1});
     vtk_note = args.output + "/shapes.pvd (" + std::to_string(ranks) + " pieces)";
   }
 
