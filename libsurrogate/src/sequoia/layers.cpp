@@ -113,6 +113,10 @@ double head_logit(const double* q, const float* k, const float* pi, int e) {
   return (s[0] + s[1]) + (s[2] + s[3]);
 }
 
+void prefetch_row(const float* row, int count) {
+  for (int c = 0; c < count; c += 16) __builtin_prefetch(row + c);  // one 64-byte line per 16 floats
+}
+
 }  // namespace
 
 Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vector<float>& query_positions,
@@ -142,6 +146,10 @@ Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vect
       for (int c = 0; c < d; ++c) qd[static_cast<std::size_t>(c)] = static_cast<double>(qa[c]);
       for (std::int64_t j = 0; j < count; ++j) {
         const std::int64_t key = lists.keys[static_cast<std::size_t>(b0 + j)];
+        // The key rows are gathered from anywhere in the level: fetch the next key's k row and this
+        // key's v row (read by the value sums below) while this edge computes.
+        if (j + 1 < count) prefetch_row(k.row(lists.keys[static_cast<std::size_t>(b0 + j + 1)]), d);
+        prefetch_row(v.row(key), d);
         const float* pk = &key_positions[static_cast<std::size_t>(key) * 3];
         const float delta[3] = {pa[0] - pk[0], pa[1] - pk[1], pa[2] - pk[2]};
         float* pij = &pi[static_cast<std::size_t>(j * e)];

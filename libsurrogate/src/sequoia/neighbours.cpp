@@ -40,7 +40,7 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, 
   }
 }
 
-/// Uniform grid over the nodes [begin, end): about 8 nodes per cell. A query scans its cell, then the
+/// Uniform grid over the nodes [begin, end): about one node per cell. A query scans its cell, then the
 /// rings of cells at Chebyshev distance 1, 2, ...; after ring r every unscanned node lies beyond one of
 /// the scanned box's inner faces, so once the k-th candidate is nearer than the nearest such face (less
 /// a margin far above the rounding of the cell assignment) the k nearest are among the candidates: the
@@ -54,7 +54,7 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
       lo[c] = std::min(lo[c], static_cast<double>(pos[a * 3 + c]));
       hi[c] = std::max(hi[c], static_cast<double>(pos[a * 3 + c]));
     }
-  const int g = std::max(1, static_cast<int>(std::cbrt(static_cast<double>(m) / 8.0)));
+  const int g = std::max(1, static_cast<int>(std::cbrt(static_cast<double>(m))));
   double width[3], min_width = INFINITY;
   for (int c = 0; c < 3; ++c) {
     width[c] = (hi[c] - lo[c]) / g;
