@@ -147,6 +147,9 @@ def main():
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
                 est_s, est_mib = extrapolate[threads].estimate(n)
+                first_mib = extrapolate[args.threads[0]].estimate(n)[1]
+                if first_mib is not None:  # the process's peak memory grows at the first thread count only
+                    est_mib = first_mib
                 runs = 2 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):
                     sbs.row(len(points), threads, ours)
