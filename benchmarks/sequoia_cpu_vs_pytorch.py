@@ -23,7 +23,7 @@ network (build_hierarchy + Network::forward). PyTorch: the official model's forw
 the data loader) is built beforehand and not timed.
 
 Agreement, checked before the timing at every size: the sibling lists are the one defined difference
-(share/docs/sequoia.md, "Neighour order": the official float32 kNN with torch's unstable sort against
+(share/docs/sequoia.md, "Neighbour order": the official float32 kNN with torch's unstable sort against
 the library's exact rule; at voxel levels 40-47 % of the lists differ, and with four blocks that reaches
 the outputs at 1e-3). So the check runs the official forward with the library's lists replayed into its
 kNN calls (the golden data's `output_exact_rule`), then the official forward as it is is timed. The

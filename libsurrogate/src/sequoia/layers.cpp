@@ -30,7 +30,7 @@ Rows Dense::apply(const Rows& x) const {
   constexpr std::int64_t kChunk = 64;
   const std::int64_t ld = packed.out_pad();
   const bool direct = ld == out;  // no padding: the kernel writes the rows in place
-#pragma omp parallel
+#pragma omp parallel if (x.rows > kChunk)  // one chunk: no region
   {
     kernels::AlignedBuffer<float> buffer(direct ? 0 : static_cast<std::size_t>(kChunk * ld));
 #pragma omp for schedule(static)
@@ -70,7 +70,7 @@ void BatchNorm::apply(float* x) const {
 }
 
 void BatchNorm::apply(Rows& x, bool relu) const {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (x.rows * x.cols > kSerialWork)
   for (std::int64_t r = 0; r < x.rows; ++r) {
     float* row = x.row(r);
     apply(row);
@@ -125,7 +125,7 @@ Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vect
   const std::int64_t n = q.rows;
   const int d = q.cols, e = d / heads;
   Rows out(n, d, Rows::Uninitialised{});
-#pragma omp parallel
+#pragma omp parallel if (static_cast<std::int64_t>(lists.keys.size()) * d > kSerialWork)
   {
     std::vector<float> pi;
     std::vector<double> logit, acc(static_cast<std::size_t>(d)), qd(static_cast<std::size_t>(d));

@@ -34,6 +34,10 @@ struct UninitialisedAllocator : std::allocator<T> {
   }
 };
 
+/// Work below which a loop runs on the calling thread: a parallel region costs a barrier, and on a busy
+/// machine a barrier can wait a whole time slice for a descheduled thread (the top levels have a few rows).
+constexpr std::int64_t kSerialWork = 1 << 15;
+
 /// Row-major float matrix: zeros, or left uninitialised (Rows::Uninitialised) for writers of every row.
 struct Rows {
   struct Uninitialised {};

@@ -29,7 +29,7 @@ void take(std::vector<Candidate>& d, int k, std::int64_t* out) {
 }
 
 void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, std::int64_t* lists) {
-#pragma omp parallel
+#pragma omp parallel if ((end - begin) * (end - begin) > 1 << 14)  // tiny samples on the calling thread
   {
     std::vector<Candidate> d(static_cast<std::size_t>(end - begin));
 #pragma omp for schedule(static)

@@ -152,7 +152,7 @@ Rows Network::Impl::init_level0(const Hierarchy& h, const float* features) const
   const std::vector<std::int64_t> nb = sibling_lists(h, 0, k);
   const auto& pos = h.level_positions[0];
   Rows y(n, init[0].out);
-#pragma omp parallel
+#pragma omp parallel if (n * k * init[0].out > kSerialWork)
   {
     std::vector<float> in(static_cast<std::size_t>(c) + 3), msg(static_cast<std::size_t>(init[0].out));
 #pragma omp for schedule(static)
