@@ -1,9 +1,8 @@
-// Times the Sequoia segmentation forward (surrogate/sequoia.hpp) on a batch of samples as the official
-// pipeline runs it: the voxel hierarchy of every sample, the collation and the network in each timed run.
-//   sequoia_bench MODEL.h5 DIR THREADS REPEATS   DIR/positions.f32 (N x 3), DIR/sizes.i64 (B sample sizes),
-//                                               DIR/classes.f32 (B x n_class), float32 / int64 raw; writes
-//                                               the warm-up's output to DIR/surrogate_out.f32 (N x n_part)
-// Prints one JSON line (bench_io.hpp). Used by benchmarks/sequoia_cpu_vs_pytorch.py.
+// Times the Sequoia segmentation forward (surrogate/sequoia.hpp) on a batch of samples: the voxel hierarchy
+// of every sample, the collation and the network in each timed run. One JSON line (bench_io.hpp).
+//   sequoia_bench MODEL.h5 DIR THREADS REPEATS   DIR/positions.f32 (N x 3), sizes.i64 (B sample sizes),
+//   classes.f32 (B x n_class), raw; writes the warm-up's output to DIR/surrogate_out.f32 (N x n_part).
+// Used by benchmarks/sequoia_cpu_vs_pytorch.py (benchmarks/README.md, "Sequoia against the official code").
 #include <omp.h>
 
 #include <cstdio>
