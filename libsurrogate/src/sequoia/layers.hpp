@@ -3,7 +3,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "surrogate/kernels/cpu.hpp"
@@ -11,15 +13,43 @@
 
 namespace surrogate::sequoia {
 
-/// Row-major float matrix.
+/// An allocator whose value-less construct leaves the element uninitialised: Rows that every row's
+/// writer fills completely skip the zero-filling of large fresh buffers.
+template <class T>
+struct UninitialisedAllocator : std::allocator<T> {
+  template <class U>
+  struct rebind {
+    using other = UninitialisedAllocator<U>;
+  };
+  UninitialisedAllocator() = default;
+  template <class U>
+  UninitialisedAllocator(const UninitialisedAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;
+  }
+  template <class U, class... A>
+  void construct(U* p, A&&... a) {
+    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+};
+
+/// Work below which a loop runs on the calling thread: a parallel region costs a barrier, and on a busy
+/// machine a barrier can wait a whole time slice for a descheduled thread (the top levels have a few rows).
+constexpr std::int64_t kSerialWork = 1 << 15;
+
+/// Row-major float matrix: zeros, or left uninitialised (Rows::Uninitialised) for writers of every row.
 struct Rows {
+  struct Uninitialised {};
   std::int64_t rows = 0;
   int cols = 0;
-  std::vector<float> v;
+  std::vector<float, UninitialisedAllocator<float>> v;
   Rows() = default;
   Rows(std::int64_t r, int c) : rows(r), cols(c), v(static_cast<std::size_t>(r) * static_cast<std::size_t>(c), 0.0f) {}
+  Rows(std::int64_t r, int c, Uninitialised) : rows(r), cols(c), v(static_cast<std::size_t>(r) * static_cast<std::size_t>(c)) {}
   float* row(std::int64_t i) { return v.data() + i * cols; }
   const float* row(std::int64_t i) const { return v.data() + i * cols; }
+  std::vector<float> values() const { return {v.begin(), v.end()}; }
 };
 
 /// torch.nn.Linear (bias optional): one vector in double (the positional MLP, PointConv's messages), or
@@ -44,10 +74,13 @@ struct BatchNorm {
   void apply(Rows& x, bool relu) const;
 };
 
-/// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e).
+/// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e). `apply` rounds as Dense and BatchNorm
+/// do (each layer's output to float); the last layer's weights are kept in double, channel-contiguous
+/// per input (w3[t * e + c]), so that its loop over the channels vectorises.
 struct PositionalMlp {
   Dense first, last;
   BatchNorm norm;
+  std::vector<double> w3, b3;  // 3 x e (transposed), e
   PositionalMlp() = default;
   PositionalMlp(const ModelFile& f, const std::string& prefix);
   void apply(const float delta[3], float* out) const;

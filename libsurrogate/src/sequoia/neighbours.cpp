@@ -29,7 +29,7 @@ void take(std::vector<Candidate>& d, int k, std::int64_t* out) {
 }
 
 void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, std::int64_t* lists) {
-#pragma omp parallel
+#pragma omp parallel if ((end - begin) * (end - begin) > 1 << 14)  // tiny samples on the calling thread
   {
     std::vector<Candidate> d(static_cast<std::size_t>(end - begin));
 #pragma omp for schedule(static)
@@ -40,11 +40,11 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, 
   }
 }
 
-/// Uniform grid over the nodes [begin, end): about 8 nodes per cell. A query scans its cell, then the
-/// rings of cells at Chebyshev distance 1, 2, ...; after ring r every unscanned node is at least r cell
-/// widths away, so once the k-th candidate is nearer than that (with a relative margin far above the
-/// rounding of the cell assignment) the k nearest are among the candidates: the result is the brute
-/// force's, ties included.
+/// Uniform grid over the nodes [begin, end): about one node per cell. A query scans its cell, then the
+/// rings of cells at Chebyshev distance 1, 2, ...; after ring r every unscanned node lies beyond one of
+/// the scanned box's inner faces, so once the k-th candidate is nearer than the nearest such face (less
+/// a margin far above the rounding of the cell assignment) the k nearest are among the candidates: the
+/// result is the brute force's, ties included.
 void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, std::int64_t* lists) {
   const std::int64_t m = end - begin;
   double lo[3], hi[3];
@@ -54,12 +54,14 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
       lo[c] = std::min(lo[c], static_cast<double>(pos[a * 3 + c]));
       hi[c] = std::max(hi[c], static_cast<double>(pos[a * 3 + c]));
     }
-  const int g = std::max(1, static_cast<int>(std::cbrt(static_cast<double>(m) / 8.0)));
+  const int g = std::max(1, static_cast<int>(std::cbrt(static_cast<double>(m))));
   double width[3], min_width = INFINITY;
   for (int c = 0; c < 3; ++c) {
     width[c] = (hi[c] - lo[c]) / g;
     if (width[c] > 0) min_width = std::min(min_width, width[c]);
   }
+  const double margin = 1e-9 * (std::max(std::abs(lo[0]), std::abs(hi[0])) + std::max(std::abs(lo[1]), std::abs(hi[1])) +
+                                 std::max(std::abs(lo[2]), std::abs(hi[2])));
   if (!std::isfinite(min_width)) {  // all nodes at one position
     brute_force(pos, begin, end, k, lists);
     return;
@@ -110,13 +112,21 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
                 d.emplace_back(squared_distance(pos + a * 3, pos + j * 3), j);
               }
             }
-        const bool everything = r >= g - 1;  // every cell scanned
-        if (everything) break;
-        if (d.size() >= static_cast<std::size_t>(k) && r > 0) {
+        // Every unscanned node lies beyond a face of the scanned box of cells that is not on the grid's
+        // edge: at least `reach` from the query, less a margin far above the rounding of cell_of.
+        double reach = INFINITY;
+        for (int c = 0; c < 3; ++c) {
+          if (width[c] <= 0) continue;
+          const double p = static_cast<double>(pos[a * 3 + c]);
+          if (ca[c] - r > 0) reach = std::min(reach, p - (lo[c] + (ca[c] - r) * width[c]));
+          if (ca[c] + r < g - 1) reach = std::min(reach, lo[c] + (ca[c] + r + 1) * width[c] - p);
+        }
+        if (reach == INFINITY) break;  // every cell scanned
+        reach -= margin;
+        if (d.size() >= static_cast<std::size_t>(k) && reach > 0) {
           kth = d;
           std::nth_element(kth.begin(), kth.begin() + (k - 1), kth.end());
-          const double reach = static_cast<double>(r) * min_width;
-          if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach * (1.0 - 1e-9)) break;
+          if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach) break;
         }
       }
       take(d, k, lists + a * k);

@@ -45,7 +45,7 @@ namespace {
 
 Rows softmax_mixed(const float mix[3], const Rows* parents, const Rows* children, const Rows* siblings, std::int64_t n,
                    int d) {
-  Rows out(n, d);
+  Rows out(n, d, Rows::Uninitialised{});
   for (std::size_t t = 0; t < out.v.size(); ++t) {
     float s = parents ? mix[0] * parents->v[t] : 0.0f;
     if (children) s += mix[1] * children->v[t];
@@ -152,7 +152,7 @@ Rows Network::Impl::init_level0(const Hierarchy& h, const float* features) const
   const std::vector<std::int64_t> nb = sibling_lists(h, 0, k);
   const auto& pos = h.level_positions[0];
   Rows y(n, init[0].out);
-#pragma omp parallel
+#pragma omp parallel if (n * k * init[0].out > kSerialWork)
   {
     std::vector<float> in(static_cast<std::size_t>(c) + 3), msg(static_cast<std::size_t>(init[0].out));
 #pragma omp for schedule(static)
@@ -260,7 +260,7 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
   }
   if (trace) {
     trace->init.clear();
-    for (const Rows& r : x) trace->init.push_back(r.v);
+    for (const Rows& r : x) trace->init.push_back(r.values());
   }
   phase.reset();
   phase.emplace(kTreeBlocksPhase);
@@ -305,18 +305,18 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
                                i + 1 < L ? &sibl : nullptr, h.nodes(i), cfg.width(i));
       lv.out_norm.apply(out, true);
       if (trace && l == 0) {
-        trace->block0_y.push_back(y[si].v);
-        trace->block0_parents.push_back(parents.v);
-        trace->block0_children.push_back(children.v);
-        trace->block0_siblings.push_back(sibl.v);
-        trace->block0_out.push_back(out.v);
+        trace->block0_y.push_back(y[si].values());
+        trace->block0_parents.push_back(parents.values());
+        trace->block0_children.push_back(children.values());
+        trace->block0_siblings.push_back(sibl.values());
+        trace->block0_out.push_back(out.values());
       }
       x[si] = std::move(out);
     }
   }
   phase.reset();
   const ScopedPhase head_phase(kSequoiaHeadPhase);
-  return m.head(h, x, sample_features).v;
+  return m.head(h, x, sample_features).values();
 }
 
 }  // namespace surrogate::sequoia

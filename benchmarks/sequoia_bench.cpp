@@ -1,0 +1,57 @@
+// Times the Sequoia segmentation forward (surrogate/sequoia.hpp) on a batch of samples: the voxel hierarchy
+// of every sample, the collation and the network in each timed run. One JSON line (bench_io.hpp).
+//   sequoia_bench MODEL.h5 DIR THREADS REPEATS   DIR/positions.f32 (N x 3), sizes.i64 (B sample sizes),
+//   classes.f32 (B x n_class), raw; writes the warm-up's output to DIR/surrogate_out.f32 (N x n_part).
+// Used by benchmarks/sequoia_cpu_vs_pytorch.py (benchmarks/README.md, "Sequoia against the official code").
+#include <omp.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "bench_io.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/sequoia.hpp"
+
+namespace {
+
+void run(const surrogate::ModelFile& file, const std::string& dir, int threads, int repeats) {
+  namespace sq = surrogate::sequoia;
+  const sq::Config cfg = sq::Config::from_file(file);
+  if (cfg.kind != sq::Config::Kind::segmentation)
+    throw surrogate::Error(surrogate::ErrorCode::input, "sequoia_bench runs TreeTransformerSeg models only");
+  const sq::Network net(file, cfg);
+  const std::vector<float> positions = bench_io::read_array<float>(dir + "/positions.f32");
+  const std::vector<std::int64_t> sizes = bench_io::read_array<std::int64_t>(dir + "/sizes.i64");
+  const std::vector<float> classes = bench_io::read_array<float>(dir + "/classes.f32");
+  std::vector<sq::index_t> offsets{0};
+  for (const std::int64_t s : sizes) offsets.push_back(offsets.back() + s);
+  const long points = static_cast<long>(offsets.back());
+  if (static_cast<long>(positions.size()) != 3 * points ||
+      classes.size() != sizes.size() * static_cast<std::size_t>(cfg.n_class))
+    throw surrogate::Error(surrogate::ErrorCode::input, dir + ": positions, sizes and classes disagree");
+  omp_set_num_threads(threads);
+  std::vector<float> first;
+  bench_io::time_forward(points, threads, repeats, [&] {
+    const sq::Hierarchy h = sq::build_hierarchy(positions.data(), offsets, cfg.divide, cfg.depth);
+    return net.forward(h, positions.data(), classes.data());  // segmentation features = the positions
+  }, &first);
+  bench_io::write_array(dir + "/surrogate_out.f32", first);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 5) {
+    std::fprintf(stderr, "usage: %s MODEL.h5 DIR THREADS REPEATS\n", argv[0]);
+    return 2;
+  }
+  try {
+    run(surrogate::ModelFile::read(argv[1]), argv[2], std::atoi(argv[3]), std::atoi(argv[4]));
+  } catch (const surrogate::Error& e) {
+    std::fprintf(stderr, "sequoia_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
