@@ -20,7 +20,18 @@ void check_emulated(cudaError_t code, const char* call) {
                             emulator::last_message());
 }
 
-bool emulated(int device) { return device == kEmulatedDevice; }
+/// Whether `device` is the emulated one; throws where this CPU cannot run the host backend (its kernels
+/// are built with FMA instructions on x86-64, kernels/cmake/cuda.cmake).
+bool emulated(int device) {
+  if (device != kEmulatedDevice) return false;
+#if defined(__x86_64__)
+  if (!__builtin_cpu_supports("fma"))
+    throw CudaError(cudaErrorNotSupported, "device cuda-emulated: the host backend needs a CPU with FMA instructions");
+#endif
+  return true;
+}
+/// The same without the check, for destructors and noexcept functions (construction checked it).
+bool is_emulated(int device) noexcept { return device == kEmulatedDevice; }
 }  // namespace
 
 void check(cudaError_t code, const char* call) {
@@ -60,7 +71,7 @@ DeviceGuard::DeviceGuard(int device) : device_(device), was_emulated_(emulator::
 
 DeviceGuard::~DeviceGuard() {
   emulator::set_current(was_emulated_);
-  if (emulated(device_)) return;
+  if (is_emulated(device_)) return;
   if (previous_ >= 0 && previous_ != device_) (void)cudaSetDevice(previous_);
 }
 
@@ -81,7 +92,7 @@ void* device_alloc(std::size_t bytes, int device) {
 
 void device_free(void* p, int device) noexcept {
   if (!p) return;
-  if (emulated(device)) {
+  if (is_emulated(device)) {
     (void)emulator::free_device(p);  // a failure stays the emulator's last error, as CUDA's sticky errors
     return;
   }
@@ -120,7 +131,7 @@ Stream::Stream(int device) : device_(device) {
 
 Stream::~Stream() {
   if (!stream_) return;
-  if (emulated(device_)) {
+  if (is_emulated(device_)) {
     (void)emulator::stream_destroy(stream_);
     return;
   }
@@ -181,7 +192,7 @@ Event::Event(int device) : device_(device) {
 
 Event::~Event() {
   if (!event_) return;
-  if (emulated(device_)) (void)emulator::event_destroy(event_);
+  if (is_emulated(device_)) (void)emulator::event_destroy(event_);
   else (void)cudaEventDestroy(event_);
 }
 

@@ -119,18 +119,22 @@ endfunction()
 
 # A device test binary (CUDA builds only; tests/support/gpu_test.hpp), one source for two backends:
 #  - the host backend (device "cuda-emulated"), always run: cases cuda.<schedule>.Suite.Case, labels
-#    unit;cuda + LABELS, once per schedule of SURROGATE_EMULATED_SCHEDULES;
+#    unit;cuda + LABELS, once per schedule of SURROGATE_EMULATED_SCHEDULES (ONE_SCHEDULE: the last only);
 #  - a real GPU: cases gpu.Suite.Case, label gpu + LABELS, every case SKIPPED without a device.
 function(surrogate_add_gpu_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
-  cmake_parse_arguments(T "${_surrogate_test_flags}" "" "${_surrogate_test_lists}" ${ARGN})
+  cmake_parse_arguments(T "${_surrogate_test_flags};ONE_SCHEDULE" "" "${_surrogate_test_lists}" ${ARGN})
   set(T_COUPLING ON)
   _surrogate_test_executable(${name} "")
   target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
   surrogate_discover_gtests(${name} "gpu." "gpu;${T_LABELS}")
-  foreach(schedule IN LISTS SURROGATE_EMULATED_SCHEDULES)
+  set(schedules ${SURROGATE_EMULATED_SCHEDULES})
+  if(T_ONE_SCHEDULE)  # whole forwards, whose kernels the kernel tests run under every schedule: the last
+    list(GET SURROGATE_EMULATED_SCHEDULES -1 schedules)
+  endif()
+  foreach(schedule IN LISTS schedules)
     string(REGEX REPLACE ":.*" "" short ${schedule})
     surrogate_discover_gtests(${name} "cuda.${short}." "unit;cuda;${T_LABELS}" SURROGATE_TEST_DEVICE=cuda-emulated
                               SURROGATE_CUDA_EMULATED_SCHEDULE=${schedule})

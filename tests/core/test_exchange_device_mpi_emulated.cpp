@@ -26,7 +26,8 @@ using surrogate::MpiComm;
 using surrogate::Place;
 
 /// Moves device buffers device to device as the NCCL transport does (here with the Comm's collectives on
-/// the emulated device memory, which is host memory), counting its calls.
+/// the emulated device memory, which is host memory), counting its calls. NCCL is ordered on the stream:
+/// the work queued before the call completes first (the emulated streams run only when synchronised).
 class DirectTransport final : public surrogate::DeviceTransport {
  public:
   explicit DirectTransport(const MpiComm& comm) : DeviceTransport(host_backend::kDevice), comm_(comm) {}
@@ -34,17 +35,20 @@ class DirectTransport final : public surrogate::DeviceTransport {
   bool direct() const override { return true; }
   void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
                  void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
-                 void*) override {
+                 void* stream) override {
     ++calls;
+    cu::synchronize(static_cast<cudaStream_t>(stream));
     comm_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
   }
   void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
-                  std::span<const std::size_t> recv_offsets, void*) override {
+                  std::span<const std::size_t> recv_offsets, void* stream) override {
     ++calls;
+    cu::synchronize(static_cast<cudaStream_t>(stream));
     comm_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets);
   }
-  void allreduce(void* data, std::size_t count, surrogate::DType type, surrogate::ReduceOp op, void*) override {
+  void allreduce(void* data, std::size_t count, surrogate::DType type, surrogate::ReduceOp op, void* stream) override {
     ++calls;
+    cu::synchronize(static_cast<cudaStream_t>(stream));
     comm_.allreduce(data, count, type, op);
   }
   int calls = 0;
@@ -75,7 +79,7 @@ void expect_device_equals_host(const MpiComm& comm, const ExchangePlan& plan, co
   for (surrogate::DeviceTransport* transport : {&comm.device_transport(host_backend::kDevice), static_cast<surrogate::DeviceTransport*>(&direct)}) {
     const cu::DeviceBuffer<float> src = to_device(source);
     cu::DeviceBuffer<float> dst = to_device(std::vector<float>(host.size(), -1.0f));
-    plan.forward(src.data(), ld_in, dst.data(), ld_out, width, Place{0, nullptr, transport});
+    plan.forward(src.data(), ld_in, dst.data(), ld_out, width, Place{host_backend::kDevice, nullptr, transport});
     EXPECT_EQ(to_host(dst), host) << what << " through " << transport->name() << " on rank " << comm.rank();
   }
   if (comm.size() > 1) {
@@ -129,7 +133,7 @@ TEST(ExchangePlanDevice, BackwardIsBitwiseTheHostMove) {
   DirectTransport direct(comm);
   const cu::DeviceBuffer<float> t = to_device(target);
   cu::DeviceBuffer<float> s = to_device(std::vector<float>(host.size(), -1.0f));
-  plan.backward(t.data(), width, s.data(), width, width, Place{0, nullptr, &direct});
+  plan.backward(t.data(), width, s.data(), width, width, Place{host_backend::kDevice, nullptr, &direct});
   EXPECT_EQ(to_host(s), host);
 }
 
@@ -151,7 +155,7 @@ TEST(ExchangePlanDevice, AFailedLaunchOnOneRankIsAnErrorOnEveryRank) {
     FAIL() << "rank " << me << ": no error";
   } catch (const surrogate::Error& e) {
     // One rank: its own message; several: prefixed with the failing rank.
-    const std::string expected = (P > 1 ? "rank " + std::to_string(P - 1) + ": " : "") + "exchange plan: CUDA device 0";
+    const std::string expected = (P > 1 ? "rank " + std::to_string(P - 1) + ": " : "") + "exchange plan: CUDA device cuda-emulated";
     EXPECT_NE(std::string(e.what()).find(expected), std::string::npos) << e.what();
   }
   host_backend::fail_after = 0;

@@ -67,7 +67,7 @@ void expect_device_bitwise(const std::string& name, const Case& c) {
     const auto model = surrogate::make_model(c.file);
     Spread spread(*model, c, last_empty, 7u);
     const int before = launches;
-    const std::vector<float> got = spread.predict(c.features);
+    const std::vector<float> got = spread.predict(c.features, host_backend::kDevice);
     EXPECT_GT(launches, before) << what;  // the emulated device ran
     EXPECT_EQ(first_difference(got, ref.device_out), got.size()) << what << ": not the one-process device result";
     EXPECT_LE(max_error(got, ref.cpu_out), 2 * tol) << what << ": CPU forward";
@@ -75,11 +75,11 @@ void expect_device_bitwise(const std::string& name, const Case& c) {
       EXPECT_LE(max_error(got, c.exact), tol) << what << ": float64 reference";
     }
     // The plan and its device geometry kept: the same call again, then new features.
-    EXPECT_EQ(first_difference(spread.predict(c.features), got), got.size()) << what << ", again";
+    EXPECT_EQ(first_difference(spread.predict(c.features, host_backend::kDevice), got), got.size()) << what << ", again";
     if (!c.features.empty()) {
       std::vector<float> other = c.features;
       for (float& v : other) v = 0.5f * v + 0.25f;
-      const std::vector<float> again = spread.predict(other);
+      const std::vector<float> again = spread.predict(other, host_backend::kDevice);
       EXPECT_EQ(first_difference(again, one_process(c, other).device_out), again.size()) << what << ", new features";
     }
     int rank = 0;
@@ -121,7 +121,7 @@ TEST(ErwinDeviceMpiEmulated, ShapenetCarWrapper) {
   const double tol = 4e-6 * max_abs(c.exact);
   for (const bool last_empty : {false, true}) {
     const auto m = surrogate::make_model(c.file);
-    const std::vector<float> got = distributed(*m, c, {}, last_empty, 3u);
+    const std::vector<float> got = distributed(*m, c, {}, last_empty, 3u, host_backend::kDevice);
     EXPECT_EQ(first_difference(got, one), got.size()) << "last rank empty " << last_empty;
     EXPECT_LE(max_error(got, c.exact), tol);
     EXPECT_LE(max_error(got, cpu), 2 * tol);
@@ -135,12 +135,12 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
   Spread spread(*model, c, false, 7u);
-  const std::vector<float> good = spread.predict(c.features);
+  const std::vector<float> good = spread.predict(c.features, host_backend::kDevice);
   // A second call on the kept plan and geometry: its launches on this rank, and the bytes it moves between
   // host and device (features and result included), per rank.
   const int before = launches;
   const long long to_device = host_backend::bytes_to_device, to_host = host_backend::bytes_to_host;
-  EXPECT_EQ(spread.predict(c.features), good);
+  EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good);
   const int per_call = launches - before;
   long long moved[2] = {host_backend::bytes_to_device - to_device, host_backend::bytes_to_host - to_host};
   std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
@@ -154,7 +154,7 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   // and is right.
   if (rank == ranks - 1) host_backend::fail_after = std::max(1, per_call / 2);
   try {
-    spread.predict(c.features);
+    spread.predict(c.features, host_backend::kDevice);
     ADD_FAILURE() << "a failed launch on rank " << ranks - 1 << " went unnoticed";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
@@ -162,17 +162,17 @@ TEST(ErwinDeviceMpiEmulated, ErrorsOnOneRankAreAgreedAndTheNextCallRecovers) {
   }
   EXPECT_EQ(host_backend::fail_after, 0);
   host_backend::fail_after = 0;
-  EXPECT_EQ(spread.predict(c.features), good) << "after the failure";
+  EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good) << "after the failure";
   // A NaN feature (held by one rank): the same Error(input) on every rank.
   std::vector<float> bad = c.features;
   bad[bad.size() / 3] = std::numeric_limits<float>::quiet_NaN();
   try {
-    spread.predict(bad);
+    spread.predict(bad, host_backend::kDevice);
     ADD_FAILURE() << "a NaN feature was accepted";
   } catch (const surrogate::Error& e) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
   }
-  EXPECT_EQ(spread.predict(c.features), good) << "after the NaN";
+  EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good) << "after the NaN";
 }
 
 TEST(ErwinDeviceMpiEmulated, OtherPrecisionsAreRefusedOnEveryRank) {

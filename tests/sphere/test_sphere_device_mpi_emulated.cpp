@@ -93,10 +93,10 @@ TEST(SphereDeviceMpiEmulated, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   // The same message everywhere.
   const std::vector<float> one(1, static_cast<float>(message.size()));
   for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
-  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, 0));
+  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, host_backend::kDevice));
   const surrogate::SelfComm self;
   const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
-  const std::vector<float> want = predict(self, *single, c, 0, c.n(), 0);
+  const std::vector<float> want = predict(self, *single, c, 0, c.n(), host_backend::kDevice);
   EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 
@@ -166,10 +166,10 @@ TEST(SphereDeviceMpiEmulated, ATransformerLaunchFailingOnOneRankIsAnErrorOnEvery
   EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
   const std::vector<float> one(1, static_cast<float>(message.size()));
   for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
-  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, 0));
+  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, host_backend::kDevice));
   const surrogate::SelfComm self;
   const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
-  const std::vector<float> want = predict(self, *single, c, 0, c.n(), 0);
+  const std::vector<float> want = predict(self, *single, c, 0, c.n(), host_backend::kDevice);
   EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
 }
 

@@ -39,7 +39,7 @@ def test(name, command, **props):
 DOCUMENT = {"kind": "ctestInfo", "tests": [
     test("gpu.Kernels.Norm", [f"{BUILD}/tests/gpu/test_gpu_kernels", "--gtest_filter=Kernels.Norm"],
          LABELS=["gpu"], WORKING_DIRECTORY=f"{BUILD}/tests/gpu", SKIP_REGULAR_EXPRESSION=["\\[  SKIPPED \\]"],
-         ENVIRONMENT=["OMP_NUM_THREADS=1", f"LD_PRELOAD={BUILD}/tests/gpu/libpreload.so"]),
+         ENVIRONMENT=["OMP_NUM_THREADS=1", f"SURROGATE_TEST_DATA={BUILD}/tests/gpu/data"]),
     test("cli.setup", [f"{BUILD}/tests/make_inputs", f"{SRC}/tests/data/flare/default/model.h5", f"{BUILD}/tests/cli"],
          LABELS=["cli"], FIXTURES_SETUP=["inputs"]),
     test("cli.device.np2", ["/usr/bin/cmake", "-DCOMMAND=/usr/bin/mpiexec@@-n@@2@@"
@@ -69,7 +69,7 @@ class Selection(unittest.TestCase):
         gpu = entries["gpu.Kernels.Norm"]
         self.assertEqual(gpu["command"], ["@BUNDLE@/build/tests/gpu/test_gpu_kernels", "--gtest_filter=Kernels.Norm"])
         self.assertEqual(gpu["working_directory"], "@BUNDLE@/build/tests/gpu")
-        self.assertEqual(gpu["environment"], ["OMP_NUM_THREADS=1", "LD_PRELOAD=@BUNDLE@/build/tests/gpu/libpreload.so"])
+        self.assertEqual(gpu["environment"], ["OMP_NUM_THREADS=1", "SURROGATE_TEST_DATA=@BUNDLE@/build/tests/gpu/data"])
         self.assertEqual(gpu["skip_regex"], ["\\[  SKIPPED \\]"])
         cli = entries["cli.device.np2"]
         self.assertEqual(cli["command"], [

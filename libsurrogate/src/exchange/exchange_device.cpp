@@ -81,7 +81,7 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
   collectively(comm, [&] {
     if (place.transport == nullptr || place.transport->device() != place.device)
       throw Error(ErrorCode::internal, "exchange plan: a device move needs the transport of CUDA device " +
-                                           std::to_string(place.device));
+                                           cu::device_label(place.device));
     if (width < 1 || ld_in < width || ld_out < width)
       throw Error(ErrorCode::invalid_argument, "exchange plan: width " + std::to_string(width) + " and row strides " +
                                                    std::to_string(ld_in) + ", " + std::to_string(ld_out));
