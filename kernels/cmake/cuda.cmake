@@ -28,6 +28,7 @@ set_source_files_properties(${host_sources} PROPERTIES COMPILE_OPTIONS "${host_o
 target_sources(surrogate_kernels PRIVATE
   cuda/runtime.cpp
   cuda/host/emulator.cpp
+  cuda/host/emulator_threads.cpp
   cuda/host/checks.cpp
   ${gpu_sources}
   ${host_sources})
