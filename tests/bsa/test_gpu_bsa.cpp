@@ -1,8 +1,7 @@
 // The BSA forward on a CUDA device (libsurrogate/src/bsa/cuda/device.hpp) against the CPU forward and the
 // official float64 output on the golden models of tests/data/bsa, the reuse of an uploaded geometry,
-// determinism, and the registered model with RunOptions::cuda_device. Every test SKIPS when no CUDA device
-// is visible, except the one that checks the error a machine without a device must give. The same
-// checks run on the CPU through the host emulation (test_bsa_device_emulated.cpp).
+// determinism, the registered model with RunOptions::cuda_device, bad sizes. On the host backend (cuda.*)
+// always; on a GPU (gpu.*) SKIPPED without one, except the check of the error a machine without one gives.
 //
 // Tolerance (as test_gpu_erwin.cpp): the device forward differs from the CPU one only by float32
 // rounding (the RMSNorm's summation order, the device's expf in the gate's sigmoid, the attention
@@ -115,6 +114,30 @@ TEST(GpuBsaModel, PredictOnTheDeviceMatchesTheCpu) {
   EXPECT_LE(max_error(gpu, c.exact), tol);
   EXPECT_LE(max_error(gpu, cpu), 2 * tol);
   EXPECT_EQ(gpu, again);
+  options.precision = surrogate::Precision::tf32;  // the tensor-core MLPs are FLARE's only
+  try {
+    model->predict(comm, layout, g, c.features.data(), cin, gpu.data(), cout, options);
+    ADD_FAILURE() << "tf32 was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+  }
+}
+
+TEST(GpuBsaModel, WrongSizesAreInputErrors) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Case c = load("ball");
+  const bsa::Network net(c.file);
+  const auto device = bsa::detail::make_bsa_cuda_forward(net, st::test_device());
+  const bt::Batch batch = bt::Batch::from_offsets(c.offsets);
+  const bt::RotatedTrees trees = bsa_trees_for(net.config(), c.positions, batch);
+  const std::vector<float> short_features(static_cast<std::size_t>(net.config().c_in));
+  try {
+    device->forward(trees, short_features, c.positions, batch, 1);
+    ADD_FAILURE() << "no error for too few features";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("features"), std::string::npos) << e.what();
+  }
 }
 
 // Without a visible device (this test skips where there is one) the factory refuses with Error(unsupported).

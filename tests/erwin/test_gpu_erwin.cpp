@@ -1,8 +1,8 @@
 // The Erwin forward on a CUDA device (libsurrogate/src/erwin/cuda/device.hpp) against the CPU forward and
 // the float64 reference on the golden models of tests/data/erwin (official Erwin weights and inputs), the
 // reuse of an uploaded geometry, determinism, and the registered model with RunOptions::cuda_device
-// (ShapeNet-Car wrapper, graph built by the model's rule). Every test SKIPS when no CUDA device is visible,
-// except the one that checks the error a machine without a device must give.
+// (ShapeNet-Car wrapper, graph built by the model's rule). On the host backend (cuda.*) always; on a GPU
+// (gpu.*) SKIPPED without one, except the check of the error a machine without one gives.
 //
 // Tolerance: the device forward differs from the CPU one only by float32 rounding (other summation orders
 // in the norms and the attention's softmax sums, the device's erff in GELU); tests/erwin/test_erwin.cpp

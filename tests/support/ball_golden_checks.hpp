@@ -1,5 +1,5 @@
-// What the Erwin and BSA device-forward tests share, on a GPU (test_gpu_erwin.cpp, test_gpu_bsa.cpp) and
-// emulated on the CPU (test_erwin_device_emulated.cpp, test_bsa_device_emulated.cpp): the error measures
+// What the Erwin and BSA device-forward tests share (test_gpu_erwin.cpp, test_gpu_bsa.cpp, on a GPU and
+// on the host backend): the error measures
 // against the golden outputs, and the trees BSA's Network::forward builds.
 #pragma once
 
