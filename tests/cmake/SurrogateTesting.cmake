@@ -121,6 +121,7 @@ endfunction()
 #  - the host backend (device "cuda-emulated"), always run: cases cuda.<schedule>.Suite.Case, labels
 #    unit;cuda + LABELS, once per schedule of SURROGATE_EMULATED_SCHEDULES (ONE_SCHEDULE: the last only);
 #  - a real GPU: cases gpu.Suite.Case, label gpu + LABELS, every case SKIPPED without a device.
+# Cases that need the host backend's hooks (suites *HostBackend, SURROGATE_HOST_BACKEND_ONLY) skip on a GPU.
 function(surrogate_add_gpu_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
@@ -128,6 +129,7 @@ function(surrogate_add_gpu_test name)
   cmake_parse_arguments(T "${_surrogate_test_flags};ONE_SCHEDULE" "" "${_surrogate_test_lists}" ${ARGN})
   set(T_COUPLING ON)
   _surrogate_test_executable(${name} "")
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)  # host/emulator.hpp: hooks
   target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
   surrogate_discover_gtests(${name} "gpu." "gpu;${T_LABELS}")
   set(schedules ${SURROGATE_EMULATED_SCHEDULES})
@@ -143,23 +145,28 @@ endfunction()
 
 # The same under mpirun, one ctest gpu.mpi.<name>.np<N> per rank count (ranks share the GPUs: node-local
 # rank modulo the device count), reported as skipped when the output says so, and cuda.mpi.<name>.np<N> on
-# the host backend (GPU_ONLY: not there; e.g. NCCL). FILTER: a gtest filter.
+# the host backend (GPU_ONLY: not there; e.g. NCCL). FILTER: a gtest filter (positive patterns). The GPU
+# runs leave out the suites *HostBackend (cases that need the host backend's hooks).
 function(surrogate_add_gpu_mpi_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
   cmake_parse_arguments(T "${_surrogate_test_flags};GPU_ONLY" "FILTER" "${_surrogate_test_lists}" ${ARGN})
   set(filter_args "")
+  set(gpu_filter "*")
   if(T_FILTER)
     set(filter_args "--gtest_filter=${T_FILTER}")
+    set(gpu_filter "${T_FILTER}")
   endif()
   set(T_COUPLING ON)
   _surrogate_test_executable(${name} ${SURROGATE_TESTS_DIR}/support/mpi_gtest_main.cpp)
+  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)  # host/emulator.hpp: hooks
   target_link_libraries(${name} PRIVATE MPI::MPI_CXX CUDA::cudart)
   set(labels gpu mpi ${T_LABELS})
   foreach(np ${T_RANKS})
     add_test(NAME gpu.mpi.${name}.np${np}
-             COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}> ${filter_args})
+             COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}>
+                     "--gtest_filter=${gpu_filter}-*HostBackend.*")
     set_tests_properties(gpu.mpi.${name}.np${np} PROPERTIES PROCESSORS ${np} LABELS "${labels}"
                          ENVIRONMENT "${SURROGATE_TEST_ENV}" SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
     # The host backend (the first schedule; the single-process tests cover the others), unless GPU_ONLY.
@@ -207,7 +214,7 @@ function(surrogate_add_emulated_device_test name)
   target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)
   target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
   set(labels unit cuda ${T_LABELS})
-  surrogate_discover_gtests(${name} "cuda." "${labels}")
+  surrogate_discover_gtests(${name} "cuda." "${labels}" SURROGATE_TEST_DEVICE=cuda-emulated)
 endfunction()
 
 # The same under mpirun (one ctest cuda.mpi.<name>.np<N> per rank count in RANKS, each rank its own emulated
@@ -229,7 +236,7 @@ function(surrogate_add_emulated_device_mpi_test name)
     add_test(NAME cuda.mpi.${name}.np${np}
              COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}>)
     set_tests_properties(cuda.mpi.${name}.np${np} PROPERTIES PROCESSORS ${np} LABELS "${labels}"
-                         ENVIRONMENT "${SURROGATE_TEST_ENV}" TIMEOUT 300)
+                         ENVIRONMENT "${SURROGATE_TEST_ENV};SURROGATE_TEST_DEVICE=cuda-emulated" TIMEOUT 300)
   endforeach()
 endfunction()
 

@@ -1,8 +1,9 @@
-// Whole FLARE models on a CUDA device (RunOptions::cuda_device = 0), one process: every golden case
-// against the official float64 reference (the tolerance rule of tests/golden: a small multiple of the
-// official model's own float32 error) and against the CPU result, default and reproducible modes;
-// random models with awkward shapes against the CPU; determinism and point-order independence.
-// Every test SKIPS when no CUDA device is visible.
+// Whole FLARE models on the device under test (tests/support/gpu_test.hpp: the host backend or a GPU),
+// one process: every golden case against the official float64 reference (the tolerance rule of
+// tests/golden: a small multiple of the official model's own float32 error) and against the CPU result,
+// default and reproducible modes; random models with awkward shapes against the CPU; determinism, plan
+// reuse, point-order independence, device-resident arrays; errors (an injected launch failure on the host
+// backend). Every test SKIPS when no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 
 #include "golden.hpp"
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
 #include "precision_emulation.hpp"
 #include "random_models.hpp"
 #include "surrogate/flare.hpp"
@@ -88,25 +90,27 @@ TEST_P(FlareGoldenGpu, MatchesTheOfficialModelAndTheCpu) {
   }
 }
 
-// Predictions on one kept plan (its device tables built by the first), and on a fresh plan of the same
-// points, are bitwise identical.
+// Predictions on one kept plan (its device tables built by the first; the CPU runs on it in between),
+// and on a fresh plan of the same points, are bitwise identical; one process moves no rows.
 TEST_P(FlareGoldenGpu, RepeatedPredictionsAreBitwiseIdentical) {
   const st::GoldenCase c = st::load_golden_case(GetParam());
   const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
   surrogate::SelfComm comm;
   const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, c.points(), c.sample_ids.data()));
   for (bool reproducible : {false, true}) {
-    auto on_plan = [&] {
+    auto on_plan = [&](const RunOptions& options) {
       std::vector<float> out(c.sample_ids.size() * static_cast<std::size_t>(c.out_dim), -1.0f);
-      model->predict(comm, *plan, c.features.data(), c.in_dim, out.data(), c.out_dim, on_gpu(reproducible));
+      model->predict(comm, *plan, c.features.data(), c.in_dim, out.data(), c.out_dim, options);
       return out;
     };
-    const auto first = on_plan();
-    const auto second = on_plan();
+    const auto first = on_plan(on_gpu(reproducible));
+    on_plan(on_cpu(reproducible));
+    const auto second = on_plan(on_gpu(reproducible));
     EXPECT_EQ(first, second) << c.name << (reproducible ? " reproducible" : " default");
     EXPECT_EQ(predict(*model, c.features, c.sample_ids, on_gpu(reproducible)), first)
         << c.name << (reproducible ? " reproducible" : " default") << ": a fresh plan";
   }
+  EXPECT_EQ(plan->traffic().moves, 0u);
 }
 
 TEST_P(FlareGoldenGpu, ReproducibleModeDoesNotDependOnThePointOrder) {
@@ -335,6 +339,25 @@ TEST_F(FlareGpu, UnsupportedShapesAreRefusedClearly) {
   }
   // the CPU still runs it
   EXPECT_NO_THROW(predict(*model, features, ids, on_cpu(false)));
+}
+
+// A failed launch is an Error(internal) naming the model and the device; the model works afterwards.
+TEST(FlareGpuHostBackend, ALaunchFailureIsAnErrorNamingTheDevice) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  const auto good = predict(*model, c.features, c.sample_ids, on_gpu(false));
+  host_backend::fail_after = 3;  // the third norm of the forward
+  try {
+    predict(*model, c.features, c.sample_ids, on_gpu(false));
+    ADD_FAILURE() << "the failed launch was not reported";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("flare: CUDA device cuda-emulated"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+  }
+  host_backend::fail_after = 0;
+  EXPECT_EQ(predict(*model, c.features, c.sample_ids, on_gpu(false)), good);
 }
 
 TEST_F(FlareGpu, AMissingDeviceIsRefusedClearly) {

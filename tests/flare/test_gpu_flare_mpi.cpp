@@ -1,26 +1,34 @@
-// FLARE on CUDA devices across MPI ranks (run by ctest at 1, 2 and 3 ranks; ranks may share one GPU:
-// rank r uses device node-local-rank mod device count). Every golden case, partitioned in several ways,
-// against the single-process GPU result computed on each rank: default mode within 1e-6 (max abs
-// difference / max abs value), reproducible mode bitwise identical. SKIPS when no CUDA device is visible.
+// FLARE on the device under test across MPI ranks (ctest at 1, 2 and 3 ranks; tests/support/gpu_test.hpp:
+// the host backend, each rank its own emulated device, or GPUs that ranks may share: node-local rank mod
+// device count). Every golden case, partitioned in several ways (empty shares included), against the
+// one-process device forward: default mode within 1e-6 (max abs difference / max abs value), reproducible
+// mode bitwise; the device-resident predict bitwise the host-array one. Over the communicator's own device
+// transport (host staging, or NCCL where it is built) and over a transport that declares itself direct, as
+// NCCL does, so that the forward's NCCL branch runs without NCCL. Errors agreed on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <numeric>
 #include <random>
 
 #include "golden.hpp"
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 
 namespace st = surrogate::testing;
+using surrogate::Comm;
+using surrogate::DeviceTransport;
 
 namespace {
 
 int local_device() {
-  if (surrogate::testing::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
+  if (st::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
   MPI_Comm local;
   MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
   int rank = 0;
@@ -29,12 +37,77 @@ int local_device() {
   return rank % surrogate::kernels::cuda::device_count();
 }
 
-std::vector<std::vector<std::int64_t>> partitions(std::int64_t n, int rank, int size, std::vector<std::string>& names) {
-  std::vector<std::vector<std::int64_t>> result;
-  std::vector<std::int64_t> contiguous;
-  for (std::int64_t i = n * rank / size; i < n * (rank + 1) / size; ++i) contiguous.push_back(i);
+/// The staged transport under the name and the direct() of NCCL: the forward takes its NCCL branch.
+class DirectTransport final : public DeviceTransport {
+ public:
+  explicit DirectTransport(std::shared_ptr<DeviceTransport> staged)
+      : DeviceTransport(staged->device()), staged_(std::move(staged)) {}
+  std::string name() const override { return "direct (" + staged_->name() + ")"; }
+  bool direct() const override { return true; }
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
+                 void* stream) override {
+    staged_->alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, stream);
+  }
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets, void* stream) override {
+    staged_->allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, stream);
+  }
+  void allreduce(void* data, std::size_t count, surrogate::DType type, surrogate::ReduceOp op, void* stream) override {
+    staged_->allreduce(data, count, type, op, stream);
+  }
+
+ private:
+  std::shared_ptr<DeviceTransport> staged_;
+};
+
+/// MPI_COMM_WORLD whose device transport is a DirectTransport.
+class DirectComm final : public Comm {
+ public:
+  DirectComm() : mpi_(MPI_COMM_WORLD) {}
+  int rank() const override { return mpi_.rank(); }
+  int size() const override { return mpi_.size(); }
+  std::string name() const override { return mpi_.name(); }
+  using Comm::allreduce;
+  void allreduce(void* inout, std::size_t count, surrogate::DType type, surrogate::ReduceOp op) const override {
+    mpi_.allreduce(inout, count, type, op);
+  }
+  void broadcast(void* buffer, std::size_t bytes, int root) const override { mpi_.broadcast(buffer, bytes, root); }
+  void allgather(const void* send, std::size_t bytes, void* recv) const override { mpi_.allgather(send, bytes, recv); }
+  void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
+                  std::span<const std::size_t> recv_offsets) const override {
+    mpi_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets);
+  }
+  void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
+                 void* recv, std::span<const std::size_t> recv_bytes,
+                 std::span<const std::size_t> recv_offsets) const override {
+    mpi_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets);
+  }
+  void sendrecv(const void* send, std::size_t send_bytes, int dest, void* recv, std::size_t recv_bytes, int source,
+                int tag) const override {
+    mpi_.sendrecv(send, send_bytes, dest, recv, recv_bytes, source, tag);
+  }
+  void barrier() const override { mpi_.barrier(); }
+
+ protected:
+  std::shared_ptr<DeviceTransport> make_device_transport(int device) const override {
+    return std::make_shared<DirectTransport>(Comm::make_device_transport(device));
+  }
+
+ private:
+  surrogate::MpiComm mpi_;
+};
+
+struct Partition {
+  std::string name;
+  std::vector<std::int64_t> rows;  // global rows owned by this rank, in local order
+};
+
+std::vector<Partition> partitions(std::int64_t n, int rank, int size) {
+  std::vector<Partition> result;
+  Partition contiguous{"contiguous", {}};
+  for (std::int64_t i = n * rank / size; i < n * (rank + 1) / size; ++i) contiguous.rows.push_back(i);
   result.push_back(contiguous);
-  names.push_back("contiguous");
   std::mt19937 gen(1234);  // the same permutation and cuts on every rank
   std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
   std::iota(perm.begin(), perm.end(), 0);
@@ -43,18 +116,43 @@ std::vector<std::vector<std::int64_t>> partitions(std::int64_t n, int rank, int 
   std::uniform_int_distribution<std::int64_t> cut(0, n);
   for (int r = 1; r < size; ++r) cuts.push_back(cut(gen));
   std::sort(cuts.begin(), cuts.end());
-  result.emplace_back(perm.begin() + cuts[rank], perm.begin() + cuts[rank + 1]);
-  names.push_back("shuffled");
-  std::vector<std::int64_t> first, last;
+  result.push_back({"shuffled", {perm.begin() + cuts[rank], perm.begin() + cuts[rank + 1]}});
+  Partition first{"all-on-rank-0", {}}, last{"all-on-last-rank", {}};
   for (std::int64_t i = 0; i < n; ++i) {
-    if (rank == 0) first.push_back(i);
-    if (rank == size - 1) last.push_back(i);
+    if (rank == 0) first.rows.push_back(i);
+    if (rank == size - 1) last.rows.push_back(i);
   }
   result.push_back(first);
-  names.push_back("all-on-rank-0");
   result.push_back(last);
-  names.push_back("all-on-last-rank");
   return result;
+}
+
+/// The case's inputs and sample ids of `rows`.
+void gather(const st::GoldenCase& c, const std::vector<std::int64_t>& rows, std::vector<float>& in,
+            std::vector<std::int64_t>& ids) {
+  for (std::int64_t g : rows) {
+    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
+    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
+  }
+}
+
+/// Model::predict_device on copies of `in` in the device's memory (at least one element, for empty shares).
+std::vector<float> predict_on_device_arrays(const Comm& comm, surrogate::Model& model, surrogate::Plan& plan,
+                                            const std::vector<float>& in, std::size_t out_size, int in_dim,
+                                            int out_dim, const surrogate::RunOptions& options) {
+  std::vector<float> padded_in = in;
+  padded_in.resize(std::max<std::size_t>(in.size(), 1));
+  auto d_in = st::to_device(padded_in, options.cuda_device);
+  auto d_out = st::to_device(std::vector<float>(std::max<std::size_t>(out_size, 1)), options.cuda_device);
+  surrogate::Model::DeviceArrays arrays;
+  arrays.in = d_in.data();
+  arrays.out = d_out.data();
+  arrays.in_point_stride = in_dim;
+  arrays.out_point_stride = out_dim;
+  model.predict_device(comm, plan, arrays, options);
+  auto out = st::to_host(d_out.data(), d_out.size(), options.cuda_device);
+  out.resize(out_size);
+  return out;
 }
 
 class FlareMpiGpu : public ::testing::TestWithParam<std::string> {
@@ -62,42 +160,149 @@ class FlareMpiGpu : public ::testing::TestWithParam<std::string> {
   void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
 };
 
-TEST_P(FlareMpiGpu, PredictionsDoNotDependOnTheRanks) {
-  surrogate::MpiComm comm(MPI_COMM_WORLD);
+TEST_P(FlareMpiGpu, PredictionsDoNotDependOnTheRanksOrTheTransport) {
+  surrogate::MpiComm mpi(MPI_COMM_WORLD);
+  DirectComm direct;
   surrogate::SelfComm self;
   const st::GoldenCase c = st::load_golden_case(GetParam());
-  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(mpi, c.model_path));
   std::vector<std::int64_t> all(static_cast<std::size_t>(c.points()));
   std::iota(all.begin(), all.end(), 0);
+  const int device = local_device();
   surrogate::RunOptions fast, exact;
-  fast.cuda_device = exact.cuda_device = local_device();
+  fast.cuda_device = exact.cuda_device = device;
   exact.reproducible = true;
   const auto single_fast = st::predict_rows(self, *model, c, all, fast);
   const auto single_exact = st::predict_rows(self, *model, c, all, exact);
   double scale = 0;
   for (float v : single_fast) scale = std::max(scale, double(std::abs(v)));
-  std::vector<std::string> names;
-  const auto parts = partitions(c.points(), comm.rank(), comm.size(), names);
-  for (std::size_t p = 0; p < parts.size(); ++p) {
-    const auto& rows = parts[p];
-    const auto out_fast = st::predict_rows(comm, *model, c, rows, fast);
-    const auto out_exact = st::predict_rows(comm, *model, c, rows, exact);
-    double worst = 0;
-    bool identical = true;
-    for (std::size_t i = 0; i < rows.size(); ++i)
-      for (int j = 0; j < c.out_dim; ++j) {
-        const std::size_t local = i * static_cast<std::size_t>(c.out_dim) + static_cast<std::size_t>(j);
-        const std::size_t global = static_cast<std::size_t>(rows[i] * c.out_dim + j);
-        worst = std::max(worst, double(std::abs(out_fast[local] - single_fast[global])));
-        identical = identical && out_exact[local] == single_exact[global];
+  EXPECT_TRUE(direct.device_transport(device).direct());
+  for (const Comm* comm : {static_cast<const Comm*>(&mpi), static_cast<const Comm*>(&direct)}) {
+    const std::string transport = comm->device_transport(device).name();
+    for (const Partition& p : partitions(c.points(), comm->rank(), comm->size())) {
+      std::vector<float> in;
+      std::vector<std::int64_t> ids;
+      gather(c, p.rows, in, ids);
+      const auto n = static_cast<std::int64_t>(p.rows.size());
+      const auto plan = model->plan(*comm, surrogate::SampleLayout::build(*comm, n, ids.data()));
+      for (const auto* options : {&fast, &exact}) {
+        std::vector<float> out(static_cast<std::size_t>(n * c.out_dim));
+        model->predict(*comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim, *options);
+        EXPECT_EQ(predict_on_device_arrays(*comm, *model, *plan, in, out.size(), c.in_dim, c.out_dim, *options), out)
+            << c.name << " " << p.name << " over " << transport << ": device arrays";
+        const auto& single = options->reproducible ? single_exact : single_fast;
+        double worst = 0;
+        bool identical = true;
+        for (std::size_t i = 0; i < p.rows.size(); ++i)
+          for (int j = 0; j < c.out_dim; ++j) {
+            const float a = out[i * c.out_dim + j], b = single[static_cast<std::size_t>(p.rows[i] * c.out_dim + j)];
+            worst = std::max(worst, double(std::abs(a - b)));
+            identical = identical && a == b;
+          }
+        if (options->reproducible)
+          EXPECT_TRUE(identical) << c.name << " " << p.name << " over " << transport << " on " << comm->size()
+                                 << " ranks: reproducible mode is not bitwise the one-process device forward";
+        else
+          EXPECT_LE(worst / scale, 1e-6) << c.name << " " << p.name << " over " << transport;
       }
-    EXPECT_LE(worst / scale, 1e-6) << c.name << " " << names[p] << " on " << comm.size() << " ranks";
-    EXPECT_TRUE(identical) << c.name << " " << names[p] << " on " << comm.size()
-                           << " ranks: reproducible mode is not bitwise identical to one process";
+    }
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FlareMpiGpu, ::testing::ValuesIn(st::golden_case_names()),
                          [](const auto& param_info) { return param_info.param; });
+
+/// The error every rank caught (code and message the same everywhere).
+template <class F>
+surrogate::Error error_everywhere(const Comm& comm, F&& f) {
+  surrogate::Error caught(surrogate::ErrorCode::ok, "");
+  try {
+    f();
+  } catch (const surrogate::Error& e) {
+    caught = e;
+  }
+  EXPECT_NE(caught.code(), surrogate::ErrorCode::ok) << "rank " << comm.rank() << " got no error";
+  const std::string message = caught.what();
+  EXPECT_EQ(message, comm.broadcast_string(message, 0)) << "rank " << comm.rank();
+  return caught;
+}
+
+/// The golden case "default" on the contiguous partition of `comm`, with its plan and good prediction.
+struct Contiguous {
+  Contiguous(const Comm& comm, const surrogate::RunOptions& options)
+      : c(st::load_golden_case("default")),
+        model(surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path))) {
+    rows = partitions(c.points(), comm.rank(), comm.size())[0].rows;
+    gather(c, rows, in, ids);
+    n = static_cast<std::int64_t>(rows.size());
+    plan = model->plan(comm, surrogate::SampleLayout::build(comm, n, ids.data()));
+    good.resize(static_cast<std::size_t>(n * c.out_dim));
+    model->predict(comm, *plan, in.data(), c.in_dim, good.data(), c.out_dim, options);
+  }
+  std::vector<float> predict(const Comm& comm, const surrogate::RunOptions& options) const {
+    std::vector<float> out(good.size());
+    model->predict(comm, *plan, in.data(), c.in_dim, out.data(), c.out_dim, options);
+    return out;
+  }
+  st::GoldenCase c;
+  std::unique_ptr<surrogate::Model> model;
+  std::vector<std::int64_t> rows, ids;
+  std::vector<float> in, good;
+  std::int64_t n = 0;
+  std::unique_ptr<surrogate::Plan> plan;
+};
+
+// A NaN in channel 0 on rank 0 and an Inf in channel 1 on the last rank, in the device inputs: the same
+// Error(input) on every rank (both transports), summing up every rank's counts per channel as the host path
+// does; the plan works afterwards.
+TEST(FlareMpiGpuErrors, BadDeviceInputsOnSomeRanksAreAgreed) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  surrogate::MpiComm mpi(MPI_COMM_WORLD);
+  DirectComm direct;
+  surrogate::RunOptions options;
+  options.cuda_device = local_device();
+  for (const Comm* comm : {static_cast<const Comm*>(&mpi), static_cast<const Comm*>(&direct)}) {
+    const Contiguous run(*comm, options);
+    const auto& c = run.c;
+    const bool first = comm->rank() == 0, last = comm->rank() == comm->size() - 1;
+    std::vector<float> bad = run.in;
+    if (first && run.n > 0) bad[0] = std::nanf("");
+    if (last && run.n > 0 && c.in_dim > 1) bad[static_cast<std::size_t>((run.n - 1) * c.in_dim + 1)] = INFINITY;
+    std::vector<std::int64_t> counts(static_cast<std::size_t>(comm->size()));
+    MPI_Allgather(&run.n, 1, MPI_INT64_T, counts.data(), 1, MPI_INT64_T, MPI_COMM_WORLD);
+    const surrogate::Error e = error_everywhere(*comm, [&] {
+      predict_on_device_arrays(*comm, *run.model, *run.plan, bad, run.good.size(), c.in_dim, c.out_dim, options);
+    });
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+    const std::string what = e.what();
+    if (counts.front() > 0) {
+      EXPECT_NE(what.find("(channel 0) has 1 NaN/Inf value(s) (rank 0: 1)"), std::string::npos) << what;
+    }
+    if (counts.back() > 0 && c.in_dim > 1) {
+      EXPECT_NE(what.find("(channel 1) has 1 NaN/Inf value(s) (rank " + std::to_string(comm->size() - 1) + ": 1)"),
+                std::string::npos) << what;
+    }
+    EXPECT_EQ(run.predict(*comm, options), run.good);
+  }
+}
+
+// A launch failure on the last rank only is the same Error(internal) on every rank (both transports); the
+// model and the plan work afterwards.
+TEST(FlareMpiHostBackend, OneRanksLaunchFailureIsAgreed) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  surrogate::MpiComm mpi(MPI_COMM_WORLD);
+  DirectComm direct;
+  surrogate::RunOptions options;
+  options.cuda_device = host_backend::kDevice;
+  for (const Comm* comm : {static_cast<const Comm*>(&mpi), static_cast<const Comm*>(&direct)}) {
+    const Contiguous run(*comm, options);
+    if (comm->rank() == comm->size() - 1) host_backend::fail_after = 3;
+    const surrogate::Error e = error_everywhere(*comm, [&] { run.predict(*comm, options); });
+    host_backend::fail_after = 0;
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+    EXPECT_EQ(run.predict(*comm, options), run.good);
+  }
+}
 
 }  // namespace

@@ -57,3 +57,12 @@ std::vector<T> to_host(const T* device_data, std::size_t count, int device = tes
     if (!::surrogate::testing::cuda_device_visible(&why_))                                             \
       GTEST_SKIP() << "no CUDA device is visible (" << why_ << "): this GPU test did not run";         \
   } while (0)
+
+/// Tests that need the host backend's hooks (tests/support/host_backend_hooks.hpp: injected launch
+/// failures, counters) start with this: skipped on a real GPU. Their suites end in "HostBackend", which
+/// the GPU runs under mpirun leave out (SurrogateTesting.cmake), so one skip does not mark a whole run.
+#define SURROGATE_HOST_BACKEND_ONLY()                                                                  \
+  do {                                                                                                 \
+    if (!::surrogate::testing::on_host_backend())                                                      \
+      GTEST_SKIP() << "needs the host backend's hooks (device cuda-emulated): not run on a GPU";       \
+  } while (0)

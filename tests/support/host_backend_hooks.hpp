@@ -1,8 +1,9 @@
-// The host backend's test hooks (kernels/cuda/host/emulator.hpp) for the tests of the library's device
-// forwards that only the emulated device can run: error paths through injected launch failures, the
-// launches and the bytes staged between host and device.
+// The host backend's test hooks (kernels/cuda/host/emulator.hpp) for the device tests' cases that only the
+// emulated device can run (SURROGATE_HOST_BACKEND_ONLY): error paths through injected launch failures, the
+// launches and the bytes staged between host and device. Test binaries built with HOOKS can include it.
 #pragma once
 
+#include "gpu_test.hpp"  // makes the emulated device current when it is the device under test
 #include "host/emulator.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -10,12 +11,6 @@ namespace host_backend {
 
 namespace emu = surrogate::kernels::cuda::emulator;
 inline constexpr int kDevice = surrogate::kernels::cuda::kEmulatedDevice;
-
-/// The emulated device is current on the main thread for the whole run: the null stream is its.
-inline const bool device_current = [] {
-  static const surrogate::kernels::cuda::DeviceGuard guard(kDevice);
-  return true;
-}();
 
 /// Waits for the emulated device's queued work (its streams run only when synchronised).
 inline void synchronize() { surrogate::kernels::cuda::device_synchronize(kDevice); }
