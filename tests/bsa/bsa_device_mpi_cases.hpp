@@ -1,6 +1,5 @@
-// What the BSA device tests under mpirun share (test_bsa_device_mpi_emulated.cpp on the CPU,
-// test_gpu_bsa_mpi.cpp on GPUs): the golden cases, the uneven spread of their points over the ranks, the
-// registered model's predict on a rank's part, and the comparisons.
+// The cases of the BSA device test under mpirun (test_gpu_bsa_mpi.cpp): the golden cases, the uneven spread
+// of their points over the ranks, the registered model's predict on a rank's part, and the comparisons.
 #pragma once
 
 #include <gtest/gtest.h>

@@ -1,21 +1,32 @@
-// The BSA device forward across MPI ranks on GPUs (libsurrogate/src/bsa/cuda/distributed.cpp; ranks
-// share the node's devices: node-local rank mod device count): the checks of
-// test_bsa_device_mpi_emulated.cpp (bsa_device_mpi_cases.hpp) with the real runtime and kernels: on the
-// golden BSA models with the points dealt unevenly over the ranks, Model::predict with cuda_device is
-// bitwise the one-rank device forward of the whole batch (rank 0's device; the kernels are deterministic
-// and a query's arithmetic does not depend on which rows a launch holds), within 8e-6 max|y| of the CPU
-// forward, the kept geometry and new features as there. Prints the wall time of a predict. SKIPS when no
-// CUDA device is visible (every rank: the same machine).
+// The BSA device forward across MPI ranks (libsurrogate/src/bsa/cuda/distributed.cpp: every rank the layers
+// on its slots of the distributed tree, the rotated layers, the compressed K/V all-gather, the selected
+// blocks' fetch and the global branch's sample K/V moved by the plan's exchanges on device rows) on the
+// device under test (tests/support/gpu_test.hpp: the host backend, each rank its own emulated device, or
+// GPUs shared as node-local rank mod device count). On the golden BSA models with the points dealt unevenly
+// (bsa_device_mpi_cases.hpp): bitwise the one-rank device forward, within 8e-6 max|y| of the CPU, kept
+// geometry and new features; errors on one rank (a NaN feature, tf32; on the host backend a failed launch
+// mid-forward and a device this rank lacks) the same Error on every rank, the model running again after.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cmath>
+#include <cstdint>
 #include <string>
+#include <vector>
 
 #include "bsa_device_mpi_cases.hpp"
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
+#include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
 
 namespace {
+
+using namespace bsa_device_mpi;  // NOLINT: the shared cases
+using surrogate::Error;
+using surrogate::ErrorCode;
 
 int local_device() {
   if (surrogate::testing::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
@@ -27,22 +38,103 @@ int local_device() {
   return rank % surrogate::kernels::cuda::device_count();
 }
 
+/// Bytes uploaded to the emulated device so far (host backend), to check that this rank's part went
+/// through its device; 0 on a GPU.
+long long uploaded() { return surrogate::testing::on_host_backend() ? host_backend::bytes_to_device : 0; }
+
 class GpuBsaMpi : public ::testing::TestWithParam<const char*> {};
 
+// A rank may launch no kernel (the global model's sample rows are attended on their owner rank), but every
+// rank uploads its part.
 TEST_P(GpuBsaMpi, EveryRankCountGivesTheOneRankDeviceForwardBitwise) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  bsa_device_mpi::expect_one_rank_device_bits(GetParam(), local_device());
+  const long long before = uploaded();
+  expect_one_rank_device_bits(GetParam(), local_device());
+  if (surrogate::testing::on_host_backend()) {
+    EXPECT_GT(uploaded(), before);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaMpi,
                          ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
                                            "global"));
 
-// One sample of 250 points (two tree granules): at 3 ranks one rank holds no slot.
+// One sample of 250 points (256 slots, two tree granules of 128): at 3 ranks one rank holds no slot but takes
+// part in every exchange (with group selection and block means).
 TEST(GpuBsaMpiSmall, RanksWithoutSlots) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  bsa_device_mpi::expect_one_rank_device_bits(bsa_device_mpi::first_sample(bsa_device_mpi::load("means_static")),
-                                              "means_static (first sample)", local_device());
+  const long long before = uploaded();
+  expect_one_rank_device_bits(first_sample(load("means_static")), "means_static (first sample)", local_device());
+  if (surrogate::testing::on_host_backend()) {
+    EXPECT_GT(uploaded(), before);
+  }
+}
+
+// A kernel launch that fails on the last rank in the middle of the forward (the third BSA launch there:
+// inside the first sparse layer, between its exchanges) is the same Error on every rank, with the
+// failing rank's message; nothing hangs, and the next call on the plan runs (its device geometry uploaded
+// again) with the one-rank result's bits.
+TEST(BsaMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Golden g = load("means_static");
+  const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
+  const Part p = deal(g, comm.rank(), comm.size());
+  const auto model = surrogate::make_model(file);
+  surrogate::RunOptions options;
+  options.cuda_device = host_backend::kDevice;
+  const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+  const std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);
+  if (comm.rank() == comm.size() - 1) host_backend::fail_after = 3;
+  try {
+    predict(comm, *model, *plan, g, p, g.features, options);
+    ADD_FAILURE() << "rank " << comm.rank() << ": no error";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("CUDA device cuda-emulated"), std::string::npos) << e.what();
+  }
+  host_backend::fail_after = 0;
+  EXPECT_EQ(bit_differences(predict(comm, *model, *plan, g, p, g.features, options), good), 0) << "rank " << comm.rank();
+}
+
+// A NaN feature on the last rank, tf32, and (host backend: it has one device) a device only the last rank
+// asks for are the same Error on every rank.
+TEST(GpuBsaMpiErrors, InputAndOptionErrorsAreAgreed) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const Golden g = load("global");
+  const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
+  const Part p = deal(g, comm.rank(), comm.size());
+  const auto model = surrogate::make_model(file);
+  auto expect_error = [&](const std::vector<float>& features, const surrogate::RunOptions& options, ErrorCode code,
+                          const std::string& text) {
+    try {
+      predict(comm, *model, g, p, features, options);
+      ADD_FAILURE() << "rank " << comm.rank() << ": no error (" << text << ")";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), code) << e.what();
+      EXPECT_NE(std::string(e.what()).find(text), std::string::npos) << e.what();
+    }
+  };
+  surrogate::RunOptions options;
+  options.cuda_device = local_device();
+  std::int64_t id_on_last_rank = p.ids.empty() ? 0 : p.ids.back();  // (the last rank has the most points)
+  MPI_Bcast(&id_on_last_rank, 1, MPI_INT64_T, comm.size() - 1, MPI_COMM_WORLD);
+  std::vector<float> nan_on_last = g.features;
+  nan_on_last[static_cast<std::size_t>(id_on_last_rank * g.cin)] = std::nanf("");
+  expect_error(nan_on_last, options, ErrorCode::input, "NaN");
+  surrogate::RunOptions tf32 = options;
+  tf32.precision = surrogate::Precision::tf32;
+  expect_error(g.features, tf32, ErrorCode::unsupported, "fp32 only");
+  if (surrogate::testing::on_host_backend()) {
+    surrogate::RunOptions mixed = options;
+    if (comm.rank() == comm.size() - 1) mixed.cuda_device = 1;
+    expect_error(g.features, mixed, ErrorCode::unsupported, "CUDA device 1");
+  }
+  // Still usable: the features without the NaN run.
+  const std::vector<float> y = predict(comm, *model, g, p, g.features, options);
+  EXPECT_EQ(static_cast<std::int64_t>(y.size()), p.size() * model->out_channels());
 }
 
 }  // namespace

@@ -145,18 +145,22 @@ endfunction()
 
 # The same under mpirun, one ctest gpu.mpi.<name>.np<N> per rank count (ranks share the GPUs: node-local
 # rank modulo the device count), reported as skipped when the output says so, and cuda.mpi.<name>.np<N> on
-# the host backend (GPU_ONLY: not there; e.g. NCCL). FILTER: a gtest filter (positive patterns). The GPU
-# runs leave out the suites *HostBackend (cases that need the host backend's hooks).
+# the host backend (GPU_ONLY: not there; e.g. NCCL). FILTER: a gtest filter. The GPU runs leave out the
+# suites *HostBackend (cases that need the host backend's hooks).
 function(surrogate_add_gpu_mpi_test name)
   if(NOT SURROGATE_HAVE_CUDA)
     return()
   endif()
   cmake_parse_arguments(T "${_surrogate_test_flags};GPU_ONLY" "FILTER" "${_surrogate_test_lists}" ${ARGN})
   set(filter_args "")
-  set(gpu_filter "*")
-  if(T_FILTER)
+  if(T_FILTER MATCHES "-")  # negative patterns already: one more
     set(filter_args "--gtest_filter=${T_FILTER}")
-    set(gpu_filter "${T_FILTER}")
+    set(gpu_filter "${T_FILTER}:*HostBackend.*")
+  elseif(T_FILTER)
+    set(filter_args "--gtest_filter=${T_FILTER}")
+    set(gpu_filter "${T_FILTER}-*HostBackend.*")
+  else()
+    set(gpu_filter "*-*HostBackend.*")
   endif()
   set(T_COUPLING ON)
   _surrogate_test_executable(${name} ${SURROGATE_TESTS_DIR}/support/mpi_gtest_main.cpp)
@@ -166,7 +170,7 @@ function(surrogate_add_gpu_mpi_test name)
   foreach(np ${T_RANKS})
     add_test(NAME gpu.mpi.${name}.np${np}
              COMMAND ${SURROGATE_MPIEXEC} ${np} ${SURROGATE_MPIEXEC_FLAGS} $<TARGET_FILE:${name}>
-                     "--gtest_filter=${gpu_filter}-*HostBackend.*")
+                     "--gtest_filter=${gpu_filter}")
     set_tests_properties(gpu.mpi.${name}.np${np} PROPERTIES PROCESSORS ${np} LABELS "${labels}"
                          ENVIRONMENT "${SURROGATE_TEST_ENV}" SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
     # The host backend (the first schedule; the single-process tests cover the others), unless GPU_ONLY.

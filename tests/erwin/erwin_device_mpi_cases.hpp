@@ -1,7 +1,6 @@
-// What the multi-rank Erwin device tests share (test_erwin_device_mpi_emulated.cpp on the host-emulated
-// backend, test_erwin_device_mpi.cpp on a GPU): golden and random batches, and Model::predict with
-// cuda_device 0 over MPI_COMM_WORLD on the plan of the points spread unequally, gathered back in canonical
-// order.
+// The cases of the multi-rank Erwin device test (test_erwin_device_mpi.cpp): golden and random batches, and
+// Model::predict with a cuda_device over MPI_COMM_WORLD on the plan of the points spread unequally, gathered
+// back in canonical order.
 #pragma once
 
 #include <gtest/gtest.h>

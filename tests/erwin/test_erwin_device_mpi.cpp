@@ -1,82 +1,225 @@
-// The Erwin model with RunOptions::cuda_device across MPI ranks on a GPU (ctest at 1, 2 and 3 ranks; the
-// ranks share the node's devices, rank mod device count): each rank runs its block and its slots of the
-// distributed tree on its device, the plan's exchanges on device rows. With a device: golden
-// models (rotation with given edges, 2-D, the ShapeNet-Car wrapper with its kNN rule) with unequal
-// per-rank point counts against the CPU prediction (2 x the 4e-6 max|y| float32 bound of
-// test_gpu_erwin.cpp) and the float64 reference (4e-6 max|y|), the same bits on a second call and at
-// every rank count as in one process on the device; SKIPPED without one. WithoutADeviceEveryRankNamesIt
-// (registered as its own ctest, runs without a GPU): every rank reports the runtime's reason
-// (Error(unsupported), agreed), never a hang. The same checks run without a GPU on the emulated
-// backend (test_erwin_device_mpi_emulated.cpp), bitwise against the one-process device forward.
+// The multi-rank Erwin device forward (the registered model with RunOptions::cuda_device under mpirun:
+// erwin/cuda/ on the ErwinPlan's layout, the plan's exchanges on device rows) on the device under test
+// (tests/support/gpu_test.hpp: the host backend, each rank its own emulated device, or GPUs shared as rank
+// mod device count). Golden models, random batches that leave ranks without slots and the ShapeNet-Car
+// wrapper, spread unequally: bitwise the one-process device forward, within 2 x 4e-6 max|y| of the CPU and
+// 4e-6 max|y| of float64; kept geometry; errors agreed on every rank. ErwinDeviceMpiNoDevice (its own ctest,
+// mpi.erwin_device_refusal.np*): without a visible device every rank reports the runtime's reason.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
 #include <algorithm>
-#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
 #include <string>
 #include <vector>
 
+#include "ball_golden_checks.hpp"
+#include "erwin/cuda/device.hpp"
 #include "erwin_device_mpi_cases.hpp"
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
 #include "surrogate/error.hpp"
 
 namespace {
 
+using ball_golden::max_abs;
+using ball_golden::max_error;
+
 using namespace erwin_device_mpi;
 
-double max_abs_double(const std::vector<double>& v) {
-  double m = 0;
-  for (const double x : v) m = std::max(m, std::abs(x));
-  return m;
-}
-template <class T>
-double max_diff(const std::vector<float>& a, const std::vector<T>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double m = 0;
-  for (std::size_t i = 0; i < std::min(a.size(), b.size()); ++i)
-    m = std::max(m, std::abs(static_cast<double>(a[i]) - static_cast<double>(b[i])));
-  return m;
+int local_device() {
+  if (st::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
+  int rank = 0;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  return rank % surrogate::kernels::cuda::device_count();
 }
 
-/// The CPU prediction of the whole batch in one process (registered model, SelfComm) and on the device.
-std::vector<float> one_process(const Case& c, int cuda_device) {
+/// Kernels launched on the emulated device so far (0 on a GPU).
+int launches() { return st::on_host_backend() ? static_cast<int>(host_backend::launches) : 0; }
+
+/// One process, the whole batch: the device forward on RotatedTrees (device_out) and the CPU forward.
+struct OneProcess {
+  std::vector<float> device_out, cpu_out;
+};
+OneProcess one_process(const Case& c, const std::vector<float>& features, int device) {
+  const ew::Network net(c.file);
+  const auto& cfg = net.config();
+  const bt::Batch batch = bt::Batch::from_batch_idx(c.batch_idx);
+  const std::vector<std::int64_t> edges = edges_of(c, net);
+  const bt::RotatedTrees trees =
+      bt::build_with_rotations(c.positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
+  OneProcess r;
+  r.device_out = ew::detail::make_erwin_cuda_forward(net, device)->forward(trees, features, c.positions, batch, edges);
+  r.cpu_out = net.forward(trees, features, c.positions, batch, edges, 1);
+  return r;
+}
+
+void expect_device_bitwise(const std::string& name, const Case& c) {
+  const int device = local_device();
+  const OneProcess ref = one_process(c, c.features, device);
+  const double scale = c.exact.empty() ? ball_golden::max_abs(std::vector<double>(ref.cpu_out.begin(), ref.cpu_out.end()))
+                                       : max_abs(c.exact);
+  const double tol = 4e-6 * scale;
+  for (const bool last_empty : {false, true}) {
+    const std::string what = name + (last_empty ? " (last rank without points)" : " (one rank ~55 %)");
+    const auto model = surrogate::make_model(c.file);
+    Spread spread(*model, c, last_empty, 7u);
+    const int before = launches();
+    const std::vector<float> got = spread.predict(c.features, device);
+    if (st::on_host_backend()) {
+      EXPECT_GT(launches(), before) << what;  // the emulated device ran
+    }
+    EXPECT_EQ(first_difference(got, ref.device_out), got.size()) << what << ": not the one-process device result";
+    EXPECT_LE(max_error(got, ref.cpu_out), 2 * tol) << what << ": CPU forward";
+    if (!c.exact.empty()) {
+      EXPECT_LE(max_error(got, c.exact), tol) << what << ": float64 reference";
+    }
+    // The plan and its device geometry kept: the same call again, then new features.
+    EXPECT_EQ(first_difference(spread.predict(c.features, device), got), got.size()) << what << ", again";
+    if (!c.features.empty()) {
+      std::vector<float> other = c.features;
+      for (float& v : other) v = 0.5f * v + 0.25f;
+      const std::vector<float> again = spread.predict(other, device);
+      EXPECT_EQ(first_difference(again, one_process(c, other, device).device_out), again.size()) << what << ", new features";
+    }
+    int rank = 0;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (rank == 0)
+      std::printf("%s: max|y| %.3g, |device - cpu| %.3g, |device - f64| %s\n", what.c_str(), scale,
+                  max_error(got, ref.cpu_out), c.exact.empty() ? "(no float64 reference)"
+                                                               : std::to_string(max_error(got, c.exact)).c_str());
+  }
+}
+
+TEST(ErwinDeviceMpi, GoldenModelsBitwiseEqualToTheOneProcessDeviceForward) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  for (const char* name : {"mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"}) expect_device_bitwise(name, golden(name));
+}
+
+TEST(ErwinDeviceMpi, FewPointsAndBuiltGraph) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  // One sample of 100 points, granularity 64 slots: two chunks, so ranks 2 and 3 hold no slot (levels of
+  // zero nodes there); the kNN graph built by the rule from each rank's block and its halo.
+  expect_device_bitwise("mpnn_norot, 100 random points, kNN 5", random_case("mpnn_norot", {100}, 5, 9u));
+  // Four samples, rotated trees, kNN 6.
+  expect_device_bitwise("mpnn_rot, 4 random samples, kNN 6", random_case("mpnn_rot", {150, 97, 40, 201}, 6, 5u));
+}
+
+TEST(ErwinDeviceMpi, ShapenetCarWrapper) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  // The wrapper (Fourier features and head on the host, kNN 8 graph by its rule): every rank count gives
+  // the bits of the one-process registered model on the device, within the bound of the float64 output.
+  Case c = golden("shapenet_car");
   const surrogate::SelfComm self;
   const auto model = surrogate::make_model(c.file);
   const surrogate::SampleLayout layout = surrogate::SampleLayout::build(self, c.n(), c.batch_idx.data());
   surrogate::PointGeometry g;
   g.positions = c.positions.data();
-  g.ld_positions = model->position_dim();
-  if (!c.edges.empty()) {
-    g.edge_index = c.edges.data();
-    g.num_edges = static_cast<std::int64_t>(c.edges.size() / 2);
-  }
+  g.ld_positions = 3;
   surrogate::RunOptions options;
-  options.cuda_device = cuda_device;
-  std::vector<float> out(static_cast<std::size_t>(c.n() * model->out_channels()));
-  model->predict(self, layout, g, c.features.empty() ? nullptr : c.features.data(), model->in_channels(), out.data(),
-                 model->out_channels(), options);
-  return out;
+  options.cuda_device = local_device();
+  std::vector<float> one(static_cast<std::size_t>(c.n())), cpu(one.size());
+  model->predict(self, layout, g, nullptr, 0, one.data(), 1, options);
+  model->predict(self, layout, g, nullptr, 0, cpu.data(), 1);
+  const double tol = 4e-6 * max_abs(c.exact);
+  for (const bool last_empty : {false, true}) {
+    const auto m = surrogate::make_model(c.file);
+    const std::vector<float> got = distributed(*m, c, {}, last_empty, 3u, options.cuda_device);
+    EXPECT_EQ(first_difference(got, one), got.size()) << "last rank empty " << last_empty;
+    EXPECT_LE(max_error(got, c.exact), tol);
+    EXPECT_LE(max_error(got, cpu), 2 * tol);
+  }
 }
 
-TEST(ErwinDeviceMpi, EveryRankCountMatchesTheCpu) {
+// A NaN feature (held by one rank): the same Error(input) on every rank; the next call is right.
+TEST(ErwinDeviceMpi, ANanFeatureOnOneRankIsAgreed) {
   SURROGATE_SKIP_WITHOUT_GPU();
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  const int device = local_device();
+  Spread spread(*model, c, false, 7u);
+  const std::vector<float> good = spread.predict(c.features, device);
+  std::vector<float> bad = c.features;
+  bad[bad.size() / 3] = std::numeric_limits<float>::quiet_NaN();
+  try {
+    spread.predict(bad, device);
+    ADD_FAILURE() << "a NaN feature was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+  }
+  EXPECT_EQ(spread.predict(c.features, device), good) << "after the NaN";
+}
+
+
+TEST(ErwinDeviceMpiHostBackend, ALaunchFailureOnOneRankIsAgreedAndTheNextCallRecovers) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  int rank = 0, ranks = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  Spread spread(*model, c, false, 7u);
+  const std::vector<float> good = spread.predict(c.features, host_backend::kDevice);
+  // A second call on the kept plan and geometry: its launches on this rank, and the bytes it moves between
+  // host and device (features and result included), per rank.
+  const int before = launches();
+  const long long to_device = host_backend::bytes_to_device, to_host = host_backend::bytes_to_host;
+  EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good);
+  const int per_call = launches() - before;
+  long long moved[2] = {host_backend::bytes_to_device - to_device, host_backend::bytes_to_host - to_host};
+  std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
+  MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+  if (rank == 0)
+    for (int r = 0; r < ranks; ++r)
+      std::printf("mpnn_rot, %d ranks, kept geometry: rank %d uploads %lld bytes, downloads %lld bytes per forward\n", ranks, r,
+                  all[static_cast<std::size_t>(2 * r)], all[static_cast<std::size_t>(2 * r + 1)]);
+  // A launch failing half-way through the forward on the last rank only: every rank throws the same
+  // Error (no rank left waiting in an exchange), and the next call on the plan uploads its geometry again
+  // and is right.
+  if (rank == ranks - 1) host_backend::fail_after = std::max(1, per_call / 2);
+  try {
+    spread.predict(c.features, host_backend::kDevice);
+    ADD_FAILURE() << "a failed launch on rank " << ranks - 1 << " went unnoticed";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(host_backend::fail_after, 0);
+  host_backend::fail_after = 0;
+  EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good) << "after the failure";
+}
+
+TEST(ErwinDeviceMpi, OtherPrecisionsAreRefusedOnEveryRank) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  std::string why;
-  const int device = st::on_host_backend() ? surrogate::kernels::cuda::kEmulatedDevice
-                                            : comm.rank() % surrogate::kernels::cuda::device_count(&why);
-  for (const char* name : {"mpnn_rot", "plain_rot_2d", "shapenet_car"}) {
-    const Case c = golden(name);
-    const std::vector<float> cpu = one_process(c, -1);
-    const auto model = surrogate::make_model(c.file);
-    Spread spread(*model, c, false, 5u);
-    const std::vector<float> got = spread.predict(c.features, device);
-    const double tol = 4e-6 * max_abs_double(c.exact);
-    EXPECT_LE(max_diff(got, cpu), 2 * tol) << name;
-    EXPECT_LE(max_diff(got, c.exact), tol) << name;
-    EXPECT_EQ(spread.predict(c.features, device), got) << name << ": plan and device geometry reused";
-    EXPECT_EQ(distributed(*model, c, c.features, true, 6u, device), got) << name << ": another spread";
-    if (comm.size() > 1) {
-      EXPECT_EQ(one_process(c, device), got) << name << ": one process on the device";
+  // Rank 0 holds every point (the others none): the refusal comes before any data moves.
+  const std::int64_t local = comm.rank() == 0 ? c.n() : 0;
+  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, local, c.batch_idx.data());
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(local));
+  std::iota(ids.begin(), ids.end(), 0);
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  g.global_ids = ids.data();
+  g.edge_index = c.edges.data();
+  g.num_edges = comm.rank() == 0 ? static_cast<std::int64_t>(c.edges.size() / 2) : 0;
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * model->out_channels())));
+  for (const surrogate::Precision p : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+    surrogate::RunOptions options;
+    options.cuda_device = local_device();
+    options.precision = p;
+    try {
+      model->predict(comm, layout, g, c.features.data(), model->in_channels(), out.data(), model->out_channels(), options);
+      ADD_FAILURE() << "precision " << surrogate::precision_name(p) << " accepted";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
     }
   }
 }
@@ -84,9 +227,9 @@ TEST(ErwinDeviceMpi, EveryRankCountMatchesTheCpu) {
 // Registered separately (mpi.erwin_device_refusal.np*, labels mpi;cuda): without a visible device every
 // rank reports the runtime's reason, agreed, instead of hanging; skipped where a device is visible (the
 // test above covers that case).
-TEST(ErwinDeviceMpi, WithoutADeviceEveryRankNamesIt) {
+TEST(ErwinDeviceMpiNoDevice, EveryRankNamesTheReason) {
   std::string why;
-  if (st::cuda_device_visible(&why)) GTEST_SKIP() << "a CUDA device is visible: EveryRankCountMatchesTheCpu runs";
+  if (st::cuda_device_visible(&why)) GTEST_SKIP() << "a CUDA device is visible: the tests above run on it";
   for (const char* name : {"mpnn_rot", "shapenet_car"}) {
     const Case c = golden(name);
     const auto model = surrogate::make_model(c.file);
