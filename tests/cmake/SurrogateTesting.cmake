@@ -204,25 +204,9 @@ function(surrogate_add_kernel_emulation_test name)
   surrogate_discover_gtests(${name} "cuda." "${labels}")
 endfunction()
 
-# Tests of the library's device forwards that only the host backend can run (device "cuda-emulated":
-# injected launch failures, counted launches and staged bytes; tests/support/host_backend_hooks.hpp).
-# Cases named cuda.Suite.Case, labels unit;cuda + LABELS; CUDA builds, static or shared.
-function(surrogate_add_emulated_device_test name)
-  if(NOT SURROGATE_HAVE_CUDA)
-    return()
-  endif()
-  cmake_parse_arguments(T "${_surrogate_test_flags}" "" "${_surrogate_test_lists}" ${ARGN})
-  set(T_NO_FMA ON)
-  set(T_INTERNAL ON)
-  _surrogate_test_executable(${name} "")
-  target_include_directories(${name} PRIVATE ${PROJECT_SOURCE_DIR}/kernels/cuda)
-  target_link_libraries(${name} PRIVATE GTest::gtest_main CUDA::cudart)
-  set(labels unit cuda ${T_LABELS})
-  surrogate_discover_gtests(${name} "cuda." "${labels}" SURROGATE_TEST_DEVICE=cuda-emulated)
-endfunction()
-
-# The same under mpirun (one ctest cuda.mpi.<name>.np<N> per rank count in RANKS, each rank its own emulated
-# device), labels unit;cuda;mpi + LABELS. TIMEOUT 300: a rank left waiting in a collective (an error not
+# A device test under mpirun that only the host backend can run (device "cuda-emulated"; one ctest
+# cuda.mpi.<name>.np<N> per rank count in RANKS, each rank its own emulated device), labels unit;cuda;mpi +
+# LABELS. TIMEOUT 300: a rank left waiting in a collective (an error not
 # agreed) fails instead of hanging CI.
 function(surrogate_add_emulated_device_mpi_test name)
   if(NOT SURROGATE_HAVE_CUDA)

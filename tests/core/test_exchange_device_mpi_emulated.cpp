@@ -1,6 +1,6 @@
-// ExchangePlan on device rows under mpirun (1-4 ranks), the CUDA backend emulated on the host
-// (tests/device/emulated_cuda_backend.cpp: device memory is host memory): the device move of every builder
-// is bitwise the host move, through the communicator's own transport (host staging) and through a transport
+// ExchangePlan on device rows under mpirun (1-4 ranks) on the host backend (host only: a test transport
+// moves the emulated device's buffers with the host Comm): the device move of every builder is bitwise
+// the host move, through the communicator's own transport (host staging) and through a transport
 // that moves device buffers directly as NCCL does (the path a GPU run takes when every rank owns its GPU);
 // a failed launch on one rank is the same Error on every rank and the next move works again.
 #include <gtest/gtest.h>

@@ -1,9 +1,8 @@
-// What the sphere device tests under mpirun share (test_sphere_device_mpi_emulated.cpp on the CPU,
-// test_gpu_sphere_mpi.cpp on GPUs): the golden single-layer models, the unequal spreads of their grid rows
-// over the ranks, the registered model's predict on a rank's part with the parts gathered, and the
-// comparisons: the gathered device result bitwise the one-process device result (Model::predict with
-// cuda_device on a SelfComm: the whole-grid device forward) and within twice the float32 bound of
-// test_sphere_transformer_device_emulated.cpp (RegisteredLayerModelsWithCudaDevice) of the CPU forward.
+// The cases of the sphere device test under mpirun (test_gpu_sphere_mpi.cpp): the golden single-layer
+// models and transformers, the unequal spreads of their grid rows over the ranks, the registered model's
+// predict on a rank's part with the parts gathered, and the comparisons: the gathered device result bitwise
+// the one-process device result (Model::predict with cuda_device on a SelfComm: the whole-grid device
+// forward) and within twice the float32 bound of test_gpu_sphere_transformer.cpp of the CPU forward.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -50,7 +49,7 @@ inline std::vector<double> to_rows(const st::Array& a) {
   return r;
 }
 
-/// The bound, as test_sphere_transformer_device_emulated.cpp: 4 gap + 16 u' mag where the file has a
+/// The bound, as test_gpu_sphere_transformer.cpp: 4 gap + 16 u' mag where the file has a
 /// float64 output (gap = |official float32 - float64|), else 32 u' mag (u' = 6e-8, mag = max |output|).
 inline Case load(const std::string& name) {
   Case c;
