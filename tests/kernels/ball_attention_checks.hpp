@@ -1,7 +1,6 @@
 // The checks of the ball-tree attention kernels (surrogate/kernels/cuda_ball_attention.hpp), written once
-// against host arrays and run by two backends: the GPU (test_gpu_ball_attention.cpp: host -> device copies,
-// the library's launchers; skips without a device) and the host emulation of the device code
-// (test_ball_kernels_emulated.cpp: kernels/cuda/ball_attention_kernels.cuh run on the CPU; no GPU needed).
+// against host arrays and run by test_gpu_ball_attention.cpp (host -> device copies, the library's
+// launchers) on the host backend and on a GPU.
 // A backend has
 //   std::vector<float> ball(const BallAttentionLaunch&), coarse(const CoarseAttentionArgs&),
 //   selected(const SelectedBlockAttentionArgs&)
