@@ -10,4 +10,9 @@ namespace surrogate::detail {
 /// CUDA backend". Families call it where their device forward would be created in a CUDA build.
 [[noreturn]] void refuse_without_cuda_backend(const std::string& what, int device);
 
+/// For a family without a device forward: throws Error(unsupported) "<what>: no CUDA forward (CUDA device
+/// <label> requested); run it with device \"cpu\"" (label: the number, or "cuda-emulated"), or in a build
+/// without the CUDA backend refuse_without_cuda_backend's error.
+[[noreturn]] void refuse_device_for_cpu_only_family(const std::string& what, int device);
+
 }  // namespace surrogate::detail

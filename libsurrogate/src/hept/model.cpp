@@ -7,9 +7,7 @@
 #include "plan.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
-#if !SURROGATE_HAVE_CUDA
 #include "../device_support.hpp"
-#endif
 
 namespace surrogate::hept {
 namespace {
@@ -78,14 +76,7 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
 
 void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {
   if (options.cuda_device >= 0 || io.device) {
-#if SURROGATE_HAVE_CUDA
-    collectively(comm, [&] {
-      throw Error(ErrorCode::unsupported, "hept: the model runs on the CPU only (CUDA device " +
-                                              std::to_string(options.cuda_device) + " requested)");
-    });
-#else
-    collectively(comm, [&] { detail::refuse_without_cuda_backend("hept", options.cuda_device); });
-#endif
+    collectively(comm, [&] { surrogate::detail::refuse_device_for_cpu_only_family("hept", options.cuda_device); });
   }
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
   auto& p = static_cast<Plan&>(plan);

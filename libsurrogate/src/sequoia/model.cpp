@@ -70,13 +70,7 @@ class Model final : public PointCloudModel {
   void forward(const Comm& comm, surrogate::Plan& base, const Io& io, const RunOptions& options) override {
     if (io.device) refuse_device_arrays(comm);
     if (options.cuda_device >= 0)
-      collectively(comm, [&] {
-#if SURROGATE_HAVE_CUDA
-        throw Error(ErrorCode::unsupported, "sequoia: no CUDA forward yet (run it with device \"cpu\")");
-#else
-        detail::refuse_without_cuda_backend("sequoia", options.cuda_device);
-#endif
-      });
+      collectively(comm, [&] { surrogate::detail::refuse_device_for_cpu_only_family("sequoia", options.cuda_device); });
     auto& plan = static_cast<Plan&>(base);
     detail::SampleOwners& owners = plan.owners();
     const auto& owned = owners.owned();
