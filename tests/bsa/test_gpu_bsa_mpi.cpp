@@ -1,11 +1,7 @@
-// The BSA device forward across MPI ranks (libsurrogate/src/bsa/cuda/distributed.cpp: every rank the layers
-// on its slots of the distributed tree, the rotated layers, the compressed K/V all-gather, the selected
-// blocks' fetch and the global branch's sample K/V moved by the plan's exchanges on device rows) on the
-// device under test (tests/support/gpu_test.hpp: the host backend, each rank its own emulated device, or
-// GPUs shared as node-local rank mod device count). On the golden BSA models with the points dealt unevenly
-// (bsa_device_mpi_cases.hpp): bitwise the one-rank device forward, within 8e-6 max|y| of the CPU, kept
-// geometry and new features; errors on one rank (a NaN feature, tf32; on the host backend a failed launch
-// mid-forward and a device this rank lacks) the same Error on every rank, the model running again after.
+// The BSA device forward across 1-4 ranks on the device under test: the golden models dealt unevenly,
+// bitwise the one-rank device forward and within 8e-6 max|y| of the CPU; errors on one rank agreed (launch
+// failures and a missing device on the host backend only). share/docs/balltree.md, "BSA on a CUDA
+// device".
 #include <gtest/gtest.h>
 #include <mpi.h>
 

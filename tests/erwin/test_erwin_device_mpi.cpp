@@ -1,10 +1,7 @@
-// The multi-rank Erwin device forward (the registered model with RunOptions::cuda_device under mpirun:
-// erwin/cuda/ on the ErwinPlan's layout, the plan's exchanges on device rows) on the device under test
-// (tests/support/gpu_test.hpp: the host backend, each rank its own emulated device, or GPUs shared as rank
-// mod device count). Golden models, random batches that leave ranks without slots and the ShapeNet-Car
-// wrapper, spread unequally: bitwise the one-process device forward, within 2 x 4e-6 max|y| of the CPU and
-// 4e-6 max|y| of float64; kept geometry; errors agreed on every rank. ErwinDeviceMpiNoDevice (its own ctest,
-// mpi.erwin_device_refusal.np*): without a visible device every rank reports the runtime's reason.
+// The Erwin device forward across 1-4 ranks on the device under test: golden models, random batches with
+// ranks without slots and the ShapeNet-Car wrapper, bitwise the one-process device forward, within 4e-6
+// max|y| of float64; errors agreed. ErwinDeviceMpiNoDevice (mpi.erwin_device_refusal.np*): without a device
+// every rank reports the runtime's reason. share/docs/balltree.md, "Several ranks on devices".
 #include <gtest/gtest.h>
 #include <mpi.h>
 

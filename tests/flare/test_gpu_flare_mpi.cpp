@@ -1,10 +1,7 @@
-// FLARE on the device under test across MPI ranks (ctest at 1, 2 and 3 ranks; tests/support/gpu_test.hpp:
-// the host backend, each rank its own emulated device, or GPUs that ranks may share: node-local rank mod
-// device count). Every golden case, partitioned in several ways (empty shares included), against the
-// one-process device forward: default mode within 1e-6 (max abs difference / max abs value), reproducible
-// mode bitwise; the device-resident predict bitwise the host-array one. Over the communicator's own device
-// transport (host staging, or NCCL where it is built) and over a transport that declares itself direct, as
-// NCCL does, so that the forward's NCCL branch runs without NCCL. Errors agreed on every rank.
+// FLARE on the device under test across 1-3 ranks: every golden case in four partitions, over the
+// communicator's transport and a test one that declares itself direct (the NCCL branch), against the
+// one-process device forward (default within 1e-6, reproducible bitwise); device arrays; errors agreed.
+// share/docs/cuda.md, "Tests and benchmark".
 #include <gtest/gtest.h>
 #include <mpi.h>
 

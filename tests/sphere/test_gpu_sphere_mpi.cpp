@@ -1,11 +1,7 @@
-// The spherical single-layer models (s2_attention, s2_neighborhood_attention) and the sphere_transformer
-// (bilinear and SHT decoders) with RunOptions::cuda_device across MPI ranks (model.cpp: latitude bands, the
-// rows moved between the devices by the plan's exchanges; the device operators' row-range forward) on the
-// device under test (tests/support/gpu_test.hpp: the host backend, each rank its own emulated device, or
-// GPUs shared as node-local rank mod device count). The grid rows spread unequally (sphere_device_mpi_cases
-// .hpp): the gathered result bitwise the one-process device forward, within twice the float32 bound of the
-// CPU forward, the same bits on a second call. Host backend only: every rank with a band launched kernels,
-// and a launch failing on one rank is the same Error on every rank (no rank left waiting).
+// The spherical layer models and transformers across 1-4 ranks in latitude bands on the device under test:
+// bitwise the one-process device forward, within twice the float32 bound of the CPU (sphere_device_mpi_cases
+// .hpp); host backend only: every band launched kernels, a launch failure on one rank agreed.
+// share/docs/sphere.md, "CUDA forward of the SphericalTransformer" (Several ranks).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
