@@ -37,12 +37,24 @@ void write_array(const std::string& path, const std::vector<T>& values) {
   if (!out) throw surrogate::Error(surrogate::ErrorCode::io, "cannot write " + path);
 }
 
+/// Arithmetic of one forward (operation_counts.hpp): FLOPs and softmax exponentials.
+struct Work {
+  double flop = 0, exps = 0;
+  Work& operator+=(const Work& o) {
+    flop += o.flop;
+    exps += o.exps;
+    return *this;
+  }
+};
+
 /// Runs `forward` once as a warm-up (its result returned through `first`), then `repeats` timed times.
 /// Prints one JSON line: points, threads, first_s (the warm-up's wall time), best_s and median_s (wall),
 /// best_cpu_s (the smallest process CPU time of a timed run: on a machine shared with other jobs it is
-/// the less disturbed measure at one thread). With repeats = 0 the warm-up is the timed run.
+/// the less disturbed measure at one thread), and gflop / gexp (`work`; zero when not given). With repeats = 0
+/// the warm-up is the timed run.
 template <typename F>
-void time_forward(long points, int threads, int repeats, F&& forward, std::vector<float>* first = nullptr) {
+void time_forward(long points, int threads, int repeats, F&& forward, std::vector<float>* first = nullptr,
+                  Work work = {}) {
   using clock = std::chrono::steady_clock;
   const auto w0 = clock::now();
   const std::clock_t c0 = std::clock();
@@ -65,8 +77,9 @@ void time_forward(long points, int threads, int repeats, F&& forward, std::vecto
   std::sort(times.begin(), times.end());
   std::sort(cpu.begin(), cpu.end());
   std::printf("{\"points\": %ld, \"threads\": %d, \"first_s\": %.6f, \"best_s\": %.6f, \"median_s\": %.6f, "
-              "\"best_cpu_s\": %.6f}\n",
-              points, threads, first_s, times.front(), times[times.size() / 2], cpu.front());
+              "\"best_cpu_s\": %.6f, \"gflop\": %.4f, \"gexp\": %.5f}\n",
+              points, threads, first_s, times.front(), times[times.size() / 2], cpu.front(), work.flop * 1e-9,
+              work.exps * 1e-9);
 }
 
 }  // namespace bench_io

@@ -3,8 +3,9 @@
 //   bsa_bench MODEL.h5 DIR THREADS REPEATS             DIR/positions.f32 (N x 3), DIR/features.f32 (N x c_in),
 //                                                      float32 raw; writes the warm-up's output to
 //                                                      DIR/surrogate_out.f32 (N x c_hidden)
-// Prints one JSON line (bench_io.hpp). The ball trees are built inside each timed forward, as the
-// official Transformer.forward does. Used by benchmarks/bsa_cpu_vs_pytorch.py.
+// Prints one JSON line (bench_io.hpp) with the forward's arithmetic (operation_counts.hpp). The ball trees
+// are built inside each timed forward, as the official Transformer.forward does. Used by
+// benchmarks/bsa_cpu_vs_pytorch.py.
 #include <cctype>
 #include <cstdio>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "bench_io.hpp"
+#include "operation_counts.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 
@@ -46,7 +48,8 @@ int main(int argc, char** argv) {
     const long points = static_cast<long>(pos.size()) / d;
     const auto batch = surrogate::balltree::Batch::single(points);
     std::vector<float> first;
-    bench_io::time_forward(points, threads, repeats, [&] { return net.forward(feat, pos, batch, threads); }, &first);
+    bench_io::time_forward(points, threads, repeats, [&] { return net.forward(feat, pos, batch, threads); }, &first,
+                           bench_counts::bsa(net.config(), points));
     if (from_dir) bench_io::write_array(source + "/surrogate_out.f32", first);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "bsa_bench: %s\n", e.what());

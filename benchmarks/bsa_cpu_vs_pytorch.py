@@ -99,8 +99,10 @@ def main():
     state = sbs.random_state(expected_state_shapes(config), rng)
     forward, label = pytorch_model(args.official, config, state)
     params = sum(v.numel() for v in state.values())
+    limits = sbs.machine_limits(args.build)
     sbs.header(f"BSA forward ({args.attention}), one sample, D 64, H 8, P 256, depth 18, {params} parameters; "
-               f"PyTorch side: {label} (torch {torch.__version__}); best of {args.repeats} after a warm-up")
+               f"PyTorch side: {label} (torch {torch.__version__}); best of {args.repeats} after a warm-up",
+               limits)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / "bsa.h5"
         write_model(model_path, config, state)
@@ -113,10 +115,11 @@ def main():
                 sbs.write_inputs(data, pos, feat)
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
+                share = sbs.share_of_limit(result, threads, limits)
                 est_s, est_mib = extrapolate.estimate(n)
                 runs = 1 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):
-                    sbs.row(n, threads, ours)
+                    sbs.row(n, threads, ours, share=share)
                     print(f"        PyTorch skipped (estimated {est_s:.0f} CPU s per forward, {runs} runs, and "
                           f"{est_mib:.0f} MiB more memory; limits --pytorch-max-s {args.pytorch_max_s:.0f} s, "
                           f"80% of {sbs.available_mib():.0f} MiB available)")
@@ -128,7 +131,7 @@ def main():
                 extrapolate.add(n, first_cpu, max(sbs.peak_rss_mib() - rss0, 1.0))
                 check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance,
                                             args.min_agree)
-                sbs.row(n, threads, ours, theirs, check)
+                sbs.row(n, threads, ours, theirs, check, share)
 
 
 if __name__ == "__main__":

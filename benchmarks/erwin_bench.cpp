@@ -5,13 +5,15 @@
 // ShapeNet-Car experiment's collate builds it), built once here, not timed, and written to DIR/edges.i64
 // (2 x E int64, sources first) for the PyTorch side. The warm-up's output goes to DIR/surrogate_out.f32.
 // The ball trees are built inside each timed forward, as the official ErwinTransformer.forward does.
-// Prints one JSON line (bench_io.hpp). Used by benchmarks/erwin_cpu_vs_pytorch.py.
+// Prints one JSON line (bench_io.hpp) with the forward's arithmetic (operation_counts.hpp). Used by
+// benchmarks/erwin_cpu_vs_pytorch.py.
 #include <cstdio>
 #include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "bench_io.hpp"
+#include "operation_counts.hpp"
 #include "surrogate/erwin.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/graph.hpp"
@@ -38,8 +40,9 @@ int main(int argc, char** argv) {
       bench_io::write_array(dir + "/edges.i64", edges);
     }
     std::vector<float> first;
+    const auto work = bench_counts::erwin(net.config(), points, static_cast<double>(edges.size() / 2));
     bench_io::time_forward(points, threads, repeats, [&] { return net.forward(feat, pos, batch, edges, threads); },
-                           &first);
+                           &first, work);
     bench_io::write_array(dir + "/surrogate_out.f32", first);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "erwin_bench: %s\n", e.what());

@@ -101,8 +101,10 @@ def main():
     state = sbs.random_state(expected_state_shapes(dict(CONFIG, variant="erwin")), rng)
     forward, label = pytorch_model(args.official, state)
     params = sum(v.numel() for k, v in state.items() if not k.startswith("running") and "running_" not in k)
+    limits = sbs.machine_limits(args.build)
     sbs.header(f"Erwin forward (ShapeNet-Car config), one sample, kNN {KNN}, {params} parameters; PyTorch side: "
-               f"{label} (torch {torch.__version__}); best of {args.repeats} after a warm-up")
+               f"{label} (torch {torch.__version__}); best of {args.repeats} after a warm-up",
+               limits)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / "erwin.h5"
         write_model(model_path, state)
@@ -115,10 +117,11 @@ def main():
                 sbs.write_inputs(data, pos, feat)
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats, KNN], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
+                share = sbs.share_of_limit(result, threads, limits)
                 est_s, est_mib = extrapolate.estimate(n)
                 runs = 1 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):
-                    sbs.row(n, threads, ours)
+                    sbs.row(n, threads, ours, share=share)
                     print(f"        PyTorch skipped (estimated {est_s:.0f} CPU s per forward, {runs} runs, and "
                           f"{est_mib:.0f} MiB more memory; limits --pytorch-max-s {args.pytorch_max_s:.0f} s, "
                           f"80% of {sbs.available_mib():.0f} MiB available)")
@@ -130,7 +133,7 @@ def main():
                 extrapolate.add(n, first_cpu, max(sbs.peak_rss_mib() - rss0, 1.0))
                 check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance,
                                             args.min_agree)
-                sbs.row(n, threads, ours, (wall, cpu), check)
+                sbs.row(n, threads, ours, (wall, cpu), check, share)
 
 
 if __name__ == "__main__":

@@ -12,8 +12,9 @@ yourself to choose), OMP_NUM_THREADS and torch.set_num_threads set to the thread
 torch.set_num_threads does not limit). Its default here is 1 (--pytorch-blas-threads): with two OpenMP
 threads, giving OpenBLAS two threads as well oversubscribes the cores and made PyTorch 2.6x slower
 on the development machine (43.7 s instead of 16.5 s at N = 262,144, M = 64), so 1 is PyTorch's best. The table also prints this machine's measured FP32 FMA peak and
-exp throughput (one core, from bench_flare --machine) and the fraction of that limit each run reaches:
-limit time = GFLOP / (threads x FMA peak) + Gexp / (threads x exp rate).
+exp throughput (one core, from bench_flare --machine, per second of thread CPU time) and the fraction of
+that limit each run reaches: limit time = GFLOP / (threads x FMA peak) + Gexp / (threads x exp rate),
+divided by the median process CPU time at one thread (robust on a shared machine) or wall time at more.
 """
 import argparse
 import json
@@ -69,8 +70,9 @@ def main():
                 ours = run_json([str(bench), "--json", *common], env)
                 limit = (ours["gflop"] / (threads * machine["fma_gflops_1t"]) +
                          ours["gexp"] / (threads * machine["exp_gexps_1t"]))
+                measured = ours["median_cpu_s"] if threads == 1 else ours["median_s"]
                 row = (f"{points:>9} {latents:>4} {threads:>3} | {ours['median_s']:>11.3f} "
-                       f"{ours['gflop'] / ours['median_s']:>8.1f} {100 * limit / ours['median_s']:>5.0f}% "
+                       f"{ours['gflop'] / ours['median_s']:>8.1f} {100 * limit / measured:>5.0f}% "
                        f"{ours['peak_rss_mib']:>6.0f} | ")
                 if points <= args.skip_pytorch_above:
                     blas = args.pytorch_blas_threads or threads

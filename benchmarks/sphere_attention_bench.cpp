@@ -7,8 +7,9 @@
 // theta_cutoff in radians (0: torch-harmonics' default), ignored for global attention. The operator is
 // built once (the neighbour lists) and not timed. Prints one JSON line:
 //   {"op": ..., "nlat": ..., "nlon": ..., "threads": T, "best_s": ..., "median_s": ..., "best_cpu_s": ...,
-//    "median_cpu_s": ..., "build_s": ...}
-// (wall seconds; *_cpu_s: CPU seconds of the process, all threads, per forward).
+//    "median_cpu_s": ..., "build_s": ..., "gflop": ..., "gexp": ...}
+// (wall seconds; *_cpu_s: CPU seconds of the process, all threads, per forward; the forward's arithmetic
+// as operation_counts.hpp counts it).
 // Op "lists" (the other arguments as for neighborhood; REPEATS ignored) writes the operator's neighbour
 // lists and quadrature weights instead, for the script's plain-PyTorch formulation: DIR/row_offsets.i64,
 // DIR/columns.i64 (NeighborhoodCsr) and DIR/quad_w.f32 (w_lat per input latitude).
@@ -26,6 +27,7 @@
 #include <string>
 #include <vector>
 
+#include "operation_counts.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
@@ -82,6 +84,7 @@ int main(int argc, char** argv) {
 
     const auto t_build = std::chrono::steady_clock::now();
     std::function<void()> forward;
+    double pairs = static_cast<double>(points) * static_cast<double>(points);  // global: every input point
     surrogate::sphere::NeighborhoodAttentionS2Config nc;
     surrogate::sphere::AttentionS2Config gc;
     std::unique_ptr<surrogate::sphere::NeighborhoodAttentionS2> na;
@@ -108,6 +111,7 @@ int main(int argc, char** argv) {
                     na->config().theta_cutoff);
         return 0;
       }
+      pairs = static_cast<double>(na->neighbors().columns.size()) * nlon;  // the lists of longitude 0, shifted
       forward = [&] { na->forward(1, x.data(), nullptr, nullptr, y.data()); };
     } else {
       gc.in_channels = channels;
@@ -129,13 +133,14 @@ int main(int argc, char** argv) {
     }
     std::sort(times.begin(), times.end());
     std::sort(cpu_times.begin(), cpu_times.end());
+    const auto work = bench_counts::sphere_attention(static_cast<double>(points), channels, heads, pairs);
     std::ofstream out(dir + "/y.f32", std::ios::binary);
     out.write(reinterpret_cast<const char*>(y.data()), static_cast<std::streamsize>(y.size() * sizeof(float)));
     std::printf(
         "{\"op\": \"%s\", \"nlat\": %d, \"nlon\": %d, \"threads\": %d, \"best_s\": %.6f, \"median_s\": %.6f, "
-        "\"best_cpu_s\": %.6f, \"median_cpu_s\": %.6f, \"build_s\": %.6f}\n",
+        "\"best_cpu_s\": %.6f, \"median_cpu_s\": %.6f, \"build_s\": %.6f, \"gflop\": %.4f, \"gexp\": %.5f}\n",
         op.c_str(), nlat, nlon, threads, times.front(), times[times.size() / 2], cpu_times.front(),
-        cpu_times[cpu_times.size() / 2], build_s);
+        cpu_times[cpu_times.size() / 2], build_s, work.flop * 1e-9, work.exps * 1e-9);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "sphere_attention_bench: %s\n", e.what());
     return 1;

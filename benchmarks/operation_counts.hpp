@@ -1,0 +1,88 @@
+// Analytic arithmetic of one forward, from which the benchmarks print their share of the machine limit
+// (benchmarks/README.md, "Share of the machine limit"): multiply-adds of the linear layers and attention
+// products as 2 FLOPs each, softmax exponentials counted apart. Norms, activations, biases, the softmax's
+// other arithmetic, tree builds and sorts are not counted: they are what the share leaves for them.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+
+#include "bench_io.hpp"
+#include "surrogate/balltree.hpp"
+#include "surrogate/bsa.hpp"
+#include "surrogate/erwin.hpp"
+
+namespace bench_counts {
+
+using bench_io::Work;
+
+/// One transformer block on `nodes` rows of width D: SwiGLU (3 matrices D x ratio*D), q/k/v and output
+/// projections, the ball position projection (d -> D), and attention over `keys` keys per query.
+inline Work ball_block(double nodes, int D, int heads, double keys, int mlp_ratio, int d) {
+  const double per_node = 6.0 * mlp_ratio * D * D + 8.0 * D * D + 2.0 * d * D + 4.0 * keys * D;
+  return {nodes * per_node, nodes * heads * keys};
+}
+
+/// Erwin (share/docs/balltree.md): embedding and message passing on the N points (`edges` graph edges),
+/// then the U-Net over the padded tree (next power of two), pooling and unpooling included.
+inline Work erwin(const surrogate::erwin::Config& c, std::int64_t points, double edges) {
+  const double n = static_cast<double>(points), d = c.dimensionality, D0 = c.c_hidden.front();
+  Work w{2.0 * c.c_in * D0 * n, 0};
+  w.flop += c.mp_steps * (edges * 2.0 * (2 * D0 + d) * D0 + n * 2.0 * 2 * D0 * D0);
+  double nodes = static_cast<double>(surrogate::balltree::padded_size(points));
+  const int L = c.levels();
+  for (int i = 0; i < L; ++i) {
+    for (int j = 0; j < c.enc_depths[i]; ++j)
+      w += ball_block(nodes, c.c_hidden[i], c.enc_num_heads[i], c.ball_sizes[i], c.mlp_ratio, c.dimensionality);
+    if (i == L - 1) break;
+    const int s = c.strides[i];
+    const double parents = nodes / s;
+    if (s > 1) w.flop += parents * 2.0 * (s * c.c_hidden[i] + s * d) * c.c_hidden[i + 1];  // pooling
+    w.flop += parents * 2.0 * (c.c_hidden[i + 1] + s * d) * s * c.c_hidden[i];          // unpooling
+    w += [&] {  // the decoder blocks of level i run on the same node count as its encoder blocks
+      Work dec;
+      for (int j = 0; j < c.dec_depths[i]; ++j)
+        dec += ball_block(nodes, c.c_hidden[i], c.dec_num_heads[i], c.ball_sizes[i], c.mlp_ratio, c.dimensionality);
+      return dec;
+    }();
+    nodes = parents;
+  }
+  return w;
+}
+
+/// BSA (share/docs/balltree.md): embedding on the N points, `depth` layers on the padded tree; the
+/// sparse attention's local, coarse (compressed blocks, quadratic in n/C) and fine (S blocks of C) branches,
+/// the compression MLPs and the token gate; global and ball attention for those attention types.
+inline Work bsa(const surrogate::bsa::Config& c, std::int64_t points) {
+  using surrogate::bsa::AttentionType;
+  const double n = static_cast<double>(surrogate::balltree::padded_size(points)), D = c.c_hidden, H = c.num_heads;
+  const double E = c.head_dim(), C = c.compress_block_size;
+  Work w{2.0 * c.c_in * D * static_cast<double>(points), 0};
+  Work layer = ball_block(n, c.c_hidden, c.num_heads, 0, c.mlp_ratio, c.dimensionality);
+  if (c.attention_type == AttentionType::global) {
+    layer += Work{n * 4.0 * n * D, n * H * n};
+  } else if (c.attention_type == AttentionType::ball) {
+    layer += Work{n * 4.0 * c.attention_ball_size * D, n * H * c.attention_ball_size};
+  } else {
+    const double blocks = n / C, fine_keys = static_cast<double>(c.selected_blocks_number) * C;
+    layer += Work{n * 4.0 * (c.ball_size + fine_keys) * D, n * H * (c.ball_size + fine_keys)};  // local, fine
+    const double coarse_queries = c.use_coarse_q_attn ? blocks : n;  // compressed queries, or every token
+    layer += Work{coarse_queries * blocks * 4.0 * D, coarse_queries * blocks * H};
+    if (!c.use_coarse_q_attn)  // importance scores apart from the coarse logits
+      layer.flop += (c.block_level_importance() ? blocks : n) * blocks * 2.0 * D;
+    const double mlps = c.block_level_importance() ? 3 : 2, hidden = c.compress_hidden();
+    if (c.use_compress_mlp) layer.flop += blocks * H * mlps * 2.0 * (C * E * hidden + hidden * E);
+    if (c.use_token_gated_attention) layer.flop += n * 2.0 * D * 3 * H;
+  }
+  w.flop += c.depth * layer.flop;
+  w.exps += c.depth * layer.exps;
+  return w;
+}
+
+/// S2 attention with C channels: q, k, v and output projections on every point, and attention over
+/// `pairs` (output point, input point) pairs: the neighbourhood's entries, or points^2 for global.
+inline Work sphere_attention(double points, int channels, int heads, double pairs) {
+  return {8.0 * channels * channels * points + 4.0 * channels * pairs, heads * pairs};
+}
+
+}  // namespace bench_counts
