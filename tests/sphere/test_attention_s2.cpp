@@ -278,7 +278,7 @@ TEST(AttentionS2, RejectsBadArguments) {
   bw.proj_bias[1] = std::nanf("");
   expect_error([&] { sphere::AttentionS2(c, bw); }, surrogate::ErrorCode::weights, "proj_bias");
   bad = c;
-  bad.in_channels = bad.k_channels = bad.out_channels = 512;  // augmented head width 513 > 512
+  bad.in_channels = bad.k_channels = bad.out_channels = 520;  // head width 520 > 512
   bad.num_heads = 1;
   expect_error([&] { sphere::AttentionS2(bad, random_weights(bad, rng)); }, surrogate::ErrorCode::unsupported, "num_heads");
   sphere::AttentionS2 att(c, w);

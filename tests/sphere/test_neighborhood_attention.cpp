@@ -324,7 +324,7 @@ TEST(NeighborhoodAttentionS2, RejectsBadArguments) {
   bw.q_norm_weights.assign(2, 0.0f);
   expect_error([&] { sphere::NeighborhoodAttentionS2(c, bw); }, ErrorCode::invalid_argument, "use_qknorm");
   bad = c;
-  bad.in_channels = bad.k_channels = bad.out_channels = 512;  // augmented head width 513 > 512
+  bad.in_channels = bad.k_channels = bad.out_channels = 520;  // head width 520 > 512
   bad.num_heads = 1;
   expect_error([&] { sphere::NeighborhoodAttentionS2(bad, random_weights(bad, rng)); }, ErrorCode::unsupported, "num_heads");
   sphere::NeighborhoodAttentionS2 att(c, w);

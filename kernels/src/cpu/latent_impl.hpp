@@ -194,7 +194,7 @@ template <int EC, int MB>
   }
 }
 
-/// Pass 2 of the selecting encode (LatentEncodeArgs::select_S): the same terms summed in float lanes
+/// Pass 2 of the selecting encode (LatentEncodeArgs::select_S) and of float_chunk_sums: the same terms summed in float lanes
 /// within the chunk (vt: the chunk's values transposed, float), each lane's sum then converted to double
 /// and added to the double sums. A query's sums depend only on its logits and the chunking of the keys
 /// (fixed by E and the key count), not on the other queries.
@@ -240,7 +240,7 @@ template <int EC, int MB>
   }
 }
 
-template <int EC, int MB, bool Bias, bool Select = false>
+template <int EC, int MB, bool Bias, bool Select = false, bool FloatSums = Select>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
   using namespace simd;
   const int E = a.E;
@@ -255,15 +255,15 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
   }
   const int rows_per_chunk = static_cast<int>(simd::imax(chunk_rows(E) / 2, W));  // vtd is double
   alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
-  alignas(64) double vtd[Select ? 1 : kChunkFloats / 2 + kMaxHeadDim * W];
-  [[maybe_unused]] alignas(64) float vtf[Select ? kChunkFloats + kMaxHeadDim * W : 1];  // selecting: float values
+  alignas(64) double vtd[FloatSums ? 1 : kChunkFloats / 2 + kMaxHeadDim * W];
+  [[maybe_unused]] alignas(64) float vtf[FloatSums ? kChunkFloats + kMaxHeadDim * W : 1];  // float sums: float values
   alignas(64) float logits[MB][kMaxChunkRows];
   float max_logit[MB];
   for (index_t r0 = 0; r0 < a.rows; r0 += rows_per_chunk) {
     const int rows = static_cast<int>(simd::imin(rows_per_chunk, a.rows - r0));
     const int ld = static_cast<int>(round_up(rows, W));
     transpose_in(a.k + r0 * a.ldk, a.ldk, rows, E, kt, ld);
-    if constexpr (Select) {
+    if constexpr (FloatSums) {
       transpose_in(a.v + r0 * a.ldv, a.ldv, rows, E, vtf, ld);
     } else {
       for (int e = 0; e < E; ++e) {
@@ -300,7 +300,7 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
           a.ref_exp[m] = chunk_exp;
         }
       }
-      if constexpr (Select) {
+      if constexpr (FloatSums) {
         if (group == MB)
           encode_accumulate_float<EC, MB>(logits, E, vtf, ld, nvec, tail, a.ref_exp + m0, a.sum + m0,
                                           a.weighted + m0 * E);
@@ -330,20 +330,20 @@ inline constexpr int kEncodeGroup4 = 4, kEncodeGroup8 = 2;
 inline constexpr int kEncodeGroup4 = 2, kEncodeGroup8 = 1;
 #endif
 
-template <bool Bias, bool Select = false>
+template <bool Bias, bool Select = false, bool FloatSums = Select>
 inline void latent_encode_width(const LatentEncodeArgs& a) {
   switch (a.E) {
-    case 4: latent_encode_impl<4, kEncodeGroup4, Bias, Select>(a); break;
-    case 8: latent_encode_impl<8, kEncodeGroup8, Bias, Select>(a); break;
-    case 16: latent_encode_impl<16, 1, Bias, Select>(a); break;
-    default: latent_encode_impl<0, 1, Bias, Select>(a); break;
+    case 4: latent_encode_impl<4, kEncodeGroup4, Bias, Select, FloatSums>(a); break;
+    case 8: latent_encode_impl<8, kEncodeGroup8, Bias, Select, FloatSums>(a); break;
+    case 16: latent_encode_impl<16, 1, Bias, Select, FloatSums>(a); break;
+    default: latent_encode_impl<0, 1, Bias, Select, FloatSums>(a); break;
   }
 }
 
 inline void latent_encode(const LatentEncodeArgs& a) {
-  if (a.select_S > 0) latent_encode_width<false, true>(a);  // (the selection has no bias)
-  else if (a.bias) latent_encode_width<true>(a);
-  else latent_encode_width<false>(a);
+  if (a.select_S > 0) latent_encode_width<false, true>(a);  // (the selection has no bias; float sums)
+  else if (a.bias) a.float_chunk_sums ? latent_encode_width<true, false, true>(a) : latent_encode_width<true>(a);
+  else a.float_chunk_sums ? latent_encode_width<false, false, true>(a) : latent_encode_width<false>(a);
 }
 
 // ---------------------------------------------------------------------------------------------------

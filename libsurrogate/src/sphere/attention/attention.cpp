@@ -1,9 +1,8 @@
-// AttentionS2 (global attention on the sphere) on the CPU. The softmax over the keys is the shared
-// streaming primitive kernels::CpuKernels::latent_encode (online softmax with double sums, no N x N
-// score matrix): per (sample, head, block of queries) the queries play the role of the "latents". The
-// quadrature term log w_lat(j) of the key grid is added to the logit through one extra column: the
-// query gets a 1 there and the key its log weight, so each logit is s q.k + log w exactly as SDPA's
-// additive float mask gives it; further columns (to the common width of keys and values) are zero.
+// AttentionS2 (global attention on the sphere) on the CPU (share/docs/sphere.md, "AttentionS2"): the
+// shared streaming primitive kernels::CpuKernels::latent_encode (online softmax, float sums per chunk of
+// keys added in double, no N x N matrix), the queries of a (sample, head, block) as its "latents", the
+// quadrature term log w_lat(j) as its additive bias (one value per key): logits s q.k + log w, as SDPA's
+// float mask gives them.
 #include "surrogate/sphere/attention.hpp"
 
 #include <algorithm>
@@ -42,10 +41,12 @@ detail::S2Heads make_heads(AttentionS2Config& c, const AttentionS2Weights& w) {
 struct AttentionS2::Impl {
   Impl(const AttentionS2Config& config, const AttentionS2Weights& w) : cfg(config), h(make_heads(cfg, w)) {
     for (float q : attention_latitude_weights(cfg.nlat_in, cfg.nlon_in, cfg.grid_in)) log_w.push_back(std::log(q));
+    for (float lw : log_w) log_w_keys.insert(log_w_keys.end(), static_cast<std::size_t>(cfg.nlon_in), lw);
   }
   AttentionS2Config cfg;
   detail::S2Heads h;
-  std::vector<float> log_w;  // per input latitude
+  std::vector<float> log_w;       // per input latitude
+  std::vector<float> log_w_keys;  // per input point (the logits' bias)
   mutable std::shared_ptr<detail::S2WorkspacePool> workspaces = std::make_shared<detail::S2WorkspacePool>();
 };
 
@@ -89,9 +90,9 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
   const index_t rows_q = batch * po, rows_k = batch * pi;
   const int H = hd.heads, E = hd.width, ev = hd.ev;
   const detail::S2WorkspacePool::Lease ws = m.workspaces->acquire();
-  hd.project(rows_q, rows_k, pi, c.nlon_in, m.log_w, query, key, value, *ws);
-  const detail::AugmentedOperands& ops = ws->augmented;
-  const index_t ld_aug = ops.ld_aug, ld_v = hd.ld_out();
+  hd.project(rows_q, rows_k, query, key, value, *ws);
+  const detail::CommonWidthOperands& ops = ws->common;
+  const index_t ld_common = ops.ld_common, ld_v = hd.ld_out();
   AlignedBuffer<float>& o = ws->attention;
   o.resize(static_cast<std::size_t>(rows_q * ld_v));
   std::fill(o.data(), o.data() + rows_q * ld_v, 0.0f);
@@ -110,7 +111,7 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
       const index_t b = t / (H * qblocks), h = (t / qblocks) % H, q0 = (t % qblocks) * kQueryBlock;
       const int nq = static_cast<int>(std::min<index_t>(kQueryBlock, po - q0));
       for (int i = 0; i < nq; ++i) {
-        const float* src = ops.q.data() + (b * po + q0 + i) * ld_aug + h * E;
+        const float* src = ops.q.data() + (b * po + q0 + i) * ld_common + h * E;
         std::copy(src, src + E, qblock.data() + static_cast<std::size_t>(i) * E);
       }
       std::fill(ref_exp.begin(), ref_exp.end(), kernels::kNoExponent);
@@ -120,11 +121,14 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
       a.q = qblock.data();
       a.M = nq;
       a.E = E;
-      a.k = ops.k.data() + b * pi * ld_aug + h * E;
-      a.ldk = ld_aug;
-      a.v = ops.v.data() + b * pi * ld_aug + h * E;
-      a.ldv = ld_aug;
+      a.k = ops.k.data() + b * pi * ld_common + h * E;
+      a.ldk = ld_common;
+      a.v = ops.v.data() + b * pi * ld_common + h * E;
+      a.ldv = ld_common;
       a.rows = pi;
+      a.bias = m.log_w_keys.data();  // the same row for every query (ld_bias 0)
+      a.ld_bias = 0;
+      a.float_chunk_sums = true;  // every query sees the whole key grid in grid order, on every rank
       a.ref_exp = ref_exp.data();
       a.sum = sum.data();
       a.weighted = weighted.data();

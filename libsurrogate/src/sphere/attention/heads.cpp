@@ -96,13 +96,11 @@ S2Heads::S2Heads(const char* op, int in_channels, int num_heads, int& k_channels
   cout = out_channels;
   ek = ck / heads;
   ev = cout / heads;
-  width = std::max(ek + 1, ev);
+  width = std::max(ek, ev);
   if (width > kernels::kMaxAttentionHeadDim)
     throw Error(ErrorCode::unsupported, std::string(op) + ": head widths k_channels/num_heads = " + std::to_string(ek) +
                                             ", out_channels/num_heads = " + std::to_string(ev) +
-                                            ": the CPU kernel supports k_channels/num_heads <= " +
-                                            std::to_string(kernels::kMaxAttentionHeadDim - 1) +
-                                            " and out_channels/num_heads <= " +
+                                            ": the CPU kernel supports both <= " +
                                             std::to_string(kernels::kMaxAttentionHeadDim));
   // 1 / sqrt(k_channels / num_heads) formed in double and used as a float (SDPA's default and
   // torch-harmonics' math.sqrt alike).
@@ -174,13 +172,13 @@ void S2Heads::check_forward(int batch, const float*& query, const float*& key, c
 
 index_t S2Heads::ld_out() const { return round_up(cout, kPad); }
 
-void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlon_in, const std::vector<float>& log_w_lat,
-                      const float* query, const float* key, const float* value, S2Workspace& ws) const {
-  AugmentedOperands& ops = ws.augmented;
+void S2Heads::project(index_t rows_q, index_t rows_k, const float* query, const float* key, const float* value,
+                      S2Workspace& ws) const {
+  CommonWidthOperands& ops = ws.common;
   const int cin = in_channels_, H = heads, E = width;
   const index_t ld_in = round_up(cin, kPad), ld_k = round_up(ck, kPad), ld_v = ld_out();
-  const index_t ld_aug = round_up(static_cast<index_t>(H) * E, kPad);
-  ops.ld_aug = ld_aug;
+  const index_t ld_common = round_up(static_cast<index_t>(H) * E, kPad);
+  ops.ld_common = ld_common;
 
   // Inputs in padded rows (the same buffer where key / value are the query).
   AlignedBuffer<float>& xq = ws.pad_q;
@@ -209,11 +207,11 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
   qp.resize(static_cast<std::size_t>(rows_q * ld_k));
   kp.resize(static_cast<std::size_t>(rows_k * ld_k));
   vp.resize(static_cast<std::size_t>(rows_k * ld_v));
-  ops.q.resize(static_cast<std::size_t>(rows_q * ld_aug));
-  ops.k.resize(static_cast<std::size_t>(rows_k * ld_aug));
-  ops.v.resize(static_cast<std::size_t>(rows_k * ld_aug));
+  ops.q.resize(static_cast<std::size_t>(rows_q * ld_common));
+  ops.k.resize(static_cast<std::size_t>(rows_k * ld_common));
+  ops.v.resize(static_cast<std::size_t>(rows_k * ld_common));
 
-  // q: projection, qk-norm, scale (after the norm), a 1 in the log-weight column.
+  // q: projection, qk-norm, scale (after the norm).
   const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
 #pragma omp parallel for schedule(dynamic)
   for (index_t t = 0; t < blocks_q; ++t) {
@@ -222,15 +220,13 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
     for (index_t r = r0; r < r0 + n; ++r) {
       float* row = qp.data() + r * ld_k;
       if (use_qknorm_) rms_norm_heads(row, H, ek, q_norm_);
-      float* dst = ops.q.data() + r * ld_aug;
-      std::fill(dst, dst + ld_aug, 0.0f);
-      for (int h = 0; h < H; ++h) {
+      float* dst = ops.q.data() + r * ld_common;
+      std::fill(dst, dst + ld_common, 0.0f);
+      for (int h = 0; h < H; ++h)
         for (int e = 0; e < ek; ++e) dst[h * E + e] = row[h * ek + e] * s;
-        dst[h * E + ek] = 1.0f;
-      }
     }
   }
-  // k, v: projections, qk-norm of k, the key latitude's log quadrature weight in the extra column.
+  // k, v: projections, qk-norm of k.
 #pragma omp parallel for schedule(dynamic)
   for (index_t t = 0; t < blocks_k; ++t) {
     const index_t r0 = t * kRowBlock, n = std::min<index_t>(kRowBlock, rows_k - r0);
@@ -239,15 +235,13 @@ void S2Heads::project(index_t rows_q, index_t rows_k, index_t points_in, int nlo
     for (index_t r = r0; r < r0 + n; ++r) {
       float* krow = kp.data() + r * ld_k;
       if (use_qknorm_) rms_norm_heads(krow, H, ek, k_norm_);
-      const float log_w = log_w_lat[static_cast<std::size_t>((r % points_in) / nlon_in)];
       const float* vrow = vp.data() + r * ld_v;
-      float* kd = ops.k.data() + r * ld_aug;
-      float* vd = ops.v.data() + r * ld_aug;
-      std::fill(kd, kd + ld_aug, 0.0f);
-      std::fill(vd, vd + ld_aug, 0.0f);
+      float* kd = ops.k.data() + r * ld_common;
+      float* vd = ops.v.data() + r * ld_common;
+      std::fill(kd, kd + ld_common, 0.0f);
+      std::fill(vd, vd + ld_common, 0.0f);
       for (int h = 0; h < H; ++h) {
         for (int e = 0; e < ek; ++e) kd[h * E + e] = krow[h * ek + e];
-        kd[h * E + ek] = log_w;
         for (int e = 0; e < ev; ++e) vd[h * E + e] = vrow[h * ev + e];
       }
     }

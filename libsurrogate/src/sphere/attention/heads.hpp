@@ -1,9 +1,7 @@
 // The part AttentionS2 and NeighborhoodAttentionS2 share (internal): the checks of the channel/head
 // configuration and of the state_dict, the packed 1x1 convolutions, and the forward's projection stages.
-// Both operators feed the shared online softmax (kernels::CpuKernels::latent_encode) with "augmented"
-// per-head rows of common width E = max(ek + 1, ev): q scaled by s (after the optional RMS qk-norm) with a
-// 1 in column ek, k with the key latitude's log quadrature weight in column ek, v zero-padded; so every
-// logit is s q.k + log w_lat, torch-harmonics' quadrature-weighted softmax.
+// AttentionS2 feeds the shared online softmax (kernels::CpuKernels::latent_encode) with per-head rows of
+// common width E = max(ek, ev): q scaled by s (after the optional RMS qk-norm), k and v zero-padded.
 #pragma once
 
 #include <functional>
@@ -14,10 +12,10 @@
 
 namespace surrogate::sphere::detail {
 
-/// The projected operands of one forward, rows b*P + p, head h in columns [h*E, (h+1)*E) (ld_aug).
-struct AugmentedOperands {
-  kernels::index_t ld_aug = 0;
-  kernels::AlignedBuffer<float> q, k, v;  // q: rows_q x ld_aug; k, v: rows_k x ld_aug
+/// The projected operands of one forward, rows b*P + p, head h in columns [h*E, (h+1)*E) (ld_common).
+struct CommonWidthOperands {
+  kernels::index_t ld_common = 0;
+  kernels::AlignedBuffer<float> q, k, v;  // q: rows_q x ld_common; k, v: rows_k x ld_common
 };
 
 /// The projected operands of NeighborhoodAttentionS2 (no extra column): q (scaled by s after the
@@ -38,7 +36,7 @@ class S2Heads {
   S2Heads(const char* op, int in_channels, int num_heads, int& k_channels, int& out_channels, bool bias,
           bool use_qknorm, ScaleMode scale_mode, float scale, const AttentionS2Weights& weights);
 
-  int heads = 1, ck = 0, cout = 0, ek = 0, ev = 0, width = 0;  // width: the augmented head width E
+  int heads = 1, ck = 0, cout = 0, ek = 0, ev = 0, width = 0;  // width: the common head width E = max(ek, ev)
   float s = 1.0f;                                               // scale of q
 
   /// The checks of forward()'s arguments shared by both operators; fills key = value = query for
@@ -46,12 +44,10 @@ class S2Heads {
   void check_forward(int batch, const float*& query, const float*& key, const float*& value, const float* out,
                      bool same_grids) const;
 
-  /// q/k/v projections, qk-norm and the augmented rows, into ws.augmented (scratch: ws.pad_*, ws.proj_*).
-  /// query: rows_q x in_channels, key/value: rows_k x in_channels (channels last);
-  /// log_w_lat[(r % points_in) / nlon_in] is the log quadrature weight of key row r.
-  void project(kernels::index_t rows_q, kernels::index_t rows_k, kernels::index_t points_in, int nlon_in,
-               const std::vector<float>& log_w_lat, const float* query, const float* key, const float* value,
-               S2Workspace& ws) const;
+  /// q/k/v projections, qk-norm and the rows of common width, into ws.common (scratch: ws.pad_*,
+  /// ws.proj_*). query: rows_q x in_channels, key/value: rows_k x in_channels (channels last).
+  void project(kernels::index_t rows_q, kernels::index_t rows_k, const float* query, const float* key,
+               const float* value, S2Workspace& ws) const;
 
   /// Receives projected key/value rows [r0, r0 + n) (k with qk-norm; ld_k, ld_v as PlainOperands),
   /// called from OpenMP threads for disjoint row blocks.

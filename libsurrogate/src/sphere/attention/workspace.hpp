@@ -23,8 +23,8 @@ namespace surrogate::sphere::detail {
 
 struct S2Workspace {
   kernels::AlignedBuffer<float> pad_q, pad_k, pad_v;     // inputs in padded rows (when in_channels needs it)
-  kernels::AlignedBuffer<float> proj_q, proj_k, proj_v;  // AttentionS2: projections before the augmented rows
-  AugmentedOperands augmented;                           // AttentionS2
+  kernels::AlignedBuffer<float> proj_q, proj_k, proj_v;  // AttentionS2: projections before the rows of common width
+  CommonWidthOperands common;                           // AttentionS2
   PlainOperands plain;                                   // NeighborhoodAttentionS2
   kernels::AlignedBuffer<float> k_rings;                 // NeighborhoodAttentionS2: key rings
   kernels::AlignedBuffer<float> v_rings;                 // and value rings
@@ -34,7 +34,7 @@ struct S2Workspace {
 
   std::size_t bytes() const {
     const std::size_t floats = pad_q.size() + pad_k.size() + pad_v.size() + proj_q.size() + proj_k.size() +
-                               proj_v.size() + augmented.q.size() + augmented.k.size() + augmented.v.size() +
+                               proj_v.size() + common.q.size() + common.k.size() + common.v.size() +
                                plain.q.size() + plain.k.size() + plain.v.size() + k_rings.size() + v_rings.size() +
                                attention.size() + projected.size();
     std::size_t blocks = 0;
