@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "bsa_device_mpi_cases.hpp"
-#include "gpu_test.hpp"
+#include "gpu_mpi_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -23,16 +23,7 @@ namespace {
 using namespace bsa_device_mpi;  // NOLINT: the shared cases
 using surrogate::Error;
 using surrogate::ErrorCode;
-
-int local_device() {
-  if (surrogate::testing::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  return rank % surrogate::kernels::cuda::device_count();
-}
+using surrogate::testing::local_device;
 
 /// Bytes uploaded to the emulated device so far (host backend), to check that this rank's part went
 /// through its device; 0 on a GPU.

@@ -8,7 +8,7 @@
 #include <numeric>
 
 #include "golden.hpp"
-#include "gpu_test.hpp"
+#include "gpu_mpi_test.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/nccl_comm.hpp"
 
@@ -17,15 +17,6 @@ namespace cu = surrogate::kernels::cuda;
 
 namespace {
 
-int local_device() {
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  return rank % cu::device_count();
-}
-
 class Nccl : public ::testing::Test {
  protected:
   void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
@@ -33,7 +24,7 @@ class Nccl : public ::testing::Test {
 
 TEST_F(Nccl, TheDecisionIsCollectiveAndRefusesSharedGpus) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int device = local_device();
+  const int device = st::local_device();
   std::string why;
   const bool usable = surrogate::NcclComm::usable(comm, device, &why);
   int lo = usable, hi = usable;
@@ -55,7 +46,7 @@ TEST_F(Nccl, TheDecisionIsCollectiveAndRefusesSharedGpus) {
 
 TEST_F(Nccl, AllreducesDeviceBuffers) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int device = local_device();
+  const int device = st::local_device();
   std::string why;
   if (!surrogate::NcclComm::usable(comm, device, &why)) GTEST_SKIP() << "NCCL not usable here (" << why << ")";
   surrogate::NcclComm nccl(comm, device);
@@ -81,7 +72,7 @@ TEST_F(Nccl, AllreducesDeviceBuffers) {
 
 TEST_F(Nccl, ReproducibleForwardThroughNcclIsBitwiseIdenticalToOneProcess) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int device = local_device();
+  const int device = st::local_device();
   std::string why;
   if (!surrogate::NcclComm::usable(comm, device, &why)) GTEST_SKIP() << "NCCL not usable here (" << why << ")";
   surrogate::SelfComm self;

@@ -17,7 +17,7 @@
 #include "ball_golden_checks.hpp"
 #include "erwin/cuda/device.hpp"
 #include "erwin_device_mpi_cases.hpp"
-#include "gpu_test.hpp"
+#include "gpu_mpi_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "surrogate/error.hpp"
 
@@ -27,13 +27,6 @@ using ball_golden::max_abs;
 using ball_golden::max_error;
 
 using namespace erwin_device_mpi;
-
-int local_device() {
-  if (st::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
-  int rank = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  return rank % surrogate::kernels::cuda::device_count();
-}
 
 /// Kernels launched on the emulated device so far (0 on a GPU).
 int launches() { return st::on_host_backend() ? static_cast<int>(host_backend::launches) : 0; }
@@ -56,7 +49,7 @@ OneProcess one_process(const Case& c, const std::vector<float>& features, int de
 }
 
 void expect_device_bitwise(const std::string& name, const Case& c) {
-  const int device = local_device();
+  const int device = st::local_device();
   const OneProcess ref = one_process(c, c.features, device);
   const double scale = c.exact.empty() ? ball_golden::max_abs(std::vector<double>(ref.cpu_out.begin(), ref.cpu_out.end()))
                                        : max_abs(c.exact);
@@ -118,7 +111,7 @@ TEST(ErwinDeviceMpi, ShapenetCarWrapper) {
   g.positions = c.positions.data();
   g.ld_positions = 3;
   surrogate::RunOptions options;
-  options.cuda_device = local_device();
+  options.cuda_device = st::local_device();
   std::vector<float> one(static_cast<std::size_t>(c.n())), cpu(one.size());
   model->predict(self, layout, g, nullptr, 0, one.data(), 1, options);
   model->predict(self, layout, g, nullptr, 0, cpu.data(), 1);
@@ -137,7 +130,7 @@ TEST(ErwinDeviceMpi, ANanFeatureOnOneRankIsAgreed) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const Case c = golden("mpnn_rot");
   const auto model = surrogate::make_model(c.file);
-  const int device = local_device();
+  const int device = st::local_device();
   Spread spread(*model, c, false, 7u);
   const std::vector<float> good = spread.predict(c.features, device);
   std::vector<float> bad = c.features;
@@ -209,7 +202,7 @@ TEST(ErwinDeviceMpi, OtherPrecisionsAreRefusedOnEveryRank) {
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * model->out_channels())));
   for (const surrogate::Precision p : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
     surrogate::RunOptions options;
-    options.cuda_device = local_device();
+    options.cuda_device = st::local_device();
     options.precision = p;
     try {
       model->predict(comm, layout, g, c.features.data(), model->in_channels(), out.data(), model->out_channels(), options);

@@ -12,7 +12,7 @@
 #include <random>
 
 #include "golden.hpp"
-#include "gpu_test.hpp"
+#include "gpu_mpi_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/model.hpp"
@@ -23,16 +23,6 @@ using surrogate::Comm;
 using surrogate::DeviceTransport;
 
 namespace {
-
-int local_device() {
-  if (st::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  return rank % surrogate::kernels::cuda::device_count();
-}
 
 /// The staged transport under the name and the direct() of NCCL: the forward takes its NCCL branch.
 class DirectTransport final : public DeviceTransport {
@@ -165,7 +155,7 @@ TEST_P(FlareMpiGpu, PredictionsDoNotDependOnTheRanksOrTheTransport) {
   const auto model = surrogate::make_model(surrogate::ModelFile::read(mpi, c.model_path));
   std::vector<std::int64_t> all(static_cast<std::size_t>(c.points()));
   std::iota(all.begin(), all.end(), 0);
-  const int device = local_device();
+  const int device = st::local_device();
   surrogate::RunOptions fast, exact;
   fast.cuda_device = exact.cuda_device = device;
   exact.reproducible = true;
@@ -257,7 +247,7 @@ TEST(FlareMpiGpuErrors, BadDeviceInputsOnSomeRanksAreAgreed) {
   surrogate::MpiComm mpi(MPI_COMM_WORLD);
   DirectComm direct;
   surrogate::RunOptions options;
-  options.cuda_device = local_device();
+  options.cuda_device = st::local_device();
   for (const Comm* comm : {static_cast<const Comm*>(&mpi), static_cast<const Comm*>(&direct)}) {
     const Contiguous run(*comm, options);
     const auto& c = run.c;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "gpu_test.hpp"
+#include "gpu_mpi_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "sphere_device_mpi_cases.hpp"
 #include "surrogate/error.hpp"
@@ -19,16 +19,6 @@ namespace {
 
 namespace st = surrogate::testing;
 using namespace sphere_device_mpi;
-
-int local_device() {
-  if (st::on_host_backend()) return surrogate::kernels::cuda::kEmulatedDevice;
-  MPI_Comm local;
-  MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &local);
-  int rank = 0;
-  MPI_Comm_rank(local, &rank);
-  MPI_Comm_free(&local);
-  return rank % surrogate::kernels::cuda::device_count();
-}
 
 class GpuSphereMpi : public ::testing::TestWithParam<const char*> {};
 
@@ -41,7 +31,7 @@ TEST_P(GpuSphereMpi, EveryRankCountGivesTheOneProcessDeviceForwardBitwise) {
   const int launches = host ? static_cast<int>(host_backend::launches) : 0;
   const int sht = host ? static_cast<int>(host_backend::sht_launches) : 0;
   const int wide = host ? static_cast<int>(host_backend::wide_attention_launches) : 0;
-  expect_one_process_device_bits(name.c_str(), local_device());
+  expect_one_process_device_bits(name.c_str(), st::local_device());
   if (!host) return;
   EXPECT_GT(static_cast<int>(host_backend::launches), launches) << name;
   if (name.rfind("st_sht_global", 0) == 0) {
@@ -90,16 +80,14 @@ TEST(SphereMpiHostBackend, EveryRankWithABandLaunchesKernels) {
   }
 }
 
-/// A launch failing on one rank: every rank throws the same surrogate::Error (agreed), and the model
-/// works again afterwards.
-TEST(SphereMpiHostBackend, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
-  SURROGATE_HOST_BACKEND_ONLY();
+/// The first kernel launch on the last rank fails inside `name`'s forward: every rank throws the same
+/// surrogate::Error (agreed, not a hang), and the next forward gives the one-process device bits.
+void expect_launch_failure_agreed(const char* name) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Case c = load("s2_attention_self_qknorm");
+  const Case c = load(name);
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
   const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-  const int failing = comm.size() - 1;
-  host_backend::fail_after = comm.rank() == failing ? 1 : 0;
+  host_backend::fail_after = comm.rank() == comm.size() - 1 ? 1 : 0;
   std::string message;
   try {
     predict(comm, *model, c, begin, end, host_backend::kDevice);
@@ -108,40 +96,24 @@ TEST(SphereMpiHostBackend, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   }
   host_backend::fail_after = 0;
   EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
-  // The same message everywhere.
-  const std::vector<float> one(1, static_cast<float>(message.size()));
-  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
+  const std::vector<float> one(1, static_cast<float>(message.size()));  // the same message everywhere
+  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size())) << name;
   const std::vector<float> got = gather(predict(comm, *model, c, begin, end, host_backend::kDevice));
   const surrogate::SelfComm self;
   const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
   const std::vector<float> want = predict(self, *single, c, 0, c.n(), host_backend::kDevice);
-  EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
+  EXPECT_EQ(first_difference(got, want), got.size()) << name << ": after the failure";
 }
 
-/// A launch failing on one rank inside the transformer's band forward (between its collectives): the same
-/// Error on every rank, and the next forward gives the one-process device bits.
+TEST(SphereMpiHostBackend, ALaunchFailingOnOneRankIsAnErrorOnEveryRank) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  expect_launch_failure_agreed("s2_attention_self_qknorm");
+}
+
+/// Inside the transformer's band forward, between its collectives (its first attention launch).
 TEST(SphereMpiHostBackend, ATransformerLaunchFailingOnOneRankIsAnErrorOnEveryRank) {
   SURROGATE_HOST_BACKEND_ONLY();
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Case c = load("st_neighborhood_instance_latlon_cutoff");
-  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.dir + "/model.h5"));
-  const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), false);
-  host_backend::fail_after = comm.rank() == comm.size() - 1 ? 1 : 0;  // its first attention launch
-  std::string message;
-  try {
-    predict(comm, *model, c, begin, end, host_backend::kDevice);
-  } catch (const surrogate::Error& e) {
-    message = e.what();
-  }
-  host_backend::fail_after = 0;
-  EXPECT_NE(message.find("emulated launch failure"), std::string::npos) << "rank " << comm.rank() << ": '" << message << "'";
-  const std::vector<float> one(1, static_cast<float>(message.size()));
-  for (const float len : gather(one)) EXPECT_EQ(len, static_cast<float>(message.size()));
-  const std::vector<float> got = gather(predict(comm, *model, c, begin, end, host_backend::kDevice));
-  const surrogate::SelfComm self;
-  const auto single = surrogate::make_model(surrogate::ModelFile::read(c.dir + "/model.h5"));
-  const std::vector<float> want = predict(self, *single, c, 0, c.n(), host_backend::kDevice);
-  EXPECT_EQ(first_difference(got, want), got.size()) << "after the failure";
+  expect_launch_failure_agreed("st_neighborhood_instance_latlon_cutoff");
 }
 
 }  // namespace

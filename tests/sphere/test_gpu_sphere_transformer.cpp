@@ -21,6 +21,7 @@
 #include "host_backend_hooks.hpp"
 #include "h5_io.hpp"
 #include "sphere/cuda/transformer.hpp"
+#include "sphere_rows.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda_sphere_sht.hpp"
@@ -490,15 +491,6 @@ TEST(GpuSphereTransformer, BandRowsAreTheWholeDeviceForward) {
     std::vector<float> v(n);
     for (float& x : v) x = normal(gen);
     return v;
-  };
-  const auto rows_of = [](const std::vector<float>& x, int batch, int nlat, int nlon, int ch, int r0, int r1) {
-    std::vector<float> out;
-    const std::size_t row = static_cast<std::size_t>(nlon) * static_cast<std::size_t>(ch);
-    for (int b = 0; b < batch; ++b) {
-      const auto first = x.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(b) * static_cast<std::size_t>(nlat) + static_cast<std::size_t>(r0)) * row);
-      out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(r1 - r0) * row));
-    }
-    return out;
   };
   // f(device input, device output) on device copies of `in` and `out`; `out` takes the result.
   const auto on_device = [](const std::vector<float>& in, std::vector<float>& out, const auto& f) {

@@ -15,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "sphere_rows.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/bands.hpp"
@@ -34,18 +35,6 @@ std::vector<float> random_values(std::size_t n, unsigned seed, float scale = 1.0
   std::vector<float> v(n);
   for (float& x : v) x = d(gen);
   return v;
-}
-
-/// Rows [lat_begin, lat_end) of every sample of a channels-last grid (nlat x nlon points per sample).
-std::vector<float> rows_of(const std::vector<float>& x, int batch, int nlat, int nlon, int channels, int lat_begin,
-                           int lat_end) {
-  std::vector<float> out;
-  const std::size_t row = static_cast<std::size_t>(nlon) * static_cast<std::size_t>(channels);
-  for (int b = 0; b < batch; ++b) {
-    const auto first = x.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(b) * nlat + lat_begin) * row);
-    out.insert(out.end(), first, first + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(lat_end - lat_begin) * row));
-  }
-  return out;
 }
 
 /// The bands checked on a grid of nlat rows: every single row, the northern and southern halves, the whole.
