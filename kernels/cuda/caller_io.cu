@@ -38,8 +38,10 @@ __global__ void __launch_bounds__(kIoThreads) scatter_kernel(CallerOutput a) {
   const index_t dst_row = a.order ? a.order[row] : row;
   double v = a.work[row * a.ld_work + c];
   if (a.mean) v = __dadd_rn(__dmul_rn(v, a.std[c]), a.mean[c]);  // no FMA contraction: as the host
+  const float f = static_cast<float>(v);
+  if (a.bad && !isfinite(f)) atomicAdd(a.bad + c, 1ull);
   Real* out = static_cast<Real*>(a.data);
-  out[dst_row * a.point_stride + static_cast<index_t>(c) * a.component_stride] = static_cast<Real>(static_cast<float>(v));
+  out[dst_row * a.point_stride + static_cast<index_t>(c) * a.component_stride] = static_cast<Real>(f);
 }
 
 unsigned grid_for(index_t n) { return static_cast<unsigned>((n + kIoThreads - 1) / kIoThreads); }

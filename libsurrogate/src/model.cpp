@@ -429,6 +429,8 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   io.device = &arrays;
   // The same agreed summary as predict(): every rank's counts, per channel.
   io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(comm, bad, false); };
+  if (!options.allow_non_finite_output)
+    io.check_outputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(comm, bad, true); };
   const ScopedPhase phase(kForwardPhase);
   forward(comm, plan, io, options);
 }

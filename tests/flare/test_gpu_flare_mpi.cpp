@@ -273,6 +273,41 @@ TEST(FlareMpiGpuErrors, BadDeviceInputsOnSomeRanksAreAgreed) {
   }
 }
 
+// An output std of 1e300 overflows float32 at every point: predictions into device arrays are the same
+// agreed Error(input) as predict()'s on host arrays, with every rank's count, unless
+// allow_non_finite_output hands them over.
+TEST(FlareMpiGpuErrors, NonFiniteDevicePredictionsAreAgreedUnlessAllowed) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  surrogate::RunOptions options;
+  options.cuda_device = st::local_device();
+  const st::GoldenCase c = st::load_golden_case("default");
+  surrogate::ModelFile file = surrogate::ModelFile::read(comm, c.model_path);
+  file.normalization.output_mean.assign(static_cast<std::size_t>(c.out_dim), 0.0);
+  file.normalization.output_std.assign(static_cast<std::size_t>(c.out_dim), 1e300);
+  const auto model = surrogate::make_model(file);
+  const auto rows = partitions(c.points(), comm.rank(), comm.size())[0].rows;
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  gather(c, rows, in, ids);
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, n, ids.data()));
+  const std::size_t out_size = static_cast<std::size_t>(n * c.out_dim);
+  const surrogate::Error e = error_everywhere(comm, [&] {
+    predict_on_device_arrays(comm, *model, *plan, in, out_size, c.in_dim, c.out_dim, options);
+  });
+  EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+  const std::string what = e.what();
+  EXPECT_NE(what.find("non-finite predictions: output field"), std::string::npos) << what;
+  EXPECT_NE(what.find("(channel 0) has " + std::to_string(c.points()) + " NaN/Inf value(s)"), std::string::npos) << what;
+  if (n > 0) {
+    EXPECT_NE(what.find("rank " + std::to_string(comm.rank()) + ": " + std::to_string(n)), std::string::npos) << what;
+  }
+  options.allow_non_finite_output = true;
+  for (const float v : predict_on_device_arrays(comm, *model, *plan, in, out_size, c.in_dim, c.out_dim, options))
+    EXPECT_FALSE(std::isfinite(v));
+}
+
 // A launch failure on the last rank only is the same Error(internal) on every rank (both transports); the
 // model and the plan work afterwards.
 TEST(FlareMpiHostBackend, OneRanksLaunchFailureIsAgreed) {

@@ -255,7 +255,9 @@ class Model {
   /// on the host (rows grouped by sample; row strides multiples of kernels::kPad; padding columns of `in`
   /// zero), or, for predict_device, the caller's arrays in device memory (`device`; then the family calls
   /// `check_inputs` on every rank, before any collective of its forward, with this rank's per-channel counts
-  /// of non-finite inputs: collective, it throws the agreed Error(input) of predict() when any rank has some).
+  /// of non-finite inputs: collective, it throws the agreed Error(input) of predict() when any rank has some;
+  /// and, unless it is empty (RunOptions::allow_non_finite_output), `check_outputs` on every rank after the
+  /// forward with the counts of non-finite outputs, as predict() checks them).
   struct Io {
     const float* in = nullptr;
     index_t ld_in = 0;
@@ -268,7 +270,7 @@ class Model {
     index_t ld_sample_in = 0;
     float* sample_out = nullptr;
     index_t ld_sample_out = 0;
-    std::function<void(const std::vector<std::uint64_t>&)> check_inputs;
+    std::function<void(const std::vector<std::uint64_t>&)> check_inputs, check_outputs;
   };
   /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. A family
   /// without a device-resident predict refuses `io.device` with Error(unsupported) on every rank.

@@ -73,7 +73,8 @@ void Model::forward_on_device(const Comm& comm, Plan& plan, const Io& io, const 
     if (!device_forward_ || device_forward_->device() != device)
       device_forward_ = std::make_unique<cuda::Forward>(cfg_, file_, device);
   });
-  if (io.device) device_forward_->forward_device_arrays(comm, plan, *io.device, options, io.check_inputs);
+  if (io.device)
+    device_forward_->forward_device_arrays(comm, plan, *io.device, options, io.check_inputs, io.check_outputs);
   else device_forward_->forward_host_arrays(comm, plan, io.in, io.ld_in, io.out, io.ld_out, options);
 #else
   (void)plan, (void)io;

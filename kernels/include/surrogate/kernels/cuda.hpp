@@ -250,6 +250,7 @@ struct CallerOutput {
   const double* std = nullptr;
   const float* work = nullptr;        // rows x ld_work: float(work * std + mean in double)
   index_t ld_work = 0;
+  unsigned long long* bad = nullptr;  // device, channels counters of non-finite outputs, or nullptr: not counted
 };
 void scatter_caller_output(const CallerOutput& a, cudaStream_t stream);
 

@@ -227,8 +227,8 @@ void Forward::forward_host_arrays(const Comm& comm, Plan& plan, const float* in,
 }
 
 void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogate::Model::DeviceArrays& arrays,
-                                    const RunOptions& options,
-                                    const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs) {
+                                    const RunOptions& options, const CountCheck& check_inputs,
+                                    const CountCheck& check_outputs) {
   const auto in_c = static_cast<std::size_t>(cfg_.in_dim), out_c = static_cast<std::size_t>(cfg_.out_dim);
   run(
       comm, plan, options,
@@ -268,9 +268,17 @@ void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogat
         o.std = has_output_norm_ ? normalization_.data() + at + out_c : nullptr;
         o.work = out_.data();
         o.ld_work = cfg_.out_dim;
+        if (check_outputs) {  // the per-channel counts of non-finite outputs: out_dim integers read back
+          bad_out_.resize(out_c, device_);
+          bad_out_host_.resize(out_c);
+          cu::zero(bad_out_.data(), bad_out_.bytes(), s);
+          o.bad = bad_out_.data();
+        }
         cu::scatter_caller_output(o, s);
+        if (check_outputs) cu::copy_to_host(bad_out_host_.data(), bad_out_.data(), bad_out_.bytes(), s);
       },
       [] {}, [&] { check_inputs(std::vector<std::uint64_t>(bad_host_.data(), bad_host_.data() + in_c)); });
+  if (check_outputs) check_outputs(std::vector<std::uint64_t>(bad_out_host_.data(), bad_out_host_.data() + out_c));
 }
 
 }  // namespace surrogate::flare::cuda

@@ -46,10 +46,11 @@ class Forward {
   /// Model::predict_device: the caller's arrays are in this device's memory; the inputs are gathered into
   /// the working order and normalised, the outputs de-normalised and scattered, all on the device.
   /// `check_inputs` receives this rank's per-channel counts of non-finite inputs, on every rank at the same
-  /// point, before any collective of the forward (it may itself be collective). Collective; errors agreed.
+  /// point, before any collective of the forward (it may itself be collective); `check_outputs`, unless
+  /// empty, those of the outputs after the forward. Collective; errors agreed.
+  using CountCheck = std::function<void(const std::vector<std::uint64_t>&)>;
   void forward_device_arrays(const Comm& comm, Plan& plan, const surrogate::Model::DeviceArrays& arrays,
-                             const RunOptions& options,
-                             const std::function<void(const std::vector<std::uint64_t>&)>& check_inputs);
+                             const RunOptions& options, const CountCheck& check_inputs, const CountCheck& check_outputs);
   const Timing& timing() const { return timing_; }
 
  private:
@@ -152,8 +153,8 @@ class Forward {
   std::vector<kernels::ExactScale> scales_host_;
   std::vector<float> value_max_host_;
   cu::DeviceBuffer<float> z_;  // [S][H][M][E]
-  cu::DeviceBuffer<unsigned long long> bad_;  // per input channel: non-finite inputs
-  cu::PinnedBuffer<unsigned long long> bad_host_;
+  cu::DeviceBuffer<unsigned long long> bad_, bad_out_;  // per input / output channel: non-finite values
+  cu::PinnedBuffer<unsigned long long> bad_host_, bad_out_host_;
 };
 
 }  // namespace surrogate::flare::cuda
