@@ -309,3 +309,78 @@ TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
 }
 
 }  // namespace
+
+namespace {
+
+// The float64 CPU kernel of every instruction set this CPU runs against the template in float64, on rows
+// of scales 0.25 ... 2.25 and one of 40, so that weights range from 1 down to subnormals and 0 (the exp's
+// clamp). Bound, per query i: both compute logit_ij = (<q_i, k_j> + qsq_i) + ksq_j summing dh + 2 terms in the
+// same order (the kernel with fused multiply-adds), so each is within (dh + 2) u M_ij of the exact value,
+// M_ij = sum_t |q_it k_jt| + |qsq_i| + |ksq_j|; their weights then differ by 2 (dh + 2) u M_ij relative, plus 3 u
+// for the two exps (simd_double.hpp: 2 u; std::exp: 1 u). The sums over m keys (each product rounded)
+// add 2 (m + 1) u of sum_j a_ij |v_j|; weights below the normal range add m 2^-1074 absolute.
+TEST(HeptKernel, Float64BucketKernelOfEveryIsaMatchesTemplate) {
+  namespace k = surrogate::kernels;
+  constexpr long double u = 0x1p-53L;
+  for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
+    const k::CpuKernels* table = k::cpu(isa);
+    if (!table) continue;
+    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{100, 30, 24}}) {
+      const int rows = m + 11;
+      std::vector<double> q(static_cast<std::size_t>(rows * dh)), kk(q.size()), v(static_cast<std::size_t>(rows * dv));
+      auto scale = [dh](std::size_t i) {
+        const std::size_t r = i / static_cast<std::size_t>(dh);
+        return r == 3 ? 40.0 : 0.25 * static_cast<double>(1 + r % 9);
+      };
+      for (std::size_t i = 0; i < q.size(); ++i) q[i] = scale(i) * std::sin(0.7 * static_cast<double>(i));
+      for (std::size_t i = 0; i < kk.size(); ++i)
+        kk[i] = scale(i + 5 * static_cast<std::size_t>(dh)) * std::cos(0.3 * static_cast<double>(i) + 1.0);
+      for (std::size_t i = 0; i < v.size(); ++i) v[i] = std::sin(1.1 * static_cast<double>(i) + 0.5);
+      std::vector<std::int64_t> qrow(static_cast<std::size_t>(m)), krow(qrow.size());
+      for (int i = 0; i < m; ++i) {
+        qrow[static_cast<std::size_t>(i)] = (7 * i + 3) % rows;
+        krow[static_cast<std::size_t>(i)] = (5 * i + 1) % rows;
+      }
+      const auto scratch_size = static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv));
+      std::vector<double> num(static_cast<std::size_t>(m * dv), -1.0), den(static_cast<std::size_t>(m), -1.0),
+          ref_num(num.size()), ref_den(den.size()), scratch(scratch_size), ref_scratch(scratch_size);
+      table->gaussian_bucket_f64({q.data(), dh, qrow.data(), kk.data(), dh, krow.data(), v.data(), dv, m, dh, dv,
+                                  num.data(), den.data(), scratch.data()});
+      k::gaussian_bucket_attention<double>(q.data(), dh, qrow.data(), kk.data(), dh, krow.data(), v.data(), dv, m, dh,
+                                           dv, ref_num.data(), ref_den.data(), ref_scratch.data());
+      int zeros = 0;
+      for (int i = 0; i < m; ++i) {
+        const double* qi = q.data() + qrow[static_cast<std::size_t>(i)] * dh;
+        long double qsq = 0, den_tol = 0;
+        for (int t = 0; t < dh; ++t) qsq += 0.5L * qi[t] * qi[t];
+        std::vector<long double> num_tol(static_cast<std::size_t>(dv));
+        for (int j = 0; j < m; ++j) {
+          const double* kj = kk.data() + krow[static_cast<std::size_t>(j)] * dh;
+          const double* vj = v.data() + krow[static_cast<std::size_t>(j)] * dv;
+          long double dot = 0, mag = 0, ksq = 0;
+          for (int t = 0; t < dh; ++t) {
+            dot += static_cast<long double>(qi[t]) * kj[t];
+            mag += std::fabs(static_cast<long double>(qi[t]) * kj[t]);
+            ksq += 0.5L * kj[t] * kj[t];
+          }
+          const long double a = std::exp(std::min(0.0L, dot - qsq - ksq));
+          zeros += a < 0x1p-1074L;
+          const long double rel = 2 * (dh + 2) * u * (mag + qsq + ksq) + 3 * u + 2 * (m + 1) * u;
+          den_tol += a * rel + 0x1p-1074L;
+          for (int e = 0; e < dv; ++e) num_tol[static_cast<std::size_t>(e)] += a * std::fabs(vj[e]) * rel + 0x1p-1074L;
+        }
+        EXPECT_NEAR(den[static_cast<std::size_t>(i)], ref_den[static_cast<std::size_t>(i)], static_cast<double>(den_tol))
+            << k::to_string(isa) << " m " << m << " i " << i;
+        for (int e = 0; e < dv; ++e)
+          EXPECT_NEAR(num[static_cast<std::size_t>(i * dv + e)], ref_num[static_cast<std::size_t>(i * dv + e)],
+                      static_cast<double>(num_tol[static_cast<std::size_t>(e)]))
+              << k::to_string(isa) << " m " << m << " i " << i << " e " << e;
+      }
+      if (m == 100) {
+        EXPECT_GT(zeros, 0);  // the clamp is exercised
+      }
+    }
+  }
+}
+
+}  // namespace

@@ -6,6 +6,7 @@
 #include "bucket_impl.hpp"
 #include "latent_impl.hpp"
 #include "linear_impl.hpp"
+#include "linear64_impl.hpp"
 #include "norm_impl.hpp"
 #include "top_keys_impl.hpp"
 #include "ring_attention_impl.hpp"
@@ -21,6 +22,17 @@ inline void exp_map(const float* x, float* y, index_t n) {
     float lanes[W] = {};
     lanes[0] = x[i];
     y[i] = simd::exp(load(lanes))[0];
+  }
+}
+
+inline void exp_f64_map(const double* x, double* y, index_t n) {
+  using namespace simd;
+  index_t i = 0;
+  for (; i + WD <= n; i += WD) stored(y + i, simd::exp(loadd(x + i)));
+  for (; i < n; ++i) {
+    double lanes[WD] = {};
+    lanes[0] = x[i];
+    y[i] = simd::exp(loadd(lanes))[0];
   }
 }
 
@@ -62,7 +74,10 @@ inline CpuKernels make_table() {
   t.ring_attention = &ring_attention;
   t.transpose = &transpose;
   t.gaussian_bucket = &gaussian_bucket;
+  t.gaussian_bucket_f64 = &gaussian_bucket_f64;
+  t.linear_f64 = &linear_f64;
   t.exp = &exp_map;
+  t.exp_f64 = &exp_f64_map;
   t.erf = &erf_map;
   t.activation = &activation_map;
   return t;

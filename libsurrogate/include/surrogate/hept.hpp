@@ -91,8 +91,8 @@ class Network {
   const Config& config() const { return cfg_; }
 
   struct Linear {
-    int in = 0, out = 0;
-    std::vector<T> wt, b;  // wt: in x out (the weight transposed)
+    int in = 0, out = 0, ldw = 0;
+    std::vector<T> wt, b;  // wt: in x ldw (the weight transposed; ldw = out rounded up to 8, zero columns)
     kernels::PackedLinear packed;  // T = float: the same weights for the CPU kernels' dense layer
   };
   struct Norm {

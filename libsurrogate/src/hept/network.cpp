@@ -29,15 +29,17 @@ typename Network<T>::Linear linear(const ModelFile& file, const std::string& pre
   const Tensor32& w = file.weight(prefix + ".weight");
   l.out = static_cast<int>(w.shape[0]);
   l.in = static_cast<int>(w.shape[1]);
-  l.wt.resize(w.values.size());
+  l.ldw = (l.out + 7) / 8 * 8;
+  const auto ldw = static_cast<std::size_t>(l.ldw);
+  l.wt.assign(static_cast<std::size_t>(l.in) * ldw, T(0));
   for (int o = 0; o < l.out; ++o)
     for (int i = 0; i < l.in; ++i)
-      l.wt[static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out) + static_cast<std::size_t>(o)] =
-          static_cast<T>(
-              w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
+      l.wt[static_cast<std::size_t>(i) * ldw + static_cast<std::size_t>(o)] =
+          static_cast<T>(w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
   if (bias) {
     const Tensor32& b = file.weight(prefix + ".bias");
-    l.b.assign(b.values.begin(), b.values.end());
+    l.b.assign(ldw, T(0));
+    std::copy(b.values.begin(), b.values.end(), l.b.begin());
   }
   if constexpr (std::is_same_v<T, float>)
     l.packed = kernels::PackedLinear(w.values.data(), bias ? l.b.data() : nullptr, l.out, l.in);
@@ -56,14 +58,15 @@ typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix)
 
 int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
-/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy). float: the CPU kernels'
-/// dense layer; double: the sum over inputs in ascending order, then the bias.
+/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy): the CPU kernels' dense layer
+/// (float: linear; double: linear_f64, each output summed over the inputs in ascending order, then the
+/// bias), blocks of rows per thread (a row's bits do not depend on the blocks).
 template <class T>
 void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
            std::int64_t rows, int threads) {
-  if constexpr (std::is_same_v<T, float>) {  // the CPU kernels' dense layer, blocks of rows per thread
-    constexpr std::int64_t kRows = 256;
-    const kernels::CpuKernels& k = kernels::cpu();
+  constexpr std::int64_t kRows = 256;
+  const kernels::CpuKernels& k = kernels::cpu();
+  if constexpr (std::is_same_v<T, float>) {
     const int pad = l.packed.out_pad();
 #pragma omp parallel num_threads(threads)
     {
@@ -82,24 +85,11 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
           std::copy(block.data() + r * pad, block.data() + r * pad + l.out, y + (r0 + r) * ldy);
       }
     }
-    return;
-  }
-#pragma omp parallel num_threads(threads)
-  {
-    std::vector<T> acc(static_cast<std::size_t>(l.out));
-#pragma omp for schedule(static)
-    for (std::int64_t n = 0; n < rows; ++n) {
-      const T* xn = x + n * ldx;
-      std::fill(acc.begin(), acc.end(), T(0));
-      for (int i = 0; i < l.in; ++i) {
-        const T xi = xn[i];
-        const T* wt = l.wt.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(l.out);
-        for (int o = 0; o < l.out; ++o) acc[static_cast<std::size_t>(o)] += xi * wt[o];
-      }
-      for (int o = 0; o < l.out; ++o)
-        y[n * ldy + o] = l.b.empty() ? acc[static_cast<std::size_t>(o)]
-                                     : acc[static_cast<std::size_t>(o)] + l.b[static_cast<std::size_t>(o)];
-    }
+  } else {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kRows)
+      k.linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x + r0 * ldx, ldx,
+                    y + r0 * ldy, ldy, std::min(kRows, rows - r0)});
   }
 }
 
@@ -313,12 +303,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           const std::size_t head = static_cast<std::size_t>(h) * npu;
           for (std::int64_t s = b0; s < b1; s += bs) {
             const std::int64_t* qrow = perm_q.data() + base + s;
+            const kernels::GaussianBucketArgsOf<T> args{
+                qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD, bs, Dh, D,
+                bnum.data(), bden.data(), scratch.data()};
             if constexpr (std::is_same_v<T, float>)
-              kernels::cpu().gaussian_bucket({qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD, bs,
-                                              Dh, D, bnum.data(), bden.data(), scratch.data()});
+              kernels::cpu().gaussian_bucket(args);
             else
-              kernels::gaussian_bucket_attention<T>(qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D,
-                                                    HD, bs, Dh, D, bnum.data(), bden.data(), scratch.data());
+              kernels::cpu().gaussian_bucket_f64(args);
             for (int i = 0; i < bs; ++i) {
               const auto row = static_cast<std::size_t>(qrow[i]);
               T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);

@@ -1,7 +1,7 @@
 // Bucket attention with an unnormalised Gaussian kernel (HEPT, share/docs/hept.md "Bucket attention"):
 // no scale, no max subtraction, numerator and denominator returned separately so that several hash
-// tables can be summed before dividing. Header-only, float or double: the reference, and the float64
-// path of the model; the float32 path runs the vectorised CpuKernels::gaussian_bucket (surrogate/kernels/cpu.hpp).
+// tables can be summed before dividing. Header-only, float or double: the reference; the model runs the
+// vectorised CpuKernels::gaussian_bucket and gaussian_bucket_f64 (surrogate/kernels/cpu.hpp).
 #pragma once
 
 #include <algorithm>
@@ -10,8 +10,9 @@
 
 namespace surrogate::kernels {
 
-/// Values of scratch gaussian_bucket_attention (and the float32 CPU kernel CpuKernels::gaussian_bucket,
-/// which pads keys and value columns to its vector width, at most 16) needs for a bucket of m keys.
+/// Values of scratch gaussian_bucket_attention (and the CPU kernels CpuKernels::gaussian_bucket and
+/// gaussian_bucket_f64, which pad keys and value columns to their vector width, at most 16) needs for a
+/// bucket of m keys.
 inline std::int64_t gaussian_bucket_scratch(int m, int dh, int dv) {
   const std::int64_t mp = (m + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
   return mp * (dh + 3) + static_cast<std::int64_t>(m) * dvp;

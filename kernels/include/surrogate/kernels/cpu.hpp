@@ -285,21 +285,40 @@ struct LatentExactArgs {
   std::int64_t* acc = nullptr;
 };
 
-/// HEPT's bucket attention of one bucket in float32 (surrogate/kernels/bucket_attention.hpp: the formula,
-/// the argument meanings and the scratch size gaussian_bucket_scratch).
-struct GaussianBucketArgs {
-  const float* q = nullptr;
+/// HEPT's bucket attention of one bucket in float32 or float64 (surrogate/kernels/bucket_attention.hpp: the
+/// formula, the argument meanings and the scratch size gaussian_bucket_scratch).
+template <class T>
+struct GaussianBucketArgsOf {
+  const T* q = nullptr;
   index_t ldq = 0;
   const std::int64_t* qrow = nullptr;
-  const float* k = nullptr;
+  const T* k = nullptr;
   index_t ldk = 0;
   const std::int64_t* krow = nullptr;
-  const float* v = nullptr;
+  const T* v = nullptr;
   index_t ldv = 0;
   int m = 0, dh = 0, dv = 0;
-  float* num = nullptr;
-  float* den = nullptr;
-  float* scratch = nullptr;
+  T* num = nullptr;
+  T* den = nullptr;
+  T* scratch = nullptr;
+};
+using GaussianBucketArgs = GaussianBucketArgsOf<float>;
+using GaussianBucketArgs64 = GaussianBucketArgsOf<double>;
+
+/// y = x W^T (+ b) in float64 over `rows` rows: every output the sum over the inputs in ascending order
+/// (fused multiply-adds where the instruction set has them), then the bias. wt: W^T as [in][ldw], ldw a
+/// multiple of 8 and columns out..ldw-1 zero; bias: ldw values or nullptr. Only columns [0, out) of y are
+/// written; x must not alias y.
+struct LinearF64Args {
+  const double* wt = nullptr;
+  index_t ldw = 0;
+  const double* bias = nullptr;
+  int in = 0, out = 0;
+  const double* x = nullptr;
+  index_t ldx = 0;
+  double* y = nullptr;
+  index_t ldy = 0;
+  index_t rows = 0;
 };
 
 struct CpuKernels {
@@ -317,8 +336,11 @@ struct CpuKernels {
   void (*ring_attention)(const RingAttentionArgs&) = nullptr;
   void (*transpose)(const TransposeArgs&) = nullptr;
   void (*gaussian_bucket)(const GaussianBucketArgs&) = nullptr;
-  /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x).
+  void (*gaussian_bucket_f64)(const GaussianBucketArgs64&) = nullptr;
+  void (*linear_f64)(const LinearF64Args&) = nullptr;
+  /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x); y = exp(x) in float64.
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
+  void (*exp_f64)(const double* x, double* y, index_t n) = nullptr;
   void (*erf)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
 };
