@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -14,6 +13,7 @@
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
 #include "surrogate/kernels/cpu.hpp"
+#include "surrogate/kernels/stable_key_sort.hpp"
 #include "surrogate/profile.hpp"
 
 namespace surrogate::hept {
@@ -90,6 +90,17 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
     for (std::int64_t r0 = 0; r0 < rows; r0 += kRows)
       k.linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x + r0 * ldx, ldx,
                     y + r0 * ldy, ldy, std::min(kRows, rows - r0)});
+  }
+}
+
+/// Asks the caches for rows[0..n) of x (stride ld, `width` values each), every line of each row.
+template <class T>
+void prefetch_rows(const T* x, std::int64_t ld, const std::int64_t* rows, int n, int width) {
+  constexpr int kLine = 64 / static_cast<int>(sizeof(T));
+  for (int i = 0; i < n; ++i) {
+    const T* row = x + rows[i] * ld;
+    for (int c = 0; c < width; c += kLine) __builtin_prefetch(row + c);
+    __builtin_prefetch(row + width - 1);
   }
 }
 
@@ -286,6 +297,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       {
         std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))),
             bnum(static_cast<std::size_t>(bs * D)), bden(static_cast<std::size_t>(bs));
+        kernels::StableKeySortWork<T> sort_work;
 #pragma omp for schedule(dynamic)
         for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
           const int h = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), r = c * H + h;
@@ -294,15 +306,21 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           const std::size_t base = static_cast<std::size_t>(r) * npu;
           for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
             std::int64_t* pr = perm->data() + base;
-            std::iota(pr + b0, pr + b1, b0);
-            const T* key = keys->data() + base;
-            std::stable_sort(pr + b0, pr + b1, [key](std::int64_t a, std::int64_t b) { return key[a] < key[b]; });
+            kernels::stable_key_sort(keys->data() + base + b0, b1 - b0, b0, pr + b0, sort_work);
           }
           const T* qb = qh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
           const T* kb = kh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
           const std::size_t head = static_cast<std::size_t>(h) * npu;
           for (std::int64_t s = b0; s < b1; s += bs) {
             const std::int64_t* qrow = perm_q.data() + base + s;
+            if (s + bs < b1) {  // the next bucket's rows, scattered over the whole graph, fetched meanwhile
+              const std::int64_t* nq = qrow + bs;
+              const std::int64_t* nk = perm_k.data() + base + s + bs;
+              prefetch_rows(qb, Dh, nq, bs, Dh);
+              prefetch_rows(num.data() + head * static_cast<std::size_t>(D), D, nq, bs, D);
+              prefetch_rows(kb, Dh, nk, bs, Dh);
+              prefetch_rows(v.data() + h * D, HD, nk, bs, D);
+            }
             const kernels::GaussianBucketArgsOf<T> args{
                 qb, Dh, qrow, kb, Dh, perm_k.data() + base + s, v.data() + h * D, HD, bs, Dh, D,
                 bnum.data(), bden.data(), scratch.data()};
