@@ -2,6 +2,7 @@
 // this CPU runs. Tolerances are float64 rounding bounds (u = 2^-53) of the computation.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
@@ -112,6 +113,40 @@ TEST(KernelF64, LinearF64MatchesNaiveReference) {
         EXPECT_EQ(std::bit_cast<std::uint64_t>(alone[static_cast<std::size_t>(o)]),
                   std::bit_cast<std::uint64_t>(y[static_cast<std::size_t>(r * ldy + o)]));
     }
+}
+
+}  // namespace
+
+namespace {
+
+// The float tanh (computed in double, rounded once) against std::tanh in long double on every 211th float
+// below 10 in magnitude (beyond, tanh rounds to +-1), both signs: the bound stated in simd_double.hpp.
+TEST(KernelF64, TanhIsRoundedOnceFromDouble) {
+  for (const k::CpuKernels* t : tables()) {
+    std::vector<float> x;
+    for (std::uint32_t bits = 0; bits <= std::bit_cast<std::uint32_t>(10.0f); bits += 211) {
+      x.push_back(std::bit_cast<float>(bits));
+      x.push_back(-std::bit_cast<float>(bits));
+    }
+    const float inf = std::numeric_limits<float>::infinity();
+    for (float s : {11.0f, 50.0f, 1e30f, inf, -inf, -0.0f}) x.push_back(s);
+    std::vector<float> y(x.size());
+    t->tanh(x.data(), y.data(), static_cast<k::index_t>(x.size()));
+    double worst = 0;
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const long double ref = std::tanh(static_cast<long double>(x[i]));
+      const double rel = x[i] == 0.0f ? std::abs(y[i]) : static_cast<double>(std::fabs(y[i] - ref) / std::fabs(ref));
+      worst = std::max(worst, rel);
+      ASSERT_LE(rel, 0x1p-24 * (1 + 0x1p-17)) << k::to_string(t->isa) << " x = " << x[i];
+    }
+    EXPECT_TRUE(std::signbit(y.back()));  // tanh(-0) = -0
+    const float nan = std::numeric_limits<float>::quiet_NaN();
+    float out = 0;
+    t->tanh(&nan, &out, 1);
+    EXPECT_TRUE(std::isnan(out));
+    std::printf("tanh (%s): worst relative error %.4f x 2^-24 over %zu arguments\n", k::to_string(t->isa),
+                worst / 0x1p-24, x.size());
+  }
 }
 
 }  // namespace

@@ -36,6 +36,17 @@ inline void exp_f64_map(const double* x, double* y, index_t n) {
   }
 }
 
+inline void tanh_map(const float* x, float* y, index_t n) {
+  using namespace simd;
+  index_t i = 0;
+  for (; i + W <= n; i += W) store(y + i, simd::tanh(load(x + i)));
+  for (; i < n; ++i) {
+    float lanes[W] = {};
+    lanes[0] = x[i];
+    y[i] = simd::tanh(load(lanes))[0];
+  }
+}
+
 inline void erf_map(const float* x, float* y, index_t n) {
   using namespace simd;
   index_t i = 0;
@@ -78,6 +89,7 @@ inline CpuKernels make_table() {
   t.linear_f64 = &linear_f64;
   t.exp = &exp_map;
   t.exp_f64 = &exp_f64_map;
+  t.tanh = &tanh_map;
   t.erf = &erf_map;
   t.activation = &activation_map;
   return t;

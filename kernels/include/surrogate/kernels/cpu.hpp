@@ -341,6 +341,8 @@ struct CpuKernels {
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x); y = exp(x) in float64.
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*exp_f64)(const double* x, double* y, index_t n) = nullptr;
+  /// y = tanh(x) within 2^-24 (1 + 2^-17) relative (x may alias y).
+  void (*tanh)(const float* x, float* y, index_t n) = nullptr;
   void (*erf)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
 };
