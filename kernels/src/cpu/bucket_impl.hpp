@@ -40,11 +40,11 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
   using vf = typename O::V;
   constexpr int W = O::W;
   const int m = a.m, dh = a.dh, dv = a.dv;
-  const int mp = (m + W - 1) / W * W, dvp = (dv + W - 1) / W * W;
+  const int mp = (m + W - 1) / W * W, dvp = (dv + W) / W * W;  // dvp > dv: a column of ones gives den
   T* kt = a.scratch;                                  // dh x mp: keys transposed, padded with 0
   T* ksq = kt + static_cast<index_t>(dh) * mp;        // mp: -1/2 |k_j|^2
   T* w = ksq + mp;                                    // 2 x mp: the kernel values of two queries
-  T* vs = w + 2 * mp;                                 // m x dvp: values gathered, padded with 0
+  T* vs = w + 2 * mp;                                 // m x dvp: values gathered, 1, then 0
   T qsq[2];
   for (int j = 0; j < mp; ++j) {
     if (j >= m) {
@@ -61,7 +61,7 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
     ksq[j] = T(-0.5) * s;
     const T* vj = a.v + a.krow[j] * a.ldv;
     T* row = vs + static_cast<index_t>(j) * dvp;
-    for (int d = 0; d < dvp; ++d) row[d] = d < dv ? vj[d] : T(0);
+    for (int d = 0; d < dvp; ++d) row[d] = d < dv ? vj[d] : d == dv ? T(1) : T(0);
   }
   // Two queries at a time: independent FMA chains hide the latency (each value's sum stays in order).
   for (int i0 = 0; i0 < m; i0 += 2) {
@@ -96,12 +96,8 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
         O::store(wq[1] + j0 + c * W, O::exp(O::vmin(O::splat(T(0)), (l[1][c] + O::splat(qsq[1])) + kk)));
       }
     }
-    for (int u = 0; u < nq; ++u) {
-      T total = T(0);
-      for (int j = 0; j < m; ++j) total += wq[u][j];
-      a.den[i0 + u] = total + T(1e-20);
-    }
-    // Numerators of up to 4 value vectors x 2 queries: up to 8 independent chains over the keys.
+    // Numerators of up to 4 value vectors x 2 queries: up to 8 independent chains over the keys. The
+    // column of ones sums the weights themselves in key order, w * 1 + acc being rounded as w + acc: den.
     for (int d0 = 0; d0 < dvp; d0 += 4 * W) {
       const int nv = (dvp - d0) / W < 4 ? (dvp - d0) / W : 4;
       vf acc[2][4];
@@ -123,6 +119,7 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
         for (int c = 0; c < nv; ++c) O::store(lanes + c * W, acc[u][c]);
         T* out = a.num + static_cast<index_t>(i0 + u) * dv;
         for (int d = d0; d < dv && d < d0 + nv * W; ++d) out[d] = lanes[d - d0];
+        if (dv >= d0 && dv < d0 + nv * W) a.den[i0 + u] = lanes[dv - d0] + T(1e-20);
       }
     }
   }

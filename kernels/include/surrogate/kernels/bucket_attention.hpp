@@ -11,10 +11,10 @@
 namespace surrogate::kernels {
 
 /// Values of scratch gaussian_bucket_attention (and the CPU kernels CpuKernels::gaussian_bucket and
-/// gaussian_bucket_f64, which pad keys and value columns to their vector width, at most 16) needs for a
-/// bucket of m keys.
+/// gaussian_bucket_f64, which pad keys to their vector width, at most 16, and value columns with a column
+/// of ones beyond) needs for a bucket of m keys.
 inline std::int64_t gaussian_bucket_scratch(int m, int dh, int dv) {
-  const std::int64_t mp = (m + 15) / 16 * 16, dvp = (dv + 15) / 16 * 16;
+  const std::int64_t mp = (m + 15) / 16 * 16, dvp = (dv + 16) / 16 * 16;
   return mp * (dh + 3) + static_cast<std::int64_t>(m) * dvp;
 }
 
