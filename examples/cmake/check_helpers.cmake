@@ -1,5 +1,6 @@
-# Helpers of the examples' check_run.cmake scripts (ExampleTests.cmake): run the example, find and save the
-# figures it printed, check the parallel VTK series it wrote. Inputs: COMMAND (a@@b@@...), OUTPUT (dir).
+# Helpers of the examples' check_run.cmake scripts (ExampleTests.cmake, the Fortran examples): run the
+# example, find and save the figures it printed, check the parallel VTK series it wrote. Inputs: COMMAND
+# (a@@b@@...), OUTPUT (dir).
 
 # Runs COMMAND in a clean OUTPUT; the printed text (stdout and stderr) in `out_var`; fails on a non-zero exit.
 function(example_run out_var)

@@ -1,13 +1,8 @@
 # Runs the Fortran example and checks its output: every step printed, the worst relative L2 error of the
 # predicted velocity below MAX_ERROR, both VTK series written with one step per time step.
 #   cmake -DCOMMAND=a@@b@@... -DOUTPUT=dir -DSTEPS=n -DMAX_ERROR=x -P check_run.cmake
-string(REPLACE "@@" ";" command "${COMMAND}")
-file(REMOVE_RECURSE ${OUTPUT})
-execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "the example failed (exit status ${rc})")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake/check_helpers.cmake)
+example_run(out)
 
 # One table line per step: step, time, cylinder y, rel. L2 (u,v), rel. L2 (Cp), ...
 string(REGEX MATCHALL "\n *[0-9]+ +[0-9.]+ +-?[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9]+" lines "${out}")

@@ -1,16 +1,12 @@
 # Runs the Fortran sphere example and checks its output: every step printed, the worst relative L2 error of
-# the predicted state below MAX_ERROR and of the increment below MAX_INCREMENT_ERROR, the VTK series written with one step per time step; saves the two
+# the predicted state below MAX_ERROR and of the increment below MAX_INCREMENT_ERROR, the VTK series written
+# with one step per time step; saves the two
 # digests (digest.txt, for compare_digests.cmake and compare_numpy.cmake) and what ParaView must find
 # (expect.json, for share/tools/check_vtk.py).
 #   cmake -DCOMMAND=a@@b@@... -DOUTPUT=dir -DSTEPS=n -DMAX_ERROR=x -DMAX_INCREMENT_ERROR=y -DRANKS=p
 #         [-DVTK=OFF] -P check_run.cmake     (VTK=OFF: a build without VTK, the run made with --vtk-every 0)
-string(REPLACE "@@" ";" command "${COMMAND}")
-file(REMOVE_RECURSE ${OUTPUT})
-execute_process(COMMAND ${command} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
-message("${out}${err}")
-if(NOT rc EQUAL 0)
-  message(FATAL_ERROR "the example failed (exit status ${rc})")
-endif()
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake/check_helpers.cmake)
+example_run(out)
 
 # One table line per step: step, time, rel. L2 state, rel. L2 increment, max |error|, mass change, times.
 set(number "[-+0-9.E]+")
