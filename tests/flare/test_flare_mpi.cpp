@@ -10,6 +10,7 @@
 #include <numeric>
 #include <random>
 
+#include "flare_partitions.hpp"
 #include "golden.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -20,36 +21,7 @@ using surrogate::ErrorCode;
 
 namespace {
 
-struct Partition {
-  std::string name;
-  std::vector<std::int64_t> rows;  // global rows owned by this rank, in local order
-};
 
-std::vector<Partition> partitions(std::int64_t n, int rank, int size) {
-  std::vector<Partition> result;
-  Partition contiguous{"contiguous", {}};
-  for (std::int64_t i = n * rank / size; i < n * (rank + 1) / size; ++i) contiguous.rows.push_back(i);
-  result.push_back(contiguous);
-  // Shuffled: every rank draws the same permutation and random cut points, then keeps its part in a
-  // random local order (samples straddle ranks, local rows are not grouped by sample).
-  std::mt19937 gen(1234);
-  std::vector<std::int64_t> perm(static_cast<std::size_t>(n));
-  std::iota(perm.begin(), perm.end(), 0);
-  std::shuffle(perm.begin(), perm.end(), gen);
-  std::vector<std::int64_t> cuts = {0, n};
-  std::uniform_int_distribution<std::int64_t> cut(0, n);
-  for (int r = 1; r < size; ++r) cuts.push_back(cut(gen));
-  std::sort(cuts.begin(), cuts.end());
-  result.push_back({"shuffled", {perm.begin() + cuts[rank], perm.begin() + cuts[rank + 1]}});
-  Partition first{"all-on-rank-0", {}}, last{"all-on-last-rank", {}};
-  for (std::int64_t i = 0; i < n; ++i) {
-    if (rank == 0) first.rows.push_back(i);
-    if (rank == size - 1) last.rows.push_back(i);
-  }
-  result.push_back(first);
-  result.push_back(last);
-  return result;
-}
 
 class FlareMpi : public ::testing::TestWithParam<std::string> {};
 
@@ -97,10 +69,7 @@ TEST_P(FlareMpi, APlanIsReusedBitwise) {
   const Partition shuffled = partitions(c.points(), comm.rank(), comm.size())[1];  // samples straddle ranks
   std::vector<float> in;
   std::vector<std::int64_t> ids;
-  for (auto g : shuffled.rows) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
+  gather(c, shuffled.rows, in, ids);
   const auto n = static_cast<std::int64_t>(shuffled.rows.size());
   const auto layout = surrogate::SampleLayout::build(comm, n, ids.data());
   const auto plan = model->plan(comm, layout);
@@ -158,10 +127,7 @@ TEST(FlareMpiErrors, NonFiniteInputOnOneRankFailsOnAll) {
   for (std::int64_t i = c.points() * comm.rank() / comm.size(); i < c.points() * (comm.rank() + 1) / comm.size(); ++i) rows.push_back(i);
   std::vector<float> in;
   std::vector<std::int64_t> ids;
-  for (auto g : rows) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
+  gather(c, rows, in, ids);
   const int bad_rank = comm.size() - 1;
   if (comm.rank() == bad_rank) in[1] = std::nanf(""), in[3] = INFINITY;  // channel 1, twice
   const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(rows.size()), ids.data());
@@ -180,13 +146,9 @@ TEST(FlareMpiErrors, NonFiniteInputErrorSummarisesEveryRank) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const st::GoldenCase c = st::load_golden_case("default");
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
-  const std::int64_t first = c.points() * comm.rank() / comm.size(), end = c.points() * (comm.rank() + 1) / comm.size();
   std::vector<float> in;
   std::vector<std::int64_t> ids;
-  for (std::int64_t g = first; g < end; ++g) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
+  gather(c, partitions(c.points(), comm.rank(), comm.size())[0].rows, in, ids);  // contiguous shares
   // A NaN in channel 0 on rank 0, an Inf in channel 1 on the last rank: both must be reported.
   const int last = comm.size() - 1;
   if (comm.rank() == 0) in[0] = std::nanf("");
@@ -208,13 +170,9 @@ TEST(FlareMpiErrors, NonFinitePredictionsAreAnAgreedErrorUnlessAllowed) {
   file.normalization.output_mean.assign(1, 0.0);
   file.normalization.output_std.assign(1, 1e300);
   const auto model = surrogate::make_model(file);
-  const std::int64_t first = c.points() * comm.rank() / comm.size(), end = c.points() * (comm.rank() + 1) / comm.size();
   std::vector<float> in;
   std::vector<std::int64_t> ids;
-  for (std::int64_t g = first; g < end; ++g) {
-    ids.push_back(c.sample_ids[static_cast<std::size_t>(g)]);
-    for (int j = 0; j < c.in_dim; ++j) in.push_back(c.features[static_cast<std::size_t>(g * c.in_dim + j)]);
-  }
+  gather(c, partitions(c.points(), comm.rank(), comm.size())[0].rows, in, ids);  // contiguous shares
   const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(ids.size()), ids.data());
   std::vector<float> out(ids.size());
   const Error e = expect_error_everywhere(comm, [&] { model->predict(comm, layout, in.data(), 2, out.data(), 1); });
