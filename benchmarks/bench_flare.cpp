@@ -79,9 +79,7 @@ int main(int argc, char** argv) {
     }
   }
   if (machine) {  // this machine's measured limits, one core
-    std::printf("{\"fma_gflops_1t\": %.1f, \"exp_gexps_1t\": %.2f, \"isa\": \"%s\"}\n",
-                surrogate::bench::fma_gflops_one_thread(), surrogate::bench::exp_gexps_one_thread(),
-                surrogate::kernels::to_string(surrogate::kernels::cpu().isa));
+    surrogate::bench::print_limits_json();
     return 0;
   }
   repeats = std::max(repeats, 1);

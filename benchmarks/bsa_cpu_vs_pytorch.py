@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "share" / "python"))
 sys.path.insert(0, str(HERE))
 from surrogate_ref.bsa import BSAModel, CONFIG_KEYS, complete_config, expected_state_shapes  # noqa: E402
+import machine  # noqa: E402
 import side_by_side as sbs  # noqa: E402
 
 CONFIG = dict(c_in=64, c_hidden=64, depth=18, num_heads=8, block_size=6, mlp_ratio=4, dimensionality=3,
@@ -99,7 +100,7 @@ def main():
     state = sbs.random_state(expected_state_shapes(config), rng)
     forward, label = pytorch_model(args.official, config, state)
     params = sum(v.numel() for v in state.values())
-    limits = sbs.machine_limits(args.build)
+    limits = machine.machine_limits(args.build)
     sbs.header(f"BSA forward ({args.attention}), one sample, D 64, H 8, P 256, depth 18, {params} parameters; "
                f"PyTorch side: {label} (torch {torch.__version__}); best of {args.repeats} after a warm-up",
                limits)
@@ -115,7 +116,7 @@ def main():
                 sbs.write_inputs(data, pos, feat)
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
-                share = sbs.share_of_limit(result, threads, limits)
+                share = machine.share_of_limit(result, threads, limits)
                 est_s, est_mib = extrapolate.estimate(n)
                 runs = 1 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):

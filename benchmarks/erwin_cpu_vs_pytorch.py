@@ -32,6 +32,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent / "share" / "python"))
 sys.path.insert(0, str(HERE))
 from surrogate_ref.erwin import CONFIG_KEYS, ErwinModel, complete_config, expected_state_shapes  # noqa: E402
+import machine  # noqa: E402
 import side_by_side as sbs  # noqa: E402
 
 CONFIG = dict(c_in=64, c_hidden=[64, 64], ball_sizes=[256, 256], enc_num_heads=[8, 8], enc_depths=[6, 6],
@@ -101,7 +102,7 @@ def main():
     state = sbs.random_state(expected_state_shapes(dict(CONFIG, variant="erwin")), rng)
     forward, label = pytorch_model(args.official, state)
     params = sum(v.numel() for k, v in state.items() if not k.startswith("running") and "running_" not in k)
-    limits = sbs.machine_limits(args.build)
+    limits = machine.machine_limits(args.build)
     sbs.header(f"Erwin forward (ShapeNet-Car config), one sample, kNN {KNN}, {params} parameters; PyTorch side: "
                f"{label} (torch {torch.__version__}); best of {args.repeats} after a warm-up",
                limits)
@@ -117,7 +118,7 @@ def main():
                 sbs.write_inputs(data, pos, feat)
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats, KNN], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
-                share = sbs.share_of_limit(result, threads, limits)
+                share = machine.share_of_limit(result, threads, limits)
                 est_s, est_mib = extrapolate.estimate(n)
                 runs = 1 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):

@@ -1,10 +1,14 @@
 """The machine a side-by-side benchmark measured on, printed by each *_vs_pytorch.py script before its
 table: CPU model, logical CPUs, vector ISA, the kernels the library picks (the rule of
 kernels/src/cpu/dispatch.cpp, or SURROGATE_CPU_ISA) and the kernels PyTorch picks (its own CPU check,
-or ATEN_CPU_CAPABILITY when the caller set it; the scripts never force it)."""
+or ATEN_CPU_CAPABILITY when the caller set it; the scripts never force it); and its measured limits, with
+each run's share of them."""
+import json
 import os
 import platform
 import re
+import subprocess
+from pathlib import Path
 
 
 def _cpuinfo():
@@ -62,6 +66,41 @@ def describe(torch=None):
     if torch is not None:
         line += f"; PyTorch {torch.__version__} kernels {torch_isa(torch)}"
     return line
+
+
+
+def machine_limits(build):
+    """This machine's one-core limits (FP32 FMA GFLOP/s, the library's exp rate in 10^9/s, its ISA) from the
+    machine_limits program of the build, or None when it was not built."""
+    program = Path(build) / "benchmarks" / "machine_limits"
+    if not program.exists():
+        return None
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([str(program)], env=env, check=True, capture_output=True, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def share_of_limit(result, threads, limits):
+    """Fraction of the machine limit a driver's run reached: the time its counted arithmetic (gflop, gexp of
+    benchmarks/operation_counts.hpp) needs at the FMA peak and the exp rate of `threads` cores, divided by
+    its best time: the process CPU time at one thread (robust on a shared machine, as the limits are), the
+    wall time at more. None without limits or counts."""
+    if not limits or not result.get("gflop"):
+        return None
+    limit_s = (result["gflop"] / (threads * limits["fma_gflops_1t"]) +
+               result.get("gexp", 0.0) / (threads * limits["exp_gexps_1t"]))
+    return limit_s / (result["best_cpu_s"] if threads == 1 else result["best_s"])
+
+
+def share_text(share):
+    """share_of_limit's result as a 6-wide column ('-' without one)."""
+    return f"{100 * share:>5.0f}%" if share is not None else f"{'-':>6}"
+
+
+def limits_line(limits):
+    return (f"limits: FP32 FMA peak {limits['fma_gflops_1t']:.0f} GFLOP/s per core, vectorised exp "
+            f"{limits['exp_gexps_1t']:.2f} Gexp/s per core ({limits['isa']} kernels; machine_limits, one core); "
+            f"%limit: the counted arithmetic's time at these rates over the best time (CPU time at one thread)")
 
 
 if __name__ == "__main__":

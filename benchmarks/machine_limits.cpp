@@ -3,6 +3,7 @@
 // machine do not lower them). Compiled with -march=native: it runs where it was built.
 #include "machine_limits.hpp"
 
+#include <cstdio>
 #include <ctime>
 #include <vector>
 
@@ -56,6 +57,11 @@ double exp_gexps_one_thread() {
     asm volatile("" ::"r"(y.data()) : "memory");
   }
   return static_cast<double>(x.size()) * repeats / (thread_cpu_seconds() - t0) * 1e-9;
+}
+
+void print_limits_json() {
+  std::printf("{\"fma_gflops_1t\": %.1f, \"exp_gexps_1t\": %.2f, \"isa\": \"%s\"}\n", fma_gflops_one_thread(),
+              exp_gexps_one_thread(), kernels::to_string(kernels::cpu().isa));
 }
 
 }  // namespace surrogate::bench

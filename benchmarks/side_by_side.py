@@ -65,38 +65,6 @@ def run_driver(command, threads):
     return json.loads(out.strip().splitlines()[-1])
 
 
-def machine_limits(build):
-    """This machine's one-core limits (FP32 FMA GFLOP/s, the library's exp rate in 10^9/s, its ISA) from the
-    machine_limits program of the build, or None when it was not built."""
-    program = Path(build) / "benchmarks" / "machine_limits"
-    if not program.exists():
-        return None
-    return run_driver([program], 1)
-
-
-def share_of_limit(result, threads, limits):
-    """Fraction of the machine limit a driver's run reached: the time its counted arithmetic (gflop, gexp of
-    benchmarks/operation_counts.hpp) needs at the FMA peak and the exp rate of `threads` cores, divided by
-    its best time: the process CPU time at one thread (robust on a shared machine, as the limits are), the
-    wall time at more. None without limits or counts."""
-    if not limits or not result.get("gflop"):
-        return None
-    limit_s = (result["gflop"] / (threads * limits["fma_gflops_1t"]) +
-               result.get("gexp", 0.0) / (threads * limits["exp_gexps_1t"]))
-    return limit_s / (result["best_cpu_s"] if threads == 1 else result["best_s"])
-
-
-def share_text(share):
-    """share_of_limit's result as a 6-wide column ('-' without one)."""
-    return f"{100 * share:>5.0f}%" if share is not None else f"{'-':>6}"
-
-
-def limits_line(limits):
-    return (f"limits: FP32 FMA peak {limits['fma_gflops_1t']:.0f} GFLOP/s per core, vectorised exp "
-            f"{limits['exp_gexps_1t']:.2f} Gexp/s per core ({limits['isa']} kernels; machine_limits, one core); "
-            f"%limit: the counted arithmetic's time at these rates over the best time (CPU time at one thread)")
-
-
 def peak_rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
@@ -157,7 +125,7 @@ class Extrapolation:
 def header(title, limits=None):
     print(machine.describe(torch))
     if limits:
-        print(limits_line(limits))
+        print(machine.limits_line(limits))
     print(title)
     print(f"{'N':>7} {'thr':>3} | {'surrogate s':>11} {'cpu s':>8} {'%limit':>6} | {'PyTorch s':>10} {'cpu s':>8} | "
           f"{'speed-up':>8} {'(cpu)':>7} | {'max|diff|':>9} {'max|y|':>8} {'agree':>7} | load")
@@ -167,7 +135,7 @@ def row(n, threads, ours, theirs=None, check=None, share=None):
     """ours / theirs: (wall seconds, CPU seconds); check: check_agreement's result; share: share_of_limit's
     result; load: the 1-minute load average after the row."""
     load = os.getloadavg()[0]
-    left = f"{n:>7} {threads:>3} | {ours[0]:>11.3f} {ours[1]:>8.3f} {share_text(share)} | "
+    left = f"{n:>7} {threads:>3} | {ours[0]:>11.3f} {ours[1]:>8.3f} {machine.share_text(share)} | "
     if theirs is None:
         print(left + f"{'-':>10} {'-':>8} | {'-':>8} {'-':>7} | {'-':>9} {'-':>8} {'-':>7} | {load:.1f}", flush=True)
         return

@@ -72,7 +72,6 @@ import torch.nn.functional as F  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import machine  # noqa: E402
-import side_by_side as sbs  # noqa: E402
 
 try:
     import torch_harmonics as th  # noqa: E402
@@ -211,10 +210,10 @@ def main():
     if not bench.exists():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
     refs = [r for r in ARGS.references if r != "official" or th is not None]
-    limits = sbs.machine_limits(ARGS.build)
+    limits = machine.machine_limits(ARGS.build)
     print(machine.describe(torch))
     if limits:
-        print(sbs.limits_line(limits))
+        print(machine.limits_line(limits))
     print(f"S2 attention, self-attention, one sample, {ARGS.channels} channels, {ARGS.heads} heads, equiangular, bias; "
           f"torch {torch.__version__}" + (f", torch-harmonics {th.__version__}" if th is not None else
                                           ", torch-harmonics not importable (plain PyTorch only)"))
@@ -276,9 +275,9 @@ def main():
                             best[r] = [min(a, b) for a, b in zip(best.get(r, [math.inf] * 2), (t, c))]
                             diffs[r] = max(diffs.get(r, 0.0), (y.float() - y_ours).abs().max().item())
                     t_ours, c_ours = best["ours"]
-                    share = sbs.share_of_limit({**ours, "best_s": t_ours, "best_cpu_s": c_ours}, threads, limits)
+                    share = machine.share_of_limit({**ours, "best_s": t_ours, "best_cpu_s": c_ours}, threads, limits)
                     line = (f"{op:<13} {grid:>8} {cut_name:<11} {entries:>8} {threads:>3} | {t_ours * 1e3:>9.2f} "
-                            f"{c_ours * 1e3:>8.2f} {sbs.share_text(share)} |")
+                            f"{c_ours * 1e3:>8.2f} {machine.share_text(share)} |")
                     for r in refs:
                         if r not in best:
                             line += f" {'skipped':>11} {'':>8} {'':>6} {'':>6} {'':>9} |"
