@@ -4,7 +4,7 @@
 #   cmake -DCOMMAND=a@@b@@... -DOUTPUT=dir -DMAX_RMS=x -DVTK=ON|OFF -P check_run.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/../cmake/check_helpers.cmake)
 example_run(out)
-example_save_figures("${out}" figures "Cp error vs closed form: [^\n]*" "prediction digest: [0-9a-f]+")
+example_save_figures("${out}" "Cp error vs closed form: [^\n]*" "prediction digest: [0-9a-f]+")
 string(REGEX MATCH "Cp error vs closed form: rms ([0-9.]+) max ([0-9.]+)" _ "${out}")
 set(rms ${CMAKE_MATCH_1})
 if(NOT rms LESS MAX_RMS) # (if() compares numbers as doubles)

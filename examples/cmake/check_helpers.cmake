@@ -15,8 +15,8 @@ function(example_run out_var)
 endfunction()
 
 # The text matching each regex in `text` (failing if one is missing), one per line, into OUTPUT/figures.txt
-# (compare_figures.cmake) and `figures_var`.
-function(example_save_figures text figures_var)
+# (compare_figures.cmake).
+function(example_save_figures text)
   set(figures "")
   foreach(pattern ${ARGN})
     if(NOT text MATCHES "(${pattern})")
@@ -25,7 +25,6 @@ function(example_save_figures text figures_var)
     string(APPEND figures "${CMAKE_MATCH_1}\n")
   endforeach()
   file(WRITE ${OUTPUT}/figures.txt "${figures}")
-  set(${figures_var} "${figures}" PARENT_SCOPE)
 endfunction()
 
 # OUTPUT/<series>.pvd and <series>_000000.pvtu exist and the latter names every array given.

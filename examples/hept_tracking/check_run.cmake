@@ -4,7 +4,7 @@
 #   cmake -DCOMMAND=a@@b@@... -DOUTPUT=dir -DMIN_EFFICIENCY=x -DMIN_ACCURACY=y -DVTK=ON|OFF -P check_run.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/../cmake/check_helpers.cmake)
 example_run(out)
-example_save_figures("${out}" figures "track candidates: [^\n]*" "efficiency [^\n]*" "purity [^\n]*"
+example_save_figures("${out}" "track candidates: [^\n]*" "efficiency [^\n]*" "purity [^\n]*"
                      "accuracy@0.9 [^\n]*" "embedding digest: [^\n]*")
 string(REGEX MATCH "efficiency ([0-9.]+)" _ "${out}")
 set(efficiency ${CMAKE_MATCH_1})

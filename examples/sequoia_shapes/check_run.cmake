@@ -4,7 +4,7 @@
 #   cmake -DCOMMAND=a@@b@@... -DOUTPUT=dir -DMAX_CP_RMS=x -DMAX_DRAG_RELATIVE=y -DVTK=ON|OFF -P check_run.cmake
 include(${CMAKE_CURRENT_LIST_DIR}/../cmake/check_helpers.cmake)
 example_run(out)
-example_save_figures("${out}" figures "body  a [^\n]*\n([ 0-9][^\n]*\n)+" "drag model error: [^\n]*"
+example_save_figures("${out}" "body  a [^\n]*\n([ 0-9][^\n]*\n)+" "drag model error: [^\n]*"
                      "cp error vs closed form: [^\n]*" "field digest: [^\n]*")
 string(REGEX MATCH "cp error vs closed form: rms ([0-9.]+)" _ "${out}")
 set(cp_rms ${CMAKE_MATCH_1})
