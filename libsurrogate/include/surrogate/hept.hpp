@@ -76,6 +76,13 @@ struct Trace {
   std::vector<T> keys_q0, keys_k0, attn_out0;
 };
 
+/// One hash table's bucket attention over rows that a graph spreads over several ranks (the plan's
+/// SplitGraphs): keys [h][rows] of the queries and the keys, q_hat and k_hat [h][rows][hash_dim], v
+/// [h][rows][h_dim]; writes the numerators [h][rows][h_dim] and denominators [h][rows]. Collective.
+template <class T>
+using BucketStage = std::function<void(const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
+                                       T* num, T* den)>;
+
 /// The HEPT network in arithmetic T (float or double) on the CPU, for a batch of whole graphs on one
 /// process (the registered model adds the ranks).
 template <class T>
@@ -84,9 +91,11 @@ class Network {
   Network() = default;
   Network(const ModelFile& file, const Config& cfg);
   /// x: points x in_dim, coords: points x coords_dim (input order, graphs consecutive); out: points x
-  /// out_dim. `range` reduces the per-(table, head) minima and maxima over the ranks (identity when null).
+  /// out_dim. `range` reduces the per-(table, head) minima and maxima over the ranks (identity when null);
+  /// `buckets`, when given, replaces the per-graph sorts and bucket attention of each hash table.
   void forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace = nullptr,
-               const std::function<void(std::vector<T>&, std::vector<T>&)>* range = nullptr, int threads = 0) const;
+               const std::function<void(std::vector<T>&, std::vector<T>&)>* range = nullptr, int threads = 0,
+               const BucketStage<T>* buckets = nullptr) const;
   const std::vector<float>& regions() const { return regions_; }
   const Config& config() const { return cfg_; }
 

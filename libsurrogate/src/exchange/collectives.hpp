@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <span>
 #include <vector>
 
@@ -16,5 +17,9 @@ std::vector<std::size_t> exchange_counts(const Comm& comm, std::span<const std::
 /// alltoallv of elements of `element_bytes` bytes, counts in elements, contiguous per peer. Collective.
 void alltoallv_elements(const Comm& comm, const void* send, std::span<const std::size_t> send_counts, void* recv,
                         std::span<const std::size_t> recv_counts, std::size_t element_bytes);
+/// Records of `width` int64 values, record i to rank dest[i]: returns the records received, grouped by
+/// source rank (in each source's order), and fills `source` with the source rank of each. Collective.
+std::vector<std::int64_t> push_records(const Comm& comm, std::span<const std::int64_t> records, int width,
+                                       std::span<const int> dest, std::vector<int>& source);
 
 }  // namespace surrogate::detail

@@ -55,21 +55,40 @@ std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::
 
 template <class T>
 void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const Io& io, int threads) const {
-  // The inputs to the samples' owners (global-id order), the forward there, the outputs back.
-  ExchangePlan& rows = plan.owners().rows_plan();
-  const auto m = static_cast<std::size_t>(plan.owners().rows());
   const int od = cfg_.out_dim();
-  std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
-  rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
-  std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
+  const bool fp64 = sizeof(T) == sizeof(double);
   // Delta of every (table, head) spans the whole batch: min and max over the ranks (exact, any order).
   const std::function<void(std::vector<T>&, std::vector<T>&)> range = [&comm](std::vector<T>& lo,
                                                                                std::vector<T>& hi) {
     comm.allreduce(std::span<T>(lo), ReduceOp::min);
     comm.allreduce(std::span<T>(hi), ReduceOp::max);
   };
-  network.forward(plan.geometry_of(sizeof(T) == sizeof(double)), x.data(), plan.coords().data(), out.data(), nullptr,
-                  &range, threads);
+  if (plan.split()) {
+    // The inputs to this rank's padded rows, each table's buckets where the plan routes them, the
+    // originals' outputs back.
+    const SplitGraphs& split = plan.split_graphs();
+    const Geometry& g = split.geometry_of(fp64);
+    const auto np = static_cast<std::size_t>(g.padded_points());
+    std::vector<float> x(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(cfg_.in_dim));
+    split.inputs(fp64, io.in, io.ld_in, cfg_.in_dim, x.data());
+    std::vector<T> out(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
+    const BucketStage<T> buckets = [&](const T* kq, const T* kk, const T* qh, const T* kh, const T* vh, T* num,
+                                       T* den) { split.attend(comm, kq, kk, qh, kh, vh, num, den, threads); };
+    network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets);
+    std::vector<float> y;
+    for (std::size_t p = 0; p < np; ++p)
+      if (g.unpad[p]) y.insert(y.end(), out.begin() + static_cast<std::ptrdiff_t>(p * od), out.begin() + static_cast<std::ptrdiff_t>((p + 1) * od));
+    y.resize(std::max<std::size_t>(y.size(), 1));
+    split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
+    return;
+  }
+  // The inputs to the samples' owners (global-id order), the forward there, the outputs back.
+  ExchangePlan& rows = plan.owners().rows_plan();
+  const auto m = static_cast<std::size_t>(plan.owners().rows());
+  std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
+  rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
+  std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
+  network.forward(plan.geometry_of(fp64), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads);
   std::vector<float> y(out.begin(), out.end());
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }

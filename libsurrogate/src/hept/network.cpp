@@ -178,7 +178,8 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
 
 template <class T>
 void Network<T>::forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace,
-                         const std::function<void(std::vector<T>&, std::vector<T>&)>* range, int threads) const {
+                         const std::function<void(std::vector<T>&, std::vector<T>&)>* range, int threads,
+                         const BucketStage<T>* buckets) const {
   threads = thread_count(threads);
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int rows = C * H, L = cfg_.n_layers, bs = cfg_.block_size, HD = H * D;
@@ -295,7 +296,21 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     // table order (OR-combination), each (head, row) written by one task per table.
     std::fill(num.begin(), num.end(), T(0));
     std::fill(den.begin(), den.end(), T(0));
-    for (int c = 0; c < C; ++c) {
+    if (buckets) {  // graphs spread over ranks: each table's buckets computed where the plan routes them
+      std::vector<T> vh(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)), tnum(num.size()),
+          tden(den.size());
+      for (int h = 0; h < H; ++h)
+        for (std::size_t n = 0; n < npu; ++n)
+          std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(HD) + static_cast<std::size_t>(h * D)), D,
+                      vh.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(h) * npu + n) * static_cast<std::size_t>(D)));
+      for (int c = 0; c < C; ++c) {
+        const std::size_t table = static_cast<std::size_t>(c * H) * npu;
+        (*buckets)(pq.data() + table, pk.data() + table, qh.data(), kh.data(), vh.data(), tnum.data(), tden.data());
+        for (std::size_t i = 0; i < num.size(); ++i) num[i] += tnum[i];
+        for (std::size_t i = 0; i < den.size(); ++i) den[i] += tden[i];
+      }
+    }
+    for (int c = 0; c < C && !buckets; ++c) {
 #pragma omp parallel num_threads(threads)
       {
         std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))),

@@ -20,6 +20,19 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
                   "this batch has " +
                       std::to_string(l.num_samples()) + " samples");
   });
+  // Fewer graphs than ranks: every graph's padded rows spread evenly over the ranks.
+  if (comm.size() > 1 && l.num_samples() < comm.size()) {
+    collectively(comm, [&] {
+      for (index_t s = 0; s < l.num_samples(); ++s)  // every rank sees the same sizes: refused before any message
+        if (l.sample_sizes()[static_cast<std::size_t>(s)] < cfg.block_size && cfg.layout == Config::Layout::example)
+          throw Error(ErrorCode::input, "hept: sample " + std::to_string(s) + " has " +
+                                            std::to_string(l.sample_sizes()[static_cast<std::size_t>(s)]) +
+                                            " points, fewer than the block size " + std::to_string(cfg.block_size) +
+                                            " (the official code then pads it with points of other graphs)");
+    });
+    split_ = std::make_unique<SplitGraphs>(comm, l, geometry(), cfg, regions, &traffic());
+    return;
+  }
   // Every sample on its owner rank, its points in global-id order.
   owners_ = detail::SampleOwners::build(comm, l, geometry().global_ids);
   owners_.rows_plan().count_into(&traffic());

@@ -1,12 +1,14 @@
 // What HEPT builds once per point set (share/docs/hept.md, "Plan and ranks"): every sample's points
-// gathered on its owner rank in global-id order (detail::SampleOwners), their coordinates, and their
-// geometry (quantile bins, bit widths over every rank's graphs, region codes, padding) for each arithmetic.
+// gathered on its owner rank in global-id order (detail::SampleOwners), their coordinates and geometry
+// for each arithmetic; or, with fewer samples than ranks, the graphs split over the ranks (SplitGraphs).
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "../exchange/sample_owners.hpp"
+#include "split_graphs.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
 
@@ -19,7 +21,14 @@ class Plan final : public surrogate::Plan {
  public:
   Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions);
 
-  void rebind(const Comm& comm) override { owners_.rebind(comm); }
+  void rebind(const Comm& comm) override {
+    if (split_) split_->rebind(comm);
+    else owners_.rebind(comm);
+  }
+  /// Whether the graphs are split over the ranks (fewer samples than ranks, `example` layout); then
+  /// split_graphs() holds the rows and owners() is empty.
+  bool split() const { return split_ != nullptr; }
+  const SplitGraphs& split_graphs() const { return *split_; }
   detail::SampleOwners& owners() { return owners_; }
   /// Coordinates of the owned samples' points in owner order (points x coords_dim).
   const std::vector<float>& coords() const { return coords_; }
@@ -29,6 +38,7 @@ class Plan final : public surrogate::Plan {
   detail::SampleOwners owners_;
   std::vector<float> coords_;
   Geometry geometry32_, geometry64_;
+  std::unique_ptr<SplitGraphs> split_;
 };
 
 }  // namespace surrogate::hept

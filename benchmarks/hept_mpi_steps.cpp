@@ -1,0 +1,120 @@
+// The registered HEPT model on one event split over MPI ranks by phi wedges (buckets distributed), side by
+// side with the same model in one process on rank 0, outputs compared bitwise first:
+//   mpirun -np P hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64]
+// DIR/features.f32 and DIR/coords.f32 as hept_bench reads them. Not run by CI; share/docs/hept.md,
+// "Plan and ranks".
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <memory>
+#include <numbers>
+#include <string>
+#include <vector>
+
+#include "bench_io.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+namespace {
+
+using surrogate::index_t;
+
+struct Run {
+  std::vector<float> out;
+  double plan_s = 0, best_s = 1e30;
+};
+
+/// Plans once and predicts `calls` times on the points `ids`; the wall times are the slowest rank's.
+Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<float>& x,
+        const std::vector<float>& coords, const std::vector<std::int64_t>& ids, int in, int cd, int calls,
+        const surrogate::RunOptions& options) {
+  std::vector<float> my_x, my_coords;
+  for (const std::int64_t i : ids) {
+    my_x.insert(my_x.end(), x.begin() + i * in, x.begin() + (i + 1) * in);
+    my_coords.insert(my_coords.end(), coords.begin() + i * cd, coords.begin() + (i + 1) * cd);
+  }
+  const auto n = static_cast<index_t>(ids.size());
+  surrogate::PointGeometry g;
+  g.positions = my_coords.data();
+  g.ld_positions = cd;
+  g.global_ids = ids.data();
+  const auto slowest = [&comm](double s) { return comm.allreduce(s, surrogate::ReduceOp::max); };
+  Run r;
+  r.out.resize(static_cast<std::size_t>(std::max<index_t>(n, 1) * model.out_channels()));
+  double t0 = MPI_Wtime();
+  const auto plan = model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g);
+  r.plan_s = slowest(MPI_Wtime() - t0);
+  for (int call = 0; call < calls; ++call) {
+    comm.barrier();
+    t0 = MPI_Wtime();
+    model.predict(comm, *plan, my_x.data(), in, r.out.data(), model.out_channels(), options);
+    r.best_s = std::min(r.best_s, slowest(MPI_Wtime() - t0));
+  }
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  MPI_Init(&argc, &argv);
+  int rc = 0;
+  try {
+    if (argc < 3)
+      throw surrogate::Error(surrogate::ErrorCode::invalid_argument,
+                             "usage: hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64]");
+    const surrogate::MpiComm comm(MPI_COMM_WORLD);
+    const surrogate::SelfComm self;
+    const std::string dir = argv[2], precision = argc > 5 ? argv[5] : "fp32";
+    const int calls = argc > 3 ? std::atoi(argv[3]) : 3;
+    surrogate::RunOptions options;
+    options.threads = argc > 4 ? std::atoi(argv[4]) : 1;
+    options.precision = surrogate::parse_precision(precision);
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(argv[1]));
+    const int in = model->in_channels(), cd = model->position_dim(), od = model->out_channels();
+    const std::vector<float> x = bench_io::read_array<float>(dir + "/features.f32");
+    const std::vector<float> coords = bench_io::read_array<float>(dir + "/coords.f32");
+    const auto points = static_cast<std::int64_t>(coords.size()) / cd;
+    // 1. Rank 0 alone: the reference output and its time.
+    Run one;
+    std::vector<std::int64_t> all(static_cast<std::size_t>(points));
+    for (std::int64_t i = 0; i < points; ++i) all[static_cast<std::size_t>(i)] = i;
+    if (comm.rank() == 0) one = run(self, *model, x, coords, all, in, cd, calls, options);
+    std::vector<float> reference(static_cast<std::size_t>(points * od));
+    if (comm.rank() == 0) reference = one.out;
+    comm.broadcast(reference.data(), reference.size() * sizeof(float), 0);
+    // 2. Every rank its phi wedge (coordinate 1), then the same calls over all ranks.
+    std::vector<std::int64_t> mine;
+    for (std::int64_t i = 0; i < points; ++i) {
+      const double phi = coords[static_cast<std::size_t>(i * cd + 1)];
+      const int wedge = static_cast<int>((phi + std::numbers::pi) / (2 * std::numbers::pi) * comm.size());
+      if (std::clamp(wedge, 0, comm.size() - 1) == comm.rank()) mine.push_back(i);
+    }
+    const Run split = run(comm, *model, x, coords, mine, in, cd, calls, options);
+    std::int64_t differ = 0;
+    for (std::size_t r = 0; r < mine.size(); ++r)
+      for (int k = 0; k < od; ++k)
+        differ += split.out[r * static_cast<std::size_t>(od) + static_cast<std::size_t>(k)] !=
+                  reference[static_cast<std::size_t>(mine[r] * od + k)];
+    differ = comm.allreduce(differ, surrogate::ReduceOp::sum);
+    if (comm.rank() == 0) {
+      std::printf("HEPT, %lld hits, one event, %s, %d thread(s) per process, best of %d calls\n",
+                  static_cast<long long>(points), precision.c_str(), options.threads, calls);
+      std::printf("  outputs of %d ranks vs one process: %s (%lld values differ)\n", comm.size(),
+                  differ == 0 ? "bitwise identical" : "DIFFERENT", static_cast<long long>(differ));
+      std::printf("  %-22s plan %7.3f s   forward %7.3f s\n", "one process", one.plan_s, one.best_s);
+      std::printf("  %-22s plan %7.3f s   forward %7.3f s   (%.2fx)\n", (std::to_string(comm.size()) + " ranks").c_str(),
+                  split.plan_s, split.best_s, one.best_s / split.best_s);
+    }
+    if (differ != 0) rc = 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "hept_mpi_steps: %s\n", e.what());
+    rc = 1;
+  }
+  MPI_Finalize();
+  return rc;
+}

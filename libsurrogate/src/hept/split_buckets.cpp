@@ -1,0 +1,142 @@
+// SplitGraphs::route and attend (split_graphs.hpp): each hash table's keys sorted over the ranks (local
+// radix sorts, then detail::sort_segments), every slot's rows routed to its bucket's rank, the Gaussian
+// kernel there and the sums back. share/docs/hept.md, "Plan and ranks".
+#include <omp.h>
+
+#include <algorithm>
+#include <numeric>
+#include <string>
+#include <type_traits>
+
+#include "../exchange/collectives.hpp"
+#include "../exchange/segment_ranks.hpp"
+#include "split_graphs.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/bucket_attention.hpp"
+#include "surrogate/kernels/stable_key_sort.hpp"
+
+namespace surrogate::hept {
+namespace {
+
+std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
+
+}  // namespace
+
+template <class T>
+SplitGraphs::Routes SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const {
+  const int H = cfg_.num_heads, me = comm.rank();
+  const std::int64_t bs = cfg_.block_size, G = static_cast<std::int64_t>(graph_first_.size()) - 1;
+  const auto np = static_cast<std::int64_t>(graph_.size()), S = 2 * H * G;
+  // 1. Every segment's local keys in stable order: this rank's rows of a graph are contiguous and in
+  // position order, so the radix sort's ties by row are ties by position.
+  std::vector<std::int64_t> row_first(sz(G) + 1);
+  for (std::int64_t g = 0; g <= G; ++g) row_first[sz(g)] = std::lower_bound(graph_.begin(), graph_.end(), g) - graph_.begin();
+  std::vector<std::int64_t> seg_first(sz(S) + 1, 0);
+  for (std::int64_t s = 0; s < S; ++s) seg_first[sz(s) + 1] = seg_first[sz(s)] + row_first[sz(s % G) + 1] - row_first[sz(s % G)];
+  std::vector<detail::SortElement> local(sz(seg_first.back()));
+#pragma omp parallel num_threads(threads)
+  {
+    kernels::StableKeySortWork<T> work;
+    std::vector<std::int64_t> perm;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t s = 0; s < S; ++s) {
+      const std::int64_t g = s % G, h = s / G / 2, j0 = row_first[sz(g)], n = row_first[sz(g) + 1] - j0;
+      const T* keys = (s / G % 2 == 0 ? keys_q : keys_k) + h * np + j0;
+      perm.resize(sz(n));
+      kernels::stable_key_sort(keys, n, j0, perm.data(), work);
+      for (std::int64_t i = 0; i < n; ++i) {
+        const std::int64_t j = perm[sz(i)];
+        local[sz(seg_first[sz(s)] + i)] = {kernels::detail::ordered_bits(keys[j - j0]), position_[sz(j)], h * np + j,
+                                           static_cast<std::int32_t>(s), me};
+      }
+    }
+  }
+  // 2. The keys sorted over the ranks; every element's rank gives its bucket and slot, and the rank of
+  // the bucket learns where the element's row is.
+  const detail::SortedPiece piece = detail::sort_segments(comm, local, seg_first, threads);
+  std::vector<std::int64_t> records;
+  std::vector<int> dest;
+  records.reserve(piece.held.size() * 5);
+  dest.reserve(piece.held.size());
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::int64_t i = piece.first[sz(s)]; i < piece.first[sz(s) + 1]; ++i) {
+      const std::int64_t rank = piece.offset[sz(s)] + i - piece.first[sz(s)];
+      const std::int64_t start = graph_first_[sz(s % G)] + rank / bs * bs;
+      const detail::SortElement& e = piece.held[sz(i)];
+      records.insert(records.end(), {s / G, start, rank % bs, e.origin, e.payload});
+      dest.push_back(owner(start));
+    }
+  std::vector<int> from;
+  const std::vector<std::int64_t> got_slots = detail::push_records(comm, records, 5, dest, from);
+  Routes routes;
+  const std::int64_t tb = bounds_[sz(me)], te = bounds_[sz(me) + 1];
+  for (std::int64_t g = 0; g < G; ++g)
+    for (std::int64_t s = graph_first_[sz(g)]; s < graph_first_[sz(g) + 1]; s += bs)
+      if (s >= tb && s < te) routes.starts.push_back(s);
+  const auto nb = static_cast<std::int64_t>(routes.starts.size()), slots = H * nb * bs;
+  for (int side = 0; side < 2; ++side) {
+    routes.rank[side].assign(sz(slots), -1);
+    routes.key[side].assign(sz(slots), 0);
+  }
+  for (std::size_t i = 0; i < from.size(); ++i) {
+    const std::int64_t* rec = got_slots.data() + 5 * i;
+    const std::int64_t h = rec[0] / 2, side = rec[0] % 2;
+    const std::int64_t b = std::lower_bound(routes.starts.begin(), routes.starts.end(), rec[1]) - routes.starts.begin();
+    const std::size_t t = sz((h * nb + b) * bs + rec[2]);
+    routes.rank[side][t] = static_cast<int>(rec[3]);
+    routes.key[side][t] = rec[4];
+  }
+  std::string hole;
+  for (int side = 0; side < 2 && hole.empty(); ++side)
+    for (std::int64_t t = 0; t < slots && hole.empty(); ++t)
+      if (routes.rank[side][sz(t)] < 0)
+        hole = "hept: rank " + std::to_string(me) + " has no row for slot " + std::to_string(t % bs) + " of bucket " +
+               std::to_string(routes.starts[sz(t / bs % nb)]) + (side == 0 ? " (queries)" : " (keys)");
+  comm.agree_or_throw(hole.empty() ? Status{} : Status{ErrorCode::internal, hole});
+  return routes;
+}
+
+template <class T>
+void SplitGraphs::attend(const Comm& comm, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
+                         T* num, T* den, int threads) const {
+  const int H = cfg_.num_heads, D = cfg_.h_dim, Dh = cfg_.hash_dim(), bs = cfg_.block_size;
+  const auto np = static_cast<std::int64_t>(graph_.size());
+  threads = threads > 0 ? threads : omp_get_max_threads();
+  const Routes routes = route(comm, keys_q, keys_k, threads);
+  ExchangePlan queries = ExchangePlan::from_requests(comm, H * np, routes.rank[0], routes.key[0], {}, {});
+  ExchangePlan keys = ExchangePlan::from_requests(comm, H * np, routes.rank[1], routes.key[1], {}, {});
+  queries.count_into(traffic_);
+  keys.count_into(traffic_);
+  // The rows of every bucket in slot order (the sorted order), the kernel, the sums back to the queries.
+  const auto slots = static_cast<std::int64_t>(routes.rank[0].size());
+  const std::size_t cap = sz(std::max<std::int64_t>(slots, 1));
+  std::vector<T> qs(cap * sz(Dh)), ks(qs.size()), vs(cap * sz(D)), bnum(vs.size()), bden(cap);
+  queries.forward(qh, Dh, qs.data());
+  keys.forward(kh, Dh, ks.data());
+  keys.forward(vh, D, vs.data());
+  std::vector<std::int64_t> identity(sz(bs));
+  std::iota(identity.begin(), identity.end(), std::int64_t{0});
+#pragma omp parallel num_threads(threads)
+  {
+    std::vector<T> scratch(sz(kernels::gaussian_bucket_scratch(bs, Dh, D)));
+#pragma omp for schedule(static)
+    for (std::int64_t s = 0; s < slots; s += bs) {
+      const kernels::GaussianBucketArgsOf<T> args{qs.data() + s * Dh, Dh, identity.data(), ks.data() + s * Dh, Dh,
+                                                  identity.data(), vs.data() + s * D, D, bs, Dh, D,
+                                                  bnum.data() + s * D, bden.data() + s, scratch.data()};
+      if constexpr (std::is_same_v<T, float>)
+        kernels::cpu().gaussian_bucket(args);
+      else
+        kernels::cpu().gaussian_bucket_f64(args);
+    }
+  }
+  queries.backward(bnum.data(), D, num);
+  queries.backward(bden.data(), 1, den);
+}
+
+template void SplitGraphs::attend<float>(const Comm&, const float*, const float*, const float*, const float*,
+                                         const float*, float*, float*, int) const;
+template void SplitGraphs::attend<double>(const Comm&, const double*, const double*, const double*, const double*,
+                                          const double*, double*, double*, int) const;
+
+}  // namespace surrogate::hept

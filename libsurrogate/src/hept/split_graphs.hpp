@@ -1,0 +1,72 @@
+// HEPT with graphs split over the ranks (share/docs/hept.md, "Plan and ranks"): every graph's padded rows
+// cut into contiguous rank ranges, the geometry from distributed ranks (sample sorts), and each hash
+// table's bucket attention on the rank that holds the bucket's first padded position.
+#pragma once
+
+#include <cstdint>
+#include <span>
+#include <vector>
+
+#include "surrogate/exchange.hpp"
+#include "surrogate/hept.hpp"
+#include "surrogate/model.hpp"
+
+namespace surrogate::hept {
+
+class SplitGraphs {
+ public:
+  /// Collective. The padded order (graph by graph: its points by global id, then its duplicates, or the
+  /// src layout's zero pads) is cut into P contiguous ranges of about the same length; this rank's rows
+  /// are its range's padded rows.
+  SplitGraphs(const Comm& comm, const SampleLayout& layout, const PointGeometry& geometry, const Config& cfg,
+              const std::vector<float>& regions, Traffic* traffic);
+
+  /// Rows of `width` values from the working rows to this rank's padded rows (duplicates receive their
+  /// originals' rows; the src layout's pads are zero). Collective.
+  void inputs(bool fp64, const float* in, index_t ld_in, int width, float* rows) const {
+    gather(part(fp64), in, ld_in, width, rows);
+  }
+  /// The working rows -> this rank's original rows (in padded order); backward returns the outputs.
+  const ExchangePlan& outputs() const { return outputs_; }
+  /// Geometry of this rank's padded rows (pad_seq the identity, unpad, padded_codes) and their coordinates.
+  const Geometry& geometry_of(bool fp64) const { return part(fp64).geometry; }
+  const std::vector<float>& coords(bool fp64) const { return part(fp64).coords; }
+  void rebind(const Comm& comm);
+
+  /// The bucket attention of hash table `table` (Network::BucketStage): keys [h][rows], q_hat and k_hat
+  /// [h][rows][hash_dim], v [h][rows][h_dim] of this rank's rows; writes num [h][rows][h_dim], den
+  /// [h][rows]. Collective.
+  template <class T>
+  void attend(const Comm& comm, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh, T* num,
+              T* den, int threads) const;
+
+ private:
+  struct Part {
+    Geometry geometry;
+    ExchangePlan inputs;                  // working rows -> the rows `received`
+    std::vector<std::int64_t> received;  // local rows that receive inputs (all but the src layout's pads)
+    std::vector<float> coords;
+  };
+  void gather(const Part& part, const float* in, index_t ld_in, int width, float* rows) const;
+  /// This rank's buckets (their first padded positions) and, for every slot of every head's bucket (row
+  /// (h * buckets + b) * block_size + slot), the rank and key (h * rows + row) of its query and its key.
+  struct Routes {
+    std::vector<std::int64_t> starts;
+    std::vector<int> rank[2];
+    std::vector<std::int64_t> key[2];
+  };
+  template <class T>
+  Routes route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const;
+  const Part& part(bool fp64) const { return fp64 ? p64_ : p32_; }
+  int owner(std::int64_t position) const;
+
+  Config cfg_;
+  std::vector<std::int64_t> bounds_;       // rank r holds padded positions [bounds_[r], bounds_[r+1])
+  std::vector<std::int64_t> graph_first_;  // first padded position of every graph, and the total
+  std::vector<std::int64_t> graph_, position_;  // of each local row: its graph, its position in the graph
+  ExchangePlan outputs_;
+  Part p32_, p64_;
+  Traffic* traffic_ = nullptr;  // the plan's total, also of each layer's bucket moves
+};
+
+}  // namespace surrogate::hept

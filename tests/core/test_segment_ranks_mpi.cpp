@@ -1,0 +1,95 @@
+// ranks_in_segments and sort_segments (libsurrogate/src/exchange/segment_ranks.hpp) under mpirun (1-4
+// ranks): every record's rank in its segment against std::stable_sort of the whole set, which every rank
+// computes; keys with many ties, both zeros, infinities and int64 extremes; shares unequal, empty, or all
+// on one rank; a segment no rank holds.
+#include <gtest/gtest.h>
+#include <mpi.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "exchange/segment_ranks.hpp"
+#include "surrogate/mpi_comm.hpp"
+
+namespace {
+
+using surrogate::detail::order_image;
+using surrogate::detail::RankRecord;
+
+struct Record {
+  std::uint64_t segment;
+  double key;
+  std::int64_t tie;
+};
+
+/// Every segment's records in stable key order (ties by `tie`, the index in the segment): the reference.
+std::vector<std::int64_t> reference_ranks(const std::vector<Record>& all) {
+  std::vector<std::size_t> order(all.size());
+  std::iota(order.begin(), order.end(), std::size_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    if (all[a].segment != all[b].segment) return all[a].segment < all[b].segment;
+    if (all[a].key < all[b].key || all[b].key < all[a].key) return all[a].key < all[b].key;
+    return all[a].tie < all[b].tie;
+  });
+  std::vector<std::int64_t> rank(all.size());
+  std::uint64_t segment = ~std::uint64_t{0};
+  std::int64_t first = 0;
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (all[order[i]].segment != segment) {
+      segment = all[order[i]].segment;
+      first = static_cast<std::int64_t>(i);
+    }
+    rank[order[i]] = static_cast<std::int64_t>(i) - first;
+  }
+  return rank;
+}
+
+TEST(SegmentRanks, MatchStableSortForAnySpread) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank();
+  std::mt19937 gen(11);
+  // Five segments (segment 3 empty), keys from a small set (many ties) plus both zeros and infinities.
+  const std::vector<double> values = {-std::numeric_limits<double>::infinity(), -2.5, -0.0, 0.0, 1e-310, 1.0, 1.0 + 1e-15,
+                                      std::numeric_limits<double>::infinity()};
+  std::vector<Record> all;
+  std::vector<std::int64_t> next_tie(5, 0);
+  for (int i = 0; i < 2000; ++i) {
+    const std::uint64_t segment = std::vector<std::uint64_t>{0, 1, 2, 4, 4}[gen() % 5];
+    all.push_back({segment, values[gen() % values.size()], next_tie[segment]++});
+  }
+  const std::vector<std::int64_t> expected = reference_ranks(all);
+  // Spreads: round robin, the first tenth on rank 0 and the rest on the last, everything on the last.
+  const std::vector<std::function<int(std::size_t)>> spreads = {
+      [P](std::size_t i) { return static_cast<int>(i % static_cast<std::size_t>(P)); },
+      [P](std::size_t i) { return i < 200 ? 0 : P - 1; }, [P](std::size_t) { return P - 1; }};
+  for (std::size_t k = 0; k < spreads.size(); ++k) {
+    std::vector<RankRecord> mine;
+    std::vector<std::size_t> index;
+    for (std::size_t i = all.size(); i-- > 0;)  // reversed: the input order must not matter
+      if (spreads[k](i) == me) {
+        mine.push_back({all[i].segment, order_image(all[i].key), all[i].tie});
+        index.push_back(i);
+      }
+    const std::vector<std::int64_t> got = surrogate::detail::ranks_in_segments(comm, mine, 5);
+    ASSERT_EQ(got.size(), mine.size());
+    for (std::size_t r = 0; r < got.size(); ++r)
+      ASSERT_EQ(got[r], expected[index[r]]) << "rank " << me << " of " << P << ", spread " << k << ", record "
+                                            << index[r] << " (segment " << all[index[r]].segment << ")";
+  }
+}
+
+TEST(SegmentRanks, IntegerImagesOrderAsIntegers) {
+  const std::vector<std::int64_t> v = {std::numeric_limits<std::int64_t>::min(), -5, -1, 0, 1, 7,
+                                       std::numeric_limits<std::int64_t>::max()};
+  for (std::size_t i = 1; i < v.size(); ++i) EXPECT_LT(order_image(v[i - 1]), order_image(v[i])) << v[i];
+  EXPECT_EQ(order_image(-0.0), order_image(0.0));
+  EXPECT_LT(order_image(-1e-310), order_image(0.0));
+  EXPECT_LT(order_image(std::nextafter(1.0, 0.0)), order_image(1.0));
+}
+
+}  // namespace
