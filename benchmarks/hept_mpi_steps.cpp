@@ -1,8 +1,8 @@
 // The registered HEPT model on one event split over MPI ranks by phi wedges (buckets distributed), side by
 // side with the same model in one process on rank 0, outputs compared bitwise first:
-//   mpirun -np P hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64]
-// DIR/features.f32 and DIR/coords.f32 as hept_bench reads them. Not run by CI; share/docs/hept.md,
-// "Plan and ranks".
+//   mpirun -np P hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64] [phi|file]
+// DIR/features.f32, DIR/coords.f32 as hept_bench reads them; global ids by phi (default) or file order.
+// Not run by CI; share/docs/hept.md, "Plan and ranks".
 #include <mpi.h>
 
 #include <algorithm>
@@ -12,6 +12,7 @@
 #include <exception>
 #include <memory>
 #include <numbers>
+#include <numeric>
 #include <string>
 #include <vector>
 
@@ -26,7 +27,7 @@ using surrogate::index_t;
 
 struct Run {
   std::vector<float> out;
-  double plan_s = 0, best_s = 1e30;
+  double plan_s = 0, best_s = 1e30, sent_mb = 0;  // sent: bytes between ranks per forward, all ranks
 };
 
 /// Plans once and predicts `calls` times on the points `ids`; the wall times are the slowest rank's.
@@ -49,12 +50,15 @@ Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<
   double t0 = MPI_Wtime();
   const auto plan = model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g);
   r.plan_s = slowest(MPI_Wtime() - t0);
+  const std::uint64_t sent_before = plan->traffic().sent;
   for (int call = 0; call < calls; ++call) {
     comm.barrier();
     t0 = MPI_Wtime();
     model.predict(comm, *plan, my_x.data(), in, r.out.data(), model.out_channels(), options);
     r.best_s = std::min(r.best_s, slowest(MPI_Wtime() - t0));
   }
+  const auto sent = static_cast<double>(plan->traffic().sent - sent_before) / calls;
+  r.sent_mb = comm.allreduce(sent, surrogate::ReduceOp::sum) / 1e6;
   return r;
 }
 
@@ -66,19 +70,35 @@ int main(int argc, char** argv) {
   try {
     if (argc < 3)
       throw surrogate::Error(surrogate::ErrorCode::invalid_argument,
-                             "usage: hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64]");
+                             "usage: hept_mpi_steps MODEL.h5 DIR [CALLS] [THREADS] [fp32|fp64] [phi|file]");
     const surrogate::MpiComm comm(MPI_COMM_WORLD);
     const surrogate::SelfComm self;
-    const std::string dir = argv[2], precision = argc > 5 ? argv[5] : "fp32";
+    const std::string dir = argv[2], precision = argc > 5 ? argv[5] : "fp32", order = argc > 6 ? argv[6] : "phi";
+    if (order != "phi" && order != "file")
+      throw surrogate::Error(surrogate::ErrorCode::invalid_argument, "hept_mpi_steps: ORDER must be phi or file, got " + order);
     const int calls = argc > 3 ? std::atoi(argv[3]) : 3;
     surrogate::RunOptions options;
     options.threads = argc > 4 ? std::atoi(argv[4]) : 1;
     options.precision = surrogate::parse_precision(precision);
     const auto model = surrogate::make_model(surrogate::ModelFile::read(argv[1]));
     const int in = model->in_channels(), cd = model->position_dim(), od = model->out_channels();
-    const std::vector<float> x = bench_io::read_array<float>(dir + "/features.f32");
-    const std::vector<float> coords = bench_io::read_array<float>(dir + "/coords.f32");
+    std::vector<float> x = bench_io::read_array<float>(dir + "/features.f32");
+    std::vector<float> coords = bench_io::read_array<float>(dir + "/coords.f32");
     const auto points = static_cast<std::int64_t>(coords.size()) / cd;
+    if (order == "phi") {  // hits numbered by increasing phi, as a solver numbers its mesh coherently
+      std::vector<std::int64_t> by_phi(static_cast<std::size_t>(points));
+      std::iota(by_phi.begin(), by_phi.end(), std::int64_t{0});
+      std::stable_sort(by_phi.begin(), by_phi.end(), [&](std::int64_t a, std::int64_t b) {
+        return coords[static_cast<std::size_t>(a * cd + 1)] < coords[static_cast<std::size_t>(b * cd + 1)];
+      });
+      std::vector<float> sx, sc;
+      for (const std::int64_t i : by_phi) {
+        sx.insert(sx.end(), x.begin() + i * in, x.begin() + (i + 1) * in);
+        sc.insert(sc.end(), coords.begin() + i * cd, coords.begin() + (i + 1) * cd);
+      }
+      x = std::move(sx);
+      coords = std::move(sc);
+    }
     // 1. Rank 0 alone: the reference output and its time.
     Run one;
     std::vector<std::int64_t> all(static_cast<std::size_t>(points));
@@ -102,13 +122,14 @@ int main(int argc, char** argv) {
                   reference[static_cast<std::size_t>(mine[r] * od + k)];
     differ = comm.allreduce(differ, surrogate::ReduceOp::sum);
     if (comm.rank() == 0) {
-      std::printf("HEPT, %lld hits, one event, %s, %d thread(s) per process, best of %d calls\n",
-                  static_cast<long long>(points), precision.c_str(), options.threads, calls);
+      std::printf("HEPT, %lld hits, one event, %s, %d thread(s) per process, best of %d calls, ids in %s order\n",
+                  static_cast<long long>(points), precision.c_str(), options.threads, calls, order.c_str());
       std::printf("  outputs of %d ranks vs one process: %s (%lld values differ)\n", comm.size(),
                   differ == 0 ? "bitwise identical" : "DIFFERENT", static_cast<long long>(differ));
       std::printf("  %-22s plan %7.3f s   forward %7.3f s\n", "one process", one.plan_s, one.best_s);
-      std::printf("  %-22s plan %7.3f s   forward %7.3f s   (%.2fx)\n", (std::to_string(comm.size()) + " ranks").c_str(),
-                  split.plan_s, split.best_s, one.best_s / split.best_s);
+      std::printf("  %-22s plan %7.3f s   forward %7.3f s   (%.2fx), %.1f MB between ranks per forward\n",
+                  (std::to_string(comm.size()) + " ranks").c_str(), split.plan_s, split.best_s, one.best_s / split.best_s,
+                  split.sent_mb);
     }
     if (differ != 0) rc = 1;
   } catch (const std::exception& e) {

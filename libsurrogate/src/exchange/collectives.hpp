@@ -17,9 +17,14 @@ std::vector<std::size_t> exchange_counts(const Comm& comm, std::span<const std::
 /// alltoallv of elements of `element_bytes` bytes, counts in elements, contiguous per peer. Collective.
 void alltoallv_elements(const Comm& comm, const void* send, std::span<const std::size_t> send_counts, void* recv,
                         std::span<const std::size_t> recv_counts, std::size_t element_bytes);
-/// Records of `width` int64 values, record i to rank dest[i]: returns the records received, grouped by
-/// source rank (in each source's order), and fills `source` with the source rank of each. Collective.
-std::vector<std::int64_t> push_records(const Comm& comm, std::span<const std::int64_t> records, int width,
-                                       std::span<const int> dest, std::vector<int>& source);
+/// What push_records receives: the records (grouped by source rank, in each source's order) and the source
+/// rank of each; with the send buffer, kept for the next call.
+struct PushedRecords {
+  std::vector<std::int64_t> received, sent;
+  std::vector<int> source;
+};
+/// Records of `width` int64 values, record i to rank dest[i], into `out`. Collective.
+void push_records(const Comm& comm, std::span<const std::int64_t> records, int width, std::span<const int> dest,
+                  PushedRecords& out);
 
 }  // namespace surrogate::detail

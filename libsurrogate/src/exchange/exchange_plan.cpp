@@ -56,24 +56,23 @@ void alltoallv_elements(const Comm& comm, const void* send, std::span<const std:
   comm.alltoallv(s ? send : &dummy_send, sb, so, r ? recv : &dummy_recv, rb, ro);
 }
 
-std::vector<std::int64_t> push_records(const Comm& comm, std::span<const std::int64_t> records, int width,
-                                       std::span<const int> dest, std::vector<int>& source) {
+void push_records(const Comm& comm, std::span<const std::int64_t> records, int width, std::span<const int> dest,
+                  PushedRecords& out) {
   const auto P = static_cast<std::size_t>(comm.size()), w = static_cast<std::size_t>(width);
   std::vector<std::size_t> counts(P, 0);
   for (const int q : dest) ++counts[static_cast<std::size_t>(q)];
   std::vector<std::size_t> at = exclusive_offsets(counts);
-  std::vector<std::int64_t> send(records.size());
+  out.sent.resize(records.size());
   for (std::size_t i = 0; i < dest.size(); ++i)
     std::copy_n(records.begin() + static_cast<std::ptrdiff_t>(i * w), w,
-                send.begin() + static_cast<std::ptrdiff_t>(at[static_cast<std::size_t>(dest[i])]++ * w));
+                out.sent.begin() + static_cast<std::ptrdiff_t>(at[static_cast<std::size_t>(dest[i])]++ * w));
   const std::vector<std::size_t> recv_counts = exchange_counts(comm, counts);
   std::size_t total = 0;
   for (const std::size_t c : recv_counts) total += c;
-  std::vector<std::int64_t> recv(total * w);
-  alltoallv_elements(comm, send.data(), counts, recv.data(), recv_counts, w * sizeof(std::int64_t));
-  source.clear();
-  for (std::size_t r = 0; r < P; ++r) source.insert(source.end(), recv_counts[r], static_cast<int>(r));
-  return recv;
+  out.received.resize(total * w);
+  alltoallv_elements(comm, out.sent.data(), counts, out.received.data(), recv_counts, w * sizeof(std::int64_t));
+  out.source.clear();
+  for (std::size_t r = 0; r < P; ++r) out.source.insert(out.source.end(), recv_counts[r], static_cast<int>(r));
 }
 
 }  // namespace detail

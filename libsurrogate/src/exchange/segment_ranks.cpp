@@ -27,8 +27,8 @@ std::uint64_t order_image(double value) {
 
 std::uint64_t order_image(std::int64_t value) { return static_cast<std::uint64_t>(value) ^ (std::uint64_t{1} << 63); }
 
-SortedPiece sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
-                          int threads) {
+void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
+                   int threads, SortedPiece& piece) {
   const auto Pu = static_cast<std::size_t>(comm.size());
   const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
   // 1. P regular samples of every segment's local run (tie -1: none), gathered by every rank.
@@ -60,17 +60,17 @@ SortedPiece sort_segments(const Comm& comm, std::span<const SortElement> local, 
     c[Pu] = local_first[sz(s) + 1];
     for (std::size_t q = 0; q < Pu; ++q) send_counts[q] += sz(c[q + 1] - c[q]);
   }
-  std::vector<SortElement> send;
-  send.reserve(local.size());
+  std::vector<SortElement>& send = piece.sent;
+  send.clear();
   for (std::size_t q = 0; q < Pu; ++q)
     for (std::int64_t s = 0; s < S; ++s)
       send.insert(send.end(), local.begin() + static_cast<std::ptrdiff_t>(cut[sz(s) * (Pu + 1) + q]),
                   local.begin() + static_cast<std::ptrdiff_t>(cut[sz(s) * (Pu + 1) + q + 1]));
   const std::vector<std::size_t> recv_counts = exchange_counts(comm, send_counts);
-  std::vector<SortElement> got(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
+  std::vector<SortElement>& got = piece.received;
+  got.resize(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
   alltoallv_elements(comm, send.data(), send_counts, got.data(), recv_counts, sizeof(SortElement));
   // 3. Grouped by segment (stably: the runs of ranks 0, 1, ... in order), each segment's runs merged.
-  SortedPiece piece;
   piece.first.assign(sz(S) + 1, 0);
   std::vector<std::int64_t> run(sz(S) * Pu, 0);
   std::string bad;
@@ -102,13 +102,13 @@ SortedPiece sort_segments(const Comm& comm, std::span<const SortElement> local, 
     }
   }
   // 4. This rank's piece of segment s follows the pieces of the ranks before it.
-  std::vector<std::int64_t> count(sz(S)), counts(sz(S) * Pu);
+  std::vector<std::int64_t> count(sz(S));
+  piece.counts.resize(sz(S) * Pu);
   for (std::int64_t s = 0; s < S; ++s) count[sz(s)] = piece.first[sz(s) + 1] - piece.first[sz(s)];
-  comm.allgather(count.data(), count.size() * sizeof(std::int64_t), counts.data());
+  comm.allgather(count.data(), count.size() * sizeof(std::int64_t), piece.counts.data());
   piece.offset.assign(sz(S), 0);
   for (std::int64_t s = 0; s < S; ++s)
-    for (int r = 0; r < comm.rank(); ++r) piece.offset[sz(s)] += counts[sz(r) * sz(S) + sz(s)];
-  return piece;
+    for (int r = 0; r < comm.rank(); ++r) piece.offset[sz(s)] += piece.counts[sz(r) * sz(S) + sz(s)];
 }
 
 std::vector<std::int64_t> ranks_in_segments(const Comm& comm, std::span<const RankRecord> records,
@@ -131,7 +131,8 @@ std::vector<std::int64_t> ranks_in_segments(const Comm& comm, std::span<const Ra
   std::vector<std::int64_t> first(segments + 1, 0);
   for (const SortElement& e : local) ++first[sz(e.segment) + 1];
   std::partial_sum(first.begin(), first.end(), first.begin());
-  const SortedPiece piece = sort_segments(comm, local, first, 1);
+  SortedPiece piece;
+  sort_segments(comm, local, first, 1, piece);
   // The ranks back to the records' ranks as (row, rank) pairs.
   std::vector<std::int64_t> back;
   std::vector<int> dest;
@@ -140,10 +141,10 @@ std::vector<std::int64_t> ranks_in_segments(const Comm& comm, std::span<const Ra
       back.insert(back.end(), {piece.held[sz(i)].payload, piece.offset[s] + i - piece.first[s]});
       dest.push_back(piece.held[sz(i)].origin);
     }
-  std::vector<int> from;
-  const std::vector<std::int64_t> returned = push_records(comm, back, 2, dest, from);
+  PushedRecords returned;
+  push_records(comm, back, 2, dest, returned);
   std::vector<std::int64_t> result(records.size());
-  for (std::size_t i = 0; i < from.size(); ++i) result[sz(returned[2 * i])] = returned[2 * i + 1];
+  for (std::size_t i = 0; i < returned.source.size(); ++i) result[sz(returned.received[2 * i])] = returned.received[2 * i + 1];
   return result;
 }
 

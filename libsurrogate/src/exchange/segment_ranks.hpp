@@ -26,10 +26,12 @@ std::uint64_t order_image(double value);
 std::uint64_t order_image(std::int64_t value);
 
 /// This rank's piece of the global order: the elements of segment s at held[first[s] .. first[s+1]) in
-/// (bits, tie) order, the first of them at rank offset[s] of its segment (0-based, over all ranks).
+/// (bits, tie) order, the first of them at rank offset[s] of its segment (0-based, over all ranks); and
+/// every rank's piece sizes, counts[r * segments + s] (rank r's pieces follow in rank order).
 struct SortedPiece {
   std::vector<SortElement> held;
-  std::vector<std::int64_t> first, offset;
+  std::vector<std::int64_t> first, offset, counts;
+  std::vector<SortElement> sent, received;  // buffers of the sort, kept for the next call
 };
 
 /// Collective sample sort. `local`: this rank's elements grouped by segment (segment s at
@@ -37,8 +39,10 @@ struct SortedPiece {
 /// `segments` + 1 entries on every rank. Splitters per segment from P regular samples of every rank's
 /// group; each rank merges the runs it receives (OpenMP over segments with `threads`). The ranks do not
 /// depend on how the elements are spread over the ranks.
-SortedPiece sort_segments(const Comm& comm, std::span<const SortElement> local,
-                          std::span<const std::int64_t> local_first, int threads);
+/// The result goes to `piece`, whose vectors are reused (a piece kept between calls allocates nothing
+/// once its buffers are large enough).
+void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
+                   int threads, SortedPiece& piece);
 
 /// A record to rank: its segment, its key (an order image) and a tie-breaker.
 struct RankRecord {

@@ -208,6 +208,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)),
       den(static_cast<std::size_t>(H) * npu);
   std::vector<T> attn(npu * static_cast<std::size_t>(HD)), y(npu * static_cast<std::size_t>(D));
+  std::vector<T> vh, tnum, tden;  // split graphs: v per head, one table's sums
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
   for (const std::int64_t s : g.padded_sizes) graph_first.push_back(graph_first.back() + s);
@@ -297,8 +298,9 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     std::fill(num.begin(), num.end(), T(0));
     std::fill(den.begin(), den.end(), T(0));
     if (buckets) {  // graphs spread over ranks: each table's buckets computed where the plan routes them
-      std::vector<T> vh(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)), tnum(num.size()),
-          tden(den.size());
+      vh.resize(num.size());
+      tnum.resize(num.size());
+      tden.resize(den.size());
       for (int h = 0; h < H; ++h)
         for (std::size_t n = 0; n < npu; ++n)
           std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(HD) + static_cast<std::size_t>(h * D)), D,

@@ -23,7 +23,7 @@ std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
 }  // namespace
 
 template <class T>
-SplitGraphs::Routes SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const {
+void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const {
   const int H = cfg_.num_heads, me = comm.rank();
   const std::int64_t bs = cfg_.block_size, G = static_cast<std::int64_t>(graph_first_.size()) - 1;
   const auto np = static_cast<std::int64_t>(graph_.size()), S = 2 * H * G;
@@ -33,7 +33,8 @@ SplitGraphs::Routes SplitGraphs::route(const Comm& comm, const T* keys_q, const 
   for (std::int64_t g = 0; g <= G; ++g) row_first[sz(g)] = std::lower_bound(graph_.begin(), graph_.end(), g) - graph_.begin();
   std::vector<std::int64_t> seg_first(sz(S) + 1, 0);
   for (std::int64_t s = 0; s < S; ++s) seg_first[sz(s) + 1] = seg_first[sz(s)] + row_first[sz(s % G) + 1] - row_first[sz(s % G)];
-  std::vector<detail::SortElement> local(sz(seg_first.back()));
+  std::vector<detail::SortElement>& local = work_.local;
+  local.resize(sz(seg_first.back()));
 #pragma omp parallel num_threads(threads)
   {
     kernels::StableKeySortWork<T> work;
@@ -51,49 +52,65 @@ SplitGraphs::Routes SplitGraphs::route(const Comm& comm, const T* keys_q, const 
       }
     }
   }
-  // 2. The keys sorted over the ranks; every element's rank gives its bucket and slot, and the rank of
-  // the bucket learns where the element's row is.
-  const detail::SortedPiece piece = detail::sort_segments(comm, local, seg_first, threads);
-  std::vector<std::int64_t> records;
-  std::vector<int> dest;
-  records.reserve(piece.held.size() * 5);
-  dest.reserve(piece.held.size());
-  for (std::int64_t s = 0; s < S; ++s)
+  // 2. The keys sorted over the ranks; every element's rank gives its bucket and slot. Bucket b of (head,
+  // graph) is computed by the rank whose piece of the query order holds its start b * bs (a function of
+  // the pieces' sizes, which every rank has): with spatially coherent ids most of its rows are there.
+  detail::SortedPiece& piece = work_.piece;
+  detail::sort_segments(comm, local, seg_first, threads, piece);
+  const int P = comm.size();
+  const auto holder = [&](std::int64_t s, std::int64_t x) {  // the rank whose piece of segment s holds rank x
+    int q = 0;
+    for (std::int64_t at = piece.counts[sz(s)]; q + 1 < P && at <= x; at += piece.counts[sz(q) * sz(S) + sz(s)]) ++q;
+    return q;
+  };
+  std::vector<std::int64_t>& records = work_.records;
+  std::vector<int>& dest = work_.dest;
+  records.clear();
+  dest.clear();
+  for (std::int64_t s = 0; s < S; ++s) {
+    const std::int64_t query_segment = s / G / 2 * 2 * G + s % G;
     for (std::int64_t i = piece.first[sz(s)]; i < piece.first[sz(s) + 1]; ++i) {
-      const std::int64_t rank = piece.offset[sz(s)] + i - piece.first[sz(s)];
-      const std::int64_t start = graph_first_[sz(s % G)] + rank / bs * bs;
+      const std::int64_t rank = piece.offset[sz(s)] + i - piece.first[sz(s)], b = rank / bs;
       const detail::SortElement& e = piece.held[sz(i)];
-      records.insert(records.end(), {s / G, start, rank % bs, e.origin, e.payload});
-      dest.push_back(owner(start));
+      records.insert(records.end(), {s / G, s % G, b, rank % bs, e.origin, e.payload});
+      dest.push_back(holder(query_segment, b * bs));
     }
-  std::vector<int> from;
-  const std::vector<std::int64_t> got_slots = detail::push_records(comm, records, 5, dest, from);
-  Routes routes;
-  const std::int64_t tb = bounds_[sz(me)], te = bounds_[sz(me) + 1];
-  for (std::int64_t g = 0; g < G; ++g)
-    for (std::int64_t s = graph_first_[sz(g)]; s < graph_first_[sz(g) + 1]; s += bs)
-      if (s >= tb && s < te) routes.starts.push_back(s);
-  const auto nb = static_cast<std::int64_t>(routes.starts.size()), slots = H * nb * bs;
+  }
+  detail::push_records(comm, records, 6, dest, work_.pushed);
+  const std::vector<std::int64_t>& got_slots = work_.pushed.received;
+  const std::vector<int>& from = work_.pushed.source;
+  // This rank's buckets: per (head, graph) those starting in its piece of the query order.
+  Routes& routes = work_.routes;
+  routes.buckets.clear();
+  std::vector<std::int64_t> first_bucket(sz(H * G)), first_index(sz(H * G) + 1, 0);
+  for (std::int64_t hg = 0; hg < H * G; ++hg) {
+    const std::int64_t query_segment = hg / G * 2 * G + hg % G;
+    const std::int64_t begin = piece.offset[sz(query_segment)],
+                       end = begin + piece.first[sz(query_segment) + 1] - piece.first[sz(query_segment)];
+    first_bucket[sz(hg)] = (begin + bs - 1) / bs;
+    first_index[sz(hg) + 1] = first_index[sz(hg)] + std::max<std::int64_t>(0, (end + bs - 1) / bs - first_bucket[sz(hg)]);
+    for (std::int64_t b = first_bucket[sz(hg)]; b < (end + bs - 1) / bs; ++b) routes.buckets.push_back({hg / G, hg % G, b});
+  }
+  const std::int64_t slots = first_index.back() * bs;
   for (int side = 0; side < 2; ++side) {
     routes.rank[side].assign(sz(slots), -1);
     routes.key[side].assign(sz(slots), 0);
   }
   for (std::size_t i = 0; i < from.size(); ++i) {
-    const std::int64_t* rec = got_slots.data() + 5 * i;
-    const std::int64_t h = rec[0] / 2, side = rec[0] % 2;
-    const std::int64_t b = std::lower_bound(routes.starts.begin(), routes.starts.end(), rec[1]) - routes.starts.begin();
-    const std::size_t t = sz((h * nb + b) * bs + rec[2]);
-    routes.rank[side][t] = static_cast<int>(rec[3]);
-    routes.key[side][t] = rec[4];
+    const std::int64_t* rec = got_slots.data() + 6 * i;
+    const std::int64_t h = rec[0] / 2, side = rec[0] % 2, hg = h * G + rec[1];
+    const std::size_t t = sz((first_index[sz(hg)] + rec[2] - first_bucket[sz(hg)]) * bs + rec[3]);
+    routes.rank[side][t] = static_cast<int>(rec[4]);
+    routes.key[side][t] = rec[5];
   }
   std::string hole;
   for (int side = 0; side < 2 && hole.empty(); ++side)
     for (std::int64_t t = 0; t < slots && hole.empty(); ++t)
       if (routes.rank[side][sz(t)] < 0)
         hole = "hept: rank " + std::to_string(me) + " has no row for slot " + std::to_string(t % bs) + " of bucket " +
-               std::to_string(routes.starts[sz(t / bs % nb)]) + (side == 0 ? " (queries)" : " (keys)");
+               std::to_string(routes.buckets[sz(t / bs)][2]) + " of head " + std::to_string(routes.buckets[sz(t / bs)][0]) +
+               (side == 0 ? " (queries)" : " (keys)");
   comm.agree_or_throw(hole.empty() ? Status{} : Status{ErrorCode::internal, hole});
-  return routes;
 }
 
 template <class T>
@@ -102,7 +119,8 @@ void SplitGraphs::attend(const Comm& comm, const T* keys_q, const T* keys_k, con
   const int H = cfg_.num_heads, D = cfg_.h_dim, Dh = cfg_.hash_dim(), bs = cfg_.block_size;
   const auto np = static_cast<std::int64_t>(graph_.size());
   threads = threads > 0 ? threads : omp_get_max_threads();
-  const Routes routes = route(comm, keys_q, keys_k, threads);
+  route(comm, keys_q, keys_k, threads);
+  const Routes& routes = work_.routes;
   ExchangePlan queries = ExchangePlan::from_requests(comm, H * np, routes.rank[0], routes.key[0], {}, {});
   ExchangePlan keys = ExchangePlan::from_requests(comm, H * np, routes.rank[1], routes.key[1], {}, {});
   queries.count_into(traffic_);
@@ -110,7 +128,15 @@ void SplitGraphs::attend(const Comm& comm, const T* keys_q, const T* keys_k, con
   // The rows of every bucket in slot order (the sorted order), the kernel, the sums back to the queries.
   const auto slots = static_cast<std::int64_t>(routes.rank[0].size());
   const std::size_t cap = sz(std::max<std::int64_t>(slots, 1));
-  std::vector<T> qs(cap * sz(Dh)), ks(qs.size()), vs(cap * sz(D)), bnum(vs.size()), bden(cap);
+  std::vector<T>* rows = nullptr;
+  if constexpr (std::is_same_v<T, float>) rows = work_.rows32;
+  else rows = work_.rows64;
+  std::vector<T>&qs = rows[0], &ks = rows[1], &vs = rows[2], &bnum = rows[3], &bden = rows[4];
+  qs.resize(cap * sz(Dh));
+  ks.resize(cap * sz(Dh));
+  vs.resize(cap * sz(D));
+  bnum.resize(cap * sz(D));
+  bden.resize(cap);
   queries.forward(qh, Dh, qs.data());
   keys.forward(kh, Dh, ks.data());
   keys.forward(vh, D, vs.data());

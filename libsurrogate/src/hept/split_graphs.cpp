@@ -195,8 +195,10 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
       for (int r = 0; r < rows; ++r) out.push_back(code[sz(r * n_orig + k)]);
       dest.push_back(owner(pos));
     }
-    std::vector<int> from;
-    const std::vector<std::int64_t> dups = detail::push_records(comm, out, width, dest, from);
+    detail::PushedRecords pushed;
+    detail::push_records(comm, out, width, dest, pushed);
+    const std::vector<std::int64_t>& dups = pushed.received;
+    const std::vector<int>& from = pushed.source;
     std::vector<int> row_rank(sz(np), -1);
     std::vector<std::int64_t> row_src(sz(np), -1);
     g.padded_codes.assign(sz(rows * np), 0);

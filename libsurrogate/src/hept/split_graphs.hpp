@@ -1,12 +1,15 @@
 // HEPT with graphs split over the ranks (share/docs/hept.md, "Plan and ranks"): every graph's padded rows
 // cut into contiguous rank ranges, the geometry from distributed ranks (sample sorts), and each hash
-// table's bucket attention on the rank that holds the bucket's first padded position.
+// table's bucket attention on the rank whose piece of the sorted queries holds the bucket's start.
 #pragma once
 
+#include <array>
 #include <cstdint>
 #include <span>
 #include <vector>
 
+#include "../exchange/collectives.hpp"
+#include "../exchange/segment_ranks.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
@@ -48,15 +51,28 @@ class SplitGraphs {
     std::vector<float> coords;
   };
   void gather(const Part& part, const float* in, index_t ld_in, int width, float* rows) const;
-  /// This rank's buckets (their first padded positions) and, for every slot of every head's bucket (row
-  /// (h * buckets + b) * block_size + slot), the rank and key (h * rows + row) of its query and its key.
+  /// This rank's buckets (head, graph, bucket number) and, for every slot of every bucket (row bucket *
+  /// block_size + slot), the rank and key (h * rows + row) of its query and its key.
   struct Routes {
-    std::vector<std::int64_t> starts;
+    std::vector<std::array<std::int64_t, 3>> buckets;
     std::vector<int> rank[2];
     std::vector<std::int64_t> key[2];
   };
+  /// Fills work_.routes.
   template <class T>
-  Routes route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const;
+  void route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const;
+  /// The buffers of route and attend, kept between calls (a plan serves one forward at a time).
+  struct Work {
+    std::vector<detail::SortElement> local;
+    detail::SortedPiece piece;
+    std::vector<std::int64_t> records;
+    std::vector<int> dest;
+    detail::PushedRecords pushed;
+    Routes routes;
+    std::vector<float> rows32[5];
+    std::vector<double> rows64[5];
+  };
+  mutable Work work_;
   const Part& part(bool fp64) const { return fp64 ? p64_ : p32_; }
   int owner(std::int64_t position) const;
 
