@@ -55,6 +55,14 @@ struct Geometry {
   std::int64_t padded_points() const { return static_cast<std::int64_t>(pad_seq.size()); }
 };
 
+/// The quantile bin size ceil(n * fl(1 / R)) of a graph of n points (padded, in the src layout) with R
+/// regions, in arithmetic T; Error(weights) unless it is finite and at least 1.
+template <class T>
+std::int64_t quantile_bin(std::int64_t n, float regions);
+/// The bits of a region index up to `max`: ceil(log2(max + 1)) as the official code evaluates it (log2 of
+/// an int64 tensor is float32).
+std::int64_t bit_width(std::int64_t max);
+
 /// The first step of the geometry: quantile bins of the graphs `sizes` (consecutive rows of `coords`,
 /// points x coords_dim), ranks by a stable sort (ties by index within the graph). Fills sizes,
 /// region_eta, region_phi, bin_eta, bin_phi.

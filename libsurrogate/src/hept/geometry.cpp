@@ -20,12 +20,22 @@ std::vector<std::int64_t> stable_order(std::int64_t n, const V& value) {
   return order;
 }
 
-/// ceil(log2(max + 1)) as the official code evaluates it (log2 of an int64 tensor is float32).
+}  // namespace
+
+template <class T>
+std::int64_t quantile_bin(std::int64_t n, float regions) {
+  const T bin = std::ceil(static_cast<T>(n) * (T(1) / static_cast<T>(regions)));
+  if (!(bin >= T(1)) || !std::isfinite(bin))
+    throw Error(ErrorCode::weights, "hept: 'regions' gives a quantile bin size " + std::to_string(double(bin)) +
+                                        " (regions must be positive and finite)");
+  return static_cast<std::int64_t>(bin);
+}
+template std::int64_t quantile_bin<float>(std::int64_t, float);
+template std::int64_t quantile_bin<double>(std::int64_t, float);
+
 std::int64_t bit_width(std::int64_t max) {
   return static_cast<std::int64_t>(std::ceil(std::log2(static_cast<float>(max + 1))));
 }
-
-}  // namespace
 
 template <class T>
 void quantile_bins(const Config& cfg, const std::vector<float>& regions, const float* coords,
@@ -54,13 +64,9 @@ void quantile_bins(const Config& cfg, const std::vector<float>& regions, const f
       for (int r = 0; r < rows; ++r) {
         // R[axis, c*H + h] = regions[c, axis, h]; bin = ceil(n * fl(1 / R)) in the run's precision.
         const float R = regions[static_cast<std::size_t>(((r / H) * 2 + axis) * H + r % H)];
-        const T bin = std::ceil(static_cast<T>(mg) * (T(1) / static_cast<T>(R)));
-        if (!(bin >= T(1)) || !std::isfinite(bin))
-          throw Error(ErrorCode::weights, "hept: 'regions' gives a quantile bin size " + std::to_string(double(bin)) +
-                                              " (regions must be positive and finite)");
+        const std::int64_t b = quantile_bin<T>(mg, R);
         (axis == 0 ? g.bin_eta : g.bin_phi)[graph * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
-            double(bin);
-        const auto b = static_cast<std::int64_t>(bin);
+            double(b);
         auto& out = axis == 0 ? g.region_eta : g.region_phi;
         for (std::int64_t i = 0; i < mg; ++i)
           out[static_cast<std::size_t>(r * total + first_ranked + i)] = rank[static_cast<std::size_t>(i)] / b + 1;

@@ -1,5 +1,5 @@
-// SplitGraphs (split_graphs.hpp): the padded rows cut over the ranks, the geometry of the split graphs by
-// distributed ranks, each layer's buckets routed to the rank of their first padded position and back.
+// SplitGraphs (split_graphs.hpp): the padded rows cut over the ranks and the geometry of the split graphs
+// from distributed ranks; each layer's buckets are in split_buckets.cpp.
 #include "split_graphs.hpp"
 
 #include <algorithm>
@@ -19,10 +19,6 @@ using detail::order_image;
 using detail::RankRecord;
 
 std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
-
-std::int64_t bit_width(std::int64_t max) {  // as geometry.cpp: ceil(log2(max + 1)) in float32
-  return static_cast<std::int64_t>(std::ceil(std::log2(static_cast<float>(max + 1))));
-}
 
 }  // namespace
 
@@ -134,14 +130,11 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
         std::vector<std::int64_t>& region = axis == 0 ? g.region_eta : g.region_phi;
         for (std::int64_t j = 0, k = 0; j < np; ++j) {
           const std::int64_t gj = graph_[sz(j)], mg = src ? graph_first_[sz(gj) + 1] - graph_first_[sz(gj)] : sizes[sz(gj)];
-          const T bin = std::ceil(static_cast<T>(mg) * (T(1) / static_cast<T>(R)));
-          if (!(bin >= T(1)) || !std::isfinite(bin))
-            throw Error(ErrorCode::weights, "hept: 'regions' gives a quantile bin size " +
-                                                std::to_string(double(bin)) + " (regions must be positive and finite)");
+          const std::int64_t bin = quantile_bin<T>(mg, R);
           const bool original = k < n_orig && originals[sz(k)] == j;
           const std::int64_t rank = original ? axis_rank[sz(axis * n_orig + k)] : position_[sz(j)];
-          if (original) (axis == 0 ? eta : phi)[sz(r * n_orig + k++)] = rank / static_cast<std::int64_t>(bin) + 1;
-          if (src) region[sz(r * np + j)] = rank / static_cast<std::int64_t>(bin) + 1;
+          if (original) (axis == 0 ? eta : phi)[sz(r * n_orig + k++)] = rank / bin + 1;
+          if (src) region[sz(r * np + j)] = rank / bin + 1;
         }
       }
     g.sizes = {n_orig};
