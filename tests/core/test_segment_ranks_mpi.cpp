@@ -1,7 +1,7 @@
 // ranks_in_segments and sort_segments (libsurrogate/src/exchange/segment_ranks.hpp) under mpirun (1-4
 // ranks): every record's rank in its segment against std::stable_sort of the whole set, which every rank
 // computes; keys with many ties, both zeros, infinities and int64 extremes; shares unequal, empty, or all
-// on one rank; a segment no rank holds.
+// on one rank; a segment no rank holds; pieces of about 1/P whatever the spread.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -90,6 +90,34 @@ TEST(SegmentRanks, IntegerImagesOrderAsIntegers) {
   EXPECT_EQ(order_image(-0.0), order_image(0.0));
   EXPECT_LT(order_image(-1e-310), order_image(0.0));
   EXPECT_LT(order_image(std::nextafter(1.0, 0.0)), order_image(1.0));
+}
+
+// The pieces of sort_segments hold 1/P of a segment within 25 % however the elements are spread: all on the last
+// rank, blocks of the sorted order on the ranks in reverse (a coherent partition), a tenth on rank 0, the
+// lower half on rank 0 and the rest with the smallest key on the last rank.
+TEST(SegmentRanks, PiecesAreBalancedForAnySpread) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank();
+  const std::int64_t n = 20000;
+  const std::vector<std::function<int(std::int64_t)>> spreads = {
+      [P](std::int64_t) { return P - 1; },
+      [P, n](std::int64_t i) { return P - 1 - static_cast<int>(i * P / n); },
+      [P, n](std::int64_t i) { return i % 10 == 0 ? 0 : P - 1; },
+      // Overlapping runs: the smallest key alone with the upper half (a minimum far from its run's bulk).
+      [P, n](std::int64_t i) { return i > 0 && i <= n / 2 ? 0 : P - 1; }};
+  for (std::size_t k = 0; k < spreads.size(); ++k) {
+    std::vector<surrogate::detail::SortElement> local;
+    for (std::int64_t i = 0; i < n; ++i)  // key i, in order: every rank's run is sorted
+      if (spreads[k](i) == me) local.push_back({order_image(static_cast<double>(i)), i, i, 0, me});
+    const std::vector<std::int64_t> first = {0, static_cast<std::int64_t>(local.size())};
+    surrogate::detail::SortedPiece piece;
+    surrogate::detail::sort_segments(comm, local, first, 1, piece);
+    const std::int64_t held = piece.first[1] - piece.first[0];
+    EXPECT_LE(held, n / P + n / (4 * P)) << "rank " << me << " of " << P << ", spread " << k;
+    EXPECT_GE(held, n / P - n / (4 * P)) << "rank " << me << " of " << P << ", spread " << k;
+    for (std::int64_t i = piece.first[0]; i < piece.first[1]; ++i)  // key i is the element of rank i
+      ASSERT_EQ(piece.held[static_cast<std::size_t>(i)].tie, piece.offset[0] + i) << "rank " << me << ", spread " << k;
+  }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// sort_segments and ranks_in_segments (segment_ranks.hpp): per-segment splitters from regular samples,
-// one all-to-all of the elements, per-segment merges of the received runs, offsets by an all-gather.
+// sort_segments and ranks_in_segments (segment_ranks.hpp): per-segment splitters from weighted regular
+// samples, one all-to-all of the elements, per-segment merges of the received runs, offsets by an
+// all-gather.
 #include "segment_ranks.hpp"
 
 #include <algorithm>
@@ -31,32 +32,49 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
                    int threads, SortedPiece& piece) {
   const auto Pu = static_cast<std::size_t>(comm.size());
   const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
-  // 1. P regular samples of every segment's local run (tie -1: none), gathered by every rank.
-  std::vector<SortElement> samples(sz(S) * Pu, SortElement{0, -1, 0, 0, 0}), all(samples.size() * Pu);
+  // 1. K regular samples of every segment's local run, each standing for n / K of its elements (the
+  // weight in `payload`; tie -1: no sample), gathered by every rank.
+  const std::size_t K = std::min<std::size_t>(4 * Pu, 128);
+  std::vector<SortElement> samples(sz(S) * K, SortElement{0, -1, 0, 0, 0}), all(samples.size() * Pu);
   for (std::int64_t s = 0; s < S; ++s) {
     const std::int64_t n = local_first[sz(s) + 1] - local_first[sz(s)];
-    for (std::size_t k = 0; k < Pu && n > 0; ++k)
-      samples[sz(s) * Pu + k] = local[sz(local_first[sz(s)] + static_cast<std::int64_t>(k) * n / static_cast<std::int64_t>(Pu))];
+    const std::int64_t k_n = std::min<std::int64_t>(static_cast<std::int64_t>(K), n);
+    for (std::int64_t k = 0; k < k_n; ++k) {
+      SortElement e = local[sz(local_first[sz(s)] + (2 * k + 1) * n / (2 * k_n))];  // the middles of K slices
+      e.payload = std::bit_cast<std::int64_t>(static_cast<double>(n) / static_cast<double>(k_n));
+      samples[sz(s) * K + sz(k)] = e;
+    }
   }
   comm.allgather(samples.data(), samples.size() * sizeof(SortElement), all.data());
-  // 2. Rank q receives the elements of segment s in [splitter q-1, splitter q) (the same splitters on
-  // every rank): each local run cut by binary search.
+  // 2. Rank q receives the elements of segment s in [splitter q-1, splitter q), splitter q the first
+  // sample whose cumulative weight reaches q / P of the segment (the same splitters on every rank): each
+  // local run cut by binary search.
   std::vector<std::size_t> send_counts(Pu, 0);
   std::vector<std::int64_t> cut(sz(S) * (Pu + 1));
   std::vector<SortElement> seg_samples;
   for (std::int64_t s = 0; s < S; ++s) {
     seg_samples.clear();
+    double total = 0;
     for (std::size_t r = 0; r < Pu; ++r)
-      for (std::size_t k = 0; k < Pu; ++k)
-        if (all[(r * sz(S) + sz(s)) * Pu + k].tie >= 0) seg_samples.push_back(all[(r * sz(S) + sz(s)) * Pu + k]);
+      for (std::size_t k = 0; k < K; ++k)
+        if (const SortElement& e = all[(r * sz(S) + sz(s)) * K + k]; e.tie >= 0) {
+          seg_samples.push_back(e);
+          total += std::bit_cast<double>(e.payload);
+        }
     std::sort(seg_samples.begin(), seg_samples.end(), before);
     const auto b0 = local.begin() + static_cast<std::ptrdiff_t>(local_first[sz(s)]),
                b1 = local.begin() + static_cast<std::ptrdiff_t>(local_first[sz(s) + 1]);
     std::int64_t* c = cut.data() + sz(s) * (Pu + 1);
     c[0] = local_first[sz(s)];
-    for (std::size_t q = 1; q < Pu; ++q)
-      c[q] = seg_samples.empty() ? c[0]
-                                 : std::lower_bound(b0, b1, seg_samples[q * seg_samples.size() / Pu], before) - local.begin();
+    double cumulative = 0;
+    std::size_t at = 0;
+    for (std::size_t q = 1; q < Pu; ++q) {
+      const double target = total * static_cast<double>(q) / static_cast<double>(Pu);
+      while (at < seg_samples.size() && cumulative + std::bit_cast<double>(seg_samples[at].payload) / 2 < target)
+        cumulative += std::bit_cast<double>(seg_samples[at++].payload);
+      c[q] = at == seg_samples.size() ? local_first[sz(s) + 1]
+                                      : std::lower_bound(b0, b1, seg_samples[at], before) - local.begin();
+    }
     c[Pu] = local_first[sz(s) + 1];
     for (std::size_t q = 0; q < Pu; ++q) send_counts[q] += sz(c[q + 1] - c[q]);
   }

@@ -36,9 +36,10 @@ struct SortedPiece {
 
 /// Collective sample sort. `local`: this rank's elements grouped by segment (segment s at
 /// local[local_first[s] .. local_first[s+1])), each group in (bits, tie) order; `local_first` has
-/// `segments` + 1 entries on every rank. Splitters per segment from P regular samples of every rank's
-/// group; each rank merges the runs it receives (OpenMP over segments with `threads`). The ranks do not
-/// depend on how the elements are spread over the ranks.
+/// `segments` + 1 entries on every rank. Splitters per segment from min(4P, 128) regular samples of every
+/// rank's group, each weighted by the share of the group it stands for, so that the pieces hold about
+/// 1/P of every segment however the elements are spread; each rank merges the runs it receives (OpenMP
+/// over segments with `threads`). The ranks do not depend on how the elements are spread over the ranks.
 /// The result goes to `piece`, whose vectors are reused (a piece kept between calls allocates nothing
 /// once its buffers are large enough).
 void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
