@@ -2,6 +2,8 @@
 // SURROGATE_ISA_NS, SURROGATE_ISA_ENUM and the register blocking before including it.
 #pragma once
 
+#include <cstring>
+
 #include "ball_distance_impl.hpp"
 #include "bucket_impl.hpp"
 #include "latent_impl.hpp"
@@ -14,59 +16,39 @@
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
+/// y[i] = f(x[i]) for n values, a vector V at a time; the tail through one zero-padded vector (lane 0).
+template <class V, class T, class F>
+inline void map_lanes(const T* x, T* y, index_t n, F f) {
+  constexpr index_t kLanes = static_cast<index_t>(sizeof(V) / sizeof(T));
+  index_t i = 0;
+  V v;
+  for (; i + kLanes <= n; i += kLanes) {
+    std::memcpy(&v, x + i, sizeof v);
+    v = f(v);
+    std::memcpy(y + i, &v, sizeof v);
+  }
+  for (; i < n; ++i) {
+    T lanes[kLanes] = {};
+    lanes[0] = x[i];
+    std::memcpy(&v, lanes, sizeof v);
+    y[i] = f(v)[0];
+  }
+}
+
 inline void exp_map(const float* x, float* y, index_t n) {
-  using namespace simd;
-  index_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, simd::exp(load(x + i)));
-  for (; i < n; ++i) {
-    float lanes[W] = {};
-    lanes[0] = x[i];
-    y[i] = simd::exp(load(lanes))[0];
-  }
+  map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::exp(v); });
 }
-
 inline void exp_f64_map(const double* x, double* y, index_t n) {
-  using namespace simd;
-  index_t i = 0;
-  for (; i + WD <= n; i += WD) stored(y + i, simd::exp(loadd(x + i)));
-  for (; i < n; ++i) {
-    double lanes[WD] = {};
-    lanes[0] = x[i];
-    y[i] = simd::exp(loadd(lanes))[0];
-  }
+  map_lanes<simd::vd>(x, y, n, [](simd::vd v) { return simd::exp(v); });
 }
-
 inline void tanh_map(const float* x, float* y, index_t n) {
-  using namespace simd;
-  index_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, simd::tanh(load(x + i)));
-  for (; i < n; ++i) {
-    float lanes[W] = {};
-    lanes[0] = x[i];
-    y[i] = simd::tanh(load(lanes))[0];
-  }
+  map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::tanh(v); });
 }
-
 inline void erf_map(const float* x, float* y, index_t n) {
-  using namespace simd;
-  index_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, simd::erf(load(x + i)));
-  for (; i < n; ++i) {
-    float lanes[W] = {};
-    lanes[0] = x[i];
-    y[i] = simd::erf(load(lanes))[0];
-  }
+  map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::erf(v); });
 }
-
 inline void activation_map(Activation act, const float* x, float* y, index_t n) {
-  using namespace simd;
-  index_t i = 0;
-  for (; i + W <= n; i += W) store(y + i, apply_activation(act, load(x + i)));
-  for (; i < n; ++i) {
-    float lanes[W] = {};
-    lanes[0] = x[i];
-    y[i] = apply_activation(act, load(lanes))[0];
-  }
+  map_lanes<simd::vf>(x, y, n, [act](simd::vf v) { return apply_activation(act, v); });
 }
 
 inline CpuKernels make_table() {

@@ -13,23 +13,22 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
     : surrogate::Plan(std::move(basis)) {
   const SampleLayout& l = layout();
   const int cd = cfg.coords_dim;
+  // Every rank sees every sample's size: a bad batch is refused before any message.
   collectively(comm, [&] {
     if (cfg.layout == Config::Layout::src && l.num_samples() > 1)
       throw Error(ErrorCode::input,
                   "hept: the src layout runs one graph per batch (the official code asserts it); "
                   "this batch has " +
                       std::to_string(l.num_samples()) + " samples");
+    for (index_t s = 0; s < l.num_samples(); ++s)
+      if (l.sample_sizes()[static_cast<std::size_t>(s)] < cfg.block_size && cfg.layout == Config::Layout::example)
+        throw Error(ErrorCode::input, "hept: sample " + std::to_string(s) + " has " +
+                                          std::to_string(l.sample_sizes()[static_cast<std::size_t>(s)]) +
+                                          " points, fewer than the block size " + std::to_string(cfg.block_size) +
+                                          " (the official code then pads it with points of other graphs)");
   });
   // Fewer graphs than ranks: every graph's padded rows spread evenly over the ranks.
   if (comm.size() > 1 && l.num_samples() < comm.size()) {
-    collectively(comm, [&] {
-      for (index_t s = 0; s < l.num_samples(); ++s)  // every rank sees the same sizes: refused before any message
-        if (l.sample_sizes()[static_cast<std::size_t>(s)] < cfg.block_size && cfg.layout == Config::Layout::example)
-          throw Error(ErrorCode::input, "hept: sample " + std::to_string(s) + " has " +
-                                            std::to_string(l.sample_sizes()[static_cast<std::size_t>(s)]) +
-                                            " points, fewer than the block size " + std::to_string(cfg.block_size) +
-                                            " (the official code then pads it with points of other graphs)");
-    });
     split_ = std::make_unique<SplitGraphs>(comm, l, geometry(), cfg, regions, &traffic());
     return;
   }
@@ -46,11 +45,6 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
     ids.push_back(o.sample);
   }
   collectively(comm, [&] {
-    for (std::size_t s = 0; s < sizes.size(); ++s)
-      if (sizes[s] < cfg.block_size && cfg.layout == Config::Layout::example)
-        throw Error(ErrorCode::input, "hept: sample " + std::to_string(ids[s]) + " has " + std::to_string(sizes[s]) +
-                                          " points, fewer than the block size " + std::to_string(cfg.block_size) +
-                                          " (the official code then pads it with points of other graphs)");
     quantile_bins<float>(cfg, regions, coords_.data(), sizes, geometry32_);
     quantile_bins<double>(cfg, regions, coords_.data(), sizes, geometry64_);
   });

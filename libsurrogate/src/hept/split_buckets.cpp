@@ -57,11 +57,14 @@ void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int 
   // the pieces' sizes, which every rank has): with spatially coherent ids most of its rows are there.
   detail::SortedPiece& piece = work_.piece;
   detail::sort_segments(comm, local, seg_first, threads, piece);
-  const int P = comm.size();
+  const auto P = static_cast<std::size_t>(comm.size());
+  std::vector<std::int64_t> piece_end(sz(S) * P);  // [segment][rank]: where each rank's piece ends
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::size_t r = 0, end = 0; r < P; ++r)
+      piece_end[sz(s) * P + r] = static_cast<std::int64_t>(end += sz(piece.counts[r * sz(S) + sz(s)]));
   const auto holder = [&](std::int64_t s, std::int64_t x) {  // the rank whose piece of segment s holds rank x
-    int q = 0;
-    for (std::int64_t at = piece.counts[sz(s)]; q + 1 < P && at <= x; at += piece.counts[sz(q) * sz(S) + sz(s)]) ++q;
-    return q;
+    const auto first = piece_end.begin() + static_cast<std::ptrdiff_t>(sz(s) * P);
+    return static_cast<int>(std::upper_bound(first, first + static_cast<std::ptrdiff_t>(P), x) - first);
   };
   std::vector<std::int64_t>& records = work_.records;
   std::vector<int>& dest = work_.dest;
