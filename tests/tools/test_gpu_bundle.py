@@ -84,6 +84,14 @@ class Selection(unittest.TestCase):
         self.assertIn("tests/gpu/test_gpu_kernels", rewrite.named["build"])
         self.assertIn("tests/data/flare/default/model.h5", rewrite.named["src"])
         self.assertIn("tests/gpu/cli_device.cmake", rewrite.named["src"])
+        # Packed with --test-data-from-checkout: tests/data is the runner's --checkout, not the bundle's.
+        rewrite = pack.Rewriter(Path(BUILD), Path(SRC), programs, data_from_checkout=True)
+        entries = {e["name"]: e for e in pack.manifest_tests(tests, rewrite)}
+        self.assertEqual(entries["cli.device.np2"]["command"][1],
+                         "-DCOMMAND=@BUNDLE@/openmpi/bin/mpiexec@@-n@@2@@@BUNDLE@/build/coupling/surrogate@@--model@@"
+                         "@CHECKOUT@/tests/data/m.h5")
+        self.assertNotIn("tests/data/m.h5", rewrite.named["src"])
+        self.assertIn("tests/gpu/cli_device.cmake", rewrite.named["src"])
 
 
 class Outcome(unittest.TestCase):
@@ -154,12 +162,13 @@ class ThisBuild(unittest.TestCase):
                       r"|precision\.PrecisionEmulation\.Golden.*)$")
             subprocess.run([sys.executable, str(TOOLS / "gpu_bundle" / "pack.py"), "--build", str(build), "--source",
                             str(source), "--output", str(archive), "--labels", "", "--select", select,
-                            "--compression", "none", "--no-benchmarks"], check=True)
+                            "--compression", "none", "--no-benchmarks", "--test-data-from-checkout"], check=True)
             (tmp / "unpacked").mkdir()
             subprocess.run(["tar", "-xf", str(archive), "-C", str(tmp / "unpacked")], check=True)
             out = tmp / "out"
             env = {"PATH": "/usr/bin:/bin", "HOME": str(tmp)}
-            done = subprocess.run(["bash", str(tmp / "unpacked" / "surrogate-gpu-bundle" / "run"), str(out)],
+            done = subprocess.run(["bash", str(tmp / "unpacked" / "surrogate-gpu-bundle" / "run"), str(out),
+                                   "--checkout", str(source)],
                                   env=env, capture_output=True, text=True)
             print(done.stdout[-3000:], done.stderr[-2000:])
             summary = json.loads((out / "summary.json").read_text())

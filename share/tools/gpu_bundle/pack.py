@@ -3,7 +3,7 @@
 builds, then calls this; share/docs/cuda.md, "First run on a GPU machine").
 
     pack.py --build BUILD --source SOURCE --output ARCHIVE [--labels gpu,cuda] [--select REGEX] [--exclude REGEX]
-            [--compression xz|gz|none] [--ctest-json FILE]
+            [--compression xz|gz|none] [--ctest-json FILE] [--test-data-from-checkout]
 
 What goes in (bundle root `surrogate-gpu-bundle/`):
   manifest.json  the selected ctest tests (every test with one of --labels, plus the fixture set-ups they
@@ -112,12 +112,14 @@ class Rewriter:
     # A path inside such a string ends at one of these (@@ joins list items in the project's cmake scripts).
     END = r"[^\s@;=,:\"'<>|]*"
 
-    def __init__(self, build_dir, source_dir, programs):
+    def __init__(self, build_dir, source_dir, programs, data_from_checkout=False):
         self.roots = [(str(build_dir), "@BUNDLE@/build", "build"), (str(source_dir), "@BUNDLE@/src", "src")]
+        if data_from_checkout:  # tests/data stays out of the bundle: the runner's --checkout supplies it
+            self.roots.append((str(source_dir / "tests" / "data"), "@CHECKOUT@/tests/data", "checkout"))
         # Longest first: the build directory may lie inside the source directory.
         self.roots.sort(key=lambda r: len(r[0]), reverse=True)
         self.programs = programs  # {absolute path: replacement}
-        self.named = {"build": set(), "src": set()}
+        self.named = {"build": set(), "src": set(), "checkout": set()}
 
     def _root_pattern(self, root):
         return re.compile(re.escape(root) + r"(?=/|$|[\s@;=,:\"'<>|])(" + self.END + ")")
@@ -433,6 +435,8 @@ def main():
     ap.add_argument("--ctest-json", type=Path,
                     help="use this `ctest --show-only=json-v1` output instead of running ctest")
     ap.add_argument("--no-benchmarks", action="store_true", help="leave out the GPU benchmarks")
+    ap.add_argument("--test-data-from-checkout", action="store_true",
+                    help="leave tests/data out: the runner reads it from a checkout of the same commit (--checkout)")
     ap.add_argument("--keep", type=Path, help="also leave the unpacked bundle in this (new) directory")
     args = ap.parse_args()
 
@@ -443,7 +447,8 @@ def main():
     if not tests:
         sys.exit(f"gpu-bundle: no test of {build_dir} has the labels {labels}")
     mpiexec = cache_value(build_dir, "MPIEXEC_EXECUTABLE")
-    rewrite = Rewriter(build_dir, source_dir, program_replacements(document, build_dir, source_dir, mpiexec))
+    rewrite = Rewriter(build_dir, source_dir, program_replacements(document, build_dir, source_dir, mpiexec),
+                       args.test_data_from_checkout)
     entries = manifest_tests(tests, rewrite)
 
     cuda_compiler = cache_value(build_dir, "CMAKE_CUDA_COMPILER")
@@ -493,10 +498,13 @@ def main():
                 elves.append(dst)
                 closure.add(src)
 
-        # The compiled-in test data (SURROGATE_TEST_DATA_DIR = <source>/tests/data): its HDF5 files.
+        # The compiled-in test data (SURROGATE_TEST_DATA_DIR = <source>/tests/data): its HDF5 files, unless
+        # the runner reads them from a checkout of the same commit that travels beside the archive.
         data = source_dir / "tests" / "data"
-        for f in sorted(data.rglob("*.h5")):
-            copy_file(f, bundle / "src" / f.relative_to(source_dir))
+        if not args.test_data_from_checkout:
+            for f in sorted(data.rglob("*.h5")):
+                copy_file(f, bundle / "src" / f.relative_to(source_dir))
+        data_dir = "@CHECKOUT@/tests/data" if args.test_data_from_checkout else "@BUNDLE@/src/tests/data"
 
         # Benchmark scripts and the local modules they import; the Erwin benchmark's model.
         benchmarks = []
@@ -547,7 +555,7 @@ def main():
             "cuda": {"compiler": cuda_compiler, "architectures": cuda_architectures(build_dir), "nccl": nccl},
             "labels": labels,
             "glibc_required": max_glibc(all_elves),
-            "environment": ["SURROGATE_TEST_DATA_DIR=@BUNDLE@/src/tests/data"],
+            "environment": [f"SURROGATE_TEST_DATA_DIR={data_dir}"],
             "machine_libraries": sorted(closure.machine),
             "needed_by": {n: sorted({os.path.relpath(p, build_dir) if p.startswith(str(build_dir) + "/")
                                      else os.path.basename(p) for p in closure.needed_by.get(n, [])})[:8]

@@ -430,7 +430,13 @@ class Runner:
                 env["PMIX_MCA_mca_base_component_path"] = str(BUNDLE / pmix["component_path"])
         for item in m.get("environment", []):
             k, _, v = item.partition("=")
-            env[k] = self.resolve(v)
+            try:
+                env[k] = self.resolve(v)
+            except FileNotFoundError as e:
+                self.problem(f"{k}: {e}")
+                continue
+            if k == "SURROGATE_TEST_DATA_DIR" and not Path(env[k]).is_dir():
+                self.problem(f"{k}={env[k]} is not a directory: the tests that read golden data fail")
         self.env = env
         self.python_env = dict(os.environ)  # the benchmarks' Python: the machine's own libraries only
         nccl = loader.get("libnccl.so.2", {}).get("path")
@@ -513,6 +519,10 @@ class Runner:
     # -- tests ---------------------------------------------------------------------------------------------
     def resolve(self, text):
         text = text.replace("@BUNDLE@", str(BUNDLE))
+        if "@CHECKOUT@" in text:
+            if not self.args.checkout:
+                raise FileNotFoundError("the bundle reads tests/data from a checkout: pass --checkout DIR")
+            text = text.replace("@CHECKOUT@", str(Path(self.args.checkout).resolve()))
 
         def program(match):
             found = shutil.which(match.group(1), path=self.env.get("PATH") if hasattr(self, "env") else None)
@@ -832,6 +842,8 @@ def parse_args(argv=None):
     ap.add_argument("--points", type=int, nargs="+", default=[1048576], help="FLARE benchmark point counts")
     ap.add_argument("--latents", type=int, nargs="+", default=[64, 256], help="FLARE benchmark latent counts")
     ap.add_argument("--erwin-sizes", type=int, nargs="+", default=[16384, 65536, 262144])
+    ap.add_argument("--checkout", help="a checkout of the bundle's commit, for a bundle packed with "
+                    "--test-data-from-checkout (its tests/data)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
     args = ap.parse_args(argv)
     if args.tests_only and args.bench_only:
