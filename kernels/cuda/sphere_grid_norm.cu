@@ -67,5 +67,13 @@ void relu_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t strea
   check_launch("relu_kernel");
 }
 
+void tanh_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, tanh_rows(x, ld, rows, width, stream));
+  if (rows == 0 || width == 0) return;
+  require(rows > 0 && width > 0 && ld >= width, "tanh_rows", "need rows, width > 0 and ld >= width");
+  launch(grid_norm_kernels::tanh_kernel, blocks_for("tanh_rows", rows * width), kThreads, 0, stream, x, ld, rows, width);
+  check_launch("tanh_kernel");
+}
+
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

@@ -1,0 +1,192 @@
+// HEPT's bucket sorts and Gaussian bucket attention (surrogate/kernels/cuda_bucket_attention.hpp).
+// The sorts: on the GPU CUB's segmented radix sort of the keys' order-preserving bit images (-0 made +0,
+// positions as values: stable, so ties keep position order); on the host backend the CPU's
+// kernels::stable_key_sort of the same images, run in stream order. The attention's device code is in
+// bucket_attention_kernels.cuh; this file has the checks, the width dispatch and the launches.
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <type_traits>
+
+#include "launch.cuh"
+#include "bucket_attention_kernels.cuh"
+#include "latent_softmax.cuh"  // detail::dispatch_head_width
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bucket_attention.hpp"
+
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+#include "surrogate/kernels/stable_key_sort.hpp"
+#else
+#include <cub/device/device_segmented_radix_sort.cuh>
+#endif
+
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace {
+
+using bucket_kernels::kThreads;
+
+template <class T>
+void check_sort(const SegmentSortLaunchOf<T>& a, const char* name) {
+  if (a.rows < 0 || a.points < 0 || a.segments < 1 || !a.first || !a.keys || !a.perm || !a.work)
+    throw std::invalid_argument(std::string("cuda::") + name + ": need rows, points >= 0, segments >= 1, and the "
+                                "first, keys, perm and work arrays");
+  if (static_cast<double>(a.rows) * static_cast<double>(a.points) > 2147483647.0 ||
+      static_cast<double>(a.rows) * a.segments >= 2147483647.0)
+    throw std::invalid_argument(std::string("cuda::") + name + ": " + std::to_string(a.rows) + " x " +
+                                std::to_string(a.points) + " keys exceed the sort's 2^31 - 1");
+}
+
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+/// The whole sort on one emulated thread (the launch keeps it in stream order): the CPU's radix sort.
+template <class T>
+__global__ void host_sort_kernel(const SegmentSortLaunchOf<T> a) {
+  StableKeySortWork<T> work;
+  for (int r = 0; r < a.rows; ++r)
+    for (int g = 0; g < a.segments; ++g) {
+      const std::int64_t b0 = a.first[g], b1 = a.first[g + 1];
+      const index_t row = static_cast<index_t>(r) * a.points;
+      stable_key_sort(a.keys + row + b0, b1 - b0, b0, a.perm + row + b0, work);
+    }
+}
+
+template <class T>
+void sort(const SegmentSortLaunchOf<T>& a, cudaStream_t stream) {
+  launch(host_sort_kernel<T>, dim3(1), dim3(1), 0, stream, a);
+  check_launch("host_sort_kernel");
+}
+#else
+template <class T>
+using Bits = std::conditional_t<sizeof(T) == 4, unsigned int, unsigned long long>;
+
+/// The key's order-preserving image (-0 first made +0, so that the zeros tie) and its position in the row.
+template <class T>
+__global__ void __launch_bounds__(kThreads) bits_kernel(const SegmentSortLaunchOf<T> a, Bits<T>* bits, std::int64_t* pos) {
+  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= static_cast<index_t>(a.rows) * a.points) return;
+  const T key = a.keys[i] + T(0);
+  Bits<T> b;
+  if constexpr (sizeof(T) == 4) b = __float_as_uint(key);
+  else b = static_cast<Bits<T>>(__double_as_longlong(key));
+  constexpr Bits<T> sign = Bits<T>(1) << (8 * sizeof(T) - 1);
+  bits[i] = (b & sign) ? ~b : (b | sign);
+  pos[i] = i % a.points;
+}
+
+/// Segment (r, g) of the flattened rows starts at r * points + first[g]; the last offset is rows * points.
+template <class T>
+__global__ void __launch_bounds__(kThreads) offsets_kernel(const SegmentSortLaunchOf<T> a, std::int64_t* offsets) {
+  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  const index_t count = static_cast<index_t>(a.rows) * a.segments;
+  if (i > count) return;
+  offsets[i] = i == count ? count / a.segments * a.points : (i / a.segments) * a.points + a.first[i % a.segments];
+}
+
+std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+template <class T>
+void sort(const SegmentSortLaunchOf<T>& a, cudaStream_t stream) {
+  using U = Bits<T>;
+  const auto n = static_cast<std::size_t>(a.rows) * static_cast<std::size_t>(a.points);
+  const auto segments = static_cast<std::size_t>(a.rows) * static_cast<std::size_t>(a.segments);
+  std::size_t temp = 0;
+  check(cub::DeviceSegmentedRadixSort::SortPairs(nullptr, temp, static_cast<const U*>(nullptr), static_cast<U*>(nullptr),
+                                                 static_cast<const std::int64_t*>(nullptr),
+                                                 static_cast<std::int64_t*>(nullptr), static_cast<int>(n),
+                                                 static_cast<int>(segments), static_cast<const std::int64_t*>(nullptr),
+                                                 static_cast<const std::int64_t*>(nullptr), 0, 8 * sizeof(U), stream),
+        "cub::DeviceSegmentedRadixSort::SortPairs (size)");
+  const std::size_t keys_bytes = aligned(n * sizeof(U)), pos_bytes = aligned(n * sizeof(std::int64_t)),
+                    offsets_bytes = aligned((segments + 1) * sizeof(std::int64_t));
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  a.work->bytes.resize(2 * keys_bytes + pos_bytes + offsets_bytes + temp, device);
+  unsigned char* base = a.work->bytes.data();
+  auto* bits_in = reinterpret_cast<U*>(base);
+  auto* bits_out = reinterpret_cast<U*>(base + keys_bytes);
+  auto* pos = reinterpret_cast<std::int64_t*>(base + 2 * keys_bytes);
+  auto* offsets = reinterpret_cast<std::int64_t*>(base + 2 * keys_bytes + pos_bytes);
+  void* scratch = base + 2 * keys_bytes + pos_bytes + offsets_bytes;
+  launch(bits_kernel<T>, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)), kThreads, 0, stream, a, bits_in, pos);
+  check_launch("bits_kernel");
+  launch(offsets_kernel<T>, dim3(static_cast<unsigned>((segments + kThreads) / kThreads)), kThreads, 0, stream, a, offsets);
+  check_launch("offsets_kernel");
+  check(cub::DeviceSegmentedRadixSort::SortPairs(scratch, temp, bits_in, bits_out, pos, a.perm, static_cast<int>(n),
+                                                 static_cast<int>(segments), offsets, offsets + 1, 0, 8 * sizeof(U), stream),
+        "cub::DeviceSegmentedRadixSort::SortPairs");
+}
+#endif
+
+template <class T>
+void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name) {
+  const std::string kernel = std::string("cuda::") + name;
+  if (a.tables < 1 || a.heads < 1 || a.tables > 65535 / a.heads)
+    throw std::invalid_argument(kernel + ": " + std::to_string(a.tables) + " tables x " + std::to_string(a.heads) +
+                                " heads, need 1..65535 rows");
+  if (a.dh < 1 || a.dh > kMaxBucketWidth || a.dv < 1 || a.dv > kMaxBucketWidth)
+    throw std::invalid_argument(kernel + ": widths dh " + std::to_string(a.dh) + ", dv " + std::to_string(a.dv) +
+                                " outside 1.." + std::to_string(kMaxBucketWidth));
+  if (a.bucket < 1 || a.points < 0 || a.points % a.bucket != 0)
+    throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points are not buckets of " +
+                                std::to_string(a.bucket));
+  if (a.ldv < static_cast<index_t>(a.heads) * a.dv || a.ldo < static_cast<index_t>(a.heads) * a.dv)
+    throw std::invalid_argument(kernel + ": row strides ldv " + std::to_string(a.ldv) + ", ldo " + std::to_string(a.ldo) +
+                                " below heads x dv = " + std::to_string(static_cast<index_t>(a.heads) * a.dv));
+  if ((a.points + kThreads - 1) / kThreads > 2147483647 ||
+      static_cast<double>(a.heads) * static_cast<double>(a.points) > 2147483647.0 * kThreads)
+    throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points exceed the grid");
+  if (a.points > 0 && (!a.qh || !a.kh || !a.v || !a.perm_q || !a.perm_k || !a.out || !a.work))
+    throw std::invalid_argument(kernel + ": a null array");
+}
+
+template <class T>
+void buckets(const GaussianBucketsLaunchOf<T>& a, cudaStream_t stream) {
+  if (a.points == 0) return;
+  const auto n = a.points;
+  const index_t rows = static_cast<index_t>(a.tables) * a.heads, per_head = static_cast<index_t>(a.heads) * n;
+  T* num = a.work;
+  T* den = num + rows * n * a.dv;
+  T* qsq = den + rows * n;
+  T* ksq = qsq + per_head;
+  const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
+  launch(bucket_kernels::half_squares_kernel<T>, flat, kThreads, 0, stream, a, qsq, ksq);
+  check_launch("half_squares_kernel");
+  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+  detail::dispatch_head_width(std::max(a.dh, a.dv), [&](auto width) {
+    launch(bucket_kernels::bucket_kernel<T, decltype(width)::value>, grid, kThreads, 0, stream, a,
+           static_cast<const T*>(qsq), static_cast<const T*>(ksq), num, den);
+  });
+  check_launch("bucket_kernel");
+  launch(bucket_kernels::combine_kernel<T>, flat, kThreads, 0, stream, a, static_cast<const T*>(num),
+         static_cast<const T*>(den));
+  check_launch("combine_kernel");
+}
+
+}  // namespace
+
+void segment_sort(const SegmentSortLaunchOf<float>& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, segment_sort(a, stream));
+  check_sort(a, "segment_sort");
+  if (a.rows > 0 && a.points > 0) sort(a, stream);
+}
+
+void segment_sort_f64(const SegmentSortLaunchOf<double>& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, segment_sort_f64(a, stream));
+  check_sort(a, "segment_sort_f64");
+  if (a.rows > 0 && a.points > 0) sort(a, stream);
+}
+
+void gaussian_buckets(const GaussianBucketsLaunchOf<float>& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets(a, stream));
+  check_buckets(a, "gaussian_buckets");
+  buckets(a, stream);
+}
+
+void gaussian_buckets_f64(const GaussianBucketsLaunchOf<double>& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets_f64(a, stream));
+  check_buckets(a, "gaussian_buckets_f64");
+  buckets(a, stream);
+}
+
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda

@@ -1,0 +1,247 @@
+// HEPT's bucket kernels through their launchers (surrogate/kernels/cuda_bucket_attention.hpp), on the host
+// backend (cuda.*) and on a GPU (gpu.*, skipped without one): the segment sorts against std::stable_sort
+// (ties, +-0, +-inf, empty segments), the Gaussian bucket attention against a long double evaluation of
+// its formula with a float32 / float64 error bound derived below, bitwise repeatability, argument checks.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <stdexcept>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bucket_attention.hpp"
+
+namespace {
+
+namespace cu = surrogate::kernels::cuda;
+using surrogate::kernels::index_t;
+using surrogate::testing::to_device;
+using surrogate::testing::to_host;
+
+template <class T>
+void launch_sort(const cu::SegmentSortLaunchOf<T>& a) {
+  if constexpr (sizeof(T) == 4) cu::segment_sort(a, nullptr);
+  else cu::segment_sort_f64(a, nullptr);
+}
+
+template <class T>
+void launch_buckets(const cu::GaussianBucketsLaunchOf<T>& a) {
+  if constexpr (sizeof(T) == 4) cu::gaussian_buckets(a, nullptr);
+  else cu::gaussian_buckets_f64(a, nullptr);
+}
+
+/// Positions first..last-1 ordered by key, ties by position (the reference order).
+template <class T>
+std::vector<std::int64_t> stable_order(const T* keys, std::int64_t first, std::int64_t last) {
+  std::vector<std::int64_t> p(static_cast<std::size_t>(last - first));
+  std::iota(p.begin(), p.end(), first);
+  std::stable_sort(p.begin(), p.end(), [&](std::int64_t a, std::int64_t b) { return keys[a] < keys[b]; });
+  return p;
+}
+
+template <class T>
+class GpuBucketKernels : public ::testing::Test {};
+using Types = ::testing::Types<float, double>;
+TYPED_TEST_SUITE(GpuBucketKernels, Types);
+
+TYPED_TEST(GpuBucketKernels, SegmentSortIsStdStableSort) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const std::vector<std::int64_t> first = {0, 16, 16, 57, 64};  // an empty segment, unequal lengths
+  const int rows = 3;
+  const index_t points = first.back();
+  std::mt19937 gen(11);
+  std::uniform_int_distribution<int> pick(0, 9);
+  const T inf = std::numeric_limits<T>::infinity();
+  // Few distinct values, so that most keys tie; -0 and +0 must tie too.
+  const T values[10] = {T(-0.0), T(0.0), T(1.5), T(-2.25), inf, -inf, T(1e-30), T(-1e-30), T(3), T(1.5)};
+  std::vector<T> keys(static_cast<std::size_t>(rows * points));
+  for (T& k : keys) k = values[pick(gen)];
+  auto d_keys = to_device(keys);
+  auto d_first = to_device(first);
+  cu::DeviceBuffer<std::int64_t> d_perm(keys.size(), surrogate::testing::test_device());
+  cu::SegmentSortWork work;
+  cu::SegmentSortLaunchOf<T> a;
+  a.rows = rows;
+  a.points = points;
+  a.segments = static_cast<int>(first.size()) - 1;
+  a.first = d_first.data();
+  a.keys = d_keys.data();
+  a.perm = d_perm.data();
+  a.work = &work;
+  launch_sort(a);
+  const std::vector<std::int64_t> perm = to_host(d_perm.data(), keys.size());
+  for (int r = 0; r < rows; ++r)
+    for (std::size_t g = 0; g + 1 < first.size(); ++g) {
+      const T* row = keys.data() + r * points;
+      const auto want = stable_order(row, first[g], first[g + 1]);
+      const std::vector<std::int64_t> got(perm.begin() + r * points + first[g], perm.begin() + r * points + first[g + 1]);
+      EXPECT_EQ(got, want) << "row " << r << ", segment " << g;
+    }
+}
+
+/// A problem of `tables` x `heads` rows over graphs of the given padded sizes, its permutations from
+/// random keys (stable order within each graph), random q̂, k̂ in [-1, 1], v in [-1, 1].
+template <class T>
+struct Problem {
+  int tables = 3, heads = 2, bucket = 8, dh = 7, dv = 5;
+  std::vector<std::int64_t> graph_first = {0, 16, 40};
+  index_t points = 40;
+  std::vector<T> qh, kh, v;
+  std::vector<std::int64_t> perm_q, perm_k;
+  index_t ldv() const { return static_cast<index_t>(heads) * dv + 3; }  // a padded stride
+
+  explicit Problem(std::uint32_t seed) {
+    std::mt19937 gen(seed);
+    std::uniform_real_distribution<double> unit(-1.0, 1.0);
+    qh.resize(static_cast<std::size_t>(heads * points * dh));
+    kh.resize(qh.size());
+    v.resize(static_cast<std::size_t>(points * ldv()));
+    for (T& x : qh) x = static_cast<T>(unit(gen));
+    for (T& x : kh) x = static_cast<T>(unit(gen));
+    for (T& x : v) x = static_cast<T>(unit(gen));
+    std::vector<T> keys(static_cast<std::size_t>(points));
+    for (int r = 0; r < tables * heads; ++r)
+      for (auto* perm : {&perm_q, &perm_k}) {
+        for (T& k : keys) k = static_cast<T>(unit(gen));
+        for (std::size_t g = 0; g + 1 < graph_first.size(); ++g) {
+          const auto order = stable_order(keys.data(), graph_first[g], graph_first[g + 1]);
+          perm->insert(perm->end(), order.begin(), order.end());
+        }
+      }
+  }
+
+  /// The attention in long double and, per output, the float bound: a logit is an FMA chain of dh
+  /// products plus two additions, each -|x|^2/2 another chain of dh (error <= gamma(dh + 2) times the sum
+  /// of the magnitudes S); exp adds 2 ulp (CUDA's expf; libm's is within 1); the weights' relative error
+  /// e = gamma S + 4u then moves the weighted mean sum w v / sum w by at most 2 e max|v|, and the sums
+  /// over tables x bucket terms add gamma(tables bucket + 2) each to numerator and denominator.
+  void reference(std::vector<long double>& out, std::vector<long double>& bound) const {
+    const long double u = std::numeric_limits<T>::epsilon() / 2;
+    auto gamma = [u](long double k) { return k * u / (1 - k * u); };
+    out.assign(static_cast<std::size_t>(points * heads * dv), 0.0L);
+    bound.assign(out.size(), 0.0L);
+    std::vector<long double> num(out.size()), den(static_cast<std::size_t>(points * heads)),
+        worst(den.size());
+    const auto row_of = [&](const std::vector<T>& x, int h, std::int64_t p) { return x.data() + (h * points + p) * dh; };
+    for (int c = 0; c < tables; ++c)
+      for (int h = 0; h < heads; ++h) {
+        const std::size_t r = static_cast<std::size_t>((c * heads + h) * points);
+        for (index_t s = 0; s < points; ++s) {
+          const std::int64_t qp = perm_q[r + static_cast<std::size_t>(s)];
+          const T* q = row_of(qh, h, qp);
+          long double total = 0;
+          const index_t b0 = s / bucket * bucket;
+          for (int j = 0; j < bucket; ++j) {
+            const std::int64_t kp = perm_k[r + static_cast<std::size_t>(b0 + j)];
+            const T* k = row_of(kh, h, kp);
+            long double dot = 0, qq = 0, kk = 0, mag = 0;
+            for (int t = 0; t < dh; ++t) {
+              dot += static_cast<long double>(q[t]) * k[t];
+              qq += static_cast<long double>(q[t]) * q[t];
+              kk += static_cast<long double>(k[t]) * k[t];
+              mag += std::fabs(static_cast<long double>(q[t]) * k[t]);
+            }
+            const long double x = std::min(0.0L, dot - qq / 2 - kk / 2);
+            const long double w = std::exp(x);
+            const std::size_t slot = static_cast<std::size_t>(qp * heads + h);
+            worst[slot] = std::max(worst[slot], gamma(dh + 2) * (mag + qq / 2 + kk / 2) + 4 * u);
+            total += w;
+            for (int d = 0; d < dv; ++d) num[slot * dv + d] += w * v[static_cast<std::size_t>(kp * ldv() + h * dv + d)];
+          }
+          den[static_cast<std::size_t>(qp * heads + h)] += total + 1e-20L;
+        }
+      }
+    long double vmax = 0;
+    for (T x : v) vmax = std::max(vmax, std::fabs(static_cast<long double>(x)));
+    for (std::size_t slot = 0; slot < den.size(); ++slot)
+      for (int d = 0; d < dv; ++d) {
+        out[slot * dv + d] = num[slot * dv + d] / den[slot];
+        bound[slot * dv + d] = (2 * worst[slot] + 2 * gamma(tables * bucket + 2) + 2 * u) * vmax;
+      }
+  }
+};
+
+TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  using T = TypeParam;
+  const Problem<T> pb(5);
+  auto qh = to_device(pb.qh), kh = to_device(pb.kh), v = to_device(pb.v);
+  auto perm_q = to_device(pb.perm_q), perm_k = to_device(pb.perm_k);
+  const index_t ldo = pb.heads * pb.dv + 1;
+  std::vector<T> sentinel(static_cast<std::size_t>(pb.points * ldo), T(-7));
+  auto out = to_device(sentinel);
+  cu::DeviceBuffer<T> work(cu::gaussian_buckets_work(pb.tables, pb.heads, pb.points, pb.dv), surrogate::testing::test_device());
+  cu::GaussianBucketsLaunchOf<T> a;
+  a.tables = pb.tables;
+  a.heads = pb.heads;
+  a.points = pb.points;
+  a.bucket = pb.bucket;
+  a.dh = pb.dh;
+  a.dv = pb.dv;
+  a.qh = qh.data();
+  a.kh = kh.data();
+  a.v = v.data();
+  a.ldv = pb.ldv();
+  a.perm_q = perm_q.data();
+  a.perm_k = perm_k.data();
+  a.out = out.data();
+  a.ldo = ldo;
+  a.work = work.data();
+  launch_buckets(a);
+  const std::vector<T> got = to_host(out.data(), sentinel.size());
+  std::vector<long double> want, bound;
+  pb.reference(want, bound);
+  long double worst_ratio = 0;
+  for (index_t p = 0; p < pb.points; ++p) {
+    for (int c = 0; c < pb.heads * pb.dv; ++c) {
+      const auto i = static_cast<std::size_t>(p * pb.heads * pb.dv + c);
+      const long double err = std::fabs(static_cast<long double>(got[static_cast<std::size_t>(p * ldo + c)]) - want[i]);
+      ASSERT_LE(err, bound[i]) << "point " << p << ", column " << c;
+      worst_ratio = std::max(worst_ratio, err / bound[i]);
+    }
+    EXPECT_EQ(got[static_cast<std::size_t>(p * ldo + pb.heads * pb.dv)], T(-7)) << "the padding column was written";
+  }
+  std::printf("max error / bound: %.3Lg\n", worst_ratio);
+  // A second launch gives the same bits.
+  launch_buckets(a);
+  EXPECT_EQ(to_host(out.data(), sentinel.size()), got);
+}
+
+TEST(GpuBucketKernels, SizesTheKernelsDoNotTakeAreRefused) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  float dummy = 0;
+  std::int64_t index = 0;
+  cu::GaussianBucketsLaunchOf<float> a;
+  a.tables = 2;
+  a.heads = 2;
+  a.points = 16;
+  a.bucket = 8;
+  a.dh = cu::kMaxBucketWidth + 1;
+  a.dv = 4;
+  a.qh = a.kh = a.v = &dummy;
+  a.out = a.work = &dummy;
+  a.perm_q = a.perm_k = &index;
+  a.ldv = a.ldo = 8;
+  EXPECT_THROW(cu::gaussian_buckets(a, nullptr), std::invalid_argument);  // dh too wide
+  a.dh = 4;
+  a.points = 12;
+  EXPECT_THROW(cu::gaussian_buckets(a, nullptr), std::invalid_argument);  // not whole buckets
+  a.points = 16;
+  a.ldv = 7;
+  EXPECT_THROW(cu::gaussian_buckets(a, nullptr), std::invalid_argument);  // stride below heads x dv
+  cu::SegmentSortLaunchOf<double> s;
+  s.rows = 1;
+  s.points = 4;
+  s.segments = 0;
+  EXPECT_THROW(cu::segment_sort_f64(s, nullptr), std::invalid_argument);  // no segments, no arrays
+}
+
+}  // namespace
