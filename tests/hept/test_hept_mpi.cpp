@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "h5_io.hpp"
+#include "hept_batch.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -23,58 +24,14 @@ using surrogate::testing::read_array;
 
 namespace {
 
-const std::string kPath = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_example_small.h5";
+using namespace hept_batch;  // NOLINT: the shared batch
 
-/// Four graphs: the golden batch (300 and 224 hits) twice, the copy's features and coordinates shifted;
-/// or its first `graphs` graphs (of another file's golden batch).
-struct Batch {
-  std::vector<float> x, coords;
-  std::vector<std::int64_t> graph;
-  int in = 5, cd = 4;
-  explicit Batch(std::int64_t graphs = 4, const std::string& path = kPath) {
-    const auto gx = surrogate::testing::to_float(read_array(path, "/golden/x").values);
-    const auto gc = surrogate::testing::to_float(read_array(path, "/golden/coords").values);
-    const auto gb = read_array(path, "/golden/batch").values;
-    const auto in_file = static_cast<std::int64_t>(*std::max_element(gb.begin(), gb.end())) + 1;
-    for (int copy = 0; copy < 2; ++copy) {
-      for (std::size_t i = 0; i < gb.size(); ++i) {
-        for (int c = 0; c < in; ++c) x.push_back(gx[i * 5 + static_cast<std::size_t>(c)] * (copy ? 0.75f : 1.0f));
-        for (int c = 0; c < cd; ++c) coords.push_back(gc[i * 4 + static_cast<std::size_t>(c)] + (copy ? 0.125f : 0.0f));
-        graph.push_back(static_cast<std::int64_t>(gb[i]) + in_file * copy);
-      }
-    }
-    const auto keep = static_cast<std::size_t>(std::find(graph.begin(), graph.end(), graphs) - graph.begin());
-    x.resize(keep * static_cast<std::size_t>(in));
-    coords.resize(keep * static_cast<std::size_t>(cd));
-    graph.resize(keep);
-  }
-  std::int64_t n() const { return static_cast<std::int64_t>(graph.size()); }
-};
-
-/// Predicts with the points i whose owner(i) is this rank, in reversed order, with global ids.
+/// predict() in precision p.
 std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
                            const std::function<int(std::int64_t)>& owner, Precision p, std::vector<std::int64_t>& mine) {
-  mine.clear();
-  for (std::int64_t i = b.n() - 1; i >= 0; --i)
-    if (owner(i) == comm.rank()) mine.push_back(i);
-  std::vector<float> x, coords;
-  std::vector<std::int64_t> graph;
-  for (const std::int64_t i : mine) {
-    x.insert(x.end(), b.x.begin() + i * b.in, b.x.begin() + (i + 1) * b.in);
-    coords.insert(coords.end(), b.coords.begin() + i * b.cd, b.coords.begin() + (i + 1) * b.cd);
-    graph.push_back(b.graph[static_cast<std::size_t>(i)]);
-  }
-  const auto n = static_cast<std::int64_t>(mine.size());
-  PointGeometry g;
-  g.positions = coords.data();
-  g.ld_positions = b.cd;
-  g.global_ids = mine.data();
   RunOptions o;
   o.precision = p;
-  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * model.out_channels()));
-  model.predict(comm, SampleLayout::build(comm, n, graph.data()), g, x.data(), b.in, out.data(), model.out_channels(),
-                o);
-  return out;
+  return hept_batch::predict(comm, model, b, owner, o, mine);
 }
 
 TEST(HeptMpi, WholeGraphsOnAnyRanksMatchOneProcess) {

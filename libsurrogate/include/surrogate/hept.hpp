@@ -121,6 +121,14 @@ class Network {
     std::vector<T> alpha;      // heads x hash_dim x n_hashes
     std::vector<T> rbf_scale;  // heads x coords_dim: sqrt(2 w')
   };
+  // The weights, read by the device forward (hept/cuda): encoder(0|1), the blocks, the head's W, MLP
+  // layers 0..4 and norms 0..3, out_proj (in == 0 without it).
+  const Linear& encoder(int i) const { return i == 0 ? enc0_ : enc2_; }
+  const std::vector<Layer>& layers() const { return layers_; }
+  const Linear& head() const { return W_; }
+  const Linear& mlp(int j) const { return mlp_[j]; }
+  const Norm& mlp_norm(int j) const { return mlp_norms_[j]; }
+  const Linear& out_proj() const { return out_proj_; }
 
  private:
   Config cfg_;

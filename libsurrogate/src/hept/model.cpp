@@ -1,9 +1,14 @@
-// The registered HEPT model (architecture "hept"): its plan of a point set (plan.hpp) and the CPU forward
-// (surrogate/hept.hpp) in fp32 or fp64. share/docs/hept.md, share/docs/model-format.md §4.5.
+// The registered HEPT model (architecture "hept"): its plan of a point set (plan.hpp) and the forward on
+// the CPU (surrogate/hept.hpp) in fp32 or fp64, or on a CUDA device in fp32 (cuda/device.hpp).
+// share/docs/hept.md, share/docs/model-format.md §4.5.
+#include <algorithm>
+#include <cmath>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
 
+#include "cuda/device.hpp"
 #include "plan.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
@@ -28,11 +33,14 @@ class Model final : public surrogate::Model {
  private:
   template <class T>
   void run(const Comm& comm, Plan& plan, const Network<T>& network, const Io& io, int threads) const;
+  void prepare_device(const Comm& comm, const Plan& plan, const RunOptions& options);
+  void run_device(const Comm& comm, Plan& plan, const Io& io);
 
   Config cfg_;
   index_t parameters_ = 0;
   Network<float> network32_;
   Network<double> network64_;
+  std::unique_ptr<gpu::DeviceForward> device_;  // the fp32 weights on a device, once one was asked for
 };
 
 const ModelFile& checked(const ModelFile& file, const Config& cfg) {
@@ -49,8 +57,10 @@ Model::Model(const ModelFile& file)
   for (const auto& [name, tensor] : file.weights) parameters_ += tensor.numel();
 }
 
-std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::Plan::Basis basis, const RunOptions&) {
-  return std::make_unique<Plan>(comm, std::move(basis), cfg_, network32_.regions());
+std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::Plan::Basis basis,
+                                                   const RunOptions& options) {
+  // The device forward runs whole graphs per rank: no split plan for it.
+  return std::make_unique<Plan>(comm, std::move(basis), cfg_, network32_.regions(), options.cuda_device >= 0);
 }
 
 template <class T>
@@ -93,12 +103,67 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 
-void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {
-  if (options.cuda_device >= 0 || io.device) {
-    collectively(comm, [&] { surrogate::detail::refuse_device_for_cpu_only_family("hept", options.cuda_device); });
+void Model::prepare_device(const Comm& comm, const Plan& plan, const RunOptions& options) {
+  collectively(comm, [&] {
+    if (options.precision != Precision::fp32)
+      throw Error(ErrorCode::unsupported, std::string("hept: the CUDA forward computes in fp32 only (precision '") +
+                                              precision_name(options.precision) + "' requested; fp64 runs on the CPU)");
+    if (plan.split())
+      throw Error(ErrorCode::unsupported, "hept: this plan splits graphs over the ranks, which the CUDA forward does "
+                                          "not do; build the plan with the CUDA device in the options");
+    if (!device_ || device_->device() != options.cuda_device) {
+      device_.reset();
+#if SURROGATE_HAVE_CUDA
+      device_ = gpu::make_cuda_forward(network32_, options.cuda_device);
+#else
+      surrogate::detail::refuse_without_cuda_backend("hept", options.cuda_device);
+#endif
+    }
+  });
+}
+
+void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
+  // As the CPU's whole-graph scheme: the inputs to the owners, the device forward there, outputs back. A
+  // rank whose device failed hands NaN ranges to the next range (cuda/device.hpp): every rank stops there, and
+  // the failing rank's error is the one agreed below.
+  struct FailedElsewhere {};
+  const std::function<void(std::vector<float>&, std::vector<float>&)> range = [&comm](std::vector<float>& lo,
+                                                                                       std::vector<float>& hi) {
+    const bool failed = std::any_of(lo.begin(), lo.end(), [](float v) { return std::isnan(v); });
+    if (comm.allreduce<int>(failed ? 1 : 0, ReduceOp::max) != 0) throw FailedElsewhere{};
+    comm.allreduce(std::span<float>(lo), ReduceOp::min);
+    comm.allreduce(std::span<float>(hi), ReduceOp::max);
+  };
+  const int od = cfg_.out_dim();
+  ExchangePlan& rows = plan.owners().rows_plan();
+  const auto m = static_cast<std::size_t>(plan.owners().rows());
+  std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
+  rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
+  std::vector<float> y(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
+  Status status;
+  try {
+    device_->forward(plan.geometry_of(false), x.data(), plan.coords().data(), y.data(), &range);
+  } catch (const FailedElsewhere&) {  // this rank's part is fine; the failing rank's error is agreed
+  } catch (...) {
+    status = Status::from_current_exception();
   }
+  comm.agree_or_throw(status);
+  rows.backward(y.data(), od, io.out, io.ld_out, od);
+}
+
+void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {
+  if (io.device)
+    collectively(comm, [&] {
+      throw Error(ErrorCode::unsupported, "hept: arrays in device memory (predict_device) are not supported; pass "
+                                          "host arrays (with device \"cuda\" the forward still runs on the GPU)");
+    });
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
   auto& p = static_cast<Plan&>(plan);
+  if (options.cuda_device >= 0) {
+    prepare_device(comm, p, options);
+    run_device(comm, p, io);
+    return;
+  }
   if (options.precision == Precision::fp64) run(comm, p, network64_, io, options.threads);
   else run(comm, p, network32_, io, options.threads);
 }

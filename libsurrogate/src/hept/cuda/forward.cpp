@@ -1,0 +1,376 @@
+// HEPT's float32 forward on a CUDA device (device.hpp): network.cpp's stages on device arrays, one call
+// per layer (device/layers.hpp), the LSH projections, keys, bucket sorts and bucket attention of
+// surrogate/kernels/cuda_bucket_attention.hpp. The projection ranges go through the host (the caller's
+// `range` reduces them over the ranks). share/docs/hept.md, "On a CUDA device".
+#include "device.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <algorithm>
+#include <cmath>
+#include <exception>
+#include <span>
+#include <string>
+
+#include "../../cuda_errors.hpp"
+#include "../../device/layers.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bucket_attention.hpp"
+#include "surrogate/kernels/cuda_sphere_grid_norm.hpp"  // relu_rows, tanh_rows
+
+namespace surrogate::hept::gpu {
+namespace {
+
+namespace cu = kernels::cuda;
+using surrogate::device::Dense;
+using surrogate::device::Norm;
+using kernels::index_t;
+
+/// A device array of at least n values (grown, never shrunk).
+template <class T>
+T* sized(cu::DeviceBuffer<T>& b, std::size_t n, int device) {
+  b.resize(std::max<std::size_t>(n, 1), device);
+  return b.data();
+}
+
+class CudaForward final : public DeviceForward {
+ public:
+  CudaForward(const Network<float>& net, int device);
+  int device() const override { return device_; }
+  void forward(const Geometry& g, const float* x, const float* coords, float* out,
+               const std::function<void(std::vector<float>&, std::vector<float>&)>* range) override;
+
+ private:
+  struct Layer {
+    Norm norm1, norm2;
+    Dense wq, wk, wv, out_linear, ff0, ff2;
+    std::size_t alpha = 0, scale = 0;
+  };
+  void run(const Geometry& g, const float* x, const float* coords, float* out,
+           const std::function<void(std::vector<float>&, std::vector<float>&)>* range);
+  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+             const float* residual = nullptr, index_t ld_residual = 0) {
+    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
+                             residual, ld_residual);
+  }
+  void norm(const Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
+    surrogate::device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
+  }
+
+  const Network<float>* net_;
+  Config cfg_;
+  int device_;
+  cu::Stream stream_;
+  surrogate::device::WeightArena weights_;
+  Dense enc0_, enc2_, head_, mlp_[5], out_proj_;
+  Norm mlp_norms_[4];
+  std::vector<Layer> layers_;
+  // Work arrays, grown to the largest batch seen.
+  cu::DeviceBuffer<float> xp_, cp_, cat_, hid_, xn_, q_, k_, v_, qh_, kh_, pq_, pk_, attn_, lo_, hi_, delta_, a_, b_,
+      factor_, work_, eh_, ha_, hb_, res_, fin_;
+  cu::DeviceBuffer<std::uint8_t> zero_;
+  cu::DeviceBuffer<std::int64_t> first_, perm_q_, perm_k_;
+  cu::SegmentSortWork sort_work_;
+};
+
+Norm layer_norm(surrogate::device::WeightArena& w, const Network<float>::Norm& n) {
+  return w.append_norm(n.w, n.b, false, 1e-5f);
+}
+
+CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
+  std::string why;
+  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
+  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
+    throw Error(ErrorCode::unsupported, "hept: CUDA device " + std::to_string(device) + " requested, but " +
+                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
+                                                        : std::to_string(count) + " device(s) are visible"));
+  if (cfg_.hash_dim() > cu::kMaxBucketWidth || cfg_.h_dim > cu::kMaxBucketWidth)
+    throw Error(ErrorCode::unsupported, "hept: the CUDA bucket attention takes widths up to " +
+                                            std::to_string(cu::kMaxBucketWidth) + "; the model has h_dim " +
+                                            std::to_string(cfg_.h_dim) + " and hash_dim " + std::to_string(cfg_.hash_dim()));
+  enc0_ = weights_.append_dense(net.encoder(0).packed);
+  enc2_ = weights_.append_dense(net.encoder(1).packed);
+  for (const Network<float>::Layer& l : net.layers()) {
+    Layer d;
+    d.norm1 = layer_norm(weights_, l.norm1);
+    d.norm2 = layer_norm(weights_, l.norm2);
+    d.wq = weights_.append_dense(l.wq.packed);
+    d.wk = weights_.append_dense(l.wk.packed);
+    d.wv = weights_.append_dense(l.wv.packed);
+    d.out_linear = weights_.append_dense(l.out_linear.packed);
+    d.ff0 = weights_.append_dense(l.ff0.packed);
+    d.ff2 = weights_.append_dense(l.ff2.packed);
+    d.alpha = weights_.append(l.alpha);
+    d.scale = weights_.append(l.rbf_scale);
+    layers_.push_back(d);
+  }
+  head_ = weights_.append_dense(net.head().packed);
+  for (int j = 0; j < 5; ++j) mlp_[j] = weights_.append_dense(net.mlp(j).packed);
+  for (int j = 0; j < 4; ++j) mlp_norms_[j] = layer_norm(weights_, net.mlp_norm(j));
+  if (cfg_.num_classes > 0) out_proj_ = weights_.append_dense(net.out_proj().packed);
+  try {
+    const cu::DeviceGuard guard(device_);
+    stream_ = cu::Stream(device_);
+    weights_.upload(device_, stream_.get());
+  } catch (...) {
+    surrogate::detail::raise_current_cuda_error("hept", device_);
+  }
+}
+
+void CudaForward::forward(const Geometry& g, const float* x, const float* coords, float* out,
+                          const std::function<void(std::vector<float>&, std::vector<float>&)>* range) {
+  try {
+    const cu::DeviceGuard guard(device_);
+    run(g, x, coords, out, range);
+  } catch (...) {
+    surrogate::detail::raise_current_cuda_error("hept", device_);
+  }
+}
+
+void CudaForward::run(const Geometry& g, const float* x, const float* coords, float* out,
+                      const std::function<void(std::vector<float>&, std::vector<float>&)>* range) {
+  const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
+  const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.in_dim, half = D / 2, od = cfg_.out_dim();
+  const index_t np = g.padded_points(), ldcat = static_cast<index_t>(L + 1) * D;
+  const auto n = static_cast<std::size_t>(np);
+  const bool src_layout = cfg_.layout == Config::Layout::src;
+  const cudaStream_t s = stream_.get();
+  std::vector<float> lo(static_cast<std::size_t>(R)), hi(lo.size()), delta(lo.size());
+  if (np == 0) {  // no graph here: the ranges are still reduced once per layer with the other ranks
+    for (int l = 0; l < L; ++l) {
+      std::fill(lo.begin(), lo.end(), INFINITY);
+      std::fill(hi.begin(), hi.end(), -INFINITY);
+      if (range && *range) (*range)(lo, hi);
+    }
+    return;
+  }
+  // A device error before a range would leave the other ranks waiting in it: this rank then hands NaN
+  // ranges to `range` (which fails on every rank) and throws its own error.
+  std::exception_ptr failed;
+  const auto reduce = [&] {
+    if (failed) std::fill(lo.begin(), lo.end(), NAN);
+    if (range && *range) {
+      if (!failed) return (*range)(lo, hi);
+      try {
+        (*range)(lo, hi);
+      } catch (...) {
+      }
+    }
+    if (failed) std::rethrow_exception(failed);
+  };
+  // Padded inputs (duplicates copy their originals; src zero pads stay zero), the key shifts' factors.
+  std::vector<float> xp(n * static_cast<std::size_t>(in), 0.0f), cp(n * static_cast<std::size_t>(cd), 0.0f);
+  std::vector<std::uint8_t> zero(n, 0);
+  for (std::size_t p = 0; p < n; ++p) {
+    const std::int64_t i = g.pad_seq[p];
+    if (i < 0) {
+      zero[p] = 1;
+      continue;
+    }
+    std::copy(x + i * in, x + (i + 1) * in, xp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(in)));
+    std::copy(coords + i * cd, coords + (i + 1) * cd, cp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(cd)));
+  }
+  std::vector<float> a(static_cast<std::size_t>(R) * n), b(src_layout ? a.size() : 0),
+      factor(src_layout ? static_cast<std::size_t>(R) : 0);
+  if (!src_layout) {
+    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(g.padded_codes[i]);
+  } else {
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      a[i] = static_cast<float>(g.region_phi[i]);
+      b[i] = static_cast<float>(g.region_eta[i]);
+    }
+    const std::vector<float>& regions = net_->regions();
+    for (int r = 0; r < R; ++r)
+      factor[static_cast<std::size_t>(r)] =
+          std::ceil(regions[static_cast<std::size_t>(((r / H) * 2) * H + r % H)]) + 1.0f;
+  }
+  std::vector<std::int64_t> first(1, 0);
+  for (const std::int64_t size : g.padded_sizes) first.push_back(first.back() + size);
+  const int dev = device_;
+  try {
+    surrogate::device::upload(xp_, std::span<const float>(xp), dev, s);
+    surrogate::device::upload(cp_, std::span<const float>(cp), dev, s);
+    surrogate::device::upload(zero_, std::span<const std::uint8_t>(zero), dev, s);
+    surrogate::device::upload(a_, std::span<const float>(a), dev, s);
+    surrogate::device::upload(b_, std::span<const float>(b), dev, s);
+    surrogate::device::upload(factor_, std::span<const float>(factor), dev, s);
+    surrogate::device::upload(first_, std::span<const std::int64_t>(first), dev, s);
+    sized(cat_, n * static_cast<std::size_t>(ldcat), dev);
+    sized(hid_, n * static_cast<std::size_t>(D), dev);
+    sized(xn_, n * static_cast<std::size_t>(D), dev);
+    sized(q_, n * static_cast<std::size_t>(HD), dev);
+    sized(k_, n * static_cast<std::size_t>(HD), dev);
+    sized(v_, n * static_cast<std::size_t>(HD), dev);
+    sized(qh_, static_cast<std::size_t>(H) * n * static_cast<std::size_t>(Dh), dev);
+    sized(kh_, static_cast<std::size_t>(H) * n * static_cast<std::size_t>(Dh), dev);
+    sized(pq_, static_cast<std::size_t>(R) * n, dev);
+    sized(pk_, static_cast<std::size_t>(R) * n, dev);
+    sized(attn_, n * static_cast<std::size_t>(HD), dev);
+    sized(lo_, lo.size(), dev);
+    sized(hi_, hi.size(), dev);
+    sized(work_, cu::gaussian_buckets_work(C, H, np, D), dev);
+    sized(perm_q_, static_cast<std::size_t>(R) * n, dev);
+    sized(perm_k_, static_cast<std::size_t>(R) * n, dev);
+  } catch (...) {
+    failed = std::current_exception();
+  }
+  float* const cat = cat_.data();
+  float* const hid = hid_.data();
+  float* const xn = xn_.data();
+  float* const q = q_.data();
+  float* const k = k_.data();
+  float* const v = v_.data();
+  float* const qh = qh_.data();
+  float* const kh = kh_.data();
+  float* const pq = pq_.data();
+  float* const pk = pk_.data();
+  float* const attn = attn_.data();
+  float* const d_lo = lo_.data();
+  float* const d_hi = hi_.data();
+  float* const work = work_.data();
+  std::int64_t* const perm_q = perm_q_.data();
+  std::int64_t* const perm_k = perm_k_.data();
+  if (!failed) {
+    try {
+      // Feature encoder: Linear, ReLU, Linear into the first block of the concatenation.
+      dense(enc0_, xp_.data(), in, hid, D, np);
+      cu::relu_rows(hid, D, np, D, s);
+      dense(enc2_, hid, D, cat, ldcat, np);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  for (int l = 0; l < L; ++l) {
+    const Layer& layer = layers_[static_cast<std::size_t>(l)];
+    float* e = cat + static_cast<index_t>(l) * D;
+    float* next = e + D;
+    if (!failed) try {
+      norm(layer.norm1, e, ldcat, xn, D, np);
+      dense(layer.wq, xn, D, q, HD, np);
+      dense(layer.wk, xn, D, k, HD, np);
+      dense(layer.wv, xn, D, v, HD, np);
+      cu::LshProjectionArgs pa;
+      pa.heads = H;
+      pa.tables = C;
+      pa.dq = D;
+      pa.cd = cd;
+      pa.points = np;
+      pa.q = q;
+      pa.k = k;
+      pa.ldqk = HD;
+      pa.coords = cp_.data();
+      pa.ldc = cd;
+      pa.scale = weights_.data() + layer.scale;
+      pa.alpha = weights_.data() + layer.alpha;
+      pa.zero = src_layout ? zero_.data() : nullptr;
+      pa.v = src_layout ? v : nullptr;
+      pa.ldv = HD;
+      pa.qh = qh;
+      pa.kh = kh;
+      pa.pq = pq;
+      pa.pk = pk;
+      cu::lsh_projections(pa, s);
+      // The range of every (table, head) over the batch: on the host, reduced over the ranks by `range`.
+      cu::lsh_ranges(R, np, pq, pk, d_lo, d_hi, s);
+      cu::copy_to_host(lo.data(), d_lo, lo.size() * sizeof(float), s);
+      cu::copy_to_host(hi.data(), d_hi, hi.size() * sizeof(float), s);
+      stream_.synchronize();
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    reduce();
+    if (!failed) try {
+      for (std::size_t r = 0; r < lo.size(); ++r) delta[r] = hi[r] - lo[r];
+      surrogate::device::upload(delta_, std::span<const float>(delta), dev, s);
+      cu::LshKeyArgs ka;
+      ka.rows = R;
+      ka.points = np;
+      ka.delta = delta_.data();
+      ka.a = a_.data();
+      ka.b = src_layout ? b_.data() : nullptr;
+      ka.factor = src_layout ? factor_.data() : nullptr;
+      ka.pad = src_layout ? zero_.data() : nullptr;
+      ka.pq = pq;
+      ka.pk = pk;
+      cu::lsh_keys(ka, s);
+      // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
+      cu::SegmentSortLaunchOf<float> sa;
+      sa.rows = R;
+      sa.points = np;
+      sa.segments = static_cast<int>(g.padded_sizes.size());
+      sa.first = first_.data();
+      sa.work = &sort_work_;
+      sa.keys = pq;
+      sa.perm = perm_q;
+      cu::segment_sort(sa, s);
+      sa.keys = pk;
+      sa.perm = perm_k;
+      cu::segment_sort(sa, s);
+      cu::GaussianBucketsLaunchOf<float> ga;
+      ga.tables = C;
+      ga.heads = H;
+      ga.points = np;
+      ga.bucket = cfg_.block_size;
+      ga.dh = Dh;
+      ga.dv = D;
+      ga.qh = qh;
+      ga.kh = kh;
+      ga.v = v;
+      ga.ldv = HD;
+      ga.perm_q = perm_q;
+      ga.perm_k = perm_k;
+      ga.out = attn;
+      ga.ldo = HD;
+      ga.work = work;
+      cu::gaussian_buckets(ga, s);
+      // Residuals into the next block of the concatenation: e + attn, then + ff(LN2(.)).
+      dense(layer.out_linear, attn, HD, next, ldcat, np, e, ldcat);
+      norm(layer.norm2, next, ldcat, xn, D, np);
+      dense(layer.ff0, xn, D, hid, D, np);
+      cu::relu_rows(hid, D, np, D, s);
+      dense(layer.ff2, hid, D, next, ldcat, np, next, ldcat);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+  }
+  if (failed) std::rethrow_exception(failed);  // after the last range: agreed by the caller
+  // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
+  float* eh = sized(eh_, n * static_cast<std::size_t>(half), dev);
+  float* ha = sized(ha_, n * 256, dev);
+  float* hb = sized(hb_, n * 256, dev);
+  float* res = sized(res_, n * static_cast<std::size_t>(half), dev);
+  dense(head_, cat, ldcat, eh, half, np);
+  const float* src = eh;
+  index_t ld = half;
+  for (int j = 0; j < 4; ++j) {
+    dense(mlp_[j], src, ld, ha, 256, np);
+    norm(mlp_norms_[j], ha, 256, hb, 256, np);
+    cu::tanh_rows(hb, 256, np, 256, s);
+    src = hb;
+    ld = 256;
+  }
+  dense(mlp_[4], src, ld, res, half, np, eh, half);
+  const float* result = res;
+  if (cfg_.num_classes > 0) {
+    float* fin = sized(fin_, n * static_cast<std::size_t>(cfg_.num_classes), dev);
+    dense(out_proj_, res, half, fin, cfg_.num_classes, np);
+    result = fin;
+  }
+  std::vector<float> host(n * static_cast<std::size_t>(od));
+  cu::copy_to_host(host.data(), result, host.size() * sizeof(float), s);
+  stream_.synchronize();
+  for (std::size_t p = 0; p < n; ++p)
+    if (g.unpad[p])
+      std::copy(host.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(od)),
+                host.begin() + static_cast<std::ptrdiff_t>((p + 1) * static_cast<std::size_t>(od)),
+                out + g.pad_seq[p] * od);
+}
+
+}  // namespace
+
+std::unique_ptr<DeviceForward> make_cuda_forward(const Network<float>& net, int device) {
+  return std::make_unique<CudaForward>(net, device);
+}
+
+}  // namespace surrogate::hept::gpu
