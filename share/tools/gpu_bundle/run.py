@@ -7,7 +7,7 @@ for the cmake -P tests, cmake on PATH.
 
     run OUT [--check] [--labels gpu] [--select REGEX] [--exclude REGEX] [--tests-only | --bench-only] [--list]
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
-            [--erwin-sizes 16384 65536 262144] [--erwin-official DIR]
+            [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -707,7 +707,7 @@ class Runner:
         if not exe:
             self.log("none in this bundle")
             return
-        names = ["flare_machine", "flare", "erwin"]
+        names = ["flare_machine", "flare", "hept", "erwin"]
         if not self.cuda.get("devices"):
             for n in names:
                 self.skip_bench(n, f"no CUDA device visible ({self.cuda.get('error')})")
@@ -740,6 +740,16 @@ class Runner:
                             self.bench(f"flare N={n} M={mm} {' '.join(extra) or 'fp32'}", argv, self.env, 300)
         else:
             self.skip_bench("flare", "bench_flare_gpu is not in the bundle")
+        # HEPT: the shipped checkpoint of the checkout, device against CPU forward on a synthetic event.
+        hept = exe.get("hept_gpu_bench")
+        model = Path(a.checkout or ".") / "share" / "models" / "hept" / "model.h5"
+        if not hept:
+            self.skip_bench("hept", "hept_gpu_bench is not in the bundle")
+        elif not model.is_file():
+            self.skip_bench("hept", f"no HEPT model at {model} (--checkout)")
+        else:
+            for n in a.hept_sizes:
+                self.bench(f"hept N={n}", [hept, str(model), str(n), "5", "0"], self.env, 600)
         erwin = exe.get("erwin_gpu_bench")
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
@@ -842,6 +852,8 @@ def parse_args(argv=None):
     ap.add_argument("--points", type=int, nargs="+", default=[1048576], help="FLARE benchmark point counts")
     ap.add_argument("--latents", type=int, nargs="+", default=[64, 256], help="FLARE benchmark latent counts")
     ap.add_argument("--erwin-sizes", type=int, nargs="+", default=[16384, 65536, 262144])
+    ap.add_argument("--hept-sizes", type=int, nargs="+", default=[60000, 240000],
+                    help="HEPT benchmark hits (hept_gpu_bench, the checkout's share/models/hept/model.h5)")
     ap.add_argument("--checkout", help="a checkout of the bundle's commit, for a bundle packed with "
                     "--test-data-from-checkout (its tests/data)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")

@@ -1,0 +1,108 @@
+// HEPT's fp32 forward on a CUDA device (libsurrogate/src/hept/cuda/device.hpp) side by side with the CPU
+// forward, same model and event, outputs compared first:
+//   hept_gpu_bench MODEL.h5 HITS REPEATS [DEVICE|cuda-emulated] [THREADS]
+// A synthetic event of HITS hits in one graph (eta, phi uniform; the rest random, seed 7); both float32
+// outputs against the CPU's float64 one. One JSON line (ms; the geometry on the host, timed apart).
+#include <omp.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "hept/cuda/device.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/hept.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+int main(int argc, char** argv) {
+  if (argc < 4) {
+    std::fprintf(stderr, "usage: %s MODEL.h5 HITS REPEATS [DEVICE] [THREADS]\n", argv[0]);
+    return 2;
+  }
+  using clock = std::chrono::steady_clock;
+  auto ms_since = [](clock::time_point t0) { return 1e3 * std::chrono::duration<double>(clock::now() - t0).count(); };
+  namespace hept = surrogate::hept;
+  try {
+    const surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
+    const hept::Config cfg = hept::Config::from_attributes(file.config);
+    const hept::Network<float> net(file, cfg);
+    const long hits = std::atol(argv[2]);
+    const int repeats = std::max(1, std::atoi(argv[3]));
+    const int device = argc <= 4                                 ? 0
+                       : std::string(argv[4]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
+                                                                 : std::atoi(argv[4]);
+    const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
+    // 1. The event: eta in [-4, 4], phi in [-pi, pi), the rest of the coordinates and the features N(0, 1).
+    std::mt19937 gen(7);
+    std::uniform_real_distribution<float> eta(-4.0f, 4.0f), phi(-3.14159265f, 3.14159265f);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    std::vector<float> coords(static_cast<std::size_t>(hits * cfg.coords_dim)), x(static_cast<std::size_t>(hits * cfg.in_dim));
+    for (long i = 0; i < hits; ++i) {
+      float* c = coords.data() + i * cfg.coords_dim;
+      c[0] = eta(gen);
+      c[1] = phi(gen);
+      for (int t = 2; t < cfg.coords_dim; ++t) c[t] = normal(gen);
+    }
+    for (float& v : x) v = normal(gen);
+    // 2. The geometry (host), timed as the official forward builds it every call.
+    auto t0 = clock::now();
+    hept::Geometry g;
+    hept::quantile_bins<float>(cfg, net.regions(), coords.data(), {hits}, g);
+    hept::finish_geometry(cfg, {0}, g);
+    const double geometry_ms = ms_since(t0);
+    // 3. Both forwards; the outputs compared before any timing.
+    const int od = cfg.out_dim();
+    std::vector<float> cpu(static_cast<std::size_t>(hits * od)), gpu(cpu.size());
+    const auto forward = hept::gpu::make_cuda_forward(net, device);
+    forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr);  // warm-up (allocations)
+    net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
+    // Both float32 forwards against the CPU's float64 one (the precision an ill-conditioned checkpoint needs):
+    // the largest difference and the share of hits whose row is within 1e-3 max|y| of it.
+    hept::Geometry g64;
+    hept::quantile_bins<double>(cfg, net.regions(), coords.data(), {hits}, g64);
+    hept::finish_geometry(cfg, {0}, g64);
+    std::vector<double> ref(cpu.size());
+    hept::Network<double>(file, cfg).forward(g64, x.data(), coords.data(), ref.data(), nullptr, nullptr, threads);
+    double max_y = 0;
+    for (const double v : ref) max_y = std::max(max_y, std::fabs(v));
+    auto against_fp64 = [&](const std::vector<float>& y, double& max_diff) {
+      long agree = 0;
+      max_diff = 0;
+      for (std::size_t i = 0; i < y.size(); i += static_cast<std::size_t>(od)) {
+        double row = 0;
+        for (int c = 0; c < od; ++c)
+          row = std::max(row, std::fabs(y[i + static_cast<std::size_t>(c)] - ref[i + static_cast<std::size_t>(c)]));
+        max_diff = std::max(max_diff, row);
+        agree += row <= 1e-3 * max_y ? 1 : 0;
+      }
+      return static_cast<double>(agree) / static_cast<double>(std::max(hits, 1L));
+    };
+    double gpu_diff = 0, cpu_diff = 0;
+    const double gpu_agree = against_fp64(gpu, gpu_diff), cpu_agree = against_fp64(cpu, cpu_diff);
+    double gpu_ms = 1e300, cpu_ms = 1e300;
+    for (int r = 0; r < repeats; ++r) {
+      t0 = clock::now();
+      forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr);
+      gpu_ms = std::min(gpu_ms, ms_since(t0));
+    }
+    for (int r = 0; r < std::min(repeats, 2); ++r) {
+      t0 = clock::now();
+      net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
+      cpu_ms = std::min(cpu_ms, ms_since(t0));
+    }
+    std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"geometry_ms\": %.3f, \"gpu_forward_ms\": %.3f, "
+                "\"cpu_forward_ms\": %.3f, \"speedup\": %.2f, \"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "
+                "\"gpu_agree_fp64\": %.5f, \"cpu_max_diff_fp64\": %.4g, \"cpu_agree_fp64\": %.5f}\n",
+                hits, device, threads, geometry_ms, gpu_ms, cpu_ms, cpu_ms / gpu_ms, max_y, gpu_diff, gpu_agree, cpu_diff,
+                cpu_agree);
+  } catch (const surrogate::Error& e) {
+    std::fprintf(stderr, "hept_gpu_bench: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
