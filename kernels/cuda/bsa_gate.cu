@@ -10,17 +10,6 @@
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
-namespace {
-
-unsigned blocks_for(const char* kernel, index_t elements) {
-  const index_t blocks = (elements + bsa_kernels::kThreads - 1) / bsa_kernels::kThreads;
-  if (blocks > 2147483647)
-    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
-                                " elements exceed the grid");
-  return static_cast<unsigned>(blocks);
-}
-
-}  // namespace
 
 void row_map(const RowMapArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, row_map(a, stream));
@@ -28,7 +17,7 @@ void row_map(const RowMapArgs& a, cudaStream_t stream) {
   if (a.rows < 0 || a.width < 0 || a.ld < a.width)
     throw std::invalid_argument("cuda::row_map: need rows, width >= 0 and ld >= width (width " +
                                 std::to_string(a.width) + ", ld " + std::to_string(a.ld) + ")");
-  launch(bsa_kernels::row_map_kernel, blocks_for("row_map", a.rows * a.width), bsa_kernels::kThreads, 0, stream, a);
+  launch(bsa_kernels::row_map_kernel, blocks_for("row_map", a.rows * a.width, bsa_kernels::kThreads), bsa_kernels::kThreads, 0, stream, a);
   check_launch("row_map_kernel");
 }
 
@@ -40,7 +29,7 @@ void gated_sum(const GatedSumArgs& a, cudaStream_t stream) {
       (a.gates ? a.ld_gates < 3 * static_cast<index_t>(a.heads) : a.static_gates == nullptr))
     throw std::invalid_argument("cuda::gated_sum: need rows, heads, E >= 0, strides >= heads * E (" +
                                 std::to_string(width) + "), and token gates (ld_gates >= 3 heads) or static gates");
-  launch(bsa_kernels::gated_sum_kernel, blocks_for("gated_sum", a.rows * width), bsa_kernels::kThreads, 0, stream, a);
+  launch(bsa_kernels::gated_sum_kernel, blocks_for("gated_sum", a.rows * width, bsa_kernels::kThreads), bsa_kernels::kThreads, 0, stream, a);
   check_launch("gated_sum_kernel");
 }
 

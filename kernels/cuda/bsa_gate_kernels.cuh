@@ -25,7 +25,11 @@ __global__ void __launch_bounds__(kThreads) row_map_kernel(RowMapArgs a) {
   const index_t r = t / a.width;
   float* x = a.x + r * a.ld + (t - r * a.width);
   const float v = *x;
-  *x = a.op == RowMap::relu ? (v < 0.0f ? 0.0f : v) : 1.0f / (1.0f + expf(-v));
+  switch (a.op) {
+    case RowMap::relu: *x = v < 0.0f ? 0.0f : v; break;
+    case RowMap::sigmoid: *x = 1.0f / (1.0f + expf(-v)); break;
+    case RowMap::tanh: *x = static_cast<float>(tanh(static_cast<double>(v))); break;
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) gated_sum_kernel(GatedSumArgs a) {

@@ -25,7 +25,7 @@
   X(sphere_global_attention) X(sphere_neighborhood_attention) X(sphere_head_norm_scale) X(grid_row_sums)  \
   X(grid_norm_stats) X(channel_affine) X(relu_rows) X(disco_contraction) X(grouped_linear) X(resample)     \
   X(sht_fourier_analysis) X(sht_fourier_synthesis) X(sht_legendre_analysis) X(sht_legendre_synthesis)       \
-  X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) X(tanh_rows) \
+  X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) \
   X(lsh_projections) X(lsh_ranges) X(lsh_keys)
 
 namespace surrogate::kernels::cuda::host {

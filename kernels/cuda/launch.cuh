@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <stdexcept>
+#include <string>
 #include <utility>
 
 #include "host/emulator.hpp"
@@ -46,6 +48,21 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, 
 #else
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
 #endif
+}
+
+/// Blocks of `threads` threads for one thread per element; std::invalid_argument naming the kernel when
+/// the grid cannot hold them.
+inline unsigned blocks_for(const char* kernel, index_t elements, int threads) {
+  const index_t blocks = (elements + threads - 1) / threads;
+  if (blocks > 2147483647)
+    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
+                                " elements exceed the grid");
+  return static_cast<unsigned>(blocks);
+}
+
+/// A launcher's argument check: std::invalid_argument "cuda::<kernel>: <what>" unless ok.
+inline void require(bool ok, const char* kernel, const std::string& what) {
+  if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
 }
 
 SURROGATE_CUDA_BACKEND_END

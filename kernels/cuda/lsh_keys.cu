@@ -90,17 +90,6 @@ __global__ void __launch_bounds__(kThreads) key_kernel(const LshKeyArgs a) {
   a.pk[i] = __fadd_rn(a.pk[i], shift);
 }
 
-unsigned blocks_for(const char* kernel, index_t elements) {
-  const index_t blocks = (elements + kThreads - 1) / kThreads;
-  if (blocks > 2147483647)
-    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) + " elements exceed the grid");
-  return static_cast<unsigned>(blocks);
-}
-
-void require(bool ok, const char* kernel, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
-}
-
 }  // namespace
 
 void lsh_projections(const LshProjectionArgs& a, cudaStream_t stream) {
@@ -110,7 +99,7 @@ void lsh_projections(const LshProjectionArgs& a, cudaStream_t stream) {
           "need points, heads, tables, dq, cd > 0");
   require(a.ldqk >= static_cast<index_t>(a.heads) * a.dq && a.ldc >= a.cd && (!a.v || a.ldv >= static_cast<index_t>(a.heads) * a.dq),
           "lsh_projections", "row strides below the rows' widths");
-  launch(projection_kernel, blocks_for("lsh_projections", a.points * a.heads), kThreads, 0, stream, a);
+  launch(projection_kernel, blocks_for("lsh_projections", a.points * a.heads, kThreads), kThreads, 0, stream, a);
   check_launch("projection_kernel");
 }
 
@@ -127,7 +116,7 @@ void lsh_keys(const LshKeyArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.points == 0) return;
   require(a.rows > 0 && a.points > 0 && a.delta && a.a && (!a.factor || a.b), "lsh_keys",
           "need rows, points > 0, delta, a, and b with factor");
-  launch(key_kernel, blocks_for("lsh_keys", static_cast<index_t>(a.rows) * a.points), kThreads, 0, stream, a);
+  launch(key_kernel, blocks_for("lsh_keys", static_cast<index_t>(a.rows) * a.points, kThreads), kThreads, 0, stream, a);
   check_launch("key_kernel");
 }
 

@@ -11,24 +11,7 @@
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
-namespace {
-
 using point_kernels::kThreads;
-
-/// Blocks of kThreads covering `elements`, or throws when the grid cannot hold them.
-unsigned blocks_for(const char* kernel, index_t elements) {
-  const index_t blocks = (elements + kThreads - 1) / kThreads;
-  if (blocks > 2147483647)
-    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
-                                " elements exceed the grid");
-  return static_cast<unsigned>(blocks);
-}
-
-void require(bool ok, const char* kernel, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
-}
-
-}  // namespace
 
 void dense(const DenseArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, dense(a, stream));
@@ -37,7 +20,7 @@ void dense(const DenseArgs& a, cudaStream_t stream) {
   require(a.ldw >= a.out && a.ldx >= a.in && a.ldy >= a.out && (!a.add || a.ld_add >= a.out), "dense",
           "a row stride is smaller than its row (in " + std::to_string(a.in) + ", out " + std::to_string(a.out) +
               ", ldw " + std::to_string(a.ldw) + ", ldx " + std::to_string(a.ldx) + ", ldy " + std::to_string(a.ldy) + ")");
-  launch(point_kernels::dense_kernel, blocks_for("dense", a.rows * a.out), kThreads, 0, stream, a);
+  launch(point_kernels::dense_kernel, blocks_for("dense", a.rows * a.out, kThreads), kThreads, 0, stream, a);
   check_launch("dense_kernel");
 }
 
@@ -48,7 +31,7 @@ void copy_rows(const RowCopyArgs& a, cudaStream_t stream) {
   require(a.ld_src >= a.width && a.ld_dst >= a.width, "copy_rows",
           "row strides " + std::to_string(a.ld_src) + " / " + std::to_string(a.ld_dst) + " below the width " +
               std::to_string(a.width));
-  launch(point_kernels::copy_rows_kernel, blocks_for("copy_rows", a.rows * a.width), kThreads, 0, stream, a);
+  launch(point_kernels::copy_rows_kernel, blocks_for("copy_rows", a.rows * a.width, kThreads), kThreads, 0, stream, a);
   check_launch("copy_rows_kernel");
 }
 
@@ -57,7 +40,7 @@ void row_binary(const RowBinaryArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.width == 0) return;
   require(a.rows > 0 && a.width > 0, "row_binary", "need rows, width >= 0");
   require(a.lda >= a.width && a.ldb >= a.width && a.ldy >= a.width, "row_binary", "a row stride is below the width");
-  launch(point_kernels::row_binary_kernel, blocks_for("row_binary", a.rows * a.width), kThreads, 0, stream, a);
+  launch(point_kernels::row_binary_kernel, blocks_for("row_binary", a.rows * a.width, kThreads), kThreads, 0, stream, a);
   check_launch("row_binary_kernel");
 }
 
@@ -66,7 +49,7 @@ void batch_norm(const BatchNormArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.dim == 0) return;
   require(a.rows > 0 && a.dim > 0 && a.ld >= a.dim && (!a.add || a.ld_add >= a.dim), "batch_norm",
           "need rows, dim >= 0 and row strides >= dim " + std::to_string(a.dim));
-  launch(point_kernels::batch_norm_kernel, blocks_for("batch_norm", a.rows * a.dim), kThreads, 0, stream, a);
+  launch(point_kernels::batch_norm_kernel, blocks_for("batch_norm", a.rows * a.dim, kThreads), kThreads, 0, stream, a);
   check_launch("batch_norm_kernel");
 }
 
@@ -75,7 +58,7 @@ void segment_mean(const SegmentMeanArgs& a, cudaStream_t stream) {
   if (a.receivers == 0 || a.width == 0) return;
   require(a.receivers > 0 && a.width > 0 && a.ld_msg >= a.width && a.ld_agg >= a.width, "segment_mean",
           "need receivers, width >= 0 and row strides >= the width " + std::to_string(a.width));
-  launch(point_kernels::segment_mean_kernel, blocks_for("segment_mean", a.receivers * a.width), kThreads, 0, stream, a);
+  launch(point_kernels::segment_mean_kernel, blocks_for("segment_mean", a.receivers * a.width, kThreads), kThreads, 0, stream, a);
   check_launch("segment_mean_kernel");
 }
 

@@ -10,23 +10,7 @@
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
-namespace {
-
 using grid_norm_kernels::kThreads;
-
-unsigned blocks_for(const char* kernel, index_t elements) {
-  const index_t blocks = (elements + kThreads - 1) / kThreads;
-  if (blocks > 2147483647)
-    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
-                                " elements exceed the grid");
-  return static_cast<unsigned>(blocks);
-}
-
-void require(bool ok, const char* kernel, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
-}
-
-}  // namespace
 
 void grid_row_sums(const GridRowSumsArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, grid_row_sums(a, stream));
@@ -34,7 +18,7 @@ void grid_row_sums(const GridRowSumsArgs& a, cudaStream_t stream) {
           "need batch, lat_rows, nlon, dim >= 0, ld >= dim " + std::to_string(a.dim) + " and an output");
   const index_t elements = static_cast<index_t>(a.batch) * a.lat_rows * a.dim;
   if (elements == 0) return;
-  launch(grid_norm_kernels::grid_row_sums_kernel, blocks_for("grid_row_sums", elements), kThreads, 0, stream, a);
+  launch(grid_norm_kernels::grid_row_sums_kernel, blocks_for("grid_row_sums", elements, kThreads), kThreads, 0, stream, a);
   check_launch("grid_row_sums_kernel");
 }
 
@@ -46,7 +30,7 @@ void grid_norm_stats(const GridNormStatsArgs& a, cudaStream_t stream) {
           "the second pass needs weight, bias, scale and shift");
   const index_t elements = static_cast<index_t>(a.batch) * a.dim;
   if (elements == 0) return;
-  launch(grid_norm_kernels::grid_norm_stats_kernel, blocks_for("grid_norm_stats", elements), kThreads, 0, stream, a);
+  launch(grid_norm_kernels::grid_norm_stats_kernel, blocks_for("grid_norm_stats", elements, kThreads), kThreads, 0, stream, a);
   check_launch("grid_norm_stats_kernel");
 }
 
@@ -55,7 +39,7 @@ void channel_affine(const ChannelAffineArgs& a, cudaStream_t stream) {
   if (a.rows == 0 || a.dim == 0) return;
   require(a.rows > 0 && a.dim > 0 && a.rows_per_sample > 0 && a.ldx >= a.dim && a.ldy >= a.dim, "channel_affine",
           "need rows, rows_per_sample, dim > 0 and row strides >= dim " + std::to_string(a.dim));
-  launch(grid_norm_kernels::channel_affine_kernel, blocks_for("channel_affine", a.rows * a.dim), kThreads, 0, stream, a);
+  launch(grid_norm_kernels::channel_affine_kernel, blocks_for("channel_affine", a.rows * a.dim, kThreads), kThreads, 0, stream, a);
   check_launch("channel_affine_kernel");
 }
 
@@ -63,16 +47,8 @@ void relu_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t strea
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, relu_rows(x, ld, rows, width, stream));
   if (rows == 0 || width == 0) return;
   require(rows > 0 && width > 0 && ld >= width, "relu_rows", "need rows, width > 0 and ld >= width");
-  launch(grid_norm_kernels::relu_kernel, blocks_for("relu_rows", rows * width), kThreads, 0, stream, x, ld, rows, width);
+  launch(grid_norm_kernels::relu_kernel, blocks_for("relu_rows", rows * width, kThreads), kThreads, 0, stream, x, ld, rows, width);
   check_launch("relu_kernel");
-}
-
-void tanh_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t stream) {
-  SURROGATE_CUDA_ON_HOST_BACKEND(stream, tanh_rows(x, ld, rows, width, stream));
-  if (rows == 0 || width == 0) return;
-  require(rows > 0 && width > 0 && ld >= width, "tanh_rows", "need rows, width > 0 and ld >= width");
-  launch(grid_norm_kernels::tanh_kernel, blocks_for("tanh_rows", rows * width), kThreads, 0, stream, x, ld, rows, width);
-  check_launch("tanh_kernel");
 }
 
 SURROGATE_CUDA_BACKEND_END

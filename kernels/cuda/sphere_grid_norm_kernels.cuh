@@ -72,15 +72,6 @@ __global__ void __launch_bounds__(kThreads) relu_kernel(float* x, index_t ld, in
   *v = *v > 0.0f ? *v : 0.0f;
 }
 
-/// tanh in double, rounded once (the CPU kernels' tanh is within 2^-24 (1 + 2^-17) of that).
-__global__ void __launch_bounds__(kThreads) tanh_kernel(float* x, index_t ld, index_t rows, int width) {
-  const index_t t = flat_index();
-  if (t >= rows * width) return;
-  const index_t r = t / width;
-  float* v = x + r * ld + (t - r * width);
-  *v = static_cast<float>(tanh(static_cast<double>(*v)));
-}
-
 }  // namespace grid_norm_kernels
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

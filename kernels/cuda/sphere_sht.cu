@@ -14,18 +14,6 @@ namespace {
 
 using sht_kernels::kThreads;
 
-unsigned blocks_for(const char* kernel, index_t elements) {
-  const index_t blocks = (elements + kThreads - 1) / kThreads;
-  if (blocks > 2147483647)
-    throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
-                                " elements exceed the grid");
-  return static_cast<unsigned>(blocks);
-}
-
-void require(bool ok, const char* kernel, const std::string& what) {
-  if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
-}
-
 void check_fourier(const ShtFourierArgs& a, const char* kernel, bool analysis) {
   require(a.rows >= 0 && a.nlon >= 1 && a.channels >= 1 && a.mmax >= 1 && a.modes >= 1 && a.modes <= a.mmax &&
               a.modes <= a.nlon / 2 + 1 && a.x && a.y && a.twiddle,
@@ -49,7 +37,7 @@ void sht_fourier_analysis(const ShtFourierArgs& a, cudaStream_t stream) {
   check_fourier(a, "sht_fourier_analysis", true);
   const index_t elements = a.rows * 2 * static_cast<index_t>(a.mmax) * a.channels;
   if (elements == 0) return;
-  launch(sht_kernels::fourier_analysis_kernel, blocks_for("sht_fourier_analysis", elements), kThreads, 0, stream, a);
+  launch(sht_kernels::fourier_analysis_kernel, blocks_for("sht_fourier_analysis", elements, kThreads), kThreads, 0, stream, a);
   check_launch("sht fourier_analysis_kernel");
 }
 
@@ -58,7 +46,7 @@ void sht_fourier_synthesis(const ShtFourierArgs& a, cudaStream_t stream) {
   check_fourier(a, "sht_fourier_synthesis", false);
   const index_t elements = a.rows * a.nlon * static_cast<index_t>(a.channels);
   if (elements == 0) return;
-  launch(sht_kernels::fourier_synthesis_kernel, blocks_for("sht_fourier_synthesis", elements), kThreads, 0, stream, a);
+  launch(sht_kernels::fourier_synthesis_kernel, blocks_for("sht_fourier_synthesis", elements, kThreads), kThreads, 0, stream, a);
   check_launch("sht fourier_synthesis_kernel");
 }
 
@@ -67,7 +55,7 @@ void sht_legendre_analysis(const ShtLegendreArgs& a, cudaStream_t stream) {
   check_legendre(a, "sht_legendre_analysis");
   const index_t elements = static_cast<index_t>(a.batch) * a.lmax * a.mmax * 2 * a.channels;
   if (elements == 0) return;
-  launch(sht_kernels::legendre_analysis_kernel, blocks_for("sht_legendre_analysis", elements), kThreads, 0, stream, a);
+  launch(sht_kernels::legendre_analysis_kernel, blocks_for("sht_legendre_analysis", elements, kThreads), kThreads, 0, stream, a);
   check_launch("sht legendre_analysis_kernel");
 }
 
@@ -78,7 +66,7 @@ void sht_legendre_synthesis(const ShtLegendreArgs& a, cudaStream_t stream) {
           "sht_legendre_synthesis", "need 1 <= modes <= mmax and nyquist -1 or an order below modes");
   const index_t elements = static_cast<index_t>(a.batch) * (a.lat_rows < 0 ? a.nlat : a.lat_rows) * a.modes * 2 * a.channels;
   if (elements == 0) return;
-  launch(sht_kernels::legendre_synthesis_kernel, blocks_for("sht_legendre_synthesis", elements), kThreads, 0, stream, a);
+  launch(sht_kernels::legendre_synthesis_kernel, blocks_for("sht_legendre_synthesis", elements, kThreads), kThreads, 0, stream, a);
   check_launch("sht legendre_synthesis_kernel");
 }
 

@@ -17,9 +17,9 @@
 
 namespace surrogate::kernels::cuda {
 
-/// x[r, c] = f(x[r, c]) for c < width: relu (x < 0 ? 0 : x, as std::max(x, 0.0f)) or sigmoid
-/// (1 / (1 + exp(-x)), the device's expf).
-enum class RowMap : std::uint8_t { relu, sigmoid };
+/// x[r, c] = f(x[r, c]) for c < width: relu (x < 0 ? 0 : x, as std::max(x, 0.0f)), sigmoid
+/// (1 / (1 + exp(-x)), the device's expf) or tanh (in double, rounded once; HEPT's head).
+enum class RowMap : std::uint8_t { relu, sigmoid, tanh };
 struct RowMapArgs {
   RowMap op = RowMap::relu;
   float* x = nullptr;

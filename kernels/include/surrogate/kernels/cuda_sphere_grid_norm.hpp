@@ -68,7 +68,5 @@ void channel_affine(const ChannelAffineArgs& a, cudaStream_t stream);
 
 /// x[r, c] = max(x[r, c], 0) for c < width (in place).
 void relu_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t stream);
-/// x[r, c] = tanh(x[r, c]) for c < width (in place; HEPT's head).
-void tanh_rows(float* x, index_t ld, index_t rows, int width, cudaStream_t stream);
 
 }  // namespace surrogate::kernels::cuda

@@ -17,7 +17,7 @@
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
-#include "surrogate/kernels/cuda_sphere_grid_norm.hpp"  // relu_rows, tanh_rows
+#include "surrogate/kernels/cuda_bsa_gate.hpp"  // row_map (ReLU, tanh)
 
 namespace surrogate::hept::gpu {
 namespace {
@@ -56,6 +56,15 @@ class CudaForward final : public DeviceForward {
   }
   void norm(const Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
     surrogate::device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
+  }
+  void map(kernels::cuda::RowMap op, float* x, index_t ld, index_t rows, int width) {
+    kernels::cuda::RowMapArgs a;
+    a.op = op;
+    a.x = x;
+    a.ld = ld;
+    a.rows = rows;
+    a.width = width;
+    kernels::cuda::row_map(a, stream_.get());
   }
 
   const Network<float>* net_;
@@ -235,7 +244,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     try {
       // Feature encoder: Linear, ReLU, Linear into the first block of the concatenation.
       dense(enc0_, xp_.data(), in, hid, D, np);
-      cu::relu_rows(hid, D, np, D, s);
+      map(cu::RowMap::relu, hid, D, np, D);
       dense(enc2_, hid, D, cat, ldcat, np);
     } catch (...) {
       failed = std::current_exception();
@@ -328,7 +337,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       dense(layer.out_linear, attn, HD, next, ldcat, np, e, ldcat);
       norm(layer.norm2, next, ldcat, xn, D, np);
       dense(layer.ff0, xn, D, hid, D, np);
-      cu::relu_rows(hid, D, np, D, s);
+      map(cu::RowMap::relu, hid, D, np, D);
       dense(layer.ff2, hid, D, next, ldcat, np, next, ldcat);
     } catch (...) {
       failed = std::current_exception();
@@ -346,7 +355,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
   for (int j = 0; j < 4; ++j) {
     dense(mlp_[j], src, ld, ha, 256, np);
     norm(mlp_norms_[j], ha, 256, hb, 256, np);
-    cu::tanh_rows(hb, 256, np, 256, s);
+    map(cu::RowMap::tanh, hb, 256, np, 256);
     src = hb;
     ld = 256;
   }
