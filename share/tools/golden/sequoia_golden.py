@@ -13,9 +13,11 @@ PyPI, no compiled PyG extensions):
     package is importable it is used; otherwise a module with the same functions and semantics (written
     here on torch's own scatter/index_add) is registered under that name. ``--check-ops`` compares the two
     (when both exist) and compares the stand-in with torch_geometric.utils.
-  * ``torch_geometric.nn.knn`` (needs torch_cluster or pyg-lib): replaced by a brute-force kNN with the
+  * ``torch_geometric.nn.knn`` (PyG 2.8 needs pyg-lib for it): bound to the compiled ``torch_cluster.knn``
+    when that is installed, as earlier PyG releases did; otherwise replaced by a brute-force kNN with the
     distances torch_cluster computes (float32 sum of squared differences, per sample); only the neighbour
     SET matters (PointConv aggregates with max), and the golden inputs have no tie at the k-th neighbour.
+    The recorded forwards of the golden data use that brute-force rule in either case (Recorder).
   * ``torch_geometric.nn.PointConv``: the alias of ``PointNetConv`` that PyG 2.8 no longer exports.
 
 Every hierarchy is also rebuilt by this script's own implementation of the specification (docs
@@ -181,10 +183,31 @@ def install_stand_ins():
         used.append("torch_geometric.nn.PointConv=PointNetConv")
     try:
         gnn.knn(torch.zeros(2, 3), torch.zeros(2, 3), 1)
-    except ImportError:
-        gnn.knn = knn_float32_rule
-        used.append("torch_geometric.nn.knn")
+    except ImportError:  # PyG 2.8 serves knn from pyg-lib only; earlier releases forwarded it to torch_cluster
+        try:
+            import torch_cluster
+            gnn.knn = torch_cluster.knn  # the compiled kNN, with the signature the official call uses
+            used.append("torch_geometric.nn.knn=torch_cluster.knn")
+        except ImportError:
+            gnn.knn = knn_float32_rule
+            used.append("torch_geometric.nn.knn")
     return used
+
+
+def official_backends():
+    """Which torch_scatter and kNN the official modules run with: 'real X.Y.Z' or 'stand-in'."""
+    scatter = sys.modules.get("torch_scatter")
+    import torch_geometric.nn as gnn
+    out = {"torch_scatter": "stand-in" if getattr(scatter, "__sequoia_stand_in__", False)
+           else f"real {getattr(scatter, '__version__', '?')}"}
+    if gnn.knn is knn_float32_rule:
+        out["knn"] = "stand-in"
+    elif getattr(gnn.knn, "__module__", "").startswith("torch_cluster"):
+        import torch_cluster
+        out["knn"] = f"real torch_cluster {torch_cluster.__version__}"
+    else:
+        out["knn"] = f"real {getattr(gnn.knn, '__module__', '?')}"
+    return out
 
 
 # ---------------------------------------------------------------------------------------------------------
