@@ -44,6 +44,9 @@ inline void exp_f64_map(const double* x, double* y, index_t n) {
 inline void tanh_map(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::tanh(v); });
 }
+inline void tanh_f64_map(const double* x, double* y, index_t n) {
+  map_lanes<simd::vd>(x, y, n, [](simd::vd v) { return simd::tanh_f64(v); });
+}
 inline void erf_map(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::erf(v); });
 }
@@ -72,6 +75,7 @@ inline CpuKernels make_table() {
   t.exp = &exp_map;
   t.exp_f64 = &exp_f64_map;
   t.tanh = &tanh_map;
+  t.tanh_f64 = &tanh_f64_map;
   t.erf = &erf_map;
   t.activation = &activation_map;
   return t;

@@ -343,6 +343,8 @@ struct CpuKernels {
   void (*exp_f64)(const double* x, double* y, index_t n) = nullptr;
   /// y = tanh(x) within 2^-24 (1 + 2^-17) relative (x may alias y).
   void (*tanh)(const float* x, float* y, index_t n) = nullptr;
+  /// y = tanh(x) in float64 within 4 u (x may alias y).
+  void (*tanh_f64)(const double* x, double* y, index_t n) = nullptr;
   void (*erf)(const float* x, float* y, index_t n) = nullptr;
   void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
 };
