@@ -1,6 +1,6 @@
 // The device counterparts of layers.hpp for the families' CUDA forwards (CUDA builds only): a layer's
 // weights uploaded once into a device arena, and one call per layer — dense with activation and residual,
-// LayerNorm / RMSNorm, row copies and row-wise sums and products — instead of kernel argument structs
+// LayerNorm / RMSNorm, row copies, row-wise sums and products, row maps — instead of kernel argument structs
 // filled by hand. share/docs/adding-a-family.md, "Device forward".
 #pragma once
 
@@ -13,6 +13,7 @@
 
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bsa_gate.hpp"  // row_map
 #include "surrogate/kernels/cuda_point_layers.hpp"
 
 namespace surrogate::device {
@@ -144,6 +145,17 @@ inline void copy_rows(const float* src, index_t ld_src, const std::int64_t* src_
   a.rows = rows;
   a.width = width;
   kernels::cuda::copy_rows(a, stream);
+}
+
+/// x = f(x) in place for `width` columns of `rows` rows: ReLU, sigmoid or tanh (kernels::cuda::RowMap).
+inline void map_rows(kernels::cuda::RowMap op, float* x, index_t ld, index_t rows, int width, cudaStream_t stream) {
+  kernels::cuda::RowMapArgs a;
+  a.op = op;
+  a.x = x;
+  a.ld = ld;
+  a.rows = rows;
+  a.width = width;
+  kernels::cuda::row_map(a, stream);
 }
 
 /// y = a + b (op add, a residual) or a * b (op multiply, a gate), row-wise; y may equal a or b.

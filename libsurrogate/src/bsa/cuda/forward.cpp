@@ -115,13 +115,7 @@ void BsaCudaForward::rms_norm(const Norm& n, const float* x, float* y) {
 }
 
 void BsaCudaForward::map(cu::RowMap op, float* x, index_t ld, index_t rows, int width) {
-  cu::RowMapArgs a;
-  a.op = op;
-  a.x = x;
-  a.ld = ld;
-  a.rows = rows;
-  a.width = width;
-  cu::row_map(a, stream_.get());
+  surrogate::device::map_rows(op, x, ld, rows, width, stream_.get());
 }
 
 void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {

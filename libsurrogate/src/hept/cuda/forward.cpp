@@ -17,7 +17,6 @@
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
-#include "surrogate/kernels/cuda_bsa_gate.hpp"  // row_map (ReLU, tanh)
 
 namespace surrogate::hept::gpu {
 namespace {
@@ -58,13 +57,7 @@ class CudaForward final : public DeviceForward {
     surrogate::device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
   }
   void map(kernels::cuda::RowMap op, float* x, index_t ld, index_t rows, int width) {
-    kernels::cuda::RowMapArgs a;
-    a.op = op;
-    a.x = x;
-    a.ld = ld;
-    a.rows = rows;
-    a.width = width;
-    kernels::cuda::row_map(a, stream_.get());
+    surrogate::device::map_rows(op, x, ld, rows, width, stream_.get());
   }
 
   const Network<float>* net_;
