@@ -3,14 +3,13 @@
 // ranks in rank order in row-major latitude-longitude order; every rank computes whole latitude rows through
 // the exchanges of its SpherePlan (plan.hpp), bitwise the one-process result for any number of ranks.
 // share/docs/sphere.md, "Point layout" and "Multi-rank mode".
-#include <omp.h>
-
 #include <algorithm>
 #include <string>
 #include <type_traits>
 #include <utility>
 
 #include "../device_support.hpp"
+#include "../thread_count.hpp"
 #include "config.hpp"
 #include "cuda/layer.hpp"
 #include "cuda/transformer.hpp"
@@ -25,19 +24,7 @@
 namespace surrogate::sphere {
 namespace {
 
-/// Sets the OpenMP thread count of the calling thread for one forward and restores it.
-class ThreadCount {
- public:
-  explicit ThreadCount(int threads) : saved_(omp_get_max_threads()) {
-    if (threads > 0) omp_set_num_threads(threads);
-  }
-  ~ThreadCount() { omp_set_num_threads(saved_); }
-  ThreadCount(const ThreadCount&) = delete;
-  ThreadCount& operator=(const ThreadCount&) = delete;
-
- private:
-  int saved_;
-};
+using surrogate::detail::ThreadCount;
 
 SpherePlan& sphere_plan(Plan& plan) {
   auto* p = dynamic_cast<SpherePlan*>(&plan);
