@@ -1,8 +1,8 @@
-// The registered Sequoia model (make_model, per-sample arrays) at 1, 2, 3 and 4 ranks: bitwise equal to
-// sequoia::Network on the whole batch in one process, for points spread evenly, unevenly at random (local
-// orders shuffled), all on rank 0, none on the last rank; each sample built and run on its one owner rank,
-// traffic balanced; plan reuse; bad input (a seg sample with one voxel per level, missing or rank-dependent
-// per-sample inputs, NaN positions) as the same Error on every rank.
+// The registered Sequoia model at 1-4 ranks, whole samples on owners or samples split by lowest voxels:
+// bitwise equal to sequoia::Network in one process for points spread evenly, unevenly at random (local
+// orders shuffled), all on rank 0, none on the last rank; the plan's division of the work; plan reuse; bad
+// input (a seg sample with one voxel per level, missing or rank-dependent per-sample inputs, NaN positions)
+// as the same Error on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -52,7 +52,45 @@ Batch golden(const std::string& model, const std::string& name) {
   return c;
 }
 
-/// seg: points x n_part; cls: B x 40.
+/// Random clouds of `sizes` points (clusters and a flat patch with duplicated points, so that lowest
+/// voxels differ in size and some neighbours tie), inputs and class vectors random, for the model file at
+/// `path`.
+Batch synthetic(const std::string& path, const std::vector<std::int64_t>& sizes, unsigned seed) {
+  Batch c;
+  c.model = path;
+  c.file = ModelFile::read(path);
+  const sq::Config cfg = sq::Config::from_file(c.file);
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> unit(-1.0f, 1.0f);
+  c.sizes = sizes;
+  for (std::size_t s = 0; s < sizes.size(); ++s) {
+    for (std::int64_t i = 0; i < sizes[s]; ++i) {
+      const int kind = static_cast<int>(i % 5);
+      float p[3];
+      if (kind < 3) {  // three clusters of different spread
+        for (int a = 0; a < 3; ++a) p[a] = 2.0f * static_cast<float>(kind - 1) * (a == 0) + 0.1f * (kind + 1) * normal(gen);
+      } else if (kind == 3) {  // a flat patch on a coarse lattice: equal distances
+        p[0] = 0.25f * static_cast<float>(gen() % 8u);
+        p[1] = 0.25f * static_cast<float>(gen() % 8u);
+        p[2] = 1.5f;
+      } else {
+        for (float& v : p) v = 3.0f * unit(gen);
+      }
+      c.positions.insert(c.positions.end(), p, p + 3);
+      for (int f = 0; f < cfg.c; ++f) c.features.push_back(unit(gen));
+      c.batch_idx.push_back(static_cast<std::int64_t>(s));
+    }
+    for (int f = 0; f < cfg.n_class; ++f) c.sample_features.push_back(f == static_cast<int>(s) % cfg.n_class ? 1.0f : 0.0f);
+  }
+  return c;
+}
+
+std::string example_model(const std::string& name) {
+  return std::string(SURROGATE_TEST_DATA_DIR) + "/../../share/models/sequoia/" + name + ".h5";
+}
+
+/// seg: points x n_part; cls: B x classes.
 std::vector<float> single_process(const Batch& c) {
   const sq::Config cfg = sq::Config::from_file(c.file);
   const sq::Network net(c.file, cfg);
@@ -181,20 +219,22 @@ INSTANTIATE_TEST_SUITE_P(Golden, SequoiaMpi,
                            return std::string(param_info.param.first) + "_" + param_info.param.second;
                          });
 
-/// Each sample's hierarchy is built and run on exactly one rank (its owner, the SampleOwners rule: samples
-/// contiguous, about N / P points per rank), and the plan's traffic balances over the ranks.
-TEST_P(SequoiaMpi, EachSampleOnOneOwnerRank) {
-  const auto [model, name] = GetParam();
-  const Batch c = golden(model, name);
+/// The plan's division of the work. Whole samples (no sample larger than N / P points): each sample's
+/// hierarchy built and run on exactly one rank, its owner by the SampleOwners rule (samples contiguous,
+/// about N / P points per rank). Split samples: every rank holds every sample's hierarchy, the ranks' points
+/// are a partition of all points by lowest voxels (contiguous voxel ranges, at most N / P points plus one
+/// voxel's per rank). Either way the traffic balances over the ranks.
+void expect_shared_work(const Batch& c, surrogate::Plan& base) {
   const auto B = static_cast<std::int64_t>(c.sizes.size());
   const std::int64_t largest = *std::max_element(c.sizes.begin(), c.sizes.end());
   int ranks = 1;
   MPI_Comm_size(MPI_COMM_WORLD, &ranks);
-  const auto inspect = [&](surrogate::Plan& base) {
-    auto* plan = dynamic_cast<sq::Plan*>(&base);
-    ASSERT_NE(plan, nullptr);
+  auto* plan = dynamic_cast<sq::Plan*>(&base);
+  ASSERT_NE(plan, nullptr);
+  const sq::Hierarchy& h = plan->hierarchy();
+  EXPECT_EQ(plan->split(), ranks > 1 && largest * ranks > c.n());
+  if (!plan->split()) {
     const auto& owners = plan->owners();
-    const sq::Hierarchy& h = plan->hierarchy();
     std::vector<std::int64_t> owned(static_cast<std::size_t>(B), 0), expect_ids;
     for (const auto& o : owners.owned()) {
       owned[static_cast<std::size_t>(o.sample)] = 1;
@@ -207,15 +247,72 @@ TEST_P(SequoiaMpi, EachSampleOnOneOwnerRank) {
     EXPECT_LE(owners.rows(), c.n() / ranks + largest) << "more than about N / P points on one rank";
     MPI_Allreduce(MPI_IN_PLACE, owned.data(), static_cast<int>(B), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
     for (std::int64_t s = 0; s < B; ++s) EXPECT_EQ(owned[static_cast<std::size_t>(s)], 1) << "sample " << s;
-    std::uint64_t bytes[2] = {plan->traffic().sent, plan->traffic().received};
-    MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
-    EXPECT_EQ(bytes[0], bytes[1]) << "bytes sent and received over all ranks";
-    if (ranks > 1) EXPECT_GT(bytes[0], 0u) << "the skewed spread moves rows to their owners";
-    else EXPECT_EQ(bytes[0], 0u);
-    EXPECT_GE(plan->traffic().moves, 3u) << "positions, inputs and outputs moved through the counted plans";
-  };
-  distributed(c, Spread::random_skewed, 3u, 1, nullptr, inspect);
+  } else {
+    const sq::Share& share = plan->share();
+    EXPECT_EQ(h.samples(), B);
+    EXPECT_EQ(h.nodes(0), c.n());
+    std::vector<std::int64_t> points(static_cast<std::size_t>(c.n()), 0), voxel_points(static_cast<std::size_t>(h.nodes(1)), 0);
+    for (const auto r : share.points) ++points[static_cast<std::size_t>(r)];
+    for (const auto p : h.pool_parent[0]) ++voxel_points[static_cast<std::size_t>(p)];
+    const std::int64_t biggest_voxel = *std::max_element(voxel_points.begin(), voxel_points.end());
+    MPI_Allreduce(MPI_IN_PLACE, points.data(), static_cast<int>(c.n()), MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
+    EXPECT_TRUE(std::all_of(points.begin(), points.end(), [](std::int64_t k) { return k == 1; })) << "points partitioned";
+    EXPECT_LE(static_cast<std::int64_t>(share.points.size()), c.n() / ranks + biggest_voxel);
+    for (const auto r : share.points) {
+      const auto v = h.pool_parent[0][static_cast<std::size_t>(r)];
+      EXPECT_TRUE(v >= share.voxels_begin && v < share.voxels_end) << "point " << r << " outside the rank's voxels";
+    }
+    std::vector<std::int64_t> ranges(2 * static_cast<std::size_t>(ranks));
+    const std::int64_t mine[2] = {share.voxels_begin, share.voxels_end};
+    MPI_Allgather(mine, 2, MPI_INT64_T, ranges.data(), 2, MPI_INT64_T, MPI_COMM_WORLD);
+    EXPECT_EQ(ranges.front(), 0);
+    EXPECT_EQ(ranges.back(), h.nodes(1));
+    for (int r = 1; r < ranks; ++r) EXPECT_EQ(ranges[2 * static_cast<std::size_t>(r)], ranges[2 * static_cast<std::size_t>(r) - 1]);
+    for (const auto g : share.halo) EXPECT_EQ(std::count(share.points.begin(), share.points.end(), g), 0);
+  }
+  std::uint64_t bytes[2] = {plan->traffic().sent, plan->traffic().received};
+  MPI_Allreduce(MPI_IN_PLACE, bytes, 2, MPI_UINT64_T, MPI_SUM, MPI_COMM_WORLD);
+  EXPECT_EQ(bytes[0], bytes[1]) << "bytes sent and received over all ranks";
+  if (ranks > 1) EXPECT_GT(bytes[0], 0u) << "the skewed spread moves rows to their owners";
+  else EXPECT_EQ(bytes[0], 0u);
+  EXPECT_GE(plan->traffic().moves, 2u) << "inputs and outputs moved through the counted plans";
 }
+
+TEST_P(SequoiaMpi, PlanSharesTheWork) {
+  const auto [model, name] = GetParam();
+  const Batch c = golden(model, name);
+  distributed(c, Spread::random_skewed, 3u, 1, nullptr, [&](surrogate::Plan& plan) { expect_shared_work(c, plan); });
+}
+
+/// Samples larger than a rank's share, split by lowest voxels: bitwise the one-process forward for every
+/// spread, both models of the golden files (cls: root selection) and the example's (cls: leaf selection,
+/// the per-voxel partial sums), one sample or a large and a small one.
+class SequoiaMpiSplit : public ::testing::TestWithParam<std::pair<std::string, std::vector<std::int64_t>>> {};
+
+TEST_P(SequoiaMpiSplit, BitwiseEqualToOneProcess) {
+  const auto& [path, sizes] = GetParam();
+  const Batch c = synthetic(path, sizes, 29u);
+  const sq::Config cfg = sq::Config::from_file(c.file);
+  const std::vector<float> want = single_process(c);
+  for (const Spread s : {Spread::even, Spread::random_skewed, Spread::all_on_rank0, Spread::last_rank_empty}) {
+    const Outputs got = distributed(c, s, 41u + static_cast<unsigned>(s), s == Spread::even ? 2 : 1, nullptr,
+                                    [&](surrogate::Plan& plan) { expect_shared_work(c, plan); });
+    if (cfg.kind == sq::Config::Kind::segmentation) {
+      EXPECT_TRUE(bitwise_equal(got.per_point, want)) << path << ", spread " << static_cast<int>(s);
+    } else {
+      EXPECT_TRUE(bitwise_equal(got.per_sample, want)) << path << ", spread " << static_cast<int>(s);
+      EXPECT_TRUE(same_on_every_rank(got.per_sample)) << path;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Synthetic, SequoiaMpiSplit,
+    ::testing::Values(std::make_pair(sequoia_test::data_path("seg"), std::vector<std::int64_t>{1500}),
+                      std::make_pair(sequoia_test::data_path("cls"), std::vector<std::int64_t>{1200, 150}),
+                      std::make_pair(example_model("seg"), std::vector<std::int64_t>{150, 1200}),
+                      std::make_pair(example_model("cls"), std::vector<std::int64_t>{1500})),
+    [](const auto& param_info) { return "case" + std::to_string(param_info.index); });
 
 /// The error of a run, which must be the same Error on every rank.
 surrogate::ErrorCode error_of(const std::function<void()>& run) {

@@ -93,6 +93,8 @@ struct Config {
   std::vector<std::pair<std::string, std::string>> describe() const;
 };
 
+struct Share;  // the part of a hierarchy one rank computes (internal: src/sequoia/share.hpp)
+
 /// The CPU forward of either model on a collated hierarchy.
 class Network {
  public:
@@ -117,6 +119,11 @@ class Network {
   std::vector<float> forward(const Hierarchy& h, const float* features, const float* sample_features,
                              Trace* trace = nullptr,
                              const std::vector<std::vector<std::int64_t>>* siblings = nullptr) const;
+  /// The forward of the share's points (features: their rows, in order) on a hierarchy that every rank
+  /// of a split share holds whole (collective then). Returns segmentation: share points x n_part;
+  /// classification: B x classes (every rank the same).
+  std::vector<float> forward(const Share& share, const Hierarchy& h, const float* features,
+                             const float* sample_features, Trace* trace = nullptr) const;
 
  private:
   struct Impl;

@@ -71,25 +71,9 @@ SampleOwners SampleOwners::build(const Comm& comm, const SampleLayout& layout, c
                                            std::to_string(comm.rank()));
 
   // The ids of the working rows (as doubles: exact below 2^53), gathered rank-major, fix the order.
-  // An empty rank's null ids do not make the ids absent: they are given when any rank gives them.
   const index_t n = layout.local_points();
-  const bool given = comm.allreduce<int>(global_ids != nullptr ? 1 : 0, ReduceOp::max) == 1;
-  comm.agree_or_throw(given && n > 0 && !global_ids
-                          ? Status{ErrorCode::invalid_argument, "sample owners: rank " + std::to_string(comm.rank()) +
-                                                                    " gives no global ids for its " + std::to_string(n) +
-                                                                    " points while other ranks do"}
-                          : Status{});
-  std::vector<double> id_rows(static_cast<std::size_t>(n));
-  if (given) {
-    for (index_t i = 0; i < n; ++i) id_rows[static_cast<std::size_t>(i)] = static_cast<double>(global_ids[i]);
-  } else {
-    std::vector<index_t> counts(static_cast<std::size_t>(P));
-    comm.allgather(&n, sizeof n, counts.data());
-    const index_t offset = std::accumulate(counts.begin(), counts.begin() + comm.rank(), index_t{0});
-    const std::vector<index_t>& order = layout.order();
-    for (index_t i = 0; i < n; ++i)
-      id_rows[static_cast<std::size_t>(i)] = static_cast<double>(offset + (order.empty() ? i : order[static_cast<std::size_t>(i)]));
-  }
+  const std::vector<std::int64_t> ids = working_ids(comm, layout, global_ids);
+  std::vector<double> id_rows(ids.begin(), ids.end());
   const ExchangePlan rank_major = ExchangePlan::from_requests(comm, n, source_rank, source_key, {}, {});
   std::vector<double> gathered(source_rank.size());
   rank_major.forward(id_rows.data(), 1, gathered.data());
@@ -118,6 +102,29 @@ SampleOwners SampleOwners::build(const Comm& comm, const SampleLayout& layout, c
   so.rows_ = ExchangePlan::from_requests(comm, n, sorted_rank, sorted_key, {}, {});
   so.samples_ = ExchangePlan::all_gather(comm, static_cast<std::int64_t>(so.owned_.size()));
   return so;
+}
+
+std::vector<std::int64_t> SampleOwners::working_ids(const Comm& comm, const SampleLayout& layout,
+                                                   const std::int64_t* global_ids) {
+  // An empty rank's null ids do not make the ids absent: they are given when any rank gives them.
+  const index_t n = layout.local_points();
+  const bool given = comm.allreduce<int>(global_ids != nullptr ? 1 : 0, ReduceOp::max) == 1;
+  comm.agree_or_throw(given && n > 0 && !global_ids
+                          ? Status{ErrorCode::invalid_argument, "sample owners: rank " + std::to_string(comm.rank()) +
+                                                                    " gives no global ids for its " + std::to_string(n) +
+                                                                    " points while other ranks do"}
+                          : Status{});
+  std::vector<std::int64_t> ids(static_cast<std::size_t>(n));
+  if (given) {
+    std::copy(global_ids, global_ids + n, ids.begin());
+  } else {
+    std::vector<index_t> counts(static_cast<std::size_t>(comm.size()));
+    comm.allgather(&n, sizeof n, counts.data());
+    const index_t offset = std::accumulate(counts.begin(), counts.begin() + comm.rank(), index_t{0});
+    const std::vector<index_t>& order = layout.order();
+    for (index_t i = 0; i < n; ++i) ids[static_cast<std::size_t>(i)] = offset + (order.empty() ? i : order[static_cast<std::size_t>(i)]);
+  }
+  return ids;
 }
 
 void SampleOwners::rebind(const Comm& comm) {

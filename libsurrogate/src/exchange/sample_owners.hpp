@@ -26,6 +26,11 @@ class SampleOwners {
   /// each, a function of the sample sizes and the rank count only.
   static SampleOwners build(const Comm& comm, const SampleLayout& layout, const std::int64_t* global_ids);
 
+  /// Collective: the global id of each working row of `layout` (`global_ids`, or rank-major ids when no
+  /// rank gives them; Error(invalid_argument) on every rank when some ranks give ids and others not).
+  static std::vector<std::int64_t> working_ids(const Comm& comm, const SampleLayout& layout,
+                                               const std::int64_t* global_ids);
+
   int owner(index_t sample) const;
   const std::vector<Owned>& owned() const { return owned_; }
   /// Rows on this rank in the owner order, and the global id of each (increasing within a sample).

@@ -3,12 +3,14 @@
 // share/docs/sequoia.md.
 #include <algorithm>
 #include <memory>
+#include <numeric>
 #include <string>
 #include <utility>
 #include <vector>
 
 #include "../balltree/point_cloud_model.hpp"
 #include "../device_support.hpp"
+#include "../thread_count.hpp"
 #include "plan.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sequoia.hpp"
@@ -37,20 +39,32 @@ class Model final : public PointCloudModel {
   int sample_out_channels() const override { return segmentation(cfg_) ? 0 : cfg_.classes; }
   std::vector<std::pair<std::string, std::string>> describe() const override {
     auto d = cfg_.describe();
-    d.emplace_back("multi-rank", "whole samples on owner ranks (about N / P points each; a sample on one rank)");
+    d.emplace_back("multi-rank", "whole samples on owner ranks, or samples split by lowest voxels when one is larger "
+                                 "than N / P points");
     d.emplace_back("device forward", "none (CPU only)");
     return d;
   }
 
  protected:
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
-                                              const RunOptions&) override {
+                                              const RunOptions& options) override {
+    const detail::ThreadCount threads(options.threads);
     auto plan = std::make_unique<Plan>(std::move(basis));
-    plan->set_owners(detail::SampleOwners::build(comm, plan->layout(), plan->geometry().global_ids));
-    detail::SampleOwners& owners = plan->owners();
+    const std::vector<index_t>& sizes = plan->layout().sample_sizes();
+    const index_t total = std::accumulate(sizes.begin(), sizes.end(), index_t{0});
+    const index_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
+    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan);
+    else build_whole_samples(comm, *plan);
+    return plan;
+  }
+
+  /// Every sample on one owner rank, its hierarchy built there.
+  void build_whole_samples(const Comm& comm, Plan& plan) {
+    plan.set_owners(detail::SampleOwners::build(comm, plan.layout(), plan.geometry().global_ids));
+    detail::SampleOwners& owners = plan.owners();
     // The positions of the owned samples, each sample's points by increasing global id.
     std::vector<float> positions(static_cast<std::size_t>(std::max<index_t>(1, owners.rows() * 3)));
-    owners.rows_plan().forward(plan->geometry().positions, 3, positions.data());
+    owners.rows_plan().forward(plan.geometry().positions, 3, positions.data());
     collectively(comm, [&] {
       if (owners.owned().empty()) return;
       std::vector<SampleHierarchy> samples;
@@ -62,37 +76,123 @@ class Model final : public PointCloudModel {
       }
       Hierarchy h = collate(samples, std::move(ids));
       network_.check(h);
-      plan->set_hierarchy(std::move(h));
+      Share share = Share::whole(h, cfg_);
+      plan.set_hierarchy(std::move(h), std::move(share));
     });
-    return plan;
+  }
+
+  /// Every sample split over the ranks by lowest voxels: every rank gathers all positions and builds the
+  /// whole hierarchy, then computes its share.
+  void build_split(const Comm& comm, Plan& plan) {
+    const SampleLayout& layout = plan.layout();
+    const index_t n = layout.local_points();
+    const std::vector<std::int64_t> ids = detail::SampleOwners::working_ids(comm, layout, plan.geometry().global_ids);
+    // (sample, id) and the position of every working row of every rank, rank-major.
+    std::vector<std::int64_t> keys(static_cast<std::size_t>(n) * 2);
+    for (const SampleLayout::Segment& seg : layout.segments())
+      for (index_t i = seg.begin; i < seg.end; ++i) {
+        keys[static_cast<std::size_t>(i) * 2] = seg.sample;
+        keys[static_cast<std::size_t>(i) * 2 + 1] = ids[static_cast<std::size_t>(i)];
+      }
+    const int P = comm.size();
+    std::vector<index_t> counts(static_cast<std::size_t>(P));
+    comm.allgather(&n, sizeof n, counts.data());
+    std::vector<index_t> first(static_cast<std::size_t>(P) + 1, 0);
+    std::partial_sum(counts.begin(), counts.end(), first.begin() + 1);
+    const auto gather = [&](const void* mine, std::size_t row_bytes, void* all) {
+      std::vector<std::size_t> bytes(static_cast<std::size_t>(P)), offsets(static_cast<std::size_t>(P));
+      for (int r = 0; r < P; ++r) {
+        bytes[static_cast<std::size_t>(r)] = static_cast<std::size_t>(counts[static_cast<std::size_t>(r)]) * row_bytes;
+        offsets[static_cast<std::size_t>(r)] = static_cast<std::size_t>(first[static_cast<std::size_t>(r)]) * row_bytes;
+      }
+      comm.allgatherv(mine, static_cast<std::size_t>(n) * row_bytes, all, bytes, offsets);
+    };
+    const auto N = static_cast<std::size_t>(first.back());
+    std::vector<std::int64_t> all_keys(N * 2);
+    std::vector<float> all_positions(N * 3), positions(N * 3);
+    gather(keys.data(), 2 * sizeof(std::int64_t), all_keys.data());
+    gather(plan.geometry().positions, 3 * sizeof(float), all_positions.data());
+    // The batch's points sample-major, by increasing id within a sample: the hierarchy's level-0 rows.
+    std::vector<std::size_t> order(N);
+    std::iota(order.begin(), order.end(), std::size_t{0});
+    std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return std::make_pair(all_keys[a * 2], all_keys[a * 2 + 1]) < std::make_pair(all_keys[b * 2], all_keys[b * 2 + 1]);
+    });
+    Hierarchy h;
+    Share share;
+    collectively(comm, [&] {
+      std::vector<SampleHierarchy> samples;
+      std::vector<index_t> sample_ids;
+      for (std::size_t t = 0; t < N; ++t) {
+        const std::size_t g = order[t];
+        std::copy_n(all_positions.begin() + static_cast<std::ptrdiff_t>(g * 3), 3, positions.begin() + static_cast<std::ptrdiff_t>(t * 3));
+        if (t > 0 && all_keys[g * 2] == all_keys[order[t - 1] * 2] && all_keys[g * 2 + 1] == all_keys[order[t - 1] * 2 + 1])
+          throw Error(ErrorCode::input, "sequoia: global id " + std::to_string(all_keys[g * 2 + 1]) +
+                                            " is given to two points of sample " + std::to_string(all_keys[g * 2]) +
+                                            " (ids must be unique)");
+      }
+      for (std::size_t t = 0; t < N;) {
+        std::size_t u = t;
+        while (u < N && all_keys[order[u] * 2] == all_keys[order[t] * 2]) ++u;
+        sample_ids.push_back(all_keys[order[t] * 2]);
+        samples.push_back(build_sample_hierarchy(positions.data() + t * 3, static_cast<index_t>(u - t), cfg_.divide,
+                                                 cfg_.depth, "sample " + std::to_string(sample_ids.back())));
+        t = u;
+      }
+      h = collate(samples, std::move(sample_ids));
+      network_.check(h);
+    });
+    share = Share::split_over(comm, h, cfg_);
+    // The share's points from the working rows that hold them.
+    std::vector<int> source_rank;
+    std::vector<std::int64_t> source_key;
+    for (const index_t r : share.points) {
+      const std::size_t g = order[static_cast<std::size_t>(r)];
+      const auto rank = static_cast<int>(std::upper_bound(first.begin(), first.end(), static_cast<index_t>(g)) - first.begin()) - 1;
+      source_rank.push_back(rank);
+      source_key.push_back(static_cast<std::int64_t>(g) - first[static_cast<std::size_t>(rank)]);
+    }
+    plan.set_split(ExchangePlan::from_requests(comm, n, source_rank, source_key, {}, {}));
+    plan.set_hierarchy(std::move(h), std::move(share));
   }
 
   void forward(const Comm& comm, surrogate::Plan& base, const Io& io, const RunOptions& options) override {
     if (io.device) refuse_device_arrays(comm);
     if (options.cuda_device >= 0)
       collectively(comm, [&] { surrogate::detail::refuse_device_for_cpu_only_family("sequoia", options.cuda_device); });
+    const detail::ThreadCount threads(options.threads);
     auto& plan = static_cast<Plan&>(base);
-    detail::SampleOwners& owners = plan.owners();
-    const auto& owned = owners.owned();
-    // The owned samples' features to this rank (owner order), their class vectors by global sample id.
-    const index_t rows = owners.rows();
+    const Hierarchy& h = plan.hierarchy();
+    // This rank's points' features (the share's order), the class vectors of the hierarchy's samples.
+    const auto rows = static_cast<index_t>(plan.share().points.size());
     std::vector<float> features(static_cast<std::size_t>(std::max<index_t>(1, rows * cfg_.c)));
-    owners.rows_plan().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
-    std::vector<float> classes;  // owned samples x n_class, dense
-    for (std::size_t b = 0; b < owned.size() && sample_in_channels() > 0; ++b) {
-      const float* row = io.sample_in + owned[b].sample * io.ld_sample_in;
+    if (plan.split()) plan.split_rows().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
+    else plan.owners().rows_plan().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
+    std::vector<float> classes;  // hierarchy samples x n_class, dense
+    for (std::size_t b = 0; b < h.sample_ids.size() && sample_in_channels() > 0; ++b) {
+      const float* row = io.sample_in + h.sample_ids[b] * io.ld_sample_in;
       classes.insert(classes.end(), row, row + cfg_.n_class);
     }
     std::vector<float> result;
-    collectively(comm, [&] {
-      if (!owned.empty()) result = network_.forward(plan.hierarchy(), features.data(), classes.data());
-    });
+    if (plan.split()) {
+      result = network_.forward(plan.share(), h, features.data(), classes.data());
+    } else {
+      collectively(comm, [&] {
+        if (h.samples() > 0) result = network_.forward(plan.share(), h, features.data(), classes.data());
+      });
+    }
     // Per-point outputs back to the rows' ranks; per-sample outputs to every rank, in sample order.
     result.resize(std::max<std::size_t>(1, result.size()));
-    if (segmentation(cfg_))
-      owners.rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
-    else
-      owners.samples_to_all().forward(result.data(), cfg_.classes, io.sample_out, io.ld_sample_out, cfg_.classes);
+    if (segmentation(cfg_)) {
+      if (plan.split()) plan.split_rows().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
+      else plan.owners().rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
+    } else if (plan.split()) {
+      for (std::size_t b = 0; b < h.sample_ids.size(); ++b)
+        std::copy_n(result.begin() + static_cast<std::ptrdiff_t>(b) * cfg_.classes, cfg_.classes,
+                    io.sample_out + h.sample_ids[b] * io.ld_sample_out);
+    } else {
+      plan.owners().samples_to_all().forward(result.data(), cfg_.classes, io.sample_out, io.ld_sample_out, cfg_.classes);
+    }
   }
 
  private:

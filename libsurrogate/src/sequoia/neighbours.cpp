@@ -28,14 +28,22 @@ void take(std::vector<Candidate>& d, int k, std::int64_t* out) {
   for (std::ptrdiff_t t = 0; t < k; ++t) out[t] = d[static_cast<std::size_t>(t < take ? t : 0)].second;
 }
 
-void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, std::int64_t* lists) {
-#pragma omp parallel if ((end - begin) * (end - begin) > 1 << 14)  // tiny samples on the calling thread
+/// The nodes a list is asked for: queries[0 .. count) (node ids within the sample's [begin, end)), the
+/// list of queries[t] written at lists + t * k.
+struct Queries {
+  const std::int64_t* ids;
+  std::int64_t count;
+};
+
+void brute_force(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
+#pragma omp parallel if (q.count * (end - begin) > 1 << 14)  // tiny samples on the calling thread
   {
     std::vector<Candidate> d(static_cast<std::size_t>(end - begin));
 #pragma omp for schedule(static)
-    for (std::int64_t a = begin; a < end; ++a) {
+    for (std::int64_t t = 0; t < q.count; ++t) {
+      const std::int64_t a = q.ids[t];
       for (std::int64_t j = begin; j < end; ++j) d[static_cast<std::size_t>(j - begin)] = {squared_distance(pos + a * 3, pos + j * 3), j};
-      take(d, k, lists + a * k);
+      take(d, k, lists + t * k);
     }
   }
 }
@@ -45,7 +53,7 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, int k, 
 /// the scanned box's inner faces, so once the k-th candidate is nearer than the nearest such face (less
 /// a margin far above the rounding of the cell assignment) the k nearest are among the candidates: the
 /// result is the brute force's, ties included.
-void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, std::int64_t* lists) {
+void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
   const std::int64_t m = end - begin;
   double lo[3], hi[3];
   for (int c = 0; c < 3; ++c) lo[c] = hi[c] = pos[begin * 3 + c];
@@ -63,7 +71,7 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
   const double margin = 1e-9 * (std::max(std::abs(lo[0]), std::abs(hi[0])) + std::max(std::abs(lo[1]), std::abs(hi[1])) +
                                  std::max(std::abs(lo[2]), std::abs(hi[2])));
   if (!std::isfinite(min_width)) {  // all nodes at one position
-    brute_force(pos, begin, end, k, lists);
+    brute_force(pos, begin, end, q, k, lists);
     return;
   }
   auto cell_of = [&](std::int64_t a, int c) {
@@ -95,7 +103,8 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
   {
     std::vector<Candidate> d, kth;
 #pragma omp for schedule(dynamic, 256)
-    for (std::int64_t a = begin; a < end; ++a) {
+    for (std::int64_t t = 0; t < q.count; ++t) {
+      const std::int64_t a = q.ids[t];
       const std::int32_t* ca = &cell[static_cast<std::size_t>(a - begin) * 3];
       d.clear();
       for (int r = 0;; ++r) {
@@ -107,8 +116,8 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
               if (x < 0 || y < 0 || z < 0 || x >= g || y >= g || z >= g) continue;
               const std::size_t id = (static_cast<std::size_t>(x) * static_cast<std::size_t>(g) + static_cast<std::size_t>(y)) *
                                          static_cast<std::size_t>(g) + static_cast<std::size_t>(z);
-              for (std::int64_t t = first[id]; t < first[id + 1]; ++t) {
-                const std::int64_t j = members[static_cast<std::size_t>(t)];
+              for (std::int64_t e = first[id]; e < first[id + 1]; ++e) {
+                const std::int64_t j = members[static_cast<std::size_t>(e)];
                 d.emplace_back(squared_distance(pos + a * 3, pos + j * 3), j);
               }
             }
@@ -129,7 +138,7 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
           if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach) break;
         }
       }
-      take(d, k, lists + a * k);
+      take(d, k, lists + t * k);
     }
   }
 }
@@ -138,15 +147,27 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, int k, 
 
 std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                                         std::int64_t brute_force_up_to) {
+  std::vector<std::int64_t> all(batch.size());
+  std::iota(all.begin(), all.end(), std::int64_t{0});
+  return nearest_lists(positions, batch, k, all, brute_force_up_to);
+}
+
+std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
+                                        const std::vector<std::int64_t>& queries, std::int64_t brute_force_up_to) {
   const std::int64_t n = static_cast<std::int64_t>(batch.size());
-  std::vector<std::int64_t> lists(static_cast<std::size_t>(n) * static_cast<std::size_t>(k));
-  std::int64_t begin = 0;
-  while (begin < n) {
-    std::int64_t end = begin;
+  std::vector<std::int64_t> lists(queries.size() * static_cast<std::size_t>(k));
+  std::size_t t = 0;  // the first query not yet listed
+  while (t < queries.size()) {
+    std::int64_t begin = queries[t], end = begin;  // the query's sample: [begin, end)
+    while (begin > 0 && batch[static_cast<std::size_t>(begin) - 1] == batch[static_cast<std::size_t>(end)]) --begin;
     while (end < n && batch[static_cast<std::size_t>(end)] == batch[static_cast<std::size_t>(begin)]) ++end;
-    if (end - begin <= brute_force_up_to) brute_force(positions.data(), begin, end, k, lists.data());
-    else grid_search(positions.data(), begin, end, k, lists.data());
-    begin = end;
+    std::size_t u = t;
+    while (u < queries.size() && queries[u] < end) ++u;
+    const Queries q{queries.data() + t, static_cast<std::int64_t>(u - t)};
+    std::int64_t* out = lists.data() + t * static_cast<std::size_t>(k);
+    if (end - begin <= brute_force_up_to) brute_force(positions.data(), begin, end, q, k, out);
+    else grid_search(positions.data(), begin, end, q, k, out);
+    t = u;
   }
   return lists;
 }

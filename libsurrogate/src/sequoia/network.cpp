@@ -6,6 +6,7 @@
 #include <string>
 
 #include "layers.hpp"
+#include "share.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/profile.hpp"
 #include "surrogate/sequoia.hpp"
@@ -37,8 +38,9 @@ struct Network::Impl {
   BatchNorm head_bn;                // cls
   std::vector<float> ln_w, ln_b;    // seg LayerNorm(512)
 
-  Rows init_level0(const Hierarchy& h, const float* features) const;
-  Rows head(const Hierarchy& h, const std::vector<Rows>& x, const float* sample_features) const;
+  Rows init_level0(const Share& s, const std::vector<float>& positions, const float* features) const;
+  Rows head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const;  // seg
+  Rows classify(const Rows& z) const;  // cls, from the pooled rows of the samples
 };
 
 namespace {
@@ -53,24 +55,6 @@ Rows softmax_mixed(const float mix[3], const Rows* parents, const Rows* children
     out.v[t] = s;
   }
   return out;
-}
-
-KeyLists lists_of(const std::vector<std::pair<std::int64_t, std::int64_t>>& edges, std::int64_t queries) {
-  KeyLists l;
-  l.first.assign(static_cast<std::size_t>(queries) + 1, 0);
-  for (const auto& [qi, key] : edges) ++l.first[static_cast<std::size_t>(qi) + 1];
-  for (std::size_t a = 0; a < static_cast<std::size_t>(queries); ++a) l.first[a + 1] += l.first[a];
-  l.keys.reserve(edges.size());
-  for (const auto& e : edges) l.keys.push_back(e.second);  // edges are sorted by query
-  return l;
-}
-
-KeyLists fixed_lists(const std::vector<std::int64_t>& lists, std::int64_t queries, int k) {
-  KeyLists l;
-  l.first.resize(static_cast<std::size_t>(queries) + 1);
-  for (std::int64_t a = 0; a <= queries; ++a) l.first[static_cast<std::size_t>(a)] = a * k;
-  l.keys = lists;
-  return l;
 }
 
 }  // namespace
@@ -136,8 +120,9 @@ Network::Network(Network&&) noexcept = default;
 Network& Network::operator=(Network&&) noexcept = default;
 const Config& Network::config() const { return impl_->cfg; }
 
-Rows Network::Impl::init_level0(const Hierarchy& h, const float* features) const {
-  const std::int64_t n = h.nodes(0);
+/// Level 0 of the points of `s` (features and positions: its extended rows; PointConv reads the halo).
+Rows Network::Impl::init_level0(const Share& s, const std::vector<float>& positions, const float* features) const {
+  const auto n = static_cast<std::int64_t>(s.points.size());
   const int c = cfg.c;
   if (cfg.kind == Config::Kind::segmentation) {
     Rows x(n, c);
@@ -149,8 +134,8 @@ Rows Network::Impl::init_level0(const Hierarchy& h, const float* features) const
   // PointConv (max aggregation) over the 16 nearest points of the sample, self included: message from
   // neighbour j to point i = W [x_j ; p_j - p_i] + b. Padding repeats an entry: the max is unchanged.
   const int k = Config::k_pointconv;
-  const std::vector<std::int64_t> nb = sibling_lists(h, 0, k);
-  const auto& pos = h.level_positions[0];
+  const std::vector<std::int64_t>& nb = s.pointconv.keys;
+  const auto& pos = positions;
   Rows y(n, init[0].out);
 #pragma omp parallel if (n * k * init[0].out > kSerialWork)
   {
@@ -170,43 +155,28 @@ Rows Network::Impl::init_level0(const Hierarchy& h, const float* features) const
   return y;
 }
 
-Rows Network::Impl::head(const Hierarchy& h, const std::vector<Rows>& x, const float* sample_features) const {
-  const std::int64_t B = h.samples();
-  if (cfg.kind == Config::Kind::segmentation) {
-    const Rows& x0 = x[0];
-    Rows z(x0.rows, cfg.dim + cfg.n_class);
-    for (std::int64_t b = 0; b < B; ++b)
-      for (std::int64_t r = h.point_offsets[static_cast<std::size_t>(b)]; r < h.point_offsets[static_cast<std::size_t>(b) + 1]; ++r) {
-        std::copy(x0.row(r), x0.row(r) + cfg.dim, z.row(r));
-        std::copy(sample_features + b * cfg.n_class, sample_features + (b + 1) * cfg.n_class, z.row(r) + cfg.dim);
-      }
-    Rows u = head0.apply(z);
-    for (std::int64_t r = 0; r < u.rows; ++r) {  // LayerNorm(512), eps 1e-5, then ReLU
-      float* row = u.row(r);
-      double mean = 0.0, var = 0.0;
-      for (int c = 0; c < u.cols; ++c) mean += row[c];
-      mean /= u.cols;
-      for (int c = 0; c < u.cols; ++c) var += (row[c] - mean) * (row[c] - mean);
-      const double inv = 1.0 / std::sqrt(var / u.cols + 1e-5);
-      for (int c = 0; c < u.cols; ++c)
-        row[c] = std::max(0.0f, static_cast<float>((row[c] - mean) * inv * ln_w[static_cast<std::size_t>(c)] + ln_b[static_cast<std::size_t>(c)]));
-    }
-    return head3.apply(u);
+Rows Network::Impl::head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const {
+  Rows z(x0.rows, cfg.dim + cfg.n_class);
+  for (std::int64_t t = 0; t < x0.rows; ++t) {
+    const std::int64_t b = h.level_batch[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])];
+    std::copy(x0.row(t), x0.row(t) + cfg.dim, z.row(t));
+    std::copy(sample_features + b * cfg.n_class, sample_features + (b + 1) * cfg.n_class, z.row(t) + cfg.dim);
   }
-  const int level = cfg.selection == "root" ? cfg.depth : cfg.selection == "inner" ? cfg.depth - 1 : 0;
-  const Rows& xs = x[static_cast<std::size_t>(level)];
-  const auto& batch = h.level_batch[static_cast<std::size_t>(level)];
-  Rows z(B, xs.cols);
-  std::vector<double> sum(static_cast<std::size_t>(B) * static_cast<std::size_t>(xs.cols), 0.0);
-  std::vector<std::int64_t> count(static_cast<std::size_t>(B), 0);
-  for (std::int64_t r = 0; r < xs.rows; ++r) {  // root: one node per sample; inner, leaf: the mean
-    const auto b = static_cast<std::size_t>(batch[static_cast<std::size_t>(r)]);
-    ++count[b];
-    for (int c = 0; c < xs.cols; ++c) sum[b * static_cast<std::size_t>(xs.cols) + static_cast<std::size_t>(c)] += xs.row(r)[c];
+  Rows u = head0.apply(z);
+  for (std::int64_t r = 0; r < u.rows; ++r) {  // LayerNorm(512), eps 1e-5, then ReLU
+    float* row = u.row(r);
+    double mean = 0.0, var = 0.0;
+    for (int c = 0; c < u.cols; ++c) mean += row[c];
+    mean /= u.cols;
+    for (int c = 0; c < u.cols; ++c) var += (row[c] - mean) * (row[c] - mean);
+    const double inv = 1.0 / std::sqrt(var / u.cols + 1e-5);
+    for (int c = 0; c < u.cols; ++c)
+      row[c] = std::max(0.0f, static_cast<float>((row[c] - mean) * inv * ln_w[static_cast<std::size_t>(c)] + ln_b[static_cast<std::size_t>(c)]));
   }
-  for (std::int64_t b = 0; b < B; ++b)
-    for (int c = 0; c < xs.cols; ++c)
-      z.row(b)[c] = static_cast<float>(sum[static_cast<std::size_t>(b * xs.cols + c)] / static_cast<double>(count[static_cast<std::size_t>(b)]));
+  return head3.apply(u);
+}
+
+Rows Network::Impl::classify(const Rows& z) const {
   Rows u = head0.apply(z);
   head_bn.apply(u, true);
   return head3.apply(u);
@@ -231,92 +201,225 @@ void Network::check(const Hierarchy& h) const {
 
 std::vector<float> Network::forward(const Hierarchy& h, const float* features, const float* sample_features, Trace* trace,
                                     const std::vector<std::vector<std::int64_t>>* siblings) const {
+  if (h.depth != impl_->cfg.depth)
+    throw Error(ErrorCode::invalid_argument, "sequoia: hierarchy of depth " + std::to_string(h.depth) +
+                                                 " for a model of depth " + std::to_string(impl_->cfg.depth));
+  check(h);
+  return forward(Share::whole(h, impl_->cfg, siblings), h, features, sample_features, trace);
+}
+
+namespace {
+
+Rows slice(const Rows& x, std::int64_t begin, std::int64_t end) {
+  Rows s(end - begin, x.cols, Rows::Uninitialised{});
+  std::copy(x.row(begin), x.row(end), s.v.begin());
+  return s;
+}
+
+/// Rows of `part` (rows computed here) then `more` rows received from other ranks.
+Rows extended(const Rows& part, std::int64_t more) {
+  Rows e(part.rows + more, part.cols, Rows::Uninitialised{});
+  std::copy(part.v.begin(), part.v.end(), e.v.begin());
+  return e;
+}
+
+}  // namespace
+
+std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const float* features, const float* sample_features,
+                                    Trace* trace) const {
   const Impl& m = *impl_;
   const Config& cfg = m.cfg;
   const int L = cfg.levels();
-  if (h.depth != cfg.depth)
-    throw Error(ErrorCode::invalid_argument, "sequoia: hierarchy of depth " + std::to_string(h.depth) +
-                                                 " for a model of depth " + std::to_string(cfg.depth));
-  check(h);
-  if (cfg.kind == Config::Kind::segmentation && cfg.n_class > 0 && !sample_features)
-    throw Error(ErrorCode::input, "sequoia TreeTransformerSeg: the per-sample class vector is missing");
+  const bool seg = cfg.kind == Config::Kind::segmentation;
+  const auto n0 = static_cast<std::int64_t>(s.points.size());
+  const auto halo = static_cast<std::int64_t>(s.halo.size());
+  const std::int64_t vb = s.voxels_begin, ve = s.voxels_end;
+  // Local work between the exchanges; on a split share an error of one rank is agreed by all.
+  const auto stage = [&](auto&& work) {
+    if (s.split) collectively(s.voxels_to_all.comm(), work);
+    else work();
+  };
+  // The owned level-1 rows to every rank (all level-1 rows); double rows for the classification partials.
+  const auto voxels_to_all = [&](auto& part, auto& all, int cols) {
+    if (!s.split) return std::swap(part, all);
+    all.resize(static_cast<std::size_t>(h.nodes(1)) * static_cast<std::size_t>(cols));
+    s.voxels_to_all.forward(part.data(), cols, all.data());
+  };
+  std::vector<float> pos0;  // the extended rows' positions
+  Rows ext_features;        // classification: the extended rows' features
+  stage([&] {
+    if (h.depth != cfg.depth)
+      throw Error(ErrorCode::invalid_argument, "sequoia: hierarchy of depth " + std::to_string(h.depth) +
+                                                   " for a model of depth " + std::to_string(cfg.depth));
+    if (seg && cfg.n_class > 0 && !sample_features)
+      throw Error(ErrorCode::input, "sequoia TreeTransformerSeg: the per-sample class vector is missing");
+    pos0.resize(static_cast<std::size_t>(n0 + halo) * 3);
+    for (std::int64_t t = 0; t < n0 + halo; ++t) {
+      const std::int64_t r = t < n0 ? s.points[static_cast<std::size_t>(t)] : s.halo[static_cast<std::size_t>(t - n0)];
+      std::copy_n(h.level_positions[0].begin() + r * 3, 3, pos0.begin() + t * 3);
+    }
+    if (!seg) {
+      ext_features = Rows(n0 + halo, cfg.c, Rows::Uninitialised{});
+      std::copy(features, features + n0 * cfg.c, ext_features.v.begin());
+    }
+  });
+  if (!seg && s.split) s.to_halo.forward(features, cfg.c, ext_features.row(n0));
+
   // Init: level 0 from the point features, then each level from the max-pooled level below.
   std::optional<ScopedPhase> phase(std::in_place, kInitLevelsPhase);
   std::vector<Rows> x(static_cast<std::size_t>(L));
-  x[0] = m.init_level0(h, features);
-  for (int i = 0; i + 1 < L; ++i) {
-    const Rows& child = x[static_cast<std::size_t>(i)];
-    Rows pooled(h.nodes(i + 1), child.cols);
+  Rows x1;  // the owned lowest voxels
+  stage([&] {
+    x[0] = m.init_level0(s, pos0, seg ? features : ext_features.v.data());
+    Rows pooled(ve - vb, x[0].cols);
     std::vector<char> filled(static_cast<std::size_t>(pooled.rows), 0);
-    const auto& parent = h.pool_parent[static_cast<std::size_t>(i)];
-    for (std::int64_t r = 0; r < child.rows && r < static_cast<std::int64_t>(parent.size()); ++r) {
-      const std::int64_t p = parent[static_cast<std::size_t>(r)];
+    for (std::int64_t t = 0; t < n0; ++t) {
+      const std::int64_t p = h.pool_parent[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] - vb;
       float* dst = pooled.row(p);
-      for (int c = 0; c < child.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], child.row(r)[c]) : child.row(r)[c];
+      for (int c = 0; c < pooled.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], x[0].row(t)[c]) : x[0].row(t)[c];
       filled[static_cast<std::size_t>(p)] = 1;
     }
-    x[static_cast<std::size_t>(i) + 1] = m.init[static_cast<std::size_t>(i) + 1].apply(pooled);
-    m.init_norm[static_cast<std::size_t>(i) + 1].apply(x[static_cast<std::size_t>(i) + 1], true);
-  }
-  if (trace) {
-    trace->init.clear();
-    for (const Rows& r : x) trace->init.push_back(r.values());
-  }
+    x1 = m.init[1].apply(pooled);
+    m.init_norm[1].apply(x1, true);
+  });
+  x[1] = Rows(h.nodes(1), x1.cols, Rows::Uninitialised{});
+  voxels_to_all(x1.v, x[1].v, x1.cols);
+  stage([&] {
+    for (int i = 1; i + 1 < L; ++i) {  // the levels above, on every rank
+      const Rows& child = x[static_cast<std::size_t>(i)];
+      Rows pooled(h.nodes(i + 1), child.cols);
+      std::vector<char> filled(static_cast<std::size_t>(pooled.rows), 0);
+      const auto& parent = h.pool_parent[static_cast<std::size_t>(i)];
+      for (std::int64_t r = 0; r < child.rows && r < static_cast<std::int64_t>(parent.size()); ++r) {
+        const std::int64_t p = parent[static_cast<std::size_t>(r)];
+        float* dst = pooled.row(p);
+        for (int c = 0; c < child.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], child.row(r)[c]) : child.row(r)[c];
+        filled[static_cast<std::size_t>(p)] = 1;
+      }
+      x[static_cast<std::size_t>(i) + 1] = m.init[static_cast<std::size_t>(i) + 1].apply(pooled);
+      m.init_norm[static_cast<std::size_t>(i) + 1].apply(x[static_cast<std::size_t>(i) + 1], true);
+    }
+    if (trace) {
+      trace->init.clear();
+      for (const Rows& r : x) trace->init.push_back(r.values());
+    }
+  });
   phase.reset();
   phase.emplace(kTreeBlocksPhase);
-  // Sibling lists (the same in every block).
+
   const int ks = cfg.k_siblings();
-  std::vector<KeyLists> sib(static_cast<std::size_t>(L));
-  for (int i = 0; i + 1 < L; ++i)
-    sib[static_cast<std::size_t>(i)] =
-        fixed_lists(siblings ? (*siblings)[static_cast<std::size_t>(i)] : sibling_lists(h, i, ks), h.nodes(i), ks);
-  std::vector<KeyLists> up(static_cast<std::size_t>(L)), down(static_cast<std::size_t>(L));
-  for (int i = 0; i < L; ++i) {
-    up[static_cast<std::size_t>(i)] = lists_of(h.parent_edges[static_cast<std::size_t>(i)], h.nodes(i));
-    down[static_cast<std::size_t>(i)] = lists_of(h.child_edges[static_cast<std::size_t>(i)], h.nodes(i));
-  }
   const float tau = static_cast<float>(std::sqrt(static_cast<double>(cfg.dim)));
   const float sib_denom = static_cast<float>(std::sqrt(static_cast<double>(cfg.dim)) * ks + 1e-8);
+  const std::vector<float> pos1(h.level_positions[1].begin() + vb * 3, h.level_positions[1].begin() + ve * 3);
   for (std::size_t l = 0; l < m.blocks.size(); ++l) {
     const Impl::Block& b = m.blocks[l];
     std::vector<Rows> y(static_cast<std::size_t>(L)), Q(y.size()), K(y.size()), V(y.size());
-    for (std::size_t i = 0; i < y.size(); ++i) {
-      const Impl::Level& lv = b.levels[i];
-      y[i] = lv.mlp1.apply(x[i]);
-      lv.mlp1_norm.apply(y[i], true);
-      Q[i] = lv.q.apply(y[i]);
-      K[i] = lv.k.apply(y[i]);
-      V[i] = lv.v.apply(y[i]);
-    }
-    for (int i = 0; i < L; ++i) {
-      const auto si = static_cast<std::size_t>(i);
-      const Impl::Level& lv = b.levels[si];
-      const auto& p = h.level_positions[si];
-      Rows parents, children, sibl;
-      if (i + 1 < L) {
-        parents = tree_attention(Q[si], lv.shrink_k.apply(K[si + 1]), lv.shrink_v.apply(V[si + 1]), p,
-                                 h.level_positions[si + 1], up[si], lv.parents, cfg.heads, tau, 0.0f);
-        sibl = tree_attention(Q[si], K[si], V[si], p, p, sib[si], lv.siblings, cfg.heads, tau, sib_denom);
+    Rows k0, v0;  // level 0's keys and values on the extended rows
+    stage([&] {
+      for (std::size_t i = 0; i < y.size(); ++i) {
+        const Impl::Level& lv = b.levels[i];
+        y[i] = lv.mlp1.apply(x[i]);
+        lv.mlp1_norm.apply(y[i], true);
+        Q[i] = lv.q.apply(y[i]);
+        K[i] = lv.k.apply(y[i]);
+        V[i] = lv.v.apply(y[i]);
       }
-      if (i > 0)
-        children = tree_attention(Q[si], lv.expand_k.apply(K[si - 1]), lv.expand_v.apply(V[si - 1]), p,
-                                  h.level_positions[si - 1], down[si], lv.children, cfg.heads, tau, 0.0f);
-      Rows out = softmax_mixed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr,
-                               i + 1 < L ? &sibl : nullptr, h.nodes(i), cfg.width(i));
-      lv.out_norm.apply(out, true);
-      if (trace && l == 0) {
-        trace->block0_y.push_back(y[si].values());
-        trace->block0_parents.push_back(parents.values());
-        trace->block0_children.push_back(children.values());
-        trace->block0_siblings.push_back(sibl.values());
-        trace->block0_out.push_back(out.values());
+      if (halo > 0 || s.split) {
+        k0 = extended(K[0], halo);
+        v0 = extended(V[0], halo);
       }
-      x[si] = std::move(out);
+    });
+    if (s.split) {
+      s.to_halo.forward(K[0].v.data(), cfg.dim, k0.row(n0));
+      s.to_halo.forward(V[0].v.data(), cfg.dim, v0.row(n0));
     }
+    const Rows& keys0 = halo > 0 || s.split ? k0 : K[0];
+    const Rows& values0 = halo > 0 || s.split ? v0 : V[0];
+    Rows out1;
+    stage([&] {
+      for (int i = 0; i < L; ++i) {
+        const auto si = static_cast<std::size_t>(i);
+        const Impl::Level& lv = b.levels[si];
+        // The queries computed here: level 0 the points, level 1 the owned voxels, the others all nodes.
+        const Rows q = i == 1 ? slice(Q[1], vb, ve) : Rows{};
+        const Rows& queries = i == 1 ? q : Q[si];
+        const std::vector<float>& qpos = i == 0 ? pos0 : i == 1 ? pos1 : h.level_positions[si];
+        Rows parents, children, sibl;
+        if (i + 1 < L) {
+          parents = tree_attention(queries, lv.shrink_k.apply(K[si + 1]), lv.shrink_v.apply(V[si + 1]), qpos,
+                                   h.level_positions[si + 1], s.parents[si], lv.parents, cfg.heads, tau, 0.0f);
+          sibl = i == 0 ? tree_attention(queries, keys0, values0, qpos, pos0, s.siblings[0], lv.siblings, cfg.heads, tau, sib_denom)
+                        : tree_attention(queries, K[si], V[si], qpos, h.level_positions[si], s.siblings[si], lv.siblings,
+                                         cfg.heads, tau, sib_denom);
+        }
+        if (i > 0)
+          children = tree_attention(queries, lv.expand_k.apply(K[si - 1]), lv.expand_v.apply(V[si - 1]), qpos,
+                                    i == 1 ? pos0 : h.level_positions[si - 1], s.children[si], lv.children, cfg.heads,
+                                    tau, 0.0f);
+        Rows out = softmax_mixed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr,
+                                 i + 1 < L ? &sibl : nullptr, queries.rows, cfg.width(i));
+        lv.out_norm.apply(out, true);
+        if (trace && l == 0) {
+          trace->block0_y.push_back(y[si].values());
+          trace->block0_parents.push_back(parents.values());
+          trace->block0_children.push_back(children.values());
+          trace->block0_siblings.push_back(sibl.values());
+          trace->block0_out.push_back(out.values());
+        }
+        if (i == 1) out1 = std::move(out);
+        else x[si] = std::move(out);
+      }
+    });
+    x[1] = Rows(h.nodes(1), out1.cols, Rows::Uninitialised{});
+    voxels_to_all(out1.v, x[1].v, out1.cols);
   }
   phase.reset();
   const ScopedPhase head_phase(kSequoiaHeadPhase);
-  return m.head(h, x, sample_features).values();
+  std::vector<float> result;
+  if (seg) {
+    stage([&] { result = m.head(s, h, x[0], sample_features).values(); });
+    return result;
+  }
+  // Classification: the mean of a level's nodes per sample (root: its one node). The points' mean adds
+  // per lowest voxel first (its points in order), then the voxels in order: the same sums on any ranks.
+  const int level = cfg.selection == "root" ? cfg.depth : cfg.selection == "inner" ? cfg.depth - 1 : 0;
+  const int cols = x[static_cast<std::size_t>(level)].cols;
+  const auto B = static_cast<std::size_t>(h.samples());
+  std::vector<double> rows;  // the nodes' rows in double: level >= 1 all nodes; points: per lowest voxel
+  stage([&] {
+    if (level > 0) {
+      const Rows& xs = x[static_cast<std::size_t>(level)];
+      rows.assign(xs.v.begin(), xs.v.end());
+      return;
+    }
+    rows.assign(static_cast<std::size_t>(ve - vb) * static_cast<std::size_t>(cols), 0.0);
+    for (std::int64_t t = 0; t < n0; ++t) {
+      const auto v = static_cast<std::size_t>(h.pool_parent[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] - vb);
+      for (int c = 0; c < cols; ++c) rows[v * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += x[0].row(t)[c];
+    }
+  });
+  std::vector<double> all;
+  if (level == 0) voxels_to_all(rows, all, cols);
+  else all = std::move(rows);
+  stage([&] {
+    const auto& batch = h.level_batch[static_cast<std::size_t>(std::max(level, 1))];
+    std::vector<double> sum(B * static_cast<std::size_t>(cols), 0.0);
+    std::vector<std::int64_t> count(B, 0);
+    for (std::size_t r = 0; r < batch.size(); ++r) {
+      const auto bs = static_cast<std::size_t>(batch[r]);
+      ++count[bs];
+      for (int c = 0; c < cols; ++c) sum[bs * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += all[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
+    }
+    if (level == 0)
+      for (std::size_t bs = 0; bs < B; ++bs) count[bs] = h.point_offsets[bs + 1] - h.point_offsets[bs];
+    Rows z(static_cast<std::int64_t>(B), cols);
+    for (std::size_t bs = 0; bs < B; ++bs)
+      for (int c = 0; c < cols; ++c)
+        z.row(static_cast<std::int64_t>(bs))[c] =
+            static_cast<float>(sum[bs * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] / static_cast<double>(count[bs]));
+    result = m.classify(z).values();
+  });
+  return result;
 }
 
 }  // namespace surrogate::sequoia
