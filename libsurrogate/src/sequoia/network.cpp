@@ -210,9 +210,9 @@ std::vector<float> Network::forward(const Hierarchy& h, const float* features, c
 
 namespace {
 
-Rows slice(const Rows& x, std::int64_t begin, std::int64_t end) {
-  Rows s(end - begin, x.cols, Rows::Uninitialised{});
-  std::copy(x.row(begin), x.row(end), s.v.begin());
+Rows rows_of(const Rows& x, const std::vector<std::int64_t>& rows) {
+  Rows s(static_cast<std::int64_t>(rows.size()), x.cols, Rows::Uninitialised{});
+  for (std::size_t t = 0; t < rows.size(); ++t) std::copy(x.row(rows[t]), x.row(rows[t] + 1), s.row(static_cast<std::int64_t>(t)));
   return s;
 }
 
@@ -233,7 +233,7 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
   const bool seg = cfg.kind == Config::Kind::segmentation;
   const auto n0 = static_cast<std::int64_t>(s.points.size());
   const auto halo = static_cast<std::int64_t>(s.halo.size());
-  const std::int64_t vb = s.voxels_begin, ve = s.voxels_end;
+  const auto owned_voxels = static_cast<std::int64_t>(s.voxels.size());
   // Local work between the exchanges; on a split share an error of one rank is agreed by all.
   const auto stage = [&](auto&& work) {
     if (s.split) collectively(s.voxels_to_all.comm(), work);
@@ -271,10 +271,10 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
   Rows x1;  // the owned lowest voxels
   stage([&] {
     x[0] = m.init_level0(s, pos0, seg ? features : ext_features.v.data());
-    Rows pooled(ve - vb, x[0].cols);
+    Rows pooled(owned_voxels, x[0].cols);
     std::vector<char> filled(static_cast<std::size_t>(pooled.rows), 0);
     for (std::int64_t t = 0; t < n0; ++t) {
-      const std::int64_t p = h.pool_parent[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] - vb;
+      const std::int64_t p = s.slot[static_cast<std::size_t>(t)];
       float* dst = pooled.row(p);
       for (int c = 0; c < pooled.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], x[0].row(t)[c]) : x[0].row(t)[c];
       filled[static_cast<std::size_t>(p)] = 1;
@@ -310,7 +310,8 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
   const int ks = cfg.k_siblings();
   const float tau = static_cast<float>(std::sqrt(static_cast<double>(cfg.dim)));
   const float sib_denom = static_cast<float>(std::sqrt(static_cast<double>(cfg.dim)) * ks + 1e-8);
-  const std::vector<float> pos1(h.level_positions[1].begin() + vb * 3, h.level_positions[1].begin() + ve * 3);
+  std::vector<float> pos1;  // the owned voxels' positions
+  for (const std::int64_t v : s.voxels) pos1.insert(pos1.end(), h.level_positions[1].begin() + v * 3, h.level_positions[1].begin() + (v + 1) * 3);
   for (std::size_t l = 0; l < m.blocks.size(); ++l) {
     const Impl::Block& b = m.blocks[l];
     std::vector<Rows> y(static_cast<std::size_t>(L)), Q(y.size()), K(y.size()), V(y.size());
@@ -341,7 +342,7 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
         const auto si = static_cast<std::size_t>(i);
         const Impl::Level& lv = b.levels[si];
         // The queries computed here: level 0 the points, level 1 the owned voxels, the others all nodes.
-        const Rows q = i == 1 ? slice(Q[1], vb, ve) : Rows{};
+        const Rows q = i == 1 ? rows_of(Q[1], s.voxels) : Rows{};
         const Rows& queries = i == 1 ? q : Q[si];
         const std::vector<float>& qpos = i == 0 ? pos0 : i == 1 ? pos1 : h.level_positions[si];
         Rows parents, children, sibl;
@@ -392,9 +393,9 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
       rows.assign(xs.v.begin(), xs.v.end());
       return;
     }
-    rows.assign(static_cast<std::size_t>(ve - vb) * static_cast<std::size_t>(cols), 0.0);
+    rows.assign(static_cast<std::size_t>(owned_voxels) * static_cast<std::size_t>(cols), 0.0);
     for (std::int64_t t = 0; t < n0; ++t) {
-      const auto v = static_cast<std::size_t>(h.pool_parent[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] - vb);
+      const auto v = static_cast<std::size_t>(s.slot[static_cast<std::size_t>(t)]);
       for (int c = 0; c < cols; ++c) rows[v * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += x[0].row(t)[c];
     }
   });

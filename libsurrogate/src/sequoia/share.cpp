@@ -59,15 +59,21 @@ std::vector<std::int64_t> rows_of(const std::vector<std::int64_t>& fixed, const 
   return out;
 }
 
-Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, index_t voxels_begin, index_t voxels_end,
+Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, std::vector<index_t> owned_voxels,
             const std::vector<std::vector<std::int64_t>>* given) {
   Share s;
   const int L = cfg.levels(), ks = cfg.k_siblings();
   const bool cls = cfg.kind == Config::Kind::classification;
   s.points = std::move(points);
-  s.voxels_begin = voxels_begin;
-  s.voxels_end = voxels_end;
-  const std::vector<index_t> voxels = range(voxels_begin, voxels_end);
+  s.voxels = std::move(owned_voxels);
+  const std::vector<index_t>& voxels = s.voxels;
+  {
+    std::vector<index_t> slot_of(static_cast<std::size_t>(h.nodes(1)), -1);
+    for (std::size_t j = 0; j < voxels.size(); ++j) slot_of[static_cast<std::size_t>(voxels[j])] = static_cast<index_t>(j);
+    for (const index_t r : s.points) s.slot.push_back(slot_of[static_cast<std::size_t>(h.pool_parent[0][static_cast<std::size_t>(r)])]);
+    if (std::count(s.slot.begin(), s.slot.end(), index_t{-1}) > 0)
+      throw Error(ErrorCode::internal, "sequoia share: a point's lowest voxel is not among the voxels computed here");
+  }
   const auto& pos0 = h.level_positions[0];
   const auto& batch0 = h.level_batch[0];
   std::vector<std::int64_t> sib0 = given ? rows_of((*given)[0], s.points, ks) : nearest_lists(pos0, batch0, ks, s.points);
@@ -123,19 +129,66 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
 }  // namespace
 
 Share Share::whole(const Hierarchy& h, const Config& cfg, const std::vector<std::vector<std::int64_t>>* siblings) {
-  return build(h, cfg, range(0, h.nodes(0)), 0, h.nodes(1), siblings);
+  return build(h, cfg, range(0, h.nodes(0)), range(0, h.nodes(1)), siblings);
 }
 
-std::vector<int> Share::point_owners(const Hierarchy& h, int ranks) {
-  const auto& parent = h.pool_parent[0];  // a point's lowest voxel
-  std::vector<index_t> before(static_cast<std::size_t>(h.nodes(1)) + 1, 0);
-  for (const std::int64_t v : parent) ++before[static_cast<std::size_t>(v) + 1];
-  std::partial_sum(before.begin(), before.end(), before.begin());
-  const auto total = static_cast<index_t>(parent.size());
-  std::vector<int> owner(parent.size());
-  for (std::size_t r = 0; r < parent.size(); ++r) {
-    const double share = static_cast<double>(before[static_cast<std::size_t>(parent[r])]) / static_cast<double>(total);
-    owner[r] = std::min(ranks - 1, static_cast<int>(share * ranks));
+namespace {
+
+/// Bit i of x to bit 3i (x < 2^21).
+std::uint64_t spread_bits(std::uint64_t x) {
+  std::uint64_t r = 0;
+  for (int i = 0; i < 21; ++i) r |= ((x >> i) & 1u) << (3 * i);
+  return r;
+}
+
+}  // namespace
+
+std::vector<int> Share::voxel_owners(const Hierarchy& h, int ranks) {
+  const index_t V = h.nodes(1);
+  const auto& pos = h.level_positions[1];
+  const auto& batch = h.level_batch[1];
+  // Morton codes of the centres, quantised to 2^16 steps of the longest side of the sample's box of centres.
+  std::vector<std::uint64_t> code(static_cast<std::size_t>(V));
+  for (index_t begin = 0; begin < V;) {
+    index_t end = begin;
+    while (end < V && batch[static_cast<std::size_t>(end)] == batch[static_cast<std::size_t>(begin)]) ++end;
+    double lo[3], hi[3];
+    for (int a = 0; a < 3; ++a) lo[a] = hi[a] = pos[static_cast<std::size_t>(begin * 3 + a)];
+    for (index_t v = begin; v < end; ++v)
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = std::min(lo[a], static_cast<double>(pos[static_cast<std::size_t>(v * 3 + a)]));
+        hi[a] = std::max(hi[a], static_cast<double>(pos[static_cast<std::size_t>(v * 3 + a)]));
+      }
+    // One scale for the three axes (cubic cells); the longest axis takes the highest bit of each triple,
+    // so that the first cuts cross the sample's longest extent.
+    const double extent = std::max({hi[0] - lo[0], hi[1] - lo[1], hi[2] - lo[2]});
+    int shift[3] = {0, 1, 2};
+    std::sort(shift, shift + 3, [&](int a, int b) { return hi[a] - lo[a] < hi[b] - lo[b] || (hi[a] - lo[a] == hi[b] - lo[b] && a < b); });
+    for (index_t v = begin; v < end; ++v) {
+      std::uint64_t c = 0;
+      for (int k = 0; k < 3; ++k) {
+        const int a = shift[k];
+        const double t = extent > 0 ? (pos[static_cast<std::size_t>(v * 3 + a)] - lo[a]) / extent : 0.0;
+        c |= spread_bits(static_cast<std::uint64_t>(std::clamp(t, 0.0, 1.0) * 65535.0)) << k;
+      }
+      code[static_cast<std::size_t>(v)] = c;
+    }
+    begin = end;
+  }
+  std::vector<index_t> order(static_cast<std::size_t>(V));
+  std::iota(order.begin(), order.end(), index_t{0});
+  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+    const auto sa = batch[static_cast<std::size_t>(a)], sb = batch[static_cast<std::size_t>(b)];
+    return sa != sb ? sa < sb : code[static_cast<std::size_t>(a)] < code[static_cast<std::size_t>(b)];
+  });
+  std::vector<index_t> points(static_cast<std::size_t>(V), 0);
+  for (const std::int64_t v : h.pool_parent[0]) ++points[static_cast<std::size_t>(v)];
+  const auto total = static_cast<double>(h.pool_parent[0].size());
+  std::vector<int> owner(static_cast<std::size_t>(V));
+  index_t before = 0;
+  for (const index_t v : order) {
+    owner[static_cast<std::size_t>(v)] = std::min(ranks - 1, static_cast<int>(static_cast<double>(before) / total * ranks));
+    before += points[static_cast<std::size_t>(v)];
   }
   return owner;
 }
@@ -143,37 +196,35 @@ std::vector<int> Share::point_owners(const Hierarchy& h, int ranks) {
 Share Share::split_over(const Comm& comm, const Hierarchy& h, const Config& cfg) {
   const int rank = comm.rank();
   std::vector<int> owner;
-  std::vector<index_t> points;
-  index_t voxels_begin = h.nodes(1), voxels_end = 0;
   Share s;
   collectively(comm, [&] {
-    owner = point_owners(h, comm.size());
-    for (std::size_t r = 0; r < owner.size(); ++r) {
-      if (owner[r] != rank) continue;
-      points.push_back(static_cast<index_t>(r));
-      voxels_begin = std::min<index_t>(voxels_begin, h.pool_parent[0][r]);
-      voxels_end = std::max<index_t>(voxels_end, h.pool_parent[0][r] + 1);
-    }
-    if (points.empty()) {  // an empty range where the rank's voxels would start
-      voxels_begin = h.nodes(1);
-      for (std::size_t r = 0; r < owner.size(); ++r)
-        if (owner[r] > rank) voxels_begin = std::min<index_t>(voxels_begin, h.pool_parent[0][r]);
-      voxels_end = voxels_begin;
-    }
-    s = build(h, cfg, std::move(points), voxels_begin, voxels_end, nullptr);
+    owner = voxel_owners(h, comm.size());
+    std::vector<index_t> points, voxels;
+    for (std::size_t r = 0; r < h.pool_parent[0].size(); ++r)
+      if (owner[static_cast<std::size_t>(h.pool_parent[0][r])] == rank) points.push_back(static_cast<index_t>(r));
+    for (std::size_t v = 0; v < owner.size(); ++v)
+      if (owner[v] == rank) voxels.push_back(static_cast<index_t>(v));
+    s = build(h, cfg, std::move(points), std::move(voxels), nullptr);
   });
-  // Halo rows from their owners: the key of a point is its index among its owner's points.
-  std::vector<index_t> index_at_owner(owner.size());
-  std::vector<index_t> seen(static_cast<std::size_t>(comm.size()), 0);
-  for (std::size_t r = 0; r < owner.size(); ++r) index_at_owner[r] = seen[static_cast<std::size_t>(owner[r])]++;
+  // A point's key at its owner is its index among the owner's points; a voxel's, among its voxels.
+  const auto keys_at_owners = [&](std::size_t count, auto owner_of) {
+    std::vector<index_t> key(count), seen(static_cast<std::size_t>(comm.size()), 0);
+    for (std::size_t i = 0; i < count; ++i) key[i] = seen[static_cast<std::size_t>(owner_of(i))]++;
+    return key;
+  };
+  const auto point_owner = [&](std::size_t r) { return owner[static_cast<std::size_t>(h.pool_parent[0][r])]; };
+  const std::vector<index_t> point_key = keys_at_owners(h.pool_parent[0].size(), point_owner);
+  const std::vector<index_t> voxel_key = keys_at_owners(owner.size(), [&](std::size_t v) { return owner[v]; });
   std::vector<int> source_rank;
   std::vector<std::int64_t> source_key;
   for (const index_t g : s.halo) {
-    source_rank.push_back(owner[static_cast<std::size_t>(g)]);
-    source_key.push_back(index_at_owner[static_cast<std::size_t>(g)]);
+    source_rank.push_back(point_owner(static_cast<std::size_t>(g)));
+    source_key.push_back(point_key[static_cast<std::size_t>(g)]);
   }
   s.to_halo = ExchangePlan::from_requests(comm, static_cast<std::int64_t>(s.points.size()), source_rank, source_key, {}, {});
-  s.voxels_to_all = ExchangePlan::all_gather(comm, s.voxels_end - s.voxels_begin);
+  source_rank.assign(owner.begin(), owner.end());
+  source_key.assign(voxel_key.begin(), voxel_key.end());
+  s.voxels_to_all = ExchangePlan::from_requests(comm, static_cast<std::int64_t>(s.voxels.size()), source_rank, source_key, {}, {});
   s.split = true;
   return s;
 }

@@ -17,9 +17,9 @@ struct Share {
   /// Level-0 rows (points) computed here, ascending; then `halo`: the rows of other ranks that their
   /// neighbour lists name. "Extended rows" below are points then halo.
   std::vector<index_t> points, halo;
-  /// Model-level-1 nodes (lowest voxels) computed here: [voxels_begin, voxels_end); their points are all
-  /// in `points`. The levels above are computed whole on every rank.
-  index_t voxels_begin = 0, voxels_end = 0;
+  /// Model-level-1 nodes (lowest voxels) computed here, ascending; their points are all in `points`, and
+  /// point t lies in voxels[slot[t]]. The levels above are computed whole on every rank.
+  std::vector<index_t> voxels, slot;
   /// Per model level, the key lists of the queries computed here (levels 0 and 1: `points` and the owned
   /// voxels, in order; levels >= 2: all nodes). Keys: level-0 siblings as extended rows, level-1 children as
   /// rows of `points`, every other list as node ids of the key level. `pointconv`: classification's k = 16
@@ -27,18 +27,18 @@ struct Share {
   std::vector<KeyLists> parents, children, siblings;
   KeyLists pointconv;
   /// Set when the share was split over ranks: `to_halo` moves rows of `points` to the rows of `halo`,
-  /// `voxels_to_all` the owned level-1 rows to every rank (all level-1 rows, in node order).
+  /// `voxels_to_all` the rows of `voxels` to every rank (all level-1 rows, in node order).
   bool split = false;
   ExchangePlan to_halo, voxels_to_all;
 
   /// Every node of `h` on one process (`siblings`: per model level, lists replacing sibling_lists).
   static Share whole(const Hierarchy& h, const Config& cfg,
                      const std::vector<std::vector<std::int64_t>>* siblings = nullptr);
-  /// Collective: this rank's share of the hierarchy that every rank of `comm` holds whole. Lowest voxels
-  /// go to ranks in node order, voxel v to rank floor(P * (points of the voxels before v) / N).
+  /// Collective: this rank's share of the hierarchy that every rank of `comm` holds whole (voxel_owners).
   static Share split_over(const Comm& comm, const Hierarchy& h, const Config& cfg);
-  /// Which rank computes each point (level-0 row) under split_over's rule.
-  static std::vector<int> point_owners(const Hierarchy& h, int ranks);
+  /// The rank of every lowest voxel: the voxels in spatial order (samples in order, then the Morton order
+  /// of the voxel centres), voxel v to rank floor(P * (points of the voxels before v in that order) / N).
+  static std::vector<int> voxel_owners(const Hierarchy& h, int ranks);
 };
 
 }  // namespace surrogate::sequoia
