@@ -16,6 +16,7 @@
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
 #include "surrogate/kernels/cuda_sphere_sht.hpp"
 #include "surrogate/kernels/cuda_tree_attention.hpp"
+#include "surrogate/kernels/cuda_tree_layers.hpp"
 
 #define SURROGATE_CUDA_LAUNCHERS(X)                                                                        \
   X(gather_caller_input) X(scatter_caller_output) X(norm) X(mlp) X(mlp_tensor_cores) X(mlp_tensor_core_smem) \
@@ -27,7 +28,8 @@
   X(grid_norm_stats) X(channel_affine) X(relu_rows) X(disco_contraction) X(grouped_linear) X(resample)     \
   X(sht_fourier_analysis) X(sht_fourier_synthesis) X(sht_legendre_analysis) X(sht_legendre_synthesis)       \
   X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) \
-  X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention)
+  X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention) X(tree_norm) X(tree_pool) X(tree_mix)         \
+  X(tree_layer_norm_relu) X(point_conv_max)
 
 namespace surrogate::kernels::cuda::host {
 

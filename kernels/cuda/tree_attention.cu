@@ -38,16 +38,60 @@ __device__ __forceinline__ double pe_channel(const TreeAttentionArgs& a, const d
   return static_cast<double>(static_cast<float>(s));
 }
 
-/// One head's logit: four interleaved partial sums of q k + pi, then divided.
-__device__ __forceinline__ double edge_logit(const TreeAttentionArgs& a, const double* q, const float* k, const double h[3],
+/// One head's logit: four interleaved partial sums of q k + pi, then divided (q: double registers, or the
+/// float row itself for wide heads: the same values).
+template <class Q>
+__device__ __forceinline__ double edge_logit(const TreeAttentionArgs& a, const Q* q, const float* k, const double h[3],
                                              double denom) {
   double s[4] = {0.0, 0.0, 0.0, 0.0};
   int c = 0;
   for (; c + 4 <= a.e; c += 4)
     for (int t = 0; t < 4; ++t)
-      s[t] = __dadd_rn(s[t], __dadd_rn(__dmul_rn(q[c + t], static_cast<double>(k[c + t])), pe_channel(a, h, c + t)));
-  for (; c < a.e; ++c) s[0] = __dadd_rn(s[0], __dadd_rn(__dmul_rn(q[c], static_cast<double>(k[c])), pe_channel(a, h, c)));
+      s[t] = __dadd_rn(s[t], __dadd_rn(__dmul_rn(static_cast<double>(q[c + t]), static_cast<double>(k[c + t])), pe_channel(a, h, c + t)));
+  for (; c < a.e; ++c)
+    s[0] = __dadd_rn(s[0], __dadd_rn(__dmul_rn(static_cast<double>(q[c]), static_cast<double>(k[c])), pe_channel(a, h, c)));
   return __dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])) / denom;
+}
+
+/// Heads wider than kMaxTreeHeadDim (the top levels: few queries): the query read from its row, the
+/// weighted values summed in `scratch`; the same arithmetic as the register kernel.
+__global__ void __launch_bounds__(kThreads) tree_attention_wide_kernel(const TreeAttentionArgs a) {
+  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.queries * a.heads) return;
+  const index_t qa = i / a.heads;
+  const int head = static_cast<int>(i - qa * a.heads), col = head * a.e;
+  float* out = a.out + qa * a.ldo + col;
+  const std::int64_t b0 = a.first[qa], b1 = a.first[qa + 1], count = b1 - b0;
+  if (count == 0) {
+    for (int c = 0; c < a.e; ++c) out[c] = 0.0f;
+    return;
+  }
+  const float* q = a.q + qa * a.ldq + col;
+  const double denom = a.fixed_denom > 0.0f ? static_cast<double>(a.fixed_denom)
+                                            : static_cast<double>(__fadd_rn(__fmul_rn(a.tau, static_cast<float>(count)), 1e-8f));
+  const float* pa = a.query_positions + qa * 3;
+  double h[3];
+  double top = -INFINITY;
+  for (std::int64_t j = b0; j < b1; ++j) {
+    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
+    const double l = edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom);
+    top = l > top ? l : top;
+  }
+  double total = 0.0;
+  for (std::int64_t j = b0; j < b1; ++j) {
+    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
+    total = __dadd_rn(total, exp(edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom) - top));
+  }
+  double* acc = a.scratch + i * a.e;
+  for (int c = 0; c < a.e; ++c) acc[c] = 0.0;
+  for (std::int64_t j = b0; j < b1; ++j) {
+    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
+    const double alpha = exp(edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom) - top) / total;
+    const float* v = a.v + a.keys[j] * a.ldkv + col;
+    for (int c = 0; c < a.e; ++c)
+      acc[c] = __dadd_rn(acc[c], __dmul_rn(alpha, __dadd_rn(static_cast<double>(v[c]), pe_channel(a, h, c))));
+  }
+  for (int c = 0; c < a.e; ++c) out[c] = static_cast<float>(acc[c]);
 }
 
 template <int kMax>
@@ -103,13 +147,19 @@ __global__ void __launch_bounds__(kThreads) tree_attention_kernel(const TreeAtte
 void tree_attention(const TreeAttentionArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, tree_attention(a, stream));
   if (a.queries == 0) return;
-  require(a.queries > 0 && a.heads > 0 && a.e >= 1 && a.e <= kMaxTreeHeadDim, "tree_attention",
-          "need queries, heads > 0 and e in 1.." + std::to_string(kMaxTreeHeadDim) + " (e " + std::to_string(a.e) + ")");
+  require(a.queries > 0 && a.heads > 0 && a.e >= 1 && (a.e <= kMaxTreeHeadDim || a.scratch), "tree_attention",
+          "need queries, heads > 0 and e >= 1, and a scratch array for e above " + std::to_string(kMaxTreeHeadDim) +
+              " (e " + std::to_string(a.e) + ")");
   const index_t width = static_cast<index_t>(a.heads) * a.e;
   require(a.ldq >= width && a.ldkv >= width && a.ldo >= width, "tree_attention", "row strides below heads x e");
   require(a.q && a.k && a.v && a.query_positions && a.key_positions && a.first && a.keys && a.pe_w1 && a.pe_b1 &&
               a.bn_scale && a.bn_shift && a.pe_w3 && a.pe_b3 && a.out,
           "tree_attention", "a null array");
+  if (a.e > kMaxTreeHeadDim) {
+    launch(tree_attention_wide_kernel, blocks_for("tree_attention", a.queries * a.heads, kThreads), kThreads, 0, stream, a);
+    check_launch("tree_attention_wide_kernel");
+    return;
+  }
   detail::dispatch_head_width(a.e, [&](auto kmax) {
     launch(tree_attention_kernel<decltype(kmax)::value>, blocks_for("tree_attention", a.queries * a.heads, kThreads),
            kThreads, 0, stream, a);

@@ -2,7 +2,8 @@
 // host backend (cuda.*) and a GPU (gpu.*, skipped without one), against the CPU's arithmetic written out
 // here as plain loops (sequoia/layers.cpp's order and roundings): bitwise on the host backend, whose exp is
 // the CPU's; within 2 float ulps of max|out| on a GPU (its double exp may differ by an ulp). Key lists of
-// 0 (a query without keys), 1, 2, 16 and 30 keys with repeats; head widths 3, 8, 37.
+// 0 (a query without keys), 1, 2, 16 and 30 keys with repeats; head widths 3, 8, 37 (registers), 80 and
+// 256 (the wide kernel, its sums in a scratch array).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -150,6 +151,8 @@ TEST_P(GpuTreeAttention, IsTheCpuArithmetic) {
   a.fixed_denom = p.fixed;
   a.out = out.data();
   a.ldo = d;
+  auto scratch = to_device(std::vector<double>(static_cast<std::size_t>(p.queries * d), 0.0));
+  if (e > cu::kMaxTreeHeadDim) a.scratch = scratch.data();
   cu::tree_attention(a, nullptr);
   const std::vector<float> got = to_host(out.data(), static_cast<std::size_t>(p.queries * d)), want = p.cpu();
   float top = 0;
@@ -160,9 +163,10 @@ TEST_P(GpuTreeAttention, IsTheCpuArithmetic) {
 
 INSTANTIATE_TEST_SUITE_P(Widths, GpuTreeAttention,
                          ::testing::Values(std::make_tuple(4, 8, 0.0f), std::make_tuple(2, 3, 0.0f),
-                                           std::make_tuple(1, 37, 0.0f), std::make_tuple(3, 8, 4.0f)));
+                                           std::make_tuple(1, 37, 0.0f), std::make_tuple(3, 8, 4.0f),
+                                           std::make_tuple(2, 80, 0.0f), std::make_tuple(1, 256, 4.0f)));
 
-TEST(GpuTreeAttentionArgs, AHeadWiderThanTheKernelIsRefused) {
+TEST(GpuTreeAttentionArgs, AWideHeadWithoutScratchIsRefused) {
   SURROGATE_SKIP_WITHOUT_GPU();
   cu::TreeAttentionArgs a;
   a.queries = 1;

@@ -12,7 +12,7 @@
 
 namespace surrogate::kernels::cuda {
 
-/// Largest per-head width e of the tree attention.
+/// Largest per-head width e kept in registers; wider heads need `scratch`.
 inline constexpr int kMaxTreeHeadDim = 64;
 
 /// For query a with keys keys[first[a] .. first[a+1]) and per edge pi = PE(p_a - p_key) (e values, the
@@ -43,6 +43,7 @@ struct TreeAttentionArgs {
   float tau = 1.0f, fixed_denom = 0.0f;
   float* out = nullptr;  // queries x ldo
   index_t ldo = 0;
+  double* scratch = nullptr;  // queries x heads x e doubles, when e > kMaxTreeHeadDim
 };
 void tree_attention(const TreeAttentionArgs& a, cudaStream_t stream);
 
