@@ -125,8 +125,11 @@ class Network {
   std::vector<float> forward(const Share& share, const Hierarchy& h, const float* features,
                              const float* sample_features, Trace* trace = nullptr) const;
 
- private:
+  /// The weights (internal: src/sequoia/network_impl.hpp; the CUDA forward reads them).
   struct Impl;
+  const Impl& impl() const { return *impl_; }
+
+ private:
   std::unique_ptr<Impl> impl_;
 };
 

@@ -5,8 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "layers.hpp"
-#include "share.hpp"
+#include "network_impl.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/profile.hpp"
 #include "surrogate/sequoia.hpp"
@@ -19,29 +18,6 @@ const surrogate::PhaseName kSequoiaHeadPhase{"head"};
 }  // namespace
 
 namespace surrogate::sequoia {
-
-struct Network::Impl {
-  struct Level {  // one model level of one block
-    Dense mlp1, q, k, v, expand_k, expand_v, shrink_k, shrink_v;
-    BatchNorm mlp1_norm, out_norm;
-    PositionalMlp parents, children, siblings;
-  };
-  struct Block {
-    std::vector<Level> levels;
-    float mix[3] = {0, 0, 0};  // softmax of attn2a.weight
-  };
-  Config cfg;
-  std::vector<Dense> init;          // level 0 (seg: Linear; cls: PointConv's Linear), then one per level
-  std::vector<BatchNorm> init_norm; // seg level 0 and every level >= 1 (index = level; cls level 0 unused)
-  std::vector<Block> blocks;
-  Dense head0, head3;
-  BatchNorm head_bn;                // cls
-  std::vector<float> ln_w, ln_b;    // seg LayerNorm(512)
-
-  Rows init_level0(const Share& s, const std::vector<float>& positions, const float* features) const;
-  Rows head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const;  // seg
-  Rows classify(const Rows& z) const;  // cls, from the pooled rows of the samples
-};
 
 namespace {
 
@@ -174,6 +150,40 @@ Rows Network::Impl::head(const Share& s, const Hierarchy& h, const Rows& x0, con
       row[c] = std::max(0.0f, static_cast<float>((row[c] - mean) * inv * ln_w[static_cast<std::size_t>(c)] + ln_b[static_cast<std::size_t>(c)]));
   }
   return head3.apply(u);
+}
+
+int Network::Impl::head_level() const {
+  return cfg.selection == "root" ? cfg.depth : cfg.selection == "inner" ? cfg.depth - 1 : 0;
+}
+
+std::vector<double> Network::Impl::mean_terms(const Share& s, const Rows& xs, int level) const {
+  if (level > 0) return {xs.v.begin(), xs.v.end()};
+  std::vector<double> sums(s.voxels.size() * static_cast<std::size_t>(xs.cols), 0.0);
+  for (std::int64_t t = 0; t < xs.rows; ++t) {
+    const auto v = static_cast<std::size_t>(s.slot[static_cast<std::size_t>(t)]);
+    for (int c = 0; c < xs.cols; ++c) sums[v * static_cast<std::size_t>(xs.cols) + static_cast<std::size_t>(c)] += xs.row(t)[c];
+  }
+  return sums;
+}
+
+Rows Network::Impl::sample_means(const Hierarchy& h, const std::vector<double>& all, int level, int cols) const {
+  const auto B = static_cast<std::size_t>(h.samples());
+  const auto& batch = h.level_batch[static_cast<std::size_t>(std::max(level, 1))];
+  std::vector<double> sum(B * static_cast<std::size_t>(cols), 0.0);
+  std::vector<std::int64_t> count(B, 0);
+  for (std::size_t r = 0; r < batch.size(); ++r) {
+    const auto b = static_cast<std::size_t>(batch[r]);
+    ++count[b];
+    for (int c = 0; c < cols; ++c) sum[b * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += all[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
+  }
+  if (level == 0)
+    for (std::size_t b = 0; b < B; ++b) count[b] = h.point_offsets[b + 1] - h.point_offsets[b];
+  Rows z(static_cast<std::int64_t>(B), cols);
+  for (std::size_t b = 0; b < B; ++b)
+    for (int c = 0; c < cols; ++c)
+      z.row(static_cast<std::int64_t>(b))[c] =
+          static_cast<float>(sum[b * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] / static_cast<double>(count[b]));
+  return z;
 }
 
 Rows Network::Impl::classify(const Rows& z) const {
@@ -383,43 +393,14 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
   }
   // Classification: the mean of a level's nodes per sample (root: its one node). The points' mean adds
   // per lowest voxel first (its points in order), then the voxels in order: the same sums on any ranks.
-  const int level = cfg.selection == "root" ? cfg.depth : cfg.selection == "inner" ? cfg.depth - 1 : 0;
+  const int level = m.head_level();
   const int cols = x[static_cast<std::size_t>(level)].cols;
-  const auto B = static_cast<std::size_t>(h.samples());
-  std::vector<double> rows;  // the nodes' rows in double: level >= 1 all nodes; points: per lowest voxel
-  stage([&] {
-    if (level > 0) {
-      const Rows& xs = x[static_cast<std::size_t>(level)];
-      rows.assign(xs.v.begin(), xs.v.end());
-      return;
-    }
-    rows.assign(static_cast<std::size_t>(owned_voxels) * static_cast<std::size_t>(cols), 0.0);
-    for (std::int64_t t = 0; t < n0; ++t) {
-      const auto v = static_cast<std::size_t>(s.slot[static_cast<std::size_t>(t)]);
-      for (int c = 0; c < cols; ++c) rows[v * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += x[0].row(t)[c];
-    }
-  });
+  std::vector<double> terms;  // level >= 1: every node's row; points: this rank's voxels' partial sums
+  stage([&] { terms = m.mean_terms(s, x[static_cast<std::size_t>(level)], level); });
   std::vector<double> all;
-  if (level == 0) voxels_to_all(rows, all, cols);
-  else all = std::move(rows);
-  stage([&] {
-    const auto& batch = h.level_batch[static_cast<std::size_t>(std::max(level, 1))];
-    std::vector<double> sum(B * static_cast<std::size_t>(cols), 0.0);
-    std::vector<std::int64_t> count(B, 0);
-    for (std::size_t r = 0; r < batch.size(); ++r) {
-      const auto bs = static_cast<std::size_t>(batch[r]);
-      ++count[bs];
-      for (int c = 0; c < cols; ++c) sum[bs * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] += all[r * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)];
-    }
-    if (level == 0)
-      for (std::size_t bs = 0; bs < B; ++bs) count[bs] = h.point_offsets[bs + 1] - h.point_offsets[bs];
-    Rows z(static_cast<std::int64_t>(B), cols);
-    for (std::size_t bs = 0; bs < B; ++bs)
-      for (int c = 0; c < cols; ++c)
-        z.row(static_cast<std::int64_t>(bs))[c] =
-            static_cast<float>(sum[bs * static_cast<std::size_t>(cols) + static_cast<std::size_t>(c)] / static_cast<double>(count[bs]));
-    result = m.classify(z).values();
-  });
+  if (level == 0) voxels_to_all(terms, all, cols);
+  else all = std::move(terms);
+  stage([&] { result = m.classify(m.sample_means(h, all, level, cols)).values(); });
   return result;
 }
 

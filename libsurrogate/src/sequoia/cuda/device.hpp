@@ -1,0 +1,28 @@
+// Sequoia's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
+// detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and neighbour lists built on
+// the host as for the CPU forward, every layer on the device. share/docs/sequoia.md, "On a CUDA device".
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "../share.hpp"
+#include "surrogate/sequoia.hpp"
+
+namespace surrogate::sequoia::gpu {
+
+class DeviceForward {
+ public:
+  virtual ~DeviceForward() = default;
+  /// The device the weights live on.
+  virtual int device() const = 0;
+  /// Network::forward of a whole share (every node of `h` on this rank) on the device, host arrays in and out.
+  virtual std::vector<float> forward(const Share& s, const Hierarchy& h, const float* features,
+                                     const float* sample_features) = 0;
+};
+
+/// Uploads the network's weights to CUDA device `device` (or the emulated device). Throws
+/// Error(unsupported) when no such device is visible. The network must outlive the result.
+std::unique_ptr<DeviceForward> make_cuda_forward(const Network& net, int device);
+
+}  // namespace surrogate::sequoia::gpu

@@ -1,0 +1,93 @@
+// Sequoia's CUDA forward through the registered model (RunOptions::cuda_device), on the host backend
+// (cuda.*) and on a GPU (gpu.*, skipped without one), against the CPU forward of the same model: the golden
+// batches and random clouds of 1,350-1,500 points for both test models and both example models (cls with
+// root and leaf heads). Bitwise on the host backend, which runs the CPU's arithmetic and exp; within 1e-5 of
+// max|y| on a GPU, whose double exp may differ in the last bit (a float ulp now and then, carried through
+// the blocks). Also: repeatable, precisions other than fp32 refused.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "sequoia_batches.hpp"
+#include "surrogate/error.hpp"
+#include "surrogate/model.hpp"
+
+namespace {
+
+using sequoia_test::Batch;
+
+/// The registered model's prediction of the batch in one process: per point (seg) or per sample (cls).
+std::vector<float> predict(const Batch& c, int device, surrogate::Precision precision = surrogate::Precision::fp32) {
+  const surrogate::SelfComm comm;
+  const auto model = surrogate::make_model(c.file);
+  const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  surrogate::RunOptions options;
+  options.cuda_device = device;
+  options.precision = precision;
+  const int in = model->in_channels(), out = model->out_channels(), s_out = model->sample_out_channels();
+  std::vector<float> per_point(static_cast<std::size_t>(c.n() * std::max(out, 1)));
+  std::vector<float> per_sample(c.sizes.size() * static_cast<std::size_t>(std::max(s_out, 1)));
+  surrogate::Model::SampleArrays sa;
+  sa.in = model->sample_in_channels() > 0 ? c.sample_features.data() : nullptr;
+  sa.ld_in = model->sample_in_channels();
+  sa.out = s_out > 0 ? per_sample.data() : nullptr;
+  sa.ld_out = s_out;
+  const auto plan = model->plan(comm, layout, g, options);
+  model->predict(comm, *plan, c.features.data(), in, out > 0 ? per_point.data() : nullptr, out, sa, options);
+  return out > 0 ? per_point : per_sample;
+}
+
+std::vector<Batch> batches() {
+  std::vector<Batch> all;
+  for (const auto& [model, name] : std::vector<std::pair<std::string, std::string>>{
+           {"seg", "small"}, {"seg", "ties"}, {"seg", "unequal_sizes"}, {"cls", "small"}, {"cls", "medium"}})
+    all.push_back(sequoia_test::golden(model, name));
+  all.push_back(sequoia_test::synthetic(sequoia_test::data_path("seg"), {1500}, 5u));
+  all.push_back(sequoia_test::synthetic(sequoia_test::data_path("cls"), {1200, 150}, 6u));
+  all.push_back(sequoia_test::synthetic(sequoia_test::example_model("seg"), {150, 1200}, 7u));
+  all.push_back(sequoia_test::synthetic(sequoia_test::example_model("cls"), {1500}, 8u));
+  return all;
+}
+
+TEST(GpuSequoia, MatchesTheCpuForward) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const int device = surrogate::testing::test_device();
+  for (const Batch& c : batches()) {
+    SCOPED_TRACE(c.model);
+    const std::vector<float> cpu = predict(c, -1), gpu = predict(c, device);
+    ASSERT_EQ(gpu.size(), cpu.size());
+    float top = 1.0f, err = 0.0f;
+    for (std::size_t i = 0; i < cpu.size(); ++i) {
+      top = std::max(top, std::fabs(cpu[i]));
+      err = std::max(err, std::fabs(gpu[i] - cpu[i]));
+    }
+    if (surrogate::testing::on_host_backend())
+      EXPECT_EQ(std::memcmp(gpu.data(), cpu.data(), cpu.size() * sizeof(float)), 0) << "max |difference| " << err;
+    else
+      EXPECT_LE(err, 1e-5f * top);
+    EXPECT_EQ(predict(c, device), gpu) << "a second device forward differs";
+  }
+}
+
+TEST(GpuSequoia, OnlyFloat32OnTheDevice) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Batch c = sequoia_test::golden("cls", "small");
+  for (const auto precision : {surrogate::Precision::fp64, surrogate::Precision::bf16}) {
+    try {
+      predict(c, surrogate::testing::test_device(), precision);
+      FAIL() << "precision " << surrogate::precision_name(precision) << " accepted on the device";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    }
+  }
+}
+
+}  // namespace
