@@ -8,6 +8,7 @@ for the cmake -P tests, cmake on PATH.
     run OUT [--check] [--labels gpu] [--select REGEX] [--exclude REGEX] [--tests-only | --bench-only] [--list]
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
+            [--sequoia-sizes 65536 262144]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -707,7 +708,7 @@ class Runner:
         if not exe:
             self.log("none in this bundle")
             return
-        names = ["flare_machine", "flare", "hept", "erwin"]
+        names = ["flare_machine", "flare", "hept", "sequoia", "erwin"]
         if not self.cuda.get("devices"):
             for n in names:
                 self.skip_bench(n, f"no CUDA device visible ({self.cuda.get('error')})")
@@ -750,6 +751,17 @@ class Runner:
         else:
             for n in a.hept_sizes:
                 self.bench(f"hept N={n}", [hept, str(model), str(n), "5", "0"], self.env, 600)
+        # Sequoia: the checkout's example models, device against CPU forward on one synthetic sample.
+        sequoia = exe.get("sequoia_gpu_bench")
+        models = [Path(a.checkout or ".") / "share" / "models" / "sequoia" / f"{k}.h5" for k in ("seg", "cls")]
+        if not sequoia:
+            self.skip_bench("sequoia", "sequoia_gpu_bench is not in the bundle")
+        elif not all(m.is_file() for m in models):
+            self.skip_bench("sequoia", f"no Sequoia models at {models[0].parent} (--checkout)")
+        else:
+            for model in models:
+                for n in a.sequoia_sizes:
+                    self.bench(f"sequoia {model.stem} N={n}", [sequoia, str(model), str(n), "5", "0"], self.env, 600)
         erwin = exe.get("erwin_gpu_bench")
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
@@ -854,6 +866,8 @@ def parse_args(argv=None):
     ap.add_argument("--erwin-sizes", type=int, nargs="+", default=[16384, 65536, 262144])
     ap.add_argument("--hept-sizes", type=int, nargs="+", default=[60000, 240000],
                     help="HEPT benchmark hits (hept_gpu_bench, the checkout's share/models/hept/model.h5)")
+    ap.add_argument("--sequoia-sizes", type=int, nargs="+", default=[65536, 262144],
+                    help="Sequoia benchmark points (sequoia_gpu_bench, the checkout's share/models/sequoia/*.h5)")
     ap.add_argument("--checkout", help="a checkout of the bundle's commit, for a bundle packed with "
                     "--test-data-from-checkout (its tests/data)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
