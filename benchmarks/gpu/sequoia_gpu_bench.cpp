@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sequoia/cuda/device.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/sequoia.hpp"
@@ -58,7 +59,8 @@ int main(int argc, char** argv) {
     const double plan_ms = ms_since(t0);
     // 3. Both forwards; the outputs compared before any timing.
     const auto forward = sq::gpu::make_cuda_forward(net, device);
-    std::vector<float> gpu = forward->forward(share, h, features.data(), classes.data());
+    const surrogate::SelfComm self;
+    std::vector<float> gpu = forward->forward(self, share, h, features.data(), classes.data());
     std::vector<float> cpu = net.forward(share, h, features.data(), classes.data());
     double max_y = 0, max_diff = 0;
     for (std::size_t i = 0; i < cpu.size(); ++i) {
@@ -68,7 +70,7 @@ int main(int argc, char** argv) {
     double gpu_ms = 1e300, cpu_ms = 1e300;
     for (int r = 0; r < repeats; ++r) {
       t0 = clock::now();
-      gpu = forward->forward(share, h, features.data(), classes.data());
+      gpu = forward->forward(self, share, h, features.data(), classes.data());
       gpu_ms = std::min(gpu_ms, ms_since(t0));
     }
     for (int r = 0; r < std::min(repeats, 2); ++r) {

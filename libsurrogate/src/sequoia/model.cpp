@@ -42,7 +42,7 @@ class Model final : public PointCloudModel {
     auto d = cfg_.describe();
     d.emplace_back("multi-rank", "whole samples on owner ranks, or samples split by lowest voxels when one is larger "
                                  "than N / P points");
-    d.emplace_back("device forward", "CUDA, fp32, whole samples per rank");
+    d.emplace_back("device forward", "CUDA, fp32 (either scheme across ranks)");
     return d;
   }
 
@@ -54,7 +54,7 @@ class Model final : public PointCloudModel {
     const std::vector<index_t>& sizes = plan->layout().sample_sizes();
     const index_t total = std::accumulate(sizes.begin(), sizes.end(), index_t{0});
     const index_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
-    if (comm.size() > 1 && largest * comm.size() > total && options.cuda_device < 0) build_split(comm, *plan);
+    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan);
     else build_whole_samples(comm, *plan);
     return plan;
   }
@@ -161,7 +161,7 @@ class Model final : public PointCloudModel {
     if (io.device) refuse_device_arrays(comm);
     const detail::ThreadCount threads(options.threads);
     auto& plan = static_cast<Plan&>(base);
-    if (options.cuda_device >= 0) prepare_device(comm, plan, options);
+    if (options.cuda_device >= 0) prepare_device(comm, options);
     const Hierarchy& h = plan.hierarchy();
     // This rank's points' features (the share's order), the class vectors of the hierarchy's samples.
     const auto rows = static_cast<index_t>(plan.share().points.size());
@@ -175,11 +175,12 @@ class Model final : public PointCloudModel {
     }
     std::vector<float> result;
     if (plan.split()) {
-      result = network_.forward(plan.share(), h, features.data(), classes.data());
+      result = options.cuda_device >= 0 ? device_->forward(comm, plan.share(), h, features.data(), classes.data())
+                                        : network_.forward(plan.share(), h, features.data(), classes.data());
     } else {
       collectively(comm, [&] {
         if (h.samples() == 0) return;
-        if (options.cuda_device >= 0) result = device_->forward(plan.share(), h, features.data(), classes.data());
+        if (options.cuda_device >= 0) result = device_->forward(comm, plan.share(), h, features.data(), classes.data());
         else result = network_.forward(plan.share(), h, features.data(), classes.data());
       });
     }
@@ -198,15 +199,12 @@ class Model final : public PointCloudModel {
   }
 
   /// The device forward of `options` (weights uploaded on first use); agreed errors for a precision other
-  /// than fp32, a plan that splits samples, a build without CUDA or a missing device.
-  void prepare_device(const Comm& comm, const Plan& plan, const RunOptions& options) {
+  /// than fp32, a build without CUDA or a missing device.
+  void prepare_device(const Comm& comm, const RunOptions& options) {
     collectively(comm, [&] {
       if (options.precision != Precision::fp32)
         throw Error(ErrorCode::unsupported, std::string("sequoia: the CUDA forward computes in fp32 only (precision '") +
                                                 precision_name(options.precision) + "' requested)");
-      if (plan.split())
-        throw Error(ErrorCode::unsupported, "sequoia: this plan splits samples over the ranks, which the CUDA forward "
-                                            "does not do; build the plan with the CUDA device in the options");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA

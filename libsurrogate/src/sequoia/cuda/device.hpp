@@ -16,8 +16,10 @@ class DeviceForward {
   virtual ~DeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
-  /// Network::forward of a whole share (every node of `h` on this rank) on the device, host arrays in and out.
-  virtual std::vector<float> forward(const Share& s, const Hierarchy& h, const float* features,
+  /// Network::forward(share, ...) on the device, host arrays in and out: a whole share (every node of `h`
+  /// on this rank), or a split one (collective over `comm`: the halo and voxel rows move between the
+  /// ranks' devices through the share's exchange plans; an error of one rank is agreed before any move).
+  virtual std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                      const float* sample_features) = 0;
 };
 

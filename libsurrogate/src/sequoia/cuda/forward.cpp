@@ -14,7 +14,9 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
 #include "../network_impl.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_tree_attention.hpp"
 #include "surrogate/kernels/cuda_tree_layers.hpp"
@@ -57,7 +59,8 @@ class CudaForward final : public DeviceForward {
  public:
   CudaForward(const Network& net, int device);
   int device() const override { return device_; }
-  std::vector<float> forward(const Share& s, const Hierarchy& h, const float* features, const float* sample_features) override;
+  std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                             const float* sample_features) override;
 
  private:
   struct Level {
@@ -65,7 +68,10 @@ class CudaForward final : public DeviceForward {
     Norm mlp1_norm, out_norm;
     Positional parents, children, siblings;
   };
-  std::vector<float> run(const Share& s, const Hierarchy& h, const float* features, const float* sample_features);
+  std::vector<float> run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                         const float* sample_features);
+  /// Max pooling of level `level`'s rows x into `parents` rows (pool_[level]'s lists).
+  void pool(int level, const float* x, index_t parents, float* out);
   Norm norm(const BatchNorm& n) {
     return {weights_.append(n.scale), weights_.append(n.shift), static_cast<int>(n.scale.size())};
   }
@@ -116,8 +122,9 @@ class CudaForward final : public DeviceForward {
   std::vector<cu::DeviceBuffer<float>> pos_, x_, y_, q_, k_, v_;
   std::vector<Lists> parents_, children_, siblings_, pool_;
   Lists conv_;
-  cu::DeviceBuffer<float> in_, kw_, vw_, att_p_, att_c_, att_s_, pooled_, z_, u_, out_, classes_;
-  cu::DeviceBuffer<std::int64_t> batch_;
+  cu::DeviceBuffer<float> in_, kw_, vw_, att_p_, att_c_, att_s_, pooled_, part_, q1_, query_pos1_, z_, u_, out_,
+      classes_;
+  cu::DeviceBuffer<std::int64_t> batch_, voxels_;
 };
 
 CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cfg_(net.config()), device_(device) {
@@ -179,11 +186,11 @@ CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cf
   }
 }
 
-std::vector<float> CudaForward::forward(const Share& s, const Hierarchy& h, const float* features,
+std::vector<float> CudaForward::forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                         const float* sample_features) {
   try {
     const cu::DeviceGuard guard(device_);
-    return run(s, h, features, sample_features);
+    return run(comm, s, h, features, sample_features);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("sequoia", device_);
   }
@@ -219,163 +226,244 @@ void CudaForward::attend(const Positional& pe, int width, const float* q, index_
   cu::tree_attention(a, stream_.get());
 }
 
-std::vector<float> CudaForward::run(const Share& s, const Hierarchy& h, const float* features, const float* sample_features) {
+std::vector<float> CudaForward::run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                                    const float* sample_features) {
   const Network::Impl& m = *net_;
-  const int L = cfg_.levels(), dim = cfg_.dim;
+  const int L = cfg_.levels(), dim = cfg_.dim, c = cfg_.c, w1 = cfg_.width(1);
   const bool seg = cfg_.kind == Config::Kind::segmentation;
   const cudaStream_t st = stream_.get();
   const auto nodes = [&h](int i) { return h.nodes(i); };
-  const auto n0 = static_cast<std::size_t>(nodes(0));
-  if (s.split || s.points.size() != n0)
-    throw Error(ErrorCode::internal, "sequoia: the CUDA forward runs whole samples only");
-  // 1. The hierarchy: positions, key lists, the pooling lists (children rows of every parent, in order).
+  const auto n0 = static_cast<index_t>(s.points.size()), ne = n0 + static_cast<index_t>(s.halo.size());
+  const auto nv = static_cast<index_t>(s.voxels.size());
+  // Local work between two moves: on a split share an error of one rank is agreed by all before the move.
+  const auto stage = [&](auto&& work) {
+    if (s.split) collectively(comm, work);
+    else work();
+  };
+  // The owned lowest voxels' rows to every rank (all level-1 rows in node order); one rank: a copy.
+  const auto voxels_to_all = [&](const float* part, float* all, int width) {
+    if (s.split) s.voxels_to_all.forward(part, width, all, width, width, Place{device_, st, &comm.device_transport(device_)});
+    else cu::copy_on_device(all, part, static_cast<std::size_t>(nv) * static_cast<std::size_t>(width) * sizeof(float), st);
+  };
+  const auto to_halo = [&](float* rows, int width) {  // rows: the points' rows, then room for the halo's
+    if (s.split) s.to_halo.forward(rows, width, rows + n0 * width, width, width, Place{device_, st, &comm.device_transport(device_)});
+  };
   const auto level_count = static_cast<std::size_t>(L);
   for (auto* v : {&pos_, &x_, &y_, &q_, &k_, &v_}) v->resize(level_count);
   for (auto* v : {&parents_, &children_, &siblings_, &pool_}) v->resize(level_count);
-  for (int i = 0; i < L; ++i) {
-    const auto si = static_cast<std::size_t>(i);
-    upload(pos_[si], std::span<const float>(h.level_positions[si]), device_, st);
-    if (i + 1 < L) {
-      parents_[si].upload_from(s.parents[si], device_, st);
-      siblings_[si].upload_from(s.siblings[si], device_, st);
-      const auto& parent = h.pool_parent[si];
-      KeyLists pool;
-      pool.first.assign(static_cast<std::size_t>(nodes(i + 1)) + 1, 0);
-      const auto children = std::min<std::size_t>(static_cast<std::size_t>(nodes(i)), parent.size());
-      for (std::size_t r = 0; r < children; ++r) ++pool.first[static_cast<std::size_t>(parent[r]) + 1];
-      for (std::size_t p = 1; p < pool.first.size(); ++p) pool.first[p] += pool.first[p - 1];
-      pool.keys.resize(children);
-      std::vector<std::int64_t> next(pool.first.begin(), pool.first.end() - 1);
-      for (std::size_t r = 0; r < children; ++r) pool.keys[static_cast<std::size_t>(next[static_cast<std::size_t>(parent[r])]++)] = static_cast<std::int64_t>(r);
-      pool_[si].upload_from(pool, device_, st);
+
+  // 1. The hierarchy: positions (level 0: the points then the halo; level 1's queries: the owned voxels),
+  // the share's key lists, the pooling lists (every parent's children rows, in order), the features.
+  stage([&] {
+    std::vector<float> pos0(static_cast<std::size_t>(ne) * 3), pos1;
+    for (index_t t = 0; t < ne; ++t) {
+      const index_t r = t < n0 ? s.points[static_cast<std::size_t>(t)] : s.halo[static_cast<std::size_t>(t - n0)];
+      std::copy_n(h.level_positions[0].begin() + r * 3, 3, pos0.begin() + t * 3);
     }
-    if (i > 0) children_[si].upload_from(s.children[si], device_, st);
-  }
-  upload(in_, std::span<const float>(features, n0 * static_cast<std::size_t>(cfg_.c)), device_, st);
+    for (const index_t v : s.voxels) pos1.insert(pos1.end(), h.level_positions[1].begin() + v * 3, h.level_positions[1].begin() + (v + 1) * 3);
+    upload(pos_[0], std::span<const float>(pos0), device_, st);
+    upload(query_pos1_, std::span<const float>(pos1), device_, st);
+    upload(voxels_, std::span<const index_t>(s.voxels), device_, st);
+    for (int i = 1; i < L; ++i)
+      upload(pos_[static_cast<std::size_t>(i)], std::span<const float>(h.level_positions[static_cast<std::size_t>(i)]), device_, st);
+    for (int i = 0; i < L; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      if (i + 1 < L) {
+        parents_[si].upload_from(s.parents[si], device_, st);
+        siblings_[si].upload_from(s.siblings[si], device_, st);
+        // Children rows of every parent: level 0 the points into the owned voxels' slots, above as h pools.
+        std::vector<std::int64_t> parent_of;
+        if (i == 0) parent_of.assign(s.slot.begin(), s.slot.end());
+        else parent_of.assign(h.pool_parent[si].begin(), h.pool_parent[si].begin() +
+                                                               std::min<std::ptrdiff_t>(nodes(i), static_cast<std::ptrdiff_t>(h.pool_parent[si].size())));
+        KeyLists pool;
+        pool.first.assign(static_cast<std::size_t>(i == 0 ? nv : nodes(i + 1)) + 1, 0);
+        for (const std::int64_t p : parent_of) ++pool.first[static_cast<std::size_t>(p) + 1];
+        for (std::size_t p = 1; p < pool.first.size(); ++p) pool.first[p] += pool.first[p - 1];
+        pool.keys.assign(parent_of.size(), 0);
+        std::vector<std::int64_t> next(pool.first.begin(), pool.first.end() - 1);
+        for (std::size_t r = 0; r < parent_of.size(); ++r)
+          pool.keys[static_cast<std::size_t>(next[static_cast<std::size_t>(parent_of[r])]++)] = static_cast<std::int64_t>(r);
+        pool_[si].upload_from(pool, device_, st);
+      }
+      if (i > 0) children_[si].upload_from(s.children[si], device_, st);
+    }
+    sized(in_, static_cast<std::size_t>(ne * c), device_);
+    if (n0 > 0) cu::copy_to_device(in_.data(), features, static_cast<std::size_t>(n0 * c) * sizeof(float), st);
+    if (!seg) conv_.upload_from(s.pointconv, device_, st);
+  });
+  if (!seg) to_halo(in_.data(), c);
 
-  // 2. Init: level 0 from the point features, then each level from the max-pooled level below.
-  float* x0 = sized(x_[0], n0 * static_cast<std::size_t>(dim), device_);
-  if (seg) {
-    dense(init_[0], in_.data(), x0, static_cast<index_t>(n0));
-    apply_norm(init_norm_[0], x0, static_cast<index_t>(n0), true);
-  } else {
-    conv_.upload_from(s.pointconv, device_, st);
-    cu::PointConvArgs a;
-    a.x = in_.data();
-    a.ldx = cfg_.c;
-    a.c = cfg_.c;
-    a.positions = pos_[0].data();
-    a.keys = conv_.keys.data();
-    a.k = Config::k_pointconv;
-    a.points = static_cast<index_t>(n0);
-    a.w = weights_.data() + conv_w_;
-    a.b = weights_.data() + conv_b_;
-    a.out = dim;
-    a.y = x0;
-    a.ldy = dim;
-    cu::point_conv_max(a, st);
-  }
-  for (int i = 0; i + 1 < L; ++i) {
-    const auto si = static_cast<std::size_t>(i);
-    const int w = cfg_.width(i);
-    cu::TreePoolArgs a;
-    a.x = x_[si].data();
-    a.ldx = w;
-    a.first = pool_[si].first.data();
-    a.rows = pool_[si].keys.data();
-    a.parents = nodes(i + 1);
-    a.width = w;
-    a.out = sized(pooled_, static_cast<std::size_t>(nodes(i + 1) * w), device_);
-    a.ldo = w;
-    cu::tree_pool(a, st);
-    float* next = sized(x_[si + 1], static_cast<std::size_t>(nodes(i + 1) * cfg_.width(i + 1)), device_);
-    dense(init_[si + 1], pooled_.data(), next, nodes(i + 1));
-    apply_norm(init_norm_[si + 1], next, nodes(i + 1), true);
-  }
+  // 2. Init: level 0 from the point features, the owned lowest voxels from their points, then every
+  // level above (on every rank) from the max-pooled level below.
+  float* x0 = sized(x_[0], static_cast<std::size_t>(n0 * dim), device_);
+  stage([&] {
+    if (seg) {
+      dense(init_[0], in_.data(), x0, n0);
+      apply_norm(init_norm_[0], x0, n0, true);
+    } else if (n0 > 0) {
+      cu::PointConvArgs a;
+      a.x = in_.data();
+      a.ldx = c;
+      a.c = c;
+      a.positions = pos_[0].data();
+      a.keys = conv_.keys.data();
+      a.k = Config::k_pointconv;
+      a.points = n0;
+      a.w = weights_.data() + conv_w_;
+      a.b = weights_.data() + conv_b_;
+      a.out = dim;
+      a.y = x0;
+      a.ldy = dim;
+      cu::point_conv_max(a, st);
+    }
+    pool(0, x0, nv, sized(pooled_, static_cast<std::size_t>(nv * dim), device_));
+    dense(init_[1], pooled_.data(), sized(part_, static_cast<std::size_t>(nv * w1), device_), nv);
+    apply_norm(init_norm_[1], part_.data(), nv, true);
+  });
+  voxels_to_all(part_.data(), sized(x_[1], static_cast<std::size_t>(nodes(1) * w1), device_), w1);
+  stage([&] {
+    for (int i = 1; i + 1 < L; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      pool(i, x_[si].data(), nodes(i + 1), sized(pooled_, static_cast<std::size_t>(nodes(i + 1) * cfg_.width(i)), device_));
+      float* next = sized(x_[si + 1], static_cast<std::size_t>(nodes(i + 1) * cfg_.width(i + 1)), device_);
+      dense(init_[si + 1], pooled_.data(), next, nodes(i + 1));
+      apply_norm(init_norm_[si + 1], next, nodes(i + 1), true);
+    }
+  });
 
-  // 3. The blocks: every level's y, Q, K, V from the previous block, then the three attentions and the mix.
+  // 3. The blocks: every level's y, Q, K, V from the previous block (level 0: the points, their keys and
+  // values then completed with the halo's), then the three attentions and the mix of the queries computed
+  // here (level 0 the points, level 1 the owned voxels, the levels above all nodes).
   const float sib_denom = static_cast<float>(std::sqrt(static_cast<double>(dim)) * cfg_.k_siblings() + 1e-8);
   for (std::size_t bi = 0; bi < blocks_.size(); ++bi) {
     const std::vector<Level>& block = blocks_[bi];
-    for (int i = 0; i < L; ++i) {
-      const auto si = static_cast<std::size_t>(i);
-      const auto rows = static_cast<std::size_t>(nodes(i) * cfg_.width(i));
-      const Level& l = block[si];
-      dense(l.mlp1, x_[si].data(), sized(y_[si], rows, device_), nodes(i));
-      apply_norm(l.mlp1_norm, y_[si].data(), nodes(i), true);
-      dense(l.q, y_[si].data(), sized(q_[si], rows, device_), nodes(i));
-      dense(l.k, y_[si].data(), sized(k_[si], rows, device_), nodes(i));
-      dense(l.v, y_[si].data(), sized(v_[si], rows, device_), nodes(i));
-    }
-    for (int i = 0; i < L; ++i) {
-      const auto si = static_cast<std::size_t>(i);
-      const int w = cfg_.width(i);
-      const Level& l = block[si];
-      const auto rows = static_cast<std::size_t>(nodes(i) * w);
-      if (i + 1 < L) {
-        dense(l.shrink_k, k_[si + 1].data(), sized(kw_, static_cast<std::size_t>(nodes(i + 1) * w), device_), nodes(i + 1));
-        dense(l.shrink_v, v_[si + 1].data(), sized(vw_, static_cast<std::size_t>(nodes(i + 1) * w), device_), nodes(i + 1));
-        attend(l.parents, w, q_[si].data(), nodes(i), kw_.data(), vw_.data(), pos_[si].data(), pos_[si + 1].data(),
-               parents_[si], 0.0f, sized(att_p_, rows, device_));
-        attend(l.siblings, w, q_[si].data(), nodes(i), k_[si].data(), v_[si].data(), pos_[si].data(), pos_[si].data(),
-               siblings_[si], sib_denom, sized(att_s_, rows, device_));
+    stage([&] {
+      for (int i = 0; i < L; ++i) {
+        const auto si = static_cast<std::size_t>(i);
+        const index_t rows = i == 0 ? n0 : nodes(i), room = i == 0 ? ne : rows;
+        const auto width = static_cast<std::size_t>(cfg_.width(i));
+        const Level& l = block[si];
+        dense(l.mlp1, x_[si].data(), sized(y_[si], static_cast<std::size_t>(rows) * width, device_), rows);
+        apply_norm(l.mlp1_norm, y_[si].data(), rows, true);
+        dense(l.q, y_[si].data(), sized(q_[si], static_cast<std::size_t>(rows) * width, device_), rows);
+        dense(l.k, y_[si].data(), sized(k_[si], static_cast<std::size_t>(room) * width, device_), rows);
+        dense(l.v, y_[si].data(), sized(v_[si], static_cast<std::size_t>(room) * width, device_), rows);
       }
-      if (i > 0) {
-        dense(l.expand_k, k_[si - 1].data(), sized(kw_, static_cast<std::size_t>(nodes(i - 1) * w), device_), nodes(i - 1));
-        dense(l.expand_v, v_[si - 1].data(), sized(vw_, static_cast<std::size_t>(nodes(i - 1) * w), device_), nodes(i - 1));
-        attend(l.children, w, q_[si].data(), nodes(i), kw_.data(), vw_.data(), pos_[si].data(), pos_[si - 1].data(),
-               children_[si], 0.0f, sized(att_c_, rows, device_));
+    });
+    to_halo(k_[0].data(), dim);
+    to_halo(v_[0].data(), dim);
+    stage([&] {
+      for (int i = 0; i < L; ++i) {
+        const auto si = static_cast<std::size_t>(i);
+        const int w = cfg_.width(i);
+        const Level& l = block[si];
+        const index_t queries = i == 0 ? n0 : i == 1 ? nv : nodes(i);
+        const auto rows = static_cast<std::size_t>(queries) * static_cast<std::size_t>(w);
+        const float* q = q_[si].data();
+        const float* qpos = pos_[si].data();
+        if (i == 1) {  // the owned voxels' queries
+          surrogate::device::copy_rows(q_[1].data(), w, voxels_.data(), sized(q1_, rows, device_), w, nullptr, nv, w, st);
+          q = q1_.data();
+          qpos = query_pos1_.data();
+        }
+        if (i + 1 < L) {
+          dense(l.shrink_k, k_[si + 1].data(), sized(kw_, static_cast<std::size_t>(nodes(i + 1) * w), device_), nodes(i + 1));
+          dense(l.shrink_v, v_[si + 1].data(), sized(vw_, static_cast<std::size_t>(nodes(i + 1) * w), device_), nodes(i + 1));
+          attend(l.parents, w, q, queries, kw_.data(), vw_.data(), qpos, pos_[si + 1].data(), parents_[si], 0.0f,
+                 sized(att_p_, rows, device_));
+          attend(l.siblings, w, q, queries, k_[si].data(), v_[si].data(), qpos, pos_[si].data(), siblings_[si], sib_denom,
+                 sized(att_s_, rows, device_));
+        }
+        if (i > 0) {
+          const index_t keys = i == 1 ? n0 : nodes(i - 1);
+          dense(l.expand_k, k_[si - 1].data(), sized(kw_, static_cast<std::size_t>(keys * w), device_), keys);
+          dense(l.expand_v, v_[si - 1].data(), sized(vw_, static_cast<std::size_t>(keys * w), device_), keys);
+          attend(l.children, w, q, queries, kw_.data(), vw_.data(), qpos, pos_[si - 1].data(), children_[si], 0.0f,
+                 sized(att_c_, rows, device_));
+        }
+        float* out = i == 1 ? sized(part_, rows, device_) : x_[si].data();
+        cu::TreeMixArgs a;
+        a.a = i + 1 < L ? att_p_.data() : nullptr;
+        a.b = i > 0 ? att_c_.data() : nullptr;
+        a.s = i + 1 < L ? att_s_.data() : nullptr;
+        a.ld = w;
+        a.rows = queries;
+        a.width = w;
+        for (int t = 0; t < 3; ++t) a.w[t] = m.blocks[bi].mix[t];
+        a.out = out;
+        a.ldo = w;
+        cu::tree_mix(a, st);
+        apply_norm(l.out_norm, out, queries, true);
       }
-      cu::TreeMixArgs a;
-      const auto& mix = m.blocks[bi].mix;
-      a.a = i + 1 < L ? att_p_.data() : nullptr;
-      a.b = i > 0 ? att_c_.data() : nullptr;
-      a.s = i + 1 < L ? att_s_.data() : nullptr;
-      a.ld = w;
-      a.rows = nodes(i);
-      a.width = w;
-      for (int t = 0; t < 3; ++t) a.w[t] = mix[t];
-      a.out = x_[si].data();
-      a.ldo = w;
-      cu::tree_mix(a, st);
-      apply_norm(l.out_norm, x_[si].data(), nodes(i), true);
-    }
+    });
+    voxels_to_all(part_.data(), x_[1].data(), w1);
   }
 
   // 4. The heads. Segmentation on the device: [x ; class vector of the point's sample] -> Linear ->
   // LayerNorm -> ReLU -> Linear. Classification on the host from the level its head reads.
+  std::vector<float> result;
   if (seg) {
-    const int zw = dim + cfg_.n_class;
-    float* z = sized(z_, n0 * static_cast<std::size_t>(zw), device_);
-    surrogate::device::copy_rows(x0, dim, nullptr, z, zw, nullptr, static_cast<index_t>(n0), dim, st);
-    if (cfg_.n_class > 0) {
-      upload(batch_, std::span<const std::int64_t>(h.level_batch[0]), device_, st);
-      upload(classes_, std::span<const float>(sample_features, static_cast<std::size_t>(h.samples() * cfg_.n_class)), device_, st);
-      surrogate::device::copy_rows(classes_.data(), cfg_.n_class, batch_.data(), z + dim, zw, nullptr,
-                                   static_cast<index_t>(n0), cfg_.n_class, st);
-    }
-    float* u = sized(u_, n0 * static_cast<std::size_t>(head0_.out), device_);
-    dense(head0_, z, u, static_cast<index_t>(n0));
-    cu::TreeLayerNormArgs ln;
-    ln.x = u;
-    ln.ld = head0_.out;
-    ln.rows = static_cast<index_t>(n0);
-    ln.dim = head0_.out;
-    ln.weight = weights_.data() + ln_w_;
-    ln.bias = weights_.data() + ln_b_;
-    cu::tree_layer_norm_relu(ln, st);
-    std::vector<float> result(n0 * static_cast<std::size_t>(cfg_.n_part));
-    dense(head3_, u, sized(out_, result.size(), device_), static_cast<index_t>(n0));
-    cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), st);
-    cu::synchronize(st);
+    stage([&] {
+      const int zw = dim + cfg_.n_class;
+      float* z = sized(z_, static_cast<std::size_t>(n0 * zw), device_);
+      surrogate::device::copy_rows(x0, dim, nullptr, z, zw, nullptr, n0, dim, st);
+      if (cfg_.n_class > 0) {
+        std::vector<std::int64_t> batch;
+        for (const index_t r : s.points) batch.push_back(h.level_batch[0][static_cast<std::size_t>(r)]);
+        upload(batch_, std::span<const std::int64_t>(batch), device_, st);
+        upload(classes_, std::span<const float>(sample_features, static_cast<std::size_t>(h.samples() * cfg_.n_class)), device_, st);
+        surrogate::device::copy_rows(classes_.data(), cfg_.n_class, batch_.data(), z + dim, zw, nullptr, n0, cfg_.n_class, st);
+      }
+      float* u = sized(u_, static_cast<std::size_t>(n0 * head0_.out), device_);
+      dense(head0_, z, u, n0);
+      cu::TreeLayerNormArgs ln;
+      ln.x = u;
+      ln.ld = head0_.out;
+      ln.rows = n0;
+      ln.dim = head0_.out;
+      ln.weight = weights_.data() + ln_w_;
+      ln.bias = weights_.data() + ln_b_;
+      cu::tree_layer_norm_relu(ln, st);
+      result.resize(static_cast<std::size_t>(n0 * cfg_.n_part));
+      dense(head3_, u, sized(out_, result.size(), device_), n0);
+      if (n0 > 0) cu::copy_to_host(result.data(), out_.data(), result.size() * sizeof(float), st);
+      cu::synchronize(st);
+    });
     return result;
   }
   const int level = m.head_level();
-  const auto sl = static_cast<std::size_t>(level);
-  Rows xs(nodes(level), cfg_.width(level));
-  cu::copy_to_host(xs.v.data(), x_[sl].data(), xs.v.size() * sizeof(float), st);
-  cu::synchronize(st);
-  return m.classify(m.sample_means(h, m.mean_terms(s, xs, level), level, xs.cols)).values();
+  const int cols = cfg_.width(level);
+  std::vector<double> terms, all;
+  stage([&] {
+    Rows xs(level == 0 ? n0 : nodes(level), cols);
+    if (xs.rows > 0)
+      cu::copy_to_host(xs.v.data(), x_[static_cast<std::size_t>(level)].data(), xs.v.size() * sizeof(float), st);
+    cu::synchronize(st);
+    terms = m.mean_terms(s, xs, level);
+  });
+  if (level == 0 && s.split) {
+    all.resize(static_cast<std::size_t>(nodes(1)) * static_cast<std::size_t>(cols));
+    s.voxels_to_all.forward(terms.data(), cols, all.data());
+  } else {
+    all = std::move(terms);
+  }
+  stage([&] { result = m.classify(m.sample_means(h, all, level, cols)).values(); });
+  return result;
+}
+
+void CudaForward::pool(int level, const float* x, index_t parents, float* out) {
+  const int w = cfg_.width(level);
+  cu::TreePoolArgs a;
+  a.x = x;
+  a.ldx = w;
+  a.first = pool_[static_cast<std::size_t>(level)].first.data();
+  a.rows = pool_[static_cast<std::size_t>(level)].keys.data();
+  a.parents = parents;
+  a.width = w;
+  a.out = out;
+  a.ldo = w;
+  cu::tree_pool(a, stream_.get());
 }
 
 }  // namespace
