@@ -53,49 +53,22 @@ __device__ __forceinline__ double edge_logit(const TreeAttentionArgs& a, const Q
   return __dadd_rn(__dadd_rn(s[0], s[1]), __dadd_rn(s[2], s[3])) / denom;
 }
 
-/// Heads wider than kMaxTreeHeadDim (the top levels: few queries): the query read from its row, the
-/// weighted values summed in `scratch`; the same arithmetic as the register kernel.
-__global__ void __launch_bounds__(kThreads) tree_attention_wide_kernel(const TreeAttentionArgs a) {
-  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= a.queries * a.heads) return;
-  const index_t qa = i / a.heads;
-  const int head = static_cast<int>(i - qa * a.heads), col = head * a.e;
-  float* out = a.out + qa * a.ldo + col;
-  const std::int64_t b0 = a.first[qa], b1 = a.first[qa + 1], count = b1 - b0;
-  if (count == 0) {
-    for (int c = 0; c < a.e; ++c) out[c] = 0.0f;
-    return;
-  }
-  const float* q = a.q + qa * a.ldq + col;
-  const double denom = a.fixed_denom > 0.0f ? static_cast<double>(a.fixed_denom)
-                                            : static_cast<double>(__fadd_rn(__fmul_rn(a.tau, static_cast<float>(count)), 1e-8f));
-  const float* pa = a.query_positions + qa * 3;
-  double h[3];
-  double top = -INFINITY;
-  for (std::int64_t j = b0; j < b1; ++j) {
-    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
-    const double l = edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom);
-    top = l > top ? l : top;
-  }
-  double total = 0.0;
-  for (std::int64_t j = b0; j < b1; ++j) {
-    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
-    total = __dadd_rn(total, exp(edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom) - top));
-  }
-  double* acc = a.scratch + i * a.e;
-  for (int c = 0; c < a.e; ++c) acc[c] = 0.0;
-  for (std::int64_t j = b0; j < b1; ++j) {
-    pe_hidden(a, pa, a.key_positions + a.keys[j] * 3, h);
-    const double alpha = exp(edge_logit(a, q, a.k + a.keys[j] * a.ldkv + col, h, denom) - top) / total;
-    const float* v = a.v + a.keys[j] * a.ldkv + col;
-    for (int c = 0; c < a.e; ++c)
-      acc[c] = __dadd_rn(acc[c], __dmul_rn(alpha, __dadd_rn(static_cast<double>(v[c]), pe_channel(a, h, c))));
-  }
-  for (int c = 0; c < a.e; ++c) out[c] = static_cast<float>(acc[c]);
+/// Edge (query, key)'s logit for one head, the positional hidden layer left in h.
+template <int kMax>
+__device__ __forceinline__ double key_logit(const TreeAttentionArgs& a, const double* q_regs, const float* q_row,
+                                            const float* pa, std::int64_t key, int col, double denom, double h[3]) {
+  pe_hidden(a, pa, a.key_positions + key * 3, h);
+  const float* k = a.k + key * a.ldkv + col;
+  if constexpr (kMax == 0) return edge_logit(a, q_row, k, h, denom);
+  else return edge_logit(a, q_regs, k, h, denom);
 }
 
+/// One thread per (query, head). kMax > 0: the query head and the weighted values in registers (widths up
+/// to kMax); kMax == 0 (wider heads: the top levels' few queries): the query read from its row and the
+/// values summed in `scratch`. The same arithmetic either way.
 template <int kMax>
 __global__ void __launch_bounds__(kThreads) tree_attention_kernel(const TreeAttentionArgs a) {
+  constexpr int kRegs = kMax > 0 ? kMax : 1;
   const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
   if (i >= a.queries * a.heads) return;
   const index_t qa = i / a.heads;
@@ -106,40 +79,46 @@ __global__ void __launch_bounds__(kThreads) tree_attention_kernel(const TreeAtte
     for (int c = 0; c < a.e; ++c) out[c] = 0.0f;
     return;
   }
-  double q[kMax];
+  const float* q_row = a.q + qa * a.ldq + col;
+  double q[kRegs];
 #pragma unroll
-  for (int c = 0; c < kMax; ++c) q[c] = c < a.e ? static_cast<double>(a.q[qa * a.ldq + col + c]) : 0.0;
+  for (int c = 0; c < kRegs; ++c) q[c] = kMax > 0 && c < a.e ? static_cast<double>(q_row[c]) : 0.0;
   const double denom = a.fixed_denom > 0.0f ? static_cast<double>(a.fixed_denom)
                                             : static_cast<double>(__fadd_rn(__fmul_rn(a.tau, static_cast<float>(count)), 1e-8f));
   const float* pa = a.query_positions + qa * 3;
   double h[3];
   double top = -INFINITY;
   for (std::int64_t j = b0; j < b1; ++j) {
-    const std::int64_t key = a.keys[j];
-    pe_hidden(a, pa, a.key_positions + key * 3, h);
-    const double l = edge_logit(a, q, a.k + key * a.ldkv + col, h, denom);
+    const double l = key_logit<kMax>(a, q, q_row, pa, a.keys[j], col, denom, h);
     top = l > top ? l : top;
   }
   double total = 0.0;
-  for (std::int64_t j = b0; j < b1; ++j) {
-    const std::int64_t key = a.keys[j];
-    pe_hidden(a, pa, a.key_positions + key * 3, h);
-    total = __dadd_rn(total, exp(edge_logit(a, q, a.k + key * a.ldkv + col, h, denom) - top));
-  }
-  double acc[kMax];
-#pragma unroll
-  for (int c = 0; c < kMax; ++c) acc[c] = 0.0;
-  for (std::int64_t j = b0; j < b1; ++j) {
-    const std::int64_t key = a.keys[j];
-    pe_hidden(a, pa, a.key_positions + key * 3, h);
-    const double alpha = exp(edge_logit(a, q, a.k + key * a.ldkv + col, h, denom) - top) / total;
-    const float* v = a.v + key * a.ldkv + col;
-#pragma unroll
-    for (int c = 0; c < kMax; ++c)
-      if (c < a.e)
+  for (std::int64_t j = b0; j < b1; ++j)
+    total = __dadd_rn(total, exp(key_logit<kMax>(a, q, q_row, pa, a.keys[j], col, denom, h) - top));
+  if constexpr (kMax == 0) {
+    double* acc = a.scratch + i * a.e;
+    for (int c = 0; c < a.e; ++c) acc[c] = 0.0;
+    for (std::int64_t j = b0; j < b1; ++j) {
+      const double alpha = exp(key_logit<kMax>(a, q, q_row, pa, a.keys[j], col, denom, h) - top) / total;
+      const float* v = a.v + a.keys[j] * a.ldkv + col;
+      for (int c = 0; c < a.e; ++c)
         acc[c] = __dadd_rn(acc[c], __dmul_rn(alpha, __dadd_rn(static_cast<double>(v[c]), pe_channel(a, h, c))));
+    }
+    for (int c = 0; c < a.e; ++c) out[c] = static_cast<float>(acc[c]);
+  } else {
+    double acc[kMax];
+#pragma unroll
+    for (int c = 0; c < kMax; ++c) acc[c] = 0.0;
+    for (std::int64_t j = b0; j < b1; ++j) {
+      const double alpha = exp(key_logit<kMax>(a, q, q_row, pa, a.keys[j], col, denom, h) - top) / total;
+      const float* v = a.v + a.keys[j] * a.ldkv + col;
+#pragma unroll
+      for (int c = 0; c < kMax; ++c)
+        if (c < a.e)
+          acc[c] = __dadd_rn(acc[c], __dmul_rn(alpha, __dadd_rn(static_cast<double>(v[c]), pe_channel(a, h, c))));
+    }
+    for (int c = 0; c < a.e; ++c) out[c] = static_cast<float>(acc[c]);
   }
-  for (int c = 0; c < a.e; ++c) out[c] = static_cast<float>(acc[c]);
 }
 
 }  // namespace
@@ -156,8 +135,8 @@ void tree_attention(const TreeAttentionArgs& a, cudaStream_t stream) {
               a.bn_scale && a.bn_shift && a.pe_w3 && a.pe_b3 && a.out,
           "tree_attention", "a null array");
   if (a.e > kMaxTreeHeadDim) {
-    launch(tree_attention_wide_kernel, blocks_for("tree_attention", a.queries * a.heads, kThreads), kThreads, 0, stream, a);
-    check_launch("tree_attention_wide_kernel");
+    launch(tree_attention_kernel<0>, blocks_for("tree_attention", a.queries * a.heads, kThreads), kThreads, 0, stream, a);
+    check_launch("tree_attention_kernel");
     return;
   }
   detail::dispatch_head_width(a.e, [&](auto kmax) {
