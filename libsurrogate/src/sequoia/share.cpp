@@ -199,12 +199,12 @@ Share Share::split_over(const Comm& comm, const Hierarchy& h, const Config& cfg)
   Share s;
   collectively(comm, [&] {
     owner = voxel_owners(h, comm.size());
-    std::vector<index_t> points, voxels;
+    std::vector<index_t> my_points, my_voxels;
     for (std::size_t r = 0; r < h.pool_parent[0].size(); ++r)
-      if (owner[static_cast<std::size_t>(h.pool_parent[0][r])] == rank) points.push_back(static_cast<index_t>(r));
+      if (owner[static_cast<std::size_t>(h.pool_parent[0][r])] == rank) my_points.push_back(static_cast<index_t>(r));
     for (std::size_t v = 0; v < owner.size(); ++v)
-      if (owner[v] == rank) voxels.push_back(static_cast<index_t>(v));
-    s = build(h, cfg, std::move(points), std::move(voxels), nullptr);
+      if (owner[v] == rank) my_voxels.push_back(static_cast<index_t>(v));
+    s = build(h, cfg, std::move(my_points), std::move(my_voxels), nullptr);
   });
   // A point's key at its owner is its index among the owner's points; a voxel's, among its voxels.
   const auto keys_at_owners = [&](std::size_t count, auto owner_of) {
