@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "bench_io.hpp"
+#include "mpi_steps.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -27,10 +28,10 @@ using surrogate::index_t;
 
 struct Run {
   std::vector<float> out;
-  double plan_s = 0, best_s = 1e30, sent_mb = 0;  // sent: bytes between ranks per forward, all ranks
+  mpi_steps::Times times;
 };
 
-/// Plans once and predicts `calls` times on the points `ids`; the wall times are the slowest rank's.
+/// Plans once and predicts `calls` times on the points `ids`.
 Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<float>& x,
         const std::vector<float>& coords, const std::vector<std::int64_t>& ids, int in, int cd, int calls,
         const surrogate::RunOptions& options) {
@@ -44,21 +45,13 @@ Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<
   g.positions = my_coords.data();
   g.ld_positions = cd;
   g.global_ids = ids.data();
-  const auto slowest = [&comm](double s) { return comm.allreduce(s, surrogate::ReduceOp::max); };
   Run r;
   r.out.resize(static_cast<std::size_t>(std::max<index_t>(n, 1) * model.out_channels()));
-  double t0 = MPI_Wtime();
-  const auto plan = model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g);
-  r.plan_s = slowest(MPI_Wtime() - t0);
-  const std::uint64_t sent_before = plan->traffic().sent;
-  for (int call = 0; call < calls; ++call) {
-    comm.barrier();
-    t0 = MPI_Wtime();
-    model.predict(comm, *plan, my_x.data(), in, r.out.data(), model.out_channels(), options);
-    r.best_s = std::min(r.best_s, slowest(MPI_Wtime() - t0));
-  }
-  const auto sent = static_cast<double>(plan->traffic().sent - sent_before) / calls;
-  r.sent_mb = comm.allreduce(sent, surrogate::ReduceOp::sum) / 1e6;
+  r.times = mpi_steps::time_steps(
+      comm, calls, [&] { return model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g); },
+      [&](surrogate::Plan& plan) {
+        model.predict(comm, plan, my_x.data(), in, r.out.data(), model.out_channels(), options);
+      });
   return r;
 }
 
@@ -126,10 +119,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(points), precision.c_str(), options.threads, calls, order.c_str());
       std::printf("  outputs of %d ranks vs one process: %s (%lld values differ)\n", comm.size(),
                   differ == 0 ? "bitwise identical" : "DIFFERENT", static_cast<long long>(differ));
-      std::printf("  %-22s plan %7.3f s   forward %7.3f s\n", "one process", one.plan_s, one.best_s);
+      std::printf("  %-22s plan %7.3f s   forward %7.3f s\n", "one process", one.times.plan_s, one.times.best_s);
       std::printf("  %-22s plan %7.3f s   forward %7.3f s   (%.2fx), %.1f MB between ranks per forward\n",
-                  (std::to_string(comm.size()) + " ranks").c_str(), split.plan_s, split.best_s, one.best_s / split.best_s,
-                  split.sent_mb);
+                  (std::to_string(comm.size()) + " ranks").c_str(), split.times.plan_s, split.times.best_s,
+                  one.times.best_s / split.times.best_s, split.times.sent_mb);
     }
     if (differ != 0) rc = 1;
   } catch (const std::exception& e) {

@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi_steps.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -26,10 +27,10 @@ using surrogate::index_t;
 
 struct Run {
   std::vector<float> out;  // per point (segmentation) or per sample (classification)
-  double plan_s = 0, best_s = 1e30, sent_mb = 0;  // sent: bytes between ranks per forward, all ranks
+  mpi_steps::Times times;
 };
 
-/// Plans once and predicts `calls` times on the points `ids`; the wall times are the slowest rank's.
+/// Plans once and predicts `calls` times on the points `ids`.
 Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<float>& positions,
         const std::vector<float>& features, const std::vector<std::int64_t>& ids, int calls,
         const surrogate::RunOptions& options) {
@@ -55,18 +56,11 @@ Run run(const surrogate::Comm& comm, surrogate::Model& model, const std::vector<
   samples.ld_in = s_in;
   samples.out = s_out > 0 ? r.out.data() : nullptr;
   samples.ld_out = s_out;
-  const auto slowest = [&comm](double s) { return comm.allreduce(s, surrogate::ReduceOp::max); };
-  double t0 = MPI_Wtime();
-  const auto plan = model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g);
-  r.plan_s = slowest(MPI_Wtime() - t0);
-  const std::uint64_t sent_before = plan->traffic().sent;
-  for (int call = 0; call < calls; ++call) {
-    comm.barrier();
-    t0 = MPI_Wtime();
-    model.predict(comm, *plan, my_x.data(), in, out > 0 ? per_point.data() : nullptr, out, samples, options);
-    r.best_s = std::min(r.best_s, slowest(MPI_Wtime() - t0));
-  }
-  r.sent_mb = comm.allreduce(static_cast<double>(plan->traffic().sent - sent_before) / calls, surrogate::ReduceOp::sum) / 1e6;
+  r.times = mpi_steps::time_steps(
+      comm, calls, [&] { return model.plan(comm, surrogate::SampleLayout::build(comm, n, nullptr), g, options); },
+      [&](surrogate::Plan& plan) {
+        model.predict(comm, plan, my_x.data(), in, out > 0 ? per_point.data() : nullptr, out, samples, options);
+      });
   if (out > 0) r.out = per_point;
   return r;
 }
@@ -131,10 +125,10 @@ int main(int argc, char** argv) {
                   static_cast<long long>(points), options.threads, calls);
       std::printf("  outputs of %d ranks vs one process: %s (%lld values differ)\n", comm.size(),
                   differ == 0 ? "bitwise identical" : "DIFFERENT", static_cast<long long>(differ));
-      std::printf("  %-10s plan %7.3f s   forward %7.3f s\n", "one", one.plan_s, one.best_s);
+      std::printf("  %-10s plan %7.3f s   forward %7.3f s\n", "one", one.times.plan_s, one.times.best_s);
       std::printf("  %-10s plan %7.3f s   forward %7.3f s   (%.2fx), %.1f MB between ranks per forward\n",
-                  (std::to_string(comm.size()) + " ranks").c_str(), split.plan_s, split.best_s, one.best_s / split.best_s,
-                  split.sent_mb);
+                  (std::to_string(comm.size()) + " ranks").c_str(), split.times.plan_s, split.times.best_s,
+                  one.times.best_s / split.times.best_s, split.times.sent_mb);
     }
     if (differ != 0) rc = 1;
   } catch (const std::exception& e) {
