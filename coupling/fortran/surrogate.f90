@@ -390,8 +390,9 @@ module surrogate
   !> or 'cuda-emulated' (the CUDA kernels on the CPU, for tests)
   !> (builds without the CUDA backend refuse those); threads: OpenMP threads per rank, 0 =
   !> OMP_NUM_THREADS (default); reproducible: bitwise-identical results for any rank count and
-  !> partition (default .false.); precision: 'fp32' (default), 'tf32' / 'bf16' (CUDA devices) or 'fp64'
-  !> (double precision on the CPU, for the families that offer it). Collective.
+  !> partition (default .false.); precision: 'fp32' (default), 'tf32' (CUDA devices), 'bf16' (CUDA
+  !> devices; CPUs with AMX-BF16 / AVX512-BF16 for flare models) or 'fp64' (double precision on the
+  !> CPU, for the families that offer it). Collective.
   interface surrogate_open
     module procedure open_f08, open_integer
   end interface surrogate_open

@@ -45,11 +45,13 @@ typedef struct {
                          (the host backend: the CUDA kernels on the CPU, for tests) (CUDA builds) */
   int threads;        /* OpenMP threads per rank; 0 = OMP_NUM_THREADS (default) */
   int reproducible;   /* 1: bitwise-identical results for any rank count, partition and thread count */
-  const char* precision; /* arithmetic of the MLPs: "fp32" (default; also for NULL), "tf32" or "bf16" (CUDA
-                            devices only, tensor cores with FP32 accumulation; with "cpu":
-                            SURROGATE_ERR_UNSUPPORTED; accuracy in share/docs/cuda.md), or "fp64"
-                            (double precision on the CPU, for the families that offer it: hept; the
-                            others return SURROGATE_ERR_UNSUPPORTED from the first predict) */
+  const char* precision; /* arithmetic of the MLPs: "fp32" (default; also for NULL), "tf32" (CUDA devices
+                            only, tensor cores with FP32 accumulation; with "cpu": SURROGATE_ERR_UNSUPPORTED),
+                            "bf16" (tensor cores, or on CPUs with AMX-BF16 / AVX512-BF16 for the families
+                            that offer it: flare; accuracy in share/docs/cuda.md, share/docs/cpu-bf16.md), or
+                            "fp64" (double precision on the CPU, for the families that offer it: hept); a
+                            model or CPU without the precision returns SURROGATE_ERR_UNSUPPORTED from the
+                            first predict */
   int allow_non_finite_output; /* 1: hand NaN/Inf predictions to the caller; 0 (default): predict fails with
                                   SURROGATE_ERR_INPUT on every rank, naming channels, ranks and counts */
 } surrogate_options;

@@ -237,7 +237,8 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
                                "SurrogateCreateFromOptions", model, model, sizeof(model), &has_model));
   PetscCall(PetscOptionsString("-surrogate_device", "Device that runs the surrogate (cpu)", "SurrogateCreateFromOptions",
                                device, device, sizeof(device), nullptr));
-  PetscCall(PetscOptionsString("-surrogate_precision", "Arithmetic: fp32, tf32, bf16 (CUDA) or fp64 (CPU, hept)",
+  PetscCall(PetscOptionsString("-surrogate_precision",
+                               "Arithmetic: fp32, tf32 (CUDA), bf16 (CUDA; CPU with BF16: flare) or fp64 (CPU, hept)",
                                "SurrogateCreateFromOptions", precision, precision, sizeof(precision), nullptr));
   PetscCall(PetscOptionsBoundedInt("-surrogate_threads", "OpenMP threads per rank (0: OMP_NUM_THREADS)",
                                    "SurrogateCreateFromOptions", threads, &threads, nullptr, 0));

@@ -41,9 +41,10 @@ int check_options(const Options& o, const MpiComm& comm) {
   if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
   const Precision precision = parse_precision(o.precision);
   const int device = detail::select_device(o.device, comm);
-  if (device < 0 && (precision == Precision::tf32 || precision == Precision::bf16))
-    throw Error(ErrorCode::unsupported, "precision '" + o.precision + "' needs a CUDA device (device '" + o.device +
-                                            "' computes in fp32, or fp64 where the model offers it)");
+  if (device < 0 && precision == Precision::tf32)
+    throw Error(ErrorCode::unsupported, "precision 'tf32' needs a CUDA device (device '" + o.device +
+                                            "' computes in fp32, or bf16 / fp64 where the model and the CPU "
+                                            "offer them)");
   return device;
 }
 }  // namespace

@@ -52,14 +52,23 @@ constexpr const char* kUsage = R"(usage:
       --device D      cpu (default), cuda (each rank the GPU of its node-local rank modulo the visible
                       GPUs), cuda:N (device N of the visible ones), or cuda-emulated (the CUDA
                       kernels on the CPU: the host backend, for testing without a GPU); CUDA builds only
-      --precision P   arithmetic of the MLPs: fp32 (default), tf32 or bf16 (tensor cores, CUDA devices only),
-                      fp64 (the whole forward in double precision on the CPU; models that offer it: hept)
+      --precision P   arithmetic of the MLPs: fp32 (default), tf32 (tensor cores, CUDA devices only), bf16
+                      (tensor cores, or on CPUs with AMX-BF16 / AVX512-BF16 for flare models), fp64 (the
+                      whole forward in double precision on the CPU; models that offer it: hept)
       --allow-non-finite  write NaN/Inf predictions instead of failing (by default they are an error
                       naming the output channels, ranks and counts)
       --timing        per-rank times (min and max over the ranks) of building the plan and of the forward,
                       and the bytes the plan's exchanges moved between ranks
   surrogate version
 )";
+
+/// ", bf16 Linear layers on amx" / ", fp64" for the run line; "" for fp32.
+std::string cpu_precision_note(surrogate::Precision precision) {
+  if (precision == surrogate::Precision::fp32) return "";
+  if (precision != surrogate::Precision::bf16) return std::string(", ") + surrogate::precision_name(precision);
+  const surrogate::kernels::LinearEngine engine = surrogate::kernels::cpu_bf16().linear_engine;
+  return std::string(", bf16 Linear layers on ") + surrogate::kernels::to_string(engine);
+}
 
 std::string with_commas(long long value) {
   const std::string digits = std::to_string(value < 0 ? -value : value);
@@ -188,16 +197,18 @@ int run_predict(const std::vector<std::string>& args) {
   // is the same error on every rank.
   surrogate::collectively(comm, [&] {
     opt.run.cuda_device = surrogate::detail::select_device(opt.device, comm);
-    if (opt.run.cuda_device < 0 &&
-        (opt.run.precision == surrogate::Precision::tf32 || opt.run.precision == surrogate::Precision::bf16))
-      throw Error(ErrorCode::unsupported, std::string("--precision ") + surrogate::precision_name(opt.run.precision) +
-                                              " needs a CUDA device (--device cuda); the CPU computes in fp32 (or fp64)");
+    if (opt.run.cuda_device < 0 && opt.run.precision == surrogate::Precision::tf32)
+      throw Error(ErrorCode::unsupported, "--precision tf32 needs a CUDA device (--device cuda); the CPU computes in "
+                                          "fp32, bf16 or fp64 where the model and the CPU offer them");
   });
 
   const double t0 = MPI_Wtime();
   const surrogate::ModelFile file = surrogate::ModelFile::read(comm, opt.model);
   std::unique_ptr<surrogate::Model> model;
-  surrogate::collectively(comm, [&] { model = surrogate::make_model(file); });
+  surrogate::collectively(comm, [&] {
+    model = surrogate::make_model(file);
+    model->check_precision(opt.run);
+  });
   const double t1 = MPI_Wtime();
   surrogate::PointSlab slab = surrogate::read_point_file(comm, opt.input);
   const double t2 = MPI_Wtime();
@@ -337,7 +348,8 @@ int run_predict(const std::vector<std::string>& args) {
       << "  run         " << comm.size() << " MPI rank(s) x "
       << (opt.run.cuda_device >= 0 ? "CUDA device " + opt.device + " (" + surrogate::precision_name(opt.run.precision) + ")"
                                    : std::to_string(threads) + " OpenMP thread(s), CPU kernels " +
-                                         surrogate::kernels::to_string(surrogate::kernels::cpu().isa))
+                                         surrogate::kernels::to_string(surrogate::kernels::cpu().isa) +
+                                         cpu_precision_note(opt.run.precision))
       << ", " << (opt.run.reproducible ? "reproducible" : "default") << " mode\n"
       << "  time        load model " << fixed(t1 - t0, 3) << " s, read points " << fixed(t2 - t1, 3) << " s, predict "
       << fixed(t4 - t3, 3) << " s (" << with_commas(static_cast<long long>(slab.global_points / std::max(t4 - t3, 1e-9)))

@@ -84,10 +84,10 @@ int ResidualMlp::scratch_width() const {
 void ResidualMlp::run(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                       float* scratch_a, float* scratch_b, index_t ld_scratch, const float* extra,
                       index_t ld_extra) const {
-  // Blocks of rows small enough that a layer's input, output and weights stay in L1 together.
-  constexpr index_t kRows = 60;
-  for (index_t r0 = 0; r0 < rows; r0 += kRows)
-    run_rows(k, x + r0 * ldx, ldx, y + r0 * ldy, ldy, std::min(kRows, rows - r0), scratch_a, scratch_b, ld_scratch,
+  // Blocks of rows small enough that a layer's input, output and weights stay in cache together.
+  const index_t block = std::max(k.linear_rows, 1);
+  for (index_t r0 = 0; r0 < rows; r0 += block)
+    run_rows(k, x + r0 * ldx, ldx, y + r0 * ldy, ldy, std::min(block, rows - r0), scratch_a, scratch_b, ld_scratch,
              extra ? extra + r0 * ld_extra : nullptr, ld_extra);
 }
 

@@ -352,9 +352,19 @@ void Model::check_precision(const RunOptions& options) const {
                                               " model computes in fp32 only (fp64 is offered by the hept family)");
     return;
   }
-  if (options.cuda_device < 0 && options.precision != Precision::fp32)
-    throw Error(ErrorCode::unsupported, std::string("precision '") + precision_name(options.precision) +
-                                            "' needs a CUDA device; the CPU computes in fp32 (or fp64 where the model offers it)");
+  if (options.cuda_device >= 0 || options.precision == Precision::fp32) return;
+  if (options.precision == Precision::tf32)
+    throw Error(ErrorCode::unsupported, "precision 'tf32' needs a CUDA device; the CPU computes in fp32, bf16 (CPUs "
+                                        "with AVX512-BF16) or fp64 where the model offers them");
+  if (!supports_cpu_bf16())
+    throw Error(ErrorCode::unsupported, "precision 'bf16' on the CPU: the " + architecture_ +
+                                            " model computes in fp32 on the CPU (bf16 on the CPU is offered by the "
+                                            "flare family; on a CUDA device see share/docs/cuda.md)");
+  try {
+    (void)kernels::cpu_bf16();
+  } catch (const std::runtime_error& e) {
+    throw Error(ErrorCode::unsupported, std::string("precision 'bf16': ") + e.what());
+  }
 }
 
 Precision parse_precision(const std::string& name) {

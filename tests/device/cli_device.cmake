@@ -3,13 +3,28 @@
 #                           (rank 0 prints the error every rank agreed on; every rank exits with status 1).
 #   MODE=fail_without_gpu:  on a machine without a usable GPU (or in a build without CUDA) as MODE=fail;
 #                           where the command succeeds (a GPU is there), THEN (a check of the output) must pass.
+#   MODE=fail_without_bf16: on a CPU whose /proc/cpuinfo flags lack avx512_bf16 as MODE=fail; on one that has
+#                           them the command must succeed and THEN must pass.
 string(REPLACE "@@" ";" COMMAND "${COMMAND}")
 string(REPLACE "@@" ";" THEN "${THEN}")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 set(all "${out}${err}")
 message("${all}")
+if(MODE STREQUAL "fail_without_bf16")
+  file(STRINGS /proc/cpuinfo flags REGEX "^flags" LIMIT_COUNT 1)
+  if("${flags}" MATCHES " avx512_bf16( |$)")
+    if(NOT rc EQUAL 0)
+      message(FATAL_ERROR "this CPU has AVX512-BF16: the command should have succeeded")
+    endif()
+    set(MODE fail_without_gpu)  # checked as a success below
+    set(success "this CPU has AVX512-BF16")
+  endif()
+endif()
+if(NOT success)
+  set(success "a CUDA device is present")
+endif()
 if(MODE STREQUAL "fail_without_gpu" AND rc EQUAL 0)
-  message("the command succeeded: a CUDA device is present; checking its output")
+  message("the command succeeded: ${success}; checking its output")
   execute_process(COMMAND ${THEN} RESULT_VARIABLE rc2 OUTPUT_VARIABLE out2 ERROR_VARIABLE err2)
   message("${out2}${err2}")
   if(NOT rc2 EQUAL 0)

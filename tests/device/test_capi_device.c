@@ -4,7 +4,8 @@
  *  - with one, "cuda" opens, and predictions on the GPU match the CPU (default mode within 1e-5 of the
  *    largest value, reproducible mode too), also from CUDA device arrays (bitwise as from host arrays; both
  *    arrays on the device: the device-resident path; device inputs with host outputs: staged);
- *  - everywhere: "cuda:99" is unsupported, malformed device strings are invalid arguments. */
+ *  - everywhere: "cuda:99" is unsupported, malformed device strings are invalid arguments; tf32 on "cpu" is
+ *    refused at open, bf16 on "cpu" runs (CPUs with AVX512-BF16) or is refused by the first predict. */
 #include <math.h>
 #include <mpi.h>
 #include <stdio.h>
@@ -161,22 +162,62 @@ int main(int argc, char** argv) {
     free(coords), free(out_gpu), free(out_cpu);
   }
 
-  /* Everywhere: tf32/bf16 need a CUDA device (refused on "cpu"), unknown precisions are invalid, NULL is
-   * fp32. */
+  /* Everywhere: tf32 needs a CUDA device (refused at open on "cpu"); bf16 on "cpu" runs this FLARE model on
+   * CPUs with AVX512-BF16 (AMX where present), within the bf16 bound of the fp32 prediction, and elsewhere
+   * the first predict refuses it, naming the instructions (test_cpu_bf16 checks which applies against
+   * /proc/cpuinfo); unknown precisions are invalid, NULL is fp32. */
   {
-    const char* reduced[] = {"tf32", "bf16"};
-    for (size_t i = 0; i < 2; ++i) {
-      surrogate_options options;
-      surrogate_options_default(&options);
-      options.precision = reduced[i];
-      s = NULL;
-      rc = surrogate_open(MPI_COMM_WORLD, model, &options, &s);
-      check_agreement(rc, "precision on cpu");
-      CHECK(rc == SURROGATE_ERR_UNSUPPORTED && s == NULL, "%s on cpu: status %d: %s", reduced[i], rc,
-            surrogate_last_error());
-      CHECK(strstr(surrogate_last_error(), "needs a CUDA device") != NULL, "%s on cpu: %s", reduced[i],
-            surrogate_last_error());
+    surrogate_options tf32;
+    surrogate_options_default(&tf32);
+    tf32.precision = "tf32";
+    s = NULL;
+    rc = surrogate_open(MPI_COMM_WORLD, model, &tf32, &s);
+    check_agreement(rc, "tf32 on cpu");
+    CHECK(rc == SURROGATE_ERR_UNSUPPORTED && s == NULL, "tf32 on cpu: status %d: %s", rc, surrogate_last_error());
+    CHECK(strstr(surrogate_last_error(), "needs a CUDA device") != NULL, "tf32 on cpu: %s", surrogate_last_error());
+
+    const int64_t n_global = 300;
+    const int64_t begin = n_global * rank / size, n = n_global * (rank + 1) / size - begin;
+    double* xy = malloc(sizeof(double) * (size_t)(2 * n + 1));
+    double* y32 = malloc(sizeof(double) * (size_t)(n + 1));
+    double* y16 = malloc(sizeof(double) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; ++i) {
+      xy[2 * i] = fmod(0.6180339887 * (double)(begin + i), 1.0);
+      xy[2 * i + 1] = fmod(0.7548776662 * (double)(begin + i) + 0.1, 1.0);
     }
+    surrogate_options bf16;
+    surrogate_options_default(&bf16);
+    bf16.precision = "bf16";
+    surrogate_t h32 = NULL, h16 = NULL;
+    CHECK(open_with(model, "cpu", 0, &h32) == SURROGATE_OK, "fp32: %s", surrogate_last_error());
+    rc = surrogate_open(MPI_COMM_WORLD, model, &bf16, &h16);
+    check_agreement(rc, "bf16 on cpu: open");
+    CHECK(rc == SURROGATE_OK, "bf16 on cpu: open: %s", surrogate_last_error());
+    CHECK(surrogate_set_points_f64(h32, n, 2, xy, 2, 1, NULL, NULL) == SURROGATE_OK, "%s", surrogate_last_error());
+    CHECK(surrogate_set_points_f64(h16, n, 2, xy, 2, 1, NULL, NULL) == SURROGATE_OK, "%s", surrogate_last_error());
+    CHECK(surrogate_predict_f64(h32, xy, 2, 1, y32, 1, 1) == SURROGATE_OK, "%s", surrogate_last_error());
+    rc = surrogate_predict_f64(h16, xy, 2, 1, y16, 1, 1);
+    check_agreement(rc, "bf16 on cpu: predict");
+    if (rc == SURROGATE_OK) {
+      double worst = 0, scale = 0;
+      for (int64_t i = 0; i < n; ++i) {
+        worst = fmax(worst, fabs(y16[i] - y32[i]));
+        scale = fmax(scale, fabs(y32[i]));
+      }
+      MPI_Allreduce(MPI_IN_PLACE, &worst, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      MPI_Allreduce(MPI_IN_PLACE, &scale, 1, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+      /* cpu-bf16.md: bf16 within a few 1e-2 of float64 on the golden models; 0 would mean fp32 ran */
+      CHECK(worst > 0 && worst <= 6e-2 * scale, "bf16 vs fp32 on cpu: %.3g of %.3g", worst, scale);
+      if (rank == 0) printf("bf16 on cpu: max |bf16 - fp32| = %.3g of max |fp32| %.3g\n", worst, scale);
+    } else {
+      CHECK(rc == SURROGATE_ERR_UNSUPPORTED && strstr(surrogate_last_error(), "needs AVX512-BF16") != NULL,
+            "bf16 on cpu: status %d: %s", rc, surrogate_last_error());
+      if (rank == 0) printf("bf16 on cpu refused: \"%s\"\n", surrogate_last_error());
+    }
+    surrogate_close(&h32);
+    surrogate_close(&h16);
+    free(xy), free(y32), free(y16);
+
     surrogate_options options;
     surrogate_options_default(&options);
     CHECK(options.precision != NULL && strcmp(options.precision, "fp32") == 0, "default precision");

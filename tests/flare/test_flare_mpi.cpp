@@ -12,6 +12,7 @@
 
 #include "flare_partitions.hpp"
 #include "golden.hpp"
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 
@@ -92,6 +93,36 @@ TEST_P(FlareMpi, APlanIsReusedBitwise) {
   }
   const surrogate::Traffic& traffic = plan->traffic();
   EXPECT_EQ(traffic.sent + traffic.received + traffic.local + traffic.moves, 0u) << "FLARE moves no rows";
+}
+
+// bf16 on the CPU (share/docs/cpu-bf16.md), where the CPU has it: the BF16 Linear layers are row-local, so
+// the reproducible mode stays bitwise identical to one process for every partition and thread count.
+TEST_P(FlareMpi, Bf16ReproducibleModeDoesNotDependOnTheRanks) {
+  if (!surrogate::kernels::cpu_bf16(surrogate::kernels::LinearEngine::avx512_bf16))
+    GTEST_SKIP() << "no BF16 on this CPU: " << surrogate::kernels::bf16_unavailable_reason();
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  surrogate::SelfComm self;
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  std::vector<std::int64_t> all(static_cast<std::size_t>(c.points()));
+  std::iota(all.begin(), all.end(), 0);
+  surrogate::RunOptions exact;
+  exact.reproducible = true;
+  exact.precision = surrogate::Precision::bf16;
+  const auto single = st::predict_rows(self, *model, c, all, exact);
+  for (const Partition& p : partitions(c.points(), comm.rank(), comm.size())) {
+    for (int threads : {1, 2}) {
+      exact.threads = threads;
+      const auto out = st::predict_rows(comm, *model, c, p.rows, exact);
+      bool identical = true;
+      for (std::size_t i = 0; i < p.rows.size(); ++i)
+        for (int j = 0; j < c.out_dim; ++j)
+          identical = identical && out[i * static_cast<std::size_t>(c.out_dim) + static_cast<std::size_t>(j)] ==
+                                       single[static_cast<std::size_t>(p.rows[i] * c.out_dim + j)];
+      EXPECT_TRUE(identical) << c.name << " " << p.name << " threads " << threads << " on " << comm.size()
+                             << " ranks: bf16 reproducible mode is not bitwise identical to one process";
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Cases, FlareMpi, ::testing::ValuesIn(st::golden_case_names()),

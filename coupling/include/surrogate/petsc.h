@@ -40,7 +40,8 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
  * keys; every key takes the optional prefix, e.g. -heat_surrogate_model for prefix "heat_"):
  *   -surrogate_model <file>          the model file (required)
  *   -surrogate_device <cpu>          device string (this build: cpu)
- *   -surrogate_precision <fp32>      fp32, tf32 / bf16 (CUDA devices), fp64 (CPU; families that offer it)
+ *   -surrogate_precision <fp32>      fp32, tf32 (CUDA devices), bf16 (CUDA devices; CPUs with BF16: flare),
+ *                                    fp64 (CPU; families that offer it)
  *   -surrogate_threads <n>           OpenMP threads per rank, 0 = OMP_NUM_THREADS
  *   -surrogate_reproducible <bool>   bitwise-identical results for any rank count, partition, threads
  *   -surrogate_allow_non_finite_output <bool>  hand NaN/Inf predictions to the caller (default: an error)

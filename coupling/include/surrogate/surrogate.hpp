@@ -26,10 +26,11 @@ struct Options {
   int threads = 0;
   /// Bitwise-identical results for any number of ranks, partition and thread count.
   bool reproducible = false;
-  /// Arithmetic of the MLPs: "fp32" (default), "tf32" or "bf16" (tensor cores, FP32 accumulation; CUDA
-  /// devices only: with device "cpu" they are refused with Error(unsupported)). Accuracy: cuda.md.
-  /// "fp64": the whole forward in double precision on the CPU, for the families that offer it (hept;
-  /// the others refuse it with Error(unsupported) at the first predict).
+  /// Arithmetic of the MLPs: "fp32" (default), "tf32" (tensor cores, FP32 accumulation; CUDA devices
+  /// only: with device "cpu" it is refused with Error(unsupported)), "bf16" (tensor cores, or on CPUs
+  /// with AMX-BF16 / AVX512-BF16 for the families that offer it: flare; accuracy: cuda.md, cpu-bf16.md),
+  /// "fp64": the whole forward in double precision on the CPU, for the families that offer it (hept).
+  /// A model or CPU without the precision refuses it with Error(unsupported) at the first predict.
   std::string precision = "fp32";
   /// Hand NaN/Inf predictions to the caller; by default predict() fails on every rank, naming the output
   /// channels, ranks and counts (RunOptions::allow_non_finite_output).

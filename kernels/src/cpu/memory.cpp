@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
 #include <new>
 
 #include "surrogate/kernels/cpu.hpp"
@@ -69,8 +70,37 @@ void aligned_free(void* p, std::size_t bytes) noexcept {
   }
 }
 
+struct PackedLinear::Bf16Copy {
+  std::once_flag packed;
+  AlignedBuffer<std::uint16_t> wt;
+};
+
+namespace {
+/// BF16 nearest even of a float's bit pattern (NaN stays a quiet NaN), as the CUDA kernels round.
+std::uint16_t bf16_bits(float x) {
+  std::uint32_t u;
+  std::memcpy(&u, &x, sizeof u);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<std::uint16_t>((u >> 16) | 0x0040u);
+  return static_cast<std::uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+}  // namespace
+
+const std::uint16_t* PackedLinear::wt_bf16() const {
+  if (!bf16_) return nullptr;
+  std::call_once(bf16_->packed, [this] {
+    const int pad = in_bf16_pad();
+    AlignedBuffer<std::uint16_t> wt(static_cast<std::size_t>(pad) * out_pad_);  // zeroed: rows in()..pad
+    for (int k = 0; k < in_; ++k)
+      for (int o = 0; o < out_pad_; ++o)
+        wt[(static_cast<std::size_t>(k / 2) * out_pad_ + o) * 2 + k % 2] =
+            bf16_bits(wt_[static_cast<std::size_t>(k) * out_pad_ + o]);
+    bf16_->wt = std::move(wt);
+  });
+  return bf16_->wt.data();
+}
+
 PackedLinear::PackedLinear(const float* weight, const float* bias, int out, int in)
-    : in_(in), out_(out), out_pad_(static_cast<int>(round_up(out, kPad))) {
+    : in_(in), out_(out), out_pad_(static_cast<int>(round_up(out, kPad))), bf16_(std::make_shared<Bf16Copy>()) {
   wt_.resize(static_cast<std::size_t>(std::max(in, 1)) * out_pad_);
   bias_.resize(out_pad_);
   for (int o = 0; o < out; ++o) {

@@ -18,8 +18,9 @@ namespace surrogate {
 using index_t = std::int64_t;
 
 /// Arithmetic of the Linear layers (the MLPs): FP32 everywhere (default), or on CUDA devices the tensor
-/// cores with operands rounded to TF32 (10-bit mantissa) or BF16 (8-bit mantissa) and FP32 accumulation.
-/// Norms, softmax, the encode/decode products and the residual stream stay FP32 (share/docs/cuda.md).
+/// cores with operands rounded to TF32 (10-bit mantissa) or BF16 (8-bit mantissa) and FP32 accumulation;
+/// BF16 also on CPUs with AMX-BF16 or AVX512-BF16 (share/docs/cpu-bf16.md). Norms, softmax, the
+/// encode/decode products and the residual stream stay FP32 (share/docs/cuda.md).
 /// FP64: the whole forward in double precision on the CPU (inputs and outputs stay float), for models
 /// that need it (HEPT's shipped checkpoint, share/docs/hept.md); families without it refuse it.
 enum class Precision { fp32, tf32, bf16, fp64 };
@@ -37,8 +38,9 @@ struct RunOptions {
   /// Where the forward pass runs: -1 the CPU, otherwise the index of a CUDA device (CUDA builds only;
   /// inputs and outputs stay host arrays, the model copies them).
   int cuda_device = -1;
-  /// tf32 and bf16 need a CUDA device (cuda_device >= 0): the CPU refuses them with Error(unsupported);
-  /// fp64 is refused with Error(unsupported) by the families that do not offer it (Model::supports_fp64).
+  /// tf32 needs a CUDA device (cuda_device >= 0); bf16 runs on a CUDA device or, for the families that
+  /// offer it (Model::supports_cpu_bf16), on a CPU with AMX-BF16 or AVX512-BF16; fp64 is refused by the
+  /// families that do not offer it (Model::supports_fp64). Refusals are Error(unsupported).
   Precision precision = Precision::fp32;
   /// Hand NaN/Inf predictions to the caller instead of failing (default: predict() checks its outputs and
   /// throws Error(input) on every rank, naming the channels, ranks and counts).
@@ -177,6 +179,11 @@ class Model {
   /// True when the family runs Precision::fp64 (in double precision on the CPU); predict() refuses fp64
   /// with Error(unsupported) on every rank for the others.
   virtual bool supports_fp64() const { return false; }
+  /// True when the family runs Precision::bf16 on the CPU (its Linear layers on kernels::cpu_bf16()).
+  virtual bool supports_cpu_bf16() const { return false; }
+  /// Throws Error(unsupported), naming the model and what is missing, when this model cannot run with
+  /// the precision and device of `options` on this machine (not collective; predict() agrees it).
+  void check_precision(const RunOptions& options) const;
 
   /// Values per sample the model takes besides the per-point inputs (Sequoia's class vector), 0 for most
   /// models; and values per sample it outputs when its output is one row per sample (a classification,
@@ -279,8 +286,6 @@ class Model {
   /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
   /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
   void throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_t>& bad, bool outputs) const;
-  /// Throws Error(unsupported) for a precision this model cannot run with these options.
-  void check_precision(const RunOptions& options) const;
 
  private:
   std::string architecture_;

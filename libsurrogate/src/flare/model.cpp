@@ -19,6 +19,7 @@ class Model final : public surrogate::Model {
   explicit Model(const ModelFile& file);
   index_t parameter_count() const override { return parameters_; }
   std::vector<std::pair<std::string, std::string>> describe() const override { return cfg_.describe(); }
+  bool supports_cpu_bf16() const override { return true; }
 
  protected:
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,

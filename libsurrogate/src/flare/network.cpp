@@ -218,7 +218,8 @@ void Network::encode_exact(const CpuKernels& k, const Plan& plan, int b, const T
 
 void Network::forward(const Comm& comm, const Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                       const RunOptions& options) {
-  const CpuKernels& k = kernels::cpu();
+  // bf16: the Linear layers on BF16 operands (Model::check_precision found the instructions).
+  const CpuKernels& k = options.precision == Precision::bf16 ? kernels::cpu_bf16() : kernels::cpu();
   const bool reproducible = options.reproducible;
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   collectively(comm, [&] { prepare(plan, threads, reproducible); });

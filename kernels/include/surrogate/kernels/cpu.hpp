@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
 
@@ -25,6 +26,10 @@ constexpr index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 enum class Activation : std::uint8_t { none, gelu_tanh, silu, gelu_erf };
 enum class Isa : std::uint8_t { generic, avx2, avx512 };
 const char* to_string(Isa isa) noexcept;
+/// What runs the Linear layers of a kernel table: FP32 FMAs, or BF16 operands with FP32 accumulation on
+/// AMX tiles (TDPBF16PS) or AVX512-BF16 dot products (VDPBF16PS).
+enum class LinearEngine : std::uint8_t { fp32, amx_bf16, avx512_bf16 };
+const char* to_string(LinearEngine engine) noexcept;
 
 /// A torch.nn.Linear packed for the kernels: W^T as [in][out_pad] and the bias padded with zeros.
 class PackedLinear {
@@ -37,10 +42,18 @@ class PackedLinear {
   int out_pad() const noexcept { return out_pad_; }
   const float* wt() const noexcept { return wt_.data(); }
   const float* bias() const noexcept { return bias_.data(); }
+  /// W^T rounded to BF16 (nearest even) in pairs of inputs, the operand layout of TDPBF16PS and
+  /// VDPBF16PS: element (k, o) at [(k / 2) * out_pad + o] * 2 + k % 2, in_bf16_pad() rows, rows from in()
+  /// on zero. Built on the first call (thread-safe), so FP32-only users never pay for it.
+  const std::uint16_t* wt_bf16() const;
+  /// in() rounded up to the 32 inputs of one AMX tile.
+  int in_bf16_pad() const noexcept { return static_cast<int>(round_up(in_, 32)); }
 
  private:
+  struct Bf16Copy;
   int in_ = 0, out_ = 0, out_pad_ = 0;
   AlignedBuffer<float> wt_, bias_;
+  std::shared_ptr<Bf16Copy> bf16_;  // created with the weights; packed on first use
 };
 
 /// y = act(x W^T + b) [+ add1] [+ add2], over `rows` rows; y gets the full padded width.
@@ -324,6 +337,10 @@ struct LinearF64Args {
 struct CpuKernels {
   Isa isa = Isa::generic;
   int simd_width = 4;
+  LinearEngine linear_engine = LinearEngine::fp32;
+  /// Rows per `linear` call that suit the engine (a layer's operands stay in cache; AMX amortises its
+  /// tile work over more rows): what chains of layers such as ResidualMlp pass at a time.
+  int linear_rows = 60;
   void (*linear)(const LinearArgs&) = nullptr;
   void (*norm)(const NormArgs&) = nullptr;
   void (*latent_encode)(const LatentEncodeArgs&) = nullptr;
@@ -360,6 +377,19 @@ void replace_cpu_kernels(const CpuKernels* table) noexcept;
 /// The kernels of one instruction set, or nullptr when this CPU cannot run it.
 const CpuKernels* cpu(Isa isa) noexcept;
 Isa best_cpu_isa() noexcept;
+
+/// cpu() with `linear` replaced by the BF16 Linear layers: x and W rounded to BF16 (nearest even; the
+/// instructions read subnormal BF16 operands as zero), products accumulated in FP32, then the bias, the
+/// activation and the residuals in FP32, as the CUDA tensor-core MLP (Precision::bf16). The engine is the
+/// best this CPU and its operating system offer (AMX-BF16, else AVX512-BF16); SURROGATE_CPU_BF16 (amx,
+/// avx512bf16) selects one. Throws std::runtime_error naming what is missing when there is none, or when
+/// SURROGATE_CPU_BF16 asks for one this CPU lacks.
+const CpuKernels& cpu_bf16();
+/// The BF16 kernels of one engine, or nullptr when this CPU (or its operating system) cannot run them
+/// (throws only what cpu() throws).
+const CpuKernels* cpu_bf16(LinearEngine engine);
+/// Why cpu_bf16() is unavailable on this CPU ("" when it is available).
+const char* bf16_unavailable_reason() noexcept;
 
 /// Row-major single-precision GEMM through BLAS: C = alpha A B^T + beta C with A (m x k), B (n x k).
 /// Used where a general GEMM wins and as an independent reference in tests.
