@@ -11,24 +11,19 @@
 
 namespace surrogate::bench {
 namespace {
-#if defined(__AVX512F__)
-constexpr int kWidth = 16;
-#elif defined(__AVX2__)
-constexpr int kWidth = 8;
-#else
-constexpr int kWidth = 4;
-#endif
-typedef float vf __attribute__((vector_size(kWidth * 4)));
-
 double thread_cpu_seconds() {
   timespec t{};
   clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
   return static_cast<double>(t.tv_sec) + 1e-9 * static_cast<double>(t.tv_nsec);
 }
-}  // namespace
 
-double fma_gflops_one_thread() {
-  // 12 independent accumulator chains hide the FMA latency.
+typedef float vf4 __attribute__((vector_size(16)));
+typedef float vf8 __attribute__((vector_size(32)));
+typedef float vf16 __attribute__((vector_size(64)));
+
+/// FMA throughput with vectors vf (W floats); 12 independent accumulator chains hide the FMA latency.
+template <class vf, int W = sizeof(vf) / sizeof(float)>
+double fma_gflops_with_width() {
   constexpr int kChains = 12;
   vf acc[kChains];
   for (int c = 0; c < kChains; ++c) acc[c] = vf{} + 1.0f + 0.001f * static_cast<float>(c);
@@ -43,7 +38,20 @@ double fma_gflops_one_thread() {
   float sink = 0;
   for (int c = 0; c < kChains; ++c) sink += acc[c][0];
   asm volatile("" ::"r"(sink));
-  return 2.0 * kWidth * kChains * static_cast<double>(iterations) / t * 1e-9;
+  return 2.0 * W * kChains * static_cast<double>(iterations) / t * 1e-9;
+}
+}  // namespace
+
+double fma_gflops_one_thread() {
+  // The vector width of the kernels SURROGATE_CPU_ISA selects (on a CPU with 512-bit FMA units the AVX2
+  // kernels' limit is the 256-bit one), capped by what this build's -march=native offers.
+#if defined(__AVX512F__)
+  if (kernels::cpu().simd_width >= 16) return fma_gflops_with_width<vf16>();
+#endif
+#if defined(__AVX2__)
+  if (kernels::cpu().simd_width >= 8) return fma_gflops_with_width<vf8>();
+#endif
+  return fma_gflops_with_width<vf4>();
 }
 
 double exp_gexps_one_thread() {
