@@ -133,6 +133,11 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
       if (coords.present && features.shape[0] != coords.shape[0])
         throw Error(ErrorCode::input, "'" + path + "': /coords has " + std::to_string(coords.shape[0]) +
                                           " rows but /features has " + std::to_string(features.shape[0]));
+      // Without /coords the rows of /features are the points: with no column, no byte of the file would
+      // back their number (a declared shape (2^33, 0) would otherwise make 2^33 points).
+      if (!coords.present && features.shape[1] == 0 && features.shape[0] > 0)
+        throw Error(ErrorCode::format, "'" + path + "': /features has " + std::to_string(features.shape[0]) +
+                                           " rows but no column, and there is no /coords: the points hold no data");
     }
     const std::int64_t n = coords.present ? coords.shape[0] : features.shape[0];
     if (batch.present) {
@@ -177,7 +182,8 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
     slab.has_features = true;
     slab.channels = static_cast<int>(features.shape[1]);
     slab.features.resize(static_cast<std::size_t>(slab.count * slab.channels));
-    read_rows(file, "features", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.channels, slab.features.data(), path);
+    if (slab.channels > 0)
+      read_rows(file, "features", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.channels, slab.features.data(), path);
   }
   if (sample_features.present) {  // every rank reads all of it
     slab.has_sample_features = true;
@@ -190,7 +196,9 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   if (target.present) {
     slab.target_channels = static_cast<int>(target.shape[1]);
     slab.target.resize(static_cast<std::size_t>(slab.count * slab.target_channels));
-    read_rows(file, "target", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.target_channels, slab.target.data(), path);
+    if (slab.target_channels > 0)
+      read_rows(file, "target", H5T_NATIVE_FLOAT, slab.offset, slab.count, slab.target_channels, slab.target.data(),
+                path);
   }
   if (edges.present) {
     slab.has_edges = true;

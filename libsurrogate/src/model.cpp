@@ -50,7 +50,10 @@ SampleLayout SampleLayout::build(const Comm& comm, index_t local_points, const s
                                       std::to_string(layout.global_points_) + " points");
   const index_t samples = max_id + 1;
   std::vector<std::int64_t> counts(static_cast<std::size_t>(samples), 0);
-  for (index_t i = 0; i < local_points; ++i) ++counts[static_cast<std::size_t>(sample_ids ? sample_ids[i] : 0)];
+  if (sample_ids)
+    for (index_t i = 0; i < local_points; ++i) ++counts[static_cast<std::size_t>(sample_ids[i])];
+  else if (samples > 0)
+    counts[0] = local_points;
   std::vector<std::int64_t> local_counts = counts;
   comm.allreduce(std::span<std::int64_t>(counts), ReduceOp::sum);
   for (index_t s = 0; s < samples; ++s)

@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
                {{"coords", {4, 2}, {0, 0, 1, 0, 0, 1, 1, 1}}, {"batch_idx", {4}, {0, 1, 0, 1}, true}});
     write_file((out / "points_no_coords.h5").string(), {{"features", {3, 2}, {0, 0, 1, 0, 0, 1}}});
     write_file((out / "points_no_coords_no_features.h5").string(), {{"batch_idx", {3}, {0, 0, 0}, true}});
+    // 2.7e9 rows of no column and no /coords: a point count no byte of the file backs (found by the fuzzer)
+    write_file((out / "points_features_no_column.h5").string(), {{"features", {2701131777, 0}, {}}});
   } catch (const std::exception& e) {
     std::cerr << "make_cli_inputs: " << e.what() << "\n";
     return 1;
