@@ -11,6 +11,7 @@
 
 #include "h5_io.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
 
 using surrogate::Error;
@@ -198,6 +199,23 @@ TEST(HeptModel, GraphBelowBlockSizeIsRefused) {
   expect_error(last, "hept: sample 1 has 20 points, fewer than the block size 32");
   Case alone("degenerate", "/golden/small_graph_alone");
   expect_error(alone, "hept: sample 0 has 20 points");
+}
+
+// A block size far beyond the official configurations' (found by the fuzzer: 65,535, where a 10-hit graph
+// padded to one bucket took minutes) is refused when the model is built, naming the attribute and range.
+TEST(HeptModel, OversizedBlockSizeIsRefused) {
+  ModelFile file = ModelFile::read(path_of("src_small"));
+  file.config.set("block_size", std::int64_t{65535});
+  try {
+    (void)surrogate::make_model(file);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::format);
+    EXPECT_NE(std::string(e.what()).find("'block_size' must be an integer in 1..4096, found 65535"), std::string::npos)
+        << e.what();
+  }
+  file.config.set("block_size", std::int64_t{surrogate::hept::kMaxBlockSize});
+  EXPECT_NO_THROW((void)surrogate::make_model(file));
 }
 
 // NaN coordinates: refused by the plan (the official code runs and gives NaN in the NaN hit's buckets).

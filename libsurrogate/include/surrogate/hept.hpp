@@ -14,6 +14,10 @@
 
 namespace surrogate::hept {
 
+/// Largest accepted block_size (bucket size): a bucket's attention is quadratic in it and a graph is padded
+/// to whole buckets (the official configurations use 100).
+inline constexpr int kMaxBlockSize = 4096;
+
 /// The /config attributes of a HEPT model file (the official Transformer's constructor arguments).
 struct Config {
   /// `example`: the official example/ code (padding by duplication, bit-packed region codes); `src`: the

@@ -46,7 +46,8 @@ Config Config::from_attributes(const AttributeMap& a) {
   if (classes < 0 || classes > (1 << 20) || (classes > 0 && c.layout == Layout::src))
     throw Error(ErrorCode::format, "/config attribute 'num_classes' must be 0 (no out_proj) or positive");
   c.num_classes = static_cast<int>(classes);
-  c.block_size = positive("block_size");
+  // Beyond kMaxBlockSize a tiny graph, padded to one bucket, would already ask for runaway work.
+  c.block_size = positive("block_size", kMaxBlockSize);
   c.n_hashes = positive("n_hashes", 64);
   c.num_heads = positive("num_heads", 256);
   c.h_dim = positive("h_dim", 4096);
