@@ -114,6 +114,32 @@ TEST(HierarchyErrors, NonFiniteCoordinateIsAnInputError) {
   EXPECT_THROW(sq::build_sample_hierarchy(points.data(), 0, 3, 3), surrogate::Error);
 }
 
+TEST(HierarchyErrors, NoExtentAtALargeMagnitudeIsAnInputError) {
+  // Found by the fuzzer: every x at 1e30, where float32 cannot add the 1e-6 margin, gave a zero step and
+  // NaN voxel coordinates (undefined behaviour converting them to int32; the official code hashes garbage).
+  const std::vector<float> points = {1e30f, 0.1f, 0.2f, 1e30f, 0.5f, 0.7f, 1e30f, 0.9f, 0.3f};
+  try {
+    sq::build_sample_hierarchy(points.data(), 3, 3, 3, "sample 0");
+    FAIL() << "no error";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("sample 0: the points span no extent along axis 0"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(HierarchyErrors, MoreVoxelsPerAxisThanInt32IsRefused) {
+  const std::vector<float> points = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  EXPECT_NO_THROW(sq::build_sample_hierarchy(points.data(), 2, 2, 31));  // 2^30 voxels per axis
+  try {
+    sq::build_sample_hierarchy(points.data(), 2, 1024, 5);  // 2^40
+    FAIL() << "no error";
+  } catch (const surrogate::Error& e) {
+    EXPECT_NE(std::string(e.what()).find("1024^4 voxels per axis exceed int32 coordinates"), std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Fnv, MultiplyThenXorSignExtended) {
   // h = ((basis * prime) ^ -1) computed by hand in unsigned 64-bit arithmetic.
   const std::int64_t col[1] = {-1};

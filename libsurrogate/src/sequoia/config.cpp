@@ -1,5 +1,6 @@
 // Sequoia's /config (the reference's `args` names) and the tensors it implies (share/docs/model-format.md,
 // "Sequoia"; the official state_dict keys, reference-models.md §2.6).
+#include <cmath>
 #include <string>
 
 #include "surrogate/error.hpp"
@@ -44,6 +45,13 @@ Config Config::from_file(const ModelFile& file) {
   c.depth = get("depth", 2, 12);
   c.layers = get("layers", 1, 1 << 10);
   c.divide = get("divide", 2, 1 << 10);
+  // Voxel coordinates are int32 (as the official torch code's): the deepest level's divide^(depth-1)
+  // voxels per axis must fit.
+  if (std::pow(static_cast<double>(c.divide), c.depth - 1) >= 2147483648.0)
+    throw Error(ErrorCode::format, "/config: 'divide' " + std::to_string(c.divide) + " and 'depth' " +
+                                       std::to_string(c.depth) + " give " + std::to_string(c.divide) + "^" +
+                                       std::to_string(c.depth - 1) +
+                                       " voxels per axis at the deepest level, beyond the int32 voxel coordinates");
   if (c.dim % c.heads != 0)
     throw Error(ErrorCode::format, "/config: 'dim' (" + std::to_string(c.dim) + ") must be a multiple of 'heads' (" +
                                        std::to_string(c.heads) + ")");

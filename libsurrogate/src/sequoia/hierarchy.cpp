@@ -78,6 +78,14 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
     s.lo[a] = mn - 1e-6f;
     s.hi[a] = mx + 1e-6f;
   }
+  if (std::pow(static_cast<double>(divide), depth - 1) >= 2147483648.0)
+    throw Error(ErrorCode::invalid_argument, "sequoia hierarchy: divide^(depth-1) = " + std::to_string(divide) + "^" +
+                                                 std::to_string(depth - 1) + " voxels per axis exceed int32 coordinates");
+  for (int a = 0; a < 3; ++a)
+    if (!(s.hi[a] > s.lo[a]))  // coordinates so large that the +-1e-6 margin vanishes, all equal on this axis
+      throw Error(ErrorCode::input, "sequoia hierarchy: " + what + ": the points span no extent along axis " +
+                                        std::to_string(a) + " (all at " + std::to_string(s.lo[a]) +
+                                        ", where float32 cannot add the 1e-6 margin): no voxel can be formed");
   s.steps.resize(static_cast<std::size_t>(depth) * 3);
   float cells = 1.0f;
   for (int l = 0; l < depth; ++l, cells *= static_cast<float>(divide))
@@ -93,6 +101,10 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
       for (int a = 0; a < 3; ++a) {
         const float shifted = points[j * 3 + a] - s.lo[a];
         const float v = std::trunc(shifted / s.steps[static_cast<std::size_t>(l * 3 + a)]);
+        if (!(v >= 0.0f && v < 2147483648.0f))  // a step that underflowed to 0 (a tiny extent at a large magnitude)
+          throw Error(ErrorCode::input, "sequoia hierarchy: " + what + ", point " + std::to_string(j) +
+                                            ": voxel coordinate " + std::to_string(v) + " on axis " + std::to_string(a) +
+                                            " at level " + std::to_string(l) + " is outside the int32 range");
         s.voxel_coords[r * 3 + static_cast<std::size_t>(a)] = static_cast<std::int32_t>(v);
         cols[a] = static_cast<std::int32_t>(v);
       }
