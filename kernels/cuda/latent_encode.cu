@@ -211,9 +211,15 @@ __global__ void max_merge_kernel(int H, int M, int slices, const float* part_max
 }
 
 /// Adds the fixed-point image of t (hi = trunc(t 2^a), lo = trunc((t 2^a - hi) 2^b)), as the CPU's
-/// quantize_add. t 2^a is exact (a power of two); |t 2^a| < 2^61, so hi and the remainder are exact.
-__device__ __forceinline__ void quantize_add(double t, double hi_mult, double lo_mult, long long& hi, long long& lo) {
+/// quantize_add. t 2^a is exact (a power of two); |t 2^a| < 2^61, so hi and the remainder are exact. A term
+/// whose image does not fit (NaN, Inf, beyond the scale's maximum) is counted in `bad` instead.
+__device__ __forceinline__ void quantize_add(double t, double hi_mult, double lo_mult, long long& hi, long long& lo,
+                                             long long& bad) {
   const double scaled = t * hi_mult;
+  if (!(fabs(scaled) < 0x1p62)) {
+    ++bad;
+    return;
+  }
   const long long h = __double2ll_rz(scaled);
   const double rem = scaled - static_cast<double>(h);
   hi += h;
@@ -223,7 +229,8 @@ __device__ __forceinline__ void quantize_add(double t, double hi_mult, double lo
 template <int kMaxE>
 __global__ void __launch_bounds__(kMaxThreads) exact_kernel(LatentProblem p, EncodeShape s, const float* max,
                                                             SegmentInfo seg, const ExactScale* sum_scale,
-                                                            const ExactScale* value_scale, std::int64_t* acc) {
+                                                            const ExactScale* value_scale, std::int64_t* acc,
+                                                            std::int64_t* bad_out) {
   __shared__ float ks[kTile];
   __shared__ double vs[kTile];
   const LatentChunk chunk = p.chunks[blockIdx.x];
@@ -238,7 +245,7 @@ __global__ void __launch_bounds__(kMaxThreads) exact_kernel(LatentProblem p, Enc
   const ExactScale vsc = value_scale[static_cast<std::size_t>(chunk.segment) * p.H + h];
   const double s_hi = ldexp(1.0, ss.hi_bits), s_lo = ldexp(1.0, ss.lo_bits);
   const double v_hi = ldexp(1.0, vsc.hi_bits), v_lo = ldexp(1.0, vsc.lo_bits);
-  long long hi[kMaxE + 1], lo[kMaxE + 1];
+  long long hi[kMaxE + 1], lo[kMaxE + 1], bad = 0;
 #pragma unroll
   for (int c = 0; c <= kMaxE; ++c) hi[c] = lo[c] = 0;
   const int tile_rows = kTile / E;
@@ -251,10 +258,10 @@ __global__ void __launch_bounds__(kMaxThreads) exact_kernel(LatentProblem p, Enc
     for (int r = t.g; r < n; r += s.slices) {
       // the same logit as pass 1, so l <= ref exactly
       const double pd = detail::exp_nonpositive(detail::logit<kMaxE>(q, ks + r * E, E) - ref);
-      quantize_add(pd, s_hi, s_lo, hi[0], lo[0]);
+      quantize_add(pd, s_hi, s_lo, hi[0], lo[0], bad);
 #pragma unroll
       for (int e = 0; e < kMaxE; ++e)
-        if (e < E) quantize_add(pd * vs[r * E + e], v_hi, v_lo, hi[1 + e], lo[1 + e]);  // exact product
+        if (e < E) quantize_add(pd * vs[r * E + e], v_hi, v_lo, hi[1 + e], lo[1 + e], bad);  // exact product
     }
   }
   if (!t.active) return;
@@ -266,14 +273,16 @@ __global__ void __launch_bounds__(kMaxThreads) exact_kernel(LatentProblem p, Enc
     atomicAdd(out + 2 * c, static_cast<unsigned long long>(hi[c]));
     atomicAdd(out + 2 * c + 1, static_cast<unsigned long long>(lo[c]));
   }
+  if (bad) atomicAdd(reinterpret_cast<unsigned long long*>(bad_out) + entry, static_cast<unsigned long long>(bad));
 }
 
 __device__ __forceinline__ double exact_value(long long hi, long long lo, ExactScale s) {
   return ldexp(static_cast<double>(hi), -s.hi_bits) + ldexp(static_cast<double>(lo), -(s.hi_bits + s.lo_bits));
 }
 
-__global__ void exact_finalize_kernel(const std::int64_t* acc, SegmentInfo seg, const ExactScale* sum_scale,
-                                      const ExactScale* value_scale, int H, int M, int E, float* z) {
+__global__ void exact_finalize_kernel(const std::int64_t* acc, const std::int64_t* bad, SegmentInfo seg,
+                                      const ExactScale* sum_scale, const ExactScale* value_scale, int H, int M, int E,
+                                      float* z) {
   const std::size_t i = static_cast<std::size_t>(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= static_cast<std::size_t>(seg.segments) * H * M * E) return;
   const int e = static_cast<int>(i % E);
@@ -285,7 +294,7 @@ __global__ void exact_finalize_kernel(const std::int64_t* acc, SegmentInfo seg, 
   const long long* a = reinterpret_cast<const long long*>(acc) + o * (static_cast<std::size_t>(E) + 1) * 2;
   const double total = exact_value(a[0], a[1], sum_scale[s]);
   const double weighted = exact_value(a[2 * (1 + e)], a[2 * (1 + e) + 1], value_scale[static_cast<std::size_t>(s) * H + h]);
-  z[i] = static_cast<float>(weighted / total);
+  z[i] = bad[o] > 0 ? __int_as_float(0x7fc00000) : static_cast<float>(weighted / total);  // a term did not fit: NaN
 }
 
 unsigned blocks_for(std::size_t threads, int per_block) {
@@ -366,24 +375,26 @@ void latent_max_merge(const LatentProblem& p, const float* part_max, const float
 }
 
 void latent_encode_exact(const LatentProblem& p, const float* max, const SegmentInfo& seg, const ExactScale* sum_scale,
-                         const ExactScale* value_scale, std::int64_t* acc, cudaStream_t stream) {
-  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_exact(p, max, seg, sum_scale, value_scale, acc, stream));
+                         const ExactScale* value_scale, std::int64_t* acc, std::int64_t* bad, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_encode_exact(p, max, seg, sum_scale, value_scale, acc, bad, stream));
   check_problem(p);
   if (p.num_chunks == 0) return;
   const EncodeShape s = encode_shape(p.M);
   const dim3 grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.H), static_cast<unsigned>(s.groups));
   dispatch_head_dim(p.E, [&]<int kMaxE>() {
-    launch(exact_kernel<kMaxE>, grid, s.threads, 0, stream, p, s, max, seg, sum_scale, value_scale, acc);
+    launch(exact_kernel<kMaxE>, grid, s.threads, 0, stream, p, s, max, seg, sum_scale, value_scale, acc, bad);
   });
   check_launch("exact_kernel");
 }
 
-void latent_exact_finalize(const std::int64_t* acc, const SegmentInfo& seg, const ExactScale* sum_scale,
-                           const ExactScale* value_scale, int H, int M, int E, float* z, cudaStream_t stream) {
-  SURROGATE_CUDA_ON_HOST_BACKEND(stream, latent_exact_finalize(acc, seg, sum_scale, value_scale, H, M, E, z, stream));
+void latent_exact_finalize(const std::int64_t* acc, const std::int64_t* bad, const SegmentInfo& seg,
+                           const ExactScale* sum_scale, const ExactScale* value_scale, int H, int M, int E, float* z,
+                           cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream,
+                                 latent_exact_finalize(acc, bad, seg, sum_scale, value_scale, H, M, E, z, stream));
   const std::size_t n = static_cast<std::size_t>(seg.segments) * H * M * E;
   if (n == 0) return;
-  launch(exact_finalize_kernel, blocks_for(n, 256), 256, 0, stream, acc, seg, sum_scale, value_scale, H, M, E, z);
+  launch(exact_finalize_kernel, blocks_for(n, 256), 256, 0, stream, acc, bad, seg, sum_scale, value_scale, H, M, E, z);
   check_launch("exact_finalize_kernel");
 }
 

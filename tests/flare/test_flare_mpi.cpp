@@ -219,6 +219,27 @@ TEST(FlareMpiErrors, NonFinitePredictionsAreAnAgreedErrorUnlessAllowed) {
   for (const float v : out) EXPECT_FALSE(std::isfinite(v));
 }
 
+// Finite inputs that overflow inside the network (found by the fuzzer: the reproducible encode then
+// overflowed its int64 sums, undefined behaviour): in both modes the agreed non-finite-prediction error.
+TEST(FlareMpiErrors, ActivationsOverflowingToInfAreAnAgreedErrorInBothModes) {
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  gather(c, partitions(c.points(), comm.rank(), comm.size())[0].rows, in, ids);
+  for (float& v : in) v = 3e38f;
+  const auto layout = surrogate::SampleLayout::build(comm, static_cast<std::int64_t>(ids.size()), ids.data());
+  std::vector<float> out(ids.size());
+  for (bool reproducible : {false, true}) {
+    surrogate::RunOptions options;
+    options.reproducible = reproducible;
+    const Error e = expect_error_everywhere(comm, [&] { model->predict(comm, layout, in.data(), 2, out.data(), 1, options); });
+    EXPECT_EQ(e.code(), ErrorCode::input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite predictions"), std::string::npos) << e.what();
+  }
+}
+
 TEST(FlareMpiErrors, APlanOfAnotherModelIsRefusedOnAll) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   const st::GoldenCase c = st::load_golden_case("default");

@@ -243,6 +243,33 @@ TEST(FlareMpiGpuErrors, BadDeviceInputsOnSomeRanksAreAgreed) {
 // An output std of 1e300 overflows float32 at every point: predictions into device arrays are the same
 // agreed Error(input) as predict()'s on host arrays, with every rank's count, unless
 // allow_non_finite_output hands them over.
+// Finite inputs that overflow inside the network: in both modes the agreed non-finite-prediction error (the
+// reproducible encode counts the terms whose fixed-point image does not fit and gives NaN, as the CPU).
+TEST(FlareMpiGpuErrors, ActivationsOverflowingToInfAreAnAgreedErrorInBothModes) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));
+  const auto rows = partitions(c.points(), comm.rank(), comm.size())[0].rows;
+  std::vector<float> in;
+  std::vector<std::int64_t> ids;
+  gather(c, rows, in, ids);
+  for (float& v : in) v = 3e38f;
+  const auto n = static_cast<std::int64_t>(rows.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, ids.data());
+  std::vector<float> out(static_cast<std::size_t>(n * c.out_dim));
+  for (bool reproducible : {false, true}) {
+    surrogate::RunOptions options;
+    options.cuda_device = st::local_device();
+    options.reproducible = reproducible;
+    const surrogate::Error e = error_everywhere(comm, [&] {
+      model->predict(comm, layout, in.data(), c.in_dim, out.data(), c.out_dim, options);
+    });
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("non-finite predictions"), std::string::npos) << e.what();
+  }
+}
+
 TEST(FlareMpiGpuErrors, NonFiniteDevicePredictionsAreAgreedUnlessAllowed) {
   SURROGATE_SKIP_WITHOUT_GPU();
   surrogate::MpiComm comm(MPI_COMM_WORLD);

@@ -432,11 +432,14 @@ ExactEncode gpu_exact_encode(const LatentData& d, int chunk_rows) {
     for (int h = 0; h < d.H; ++h) scales[S + s * d.H + h] = k::exact_scale(d.seg_rows[s], vmax[(s + 1) * d.H + h]);
   }
   auto dscales = to_device(scales);
-  cu::DeviceBuffer<std::int64_t> acc(B * hm * width * 2, st::test_device());
+  cu::DeviceBuffer<std::int64_t> acc(B * hm * width * 2, st::test_device()), bad(B * hm, st::test_device());
   cu::zero(acc.data(), acc.bytes(), nullptr);
-  cu::latent_encode_exact(dl.p, maxima.data(), dl.seg, dscales.data(), dscales.data() + S, acc.data(), nullptr);
+  cu::zero(bad.data(), bad.bytes(), nullptr);
+  cu::latent_encode_exact(dl.p, maxima.data(), dl.seg, dscales.data(), dscales.data() + S, acc.data(), bad.data(),
+                          nullptr);
   cu::DeviceBuffer<float> z(S * hm * d.E, st::test_device());
-  cu::latent_exact_finalize(acc.data(), dl.seg, dscales.data(), dscales.data() + S, d.H, d.M, d.E, z.data(), nullptr);
+  cu::latent_exact_finalize(acc.data(), bad.data(), dl.seg, dscales.data(), dscales.data() + S, d.H, d.M, d.E, z.data(),
+                            nullptr);
   return {to_host(acc.data(), acc.size()), to_host(z.data(), z.size())};
 }
 
@@ -539,6 +542,21 @@ TEST_F(GpuKernels, ReproducibleEncodeIsBitwiseIndependentOfTheChunks) {
       EXPECT_EQ(other.acc, base.acc) << "fixed-point sums differ with chunks of " << chunk_rows << " rows";
       EXPECT_EQ(other.z, base.z) << "chunks of " << chunk_rows;
     }
+  }
+}
+
+// A term whose fixed-point image does not fit (a NaN value) makes its latents NaN, as on the CPU; the other
+// head is untouched.
+TEST_F(GpuKernels, ReproducibleEncodeGivesNaNWhereATermDoesNotFit) {
+  std::mt19937 gen(7);
+  LatentData d(2, 16, 8, {50}, gen);
+  d.v[static_cast<std::size_t>(3 * d.C + 1 * d.E + 2)] = NAN;  // row 3, head 1, channel 2
+  const auto ref = cpu_encode(d, true);
+  const ExactEncode got = gpu_exact_encode(d, 1 << 30);
+  const std::size_t per_head = static_cast<std::size_t>(d.M) * d.E;
+  for (std::size_t i = 0; i < per_head; ++i) {
+    ASSERT_LE(std::abs(got.z[i] - ref[i]), 1e-5f * d.max_abs_v()) << "head 0, entry " << i;
+    ASSERT_TRUE(std::isnan(got.z[per_head + i])) << "head 1, entry " << i;
   }
 }
 

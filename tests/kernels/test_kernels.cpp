@@ -589,6 +589,53 @@ TEST_P(KernelTest, ExactEncodeIsIndependentOfHowPointsAreSplit) {
   }
 }
 
+// Terms whose fixed-point image does not fit (found by the fuzzer: an Inf activation made the reproducible
+// encode overflow its int64 sums, undefined behaviour): left out and counted. A NaN value leaves out that
+// channel's term of its row, NaN keys the whole row: the sums are those of the data without them.
+TEST_P(KernelTest, ExactEncodeCountsTermsThatDoNotFit) {
+  std::mt19937 gen(17);
+  const LatentData d(LatentCase{64, 8, 33}, gen);
+  const float vmax = 1.0f;  // above every |value| of LatentData
+  auto run = [&](const std::vector<float>& keys, const std::vector<float>& values, k::index_t rows,
+                 std::vector<std::int64_t>& bad) {
+    std::vector<std::int64_t> acc(static_cast<std::size_t>(d.M) * (d.E + 1) * 2, 0);
+    const std::vector<float> ref_max(static_cast<std::size_t>(d.M), 100.0f);  // above every logit
+    bad.assign(static_cast<std::size_t>(d.M), 0);
+    k::LatentExactArgs a;
+    a.q = d.q.data();
+    a.M = d.M;
+    a.E = d.E;
+    a.k = keys.data();
+    a.ldk = d.ld;
+    a.v = values.data();
+    a.ldv = d.ld;
+    a.rows = rows;
+    a.ref_max = ref_max.data();
+    a.sum_scale = k::exact_scale(d.n, 1.0);
+    a.value_scale = k::exact_scale(d.n, vmax);
+    a.acc = acc.data();
+    a.bad = bad.data();
+    kern().latent_encode_exact(a);
+    return acc;
+  };
+  std::vector<float> keys = d.keys, values = d.values;
+  values[static_cast<std::size_t>(0 * d.ld + 1)] = std::numeric_limits<float>::quiet_NaN();  // row 0, channel 1
+  for (int e = 0; e < d.E; ++e) keys[static_cast<std::size_t>(2 * d.ld + e)] = std::numeric_limits<float>::quiet_NaN();
+  std::vector<std::int64_t> bad, none;
+  const auto got = run(keys, values, d.n, bad);
+  for (int m = 0; m < d.M; ++m) EXPECT_EQ(bad[static_cast<std::size_t>(m)], 1 + (1 + d.E)) << "latent " << m;
+  // the reference: row 0's channel 1 zero, row 2 removed
+  std::vector<float> ref_keys, ref_values;
+  for (k::index_t i = 0; i < d.n; ++i) {
+    if (i == 2) continue;
+    ref_keys.insert(ref_keys.end(), d.keys.begin() + i * d.ld, d.keys.begin() + (i + 1) * d.ld);
+    ref_values.insert(ref_values.end(), d.values.begin() + i * d.ld, d.values.begin() + (i + 1) * d.ld);
+  }
+  ref_values[1] = 0.0f;
+  EXPECT_EQ(got, run(ref_keys, ref_values, d.n - 1, none));
+  for (const std::int64_t b : none) EXPECT_EQ(b, 0);
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Ball attention: softmax over the m points of a ball, per head, with an optional additive bias
 // sigma_h * bias_ij. Sizes cross the kernel's query block (64) and its chunks of keys (E = 16: 128 rows,

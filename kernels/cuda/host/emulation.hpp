@@ -176,4 +176,10 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
-inline long long __double2ll_rz(double d) { return static_cast<long long>(d); }
+// cvt.rzi.s64.f64: clamped to the range, NaN to 0 (a plain cast would be undefined there)
+inline long long __double2ll_rz(double d) {
+  if (!(d == d)) return 0;
+  if (d >= 0x1p63) return 0x7fffffffffffffffLL;
+  if (d <= -0x1p63) return -0x7fffffffffffffffLL - 1;
+  return static_cast<long long>(d);
+}

@@ -488,10 +488,14 @@ inline void latent_max(const LatentMaxArgs& a) {
   }
 }
 
-/// Adds the fixed-point images (hi, lo) of the W/2 terms t to the lane accumulators.
-inline void quantize_add(simd::vd t, double hi_mult, double lo_mult, simd::vl& hi, simd::vl& lo) {
+/// Adds the fixed-point images (hi, lo) of the W/2 terms t to the lane accumulators; a term whose image
+/// does not fit the scale (NaN, Inf, beyond the declared maximum) adds 0 and 1 to `bad` instead.
+inline void quantize_add(simd::vd t, double hi_mult, double lo_mult, simd::vl& hi, simd::vl& lo, simd::vl& bad) {
   using namespace simd;
-  const vd scaled = t * hi_mult;  // exact: power of two
+  vd scaled = t * hi_mult;  // exact: power of two
+  const vl fits = (scaled < 0x1p62) & (scaled > -0x1p62);  // false for NaN
+  bad += ~fits & 1;  // (a true lane of the mask is -1)
+  scaled = fits ? scaled : vd{};
   const vl h = __builtin_convertvector(scaled, vl);
   const vd rem = scaled - __builtin_convertvector(h, vd);  // exact fractional part, |rem| < 1
   hi += h;
@@ -522,6 +526,7 @@ inline void latent_encode_exact(const LatentExactArgs& a) {
     const vi last = first_lanes(rows % W);
     for (int m = 0; m < a.M; ++m) {
       vl acc[kMaxHeadDim + 1][2][2];  // [channel][hi/lo][half]
+      vl bad = vl{};
       for (int c = 0; c <= E; ++c)
         for (int h = 0; h < 2; ++h) acc[c][0][h] = acc[c][1][h] = vl{};
       const vf ref = splat(a.ref_max[m]);
@@ -533,13 +538,13 @@ inline void latent_encode_exact(const LatentExactArgs& a) {
         std::memcpy(ph, &p, sizeof p);
         for (int h = 0; h < 2; ++h) {
           const vd pd = __builtin_convertvector(ph[h], vd);
-          quantize_add(pd, s_hi, s_lo, acc[0][0][h], acc[0][1][h]);
+          quantize_add(pd, s_hi, s_lo, acc[0][0][h], acc[0][1][h], bad);
           for (int e = 0; e < E; ++e) {
             vfh vh[2];
             const vf ve = load(vt + e * ld + iv * W);
             std::memcpy(vh, &ve, sizeof ve);
             const vd prod = pd * __builtin_convertvector(vh[h], vd);  // exact: 24 x 24 bits
-            quantize_add(prod, v_hi, v_lo, acc[1 + e][0][h], acc[1 + e][1][h]);
+            quantize_add(prod, v_hi, v_lo, acc[1 + e][0][h], acc[1 + e][1][h], bad);
           }
         }
       }
@@ -548,6 +553,7 @@ inline void latent_encode_exact(const LatentExactArgs& a) {
         out[0] += lane_sum(acc[c][0][0]) + lane_sum(acc[c][0][1]);
         out[1] += lane_sum(acc[c][1][0]) + lane_sum(acc[c][1][1]);
       }
+      if (a.bad) a.bad[m] += lane_sum(bad);
     }
   }
 }

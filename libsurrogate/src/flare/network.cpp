@@ -88,6 +88,7 @@ void Network::prepare(const Plan& plan, int threads, bool reproducible) {
       w.logit_max.resize(shm);
       w.value_max.resize(static_cast<std::size_t>(std::max(segments, 1)) * H_);
       w.exact.resize(shm * (E_ + 1) * 2);
+      w.exact_bad.resize(shm);
     }
   }
 }
@@ -212,6 +213,7 @@ void Network::encode_exact(const CpuKernels& k, const Plan& plan, int b, const T
     a.sum_scale = kernels::exact_scale(count, 1.0);
     a.value_scale = kernels::exact_scale(count, max_buffer_[value_max_offset + sample * H_ + h]);
     a.acc = w.exact.data() + (base + static_cast<std::size_t>(h) * M_) * (E_ + 1) * 2;
+    a.bad = w.exact_bad.data() + base + static_cast<std::size_t>(h) * M_;
     k.latent_encode_exact(a);
   }
 }
@@ -333,7 +335,10 @@ void Network::merge_encode_exact(const Comm& comm, const Plan& plan, const CpuKe
   }
   comm.allreduce(std::span<float>(max_buffer_), ReduceOp::max);
   // 2. Exact fixed-point sums over the local points.
-  for (int t = 0; t < threads; ++t) std::fill(work_[t].exact.data(), work_[t].exact.data() + work_[t].exact.size(), 0);
+  for (int t = 0; t < threads; ++t) {
+    std::fill(work_[t].exact.data(), work_[t].exact.data() + work_[t].exact.size(), 0);
+    std::fill(work_[t].exact_bad.data(), work_[t].exact_bad.data() + work_[t].exact_bad.size(), 0);
+  }
 #pragma omp parallel num_threads(threads)
   {
     ThreadWork& w = work_[static_cast<std::size_t>(omp_get_thread_num())];
@@ -341,11 +346,14 @@ void Network::merge_encode_exact(const Comm& comm, const Plan& plan, const CpuKe
     for (std::size_t i = 0; i < tiles.size(); ++i) encode_exact(k, plan, b, tiles[i], w);
   }
   const std::size_t width = (static_cast<std::size_t>(E_) + 1) * 2;
-  exact_buffer_.assign(samples * hm * width, 0);
+  exact_buffer_.assign(samples * hm * (width + 1), 0);
+  std::int64_t* bad = exact_buffer_.data() + samples * hm * width;
   for (int s = 0; s < segments; ++s) {
     const std::size_t g = static_cast<std::size_t>(segment_sample[s]);
-    for (int t = 0; t < threads; ++t)
+    for (int t = 0; t < threads; ++t) {
       for (std::size_t i = 0; i < hm * width; ++i) exact_buffer_[g * hm * width + i] += work_[t].exact[s * hm * width + i];
+      for (std::size_t i = 0; i < hm; ++i) bad[g * hm + i] += work_[t].exact_bad[s * hm + i];
+    }
   }
   comm.allreduce(std::span<std::int64_t>(exact_buffer_), ReduceOp::sum);
   // 3. Z = U / S from the exact sums.
@@ -361,7 +369,10 @@ void Network::merge_encode_exact(const Comm& comm, const Plan& plan, const CpuKe
         const double total = kernels::exact_value(acc[0], acc[1], sum_scale);
         for (int e = 0; e < E_; ++e) {
           const double weighted = kernels::exact_value(acc[2 * (1 + e)], acc[2 * (1 + e) + 1], value_scale);
-          latents_[(s * hm + i) * E_ + e] = static_cast<float>(weighted / total);
+          // A term that did not fit (NaN or Inf keys, values or logits): not a number, as the default mode
+          // gives, and predict() reports it as a non-finite prediction.
+          latents_[(s * hm + i) * E_ + e] = bad[g * hm + i] > 0 ? std::numeric_limits<float>::quiet_NaN()
+                                                                : static_cast<float>(weighted / total);
         }
       }
     }

@@ -42,6 +42,7 @@ class Network {
     AlignedBuffer<float> logit_max;     // [S][H][M]
     AlignedBuffer<float> value_max;     // [S][H]
     AlignedBuffer<std::int64_t> exact;  // [S][H][M][E+1][2]
+    AlignedBuffer<std::int64_t> exact_bad;  // [S][H][M]: terms that did not fit (non-finite)
   };
 
   void prepare(const Plan& plan, int threads, bool reproducible);
@@ -70,7 +71,7 @@ class Network {
   std::size_t value_max_count_ = 0;
   std::vector<double> sum_buffer_;
   std::vector<std::int32_t> exp_buffer_;
-  std::vector<std::int64_t> exact_buffer_;
+  std::vector<std::int64_t> exact_buffer_;  // [B][H][M][E+1][2], then [B][H][M] counts of bad terms
 };
 
 }  // namespace surrogate::flare

@@ -284,7 +284,9 @@ struct LatentMaxArgs {
 
 /// Reproducible encode, pass 2: with p_mn = exp(q_m . k_n - ref_max[m]) (ref_max: the global maximum),
 /// adds the fixed-point images of p_mn (scale sum_scale) and p_mn v_ne (scale value_scale) to
-/// acc[(m*(E+1) + c)*2 + {0: hi, 1: lo}], c = 0 for the sum and 1 + e for the values.
+/// acc[(m*(E+1) + c)*2 + {0: hi, 1: lo}], c = 0 for the sum and 1 + e for the values. A term whose image
+/// would not fit (NaN or Inf keys, values or logits; a value beyond the scale's maximum) is left out of
+/// acc and counted in bad[m] instead: the latent's result is then not a number.
 struct LatentExactArgs {
   const float* q = nullptr;
   int M = 0, E = 0;
@@ -296,6 +298,7 @@ struct LatentExactArgs {
   const float* ref_max = nullptr;
   ExactScale sum_scale, value_scale;
   std::int64_t* acc = nullptr;
+  std::int64_t* bad = nullptr;  // [M], in/out
 };
 
 /// HEPT's bucket attention of one bucket in float32 or float64 (surrogate/kernels/bucket_attention.hpp: the

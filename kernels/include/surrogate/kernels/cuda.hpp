@@ -392,13 +392,15 @@ void latent_max_merge(const LatentProblem& p, const float* part_max, const float
                       float* max_out, float* vmax_out, cudaStream_t stream);
 /// Pass 2: with p = exp(l - max[sample][h][m]), adds the fixed-point images of p (scale sum_scale[s]) and
 /// p v_e (scale value_scale[s][h]) to acc[sample][h][m][c][{hi, lo}] (c = 0 the sum, 1 + e the values)
-/// with 64-bit atomic additions (exact, so the order does not matter).
+/// with 64-bit atomic additions (exact, so the order does not matter). Terms whose image does not fit
+/// (NaN, Inf) are left out and counted in bad[sample][h][m], as the CPU's LatentExactArgs::bad.
 void latent_encode_exact(const LatentProblem& p, const float* max, const SegmentInfo& seg,
                          const ExactScale* sum_scale, const ExactScale* value_scale, std::int64_t* acc,
-                         cudaStream_t stream);
-/// z[s][h][m][e] from the exact sums of sample(s).
-void latent_exact_finalize(const std::int64_t* acc, const SegmentInfo& seg, const ExactScale* sum_scale,
-                           const ExactScale* value_scale, int H, int M, int E, float* z, cudaStream_t stream);
+                         std::int64_t* bad, cudaStream_t stream);
+/// z[s][h][m][e] from the exact sums of sample(s); NaN where bad[sample][h][m] > 0.
+void latent_exact_finalize(const std::int64_t* acc, const std::int64_t* bad, const SegmentInfo& seg,
+                           const ExactScale* sum_scale, const ExactScale* value_scale, int H, int M, int E, float* z,
+                           cudaStream_t stream);
 
 /// Decode: y_n[h] = sum_m softmax_m(q_m . k_n) z[segment][h][m] for every row of every tile (tiles of at
 /// most kDecodeRows rows, inside one segment), all heads.
