@@ -46,10 +46,9 @@ void Forward::merge_encode(const Comm& comm, const Plan& plan, const Tables& t, 
       cu::zero(exact_.data(), exact_.bytes(), stream_.get());
       const cu::SegmentInfo seg = t.segment_info();
       cu::latent_encode_exact(problem(t, b), maxima_.data(), seg, scales_.data(), scales_.data() + seg.segments,
-                              exact_.data(), exact_.data() + global_hm * width * 2, stream_.get());
+                              exact_.data(), exact_.data() + exact_words(), stream_.get());
     });
-    // the fixed-point words, then the counts of terms that did not fit
-    allreduce(comm, exact_.data(), global_hm * (width * 2 + 1), DType::i64, ReduceOp::sum);
+    allreduce(comm, exact_.data(), exact_size(), DType::i64, ReduceOp::sum);
   } else if (comm.size() > 1) {
     local_step(comm, [&] {
       cu::copy_on_device(global_ref_.data(), local_ref_.data(), global_hm * sizeof(std::int32_t), stream_.get());

@@ -62,7 +62,7 @@ void Forward::reserve(const Plan& plan, const Tables& t, bool reproducible) {
     part_max_.resize(parts * hm, device_);
     part_vmax_.resize(static_cast<std::size_t>(std::max(num_chunks, 1)) * H_, device_);
     maxima_.resize(global_hm + static_cast<std::size_t>(samples_) * H_, device_);
-    exact_.resize(global_hm * (width * 2 + 1), device_);  // fixed-point words, then counts of bad terms
+    exact_.resize(exact_size(), device_);
     scales_.resize(S * (1 + static_cast<std::size_t>(H_)), device_);
   } else {
     part_ref_.resize(parts * hm, device_);
@@ -137,8 +137,7 @@ void Forward::finish_block(const Tables& t, int b, bool reproducible) {
   const cudaStream_t s = stream_.get();
   const cu::SegmentInfo seg = t.segment_info();
   if (reproducible) {
-    const std::size_t words = static_cast<std::size_t>(samples_) * H_ * M_ * (static_cast<std::size_t>(E_) + 1) * 2;
-    cu::latent_exact_finalize(exact_.data(), exact_.data() + words, seg, scales_.data(), scales_.data() + seg.segments,
+    cu::latent_exact_finalize(exact_.data(), exact_.data() + exact_words(), seg, scales_.data(), scales_.data() + seg.segments,
                               H_, M_, E_, z_.data(), s);
   }
   else

@@ -105,6 +105,11 @@ class Forward {
   void allreduce(const Comm& comm, void* device_data, std::size_t count, DType type, ReduceOp op);
   /// Fixed-point scales of the local segments from the global sample sizes and |v| maxima (host).
   void exact_scales(const Plan& plan);
+  /// Layout of exact_: 2 (E + 1) fixed-point words per (sample, head, latent), then one count per
+  /// (sample, head, latent) of the terms that did not fit; exact_words() is where the counts begin.
+  std::size_t exact_latents() const { return static_cast<std::size_t>(samples_) * H_ * M_; }
+  std::size_t exact_words() const { return exact_latents() * (static_cast<std::size_t>(E_) + 1) * 2; }
+  std::size_t exact_size() const { return exact_words() + exact_latents(); }
 
   /// Runs `work` under the device guard, waits for the stream, and agrees on the outcome (collective).
   template <class F>
