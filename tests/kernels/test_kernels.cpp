@@ -636,6 +636,64 @@ TEST_P(KernelTest, ExactEncodeCountsTermsThatDoNotFit) {
   for (const std::int64_t b : none) EXPECT_EQ(b, 0);
 }
 
+// The fixed-point images bit for bit: with zero queries and reference every weight is exp(0) = 1, so
+// the sums are those of trunc(v 2^hi) and trunc(frac 2^lo), computed here in scalar double (exact).
+// Row counts on both sides of 1024, where the scales' images fall below 2^51 (AVX2's short
+// conversions), values spread over 2^-30 .. 2^8 and both signs; a NaN row takes the checked path.
+TEST_P(KernelTest, ExactEncodeImagesAreTruncatedExactly) {
+  std::mt19937 gen(18);
+  for (const k::index_t n : {k::index_t{40}, k::index_t{1500}, k::index_t{5000}}) {
+    for (const bool with_nan : {false, true}) {
+      const int M = 3, E = 8;
+      const k::index_t ld = E + 3;
+      std::vector<float> q(static_cast<std::size_t>(M) * E, 0.0f), keys = random_vector(std::size_t(n * ld), 1.0f, gen);
+      std::vector<float> values = random_vector(std::size_t(n * ld), 1.0f, gen);
+      std::uniform_int_distribution<int> shift(-30, 8);
+      float vmax = 0;
+      for (float& v : values) {
+        v = std::ldexp(v, shift(gen));
+        vmax = std::max(vmax, std::abs(v));
+      }
+      if (with_nan) values[static_cast<std::size_t>(7 * ld + 2)] = std::numeric_limits<float>::quiet_NaN();
+      const std::vector<float> ref_max(static_cast<std::size_t>(M), 0.0f);
+      std::vector<std::int64_t> acc(static_cast<std::size_t>(M) * (E + 1) * 2, 0), bad(static_cast<std::size_t>(M), 0);
+      k::LatentExactArgs a;
+      a.q = q.data();
+      a.M = M;
+      a.E = E;
+      a.k = keys.data();
+      a.ldk = ld;
+      a.v = values.data();
+      a.ldv = ld;
+      a.rows = n;
+      a.ref_max = ref_max.data();
+      a.sum_scale = k::exact_scale(n, 1.0);
+      a.value_scale = k::exact_scale(n, vmax);
+      a.acc = acc.data();
+      a.bad = bad.data();
+      kern().latent_encode_exact(a);
+      auto image = [](double t, k::ExactScale s, std::int64_t& hi, std::int64_t& lo) {
+        const double scaled = std::ldexp(t, s.hi_bits);
+        hi += static_cast<std::int64_t>(std::trunc(scaled));
+        lo += static_cast<std::int64_t>(std::trunc(std::ldexp(scaled - std::trunc(scaled), s.lo_bits)));
+      };
+      std::vector<std::int64_t> ref(acc.size(), 0);
+      for (int m = 0; m < M; ++m) {
+        std::int64_t* r = ref.data() + static_cast<std::size_t>(m) * (E + 1) * 2;
+        for (k::index_t i = 0; i < n; ++i) {
+          image(1.0, a.sum_scale, r[0], r[1]);
+          for (int e = 0; e < E; ++e) {
+            const float v = values[static_cast<std::size_t>(i * ld + e)];
+            if (!std::isnan(v)) image(v, a.value_scale, r[2 * (1 + e)], r[2 * (1 + e) + 1]);
+          }
+        }
+        EXPECT_EQ(bad[static_cast<std::size_t>(m)], with_nan ? 1 : 0) << "n " << n;
+      }
+      EXPECT_EQ(acc, ref) << "n " << n << (with_nan ? " with a NaN value" : "");
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Ball attention: softmax over the m points of a ball, per head, with an optional additive bias
 // sigma_h * bias_ij. Sizes cross the kernel's query block (64) and its chunks of keys (E = 16: 128 rows,
