@@ -6,6 +6,7 @@
 
 #include "ball_distance_impl.hpp"
 #include "bucket_impl.hpp"
+#include "latent_exact_impl.hpp"
 #include "latent_impl.hpp"
 #include "linear_impl.hpp"
 #include "linear64_impl.hpp"
