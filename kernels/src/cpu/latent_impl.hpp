@@ -10,6 +10,7 @@
 #include "simd.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "top_set_impl.hpp"
+#include "transpose_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -24,19 +25,19 @@ inline int chunk_rows(int E) {
   return static_cast<int>(simd::imax(rows, simd::W));
 }
 
-/// dst[e * ld + i] = src[i * lds + e] for i < rows; zero for rows <= i < padded.
-[[gnu::always_inline]] inline void transpose_in(const float* src, index_t lds, int rows, int E, float* dst, int ld) {
+/// dst[e * ld + i] = src[i * lds + e] for i < rows; zero for rows <= i < padded (register tiles of
+/// transpose_impl.hpp; pure data movement, exact into double).
+template <class T>
+[[gnu::always_inline]] inline void transpose_in(const float* src, index_t lds, int rows, int E, T* dst, int ld) {
+  transpose_block(src, lds, dst, ld, rows, E);
   const int padded = static_cast<int>(round_up(rows, simd::W));
-  for (int e = 0; e < E; ++e) {
-    float* d = dst + e * ld;
-    for (int i = 0; i < rows; ++i) d[i] = src[i * lds + e];
-    for (int i = rows; i < padded; ++i) d[i] = 0.0f;
-  }
+  for (int e = 0; e < E; ++e)
+    for (int i = rows; i < padded; ++i) dst[e * ld + i] = T(0);
 }
 
+/// dst[i * ldd + e] = src[e * ld + i] for i < rows.
 inline void transpose_out(const float* src, int ld, int rows, int E, float* dst, index_t ldd) {
-  for (int i = 0; i < rows; ++i)
-    for (int e = 0; e < E; ++e) dst[i * ldd + e] = src[e * ld + i];
+  transpose_block(src, ld, dst, ldd, E, rows);
 }
 
 /// l = sum_e q[e] * kt[e] (one fused multiply-add chain in e order).
@@ -148,7 +149,29 @@ template <int EC, int MB, bool Bias, bool Select = false>
   for (int b = 0; b < MB; ++b) max_logit[b] = hmax(lane_max[b]);
 }
 
-/// Pass 2 for MB latents: accumulate the chunk's terms relative to 2^ref[b] into the double sums
+/// The chunk's softmax terms of MB latents in place of their logits (0 in the lanes past the tail). A
+/// pass of its own: the exponentials are independent chains the core overlaps, where inside the
+/// accumulation loop each would wait on its latency.
+template <int MB>
+[[gnu::always_inline]] inline void softmax_terms_in_place(float (*logits)[kMaxChunkRows], int nvec, int tail_lanes,
+                                                          const std::int32_t* ref) {
+  using namespace simd;
+  const vi last = first_lanes(tail_lanes);
+  for (int b = 0; b < MB; ++b) {
+    const vf r = splat(static_cast<float>(ref[b]));
+#pragma GCC unroll 2
+    for (int iv = 0; iv < nvec; ++iv) {
+      vf l = load(logits[b] + iv * W);
+      const bool partial = tail_lanes && iv == nvec - 1;
+      if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
+      vf p = softmax_term(l, r);
+      if (partial) p = select(last, p, splat(0.0f));
+      store(logits[b] + iv * W, p);
+    }
+  }
+}
+
+/// Pass 2 for MB latents (the logits become the terms): accumulate the chunk's terms relative to 2^ref[b] into the double sums
 /// (vtd: the chunk's values, transposed and converted to double). Each point's term is a float whose
 /// bits depend only on its logit; both halves of a vector go into the same double lanes, so a latent
 /// needs E + 1 double registers and the value loads are shared by the MB latents.
@@ -159,22 +182,17 @@ template <int EC, int MB>
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : E_runtime;
-  const vi last = first_lanes(tail_lanes);
   vd S[MB], U[MB][kE];
   for (int b = 0; b < MB; ++b) {
     S[b] = vd{};
     for (int e = 0; e < E; ++e) U[b][e] = vd{};
   }
+  softmax_terms_in_place<MB>(logits, nvec, tail_lanes, ref);
   for (int iv = 0; iv < nvec; ++iv) {
-    const bool partial = tail_lanes && iv == nvec - 1;
     vd pd[MB][2];
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
-      vf l = load(logits[b] + iv * W);
-      if (partial) l = select(last, l, splat(0.0f));  // finite values for the masked lanes
-      vf p = softmax_term(l, splat(static_cast<float>(ref[b])));
-      if (partial) p = select(last, p, splat(0.0f));
-      to_double(p, pd[b]);
+      to_double(load(logits[b] + iv * W), pd[b]);
       S[b] += pd[b][0] + pd[b][1];
     }
 #pragma GCC unroll 2
@@ -205,21 +223,17 @@ template <int EC, int MB>
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : E_runtime;
-  const vi last = first_lanes(tail_lanes);
   vf S[MB], U[MB][kE];
   for (int b = 0; b < MB; ++b) {
     S[b] = splat(0.0f);
     for (int e = 0; e < E; ++e) U[b][e] = splat(0.0f);
   }
+  softmax_terms_in_place<MB>(logits, nvec, tail_lanes, ref);
   for (int iv = 0; iv < nvec; ++iv) {
-    const bool partial = tail_lanes && iv == nvec - 1;
     vf p[MB];
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
-      vf l = load(logits[b] + iv * W);
-      if (partial) l = select(last, l, splat(0.0f));
-      p[b] = softmax_term(l, splat(static_cast<float>(ref[b])));
-      if (partial) p[b] = select(last, p[b], splat(0.0f));
+      p[b] = load(logits[b] + iv * W);
       S[b] += p[b];
     }
 #pragma GCC unroll 16
@@ -266,12 +280,7 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     if constexpr (FloatSums) {
       transpose_in(a.v + r0 * a.ldv, a.ldv, rows, E, vtf, ld);
     } else {
-      for (int e = 0; e < E; ++e) {
-        const float* src = a.v + r0 * a.ldv + e;
-        double* dst = vtd + e * ld;
-        for (int i = 0; i < rows; ++i) dst[i] = src[i * a.ldv];
-        for (int i = rows; i < ld; ++i) dst[i] = 0.0;
-      }
+      transpose_in(a.v + r0 * a.ldv, a.ldv, rows, E, vtd, ld);
     }
     const int nvec = ld / W;
     const int tail = rows % W;
@@ -436,9 +445,17 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
         } else {
           run_max = block_max;
         }
+        // The terms first, then their weighted sums: the exponentials of different latents are
+        // independent chains the core overlaps (one loop would wait on each one's latency); the same
+        // operations in the same latent order either way.
+#pragma GCC unroll 2
         for (int m = 0; m < mb; ++m) {
           const vf p = exp_nonpositive(load(logits + m * W) - run_max);
           S += p;
+          store(logits + m * W, p);
+        }
+        for (int m = 0; m < mb; ++m) {
+          const vf p = load(logits + m * W);
           const float* zm = a.z + (m0 + m) * E;
 #pragma GCC unroll 16
           for (int e = 0; e < E; ++e) Y[e] += p * splat(zm[e]);
