@@ -155,7 +155,7 @@ inline vi first_lanes(int n) {
 /// 1/d for normal d with normal 1/d. AVX-512: 14-bit estimate refined by one Newton step (relative error
 /// below 2^-27). AVX2: 12-bit estimate (vrcpps, error at most 1.5 * 2^-12) and one Newton step r + r (1 - d r)
 /// with the residual fused (error below 2^-22 + 2^-24); vdivps would cost a third of the GELU layers' time.
-inline vf reciprocal(vf d) {
+[[gnu::always_inline]] inline vf reciprocal(vf d) {
 #if defined(__AVX512F__)
   vf r = _mm512_maskz_rcp14_ps(0xFFFF, d);  // (maskz form: the unmasked one trips -Wmaybe-uninitialized in GCC 12)
   return r * (splat(2.0f) - d * r);
@@ -251,7 +251,7 @@ inline vf exp_nonpositive(vf x) {
 /// exp(x) for the activations, where x <= 80 and only 1 + exp(x) matters: a one-constant reduction and a
 /// degree-5 polynomial (1.6 ulp); below -87 the result is e^-87 (x is raised to -87, which keeps the
 /// exponent-field addition in range: k in [-126, 116]).
-inline vf exp_activation(vf x) {
+[[gnu::always_inline]] inline vf exp_activation(vf x) {
   x = vmax(x, splat(-87.0f));
   const vf shifted = exp_shifted(x);
   const vf k = shifted - splat(kExpShifter);
@@ -268,13 +268,14 @@ inline vf exp_activation(vf x) {
 /// GELU with the tanh approximation (PyTorch's approximate='tanh'):
 /// 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)),  u = sqrt(2/pi) (x + 0.044715 x^3).
 /// The exponent is capped at 80 so that 1 + exp(.) stays finite (its reciprocal is then ~1e-35, not 0/NaN).
-inline vf gelu_tanh(vf x) {
+// (always_inline: inside the linear kernels' register blocks a call would cost more than the GELU)
+[[gnu::always_inline]] inline vf gelu_tanh(vf x) {
   const vf u2 = x * (splat(1.5957691216057308f) + splat(0.071354816272600250f) * (x * x));  // 2u
   return x * reciprocal(splat(1.0f) + exp_activation(vmin(-u2, splat(80.0f))));
 }
 
 /// SiLU: x * sigmoid(x) = x / (1 + exp(-x)), with the same cap.
-inline vf silu(vf x) { return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f)))); }
+[[gnu::always_inline]] inline vf silu(vf x) { return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f)))); }
 
 /// a * b + c with one rounding where the instruction set has FMA (AVX2, AVX-512), two otherwise.
 inline vf fused_multiply_add(vf a, vf b, vf c) {
