@@ -171,10 +171,10 @@ template <int MB>
   }
 }
 
-/// Pass 2 for MB latents (the logits become the terms): accumulate the chunk's terms relative to 2^ref[b] into the double sums
-/// (vtd: the chunk's values, transposed and converted to double). Each point's term is a float whose
-/// bits depend only on its logit; both halves of a vector go into the same double lanes, so a latent
-/// needs E + 1 double registers and the value loads are shared by the MB latents.
+/// Pass 2 for MB latents (the logits become the terms): accumulate the chunk's terms relative to
+/// 2^ref[b] into the double sums (vtd: the chunk's values, transposed and converted to double). Each
+/// point's term is a float whose bits depend only on its logit; both halves of a vector go into the same
+/// double lanes, so a latent needs E + 1 double registers and the value loads are shared by the MB latents.
 template <int EC, int MB>
 [[gnu::always_inline]] inline void encode_accumulate(float (*logits)[kMaxChunkRows], int E_runtime, const double* vtd,
                                                      int ld, int nvec, int tail_lanes, const std::int32_t* ref,

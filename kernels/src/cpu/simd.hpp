@@ -275,7 +275,9 @@ inline vf exp_nonpositive(vf x) {
 }
 
 /// SiLU: x * sigmoid(x) = x / (1 + exp(-x)), with the same cap.
-[[gnu::always_inline]] inline vf silu(vf x) { return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f)))); }
+[[gnu::always_inline]] inline vf silu(vf x) {
+  return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f))));
+}
 
 /// a * b + c with one rounding where the instruction set has FMA (AVX2, AVX-512), two otherwise.
 inline vf fused_multiply_add(vf a, vf b, vf c) {
