@@ -1,5 +1,5 @@
 // Device helpers shared by the latent encode and decode kernels: the logit (one FMA chain in e order),
-// exp split into mantissa and power of two (the CPU kernels' exp_parts: same reduction, same polynomial),
+// exp split into mantissa and power of two (the CPU kernels' softmax_exp_parts: same reduction, polynomial),
 // and the online softmax with a power-of-two reference that both directions use.
 //
 // The online softmax keeps its sums relative to 2^ref, ref the largest k = round(l log2 e) seen so far.
@@ -45,9 +45,10 @@ __device__ __forceinline__ float logit(const float* q, const float* k, int E) {
   return l;
 }
 
-/// exp(x) = mantissa * 2^k with k = round(x log2 e) and mantissa in [0.7, 1.42]: Cody-Waite reduction with
-/// two constants and the degree-6 polynomial of the CPU kernels (simd.hpp). |x| is clamped to 2^20 first,
-/// which keeps the rounding trick exact (|x log2 e| < 2^22); 2^k is not formed, so nothing overflows.
+/// exp(x) = mantissa * 2^k with k = round(x log2 e) and mantissa in [0.7, 1.42]: the CPU kernels'
+/// softmax_exp_parts (simd.hpp), f = x log2 e - k in one fma and 2^f by the same degree-5 polynomial, within
+/// (3.3 + 0.225 |x|) 2^-24 relative. |x| is clamped to 2^20 first, which keeps the rounding trick exact
+/// (|x log2 e| < 2^22); 2^k is not formed, so nothing overflows.
 struct ExpParts {
   float mantissa;
   int k;
@@ -59,15 +60,13 @@ __device__ __forceinline__ ExpParts exp_parts(float x) {
   const float shifted = fmaf(x, 1.44269504088896341f, 12582912.0f);
   const float kf = shifted - 12582912.0f;
   const int k = __float_as_int(shifted) - 0x4B400000;
-  float r = fmaf(kf, -0.693359375f, x);
-  r = fmaf(kf, 2.12194440e-4f, r);
-  float p = 1.3840249739587307e-3f;
-  p = fmaf(p, r, 8.375746197998524e-3f);
-  p = fmaf(p, r, 4.166821762919426e-2f);
-  p = fmaf(p, r, 1.6666407883167267e-1f);
-  p = fmaf(p, r, 4.9999991059303284e-1f);
-  p = fmaf(p, r, 1.0f);
-  p = fmaf(p, r, 1.0f);
+  const float f = fmaf(x, 1.44269504088896341f, -kf);
+  float p = 1.365022617e-3f;
+  p = fmaf(p, f, 9.684677236e-3f);
+  p = fmaf(p, f, 5.549710989e-2f);
+  p = fmaf(p, f, 2.402191758e-1f);
+  p = fmaf(p, f, 6.931474209e-1f);
+  p = fmaf(p, f, 1.00000011920928955f);
   return {p, k};
 }
 

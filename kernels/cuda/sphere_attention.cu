@@ -1,6 +1,6 @@
 // Attention on the sphere (AttentionS2, NeighborhoodAttentionS2): the quadrature-weighted softmax over the
 // keys of each query on the online softmax with a power-of-two reference (latent_softmax.cuh: the CPU
-// kernels' exp_parts, double sums), and the per-head RMS qk-norm / scale of the projected q and k.
+// kernels' softmax_exp_parts, double sums), and the per-head RMS qk-norm / scale of the projected q and k.
 //
 // One thread owns one (sample, head, query): it keeps its q in registers and streams the keys in key
 // order, so every output is computed by the same arithmetic in the same order whatever the launch

@@ -119,6 +119,57 @@ TEST_P(KernelTest, ExpMeetsItsStatedRelativeErrorBound) {
   }
 }
 
+// The softmax's exp (softmax_exp_parts: f = x log2 e - k in one rounding, a degree-5 polynomial for 2^f)
+// against std::exp in double on every 31st float with |x| <= 87 and up to 88.37. Its bound, stated in
+// simd.hpp, has two parts: the polynomial's fit (2.0 u) plus the Horner roundings and the rounding of f,
+// 3.3 u in all; and the 1.3e-8 by which log2 e in float falls short, 0.225 |x| u (measured over every float
+// with |x| <= 87: 22.7 u at x = -86.9, 0.994 of the bound at its tightest). Without FMA (generic) f comes
+// from the two-constant reduction and every Horner step rounds twice (3.8 u measured): asserted at
+// (5 + 0.02 |x|) u.
+TEST_P(KernelTest, SoftmaxExpMeetsItsStatedRelativeErrorBound) {
+  const bool fma = GetParam() != k::Isa::generic;
+  const double constant = fma ? 3.3 : 5.0, slope = fma ? 0.225 : 0.02;
+  constexpr std::size_t kChunk = 4096;
+  std::vector<float> x(kChunk), y(kChunk), other(kChunk);
+  const k::CpuKernels* avx2 = k::cpu(k::Isa::avx2);
+  double worst = 0.0, worst_ratio = 0.0;
+  float worst_x = 0.0f;
+  std::size_t differ = 0;
+  auto check = [&](std::size_t n) {
+    kern().softmax_exp(x.data(), y.data(), static_cast<k::index_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+      const double ref = std::exp(static_cast<double>(x[i]));
+      const double err = std::abs(y[i] - ref) / ref / u;
+      const double ratio = err / (constant + slope * std::abs(x[i]));
+      worst = std::max(worst, err);
+      if (ratio > worst_ratio) worst_ratio = ratio, worst_x = x[i];
+    }
+    // AVX2 and AVX-512 run the same arithmetic: the same bits (the CUDA kernels' exp_parts too).
+    if (GetParam() == k::Isa::avx512 && avx2) {
+      avx2->softmax_exp(x.data(), other.data(), static_cast<k::index_t>(n));
+      for (std::size_t i = 0; i < n; ++i) differ += std::bit_cast<std::uint32_t>(y[i]) != std::bit_cast<std::uint32_t>(other[i]);
+    }
+  };
+  std::size_t n = 0;
+  const std::uint32_t top[2] = {std::bit_cast<std::uint32_t>(88.37f), std::bit_cast<std::uint32_t>(87.0f)};
+  for (std::uint32_t sign = 0; sign < 2; ++sign)
+    for (std::uint64_t bits = 0; bits <= top[sign]; bits += 31) {
+      x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) | (sign << 31));
+      if (n == kChunk) check(n), n = 0;
+    }
+  check(n);
+  std::printf("softmax exp (%s): worst relative error %.3f u; worst against (%.1f + %.3f |x|) u: %.3f at x = %.9g\n",
+              k::to_string(GetParam()), worst, constant, slope, worst_ratio, worst_x);
+  EXPECT_LE(worst_ratio, 1.0) << "at x = " << worst_x;
+  EXPECT_EQ(differ, 0u) << "AVX-512 and AVX2 differ";
+  // Below the range: e^-87 (normal, the exponent-field addition stays in range), NaN included.
+  const float special[4] = {-1000.0f, -std::numeric_limits<float>::infinity(), std::numeric_limits<float>::quiet_NaN(), 0.0f};
+  float out[4] = {};
+  kern().softmax_exp(special, out, 4);
+  for (int i = 0; i < 3; ++i) EXPECT_NEAR(out[i], std::exp(-87.0), 4e-6 * std::exp(-87.0)) << i;
+  EXPECT_NEAR(out[3], 1.0, 2 * u);
+}
+
 TEST_P(KernelTest, ActivationsMatchTheirDefinitions) {
   std::vector<float> x;
   for (double v = -30.0; v <= 30.0; v += 0.0137) x.push_back(static_cast<float>(v));

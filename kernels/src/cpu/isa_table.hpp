@@ -39,6 +39,9 @@ inline void map_lanes(const T* x, T* y, index_t n, F f) {
 inline void exp_map(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::exp(v); });
 }
+inline void softmax_exp_map(const float* x, float* y, index_t n) {
+  map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::exp_nonpositive(v); });
+}
 inline void exp_f64_map(const double* x, double* y, index_t n) {
   map_lanes<simd::vd>(x, y, n, [](simd::vd v) { return simd::exp(v); });
 }
@@ -74,6 +77,7 @@ inline CpuKernels make_table() {
   t.gaussian_bucket_f64 = &gaussian_bucket_f64;
   t.linear_f64 = &linear_f64;
   t.exp = &exp_map;
+  t.softmax_exp = &softmax_exp_map;
   t.exp_f64 = &exp_f64_map;
   t.tanh = &tanh_map;
   t.tanh_f64 = &tanh_f64_map;

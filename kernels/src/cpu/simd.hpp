@@ -167,14 +167,26 @@ inline vi first_lanes(int n) {
 #endif
 }
 
+/// a * b + c with one rounding where the instruction set has FMA (AVX2, AVX-512), two otherwise.
+inline vf fused_multiply_add(vf a, vf b, vf c) {
+#if defined(__AVX512F__)
+  return _mm512_fmadd_ps(a, b, c);
+#elif defined(__AVX2__)
+  return _mm256_fmadd_ps(a, b, c);
+#else
+  return a * b + c;
+#endif
+}
+
 /// exp(x) = mantissa * 2^k with mantissa in [0.7, 1.42] and k = round(x log2 e): k by the shifter
 /// 1.5 * 2^23 in one fused multiply-add (x log2 e + 1.5 * 2^23 lies in [2^23, 2^24), where floats are the
 /// integers, so `shifted` is 1.5 * 2^23 + k exactly and its low mantissa bits hold k), Cody-Waite
-/// reduction with two constants and a degree-6 polynomial fitted for relative error. |x| is limited to
+/// reduction with two constants and a degree-6 polynomial fitted for relative error: the general exp
+/// (erf, HEPT's Gaussian kernel); the softmax's cheaper form is softmax_exp_parts below. |x| is limited to
 /// 2^20 first (exp_argument). The same arithmetic (bitwise) on every instruction set with FMA (AVX2,
-/// AVX-512) and in the CUDA kernels (latent_softmax.cuh). Maximum relative error of mantissa * 2^k against exp(x),
-/// measured over every float in [-87, 88.38]: 1.53 u (u = 2^-24) with FMA, 1.92 u without (generic);
-/// tests/kernels/test_kernels.cpp asserts 1.6 u and 2 u.
+/// AVX-512). Maximum relative error of mantissa * 2^k against exp(x), measured over every float in
+/// [-87, 88.38]: 1.53 u (u = 2^-24) with FMA, 1.92 u without (generic); tests/kernels/test_kernels.cpp
+/// asserts 1.6 u and 2 u.
 struct ExpParts {
   vf mantissa;
   vf k;        // an integer, as a float
@@ -204,7 +216,34 @@ inline ExpParts exp_parts_limited(vf x) {
   r = r - k * splat(-2.12194440e-4f);
   return {exp_polynomial(r), k, shifted};
 }
-inline ExpParts exp_parts(vf x) { return exp_parts_limited(exp_argument(x)); }
+/// The softmax's exp (softmax_term, exp_nonpositive; latent_softmax.cuh's exp_parts on the device): the
+/// same k and shifter, then f = x log2 e - k in one fused multiply-add (one rounding, but log2 e in float
+/// is 1.3e-8 short, which costs 0.225 |x| u) and 2^f by a degree-5 polynomial (3.1 u in float arithmetic).
+/// Relative error at most (3.3 + 0.225 |x|) u, measured over every float with |x| <= 88.37 (22.9 u);
+/// in a softmax the |x|-proportional part scales every logit alike (share/docs/reproducibility.md, "The
+/// exponential"). Without FMA (generic) f comes from the two-constant reduction above: 3.8 u measured.
+inline vf exp2_polynomial(vf f) {  // 2^f on [-1/2, 1/2], fitted for relative error
+  vf p = splat(1.365022617e-3f);
+  p = p * f + splat(9.684677236e-3f);
+  p = p * f + splat(5.549710989e-2f);
+  p = p * f + splat(2.402191758e-1f);
+  p = p * f + splat(6.931474209e-1f);
+  return p * f + splat(1.00000011920928955f);
+}
+/// softmax_exp_parts for x already within [-2^20, 2^20].
+inline ExpParts softmax_exp_parts_limited(vf x) {
+  const vf shifted = exp_shifted(x);
+  const vf k = shifted - splat(kExpShifter);
+#if defined(__FMA__)
+  const vf f = fused_multiply_add(x, splat(1.44269504088896341f), -k);
+#else
+  vf r = x - k * splat(0.693359375f);
+  r = r - k * splat(-2.12194440e-4f);
+  const vf f = r * splat(1.44269504088896341f);
+#endif
+  return {exp2_polynomial(f), k, shifted};
+}
+inline ExpParts softmax_exp_parts(vf x) { return softmax_exp_parts_limited(exp_argument(x)); }
 /// mantissa * 2^s for a shifter image `shifted` = 1.5 * 2^23 + s (s an integer, the exponent field of the
 /// result stays in [1, 254]): an unsigned exponent-field addition, exact. The low 9 bits of the shifter's
 /// bit pattern are 0, so shifting the pattern left by 23 leaves s << 23 (mod 2^32).
@@ -244,7 +283,7 @@ inline vf exp(vf x) {
 /// exp(x) for softmax weights, x <= 0: results below the normal range are not guaranteed to be 0 (x is
 /// raised to -87 first, NaN included, which keeps the exponent-field addition in range).
 inline vf exp_nonpositive(vf x) {
-  const ExpParts e = exp_parts_limited(vmax(x, splat(-87.0f)));
+  const ExpParts e = softmax_exp_parts_limited(vmax(x, splat(-87.0f)));
   return add_exponent(e.mantissa, e.shifted);
 }
 
@@ -277,17 +316,6 @@ inline vf exp_nonpositive(vf x) {
 /// SiLU: x * sigmoid(x) = x / (1 + exp(-x)), with the same cap.
 [[gnu::always_inline]] inline vf silu(vf x) {
   return x * reciprocal(splat(1.0f) + exp_activation(vmin(-x, splat(80.0f))));
-}
-
-/// a * b + c with one rounding where the instruction set has FMA (AVX2, AVX-512), two otherwise.
-inline vf fused_multiply_add(vf a, vf b, vf c) {
-#if defined(__AVX512F__)
-  return _mm512_fmadd_ps(a, b, c);
-#elif defined(__AVX2__)
-  return _mm256_fmadd_ps(a, b, c);
-#else
-  return a * b + c;
-#endif
 }
 
 /// erf(x) in float32. |x| < 1: x (2/sqrt(pi) + x^2 Q(x^2)), with 2/sqrt(pi) split into a float and a

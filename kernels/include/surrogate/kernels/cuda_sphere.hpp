@@ -2,7 +2,7 @@
 // (every query against every key) and NeighborhoodAttentionS2 (every output point against the keys of its
 // CSR neighbour list, shifted in longitude), both a quadrature-weighted softmax
 //   o_{h,i} = sum_j exp(q_{h,i}.k_{h,j} + log w_lat(j)) v_{h,j} / sum_j exp(q_{h,i}.k_{h,j} + log w_lat(j))
-// on the online softmax with a power-of-two reference of latent_softmax.cuh (the CPU kernels' exp_parts,
+// on the online softmax with a power-of-two reference of latent_softmax.cuh (the CPU kernels' softmax_exp_parts,
 // double sums). Inputs are the already projected operands (q scaled and qk-normed: s2_head_norm_scale).
 // Each (sample, head, query) is computed in key order with the same operations whatever the launch geometry
 // (one thread, or for wide heads one thread per 64 value columns sharing the logits): bitwise reproducible
