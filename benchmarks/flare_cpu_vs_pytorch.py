@@ -56,7 +56,7 @@ def main():
     import torch  # only to report the kernels it picks here; the timed PyTorch runs are child processes
     print(machine_info.describe(torch))
     print(f"limits: FP32 FMA peak {machine['fma_gflops_1t']:.0f} GFLOP/s per core, "
-          f"vectorised exp {machine['exp_gexps_1t']:.2f} Gexp/s per core (bench_flare --machine, one core)")
+          f"softmax exp {machine['exp_gexps_1t']:.2f} Gexp/s per core (bench_flare --machine, one core)")
     header = (f"{'N':>9} {'M':>4} {'thr':>3} | {'surrogate s':>11} {'GFLOP/s':>8} {'%limit':>6} {'MiB':>6} | "
               f"{'PyTorch s':>10} {'GFLOP/s':>8} {'MiB':>6} | {'speed-up':>8}")
     print(header)

@@ -98,7 +98,7 @@ def share_text(share):
 
 
 def limits_line(limits):
-    return (f"limits: FP32 FMA peak {limits['fma_gflops_1t']:.0f} GFLOP/s per core, vectorised exp "
+    return (f"limits: FP32 FMA peak {limits['fma_gflops_1t']:.0f} GFLOP/s per core, softmax exp "
             f"{limits['exp_gexps_1t']:.2f} Gexp/s per core ({limits['isa']} kernels; machine_limits, one core); "
             f"%limit: the counted arithmetic's time at these rates over the best time (CPU time at one thread)")
 

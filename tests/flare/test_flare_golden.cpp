@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 
 #include "golden.hpp"
@@ -52,6 +53,8 @@ TEST_P(FlareGolden, MatchesTheOfficialModel) {
       options.threads = threads;
       const auto out = predict(c, options);
       const double err = st::relative_max_error(out, c.reference);
+      std::printf("%s %s, %d thread(s): error %.3g = %.2f x the official float32 error\n", c.name.c_str(),
+                  reproducible ? "reproducible" : "default", threads, err, err / c.float32_error);
       EXPECT_LE(err, kTolerance * c.float32_error)
           << c.name << (reproducible ? " reproducible" : " default") << " threads " << threads << ": error " << err
           << ", official float32 error " << c.float32_error;
