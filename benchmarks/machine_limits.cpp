@@ -57,10 +57,9 @@ double fma_gflops_one_thread() {
 }
 
 double exp_gexps_one_thread() {
-  // The softmax's exp, which every softmax term runs. Input and output in one buffer, the output 256 bytes
-  // below the input modulo 4 KiB, so that no store shares its address's low 12 bits with a later load
-  // (4K aliasing halved the rate in some runs with two separately allocated arrays); best of 5 after 1 s
-  // of warm-up.
+  // The softmax's exp, which every softmax term runs; best of 5 after 1 s of warm-up (without it the rate
+  // varied by up to 2x between runs). Input and output in one buffer, the output 256 bytes below the input
+  // modulo 4 KiB, so that no store shares its address's low 12 bits with a later load (4K aliasing).
   const auto& k = kernels::cpu();
   constexpr std::size_t n = 4096;
   std::vector<float> buffer(2 * n + 128);

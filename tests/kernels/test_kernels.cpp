@@ -58,6 +58,18 @@ class KernelTest : public ::testing::TestWithParam<k::Isa> {
   const k::CpuKernels& kern() const { return *k::cpu(GetParam()); }
 };
 
+/// Every 31st bit pattern of the floats in [-top_negative, top_positive] (subnormals included) appended to
+/// x from position n, handing each full buffer to check(n).
+template <class Check>
+void every_31st_float(float top_positive, float top_negative, std::vector<float>& x, std::size_t& n, Check&& check) {
+  const std::uint32_t top[2] = {std::bit_cast<std::uint32_t>(top_positive), std::bit_cast<std::uint32_t>(top_negative)};
+  for (std::uint32_t sign = 0; sign < 2; ++sign)
+    for (std::uint64_t bits = 0; bits <= top[sign]; bits += 31) {
+      x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) | (sign << 31));
+      if (n == x.size()) check(n), n = 0;
+    }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // exp against std::exp in double on every 31st bit pattern of the floats in [-87, 88.376] (subnormal and
 // tiny arguments included: 72 million points, both signs) and on a uniform grid. The bound is the one
@@ -81,12 +93,7 @@ TEST_P(KernelTest, ExpMeetsItsStatedRelativeErrorBound) {
     count += n;
   };
   std::size_t n = 0;
-  const std::uint32_t top[2] = {std::bit_cast<std::uint32_t>(88.3762626647949f), std::bit_cast<std::uint32_t>(87.0f)};
-  for (std::uint32_t sign = 0; sign < 2; ++sign)
-    for (std::uint64_t bits = 0; bits <= top[sign]; bits += 31) {
-      x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) | (sign << 31));
-      if (n == kChunk) check(n), n = 0;
-    }
+  every_31st_float(88.3762626647949f, 87.0f, x, n, check);
   for (double v = -87.0; v <= 88.3; v += 0.00731) {
     x[n++] = static_cast<float>(v);
     if (n == kChunk) check(n), n = 0;
@@ -151,12 +158,7 @@ TEST_P(KernelTest, SoftmaxExpMeetsItsStatedRelativeErrorBound) {
     }
   };
   std::size_t n = 0;
-  const std::uint32_t top[2] = {std::bit_cast<std::uint32_t>(88.37f), std::bit_cast<std::uint32_t>(87.0f)};
-  for (std::uint32_t sign = 0; sign < 2; ++sign)
-    for (std::uint64_t bits = 0; bits <= top[sign]; bits += 31) {
-      x[n++] = std::bit_cast<float>(static_cast<std::uint32_t>(bits) | (sign << 31));
-      if (n == kChunk) check(n), n = 0;
-    }
+  every_31st_float(88.37f, 87.0f, x, n, check);
   check(n);
   std::printf("softmax exp (%s): worst relative error %.3f u; worst against (%.1f + %.3f |x|) u: %.3f at x = %.9g\n",
               k::to_string(GetParam()), worst, constant, slope, worst_ratio, worst_x);

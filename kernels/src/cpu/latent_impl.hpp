@@ -115,7 +115,7 @@ inline void transpose_lanes(const simd::vd* s, simd::vd* c) {
 
 /// out[j] += hsum_double(s[j], 0) for j < n: the same additions in the same order (0 + lane 0 + lane 1 +
 /// ...), L = W / 2 accumulators at a time with their lanes transposed, so that one vector addition
-/// advances L sums (the scalar chains took a fifth of an encode chunk at head width 16).
+/// advances L sums (the scalar chains took a third of the encode at head width 16).
 inline void add_lane_sums(const simd::vd* s, int n, double* out) {
   int j = 0;
 #if defined(__AVX512F__) || defined(__AVX2__)
