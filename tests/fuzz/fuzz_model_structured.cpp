@@ -191,5 +191,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   std::remove(path.c_str());
   // Every HDF5 object the library opened is closed again, on every path.
   if (fuzz::open_hdf5_objects() != 0) __builtin_trap();
+  fuzz::reset_hdf5();
   return 0;
 }

@@ -273,4 +273,6 @@ std::string scratch_path(const std::string& stem) {
 
 long open_hdf5_objects() { return static_cast<long>(H5Fget_obj_count(static_cast<hid_t>(H5F_OBJ_ALL), H5F_OBJ_ALL)); }
 
+void reset_hdf5() { H5close(); }
+
 }  // namespace fuzz
