@@ -1,11 +1,13 @@
-// sort_segments and ranks_in_segments (segment_ranks.hpp): per-segment splitters from weighted regular
-// samples, one all-to-all of the elements, per-segment merges of the received runs, offsets by an
-// all-gather.
+// sort_segments, sort_segments_by_group and ranks_in_segments (segment_ranks.hpp): per-segment cuts from
+// weighted regular samples or from group counts, one all-to-all of the elements, per-segment merges of the
+// received runs, offsets by an all-gather.
 #include "segment_ranks.hpp"
 
 #include <algorithm>
 #include <bit>
+#include <limits>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "collectives.hpp"
@@ -28,12 +30,19 @@ std::uint64_t order_image(double value) {
 
 std::uint64_t order_image(std::int64_t value) { return static_cast<std::uint64_t>(value) ^ (std::uint64_t{1} << 63); }
 
-void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
-                   int threads, SortedPiece& piece) {
+namespace {
+
+// Where every segment's local run is cut: elements cut[s * (P + 1) + q] .. cut[s * (P + 1) + q + 1] of
+// `local` go to rank q.
+using Cuts = std::vector<std::int64_t>;
+
+// Splitters from K regular samples of every segment's local run, each standing for n / K of its elements
+// (the weight in `payload`; tie -1: no sample), gathered by every rank; splitter q is the first sample
+// whose cumulative weight reaches q / P of the segment (the same on every rank), each run cut by binary
+// search.
+Cuts sampled_cuts(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first) {
   const auto Pu = static_cast<std::size_t>(comm.size());
   const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
-  // 1. K regular samples of every segment's local run, each standing for n / K of its elements (the
-  // weight in `payload`; tie -1: no sample), gathered by every rank.
   const std::size_t K = std::min<std::size_t>(4 * Pu, 128);
   std::vector<SortElement> samples(sz(S) * K, SortElement{0, -1, 0, 0, 0}), all(samples.size() * Pu);
   for (std::int64_t s = 0; s < S; ++s) {
@@ -46,11 +55,7 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
     }
   }
   comm.allgather(samples.data(), samples.size() * sizeof(SortElement), all.data());
-  // 2. Rank q receives the elements of segment s in [splitter q-1, splitter q), splitter q the first
-  // sample whose cumulative weight reaches q / P of the segment (the same splitters on every rank): each
-  // local run cut by binary search.
-  std::vector<std::size_t> send_counts(Pu, 0);
-  std::vector<std::int64_t> cut(sz(S) * (Pu + 1));
+  Cuts cut(sz(S) * (Pu + 1));
   std::vector<SortElement> seg_samples;
   for (std::int64_t s = 0; s < S; ++s) {
     seg_samples.clear();
@@ -76,8 +81,90 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
                                       : std::lower_bound(b0, b1, seg_samples[at], before) - local.begin();
     }
     c[Pu] = local_first[sz(s) + 1];
-    for (std::size_t q = 0; q < Pu; ++q) send_counts[q] += sz(c[q + 1] - c[q]);
   }
+  return cut;
+}
+
+// The order images as signed integers (the same order), for MIN / MAX reductions.
+std::int64_t signed_image(std::uint64_t bits) { return static_cast<std::int64_t>(bits ^ (std::uint64_t{1} << 63)); }
+std::uint64_t unsigned_image(std::int64_t v) { return static_cast<std::uint64_t>(v) ^ (std::uint64_t{1} << 63); }
+
+// Cuts between groups (sort_segments_by_group), or nothing when a segment's groups overlap in key order
+// or would leave a piece unbalanced: the same decision on every rank (it reads reduced counts and bounds).
+std::optional<Cuts> group_cuts(const Comm& comm, std::span<const SortElement> local,
+                               std::span<const std::int64_t> local_first, std::span<const std::int64_t> group,
+                               std::int64_t groups) {
+  const auto Pu = static_cast<std::size_t>(comm.size());
+  const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
+  const std::size_t R = sz(groups), cells = sz(S) * R;
+  // Per segment and group: the count, the smallest key and (complemented) the largest, over all ranks.
+  std::vector<std::int64_t> count(cells, 0), bounds(2 * cells, std::numeric_limits<std::int64_t>::max());
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::int64_t i = local_first[sz(s)]; i < local_first[sz(s) + 1]; ++i) {
+      const std::size_t cell = sz(s) * R + sz(group[sz(i)]);
+      const std::int64_t key = signed_image(local[sz(i)].bits);
+      ++count[cell];
+      bounds[cell] = std::min(bounds[cell], key);
+      bounds[cells + cell] = std::min(bounds[cells + cell], ~key);
+    }
+  comm.allreduce(std::span<std::int64_t>(count), ReduceOp::sum);
+  comm.allreduce(std::span<std::int64_t>(bounds), ReduceOp::min);
+  Cuts cut(sz(S) * (Pu + 1));
+  std::vector<std::int64_t> prefix(R + 1), below_max(R + 1), above_min(R + 1);
+  for (std::int64_t s = 0; s < S; ++s) {
+    const std::int64_t* n = count.data() + sz(s) * R;
+    const std::int64_t *lo = bounds.data() + sz(s) * R, *nhi = bounds.data() + cells + sz(s) * R;
+    // Boundary b (before group b): the elements below it, the largest key below, the smallest at or above.
+    prefix[0] = 0;
+    below_max[0] = std::numeric_limits<std::int64_t>::min();
+    for (std::size_t g = 0; g < R; ++g) {
+      prefix[g + 1] = prefix[g] + n[g];
+      below_max[g + 1] = n[g] > 0 ? std::max(below_max[g], ~nhi[g]) : below_max[g];
+    }
+    above_min[R] = std::numeric_limits<std::int64_t>::max();
+    for (std::size_t g = R; g-- > 0;) above_min[g] = n[g] > 0 ? std::min(above_min[g + 1], lo[g]) : above_min[g + 1];
+    // Boundary q: the one nearest q / P of the segment; it must separate the keys, and no piece may exceed
+    // 1/P of the segment by more than a quarter (or by one group of a single element).
+    const std::int64_t total = prefix[R], limit = total / static_cast<std::int64_t>(Pu) +
+                                                  std::max<std::int64_t>(total / static_cast<std::int64_t>(4 * Pu), 1);
+    const auto b0 = local.begin() + static_cast<std::ptrdiff_t>(local_first[sz(s)]),
+               b1 = local.begin() + static_cast<std::ptrdiff_t>(local_first[sz(s) + 1]);
+    std::int64_t* c = cut.data() + sz(s) * (Pu + 1);
+    c[0] = local_first[sz(s)];
+    std::size_t b = 0, previous = 0;
+    for (std::size_t q = 1; q <= Pu; ++q) {
+      const double target = static_cast<double>(total) * static_cast<double>(q) / static_cast<double>(Pu);
+      if (q == Pu) {
+        b = R;
+      } else {
+        while (b < R && static_cast<double>(prefix[b + 1]) <= target) ++b;
+        if (b < R && static_cast<double>(prefix[b + 1]) - target < target - static_cast<double>(prefix[b])) ++b;
+      }
+      const bool none_below = prefix[b] == 0, none_above = prefix[b] == total;
+      if (prefix[b] - prefix[previous] > limit || (!none_below && !none_above && below_max[b] >= above_min[b]))
+        return std::nullopt;
+      previous = b;
+      // Every key of the groups from b on is at or above the smallest of them, every key below is under it.
+      const std::uint64_t splitter = unsigned_image(above_min[b]);
+      c[q] = none_above ? local_first[sz(s) + 1]
+             : none_below
+                 ? local_first[sz(s)]
+                 : std::lower_bound(b0, b1, splitter, [](const SortElement& e, std::uint64_t v) { return e.bits < v; }) -
+                       local.begin();
+    }
+  }
+  return cut;
+}
+
+// Each rank's cut runs to their ranks (one all-to-all), grouped by segment and merged, then the pieces'
+// sizes gathered.
+void exchange_cut_runs(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
+                       const Cuts& cut, int threads, SortedPiece& piece) {
+  const auto Pu = static_cast<std::size_t>(comm.size());
+  const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
+  std::vector<std::size_t> send_counts(Pu, 0);
+  for (std::int64_t s = 0; s < S; ++s)
+    for (std::size_t q = 0; q < Pu; ++q) send_counts[q] += sz(cut[sz(s) * (Pu + 1) + q + 1] - cut[sz(s) * (Pu + 1) + q]);
   std::vector<SortElement>& send = piece.sent;
   send.clear();
   for (std::size_t q = 0; q < Pu; ++q)
@@ -88,7 +175,7 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
   std::vector<SortElement>& got = piece.received;
   got.resize(std::accumulate(recv_counts.begin(), recv_counts.end(), std::size_t{0}));
   alltoallv_elements(comm, send.data(), send_counts, got.data(), recv_counts, sizeof(SortElement));
-  // 3. Grouped by segment (stably: the runs of ranks 0, 1, ... in order), each segment's runs merged.
+  // Grouped by segment (stably: the runs of ranks 0, 1, ... in order), each segment's runs merged.
   piece.first.assign(sz(S) + 1, 0);
   std::vector<std::int64_t> run(sz(S) * Pu, 0);
   std::string bad;
@@ -119,7 +206,7 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
       middle = end;
     }
   }
-  // 4. This rank's piece of segment s follows the pieces of the ranks before it.
+  // This rank's piece of segment s follows the pieces of the ranks before it.
   std::vector<std::int64_t> count(sz(S));
   piece.counts.resize(sz(S) * Pu);
   for (std::int64_t s = 0; s < S; ++s) count[sz(s)] = piece.first[sz(s) + 1] - piece.first[sz(s)];
@@ -127,6 +214,33 @@ void sort_segments(const Comm& comm, std::span<const SortElement> local, std::sp
   piece.offset.assign(sz(S), 0);
   for (std::int64_t s = 0; s < S; ++s)
     for (int r = 0; r < comm.rank(); ++r) piece.offset[sz(s)] += piece.counts[sz(r) * sz(S) + sz(s)];
+}
+
+}  // namespace
+
+void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
+                   int threads, SortedPiece& piece) {
+  exchange_cut_runs(comm, local, local_first, sampled_cuts(comm, local, local_first), threads, piece);
+}
+
+bool sort_segments_by_group(const Comm& comm, std::span<const SortElement> local,
+                            std::span<const std::int64_t> local_first, std::span<const std::int64_t> group,
+                            std::int64_t groups, int threads, SortedPiece& piece) {
+  const auto S = static_cast<std::int64_t>(local_first.size()) - 1;
+  std::string bad;
+  if (group.size() != local.size())
+    bad = "sort_segments_by_group: rank " + std::to_string(comm.rank()) + " has " + std::to_string(group.size()) +
+          " groups for " + std::to_string(local.size()) + " elements";
+  for (std::size_t i = 0; i < group.size() && bad.empty(); ++i)
+    if (group[i] < 0 || group[i] >= groups)
+      bad = "sort_segments_by_group: rank " + std::to_string(comm.rank()) + " has an element of group " +
+            std::to_string(group[i]) + " of " + std::to_string(groups);
+  comm.agree_or_throw(bad.empty() ? Status{} : Status{ErrorCode::internal, bad});
+  std::optional<Cuts> cut;
+  if (groups <= kMaxSortGroupCells / std::max<std::int64_t>(S, 1)) cut = group_cuts(comm, local, local_first, group, groups);
+  const bool by_group = cut.has_value();
+  exchange_cut_runs(comm, local, local_first, by_group ? *cut : sampled_cuts(comm, local, local_first), threads, piece);
+  return by_group;
 }
 
 std::vector<std::int64_t> ranks_in_segments(const Comm& comm, std::span<const RankRecord> records,

@@ -45,6 +45,20 @@ struct SortedPiece {
 void sort_segments(const Comm& comm, std::span<const SortElement> local, std::span<const std::int64_t> local_first,
                    int threads, SortedPiece& piece);
 
+/// sort_segments with the pieces cut between groups (reference-models §4.12's region-aware sort): element
+/// i of `local` belongs to group[i] in [0, groups), and a segment's groups are meant to follow its key
+/// order (HEPT's region codes: keys P + code Delta). One reduction of every segment's group counts and key
+/// bounds picks, per segment, the group boundary nearest each q / P of the segment; no samples are
+/// gathered. Where the groups' keys overlap at a chosen boundary (rounding can interleave neighbouring
+/// regions), a piece would exceed 1/P of its segment by more than a quarter, or segments x groups exceeds
+/// kMaxSortGroupCells, it uses sort_segments' sampled splitters instead (the same choice on every rank).
+/// Either way the result is sort_segments' (the same global order, pieces of other sizes). Returns whether
+/// the pieces were cut between groups. Collective; a group out of range is an agreed internal error.
+inline constexpr std::int64_t kMaxSortGroupCells = std::int64_t{1} << 20;
+bool sort_segments_by_group(const Comm& comm, std::span<const SortElement> local,
+                            std::span<const std::int64_t> local_first, std::span<const std::int64_t> group,
+                            std::int64_t groups, int threads, SortedPiece& piece);
+
 /// A record to rank: its segment, its key (an order image) and a tie-breaker.
 struct RankRecord {
   std::uint64_t segment = 0, key = 0;
