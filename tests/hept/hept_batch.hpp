@@ -42,28 +42,41 @@ struct Batch {
   std::int64_t n() const { return static_cast<std::int64_t>(graph.size()); }
 };
 
+/// This rank's points: the points i whose owner(i) is this rank, in reversed order (global ids `mine`).
+struct LocalPoints {
+  std::vector<std::int64_t> mine, graph;
+  std::vector<float> x, coords;
+  int cd = 0;
+  LocalPoints(const surrogate::Comm& comm, const Batch& b, const std::function<int(std::int64_t)>& owner) : cd(b.cd) {
+    for (std::int64_t i = b.n() - 1; i >= 0; --i)
+      if (owner(i) == comm.rank()) mine.push_back(i);
+    for (const std::int64_t i : mine) {
+      x.insert(x.end(), b.x.begin() + i * b.in, b.x.begin() + (i + 1) * b.in);
+      coords.insert(coords.end(), b.coords.begin() + i * b.cd, b.coords.begin() + (i + 1) * b.cd);
+      graph.push_back(b.graph[static_cast<std::size_t>(i)]);
+    }
+  }
+  std::int64_t n() const { return static_cast<std::int64_t>(mine.size()); }
+  surrogate::SampleLayout layout(const surrogate::Comm& comm) const {
+    return surrogate::SampleLayout::build(comm, n(), graph.data());
+  }
+  surrogate::PointGeometry geometry() const {
+    surrogate::PointGeometry g;
+    g.positions = coords.data();
+    g.ld_positions = cd;
+    g.global_ids = mine.data();
+    return g;
+  }
+};
+
 /// Predicts with the points i whose owner(i) is this rank, in reversed order, with global ids.
 inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
                                   const std::function<int(std::int64_t)>& owner, const surrogate::RunOptions& o,
                                   std::vector<std::int64_t>& mine) {
-  mine.clear();
-  for (std::int64_t i = b.n() - 1; i >= 0; --i)
-    if (owner(i) == comm.rank()) mine.push_back(i);
-  std::vector<float> x, coords;
-  std::vector<std::int64_t> graph;
-  for (const std::int64_t i : mine) {
-    x.insert(x.end(), b.x.begin() + i * b.in, b.x.begin() + (i + 1) * b.in);
-    coords.insert(coords.end(), b.coords.begin() + i * b.cd, b.coords.begin() + (i + 1) * b.cd);
-    graph.push_back(b.graph[static_cast<std::size_t>(i)]);
-  }
-  const auto n = static_cast<std::int64_t>(mine.size());
-  surrogate::PointGeometry g;
-  g.positions = coords.data();
-  g.ld_positions = b.cd;
-  g.global_ids = mine.data();
-  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * model.out_channels()));
-  model.predict(comm, surrogate::SampleLayout::build(comm, n, graph.data()), g, x.data(), b.in, out.data(), model.out_channels(),
-                o);
+  const LocalPoints p(comm, b, owner);
+  mine = p.mine;
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(p.n(), 1) * model.out_channels()));
+  model.predict(comm, p.layout(comm), p.geometry(), p.x.data(), b.in, out.data(), model.out_channels(), o);
   return out;
 }
 

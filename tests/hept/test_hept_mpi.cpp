@@ -1,6 +1,7 @@
 // HEPT across ranks (label mpi, hept): bitwise equal to one process in fp32 and fp64 for spreads of whole
 // graphs over the ranks (unequal shares, empty ranks), graphs split over the ranks (gathered on owners),
-// fewer graphs than ranks (split by buckets: both layouts, identical hits, a graph below the block size).
+// fewer graphs than ranks (split by buckets: both layouts, identical hits, a graph below the block size);
+// the bucket sorts cut between regions (the plan's profile says so).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -25,6 +26,17 @@ using surrogate::testing::read_array;
 namespace {
 
 using namespace hept_batch;  // NOLINT: the shared batch
+
+/// Every local row (point mine[r]) equals the one-process row of that point (reference rows in reversed
+/// order, as predict() lays them out on one rank).
+void expect_rows_of_one_process(const std::vector<float>& out, const std::vector<float>& reference,
+                                const std::vector<std::int64_t>& mine, std::int64_t n, int od, const std::string& what) {
+  const auto w = static_cast<std::size_t>(od);
+  for (std::size_t r = 0; r < mine.size(); ++r)
+    for (std::size_t k = 0; k < w; ++k)
+      ASSERT_EQ(out[r * w + k], reference[static_cast<std::size_t>(n - 1 - mine[r]) * w + k])
+          << what << ", point " << mine[r] << " channel " << k;
+}
 
 /// predict() in precision p.
 std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
@@ -139,12 +151,7 @@ TEST(HeptMpi, IdenticalHitsSplitByBucketsMatchOneProcess) {
   const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, Precision::fp32, all);
   const auto out = predict(comm, *model, b, [size](std::int64_t i) { return static_cast<int>(i * 7 % size); },
                            Precision::fp32, mine);
-  for (std::size_t r = 0; r < mine.size(); ++r)
-    for (int k = 0; k < od; ++k)
-      ASSERT_EQ(out[r * static_cast<std::size_t>(od) + static_cast<std::size_t>(k)],
-                reference[static_cast<std::size_t>(b.n() - 1 - mine[r]) * static_cast<std::size_t>(od) +
-                          static_cast<std::size_t>(k)])
-          << "rank " << comm.rank() << " point " << mine[r];
+  expect_rows_of_one_process(out, reference, mine, b.n(), od, "rank " + std::to_string(comm.rank()));
 }
 
 // A graph below the block size (32) split over the ranks: the same Error(input) on every rank, naming it.
@@ -179,13 +186,34 @@ TEST(HeptMpi, SrcLayoutSplitByBucketsMatchesOneProcess) {
     std::vector<std::int64_t> all, mine;
     const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, p, all);
     const auto out = predict(comm, *model, b, [size](std::int64_t i) { return i < 250 ? 0 : size - 1; }, p, mine);
-    for (std::size_t r = 0; r < mine.size(); ++r)
-      for (int k = 0; k < od; ++k)
-        ASSERT_EQ(out[r * static_cast<std::size_t>(od) + static_cast<std::size_t>(k)],
-                  reference[static_cast<std::size_t>(b.n() - 1 - mine[r]) * static_cast<std::size_t>(od) +
-                            static_cast<std::size_t>(k)])
-            << "rank " << comm.rank() << " point " << mine[r] << " precision " << surrogate::precision_name(p);
+    expect_rows_of_one_process(out, reference, mine, b.n(), od,
+                               "rank " + std::to_string(comm.rank()) + " precision " + surrogate::precision_name(p));
   }
+}
+
+// One graph over several ranks (split by buckets): every hash table's bucket sort cuts the pieces between
+// regions (the plan's profile counts the path of every sort: 3 tables x 2 layers; one rank runs whole
+// graphs, no sort over ranks), with the one-process result.
+TEST(HeptMpi, BucketSortsCutBetweenRegions) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const int od = model->out_channels(), size = comm.size();
+  const Batch b(1);
+  std::vector<std::int64_t> all;
+  const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, Precision::fp32, all);
+  const hept_batch::LocalPoints p(comm, b, [size](std::int64_t i) { return static_cast<int>(i % size); });
+  const auto plan = model->plan(comm, p.layout(comm), p.geometry());
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(p.n(), 1) * od));
+  model->predict(comm, *plan, p.x.data(), b.in, out.data(), od);
+  std::uint64_t by_region = 0, by_samples = 0;
+  for (const auto& phase : plan->profile().phases()) {
+    if (phase.name == "cut between regions") by_region = phase.calls;
+    if (phase.name == "cut by samples") by_samples = phase.calls;
+  }
+  EXPECT_EQ(by_region, size > 1 ? 6U : 0U) << "rank " << comm.rank() << " of " << size;
+  EXPECT_EQ(by_samples, 0U) << "rank " << comm.rank() << " of " << size;
+  expect_rows_of_one_process(out, reference, p.mine, b.n(), od, "rank " + std::to_string(comm.rank()));
 }
 
 }  // namespace

@@ -89,10 +89,10 @@ struct Trace {
 };
 
 /// One hash table's bucket attention over rows that a graph spreads over several ranks (the plan's
-/// SplitGraphs): keys [h][rows] of the queries and the keys, q_hat and k_hat [h][rows][hash_dim], v
+/// SplitGraphs): the table's index, keys [h][rows] of the queries and the keys, q_hat and k_hat [h][rows][hash_dim], v
 /// [h][rows][h_dim]; writes the numerators [h][rows][h_dim] and denominators [h][rows]. Collective.
 template <class T>
-using BucketStage = std::function<void(const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
+using BucketStage = std::function<void(int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
                                        T* num, T* den)>;
 
 /// The HEPT network in arithmetic T (float or double) on the CPU, for a batch of whole graphs on one

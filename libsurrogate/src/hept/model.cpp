@@ -82,8 +82,8 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
     std::vector<float> x(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(cfg_.in_dim));
     split.inputs(fp64, io.in, io.ld_in, cfg_.in_dim, x.data());
     std::vector<T> out(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
-    const BucketStage<T> buckets = [&](const T* kq, const T* kk, const T* qh, const T* kh, const T* vh, T* num,
-                                       T* den) { split.attend(comm, kq, kk, qh, kh, vh, num, den, threads); };
+    const BucketStage<T> buckets = [&](int table, const T* kq, const T* kk, const T* qh, const T* kh, const T* vh,
+                                       T* num, T* den) { split.attend(comm, table, kq, kk, qh, kh, vh, num, den, threads); };
     network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets);
     std::vector<float> y;
     for (std::size_t p = 0; p < np; ++p)

@@ -307,7 +307,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
                       vh.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(h) * npu + n) * static_cast<std::size_t>(D)));
       for (int c = 0; c < C; ++c) {
         const std::size_t table = static_cast<std::size_t>(c * H) * npu;
-        (*buckets)(pq.data() + table, pk.data() + table, qh.data(), kh.data(), vh.data(), tnum.data(), tden.data());
+        (*buckets)(c, pq.data() + table, pk.data() + table, qh.data(), kh.data(), vh.data(), tnum.data(), tden.data());
         for (std::size_t i = 0; i < num.size(); ++i) num[i] += tnum[i];
         for (std::size_t i = 0; i < den.size(); ++i) den[i] += tden[i];
       }

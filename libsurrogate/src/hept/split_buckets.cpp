@@ -1,6 +1,6 @@
 // SplitGraphs::route and attend (split_graphs.hpp): each hash table's keys sorted over the ranks (local
-// radix sorts, then detail::sort_segments), every slot's rows routed to its bucket's rank, the Gaussian
-// kernel there and the sums back. share/docs/hept.md, "Plan and ranks".
+// radix sorts, then detail::sort_segments_by_group, pieces cut between regions), every slot's rows routed
+// to its bucket's rank, the Gaussian kernel there and the sums back. share/docs/hept.md, "Plan and ranks".
 #include <omp.h>
 
 #include <algorithm>
@@ -14,17 +14,32 @@
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
 #include "surrogate/kernels/stable_key_sort.hpp"
+#include "surrogate/profile.hpp"
 
 namespace surrogate::hept {
 namespace {
 
 std::size_t sz(std::int64_t v) { return static_cast<std::size_t>(v); }
 
+// The phases of route (surrogate/profile.hpp): the sort, and inside it an empty phase naming its path.
+const PhaseName kBucketSortPhase{"bucket sort over ranks"};
+const PhaseName kSortByRegionPhase{"cut between regions"};
+const PhaseName kSortBySamplesPhase{"cut by samples"};
+
 }  // namespace
 
 template <class T>
-void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const {
-  const int H = cfg_.num_heads, me = comm.rank();
+std::int64_t SplitGraphs::region(std::int64_t r, std::int64_t j) const {
+  const Geometry& g = part(std::is_same_v<T, double>).geometry;
+  const auto np = static_cast<std::int64_t>(graph_.size());
+  const std::size_t i = sz(r * np + j);
+  if (src_factor_.empty()) return g.padded_codes[i] & ((std::int64_t{1} << g.bits_code1[sz(r)]) - 1);  // less the graph
+  return g.region_phi[i] * src_factor_[sz(r)] + g.region_eta[i];
+}
+
+template <class T>
+void SplitGraphs::route(const Comm& comm, int table, const T* keys_q, const T* keys_k, int threads) const {
+  const int H = cfg_.num_heads, me = comm.rank(), ranks = comm.size();
   const std::int64_t bs = cfg_.block_size, G = static_cast<std::int64_t>(graph_first_.size()) - 1;
   const auto np = static_cast<std::int64_t>(graph_.size()), S = 2 * H * G;
   // 1. Every segment's local keys in stable order: this rank's rows of a graph are contiguous and in
@@ -34,7 +49,9 @@ void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int 
   std::vector<std::int64_t> seg_first(sz(S) + 1, 0);
   for (std::int64_t s = 0; s < S; ++s) seg_first[sz(s) + 1] = seg_first[sz(s)] + row_first[sz(s % G) + 1] - row_first[sz(s % G)];
   std::vector<detail::SortElement>& local = work_.local;
+  std::vector<std::int64_t>& group = work_.group;
   local.resize(sz(seg_first.back()));
+  group.resize(local.size());
 #pragma omp parallel num_threads(threads)
   {
     kernels::StableKeySortWork<T> work;
@@ -49,14 +66,28 @@ void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int 
         const std::int64_t j = perm[sz(i)];
         local[sz(seg_first[sz(s)] + i)] = {kernels::detail::ordered_bits(keys[j - j0]), position_[sz(j)], h * np + j,
                                            static_cast<std::int32_t>(s), me};
+        group[sz(seg_first[sz(s)] + i)] = region<T>(table * H + h, j);
       }
     }
   }
+  // Regions follow the key order (keys P + code * Delta), so whole ranges of them can go to the ranks:
+  // groups of consecutive regions, about 16 per rank, are counted over the ranks and the pieces cut between
+  // them where that is exact and balanced (detail::sort_segments_by_group; sampled splitters otherwise).
+  std::int64_t regions = 0;
+  for (const std::int64_t v : group) regions = std::max(regions, v + 1);
+  regions = comm.allreduce(regions, ReduceOp::max);
+  const std::int64_t per_group = std::max<std::int64_t>(1, (regions + 16 * ranks - 1) / (16 * ranks));
+  for (std::int64_t& v : group) v /= per_group;
   // 2. The keys sorted over the ranks; every element's rank gives its bucket and slot. Bucket b of (head,
   // graph) is computed by the rank whose piece of the query order holds its start b * bs (a function of
   // the pieces' sizes, which every rank has): with spatially coherent ids most of its rows are there.
   detail::SortedPiece& piece = work_.piece;
-  detail::sort_segments(comm, local, seg_first, threads, piece);
+  {
+    const ScopedPhase phase(kBucketSortPhase);
+    const bool by_region = detail::sort_segments_by_group(comm, local, seg_first, group,
+                                                          (regions + per_group - 1) / per_group, threads, piece);
+    const ScopedPhase path(by_region ? kSortByRegionPhase : kSortBySamplesPhase);  // counts the path taken
+  }
   const auto P = static_cast<std::size_t>(comm.size());
   std::vector<std::int64_t> piece_end(sz(S) * P);  // [segment][rank]: where each rank's piece ends
   for (std::int64_t s = 0; s < S; ++s)
@@ -117,12 +148,12 @@ void SplitGraphs::route(const Comm& comm, const T* keys_q, const T* keys_k, int 
 }
 
 template <class T>
-void SplitGraphs::attend(const Comm& comm, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
+void SplitGraphs::attend(const Comm& comm, int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
                          T* num, T* den, int threads) const {
   const int H = cfg_.num_heads, D = cfg_.h_dim, Dh = cfg_.hash_dim(), bs = cfg_.block_size;
   const auto np = static_cast<std::int64_t>(graph_.size());
   threads = threads > 0 ? threads : omp_get_max_threads();
-  route(comm, keys_q, keys_k, threads);
+  route(comm, table, keys_q, keys_k, threads);
   const Routes& routes = work_.routes;
   ExchangePlan queries = ExchangePlan::from_requests(comm, H * np, routes.rank[0], routes.key[0], {}, {});
   ExchangePlan keys = ExchangePlan::from_requests(comm, H * np, routes.rank[1], routes.key[1], {}, {});
@@ -163,9 +194,9 @@ void SplitGraphs::attend(const Comm& comm, const T* keys_q, const T* keys_k, con
   queries.backward(bden.data(), 1, den);
 }
 
-template void SplitGraphs::attend<float>(const Comm&, const float*, const float*, const float*, const float*,
+template void SplitGraphs::attend<float>(const Comm&, int, const float*, const float*, const float*, const float*,
                                          const float*, float*, float*, int) const;
-template void SplitGraphs::attend<double>(const Comm&, const double*, const double*, const double*, const double*,
+template void SplitGraphs::attend<double>(const Comm&, int, const double*, const double*, const double*, const double*,
                                           const double*, double*, double*, int) const;
 
 }  // namespace surrogate::hept

@@ -61,6 +61,9 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
   }
   const std::int64_t total = graph_first_.back();
   for (int r = 0; r <= P; ++r) bounds_.push_back(total * r / P);
+  if (src)
+    for (int r = 0; r < rows; ++r)
+      src_factor_.push_back(static_cast<std::int64_t>(std::ceil(regions[sz((r / H) * 2 * H + r % H)])) + 1);
   const std::int64_t tb = bounds_[sz(me)], te = bounds_[sz(me) + 1], np = te - tb;
   std::vector<RowRange> wanted;  // the originals of this rank's rows, as sample-major point numbers
   std::vector<std::int64_t> originals;  // local rows of the originals

@@ -40,7 +40,7 @@ class SplitGraphs {
   /// [h][rows][hash_dim], v [h][rows][h_dim] of this rank's rows; writes num [h][rows][h_dim], den
   /// [h][rows]. Collective.
   template <class T>
-  void attend(const Comm& comm, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh, T* num,
+  void attend(const Comm& comm, int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh, T* num,
               T* den, int threads) const;
 
  private:
@@ -60,10 +60,15 @@ class SplitGraphs {
   };
   /// Fills work_.routes.
   template <class T>
-  void route(const Comm& comm, const T* keys_q, const T* keys_k, int threads) const;
+  void route(const Comm& comm, int table, const T* keys_q, const T* keys_k, int threads) const;
+  /// The region of local row j for head row r (= table * heads + head) in arithmetic T: its code, which the
+  /// key's shift code * Delta follows (src: phi bin * factor + eta bin).
+  template <class T>
+  std::int64_t region(std::int64_t r, std::int64_t j) const;
   /// The buffers of route and attend, kept between calls (a plan serves one forward at a time).
   struct Work {
     std::vector<detail::SortElement> local;
+    std::vector<std::int64_t> group;  // of each element of `local`: its region, coarsened
     detail::SortedPiece piece;
     std::vector<std::int64_t> records;
     std::vector<int> dest;
@@ -82,6 +87,7 @@ class SplitGraphs {
   std::vector<std::int64_t> graph_, position_;  // of each local row: its graph, its position in the graph
   ExchangePlan outputs_;
   Part p32_, p64_;
+  std::vector<std::int64_t> src_factor_;  // src layout, per head row: the eta factor ceil(R_eta) + 1 of the keys
   Traffic* traffic_ = nullptr;  // the plan's total, also of each layer's bucket moves
 };
 
