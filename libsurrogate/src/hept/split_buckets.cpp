@@ -29,17 +29,8 @@ const PhaseName kSortBySamplesPhase{"cut by samples"};
 }  // namespace
 
 template <class T>
-std::int64_t SplitGraphs::region(std::int64_t r, std::int64_t j) const {
-  const Geometry& g = part(std::is_same_v<T, double>).geometry;
-  const auto np = static_cast<std::int64_t>(graph_.size());
-  const std::size_t i = sz(r * np + j);
-  if (src_factor_.empty()) return g.padded_codes[i] & ((std::int64_t{1} << g.bits_code1[sz(r)]) - 1);  // less the graph
-  return g.region_phi[i] * src_factor_[sz(r)] + g.region_eta[i];
-}
-
-template <class T>
 void SplitGraphs::route(const Comm& comm, int table, const T* keys_q, const T* keys_k, int threads) const {
-  const int H = cfg_.num_heads, me = comm.rank(), ranks = comm.size();
+  const int H = cfg_.num_heads, me = comm.rank();
   const std::int64_t bs = cfg_.block_size, G = static_cast<std::int64_t>(graph_first_.size()) - 1;
   const auto np = static_cast<std::int64_t>(graph_.size()), S = 2 * H * G;
   // 1. Every segment's local keys in stable order: this rank's rows of a graph are contiguous and in
@@ -52,6 +43,7 @@ void SplitGraphs::route(const Comm& comm, int table, const T* keys_q, const T* k
   std::vector<std::int64_t>& group = work_.group;
   local.resize(sz(seg_first.back()));
   group.resize(local.size());
+  const Part& part_t = part(std::is_same_v<T, double>);
 #pragma omp parallel num_threads(threads)
   {
     kernels::StableKeySortWork<T> work;
@@ -66,26 +58,21 @@ void SplitGraphs::route(const Comm& comm, int table, const T* keys_q, const T* k
         const std::int64_t j = perm[sz(i)];
         local[sz(seg_first[sz(s)] + i)] = {kernels::detail::ordered_bits(keys[j - j0]), position_[sz(j)], h * np + j,
                                            static_cast<std::int32_t>(s), me};
-        group[sz(seg_first[sz(s)] + i)] = region<T>(table * H + h, j);
+        group[sz(seg_first[sz(s)] + i)] = part_t.groups[sz((table * H + h) * np + j)];
       }
     }
   }
-  // Regions follow the key order (keys P + code * Delta), so whole ranges of them can go to the ranks:
-  // groups of consecutive regions, about 16 per rank, are counted over the ranks and the pieces cut between
-  // them where that is exact and balanced (detail::sort_segments_by_group; sampled splitters otherwise).
-  std::int64_t regions = 0;
-  for (const std::int64_t v : group) regions = std::max(regions, v + 1);
-  regions = comm.allreduce(regions, ReduceOp::max);
-  const std::int64_t per_group = std::max<std::int64_t>(1, (regions + 16 * ranks - 1) / (16 * ranks));
-  for (std::int64_t& v : group) v /= per_group;
   // 2. The keys sorted over the ranks; every element's rank gives its bucket and slot. Bucket b of (head,
   // graph) is computed by the rank whose piece of the query order holds its start b * bs (a function of
   // the pieces' sizes, which every rank has): with spatially coherent ids most of its rows are there.
+  // Regions follow the key order (keys P + code * Delta), so whole ranges of them can go to the ranks: the
+  // pieces are cut between the plan's groups of regions where that is exact and balanced (sampled
+  // splitters otherwise).
   detail::SortedPiece& piece = work_.piece;
   {
     const ScopedPhase phase(kBucketSortPhase);
-    const bool by_region = detail::sort_segments_by_group(comm, local, seg_first, group,
-                                                          (regions + per_group - 1) / per_group, threads, piece);
+    const bool by_region =
+        detail::sort_segments_by_group(comm, local, seg_first, group, part_t.group_count[sz(table)], threads, piece);
     const ScopedPhase path(by_region ? kSortByRegionPhase : kSortBySamplesPhase);  // counts the path taken
   }
   const auto P = static_cast<std::size_t>(comm.size());

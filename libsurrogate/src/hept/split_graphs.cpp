@@ -61,9 +61,6 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
   }
   const std::int64_t total = graph_first_.back();
   for (int r = 0; r <= P; ++r) bounds_.push_back(total * r / P);
-  if (src)
-    for (int r = 0; r < rows; ++r)
-      src_factor_.push_back(static_cast<std::int64_t>(std::ceil(regions[sz((r / H) * 2 * H + r % H)])) + 1);
   const std::int64_t tb = bounds_[sz(me)], te = bounds_[sz(me) + 1], np = te - tb;
   std::vector<RowRange> wanted;  // the originals of this rank's rows, as sample-major point numbers
   std::vector<std::int64_t> originals;  // local rows of the originals
@@ -229,6 +226,40 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
   };
   build(p32_, 0.0f);
   build(p64_, 0.0);
+  group_regions(comm, regions);
+}
+
+void SplitGraphs::group_regions(const Comm& comm, const std::vector<float>& regions) {
+  const int H = cfg_.num_heads, C = cfg_.n_hashes, rows = C * H;
+  const bool src = cfg_.layout == Config::Layout::src;
+  const auto np = static_cast<std::int64_t>(graph_.size());
+  std::vector<std::int64_t> count(sz(2 * C), 0);  // per part and table: the number of regions
+  for (int p = 0; p < 2; ++p) {
+    Part& part = p == 0 ? p32_ : p64_;
+    const Geometry& g = part.geometry;
+    part.groups.resize(sz(rows * np));
+    for (int r = 0; r < rows; ++r) {
+      const std::int64_t factor = src ? static_cast<std::int64_t>(std::ceil(regions[sz((r / H) * 2 * H + r % H)])) + 1 : 0;
+      for (std::int64_t j = 0; j < np; ++j) {
+        const std::size_t i = sz(r * np + j);
+        const std::int64_t code = src ? g.region_phi[i] * factor + g.region_eta[i]
+                                      : g.padded_codes[i] & ((std::int64_t{1} << g.bits_code1[sz(r)]) - 1);  // less the graph
+        part.groups[i] = code;
+        count[sz(p * C + r / H)] = std::max(count[sz(p * C + r / H)], code + 1);
+      }
+    }
+  }
+  comm.allreduce(std::span<std::int64_t>(count), ReduceOp::max);
+  const std::int64_t per_rank = 16 * comm.size();
+  for (int p = 0; p < 2; ++p) {
+    Part& part = p == 0 ? p32_ : p64_;
+    part.group_count.resize(sz(C));
+    for (int c = 0; c < C; ++c) {
+      const std::int64_t n = count[sz(p * C + c)], per_group = std::max<std::int64_t>(1, (n + per_rank - 1) / per_rank);
+      part.group_count[sz(c)] = (n + per_group - 1) / per_group;
+      for (std::int64_t i = c * H * np; i < (c + 1) * H * np; ++i) part.groups[sz(i)] /= per_group;
+    }
+  }
 }
 
 }  // namespace surrogate::hept

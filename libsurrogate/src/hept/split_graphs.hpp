@@ -49,6 +49,9 @@ class SplitGraphs {
     ExchangePlan inputs;                  // working rows -> the rows `received`
     std::vector<std::int64_t> received;  // local rows that receive inputs (all but the src layout's pads)
     std::vector<float> coords;
+    // The region of every head row r (= table * heads + head) and local row j at [r * rows + j], coarsened
+    // to about 16 groups per rank, and each table's number of groups: route's sort cuts between them.
+    std::vector<std::int64_t> groups, group_count;
   };
   void gather(const Part& part, const float* in, index_t ld_in, int width, float* rows) const;
   /// This rank's buckets (head, graph, bucket number) and, for every slot of every bucket (row bucket *
@@ -61,10 +64,9 @@ class SplitGraphs {
   /// Fills work_.routes.
   template <class T>
   void route(const Comm& comm, int table, const T* keys_q, const T* keys_k, int threads) const;
-  /// The region of local row j for head row r (= table * heads + head) in arithmetic T: its code, which the
-  /// key's shift code * Delta follows (src: phi bin * factor + eta bin).
-  template <class T>
-  std::int64_t region(std::int64_t r, std::int64_t j) const;
+  /// Fills the parts' groups (collective): the region codes, which the keys' shift code * Delta follows
+  /// (src: phi bin * factor + eta bin), of every head row.
+  void group_regions(const Comm& comm, const std::vector<float>& regions);
   /// The buffers of route and attend, kept between calls (a plan serves one forward at a time).
   struct Work {
     std::vector<detail::SortElement> local;
@@ -87,7 +89,6 @@ class SplitGraphs {
   std::vector<std::int64_t> graph_, position_;  // of each local row: its graph, its position in the graph
   ExchangePlan outputs_;
   Part p32_, p64_;
-  std::vector<std::int64_t> src_factor_;  // src layout, per head row: the eta factor ceil(R_eta) + 1 of the keys
   Traffic* traffic_ = nullptr;  // the plan's total, also of each layer's bucket moves
 };
 
