@@ -262,12 +262,12 @@ TEST(CanonicalOrder, BadIdsAndEdgesAreAgreedErrors) {
     expect_agreed_input_error([&] { surrogate::route_canonical(comm, l.layout, l.geometry, 3, nullptr, 0, 0, surrogate::GivenEdges::ignore); },
                               "global id " + std::to_string(dup) + " is given to more than one point");
   }
-  // An id >= N on rank 0.
+  // An id >= N on rank 0: the row keeps its sample and position (so the layout is valid), only its id
+  // is out of range (changed after local_of, which reads the batch by id).
   {
-    std::vector<std::int64_t> ids = ids_of(pts, rank, 21u);
-    if (rank == 0 && !ids.empty()) ids.back() = pts.n;
-    const Local l = local_of(comm, pts, ids, {});
-    const bool any = comm.allreduce<std::int64_t>(rank == 0 && !ids.empty() ? 1 : 0, surrogate::ReduceOp::max) > 0;
+    Local l = local_of(comm, pts, ids_of(pts, rank, 21u), {});
+    if (rank == 0 && !l.ids.empty()) l.ids.back() = pts.n;  // l.geometry.global_ids points at l.ids
+    const bool any = comm.allreduce<std::int64_t>(rank == 0 && !l.ids.empty() ? 1 : 0, surrogate::ReduceOp::max) > 0;
     ASSERT_TRUE(any);
     expect_agreed_input_error([&] { surrogate::route_canonical(comm, l.layout, l.geometry, 3, nullptr, 0, 0, surrogate::GivenEdges::ignore); },
                               "global id " + std::to_string(pts.n) + " of local point");
