@@ -117,36 +117,37 @@ void sort(const SegmentSortLaunchOf<T>& a, cudaStream_t stream) {
 }
 #endif
 
+// The checks of every step; `step` 0: gaussian_buckets, 1: the sums, 2: the combine (no bucket, no rows in).
 template <class T>
-void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name) {
+void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, int step, const void* num = nullptr,
+                   const void* den = nullptr) {
   const std::string kernel = std::string("cuda::") + name;
   if (a.tables < 1 || a.heads < 1 || a.tables > 65535 / a.heads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.tables) + " tables x " + std::to_string(a.heads) +
                                 " heads, need 1..65535 rows");
-  if (a.dh < 1 || a.dh > kMaxBucketWidth || a.dv < 1 || a.dv > kMaxBucketWidth)
+  if ((step != 2 && (a.dh < 1 || a.dh > kMaxBucketWidth)) || a.dv < 1 || a.dv > kMaxBucketWidth)
     throw std::invalid_argument(kernel + ": widths dh " + std::to_string(a.dh) + ", dv " + std::to_string(a.dv) +
                                 " outside 1.." + std::to_string(kMaxBucketWidth));
-  if (a.bucket < 1 || a.points < 0 || a.points % a.bucket != 0)
+  if (a.points < 0 || (step != 2 && (a.bucket < 1 || a.points % a.bucket != 0)))
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points are not buckets of " +
                                 std::to_string(a.bucket));
-  if (a.ldv < static_cast<index_t>(a.heads) * a.dv || a.ldo < static_cast<index_t>(a.heads) * a.dv)
+  const index_t width = static_cast<index_t>(a.heads) * a.dv;
+  if ((step != 2 && a.ldv < width) || (step != 1 && a.ldo < width))
     throw std::invalid_argument(kernel + ": row strides ldv " + std::to_string(a.ldv) + ", ldo " + std::to_string(a.ldo) +
-                                " below heads x dv = " + std::to_string(static_cast<index_t>(a.heads) * a.dv));
+                                " below heads x dv = " + std::to_string(width));
   if ((a.points + kThreads - 1) / kThreads > 2147483647 ||
       static_cast<double>(a.heads) * static_cast<double>(a.points) > 2147483647.0 * kThreads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points exceed the grid");
-  if (a.points > 0 && (!a.qh || !a.kh || !a.v || !a.perm_q || !a.perm_k || !a.out || !a.work))
-    throw std::invalid_argument(kernel + ": a null array");
+  const bool inputs = step == 2 || (a.qh && a.kh && a.v && a.perm_q && a.perm_k && a.work);
+  const bool outputs = step == 0 ? a.out != nullptr : step == 1 ? num && den : a.out && num && den;
+  if (a.points > 0 && (!inputs || !outputs)) throw std::invalid_argument(kernel + ": a null array");
 }
 
+// Every row's numerators and denominators of every query (qsq: 2 heads points values of scratch).
 template <class T>
-void buckets(const GaussianBucketsLaunchOf<T>& a, cudaStream_t stream) {
-  if (a.points == 0) return;
+void sums(const GaussianBucketsLaunchOf<T>& a, T* num, T* den, T* qsq, cudaStream_t stream) {
   const auto n = a.points;
   const index_t rows = static_cast<index_t>(a.tables) * a.heads, per_head = static_cast<index_t>(a.heads) * n;
-  T* num = a.work;
-  T* den = num + rows * n * a.dv;
-  T* qsq = den + rows * n;
   T* ksq = qsq + per_head;
   const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
   launch(bucket_kernels::half_squares_kernel<T>, flat, kThreads, 0, stream, a, qsq, ksq);
@@ -157,9 +158,24 @@ void buckets(const GaussianBucketsLaunchOf<T>& a, cudaStream_t stream) {
            static_cast<const T*>(qsq), static_cast<const T*>(ksq), num, den);
   });
   check_launch("bucket_kernel");
-  launch(bucket_kernels::combine_kernel<T>, flat, kThreads, 0, stream, a, static_cast<const T*>(num),
-         static_cast<const T*>(den));
+}
+
+template <class T>
+void combine(const GaussianBucketsLaunchOf<T>& a, const T* num, const T* den, cudaStream_t stream) {
+  const index_t per_head = static_cast<index_t>(a.heads) * a.points;
+  const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
+  launch(bucket_kernels::combine_kernel<T>, flat, kThreads, 0, stream, a, num, den);
   check_launch("combine_kernel");
+}
+
+template <class T>
+void buckets(const GaussianBucketsLaunchOf<T>& a, cudaStream_t stream) {
+  if (a.points == 0) return;
+  const index_t rows = static_cast<index_t>(a.tables) * a.heads;
+  T* num = a.work;
+  T* den = num + rows * a.points * a.dv;
+  sums(a, num, den, den + rows * a.points, stream);
+  combine(a, static_cast<const T*>(num), static_cast<const T*>(den), stream);
 }
 
 }  // namespace
@@ -178,14 +194,27 @@ void segment_sort_f64(const SegmentSortLaunchOf<double>& a, cudaStream_t stream)
 
 void gaussian_buckets(const GaussianBucketsLaunchOf<float>& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets(a, stream));
-  check_buckets(a, "gaussian_buckets");
+  check_buckets(a, "gaussian_buckets", 0);
   buckets(a, stream);
 }
 
 void gaussian_buckets_f64(const GaussianBucketsLaunchOf<double>& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets_f64(a, stream));
-  check_buckets(a, "gaussian_buckets_f64");
+  check_buckets(a, "gaussian_buckets_f64", 0);
   buckets(a, stream);
+}
+
+void gaussian_bucket_sums(const GaussianBucketsLaunchOf<float>& a, float* num, float* den, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_bucket_sums(a, num, den, stream));
+  check_buckets(a, "gaussian_bucket_sums", 1, num, den);
+  if (a.points > 0) sums(a, num, den, a.work, stream);
+}
+
+void gaussian_buckets_combine(const GaussianBucketsLaunchOf<float>& a, const float* num, const float* den,
+                              cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets_combine(a, num, den, stream));
+  check_buckets(a, "gaussian_buckets_combine", 2, num, den);
+  if (a.points > 0) combine(a, num, den, stream);
 }
 
 SURROGATE_CUDA_BACKEND_END

@@ -27,7 +27,8 @@
   X(sphere_global_attention) X(sphere_neighborhood_attention) X(sphere_head_norm_scale) X(grid_row_sums)  \
   X(grid_norm_stats) X(channel_affine) X(relu_rows) X(disco_contraction) X(grouped_linear) X(resample)     \
   X(sht_fourier_analysis) X(sht_fourier_synthesis) X(sht_legendre_analysis) X(sht_legendre_synthesis)       \
-  X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) \
+  X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) X(gaussian_bucket_sums)     \
+  X(gaussian_buckets_combine)                                                                               \
   X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention) X(tree_norm) X(tree_pool) X(tree_mix)         \
   X(tree_layer_norm_relu) X(point_conv_max)
 

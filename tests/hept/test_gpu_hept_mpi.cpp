@@ -1,10 +1,13 @@
-// HEPT's CUDA forward across 1-4 ranks on the device under test: whole graphs on their owner ranks (the
-// device plan never splits a graph), bitwise the one-process device forward for graphs dealt to ranks,
-// points dealt round robin, everything on the last rank and fewer graphs than ranks (empty ranks); a
-// launch failure on one rank is the same error on every rank (host backend only).
+// HEPT's CUDA forward across 1-4 ranks on the device under test, bitwise the one-process device forward:
+// whole graphs on their owner ranks, and with fewer graphs than ranks the graphs split over the ranks'
+// devices (buckets sorted over the ranks, their rows moved between the devices), for graphs dealt to
+// ranks, points dealt round robin and everything on the last rank (empty ranks); the src layout split;
+// a launch failure on one rank, also inside the split bucket stage, is the same error on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +41,27 @@ void expect_rows(const std::vector<float>& out, const std::vector<std::int64_t>&
   }
 }
 
+/// The bucket sorts over the ranks of `plan` so far (one per hash table and layer when graphs are split).
+std::uint64_t sorts_over_ranks(const surrogate::Plan& plan) {
+  for (const auto& phase : plan.profile().phases())
+    if (phase.name == "bucket sort over ranks") return phase.calls;
+  return 0;
+}
+
+/// predict() through a plan of this rank's points; `sorts`: the plan's bucket sorts over the ranks.
+std::vector<float> predict_counting_sorts(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
+                                          const std::function<int(std::int64_t)>& owner, int device,
+                                          std::vector<std::int64_t>& mine, std::uint64_t& sorts) {
+  const LocalPoints p(comm, b, owner);
+  mine = p.mine;
+  const int od = model.out_channels();
+  const auto plan = model.plan(comm, p.layout(comm), p.geometry(), on_device(device));
+  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(p.n(), 1) * od));
+  model.predict(comm, *plan, p.x.data(), b.in, out.data(), od, on_device(device));
+  sorts = sorts_over_ranks(*plan);
+  return out;
+}
+
 TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
@@ -45,7 +69,7 @@ TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
   const int device = local_device(), size = comm.size(), rank = comm.rank();
   const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
   const int od = model->out_channels();
-  for (const std::int64_t graphs : {4, 2}) {
+  for (const std::int64_t graphs : {4, 2, 1}) {
     const Batch b(graphs);
     std::vector<std::int64_t> all;
     const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(device), all);
@@ -55,11 +79,32 @@ TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
         {"all on the last rank", [&](std::int64_t) { return size - 1; }}};
     for (const auto& [name, owner] : spreads) {
       std::vector<std::int64_t> mine;
-      const auto out = predict(comm, *model, b, owner, on_device(device), mine);
-      expect_rows(out, mine, reference, b.n(), od,
-                  "rank " + std::to_string(rank) + ", " + std::to_string(graphs) + " graphs, " + name);
+      std::uint64_t sorts = 0;
+      const auto out = predict_counting_sorts(comm, *model, b, owner, device, mine, sorts);
+      const std::string what = "rank " + std::to_string(rank) + ", " + std::to_string(graphs) + " graphs, " + name;
+      // Split graphs (fewer graphs than ranks): 3 hash tables x 2 layers sorted over the ranks.
+      EXPECT_EQ(sorts, graphs < size ? 6U : 0U) << what;
+      expect_rows(out, mine, reference, b.n(), od, what);
     }
   }
+}
+
+// The src layout (one graph, zero pads with +inf keys) split over the ranks' devices: bitwise one process.
+TEST(GpuHeptMpi, SrcLayoutSplitOverDevicesIsTheOneProcessForward) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_src_small.h5";
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const int device = local_device(), size = comm.size();
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(path));
+  const Batch b(1, path);
+  std::vector<std::int64_t> all, mine;
+  const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(device), all);
+  std::uint64_t sorts = 0;
+  const auto out = predict_counting_sorts(comm, *model, b, [size](std::int64_t i) { return i < 250 ? 0 : size - 1; },
+                                          device, mine, sorts);
+  EXPECT_EQ(sorts > 0, size > 1) << "rank " << comm.rank();
+  expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()));
 }
 
 // A kernel launch failing on the last rank in the middle of the forward (its tenth launch: inside the
@@ -86,6 +131,34 @@ TEST(HeptMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   host_backend::fail_after = 0;
   const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
   expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failure");
+}
+
+// One graph split over the ranks' devices: a launch failing on the last rank at nine points of the first
+// layer (at 2 ranks two of them inside the split bucket stage: the values' copies by head and a table's
+// bucket sums) is the same Error on every rank; nothing hangs, and the next call gives the one-process bits.
+TEST(HeptMpiHostBackend, ALaunchFailureInTheSplitBucketStageIsAnAgreedError) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const Batch b(1);
+  const int size = comm.size();
+  const auto owner = [size](std::int64_t i) { return static_cast<int>(i % size); };
+  std::vector<std::int64_t> all, mine;
+  const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(host_backend::kDevice), all);
+  for (const int n : {10, 11, 13, 15, 17, 19, 22, 26, 30}) {
+    if (comm.rank() == size - 1) host_backend::fail_after = n;
+    try {
+      predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
+      ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << e.what();
+    }
+    host_backend::fail_after = 0;
+  }
+  const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
+  expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failures");
 }
 
 }  // namespace

@@ -1,7 +1,8 @@
 // HEPT's bucket kernels through their launchers (surrogate/kernels/cuda_bucket_attention.hpp), on the host
 // backend (cuda.*) and on a GPU (gpu.*, skipped without one): the segment sorts against std::stable_sort
 // (ties, +-0, +-inf, empty segments), the Gaussian bucket attention against a long double evaluation of
-// its formula with a float32 / float64 error bound derived below, bitwise repeatability, argument checks.
+// its formula with a float32 / float64 error bound derived below, bitwise repeatability, its two steps
+// (sums, combine) against the one launch, argument checks.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -213,6 +214,68 @@ TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
   // A second launch gives the same bits.
   launch_buckets(a);
   EXPECT_EQ(to_host(out.data(), sentinel.size()), got);
+}
+
+// gaussian_bucket_sums, then gaussian_buckets_combine (the split forward's two steps) give the one launch's
+// bits; the combine takes any number of points (the split forward's rows are not whole buckets).
+TEST(GpuBucketKernels, SumsThenCombineAreTheOneLaunchBits) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Problem<float> pb(11);
+  auto qh = to_device(pb.qh), kh = to_device(pb.kh), v = to_device(pb.v);
+  auto perm_q = to_device(pb.perm_q), perm_k = to_device(pb.perm_k);
+  const auto rows = static_cast<std::size_t>(pb.tables * pb.heads), n = static_cast<std::size_t>(pb.points);
+  const int device = surrogate::testing::test_device();
+  cu::DeviceBuffer<float> work(cu::gaussian_buckets_work(pb.tables, pb.heads, pb.points, pb.dv), device);
+  cu::DeviceBuffer<float> num(rows * n * static_cast<std::size_t>(pb.dv), device), den(rows * n, device);
+  const index_t ldo = pb.heads * pb.dv;
+  auto one = to_device(std::vector<float>(n * static_cast<std::size_t>(ldo), -7.0f));
+  auto two = to_device(std::vector<float>(n * static_cast<std::size_t>(ldo), -7.0f));
+  cu::GaussianBucketsLaunchOf<float> a;
+  a.tables = pb.tables;
+  a.heads = pb.heads;
+  a.points = pb.points;
+  a.bucket = pb.bucket;
+  a.dh = pb.dh;
+  a.dv = pb.dv;
+  a.qh = qh.data();
+  a.kh = kh.data();
+  a.v = v.data();
+  a.ldv = pb.ldv();
+  a.perm_q = perm_q.data();
+  a.perm_k = perm_k.data();
+  a.out = one.data();
+  a.ldo = ldo;
+  a.work = work.data();
+  cu::gaussian_buckets(a, nullptr);
+  cu::gaussian_bucket_sums(a, num.data(), den.data(), nullptr);
+  a.out = two.data();
+  cu::gaussian_buckets_combine(a, num.data(), den.data(), nullptr);
+  const std::vector<float> want = to_host(one.data(), n * static_cast<std::size_t>(ldo));
+  EXPECT_EQ(to_host(two.data(), want.size()), want);
+  // The combine alone of the first 5 points (the sums' rows of a table are `points` apart): their bits.
+  a.points = 5;
+  a.bucket = 0;
+  std::vector<float> first5_num, first5_den;
+  const std::vector<float> all_num = to_host(num.data(), num.size()), all_den = to_host(den.data(), den.size());
+  for (std::size_t r = 0; r < rows; ++r) {
+    first5_num.insert(first5_num.end(), all_num.begin() + static_cast<std::ptrdiff_t>(r * n * static_cast<std::size_t>(pb.dv)),
+                      all_num.begin() + static_cast<std::ptrdiff_t>((r * n + 5) * static_cast<std::size_t>(pb.dv)));
+    first5_den.insert(first5_den.end(), all_den.begin() + static_cast<std::ptrdiff_t>(r * n),
+                      all_den.begin() + static_cast<std::ptrdiff_t>(r * n + 5));
+  }
+  auto num5 = to_device(first5_num), den5 = to_device(first5_den);
+  auto three = to_device(std::vector<float>(5 * static_cast<std::size_t>(ldo), -7.0f));
+  a.out = three.data();
+  cu::gaussian_buckets_combine(a, num5.data(), den5.data(), nullptr);
+  EXPECT_EQ(to_host(three.data(), 5 * static_cast<std::size_t>(ldo)),
+            std::vector<float>(want.begin(), want.begin() + 5 * ldo));
+  a.out = nullptr;
+  EXPECT_THROW(cu::gaussian_buckets_combine(a, num5.data(), den5.data(), nullptr), std::invalid_argument);
+  a.points = pb.points;
+  a.bucket = pb.bucket;
+  EXPECT_THROW(cu::gaussian_bucket_sums(a, num.data(), nullptr, nullptr), std::invalid_argument);
+  a.points = pb.points - 1;
+  EXPECT_THROW(cu::gaussian_bucket_sums(a, num.data(), den.data(), nullptr), std::invalid_argument);  // not whole buckets
 }
 
 TEST(GpuBucketKernels, SizesTheKernelsDoNotTakeAreRefused) {

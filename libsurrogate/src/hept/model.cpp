@@ -1,5 +1,6 @@
 // The registered HEPT model (architecture "hept"): its plan of a point set (plan.hpp) and the forward on
-// the CPU (surrogate/hept.hpp) in fp32 or fp64, or on a CUDA device in fp32 (cuda/device.hpp).
+// the CPU (surrogate/hept.hpp) in fp32 or fp64, or on a CUDA device in fp32 (cuda/device.hpp), by whole
+// graphs or with the graphs split over the ranks.
 // share/docs/hept.md, share/docs/model-format.md §4.5.
 #include <algorithm>
 #include <cmath>
@@ -33,7 +34,7 @@ class Model final : public surrogate::Model {
  private:
   template <class T>
   void run(const Comm& comm, Plan& plan, const Network<T>& network, const Io& io, int threads) const;
-  void prepare_device(const Comm& comm, const Plan& plan, const RunOptions& options);
+  void prepare_device(const Comm& comm, const RunOptions& options);
   void run_device(const Comm& comm, Plan& plan, const Io& io);
 
   Config cfg_;
@@ -58,9 +59,19 @@ Model::Model(const ModelFile& file)
 }
 
 std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::Plan::Basis basis,
-                                                   const RunOptions& options) {
-  // The device forward runs whole graphs per rank: no split plan for it.
-  return std::make_unique<Plan>(comm, std::move(basis), cfg_, network32_.regions(), options.cuda_device >= 0);
+                                                   const RunOptions&) {
+  // The CPU and the device forward run the same plans.
+  return std::make_unique<Plan>(comm, std::move(basis), cfg_, network32_.regions());
+}
+
+// The rows of the originals among `rows` padded rows of `out` (width od), in padded order.
+template <class T>
+std::vector<float> unpadded_rows(const Geometry& g, const std::vector<T>& out, int od) {
+  std::vector<float> y;
+  for (std::size_t p = 0; p < g.unpad.size(); ++p)
+    if (g.unpad[p]) y.insert(y.end(), out.begin() + static_cast<std::ptrdiff_t>(p * od), out.begin() + static_cast<std::ptrdiff_t>((p + 1) * od));
+  y.resize(std::max<std::size_t>(y.size(), 1));
+  return y;
 }
 
 template <class T>
@@ -85,10 +96,7 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
     const BucketStage<T> buckets = [&](int table, const T* kq, const T* kk, const T* qh, const T* kh, const T* vh,
                                        T* num, T* den) { split.attend(comm, table, kq, kk, qh, kh, vh, num, den, threads); };
     network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets);
-    std::vector<float> y;
-    for (std::size_t p = 0; p < np; ++p)
-      if (g.unpad[p]) y.insert(y.end(), out.begin() + static_cast<std::ptrdiff_t>(p * od), out.begin() + static_cast<std::ptrdiff_t>((p + 1) * od));
-    y.resize(std::max<std::size_t>(y.size(), 1));
+    const std::vector<float> y = unpadded_rows(g, out, od);
     split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
     return;
   }
@@ -103,14 +111,11 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 
-void Model::prepare_device(const Comm& comm, const Plan& plan, const RunOptions& options) {
+void Model::prepare_device(const Comm& comm, const RunOptions& options) {
   collectively(comm, [&] {
     if (options.precision != Precision::fp32)
       throw Error(ErrorCode::unsupported, std::string("hept: the CUDA forward computes in fp32 only (precision '") +
                                               precision_name(options.precision) + "' requested; fp64 runs on the CPU)");
-    if (plan.split())
-      throw Error(ErrorCode::unsupported, "hept: this plan splits graphs over the ranks, which the CUDA forward does "
-                                          "not do; build the plan with the CUDA device in the options");
     if (!device_ || device_->device() != options.cuda_device) {
       device_.reset();
 #if SURROGATE_HAVE_CUDA
@@ -123,9 +128,9 @@ void Model::prepare_device(const Comm& comm, const Plan& plan, const RunOptions&
 }
 
 void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
-  // As the CPU's whole-graph scheme: the inputs to the owners, the device forward there, outputs back. A
-  // rank whose device failed hands NaN ranges to the next range (cuda/device.hpp): every rank stops there, and
-  // the failing rank's error is the one agreed below.
+  // As the CPU's schemes: the inputs to the owners or to the split rows, the device forward there,
+  // outputs back. A rank whose device failed hands NaN ranges to the next range (cuda/device.hpp): every
+  // rank stops there, and the failing rank's error is the one agreed below.
   struct FailedElsewhere {};
   const std::function<void(std::vector<float>&, std::vector<float>&)> range = [&comm](std::vector<float>& lo,
                                                                                        std::vector<float>& hi) {
@@ -135,19 +140,35 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
     comm.allreduce(std::span<float>(hi), ReduceOp::max);
   };
   const int od = cfg_.out_dim();
+  const auto run_agreed = [&](auto&& step) {
+    Status status;
+    try {
+      step();
+    } catch (const FailedElsewhere&) {  // this rank's part is fine; the failing rank's error is agreed
+    } catch (...) {
+      status = Status::from_current_exception();
+    }
+    comm.agree_or_throw(status);
+  };
+  if (plan.split()) {
+    const SplitGraphs& split = plan.split_graphs();
+    const Geometry& g = split.geometry_of(false);
+    const auto np = static_cast<std::size_t>(g.padded_points());
+    std::vector<float> x(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(cfg_.in_dim));
+    split.inputs(false, io.in, io.ld_in, cfg_.in_dim, x.data());
+    std::vector<float> out(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
+    const gpu::SplitStage stage{&comm, &split};
+    run_agreed([&] { device_->forward(g, x.data(), split.coords(false).data(), out.data(), &range, &stage); });
+    const std::vector<float> y = unpadded_rows(g, out, od);
+    split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
+    return;
+  }
   ExchangePlan& rows = plan.owners().rows_plan();
   const auto m = static_cast<std::size_t>(plan.owners().rows());
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
   rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
   std::vector<float> y(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
-  Status status;
-  try {
-    device_->forward(plan.geometry_of(false), x.data(), plan.coords().data(), y.data(), &range);
-  } catch (const FailedElsewhere&) {  // this rank's part is fine; the failing rank's error is agreed
-  } catch (...) {
-    status = Status::from_current_exception();
-  }
-  comm.agree_or_throw(status);
+  run_agreed([&] { device_->forward(plan.geometry_of(false), x.data(), plan.coords().data(), y.data(), &range); });
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 
@@ -160,7 +181,7 @@ void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
   auto& p = static_cast<Plan&>(plan);
   if (options.cuda_device >= 0) {
-    prepare_device(comm, p, options);
+    prepare_device(comm, options);
     run_device(comm, p, io);
     return;
   }

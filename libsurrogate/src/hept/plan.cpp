@@ -9,7 +9,7 @@
 
 namespace surrogate::hept {
 
-Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions, bool whole_graphs)
+Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions)
     : surrogate::Plan(std::move(basis)) {
   const SampleLayout& l = layout();
   const int cd = cfg.coords_dim;
@@ -28,7 +28,7 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
                                           " (the official code then pads it with points of other graphs)");
   });
   // Fewer graphs than ranks: every graph's padded rows spread evenly over the ranks.
-  if (comm.size() > 1 && l.num_samples() < comm.size() && !whole_graphs) {
+  if (comm.size() > 1 && l.num_samples() < comm.size()) {
     split_ = std::make_unique<SplitGraphs>(comm, l, geometry(), cfg, regions, &traffic());
     return;
   }

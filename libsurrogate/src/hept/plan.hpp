@@ -19,8 +19,7 @@ namespace surrogate::hept {
 /// the projection ranges (each forward).
 class Plan final : public surrogate::Plan {
  public:
-  /// whole_graphs: never split the graphs (the device forward's plan).
-  Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions, bool whole_graphs = false);
+  Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions);
 
   void rebind(const Comm& comm) override {
     if (split_) split_->rebind(comm);

@@ -135,19 +135,29 @@ void SplitGraphs::route(const Comm& comm, int table, const T* keys_q, const T* k
 }
 
 template <class T>
+SplitGraphs::BucketMoves SplitGraphs::bucket_moves(const Comm& comm, int table, const T* keys_q, const T* keys_k,
+                                                   int threads) const {
+  const auto rows = cfg_.num_heads * static_cast<std::int64_t>(graph_.size());
+  route(comm, table, keys_q, keys_k, threads > 0 ? threads : omp_get_max_threads());
+  const Routes& routes = work_.routes;
+  BucketMoves moves;
+  moves.queries = ExchangePlan::from_requests(comm, rows, routes.rank[0], routes.key[0], {}, {});
+  moves.keys = ExchangePlan::from_requests(comm, rows, routes.rank[1], routes.key[1], {}, {});
+  moves.queries.count_into(traffic_);
+  moves.keys.count_into(traffic_);
+  moves.slots = static_cast<std::int64_t>(routes.rank[0].size());
+  return moves;
+}
+
+template <class T>
 void SplitGraphs::attend(const Comm& comm, int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
                          T* num, T* den, int threads) const {
-  const int H = cfg_.num_heads, D = cfg_.h_dim, Dh = cfg_.hash_dim(), bs = cfg_.block_size;
-  const auto np = static_cast<std::int64_t>(graph_.size());
+  const int D = cfg_.h_dim, Dh = cfg_.hash_dim(), bs = cfg_.block_size;
   threads = threads > 0 ? threads : omp_get_max_threads();
-  route(comm, table, keys_q, keys_k, threads);
-  const Routes& routes = work_.routes;
-  ExchangePlan queries = ExchangePlan::from_requests(comm, H * np, routes.rank[0], routes.key[0], {}, {});
-  ExchangePlan keys = ExchangePlan::from_requests(comm, H * np, routes.rank[1], routes.key[1], {}, {});
-  queries.count_into(traffic_);
-  keys.count_into(traffic_);
+  const BucketMoves moves = bucket_moves(comm, table, keys_q, keys_k, threads);
+  const ExchangePlan &queries = moves.queries, &keys = moves.keys;
   // The rows of every bucket in slot order (the sorted order), the kernel, the sums back to the queries.
-  const auto slots = static_cast<std::int64_t>(routes.rank[0].size());
+  const std::int64_t slots = moves.slots;
   const std::size_t cap = sz(std::max<std::int64_t>(slots, 1));
   std::vector<T>* rows = nullptr;
   if constexpr (std::is_same_v<T, float>) rows = work_.rows32;
@@ -181,6 +191,8 @@ void SplitGraphs::attend(const Comm& comm, int table, const T* keys_q, const T* 
   queries.backward(bden.data(), 1, den);
 }
 
+template SplitGraphs::BucketMoves SplitGraphs::bucket_moves<float>(const Comm&, int, const float*, const float*,
+                                                                    int) const;
 template void SplitGraphs::attend<float>(const Comm&, int, const float*, const float*, const float*, const float*,
                                          const float*, float*, float*, int) const;
 template void SplitGraphs::attend<double>(const Comm&, int, const double*, const double*, const double*, const double*,

@@ -43,6 +43,17 @@ class SplitGraphs {
   void attend(const Comm& comm, int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh, T* num,
               T* den, int threads) const;
 
+  /// The moves of attend without its kernel (the CUDA forward's bucket stage): `queries` and `keys` take
+  /// the rows (h * rows + j, as attend's arrays) of this rank's buckets, slot by slot in sorted order, into
+  /// `slots` target rows, buckets of block_size; queries.backward returns each query slot's sums to its
+  /// row. Collective.
+  struct BucketMoves {
+    ExchangePlan queries, keys;
+    std::int64_t slots = 0;
+  };
+  template <class T>
+  BucketMoves bucket_moves(const Comm& comm, int table, const T* keys_q, const T* keys_k, int threads) const;
+
  private:
   struct Part {
     Geometry geometry;

@@ -76,6 +76,15 @@ inline std::size_t gaussian_buckets_work(int tables, int heads, index_t points, 
 void gaussian_buckets(const GaussianBucketsLaunchOf<float>& a, cudaStream_t stream);
 void gaussian_buckets_f64(const GaussianBucketsLaunchOf<double>& a, cudaStream_t stream);
 
+/// gaussian_buckets in its two steps, for sums that move between them (HEPT with graphs split over the
+/// ranks' devices). gaussian_bucket_sums: row r's numerators num[(r points + p) dv + d] and denominators
+/// den[r points + p] of every query p (out and ldo unused; work: 2 heads points values).
+/// gaussian_buckets_combine: the tables' sums added in table order and divided into out (reads tables,
+/// heads, points, dv, out, ldo; points any count). Together they give gaussian_buckets' bits.
+void gaussian_bucket_sums(const GaussianBucketsLaunchOf<float>& a, float* num, float* den, cudaStream_t stream);
+void gaussian_buckets_combine(const GaussianBucketsLaunchOf<float>& a, const float* num, const float* den,
+                              cudaStream_t stream);
+
 /// HEPT's LSH projections of one layer (lsh_keys.cu), float: for point p and head h, q̂ = [q_h ; s_h x]
 /// and k̂ = [k_h ; s_h x] (dh = dq + cd; s_h: the RBF scales, x: the point's cd coordinates), and for
 /// every table c the projections P[(c heads + h) points + p] = sum_t q̂_t alpha[(h dh + t) tables + c]

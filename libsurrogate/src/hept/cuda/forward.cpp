@@ -1,7 +1,8 @@
 // HEPT's float32 forward on a CUDA device (device.hpp): network.cpp's stages on device arrays, one call
 // per layer (device/layers.hpp), the LSH projections, keys, bucket sorts and bucket attention of
 // surrogate/kernels/cuda_bucket_attention.hpp. The projection ranges go through the host (the caller's
-// `range` reduces them over the ranks). share/docs/hept.md, "On a CUDA device".
+// `range` reduces them over the ranks); split graphs sort on the host (split_buckets). share/docs/hept.md,
+// "On a CUDA device".
 #include "device.hpp"
 
 #include <cuda_runtime_api.h>
@@ -9,12 +10,16 @@
 #include <algorithm>
 #include <cmath>
 #include <exception>
+#include <numeric>
 #include <span>
 #include <string>
 
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
+#include "../split_graphs.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
 
@@ -38,7 +43,8 @@ class CudaForward final : public DeviceForward {
   CudaForward(const Network<float>& net, int device);
   int device() const override { return device_; }
   void forward(const Geometry& g, const float* x, const float* coords, float* out,
-               const std::function<void(std::vector<float>&, std::vector<float>&)>* range) override;
+               const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+               const SplitStage* split) override;
 
  private:
   struct Layer {
@@ -47,7 +53,8 @@ class CudaForward final : public DeviceForward {
     std::size_t alpha = 0, scale = 0;
   };
   void run(const Geometry& g, const float* x, const float* coords, float* out,
-           const std::function<void(std::vector<float>&, std::vector<float>&)>* range);
+           const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split);
+  void split_buckets(const SplitStage& split, index_t np);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
              const float* residual = nullptr, index_t ld_residual = 0) {
     surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
@@ -74,6 +81,11 @@ class CudaForward final : public DeviceForward {
   cu::DeviceBuffer<std::uint8_t> zero_;
   cu::DeviceBuffer<std::int64_t> first_, perm_q_, perm_k_;
   cu::SegmentSortWork sort_work_;
+  // The split bucket stage: keys on the host, values by head, every slot's rows and sums, each table's sums
+  // at the queries' rows, the slots' identity order.
+  std::vector<float> keys_q_, keys_k_;
+  cu::DeviceBuffer<float> vt_, slot_q_, slot_k_, slot_v_, slot_num_, slot_den_, slot_work_, num_all_, den_all_;
+  cu::DeviceBuffer<std::int64_t> identity_;
 };
 
 Norm layer_norm(surrogate::device::WeightArena& w, const Network<float>::Norm& n) {
@@ -121,17 +133,19 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
 }
 
 void CudaForward::forward(const Geometry& g, const float* x, const float* coords, float* out,
-                          const std::function<void(std::vector<float>&, std::vector<float>&)>* range) {
+                          const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                          const SplitStage* split) {
   try {
     const cu::DeviceGuard guard(device_);
-    run(g, x, coords, out, range);
+    run(g, x, coords, out, range, split);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("hept", device_);
   }
 }
 
 void CudaForward::run(const Geometry& g, const float* x, const float* coords, float* out,
-                      const std::function<void(std::vector<float>&, std::vector<float>&)>* range) {
+                      const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                      const SplitStage* split) {
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.in_dim, half = D / 2, od = cfg_.out_dim();
   const index_t np = g.padded_points(), ldcat = static_cast<index_t>(L + 1) * D;
@@ -139,7 +153,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
   const bool src_layout = cfg_.layout == Config::Layout::src;
   const cudaStream_t s = stream_.get();
   std::vector<float> lo(static_cast<std::size_t>(R)), hi(lo.size()), delta(lo.size());
-  if (np == 0) {  // no graph here: the ranges are still reduced once per layer with the other ranks
+  if (np == 0 && !split) {  // no graph here: the ranges are still reduced once per layer with the other ranks
     for (int l = 0; l < L; ++l) {
       std::fill(lo.begin(), lo.end(), INFINITY);
       std::fill(hi.begin(), hi.end(), -INFINITY);
@@ -296,36 +310,55 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       ka.pq = pq;
       ka.pk = pk;
       cu::lsh_keys(ka, s);
-      // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
-      cu::SegmentSortLaunchOf<float> sa;
-      sa.rows = R;
-      sa.points = np;
-      sa.segments = static_cast<int>(g.padded_sizes.size());
-      sa.first = first_.data();
-      sa.work = &sort_work_;
-      sa.keys = pq;
-      sa.perm = perm_q;
-      cu::segment_sort(sa, s);
-      sa.keys = pk;
-      sa.perm = perm_k;
-      cu::segment_sort(sa, s);
-      cu::GaussianBucketsLaunchOf<float> ga;
-      ga.tables = C;
-      ga.heads = H;
-      ga.points = np;
-      ga.bucket = cfg_.block_size;
-      ga.dh = Dh;
-      ga.dv = D;
-      ga.qh = qh;
-      ga.kh = kh;
-      ga.v = v;
-      ga.ldv = HD;
-      ga.perm_q = perm_q;
-      ga.perm_k = perm_k;
-      ga.out = attn;
-      ga.ldo = HD;
-      ga.work = work;
-      cu::gaussian_buckets(ga, s);
+    } catch (...) {
+      failed = std::current_exception();
+    }
+    if (split) {
+      // Collective from here: a failure so far is agreed before the sort.
+      Status status;
+      if (failed) {
+        try {
+          std::rethrow_exception(failed);
+        } catch (...) {
+          status = surrogate::detail::status_of_current_cuda_error("hept", device_);
+        }
+      }
+      split->comm->agree_or_throw(status);
+      split_buckets(*split, np);
+    }
+    if (!failed) try {
+      if (!split) {
+        // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
+        cu::SegmentSortLaunchOf<float> sa;
+        sa.rows = R;
+        sa.points = np;
+        sa.segments = static_cast<int>(g.padded_sizes.size());
+        sa.first = first_.data();
+        sa.work = &sort_work_;
+        sa.keys = pq;
+        sa.perm = perm_q;
+        cu::segment_sort(sa, s);
+        sa.keys = pk;
+        sa.perm = perm_k;
+        cu::segment_sort(sa, s);
+        cu::GaussianBucketsLaunchOf<float> ga;
+        ga.tables = C;
+        ga.heads = H;
+        ga.points = np;
+        ga.bucket = cfg_.block_size;
+        ga.dh = Dh;
+        ga.dv = D;
+        ga.qh = qh;
+        ga.kh = kh;
+        ga.v = v;
+        ga.ldv = HD;
+        ga.perm_q = perm_q;
+        ga.perm_k = perm_k;
+        ga.out = attn;
+        ga.ldo = HD;
+        ga.work = work;
+        cu::gaussian_buckets(ga, s);
+      }
       // Residuals into the next block of the concatenation: e + attn, then + ff(LN2(.)).
       dense(layer.out_linear, attn, HD, next, ldcat, np, e, ldcat);
       norm(layer.norm2, next, ldcat, xn, D, np);
@@ -367,6 +400,100 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       std::copy(host.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(od)),
                 host.begin() + static_cast<std::ptrdiff_t>((p + 1) * static_cast<std::size_t>(od)),
                 out + g.pad_seq[p] * od);
+}
+
+void CudaForward::split_buckets(const SplitStage& split, index_t np) {
+  // The keys to the host, where the plan's sort makes every table's buckets; the buckets' rows moved to
+  // their ranks' devices, each bucket's sums there, moved back to the queries' rows, combined over the
+  // tables in order (the one-process kernel's sums and order). Collective: a failure is agreed before
+  // the next move.
+  const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, Dh = cfg_.hash_dim();
+  const auto n = static_cast<std::size_t>(np), per_table = static_cast<std::size_t>(H) * n;
+  const cudaStream_t s = stream_.get();
+  const Comm& comm = *split.comm;
+  const Place place{device_, s, &comm.device_transport(device_)};
+  const int dev = device_;
+  Status status;
+  const auto attempt = [&](auto&& step) {
+    if (!status.ok()) return;
+    try {
+      step();
+    } catch (...) {
+      status = surrogate::detail::status_of_current_cuda_error("hept", device_);
+    }
+  };
+  attempt([&] {
+    keys_q_.resize(std::max<std::size_t>(C * per_table, 1));
+    keys_k_.resize(keys_q_.size());
+    if (n > 0) {
+      cu::copy_to_host(keys_q_.data(), pq_.data(), C * per_table * sizeof(float), s);
+      cu::copy_to_host(keys_k_.data(), pk_.data(), C * per_table * sizeof(float), s);
+    }
+    // The values by head ([h][rows][h_dim]): the rows the plans name h * rows + j.
+    float* vt = sized(vt_, per_table * static_cast<std::size_t>(D), dev);
+    for (int h = 0; h < H; ++h)
+      surrogate::device::copy_rows(v_.data() + h * D, static_cast<index_t>(H) * D, nullptr, vt + h * n * D, D, nullptr,
+                                   np, D, s);
+    sized(num_all_, C * per_table * static_cast<std::size_t>(D), dev);
+    sized(den_all_, C * per_table, dev);
+    stream_.synchronize();
+  });
+  comm.agree_or_throw(status);
+  for (int c = 0; c < C; ++c) {
+    const SplitGraphs::BucketMoves moves = split.graphs->bucket_moves<float>(
+        comm, c, keys_q_.data() + c * per_table, keys_k_.data() + c * per_table, 0);
+    const auto slots = static_cast<std::size_t>(moves.slots);
+    attempt([&] {
+      sized(slot_q_, slots * static_cast<std::size_t>(Dh), dev);
+      sized(slot_k_, slots * static_cast<std::size_t>(Dh), dev);
+      sized(slot_v_, slots * static_cast<std::size_t>(D), dev);
+      sized(slot_num_, slots * static_cast<std::size_t>(D), dev);
+      sized(slot_den_, slots, dev);
+      sized(slot_work_, 2 * slots, dev);
+      if (identity_.size() < slots) {
+        std::vector<std::int64_t> order(slots);
+        std::iota(order.begin(), order.end(), std::int64_t{0});
+        surrogate::device::upload(identity_, std::span<const std::int64_t>(order), dev, s);
+      }
+    });
+    comm.agree_or_throw(status);
+    moves.queries.forward(qh_.data(), Dh, slot_q_.data(), Dh, Dh, place);
+    moves.keys.forward(kh_.data(), Dh, slot_k_.data(), Dh, Dh, place);
+    moves.keys.forward(vt_.data(), D, slot_v_.data(), D, D, place);
+    attempt([&] {
+      // One bucket after another in slot order: a single (table, head) row, the identity as both orders.
+      cu::GaussianBucketsLaunchOf<float> a;
+      a.tables = 1;
+      a.heads = 1;
+      a.points = moves.slots;
+      a.bucket = cfg_.block_size;
+      a.dh = Dh;
+      a.dv = D;
+      a.qh = slot_q_.data();
+      a.kh = slot_k_.data();
+      a.v = slot_v_.data();
+      a.ldv = D;
+      a.perm_q = identity_.data();
+      a.perm_k = identity_.data();
+      a.work = slot_work_.data();
+      cu::gaussian_bucket_sums(a, slot_num_.data(), slot_den_.data(), s);
+    });
+    comm.agree_or_throw(status);
+    moves.queries.backward(slot_num_.data(), D, num_all_.data() + c * per_table * D, D, D, place);
+    moves.queries.backward(slot_den_.data(), 1, den_all_.data() + c * per_table, 1, 1, place);
+  }
+  attempt([&] {
+    cu::GaussianBucketsLaunchOf<float> a;
+    a.tables = C;
+    a.heads = H;
+    a.points = np;
+    a.bucket = cfg_.block_size;
+    a.dv = D;
+    a.out = attn_.data();
+    a.ldo = static_cast<index_t>(H) * D;
+    cu::gaussian_buckets_combine(a, num_all_.data(), den_all_.data(), s);
+  });
+  comm.agree_or_throw(status);
 }
 
 }  // namespace
