@@ -32,6 +32,7 @@ struct Arguments {
   double radius = 0.5;
   int min_hits = 3;
   std::string precision = "fp64";
+  std::string device = "cpu";
   std::string output = "hept_tracking_output";
   bool vtk = true;
   int threads = 0;
@@ -53,6 +54,7 @@ Arguments parse(int argc, char** argv) {
     else if (flag == "--radius") a.radius = std::stod(value());
     else if (flag == "--min-hits") a.min_hits = std::stoi(value());
     else if (flag == "--precision") a.precision = value();
+    else if (flag == "--device") a.device = value();
     else if (flag == "--output") a.output = value();
     else if (flag == "--no-vtk") a.vtk = false;
     else if (flag == "--threads") a.threads = std::stoi(value());
@@ -133,6 +135,7 @@ int run(int argc, char** argv) {
   surrogate::Options options;
   options.threads = args.threads;
   options.precision = args.precision;
+  options.device = args.device;  // "cuda": every rank its GPU; one event is then split over the GPUs
   surrogate::Surrogate model(MPI_COMM_WORLD, args.model, options);
   if (model.model().position_dim() != 6 || model.in_channels() != 15 || model.out_channels() != 12)
     throw Error(ErrorCode::invalid_argument,
@@ -209,9 +212,9 @@ int run(int argc, char** argv) {
     std::int64_t noise = 0;
     for (const std::int64_t p : all_particle) noise += p == 0;
     std::printf("hept_tracking: %" PRId64 " hits (%" PRId64 " noise) in %d wedges on %d rank(s), seed %" PRIu64
-                ", model '%s' (%s, %s)\n",
+                ", model '%s' (%s, %s, %s)\n",
                 n_total, noise, args.wedges, ranks, args.seed, args.model.c_str(), model.model().architecture().c_str(),
-                args.precision.c_str());
+                args.precision.c_str(), args.device.c_str());
     std::printf("track candidates: radius %.3f in embedding space (L2), components of >= %d hits: %" PRId64 "\n",
                 args.radius, args.min_hits, scores.candidates);
     std::printf("efficiency %.4f (%" PRId64 " of %" PRId64 " particles with >= 3 hits), pT > 0.9 GeV %.4f (%" PRId64
