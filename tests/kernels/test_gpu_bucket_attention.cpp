@@ -170,32 +170,43 @@ struct Problem {
   }
 };
 
+/// A Problem's inputs on the device and the launch arguments over them (out and ldo: the caller's).
+template <class T>
+struct DeviceProblem {
+  cu::DeviceBuffer<T> qh, kh, v, work;
+  cu::DeviceBuffer<std::int64_t> perm_q, perm_k;
+  cu::GaussianBucketsLaunchOf<T> args;
+  explicit DeviceProblem(const Problem<T>& pb)
+      : qh(to_device(pb.qh)), kh(to_device(pb.kh)), v(to_device(pb.v)),
+        work(cu::gaussian_buckets_work(pb.tables, pb.heads, pb.points, pb.dv), surrogate::testing::test_device()),
+        perm_q(to_device(pb.perm_q)), perm_k(to_device(pb.perm_k)) {
+    args.tables = pb.tables;
+    args.heads = pb.heads;
+    args.points = pb.points;
+    args.bucket = pb.bucket;
+    args.dh = pb.dh;
+    args.dv = pb.dv;
+    args.qh = qh.data();
+    args.kh = kh.data();
+    args.v = v.data();
+    args.ldv = pb.ldv();
+    args.perm_q = perm_q.data();
+    args.perm_k = perm_k.data();
+    args.work = work.data();
+  }
+};
+
 TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
   SURROGATE_SKIP_WITHOUT_GPU();
   using T = TypeParam;
   const Problem<T> pb(5);
-  auto qh = to_device(pb.qh), kh = to_device(pb.kh), v = to_device(pb.v);
-  auto perm_q = to_device(pb.perm_q), perm_k = to_device(pb.perm_k);
+  DeviceProblem<T> dp(pb);
   const index_t ldo = pb.heads * pb.dv + 1;
   std::vector<T> sentinel(static_cast<std::size_t>(pb.points * ldo), T(-7));
   auto out = to_device(sentinel);
-  cu::DeviceBuffer<T> work(cu::gaussian_buckets_work(pb.tables, pb.heads, pb.points, pb.dv), surrogate::testing::test_device());
-  cu::GaussianBucketsLaunchOf<T> a;
-  a.tables = pb.tables;
-  a.heads = pb.heads;
-  a.points = pb.points;
-  a.bucket = pb.bucket;
-  a.dh = pb.dh;
-  a.dv = pb.dv;
-  a.qh = qh.data();
-  a.kh = kh.data();
-  a.v = v.data();
-  a.ldv = pb.ldv();
-  a.perm_q = perm_q.data();
-  a.perm_k = perm_k.data();
+  cu::GaussianBucketsLaunchOf<T> a = dp.args;
   a.out = out.data();
   a.ldo = ldo;
-  a.work = work.data();
   launch_buckets(a);
   const std::vector<T> got = to_host(out.data(), sentinel.size());
   std::vector<long double> want, bound;
@@ -221,31 +232,16 @@ TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
 TEST(GpuBucketKernels, SumsThenCombineAreTheOneLaunchBits) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const Problem<float> pb(11);
-  auto qh = to_device(pb.qh), kh = to_device(pb.kh), v = to_device(pb.v);
-  auto perm_q = to_device(pb.perm_q), perm_k = to_device(pb.perm_k);
+  DeviceProblem<float> dp(pb);
   const auto rows = static_cast<std::size_t>(pb.tables * pb.heads), n = static_cast<std::size_t>(pb.points);
   const int device = surrogate::testing::test_device();
-  cu::DeviceBuffer<float> work(cu::gaussian_buckets_work(pb.tables, pb.heads, pb.points, pb.dv), device);
   cu::DeviceBuffer<float> num(rows * n * static_cast<std::size_t>(pb.dv), device), den(rows * n, device);
   const index_t ldo = pb.heads * pb.dv;
   auto one = to_device(std::vector<float>(n * static_cast<std::size_t>(ldo), -7.0f));
   auto two = to_device(std::vector<float>(n * static_cast<std::size_t>(ldo), -7.0f));
-  cu::GaussianBucketsLaunchOf<float> a;
-  a.tables = pb.tables;
-  a.heads = pb.heads;
-  a.points = pb.points;
-  a.bucket = pb.bucket;
-  a.dh = pb.dh;
-  a.dv = pb.dv;
-  a.qh = qh.data();
-  a.kh = kh.data();
-  a.v = v.data();
-  a.ldv = pb.ldv();
-  a.perm_q = perm_q.data();
-  a.perm_k = perm_k.data();
+  cu::GaussianBucketsLaunchOf<float> a = dp.args;
   a.out = one.data();
   a.ldo = ldo;
-  a.work = work.data();
   cu::gaussian_buckets(a, nullptr);
   cu::gaussian_bucket_sums(a, num.data(), den.data(), nullptr);
   a.out = two.data();
