@@ -151,7 +151,9 @@ void check_tree(const surrogate::Comm& comm, const Cloud& c, Index granularity, 
       }
     EXPECT_TRUE(tree_ok) << "to_tree, width " << width;
     t.plan.to_solver(tree_rows.data(), width, back.data());
-    EXPECT_EQ(std::memcmp(back.data(), rows.data(), rows.size() * sizeof(T)), 0) << "to_solver, width " << width;
+    // (an empty rank's vectors have no data pointer: memcmp must not see it)
+    EXPECT_TRUE(rows.empty() || std::memcmp(back.data(), rows.data(), rows.size() * sizeof(T)) == 0)
+        << "to_solver, width " << width;
   }
   if (keep != nullptr) *keep = std::move(t);
 }
