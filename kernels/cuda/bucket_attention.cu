@@ -117,29 +117,31 @@ void sort(const SegmentSortLaunchOf<T>& a, cudaStream_t stream) {
 }
 #endif
 
-// The checks of every step; `step` 0: gaussian_buckets, 1: the sums, 2: the combine (no bucket, no rows in).
+// What a launcher runs: the whole attention, its sums only, or its combine only (no bucket, no rows in).
+enum class Step { whole, sums, combine };
+
 template <class T>
-void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, int step, const void* num = nullptr,
+void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, Step step, const void* num = nullptr,
                    const void* den = nullptr) {
   const std::string kernel = std::string("cuda::") + name;
   if (a.tables < 1 || a.heads < 1 || a.tables > 65535 / a.heads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.tables) + " tables x " + std::to_string(a.heads) +
                                 " heads, need 1..65535 rows");
-  if ((step != 2 && (a.dh < 1 || a.dh > kMaxBucketWidth)) || a.dv < 1 || a.dv > kMaxBucketWidth)
+  if ((step != Step::combine && (a.dh < 1 || a.dh > kMaxBucketWidth)) || a.dv < 1 || a.dv > kMaxBucketWidth)
     throw std::invalid_argument(kernel + ": widths dh " + std::to_string(a.dh) + ", dv " + std::to_string(a.dv) +
                                 " outside 1.." + std::to_string(kMaxBucketWidth));
-  if (a.points < 0 || (step != 2 && (a.bucket < 1 || a.points % a.bucket != 0)))
+  if (a.points < 0 || (step != Step::combine && (a.bucket < 1 || a.points % a.bucket != 0)))
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points are not buckets of " +
                                 std::to_string(a.bucket));
   const index_t width = static_cast<index_t>(a.heads) * a.dv;
-  if ((step != 2 && a.ldv < width) || (step != 1 && a.ldo < width))
+  if ((step != Step::combine && a.ldv < width) || (step != Step::sums && a.ldo < width))
     throw std::invalid_argument(kernel + ": row strides ldv " + std::to_string(a.ldv) + ", ldo " + std::to_string(a.ldo) +
                                 " below heads x dv = " + std::to_string(width));
   if ((a.points + kThreads - 1) / kThreads > 2147483647 ||
       static_cast<double>(a.heads) * static_cast<double>(a.points) > 2147483647.0 * kThreads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points exceed the grid");
-  const bool inputs = step == 2 || (a.qh && a.kh && a.v && a.perm_q && a.perm_k && a.work);
-  const bool outputs = step == 0 ? a.out != nullptr : step == 1 ? num && den : a.out && num && den;
+  const bool inputs = step == Step::combine || (a.qh && a.kh && a.v && a.perm_q && a.perm_k && a.work);
+  const bool outputs = step == Step::whole ? a.out != nullptr : step == Step::sums ? num && den : a.out && num && den;
   if (a.points > 0 && (!inputs || !outputs)) throw std::invalid_argument(kernel + ": a null array");
 }
 
@@ -194,26 +196,26 @@ void segment_sort_f64(const SegmentSortLaunchOf<double>& a, cudaStream_t stream)
 
 void gaussian_buckets(const GaussianBucketsLaunchOf<float>& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets(a, stream));
-  check_buckets(a, "gaussian_buckets", 0);
+  check_buckets(a, "gaussian_buckets", Step::whole);
   buckets(a, stream);
 }
 
 void gaussian_buckets_f64(const GaussianBucketsLaunchOf<double>& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets_f64(a, stream));
-  check_buckets(a, "gaussian_buckets_f64", 0);
+  check_buckets(a, "gaussian_buckets_f64", Step::whole);
   buckets(a, stream);
 }
 
 void gaussian_bucket_sums(const GaussianBucketsLaunchOf<float>& a, float* num, float* den, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_bucket_sums(a, num, den, stream));
-  check_buckets(a, "gaussian_bucket_sums", 1, num, den);
+  check_buckets(a, "gaussian_bucket_sums", Step::sums, num, den);
   if (a.points > 0) sums(a, num, den, a.work, stream);
 }
 
 void gaussian_buckets_combine(const GaussianBucketsLaunchOf<float>& a, const float* num, const float* den,
                               cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, gaussian_buckets_combine(a, num, den, stream));
-  check_buckets(a, "gaussian_buckets_combine", 2, num, den);
+  check_buckets(a, "gaussian_buckets_combine", Step::combine, num, den);
   if (a.points > 0) combine(a, num, den, stream);
 }
 

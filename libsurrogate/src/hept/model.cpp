@@ -64,7 +64,7 @@ std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::
   return std::make_unique<Plan>(comm, std::move(basis), cfg_, network32_.regions());
 }
 
-// The rows of the originals among `rows` padded rows of `out` (width od), in padded order.
+// The rows of the originals (g.unpad) among the padded rows of `out` (width od), in padded order.
 template <class T>
 std::vector<float> unpadded_rows(const Geometry& g, const std::vector<T>& out, int od) {
   std::vector<float> y;

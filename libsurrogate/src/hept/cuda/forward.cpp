@@ -54,7 +54,7 @@ class CudaForward final : public DeviceForward {
   };
   void run(const Geometry& g, const float* x, const float* coords, float* out,
            const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split);
-  void split_buckets(const SplitStage& split, index_t np);
+  void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
              const float* residual = nullptr, index_t ld_residual = 0) {
     surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
@@ -313,19 +313,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     } catch (...) {
       failed = std::current_exception();
     }
-    if (split) {
-      // Collective from here: a failure so far is agreed before the sort.
-      Status status;
-      if (failed) {
-        try {
-          std::rethrow_exception(failed);
-        } catch (...) {
-          status = surrogate::detail::status_of_current_cuda_error("hept", device_);
-        }
-      }
-      split->comm->agree_or_throw(status);
-      split_buckets(*split, np);
-    }
+    if (split) split_buckets(*split, np, failed);  // collective: a failure so far is agreed there first
     if (!failed) try {
       if (!split) {
         // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
@@ -402,7 +390,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
                 out + g.pad_seq[p] * od);
 }
 
-void CudaForward::split_buckets(const SplitStage& split, index_t np) {
+void CudaForward::split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed) {
   // The keys to the host, where the plan's sort makes every table's buckets; the buckets' rows moved to
   // their ranks' devices, each bucket's sums there, moved back to the queries' rows, combined over the
   // tables in order (the one-process kernel's sums and order). Collective: a failure is agreed before
@@ -422,6 +410,7 @@ void CudaForward::split_buckets(const SplitStage& split, index_t np) {
       status = surrogate::detail::status_of_current_cuda_error("hept", device_);
     }
   };
+  if (failed) attempt([&] { std::rethrow_exception(failed); });  // the layer's earlier failure, agreed below
   attempt([&] {
     keys_q_.resize(std::max<std::size_t>(C * per_table, 1));
     keys_k_.resize(keys_q_.size());
