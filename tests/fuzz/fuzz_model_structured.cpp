@@ -163,7 +163,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
   const char* env = std::getenv("SURROGATE_SOURCE_DIR");
   const std::string root = env ? env : SURROGATE_SOURCE_DIR;
   for (const char* seed : {"flare/default/model.h5", "erwin/erwin_mpnn_norot.h5", "bsa/bsa_global.h5",
-                           "hept/hept_src_small.h5", "sequoia/sequoia_seg.h5",
+                           "hept/hept_src_small.h5", "hept/hept_src_pileup.h5", "sequoia/sequoia_seg.h5",
                            "sphere/models/s2_attention_self_qknorm/model.h5",
                            "sphere/models/st_sht_global_lobatto/model.h5"})
     seeds.push_back(load_seed(root + "/tests/data/" + seed));

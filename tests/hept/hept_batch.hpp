@@ -23,13 +23,15 @@ struct Batch {
   std::vector<std::int64_t> graph;
   int in = 5, cd = 4;
   explicit Batch(std::int64_t graphs = 4, const std::string& path = kPath) {
-    const auto gx = surrogate::testing::to_float(read_array(path, "/golden/x").values);
+    const auto ax = read_array(path, "/golden/x");
+    const auto gx = surrogate::testing::to_float(ax.values);
     const auto gc = surrogate::testing::to_float(read_array(path, "/golden/coords").values);
+    in = static_cast<int>(ax.cols());
     const auto gb = read_array(path, "/golden/batch").values;
     const auto in_file = static_cast<std::int64_t>(*std::max_element(gb.begin(), gb.end())) + 1;
     for (int copy = 0; copy < 2; ++copy) {
       for (std::size_t i = 0; i < gb.size(); ++i) {
-        for (int c = 0; c < in; ++c) x.push_back(gx[i * 5 + static_cast<std::size_t>(c)] * (copy ? 0.75f : 1.0f));
+        for (int c = 0; c < in; ++c) x.push_back(gx[i * static_cast<std::size_t>(in) + static_cast<std::size_t>(c)] * (copy ? 0.75f : 1.0f));
         for (int c = 0; c < cd; ++c) coords.push_back(gc[i * 4 + static_cast<std::size_t>(c)] + (copy ? 0.125f : 0.0f));
         graph.push_back(static_cast<std::int64_t>(gb[i]) + in_file * copy);
       }

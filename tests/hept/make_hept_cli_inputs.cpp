@@ -3,7 +3,8 @@
 // writes small_model.h5 (the example_small model), three_graphs.h5 (/coords, /features, /batch_idx: graph
 // 1 of the golden batch three times, features scaled per copy: 3 x 224 hits, so that 3 ranks' slabs are
 // whole graphs), three_graphs_reference.h5 (/prediction: the registered model in one process, fp32),
-// checkpoint_model.h5 and checkpoint_points.h5 (the shipped checkpoint and the golden events),
+// checkpoint_model.h5 and checkpoint_points.h5 (the shipped checkpoint and the golden events), pileup_*.h5
+// (the src pileup model, its particles, the official output, a class outside the embedding),
 // checkpoint_official.h5 (/prediction: the official f64_stable output), checkpoint_reference_fp64.h5
 // (the registered model in one process, fp64), degenerate_model.h5 and
 // coords5_points.h5 (coordinates 5 wide for a model of coords_dim 4).
@@ -95,6 +96,21 @@ int main(int argc, char** argv) {
     }
     const st::Array official = st::read_array(checkpoint, "/golden/f64_stable/output");
     st::write_file(out + "checkpoint_official.h5", {{"prediction", official.shape, official.values}});
+
+    // The src layout's pileup task: the model, its golden particles, the official float32 (stable sorts)
+    // output, and the particles with a class outside the embedding (9) in the last row.
+    const std::string pileup = data + "src_pileup.h5";
+    surrogate::ModelFile::read(pileup).write(out + "pileup_model.h5");
+    write_points(out + "pileup_points.h5", pileup, "/golden");
+    const st::Array pileup_official = st::read_array(pileup, "/golden/f32_stable/output");
+    st::write_file(out + "pileup_official.h5", {{"prediction", pileup_official.shape, pileup_official.values}});
+    {
+      const st::Array pc = st::read_array(pileup, "/golden/coords");
+      st::Array px = st::read_array(pileup, "/golden/x");
+      px.values.back() = 9.0;
+      st::write_file(out + "pileup_bad_class.h5", {{"coords", pc.shape, pc.values}, {"features", px.shape, px.values},
+                                                   ints("batch_idx", batch_of(pileup, "/golden"))});
+    }
 
     const std::string degenerate = data + "degenerate.h5";
     surrogate::ModelFile::read(degenerate).write(out + "degenerate_model.h5");

@@ -68,7 +68,7 @@ double relative_error(const std::vector<float>& got, const std::vector<double>& 
 // the CPU's bits (lsh_keys.cu), so the buckets are the same wherever the inputs to them are.
 TEST(GpuHept, BothLayoutsMatchTheOfficialFloat32Runs) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  for (const std::string name : {"example_small", "src_small"}) {
+  for (const std::string name : {"example_small", "src_small", "src_pileup"}) {
     SCOPED_TRACE(name);
     const Case c(name);
     const std::vector<float> device = c.predict(surrogate::testing::test_device());

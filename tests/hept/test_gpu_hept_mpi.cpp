@@ -89,22 +89,26 @@ TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
   }
 }
 
-// The src layout (one graph, zero pads with +inf keys) split over the ranks' devices: bitwise one process.
+// The src layout (one graph, zero pads with +inf keys; tracking and pileup) split over the ranks'
+// devices: bitwise one process.
 TEST(GpuHeptMpi, SrcLayoutSplitOverDevicesIsTheOneProcessForward) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_src_small.h5";
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const surrogate::SelfComm self;
-  const int device = local_device(), size = comm.size();
-  const auto model = surrogate::make_model(surrogate::ModelFile::read(path));
-  const Batch b(1, path);
-  std::vector<std::int64_t> all, mine;
-  const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(device), all);
-  std::uint64_t sorts = 0;
-  const auto out = predict_counting_sorts(comm, *model, b, [size](std::int64_t i) { return i < 250 ? 0 : size - 1; },
-                                          device, mine, sorts);
-  EXPECT_EQ(sorts > 0, size > 1) << "rank " << comm.rank();
-  expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()));
+  for (const std::string name : {"src_small", "src_pileup"}) {
+    const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5";
+    const surrogate::MpiComm comm(MPI_COMM_WORLD);
+    const surrogate::SelfComm self;
+    const int device = local_device(), size = comm.size();
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(path));
+    const Batch b(1, path);
+    std::vector<std::int64_t> all, mine;
+    const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(device), all);
+    std::uint64_t sorts = 0;
+    const auto out = predict_counting_sorts(comm, *model, b,
+                                            [size](std::int64_t i) { return i < 200 ? 0 : size - 1; }, device, mine,
+                                            sorts);
+    EXPECT_EQ(sorts > 0, size > 1) << name << " rank " << comm.rank();
+    expect_rows(out, mine, reference, b.n(), model->out_channels(), name + " rank " + std::to_string(comm.rank()));
+  }
 }
 
 // A kernel launch failing on the last rank in the middle of the forward (its tenth launch: inside the

@@ -178,9 +178,11 @@ TEST(HeptGolden, CheckpointFloat64Stable) {
 // The src/ layout (one graph of 300 padded to 320 with zero rows and +inf keys, the additive region shift):
 // bins over the padded length, every bucket permutation, keys (finite ones), layer-0 attention and the
 // output of the stable runs; float64 to 1e-12 and float32 to 2e-5 relative, as the example layout.
+// `src_pileup` adds the pileup task: the class embedding of the last input column (fractional and
+// negative classes truncated as torch's .long()), out_proj to one channel and the sigmoid.
 template <class T>
-void check_src(const std::string& r, double bound) {
-  const Golden c("src_small");
+void check_src(const std::string& name, const std::string& r, double bound) {
+  const Golden c(name);
   ASSERT_EQ(c.cfg.layout, hept::Config::Layout::src);
   const hept::Network<T> net(c.file, c.cfg);
   const hept::Geometry g = c.geometry<T>(net.regions());
@@ -211,8 +213,10 @@ void check_src(const std::string& r, double bound) {
   EXPECT_LT(relative_error(f.out, c.run(r, "output")), bound);
 }
 
-TEST(HeptGolden, SrcLayoutFloat64Stable) { check_src<double>("f64_stable", 1e-12); }
-TEST(HeptGolden, SrcLayoutFloat32Stable) { check_src<float>("f32_stable", 2e-5); }
+TEST(HeptGolden, SrcLayoutFloat64Stable) { check_src<double>("src_small", "f64_stable", 1e-12); }
+TEST(HeptGolden, SrcLayoutFloat32Stable) { check_src<float>("src_small", "f32_stable", 2e-5); }
+TEST(HeptGolden, SrcPileupFloat64Stable) { check_src<double>("src_pileup", "f64_stable", 1e-12); }
+TEST(HeptGolden, SrcPileupFloat32Stable) { check_src<float>("src_pileup", "f32_stable", 2e-5); }
 
 // Threads change nothing: every value is computed by one thread in a fixed order.
 TEST(HeptGolden, ThreadCountIndependent) {

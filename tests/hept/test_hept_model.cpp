@@ -140,6 +140,55 @@ TEST(HeptModel, SrcLayoutThroughMakeModel) {
   expect_error(c, "hept: the src layout runs one graph per batch");
 }
 
+// The src layout's pileup task through make_model: 8 input channels (the last the particle-id class), one
+// output (a probability), the official f32_stable and f64_stable outputs (float outputs below 1: 2e-5 as
+// test_hept_golden, and 2^-24 plus the float64 forward's 1e-15); `surrogate info` names the task.
+TEST(HeptModel, PileupThroughMakeModel) {
+  Case c("src_pileup");
+  EXPECT_EQ(c.model->in_channels(), 8);
+  EXPECT_EQ(c.model->out_channels(), 1);
+  bool described = false;
+  for (const auto& [key, value] : c.model->describe())
+    described |= key == "task" && value.find("pileup") != std::string::npos;
+  EXPECT_TRUE(described);
+  const SelfComm comm;
+  const SampleLayout layout = SampleLayout::build(comm, c.n(), c.batch.data());
+  std::vector<float> out(static_cast<std::size_t>(c.n())), f64(out.size());
+  c.model->predict(comm, layout, c.geometry(), c.x.data(), 8, out.data(), 1);
+  EXPECT_LT(max_difference(out, read_array(c.path, "/golden/f32_stable/output").values), 2e-5);
+  c.model->predict(comm, layout, c.geometry(), c.x.data(), 8, f64.data(), 1, precision(Precision::fp64));
+  EXPECT_LT(max_difference(f64, read_array(c.path, "/golden/f64_stable/output").values), 1e-7);
+  for (const float p : f64) ASSERT_TRUE(p > 0.0f && p < 1.0f) << p;
+}
+
+// A particle-id class outside 0..6 (after truncation, as torch's .long()) or not finite is an input error
+// naming the channel, the point and the value; -0.5 and 6.9 truncate to valid classes (golden input).
+// NaN is refused before, as in every input channel.
+TEST(HeptModel, PileupClassOutsideTheEmbeddingIsRefused) {
+  for (const auto& [bad, shown] : {std::pair{7.0f, "7"}, std::pair{-1.0f, "-1"}, std::pair{1e30f, "1e+30"}}) {
+    Case c("src_pileup");
+    c.x[static_cast<std::size_t>(12 * 8 + 7)] = bad;
+    expect_error(c, std::string("input channel 7 (the particle-id class, pids_enc = Embedding(7, 10)) of local "
+                                "point 12 is ") + shown + "; expected 0..6");
+  }
+  Case c("src_pileup");
+  c.x[static_cast<std::size_t>(12 * 8 + 7)] = NAN;
+  expect_error(c, "input field 'in7' (channel 7) has 1 NaN/Inf value(s)");
+}
+
+// A pileup file whose /config num_classes is not 1 is refused when the model is built.
+TEST(HeptModel, PileupWithoutOneOutputIsRefused) {
+  ModelFile file = ModelFile::read(path_of("src_pileup"));
+  file.config.set("num_classes", std::int64_t{3});
+  try {
+    (void)surrogate::make_model(file);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::format);
+    EXPECT_NE(std::string(e.what()).find("'num_classes' must be 1 for task 'pileup'"), std::string::npos) << e.what();
+  }
+}
+
 // A plan serves only the model that built it.
 TEST(HeptModel, PlanOfAnotherModelIsRefused) {
   Case a("example_small"), b("example_small");

@@ -174,20 +174,45 @@ TEST(HeptMpi, SmallGraphIsRefusedOnEveryRank) {
   }
 }
 
-// The src layout (one graph, zero pads with +inf keys) over 1-4 ranks: bitwise the one-process result.
+// The src layout (one graph, zero pads with +inf keys) over 1-4 ranks, tracking and pileup (the class
+// embedding and the sigmoid per point): bitwise the one-process result; unequal shares (rank 0 most,
+// the middle ranks none).
 TEST(HeptMpi, SrcLayoutSplitByBucketsMatchesOneProcess) {
-  const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_src_small.h5";
+  for (const std::string name : {"src_small", "src_pileup"}) {
+    const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5";
+    const surrogate::MpiComm comm(MPI_COMM_WORLD);
+    const surrogate::SelfComm self;
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(path));
+    const int od = model->out_channels(), size = comm.size();
+    const Batch b(1, path);
+    for (const Precision p : {Precision::fp32, Precision::fp64}) {
+      std::vector<std::int64_t> all, mine;
+      const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, p, all);
+      const auto out = predict(comm, *model, b, [size](std::int64_t i) { return i < 200 ? 0 : size - 1; }, p, mine);
+      expect_rows_of_one_process(out, reference, mine, b.n(), od,
+                                 name + " rank " + std::to_string(comm.rank()) + " precision " +
+                                     surrogate::precision_name(p));
+    }
+  }
+}
+
+// A particle-id class outside the embedding on the last rank only: the same Error(input) on every rank.
+TEST(HeptMpi, PileupClassOutOfRangeOnOneRankIsAnAgreedError) {
+  const std::string path = std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_src_pileup.h5";
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const surrogate::SelfComm self;
   const auto model = surrogate::make_model(surrogate::ModelFile::read(path));
-  const int od = model->out_channels(), size = comm.size();
-  const Batch b(1, path);
-  for (const Precision p : {Precision::fp32, Precision::fp64}) {
-    std::vector<std::int64_t> all, mine;
-    const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, p, all);
-    const auto out = predict(comm, *model, b, [size](std::int64_t i) { return i < 250 ? 0 : size - 1; }, p, mine);
-    expect_rows_of_one_process(out, reference, mine, b.n(), od,
-                               "rank " + std::to_string(comm.rank()) + " precision " + surrogate::precision_name(p));
+  const int size = comm.size();
+  Batch b(1, path);
+  b.x[static_cast<std::size_t>((b.n() - 1) * b.in + b.in - 1)] = 9.0f;  // owned by the last rank
+  std::vector<std::int64_t> mine;
+  try {
+    predict(comm, *model, b, [size](std::int64_t i) { return i < 200 ? 0 : size - 1; }, Precision::fp32, mine);
+    FAIL() << "rank " << comm.rank() << ": no error";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+    EXPECT_NE(std::string(e.what()).find("(the particle-id class, pids_enc = Embedding(7, 10)) of local point"),
+              std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("is 9; expected 0..6"), std::string::npos) << e.what();
   }
 }
 

@@ -108,13 +108,61 @@ class HeptExport(unittest.TestCase):
         self.assertEqual(rc, 0, err)
         cfg, exported = read(out)
         self.assertEqual(cfg["layout"], "src")
+        self.assertEqual(cfg["task"], "tracking")
         self.assertIn("attns.1.attn.e2lsh.beta", exported)
+        # The src/configs YAML: in_dim, coords_dim and the task from the weights.
+        yaml_path = self.dir / "tracking_trans_hept.yaml"
+        yaml_path.write_text(YAML.replace("block_size: 100", "block_size: 32").replace("num_regions: 150", "num_regions: 12")
+                             .replace("num_heads: 8", "num_heads: 2").replace("h_dim: 24", "h_dim: 8")
+                             .replace("n_layers: 4", "n_layers: 2").replace("num_w_per_dist: 10", "num_w_per_dist: 3"))
+        rc, stdout, err = export("--family", "hept", "--checkpoint", ckpt, "--config", yaml_path, "-o", out)
+        self.assertEqual(rc, 0, err)
+        self.assertEqual(read(out)[0], cfg)
         # The example arguments do not fit the src layout.
         rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config",
                             json.dumps({**{k: v for k, v in args.items() if k not in ("attn_type", "task", "pe_type")},
                                         "num_classes": 0, "dropout": 0.1}), "--layout", "example", "-o", out)
         self.assertEqual(rc, 2)
         self.assertIn("the keys are those of the src layout", err)
+
+    def test_src_pileup_task_detected_from_pids_enc(self):
+        golden_config, weights = read(GOLDEN / "hept_src_pileup.h5")
+        state = OrderedDict((k, torch.from_numpy(v)) for k, v in weights.items())
+        ckpt = self.save(state)
+        args = {"attn_type": "hept", "in_dim": 8, "coords_dim": 4, "task": "pileup", "block_size": 32,
+                "n_hashes": 3, "num_regions": 12, "num_heads": 2, "h_dim": 8, "n_layers": 2, "num_w_per_dist": 3,
+                "pe_type": "none"}
+        yaml_path = self.dir / "pileup_trans_hept.yaml"
+        yaml_path.write_text("model_name: trans_hept\nmodel_kwargs:\n  block_size: 32\n  n_hashes: 3\n"
+                             "  num_regions: 12\n  pe_type: none\n  num_heads: 2\n  h_dim: 8\n  n_layers: 2\n"
+                             "  num_w_per_dist: 3\ndataset_name: pileup\n")
+        for config in (json.dumps(args), yaml_path):
+            out = self.dir / "pileup.h5"
+            rc, stdout, err = export("--family", "hept", "--checkpoint", ckpt, "--config", config, "-o", out)
+            self.assertEqual(rc, 0, err)
+            self.assertIn("src layout, pileup task, in_dim 8", stdout)
+            cfg, exported = read(out)
+            self.assertEqual((cfg["layout"], cfg["task"], cfg["in_dim"], cfg["num_classes"]), ("src", "pileup", 8, 1))
+            self.assertEqual(list(exported), list(weights))
+            for key in weights:
+                np.testing.assert_array_equal(exported[key], weights[key], err_msg=key)
+            for key in ("in_dim", "coords_dim", "block_size", "n_hashes", "num_heads", "h_dim", "n_layers"):
+                self.assertEqual(cfg[key], golden_config[key], key)
+        # The task must agree with the weights, both ways.
+        rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config",
+                            json.dumps({**args, "task": "tracking"}), "-o", self.dir / "bad.h5")
+        self.assertEqual(rc, 2)
+        self.assertIn("task 'tracking' but the weights are those of task 'pileup'", err)
+        _, src_weights = read(GOLDEN / "hept_src_small.h5")
+        tracking = self.save(OrderedDict((k, torch.from_numpy(v)) for k, v in src_weights.items()), "tracking.pt")
+        rc, _, err = export("--family", "hept", "--checkpoint", tracking, "--config",
+                            json.dumps({**args, "in_dim": 5}), "-o", self.dir / "bad.h5")
+        self.assertEqual(rc, 2)
+        self.assertIn("task 'pileup' but the weights are those of task 'tracking'", err)
+        rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config",
+                            json.dumps({**args, "task": "jets"}), "-o", self.dir / "bad.h5")
+        self.assertEqual(rc, 2)
+        self.assertIn("task 'jets' is not supported (tracking or pileup)", err)
 
     def test_refusals(self):
         state = torch.load(CHECKPOINT, map_location="cpu")

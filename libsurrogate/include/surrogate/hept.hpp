@@ -3,6 +3,7 @@
 // and tools. Semantics: share/docs/hept.md; registered as architecture "hept" (libsurrogate/src/hept/).
 #pragma once
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -17,20 +18,28 @@ namespace surrogate::hept {
 /// Largest accepted block_size (bucket size): a bucket's attention is quadratic in it and a graph is padded
 /// to whole buckets (the official configurations use 100).
 inline constexpr int kMaxBlockSize = 4096;
+/// The pileup task's particle-id embedding: pids_enc = Embedding(kPidClasses, kPidEmbedding).
+inline constexpr int kPidClasses = 7, kPidEmbedding = 10;
 
 /// The /config attributes of a HEPT model file (the official Transformer's constructor arguments).
 struct Config {
   /// `example`: the official example/ code (padding by duplication, bit-packed region codes); `src`: the
   /// training code of src/ (one graph, zero padding with +inf keys, additive region shift, e2lsh.beta).
   enum class Layout { example, src };
+  /// src's `task`: `tracking` (the embedding is the output) or `pileup` (the last input column is a
+  /// particle-id class 0..6 looked up in `pids_enc`; out_proj to one channel and a sigmoid).
+  enum class Task { tracking, pileup };
   Layout layout = Layout::example;
-  int in_dim = 0, coords_dim = 0, num_classes = 0;
+  Task task = Task::tracking;
+  int in_dim = 0, coords_dim = 0, num_classes = 0;  // pileup: num_classes 1 (its out_proj)
   int block_size = 100, n_hashes = 3, num_heads = 8, h_dim = 24, n_layers = 4, num_w_per_dist = 10;
   int num_regions = 150;  // only drew `regions` at construction (stored); reported by describe()
 
   /// Width of the hashed vectors [q ; sqrt(2 w) * coords].
   int hash_dim() const { return h_dim + coords_dim; }
   int out_dim() const { return num_classes > 0 ? num_classes : h_dim / 2; }
+  /// Width of the feature encoder's input: in_dim, or for pileup in_dim - 1 + kPidEmbedding.
+  int encoder_in() const { return task == Task::pileup ? in_dim - 1 + kPidEmbedding : in_dim; }
   /// Reads and checks /config; every problem is an Error(format) naming the attribute.
   static Config from_attributes(const AttributeMap& config);
   ExpectedShapes expected_shapes() const;
@@ -58,6 +67,10 @@ struct Geometry {
   }
   std::int64_t padded_points() const { return static_cast<std::int64_t>(pad_seq.size()); }
 };
+
+/// Pileup: every one of `rows` input rows (stride ld) must hold a particle-id class in its last column
+/// (in_dim - 1) that truncates to 0..kPidClasses-1; Error(input) naming the first row and value otherwise.
+void check_particle_classes(const Config& cfg, const float* in, std::int64_t ld, std::int64_t rows);
 
 /// The quantile bin size ceil(n * fl(1 / R)) of a graph of n points (padded, in the src layout) with R
 /// regions, in arithmetic T; Error(weights) unless it is finite and at least 1.
@@ -110,6 +123,26 @@ class Network {
                const BucketStage<T>* buckets = nullptr) const;
   const std::vector<float>& regions() const { return regions_; }
   const Config& config() const { return cfg_; }
+  /// One point's feature-encoder input (encoder_in() values) from its input row (in_dim values): the row,
+  /// or for pileup its first in_dim - 1 values and the embedding of its class (the last value truncated
+  /// toward zero, as torch's .long(); check_particle_classes() has checked it).
+  template <class U>
+  void encoder_input(const float* x, U* row) const {
+    const bool pileup = cfg_.task == Config::Task::pileup;
+    const int kept = pileup ? cfg_.in_dim - 1 : cfg_.in_dim;
+    for (int c = 0; c < kept; ++c) row[c] = static_cast<U>(x[c]);
+    if (!pileup) return;
+    if (!(x[kept] > -1.0f && x[kept] < static_cast<float>(kPidClasses)))  // the model checks first, agreed
+      check_particle_classes(cfg_, x, cfg_.in_dim, 1);
+    const float* e = pids_.data() + static_cast<std::ptrdiff_t>(x[kept]) * kPidEmbedding;
+    for (int c = 0; c < kPidEmbedding; ++c) row[kept + c] = static_cast<U>(e[c]);
+  }
+  /// The task's output activation, in place on `rows` rows of out_dim() values (pileup: the sigmoid).
+  template <class U>
+  void finish_outputs(U* out, std::int64_t rows) const {
+    if (cfg_.task != Config::Task::pileup) return;
+    for (std::int64_t i = 0; i < rows * cfg_.out_dim(); ++i) out[i] = U(1) / (U(1) + std::exp(-out[i]));
+  }
 
   struct Linear {
     int in = 0, out = 0, ldw = 0;
@@ -137,6 +170,7 @@ class Network {
  private:
   Config cfg_;
   std::vector<float> regions_;  // n_hashes x 2 x heads
+  std::vector<float> pids_;     // pileup: pids_enc.weight, kPidClasses x kPidEmbedding
   Linear enc0_, enc2_, W_, out_proj_;
   std::vector<Layer> layers_;
   Linear mlp_[5];

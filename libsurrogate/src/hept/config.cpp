@@ -1,5 +1,6 @@
 // HEPT's /config: reading and checking it, the tensors it implies, its description (`surrogate info`).
 // share/docs/model-format.md §4.5, share/docs/hept.md.
+#include <sstream>
 #include <string>
 
 #include "surrogate/error.hpp"
@@ -33,8 +34,12 @@ Config Config::from_attributes(const AttributeMap& a) {
                                                 "': the src layout runs " + name + " '" + value + "' only");
     };
     expect("attn_type", "hept");
-    expect("task", "tracking");
     expect("pe_type", "none");
+    const std::string task = a.has("task") ? a.get_string("task") : std::string("tracking");
+    if (task == "pileup") c.task = Task::pileup;
+    else if (task != "tracking")
+      throw Error(ErrorCode::unsupported, "/config attribute 'task' is '" + task +
+                                              "': the src layout runs task 'tracking' or 'pileup'");
   } else if (layout != "example") {
     throw Error(ErrorCode::format, "/config attribute 'layout' must be 'example' or 'src', found '" + layout + "'");
   }
@@ -42,9 +47,15 @@ Config Config::from_attributes(const AttributeMap& a) {
   c.coords_dim = positive("coords_dim", 64);
   if (c.coords_dim < 2)
     throw Error(ErrorCode::format, "/config attribute 'coords_dim' must be at least 2 (eta and phi first)");
-  const std::int64_t classes = a.get_int("num_classes", 0);
-  if (classes < 0 || classes > (1 << 20) || (classes > 0 && c.layout == Layout::src))
-    throw Error(ErrorCode::format, "/config attribute 'num_classes' must be 0 (no out_proj) or positive");
+  const std::int64_t classes = a.get_int("num_classes", c.task == Task::pileup ? 1 : 0);
+  if (c.task == Task::pileup) {
+    if (classes != 1)
+      throw Error(ErrorCode::format, "/config attribute 'num_classes' must be 1 for task 'pileup' (out_proj to one "
+                                     "probability), found " + std::to_string(classes));
+  } else if (classes < 0 || classes > (1 << 20) || (classes > 0 && c.layout == Layout::src)) {
+    throw Error(ErrorCode::format, "/config attribute 'num_classes' must be 0 (no out_proj) or positive (example "
+                                   "layout), found " + std::to_string(classes));
+  }
   c.num_classes = static_cast<int>(classes);
   // Beyond kMaxBlockSize a tiny graph, padded to one bucket, would already ask for runaway work.
   c.block_size = positive("block_size", kMaxBlockSize);
@@ -63,7 +74,8 @@ ExpectedShapes Config::expected_shapes() const {
   ExpectedShapes s;
   const int hd = num_heads * h_dim;
   s["regions"] = {n_hashes, 2, num_heads};
-  add_linear(s, "feat_encoder.0", h_dim, in_dim);
+  if (task == Task::pileup) s["pids_enc.weight"] = {kPidClasses, kPidEmbedding};
+  add_linear(s, "feat_encoder.0", h_dim, encoder_in());
   add_linear(s, "feat_encoder.2", h_dim, h_dim);
   for (int l = 0; l < n_layers; ++l) {
     const std::string p = "attns." + std::to_string(l) + ".";
@@ -92,6 +104,10 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
   return {
       {"layout", layout == Layout::src ? "src (one graph, zero padding with +inf keys, additive region shift)"
                                        : "example (padding by duplication, bit-packed region codes)"},
+      {"task", task == Task::pileup ? "pileup (last input column: particle-id class 0..6 into pids_enc; output: "
+                                      "sigmoid probability)"
+                                    : "tracking (output: the embedding" +
+                                          std::string(num_classes > 0 ? " through out_proj)" : ")")},
       {"channels", "in_dim " + std::to_string(in_dim) + ", coords_dim " + std::to_string(coords_dim) +
                        " (eta, phi first), h_dim " + std::to_string(h_dim) + ", out " + std::to_string(out_dim())},
       {"layers", std::to_string(n_layers) + " HEPT blocks, " + std::to_string(num_heads) + " heads"},
@@ -102,6 +118,22 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
       {"multi-rank", "whole samples gathered on owner ranks (global-id order), results returned; bit widths and "
                          "ranges global; bitwise the one-process result"},
       {"device forward", "none (CPU only)"}};
+}
+
+void check_particle_classes(const Config& cfg, const float* in, std::int64_t ld, std::int64_t rows) {
+  if (cfg.task != Config::Task::pileup) return;
+  const int column = cfg.in_dim - 1;
+  for (std::int64_t i = 0; i < rows; ++i) {
+    const float v = in[i * ld + column];
+    // torch's .long() truncates toward zero: (-1, 7) holds the classes 0..6.
+    if (!(v > -1.0f && v < static_cast<float>(kPidClasses))) {
+      std::ostringstream value;
+      value << v;
+      throw Error(ErrorCode::input, "hept pileup: input channel " + std::to_string(column) +
+                                        " (the particle-id class, pids_enc = Embedding(7, 10)) of local point " +
+                                        std::to_string(i) + " is " + value.str() + "; expected 0..6");
+    }
+  }
 }
 
 }  // namespace surrogate::hept

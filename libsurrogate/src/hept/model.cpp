@@ -180,6 +180,8 @@ void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const
     });
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
   auto& p = static_cast<Plan&>(plan);
+  if (cfg_.task == Config::Task::pileup)
+    collectively(comm, [&] { check_particle_classes(cfg_, io.in, io.ld_in, p.layout().local_points()); });
   if (options.cuda_device >= 0) {
     prepare_device(comm, options);
     run_device(comm, p, io);

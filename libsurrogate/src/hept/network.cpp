@@ -174,6 +174,7 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
   for (int j = 0; j < 5; ++j) mlp_[j] = linear<T>(file, "mlp_out.lins." + std::to_string(j));
   for (int j = 0; j < 4; ++j) mlp_norms_[j] = norm<T>(file, "mlp_out.norms." + std::to_string(j));
   if (cfg.num_classes > 0) out_proj_ = linear<T>(file, "out_proj");
+  if (cfg.task == Config::Task::pileup) pids_ = file.weight("pids_enc.weight").values;
 }
 
 template <class T>
@@ -187,16 +188,16 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   const auto npu = static_cast<std::size_t>(np);
   // Padded inputs (duplicates are copies of their originals' rows; src: zero rows).
   const bool src_layout = cfg_.layout == Config::Layout::src;
-  std::vector<T> xp(npu * static_cast<std::size_t>(cfg_.in_dim)), cp(npu * static_cast<std::size_t>(cd));
+  const int in = cfg_.encoder_in();
+  std::vector<T> xp(npu * static_cast<std::size_t>(in)), cp(npu * static_cast<std::size_t>(cd));
   for (std::int64_t p = 0; p < np; ++p) {
     const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
     if (i < 0) continue;
-    for (int c = 0; c < cfg_.in_dim; ++c)
-      xp[static_cast<std::size_t>(p * cfg_.in_dim + c)] = static_cast<T>(x[i * cfg_.in_dim + c]);
+    encoder_input(x + i * cfg_.in_dim, xp.data() + p * in);
     for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
   }
   std::vector<T> cat(npu * static_cast<std::size_t>(ldcat)), hid(npu * static_cast<std::size_t>(std::max(D, 256)));
-  apply<T>(enc0_, xp.data(), cfg_.in_dim, hid.data(), D, np, threads);
+  apply<T>(enc0_, xp.data(), in, hid.data(), D, np, threads);
   for (auto& v : hid) v = std::max(v, T(0));
   apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
 
@@ -443,6 +444,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     result = final_out.data();
   }
   const int od = cfg_.out_dim();
+  if (!final_out.empty()) finish_outputs(final_out.data(), np);
   for (std::int64_t p = 0; p < np; ++p)
     if (g.unpad[static_cast<std::size_t>(p)])
       std::copy(result + p * od, result + (p + 1) * od, out + g.pad_seq[static_cast<std::size_t>(p)] * od);

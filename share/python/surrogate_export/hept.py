@@ -9,7 +9,8 @@ bit-packed region codes). ``regions`` is stored non-contiguous; its logical valu
 ``num_classes``, ``dropout``, ``block_size``, ``n_hashes``, ``num_regions``, ``num_heads``, ``h_dim``,
 ``n_layers``, ``num_w_per_dist``; ``src``: ``attn_type``, ``task``, ``pe_type`` instead of
 ``num_classes``/``dropout``) or a ``src/configs/*`` YAML (its ``model_kwargs``; ``in_dim``,
-``coords_dim`` and ``num_classes`` then come from the weights). Semantics: share/docs/hept.md.
+``coords_dim``, ``num_classes`` and the ``src`` task then come from the weights: ``pids_enc.weight``
+exists only for ``task: pileup``). Semantics: share/docs/hept.md.
 """
 
 from collections import OrderedDict
@@ -22,13 +23,16 @@ DEFAULT_SOURCE = "Graph-COM/HEPT@8d256c1c11c81e24c77d57e80decfeb02df75968"
 CONFIG_KINDS = OrderedDict([
     ("layout", "str"), ("in_dim", "int"), ("coords_dim", "int"), ("num_classes", "int"), ("block_size", "int"),
     ("n_hashes", "int"), ("num_regions", "int"), ("num_heads", "int"), ("h_dim", "int"), ("n_layers", "int"),
-    ("num_w_per_dist", "int"),
+    ("num_w_per_dist", "int"), ("task", "str"),
 ])
 EXAMPLE_ARGS = ("in_dim", "coords_dim", "num_classes", "dropout", "block_size", "n_hashes", "num_regions",
                 "num_heads", "h_dim", "n_layers", "num_w_per_dist")
 SRC_ARGS = ("attn_type", "in_dim", "coords_dim", "task", "block_size", "n_hashes", "num_regions", "num_heads",
             "h_dim", "n_layers", "num_w_per_dist", "pe_type")
 HYPER = ("block_size", "n_hashes", "num_heads", "h_dim", "n_layers", "num_w_per_dist")
+# The pileup task's particle-id embedding (src/models/baselines/transformer.py): Embedding(7, 10) of the
+# last input column, so the feature encoder reads in_dim - 1 + 10 channels.
+PID_CLASSES, PID_EMBEDDING = 7, 10
 
 
 def io_dims(config):
@@ -47,12 +51,18 @@ def _shape(state, key):
 
 
 def _from_weights(state):
-    """in_dim, coords_dim, num_classes as the weights imply them."""
+    """in_dim, coords_dim, num_classes (and whether pids_enc makes it a pileup model) as the weights imply."""
     h_dim = _shape(state, "feat_encoder.0.weight")[0]
     in_dim = _shape(state, "feat_encoder.0.weight")[1]
+    if "pids_enc.weight" in state:  # the constructor's in_dim counts the class column, not its embedding
+        in_dim -= PID_EMBEDDING - 1
     hash_dim = _shape(state, "attns.0.attn.e2lsh.alpha")[1]
     classes = _shape(state, "out_proj.weight")[0] if "out_proj.weight" in state else 0
     return {"in_dim": in_dim, "coords_dim": hash_dim - h_dim, "num_classes": classes}
+
+
+def _task(state):
+    return "pileup" if "pids_enc.weight" in state else "tracking"
 
 
 def parse_config(data, origin, layout, state):
@@ -64,8 +74,9 @@ def parse_config(data, origin, layout, state):
         if name != "trans_hept":
             raise ExportError(f"--config ({origin}): model_name {name!r} is not trans_hept")
         data = dict(data["model_kwargs"], **derived)
-        if layout == "src":
-            data.update(attn_type="hept", task="tracking")
+        if layout == "src":  # the src constructor has no num_classes (out_proj comes with the task)
+            data.pop("num_classes")
+            data.update(attn_type="hept", task=_task(state))
         elif data.pop("pe_type", "none") != "none":
             raise ExportError(f"--config ({origin}): pe_type {data['pe_type']!r} is not supported")
     allowed = SRC_ARGS if layout == "src" else EXAMPLE_ARGS
@@ -91,9 +102,15 @@ def parse_config(data, origin, layout, state):
             raise ExportError(f"--config ({origin}): attn_type {data['attn_type']!r}: only hept is this family")
         if data.get("pe_type", "none") != "none":
             raise ExportError(f"--config ({origin}): pe_type {data['pe_type']!r} is not supported (the configs use none)")
-        if data.get("task", "tracking") != "tracking":
-            raise ExportError(f"--config ({origin}): task {data['task']!r} is not supported (tracking only; pileup "
-                              "adds an embedding, out_proj and a sigmoid)")
+        task = data.get("task", "tracking")
+        if task not in ("tracking", "pileup"):
+            raise ExportError(f"--config ({origin}): task {task!r} is not supported (tracking or pileup)")
+        if task != _task(state):
+            raise ExportError(f"--config ({origin}): task {task!r} but the weights are those of task "
+                              f"{_task(state)!r} (pids_enc.weight is present exactly for pileup)")
+        if task == "pileup" and derived["num_classes"] != 1:
+            raise ExportError(f"--config ({origin}): task pileup needs out_proj.weight of shape (1, h_dim/2)")
+        cfg["task"] = task
     elif "dropout" in data:
         note("dropout is inactive at inference and not exported")
     return cfg
@@ -103,7 +120,11 @@ def expected_shapes(cfg):
     h, H, L, cd = cfg["h_dim"], cfg["num_heads"], cfg["n_layers"], cfg["coords_dim"]
     s = OrderedDict()
     s["regions"] = (cfg["n_hashes"], 2, H)
-    s["feat_encoder.0.weight"], s["feat_encoder.0.bias"] = (h, cfg["in_dim"]), (h,)
+    pileup = cfg.get("task") == "pileup"
+    if pileup:
+        s["pids_enc.weight"] = (PID_CLASSES, PID_EMBEDDING)
+    s["feat_encoder.0.weight"] = (h, cfg["in_dim"] - 1 + PID_EMBEDDING if pileup else cfg["in_dim"])
+    s["feat_encoder.0.bias"] = (h,)
     s["feat_encoder.2.weight"], s["feat_encoder.2.bias"] = (h, h), (h,)
     for l in range(L):
         p = f"attns.{l}."
@@ -130,9 +151,10 @@ def expected_shapes(cfg):
 
 
 def describe(cfg):
-    return (f"{cfg['layout']} layout, in_dim {cfg['in_dim']}, coords_dim {cfg['coords_dim']}, h_dim {cfg['h_dim']}, "
-            f"{cfg['n_layers']} layers, {cfg['num_heads']} heads, {cfg['n_hashes']} hashes, block {cfg['block_size']}"
-            + (f", {cfg['num_classes']} classes" if cfg["num_classes"] else ""))
+    task = ", pileup task" if cfg.get("task") == "pileup" else ""
+    return (f"{cfg['layout']} layout{task}, in_dim {cfg['in_dim']}, coords_dim {cfg['coords_dim']}, "
+            f"h_dim {cfg['h_dim']}, {cfg['n_layers']} layers, {cfg['num_heads']} heads, {cfg['n_hashes']} hashes, "
+            f"block {cfg['block_size']}" + (f", {cfg['num_classes']} classes" if cfg["num_classes"] else ""))
 
 
 def build(state, config_data, config_origin, layout_choice):
@@ -149,5 +171,5 @@ def build(state, config_data, config_origin, layout_choice):
     cfg["layout"] = layout
     if cfg["h_dim"] % 2:
         raise ExportError(f"--config ({config_origin}): h_dim {cfg['h_dim']} must be even (output width h_dim/2)")
-    config = OrderedDict((k, cfg[k]) for k in CONFIG_KINDS)
+    config = OrderedDict((k, cfg[k]) for k in CONFIG_KINDS if k in cfg)  # task: src only
     return config, expected_shapes(config), f"the HEPT {layout} configuration ({describe(config)})", f"{layout}/ Transformer"

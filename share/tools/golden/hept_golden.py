@@ -54,6 +54,10 @@ SMALL = dict(in_dim=5, coords_dim=4, num_classes=3, dropout=0.1, block_size=32, 
              num_regions=16, num_heads=2, h_dim=8, n_layers=2, num_w_per_dist=3)
 SMALL_SRC = dict(attn_type="hept", in_dim=5, coords_dim=4, task="tracking", block_size=32, n_hashes=3,
                  num_regions=12, num_heads=2, h_dim=8, n_layers=2, num_w_per_dist=3, pe_type="none")
+# The pileup task of src/ (pileup_trans_hept.yaml's hyperparameters scaled down): x = [eta, phi, px, py, pt,
+# E, rapidity, pid] and coords = [eta, phi, eta, phi] as src/datasets/pileup.py builds them.
+SMALL_PILEUP = dict(attn_type="hept", in_dim=8, coords_dim=4, task="pileup", block_size=32, n_hashes=3,
+                    num_regions=12, num_heads=2, h_dim=8, n_layers=2, num_w_per_dist=3, pe_type="none")
 
 RUNS = ("f32_official", "f32_stable", "f64_official", "f64_stable")
 # which runs keep the bulky arrays: perms everywhere; the sort keys (layer 0) and the attention output
@@ -79,6 +83,10 @@ CASES = {
     #     random weights, 300 hits (padded to 320).
     "src_small": dict(layout="src", config=SMALL_SRC, sizes=[300], seed=303, inputs="uniform",
                       detail_layers=None, policy=FULL),
+    # (e) the src/ layout's pileup task (pids_enc on the last input column, out_proj to 1, sigmoid),
+    #     random weights, 250 particles (padded to 256); a few fractional class values (truncated by .long()).
+    "src_pileup": dict(layout="src", config=SMALL_PILEUP, sizes=[250], seed=505, inputs="pileup",
+                       detail_layers=None, policy=FULL),
     # (d) degenerate inputs on the weights of a small example/ model (sub-cases in /golden/<name>).
     "degenerate": dict(layout="example", config=SMALL, seed=404, inputs="degenerate", detail_layers=[0],
                        policy=dict(perm_runs=RUNS, keys_runs=(), attn_runs=(), output_runs=RUNS)),
@@ -544,6 +552,21 @@ def uniform_inputs(rng, cfg, sizes, ties=True):
     return x, coords
 
 
+def pileup_inputs(rng, sizes):
+    """Particles as src/datasets/pileup.py stores them: x = [eta, phi, px, py, pt, E, rapidity, pid] with the
+    class pid in 0..6 (a few values fractional or in (-1, 0): torch's .long() truncates them), coords =
+    [eta, phi, eta, phi]; a few tied eta and phi values."""
+    n = sum(sizes)
+    eta = rng.uniform(-2.5, 2.5, n).astype(np.float32)
+    phi = rng.uniform(-np.pi, np.pi, n).astype(np.float32)
+    eta[10:40:7], phi[11:40:9] = eta[3], phi[4]
+    pt = (0.5 + rng.exponential(1.0, n)).astype(np.float32)
+    pid = rng.choice(7, n, p=[0.55, 0.25, 0.08, 0.04, 0.04, 0.02, 0.02]).astype(np.float32)
+    pid[[5, 17, 60, 99, 200]] = [2.75, 0.5, 6.9, -0.5, 3.25]
+    x = np.stack([eta, phi, pt * np.cos(phi), pt * np.sin(phi), pt, pt * np.cosh(eta), 0.95 * eta, pid], 1)
+    return x.astype(np.float32), np.stack([eta, phi, eta, phi], 1).astype(np.float32)
+
+
 # Synthetic collider event: helices from the interaction region in a 2 T solenoid through the TrackML
 # pixel detector (4 barrel layers, 7 end-cap disks per side), plus noise hits. Features and coordinates
 # as data/tracking/raw/preprocessing/point_cloud_builder.py and src/datasets/tracking.py build them.
@@ -923,6 +946,8 @@ def run_case(official, name, spec, root, out_dir, command, commit):
         sizes = spec["sizes"]
         if spec["inputs"] == "tracking":
             x, coords = tracking_inputs(rng, sizes)
+        elif spec["inputs"] == "pileup":
+            x, coords = pileup_inputs(rng, sizes)
         else:
             x, coords = uniform_inputs(rng, cfg, sizes)
         stats = {}

@@ -147,7 +147,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
                       const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                       const SplitStage* split) {
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
-  const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.in_dim, half = D / 2, od = cfg_.out_dim();
+  const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.encoder_in(), half = D / 2, od = cfg_.out_dim();
   const index_t np = g.padded_points(), ldcat = static_cast<index_t>(L + 1) * D;
   const auto n = static_cast<std::size_t>(np);
   const bool src_layout = cfg_.layout == Config::Layout::src;
@@ -184,7 +184,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       zero[p] = 1;
       continue;
     }
-    std::copy(x + i * in, x + (i + 1) * in, xp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(in)));
+    net_->encoder_input(x + i * cfg_.in_dim, xp.data() + p * static_cast<std::size_t>(in));
     std::copy(coords + i * cd, coords + (i + 1) * cd, cp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(cd)));
   }
   std::vector<float> a(static_cast<std::size_t>(R) * n), b(src_layout ? a.size() : 0),
@@ -383,6 +383,7 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
   std::vector<float> host(n * static_cast<std::size_t>(od));
   cu::copy_to_host(host.data(), result, host.size() * sizeof(float), s);
   stream_.synchronize();
+  net_->finish_outputs(host.data(), np);
   for (std::size_t p = 0; p < n; ++p)
     if (g.unpad[p])
       std::copy(host.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(od)),
