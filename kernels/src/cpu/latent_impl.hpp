@@ -408,8 +408,8 @@ inline void latent_encode(const LatentEncodeArgs& a) {
 
 // ---------------------------------------------------------------------------------------------------
 // Ball attention: the ball's queries are the latents of the streaming encode (the same logits,
-// reference exponents, rescaling and double sums), taken kBallQueryBlock at a time; the output is the
-// normalised weighted sum.
+// reference exponents and rescaling; float sums within a chunk of keys, double across chunks), taken
+// kBallQueryBlock at a time; the output is the normalised weighted sum.
 
 inline constexpr int kBallQueryBlock = 64;
 
@@ -442,6 +442,7 @@ inline void ball_attention(const BallAttentionArgs& a) {
       enc.ref_exp = ref;
       enc.sum = sum;
       enc.weighted = weighted;
+      enc.float_chunk_sums = true;  // the ball's keys are always these, in this order
       if (a.sigma) {
         enc.bias = a.bias + i0 * a.ld_bias;
         enc.ld_bias = a.ld_bias;

@@ -127,7 +127,7 @@ struct LatentEncodeArgs {
   /// Sum the terms in float lanes within each chunk of keys (as the selecting mode does) instead of in
   /// double: cheaper, and as accurate as float attention over a chunk (at most 512 keys). The result then
   /// depends on how the keys are split into calls and chunks, so only callers that always pass the same
-  /// keys in the same order (AttentionS2: the whole key grid) may set it.
+  /// keys in the same order (AttentionS2: the whole key grid; ball_attention: the whole ball) may set it.
   bool float_chunk_sums = false;
   const index_t* mask_begin = nullptr;  // [M], with mask_end, or nullptr: no mask
   const index_t* mask_end = nullptr;
@@ -145,9 +145,11 @@ inline constexpr int kMaxAttentionHeadDim = 512;
 ///   out[i, hE:(h+1)E] = sum_j softmax_j(scale q_i . k_j + sigma_h bias_ij) v_j
 /// (q/k/v of head h: the E columns from hE of row i at q + i*ld, likewise k and v; bias: m x m, row i at
 /// bias + i*ld_bias, e.g. distances |p_i - p_j|; no bias term when sigma is null). The queries are
-/// multiplied by `scale` first (float), the softmax sums are double (see LatentEncodeArgs), the output is
-/// rounded to float once. Row i's result depends only on q_i and the ball's keys, values and bias row,
-/// never on the number of threads. E <= kMaxAttentionHeadDim. Single-threaded, no heap allocation.
+/// multiplied by `scale` first (float), the softmax terms are summed in float within each chunk of the
+/// ball's keys and the chunk sums in double (LatentEncodeArgs::float_chunk_sums: a ball always passes all
+/// its keys in ball order), the output is rounded to float once. Row i's result depends only on q_i and
+/// the ball's keys, values and bias row, never on the number of threads or ranks. E <=
+/// kMaxAttentionHeadDim. Single-threaded, no heap allocation.
 struct BallAttentionArgs {
   int m = 0;
   int heads = 0, E = 0;
