@@ -441,10 +441,10 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   if (cfg_.num_classes > 0) {
     final_out.resize(npu * static_cast<std::size_t>(cfg_.num_classes));
     apply<T>(out_proj_, res.data(), half, final_out.data(), cfg_.num_classes, np, threads);
+    finish_outputs(final_out.data(), np);  // pileup: the sigmoid
     result = final_out.data();
   }
   const int od = cfg_.out_dim();
-  if (!final_out.empty()) finish_outputs(final_out.data(), np);
   for (std::int64_t p = 0; p < np; ++p)
     if (g.unpad[static_cast<std::size_t>(p)])
       std::copy(result + p * od, result + (p + 1) * od, out + g.pad_seq[static_cast<std::size_t>(p)] * od);
