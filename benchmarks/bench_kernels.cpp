@@ -96,6 +96,53 @@ void BM_latent(benchmark::State& state) {
 }
 BENCHMARK(BM_latent)->Args({64, 0})->Args({64, 1})->Args({256, 0})->Args({256, 1});
 
+// BSA's coarse branch: 64 block queries against 2048 compressed keys, the top 4 of each chosen from the
+// same logits (LatentEncodeArgs::select_S; the own ball's 8 keys masked). Arg: 1 = select, 0 = plain encode.
+void BM_select_encode(benchmark::State& state) {
+  const bool select = state.range(0) != 0;
+  const int M = 64, E = 8, C = 16, S = 4;
+  const k::index_t rows = 2048;
+  const auto q = random_values(static_cast<std::size_t>(M) * E, 0.7f, 7);
+  const auto kv = random_values(static_cast<std::size_t>(rows) * C, 1.0f, 8);
+  std::vector<std::int32_t> ref(static_cast<std::size_t>(M)), sel(static_cast<std::size_t>(M) * S);
+  std::vector<double> sum(static_cast<std::size_t>(M)), weighted(static_cast<std::size_t>(M) * E);
+  std::vector<k::index_t> mask_begin(static_cast<std::size_t>(M)), mask_end(mask_begin.size());
+  for (int m = 0; m < M; ++m) {
+    mask_begin[static_cast<std::size_t>(m)] = 8 * m;
+    mask_end[static_cast<std::size_t>(m)] = 8 * m + 8;
+  }
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    std::fill(ref.begin(), ref.end(), k::kNoExponent);
+    std::fill(sum.begin(), sum.end(), 0.0);
+    std::fill(weighted.begin(), weighted.end(), 0.0);
+    k::LatentEncodeArgs a;
+    a.q = q.data();
+    a.M = M;
+    a.E = E;
+    a.k = kv.data();
+    a.ldk = C;
+    a.v = kv.data() + E;
+    a.ldv = C;
+    a.rows = rows;
+    a.ref_exp = ref.data();
+    a.sum = sum.data();
+    a.weighted = weighted.data();
+    if (select) {
+      a.logit_scale = 0.35f;
+      a.select_S = S;
+      a.mask_begin = mask_begin.data();
+      a.mask_end = mask_end.data();
+      a.sel = sel.data();
+    }
+    kern.latent_encode(a);
+    benchmark::DoNotOptimize(weighted.data());
+    benchmark::DoNotOptimize(sel.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * M * E * rows, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_select_encode)->Arg(0)->Arg(1);
+
 void BM_activation(benchmark::State& state) {
   const auto act = static_cast<k::Activation>(state.range(0));
   const auto x = random_values(16384, 2.0f, 8);

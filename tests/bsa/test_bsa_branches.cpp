@@ -304,6 +304,46 @@ TEST(Branches, CoarseAndSelectInOnePassEqualsTheTwoBranches) {
   }
 }
 
+// The one-pass selection over many chunks of keys (1024 blocks per sample, a chunk holds 256 for E = 8),
+// with exactly tied scores (every 7th block a copy of block 3) and keys that grow with their index, so
+// that the top-S set keeps changing in late chunks: bit for bit select_blocks', on every instruction set.
+TEST(Branches, CoarseAndSelectOverManyChunksWithTiesEqualsSelectBlocks) {
+  using surrogate::kernels::Isa;
+  Data d = make_data(8, 11, 8, 8192);
+  const int width = d.H * d.E;
+  for (index_t g = 0; g < d.samples * d.nb; ++g) {
+    float* row = d.kc.data() + g * width;
+    if (g % 7 == 0) {
+      std::copy_n(d.kc.data() + (g / d.nb * d.nb + 3) * width, width, row);
+    } else {
+      const float grow = 1.0f + 2.0f * static_cast<float>(g % d.nb) / static_cast<float>(d.nb);
+      for (int c = 0; c < width; ++c) row[c] *= grow;
+    }
+  }
+  for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    const surrogate::kernels::CpuKernels* table = surrogate::kernels::cpu(isa);
+    if (!table) continue;
+    for (const bool mask : {true, false}) {
+      SCOPED_TRACE(std::string(surrogate::kernels::to_string(isa)) + " mask " + std::to_string(mask));
+      const auto s = shape(64, 8, 6, 8, true, mask, true, true);
+      const std::size_t n_sel = static_cast<std::size_t>(d.samples * d.H * d.nb * s.S);
+      std::vector<std::int32_t> sel(n_sel), sel_ref(n_sel);
+      std::vector<float> out(static_cast<std::size_t>(d.samples * d.n * d.ld), 0.0f);
+      bd::coarse_and_select(*table, d.tokens(), d.blocks(), s, out.data(), d.ld, sel.data(), 2);
+      bd::select_blocks(*table, d.tokens(), d.blocks(), s, sel_ref.data(), 2);
+      EXPECT_EQ(sel, sel_ref);
+      // Some rows choose blocks of the last chunk, and some choose tied copies.
+      std::size_t late = 0, tied = 0;
+      for (const std::int32_t g : sel) {
+        late += g >= 768 ? 1 : 0;
+        tied += g % 7 == 0 ? 1 : 0;
+      }
+      EXPECT_GT(late, n_sel / 10);
+      EXPECT_GT(tied, 0u);
+    }
+  }
+}
+
 TEST(Branches, SelectionOfADegenerateSampleTakesTheLowestMaskedBlocks) {
   // Two balls of 16 blocks per sample: S = 10 are chosen outside the own ball; with S = 18 the 16 blocks
   // of the other ball, then the two lowest-index blocks of the own ball (all scored -inf). A single ball

@@ -81,6 +81,13 @@ class Permutation final : public detail::LayerExchanges {
 
 }  // namespace
 
+/// The row buffers of one layer, kept across the layers of a forward: each layer writes every element it
+/// reads (the padding columns stay as first zeroed), and a fresh 2 MiB-aligned mapping per buffer and
+/// layer would have the kernel clear its pages again every time.
+struct LayerBuffers {
+  AlignedBuffer<float> h, u, gates, o, local, coarse, fine, kc, vc, qc;
+};
+
 struct Network::Impl {
   Config cfg;
   std::int64_t parameters = 0;
@@ -90,7 +97,8 @@ struct Network::Impl {
   PackedLinear head0, head2;
 
   void run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
-                 const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads) const;
+                 const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads,
+                 LayerBuffers& buffers) const;
   void compress(const CpuKernels& k, const PackedLinear* mlp, const float* src, index_t ld_u, int samples, index_t n,
                 float* dst, index_t ld_c, int threads) const;
 };
@@ -198,7 +206,8 @@ void Network::Impl::compress(const CpuKernels& k, const PackedLinear* mlp, const
 
 // One layer on samples x n tokens: x += out_proj(attention(RMSNorm1(x))), x += SwiGLU(RMSNorm2(x)).
 void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
-                              const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads) const {
+                              const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads,
+                              LayerBuffers& buffers) const {
   const Config& c = cfg;
   const int D = c.c_hidden, H = c.num_heads, E = c.head_dim(), d = c.dimensionality;
   const index_t rows = layout.rows;
@@ -208,8 +217,13 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   const int ball = c.attention_type == AttentionType::ball ? c.attention_ball_size : c.ball_size;
 
   // Norm, position encoding (not for global attention), q/k/v, token gate.
-  AlignedBuffer<float> h(static_cast<std::size_t>(rows * ld)), u(static_cast<std::size_t>(rows * ld_u));
-  AlignedBuffer<float> gates(sparse && c.use_token_gated_attention ? static_cast<std::size_t>(rows * ld_g) : 0);
+  AlignedBuffer<float>& h = buffers.h;
+  AlignedBuffer<float>& u = buffers.u;
+  AlignedBuffer<float>& gates = buffers.gates;
+  h.resize(static_cast<std::size_t>(rows * ld));
+  u.resize(static_cast<std::size_t>(rows * ld_u));
+  const bool token_gates = sparse && c.use_token_gated_attention;
+  if (token_gates) gates.resize(static_cast<std::size_t>(rows * ld_g));
   std::vector<float> centres;
   if (c.attention_type != AttentionType::global)
     centres = balltree::mean_pool(std::span<const float>(pos, static_cast<std::size_t>(rows * d)), d, ball);
@@ -224,7 +238,7 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
                  h.data() + r0 * ld, ld);
     }
     run_linear(k, L.qkv, h.data() + r0 * ld, ld, u.data() + r0 * ld_u, ld_u, count);
-    if (gates.size() > 0) {
+    if (token_gates) {
       run_linear(k, L.gate, h.data() + r0 * ld, ld, gates.data() + r0 * ld_g, ld_g, count);
       for (index_t i = r0 * ld_g; i < (r0 + count) * ld_g; ++i) gates[static_cast<std::size_t>(i)] = sigmoid(gates[static_cast<std::size_t>(i)]);
     }
@@ -246,7 +260,8 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   const detail::Tokens tok = tokens(0, 1, rows, 0);
 
   // Attention: o (rows x ld) = the fused heads.
-  AlignedBuffer<float> o(static_cast<std::size_t>(rows * ld));
+  AlignedBuffer<float>& o = buffers.o;
+  o.resize(static_cast<std::size_t>(rows * ld));
   std::fill_n(o.data(), rows * ld, 0.0f);
   if (c.attention_type == AttentionType::global) {
     // A segment that is a whole sample attends to its own rows; a part of a sample (distributed) to the
@@ -276,11 +291,15 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   } else {
     const index_t nb = layout.n / c.compress_block_size, local_blocks = rows / c.compress_block_size;
     const index_t ld_c = round_up(D, kPad);
-    AlignedBuffer<float> kc(static_cast<std::size_t>(local_blocks * ld_c)), vc(kc.size());
-    AlignedBuffer<float> qc(c.block_level_importance() ? kc.size() : 0);
+    AlignedBuffer<float>& kc = buffers.kc;
+    AlignedBuffer<float>& vc = buffers.vc;
+    AlignedBuffer<float>& qc = buffers.qc;
+    kc.resize(static_cast<std::size_t>(local_blocks * ld_c));
+    vc.resize(static_cast<std::size_t>(local_blocks * ld_c));
+    if (c.block_level_importance()) qc.resize(static_cast<std::size_t>(local_blocks * ld_c));
     compress(k, L.k_mlp, tok.k, ld_u, 1, rows, kc.data(), ld_c, threads);
     compress(k, L.v_mlp, tok.v, ld_u, 1, rows, vc.data(), ld_c, threads);
-    if (qc.size() > 0) compress(k, L.q_mlp, tok.q, ld_u, 1, rows, qc.data(), ld_c, threads);
+    if (c.block_level_importance()) compress(k, L.q_mlp, tok.q, ld_u, 1, rows, qc.data(), ld_c, threads);
     // The keys and values of every compressed block of the batch (distributed: all-gathered, N/C rows).
     const bool distributed = ex.distributed();
     AlignedBuffer<float> kc_all(distributed ? static_cast<std::size_t>(layout.samples * nb * ld_c) : 0), vc_all(kc_all.size());
@@ -297,7 +316,10 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
     s.mask_own_ball = c.should_mask_blocks_in_ball;
     s.coarse_q_attn = c.use_coarse_q_attn;
     s.block_level = c.block_level_importance();
-    AlignedBuffer<float> local(static_cast<std::size_t>(rows * ld)), coarse(local.size()), fine(local.size());
+    AlignedBuffer<float>& local = buffers.local;
+    AlignedBuffer<float>& coarse = buffers.coarse;
+    AlignedBuffer<float>& fine = buffers.fine;
+    for (AlignedBuffer<float>* b : {&local, &coarse, &fine}) b->resize(static_cast<std::size_t>(rows * ld));
     detail::local_branch(k, tok, pos, d, c.ball_size, L.sigma.data(), local.data(), ld, threads);
     // Coarse branch and selection per segment (the queries of a window of samples, all their blocks).
     std::vector<std::vector<std::int32_t>> sel(layout.segments.size());
@@ -305,7 +327,7 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
       const auto& g = layout.segments[i];
       const detail::Tokens t = tokens(g.begin, g.samples, g.length, g.row0);
       detail::Blocks blk;
-      blk.q = qc.size() > 0 ? qc.data() + g.begin / s.C * ld_c : nullptr;
+      blk.q = c.block_level_importance() ? qc.data() + g.begin / s.C * ld_c : nullptr;
       blk.k = (distributed ? kc_all.data() : kc.data()) + g.sample * nb * ld_c;
       blk.v = (distributed ? vc_all.data() : vc.data()) + g.sample * nb * ld_c;
       blk.ld = ld_c;
@@ -357,7 +379,7 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
       for (index_t r = r0; r < r0 + count; ++r)
         for (int hd = 0; hd < H; ++hd) {
           float g0 = 1.0f, g1, g2;
-          if (gates.size() > 0) {
+          if (token_gates) {
             const float* g = gates.data() + r * ld_g + 3 * hd;
             g0 = g[0];
             g1 = g[1];
@@ -612,14 +634,15 @@ void Stages::layers(const Network& net, float* x, const float* pos, const float*
   const index_t rows = layout.rows, ld = row_stride(net);
   AlignedBuffer<float> residual(static_cast<std::size_t>(rows * ld)), xr(c.should_rotate ? residual.size() : 0);
   std::copy_n(x, rows * ld, residual.data());
+  LayerBuffers buffers;
   for (int l = 0; l < c.depth; ++l) {
     const Layer& L = m.layers[static_cast<std::size_t>(l)];
     if (c.should_rotate && l % 2 == 1) {
       ex.to_rotated(x, static_cast<int>(ld), xr.data());
-      m.run_layer(k, L, xr.data(), ld, pos_rot, layout, ex, threads);
+      m.run_layer(k, L, xr.data(), ld, pos_rot, layout, ex, threads, buffers);
       ex.from_rotated(xr.data(), static_cast<int>(ld), x);
     } else {
-      m.run_layer(k, L, x, ld, pos, layout, ex, threads);
+      m.run_layer(k, L, x, ld, pos, layout, ex, threads, buffers);
     }
     if ((l + 1) % c.block_size == 0 || l + 1 == c.depth) {
       for (index_t i = 0; i < rows * ld; ++i) x[i] += residual[static_cast<std::size_t>(i)];
