@@ -189,6 +189,37 @@ TEST(HeptModel, PileupWithoutOneOutputIsRefused) {
   }
 }
 
+// The library's input normalisation may scale the pileup task's features but not its class channel (7),
+// which is looked up in pids_enc after it: a file that normalises it is refused when the model is built;
+// one that leaves it as it is predicts what the unnormalised model predicts on the normalised features.
+TEST(HeptModel, PileupNormalisationLeavesTheClassChannelAlone) {
+  ModelFile file = ModelFile::read(path_of("src_pileup"));
+  file.normalization.input_mean.assign(8, 0.5);
+  file.normalization.input_std.assign(8, 2.0);
+  try {
+    (void)surrogate::make_model(file);
+    FAIL() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_EQ(e.code(), ErrorCode::format);
+    EXPECT_NE(std::string(e.what()).find("input_mean and input_std of channel 7 (the pileup task's particle-id "
+                                         "class) are mean 0.5, std 2; the class channel must not be normalised"),
+              std::string::npos)
+        << e.what();
+  }
+  file.normalization.input_mean[7] = 0.0;
+  file.normalization.input_std[7] = 1.0;
+  const auto normalised = surrogate::make_model(file);
+  Case c("src_pileup");
+  const SelfComm comm;
+  const SampleLayout layout = SampleLayout::build(comm, c.n(), c.batch.data());
+  std::vector<float> got(static_cast<std::size_t>(c.n())), want(got.size()), x = c.x;
+  normalised->predict(comm, layout, c.geometry(), c.x.data(), 8, got.data(), 1);
+  for (std::size_t i = 0; i < x.size(); ++i)
+    if (i % 8 != 7) x[i] = static_cast<float>((static_cast<double>(x[i]) - 0.5) / 2.0);
+  c.model->predict(comm, layout, c.geometry(), x.data(), 8, want.data(), 1);
+  EXPECT_EQ(got, want);
+}
+
 // A plan serves only the model that built it.
 TEST(HeptModel, PlanOfAnotherModelIsRefused) {
   Case a("example_small"), b("example_small");

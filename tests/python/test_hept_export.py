@@ -163,6 +163,21 @@ class HeptExport(unittest.TestCase):
                             json.dumps({**args, "task": "jets"}), "-o", self.dir / "bad.h5")
         self.assertEqual(rc, 2)
         self.assertIn("task 'jets' is not supported (tracking or pileup)", err)
+        # Input normalisation may scale the features but not the class channel (7).
+        stats = {"input_mean": [0.5] * 8, "input_std": [2.0] * 8}
+        norm_path = self.dir / "stats.json"
+        norm_path.write_text(json.dumps(stats))
+        rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config", json.dumps(args),
+                            "--normalization", norm_path, "-o", self.dir / "bad.h5")
+        self.assertEqual(rc, 2)
+        self.assertIn("input channel 7 is the pileup task's particle-id class (looked up in pids_enc.weight); "
+                      "its input_mean and input_std must be 0 and 1, not 0.5 and 2", err)
+        self.assertFalse((self.dir / "bad.h5").exists())
+        stats["input_mean"][7], stats["input_std"][7] = 0.0, 1.0
+        norm_path.write_text(json.dumps(stats))
+        rc, _, err = export("--family", "hept", "--checkpoint", ckpt, "--config", json.dumps(args),
+                            "--normalization", norm_path, "-o", self.dir / "normalised.h5")
+        self.assertEqual(rc, 0, err)
 
     def test_refusals(self):
         state = torch.load(CHECKPOINT, map_location="cpu")

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <span>
 #include <string>
 
@@ -56,6 +57,18 @@ Model::Model(const ModelFile& file)
       network32_(checked(file, cfg_), cfg_),
       network64_(file, cfg_) {
   for (const auto& [name, tensor] : file.weights) parameters_ += tensor.numel();
+  // The pileup task's class channel is looked up in pids_enc after the library's input normalisation:
+  // anything but the identity there would turn class 3 into another class, or into an error.
+  const Normalization& norm = normalization();
+  const auto column = static_cast<std::size_t>(cfg_.in_dim - 1);
+  if (cfg_.task == Config::Task::pileup && norm.has_input() &&
+      (norm.input_mean[column] != 0.0 || norm.input_std[column] != 1.0)) {
+    std::ostringstream values;
+    values << "mean " << norm.input_mean[column] << ", std " << norm.input_std[column];
+    throw Error(ErrorCode::format, "'" + file.path + "': /normalization/input_mean and input_std of channel " +
+                                       std::to_string(column) + " (the pileup task's particle-id class) are " +
+                                       values.str() + "; the class channel must not be normalised (mean 0, std 1)");
+  }
 }
 
 std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::Plan::Basis basis,

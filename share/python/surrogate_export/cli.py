@@ -160,6 +160,8 @@ def run(args):
                        else (config["in_dim"], config["out_dim"]))
     normalization = (common.load_normalization(args.normalization, in_dim, out_dim)
                      if args.normalization else None)
+    if normalization and hasattr(family, "check_normalization"):
+        family.check_normalization(config, normalization)
     fields = common.load_fields(args.fields, in_dim, out_dim) if args.fields else None
 
     root = {

@@ -40,6 +40,19 @@ def io_dims(config):
     return config["in_dim"], config["num_classes"] or config["h_dim"] // 2
 
 
+def check_normalization(config, normalization):
+    """The pileup task's last input channel is a particle-id class looked up in pids_enc.weight after the
+    library's input normalisation: it must pass unchanged (mean 0, std 1)."""
+    if config.get("task") != "pileup" or "input_mean" not in normalization:
+        return
+    c = config["in_dim"] - 1
+    mean, std = float(normalization["input_mean"][c]), float(normalization["input_std"][c])
+    if mean != 0.0 or std != 1.0:
+        raise ExportError(f"--normalization: input channel {c} is the pileup task's particle-id class (looked up "
+                          f"in pids_enc.weight); its input_mean and input_std must be 0 and 1, not {mean:g} and "
+                          f"{std:g}")
+
+
 def detect_layout(keys):
     return "src" if any(k.endswith(".attn.e2lsh.beta") for k in keys) else "example"
 
