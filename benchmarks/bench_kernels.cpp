@@ -47,6 +47,26 @@ void BM_linear(benchmark::State& state) {
 }
 BENCHMARK(BM_linear)->Args({64, 0})->Args({64, 1})->Args({128, 1})->Args({256, 1});
 
+/// An encode of M latents (q: M x E) against `rows` points whose keys and values share rows of width C
+/// (keys in columns 0..E-1, values from column E), into the streaming state ref/sum/weighted.
+k::LatentEncodeArgs encode_args(const std::vector<float>& q, int M, int E, const std::vector<float>& kv, int C,
+                                k::index_t rows, std::vector<std::int32_t>& ref, std::vector<double>& sum,
+                                std::vector<double>& weighted) {
+  k::LatentEncodeArgs a;
+  a.q = q.data();
+  a.M = M;
+  a.E = E;
+  a.k = kv.data();
+  a.ldk = C;
+  a.v = kv.data() + E;
+  a.ldv = C;
+  a.rows = rows;
+  a.ref_exp = ref.data();
+  a.sum = sum.data();
+  a.weighted = weighted.data();
+  return a;
+}
+
 void BM_latent(benchmark::State& state) {
   const int M = static_cast<int>(state.range(0));
   const bool decode = state.range(1) != 0;
@@ -73,19 +93,7 @@ void BM_latent(benchmark::State& state) {
       a.rows = rows;
       kern.latent_decode(a);
     } else {
-      k::LatentEncodeArgs a;
-      a.q = q.data();
-      a.M = M;
-      a.E = E;
-      a.k = kv.data();
-      a.ldk = C;
-      a.v = kv.data() + E;
-      a.ldv = C;
-      a.rows = rows;
-      a.ref_exp = ref.data();
-      a.sum = sum.data();
-      a.weighted = weighted.data();
-      kern.latent_encode(a);
+      kern.latent_encode(encode_args(q, M, E, kv, C, rows, ref, sum, weighted));
     }
     benchmark::DoNotOptimize(y.data());
     benchmark::DoNotOptimize(weighted.data());
@@ -116,18 +124,7 @@ void BM_select_encode(benchmark::State& state) {
     std::fill(ref.begin(), ref.end(), k::kNoExponent);
     std::fill(sum.begin(), sum.end(), 0.0);
     std::fill(weighted.begin(), weighted.end(), 0.0);
-    k::LatentEncodeArgs a;
-    a.q = q.data();
-    a.M = M;
-    a.E = E;
-    a.k = kv.data();
-    a.ldk = C;
-    a.v = kv.data() + E;
-    a.ldv = C;
-    a.rows = rows;
-    a.ref_exp = ref.data();
-    a.sum = sum.data();
-    a.weighted = weighted.data();
+    k::LatentEncodeArgs a = encode_args(q, M, E, kv, C, rows, ref, sum, weighted);
     if (select) {
       a.logit_scale = 0.35f;
       a.select_S = S;
