@@ -104,6 +104,8 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
  *    written into `out` directly (any strides; elements between the strides are not touched). Only the
  *    small encode partial sums cross ranks (over NCCL when each rank owns its GPU, else through host
  *    memory and MPI), plus in_channels counters of NaN/Inf inputs copied back for the input check.
+ *    The predict orders itself after the work enqueued before the call on the default stream (and so on
+ *    every blocking stream); synchronise your own non-blocking streams first. On return `out` is written.
  *  - Otherwise (one array on the device, or ranks differing) a device array is staged through host
  *    memory (non-negative strides required). Host arrays always take the host path. */
 int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,

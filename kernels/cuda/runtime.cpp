@@ -148,6 +148,17 @@ void synchronize(cudaStream_t stream) {
   else check(cudaStreamSynchronize(stream), "cudaStreamSynchronize");
 }
 
+void wait_for_default_stream(cudaStream_t stream, int device) {
+  if (emulated(device)) return check_emulated(emulator::stream_synchronize(nullptr), "cudaStreamSynchronize(0)");
+  DeviceGuard guard(device);
+  cudaEvent_t event = nullptr;
+  check(cudaEventCreateWithFlags(&event, cudaEventDisableTiming), "cudaEventCreateWithFlags");
+  cudaError_t code = cudaEventRecord(event, cudaStreamLegacy);
+  if (code == cudaSuccess) code = cudaStreamWaitEvent(stream, event, 0);
+  (void)cudaEventDestroy(event);  // (released once the wait has passed it)
+  check(code, "cudaEventRecord(default stream) / cudaStreamWaitEvent");
+}
+
 void device_synchronize(int device) {
   if (emulated(device)) return check_emulated(emulator::device_synchronize(), "cudaDeviceSynchronize");
   DeviceGuard guard(device);

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -204,6 +205,37 @@ TEST_P(FlareGoldenGpu, DeviceArraysGiveTheHostArrayResultBitwise) {
     run_with(0.0f);
     run_with(0.0);
   }
+}
+
+// The device-resident predict follows the caller's work on the default stream: inputs copied there
+// asynchronously from pinned memory just before the call are the ones predicted, and bitwise the
+// host-array result. (On the host backend the copy waits in the null queue until something orders after
+// it, so a predict that did not would read the stale zeros.)
+TEST_P(FlareGoldenGpu, DeviceArraysFollowTheCallersDefaultStreamWork) {
+  namespace cu = surrogate::kernels::cuda;
+  const st::GoldenCase c = st::load_golden_case(GetParam());
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(c.sample_ids.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, c.sample_ids.data());
+  const auto host = predict(*model, c.features, c.sample_ids, on_gpu(false));
+  auto d_in = st::to_device(std::vector<float>(c.features.size(), 0.0f));
+  auto d_out = st::to_device(std::vector<float>(host.size(), -7.0f));
+  const std::size_t bytes = c.features.size() * sizeof(float);
+  cu::PinnedBuffer<float> pinned;
+  pinned.resize(c.features.size());
+  std::memcpy(pinned.data(), c.features.data(), bytes);
+  cu::copy_to_device(d_in.data(), pinned.data(), bytes, nullptr);  // the default stream; the host goes on
+  surrogate::Model::DeviceArrays a;
+  a.in = d_in.data();
+  a.out = d_out.data();
+  a.in_point_stride = c.in_dim;
+  a.in_component_stride = 1;
+  a.out_point_stride = c.out_dim;
+  a.out_component_stride = 1;
+  model->predict_device(comm, layout, a, on_gpu(false));
+  const auto back = st::to_host(d_out.data(), host.size());
+  for (std::size_t i = 0; i < host.size(); ++i) ASSERT_EQ(back[i], host[i]) << c.name << " value " << i;
 }
 
 // The tensor-core precisions on whole models: the GPU's error against the official reference stays

@@ -245,6 +245,8 @@ class Model {
   /// reordering, normalisation, the forward and the de-normalisation run on that device and the outputs
   /// are written into `arrays.out` directly (elements between the strides are not touched); no array
   /// crosses the host. Same arithmetic and the same errors as predict() with the inputs rounded to float.
+  /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
+  /// "Streams"); `arrays.out` is written on return.
   /// Throws Error(unsupported) on every rank for model families without a device forward.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
   /// One-shot form (plan(), then predict_device()).

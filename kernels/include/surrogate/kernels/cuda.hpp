@@ -203,6 +203,10 @@ class Event {
 void synchronize(cudaStream_t stream);
 /// cudaDeviceSynchronize on `device`; throws CudaError.
 void device_synchronize(int device);
+/// Orders the later work of `stream` (a stream of `device`) after everything enqueued so far on the
+/// device's default stream (the legacy stream; with it, every blocking stream's earlier work): an event
+/// recorded there that `stream` waits for. The host does not wait. Emulated device: drains its null queue.
+void wait_for_default_stream(cudaStream_t stream, int device);
 /// The number of multiprocessors of `device`.
 int multiprocessor_count(int device);
 /// The device whose memory holds p, or -1 (host memory, or not CUDA memory). Never throws.

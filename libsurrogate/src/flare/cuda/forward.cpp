@@ -235,6 +235,8 @@ void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogat
   run(
       comm, plan, options,
       [&](cudaStream_t s, const Tables& t) {
+        // The caller's arrays may still be written or read by its work on the default stream.
+        cu::wait_for_default_stream(s, device_);
         bad_.resize(in_c, device_);
         bad_host_.resize(in_c);
         cu::zero(bad_.data(), bad_.bytes(), s);
