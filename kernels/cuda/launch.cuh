@@ -5,6 +5,8 @@
 #pragma once
 
 #include <cstddef>
+#include <map>
+#include <mutex>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -50,6 +52,23 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, 
 #endif
 }
 
+/// Lets `kernel` launch with `bytes` of dynamic shared memory on the current device (the opt-in above
+/// 48 KiB). The limit belongs to the function and device and is shared by every host thread, so it is only
+/// ever raised: lowering it to this launch's need could fail another thread's larger launch in between.
+template <class... Params>
+void allow_dynamic_shared(void (*kernel)(Params...), std::size_t bytes, const char* name) {
+  if (bytes <= 48 * 1024) return;
+  static std::mutex mutex;
+  static std::map<std::pair<void (*)(Params...), int>, std::size_t> allowed;  // (kernel, device) -> bytes
+  std::lock_guard lock(mutex);
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  std::size_t& limit = allowed[{kernel, device}];
+  if (bytes <= limit) return;
+  check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+        (std::string("cudaFuncSetAttribute(") + name + ", MaxDynamicSharedMemorySize)").c_str());
+  limit = bytes;
+}
 /// Blocks of `threads` threads for one thread per element; std::invalid_argument naming the kernel when
 /// the grid cannot hold them.
 inline unsigned blocks_for(const char* kernel, index_t elements, int threads) {

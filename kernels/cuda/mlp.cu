@@ -130,9 +130,7 @@ void mlp(const MlpArgs& a, cudaStream_t stream) {
   const int w4 = static_cast<int>(round_up(a.max_width, 4));
   const int lds = w4 + 4;
   const std::size_t bytes = (static_cast<std::size_t>(2 * kMlpRows * lds) + static_cast<std::size_t>(w4) * kCols) * sizeof(float);
-  if (bytes > 48 * 1024)
-    check(cudaFuncSetAttribute(mlp_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-          "cudaFuncSetAttribute(mlp_kernel, MaxDynamicSharedMemorySize)");
+  allow_dynamic_shared(mlp_kernel, bytes, "mlp_kernel");
   const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
   launch(mlp_kernel, static_cast<unsigned>(blocks), kThreads, bytes, stream, a, lds);
   check_launch("mlp_kernel");

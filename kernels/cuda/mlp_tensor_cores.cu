@@ -165,9 +165,7 @@ __global__ void __launch_bounds__(kThreads) mlp_tc_kernel(MlpArgs a, int lds, in
 template <MlpPrecision P>
 void launch_precision(const MlpArgs& a, cudaStream_t stream) {
   const Geometry g = geometry(P, a.max_width);
-  if (g.total > 48 * 1024)
-    check(cudaFuncSetAttribute(mlp_tc_kernel<P>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(g.total)),
-          "cudaFuncSetAttribute(mlp_tc_kernel, MaxDynamicSharedMemorySize)");
+  allow_dynamic_shared(mlp_tc_kernel<P>, g.total, "mlp_tc_kernel");
   const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
   launch(mlp_tc_kernel<P>, static_cast<unsigned>(blocks), kThreads, g.total, stream, a, g.lds, g.lda);
   check_launch("mlp_tc_kernel");

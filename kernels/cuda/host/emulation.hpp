@@ -1,8 +1,9 @@
 // The CUDA language for the host compiler (share/docs/cuda.md, "The host backend"): force-included
 // (-include) before a kernels/cuda/*.cu file compiled into the host backend. Keywords, built-in variables,
 // barriers, warp operations, atomics and intrinsics map onto the engine of emulator.hpp; the runtime
-// calls the launchers make go to the emulator. Compile with -ffp-contract=off (nvcc contracts only
-// what the source writes as fmaf/fma, which the host then computes exactly as the device).
+// calls the launchers make go to the emulator. Compiled with -ffp-contract=off: the host fuses only what
+// the source writes as fmaf/fma, as the device does; nvcc (--fmad=true) may fuse other a * b + c too, so
+// those agree with the device to rounding (share/docs/cuda.md, "What it does not check").
 #pragma once
 
 #include <cuda_runtime_api.h>
