@@ -46,7 +46,8 @@ template <class... Params, class... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, std::size_t smem, cudaStream_t stream,
             Args&&... args) {
 #if defined(SURROGATE_CUDA_HOST_BACKEND)
-  emulator::launch(grid, block, smem, stream, [kernel, ... a = Params(std::forward<Args>(args))] { kernel(a...); });
+  emulator::launch(reinterpret_cast<const void*>(kernel), grid, block, smem, stream,
+                   [kernel, ... a = Params(std::forward<Args>(args))] { kernel(a...); });
 #else
   kernel<<<grid, block, smem, stream>>>(std::forward<Args>(args)...);
 #endif

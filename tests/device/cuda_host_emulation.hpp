@@ -21,7 +21,7 @@ namespace cuda_host_emulation {
 template <class Kernel>
 void launch(dim3 grid, unsigned threads, Kernel kernel) {
   namespace emu = surrogate::kernels::cuda::emulator;
-  emu::launch(grid, dim3(threads), 0, nullptr, std::function<void()>(kernel));
+  emu::launch(nullptr, grid, dim3(threads), 0, nullptr, std::function<void()>(kernel));  // (no shared memory)
   cudaError_t code = emu::get_last_error();
   if (code == cudaSuccess) code = emu::device_synchronize();
   if (code != cudaSuccess) {

@@ -220,6 +220,34 @@ TEST(CudaHostBackend, BadLaunchConfigurationsAreRefusedAtTheLaunch) {
   EXPECT_NO_THROW(cu::host::check_launch("fill_value"));
 }
 
+// Above 48 KiB a kernel's dynamic shared memory needs its opt-in (cudaFuncSetAttribute), as on a GPU.
+// allow_dynamic_shared only ever raises it: the attribute is shared by every host thread, so a smaller
+// request in between must not fail another thread's larger launch.
+__global__ void fill_value_wide(float* out, int n, float value) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) out[i] = value;
+}
+
+TEST(CudaHostBackend, SharedMemoryAbove48KiBNeedsTheKernelsOptIn) {
+  cu::DeviceBuffer<float> d(32, kDevice);
+  launch(fill_value_wide, 1, 32, 64 * 1024, nullptr, d.data(), 32, 1.0f);
+  try {
+    cu::host::check_launch("fill_value_wide");
+    FAIL() << "a launch above 48 KiB without the opt-in was accepted";
+  } catch (const cu::CudaError& e) {
+    EXPECT_NE(std::string(e.what()).find("MaxDynamicSharedMemorySize"), std::string::npos) << e.what();
+  }
+  cu::host::allow_dynamic_shared(fill_value_wide, 100 * 1024, "fill_value_wide");
+  cu::host::allow_dynamic_shared(fill_value_wide, 64 * 1024, "fill_value_wide");  // leaves 100 KiB
+  launch(fill_value_wide, 1, 32, 100 * 1024, nullptr, d.data(), 32, 2.0f);
+  EXPECT_NO_THROW(cu::host::check_launch("fill_value_wide"));
+  EXPECT_EQ(download(d)[31], 2.0f);
+  launch(fill_value_wide, 1, 32, 120 * 1024, nullptr, d.data(), 32, 3.0f);
+  EXPECT_THROW(cu::host::check_launch("fill_value_wide"), cu::CudaError);
+  launch(fill_value, 1, 32, 64 * 1024, nullptr, d.data(), 32, 1.0f);  // the opt-in is per kernel
+  EXPECT_THROW(cu::host::check_launch("fill_value"), cu::CudaError);
+}
+
 TEST(CudaHostBackend, SchedulesParse) {
   EXPECT_EQ(emu::parse_schedule("reverse").order, emu::Schedule::reverse);
   EXPECT_EQ(emu::parse_schedule("shuffle:42").seed, 42u);

@@ -47,7 +47,7 @@
 
 // The runtime calls of the launchers.
 #define cudaFuncSetAttribute(kernel, attribute, value) \
-  ::surrogate::kernels::cuda::emulator::func_set_attribute(attribute, value)
+  ::surrogate::kernels::cuda::emulator::func_set_attribute(reinterpret_cast<const void*>(kernel), attribute, value)
 #define cudaGetDevice(device) (*(device) = ::surrogate::kernels::cuda::kEmulatedDevice, cudaSuccess)
 #define cudaDeviceGetAttribute(value, attribute, device) \
   ::surrogate::kernels::cuda::emulator::device_attribute(value, attribute)

@@ -393,14 +393,23 @@ cudaError_t device_attribute(int* value, cudaDeviceAttr attribute) {
   }
 }
 
-cudaError_t func_set_attribute(cudaFuncAttribute attribute, int value) {
-  if (attribute == cudaFuncAttributeMaxDynamicSharedMemorySize && (value < 0 || value > 227 * 1024))
+namespace {
+std::mutex opt_in_mutex;
+std::map<const void*, std::size_t> shared_opt_in;  // kernel -> MaxDynamicSharedMemorySize set for it
+}  // namespace
+
+cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attribute, int value) {
+  if (attribute != cudaFuncAttributeMaxDynamicSharedMemorySize) return cudaSuccess;
+  if (value < 0 || value > 227 * 1024)
     return fail(cudaErrorInvalidValue, "emulated cudaFuncSetAttribute: " + std::to_string(value) +
                                            " bytes of dynamic shared memory exceed the 227 KiB of sm_90");
+  std::lock_guard lock(opt_in_mutex);
+  shared_opt_in[kernel] = static_cast<std::size_t>(value);
   return cudaSuccess;
 }
 
-void launch(dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream, std::function<void()> body) {
+void launch(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+            std::function<void()> body) {
   Queue* q = queue_of(stream);
   if (!q) {
     fail(cudaErrorInvalidResourceHandle, "emulated launch: unknown stream");
@@ -418,6 +427,19 @@ void launch(dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream
   if (dynamic_smem > 227 * 1024) {
     fail(cudaErrorInvalidValue, "emulated launch: " + std::to_string(dynamic_smem) + " bytes of dynamic shared memory");
     return;
+  }
+  if (dynamic_smem > 48 * 1024) {
+    std::size_t allowed = 48 * 1024;
+    {
+      std::lock_guard lock(opt_in_mutex);
+      if (const auto it = shared_opt_in.find(kernel); it != shared_opt_in.end()) allowed = std::max(allowed, it->second);
+    }
+    if (dynamic_smem > allowed) {
+      fail(cudaErrorInvalidValue, "emulated launch: " + std::to_string(dynamic_smem) +
+                                      " bytes of dynamic shared memory, above the kernel's limit of " +
+                                      std::to_string(allowed) + " (cudaFuncSetAttribute MaxDynamicSharedMemorySize)");
+      return;
+    }
   }
   {
     std::lock_guard lock(counters_mutex);

@@ -60,12 +60,15 @@ cudaError_t peek_last_error() noexcept;
 /// The message of the last failure (what failed, in which kernel), for CudaError's text.
 std::string last_message();
 cudaError_t device_attribute(int* value, cudaDeviceAttr attribute);
-cudaError_t func_set_attribute(cudaFuncAttribute attribute, int value);
+/// cudaFuncSetAttribute of `kernel` (the host backend's function): the dynamic shared memory opt-in is
+/// kept per kernel, and a launch above 48 KiB without an opt-in at least as large fails as on a GPU.
+cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attribute, int value);
 
 // --- kernels ------------------------------------------------------------------------------------------
 /// Queues a launch on `stream` (checks the configuration as CUDA does: a bad one sets the last error).
 /// `body` runs once per thread with the thread's context current.
-void launch(dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream, std::function<void()> body);
+void launch(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem, cudaStream_t stream,
+            std::function<void()> body);
 /// Names the last queued launch (check_launch's argument) for the messages of deferred failures.
 void name_last_launch(const char* kernel);
 
