@@ -190,6 +190,9 @@ void copy_blocking(void* dst, const void* src, std::size_t bytes, int device) {
   if (emulated(device)) return check_emulated(emulator::memcpy_blocking(dst, src, bytes), "cudaMemcpy");
   DeviceGuard guard(device);
   check(cudaMemcpy(dst, src, bytes, cudaMemcpyDefault), "cudaMemcpy");
+  // From pageable memory cudaMemcpy may return before the data lands on the device, and the library's
+  // non-blocking streams do not wait for the default stream: wait here.
+  check(cudaStreamSynchronize(cudaStreamLegacy), "cudaStreamSynchronize(default stream)");
 }
 
 Event::Event(int device) : device_(device) {

@@ -211,7 +211,8 @@ void wait_for_default_stream(cudaStream_t stream, int device);
 int multiprocessor_count(int device);
 /// The device whose memory holds p, or -1 (host memory, or not CUDA memory). Never throws.
 int pointer_device(const void* p) noexcept;
-/// A blocking copy between host memory and the memory of `device` (cudaMemcpy, cudaMemcpyDefault).
+/// A blocking copy between host memory and the memory of `device` (cudaMemcpy, cudaMemcpyDefault), then a
+/// wait for the default stream: on return the data is in place, for work on any stream.
 void copy_blocking(void* dst, const void* src, std::size_t bytes, int device);
 
 /// Asynchronous copies (count elements) on `stream`.
