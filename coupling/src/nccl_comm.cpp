@@ -10,6 +10,7 @@
 #include <cstring>
 #include <vector>
 
+#include "agreed_enqueue.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -148,17 +149,28 @@ NcclComm::NcclComm(const MpiComm& comm, int device) : impl_(std::make_unique<Imp
   }
   agreed = comm.agree(status);
   if (!agreed.ok()) {
-    if (impl_->comm) {
-      int previous = -1;
-      if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
-      (void)cudaSetDevice(device);
-      ncclCommAbort(impl_->comm);
-      if (previous >= 0) (void)cudaSetDevice(previous);
-      impl_->comm = nullptr;
-    }
+    abort();
     free_mpi(impl_->mpi);
     agreed.raise();
   }
+}
+
+void NcclComm::abort() noexcept {
+  if (!impl_->comm) return;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+  (void)cudaSetDevice(impl_->device);
+  ncclCommAbort(impl_->comm);
+  if (previous >= 0) (void)cudaSetDevice(previous);
+  impl_->comm = nullptr;
+}
+
+bool NcclComm::aborted() const { return impl_->comm == nullptr; }
+
+void NcclComm::refuse_if_aborted() const {
+  if (!impl_->comm)
+    throw Error(ErrorCode::communication,
+                "the NCCL communicator of CUDA device " + std::to_string(impl_->device) + " was aborted");
 }
 
 NcclComm::~NcclComm() {
@@ -184,6 +196,7 @@ bool NcclComm::connects(const MpiComm& comm) const {
 }
 
 void NcclComm::allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) const {
+  refuse_if_aborted();
   ncclResult_t r = ncclSuccess;
   try {
     kernels::cuda::DeviceGuard guard(impl_->device);
@@ -219,26 +232,32 @@ void nccl_group(int device, const char* what, F&& call) {
     throw Error(ErrorCode::communication, nccl_error(r, what) + " on CUDA device " + std::to_string(device));
 }
 
+/// Every call enqueues on the caller's stream and agrees on the enqueue (AgreedEnqueue): a failure on one
+/// rank aborts the NCCL communicator on every rank instead of leaving its peers waiting for their streams.
 class NcclTransport final : public DeviceTransport {
  public:
-  NcclTransport(const MpiComm& comm, int device) : DeviceTransport(device), nccl_(comm, device) {}
+  NcclTransport(const MpiComm& comm, int device) : DeviceTransport(device), nccl_(comm, device), agreed_(comm) {}
   std::string name() const override { return "NCCL (" + std::to_string(nccl_.size()) + " ranks)"; }
   bool direct() const override { return true; }
   void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
                  void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
                  void* stream) override {
-    nccl_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, static_cast<cudaStream_t>(stream));
+    agreed_([&] { nccl_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, cuda_stream(stream)); },
+            [&]() noexcept { nccl_.abort(); });
   }
   void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
                   std::span<const std::size_t> recv_offsets, void* stream) override {
-    nccl_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, static_cast<cudaStream_t>(stream));
+    agreed_([&] { nccl_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, cuda_stream(stream)); },
+            [&]() noexcept { nccl_.abort(); });
   }
   void allreduce(void* data, std::size_t count, DType type, ReduceOp op, void* stream) override {
-    nccl_.allreduce(data, count, type, op, static_cast<cudaStream_t>(stream));
+    agreed_([&] { nccl_.allreduce(data, count, type, op, cuda_stream(stream)); }, [&]() noexcept { nccl_.abort(); });
   }
 
  private:
+  static cudaStream_t cuda_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
   NcclComm nccl_;
+  detail::AgreedEnqueue agreed_;
 };
 
 }  // namespace
@@ -246,6 +265,7 @@ class NcclTransport final : public DeviceTransport {
 void NcclComm::alltoallv(const void* send, std::span<const std::size_t> send_bytes,
                          std::span<const std::size_t> send_offsets, void* recv, std::span<const std::size_t> recv_bytes,
                          std::span<const std::size_t> recv_offsets, cudaStream_t stream) const {
+  refuse_if_aborted();
   const auto* in = static_cast<const char*>(send);
   auto* out = static_cast<char*>(recv);
   nccl_group(impl_->device, "ncclSend/ncclRecv", [&]() -> ncclResult_t {
@@ -266,6 +286,7 @@ void NcclComm::alltoallv(const void* send, std::span<const std::size_t> send_byt
 
 void NcclComm::allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
                           std::span<const std::size_t> recv_offsets, cudaStream_t stream) const {
+  refuse_if_aborted();
   auto* out = static_cast<char*>(recv);
   // Equal parts: one ncclAllGather; otherwise every rank broadcasts its part (variable counts).
   bool equal = true;

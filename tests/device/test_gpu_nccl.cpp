@@ -1,7 +1,8 @@
 // The NCCL communicator (NCCL builds), under mpirun: the use-or-not decision is collective and refuses
 // ranks that share a GPU; where NCCL is usable (one GPU per rank), device allreduces and a reproducible
-// FLARE forward through it (bitwise identical to one process). SKIPS without a CUDA device, and the
-// NCCL-path tests SKIP where the ranks share a GPU (then the forward uses MPI, tested elsewhere).
+// FLARE forward through it (bitwise identical to one process), an abort ending a collective whose peers
+// never joined it. SKIPS without a CUDA device, and the NCCL-path tests SKIP where the ranks share a GPU
+// (then the forward uses MPI, tested elsewhere).
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -20,6 +21,20 @@ namespace {
 class Nccl : public ::testing::Test {
  protected:
   void SetUp() override { SURROGATE_SKIP_WITHOUT_GPU(); }
+};
+
+/// The cases that need NCCL itself: SKIP unless every rank owns its GPU (NcclComm::usable).
+class NcclPath : public Nccl {
+ protected:
+  void SetUp() override {
+    Nccl::SetUp();
+    if (IsSkipped()) return;
+    device = st::local_device();
+    std::string why;
+    if (!surrogate::NcclComm::usable(comm, device, &why)) GTEST_SKIP() << "NCCL not usable here (" << why << ")";
+  }
+  surrogate::MpiComm comm{MPI_COMM_WORLD};
+  int device = -1;
 };
 
 TEST_F(Nccl, TheDecisionIsCollectiveAndRefusesSharedGpus) {
@@ -44,11 +59,7 @@ TEST_F(Nccl, TheDecisionIsCollectiveAndRefusesSharedGpus) {
   }
 }
 
-TEST_F(Nccl, AllreducesDeviceBuffers) {
-  surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int device = st::local_device();
-  std::string why;
-  if (!surrogate::NcclComm::usable(comm, device, &why)) GTEST_SKIP() << "NCCL not usable here (" << why << ")";
+TEST_F(NcclPath, AllreducesDeviceBuffers) {
   surrogate::NcclComm nccl(comm, device);
   cu::DeviceGuard guard(device);
   cu::Stream stream(device);
@@ -70,11 +81,26 @@ TEST_F(Nccl, AllreducesDeviceBuffers) {
   EXPECT_EQ(mx[1], 0.0f);
 }
 
-TEST_F(Nccl, ReproducibleForwardThroughNcclIsBitwiseIdenticalToOneProcess) {
-  surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const int device = st::local_device();
-  std::string why;
-  if (!surrogate::NcclComm::usable(comm, device, &why)) GTEST_SKIP() << "NCCL not usable here (" << why << ")";
+// What the transport's agreement on a failed enqueue relies on (coupling/src/agreed_enqueue.hpp): the
+// last rank enqueues an allreduce that its peers never join, and ncclCommAbort ends it (a hang here is
+// a failure by the test's timeout); the aborted communicator refuses the next call.
+TEST_F(NcclPath, AbortEndsACollectiveThePeersNeverJoined) {
+  surrogate::NcclComm nccl(comm, device);
+  cu::DeviceGuard guard(device);
+  cu::Stream stream(device);
+  auto d = st::to_device(std::vector<float>(1024, 1.0f), device);
+  if (comm.rank() == comm.size() - 1)
+    nccl.allreduce(d.data(), 1024, surrogate::DType::f32, surrogate::ReduceOp::sum, stream.get());
+  nccl.abort();
+  EXPECT_TRUE(nccl.aborted());
+  (void)cudaStreamSynchronize(stream.get());  // returns once the abandoned collective is ended
+  (void)cudaGetLastError();
+  EXPECT_THROW(nccl.allreduce(d.data(), 1024, surrogate::DType::f32, surrogate::ReduceOp::sum, stream.get()),
+               surrogate::Error);
+  MPI_Barrier(MPI_COMM_WORLD);
+}
+
+TEST_F(NcclPath, ReproducibleForwardThroughNcclIsBitwiseIdenticalToOneProcess) {
   surrogate::SelfComm self;
   const st::GoldenCase c = st::load_golden_case("elasticity");
   const auto model = surrogate::make_model(surrogate::ModelFile::read(comm, c.model_path));

@@ -35,6 +35,11 @@ class NcclComm {
   /// Whether this communicator connects the ranks of `comm` in the same order (MPI_Comm_compare;
   /// local, no communication).
   bool connects(const MpiComm& comm) const;
+  /// ncclCommAbort: ends the collectives still pending on the device (those whose peers never joined)
+  /// and frees the communicator; later calls throw Error(communication). Local; for a failure the
+  /// ranks agreed on (the transport's AgreedEnqueue, share/docs/cuda.md).
+  void abort() noexcept;
+  bool aborted() const;
   /// In-place allreduce of `count` values of device memory, enqueued on `stream` (asynchronous).
   /// Collective over the ranks; throws Error(communication).
   void allreduce(void* device_data, std::size_t count, DType type, ReduceOp op, cudaStream_t stream) const;
@@ -49,6 +54,7 @@ class NcclComm {
                   std::span<const std::size_t> recv_offsets, cudaStream_t stream) const;
 
  private:
+  void refuse_if_aborted() const;
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };

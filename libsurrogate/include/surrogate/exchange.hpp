@@ -26,7 +26,8 @@ struct Traffic {
 /// Collectives on device memory between the ranks' CUDA devices (CUDA builds), from
 /// Comm::device_transport: NCCL when every rank owns its GPU (MpiComm in NCCL builds), otherwise staged
 /// through host memory and the Comm. Every call is collective over the communicator's ranks and ordered on
-/// `stream` (a cudaStream_t of the transport's device); buffers are device memory of that device.
+/// `stream` (a cudaStream_t of the transport's device); buffers are device memory of that device. Every
+/// call agrees on its own outcome: a failure on one rank throws the same Error on every rank, never a hang.
 class DeviceTransport {
  public:
   virtual ~DeviceTransport() = default;

@@ -10,11 +10,8 @@ namespace surrogate::flare::cuda {
 
 void Forward::allreduce(const Comm& comm, void* device_data, std::size_t count, DType type, ReduceOp op) {
   if (comm.size() == 1 || count == 0) return;
-  if (transport_->direct()) {  // NCCL: enqueued on the stream, the outcome agreed like a local step
-    local_step(comm, [&] { transport_->allreduce(device_data, count, type, op, stream_.get()); });
-    return;
-  }
-  transport_->allreduce(device_data, count, type, op, stream_.get());  // staged: agrees its own steps
+  // Both transports agree on their own steps (NCCL on the enqueue, the next local step waits).
+  transport_->allreduce(device_data, count, type, op, stream_.get());
 }
 
 void Forward::exact_scales(const Plan& plan) {
