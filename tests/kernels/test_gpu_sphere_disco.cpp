@@ -225,6 +225,28 @@ TEST(SphereGridOpsDevice, ResampleOnTheSameGridCopies) {
   EXPECT_EQ(0, std::memcmp(x.data(), gpu.data(), x.size() * sizeof(float)));
 }
 
+// cudaMemcpyAsync and the kernels need disjoint buffers (the host backend's memmove would hide an overlap).
+TEST(SphereGridOpsDevice, ResampleRunsInPlaceOnlyAsTheIdentityOfTheSameRows) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(25);
+  sp::ResampleConfig c;
+  c.nlat_in = c.nlat_out = 9;
+  c.nlon_in = c.nlon_out = 16;
+  c.grid_in = c.grid_out = sp::Grid::legendre_gauss;
+  sp::ResampleS2Device op(c, st::test_device());
+  const std::vector<float> x = random_vector(2 * 9 * 16 * 5, rng, -1.0f, 1.0f);
+  cu::DeviceBuffer<float> dx = st::to_device(x);
+  op.forward(2, 5, dx.data(), dx.data(), nullptr);
+  cu::device_synchronize(st::test_device());
+  EXPECT_EQ(0, std::memcmp(x.data(), st::to_host(dx.data(), x.size()).data(), x.size() * sizeof(float)));
+  // A narrower output band in the same buffer overlaps its input rows.
+  EXPECT_THROW(op.forward_rows(2, 5, dx.data(), 0, 9, dx.data(), 2, 7, nullptr), surrogate::Error);
+  EXPECT_THROW(op.forward_rows(2, 5, dx.data(), 0, 9, dx.data() + 16 * 5, 0, 9, nullptr), surrogate::Error);
+  // A resampling between two grids never runs in place.
+  sp::ResampleS2Device resample(resample_cases().front().config, st::test_device());
+  EXPECT_THROW(resample.forward(1, 1, dx.data(), dx.data(), nullptr), surrogate::Error);
+}
+
 TEST(SphereGridOpsDevice, BadForwardArgumentsAreRefused) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const DiscoCase t = disco_cases().front();

@@ -92,6 +92,8 @@ class ResampleS2Device {
   /// Error(invalid_argument) naming the rows); `out` receives the output rows [out_begin, out_end). A pole
   /// row (bilinear with the poles expanded) is computed only when these output rows read it, from input
   /// row 0 or nlat_in - 1, as the CPU. Same kernels and per-element arithmetic: bitwise forward()'s rows.
+  /// `in` and `out` must not overlap (Error(invalid_argument)), except `in == out` for the identity
+  /// resampling of the same rows, which then copies nothing.
   void forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out, int out_begin,
                     int out_end, cudaStream_t stream);
 

@@ -4,6 +4,7 @@
 #include "surrogate/sphere/grid_ops_device.hpp"
 
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
 #include <string>
 
@@ -254,6 +255,16 @@ void ResampleS2Device::forward_rows(int batch, int channels, const float* in, in
     invalid("input rows " + rows(in_begin, in_end) + " outside [0, nlat_in = " + std::to_string(c.nlat_in) + ")");
   if (out_begin == out_end) return;
   if (!in || !out) invalid("in and out must not be null");
+  {  // cudaMemcpyAsync and the kernels need disjoint buffers; only the identity on the same rows runs in place
+    const std::size_t in_values = static_cast<std::size_t>(batch) * static_cast<std::size_t>(in_end - in_begin) *
+                                  static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(channels);
+    const std::size_t out_values = static_cast<std::size_t>(batch) * static_cast<std::size_t>(out_end - out_begin) *
+                                   static_cast<std::size_t>(c.nlon_out) * static_cast<std::size_t>(channels);
+    const bool same_rows = in == out && m.cpu.identity() && in_begin == out_begin && in_end == out_end;
+    const auto a = reinterpret_cast<std::uintptr_t>(in), b = reinterpret_cast<std::uintptr_t>(out);
+    if (!same_rows && a < b + out_values * sizeof(float) && b < a + in_values * sizeof(float))
+      invalid("in and out overlap (only the identity resampling of the same rows may run in place)");
+  }
   const auto needed = m.cpu.input_rows(out_begin, out_end);
   if (needed.first < in_begin || needed.second > in_end)
     invalid("output rows " + rows(out_begin, out_end) + " read input rows " + rows(needed.first, needed.second) +

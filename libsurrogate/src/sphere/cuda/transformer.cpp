@@ -43,6 +43,7 @@ SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, co
   C_ = cfg_.embed_dim;
   hidden_ = cfg_.use_mlp ? cfg_.mlp_hidden() : 0;
   try {
+    cu::DeviceGuard guard(device_);  // the uploads below run on this device whatever the caller's current one
     stream_ = cu::Stream(device_);
     cudaStream_t s = stream_.get();
     encoder_.emplace(v.encoder->config(), file.weight("encoder.conv.weight").values, std::vector<float>{},
