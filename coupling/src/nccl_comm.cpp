@@ -8,6 +8,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "agreed_enqueue.hpp"
@@ -242,20 +243,22 @@ class NcclTransport final : public DeviceTransport {
   void alltoallv(const void* send, std::span<const std::size_t> send_bytes, std::span<const std::size_t> send_offsets,
                  void* recv, std::span<const std::size_t> recv_bytes, std::span<const std::size_t> recv_offsets,
                  void* stream) override {
-    agreed_([&] { nccl_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, cuda_stream(stream)); },
-            [&]() noexcept { nccl_.abort(); });
+    enqueue([&] { nccl_.alltoallv(send, send_bytes, send_offsets, recv, recv_bytes, recv_offsets, cuda_stream(stream)); });
   }
   void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
                   std::span<const std::size_t> recv_offsets, void* stream) override {
-    agreed_([&] { nccl_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, cuda_stream(stream)); },
-            [&]() noexcept { nccl_.abort(); });
+    enqueue([&] { nccl_.allgatherv(send, send_bytes, recv, recv_bytes, recv_offsets, cuda_stream(stream)); });
   }
   void allreduce(void* data, std::size_t count, DType type, ReduceOp op, void* stream) override {
-    agreed_([&] { nccl_.allreduce(data, count, type, op, cuda_stream(stream)); }, [&]() noexcept { nccl_.abort(); });
+    enqueue([&] { nccl_.allreduce(data, count, type, op, cuda_stream(stream)); });
   }
 
  private:
   static cudaStream_t cuda_stream(void* stream) { return static_cast<cudaStream_t>(stream); }
+  template <class F>
+  void enqueue(F&& call) {
+    agreed_(std::forward<F>(call), [this]() noexcept { nccl_.abort(); });
+  }
   NcclComm nccl_;
   detail::AgreedEnqueue agreed_;
 };

@@ -208,14 +208,19 @@ TEST(SphereGridOpsDevice, ResampleMatchesTheCpuBitwiseAndAtSphericalPolesWithinT
   }
 }
 
-TEST(SphereGridOpsDevice, ResampleOnTheSameGridCopies) {
-  SURROGATE_SKIP_WITHOUT_GPU();
-  std::mt19937 rng(24);
+/// A 9 x 16 Legendre-Gauss grid onto itself: the identity resampling.
+sp::ResampleConfig identity_9x16() {
   sp::ResampleConfig c;
   c.nlat_in = c.nlat_out = 9;
   c.nlon_in = c.nlon_out = 16;
   c.grid_in = c.grid_out = sp::Grid::legendre_gauss;
-  sp::ResampleS2Device op(c, st::test_device());
+  return c;
+}
+
+TEST(SphereGridOpsDevice, ResampleOnTheSameGridCopies) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(24);
+  sp::ResampleS2Device op(identity_9x16(), st::test_device());
   ASSERT_TRUE(op.host().identity());
   const std::vector<float> x = random_vector(2 * 9 * 16 * 5, rng, -1.0f, 1.0f);
   const cu::DeviceBuffer<float> dx = st::to_device(x);
@@ -229,11 +234,7 @@ TEST(SphereGridOpsDevice, ResampleOnTheSameGridCopies) {
 TEST(SphereGridOpsDevice, ResampleRunsInPlaceOnlyAsTheIdentityOfTheSameRows) {
   SURROGATE_SKIP_WITHOUT_GPU();
   std::mt19937 rng(25);
-  sp::ResampleConfig c;
-  c.nlat_in = c.nlat_out = 9;
-  c.nlon_in = c.nlon_out = 16;
-  c.grid_in = c.grid_out = sp::Grid::legendre_gauss;
-  sp::ResampleS2Device op(c, st::test_device());
+  sp::ResampleS2Device op(identity_9x16(), st::test_device());
   const std::vector<float> x = random_vector(2 * 9 * 16 * 5, rng, -1.0f, 1.0f);
   cu::DeviceBuffer<float> dx = st::to_device(x);
   op.forward(2, 5, dx.data(), dx.data(), nullptr);
