@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -113,6 +114,32 @@ TEST(CudaHostBackend, APageableSourceIsStagedAtTheCall) {
 TEST(CudaHostBackend, FreshDeviceMemoryIsPoisoned) {
   cu::DeviceBuffer<float> d(8, kDevice);
   for (float v : download(d)) EXPECT_TRUE(std::isnan(v));
+}
+
+// CUDA's copies are not memmove: overlapping ranges are undefined there, and refused here.
+TEST(CudaHostBackend, OverlappingCopiesAreRefused) {
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> d(16, kDevice);
+  const auto expect_refused = [](auto&& copy, const char* what) {
+    try {
+      copy();
+      ADD_FAILURE() << what << ": copied";
+    } catch (const std::exception& e) {
+      EXPECT_NE(std::string(e.what()).find("overlap"), std::string::npos) << what << ": " << e.what();
+    }
+  };
+  expect_refused([&] { cu::copy_on_device(d.data() + 4, d.data(), 8 * sizeof(float), stream.get()); }, "shifted up");
+  expect_refused([&] { cu::copy_on_device(d.data(), d.data() + 1, 8 * sizeof(float), stream.get()); }, "shifted down");
+  expect_refused([&] { cu::copy_on_device(d.data(), d.data(), 4 * sizeof(float), stream.get()); }, "onto itself");
+  expect_refused([&] { cu::copy_blocking(d.data() + 2, d.data(), 4 * sizeof(float), kDevice); }, "blocking");
+  // Adjacent halves do not overlap.
+  std::vector<float> src(8);
+  for (int i = 0; i < 8; ++i) src[static_cast<std::size_t>(i)] = static_cast<float>(i);
+  cu::copy_to_device(d.data(), src.data(), 8 * sizeof(float), stream.get());
+  cu::copy_on_device(d.data() + 8, d.data(), 8 * sizeof(float), stream.get());
+  stream.synchronize();
+  const std::vector<float> back = download(d);
+  for (int i = 0; i < 16; ++i) EXPECT_EQ(back[static_cast<std::size_t>(i)], static_cast<float>(i % 8)) << i;
 }
 
 // A butterfly sum, a rotation by shuffles and a ballot over the lanes of each warp.

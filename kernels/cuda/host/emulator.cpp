@@ -265,12 +265,24 @@ bool is_pinned(const void* p) {
   (void)cudaGetLastError();
   return host;
 }
+
+/// CUDA leaves a copy between overlapping ranges undefined (its copies are not memmove); the emulator
+/// refuses one, so that no caller relies on what a host memmove would do.
+bool ranges_overlap(const void* dst, const void* src, std::size_t bytes) {
+  const auto d = reinterpret_cast<std::uintptr_t>(dst), s = reinterpret_cast<std::uintptr_t>(src);
+  return d < s + bytes && s < d + bytes;
+}
+cudaError_t refuse_overlap(const char* call, std::size_t bytes) {
+  return fail(cudaErrorInvalidValue, std::string("emulated ") + call + ": the " + std::to_string(bytes) +
+                                         " bytes at the source and the destination overlap (undefined in CUDA)");
+}
 }  // namespace
 
 cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemcpyAsync: unknown stream");
   if (!bytes) return cudaSuccess;
+  if (ranges_overlap(dst, src, bytes)) return refuse_overlap("cudaMemcpyAsync", bytes);
   count_copy(dst, src, bytes);
   // As CUDA with pageable host memory: the source is staged at the call (the caller may reuse it at
   // once), and a copy into pageable memory returns only when done. Pinned memory is fully asynchronous.
@@ -279,7 +291,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   if (dst_pageable) {
     const cudaError_t code = drain(*q);
     if (code != cudaSuccess) return code;
-    std::memmove(dst, src, bytes);
+    std::memcpy(dst, src, bytes);
     return cudaSuccess;
   }
   if (src_pageable) {
@@ -288,7 +300,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
     q->ops.push_back(Op{[=] { std::memcpy(dst, staged->data(), bytes); }, "cudaMemcpyAsync"});
     return cudaSuccess;
   }
-  q->ops.push_back(Op{[=] { std::memmove(dst, src, bytes); }, "cudaMemcpyAsync"});
+  q->ops.push_back(Op{[=] { std::memcpy(dst, src, bytes); }, "cudaMemcpyAsync"});
   return cudaSuccess;
 }
 
@@ -300,9 +312,10 @@ cudaError_t memset_async(void* dst, int value, std::size_t bytes, cudaStream_t s
 }
 
 cudaError_t memcpy_blocking(void* dst, const void* src, std::size_t bytes) {
+  if (bytes && ranges_overlap(dst, src, bytes)) return refuse_overlap("cudaMemcpy", bytes);
   const cudaError_t code = drain(null_queue);
   if (code != cudaSuccess) return code;
-  if (bytes) std::memmove(dst, src, bytes);
+  if (bytes) std::memcpy(dst, src, bytes);
   return cudaSuccess;
 }
 
