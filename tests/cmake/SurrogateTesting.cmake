@@ -248,6 +248,9 @@ function(surrogate_cli_test name)
   add_test(NAME cli.${name} COMMAND ${CMAKE_COMMAND} ${args} -P ${SURROGATE_TESTS_DIR}/cli/run_cli.cmake)
   set(fixtures cli_inputs ${T_FIXTURES})
   set(labels cli ${T_LABELS})
+  if("cuda-emulated" IN_LIST T_COMMAND)  # the device code on the host backend: part of `ctest -L cuda`
+    list(APPEND labels cuda)
+  endif()
   set_tests_properties(cli.${name} PROPERTIES LABELS "${labels}" ENVIRONMENT "${SURROGATE_TEST_ENV}"
                        FIXTURES_REQUIRED "${fixtures}")
 endfunction()
