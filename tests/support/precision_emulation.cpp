@@ -22,6 +22,21 @@ float float_of(std::uint32_t u) {
 
 using Round = float (*)(float);
 
+/// The device's activation (kernels/cuda/activation.cuh) in float: the GPU's arithmetic, independent of
+/// the CPU kernels' vectorised forms.
+float device_activation(kernels::Activation act, float v) {
+  switch (act) {
+    case kernels::Activation::gelu_tanh: {
+      const float u2 = v * (1.5957691216057308f + 0.071354816272600250f * (v * v));
+      return v / (1.0f + std::exp(std::fmin(-u2, 80.0f)));
+    }
+    case kernels::Activation::silu: return v / (1.0f + std::exp(std::fmin(-v, 80.0f)));
+    case kernels::Activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752440f));
+    case kernels::Activation::none: break;
+  }
+  return v;
+}
+
 template <Round R>
 void emulated_linear(const kernels::LinearArgs& a) {
   const kernels::PackedLinear& L = *a.layer;
@@ -31,7 +46,6 @@ void emulated_linear(const kernels::LinearArgs& a) {
   std::vector<float> w(static_cast<std::size_t>(in) * out_pad), x(static_cast<std::size_t>(in)),
       y(static_cast<std::size_t>(out_pad));
   for (std::size_t i = 0; i < w.size(); ++i) w[i] = R(wt[i]);
-  const kernels::CpuKernels& base = *kernels::cpu(kernels::best_cpu_isa());
   for (kernels::index_t r = 0; r < a.rows; ++r) {
     for (int i = 0; i < in; ++i) x[static_cast<std::size_t>(i)] = R(a.x[r * a.ldx + i]);
     for (int o = 0; o < out_pad; ++o) {
@@ -39,9 +53,8 @@ void emulated_linear(const kernels::LinearArgs& a) {
       for (int i = 0; i < in; ++i) acc = std::fma(x[static_cast<std::size_t>(i)], w[static_cast<std::size_t>(i) * out_pad + o], acc);
       y[static_cast<std::size_t>(o)] = acc + bias[o];
     }
-    if (a.act != kernels::Activation::none) base.activation(a.act, y.data(), y.data(), out_pad);
     for (int o = 0; o < out_pad; ++o) {
-      float v = y[static_cast<std::size_t>(o)];
+      float v = device_activation(a.act, y[static_cast<std::size_t>(o)]);
       if (a.add1) v += a.add1[r * a.ld_add1 + o];
       if (a.add2) v += a.add2[r * a.ld_add2 + o];
       a.y[r * a.ldy + o] = v;

@@ -15,8 +15,8 @@ float round_to_bf16(float x);
 float round_to_tf32(float x);
 
 /// The detected CPU kernels with `linear` replaced by the emulation of `precision` (fp32: unchanged).
-/// Products accumulate in FP32 from zero in k order, then the bias, the activation and the residuals
-/// (the order of the tensor-core kernel's epilogue).
+/// Products accumulate in FP32 from zero in k order, then the bias, the activation (the device's formula,
+/// kernels/cuda/activation.cuh, not the CPU kernels') and the residuals (the tensor-core epilogue's order).
 const kernels::CpuKernels& emulated_cpu_kernels(Precision precision);
 
 /// Installs emulated_cpu_kernels(precision) as kernels::cpu() for its lifetime.
