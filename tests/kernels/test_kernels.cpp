@@ -190,6 +190,23 @@ TEST_P(KernelTest, ActivationsMatchTheirDefinitions) {
   }
 }
 
+// The sigmoid activations at the ends of the float range: +inf stays +inf, NaN stays NaN, a large input is
+// itself to rounding, a large negative one at most |x| e^-80 in magnitude (the cap), zeros keep their sign.
+TEST_P(KernelTest, ActivationsKeepSpecialValues) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[6] = {inf, std::numeric_limits<float>::quiet_NaN(), -1000.0f, 1000.0f, 0.0f, -0.0f};
+  for (k::Activation a : {k::Activation::gelu_tanh, k::Activation::silu}) {
+    float out[6];
+    kern().activation(a, special, out, 6);
+    EXPECT_EQ(out[0], inf);
+    EXPECT_TRUE(std::isnan(out[1]));
+    EXPECT_LE(std::abs(out[2]), 1000.0f * 1.9e-35f);
+    EXPECT_NEAR(out[3], 1000.0f, 2 * u * 1000.0);  // one ulp: AVX2 reciprocal of 1 is 1 - u after its Newton step
+    EXPECT_TRUE(out[4] == 0.0f && !std::signbit(out[4]));
+    EXPECT_TRUE(out[5] == 0.0f && std::signbit(out[5]));
+  }
+}
+
 /// Distance of float y from the double r in units of the float spacing at |r| (2^-149 for subnormals).
 double ulps(float y, double r) {
   if (r == 0.0) return y == 0.0f ? 0.0 : std::numeric_limits<double>::infinity();
