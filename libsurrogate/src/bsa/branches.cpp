@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -82,6 +83,32 @@ class Stream {
 
 float attention_scale(int E) { return 1.0f / std::sqrt(static_cast<float>(E)); }
 
+/// One head's E floats: a fixed-size copy for the usual head widths, which the compiler inlines (as a
+/// memmove call per row these copies took about 3 % of the forward at E = 8).
+inline void copy_head(const float* src, int E, float* dst) {
+  switch (E) {
+    case 4: std::memcpy(dst, src, 4 * sizeof(float)); return;
+    case 8: std::memcpy(dst, src, 8 * sizeof(float)); return;
+    case 16: std::memcpy(dst, src, 16 * sizeof(float)); return;
+    default: std::copy_n(src, E, dst);
+  }
+}
+
+/// The compressed keys or values of every (sample, head), head-major: the nb rows of E floats of one head
+/// contiguous. Every query chunk of a head streams all of them; from the blocks' own rows (all heads, D
+/// floats a row) each chunk pulled a cache line per block from beyond the L2 cache (benchmarks/README.md,
+/// "BSA: the coarse branch's keys by head").
+AlignedBuffer<float> blocks_by_head(const float* src, index_t ld, int samples, index_t nb, int H, int E, int threads) {
+  AlignedBuffer<float> dst(static_cast<std::size_t>(samples) * H * static_cast<std::size_t>(nb) * E);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t sh = 0; sh < static_cast<index_t>(samples) * H; ++sh) {
+    const index_t smp = sh / H, h = sh % H;
+    float* out = dst.data() + sh * nb * E;
+    for (index_t g = 0; g < nb; ++g) copy_head(src + (smp * nb + g) * ld + h * E, E, out + g * E);
+  }
+  return dst;
+}
+
 void scaled_copy(const float* src, int E, float scale, float* dst) {
   for (int e = 0; e < E; ++e) dst[e] = src[e] * scale;
 }
@@ -132,6 +159,8 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
   const index_t ldq = s.coarse_q_attn ? b.ld : t.ld;
   const index_t chunks = (queries + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
+  const AlignedBuffer<float> kh = blocks_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> vh = blocks_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
@@ -141,7 +170,8 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
       const int M = static_cast<int>(std::min<index_t>(kQueries, queries - q0));
       st.reset(M);
       for (int m = 0; m < M; ++m) scaled_copy(qsrc + (smp * queries + q0 + m) * ldq + h * E, E, scale, st.query(m));
-      st.add(k, b.k + smp * b.nb * b.ld + h * E, b.v + smp * b.nb * b.ld + h * E, b.ld, b.nb);
+      const index_t head = (smp * H + h) * b.nb * E;
+      st.add(k, kh.data() + head, vh.data() + head, E, b.nb);
       for (int m = 0; m < M; ++m) {
         if (!s.coarse_q_attn) {
           st.store(m, out + (smp * t.n + q0 + m) * ldo + h * E);
@@ -149,7 +179,7 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
         }
         float* first = out + (smp * t.n + (q0 + m) * s.C) * ldo + h * E;
         st.store(m, first);
-        for (int c = 1; c < s.C; ++c) std::copy_n(first, E, first + c * ldo);
+        for (int c = 1; c < s.C; ++c) copy_head(first, E, first + c * ldo);
       }
     }
   }
@@ -168,6 +198,8 @@ void coarse_and_select(const CpuKernels& k, const Tokens& t, const Blocks& b, co
   const index_t queries = t.n / s.C, bpb = s.P / s.C, row_shift = t.row0 / s.C;
   const index_t chunks = (queries + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
+  const AlignedBuffer<float> kh = blocks_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> vh = blocks_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
@@ -177,19 +209,20 @@ void coarse_and_select(const CpuKernels& k, const Tokens& t, const Blocks& b, co
       const index_t smp = task / (H * chunks), h = (task / chunks) % H, q0 = (task % chunks) * kQueries;
       const int M = static_cast<int>(std::min<index_t>(kQueries, queries - q0));
       st.reset(M);
-      for (int m = 0; m < M; ++m) std::copy_n(b.q + (smp * queries + q0 + m) * b.ld + h * E, E, st.query(m));
+      for (int m = 0; m < M; ++m) copy_head(b.q + (smp * queries + q0 + m) * b.ld + h * E, E, st.query(m));
       for (int m = 0; m < M; ++m) {  // the blocks of the query block's own ball
         const index_t ball = (row_shift + q0 + m) / bpb;
         mask_begin[static_cast<std::size_t>(m)] = ball * bpb;
         mask_end[static_cast<std::size_t>(m)] = std::min((ball + 1) * bpb, b.nb);
       }
-      st.add_selecting(k, b.k + smp * b.nb * b.ld + h * E, b.v + smp * b.nb * b.ld + h * E, b.ld, b.nb, scale, s.S,
+      const index_t head = (smp * H + h) * b.nb * E;
+      st.add_selecting(k, kh.data() + head, vh.data() + head, E, b.nb, scale, s.S,
                        s.mask_own_ball ? mask_begin.data() : nullptr, mask_end.data(),
                        sel + ((smp * H + h) * queries + q0) * s.S);
       for (int m = 0; m < M; ++m) {
         float* first = out + (smp * t.n + (q0 + m) * s.C) * ldo + h * E;
         st.store(m, first);
-        for (int c = 1; c < s.C; ++c) std::copy_n(first, E, first + c * ldo);
+        for (int c = 1; c < s.C; ++c) copy_head(first, E, first + c * ldo);
       }
     }
   }
@@ -307,8 +340,8 @@ void fine_branch(const CpuKernels& k, const Tokens& t, const SparseShape& s, con
           const index_t ldk = rows_from ? rows_from->ld : t.ld;
           for (int c = 0; c < s.C; ++c) {
             const index_t dst = (static_cast<index_t>(j) * s.C + c) * E;
-            std::copy_n(ks + (key0 + c) * ldk + h * E, E, kg.data() + dst);
-            std::copy_n(vs + (key0 + c) * ldk + h * E, E, vg.data() + dst);
+            copy_head(ks + (key0 + c) * ldk + h * E, E, kg.data() + dst);
+            copy_head(vs + (key0 + c) * ldk + h * E, E, vg.data() + dst);
           }
         }
         st.add(k, kg.data(), vg.data(), E, keys);
