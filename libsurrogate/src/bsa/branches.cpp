@@ -97,7 +97,7 @@ inline void copy_head(const float* src, int E, float* dst) {
 /// The compressed keys or values of every (sample, head), head-major: the nb rows of E floats of one head
 /// contiguous. Every query chunk of a head streams all of them; from the blocks' own rows (all heads, D
 /// floats a row) each chunk pulled a cache line per block from beyond the L2 cache (benchmarks/README.md,
-/// "BSA: the coarse branch's keys by head").
+/// "BSA and the global S² attention: keys by head").
 AlignedBuffer<float> blocks_by_head(const float* src, index_t ld, int samples, index_t nb, int H, int E, int threads) {
   AlignedBuffer<float> dst(static_cast<std::size_t>(samples) * H * static_cast<std::size_t>(nb) * E);
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -121,10 +121,10 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
       a.q = qblock.data();
       a.M = nq;
       a.E = E;
-      a.k = ops.k.data() + b * pi * ld_common + h * E;
-      a.ldk = ld_common;
-      a.v = ops.v.data() + b * pi * ld_common + h * E;
-      a.ldv = ld_common;
+      a.k = ops.k.data() + (h * rows_k + b * pi) * E;  // head-major (CommonWidthOperands)
+      a.ldk = E;
+      a.v = ops.v.data() + (h * rows_k + b * pi) * E;
+      a.ldv = E;
       a.rows = pi;
       a.bias = m.log_w_keys.data();  // the same row for every query (ld_bias 0)
       a.ld_bias = 0;

@@ -208,8 +208,8 @@ void S2Heads::project(index_t rows_q, index_t rows_k, const float* query, const 
   kp.resize(static_cast<std::size_t>(rows_k * ld_k));
   vp.resize(static_cast<std::size_t>(rows_k * ld_v));
   ops.q.resize(static_cast<std::size_t>(rows_q * ld_common));
-  ops.k.resize(static_cast<std::size_t>(rows_k * ld_common));
-  ops.v.resize(static_cast<std::size_t>(rows_k * ld_common));
+  ops.k.resize(static_cast<std::size_t>(H) * static_cast<std::size_t>(rows_k * E));
+  ops.v.resize(ops.k.size());
 
   // q: projection, qk-norm, scale (after the norm).
   const index_t blocks_q = (rows_q + kRowBlock - 1) / kRowBlock, blocks_k = (rows_k + kRowBlock - 1) / kRowBlock;
@@ -236,13 +236,13 @@ void S2Heads::project(index_t rows_q, index_t rows_k, const float* query, const 
       float* krow = kp.data() + r * ld_k;
       if (use_qknorm_) rms_norm_heads(krow, H, ek, k_norm_);
       const float* vrow = vp.data() + r * ld_v;
-      float* kd = ops.k.data() + r * ld_common;
-      float* vd = ops.v.data() + r * ld_common;
-      std::fill(kd, kd + ld_common, 0.0f);
-      std::fill(vd, vd + ld_common, 0.0f);
       for (int h = 0; h < H; ++h) {
-        for (int e = 0; e < ek; ++e) kd[h * E + e] = krow[h * ek + e];
-        for (int e = 0; e < ev; ++e) vd[h * E + e] = vrow[h * ev + e];
+        float* kd = ops.k.data() + (h * rows_k + r) * E;
+        float* vd = ops.v.data() + (h * rows_k + r) * E;
+        for (int e = 0; e < ek; ++e) kd[e] = krow[h * ek + e];
+        std::fill(kd + ek, kd + E, 0.0f);
+        for (int e = 0; e < ev; ++e) vd[e] = vrow[h * ev + e];
+        std::fill(vd + ev, vd + E, 0.0f);
       }
     }
   }

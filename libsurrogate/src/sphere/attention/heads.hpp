@@ -12,10 +12,12 @@
 
 namespace surrogate::sphere::detail {
 
-/// The projected operands of one forward, rows b*P + p, head h in columns [h*E, (h+1)*E) (ld_common).
+/// The projected operands of one forward, rows b*P + p. q: rows_q x ld_common, head h in columns
+/// [h*E, (h+1)*E). k, v head-major: head h's rows_k rows of E floats from h * rows_k * E, so that a task,
+/// which streams one head's keys and values, reads them contiguous (and from L2 across its head's tasks).
 struct CommonWidthOperands {
   kernels::index_t ld_common = 0;
-  kernels::AlignedBuffer<float> q, k, v;  // q: rows_q x ld_common; k, v: rows_k x ld_common
+  kernels::AlignedBuffer<float> q, k, v;
 };
 
 /// The projected operands of NeighborhoodAttentionS2 (no extra column): q (scaled by s after the
