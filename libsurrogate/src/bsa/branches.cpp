@@ -94,11 +94,11 @@ inline void copy_head(const float* src, int E, float* dst) {
   }
 }
 
-/// The compressed keys or values of every (sample, head), head-major: the nb rows of E floats of one head
-/// contiguous. Every query chunk of a head streams all of them; from the blocks' own rows (all heads, D
-/// floats a row) each chunk pulled a cache line per block from beyond the L2 cache (benchmarks/README.md,
-/// "BSA and the global S² attention: keys by head").
-AlignedBuffer<float> blocks_by_head(const float* src, index_t ld, int samples, index_t nb, int H, int E, int threads) {
+/// The keys or values (compressed blocks, or tokens for the global attention) of every (sample, head),
+/// head-major: the nb rows of E floats of one head contiguous. Every query chunk of a head streams all of
+/// them; from the rows of all heads (D floats a row) each chunk pulled a cache line per row from beyond the
+/// L2 cache (benchmarks/README.md, "BSA and the global S² attention: keys by head").
+AlignedBuffer<float> rows_by_head(const float* src, index_t ld, int samples, index_t nb, int H, int E, int threads) {
   AlignedBuffer<float> dst(static_cast<std::size_t>(samples) * H * static_cast<std::size_t>(nb) * E);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t sh = 0; sh < static_cast<index_t>(samples) * H; ++sh) {
@@ -159,8 +159,8 @@ void coarse_branch(const CpuKernels& k, const Tokens& t, const Blocks& b, const 
   const index_t ldq = s.coarse_q_attn ? b.ld : t.ld;
   const index_t chunks = (queries + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
-  const AlignedBuffer<float> kh = blocks_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
-  const AlignedBuffer<float> vh = blocks_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> kh = rows_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> vh = rows_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
@@ -198,8 +198,8 @@ void coarse_and_select(const CpuKernels& k, const Tokens& t, const Blocks& b, co
   const index_t queries = t.n / s.C, bpb = s.P / s.C, row_shift = t.row0 / s.C;
   const index_t chunks = (queries + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
-  const AlignedBuffer<float> kh = blocks_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
-  const AlignedBuffer<float> vh = blocks_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> kh = rows_by_head(b.k, b.ld, t.samples, b.nb, H, E, threads);
+  const AlignedBuffer<float> vh = rows_by_head(b.v, b.ld, t.samples, b.nb, H, E, threads);
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
@@ -359,6 +359,8 @@ void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t 
   const float scale = attention_scale(E);
   const index_t chunks = (t.n + kQueries - 1) / kQueries;
   const index_t tasks = static_cast<index_t>(t.samples) * H * chunks;
+  const AlignedBuffer<float> kh = rows_by_head(from.k, from.ld, t.samples, from.n, H, E, threads);
+  const AlignedBuffer<float> vh = rows_by_head(from.v, from.ld, t.samples, from.n, H, E, threads);
 #pragma omp parallel num_threads(threads)
   {
     Stream st(E);
@@ -368,8 +370,8 @@ void global_attention(const CpuKernels& k, const Tokens& t, float* out, index_t 
       const int M = static_cast<int>(std::min<index_t>(kQueries, t.n - q0));
       st.reset(M);
       for (int m = 0; m < M; ++m) scaled_copy(t.q + (smp * t.n + q0 + m) * t.ld + h * E, E, scale, st.query(m));
-      const index_t first_key = smp * from.n * from.ld + h * E;
-      st.add(k, from.k + first_key, from.v + first_key, from.ld, from.n);
+      const index_t head = (smp * H + h) * from.n * E;
+      st.add(k, kh.data() + head, vh.data() + head, E, from.n);
       for (int m = 0; m < M; ++m) st.store(m, out + (smp * t.n + q0 + m) * ldo + h * E);
     }
   }
