@@ -163,7 +163,8 @@ struct EncodeSelection {
 };
 
 /// Pass 1 for MB latents: their logits over the chunk (plus the bias when Bias) into `logits`, and
-/// their maxima. Select: the logits are scaled after the dot product and offered to the latents' top-S.
+/// their maxima. Select: the logits are scaled after the dot product and then offered to the latents'
+/// top-S from the stored rows (a pass of its own keeps the dot products' registers free).
 // (always_inline: with the selecting variants GCC would otherwise call these per chunk)
 template <int EC, int MB, bool Bias, bool Select = false>
 [[gnu::always_inline]] inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec,
@@ -173,30 +174,32 @@ template <int EC, int MB, bool Bias, bool Select = false>
   using namespace simd;
   const vi last = first_lanes(tail_lanes);
   vf lane_max[MB];
-  [[maybe_unused]] vf unused_rejected = splat(-__builtin_inff());
+  [[maybe_unused]] const vf scale = splat(Select ? selection->scale : 1.0f);
   for (int b = 0; b < MB; ++b) lane_max[b] = splat(-__builtin_inff());
   for (int iv = 0; iv < nvec; ++iv) {
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
       vf l = logit<EC>(q + (m0 + b) * E, kt + iv * W, ld, E);
-      if constexpr (Select) l *= splat(selection->scale);
+      if constexpr (Select) l *= scale;
       if constexpr (Bias) {
         const float* row = bias.p + (m0 + b) * bias.ld + iv * W;
         l += splat(bias.scale) * (tail_lanes && iv == nvec - 1 ? load_first(row, tail_lanes) : load(row));
       }
       if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
-      if constexpr (Select) {
-        const int m = m0 + b;
-        const index_t mb = selection->mask_begin ? selection->mask_begin[m] : 0;
-        const index_t me = selection->mask_begin ? selection->mask_end[m] : 0;
-        offer_vector<false>(l, selection->first_key + iv * W, tail_lanes && iv == nvec - 1 ? tail_lanes : W, mb, me,
-                            selection->top[m], unused_rejected);
-      }
       store(logits[b] + iv * W, l);
       lane_max[b] = vmax(lane_max[b], l);
     }
   }
   for (int b = 0; b < MB; ++b) max_logit[b] = hmax(lane_max[b]);
+  if constexpr (Select) {
+    const index_t n = static_cast<index_t>(nvec - (tail_lanes ? 1 : 0)) * W + tail_lanes;
+    for (int b = 0; b < MB; ++b) {
+      const int m = m0 + b;
+      const index_t mb = selection->mask_begin ? selection->mask_begin[m] : 0;
+      const index_t me = selection->mask_begin ? selection->mask_end[m] : 0;
+      offer_scores(logits[b], n, selection->first_key, mb, me, selection->top[m]);
+    }
+  }
 }
 
 /// The chunk's softmax terms of MB latents in place of their logits (0 in the lanes past the tail). A

@@ -146,6 +146,17 @@ inline unsigned lane_bits(vi mask) {
 #endif
 }
 /// Lanes [0, n) set, the rest clear.
+/// Bit i set where a[i] > b[i] (false for NaN): one compare into a mask, not a vector of lanes.
+inline unsigned greater_bits(vf a, vf b) {
+#if defined(__AVX512F__)
+  return _mm512_cmp_ps_mask(__m512(a), __m512(b), _CMP_GT_OQ);
+#elif defined(__AVX2__)
+  return static_cast<unsigned>(_mm256_movemask_ps(_mm256_cmp_ps(__m256(a), __m256(b), _CMP_GT_OQ)));
+#else
+  return lane_bits(a > b);
+#endif
+}
+
 inline vi first_lanes(int n) {
   vi idx;
   for (int i = 0; i < W; ++i) idx[i] = i;

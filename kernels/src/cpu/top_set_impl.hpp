@@ -87,4 +87,24 @@ inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, 
   } while (bits);
 }
 
+/// Offers a stored row of scores (keys g0 .. g0 + n - 1 at s, padded to whole vectors) to `top` vector
+/// by vector, as offer_vector would: once `top` is full, a vector is looked at only where a lane beats its S-th best
+/// score (masked and NaN lanes never do), with that threshold kept in a register.
+inline void offer_scores(const float* s, index_t n, index_t g0, index_t mask_begin, index_t mask_end, TopKeys& top) {
+  using namespace simd;
+  vf unused = splat(-__builtin_inff());
+  const auto valid = [&](index_t i) { return static_cast<int>(imin(W, n - i)); };
+  index_t i = 0;
+  for (; i < n && top.count < top.S; i += W)
+    offer_vector<false>(load(s + i), g0 + i, valid(i), mask_begin, mask_end, top, unused);
+  if (i >= n) return;
+  vf threshold = splat(top.score[top.S - 1]);
+  for (; i < n; i += W) {
+    const vf v = load(s + i);
+    if (!greater_bits(v, threshold)) continue;
+    offer_vector<false>(v, g0 + i, valid(i), mask_begin, mask_end, top, unused);
+    threshold = splat(top.score[top.S - 1]);
+  }
+}
+
 }  // namespace surrogate::kernels::SURROGATE_ISA_NS
