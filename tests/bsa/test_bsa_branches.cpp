@@ -379,6 +379,33 @@ TEST(Branches, SelectionOfADegenerateSampleTakesTheLowestMaskedBlocks) {
       }
 }
 
+// The one-pass selection when S exceeds the blocks outside the own ball: once the unmasked blocks are
+// in, the set fills with masked blocks scored -inf (the lowest indices) and its threshold stays -inf, the
+// case where no later score may pass it. Bit for bit select_blocks', on every instruction set.
+TEST(Branches, CoarseAndSelectOfADegenerateSampleEqualsSelectBlocks) {
+  using surrogate::kernels::Isa;
+  const Data d = make_data(8, 4);
+  const auto s = shape(128, 8, 18, 8, true, true, true, true);  // 16 blocks outside the own ball, S = 18
+  for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    const surrogate::kernels::CpuKernels* table = surrogate::kernels::cpu(isa);
+    if (!table) continue;
+    SCOPED_TRACE(surrogate::kernels::to_string(isa));
+    const std::size_t n_sel = static_cast<std::size_t>(d.samples * d.H * d.nb * s.S);
+    std::vector<std::int32_t> sel(n_sel), sel_ref(n_sel);
+    std::vector<float> out(static_cast<std::size_t>(d.samples * d.n * d.ld), 0.0f);
+    bd::coarse_and_select(*table, d.tokens(), d.blocks(), s, out.data(), d.ld, sel.data(), 2);
+    bd::select_blocks(*table, d.tokens(), d.blocks(), s, sel_ref.data(), 2);
+    EXPECT_EQ(sel, sel_ref);
+    for (index_t r = 0; r < d.nb; ++r) {  // the two lowest own-ball blocks close every row's set
+      const std::int32_t* got = sel.data() + r * s.S;
+      const std::int32_t own0 = static_cast<std::int32_t>(r / 16 * 16);
+      EXPECT_EQ(std::count_if(got, got + s.S, [&](std::int32_t g) { return g / 16 == own0 / 16; }), 2);
+      EXPECT_NE(std::find(got, got + s.S, own0), got + s.S);
+      EXPECT_NE(std::find(got, got + s.S, own0 + 1), got + s.S);
+    }
+  }
+}
+
 TEST(Branches, FineMatchesNaiveOverTheSelectedBlocks) {
   const Data d = make_data(8, 5, 16);
   const int C = 8, S = 3;
