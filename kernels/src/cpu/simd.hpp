@@ -145,7 +145,6 @@ inline unsigned lane_bits(vi mask) {
   return bits;
 #endif
 }
-/// Lanes [0, n) set, the rest clear.
 /// Bit i set where a[i] > b[i] (false for NaN): one compare into a mask, not a vector of lanes.
 inline unsigned greater_bits(vf a, vf b) {
 #if defined(__AVX512F__)
@@ -157,6 +156,7 @@ inline unsigned greater_bits(vf a, vf b) {
 #endif
 }
 
+/// Lanes [0, n) set, the rest clear.
 inline vi first_lanes(int n) {
   vi idx;
   for (int i = 0; i < W; ++i) idx[i] = i;

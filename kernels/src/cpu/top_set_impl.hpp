@@ -88,8 +88,8 @@ inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, 
 }
 
 /// Offers a stored row of scores (keys g0 .. g0 + n - 1 at s, padded to whole vectors) to `top` vector
-/// by vector, as offer_vector would: once `top` is full, a vector is looked at only where a lane beats its S-th best
-/// score (masked and NaN lanes never do), with that threshold kept in a register.
+/// by vector, as offer_vector would: once `top` is full, a vector is looked at only where a lane beats
+/// its S-th best score (masked and NaN lanes never do), with that threshold kept in a register.
 inline void offer_scores(const float* s, index_t n, index_t g0, index_t mask_begin, index_t mask_end, TopKeys& top) {
   using namespace simd;
   vf unused = splat(-__builtin_inff());
