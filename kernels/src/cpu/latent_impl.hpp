@@ -132,12 +132,6 @@ inline void add_lane_sums(const simd::vd* s, int n, double* out) {
   for (; j < n; ++j) out[j] += hsum_double(s[j], simd::vd{});
 }
 
-/// One term of the streaming softmax: exp(l) 2^-ref for an integer-valued reference ref at least the
-/// exponent exp_exponent(l), as a float whose bits depend only on l and ref (the shift is exact).
-inline simd::vf softmax_term(simd::vf l, simd::vf ref) {
-  return simd::scale_down_parts(simd::softmax_exp_parts(l), ref);
-}
-
 /// Additive bias of the chunk's logits: latent m's row starts at p + m * ld (p: the chunk's first row).
 struct LogitBias {
   const float* p = nullptr;

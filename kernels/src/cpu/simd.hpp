@@ -269,6 +269,24 @@ inline vf scale_down_parts(const ExpParts& e, vf ref) {
   // (lanes below the range wrap in the unsigned addition and are replaced by 0)
   return select(shifted < splat(kExpShifter - 125.0f), splat(0.0f), add_exponent(e.mantissa, shifted));
 }
+/// One term of the streaming softmax: exp(x) 2^-ref for an integer-valued reference ref at least the
+/// exponent exp_exponent(x), a float whose bits depend only on x and ref. It is
+/// scale_down_parts(softmax_exp_parts(x), ref), bitwise, one operation shorter with FMA: the shifter
+/// 1.5 * 2^23 - ref (exact) gives 1.5 * 2^23 + k - ref in the first fused multiply-add, whose rounding to an
+/// integer is that of x log2 e alone (no ties for |x| <= 2^20: a tie needs |x log2 e| >= 6.05e6, log2 e's
+/// float mantissa being odd), so the scaling's subtraction goes.
+inline vf softmax_term(vf x, vf ref) {
+#if defined(__FMA__)
+  x = exp_argument(x);
+  const vf shifter = splat(kExpShifter) - ref;
+  const vf shifted = fused_multiply_add(x, splat(1.44269504088896341f), shifter);
+  const vf k = shifted - shifter;
+  const vf mantissa = exp2_polynomial(fused_multiply_add(x, splat(1.44269504088896341f), -k));
+  return select(shifted < splat(kExpShifter - 125.0f), splat(0.0f), add_exponent(mantissa, shifted));
+#else
+  return scale_down_parts(softmax_exp_parts(x), ref);
+#endif
+}
 
 /// exp(x) in float32, max relative error that of exp_parts for x in [-87, 88.38]; 0 below -87 (including
 /// -inf), inf above, NaN for NaN. Vectors whose lanes are all in range (the usual case) skip the clamps;
