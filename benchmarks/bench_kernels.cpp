@@ -45,7 +45,7 @@ void BM_linear(benchmark::State& state) {
   }
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * rows * width * width, benchmark::Counter::kIsIterationInvariantRate);
 }
-BENCHMARK(BM_linear)->Args({64, 0})->Args({64, 1})->Args({128, 1})->Args({256, 1});
+BENCHMARK(BM_linear)->Args({64, 0})->Args({64, 1})->Args({64, 3})->Args({128, 1})->Args({256, 1});
 
 /// An encode of M latents (q: M x E) against `rows` points whose keys and values share rows of width C
 /// (keys in columns 0..E-1, values from column E), into the streaming state ref/sum/weighted.

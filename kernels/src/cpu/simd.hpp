@@ -220,7 +220,7 @@ inline vf exp_polynomial(vf r) {  // e^r on [-ln2/2, ln2/2]
   return p * r + splat(1.0f);
 }
 /// exp_parts for x already within [-2^20, 2^20].
-inline ExpParts exp_parts_limited(vf x) {
+[[gnu::always_inline]] inline ExpParts exp_parts_limited(vf x) {
   const vf shifted = exp_shifted(x);
   const vf k = shifted - splat(kExpShifter);
   vf r = x - k * splat(0.693359375f);  // two-constant reduction: r is accurate for any |k| <= 2^15
@@ -275,7 +275,7 @@ inline vf scale_down_parts(const ExpParts& e, vf ref) {
 /// 1.5 * 2^23 - ref (exact) gives 1.5 * 2^23 + k - ref in the first fused multiply-add, whose rounding to an
 /// integer is that of x log2 e alone (no ties for |x| <= 2^20: a tie needs |x log2 e| >= 6.05e6, log2 e's
 /// float mantissa being odd), so the scaling's subtraction goes.
-inline vf softmax_term(vf x, vf ref) {
+[[gnu::always_inline]] inline vf softmax_term(vf x, vf ref) {
 #if defined(__FMA__)
   x = exp_argument(x);
   const vf shifter = splat(kExpShifter) - ref;
@@ -353,8 +353,10 @@ inline vf exp_nonpositive(vf x) {
 /// 0.3 ulp of the result). Measured against std::erf in double over every 61st positive and 997th negative float
 /// (tests/unit/test_kernels.cpp): at most 1.31 ulp with FMA (AVX2, AVX-512), 2.29 ulp without (generic);
 /// the test asserts 1.5 and 2.5. NaN gives NaN, +-inf gives +-1.
-/// The polynomials were fitted with share/tools/erf_fit.py.
-inline vf erf(vf x) {
+/// The polynomials were fitted with share/tools/erf_fit.py. (always_inline, with a branch-free exp: inside
+/// the linear kernels' register blocks a call spills every accumulator; -ac^2 + R lies in [-18, 0.001] for
+/// every ac, so exp never takes its clamping branch here.)
+[[gnu::always_inline]] inline vf erf(vf x) {
   const vf a = as_float(as_int(x) & splati(0x7fffffff));
   // Small arguments.
   const vf t = a * a;
@@ -380,13 +382,14 @@ inline vf erf(vf x) {
   r = r * z + splat(5.610625e-02f);
   r = r * z + splat(-3.5268074e-01f);
   r = r * z + splat(-1.5568153e+00f);
-  const vf one_minus = splat(1.0f) - exp(fused_multiply_add(-ac, ac, r));
+  const ExpParts e = exp_parts_limited(fused_multiply_add(-ac, ac, r));  // exp's own path for |x| <= 87
+  const vf one_minus = splat(1.0f) - add_exponent(e.mantissa, e.shifted);
   const vf large = as_float(as_int(one_minus) | (as_int(x) & splati(static_cast<std::int32_t>(0x80000000u))));
   const vf y = select(a < splat(1.0f), small, large);
   return select(x != x, x, y);  // NaN stays NaN
 }
 
 /// Exact GELU as torch.nn.GELU() computes it in float32: 0.5 x (1 + erf(x / sqrt(2))).
-inline vf gelu_erf(vf x) { return splat(0.5f) * x * (splat(1.0f) + erf(x * splat(0.70710678118654752440f))); }
+[[gnu::always_inline]] inline vf gelu_erf(vf x) { return splat(0.5f) * x * (splat(1.0f) + erf(x * splat(0.70710678118654752440f))); }
 
 }  // namespace surrogate::kernels::SURROGATE_ISA_NS::simd
