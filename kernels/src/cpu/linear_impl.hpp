@@ -66,16 +66,20 @@ inline void linear_block(const LinearArgs& a, index_t r0, int j0) {
     case Activation::silu: activate_block<R, NV>(acc, [](vf v) { return silu(v); }); break;
     case Activation::none: break;
   }
+  // The residuals and the output through locals: a vector store may alias anything, so fields of `a`
+  // read after one would be reloaded (with their row offsets recomputed) for every vector.
+  const float* const add1 = a.add1 ? a.add1 + r0 * a.ld_add1 + j0 : nullptr;
+  const float* const add2 = a.add2 ? a.add2 + r0 * a.ld_add2 + j0 : nullptr;
+  float* const y = a.y + r0 * a.ldy + j0;
+  const index_t ld1 = a.ld_add1, ld2 = a.ld_add2, ldy = a.ldy;
 #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
-    const index_t row = r0 + r;
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) {
-      const int col = j0 + j * W;
       vf v = acc[r][j];
-      if (a.add1) v += load(a.add1 + row * a.ld_add1 + col);
-      if (a.add2) v += load(a.add2 + row * a.ld_add2 + col);
-      store(a.y + row * a.ldy + col, v);
+      if (add1) v += load(add1 + r * ld1 + j * W);
+      if (add2) v += load(add2 + r * ld2 + j * W);
+      store(y + r * ldy + j * W, v);
     }
   }
 }
