@@ -19,10 +19,11 @@ std::vector<float> random_values(std::size_t n, float scale, unsigned seed) {
   return v;
 }
 
-void BM_linear(benchmark::State& state) {
+/// A width x width layer (state.range(0)) with activation state.range(1) and a residual over `rows` rows,
+/// run by `kern`; FLOP/s count its FP32-equivalent arithmetic.
+void run_linear(benchmark::State& state, const k::CpuKernels& kern, k::index_t rows) {
   const int width = static_cast<int>(state.range(0));
-  const auto act = static_cast<k::Activation>(state.range(1));
-  const k::index_t rows = 256, ld = k::round_up(width, k::kPad);
+  const k::index_t ld = k::round_up(width, k::kPad);
   const auto w = random_values(static_cast<std::size_t>(width) * width, 0.1f, 1);
   const auto b = random_values(static_cast<std::size_t>(width), 0.1f, 2);
   const k::PackedLinear layer(w.data(), b.data(), width, width);
@@ -35,50 +36,27 @@ void BM_linear(benchmark::State& state) {
   a.y = y.data();
   a.ldy = ld;
   a.rows = rows;
-  a.act = act;
+  a.act = static_cast<k::Activation>(state.range(1));
   a.add1 = x.data();
   a.ld_add1 = ld;
-  const auto& kern = k::cpu();
   for (auto _ : state) {
     kern.linear(a);
     benchmark::DoNotOptimize(y.data());
   }
   state.counters["FLOP/s"] = benchmark::Counter(2.0 * rows * width * width, benchmark::Counter::kIsIterationInvariantRate);
 }
+
+void BM_linear(benchmark::State& state) { run_linear(state, k::cpu(), 256); }
 BENCHMARK(BM_linear)->Args({64, 0})->Args({64, 1})->Args({64, 3})->Args({128, 1})->Args({256, 1});
 
 /// The same layer with BF16 operands (Precision::bf16): the engine cpu_bf16() picks (AMX, else AVX512-BF16;
-/// SURROGATE_CPU_BF16 chooses), 240 rows per call as the FLARE forward passes them to the AMX engine. The
-/// FLOP/s count the layer's FP32-equivalent arithmetic, as BM_linear.
+/// SURROGATE_CPU_BF16 chooses), 240 rows per call as the FLARE forward passes them to the AMX engine.
 void BM_linear_bf16(benchmark::State& state) {
   if (*k::bf16_unavailable_reason()) {
     state.SkipWithError(k::bf16_unavailable_reason());
     return;
   }
-  const int width = static_cast<int>(state.range(0));
-  const auto act = static_cast<k::Activation>(state.range(1));
-  const k::index_t rows = 240, ld = k::round_up(width, k::kPad);
-  const auto w = random_values(static_cast<std::size_t>(width) * width, 0.1f, 1);
-  const auto b = random_values(static_cast<std::size_t>(width), 0.1f, 2);
-  const k::PackedLinear layer(w.data(), b.data(), width, width);
-  auto x = random_values(static_cast<std::size_t>(rows * ld), 1.0f, 3);
-  std::vector<float> y(x.size());
-  k::LinearArgs a;
-  a.layer = &layer;
-  a.x = x.data();
-  a.ldx = ld;
-  a.y = y.data();
-  a.ldy = ld;
-  a.rows = rows;
-  a.act = act;
-  a.add1 = x.data();
-  a.ld_add1 = ld;
-  const auto& kern = k::cpu_bf16();
-  for (auto _ : state) {
-    kern.linear(a);
-    benchmark::DoNotOptimize(y.data());
-  }
-  state.counters["FLOP/s"] = benchmark::Counter(2.0 * rows * width * width, benchmark::Counter::kIsIterationInvariantRate);
+  run_linear(state, k::cpu_bf16(), 240);
 }
 BENCHMARK(BM_linear_bf16)->Args({64, 0})->Args({64, 1})->Args({128, 1});
 
