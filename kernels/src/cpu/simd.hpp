@@ -390,6 +390,8 @@ inline vf exp_nonpositive(vf x) {
 }
 
 /// Exact GELU as torch.nn.GELU() computes it in float32: 0.5 x (1 + erf(x / sqrt(2))).
-[[gnu::always_inline]] inline vf gelu_erf(vf x) { return splat(0.5f) * x * (splat(1.0f) + erf(x * splat(0.70710678118654752440f))); }
+[[gnu::always_inline]] inline vf gelu_erf(vf x) {
+  return splat(0.5f) * x * (splat(1.0f) + erf(x * splat(0.70710678118654752440f)));
+}
 
 }  // namespace surrogate::kernels::SURROGATE_ISA_NS::simd
