@@ -38,10 +38,10 @@ __global__ void __launch_bounds__(kNormThreads) norm_kernel(NormArgs a) {
   const float rstd = 1.0f / sqrtf(var + a.eps);
   // Every lane has read all its inputs above (the shuffles order the warp), and each lane rewrites only
   // the channels it reads: y may equal x.
+  // xhat * w + bias in one fused multiply-add, as the CPU kernels (norm_impl.hpp) spell it out.
   for (int c = lane; c < a.dim; c += 32) {
-    float v = (x[c] - mean) * rstd * a.weight[c];
-    if (a.bias) v += a.bias[c];
-    y[c] = v;
+    const float xhat = (x[c] - mean) * rstd;
+    y[c] = a.bias ? fmaf(xhat, a.weight[c], a.bias[c]) : xhat * a.weight[c];
   }
 }
 

@@ -26,18 +26,22 @@ inline void norm(const NormArgs& a) {
     vf ss = splat(0.0f);
     for (int c = 0; c < full; c += W) {
       const vf d = load(x + c) - mean;
-      ss += d * d;
+      ss = fused_multiply_add(d, d, ss);
     }
     if (full < dim) {
       const vf d = select(tail, load(x + full) - mean, splat(0.0f));
-      ss += d * d;
+      ss = fused_multiply_add(d, d, ss);
     }
     const float var = hsum(ss) / static_cast<float>(dim);
     const vf rstd = splat(1.0f / __builtin_sqrtf(var + a.eps));
-    for (int c = 0; c < padded; c += W) {
-      vf v = (load(x + c) - mean) * rstd * load(a.weight + c);
-      if (a.bias) v += load(a.bias + c);
-      store(y + c, v);
+    // The roundings are spelled out rather than left to contraction: xhat * w + bias is one fused
+    // multiply-add (as in cuda/norm.cu), whatever the compiler does with the branch on the bias.
+    const float* const weight = a.weight;
+    if (const float* const bias = a.bias) {
+      for (int c = 0; c < padded; c += W)
+        store(y + c, fused_multiply_add((load(x + c) - mean) * rstd, load(weight + c), load(bias + c)));
+    } else {
+      for (int c = 0; c < padded; c += W) store(y + c, (load(x + c) - mean) * rstd * load(weight + c));
     }
   }
 }
