@@ -316,35 +316,43 @@ inline vf exp_nonpositive(vf x) {
   return add_exponent(e.mantissa, e.shifted);
 }
 
-/// x / (1 + 2^t) for the sigmoid activations, where only 1 + 2^t matters. t is capped at 80 log2 e, as the
-/// natural form was at e^80 (1 + 2^t finite, its reciprocal ~1e-35); k = round(t); 2^(t - k) (an exact
-/// argument) by the softmax's degree-5 polynomial; times 2^k: on AVX-512 |t| clamped by one vrangeps, then
-/// vrndscaleps and vscalefps; elsewhere t raised to -125 (exponent field in range) and the shifter. The callers
-/// fold log2 e into their constants. A GELU is 17 vector operations on AVX-512 (20 with the shifter) and 20
-/// on AVX2, as accurate as the natural-base form (benchmarks/README.md, "The activations").
-[[gnu::always_inline]] inline vf divide_by_one_plus_exp2(vf x, vf t) {
+/// x / (1 + 2^t), t = x c(x), for the sigmoid activations, where only 1 + 2^t matters (the callers fold
+/// log2 e into c). x is first limited to |x| <= cap, chosen by the caller so that t(cap) <= -25 (1 + 2^t
+/// is then 1, as for any larger x) and t(-cap) >= 115.4, the natural form's e^80 (the result is then below
+/// |x| 1.9e-35, as for any smaller x), which also keeps k = round(t) inside the exponent field. 2^(t - k)
+/// by the softmax's degree-5 polynomial with t - k from one fused multiply-add, times 2^k: vrangeps,
+/// vrndscaleps and vscalefps on AVX-512, the shifter elsewhere. A GELU is 17 vector operations on AVX-512
+/// and 19 on AVX2 (benchmarks/README.md, "The activations").
+template <class Slope>
+[[gnu::always_inline]] inline vf divide_by_one_plus_exp2(vf x, float cap, Slope slope) {
 #if defined(__AVX512F__)
-  t = _mm512_maskz_range_ps(0xFFFF, t, splat(115.4156036f), 0x02);  // |t| <= the cap, sign kept (+inf x)
-  const vf k = _mm512_maskz_roundscale_ps(0xFFFF, t, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-  const vf e = _mm512_maskz_scalef_ps(0xFFFF, exp2_polynomial(t - k), k);
+  const vf xc = _mm512_maskz_range_ps(0xFFFF, x, splat(cap), 0x02);  // |x| <= cap, sign kept
+  const vf c = slope(xc);
+  const vf k = _mm512_maskz_roundscale_ps(0xFFFF, xc * c, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  const vf e = _mm512_maskz_scalef_ps(0xFFFF, exp2_polynomial(fused_multiply_add(xc, c, -k)), k);
 #else
-  t = vmax(vmin(t, splat(115.4156036f)), splat(-125.0f));
-  const vf shifted = t + splat(kExpShifter);
-  const vf e = add_exponent(exp2_polynomial(t - (shifted - splat(kExpShifter))), shifted);
+  const vf xc = vmax(vmin(x, splat(cap)), splat(-cap));
+  const vf c = slope(xc);
+  const vf shifted = fused_multiply_add(xc, c, splat(kExpShifter));
+  const vf e = add_exponent(exp2_polynomial(fused_multiply_add(xc, c, splat(kExpShifter) - shifted)), shifted);
 #endif
   return x * reciprocal(splat(1.0f) + e);
 }
 
 /// GELU with the tanh approximation (PyTorch's approximate='tanh'):
 /// 0.5 x (1 + tanh(u)) = x * sigmoid(2u) = x / (1 + exp(-2u)) = x / (1 + 2^t),
-/// u = sqrt(2/pi) (x + 0.044715 x^3), t = -2u log2 e (the constants times -2 log2 e, rounded once).
+/// u = sqrt(2/pi) (x + 0.044715 x^3), t = -2u log2 e (the constants times -2 log2 e, rounded once);
+/// t(9.675) = -115.5.
 // (always_inline: inside the linear kernels' register blocks a call would cost more than the GELU)
 [[gnu::always_inline]] inline vf gelu_tanh(vf x) {
-  return divide_by_one_plus_exp2(x, x * (splat(-2.302208185e+00f) + splat(-1.029432416e-01f) * (x * x)));
+  return divide_by_one_plus_exp2(
+      x, 9.675f, [](vf v) { return splat(-2.302208185e+00f) + splat(-1.029432416e-01f) * (v * v); });
 }
 
-/// SiLU: x * sigmoid(x) = x / (1 + exp(-x)) = x / (1 + 2^(-x log2 e)).
-[[gnu::always_inline]] inline vf silu(vf x) { return divide_by_one_plus_exp2(x, x * splat(-1.44269504088896341f)); }
+/// SiLU: x * sigmoid(x) = x / (1 + exp(-x)) = x / (1 + 2^(-x log2 e)); t(-80) = 115.4.
+[[gnu::always_inline]] inline vf silu(vf x) {
+  return divide_by_one_plus_exp2(x, 80.0f, [](vf) { return splat(-1.44269504088896341f); });
+}
 
 /// erf(x) in float32. |x| < 1: x (2/sqrt(pi) + x^2 Q(x^2)), with 2/sqrt(pi) split into a float and a
 /// correction so that the leading term is rounded once (Q: degree 5, fitted for relative error 1.3e-9).
