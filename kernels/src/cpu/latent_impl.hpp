@@ -315,7 +315,8 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     }
     selection = {top, a.logit_scale, a.mask_begin, a.mask_end, 0};
   }
-  const int rows_per_chunk = static_cast<int>(simd::imax(chunk_rows(E) / 2, W));  // vtd is double
+  // (double sums: vtd holds the chunk's values in double, so half the rows)
+  const int rows_per_chunk = FloatSums ? chunk_rows(E) : static_cast<int>(simd::imax(chunk_rows(E) / 2, W));
   alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
   alignas(64) double vtd[FloatSums ? 1 : kChunkFloats / 2 + kMaxHeadDim * W];
   [[maybe_unused]] alignas(64) float vtf[FloatSums ? kChunkFloats + kMaxHeadDim * W : 1];  // float sums: float values

@@ -125,9 +125,10 @@ struct LatentEncodeArgs {
   float logit_scale = 1.0f;
   int select_S = 0;
   /// Sum the terms in float lanes within each chunk of keys (as the selecting mode does) instead of in
-  /// double: cheaper, and as accurate as float attention over a chunk (at most 512 keys). The result then
-  /// depends on how the keys are split into calls and chunks, so only callers that always pass the same
-  /// keys in the same order (AttentionS2: the whole key grid; ball_attention: the whole ball) may set it.
+  /// double: cheaper, and as accurate as float attention over a chunk (4,096 / E keys, at most 1,024).
+  /// The result then depends on how the keys are split into calls and chunks, so only callers that always
+  /// pass the same keys in the same order (AttentionS2: the whole key grid; ball_attention: the whole
+  /// ball) may set it.
   bool float_chunk_sums = false;
   const index_t* mask_begin = nullptr;  // [M], with mask_end, or nullptr: no mask
   const index_t* mask_end = nullptr;
