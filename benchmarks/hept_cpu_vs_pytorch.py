@@ -36,16 +36,27 @@ import side_by_side as sbs  # noqa: E402
 CHECK = {"fp32": (1e-2, 0.9), "fp64": (1e-6, 0.99)}  # tolerance (x max|y|), smallest agreeing fraction
 
 
-def official_model(root, dtype):
+def official_model(root, dtype, models=ROOT / "share" / "models" / "hept", device="cpu"):
+    """The official example/ Transformer of a Graph-COM/HEPT checkout with the shipped checkpoint."""
     sys.path.insert(0, str(Path(root) / "example"))
     import transformer as official  # noqa: E402  (the official example/transformer.py)
-    cfg = json.loads((ROOT / "share" / "models" / "hept" / "config.json").read_text())
+    cfg = json.loads((Path(models) / "config.json").read_text())
     kw = {k: v for k, v in cfg.items() if k not in ("in_dim", "coords_dim", "num_classes", "dropout")}
     model = official.Transformer(cfg["in_dim"], cfg["coords_dim"], cfg["num_classes"], dropout=cfg["dropout"], **kw)
-    state = torch.load(ROOT / "share" / "models" / "hept" / "tracking-60k-model.pt", map_location="cpu",
-                       weights_only=True)
+    state = torch.load(Path(models) / "tracking-60k-model.pt", map_location="cpu", weights_only=True)
     model.load_state_dict(state, strict=True)
-    return model.to(dtype).eval()
+    return model.to(dtype).to(device).eval()
+
+
+def write_event(directory, n, seed):
+    """The synthetic collider event of n hits (the golden data's generator) as the drivers read it:
+    directory/features.f32 and coords.f32. Returns (features, coords), float64."""
+    from hept_golden import tracking_event  # numpy only
+    x, coords = tracking_event(np.random.default_rng(seed + n), n)
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    x.astype(np.float32).tofile(Path(directory) / "features.f32")
+    coords.astype(np.float32).tofile(Path(directory) / "coords.f32")
+    return x, coords
 
 
 def main():
@@ -61,7 +72,6 @@ def main():
     bench = Path(args.build) / "benchmarks" / "hept_bench"
     if not bench.exists():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
-    from hept_golden import tracking_event  # the golden data's event generator (numpy only)
     model_path = ROOT / "share" / "models" / "hept" / "model.h5"
     for precision in args.precision:
         dtype = torch.float32 if precision == "fp32" else torch.float64
@@ -71,11 +81,8 @@ def main():
                    f"{args.repeats} after a warm-up; agreement: |diff| <= {CHECK[precision][0]:g} max|y|")
         with tempfile.TemporaryDirectory() as tmp:
             for n in args.sizes:
-                x, coords = tracking_event(np.random.default_rng(args.seed + n), n)
                 data = Path(tmp) / f"n{n}"
-                data.mkdir()
-                x.astype(np.float32).tofile(data / "features.f32")
-                coords.astype(np.float32).tofile(data / "coords.f32")
+                x, coords = write_event(data, n, args.seed)
                 xt = torch.from_numpy(x).to(dtype)
                 ct = torch.from_numpy(coords).to(dtype)
                 batch = torch.zeros(len(x), dtype=torch.long)

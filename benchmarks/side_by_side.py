@@ -97,6 +97,24 @@ def time_pytorch(forward, threads, repeats, long_run_s=20.0):
     return out.detach().numpy(), min(times), min(cpu), first_cpu
 
 
+def time_on_device(forward, repeats, device):
+    """Best wall seconds of `repeats` runs after a warm-up, synchronising a CUDA device around each (the
+    GPU side-by-side scripts); with repeats = 0 the warm-up is the timed run. Returns (output, seconds)."""
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+    best = float("inf")
+    with torch.no_grad():
+        for r in range(repeats + 1):
+            sync()
+            t0 = time.perf_counter()
+            y = forward()
+            sync()
+            if r > 0 or repeats == 0:
+                best = min(best, time.perf_counter() - t0)
+    return y, best
+
+
 class Extrapolation:
     """Power-law estimate of PyTorch's CPU time and peak memory at a larger N from the sizes measured so
     far (exponent from the last two; `exponent` when only one is known). CPU seconds rather than wall

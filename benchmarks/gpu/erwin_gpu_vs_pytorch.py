@@ -23,7 +23,6 @@ import json
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import numpy as np
@@ -77,22 +76,6 @@ def knn_edges(pos, k):
     return torch.stack([torch.cat(src), torch.cat(dst)]).numpy()
 
 
-def time_pytorch(forward, repeats, device):
-    def sync():
-        if device.startswith("cuda"):
-            torch.cuda.synchronize()
-    times = []
-    with torch.no_grad():
-        for r in range(repeats + 1):  # the first is the warm-up
-            sync()
-            t0 = time.perf_counter()
-            y = forward()
-            sync()
-            if r > 0 or repeats == 0:
-                times.append(time.perf_counter() - t0)
-    return y, min(times)
-
-
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(HERE.parent.parent / "build"))
@@ -138,7 +121,7 @@ def main():
             dev = args.device
             x, p = torch.from_numpy(feat).to(dev), torch.from_numpy(pos).to(dev)
             b, e = torch.zeros(n, dtype=torch.long, device=dev), torch.from_numpy(edges).to(dev)
-            y, best = time_pytorch(lambda: forward(x, p, b, e), args.repeats, dev)
+            y, best = sbs.time_on_device(lambda: forward(x, p, b, e), args.repeats, dev)
             y = y.detach().cpu().numpy()
             left = f"{n:>8} | "
             if ours:

@@ -1,8 +1,8 @@
 // HEPT's fp32 forward on a CUDA device (libsurrogate/src/hept/cuda/device.hpp) side by side with the CPU
-// forward, same model and event, outputs compared first:
-//   hept_gpu_bench MODEL.h5 HITS REPEATS [DEVICE|cuda-emulated] [THREADS]
-// A synthetic event of HITS hits in one graph (eta, phi uniform; the rest random, seed 7); both float32
-// outputs against the CPU's float64 one. One JSON line (ms; the geometry on the host, timed apart).
+// forward, same model and event, outputs compared first (share/docs/cuda.md, "Tests and benchmark"):
+//   hept_gpu_bench MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS]
+// HITS: a synthetic event in one graph (eta, phi uniform, the rest N(0, 1), seed 7); DIR: DIR/features.f32
+// and DIR/coords.f32, the device output written to DIR/surrogate_out.f32. One JSON line (ms).
 #include <omp.h>
 
 #include <algorithm>
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_io.hpp"
 #include "hept/cuda/device.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
@@ -21,7 +22,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.h5 HITS REPEATS [DEVICE] [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS]\n", argv[0]);
     return 2;
   }
   using clock = std::chrono::steady_clock;
@@ -31,29 +32,49 @@ int main(int argc, char** argv) {
     const surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
     const hept::Config cfg = hept::Config::from_attributes(file.config);
     const hept::Network<float> net(file, cfg);
-    const long hits = std::atol(argv[2]);
+    const std::string source = argv[2];
+    const bool from_files = source.find_first_not_of("0123456789") != std::string::npos;
     const int repeats = std::max(1, std::atoi(argv[3]));
     const int device = argc <= 4                                 ? 0
                        : std::string(argv[4]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
                                                                  : std::atoi(argv[4]);
     const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
-    // 1. The event: eta in [-4, 4], phi in [-pi, pi), the rest of the coordinates and the features N(0, 1).
-    std::mt19937 gen(7);
-    std::uniform_real_distribution<float> eta(-4.0f, 4.0f), phi(-3.14159265f, 3.14159265f);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    std::vector<float> coords(static_cast<std::size_t>(hits * cfg.coords_dim)), x(static_cast<std::size_t>(hits * cfg.in_dim));
-    for (long i = 0; i < hits; ++i) {
-      float* c = coords.data() + i * cfg.coords_dim;
-      c[0] = eta(gen);
-      c[1] = phi(gen);
-      for (int t = 2; t < cfg.coords_dim; ++t) c[t] = normal(gen);
+    // 1. The event: read, or eta in [-4, 4], phi in [-pi, pi), the rest of the coordinates and the features N(0, 1).
+    std::vector<float> coords, x;
+    long hits = 0;
+    if (from_files) {
+      x = bench_io::read_array<float>(source + "/features.f32");
+      coords = bench_io::read_array<float>(source + "/coords.f32");
+      hits = static_cast<long>(x.size() / static_cast<std::size_t>(cfg.in_dim));
+      const auto n = static_cast<std::size_t>(hits);
+      if (x.size() != n * static_cast<std::size_t>(cfg.in_dim) ||
+          coords.size() != n * static_cast<std::size_t>(cfg.coords_dim))
+        throw surrogate::Error(surrogate::ErrorCode::input, source + ": features.f32 and coords.f32 are not N x " +
+                                                                std::to_string(cfg.in_dim) + " and N x " +
+                                                                std::to_string(cfg.coords_dim) + " floats");
+    } else {
+      hits = std::atol(source.c_str());
+      std::mt19937 gen(7);
+      std::uniform_real_distribution<float> eta(-4.0f, 4.0f), phi(-3.14159265f, 3.14159265f);
+      std::normal_distribution<float> normal(0.0f, 1.0f);
+      coords.resize(static_cast<std::size_t>(hits * cfg.coords_dim));
+      x.resize(static_cast<std::size_t>(hits * cfg.in_dim));
+      for (long i = 0; i < hits; ++i) {
+        float* c = coords.data() + i * cfg.coords_dim;
+        c[0] = eta(gen);
+        c[1] = phi(gen);
+        for (int t = 2; t < cfg.coords_dim; ++t) c[t] = normal(gen);
+      }
+      for (float& v : x) v = normal(gen);
     }
-    for (float& v : x) v = normal(gen);
-    // 2. The geometry (host), timed as the official forward builds it every call.
+    // 2. The geometry (host), timed apart; the official forward builds it in every call.
+    auto geometry = [&](hept::Geometry& g) {
+      hept::quantile_bins<float>(cfg, net.regions(), coords.data(), {hits}, g);
+      hept::finish_geometry(cfg, {0}, g);
+    };
     auto t0 = clock::now();
     hept::Geometry g;
-    hept::quantile_bins<float>(cfg, net.regions(), coords.data(), {hits}, g);
-    hept::finish_geometry(cfg, {0}, g);
+    geometry(g);
     const double geometry_ms = ms_since(t0);
     // 3. Both forwards; the outputs compared before any timing.
     const int od = cfg.out_dim();
@@ -84,22 +105,31 @@ int main(int argc, char** argv) {
     };
     double gpu_diff = 0, cpu_diff = 0;
     const double gpu_agree = against_fp64(gpu, gpu_diff), cpu_agree = against_fp64(cpu, cpu_diff);
-    double gpu_ms = 1e300, cpu_ms = 1e300;
+    if (from_files) bench_io::write_array(source + "/surrogate_out.f32", gpu);
+    double gpu_ms = 1e300, full_ms = 1e300, cpu_ms = 1e300;
     for (int r = 0; r < repeats; ++r) {
       t0 = clock::now();
       forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr);
       gpu_ms = std::min(gpu_ms, ms_since(t0));
+    }
+    for (int r = 0; r < repeats; ++r) {  // what the official forward does in every call: geometry, then forward
+      t0 = clock::now();
+      hept::Geometry gr;
+      geometry(gr);
+      forward->forward(gr, x.data(), coords.data(), gpu.data(), nullptr);
+      full_ms = std::min(full_ms, ms_since(t0));
     }
     for (int r = 0; r < std::min(repeats, 2); ++r) {
       t0 = clock::now();
       net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
       cpu_ms = std::min(cpu_ms, ms_since(t0));
     }
-    std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"geometry_ms\": %.3f, \"gpu_forward_ms\": %.3f, "
-                "\"cpu_forward_ms\": %.3f, \"speedup\": %.2f, \"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "
+    std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"geometry_ms\": %.3f, "
+                "\"gpu_forward_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
+                "\"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "
                 "\"gpu_agree_fp64\": %.5f, \"cpu_max_diff_fp64\": %.4g, \"cpu_agree_fp64\": %.5f}\n",
-                hits, device, threads, geometry_ms, gpu_ms, cpu_ms, cpu_ms / gpu_ms, max_y, gpu_diff, gpu_agree, cpu_diff,
-                cpu_agree);
+                hits, device, threads, geometry_ms, gpu_ms, full_ms, cpu_ms, cpu_ms / gpu_ms, max_y, gpu_diff,
+                gpu_agree, cpu_diff, cpu_agree);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "hept_gpu_bench: %s\n", e.what());
     return 1;

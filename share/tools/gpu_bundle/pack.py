@@ -509,7 +509,8 @@ def main():
         # Benchmark scripts and the local modules they import; the Erwin benchmark's model.
         benchmarks = []
         if not args.no_benchmarks:
-            roots = [source_dir / "benchmarks" / "gpu", source_dir / "benchmarks", source_dir / "share" / "python"]
+            roots = [source_dir / "benchmarks" / "gpu", source_dir / "benchmarks", source_dir / "share" / "python",
+                     source_dir / "share" / "tools" / "golden"]
             for script in sorted((source_dir / "benchmarks" / "gpu").glob("*.py")):
                 for f in local_imports(script, roots):
                     dst = bundle / "src" / f.relative_to(source_dir)

@@ -8,7 +8,7 @@ for the cmake -P tests, cmake on PATH.
     run OUT [--check] [--labels gpu] [--select REGEX] [--exclude REGEX] [--tests-only | --bench-only] [--list]
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
-            [--sequoia-sizes 65536 262144]
+            [--hept-official DIR] [--sequoia-sizes 65536 262144]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -741,7 +741,8 @@ class Runner:
                             self.bench(f"flare N={n} M={mm} {' '.join(extra) or 'fp32'}", argv, self.env, 300)
         else:
             self.skip_bench("flare", "bench_flare_gpu is not in the bundle")
-        # HEPT: the shipped checkpoint of the checkout, device against CPU forward on a synthetic event.
+        # HEPT: the shipped checkpoint of the checkout, device against CPU forward on a synthetic event, and
+        # against the official example/ Transformer on this GPU when --hept-official names its checkout.
         hept = exe.get("hept_gpu_bench")
         model = Path(a.checkout or ".") / "share" / "models" / "hept" / "model.h5"
         if not hept:
@@ -751,6 +752,12 @@ class Runner:
         else:
             for n in a.hept_sizes:
                 self.bench(f"hept N={n}", [hept, str(model), str(n), "5", "0"], self.env, 600)
+            if a.hept_official and torch_ok:
+                self.bench("hept official", [py["python"], str(src / "hept_gpu_vs_pytorch.py"), "--build", str(wrap),
+                                             "--official", a.hept_official, "--models", str(model.parent),
+                                             "--sizes", *map(str, a.hept_sizes)], self.python_env, 900)
+            elif a.hept_official:
+                self.skip_bench("hept official", "no PyTorch with CUDA")
         # Sequoia: the checkout's example models, device against CPU forward on one synthetic sample.
         sequoia = exe.get("sequoia_gpu_bench")
         models = [Path(a.checkout or ".") / "share" / "models" / "sequoia" / f"{k}.h5" for k in ("seg", "cls")]
@@ -871,6 +878,8 @@ def parse_args(argv=None):
     ap.add_argument("--checkout", help="a checkout of the bundle's commit, for a bundle packed with "
                     "--test-data-from-checkout (its tests/data)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
+    ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a copy of its example/ folder) for the "
+                    "PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs torch_geometric and einops)")
     args = ap.parse_args(argv)
     if args.tests_only and args.bench_only:
         ap.error("--tests-only and --bench-only exclude each other")
