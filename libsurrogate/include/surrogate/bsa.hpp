@@ -100,6 +100,9 @@ class Network {
   /// sizes not divisible by the ball size, C or G or holding fewer than S blocks.
   std::vector<float> forward(std::span<const float> features, std::span<const float> positions,
                              const balltree::Batch& batch, int threads = 0) const;
+  /// The trees forward(features, positions, batch) builds: the ball tree of `positions`, and with
+  /// should_rotate also the rotated one (build_with_rotations with strides [1]).
+  balltree::RotatedTrees build_trees(std::span<const float> positions, const balltree::Batch& batch) const;
   /// The same with the trees given (trees.rotated must hold the two permutations of the official
   /// build_balltree_with_rotations with strides [1] when should_rotate).
   std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,

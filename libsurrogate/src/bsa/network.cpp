@@ -414,6 +414,10 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
 
 std::vector<float> Network::forward(std::span<const float> features, std::span<const float> positions,
                                     const balltree::Batch& batch, int threads) const {
+  return forward(build_trees(positions, batch), features, positions, batch, threads);
+}
+
+balltree::RotatedTrees Network::build_trees(std::span<const float> positions, const balltree::Batch& batch) const {
   const Config& c = impl_->cfg;
   const std::int64_t n = batch.points();
   const int d = c.dimensionality;
@@ -434,7 +438,7 @@ std::vector<float> Network::forward(std::span<const float> features, std::span<c
   } else {
     trees.tree = balltree::build(positions, d, batch);
   }
-  return forward(trees, features, positions, batch, threads);
+  return trees;
 }
 
 std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::span<const float> features,

@@ -8,7 +8,7 @@ for the cmake -P tests, cmake on PATH.
     run OUT [--check] [--labels gpu] [--select REGEX] [--exclude REGEX] [--tests-only | --bench-only] [--list]
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
-            [--hept-official DIR] [--sequoia-sizes 65536 262144]
+            [--hept-official DIR] [--sequoia-sizes 65536 262144] [--bsa-sizes 16384 65536]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -708,7 +708,7 @@ class Runner:
         if not exe:
             self.log("none in this bundle")
             return
-        names = ["flare_machine", "flare", "hept", "sequoia", "erwin"]
+        names = ["flare_machine", "flare", "hept", "sequoia", "bsa", "erwin"]
         if not self.cuda.get("devices"):
             for n in names:
                 self.skip_bench(n, f"no CUDA device visible ({self.cuda.get('error')})")
@@ -769,6 +769,16 @@ class Runner:
             for model in models:
                 for n in a.sequoia_sizes:
                     self.bench(f"sequoia {model.stem} N={n}", [sequoia, str(model), str(n), "5", "0"], self.env, 600)
+        # BSA: the device forward against the CPU forward, model and inputs written by the script (numpy,
+        # h5py and torch: the random weights of benchmarks/bsa_cpu_vs_pytorch.py's configuration).
+        bsa = exe.get("bsa_gpu_bench")
+        if not bsa:
+            self.skip_bench("bsa", "bsa_gpu_bench is not in the bundle")
+        elif not (py.get("torch") and py.get("numpy") and py.get("h5py")):
+            self.skip_bench("bsa", "the Python found has no torch, numpy or h5py to write the model")
+        else:
+            self.bench("bsa", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
+                               "--sizes", *map(str, a.bsa_sizes)], self.python_env, 900)
         erwin = exe.get("erwin_gpu_bench")
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
@@ -877,6 +887,8 @@ def parse_args(argv=None):
                     help="Sequoia benchmark points (sequoia_gpu_bench, the checkout's share/models/sequoia/*.h5)")
     ap.add_argument("--checkout", help="a checkout of the bundle's commit, for a bundle packed with "
                     "--test-data-from-checkout (its tests/data)")
+    ap.add_argument("--bsa-sizes", type=int, nargs="+", default=[16384, 65536],
+                    help="BSA benchmark points (bsa_gpu_vs_cpu.py: sparse and ball attention)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
     ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a copy of its example/ folder) for the "
                     "PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs torch_geometric and einops)")

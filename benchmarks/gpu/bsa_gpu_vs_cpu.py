@@ -1,0 +1,75 @@
+#!/usr/bin/env python3
+"""BSA forward on a GPU: surrogate's device forward (bsa_gpu_bench) next to its CPU forward on all cores,
+same model and inputs: the configuration of benchmarks/bsa_cpu_vs_pytorch.py (D 64, H 8, P 256, depth 18,
+random weights, seed 0), one sample of N points in the unit cube with normal features; the outputs are
+compared first: a point agrees when its outputs are within 1e-3 max|y| of the CPU's, and at least 30 % must
+(as in the CPU script: near-ties of the top-S block selection, rounded differently by two float32
+computations, pick other blocks and spread through 18 layers). Where it has run: share/docs/cuda.md.
+
+    python3 benchmarks/gpu/bsa_gpu_vs_cpu.py --build build [--sizes 16384 65536] [--attention sparse ball]
+        [--repeats 5] [--device 0|cuda-emulated] [--threads T]
+
+Columns (milliseconds): `device` = CUDA-event time of a forward on the kept geometry (features upload, the
+network with the top-S selection on the host, result download); `wall` = its wall time; `full` = the trees
+built on the host + geometry upload + forward, what the official forward does in every call; `CPU` = the
+CPU forward on the same trees. Speed-up = CPU / wall. No PyTorch side: the official code needs the
+balltree-erwin package, which the lent GPU machines lack (benchmarks/bsa_cpu_vs_pytorch.py runs it on a CPU).
+"""
+import argparse
+import json
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE.parent.parent / "share" / "python"))
+sys.path.insert(0, str(HERE.parent))
+import bsa_cpu_vs_pytorch as cpu_bench  # noqa: E402  (CONFIG, write_model)
+import side_by_side as sbs  # noqa: E402
+from surrogate_ref.bsa import expected_state_shapes  # noqa: E402
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--build", default=str(HERE.parent.parent / "build"))
+    ap.add_argument("--sizes", type=int, nargs="+", default=[16384, 65536])
+    ap.add_argument("--attention", nargs="+", choices=["sparse", "ball"], default=["sparse", "ball"])
+    ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--device", default="0", help="surrogate's CUDA device index, or cuda-emulated")
+    ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
+    args = ap.parse_args()
+    bench = Path(args.build) / "benchmarks" / "gpu" / "bsa_gpu_bench"
+    if not bench.exists():
+        sys.exit(f"{bench} not found: a CUDA build with -DSURROGATE_BUILD_BENCHMARKS=ON")
+    print(f"{'attention':>9} {'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} | {'CPU ms':>9} {'thr':>3} | "
+          f"{'speed-up':>8} | {'agree':>6} {'max|diff|':>9} {'max|y|':>8}")
+    with tempfile.TemporaryDirectory() as tmp:
+        for attention in args.attention:
+            config = dict(cpu_bench.CONFIG, attention_type=attention)
+            state = sbs.random_state(expected_state_shapes(config), np.random.default_rng(0))
+            model = Path(tmp) / f"bsa_{attention}.h5"
+            cpu_bench.write_model(model, config, state)
+            rng = np.random.default_rng(1)
+            for n in args.sizes:
+                data = Path(tmp) / f"{attention}_n{n}"
+                sbs.write_inputs(data, rng.random((n, 3)).astype(np.float32),
+                                 rng.standard_normal((n, config["c_in"])).astype(np.float32))
+                argv = [str(bench), str(model), str(data), str(args.repeats), args.device]
+                if args.threads > 0:
+                    argv.append(str(args.threads))
+                out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
+                r = json.loads(out.splitlines()[-1])
+                if not r["agree"] >= 0.3:
+                    sys.exit(f"{attention} N {n}: only {100 * r['agree']:.1f} % of the points agree with the CPU "
+                             f"(max|diff| {r['max_diff']:.3e}, max|y| {r['max_abs_y']:.3e}); not timing different "
+                             "models")
+                print(f"{attention:>9} {n:>8} | {r['device_ms']:>9.2f} {r['wall_ms']:>8.2f} {r['full_ms']:>8.2f} | "
+                      f"{r['cpu_forward_ms']:>9.2f} {r['cpu_threads']:>3} | {r['speedup']:>8.2f} | "
+                      f"{r['agree']:>6.3f} {r['max_diff']:>9.2e} {r['max_abs_y']:>8.3g}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
