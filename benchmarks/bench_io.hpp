@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <ctime>
@@ -46,6 +47,32 @@ struct Work {
     return *this;
   }
 };
+
+/// Best wall milliseconds of max(repeats, 1) calls of f (the GPU drivers: their forwards synchronise).
+template <typename F>
+double best_ms(int repeats, F&& f) {
+  using clock = std::chrono::steady_clock;
+  double best = 1e300;
+  for (int r = 0; r < std::max(repeats, 1); ++r) {
+    const auto t0 = clock::now();
+    f();
+    best = std::min(best, 1e3 * std::chrono::duration<double>(clock::now() - t0).count());
+  }
+  return best;
+}
+
+/// The largest |reference| and |got - reference| over two arrays of the same size (the GPU drivers' check).
+struct Deviation {
+  double max_ref = 0, max_diff = 0;
+};
+inline Deviation deviation(const std::vector<float>& got, const std::vector<float>& reference) {
+  Deviation d;
+  for (std::size_t i = 0; i < reference.size(); ++i) {
+    d.max_ref = std::max(d.max_ref, std::fabs(static_cast<double>(reference[i])));
+    d.max_diff = std::max(d.max_diff, std::fabs(static_cast<double>(got[i]) - reference[i]));
+  }
+  return d;
+}
 
 /// Runs `forward` once as a warm-up (its result returned through `first`), then `repeats` timed times.
 /// Prints one JSON line: points, threads, first_s (the warm-up's wall time), best_s and median_s (wall),

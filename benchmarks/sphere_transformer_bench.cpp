@@ -1,10 +1,7 @@
 // Times a whole SphericalTransformer forward (surrogate/sphere/transformer.hpp) on one sample:
 //   sphere_transformer_bench MODEL.h5 REPEATS [NLAT NLON]
 // The input is normal random (seed 1), channels last. With NLAT NLON the model runs on that image grid
-// instead of its own: img_size is replaced, the DISCO tables stored in the file (made for its grid) are
-// dropped so the library computes them for the new one, and a grid-sized position embedding is replaced
-// by normal random values of the new internal grid's shape (0.02 scale); every other weight is the
-// file's (they do not depend on the grid). OpenMP threads: OMP_NUM_THREADS. Prints one JSON line
+// instead of its own (sphere_grid.hpp). OpenMP threads: OMP_NUM_THREADS. Prints one JSON line
 // (bench_io.hpp) and, on stderr, the sum of the warm-up's output (to compare two builds). Not run by CI;
 // docs: share/docs/sphere.md ("Performance").
 #include <cstdio>
@@ -15,6 +12,7 @@
 #include <vector>
 
 #include "bench_io.hpp"
+#include "sphere_grid.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model_file.hpp"
@@ -28,28 +26,11 @@ int main(int argc, char** argv) {
   try {
     surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
     const int repeats = std::atoi(argv[2]);
-    if (argc == 5) {
-      file.config.set("img_size", std::vector<std::int64_t>{std::atoll(argv[3]), std::atoll(argv[4])});
-      file.tables.clear();
-      const auto embedding = file.weights.find("pos_embed.position_embeddings");
-      if (embedding != file.weights.end()) {
-        const auto cfg = surrogate::sphere::TransformerConfig::from_attributes(file.config);
-        std::vector<std::int64_t>& shape = embedding->second.shape;  // (1, C, h, w) or (1, C, h, 1)
-        shape[2] = cfg.internal_nlat();
-        if (shape[3] != 1) shape[3] = cfg.internal_nlon();
-        std::mt19937 gen(2);
-        std::normal_distribution<float> normal(0.0f, 0.02f);
-        embedding->second.values.resize(static_cast<std::size_t>(shape[1] * shape[2] * shape[3]));
-        for (float& v : embedding->second.values) v = normal(gen);
-      }
-    }
+    if (argc == 5) bench_sphere::move_to_grid(file, std::atoll(argv[3]), std::atoll(argv[4]));
     const surrogate::sphere::SphericalTransformer net(file);
     const auto& cfg = net.config();
     const long points = static_cast<long>(cfg.nlat) * cfg.nlon;
-    std::mt19937 gen(1);
-    std::normal_distribution<float> normal;
-    std::vector<float> in(static_cast<std::size_t>(points * cfg.in_chans));
-    for (float& v : in) v = normal(gen);
+    const std::vector<float> in = bench_sphere::random_input(cfg);
     // One plan of the exchanges for every repeat (SphericalTransformer::forward plans them per call).
     const surrogate::SelfComm self;
     const surrogate::sphere::RowRange whole{0, points};

@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "../bench_io.hpp"
 #include "sequoia/cuda/device.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
@@ -62,22 +63,11 @@ int main(int argc, char** argv) {
     const surrogate::SelfComm self;
     std::vector<float> gpu = forward->forward(self, share, h, features.data(), classes.data());
     std::vector<float> cpu = net.forward(share, h, features.data(), classes.data());
-    double max_y = 0, max_diff = 0;
-    for (std::size_t i = 0; i < cpu.size(); ++i) {
-      max_y = std::max(max_y, std::fabs(static_cast<double>(cpu[i])));
-      max_diff = std::max(max_diff, std::fabs(static_cast<double>(gpu[i]) - cpu[i]));
-    }
-    double gpu_ms = 1e300, cpu_ms = 1e300;
-    for (int r = 0; r < repeats; ++r) {
-      t0 = clock::now();
-      gpu = forward->forward(self, share, h, features.data(), classes.data());
-      gpu_ms = std::min(gpu_ms, ms_since(t0));
-    }
-    for (int r = 0; r < std::min(repeats, 2); ++r) {
-      t0 = clock::now();
-      cpu = net.forward(share, h, features.data(), classes.data());
-      cpu_ms = std::min(cpu_ms, ms_since(t0));
-    }
+    const auto [max_y, max_diff] = bench_io::deviation(gpu, cpu);
+    const double gpu_ms =
+        bench_io::best_ms(repeats, [&] { gpu = forward->forward(self, share, h, features.data(), classes.data()); });
+    const double cpu_ms =
+        bench_io::best_ms(std::min(repeats, 2), [&] { cpu = net.forward(share, h, features.data(), classes.data()); });
     std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"plan_ms\": %.3f, \"gpu_forward_ms\": %.3f, "
                 "\"cpu_forward_ms\": %.3f, \"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g}\n",
                 points, device, omp_get_max_threads(), plan_ms, gpu_ms, cpu_ms, cpu_ms / gpu_ms, max_y, max_diff);

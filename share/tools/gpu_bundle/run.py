@@ -9,6 +9,7 @@ for the cmake -P tests, cmake on PATH.
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
             [--hept-official DIR] [--sequoia-sizes 65536 262144] [--bsa-sizes 16384 65536]
+            [--sphere-grids 241x480 721x1440]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -708,7 +709,7 @@ class Runner:
         if not exe:
             self.log("none in this bundle")
             return
-        names = ["flare_machine", "flare", "hept", "sequoia", "bsa", "erwin"]
+        names = ["flare_machine", "flare", "hept", "sequoia", "bsa", "sphere", "erwin"]
         if not self.cuda.get("devices"):
             for n in names:
                 self.skip_bench(n, f"no CUDA device visible ({self.cuda.get('error')})")
@@ -779,6 +780,18 @@ class Runner:
         else:
             self.bench("bsa", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
                                "--sizes", *map(str, a.bsa_sizes)], self.python_env, 900)
+        # Spherical: the checkout's reduced zoo model (neighbourhood attention, embed_dim 128) moved to larger grids.
+        sphere = exe.get("sphere_gpu_bench")
+        model = (Path(a.checkout or ".") / "tests" / "data" / "sphere" / "models" / "zoo_s2ntransformer_e128_reduced"
+                 / "model.h5")
+        if not sphere:
+            self.skip_bench("sphere", "sphere_gpu_bench is not in the bundle")
+        elif not model.is_file():
+            self.skip_bench("sphere", f"no sphere model at {model} (--checkout)")
+        else:
+            for grid in a.sphere_grids:
+                nlat, nlon = grid.lower().split("x")
+                self.bench(f"sphere {grid}", [sphere, str(model), "5", nlat, nlon, "0"], self.env, 600)
         erwin = exe.get("erwin_gpu_bench")
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
@@ -889,6 +902,8 @@ def parse_args(argv=None):
                     "--test-data-from-checkout (its tests/data)")
     ap.add_argument("--bsa-sizes", type=int, nargs="+", default=[16384, 65536],
                     help="BSA benchmark points (bsa_gpu_vs_cpu.py: sparse and ball attention)")
+    ap.add_argument("--sphere-grids", nargs="+", default=["241x480", "721x1440"],
+                    help="SphericalTransformer benchmark grids, NLATxNLON (sphere_gpu_bench; 721x1440 is ERA5's 0.25 degrees)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
     ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a copy of its example/ folder) for the "
                     "PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs torch_geometric and einops)")
