@@ -97,6 +97,16 @@ def time_pytorch(forward, threads, repeats, long_run_s=20.0):
     return out.detach().numpy(), min(times), min(cpu), first_cpu
 
 
+def run_json(argv):
+    """Runs a benchmark driver and returns the JSON record of its last output line; stops with the
+    driver's own message when it fails."""
+    out = subprocess.run([str(a) for a in argv], capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"{Path(str(argv[0])).name} failed (exit status {out.returncode}): "
+                         f"{out.stderr.strip() or out.stdout.strip()}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
 def time_on_device(forward, repeats, device):
     """Best wall seconds of `repeats` runs after a warm-up, synchronising a CUDA device around each (the
     GPU side-by-side scripts); with repeats = 0 the warm-up is the timed run. Returns (output, seconds)."""

@@ -16,8 +16,6 @@ CPU forward on the same trees. Speed-up = CPU / wall. No PyTorch side: the offic
 balltree-erwin package, which the lent GPU machines lack (benchmarks/bsa_cpu_vs_pytorch.py runs it on a CPU).
 """
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -60,8 +58,7 @@ def main():
                 argv = [str(bench), str(model), str(data), str(args.repeats), args.device]
                 if args.threads > 0:
                     argv.append(str(args.threads))
-                out = subprocess.run(argv, check=True, capture_output=True, text=True).stdout
-                r = json.loads(out.splitlines()[-1])
+                r = sbs.run_json(argv)
                 if not r["agree"] >= 0.3:
                     sys.exit(f"{attention} N {n}: only {100 * r['agree']:.1f} % of the points agree with the CPU "
                              f"(max|diff| {r['max_diff']:.3e}, max|y| {r['max_abs_y']:.3e}); not timing different "

@@ -19,8 +19,6 @@ CPU, then moved).
 """
 import argparse
 import importlib.util
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -112,9 +110,7 @@ def main():
             sbs.write_inputs(data, pos, feat)
             ours = None
             if not args.skip_surrogate:
-                out = subprocess.run([str(bench), str(model_path), str(data), str(args.repeats), str(cpu_bench.KNN),
-                                      str(args.cuda_device)], check=True, capture_output=True, text=True).stdout
-                ours = json.loads(out.strip().splitlines()[-1])
+                ours = sbs.run_json([bench, model_path, data, args.repeats, cpu_bench.KNN, args.cuda_device])
                 edges = np.fromfile(data / "edges.i64", dtype=np.int64).reshape(2, -1)
             else:
                 edges = knn_edges(pos, cpu_bench.KNN)

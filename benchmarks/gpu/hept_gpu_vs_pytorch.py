@@ -19,8 +19,6 @@ checkpoint is ill-conditioned in float32 (share/docs/hept.md), so a row agrees w
 least 90 % of the rows must (both sides' float32 rows differ from float64 in a few percent).
 """
 import argparse
-import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -65,9 +63,7 @@ def main():
         for n in args.sizes:
             data = Path(tmp) / f"n{n}"
             x, coords = cpu_bench.write_event(data, n, args.seed)
-            out = subprocess.run([str(bench), str(models / "model.h5"), str(data), str(args.repeats),
-                                  args.cuda_device], check=True, capture_output=True, text=True).stdout
-            ours = json.loads(out.strip().splitlines()[-1])
+            ours = sbs.run_json([bench, models / "model.h5", data, args.repeats, args.cuda_device])
             dev = args.device
             xt = torch.from_numpy(x.astype(np.float32)).to(dev)
             ct = torch.from_numpy(coords.astype(np.float32)).to(dev)
