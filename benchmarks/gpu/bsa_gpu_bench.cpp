@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -14,35 +13,30 @@
 #include <vector>
 
 #include "../bench_io.hpp"
+#include "device_arg.hpp"
 #include "bsa/cuda/device.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [DEVICE|cuda-emulated] [THREADS]\n", argv[0]);
     return 2;
   }
-  using clock = std::chrono::steady_clock;
-  auto ms_since = [](clock::time_point t0) { return 1e3 * std::chrono::duration<double>(clock::now() - t0).count(); };
   try {
     const surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
     const surrogate::bsa::Network net(file);
     const std::string dir = argv[2];
     const int repeats = std::max(1, std::atoi(argv[3]));
-    const int device = argc <= 4                                 ? 0
-                       : std::string(argv[4]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
-                                                                 : std::atoi(argv[4]);
+    const int device = bench_gpu::device_arg(argc, argv, 4);
     const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
     // 1. The sample and its trees (host), timed as the official forward builds them every call.
     const std::vector<float> pos = bench_io::read_array<float>(dir + "/positions.f32");
     const std::vector<float> feat = bench_io::read_array<float>(dir + "/features.f32");
     const long points = static_cast<long>(pos.size()) / net.config().dimensionality;
     const auto batch = surrogate::balltree::Batch::single(points);
-    auto t0 = clock::now();
-    const surrogate::balltree::RotatedTrees trees = net.build_trees(pos, batch);
-    const double tree_ms = ms_since(t0);
+    surrogate::balltree::RotatedTrees trees;
+    const double tree_ms = bench_io::best_ms(1, [&] { trees = net.build_trees(pos, batch); });
     // 2. Both forwards on the same trees; the outputs compared before any timing.
     const auto forward = surrogate::bsa::detail::make_bsa_cuda_forward(net, device);
     const auto geometry = forward->upload_geometry(trees, pos, batch);
@@ -64,23 +58,16 @@ int main(int argc, char** argv) {
     }
     // 3. Timing: the device forward on the kept geometry (CUDA events and wall), then trees + upload +
     // forward (what the official forward does in every call), then the CPU forward on `threads` threads.
-    double device_ms = 1e300, wall_ms = 1e300, full_ms = 1e300, cpu_ms = 1e300;
-    for (int r = 0; r < repeats; ++r) {
-      t0 = clock::now();
+    double device_ms = 1e300;
+    const double wall_ms = bench_io::best_ms(repeats, [&] {
       static_cast<void>(forward->forward(*geometry, feat, threads));
-      wall_ms = std::min(wall_ms, ms_since(t0));
       device_ms = std::min(device_ms, forward->last_forward_ms());
-    }
-    for (int r = 0; r < repeats; ++r) {
-      t0 = clock::now();
+    });
+    const double full_ms = bench_io::best_ms(repeats, [&] {
       static_cast<void>(forward->forward(net.build_trees(pos, batch), feat, pos, batch, threads));
-      full_ms = std::min(full_ms, ms_since(t0));
-    }
-    for (int r = 0; r < std::min(repeats, 2); ++r) {
-      t0 = clock::now();
-      static_cast<void>(net.forward(trees, feat, pos, batch, threads));
-      cpu_ms = std::min(cpu_ms, ms_since(t0));
-    }
+    });
+    const double cpu_ms =
+        bench_io::best_ms(std::min(repeats, 2), [&] { static_cast<void>(net.forward(trees, feat, pos, batch, threads)); });
     std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"tree_ms\": %.3f, \"geometry_ms\": %.3f, "
                 "\"device_ms\": %.3f, \"wall_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, "
                 "\"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g, \"agree\": %.5f}\n",

@@ -6,7 +6,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,18 +14,16 @@
 #include <vector>
 
 #include "../bench_io.hpp"
+#include "device_arg.hpp"
 #include "hept/cuda/device.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
-#include "surrogate/kernels/cuda.hpp"
 
 int main(int argc, char** argv) {
   if (argc < 4) {
     std::fprintf(stderr, "usage: %s MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS]\n", argv[0]);
     return 2;
   }
-  using clock = std::chrono::steady_clock;
-  auto ms_since = [](clock::time_point t0) { return 1e3 * std::chrono::duration<double>(clock::now() - t0).count(); };
   namespace hept = surrogate::hept;
   try {
     const surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
@@ -35,9 +32,7 @@ int main(int argc, char** argv) {
     const std::string source = argv[2];
     const bool from_files = source.find_first_not_of("0123456789") != std::string::npos;
     const int repeats = std::max(1, std::atoi(argv[3]));
-    const int device = argc <= 4                                 ? 0
-                       : std::string(argv[4]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
-                                                                 : std::atoi(argv[4]);
+    const int device = bench_gpu::device_arg(argc, argv, 4);
     const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
     // 1. The event: read, or eta in [-4, 4], phi in [-pi, pi), the rest of the coordinates and the features N(0, 1).
     std::vector<float> coords, x;
@@ -72,10 +67,8 @@ int main(int argc, char** argv) {
       hept::quantile_bins<float>(cfg, net.regions(), coords.data(), {hits}, g);
       hept::finish_geometry(cfg, {0}, g);
     };
-    auto t0 = clock::now();
     hept::Geometry g;
-    geometry(g);
-    const double geometry_ms = ms_since(t0);
+    const double geometry_ms = bench_io::best_ms(1, [&] { geometry(g); });
     // 3. Both forwards; the outputs compared before any timing.
     const int od = cfg.out_dim();
     std::vector<float> cpu(static_cast<std::size_t>(hits * od)), gpu(cpu.size());
@@ -106,24 +99,16 @@ int main(int argc, char** argv) {
     double gpu_diff = 0, cpu_diff = 0;
     const double gpu_agree = against_fp64(gpu, gpu_diff), cpu_agree = against_fp64(cpu, cpu_diff);
     if (from_files) bench_io::write_array(source + "/surrogate_out.f32", gpu);
-    double gpu_ms = 1e300, full_ms = 1e300, cpu_ms = 1e300;
-    for (int r = 0; r < repeats; ++r) {
-      t0 = clock::now();
-      forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr);
-      gpu_ms = std::min(gpu_ms, ms_since(t0));
-    }
-    for (int r = 0; r < repeats; ++r) {  // what the official forward does in every call: geometry, then forward
-      t0 = clock::now();
+    const double gpu_ms =
+        bench_io::best_ms(repeats, [&] { forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr); });
+    const double full_ms = bench_io::best_ms(repeats, [&] {  // what the official forward does in every call
       hept::Geometry gr;
       geometry(gr);
       forward->forward(gr, x.data(), coords.data(), gpu.data(), nullptr);
-      full_ms = std::min(full_ms, ms_since(t0));
-    }
-    for (int r = 0; r < std::min(repeats, 2); ++r) {
-      t0 = clock::now();
+    });
+    const double cpu_ms = bench_io::best_ms(std::min(repeats, 2), [&] {
       net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
-      cpu_ms = std::min(cpu_ms, ms_since(t0));
-    }
+    });
     std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"geometry_ms\": %.3f, "
                 "\"gpu_forward_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
                 "\"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "

@@ -15,10 +15,10 @@
 #include <vector>
 
 #include "../bench_io.hpp"
+#include "device_arg.hpp"
 #include "sequoia/cuda/device.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda.hpp"
 #include "surrogate/sequoia.hpp"
 
 int main(int argc, char** argv) {
@@ -35,9 +35,7 @@ int main(int argc, char** argv) {
     const sq::Network net(file, cfg);
     const long points = std::atol(argv[2]);
     const int repeats = std::max(1, std::atoi(argv[3]));
-    const int device = argc <= 4                                 ? 0
-                       : std::string(argv[4]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
-                                                                 : std::atoi(argv[4]);
+    const int device = bench_gpu::device_arg(argc, argv, 4);
     omp_set_num_threads(argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads());
     // 1. The sample.
     std::mt19937 gen(7u);

@@ -7,7 +7,7 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <chrono>
+#include <memory>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -17,9 +17,9 @@
 
 #include "../bench_io.hpp"
 #include "../sphere_grid.hpp"
+#include "device_arg.hpp"
 #include "sphere/cuda/transformer.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
@@ -28,15 +28,11 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "usage: %s MODEL.h5 REPEATS NLAT NLON [DEVICE|cuda-emulated]\n", argv[0]);
     return 2;
   }
-  using clock = std::chrono::steady_clock;
-  auto ms_since = [](clock::time_point t0) { return 1e3 * std::chrono::duration<double>(clock::now() - t0).count(); };
   try {
     surrogate::ModelFile file = surrogate::ModelFile::read(argv[1]);
     const int repeats = std::max(1, std::atoi(argv[2]));
     const long nlat = std::atol(argv[3]), nlon = std::atol(argv[4]);
-    const int device = argc <= 5                                 ? 0
-                       : std::string(argv[5]) == "cuda-emulated" ? surrogate::kernels::cuda::kEmulatedDevice
-                                                                 : std::atoi(argv[5]);
+    const int device = bench_gpu::device_arg(argc, argv, 5);
     if (nlat > 0 && nlon > 0) bench_sphere::move_to_grid(file, nlat, nlon);
     const surrogate::sphere::SphericalTransformer net(file);
     const auto& cfg = net.config();
@@ -44,9 +40,10 @@ int main(int argc, char** argv) {
     const std::vector<float> in = bench_sphere::random_input(cfg);
     // 1. Both forwards; the outputs compared before any timing.
     std::vector<float> cpu(static_cast<std::size_t>(points * cfg.out_chans)), gpu(cpu.size());
-    auto t0 = clock::now();
-    const auto forward = surrogate::sphere::make_sphere_transformer_device_forward(net, file, device);
-    const double setup_ms = ms_since(t0);  // weights and operator tables uploaded once per model
+    std::unique_ptr<surrogate::sphere::SphereTransformerDeviceForward> forward;
+    const double setup_ms = bench_io::best_ms(1, [&] {  // weights and operator tables uploaded once per model
+      forward = surrogate::sphere::make_sphere_transformer_device_forward(net, file, device);
+    });
     forward->forward(1, in.data(), gpu.data());
     net.forward(1, in.data(), cpu.data());
     const auto [max_y, max_diff] = bench_io::deviation(gpu, cpu);
