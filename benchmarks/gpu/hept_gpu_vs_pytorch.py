@@ -36,7 +36,8 @@ import side_by_side as sbs  # noqa: E402
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--build", default=str(ROOT / "build"))
-    ap.add_argument("--official", required=True, help="a checkout of Graph-COM/HEPT (or a copy of its example/)")
+    ap.add_argument("--official", required=True,
+                    help="a checkout of Graph-COM/HEPT (or a folder holding a copy of its example/)")
     ap.add_argument("--models", default=str(ROOT / "share" / "models" / "hept"),
                     help="the folder of model.h5, config.json and tracking-60k-model.pt")
     ap.add_argument("--sizes", type=int, nargs="+", default=[10000, 60000, 240000])

@@ -119,6 +119,17 @@ class Outcome(unittest.TestCase):
         self.assertEqual(run.classify(gtest, -11, "Segmentation fault", False)[0], "failed")
         self.assertEqual(run.classify(gtest, -15, "", True, 5), ("failed", "timeout after 5 s"))
 
+    def test_benchmark_grids_are_checked_before_anything_runs(self):
+        self.assertEqual(run.parse_args(["out", "--sphere-grids", "241x480", "721X1440"]).sphere_grids,
+                         ["241x480", "721X1440"])
+        for bad in ("241", "0x480", "241x", "241x480x2"):
+            with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
+                stderr, sys.stderr = sys.stderr, null
+                try:
+                    run.parse_args(["out", "--sphere-grids", bad])
+                finally:
+                    sys.stderr = stderr
+
     def test_timeout_ends_the_process_and_its_children(self):
         start = time.monotonic()
         rc, output, timed_out, seconds = run.run_process(

@@ -903,11 +903,16 @@ def parse_args(argv=None):
     ap.add_argument("--bsa-sizes", type=int, nargs="+", default=[16384, 65536],
                     help="BSA benchmark points (bsa_gpu_vs_cpu.py: sparse and ball attention)")
     ap.add_argument("--sphere-grids", nargs="+", default=["241x480", "721x1440"],
-                    help="SphericalTransformer benchmark grids, NLATxNLON (sphere_gpu_bench; 721x1440 is ERA5's 0.25 degrees)")
+                    help="SphericalTransformer benchmark grids, NLATxNLON (sphere_gpu_bench; 721x1440 is ERA5's "
+                    "0.25 degrees)")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
-    ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a copy of its example/ folder) for the "
-                    "PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs torch_geometric and einops)")
+    ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a folder holding a copy of its "
+                    "example/) for the PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs "
+                    "torch_geometric and einops)")
     args = ap.parse_args(argv)
+    for grid in args.sphere_grids:
+        if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", grid.lower()):
+            ap.error(f"--sphere-grids: {grid!r} is not NLATxNLON (e.g. 241x480)")
     if args.tests_only and args.bench_only:
         ap.error("--tests-only and --bench-only exclude each other")
     return args
