@@ -37,8 +37,10 @@ CHECK = {"fp32": (1e-2, 0.9), "fp64": (1e-6, 0.99)}  # tolerance (x max|y|), sma
 
 
 def official_model(root, dtype, models=ROOT / "share" / "models" / "hept", device="cpu"):
-    """The official example/ Transformer of a Graph-COM/HEPT checkout with the shipped checkpoint."""
-    sys.path.insert(0, str(Path(root) / "example"))
+    """The official example/ Transformer of a Graph-COM/HEPT checkout (or of a copy of its example/ folder)
+    with the shipped checkpoint."""
+    root = Path(root).resolve()
+    sys.path.insert(0, str(root if (root / "transformer.py").is_file() else root / "example"))
     import transformer as official  # noqa: E402  (the official example/transformer.py)
     cfg = json.loads((Path(models) / "config.json").read_text())
     kw = {k: v for k, v in cfg.items() if k not in ("in_dim", "coords_dim", "num_classes", "dropout")}

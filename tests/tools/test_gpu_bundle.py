@@ -130,6 +130,38 @@ class Outcome(unittest.TestCase):
                 finally:
                     sys.stderr = stderr
 
+    def test_benchmark_tables_are_recognised_with_or_without_a_name(self):
+        for row in ("| 1048576 | 64 | 87.32 |", "   60000 |     45.09    75.77 |",
+                    "   sparse    16384 |     72.53    73.86", "     ball    65536 |     45.69"):
+            self.assertTrue(run.is_table_row(row), row)
+        for line in ("attention        N | device ms", "       N | device ms  full ms |", "sparse N 65536: only 0.0 %",
+                     "machine: Intel(R) Xeon(R) | x"):
+            self.assertFalse(run.is_table_row(line), line)
+
+    def test_official_code_folders_are_checked_and_made_absolute(self):
+        # The benchmarks run in a scratch folder, so a relative --hept-official must not reach them as such.
+        with tempfile.TemporaryDirectory() as tmp:
+            (Path(tmp) / "hept" / "example").mkdir(parents=True)
+            (Path(tmp) / "hept" / "example" / "transformer.py").write_text("")
+            (Path(tmp) / "erwin").mkdir()
+            (Path(tmp) / "erwin" / "erwin.py").write_text("")
+            cwd = os.getcwd()
+            os.chdir(tmp)
+            try:
+                args = run.parse_args(["out", "--hept-official", "hept", "--erwin-official", "erwin"])
+                self.assertEqual(args.hept_official, str((Path(tmp) / "hept").resolve()))
+                self.assertEqual(args.erwin_official, str((Path(tmp) / "erwin").resolve()))
+                self.assertTrue(run.parse_args(["out", "--hept-official", "hept/example"]).hept_official)
+                for bad in (["--hept-official", "erwin"], ["--erwin-official", "hept"]):
+                    with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
+                        stderr, sys.stderr = sys.stderr, null
+                        try:
+                            run.parse_args(["out", *bad])
+                        finally:
+                            sys.stderr = stderr
+            finally:
+                os.chdir(cwd)
+
     def test_timeout_ends_the_process_and_its_children(self):
         start = time.monotonic()
         rc, output, timed_out, seconds = run.run_process(

@@ -107,6 +107,12 @@ def descendants(pid):
     return out
 
 
+def is_table_row(line):
+    """A result row of a benchmark script's table: Markdown ("| ... |") or columns led by a size, with or
+    without a name before it ("  60000 | ...", "   sparse    16384 | ...")."""
+    return line.startswith("|") or re.match(r"^\s*([A-Za-z][\w.-]*\s+)?\d+ +\|", line) is not None
+
+
 def run_process(argv, env, cwd, timeout, max_bytes=4 << 20):
     """(returncode, output, timed_out, seconds): stdout and stderr together; on timeout the process, its
     process group and every descendant get SIGTERM, then SIGKILL."""
@@ -673,7 +679,7 @@ class Runner:
                         records.append(json.loads(line))
                     except ValueError:
                         pass
-            table = [l for l in output.splitlines() if l.startswith("|") or re.match(r"^\s*\d+ \|", l)]
+            table = [l for l in output.splitlines() if is_table_row(l)]
             # A side-by-side script exits 0 even when a side failed (its row then holds nan): a benchmark
             # passes only with results and no nan among them.
             if timed_out:
@@ -915,6 +921,16 @@ def parse_args(argv=None):
             ap.error(f"--sphere-grids: {grid!r} is not NLATxNLON (e.g. 241x480)")
     if args.tests_only and args.bench_only:
         ap.error("--tests-only and --bench-only exclude each other")
+    # The benchmarks run in a scratch folder: the official code's folders are made absolute here.
+    for name, files in (("erwin_official", ("erwin_official.py", "erwin.py")),
+                        ("hept_official", ("example/transformer.py", "transformer.py"))):
+        folder = getattr(args, name)
+        if folder is None:
+            continue
+        folder = Path(folder).resolve()
+        if not any((folder / f).is_file() for f in files):
+            ap.error(f"--{name.replace('_', '-')}: none of {', '.join(files)} in {folder}")
+        setattr(args, name, str(folder))
     return args
 
 
