@@ -44,17 +44,19 @@ int main(int argc, char** argv) {
     const std::vector<float> gpu = forward->forward(*geometry, feat, threads);
     const std::vector<float> cpu = net.forward(trees, feat, pos, batch, threads);
     bench_io::write_array(dir + "/surrogate_out.f32", gpu);
-    // The share of points whose outputs agree within 1e-3 max|y|: near-ties of the top-S block selection may
-    // pick other blocks on the two devices (benchmarks/bsa_cpu_vs_pytorch.py says how far that spreads).
+    // The share of points whose outputs agree within 1e-2 max|y| (the CPU script's rule: the official
+    // float32 output is that far from its float64 one) and within 1e-3: near-ties of the top-S block
+    // selection may pick other blocks on the two devices (benchmarks/README.md, "BSA and Erwin against PyTorch").
     double max_y = 0, max_diff = 0;
     for (const float v : cpu) max_y = std::max(max_y, std::fabs(static_cast<double>(v)));
     const std::size_t od = cpu.size() / static_cast<std::size_t>(std::max(points, 1L));
-    long agree = 0;
+    long agree = 0, agree_1e3 = 0;
     for (std::size_t i = 0; i < cpu.size(); i += od) {
       double row = 0;
       for (std::size_t c = 0; c < od; ++c) row = std::max(row, std::fabs(static_cast<double>(gpu[i + c]) - cpu[i + c]));
       max_diff = std::max(max_diff, row);
-      agree += row <= 1e-3 * std::max(max_y, 1.0) ? 1 : 0;
+      agree += row <= 1e-2 * std::max(max_y, 1.0) ? 1 : 0;
+      agree_1e3 += row <= 1e-3 * std::max(max_y, 1.0) ? 1 : 0;
     }
     // 3. Timing: the device forward on the kept geometry (CUDA events and wall), then trees + upload +
     // forward (what the official forward does in every call), then the CPU forward on `threads` threads.
@@ -70,9 +72,10 @@ int main(int argc, char** argv) {
         bench_io::best_ms(std::min(repeats, 2), [&] { static_cast<void>(net.forward(trees, feat, pos, batch, threads)); });
     std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"tree_ms\": %.3f, \"geometry_ms\": %.3f, "
                 "\"device_ms\": %.3f, \"wall_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, "
-                "\"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g, \"agree\": %.5f}\n",
+                "\"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g, \"agree\": %.5f, \"agree_1e3\": %.5f}\n",
                 points, device, threads, tree_ms, geometry_ms, device_ms, wall_ms, full_ms, cpu_ms, cpu_ms / wall_ms,
-                max_y, max_diff, static_cast<double>(agree) / static_cast<double>(std::max(points, 1L)));
+                max_y, max_diff, static_cast<double>(agree) / static_cast<double>(std::max(points, 1L)),
+                static_cast<double>(agree_1e3) / static_cast<double>(std::max(points, 1L)));
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "bsa_gpu_bench: %s\n", e.what());
     return 1;

@@ -2,9 +2,11 @@
 """BSA forward on a GPU: surrogate's device forward (bsa_gpu_bench) next to its CPU forward on all cores,
 same model and inputs: the configuration of benchmarks/bsa_cpu_vs_pytorch.py (D 64, H 8, P 256, depth 18,
 random weights, seed 0), one sample of N points in the unit cube with normal features; the outputs are
-compared first: a point agrees when its outputs are within 1e-3 max|y| of the CPU's, and at least 30 % must
-(as in the CPU script: near-ties of the top-S block selection, rounded differently by two float32
-computations, pick other blocks and spread through 18 layers). Where it has run: share/docs/cuda.md.
+compared first: a point agrees when its outputs are within 1e-2 max|y| of the CPU's, and at least 30 % must,
+the rule of benchmarks/bsa_cpu_vs_pytorch.py (near-ties of the top-S block selection, rounded differently by
+two float32 computations, pick other blocks and spread through 18 layers: at 65,536 points the official
+float32 output is as far from its float64 output); the share within 1e-3 is printed too. Where it has run:
+share/docs/cuda.md.
 
     python3 benchmarks/gpu/bsa_gpu_vs_cpu.py --build build [--sizes 16384 65536] [--attention sparse ball]
         [--repeats 5] [--device 0|cuda-emulated] [--threads T]
@@ -43,7 +45,7 @@ def main():
     if not bench.exists():
         sys.exit(f"{bench} not found: a CUDA build with -DSURROGATE_BUILD_BENCHMARKS=ON")
     print(f"{'attention':>9} {'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} | {'CPU ms':>9} {'thr':>3} | "
-          f"{'speed-up':>8} | {'agree':>6} {'max|diff|':>9} {'max|y|':>8}")
+          f"{'speed-up':>8} | {'agree':>6} {'(1e-3)':>6} {'max|diff|':>9} {'max|y|':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         for attention in args.attention:
             config = dict(cpu_bench.CONFIG, attention_type=attention)
@@ -61,11 +63,12 @@ def main():
                 r = sbs.run_json(argv)
                 if not r["agree"] >= 0.3:
                     sys.exit(f"{attention} N {n}: only {100 * r['agree']:.1f} % of the points agree with the CPU "
+                             f"within 1e-2 max|y| "
                              f"(max|diff| {r['max_diff']:.3e}, max|y| {r['max_abs_y']:.3e}); not timing different "
                              "models")
                 print(f"{attention:>9} {n:>8} | {r['device_ms']:>9.2f} {r['wall_ms']:>8.2f} {r['full_ms']:>8.2f} | "
                       f"{r['cpu_forward_ms']:>9.2f} {r['cpu_threads']:>3} | {r['speedup']:>8.2f} | "
-                      f"{r['agree']:>6.3f} {r['max_diff']:>9.2e} {r['max_abs_y']:>8.3g}", flush=True)
+                      f"{r['agree']:>6.3f} {r['agree_1e3']:>6.3f} {r['max_diff']:>9.2e} {r['max_abs_y']:>8.3g}", flush=True)
 
 
 if __name__ == "__main__":
