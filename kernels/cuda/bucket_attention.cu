@@ -137,7 +137,9 @@ void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, Step s
   if ((step != Step::combine && a.ldv < width) || (step != Step::sums && a.ldo < width))
     throw std::invalid_argument(kernel + ": row strides ldv " + std::to_string(a.ldv) + ", ldo " + std::to_string(a.ldo) +
                                 " below heads x dv = " + std::to_string(width));
-  if ((a.points + kThreads - 1) / kThreads > 2147483647 ||
+  if ((step != Step::combine && a.bucket > 0 &&
+       static_cast<double>(a.points / a.bucket) * bucket_kernels::query_groups(a.bucket) > 2147483647.0) ||
+      (a.points + kThreads - 1) / kThreads > 2147483647 ||
       static_cast<double>(a.heads) * static_cast<double>(a.points) > 2147483647.0 * kThreads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points exceed the grid");
   const bool inputs = step == Step::combine || (a.qh && a.kh && a.v && a.perm_q && a.perm_k && a.work);
@@ -154,7 +156,8 @@ void sums(const GaussianBucketsLaunchOf<T>& a, T* num, T* den, T* qsq, cudaStrea
   const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
   launch(bucket_kernels::half_squares_kernel<T>, flat, kThreads, 0, stream, a, qsq, ksq);
   check_launch("half_squares_kernel");
-  const dim3 grid(static_cast<unsigned>((n + kThreads - 1) / kThreads), static_cast<unsigned>(rows));
+  const dim3 grid(static_cast<unsigned>(n / a.bucket * bucket_kernels::query_groups(a.bucket)),
+                  static_cast<unsigned>(rows));
   detail::dispatch_head_width(std::max(a.dh, a.dv), [&](auto width) {
     launch(bucket_kernels::bucket_kernel<T, decltype(width)::value>, grid, kThreads, 0, stream, a,
            static_cast<const T*>(qsq), static_cast<const T*>(ksq), num, den);

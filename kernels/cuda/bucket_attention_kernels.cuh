@@ -1,7 +1,7 @@
 // The device code of the Gaussian bucket attention (bucket_attention.cu has the launchers and the sorts;
-// surrogate/kernels/cuda_bucket_attention.hpp says what they compute). One thread per (sorted query,
-// hash table and head), the bucket's keys and values read through the permutations (the gather fused:
-// the threads of a warp share their bucket, so the loads are broadcasts); no shared memory.
+// surrogate/kernels/cuda_bucket_attention.hpp says what they compute). One block per (bucket, hash table
+// and head), one thread per sorted query; the bucket's keys and values gathered through the permutation
+// into shared memory a chunk at a time (share/docs/cuda.md, "Bucket attention (HEPT)").
 #pragma once
 
 #include <cstdint>
@@ -42,19 +42,37 @@ __global__ void __launch_bounds__(kThreads) half_squares_kernel(const GaussianBu
   ksq[i] = T(-0.5) * sk;
 }
 
-/// Row r = blockIdx.y, sorted query position s: the bucket's sums for query perm_q[s], written to that
-/// query's slot of row r (num: dv values, then den in the row's denominator array).
+/// Keys staged in shared memory per pass: 64 float or 32 double rows of k̂ and v (32 KiB at width 64).
+template <class T>
+inline constexpr int kKeyChunk = sizeof(T) == 4 ? 64 : 32;
+
+/// Blocks per (bucket, row): the bucket's queries in groups of kThreads (host).
+inline int query_groups(int bucket) { return (bucket + kThreads - 1) / kThreads; }
+
+/// Row r = blockIdx.y; blockIdx.x = bucket b times query_groups + group g. Thread i of the group takes
+/// sorted position s = b bucket + g kThreads + i: the bucket's sums for query perm_q[s], written to that
+/// query's slot of row r (num: dv values, then den in the row's denominator array). Every thread runs the
+/// same sequence per key as one thread per query reading global memory did (the fma chain in t order,
+/// (dot + qs) + ksq, exp, the keys in sorted order): the zero padding of the staged rows beyond dh and dv
+/// adds +0 to a sum that is never -0, so the bits are unchanged.
 template <class T, int kMax>
 __global__ void __launch_bounds__(kThreads)
     bucket_kernel(const GaussianBucketsLaunchOf<T> a, const T* qsq, const T* ksq, T* num, T* den) {
-  const index_t s = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (s >= a.points) return;
+  constexpr int kChunk = kKeyChunk<T>;
+  __align__(16) __shared__ T k_tile[kChunk][kMax];
+  __align__(16) __shared__ T v_tile[kChunk][kMax];
+  __shared__ T ksq_tile[kChunk];
+  const int groups = (a.bucket + kThreads - 1) / kThreads;  // query_groups (a host function)
+  const index_t b = static_cast<index_t>(blockIdx.x) / groups;
+  const int i = static_cast<int>(blockIdx.x - b * groups) * kThreads + static_cast<int>(threadIdx.x);
+  const bool active = i < a.bucket;  // inactive threads still stage keys
   const int r = static_cast<int>(blockIdx.y);
   const int h = r % a.heads;
   const std::int64_t* pq = a.perm_q + static_cast<index_t>(r) * a.points;
   const std::int64_t* pk = a.perm_k + static_cast<index_t>(r) * a.points;
   const index_t head = static_cast<index_t>(h) * a.points;
-  const index_t qrow = pq[s];
+  const index_t b0 = b * a.bucket;
+  const index_t qrow = active ? pq[b0 + i] : 0;
   T q[kMax];
   const T* qr = a.qh + (head + qrow) * a.dh;
 #pragma unroll
@@ -64,23 +82,31 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
   for (int d = 0; d < kMax; ++d) acc[d] = T(0);
   T total = 0;
-  const index_t b0 = s / a.bucket * a.bucket;
-  for (int j = 0; j < a.bucket; ++j) {
-    const index_t krow = pk[b0 + j];
-    const T* kr = a.kh + (head + krow) * a.dh;
-    T dot = 0;
+  for (int j0 = 0; j0 < a.bucket; j0 += kChunk) {
+    const int n = a.bucket - j0 < kChunk ? a.bucket - j0 : kChunk;
+    __syncthreads();  // nobody reads the previous chunk any more
+    for (int idx = static_cast<int>(threadIdx.x); idx < n * kMax; idx += kThreads) {
+      const int j = idx / kMax, t = idx % kMax;
+      const index_t krow = pk[b0 + j0 + j];
+      k_tile[j][t] = t < a.dh ? a.kh[(head + krow) * a.dh + t] : T(0);
+      v_tile[j][t] = t < a.dv ? a.v[krow * a.ldv + static_cast<index_t>(h) * a.dv + t] : T(0);
+    }
+    for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) ksq_tile[j] = ksq[head + pk[b0 + j0 + j]];
+    __syncthreads();
+    if (!active) continue;
+    for (int j = 0; j < n; ++j) {
+      T dot = 0;
 #pragma unroll
-    for (int t = 0; t < kMax; ++t)
-      if (t < a.dh) dot = fused(q[t], kr[t], dot);
-    T x = (dot + qs) + ksq[head + krow];
-    x = x < T(0) ? x : T(0);
-    const T w = exponential(x);
-    total += w;
-    const T* vr = a.v + krow * a.ldv + static_cast<index_t>(h) * a.dv;
+      for (int t = 0; t < kMax; ++t) dot = fused(q[t], k_tile[j][t], dot);
+      T x = (dot + qs) + ksq_tile[j];
+      x = x < T(0) ? x : T(0);
+      const T w = exponential(x);
+      total += w;
 #pragma unroll
-    for (int d = 0; d < kMax; ++d)
-      if (d < a.dv) acc[d] = fused(w, vr[d], acc[d]);
+      for (int d = 0; d < kMax; ++d) acc[d] = fused(w, v_tile[j][d], acc[d]);
+    }
   }
+  if (!active) return;
   const index_t slot = static_cast<index_t>(r) * a.points + qrow;
   T* out = num + slot * a.dv;
 #pragma unroll

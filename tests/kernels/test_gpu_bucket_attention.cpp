@@ -99,7 +99,9 @@ struct Problem {
   std::vector<std::int64_t> perm_q, perm_k;
   index_t ldv() const { return static_cast<index_t>(heads) * dv + 3; }  // a padded stride
 
-  explicit Problem(std::uint32_t seed) {
+  explicit Problem(std::uint32_t seed) : Problem(seed, 8, {0, 16, 40}, 7, 5) {}
+  Problem(std::uint32_t seed, int bucket_size, std::vector<std::int64_t> first, int qk_width, int v_width)
+      : bucket(bucket_size), dh(qk_width), dv(v_width), graph_first(std::move(first)), points(graph_first.back()) {
     std::mt19937 gen(seed);
     std::uniform_real_distribution<double> unit(-1.0, 1.0);
     qh.resize(static_cast<std::size_t>(heads * points * dh));
@@ -196,10 +198,8 @@ struct DeviceProblem {
   }
 };
 
-TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
-  SURROGATE_SKIP_WITHOUT_GPU();
-  using T = TypeParam;
-  const Problem<T> pb(5);
+template <class T>
+void expect_within_the_bound(const Problem<T>& pb) {
   DeviceProblem<T> dp(pb);
   const index_t ldo = pb.heads * pb.dv + 1;
   std::vector<T> sentinel(static_cast<std::size_t>(pb.points * ldo), T(-7));
@@ -225,6 +225,18 @@ TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
   // A second launch gives the same bits.
   launch_buckets(a);
   EXPECT_EQ(to_host(out.data(), sentinel.size()), got);
+}
+
+TYPED_TEST(GpuBucketKernels, GaussianBucketsWithinTheirBoundOfTheFormula) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  expect_within_the_bound(Problem<TypeParam>(5));
+}
+
+// Buckets of 200 at HEPT's widths (dh 30, dv 24): several staged key chunks per bucket and two blocks of
+// queries per bucket.
+TYPED_TEST(GpuBucketKernels, LargeBucketsSpanSeveralKeyChunksAndQueryBlocks) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  expect_within_the_bound(Problem<TypeParam>(7, 200, {0, 200, 600}, 30, 24));
 }
 
 // gaussian_bucket_sums, then gaussian_buckets_combine (the split forward's two steps) give the one launch's
