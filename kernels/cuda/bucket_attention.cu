@@ -140,7 +140,7 @@ void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, Step s
   if ((step != Step::combine && a.bucket > 0 &&
        static_cast<double>(a.points / a.bucket) * bucket_kernels::query_groups(a.bucket) > 2147483647.0) ||
       (a.points + kThreads - 1) / kThreads > 2147483647 ||
-      static_cast<double>(a.heads) * static_cast<double>(a.points) > 2147483647.0 * kThreads)
+      static_cast<double>(a.heads) * static_cast<double>(a.points) * a.dv > 2147483647.0 * kThreads)
     throw std::invalid_argument(kernel + ": " + std::to_string(a.points) + " points exceed the grid");
   const bool inputs = step == Step::combine || (a.qh && a.kh && a.v && a.perm_q && a.perm_k && a.work);
   const bool outputs = step == Step::whole ? a.out != nullptr : step == Step::sums ? num && den : a.out && num && den;
@@ -167,8 +167,8 @@ void sums(const GaussianBucketsLaunchOf<T>& a, T* num, T* den, T* qsq, cudaStrea
 
 template <class T>
 void combine(const GaussianBucketsLaunchOf<T>& a, const T* num, const T* den, cudaStream_t stream) {
-  const index_t per_head = static_cast<index_t>(a.heads) * a.points;
-  const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
+  const index_t outputs = static_cast<index_t>(a.heads) * a.points * a.dv;
+  const dim3 flat(static_cast<unsigned>((outputs + kThreads - 1) / kThreads));
   launch(bucket_kernels::combine_kernel<T>, flat, kThreads, 0, stream, a, num, den);
   check_launch("combine_kernel");
 }

@@ -115,21 +115,23 @@ __global__ void __launch_bounds__(kThreads)
   den[slot] = total + T(1e-20);
 }
 
-/// Point p = flat index / heads, head h: the tables' sums added in table order, then divided.
+/// Output (point p, head h, column d), d fastest over the threads (coalesced numerators and outputs): the
+/// tables' sums added in table order, then divided.
 template <class T>
 __global__ void __launch_bounds__(kThreads) combine_kernel(const GaussianBucketsLaunchOf<T> a, const T* num, const T* den) {
   const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i >= static_cast<index_t>(a.heads) * a.points) return;
-  const index_t p = i / a.heads;
-  const int h = static_cast<int>(i - p * a.heads);
-  T total = 0;
-  for (int c = 0; c < a.tables; ++c) total += den[static_cast<index_t>(c * a.heads + h) * a.points + p];
-  T* out = a.out + p * a.ldo + static_cast<index_t>(h) * a.dv;
-  for (int d = 0; d < a.dv; ++d) {
-    T sum = 0;
-    for (int c = 0; c < a.tables; ++c) sum += num[(static_cast<index_t>(c * a.heads + h) * a.points + p) * a.dv + d];
-    out[d] = sum / total;
+  if (i >= static_cast<index_t>(a.heads) * a.points * a.dv) return;
+  const index_t ph = i / a.dv;
+  const int d = static_cast<int>(i - ph * a.dv);
+  const index_t p = ph / a.heads;
+  const int h = static_cast<int>(ph - p * a.heads);
+  T total = 0, sum = 0;
+  for (int c = 0; c < a.tables; ++c) {
+    const index_t slot = static_cast<index_t>(c * a.heads + h) * a.points + p;
+    total += den[slot];
+    sum += num[slot * a.dv + d];
   }
+  a.out[p * a.ldo + static_cast<index_t>(h) * a.dv + d] = sum / total;
 }
 
 }  // namespace bucket_kernels

@@ -19,7 +19,11 @@ constexpr int kRangeThreads = 256;
 
 __device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x; }
 
-__global__ void __launch_bounds__(kThreads) projection_kernel(const LshProjectionArgs a) {
+/// Thread (point p, head h): q̂ = [q_h ; s_h x] and k̂ written once, then every table's projections from
+/// registers (kMax >= dq + cd; 0: any width, re-read from the rows just written). The same products and sums
+/// in the same order either way.
+template <int kMax>
+__global__ void __launch_bounds__(kThreads, kMax == 64 ? 2 : 4) projection_kernel(const LshProjectionArgs a) {
   const index_t i = flat_index();
   if (i >= a.points * a.heads) return;
   const index_t p = i / a.heads;
@@ -29,18 +33,45 @@ __global__ void __launch_bounds__(kThreads) projection_kernel(const LshProjectio
   const bool zero = a.zero && a.zero[p];
   const float* q = a.q + p * a.ldqk + static_cast<index_t>(h) * a.dq;
   const float* k = a.k + p * a.ldqk + static_cast<index_t>(h) * a.dq;
-  for (int d = 0; d < a.dq; ++d) {
-    qr[d] = zero ? 0.0f : q[d];
-    kr[d] = zero ? 0.0f : k[d];
+  constexpr int kRegs = kMax > 0 ? kMax : 1;
+  float qv[kRegs], kv[kRegs];
+  const auto element = [&](int t, float& qt, float& kt) {
+    if (t < a.dq) {
+      qt = zero ? 0.0f : q[t];
+      kt = zero ? 0.0f : k[t];
+    } else {
+      qt = kt = zero ? 0.0f : __fmul_rn(a.scale[h * a.cd + t - a.dq], a.coords[p * a.ldc + t - a.dq]);
+    }
+  };
+  if constexpr (kMax > 0) {
+#pragma unroll
+    for (int t = 0; t < kMax; ++t) {
+      qv[t] = kv[t] = 0.0f;
+      if (t < dh) {
+        element(t, qv[t], kv[t]);
+        qr[t] = qv[t];
+        kr[t] = kv[t];
+      }
+    }
+  } else {
+    for (int t = 0; t < dh; ++t) element(t, qr[t], kr[t]);
   }
-  for (int t = 0; t < a.cd; ++t)
-    qr[a.dq + t] = kr[a.dq + t] = zero ? 0.0f : __fmul_rn(a.scale[h * a.cd + t], a.coords[p * a.ldc + t]);
   for (int c = 0; c < a.tables; ++c) {
     float sq = 0.0f, sk = 0.0f;
-    for (int t = 0; t < dh; ++t) {
-      const float w = a.alpha[(static_cast<index_t>(h) * dh + t) * a.tables + c];
-      sq = __fadd_rn(sq, __fmul_rn(qr[t], w));
-      sk = __fadd_rn(sk, __fmul_rn(kr[t], w));
+    if constexpr (kMax > 0) {
+#pragma unroll
+      for (int t = 0; t < kMax; ++t)
+        if (t < dh) {
+          const float w = a.alpha[(static_cast<index_t>(h) * dh + t) * a.tables + c];
+          sq = __fadd_rn(sq, __fmul_rn(qv[t], w));
+          sk = __fadd_rn(sk, __fmul_rn(kv[t], w));
+        }
+    } else {
+      for (int t = 0; t < dh; ++t) {
+        const float w = a.alpha[(static_cast<index_t>(h) * dh + t) * a.tables + c];
+        sq = __fadd_rn(sq, __fmul_rn(qr[t], w));
+        sk = __fadd_rn(sk, __fmul_rn(kr[t], w));
+      }
     }
     const index_t slot = static_cast<index_t>(c * a.heads + h) * a.points + p;
     a.pq[slot] = sq;
@@ -99,7 +130,14 @@ void lsh_projections(const LshProjectionArgs& a, cudaStream_t stream) {
           "need points, heads, tables, dq, cd > 0");
   require(a.ldqk >= static_cast<index_t>(a.heads) * a.dq && a.ldc >= a.cd && (!a.v || a.ldv >= static_cast<index_t>(a.heads) * a.dq),
           "lsh_projections", "row strides below the rows' widths");
-  launch(projection_kernel, blocks_for("lsh_projections", a.points * a.heads, kThreads), kThreads, 0, stream, a);
+  const dim3 grid = blocks_for("lsh_projections", a.points * a.heads, kThreads);
+  const int dh = a.dq + a.cd;
+  if (dh <= 32)
+    launch(projection_kernel<32>, grid, kThreads, 0, stream, a);
+  else if (dh <= 64)
+    launch(projection_kernel<64>, grid, kThreads, 0, stream, a);
+  else
+    launch(projection_kernel<0>, grid, kThreads, 0, stream, a);
   check_launch("projection_kernel");
 }
 
