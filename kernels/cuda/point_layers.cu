@@ -1,6 +1,6 @@
 // Launchers of the point-cloud layers (surrogate/kernels/cuda_point_layers.hpp); the device code is in
 // point_layers_kernels.cuh. One thread per output element, kThreads per block, a 1-D grid over the
-// elements.
+// elements; the dense layer in 64 x 64 output tiles.
 #include <stdexcept>
 #include <string>
 
@@ -20,8 +20,13 @@ void dense(const DenseArgs& a, cudaStream_t stream) {
   require(a.ldw >= a.out && a.ldx >= a.in && a.ldy >= a.out && (!a.add || a.ld_add >= a.out), "dense",
           "a row stride is smaller than its row (in " + std::to_string(a.in) + ", out " + std::to_string(a.out) +
               ", ldw " + std::to_string(a.ldw) + ", ldx " + std::to_string(a.ldx) + ", ldy " + std::to_string(a.ldy) + ")");
-  launch(point_kernels::dense_kernel, blocks_for("dense", a.rows * a.out, kThreads), kThreads, 0, stream, a);
-  check_launch("dense_kernel");
+  const index_t row_tiles = (a.rows + point_kernels::kDenseTile - 1) / point_kernels::kDenseTile;
+  const int column_tiles = (a.out + point_kernels::kDenseTile - 1) / point_kernels::kDenseTile;
+  require(row_tiles <= 2147483647 && column_tiles <= 65535, "dense",
+          std::to_string(a.rows) + " rows x " + std::to_string(a.out) + " outputs exceed the grid");
+  launch(point_kernels::dense_tiled_kernel, dim3(static_cast<unsigned>(row_tiles), static_cast<unsigned>(column_tiles)),
+         point_kernels::kDenseThreads, 0, stream, a);
+  check_launch("dense_tiled_kernel");
 }
 
 void copy_rows(const RowCopyArgs& a, cudaStream_t stream) {

@@ -1,7 +1,7 @@
 // The device code of the point-cloud layers (point_layers.cu has the launchers; see
 // surrogate/kernels/cuda_point_layers.hpp for what they compute). In a header of its own so that the host
 // emulation (tests/gpu/test_point_layers_emulated.cpp) runs exactly this code on the CPU: one thread per
-// output element, no shared memory, no synchronisation; intrinsics fmaf and __fmul_rn only (plus the
+// output element, except the dense layer's 64 x 64 tiles; intrinsics fmaf and __fmul_rn only (plus the
 // activations of activation.cuh).
 #pragma once
 
@@ -22,18 +22,61 @@ __device__ __forceinline__ index_t flat_index() {
   return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
 }
 
-__global__ void __launch_bounds__(kThreads) dense_kernel(DenseArgs a) {
-  const index_t t = flat_index();
-  if (t >= a.rows * a.out) return;
-  const index_t r = t / a.out;
-  const int o = static_cast<int>(t - r * a.out);
-  const float* x = a.x + r * a.ldx;
-  const float* w = a.wt + o;
-  float acc = a.bias[o];
-  for (int k = 0; k < a.in; ++k) acc = fmaf(x[k], w[static_cast<index_t>(k) * a.ldw], acc);
-  float v = activate(a.act, acc);
-  if (a.add) v += a.add[r * a.ld_add + o];
-  a.y[r * a.ldy + o] = v;
+/// The dense layer in 64 x 64 output tiles (blockIdx.x: rows, blockIdx.y: columns), 16 x 16 threads of
+/// 4 x 4 outputs each, x and w staged in shared memory 16 inputs at a time. Every output is one fmaf chain,
+/// bias first, then k in order (the CPU Linear kernels' sequence on AVX2 and AVX-512).
+constexpr int kDenseTile = 64, kDenseK = 16, kDenseThreads = 256;
+
+__global__ void __launch_bounds__(kDenseThreads) dense_tiled_kernel(DenseArgs a) {
+  __shared__ float xs[kDenseK][kDenseTile];  // x tile, transposed: xs[k][row]
+  __shared__ float ws[kDenseK][kDenseTile];  // w tile: ws[k][column]
+  const index_t r0 = static_cast<index_t>(blockIdx.x) * kDenseTile;
+  const int c0 = static_cast<int>(blockIdx.y) * kDenseTile;
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+  float acc[4][4];
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = c0 + tx + 16 * j;
+    const float b = c < a.out ? a.bias[c] : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i][j] = b;
+  }
+  for (int k0 = 0; k0 < a.in; k0 += kDenseK) {
+    const int kn = a.in - k0 < kDenseK ? a.in - k0 : kDenseK;
+    __syncthreads();  // nobody reads the previous tiles any more
+    for (int e = static_cast<int>(threadIdx.x); e < kDenseTile * kDenseK; e += kDenseThreads) {
+      const int xr = e / kDenseK, xk = e % kDenseK;  // x row-major: consecutive threads, consecutive k
+      const index_t r = r0 + xr;
+      xs[xk][xr] = r < a.rows && xk < kn ? a.x[r * a.ldx + k0 + xk] : 0.0f;
+      const int wk = e / kDenseTile, wc = e % kDenseTile;  // w row-major: consecutive columns
+      ws[wk][wc] = c0 + wc < a.out && wk < kn ? a.wt[static_cast<index_t>(k0 + wk) * a.ldw + c0 + wc] : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < kn; ++k) {  // only the real inputs: a padded fmaf would turn -0 into +0
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xv[i] = xs[k][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wv[j] = ws[k][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const index_t r = r0 + ty + 16 * i;
+    if (r >= a.rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = c0 + tx + 16 * j;
+      if (c >= a.out) continue;
+      float v = activate(a.act, acc[i][j]);
+      if (a.add) v += a.add[r * a.ld_add + c];
+      a.y[r * a.ldy + c] = v;
+    }
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) copy_rows_kernel(RowCopyArgs a) {

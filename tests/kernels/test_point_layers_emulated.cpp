@@ -69,7 +69,9 @@ TEST(PointLayersEmulated, DenseMatchesTheCpuLinearAndADoubleReference) {
   const DenseCase cases[] = {{5, 7, 13, kn::Activation::none, false},
                              {37, 45, 29, kn::Activation::gelu_erf, false},
                              {48, 16, 40, kn::Activation::silu, true},
-                             {19, 67, 9, kn::Activation::none, true}};
+                             {19, 67, 9, kn::Activation::none, true},
+                             {70, 130, 131, kn::Activation::none, true},  // several tiles each way, a partial k tile
+                             {64, 64, 128, kn::Activation::gelu_tanh, false}};
   std::uint32_t seed = 1;
   for (const DenseCase& c : cases) {
     const index_t ldx = kn::round_up(c.in, kn::kPad) + 3, ldy = kn::round_up(c.out, kn::kPad);
@@ -96,7 +98,9 @@ TEST(PointLayersEmulated, DenseMatchesTheCpuLinearAndADoubleReference) {
     a.act = c.act;
     a.add = c.residual ? y.data() : nullptr;  // in place, as the blocks' residuals
     a.ld_add = ldy;
-    run(c.rows * c.out, [&] { pk::dense_kernel(a); });
+    const dim3 tiles(static_cast<unsigned>((c.rows + pk::kDenseTile - 1) / pk::kDenseTile),
+                     static_cast<unsigned>((c.out + pk::kDenseTile - 1) / pk::kDenseTile));
+    cuda_host_emulation::launch(tiles, pk::kDenseThreads, [&] { pk::dense_tiled_kernel(a); });
 
     const double eps = std::numeric_limits<float>::epsilon() / 2;
     std::vector<double> bound(y.size(), 0.0);
