@@ -138,6 +138,21 @@ class Outcome(unittest.TestCase):
                      "machine: Intel(R) Xeon(R) | x"):
             self.assertFalse(run.is_table_row(line), line)
 
+    def test_benchmarks_are_chosen_by_family(self):
+        self.assertEqual(run.parse_args(["out"]).benchmarks, list(run.BENCH_FAMILIES))
+        self.assertEqual(run.parse_args(["out", "--benchmarks", "hept", "bsa"]).benchmarks, ["hept", "bsa"])
+        with self.assertRaises(SystemExit), open(os.devnull, "w") as null:
+            stderr, sys.stderr = sys.stderr, null
+            try:
+                run.parse_args(["out", "--benchmarks", "heptt"])
+            finally:
+                sys.stderr = stderr
+        for name, family in (("flare_machine", "flare"), ("flare N=1048576 M=64 bf16", "flare"),
+                             ("hept official", "hept"), ("sequoia seg N=65536", "sequoia"), ("bsa", "bsa"),
+                             ("sphere 721x1440", "sphere"), ("erwin N=16384", "erwin")):
+            self.assertEqual(run.bench_family(name), family, name)
+            self.assertIn(family, run.BENCH_FAMILIES)
+
     def test_official_code_folders_are_checked_and_made_absolute(self):
         # The benchmarks run in a scratch folder, so a relative --hept-official must not reach them as such.
         with tempfile.TemporaryDirectory() as tmp:

@@ -107,6 +107,14 @@ def descendants(pid):
     return out
 
 
+BENCH_FAMILIES = ("flare", "hept", "sequoia", "bsa", "sphere", "erwin")
+
+
+def bench_family(name):
+    """The family a benchmark's name belongs to ("flare_machine", "hept N=60000", "sequoia seg N=65536")."""
+    return name.split()[0].split("_")[0]
+
+
 def is_table_row(line):
     """A result row of a benchmark script's table: Markdown ("| ... |") or columns led by a size, with or
     without a name before it ("  60000 | ...", "   sparse    16384 | ...")."""
@@ -662,6 +670,8 @@ class Runner:
 
     # -- benchmarks ----------------------------------------------------------------------------------------
     def bench(self, name, argv, env, timeout, cwd=None):
+        if bench_family(name) not in self.args.benchmarks:
+            return
         remaining = self.remaining()
         entry = {"name": name, "command": argv}
         if remaining is not None and remaining <= 5:
@@ -704,6 +714,8 @@ class Runner:
         self.write_summary()
 
     def skip_bench(self, name, reason):
+        if bench_family(name) not in self.args.benchmarks:
+            return
         self.summary["benchmarks"].append({"name": name, "status": "skipped", "reason": reason})
         self.log(f"skipped  benchmark {name}  ({reason})")
         self.write_summary()
@@ -731,7 +743,7 @@ class Runner:
         py = self.python
         torch_ok = py.get("torch") and py.get("cuda_available")
         src = BUNDLE / "src" / "benchmarks" / "gpu"
-        flare = exe.get("bench_flare_gpu")
+        flare = exe.get("bench_flare_gpu") if "flare" in a.benchmarks else None
         if flare:
             self.bench("flare_machine", [flare, "--machine"], self.env, 300)
             if torch_ok:
@@ -799,6 +811,8 @@ class Runner:
                 nlat, nlon = grid.lower().split("x")
                 self.bench(f"sphere {grid}", [sphere, str(model), "5", nlat, nlon, "0"], self.env, 600)
         erwin = exe.get("erwin_gpu_bench")
+        if "erwin" not in a.benchmarks:
+            return
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
             return
@@ -911,6 +925,9 @@ def parse_args(argv=None):
     ap.add_argument("--sphere-grids", nargs="+", default=["241x480", "721x1440"],
                     help="SphericalTransformer benchmark grids, NLATxNLON (sphere_gpu_bench; 721x1440 is ERA5's "
                     "0.25 degrees)")
+    ap.add_argument("--benchmarks", nargs="+", choices=BENCH_FAMILIES, default=list(BENCH_FAMILIES),
+                    help="only these families' benchmarks (default: all), e.g. --benchmarks hept bsa when device "
+                    "time is short")
     ap.add_argument("--erwin-official", help="directory of the official Erwin code (erwin.py) for the PyTorch side")
     ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a folder holding a copy of its "
                     "example/) for the PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs "
