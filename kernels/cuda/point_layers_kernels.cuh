@@ -9,6 +9,7 @@
 
 #include "launch.cuh"
 #include "activation.cuh"
+#include "tile_gemm.cuh"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -22,14 +23,12 @@ __device__ __forceinline__ index_t flat_index() {
   return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
 }
 
-/// The dense layer in 64 x 64 output tiles (blockIdx.x: rows, blockIdx.y: columns), 16 x 16 threads of
-/// 4 x 4 outputs each, x and w staged in shared memory 16 inputs at a time. Every output is one fmaf chain,
-/// bias first, then k in order (the CPU Linear kernels' sequence on AVX2 and AVX-512).
-constexpr int kDenseTile = 64, kDenseK = 16, kDenseThreads = 256;
+/// The dense layer in 64 x 64 output tiles (tile_gemm.cuh; blockIdx.x: rows, blockIdx.y: columns). Every
+/// output is one fmaf chain, bias first, then k in order (the CPU Linear kernels' sequence on AVX2 and
+/// AVX-512).
+constexpr int kDenseTile = tile_gemm::kRows, kDenseThreads = tile_gemm::kThreads;
 
 __global__ void __launch_bounds__(kDenseThreads) dense_tiled_kernel(DenseArgs a) {
-  __shared__ float xs[kDenseK][kDenseTile];  // x tile, transposed: xs[k][row]
-  __shared__ float ws[kDenseK][kDenseTile];  // w tile: ws[k][column]
   const index_t r0 = static_cast<index_t>(blockIdx.x) * kDenseTile;
   const int c0 = static_cast<int>(blockIdx.y) * kDenseTile;
   const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
@@ -41,29 +40,9 @@ __global__ void __launch_bounds__(kDenseThreads) dense_tiled_kernel(DenseArgs a)
 #pragma unroll
     for (int i = 0; i < 4; ++i) acc[i][j] = b;
   }
-  for (int k0 = 0; k0 < a.in; k0 += kDenseK) {
-    const int kn = a.in - k0 < kDenseK ? a.in - k0 : kDenseK;
-    __syncthreads();  // nobody reads the previous tiles any more
-    for (int e = static_cast<int>(threadIdx.x); e < kDenseTile * kDenseK; e += kDenseThreads) {
-      const int xr = e / kDenseK, xk = e % kDenseK;  // x row-major: consecutive threads, consecutive k
-      const index_t r = r0 + xr;
-      xs[xk][xr] = r < a.rows && xk < kn ? a.x[r * a.ldx + k0 + xk] : 0.0f;
-      const int wk = e / kDenseTile, wc = e % kDenseTile;  // w row-major: consecutive columns
-      ws[wk][wc] = c0 + wc < a.out && wk < kn ? a.wt[static_cast<index_t>(k0 + wk) * a.ldw + c0 + wc] : 0.0f;
-    }
-    __syncthreads();
-    for (int k = 0; k < kn; ++k) {  // only the real inputs: a padded fmaf would turn -0 into +0
-      float xv[4], wv[4];
-#pragma unroll
-      for (int i = 0; i < 4; ++i) xv[i] = xs[k][ty + 16 * i];
-#pragma unroll
-      for (int j = 0; j < 4; ++j) wv[j] = ws[k][tx + 16 * j];
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
-    }
-  }
+  tile_gemm::accumulate(
+      a.rows, a.out, a.in, r0, c0, [&](index_t r, int k) { return a.x[r * a.ldx + k]; },
+      [&](int k, int c) { return a.wt[static_cast<index_t>(k) * a.ldw + c]; }, acc);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const index_t r = r0 + ty + 16 * i;

@@ -10,6 +10,7 @@
 #include <math.h>
 
 #include "launch.cuh"
+#include "tile_gemm.cuh"
 #include "surrogate/kernels/cuda_sphere_grid_ops.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -45,13 +46,12 @@ __global__ void __launch_bounds__(kThreads) disco_contraction_kernel(DiscoContra
   }
 }
 
-constexpr int kTileRows = 64, kTileOut = 64, kTileIn = 16;
+constexpr int kTileRows = tile_gemm::kRows, kTileOut = tile_gemm::kCols;
+static_assert(kThreads == tile_gemm::kThreads);
 
-/// A block computes 64 rows x 64 outputs of one group (4 x 4 per thread, strided by 16); x and w pass
-/// through shared memory 16 inputs at a time. Each output: fmaf over j ascending from 0, then + bias.
+/// A block computes 64 rows x 64 outputs of one group (tile_gemm.cuh). Each output: fmaf over j ascending
+/// from 0, then + bias.
 __global__ void __launch_bounds__(kThreads) grouped_linear_kernel(GroupedLinearArgs a) {
-  __shared__ float xs[kTileIn][kTileRows + 1];
-  __shared__ float ws[kTileIn][kTileOut];
   const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
   const index_t row0 = static_cast<index_t>(blockIdx.x) * kTileRows;
   const int out0 = static_cast<int>(blockIdx.y) * kTileOut, g = static_cast<int>(blockIdx.z);
@@ -62,25 +62,9 @@ __global__ void __launch_bounds__(kThreads) grouped_linear_kernel(GroupedLinearA
   for (int i = 0; i < 4; ++i)
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
-  for (int j0 = 0; j0 < a.in; j0 += kTileIn) {
-    const int n = a.in - j0 < kTileIn ? a.in - j0 : kTileIn;
-    __syncthreads();  // nobody reads the previous tiles any more
-    for (int e = static_cast<int>(threadIdx.x); e < kTileRows * kTileIn; e += kThreads) {
-      const int rr = e / kTileIn, kk = e % kTileIn;
-      const index_t row = row0 + rr;
-      xs[kk][rr] = row < a.rows && kk < n ? x[row * a.ldx + j0 + kk] : 0.0f;
-    }
-    for (int e = static_cast<int>(threadIdx.x); e < kTileIn * kTileOut; e += kThreads) {
-      const int kk = e / kTileOut, oo = e % kTileOut;
-      ws[kk][oo] = kk < n && out0 + oo < a.out ? w[static_cast<index_t>(j0 + kk) * a.out + out0 + oo] : 0.0f;
-    }
-    __syncthreads();
-    for (int kk = 0; kk < n; ++kk)
-#pragma unroll
-      for (int i = 0; i < 4; ++i)
-#pragma unroll
-        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xs[kk][ty + 16 * i], ws[kk][tx + 16 * j], acc[i][j]);
-  }
+  tile_gemm::accumulate(
+      a.rows, a.out, a.in, row0, out0, [&](index_t r, int k) { return x[r * a.ldx + k]; },
+      [&](int k, int o) { return w[static_cast<index_t>(k) * a.out + o]; }, acc);
 #pragma unroll
   for (int i = 0; i < 4; ++i) {
     const index_t row = row0 + ty + 16 * i;

@@ -1,0 +1,50 @@
+// 64 x 64 output tiles of a float GEMM for the row-wise layers (dense, DISCO's grouped linear): 256 threads
+// of 4 x 4 outputs, strided by 16, x and w staged in shared memory 16 inputs at a time, one fmaf per term
+// in input order, so a tiled output has the bits of a one-thread fmaf chain (share/docs/cuda.md).
+#pragma once
+
+#include "launch.cuh"
+
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace tile_gemm {
+
+constexpr int kRows = 64, kCols = 64, kK = 16, kThreads = 256;
+
+/// acc[i][j] += x(row0 + ty + 16 i, k) w(k, col0 + tx + 16 j) for k = 0 .. in - 1 in order, where
+/// ty, tx = threadIdx.x / 16, % 16. x_at(r, k) and w_at(k, c) read the operands; they are called only for
+/// r < rows, c < cols and k < in. Only real inputs enter the chain (a padded fmaf would turn -0 into +0).
+/// Every thread of the block must call it (it synchronises).
+template <class XAt, class WAt>
+__device__ __forceinline__ void accumulate(index_t rows, int cols, int in, index_t row0, int col0, XAt x_at, WAt w_at,
+                                           float (&acc)[4][4]) {
+  __shared__ float xs[kK][kRows + 1];  // transposed x tile (+1: the stores go to different banks)
+  __shared__ float ws[kK][kCols];
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+  for (int k0 = 0; k0 < in; k0 += kK) {
+    const int n = in - k0 < kK ? in - k0 : kK;
+    __syncthreads();  // nobody reads the previous tiles any more
+    for (int e = static_cast<int>(threadIdx.x); e < kRows * kK; e += kThreads) {
+      const int r = e / kK, k = e % kK;  // x row-major: consecutive threads, consecutive inputs
+      xs[k][r] = row0 + r < rows && k < n ? x_at(row0 + r, k0 + k) : 0.0f;
+      const int wk = e / kCols, c = e % kCols;  // w row-major: consecutive threads, consecutive columns
+      ws[wk][c] = col0 + c < cols && wk < n ? w_at(k0 + wk, col0 + c) : 0.0f;
+    }
+    __syncthreads();
+    for (int k = 0; k < n; ++k) {
+      float xv[4], wv[4];
+#pragma unroll
+      for (int i = 0; i < 4; ++i) xv[i] = xs[k][ty + 16 * i];
+#pragma unroll
+      for (int j = 0; j < 4; ++j) wv[j] = ws[k][tx + 16 * j];
+#pragma unroll
+      for (int i = 0; i < 4; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) acc[i][j] = fmaf(xv[i], wv[j], acc[i][j]);
+    }
+  }
+}
+
+}  // namespace tile_gemm
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda
