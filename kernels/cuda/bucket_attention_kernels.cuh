@@ -46,8 +46,8 @@ __global__ void __launch_bounds__(kThreads) half_squares_kernel(const GaussianBu
 template <class T>
 inline constexpr int kKeyChunk = sizeof(T) == 4 ? 64 : 32;
 
-/// Blocks per (bucket, row): the bucket's queries in groups of kThreads (host).
-inline int query_groups(int bucket) { return (bucket + kThreads - 1) / kThreads; }
+/// Blocks per (bucket, row): the bucket's queries in groups of kThreads.
+__host__ __device__ inline int query_groups(int bucket) { return (bucket + kThreads - 1) / kThreads; }
 
 /// Row r = blockIdx.y; blockIdx.x = bucket b times query_groups + group g. Thread i of the group takes
 /// sorted position s = b bucket + g kThreads + i: the bucket's sums for query perm_q[s], written to that
@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads)
   __align__(16) __shared__ T k_tile[kChunk][kMax];
   __align__(16) __shared__ T v_tile[kChunk][kMax];
   __shared__ T ksq_tile[kChunk];
-  const int groups = (a.bucket + kThreads - 1) / kThreads;  // query_groups (a host function)
+  const int groups = query_groups(a.bucket);
   const index_t b = static_cast<index_t>(blockIdx.x) / groups;
   const int i = static_cast<int>(blockIdx.x - b * groups) * kThreads + static_cast<int>(threadIdx.x);
   const bool active = i < a.bucket;  // inactive threads still stage keys
