@@ -1,8 +1,7 @@
 // HEPT's bucket sorts and Gaussian bucket attention (surrogate/kernels/cuda_bucket_attention.hpp).
-// The sorts: on the GPU CUB's segmented radix sort of the keys' order-preserving bit images (-0 made +0,
-// positions as values: stable, so ties keep position order); on the host backend the CPU's
-// kernels::stable_key_sort of the same images, run in stream order. The attention's device code is in
-// bucket_attention_kernels.cuh; this file has the checks, the width dispatch and the launches.
+// Sorts: CUB radix sorts of the keys' order-preserving images with positions as values (stable: ties keep
+// position order), float keys in one flat sort with the segment above the key bits; on the host backend
+// kernels::stable_key_sort. The attention's device code: bucket_attention_kernels.cuh.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -17,6 +16,7 @@
 #if defined(SURROGATE_CUDA_HOST_BACKEND)
 #include "surrogate/kernels/stable_key_sort.hpp"
 #else
+#include <cub/device/device_radix_sort.cuh>
 #include <cub/device/device_segmented_radix_sort.cuh>
 #endif
 
@@ -84,6 +84,54 @@ __global__ void __launch_bounds__(kThreads) offsets_kernel(const SegmentSortLaun
 
 std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
 
+/// float keys: (segment r * segments + g) << 32 | the key's image, so that one flat stable sort orders
+/// every segment in place (CUB's segmented sort gives each segment one thread block: 24 blocks for HEPT).
+__global__ void __launch_bounds__(kThreads) flat_bits_kernel(const SegmentSortLaunchOf<float> a,
+                                                             unsigned long long* bits, std::int64_t* pos) {
+  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= static_cast<index_t>(a.rows) * a.points) return;
+  const index_t r = i / a.points, p = i % a.points;
+  int g = 0, last = a.segments - 1;  // the last segment starting at or before p (empty ones skipped)
+  while (g < last) {
+    const int mid = (g + last + 1) / 2;
+    if (a.first[mid] <= p) g = mid;
+    else last = mid - 1;
+  }
+  const unsigned int b = __float_as_uint(a.keys[i] + 0.0f);
+  const unsigned int image = (b & 0x80000000u) ? ~b : (b | 0x80000000u);
+  bits[i] = (static_cast<unsigned long long>(r * a.segments + g) << 32) | image;
+  pos[i] = p;
+}
+
+void sort(const SegmentSortLaunchOf<float>& a, cudaStream_t stream) {
+  using U = unsigned long long;
+  const auto n = static_cast<std::size_t>(a.rows) * static_cast<std::size_t>(a.points);
+  const auto segments = static_cast<unsigned long long>(a.rows) * static_cast<unsigned long long>(a.segments);
+  int end_bit = 32;
+  while (end_bit < 64 && (segments - 1) >> (end_bit - 32) != 0) ++end_bit;
+  std::size_t temp = 0;
+  check(cub::DeviceRadixSort::SortPairs(nullptr, temp, static_cast<const U*>(nullptr), static_cast<U*>(nullptr),
+                                        static_cast<const std::int64_t*>(nullptr), static_cast<std::int64_t*>(nullptr),
+                                        static_cast<int>(n), 0, end_bit, stream),
+        "cub::DeviceRadixSort::SortPairs (size)");
+  const std::size_t keys_bytes = aligned(n * sizeof(U)), pos_bytes = aligned(n * sizeof(std::int64_t));
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  a.work->bytes.resize(2 * keys_bytes + pos_bytes + temp, device);
+  unsigned char* base = a.work->bytes.data();
+  auto* bits_in = reinterpret_cast<U*>(base);
+  auto* bits_out = reinterpret_cast<U*>(base + keys_bytes);
+  auto* pos = reinterpret_cast<std::int64_t*>(base + 2 * keys_bytes);
+  void* scratch = base + 2 * keys_bytes + pos_bytes;
+  launch(flat_bits_kernel, dim3(static_cast<unsigned>((n + kThreads - 1) / kThreads)), kThreads, 0, stream, a, bits_in,
+         pos);
+  check_launch("flat_bits_kernel");
+  check(cub::DeviceRadixSort::SortPairs(scratch, temp, bits_in, bits_out, pos, a.perm, static_cast<int>(n), 0, end_bit,
+                                        stream),
+        "cub::DeviceRadixSort::SortPairs");
+}
+
+/// double keys (their 64 bits leave no room for the segment): CUB's segmented sort.
 template <class T>
 void sort(const SegmentSortLaunchOf<T>& a, cudaStream_t stream) {
   using U = Bits<T>;
