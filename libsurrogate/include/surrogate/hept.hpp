@@ -51,15 +51,16 @@ struct Config {
 /// bins of eta and phi, the bit widths, the region codes, and the padded sequence. Computed in the
 /// arithmetic of the run (T = float or double: the bin sizes are ceil(n * (1 / R)) in that precision).
 struct Geometry {
+  using RowsArray = std::vector<std::int64_t, kernels::BlockAllocator<std::int64_t>>;  // rows x points
   std::vector<std::int64_t> sizes, padded_sizes;     // per graph
-  std::vector<std::int64_t> region_eta, region_phi;  // rows x N (input order; src: rows x N', pads last)
+  RowsArray region_eta, region_phi;                  // rows x N (input order; src: rows x N', pads last)
   std::vector<double> bin_eta, bin_phi;              // graphs x rows
   std::vector<std::int64_t> bits_eta, bits_code1;    // rows
-  std::vector<std::int64_t> codes;                   // rows x N
+  RowsArray codes;                                   // rows x N
   std::vector<std::int64_t> pad_sort_order;          // N: stable argsort of codes row 0 within each graph
   std::vector<std::int64_t> pad_seq;                 // N': input row of each padded row (src: -1 for zero pads)
   std::vector<std::uint8_t> unpad;                   // N': 1 for originals
-  std::vector<std::int64_t> padded_codes;            // rows x N'
+  RowsArray padded_codes;                            // rows x N'
   std::int64_t points() const {
     std::int64_t n = 0;
     for (const std::int64_t s : sizes) n += s;

@@ -2,21 +2,21 @@
 // per graph, bit widths, region codes (AND-construction) and padding by duplication, with stable sorts.
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <string>
 
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
+#include "surrogate/kernels/stable_key_sort.hpp"
 
 namespace surrogate::hept {
 namespace {
 
-/// Indices 0..n-1 ordered by v (ties by index: the stable order).
-template <class V>
-std::vector<std::int64_t> stable_order(std::int64_t n, const V& value) {
+/// Positions 0..n-1 in the stable order of keys[0..n-1] (ties by position).
+template <class T>
+std::vector<std::int64_t> stable_order(const T* keys, std::int64_t n) {
   std::vector<std::int64_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), std::int64_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) { return value(a) < value(b); });
+  kernels::StableKeySortWork<T> work;
+  kernels::stable_key_sort(keys, n, 0, order.data(), work);
   return order;
 }
 
@@ -57,19 +57,35 @@ void quantile_bins(const Config& cfg, const std::vector<float>& regions, const f
     const std::int64_t ng = sizes[graph], mg = ranked(ng);
     const float* c = coords + first * cd;
     for (int axis = 0; axis < 2; ++axis) {
-      const auto order = stable_order(ng, [&](std::int64_t i) { return c[i * cd + axis]; });
+      std::vector<float> key(static_cast<std::size_t>(ng));
+      for (std::int64_t i = 0; i < ng; ++i) key[static_cast<std::size_t>(i)] = c[i * cd + axis];
+      const auto order = stable_order(key.data(), ng);
       std::vector<std::int64_t> rank(static_cast<std::size_t>(mg));
       for (std::int64_t p = 0; p < ng; ++p) rank[static_cast<std::size_t>(order[static_cast<std::size_t>(p)])] = p;
       for (std::int64_t p = ng; p < mg; ++p) rank[static_cast<std::size_t>(p)] = p;
+      std::vector<std::int64_t> bin(static_cast<std::size_t>(rows));
       for (int r = 0; r < rows; ++r) {
         // R[axis, c*H + h] = regions[c, axis, h]; bin = ceil(n * fl(1 / R)) in the run's precision.
         const float R = regions[static_cast<std::size_t>(((r / H) * 2 + axis) * H + r % H)];
-        const std::int64_t b = quantile_bin<T>(mg, R);
+        bin[static_cast<std::size_t>(r)] = quantile_bin<T>(mg, R);
         (axis == 0 ? g.bin_eta : g.bin_phi)[graph * static_cast<std::size_t>(rows) + static_cast<std::size_t>(r)] =
-            double(b);
-        auto& out = axis == 0 ? g.region_eta : g.region_phi;
-        for (std::int64_t i = 0; i < mg; ++i)
-          out[static_cast<std::size_t>(r * total + first_ranked + i)] = rank[static_cast<std::size_t>(i)] / b + 1;
+            double(bin[static_cast<std::size_t>(r)]);
+      }
+      std::int64_t* out = (axis == 0 ? g.region_eta : g.region_phi).data() + first_ranked;
+      const std::int64_t* rk = rank.data();
+      // rank / b in double is the integer quotient: both are below 2^31 here, far inside 2^53.
+      const bool exact_in_double = mg < (std::int64_t{1} << 31);
+#pragma omp parallel for schedule(static)
+      for (int r = 0; r < rows; ++r) {
+        const std::int64_t b = bin[static_cast<std::size_t>(r)];
+        std::int64_t* o = out + r * total;
+        if (exact_in_double) {
+          const double db = static_cast<double>(b);
+          for (std::int64_t i = 0; i < mg; ++i)
+            o[i] = static_cast<std::int64_t>(static_cast<double>(rk[i]) / db) + 1;
+        } else {
+          for (std::int64_t i = 0; i < mg; ++i) o[i] = rk[i] / b + 1;
+        }
       }
     }
     first += ng;
@@ -94,34 +110,40 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
     (void)graph_ids, (void)reduce_max;
     return;
   }
-  auto batch_max = [&](const std::vector<std::int64_t>& v) {
+  // The per-row passes below are independent across the rows (one row per thread, the same bits).
+  auto batch_max = [&](const Geometry::RowsArray& v) {
     std::vector<std::int64_t> m(static_cast<std::size_t>(rows), 0);
-    for (int r = 0; r < rows; ++r)
-      for (std::int64_t i = 0; i < n; ++i)
-        m[static_cast<std::size_t>(r)] =
-            std::max(m[static_cast<std::size_t>(r)], v[static_cast<std::size_t>(r * n + i)]);
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const std::int64_t* row = v.data() + r * n;
+      std::int64_t best = 0;
+      for (std::int64_t i = 0; i < n; ++i) best = std::max(best, row[i]);
+      m[static_cast<std::size_t>(r)] = best;
+    }
     if (reduce_max) reduce_max(m);
     return m;
   };
-  // Bit widths over the whole batch (every rank's graphs): of the eta bins, then of code1.
+  // Bit widths over the whole batch (every rank's graphs): of the eta bins, then of code1 (held in codes).
   g.bits_eta = batch_max(g.region_eta);
   for (auto& b : g.bits_eta) b = bit_width(b);
-  std::vector<std::int64_t> code1(static_cast<std::size_t>(rows * n));
-  for (int r = 0; r < rows; ++r)
-    for (std::int64_t i = 0; i < n; ++i) {
-      const auto k = static_cast<std::size_t>(r * n + i);
-      code1[k] = (g.region_phi[k] << g.bits_eta[static_cast<std::size_t>(r)]) | g.region_eta[k];
-    }
-  g.bits_code1 = batch_max(code1);
+  g.codes.resize(static_cast<std::size_t>(rows * n));
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t shift = g.bits_eta[static_cast<std::size_t>(r)];
+    const std::int64_t *eta = g.region_eta.data() + r * n, *phi = g.region_phi.data() + r * n;
+    std::int64_t* code1 = g.codes.data() + r * n;
+    for (std::int64_t i = 0; i < n; ++i) code1[i] = (phi[i] << shift) | eta[i];
+  }
+  g.bits_code1 = batch_max(g.codes);
   for (auto& b : g.bits_code1) b = bit_width(b);
-  g.codes.assign(static_cast<std::size_t>(rows * n), 0);
   std::int64_t first = 0;
   for (std::size_t graph = 0; graph < g.sizes.size(); ++graph) {
-    for (int r = 0; r < rows; ++r)
-      for (std::int64_t i = first; i < first + g.sizes[graph]; ++i) {
-        const auto k = static_cast<std::size_t>(r * n + i);
-        g.codes[k] = (graph_ids[graph] << g.bits_code1[static_cast<std::size_t>(r)]) | code1[k];
-      }
+#pragma omp parallel for schedule(static)
+    for (int r = 0; r < rows; ++r) {
+      const std::int64_t tag = graph_ids[graph] << g.bits_code1[static_cast<std::size_t>(r)];
+      std::int64_t* code = g.codes.data() + r * n + first;
+      for (std::int64_t i = 0; i < g.sizes[graph]; ++i) code[i] |= tag;
+    }
     first += g.sizes[graph];
   }
   // Padding: each graph to a multiple of bs, its hits in input order, then copies of the hits at sorted
@@ -137,7 +159,7 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
       throw Error(ErrorCode::input, "hept: graph " + std::to_string(graph_ids[graph]) + " has " + std::to_string(ng) +
                                         " points, fewer than the block size " + std::to_string(bs) +
                                         " (the official code then pads it with points of other graphs)");
-    const auto order = stable_order(ng, [&](std::int64_t i) { return g.codes[static_cast<std::size_t>(first + i)]; });
+    const auto order = stable_order(g.codes.data() + first, ng);
     for (std::int64_t p = 0; p < ng; ++p)
       g.pad_sort_order[static_cast<std::size_t>(first + p)] = first + order[static_cast<std::size_t>(p)];
     for (std::int64_t i = 0; i < ng; ++i) {
@@ -152,11 +174,13 @@ void finish_geometry(const Config& cfg, const std::vector<std::int64_t>& graph_i
     first += ng;
   }
   const std::int64_t np = static_cast<std::int64_t>(g.pad_seq.size());
-  g.padded_codes.assign(static_cast<std::size_t>(rows * np), 0);
-  for (int r = 0; r < rows; ++r)
-    for (std::int64_t i = 0; i < np; ++i)
-      g.padded_codes[static_cast<std::size_t>(r * np + i)] =
-          g.codes[static_cast<std::size_t>(r * n + g.pad_seq[static_cast<std::size_t>(i)])];
+  g.padded_codes.resize(static_cast<std::size_t>(rows * np));
+#pragma omp parallel for schedule(static)
+  for (int r = 0; r < rows; ++r) {
+    const std::int64_t* code = g.codes.data() + r * n;
+    std::int64_t* padded = g.padded_codes.data() + r * np;
+    for (std::int64_t i = 0; i < np; ++i) padded[i] = code[g.pad_seq[static_cast<std::size_t>(i)]];
+  }
 }
 
 template void quantile_bins<float>(const Config&, const std::vector<float>&, const float*,

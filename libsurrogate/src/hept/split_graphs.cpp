@@ -127,7 +127,7 @@ SplitGraphs::SplitGraphs(const Comm& comm, const SampleLayout& layout, const Poi
     for (int axis = 0; axis < 2; ++axis)
       for (int r = 0; r < rows; ++r) {
         const float R = regions[sz(((r / H) * 2 + axis) * H + r % H)];
-        std::vector<std::int64_t>& region = axis == 0 ? g.region_eta : g.region_phi;
+        Geometry::RowsArray& region = axis == 0 ? g.region_eta : g.region_phi;
         for (std::int64_t j = 0, k = 0; j < np; ++j) {
           const std::int64_t gj = graph_[sz(j)], mg = src ? graph_first_[sz(gj) + 1] - graph_first_[sz(gj)] : sizes[sz(gj)];
           const std::int64_t bin = quantile_bin<T>(mg, R);

@@ -50,4 +50,20 @@ class AlignedBuffer {
   std::size_t count_ = 0;
 };
 
+/// The same blocks for a std::vector whose fresh large buffers should fault in 2 MiB pages (HEPT's
+/// geometry: rows x points int64 arrays, a few hundred MB per event).
+template <class T>
+struct BlockAllocator {
+  using value_type = T;
+  BlockAllocator() = default;
+  template <class U>
+  BlockAllocator(const BlockAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T))); }
+  void deallocate(T* p, std::size_t n) noexcept { aligned_free(p, n * sizeof(T)); }
+  template <class U>
+  bool operator==(const BlockAllocator<U>&) const noexcept {
+    return true;
+  }
+};
+
 }  // namespace surrogate::kernels

@@ -1,6 +1,6 @@
-// Stable sort of positions by floating-point keys (HEPT's bucket sorts, share/docs/hept.md "Sorts"): an
-// LSD radix sort of the keys' order-preserving bit images, 11 bits a pass, giving exactly the order of
-// std::stable_sort with operator< on the positions in ascending order.
+// Stable sort of positions by float, double or int64 keys (HEPT's bucket sorts and geometry,
+// share/docs/hept.md "Sorts"): an LSD radix sort of the keys' order-preserving bit images, 11 bits a
+// pass, giving exactly the order of std::stable_sort with operator< on the positions in ascending order.
 #pragma once
 
 #include <cstdint>
@@ -15,12 +15,13 @@ namespace detail {
 template <class T>
 using SortBits = std::conditional_t<sizeof(T) == 4, std::uint32_t, std::uint64_t>;
 
-/// The key's bits mapped so that unsigned order is the order of the floats (NaN-free; -0 first becomes +0,
-/// so that the two zeros tie as they do under operator<).
+/// The key's bits mapped so that unsigned order is the order of the keys: integers with the sign bit
+/// flipped; floats NaN-free, -0 first becoming +0, so that the two zeros tie as they do under operator<.
 template <class T>
 SortBits<T> ordered_bits(T key) {
   using U = SortBits<T>;
   constexpr U sign = U(1) << (8 * sizeof(T) - 1);
+  if constexpr (std::is_integral_v<T>) return static_cast<U>(key) ^ sign;
   key = key + T(0);  // -0 + 0 = +0 (round to nearest)
   U b;
   std::memcpy(&b, &key, sizeof b);
@@ -43,8 +44,8 @@ struct StableKeySortWork {
 };
 
 /// perm[i] = first + p_i, where p_0..p_{n-1} are the positions 0..n-1 ordered by key[p] ascending, ties by
-/// position: what std::stable_sort(positions, key[a] < key[b]) gives. T float or double; keys NaN-free
-/// (+-inf allowed); n < 2^32.
+/// position: what std::stable_sort(positions, key[a] < key[b]) gives. T float, double or std::int64_t;
+/// floating keys NaN-free (+-inf allowed); n < 2^32.
 template <class T>
 void stable_key_sort(const T* key, std::int64_t n, std::int64_t first, std::int64_t* perm, StableKeySortWork<T>& work) {
   using U = detail::SortBits<T>;
