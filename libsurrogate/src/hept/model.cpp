@@ -119,7 +119,7 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
   rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
   std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
-  network.forward(plan.geometry_of(fp64), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads);
+  network.forward(plan.geometry_of(fp64, comm), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads);
   std::vector<float> y(out.begin(), out.end());
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
@@ -181,7 +181,8 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
   rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
   std::vector<float> y(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
-  run_agreed([&] { device_->forward(plan.geometry_of(false), x.data(), plan.coords().data(), y.data(), &range); });
+  const Geometry& g = plan.geometry_of(false, comm);
+  run_agreed([&] { device_->forward(g, x.data(), plan.coords().data(), y.data(), &range); });
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 

@@ -10,7 +10,7 @@
 namespace surrogate::hept {
 
 Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<float>& regions)
-    : surrogate::Plan(std::move(basis)) {
+    : surrogate::Plan(std::move(basis)), cfg_(cfg), regions_(regions) {
   const SampleLayout& l = layout();
   const int cd = cfg.coords_dim;
   // Every rank sees every sample's size: a bad batch is refused before any message.
@@ -39,21 +39,29 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
   const index_t m = owners_.rows();
   coords_.assign(static_cast<std::size_t>(std::max<index_t>(m, 1) * cd), 0.0f);
   owners_.rows_plan().forward(geometry().positions, cd, coords_.data(), cd, cd);
-  std::vector<std::int64_t> sizes, ids;
   for (const auto& o : owners_.owned()) {
-    sizes.push_back(o.end - o.begin);
-    ids.push_back(o.sample);
+    sizes_.push_back(o.end - o.begin);
+    ids_.push_back(o.sample);
   }
-  collectively(comm, [&] {
-    quantile_bins<float>(cfg, regions, coords_.data(), sizes, geometry32_);
-    quantile_bins<double>(cfg, regions, coords_.data(), sizes, geometry64_);
-  });
-  const auto reduce_max = [&comm](std::vector<std::int64_t>& v) {
+  build_geometry<float>(comm, geometry32_);
+}
+
+template <class T>
+void Plan::build_geometry(const Comm& comm, Geometry& g) const {
+  collectively(comm, [&] { quantile_bins<T>(cfg_, regions_, coords_.data(), sizes_, g); });
+  // The same allreduces on every rank; graphs below the block size were refused when the plan was built.
+  finish_geometry(cfg_, ids_, g, [&comm](std::vector<std::int64_t>& v) {
     comm.allreduce(std::span<std::int64_t>(v), ReduceOp::max);
-  };
-  // Both calls make the same allreduces on every rank; graphs below the block size were refused above.
-  finish_geometry(cfg, ids, geometry32_, reduce_max);
-  finish_geometry(cfg, ids, geometry64_, reduce_max);
+  });
+}
+
+const Geometry& Plan::geometry_of(bool fp64, const Comm& comm) {
+  if (!fp64) return geometry32_;
+  if (!have64_) {
+    build_geometry<double>(comm, geometry64_);
+    have64_ = true;
+  }
+  return geometry64_;
 }
 
 }  // namespace surrogate::hept

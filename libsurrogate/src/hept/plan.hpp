@@ -32,12 +32,21 @@ class Plan final : public surrogate::Plan {
   detail::SampleOwners& owners() { return owners_; }
   /// Coordinates of the owned samples' points in owner order (points x coords_dim).
   const std::vector<float>& coords() const { return coords_; }
-  const Geometry& geometry_of(bool fp64) const { return fp64 ? geometry64_ : geometry32_; }
+  /// The owned samples' geometry in the forward's arithmetic; float64's is built at its first use, a
+  /// collective step (every rank runs the same precision in a forward).
+  const Geometry& geometry_of(bool fp64, const Comm& comm);
 
  private:
+  template <class T>
+  void build_geometry(const Comm& comm, Geometry& g) const;
+
+  Config cfg_;
+  std::vector<float> regions_;
   detail::SampleOwners owners_;
   std::vector<float> coords_;
+  std::vector<std::int64_t> sizes_, ids_;  // the owned samples' sizes and batch numbers
   Geometry geometry32_, geometry64_;
+  bool have64_ = false;
   std::unique_ptr<SplitGraphs> split_;
 };
 
