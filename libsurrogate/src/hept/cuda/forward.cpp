@@ -84,6 +84,9 @@ class CudaForward final : public DeviceForward {
   // The split bucket stage: keys on the host, values by head, every slot's rows and sums, each table's sums
   // at the queries' rows, the slots' identity order.
   std::vector<float> keys_q_, keys_k_;
+  // Host staging of the inputs and outputs, kept between forwards (no fresh pages for every event).
+  std::vector<float> xp_host_, cp_host_, a_host_, b_host_, out_host_;
+  std::vector<std::uint8_t> zero_host_;
   cu::DeviceBuffer<float> vt_, slot_q_, slot_k_, slot_v_, slot_num_, slot_den_, slot_work_, num_all_, den_all_;
   cu::DeviceBuffer<std::int64_t> identity_;
 };
@@ -176,8 +179,14 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     if (failed) std::rethrow_exception(failed);
   };
   // Padded inputs (duplicates copy their originals; src zero pads stay zero), the key shifts' factors.
-  std::vector<float> xp(n * static_cast<std::size_t>(in), 0.0f), cp(n * static_cast<std::size_t>(cd), 0.0f);
-  std::vector<std::uint8_t> zero(n, 0);
+  std::vector<float>& xp = xp_host_;
+  std::vector<float>& cp = cp_host_;
+  std::vector<float>& a = a_host_;
+  std::vector<float>& b = b_host_;
+  std::vector<std::uint8_t>& zero = zero_host_;
+  xp.assign(n * static_cast<std::size_t>(in), 0.0f);
+  cp.assign(n * static_cast<std::size_t>(cd), 0.0f);
+  zero.assign(n, 0);
   for (std::size_t p = 0; p < n; ++p) {
     const std::int64_t i = g.pad_seq[p];
     if (i < 0) {
@@ -187,14 +196,19 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     net_->encoder_input(x + i * cfg_.in_dim, xp.data() + p * static_cast<std::size_t>(in));
     std::copy(coords + i * cd, coords + (i + 1) * cd, cp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(cd)));
   }
-  std::vector<float> a(static_cast<std::size_t>(R) * n), b(src_layout ? a.size() : 0),
-      factor(src_layout ? static_cast<std::size_t>(R) : 0);
+  a.resize(static_cast<std::size_t>(R) * n);
+  b.resize(src_layout ? a.size() : 0);
+  std::vector<float> factor(src_layout ? static_cast<std::size_t>(R) : 0);
+  const auto count = static_cast<std::int64_t>(a.size());
   if (!src_layout) {
-    for (std::size_t i = 0; i < a.size(); ++i) a[i] = static_cast<float>(g.padded_codes[i]);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < count; ++i)
+      a[static_cast<std::size_t>(i)] = static_cast<float>(g.padded_codes[static_cast<std::size_t>(i)]);
   } else {
-    for (std::size_t i = 0; i < a.size(); ++i) {
-      a[i] = static_cast<float>(g.region_phi[i]);
-      b[i] = static_cast<float>(g.region_eta[i]);
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < count; ++i) {
+      a[static_cast<std::size_t>(i)] = static_cast<float>(g.region_phi[static_cast<std::size_t>(i)]);
+      b[static_cast<std::size_t>(i)] = static_cast<float>(g.region_eta[static_cast<std::size_t>(i)]);
     }
     const std::vector<float>& regions = net_->regions();
     for (int r = 0; r < R; ++r)
@@ -380,7 +394,8 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     dense(out_proj_, res, half, fin, cfg_.num_classes, np);
     result = fin;
   }
-  std::vector<float> host(n * static_cast<std::size_t>(od));
+  std::vector<float>& host = out_host_;
+  host.resize(n * static_cast<std::size_t>(od));
   cu::copy_to_host(host.data(), result, host.size() * sizeof(float), s);
   stream_.synchronize();
   net_->finish_outputs(host.data(), np);
