@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -82,17 +81,6 @@ class Stream {
 };
 
 float attention_scale(int E) { return 1.0f / std::sqrt(static_cast<float>(E)); }
-
-/// One head's E floats: a fixed-size copy for the usual head widths, which the compiler inlines (as a
-/// memmove call per row these copies took about 3 % of the forward at E = 8).
-inline void copy_head(const float* src, int E, float* dst) {
-  switch (E) {
-    case 4: std::memcpy(dst, src, 4 * sizeof(float)); return;
-    case 8: std::memcpy(dst, src, 8 * sizeof(float)); return;
-    case 16: std::memcpy(dst, src, 16 * sizeof(float)); return;
-    default: std::copy_n(src, E, dst);
-  }
-}
 
 /// The keys or values (compressed blocks, or tokens for the global attention) of every (sample, head),
 /// head-major: the nb rows of E floats of one head contiguous. Every query chunk of a head streams all of

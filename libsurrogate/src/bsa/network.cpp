@@ -191,14 +191,14 @@ void Network::Impl::compress(const CpuKernels& k, const PackedLinear* mlp, const
         const index_t b = (r0 + r) / H, h = (r0 + r) % H;
         float* row = in.data() + r * ld_in;
         std::fill_n(row + C * E, ld_in - C * E, 0.0f);
-        for (int t = 0; t < C; ++t) std::copy_n(src + (b * C + t) * ld_u + h * E, E, row + t * E);
+        for (int t = 0; t < C; ++t) detail::copy_head(src + (b * C + t) * ld_u + h * E, E, row + t * E);
       }
       run_linear(k, mlp[0], in.data(), ld_in, hid.data(), ld_h, count);
       for (index_t i = 0; i < count * ld_h; ++i) hid[static_cast<std::size_t>(i)] = std::max(hid[static_cast<std::size_t>(i)], 0.0f);
       run_linear(k, mlp[1], hid.data(), ld_h, out.data(), ld_o, count);
       for (index_t r = 0; r < count; ++r) {
         const index_t b = (r0 + r) / H, h = (r0 + r) % H;
-        std::copy_n(out.data() + r * ld_o, E, dst + b * ld_c + h * E);
+        detail::copy_head(out.data() + r * ld_o, E, dst + b * ld_c + h * E);
       }
     }
   }
