@@ -31,31 +31,16 @@ constexpr int kDenseTile = tile_gemm::kRows, kDenseThreads = tile_gemm::kThreads
 __global__ void __launch_bounds__(kDenseThreads) dense_tiled_kernel(DenseArgs a) {
   const index_t r0 = static_cast<index_t>(blockIdx.x) * kDenseTile;
   const int c0 = static_cast<int>(blockIdx.y) * kDenseTile;
-  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
   float acc[4][4];
-#pragma unroll
-  for (int j = 0; j < 4; ++j) {
-    const int c = c0 + tx + 16 * j;
-    const float b = c < a.out ? a.bias[c] : 0.0f;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) acc[i][j] = b;
-  }
+  tile_gemm::start(a.out, c0, acc, [&](int c) { return a.bias[c]; });
   tile_gemm::accumulate(
       a.rows, a.out, a.in, r0, c0, [&](index_t r, int k) { return a.x[r * a.ldx + k]; },
       [&](int k, int c) { return a.wt[static_cast<index_t>(k) * a.ldw + c]; }, acc);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const index_t r = r0 + ty + 16 * i;
-    if (r >= a.rows) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int c = c0 + tx + 16 * j;
-      if (c >= a.out) continue;
-      float v = activate(a.act, acc[i][j]);
-      if (a.add) v += a.add[r * a.ld_add + c];
-      a.y[r * a.ldy + c] = v;
-    }
-  }
+  tile_gemm::for_each_output(a.rows, a.out, r0, c0, acc, [&](index_t r, int c, float v) {
+    v = activate(a.act, v);
+    if (a.add) v += a.add[r * a.ld_add + c];
+    a.y[r * a.ldy + c] = v;
+  });
 }
 
 __global__ void __launch_bounds__(kThreads) copy_rows_kernel(RowCopyArgs a) {

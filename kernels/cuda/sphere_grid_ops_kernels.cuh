@@ -52,31 +52,19 @@ static_assert(kThreads == tile_gemm::kThreads);
 /// A block computes 64 rows x 64 outputs of one group (tile_gemm.cuh). Each output: fmaf over j ascending
 /// from 0, then + bias.
 __global__ void __launch_bounds__(kThreads) grouped_linear_kernel(GroupedLinearArgs a) {
-  const int tx = static_cast<int>(threadIdx.x % 16), ty = static_cast<int>(threadIdx.x / 16);
   const index_t row0 = static_cast<index_t>(blockIdx.x) * kTileRows;
   const int out0 = static_cast<int>(blockIdx.y) * kTileOut, g = static_cast<int>(blockIdx.z);
   const float* const x = a.x + static_cast<index_t>(g) * a.in;
   const float* const w = a.weight + static_cast<index_t>(g) * a.in * a.out;
   float acc[4][4];
-#pragma unroll
-  for (int i = 0; i < 4; ++i)
-#pragma unroll
-    for (int j = 0; j < 4; ++j) acc[i][j] = 0.0f;
+  tile_gemm::start(a.out, out0, acc, [](int) { return 0.0f; });
   tile_gemm::accumulate(
       a.rows, a.out, a.in, row0, out0, [&](index_t r, int k) { return x[r * a.ldx + k]; },
       [&](int k, int o) { return w[static_cast<index_t>(k) * a.out + o]; }, acc);
-#pragma unroll
-  for (int i = 0; i < 4; ++i) {
-    const index_t row = row0 + ty + 16 * i;
-    if (row >= a.rows) continue;
-#pragma unroll
-    for (int j = 0; j < 4; ++j) {
-      const int o = out0 + tx + 16 * j;
-      if (o >= a.out) continue;
-      const index_t col = static_cast<index_t>(g) * a.out + o;
-      a.y[row * a.ldy + col] = a.bias ? acc[i][j] + a.bias[col] : acc[i][j];
-    }
-  }
+  tile_gemm::for_each_output(a.rows, a.out, row0, out0, acc, [&](index_t row, int o, float v) {
+    const index_t col = static_cast<index_t>(g) * a.out + o;
+    a.y[row * a.ldy + col] = a.bias ? v + a.bias[col] : v;
+  });
 }
 
 /// torch.lerp on float32 (its vectorised CPU form, as resample.cpp): one fused multiply-add.

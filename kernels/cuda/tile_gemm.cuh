@@ -45,6 +45,37 @@ __device__ __forceinline__ void accumulate(index_t rows, int cols, int in, index
   }
 }
 
+/// Thread (ty, tx) holds outputs (row0 + ty + 16 i, col0 + tx + 16 j) in acc[i][j]: each starts as
+/// start(c) (0 for columns c >= cols).
+template <class Start>
+__device__ __forceinline__ void start(int cols, int col0, float (&acc)[4][4], Start start_of) {
+  const int tx = static_cast<int>(threadIdx.x) % 16;
+#pragma unroll
+  for (int j = 0; j < 4; ++j) {
+    const int c = col0 + tx + 16 * j;
+    const float v = c < cols ? start_of(c) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) acc[i][j] = v;
+  }
+}
+
+/// store(r, c, acc[i][j]) for each of the thread's outputs inside rows x cols.
+template <class Store>
+__device__ __forceinline__ void for_each_output(index_t rows, int cols, index_t row0, int col0,
+                                                const float (&acc)[4][4], Store store) {
+  const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    const index_t r = row0 + ty + 16 * i;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      const int c = col0 + tx + 16 * j;
+      if (c < cols) store(r, c, acc[i][j]);
+    }
+  }
+}
+
 }  // namespace tile_gemm
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda
