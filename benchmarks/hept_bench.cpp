@@ -1,5 +1,6 @@
 // Times the HEPT forward (surrogate/hept.hpp) on one event, as the official Transformer.forward does it:
-// region codes, padding, the LSH sorts and the network inside each timed run.
+// region codes, padding, the LSH sorts and the network inside each timed run (the network's work arrays
+// kept between runs, as the registered model's plan keeps them).
 //   hept_bench MODEL.h5 DIR THREADS REPEATS fp32|fp64   DIR/features.f32 (N x in_dim), DIR/coords.f32
 //                                                      (N x coords_dim), float32 raw; writes the warm-up's
 //                                                      output to DIR/surrogate_out.f32 (N x out_dim)
@@ -25,12 +26,13 @@ void run(const surrogate::ModelFile& file, const std::string& dir, int threads, 
   if (static_cast<long>(x.size()) != points * cfg.in_dim)
     throw surrogate::Error(surrogate::ErrorCode::input, dir + ": features and coords hold different point counts");
   std::vector<float> first;
+  surrogate::hept::ForwardWork<T> work;  // kept between forwards, as the registered model's plan keeps it
   bench_io::time_forward(points, threads, repeats, [&] {
     surrogate::hept::Geometry g;
     surrogate::hept::quantile_bins<T>(cfg, net.regions(), coords.data(), {points}, g);
     surrogate::hept::finish_geometry(cfg, {0}, g);
     std::vector<T> out(static_cast<std::size_t>(points) * static_cast<std::size_t>(cfg.out_dim()));
-    net.forward(g, x.data(), coords.data(), out.data(), nullptr, nullptr, threads);
+    net.forward(g, x.data(), coords.data(), out.data(), nullptr, nullptr, threads, nullptr, &work);
     return std::vector<float>(out.begin(), out.end());
   }, &first);
   bench_io::write_array(dir + "/surrogate_out.f32", first);

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -225,6 +226,40 @@ TEST(HeptGolden, ThreadCountIndependent) {
   const Forward<float> one(c, net, 1), three(c, net, 3);
   expect_equal(one.out, three.out, "1 vs 3 threads");
 }
+
+// Kept work arrays (ForwardWork, as the registered model's plan keeps them) hold the last forward's values;
+// a forward must read none of them before writing it. Every kept value poisoned (NaN; permutations 0),
+// one ForwardWork taken through larger and smaller events of both layouts (the src ones with zero pads)
+// gives each forward the bits of a forward with fresh arrays. Fails if the bucket sums are not cleared.
+template <class T>
+void poison(hept::ForwardWork<T>& w) {
+  for (std::vector<T>* array : {&w.xp, &w.cp, &w.cat, &w.hid, &w.xn, &w.q, &w.k, &w.v, &w.qh, &w.kh, &w.pq, &w.pk,
+                                &w.num, &w.den, &w.attn, &w.y, &w.vh, &w.tnum, &w.tden, &w.eh, &w.a, &w.b, &w.res,
+                                &w.final_out})
+    std::fill(array->begin(), array->end(), std::numeric_limits<T>::quiet_NaN());
+  std::fill(w.perm_q.begin(), w.perm_q.end(), 0);
+  std::fill(w.perm_k.begin(), w.perm_k.end(), 0);
+}
+
+template <class T>
+void check_kept_work() {
+  hept::ForwardWork<T> work;
+  for (const char* name : {"checkpoint_tracking", "example_small", "src_pileup", "src_small", "example_small"}) {
+    const Golden c(name);
+    const hept::Network<T> net(c.file, c.cfg);
+    const hept::Geometry g = c.geometry<T>(net.regions());
+    const auto size = static_cast<std::size_t>(g.points() * c.cfg.out_dim());
+    std::vector<T> fresh(size), kept(size);
+    net.forward(g, c.x.data(), c.coords.data(), fresh.data(), nullptr, nullptr, 2);
+    poison(work);
+    net.forward(g, c.x.data(), c.coords.data(), kept.data(), nullptr, nullptr, 2, nullptr, &work);
+    expect_equal(kept, fresh, std::string(name) + ": kept work arrays");
+    EXPECT_GT(work.bytes(), size * sizeof(T)) << name;
+  }
+}
+
+TEST(HeptGolden, KeptWorkArraysGiveTheFreshForwardsBitsFloat32) { check_kept_work<float>(); }
+TEST(HeptGolden, KeptWorkArraysGiveTheFreshForwardsBitsFloat64) { check_kept_work<double>(); }
 
 // The bucket formula evaluated naively in long double for query i: den = sum_j a_ij (without the 1e-20)
 // and num[e] = sum_j a_ij v_je, a_ij = exp(-|q_i - k_j|^2 / 2) (= exp(q.k - |q|^2/2 - |k|^2/2), at most 1).

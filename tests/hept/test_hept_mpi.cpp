@@ -137,6 +137,38 @@ TEST(HeptMpi, FewerGraphsThanRanksSplitByBucketsMatchOneProcess) {
   }
 }
 
+// One plan, several predicts, as in a solver's time loop: the plan keeps the CPU forward's work arrays
+// between calls (hept.md, "Memory"). Features changing every call, fp32 and fp64 alternating, four graphs
+// (whole graphs) and one graph (split by buckets), a third of the points on rank 0 and the rest on the
+// last (middle ranks empty): every call bitwise the one-shot one-process result of its features.
+TEST(HeptMpi, RepeatedPredictsOnOnePlanMatchOneProcess) {
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const int od = model->out_channels(), size = comm.size();
+  for (const std::int64_t graphs : {4, 1}) {
+    Batch b(graphs);
+    const std::int64_t n = b.n();
+    const std::function<int(std::int64_t)> owner = [size, n](std::int64_t i) { return i < n / 3 ? 0 : size - 1; };
+    const LocalPoints points(comm, b, owner);
+    const auto plan = model->plan(comm, points.layout(comm), points.geometry());
+    const std::vector<float> x0 = b.x;
+    for (int step = 0; step < 4; ++step) {
+      for (std::size_t i = 0; i < b.x.size(); ++i) b.x[i] = x0[i] * (1.0f + 0.25f * static_cast<float>(step));
+      RunOptions o;
+      o.precision = step == 2 ? Precision::fp64 : Precision::fp32;
+      std::vector<std::int64_t> all;
+      const auto reference = hept_batch::predict(self, *model, b, [](std::int64_t) { return 0; }, o, all);
+      const LocalPoints now(comm, b, owner);
+      std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(now.n(), 1) * od));
+      model->predict(comm, *plan, now.x.data(), b.in, out.data(), od, o);
+      expect_rows_of_one_process(out, reference, now.mine, n, od,
+                                 "rank " + std::to_string(comm.rank()) + ", " + std::to_string(graphs) +
+                                     " graph(s), call " + std::to_string(step));
+    }
+  }
+}
+
 // Identical hits (every key tied: the buckets follow the positions alone) and features varying per hit,
 // one graph over the ranks: bitwise the one-process result.
 TEST(HeptMpi, IdenticalHitsSplitByBucketsMatchOneProcess) {

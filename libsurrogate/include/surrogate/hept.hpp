@@ -109,6 +109,18 @@ template <class T>
 using BucketStage = std::function<void(int table, const T* keys_q, const T* keys_k, const T* qh, const T* kh, const T* vh,
                                        T* num, T* den)>;
 
+/// The CPU forward's work arrays (activations, LSH keys, sort permutations, bucket sums). A caller that
+/// runs many forwards on one point set keeps them (the registered model: in its plan), so their pages are
+/// taken and cleared once, not in every forward (share/docs/hept.md, "Memory"). Never shrunk while kept.
+template <class T>
+struct ForwardWork {
+  std::vector<T> xp, cp, cat, hid, xn, q, k, v, qh, kh, pq, pk, num, den, attn, y, vh, tnum, tden;
+  std::vector<T> eh, a, b, res, final_out;
+  std::vector<std::int64_t> perm_q, perm_k;
+  /// Bytes held (capacities).
+  std::size_t bytes() const;
+};
+
 /// The HEPT network in arithmetic T (float or double) on the CPU, for a batch of whole graphs on one
 /// process (the registered model adds the ranks).
 template <class T>
@@ -118,10 +130,11 @@ class Network {
   Network(const ModelFile& file, const Config& cfg);
   /// x: points x in_dim, coords: points x coords_dim (input order, graphs consecutive); out: points x
   /// out_dim. `range` reduces the per-(table, head) minima and maxima over the ranks (identity when null);
-  /// `buckets`, when given, replaces the per-graph sorts and bucket attention of each hash table.
+  /// `buckets`, when given, replaces the per-graph sorts and bucket attention of each hash table; `work`,
+  /// when given, holds the work arrays between calls (otherwise they are the call's own).
   void forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace = nullptr,
                const std::function<void(std::vector<T>&, std::vector<T>&)>* range = nullptr, int threads = 0,
-               const BucketStage<T>* buckets = nullptr) const;
+               const BucketStage<T>* buckets = nullptr, ForwardWork<T>* work = nullptr) const;
   const std::vector<float>& regions() const { return regions_; }
   const Config& config() const { return cfg_; }
   /// One point's feature-encoder input (encoder_in() values) from its input row (in_dim values): the row,

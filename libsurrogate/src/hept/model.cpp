@@ -108,7 +108,8 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
     std::vector<T> out(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
     const BucketStage<T> buckets = [&](int table, const T* kq, const T* kk, const T* qh, const T* kh, const T* vh,
                                        T* num, T* den) { split.attend(comm, table, kq, kk, qh, kh, vh, num, den, threads); };
-    network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets);
+    network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets,
+                    &plan.work<T>());
     const std::vector<float> y = unpadded_rows(g, out, od);
     split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
     return;
@@ -119,7 +120,8 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
   rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
   std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
-  network.forward(plan.geometry_of(fp64, comm), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads);
+  network.forward(plan.geometry_of(fp64, comm), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads,
+                  nullptr, &plan.work<T>());
   std::vector<float> y(out.begin(), out.end());
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }

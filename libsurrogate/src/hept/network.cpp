@@ -180,7 +180,7 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
 template <class T>
 void Network<T>::forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace,
                          const std::function<void(std::vector<T>&, std::vector<T>&)>* range, int threads,
-                         const BucketStage<T>* buckets) const {
+                         const BucketStage<T>* buckets, ForwardWork<T>* work) const {
   threads = thread_count(threads);
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int rows = C * H, L = cfg_.n_layers, bs = cfg_.block_size, HD = H * D;
@@ -189,27 +189,39 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   // Padded inputs (duplicates are copies of their originals' rows; src: zero rows).
   const bool src_layout = cfg_.layout == Config::Layout::src;
   const int in = cfg_.encoder_in();
-  std::vector<T> xp(npu * static_cast<std::size_t>(in)), cp(npu * static_cast<std::size_t>(cd));
+  ForwardWork<T> own;
+  ForwardWork<T>& w = work ? *work : own;
+  // (kept arrays hold the last forward's values: every element read below is written first)
+  const auto sized = [](auto& array, std::size_t n) -> auto& {
+    array.resize(n);
+    return array;
+  };
+  auto &xp = sized(w.xp, npu * static_cast<std::size_t>(in)), &cp = sized(w.cp, npu * static_cast<std::size_t>(cd));
   for (std::int64_t p = 0; p < np; ++p) {
     const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
-    if (i < 0) continue;
+    if (i < 0) {  // src: zero pads
+      std::fill_n(xp.begin() + p * in, in, T(0));
+      std::fill_n(cp.begin() + p * cd, cd, T(0));
+      continue;
+    }
     encoder_input(x + i * cfg_.in_dim, xp.data() + p * in);
     for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
   }
-  std::vector<T> cat(npu * static_cast<std::size_t>(ldcat)), hid(npu * static_cast<std::size_t>(std::max(D, 256)));
+  auto &cat = sized(w.cat, npu * static_cast<std::size_t>(ldcat)), &hid = sized(w.hid, npu * static_cast<std::size_t>(D));
   apply<T>(enc0_, xp.data(), in, hid.data(), D, np, threads);
   for (auto& v : hid) v = std::max(v, T(0));
   apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
 
-  std::vector<T> xn(npu * static_cast<std::size_t>(D)), q(npu * static_cast<std::size_t>(HD)), k(q.size()), v(q.size());
-  std::vector<T> qh(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(Dh)), kh(qh.size());
-  std::vector<T> pq(static_cast<std::size_t>(rows) * npu), pk(pq.size());
-  std::vector<std::int64_t> perm_q(pq.size()), perm_k(pq.size());
+  const std::size_t heads_rows = static_cast<std::size_t>(H) * npu, table_rows = static_cast<std::size_t>(rows) * npu;
+  auto &xn = sized(w.xn, npu * static_cast<std::size_t>(D)), &q = sized(w.q, npu * static_cast<std::size_t>(HD));
+  auto &k = sized(w.k, q.size()), &v = sized(w.v, q.size());
+  auto &qh = sized(w.qh, heads_rows * static_cast<std::size_t>(Dh)), &kh = sized(w.kh, qh.size());
+  auto &pq = sized(w.pq, table_rows), &pk = sized(w.pk, table_rows);
+  auto &perm_q = sized(w.perm_q, table_rows), &perm_k = sized(w.perm_k, table_rows);
   // Per head: the numerators and denominators summed over the hash tables.
-  std::vector<T> num(static_cast<std::size_t>(H) * npu * static_cast<std::size_t>(D)),
-      den(static_cast<std::size_t>(H) * npu);
-  std::vector<T> attn(npu * static_cast<std::size_t>(HD)), y(npu * static_cast<std::size_t>(D));
-  std::vector<T> vh, tnum, tden;  // split graphs: v per head, one table's sums
+  auto &num = sized(w.num, heads_rows * static_cast<std::size_t>(D)), &den = sized(w.den, heads_rows);
+  auto &attn = sized(w.attn, npu * static_cast<std::size_t>(HD)), &y = sized(w.y, npu * static_cast<std::size_t>(D));
+  auto &vh = w.vh, &tnum = w.tnum, &tden = w.tden;  // split graphs: v per head, one table's sums
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
   for (const std::int64_t s : g.padded_sizes) graph_first.push_back(graph_first.back() + s);
@@ -414,7 +426,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   phase.emplace(kHeptHeadPhase);
   // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
   const int half = D / 2;
-  std::vector<T> eh(npu * static_cast<std::size_t>(half)), a(npu * 256), b(npu * 256), res(eh.size());
+  auto &eh = sized(w.eh, npu * static_cast<std::size_t>(half)), &a = sized(w.a, npu * 256), &b = sized(w.b, npu * 256);
+  auto& res = sized(w.res, eh.size());
   apply<T>(W_, cat.data(), ldcat, eh.data(), half, np, threads);
   const T* src = eh.data();
   std::int64_t ld = half;
@@ -436,10 +449,9 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   }
   apply<T>(mlp_[4], src, ld, res.data(), half, np, threads);
   for (std::size_t i = 0; i < res.size(); ++i) res[i] += eh[i];
-  std::vector<T> final_out;
   const T* result = res.data();
   if (cfg_.num_classes > 0) {
-    final_out.resize(npu * static_cast<std::size_t>(cfg_.num_classes));
+    auto& final_out = sized(w.final_out, npu * static_cast<std::size_t>(cfg_.num_classes));
     apply<T>(out_proj_, res.data(), half, final_out.data(), cfg_.num_classes, np, threads);
     finish_outputs(final_out.data(), np);  // pileup: the sigmoid
     result = final_out.data();
@@ -450,6 +462,17 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       std::copy(result + p * od, result + (p + 1) * od, out + g.pad_seq[static_cast<std::size_t>(p)] * od);
 }
 
+template <class T>
+std::size_t ForwardWork<T>::bytes() const {
+  std::size_t values = 0;
+  for (const std::vector<T>* array : {&xp, &cp, &cat, &hid, &xn, &q, &k, &v, &qh, &kh, &pq, &pk, &num, &den, &attn, &y,
+                                      &vh, &tnum, &tden, &eh, &a, &b, &res, &final_out})
+    values += array->capacity();
+  return values * sizeof(T) + (perm_q.capacity() + perm_k.capacity()) * sizeof(std::int64_t);
+}
+
+template struct ForwardWork<float>;
+template struct ForwardWork<double>;
 template class Network<float>;
 template class Network<double>;
 

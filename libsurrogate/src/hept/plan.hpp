@@ -35,6 +35,12 @@ class Plan final : public surrogate::Plan {
   /// The owned samples' geometry in the forward's arithmetic; float64's is built at its first use, a
   /// collective step (every rank runs the same precision in a forward).
   const Geometry& geometry_of(bool fp64, const Comm& comm);
+  /// The CPU forward's work arrays in arithmetic T, kept with the plan (taken at the first forward).
+  template <class T>
+  ForwardWork<T>& work() {
+    if constexpr (sizeof(T) == sizeof(double)) return work64_;
+    else return work32_;
+  }
 
  private:
   template <class T>
@@ -47,6 +53,8 @@ class Plan final : public surrogate::Plan {
   std::vector<std::int64_t> sizes_, ids_;  // the owned samples' sizes and batch numbers
   Geometry geometry32_, geometry64_;
   bool have64_ = false;
+  ForwardWork<float> work32_;
+  ForwardWork<double> work64_;
   std::unique_ptr<SplitGraphs> split_;
 };
 
