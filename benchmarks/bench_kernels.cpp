@@ -1,4 +1,5 @@
-// Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8).
+// Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8)
+// and of HEPT's bucket attention.
 //   build/benchmarks/bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "machine_limits.hpp"
+#include "surrogate/kernels/bucket_attention.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace k = surrogate::kernels;
@@ -180,6 +182,36 @@ void BM_exp(benchmark::State& state) {  // Arg 0: the general exp; 1: the softma
   state.counters["values/s"] = benchmark::Counter(double(x.size()), benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_exp)->Arg(0)->Arg(1);
+
+/// HEPT's bucket attention (CpuKernels::gaussian_bucket, _f64) at the shipped checkpoint's shape: buckets
+/// of 100 queries and keys, hash width 30, 24 values; Arg 0: float32, 1: float64. FLOP/s count the
+/// logits' and numerators' multiply-adds (2 m^2 (dh + dv + 1)), not the exponentials.
+template <class T>
+void run_bucket(benchmark::State& state) {
+  constexpr int m = 100, dh = 30, dv = 24;
+  const auto q = random_values(static_cast<std::size_t>(m * dh), 0.3f, 10), kv = random_values(q.size(), 0.3f, 11);
+  const auto v = random_values(static_cast<std::size_t>(m * dv), 1.0f, 12);
+  const std::vector<T> qt(q.begin(), q.end()), kt(kv.begin(), kv.end()), vt(v.begin(), v.end());
+  std::vector<std::int64_t> rows(m);
+  for (int i = 0; i < m; ++i) rows[static_cast<std::size_t>(i)] = (i * 37) % m;  // gathered out of order
+  std::vector<T> num(static_cast<std::size_t>(m * dv)), den(m),
+      scratch(static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv)));
+  const k::GaussianBucketArgsOf<T> a{qt.data(), dh, rows.data(), kt.data(), dh, rows.data(), vt.data(), dv,
+                                     m, dh, dv, num.data(), den.data(), scratch.data()};
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    if constexpr (sizeof(T) == sizeof(float)) kern.gaussian_bucket(a);
+    else kern.gaussian_bucket_f64(a);
+    benchmark::DoNotOptimize(num.data());
+  }
+  state.counters["FLOP/s"] =
+      benchmark::Counter(2.0 * m * m * (dh + dv + 1), benchmark::Counter::kIsIterationInvariantRate);
+}
+void BM_bucket(benchmark::State& state) {
+  if (state.range(0) == 0) run_bucket<float>(state);
+  else run_bucket<double>(state);
+}
+BENCHMARK(BM_bucket)->Arg(0)->Arg(1);
 
 void BM_machine(benchmark::State& state) {
   double fma = 0, exps = 0;

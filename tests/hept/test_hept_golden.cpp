@@ -309,7 +309,8 @@ TEST(HeptKernel, GaussianBucketAttentionMatchesNaive) {
 }
 
 // The float32 CPU kernel of every instruction set this CPU runs against the same naive long double
-// formula, with bucket sizes and widths that are not multiples of any vector width. Bound: a logit sums
+// formula, with bucket sizes and widths that are not multiples of any vector width (every count of key
+// vectors left after the kernel's blocks of 2 or 4, groups of fewer than 4 queries). Bound: a logit sums
 // dh + 2 float32 terms of magnitude <= |q|^2 + |k|^2 (<= 2 here), so it is off by <= 4 (dh + 2) 2^-24 * 2;
 // exp adds 2 ulps; a weight is then off by <= 1e-5 relative, and a sum of m <= 1-bounded weights (times
 // |v| <= 1) by m * 1e-5 plus its own rounding m * 2^-24.
@@ -318,7 +319,7 @@ TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
   for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
     const k::CpuKernels* table = k::cpu(isa);
     if (!table) continue;
-    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{100, 30, 24}}) {
+    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{90, 30, 24}, std::array{100, 30, 24}}) {
       const int rows = m + 11;
       std::vector<float> q(static_cast<std::size_t>(rows * dh)), kk(q.size()), v(static_cast<std::size_t>(rows * dv));
       for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
@@ -364,7 +365,7 @@ TEST(HeptKernel, Float64BucketKernelOfEveryIsaMatchesTemplate) {
   for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
     const k::CpuKernels* table = k::cpu(isa);
     if (!table) continue;
-    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{100, 30, 24}}) {
+    for (const auto [m, dh, dv] : {std::array{37, 30, 24}, std::array{5, 7, 3}, std::array{90, 30, 24}, std::array{100, 30, 24}}) {
       const int rows = m + 11;
       std::vector<double> q(static_cast<std::size_t>(rows * dh)), kk(q.size()), v(static_cast<std::size_t>(rows * dv));
       auto scale = [dh](std::size_t i) {

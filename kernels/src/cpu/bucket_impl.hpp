@@ -34,92 +34,169 @@ struct BucketOps<double> {
   static V exp(V x) { return simd::exp(x); }
 };
 
+/// s + x y as BucketOps::fma computes a lane: one rounding with FMA (AVX2, AVX-512), two otherwise.
 template <class T>
-inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
+inline T scalar_fma(T x, T y, T s) {
+#if defined(__FMA__)
+  return __builtin_fma(x, y, s);
+#else
+  return s + x * y;
+#endif
+}
+template <>
+inline float scalar_fma(float x, float y, float s) {
+#if defined(__FMA__)
+  return __builtin_fmaf(x, y, s);
+#else
+  return s + x * y;
+#endif
+}
+
+// Four queries per pass: 4 x VL chains of logits and 4 x 2 chains of numerators, at least the 8
+// independent FMA chains that two FMA pipes of latency 4 need, and few idle ones in the last vectors of
+// keys or values (100 keys are 7 vectors of 16 floats, 13 of 8; 24 values and the ones are 2 or 4).
+// AVX-512's 32 registers hold VL = 4 key vectors, AVX2's 16 hold 2.
+#if defined(__AVX512F__)
+inline constexpr int kBucketKeyVectors = 4;
+#else
+inline constexpr int kBucketKeyVectors = 2;
+#endif
+
+/// The kernel values w[u][j0 ..] of G queries against NV key vectors from j0 (kt: dh x mp, keys
+/// transposed): G NV independent chains of FMAs over t, then exp(min(0, (l + qsq) + ksq)).
+template <class T, int G, int NV>
+[[gnu::always_inline]] inline void bucket_logits(const T* const* qi, const T* qsq, const T* kt, const T* ksq, int dh,
+                                                 int mp, int j0, T* w) {
   using O = BucketOps<T>;
   using vf = typename O::V;
   constexpr int W = O::W;
+  vf l[G][NV];
+#pragma GCC unroll 4
+  for (int u = 0; u < G; ++u)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) l[u][c] = O::splat(T(0));
+  for (int t = 0; t < dh; ++t) {
+    const T* row = kt + static_cast<index_t>(t) * mp + j0;
+    vf kv[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) kv[c] = O::load(row + c * W);
+#pragma GCC unroll 4
+    for (int u = 0; u < G; ++u) {
+      const vf qv = O::splat(qi[u][t]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) l[u][c] = O::fma(qv, kv[c], l[u][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int c = 0; c < NV; ++c) {
+    const vf kk = O::load(ksq + j0 + c * W);
+#pragma GCC unroll 4
+    for (int u = 0; u < G; ++u)
+      O::store(w + u * mp + j0 + c * W, O::exp(O::vmin(O::splat(T(0)), (l[u][c] + O::splat(qsq[u])) + kk)));
+  }
+}
+
+/// The sums over the m keys of G queries' weights times NV value vectors from column d0 (vs: m x dvp),
+/// each in key order, into lanes[u][NV W].
+template <class T, int G, int NV>
+[[gnu::always_inline]] inline void bucket_numerators(const T* w, int mp, const T* vs, int dvp, int m, int d0,
+                                                     T (*lanes)[2 * BucketOps<T>::W]) {
+  static_assert(NV <= 2, "lanes hold two vectors per query");
+  using O = BucketOps<T>;
+  using vf = typename O::V;
+  constexpr int W = O::W;
+  vf acc[G][NV];
+#pragma GCC unroll 4
+  for (int u = 0; u < G; ++u)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) acc[u][c] = O::splat(T(0));
+  for (int j = 0; j < m; ++j) {
+    const T* row = vs + static_cast<index_t>(j) * dvp + d0;
+    vf vv[NV];
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) vv[c] = O::load(row + c * W);
+#pragma GCC unroll 4
+    for (int u = 0; u < G; ++u) {
+      const vf wv = O::splat(w[u * mp + j]);
+#pragma GCC unroll 4
+      for (int c = 0; c < NV; ++c) acc[u][c] = O::fma(wv, vv[c], acc[u][c]);
+    }
+  }
+#pragma GCC unroll 4
+  for (int u = 0; u < G; ++u)
+#pragma GCC unroll 4
+    for (int c = 0; c < NV; ++c) O::store(lanes[u] + c * W, acc[u][c]);
+}
+
+template <class T>
+inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
+  constexpr int W = BucketOps<T>::W, G = 4, VL = kBucketKeyVectors, VN = 2;
   const int m = a.m, dh = a.dh, dv = a.dv;
   const int mp = (m + W - 1) / W * W, dvp = (dv + W) / W * W;  // dvp > dv: a column of ones gives den
   T* kt = a.scratch;                                  // dh x mp: keys transposed, padded with 0
   T* ksq = kt + static_cast<index_t>(dh) * mp;        // mp: -1/2 |k_j|^2
-  T* w = ksq + mp;                                    // 2 x mp: the kernel values of two queries
-  T* vs = w + 2 * mp;                                 // m x dvp: values gathered, 1, then 0
-  T qsq[2];
+  T* qsq_all = ksq + mp;                              // mp: -1/2 |q_i|^2
+  T* w = qsq_all + mp;                                // G x mp: the kernel values of G queries
+  T* vs = w + G * mp;                                 // m x dvp: values gathered, 1, then 0
   for (int j = 0; j < mp; ++j) {
     if (j >= m) {
       for (int t = 0; t < dh; ++t) kt[static_cast<index_t>(t) * mp + j] = T(0);
-      ksq[j] = T(0);
       continue;
     }
     const T* kj = a.k + a.krow[j] * a.ldk;
-    T s = T(0);
-    for (int t = 0; t < dh; ++t) {
-      s += kj[t] * kj[t];
-      kt[static_cast<index_t>(t) * mp + j] = kj[t];
-    }
-    ksq[j] = T(-0.5) * s;
+    for (int t = 0; t < dh; ++t) kt[static_cast<index_t>(t) * mp + j] = kj[t];
     const T* vj = a.v + a.krow[j] * a.ldv;
     T* row = vs + static_cast<index_t>(j) * dvp;
     for (int d = 0; d < dvp; ++d) row[d] = d < dv ? vj[d] : d == dv ? T(1) : T(0);
   }
-  // Two queries at a time: independent FMA chains hide the latency (each value's sum stays in order).
-  for (int i0 = 0; i0 < m; i0 += 2) {
-    const int nq = i0 + 1 < m ? 2 : 1;
-    const T* qi[2] = {a.q + a.qrow[i0] * a.ldq, a.q + a.qrow[i0 + nq - 1] * a.ldq};
-    T* wq[2] = {w, w + mp};
-    for (int u = 0; u < 2; ++u) {
-      T s = T(0);
-      for (int t = 0; t < dh; ++t) s += qi[u][t] * qi[u][t];
-      qsq[u] = T(-0.5) * s;
+  // The squared norms, each summed over t in order with fused multiply-adds (a lane per key; eight
+  // queries' chains interleaved), so they overlap instead of waiting on one another.
+  for (int j0 = 0; j0 < mp; j0 += W) {
+    typename BucketOps<T>::V s = BucketOps<T>::splat(T(0));
+    for (int t = 0; t < dh; ++t) {
+      const auto kv = BucketOps<T>::load(kt + static_cast<index_t>(t) * mp + j0);
+      s = BucketOps<T>::fma(kv, kv, s);
     }
-    // Logits of 4 key vectors x 2 queries: 8 independent chains of FMAs over t.
-    for (int j0 = 0; j0 < mp; j0 += 4 * W) {
-      const int nv = (mp - j0) / W < 4 ? (mp - j0) / W : 4;
-      vf l[2][4];
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) l[0][c] = l[1][c] = O::splat(T(0));
-      for (int t = 0; t < dh; ++t) {
-        const T* row = kt + static_cast<index_t>(t) * mp + j0;
-        const vf q0 = O::splat(qi[0][t]), q1 = O::splat(qi[1][t]);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          if (c >= nv) break;
-          const vf kv = O::load(row + c * W);
-          l[0][c] = O::fma(q0, kv, l[0][c]);
-          l[1][c] = O::fma(q1, kv, l[1][c]);
-        }
-      }
-      for (int c = 0; c < nv; ++c) {
-        const vf kk = O::load(ksq + j0 + c * W);
-        O::store(wq[0] + j0 + c * W, O::exp(O::vmin(O::splat(T(0)), (l[0][c] + O::splat(qsq[0])) + kk)));
-        O::store(wq[1] + j0 + c * W, O::exp(O::vmin(O::splat(T(0)), (l[1][c] + O::splat(qsq[1])) + kk)));
-      }
+    BucketOps<T>::store(ksq + j0, BucketOps<T>::splat(T(-0.5)) * s);
+  }
+  for (int i0 = 0; i0 < m; i0 += 8) {
+    T s[8] = {};
+    const T* qi[8];
+    for (int u = 0; u < 8; ++u) qi[u] = a.q + a.qrow[i0 + u < m ? i0 + u : m - 1] * a.ldq;
+    for (int t = 0; t < dh; ++t)
+      for (int u = 0; u < 8; ++u) s[u] = scalar_fma(qi[u][t], qi[u][t], s[u]);
+    for (int u = 0; u < 8 && i0 + u < m; ++u) qsq_all[i0 + u] = T(-0.5) * s[u];
+  }
+  // G queries at a time (the last group repeats its last query): independent FMA chains hide the
+  // latency, and each value's sum stays in order.
+  for (int i0 = 0; i0 < m; i0 += G) {
+    const int nq = m - i0 < G ? m - i0 : G;
+    const T* qi[G];
+    T qsq[G];
+    for (int u = 0; u < G; ++u) {
+      const int i = i0 + (u < nq ? u : nq - 1);
+      qi[u] = a.q + a.qrow[i] * a.ldq;
+      qsq[u] = qsq_all[i];
     }
-    // Numerators of up to 4 value vectors x 2 queries: up to 8 independent chains over the keys. The
-    // column of ones sums the weights themselves in key order, w * 1 + acc being rounded as w + acc: den.
-    for (int d0 = 0; d0 < dvp; d0 += 4 * W) {
-      const int nv = (dvp - d0) / W < 4 ? (dvp - d0) / W : 4;
-      vf acc[2][4];
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) acc[0][c] = acc[1][c] = O::splat(T(0));
-      for (int j = 0; j < m; ++j) {
-        const T* row = vs + static_cast<index_t>(j) * dvp + d0;
-        const vf w0 = O::splat(wq[0][j]), w1 = O::splat(wq[1][j]);
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          if (c >= nv) break;
-          const vf vv = O::load(row + c * W);
-          acc[0][c] = O::fma(w0, vv, acc[0][c]);
-          acc[1][c] = O::fma(w1, vv, acc[1][c]);
-        }
-      }
+    int j0 = 0;
+    for (; j0 + VL * W <= mp; j0 += VL * W) bucket_logits<T, G, VL>(qi, qsq, kt, ksq, dh, mp, j0, w);
+    switch ((mp - j0) / W) {  // the last key vectors
+      case 3: bucket_logits<T, G, 3>(qi, qsq, kt, ksq, dh, mp, j0, w); break;
+      case 2: bucket_logits<T, G, 2>(qi, qsq, kt, ksq, dh, mp, j0, w); break;
+      case 1: bucket_logits<T, G, 1>(qi, qsq, kt, ksq, dh, mp, j0, w); break;
+      default: break;
+    }
+    // The column of ones sums the weights themselves in key order, w * 1 + acc being rounded as
+    // w + acc: den.
+    for (int d0 = 0; d0 < dvp; d0 += VN * W) {
+      const int nv = (dvp - d0) / W < VN ? (dvp - d0) / W : VN;
+      T lanes[G][VN * W];
+      if (nv == VN) bucket_numerators<T, G, VN>(w, mp, vs, dvp, m, d0, lanes);
+      else bucket_numerators<T, G, 1>(w, mp, vs, dvp, m, d0, lanes);
       for (int u = 0; u < nq; ++u) {
-        T lanes[4 * W];
-        for (int c = 0; c < nv; ++c) O::store(lanes + c * W, acc[u][c]);
         T* out = a.num + static_cast<index_t>(i0 + u) * dv;
-        for (int d = d0; d < dv && d < d0 + nv * W; ++d) out[d] = lanes[d - d0];
-        if (dv >= d0 && dv < d0 + nv * W) a.den[i0 + u] = lanes[dv - d0] + T(1e-20);
+        for (int d = d0; d < dv && d < d0 + nv * W; ++d) out[d] = lanes[u][d - d0];
+        if (dv >= d0 && dv < d0 + nv * W) a.den[i0 + u] = lanes[u][dv - d0] + T(1e-20);
       }
     }
   }

@@ -15,7 +15,7 @@ namespace surrogate::kernels {
 /// of ones beyond) needs for a bucket of m keys.
 inline std::int64_t gaussian_bucket_scratch(int m, int dh, int dv) {
   const std::int64_t mp = (m + 15) / 16 * 16, dvp = (dv + 16) / 16 * 16;
-  return mp * (dh + 3) + static_cast<std::int64_t>(m) * dvp;
+  return mp * (dh + 6) + static_cast<std::int64_t>(m) * dvp;
 }
 
 /// One bucket: queries q[i] (rows of width dh at stride ldq, gathered by qrow[i], i < m) against keys
