@@ -107,21 +107,29 @@ void prefetch_rows(const T* x, std::int64_t ld, const std::int64_t* rows, int n,
   }
 }
 
-/// LayerNorm (biased variance, eps 1e-5) of `dim` channels.
+/// LayerNorm (biased variance, eps 1e-5) of `dim` channels. Eight rows at a time with their sums
+/// interleaved: eight independent chains of additions instead of one, each row's arithmetic unchanged.
 template <class T>
 void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
                 std::int64_t rows, int dim, int threads) {
+  constexpr int R = 8;
 #pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t n = 0; n < rows; ++n) {
-    const T* xn = x + n * ldx;
-    T mean = 0, var = 0;
-    for (int c = 0; c < dim; ++c) mean += xn[c];
-    mean /= static_cast<T>(dim);
-    for (int c = 0; c < dim; ++c) var += (xn[c] - mean) * (xn[c] - mean);
-    var /= static_cast<T>(dim);
-    const T inv = T(1) / std::sqrt(var + T(1e-5));
+  for (std::int64_t n0 = 0; n0 < rows; n0 += R) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(R, rows - n0));
+    const T* xr[R];
+    for (int u = 0; u < R; ++u) xr[u] = x + (n0 + std::min(u, nr - 1)) * ldx;  // (the last row repeated)
+    T mean[R] = {}, var[R] = {};
     for (int c = 0; c < dim; ++c)
-      y[n * ldy + c] = (xn[c] - mean) * inv * nm.w[static_cast<std::size_t>(c)] + nm.b[static_cast<std::size_t>(c)];
+      for (int u = 0; u < R; ++u) mean[u] += xr[u][c];
+    for (int u = 0; u < R; ++u) mean[u] /= static_cast<T>(dim);
+    for (int c = 0; c < dim; ++c)
+      for (int u = 0; u < R; ++u) var[u] += (xr[u][c] - mean[u]) * (xr[u][c] - mean[u]);
+    for (int u = 0; u < nr; ++u) {
+      const T inv = T(1) / std::sqrt(var[u] / static_cast<T>(dim) + T(1e-5));
+      for (int c = 0; c < dim; ++c)
+        y[(n0 + u) * ldy + c] =
+            (xr[u][c] - mean[u]) * inv * nm.w[static_cast<std::size_t>(c)] + nm.b[static_cast<std::size_t>(c)];
+    }
   }
 }
 
