@@ -302,7 +302,9 @@ inline vf exp_clamped(vf x) {
   y = select(overflow, splat(__builtin_inff()), y);
   return select(x != x, x, y);
 }
-inline vf exp(vf x) {
+// (always_inline: in a register-blocked caller, such as the bucket kernel's 16 logit vectors, a call
+// spills every live vector register)
+[[gnu::always_inline]] inline vf exp(vf x) {
   const vf magnitude = as_float(as_int(x) & splati(0x7fffffff));
   if (__builtin_expect(any(~(magnitude <= splat(87.0f))), 0)) return exp_clamped(x);  // NaN included
   const ExpParts e = exp_parts_limited(x);
