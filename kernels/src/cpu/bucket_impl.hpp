@@ -3,6 +3,8 @@
 // value keeps its ascending order (the logit over t, the denominator and numerators over keys).
 #pragma once
 
+#include <cmath>
+
 #include "simd_double.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
@@ -38,15 +40,7 @@ struct BucketOps<double> {
 template <class T>
 inline T scalar_fma(T x, T y, T s) {
 #if defined(__FMA__)
-  return __builtin_fma(x, y, s);
-#else
-  return s + x * y;
-#endif
-}
-template <>
-inline float scalar_fma(float x, float y, float s) {
-#if defined(__FMA__)
-  return __builtin_fmaf(x, y, s);
+  return std::fma(x, y, s);
 #else
   return s + x * y;
 #endif
