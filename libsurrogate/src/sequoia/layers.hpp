@@ -8,13 +8,15 @@
 #include <utility>
 #include <vector>
 
+#include "surrogate/kernels/aligned_buffer.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model_file.hpp"
 
 namespace surrogate::sequoia {
 
 /// An allocator whose value-less construct leaves the element uninitialised: Rows that every row's
-/// writer fills completely skip the zero-filling of large fresh buffers.
+/// writer fills completely skip the zero-filling of large fresh buffers. Blocks of 2 MiB and more are
+/// the kernels' huge-page mappings (surrogate/kernels/aligned_buffer.hpp), faulted in 2 MiB pages.
 template <class T>
 struct UninitialisedAllocator : std::allocator<T> {
   template <class U>
@@ -31,6 +33,15 @@ struct UninitialisedAllocator : std::allocator<T> {
   template <class U, class... A>
   void construct(U* p, A&&... a) {
     ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
+  }
+  static constexpr std::size_t kHugeBytes = std::size_t{2} << 20;
+  T* allocate(std::size_t n) {
+    if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::allocate(n);
+    return static_cast<T*>(kernels::aligned_zeroed_alloc(n * sizeof(T)));  // (zeroed by the kernel: no pass)
+  }
+  void deallocate(T* p, std::size_t n) noexcept {
+    if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::deallocate(p, n);
+    kernels::aligned_free(p, n * sizeof(T));
   }
 };
 
