@@ -11,6 +11,7 @@
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/erwin.hpp"
+#include "surrogate/sequoia.hpp"
 
 namespace bench_counts {
 
@@ -83,6 +84,45 @@ inline Work bsa(const surrogate::bsa::Config& c, std::int64_t points) {
 /// `pairs` (output point, input point) pairs: the neighbourhood's entries, or points^2 for global.
 inline Work sphere_attention(double points, int channels, int heads, double pairs) {
   return {8.0 * channels * channels * points + 4.0 * channels * pairs, heads * pairs};
+}
+
+/// Sequoia (share/docs/sequoia.md, "Forward") on the collated hierarchy h (widths D_i = dim 2^i on the
+/// n_i nodes of model level i): Init's projections; per block and level the MLP and q, k, v (4 D_i x D_i),
+/// the parents' keys and values shrunk from level i + 1 (D_{i+1} -> D_i on its nodes) and the children's
+/// expanded from level i - 1; per edge of the three attentions (parents and children: h's edge lists;
+/// siblings: k_siblings per node) its logits and weighted values (4 D_i) and its positional MLP
+/// (9 + 3 D_i / H multiply-adds), H exponentials; the segmentation head. The classification head (a few
+/// rows per sample) is not counted.
+inline Work sequoia(const surrogate::sequoia::Config& c, const surrogate::sequoia::Hierarchy& h) {
+  using Kind = surrogate::sequoia::Config::Kind;
+  const int L = c.levels();
+  const double H = c.heads, ks = c.k_siblings();
+  const auto n = [&](int i) { return static_cast<double>(h.nodes(i)); };
+  const auto D = [&](int i) { return static_cast<double>(c.width(i)); };
+  Work w;
+  w.flop = c.kind == Kind::segmentation ? 2.0 * c.c * D(0) * n(0)
+                                        : 2.0 * surrogate::sequoia::Config::k_pointconv * (c.c + 3) * D(0) * n(0);
+  for (int i = 1; i < L; ++i) w.flop += 2.0 * D(i - 1) * D(i) * n(i);
+  Work block;
+  for (int i = 0; i < L; ++i) {
+    const auto level = static_cast<std::size_t>(i);
+    block.flop += 8.0 * D(i) * D(i) * n(i);
+    double edges = 0;
+    if (i + 1 < L) {
+      block.flop += 4.0 * D(i + 1) * D(i) * n(i + 1);
+      edges += static_cast<double>(h.parent_edges[level].size()) + ks * n(i);
+    }
+    if (i > 0) {
+      block.flop += 4.0 * D(i - 1) * D(i) * n(i - 1);
+      edges += static_cast<double>(h.child_edges[level].size());
+    }
+    block.flop += edges * (4.0 * D(i) + 2.0 * (9.0 + 3.0 * D(i) / H));
+    block.exps += edges * H;
+  }
+  w.flop += c.layers * block.flop;
+  w.exps += c.layers * block.exps;
+  if (c.kind == Kind::segmentation) w.flop += 2.0 * (c.dim + c.n_class) * 512.0 * n(0) + 2.0 * 512.0 * c.n_part * n(0);
+  return w;
 }
 
 }  // namespace bench_counts

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench_io.hpp"
+#include "operation_counts.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sequoia.hpp"
 
@@ -43,11 +44,13 @@ void run(const surrogate::ModelFile& file, const std::string& dir, int threads, 
   const float* point_features = segmentation ? positions.data() : features.data();
   const float* sample_features = segmentation ? classes.data() : nullptr;
   omp_set_num_threads(threads);
+  const bench_counts::Work work =
+      bench_counts::sequoia(cfg, sq::build_hierarchy(positions.data(), offsets, cfg.divide, cfg.depth));
   std::vector<float> first;
   bench_io::time_forward(points, threads, repeats, [&] {
     const sq::Hierarchy h = sq::build_hierarchy(positions.data(), offsets, cfg.divide, cfg.depth);
     return net.forward(h, point_features, sample_features);
-  }, &first);
+  }, &first, work);
   bench_io::write_array(dir + "/surrogate_out.f32", first);
 }
 

@@ -56,6 +56,7 @@ ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "share" / "tools" / "golden"))
 sys.path.insert(0, str(ROOT / "share" / "python"))
+import machine  # noqa: E402
 import side_by_side as sbs  # noqa: E402
 
 SEG_CONFIG = dict(c=3, dim=128, heads=4, depth=3, layers=4, n_class=16, n_part=50, n_point=2048, divide=3)
@@ -195,11 +196,12 @@ def main():
     params = sum(t.numel() for t in model.parameters())
     rng = np.random.default_rng(args.seed)
     backends = g.official_backends()
+    limits = machine.machine_limits(args.build)
     sbs.header(f"Sequoia {what}, {params} parameters, samples of {sample_points} points; PyTorch side: official "
                f"model (torch {torch.__version__}; torch_scatter: {backends['torch_scatter']}; kNN: "
                f"{backends['knn']}; substituted: {', '.join(off.stand_ins) or 'nothing'}); best of "
                f"{args.repeats} after a warm-up; agreement (library's neighbour lists replayed): |diff| <= "
-               f"{args.tolerance:g} max(max|y|, 1) per {'point' if kind == 'seg' else 'sample'}")
+               f"{args.tolerance:g} max(max|y|, 1) per {'point' if kind == 'seg' else 'sample'}", limits)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / f"sequoia_{kind}.h5"
         commit = "ec41d29" if off.commit == "unknown" else off.commit[:7]  # checkouts without .git: the golden data's
@@ -217,13 +219,14 @@ def main():
             for threads in args.threads:
                 result = sbs.run_driver([bench, model_path, data, threads, args.repeats], threads)
                 ours = (result["best_s"], result["best_cpu_s"])
+                share = machine.share_of_limit(result, threads, limits)
                 est_s, est_mib = extrapolate[threads].estimate(n)
                 first_mib = extrapolate[args.threads[0]].estimate(n)[1]
                 if first_mib is not None:  # the process's peak memory grows at the first thread count only
                     est_mib = first_mib
                 runs = 2 + min(args.repeats, 1 if est_s is not None and est_s > 20 else args.repeats)
                 if est_s is not None and (est_s * runs > args.pytorch_max_s or est_mib > 0.8 * sbs.available_mib()):
-                    sbs.row(len(points), threads, ours)
+                    sbs.row(len(points), threads, ours, share=share)
                     print(f"        PyTorch skipped (estimated {est_s:.0f} CPU s per forward, {runs} runs, and "
                           f"{est_mib:.0f} MiB more memory; limits --pytorch-max-s {args.pytorch_max_s:.0f} s, "
                           f"80% of {sbs.available_mib():.0f} MiB available)")
@@ -253,7 +256,7 @@ def main():
                 forward = lambda: model([*inputs[:3], inputs[3].clone(), *inputs[4:]])  # noqa: E731 (_index edits m)
                 _, wall, cpu, first_cpu = sbs.time_pytorch(forward, threads, args.repeats)
                 extrapolate[threads].add(n, first_cpu, max(sbs.peak_rss_mib() - rss0, 1.0))
-                sbs.row(len(points), threads, ours, (wall, cpu), check)
+                sbs.row(len(points), threads, ours, (wall, cpu), check, share=share)
 
 
 if __name__ == "__main__":
