@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "bench_io.hpp"
+#include "operation_counts.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
 
@@ -25,6 +26,10 @@ void run(const surrogate::ModelFile& file, const std::string& dir, int threads, 
   const long points = static_cast<long>(coords.size()) / cfg.coords_dim;
   if (static_cast<long>(x.size()) != points * cfg.in_dim)
     throw surrogate::Error(surrogate::ErrorCode::input, dir + ": features and coords hold different point counts");
+  surrogate::hept::Geometry padding;  // (for the operation count: the padded length)
+  surrogate::hept::quantile_bins<T>(cfg, net.regions(), coords.data(), {points}, padding);
+  surrogate::hept::finish_geometry(cfg, {0}, padding);
+  const bench_counts::Work counted = bench_counts::hept(file, cfg, static_cast<double>(padding.padded_points()));
   std::vector<float> first;
   surrogate::hept::ForwardWork<T> work;  // kept between forwards, as the registered model's plan keeps it
   bench_io::time_forward(points, threads, repeats, [&] {
@@ -34,7 +39,7 @@ void run(const surrogate::ModelFile& file, const std::string& dir, int threads, 
     std::vector<T> out(static_cast<std::size_t>(points) * static_cast<std::size_t>(cfg.out_dim()));
     net.forward(g, x.data(), coords.data(), out.data(), nullptr, nullptr, threads, nullptr, &work);
     return std::vector<float>(out.begin(), out.end());
-  }, &first);
+  }, &first, counted);
   bench_io::write_array(dir + "/surrogate_out.f32", first);
 }
 

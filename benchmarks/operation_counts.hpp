@@ -6,11 +6,15 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "bench_io.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/erwin.hpp"
+#include "surrogate/hept.hpp"
+#include "surrogate/model_file.hpp"
 #include "surrogate/sequoia.hpp"
 
 namespace bench_counts {
@@ -84,6 +88,29 @@ inline Work bsa(const surrogate::bsa::Config& c, std::int64_t points) {
 /// `pairs` (output point, input point) pairs: the neighbourhood's entries, or points^2 for global.
 inline Work sphere_attention(double points, int channels, int heads, double pairs) {
   return {8.0 * channels * channels * points + 4.0 * channels * pairs, heads * pairs};
+}
+
+/// HEPT (share/docs/hept.md, "Semantics reproduced") on `padded` rows (every layer runs on the padded
+/// sequence): its Linear layers (shapes read from the model file), per block the E2LSH projections of
+/// q-hat and k-hat (hash_dim per table and head) and the bucket attention, per table, head and query its
+/// block_size keys' logits and weighted values (2 (hash_dim + h_dim + 1) flops each, as BM_bucket counts)
+/// and exponentials. Norms, sorts, gathers and the geometry are not counted.
+inline Work hept(const surrogate::ModelFile& file, const surrogate::hept::Config& c, double padded) {
+  std::vector<std::string> linear = {"feat_encoder.0", "feat_encoder.2", "W"};
+  for (int l = 0; l < c.n_layers; ++l)
+    for (const char* name : {"w_q", "w_k", "w_v", "attn.out_linear", "ff.0", "ff.2"})
+      linear.push_back("attns." + std::to_string(l) + "." + name);
+  for (int j = 0; j < 5; ++j) linear.push_back("mlp_out.lins." + std::to_string(j));
+  if (c.num_classes > 0) linear.push_back("out_proj");
+  Work w;
+  for (const std::string& name : linear) {
+    const auto& shape = file.weight(name + ".weight").shape;
+    w.flop += 2.0 * static_cast<double>(shape[0]) * static_cast<double>(shape[1]) * padded;
+  }
+  const double tables = static_cast<double>(c.n_hashes) * c.num_heads, keys = c.block_size;
+  w.flop += c.n_layers * tables * padded * (2.0 * 2.0 * c.hash_dim() + keys * 2.0 * (c.hash_dim() + c.h_dim + 1));
+  w.exps += c.n_layers * tables * padded * keys;
+  return w;
 }
 
 /// Sequoia (share/docs/sequoia.md, "Forward") on the collated hierarchy h (widths D_i = dim 2^i on the
