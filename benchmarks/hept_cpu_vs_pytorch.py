@@ -31,6 +31,7 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(ROOT / "share" / "tools" / "golden"))
+import machine  # noqa: E402
 import side_by_side as sbs  # noqa: E402
 
 CHECK = {"fp32": (1e-2, 0.9), "fp64": (1e-6, 0.99)}  # tolerance (x max|y|), smallest agreeing fraction
@@ -75,12 +76,14 @@ def main():
     if not bench.exists():
         sys.exit(f"{bench} not found: build with -DSURROGATE_BUILD_BENCHMARKS=ON")
     model_path = ROOT / "share" / "models" / "hept" / "model.h5"
+    limits = machine.machine_limits(args.build)  # FP32 limits: the share is printed for fp32 only
     for precision in args.precision:
         dtype = torch.float32 if precision == "fp32" else torch.float64
         model = official_model(args.official, dtype)
         sbs.header(f"HEPT forward, shipped tracking-60k checkpoint, one event, {precision} on both sides; "
                    f"PyTorch side: official example/ Transformer (torch {torch.__version__}); best of "
-                   f"{args.repeats} after a warm-up; agreement: |diff| <= {CHECK[precision][0]:g} max|y|")
+                   f"{args.repeats} after a warm-up; agreement: |diff| <= {CHECK[precision][0]:g} max|y|",
+                   limits if precision == "fp32" else None)
         with tempfile.TemporaryDirectory() as tmp:
             for n in args.sizes:
                 data = Path(tmp) / f"n{n}"
@@ -94,7 +97,8 @@ def main():
                     y, wall, cpu, _ = sbs.time_pytorch(lambda: model(xt, ct, batch), threads, args.repeats)
                     check = sbs.check_agreement(sbs.read_output(data, y.shape), y.astype(np.float64),
                                                 f"N {n} {precision}", *CHECK[precision])
-                    sbs.row(len(x), threads, ours, (wall, cpu), check)
+                    share = machine.share_of_limit(result, threads, limits) if precision == "fp32" else None
+                    sbs.row(len(x), threads, ours, (wall, cpu), check, share=share)
 
 
 if __name__ == "__main__":
