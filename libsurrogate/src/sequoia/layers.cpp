@@ -26,6 +26,12 @@ void Dense::apply(const float* x, float* y) const {
 
 Rows Dense::apply(const Rows& x) const {
   Rows y(x.rows, out, Rows::Uninitialised{});
+  apply(x, y);
+  return y;
+}
+
+void Dense::apply(const Rows& x, Rows& y) const {
+  y.reshape(x.rows, out);
   const kernels::CpuKernels& k = kernels::cpu();
   constexpr std::int64_t kChunk = 64;
   const std::int64_t ld = packed.out_pad();
@@ -47,7 +53,6 @@ Rows Dense::apply(const Rows& x) const {
         for (std::int64_t r = 0; r < a.rows; ++r) std::copy_n(buffer.data() + r * ld, out, y.row(r0 + r));
     }
   }
-  return y;
 }
 
 BatchNorm::BatchNorm(const ModelFile& f, const std::string& p) {

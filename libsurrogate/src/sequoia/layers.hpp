@@ -61,6 +61,12 @@ struct Rows {
   float* row(std::int64_t i) { return v.data() + i * cols; }
   const float* row(std::int64_t i) const { return v.data() + i * cols; }
   std::vector<float> values() const { return {v.begin(), v.end()}; }
+  /// r x c, the contents left as they are (uninitialised where the storage grows).
+  void reshape(std::int64_t r, int c) {
+    rows = r;
+    cols = c;
+    v.resize(static_cast<std::size_t>(r) * static_cast<std::size_t>(c));
+  }
 };
 
 /// torch.nn.Linear (bias optional): one vector in double (the positional MLP, PointConv's messages), or
@@ -74,6 +80,9 @@ struct Dense {
   Dense(const ModelFile& f, const std::string& prefix, bool bias);
   void apply(const float* x, float* y) const;
   Rows apply(const Rows& x) const;
+  /// The same rows into y, whose storage is reused when it is large enough (a forward's buffers kept
+  /// from one block to the next are not mapped and cleared again).
+  void apply(const Rows& x, Rows& y) const;
 };
 
 /// BatchNorm1d in eval mode: y = (x - mean) / sqrt(var + 1e-5) * weight + bias.

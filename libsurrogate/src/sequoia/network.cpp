@@ -21,16 +21,16 @@ namespace surrogate::sequoia {
 
 namespace {
 
-Rows softmax_mixed(const float mix[3], const Rows* parents, const Rows* children, const Rows* siblings, std::int64_t n,
-                   int d) {
-  Rows out(n, d, Rows::Uninitialised{});
+/// out (n x d, its storage reused) = the attentions mixed with the block's weights.
+void softmax_mixed(const float mix[3], const Rows* parents, const Rows* children, const Rows* siblings, std::int64_t n,
+                   int d, Rows& out) {
+  out.reshape(n, d);
   for (std::size_t t = 0; t < out.v.size(); ++t) {
     float s = parents ? mix[0] * parents->v[t] : 0.0f;
     if (children) s += mix[1] * children->v[t];
     if (siblings) s += mix[2] * siblings->v[t];
     out.v[t] = s;
   }
-  return out;
 }
 
 }  // namespace
@@ -322,18 +322,21 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
   const float sib_denom = static_cast<float>(std::sqrt(static_cast<double>(cfg.dim)) * ks + 1e-8);
   std::vector<float> pos1;  // the owned voxels' positions
   for (const std::int64_t v : s.voxels) pos1.insert(pos1.end(), h.level_positions[1].begin() + v * 3, h.level_positions[1].begin() + (v + 1) * 3);
+  // Every block's MLP outputs, queries, keys and values have the previous block's shapes: their storage
+  // is kept from block to block (not mapped and cleared again), as is each level's input, which is dead
+  // once its queries, keys and values are formed and takes the level's output.
+  std::vector<Rows> y(static_cast<std::size_t>(L)), Q(y.size()), K(y.size()), V(y.size());
   for (std::size_t l = 0; l < m.blocks.size(); ++l) {
     const Impl::Block& b = m.blocks[l];
-    std::vector<Rows> y(static_cast<std::size_t>(L)), Q(y.size()), K(y.size()), V(y.size());
     Rows k0, v0;  // level 0's keys and values on the extended rows
     stage([&] {
       for (std::size_t i = 0; i < y.size(); ++i) {
         const Impl::Level& lv = b.levels[i];
-        y[i] = lv.mlp1.apply(x[i]);
+        lv.mlp1.apply(x[i], y[i]);
         lv.mlp1_norm.apply(y[i], true);
-        Q[i] = lv.q.apply(y[i]);
-        K[i] = lv.k.apply(y[i]);
-        V[i] = lv.v.apply(y[i]);
+        lv.q.apply(y[i], Q[i]);
+        lv.k.apply(y[i], K[i]);
+        lv.v.apply(y[i], V[i]);
       }
       if (halo > 0 || s.split) {
         k0 = extended(K[0], halo);
@@ -367,8 +370,9 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
           children = tree_attention(queries, lv.expand_k.apply(K[si - 1]), lv.expand_v.apply(V[si - 1]), qpos,
                                     i == 1 ? pos0 : h.level_positions[si - 1], s.children[si], lv.children, cfg.heads,
                                     tau, 0.0f);
-        Rows out = softmax_mixed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr,
-                                 i + 1 < L ? &sibl : nullptr, queries.rows, cfg.width(i));
+        Rows out = std::move(x[si]);
+        softmax_mixed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr, i + 1 < L ? &sibl : nullptr,
+                      queries.rows, cfg.width(i), out);
         lv.out_norm.apply(out, true);
         if (trace && l == 0) {
           trace->block0_y.push_back(y[si].values());
@@ -381,9 +385,14 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
         else x[si] = std::move(out);
       }
     });
-    x[1] = Rows(h.nodes(1), out1.cols, Rows::Uninitialised{});
-    voxels_to_all(out1.v, x[1].v, out1.cols);
+    if (s.split) {
+      x[1] = Rows(h.nodes(1), out1.cols, Rows::Uninitialised{});
+      voxels_to_all(out1.v, x[1].v, out1.cols);
+    } else {
+      x[1] = std::move(out1);  // (one process: the owned voxels are all of level 1, in order)
+    }
   }
+  for (auto* kept : {&y, &Q, &K, &V}) kept->clear();  // (freed before the head's buffers are taken)
   phase.reset();
   const ScopedPhase head_phase(kSequoiaHeadPhase);
   std::vector<float> result;
