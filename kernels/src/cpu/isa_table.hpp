@@ -14,6 +14,7 @@
 #include "top_keys_impl.hpp"
 #include "ring_attention_impl.hpp"
 #include "transpose_impl.hpp"
+#include "tree_attention_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -76,6 +77,7 @@ inline CpuKernels make_table() {
   t.gaussian_bucket = &gaussian_bucket;
   t.gaussian_bucket_f64 = &gaussian_bucket_f64;
   t.linear_f64 = &linear_f64;
+  t.tree_attention = &tree_attention;
   t.exp = &exp_map;
   t.softmax_exp = &softmax_exp_map;
   t.exp_f64 = &exp_f64_map;

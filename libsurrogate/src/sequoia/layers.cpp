@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "surrogate/kernels/tree_attention.hpp"
+
 namespace surrogate::sequoia {
 
 Dense::Dense(const ModelFile& f, const std::string& prefix, bool bias) {
@@ -105,84 +107,49 @@ void PositionalMlp::apply(const float delta[3], float* out) const {
   for (std::size_t c = 0; c < e; ++c) out[c] = static_cast<float>(b3[c] + w0[c] * h0 + w1[c] * h1 + w2[c] * h2);
 }
 
-namespace {
-
-/// sum_c (q_c k_c + pi_c) over one head's e channels in double, four interleaved partial sums (a fixed
-/// order: the same result on every machine and thread count).
-double head_logit(const double* q, const float* k, const float* pi, int e) {
-  double s[4] = {0.0, 0.0, 0.0, 0.0};
-  int c = 0;
-  for (; c + 4 <= e; c += 4)
-    for (int t = 0; t < 4; ++t) s[t] += q[c + t] * static_cast<double>(k[c + t]) + static_cast<double>(pi[c + t]);
-  for (; c < e; ++c) s[0] += q[c] * static_cast<double>(k[c]) + static_cast<double>(pi[c]);
-  return (s[0] + s[1]) + (s[2] + s[3]);
-}
-
-void prefetch_row(const float* row, int count) {
-  for (int c = 0; c < count; c += 16) __builtin_prefetch(row + c);  // one 64-byte line per 16 floats
-}
-
-}  // namespace
-
 Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vector<float>& query_positions,
                     const std::vector<float>& key_positions, const KeyLists& lists, const PositionalMlp& pe,
                     int heads, float tau, float fixed_denom) {
   const std::int64_t n = q.rows;
   const int d = q.cols, e = d / heads;
   Rows out(n, d, Rows::Uninitialised{});
+  kernels::TreeAttentionArgs args;
+  args.heads = heads;
+  args.e = e;
+  args.ldq = q.cols;
+  args.k = k.row(0);
+  args.v = v.row(0);
+  args.ldkv = k.cols;
+  args.key_positions = key_positions.data();
+  args.keys = lists.keys.data();
+  args.pe_w1 = pe.first.w.data();
+  args.pe_b1 = pe.first.b.data();
+  args.bn_scale = pe.norm.scale.data();
+  args.bn_shift = pe.norm.shift.data();
+  args.pe_w3 = pe.w3.data();
+  args.pe_b3 = pe.b3.data();
+  args.tau = tau;
+  args.fixed_denom = fixed_denom;
+  args.ldo = d;
+  const kernels::CpuKernels& kern = kernels::cpu();
+  constexpr std::int64_t kChunk = 64;  // queries per kernel call
 #pragma omp parallel if (static_cast<std::int64_t>(lists.keys.size()) * d > kSerialWork)
   {
-    std::vector<float> pi;
-    std::vector<double> logit, acc(static_cast<std::size_t>(d)), qd(static_cast<std::size_t>(d));
-#pragma omp for schedule(dynamic, 64)
-    for (std::int64_t a = 0; a < n; ++a) {
-      const std::int64_t b0 = lists.first[static_cast<std::size_t>(a)], b1 = lists.first[static_cast<std::size_t>(a) + 1];
-      const std::int64_t count = b1 - b0;
-      if (count == 0) {  // no keys: 0
-        std::fill_n(out.row(a), d, 0.0f);
-        continue;
-      }
-      const double denom = fixed_denom > 0 ? static_cast<double>(fixed_denom)
-                                           : static_cast<double>(tau * static_cast<float>(count) + 1e-8f);
-      pi.resize(static_cast<std::size_t>(count * e));
-      logit.resize(static_cast<std::size_t>(count * heads));
-      const float* pa = &query_positions[static_cast<std::size_t>(a) * 3];
-      const float* qa = q.row(a);
-      for (int c = 0; c < d; ++c) qd[static_cast<std::size_t>(c)] = static_cast<double>(qa[c]);
-      for (std::int64_t j = 0; j < count; ++j) {
-        const std::int64_t key = lists.keys[static_cast<std::size_t>(b0 + j)];
-        // The key rows are gathered from anywhere in the level: fetch the next key's k row and this
-        // key's v row (read by the value sums below) while this edge computes.
-        if (j + 1 < count) prefetch_row(k.row(lists.keys[static_cast<std::size_t>(b0 + j + 1)]), d);
-        prefetch_row(v.row(key), d);
-        const float* pk = &key_positions[static_cast<std::size_t>(key) * 3];
-        const float delta[3] = {pa[0] - pk[0], pa[1] - pk[1], pa[2] - pk[2]};
-        float* pij = &pi[static_cast<std::size_t>(j * e)];
-        pe.apply(delta, pij);
-        const float* kk = k.row(key);
-        for (int h = 0; h < heads; ++h)
-          logit[static_cast<std::size_t>(j * heads + h)] = head_logit(qd.data() + h * e, kk + h * e, pij, e) / denom;
-      }
-      std::fill(acc.begin(), acc.end(), 0.0);
-      for (int h = 0; h < heads; ++h) {
-        double mx = -INFINITY;
-        for (std::int64_t j = 0; j < count; ++j) mx = std::max(mx, logit[static_cast<std::size_t>(j * heads + h)]);
-        double sum = 0.0;
-        for (std::int64_t j = 0; j < count; ++j) {
-          double& l = logit[static_cast<std::size_t>(j * heads + h)];
-          l = std::exp(l - mx);
-          sum += l;
-        }
-        double* acch = acc.data() + h * e;
-        for (std::int64_t j = 0; j < count; ++j) {
-          const double alpha = logit[static_cast<std::size_t>(j * heads + h)] / sum;
-          const float* vv = v.row(lists.keys[static_cast<std::size_t>(b0 + j)]) + h * e;
-          const float* pij = &pi[static_cast<std::size_t>(j * e)];
-          for (int c = 0; c < e; ++c) acch[c] += alpha * (static_cast<double>(vv[c]) + static_cast<double>(pij[c]));
-        }
-      }
-      float* o = out.row(a);
-      for (int c = 0; c < d; ++c) o[c] = static_cast<float>(acc[static_cast<std::size_t>(c)]);
+    std::vector<double> scratch;
+#pragma omp for schedule(dynamic)
+    for (std::int64_t a0 = 0; a0 < n; a0 += kChunk) {
+      kernels::TreeAttentionArgs chunk = args;
+      chunk.queries = std::min(kChunk, n - a0);
+      std::int64_t most = 0;
+      for (std::int64_t a = a0; a < a0 + chunk.queries; ++a)
+        most = std::max(most, lists.first[static_cast<std::size_t>(a) + 1] - lists.first[static_cast<std::size_t>(a)]);
+      scratch.resize(static_cast<std::size_t>(kernels::tree_attention_scratch(heads, e, most)));
+      chunk.q = q.row(a0);
+      chunk.query_positions = query_positions.data() + a0 * 3;
+      chunk.first = lists.first.data() + a0;
+      chunk.out = out.row(a0);
+      chunk.scratch = scratch.data();
+      kern.tree_attention(chunk);
     }
   }
   return out;

@@ -340,6 +340,8 @@ struct LinearF64Args {
   index_t rows = 0;
 };
 
+struct TreeAttentionArgs;  // surrogate/kernels/tree_attention.hpp
+
 struct CpuKernels {
   Isa isa = Isa::generic;
   int simd_width = 4;
@@ -361,6 +363,8 @@ struct CpuKernels {
   void (*gaussian_bucket)(const GaussianBucketArgs&) = nullptr;
   void (*gaussian_bucket_f64)(const GaussianBucketArgs64&) = nullptr;
   void (*linear_f64)(const LinearF64Args&) = nullptr;
+  /// Sequoia's tree attention (tree_attention.hpp): bitwise the same on every instruction set.
+  void (*tree_attention)(const TreeAttentionArgs&) = nullptr;
   /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x); y = exp(x) in float64.
   void (*exp)(const float* x, float* y, index_t n) = nullptr;
   void (*exp_f64)(const double* x, double* y, index_t n) = nullptr;

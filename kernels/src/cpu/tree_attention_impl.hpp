@@ -1,0 +1,203 @@
+// Sequoia's tree attention (TreeAttentionArgs, surrogate/kernels/tree_attention.hpp): the scalar
+// definition's double arithmetic operation for operation, with channels in vector lanes, so the result is
+// bitwise the same on every instruction set and on the CUDA kernel. Products of two floats are exact in
+// double, so a fused multiply-add changes nothing there; the two products that are rounded (tau * count in
+// float, alpha (v + pi)) go through an empty asm that the compiler cannot fuse into the next addition.
+#pragma once
+
+#include <cmath>
+
+#include "simd_double.hpp"
+#include "surrogate/kernels/tree_attention.hpp"
+
+namespace surrogate::kernels::SURROGATE_ISA_NS {
+
+namespace tree_attention_detail {
+
+using simd::vd;
+using simd::WD;
+typedef float vfd __attribute__((vector_size(WD * 4)));  // WD floats, converted to a vd
+typedef double vd4 __attribute__((vector_size(32)));      // the logit's four partial sums
+typedef float vf4 __attribute__((vector_size(16)));
+
+template <class V>
+[[gnu::always_inline]] inline V rounded(V v) {
+#if defined(__AVX512F__)
+  asm("" : "+v"(v));
+#else
+  asm("" : "+x"(v));
+#endif
+  return v;
+}
+
+// (GCC 12 splits __builtin_convertvector into halves here: one vcvtps2pd with the intrinsics)
+inline vd load_floats(const float* p) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_cvtps_pd(0xFF, _mm256_loadu_ps(p));  // (maskz: GCC 12's -Wmaybe-uninitialized)
+#elif defined(__AVX2__)
+  return _mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+  vfd f;
+  std::memcpy(&f, p, sizeof f);
+  return __builtin_convertvector(f, vd);
+#endif
+}
+inline vd4 load_floats4(const float* p) {
+#if defined(__AVX2__)
+  return _mm256_cvtps_pd(_mm_loadu_ps(p));
+#else
+  vf4 f;
+  std::memcpy(&f, p, sizeof f);
+  return __builtin_convertvector(f, vd4);
+#endif
+}
+/// Each lane rounded to float (as stored by the scalar definition), back in double.
+inline vd to_float_and_back(vd v) {
+#if defined(__AVX512F__)
+  return _mm512_maskz_cvtps_pd(0xFF, _mm512_maskz_cvtpd_ps(0xFF, v));
+#elif defined(__AVX2__)
+  return _mm256_cvtps_pd(_mm256_cvtpd_ps(v));
+#else
+  return __builtin_convertvector(__builtin_convertvector(v, vfd), vd);
+#endif
+}
+inline vd4 load4(const double* p) {
+  vd4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float relu(float x) { return x < 0.0f ? 0.0f : x; }  // std::max(x, 0.0f), -0 and NaN kept
+
+/// pi = PE(pa - pk): e values, each rounded to float as the CPU's PositionalMlp stores it.
+inline void positional(const TreeAttentionArgs& a, const float* pa, const float* pk, double* pi) {
+  const float d[3] = {pa[0] - pk[0], pa[1] - pk[1], pa[2] - pk[2]};
+  double h[3];
+  for (int o = 0; o < 3; ++o) {
+    double s = static_cast<double>(a.pe_b1[o]);
+    for (int i = 0; i < 3; ++i) s += static_cast<double>(a.pe_w1[o * 3 + i]) * static_cast<double>(d[i]);
+    const float x = static_cast<float>(s);
+    h[o] = static_cast<double>(relu(static_cast<float>(static_cast<double>(x) * static_cast<double>(a.bn_scale[o]) +
+                                                       static_cast<double>(a.bn_shift[o]))));
+  }
+  const int e = a.e;
+  const double *w0 = a.pe_w3, *w1 = w0 + e, *w2 = w1 + e;
+  int c = 0;
+  for (; c + WD <= e; c += WD) {
+    vd p = simd::loadd(a.pe_b3 + c) + simd::loadd(w0 + c) * simd::splatd(h[0]);
+    p = p + simd::loadd(w1 + c) * simd::splatd(h[1]);
+    p = p + simd::loadd(w2 + c) * simd::splatd(h[2]);
+    simd::stored(pi + c, to_float_and_back(p));
+  }
+  for (; c < e; ++c)
+    pi[c] = static_cast<double>(static_cast<float>(a.pe_b3[c] + w0[c] * h[0] + w1[c] * h[1] + w2[c] * h[2]));
+}
+
+/// The logits of heads [h0, h0 + G) for one edge: per head sum_c (q_c k_c + pi_c) in four partial sums
+/// (lane t takes c = t mod 4, the remainder channels lane 0), (s0 + s1) + (s2 + s3), over denom. The G
+/// heads' sums are independent chains; the divisions are one vector division.
+template <int G>
+[[gnu::always_inline]] inline void head_logits(const double* q, const float* k, const double* pi, int e, double denom,
+                                               double* out) {
+  vd4 s[G];
+  for (int g = 0; g < G; ++g) s[g] = vd4{0.0, 0.0, 0.0, 0.0};
+  int c = 0;
+  for (; c + 4 <= e; c += 4) {
+    const vd4 p = load4(pi + c);
+    for (int g = 0; g < G; ++g) s[g] = s[g] + (load4(q + g * e + c) * load_floats4(k + g * e + c) + p);
+  }
+  double r[4] = {0.0, 0.0, 0.0, 0.0};
+  for (int g = 0; g < G; ++g) {
+    double s0 = s[g][0];
+    for (int t = c; t < e; ++t) s0 += q[g * e + t] * static_cast<double>(k[g * e + t]) + pi[t];
+    r[g] = (s0 + s[g][1]) + (s[g][2] + s[g][3]);
+  }
+  const vd4 l = load4(r) / vd4{denom, denom, denom, denom};
+  for (int g = 0; g < G; ++g) out[g] = l[g];
+}
+
+/// Channels [c, c + B WD) of one head's output: sum_j alpha_j (v_j + pi_j) from 0 in edge order, B vectors
+/// held in registers over the edges, then rounded to float.
+template <int B>
+[[gnu::always_inline]] inline void weighted_values(const TreeAttentionArgs& a, const std::int64_t* keys,
+                                                   std::int64_t count, const double* alpha, const double* pi,
+                                                   int col, int c, float* o) {
+  vd acc[B];
+  for (int b = 0; b < B; ++b) acc[b] = simd::splatd(0.0);
+  for (std::int64_t j = 0; j < count; ++j) {
+    const vd w = simd::splatd(alpha[j * a.heads]);
+    const float* vv = a.v + keys[j] * a.ldkv + col + c;
+    const double* pj = pi + j * a.e + c;
+    for (int b = 0; b < B; ++b) acc[b] = acc[b] + rounded(w * (load_floats(vv + b * WD) + simd::loadd(pj + b * WD)));
+  }
+  for (int b = 0; b < B; ++b)
+    for (int t = 0; t < WD; ++t) o[col + c + b * WD + t] = static_cast<float>(acc[b][t]);
+}
+
+inline void prefetch_row(const float* row, int count) {
+  for (int c = 0; c < count; c += 16) __builtin_prefetch(row + c);  // one 64-byte line per 16 floats
+}
+
+}  // namespace tree_attention_detail
+
+inline void tree_attention(const TreeAttentionArgs& a) {
+  using namespace tree_attention_detail;
+  const int heads = a.heads, e = a.e, d = heads * e;
+  double* qd = a.scratch;
+  double* logit = qd + d;  // count x heads: the logits, then the weights
+  for (index_t i = 0; i < a.queries; ++i) {
+    const std::int64_t b0 = a.first[i], count = a.first[i + 1] - b0;
+    const std::int64_t* keys = a.keys + b0;
+    float* o = a.out + i * a.ldo;
+    if (i + 1 < a.queries) prefetch_row(a.q + (i + 1) * a.ldq, d);
+    if (count == 0) {  // no keys: 0
+      for (int c = 0; c < d; ++c) o[c] = 0.0f;
+      continue;
+    }
+    const double denom = a.fixed_denom > 0 ? static_cast<double>(a.fixed_denom)
+                                           : static_cast<double>(rounded(a.tau * static_cast<float>(count)) + 1e-8f);
+    double* pi = logit + count * heads;  // count x e
+    const float* pa = a.query_positions + i * 3;
+    const float* qa = a.q + i * a.ldq;
+    for (int c = 0; c < d; ++c) qd[c] = static_cast<double>(qa[c]);
+    // The key rows are gathered from anywhere in the level: fetch the next key's k row and this key's
+    // v row (read by the value sums below) while this edge computes.
+    for (std::int64_t j = 0; j < count; ++j) {
+      if (j + 1 < count) prefetch_row(a.k + keys[j + 1] * a.ldkv, d);
+      prefetch_row(a.v + keys[j] * a.ldkv, d);
+      double* pij = pi + j * e;
+      positional(a, pa, a.key_positions + keys[j] * 3, pij);
+      const float* kk = a.k + keys[j] * a.ldkv;
+      double* lj = logit + j * heads;
+      int h = 0;
+      for (; h + 4 <= heads; h += 4) head_logits<4>(qd + h * e, kk + h * e, pij, e, denom, lj + h);
+      for (; h + 2 <= heads; h += 2) head_logits<2>(qd + h * e, kk + h * e, pij, e, denom, lj + h);
+      if (h < heads) head_logits<1>(qd + h * e, kk + h * e, pij, e, denom, lj + h);
+    }
+    for (int h = 0; h < heads; ++h) {  // the softmax weights, in place of the logits
+      double mx = -INFINITY;
+      for (std::int64_t j = 0; j < count; ++j) mx = mx < logit[j * heads + h] ? logit[j * heads + h] : mx;
+      double sum = 0.0;
+      for (std::int64_t j = 0; j < count; ++j) {
+        double& l = logit[j * heads + h];
+        l = std::exp(l - mx);
+        sum += l;
+      }
+      for (std::int64_t j = 0; j < count; ++j) logit[j * heads + h] /= sum;
+    }
+    for (int h = 0; h < heads; ++h) {
+      const double* alpha = logit + h;
+      const int col = h * e;
+      int c = 0;
+      for (; c + 4 * WD <= e; c += 4 * WD) weighted_values<4>(a, keys, count, alpha, pi, col, c, o);
+      for (; c + WD <= e; c += WD) weighted_values<1>(a, keys, count, alpha, pi, col, c, o);
+      for (; c < e; ++c) {
+        double acc = 0.0;
+        for (std::int64_t j = 0; j < count; ++j)
+          acc += rounded(alpha[j * heads] * (static_cast<double>(a.v[keys[j] * a.ldkv + col + c]) + pi[j * e + c]));
+        o[col + c] = static_cast<float>(acc);
+      }
+    }
+  }
+}
+
+}  // namespace surrogate::kernels::SURROGATE_ISA_NS
