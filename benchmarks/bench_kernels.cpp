@@ -1,5 +1,5 @@
 // Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8)
-// and of HEPT's bucket attention.
+// of HEPT's bucket attention and of Sequoia's tree attention.
 //   build/benchmarks/bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
@@ -9,6 +9,7 @@
 #include "machine_limits.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
 #include "surrogate/kernels/cpu.hpp"
+#include "surrogate/kernels/tree_attention.hpp"
 
 namespace k = surrogate::kernels;
 
@@ -212,6 +213,65 @@ void BM_bucket(benchmark::State& state) {
   else run_bucket<double>(state);
 }
 BENCHMARK(BM_bucket)->Arg(0)->Arg(1);
+
+/// Sequoia's tree attention (CpuKernels::tree_attention) at the official configuration's level 0 (Arg:
+/// the width, 4 heads) over 1,024 queries of 16 keys each (the sibling lists) drawn from 8,192 key rows.
+/// FLOP/s count as bench_counts::sequoia does per edge: logits and weighted values 4 D, the positional MLP
+/// 2 (9 + 3 D / H); edges/s as well.
+void BM_tree_attention(benchmark::State& state) {
+  constexpr int heads = 4, keys_per_query = 16;
+  constexpr k::index_t queries = 1024, key_rows = 8192;
+  const int d = static_cast<int>(state.range(0)), e = d / heads;
+  const auto q = random_values(static_cast<std::size_t>(queries * d), 1.0f, 20);
+  const auto kv = random_values(static_cast<std::size_t>(key_rows * d), 1.0f, 21);
+  const auto v = random_values(kv.size(), 1.0f, 22);
+  const auto pq = random_values(static_cast<std::size_t>(queries * 3), 1.0f, 23);
+  const auto pk = random_values(static_cast<std::size_t>(key_rows * 3), 1.0f, 24);
+  const auto w1 = random_values(9, 0.5f, 25), b1 = random_values(3, 0.1f, 26), scale = random_values(3, 1.0f, 27),
+             shift = random_values(3, 0.1f, 28), w3f = random_values(static_cast<std::size_t>(3 * e), 0.5f, 29),
+             b3f = random_values(static_cast<std::size_t>(e), 0.1f, 30);
+  const std::vector<double> w3(w3f.begin(), w3f.end()), b3(b3f.begin(), b3f.end());
+  std::vector<std::int64_t> first(static_cast<std::size_t>(queries) + 1), keys(static_cast<std::size_t>(queries * keys_per_query));
+  std::mt19937 gen(31);
+  std::uniform_int_distribution<std::int64_t> pick(0, key_rows - 1);
+  for (std::size_t i = 0; i < first.size(); ++i) first[i] = static_cast<std::int64_t>(i) * keys_per_query;
+  for (auto& key : keys) key = pick(gen);
+  std::vector<float> out(static_cast<std::size_t>(queries * d));
+  std::vector<double> scratch(static_cast<std::size_t>(k::tree_attention_scratch(heads, e, keys_per_query)));
+  k::TreeAttentionArgs a;
+  a.queries = queries;
+  a.heads = heads;
+  a.e = e;
+  a.q = q.data();
+  a.ldq = d;
+  a.k = kv.data();
+  a.v = v.data();
+  a.ldkv = d;
+  a.query_positions = pq.data();
+  a.key_positions = pk.data();
+  a.first = first.data();
+  a.keys = keys.data();
+  a.pe_w1 = w1.data();
+  a.pe_b1 = b1.data();
+  a.bn_scale = scale.data();
+  a.bn_shift = shift.data();
+  a.pe_w3 = w3.data();
+  a.pe_b3 = b3.data();
+  a.tau = 11.3f;
+  a.out = out.data();
+  a.ldo = d;
+  a.scratch = scratch.data();
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    kern.tree_attention(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  const double edges = static_cast<double>(keys.size());
+  state.counters["edges/s"] = benchmark::Counter(edges, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(edges * (4.0 * d + 2.0 * (9.0 + 3.0 * d / heads)),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_tree_attention)->Arg(128)->Arg(256);
 
 void BM_machine(benchmark::State& state) {
   double fma = 0, exps = 0;
