@@ -97,16 +97,6 @@ PositionalMlp::PositionalMlp(const ModelFile& f, const std::string& p)
   }
 }
 
-void PositionalMlp::apply(const float delta[3], float* out) const {
-  float h[3];
-  first.apply(delta, h);
-  norm.apply(h);
-  const double h0 = std::max(h[0], 0.0f), h1 = std::max(h[1], 0.0f), h2 = std::max(h[2], 0.0f);
-  const auto e = static_cast<std::size_t>(last.out);
-  const double *w0 = w3.data(), *w1 = w0 + e, *w2 = w1 + e;
-  for (std::size_t c = 0; c < e; ++c) out[c] = static_cast<float>(b3[c] + w0[c] * h0 + w1[c] * h1 + w2[c] * h2);
-}
-
 Rows tree_attention(const Rows& q, const Rows& k, const Rows& v, const std::vector<float>& query_positions,
                     const std::vector<float>& key_positions, const KeyLists& lists, const PositionalMlp& pe,
                     int heads, float tau, float fixed_denom) {

@@ -94,16 +94,15 @@ struct BatchNorm {
   void apply(Rows& x, bool relu) const;
 };
 
-/// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e). `apply` rounds as Dense and BatchNorm
-/// do (each layer's output to float); the last layer's weights are kept in double, channel-contiguous
-/// per input (w3[t * e + c]), so that its loop over the channels vectorises.
+/// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e), evaluated by the tree attention kernel
+/// (surrogate/kernels/tree_attention.hpp: each layer's output rounded to float, as Dense and BatchNorm
+/// round); the last layer's weights are kept in double, channel-contiguous per input (w3[t * e + c]).
 struct PositionalMlp {
   Dense first, last;
   BatchNorm norm;
   std::vector<double> w3, b3;  // 3 x e (transposed), e
   PositionalMlp() = default;
   PositionalMlp(const ModelFile& f, const std::string& prefix);
-  void apply(const float delta[3], float* out) const;
 };
 
 /// Tree attention over key lists (TreeAttention / TreeAttentionSiblings): for query a with keys
