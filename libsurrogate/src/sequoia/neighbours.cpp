@@ -107,6 +107,7 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries
       const std::int64_t a = q.ids[t];
       const std::int32_t* ca = &cell[static_cast<std::size_t>(a - begin) * 3];
       d.clear();
+      bool listed = false;
       for (int r = 0;; ++r) {
         // Ring r: the cells with max |offset| == r.
         for (int x = ca[0] - r; x <= ca[0] + r; ++x)
@@ -135,10 +136,15 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries
         if (d.size() >= static_cast<std::size_t>(k) && reach > 0) {
           kth = d;
           std::nth_element(kth.begin(), kth.begin() + (k - 1), kth.end());
-          if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach) break;
+          if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach) {  // kth's k first are the list
+            std::sort(kth.begin(), kth.begin() + k);
+            for (int i = 0; i < k; ++i) lists[t * k + i] = kth[static_cast<std::size_t>(i)].second;
+            listed = true;
+            break;
+          }
         }
       }
-      take(d, k, lists + t * k);
+      if (!listed) take(d, k, lists + t * k);
     }
   }
 }
