@@ -19,12 +19,7 @@ namespace ball_distance_detail {
 
 using simd::vf;
 using simd::W;
-
-/// The value, with the compiler unable to fuse the multiplication that produced it into a later addition.
-inline vf rounded(vf v) {
-  asm("" : "+v"(v));
-  return v;
-}
+using simd::rounded;
 
 inline vf vsqrt(vf v) {
 #if defined(__AVX512F__)
@@ -95,11 +90,8 @@ inline void ball_distances(const BallDistanceArgs& a) {
     for (int j = 0; j < a.m; ++j) {
       float sum = 0.0f;
       for (int c = 0; c < a.dim; ++c) {
-        float diff = a.pos[i * a.dim + c] - a.pos[j * a.dim + c];
-        asm("" : "+x"(diff));  // the square below is rounded, not fused with the addition
-        float square = diff * diff;
-        asm("" : "+x"(square));
-        sum += square;
+        const float diff = simd::rounded(a.pos[i * a.dim + c] - a.pos[j * a.dim + c]);
+        sum += simd::rounded(diff * diff);  // the square rounded, not fused with the addition
       }
       a.dist[static_cast<index_t>(i) * a.ld_dist + j] = __builtin_sqrtf(sum);
     }

@@ -189,6 +189,14 @@ inline vf fused_multiply_add(vf a, vf b, vf c) {
 #endif
 }
 
+/// v, with the compiler unable to see how it was computed (an empty asm): a product passed through it is
+/// rounded on its own, not fused into a later addition (the kernels are compiled with -ffp-contract=fast).
+template <class V>
+[[gnu::always_inline]] inline V rounded(V v) {
+  asm("" : "+v"(v));
+  return v;
+}
+
 /// exp(x) = mantissa * 2^k with mantissa in [0.7, 1.42] and k = round(x log2 e): k by the shifter
 /// 1.5 * 2^23 in one fused multiply-add (x log2 e + 1.5 * 2^23 lies in [2^23, 2^24), where floats are the
 /// integers, so `shifted` is 1.5 * 2^23 + k exactly and its low mantissa bits hold k), Cody-Waite

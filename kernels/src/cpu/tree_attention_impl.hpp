@@ -19,16 +19,7 @@ using simd::WD;
 typedef float vfd __attribute__((vector_size(WD * 4)));  // WD floats, converted to a vd
 typedef double vd4 __attribute__((vector_size(32)));      // the logit's four partial sums
 typedef float vf4 __attribute__((vector_size(16)));
-
-template <class V>
-[[gnu::always_inline]] inline V rounded(V v) {
-#if defined(__AVX512F__)
-  asm("" : "+v"(v));
-#else
-  asm("" : "+x"(v));
-#endif
-  return v;
-}
+using simd::rounded;
 
 // (GCC 12 splits __builtin_convertvector into halves here: one vcvtps2pd with the intrinsics)
 inline vd load_floats(const float* p) {
