@@ -25,6 +25,9 @@ const PhaseName kHeptHeadPhase{"head"};
 // Buckets whose rows are gathered at once (100 keys of 30 + 30 + 24 values: 270 KB, in L2).
 template <class T>
 constexpr int kGather = 32 / static_cast<int>(sizeof(T));
+// How far ahead of its copy a gathered row is prefetched: 16 to 128 rows ran alike on a Zen 5 core, where
+// prefetching the next chunk's rows while the kernel ran was 10-16 % slower (benchmarks/README.md).
+constexpr std::int64_t kPrefetchRows = 32;
 
 template <class T>
 typename Network<T>::Linear linear(const ModelFile& file, const std::string& prefix, bool bias = true) {
@@ -358,12 +361,18 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           const T* vb = v.data() + h * D;
           const std::size_t head = static_cast<std::size_t>(h) * npu;
           // kGather buckets at a time, their rows (scattered over the graph) first copied in sorted order:
-          // a loop of independent loads that overlaps the cache misses, then contiguous rows for the kernel.
+          // a loop of independent loads, each row asked of the caches kPrefetchRows rows ahead, so that the
+          // misses overlap, then contiguous rows for the kernel.
           for (std::int64_t s0 = b0; s0 < b1; s0 += kGather<T> * bs) {
             const std::int64_t n = std::min<std::int64_t>(kGather<T> * bs, b1 - s0);
             const std::int64_t* pq_rows = perm_q.data() + base + s0;
             const std::int64_t* pk_rows = perm_k.data() + base + s0;
             for (std::int64_t i = 0; i < n; ++i) {
+              if (s0 + i + kPrefetchRows < b1) {
+                prefetch_rows(qb, Dh, pq_rows + i + kPrefetchRows, 1, Dh);
+                prefetch_rows(kb, Dh, pk_rows + i + kPrefetchRows, 1, Dh);
+                prefetch_rows(vb, HD, pk_rows + i + kPrefetchRows, 1, D);
+              }
               const T* q_row = qb + pq_rows[i] * Dh;
               const T* k_row = kb + pk_rows[i] * Dh;
               const T* v_row = vb + pk_rows[i] * HD;
@@ -372,14 +381,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
               for (int t = 0; t < D; ++t) vs[static_cast<std::size_t>(i * D + t)] = v_row[t];
             }
             for (std::int64_t s = 0; s < n; s += bs) {
-              // Meanwhile the caches fetch the next chunk's rows, a bucket's share at a time, and the
-              // numerator rows of the next bucket.
-              const std::int64_t ahead = s0 + kGather<T> * bs + s;
-              if (ahead < b1) {
-                prefetch_rows(qb, Dh, pq_rows + kGather<T> * bs + s, bs, Dh);
-                prefetch_rows(kb, Dh, pk_rows + kGather<T> * bs + s, bs, Dh);
-                prefetch_rows(vb, HD, pk_rows + kGather<T> * bs + s, bs, D);
-              }
+              // Meanwhile the caches fetch the numerator rows of the next bucket.
               if (s0 + s + bs < b1)
                 prefetch_rows(num.data() + head * static_cast<std::size_t>(D), D, pq_rows + s + bs, bs, D);
               const kernels::GaussianBucketArgsOf<T> args{
