@@ -73,21 +73,23 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
   constexpr std::int64_t kRows = 256;
   const kernels::CpuKernels& k = kernels::cpu();
   if constexpr (std::is_same_v<T, float>) {
+    // The kernel writes the padded width: straight into y when that is the width and y's stride.
     const int pad = l.packed.out_pad();
+    const bool direct = l.out == pad && ldy == pad;
 #pragma omp parallel num_threads(threads)
     {
-      std::vector<float> block(static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad));  // padded width
+      std::vector<float> block(direct ? 0 : static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad));
 #pragma omp for schedule(static)
       for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
         kernels::LinearArgs a;
         a.layer = &l.packed;
         a.x = x + r0 * ldx;
         a.ldx = ldx;
-        a.y = block.data();
+        a.y = direct ? y + r0 * ldy : block.data();
         a.ldy = pad;
         a.rows = std::min(kRows, rows - r0);
         k.linear(a);
-        for (std::int64_t r = 0; r < a.rows; ++r)
+        for (std::int64_t r = 0; r < a.rows && !direct; ++r)
           std::copy(block.data() + r * pad, block.data() + r * pad + l.out, y + (r0 + r) * ldy);
       }
     }
@@ -318,10 +320,11 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     }
     // Stable sorts of the keys within each graph (ties by padded position), then bucket attention, one
     // hash table after the other: each query's numerator and denominator are added to its head's sums in
-    // table order (OR-combination), each (head, row) written by one task per table.
-    std::fill(num.begin(), num.end(), T(0));
-    std::fill(den.begin(), den.end(), T(0));
+    // table order (OR-combination), each (head, row) written by one task per table: the first table's
+    // sums are stored (0 + x is x: a sum from +0 is never -0), the others added.
     if (buckets) {  // graphs spread over ranks: each table's buckets computed where the plan routes them
+      std::fill(num.begin(), num.end(), T(0));
+      std::fill(den.begin(), den.end(), T(0));
       vh.resize(num.size());
       tnum.resize(num.size());
       tden.resize(den.size());
@@ -394,7 +397,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
               for (int i = 0; i < bs; ++i) {
                 const auto row = static_cast<std::size_t>(pq_rows[s + i]);
                 T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);
-                for (int d = 0; d < D; ++d) acc[d] += bnum[static_cast<std::size_t>(i * D + d)];
+                const T* b = bnum.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(D);
+                if (c == 0) {
+                  for (int d = 0; d < D; ++d) acc[d] = b[d];
+                  den[head + row] = bden[static_cast<std::size_t>(i)];
+                  continue;
+                }
+                for (int d = 0; d < D; ++d) acc[d] += b[d];
                 den[head + row] += bden[static_cast<std::size_t>(i)];
               }
             }
