@@ -101,6 +101,53 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
   }
 }
 
+/// Points whose E2LSH projections are computed at once: a point per lane of the baseline's two 16-byte
+/// vectors (the core library is compiled for it).
+template <class T>
+constexpr int kProjectionLanes = 32 / static_cast<int>(sizeof(T));
+
+/// The E2LSH projections p[(c0 + j) * ldp + u] = sum_t row[u][t] alpha[t * C + c0 + j] of G tables for the
+/// points row[0 .. lanes), t ascending with each product and sum rounded, as one point's scalar loop: a point
+/// per lane and G tables' chains side by side, where the scalar loop waits on each addition.
+template <class T, int G>
+void hash_projections_of(const T* const* row, int lanes, int dh, const T* alpha, int C, int c0, T* p, std::size_t ldp) {
+  using V [[gnu::vector_size(16)]] = T;
+  constexpr int VL = 16 / static_cast<int>(sizeof(T));
+  V lo[G] = {}, hi[G] = {};
+  for (int t = 0; t < dh; ++t) {
+    V xl, xh;
+    for (int u = 0; u < VL; ++u) {
+      xl[u] = row[u][t];
+      xh[u] = row[VL + u][t];
+    }
+    const T* a = alpha + static_cast<std::size_t>(t * C + c0);
+    for (int j = 0; j < G; ++j) {
+      lo[j] += xl * a[j];
+      hi[j] += xh * a[j];
+    }
+  }
+  for (int j = 0; j < G; ++j)
+    for (int u = 0; u < lanes; ++u)
+      p[static_cast<std::size_t>(c0 + j) * ldp + static_cast<std::size_t>(u)] = u < VL ? lo[j][u] : hi[j][u - VL];
+}
+
+/// The projections P[c][n] (at stride ldp per table) of every table for points n0 .. n0 + kProjectionLanes - 1
+/// (those below np) of x [n][dh], alpha [t][c].
+template <class T>
+void hash_projections(const T* x, std::int64_t np, std::int64_t n0, int dh, const T* alpha, int C, T* p,
+                      std::size_t ldp) {
+  constexpr int L = kProjectionLanes<T>;
+  const T* row[L];
+  for (int u = 0; u < L; ++u) row[u] = x + std::min<std::int64_t>(n0 + u, np - 1) * dh;  // (the last repeated)
+  const int lanes = static_cast<int>(std::min<std::int64_t>(L, np - n0));
+  for (int c0 = 0; c0 < C; c0 += 4) switch (std::min(4, C - c0)) {
+      case 1: hash_projections_of<T, 1>(row, lanes, dh, alpha, C, c0, p + n0, ldp); break;
+      case 2: hash_projections_of<T, 2>(row, lanes, dh, alpha, C, c0, p + n0, ldp); break;
+      case 3: hash_projections_of<T, 3>(row, lanes, dh, alpha, C, c0, p + n0, ldp); break;
+      default: hash_projections_of<T, 4>(row, lanes, dh, alpha, C, c0, p + n0, ldp); break;
+    }
+}
+
 /// Asks the caches for rows[0..n) of x (stride ld, `width` values each), every line of each row.
 template <class T>
 void prefetch_rows(const T* x, std::int64_t ld, const std::int64_t* rows, int n, int width) {
@@ -263,16 +310,16 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         for (int t = 0; t < cd; ++t)
           qr[D + t] = kr[D + t] =
               layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
-        for (int c = 0; c < C; ++c) {
-          T sq = 0, sk = 0;
-          for (int t = 0; t < Dh; ++t) {
-            const T a = layer.alpha[static_cast<std::size_t>((h * Dh + t) * C + c)];
-            sq += qr[t] * a;
-            sk += kr[t] * a;
-          }
-          pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = sq;
-          pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = sk;
-        }
+      }
+#pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
+    for (int h = 0; h < H; ++h)
+      for (std::int64_t n0 = 0; n0 < np; n0 += kProjectionLanes<T>) {
+        const std::size_t head = static_cast<std::size_t>(h) * npu;
+        const T* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
+        hash_projections<T>(qh.data() + head * static_cast<std::size_t>(Dh), np, n0, Dh, alpha, C, pq.data() + head,
+                            static_cast<std::size_t>(H) * npu);
+        hash_projections<T>(kh.data() + head * static_cast<std::size_t>(Dh), np, n0, Dh, alpha, C, pk.data() + head,
+                            static_cast<std::size_t>(H) * npu);
       }
     if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
       for (std::int64_t n = 0; n < np; ++n) {
