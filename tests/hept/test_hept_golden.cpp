@@ -230,7 +230,8 @@ TEST(HeptGolden, ThreadCountIndependent) {
 // Kept work arrays (ForwardWork, as the registered model's plan keeps them) hold the last forward's values;
 // a forward must read none of them before writing it. Every kept value poisoned (NaN; permutations 0),
 // one ForwardWork taken through larger and smaller events of both layouts (the src ones with zero pads)
-// gives each forward the bits of a forward with fresh arrays. Fails if the bucket sums are not cleared.
+// gives each forward the bits of a forward with fresh arrays. Fails if the first table's bucket sums are
+// added to the kept ones instead of stored.
 template <class T>
 void poison(hept::ForwardWork<T>& w) {
   for (std::vector<T>* array : {&w.xp, &w.cp, &w.cat, &w.hid, &w.xn, &w.q, &w.k, &w.v, &w.qh, &w.kh, &w.pq, &w.pk,
