@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstring>
 
 #include "simd_double.hpp"
 #include "surrogate/kernels/cpu.hpp"
@@ -187,9 +188,11 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
       T lanes[G][VN * W];
       if (nv == VN) bucket_numerators<T, G, VN>(w, mp, vs, dvp, m, d0, lanes);
       else bucket_numerators<T, G, 1>(w, mp, vs, dvp, m, d0, lanes);
+      const int values = (dv < d0 + nv * W ? dv : d0 + nv * W) - d0;  // value columns among these lanes
       for (int u = 0; u < nq; ++u) {
-        T* out = a.num + static_cast<index_t>(i0 + u) * dv;
-        for (int d = d0; d < dv && d < d0 + nv * W; ++d) out[d] = lanes[u][d - d0];
+        if (values > 0)
+          std::memcpy(a.num + static_cast<index_t>(i0 + u) * dv + d0, lanes[u],
+                      sizeof(T) * static_cast<std::size_t>(values));
         if (dv >= d0 && dv < d0 + nv * W) a.den[i0 + u] = lanes[u][dv - d0] + T(1e-20);
       }
     }
