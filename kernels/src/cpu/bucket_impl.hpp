@@ -3,11 +3,12 @@
 // value keeps its ascending order (the logit over t, the denominator and numerators over keys).
 #pragma once
 
-#include <cmath>
+#include <cstdint>
 #include <cstring>
 
 #include "simd_double.hpp"
 #include "surrogate/kernels/cpu.hpp"
+#include "transpose_impl.hpp"
 
 namespace surrogate::kernels::SURROGATE_ISA_NS {
 
@@ -20,6 +21,17 @@ struct BucketOps<float> {
   static constexpr int W = simd::W;
   static V splat(float s) { return simd::splat(s); }
   static V load(const float* p) { return simd::load(p); }
+  static V load_first(const float* p, int n) {  // lanes [0, n) from p, zeros after; reads nothing past p + n
+#if defined(__AVX512F__)
+    return _mm512_maskz_loadu_ps(static_cast<__mmask16>((1u << n) - 1u), p);
+#elif defined(__AVX2__)
+    return _mm256_maskload_ps(p, __builtin_bit_cast(__m256i, simd::first_lanes(n)));
+#else
+    V v = splat(0.0f);
+    for (int i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+#endif
+  }
   static void store(float* p, V v) { simd::store(p, v); }
   static V fma(V a, V b, V c) { return simd::fused_multiply_add(a, b, c); }
   static V vmin(V a, V b) { return simd::vmin(a, b); }
@@ -31,21 +43,22 @@ struct BucketOps<double> {
   static constexpr int W = simd::WD;
   static V splat(double s) { return simd::splatd(s); }
   static V load(const double* p) { return simd::loadd(p); }
+  static V load_first(const double* p, int n) {
+#if defined(__AVX512F__)
+    return _mm512_maskz_loadu_pd(static_cast<__mmask8>((1u << n) - 1u), p);
+#elif defined(__AVX2__)
+    return _mm256_maskload_pd(p, _mm256_set_epi64x(n > 3 ? -1 : 0, n > 2 ? -1 : 0, n > 1 ? -1 : 0, n > 0 ? -1 : 0));
+#else
+    V v = splat(0.0);
+    for (int i = 0; i < n; ++i) v[i] = p[i];
+    return v;
+#endif
+  }
   static void store(double* p, V v) { simd::stored(p, v); }
   static V fma(V a, V b, V c) { return simd::fmad(a, b, c); }
   static V vmin(V a, V b) { return simd::vmind(a, b); }
   static V exp(V x) { return simd::exp(x); }
 };
-
-/// s + x y as BucketOps::fma computes a lane: one rounding with FMA (AVX2, AVX-512), two otherwise.
-template <class T>
-inline T scalar_fma(T x, T y, T s) {
-#if defined(__FMA__)
-  return std::fma(x, y, s);
-#else
-  return s + x * y;
-#endif
-}
 
 // Four queries per pass: 4 x VL chains of logits and 4 x 2 chains of numerators, at least the 8
 // independent FMA chains that two FMA pipes of latency 4 need, and few idle ones in the last vectors of
@@ -123,6 +136,34 @@ template <class T, int G, int NV>
     for (int c = 0; c < NV; ++c) O::store(lanes[u] + c * W, acc[u][c]);
 }
 
+/// Rows x[rows[u] * ld] of n <= W gathered rows (the other lanes zero) as columns: cols[t * ldc + u] for
+/// t < dh when cols is given, and half_sq[u] = -1/2 their squared norm summed over t in order with fused
+/// multiply-adds, through W x W register tiles.
+template <class T>
+[[gnu::always_inline]] inline void gathered_columns(const T* x, index_t ld, const std::int64_t* rows, int n, int dh,
+                                                    T* cols, index_t ldc, T* half_sq) {
+  using O = BucketOps<T>;
+  using V = typename O::V;
+  constexpr int W = O::W;
+  const T* p[W];
+  for (int u = 0; u < n; ++u) p[u] = x + rows[u] * ld;
+  V s = O::splat(T(0));
+  for (int t0 = 0; t0 < dh; t0 += W) {
+    const int c = dh - t0 < W ? dh - t0 : W;
+    V r[W];
+#pragma GCC unroll 16
+    for (int u = 0; u < W; ++u)
+      r[u] = u >= n ? O::splat(T(0)) : c == W ? O::load(p[u] + t0) : O::load_first(p[u] + t0, c);
+    transpose_square<W>(r);
+#pragma GCC unroll 16
+    for (int t = 0; t < c; ++t) {
+      if (cols) O::store(cols + (t0 + t) * ldc, r[t]);
+      s = O::fma(r[t], r[t], s);
+    }
+  }
+  O::store(half_sq, O::splat(T(-0.5)) * s);
+}
+
 template <class T>
 inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
   constexpr int W = BucketOps<T>::W, G = 4, VL = kBucketKeyVectors, VN = 2;
@@ -133,34 +174,23 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
   T* qsq_all = ksq + mp;                              // mp: -1/2 |q_i|^2
   T* w = qsq_all + mp;                                // G x mp: the kernel values of G queries
   T* vs = w + G * mp;                                 // m x dvp: values gathered, 1, then 0
-  for (int j = 0; j < mp; ++j) {
-    if (j >= m) {
-      for (int t = 0; t < dh; ++t) kt[static_cast<index_t>(t) * mp + j] = T(0);
-      continue;
-    }
-    const T* kj = a.k + a.krow[j] * a.ldk;
-    for (int t = 0; t < dh; ++t) kt[static_cast<index_t>(t) * mp + j] = kj[t];
+  // Keys and queries W at a time as columns of register tiles: the keys transposed into kt, the squared
+  // norms of both summed over t in order (a lane per row). Padding keys are zero.
+  for (int j0 = 0; j0 < mp; j0 += W) {
+    const int n = m - j0 < W ? m - j0 : W;
+    gathered_columns(a.k, a.ldk, a.krow + j0, n, dh, kt + j0, mp, ksq + j0);
+    gathered_columns<T>(a.q, a.ldq, a.qrow + j0, n, dh, nullptr, 0, qsq_all + j0);
+  }
+  for (int j = 0; j < m; ++j) {
     const T* vj = a.v + a.krow[j] * a.ldv;
     T* row = vs + static_cast<index_t>(j) * dvp;
-    for (int d = 0; d < dvp; ++d) row[d] = d < dv ? vj[d] : d == dv ? T(1) : T(0);
-  }
-  // The squared norms, each summed over t in order with fused multiply-adds (a lane per key; eight
-  // queries' chains interleaved), so they overlap instead of waiting on one another.
-  for (int j0 = 0; j0 < mp; j0 += W) {
-    typename BucketOps<T>::V s = BucketOps<T>::splat(T(0));
-    for (int t = 0; t < dh; ++t) {
-      const auto kv = BucketOps<T>::load(kt + static_cast<index_t>(t) * mp + j0);
-      s = BucketOps<T>::fma(kv, kv, s);
+    for (int d0 = 0; d0 < dvp; d0 += W) {
+      const int c = dv - d0;
+      BucketOps<T>::store(row + d0, c >= W  ? BucketOps<T>::load(vj + d0)
+                                    : c > 0 ? BucketOps<T>::load_first(vj + d0, c)
+                                            : BucketOps<T>::splat(T(0)));
     }
-    BucketOps<T>::store(ksq + j0, BucketOps<T>::splat(T(-0.5)) * s);
-  }
-  for (int i0 = 0; i0 < m; i0 += 8) {
-    T s[8] = {};
-    const T* qi[8];
-    for (int u = 0; u < 8; ++u) qi[u] = a.q + a.qrow[i0 + u < m ? i0 + u : m - 1] * a.ldq;
-    for (int t = 0; t < dh; ++t)
-      for (int u = 0; u < 8; ++u) s[u] = scalar_fma(qi[u][t], qi[u][t], s[u]);
-    for (int u = 0; u < 8 && i0 + u < m; ++u) qsq_all[i0 + u] = T(-0.5) * s[u];
+    row[dv] = T(1);
   }
   // G queries at a time (the last group repeats its last query): independent FMA chains hide the
   // latency, and each value's sum stays in order.

@@ -4,6 +4,8 @@
 // whole 16-value stores; otherwise 4 x 4 tiles in SSE-sized vectors and the edges value by value.
 #pragma once
 
+#include <utility>
+
 #include "simd.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
@@ -89,6 +91,27 @@ inline void transpose_block(const float* s, index_t lds, T* d, index_t ldd, inde
     for (int c = r < rows4 ? cols4 : 0; c < cols; ++c) d[c * ldd + r] = static_cast<T>(s[r * lds + c]);
 }
 #endif
+
+/// Stage H of transpose_square: rows a = r[i] and b = r[i + H] (bit H of i clear) exchange their
+/// off-diagonal H-lane blocks, which swaps bit H of the row index with bit H of the lane index.
+template <int N, int H, class V, int... J>
+[[gnu::always_inline]] inline void swap_off_diagonal(V& a, V& b, std::integer_sequence<int, J...>) {
+  const V lo = __builtin_shufflevector(a, b, ((J & H) ? N + J - H : J)...);
+  const V hi = __builtin_shufflevector(a, b, ((J & H) ? N + J : J + H)...);
+  a = lo;
+  b = hi;
+}
+
+/// r[i][j] <- r[j][i] for N vectors of N lanes (N a power of two): log2 N stages of N shuffles, any
+/// element type (the register tile of rows gathered by index, bucket_impl.hpp).
+template <int N, int H = N / 2, class V>
+[[gnu::always_inline]] inline void transpose_square(V* r) {
+  if constexpr (H >= 1) {
+    for (int i = 0; i < N; ++i)
+      if (!(i & H)) swap_off_diagonal<N, H>(r[i], r[i + H], std::make_integer_sequence<int, N>{});
+    transpose_square<N, H / 2>(r);
+  }
+}
 
 inline void transpose(const TransposeArgs& a) {
   if (a.d_double)
