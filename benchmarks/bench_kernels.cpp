@@ -214,6 +214,41 @@ void BM_bucket(benchmark::State& state) {
 }
 BENCHMARK(BM_bucket)->Arg(0)->Arg(1);
 
+/// The same float32 buckets streamed one after another from arrays larger than the caches (2,400 buckets,
+/// 80 MB of rows, as HEPT's ranks hold them when graphs are split by buckets); Arg 0: no hint, 1: each call
+/// names the next bucket's rows in GaussianBucketArgsOf::next. Buckets/s and FLOP/s; compare with
+/// BM_bucket/0, whose rows stay in cache.
+void BM_bucket_stream(benchmark::State& state) {
+  constexpr int m = 100, dh = 30, dv = 24;
+  constexpr k::index_t buckets = 2400, slots = buckets * m;
+  const auto q = random_values(static_cast<std::size_t>(slots * dh), 0.3f, 13), kv = random_values(q.size(), 0.3f, 14);
+  const auto v = random_values(static_cast<std::size_t>(slots * dv), 1.0f, 15);
+  std::vector<std::int64_t> rows(m);
+  for (int i = 0; i < m; ++i) rows[static_cast<std::size_t>(i)] = i;
+  std::vector<float> num(static_cast<std::size_t>(slots * dv)), den(static_cast<std::size_t>(slots)),
+      scratch(static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv)));
+  const auto& kern = k::cpu();
+  for (auto _ : state) {
+    for (k::index_t s = 0; s < slots; s += m) {
+      k::GaussianBucketArgs a{q.data() + s * dh, dh, rows.data(), kv.data() + s * dh, dh, rows.data(),
+                              v.data() + s * dv, dv, m, dh, dv, num.data() + s * dv, den.data() + s, scratch.data()};
+      if (state.range(0) == 1 && s + m < slots) {
+        a.next[0] = q.data() + (s + m) * dh;
+        a.next[1] = kv.data() + (s + m) * dh;
+        a.next[2] = v.data() + (s + m) * dv;
+        a.next_bytes[0] = a.next_bytes[1] = sizeof(float) * m * dh;
+        a.next_bytes[2] = sizeof(float) * m * dv;
+      }
+      kern.gaussian_bucket(a);
+    }
+    benchmark::DoNotOptimize(num.data());
+  }
+  state.counters["buckets/s"] = benchmark::Counter(double(buckets), benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["FLOP/s"] = benchmark::Counter(2.0 * m * m * (dh + dv + 1) * double(buckets),
+                                                benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_bucket_stream)->Arg(0)->Arg(1)->Unit(benchmark::kMillisecond);
+
 /// Sequoia's tree attention (CpuKernels::tree_attention) at the official configuration's level 0 (Arg:
 /// the width, 4 heads) over 1,024 queries of 16 keys each (the sibling lists) drawn from 8,192 key rows.
 /// FLOP/s count as bench_counts::sequoia does per edge: logits and weighted values 4 D, the positional MLP

@@ -7,6 +7,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <vector>
@@ -346,6 +347,39 @@ TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
               << k::to_string(isa) << " m " << m << " i " << i << " e " << e;
       }
     }
+  }
+}
+
+// The ranges a caller names for its next call (GaussianBucketArgsOf::next) are only asked of the caches:
+// with them, partly empty or null, every instruction set gives the bits it gives without them.
+TEST(HeptKernel, NextCallHintsLeaveTheBitsAlone) {
+  namespace k = surrogate::kernels;
+  constexpr int m = 100, dh = 30, dv = 24, rows = 2 * m;
+  std::vector<float> q(static_cast<std::size_t>(rows * dh)), kk(q.size()), v(static_cast<std::size_t>(rows * dv));
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < kk.size(); ++i) kk[i] = 0.25f * static_cast<float>(std::cos(0.3 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(1.1 * static_cast<double>(i) + 0.5));
+  std::vector<std::int64_t> row(m);
+  for (int i = 0; i < m; ++i) row[static_cast<std::size_t>(i)] = (3 * i + 1) % m;
+  for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
+    const k::CpuKernels* table = k::cpu(isa);
+    if (!table) continue;
+    std::vector<float> scratch(static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv)));
+    std::vector<float> num0(static_cast<std::size_t>(m * dv)), den0(m), num1(num0.size()), den1(den0.size());
+    k::GaussianBucketArgs a{q.data(), dh, row.data(), kk.data(), dh, row.data(), v.data(), dv, m, dh, dv,
+                            num0.data(), den0.data(), scratch.data()};
+    table->gaussian_bucket(a);
+    a.num = num1.data();
+    a.den = den1.data();
+    a.next[0] = q.data() + m * dh;  // the second half of the rows, a range of no bytes and none
+    a.next[1] = kk.data() + m * dh;
+    a.next[2] = nullptr;
+    a.next_bytes[0] = sizeof(float) * m * dh;
+    a.next_bytes[1] = 0;
+    a.next_bytes[2] = 64;
+    table->gaussian_bucket(a);
+    EXPECT_EQ(std::memcmp(num0.data(), num1.data(), sizeof(float) * num0.size()), 0) << k::to_string(isa);
+    EXPECT_EQ(std::memcmp(den0.data(), den1.data(), sizeof(float) * den0.size()), 0) << k::to_string(isa);
   }
 }
 

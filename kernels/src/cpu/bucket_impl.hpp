@@ -164,6 +164,35 @@ template <class T>
   O::store(half_sq, O::splat(T(-0.5)) * s);
 }
 
+/// The cache lines of up to three byte ranges, asked of the caches a few at a time (GaussianBucketArgsOf::next).
+class LinePrefetcher {
+ public:
+  LinePrefetcher(const void* const* p, const std::size_t* bytes) {
+    for (int r = 0; r < 3; ++r) {
+      if (!p[r] || bytes[r] == 0) continue;
+      const auto first = reinterpret_cast<std::uintptr_t>(p[r]) / kLine;
+      next_[r] = first * kLine;
+      end_[r] = (reinterpret_cast<std::uintptr_t>(p[r]) + bytes[r] - 1) / kLine * kLine + kLine;
+      lines_ += (end_[r] - next_[r]) / kLine;
+    }
+  }
+  std::size_t lines() const { return lines_; }
+  /// The next n lines.
+  void ask(std::size_t n) {
+    for (; n > 0 && range_ < 3; ++range_) {
+      for (; n > 0 && next_[range_] < end_[range_]; --n, next_[range_] += kLine)
+        __builtin_prefetch(reinterpret_cast<const void*>(next_[range_]));
+      if (next_[range_] < end_[range_]) return;
+    }
+  }
+
+ private:
+  static constexpr std::uintptr_t kLine = 64;
+  std::uintptr_t next_[3] = {}, end_[3] = {};
+  std::size_t lines_ = 0;
+  int range_ = 0;
+};
+
 template <class T>
 inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
   constexpr int W = BucketOps<T>::W, G = 4, VL = kBucketKeyVectors, VN = 2;
@@ -192,9 +221,13 @@ inline void gaussian_bucket_of(const GaussianBucketArgsOf<T>& a) {
     }
     row[dv] = T(1);
   }
+  LinePrefetcher next(a.next, a.next_bytes);
+  const auto groups = static_cast<std::size_t>((m + G - 1) / G);
+  const std::size_t lines_per_group = groups ? (next.lines() + groups - 1) / groups : 0;
   // G queries at a time (the last group repeats its last query): independent FMA chains hide the
   // latency, and each value's sum stays in order.
   for (int i0 = 0; i0 < m; i0 += G) {
+    next.ask(lines_per_group);
     const int nq = m - i0 < G ? m - i0 : G;
     const T* qi[G];
     T qsq[G];

@@ -178,9 +178,17 @@ void SplitGraphs::attend(const Comm& comm, int table, const T* keys_q, const T* 
     std::vector<T> scratch(sz(kernels::gaussian_bucket_scratch(bs, Dh, D)));
 #pragma omp for schedule(static)
     for (std::int64_t s = 0; s < slots; s += bs) {
-      const kernels::GaussianBucketArgsOf<T> args{qs.data() + s * Dh, Dh, identity.data(), ks.data() + s * Dh, Dh,
-                                                  identity.data(), vs.data() + s * D, D, bs, Dh, D,
-                                                  bnum.data() + s * D, bden.data() + s, scratch.data()};
+      kernels::GaussianBucketArgsOf<T> args{qs.data() + s * Dh, Dh, identity.data(), ks.data() + s * Dh, Dh,
+                                            identity.data(), vs.data() + s * D, D, bs, Dh, D,
+                                            bnum.data() + s * D, bden.data() + s, scratch.data()};
+      if (s + bs < slots) {  // the next bucket's rows stream from arrays larger than the caches
+        const std::int64_t n = s + bs;
+        args.next[0] = qs.data() + n * Dh;
+        args.next[1] = ks.data() + n * Dh;
+        args.next[2] = vs.data() + n * D;
+        args.next_bytes[0] = args.next_bytes[1] = sizeof(T) * sz(bs) * sz(Dh);
+        args.next_bytes[2] = sizeof(T) * sz(bs) * sz(D);
+      }
       if constexpr (std::is_same_v<T, float>)
         kernels::cpu().gaussian_bucket(args);
       else

@@ -11,6 +11,7 @@
 //    whatever block, thread or MPI rank it is computed in.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 
@@ -320,6 +321,11 @@ struct GaussianBucketArgsOf {
   T* num = nullptr;
   T* den = nullptr;
   T* scratch = nullptr;
+  /// Optional: up to three byte ranges the caller reads in its next call (the next bucket's rows, when they
+  /// stream from arrays larger than the caches). The kernel asks the caches for them a few lines per group
+  /// of queries, spread over its work rather than in one burst.
+  const void* next[3] = {nullptr, nullptr, nullptr};
+  std::size_t next_bytes[3] = {0, 0, 0};
 };
 using GaussianBucketArgs = GaussianBucketArgsOf<float>;
 using GaussianBucketArgs64 = GaussianBucketArgsOf<double>;
