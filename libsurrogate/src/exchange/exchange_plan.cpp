@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
-#include <type_traits>
 
 #include "../device_support.hpp"
+#include "../prefetch.hpp"
 #include "collectives.hpp"
 #include "move_timer.hpp"
 #include "surrogate/error.hpp"
@@ -16,18 +16,14 @@ namespace {
 
 /// Copies `bytes` from src(i) to dst(i) for i < n. Rows listed by index are random accesses: each is asked
 /// of the caches kPrefetchAhead rows before its copy, on the sides marked (a read, a write), so that the
-/// copies overlap their misses instead of waiting on each (share/docs/coupling.md, "Exchange plans").
+/// copies overlap their misses instead of waiting on each (share/docs/adding-a-family.md, section 5).
 template <bool PrefetchSrc, bool PrefetchDst, class Src, class Dst>
 void copy_rows(std::size_t n, std::size_t bytes, Src src, Dst dst) {
-  constexpr std::size_t kPrefetchAhead = 16, kLine = 64;
-  const auto ask = [bytes](const char* row, auto write) {
-    for (std::size_t b = 0; b < bytes; b += kLine) __builtin_prefetch(row + b, decltype(write)::value);
-    __builtin_prefetch(row + bytes - 1, decltype(write)::value);
-  };
+  constexpr std::size_t kPrefetchAhead = 16;
   for (std::size_t i = 0; i < n; ++i) {
     if (i + kPrefetchAhead < n) {
-      if constexpr (PrefetchSrc) ask(src(i + kPrefetchAhead), std::integral_constant<int, 0>{});
-      if constexpr (PrefetchDst) ask(dst(i + kPrefetchAhead), std::integral_constant<int, 1>{});
+      if constexpr (PrefetchSrc) detail::prefetch_bytes(src(i + kPrefetchAhead), bytes);
+      if constexpr (PrefetchDst) detail::prefetch_bytes<1>(dst(i + kPrefetchAhead), bytes);
     }
     std::memcpy(dst(i), src(i), bytes);
   }

@@ -9,6 +9,7 @@
 #include <string>
 #include <type_traits>
 
+#include "../prefetch.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
@@ -151,12 +152,8 @@ void hash_projections(const T* x, std::int64_t np, std::int64_t n0, int dh, cons
 /// Asks the caches for rows[0..n) of x (stride ld, `width` values each), every line of each row.
 template <class T>
 void prefetch_rows(const T* x, std::int64_t ld, const std::int64_t* rows, int n, int width) {
-  constexpr int kLine = 64 / static_cast<int>(sizeof(T));
-  for (int i = 0; i < n; ++i) {
-    const T* row = x + rows[i] * ld;
-    for (int c = 0; c < width; c += kLine) __builtin_prefetch(row + c);
-    __builtin_prefetch(row + width - 1);
-  }
+  for (int i = 0; i < n; ++i)
+    surrogate::detail::prefetch_bytes(x + rows[i] * ld, sizeof(T) * static_cast<std::size_t>(width));
 }
 
 /// LayerNorm (biased variance, eps 1e-5) of `dim` channels. Eight rows at a time with their sums
