@@ -1,9 +1,10 @@
-// The grid search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp) gives exactly the
+// The k-d tree search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp) gives exactly the
 // brute force's lists — same nodes, same order, ties by index — on clouds that stress it: random, lattice
-// points with repeats (ties everywhere), a plane, a line, identical points, tight clusters far apart,
-// several samples of different sizes.
+// points with repeats (ties everywhere), a plane, a line, a sphere's surface, identical points, tight
+// clusters far apart, a far outlier, several samples of different sizes, samples of fewer than k nodes.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <string>
 #include <vector>
@@ -39,12 +40,20 @@ TEST(SequoiaNeighbours, GridEqualsBruteForce) {
   std::mt19937 gen(3);
   std::normal_distribution<float> normal;
   std::uniform_int_distribution<int> cell(0, 9);
-  Cloud random, lattice, plane, line, identical, clusters, samples;
+  Cloud random, lattice, plane, line, sphere, identical, clusters, outlier, samples, tiny;
   for (int i = 0; i < 3000; ++i) random.add(0, normal(gen), normal(gen), normal(gen));
   for (int i = 0; i < 2500; ++i) lattice.add(0, 0.1f * cell(gen), 0.1f * cell(gen), 0.1f * cell(gen));
   for (int i = 0; i < 2000; ++i) plane.add(0, normal(gen), normal(gen), 0.25f);
   for (int i = 0; i < 1500; ++i) line.add(0, 0.5f, normal(gen), -1.0f);
+  for (int i = 0; i < 2000; ++i) {
+    const float x = normal(gen), y = normal(gen), z = normal(gen), r = std::sqrt(x * x + y * y + z * z);
+    sphere.add(0, x / r, y / r, z / r);
+  }
   for (int i = 0; i < 700; ++i) identical.add(0, 0.3f, 0.3f, 0.3f);
+  for (int i = 0; i < 1000; ++i) outlier.add(0, normal(gen), normal(gen), normal(gen));
+  outlier.add(0, 1e4f, -1e4f, 3.0f);
+  for (int s = 0; s < 3; ++s)
+    for (int i = 0; i < 3 + 6 * s; ++i) tiny.add(s, normal(gen), normal(gen), normal(gen));  // 3, 9, 15 nodes
   for (int i = 0; i < 2000; ++i) {
     const float at = i % 2 ? 50.0f : -50.0f;
     clusters.add(0, at + 1e-3f * normal(gen), at + 1e-3f * normal(gen), 1e-3f * normal(gen));
@@ -55,9 +64,12 @@ TEST(SequoiaNeighbours, GridEqualsBruteForce) {
   expect_same(lattice, "lattice with repeats");
   expect_same(plane, "plane");
   expect_same(line, "line");
+  expect_same(sphere, "sphere surface");
   expect_same(identical, "identical points");
   expect_same(clusters, "two tight clusters");
+  expect_same(outlier, "far outlier");
   expect_same(samples, "four samples");
+  expect_same(tiny, "samples of fewer than k nodes");
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 // Nearest same-sample nodes of a level: the sibling lists and PointConv's kNN (share/docs/sequoia.md,
 // "Neighbour order"): squared distances of the float32 positions in double, ties by ascending id. Small
-// samples by brute force, large ones through a uniform grid searched ring by ring (the same lists).
+// samples by brute force, larger ones through a k-d tree (the same lists).
 #include "neighbours.hpp"
 
 #include <algorithm>
@@ -48,103 +48,146 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, Queries
   }
 }
 
-/// Uniform grid over the nodes [begin, end): about one node per cell. A query scans its cell, then the
-/// rings of cells at Chebyshev distance 1, 2, ...; after ring r every unscanned node lies beyond one of
-/// the scanned box's inner faces, so once the k-th candidate is nearer than the nearest such face (less
-/// a margin far above the rounding of the cell assignment) the k nearest are among the candidates: the
-/// result is the brute force's, ties included.
-void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
-  const std::int64_t m = end - begin;
-  double lo[3], hi[3];
-  for (int c = 0; c < 3; ++c) lo[c] = hi[c] = pos[begin * 3 + c];
-  for (std::int64_t a = begin; a < end; ++a)
-    for (int c = 0; c < 3; ++c) {
-      lo[c] = std::min(lo[c], static_cast<double>(pos[a * 3 + c]));
-      hi[c] = std::max(hi[c], static_cast<double>(pos[a * 3 + c]));
+/// A query's k best candidates so far, ascending by (distance, id): its list once the search ends.
+class Candidates {
+ public:
+  explicit Candidates(int k) : k_(k), d_(static_cast<std::size_t>(k)), id_(static_cast<std::size_t>(k)) {}
+  void clear() { n_ = 0; }
+  double bound() const { return n_ < k_ ? INFINITY : d_[static_cast<std::size_t>(k_ - 1)]; }  // the k-th distance
+  void offer(double dist, std::int64_t id) {
+    int t = n_;  // the slot freed: the next one, or the k-th's
+    if (n_ == k_) {
+      if (!before(dist, id, --t)) return;
+    } else {
+      ++n_;
     }
-  const int g = std::max(1, static_cast<int>(std::cbrt(static_cast<double>(m))));
-  double width[3], min_width = INFINITY;
-  for (int c = 0; c < 3; ++c) {
-    width[c] = (hi[c] - lo[c]) / g;
-    if (width[c] > 0) min_width = std::min(min_width, width[c]);
+    for (; t > 0 && before(dist, id, t - 1); --t) {
+      d_[static_cast<std::size_t>(t)] = d_[static_cast<std::size_t>(t - 1)];
+      id_[static_cast<std::size_t>(t)] = id_[static_cast<std::size_t>(t - 1)];
+    }
+    d_[static_cast<std::size_t>(t)] = dist;
+    id_[static_cast<std::size_t>(t)] = id;
   }
-  const double margin = 1e-9 * (std::max(std::abs(lo[0]), std::abs(hi[0])) + std::max(std::abs(lo[1]), std::abs(hi[1])) +
-                                 std::max(std::abs(lo[2]), std::abs(hi[2])));
-  if (!std::isfinite(min_width)) {  // all nodes at one position
-    brute_force(pos, begin, end, q, k, lists);
-    return;
+  /// The list: the k best, or all of them followed by the first repeated up to k.
+  void write(std::int64_t* out) const {
+    for (int t = 0; t < k_; ++t) out[t] = id_[static_cast<std::size_t>(t < n_ ? t : 0)];
   }
-  auto cell_of = [&](std::int64_t a, int c) {
-    if (width[c] <= 0) return 0;
-    const auto i = static_cast<int>(std::floor((static_cast<double>(pos[a * 3 + c]) - lo[c]) / width[c]));
-    return std::clamp(i, 0, g - 1);
-  };
-  // Nodes by cell (counting sort; ascending ids within a cell).
-  const std::size_t cells = static_cast<std::size_t>(g) * static_cast<std::size_t>(g) * static_cast<std::size_t>(g);
-  std::vector<std::int64_t> first(cells + 1, 0), members(static_cast<std::size_t>(m));
-  std::vector<std::int32_t> cell(static_cast<std::size_t>(m) * 3);
-  for (std::int64_t a = begin; a < end; ++a) {
-    std::int32_t* ca = &cell[static_cast<std::size_t>(a - begin) * 3];
-    for (int c = 0; c < 3; ++c) ca[c] = cell_of(a, c);
-    ++first[(static_cast<std::size_t>(ca[0]) * static_cast<std::size_t>(g) + static_cast<std::size_t>(ca[1])) * static_cast<std::size_t>(g) +
-            static_cast<std::size_t>(ca[2]) + 1];
+
+ private:
+  bool before(double dist, std::int64_t id, int t) const {
+    const double o = d_[static_cast<std::size_t>(t)];
+    return dist < o || (dist == o && id < id_[static_cast<std::size_t>(t)]);
   }
-  std::partial_sum(first.begin(), first.end(), first.begin());
-  {
-    std::vector<std::int64_t> next(first.begin(), first.end() - 1);
-    for (std::int64_t a = begin; a < end; ++a) {
-      const std::int32_t* ca = &cell[static_cast<std::size_t>(a - begin) * 3];
-      const std::size_t id = (static_cast<std::size_t>(ca[0]) * static_cast<std::size_t>(g) + static_cast<std::size_t>(ca[1])) *
-                                 static_cast<std::size_t>(g) + static_cast<std::size_t>(ca[2]);
-      members[static_cast<std::size_t>(next[id]++)] = a;
+  int k_, n_ = 0;
+  std::vector<double> d_;
+  std::vector<std::int64_t> id_;
+};
+
+/// A k-d tree over the nodes [begin, end): ranges of a permutation split at their middle element along
+/// the axis of largest extent, down to leaves of at most kLeaf nodes. Every node of a range's first half
+/// has a coordinate at most its split value, every node of the second half at least. A query descends
+/// to the nearer half first and visits the farther one unless that half's box (bounded by the splitting
+/// planes on the way down) lies beyond its k-th candidate; the box's distance loses a margin far above
+/// the rounding of the squared distances per axis, so the lists are the brute force's, ties included,
+/// whatever the cloud's shape (surfaces, clusters, repeats).
+class KdTree {
+ public:
+  KdTree(const float* pos, std::int64_t begin, std::int64_t end) : m_(end - begin) {
+    ids_.resize(static_cast<std::size_t>(m_));
+    std::iota(ids_.begin(), ids_.end(), begin);
+    double scale = 0.0;
+    for (std::int64_t a = begin; a < end; ++a)
+      for (int c = 0; c < 3; ++c) scale = std::max(scale, std::abs(static_cast<double>(pos[a * 3 + c])));
+    margin_ = 3e-9 * scale;
+    split_.resize(static_cast<std::size_t>(m_));  // split_[mid] belongs to the range whose middle is mid
+    axis_.resize(static_cast<std::size_t>(m_));
+    build(pos, 0, m_);
+    at_.resize(static_cast<std::size_t>(m_) * 3);
+    for (std::size_t e = 0; e < ids_.size(); ++e)
+      for (std::size_t c = 0; c < 3; ++c) at_[e * 3 + c] = static_cast<double>(pos[ids_[e] * 3 + static_cast<std::int64_t>(c)]);
+  }
+
+  void search(const float* p, Candidates& best) const {
+    const double q[3] = {p[0], p[1], p[2]};
+    double off[3] = {0.0, 0.0, 0.0};
+    visit(q, 0, m_, off, 0.0, best);
+  }
+
+ private:
+  static constexpr std::int64_t kLeaf = 8;
+
+  void build(const float* pos, std::int64_t lo, std::int64_t hi) {
+    if (hi - lo <= kLeaf) return;
+    float mn[3], mx[3];
+    for (int c = 0; c < 3; ++c) mn[c] = mx[c] = pos[ids_[static_cast<std::size_t>(lo)] * 3 + c];
+    for (std::int64_t e = lo; e < hi; ++e)
+      for (int c = 0; c < 3; ++c) {
+        const float v = pos[ids_[static_cast<std::size_t>(e)] * 3 + c];
+        mn[c] = std::min(mn[c], v);
+        mx[c] = std::max(mx[c], v);
+      }
+    int axis = 0;
+    for (int c = 1; c < 3; ++c)
+      if (mx[c] - mn[c] > mx[axis] - mn[axis]) axis = c;
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    const auto first = ids_.begin();
+    std::nth_element(first + lo, first + mid, first + hi, [&](std::int64_t u, std::int64_t v) {
+      const float a = pos[u * 3 + axis], b = pos[v * 3 + axis];
+      return a < b || (a == b && u < v);
+    });
+    split_[static_cast<std::size_t>(mid)] = pos[ids_[static_cast<std::size_t>(mid)] * 3 + axis];
+    axis_[static_cast<std::size_t>(mid)] = static_cast<std::int8_t>(axis);
+    build(pos, lo, mid);
+    build(pos, mid, hi);
+  }
+
+  /// Visits the range [lo, hi), whose box lies at least off[c] from the query along each axis c and at
+  /// least `box` (the sum of their squares) away.
+  void visit(const double q[3], std::int64_t lo, std::int64_t hi, double off[3], double box, Candidates& best) const {
+    if (hi - lo <= kLeaf) {
+      for (auto e = static_cast<std::size_t>(lo); e < static_cast<std::size_t>(hi); ++e) {
+        const double* pj = &at_[e * 3];
+        const double t0 = q[0] - pj[0], t1 = q[1] - pj[1], t2 = q[2] - pj[2];
+        double dist = 0.0;  // squared_distance's sum, in its order
+        dist += t0 * t0;
+        dist += t1 * t1;
+        dist += t2 * t2;
+        best.offer(dist, ids_[e]);
+      }
+      return;
+    }
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    const int axis = axis_[static_cast<std::size_t>(mid)];
+    const double gap = q[axis] - split_[static_cast<std::size_t>(mid)];
+    const bool left_first = gap <= 0;
+    visit(q, left_first ? lo : mid, left_first ? mid : hi, off, box, best);
+    const double was = off[axis], now = std::max(was, std::abs(gap) - margin_);
+    const double far = box - was * was + now * now;
+    if (far <= best.bound()) {
+      off[axis] = now;
+      visit(q, left_first ? mid : lo, left_first ? hi : mid, off, far, best);
+      off[axis] = was;
     }
   }
-#pragma omp parallel
+
+  std::int64_t m_;
+  double margin_ = 0.0;
+  std::vector<std::int64_t> ids_;  // the nodes in tree order
+  std::vector<double> at_;         // their positions, x y z
+  std::vector<double> split_;
+  std::vector<std::int8_t> axis_;
+};
+
+void tree_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
+  const KdTree tree(pos, begin, end);
+#pragma omp parallel if (q.count > 256)
   {
-    std::vector<Candidate> d, kth;
+    Candidates best(k);
 #pragma omp for schedule(dynamic, 256)
     for (std::int64_t t = 0; t < q.count; ++t) {
-      const std::int64_t a = q.ids[t];
-      const std::int32_t* ca = &cell[static_cast<std::size_t>(a - begin) * 3];
-      d.clear();
-      bool listed = false;
-      for (int r = 0;; ++r) {
-        // Ring r: the cells with max |offset| == r.
-        for (int x = ca[0] - r; x <= ca[0] + r; ++x)
-          for (int y = ca[1] - r; y <= ca[1] + r; ++y)
-            for (int z = ca[2] - r; z <= ca[2] + r; ++z) {
-              if (std::max({std::abs(x - ca[0]), std::abs(y - ca[1]), std::abs(z - ca[2])}) != r) continue;
-              if (x < 0 || y < 0 || z < 0 || x >= g || y >= g || z >= g) continue;
-              const std::size_t id = (static_cast<std::size_t>(x) * static_cast<std::size_t>(g) + static_cast<std::size_t>(y)) *
-                                         static_cast<std::size_t>(g) + static_cast<std::size_t>(z);
-              for (std::int64_t e = first[id]; e < first[id + 1]; ++e) {
-                const std::int64_t j = members[static_cast<std::size_t>(e)];
-                d.emplace_back(squared_distance(pos + a * 3, pos + j * 3), j);
-              }
-            }
-        // Every unscanned node lies beyond a face of the scanned box of cells that is not on the grid's
-        // edge: at least `reach` from the query, less a margin far above the rounding of cell_of.
-        double reach = INFINITY;
-        for (int c = 0; c < 3; ++c) {
-          if (width[c] <= 0) continue;
-          const double p = static_cast<double>(pos[a * 3 + c]);
-          if (ca[c] - r > 0) reach = std::min(reach, p - (lo[c] + (ca[c] - r) * width[c]));
-          if (ca[c] + r < g - 1) reach = std::min(reach, lo[c] + (ca[c] + r + 1) * width[c] - p);
-        }
-        if (reach == INFINITY) break;  // every cell scanned
-        reach -= margin;
-        if (d.size() >= static_cast<std::size_t>(k) && reach > 0) {
-          kth = d;
-          std::nth_element(kth.begin(), kth.begin() + (k - 1), kth.end());
-          if (kth[static_cast<std::size_t>(k - 1)].first < reach * reach) {  // kth's k first are the list
-            std::sort(kth.begin(), kth.begin() + k);
-            for (int i = 0; i < k; ++i) lists[t * k + i] = kth[static_cast<std::size_t>(i)].second;
-            listed = true;
-            break;
-          }
-        }
-      }
-      if (!listed) take(d, k, lists + t * k);
+      best.clear();
+      tree.search(pos + q.ids[t] * 3, best);
+      best.write(lists + t * k);
     }
   }
 }
@@ -172,7 +215,7 @@ std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, con
     const Queries q{queries.data() + t, static_cast<std::int64_t>(u - t)};
     std::int64_t* out = lists.data() + t * static_cast<std::size_t>(k);
     if (end - begin <= brute_force_up_to) brute_force(positions.data(), begin, end, q, k, out);
-    else grid_search(positions.data(), begin, end, q, k, out);
+    else tree_search(positions.data(), begin, end, q, k, out);
     t = u;
   }
   return lists;

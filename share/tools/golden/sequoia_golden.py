@@ -183,7 +183,8 @@ def install_stand_ins():
         used.append("torch_geometric.nn.PointConv=PointNetConv")
     try:
         gnn.knn(torch.zeros(2, 3), torch.zeros(2, 3), 1)
-    except ImportError:  # PyG 2.8 serves knn from pyg-lib only; earlier releases forwarded it to torch_cluster
+    except (ImportError, AttributeError):  # PyG 2.8 serves knn from pyg-lib only; 2.3 calls a missing
+        # torch_cluster (AttributeError); the releases between forwarded it to torch_cluster
         try:
             import torch_cluster
             gnn.knn = torch_cluster.knn  # the compiled kNN, with the signature the official call uses
