@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <string>
@@ -77,7 +78,8 @@ inline Deviation deviation(const std::vector<float>& got, const std::vector<floa
 /// Runs `forward` once as a warm-up (its result returned through `first`), then `repeats` timed times.
 /// Prints one JSON line: points, threads, first_s (the warm-up's wall time), best_s and median_s (wall),
 /// best_cpu_s (the smallest process CPU time of a timed run: on a machine shared with other jobs it is
-/// the less disturbed measure at one thread), and gflop / gexp (`work`; zero when not given). With repeats = 0
+/// the less disturbed measure at one thread), gflop / gexp (`work`; zero when not given) and repeats_equal
+/// (every timed run gave the warm-up's output bits: reused work buffers change nothing). With repeats = 0
 /// the warm-up is the timed run.
 template <typename F>
 void time_forward(long points, int threads, int repeats, F&& forward, std::vector<float>* first = nullptr,
@@ -89,6 +91,8 @@ void time_forward(long points, int threads, int repeats, F&& forward, std::vecto
   const double first_cpu = static_cast<double>(std::clock() - c0) / CLOCKS_PER_SEC;
   const double first_s = std::chrono::duration<double>(clock::now() - w0).count();
   if (first) *first = y;
+  const std::vector<float> y0 = y;
+  bool repeats_equal = true;  // every timed forward gives the first one's bits (outputs compared bitwise)
   std::vector<double> times, cpu;
   for (int r = 0; r < repeats; ++r) {
     const auto t0 = clock::now();
@@ -96,6 +100,8 @@ void time_forward(long points, int threads, int repeats, F&& forward, std::vecto
     y = forward();
     cpu.push_back(static_cast<double>(std::clock() - c1) / CLOCKS_PER_SEC);
     times.push_back(std::chrono::duration<double>(clock::now() - t0).count());
+    repeats_equal = repeats_equal && y.size() == y0.size() &&
+                    std::memcmp(y.data(), y0.data(), y.size() * sizeof(float)) == 0;
   }
   if (times.empty()) {
     times.push_back(first_s);
@@ -104,9 +110,9 @@ void time_forward(long points, int threads, int repeats, F&& forward, std::vecto
   std::sort(times.begin(), times.end());
   std::sort(cpu.begin(), cpu.end());
   std::printf("{\"points\": %ld, \"threads\": %d, \"first_s\": %.6f, \"best_s\": %.6f, \"median_s\": %.6f, "
-              "\"best_cpu_s\": %.6f, \"gflop\": %.4f, \"gexp\": %.5f}\n",
+              "\"best_cpu_s\": %.6f, \"gflop\": %.4f, \"gexp\": %.5f, \"repeats_equal\": %s}\n",
               points, threads, first_s, times.front(), times[times.size() / 2], cpu.front(), work.flop * 1e-9,
-              work.exps * 1e-9);
+              work.exps * 1e-9, repeats_equal ? "true" : "false");
 }
 
 }  // namespace bench_io

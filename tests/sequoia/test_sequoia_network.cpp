@@ -180,3 +180,33 @@ TEST(SequoiaSegDegenerate, UnequalSizesEachPointGetsItsOwnClass) {
 }
 
 }  // namespace
+
+/// The forward's large Rows come from a block plan from the second forward on (surrogate/kernels/
+/// block_plan.hpp), whose blocks hold the previous forward's data: the outputs must not change. 4,096
+/// points make the head's 512-wide rows 8 MiB, planned blocks.
+TEST(SequoiaSeg, RepeatedForwardsGiveTheSameBits) {
+  const auto file = surrogate::ModelFile::read(sequoia_test::data_path("seg"));
+  const auto cfg = sq::Config::from_file(file);
+  std::vector<float> positions;
+  std::vector<std::int64_t> offsets{0};
+  std::uint32_t state = 12345;
+  const auto uniform = [&] {
+    state = state * 1664525u + 1013904223u;
+    return static_cast<float>(state >> 8) / 16777216.0f - 0.5f;
+  };
+  for (int s = 0; s < 4; ++s) {
+    for (int i = 0; i < 1024; ++i)
+      for (int c = 0; c < 3; ++c) positions.push_back(uniform());
+    offsets.push_back(offsets.back() + 1024);
+  }
+  std::vector<float> classes(4 * static_cast<std::size_t>(cfg.n_class), 0.0f);
+  for (int s = 0; s < 4; ++s) classes[static_cast<std::size_t>(s * cfg.n_class + s % cfg.n_class)] = 1.0f;
+  const sq::Hierarchy h = sq::build_hierarchy(positions.data(), offsets, cfg.divide, cfg.depth);
+  const sq::Network net(file, cfg);
+  const auto first = net.forward(h, positions.data(), classes.data());
+  for (int f = 0; f < 3; ++f) {
+    const auto again = net.forward(h, positions.data(), classes.data());
+    ASSERT_EQ(again.size(), first.size());
+    EXPECT_TRUE(std::equal(first.begin(), first.end(), again.begin())) << "forward " << f + 2 << " differs";
+  }
+}

@@ -8,16 +8,19 @@
 #include <mutex>
 #include <new>
 
+#include "huge_blocks.hpp"
+#include "surrogate/kernels/block_plan.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::kernels {
 
+namespace detail {
+
 namespace {
-
 constexpr std::size_t kAlign = 64;
-constexpr std::size_t kHuge = std::size_t{2} << 20;
+constexpr std::size_t kHuge = kHugeBytes;
+}  // namespace
 
-// Bytes a block of `bytes` occupies: 64-byte multiples; from 2 MiB on, whole 2 MiB pages.
 std::size_t block_bytes(std::size_t bytes) {
   const std::size_t rounded = (bytes + kAlign - 1) / kAlign * kAlign;
   return rounded >= kHuge ? (rounded + kHuge - 1) / kHuge * kHuge : rounded;
@@ -44,7 +47,12 @@ void* map_huge_aligned(std::size_t bytes) {
   return p;
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::block_bytes;
+using detail::kAlign;
+using detail::kHuge;
+using detail::map_huge_aligned;
 
 void* aligned_zeroed_alloc(std::size_t bytes) {
   if (bytes == 0) return nullptr;
@@ -60,11 +68,21 @@ void* aligned_zeroed_alloc(std::size_t bytes) {
   return p;
 }
 
+void* aligned_uninitialised_alloc(std::size_t bytes) {
+  const std::size_t size = block_bytes(bytes);
+  if (size < kHuge) return aligned_zeroed_alloc(bytes);
+  if (void* planned = detail::planned_alloc(size)) return planned;
+  void* p = map_huge_aligned(size);
+  if (!p) throw std::bad_alloc();
+  detail::planned_note_fresh(p, size);
+  return p;
+}
+
 void aligned_free(void* p, std::size_t bytes) noexcept {
   if (!p) return;
   const std::size_t size = block_bytes(bytes);
   if (size >= kHuge) {
-    munmap(p, size);
+    if (!detail::planned_free(p)) munmap(p, size);
   } else {
     std::free(p);
   }

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
+#include "surrogate/kernels/block_plan.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model_file.hpp"
 
@@ -16,7 +17,7 @@ namespace surrogate::sequoia {
 
 /// An allocator whose value-less construct leaves the element uninitialised: Rows that every row's
 /// writer fills completely skip the zero-filling of large fresh buffers. Blocks of 2 MiB and more are
-/// the kernels' huge-page mappings (surrogate/kernels/aligned_buffer.hpp), faulted in 2 MiB pages.
+/// the kernels' huge-page mappings, replayed by the forward's block plan (surrogate/kernels/block_plan.hpp).
 template <class T>
 struct UninitialisedAllocator : std::allocator<T> {
   template <class U>
@@ -37,7 +38,7 @@ struct UninitialisedAllocator : std::allocator<T> {
   static constexpr std::size_t kHugeBytes = std::size_t{2} << 20;
   T* allocate(std::size_t n) {
     if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::allocate(n);
-    return static_cast<T*>(kernels::aligned_zeroed_alloc(n * sizeof(T)));  // (zeroed by the kernel: no pass)
+    return static_cast<T*>(kernels::aligned_uninitialised_alloc(n * sizeof(T)));
   }
   void deallocate(T* p, std::size_t n) noexcept {
     if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::deallocate(p, n);

@@ -237,6 +237,7 @@ Rows extended(const Rows& part, std::int64_t more) {
 
 std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const float* features, const float* sample_features,
                                     Trace* trace) const {
+  const kernels::BlockPlan::Scope work_blocks(&impl_->work_blocks);
   const Impl& m = *impl_;
   const Config& cfg = m.cfg;
   const int L = cfg.levels();

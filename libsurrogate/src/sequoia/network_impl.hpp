@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "layers.hpp"
+#include "surrogate/kernels/block_plan.hpp"
 #include "share.hpp"
 #include "surrogate/sequoia.hpp"
 
@@ -27,6 +28,7 @@ struct Network::Impl {
   Dense head0, head3;
   BatchNorm head_bn;                // cls
   std::vector<float> ln_w, ln_b;    // seg LayerNorm(512)
+  mutable kernels::BlockPlan work_blocks;  // the CPU forward's large Rows, replayed from the second forward
 
   Rows init_level0(const Share& s, const std::vector<float>& positions, const float* features) const;
   Rows head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const;  // seg
