@@ -1,7 +1,8 @@
-// The k-d tree search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp) gives exactly the
-// brute force's lists — same nodes, same order, ties by index — on clouds that stress it: random, lattice
-// points with repeats (ties everywhere), a plane, a line, a sphere's surface, identical points, tight
-// clusters far apart, a far outlier, several samples of different sizes, samples of fewer than k nodes.
+// The tree search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp, through
+// surrogate::graph::knn_graph on double coordinates) gives exactly the brute force's lists — same nodes,
+// same order, ties by index — on clouds that stress it: random, lattice points with repeats (ties
+// everywhere), a plane, a line, a sphere's surface, identical points, tight clusters far apart, a far
+// outlier, several samples of different sizes, samples of fewer than k nodes.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -25,11 +25,13 @@ struct KdTree {
   struct Node {
     std::int64_t begin = 0, end = 0;  // range of `order`
     std::int32_t left = -1, right = -1;
+    std::int32_t axis = -1;  // the coordinate the children were split along
   };
   const Real* points = nullptr;  // the sample's first point (row-major)
   int dim = 0;
   detail::RoundingMargin<Real> margin{dim};  // after dim: initialised from it
   std::vector<std::int64_t> order;  // local point indices, leaves are contiguous ranges
+  std::vector<Real> sorted;         // the points' coordinates in `order`: leaves scan contiguous rows
   std::vector<Node> nodes;
   std::vector<double> lo, hi;  // bounding box per node (dim values each)
 
@@ -37,13 +39,17 @@ struct KdTree {
     for (std::int64_t i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
     nodes.reserve(static_cast<std::size_t>(2 * (n / kLeafSize + 1)));
     build(0, n);
+    sorted.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(d));
+    for (std::int64_t s = 0; s < n; ++s)
+      std::copy(p + order[static_cast<std::size_t>(s)] * d, p + (order[static_cast<std::size_t>(s)] + 1) * d,
+                sorted.begin() + s * d);
   }
 
   Real coord(std::int64_t i, int c) const { return points[i * dim + c]; }
 
   std::int32_t build(std::int64_t begin, std::int64_t end) {
     const auto id = static_cast<std::int32_t>(nodes.size());
-    nodes.push_back({begin, end, -1, -1});
+    nodes.push_back({begin, end, -1, -1, -1});
     lo.resize(lo.size() + static_cast<std::size_t>(dim), std::numeric_limits<double>::infinity());
     hi.resize(hi.size() + static_cast<std::size_t>(dim), -std::numeric_limits<double>::infinity());
     double* l = &lo[static_cast<std::size_t>(id) * dim];
@@ -66,15 +72,19 @@ struct KdTree {
     const std::int32_t right = build(mid, end);
     nodes[static_cast<std::size_t>(id)].left = left;
     nodes[static_cast<std::size_t>(id)].right = right;
+    nodes[static_cast<std::size_t>(id)].axis = split;
     return id;
   }
 
-  /// A lower bound of the rounded squared distance from q to any point of the node's box.
+  /// A lower bound of the rounded squared distance from q to any point of the node's box (Dim: the
+  /// dimension when fixed at compile time, 0 for `dim`).
+  template <int Dim = 0>
   double lower_bound(std::int32_t node, const Real* q) const {
-    const double* l = &lo[static_cast<std::size_t>(node) * dim];
-    const double* h = &hi[static_cast<std::size_t>(node) * dim];
+    const int n = Dim > 0 ? Dim : dim;
+    const double* l = &lo[static_cast<std::size_t>(node) * n];
+    const double* h = &hi[static_cast<std::size_t>(node) * n];
     double sum = 0.0;
-    for (int c = 0; c < dim; ++c) {
+    for (int c = 0; c < n; ++c) {
       const double v = q[c];
       const double d = v < l[c] ? l[c] - v : (v > h[c] ? v - h[c] : 0.0);
       sum += d * d;
@@ -88,40 +98,71 @@ using detail::squared_distance;
 template <class Real>
 using Candidate = std::pair<Real, std::int64_t>;  // (squared distance, local index): lexicographic order
 
+/// Distance from v to the interval [l, h] (0 inside).
+inline double gap(double v, double l, double h) { return v < l ? l - v : (v > h ? v - h : 0.0); }
+
 /// The k nearest (distance, index) of q among the tree's points, excluding `skip` (-1: none), sorted.
-template <class Real>
-void knn_query(const KdTree<Real>& t, const Real* q, int k, std::int64_t skip, std::vector<Candidate<Real>>& heap) {
-  heap.clear();
-  auto visit = [&](auto&& self, std::int32_t node) -> void {
-    if (static_cast<int>(heap.size()) == k && t.lower_bound(node, q) > static_cast<double>(heap.front().first)) return;
+/// The candidates are kept sorted (a new one shifts the larger ones up): k is small, and the k-th, the
+/// pruning bound, is always at hand. A node's bound is the sum over coordinates of the squared distance
+/// to the nearest interval known to enclose it: the child's own along its parent's split coordinate,
+/// the ancestors' along the others (one coordinate changes per level). Dim: the dimension when fixed at
+/// compile time (0: t.dim).
+template <class Real, int Dim = 0>
+void knn_query(const KdTree<Real>& t, const Real* q, int k, std::int64_t skip, std::vector<Candidate<Real>>& best) {
+  best.resize(static_cast<std::size_t>(k));
+  std::size_t found = 0;  // best[0, found): the candidates so far
+  const auto kk = static_cast<std::size_t>(k);
+  const int dim = Dim > 0 ? Dim : t.dim;
+  double fixed[8];
+  std::vector<double> wide;
+  double* off = dim <= 8 ? fixed : (wide.resize(static_cast<std::size_t>(dim)), wide.data());
+  for (int c = 0; c < dim; ++c) off[c] = gap(static_cast<double>(q[c]), t.lo[static_cast<std::size_t>(c)], t.hi[static_cast<std::size_t>(c)]);
+  const auto bound_of = [&] {
+    double sum = 0.0;
+    for (int c = 0; c < dim; ++c) sum += off[c] * off[c];
+    return t.margin.rounded_below(sum);
+  };
+  auto visit = [&](auto&& self, std::int32_t node, double bound) -> void {
+    if (found == kk && bound > static_cast<double>(best[kk - 1].first)) return;
     const auto& nd = t.nodes[static_cast<std::size_t>(node)];
     if (nd.left < 0) {
       for (std::int64_t s = nd.begin; s < nd.end; ++s) {
         const std::int64_t j = t.order[static_cast<std::size_t>(s)];
         if (j == skip) continue;
-        const Candidate<Real> c{squared_distance(q, t.points + j * t.dim, t.dim), j};
-        if (static_cast<int>(heap.size()) < k) {
-          heap.push_back(c);
-          std::push_heap(heap.begin(), heap.end());
-        } else if (c < heap.front()) {
-          std::pop_heap(heap.begin(), heap.end());
-          heap.back() = c;
-          std::push_heap(heap.begin(), heap.end());
+        const Candidate<Real> c{squared_distance(q, t.sorted.data() + s * dim, dim), j};
+        std::size_t at = found;
+        if (at < kk) {
+          ++found;
+        } else if (c < best[kk - 1]) {
+          --at;
+        } else {
+          continue;
         }
+        for (; at > 0 && c < best[at - 1]; --at) best[at] = best[at - 1];
+        best[at] = c;
       }
       return;
     }
-    const double bl = t.lower_bound(nd.left, q), br = t.lower_bound(nd.right, q);
-    if (bl <= br) {
-      self(self, nd.left);
-      self(self, nd.right);
-    } else {
-      self(self, nd.right);
-      self(self, nd.left);
-    }
+    const int a = nd.axis;
+    const double v = q[a], was = off[a];
+    const auto along = [&](std::int32_t child) {
+      const std::size_t at = static_cast<std::size_t>(child) * static_cast<std::size_t>(dim) + static_cast<std::size_t>(a);
+      return gap(v, t.lo[at], t.hi[at]);
+    };
+    const double gl = along(nd.left), gr = along(nd.right);
+    off[a] = gl;
+    const double bl = bound_of();
+    off[a] = gr;
+    const double br = bound_of();
+    const bool left_first = bl <= br;
+    off[a] = left_first ? gl : gr;
+    self(self, left_first ? nd.left : nd.right, left_first ? bl : br);
+    off[a] = left_first ? gr : gl;
+    self(self, left_first ? nd.right : nd.left, left_first ? br : bl);
+    off[a] = was;
   };
-  visit(visit, 0);
-  std::sort_heap(heap.begin(), heap.end());
+  visit(visit, 0, bound_of());
+  best.resize(found);
 }
 
 template <class Real>
@@ -134,7 +175,7 @@ void radius_query(const KdTree<Real>& t, const Real* q, Real r2, std::int64_t sk
       for (std::int64_t s = nd.begin; s < nd.end; ++s) {
         const std::int64_t j = t.order[static_cast<std::size_t>(s)];
         if (j == skip) continue;
-        const Real d2 = squared_distance(q, t.points + j * t.dim, t.dim);
+        const Real d2 = squared_distance(q, t.sorted.data() + s * t.dim, t.dim);
         if (d2 < r2) out.push_back({d2, j});
       }
       return;
@@ -219,7 +260,8 @@ Edges knn_impl(std::span<const Real> positions, int dim, const balltree::Batch& 
   if (k < 1) throw Error(ErrorCode::invalid_argument, "knn_graph: k must be at least 1, got " + std::to_string(k));
   check_points(positions, dim, batch);
   return build_edges<Real>(positions, dim, batch, threads, receivers, [&](const KdTree<Real>& t, std::int64_t i, auto& found) {
-    knn_query(t, t.points + i * dim, k, loop ? -1 : i, found);
+    if (dim == 3) knn_query<Real, 3>(t, t.points + i * dim, k, loop ? -1 : i, found);
+    else knn_query(t, t.points + i * dim, k, loop ? -1 : i, found);
   });
 }
 
