@@ -112,6 +112,12 @@ BlockPlan::BlockPlan() : state_(std::make_unique<State>()) {}
 
 BlockPlan::~BlockPlan() {
   const std::lock_guard<std::mutex> lock(registry_mutex);
+  const auto it = std::find(recording.begin(), recording.end(), state_.get());
+  if (it != recording.end()) {  // destroyed inside its own forward's scope (a caller's error): forget it
+    recording.erase(it);
+    --plans_in_use;
+  }
+  if (active == state_.get()) active = nullptr;
   state_->retire_arena();
 }
 

@@ -76,15 +76,12 @@ struct KdTree {
     return id;
   }
 
-  /// A lower bound of the rounded squared distance from q to any point of the node's box (Dim: the
-  /// dimension when fixed at compile time, 0 for `dim`).
-  template <int Dim = 0>
+  /// A lower bound of the rounded squared distance from q to any point of the node's box.
   double lower_bound(std::int32_t node, const Real* q) const {
-    const int n = Dim > 0 ? Dim : dim;
-    const double* l = &lo[static_cast<std::size_t>(node) * n];
-    const double* h = &hi[static_cast<std::size_t>(node) * n];
+    const double* l = &lo[static_cast<std::size_t>(node) * dim];
+    const double* h = &hi[static_cast<std::size_t>(node) * dim];
     double sum = 0.0;
-    for (int c = 0; c < n; ++c) {
+    for (int c = 0; c < dim; ++c) {
       const double v = q[c];
       const double d = v < l[c] ? l[c] - v : (v > h[c] ? v - h[c] : 0.0);
       sum += d * d;
