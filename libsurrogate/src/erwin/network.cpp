@@ -9,6 +9,7 @@
 #include <string>
 
 #include "../layers.hpp"
+#include "../prefetch.hpp"
 #include "surrogate/profile.hpp"
 #include "../balltree/layers.hpp"
 #include "network.hpp"
@@ -216,6 +217,7 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, const fl
   const index_t ld_msg = round_up(2 * D + d, kPad), ld_upd = round_up(2 * D, kPad);
   AlignedBuffer<float> agg(static_cast<std::size_t>(n * ld)), next(static_cast<std::size_t>(n * ld));
   constexpr index_t kRows = 64;
+  constexpr index_t kAhead = 8;  // edges between a sender row's prefetch and its copy
   static_cast<void>(n_all);
   for (const Step& step : steps) {
     if (refresh) refresh(h, ld);
@@ -234,6 +236,8 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, const fl
           const index_t e1 = std::min(e_end, e0 + kRows);
           for (index_t q = e0; q < e1; ++q) {
             const index_t e = order[static_cast<std::size_t>(q)];
+            if (q + kAhead < e_end)  // senders are anywhere in h: ask for the row a few edges ahead
+              surrogate::detail::prefetch_bytes(h + src[order[static_cast<std::size_t>(q + kAhead)]] * ld, sizeof(float) * static_cast<std::size_t>(D));
             float* row = in.data() + (q - e0) * ld_msg;
             std::fill_n(row, ld_msg, 0.0f);
             std::copy_n(h + src[e] * ld, D, row);
