@@ -28,11 +28,11 @@ struct Cloud {
 void expect_same(const Cloud& c, const std::string& what) {
   for (const int k : {8, 16}) {
     const auto brute = sq::nearest_lists(c.positions, c.batch, k, 1 << 30);
-    const auto grid = sq::nearest_lists(c.positions, c.batch, k, 0);
-    ASSERT_EQ(brute.size(), grid.size());
+    const auto tree = sq::nearest_lists(c.positions, c.batch, k, 0);
+    ASSERT_EQ(brute.size(), tree.size());
     std::size_t first = brute.size();
     for (std::size_t i = 0; i < brute.size() && first == brute.size(); ++i)
-      if (brute[i] != grid[i]) first = i;
+      if (brute[i] != tree[i]) first = i;
     EXPECT_EQ(first, brute.size()) << what << ", k " << k << ": first difference in the list of node " << first / k;
   }
 }

@@ -236,8 +236,10 @@ void Network::Impl::run_mpnn(const CpuKernels& k, float* h, index_t ld, const fl
           const index_t e1 = std::min(e_end, e0 + kRows);
           for (index_t q = e0; q < e1; ++q) {
             const index_t e = order[static_cast<std::size_t>(q)];
-            if (q + kAhead < e_end)  // senders are anywhere in h: ask for the row a few edges ahead
-              surrogate::detail::prefetch_bytes(h + src[order[static_cast<std::size_t>(q + kAhead)]] * ld, sizeof(float) * static_cast<std::size_t>(D));
+            if (q + kAhead < e_end) {  // senders are anywhere in h: ask for the row a few edges ahead
+              const std::int64_t ahead = src[order[static_cast<std::size_t>(q + kAhead)]];
+              surrogate::detail::prefetch_bytes(h + ahead * ld, sizeof(float) * static_cast<std::size_t>(D));
+            }
             float* row = in.data() + (q - e0) * ld_msg;
             std::fill_n(row, ld_msg, 0.0f);
             std::copy_n(h + src[e] * ld, D, row);

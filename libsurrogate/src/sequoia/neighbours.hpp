@@ -15,7 +15,7 @@ namespace surrogate::sequoia {
 std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                                         std::int64_t brute_force_up_to = 64);
 /// The lists of the nodes `queries` only (ascending node ids), query t's at t * k: each the list
-/// nearest_lists gives that node (the grid of a large sample still spans all its nodes).
+/// nearest_lists gives that node (the tree of a large sample still spans all its nodes).
 std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                                         const std::vector<std::int64_t>& queries, std::int64_t brute_force_up_to = 64);
 
