@@ -350,6 +350,56 @@ TEST(HeptKernel, Float32BucketKernelOfEveryIsaMatchesNaive) {
   }
 }
 
+// Distant pairs, whose logits fall below exp's range (-87), weigh exactly 0 and pairs within it keep their
+// weights, in vectors that mix both (the float32 kernels take such exponentials without a branch): every
+// instruction set gives a bucket of near and far keys the bits of the bucket of its near keys alone (a
+// key of weight 0 adds exactly nothing to a sum), with near weights from e^-2.4 down to e^-84 and, where
+// any far weight above 1e-37 would show, from e^-80 to e^-86. A query with a NaN gives NaN.
+TEST(HeptKernel, Float32BucketWeightsBelowExpsRangeAreZero) {
+  namespace k = surrogate::kernels;
+  constexpr int m = 40, dh = 30, dv = 24;
+  std::vector<float> q(static_cast<std::size_t>(m * dh)), kk(q.size()), v(static_cast<std::size_t>(m * dv));
+  for (std::size_t i = 0; i < q.size(); ++i) q[i] = 0.25f * static_cast<float>(std::sin(0.7 * static_cast<double>(i)));
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>(std::sin(1.1 * static_cast<double>(i) + 0.5));
+  q[static_cast<std::size_t>(dh + 4)] = std::numeric_limits<float>::quiet_NaN();  // query 1
+  std::vector<std::int64_t> queries(static_cast<std::size_t>(m));
+  for (int i = 0; i < m; ++i) queries[static_cast<std::size_t>(i)] = i;
+  for (const auto [lo, hi] : {std::array{2.4, 84.0}, std::array{80.0, 86.0}}) {
+    // Key j: query 0 moved by s_j along t = j % dh, half the squared move its -logit against query 0, in
+    // [lo, hi] for the near keys (j % 3 != 0) and [88, 400] for the far ones.
+    std::vector<std::int64_t> all(m), near;
+    for (int j = 0; j < m; ++j) {
+      all[static_cast<std::size_t>(j)] = j;
+      if (j % 3 != 0) near.push_back(j);
+    }
+    for (int j = 0, n = 0; j < m; ++j) {
+      const double logit = j % 3 == 0 ? 88.0 + 8.0 * j : lo + (hi - lo) * n++ / static_cast<double>(near.size() - 1);
+      for (int t = 0; t < dh; ++t) kk[static_cast<std::size_t>(j * dh + t)] = q[static_cast<std::size_t>(t)];
+      kk[static_cast<std::size_t>(j * dh + j % dh)] += static_cast<float>(std::sqrt(2.0 * logit));
+    }
+    const int mn = static_cast<int>(near.size());
+    for (const k::Isa isa : {k::Isa::generic, k::Isa::avx2, k::Isa::avx512}) {
+      const k::CpuKernels* table = k::cpu(isa);
+      if (!table) continue;
+      std::vector<float> num(static_cast<std::size_t>(m * dv)), den(m), num_near(static_cast<std::size_t>(mn * dv)),
+          den_near(static_cast<std::size_t>(mn)),
+          scratch(static_cast<std::size_t>(k::gaussian_bucket_scratch(m, dh, dv)));
+      table->gaussian_bucket({q.data(), dh, queries.data(), kk.data(), dh, all.data(), v.data(), dv, m, dh, dv,
+                              num.data(), den.data(), scratch.data()});
+      table->gaussian_bucket({q.data(), dh, queries.data(), kk.data(), dh, near.data(), v.data(), dv, mn, dh, dv,
+                              num_near.data(), den_near.data(), scratch.data()});
+      const std::string where = std::string(k::to_string(isa)) + ", near logits down to -" + std::to_string(hi);
+      EXPECT_EQ(std::memcmp(den.data(), den_near.data(), sizeof(float)), 0) << where << ": " << den[0] << " vs " << den_near[0];
+      EXPECT_EQ(std::memcmp(num.data(), num_near.data(), sizeof(float) * dv), 0) << where;
+      float largest = 0;  // the nearest key's weight times values up to about 1 is in the numerators
+      for (int e = 0; e < dv; ++e) largest = std::max(largest, std::abs(num[static_cast<std::size_t>(e)]));
+      EXPECT_GT(largest, 0.1 * std::exp(-lo - 0.1)) << where;
+      EXPECT_TRUE(std::isnan(den[1])) << where;
+      for (int e = 0; e < dv; ++e) EXPECT_TRUE(std::isnan(num[static_cast<std::size_t>(dv + e)])) << where;
+    }
+  }
+}
+
 // The ranges a caller names for its next call (GaussianBucketArgsOf::next) are only asked of the caches:
 // with them, partly empty or null, every instruction set gives the bits it gives without them.
 TEST(HeptKernel, NextCallHintsLeaveTheBitsAlone) {

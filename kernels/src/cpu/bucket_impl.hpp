@@ -35,7 +35,7 @@ struct BucketOps<float> {
   static void store(float* p, V v) { simd::store(p, v); }
   static V fma(V a, V b, V c) { return simd::fused_multiply_add(a, b, c); }
   static V vmin(V a, V b) { return simd::vmin(a, b); }
-  static V exp(V x) { return simd::exp(x); }
+  static V exp(V x) { return simd::exp_nonpositive_accurate(x); }  // (x <= 0 here)
 };
 template <>
 struct BucketOps<double> {

@@ -319,6 +319,15 @@ inline vf exp_clamped(vf x) {
   return add_exponent(e.mantissa, e.shifted);
 }
 
+/// exp(x) for x <= 0 or NaN, exp's bits without its branch, for callers whose lanes often fall below -87
+/// (the Gaussian kernel's distant pairs), where that branch to exp_clamped mispredicts.
+inline vf exp_nonpositive_accurate(vf x) {
+  const vf lo = splat(-87.0f);
+  const ExpParts e = exp_parts_limited(vmax(x, lo));
+  const vf y = select(x < lo, splat(0.0f), add_exponent(e.mantissa, e.shifted));
+  return select(x != x, x, y);
+}
+
 /// exp(x) for softmax weights, x <= 0: results below the normal range are not guaranteed to be 0 (x is
 /// raised to -87 first, NaN included, which keeps the exponent-field addition in range).
 inline vf exp_nonpositive(vf x) {
