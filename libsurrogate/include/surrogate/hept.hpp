@@ -114,7 +114,7 @@ using BucketStage = std::function<void(int table, const T* keys_q, const T* keys
 /// taken and cleared once, not in every forward (share/docs/hept.md, "Memory"). Never shrunk while kept.
 template <class T>
 struct ForwardWork {
-  std::vector<T> xp, cp, cat, hid, xn, q, k, v, qh, kh, pq, pk, num, den, attn, y, vh, tnum, tden;
+  std::vector<T> xp, cp, cat, hid, xn, qh, kh, vh, pq, pk, num, attn, y, tnum, tden;
   std::vector<T> eh, a, b, res, final_out;
   std::vector<std::int64_t> perm_q, perm_k;
   /// Bytes held (capacities).

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -102,6 +103,60 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
   }
 }
 
+/// n values from `from` to `to` (not overlapping). A row of whole 64-byte lines is moved a line at a time
+/// through registers, inline: a library call per row of a few dozen values costs as much as the move (and
+/// GCC makes one of a loop of narrower moves).
+template <class T>
+void copy_row(const T* from, T* to, int n) {
+  constexpr int per_line = 64 / static_cast<int>(sizeof(T));
+  if (n % per_line != 0) {
+    std::copy_n(from, n, to);
+    return;
+  }
+  for (int i = 0; i < n; i += per_line) __builtin_memcpy(to + i, from + i, 64);
+}
+
+/// apply() for a layer of `heads` x `width` outputs (q, k or v), each head's outputs of row n written to
+/// y[(h * ldh + n) * ldy ..] (ldh: rows per head), then finish(h, n, that row): the per-head arrays the
+/// bucket attention gathers from, without a pass over a [n][heads * width] array. Rows of whole lines are
+/// copied whole (values past `width` undefined).
+template <class T, class Finish>
+void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, int heads, int width, T* y,
+                 std::int64_t ldy, std::int64_t ldh, std::int64_t rows, int threads, const Finish& finish) {
+  constexpr std::int64_t kRows = 64;  // (a block of 64 rows stays in L1 and below malloc's mmap threshold)
+  const kernels::CpuKernels& k = kernels::cpu();
+  const int pad = std::is_same_v<T, float> ? l.packed.out_pad() : l.out;
+#pragma omp parallel num_threads(threads)
+  {
+    const int span = ldy % (64 / static_cast<int>(sizeof(T))) == 0 ? static_cast<int>(ldy) : width;
+    std::vector<T> block(static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad) + static_cast<std::size_t>(span));
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
+      const std::int64_t n = std::min(kRows, rows - r0);
+      if constexpr (std::is_same_v<T, float>) {
+        kernels::LinearArgs a;
+        a.layer = &l.packed;
+        a.x = x + r0 * ldx;
+        a.ldx = ldx;
+        a.y = block.data();
+        a.ldy = pad;
+        a.rows = n;
+        k.linear(a);
+      } else {
+        k.linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x + r0 * ldx, ldx,
+                      block.data(), pad, n});
+      }
+      for (int h = 0; h < heads; ++h)
+        for (std::int64_t r = 0; r < n; ++r) {
+          T* row = y + (h * ldh + r0 + r) * ldy;
+          const T* from = block.data() + r * pad + h * width;
+          copy_row(from, row, span);
+          finish(h, r0 + r, row);
+        }
+    }
+  }
+}
+
 /// Points whose E2LSH projections are computed at once: a point per lane of the baseline's two 16-byte
 /// vectors (the core library is compiled for it).
 template <class T>
@@ -133,13 +188,13 @@ void hash_projections_of(const T* const* row, int lanes, int dh, const T* alpha,
 }
 
 /// The projections P[c][n] (at stride ldp per table) of every table for points n0 .. n0 + kProjectionLanes - 1
-/// (those below np) of x [n][dh], alpha [t][c].
+/// (those below np) of x [n][dh] (rows at stride ldx), alpha [t][c].
 template <class T>
-void hash_projections(const T* x, std::int64_t np, std::int64_t n0, int dh, const T* alpha, int C, T* p,
-                      std::size_t ldp) {
+void hash_projections(const T* x, std::int64_t ldx, std::int64_t np, std::int64_t n0, int dh, const T* alpha, int C,
+                      T* p, std::size_t ldp) {
   constexpr int L = kProjectionLanes<T>;
   const T* row[L];
-  for (int u = 0; u < L; ++u) row[u] = x + std::min<std::int64_t>(n0 + u, np - 1) * dh;  // (the last repeated)
+  for (int u = 0; u < L; ++u) row[u] = x + std::min<std::int64_t>(n0 + u, np - 1) * ldx;  // (the last repeated)
   const int lanes = static_cast<int>(std::min<std::int64_t>(L, np - n0));
   for (int c0 = 0; c0 < C; c0 += 4) switch (std::min(4, C - c0)) {
       case 1: hash_projections_of<T, 1>(row, lanes, dh, alpha, C, c0, p + n0, ldp); break;
@@ -154,6 +209,20 @@ template <class T>
 void prefetch_rows(const T* x, std::int64_t ld, const std::int64_t* rows, int n, int width) {
   for (int i = 0; i < n; ++i)
     surrogate::detail::prefetch_bytes(x + rows[i] * ld, sizeof(T) * static_cast<std::size_t>(width));
+}
+
+/// Values per row of width n padded to whole 64-byte cache lines.
+template <class T>
+constexpr int line_padded(int n) {
+  constexpr int per_line = 64 / static_cast<int>(sizeof(T));
+  return (n + per_line - 1) / per_line * per_line;
+}
+/// a resized to hold n values from its first 64-byte boundary on; that boundary.
+template <class T>
+T* line_aligned(std::vector<T>& a, std::size_t n) {
+  a.resize(n + 64 / sizeof(T));
+  const auto offset = reinterpret_cast<std::uintptr_t>(a.data()) % 64 / sizeof(T);
+  return a.data() + (offset ? 64 / sizeof(T) - offset : 0);
 }
 
 /// LayerNorm (biased variance, eps 1e-5) of `dim` channels. Eight rows at a time with their sums
@@ -270,15 +339,23 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
 
   const std::size_t heads_rows = static_cast<std::size_t>(H) * npu, table_rows = static_cast<std::size_t>(rows) * npu;
-  auto &xn = sized(w.xn, npu * static_cast<std::size_t>(D)), &q = sized(w.q, npu * static_cast<std::size_t>(HD));
-  auto &k = sized(w.k, q.size()), &v = sized(w.v, q.size());
-  auto &qh = sized(w.qh, heads_rows * static_cast<std::size_t>(Dh)), &kh = sized(w.kh, qh.size());
+  auto& xn = sized(w.xn, npu * static_cast<std::size_t>(D));
+  // Per head [h][n]: q_hat and k_hat at row stride ldh, v at ldv. Bucket attention on this process
+  // gathers their rows in each table's order, so there each row starts a cache line and fills whole ones
+  // (float: 2 lines a row instead of about 2.9, 2.9 and 2.5). The split stage (buckets) takes them
+  // unpadded.
+  const int ldh = buckets ? Dh : line_padded<T>(Dh), ldv = buckets ? D : line_padded<T>(D);
+  T* qh = line_aligned(w.qh, heads_rows * static_cast<std::size_t>(ldh));
+  T* kh = line_aligned(w.kh, heads_rows * static_cast<std::size_t>(ldh));
+  T* vh = line_aligned(w.vh, heads_rows * static_cast<std::size_t>(ldv));
   auto &pq = sized(w.pq, table_rows), &pk = sized(w.pk, table_rows);
   auto &perm_q = sized(w.perm_q, table_rows), &perm_k = sized(w.perm_k, table_rows);
-  // Per head: the numerators and denominators summed over the hash tables.
-  auto &num = sized(w.num, heads_rows * static_cast<std::size_t>(D)), &den = sized(w.den, heads_rows);
+  // Per head: the numerators and the denominator summed over the hash tables, [h][n] rows of D + 1 values
+  // (den last) at stride ldn, from a cache line: the buckets' scattered sums touch 2 lines a row, not 3.5.
+  const int ldn = line_padded<T>(D + 1);
+  T* num = line_aligned(w.num, heads_rows * static_cast<std::size_t>(ldn));
   auto &attn = sized(w.attn, npu * static_cast<std::size_t>(HD)), &y = sized(w.y, npu * static_cast<std::size_t>(D));
-  auto &vh = w.vh, &tnum = w.tnum, &tden = w.tden;  // split graphs: v per head, one table's sums
+  auto &tnum = w.tnum, &tden = w.tden;  // split graphs: one table's sums
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
   for (const std::int64_t s : g.padded_sizes) graph_first.push_back(graph_first.back() + s);
@@ -289,48 +366,37 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     T* e = cat.data() + static_cast<std::int64_t>(l) * D;
     layer_norm<T>(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
-    apply<T>(layer.wq, xn.data(), D, q.data(), HD, np, threads);
-    apply<T>(layer.wk, xn.data(), D, k.data(), HD, np, threads);
-    apply<T>(layer.wv, xn.data(), D, v.data(), HD, np, threads);
-    // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords]; projections P [c][h][n] on alpha [h][t][c].
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t n = 0; n < np; ++n)
-      for (int h = 0; h < H; ++h) {
-        T* qr = qh.data() +
-                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
-        T* kr = kh.data() +
-                (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
-        for (int d = 0; d < D; ++d) {
-          qr[d] = q[static_cast<std::size_t>(n * HD + h * D + d)];
-          kr[d] = k[static_cast<std::size_t>(n * HD + h * D + d)];
-        }
-        for (int t = 0; t < cd; ++t)
-          qr[D + t] = kr[D + t] =
-              layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
-      }
+    // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords], v [h][n][D]; projections P [c][h][n] on
+    // alpha [h][t][c].
+    const auto coordinates = [&](int h, std::int64_t n, T* row) {
+      for (int t = 0; t < cd; ++t)
+        row[D + t] = layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
+    };
+    apply_heads<T>(layer.wq, xn.data(), D, H, D, qh, ldh, np, np, threads, coordinates);
+    apply_heads<T>(layer.wk, xn.data(), D, H, D, kh, ldh, np, np, threads, coordinates);
+    apply_heads<T>(layer.wv, xn.data(), D, H, D, vh, ldv, np, np, threads, [](int, std::int64_t, T*) {});
 #pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
     for (int h = 0; h < H; ++h)
       for (std::int64_t n0 = 0; n0 < np; n0 += kProjectionLanes<T>) {
         const std::size_t head = static_cast<std::size_t>(h) * npu;
         const T* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
-        hash_projections<T>(qh.data() + head * static_cast<std::size_t>(Dh), np, n0, Dh, alpha, C, pq.data() + head,
+        hash_projections<T>(qh + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, pq.data() + head,
                             static_cast<std::size_t>(H) * npu);
-        hash_projections<T>(kh.data() + head * static_cast<std::size_t>(Dh), np, n0, Dh, alpha, C, pk.data() + head,
+        hash_projections<T>(kh + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, pk.data() + head,
                             static_cast<std::size_t>(H) * npu);
       }
     if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
       for (std::int64_t n = 0; n < np; ++n) {
         if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
         for (int h = 0; h < H; ++h) {
-          const std::size_t row =
-              (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(Dh);
-          std::fill_n(qh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
-          std::fill_n(kh.begin() + static_cast<std::ptrdiff_t>(row), Dh, T(0));
+          const std::size_t slot = static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n);
+          std::fill_n(qh + slot * static_cast<std::size_t>(ldh), Dh, T(0));
+          std::fill_n(kh + slot * static_cast<std::size_t>(ldh), Dh, T(0));
+          std::fill_n(vh + slot * static_cast<std::size_t>(ldv), D, T(0));
           for (int c = 0; c < C; ++c)
             pq[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] =
                 pk[static_cast<std::size_t>(c * H + h) * npu + static_cast<std::size_t>(n)] = T(0);
         }
-        std::fill_n(v.begin() + n * HD, HD, T(0));
       }
     // The range Delta of every (table, head) over the whole batch (all ranks), then the keys.
     std::vector<T> lo(static_cast<std::size_t>(rows), T(INFINITY)), hi(static_cast<std::size_t>(rows), T(-INFINITY));
@@ -367,20 +433,17 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     // table order (OR-combination), each (head, row) written by one task per table: the first table's
     // sums are stored (0 + x is x: a sum from +0 is never -0), the others added.
     if (buckets) {  // graphs spread over ranks: each table's buckets computed where the plan routes them
-      std::fill(num.begin(), num.end(), T(0));
-      std::fill(den.begin(), den.end(), T(0));
-      vh.resize(num.size());
-      tnum.resize(num.size());
-      tden.resize(den.size());
-      for (int h = 0; h < H; ++h)
-        for (std::size_t n = 0; n < npu; ++n)
-          std::copy_n(v.begin() + static_cast<std::ptrdiff_t>(n * static_cast<std::size_t>(HD) + static_cast<std::size_t>(h * D)), D,
-                      vh.begin() + static_cast<std::ptrdiff_t>((static_cast<std::size_t>(h) * npu + n) * static_cast<std::size_t>(D)));
+      std::fill_n(num, heads_rows * static_cast<std::size_t>(ldn), T(0));
+      tnum.resize(heads_rows * static_cast<std::size_t>(D));
+      tden.resize(heads_rows);
       for (int c = 0; c < C; ++c) {
         const std::size_t table = static_cast<std::size_t>(c * H) * npu;
-        (*buckets)(c, pq.data() + table, pk.data() + table, qh.data(), kh.data(), vh.data(), tnum.data(), tden.data());
-        for (std::size_t i = 0; i < num.size(); ++i) num[i] += tnum[i];
-        for (std::size_t i = 0; i < den.size(); ++i) den[i] += tden[i];
+        (*buckets)(c, pq.data() + table, pk.data() + table, qh, kh, vh, tnum.data(), tden.data());
+        for (std::size_t slot = 0; slot < heads_rows; ++slot) {
+          T* acc = num + slot * static_cast<std::size_t>(ldn);
+          for (int d = 0; d < D; ++d) acc[d] += tnum[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)];
+          acc[D] += tden[slot];
+        }
       }
     }
     for (int c = 0; c < C && !buckets; ++c) {
@@ -389,8 +452,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         std::vector<T> scratch(static_cast<std::size_t>(kernels::gaussian_bucket_scratch(bs, Dh, D))),
             bnum(static_cast<std::size_t>(bs * D)), bden(static_cast<std::size_t>(bs));
         kernels::StableKeySortWork<T> sort_work;
-        std::vector<T> qs(static_cast<std::size_t>(kGather<T> * bs * Dh)), ks(qs.size()),
-            vs(static_cast<std::size_t>(kGather<T> * bs * D));
+        std::vector<T> qs(static_cast<std::size_t>(kGather<T> * bs * ldh)), ks(qs.size()),
+            vs(static_cast<std::size_t>(kGather<T> * bs * ldv));
         std::vector<std::int64_t> identity(static_cast<std::size_t>(bs));
         for (int i = 0; i < bs; ++i) identity[static_cast<std::size_t>(i)] = i;
 #pragma omp for schedule(dynamic)
@@ -403,9 +466,9 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
             std::int64_t* pr = perm->data() + base;
             kernels::stable_key_sort(keys->data() + base + b0, b1 - b0, b0, pr + b0, sort_work);
           }
-          const T* qb = qh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
-          const T* kb = kh.data() + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(Dh);
-          const T* vb = v.data() + h * D;
+          const T* qb = qh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldh);
+          const T* kb = kh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldh);
+          const T* vb = vh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldv);
           const std::size_t head = static_cast<std::size_t>(h) * npu;
           // kGather buckets at a time, their rows (scattered over the graph) first copied in sorted order:
           // a loop of independent loads, each row asked of the caches kPrefetchRows rows ahead, so that the
@@ -416,39 +479,39 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
             const std::int64_t* pk_rows = perm_k.data() + base + s0;
             for (std::int64_t i = 0; i < n; ++i) {
               if (s0 + i + kPrefetchRows < b1) {
-                prefetch_rows(qb, Dh, pq_rows + i + kPrefetchRows, 1, Dh);
-                prefetch_rows(kb, Dh, pk_rows + i + kPrefetchRows, 1, Dh);
-                prefetch_rows(vb, HD, pk_rows + i + kPrefetchRows, 1, D);
+                prefetch_rows(qb, ldh, pq_rows + i + kPrefetchRows, 1, Dh);
+                prefetch_rows(kb, ldh, pk_rows + i + kPrefetchRows, 1, Dh);
+                prefetch_rows(vb, ldv, pk_rows + i + kPrefetchRows, 1, D);
               }
-              const T* q_row = qb + pq_rows[i] * Dh;
-              const T* k_row = kb + pk_rows[i] * Dh;
-              const T* v_row = vb + pk_rows[i] * HD;
-              for (int t = 0; t < Dh; ++t) qs[static_cast<std::size_t>(i * Dh + t)] = q_row[t];
-              for (int t = 0; t < Dh; ++t) ks[static_cast<std::size_t>(i * Dh + t)] = k_row[t];
-              for (int t = 0; t < D; ++t) vs[static_cast<std::size_t>(i * D + t)] = v_row[t];
+              const T* q_row = qb + pq_rows[i] * ldh;
+              const T* k_row = kb + pk_rows[i] * ldh;
+              const T* v_row = vb + pk_rows[i] * ldv;
+              copy_row(q_row, qs.data() + i * ldh, ldh);
+              copy_row(k_row, ks.data() + i * ldh, ldh);
+              copy_row(v_row, vs.data() + i * ldv, ldv);
             }
             for (std::int64_t s = 0; s < n; s += bs) {
-              // Meanwhile the caches fetch the numerator rows of the next bucket.
+              // Meanwhile the caches fetch the sums' rows of the next bucket.
               if (s0 + s + bs < b1)
-                prefetch_rows(num.data() + head * static_cast<std::size_t>(D), D, pq_rows + s + bs, bs, D);
+                prefetch_rows(num + head * static_cast<std::size_t>(ldn), ldn, pq_rows + s + bs, bs, D + 1);
               const kernels::GaussianBucketArgsOf<T> args{
-                  qs.data() + s * Dh, Dh, identity.data(), ks.data() + s * Dh, Dh, identity.data(), vs.data() + s * D,
-                  D, bs, Dh, D, bnum.data(), bden.data(), scratch.data()};
+                  qs.data() + s * ldh, ldh, identity.data(), ks.data() + s * ldh, ldh, identity.data(),
+                  vs.data() + s * ldv, ldv, bs, Dh, D, bnum.data(), bden.data(), scratch.data()};
               if constexpr (std::is_same_v<T, float>)
                 kernels::cpu().gaussian_bucket(args);
               else
                 kernels::cpu().gaussian_bucket_f64(args);
               for (int i = 0; i < bs; ++i) {
                 const auto row = static_cast<std::size_t>(pq_rows[s + i]);
-                T* acc = num.data() + (head + row) * static_cast<std::size_t>(D);
+                T* acc = num + (head + row) * static_cast<std::size_t>(ldn);
                 const T* b = bnum.data() + static_cast<std::size_t>(i) * static_cast<std::size_t>(D);
                 if (c == 0) {
                   for (int d = 0; d < D; ++d) acc[d] = b[d];
-                  den[head + row] = bden[static_cast<std::size_t>(i)];
+                  acc[D] = bden[static_cast<std::size_t>(i)];
                   continue;
                 }
                 for (int d = 0; d < D; ++d) acc[d] += b[d];
-                den[head + row] += bden[static_cast<std::size_t>(i)];
+                acc[D] += bden[static_cast<std::size_t>(i)];
               }
             }
           }
@@ -458,10 +521,10 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t n = 0; n < np; ++n)
       for (int h = 0; h < H; ++h) {
-        const std::size_t slot = static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n);
-        for (int d = 0; d < D; ++d)
-          attn[static_cast<std::size_t>(n * HD + h * D + d)] =
-              num[slot * static_cast<std::size_t>(D) + static_cast<std::size_t>(d)] / den[slot];
+        const T* sums = num + (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(ldn);
+        const T den = sums[D];
+        T* to = attn.data() + n * HD + h * D;
+        for (int d = 0; d < D; ++d) to[d] = sums[d] / den;
       }
     apply<T>(layer.out_linear, attn.data(), HD, y.data(), D, np, threads);
     if (trace) {
@@ -528,7 +591,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
 template <class T>
 std::size_t ForwardWork<T>::bytes() const {
   std::size_t values = 0;
-  for (const std::vector<T>* array : {&xp, &cp, &cat, &hid, &xn, &q, &k, &v, &qh, &kh, &pq, &pk, &num, &den, &attn, &y,
+  for (const std::vector<T>* array : {&xp, &cp, &cat, &hid, &xn, &qh, &kh, &pq, &pk, &num, &attn, &y,
                                       &vh, &tnum, &tden, &eh, &a, &b, &res, &final_out})
     values += array->capacity();
   return values * sizeof(T) + (perm_q.capacity() + perm_k.capacity()) * sizeof(std::int64_t);
