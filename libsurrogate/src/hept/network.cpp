@@ -117,12 +117,14 @@ void copy_row(const T* from, T* to, int n) {
 }
 
 /// apply() for a layer of `heads` x `width` outputs (q, k or v), each head's outputs of row n written to
-/// y[(h * ldh + n) * ldy ..] (ldh: rows per head), then finish(h, n, that row): the per-head arrays the
-/// bucket attention gathers from, without a pass over a [n][heads * width] array. Rows of whole lines are
-/// copied whole (values past `width` undefined).
-template <class T, class Finish>
+/// y[(h * ldh + n) * ldy ..] (ldh: rows per head), then finish(h, n, that row), and after each block of
+/// rows finish_block(first row, rows): the per-head arrays the bucket attention gathers from, without a
+/// pass over a [n][heads * width] array. Rows of whole lines are copied whole (values past `width`
+/// undefined). Blocks are 64 rows.
+template <class T, class Finish, class FinishBlock>
 void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, int heads, int width, T* y,
-                 std::int64_t ldy, std::int64_t ldh, std::int64_t rows, int threads, const Finish& finish) {
+                 std::int64_t ldy, std::int64_t ldh, std::int64_t rows, int threads, const Finish& finish,
+                 const FinishBlock& finish_block) {
   constexpr std::int64_t kRows = 64;  // (a block of 64 rows stays in L1 and below malloc's mmap threshold)
   const kernels::CpuKernels& k = kernels::cpu();
   const int pad = std::is_same_v<T, float> ? l.packed.out_pad() : l.out;
@@ -153,6 +155,7 @@ void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t 
           copy_row(from, row, span);
           finish(h, r0 + r, row);
         }
+      finish_block(r0, n);
     }
   }
 }
@@ -366,25 +369,27 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     T* e = cat.data() + static_cast<std::int64_t>(l) * D;
     layer_norm<T>(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
-    // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords], v [h][n][D]; projections P [c][h][n] on
-    // alpha [h][t][c].
+    // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords] and v [h][n][D] from their dense layers, the
+    // E2LSH projections P [c][h][n] on alpha [h][t][c] of each block of rows while it is in the cache.
     const auto coordinates = [&](int h, std::int64_t n, T* row) {
       for (int t = 0; t < cd; ++t)
         row[D + t] = layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
     };
-    apply_heads<T>(layer.wq, xn.data(), D, H, D, qh, ldh, np, np, threads, coordinates);
-    apply_heads<T>(layer.wk, xn.data(), D, H, D, kh, ldh, np, np, threads, coordinates);
-    apply_heads<T>(layer.wv, xn.data(), D, H, D, vh, ldv, np, np, threads, [](int, std::int64_t, T*) {});
-#pragma omp parallel for num_threads(threads) schedule(static) collapse(2)
-    for (int h = 0; h < H; ++h)
-      for (std::int64_t n0 = 0; n0 < np; n0 += kProjectionLanes<T>) {
-        const std::size_t head = static_cast<std::size_t>(h) * npu;
-        const T* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
-        hash_projections<T>(qh + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, pq.data() + head,
-                            static_cast<std::size_t>(H) * npu);
-        hash_projections<T>(kh + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, pk.data() + head,
-                            static_cast<std::size_t>(H) * npu);
-      }
+    const auto projections = [&](const T* rows_h, T* p) {
+      return [&, rows_h, p](std::int64_t r0, std::int64_t n) {
+        for (int h = 0; h < H; ++h) {
+          const std::size_t head = static_cast<std::size_t>(h) * npu;
+          const T* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
+          for (std::int64_t n0 = r0; n0 < r0 + n; n0 += kProjectionLanes<T>)
+            hash_projections<T>(rows_h + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, p + head,
+                                static_cast<std::size_t>(H) * npu);
+        }
+      };
+    };
+    apply_heads<T>(layer.wq, xn.data(), D, H, D, qh, ldh, np, np, threads, coordinates, projections(qh, pq.data()));
+    apply_heads<T>(layer.wk, xn.data(), D, H, D, kh, ldh, np, np, threads, coordinates, projections(kh, pk.data()));
+    apply_heads<T>(layer.wv, xn.data(), D, H, D, vh, ldv, np, np, threads, [](int, std::int64_t, T*) {},
+                   [](std::int64_t, std::int64_t) {});
     if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
       for (std::int64_t n = 0; n < np; ++n) {
         if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
