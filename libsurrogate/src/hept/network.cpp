@@ -66,14 +66,32 @@ typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix)
 
 int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
 
-/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy): the CPU kernels' dense layer
-/// (float: linear; double: linear_f64, each output summed over the inputs in ascending order, then the
-/// bias), blocks of rows per thread (a row's bits do not depend on the blocks).
+/// y[n] = x[n] W^T (+ b) for n rows of one thread (x at stride ldx, y at stride ldy): the CPU kernels' dense
+/// layer (float: linear, which writes the padded width; double: linear_f64, each output summed over the
+/// inputs in ascending order, then the bias).
+template <class T>
+void linear_rows(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+                 std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>) {
+    kernels::LinearArgs a;
+    a.layer = &l.packed;
+    a.x = x;
+    a.ldx = ldx;
+    a.y = y;
+    a.ldy = ldy;
+    a.rows = n;
+    kernels::cpu().linear(a);
+  } else {
+    kernels::cpu().linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x, ldx, y, ldy, n});
+  }
+}
+
+/// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy), blocks of rows per thread (a
+/// row's bits do not depend on the blocks).
 template <class T>
 void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
            std::int64_t rows, int threads) {
   constexpr std::int64_t kRows = 256;
-  const kernels::CpuKernels& k = kernels::cpu();
   if constexpr (std::is_same_v<T, float>) {
     // The kernel writes the padded width: straight into y when that is the width and y's stride.
     const int pad = l.packed.out_pad();
@@ -83,23 +101,16 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
       std::vector<float> block(direct ? 0 : static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad));
 #pragma omp for schedule(static)
       for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
-        kernels::LinearArgs a;
-        a.layer = &l.packed;
-        a.x = x + r0 * ldx;
-        a.ldx = ldx;
-        a.y = direct ? y + r0 * ldy : block.data();
-        a.ldy = pad;
-        a.rows = std::min(kRows, rows - r0);
-        k.linear(a);
-        for (std::int64_t r = 0; r < a.rows && !direct; ++r)
+        const std::int64_t n = std::min(kRows, rows - r0);
+        linear_rows<float>(l, x + r0 * ldx, ldx, direct ? y + r0 * ldy : block.data(), pad, n);
+        for (std::int64_t r = 0; r < n && !direct; ++r)
           std::copy(block.data() + r * pad, block.data() + r * pad + l.out, y + (r0 + r) * ldy);
       }
     }
   } else {
 #pragma omp parallel for num_threads(threads) schedule(static)
     for (std::int64_t r0 = 0; r0 < rows; r0 += kRows)
-      k.linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x + r0 * ldx, ldx,
-                    y + r0 * ldy, ldy, std::min(kRows, rows - r0)});
+      linear_rows<double>(l, x + r0 * ldx, ldx, y + r0 * ldy, ldy, std::min(kRows, rows - r0));
   }
 }
 
@@ -126,7 +137,6 @@ void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t 
                  std::int64_t ldy, std::int64_t ldh, std::int64_t rows, int threads, const Finish& finish,
                  const FinishBlock& finish_block) {
   constexpr std::int64_t kRows = 64;  // (a block of 64 rows stays in L1 and below malloc's mmap threshold)
-  const kernels::CpuKernels& k = kernels::cpu();
   const int pad = std::is_same_v<T, float> ? l.packed.out_pad() : l.out;
 #pragma omp parallel num_threads(threads)
   {
@@ -135,19 +145,7 @@ void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t 
 #pragma omp for schedule(static)
     for (std::int64_t r0 = 0; r0 < rows; r0 += kRows) {
       const std::int64_t n = std::min(kRows, rows - r0);
-      if constexpr (std::is_same_v<T, float>) {
-        kernels::LinearArgs a;
-        a.layer = &l.packed;
-        a.x = x + r0 * ldx;
-        a.ldx = ldx;
-        a.y = block.data();
-        a.ldy = pad;
-        a.rows = n;
-        k.linear(a);
-      } else {
-        k.linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x + r0 * ldx, ldx,
-                      block.data(), pad, n});
-      }
+      linear_rows<T>(l, x + r0 * ldx, ldx, block.data(), pad, n);
       for (int h = 0; h < heads; ++h)
         for (std::int64_t r = 0; r < n; ++r) {
           T* row = y + (h * ldh + r0 + r) * ldy;
