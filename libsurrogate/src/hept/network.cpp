@@ -219,7 +219,9 @@ constexpr int line_padded(int n) {
   constexpr int per_line = 64 / static_cast<int>(sizeof(T));
   return (n + per_line - 1) / per_line * per_line;
 }
-/// a resized to hold n values from its first 64-byte boundary on; that boundary.
+/// a resized to hold n values from its first 64-byte boundary on; that boundary. (The kept arrays stay
+/// plain vectors rather than kernels::AlignedBuffer, whose 2 MiB mappings gave nothing here and slowed the
+/// first forward: share/docs/hept.md, "Memory".)
 template <class T>
 T* line_aligned(std::vector<T>& a, std::size_t n) {
   a.resize(n + 64 / sizeof(T));
