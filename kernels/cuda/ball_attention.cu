@@ -16,13 +16,15 @@
 // to float once.
 //
 // The kernels are in ball_attention_kernels.cuh (also run on the CPU by tests/kernels/test_ball_kernels_emulated.cpp);
-// this file has the checks, the head-width dispatch and the launches.
+// this file has the checks, the head-width dispatch and the launches; BSA's block selection (one thread per
+// selection row and head, no softmax) is in block_selection_kernels.cuh.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
 
 #include "launch.cuh"
 #include "ball_attention_kernels.cuh"
+#include "block_selection_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
@@ -108,6 +110,56 @@ void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t 
     launch(selected_block_kernel<decltype(width)::value>, grid, kThreads, 0, stream, a);
   });
   check_launch("selected_block_kernel");
+}
+
+void select_blocks(const BlockSelectionArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, select_blocks(a, stream));
+  if (a.samples == 0 || a.rows == 0) return;
+  check_heads("select_blocks", a.heads, a.E);
+  if (a.samples < 0 || a.rows < 0 || a.group < 1 || a.row_tokens < 1 || a.row0 < 0 || a.ldq < 1 || a.ldk < 1)
+    throw std::invalid_argument("cuda::select_blocks: need samples, rows, row0 >= 0 and group, row_tokens, ldq, "
+                                "ldk >= 1");
+  if (a.S < 1 || a.S > kMaxSelectedBlocks || a.S > a.blocks)
+    throw std::invalid_argument("cuda::select_blocks: S = " + std::to_string(a.S) + " outside 1..min(blocks " +
+                                std::to_string(a.blocks) + ", " + std::to_string(kMaxSelectedBlocks) + ")");
+  if (a.ball_tokens < 0 || (a.ball_tokens > 0 && a.ball_blocks < 1))
+    throw std::invalid_argument("cuda::select_blocks: the own-ball mask needs ball_tokens >= 1 and ball_blocks >= 1");
+  using selection_kernels::block_selection_kernel;
+  const dim3 grid = thread_grid("select_blocks", static_cast<index_t>(a.samples) * a.rows, a.heads);
+  detail::dispatch_head_width(a.E, [&](auto width) {
+    constexpr int kE = decltype(width)::value;
+    if (a.S <= 8) launch(block_selection_kernel<kE, 8>, grid, selection_kernels::kThreads, 0, stream, a);
+    else if (a.S <= 32) launch(block_selection_kernel<kE, 32>, grid, selection_kernels::kThreads, 0, stream, a);
+    else launch(block_selection_kernel<kE, kMaxSelectedBlocks>, grid, selection_kernels::kThreads, 0, stream, a);
+  });
+  check_launch("block_selection_kernel");
+}
+
+void coarse_attention_and_select(const CoarseAttentionArgs& c, const BlockSelectionArgs& s, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, coarse_attention_and_select(c, s, stream));
+  if (s.samples == 0 || s.rows == 0) return;
+  check_heads("coarse_attention_and_select", s.heads, s.E);
+  if (c.samples != s.samples || c.heads != s.heads || c.E != s.E || c.q != s.q || c.ldq != s.ldq ||
+      c.queries != s.rows || c.k != s.k || c.ldkv != s.ldk || c.keys != s.blocks || c.scale != s.scale || s.group != 1)
+    throw std::invalid_argument("cuda::coarse_attention_and_select: the coarse branch and the selection must share "
+                                "samples, heads, E, q, k, strides, queries == rows, keys == blocks and scale, with "
+                                "one query per row");
+  if (c.copies < 1 || c.ldo < 1 || s.row0 < 0 || s.row_tokens < 1)
+    throw std::invalid_argument("cuda::coarse_attention_and_select: need copies, ldo, row_tokens >= 1 and row0 >= 0");
+  if (s.S < 1 || s.S > 32 || s.S > s.blocks)
+    throw std::invalid_argument("cuda::coarse_attention_and_select: S = " + std::to_string(s.S) +
+                                " outside 1..min(blocks " + std::to_string(s.blocks) + ", 32)");
+  if (s.ball_tokens < 0 || (s.ball_tokens > 0 && s.ball_blocks < 1))
+    throw std::invalid_argument("cuda::coarse_attention_and_select: the own-ball mask needs ball_tokens >= 1 and "
+                                "ball_blocks >= 1");
+  using selection_kernels::coarse_select_kernel;
+  const dim3 grid = thread_grid("coarse_attention_and_select", static_cast<index_t>(s.samples) * s.rows, s.heads);
+  detail::dispatch_head_width(s.E, [&](auto width) {
+    constexpr int kE = decltype(width)::value;
+    if (s.S <= 8) launch(coarse_select_kernel<kE, 8>, grid, selection_kernels::kThreads, 0, stream, c, s);
+    else launch(coarse_select_kernel<kE, 32>, grid, selection_kernels::kThreads, 0, stream, c, s);
+  });
+  check_launch("coarse_select_kernel");
 }
 
 SURROGATE_CUDA_BACKEND_END

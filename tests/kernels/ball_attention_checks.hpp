@@ -5,7 +5,7 @@
 //   std::vector<float> ball(const BallAttentionLaunch&), coarse(const CoarseAttentionArgs&),
 //   selected(const SelectedBlockAttentionArgs&)
 // which run the kernel on the args' HOST arrays (a.out holds the initial output, sentinels) and return the
-// whole output array (its rows x ldo floats).
+// whole output array (its rows x ldo floats). The block selection's checks: block_selection_checks.hpp.
 //
 // What is checked: the ball attention against a naive attention in double and the CPU kernel, several ball
 // sizes, heads, head widths (specialised and generic buckets), position dimensions, with and without the

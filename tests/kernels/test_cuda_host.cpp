@@ -182,6 +182,42 @@ TEST(CudaHost, BallAttentionLaunchersRefuseInvalidSizesBeforeAnyDeviceCall) {
   f.rows = 8;
   f.S = 9;  // 9 * 4 > 32
   EXPECT_THROW(cu::selected_block_attention(f, nullptr), std::invalid_argument);
+
+  cu::BlockSelectionArgs sel;
+  sel.samples = 1;
+  sel.heads = 1;
+  sel.E = 4;
+  sel.q = sel.k = &fake;
+  sel.ldq = sel.ldk = 4;
+  sel.rows = 8;
+  sel.blocks = 8;
+  sel.S = 9;  // more than the blocks
+  EXPECT_THROW(cu::select_blocks(sel, nullptr), std::invalid_argument);
+  sel.S = 0;
+  EXPECT_THROW(cu::select_blocks(sel, nullptr), std::invalid_argument);
+  sel.S = 2;
+  sel.ball_tokens = 16;  // a mask without its blocks per ball
+  EXPECT_THROW(cu::select_blocks(sel, nullptr), std::invalid_argument);
+  sel.ball_tokens = 0;
+  sel.group = 0;
+  EXPECT_THROW(cu::select_blocks(sel, nullptr), std::invalid_argument);
+  sel.group = 1;
+  cu::CoarseAttentionArgs both;  // the coarse branch must share the selection's queries, keys and sizes
+  both.samples = 1;
+  both.heads = 1;
+  both.E = 4;
+  both.q = both.k = &fake;
+  both.ldq = both.ldkv = 4;
+  both.queries = both.keys = 8;
+  both.copies = 4;
+  both.ldo = 4;
+  both.queries = 7;
+  EXPECT_THROW(cu::coarse_attention_and_select(both, sel, nullptr), std::invalid_argument);
+  both.queries = 8;
+  sel.S = 33;  // beyond the one-pass kernel's lists
+  sel.blocks = 64;
+  both.keys = 64;
+  EXPECT_THROW(cu::coarse_attention_and_select(both, sel, nullptr), std::invalid_argument);
 }
 
 }  // namespace

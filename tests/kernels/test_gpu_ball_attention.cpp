@@ -1,13 +1,15 @@
 // The ball-tree attention kernels on the GPU (the library's launchers, device arrays): the checks of
 // ball_attention_checks.hpp (naive double reference with a float32 error bound, the CPU kernel and BSA's
-// CPU branches, determinism, launch independence). Every test SKIPS when no CUDA device is visible.
+// CPU branches, determinism, launch independence) and block_selection_checks.hpp (the selection bitwise).
+// Every test SKIPS when no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
-
+#include <utility>
 #include <vector>
 
 #include "ball_attention_checks.hpp"
+#include "block_selection_checks.hpp"
 #include "gpu_test.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
@@ -74,6 +76,31 @@ struct GpuBackend {
     cu::selected_block_attention(a, nullptr);
     return to_host(out.data(), static_cast<std::size_t>(tokens * a.ldo));
   }
+  std::vector<std::int32_t> selection(cu::BlockSelectionArgs a) {
+    const index_t q_rows = a.samples * a.rows * a.group, count = a.samples * a.heads * a.rows * a.S;
+    auto q = upload(a.q, (q_rows - 1) * a.ldq + a.heads * a.E), k = upload(a.k, a.samples * a.blocks * a.ldk);
+    auto sel = upload(a.sel, count);
+    a.q = q.data();
+    a.k = k.data();
+    a.sel = sel.data();
+    cu::select_blocks(a, nullptr);
+    return to_host(sel.data(), static_cast<std::size_t>(count));
+  }
+  std::pair<std::vector<float>, std::vector<std::int32_t>> coarse_select(cu::CoarseAttentionArgs c,
+                                                                         cu::BlockSelectionArgs a) {
+    const index_t count = a.samples * a.heads * a.rows * a.S, out_rows = a.samples * a.rows * c.copies;
+    auto q = upload(a.q, (a.samples * a.rows - 1) * a.ldq + a.heads * a.E);
+    auto k = upload(a.k, a.samples * a.blocks * a.ldk), v = upload(c.v, a.samples * a.blocks * c.ldkv);
+    auto out = upload(c.out, out_rows * c.ldo);
+    auto sel = upload(a.sel, count);
+    c.q = a.q = q.data();
+    c.k = a.k = k.data();
+    c.v = v.data();
+    c.out = out.data();
+    a.sel = sel.data();
+    cu::coarse_attention_and_select(c, a, nullptr);
+    return {to_host(out.data(), static_cast<std::size_t>(out_rows * c.ldo)), to_host(sel.data(), static_cast<std::size_t>(count))};
+  }
 };
 
 class GpuBallAttention : public ::testing::Test {
@@ -89,5 +116,7 @@ TEST_F(GpuBallAttention, CoarseAttentionMatchesTheNaiveReferenceAndTheCpuBranch)
 TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReferenceAndTheCpuBranch) {
   checks::check_selected_block_attention(backend);
 }
+TEST_F(GpuBallAttention, BlockSelectionIsTheNaiveAndTheCpuSelection) { checks::check_block_selection(backend); }
+TEST_F(GpuBallAttention, CoarseAttentionAndSelectionInOnePass) { checks::check_coarse_and_select(backend); }
 
 }  // namespace

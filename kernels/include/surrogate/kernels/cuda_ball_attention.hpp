@@ -102,4 +102,44 @@ struct SelectedBlockAttentionArgs {
 };
 void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t stream);
 
+/// BSA's block selection (bsa::detail::select_blocks, kernels::TopKeysArgs) on the device. For sample s,
+/// head h and selection row r, block g of the sample scores
+///   s_g = sum_t scale (q_t . k_g) / group  over the row's `group` queries (query t: head h of row
+///   (s * rows + r) * group + t of q; one query: no division),
+/// each dot product the first product and then one fused multiply-add chain in e order, and -inf for the
+/// blocks of the balls the row's tokens lie in (ball_tokens > 0: row r covers the tokens [(row0 + r) *
+/// row_tokens, + row_tokens) of its sample; ball b holds blocks [b ball_blocks, (b + 1) ball_blocks)).
+/// The S largest scores win, equal scores go to the lower block (as do NaNs, as on the CPU); the S blocks
+/// are written in ascending order to sel[((s * heads + h) * rows + r) * S + j]: bitwise the CPU's choice.
+/// S <= min(blocks, kMaxSelectedBlocks).
+inline constexpr int kMaxSelectedBlocks = kMaxTopKeys;
+struct BlockSelectionArgs {
+  int samples = 0;
+  int heads = 0, E = 0;
+  const float* q = nullptr;
+  index_t ldq = 0;
+  int group = 1;
+  index_t rows = 0;           // selection rows per sample
+  const float* k = nullptr;   // compressed keys: block g of sample s at row s * blocks + g
+  index_t ldk = 0;
+  index_t blocks = 0;         // per sample
+  float scale = 1.0f;
+  int S = 0;
+  int ball_tokens = 0;        // tokens per ball, or 0: no mask
+  int ball_blocks = 0;        // blocks per ball
+  int row_tokens = 1;         // tokens per selection row
+  index_t row0 = 0;           // in-sample index of row 0 (a window of its sample)
+  std::int32_t* sel = nullptr;  // device [samples][heads][rows][S]
+};
+void select_blocks(const BlockSelectionArgs& a, cudaStream_t stream);
+
+/// The coarse branch and the selection in one pass, when the coarse queries are the selection's
+/// (block-level importance with coarse-q attention: one query per row, select.group == 1, and the same
+/// samples, heads, E, q, ldq, queries == rows, k, ldkv == ldk, keys == blocks and scale in both): the
+/// softmax's logits are the selection's scores, scale (q . k_g), so the selection is select_blocks' bit
+/// for bit, and the coarse output differs from coarse_attention's (which scales the query first) by
+/// float rounding, as the CPU's bsa::detail::coarse_and_select does. S <= 32 here.
+void coarse_attention_and_select(const CoarseAttentionArgs& coarse, const BlockSelectionArgs& select,
+                                 cudaStream_t stream);
+
 }  // namespace surrogate::kernels::cuda
