@@ -41,7 +41,7 @@ int main(int argc, char** argv) {
     const auto forward = surrogate::bsa::detail::make_bsa_cuda_forward(net, device);
     const auto geometry = forward->upload_geometry(trees, pos, batch);
     const double geometry_ms = forward->last_geometry_ms();
-    const std::vector<float> gpu = forward->forward(*geometry, feat, threads);
+    const std::vector<float> gpu = forward->forward(*geometry, feat);
     const std::vector<float> cpu = net.forward(trees, feat, pos, batch, threads);
     bench_io::write_array(dir + "/surrogate_out.f32", gpu);
     // The share of points whose outputs agree within 1e-2 max|y| (the CPU script's rule: the official
@@ -62,11 +62,11 @@ int main(int argc, char** argv) {
     // forward (what the official forward does in every call), then the CPU forward on `threads` threads.
     double device_ms = 1e300;
     const double wall_ms = bench_io::best_ms(repeats, [&] {
-      static_cast<void>(forward->forward(*geometry, feat, threads));
+      static_cast<void>(forward->forward(*geometry, feat));
       device_ms = std::min(device_ms, forward->last_forward_ms());
     });
     const double full_ms = bench_io::best_ms(repeats, [&] {
-      static_cast<void>(forward->forward(net.build_trees(pos, batch), feat, pos, batch, threads));
+      static_cast<void>(forward->forward(net.build_trees(pos, batch), feat, pos, batch));
     });
     const double cpu_ms =
         bench_io::best_ms(std::min(repeats, 2), [&] { static_cast<void>(net.forward(trees, feat, pos, batch, threads)); });

@@ -190,8 +190,8 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
     const bt::RotatedTrees trees = ball_golden::bsa_trees_for(net.config(), g.positions, g.batch());
     const auto one_rank = bsa::detail::make_bsa_cuda_forward(net, device);
     const auto geometry = one_rank->upload_geometry(trees, g.positions, g.batch());
-    device_ref = one_rank->forward(*geometry, g.features, 1);
-    device_other = one_rank->forward(*geometry, other, 1);
+    device_ref = one_rank->forward(*geometry, g.features);
+    device_other = one_rank->forward(*geometry, other);
     cpu = net.forward(trees, g.features, g.positions, g.batch(), 1);
   }
   broadcast(device_ref);

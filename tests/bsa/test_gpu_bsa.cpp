@@ -69,7 +69,7 @@ TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
   const auto device = bsa::detail::make_bsa_cuda_forward(net, st::test_device());
   const auto geometry = device->upload_geometry(trees, c.positions, c.batch());
   const double geometry_ms = device->last_geometry_ms();
-  const std::vector<float> gpu = device->forward(*geometry, c.features, 1);
+  const std::vector<float> gpu = device->forward(*geometry, c.features);
   const double tol = 4e-6 * max_abs(c.exact);
   std::printf("%s: max|y| %.3g, |gpu - f64| %.3g, |gpu - cpu| %.3g, |cpu - f64| %.3g; device %.3f ms (geometry %.3f ms)\n",
               GetParam(), max_abs(c.exact), max_error(gpu, c.exact), max_error(gpu, cpu), max_error(cpu, c.exact),
@@ -78,11 +78,11 @@ TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
   EXPECT_LE(max_error(gpu, cpu), 2 * tol);
   std::vector<float> other = c.features;
   for (float& v : other) v = 0.5f * v + 0.25f;
-  const std::vector<float> reused = device->forward(*geometry, other, 1);
+  const std::vector<float> reused = device->forward(*geometry, other);
   EXPECT_EQ(device->last_geometry_ms(), 0.0);
-  EXPECT_EQ(reused, device->forward(trees, other, c.positions, c.batch(), 2));
+  EXPECT_EQ(reused, device->forward(trees, other, c.positions, c.batch()));
   EXPECT_GT(max_error(reused, gpu), 100 * tol);  // the features matter
-  EXPECT_EQ(device->forward(*geometry, c.features, 1), gpu);
+  EXPECT_EQ(device->forward(*geometry, c.features), gpu);
 }
 
 INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaGolden,
@@ -132,7 +132,7 @@ TEST(GpuBsaModel, WrongSizesAreInputErrors) {
   const bt::RotatedTrees trees = bsa_trees_for(net.config(), c.positions, batch);
   const std::vector<float> short_features(static_cast<std::size_t>(net.config().c_in));
   try {
-    device->forward(trees, short_features, c.positions, batch, 1);
+    device->forward(trees, short_features, c.positions, batch);
     ADD_FAILURE() << "no error for too few features";
   } catch (const Error& e) {
     EXPECT_EQ(e.code(), ErrorCode::input);

@@ -103,8 +103,8 @@ class BsaModel final : public PointCloudModel {
                                                   ? detail::Stages::fourier(net_, plan.block_positions(), options.threads)
                                                   : plan.to_block(io.in, io.ld_in, in_channels());
     std::vector<float> y;
-    if (on_device && comm.size() == 1) y = forward_one_rank(comm, plan, block_features, options.threads);
-    else if (on_device) y = plan.forward_on_device(*device_, net_, block_features, options.threads);
+    if (on_device && comm.size() == 1) y = forward_one_rank(comm, plan, block_features);
+    else if (on_device) y = plan.forward_on_device(*device_, net_, block_features);
     else y = plan.forward(net_, block_features, options.threads);
     if (wrapped(net_)) y = detail::Stages::head(net_, y, options.threads);
     plan.to_solver(y, out_channels(), io.out, io.ld_out);
@@ -135,8 +135,7 @@ class BsaModel final : public PointCloudModel {
   /// its geometry uploaded by the first call and kept in the plan. The batch's trees are the plan's: at
   /// one rank the distributed tree and its rotated orders are the one-process ones (integer equality,
   /// balltree_distributed.hpp). Errors: thrown alike (one rank).
-  std::vector<float> forward_one_rank(const Comm& comm, detail::BsaPlan& plan, const std::vector<float>& features,
-                                      int threads) {
+  std::vector<float> forward_one_rank(const Comm& comm, detail::BsaPlan& plan, const std::vector<float>& features) {
     std::vector<float> y;
     collectively(comm, [&] {
       std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
@@ -154,7 +153,7 @@ class BsaModel final : public PointCloudModel {
         kept = device_->upload_geometry(trees, plan.block_positions(), balltree::Batch::from_offsets(offsets));
       }
       try {
-        y = device_->forward(*kept, features, threads);
+        y = device_->forward(*kept, features);
       } catch (...) {
         kept.reset();  // the next call uploads the geometry again
         throw;

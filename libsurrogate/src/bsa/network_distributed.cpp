@@ -67,7 +67,7 @@ std::vector<float> BsaPlan::forward(const Network& net, std::span<const float> b
 }
 
 std::vector<float> BsaPlan::forward_on_device(BsaDeviceForward& device, const Network& net,
-                                              std::span<const float> block_features, int threads) {
+                                              std::span<const float> block_features) {
   const Config& c = net.config();
   const int D = c.c_hidden, cin = c.c_in;
   const std::int64_t n = block_rows();
@@ -79,7 +79,7 @@ std::vector<float> BsaPlan::forward_on_device(BsaDeviceForward& device, const Ne
   const balltree::DistributedTree& tree = trees().tree;
   std::vector<float> slot_features(static_cast<std::size_t>(tree.local_slots() * cin));
   tree.plan.exchange().forward(block_features.data(), cin, slot_features.data(), cin, cin);
-  const std::vector<float> y = device.forward(*this, slot_features, threads);
+  const std::vector<float> y = device.forward(*this, slot_features);
   std::vector<float> result(static_cast<std::size_t>(n * D));
   tree.plan.exchange().backward(y.data(), D, result.data(), D, D);
   return result;

@@ -52,7 +52,7 @@ class BsaPlan final : public balltree::BallTreePlan {
   /// on the host, the layers on the device, the result moved back to the block on the host. Collective;
   /// errors agreed.
   std::vector<float> forward_on_device(BsaDeviceForward& device, const Network& net,
-                                       std::span<const float> block_features, int threads);
+                                       std::span<const float> block_features);
 
   /// The local slots cut at sample boundaries.
   const RowLayout& row_layout() const { return layout_; }

@@ -31,15 +31,14 @@ class BsaDeviceForward {
                                                                     std::span<const float> positions,
                                                                     const balltree::Batch& batch) = 0;
   /// Network::forward on the device for an uploaded one-process geometry: features (points x c_in, the
-  /// caller's order) -> points x c_hidden values in input order. `threads`: host threads of the block
-  /// selection (<= 0: OpenMP's default). Error(input) for features of the wrong size or NaN/Inf.
-  virtual std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features,
-                                     int threads) = 0;
+  /// caller's order) -> points x c_hidden values in input order. Error(input) for features of the wrong
+  /// size or NaN/Inf.
+  virtual std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features) = 0;
   /// Both at once (a geometry used for one call only).
   std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
-                             std::span<const float> positions, const balltree::Batch& batch, int threads) {
+                             std::span<const float> positions, const balltree::Batch& batch) {
     Stages::check_inputs(net(), trees, features, positions, batch);
-    return forward(*upload_geometry(trees, positions, batch), features, threads);
+    return forward(*upload_geometry(trees, positions, batch), features);
   }
 
   /// The layers on this rank's slots of a plan (plan.hpp): slot_features (local slots x c_in, tree order,
@@ -48,10 +47,10 @@ class BsaDeviceForward {
   /// rows (ExchangePlan with a Place: NCCL, or staged through host memory). The plan's geometry on this
   /// device is uploaded by the first call and kept in the plan (BallTreePlan::device_geometry).
   /// Collective: an error on one rank (device, input) is the same Error on all.
-  virtual std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features, int threads) = 0;
+  virtual std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features) = 0;
 
   /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
-  /// events; includes the host selection's waits), and of the geometry upload of the last call
+  /// events; on a plan, includes the exchanges' waits), and of the geometry upload of the last call
   /// (upload_geometry, or a plan forward that uploaded its plan's geometry; 0 after a forward that uploaded none).
   virtual double last_forward_ms() const = 0;
   virtual double last_geometry_ms() const = 0;

@@ -3,8 +3,6 @@
 // global branch's sample rows are the plan's exchanges on device rows (NCCL, or staged through host
 // memory); a failure on one rank is kept and agreed before the next collective.
 // share/docs/balltree.md, "BSA on a CUDA device", "Several ranks".
-#include <omp.h>
-
 #include <algorithm>
 #include <string>
 
@@ -36,23 +34,14 @@ void BsaCudaForward::set_plan_geometry(Geometry& geometry, const BsaPlan& plan) 
 void BsaCudaForward::gather_compressed() {
   const int D = cfg_.c_hidden;
   const ExchangePlan& all_gather = plan_->compressed_blocks();
-  const auto local = static_cast<std::size_t>(all_gather.source_rows() * D);
   const auto all = static_cast<std::size_t>(all_gather.target_rows() * D);
-  // The keys through the host, where the selection reads them (the rank's blocks downloaded, all-gathered
-  // by the plan's host move, uploaded for the coarse branch); the values device to device.
-  std::vector<float> local_keys;
   on_device([&] {
     g_->kc_all.resize(std::max<std::size_t>(1, all), device_);
     g_->vc_all.resize(std::max<std::size_t>(1, all), device_);
-    g_->kc_host.resize(std::max<std::size_t>(1, all));
-    local_keys.resize(std::max<std::size_t>(1, local));
-    if (local > 0) cu::copy_to_host(local_keys.data(), g_->kc.data(), local * sizeof(float), stream_.get());
-    stream_.synchronize();
   });
   agree();
-  all_gather.forward(local_keys.data(), D, g_->kc_host.data());
+  all_gather.forward(g_->kc.data(), D, g_->kc_all.data(), D, D, place());
   all_gather.forward(g_->vc.data(), D, g_->vc_all.data(), D, D, place());
-  on_device([&] { upload(g_->kc_all, std::span<const float>(g_->kc_host.data(), all)); });
 }
 
 void BsaCudaForward::fetch_selected_blocks() {
@@ -97,10 +86,9 @@ void BsaCudaForward::fetch_sample_rows() {
   plan_->sample_rows().forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
 }
 
-std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features, int threads) {
+std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden;
   const RowLayout& layout = plan.row_layout();
-  if (threads <= 0) threads = omp_get_max_threads();
   collectively(plan.comm(), [&] {
     auto wrong = [](const std::string& what) { throw Error(ErrorCode::internal, "bsa (device, plan): " + what); };
     if (static_cast<index_t>(slot_features.size()) != layout.rows * cfg_.c_in) wrong("slot features of the wrong size");
@@ -144,7 +132,7 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
       upload(g_->features, slot_features);
       dense(embed_, g_->features.data(), cfg_.c_in, g_->x.data(), D, g_->rows);
     });
-    layers(threads);
+    layers();
     on_device([&] {
       if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
       t1.record(stream_.get());

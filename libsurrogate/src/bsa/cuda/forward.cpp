@@ -1,10 +1,8 @@
 // The BSA forward on a CUDA device (device.hpp): the layers of network.cpp on device arrays (the layer
-// helpers of device/layers.hpp, the gate kernels and the three ball-tree attention kernels), the top-S
-// block selection on the host with the CPU's select_blocks; here the one-process batch, a plan's slots in
-// distributed.cpp. What stays on the host and the arithmetic against the CPU: share/docs/balltree.md,
-// "BSA on a CUDA device".
+// helpers of device/layers.hpp, the gate kernels, the three ball-tree attention kernels and the top-S
+// block selection); here the one-process batch, a plan's slots in distributed.cpp. What stays on the host
+// and the arithmetic against the CPU: share/docs/balltree.md, "BSA on a CUDA device".
 #include <cuda_runtime_api.h>
-#include <omp.h>
 
 #include <algorithm>
 #include <cmath>
@@ -57,6 +55,9 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg
                                             " exceeds the CUDA attention's " + std::to_string(cu::kMaxHeadDim));
   const int D = cfg_.c_hidden;
   const bool sparse = cfg_.attention_type == AttentionType::sparse;
+  if (sparse && cfg_.selected_blocks_number > cu::kMaxSelectedBlocks)
+    throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(cfg_.selected_blocks_number) +
+                                            " exceeds the CUDA selection's " + std::to_string(cu::kMaxSelectedBlocks));
   const auto add = [&](const std::vector<float>& values) { return weights_.append(values); };
   const auto add_dense = [&](const kernels::PackedLinear& layer) { return weights_.append_dense(layer); };
   const float eps = std::numeric_limits<float>::epsilon();
@@ -169,10 +170,8 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
     for (const RowLayout::Segment& g : g_->layout.segments)
       g_->sel_offsets.push_back(g_->sel_offsets.back() +
                              static_cast<std::size_t>(g.samples * H * s.selection_rows(g.length) * s.S));
-    g_->sel_host.resize(g_->sel_offsets.back());
-    g_->sel.resize(std::max<std::size_t>(1, g_->sel_host.size()), device_);
-    g_->kc_host.resize(Bu * Du);
-    g_->q_host.resize(s.block_level ? Bu * Du : std::max<std::size_t>(1, R) * Du);
+    g_->sel.resize(std::max<std::size_t>(1, g_->sel_offsets.back()), device_);
+    if (g_->on_plan) g_->sel_host.resize(g_->sel_offsets.back());
   }
   g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cfg_.c_in)), device_);
   if (!g_->on_plan) {
@@ -235,13 +234,12 @@ void BsaCudaForward::compress(const Dense* mlp, int column, float* dst) {
 // Sparse attention (BSA): local, coarse and fine branches into g_->local, g_->coarse, g_->fine, then the gate
 // into g_->o. The coarse branch and the selection per segment, against all compressed blocks of the
 // segment's samples (on a plan: all-gathered); the fine branch of a whole sample reads its own rows,
-// that of a part of a sample the selected blocks fetched from their owners. The selection on the host
-// (see the file comment).
-void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, int threads) {
+// that of a part of a sample the selected blocks fetched from their owners.
+void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos) {
   const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
   const int C = cfg_.compress_block_size;
   const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-  const index_t nb = g_->n / C, blocks = g_->rows / C;
+  const index_t nb = g_->n / C;
   const SparseShape s = sparse_shape(cfg_);
   const std::vector<RowLayout::Segment>& segments = g_->layout.segments;
 
@@ -275,8 +273,11 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, in
     v_all = g_->vc_all.data();
   }
 
+  // The coarse branch and the selection, per segment (the window's in-sample offset row0 places the
+  // own-ball mask); in one pass when the coarse queries are the selection's.
   on_device([&] {
-    for (const RowLayout::Segment& g : segments) {
+    for (std::size_t i = 0; i < segments.size(); ++i) {
+      const RowLayout::Segment& g = segments[i];
       cu::CoarseAttentionArgs coarse;
       coarse.samples = g.samples;
       coarse.heads = H;
@@ -292,38 +293,38 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos, in
       coarse.out = g_->coarse.data() + g.begin * D;
       coarse.ldo = D;
       coarse.copies = s.coarse_q_attn ? C : 1;
-      cu::coarse_attention(coarse, stream_.get());
+      cu::BlockSelectionArgs sel;
+      sel.samples = g.samples;
+      sel.heads = H;
+      sel.E = E;
+      sel.q = s.block_level ? g_->qc.data() + g.begin / C * D : g_->u.data() + g.begin * 3 * D;
+      sel.ldq = s.block_level ? D : 3 * D;
+      sel.group = s.block_level ? 1 : s.tokens_per_row();
+      sel.rows = s.selection_rows(g.length);
+      sel.k = k_all + g.sample * nb * D;
+      sel.ldk = D;
+      sel.blocks = nb;
+      sel.scale = scale;
+      sel.S = s.S;
+      if (s.mask_own_ball) {
+        sel.ball_tokens = s.P;
+        sel.ball_blocks = s.P / C;
+      }
+      sel.row_tokens = s.block_level ? C : s.tokens_per_row();
+      sel.row0 = s.selection_rows(g.row0);
+      sel.sel = g_->sel.data() + g_->sel_offsets[i];
+      if (s.coarse_q_attn && s.S <= 32) {
+        cu::coarse_attention_and_select(coarse, sel, stream_.get());
+      } else {
+        cu::coarse_attention(coarse, stream_.get());
+        cu::select_blocks(sel, stream_.get());
+      }
     }
-    // The selection on the host: the CPU's select_blocks on the device's compressed blocks, per segment
-    // (the window's in-sample offset row0 places the own-ball mask), then the indices back up.
-    if (plan_ == nullptr)
-      cu::copy_to_host(g_->kc_host.data(), g_->kc.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
-    if (s.block_level) {
-      cu::copy_to_host(g_->q_host.data(), g_->qc.data(), static_cast<std::size_t>(blocks * D) * sizeof(float), stream_.get());
-    } else {  // the token queries only (packed into g_->o, which the gate writes later), not all of q, k, v
-      copy(g_->u.data(), 3 * D, nullptr, g_->o.data(), D, nullptr, g_->rows, D);
-      cu::copy_to_host(g_->q_host.data(), g_->o.data(), static_cast<std::size_t>(g_->rows * D) * sizeof(float), stream_.get());
+    // The blocks to fetch are chosen on the host.
+    if (plan_ != nullptr && g_->any_partial) {
+      cu::copy_to_host(g_->sel_host.data(), g_->sel.data(), g_->sel_host.size() * sizeof(std::int32_t), stream_.get());
+      stream_.synchronize();
     }
-    stream_.synchronize();
-    const float* kc = g_->kc_host.data();  // on a plan: every rank's blocks (gather_compressed)
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      const RowLayout::Segment& g = segments[i];
-      Tokens t;
-      t.q = s.block_level ? nullptr : g_->q_host.data() + g.begin * D;
-      t.ld = D;
-      t.samples = g.samples;
-      t.n = g.length;
-      t.heads = H;
-      t.E = E;
-      t.row0 = g.row0;
-      Blocks b;
-      b.q = s.block_level ? g_->q_host.data() + g.begin / C * D : nullptr;
-      b.k = kc + g.sample * nb * D;
-      b.ld = D;
-      b.nb = nb;
-      select_blocks(kernels::cpu(), t, b, s, g_->sel_host.data() + g_->sel_offsets[i], threads);
-    }
-    upload(g_->sel, g_->sel_host);
   });
   if (plan_ != nullptr && g_->any_partial) fetch_selected_blocks();
 
@@ -416,7 +417,7 @@ void BsaCudaForward::global_attention() {
 
 // One layer (as Network::Impl::run_layer): x += out_proj(attention(RMSNorm1(x) [+ position_proj(rel)])),
 // x += w3(silu(w1 h) * w2 h) with h = RMSNorm2(x).
-void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel, int threads) {
+void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel) {
   const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
   on_device([&] {
     rms_norm(L.norm1, x, g_->h.data());
@@ -429,7 +430,7 @@ void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos,
     }
   });
   if (cfg_.attention_type == AttentionType::sparse) {
-    sparse_attention(L, pos, threads);
+    sparse_attention(L, pos);
   } else if (cfg_.attention_type == AttentionType::ball) {
     on_device([&] {
       cu::BallAttentionLaunch a;
@@ -465,7 +466,7 @@ void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos,
   });
 }
 
-void BsaCudaForward::layers(int threads) {
+void BsaCudaForward::layers() {
   const int D = cfg_.c_hidden;
   on_device([&] { copy(g_->x.data(), D, nullptr, g_->residual.data(), D, nullptr, g_->rows, D); });
   for (int l = 0; l < cfg_.depth; ++l) {
@@ -478,7 +479,7 @@ void BsaCudaForward::layers(int threads) {
       } else {
         on_device([&] { copy(g_->x.data(), D, g_->rot.data(), g_->xr.data(), D, nullptr, g_->rows, D); });
       }
-      run_layer(L, g_->xr.data(), g_->pos_rot.data(), g_->rel_rot.data(), threads);
+      run_layer(L, g_->xr.data(), g_->pos_rot.data(), g_->rel_rot.data());
       if (plan_ != nullptr) {
         agree();
         plan_->rotation().backward(g_->xr.data(), D, g_->x.data(), D, D, place());
@@ -486,7 +487,7 @@ void BsaCudaForward::layers(int threads) {
         on_device([&] { copy(g_->xr.data(), D, nullptr, g_->x.data(), D, g_->rot.data(), g_->rows, D); });
       }
     } else {
-      run_layer(L, g_->x.data(), g_->pos.data(), g_->rel.data(), threads);
+      run_layer(L, g_->x.data(), g_->pos.data(), g_->rel.data());
     }
     if ((l + 1) % cfg_.block_size == 0 || l + 1 == cfg_.depth) {  // the long residual
       on_device([&] {
@@ -523,13 +524,11 @@ std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const 
   return geometry;
 }
 
-std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, std::span<const float> features,
-                                           int threads) {
+std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, std::span<const float> features) {
   auto* geometry = dynamic_cast<Geometry*>(&uploaded);
   if (geometry == nullptr || geometry->device() != device_ || geometry->on_plan)
     throw Error(ErrorCode::invalid_argument, "bsa: the geometry was not uploaded by this device forward");
   const int D = cfg_.c_hidden;
-  if (threads <= 0) threads = omp_get_max_threads();
   const index_t points = geometry->points;
   if (static_cast<index_t>(features.size()) != points * cfg_.c_in)
     throw Error(ErrorCode::input, "bsa: features has " + std::to_string(features.size()) + " values, expected " +
@@ -546,7 +545,7 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
     upload(g_->features, features);
     dense(embed_, g_->features.data(), cfg_.c_in, g_->e.data(), D, points);
     copy(g_->e.data(), D, g_->tree_index.data(), g_->x.data(), D, nullptr, g_->rows, D);
-    layers(threads);
+    layers();
     copy(g_->x.data(), D, g_->slot.data(), g_->out.data(), D, nullptr, points, D);
     cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
     t1.record(stream_.get());

@@ -51,9 +51,8 @@ struct Geometry final : balltree::DeviceGeometry {
   cu::DeviceBuffer<float> kc, vc, qc, mlp_in, mlp_hidden, kc_all, vc_all, fetched;
   cu::DeviceBuffer<std::int32_t> sel;
   cu::DeviceBuffer<std::int64_t> first_row;
-  std::vector<float> kc_host, q_host;
-  std::vector<std::int32_t> sel_host;
-  std::vector<std::size_t> sel_offsets;  // segment i's selection at sel_host[sel_offsets[i]]
+  std::vector<std::int32_t> sel_host;     // a plan's selection on the host (the blocks to fetch)
+  std::vector<std::size_t> sel_offsets;  // segment i's selection at sel[sel_offsets[i]]
   std::vector<std::int64_t> first_row_host;
 };
 
@@ -65,8 +64,8 @@ class BsaCudaForward final : public BsaDeviceForward {
   std::unique_ptr<balltree::DeviceGeometry> upload_geometry(const balltree::RotatedTrees& trees,
                                                             std::span<const float> positions,
                                                             const balltree::Batch& batch) override;
-  std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features, int threads) override;
-  std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features, int threads) override;
+  std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features) override;
+  std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features) override;
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
 
@@ -110,17 +109,16 @@ class BsaCudaForward final : public BsaDeviceForward {
   void set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points);
   void set_batch_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
   void compress(const Dense* mlp, int column, float* dst);
-  void sparse_attention(const DeviceLayer& L, const float* pos, int threads);
+  void sparse_attention(const DeviceLayer& L, const float* pos);
   void global_attention();
-  void run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel, int threads);
+  void run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel);
   /// The depth layers with the long residual on g_->x; rotated layers through g_->rot in one process,
   /// through the plan's rotation exchange on a plan.
-  void layers(int threads);
+  void layers();
 
   // distributed.cpp: a plan's slots and what crosses ranks (the plan's exchanges on device rows).
   void set_plan_geometry(Geometry& geometry, const BsaPlan& plan);
-  /// g_->kc_all / vc_all = the batch's compressed K/V (the plan's all-gather), the keys also on the host
-  /// (g_->kc_host, for the selection).
+  /// g_->kc_all / vc_all = the batch's compressed K/V (the plan's all-gather).
   void gather_compressed();
   /// The token K/V rows of the blocks that the partial segments selected, fetched from their owners into
   /// g_->fetched, and g_->first_row (per partial segment, nb entries: the block's first fetched row or -1).
