@@ -12,7 +12,7 @@ share/docs/cuda.md.
         [--repeats 5] [--device 0|cuda-emulated] [--threads T]
 
 Columns (milliseconds): `device` = CUDA-event time of a forward on the kept geometry (features upload, the
-network with the top-S selection on the host, result download); `wall` = its wall time; `full` = the trees
+network with the top-S selection, result download); `wall` = its wall time; `full` = the trees
 built on the host + geometry upload + forward, what the official forward does in every call; `CPU` = the
 CPU forward on the same trees. Speed-up = CPU / wall. No PyTorch side: the official code needs the
 balltree-erwin package, which the lent GPU machines lack (benchmarks/bsa_cpu_vs_pytorch.py runs it on a CPU).

@@ -798,6 +798,11 @@ class Runner:
         else:
             self.bench("bsa", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
                                "--sizes", *map(str, a.bsa_sizes)], self.python_env, 900)
+        # The ball-tree attention kernels one by one at the shapes of a BSA sparse layer.
+        kernels = exe.get("ball_kernels_gpu_bench")
+        if kernels:
+            for n in a.bsa_sizes:
+                self.bench(f"bsa kernels N={n}", [kernels, str(n), "5", "0"], self.env, 300)
         # Spherical: the checkout's reduced zoo model (neighbourhood attention, embed_dim 128) moved to larger grids.
         sphere = exe.get("sphere_gpu_bench")
         model = (Path(a.checkout or ".") / "tests" / "data" / "sphere" / "models" / "zoo_s2ntransformer_e128_reduced"
