@@ -1,5 +1,6 @@
 // CUDA kernels of the ball-tree attentions (CUDA builds only): Erwin's ball attention with the distance
-// bias (also BSA's local branch), and BSA's coarse (block-compressed) and selected-block (fine) branches.
+// bias (also BSA's local branch), BSA's coarse (block-compressed) and selected-block (fine) branches and
+// its top-S block selection.
 // They compute what the CPU code computes (kernels::CpuKernels::ball_attention, bsa::detail::
 // coarse_branch / fine_branch) on the device's online softmax (latent_softmax.cuh: the CPU kernels' exp
 // arithmetic, power-of-two reference, double sums), one query and head per thread, the keys streamed
@@ -109,8 +110,9 @@ void selected_block_attention(const SelectedBlockAttentionArgs& a, cudaStream_t 
 /// each dot product the first product and then one fused multiply-add chain in e order, and -inf for the
 /// blocks of the balls the row's tokens lie in (ball_tokens > 0: row r covers the tokens [(row0 + r) *
 /// row_tokens, + row_tokens) of its sample; ball b holds blocks [b ball_blocks, (b + 1) ball_blocks)).
-/// The S largest scores win, equal scores go to the lower block (as do NaNs, as on the CPU); the S blocks
-/// are written in ascending order to sel[((s * heads + h) * rows + r) * S + j]: bitwise the CPU's choice.
+/// The S largest scores win, equal scores go to the lower block, NaN scores are placed as the CPU's running
+/// top-S places them; the S blocks are written in ascending order to sel[((s * heads + h) * rows + r) * S +
+/// j]: bitwise the CPU's choice.
 /// S <= min(blocks, kMaxSelectedBlocks).
 inline constexpr int kMaxSelectedBlocks = kMaxTopKeys;
 struct BlockSelectionArgs {
