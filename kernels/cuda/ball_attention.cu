@@ -146,9 +146,10 @@ void coarse_attention_and_select(const CoarseAttentionArgs& c, const BlockSelect
                                 "one query per row");
   if (c.copies < 1 || c.ldo < 1 || s.row0 < 0 || s.row_tokens < 1)
     throw std::invalid_argument("cuda::coarse_attention_and_select: need copies, ldo, row_tokens >= 1 and row0 >= 0");
-  if (s.S < 1 || s.S > 32 || s.S > s.blocks)
+  if (s.S < 1 || s.S > kMaxOnePassSelectedBlocks || s.S > s.blocks)
     throw std::invalid_argument("cuda::coarse_attention_and_select: S = " + std::to_string(s.S) +
-                                " outside 1..min(blocks " + std::to_string(s.blocks) + ", 32)");
+                                " outside 1..min(blocks " + std::to_string(s.blocks) + ", " +
+                                std::to_string(kMaxOnePassSelectedBlocks) + ")");
   if (s.ball_tokens < 0 || (s.ball_tokens > 0 && s.ball_blocks < 1))
     throw std::invalid_argument("cuda::coarse_attention_and_select: the own-ball mask needs ball_tokens >= 1 and "
                                 "ball_blocks >= 1");
@@ -157,7 +158,7 @@ void coarse_attention_and_select(const CoarseAttentionArgs& c, const BlockSelect
   detail::dispatch_head_width(s.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;
     if (s.S <= 8) launch(coarse_select_kernel<kE, 8>, grid, selection_kernels::kThreads, 0, stream, c, s);
-    else launch(coarse_select_kernel<kE, 32>, grid, selection_kernels::kThreads, 0, stream, c, s);
+    else launch(coarse_select_kernel<kE, kMaxOnePassSelectedBlocks>, grid, selection_kernels::kThreads, 0, stream, c, s);
   });
   check_launch("coarse_select_kernel");
 }

@@ -140,7 +140,8 @@ void select_blocks(const BlockSelectionArgs& a, cudaStream_t stream);
 /// samples, heads, E, q, ldq, queries == rows, k, ldkv == ldk, keys == blocks and scale in both): the
 /// softmax's logits are the selection's scores, scale (q . k_g), so the selection is select_blocks' bit
 /// for bit, and the coarse output differs from coarse_attention's (which scales the query first) by
-/// float rounding, as the CPU's bsa::detail::coarse_and_select does. S <= 32 here.
+/// float rounding, as the CPU's bsa::detail::coarse_and_select does. S <= kMaxOnePassSelectedBlocks.
+inline constexpr int kMaxOnePassSelectedBlocks = 32;
 void coarse_attention_and_select(const CoarseAttentionArgs& coarse, const BlockSelectionArgs& select,
                                  cudaStream_t stream);
 

@@ -313,7 +313,7 @@ void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos) {
       sel.row_tokens = s.block_level ? C : s.tokens_per_row();
       sel.row0 = s.selection_rows(g.row0);
       sel.sel = g_->sel.data() + g_->sel_offsets[i];
-      if (s.coarse_q_attn && s.S <= 32) {
+      if (s.coarse_q_attn && s.S <= cu::kMaxOnePassSelectedBlocks) {
         cu::coarse_attention_and_select(coarse, sel, stream_.get());
       } else {
         cu::coarse_attention(coarse, stream_.get());
