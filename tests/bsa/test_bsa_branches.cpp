@@ -407,6 +407,39 @@ TEST(Branches, CoarseAndSelectOfADegenerateSampleEqualsSelectBlocks) {
   }
 }
 
+// While a row's set fills, the selecting encode offers only the scores at or above a floor taken from the
+// chunk's lane maxima (top_set_impl.hpp, selection_floor). With every score of a sample tied (one key for
+// all blocks) the floor is that score and the set must still take the lowest unmasked blocks; a NaN score
+// (which the set places by arrival) switches the floor off. Bit for bit select_blocks', on every
+// instruction set, over two chunks of keys (1024 blocks per sample).
+TEST(Branches, CoarseAndSelectWithEveryScoreTiedOrANaNEqualsSelectBlocks) {
+  using surrogate::kernels::Isa;
+  Data d = make_data(8, 13, 8, 8192);
+  const int width = d.H * d.E;
+  for (index_t g = 1; g < d.nb; ++g) std::copy_n(d.kc.data(), width, d.kc.data() + g * width);  // sample 0
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  d.kc[static_cast<std::size_t>((d.nb + 40) * width + 3)] = nan;           // sample 1, head 0, first chunk
+  d.kc[static_cast<std::size_t>((d.nb + 700) * width + d.E + 3)] = nan;    // sample 1, head 1, second chunk
+  for (const Isa isa : {Isa::generic, Isa::avx2, Isa::avx512}) {
+    const surrogate::kernels::CpuKernels* table = surrogate::kernels::cpu(isa);
+    if (!table) continue;
+    for (const bool mask : {true, false}) {
+      SCOPED_TRACE(std::string(surrogate::kernels::to_string(isa)) + " mask " + std::to_string(mask));
+      const auto s = shape(64, 8, 5, 8, true, mask, true, true);  // balls of 8 blocks, S = 5
+      std::vector<float> out;
+      const std::vector<std::int32_t> sel = one_pass_selection(*table, d, s, out, 2);
+      for (int h = 0; h < d.H; ++h)
+        for (index_t r = 0; r < d.nb; ++r) {
+          std::vector<std::int32_t> want;
+          for (std::int32_t g = 0; static_cast<int>(want.size()) < s.S; ++g)
+            if (!mask || g / 8 != r / 8) want.push_back(g);
+          const std::int32_t* got = sel.data() + (h * d.nb + r) * s.S;
+          ASSERT_TRUE(std::equal(want.begin(), want.end(), got)) << "head " << h << " row " << r;
+        }
+    }
+  }
+}
+
 TEST(Branches, FineMatchesNaiveOverTheSelectedBlocks) {
   const Data d = make_data(8, 5, 16);
   const int C = 8, S = 3;

@@ -158,7 +158,8 @@ struct EncodeSelection {
 
 /// Pass 1 for MB latents: their logits over the chunk (plus the bias when Bias) into `logits`, and
 /// their maxima. Select: the logits are scaled after the dot product and then offered to the latents'
-/// top-S from the stored rows (a pass of its own keeps the dot products' registers free).
+/// top-S from the stored rows (a pass of its own keeps the dot products' registers free), once the set is
+/// full only where the chunk's largest logit beats its S-th best.
 // (always_inline: with the selecting variants GCC would otherwise call these per chunk)
 template <int EC, int MB, bool Bias, bool Select = false>
 [[gnu::always_inline]] inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec,
@@ -168,8 +169,9 @@ template <int EC, int MB, bool Bias, bool Select = false>
   using namespace simd;
   const vi last = first_lanes(tail_lanes);
   vf lane_max[MB];
+  [[maybe_unused]] vf best[MB];  // Select: each lane's largest logit, NaN skipped (vmax(l, best) keeps best)
   [[maybe_unused]] const vf scale = splat(Select ? selection->scale : 1.0f);
-  for (int b = 0; b < MB; ++b) lane_max[b] = splat(-__builtin_inff());
+  for (int b = 0; b < MB; ++b) lane_max[b] = best[b] = splat(-__builtin_inff());
   for (int iv = 0; iv < nvec; ++iv) {
 #pragma GCC unroll 4
     for (int b = 0; b < MB; ++b) {
@@ -182,6 +184,7 @@ template <int EC, int MB, bool Bias, bool Select = false>
       if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
       store(logits[b] + iv * W, l);
       lane_max[b] = vmax(lane_max[b], l);
+      if constexpr (Select) best[b] = vmax(l, best[b]);
     }
   }
   for (int b = 0; b < MB; ++b) max_logit[b] = hmax(lane_max[b]);
@@ -191,7 +194,12 @@ template <int EC, int MB, bool Bias, bool Select = false>
       const int m = m0 + b;
       const index_t mb = selection->mask_begin ? selection->mask_begin[m] : 0;
       const index_t me = selection->mask_begin ? selection->mask_end[m] : 0;
-      offer_scores(logits[b], n, selection->first_key, mb, me, selection->top[m]);
+      TopKeys& top = selection->top[m];
+      if (top.count < top.S)  // filling: offer what reaches the chunk's floor
+        offer_scores(logits[b], n, selection->first_key, mb, me, top,
+                     selection_floor(logits[b], n, selection->first_key, mb, me, top));
+      else if (greater_bits(best[b], splat(top.score[top.S - 1])))  // some logit beats the S-th best
+        offer_scores(logits[b], n, selection->first_key, mb, me, top);
     }
   }
 }

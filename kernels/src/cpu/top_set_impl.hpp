@@ -50,10 +50,11 @@ struct TopKeys {
 };
 
 /// Offers one vector of scores (keys g0 .. g0 + valid - 1; valid <= W, the other lanes ignored) to `top`.
-/// Track: also keep the best rejected score per lane in `rejected` (for TopKeysArgs::next).
+/// Track: also keep the best rejected score per lane in `rejected` (for TopKeysArgs::next). While the set
+/// fills, scores below `floor` (selection_floor) are not offered.
 template <bool Track>
 inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, index_t mask_end, TopKeys& top,
-                         simd::vf& rejected) {
+                         simd::vf& rejected, float floor = -__builtin_inff()) {
   using namespace simd;
   if (mask_begin < g0 + W && mask_end > g0) {
     vi idx;
@@ -61,10 +62,11 @@ inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, 
     const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
     s = select(masked, splat(-__builtin_inff()), s);
   }
-  if (top.count < top.S) {  // filling: every key is a candidate
+  if (top.count < top.S) {  // filling: every key at or above the floor is a candidate
     float lanes[W];
     store(lanes, s);
-    for (int i = 0; i < valid; ++i) top.offer(lanes[i], static_cast<std::int32_t>(g0 + i));
+    for (int i = 0; i < valid; ++i)
+      if (!(lanes[i] < floor)) top.offer(lanes[i], static_cast<std::int32_t>(g0 + i));  // (NaN: offered)
     return;
   }
   vi pass = s > splat(top.score[top.S - 1]);
@@ -87,24 +89,77 @@ inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, 
   } while (bits);
 }
 
+/// A floor under the S best scores of a stored row (keys g0 .. g0 + n - 1 at s, padded to whole vectors with
+/// -inf; the mask's keys excluded): the least of P >= S group maxima (lane i in group i mod P, P a power of
+/// two up to W), so at least S keys score at or above it and none below it is among the S best. -inf
+/// (no floor) where S > W, where the row holds a NaN or `top` does (the set's NaN rule is order-dependent).
+inline float selection_floor(const float* s, index_t n, index_t g0, index_t mask_begin, index_t mask_end,
+                             const TopKeys& top) {
+  using namespace simd;
+  constexpr float kNone = -__builtin_inff();
+  if (top.S > W) return kNone;
+  for (int j = 0; j < top.count; ++j)
+    if (top.score[j] != top.score[j]) return kNone;
+  vf best = splat(kNone);
+  vi nan = splati(0);
+  for (index_t i = 0; i < n; i += W) {
+    vf v = load(s + i);
+    if (mask_begin < g0 + i + W && mask_end > g0 + i) {
+      vi idx;
+      for (int l = 0; l < W; ++l) idx[l] = static_cast<std::int32_t>(g0 + i) + l;
+      const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
+      v = select(masked, splat(kNone), v);
+    }
+    nan |= v != v;
+    best = vmax(best, v);
+  }
+  if (lane_bits(nan)) return kNone;
+  int P = 1;
+  while (P < top.S) P *= 2;
+  float lanes[W], group[W];
+  store(lanes, best);
+  for (int g = 0; g < P; ++g) group[g] = kNone;
+  for (int l = 0; l < W; ++l) group[l % P] = fmaxf(group[l % P], lanes[l]);
+  float floor = group[0];
+  for (int g = 1; g < P; ++g) floor = group[g] < floor ? group[g] : floor;
+  return floor;
+}
+
 /// Offers a stored row of scores (keys g0 .. g0 + n - 1 at s, padded to whole vectors) to `top` vector
-/// by vector, as offer_vector would: once `top` is full, a vector is looked at only where a lane beats
-/// its S-th best score (masked and NaN lanes never do), with that threshold kept in a register.
-inline void offer_scores(const float* s, index_t n, index_t g0, index_t mask_begin, index_t mask_end, TopKeys& top) {
+/// by vector, as offer_vector would, skipping scores below `floor` (selection_floor: none of them is among
+/// the S best, so the chosen set is the same): a vector is looked at only where a lane beats the larger
+/// of the floor and the set's S-th best score (masked and NaN lanes never do), kept in a register.
+inline void offer_scores(const float* s, index_t n, index_t g0, index_t mask_begin, index_t mask_end, TopKeys& top,
+                         float floor = -__builtin_inff()) {
   using namespace simd;
   vf unused = splat(-__builtin_inff());
   const auto valid = [&](index_t i) { return static_cast<int>(imin(W, n - i)); };
+  const bool floored = floor != -__builtin_inff();
+  const float below_floor = __builtin_nextafterf(floor, -__builtin_inff());  // s > below_floor: s >= floor
   index_t i = 0;
-  for (; i < n && top.count < top.S; i += W)
-    offer_vector<false>(load(s + i), g0 + i, valid(i), mask_begin, mask_end, top, unused);
-  if (i >= n) return;
-  vf threshold = splat(top.score[top.S - 1]);
-  for (; i < n; i += W) {
+  for (; i < n && top.count < top.S; i += W) {
     const vf v = load(s + i);
-    if (!greater_bits(v, threshold)) continue;
-    offer_vector<false>(v, g0 + i, valid(i), mask_begin, mask_end, top, unused);
-    threshold = splat(top.score[top.S - 1]);
+    if (!floored || greater_bits(v, splat(below_floor)))
+      offer_vector<false>(v, g0 + i, valid(i), mask_begin, mask_end, top, unused, floor);
   }
+  if (i >= n) return;
+  // (with a floor the set holds no NaN; without one a NaN S-th best stops every offer, as in offer_vector)
+  const auto threshold_of = [&] {
+    const float t = top.score[top.S - 1];
+    return splat(floored ? fmaxf(t, below_floor) : t);
+  };
+  vf threshold = threshold_of();
+  const auto offer_if_beaten = [&](index_t j) {
+    const vf v = load(s + j);
+    if (!greater_bits(v, threshold)) return;
+    offer_vector<false>(v, g0 + j, valid(j), mask_begin, mask_end, top, unused);
+    threshold = threshold_of();
+  };
+  for (; i + 4 * W <= n; i += 4 * W)  // four vectors a test: one branch where most vectors offer nothing
+    if (greater_bits(load(s + i), threshold) | greater_bits(load(s + i + W), threshold) |
+        greater_bits(load(s + i + 2 * W), threshold) | greater_bits(load(s + i + 3 * W), threshold))
+      for (int j = 0; j < 4; ++j) offer_if_beaten(i + j * W);
+  for (; i < n; i += W) offer_if_beaten(i);
 }
 
 }  // namespace surrogate::kernels::SURROGATE_ISA_NS
