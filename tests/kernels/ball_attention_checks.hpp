@@ -7,7 +7,7 @@
 // which run the kernel on the args' HOST arrays (a.out holds the initial output, sentinels) and return the
 // whole output array (its rows x ldo floats). The block selection's checks: block_selection_checks.hpp.
 //
-// What is checked: the ball attention against a naive attention in double and the CPU kernel, several ball
+// What is checked: the ball attention (and the CPU kernel) against a naive attention in double, several ball
 // sizes, heads, head widths (specialised and generic buckets), position dimensions, with and without the
 // distance bias, padding duplicates, row strides with NaN in the unused columns (never read) and sentinel
 // output columns (never written); the coarse and selected-block kernels against the naive reference and
@@ -74,6 +74,7 @@ inline float float_distance(const float* a, const float* b, int dim) {
 struct Reference {
   std::vector<double> out;
   double spread = 0;  // 2 (max_j d_j + 8u) max_j |v_j|
+  double worst = 0;   // max_j d_j
   double max_logit = 0, max_v = 0;
 };
 
@@ -105,6 +106,7 @@ inline Reference naive_attention(const float* q, const float* K, const float* V,
   }
   for (auto& o : r.out) o /= sum;
   r.spread = 2 * (worst + 8 * kU) * max_v;
+  r.worst = worst;
   for (std::size_t j = 0; j < n; ++j) r.max_logit = std::max(r.max_logit, std::abs(l[j]));
   r.max_v = max_v;
   return r;
@@ -222,11 +224,13 @@ void check_ball_attention(Backend& backend) {
           ASSERT_LE(std::abs(got - want), ref.spread + 2 * kU * std::abs(want))
               << "balls " << t.balls << " ball " << t.ball << " heads " << H << " E " << E << " row " << i
               << " head " << h << " channel " << e;
-          // Against the CPU kernel: the same float terms (the bias added with or without contraction: one
-          // rounding of the logit, u |l|), double sums in another order, one float rounding each.
+          // The CPU kernel (the latent decode: each query's exact maximum, terms exp(l - max) within
+          // (3.3 + 0.225 |l - max|) u, |l - max| <= 2 max|l|, and float sums over the ball's keys in order,
+          // at most (ball - 1) u of the weighted total each) against the same reference.
           const double cpu_value = cpu_out[i * ldo + h * E + e];
-          ASSERT_LE(std::abs(got - cpu_value), 2 * (2 * kU * ref.max_logit) * ref.max_v + 2 * kU * std::abs(cpu_value) +
-                                                   0x1p-44 * ref.max_v)
+          const double cpu_bound =
+              2 * (ref.worst + (3.3 + 0.45 * ref.max_logit) * kU + (t.ball - 1) * kU) * ref.max_v + 2 * kU * std::abs(want);
+          ASSERT_LE(std::abs(cpu_value - want), cpu_bound)
               << "CPU kernel: ball " << t.ball << " E " << E << " row " << i << " head " << h << " channel " << e;
         }
       }

@@ -766,8 +766,8 @@ TEST_P(KernelTest, ExactEncodeImagesAreTruncatedExactly) {
 
 // ---------------------------------------------------------------------------------------------------
 // Ball attention: softmax over the m points of a ball, per head, with an optional additive bias
-// sigma_h * bias_ij. Sizes cross the kernel's query block (64) and its chunks of keys (E = 16: 128 rows,
-// E = 64: 32 rows); strides are not multiples of anything.
+// sigma_h * bias_ij. Sizes cross the decode's blocks of 256 keys (the running rescale) and its chunks of
+// queries (E = 16: 256 rows, E = 64: 64 rows); strides are not multiples of anything.
 struct BallCase {
   int m, heads, E;
 };
@@ -783,10 +783,12 @@ struct BallData {
     q = random_vector(static_cast<std::size_t>(m * ld), 1.5f, gen);
     keys = random_vector(static_cast<std::size_t>(m * ld), 1.5f, gen);
     values = random_vector(static_cast<std::size_t>(m * ld), 1.0f, gen);
-    // Distance-like bias; the last row ends at its m-th entry (nothing readable past it).
+    // Distance-like, symmetric bias (the kernel's contract); the last row ends at its m-th entry (nothing
+    // readable past it); the padding between rows NaN (never read).
     std::uniform_real_distribution<float> dist(0.0f, 3.0f);
-    bias.resize(static_cast<std::size_t>((m - 1) * ld_bias + m));
-    for (auto& b : bias) b = dist(gen);
+    bias.assign(static_cast<std::size_t>((m - 1) * ld_bias + m), std::numeric_limits<float>::quiet_NaN());
+    for (int i = 0; i < m; ++i)
+      for (int j = 0; j <= i; ++j) bias[i * ld_bias + j] = bias[j * ld_bias + i] = dist(gen);
     // Mild, strong (nearly one-hot: deep underflow of most terms) and positive factors.
     const float factors[] = {-1.0f, -25.0f, 0.7f};
     for (int h = 0; h < heads; ++h) sigma.push_back(factors[h % 3]);
@@ -870,16 +872,33 @@ TEST_P(KernelTest, BallAttentionBiasTermIsAddedAndNothingElseChanges) {
     // sigma = 0 adds exact zeros to the logits: the same bits as without a bias.
     const std::vector<float> zeros(static_cast<std::size_t>(d.heads), 0.0f);
     EXPECT_EQ(d.run(kern(), zeros.data()), d.run(kern(), nullptr)) << "m " << d.m << " E " << d.E;
-    // A bias of -80 on every key but one (per row) leaves that key's value (weights below 1e-34).
+    // A bias of -80 on every key but one (per row: m - 1 - i, a symmetric choice) leaves that key's value
+    // (weights below 1e-34).
     BallData one_hot = d;
     std::fill(one_hot.sigma.begin(), one_hot.sigma.end(), -80.0f);
     std::fill(one_hot.bias.begin(), one_hot.bias.end(), 1.0f);
     std::fill(one_hot.q.begin(), one_hot.q.end(), 0.01f);
-    for (int i = 0; i < d.m; ++i) one_hot.bias[i * d.ld_bias + (7 * i + 3) % d.m] = 0.0f;
+    for (int i = 0; i < d.m; ++i) one_hot.bias[i * d.ld_bias + (d.m - 1 - i)] = 0.0f;
     const std::vector<float> out = one_hot.run(kern(), one_hot.sigma.data());
     for (int i = 0; i < d.m; ++i)
       for (k::index_t col = 0; col < static_cast<k::index_t>(d.heads) * d.E; ++col)
-        ASSERT_NEAR(out[i * d.ld + col], d.values[((7 * i + 3) % d.m) * d.ld + col], 1e-6) << "m " << d.m << " row " << i;
+        ASSERT_NEAR(out[i * d.ld + col], d.values[(d.m - 1 - i) * d.ld + col], 1e-6) << "m " << d.m << " row " << i;
+  }
+}
+
+// Each query's softmax runs in one SIMD lane, the same operations on every instruction set with FMA: the
+// AVX2 and AVX-512 kernels give the same bits.
+TEST(BallAttention, Avx2AndAvx512GiveTheSameBits) {
+  const k::CpuKernels* avx2 = k::cpu(k::Isa::avx2);
+  const k::CpuKernels* avx512 = k::cpu(k::Isa::avx512);
+  if (!avx2 || !avx512) GTEST_SKIP() << "needs both the AVX2 and the AVX-512 kernels";
+  std::mt19937 gen(23);
+  for (const auto& c : ball_cases) {
+    const BallData d(c, gen);
+    for (const bool with_bias : {false, true}) {
+      const float* sigma = with_bias ? d.sigma.data() : nullptr;
+      EXPECT_EQ(d.run(*avx2, sigma), d.run(*avx512, sigma)) << "m " << d.m << " E " << d.E << " bias " << with_bias;
+    }
   }
 }
 

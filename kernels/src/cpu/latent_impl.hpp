@@ -1,6 +1,6 @@
 // Latent (FLARE) attention for one head: encode (softmax over the points, streamed, with an optional
 // additive bias) and decode (softmax over the latents; the reproducible encode: latent_exact_impl.hpp);
-// ball attention (Erwin) on the same encode. Points are processed W at a time
+// ball attention (Erwin, BSA) on the decode. Points are processed W at a time
 // (one per SIMD lane) after transposing a chunk of the head's k/v columns; the latent queries are
 // broadcast from memory. A point's logits, exponentials and weights are computed by the same arithmetic
 // in every lane, chunk and call.
@@ -413,64 +413,14 @@ inline void latent_encode(const LatentEncodeArgs& a) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Ball attention: the ball's queries are the latents of the streaming encode (the same logits,
-// reference exponents and rescaling; float sums within a chunk of keys, double across chunks), taken
-// kBallQueryBlock at a time; the output is the normalised weighted sum.
-
-inline constexpr int kBallQueryBlock = 64;
-
-inline void ball_attention(const BallAttentionArgs& a) {
-  alignas(64) float qs[kBallQueryBlock * kMaxHeadDim];
-  alignas(64) double weighted[kBallQueryBlock * kMaxHeadDim];
-  double sum[kBallQueryBlock];
-  std::int32_t ref[kBallQueryBlock];
-  const int E = a.E;
-  for (int h = 0; h < a.heads; ++h) {
-    const index_t c0 = static_cast<index_t>(h) * E;
-    for (int i0 = 0; i0 < a.m; i0 += kBallQueryBlock) {
-      const int nq = static_cast<int>(simd::imin(kBallQueryBlock, a.m - i0));
-      for (int i = 0; i < nq; ++i) {
-        const float* qi = a.q + (i0 + i) * a.ld + c0;
-        for (int e = 0; e < E; ++e) qs[i * E + e] = qi[e] * a.scale;
-        ref[i] = kNoExponent;
-        sum[i] = 0.0;
-        for (int e = 0; e < E; ++e) weighted[i * E + e] = 0.0;
-      }
-      LatentEncodeArgs enc;
-      enc.q = qs;
-      enc.M = nq;
-      enc.E = E;
-      enc.k = a.k + c0;
-      enc.ldk = a.ld;
-      enc.v = a.v + c0;
-      enc.ldv = a.ld;
-      enc.rows = a.m;
-      enc.ref_exp = ref;
-      enc.sum = sum;
-      enc.weighted = weighted;
-      enc.float_chunk_sums = true;  // the ball's keys are always these, in this order
-      if (a.sigma) {
-        enc.bias = a.bias + i0 * a.ld_bias;
-        enc.ld_bias = a.ld_bias;
-        enc.bias_scale = a.sigma[h];
-      }
-      latent_encode(enc);
-      for (int i = 0; i < nq; ++i) {
-        float* oi = a.out + (i0 + i) * a.ldo + c0;
-        for (int e = 0; e < E; ++e) oi[e] = static_cast<float>(weighted[i * E + e] / sum[i]);
-      }
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
 // Decode.
 
-template <int EC>
+template <int EC, bool Bias>
 inline void latent_decode_impl(const LatentDecodeArgs& a) {
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
   const int E = EC ? EC : a.E;
+  const index_t ldq = a.ldq ? a.ldq : E, ldz = a.ldz ? a.ldz : E;
   const int rows_per_chunk = chunk_rows(E);
   alignas(64) float kt[kChunkFloats + kMaxHeadDim * W];
   alignas(64) float yt[kChunkFloats + kMaxHeadDim * W];
@@ -480,8 +430,11 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
     const int rows = static_cast<int>(simd::imin(rows_per_chunk, a.rows - r0));
     const int ld = static_cast<int>(round_up(rows, W));
     transpose_in(a.k + r0 * a.ldk, a.ldk, rows, E, kt, ld);
+    if (a.k_scale != 1.0f)
+      for (int i = 0; i < E * ld; i += W) store(kt + i, load(kt + i) * splat(a.k_scale));
     for (int iv = 0; iv < ld / W; ++iv) {
       const float* kv = kt + iv * W;
+      [[maybe_unused]] const int valid = static_cast<int>(simd::imin(W, rows - iv * W));  // (Bias: the tail)
       vf run_max = splat(neg_inf);
       vf S = splat(0.0f);
       vf Y[kE];
@@ -490,7 +443,11 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
         const int mb = static_cast<int>(simd::imin(kDecodeLatentBlock, a.M - m0));
         vf block_max = splat(neg_inf);
         for (int m = 0; m < mb; ++m) {
-          const vf l = logit<EC>(a.q + (m0 + m) * E, kv, ld, E);
+          vf l = logit<EC>(a.q + (m0 + m) * ldq, kv, ld, E);
+          if constexpr (Bias) {
+            const float* row = a.bias + (m0 + m) * a.ld_bias + r0 + iv * W;
+            l += splat(a.bias_scale) * (valid < W ? load_first(row, valid) : load(row));
+          }
           store(logits + m * W, l);
           block_max = vmax(block_max, l);
         }
@@ -514,7 +471,7 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
         }
         for (int m = 0; m < mb; ++m) {
           const vf p = load(logits + m * W);
-          const float* zm = a.z + (m0 + m) * E;
+          const float* zm = a.z + (m0 + m) * ldz;
 #pragma GCC unroll 16
           for (int e = 0; e < E; ++e) Y[e] += p * splat(zm[e]);
         }
@@ -528,10 +485,39 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
 
 inline void latent_decode(const LatentDecodeArgs& a) {
   switch (a.E) {
-    case 4: latent_decode_impl<4>(a); break;
-    case 8: latent_decode_impl<8>(a); break;
-    case 16: latent_decode_impl<16>(a); break;
-    default: latent_decode_impl<0>(a); break;
+    case 4: a.bias ? latent_decode_impl<4, true>(a) : latent_decode_impl<4, false>(a); break;
+    case 8: a.bias ? latent_decode_impl<8, true>(a) : latent_decode_impl<8, false>(a); break;
+    case 16: a.bias ? latent_decode_impl<16, true>(a) : latent_decode_impl<16, false>(a); break;
+    default: a.bias ? latent_decode_impl<0, true>(a) : latent_decode_impl<0, false>(a); break;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------
+// Ball attention (BallAttentionArgs): per head, the decode with the ball's queries as its points and
+// the ball's keys and values as its latents; the symmetric bias tile read key-major.
+
+inline void ball_attention(const BallAttentionArgs& a) {
+  for (int h = 0; h < a.heads; ++h) {
+    const index_t c0 = static_cast<index_t>(h) * a.E;
+    LatentDecodeArgs d;
+    d.q = a.k + c0;
+    d.ldq = a.ld;
+    d.z = a.v + c0;
+    d.ldz = a.ld;
+    d.M = a.m;
+    d.E = a.E;
+    d.k = a.q + c0;
+    d.ldk = a.ld;
+    d.k_scale = a.scale;
+    d.y = a.out + c0;
+    d.ldy = a.ldo;
+    d.rows = a.m;
+    if (a.sigma) {
+      d.bias = a.bias;
+      d.ld_bias = a.ld_bias;
+      d.bias_scale = a.sigma[h];
+    }
+    latent_decode(d);
   }
 }
 

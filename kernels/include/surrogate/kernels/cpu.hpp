@@ -143,15 +143,17 @@ inline constexpr int kMaxSelectLatents = 64;
 inline constexpr int kMaxAttentionHeadDim = 512;
 
 /// Multi-head self-attention inside one ball of m points (Erwin's BMSA, BSA's local branch), on the
-/// streaming latent encode above with the ball's queries as the latents: for every row i and head h,
+/// latent decode above with the ball's queries as its points and its keys as the latents: for every row i
+/// and head h,
 ///   out[i, hE:(h+1)E] = sum_j softmax_j(scale q_i . k_j + sigma_h bias_ij) v_j
-/// (q/k/v of head h: the E columns from hE of row i at q + i*ld, likewise k and v; bias: m x m, row i at
-/// bias + i*ld_bias, e.g. distances |p_i - p_j|; no bias term when sigma is null). The queries are
-/// multiplied by `scale` first (float), the softmax terms are summed in float within each chunk of the
-/// ball's keys and the chunk sums in double (LatentEncodeArgs::float_chunk_sums: a ball always passes all
-/// its keys in ball order), the output is rounded to float once. Row i's result depends only on q_i and
-/// the ball's keys, values and bias row, never on the number of threads or ranks. E <=
-/// kMaxAttentionHeadDim. Single-threaded, no heap allocation.
+/// (q/k/v of head h: the E columns from hE of row i at q + i*ld, likewise k and v; bias: m x m with
+/// row i at bias + i*ld_bias, **symmetric** (bias_ij = bias_ji: the distances |p_i - p_j| of
+/// ball_distances), read key-major; no bias term when sigma is null). The queries are multiplied by
+/// `scale` first (float); each query's softmax is over its exact maximum, its terms and weighted values
+/// summed in float in key order (a running rescale every 256 keys), the output rounded to float once. Row
+/// i's result depends only on q_i and the ball's keys, values and bias, never on the number of threads or
+/// ranks, nor on the instruction set among those with FMA. E <= kMaxAttentionHeadDim. Single-threaded, no
+/// heap allocation.
 struct BallAttentionArgs {
   int m = 0;
   int heads = 0, E = 0;
@@ -254,6 +256,9 @@ struct TopKeysArgs {
 };
 
 /// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).
+/// Optional (the ball attention): latent rows at strides ldq and ldz (0: E, contiguous), each point
+/// component multiplied by k_scale first (float; 1: none), and an additive bias
+/// bias_scale * bias[m * ld_bias + n] of latent m and row n (latent-major; null: none).
 struct LatentDecodeArgs {
   const float* q = nullptr;
   const float* z = nullptr;
@@ -263,6 +268,11 @@ struct LatentDecodeArgs {
   float* y = nullptr;
   index_t ldy = 0;
   index_t rows = 0;
+  index_t ldq = 0, ldz = 0;
+  float k_scale = 1.0f;
+  const float* bias = nullptr;
+  index_t ld_bias = 0;
+  float bias_scale = 1.0f;
 };
 
 /// Fixed-point representation used by the reproducible encode: a term t (|t| <= maxabs) becomes
