@@ -427,7 +427,7 @@ struct LatentData {
 };
 
 const LatentCase latent_cases[] = {{1, 1, 1}, {3, 4, 7}, {16, 8, 16}, {64, 8, 33}, {5, 8, 1500}, {7, 16, 300},
-                                   {4, 3, 77}, {300, 8, 40}, {2, 64, 20}};
+                                   {4, 3, 77}, {300, 8, 40}, {2, 64, 20}, {2000, 16, 24}};
 
 /// Runs the streaming encode over the rows [cuts[j], cuts[j+1]) in turn, as the model does per tile;
 /// `key_bias`: one additive logit bias per row (ld_bias 0), or none.
@@ -544,36 +544,86 @@ TEST_P(KernelTest, LatentEncodeBarelyDependsOnHowPointsAreSplit) {
 
 TEST_P(KernelTest, LatentDecodeMatchesSoftmaxOverLatents) {
   std::mt19937 gen(15);
+  std::uniform_real_distribution<float> log_weight(-3.0f, 0.0f);
   for (const auto& c : latent_cases) {
     const LatentData d(c, gen);
-    const k::index_t ldy = d.E + 3;
-    std::vector<float> y(static_cast<std::size_t>(d.n * ldy), 7.0f);
-    k::LatentDecodeArgs a;
-    a.q = d.q.data();
-    a.z = d.z.data();
-    a.M = d.M;
-    a.E = d.E;
-    a.k = d.keys.data();
-    a.ldk = d.ld;
-    a.y = y.data();
-    a.ldy = ldy;
-    a.rows = d.n;
-    kern().latent_decode(a);
-    double zmax = 0;
-    for (float v : d.z) zmax = std::max(zmax, double(std::abs(v)));
-    for (k::index_t i = 0; i < d.n; ++i) {
-      double mx = -1e300, max_err = 0;
-      for (int m = 0; m < d.M; ++m) mx = std::max(mx, d.logit(m, i)), max_err = std::max(max_err, d.logit_error(m, i));
-      double s = 0;
-      std::vector<double> ref(static_cast<std::size_t>(d.E), 0.0);
-      for (int m = 0; m < d.M; ++m) {
-        const double p = std::exp(d.logit(m, i) - mx);
-        s += p;
-        for (int e = 0; e < d.E; ++e) ref[e] += p * d.z[m * d.E + e];
+    std::vector<float> latent_bias(static_cast<std::size_t>(d.M));
+    for (float& b : latent_bias) b = log_weight(gen);
+    // Without and with one bias per latent (LatentDecodeArgs::latent_bias, the global S² attention's log
+    // quadrature weights), added to the logit in float.
+    for (const bool with_bias : {false, true}) {
+      const k::index_t ldy = d.E + 3;
+      std::vector<float> y(static_cast<std::size_t>(d.n * ldy), 7.0f);
+      k::LatentDecodeArgs a;
+      a.q = d.q.data();
+      a.z = d.z.data();
+      a.M = d.M;
+      a.E = d.E;
+      a.k = d.keys.data();
+      a.ldk = d.ld;
+      a.y = y.data();
+      a.ldy = ldy;
+      a.rows = d.n;
+      if (with_bias) a.latent_bias = latent_bias.data();
+      kern().latent_decode(a);
+      double zmax = 0;
+      for (float v : d.z) zmax = std::max(zmax, double(std::abs(v)));
+      for (k::index_t i = 0; i < d.n; ++i) {
+        std::vector<double> l(static_cast<std::size_t>(d.M));
+        double mx = -1e300, max_err = 0;
+        for (int m = 0; m < d.M; ++m) {
+          const double b = with_bias ? latent_bias[static_cast<std::size_t>(m)] : 0.0;
+          l[m] = d.logit(m, i) + b;
+          mx = std::max(mx, l[m]);
+          max_err = std::max(max_err, d.logit_error(m, i) + u * std::abs(l[m]));  // (+ the bias's rounding)
+        }
+        double s = 0;
+        std::vector<double> ref(static_cast<std::size_t>(d.E), 0.0);
+        for (int m = 0; m < d.M; ++m) {
+          const double p = std::exp(l[m] - mx);
+          s += p;
+          for (int e = 0; e < d.E; ++e) ref[e] += p * d.z[m * d.E + e];
+        }
+        // Float sums over at most one block of 256 latents (then double across blocks).
+        const int summed = std::min(d.M, 256);
+        for (int e = 0; e < d.E; ++e)
+          ASSERT_NEAR(y[i * ldy + e], ref[e] / s, (2 * max_err + (summed + 32) * u) * 2 * zmax)
+              << "row " << i << " M " << d.M << " bias " << with_bias;
+        for (k::index_t e = d.E; e < ldy; ++e) ASSERT_EQ(y[i * ldy + e], 7.0f) << "wrote outside the head's columns";
       }
-      for (int e = 0; e < d.E; ++e)
-        ASSERT_NEAR(y[i * ldy + e], ref[e] / s, (2 * max_err + (d.M + 32) * u) * 2 * zmax) << "row " << i;
-      for (k::index_t e = d.E; e < ldy; ++e) ASSERT_EQ(y[i * ldy + e], 7.0f) << "wrote outside the head's columns";
+    }
+  }
+}
+
+// Each row's softmax runs in one SIMD lane (the double totals across blocks of latents too): the AVX2 and
+// AVX-512 kernels give the same bits, with and without a bias per latent.
+TEST(LatentDecode, Avx2AndAvx512GiveTheSameBits) {
+  const k::CpuKernels* avx2 = k::cpu(k::Isa::avx2);
+  const k::CpuKernels* avx512 = k::cpu(k::Isa::avx512);
+  if (!avx2 || !avx512) GTEST_SKIP() << "needs both the AVX2 and the AVX-512 kernels";
+  std::mt19937 gen(24);
+  for (const auto& c : latent_cases) {
+    const LatentData d(c, gen);
+    std::vector<float> latent_bias(static_cast<std::size_t>(d.M));
+    for (float& b : latent_bias) b = std::uniform_real_distribution<float>(-3.0f, 0.0f)(gen);
+    for (const bool with_bias : {false, true}) {
+      const auto run = [&](const k::CpuKernels& kern) {
+        std::vector<float> y(static_cast<std::size_t>(d.n * d.E));
+        k::LatentDecodeArgs a;
+        a.q = d.q.data();
+        a.z = d.z.data();
+        a.M = d.M;
+        a.E = d.E;
+        a.k = d.keys.data();
+        a.ldk = d.ld;
+        a.y = y.data();
+        a.ldy = d.E;
+        a.rows = d.n;
+        if (with_bias) a.latent_bias = latent_bias.data();
+        kern.latent_decode(a);
+        return y;
+      };
+      EXPECT_EQ(run(*avx2), run(*avx512)) << "M " << d.M << " E " << d.E << " bias " << with_bias;
     }
   }
 }

@@ -415,7 +415,32 @@ inline void latent_encode(const LatentEncodeArgs& a) {
 // ---------------------------------------------------------------------------------------------------
 // Decode.
 
-template <int EC, bool Bias>
+/// t[0 .. W) *= the lanes of scale (W / 2 each).
+inline void scale_doubles(double* t, const simd::vd* scale) {
+  for (int h = 0; h < 2; ++h) {
+    simd::vd v;
+    std::memcpy(&v, t + h * (simd::W / 2), sizeof v);
+    v *= scale[h];
+    std::memcpy(t + h * (simd::W / 2), &v, sizeof v);
+  }
+}
+
+/// t[0 .. W) += the lanes of x, converted to double.
+inline void add_doubles(double* t, simd::vf x) {
+  simd::vd d[2];
+  to_double(x, d);
+  for (int h = 0; h < 2; ++h) {
+    simd::vd v;
+    std::memcpy(&v, t + h * (simd::W / 2), sizeof v);
+    v += d[h];
+    std::memcpy(t + h * (simd::W / 2), &v, sizeof v);
+  }
+}
+
+/// The decode's optional logit bias (LatentDecodeArgs): none, a latent-major tile, one value per latent.
+enum class DecodeBias { none, tile, latent };
+
+template <int EC, DecodeBias Bias>
 inline void latent_decode_impl(const LatentDecodeArgs& a) {
   using namespace simd;
   constexpr int kE = EC ? EC : kMaxHeadDim;
@@ -434,28 +459,38 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
       for (int i = 0; i < E * ld; i += W) store(kt + i, load(kt + i) * splat(a.k_scale));
     for (int iv = 0; iv < ld / W; ++iv) {
       const float* kv = kt + iv * W;
-      [[maybe_unused]] const int valid = static_cast<int>(simd::imin(W, rows - iv * W));  // (Bias: the tail)
+      [[maybe_unused]] const int valid = static_cast<int>(simd::imin(W, rows - iv * W));  // (tile bias: the tail)
       vf run_max = splat(neg_inf);
       vf S = splat(0.0f);
       vf Y[kE];
       for (int e = 0; e < E; ++e) Y[e] = splat(0.0f);
+      // More than one block of latents: each block's sums in float, added into per-lane double totals
+      // (rescaled exactly as the maximum grows), so that float rounding grows with the block, not with M.
+      const bool blocks = a.M > kDecodeLatentBlock;
+      [[maybe_unused]] alignas(64) double total[(kE + 1) * W];  // the sum, then the E weighted sums
+      if (blocks)
+        for (int j = 0; j < (E + 1) * W; ++j) total[j] = 0.0;
       for (int m0 = 0; m0 < a.M; m0 += kDecodeLatentBlock) {
         const int mb = static_cast<int>(simd::imin(kDecodeLatentBlock, a.M - m0));
         vf block_max = splat(neg_inf);
         for (int m = 0; m < mb; ++m) {
           vf l = logit<EC>(a.q + (m0 + m) * ldq, kv, ld, E);
-          if constexpr (Bias) {
+          if constexpr (Bias == DecodeBias::tile) {
             const float* row = a.bias + (m0 + m) * a.ld_bias + r0 + iv * W;
             l += splat(a.bias_scale) * (valid < W ? load_first(row, valid) : load(row));
+          } else if constexpr (Bias == DecodeBias::latent) {
+            l += splat(a.latent_bias[m0 + m]);
           }
           store(logits + m * W, l);
           block_max = vmax(block_max, l);
         }
-        if (m0 > 0) {  // more than kDecodeLatentBlock latents: per-lane online rescale
+        if (m0 > 0) {  // a later block: the totals rescaled per lane to the new maximum
           const vf new_max = vmax(run_max, block_max);
-          const vf scale = exp_nonpositive(run_max - new_max);
-          S *= scale;
-          for (int e = 0; e < E; ++e) Y[e] *= scale;
+          vd scale[2];
+          to_double(exp_nonpositive(run_max - new_max), scale);
+          for (int j = 0; j < (E + 1) * W; j += W) scale_doubles(total + j, scale);
+          S = splat(0.0f);
+          for (int e = 0; e < E; ++e) Y[e] = splat(0.0f);
           run_max = new_max;
         } else {
           run_max = block_max;
@@ -475,20 +510,36 @@ inline void latent_decode_impl(const LatentDecodeArgs& a) {
 #pragma GCC unroll 16
           for (int e = 0; e < E; ++e) Y[e] += p * splat(zm[e]);
         }
+        if (blocks) {
+          add_doubles(total, S);
+          for (int e = 0; e < E; ++e) add_doubles(total + (e + 1) * W, Y[e]);
+        }
       }
-      const vf inv = splat(1.0f) / S;
-      for (int e = 0; e < E; ++e) store(yt + e * ld + iv * W, Y[e] * inv);
+      if (blocks) {
+        for (int e = 0; e < E; ++e)
+          for (int i = 0; i < W; ++i) yt[e * ld + iv * W + i] = static_cast<float>(total[(e + 1) * W + i] / total[i]);
+      } else {
+        const vf inv = splat(1.0f) / S;
+        for (int e = 0; e < E; ++e) store(yt + e * ld + iv * W, Y[e] * inv);
+      }
     }
     transpose_out(yt, ld, rows, E, a.y + r0 * a.ldy, a.ldy);
   }
 }
 
+template <int EC>
+inline void latent_decode_with_bias(const LatentDecodeArgs& a) {
+  if (a.bias) latent_decode_impl<EC, DecodeBias::tile>(a);
+  else if (a.latent_bias) latent_decode_impl<EC, DecodeBias::latent>(a);
+  else latent_decode_impl<EC, DecodeBias::none>(a);
+}
+
 inline void latent_decode(const LatentDecodeArgs& a) {
   switch (a.E) {
-    case 4: a.bias ? latent_decode_impl<4, true>(a) : latent_decode_impl<4, false>(a); break;
-    case 8: a.bias ? latent_decode_impl<8, true>(a) : latent_decode_impl<8, false>(a); break;
-    case 16: a.bias ? latent_decode_impl<16, true>(a) : latent_decode_impl<16, false>(a); break;
-    default: a.bias ? latent_decode_impl<0, true>(a) : latent_decode_impl<0, false>(a); break;
+    case 4: latent_decode_with_bias<4>(a); break;
+    case 8: latent_decode_with_bias<8>(a); break;
+    case 16: latent_decode_with_bias<16>(a); break;
+    default: latent_decode_with_bias<0>(a); break;
   }
 }
 

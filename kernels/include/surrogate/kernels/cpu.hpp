@@ -256,9 +256,10 @@ struct TopKeysArgs {
 };
 
 /// Decode: y_n = sum_m softmax_m(q_m . k_n) z_m  (z: M x E latent values of the row's sample).
-/// Optional (the ball attention): latent rows at strides ldq and ldz (0: E, contiguous), each point
-/// component multiplied by k_scale first (float; 1: none), and an additive bias
-/// bias_scale * bias[m * ld_bias + n] of latent m and row n (latent-major; null: none).
+/// Optional (the ball attention, the global S² attention): latent rows at strides ldq and ldz (0: E,
+/// contiguous), each point component multiplied by k_scale first (float; 1: none), and one additive bias:
+/// bias_scale * bias[m * ld_bias + n] of latent m and row n (latent-major), or latent_bias[m] on every
+/// row's logit of latent m (null: none; not both).
 struct LatentDecodeArgs {
   const float* q = nullptr;
   const float* z = nullptr;
@@ -273,6 +274,7 @@ struct LatentDecodeArgs {
   const float* bias = nullptr;
   index_t ld_bias = 0;
   float bias_scale = 1.0f;
+  const float* latent_bias = nullptr;
 };
 
 /// Fixed-point representation used by the reproducible encode: a term t (|t| <= maxabs) becomes

@@ -21,7 +21,7 @@ using kernels::index_t;
 
 namespace {
 
-constexpr int kQueryBlock = 64;  // queries per task of the streamed softmax
+constexpr int kQueryBlock = 256;  // queries per task of the softmax
 
 [[noreturn]] void invalid(const std::string& message) { throw Error(ErrorCode::invalid_argument, "AttentionS2: " + message); }
 
@@ -97,47 +97,33 @@ void AttentionS2::forward_rows(int batch, int lat_begin, int lat_end, const floa
   o.resize(static_cast<std::size_t>(rows_q * ld_v));
   std::fill(o.data(), o.data() + rows_q * ld_v, 0.0f);
 
-  // The streamed softmax: one task per (sample, head, block of queries); the block's queries of the head
-  // are copied into one contiguous M x E block (the primitive's latent layout).
+  // The softmax over the whole key grid: one task per (sample, head, block of queries), on the latent
+  // decode with the queries as its points (one per SIMD lane) and the head's keys and values as its
+  // latents (head-major, CommonWidthOperands), the log quadrature weights as the latents' bias. Each
+  // query's result is that of its lane alone: independent of the blocks, threads and ranks.
   const index_t qblocks = (po + kQueryBlock - 1) / kQueryBlock;
   const index_t tasks = static_cast<index_t>(batch) * H * qblocks;
 #pragma omp parallel
   {
-    std::vector<std::int32_t> ref_exp(kQueryBlock);
-    std::vector<double> sum(kQueryBlock), weighted(static_cast<std::size_t>(kQueryBlock) * E);
-    AlignedBuffer<float> qblock(static_cast<std::size_t>(kQueryBlock) * E);
+    AlignedBuffer<float> y(static_cast<std::size_t>(kQueryBlock) * E);
 #pragma omp for schedule(dynamic)
     for (index_t t = 0; t < tasks; ++t) {
       const index_t b = t / (H * qblocks), h = (t / qblocks) % H, q0 = (t % qblocks) * kQueryBlock;
       const int nq = static_cast<int>(std::min<index_t>(kQueryBlock, po - q0));
-      for (int i = 0; i < nq; ++i) {
-        const float* src = ops.q.data() + (b * po + q0 + i) * ld_common + h * E;
-        std::copy(src, src + E, qblock.data() + static_cast<std::size_t>(i) * E);
-      }
-      std::fill(ref_exp.begin(), ref_exp.end(), kernels::kNoExponent);
-      std::fill(sum.begin(), sum.end(), 0.0);
-      std::fill(weighted.begin(), weighted.end(), 0.0);
-      kernels::LatentEncodeArgs a;
-      a.q = qblock.data();
-      a.M = nq;
+      kernels::LatentDecodeArgs a;
+      a.q = ops.k.data() + (h * rows_k + b * pi) * E;
+      a.z = ops.v.data() + (h * rows_k + b * pi) * E;
+      a.M = static_cast<int>(pi);
       a.E = E;
-      a.k = ops.k.data() + (h * rows_k + b * pi) * E;  // head-major (CommonWidthOperands)
-      a.ldk = E;
-      a.v = ops.v.data() + (h * rows_k + b * pi) * E;
-      a.ldv = E;
-      a.rows = pi;
-      a.bias = m.log_w_keys.data();  // the same row for every query (ld_bias 0)
-      a.ld_bias = 0;
-      a.float_chunk_sums = true;  // every query sees the whole key grid in grid order, on every rank
-      a.ref_exp = ref_exp.data();
-      a.sum = sum.data();
-      a.weighted = weighted.data();
-      kern.latent_encode(a);
-      for (int i = 0; i < nq; ++i) {
-        float* dst = o.data() + (b * po + q0 + i) * ld_v + h * ev;
-        const double inv = 1.0 / sum[static_cast<std::size_t>(i)];
-        for (int e = 0; e < ev; ++e) dst[e] = static_cast<float>(weighted[static_cast<std::size_t>(i) * E + e] * inv);
-      }
+      a.latent_bias = m.log_w_keys.data();
+      a.k = ops.q.data() + (b * po + q0) * ld_common + h * E;
+      a.ldk = ld_common;
+      a.rows = nq;
+      a.y = y.data();
+      a.ldy = E;
+      kern.latent_decode(a);
+      for (int i = 0; i < nq; ++i)
+        std::copy_n(y.data() + static_cast<std::size_t>(i) * E, ev, o.data() + (b * po + q0 + i) * ld_v + h * ev);
     }
   }
 
