@@ -1,8 +1,9 @@
-// Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8)
-// of HEPT's bucket attention and of Sequoia's tree attention.
+// Google Benchmark of the CPU kernels on one thread, at the shapes of the FLARE model (C = 64, E = 8),
+// of the ball attention, of HEPT's bucket attention and of Sequoia's tree attention.
 //   build/benchmarks/bench_kernels [--benchmark_filter=...]
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -157,6 +158,47 @@ void BM_select_encode(benchmark::State& state) {
   state.counters["FLOP/s"] = benchmark::Counter(4.0 * M * E * rows, benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK(BM_select_encode)->Arg(0)->Arg(1);
+
+/// The ball attention (Erwin's BMSA, BSA's local branch) on one ball of 256 points, 64 channels in heads of
+/// width state.range(0), with the distance bias; FLOP/s count the logits' and weighted values' multiply-adds
+/// (4 m^2 E per head), exp/s the softmax terms.
+void BM_ball_attention(benchmark::State& state) {
+  const int m = 256, E = static_cast<int>(state.range(0)), heads = 64 / E;
+  const k::index_t ld = 3 * 64;
+  const auto u = random_values(static_cast<std::size_t>(m * ld), 1.0f, 30);
+  const auto pos = random_values(static_cast<std::size_t>(m * 3), 1.0f, 31);
+  std::vector<float> dist(static_cast<std::size_t>(m * m)), sigma(static_cast<std::size_t>(heads), -0.5f);
+  std::vector<float> out(static_cast<std::size_t>(m * 64));
+  const auto& kern = k::cpu();
+  k::BallDistanceArgs d;
+  d.pos = pos.data();
+  d.m = m;
+  d.dim = 3;
+  d.dist = dist.data();
+  d.ld_dist = m;
+  kern.ball_distances(d);
+  k::BallAttentionArgs a;
+  a.m = m;
+  a.heads = heads;
+  a.E = E;
+  a.q = u.data();
+  a.k = u.data() + 64;
+  a.v = u.data() + 128;
+  a.ld = ld;
+  a.scale = 1.0f / std::sqrt(static_cast<float>(E));
+  a.sigma = sigma.data();
+  a.bias = dist.data();
+  a.ld_bias = m;
+  a.out = out.data();
+  a.ldo = 64;
+  for (auto _ : state) {
+    kern.ball_attention(a);
+    benchmark::DoNotOptimize(out.data());
+  }
+  state.counters["FLOP/s"] = benchmark::Counter(4.0 * m * m * 64, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["exp/s"] = benchmark::Counter(double(m) * m * heads, benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK(BM_ball_attention)->Arg(8)->Arg(16)->Arg(32);
 
 void BM_activation(benchmark::State& state) {
   const auto act = static_cast<k::Activation>(state.range(0));
