@@ -429,11 +429,9 @@ struct LatentData {
 const LatentCase latent_cases[] = {{1, 1, 1}, {3, 4, 7}, {16, 8, 16}, {64, 8, 33}, {5, 8, 1500}, {7, 16, 300},
                                    {4, 3, 77}, {300, 8, 40}, {2, 64, 20}, {2000, 16, 24}};
 
-/// Runs the streaming encode over the rows [cuts[j], cuts[j+1]) in turn, as the model does per tile;
-/// `key_bias`: one additive logit bias per row (ld_bias 0), or none.
+/// Runs the streaming encode over the rows [cuts[j], cuts[j+1]) in turn, as the model does per tile.
 void encode_in_parts(const k::CpuKernels& kern, const LatentData& d, const std::vector<k::index_t>& cuts,
-                     std::vector<std::int32_t>& ref, std::vector<double>& total, std::vector<double>& acc,
-                     const float* key_bias = nullptr, bool float_chunk_sums = false) {
+                     std::vector<std::int32_t>& ref, std::vector<double>& total, std::vector<double>& acc) {
   ref.assign(static_cast<std::size_t>(d.M), k::kNoExponent);
   total.assign(static_cast<std::size_t>(d.M), 0.0);
   acc.assign(static_cast<std::size_t>(d.M) * d.E, 0.0);
@@ -451,8 +449,6 @@ void encode_in_parts(const k::CpuKernels& kern, const LatentData& d, const std::
     a.ref_exp = ref.data();
     a.sum = total.data();
     a.weighted = acc.data();
-    a.bias = key_bias ? key_bias + cuts[j] : nullptr;
-    a.float_chunk_sums = float_chunk_sums;
     kern.latent_encode(a);
   }
 }
@@ -483,37 +479,6 @@ TEST_P(KernelTest, LatentEncodeMatchesSoftmaxOverPoints) {
         // Each term carries its logit's rounding error and exp's few ulp; the sums are double.
         EXPECT_NEAR(z, expected[e] / s, (2 * max_err + 16 * u) * 2 * vmax) << "M " << d.M << " E " << d.E << " n " << d.n;
       }
-    }
-  }
-}
-
-TEST_P(KernelTest, LatentEncodeWithKeyBiasAndFloatChunkSumsMatchesSoftmax) {
-  std::mt19937 gen(15);
-  std::uniform_real_distribution<float> bias_value(-3.0f, 0.5f);  // log quadrature weights, say
-  for (const auto& c : latent_cases) {
-    const LatentData d(c, gen);
-    std::vector<float> bias(static_cast<std::size_t>(d.n));
-    for (float& b : bias) b = bias_value(gen);
-    std::vector<std::int32_t> ref;
-    std::vector<double> total, acc;
-    encode_in_parts(kern(), d, {0, d.n}, ref, total, acc, bias.data(), true);
-    for (int m = 0; m < d.M; ++m) {
-      double mx = -1e300, max_err = 0, vmax = 0;
-      for (k::index_t i = 0; i < d.n; ++i)
-        mx = std::max(mx, d.logit(m, i) + bias[i]), max_err = std::max(max_err, d.logit_error(m, i) + u * std::abs(bias[i]));
-      std::vector<double> expected(static_cast<std::size_t>(d.E), 0.0);
-      double s = 0;
-      for (k::index_t i = 0; i < d.n; ++i) {
-        const double p = std::exp(d.logit(m, i) + bias[i] - mx);
-        s += p;
-        for (int e = 0; e < d.E; ++e) expected[e] += p * d.values[i * d.ld + e], vmax = std::max(vmax, std::abs(double(d.values[i * d.ld + e])));
-      }
-      // As the double sums, plus the float sums within a chunk (at most 512 keys): each partial sum
-      // of c terms and products is off by at most (c + 1) u of its magnitude, numerator and denominator.
-      const double chunk = static_cast<double>(std::min<k::index_t>(d.n, 512));
-      for (int e = 0; e < d.E; ++e)
-        EXPECT_NEAR(acc[m * d.E + e] / total[m], expected[e] / s, ((2 * max_err + 16 * u) + 2 * (chunk + 1) * u) * 2 * vmax)
-            << "M " << d.M << " E " << d.E << " n " << d.n;
     }
   }
 }

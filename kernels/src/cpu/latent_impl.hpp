@@ -1,5 +1,5 @@
-// Latent (FLARE) attention for one head: encode (softmax over the points, streamed, with an optional
-// additive bias) and decode (softmax over the latents; the reproducible encode: latent_exact_impl.hpp);
+// Latent (FLARE) attention for one head: encode (softmax over the points, streamed; optionally selecting
+// each latent's top-S keys, BSA) and decode (softmax over the latents; the reproducible encode: latent_exact_impl.hpp);
 // ball attention (Erwin, BSA) on the decode. Points are processed W at a time
 // (one per SIMD lane) after transposing a chunk of the head's k/v columns; the latent queries are
 // broadcast from memory. A point's logits, exponentials and weights are computed by the same arithmetic
@@ -132,13 +132,6 @@ inline void add_lane_sums(const simd::vd* s, int n, double* out) {
   for (; j < n; ++j) out[j] += hsum_double(s[j], simd::vd{});
 }
 
-/// Additive bias of the chunk's logits: latent m's row starts at p + m * ld (p: the chunk's first row).
-struct LogitBias {
-  const float* p = nullptr;
-  index_t ld = 0;
-  float scale = 1.0f;
-};
-
 /// The first n (< W) floats at p, zeros in the other lanes (reads nothing past p + n).
 inline simd::vf load_first(const float* p, int n) {
   float lanes[simd::W] = {};
@@ -156,15 +149,14 @@ struct EncodeSelection {
   index_t first_key = 0;
 };
 
-/// Pass 1 for MB latents: their logits over the chunk (plus the bias when Bias) into `logits`, and
+/// Pass 1 for MB latents: their logits over the chunk into `logits`, and
 /// their maxima. Select: the logits are scaled after the dot product and then offered to the latents'
 /// top-S from the stored rows (a pass of its own keeps the dot products' registers free), once the set is
 /// full only where the chunk's largest logit beats its S-th best.
 // (always_inline: with the selecting variants GCC would otherwise call these per chunk)
-template <int EC, int MB, bool Bias, bool Select = false>
+template <int EC, int MB, bool Select = false>
 [[gnu::always_inline]] inline void encode_logits(const float* q, int m0, int E, const float* kt, int ld, int nvec,
-                                                 int tail_lanes, const LogitBias& bias,
-                                                 float (*logits)[kMaxChunkRows], float* max_logit,
+                                                 int tail_lanes, float (*logits)[kMaxChunkRows], float* max_logit,
                                                  const EncodeSelection* selection = nullptr) {
   using namespace simd;
   const vi last = first_lanes(tail_lanes);
@@ -177,10 +169,6 @@ template <int EC, int MB, bool Bias, bool Select = false>
     for (int b = 0; b < MB; ++b) {
       vf l = logit<EC>(q + (m0 + b) * E, kt + iv * W, ld, E);
       if constexpr (Select) l *= scale;
-      if constexpr (Bias) {
-        const float* row = bias.p + (m0 + b) * bias.ld + iv * W;
-        l += splat(bias.scale) * (tail_lanes && iv == nvec - 1 ? load_first(row, tail_lanes) : load(row));
-      }
       if (tail_lanes && iv == nvec - 1) l = select(last, l, splat(-__builtin_inff()));
       store(logits[b] + iv * W, l);
       lane_max[b] = vmax(lane_max[b], l);
@@ -267,7 +255,7 @@ template <int EC, int MB>
   }
 }
 
-/// Pass 2 of the selecting encode (LatentEncodeArgs::select_S) and of float_chunk_sums: the same terms summed in float lanes
+/// Pass 2 of the selecting encode (LatentEncodeArgs::select_S): the same terms summed in float lanes
 /// within the chunk (vt: the chunk's values transposed, float), each lane's sum then converted to double
 /// and added to the double sums. A query's sums depend only on its logits and the chunking of the keys
 /// (fixed by E and the key count), not on the other queries.
@@ -310,9 +298,10 @@ template <int EC, int MB>
   }
 }
 
-template <int EC, int MB, bool Bias, bool Select = false, bool FloatSums = Select>
+template <int EC, int MB, bool Select>
 inline void latent_encode_impl(const LatentEncodeArgs& a) {
   using namespace simd;
+  constexpr bool FloatSums = Select;  // (the selecting encode sums in float lanes within each chunk)
   const int E = a.E;
   [[maybe_unused]] TopKeys top[Select ? kMaxSelectLatents : 1];
   [[maybe_unused]] EncodeSelection selection;
@@ -341,17 +330,16 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
     }
     const int nvec = ld / W;
     const int tail = rows % W;
-    const LogitBias bias{Bias ? a.bias + r0 : nullptr, a.ld_bias, a.bias_scale};
     selection.first_key = r0;
     for (int m0 = 0; m0 < a.M; m0 += MB) {
       const int group = static_cast<int>(simd::imin(MB, a.M - m0));
       if constexpr (MB == 1)  // (no remainder loop: GCC's -Warray-bounds misreads it under sanitizers)
-        encode_logits<EC, 1, Bias, Select>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit, &selection);
+        encode_logits<EC, 1, Select>(a.q, m0, E, kt, ld, nvec, tail, logits, max_logit, &selection);
       else if (group == MB)
-        encode_logits<EC, MB, Bias, Select>(a.q, m0, E, kt, ld, nvec, tail, bias, logits, max_logit, &selection);
+        encode_logits<EC, MB, Select>(a.q, m0, E, kt, ld, nvec, tail, logits, max_logit, &selection);
       else
         for (int b = 0; b < group; ++b)
-          encode_logits<EC, 1, Bias, Select>(a.q, m0 + b, E, kt, ld, nvec, tail, bias, logits + b, max_logit + b,
+          encode_logits<EC, 1, Select>(a.q, m0 + b, E, kt, ld, nvec, tail, logits + b, max_logit + b,
                                              &selection);
       for (int b = 0; b < group; ++b) {
         const int m = m0 + b;
@@ -396,20 +384,19 @@ inline constexpr int kEncodeGroup4 = 4, kEncodeGroup8 = 2;
 inline constexpr int kEncodeGroup4 = 2, kEncodeGroup8 = 1;
 #endif
 
-template <bool Bias, bool Select = false, bool FloatSums = Select>
+template <bool Select>
 inline void latent_encode_width(const LatentEncodeArgs& a) {
   switch (a.E) {
-    case 4: latent_encode_impl<4, kEncodeGroup4, Bias, Select, FloatSums>(a); break;
-    case 8: latent_encode_impl<8, kEncodeGroup8, Bias, Select, FloatSums>(a); break;
-    case 16: latent_encode_impl<16, 1, Bias, Select, FloatSums>(a); break;
-    default: latent_encode_impl<0, 1, Bias, Select, FloatSums>(a); break;
+    case 4: latent_encode_impl<4, kEncodeGroup4, Select>(a); break;
+    case 8: latent_encode_impl<8, kEncodeGroup8, Select>(a); break;
+    case 16: latent_encode_impl<16, 1, Select>(a); break;
+    default: latent_encode_impl<0, 1, Select>(a); break;
   }
 }
 
 inline void latent_encode(const LatentEncodeArgs& a) {
-  if (a.select_S > 0) latent_encode_width<false, true>(a);  // (the selection has no bias; float sums)
-  else if (a.bias) a.float_chunk_sums ? latent_encode_width<true, false, true>(a) : latent_encode_width<true>(a);
-  else a.float_chunk_sums ? latent_encode_width<false, false, true>(a) : latent_encode_width<false>(a);
+  if (a.select_S > 0) latent_encode_width<true>(a);
+  else latent_encode_width<false>(a);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -109,11 +109,6 @@ struct LatentEncodeArgs {
   std::int32_t* ref_exp = nullptr;  // [M], in/out; start at kNoExponent
   double* sum = nullptr;            // [M], in/out; start at 0
   double* weighted = nullptr;       // [M*E], in/out; start at 0
-  /// Optional additive bias of the logits (ball attention): l_mn += bias_scale * bias[m * ld_bias + n]
-  /// for the rows n < `rows` of this call. nullptr: no bias (FLARE), and no change to the arithmetic.
-  const float* bias = nullptr;
-  index_t ld_bias = 0;
-  float bias_scale = 1.0f;
   /// Optional block selection from the same logits (BSA's coarse branch with block-level importance),
   /// when select_S > 0: q is NOT pre-scaled and the logits are l_mn = (q_m . k_n) * logit_scale, which is
   /// bit for bit TopKeysArgs' score; for every latent the select_S keys with the largest l (keys in
@@ -125,12 +120,6 @@ struct LatentEncodeArgs {
   /// cheaper; a latent's result still depends only on its logits and the keys' chunking (fixed by E).
   float logit_scale = 1.0f;
   int select_S = 0;
-  /// Sum the terms in float lanes within each chunk of keys (as the selecting mode does) instead of in
-  /// double: cheaper, and as accurate as float attention over a chunk (4,096 / E keys, at most 1,024).
-  /// The result then depends on how the keys are split into calls and chunks, so only callers that always
-  /// pass the same keys in the same order (AttentionS2: the whole key grid; ball_attention: the whole
-  /// ball) may set it.
-  bool float_chunk_sums = false;
   const index_t* mask_begin = nullptr;  // [M], with mask_end, or nullptr: no mask
   const index_t* mask_end = nullptr;
   std::int32_t* sel = nullptr;  // [M * select_S]
