@@ -507,6 +507,25 @@ TEST_P(KernelTest, LatentEncodeBarelyDependsOnHowPointsAreSplit) {
   }
 }
 
+/// The decode of d's latents over its rows (one bias per latent, or none) into rows of ldy floats, 7 in the
+/// columns past E.
+std::vector<float> decode(const k::CpuKernels& kern, const LatentData& d, const float* latent_bias, k::index_t ldy) {
+  std::vector<float> y(static_cast<std::size_t>(d.n * ldy), 7.0f);
+  k::LatentDecodeArgs a;
+  a.q = d.q.data();
+  a.z = d.z.data();
+  a.M = d.M;
+  a.E = d.E;
+  a.k = d.keys.data();
+  a.ldk = d.ld;
+  a.y = y.data();
+  a.ldy = ldy;
+  a.rows = d.n;
+  a.latent_bias = latent_bias;
+  kern.latent_decode(a);
+  return y;
+}
+
 TEST_P(KernelTest, LatentDecodeMatchesSoftmaxOverLatents) {
   std::mt19937 gen(15);
   std::uniform_real_distribution<float> log_weight(-3.0f, 0.0f);
@@ -518,19 +537,7 @@ TEST_P(KernelTest, LatentDecodeMatchesSoftmaxOverLatents) {
     // quadrature weights), added to the logit in float.
     for (const bool with_bias : {false, true}) {
       const k::index_t ldy = d.E + 3;
-      std::vector<float> y(static_cast<std::size_t>(d.n * ldy), 7.0f);
-      k::LatentDecodeArgs a;
-      a.q = d.q.data();
-      a.z = d.z.data();
-      a.M = d.M;
-      a.E = d.E;
-      a.k = d.keys.data();
-      a.ldk = d.ld;
-      a.y = y.data();
-      a.ldy = ldy;
-      a.rows = d.n;
-      if (with_bias) a.latent_bias = latent_bias.data();
-      kern().latent_decode(a);
+      const std::vector<float> y = decode(kern(), d, with_bias ? latent_bias.data() : nullptr, ldy);
       double zmax = 0;
       for (float v : d.z) zmax = std::max(zmax, double(std::abs(v)));
       for (k::index_t i = 0; i < d.n; ++i) {
@@ -572,23 +579,9 @@ TEST(LatentDecode, Avx2AndAvx512GiveTheSameBits) {
     std::vector<float> latent_bias(static_cast<std::size_t>(d.M));
     for (float& b : latent_bias) b = std::uniform_real_distribution<float>(-3.0f, 0.0f)(gen);
     for (const bool with_bias : {false, true}) {
-      const auto run = [&](const k::CpuKernels& kern) {
-        std::vector<float> y(static_cast<std::size_t>(d.n * d.E));
-        k::LatentDecodeArgs a;
-        a.q = d.q.data();
-        a.z = d.z.data();
-        a.M = d.M;
-        a.E = d.E;
-        a.k = d.keys.data();
-        a.ldk = d.ld;
-        a.y = y.data();
-        a.ldy = d.E;
-        a.rows = d.n;
-        if (with_bias) a.latent_bias = latent_bias.data();
-        kern.latent_decode(a);
-        return y;
-      };
-      EXPECT_EQ(run(*avx2), run(*avx512)) << "M " << d.M << " E " << d.E << " bias " << with_bias;
+      const float* bias = with_bias ? latent_bias.data() : nullptr;
+      EXPECT_EQ(decode(*avx2, d, bias, d.E), decode(*avx512, d, bias, d.E))
+          << "M " << d.M << " E " << d.E << " bias " << with_bias;
     }
   }
 }
