@@ -128,7 +128,7 @@ inline constexpr int kMaxSelectLatents = 64;
 
 /// Largest head width of the CPU attention kernels (latent encode/decode, ball attention). Widths 4, 8
 /// and 16 have specialised code; other widths run the generic loops, whose stack buffers are sized for
-/// this maximum (at most about 0.6 MiB of stack per call, in ball_attention).
+/// this maximum (at most about 0.25 MiB of stack per call, in the selecting encode).
 inline constexpr int kMaxAttentionHeadDim = 512;
 
 /// Multi-head self-attention inside one ball of m points (Erwin's BMSA, BSA's local branch), on the
