@@ -139,7 +139,7 @@ inline constexpr int kMaxAttentionHeadDim = 512;
 /// row i at bias + i*ld_bias, **symmetric** (bias_ij = bias_ji: the distances |p_i - p_j| of
 /// ball_distances), read key-major; no bias term when sigma is null). The queries are multiplied by
 /// `scale` first (float); each query's softmax is over its exact maximum, its terms and weighted values
-/// summed in float in key order (a running rescale every 256 keys), the output rounded to float once. Row
+/// summed in float in key order (beyond 256 keys per block, the blocks in double), the output rounded once. Row
 /// i's result depends only on q_i and the ball's keys, values and bias, never on the number of threads or
 /// ranks, nor on the instruction set among those with FMA. E <= kMaxAttentionHeadDim. Single-threaded, no
 /// heap allocation.
