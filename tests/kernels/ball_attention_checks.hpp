@@ -228,8 +228,8 @@ void check_ball_attention(Backend& backend) {
           // (3.3 + 0.225 |l - max|) u, |l - max| <= 2 max|l|, and float sums over the ball's keys in order,
           // at most (ball - 1) u of the weighted total each) against the same reference.
           const double cpu_value = cpu_out[i * ldo + h * E + e];
-          const double cpu_bound =
-              2 * (ref.worst + (3.3 + 0.45 * ref.max_logit) * kU + (t.ball - 1) * kU) * ref.max_v + 2 * kU * std::abs(want);
+          const double cpu_terms = ref.worst + (3.3 + 0.45 * ref.max_logit) * kU + (t.ball - 1) * kU;
+          const double cpu_bound = 2 * cpu_terms * ref.max_v + 2 * kU * std::abs(want);
           ASSERT_LE(std::abs(cpu_value - want), cpu_bound)
               << "CPU kernel: ball " << t.ball << " E " << E << " row " << i << " head " << h << " channel " << e;
         }

@@ -49,6 +49,17 @@ struct TopKeys {
   }
 };
 
+/// The scores s of keys g0 .. g0 + W - 1 with those in [mask_begin, mask_end) set to -inf.
+inline simd::vf masked(simd::vf s, index_t g0, index_t mask_begin, index_t mask_end) {
+  using namespace simd;
+  if (!(mask_begin < g0 + W && mask_end > g0)) return s;
+  vi idx;
+  for (int i = 0; i < W; ++i) idx[i] = static_cast<std::int32_t>(g0) + i;
+  const vi inside =
+      (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
+  return select(inside, splat(-__builtin_inff()), s);
+}
+
 /// Offers one vector of scores (keys g0 .. g0 + valid - 1; valid <= W, the other lanes ignored) to `top`.
 /// Track: also keep the best rejected score per lane in `rejected` (for TopKeysArgs::next). While the set
 /// fills, scores below `floor` (selection_floor) are not offered.
@@ -56,12 +67,7 @@ template <bool Track>
 inline void offer_vector(simd::vf s, index_t g0, int valid, index_t mask_begin, index_t mask_end, TopKeys& top,
                          simd::vf& rejected, float floor = -__builtin_inff()) {
   using namespace simd;
-  if (mask_begin < g0 + W && mask_end > g0) {
-    vi idx;
-    for (int i = 0; i < W; ++i) idx[i] = static_cast<std::int32_t>(g0) + i;
-    const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
-    s = select(masked, splat(-__builtin_inff()), s);
-  }
+  s = masked(s, g0, mask_begin, mask_end);
   if (top.count < top.S) {  // filling: every key at or above the floor is a candidate
     float lanes[W];
     store(lanes, s);
@@ -103,13 +109,7 @@ inline float selection_floor(const float* s, index_t n, index_t g0, index_t mask
   vf best = splat(kNone);
   vi nan = splati(0);
   for (index_t i = 0; i < n; i += W) {
-    vf v = load(s + i);
-    if (mask_begin < g0 + i + W && mask_end > g0 + i) {
-      vi idx;
-      for (int l = 0; l < W; ++l) idx[l] = static_cast<std::int32_t>(g0 + i) + l;
-      const vi masked = (idx >= splati(static_cast<std::int32_t>(mask_begin))) & (idx < splati(static_cast<std::int32_t>(mask_end)));
-      v = select(masked, splat(kNone), v);
-    }
+    const vf v = masked(load(s + i), g0 + i, mask_begin, mask_end);
     nan |= v != v;
     best = vmax(best, v);
   }
