@@ -229,15 +229,15 @@ T* line_aligned(std::vector<T>& a, std::size_t n) {
   return a.data() + (offset ? 64 / sizeof(T) - offset : 0);
 }
 
-/// LayerNorm (biased variance, eps 1e-5) of `dim` channels. Eight rows at a time with their sums
-/// interleaved: eight independent chains of additions instead of one, each row's arithmetic unchanged.
+/// LayerNorm (biased variance, eps 1e-5) of `dim` channels for rows [first, first + count) on this thread.
+/// Eight rows at a time with their sums interleaved: eight independent chains of additions instead of one,
+/// each row's arithmetic unchanged (so a row's bits do not depend on the rows around it).
 template <class T>
-void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
-                std::int64_t rows, int dim, int threads) {
+void layer_norm_rows(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+                     std::int64_t first, std::int64_t count, int dim) {
   constexpr int R = 8;
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (std::int64_t n0 = 0; n0 < rows; n0 += R) {
-    const int nr = static_cast<int>(std::min<std::int64_t>(R, rows - n0));
+  for (std::int64_t n0 = first; n0 < first + count; n0 += R) {
+    const int nr = static_cast<int>(std::min<std::int64_t>(R, first + count - n0));
     const T* xr[R];
     for (int u = 0; u < R; ++u) xr[u] = x + (n0 + std::min(u, nr - 1)) * ldx;  // (the last row repeated)
     T mean[R] = {}, var[R] = {};
@@ -253,6 +253,25 @@ void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ld
             (xr[u][c] - mean[u]) * inv * nm.w[static_cast<std::size_t>(c)] + nm.b[static_cast<std::size_t>(c)];
     }
   }
+}
+
+/// layer_norm_rows over `rows` rows, blocks of them per thread.
+template <class T>
+void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+                std::int64_t rows, int dim, int threads) {
+  constexpr std::int64_t kRows = 64;
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::int64_t n0 = 0; n0 < rows; n0 += kRows)
+    layer_norm_rows<T>(nm, x, ldx, y, ldy, n0, std::min(kRows, rows - n0), dim);
+}
+
+/// tanh of n values in place (the kernels': float within 2^-24 (1 + 2^-17) relative, float64 within 4 u).
+template <class T>
+void tanh_in_place(T* v, std::int64_t n) {
+  if constexpr (std::is_same_v<T, float>)
+    kernels::cpu().tanh(v, v, n);
+  else
+    kernels::cpu().tanh_f64(v, v, n);
 }
 
 }  // namespace
@@ -358,7 +377,15 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   // (den last) at stride ldn, from a cache line: the buckets' scattered sums touch 2 lines a row, not 3.5.
   const int ldn = line_padded<T>(D + 1);
   T* num = line_aligned(w.num, heads_rows * static_cast<std::size_t>(ldn));
-  auto &attn = sized(w.attn, npu * static_cast<std::size_t>(HD)), &y = sized(w.y, npu * static_cast<std::size_t>(D));
+  // Per thread, for a block of kAttnRows rows after the bucket attention: the heads' outputs (HD a row),
+  // the output Linear's (ld_out: the kernel's padded width in float), LN2's (D), the feed-forward's hidden
+  // and output rows (ld_ff).
+  constexpr std::int64_t kAttnRows = 64;
+  const bool packed = std::is_same_v<T, float> && L > 0;
+  const int ld_out = packed ? layers_[0].out_linear.packed.out_pad() : D;
+  const int ld_ff = packed ? std::max(layers_[0].ff0.packed.out_pad(), layers_[0].ff2.packed.out_pad()) : D;
+  const auto attn_tiles = static_cast<std::size_t>(kAttnRows * (HD + ld_out + D + 2 * ld_ff));
+  auto& attn = sized(w.attn, attn_tiles * static_cast<std::size_t>(threads));
   auto &tnum = w.tnum, &tden = w.tden;  // split graphs: one table's sums
   // First padded row of every graph.
   std::vector<std::int64_t> graph_first(1, 0);
@@ -524,15 +551,6 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         }
       }
     }
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (std::int64_t n = 0; n < np; ++n)
-      for (int h = 0; h < H; ++h) {
-        const T* sums = num + (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(n)) * static_cast<std::size_t>(ldn);
-        const T den = sums[D];
-        T* to = attn.data() + n * HD + h * D;
-        for (int d = 0; d < D; ++d) to[d] = sums[d] / den;
-      }
-    apply<T>(layer.out_linear, attn.data(), HD, y.data(), D, np, threads);
     if (trace) {
       trace->perm_q.push_back(perm_q);
       trace->perm_k.push_back(perm_k);
@@ -540,47 +558,85 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       if (l == 0) {
         trace->keys_q0 = pq;
         trace->keys_k0 = pk;
-        trace->attn_out0 = y;
       }
     }
-    // Residuals: x + attn, then x + ff(LN2(x)), written to the next block of the concatenation.
+    // A block of rows at a time in tiles per thread: the heads' quotients num / den, the output Linear
+    // (y), the residual x + y written to the next block of the concatenation, then x + ff(LN2(x)).
     T* next = e + D;
-    for (std::int64_t n = 0; n < np; ++n)
-      for (int d = 0; d < D; ++d) next[n * ldcat + d] = e[n * ldcat + d] + y[static_cast<std::size_t>(n * D + d)];
-    layer_norm<T>(layer.norm2, next, ldcat, xn.data(), D, np, D, threads);
-    apply<T>(layer.ff0, xn.data(), D, hid.data(), D, np, threads);
-    for (std::size_t i = 0; i < npu * static_cast<std::size_t>(D); ++i) hid[i] = std::max(hid[i], T(0));
-    apply<T>(layer.ff2, hid.data(), D, y.data(), D, np, threads);
-    for (std::int64_t n = 0; n < np; ++n)
-      for (int d = 0; d < D; ++d) next[n * ldcat + d] += y[static_cast<std::size_t>(n * D + d)];
+    const bool keep_y = trace && l == 0;  // (the trace's attention output)
+    if (keep_y) sized(w.y, npu * static_cast<std::size_t>(D));
+#pragma omp parallel num_threads(threads)
+    {
+      T* const quotients = attn.data() + static_cast<std::size_t>(omp_get_thread_num()) * attn_tiles;
+      T* const outputs = quotients + kAttnRows * HD;
+      T* const normed = outputs + kAttnRows * ld_out;
+      T* const hidden = normed + kAttnRows * D;
+      T* const ff_out = hidden + kAttnRows * ld_ff;
+#pragma omp for schedule(static)
+      for (std::int64_t r0 = 0; r0 < np; r0 += kAttnRows) {
+        const std::int64_t rows_here = std::min(kAttnRows, np - r0);
+        for (std::int64_t r = 0; r < rows_here; ++r)
+          for (int h = 0; h < H; ++h) {
+            const T* sums = num + (static_cast<std::size_t>(h) * npu + static_cast<std::size_t>(r0 + r)) *
+                                      static_cast<std::size_t>(ldn);
+            const T den = sums[D];
+            T* to = quotients + r * HD + h * D;
+            for (int d = 0; d < D; ++d) to[d] = sums[d] / den;
+          }
+        linear_rows<T>(layer.out_linear, quotients, HD, outputs, ld_out, rows_here);  // (the padded width)
+        T* const xr = next + r0 * ldcat;
+        for (std::int64_t r = 0; r < rows_here; ++r)
+          for (int d = 0; d < D; ++d) xr[r * ldcat + d] = e[(r0 + r) * ldcat + d] + outputs[r * ld_out + d];
+        if (keep_y)
+          for (std::int64_t r = 0; r < rows_here; ++r)
+            std::copy_n(outputs + r * ld_out, D, w.y.data() + (r0 + r) * D);
+        layer_norm_rows<T>(layer.norm2, xr, ldcat, normed, D, 0, rows_here, D);
+        linear_rows<T>(layer.ff0, normed, D, hidden, ld_ff, rows_here);
+        for (std::int64_t r = 0; r < rows_here; ++r)
+          for (int d = 0; d < D; ++d) hidden[r * ld_ff + d] = std::max(hidden[r * ld_ff + d], T(0));
+        linear_rows<T>(layer.ff2, hidden, ld_ff, ff_out, ld_ff, rows_here);
+        for (std::int64_t r = 0; r < rows_here; ++r)
+          for (int d = 0; d < D; ++d) xr[r * ldcat + d] += ff_out[r * ld_ff + d];
+      }
+    }
+    if (keep_y) trace->attn_out0 = w.y;
   }
   phase.reset();
   phase.emplace(kHeptHeadPhase);
-  // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
+  // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear). The MLP
+  // runs a block of rows at a time through all its layers, so that its 256-wide activations stay in the
+  // caches instead of four passes over np x 256 arrays per layer (each row's operations are unchanged).
   const int half = D / 2;
-  auto &eh = sized(w.eh, npu * static_cast<std::size_t>(half)), &a = sized(w.a, npu * 256), &b = sized(w.b, npu * 256);
+  constexpr std::int64_t kHeadRows = 64;
+  auto& eh = sized(w.eh, npu * static_cast<std::size_t>(half));
   auto& res = sized(w.res, eh.size());
   apply<T>(W_, cat.data(), ldcat, eh.data(), half, np, threads);
-  const T* src = eh.data();
-  std::int64_t ld = half;
-  for (int j = 0; j < 4; ++j) {
-    apply<T>(mlp_[j], src, ld, a.data(), 256, np, threads);
-    layer_norm<T>(mlp_norms_[j], a.data(), 256, b.data(), 256, np, 256, threads);
-    {  // the kernels' tanh: float within 2^-24 (1 + 2^-17) relative, float64 within 4 u
-      const std::int64_t total = np * 256, chunk = 4096;
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (std::int64_t i0 = 0; i0 < total; i0 += chunk) {
-        if constexpr (std::is_same_v<T, float>)
-          kernels::cpu().tanh(b.data() + i0, b.data() + i0, std::min(chunk, total - i0));
-        else
-          kernels::cpu().tanh_f64(b.data() + i0, b.data() + i0, std::min(chunk, total - i0));
+  const int last_pad = std::is_same_v<T, float> ? mlp_[4].packed.out_pad() : half;
+  const auto per_thread = static_cast<std::size_t>(kHeadRows * 256);
+  auto &a = sized(w.a, per_thread * static_cast<std::size_t>(threads)), &b = sized(w.b, a.size());
+#pragma omp parallel num_threads(threads)
+  {
+    T* const ta = a.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+    T* const tb = b.data() + static_cast<std::size_t>(omp_get_thread_num()) * per_thread;
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < np; r0 += kHeadRows) {
+      const std::int64_t n = std::min(kHeadRows, np - r0);
+      const T* src = eh.data() + r0 * half;
+      std::int64_t ld = half;
+      for (int j = 0; j < 4; ++j) {
+        linear_rows<T>(mlp_[j], src, ld, ta, 256, n);
+        layer_norm_rows<T>(mlp_norms_[j], ta, 256, tb, 256, 0, n, 256);
+        tanh_in_place(tb, n * 256);
+        src = tb;
+        ld = 256;
       }
+      linear_rows<T>(mlp_[4], src, ld, ta, last_pad, n);  // (the kernel writes the padded width)
+      for (std::int64_t r = 0; r < n; ++r)
+        for (int c = 0; c < half; ++c)
+          res[static_cast<std::size_t>((r0 + r) * half + c)] =
+              ta[r * last_pad + c] + eh[static_cast<std::size_t>((r0 + r) * half + c)];
     }
-    src = b.data();
-    ld = 256;
   }
-  apply<T>(mlp_[4], src, ld, res.data(), half, np, threads);
-  for (std::size_t i = 0; i < res.size(); ++i) res[i] += eh[i];
   const T* result = res.data();
   if (cfg_.num_classes > 0) {
     auto& final_out = sized(w.final_out, npu * static_cast<std::size_t>(cfg_.num_classes));
