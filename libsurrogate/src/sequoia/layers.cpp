@@ -32,9 +32,19 @@ Rows Dense::apply(const Rows& x) const {
   return y;
 }
 
+void Dense::apply_rows(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t n) const {
+  kernels::LinearArgs a;
+  a.layer = &packed;
+  a.x = x;
+  a.ldx = ldx;
+  a.y = y;
+  a.ldy = ldy;
+  a.rows = n;
+  kernels::cpu().linear(a);
+}
+
 void Dense::apply(const Rows& x, Rows& y) const {
   y.reshape(x.rows, out);
-  const kernels::CpuKernels& k = kernels::cpu();
   constexpr std::int64_t kChunk = 64;
   const std::int64_t ld = packed.out_pad();
   const bool direct = ld == out;  // no padding: the kernel writes the rows in place
@@ -43,16 +53,10 @@ void Dense::apply(const Rows& x, Rows& y) const {
     kernels::AlignedBuffer<float> buffer(direct ? 0 : static_cast<std::size_t>(kChunk * ld));
 #pragma omp for schedule(static)
     for (std::int64_t r0 = 0; r0 < x.rows; r0 += kChunk) {
-      kernels::LinearArgs a;
-      a.layer = &packed;
-      a.x = x.row(r0);
-      a.ldx = x.cols;
-      a.y = direct ? y.row(r0) : buffer.data();
-      a.ldy = ld;
-      a.rows = std::min(kChunk, x.rows - r0);
-      k.linear(a);
+      const std::int64_t n = std::min(kChunk, x.rows - r0);
+      apply_rows(x.row(r0), x.cols, direct ? y.row(r0) : buffer.data(), ld, n);
       if (!direct)
-        for (std::int64_t r = 0; r < a.rows; ++r) std::copy_n(buffer.data() + r * ld, out, y.row(r0 + r));
+        for (std::int64_t r = 0; r < n; ++r) std::copy_n(buffer.data() + r * ld, out, y.row(r0 + r));
     }
   }
 }

@@ -84,6 +84,8 @@ struct Dense {
   /// The same rows into y, whose storage is reused when it is large enough (a forward's buffers kept
   /// from one block to the next are not mapped and cleared again).
   void apply(const Rows& x, Rows& y) const;
+  /// The kernel on n rows of one thread: y at stride ldy >= packed.out_pad(), which it writes whole.
+  void apply_rows(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t n) const;
 };
 
 /// BatchNorm1d in eval mode: y = (x - mean) / sqrt(var + 1e-5) * weight + bias.

@@ -132,24 +132,50 @@ Rows Network::Impl::init_level0(const Share& s, const std::vector<float>& positi
 }
 
 Rows Network::Impl::head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const {
-  Rows z(x0.rows, cfg.dim + cfg.n_class);
-  for (std::int64_t t = 0; t < x0.rows; ++t) {
-    const std::int64_t b = h.level_batch[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])];
-    std::copy(x0.row(t), x0.row(t) + cfg.dim, z.row(t));
-    std::copy(sample_features + b * cfg.n_class, sample_features + (b + 1) * cfg.n_class, z.row(t) + cfg.dim);
+  // Blocks of rows through cls.0, LayerNorm(512) and ReLU, and cls.3 in tiles per thread (the 512-wide
+  // activations never fill a points x 512 array); eight rows' LayerNorm sums interleaved, each row's
+  // double arithmetic in the order written.
+  constexpr std::int64_t kRows = 64;
+  constexpr int kInterleaved = 8;
+  const std::int64_t n = x0.rows;
+  const int zc = cfg.dim + cfg.n_class, width = head0.out, ld_u = head0.packed.out_pad(), ld_o = head3.packed.out_pad();
+  Rows y(n, head3.out, Rows::Uninitialised{});
+#pragma omp parallel if (n > kRows)
+  {
+    std::vector<float> z(static_cast<std::size_t>(kRows * zc)), u(static_cast<std::size_t>(kRows * ld_u)),
+        o(static_cast<std::size_t>(kRows * ld_o));
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < n; r0 += kRows) {
+      const std::int64_t rows = std::min(kRows, n - r0);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        const std::int64_t t = r0 + r;
+        const std::int64_t b = h.level_batch[0][static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])];
+        std::copy(x0.row(t), x0.row(t) + cfg.dim, z.data() + r * zc);
+        std::copy(sample_features + b * cfg.n_class, sample_features + (b + 1) * cfg.n_class, z.data() + r * zc + cfg.dim);
+      }
+      head0.apply_rows(z.data(), zc, u.data(), ld_u, rows);
+      for (std::int64_t g0 = 0; g0 < rows; g0 += kInterleaved) {  // LayerNorm(512), eps 1e-5, then ReLU
+        const int nr = static_cast<int>(std::min<std::int64_t>(kInterleaved, rows - g0));
+        float* row[kInterleaved];
+        for (int i = 0; i < kInterleaved; ++i) row[i] = u.data() + (g0 + std::min(i, nr - 1)) * ld_u;  // (last repeated)
+        double mean[kInterleaved] = {}, var[kInterleaved] = {};
+        for (int c = 0; c < width; ++c)
+          for (int i = 0; i < kInterleaved; ++i) mean[i] += row[i][c];
+        for (int i = 0; i < kInterleaved; ++i) mean[i] /= width;
+        for (int c = 0; c < width; ++c)
+          for (int i = 0; i < kInterleaved; ++i) var[i] += (row[i][c] - mean[i]) * (row[i][c] - mean[i]);
+        for (int i = 0; i < nr; ++i) {
+          const double inv = 1.0 / std::sqrt(var[i] / width + 1e-5);
+          for (int c = 0; c < width; ++c)
+            row[i][c] = std::max(0.0f, static_cast<float>((row[i][c] - mean[i]) * inv * ln_w[static_cast<std::size_t>(c)] +
+                                                          ln_b[static_cast<std::size_t>(c)]));
+        }
+      }
+      head3.apply_rows(u.data(), ld_u, o.data(), ld_o, rows);
+      for (std::int64_t r = 0; r < rows; ++r) std::copy_n(o.data() + r * ld_o, head3.out, y.row(r0 + r));
+    }
   }
-  Rows u = head0.apply(z);
-  for (std::int64_t r = 0; r < u.rows; ++r) {  // LayerNorm(512), eps 1e-5, then ReLU
-    float* row = u.row(r);
-    double mean = 0.0, var = 0.0;
-    for (int c = 0; c < u.cols; ++c) mean += row[c];
-    mean /= u.cols;
-    for (int c = 0; c < u.cols; ++c) var += (row[c] - mean) * (row[c] - mean);
-    const double inv = 1.0 / std::sqrt(var / u.cols + 1e-5);
-    for (int c = 0; c < u.cols; ++c)
-      row[c] = std::max(0.0f, static_cast<float>((row[c] - mean) * inv * ln_w[static_cast<std::size_t>(c)] + ln_b[static_cast<std::size_t>(c)]));
-  }
-  return head3.apply(u);
+  return y;
 }
 
 int Network::Impl::head_level() const {
