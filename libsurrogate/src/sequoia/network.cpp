@@ -178,6 +178,43 @@ Rows Network::Impl::head(const Share& s, const Hierarchy& h, const Rows& x0, con
   return y;
 }
 
+// A block of 64 rows at a time per thread through mlp1, BatchNorm + ReLU, then q, k and v, while the
+// block's y rows are in the caches (where each was a pass over the level's rows); each row's operations
+// are those of Dense::apply and BatchNorm::apply.
+void Network::Impl::projections(const Level& lv, const Rows& x, Rows& y, Rows& Q, Rows& K, Rows& V) {
+  constexpr std::int64_t kChunk = 64;
+  const std::int64_t n = x.rows;
+  y.reshape(n, lv.mlp1.out);
+  Q.reshape(n, lv.q.out);
+  K.reshape(n, lv.k.out);
+  V.reshape(n, lv.v.out);
+  int pad = 0;
+  for (const Dense* d : {&lv.mlp1, &lv.q, &lv.k, &lv.v}) pad = std::max(pad, d->packed.out_pad());
+#pragma omp parallel if (n > kChunk)
+  {
+    std::vector<float> tile(static_cast<std::size_t>(kChunk * pad));  // for outputs narrower than the kernel's width
+    const auto dense = [&tile](const Dense& d, const float* in, std::int64_t ldx, Rows& out, std::int64_t r0, std::int64_t rows) {
+      const int ld = d.packed.out_pad();
+      if (ld == d.out) return d.apply_rows(in, ldx, out.row(r0), ld, rows);
+      d.apply_rows(in, ldx, tile.data(), ld, rows);
+      for (std::int64_t r = 0; r < rows; ++r) std::copy_n(tile.data() + r * ld, d.out, out.row(r0 + r));
+    };
+#pragma omp for schedule(static)
+    for (std::int64_t r0 = 0; r0 < n; r0 += kChunk) {
+      const std::int64_t rows = std::min(kChunk, n - r0);
+      dense(lv.mlp1, x.row(r0), x.cols, y, r0, rows);
+      for (std::int64_t r = 0; r < rows; ++r) {
+        float* row = y.row(r0 + r);
+        lv.mlp1_norm.apply(row);
+        for (int c = 0; c < y.cols; ++c) row[c] = std::max(row[c], 0.0f);
+      }
+      dense(lv.q, y.row(r0), y.cols, Q, r0, rows);
+      dense(lv.k, y.row(r0), y.cols, K, r0, rows);
+      dense(lv.v, y.row(r0), y.cols, V, r0, rows);
+    }
+  }
+}
+
 int Network::Impl::head_level() const {
   return cfg.selection == "root" ? cfg.depth : cfg.selection == "inner" ? cfg.depth - 1 : 0;
 }
@@ -359,11 +396,7 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
     stage([&] {
       for (std::size_t i = 0; i < y.size(); ++i) {
         const Impl::Level& lv = b.levels[i];
-        lv.mlp1.apply(x[i], y[i]);
-        lv.mlp1_norm.apply(y[i], true);
-        lv.q.apply(y[i], Q[i]);
-        lv.k.apply(y[i], K[i]);
-        lv.v.apply(y[i], V[i]);
+        Impl::projections(lv, x[i], y[i], Q[i], K[i], V[i]);
       }
       if (halo > 0 || s.split) {
         k0 = extended(K[0], halo);

@@ -32,6 +32,8 @@ struct Network::Impl {
 
   Rows init_level0(const Share& s, const std::vector<float>& positions, const float* features) const;
   Rows head(const Share& s, const Hierarchy& h, const Rows& x0, const float* sample_features) const;  // seg
+  /// y = ReLU(BN(mlp1 x)) of one level and its queries, keys and values.
+  static void projections(const Level& lv, const Rows& x, Rows& y, Rows& Q, Rows& K, Rows& V);
   /// Classification: the model level its head reads; the terms of that level's means on this rank (level
   /// >= 1: every node's row; the points: the sums of this rank's lowest voxels, each voxel's points in
   /// order); the per-sample means from every rank's terms in node order; the head on the means.
