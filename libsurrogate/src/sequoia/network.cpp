@@ -21,15 +21,23 @@ namespace surrogate::sequoia {
 
 namespace {
 
-/// out (n x d, its storage reused) = the attentions mixed with the block's weights.
-void softmax_mixed(const float mix[3], const Rows* parents, const Rows* children, const Rows* siblings, std::int64_t n,
-                   int d, Rows& out) {
+/// out (n x d, its storage reused) = ReLU(BN(the attentions mixed with the block's weights)), row by row
+/// (one pass over the rows, where mixing and norm were two).
+void mixed_and_normed(const float mix[3], const Rows* parents, const Rows* children, const Rows* siblings, std::int64_t n,
+                      int d, const BatchNorm& norm, Rows& out) {
   out.reshape(n, d);
-  for (std::size_t t = 0; t < out.v.size(); ++t) {
-    float s = parents ? mix[0] * parents->v[t] : 0.0f;
-    if (children) s += mix[1] * children->v[t];
-    if (siblings) s += mix[2] * siblings->v[t];
-    out.v[t] = s;
+#pragma omp parallel for schedule(static) if (n * d > kSerialWork)
+  for (std::int64_t r = 0; r < n; ++r) {
+    float* row = out.row(r);
+    for (int c = 0; c < d; ++c) {
+      const auto t = static_cast<std::size_t>(r * d + c);
+      float s = parents ? mix[0] * parents->v[t] : 0.0f;
+      if (children) s += mix[1] * children->v[t];
+      if (siblings) s += mix[2] * siblings->v[t];
+      row[c] = s;
+    }
+    norm.apply(row);
+    for (int c = 0; c < d; ++c) row[c] = std::max(row[c], 0.0f);
   }
 }
 
@@ -431,9 +439,8 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
                                     i == 1 ? pos0 : h.level_positions[si - 1], s.children[si], lv.children, cfg.heads,
                                     tau, 0.0f);
         Rows out = std::move(x[si]);
-        softmax_mixed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr, i + 1 < L ? &sibl : nullptr,
-                      queries.rows, cfg.width(i), out);
-        lv.out_norm.apply(out, true);
+        mixed_and_normed(b.mix, i + 1 < L ? &parents : nullptr, i > 0 ? &children : nullptr, i + 1 < L ? &sibl : nullptr,
+                         queries.rows, cfg.width(i), lv.out_norm, out);
         if (trace && l == 0) {
           trace->block0_y.push_back(y[si].values());
           trace->block0_parents.push_back(parents.values());
