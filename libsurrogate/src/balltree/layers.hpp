@@ -26,17 +26,7 @@ inline void ball_distances(const CpuKernels& k, const float* pos, int m, int dim
 inline void run_linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,
                        index_t ldy, index_t rows, kernels::Activation act = kernels::Activation::none,
                        const float* add = nullptr, index_t ld_add = 0) {
-  kernels::LinearArgs a;
-  a.layer = &layer;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.act = act;
-  a.add1 = add;
-  a.ld_add1 = ld_add;
-  k.linear(a);
+  k.linear({.layer = &layer, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = rows, .act = act, .add1 = add, .ld_add1 = ld_add});
 }
 
 inline void run_norm(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, int dim,

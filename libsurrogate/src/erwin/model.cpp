@@ -198,14 +198,7 @@ class ErwinModel final : public PointCloudModel {
 
   static void linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,
                      index_t ldy, index_t rows) {
-    kernels::LinearArgs a;
-    a.layer = &layer;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
-    a.rows = rows;
-    k.linear(a);
+    k.linear({.layer = &layer, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = rows});
   }
 
   Network net_;

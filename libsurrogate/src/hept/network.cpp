@@ -74,14 +74,7 @@ template <class T>
 void linear_rows(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
                  std::int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    kernels::LinearArgs a;
-    a.layer = &l.packed;
-    a.x = x;
-    a.ldx = ldx;
-    a.y = y;
-    a.ldy = ldy;
-    a.rows = n;
-    kernels::cpu().linear(a);
+    kernels::cpu().linear({.layer = &l.packed, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = n});
   } else {
     kernels::cpu().linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x, ldx, y, ldy, n});
   }

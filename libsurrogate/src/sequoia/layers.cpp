@@ -33,14 +33,7 @@ Rows Dense::apply(const Rows& x) const {
 }
 
 void Dense::apply_rows(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t n) const {
-  kernels::LinearArgs a;
-  a.layer = &packed;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = n;
-  kernels::cpu().linear(a);
+  kernels::cpu().linear({.layer = &packed, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = n});
 }
 
 void Dense::apply(const Rows& x, Rows& y) const {

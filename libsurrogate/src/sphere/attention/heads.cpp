@@ -31,14 +31,7 @@ void check_size(const char* op, const std::vector<float>& t, std::size_t expecte
 
 /// Rows [0, rows) of x (ld ldx) through a packed 1x1 convolution into y (ld ldy).
 void linear_rows(const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
-  kernels::LinearArgs a;
-  a.layer = &layer;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  kernels::cpu().linear(a);
+  kernels::cpu().linear({.layer = &layer, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = rows});
 }
 
 /// The rows of x (rows x cin, channels last) as the linear kernels read them: x itself when cin is a
