@@ -339,8 +339,7 @@ inline void latent_encode_impl(const LatentEncodeArgs& a) {
         encode_logits<EC, MB, Select>(a.q, m0, E, kt, ld, nvec, tail, logits, max_logit, &selection);
       else
         for (int b = 0; b < group; ++b)
-          encode_logits<EC, 1, Select>(a.q, m0 + b, E, kt, ld, nvec, tail, logits + b, max_logit + b,
-                                             &selection);
+          encode_logits<EC, 1, Select>(a.q, m0 + b, E, kt, ld, nvec, tail, logits + b, max_logit + b, &selection);
       for (int b = 0; b < group; ++b) {
         const int m = m0 + b;
         // The chunk's reference: the exponent of its largest term (same arithmetic as the terms).
