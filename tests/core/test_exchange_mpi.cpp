@@ -63,6 +63,41 @@ TEST(ExchangePlanHost, RequestsMatchTheReference) {
   }
 }
 
+// Moves of 4 MiB and more are copied in chunks over the OpenMP threads (local rows, packing, unpacking):
+// the same rows as the reference, with repeats and copies, forward and backward.
+TEST(ExchangePlanHost, LargeMovesMatchTheReference) {
+  MpiComm comm(MPI_COMM_WORLD);
+  const int P = comm.size(), me = comm.rank();
+  const int width = 64;       // 256-byte rows
+  const Index total = 60000;  // 15 MiB of rows over the ranks
+  const auto deal = exchange_cases::deal(total, P, 4, P > 1 ? P - 1 : -1);
+  const std::vector<Index>& mine = deal.rows[static_cast<std::size_t>(me)];
+  const Index count = 50000 + 1000 * me;
+  const auto q = exchange_cases::requests(deal, total, count, 97u + static_cast<unsigned>(me));
+  const ExchangePlan plan =
+      ExchangePlan::from_requests(comm, static_cast<Index>(mine.size()), q.source_rank, q.source_key, {}, q.copy_from);
+  const std::vector<float> source = exchange_cases::rows_of(mine, width, width);
+  std::vector<float> target(static_cast<std::size_t>(count * width), -1.0f);
+  plan.forward(source.data(), width, target.data());
+  for (Index t = 0; t < count; ++t)
+    for (int c = 0; c < width; ++c)
+      ASSERT_EQ(target[static_cast<std::size_t>(t * width + c)], value(q.expected[static_cast<std::size_t>(t)], c))
+          << "rank " << me << " target " << t;
+  // Backward: every target row not a copy goes back to its source row (repeats write the same values).
+  std::vector<float> back(std::max<std::size_t>(source.size(), 1), -1.0f);
+  plan.backward(target.data(), width, back.data());
+  std::vector<char> requested(mine.size(), 0);
+  std::vector<Index> local_of(static_cast<std::size_t>(total), -1);
+  for (std::size_t r = 0; r < mine.size(); ++r) local_of[static_cast<std::size_t>(mine[r])] = static_cast<Index>(r);
+  for (int r = 0; r < P; ++r)  // every rank's requests, recomputed here from its seed
+    for (const Index g : exchange_cases::requests(deal, total, 50000 + 1000 * r, 97u + static_cast<unsigned>(r)).expected)
+      if (local_of[static_cast<std::size_t>(g)] >= 0) requested[static_cast<std::size_t>(local_of[static_cast<std::size_t>(g)])] = 1;
+  for (std::size_t r = 0; r < mine.size(); ++r)
+    for (int c = 0; c < width; ++c)
+      ASSERT_EQ(back[r * width + static_cast<std::size_t>(c)], requested[r] ? value(mine[r], c) : -1.0f)
+          << "rank " << me << " source row " << r;
+}
+
 TEST(ExchangePlanHost, BackwardReturnsEveryRowToItsSource) {
   MpiComm comm(MPI_COMM_WORLD);
   const int P = comm.size(), me = comm.rank();
