@@ -15,6 +15,7 @@
 // specification: docs/reference-models.md §5.6.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -151,6 +152,10 @@ class DiscoConvS2 {
   const FilterTable& table() const;
   /// The order in use (gather_first or weights_first).
   DiscoOrder order() const;
+  /// The scratch is kept between forwards (one set per concurrent forward; share/docs/sphere.md, "Forward
+  /// workspaces"): release_workspace() frees the sets no forward is using, workspace_bytes() is what they hold.
+  void release_workspace() const noexcept;
+  std::size_t workspace_bytes() const;
 
  private:
   struct Impl;
@@ -188,6 +193,10 @@ class DiscoConvTransposeS2 {
   const FilterTable& table() const;
   /// The order in use (gather_first or weights_first).
   DiscoOrder order() const;
+  /// The scratch is kept between forwards (one set per concurrent forward; share/docs/sphere.md, "Forward
+  /// workspaces"): release_workspace() frees the sets no forward is using, workspace_bytes() is what they hold.
+  void release_workspace() const noexcept;
+  std::size_t workspace_bytes() const;
 
  private:
   struct Impl;

@@ -131,6 +131,12 @@ class SphericalTransformer {
   /// the same for any number of ranks and any partition.
   void forward_bands(const TransformerBands& bands, const float* input, std::int64_t ld_input,
                      float* out_band) const;
+  /// The forwards' scratch (the residual stream, the encoder's, attention's and upsampling's rows; the
+  /// attention blocks' shared workspace) is kept between forwards, one set per concurrent forward, and
+  /// freed with the model. release_workspace() frees the sets no forward is using; workspace_bytes() is
+  /// what they hold (share/docs/sphere.md, "Forward workspaces").
+  void release_workspace() const noexcept;
+  std::size_t workspace_bytes() const;
   /// The internal-grid rows of each rank for the given image-grid bands (matching_bands by colatitude).
   BandPartition internal_bands(const BandPartition& image_bands) const;
 

@@ -6,6 +6,8 @@
 #include <cstring>
 #include <numeric>
 
+#include <omp.h>
+
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/aligned_buffer.hpp"
 
@@ -133,12 +135,13 @@ void DiscoRows::run(int batch, const float* in, int in_begin, int in_end, float*
   const index_t Pi = static_cast<index_t>(in_end - in_begin) * Wi, Po = static_cast<index_t>(Ho) * Wo;
   const index_t rows = static_cast<index_t>(batch) * Ho;
 
+  const auto scratch = scratch_.acquire();
+  scratch->reserve_threads(omp_get_max_threads());
 #pragma omp parallel
   {
-    kernels::AlignedBuffer<float> y(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(ld_y));
-    kernels::AlignedBuffer<float> o(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(out_pad));
-    float* yd = y.data();
-    float* od = o.data();
+    const auto thread = static_cast<std::size_t>(omp_get_thread_num());
+    float* yd = take(scratch->first[thread], static_cast<index_t>(Wo) * ld_y);
+    float* od = take(scratch->second[thread], static_cast<index_t>(Wo) * out_pad);
 #pragma omp for schedule(dynamic, 1)
     for (index_t r = 0; r < rows; ++r) {
       const index_t b = r / Ho;
@@ -211,14 +214,14 @@ void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int 
   // xw of one sample in planes per basis function: plane k holds [input row][longitude][Cout] contiguous,
   // so that an entry's walk over the input longitudes reads consecutive Cout-blocks.
   const index_t plane = nrows * Wi * Cout;
-  kernels::AlignedBuffer<float> xw(static_cast<std::size_t>(std::max<index_t>(plane * K, 1)));
-  float* xwd = xw.data();
+  const auto scratch = scratch_.acquire();
+  scratch->reserve_threads(omp_get_max_threads());
+  float* xwd = take(scratch->xw, plane * K);
   for (int b = 0; b < batch; ++b) {
     const float* xb = in + static_cast<index_t>(b) * Pi * Cin;
 #pragma omp parallel
     {
-      kernels::AlignedBuffer<float> lin(static_cast<std::size_t>(Wi) * static_cast<std::size_t>(ldw));
-      float* ld = lin.data();
+      float* ld = take(scratch->first[static_cast<std::size_t>(omp_get_thread_num())], static_cast<index_t>(Wi) * ldw);
 #pragma omp for schedule(static)
       for (int h = i0; h < i1; ++h) {
         for (int g = 0; g < G; ++g) {
@@ -243,8 +246,7 @@ void DiscoRows::run_weights_first(int batch, const float* in, int in_begin, int 
     }
 #pragma omp parallel
     {
-      kernels::AlignedBuffer<float> acc(static_cast<std::size_t>(Wo) * static_cast<std::size_t>(Cout));
-      float* ad = acc.data();
+      float* ad = take(scratch->second[static_cast<std::size_t>(omp_get_thread_num())], static_cast<index_t>(Wo) * Cout);
 #pragma omp for schedule(dynamic, 1)
       for (int t = out_begin; t < out_end; ++t) {
         std::memset(ad, 0, sizeof(float) * static_cast<std::size_t>(Wo) * static_cast<std::size_t>(Cout));

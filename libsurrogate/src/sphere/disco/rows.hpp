@@ -18,6 +18,7 @@
 // then per output row out[.][o] = sum over the row's entries z (k-major, table order) of psi_z
 // xw[lat_z, src][k][o] along the stride pairing above, in float32, + bias. Scratch: those input rows of xw
 // (rows x nlon_in x K*Cout floats, one sample) and one output row per thread.
+// The scratch of either order is kept between calls in the operator's pool (../workspace_pool.hpp).
 #pragma once
 
 #include <cstdint>
@@ -25,10 +26,30 @@
 #include <utility>
 #include <vector>
 
+#include "../workspace_pool.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/sphere/disco.hpp"
 
 namespace surrogate::sphere::detail {
+
+/// One call's scratch: per OpenMP thread two row buffers (y and o; weights first: lin and acc), and the
+/// weights-first order's xw.
+struct DiscoScratch {
+  std::vector<kernels::AlignedBuffer<float>> first, second;
+  kernels::AlignedBuffer<float> xw;
+
+  /// Room for `threads` threads' row buffers.
+  void reserve_threads(int threads) {
+    if (first.size() < static_cast<std::size_t>(threads)) first.resize(static_cast<std::size_t>(threads));
+    if (second.size() < static_cast<std::size_t>(threads)) second.resize(static_cast<std::size_t>(threads));
+  }
+  std::size_t bytes() const {
+    std::size_t floats = xw.size();
+    for (const auto* v : {&first, &second})
+      for (const auto& b : *v) floats += b.size();
+    return floats * sizeof(float);
+  }
+};
 
 class DiscoRows {
  public:
@@ -43,6 +64,8 @@ class DiscoRows {
   void run(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end) const;
   /// Whether the rows run weights first (see above).
   bool weights_first() const { return weights_first_; }
+  void release_scratch() const noexcept { scratch_.release(); }
+  std::size_t scratch_bytes() const { return scratch_.idle_bytes(); }
 
  private:
   void run_weights_first(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
@@ -62,6 +85,7 @@ class DiscoRows {
   int xw_pad = 0;
   std::vector<kernels::PackedLinear> in_layers;
   std::vector<float> bias_;
+  mutable WorkspacePool<DiscoScratch> scratch_;
 };
 
 }  // namespace surrogate::sphere::detail

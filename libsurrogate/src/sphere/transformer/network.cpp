@@ -10,6 +10,7 @@
 #include <variant>
 
 #include "../../layers.hpp"
+#include "../workspace_pool.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/disco.hpp"
@@ -29,6 +30,7 @@ const surrogate::PhaseName kUpsamplingAndDISCODecoderPhase{"upsampling and DISCO
 namespace surrogate::sphere {
 namespace {
 
+using detail::take;
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
@@ -99,6 +101,23 @@ AttentionS2Weights transformer_attention_weights(const ModelFile& f, int block) 
   return aw;
 }
 
+/// A forward's stream buffers, kept between forwards in the model's pool (../workspace_pool.hpp): their
+/// pages are taken once, not in every forward. Not cleared on reuse: every forward writes what it reads,
+/// except the residual stream's padding columns, which stay zero (cleared again if the row stride changes).
+struct TransformerWorkspace {
+  AlignedBuffer<float> enc_in, dense, x, y, attn_in, attn_out, kv, upsampled, fourier, orders, partial, coeffs,
+      inner_rows, own_in;
+  index_t padded_ld = 0;  // the row stride x and y were last used with
+
+  std::size_t bytes() const {
+    std::size_t floats = 0;
+    for (const AlignedBuffer<float>* b : {&enc_in, &dense, &x, &y, &attn_in, &attn_out, &kv, &upsampled, &fourier,
+                                          &orders, &partial, &coeffs, &inner_rows, &own_in})
+      floats += b->size();
+    return floats * sizeof(float);
+  }
+};
+
 struct SphericalTransformer::Impl {
   TransformerConfig cfg;
   int h = 0, w = 0, C = 0, hidden = 0;
@@ -110,6 +129,7 @@ struct SphericalTransformer::Impl {
   std::unique_ptr<InverseRealSHT> isht;   // synthesis on the image grid with the same lmax, mmax
   AlignedBuffer<float> pos;  // (h*w) x ld, or empty
   std::vector<Block> blocks;
+  mutable detail::WorkspacePool<TransformerWorkspace> workspaces;
 
   explicit Impl(const ModelFile& f);
   void norm(const TransformerBands::Exchanges& bands, const Block& b, int which, const float* x, float* y) const;
@@ -381,14 +401,15 @@ std::int64_t SphericalTransformer::parameter_count() const { return impl_->param
 
 namespace {
 
-/// Dense (ld == width) view of padded rows: copies when the padding is not empty.
-void to_dense(const float* x, index_t ld, int width, index_t rows, std::vector<float>& dense) {
-  dense.resize(static_cast<std::size_t>(rows * width));
-  for (index_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + width, dense.data() + r * width);
+/// Dense (ld == width) copy of padded rows.
+void to_dense(const float* x, index_t ld, int width, index_t rows, float* dense) {
+#pragma omp parallel for schedule(static)
+  for (index_t r = 0; r < rows; ++r) std::copy(x + r * ld, x + r * ld + width, dense + r * width);
 }
 
 /// x += dense over the first `width` values of `rows` rows (x at row stride ld).
 void add_dense(const float* dense, int width, index_t rows, float* x, index_t ld) {
+#pragma omp parallel for schedule(static)
   for (index_t r = 0; r < rows; ++r)
     for (int c = 0; c < width; ++c) x[r * ld + c] += dense[r * width + c];
 }
@@ -422,60 +443,68 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
   const index_t P_band = static_cast<index_t>(i1 - i0) * m.w, rows = batch * P_band;
   const int C = m.C;
   const index_t ld = m.ld;
+  const auto work = m.workspaces.acquire();
+  TransformerWorkspace& ws = *work;
 
   // Encoder: the image rows within its cutoff of this band (from whichever ranks hold them), then the
   // padded residual stream with the position embedding.
-  std::vector<float> enc_in(static_cast<std::size_t>(e.encoder_input.target_rows() * c.in_chans));
-  std::vector<float> dense(static_cast<std::size_t>(rows * C));
+  float* const enc_in = take(ws.enc_in, e.encoder_input.target_rows() * c.in_chans);
+  float* const dense = take(ws.dense, rows * C);
   {
     const ScopedPhase phase(kDISCOEncoderPhase);
-    e.encoder_input.forward(input, ld_input, enc_in.data(), c.in_chans, c.in_chans);
-    m.encoder->forward_rows(batch, enc_in.data(), e.encoder_rows.first, e.encoder_rows.second, dense.data(), i0, i1);
+    e.encoder_input.forward(input, ld_input, enc_in, c.in_chans, c.in_chans);
+    m.encoder->forward_rows(batch, enc_in, e.encoder_rows.first, e.encoder_rows.second, dense, i0, i1);
   }
-  AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld)), y(static_cast<std::size_t>(rows * ld));
-  std::fill(x.data(), x.data() + x.size(), 0.0f);
-  std::fill(y.data(), y.data() + y.size(), 0.0f);
+  float* const x = take(ws.x, rows * ld);
+  float* const y = take(ws.y, rows * ld);
+  if (ws.padded_ld != ld) {  // padding columns written under another row stride: zero both again
+    const auto n = static_cast<index_t>(std::min(ws.x.size(), ws.y.size()));
+#pragma omp parallel for schedule(static)
+    for (index_t i = 0; i < n; ++i) x[i] = y[i] = 0.0f;
+    ws.padded_ld = ld;
+  }
 #pragma omp parallel for schedule(static)
   for (index_t r = 0; r < rows; ++r) {
     const index_t p = static_cast<index_t>(i0) * m.w + r % P_band;  // the point of the internal grid
     for (int ch = 0; ch < C; ++ch) {
       const float pe = m.pos.size() ? m.pos[static_cast<std::size_t>(p * ld + ch)] : 0.0f;
-      x[static_cast<std::size_t>(r * ld + ch)] = dense[static_cast<std::size_t>(r * C + ch)] + pe;
+      x[r * ld + ch] = dense[r * C + ch] + pe;
     }
   }
 
   // Keys and values: the rows inside the neighbourhood cutoff, or every row for global attention.
-  std::vector<float> attn_in, attn_out(static_cast<std::size_t>(rows * C)),
-      kv(static_cast<std::size_t>(e.key_value.target_rows() * C));
+  float* const attn_out = take(ws.attn_out, rows * C);
+  float* const kv = take(ws.kv, e.key_value.target_rows() * C);
   for (const Block& b : m.blocks) {
     const ScopedPhase phase(kAttentionBlocksPhase);
-    m.norm(e, b, 0, x.data(), y.data());
-    const float* q = y.data();
+    m.norm(e, b, 0, x, y);
+    const float* q = y;
     if (ld != C) {
-      to_dense(y.data(), ld, C, rows, attn_in);
-      q = attn_in.data();
+      float* const attn_in = take(ws.attn_in, rows * C);
+      to_dense(y, ld, C, rows, attn_in);
+      q = attn_in;
     }
-    e.key_value.forward(y.data(), ld, kv.data(), C, C);
+    e.key_value.forward(y, ld, kv, C, C);
     if (const auto* g = std::get_if<AttentionS2>(&b.attention))
-      g->forward_rows(batch, i0, i1, q, kv.data(), kv.data(), attn_out.data());
+      g->forward_rows(batch, i0, i1, q, kv, kv, attn_out);
     else
       std::get<NeighborhoodAttentionS2>(b.attention)
-          .forward_rows(batch, i0, i1, q, e.kv_rows.first, e.kv_rows.second, kv.data(), kv.data(), attn_out.data());
-    add_dense(attn_out.data(), C, rows, x.data(), ld);  // x = attention + residual
-    m.norm(e, b, 1, x.data(), y.data());
+          .forward_rows(batch, i0, i1, q, e.kv_rows.first, e.kv_rows.second, kv, kv, attn_out);
+    add_dense(attn_out, C, rows, x, ld);  // x = attention + residual
+    m.norm(e, b, 1, x, y);
     if (c.use_mlp) {
-      m.mlp(b, rows, y.data(), x.data());
+      m.mlp(b, rows, y, x);
     } else {  // x = norm1(x) + x
-      for (index_t i = 0; i < rows * ld; ++i) x[static_cast<std::size_t>(i)] += y[static_cast<std::size_t>(i)];
+#pragma omp parallel for schedule(static)
+      for (index_t i = 0; i < rows * ld; ++i) x[i] += y[i];
     }
   }
 
   // Decoder: the image rows [g0, g1) need the upsampled rows within the decoder's cutoff.
   const ScopedPhase decoder(kUpsamplingAndDISCODecoderPhase);
   const auto dec_rows = e.decoder_rows;
-  std::vector<float> upsampled(static_cast<std::size_t>(batch) *
-                               static_cast<std::size_t>(dec_rows.second - dec_rows.first) *
-                               static_cast<std::size_t>(c.nlon) * static_cast<std::size_t>(C));
+  float* const upsampled =
+      take(ws.upsampled, static_cast<index_t>(batch) * (dec_rows.second - dec_rows.first) * c.nlon * C);
   if (m.sht) {
     // SHT upsampling (share/docs/sphere.md, "Multi-rank mode"). Each rank transforms its own internal rows
     // in longitude (row-local); the orders m are split over the ranks, each rank receiving its orders of
@@ -485,32 +514,53 @@ void SphericalTransformer::forward_bands(const TransformerBands& bands, const fl
     // number of ranks.
     const int L = m.sht->lmax(), m0 = e.m0, m1 = e.m1;
     const std::int64_t width = m.sht->fourier_width(C), C2 = 2 * static_cast<std::int64_t>(C);
-    std::vector<float> own(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (i1 - i0) * width));
+    float* const own = take(ws.fourier, static_cast<std::int64_t>(batch) * (i1 - i0) * width);
     for (int b = 0; b < batch; ++b)
-      m.sht->fourier_rows(i1 - i0, C, x.data() + b * P_band * ld, ld,
-                          own.data() + static_cast<std::int64_t>(b) * (i1 - i0) * width);
-    std::vector<float> my_orders(static_cast<std::size_t>(e.sht_orders.target_rows() * C2));
-    e.sht_orders.forward(own.data(), C2, my_orders.data(), C2, static_cast<int>(C2));
-    std::vector<float> part(static_cast<std::size_t>(static_cast<std::int64_t>(batch) * (m1 - m0) * L * C2));
-    m.sht->legendre_orders(batch, C, m0, m1, my_orders.data(), part.data());
-    std::vector<float> coeffs(static_cast<std::size_t>(e.sht_coefficients.target_rows() * L * C2));
-    e.sht_coefficients.forward(part.data(), L * C2, coeffs.data(), L * C2, static_cast<int>(L * C2));
+      m.sht->fourier_rows(i1 - i0, C, x + b * P_band * ld, ld, own + static_cast<std::int64_t>(b) * (i1 - i0) * width);
+    float* const my_orders = take(ws.orders, e.sht_orders.target_rows() * C2);
+    e.sht_orders.forward(own, C2, my_orders, C2, static_cast<int>(C2));
+    float* const part = take(ws.partial, static_cast<std::int64_t>(batch) * (m1 - m0) * L * C2);
+    m.sht->legendre_orders(batch, C, m0, m1, my_orders, part);
+    float* const coeffs = take(ws.coeffs, e.sht_coefficients.target_rows() * L * C2);
+    e.sht_coefficients.forward(part, L * C2, coeffs, L * C2, static_cast<int>(L * C2));
     if (dec_rows.first < dec_rows.second)  // a rank without image rows receives no coefficients
-      m.isht->forward_rows_by_order(batch, C, coeffs.data(), upsampled.data(), dec_rows.first, dec_rows.second);
+      m.isht->forward_rows_by_order(batch, C, coeffs, upsampled, dec_rows.first, dec_rows.second);
   } else {
     // Bilinear resampling: the internal rows of the interpolation stencils (the resampling of the halo
     // rows is recomputed here rather than exchanged).
-    std::vector<float> inner_rows(static_cast<std::size_t>(e.resample_input.target_rows() * C));
-    e.resample_input.forward(x.data(), ld, inner_rows.data(), C, C);
-    m.resample->forward_rows(batch, C, inner_rows.data(), e.resample_rows.first, e.resample_rows.second,
-                             upsampled.data(), dec_rows.first, dec_rows.second);
+    float* const inner_rows = take(ws.inner_rows, e.resample_input.target_rows() * C);
+    e.resample_input.forward(x, ld, inner_rows, C, C);
+    m.resample->forward_rows(batch, C, inner_rows, e.resample_rows.first, e.resample_rows.second, upsampled,
+                             dec_rows.first, dec_rows.second);
   }
-  m.decoder->forward_rows(batch, upsampled.data(), dec_rows.first, dec_rows.second, out_band, g0, g1);
+  m.decoder->forward_rows(batch, upsampled, dec_rows.first, dec_rows.second, out_band, g0, g1);
   if (c.residual_prediction) {  // the band's own input rows
-    std::vector<float> own_in(static_cast<std::size_t>(e.residual_input.target_rows() * c.in_chans));
-    e.residual_input.forward(input, ld_input, own_in.data(), c.in_chans, c.in_chans);
-    for (std::size_t i = 0; i < own_in.size(); ++i) out_band[i] += own_in[i];
+    const index_t n = e.residual_input.target_rows() * c.in_chans;
+    float* const own_in = take(ws.own_in, n);
+    e.residual_input.forward(input, ld_input, own_in, c.in_chans, c.in_chans);
+#pragma omp parallel for schedule(static)
+    for (index_t i = 0; i < n; ++i) out_band[i] += own_in[i];
   }
+}
+
+void SphericalTransformer::release_workspace() const noexcept {
+  impl_->workspaces.release();
+  impl_->encoder->release_workspace();
+  impl_->decoder->release_workspace();
+  for (const Block& b : impl_->blocks) {
+    if (const auto* g = std::get_if<AttentionS2>(&b.attention)) g->release_workspace();
+    if (const auto* n = std::get_if<NeighborhoodAttentionS2>(&b.attention)) n->release_workspace();
+  }
+}
+
+std::size_t SphericalTransformer::workspace_bytes() const {
+  std::size_t bytes = impl_->workspaces.idle_bytes() + impl_->encoder->workspace_bytes() +
+                      impl_->decoder->workspace_bytes();
+  if (impl_->blocks.empty()) return bytes;
+  const auto& first = impl_->blocks.front().attention;  // the blocks share one pool
+  if (const auto* g = std::get_if<AttentionS2>(&first)) bytes += g->workspace_bytes();
+  if (const auto* n = std::get_if<NeighborhoodAttentionS2>(&first)) bytes += n->workspace_bytes();
+  return bytes;
 }
 
 TransformerView TransformerInternals::view(const SphericalTransformer& net) {
