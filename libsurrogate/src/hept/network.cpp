@@ -339,6 +339,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     return array;
   };
   auto &xp = sized(w.xp, npu * static_cast<std::size_t>(in)), &cp = sized(w.cp, npu * static_cast<std::size_t>(cd));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (std::int64_t p = 0; p < np; ++p) {
     const std::int64_t i = g.pad_seq[static_cast<std::size_t>(p)];
     if (i < 0) {  // src: zero pads
@@ -351,7 +352,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   }
   auto &cat = sized(w.cat, npu * static_cast<std::size_t>(ldcat)), &hid = sized(w.hid, npu * static_cast<std::size_t>(D));
   apply<T>(enc0_, xp.data(), in, hid.data(), D, np, threads);
-  for (auto& v : hid) v = std::max(v, T(0));
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = std::max(hid[i], T(0));
   apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
 
   const std::size_t heads_rows = static_cast<std::size_t>(H) * npu, table_rows = static_cast<std::size_t>(rows) * npu;
@@ -412,6 +414,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     apply_heads<T>(layer.wv, xn.data(), D, H, D, vh, ldv, np, np, threads, [](int, std::int64_t, T*) {},
                    [](std::int64_t, std::int64_t) {});
     if (src_layout)  // the pads' q_hat, k_hat and v are zero (their projections 0 enter Delta)
+#pragma omp parallel for num_threads(threads) schedule(static)
       for (std::int64_t n = 0; n < np; ++n) {
         if (g.pad_seq[static_cast<std::size_t>(n)] >= 0) continue;
         for (int h = 0; h < H; ++h) {
@@ -426,6 +429,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       }
     // The range Delta of every (table, head) over the whole batch (all ranks), then the keys.
     std::vector<T> lo(static_cast<std::size_t>(rows), T(INFINITY)), hi(static_cast<std::size_t>(rows), T(-INFINITY));
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int r = 0; r < rows; ++r)
       for (std::size_t n = 0; n < npu; ++n) {
         const auto i = static_cast<std::size_t>(r) * npu + n;
@@ -436,6 +440,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     std::vector<T> delta(static_cast<std::size_t>(rows));
     for (int r = 0; r < rows; ++r)
       delta[static_cast<std::size_t>(r)] = hi[static_cast<std::size_t>(r)] - lo[static_cast<std::size_t>(r)];
+#pragma omp parallel for num_threads(threads) schedule(static)
     for (int r = 0; r < rows; ++r) {
       const T dr = delta[static_cast<std::size_t>(r)];
       // src: shift (phi * Delta) * (ceil(R_eta) + 1) + eta * Delta, the pads' keys +inf.
@@ -472,6 +477,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         }
       }
     }
+    // The bucket tasks of each graph: chunk_first[g] .. chunk_first[g + 1] (kGather buckets each).
+    std::vector<std::int64_t> chunk_first(1, 0);
+    for (int gi = 0; gi < graphs; ++gi) {
+      const std::int64_t size = graph_first[static_cast<std::size_t>(gi) + 1] - graph_first[static_cast<std::size_t>(gi)];
+      chunk_first.push_back(chunk_first.back() + (size + kGather<T> * bs - 1) / (kGather<T> * bs));
+    }
+    const std::pair queries{&pq, &perm_q}, keys_and_perm{&pk, &perm_k};
     for (int c = 0; c < C && !buckets; ++c) {
 #pragma omp parallel num_threads(threads)
       {
@@ -482,16 +494,26 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
             vs(static_cast<std::size_t>(kGather<T> * bs * ldv));
         std::vector<std::int64_t> identity(static_cast<std::size_t>(bs));
         for (int i = 0; i < bs; ++i) identity[static_cast<std::size_t>(i)] = i;
+        // The sorts, one task per (head, graph, queries or keys); then the buckets, one task per kGather
+        // buckets of a (head, graph): one event has only H (head, graph) pairs, fewer than a node's cores.
 #pragma omp for schedule(dynamic)
-        for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * graphs; ++task) {
-          const int h = static_cast<int>(task / graphs), gi = static_cast<int>(task % graphs), r = c * H + h;
+        for (std::int64_t task = 0; task < 2 * static_cast<std::int64_t>(H) * graphs; ++task) {
+          const int h = static_cast<int>(task / (2 * graphs)), gi = static_cast<int>(task / 2 % graphs);
           const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)],
                              b1 = graph_first[static_cast<std::size_t>(gi) + 1];
-          const std::size_t base = static_cast<std::size_t>(r) * npu;
-          for (auto [keys, perm] : {std::pair{&pq, &perm_q}, std::pair{&pk, &perm_k}}) {
-            std::int64_t* pr = perm->data() + base;
-            kernels::stable_key_sort(keys->data() + base + b0, b1 - b0, b0, pr + b0, sort_work);
-          }
+          const std::size_t base = static_cast<std::size_t>(c * H + h) * npu;
+          auto& [keys, perm] = task % 2 == 0 ? queries : keys_and_perm;
+          kernels::stable_key_sort(keys->data() + base + b0, b1 - b0, b0, perm->data() + base + b0, sort_work);
+        }
+#pragma omp for schedule(dynamic)
+        for (std::int64_t task = 0; task < static_cast<std::int64_t>(H) * chunk_first.back(); ++task) {
+          const int h = static_cast<int>(task / chunk_first.back());
+          const std::int64_t chunk = task % chunk_first.back();
+          const auto gi = static_cast<std::size_t>(
+              std::upper_bound(chunk_first.begin(), chunk_first.end(), chunk) - chunk_first.begin() - 1);
+          const std::int64_t b1 = graph_first[gi + 1];
+          const std::int64_t c0 = graph_first[gi] + (chunk - chunk_first[gi]) * kGather<T> * bs;
+          const std::size_t base = static_cast<std::size_t>(c * H + h) * npu;
           const T* qb = qh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldh);
           const T* kb = kh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldh);
           const T* vb = vh + static_cast<std::size_t>(h) * npu * static_cast<std::size_t>(ldv);
@@ -499,8 +521,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           // kGather buckets at a time, their rows (scattered over the graph) first copied in sorted order:
           // a loop of independent loads, each row asked of the caches kPrefetchRows rows ahead, so that the
           // misses overlap, then contiguous rows for the kernel.
-          for (std::int64_t s0 = b0; s0 < b1; s0 += kGather<T> * bs) {
-            const std::int64_t n = std::min<std::int64_t>(kGather<T> * bs, b1 - s0);
+          {
+            const std::int64_t s0 = c0, n = std::min<std::int64_t>(kGather<T> * bs, b1 - s0);
             const std::int64_t* pq_rows = perm_q.data() + base + s0;
             const std::int64_t* pk_rows = perm_k.data() + base + s0;
             for (std::int64_t i = 0; i < n; ++i) {
