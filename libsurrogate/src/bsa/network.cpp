@@ -57,12 +57,16 @@ class Permutation final : public detail::LayerExchanges {
  public:
   explicit Permutation(const std::vector<std::int64_t>* rot) : rot_(rot) {}
   void to_rotated(const float* rows, int width, float* rotated_rows) const override {
-    for (std::size_t i = 0; i < rot_->size(); ++i)
-      std::copy_n(rows + (*rot_)[i] * width, width, rotated_rows + static_cast<std::int64_t>(i) * width);
+    const auto n = static_cast<std::int64_t>(rot_->size());
+#pragma omp parallel for schedule(static)
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(rows + (*rot_)[static_cast<std::size_t>(i)] * width, width, rotated_rows + i * width);
   }
   void from_rotated(const float* rotated_rows, int width, float* rows) const override {
-    for (std::size_t i = 0; i < rot_->size(); ++i)
-      std::copy_n(rotated_rows + static_cast<std::int64_t>(i) * width, width, rows + (*rot_)[i] * width);
+    const auto n = static_cast<std::int64_t>(rot_->size());
+#pragma omp parallel for schedule(static)  // (a permutation: every row written once)
+    for (std::int64_t i = 0; i < n; ++i)
+      std::copy_n(rotated_rows + i * width, width, rows + (*rot_)[static_cast<std::size_t>(i)] * width);
   }
   bool distributed() const override { return false; }
   void gather_blocks(const float*, index_t, int, float*) const override {
@@ -262,7 +266,8 @@ void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, ind
   // Attention: o (rows x ld) = the fused heads.
   AlignedBuffer<float>& o = buffers.o;
   o.resize(static_cast<std::size_t>(rows * ld));
-  std::fill_n(o.data(), rows * ld, 0.0f);
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t r = 0; r < rows; ++r) std::fill_n(o.data() + r * ld, ld, 0.0f);
   if (c.attention_type == AttentionType::global) {
     // A segment that is a whole sample attends to its own rows; a part of a sample (distributed) to the
     // sample's keys and values fetched whole from their owners (n rows of [k | v] per such sample).
@@ -459,6 +464,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   detail::Stages::embed(*this, features, points, e.data(), threads);
   AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld));
   std::vector<float> pos(static_cast<std::size_t>(rows * d));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t s = 0; s < rows; ++s) {
     const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
     std::copy_n(e.data() + p * ld, ld, x.data() + s * ld);
@@ -477,6 +483,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   // Output in input order (the slot holding each point with mask 1).
   const std::vector<std::int64_t> slot = tree.slot_of_point();
   std::vector<float> result(static_cast<std::size_t>(points * D));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t i = 0; i < points; ++i) std::copy_n(x.data() + slot[static_cast<std::size_t>(i)] * ld, D, result.data() + i * D);
   return result;
 }
@@ -622,6 +629,7 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
   const index_t ld = row_stride(net), ld_in = round_up(c_in, kPad);
   if (threads <= 0) threads = omp_get_max_threads();
   AlignedBuffer<float> in(static_cast<std::size_t>(points * ld_in));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t i = 0; i < points; ++i) std::copy_n(features.data() + i * c_in, c_in, in.data() + i * ld_in);
   for_row_chunks(points, threads, [&](index_t r0, index_t count) {
     run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, h + r0 * ld, ld, count);
@@ -637,7 +645,8 @@ void Stages::layers(const Network& net, float* x, const float* pos, const float*
   if (threads <= 0) threads = omp_get_max_threads();
   const index_t rows = layout.rows, ld = row_stride(net);
   AlignedBuffer<float> residual(static_cast<std::size_t>(rows * ld)), xr(c.should_rotate ? residual.size() : 0);
-  std::copy_n(x, rows * ld, residual.data());
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t i = 0; i < rows * ld; ++i) residual[static_cast<std::size_t>(i)] = x[i];
   LayerBuffers buffers;
   for (int l = 0; l < c.depth; ++l) {
     const Layer& L = m.layers[static_cast<std::size_t>(l)];
@@ -649,8 +658,8 @@ void Stages::layers(const Network& net, float* x, const float* pos, const float*
       m.run_layer(k, L, x, ld, pos, layout, ex, threads, buffers);
     }
     if ((l + 1) % c.block_size == 0 || l + 1 == c.depth) {
-      for (index_t i = 0; i < rows * ld; ++i) x[i] += residual[static_cast<std::size_t>(i)];
-      std::copy_n(x, rows * ld, residual.data());
+#pragma omp parallel for num_threads(threads) schedule(static)
+      for (index_t i = 0; i < rows * ld; ++i) residual[static_cast<std::size_t>(i)] = x[i] += residual[static_cast<std::size_t>(i)];
     }
   }
 }

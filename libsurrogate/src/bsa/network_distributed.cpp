@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <string>
 
+#include <omp.h>
+
 #include "cuda/device.hpp"
 #include "plan.hpp"
 #include "surrogate/error.hpp"
@@ -62,6 +64,7 @@ std::vector<float> BsaPlan::forward(const Network& net, std::span<const float> b
   Stages::layers(net, x.data(), slot_positions().data(), rotated_positions_.data(), layout_, exchanges, threads);
   tree.plan.to_solver(x.data(), static_cast<int>(ld), h.data());
   std::vector<float> result(static_cast<std::size_t>(n * D));
+#pragma omp parallel for num_threads(threads > 0 ? threads : omp_get_max_threads()) schedule(static)
   for (std::int64_t i = 0; i < n; ++i) std::copy_n(h.data() + i * ld, D, result.data() + i * D);
   return result;
 }
