@@ -387,13 +387,17 @@ class PermutationOrder final : public detail::RotatedOrder {
   explicit PermutationOrder(const std::vector<std::vector<std::int64_t>>& rotated) : rotated_(rotated) {}
   void to_rotated(int level, const float* rows, int width, float* rotated_rows) const override {
     const auto& r = rotated_[static_cast<std::size_t>(level)];
-    for (std::size_t i = 0; i < r.size(); ++i)
-      std::copy_n(rows + r[i] * width, width, rotated_rows + static_cast<index_t>(i) * width);
+    const auto n = static_cast<index_t>(r.size());
+#pragma omp parallel for schedule(static)
+    for (index_t i = 0; i < n; ++i)
+      std::copy_n(rows + r[static_cast<std::size_t>(i)] * width, width, rotated_rows + i * width);
   }
   void from_rotated(int level, const float* rotated_rows, int width, float* rows) const override {
     const auto& r = rotated_[static_cast<std::size_t>(level)];
-    for (std::size_t i = 0; i < r.size(); ++i)
-      std::copy_n(rotated_rows + static_cast<index_t>(i) * width, width, rows + r[i] * width);
+    const auto n = static_cast<index_t>(r.size());
+#pragma omp parallel for schedule(static)  // (a permutation: every row written once)
+    for (index_t i = 0; i < n; ++i)
+      std::copy_n(rotated_rows + i * width, width, rows + r[static_cast<std::size_t>(i)] * width);
   }
 
  private:
@@ -558,6 +562,7 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
   if (threads <= 0) threads = omp_get_max_threads();
   const index_t ld = row_stride(net), ld_in = round_up(c.c_in, kPad);
   AlignedBuffer<float> in(static_cast<std::size_t>(n * ld_in));
+#pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t i = 0; i < n; ++i) std::copy_n(features.data() + i * c.c_in, c.c_in, in.data() + i * ld_in);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (index_t r0 = 0; r0 < n; r0 += 64)
