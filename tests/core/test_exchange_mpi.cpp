@@ -63,8 +63,9 @@ TEST(ExchangePlanHost, RequestsMatchTheReference) {
   }
 }
 
-// Moves of 4 MiB and more are copied in chunks over the OpenMP threads (local rows, packing, unpacking):
-// the same rows as the reference, with repeats and copies, forward and backward.
+// Moves of 4 MiB and more are copied in chunks over the OpenMP threads where their destinations are distinct
+// (forward; packing): the same rows as the reference, with repeats and copies, forward and backward; a
+// backward onto a source row requested several times leaves one target's row whole.
 TEST(ExchangePlanHost, LargeMovesMatchTheReference) {
   MpiComm comm(MPI_COMM_WORLD);
   const int P = comm.size(), me = comm.rank();
@@ -96,6 +97,25 @@ TEST(ExchangePlanHost, LargeMovesMatchTheReference) {
     for (int c = 0; c < width; ++c)
       ASSERT_EQ(back[r * width + static_cast<std::size_t>(c)], requested[r] ? value(mine[r], c) : -1.0f)
           << "rank " << me << " source row " << r;
+  // Targets that differ: a source row requested several times receives one of them whole (never a mix).
+  const auto id = [](int rank, Index t) { return static_cast<float>(rank * 100000 + t); };
+  for (Index t = 0; t < count; ++t) std::fill_n(target.begin() + t * width, width, id(me, t));
+  std::fill(back.begin(), back.end(), -1.0f);
+  plan.backward(target.data(), width, back.data());
+  std::vector<std::vector<Index>> expected_of(static_cast<std::size_t>(P));  // every rank's targets' rows
+  for (int r = 0; r < P; ++r)
+    expected_of[static_cast<std::size_t>(r)] =
+        exchange_cases::requests(deal, total, 50000 + 1000 * r, 97u + static_cast<unsigned>(r)).expected;
+  for (std::size_t r = 0; r < mine.size(); ++r) {
+    if (!requested[r]) continue;
+    const float got = back[r * width];
+    for (int c = 1; c < width; ++c) ASSERT_EQ(back[r * width + static_cast<std::size_t>(c)], got) << "a torn row " << r;
+    const int rank = static_cast<int>(got) / 100000;
+    const Index t = static_cast<Index>(got) % 100000;
+    ASSERT_TRUE(rank >= 0 && rank < P) << "source row " << r << " holds " << got;
+    ASSERT_EQ(expected_of[static_cast<std::size_t>(rank)][static_cast<std::size_t>(t)], mine[r])
+        << "source row " << r << " took target " << t;
+  }
 }
 
 TEST(ExchangePlanHost, BackwardReturnsEveryRowToItsSource) {

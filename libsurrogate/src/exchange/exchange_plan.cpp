@@ -17,10 +17,12 @@ namespace {
 /// Copies `bytes` from src(i) to dst(i) for i < n. Rows listed by index are random accesses: each is asked
 /// of the caches kPrefetchAhead rows before its copy, on the sides marked (a read, a write), so that the
 /// copies overlap their misses instead of waiting on each (share/docs/adding-a-family.md, section 5).
-/// Moves of 4 MiB and more are split into chunks of about 256 KiB over the OpenMP threads: one core does
-/// not reach the memory's bandwidth, and a serial copy of the whole band caps a many-core forward.
+/// Copies of 4 MiB and more whose destinations are distinct rows are split into chunks of about 256 KiB
+/// over the OpenMP threads: one core does not reach the memory's bandwidth, and a serial copy of the whole
+/// band caps a many-core forward. (A backward move may write a source row from several targets: in order,
+/// on one thread, so that the last one wins whole, as before.)
 template <bool PrefetchSrc, bool PrefetchDst, class Src, class Dst>
-void copy_rows(std::size_t n, std::size_t bytes, Src src, Dst dst) {
+void copy_rows(std::size_t n, std::size_t bytes, Src src, Dst dst, bool distinct_destinations) {
   constexpr std::size_t kPrefetchAhead = 16, kParallelBytes = std::size_t{1} << 22, kChunkBytes = std::size_t{1} << 18;
   const auto copy = [&](std::size_t begin, std::size_t end) {
     for (std::size_t i = begin; i < end; ++i) {
@@ -31,7 +33,7 @@ void copy_rows(std::size_t n, std::size_t bytes, Src src, Dst dst) {
       std::memcpy(dst(i), src(i), bytes);
     }
   };
-  if (n * bytes < kParallelBytes) return copy(0, n);
+  if (!distinct_destinations || n * bytes < kParallelBytes) return copy(0, n);
   const std::size_t rows = std::max<std::size_t>(1, kChunkBytes / std::max<std::size_t>(bytes, 1));
   const auto chunks = static_cast<std::int64_t>((n + rows - 1) / rows);
 #pragma omp parallel for schedule(static)
@@ -372,7 +374,7 @@ void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t 
   const auto me = static_cast<std::size_t>(comm.rank());
   copy_rows<true, true>(
       pack_counts[me], row_bytes, [&](std::size_t i) { return in_row(pack_rows[pack_offsets[me] + i]); },
-      [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[me] + i]); });
+      [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[me] + i]); }, forward_direction);
   pack_counts[me] = unpack_counts[me] = 0;
 
   // The others through one all-to-all (an all-gather sends its rows once); the buffers are kept.
@@ -402,14 +404,14 @@ void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t 
       if (q == me) continue;
       copy_rows<false, true>(
           unpack_counts[q], row_bytes, [&](std::size_t i) { return all + all_offsets[q] + i * row_bytes; },
-          [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[q] + i]); });
+          [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[q] + i]); }, true);
     }
     return;
   }
   for (std::size_t q = 0; q < pack_counts.size(); ++q) {
     copy_rows<true, false>(
         pack_counts[q], row_bytes, [&](std::size_t i) { return in_row(pack_rows[pack_offsets[q] + i]); },
-        [&](std::size_t i) { return buffer + i * row_bytes; });
+        [&](std::size_t i) { return buffer + i * row_bytes; }, true);
     buffer += pack_counts[q] * row_bytes;
   }
   detail::alltoallv_elements(comm, send_buffer_.data(), pack_counts, recv_buffer_.data(), unpack_counts, row_bytes);
@@ -418,7 +420,7 @@ void ExchangePlan::move(const void* in, std::size_t element_bytes, std::int64_t 
     const char* from = buffer;
     copy_rows<false, true>(
         unpack_counts[q], row_bytes, [&](std::size_t i) { return from + i * row_bytes; },
-        [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[q] + i]); });
+        [&](std::size_t i) { return out_row(unpack_rows[unpack_offsets[q] + i]); }, forward_direction);
     buffer += unpack_counts[q] * row_bytes;
   }
   // In order, on one thread: the copies are within `out`.
