@@ -483,7 +483,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       const std::int64_t size = graph_first[static_cast<std::size_t>(gi) + 1] - graph_first[static_cast<std::size_t>(gi)];
       chunk_first.push_back(chunk_first.back() + (size + kGather<T> * bs - 1) / (kGather<T> * bs));
     }
-    const std::pair queries{&pq, &perm_q}, keys_and_perm{&pk, &perm_k};
+    const std::pair query_sort{&pq, &perm_q}, key_sort{&pk, &perm_k};
     for (int c = 0; c < C && !buckets; ++c) {
 #pragma omp parallel num_threads(threads)
       {
@@ -502,7 +502,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           const std::int64_t b0 = graph_first[static_cast<std::size_t>(gi)],
                              b1 = graph_first[static_cast<std::size_t>(gi) + 1];
           const std::size_t base = static_cast<std::size_t>(c * H + h) * npu;
-          auto& [keys, perm] = task % 2 == 0 ? queries : keys_and_perm;
+          auto& [keys, perm] = task % 2 == 0 ? query_sort : key_sort;
           kernels::stable_key_sort(keys->data() + base + b0, b1 - b0, b0, perm->data() + base + b0, sort_work);
         }
 #pragma omp for schedule(dynamic)
