@@ -48,8 +48,8 @@ void quantile_bins(const Config& cfg, const std::vector<float>& regions, const f
   std::int64_t total = 0;
   for (const std::int64_t s : sizes) total += ranked(s);
   g.sizes = sizes;
-  g.region_eta.assign(static_cast<std::size_t>(rows * total), 0);
-  g.region_phi.assign(static_cast<std::size_t>(rows * total), 0);
+  g.region_eta.resize(static_cast<std::size_t>(rows * total));  // every element written below, in parallel
+  g.region_phi.resize(static_cast<std::size_t>(rows * total));
   g.bin_eta.assign(sizes.size() * static_cast<std::size_t>(rows), 0.0);
   g.bin_phi.assign(sizes.size() * static_cast<std::size_t>(rows), 0.0);
   std::int64_t first = 0, first_ranked = 0;

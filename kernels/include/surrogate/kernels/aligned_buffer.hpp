@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <new>
 #include <utility>
 
 namespace surrogate::kernels {
@@ -51,7 +52,10 @@ class AlignedBuffer {
 };
 
 /// The same blocks for a std::vector whose fresh large buffers should fault in 2 MiB pages (HEPT's
-/// geometry: rows x points int64 arrays, a few hundred MB per event).
+/// geometry: rows x points int64 arrays, a few hundred MB per event). resize() does not write the new
+/// elements (value-initialisation is left to the zeroed blocks), so their pages fault where the caller's
+/// loops first write them, on every thread, not all on the calling one; elements that a vector shrank away
+/// and grows back within its capacity keep their old values. For arrays whose every element is written.
 template <class T>
 struct BlockAllocator {
   using value_type = T;
@@ -59,6 +63,14 @@ struct BlockAllocator {
   template <class U>
   BlockAllocator(const BlockAllocator<U>&) noexcept {}
   T* allocate(std::size_t n) { return static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T))); }
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no write
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
+  }
   void deallocate(T* p, std::size_t n) noexcept { aligned_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const BlockAllocator<U>&) const noexcept {
