@@ -2,8 +2,10 @@
 // and the distance tile of a ball (share/docs/balltree.md, "Code layout").
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <span>
 
 #include "../layers.hpp"
 
@@ -43,6 +45,26 @@ inline void run_norm(const CpuKernels& k, const float* x, index_t ldx, float* y,
   a.eps = eps;
   a.rms = rms;
   k.norm(a);
+}
+
+/// Row i of `out` (stride ld_out) = row order[i] of `rows` (stride ld_in), `width` values each: the tree
+/// order, the rotated order and back to the input order, on `threads` OpenMP threads.
+inline void gather_rows(const float* rows, index_t ld_in, std::span<const std::int64_t> order, int width, float* out,
+                        index_t ld_out, int threads) {
+  const auto n = static_cast<index_t>(order.size());
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t i = 0; i < n; ++i)
+    std::copy_n(rows + order[static_cast<std::size_t>(i)] * ld_in, width, out + i * ld_out);
+}
+
+/// Row order[i] of `out` = row i of `rows`, for a permutation `order` (every row written once, so the
+/// rows split over the threads): the inverse of gather_rows.
+inline void scatter_rows(const float* rows, index_t ld_in, std::span<const std::int64_t> order, int width, float* out,
+                         index_t ld_out, int threads) {
+  const auto n = static_cast<index_t>(order.size());
+#pragma omp parallel for num_threads(threads) schedule(static)
+  for (index_t i = 0; i < n; ++i)
+    std::copy_n(rows + i * ld_in, width, out + order[static_cast<std::size_t>(i)] * ld_out);
 }
 
 }  // namespace surrogate::balltree::layers

@@ -55,18 +55,12 @@ void for_row_chunks(index_t rows, int threads, F&& body) {
 /// The rotated order of one process: rotated row i = tree row rot[i]; no other process.
 class Permutation final : public detail::LayerExchanges {
  public:
-  explicit Permutation(const std::vector<std::int64_t>* rot) : rot_(rot) {}
+  Permutation(const std::vector<std::int64_t>* rot, int threads) : rot_(rot), threads_(threads) {}
   void to_rotated(const float* rows, int width, float* rotated_rows) const override {
-    const auto n = static_cast<std::int64_t>(rot_->size());
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(rows + (*rot_)[static_cast<std::size_t>(i)] * width, width, rotated_rows + i * width);
+    balltree::layers::gather_rows(rows, width, *rot_, width, rotated_rows, width, threads_);
   }
   void from_rotated(const float* rotated_rows, int width, float* rows) const override {
-    const auto n = static_cast<std::int64_t>(rot_->size());
-#pragma omp parallel for schedule(static)  // (a permutation: every row written once)
-    for (std::int64_t i = 0; i < n; ++i)
-      std::copy_n(rotated_rows + i * width, width, rows + (*rot_)[static_cast<std::size_t>(i)] * width);
+    balltree::layers::scatter_rows(rotated_rows, width, *rot_, width, rows, width, threads_);
   }
   bool distributed() const override { return false; }
   void gather_blocks(const float*, index_t, int, float*) const override {
@@ -81,6 +75,7 @@ class Permutation final : public detail::LayerExchanges {
 
  private:
   const std::vector<std::int64_t>* rot_;
+  int threads_;
 };
 
 }  // namespace
@@ -464,13 +459,9 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   detail::Stages::embed(*this, features, points, e.data(), threads);
   AlignedBuffer<float> x(static_cast<std::size_t>(rows * ld));
   std::vector<float> pos(static_cast<std::size_t>(rows * d));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t s = 0; s < rows; ++s) {
-    const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
-    std::copy_n(e.data() + p * ld, ld, x.data() + s * ld);
-    std::copy_n(positions.data() + p * d, d, pos.data() + s * d);
-  }
-  const Permutation order(rot);
+  balltree::layers::gather_rows(e.data(), ld, tree.index, static_cast<int>(ld), x.data(), ld, threads);
+  balltree::layers::gather_rows(positions.data(), d, tree.index, d, pos.data(), d, threads);
+  const Permutation order(rot, threads);
   std::vector<float> pos_rot(rot ? pos.size() : 0);
   if (rot) order.to_rotated(pos.data(), d, pos_rot.data());
   detail::RowLayout layout;
@@ -483,8 +474,7 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   // Output in input order (the slot holding each point with mask 1).
   const std::vector<std::int64_t> slot = tree.slot_of_point();
   std::vector<float> result(static_cast<std::size_t>(points * D));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t i = 0; i < points; ++i) std::copy_n(x.data() + slot[static_cast<std::size_t>(i)] * ld, D, result.data() + i * D);
+  balltree::layers::gather_rows(x.data(), ld, slot, D, result.data(), D, threads);
   return result;
 }
 

@@ -384,24 +384,20 @@ namespace {
 /// The rotated orders of a single-process run: rotated row r of level i is node rotated[i][r].
 class PermutationOrder final : public detail::RotatedOrder {
  public:
-  explicit PermutationOrder(const std::vector<std::vector<std::int64_t>>& rotated) : rotated_(rotated) {}
+  PermutationOrder(const std::vector<std::vector<std::int64_t>>& rotated, int threads)
+      : rotated_(rotated), threads_(threads) {}
   void to_rotated(int level, const float* rows, int width, float* rotated_rows) const override {
-    const auto& r = rotated_[static_cast<std::size_t>(level)];
-    const auto n = static_cast<index_t>(r.size());
-#pragma omp parallel for schedule(static)
-    for (index_t i = 0; i < n; ++i)
-      std::copy_n(rows + r[static_cast<std::size_t>(i)] * width, width, rotated_rows + i * width);
+    balltree::layers::gather_rows(rows, width, rotated_[static_cast<std::size_t>(level)], width, rotated_rows, width,
+                                  threads_);
   }
   void from_rotated(int level, const float* rotated_rows, int width, float* rows) const override {
-    const auto& r = rotated_[static_cast<std::size_t>(level)];
-    const auto n = static_cast<index_t>(r.size());
-#pragma omp parallel for schedule(static)  // (a permutation: every row written once)
-    for (index_t i = 0; i < n; ++i)
-      std::copy_n(rotated_rows + i * width, width, rows + r[static_cast<std::size_t>(i)] * width);
+    balltree::layers::scatter_rows(rotated_rows, width, rotated_[static_cast<std::size_t>(level)], width, rows, width,
+                                   threads_);
   }
 
  private:
   const std::vector<std::vector<std::int64_t>>& rotated_;
+  int threads_;
 };
 
 }  // namespace
@@ -464,20 +460,17 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
   // Level 0 in tree order, then the U-Net.
   AlignedBuffer<float> x(static_cast<std::size_t>(nodes[0] * ld));
   std::vector<float> pos(static_cast<std::size_t>(nodes[0] * d));
-  for (index_t s = 0; s < nodes[0]; ++s) {
-    const std::int64_t p = tree.index[static_cast<std::size_t>(s)];
-    std::copy_n(h.data() + p * ld, ld, x.data() + s * ld);
-    std::copy_n(positions.data() + p * d, d, pos.data() + s * d);
-  }
-  const PermutationOrder order(trees.rotated);
+  const std::span<const std::int64_t> leaves(tree.index.data(), static_cast<std::size_t>(nodes[0]));
+  balltree::layers::gather_rows(h.data(), ld, leaves, static_cast<int>(ld), x.data(), ld, threads);
+  balltree::layers::gather_rows(positions.data(), d, leaves, d, pos.data(), d, threads);
+  const PermutationOrder order(trees.rotated, threads);
   detail::Stages::levels(*this, x, std::move(pos), nodes, c.rotate > 0 ? &order : nullptr, threads);
 
   // Output in input order (the slot holding each point with mask 1).
   const int D0 = c.c_hidden[0];
   const std::vector<std::int64_t> slot = tree.slot_of_point();
   std::vector<float> result(static_cast<std::size_t>(n * D0));
-  for (index_t i = 0; i < n; ++i)
-    std::copy_n(x.data() + slot[static_cast<std::size_t>(i)] * ld, D0, result.data() + i * D0);
+  balltree::layers::gather_rows(x.data(), ld, slot, D0, result.data(), D0, threads);
   return result;
 }
 
