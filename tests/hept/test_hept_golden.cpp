@@ -235,7 +235,7 @@ TEST(HeptGolden, ThreadCountIndependent) {
 // added to the kept ones instead of stored.
 template <class T>
 void poison(hept::ForwardWork<T>& w) {
-  for (std::vector<T>* array : {&w.xp, &w.cp, &w.cat, &w.hid, &w.xn, &w.qh, &w.kh, &w.vh, &w.pq, &w.pk, &w.num,
+  for (typename hept::ForwardWork<T>::template Array<T>* array : {&w.xp, &w.cp, &w.cat, &w.hid, &w.xn, &w.qh, &w.kh, &w.vh, &w.pq, &w.pk, &w.num,
                                 &w.attn, &w.y, &w.tnum, &w.tden, &w.eh, &w.a, &w.b, &w.res,
                                 &w.final_out})
     std::fill(array->begin(), array->end(), std::numeric_limits<T>::quiet_NaN());

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
 
@@ -91,4 +92,25 @@ TEST(AlignedBuffer, LargeBlockReturnsToTheSystemWhenMallocNeverMapsNorTrims) {
   }
   // Freed: back within a few MiB of the start (a block from malloc's heap would stay resident here).
   EXPECT_LT(resident_bytes(), at_start + 8 * kMiB);
+}
+
+// FirstTouchAllocator: a vector's growth writes none of the new elements, so a large fresh buffer stays
+// untouched (not resident) until the caller's loops write it, on whichever threads they run; values given
+// to the vector are still constructed.
+TEST(FirstTouchAllocator, GrowthWritesNothing) {
+  using Vector = std::vector<float, k::FirstTouchAllocator<float>>;
+  const std::size_t floats = 64 * kMiB / sizeof(float);
+  const std::size_t at_start = resident_bytes();
+  {
+    Vector v;
+    v.resize(floats);  // glibc maps a block this large on its own: fresh pages, none touched
+    EXPECT_LT(resident_bytes(), at_start + 8 * kMiB) << "resize wrote the new elements";
+    for (std::size_t i = 0; i < floats; ++i) v[i] = 1.0f;
+    EXPECT_GE(resident_bytes(), at_start + 60 * kMiB);
+  }
+  Vector small(4, 2.0f);
+  small.resize(8, 3.0f);
+  EXPECT_EQ(small, Vector({2.0f, 2.0f, 2.0f, 2.0f, 3.0f, 3.0f, 3.0f, 3.0f}));
+  const std::vector<double, k::FirstTouchAllocator<double>> copied(small.begin(), small.end());
+  EXPECT_EQ(copied.back(), 3.0);
 }

@@ -111,12 +111,15 @@ using BucketStage = std::function<void(int table, const T* keys_q, const T* keys
 
 /// The CPU forward's work arrays (activations, LSH keys, sort permutations, bucket sums). A caller that
 /// runs many forwards on one point set keeps them (the registered model: in its plan), so their pages are
-/// taken and cleared once, not in every forward (share/docs/hept.md, "Memory"). Never shrunk while kept.
+/// taken once, not in every forward (share/docs/hept.md, "Memory"). Never shrunk while kept. Growing them
+/// writes nothing: a fresh array's pages are first written by the forward's parallel loops.
 template <class T>
 struct ForwardWork {
-  std::vector<T> xp, cp, cat, hid, xn, qh, kh, vh, pq, pk, num, attn, y, tnum, tden;
-  std::vector<T> eh, a, b, res, final_out;
-  std::vector<std::int64_t> perm_q, perm_k;
+  template <class U>
+  using Array = std::vector<U, kernels::FirstTouchAllocator<U>>;
+  Array<T> xp, cp, cat, hid, xn, qh, kh, vh, pq, pk, num, attn, y, tnum, tden;
+  Array<T> eh, a, b, res, final_out;
+  Array<std::int64_t> perm_q, perm_k;
   /// Bytes held (capacities).
   std::size_t bytes() const;
 };

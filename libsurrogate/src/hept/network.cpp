@@ -212,11 +212,11 @@ constexpr int line_padded(int n) {
   constexpr int per_line = 64 / static_cast<int>(sizeof(T));
   return (n + per_line - 1) / per_line * per_line;
 }
-/// a resized to hold n values from its first 64-byte boundary on; that boundary. (The kept arrays stay
-/// plain vectors rather than kernels::AlignedBuffer, whose 2 MiB mappings gave nothing here and slowed the
-/// first forward: share/docs/hept.md, "Memory".)
-template <class T>
-T* line_aligned(std::vector<T>& a, std::size_t n) {
+/// a resized to hold n values from its first 64-byte boundary on; that boundary. (The kept arrays take
+/// malloc's 4 KiB pages, not kernels::AlignedBuffer's 2 MiB mappings, which slowed the first forward, and
+/// their growth writes nothing: share/docs/hept.md, "Memory".)
+template <class T, class A>
+T* line_aligned(std::vector<T, A>& a, std::size_t n) {
   a.resize(n + 64 / sizeof(T));
   const auto offset = reinterpret_cast<std::uintptr_t>(a.data()) % 64 / sizeof(T);
   return a.data() + (offset ? 64 / sizeof(T) - offset : 0);
@@ -567,12 +567,12 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       }
     }
     if (trace) {
-      trace->perm_q.push_back(perm_q);
-      trace->perm_k.push_back(perm_k);
+      trace->perm_q.emplace_back(perm_q.begin(), perm_q.end());
+      trace->perm_k.emplace_back(perm_k.begin(), perm_k.end());
       trace->delta.push_back(delta);
       if (l == 0) {
-        trace->keys_q0 = pq;
-        trace->keys_k0 = pk;
+        trace->keys_q0.assign(pq.begin(), pq.end());
+        trace->keys_k0.assign(pk.begin(), pk.end());
       }
     }
     // A block of rows at a time in tiles per thread: the heads' quotients num / den, the output Linear
@@ -614,7 +614,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
           for (int d = 0; d < D; ++d) xr[r * ldcat + d] += ff_out[r * ld_ff + d];
       }
     }
-    if (keep_y) trace->attn_out0 = w.y;
+    if (keep_y) trace->attn_out0.assign(w.y.begin(), w.y.end());
   }
   phase.reset();
   phase.emplace(kHeptHeadPhase);
@@ -668,7 +668,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
 template <class T>
 std::size_t ForwardWork<T>::bytes() const {
   std::size_t values = 0;
-  for (const std::vector<T>* array : {&xp, &cp, &cat, &hid, &xn, &qh, &kh, &pq, &pk, &num, &attn, &y,
+  for (const Array<T>* array : {&xp, &cp, &cat, &hid, &xn, &qh, &kh, &pq, &pk, &num, &attn, &y,
                                       &vh, &tnum, &tden, &eh, &a, &b, &res, &final_out})
     values += array->capacity();
   return values * sizeof(T) + (perm_q.capacity() + perm_k.capacity()) * sizeof(std::int64_t);

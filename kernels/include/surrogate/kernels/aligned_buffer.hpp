@@ -6,6 +6,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <new>
 #include <utility>
 
@@ -75,6 +76,31 @@ struct BlockAllocator {
   template <class U>
   bool operator==(const BlockAllocator<U>&) const noexcept {
     return true;
+  }
+};
+
+/// std::allocator's memory for a std::vector whose resize() does not write the new elements either: the
+/// pages of a large fresh buffer (malloc's own mapping, 4 KiB pages) fault where the caller's parallel
+/// loops first write them, on every thread and on its NUMA node, not all on the calling one (HEPT's kept
+/// work arrays, where 2 MiB pages made the first forward slower: share/docs/hept.md, "Memory"). The same
+/// caveat as BlockAllocator: for arrays whose every element is written before it is read.
+template <class T>
+struct FirstTouchAllocator : std::allocator<T> {
+  using value_type = T;
+  template <class U>
+  struct rebind {
+    using other = FirstTouchAllocator<U>;
+  };
+  FirstTouchAllocator() = default;
+  template <class U>
+  FirstTouchAllocator(const FirstTouchAllocator<U>&) noexcept {}
+  template <class U>
+  void construct(U* p) noexcept {
+    ::new (static_cast<void*>(p)) U;  // default-initialised: no write
+  }
+  template <class U, class... Args>
+  void construct(U* p, Args&&... args) {
+    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
 };
 
