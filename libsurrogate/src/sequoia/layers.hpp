@@ -19,7 +19,7 @@ namespace surrogate::sequoia {
 /// writer fills completely skip the zero-filling of large fresh buffers. Blocks of 2 MiB and more are
 /// the kernels' huge-page mappings, replayed by the forward's block plan (surrogate/kernels/block_plan.hpp).
 template <class T>
-struct UninitialisedAllocator : std::allocator<T> {
+struct UninitialisedAllocator : std::allocator<T>, kernels::DefaultInitConstruct {
   template <class U>
   struct rebind {
     using other = UninitialisedAllocator<U>;
@@ -27,14 +27,6 @@ struct UninitialisedAllocator : std::allocator<T> {
   UninitialisedAllocator() = default;
   template <class U>
   UninitialisedAllocator(const UninitialisedAllocator<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;
-  }
-  template <class U, class... A>
-  void construct(U* p, A&&... a) {
-    ::new (static_cast<void*>(p)) U(std::forward<A>(a)...);
-  }
   static constexpr std::size_t kHugeBytes = std::size_t{2} << 20;
   T* allocate(std::size_t n) {
     if (n * sizeof(T) < kHugeBytes) return std::allocator<T>::allocate(n);

@@ -52,26 +52,31 @@ class AlignedBuffer {
   std::size_t count_ = 0;
 };
 
-/// The same blocks for a std::vector whose fresh large buffers should fault in 2 MiB pages (HEPT's
-/// geometry: rows x points int64 arrays, a few hundred MB per event). resize() does not write the new
-/// elements (value-initialisation is left to the zeroed blocks), so their pages fault where the caller's
-/// loops first write them, on every thread, not all on the calling one; elements that a vector shrank away
-/// and grows back within its capacity keep their old values. For arrays whose every element is written.
-template <class T>
-struct BlockAllocator {
-  using value_type = T;
-  BlockAllocator() = default;
-  template <class U>
-  BlockAllocator(const BlockAllocator<U>&) noexcept {}
-  T* allocate(std::size_t n) { return static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T))); }
+/// construct() for the allocators below: a value-less construct default-initialises (writes nothing), so a
+/// std::vector's resize() leaves the new elements as the memory holds them and their pages fault where the
+/// caller's loops first write them, on every thread, not all on the calling one. For arrays whose every
+/// element is written before it is read; elements that a vector shrank away and grows back within its
+/// capacity keep their old values. Values given to the vector are constructed as usual.
+struct DefaultInitConstruct {
   template <class U>
   void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;  // default-initialised: no write
+    ::new (static_cast<void*>(p)) U;
   }
   template <class U, class... Args>
   void construct(U* p, Args&&... args) {
     ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
   }
+};
+
+/// AlignedBuffer's blocks for a std::vector: fresh large buffers fault in 2 MiB pages and come zeroed
+/// (HEPT's geometry: rows x points int64 arrays, a few hundred MB per event).
+template <class T>
+struct BlockAllocator : DefaultInitConstruct {
+  using value_type = T;
+  BlockAllocator() = default;
+  template <class U>
+  BlockAllocator(const BlockAllocator<U>&) noexcept {}
+  T* allocate(std::size_t n) { return static_cast<T*>(aligned_zeroed_alloc(n * sizeof(T))); }
   void deallocate(T* p, std::size_t n) noexcept { aligned_free(p, n * sizeof(T)); }
   template <class U>
   bool operator==(const BlockAllocator<U>&) const noexcept {
@@ -79,13 +84,11 @@ struct BlockAllocator {
   }
 };
 
-/// std::allocator's memory for a std::vector whose resize() does not write the new elements either: the
-/// pages of a large fresh buffer (malloc's own mapping, 4 KiB pages) fault where the caller's parallel
-/// loops first write them, on every thread and on its NUMA node, not all on the calling one (HEPT's kept
-/// work arrays, where 2 MiB pages made the first forward slower: share/docs/hept.md, "Memory"). The same
-/// caveat as BlockAllocator: for arrays whose every element is written before it is read.
+/// std::allocator's memory (malloc: 4 KiB pages for large blocks) for a std::vector whose growth writes
+/// nothing: HEPT's kept work arrays, whose first forward 2 MiB pages made slower (share/docs/hept.md,
+/// "Memory").
 template <class T>
-struct FirstTouchAllocator : std::allocator<T> {
+struct FirstTouchAllocator : std::allocator<T>, DefaultInitConstruct {
   using value_type = T;
   template <class U>
   struct rebind {
@@ -94,14 +97,6 @@ struct FirstTouchAllocator : std::allocator<T> {
   FirstTouchAllocator() = default;
   template <class U>
   FirstTouchAllocator(const FirstTouchAllocator<U>&) noexcept {}
-  template <class U>
-  void construct(U* p) noexcept {
-    ::new (static_cast<void*>(p)) U;  // default-initialised: no write
-  }
-  template <class U, class... Args>
-  void construct(U* p, Args&&... args) {
-    ::new (static_cast<void*>(p)) U(std::forward<Args>(args)...);
-  }
 };
 
 }  // namespace surrogate::kernels
