@@ -8,6 +8,7 @@
 
 #include "launch.cuh"
 #include "surrogate/kernels/cuda_bsa_gate.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
@@ -26,7 +27,7 @@ __global__ void __launch_bounds__(kThreads) row_map_kernel(RowMapArgs a) {
   float* x = a.x + r * a.ld + (t - r * a.width);
   const float v = *x;
   switch (a.op) {
-    case RowMap::relu: *x = v < 0.0f ? 0.0f : v; break;
+    case RowMap::relu: *x = relu_keep_nan(v); break;
     case RowMap::sigmoid: *x = 1.0f / (1.0f + expf(-v)); break;
     case RowMap::tanh: *x = static_cast<float>(tanh(static_cast<double>(v))); break;
   }

@@ -7,6 +7,7 @@
 
 #include "launch.cuh"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
@@ -69,7 +70,7 @@ __global__ void __launch_bounds__(kThreads) relu_kernel(float* x, index_t ld, in
   if (t >= rows * width) return;
   const index_t r = t / width;
   float* v = x + r * ld + (t - r * width);
-  *v = *v > 0.0f ? *v : 0.0f;
+  *v = relu_keep_nan(*v);
 }
 
 }  // namespace grid_norm_kernels

@@ -9,6 +9,7 @@
 #include "latent_softmax.cuh"  // detail::dispatch_head_width
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_tree_attention.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
@@ -26,7 +27,7 @@ __device__ __forceinline__ void pe_hidden(const TreeAttentionArgs& a, const floa
     const float x = static_cast<float>(s);
     const float y = static_cast<float>(__dadd_rn(__dmul_rn(static_cast<double>(x), static_cast<double>(a.bn_scale[o])),
                                                  static_cast<double>(a.bn_shift[o])));
-    h[o] = static_cast<double>(y > 0.0f ? y : 0.0f);
+    h[o] = static_cast<double>(relu_keep_nan(y));
   }
 }
 

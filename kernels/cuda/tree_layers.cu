@@ -5,15 +5,13 @@
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_tree_layers.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
 constexpr int kThreads = 256;
-
-/// std::max(a, b): b only when a < b.
-__device__ __forceinline__ float keep_max(float a, float b) { return a < b ? b : a; }
 
 __global__ void __launch_bounds__(kThreads) tree_norm_kernel(const TreeNormArgs a) {
   const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
@@ -23,7 +21,7 @@ __global__ void __launch_bounds__(kThreads) tree_norm_kernel(const TreeNormArgs 
   float* x = a.x + r * a.ld + c;
   const float y = static_cast<float>(__dadd_rn(__dmul_rn(static_cast<double>(*x), static_cast<double>(a.scale[c])),
                                                static_cast<double>(a.shift[c])));
-  *x = a.relu ? keep_max(y, 0.0f) : y;
+  *x = a.relu ? relu_keep_nan(y) : y;
 }
 
 __global__ void __launch_bounds__(kThreads) tree_pool_kernel(const TreePoolArgs a) {
@@ -35,7 +33,7 @@ __global__ void __launch_bounds__(kThreads) tree_pool_kernel(const TreePoolArgs 
   float m = 0.0f;
   for (std::int64_t j = b0; j < b1; ++j) {
     const float v = a.x[a.rows[j] * a.ldx + c];
-    m = j == b0 ? v : keep_max(m, v);
+    m = j == b0 ? v : max_keep_nan(m, v);
   }
   a.out[p * a.ldo + c] = m;
 }
@@ -65,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) tree_layer_norm_relu_kernel(const Tr
   const double inv = __ddiv_rn(1.0, sqrt(__dadd_rn(__ddiv_rn(var, static_cast<double>(a.dim)), a.eps)));
   for (int c = 0; c < a.dim; ++c) {
     const double t = __dmul_rn(__dmul_rn(__dsub_rn(static_cast<double>(x[c]), mean), inv), static_cast<double>(a.weight[c]));
-    x[c] = keep_max(0.0f, static_cast<float>(__dadd_rn(t, static_cast<double>(a.bias[c]))));
+    x[c] = relu_keep_nan(static_cast<float>(__dadd_rn(t, static_cast<double>(a.bias[c]))));
   }
 }
 
@@ -85,7 +83,7 @@ __global__ void __launch_bounds__(kThreads) point_conv_max_kernel(const PointCon
     for (int d = 0; d < 3; ++d)
       s = __dadd_rn(s, __dmul_rn(static_cast<double>(w[a.c + d]), static_cast<double>(__fadd_rn(a.positions[j * 3 + d], -pi[d]))));
     const float v = static_cast<float>(s);
-    m = t == 0 ? v : keep_max(m, v);
+    m = t == 0 ? v : max_keep_nan(m, v);
   }
   a.y[p * a.ldy + o] = m;
 }

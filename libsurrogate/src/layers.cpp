@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "surrogate/error.hpp"
+
 namespace surrogate {
 
 kernels::PackedLinear pack_linear(const ModelFile& file, const std::string& prefix) {
@@ -10,6 +12,18 @@ kernels::PackedLinear pack_linear(const ModelFile& file, const std::string& pref
   const Tensor32& b = file.weight(prefix + ".bias");
   return kernels::PackedLinear(w.values.data(), b.values.data(), static_cast<int>(w.shape.at(0)),
                                static_cast<int>(w.shape.at(1)));
+}
+
+const std::vector<float>& batch_norm_variance(const ModelFile& file, const std::string& prefix) {
+  const std::string name = prefix + ".running_var";
+  const std::vector<float>& var = file.weight(name).values;
+  for (std::size_t c = 0; c < var.size(); ++c)
+    if (!(var[c] >= 0.0f))
+      throw Error(ErrorCode::weights, "tensor '" + name + "' holds " +
+                                          std::to_string(var[c]) + " at channel " + std::to_string(c) +
+                                          ": a BatchNorm's running variance cannot be negative (eval mode would "
+                                          "compute sqrt(var + eps) of a negative number, NaN for every point)");
+  return var;
 }
 
 // ---------------------------------------------------------------------------------------------------

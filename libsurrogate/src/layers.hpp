@@ -71,4 +71,9 @@ inline AlignedBuffer<float> padded_vector(const float* values, int n, float fill
 /// Packs the Linear `prefix`.weight / .bias of a model file.
 kernels::PackedLinear pack_linear(const ModelFile& file, const std::string& prefix);
 
+/// The running variance `prefix`.running_var of an eval BatchNorm, checked: a variance is a mean of
+/// squares, and a negative one makes var + eps < 0 and every prediction NaN in eval mode, so the model is
+/// refused when it is built (Error(weights) naming the file, the tensor and the channel).
+const std::vector<float>& batch_norm_variance(const ModelFile& file, const std::string& prefix);
+
 }  // namespace surrogate

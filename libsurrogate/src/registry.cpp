@@ -43,6 +43,13 @@ std::unique_ptr<Model> make_model(const ModelFile& file) {
   }
   try {
     return it->second(file);
+  } catch (const Error& e) {
+    // A family's complaint about /config or /weights names the file it came from (once).
+    const std::string what = e.what();
+    if ((e.code() != ErrorCode::format && e.code() != ErrorCode::weights) || file.path.empty() ||
+        what.find(file.path) != std::string::npos)
+      throw;
+    throw Error(e.code(), "'" + file.path + "': " + what);
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "'" + file.path + "': not enough memory to build the " + file.architecture +
                                               " model its /config describes");

@@ -11,7 +11,7 @@
 //    affine): the double statistics are exact to ~1e-15 relative, so the float32 error is the rounding of
 //    scale and shift (u each) and of the product and the sum (u each): |y - y_ld| <= 4u (|x scale| + |shift|)
 //    + 4u |y_ld|, u = 2^-24;
-//  * ReLU bitwise against max(x, 0), padding columns untouched.
+//  * ReLU bitwise against max(x, 0), NaN kept, padding columns untouched.
 #include "cuda_host_emulation.hpp"  // first: replaces the CUDA keywords for the kernel source below
 
 #include "sphere_grid_norm_kernels.cuh"
@@ -20,6 +20,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -154,10 +155,16 @@ TEST(SphereGridNormEmulated, ReluRows) {
   std::mt19937 rng(9);
   std::normal_distribution<float> n(0.0f, 1.0f);
   for (float& v : x) v = n(rng);
+  x[3] = std::numeric_limits<float>::quiet_NaN();  // kept, as torch.relu keeps it (fmax would give 0)
+  x[ld + 4] = -0.0f;
   std::vector<float> y = x;
   run_blocks(static_cast<index_t>(rows) * width, [&] { nk::relu_kernel(y.data(), ld, rows, width); });
   for (std::size_t i = 0; i < x.size(); ++i) {
     const bool column = static_cast<index_t>(i) % ld < width;
+    if (column && std::isnan(x[i])) {
+      EXPECT_TRUE(std::isnan(y[i])) << "NaN at " << i << " became " << y[i];
+      continue;
+    }
     EXPECT_EQ(y[i], column ? std::fmax(x[i], 0.0f) : x[i]) << i;
   }
 }

@@ -12,6 +12,7 @@
 
 #include "../balltree/layers.hpp"
 #include "surrogate/profile.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 #include "../layers.hpp"
 #include "branches.hpp"
 #include "network.hpp"
@@ -193,7 +194,7 @@ void Network::Impl::compress(const CpuKernels& k, const PackedLinear* mlp, const
         for (int t = 0; t < C; ++t) detail::copy_head(src + (b * C + t) * ld_u + h * E, E, row + t * E);
       }
       run_linear(k, mlp[0], in.data(), ld_in, hid.data(), ld_h, count);
-      for (index_t i = 0; i < count * ld_h; ++i) hid[static_cast<std::size_t>(i)] = std::max(hid[static_cast<std::size_t>(i)], 0.0f);
+      for (index_t i = 0; i < count * ld_h; ++i) hid[static_cast<std::size_t>(i)] = kernels::relu_keep_nan(hid[static_cast<std::size_t>(i)]);
       run_linear(k, mlp[1], hid.data(), ld_h, out.data(), ld_o, count);
       for (index_t r = 0; r < count; ++r) {
         const index_t b = (r0 + r) / H, h = (r0 + r) % H;

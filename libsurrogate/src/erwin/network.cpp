@@ -43,7 +43,7 @@ struct BatchNorm {
     const auto& w = f.weight(p + ".weight").values;
     const auto& b = f.weight(p + ".bias").values;
     const auto& mean = f.weight(p + ".running_mean").values;
-    const auto& var = f.weight(p + ".running_var").values;
+    const auto& var = batch_norm_variance(f, p);
     for (std::size_t c = 0; c < alpha.size(); ++c) {
       const float inv_std = 1.0f / std::sqrt(var[c] + 1e-5f);
       alpha[c] = inv_std * w[c];

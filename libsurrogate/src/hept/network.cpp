@@ -12,6 +12,7 @@
 
 #include "../prefetch.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/kernels/bucket_attention.hpp"
 #include "surrogate/kernels/cpu.hpp"
@@ -272,6 +273,12 @@ void tanh_in_place(T* v, std::int64_t n) {
 template <class T>
 Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
   const Tensor32& regions = file.weight("regions");
+  // Each region count R becomes a quantile bin ceil(n / R): R must be positive with a finite 1 / R.
+  for (std::size_t i = 0; i < regions.values.size(); ++i)
+    if (!(regions.values[i] > 0.0f) || !std::isfinite(1.0f / regions.values[i]))
+      throw Error(ErrorCode::weights, "tensor 'regions' holds " + std::to_string(regions.values[i]) + " at index " +
+                                          std::to_string(i) + ": region counts must be positive (and at least "
+                                          "1e-38, so that 1 / regions is finite)");
   regions_ = regions.values;
   enc0_ = linear<T>(file, "feat_encoder.0");
   enc2_ = linear<T>(file, "feat_encoder.2");
@@ -608,7 +615,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
         layer_norm_rows<T>(layer.norm2, xr, ldcat, normed, D, 0, rows_here, D);
         linear_rows<T>(layer.ff0, normed, D, hidden, ld_ff, rows_here);
         for (std::int64_t r = 0; r < rows_here; ++r)
-          for (int d = 0; d < D; ++d) hidden[r * ld_ff + d] = std::max(hidden[r * ld_ff + d], T(0));
+          for (int d = 0; d < D; ++d) hidden[r * ld_ff + d] = kernels::relu_keep_nan(hidden[r * ld_ff + d]);
         linear_rows<T>(layer.ff2, hidden, ld_ff, ff_out, ld_ff, rows_here);
         for (std::int64_t r = 0; r < rows_here; ++r)
           for (int d = 0; d < D; ++d) xr[r * ldcat + d] += ff_out[r * ld_ff + d];

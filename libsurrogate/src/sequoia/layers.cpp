@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "../layers.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 #include "surrogate/kernels/tree_attention.hpp"
 
 namespace surrogate::sequoia {
@@ -58,7 +60,7 @@ BatchNorm::BatchNorm(const ModelFile& f, const std::string& p) {
   const auto& w = f.weight(p + ".weight").values;
   const auto& b = f.weight(p + ".bias").values;
   const auto& mean = f.weight(p + ".running_mean").values;
-  const auto& var = f.weight(p + ".running_var").values;
+  const auto& var = batch_norm_variance(f, p);
   scale.resize(w.size());
   shift.resize(w.size());
   for (std::size_t c = 0; c < w.size(); ++c) {
@@ -79,7 +81,7 @@ void BatchNorm::apply(Rows& x, bool relu) const {
     float* row = x.row(r);
     apply(row);
     if (relu)
-      for (int c = 0; c < x.cols; ++c) row[c] = std::max(row[c], 0.0f);
+      for (int c = 0; c < x.cols; ++c) row[c] = kernels::relu_keep_nan(row[c]);
   }
 }
 

@@ -7,6 +7,7 @@
 
 #include "network_impl.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 #include "surrogate/profile.hpp"
 #include "surrogate/sequoia.hpp"
 
@@ -37,7 +38,7 @@ void mixed_and_normed(const float mix[3], const Rows* parents, const Rows* child
       row[c] = s;
     }
     norm.apply(row);
-    for (int c = 0; c < d; ++c) row[c] = std::max(row[c], 0.0f);
+    for (int c = 0; c < d; ++c) row[c] = kernels::relu_keep_nan(row[c]);
   }
 }
 
@@ -132,7 +133,7 @@ Rows Network::Impl::init_level0(const Share& s, const std::vector<float>& positi
         std::copy(features + j * c, features + (j + 1) * c, in.begin());
         for (int a = 0; a < 3; ++a) in[static_cast<std::size_t>(c + a)] = pos[static_cast<std::size_t>(j * 3 + a)] - pos[static_cast<std::size_t>(i * 3 + a)];
         init[0].apply(in.data(), msg.data());
-        for (int o = 0; o < init[0].out; ++o) out[o] = t == 0 ? msg[static_cast<std::size_t>(o)] : std::max(out[o], msg[static_cast<std::size_t>(o)]);
+        for (int o = 0; o < init[0].out; ++o) out[o] = t == 0 ? msg[static_cast<std::size_t>(o)] : kernels::max_keep_nan(out[o], msg[static_cast<std::size_t>(o)]);
       }
     }
   }
@@ -175,7 +176,7 @@ Rows Network::Impl::head(const Share& s, const Hierarchy& h, const Rows& x0, con
         for (int i = 0; i < nr; ++i) {
           const double inv = 1.0 / std::sqrt(var[i] / width + 1e-5);
           for (int c = 0; c < width; ++c)
-            row[i][c] = std::max(0.0f, static_cast<float>((row[i][c] - mean[i]) * inv * ln_w[static_cast<std::size_t>(c)] +
+            row[i][c] = kernels::relu_keep_nan(static_cast<float>((row[i][c] - mean[i]) * inv * ln_w[static_cast<std::size_t>(c)] +
                                                           ln_b[static_cast<std::size_t>(c)]));
         }
       }
@@ -214,7 +215,7 @@ void Network::Impl::projections(const Level& lv, const Rows& x, Rows& y, Rows& Q
       for (std::int64_t r = 0; r < rows; ++r) {
         float* row = y.row(r0 + r);
         lv.mlp1_norm.apply(row);
-        for (int c = 0; c < y.cols; ++c) row[c] = std::max(row[c], 0.0f);
+        for (int c = 0; c < y.cols; ++c) row[c] = kernels::relu_keep_nan(row[c]);
       }
       dense(lv.q, y.row(r0), y.cols, Q, r0, rows);
       dense(lv.k, y.row(r0), y.cols, K, r0, rows);
@@ -358,7 +359,7 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
     for (std::int64_t t = 0; t < n0; ++t) {
       const std::int64_t p = s.slot[static_cast<std::size_t>(t)];
       float* dst = pooled.row(p);
-      for (int c = 0; c < pooled.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], x[0].row(t)[c]) : x[0].row(t)[c];
+      for (int c = 0; c < pooled.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? kernels::max_keep_nan(dst[c], x[0].row(t)[c]) : x[0].row(t)[c];
       filled[static_cast<std::size_t>(p)] = 1;
     }
     x1 = m.init[1].apply(pooled);
@@ -375,7 +376,7 @@ std::vector<float> Network::forward(const Share& s, const Hierarchy& h, const fl
       for (std::int64_t r = 0; r < child.rows && r < static_cast<std::int64_t>(parent.size()); ++r) {
         const std::int64_t p = parent[static_cast<std::size_t>(r)];
         float* dst = pooled.row(p);
-        for (int c = 0; c < child.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? std::max(dst[c], child.row(r)[c]) : child.row(r)[c];
+        for (int c = 0; c < child.cols; ++c) dst[c] = filled[static_cast<std::size_t>(p)] ? kernels::max_keep_nan(dst[c], child.row(r)[c]) : child.row(r)[c];
         filled[static_cast<std::size_t>(p)] = 1;
       }
       x[static_cast<std::size_t>(i) + 1] = m.init[static_cast<std::size_t>(i) + 1].apply(pooled);

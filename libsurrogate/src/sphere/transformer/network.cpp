@@ -12,6 +12,7 @@
 #include "../../layers.hpp"
 #include "../workspace_pool.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/disco.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
@@ -376,7 +377,7 @@ void SphericalTransformer::Impl::mlp(const Block& b, index_t rows, const float* 
       if (cfg.activation == MlpActivation::relu)
         for (index_t i = 0; i < n; ++i) {
           float* hrow = hid.data() + i * ld_hidden;
-          for (int c = 0; c < hidden; ++c) hrow[c] = std::max(hrow[c], 0.0f);
+          for (int c = 0; c < hidden; ++c) hrow[c] = kernels::relu_keep_nan(hrow[c]);
         }
       kernels::LinearArgs o;
       o.layer = &b.fc2;
