@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstring>
 #include <sstream>
+#include <type_traits>
 
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/profile.hpp"
@@ -240,16 +241,32 @@ std::uint64_t digest_rows(const float* v, index_t rows, int n, index_t ld) {
   return h;
 }
 
+/// A non-finite error names at most this many channels, then counts the rest (a classifier has hundreds).
+constexpr int kNamedChannels = 8;
+
 }  // namespace
 
 void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                     const SampleArrays& samples, const RunOptions& options) {
+  predict_rows(comm, plan, in, ld_in, out, ld_out, samples, options);
+}
+
+void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, double* out, index_t ld_out,
+                    const SampleArrays& samples, const RunOptions& options) {
+  predict_rows(comm, plan, in, ld_in, out, ld_out, samples, options);
+}
+
+template <class Real>
+void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t ld_in, Real* out, index_t ld_out,
+                         const SampleArrays& samples, const RunOptions& options) {
   const SampleLayout& layout = plan.layout();
   const index_t B = layout.num_samples();
   const int s_in = sample_in_channels(), s_out = sample_out_channels();
   const index_t n = layout.local_points();
   const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
   const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
+  // fp64 into double outputs: the family writes double rows (Io::out64), which are kept to the end.
+  const bool wide_forward = std::is_same_v<Real, double> && options.precision == Precision::fp64;
   Status status;
   try {
     if (&plan.model() != this)
@@ -281,6 +298,8 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
                                                    std::to_string(out_channels_) + ")");
     input_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_in), 0.0f);
     output_buffer_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_work_out), 0.0f);
+    if (wide_forward)
+      output_buffer64_.assign(static_cast<std::size_t>(std::max<index_t>(n, 1) * out_channels_), 0.0);
   } catch (...) {
     status = Status::from_current_exception();
   }
@@ -321,6 +340,10 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
   io.ld_in = ld_work_in;
   io.out = output_buffer_.data();
   io.ld_out = ld_work_out;
+  if (wide_forward) {
+    io.out64 = output_buffer64_.data();
+    io.ld_out64 = out_channels_;
+  }
   io.sample_in = samples.in;
   io.ld_sample_in = samples.ld_in;
   io.sample_out = samples.out;
@@ -331,12 +354,13 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
   }
   for (index_t row = 0; row < n; ++row) {
     const float* src = output_buffer_.data() + row * ld_work_out;
-    float* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;
+    const double* src64 = wide_forward ? output_buffer64_.data() + row * out_channels_ : nullptr;
+    Real* dst = out + (order.empty() ? row : order[static_cast<std::size_t>(row)]) * ld_out;
     for (int c = 0; c < out_channels_; ++c) {
-      double v = src[c];
+      double v = src64 ? src64[c] : static_cast<double>(src[c]);
       if (normalization_.has_output())
         v = v * normalization_.output_std[static_cast<std::size_t>(c)] + normalization_.output_mean[static_cast<std::size_t>(c)];
-      dst[c] = static_cast<float>(v);
+      dst[c] = static_cast<Real>(v);
     }
   }
   if (!options.allow_non_finite_output) {
@@ -345,6 +369,33 @@ void Model::predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in
       for (int c = 0; c < out_channels_; ++c)
         if (!std::isfinite(out[i * ld_out + c])) ++bad[static_cast<std::size_t>(c)];
     throw_if_non_finite(comm, bad, true);
+    // Per-sample outputs (a classification's logits, a regression per sample) are checked the same way;
+    // every rank holds all B rows, so the counts are agreed by maximum, not summed.
+    std::vector<std::uint64_t> bad_samples(static_cast<std::size_t>(s_out), 0);
+    for (index_t b = 0; b < B; ++b)
+      for (int c = 0; c < s_out; ++c)
+        if (!std::isfinite(samples.out[b * samples.ld_out + c])) ++bad_samples[static_cast<std::size_t>(c)];
+    std::uint64_t total = 0;
+    for (const std::uint64_t k : bad_samples) total += k;
+    if (comm.allreduce<std::int64_t>(static_cast<std::int64_t>(total), ReduceOp::max) > 0) {
+      std::ostringstream message;
+      int named = 0, more = 0;
+      for (int c = 0; c < s_out; ++c) {
+        if (bad_samples[static_cast<std::size_t>(c)] == 0) continue;
+        if (++named > kNamedChannels) {
+          ++more;
+          continue;
+        }
+        message << (message.tellp() > 0 ? "; " : "") << "per-sample output value " << c << " is NaN/Inf in "
+                << bad_samples[static_cast<std::size_t>(c)] << " of the " << B << " sample(s)";
+      }
+      if (more > 0) message << "; and " << more << " more value(s)";
+      if (message.tellp() == 0) message << "per-sample outputs are NaN/Inf on another rank";
+      throw Error(ErrorCode::input, "the model produced non-finite predictions: " + message.str() +
+                                        ". Likely causes: inputs far outside the training range or overflowing "
+                                        "logits; the option allow_non_finite_output (--allow-non-finite on the "
+                                        "command line) hands them to the caller instead");
+    }
   }
 }
 
@@ -395,6 +446,7 @@ void Model::throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_
   if (channels == 0) return;
   comm.allgather(bad.data(), bad.size() * sizeof(std::uint64_t), all.data());
   std::ostringstream message;
+  int named = 0, more = 0;
   for (int c = 0; c < channels; ++c) {
     std::uint64_t total = 0;
     std::ostringstream where;
@@ -407,15 +459,21 @@ void Model::throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_
     }
     if (total == 0) continue;
     if (listed > 8) where << ", ... (" << listed << " ranks)";
+    if (++named > kNamedChannels) {
+      ++more;
+      continue;
+    }
     message << (message.tellp() > 0 ? "; " : "") << (outputs ? "output field '" + output_name(c) : "input field '" + input_name(c))
             << "' (channel " << c << ") has " << total << " NaN/Inf value(s) (" << where.str() << ")";
   }
   if (message.tellp() == 0) return;
+  if (more > 0) message << "; and " << more << " more channel(s)";
   if (outputs)
     throw Error(ErrorCode::input, "the model produced non-finite predictions: " + message.str() +
                                       ". Likely causes: inputs far outside the training range, an extreme "
-                                      "normalisation or attention scale, or overflowing logits; "
-                                      "RunOptions::allow_non_finite_output hands them to the caller instead");
+                                      "normalisation or attention scale, or overflowing logits; the option "
+                                      "allow_non_finite_output (--allow-non-finite on the command line) hands "
+                                      "them to the caller instead");
   throw Error(ErrorCode::input, message.str());
 }
 

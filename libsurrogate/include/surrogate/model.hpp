@@ -1,6 +1,7 @@
 // Models: one class per family, created from a ModelFile by its `architecture` attribute.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -223,6 +224,16 @@ class Model {
   /// per-sample outputs needs samples.out. The arrays are not normalised (/normalization is per point).
   void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                const SampleArrays& samples, const RunOptions& options = {});
+  /// predict() into double outputs: with precision fp64 (a family that supports_fp64()) the forward's
+  /// double results keep every digit, normalisation applied in double; otherwise the float results,
+  /// widened. Same checks, same collectives.
+  void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, double* out, index_t ld_out,
+               const SampleArrays& samples, const RunOptions& options = {});
+  /// No per-point outputs (a model with per-sample outputs only): the float form.
+  void predict(const Comm& comm, Plan& plan, const float* in, index_t ld_in, std::nullptr_t, index_t ld_out,
+               const SampleArrays& samples, const RunOptions& options = {}) {
+    predict(comm, plan, in, ld_in, static_cast<float*>(nullptr), ld_out, samples, options);
+  }
 
   /// One-shot forms: plan() of the points, then predict() with that plan (a caller that predicts again
   /// on the same points keeps a plan instead). Without a geometry, a model that needs positions
@@ -272,6 +283,10 @@ class Model {
     index_t ld_in = 0;
     float* out = nullptr;
     index_t ld_out = 0;
+    /// Set by a double-output predict at precision fp64 (only for a family that supports_fp64()): the
+    /// family writes its outputs here in double, rows at stride ld_out64, instead of `out`.
+    double* out64 = nullptr;
+    index_t ld_out64 = 0;
     const DeviceArrays* device = nullptr;
     /// The per-sample arrays (host; checked, identical on every rank): B x sample_in_channels() at
     /// ld_sample_in, B x sample_out_channels() at ld_sample_out (every rank writes all rows).
@@ -295,7 +310,12 @@ class Model {
   int out_channels_;
   Normalization normalization_;
   Fields fields_;
+  template <class Real>
+  void predict_rows(const Comm& comm, Plan& plan, const float* in, index_t ld_in, Real* out, index_t ld_out,
+                    const SampleArrays& samples, const RunOptions& options);
+
   std::vector<float> input_buffer_, output_buffer_;
+  std::vector<double> output_buffer64_;
 };
 
 /// Creates the model of the file's architecture; throws Error(format) for an unknown architecture and

@@ -66,7 +66,7 @@ Config Config::from_attributes(const AttributeMap& a) {
     throw Error(ErrorCode::format, "/config attribute 'h_dim' must be at least 2 (output width h_dim/2)");
   c.n_layers = positive("n_layers", 256);
   c.num_w_per_dist = positive("num_w_per_dist", 1024);
-  c.num_regions = static_cast<int>(a.get_int("num_regions", 0));
+  c.num_regions = static_cast<int>(a.get_size_or("num_regions", 0, 0, std::int64_t{1} << 30));  // described only
   return c;
 }
 

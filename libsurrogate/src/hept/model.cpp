@@ -9,6 +9,7 @@
 #include <sstream>
 #include <span>
 #include <string>
+#include <type_traits>
 
 #include "cuda/device.hpp"
 #include "plan.hpp"
@@ -51,7 +52,7 @@ const ModelFile& checked(const ModelFile& file, const Config& cfg) {
 }
 
 Model::Model(const ModelFile& file)
-    : surrogate::Model(file, static_cast<int>(file.config.get_int("in_dim")),
+    : surrogate::Model(file, Config::from_attributes(file.config).in_dim,
                        Config::from_attributes(file.config).out_dim()),
       cfg_(Config::from_attributes(file.config)),
       network32_(checked(file, cfg_), cfg_),
@@ -78,9 +79,9 @@ std::unique_ptr<surrogate::Plan> Model::build_plan(const Comm& comm, surrogate::
 }
 
 // The rows of the originals (g.unpad) among the padded rows of `out` (width od), in padded order.
-template <class T>
-std::vector<float> unpadded_rows(const Geometry& g, const std::vector<T>& out, int od) {
-  std::vector<float> y;
+template <class R = float, class T>
+std::vector<R> unpadded_rows(const Geometry& g, const std::vector<T>& out, int od) {
+  std::vector<R> y;
   for (std::size_t p = 0; p < g.unpad.size(); ++p)
     if (g.unpad[p]) y.insert(y.end(), out.begin() + static_cast<std::ptrdiff_t>(p * od), out.begin() + static_cast<std::ptrdiff_t>((p + 1) * od));
   y.resize(std::max<std::size_t>(y.size(), 1));
@@ -110,6 +111,13 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
                                        T* num, T* den) { split.attend(comm, table, kq, kk, qh, kh, vh, num, den, threads); };
     network.forward(g, x.data(), split.coords(fp64).data(), out.data(), nullptr, &range, threads, &buckets,
                     &plan.work<T>());
+    if constexpr (std::is_same_v<T, double>) {
+      if (io.out64) {  // fp64 into double outputs: every digit kept
+        const std::vector<double> y = unpadded_rows<double>(g, out, od);
+        split.outputs().backward(y.data(), od, io.out64);
+        return;
+      }
+    }
     const std::vector<float> y = unpadded_rows(g, out, od);
     split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
     return;
@@ -122,6 +130,12 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
   std::vector<T> out(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
   network.forward(plan.geometry_of(fp64, comm), x.data(), plan.coords().data(), out.data(), nullptr, &range, threads,
                   nullptr, &plan.work<T>());
+  if constexpr (std::is_same_v<T, double>) {
+    if (io.out64) {
+      rows.backward(out.data(), od, io.out64);
+      return;
+    }
+  }
   std::vector<float> y(out.begin(), out.end());
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }

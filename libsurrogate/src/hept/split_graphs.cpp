@@ -233,22 +233,47 @@ void SplitGraphs::group_regions(const Comm& comm, const std::vector<float>& regi
   const int H = cfg_.num_heads, C = cfg_.n_hashes, rows = C * H;
   const bool src = cfg_.layout == Config::Layout::src;
   const auto np = static_cast<std::int64_t>(graph_.size());
+  // src: the region code phi * (ceil(R_eta) + 1) + eta orders the regions as (phi, eta). The forward
+  // computes that key in floating point for any R; here in int64, a factor above 2^31 is clamped to
+  // 2^31 or one more than the largest eta of any rank (the same order, no overflow for any R), and the
+  // product checked.
+  std::int64_t eta_bound = 0;
+  if (src) {
+    for (const Part* part : {&p32_, &p64_})
+      for (std::size_t i = 0; i < sz(rows * np); ++i) eta_bound = std::max(eta_bound, part->geometry.region_eta[i] + 1);
+    eta_bound = comm.allreduce<std::int64_t>(eta_bound, ReduceOp::max);
+  }
+  auto region_factor = [&](int r) -> std::int64_t {
+    const double f = std::ceil(static_cast<double>(regions[sz((r / H) * 2 * H + r % H)])) + 1.0;
+    const std::int64_t cap = std::max(eta_bound, std::int64_t{1} << 31);
+    return f < static_cast<double>(cap) ? static_cast<std::int64_t>(f) : cap;
+  };
   std::vector<std::int64_t> count(sz(2 * C), 0);  // per part and table: the number of regions
+  bool overflow = false;
   for (int p = 0; p < 2; ++p) {
     Part& part = p == 0 ? p32_ : p64_;
     const Geometry& g = part.geometry;
     part.groups.resize(sz(rows * np));
     for (int r = 0; r < rows; ++r) {
-      const std::int64_t factor = src ? static_cast<std::int64_t>(std::ceil(regions[sz((r / H) * 2 * H + r % H)])) + 1 : 0;
+      const std::int64_t factor = src ? region_factor(r) : 0;
       for (std::int64_t j = 0; j < np; ++j) {
         const std::size_t i = sz(r * np + j);
-        const std::int64_t code = src ? g.region_phi[i] * factor + g.region_eta[i]
-                                      : g.padded_codes[i] & ((std::int64_t{1} << g.bits_code1[sz(r)]) - 1);  // less the graph
+        std::int64_t code = 0;
+        if (src)
+          overflow |= __builtin_mul_overflow(g.region_phi[i], factor, &code) ||
+                      __builtin_add_overflow(code, g.region_eta[i], &code);
+        else
+          code = g.padded_codes[i] & ((std::int64_t{1} << g.bits_code1[sz(r)]) - 1);  // less the graph
         part.groups[i] = code;
         count[sz(p * C + r / H)] = std::max(count[sz(p * C + r / H)], code + 1);
       }
     }
   }
+  collectively(comm, [&] {
+    if (overflow)
+      throw Error(ErrorCode::unsupported, "hept: the region codes of a graph with more than 3e9 points overflow "
+                                          "int64 on the split over " + std::to_string(comm.size()) + " ranks");
+  });
   comm.allreduce(std::span<std::int64_t>(count), ReduceOp::max);
   const std::int64_t per_rank = 16 * comm.size();
   for (int p = 0; p < 2; ++p) {
