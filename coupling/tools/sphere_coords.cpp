@@ -13,9 +13,22 @@ namespace surrogate::cli {
 void check_sphere_coordinates(const MpiComm& comm, const ModelFile& file, const PointSlab& slab,
                               const std::vector<index_t>& sample_sizes, const std::string& input_path) {
   std::optional<sphere::ModelGrid> grid;
-  collectively(comm, [&] { grid = sphere::model_grid(file); });
-  if (!grid || !slab.has_coords) return;
+  collectively(comm, [&] { grid = sphere::model_grid(file, /*with_colatitudes=*/false); });
+  if (!grid) return;
   Status status;
+  // Every sample is one whole grid: checked here, before the model builds its tables (minutes on a large grid).
+  for (std::size_t s = 0; s < sample_sizes.size() && status.ok(); ++s)
+    if (sample_sizes[s] != grid->points())
+      status = {ErrorCode::input, "'" + input_path + "': sample " + std::to_string(s) + " has " +
+                                      std::to_string(sample_sizes[s]) + " points, the " + file.architecture +
+                                      " model's " + std::to_string(grid->nlat) + " x " + std::to_string(grid->nlon) +
+                                      " grid has " + std::to_string(grid->points()) +
+                                      " (rows in row-major latitude-longitude order, one whole grid per sample)"};
+  if (!status.ok() || !slab.has_coords) {
+    comm.agree_or_throw(status);
+    return;
+  }
+  if (slab.dim == 3) collectively(comm, [&] { grid = sphere::model_grid(file); });  // now the colatitudes
   if (slab.dim != 3) {
     status = {ErrorCode::input, "'" + input_path + "': /coords has " + std::to_string(slab.dim) + " columns; for the " +
                                     file.architecture + " model it is optional and, if present, holds the unit vectors "
@@ -28,7 +41,6 @@ void check_sphere_coordinates(const MpiComm& comm, const ModelFile& file, const 
              row >= sample_start + sample_sizes[static_cast<std::size_t>(sample)])
         sample_start += sample_sizes[static_cast<std::size_t>(sample++)];
       const std::int64_t point = row - sample_start;
-      if (point >= grid->points()) break;  // a wrong sample size is the model's error (predict reports it)
       const auto expected = grid->unit_vector(point);
       const float* c = slab.coords.data() + i * 3;
       double worst = 0.0;

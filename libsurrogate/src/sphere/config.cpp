@@ -19,6 +19,23 @@ std::vector<float> weight_or_empty(const ModelFile& f, const std::string& key) {
 
 }  // namespace
 
+void refuse_between_grids(const ModelFile& f, bool neighborhood) {
+  const AttributeMap& a = f.config;
+  const std::string& family = f.architecture;
+  const std::string where = "'" + f.path + "' " + family;
+  const auto in_shape = detail::grid_shape(a, "in_shape", where);
+  const auto out_shape = a.has("out_shape") ? detail::grid_shape(a, "out_shape", where) : in_shape;
+  if (in_shape == out_shape) return;
+  throw Error(ErrorCode::unsupported,
+              "'" + f.path + "': " + family + " with in_shape != out_shape (" + std::to_string(in_shape[0]) + "x" +
+                  std::to_string(in_shape[1]) + " -> " + std::to_string(out_shape[0]) + "x" +
+                  std::to_string(out_shape[1]) +
+                  ") is not a generic Model: its query lies on the output grid and its keys/values on the input "
+                  "grid (two fields), while a Model maps each input point to one output row; build the operator "
+                  "with surrogate::sphere::" + (neighborhood ? "neighborhood_attention_from_file" : "attention_from_file") +
+                  " (surrogate/sphere/layer_file.hpp) and call its forward(query, key, value)");
+}
+
 LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids) {
   const AttributeMap& a = f.config;
   const std::string family = f.architecture;
@@ -27,17 +44,9 @@ LayerSetup layer_setup(const ModelFile& f, bool neighborhood, bool between_grids
   AttentionS2Config& c = s.att;
   c.in_channels = static_cast<int>(a.get_size("in_channels", 1));
   c.num_heads = static_cast<int>(a.get_size_or("num_heads", 1, 1));
+  if (!between_grids) refuse_between_grids(f, neighborhood);
   const auto in_shape = detail::grid_shape(a, "in_shape", family);
   const auto out_shape = a.has("out_shape") ? detail::grid_shape(a, "out_shape", family) : in_shape;
-  if (in_shape != out_shape && !between_grids)
-    throw Error(ErrorCode::unsupported,
-                "'" + f.path + "': " + family + " with in_shape != out_shape (" + std::to_string(in_shape[0]) + "x" +
-                    std::to_string(in_shape[1]) + " -> " + std::to_string(out_shape[0]) + "x" +
-                    std::to_string(out_shape[1]) +
-                    ") is not a generic Model: its query lies on the output grid and its keys/values on the input "
-                    "grid (two fields), while a Model maps each input point to one output row; build the operator "
-                    "with surrogate::sphere::" + (neighborhood ? "neighborhood_attention_from_file" : "attention_from_file") +
-                    " (surrogate/sphere/layer_file.hpp) and call its forward(query, key, value)");
   c.nlat_in = static_cast<int>(in_shape[0]);
   c.nlon_in = static_cast<int>(in_shape[1]);
   c.nlat_out = static_cast<int>(out_shape[0]);

@@ -66,6 +66,10 @@ struct LayerSetup {
 /// operator takes: Error(weights) otherwise). A file between two grids is Error(unsupported) unless
 /// `between_grids` (the operators of layer_file.hpp take those; a Model cannot).
 LayerSetup layer_setup(const ModelFile& file, bool neighborhood, bool between_grids);
+/// Error(unsupported) for a single-layer file between two grids (in_shape != out_shape) where a Model is
+/// asked for: the reason and the C++ API that runs it. Cheap (attributes only), so that callers can
+/// refuse such a file before reading anything else (model_grid does).
+void refuse_between_grids(const ModelFile& file, bool neighborhood);
 
 /// The number of values of every weight tensor of the file.
 std::int64_t count_parameters(const ModelFile& file);

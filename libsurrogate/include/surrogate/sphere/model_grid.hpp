@@ -28,7 +28,8 @@ struct ModelGrid {
 
 /// The input grid of a model file of architecture "sphere_transformer" (img_size, grid), "s2_attention" or
 /// "s2_neighborhood_attention" (in_shape, grid_in); std::nullopt for every other architecture. Throws
-/// Error(format) when the attributes that define the grid are missing or invalid.
-std::optional<ModelGrid> model_grid(const ModelFile& file);
+/// Error(format) when the attributes that define the grid are missing or invalid. With_colatitudes false:
+/// the shape only (`colatitude` left empty), for size checks: a large grid's quadrature rule takes seconds.
+std::optional<ModelGrid> model_grid(const ModelFile& file, bool with_colatitudes = true);
 
 }  // namespace surrogate::sphere

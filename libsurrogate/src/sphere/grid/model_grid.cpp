@@ -21,7 +21,9 @@ std::array<double, 3> ModelGrid::unit_vector(std::int64_t index) const {
   return {std::sin(t) * std::cos(p), std::sin(t) * std::sin(p), std::cos(t)};
 }
 
-std::optional<ModelGrid> model_grid(const ModelFile& file) {
+namespace {
+
+std::optional<ModelGrid> grid_of(const ModelFile& file, bool with_colatitudes) {
   ModelGrid g;
   const AttributeMap& a = file.config;
   if (file.architecture == "sphere_transformer") {
@@ -30,6 +32,7 @@ std::optional<ModelGrid> model_grid(const ModelFile& file) {
     g.nlon = c.nlon;
     g.grid = c.grid;
   } else if (file.architecture == "s2_attention" || file.architecture == "s2_neighborhood_attention") {
+    refuse_between_grids(file, file.architecture == "s2_neighborhood_attention");  // not a Model: no one grid
     const auto shape = detail::grid_shape(a, "in_shape", "'" + file.path + "' " + file.architecture);
     g.nlat = static_cast<int>(shape[0]);
     g.nlon = static_cast<int>(shape[1]);
@@ -37,8 +40,20 @@ std::optional<ModelGrid> model_grid(const ModelFile& file) {
   } else {
     return std::nullopt;
   }
-  g.colatitude = latitudes(g.nlat, g.grid).colatitude;
+  if (with_colatitudes) g.colatitude = latitudes(g.nlat, g.grid).colatitude;
   return g;
+}
+
+}  // namespace
+
+std::optional<ModelGrid> model_grid(const ModelFile& file, bool with_colatitudes) {
+  try {
+    return grid_of(file, with_colatitudes);
+  } catch (const Error& e) {  // the attributes' complaints name the file, as make_model's do
+    const std::string what = e.what();
+    if (e.code() != ErrorCode::format || file.path.empty() || what.find(file.path) != std::string::npos) throw;
+    throw Error(e.code(), "'" + file.path + "': " + what);
+  }
 }
 
 }  // namespace surrogate::sphere
