@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cmath>
-#include <filesystem>
 #include <new>
 #include <sstream>
 
@@ -256,15 +255,12 @@ ModelFile ModelFile::read(const std::string& path) {
 namespace {
 ModelFile read_unguarded(const std::string& path) {
   h5::QuietErrors quiet;
-  std::error_code ec;
-  if (!std::filesystem::exists(path, ec))
-    throw Error(ErrorCode::io, "model file '" + path + "' does not exist");
-  if (std::filesystem::is_directory(path, ec))
-    throw Error(ErrorCode::io, "model file '" + path + "' is a directory");
+  h5::check_regular_file(path, "model file");
   if (H5Fis_hdf5(path.c_str()) <= 0)
-    throw Error(ErrorCode::io, "'" + path + "' is not an HDF5 file (or it is truncated or unreadable)");
+    throw Error(ErrorCode::io, "model file '" + path + "' is not an HDF5 file (or it is truncated or unreadable)");
   h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT));
-  if (!file.valid()) throw Error(ErrorCode::io, "cannot open '" + path + "' (truncated or corrupt HDF5 file?)");
+  if (!file.valid()) throw Error(ErrorCode::io, "cannot open model file '" + path + "' (truncated or corrupt HDF5 file?)");
+  h5::refuse_external_links(file, path);
 
   ModelFile model;
   model.path = path;

@@ -1,9 +1,13 @@
 #include "h5.hpp"
 
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdint>
 #include <cstring>
 #include <memory>
 #include <new>
+#include <system_error>
 
 namespace surrogate::h5 {
 
@@ -56,19 +60,61 @@ std::vector<std::int64_t> checked_dataset_shape(hid_t dset, std::int64_t max_ele
   // The bytes the file holds must back the declared shape: an unwritten or truncated dataset is refused
   // before a buffer of its declared size is allocated (compressed chunks may be up to kMaxCompression
   // times smaller than the data).
+  Handle dcpl = plist(check(H5Dget_create_plist(dset), ErrorCode::format, what + ": cannot read its layout"));
+  if (H5Pget_external_count(dcpl) > 0) throw Error(ErrorCode::format, what + ": data in external files is not accepted");
+  if (H5Pget_layout(dcpl) == H5D_VIRTUAL)
+    throw Error(ErrorCode::format, what + ": a virtual dataset (data mapped from other files) is not accepted");
   Handle type = datatype(check(H5Dget_type(dset), ErrorCode::format, what + ": cannot read its type"));
   const auto declared = static_cast<double>(elements) * static_cast<double>(H5Tget_size(type));
   const auto stored = static_cast<double>(H5Dget_storage_size(dset));
-  Handle dcpl = plist(check(H5Dget_create_plist(dset), ErrorCode::format, what + ": cannot read its layout"));
   const bool filtered = H5Pget_nfilters(dcpl) > 0;
-  const bool external = H5Pget_external_count(dcpl) > 0;
-  if (external) throw Error(ErrorCode::format, what + ": data in external files is not accepted");
   if (stored <= 0.0 || (!filtered && stored < declared) || (filtered && declared > stored * kMaxCompression))
     throw Error(ErrorCode::format, what + ": declared shape " + text + " (" + std::to_string(elements) +
                                        " elements) is not backed by the data in the file (" +
                                        std::to_string(static_cast<long long>(stored)) +
                                        " bytes stored; truncated, unwritten or corrupt dataset)");
   return shape;
+}
+
+void check_regular_file(const std::string& path, const std::string& what) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) {
+    const int error = errno;
+    throw Error(ErrorCode::io, what + " '" + path + "' " +
+                                   (error == ENOENT ? std::string("does not exist") : "cannot be read: " + std::generic_category().message(error)));
+  }
+  if (S_ISREG(info.st_mode)) return;
+  const char* kind = S_ISDIR(info.st_mode)    ? "a directory"
+                     : S_ISFIFO(info.st_mode) ? "a FIFO"
+                     : S_ISCHR(info.st_mode)  ? "a character device"
+                     : S_ISBLK(info.st_mode)  ? "a block device"
+                     : S_ISSOCK(info.st_mode) ? "a socket"
+                                              : "not a regular file";
+  throw Error(ErrorCode::io, what + " '" + path + "' is " + kind + ": only regular files are read");
+}
+
+namespace {
+struct LinkWalk {
+  std::string first_external;  // "/name -> file:/object" of the first link that leaves the file
+};
+
+herr_t find_external_link(hid_t, const char* name, const H5L_info_t* info, void* data) {
+  if (info->type == H5L_TYPE_HARD || info->type == H5L_TYPE_SOFT) return 0;
+  auto* walk = static_cast<LinkWalk*>(data);
+  walk->first_external = std::string("/") + name;
+  return 1;  // stop: one is enough to refuse the file
+}
+}  // namespace
+
+void refuse_external_links(hid_t file, const std::string& path) {
+  LinkWalk walk;
+  // H5Lvisit follows hard links only: it never opens another file to walk an external link.
+  if (H5Lvisit(file, H5_INDEX_NAME, H5_ITER_INC, find_external_link, &walk) < 0)
+    throw Error(ErrorCode::format, "'" + path + "': cannot list its objects (corrupt file?)");
+  if (!walk.first_external.empty())
+    throw Error(ErrorCode::format, "'" + path + "': " + walk.first_external +
+                                       " is an external link (to an object of another file): links out of the file are "
+                                       "not accepted; copy the data into the file (h5copy, or h5py's copy)");
 }
 
 namespace {

@@ -75,6 +75,12 @@ hid_t check(hid_t id, ErrorCode code, const std::string& what);
 void check_status(herr_t status, ErrorCode code, const std::string& what);
 
 bool link_exists(hid_t location, const std::string& name);
+/// Throws Error(io) naming `what` ("model file", "input file") unless `path` is a regular file (through
+/// links): a FIFO would block the open for ever, a device is not data.
+void check_regular_file(const std::string& path, const std::string& what);
+/// Throws Error(format) naming the first link of `file` that points into another file (external or
+/// user-defined): the data of a model or point file must be in the file itself.
+void refuse_external_links(hid_t file, const std::string& path);
 std::vector<std::int64_t> dataset_shape(hid_t dataset);
 inline constexpr int kMaxDatasetRank = 8;
 inline constexpr double kMaxCompression = 4096.0;  // declared bytes per stored byte of a filtered dataset
