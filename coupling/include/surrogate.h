@@ -49,7 +49,8 @@ typedef struct {
                             only, tensor cores with FP32 accumulation; with "cpu": SURROGATE_ERR_UNSUPPORTED),
                             "bf16" (tensor cores, or on CPUs with AMX-BF16 / AVX512-BF16 for the families
                             that offer it: flare; accuracy in share/docs/cuda.md, share/docs/cpu-bf16.md), or
-                            "fp64" (double precision on the CPU, for the families that offer it: hept); a
+                            "fp64" (double precision on the CPU, for the families that offer it: hept;
+                            surrogate_predict_f64 returns the double results); a
                             model or CPU without the precision returns SURROGATE_ERR_UNSUPPORTED from the
                             first predict */
   int allow_non_finite_output; /* 1: hand NaN/Inf predictions to the caller; 0 (default): predict fails with

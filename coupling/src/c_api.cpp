@@ -57,14 +57,16 @@ void surrogate_options_default(surrogate_options* options) {
 int surrogate_open(MPI_Comm comm, const char* model_path, const surrogate_options* options, surrogate_t* handle) {
   if (!handle) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null handle pointer");
   *handle = nullptr;
+  // A handle MPI cannot use is this rank's status (nothing collective is possible on it).
+  const int usable = guarded([&] { surrogate::MpiComm::check_communicator(comm, "surrogate_open"); });
+  if (usable != SURROGATE_OK) return usable;
   // A null path on any rank is refused on every rank (agreed before anything else collective).
-  if (comm != MPI_COMM_NULL) {
-    int null_paths = model_path ? 0 : 1;
-    MPI_Allreduce(MPI_IN_PLACE, &null_paths, 1, MPI_INT, MPI_SUM, comm);
-    if (null_paths > 0)
-      return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null model path on " + std::to_string(null_paths) +
-                                                      " rank(s)");
-  }
+  int null_paths = model_path ? 0 : 1;
+  if (MPI_Allreduce(MPI_IN_PLACE, &null_paths, 1, MPI_INT, MPI_SUM, comm) != MPI_SUCCESS)
+    return fail(SURROGATE_ERR_COMMUNICATION, "surrogate_open: MPI_Allreduce failed on the communicator");
+  if (null_paths > 0)
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_open: null model path on " + std::to_string(null_paths) +
+                                                    " rank(s)");
   return guarded([&] {
     const std::string path = model_path ? model_path : "";
     auto* h = new surrogate_handle_s{surrogate::Surrogate(comm, path, to_options(options))};

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <climits>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "surrogate/exchange.hpp"
@@ -69,11 +70,34 @@ std::vector<int> to_ints(std::span<const std::size_t> values, const char* what) 
 
 }  // namespace
 
-MpiComm::MpiComm(MPI_Comm comm) {
-  int initialized = 0;
+void MpiComm::check_communicator(MPI_Comm comm, const std::string& what) {
+  int initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
-  if (!initialized) throw Error(ErrorCode::communication, "MPI is not initialised (call MPI_Init first)");
-  if (comm == MPI_COMM_NULL) throw Error(ErrorCode::invalid_argument, "MPI_COMM_NULL given as communicator");
+  MPI_Finalized(&finalized);
+  if (!initialized || finalized)
+    throw Error(ErrorCode::communication, what + ": MPI is " + (finalized ? "finalised" : "not initialised (call MPI_Init first)"));
+  if (comm == MPI_COMM_NULL) throw Error(ErrorCode::invalid_argument, what + ": MPI_COMM_NULL given as communicator");
+  // An invalid handle reports on MPI_COMM_WORLD's (MPI 3) or MPI_COMM_SELF's (MPI 4) error handler, fatal
+  // by default: both return errors while the handle is asked its size, then are restored.
+  MPI_Errhandler world_handler = MPI_ERRHANDLER_NULL, self_handler = MPI_ERRHANDLER_NULL;
+  MPI_Comm_get_errhandler(MPI_COMM_WORLD, &world_handler);
+  MPI_Comm_get_errhandler(MPI_COMM_SELF, &self_handler);
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+  int size = 0, inter = 0;
+  const int size_rc = MPI_Comm_size(comm, &size);
+  const int inter_rc = size_rc == MPI_SUCCESS ? MPI_Comm_test_inter(comm, &inter) : size_rc;
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, world_handler);
+  MPI_Comm_set_errhandler(MPI_COMM_SELF, self_handler);
+  MPI_Errhandler_free(&world_handler);
+  MPI_Errhandler_free(&self_handler);
+  if (size_rc != MPI_SUCCESS || inter_rc != MPI_SUCCESS)
+    throw Error(ErrorCode::invalid_argument, what + ": the communicator is not a valid MPI communicator handle");
+  if (inter) throw Error(ErrorCode::invalid_argument, what + ": an intercommunicator was given; an intracommunicator is needed");
+}
+
+MpiComm::MpiComm(MPI_Comm comm) {
+  check_communicator(comm, "communicator");
   check(MPI_Comm_dup(comm, &comm_), "MPI_Comm_dup");
   MPI_Comm_set_errhandler(comm_, MPI_ERRORS_RETURN);
   MPI_Comm_rank(comm_, &rank_);

@@ -1,6 +1,7 @@
 #include "surrogate/surrogate.hpp"
 
 #include "device_select.hpp"
+#include "strided_check.hpp"
 
 #include <cmath>
 #include <cstdlib>
@@ -26,6 +27,7 @@ struct Surrogate::State {
   std::vector<std::int64_t> edges;     // 2 x n: sources, then receivers
   std::unique_ptr<Plan> plan;          // of the current points (and edges); built by the first predict
   std::vector<float> in_buffer, out_buffer;
+  std::vector<double> out_buffer64;    // predict<double>: fp64 keeps every digit (Model::predict)
   bool has_sample_inputs = false;      // set_sample_inputs on this rank
   std::int64_t sample_rows = 0;        // what set_sample_inputs gave
   int sample_cols = 0;
@@ -36,6 +38,14 @@ struct Surrogate::State {
 };
 
 namespace {
+/// The options every rank must pass alike (threads may differ: each rank sizes its own thread pool).
+std::vector<Comm::Setting> settings_of(const Options& o) {
+  return {{"device", o.device},
+          {"precision", o.precision},
+          {"reproducible", o.reproducible ? "yes" : "no"},
+          {"allow_non_finite_output", o.allow_non_finite_output ? "yes" : "no"}};
+}
+
 /// Checks the options and returns the CUDA device they select (-1: CPU).
 int check_options(const Options& o, const MpiComm& comm) {
   if (o.threads < 0) throw Error(ErrorCode::invalid_argument, "threads must be >= 0, got " + std::to_string(o.threads));
@@ -52,6 +62,11 @@ int check_options(const Options& o, const MpiComm& comm) {
 Surrogate::Surrogate(MPI_Comm comm, const std::string& model_path, Options options) {
   // Constructing the communicator duplicates `comm` (collective); argument errors are agreed afterwards.
   state_ = std::make_unique<State>(comm, std::move(options));
+  // The same model and options on every rank, before anything that depends on them is collective (the
+  // device selection, the model's broadcast from rank 0).
+  std::vector<Comm::Setting> settings{{"model path", model_path}};
+  for (Comm::Setting& setting : settings_of(state_->options)) settings.push_back(std::move(setting));
+  state_->comm.agree_on_settings(settings, "opening model '" + model_path + "'");
   collectively(state_->comm, [&] {
     state_->cuda_device = check_options(state_->options, state_->comm);
     state_->precision = parse_precision(state_->options.precision);
@@ -98,6 +113,7 @@ std::vector<Profile::Phase> Surrogate::profile() const {
 Traffic Surrogate::traffic() const { return state_->plan ? state_->plan->traffic() : Traffic{}; }
 
 void Surrogate::set_options(const Options& options) {
+  state_->comm.agree_on_settings(settings_of(options), "set_options");
   int device = -1;
   collectively(state_->comm, [&] { device = check_options(options, state_->comm); });
   state_->options = options;
@@ -113,6 +129,8 @@ void Surrogate::set_points(std::int64_t n_local, int dim, Strided<const Real> co
     if (n_local < 0) throw Error(ErrorCode::invalid_argument, "set_points: negative number of local points");
     if (dim < 1 || dim > 16) throw Error(ErrorCode::invalid_argument, "set_points: dimension must be 1..16, got " + std::to_string(dim));
     if (n_local > 0 && !coords.data) throw Error(ErrorCode::invalid_argument, "set_points: null coordinates");
+    detail::check_strides(n_local, dim, coords.point_stride, coords.component_stride, sizeof(Real), false,
+                          "set_points: coordinates");
     std::vector<double> copy(static_cast<std::size_t>(n_local) * static_cast<std::size_t>(dim));
     std::int64_t bad = 0;
     for (std::int64_t i = 0; i < n_local; ++i)
@@ -192,6 +210,8 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     if (!s.has_points) throw Error(ErrorCode::invalid_argument, "predict: call set_points first");
     if (n > 0 && ((!in.data && cin > 0) || (!out.data && cout > 0)))
       throw Error(ErrorCode::invalid_argument, "predict: null input or output array");
+    detail::check_strides(n, cin, in.point_stride, in.component_stride, sizeof(Real), false, "predict: input array");
+    detail::check_strides(n, cout, out.point_stride, out.component_stride, sizeof(Real), true, "predict: output array");
     const int s_in = s.model->sample_in_channels();
     const std::int64_t B = s.layout.num_samples();
     if (s_in > 0 && !s.has_sample_inputs)
@@ -235,14 +255,11 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   const Real* in_data = in.data;
   Real* out_data = out.data;
   collectively(s.comm, [&] {
-    // A zero output stride would write several predictions to one place: refused, not silently overwritten
-    // (a model without per-point outputs, cout 0, writes nothing there).
-    if ((n > 1 && cout > 0 && out.point_stride == 0) || (cout > 1 && out.component_stride == 0))
-      throw Error(ErrorCode::invalid_argument, "predict: output stride 0 (point stride " + std::to_string(out.point_stride) +
-                                                   ", channel stride " + std::to_string(out.component_stride) +
-                                                   ") would write several predictions to the same element");
     s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
-    s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
+    if constexpr (std::is_same_v<Real, double>)
+      s.out_buffer64.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
+    else
+      s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
     if (!in_on_device && !out_on_device) return;
     const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
     const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
@@ -274,13 +291,17 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     samples.out = s.sample_out_buffer.data();
     samples.ld_out = s_out;
   }
-  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, s.out_buffer.data(), cout, samples, run);
+  auto& out_buffer = [&]() -> auto& {
+    if constexpr (std::is_same_v<Real, double>) return s.out_buffer64;
+    else return s.out_buffer;
+  }();
+  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, out_buffer.data(), cout, samples, run);
   s.sample_out.assign(s.sample_out_buffer.begin(), s.sample_out_buffer.end());
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;
   for (std::int64_t i = 0; i < n; ++i)
     for (int c = 0; c < cout; ++c)
-      out_data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(s.out_buffer[static_cast<std::size_t>(i * cout + c)]);
+      out_data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(out_buffer[static_cast<std::size_t>(i * cout + c)]);
   if (out_on_device)
     collectively(s.comm, [&] { detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real)); });
 }

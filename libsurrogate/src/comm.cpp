@@ -42,6 +42,59 @@ void Comm::agree_or_throw(const Status& local) const {
   if (!agreed.ok()) agreed.raise();
 }
 
+namespace {
+/// 64-bit FNV-1a over a setting's name and value (a 0 byte between them).
+std::uint64_t setting_digest(const Comm::Setting& setting) {
+  std::uint64_t h = 14695981039346656037ull;
+  const auto add = [&h](const std::string& text) {
+    for (const char ch : text) h = (h ^ static_cast<unsigned char>(ch)) * 1099511628211ull;
+  };
+  add(setting.first);
+  h = (h ^ 0u) * 1099511628211ull;
+  add(setting.second);
+  return h;
+}
+}  // namespace
+
+void Comm::agree_on_settings(const std::vector<Setting>& settings, const std::string& context) const {
+  if (size() == 1) return;
+  // One fixed-size record per rank: the number of settings and their digests (a rank with another count,
+  // e.g. another version of a binding, differs from the first setting it lacks).
+  constexpr std::size_t kMax = 32;
+  struct Record {
+    std::uint64_t count;
+    std::uint64_t digest[kMax];
+  } mine{};
+  if (settings.size() > kMax)
+    throw Error(ErrorCode::internal, context + ": more than " + std::to_string(kMax) + " settings to agree on");
+  mine.count = settings.size();
+  for (std::size_t i = 0; i < settings.size(); ++i) mine.digest[i] = setting_digest(settings[i]);
+  std::vector<Record> all(static_cast<std::size_t>(size()));
+  allgather(&mine, sizeof mine, all.data());
+  const Record& root = all[0];
+  std::size_t first = kMax;
+  for (const Record& r : all)
+    for (std::size_t i = 0; i < kMax && i < first; ++i)
+      if ((i < r.count) != (i < root.count) || (i < r.count && r.digest[i] != root.digest[i])) first = i;
+  if (first == kMax) return;
+  std::string ranks;
+  int differing = 0;
+  for (int r = 1; r < size(); ++r) {
+    const Record& other = all[static_cast<std::size_t>(r)];
+    if ((first < other.count) == (first < root.count) && (first >= other.count || other.digest[first] == root.digest[first]))
+      continue;
+    ranks += (differing++ == 0 ? "" : ", ") + std::to_string(r);
+  }
+  // Every rank names the setting as rank 0 has it (rank 0 holds a value for `first`, or none at all).
+  const std::string name = broadcast_string(rank() == 0 && first < settings.size() ? settings[first].first : "", 0);
+  const std::string value = broadcast_string(rank() == 0 && first < settings.size() ? settings[first].second : "", 0);
+  const std::string what = name.empty() ? "the settings (rank 0 passes " + std::to_string(root.count) + ")"
+                                        : name + ": rank 0 has '" + value + "'";
+  throw Error(ErrorCode::invalid_argument, context + ": the ranks disagree on " + what + ", rank" +
+                                               (differing == 1 ? " " : "s ") + ranks +
+                                               (differing == 1 ? " has" : " have") + " another (every rank must pass the same)");
+}
+
 DeviceTransport& Comm::device_transport(int device) const {
   for (const auto& [d, transport] : transports_)
     if (d == device) return *transport;

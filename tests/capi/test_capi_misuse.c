@@ -1,8 +1,10 @@
 /* The C API misused (share/docs/reliability.md): null handles and arrays, negative counts, zero strides,
- * predict before set_points, double close, a second set_points with another dimension. Each misuse must
+ * predict before set_points, double close, a second set_points with another dimension, invalid communicators,
+ * options and model paths that differ between ranks, overflowing strides. Each misuse must
  * return the same non-zero status on every rank, with a message naming the argument, and leave the handle
  * usable. Run under mpirun at 1 and 3 ranks: test_capi_misuse MODEL.h5 */
 #include <mpi.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -58,6 +60,41 @@ int main(int argc, char** argv) {
         "set_points: null handle");
   CHECK(surrogate_close(NULL) == SURROGATE_OK, "close: a null handle pointer is a no-op");
 
+  /* Communicators MPI cannot use: a status on the rank, never an abort (every rank passes them here). */
+  CHECK(surrogate_open(MPI_COMM_NULL, argv[1], NULL, &s) == SURROGATE_ERR_INVALID_ARGUMENT &&
+            strstr(surrogate_last_error(), "MPI_COMM_NULL") != NULL,
+        "open: MPI_COMM_NULL: %s", surrogate_last_error());
+  CHECK(surrogate_open_f((MPI_Fint)12345, argv[1], NULL, &s) == SURROGATE_ERR_INVALID_ARGUMENT &&
+            strstr(surrogate_last_error(), "not a valid MPI communicator") != NULL,
+        "open_f: an invalid Fortran communicator: %s", surrogate_last_error());
+  {
+    surrogate_vtk_t v = NULL;
+    const int vrc = surrogate_vtk_open_f((MPI_Fint)12345, ".", "x", &v);
+    CHECK(vrc == SURROGATE_ERR_INVALID_ARGUMENT || vrc == SURROGATE_ERR_UNSUPPORTED,
+          "vtk_open_f: an invalid Fortran communicator: %d %s", vrc, surrogate_last_error());
+  }
+  /* Options and model paths that differ between ranks: one agreed error naming the option, not a hang. */
+  {
+    const char* options_differ[] = {"reproducible", "allow_non_finite_output", "precision", "device", "model path"};
+    for (int k = 0; k < 5 && size > 1; ++k) {
+      surrogate_options o;
+      surrogate_options_default(&o);
+      const char* path = argv[1];
+      if (rank == size - 1) {
+        if (k == 0) o.reproducible = 1;
+        if (k == 1) o.allow_non_finite_output = 1;
+        if (k == 2) o.precision = "fp64";
+        if (k == 3) o.device = "cuda-emulated";
+        if (k == 4) path = "no_such_model.h5";
+      }
+      char what[96];
+      snprintf(what, sizeof what, "open: %s differs on the last rank", options_differ[k]);
+      expect_agreed(surrogate_open(MPI_COMM_WORLD, path, &o, &s), SURROGATE_ERR_INVALID_ARGUMENT, options_differ[k], what);
+      CHECK(strstr(surrogate_last_error(), "the ranks disagree on") != NULL, "%s: %s", what, surrogate_last_error());
+      CHECK(s == NULL, "%s: the handle stays NULL", what);
+    }
+  }
+
   if (surrogate_open(MPI_COMM_WORLD, argv[1], NULL, &s) != SURROGATE_OK) {
     fprintf(stderr, "rank %d: cannot open %s: %s\n", rank, argv[1], surrogate_last_error());
     MPI_Finalize();
@@ -78,6 +115,23 @@ int main(int argc, char** argv) {
                 "predict: zero output point stride");
   expect_agreed(surrogate_predict_f64(s, rank == size - 1 ? NULL : in, 2, 1, out, 1, 1),
                 SURROGATE_ERR_INVALID_ARGUMENT, "null", "predict: null input on the last rank");
+  /* Strides whose offsets overflow (the library would read and write outside the caller's arrays). */
+  expect_agreed(surrogate_predict_f64(s, in, rank == 0 ? INT64_MAX / 2 : 2, 1, out, 1, 1),
+                SURROGATE_ERR_INVALID_ARGUMENT, "overflowing strides", "predict: overflowing input stride on rank 0");
+  expect_agreed(surrogate_predict_f64(s, in, 2, 1, out, rank == size - 1 ? INT64_MIN : 1, 1),
+                SURROGATE_ERR_INVALID_ARGUMENT, "overflowing strides", "predict: overflowing output stride on the last rank");
+  expect_agreed(surrogate_set_points_f64(s, n, 2, coords, 2, rank == size - 1 ? INT64_MAX : 1, NULL, NULL),
+                SURROGATE_ERR_INVALID_ARGUMENT, "overflowing strides", "set_points: overflowing dimension stride");
+  CHECK(surrogate_set_points_f64(s, n, 2, coords, 2, 1, NULL, NULL) == SURROGATE_OK, "set_points: %s",
+        surrogate_last_error());
+  /* set_options that differ between ranks. */
+  if (size > 1) {
+    surrogate_options o;
+    surrogate_options_default(&o);
+    o.reproducible = rank == 0;
+    expect_agreed(surrogate_set_options(s, &o), SURROGATE_ERR_INVALID_ARGUMENT, "reproducible",
+                  "set_options: reproducible differs");
+  }
   /* The handle still works after every refusal. */
   CHECK(surrogate_predict_f64(s, in, 2, 1, out, 1, 1) == SURROGATE_OK, "predict after refusals: %s",
         surrogate_last_error());

@@ -4,14 +4,21 @@
 
 #include <mpi.h>
 
+#include <string>
+
 #include "surrogate/comm.hpp"
 
 namespace surrogate {
 
 class MpiComm final : public Comm {
  public:
-  /// Duplicates `comm` (collective), so the library's messages never mix with the caller's.
+  /// Duplicates `comm` (collective), so the library's messages never mix with the caller's. A handle that
+  /// check_communicator refuses throws before anything collective.
   explicit MpiComm(MPI_Comm comm);
+  /// Local: throws Error(invalid_argument) naming `what` when `comm` is MPI_COMM_NULL, not a valid handle
+  /// (as MPI_Comm_f2c gives for a bad Fortran integer) or an intercommunicator, and Error(communication)
+  /// before MPI_Init or after MPI_Finalize. Never aborts through MPI's error handlers.
+  static void check_communicator(MPI_Comm comm, const std::string& what);
   ~MpiComm() override;
   MpiComm(const MpiComm&) = delete;
   MpiComm& operator=(const MpiComm&) = delete;

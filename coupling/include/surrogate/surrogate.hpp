@@ -29,7 +29,8 @@ struct Options {
   /// Arithmetic of the MLPs: "fp32" (default), "tf32" (tensor cores, FP32 accumulation; CUDA devices
   /// only: with device "cpu" it is refused with Error(unsupported)), "bf16" (tensor cores, or on CPUs
   /// with AMX-BF16 / AVX512-BF16 for the families that offer it: flare; accuracy: cuda.md, cpu-bf16.md),
-  /// "fp64": the whole forward in double precision on the CPU, for the families that offer it (hept).
+  /// "fp64": the whole forward in double precision on the CPU, for the families that offer it (hept);
+  /// predict<double> then returns the double results (predict<float> rounds them).
   /// A model or CPU without the precision refuses it with Error(unsupported) at the first predict.
   std::string precision = "fp32";
   /// Hand NaN/Inf predictions to the caller; by default predict() fails on every rank, naming the output

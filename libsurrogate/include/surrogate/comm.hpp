@@ -69,6 +69,14 @@ class Comm {
   void agree_or_throw(const Status& local) const;
   /// Broadcast a string from root.
   std::string broadcast_string(const std::string& text, int root) const;
+  /// A setting as a collective call compares it over the ranks: a name for messages ("device", "--output")
+  /// and its value as text.
+  using Setting = std::pair<std::string, std::string>;
+  /// Collective, before anything else collective that depends on the settings: every rank passes the same
+  /// list (the same names in the same order); the values are compared over the ranks by a 64-bit digest.
+  /// When any differs, every rank throws the same Error(invalid_argument), "<context>: the ranks disagree
+  /// on <name>: rank 0 has '<value>', rank(s) 1, 2 have another", for the first setting that differs.
+  void agree_on_settings(const std::vector<Setting>& settings, const std::string& context) const;
 
   /// The transport between the ranks' CUDA devices, every rank passing its own device (CUDA builds):
   /// collective on the first call for a device (it may bootstrap NCCL), the same object afterwards.
