@@ -6,11 +6,12 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
-#include <filesystem>
 #include <limits>
 #include <system_error>
+#include <type_traits>
 
 #include "h5.hpp"
+#include "output_file.hpp"
 
 namespace surrogate {
 namespace {
@@ -89,11 +90,13 @@ void read_edge_columns(hid_t file, std::int64_t first, std::int64_t count, std::
 PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   h5::QuietErrors quiet;
   Status status;
-  if (comm.rank() == 0) {
-    std::error_code ec;
-    if (!std::filesystem::exists(path, ec)) status = {ErrorCode::io, "input file '" + path + "' does not exist"};
-    else if (H5Fis_hdf5(path.c_str()) <= 0)
-      status = {ErrorCode::io, "'" + path + "' is not an HDF5 file (or it is truncated or unreadable)"};
+  // Every rank opens the file (collective MPI-IO): each checks that it is a regular file it can see.
+  try {
+    h5::check_regular_file(path, "input file");
+    if (comm.rank() == 0 && H5Fis_hdf5(path.c_str()) <= 0)
+      status = {ErrorCode::io, "input file '" + path + "' is not an HDF5 file (or it is truncated or unreadable)"};
+  } catch (...) {
+    status = Status::from_current_exception();
   }
   comm.agree_or_throw(status);
 
@@ -101,7 +104,8 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
   H5Pset_fapl_mpio(fapl, comm.get(), MPI_INFO_NULL);
   h5::Handle file = h5::file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, fapl));
   comm.agree_or_throw(file.valid() ? Status{}
-                                   : Status{ErrorCode::io, "cannot open '" + path + "' (truncated or corrupt HDF5 file?)"});
+                                   : Status{ErrorCode::io, "cannot open input file '" + path + "' (truncated or corrupt HDF5 file?)"});
+  collectively(comm, [&] { h5::refuse_external_links(file, path); });
 
   PointSlab slab;
   DatasetInfo coords, features, batch, target, edges, sample_features;
@@ -250,28 +254,26 @@ PointSlab read_point_file(const MpiComm& comm, const std::string& path) {
 
 namespace {
 
-/// Test hook (share/docs/reliability.md): with SURROGATE_TEST_FAIL_WRITE set, writing the prediction file
-/// fails as on a full disk (ENOSPC), for tests where no small file system can be mounted.
-bool write_failure_injected() {
-  const char* value = std::getenv("SURROGATE_TEST_FAIL_WRITE");
-  return value && *value;
-}
-
 /// The whole prediction file as bytes, built in memory (HDF5 core driver, no backing store) on rank 0.
-std::vector<unsigned char> prediction_image(std::int64_t global_points, int channels, const float* values,
-                                            const std::vector<std::pair<std::string, std::string>>& attributes,
-                                            std::int64_t samples, int sample_channels, const float* sample_values,
-                                            const std::string& path) {
+/// Per-point values are `points` (gathered), per-sample values `output.sample_*`; float64 when the
+/// output holds doubles.
+template <class Real>
+std::vector<unsigned char> prediction_image(const std::string& path, const PredictionOutput& output, const Real* points) {
+  constexpr bool f64 = std::is_same_v<Real, double>;
+  const hid_t file_type = f64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
+  const hid_t memory_type = f64 ? H5T_NATIVE_DOUBLE : H5T_NATIVE_FLOAT;
   h5::Handle fapl = h5::plist(H5Pcreate(H5P_FILE_ACCESS));
   H5Pset_fapl_core(fapl, std::size_t{1} << 20, 0);
   h5::Handle file = h5::file(h5::check(H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl), ErrorCode::io,
                                        "cannot create output file '" + path + "'"));
-  for (const auto& [name, value] : attributes) h5::write_attribute(file, name, value);
-  if (channels > 0 || sample_channels == 0)
-    h5::write_dataset(file, "prediction", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {global_points, channels}, values);
-  if (sample_channels > 0)
-    h5::write_dataset(file, "sample_prediction", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {samples, sample_channels},
-                      sample_values);
+  for (const auto& [name, value] : output.attributes) h5::write_attribute(file, name, value);
+  if (output.channels > 0 || output.sample_channels == 0)
+    h5::write_dataset(file, "prediction", file_type, memory_type, {output.global_points, output.channels}, points);
+  if (output.sample_channels > 0) {
+    const void* samples = f64 ? static_cast<const void*>(output.sample_values_f64) : output.sample_values;
+    h5::write_dataset(file, "sample_prediction", file_type, memory_type, {output.samples, output.sample_channels},
+                      samples);
+  }
   h5::check_status(H5Fflush(file, H5F_SCOPE_GLOBAL), ErrorCode::io, "cannot complete '" + path + "'");
   const ssize_t size = H5Fget_file_image(file, nullptr, 0);
   if (size <= 0) throw Error(ErrorCode::io, "cannot complete '" + path + "'");
@@ -280,48 +282,25 @@ std::vector<unsigned char> prediction_image(std::int64_t global_points, int chan
   return image;
 }
 
-/// Writes `bytes` to `temporary` and syncs it; throws Error(io) with the system's reason.
-void write_bytes(const std::string& temporary, const std::vector<unsigned char>& bytes, const std::string& path) {
-  auto fail = [&](int error) {
-    throw Error(ErrorCode::io, "cannot write output file '" + path + "': " + std::generic_category().message(error) +
-                                   " (the previous file, if any, is left as it was)");
-  };
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(errno);
-  std::size_t done = 0;
-  int error = write_failure_injected() ? ENOSPC : 0;
-  while (error == 0 && done < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) error = n < 0 ? errno : EIO;
-    else done += static_cast<std::size_t>(n);
-  }
-  if (error == 0 && ::fsync(fd) != 0) error = errno;
-  if (::close(fd) != 0 && error == 0) error = errno;
-  if (error != 0) fail(error);
-}
-
-}  // namespace
-
-void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
-                           std::int64_t offset, std::int64_t count, int channels, const float* values,
-                           const std::vector<std::pair<std::string, std::string>>& attributes, std::int64_t samples,
-                           int sample_channels, const float* sample_values) {
-  h5::QuietErrors quiet;
-  // Rank 0 gathers the rows, builds the file in memory and writes it beside the target under a temporary
-  // name, renamed over the target only when the write, the sync and the close succeeded: a failed write
-  // (full disk, quota, I/O error) is an agreed error and leaves the previous file intact.
+template <class Real>
+void write_prediction_file(const MpiComm& comm, const std::string& path, const PredictionOutput& output,
+                           const Real* values) {
+  // Rank 0 gathers the rows, builds the file in memory and writes it through an OutputFile (a unique
+  // temporary beside the target, synced and renamed over it: output_file.hpp), so that a failed write
+  // (full disk, quota, I/O error) is an agreed error and leaves the previous file intact. Parallel HDF5
+  // is not used here: share/docs/reliability.md, promise 6.
+  const MPI_Datatype type = std::is_same_v<Real, double> ? MPI_DOUBLE : MPI_FLOAT;
   const int p = comm.size();
   std::vector<int> counts(static_cast<std::size_t>(p)), displacements(static_cast<std::size_t>(p));
   Status status;
-  const std::int64_t mine = count * channels;
-  if (global_points * channels > std::numeric_limits<int>::max())
-    status = {ErrorCode::unsupported, "output file '" + path + "': " + std::to_string(global_points) + " x " +
-                                          std::to_string(channels) + " values exceed what one file write gathers (2^31)"};
+  if (output.global_points * output.channels > std::numeric_limits<int>::max())
+    status = {ErrorCode::unsupported, "output file '" + path + "': " + std::to_string(output.global_points) + " x " +
+                                          std::to_string(output.channels) +
+                                          " values exceed what one file write gathers (2^31)"};
   comm.agree_or_throw(status);
-  const int mine_int = static_cast<int>(mine);
-  MPI_Gather(&mine_int, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm.get());
-  std::vector<float> all;
+  const int mine = static_cast<int>(output.count * output.channels);
+  MPI_Gather(&mine, 1, MPI_INT, counts.data(), 1, MPI_INT, 0, comm.get());
+  std::vector<Real> all;
   if (comm.rank() == 0) {
     int total = 0;
     for (int r = 0; r < p; ++r) {
@@ -330,25 +309,35 @@ void write_prediction_file(const MpiComm& comm, const std::string& path, std::in
     }
     all.resize(static_cast<std::size_t>(std::max(total, 1)));
   }
-  (void)offset;  // rows arrive in rank order, which is the file's order (offsets are rank-major)
-  MPI_Gatherv(values, mine_int, MPI_FLOAT, all.data(), counts.data(), displacements.data(), MPI_FLOAT, 0, comm.get());
+  // Rows arrive in rank order, which is the file's order (the slabs are rank-major).
+  MPI_Gatherv(values, mine, type, all.data(), counts.data(), displacements.data(), type, 0, comm.get());
   if (comm.rank() == 0) {
-    const std::string temporary = path + ".tmp";
     try {
-      write_bytes(temporary,
-                  prediction_image(global_points, channels, all.data(), attributes, samples, sample_channels,
-                                   sample_values, path),
-                  path);
-      std::error_code ec;
-      std::filesystem::rename(temporary, path, ec);
-      if (ec) throw Error(ErrorCode::io, "cannot move the finished output into place as '" + path + "': " + ec.message());
+      detail::OutputFile file(path, "output file", output.inputs);
+      file.write(prediction_image(path, output, all.data()));
+      file.commit();
     } catch (...) {
       status = Status::from_current_exception();
-      std::error_code ignored;
-      std::filesystem::remove(temporary, ignored);
     }
   }
   comm.agree_or_throw(status);
+}
+
+}  // namespace
+
+void write_prediction_file(const MpiComm& comm, const std::string& path, const PredictionOutput& output) {
+  h5::QuietErrors quiet;
+  Status status;
+  const bool f64 = output.float64;
+  if ((output.count > 0 && output.channels > 0 && !(f64 ? static_cast<const void*>(output.values_f64) : output.values)) ||
+      (output.sample_channels > 0 && !(f64 ? static_cast<const void*>(output.sample_values_f64) : output.sample_values)))
+    status = {ErrorCode::invalid_argument, "write_prediction_file('" + path + "'): no " + (f64 ? "double" : "float") +
+                                               " values given (PredictionOutput::float64 says which)"};
+  comm.agree_or_throw(status);
+  if (comm.allreduce<int>(f64 ? 1 : 0, ReduceOp::min) != comm.allreduce<int>(f64 ? 1 : 0, ReduceOp::max))
+    throw Error(ErrorCode::invalid_argument, "write_prediction_file('" + path + "'): the ranks disagree on float or double values");
+  if (f64) write_prediction_file(comm, path, output, output.values_f64);
+  else write_prediction_file(comm, path, output, output.values);
 }
 
 }  // namespace surrogate

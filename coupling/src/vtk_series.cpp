@@ -10,14 +10,17 @@
 
 #include <algorithm>
 #include <bit>
-#include <cerrno>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 #include <system_error>
 #include <type_traits>
 #include <utility>
+
+#include "output_file.hpp"
+#include "strided_check.hpp"
 
 #ifdef SURROGATE_HAVE_VTK
 #include <vtkCallbackCommand.h>
@@ -128,28 +131,12 @@ void make_directory(const fs::path& directory, const std::string& context) {
   if (!is_dir) throw Error(ErrorCode::io, context + ": '" + directory.string() + "' exists and is not a directory");
 }
 
-/// Writes a whole file through a temporary and a rename, so readers never see half of it.
+/// Writes a whole file through a unique temporary and a rename, so readers never see half of it
+/// (output_file.hpp).
 void write_text_file(const fs::path& path, const std::string& text, const std::string& context) {
-  const fs::path temporary = path.string() + ".tmp";
-  std::FILE* file = std::fopen(temporary.c_str(), "wb");
-  if (!file)
-    throw Error(ErrorCode::io, context + ": cannot write '" + path.string() + "': " +
-                                   std::generic_category().message(errno));
-  const bool written = std::fwrite(text.data(), 1, text.size(), file) == text.size();
-  const int write_errno = errno;
-  const bool closed = std::fclose(file) == 0;
-  std::error_code ignored;
-  if (!written || !closed) {
-    fs::remove(temporary, ignored);
-    throw Error(ErrorCode::io, context + ": cannot write '" + path.string() + "': " +
-                                   std::generic_category().message(written ? errno : write_errno));
-  }
-  std::error_code ec;
-  fs::rename(temporary, path, ec);
-  if (ec) {
-    fs::remove(temporary, ignored);
-    throw Error(ErrorCode::io, context + ": cannot write '" + path.string() + "': " + ec.message());
-  }
+  detail::OutputFile file(path.string(), context + " file");
+  file.write(text);
+  file.commit();
 }
 
 /// What every rank must stage identically: names, units, components, types, in order.
@@ -311,8 +298,10 @@ vtkSmartPointer<vtkDataArray> point_array(const StagedArray& a, Strided<const Re
 
 /// This rank's piece: points padded to 3-D (Float64), its cells or one vertex per point, the staged
 /// arrays, and the FieldData "units" (one "name: unit" per array with a unit) and "TimeValue".
-void write_piece(const Series& s, const fs::path& file, double time, std::int64_t n, int dim,
-                 Strided<const double> coords) {
+/// The piece of this rank as bytes (VTK's XML writer into memory); the caller writes them through an
+/// OutputFile.
+std::string piece_bytes(const Series& s, const fs::path& file, double time, std::int64_t n, int dim,
+                        Strided<const double> coords) {
 #ifdef SURROGATE_HAVE_VTK
   static_assert(sizeof(vtkIdType) == sizeof(std::int64_t), "VTK must use 64-bit ids");
   vtkNew<vtkUnstructuredGrid> grid;
@@ -372,7 +361,7 @@ void write_piece(const Series& s, const fs::path& file, double time, std::int64_
   vtkNew<vtkXMLUnstructuredGridWriter> writer;
   writer->AddObserver(vtkCommand::ErrorEvent, on_error);
   writer->GetExecutive()->AddObserver(vtkCommand::ErrorEvent, on_error);  // "Algorithm ... returned failure"
-  writer->SetFileName(file.c_str());
+  writer->WriteToOutputStringOn();
   writer->SetInputData(grid);
   writer->SetDataModeToAppended();
   writer->EncodeAppendedDataOff();  // raw binary, not base64
@@ -384,6 +373,7 @@ void write_piece(const Series& s, const fs::path& file, double time, std::int64_
     if (why.empty()) why = vtkErrorCode::GetStringFromErrorCode(writer->GetErrorCode());
     throw Error(ErrorCode::io, s.context + ": cannot write piece '" + file.string() + "': " + why);
   }
+  return writer->GetOutputString();
 #else
   (void)s, (void)file, (void)time, (void)n, (void)dim, (void)coords;
   throw Error(ErrorCode::unsupported, "vtk: this build of surrogate has no VTK");
@@ -400,8 +390,14 @@ void check_write(const Series& s, double time, std::int64_t n, int dim, Strided<
   if (s.has_cells && s.max_index >= n)
     throw invalid(where + ": the cells refer to local point " + std::to_string(s.max_index) + " but there are " +
                   std::to_string(n) + " local points");
+  detail::check_strides(n, dim, coords.point_stride, coords.component_stride, sizeof(double), false,
+                        where + ": coordinates");
   for (const StagedArray& a : s.staged) {
     if (n > 0 && !a.has_data()) throw invalid(where + ": array '" + a.name + "' has null values");
+    const std::int64_t ps = a.single ? a.f32.point_stride : a.f64.point_stride;
+    const std::int64_t cs = a.single ? a.f32.component_stride : a.f64.component_stride;
+    detail::check_strides(n, a.components, ps, cs, a.single ? sizeof(float) : sizeof(double), false,
+                          where + ": array '" + a.name + "'");
     if (a.expected_points >= 0 && a.expected_points != n)
       throw invalid(where + ": array '" + a.name + "' holds the surrogate's " + std::to_string(a.expected_points) +
                     " local points but write() was given " + std::to_string(n));
@@ -488,9 +484,8 @@ VtkSeries::VtkSeries(MPI_Comm comm, std::string directory, std::string name)
   if (s.directory.empty()) s.directory = ".";
   s.context = series_context(s.name);
   s.pvd = (fs::path(s.directory) / (s.name + ".pvd")).string();
-  // Every rank must name the same files: compare with rank 0's.
-  const std::string root_directory = s.comm.broadcast_string(s.directory, 0);
-  const std::string root_name = s.comm.broadcast_string(s.name, 0);
+  // Every rank must name the same files.
+  s.comm.agree_on_settings({{"directory", s.directory}, {"series name", s.name}}, "vtk series");
   collectively(s.comm, [&] {
     if (!available())
       throw Error(ErrorCode::unsupported, s.context + ": this build of surrogate has no VTK output (install "
@@ -498,10 +493,9 @@ VtkSeries::VtkSeries(MPI_Comm comm, std::string directory, std::string name)
     check_text("vtk", "series name", s.name, false);
     if (s.name.find('/') != std::string::npos || s.name == "." || s.name == "..")
       throw invalid(s.context + ": the series name must be a plain file name (no '/')");
-    if (s.name != root_name) throw invalid(s.context + ": series name differs from rank 0's '" + root_name + "'");
-    if (s.directory != root_directory)
-      throw invalid(s.context + ": directory '" + s.directory + "' differs from rank 0's '" + root_directory + "'");
     make_directory(s.directory, s.context);
+    // Rank 0 writes the index files: a place where they cannot be written fails now, not after a step.
+    if (s.comm.rank() == 0) (void)detail::check_output_place(s.pvd, s.context + " series file");
   });
 }
 
@@ -648,31 +642,17 @@ int VtkSeries::write_steps(double time, std::int64_t n, int dim, Strided<const d
   const int step = s.steps;
   const std::string stem = s.name + "_" + six_digits(step);
   const fs::path step_directory = fs::path(s.directory) / stem;
-  //    Written to a temporary name and renamed only when every rank's piece was written and closed: a
+  //    Written to a unique temporary and renamed only when every rank's piece was written and synced: a
   //    failed step (full disk, quota) leaves no piece of it and every earlier file intact.
   const fs::path piece = step_directory / ("piece_" + std::to_string(s.comm.rank()) + ".vtu");
-  const fs::path piece_temporary = piece.string() + ".tmp";
-  Status piece_status;
-  try {
+  std::optional<detail::OutputFile> piece_file;
+  collectively(s.comm, [&] {
     make_directory(step_directory, s.context);
-    write_piece(s, piece_temporary, time, n, dim, coords);
-  } catch (...) {
-    piece_status = Status::from_current_exception();
-  }
-  piece_status = s.comm.agree(piece_status);
-  if (piece_status.ok()) {
-    std::error_code ec;
-    fs::rename(piece_temporary, piece, ec);
-    if (ec)
-      piece_status = {ErrorCode::io, s.context + ": cannot write piece '" + piece.string() + "': " + ec.message() +
-                                         " (moving the finished '" + piece_temporary.filename().string() + "' into place)"};
-    piece_status = s.comm.agree(piece_status);
-  }
-  if (!piece_status.ok()) {
-    std::error_code ignored;
-    fs::remove(piece_temporary, ignored);
-    piece_status.raise();
-  }
+    const std::string bytes = piece_bytes(s, piece, time, n, dim, coords);
+    piece_file.emplace(piece.string(), s.context + " piece");
+    piece_file->write(bytes);
+  });
+  collectively(s.comm, [&] { piece_file->commit(); });
 
   // 4. Rank 0: the .pvtu, then the whole .pvd (each through a rename, so a reader never sees half a file).
   auto index = s.series;

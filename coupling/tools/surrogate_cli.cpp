@@ -1,7 +1,8 @@
 // The `surrogate` command-line tool:
 //   surrogate info MODEL.h5
 //   mpirun -np P surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
-// Every error is reported once (by rank 0) and makes every rank exit with status 1.
+// Every error is reported once (by rank 0) and makes every rank exit with status 1 (2 for a mistake on the
+// command line: share/docs/cli.md, "Errors").
 #include <mpi.h>
 #include <omp.h>
 
@@ -15,11 +16,13 @@
 #include <vector>
 
 #include "device_select.hpp"
+#include "output_file.hpp"
 #include "run_report.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/point_file.hpp"
+#include "surrogate/sphere/model_grid.hpp"
 #include "surrogate/version.hpp"
 #include "sphere_coords.hpp"
 
@@ -37,7 +40,8 @@ constexpr const char* kUsage = R"(usage:
                     [--precision fp32|tf32|bf16|fp64] [--allow-non-finite] [--timing] [--quiet]
       Run the model on every point of POINTS.h5 (datasets /coords N x d and /features N x c_in,
       at least one of them; optional /batch_idx N int64 sample indices, sample-major) and write
-      /prediction (N x c_out, float32, input order). Run under mpirun: each rank reads and writes its own slab of rows.
+      /prediction (N x c_out, float32, or float64 with --precision fp64, input order). Run under mpirun:
+      each rank reads its own slab of rows. Every rank must be given the same options (--threads aside).
       Models that need positions (erwin, bsa, hept) take /coords as the positions (hept: eta and phi
       first, each /batch_idx sample one graph); Erwin's message passing uses the optional /edge_index (int64 2 x E: row 0 sources j, row 1 receivers i, rows of the
       file), else the graph rule of the model file.
@@ -151,12 +155,31 @@ int run_info(const std::vector<std::string>& args) {
 }
 
 // ---------------------------------------------------------------------------------------------------
+/// A mistake on the command line (cli.md: exit status 2): an unknown option, a missing or malformed
+/// value, ranks that were given different options, an output that is one of the inputs.
+struct UsageError : Error {
+  explicit UsageError(const std::string& message) : Error(ErrorCode::invalid_argument, message) {}
+};
+
 struct PredictOptions {
   std::string model, input, output;
   surrogate::RunOptions run;
   std::string device = "cpu";
   bool quiet = false;
   bool timing = false;
+
+  /// What every rank must be given alike (--threads may differ: it is the rank's own business).
+  std::vector<surrogate::Comm::Setting> settings() const {
+    return {{"--model", model},
+            {"--input", input},
+            {"--output", output},
+            {"--device", device},
+            {"--precision", surrogate::precision_name(run.precision)},
+            {"--reproducible", run.reproducible ? "yes" : "no"},
+            {"--allow-non-finite", run.allow_non_finite_output ? "yes" : "no"},
+            {"--timing", timing ? "yes" : "no"},
+            {"--quiet", quiet ? "yes" : "no"}};
+  }
 };
 
 PredictOptions parse_predict(const std::vector<std::string>& args) {
@@ -189,29 +212,71 @@ PredictOptions parse_predict(const std::vector<std::string>& args) {
   return o;
 }
 
+/// Runs `step` (collective); an invalid_argument it agrees on is a usage error (exit status 2).
+template <class F>
+void as_usage(F&& step) {
+  try {
+    step();
+  } catch (const Error& e) {
+    if (e.code() == ErrorCode::invalid_argument) throw UsageError(e.what());
+    throw;
+  }
+}
+
 int run_predict(const std::vector<std::string>& args) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   PredictOptions opt;
-  surrogate::collectively(comm, [&] { opt = parse_predict(args); });
+  // The command line, the same on every rank, and the output's place (rank 0 writes it), before anything
+  // is read: an output that cannot be written, or that is the model or the points, fails at once.
+  as_usage([&] {
+    surrogate::collectively(comm, [&] { opt = parse_predict(args); });
+    comm.agree_on_settings(opt.settings(), "surrogate predict");
+    surrogate::collectively(comm, [&] {
+      if (comm.rank() == 0) (void)surrogate::detail::check_output_place(opt.output, "--output", std::vector{opt.model, opt.input});
+    });
+  });
   // The device before anything is read: "cuda" asks the node (collective on every rank), a missing GPU
   // is the same error on every rank.
-  surrogate::collectively(comm, [&] {
-    opt.run.cuda_device = surrogate::detail::select_device(opt.device, comm);
-    if (opt.run.cuda_device < 0 && opt.run.precision == surrogate::Precision::tf32)
-      throw Error(ErrorCode::unsupported, "--precision tf32 needs a CUDA device (--device cuda); the CPU computes in "
-                                          "fp32, bf16 or fp64 where the model and the CPU offer them");
+  as_usage([&] {
+    surrogate::collectively(comm, [&] {
+      opt.run.cuda_device = surrogate::detail::select_device(opt.device, comm);
+      if (opt.run.cuda_device < 0 && opt.run.precision == surrogate::Precision::tf32)
+        throw Error(ErrorCode::unsupported, "--precision tf32 needs a CUDA device (--device cuda); the CPU computes in "
+                                            "fp32, bf16 or fp64 where the model and the CPU offer them");
+    });
   });
 
+  // The model file and the points, then the checks that need only the two files (a spherical model's grid
+  // against the samples' sizes), before the model is built: building a large grid's tables takes minutes.
   const double t0 = MPI_Wtime();
   const surrogate::ModelFile file = surrogate::ModelFile::read(comm, opt.model);
+  // What the attributes alone refuse, before any input is read (a spherical layer file between two grids).
+  surrogate::collectively(comm, [&] { (void)surrogate::sphere::model_grid(file, /*with_colatitudes=*/false); });
+  const double t_file = MPI_Wtime();
+  surrogate::PointSlab slab = surrogate::read_point_file(comm, opt.input);
+  const double t_points = MPI_Wtime();
+  // The library's errors about the points name what it was given (sample ids, positions, edges, inputs):
+  // here those come from the point file, which the message then names.
+  const auto from_the_points = [&](const std::string& datasets, auto&& step) {
+    try {
+      return step();
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::input && e.code() != ErrorCode::invalid_argument) throw;
+      throw Error(e.code(), "'" + opt.input + "' (" + datasets + "): " + e.what());
+    }
+  };
+  const auto layout = from_the_points("/batch_idx", [&] {
+    return surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
+  });
+  surrogate::cli::check_sphere_coordinates(comm, file, slab, layout.sample_sizes(), opt.input);
   std::unique_ptr<surrogate::Model> model;
   surrogate::collectively(comm, [&] {
     model = surrogate::make_model(file);
     model->check_precision(opt.run);
   });
-  const double t1 = MPI_Wtime();
-  surrogate::PointSlab slab = surrogate::read_point_file(comm, opt.input);
+  // "load model" counts reading the file and building the model; "read points" the point file.
   const double t2 = MPI_Wtime();
+  const double t1 = t2 - (t_points - t_file);
 
   // Features: /features, or the coordinates themselves when the file has none and the model takes d inputs.
   surrogate::collectively(comm, [&] {
@@ -243,8 +308,6 @@ int run_predict(const std::vector<std::string>& args) {
                                         " inputs");
     }
   });
-  const auto layout = surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
-  surrogate::cli::check_sphere_coordinates(comm, file, slab, layout.sample_sizes(), opt.input);
   // Per-sample inputs (/sample_features, B x sample_in_channels) and outputs (/sample_prediction).
   const int sample_in = model->sample_in_channels(), sample_out = model->sample_out_channels();
   surrogate::collectively(comm, [&] {
@@ -268,7 +331,11 @@ int run_predict(const std::vector<std::string>& args) {
     sample_arrays.ld_out = sample_out;
   }
   const int out_channels = model->out_channels();
-  std::vector<float> prediction(static_cast<std::size_t>(slab.count) * out_channels);
+  // fp64 keeps its digits: the predictions are computed into doubles and written as float64.
+  const bool float64 = opt.run.precision == surrogate::Precision::fp64;
+  std::vector<float> prediction(float64 ? 0 : static_cast<std::size_t>(slab.count) * out_channels);
+  std::vector<double> prediction64(float64 ? static_cast<std::size_t>(slab.count) * out_channels : 0);
+  const auto predicted = [&](std::size_t k) { return float64 ? prediction64[k] : static_cast<double>(prediction[k]); };
   comm.barrier();
   const double t3 = MPI_Wtime();
   surrogate::PointGeometry geometry;  // global ids: the rows of the file (rank-major slabs)
@@ -281,23 +348,51 @@ int run_predict(const std::vector<std::string>& args) {
     }
   }
   surrogate::cli::Progress progress(comm, !opt.quiet);  // a line on a terminal while a long run works
-  const std::unique_ptr<surrogate::Plan> plan = model->plan(comm, layout, geometry, opt.run);
-  model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, sample_arrays, opt.run);
+  const std::unique_ptr<surrogate::Plan> plan = from_the_points(
+      model->needs_positions() ? (slab.has_edges ? "/coords, /edge_index" : "/coords") : "/batch_idx",
+      [&] { return model->plan(comm, layout, geometry, opt.run); });
+  try {
+    if (float64)
+      model->predict(comm, *plan, slab.features.data(), slab.channels, prediction64.data(), out_channels, sample_arrays,
+                     opt.run);
+    else
+      model->predict(comm, *plan, slab.features.data(), slab.channels, prediction.data(), out_channels, sample_arrays,
+                     opt.run);
+  } catch (const Error& e) {
+    // The non-finite input check (Model::predict, the same message on every rank) is about the file's values.
+    if (e.code() != ErrorCode::input || std::string(e.what()).rfind("input field '", 0) != 0) throw;
+    throw Error(e.code(), "'" + opt.input + "' (" + (slab.has_features ? "/features" : "/coords") + "): " + e.what());
+  }
   progress.stop();
   comm.barrier();
   const double t4 = MPI_Wtime();
   const int threads = opt.run.threads > 0 ? opt.run.threads : omp_get_max_threads();
-  surrogate::write_prediction_file(
-      comm, opt.output, slab.global_points, slab.offset, slab.count, out_channels, prediction.data(),
-      {{"model", opt.model},
-       {"architecture", file.architecture},
-       {"input", opt.input},
-       {"mode", opt.run.reproducible ? "reproducible" : "default"},
-       {"device", opt.device},
-       {"precision", surrogate::precision_name(opt.run.precision)},
-       {"ranks", std::to_string(comm.size())},
-       {"surrogate_version", SURROGATE_VERSION_STRING}},
-      layout.num_samples(), sample_out, sample_prediction.data());
+  surrogate::PredictionOutput output;
+  output.global_points = slab.global_points;
+  output.count = slab.count;
+  output.channels = out_channels;
+  output.samples = layout.num_samples();
+  output.sample_channels = sample_out;
+  const std::vector<double> sample_prediction64(float64 ? sample_prediction.begin() : sample_prediction.end(),
+                                                sample_prediction.end());
+  output.float64 = float64;
+  if (float64) {
+    output.values_f64 = prediction64.data();
+    output.sample_values_f64 = sample_prediction64.data();
+  } else {
+    output.values = prediction.data();
+    output.sample_values = sample_prediction.data();
+  }
+  output.attributes = {{"model", opt.model},
+                       {"architecture", file.architecture},
+                       {"input", opt.input},
+                       {"mode", opt.run.reproducible ? "reproducible" : "default"},
+                       {"device", opt.device},
+                       {"precision", surrogate::precision_name(opt.run.precision)},
+                       {"ranks", std::to_string(comm.size())},
+                       {"surrogate_version", SURROGATE_VERSION_STRING}};
+  output.inputs = {opt.model, opt.input};
+  surrogate::write_prediction_file(comm, opt.output, output);
   const double t5 = MPI_Wtime();
   std::string timing;
   if (opt.timing) {  // collective: every rank's phases, min .. max
@@ -314,7 +409,7 @@ int run_predict(const std::vector<std::string>& args) {
   const bool has_target = slab.target_channels == out_channels;
   for (std::int64_t i = 0; i < slab.count; ++i)
     for (int c = 0; c < out_channels; ++c) {
-      const double v = prediction[static_cast<std::size_t>(i * out_channels + c)];
+      const double v = predicted(static_cast<std::size_t>(i * out_channels + c));
       stats[static_cast<std::size_t>(c)] += v;
       mins[static_cast<std::size_t>(c)] = std::min(mins[static_cast<std::size_t>(c)], v);
       maxs[static_cast<std::size_t>(c)] = std::max(maxs[static_cast<std::size_t>(c)], v);
@@ -379,6 +474,8 @@ int run_predict(const std::vector<std::string>& args) {
 int main(int argc, char** argv) {
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
+  // A run ended by SIGTERM or SIGINT (a job's time limit, Ctrl-C) leaves no temporary output behind.
+  surrogate::detail::remove_temporaries_on_signals();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   std::vector<std::string> args(argv + 1, argv + argc);
@@ -390,12 +487,17 @@ int main(int argc, char** argv) {
     } else if (args[0] == "version" || args[0] == "--version") {
       if (rank == 0) std::cout << "surrogate " << SURROGATE_VERSION_STRING << "\n";
     } else if (args[0] == "info") {
+      if (args.size() != 2) throw UsageError("info expects exactly one model file");
       if (rank == 0) rc = run_info({args.begin() + 1, args.end()});
     } else if (args[0] == "predict") {
       rc = run_predict({args.begin() + 1, args.end()});
     } else {
-      throw Error(ErrorCode::invalid_argument, "unknown command '" + args[0] + "'\n" + kUsage);
+      throw UsageError("unknown command '" + args[0] + "'");
     }
+  } catch (const UsageError& e) {
+    // Every rank agreed on it (or every rank parsed the same arguments): rank 0 prints it.
+    if (rank == 0) std::cerr << "surrogate: error: " << e.what() << "\n(surrogate --help lists the commands and options)\n";
+    rc = 2;
   } catch (const std::exception& e) {
     // Collective operations agree on errors, so every rank holds the same message: rank 0 prints it.
     // `info` runs on rank 0 only.

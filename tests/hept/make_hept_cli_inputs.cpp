@@ -87,12 +87,13 @@ int main(int argc, char** argv) {
       pg.positions = pcf.data();
       pg.ld_positions = pc.cols();
       const auto pn = static_cast<std::int64_t>(pb.size());
-      std::vector<float> py(static_cast<std::size_t>(pn * m->out_channels()));
+      std::vector<double> py(static_cast<std::size_t>(pn * m->out_channels()));
       surrogate::RunOptions o;
       o.precision = surrogate::Precision::fp64;
-      m->predict(comm, surrogate::SampleLayout::build(comm, pn, pb.data()), pg, pxf.data(), px.cols(), py.data(),
-                 m->out_channels(), o);
-      st::write_file(out + "checkpoint_reference_fp64.h5", {{"prediction", {pn, m->out_channels()}, {py.begin(), py.end()}}});
+      const auto plan = m->plan(comm, surrogate::SampleLayout::build(comm, pn, pb.data()), pg, o);
+      m->predict(comm, *plan, pxf.data(), px.cols(), py.data(), m->out_channels(), {}, o);  // double outputs
+      st::write_file(out + "checkpoint_reference_fp64.h5",
+                     {{"prediction", {pn, m->out_channels()}, py, false, /*as_float64=*/true}});
     }
     const st::Array official = st::read_array(checkpoint, "/golden/f64_stable/output");
     st::write_file(out + "checkpoint_official.h5", {{"prediction", official.shape, official.values}});
@@ -110,6 +111,12 @@ int main(int argc, char** argv) {
       px.values.back() = 9.0;
       st::write_file(out + "pileup_bad_class.h5", {{"coords", pc.shape, pc.values}, {"features", px.shape, px.values},
                                                    ints("batch_idx", batch_of(pileup, "/golden"))});
+    }
+
+    {  // regions of 1e17 (finite, far beyond any graph): every rank count must give the one-rank result
+      surrogate::ModelFile huge = surrogate::ModelFile::read(pileup);
+      for (float& v : huge.weights.at("regions").values) v = 1e17f;
+      huge.write(out + "pileup_regions_1e17_model.h5");
     }
 
     const std::string degenerate = data + "degenerate.h5";

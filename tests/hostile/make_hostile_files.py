@@ -22,7 +22,8 @@ BOOL = np.dtype(bool)  # h5py stores numpy booleans as an HDF5 enum over int8
 def first_config_int(path):
     """The name of a /config integer attribute that the family reads as a size (the first one present)."""
     with h5py.File(path, "r") as f:
-        for name in ("num_blocks", "depth", "c_in", "num_layers", "in_channels", "embed_dim", "channel_dim"):
+        for name in ("num_blocks", "depth", "c_in", "num_layers", "n_layers", "in_channels", "embed_dim",
+                     "channel_dim"):
             if name in f["config"].attrs:
                 return name
     raise SystemExit(f"{path}: no known size attribute in /config")
@@ -122,6 +123,12 @@ def model_cases(c):
           "attribute 'hostile_opaque'.*unsupported attribute type")
 
 
+def fill_weight(name, value):
+    def edit(f):
+        f["weights"][name][...] = np.full(f["weights"][name].shape, value, dtype=np.float32)
+    return edit
+
+
 def family_specific(c, family):
     cfg = lambda f: f["config"]
     if family == "flare":
@@ -142,18 +149,57 @@ def family_specific(c, family):
     elif family == "bsa":
         c.add("depth_1e9", lambda f: set_attr(cfg(f), "depth", np.int64(10**9)), "'depth'")
         c.add("depth_2e6", lambda f: set_attr(cfg(f), "depth", np.int64(2 * 10**6)), "depth = 2000000")
-    elif family == "sphere":
+    elif family == "hept":
+        c.add("regions_negative", fill_weight("regions", -1.0), "hept/regions_negative.h5': tensor 'regions' holds -1.*positive")
+        c.add("block_size_huge", lambda f: set_attr(cfg(f), "block_size", np.int64(2**40)), "'block_size'")
+    elif family in ("sphere", "s2"):
         if "img_size" in cfg(c_file := h5py.File(c.model, "r")).attrs:
             c_file.close()
             c.add("img_size_huge", lambda f: set_attr(cfg(f), "img_size", np.array([2**20, 2**21], dtype=np.int64)),
                   "'img_size'.*two integers")
+            # A large grid against a small point file: refused from the two files, before the model builds
+            # its tables (which took 115 s on this grid), well within the case's 60 s.
+            c.add("grid_4096x8192", lambda f: set_attr(cfg(f), "img_size", np.array([4096, 8192], dtype=np.int64)),
+                  "sample 0 has [0-9]+ points, the sphere_transformer model's 4096 x 8192 grid has 33554432")
             c.add("num_layers_huge", lambda f: set_attr(cfg(f), "num_layers", np.int64(10**7)), "num_layers")
         else:
             c_file.close()
             c.add("in_shape_huge", lambda f: set_attr(cfg(f), "in_shape", np.array([2**20, 2**21], dtype=np.int64)),
                   "'in_shape'.*two integers")
+            c.add("grid_4096x8192", lambda f: (set_attr(cfg(f), "in_shape", np.array([4096, 8192], dtype=np.int64)),
+                                               set_attr(cfg(f), "out_shape", np.array([4096, 8192], dtype=np.int64))),
+                  "sample 0 has [0-9]+ points, the s2_[a-z_]+ model's 4096 x 8192 grid has 33554432")
             c.add("scale_zero", lambda f: set_attr(cfg(f), "scale", np.float64(0.0)), "'scale'.*positive")
             c.add("k_channels_zero", lambda f: set_attr(cfg(f), "k_channels", np.int64(0)), "'k_channels'")
+
+
+def sequoia_cases(c, family):
+    """NaN must never be hidden: overflowing weights (finite, so accepted) that make NaN/Inf inside the
+    network must fail the prediction, per point and per sample; a negative running variance is refused."""
+    w = lambda f: f["weights"]
+
+    def fill(name, value):
+        def edit(f):
+            w(f)[name][...] = np.full(w(f)[name].shape, value, dtype=np.float32)
+        return edit
+
+    def negative_variance(name):
+        def edit(f):
+            data = np.asarray(w(f)[name]).astype(np.float32)
+            data.flat[0] = -1.0
+            w(f)[name][...] = data
+        return edit
+    if family == "sequoia_seg":
+        # The head's first Linear overflows, its LayerNorm makes NaN; the ReLU after it must keep them.
+        c.add("head_overflow_nan", fill("cls.0.weight", 3.0e38),
+              "non-finite predictions: output field .* has [0-9]+ NaN/Inf")
+        c.add("batchnorm_negative_variance", negative_variance("_init.projections.1.1.running_var"),
+              "'_init.projections.1.1.running_var' holds -1.* cannot be negative")
+    else:
+        # The logits overflow: a per-sample output, checked as the per-point ones are.
+        c.add("logits_overflow", fill("cls.3.weight", 3.0e38), "per-sample output value [0-9]+ is NaN/Inf")
+        c.add("batchnorm_negative_variance", negative_variance("cls.1.running_var"),
+              "'cls.1.running_var' holds -1.* cannot be negative")
 
 
 def point_cases(c):
@@ -194,6 +240,8 @@ def main():
         c = Cases(out, family, model, points)
         model_cases(c)
         family_specific(c, family)
+        if family.startswith("sequoia"):
+            sequoia_cases(c, family)
         if family == "flare":
             point_cases(c)
         c.write()

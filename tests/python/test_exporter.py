@@ -10,6 +10,7 @@ import io
 import json
 import os
 import shutil
+import stat
 import subprocess
 import sys
 import tempfile
@@ -135,6 +136,20 @@ class ReexportTest(ExporterTestBase):
                 self.assertEqual(root_new["architecture"], "flare")
                 self.assertEqual(root_new["weights_variant"], CASES[name]["weights_variant"])
                 self.assertEqual(cfg_new["key_layout"][0], CASES[name]["key_layout"])
+
+    def test_mode_follows_umask(self):
+        """The model file gets the mode of a new file (0666 less the umask), not mkstemp's owner-only 0600."""
+        name = next(iter(CASES))
+        for mask in (0o022, 0o077):
+            with self.subTest(umask=oct(mask)):
+                old = os.umask(mask)
+                try:
+                    rc, out, err = export(*self.case_args(name, out=f"mode_{mask:o}.h5"))
+                finally:
+                    os.umask(old)
+                self.assertEqual(rc, 0, err)
+                mode = stat.S_IMODE(os.stat(self.tmp / f"mode_{mask:o}.h5").st_mode)
+                self.assertEqual(mode, 0o666 & ~mask, oct(mode))
 
     def test_file_types(self):
         with h5py.File(DATA / "qknorm_layernorm" / "model.h5", "r") as f:

@@ -43,6 +43,17 @@ Array read_array(const std::string& file, const std::string& name) {
   return a;
 }
 
+std::size_t stored_element_size(const std::string& file, const std::string& name) {
+  File f(file);
+  const hid_t d = H5Dopen2(f.id, name.c_str(), H5P_DEFAULT);
+  if (d < 0) throw std::runtime_error("no dataset " + name + " in " + file);
+  const hid_t t = H5Dget_type(d);
+  const std::size_t size = H5Tget_size(t);
+  H5Tclose(t);
+  H5Dclose(d);
+  return size;
+}
+
 double read_double_attribute(const std::string& file, const std::string& name) {
   File f(file);
   const hid_t a = H5Aopen(f.id, name.c_str(), H5P_DEFAULT);
@@ -58,7 +69,7 @@ void write_file(const std::string& file, const std::vector<Dataset>& datasets) {
   for (const Dataset& ds : datasets) {
     std::vector<hsize_t> dims(ds.shape.begin(), ds.shape.end());
     const hid_t s = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
-    const hid_t type = ds.as_int64 ? H5T_STD_I64LE : H5T_IEEE_F32LE;
+    const hid_t type = ds.as_int64 ? H5T_STD_I64LE : ds.as_float64 ? H5T_IEEE_F64LE : H5T_IEEE_F32LE;
     const hid_t d = H5Dcreate2(f.id, ds.name.c_str(), type, s, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
     if (ds.as_int64) {
       std::vector<std::int64_t> v(ds.values.begin(), ds.values.end());

@@ -16,14 +16,17 @@ struct Array {
 
 bool has_dataset(const std::string& file, const std::string& name);
 Array read_array(const std::string& file, const std::string& name);
+/// The size in bytes of one element of the dataset as stored (4 for float32, 8 for float64).
+std::size_t stored_element_size(const std::string& file, const std::string& name);
 double read_double_attribute(const std::string& file, const std::string& name);
 
-/// Writes float32 (or int64 when as_int64) datasets into a new file.
+/// Writes float32 (int64 when as_int64, float64 when as_float64) datasets into a new file.
 struct Dataset {
   std::string name;
   std::vector<std::int64_t> shape;
   std::vector<double> values;
   bool as_int64 = false;
+  bool as_float64 = false;
 };
 void write_file(const std::string& file, const std::vector<Dataset>& datasets);
 

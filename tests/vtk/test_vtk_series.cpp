@@ -442,29 +442,67 @@ TEST_F(VtkSeriesTest, ErrorsAreTheSameOnEveryRank) {
   if (rank == 0) fs::create_directories(piece);
   MPI_Barrier(MPI_COMM_WORLD);
   st = status_of([&] { vtk.write(0, mesh.points, 2, coords); });
-  expect_error(st, ErrorCode::io, {"rank " + std::to_string(last) + ":", "cannot write piece '" + piece.string() + "'"});
+  expect_error(st, ErrorCode::io, {"rank " + std::to_string(last) + ":", "piece '" + piece.string() + "' is a directory"});
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) fs::remove_all(dir / stem);
   MPI_Barrier(MPI_COMM_WORLD);
 
-  // The last rank's piece cannot even be written under its temporary name: no rank's piece of the failed
-  // step is put in place, and no temporary is left.
+  // Pieces go through unique temporaries (output_file.hpp): a planted link and an unrelated file under the
+  // old fixed temporary name are left alone, and a step that fails on the last rank (a directory is in
+  // the way of its piece) puts no rank's piece in place and leaves no temporary behind.
   std::snprintf(stem, sizeof stem, "err_%06d", steps);
-  const fs::path blocked = dir / stem / ("piece_" + std::to_string(last) + ".vtu.tmp");
-  if (rank == 0) fs::create_directories(blocked);
+  const fs::path victim = dir / "victim.txt";
+  if (rank == 0) {
+    fs::create_directories(dir / stem);
+    std::ofstream(victim) << "untouched";
+    for (int r = 0; r < size; ++r) {
+      const fs::path old_temporary = dir / stem / ("piece_" + std::to_string(r) + ".vtu.tmp");
+      if (r % 2 == 0) fs::create_symlink(victim, old_temporary);
+      else std::ofstream(old_temporary) << "unrelated";
+    }
+    fs::create_directories(dir / stem / ("piece_" + std::to_string(last) + ".vtu"));
+  }
   MPI_Barrier(MPI_COMM_WORLD);
   st = status_of([&] { vtk.write(0, mesh.points, 2, coords); });
-  expect_error(st, ErrorCode::io, {"rank " + std::to_string(last) + ":", "cannot write piece"});
+  expect_error(st, ErrorCode::io, {"rank " + std::to_string(last) + ":", "is a directory"});
   MPI_Barrier(MPI_COMM_WORLD);
-  for (int r = 0; r < size; ++r) {
-    const fs::path mine = dir / stem / ("piece_" + std::to_string(r) + ".vtu");
-    EXPECT_FALSE(fs::exists(mine)) << mine << " was put in place by a failed step";
-    if (r != last) {
-      EXPECT_FALSE(fs::exists(mine.string() + ".tmp")) << mine << ".tmp left behind";
+  if (rank == 0) {
+    for (int r = 0; r < size; ++r) {
+      const fs::path mine = dir / stem / ("piece_" + std::to_string(r) + ".vtu");
+      if (r != last) {
+        EXPECT_FALSE(fs::exists(mine)) << mine << " was put in place by a failed step";
+      }
     }
+    for (const auto& entry : fs::directory_iterator(dir / stem))
+      EXPECT_EQ(entry.path().filename().string().rfind(".surrogate-", 0), std::string::npos)
+          << entry.path() << ": a temporary was left behind";
+    std::ifstream in(victim);
+    std::string text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "untouched") << "a planted link redirected a piece";
   }
   MPI_Barrier(MPI_COMM_WORLD);
   if (rank == 0) fs::remove_all(dir / stem);
+  MPI_Barrier(MPI_COMM_WORLD);
+
+  // A successful step leaves the planted link and the unrelated file under the old temporary name alone.
+  std::snprintf(stem, sizeof stem, "err_%06d", steps);
+  if (rank == 0) {
+    fs::create_directories(dir / stem);
+    fs::create_symlink(victim, dir / stem / "piece_0.vtu.tmp");
+  }
+  MPI_Barrier(MPI_COMM_WORLD);
+  EXPECT_EQ(vtk.write(1.5, mesh.points, 2, coords), steps);
+  ++steps;
+  MPI_Barrier(MPI_COMM_WORLD);
+  if (rank == 0) {
+    EXPECT_TRUE(fs::is_symlink(dir / stem / "piece_0.vtu.tmp"));
+    EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(dir / stem / "piece_0.vtu")));
+    std::ifstream in(victim);
+    std::string text;
+    std::getline(in, text);
+    EXPECT_EQ(text, "untouched") << "a planted link redirected a piece";
+  }
   MPI_Barrier(MPI_COMM_WORLD);
 
   // After all that the series still works, with nothing left staged from the failed steps.
@@ -489,7 +527,8 @@ TEST_F(VtkSeriesTest, ErrorsAreTheSameOnEveryRank) {
   if (size > 1) {
     st = status_of([&] { VtkSeries bad(MPI_COMM_WORLD, dir.string(), rank == last ? "other" : "err2"); });
     EXPECT_EQ(st.code, ErrorCode::invalid_argument) << st.message;
-    EXPECT_NE(st.message.find("rank " + std::to_string(last) + ": vtk 'other': series name differs from rank 0's 'err2'"),
+    EXPECT_NE(st.message.find("vtk series: the ranks disagree on series name: rank 0 has 'err2', rank " +
+                              std::to_string(last) + " has another"),
               std::string::npos) << st.message;
     expect_same_on_every_rank(st.message);
   }

@@ -43,12 +43,32 @@ struct PointSlab {
 /// same Error on every rank.
 PointSlab read_point_file(const MpiComm& comm, const std::string& path);
 
-/// Collective. Writes /prediction (N x channels, float32, in input order; left out when channels is 0
-/// and the model has per-sample outputs), /sample_prediction (samples x sample_channels, the same values
-/// on every rank; only when sample_channels > 0), plus string attributes.
-void write_prediction_file(const MpiComm& comm, const std::string& path, std::int64_t global_points,
-                           std::int64_t offset, std::int64_t count, int channels, const float* values,
-                           const std::vector<std::pair<std::string, std::string>>& attributes,
-                           std::int64_t samples = 0, int sample_channels = 0, const float* sample_values = nullptr);
+/// What `surrogate predict` writes: /prediction (global_points x channels, in input order; this rank's
+/// `count` rows at `values`; left out when channels is 0 and the model has per-sample outputs),
+/// /sample_prediction (samples x sample_channels, the same values on every rank; only when sample_channels
+/// > 0), plus string attributes. Float32 datasets from `values` / `sample_values`, or float64 from
+/// `values_f64` / `sample_values_f64` (one kind per file, the same on every rank).
+struct PredictionOutput {
+  std::int64_t global_points = 0;
+  std::int64_t count = 0;
+  int channels = 0;
+  /// float64 datasets from values_f64 / sample_values_f64 (every rank alike), else float32 from values /
+  /// sample_values.
+  bool float64 = false;
+  const float* values = nullptr;
+  const double* values_f64 = nullptr;
+  std::int64_t samples = 0;
+  int sample_channels = 0;
+  const float* sample_values = nullptr;
+  const double* sample_values_f64 = nullptr;
+  std::vector<std::pair<std::string, std::string>> attributes;
+  /// Files the output must not be (the model, the points): writing over one of them is refused.
+  std::vector<std::string> inputs;
+};
+
+/// Collective. Rank 0 gathers the rows and writes the file atomically (a unique temporary beside it, synced
+/// and renamed over it; a character device or FIFO is written in place): share/docs/reliability.md,
+/// "Outputs". Any failure is the same Error on every rank, and the previous file is left as it was.
+void write_prediction_file(const MpiComm& comm, const std::string& path, const PredictionOutput& output);
 
 }  // namespace surrogate

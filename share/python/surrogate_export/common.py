@@ -372,6 +372,11 @@ def write_model_file(path, root_attrs, config, config_kinds, weights, normalizat
     if not out.parent.exists():
         raise ExportError(f"output directory {out.parent} does not exist")
     fd, tmp = tempfile.mkstemp(prefix=".surrogate-export-", suffix=".h5", dir=str(out.parent))
+    # mkstemp creates the file for its owner only; the model file gets the mode of any new file (0666
+    # less the umask), so that the colleagues and batch jobs that read it can.
+    mask = os.umask(0)
+    os.umask(mask)
+    os.fchmod(fd, 0o666 & ~mask)
     os.close(fd)
     try:
         with h5py.File(tmp, "w") as f:
