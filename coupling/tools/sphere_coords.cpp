@@ -10,10 +10,9 @@
 
 namespace surrogate::cli {
 
-void check_sphere_coordinates(const MpiComm& comm, const ModelFile& file, const PointSlab& slab,
-                              const std::vector<index_t>& sample_sizes, const std::string& input_path) {
-  std::optional<sphere::ModelGrid> grid;
-  collectively(comm, [&] { grid = sphere::model_grid(file, /*with_colatitudes=*/false); });
+void check_sphere_coordinates(const MpiComm& comm, const ModelFile& file, std::optional<sphere::ModelGrid> grid,
+                              const PointSlab& slab, const std::vector<index_t>& sample_sizes,
+                              const std::string& input_path) {
   if (!grid) return;
   Status status;
   // Every sample is one whole grid: checked here, before the model builds its tables (minutes on a large grid).
@@ -28,7 +27,7 @@ void check_sphere_coordinates(const MpiComm& comm, const ModelFile& file, const 
     comm.agree_or_throw(status);
     return;
   }
-  if (slab.dim == 3) collectively(comm, [&] { grid = sphere::model_grid(file); });  // now the colatitudes
+  if (slab.dim == 3) collectively(comm, [&] { grid->colatitude = sphere::latitudes(grid->nlat, grid->grid).colatitude; });
   if (slab.dim != 3) {
     status = {ErrorCode::input, "'" + input_path + "': /coords has " + std::to_string(slab.dim) + " columns; for the " +
                                     file.architecture + " model it is optional and, if present, holds the unit vectors "

@@ -11,8 +11,10 @@
 #include <cstdlib>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_select.hpp"
@@ -250,8 +252,10 @@ int run_predict(const std::vector<std::string>& args) {
   // against the samples' sizes), before the model is built: building a large grid's tables takes minutes.
   const double t0 = MPI_Wtime();
   const surrogate::ModelFile file = surrogate::ModelFile::read(comm, opt.model);
-  // What the attributes alone refuse, before any input is read (a spherical layer file between two grids).
-  surrogate::collectively(comm, [&] { (void)surrogate::sphere::model_grid(file, /*with_colatitudes=*/false); });
+  // A spherical model's grid from the attributes alone, before any input is read (it refuses a layer file
+  // between two grids); checked against the points below.
+  std::optional<surrogate::sphere::ModelGrid> grid;
+  surrogate::collectively(comm, [&] { grid = surrogate::sphere::model_grid(file, /*with_colatitudes=*/false); });
   const double t_file = MPI_Wtime();
   surrogate::PointSlab slab = surrogate::read_point_file(comm, opt.input);
   const double t_points = MPI_Wtime();
@@ -268,7 +272,7 @@ int run_predict(const std::vector<std::string>& args) {
   const auto layout = from_the_points("/batch_idx", [&] {
     return surrogate::SampleLayout::build(comm, slab.count, slab.sample_ids.empty() ? nullptr : slab.sample_ids.data());
   });
-  surrogate::cli::check_sphere_coordinates(comm, file, slab, layout.sample_sizes(), opt.input);
+  surrogate::cli::check_sphere_coordinates(comm, file, std::move(grid), slab, layout.sample_sizes(), opt.input);
   std::unique_ptr<surrogate::Model> model;
   surrogate::collectively(comm, [&] {
     model = surrogate::make_model(file);
@@ -373,10 +377,10 @@ int run_predict(const std::vector<std::string>& args) {
   output.channels = out_channels;
   output.samples = layout.num_samples();
   output.sample_channels = sample_out;
-  const std::vector<double> sample_prediction64(float64 ? sample_prediction.begin() : sample_prediction.end(),
-                                                sample_prediction.end());
+  std::vector<double> sample_prediction64;  // computed in float: no family with per-sample outputs has fp64
   output.float64 = float64;
   if (float64) {
+    sample_prediction64.assign(sample_prediction.begin(), sample_prediction.end());
     output.values_f64 = prediction64.data();
     output.sample_values_f64 = sample_prediction64.data();
   } else {

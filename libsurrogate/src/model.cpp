@@ -370,7 +370,9 @@ void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t 
         if (!std::isfinite(out[i * ld_out + c])) ++bad[static_cast<std::size_t>(c)];
     throw_if_non_finite(comm, bad, true);
     // Per-sample outputs (a classification's logits, a regression per sample) are checked the same way;
-    // every rank holds all B rows, so the counts are agreed by maximum, not summed.
+    // every rank holds all B rows, so the counts are agreed by maximum, not summed. s_out is the model's:
+    // the same on every rank, and most models have none (no collective then).
+    if (s_out == 0) return;
     std::vector<std::uint64_t> bad_samples(static_cast<std::size_t>(s_out), 0);
     for (index_t b = 0; b < B; ++b)
       for (int c = 0; c < s_out; ++c)

@@ -6,6 +6,8 @@
 
 #include "surrogate/model.hpp"
 
+#include "file_errors.hpp"
+
 // Every family's factory, declared in its namespace.
 #define SURROGATE_MODEL(family, architecture, factory) \
   namespace surrogate::family {                        \
@@ -42,14 +44,7 @@ std::unique_ptr<Model> make_model(const ModelFile& file) {
                                        "' (this build knows: " + known + ")");
   }
   try {
-    return it->second(file);
-  } catch (const Error& e) {
-    // A family's complaint about /config or /weights names the file it came from (once).
-    const std::string what = e.what();
-    if ((e.code() != ErrorCode::format && e.code() != ErrorCode::weights) || file.path.empty() ||
-        what.find(file.path) != std::string::npos)
-      throw;
-    throw Error(e.code(), "'" + file.path + "': " + what);
+    return detail::naming_the_file(file, [&] { return it->second(file); });
   } catch (const std::bad_alloc&) {
     throw Error(ErrorCode::out_of_memory, "'" + file.path + "': not enough memory to build the " + file.architecture +
                                               " model its /config describes");

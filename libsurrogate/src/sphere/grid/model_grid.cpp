@@ -7,6 +7,7 @@
 
 #include "surrogate/error.hpp"
 #include "surrogate/sphere/transformer.hpp"
+#include "../../file_errors.hpp"
 #include "../config.hpp"
 
 namespace surrogate::sphere {
@@ -47,13 +48,7 @@ std::optional<ModelGrid> grid_of(const ModelFile& file, bool with_colatitudes) {
 }  // namespace
 
 std::optional<ModelGrid> model_grid(const ModelFile& file, bool with_colatitudes) {
-  try {
-    return grid_of(file, with_colatitudes);
-  } catch (const Error& e) {  // the attributes' complaints name the file, as make_model's do
-    const std::string what = e.what();
-    if (e.code() != ErrorCode::format || file.path.empty() || what.find(file.path) != std::string::npos) throw;
-    throw Error(e.code(), "'" + file.path + "': " + what);
-  }
+  return surrogate::detail::naming_the_file(file, [&] { return grid_of(file, with_colatitudes); });  // as make_model
 }
 
 }  // namespace surrogate::sphere
