@@ -4,6 +4,7 @@
 // error instead of some ranks entering the library's collectives and hanging.
 #include "surrogate/petsc.h"
 
+#include "petsc_handle_info.hpp"
 #include "c_api_handles.hpp"  // the handle's surrogate::Surrogate (local point count, communicator)
 #include "surrogate/profile.hpp"
 
@@ -37,6 +38,7 @@ struct HandleInfo {
   bool has_vtk = false;
   std::string vtk_directory;
   PetscReal accept_rtol = 0;
+  PetscReal accept_atol = PETSC_DEFAULT;  // PETSC_DEFAULT: the SNES's own absolute tolerance
 };
 
 std::mutex table_mutex;
@@ -69,6 +71,16 @@ PetscReal accept_rtol(surrogate_t s) noexcept {
   const auto it = table().find(s);
   return it == table().end() ? PetscReal(0) : it->second.accept_rtol;
 }
+
+}  // namespace
+
+PetscReal surrogate::petsc_detail::accept_atol(surrogate_t s) noexcept {
+  std::lock_guard<std::mutex> lock(table_mutex);
+  const auto it = table().find(s);
+  return it == table().end() ? static_cast<PetscReal>(PETSC_DEFAULT) : it->second.accept_atol;
+}
+
+namespace {
 
 void forget(surrogate_t s) noexcept {
   std::lock_guard<std::mutex> lock(table_mutex);
@@ -226,7 +238,8 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   char vtk[PETSC_MAX_PATH_LEN] = "";
   PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE, allow_non_finite = PETSC_FALSE;
   PetscInt threads = 0;
-  PetscReal accept = 0;
+  PetscReal accept = 0, accept_atol = PETSC_DEFAULT;
+  PetscBool has_atol = PETSC_FALSE;
 
   PetscFunctionBegin;
   PetscCall(SurrogateInitializePackage());
@@ -253,6 +266,9 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   PetscCall(PetscOptionsReal("-surrogate_accept_rtol",
                              "SurrogateAcceptOrSolve accepts a prediction x when ||b - A x|| / ||b|| <= this (0: only exact)",
                              "SurrogateAcceptOrSolve", accept, &accept, nullptr));
+  PetscCall(PetscOptionsReal("-surrogate_accept_atol",
+                             "SurrogateSNESAcceptOrSolve accepts a prediction x when ||F(x)|| < this (default: the SNES's -snes_atol)",
+                             "SurrogateSNESAcceptOrSolve", accept_atol, &accept_atol, &has_atol));
   PetscOptionsEnd();
   // The options database is per process: agree on the checks, so that every rank raises the same error.
   PetscMPIInt bad_rtol_on = -1;
@@ -260,6 +276,12 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   PetscCheck(bad_rtol_on < 0, comm, PETSC_ERR_ARG_OUTOFRANGE,
              "surrogate: -%ssurrogate_accept_rtol must be a finite number >= 0 (it is not on rank %d)", prefix ? prefix : "",
              bad_rtol_on);
+  PetscMPIInt bad_atol_on = -1;
+  PetscCall(agree(comm, has_atol && !(accept_atol >= 0 && std::isfinite(static_cast<double>(accept_atol))), nullptr, 0, &bad_atol_on));
+  PetscCheck(bad_atol_on < 0, comm, PETSC_ERR_ARG_OUTOFRANGE,
+             "surrogate: -%ssurrogate_accept_atol must be a finite number >= 0 (it is not on rank %d)", prefix ? prefix : "",
+             bad_atol_on);
+  if (!has_atol) accept_atol = PETSC_DEFAULT;
 
   // The options database is per process: agree that every rank has a model file name.
   PetscMPIInt missing_on = -1;
@@ -284,6 +306,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
     info.has_vtk = has_vtk && vtk[0] != '\0';
     if (info.has_vtk) info.vtk_directory = vtk;
     info.accept_rtol = accept;
+    info.accept_atol = accept_atol;
   });
   PetscMPIInt failed_on = -1;
   PetscCall(agree(comm, !stored, nullptr, 0, &failed_on));

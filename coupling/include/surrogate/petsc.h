@@ -8,6 +8,7 @@
  *   PetscCall(SurrogateSetPointsVec(s, coords));                          // block size = dim
  *   for (step ...) PetscCall(SurrogatePredictVec(s, in, out));            // block sizes = channels
  *   PetscCall(SurrogateAcceptOrSolve(s, ksp, b, x, PETSC_DEFAULT, &ok, &r)); // x: a predicted solution
+ *   PetscCall(SurrogateSNESAcceptOrSolve(s, snes, NULL, x, PETSC_DEFAULT, &ok, &fnorm)); // nonlinear systems
  *   PetscCall(SurrogateDestroy(&s));
  *
  * Conventions
@@ -28,6 +29,7 @@
 #define SURROGATE_PETSC_H
 
 #include <petscksp.h>
+#include <petscsnes.h>
 #include <petscvec.h>
 
 #include "surrogate.h"
@@ -48,6 +50,8 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
  *   -surrogate_vtk <directory>       stored with the handle for the solver's output: SurrogateGetVTKDirectory
  *   -surrogate_accept_rtol <r>       SurrogateAcceptOrSolve accepts a prediction x of A x = b when
  *                                    ||b - A x|| / ||b|| <= r (default 0: only an exact one)
+ *   -surrogate_accept_atol <a>       SurrogateSNESAcceptOrSolve accepts a prediction x of F(x) = b when
+ *                                    ||F(x) - b|| < a (default: the SNES's own -snes_atol)
  * prefix may be NULL. Release the handle with SurrogateDestroy. */
 PETSC_EXTERN PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], surrogate_t* surrogate);
 
@@ -107,8 +111,24 @@ PETSC_EXTERN PetscErrorCode SurrogateAcceptOrSolve(surrogate_t surrogate, KSP ks
 PETSC_EXTERN PetscErrorCode SurrogateSetAcceptTolerance(surrogate_t surrogate, PetscReal rtol);
 PETSC_EXTERN PetscErrorCode SurrogateGetAcceptTolerance(surrogate_t surrogate, PetscReal* rtol);
 
+/* COLLECTIVE over the SNES's communicator. The nonlinear counterpart of SurrogateAcceptOrSolve: accept a
+ * predicted solution of the SNES's system F(x) = b (b may be NULL: F(x) = 0), or start Newton from it.
+ * On entry x holds the prediction. ||F(x) - b||_2 (one evaluation of the SNES's function, into its own
+ * residual Vec) is global, so every rank takes the same decision:
+ *   - ||F(x) - b||_2 < atol: accepted, x is unchanged and SNESSolve is not called. With the default atol
+ *     this is the test SNESSolve itself applies to an initial guess before its first step (an absolute
+ *     one: its relative tolerance measures from the guess);
+ *   - otherwise SNESSolve(snes, b, x) from the prediction (from zero when the residual is not finite);
+ *     SNESSolve evaluates F(x) once more.
+ * atol >= 0, the same on every rank (checked); PETSC_DEFAULT takes the handle's -surrogate_accept_atol if
+ * it was given, else the SNES's absolute tolerance (SNESGetTolerances, -snes_atol). accepted and fnorm
+ * (||F(x) - b||_2 of the prediction) may be NULL. Whether Newton converged is the SNES's business
+ * (SNESGetConvergedReason, -snes_error_if_not_converged). The evaluation is logged as SurrogateCheck. */
+PETSC_EXTERN PetscErrorCode SurrogateSNESAcceptOrSolve(surrogate_t surrogate, SNES snes, Vec b, Vec x, PetscReal atol,
+                                                       PetscBool* accepted, PetscReal* fnorm);
 /* The log events (valid after SurrogateInitializePackage), for PetscLogEventGetPerfInfo and the like.
- * SURROGATE_Check: the residual of SurrogateAcceptOrSolve (its solves are logged as KSPSolve). */
+ * SURROGATE_Check: the residual of SurrogateAcceptOrSolve and SurrogateSNESAcceptOrSolve (their solves are
+ * logged as KSPSolve and SNESSolve). */
 PETSC_EXTERN PetscClassId SURROGATE_CLASSID;
 PETSC_EXTERN PetscLogEvent SURROGATE_SetPoints;
 PETSC_EXTERN PetscLogEvent SURROGATE_Predict;
