@@ -1,8 +1,12 @@
-# VTK output: surrogate::VtkSeries and the surrogate_vtk_* C functions. Both sources are always built
-# (argument checks, .pvtu and .pvd writing do not need VTK); only the per-rank .vtu pieces need VTK's XML
-# writer. Without VTK every VtkSeries (and surrogate_vtk_open) fails with Error(unsupported).
+# VTK output: surrogate::VtkSeries and the surrogate_vtk_* C functions. The sources are always built
+# (argument checks, .pvtu and .pvd writing and the whole VTKHDF format are plain C++ and HDF5); only the
+# per-rank .vtu pieces need VTK's XML writer. Without VTK a series in the vtu format (the default) fails
+# with Error(unsupported); the vtkhdf format works.
 target_sources(surrogate_coupling PRIVATE
   ${CMAKE_CURRENT_LIST_DIR}/../src/vtk_series.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../src/vtk_agreement.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../src/vtu_files.cpp
+  ${CMAKE_CURRENT_LIST_DIR}/../src/vtkhdf_files.cpp
   ${CMAKE_CURRENT_LIST_DIR}/../src/c_api_vtk.cpp)
 if(SURROGATE_HAVE_VTK)
   # Only the XML modules (toolchain.md G6, G9); private: VTK does not appear in surrogate's headers.

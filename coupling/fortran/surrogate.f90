@@ -87,6 +87,10 @@ module surrogate
   integer, parameter, public :: SURROGATE_VTK_HEXAHEDRON = 12
   integer, parameter, public :: SURROGATE_VTK_WEDGE = 13
 
+  ! --- VTK output formats (surrogate_vtk_open's `format`; share/docs/vtk.md) ----------------------------
+  integer, parameter, public :: SURROGATE_VTK_FORMAT_VTU = 0    ! .vtu per rank, .pvtu per step, .pvd (needs VTK)
+  integer, parameter, public :: SURROGATE_VTK_FORMAT_VTKHDF = 1 ! one VTKHDF file per step, .hdf.series
+
   ! --- Handles --------------------------------------------------------------------------------------
   !> An open surrogate model. `handle` is the C surrogate_t (for calling the c_surrogate_* functions).
   type, public :: surrogate_t
@@ -121,7 +125,7 @@ module surrogate
   public :: c_surrogate_architecture, c_surrogate_last_predict_seconds
   public :: c_surrogate_sample_channels, c_surrogate_samples, c_surrogate_set_sample_inputs_f64
   public :: c_surrogate_get_sample_outputs_f64
-  public :: c_surrogate_vtk_open_f, c_surrogate_vtk_close, c_surrogate_vtk_set_cells
+  public :: c_surrogate_vtk_open_f, c_surrogate_vtk_open_format_f, c_surrogate_vtk_close, c_surrogate_vtk_set_cells
   public :: c_surrogate_vtk_add_array_f64, c_surrogate_vtk_add_array_f32, c_surrogate_vtk_add_prediction_f64
   public :: c_surrogate_vtk_write, c_surrogate_vtk_write_points_of
   public :: c_surrogate_last_error, c_surrogate_status_string, c_surrogate_version
@@ -289,6 +293,14 @@ module surrogate
       type(c_ptr), intent(out) :: vtk
     end function c_surrogate_vtk_open_f
 
+    integer(c_int) function c_surrogate_vtk_open_format_f(comm, directory, name, format, vtk) &
+        bind(C, name="surrogate_vtk_open_format_f")
+      import :: c_int, c_char, c_ptr
+      integer(c_int), value :: comm, format
+      character(kind=c_char), intent(in) :: directory(*), name(*)
+      type(c_ptr), intent(out) :: vtk
+    end function c_surrogate_vtk_open_format_f
+
     integer(c_int) function c_surrogate_vtk_close(vtk) bind(C, name="surrogate_vtk_close")
       import :: c_int, c_ptr
       type(c_ptr), intent(inout) :: vtk
@@ -411,7 +423,8 @@ module surrogate
     module procedure predict_f64, predict_f32
   end interface surrogate_predict
 
-  !> call surrogate_vtk_open(vtk, comm, directory, name, ierr). Collective.
+  !> call surrogate_vtk_open(vtk, comm, directory, name, ierr [, format]). Collective. format:
+  !> SURROGATE_VTK_FORMAT_VTU (default) or SURROGATE_VTK_FORMAT_VTKHDF, the same on every rank.
   interface surrogate_vtk_open
     module procedure vtk_open_f08, vtk_open_integer
   end interface surrogate_vtk_open
@@ -1199,23 +1212,28 @@ contains
     defer_problem = forced_status(rc, problem)
   end function defer_problem
 
-  subroutine vtk_open_f08(vtk, comm, directory, name, ierr)
+  subroutine vtk_open_f08(vtk, comm, directory, name, ierr, format)
     type(surrogate_vtk_t), intent(inout) :: vtk
     type(MPI_Comm), intent(in) :: comm
     character(len=*), intent(in) :: directory, name
     integer, intent(out) :: ierr
-    call vtk_open_integer(vtk, comm%MPI_VAL, directory, name, ierr)
+    integer, intent(in), optional :: format
+    call vtk_open_integer(vtk, comm%MPI_VAL, directory, name, ierr, format)
   end subroutine vtk_open_f08
 
-  !> Collective. Files <directory>/<name>.pvd, <name>_<step>.pvtu, <name>_<step>/piece_<rank>.vtu.
-  subroutine vtk_open_integer(vtk, comm, directory, name, ierr)
+  !> Collective. Files <directory>/<name>.pvd, <name>_<step>.pvtu, <name>_<step>/piece_<rank>.vtu; with
+  !> format = SURROGATE_VTK_FORMAT_VTKHDF <directory>/<name>.hdf.series and <name>_<step>.hdf.
+  subroutine vtk_open_integer(vtk, comm, directory, name, ierr, format)
     type(surrogate_vtk_t), intent(inout) :: vtk
     integer, intent(in) :: comm
     character(len=*), intent(in) :: directory, name
     integer, intent(out) :: ierr
+    integer, intent(in), optional :: format
     type(c_ptr) :: handle
-    integer(c_int) :: rc
+    integer(c_int) :: rc, c_format
     handle = c_null_ptr
+    c_format = SURROGATE_VTK_FORMAT_VTU
+    if (present(format)) c_format = int(format, c_int)
     if (c_associated(vtk%handle)) then
       ! Opening over an open series would leak it: fail on every rank (an empty series name is an
       ! error the library agrees on).
@@ -1223,7 +1241,7 @@ contains
       ierr = forced_status(rc, 'surrogate_vtk_open: this surrogate_vtk_t is already open; close it first')
       return
     end if
-    rc = c_surrogate_vtk_open_f(int(comm, c_int), c_string(directory), c_string(name), handle)
+    rc = c_surrogate_vtk_open_format_f(int(comm, c_int), c_string(directory), c_string(name), c_format, handle)
     ierr = c_status(rc)
     vtk%handle = handle
   end subroutine vtk_open_integer

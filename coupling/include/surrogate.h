@@ -147,7 +147,9 @@ int surrogate_agree(surrogate_t handle, int status, const char* message);
 int surrogate_last_predict_seconds(surrogate_t handle, double* seconds);
 
 /* ------------------------------------------------------------------------------------------------
- * Parallel VTK output (.vtu per rank, .pvtu per step, .pvd series) that ParaView opens.
+ * Parallel VTK output that ParaView opens, in one of two formats (share/docs/vtk.md):
+ *   SURROGATE_VTK_FORMAT_VTU     .vtu per rank, .pvtu per step, .pvd series (needs VTK at build time)
+ *   SURROGATE_VTK_FORMAT_VTKHDF  one VTKHDF file per step (parallel HDF5), .hdf.series (always built)
  * ------------------------------------------------------------------------------------------------ */
 typedef struct surrogate_vtk_s* surrogate_vtk_t;
 
@@ -163,9 +165,24 @@ enum {
   SURROGATE_VTK_WEDGE = 13
 };
 
+/* VTK output formats (surrogate_vtk_open_format). */
+enum { SURROGATE_VTK_FORMAT_VTU = 0, SURROGATE_VTK_FORMAT_VTKHDF = 1 };
+
 /* COLLECTIVE. Files <directory>/<name>.pvd, <name>_<step>.pvtu, <name>_<step>/piece_<rank>.vtu. */
 int surrogate_vtk_open(MPI_Comm comm, const char* directory, const char* name, surrogate_vtk_t* vtk);
 int surrogate_vtk_open_f(MPI_Fint comm, const char* directory, const char* name, surrogate_vtk_t* vtk);
+/* COLLECTIVE. The same in the given format (SURROGATE_VTK_FORMAT_*; the same on every rank). VTKHDF:
+ * files <directory>/<name>.hdf.series and <name>_<step>.hdf. An unknown format is
+ * SURROGATE_ERR_INVALID_ARGUMENT, a format this build lacks SURROGATE_ERR_UNSUPPORTED, on every rank. */
+int surrogate_vtk_open_format(MPI_Comm comm, const char* directory, const char* name, int format,
+                              surrogate_vtk_t* vtk);
+int surrogate_vtk_open_format_f(MPI_Fint comm, const char* directory, const char* name, int format,
+                                surrogate_vtk_t* vtk);
+/* Local. *available = 1 when this build writes `format` (VTU needs VTK at build time; VTKHDF is always
+ * available), else 0. */
+int surrogate_vtk_format_available(int format, int* available);
+/* Local. The series file that ParaView opens (<name>.pvd or <name>.hdf.series); owned by the handle. */
+int surrogate_vtk_series_path(surrogate_vtk_t vtk, const char** path);
 /* COLLECTIVE. Sets *vtk to NULL. */
 int surrogate_vtk_close(surrogate_vtk_t* vtk);
 /* The staging functions below (set_cells, add_array_*, add_prediction_f64) are local. A bad argument is

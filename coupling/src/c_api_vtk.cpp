@@ -52,18 +52,47 @@ int add_array(surrogate_vtk_t vtk, const char* function, const char* name, const
 extern "C" {
 
 int surrogate_vtk_open(MPI_Comm comm, const char* directory, const char* name, surrogate_vtk_t* vtk) {
-  if (!vtk) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_vtk_open: null handle pointer");
-  *vtk = nullptr;
-  return guarded([&] {
-    // Null strings become "" so that every rank still takes part in the collective constructor, which
-    // agrees on the outcome ("" directory: the current directory; "" name: an error on every rank).
-    auto* h = new surrogate_vtk_s{surrogate::VtkSeries(comm, directory ? directory : "", name ? name : "")};
-    *vtk = h;
-  });
+  return surrogate_vtk_open_format(comm, directory, name, SURROGATE_VTK_FORMAT_VTU, vtk);
 }
 
 int surrogate_vtk_open_f(MPI_Fint comm, const char* directory, const char* name, surrogate_vtk_t* vtk) {
   return surrogate_vtk_open(MPI_Comm_f2c(comm), directory, name, vtk);
+}
+
+int surrogate_vtk_open_format(MPI_Comm comm, const char* directory, const char* name, int format,
+                              surrogate_vtk_t* vtk) {
+  if (!vtk) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_vtk_open_format: null handle pointer");
+  *vtk = nullptr;
+  return guarded([&] {
+    // Null strings become "" so that every rank still takes part in the collective constructor, which
+    // agrees on the outcome ("" directory: the current directory; "" name: an error on every rank). An
+    // unknown format is passed on as it is: the constructor compares it over the ranks and refuses it.
+    auto* h = new surrogate_vtk_s{surrogate::VtkSeries(comm, directory ? directory : "", name ? name : "",
+                                                       static_cast<surrogate::VtkFormat>(format))};
+    *vtk = h;
+  });
+}
+
+int surrogate_vtk_open_format_f(MPI_Fint comm, const char* directory, const char* name, int format,
+                                surrogate_vtk_t* vtk) {
+  return surrogate_vtk_open_format(MPI_Comm_f2c(comm), directory, name, format, vtk);
+}
+
+int surrogate_vtk_format_available(int format, int* available) {
+  if (!available) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_vtk_format_available: null pointer");
+  *available = 0;
+  if (format != SURROGATE_VTK_FORMAT_VTU && format != SURROGATE_VTK_FORMAT_VTKHDF)
+    return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_vtk_format_available: unknown VTK format " +
+                                                    std::to_string(format) + " (SURROGATE_VTK_FORMAT_VTU or _VTKHDF)");
+  *available = surrogate::VtkSeries::available(static_cast<surrogate::VtkFormat>(format)) ? 1 : 0;
+  return SURROGATE_OK;
+}
+
+int surrogate_vtk_series_path(surrogate_vtk_t vtk, const char** path) {
+  SURROGATE_CHECK_VTK(vtk);
+  if (!path) return fail(SURROGATE_ERR_INVALID_ARGUMENT, "surrogate_vtk_series_path: null pointer");
+  *path = vtk->object.series_path().c_str();
+  return SURROGATE_OK;
 }
 
 int surrogate_vtk_close(surrogate_vtk_t* vtk) {

@@ -162,8 +162,12 @@ OutputPlace check_output_place(const std::string& path, const std::string& what,
   return place;
 }
 
-OutputFile::OutputFile(const std::string& path, const std::string& what, std::span<const std::string> inputs)
+OutputFile::OutputFile(const std::string& path, const std::string& what, std::span<const std::string> inputs,
+                       OutputWriters writers)
     : path_(path), what_(what), place_(check_output_place(path, what, inputs)) {
+  if (place_.kind == OutputPlace::Kind::stream && writers == OutputWriters::by_name)
+    throw Error(ErrorCode::io, quoted(what_, path_) + " is a device or a FIFO: refused (this output is written by "
+                                                       "several processes with MPI-IO; it must be a regular file)");
   if (place_.kind == OutputPlace::Kind::stream) {
     // O_NONBLOCK: a FIFO nobody reads is ENXIO instead of a wait for ever; cleared once open.
     fd_ = ::open(place_.target.c_str(), O_WRONLY | O_NOCTTY | O_CLOEXEC | O_NONBLOCK);
@@ -225,8 +229,41 @@ void OutputFile::write(const std::string& text) {
   write(std::span<const unsigned char>(reinterpret_cast<const unsigned char*>(text.data()), text.size()));
 }
 
+std::uint64_t OutputFile::size() const {
+  struct stat info {};
+  if (fd_ < 0 || ::fstat(fd_, &info) != 0) return 0;
+  return static_cast<std::uint64_t>(info.st_size);
+}
+
+void OutputFile::reserve(std::uint64_t bytes) {
+  if (fd_ < 0) throw Error(ErrorCode::internal, "OutputFile::reserve after commit or discard");
+  if (place_.kind == OutputPlace::Kind::stream || bytes == 0) return;
+  if (write_failure_injected()) fail(ENOSPC, " (reserving " + std::to_string(bytes) + " bytes)");
+  int result = 0;
+  do {
+    result = ::fallocate(fd_, FALLOC_FL_KEEP_SIZE, 0, static_cast<off_t>(bytes));
+  } while (result != 0 && errno == EINTR);
+  if (result == 0) {
+    reserved_ = true;
+    return;
+  }
+  const int error = errno;
+  if (error == ENOSPC || error == EDQUOT || error == EFBIG || error == EIO)
+    fail(error, " (reserving " + std::to_string(bytes) + " bytes)");
+  // EOPNOTSUPP, ENOSYS, ...: this file system cannot reserve; the writers go on without.
+}
+
 void OutputFile::commit() {
   if (fd_ < 0) throw Error(ErrorCode::internal, "OutputFile::commit after commit or discard");
+  if (reserved_) {
+    // Gives back the reserved blocks beyond the end that the writers did not use (ext4, tmpfs, ...).
+    struct stat info {};
+    if (::fstat(fd_, &info) == 0) {
+      const int given_back = ::ftruncate(fd_, info.st_size);  // best effort: the file is complete either way
+      (void)given_back;
+    }
+    reserved_ = false;
+  }
   if (place_.kind == OutputPlace::Kind::stream) {
     const int closed = ::close(fd_);
     fd_ = -1;

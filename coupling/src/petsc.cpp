@@ -13,6 +13,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -37,6 +38,7 @@ struct HandleInfo {
   MPI_Comm comm = MPI_COMM_NULL;  // the communicator given to SurrogateCreateFromOptions (not owned)
   bool has_vtk = false;
   std::string vtk_directory;
+  int vtk_format = SURROGATE_VTK_FORMAT_VTU;  // -surrogate_vtk_format
   PetscReal accept_rtol = 0;
   PetscReal accept_atol = PETSC_DEFAULT;  // PETSC_DEFAULT: the SNES's own absolute tolerance
 };
@@ -236,6 +238,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
   char device[64] = "cpu";
   char precision[16] = "fp32";
   char vtk[PETSC_MAX_PATH_LEN] = "";
+  char vtk_format[16] = "vtu";
   PetscBool has_model = PETSC_FALSE, has_vtk = PETSC_FALSE, reproducible = PETSC_FALSE, allow_non_finite = PETSC_FALSE;
   PetscInt threads = 0;
   PetscReal accept = 0, accept_atol = PETSC_DEFAULT;
@@ -263,6 +266,9 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
                              "SurrogateCreateFromOptions", allow_non_finite, &allow_non_finite, nullptr));
   PetscCall(PetscOptionsString("-surrogate_vtk", "Directory for VTK output (see SurrogateGetVTKDirectory)",
                                "SurrogateGetVTKDirectory", vtk, vtk, sizeof(vtk), &has_vtk));
+  PetscCall(PetscOptionsString("-surrogate_vtk_format",
+                               "VTK output format: vtu (a .vtu per rank and step) or vtkhdf (one file per step)",
+                               "SurrogateGetVTKFormat", vtk_format, vtk_format, sizeof(vtk_format), nullptr));
   PetscCall(PetscOptionsReal("-surrogate_accept_rtol",
                              "SurrogateAcceptOrSolve accepts a prediction x when ||b - A x|| / ||b|| <= this (0: only exact)",
                              "SurrogateAcceptOrSolve", accept, &accept, nullptr));
@@ -282,6 +288,13 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
              "surrogate: -%ssurrogate_accept_atol must be a finite number >= 0 (it is not on rank %d)", prefix ? prefix : "",
              bad_atol_on);
   if (!has_atol) accept_atol = PETSC_DEFAULT;
+
+  const bool vtkhdf = std::strcmp(vtk_format, "vtkhdf") == 0;
+  PetscMPIInt bad_format_on = -1;
+  PetscCall(agree(comm, !vtkhdf && std::strcmp(vtk_format, "vtu") != 0, nullptr, 0, &bad_format_on));
+  PetscCheck(bad_format_on < 0, comm, PETSC_ERR_ARG_WRONG,
+             "surrogate: -%ssurrogate_vtk_format must be vtu or vtkhdf (it is not on rank %d)", prefix ? prefix : "",
+             bad_format_on);
 
   // The options database is per process: agree that every rank has a model file name.
   PetscMPIInt missing_on = -1;
@@ -305,6 +318,7 @@ PetscErrorCode SurrogateCreateFromOptions(MPI_Comm comm, const char prefix[], su
     info.comm = comm;
     info.has_vtk = has_vtk && vtk[0] != '\0';
     if (info.has_vtk) info.vtk_directory = vtk;
+    info.vtk_format = vtkhdf ? SURROGATE_VTK_FORMAT_VTKHDF : SURROGATE_VTK_FORMAT_VTU;
     info.accept_rtol = accept;
     info.accept_atol = accept_atol;
   });
@@ -338,6 +352,17 @@ PetscErrorCode SurrogateGetVTKDirectory(surrogate_t surrogate, const char* direc
   std::lock_guard<std::mutex> lock(table_mutex);
   const auto it = table().find(surrogate);
   if (it != table().end() && it->second.has_vtk) *directory = it->second.vtk_directory.c_str();
+  PetscFunctionReturn(0);
+}
+
+PetscErrorCode SurrogateGetVTKFormat(surrogate_t surrogate, int* format) {
+  PetscFunctionBegin;
+  PetscCheck(format, PETSC_COMM_SELF, PETSC_ERR_ARG_NULL, "surrogate: SurrogateGetVTKFormat: null pointer");
+  *format = SURROGATE_VTK_FORMAT_VTU;
+  if (!surrogate) PetscFunctionReturn(0);
+  std::lock_guard<std::mutex> lock(table_mutex);
+  const auto it = table().find(surrogate);
+  if (it != table().end()) *format = it->second.vtk_format;
   PetscFunctionReturn(0);
 }
 

@@ -1,6 +1,6 @@
-// surrogate::VtkSeries: one .vtu piece per rank (VTK's XML writer, binary appended data), a hand-written
-// .pvtu per step and the .pvd time series, both on rank 0. Everything but the pieces builds without VTK;
-// without VTK the constructor fails with Error(unsupported) on every rank.
+// surrogate::VtkSeries: the staging calls, the checks of write() and the steps' order of work. The files
+// of each format are written by vtu_files.cpp (a .vtu piece per rank, a .pvtu per step, the .pvd; needs
+// VTK) and vtkhdf_files.cpp (one VTKHDF file per step with parallel HDF5, the .hdf.series; no VTK).
 //
 // Every write() first checks its arguments locally and agrees on the outcome, then compares the staged
 // arrays and the time across the ranks (one allgather of a hash), and only then touches the file system,
@@ -9,8 +9,6 @@
 #include "surrogate/vtk.hpp"
 
 #include <algorithm>
-#include <bit>
-#include <charconv>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -21,44 +19,16 @@
 
 #include "output_file.hpp"
 #include "strided_check.hpp"
-
-#ifdef SURROGATE_HAVE_VTK
-#include <vtkCallbackCommand.h>
-#include <vtkCellArray.h>
-#include <vtkCommand.h>
-#include <vtkDoubleArray.h>
-#include <vtkErrorCode.h>
-#include <vtkExecutive.h>
-#include <vtkFieldData.h>
-#include <vtkFloatArray.h>
-#include <vtkIdTypeArray.h>
-#include <vtkNew.h>
-#include <vtkPointData.h>
-#include <vtkPoints.h>
-#include <vtkStringArray.h>
-#include <vtkUnsignedCharArray.h>
-#include <vtkUnstructuredGrid.h>
-#include <vtkXMLUnstructuredGridWriter.h>
-#endif
+#include "vtk_detail.hpp"
 
 namespace surrogate {
 
 namespace fs = std::filesystem;
+using vtk_detail::number;
+using vtk_detail::StagedArray;
 
 namespace {
 
-/// A point array staged for the next write(): a view of the caller's values, read by write().
-struct StagedArray {
-  std::string name, unit;
-  int components = 1;
-  bool single = false;  // Float32 (else Float64)
-  Strided<const double> f64{};
-  Strided<const float> f32{};
-  std::int64_t expected_points = -1;  // add_prediction: the surrogate's local point count
-
-  bool has_data() const { return single ? f32.data != nullptr : f64.data != nullptr; }
-  const char* type() const { return single ? "Float32" : "Float64"; }
-};
 
 /// Nodes of a cell type: the exact count, 0 for a polygon (3 or more), -1 for a type we do not write.
 int cell_nodes(std::uint8_t type) {
@@ -103,22 +73,33 @@ void check_text(const std::string& context, const std::string& what, const std::
   }
 }
 
+/// VTKHDF keeps each array as an HDF5 dataset named after it: no '/' (a path separator there), not ".".
+void check_dataset_name(const std::string& context, const std::string& name) {
+  if (name.find('/') != std::string::npos || name == ".")
+    throw invalid(context + ": array name '" + name + "' cannot name a dataset of a VTKHDF file (no '/', not \".\")");
+}
+
 std::string series_context(const std::string& name) { return "vtk '" + name + "'"; }
+
+const char* format_name(VtkFormat format) {
+  switch (format) {
+    case VtkFormat::vtu: return "vtu";
+    case VtkFormat::vtkhdf: return "vtkhdf";
+  }
+  return "unknown";
+}
+
+/// The series file: <name>.pvd, or for VTKHDF <name>.hdf.series (ParaView 5.11's PVD reader does not open
+/// VTKHDF files; its file-series reader takes this JSON index and picks the reader by the ".hdf").
+std::string series_file_name(const std::string& name, VtkFormat format) {
+  return name + (format == VtkFormat::vtkhdf ? ".hdf.series" : ".pvd");
+}
 
 std::string six_digits(int step) {
   char buffer[32];
   std::snprintf(buffer, sizeof buffer, "%06d", step);
   return buffer;
 }
-
-/// Shortest text that reads back as the same double.
-std::string number(double value) {
-  char buffer[64];
-  const auto result = std::to_chars(buffer, buffer + sizeof buffer, value);
-  return std::string(buffer, result.ptr);
-}
-
-const char* byte_order() { return std::endian::native == std::endian::little ? "LittleEndian" : "BigEndian"; }
 
 /// Creates `directory` (and its parents); another rank creating it at the same time is fine.
 void make_directory(const fs::path& directory, const std::string& context) {
@@ -139,117 +120,19 @@ void write_text_file(const fs::path& path, const std::string& text, const std::s
   file.commit();
 }
 
-/// What every rank must stage identically: names, units, components, types, in order.
-constexpr char kFieldSep = '\x1f', kEntrySep = '\x1e';
-
-std::string signature_of(const std::vector<StagedArray>& arrays) {
-  std::string s;
-  for (const StagedArray& a : arrays) {
-    s += a.name;
-    s += kFieldSep;
-    s += a.unit;
-    s += kFieldSep;
-    s += std::to_string(a.components);
-    s += kFieldSep;
-    s += a.type();
-    s += kEntrySep;
-  }
-  return s;
-}
-
-std::uint64_t fnv1a(const std::string& text) {
-  std::uint64_t h = 14695981039346656037ull;
-  for (const char ch : text) {
-    h ^= static_cast<unsigned char>(ch);
-    h *= 1099511628211ull;
-  }
-  return h;
-}
-
-struct SignatureEntry {
-  std::string name, text;
-};
-
-std::vector<SignatureEntry> parse_signature(const std::string& signature) {
-  std::vector<SignatureEntry> entries;
-  std::size_t begin = 0;
-  while (begin < signature.size()) {
-    const std::size_t end = signature.find(kEntrySep, begin);
-    const std::string entry = signature.substr(begin, end - begin);
-    std::vector<std::string> f;
-    std::size_t b = 0;
-    for (;;) {
-      const std::size_t e = entry.find(kFieldSep, b);
-      f.push_back(entry.substr(b, e == std::string::npos ? std::string::npos : e - b));
-      if (e == std::string::npos) break;
-      b = e + 1;
-    }
-    f.resize(4);
-    entries.push_back({f[0], f[0] + " (" + f[2] + " x " + f[3] + (f[1].empty() ? "" : ", " + f[1]) + ")"});
-    if (end == std::string::npos) break;
-    begin = end + 1;
-  }
-  return entries;
-}
-
-std::string describe(const std::vector<SignatureEntry>& entries) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < entries.size(); ++i) s += (i ? ", " : "") + entries[i].text;
-  return s + "]";
-}
-
-/// The message for two ranks that staged different arrays, naming the first array that differs.
-std::string signature_mismatch(const std::string& context, int rank, const std::string& mine, const std::string& root) {
-  const auto a = parse_signature(root), b = parse_signature(mine);
-  std::string first;
-  for (std::size_t i = 0; i < std::max(a.size(), b.size()) && first.empty(); ++i) {
-    if (i >= a.size()) first = b[i].name;
-    else if (i >= b.size()) first = a[i].name;
-    else if (a[i].text != b[i].text) first = a[i].name != b[i].name ? a[i].name + "' / '" + b[i].name : a[i].name;
-  }
-  return context + ": the staged point arrays differ between ranks (array '" + first + "'): rank 0 has " +
-         describe(a) + ", rank " + std::to_string(rank) + " has " + describe(b);
-}
-
-std::string pvtu_text(const std::vector<StagedArray>& arrays, const std::string& stem, int pieces) {
-  std::string x = "<?xml version=\"1.0\"?>\n";
-  x += "<VTKFile type=\"PUnstructuredGrid\" version=\"1.0\" byte_order=\"";
-  x += byte_order();
-  x += "\" header_type=\"UInt64\">\n  <PUnstructuredGrid GhostLevel=\"0\">\n";
-  if (!arrays.empty()) {
-    x += "    <PPointData>\n";
-    for (const StagedArray& a : arrays)
-      x += "      <PDataArray type=\"" + std::string(a.type()) + "\" Name=\"" + a.name + "\" NumberOfComponents=\"" +
-           std::to_string(a.components) + "\"/>\n";
-    x += "    </PPointData>\n";
-  }
-  x += "    <PPoints>\n      <PDataArray type=\"Float64\" Name=\"Points\" NumberOfComponents=\"3\"/>\n    </PPoints>\n";
-  for (int r = 0; r < pieces; ++r) x += "    <Piece Source=\"" + stem + "/piece_" + std::to_string(r) + ".vtu\"/>\n";
-  x += "  </PUnstructuredGrid>\n</VTKFile>\n";
-  return x;
-}
-
-std::string pvd_text(const std::vector<std::pair<double, std::string>>& series) {
-  std::string x = "<?xml version=\"1.0\"?>\n<VTKFile type=\"Collection\" version=\"0.1\" byte_order=\"";
-  x += byte_order();
-  x += "\">\n  <Collection>\n";
-  for (const auto& [time, file] : series)
-    x += "    <DataSet timestep=\"" + number(time) + "\" group=\"\" part=\"0\" file=\"" + file + "\"/>\n";
-  x += "  </Collection>\n</VTKFile>\n";
-  return x;
-}
-
 }  // namespace
 
 // The state of a series; VtkSeries::State is this, and the helpers below take it directly.
 namespace vtk_detail {
 struct Series {
-  Series(MPI_Comm c, std::string d, std::string n) : comm(c), directory(std::move(d)), name(std::move(n)) {}
+  Series(MPI_Comm c, std::string d, std::string n, VtkFormat f)
+      : comm(c), directory(std::move(d)), name(std::move(n)), format(f) {}
   MpiComm comm;
-  std::string directory, name, pvd;
+  std::string directory, name, pvd;  // pvd: the series file (.pvd or .hdf.series)
+  VtkFormat format;
   std::string context;  // "vtk '<name>'", for messages
   int steps = 0;
-  std::vector<std::pair<double, std::string>> series;  // (time, .pvtu file) of the steps written
+  SeriesIndex series;  // (time, .pvtu or .hdf file) of the steps written
   bool has_cells = false;
   std::vector<std::int64_t> connectivity, offsets;
   std::vector<std::uint8_t> types;
@@ -271,114 +154,6 @@ namespace {
 
 using vtk_detail::Series;
 
-#ifdef SURROGATE_HAVE_VTK
-/// Collects the messages of a VTK object's ErrorEvent instead of letting VTK print them.
-void collect_vtk_error(vtkObject*, unsigned long, void* client, void* call) {
-  auto& text = *static_cast<std::string*>(client);
-  std::string message = call ? static_cast<const char*>(call) : "unknown VTK error";
-  // "ERROR: In file, line N\nvtkClass (0x...): message" -> "message"
-  if (const std::size_t p = message.find("): "); p != std::string::npos) message = message.substr(p + 3);
-  while (!message.empty() && (message.back() == '\n' || message.back() == ' ')) message.pop_back();
-  if (text.empty()) text = message;
-}
-
-template <class Array, class Real>
-vtkSmartPointer<vtkDataArray> point_array(const StagedArray& a, Strided<const Real> v, std::int64_t n) {
-  auto array = vtkSmartPointer<Array>::New();
-  array->SetName(a.name.c_str());
-  array->SetNumberOfComponents(a.components);
-  array->SetNumberOfTuples(static_cast<vtkIdType>(n));
-  Real* out = n > 0 ? array->GetPointer(0) : nullptr;
-  for (std::int64_t i = 0; i < n; ++i)
-    for (int j = 0; j < a.components; ++j)
-      out[i * a.components + j] = v.data[i * v.point_stride + j * v.component_stride];
-  return array;
-}
-#endif
-
-/// This rank's piece: points padded to 3-D (Float64), its cells or one vertex per point, the staged
-/// arrays, and the FieldData "units" (one "name: unit" per array with a unit) and "TimeValue".
-/// The piece of this rank as bytes (VTK's XML writer into memory); the caller writes them through an
-/// OutputFile.
-std::string piece_bytes(const Series& s, const fs::path& file, double time, std::int64_t n, int dim,
-                        Strided<const double> coords) {
-#ifdef SURROGATE_HAVE_VTK
-  static_assert(sizeof(vtkIdType) == sizeof(std::int64_t), "VTK must use 64-bit ids");
-  vtkNew<vtkUnstructuredGrid> grid;
-  vtkNew<vtkPoints> points;
-  points->SetDataTypeToDouble();
-  points->SetNumberOfPoints(static_cast<vtkIdType>(n));
-  for (std::int64_t i = 0; i < n; ++i) {
-    double p[3] = {0, 0, 0};
-    for (int j = 0; j < dim; ++j) p[j] = coords.data[i * coords.point_stride + j * coords.component_stride];
-    points->SetPoint(static_cast<vtkIdType>(i), p);
-  }
-  grid->SetPoints(points);
-
-  vtkNew<vtkIdTypeArray> offsets, connectivity;
-  vtkNew<vtkUnsignedCharArray> types;
-  if (s.has_cells) {
-    const auto cells = static_cast<vtkIdType>(s.offsets.size());
-    offsets->SetNumberOfValues(cells + 1);
-    offsets->SetValue(0, 0);
-    for (vtkIdType c = 0; c < cells; ++c) offsets->SetValue(c + 1, s.offsets[static_cast<std::size_t>(c)]);
-    connectivity->SetNumberOfValues(static_cast<vtkIdType>(s.connectivity.size()));
-    for (std::size_t k = 0; k < s.connectivity.size(); ++k)
-      connectivity->SetValue(static_cast<vtkIdType>(k), s.connectivity[k]);
-    types->SetNumberOfValues(cells);
-    for (vtkIdType c = 0; c < cells; ++c) types->SetValue(c, s.types[static_cast<std::size_t>(c)]);
-  } else {  // one vertex per point, so that ParaView draws the points
-    offsets->SetNumberOfValues(static_cast<vtkIdType>(n + 1));
-    for (std::int64_t i = 0; i <= n; ++i) offsets->SetValue(static_cast<vtkIdType>(i), i);
-    connectivity->SetNumberOfValues(static_cast<vtkIdType>(n));
-    types->SetNumberOfValues(static_cast<vtkIdType>(n));
-    for (std::int64_t i = 0; i < n; ++i) {
-      connectivity->SetValue(static_cast<vtkIdType>(i), i);
-      types->SetValue(static_cast<vtkIdType>(i), static_cast<unsigned char>(VtkCell::vertex));
-    }
-  }
-  vtkNew<vtkCellArray> cells;
-  cells->SetData(offsets, connectivity);
-  grid->SetCells(types, cells);
-
-  vtkNew<vtkStringArray> units;
-  units->SetName("units");
-  for (const StagedArray& a : s.staged) {
-    grid->GetPointData()->AddArray(a.single ? point_array<vtkFloatArray>(a, a.f32, n)
-                                            : point_array<vtkDoubleArray>(a, a.f64, n));
-    if (!a.unit.empty()) units->InsertNextValue(a.name + ": " + a.unit);
-  }
-  if (units->GetNumberOfValues() > 0) grid->GetFieldData()->AddArray(units);
-  vtkNew<vtkDoubleArray> time_value;
-  time_value->SetName("TimeValue");
-  time_value->InsertNextValue(time);
-  grid->GetFieldData()->AddArray(time_value);
-
-  std::string vtk_error;
-  vtkNew<vtkCallbackCommand> on_error;
-  on_error->SetCallback(collect_vtk_error);
-  on_error->SetClientData(&vtk_error);
-  vtkNew<vtkXMLUnstructuredGridWriter> writer;
-  writer->AddObserver(vtkCommand::ErrorEvent, on_error);
-  writer->GetExecutive()->AddObserver(vtkCommand::ErrorEvent, on_error);  // "Algorithm ... returned failure"
-  writer->WriteToOutputStringOn();
-  writer->SetInputData(grid);
-  writer->SetDataModeToAppended();
-  writer->EncodeAppendedDataOff();  // raw binary, not base64
-  writer->SetHeaderTypeToUInt64();
-  writer->SetCompressorTypeToZLib();
-  const int ok = writer->Write();
-  if (!ok || !vtk_error.empty() || writer->GetErrorCode() != vtkErrorCode::NoError) {
-    std::string why = vtk_error;
-    if (why.empty()) why = vtkErrorCode::GetStringFromErrorCode(writer->GetErrorCode());
-    throw Error(ErrorCode::io, s.context + ": cannot write piece '" + file.string() + "': " + why);
-  }
-  return writer->GetOutputString();
-#else
-  (void)s, (void)file, (void)time, (void)n, (void)dim, (void)coords;
-  throw Error(ErrorCode::unsupported, "vtk: this build of surrogate has no VTK");
-#endif
-}
 
 /// The local checks of write(), before anything collective happens.
 void check_write(const Series& s, double time, std::int64_t n, int dim, Strided<const double> coords) {
@@ -404,48 +179,13 @@ void check_write(const Series& s, double time, std::int64_t n, int dim, Strided<
   }
 }
 
-/// Collective: the ranks passed the same time and staged the same arrays; else the same Error (naming
-/// the first rank that differs from rank 0, and the array) on every rank.
-void check_ranks_agree(const Series& s, double time, const std::string& signature) {
-  struct Summary {
-    std::uint64_t hash;
-    double time;
-  };
-  const int size = s.comm.size();
-  const Summary mine{fnv1a(signature), time};
-  std::vector<Summary> all(static_cast<std::size_t>(size));
-  s.comm.allgather(&mine, sizeof mine, all.data());
-  for (int r = 1; r < size; ++r)
-    if (all[static_cast<std::size_t>(r)].time != all[0].time)
-      throw invalid("rank " + std::to_string(r) + ": " + s.context + ": write() at time " +
-                    number(all[static_cast<std::size_t>(r)].time) + " but rank 0 writes time " + number(all[0].time));
-  if (std::all_of(all.begin(), all.end(), [&](const Summary& x) { return x.hash == all[0].hash; })) return;
-
-  // Rare path: gather the signatures themselves for a message that names the array.
-  const std::size_t my_bytes = signature.size();
-  std::vector<std::size_t> bytes(static_cast<std::size_t>(size)), offsets(static_cast<std::size_t>(size));
-  s.comm.allgather(&my_bytes, sizeof my_bytes, bytes.data());
-  std::size_t total = 0;
-  for (int r = 0; r < size; ++r) {
-    offsets[static_cast<std::size_t>(r)] = total;
-    total += bytes[static_cast<std::size_t>(r)];
-  }
-  std::string everything(total, '\0');
-  s.comm.allgatherv(signature.data(), my_bytes, everything.data(), bytes, offsets);
-  const std::string root = everything.substr(0, bytes[0]);
-  for (int r = 1; r < size; ++r) {
-    const std::string other = everything.substr(offsets[static_cast<std::size_t>(r)], bytes[static_cast<std::size_t>(r)]);
-    if (other != root) throw invalid("rank " + std::to_string(r) + ": " + signature_mismatch(s.context + ": write()", r, other, root));
-  }
-  throw Error(ErrorCode::internal, s.context + ": write(): the staged arrays hash differently but are equal");
-}
-
 template <class Real>
 void stage(Series& s, const std::string& name, const std::string& unit, int components,
            Strided<const Real> values, std::int64_t expected_points, const char* call) {
   try {
     const std::string where = s.context + ": " + call;
     check_text(where, "array name", name, false);
+    if (s.format == VtkFormat::vtkhdf) check_dataset_name(where, name);
     check_text(where + " (array '" + name + "')", "unit", unit, true);
     if (components < 1)
       throw invalid(where + ": array '" + name + "' has " + std::to_string(components) + " components (need >= 1)");
@@ -470,26 +210,41 @@ void stage(Series& s, const std::string& name, const std::string& unit, int comp
 
 }  // namespace
 
-bool VtkSeries::available() noexcept {
+bool VtkSeries::available() noexcept { return available(VtkFormat::vtu); }
+
+bool VtkSeries::available(VtkFormat format) noexcept {
+  switch (format) {
+    case VtkFormat::vtu:
 #ifdef SURROGATE_HAVE_VTK
-  return true;
+      return true;
 #else
-  return false;
+      return false;
 #endif
+    case VtkFormat::vtkhdf: return true;  // plain (parallel) HDF5, which every build links
+  }
+  return false;
 }
 
 VtkSeries::VtkSeries(MPI_Comm comm, std::string directory, std::string name)
-    : state_(std::make_unique<State>(comm, std::move(directory), std::move(name))) {
+    : VtkSeries(comm, std::move(directory), std::move(name), VtkFormat::vtu) {}
+
+VtkSeries::VtkSeries(MPI_Comm comm, std::string directory, std::string name, VtkFormat format)
+    : state_(std::make_unique<State>(comm, std::move(directory), std::move(name), format)) {
   State& s = *state_;
   if (s.directory.empty()) s.directory = ".";
   s.context = series_context(s.name);
-  s.pvd = (fs::path(s.directory) / (s.name + ".pvd")).string();
-  // Every rank must name the same files.
-  s.comm.agree_on_settings({{"directory", s.directory}, {"series name", s.name}}, "vtk series");
+  s.pvd = (fs::path(s.directory) / series_file_name(s.name, format)).string();
+  // Every rank must name the same files (an out-of-range format, from C or Fortran, compares as its number).
+  const std::string format_text = std::string(format_name(format)) + " (" + std::to_string(static_cast<int>(format)) + ")";
+  s.comm.agree_on_settings({{"directory", s.directory}, {"series name", s.name}, {"format", format_text}}, "vtk series");
   collectively(s.comm, [&] {
-    if (!available())
+    if (format != VtkFormat::vtu && format != VtkFormat::vtkhdf)
+      throw invalid(s.context + ": unknown VTK format " + std::to_string(static_cast<int>(format)) +
+                    " (vtu = 0 or vtkhdf = 1)");
+    if (!available(format))
       throw Error(ErrorCode::unsupported, s.context + ": this build of surrogate has no VTK output (install "
-                                                      "libvtk9-dev and configure with SURROGATE_ENABLE_VTK=AUTO or ON)");
+                                                      "libvtk9-dev and configure with SURROGATE_ENABLE_VTK=AUTO or ON; "
+                                                      "the vtkhdf format needs no VTK)");
     check_text("vtk", "series name", s.name, false);
     if (s.name.find('/') != std::string::npos || s.name == "." || s.name == "..")
       throw invalid(s.context + ": the series name must be a plain file name (no '/')");
@@ -500,7 +255,10 @@ VtkSeries::VtkSeries(MPI_Comm comm, std::string directory, std::string name)
 }
 
 VtkSeries::VtkSeries(const MpiComm& comm, std::string directory, std::string name)
-    : VtkSeries(comm.get(), std::move(directory), std::move(name)) {}
+    : VtkSeries(comm.get(), std::move(directory), std::move(name), VtkFormat::vtu) {}
+
+VtkSeries::VtkSeries(const MpiComm& comm, std::string directory, std::string name, VtkFormat format)
+    : VtkSeries(comm.get(), std::move(directory), std::move(name), format) {}
 
 VtkSeries::~VtkSeries() = default;
 VtkSeries::VtkSeries(VtkSeries&&) noexcept = default;
@@ -625,48 +383,59 @@ int VtkSeries::write_steps(double time, std::int64_t n, int dim, Strided<const d
 
   // 1. Local checks, agreed before anything collective touches the file system.
   if (local.ok()) local = s.pending;
-  std::string signature;
   if (local.ok()) {
     try {
       check_write(s, time, n, dim, coords);
-      signature = signature_of(s.staged);
     } catch (...) {
       local = Status::from_current_exception();
     }
   }
   s.comm.agree_or_throw(local);
   // 2. The same time and arrays on every rank.
-  check_ranks_agree(s, time, signature);
+  vtk_detail::check_ranks_agree(s.comm, s.context, time, s.staged);
 
-  // 3. Every rank: the step's folder (idempotent) and its piece.
-  const int step = s.steps;
-  const std::string stem = s.name + "_" + six_digits(step);
-  const fs::path step_directory = fs::path(s.directory) / stem;
-  //    Written to a unique temporary and renamed only when every rank's piece was written and synced: a
-  //    failed step (full disk, quota) leaves no piece of it and every earlier file intact.
-  const fs::path piece = step_directory / ("piece_" + std::to_string(s.comm.rank()) + ".vtu");
-  std::optional<detail::OutputFile> piece_file;
-  collectively(s.comm, [&] {
-    make_directory(step_directory, s.context);
-    const std::string bytes = piece_bytes(s, piece, time, n, dim, coords);
-    piece_file.emplace(piece.string(), s.context + " piece");
-    piece_file->write(bytes);
-  });
-  collectively(s.comm, [&] { piece_file->commit(); });
-
-  // 4. Rank 0: the .pvtu, then the whole .pvd (each through a rename, so a reader never sees half a file).
+  const vtk_detail::Step data{time, n, dim, coords, s.has_cells, s.connectivity, s.offsets, s.types, s.staged};
+  const std::string stem = s.name + "_" + six_digits(s.steps);
   auto index = s.series;
-  index.emplace_back(time, stem + ".pvtu");
-  collectively(s.comm, [&] {
-    if (s.comm.rank() != 0) return;
-    write_text_file(fs::path(s.directory) / (stem + ".pvtu"), pvtu_text(s.staged, stem, s.comm.size()), s.context);
-    write_text_file(s.pvd, pvd_text(index), s.context);
-  });
+  if (s.format == VtkFormat::vtkhdf) {
+    // 3. Every rank: its piece of the step's one file (parallel HDF5, through rank 0's temporary).
+    const std::string file = stem + ".hdf";
+    vtk_detail::write_vtkhdf_step(s.comm, (fs::path(s.directory) / file).string(), s.context, data);
+    index.emplace_back(time, file);
+    // 4. Rank 0: the whole .hdf.series (through a rename, so a reader never sees half of it).
+    collectively(s.comm, [&] {
+      if (s.comm.rank() == 0) write_text_file(s.pvd, vtk_detail::hdf_series_text(index), s.context);
+    });
+  } else {
+    // 3. Every rank: the step's folder (idempotent) and its piece, written to a unique temporary and
+    //    renamed only when every rank's piece was written and synced: a failed step (full disk, quota)
+    //    leaves no piece of it and every earlier file intact.
+    const fs::path step_directory = fs::path(s.directory) / stem;
+    const fs::path piece = step_directory / ("piece_" + std::to_string(s.comm.rank()) + ".vtu");
+    std::optional<detail::OutputFile> piece_file;
+    collectively(s.comm, [&] {
+      make_directory(step_directory, s.context);
+      const std::string bytes = vtk_detail::vtu_piece_bytes(data, piece.string(), s.context);
+      piece_file.emplace(piece.string(), s.context + " piece");
+      piece_file->write(bytes);
+    });
+    collectively(s.comm, [&] { piece_file->commit(); });
+    // 4. Rank 0: the .pvtu, then the whole .pvd (each through a rename).
+    index.emplace_back(time, stem + ".pvtu");
+    collectively(s.comm, [&] {
+      if (s.comm.rank() != 0) return;
+      write_text_file(fs::path(s.directory) / (stem + ".pvtu"), vtk_detail::pvtu_text(s.staged, stem, s.comm.size()),
+                      s.context);
+      write_text_file(s.pvd, vtk_detail::pvd_text(index), s.context);
+    });
+  }
   s.series = std::move(index);
   return s.steps++;
 }
 
 const std::string& VtkSeries::pvd_path() const { return state().pvd; }
+const std::string& VtkSeries::series_path() const { return state().pvd; }
+VtkFormat VtkSeries::format() const { return state().format; }
 int VtkSeries::steps() const { return state().steps; }
 const Status& VtkSeries::staging_error() const { return state().pending; }
 void VtkSeries::defer_error(const Status& error) {

@@ -3,11 +3,12 @@
     share/tools/pvbatch-headless share/tools/check_vtk.py expect.json
 
 expect.json (tests/vtk/vtk_paraview_case.cpp writes one):
-    pvtu, pvtu_time   one step's .pvtu and its time
-    pvd, times        the series and its time steps
+    pvtu, pvtu_time   one step's .pvtu and its time (the vtu format)
+    step_file, step_time  or one step's VTKHDF file (.hdf) and its time (the vtkhdf format)
+    pvd, times        the series file (.pvd, or .hdf.series for VTKHDF) and its time steps
     points, cells     global counts (every step); points may be [lo, hi] for pieces that repeat shared
                       (ghost) vertices
-    pieces            pieces listed in each .pvtu (one per rank)
+    pieces            pieces listed in each .pvtu (one per rank; not checked for VTKHDF files)
     arrays            {name: {"components": n, "ranges": {time or "*": [[lo, hi] per component]} or null}};
                       null ranges: only checked to be finite
     units             {name: unit}, from the pieces' FieldData string array "units" ("name: unit" entries)
@@ -194,12 +195,19 @@ def main():
     with open(sys.argv[1]) as f:
         expect = json.load(f)
 
-    pvtu = OpenDataFile(expect["pvtu"])
-    check(pvtu is not None, "ParaView cannot open %s" % expect["pvtu"])
-    if pvtu is not None:
-        print("%s: reader %s" % (expect["pvtu"], pvtu.GetXMLName()))
-        check_pvtu_pieces(expect["pvtu"], expect["pieces"])
-        check_dataset("pvtu", pvtu, expect["pvtu_time"], expect)
+    if "pvtu" in expect:
+        pvtu = OpenDataFile(expect["pvtu"])
+        check(pvtu is not None, "ParaView cannot open %s" % expect["pvtu"])
+        if pvtu is not None:
+            print("%s: reader %s" % (expect["pvtu"], pvtu.GetXMLName()))
+            check_pvtu_pieces(expect["pvtu"], expect["pieces"])
+            check_dataset("pvtu", pvtu, expect["pvtu_time"], expect)
+    if "step_file" in expect:
+        step = OpenDataFile(expect["step_file"])
+        check(step is not None, "ParaView cannot open %s" % expect["step_file"])
+        if step is not None:
+            print("%s: reader %s" % (expect["step_file"], step.GetXMLName()))
+            check_dataset("step file", step, expect["step_time"], expect)
 
     pvd = OpenDataFile(expect["pvd"])
     check(pvd is not None, "ParaView cannot open %s" % expect["pvd"])

@@ -325,6 +325,29 @@ program test_fortran
     end if
   end if
 
+  ! --- VTKHDF: one file per step, the format chosen at open -----------------------------------------
+  call surrogate_vtk_open(vtk, world, trim(out_dir), 'fortran_hdf_'//variant//'_np'//itoa(nranks), ierr, &
+                          format=SURROGATE_VTK_FORMAT_VTKHDF)
+  call expect_ok(ierr, 'vtk_open (VTKHDF)')
+  if (ierr == SURROGATE_OK) then
+    call surrogate_vtk_add_array(vtk, 'xy', coords_pf, ierr, unit='m')
+    call surrogate_vtk_add_prediction(vtk, s, out_pf, ierr, prefix='pred_')
+    call surrogate_vtk_write(vtk, 0.25_real64, coords_pf, ierr, step=step)
+    call expect_ok(ierr, 'vtk_write (VTKHDF)')
+    call check(step == 0, 'first VTKHDF step is 0')
+    call surrogate_vtk_close(vtk, ierr)
+    call expect_ok(ierr, 'vtk_close (VTKHDF)')
+    if (rank == 0) then
+      inquire (file=trim(out_dir)//'/fortran_hdf_'//variant//'_np'//itoa(nranks)//'_000000.hdf', exist=exists)
+      call check(exists, 'the VTKHDF step file exists')
+      inquire (file=trim(out_dir)//'/fortran_hdf_'//variant//'_np'//itoa(nranks)//'.hdf.series', exist=exists)
+      call check(exists, 'the .hdf.series file exists')
+    end if
+  end if
+  ! an unknown format is an error on every rank
+  call surrogate_vtk_open(vtk, world, trim(out_dir), 'bad_format', ierr, format=5)
+  call check_agreed(ierr, SURROGATE_ERR_INVALID_ARGUMENT, 'vtk_open with format 5', .false.)
+
   ! --- Close ----------------------------------------------------------------------------------------
   call surrogate_close(s, ierr)
   call expect_ok(ierr, 'close')

@@ -12,6 +12,7 @@
 //    -surrogate_device; the SurrogatePredict log event counts the predictions.
 #include <gtest/gtest.h>
 #include <petscvec.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstring>
@@ -420,6 +421,59 @@ TEST(Options, ModelAndVtkDirectoryFromTheOptionsDatabase) {
   EXPECT_EQ(SurrogateDestroy(&s), 0);
   for (Vec* v : {&X, &IN, &OUT, &REF}) VecDestroy(v);
   for (const char* key : {"-surrogate_model", "-surrogate_vtk", "-surrogate_threads", "-surrogate_reproducible"})
+    ASSERT_EQ(PetscOptionsClearValue(nullptr, key), 0);
+}
+
+// -surrogate_vtk_format: stored with the handle, used to open the series; a bad value on one rank is the
+// same error on every rank.
+TEST(Options, VtkFormatFromTheOptionsDatabase) {
+  int rank = 0, size = 1;
+  MPI_Comm_rank(world(), &rank);
+  MPI_Comm_size(world(), &size);
+  const std::string dir = "vtkhdf_options_np" + std::to_string(size);
+  ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_model", model_path().c_str()), 0);
+  ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_vtk", dir.c_str()), 0);
+  ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_vtk_format", "vtkhdf"), 0);
+  surrogate_t s = nullptr;
+  ASSERT_EQ(SurrogateCreateFromOptions(world(), nullptr, &s), 0);
+  int format = -1;
+  EXPECT_EQ(SurrogateGetVTKFormat(s, &format), 0);
+  EXPECT_EQ(format, SURROGATE_VTK_FORMAT_VTKHDF);
+  const char* directory = nullptr;
+  ASSERT_EQ(SurrogateGetVTKDirectory(s, &directory), 0);
+
+  const Range r = my_range("uneven");
+  Vec X = make_vec(r, 2, data().coords.data(), "coords");
+  ASSERT_EQ(SurrogateSetPointsVec(s, X), 0);
+  surrogate_vtk_t vtk = nullptr;
+  ASSERT_EQ(surrogate_vtk_open_format(world(), directory, "petsc", format, &vtk), SURROGATE_OK) << surrogate_last_error();
+  int step = -1;
+  EXPECT_EQ(surrogate_vtk_write_points_of(vtk, 0.0, s, &step), SURROGATE_OK) << surrogate_last_error();
+  EXPECT_EQ(step, 0);
+  const char* series = nullptr;
+  EXPECT_EQ(surrogate_vtk_series_path(vtk, &series), SURROGATE_OK);
+  EXPECT_EQ(std::string(series), dir + "/petsc.hdf.series");
+  EXPECT_EQ(surrogate_vtk_close(&vtk), SURROGATE_OK);
+  if (rank == 0) {
+    EXPECT_EQ(access((dir + "/petsc_000000.hdf").c_str(), F_OK), 0) << "the step file";
+  }
+  EXPECT_EQ(SurrogateDestroy(&s), 0);
+  VecDestroy(&X);
+
+  // Unset: vtu. A value other than vtu or vtkhdf on the last rank: an error on every rank.
+  ASSERT_EQ(PetscOptionsClearValue(nullptr, "-surrogate_vtk_format"), 0);
+  ASSERT_EQ(SurrogateCreateFromOptions(world(), nullptr, &s), 0);
+  EXPECT_EQ(SurrogateGetVTKFormat(s, &format), 0);
+  EXPECT_EQ(format, SURROGATE_VTK_FORMAT_VTU);
+  EXPECT_EQ(SurrogateDestroy(&s), 0);
+  if (rank == size - 1) {
+    ASSERT_EQ(PetscOptionsSetValue(nullptr, "-surrogate_vtk_format", "xml"), 0);
+  }
+  EXPECT_EQ(caught([&] { return SurrogateCreateFromOptions(world(), nullptr, &s); }), PETSC_ERR_ARG_WRONG);
+  EXPECT_NE(petsc_message(PETSC_ERR_ARG_WRONG).find("-surrogate_vtk_format must be vtu or vtkhdf"), std::string::npos)
+      << petsc_message(PETSC_ERR_ARG_WRONG);
+  EXPECT_EQ(s, nullptr);
+  for (const char* key : {"-surrogate_model", "-surrogate_vtk", "-surrogate_vtk_format"})
     ASSERT_EQ(PetscOptionsClearValue(nullptr, key), 0);
 }
 

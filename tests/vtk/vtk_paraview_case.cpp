@@ -1,5 +1,5 @@
-// Writes the series that share/tools/check_vtk.py opens with ParaView (ctest: under mpirun at 1 and 3
-// ranks, then pvbatch): vtk_paraview_case <output folder> <model.h5>.
+// Writes the series that share/tools/check_vtk.py opens with ParaView (ctest: under mpirun at 1 to 3
+// ranks, then pvbatch): vtk_paraview_case <output folder> <model.h5> [vtu|vtkhdf] (default vtu).
 //
 // A 41 x 31 triangle mesh of the unit square (vtk_test_mesh.hpp; the last rank owns no points when there
 // are several), 3 steps at t = 0, 0.5, 1 with
@@ -39,10 +39,12 @@ std::string range(double lo, double hi) {
 }
 
 int run(int argc, char** argv) {
-  if (argc != 3) {
-    std::cerr << "usage: vtk_paraview_case <output folder> <model.h5>\n";
+  const std::string format_name = argc == 4 ? argv[3] : "vtu";
+  if ((argc != 3 && argc != 4) || (format_name != "vtu" && format_name != "vtkhdf")) {
+    std::cerr << "usage: vtk_paraview_case <output folder> <model.h5> [vtu|vtkhdf]\n";
     return 2;
   }
+  const auto format = format_name == "vtkhdf" ? surrogate::VtkFormat::vtkhdf : surrogate::VtkFormat::vtu;
   int rank = 0, size = 1;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   MPI_Comm_size(MPI_COMM_WORLD, &size);
@@ -55,7 +57,7 @@ int run(int argc, char** argv) {
   surrogate::Surrogate model(MPI_COMM_WORLD, argv[2]);
   model.set_points<double>(mesh.points, 2, {mesh.coords.data(), 2, 1});
 
-  surrogate::VtkSeries vtk(MPI_COMM_WORLD, dir.string(), "flow");
+  surrogate::VtkSeries vtk(MPI_COMM_WORLD, dir.string(), "flow", format);
   vtk.set_cells(mesh.connectivity, mesh.offsets, mesh.types);
   const std::vector<double> times = {0.0, 0.5, 1.0};
   for (const double t : times) {
@@ -82,10 +84,14 @@ int run(int argc, char** argv) {
   MPI_Allreduce(MPI_IN_PLACE, &cells, 1, MPI_INT64_T, MPI_SUM, MPI_COMM_WORLD);
   if (rank == 0) {
     std::ofstream json(dir / "expect.json");
-    json << "{\n"
-         << "  \"pvtu\": \"" << (dir / "flow_000002.pvtu").string() << "\",\n"
-         << "  \"pvtu_time\": 1.0,\n"
-         << "  \"pvd\": \"" << vtk.pvd_path() << "\",\n"
+    json << "{\n";
+    if (format == surrogate::VtkFormat::vtu)
+      json << "  \"pvtu\": \"" << (dir / "flow_000002.pvtu").string() << "\",\n"
+           << "  \"pvtu_time\": 1.0,\n";
+    else  // one step's VTKHDF file on its own, then the series
+      json << "  \"step_file\": \"" << (dir / "flow_000002.hdf").string() << "\",\n"
+           << "  \"step_time\": 1.0,\n";
+    json << "  \"pvd\": \"" << vtk.series_path() << "\",\n"
          << "  \"points\": " << kNx * kNy << ",\n"
          << "  \"cells\": " << cells << ",\n"
          << "  \"pieces\": " << size << ",\n"

@@ -48,6 +48,8 @@ PETSC_EXTERN PetscErrorCode SurrogateInitializePackage(void);
  *   -surrogate_reproducible <bool>   bitwise-identical results for any rank count, partition, threads
  *   -surrogate_allow_non_finite_output <bool>  hand NaN/Inf predictions to the caller (default: an error)
  *   -surrogate_vtk <directory>       stored with the handle for the solver's output: SurrogateGetVTKDirectory
+ *   -surrogate_vtk_format <vtu>      vtu or vtkhdf, stored with the handle: SurrogateGetVTKFormat gives the
+ *                                    SURROGATE_VTK_FORMAT_* value for surrogate_vtk_open_format
  *   -surrogate_accept_rtol <r>       SurrogateAcceptOrSolve accepts a prediction x of A x = b when
  *                                    ||b - A x|| / ||b|| <= r (default 0: only an exact one)
  *   -surrogate_accept_atol <a>       SurrogateSNESAcceptOrSolve accepts a prediction x of F(x) = b when
@@ -63,6 +65,11 @@ PETSC_EXTERN PetscErrorCode SurrogateDestroy(surrogate_t* surrogate);
 /* Not collective. The -surrogate_vtk directory given to SurrogateCreateFromOptions, or NULL when the option
  * was not set (or the handle was opened otherwise). The string belongs to the handle. */
 PETSC_EXTERN PetscErrorCode SurrogateGetVTKDirectory(surrogate_t surrogate, const char* directory[]);
+
+/* Not collective. The -surrogate_vtk_format given to SurrogateCreateFromOptions as SURROGATE_VTK_FORMAT_VTU
+ * or SURROGATE_VTK_FORMAT_VTKHDF (VTU when the option was not set or the handle was opened otherwise):
+ *   surrogate_vtk_open_format(comm, dir, "heat", format, &vtk). */
+PETSC_EXTERN PetscErrorCode SurrogateGetVTKFormat(surrogate_t surrogate, int* format);
 
 /* COLLECTIVE. The rank's points: coords has block size dim (1..16) and holds, interlaced, the coordinates
  * of the rank's n_local = local size / dim points. The global point ids given to the library are the

@@ -1,17 +1,22 @@
-// Parallel VTK output that ParaView opens: every rank writes its own piece (.vtu, its owned points, with
-// cells when the caller gives connectivity, else one vertex per point), rank 0 writes the step's .pvtu
-// and keeps the .pvd time series up to date. Array names and units come from the caller or, for
-// predictions, from the model file's /fields.
+// Parallel VTK output that ParaView opens, in one of two formats (VtkFormat):
+//   vtu     every rank writes its own piece (.vtu, its owned points, with cells when the caller gives
+//           connectivity, else one vertex per point), rank 0 writes the step's .pvtu and keeps the .pvd
+//           time series up to date: ranks + 1 files per step. Needs VTK at build time.
+//   vtkhdf  one VTKHDF file per step (<name>_<step>.hdf), every rank writing its piece into it with
+//           parallel HDF5, and the <name>.hdf.series time series: one file per step. Needs no VTK.
+// Array names and units come from the caller or, for predictions, from the model file's /fields.
 //
 //   surrogate::VtkSeries vtk(comm, "out", "heat");          // out/heat.pvd, out/heat_000042.pvtu, ...
+//   // or VtkSeries vtk(comm, "out", "heat", surrogate::VtkFormat::vtkhdf): out/heat.hdf.series, heat_000042.hdf
 //   vtk.set_cells(connectivity, offsets, types);            // optional, once per mesh
 //   vtk.add_array("temperature", "K", 1, {T, 1, 1});        // the solver's fields ...
 //   vtk.add_prediction(surrogate, {prediction, c_out, 1});  // ... the surrogate's, named from /fields
 //   vtk.write(time, n_local, dim, {coords, dim, 1});        // collective; clears the staged arrays
 //
-// Files (share/docs/vtk.md): points are Float64 (padded to 3-D), arrays Float64 or Float32 as staged,
-// binary appended data (zlib). Units: each piece's FieldData holds a string array "units" with one entry
-// "<array name>: <unit>" per staged array that has a unit, and a Float64 "TimeValue" with the step's time.
+// Files (share/docs/vtk.md): points are Float64 (padded to 3-D), arrays Float64 or Float32 as staged
+// (.vtu: binary appended data, zlib). Units: the FieldData (of each .vtu piece; of the VTKHDF file) holds
+// a string array "units" with one entry "<array name>: <unit>" per staged array that has a unit, and a
+// Float64 "TimeValue" with the step's time.
 //
 // Errors: the staging calls (set_cells, add_array, add_prediction) are local and never throw for a bad
 // argument; the first bad argument is kept and the next write() raises it as the same surrogate::Error
@@ -43,18 +48,29 @@ enum class VtkCell : std::uint8_t {
   wedge = 13,
 };
 
+/// The files a VtkSeries writes (share/docs/vtk.md, "Formats").
+enum class VtkFormat : int {
+  vtu = 0,     // .vtu piece per rank, .pvtu per step, .pvd series (needs VTK)
+  vtkhdf = 1,  // one VTKHDF file per step (parallel HDF5), .hdf.series (no VTK needed)
+};
+
 class VtkSeries {
  public:
-  /// Whether this build writes VTK files (it was built with VTK). Without VTK the constructor throws
-  /// Error(unsupported) on every rank.
+  /// Whether this build writes the default format, vtu (it was built with VTK): available(VtkFormat::vtu).
   static bool available() noexcept;
+  /// Whether this build writes `format`: vtu needs VTK at build time, vtkhdf is always available. A
+  /// series in a format that is not available fails in its constructor with Error(unsupported) on every rank.
+  static bool available(VtkFormat format) noexcept;
 
   /// Collective over `comm` (duplicated internally). Creates `directory` if needed; every rank must pass
-  /// the same directory and name. Files: <directory>/<name>.pvd, per step <name>_<step>.pvtu and its
-  /// pieces <name>_<step>/piece_<rank>.vtu (step numbered from 0, six digits). An existing .pvd of the
-  /// same name is replaced at the first write().
+  /// the same directory, name and format. Files (step numbered from 0, six digits):
+  ///   vtu     <directory>/<name>.pvd, per step <name>_<step>.pvtu and its pieces <name>_<step>/piece_<rank>.vtu
+  ///   vtkhdf  <directory>/<name>.hdf.series, per step <name>_<step>.hdf (one piece per rank inside)
+  /// An existing series file of the same name is replaced at the first write().
   VtkSeries(MPI_Comm comm, std::string directory, std::string name);
   VtkSeries(const MpiComm& comm, std::string directory, std::string name);
+  VtkSeries(MPI_Comm comm, std::string directory, std::string name, VtkFormat format);
+  VtkSeries(const MpiComm& comm, std::string directory, std::string name, VtkFormat format);
   ~VtkSeries();
   VtkSeries(VtkSeries&&) noexcept;
   VtkSeries& operator=(VtkSeries&&) noexcept;
@@ -79,13 +95,17 @@ class VtkSeries {
 
   /// Collective. Writes the step: points (n_local x dim, dim 1..3, padded to 3 with zeros), the cells, the
   /// staged arrays (the same names, units, components, types and order on every rank; time the same on
-  /// every rank); rank 0 writes the .pvtu and rewrites the .pvd. Returns the step index. Clears the
-  /// staged arrays and any pending staging error, whether it succeeds or not.
+  /// every rank); rank 0 writes the .pvtu (vtu) and rewrites the series file. Returns the step index.
+  /// Clears the staged arrays and any pending staging error, whether it succeeds or not.
   int write(double time, std::int64_t n_local, int dim, Strided<const double> coords);
   /// The same with the surrogate's own points (as given to set_points; dim must be 1..3).
   int write(double time, const Surrogate& surrogate);
 
+  /// The series file ParaView opens for the whole series: <name>.pvd (vtu) or <name>.hdf.series (vtkhdf).
+  const std::string& series_path() const;
+  /// The same as series_path() (named for the vtu format, kept for existing callers).
   const std::string& pvd_path() const;
+  VtkFormat format() const;
   /// Steps written so far.
   int steps() const;
 

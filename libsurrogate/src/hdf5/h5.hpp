@@ -36,6 +36,12 @@ class Handle {
     if (id_ >= 0 && closer_) closer_(id_);
     id_ = H5I_INVALID_HID;
   }
+  /// Gives up ownership (for a close whose result matters): the caller closes the id.
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = H5I_INVALID_HID;
+    return id;
+  }
   hid_t get() const { return id_; }
   bool valid() const { return id_ >= 0; }
   operator hid_t() const { return id_; }
