@@ -275,6 +275,6 @@ const char* surrogate_status_string(int status) {
   return surrogate::to_string(static_cast<surrogate::ErrorCode>(status));
 }
 
-const char* surrogate_version(void) { return SURROGATE_VERSION_STRING; }
+const char* surrogate_version(void) { return surrogate::version(); }
 
 }  // extern "C"

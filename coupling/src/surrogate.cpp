@@ -306,6 +306,8 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     collectively(s.comm, [&] { detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real)); });
 }
 
+const char* version() noexcept { return SURROGATE_VERSION_STRING; }
+
 template void Surrogate::set_points<float>(std::int64_t, int, Strided<const float>, const std::int64_t*, const std::int64_t*);
 template void Surrogate::set_points<double>(std::int64_t, int, Strided<const double>, const std::int64_t*, const std::int64_t*);
 template void Surrogate::predict<float>(Strided<const float>, Strided<float>);

@@ -1,6 +1,8 @@
 // The `surrogate` command-line tool:
 //   surrogate info MODEL.h5
 //   mpirun -np P surrogate predict --model MODEL.h5 --input POINTS.h5 --output PREDICTION.h5
+//   surrogate selftest [--np N]                       (selftest.cpp)
+//   surrogate --version
 // Every error is reported once (by rank 0) and makes every rank exit with status 1 (2 for a mistake on the
 // command line: share/docs/cli.md, "Errors").
 #include <mpi.h>
@@ -20,6 +22,7 @@
 #include "device_select.hpp"
 #include "output_file.hpp"
 #include "run_report.hpp"
+#include "selftest.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -65,7 +68,15 @@ constexpr const char* kUsage = R"(usage:
                       naming the output channels, ranks and counts)
       --timing        per-rank times (min and max over the ranks) of building the plan and of the forward,
                       and the bytes the plan's exchanges moved between ranks
-  surrogate version
+  surrogate selftest [--np N] [--data DIR] [--threads N]
+      Run the shipped models on the shipped inputs (share/surrogate/selftest beside the installation, or
+      DIR) and compare with the official codes' outputs: PASS or FAIL per case and a summary. Exit status
+      0 when every case passes, 1 when one fails, 2 for a mistake on the command line, 3 when the test
+      cannot run (no data, a malformed manifest, mpiexec did not start). --np N runs the cases on N MPI
+      ranks: started by hand it launches `mpiexec -n N` itself (SURROGATE_MPIEXEC overrides the launcher);
+      under mpirun it runs on the ranks it was given, which must be N.
+  surrogate --version
+      Print "surrogate MAJOR.MINOR.PATCH" (also: surrogate version).
 )";
 
 /// ", bf16 Linear layers on amx" / ", fp64" for the run line; "" for fp32.
@@ -157,11 +168,7 @@ int run_info(const std::vector<std::string>& args) {
 }
 
 // ---------------------------------------------------------------------------------------------------
-/// A mistake on the command line (cli.md: exit status 2): an unknown option, a missing or malformed
-/// value, ranks that were given different options, an output that is one of the inputs.
-struct UsageError : Error {
-  explicit UsageError(const std::string& message) : Error(ErrorCode::invalid_argument, message) {}
-};
+using surrogate::cli::UsageError;
 
 struct PredictOptions {
   std::string model, input, output;
@@ -225,7 +232,9 @@ void as_usage(F&& step) {
   }
 }
 
-int run_predict(const std::vector<std::string>& args) {
+}  // namespace
+
+int surrogate::cli::run_predict(const std::vector<std::string>& args) {
   surrogate::MpiComm comm(MPI_COMM_WORLD);
   PredictOptions opt;
   // The command line, the same on every rank, and the output's place (rank 0 writes it), before anything
@@ -473,16 +482,16 @@ int run_predict(const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace
-
 int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  // `selftest --np N` started by hand launches mpiexec itself, before this process initialises MPI.
+  if (const std::optional<int> launched = surrogate::cli::launch_selftest(args)) return *launched;
   int provided = 0;
   MPI_Init_thread(&argc, &argv, MPI_THREAD_FUNNELED, &provided);
   // A run ended by SIGTERM or SIGINT (a job's time limit, Ctrl-C) leaves no temporary output behind.
   surrogate::detail::remove_temporaries_on_signals();
   int rank = 0;
   MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  std::vector<std::string> args(argv + 1, argv + argc);
   int rc = 0;
   try {
     if (args.empty() || args[0] == "-h" || args[0] == "--help" || args[0] == "help") {
@@ -494,7 +503,9 @@ int main(int argc, char** argv) {
       if (args.size() != 2) throw UsageError("info expects exactly one model file");
       if (rank == 0) rc = run_info({args.begin() + 1, args.end()});
     } else if (args[0] == "predict") {
-      rc = run_predict({args.begin() + 1, args.end()});
+      rc = surrogate::cli::run_predict({args.begin() + 1, args.end()});
+    } else if (args[0] == "selftest") {
+      rc = surrogate::cli::run_selftest({args.begin() + 1, args.end()});
     } else {
       throw UsageError("unknown command '" + args[0] + "'");
     }

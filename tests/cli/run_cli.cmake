@@ -1,10 +1,18 @@
-# Runs one command-line test: cmake -DCOMMAND="a@@b@@c" [-DEXPECT_FAIL=ON] [-DEXPECT=regex] [-DTHEN="x;y"] -P run_cli.cmake
-# EXPECT_FAIL: the command must exit non-zero and its output must match EXPECT (a clear message, no crash).
+# Runs one command-line test: cmake -DCOMMAND="a@@b@@c" [-DEXPECT_FAIL=ON] [-DEXIT_CODE=N] [-DEXPECT=regex]
+#                                   [-DTHEN="x;y"] -P run_cli.cmake
+# EXPECT_FAIL: the command must exit non-zero and its output must match EXPECT (a clear message, no crash);
+# EXIT_CODE (implies EXPECT_FAIL): with exactly that status.
 # Otherwise it must succeed, its output must match EXPECT (if given), and THEN (a check) must succeed too.
 string(REPLACE "@@" ";" COMMAND "${COMMAND}")
 string(REPLACE "@@" ";" THEN "${THEN}")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err)
 message("${out}${err}")
+if(DEFINED EXIT_CODE)
+  set(EXPECT_FAIL ON)
+  if(NOT rc STREQUAL "${EXIT_CODE}")
+    message(FATAL_ERROR "expected exit status ${EXIT_CODE}, got ${rc}")
+  endif()
+endif()
 if(EXPECT_FAIL)
   if(rc EQUAL 0)
     message(FATAL_ERROR "expected a failure, the command succeeded")

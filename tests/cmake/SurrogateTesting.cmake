@@ -229,15 +229,19 @@ function(surrogate_add_emulated_device_mpi_test name)
 endfunction()
 
 # A command-line test cli.<name>: runs COMMAND (through tests/cli/run_cli.cmake), expects success (or
-# failure with FAIL), its output to match the regular expression EXPECT, then runs THEN (a checker).
+# failure with FAIL, or with exactly the status EXIT_CODE), its output to match the regular expression
+# EXPECT, then runs THEN (a checker).
 function(surrogate_cli_test name)
-  cmake_parse_arguments(T "FAIL" "EXPECT" "COMMAND;THEN;FIXTURES;LABELS" ${ARGN})
+  cmake_parse_arguments(T "FAIL" "EXPECT;EXIT_CODE" "COMMAND;THEN;FIXTURES;LABELS" ${ARGN})
   # Lists travel to the script joined with "@@" (a plain ";" would be split by add_test).
   string(REPLACE ";" "@@" command "${T_COMMAND}")
   string(REPLACE ";" "@@" then "${T_THEN}")
   set(args -DCOMMAND=${command})
   if(T_FAIL)
     list(APPEND args -DEXPECT_FAIL=ON)
+  endif()
+  if(DEFINED T_EXIT_CODE)  # a failure with exactly this exit status
+    list(APPEND args -DEXIT_CODE=${T_EXIT_CODE})
   endif()
   if(DEFINED T_EXPECT)
     list(APPEND args "-DEXPECT=${T_EXPECT}")

@@ -1,6 +1,8 @@
 # Installs the build tree into a fresh prefix, builds tests/install/consumer against it with
-# find_package(surrogate), runs both consumers on a golden model, and checks pkg-config's view.
-#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DMODEL=... -P check_install.cmake
+# find_package(surrogate), runs the consumers on a golden model, checks pkg-config's view, checks that every
+# interface reports the project's version (CLI, C, C++, Fortran, CMake package, pkg-config), and runs the
+# installed `surrogate selftest` in one process and with --np 2 (the tool launching mpiexec itself).
+#   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DMODEL=... -DVERSION=... -P check_install.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
 function(run)
@@ -11,22 +13,37 @@ function(run)
   endif()
   set(last_output "${out}" PARENT_SCOPE)
 endfunction()
+# The last command's output must contain `text` (plain text, not a regular expression).
+function(expect_output text what)
+  string(FIND "${last_output}" "${text}" at)
+  if(at EQUAL -1)
+    message(FATAL_ERROR "${what}: the output does not contain '${text}'")
+  endif()
+endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
 foreach(f include/surrogate.h include/surrogate/surrogate.hpp bin/surrogate share/surrogate/tools/surrogate-export
-          share/surrogate/docs/model-format.md)
+          share/surrogate/docs/model-format.md share/surrogate/selftest/manifest.txt)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")
   endif()
 endforeach()
 run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer -G Ninja
     -DCMAKE_PREFIX_PATH=${prefix} -DCMAKE_BUILD_TYPE=Release)
+expect_output("consumer: found surrogate ${VERSION}" "the CMake package's version (surrogateConfigVersion.cmake)")
 run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer)
 run(${WORK_DIR}/consumer/consumer_cpp ${MODEL})
+expect_output("consumer_cpp: surrogate ${VERSION}," "surrogate::version()")
 run(${WORK_DIR}/consumer/consumer_c ${MODEL})
+expect_output("consumer_c: surrogate ${VERSION}," "surrogate_version() of the C API")
 if(EXISTS ${WORK_DIR}/consumer/consumer_f)
   run(${WORK_DIR}/consumer/consumer_f ${MODEL})
+  expect_output("consumer_f: surrogate ${VERSION}," "surrogate_version() of the Fortran module")
 endif()
 run(${prefix}/bin/surrogate info ${MODEL})
+run(${prefix}/bin/surrogate --version)
+if(NOT last_output STREQUAL "surrogate ${VERSION}\n")
+  message(FATAL_ERROR "surrogate --version printed '${last_output}', expected 'surrogate ${VERSION}'")
+endif()
 find_program(PKG_CONFIG pkg-config)
 if(PKG_CONFIG)
   set(ENV{PKG_CONFIG_PATH} "${prefix}/lib/pkgconfig:${prefix}/lib/x86_64-linux-gnu/pkgconfig")
@@ -34,5 +51,28 @@ if(PKG_CONFIG)
   if(NOT last_output MATCHES "-lsurrogate_coupling")
     message(FATAL_ERROR "pkg-config does not give the libraries")
   endif()
+  run(${PKG_CONFIG} --modversion surrogate)
+  if(NOT last_output STREQUAL "${VERSION}\n")
+    message(FATAL_ERROR "pkg-config --modversion surrogate printed '${last_output}', expected '${VERSION}'")
+  endif()
+endif()
+
+# The installed self-test finds its data beside the installation (bin/../share/surrogate/selftest).
+file(REAL_PATH ${prefix}/share/surrogate/selftest data)
+run(${prefix}/bin/surrogate selftest)
+expect_output("cases from ${data}, 1 MPI rank(s)" "selftest data of the installation")
+if(NOT last_output MATCHES "selftest: PASS, all [1-9][0-9]* cases" OR last_output MATCHES "FAIL")
+  message(FATAL_ERROR "the installed selftest did not pass")
+endif()
+# --np 2 from a plain shell: the tool launches mpiexec itself, adding Open MPI's --allow-run-as-root (CI runs
+# as root) and --oversubscribe where the environment does not allow them already.
+foreach(variable OMPI_ALLOW_RUN_AS_ROOT OMPI_ALLOW_RUN_AS_ROOT_CONFIRM OMPI_MCA_rmaps_base_oversubscribe)
+  unset(ENV{${variable}})
+endforeach()
+run(${prefix}/bin/surrogate selftest --np 2)
+expect_output("surrogate selftest: launching " "selftest --np 2")
+expect_output("2 MPI rank(s)" "selftest --np 2")
+if(NOT last_output MATCHES "selftest: PASS, all [1-9][0-9]* cases" OR last_output MATCHES "FAIL")
+  message(FATAL_ERROR "the installed selftest --np 2 did not pass")
 endif()
 message("installed surrogate works from a consumer project")

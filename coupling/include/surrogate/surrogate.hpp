@@ -14,8 +14,14 @@
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/profile.hpp"
+#include "surrogate/version.hpp"
 
 namespace surrogate {
+
+/// The version of the library linked, "MAJOR.MINOR.PATCH": the one the C API's surrogate_version(), the
+/// Fortran module's surrogate_version(), `surrogate --version`, the CMake package and pkg-config report.
+/// SURROGATE_VERSION_STRING (surrogate/version.hpp) is the version of the headers compiled against.
+const char* version() noexcept;
 
 struct Options {
   /// "cpu", "cuda" (the node-local rank's GPU: local rank modulo the visible devices), "cuda:N", or

@@ -14,7 +14,8 @@ int main(int argc, char** argv) {
     double y[3];
     s.set_points<double>(3, 2, {x, 2, 1});
     s.predict<double>({x, 2, 1}, {y, 1, 1});
-    std::printf("consumer_cpp: %s model, predictions %.6f %.6f %.6f\n", s.model().architecture().c_str(), y[0], y[1], y[2]);
+    std::printf("consumer_cpp: surrogate %s, %s model, predictions %.6f %.6f %.6f\n", surrogate::version(),
+                s.model().architecture().c_str(), y[0], y[1], y[2]);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "consumer_cpp: %s\n", e.what());
     rc = 1;

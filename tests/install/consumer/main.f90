@@ -19,7 +19,7 @@ program consumer_f
   if (ierr /= SURROGATE_OK) then
     print '(2a)', 'consumer_f: ', surrogate_last_error()
   else
-    print '(a, 3f10.6)', 'consumer_f: predictions', y(:, 1)
+    print '(3a, 3f10.6)', 'consumer_f: surrogate ', surrogate_version(), ', predictions', y(:, 1)
   end if
   call surrogate_close(s, ierr)
   call MPI_Finalize()
