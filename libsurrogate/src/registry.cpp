@@ -4,6 +4,7 @@
 #include <new>
 #include <stdexcept>
 
+#include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model.hpp"
 
 #include "file_errors.hpp"
@@ -42,6 +43,13 @@ std::unique_ptr<Model> make_model(const ModelFile& file) {
     for (const auto& name : architectures()) known += (known.empty() ? "" : ", ") + name;
     throw Error(ErrorCode::format, "'" + file.path + "': unknown architecture '" + file.architecture +
                                        "' (this build knows: " + known + ")");
+  }
+  // The CPU kernel table (SURROGATE_CPU_ISA) is chosen here, before any forward: a forward may first ask
+  // for it inside an OpenMP region, where an exception would end the process.
+  try {
+    (void)kernels::cpu();
+  } catch (const std::runtime_error& e) {
+    throw Error(ErrorCode::unsupported, e.what());
   }
   try {
     return detail::naming_the_file(file, [&] { return it->second(file); });
