@@ -63,14 +63,17 @@ class EMA:
 
 def trainer_config(args, extra):
     """The flat Config dict a 2026 FLARE.py experiment writes: the model fields (from args.channel_dim,
-    num_blocks, num_heads, num_latents; GELU, scale 1, the default MLP depths), the optimiser and
+    num_blocks, num_heads, num_latents, mlp_layers if the script has it (else the default depth 3); GELU,
+    scale 1), the optimiser and
     schedule fields (args.lr, weight_decay, pct_start, clip_grad_norm, ema_decay, seed, batch_size),
     then `extra` (an iterable of (key, value): the experiment's name, data set and sizes)."""
+    depth = getattr(args, "mlp_layers", 3)
     return OrderedDict([
         ("model_type", "flare"),
         ("channel_dim", args.channel_dim), ("num_blocks", args.num_blocks), ("num_heads", args.num_heads),
         ("num_latents", args.num_latents), ("act", "gelu"), ("attn_scale", "one"),
-        ("num_layers_in_out_proj", 2), ("num_layers_k_proj", 3), ("num_layers_v_proj", 3), ("num_layers_ffn", 3),
+        ("num_layers_in_out_proj", 2), ("num_layers_k_proj", depth), ("num_layers_v_proj", depth),
+        ("num_layers_ffn", depth),
         ("k_proj_mlp_ratio", 1.0), ("v_proj_mlp_ratio", 1.0), ("ffn_mlp_ratio", 1.0),
         ("qk_norm", False), ("rmsnorm", False), ("out_proj_norm", True),
         ("train", True), ("batch_size", args.batch_size),
