@@ -30,18 +30,7 @@ PetscErrorCode ModelInputsCreate(surrogate_t model, const heat::Mesh& mesh, cons
   in->increment = in->output == "du";
 
   // The points: the owned vertices in the order of the global Vec's rows.
-  PetscScalar* a;
-  PetscCall(VecCreate(comm, &in->coords));
-  PetscCall(VecSetSizes(in->coords, 2 * mesh.n_owned, PETSC_DETERMINE));
-  PetscCall(VecSetBlockSize(in->coords, 2));
-  PetscCall(VecSetType(in->coords, VECSTANDARD));
-  PetscCall(VecGetArrayWrite(in->coords, &a));
-  for (PetscInt i = 0; i < mesh.n_owned; ++i) {
-    const auto k = static_cast<std::size_t>(mesh.owned[static_cast<std::size_t>(i)] - mesh.v_start);
-    a[2 * i] = mesh.xy[2 * k];
-    a[2 * i + 1] = mesh.xy[2 * k + 1];
-  }
-  PetscCall(VecRestoreArrayWrite(in->coords, &a));
+  PetscCall(heat::MeshCreateCoordsVec(mesh, &in->coords));
 
   PetscCall(heat::MeshCreateVec(mesh, &in->x));
   for (Vec* v : {&in->y, &in->kappa, &in->rate}) PetscCall(VecDuplicate(in->x, v));

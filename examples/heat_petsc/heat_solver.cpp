@@ -202,6 +202,23 @@ PetscErrorCode MeshCreateVec(const Mesh& mesh, Vec* v) {
   PetscFunctionReturn(0);
 }
 
+PetscErrorCode MeshCreateCoordsVec(const Mesh& mesh, Vec* coords) {
+  PetscScalar* a;
+  PetscFunctionBeginUser;
+  PetscCall(VecCreate(PetscObjectComm(reinterpret_cast<PetscObject>(mesh.dm)), coords));
+  PetscCall(VecSetSizes(*coords, 2 * mesh.n_owned, PETSC_DETERMINE));
+  PetscCall(VecSetBlockSize(*coords, 2));
+  PetscCall(VecSetType(*coords, VECSTANDARD));
+  PetscCall(VecGetArrayWrite(*coords, &a));
+  for (PetscInt i = 0; i < mesh.n_owned; ++i) {
+    const auto k = static_cast<std::size_t>(mesh.owned[static_cast<std::size_t>(i)] - mesh.v_start);
+    a[2 * i] = mesh.xy[2 * k];
+    a[2 * i + 1] = mesh.xy[2 * k + 1];
+  }
+  PetscCall(VecRestoreArrayWrite(*coords, &a));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode MeshInterpolate(const Mesh& mesh, const PointFunction& f, double t, Vec v) {
   PetscScalar* a;
   PetscFunctionBeginUser;

@@ -59,6 +59,9 @@ PetscErrorCode MeshCreate(MPI_Comm comm, PetscInt nx, PetscInt ny, double lx, do
 PetscErrorCode MeshDestroy(Mesh* mesh);
 /// A global Vec (one value per owned vertex).
 PetscErrorCode MeshCreateVec(const Mesh& mesh, Vec* v);
+/// Collective. The owned vertices' coordinates, interlaced, block size 2, in the order of a global Vec's
+/// rows (the points a surrogate is given with SurrogateSetPointsVec).
+PetscErrorCode MeshCreateCoordsVec(const Mesh& mesh, Vec* coords);
 /// v[i] = f(x_i, y_i, t) at the owned vertices.
 PetscErrorCode MeshInterpolate(const Mesh& mesh, const PointFunction& f, double t, Vec v);
 /// The values of a global Vec at the rank's local vertices (owned and ghost, in local order), e.g. for VTK

@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "petsc_test_support.hpp"
 #include "surrogate/petsc.h"
 
 #ifndef SURROGATE_HAVE_PETSC
@@ -27,6 +28,8 @@
 #endif
 
 namespace {
+
+using namespace petsc_test;
 
 constexpr PetscInt N = 97;  // global points
 // PETSC_COMM_WORLD is set by PetscInitialize (after static initialisation): read it when used.
@@ -118,20 +121,6 @@ Vec make_vec(const Range& r, PetscInt bs, const double* global, const char* name
   return v;
 }
 
-std::vector<double> values(Vec v) {
-  PetscInt n;
-  const PetscScalar* a;
-  EXPECT_EQ(VecGetLocalSize(v, &n), 0);
-  EXPECT_EQ(VecGetArrayRead(v, &a), 0);
-  std::vector<double> out(a, a + n);
-  EXPECT_EQ(VecRestoreArrayRead(v, &a), 0);
-  return out;
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-}
-
 surrogate_t open_model(bool reproducible, MPI_Comm comm = world()) {
   surrogate_options o;
   surrogate_options_default(&o);
@@ -140,27 +129,6 @@ surrogate_t open_model(bool reproducible, MPI_Comm comm = world()) {
   surrogate_t s = nullptr;
   EXPECT_EQ(surrogate_open(comm, model_path().c_str(), &o, &s), SURROGATE_OK) << surrogate_last_error();
   return s;
-}
-
-std::string petsc_message(PetscErrorCode code) {
-  const char* text = nullptr;
-  char* specific = nullptr;
-  PetscErrorMessage(code, &text, &specific);
-  return specific ? specific : "";
-}
-
-// Runs `call` with PETSc's return-only error handler, so a failure returns here instead of printing a
-// traceback; checks that every rank got the same code.
-template <class F>
-PetscErrorCode caught(F&& call) {
-  PetscPushErrorHandler(PetscReturnErrorHandler, nullptr);
-  const PetscErrorCode code = call();
-  PetscPopErrorHandler();
-  int lo = code, hi = code;
-  MPI_Allreduce(MPI_IN_PLACE, &lo, 1, MPI_INT, MPI_MIN, world());
-  MPI_Allreduce(MPI_IN_PLACE, &hi, 1, MPI_INT, MPI_MAX, world());
-  EXPECT_EQ(lo, hi) << "the ranks disagree on the error code";
-  return code;
 }
 
 int predict_events() {

@@ -12,9 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "petsc_test_support.hpp"
 #include "surrogate/petsc.h"
 
 namespace {
+
+using namespace petsc_test;
 
 constexpr PetscInt N = 150;  // unknowns
 MPI_Comm world() { return PETSC_COMM_WORLD; }
@@ -160,27 +163,6 @@ struct System {
   }
 };
 
-std::vector<double> values(Vec v) {
-  PetscInt n;
-  const PetscScalar* a;
-  EXPECT_EQ(VecGetLocalSize(v, &n), 0);
-  EXPECT_EQ(VecGetArrayRead(v, &a), 0);
-  std::vector<double> out(a, a + n);
-  EXPECT_EQ(VecRestoreArrayRead(v, &a), 0);
-  return out;
-}
-
-bool bitwise_equal(const std::vector<double>& a, const std::vector<double>& b) {
-  return a.size() == b.size() && (a.empty() || std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0);
-}
-
-template <class T>
-bool agreed(T value) {
-  double v[2] = {static_cast<double>(value), -static_cast<double>(value)};
-  MPI_Allreduce(MPI_IN_PLACE, v, 2, MPI_DOUBLE, MPI_MAX, world());
-  return v[0] == -v[1];
-}
-
 surrogate_t open_model() {
   surrogate_options o;
   surrogate_options_default(&o);
@@ -197,22 +179,6 @@ int event_count(const char* name) {
   EXPECT_EQ(PetscLogEventGetId(name, &event), 0);
   EXPECT_EQ(PetscLogEventGetPerfInfo(0, event, &info), 0);  // stage 0: the main stage
   return info.count;
-}
-
-std::string petsc_message(PetscErrorCode code) {
-  const char* text = nullptr;
-  char* specific = nullptr;
-  PetscErrorMessage(code, &text, &specific);
-  return specific ? specific : "";
-}
-
-template <class F>
-PetscErrorCode caught(F&& call) {
-  PetscPushErrorHandler(PetscReturnErrorHandler, nullptr);
-  const PetscErrorCode code = call();
-  PetscPopErrorHandler();
-  EXPECT_TRUE(agreed(code)) << "the ranks disagree on the error code";
-  return code;
 }
 
 TEST(SNESAcceptOrSolve, AnExactPredictionIsAcceptedUntouched) {
