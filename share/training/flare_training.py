@@ -1,5 +1,6 @@
 """Pieces shared by the training scripts of the shipped FLARE models (train_potential_flow.py,
-heat_train.py): the initialisation, loss, optimiser and schedule, the EMA of the weights, the flat
+heat_train.py, nonlinear_train.py): the initialisation, loss, optimiser and schedule, the EMA of the
+weights, the training loop over random point subsets of whole-mesh samples, the flat
 2026-style FLARE.py Config dict and the trainer's output files. The scripts write what the official
 FLARE.py trainer writes, so the shipped models go through the real export path
 (share/tools/surrogate-export)."""
@@ -7,7 +8,10 @@ FLARE.py trainer writes, so the shipped models go through the real export path
 import copy
 import json
 import os
+import time
 from collections import OrderedDict
+
+import numpy as np
 
 import torch
 import yaml
@@ -103,3 +107,46 @@ def write_trainer_outputs(out_dir, model, ema, snapshot_extra, config, normaliza
         with open(os.path.join(out_dir, name), "w") as f:
             json.dump(obj, f, indent=2)
             f.write("\n")
+
+
+def train_on_point_subsets(model, gen, args, xn, yn, evaluate, report):
+    """The training loop of heat_train.py and nonlinear_train.py: args.steps AdamW/OneCycle steps of
+    args.batch_size samples of the normalised inputs xn (S, N, C_in) and targets yn (S, N, C_out), each
+    step on a random subset of args.min_points..args.max_points of the N points (all drawn from `gen`, so
+    a run is deterministic for a seed), relative L2 loss, gradient clipping, EMA of the weights. Every
+    args.eval_every steps and at the end, evaluate(model) for the raw and the EMA weights goes into the
+    history and report(step, lr, train_loss, raw, ema, seconds) is printed. Returns (ema, history, seconds)."""
+    opt, sched = optimizer_and_schedule(model, args.lr, args.weight_decay, args.steps, args.pct_start)
+    ema = EMA(model, args.ema_decay)
+    samples, points = xn.shape[0], xn.shape[1]
+    history = {"step": [], "train_loss": [], "test": [], "test_ema": [], "time": []}
+    order = torch.randperm(samples, generator=gen)
+    cursor, losses = 0, []
+    t_train = time.time()
+    model.train()
+    for step in range(1, args.steps + 1):
+        if cursor + args.batch_size > samples:
+            order, cursor = torch.randperm(samples, generator=gen), 0
+        idx = order[cursor:cursor + args.batch_size]
+        cursor += args.batch_size
+        n = int(torch.randint(args.min_points, args.max_points + 1, (1,), generator=gen))
+        sub = torch.randperm(points, generator=gen)[:n]
+        xb, yb = xn[idx][:, sub], yn[idx][:, sub]
+        loss = rel_l2(model(xb), yb)
+        opt.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
+        opt.step()
+        sched.step()
+        ema.update(model)
+        losses.append(float(loss))
+        if step % args.eval_every == 0 or step == args.steps:
+            raw, smoothed = evaluate(model), evaluate(ema.model(model))
+            history["step"].append(step)
+            history["train_loss"].append(float(np.mean(losses)))
+            history["test"].append(raw)
+            history["test_ema"].append(smoothed)
+            history["time"].append(time.time() - t_train)
+            print(report(step, sched.get_last_lr()[0], float(np.mean(losses)), raw, smoothed, time.time() - t_train), flush=True)
+            losses = []
+    return ema, history, time.time() - t_train

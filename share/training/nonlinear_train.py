@@ -158,47 +158,17 @@ def main(argv=None):
     model = FLAREModel(model_config(args))
     ft.init_latent_queries(model, gen)
     nparams = sum(p.numel() for p in model.parameters())
-    opt, sched = ft.optimizer_and_schedule(model, args.lr, args.weight_decay, args.steps, args.pct_start)
-    ema = ft.EMA(model, args.ema_decay)
     print(f"model: FLARE C {args.channel_dim}, {args.num_blocks} blocks, H {args.num_heads}, M {args.num_latents}, "
           f"{nparams} parameters; {args.steps} steps of {args.batch_size} samples x {args.min_points}-{args.max_points} points",
           flush=True)
 
     eval_idx = np.linspace(0, x_te.shape[0] - 1, min(args.eval_samples, x_te.shape[0])).astype(int)
-    history = {"step": [], "train_loss": [], "test": [], "test_ema": [], "time": []}
-    order = torch.randperm(S_tr, generator=gen)
-    cursor, losses = 0, []
-    t_train = time.time()
-    model.train()
-    for step in range(1, args.steps + 1):
-        if cursor + args.batch_size > S_tr:
-            order, cursor = torch.randperm(S_tr, generator=gen), 0
-        idx = order[cursor:cursor + args.batch_size]
-        cursor += args.batch_size
-        n = int(torch.randint(args.min_points, args.max_points + 1, (1,), generator=gen))
-        sub = torch.randperm(N, generator=gen)[:n]
-        xb, yb = xn_tr[idx][:, sub], yn_tr[idx][:, sub]
-        loss = ft.rel_l2(model(xb), yb)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), args.clip_grad_norm)
-        opt.step()
-        sched.step()
-        ema.update(model)
-        losses.append(float(loss))
-        if step % args.eval_every == 0 or step == args.steps:
-            te = evaluate(model, x_te, y_te, norm, eval_idx)
-            te_ema = evaluate(ema.model(model), x_te, y_te, norm, eval_idx)
-            history["step"].append(step)
-            history["train_loss"].append(float(np.mean(losses)))
-            history["test"].append(te)
-            history["test_ema"].append(te_ema)
-            history["time"].append(time.time() - t_train)
-            print(f"step {step:6d} lr {sched.get_last_lr()[0]:.2e} train {np.mean(losses):.4f} | held out, full mesh: "
-                  f"u {te['u_mean']:.5f} (ema {te_ema['u_mean']:.5f}), rise {te['rise_mean']:.4f} (ema {te_ema['rise_mean']:.4f}), "
-                  f"max {te_ema['max_abs_K_mean']:.2f} K | {time.time() - t_train:.0f} s", flush=True)
-            losses = []
-    train_time = time.time() - t_train
+    ema, history, train_time = ft.train_on_point_subsets(
+        model, gen, args, xn_tr, yn_tr, lambda m: evaluate(m, x_te, y_te, norm, eval_idx),
+        lambda step, lr, loss, te, te_ema, seconds: (
+            f"step {step:6d} lr {lr:.2e} train {loss:.4f} | held out, full mesh: u {te['u_mean']:.5f} "
+            f"(ema {te_ema['u_mean']:.5f}), rise {te['rise_mean']:.4f} (ema {te_ema['rise_mean']:.4f}), "
+            f"max {te_ema['max_abs_K_mean']:.2f} K | {seconds:.0f} s"))
 
     ema_model = ema.model(model)
     all_te = np.arange(x_te.shape[0])
