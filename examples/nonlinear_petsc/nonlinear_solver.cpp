@@ -182,6 +182,22 @@ PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, P
   PetscFunctionReturn(0);
 }
 
+PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, SNESLineSearchType linesearch, PetscReal atol,
+                             SNES* snes) {
+  SNESLineSearch ls;
+  PetscFunctionBeginUser;
+  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes));
+  // The run's default line search unless -snes_linesearch_type chose one for both runs.
+  PetscBool common = PETSC_FALSE;
+  PetscCall(PetscOptionsHasName(nullptr, nullptr, "-snes_linesearch_type", &common));
+  PetscCall(SNESGetLineSearch(*snes, &ls));
+  if (!common) PetscCall(SNESLineSearchSetType(ls, linesearch));
+  // Then the run's own options: SNESSetFromOptions keeps what they do not name.
+  PetscCall(SNESSetOptionsPrefix(*snes, run_prefix));
+  PetscCall(SNESSetFromOptions(*snes));
+  PetscFunctionReturn(0);
+}
+
 PetscErrorCode ResidualNorm(Problem& problem, Vec u, Vec work, PetscReal* norm) {
   PetscFunctionBeginUser;
   PetscCall(FormFunction(nullptr, u, work, &problem));

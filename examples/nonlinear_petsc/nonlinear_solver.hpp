@@ -48,6 +48,11 @@ PetscErrorCode FormJacobian(SNES snes, Vec u, Mat jacobian, Mat preconditioner, 
 /// example stop at the same residual whatever their start); options with `prefix` override
 /// (-snes_*, -ksp_*, -pc_*).
 PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes);
+/// Collective. CreateSNES for one run of a comparison: the common options (-snes_*, -ksp_*, -pc_*) first,
+/// then the run's own (-<run_prefix>snes_*, ...), which override them for this SNES alone. `linesearch` is
+/// the run's line search unless -snes_linesearch_type or -<run_prefix>snes_linesearch_type names one.
+PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, SNESLineSearchType linesearch, PetscReal atol,
+                             SNES* snes);
 
 /// Collective. ||F(u)||_2 (uses `work` for F).
 PetscErrorCode ResidualNorm(Problem& problem, Vec u, Vec work, PetscReal* norm);
