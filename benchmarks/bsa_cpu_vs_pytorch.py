@@ -84,12 +84,12 @@ def main():
     ap.add_argument("--tolerance", type=float, default=1e-2,
                     help="a point agrees when its largest output difference is below tolerance * max|y| (the "
                          "official float32 output itself is off from its float64 output by up to about 1e-2 "
-                         "max|y| at N = 16384: benchmarks/README.md)")
+                         "max|y| at N = 16384: benchmarks/RESULTS.md)")
     ap.add_argument("--min-agree", type=float, default=0.3,
                     help="smallest fraction of agreeing points accepted. Near-ties in the top-S selections, "
                          "rounded differently by two float32 computations, pick other blocks, and with 18 "
                          "layers this spreads: at N = 65,536 the official float32 output is as far from its "
-                         "float64 output as ours (benchmarks/README.md), 47%% of the points agree; a different "
+                         "float64 output as ours (benchmarks/RESULTS.md), 47%% of the points agree; a different "
                          "model would agree nowhere")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "bsa_bench"

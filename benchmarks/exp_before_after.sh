@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The library's vectorised exp (kernels/src/cpu/simd.hpp) of an earlier commit and of the working tree,
 # compiled side by side into one probe with the flags of isa_avx2.cpp / isa_avx512.cpp; rates per second
-# of thread CPU time (best of 5 x 20,000 calls on 4,096 floats, after 1 s of warm-up). benchmarks/README.md,
+# of thread CPU time (best of 5 x 20,000 calls on 4,096 floats, after 1 s of warm-up). benchmarks/RESULTS.md,
 # issue 21 part 2.
 #   benchmarks/exp_before_after.sh [REV]        (default ff88451, the commit before the faster exp)
 set -euo pipefail

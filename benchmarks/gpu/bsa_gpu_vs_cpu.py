@@ -6,7 +6,7 @@ compared first: a point agrees when its outputs are within 1e-2 max|y| of the CP
 the rule of benchmarks/bsa_cpu_vs_pytorch.py (near-ties of the top-S block selection, rounded differently by
 two float32 computations, pick other blocks and spread through 18 layers: at 65,536 points the official
 float32 output is as far from its float64 output); the share within 1e-3 is printed too. Where it has run:
-share/docs/cuda.md.
+share/docs/cuda-results.md.
 
     python3 benchmarks/gpu/bsa_gpu_vs_cpu.py --build build [--sizes 16384 65536] [--attention sparse ball]
         [--repeats 5] [--device 0|cuda-emulated] [--threads T]

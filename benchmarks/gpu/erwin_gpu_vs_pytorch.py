@@ -2,7 +2,7 @@
 """Erwin forward on a GPU: surrogate's device forward (erwin_gpu_bench) next to PyTorch on the same GPU,
 same weights and inputs (the ShapeNet-Car configuration and random data of benchmarks/erwin_cpu_vs_pytorch.py:
 one sample of N points in the unit cube, normal features, kNN 8 graph with self loops built once by the
-driver and given to both), outputs compared after the timing. Where it has run: share/docs/cuda.md
+driver and given to both), outputs compared after the timing. Where it has run: share/docs/cuda-results.md
 (its PyTorch side also runs on the CPU: --device cpu --skip-surrogate).
 
     VENV/bin/python benchmarks/gpu/erwin_gpu_vs_pytorch.py --build build --official DIR \\

@@ -3,7 +3,7 @@
 Transformer of Graph-COM/HEPT on the same GPU, the shipped tracking-60k checkpoint on both sides, the same
 synthetic collider event as benchmarks/hept_cpu_vs_pytorch.py (share/tools/golden/hept_golden.py), one
 graph of N hits, float32, TF32 off; a row is printed only when the outputs agree. Where it has run:
-share/docs/cuda.md, "Measured on an H200".
+share/docs/cuda-results.md.
 
     VENV/bin/python benchmarks/gpu/hept_gpu_vs_pytorch.py --build build --official HEPT_CHECKOUT \\
         [--sizes 10000 60000 240000] [--repeats 5] [--device cuda]

@@ -341,7 +341,7 @@ inline vf exp_nonpositive(vf x) {
 /// |x| 1.9e-35, as for any smaller x), which also keeps k = round(t) inside the exponent field. 2^(t - k)
 /// by the softmax's degree-5 polynomial with t - k from one fused multiply-add, times 2^k: vrangeps,
 /// vrndscaleps and vscalefps on AVX-512, the shifter elsewhere. A GELU is 17 vector operations on AVX-512
-/// and 19 on AVX2 (benchmarks/README.md, "The activations").
+/// and 19 on AVX2 (benchmarks/RESULTS.md, "The activations in base 2").
 template <class Slope>
 [[gnu::always_inline]] inline vf divide_by_one_plus_exp2(vf x, float cap, Slope slope) {
 #if defined(__AVX512F__)

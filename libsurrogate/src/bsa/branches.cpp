@@ -85,7 +85,7 @@ float attention_scale(int E) { return 1.0f / std::sqrt(static_cast<float>(E)); }
 /// The keys or values (compressed blocks, or tokens for the global attention) of every (sample, head),
 /// head-major: the nb rows of E floats of one head contiguous. Every query chunk of a head streams all of
 /// them; from the rows of all heads (D floats a row) each chunk pulled a cache line per row from beyond the
-/// L2 cache (benchmarks/README.md, "BSA and the global S² attention: keys by head").
+/// L2 cache (benchmarks/RESULTS.md, "BSA and the global S² attention: keys by head").
 AlignedBuffer<float> rows_by_head(const float* src, index_t ld, int samples, index_t nb, int H, int E, int threads) {
   AlignedBuffer<float> dst(static_cast<std::size_t>(samples) * H * static_cast<std::size_t>(nb) * E);
 #pragma omp parallel for num_threads(threads) schedule(static)

@@ -30,7 +30,7 @@ const PhaseName kHeptHeadPhase{"head"};
 template <class T>
 constexpr int kGather = 32 / static_cast<int>(sizeof(T));
 // How far ahead of its copy a gathered row is prefetched: 16 to 128 rows ran alike on a Zen 5 core, where
-// prefetching the next chunk's rows while the kernel ran was 10-16 % slower (benchmarks/README.md).
+// prefetching the next chunk's rows while the kernel ran was 10-16 % slower (benchmarks/RESULTS.md).
 constexpr std::int64_t kPrefetchRows = 32;
 
 template <class T>
