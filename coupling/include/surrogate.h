@@ -108,7 +108,9 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
  *    The predict orders itself after the work enqueued before the call on the default stream (and so on
  *    every blocking stream); synchronise your own non-blocking streams first. On return `out` is written.
  *  - Otherwise (one array on the device, or ranks differing) a device array is staged through host
- *    memory (non-negative strides required). Host arrays always take the host path. */
+ *    memory (non-negative strides required). Host arrays always take the host path.
+ * On an error `out` may hold part of the results (the check of the outputs for NaN/Inf runs after they
+ * are written), never values outside its strided elements. */
 int surrogate_predict_f64(surrogate_t handle, const double* in, int64_t in_point_stride, int64_t in_channel_stride,
                           double* out, int64_t out_point_stride, int64_t out_channel_stride);
 int surrogate_predict_f32(surrogate_t handle, const float* in, int64_t in_point_stride, int64_t in_channel_stride,

@@ -251,34 +251,56 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
       return;
     }
   }
+  // Host arrays (device arrays staged through host memory, the strided span of each, one copy each way).
   std::vector<Real> in_stage, out_stage;
   const Real* in_data = in.data;
   Real* out_data = out.data;
-  collectively(s.comm, [&] {
-    s.in_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cin));
-    if constexpr (std::is_same_v<Real, double>)
-      s.out_buffer64.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
-    else
-      s.out_buffer.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1) * cout));
-    if (!in_on_device && !out_on_device) return;
-    const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
-    const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
-    if ((in_on_device && in_extent < 0) || (out_on_device && out_extent < 0))
-      throw Error(ErrorCode::invalid_argument, "predict: staged device arrays need non-negative strides");
-    if (in_on_device) {
-      in_stage.resize(static_cast<std::size_t>(in_extent));
-      detail::copy_device_to_host(in_stage.data(), in.data, in_stage.size() * sizeof(Real));
-      in_data = in_stage.data();
-    }
-    if (out_on_device) {  // elements between the strides are the caller's: copied back unchanged
-      out_stage.resize(static_cast<std::size_t>(out_extent));
-      detail::copy_device_to_host(out_stage.data(), out.data, out_stage.size() * sizeof(Real));
-      out_data = out_stage.data();
-    }
+  if (in_on_device || out_on_device) {
+    collectively(s.comm, [&] {
+      const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
+      const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
+      if ((in_on_device && in_extent < 0) || (out_on_device && out_extent < 0))
+        throw Error(ErrorCode::invalid_argument, "predict: staged device arrays need non-negative strides");
+      if (in_on_device) {
+        in_stage.resize(static_cast<std::size_t>(in_extent));
+        detail::copy_device_to_host(in_stage.data(), in.data, in_stage.size() * sizeof(Real));
+        in_data = in_stage.data();
+      }
+      if (out_on_device) {  // elements between the strides are the caller's: copied back unchanged
+        out_stage.resize(static_cast<std::size_t>(out_extent));
+        detail::copy_device_to_host(out_stage.data(), out.data, out_stage.size() * sizeof(Real));
+        out_data = out_stage.data();
+      }
+    });
+  }
+  // One conversion per direction: Model::predict reads float rows and writes Real rows (point-major, row
+  // stride >= the channels) into and out of its working layout itself, so such arrays go straight
+  // through; double inputs and other strides are gathered into float / Real rows first. (Model::predict
+  // reads every input before it writes an output, so in and out may even be the same memory.)
+  const auto are_rows = [](std::int64_t point_stride, std::int64_t component_stride, int channels) {
+    return component_stride == 1 && point_stride >= channels;
+  };
+  const bool in_direct = std::is_same_v<Real, float> && are_rows(in.point_stride, in.component_stride, cin);
+  const bool out_direct = are_rows(out.point_stride, out.component_stride, cout);
+  auto& out_buffer = [&]() -> auto& {
+    if constexpr (std::is_same_v<Real, double>) return s.out_buffer64;
+    else return s.out_buffer;
+  }();
+  collectively(s.comm, [&] {  // (an allocation failure on one rank fails the call on every rank)
+    if (!in_direct) s.in_buffer.resize(static_cast<std::size_t>(n * cin));
+    if (!out_direct) out_buffer.resize(static_cast<std::size_t>(n * cout));
   });
-  for (std::int64_t i = 0; i < n; ++i)
-    for (int c = 0; c < cin; ++c)
-      s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
+  const float* in_rows = nullptr;
+  if constexpr (std::is_same_v<Real, float>) in_rows = in_direct ? in_data : nullptr;
+  if (!in_direct) {
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int c = 0; c < cin; ++c)
+        s.in_buffer[static_cast<std::size_t>(i * cin + c)] = static_cast<float>(in_data[i * in.point_stride + c * in.component_stride]);
+    in_rows = s.in_buffer.data();
+  }
+  Real* const out_rows = out_direct ? out_data : out_buffer.data();
+  const index_t ld_in = in_direct ? std::max<index_t>(in.point_stride, 1) : std::max(cin, 1);
+  const index_t ld_out = out_direct ? std::max<index_t>(out.point_stride, 1) : std::max(cout, 1);
   const double t0 = MPI_Wtime();
   Model::SampleArrays samples;
   const int s_in = s.model->sample_in_channels(), s_out = s.model->sample_out_channels();
@@ -291,17 +313,14 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     samples.out = s.sample_out_buffer.data();
     samples.ld_out = s_out;
   }
-  auto& out_buffer = [&]() -> auto& {
-    if constexpr (std::is_same_v<Real, double>) return s.out_buffer64;
-    else return s.out_buffer;
-  }();
-  s.model->predict(s.comm, current_plan(s, run), s.in_buffer.data(), cin, out_buffer.data(), cout, samples, run);
+  s.model->predict(s.comm, current_plan(s, run), in_rows, ld_in, out_rows, ld_out, samples, run);
   s.sample_out.assign(s.sample_out_buffer.begin(), s.sample_out_buffer.end());
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;
-  for (std::int64_t i = 0; i < n; ++i)
-    for (int c = 0; c < cout; ++c)
-      out_data[i * out.point_stride + c * out.component_stride] = static_cast<Real>(out_buffer[static_cast<std::size_t>(i * cout + c)]);
+  if (!out_direct)
+    for (std::int64_t i = 0; i < n; ++i)
+      for (int c = 0; c < cout; ++c)
+        out_data[i * out.point_stride + c * out.component_stride] = out_buffer[static_cast<std::size_t>(i * cout + c)];
   if (out_on_device)
     collectively(s.comm, [&] { detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real)); });
 }

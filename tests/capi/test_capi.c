@@ -1,5 +1,5 @@
 /* The C API under mpirun: strided inputs in C and Fortran order give identical results, float32 and
- * float64 agree, the distributed prediction equals a one-process prediction (bitwise in reproducible
+ * float64 agree, float32 rows passed straight through equal gathered ones, the distributed prediction equals a one-process prediction (bitwise in reproducible
  * mode), and failures on one rank return the same status and message on every rank. */
 #include <math.h>
 #include <mpi.h>
@@ -90,6 +90,32 @@ int main(int argc, char** argv) {
   OK(surrogate_set_points_f32(s, n, 2, coords32, 2, 1, NULL, NULL));
   OK(surrogate_predict_f32(s, coords32, 2, 1, out32, 1, 1));
   for (int64_t i = 0; i < n; ++i) CHECK(fabs(out32[i] - out_c[i]) <= 1e-6 * (fabs(out_c[i]) + 1), "point %ld f32 %.9g f64 %.9g", (long)i, out32[i], out_c[i]);
+  /* float32 rows go straight into the model (padded rows too), other layouts are gathered first: the same
+   * bits either way; padding between the strides is not touched; in and out may share memory. */
+  {
+    float* padded_in = malloc(sizeof(float) * (size_t)(3 * n + 1));
+    float* padded_out = malloc(sizeof(float) * (size_t)(2 * n + 1));
+    float* fortran32 = malloc(sizeof(float) * (size_t)(2 * n + 1));
+    float* shared = malloc(sizeof(float) * (size_t)(2 * n + 1));
+    float* gathered32 = malloc(sizeof(float) * (size_t)(n + 1));
+    for (int64_t i = 0; i < n; ++i) {
+      padded_in[3 * i] = coords32[2 * i], padded_in[3 * i + 1] = coords32[2 * i + 1], padded_in[3 * i + 2] = -7.0f;
+      padded_out[2 * i] = 0.0f, padded_out[2 * i + 1] = -9.0f;
+      fortran32[i] = coords32[2 * i], fortran32[n + i] = coords32[2 * i + 1];
+      shared[2 * i] = coords32[2 * i], shared[2 * i + 1] = coords32[2 * i + 1];
+    }
+    OK(surrogate_predict_f32(s, padded_in, 3, 1, padded_out, 2, 1));
+    OK(surrogate_predict_f32(s, fortran32, 1, n, gathered32, 1, 1));
+    OK(surrogate_predict_f32(s, shared, 2, 1, shared, 2, 1));
+    for (int64_t i = 0; i < n; ++i) {
+      CHECK(padded_out[2 * i] == out32[i] && padded_out[2 * i + 1] == -9.0f, "point %ld: padded rows %.9g (pad %g), rows %.9g",
+            (long)i, padded_out[2 * i], padded_out[2 * i + 1], out32[i]);
+      CHECK(gathered32[i] == out32[i], "point %ld: Fortran order %.9g, rows %.9g", (long)i, gathered32[i], out32[i]);
+      CHECK(shared[2 * i] == out32[i] && shared[2 * i + 1] == coords32[2 * i + 1], "point %ld: in place %.9g, rows %.9g", (long)i,
+            shared[2 * i], out32[i]);
+    }
+    free(padded_in), free(padded_out), free(fortran32), free(shared), free(gathered32);
+  }
 
   /* Against one process on rank 0, reproducible mode: bitwise identical. */
   options.reproducible = 1;
