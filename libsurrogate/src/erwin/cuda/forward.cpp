@@ -6,9 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
 #include <optional>
-#include <stdexcept>
 #include <string>
 
 #include "../plan.hpp"

@@ -26,7 +26,6 @@
 namespace surrogate::erwin::detail::cuda_forward {
 
 namespace cu = kernels::cuda;
-using kernels::Activation;
 using ops::CudaOps;
 
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.

@@ -10,8 +10,8 @@ namespace surrogate::erwin::detail::cuda_forward {
 // The geometry of a layout on the device: the positions of every level (level 0 the slots, then the
 // children's means), ball-relative positions (tree and rotated order), the children's positions relative
 // to their parent, the edges grouped by receiver, the layout's index arrays, and the work arrays. Host
-// arithmetic is the CPU forward's (mean_pool, program::relative_to_group, program::order_edges); the rotated positions come from the layout
-// (a collective exchange on a plan).
+// arithmetic is the CPU forward's (mean_pool, program::relative_to_group, program::order_edges); the
+// rotated positions come from the layout (a collective exchange on a plan).
 void ErwinCudaForward::set_geometry(Geometry& geometry) {
   g_ = &geometry;
   const DeviceLayout& layout = *g_->layout;
