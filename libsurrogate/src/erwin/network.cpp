@@ -31,7 +31,6 @@ namespace {
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
-using ops::HostNorm;
 using ops::HostOps;
 using ops::Rows;
 using HostBlock = program::Block<HostOps>;
@@ -53,16 +52,10 @@ ops::BatchNorm<HostOps::Vector> fold_batch_norm(const ModelFile& f, const std::s
   return bn;
 }
 
-/// A LayerNorm (rms false, 1e-5) or RMSNorm (rms true, float epsilon) of dim channels; null vectors: the
-/// fill values (weight 1, bias 0).
-HostNorm host_norm(const float* weight, const float* bias, int dim, bool rms) {
-  HostNorm n;
-  n.weight = padded_vector(weight, dim, 1.0f);
-  if (!rms) n.bias = padded_vector(bias, dim, 0.0f);
-  n.dim = dim;
-  n.rms = rms;
-  n.eps = rms ? std::numeric_limits<float>::epsilon() : 1e-5f;
-  return n;
+/// A LayerNorm (rms false, eps 1e-5) or RMSNorm (rms true, float epsilon) of dim channels; null vectors:
+/// weights 1, biases 0.
+NormLayer host_norm(const float* weight, const float* bias, int dim, bool rms) {
+  return {weight, bias, dim, rms, rms ? std::numeric_limits<float>::epsilon() : 1e-5f};
 }
 
 std::string level_name(int i) { return "level " + std::to_string(i); }
@@ -366,10 +359,10 @@ class HostMessagePassing final : public HostExec {
   void refresh_halo() const {
     if (*refresh_) (*refresh_)(h_, ld());
   }
-  program::EdgeRows edges() const {
+  program::EdgeRows edges() {
     const int D = cfg_->c_hidden[0], d = cfg_->dimensionality;
     const auto E = static_cast<index_t>(order_.src.size());
-    return {{h_, ld(), n_all_, D, ops::Place::host}, {const_cast<float*>(agg_.data()), ld(), n_, D, ops::Place::host},
+    return {{h_, ld(), n_all_, D, ops::Place::host}, {agg_.data(), ld(), n_, D, ops::Place::host},
             ops::view(order_.rel.data(), d, E, d, ops::Place::host), order_.src.data(), order_.dst.data(),
             order_.start.data(), order_.start.data(), order_.chunks};
   }
@@ -418,8 +411,8 @@ class HostUNet final : public HostExec {
     }
   }
 
-  program::LevelRows level(int i) const { return rows(levels_[static_cast<std::size_t>(i)], false); }
-  program::LevelRows rotated(int i) const { return rows(levels_[static_cast<std::size_t>(i)], true); }
+  program::LevelRows level(int i) { return rows(levels_[static_cast<std::size_t>(i)], false); }
+  program::LevelRows rotated(int i) { return rows(levels_[static_cast<std::size_t>(i)], true); }
   /// The rotated positions of level i (an exchange), and its rotated node array.
   void prepare_rotated(int i) {
     Level& lv = levels_[static_cast<std::size_t>(i)];
@@ -429,12 +422,12 @@ class HostUNet final : public HostExec {
     rot_->to_rotated(i, lv.pos.data(), d, lv.pos_rot.data());
     lv.rel_rot = program::relative_to_group(lv.pos_rot, d, cfg_->ball_sizes[static_cast<std::size_t>(i)], round_up(d, kPad));
   }
-  void to_rotated(int i) const {
-    const Level& lv = levels_[static_cast<std::size_t>(i)];
-    rot_->to_rotated(i, lv.x, static_cast<int>(lv.ld), const_cast<float*>(lv.xr.data()));
+  void to_rotated(int i) {
+    Level& lv = levels_[static_cast<std::size_t>(i)];
+    rot_->to_rotated(i, lv.x, static_cast<int>(lv.ld), lv.xr.data());
   }
-  void from_rotated(int i) const {
-    const Level& lv = levels_[static_cast<std::size_t>(i)];
+  void from_rotated(int i) {
+    Level& lv = levels_[static_cast<std::size_t>(i)];
     rot_->from_rotated(i, lv.xr.data(), static_cast<int>(lv.ld), lv.x);
   }
 
@@ -446,12 +439,12 @@ class HostUNet final : public HostExec {
     AlignedBuffer<float> own, xr;
     std::vector<float> pos, rel, child_rel, pos_rot, rel_rot;
   };
-  program::LevelRows rows(const Level& lv, bool rotated) const {
+  program::LevelRows rows(Level& lv, bool rotated) const {
     const int d = cfg_->dimensionality;
     const index_t ld_r = round_up(d, kPad);
     const auto place = ops::Place::host;
     program::LevelRows r;
-    r.x = {rotated ? const_cast<float*>(lv.xr.data()) : lv.x, lv.ld, lv.nodes, lv.width, place};
+    r.x = {rotated ? lv.xr.data() : lv.x, lv.ld, lv.nodes, lv.width, place};
     r.pos = ops::view((rotated ? lv.pos_rot : lv.pos).data(), d, lv.nodes, d, place);
     r.rel = ops::view((rotated ? lv.rel_rot : lv.rel).data(), ld_r, lv.nodes, d, place);
     if (lv.stride > 0)  // per parent: its children's positions relative to it

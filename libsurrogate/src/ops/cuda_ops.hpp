@@ -95,9 +95,9 @@ class CudaOps {
     device::WeightArena* arena;
     Dense operator()(const HostOps::Dense& l) const { return arena->append_dense(l); }
     Norm operator()(const HostOps::Norm& n) const {
-      const auto dim = static_cast<std::size_t>(n.dim);
-      const std::span<const float> bias = n.bias.size() > 0 ? std::span<const float>(n.bias.data(), dim) : std::span<const float>();
-      return arena->append_norm({n.weight.data(), dim}, bias, n.rms, n.eps);
+      const auto dim = static_cast<std::size_t>(n.dim());
+      const std::span<const float> bias = n.bias() != nullptr ? std::span<const float>(n.bias(), dim) : std::span<const float>();
+      return arena->append_norm({n.weight(), dim}, bias, n.rms(), n.eps());
     }
     Vector operator()(const HostOps::Vector& v) const {
       return v.empty() ? Vector{} : Vector{arena->append(v), v.size()};

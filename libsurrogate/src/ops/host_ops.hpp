@@ -1,5 +1,6 @@
-// The Ops of rows.hpp on the CPU: each member is one call of the CPU kernel table (or the plain loop the
-// family's CPU forward has always run) on the tile of rows it is given. One HostOps per OpenMP thread:
+// The Ops of rows.hpp on the CPU: each member is one call of the CPU kernel table (the norm through
+// layers.hpp's NormLayer; batch_norm, copy, combine and segment_mean the plain loops the families' CPU
+// forwards have always run) on the tile of rows it is given. One HostOps per OpenMP thread:
 // a family's program runs on a thread's tiles, so the kernels' rules hold (row strides multiples of kPad,
 // padding columns finite; a row's result never depends on the tile it is computed in).
 #pragma once
@@ -7,24 +8,17 @@
 #include <algorithm>
 #include <vector>
 
+#include "../layers.hpp"
 #include "../prefetch.hpp"
 #include "rows.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::ops {
 
-/// A LayerNorm (weight, bias) or RMSNorm (weight) of `dim` channels, the vectors padded with zeros.
-struct HostNorm {
-  kernels::AlignedBuffer<float> weight, bias;  // bias empty: none
-  int dim = 0;
-  float eps = 1e-5f;
-  bool rms = false;
-};
-
 class HostOps {
  public:
   using Dense = kernels::PackedLinear;
-  using Norm = HostNorm;
+  using Norm = NormLayer;  // layers.hpp
   using Vector = std::vector<float>;
   static constexpr Place place = Place::host;
 
@@ -35,20 +29,7 @@ class HostOps {
                 .act = a.act, .add1 = a.add.data, .ld_add1 = a.add.ld});
   }
 
-  void norm(const NormArgs<Norm>& a) const {
-    kernels::NormArgs n;
-    n.x = a.x.data;
-    n.ldx = a.x.ld;
-    n.y = a.y.data;
-    n.ldy = a.y.ld;
-    n.rows = a.x.rows;
-    n.dim = a.norm->dim;
-    n.weight = a.norm->weight.data();
-    n.bias = a.norm->bias.size() > 0 ? a.norm->bias.data() : nullptr;
-    n.eps = a.norm->eps;
-    n.rms = a.norm->rms;
-    k_->norm(n);
-  }
+  void norm(const NormArgs<Norm>& a) const { a.norm->apply(*k_, a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows); }
 
   void batch_norm(const BatchNormArgs<Vector>& a) const {
     const float* alpha = a.bn->alpha.data();
