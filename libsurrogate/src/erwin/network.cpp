@@ -334,7 +334,10 @@ class HostExec {
       HostOps ops(kernels::cpu());
       HostWork work;
 #pragma omp for schedule(static)
-      for (index_t t = 0; t < count; ++t) f(ops, work, list[static_cast<std::size_t>(t)].first, list[static_cast<std::size_t>(t)].second);
+      for (index_t t = 0; t < count; ++t) {
+        const auto& [r0, r1] = list[static_cast<std::size_t>(t)];
+        f(ops, work, r0, r1);
+      }
     }
   }
 
@@ -344,15 +347,21 @@ class HostExec {
   int threads_;
 };
 
-/// The message passing's rows: h (receivers, then the halo), the edges in receiver order.
+/// The message passing's rows: h (receivers, then the halo), the edges in receiver order; tiles of 64
+/// receivers, their messages 64 edges at a time.
 class HostMessagePassing final : public HostExec {
  public:
   HostMessagePassing(const Network& net, const program::Layers<HostOps>& layers, float* h, const float* pos,
-                     index_t n, index_t n_all, std::span<const std::int64_t> edges, const HaloRefresh& refresh, int threads)
+                     index_t n, index_t n_all, std::span<const std::int64_t> edges, const HaloRefresh& refresh,
+                     int threads)
       : HostExec(net, layers, threads), h_(h), n_(n), n_all_(n_all), refresh_(&refresh) {
     const int d = cfg_->dimensionality;
-    order_ = program::order_edges(edges, {pos, static_cast<std::size_t>(n_all * d)}, d, n, n_all, program::kTileRows);
-    if (order_.bad_edge >= 0) throw Error(ErrorCode::internal, "erwin: local edge " + std::to_string(order_.bad_edge) + " out of range");
+    order_ = program::order_edges(edges, {pos, static_cast<std::size_t>(n_all * d)}, d, n, n_all, program::kTileRows,
+                                  threads_);
+    if (order_.bad_edge >= 0)
+      throw Error(ErrorCode::internal, "erwin: local edge " + std::to_string(order_.bad_edge) + " out of range");
+    for (index_t r0 = 0; r0 < n; r0 += program::kTileRows)
+      chunks_.emplace_back(r0, std::min(n, r0 + program::kTileRows));
     agg_ = AlignedBuffer<float>(static_cast<std::size_t>(n * ld()));
   }
   index_t ld() const { return round_up(cfg_->c_hidden[0], kPad); }
@@ -364,7 +373,7 @@ class HostMessagePassing final : public HostExec {
     const auto E = static_cast<index_t>(order_.src.size());
     return {{h_, ld(), n_all_, D, ops::Place::host}, {agg_.data(), ld(), n_, D, ops::Place::host},
             ops::view(order_.rel.data(), d, E, d, ops::Place::host), order_.src.data(), order_.dst.data(),
-            order_.start.data(), order_.start.data(), order_.chunks};
+            order_.start.data(), order_.start.data(), chunks_, program::kTileRows};
   }
 
  private:
@@ -372,11 +381,12 @@ class HostMessagePassing final : public HostExec {
   index_t n_, n_all_;
   const HaloRefresh* refresh_;
   program::EdgeOrder order_;
+  std::vector<std::pair<index_t, index_t>> chunks_;  // receivers in tiles of kTileRows
   AlignedBuffer<float> agg_;
 };
 
-/// The U-Net's levels: level 0 the caller's node array, the others made here; positions, ball-relative
-/// positions and children relative to their parent per level; the rotated order through `rot`.
+/// The U-Net's levels: level 0 the caller's node array, the others made here; positions, the balls'
+/// centres and children relative to their parent per level; the rotated order through `rot`.
 class HostUNet final : public HostExec {
  public:
   HostUNet(const Network& net, const program::Layers<HostOps>& layers, AlignedBuffer<float>& x, std::vector<float> pos,
@@ -397,7 +407,8 @@ class HostUNet final : public HostExec {
         lv.own = AlignedBuffer<float>(static_cast<std::size_t>(lv.nodes * lv.ld));
         lv.x = lv.own.data();
       }
-      lv.rel = program::relative_to_group(pos, d, c.ball_sizes[iu], round_up(d, kPad));
+      lv.ball = c.ball_sizes[iu];
+      lv.centres = balltree::mean_pool(pos, d, lv.ball);
       if (i + 1 < L) {
         const int s = c.strides[iu];
         lv.stride = s;
@@ -413,14 +424,25 @@ class HostUNet final : public HostExec {
 
   program::LevelRows level(int i) { return rows(levels_[static_cast<std::size_t>(i)], false); }
   program::LevelRows rotated(int i) { return rows(levels_[static_cast<std::size_t>(i)], true); }
-  /// The rotated positions of level i (an exchange), and its rotated node array.
+  /// The rotated positions of level i (an exchange) and their balls' centres, and its rotated node array.
   void prepare_rotated(int i) {
     Level& lv = levels_[static_cast<std::size_t>(i)];
     const int d = cfg_->dimensionality;
     lv.xr = AlignedBuffer<float>(static_cast<std::size_t>(lv.nodes * lv.ld));
     lv.pos_rot.resize(static_cast<std::size_t>(lv.nodes * d));
     rot_->to_rotated(i, lv.pos.data(), d, lv.pos_rot.data());
-    lv.rel_rot = program::relative_to_group(lv.pos_rot, d, cfg_->ball_sizes[static_cast<std::size_t>(i)], round_up(d, kPad));
+    lv.centres_rot = balltree::mean_pool(lv.pos_rot, d, lv.ball);
+  }
+  /// A tile's positions relative to their ball's centre, computed in the thread's work rows.
+  Rows ball_relative(HostWork& work, const program::LevelRows& lv, int ball, index_t r0, index_t rows) const {
+    const int d = cfg_->dimensionality;
+    const Rows rel = work.rows(program::Slot::rel, rows, d);
+    for (index_t r = 0; r < rows; ++r) {
+      const float* p = lv.pos.row(r0 + r);
+      const float* centre = lv.centres.row((r0 + r) / ball);
+      for (int c = 0; c < d; ++c) rel.row(r)[c] = p[c] - centre[c];
+    }
+    return rel;
   }
   void to_rotated(int i) {
     Level& lv = levels_[static_cast<std::size_t>(i)];
@@ -434,19 +456,18 @@ class HostUNet final : public HostExec {
  private:
   struct Level {
     index_t nodes = 0, ld = 0;
-    int width = 0, stride = 0;  // stride: to the next level (0: the last level)
+    int width = 0, ball = 1, stride = 0;  // stride: to the next level (0: the last level)
     float* x = nullptr;
     AlignedBuffer<float> own, xr;
-    std::vector<float> pos, rel, child_rel, pos_rot, rel_rot;
+    std::vector<float> pos, centres, child_rel, pos_rot, centres_rot;
   };
   program::LevelRows rows(Level& lv, bool rotated) const {
     const int d = cfg_->dimensionality;
-    const index_t ld_r = round_up(d, kPad);
     const auto place = ops::Place::host;
     program::LevelRows r;
     r.x = {rotated ? lv.xr.data() : lv.x, lv.ld, lv.nodes, lv.width, place};
     r.pos = ops::view((rotated ? lv.pos_rot : lv.pos).data(), d, lv.nodes, d, place);
-    r.rel = ops::view((rotated ? lv.rel_rot : lv.rel).data(), ld_r, lv.nodes, d, place);
+    r.centres = ops::view((rotated ? lv.centres_rot : lv.centres).data(), d, lv.nodes / lv.ball, d, place);
     if (lv.stride > 0)  // per parent: its children's positions relative to it
       r.child_rel = ops::view(lv.child_rel.data(), lv.stride * d, lv.nodes / lv.stride, lv.stride * d, place);
     return r;

@@ -8,7 +8,10 @@
 //                         rows (the CPU: one tile per OpenMP iteration; a device: once, all n rows)
 //   chunks(list, f)       f(Ops&, Work&, r0, r1) for each receiver range of `list` (the same)
 //   Work::rows(slot, rows, width)   work rows of the tile (the CPU: a thread's tile, rows padded to kPad)
-//   level(i), rotated(i)  a level's rows (node array, positions, ball-relative positions, children)
+//   level(i), rotated(i)  a level's rows (node array, positions, ball centres or ball-relative positions,
+//                         children)
+//   ball_relative(work, level, ball, r0, rows)   a tile's positions relative to their ball's centre (the
+//                         CPU: computed in the tile from the centres; a device: rows of its geometry)
 //   prepare_rotated(i), to_rotated(i), from_rotated(i)   the rotated order (collective when distributed)
 //   refresh_halo(), edges()   the message passing's halo and edge arrays
 //
@@ -16,6 +19,7 @@
 // and a change to the network is made once. share/docs/balltree.md, "Code layout".
 #pragma once
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <span>
@@ -85,7 +89,7 @@ Layers<To> convert(const Layers<From>& from, const F& f) {
 // Tile programs: the layer calls of one stage on the rows of a tile.
 
 /// The work rows of a tile (Work::rows).
-enum class Slot : std::uint8_t { h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd, count };
+enum class Slot : std::uint8_t { h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd, rel, count };
 
 /// x: the nodes (whole balls, updated in place); pos, rel: their positions and ball-relative positions;
 /// the rest work rows of as many rows.
@@ -150,25 +154,29 @@ void unpool(Ops& ops, const typename Ops::Dense& layer, const ops::BatchNorm<typ
 }
 
 /// The receivers agg.rows of a chunk: h all source rows (with the halo), src/dst/edge_rel their edges
-/// (grouped by receiver, in edge order), start the receivers' first edges (agg.rows + 1 entries).
+/// (grouped by receiver, in edge order), start the receivers' first edges (agg.rows + 1 entries); the
+/// messages are computed `tile` edges at a time (msg_in holds tile rows, msg all of the chunk's).
 struct MessageRows {
   Rows h;
   const std::int64_t *src = nullptr, *dst = nullptr;
   Rows edge_rel;
   const std::int64_t* start = nullptr;
   Rows msg_in, msg, agg;
+  index_t tile = 1;
 };
 
 /// Messages m = LayerNorm(GELU(W [h_src | h_dst | p_src - p_dst] + b)), their mean per receiver.
 template <class Ops>
 void messages(Ops& ops, const Step<Ops>& step, const MessageRows& r) {
   const int D = r.h.width;
-  if (r.msg.rows > 0) {
-    ops.copy({r.h, r.src, r.msg_in.columns(0, D)});
-    ops.copy({r.h, r.dst, r.msg_in.columns(D, D)});
-    ops.copy({r.edge_rel, nullptr, r.msg_in.columns(2 * D, r.edge_rel.width)});
-    ops.dense({&step.message, r.msg_in, r.msg, Activation::gelu_erf});
-    ops.norm({&step.message_norm, r.msg, r.msg});
+  for (index_t q = 0; q < r.msg.rows; q += r.tile) {
+    const index_t rows = std::min(r.tile, r.msg.rows - q);
+    const Rows in = r.msg_in.range(0, rows), out = r.msg.range(q, rows);
+    ops.copy({r.h, r.src + q, in.columns(0, D)});
+    ops.copy({r.h, r.dst + q, in.columns(D, D)});
+    ops.copy({r.edge_rel.range(q, rows), nullptr, in.columns(2 * D, r.edge_rel.width)});
+    ops.dense({&step.message, in, out, Activation::gelu_erf});
+    ops.norm({&step.message_norm, out, out});
   }
   ops.segment_mean({r.msg, r.start, r.agg});
 }
@@ -194,20 +202,22 @@ void update(Ops& ops, const Step<Ops>& step, const UpdateRows& r) {
 /// Rows per tile of the row-wise stages on the CPU (a ball per tile for the blocks).
 inline constexpr index_t kTileRows = 64;
 
-/// A level's rows: the node array, positions (d per row) and ball-relative positions, and per parent of
-/// the next level its children's positions relative to it (none at the last level).
+/// A level's rows: the node array, positions (d per row), the balls' centres (one row per ball) or the
+/// positions relative to them (the exec's ball_relative reads either), and per parent of the next level
+/// its children's positions relative to it (none at the last level).
 struct LevelRows {
-  Rows x, pos, rel, child_rel;
+  Rows x, pos, centres, rel, child_rel;
 };
 
 /// What the message passing runs on: h (points + halo rows), agg (points rows), the edges grouped by
 /// receiver with p_src - p_dst, start (points + 1 entries; start_host its host copy) and the receiver
-/// chunks.
+/// chunks, and the edges whose messages are computed at once (0: all edges of a chunk).
 struct EdgeRows {
   Rows h, agg, edge_rel;
   const std::int64_t *src = nullptr, *dst = nullptr, *start = nullptr;
   const std::int64_t* start_host = nullptr;
   std::span<const std::pair<index_t, index_t>> chunks;
+  index_t edge_tile = 0;
 };
 
 /// h = embed.embed_fn(features).
@@ -227,9 +237,11 @@ void message_passing(Exec& e) {
     e.refresh_halo();
     e.chunks(g.chunks, [&](auto& ops, auto& work, index_t r0, index_t r1) {
       const index_t e0 = g.start_host[r0], m = g.start_host[r1] - e0;
+      const index_t tile = g.edge_tile > 0 ? std::min(g.edge_tile, m) : m;
       messages(ops, step,
-               {g.h, g.src + e0, g.dst + e0, g.edge_rel.range(e0, m), g.start + r0, work.rows(Slot::msg_in, m, 2 * D + d),
-                work.rows(Slot::msg, m, D), g.agg.range(r0, r1 - r0)});
+               {g.h, g.src + e0, g.dst + e0, g.edge_rel.range(e0, m), g.start + r0,
+                work.rows(Slot::msg_in, tile, 2 * D + d), work.rows(Slot::msg, m, D), g.agg.range(r0, r1 - r0),
+                std::max<index_t>(1, tile)});
     });
     e.tiles(g.agg.rows, kTileRows, [&](auto& ops, auto& work, index_t r0, index_t rows) {
       update(ops, step, {g.h.range(r0, rows), g.agg.range(r0, rows), work.rows(Slot::upd_in, rows, 2 * D),
@@ -243,9 +255,9 @@ template <class Exec, class B>
 void block_stage(Exec& e, const B& b, const LevelRows& lv) {
   e.tiles(lv.x.rows, b.ball, [&](auto& ops, auto& work, index_t r0, index_t rows) {
     block(ops, b,
-          {lv.x.range(r0, rows), lv.pos.range(r0, rows), lv.rel.range(r0, rows), work.rows(Slot::h, rows, b.dim),
-           work.rows(Slot::u, rows, 3 * b.dim), work.rows(Slot::att, rows, b.dim), work.rows(Slot::a1, rows, b.hidden),
-           work.rows(Slot::a2, rows, b.hidden)});
+          {lv.x.range(r0, rows), lv.pos.range(r0, rows), e.ball_relative(work, lv, b.ball, r0, rows),
+           work.rows(Slot::h, rows, b.dim), work.rows(Slot::u, rows, 3 * b.dim), work.rows(Slot::att, rows, b.dim),
+           work.rows(Slot::a1, rows, b.hidden), work.rows(Slot::a2, rows, b.hidden)});
   });
 }
 
@@ -312,14 +324,17 @@ std::vector<float> relative_to_group(std::span<const float> rows, int d, int gro
 /// The edges (2 x E: sources < n_all, receivers < n) grouped by receiver, each group in edge order:
 /// start (n + 1 entries), sources, receivers and p_src - p_dst (d per edge) in that order, and chunks of
 /// receivers [r0, r1) with at most `chunk_edges` edges (a receiver with more alone). `bad_edge`: the first
-/// edge out of range (then no edges are kept), or -1.
+/// edge out of range (then no edges are kept), or -1. The per-edge gathers on `threads` OpenMP threads.
 struct EdgeOrder {
-  std::vector<std::int64_t> start, src, dst;
-  std::vector<float> rel;
+  template <class T>
+  using Values = std::vector<T, kernels::FirstTouchAllocator<T>>;  // written by the parallel gathers
+  std::vector<std::int64_t> start;
+  Values<std::int64_t> src, dst;
+  Values<float> rel;
   std::vector<std::pair<index_t, index_t>> chunks;
   std::int64_t bad_edge = -1;
 };
 EdgeOrder order_edges(std::span<const std::int64_t> edge_index, std::span<const float> positions, int d, index_t n,
-                      index_t n_all, index_t chunk_edges);
+                      index_t n_all, index_t chunk_edges, int threads);
 
 }  // namespace surrogate::erwin::program

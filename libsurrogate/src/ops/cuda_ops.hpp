@@ -96,7 +96,8 @@ class CudaOps {
     Dense operator()(const HostOps::Dense& l) const { return arena->append_dense(l); }
     Norm operator()(const HostOps::Norm& n) const {
       const auto dim = static_cast<std::size_t>(n.dim());
-      const std::span<const float> bias = n.bias() != nullptr ? std::span<const float>(n.bias(), dim) : std::span<const float>();
+      std::span<const float> bias;  // none: RMSNorm
+      if (n.bias() != nullptr) bias = {n.bias(), dim};
       return arena->append_norm({n.weight(), dim}, bias, n.rms(), n.eps());
     }
     Vector operator()(const HostOps::Vector& v) const {

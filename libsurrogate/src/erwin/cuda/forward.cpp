@@ -51,6 +51,10 @@ class DeviceExec {
   program::LevelRows level(int i) const { return rows(i, false); }
   program::LevelRows rotated(int i) const { return rows(i, true); }
   void prepare_rotated(int /*level*/) const {}  // the rotated positions are part of the geometry
+  /// The ball-relative positions of the geometry (uploaded once).
+  Rows ball_relative(const DeviceWork&, const program::LevelRows& lv, int /*ball*/, index_t r0, index_t rows) const {
+    return lv.rel.range(r0, rows);
+  }
   void to_rotated(int i) {
     Level& lv = f_.g_->levels[static_cast<std::size_t>(i)];
     f_.move([&] { f_.g_->layout->to_rotated(lv.index, lv.x.data(), f_.g_->xr.data(), lv.width, f_.stream_); });
@@ -79,7 +83,8 @@ class DeviceExec {
             g.edge_dst.data(),
             g.edge_start.data(),
             g.edge_start_host.data(),
-            g.receiver_chunks};
+            g.receiver_chunks,
+            0};  // all messages of a chunk in one launch
   }
 
  private:

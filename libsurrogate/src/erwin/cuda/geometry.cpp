@@ -69,7 +69,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   program::EdgeOrder order;
   std::size_t most = 1;
   if (cfg_.mp_steps > 0) {
-    order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_);
+    order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_, 1);
     if (order.bad_edge >= 0 && pending_.ok())  // the layouts check: a bug, agreed below
       pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(order.bad_edge) + " out of range"};
     for (const auto& [r0, r1] : order.chunks)
@@ -91,10 +91,10 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     work(program::Slot::join, scratch_join);
     work(program::Slot::z, scratch_z);
     if (cfg_.mp_steps > 0) {
-      upload(g_->edge_src, order.src);
-      upload(g_->edge_dst, order.dst);
+      upload(g_->edge_src, std::span<const std::int64_t>(order.src));
+      upload(g_->edge_dst, std::span<const std::int64_t>(order.dst));
       upload(g_->edge_start, order.start);
-      upload(g_->edge_rel, order.rel);
+      upload(g_->edge_rel, std::span<const float>(order.rel));
       work(program::Slot::msg_in, most * (2 * D0 + static_cast<std::size_t>(d)));
       work(program::Slot::msg, most * D0);
       work(program::Slot::upd_in, nu * 2 * D0);
