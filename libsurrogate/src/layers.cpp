@@ -41,6 +41,17 @@ NormLayer::NormLayer(const ModelFile& file, const std::string& prefix, int dim, 
   }
 }
 
+NormLayer::NormLayer(const float* weight, const float* bias, int dim, bool rms, float eps)
+    : dim_(dim), rms_(rms), eps_(eps) {
+  const auto padded = static_cast<std::size_t>(kernels::round_up(dim, kernels::kPad));
+  weight_.resize(padded);
+  for (int c = 0; c < dim; ++c) weight_[static_cast<std::size_t>(c)] = weight != nullptr ? weight[c] : 1.0f;
+  if (!rms) {
+    bias_.resize(padded);
+    for (int c = 0; c < dim; ++c) bias_[static_cast<std::size_t>(c)] = bias != nullptr ? bias[c] : 0.0f;
+  }
+}
+
 void NormLayer::apply(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) const {
   kernels::NormArgs a;
   a.x = x;

@@ -20,6 +20,8 @@ class NormLayer {
  public:
   NormLayer() = default;
   NormLayer(const ModelFile& file, const std::string& prefix, int dim, bool rms, double eps);
+  /// From values: `dim` weights and (LayerNorm) biases; a null pointer gives weights 1 / biases 0.
+  NormLayer(const float* weight, const float* bias, int dim, bool rms, float eps);
   void apply(const CpuKernels& k, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) const;
   /// Normalises each of the `groups` consecutive slices of dim() channels of every row, in place (the
   /// q/k norms over the head width).
@@ -27,6 +29,10 @@ class NormLayer {
   /// Normalises one vector of dim() values in place.
   void apply_vector(float* x) const;
   int dim() const { return dim_; }
+  bool rms() const { return rms_; }
+  float eps() const { return eps_; }
+  const float* weight() const { return weight_.data(); }  // padded with zeros
+  const float* bias() const { return rms_ ? nullptr : bias_.data(); }
 
  private:
   int dim_ = 0;

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "../layers.hpp"
+#include "../ops/host_ops.hpp"
+#include "program.hpp"
 #include "surrogate/erwin.hpp"
 
 namespace surrogate::erwin::detail {
@@ -30,36 +32,10 @@ class RotatedOrder {
 /// rows of their owners; called before every message-passing step (collective when distributed).
 using HaloRefresh = std::function<void(float* h, index_t ld)>;
 
-/// Read-only views of a Network's weights (for the device forward, cuda/forward.cpp); pointers into the
-/// Network, valid while it lives. Linear layers in the CPU's packed form (PackedLinear: W^T, padded).
-struct BlockWeights {
-  int dim = 0, heads = 0, ball = 0, hidden = 0;
-  const float* norm1 = nullptr;  // RMSNorm weights, dim values
-  const float* norm2 = nullptr;
-  const kernels::PackedLinear *qkv = nullptr, *proj = nullptr, *pe = nullptr, *w1 = nullptr, *w2 = nullptr, *w3 = nullptr;
-  const std::vector<float>* sigma = nullptr;  // heads values; empty: no distance bias (erwin_flash)
-};
-struct StepWeights {
-  const kernels::PackedLinear *message = nullptr, *update = nullptr;
-  const float *message_w = nullptr, *message_b = nullptr, *update_w = nullptr, *update_b = nullptr;  // LayerNorms
-};
-struct BatchNormWeights {  // the eval BatchNorm folded: y = x * alpha + beta
-  const std::vector<float>* alpha = nullptr;
-  const std::vector<float>* beta = nullptr;
-};
-struct NetworkWeights {
-  const kernels::PackedLinear* embed = nullptr;
-  std::vector<StepWeights> steps;
-  std::vector<std::vector<BlockWeights>> encoder, decoder;  // by level (decoder: the level it ends at)
-  std::vector<BlockWeights> bottleneck;
-  std::vector<const kernels::PackedLinear*> pool, unpool;  // by level transition i -> i + 1
-  std::vector<BatchNormWeights> pool_bn, unpool_bn;
-};
-
 /// Friend of Network: the stages, implemented in network.cpp.
 struct Stages {
-  /// The network's weights (views).
-  static NetworkWeights weights(const Network& net);
+  /// The network's layers (the device forward uploads them: cuda/forward.cpp).
+  static const program::Layers<ops::HostOps>& layers(const Network& net);
   /// Row stride of the level-0 / embedding rows: round_up(c_hidden[0], kPad).
   static index_t row_stride(const Network& net);
   /// Node counts of every level of a batch of `total_slots` tree slots; Error(input) when a level is not

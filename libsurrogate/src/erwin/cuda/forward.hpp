@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -13,7 +14,9 @@
 
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
+#include "../../ops/cuda_ops.hpp"
 #include "../network.hpp"
+#include "../program.hpp"
 #include "device.hpp"
 #include "layout.hpp"
 #include "surrogate/error.hpp"
@@ -23,27 +26,10 @@
 namespace surrogate::erwin::detail::cuda_forward {
 
 namespace cu = kernels::cuda;
-using kernels::Activation;
-using surrogate::device::Dense;
-using surrogate::device::Norm;
+using ops::CudaOps;
 
 /// Call inside a catch block: CUDA runtime errors and rejected launches become Error naming the device.
 [[noreturn]] inline void raise_current(int device) { surrogate::detail::raise_current_cuda_error("erwin", device); }
-
-struct Block {
-  int dim = 0, heads = 0, ball = 0, hidden = 0;
-  Norm norm1, norm2;   // RMSNorms
-  std::size_t sigma = 0;
-  bool bias = false;  // distance bias (sigma)
-  Dense qkv, proj, pe, w1, w2, w3;
-};
-struct Step {
-  Dense message, update;
-  Norm message_norm, update_norm;  // LayerNorms
-};
-struct BatchNorm {  // folded eval BatchNorm
-  std::size_t alpha = 0, beta = 0;
-};
 
 /// The geometry of one level: positions (level order) and ball-relative positions, the same for the
 /// rotated order, and the children's positions relative to their parent (transition to the next level).
@@ -65,8 +51,10 @@ struct Geometry final : balltree::DeviceGeometry {
   cu::DeviceBuffer<float> edge_rel;                               // p_src - p_dst, in that order
   std::vector<std::pair<index_t, index_t>> receiver_chunks;       // [r0, r1) with few enough edges
   std::vector<std::int64_t> edge_start_host;                      // the same on the host
-  cu::DeviceBuffer<float> features, h, msg_in, msg, agg, upd_in, upd, out;
-  cu::DeviceBuffer<float> xr, hb, att, u, a1, a2, join, z;
+  cu::DeviceBuffer<float> features, h, agg, out;
+  cu::DeviceBuffer<float> xr;
+  /// The work rows of the program's tiles (program::Slot): h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd.
+  std::array<cu::DeviceBuffer<float>, static_cast<std::size_t>(program::Slot::count)> work;
 };
 
 class ErwinCudaForward final : public ErwinDeviceForward {
@@ -83,6 +71,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   double last_geometry_ms() const override { return geometry_ms_; }
 
  private:
+  friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
     surrogate::device::upload(dst, src, device_, stream_.get());
@@ -91,9 +80,6 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  Block add_block(const BlockWeights& b);
-  const float* w(std::size_t offset) const { return weights_.data() + offset; }
-
   /// Runs `work` (launches) unless an earlier one failed; a failure is kept as pending_ (an Error).
   template <class F>
   void launch(F&& work);
@@ -109,15 +95,6 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   void set_geometry(Geometry& geometry);
   /// The whole forward on an uploaded geometry: features (points x c_in, host) -> points x c_hidden[0].
   std::vector<float> run(Geometry& geometry, std::span<const float> features);
-  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-             Activation act = Activation::none, const float* residual = nullptr, index_t ld_residual = 0);
-  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
-            const std::int64_t* dst_index, index_t rows, int width);
-  void norm(const Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows);
-  void message_passing();
-  void run_block(const Block& b, float* x, index_t rows, const float* pos, const float* rel);
-  void run_blocks(const std::vector<Block>& blocks, Level& level);
-  void levels();
 
   const Network* net_;
   Config cfg_;
@@ -125,12 +102,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   index_t edge_chunk_;  // messages per chunk of receivers (bounds msg_in and msg of the geometry)
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
-  Dense embed_;
-  std::vector<Step> steps_;
-  std::vector<std::vector<Block>> encoder_, decoder_;
-  std::vector<Block> bottleneck_;
-  std::vector<Dense> pool_, unpool_;
-  std::vector<BatchNorm> pool_bn_, unpool_bn_;
+  program::Layers<CudaOps> layers_;
 
   // The current call.
   Geometry* g_ = nullptr;  // the geometry being uploaded or run on

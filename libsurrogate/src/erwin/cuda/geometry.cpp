@@ -3,7 +3,6 @@
 #include <string>
 #include <vector>
 
-#include "../../balltree/cuda/geometry.hpp"
 #include "forward.hpp"
 
 namespace surrogate::erwin::detail::cuda_forward {
@@ -11,8 +10,8 @@ namespace surrogate::erwin::detail::cuda_forward {
 // The geometry of a layout on the device: the positions of every level (level 0 the slots, then the
 // children's means), ball-relative positions (tree and rotated order), the children's positions relative
 // to their parent, the edges grouped by receiver, the layout's index arrays, and the work arrays. Host
-// arithmetic is the CPU forward's (mean_pool, ball_relative); the rotated positions come from the layout
-// (a collective exchange on a plan).
+// arithmetic is the CPU forward's (mean_pool, program::relative_to_group, program::order_edges); the
+// rotated positions come from the layout (a collective exchange on a plan).
 void ErwinCudaForward::set_geometry(Geometry& geometry) {
   g_ = &geometry;
   const DeviceLayout& layout = *g_->layout;
@@ -37,10 +36,10 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     if (rotate) rotated_pos = layout.rotated_rows(i, pos, d);  // collective when distributed
     launch([&] {
       upload(lv.pos, pos);
-      upload(lv.rel, balltree::device::ball_relative(pos, d, ball));
+      upload(lv.rel, program::relative_to_group(pos, d, ball, d));
       if (rotate) {
         upload(lv.pos_rot, rotated_pos);
-        upload(lv.rel_rot, balltree::device::ball_relative(rotated_pos, d, ball));
+        upload(lv.rel_rot, program::relative_to_group(rotated_pos, d, ball, d));
       }
       lv.x.resize(static_cast<std::size_t>(std::max<index_t>(1, lv.nodes * lv.width)), device_);
     });
@@ -54,10 +53,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     // unpooling use the same differences: child - mean of the stride group).
     const int s = cfg_.strides[iu];
     std::vector<float> parent = s == 1 ? pos : balltree::mean_pool(pos, d, s);
-    std::vector<float> child_rel(pos.size());
-    for (std::size_t c = 0; c < pos.size() / static_cast<std::size_t>(d); ++c)
-      for (int e = 0; e < d; ++e)
-        child_rel[c * d + e] = pos[c * d + e] - parent[(c / static_cast<std::size_t>(s)) * d + e];
+    const std::vector<float> child_rel = program::relative_to_group(pos, d, s, d);
     launch([&] { upload(lv.child_rel, child_rel); });
     const auto np = static_cast<std::size_t>(nodes[iu + 1]), Dn = static_cast<std::size_t>(cfg_.c_hidden[iu + 1]);
     const auto su = static_cast<std::size_t>(s), du = static_cast<std::size_t>(d);
@@ -66,63 +62,44 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     pos = std::move(parent);
   }
 
-  // Edges grouped by receiver, each group in edge order (as run_mpnn), and p_src - p_dst per edge.
+  // Edges grouped by receiver, each group in edge order, and p_src - p_dst per edge (program::order_edges).
   const auto D0 = static_cast<std::size_t>(cfg_.c_hidden[0]);
   const auto nu = static_cast<std::size_t>(n);
   g_->receiver_chunks.clear();
-  std::vector<std::int64_t> start(nu + 1, 0), src_sorted, dst_sorted;
-  std::vector<float> rel;
+  program::EdgeOrder order;
   std::size_t most = 1;
   if (cfg_.mp_steps > 0) {
-    const std::span<const std::int64_t> edge_index = layout.edges();
-    const std::span<const float> positions = layout.edge_positions();
-    std::size_t E = edge_index.size() / 2;
-    const std::int64_t* src = edge_index.data();
-    const std::int64_t* dst = edge_index.data() + E;
-    for (std::size_t e = 0; e < E; ++e)
-      if (src[e] < 0 || src[e] >= n_all || dst[e] < 0 || dst[e] >= n) {  // the layouts check: a bug, agreed below
-        if (pending_.ok()) pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(e) + " out of range"};
-        E = 0;
-      }
-    std::vector<std::int64_t> fill(nu);
-    src_sorted.resize(E);
-    dst_sorted.resize(E);
-    for (std::size_t e = 0; e < E; ++e) ++start[static_cast<std::size_t>(dst[e]) + 1];
-    for (std::size_t i = 0; i < nu; ++i) start[i + 1] += start[i];
-    std::copy(start.begin(), start.end() - 1, fill.begin());
-    rel.resize(E * static_cast<std::size_t>(d));
-    for (std::size_t e = 0; e < E; ++e) {
-      const auto q = static_cast<std::size_t>(fill[static_cast<std::size_t>(dst[e])]++);
-      src_sorted[q] = src[e];
-      dst_sorted[q] = dst[e];
-      for (int c = 0; c < d; ++c) rel[q * d + c] = positions[static_cast<std::size_t>(src[e] * d + c)] - positions[static_cast<std::size_t>(dst[e] * d + c)];
-    }
-    for (index_t r0 = 0; r0 < n;) {
-      index_t r1 = r0 + 1;
-      while (r1 < n && start[static_cast<std::size_t>(r1) + 1] - start[static_cast<std::size_t>(r0)] <= edge_chunk_) ++r1;
-      g_->receiver_chunks.emplace_back(r0, r1);
-      most = std::max<std::size_t>(most, static_cast<std::size_t>(start[static_cast<std::size_t>(r1)] - start[static_cast<std::size_t>(r0)]));
-      r0 = r1;
-    }
-    g_->edge_start_host = start;
+    order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_, 1);
+    if (order.bad_edge >= 0 && pending_.ok())  // the layouts check: a bug, agreed below
+      pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(order.bad_edge) + " out of range"};
+    for (const auto& [r0, r1] : order.chunks)
+      most = std::max<std::size_t>(most, static_cast<std::size_t>(order.start[static_cast<std::size_t>(r1)] -
+                                                                  order.start[static_cast<std::size_t>(r0)]));
+    g_->receiver_chunks = order.chunks;
+    g_->edge_start_host = order.start;
   }
   launch([&] {
-    for (cu::DeviceBuffer<float>* b : {&g_->xr, &g_->hb, &g_->att}) b->resize(scratch_ld, device_);
-    g_->u.resize(scratch_u, device_);
-    g_->a1.resize(scratch_h, device_);
-    g_->a2.resize(scratch_h, device_);
-    g_->join.resize(scratch_join, device_);
-    g_->z.resize(scratch_z, device_);
+    auto work = [&](program::Slot slot, std::size_t size) {
+      g_->work[static_cast<std::size_t>(slot)].resize(std::max<std::size_t>(1, size), device_);
+    };
+    g_->xr.resize(scratch_ld, device_);
+    work(program::Slot::h, scratch_ld);
+    work(program::Slot::att, scratch_ld);
+    work(program::Slot::u, scratch_u);
+    work(program::Slot::a1, scratch_h);
+    work(program::Slot::a2, scratch_h);
+    work(program::Slot::join, scratch_join);
+    work(program::Slot::z, scratch_z);
     if (cfg_.mp_steps > 0) {
-      upload(g_->edge_src, src_sorted);
-      upload(g_->edge_dst, dst_sorted);
-      upload(g_->edge_start, start);
-      upload(g_->edge_rel, rel);
-      g_->msg_in.resize(most * (2 * D0 + static_cast<std::size_t>(d)), device_);
-      g_->msg.resize(most * D0, device_);
+      upload(g_->edge_src, std::span<const std::int64_t>(order.src));
+      upload(g_->edge_dst, std::span<const std::int64_t>(order.dst));
+      upload(g_->edge_start, order.start);
+      upload(g_->edge_rel, std::span<const float>(order.rel));
+      work(program::Slot::msg_in, most * (2 * D0 + static_cast<std::size_t>(d)));
+      work(program::Slot::msg, most * D0);
+      work(program::Slot::upd_in, nu * 2 * D0);
+      work(program::Slot::upd, nu * D0);
       g_->agg.resize(std::max<std::size_t>(1, nu * D0), device_);
-      g_->upd_in.resize(std::max<std::size_t>(1, nu * 2 * D0), device_);
-      g_->upd.resize(std::max<std::size_t>(1, nu * D0), device_);
     }
     g_->h.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
     g_->out.resize(std::max<std::size_t>(1, nu * D0), device_);
