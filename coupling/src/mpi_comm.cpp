@@ -6,7 +6,7 @@
 #include <string>
 #include <vector>
 
-#include "surrogate/exchange.hpp"
+#include "surrogate/transport.hpp"
 
 namespace surrogate {
 

@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "agreed_enqueue.hpp"
-#include "surrogate/exchange.hpp"
+#include "surrogate/transport.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate {

@@ -10,8 +10,8 @@
 #include <system_error>
 #include <type_traits>
 
-#include "h5.hpp"
 #include "output_file.hpp"
+#include "surrogate/hdf5.hpp"
 
 namespace surrogate {
 namespace {

@@ -33,8 +33,8 @@
 #include <optional>
 #include <vector>
 
-#include "h5.hpp"
 #include "output_file.hpp"
+#include "surrogate/hdf5.hpp"
 #include "surrogate/vtk.hpp"
 #include "vtk_detail.hpp"
 

@@ -8,9 +8,9 @@
 #include <thread>
 #include <vector>
 
-#include "surrogate/exchange.hpp"
 #include "surrogate/mpi_comm.hpp"
 #include "surrogate/profile.hpp"
+#include "surrogate/transport.hpp"  // Traffic
 
 namespace surrogate::cli {
 

@@ -23,7 +23,7 @@
 #include <sstream>
 #include <thread>
 
-#include "h5.hpp"
+#include "surrogate/hdf5.hpp"
 #include "surrogate/version.hpp"
 
 extern char** environ;

@@ -3,10 +3,10 @@
 #include <cstring>
 
 #include "device_support.hpp"
-#include "surrogate/exchange.hpp"
 
 namespace surrogate {
 
+// The out-of-line parts of surrogate/transport.hpp.
 std::size_t size_of(DType type) noexcept {
   switch (type) {
     case DType::f32: return 4;
@@ -16,6 +16,15 @@ std::size_t size_of(DType type) noexcept {
     case DType::u8: return 1;
   }
   return 0;
+}
+
+Traffic& Traffic::operator+=(const Traffic& other) {
+  sent += other.sent;
+  received += other.received;
+  local += other.local;
+  moves += other.moves;
+  seconds += other.seconds;
+  return *this;
 }
 
 std::string Comm::broadcast_string(const std::string& text, int root) const {

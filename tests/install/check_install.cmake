@@ -1,7 +1,8 @@
 # Installs the build tree into a fresh prefix, builds tests/install/consumer against it with
-# find_package(surrogate), runs the consumers on a golden model, checks pkg-config's view, checks that every
-# interface reports the project's version (CLI, C, C++, Fortran, CMake package, pkg-config), and runs the
-# installed `surrogate selftest` in one process and with --np 2 (the tool launching mpiexec itself).
+# find_package(surrogate), runs the consumers on a golden model (one reads it with the installed HDF5
+# helpers, surrogate/hdf5.hpp), checks pkg-config's view, checks that every interface reports the project's
+# version (CLI, C, C++, Fortran, CMake package, pkg-config), and runs the installed `surrogate selftest` in
+# one process and with --np 2 (the tool launching mpiexec itself).
 #   cmake -DBUILD_DIR=... -DSOURCE_DIR=... -DWORK_DIR=... -DMODEL=... -DVERSION=... -P check_install.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
 set(prefix ${WORK_DIR}/prefix)
@@ -21,7 +22,8 @@ function(expect_output text what)
   endif()
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${prefix})
-foreach(f include/surrogate.h include/surrogate/surrogate.hpp bin/surrogate share/surrogate/tools/surrogate-export
+foreach(f include/surrogate.h include/surrogate/surrogate.hpp include/surrogate/transport.hpp
+          include/surrogate/kernels/cpu_kernel_list.hpp bin/surrogate share/surrogate/tools/surrogate-export
           share/surrogate/docs/model-format.md share/surrogate/selftest/manifest.txt)
   if(NOT EXISTS ${prefix}/${f})
     message(FATAL_ERROR "not installed: ${f}")
@@ -35,6 +37,8 @@ run(${WORK_DIR}/consumer/consumer_cpp ${MODEL})
 expect_output("consumer_cpp: surrogate ${VERSION}," "surrogate::version()")
 run(${WORK_DIR}/consumer/consumer_c ${MODEL})
 expect_output("consumer_c: surrogate ${VERSION}," "surrogate_version() of the C API")
+run(${WORK_DIR}/consumer/consumer_hdf5 ${MODEL})
+expect_output("consumer_hdf5: /config found" "the installed HDF5 helpers (surrogate/hdf5.hpp)")
 if(EXISTS ${WORK_DIR}/consumer/consumer_f)
   run(${WORK_DIR}/consumer/consumer_f ${MODEL})
   expect_output("consumer_f: surrogate ${VERSION}," "surrogate_version() of the Fortran module")

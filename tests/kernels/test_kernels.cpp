@@ -70,6 +70,14 @@ void every_31st_float(float top_positive, float top_negative, std::vector<float>
     }
 }
 
+// The table of every instruction set has every entry of the one kernel list (cpu_kernel_list.hpp).
+TEST_P(KernelTest, TableSetsEveryKernelOfTheList) {
+  EXPECT_EQ(kern().isa, GetParam());
+#define SURROGATE_EXPECT_KERNEL(name, parameters) EXPECT_NE(kern().name, nullptr) << #name;
+  SURROGATE_CPU_KERNELS(SURROGATE_EXPECT_KERNEL)
+#undef SURROGATE_EXPECT_KERNEL
+}
+
 // ---------------------------------------------------------------------------------------------------
 // exp against std::exp in double on every 31st bit pattern of the floats in [-87, 88.376] (subnormal and
 // tiny arguments included: 72 million points, both signs) and on a uniform grid. The bound is the one

@@ -37,54 +37,45 @@ inline void map_lanes(const T* x, T* y, index_t n, F f) {
   }
 }
 
-inline void exp_map(const float* x, float* y, index_t n) {
+/// The element-wise maps of the table, named as its entries.
+namespace maps {
+inline void exp(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::exp(v); });
 }
-inline void softmax_exp_map(const float* x, float* y, index_t n) {
+inline void softmax_exp(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::exp_nonpositive(v); });
 }
-inline void exp_f64_map(const double* x, double* y, index_t n) {
+inline void exp_f64(const double* x, double* y, index_t n) {
   map_lanes<simd::vd>(x, y, n, [](simd::vd v) { return simd::exp(v); });
 }
-inline void tanh_map(const float* x, float* y, index_t n) {
+inline void tanh(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::tanh(v); });
 }
-inline void tanh_f64_map(const double* x, double* y, index_t n) {
+inline void tanh_f64(const double* x, double* y, index_t n) {
   map_lanes<simd::vd>(x, y, n, [](simd::vd v) { return simd::tanh_f64(v); });
 }
-inline void erf_map(const float* x, float* y, index_t n) {
+inline void erf(const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [](simd::vf v) { return simd::erf(v); });
 }
-inline void activation_map(Activation act, const float* x, float* y, index_t n) {
+inline void activation(Activation act, const float* x, float* y, index_t n) {
   map_lanes<simd::vf>(x, y, n, [act](simd::vf v) { return apply_activation(act, v); });
 }
+}  // namespace maps
+
+/// Where make_table finds entry `name` of SURROGATE_CPU_KERNELS: the kernel of the *_impl.hpp headers
+/// (this namespace) or the map above (the same name and signature in both would not compile).
+namespace entries {
+using namespace SURROGATE_ISA_NS;
+using namespace maps;
+}  // namespace entries
 
 inline CpuKernels make_table() {
   CpuKernels t;
   t.isa = SURROGATE_ISA_ENUM;
   t.simd_width = simd::W;
-  t.linear = &linear;
-  t.norm = &norm;
-  t.latent_encode = &latent_encode;
-  t.latent_decode = &latent_decode;
-  t.latent_max = &latent_max;
-  t.latent_encode_exact = &latent_encode_exact;
-  t.ball_attention = &ball_attention;
-  t.ball_distances = &ball_distances;
-  t.top_keys = &top_keys;
-  t.ring_attention = &ring_attention;
-  t.transpose = &transpose;
-  t.gaussian_bucket = &gaussian_bucket;
-  t.gaussian_bucket_f64 = &gaussian_bucket_f64;
-  t.linear_f64 = &linear_f64;
-  t.tree_attention = &tree_attention;
-  t.exp = &exp_map;
-  t.softmax_exp = &softmax_exp_map;
-  t.exp_f64 = &exp_f64_map;
-  t.tanh = &tanh_map;
-  t.tanh_f64 = &tanh_f64_map;
-  t.erf = &erf_map;
-  t.activation = &activation_map;
+#define SURROGATE_CPU_KERNEL_ENTRY(name, parameters) t.name = &entries::name;
+  SURROGATE_CPU_KERNELS(SURROGATE_CPU_KERNEL_ENTRY)
+#undef SURROGATE_CPU_KERNEL_ENTRY
   return t;
 }
 

@@ -11,22 +11,9 @@
 #include <vector>
 
 #include "surrogate/error.hpp"
+#include "surrogate/transport.hpp"  // DType, ReduceOp, DeviceTransport
 
 namespace surrogate {
-
-enum class DType : std::uint8_t { f32, f64, i32, i64, u8 };
-enum class ReduceOp : std::uint8_t { sum, max, min };
-
-std::size_t size_of(DType type) noexcept;
-
-template <class T> constexpr DType dtype_of();
-template <> constexpr DType dtype_of<float>() { return DType::f32; }
-template <> constexpr DType dtype_of<double>() { return DType::f64; }
-template <> constexpr DType dtype_of<std::int32_t>() { return DType::i32; }
-template <> constexpr DType dtype_of<std::int64_t>() { return DType::i64; }
-template <> constexpr DType dtype_of<std::uint8_t>() { return DType::u8; }
-
-class DeviceTransport;  // surrogate/exchange.hpp
 
 class Comm {
  public:

@@ -10,48 +10,9 @@
 #include <vector>
 
 #include "surrogate/comm.hpp"
+#include "surrogate/transport.hpp"  // Traffic, DeviceTransport (once declared here)
 
 namespace surrogate {
-
-/// Bytes moved on this rank, accumulated over the moves of one or more exchange plans.
-struct Traffic {
-  std::uint64_t sent = 0;      // bytes to other ranks
-  std::uint64_t received = 0;  // bytes from other ranks
-  std::uint64_t local = 0;     // bytes copied within this rank
-  std::uint64_t moves = 0;     // forward / backward applications
-  double seconds = 0.0;        // wall time of the moves (packing, messages, unpacking)
-  Traffic& operator+=(const Traffic& other);
-};
-
-/// Collectives on device memory between the ranks' CUDA devices (CUDA builds), from
-/// Comm::device_transport: NCCL when every rank owns its GPU (MpiComm in NCCL builds), otherwise staged
-/// through host memory and the Comm. Every call is collective over the communicator's ranks and ordered on
-/// `stream` (a cudaStream_t of the transport's device); buffers are device memory of that device. Every
-/// call agrees on its own outcome: a failure on one rank throws the same Error on every rank, never a hang.
-class DeviceTransport {
- public:
-  virtual ~DeviceTransport() = default;
-  /// "NCCL (4 ranks)", "host staging through MPI (4 ranks)".
-  virtual std::string name() const = 0;
-  int device() const { return device_; }
-  /// Whether data moves device to device (NCCL) rather than through host memory.
-  virtual bool direct() const = 0;
-  /// Personalised all-to-all of bytes (counts and offsets per peer rank, this rank's own part included).
-  virtual void alltoallv(const void* send, std::span<const std::size_t> send_bytes,
-                         std::span<const std::size_t> send_offsets, void* recv, std::span<const std::size_t> recv_bytes,
-                         std::span<const std::size_t> recv_offsets, void* stream) = 0;
-  /// Variable-size all-gather of bytes (recv_bytes / recv_offsets per source rank).
-  virtual void allgatherv(const void* send, std::size_t send_bytes, void* recv, std::span<const std::size_t> recv_bytes,
-                          std::span<const std::size_t> recv_offsets, void* stream) = 0;
-  /// In-place allreduce of `count` values.
-  virtual void allreduce(void* data, std::size_t count, DType type, ReduceOp op, void* stream) = 0;
-
- protected:
-  explicit DeviceTransport(int device) : device_(device) {}
-
- private:
-  int device_;
-};
 
 /// Where the rows of a move live: host memory (the default), or the memory of a CUDA device with the
 /// stream the move is ordered on and the transport between the ranks' devices.

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "surrogate/comm.hpp"
-#include "surrogate/exchange.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/profile.hpp"
+#include "surrogate/transport.hpp"  // Traffic
 
 namespace surrogate {
 

@@ -45,15 +45,6 @@ void copy_rows(std::size_t n, std::size_t bytes, Src src, Dst dst, bool distinct
 
 }  // namespace
 
-Traffic& Traffic::operator+=(const Traffic& other) {
-  sent += other.sent;
-  received += other.received;
-  local += other.local;
-  moves += other.moves;
-  seconds += other.seconds;
-  return *this;
-}
-
 namespace detail {
 
 std::vector<std::size_t> exclusive_offsets(std::span<const std::size_t> counts) {

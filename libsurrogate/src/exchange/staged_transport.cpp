@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "../cuda_errors.hpp"
-#include "surrogate/exchange.hpp"
+#include "surrogate/comm.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate {

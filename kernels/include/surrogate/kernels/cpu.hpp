@@ -16,6 +16,7 @@
 #include <memory>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
+#include "surrogate/kernels/cpu_kernel_list.hpp"
 
 namespace surrogate::kernels {
 
@@ -356,34 +357,11 @@ struct CpuKernels {
   /// Rows per `linear` call that suit the engine (a layer's operands stay in cache; AMX amortises its
   /// tile work over more rows): what chains of layers such as ResidualMlp pass at a time.
   int linear_rows = 60;
-  void (*linear)(const LinearArgs&) = nullptr;
-  void (*norm)(const NormArgs&) = nullptr;
-  void (*latent_encode)(const LatentEncodeArgs&) = nullptr;
-  void (*latent_decode)(const LatentDecodeArgs&) = nullptr;
-  void (*latent_max)(const LatentMaxArgs&) = nullptr;
-  void (*latent_encode_exact)(const LatentExactArgs&) = nullptr;
-  void (*ball_attention)(const BallAttentionArgs&) = nullptr;
-  void (*ball_distances)(const BallDistanceArgs&) = nullptr;
-  void (*top_keys)(const TopKeysArgs&) = nullptr;
-  void (*ring_attention)(const RingAttentionArgs&) = nullptr;
-  void (*transpose)(const TransposeArgs&) = nullptr;
-  void (*gaussian_bucket)(const GaussianBucketArgs&) = nullptr;
-  void (*gaussian_bucket_f64)(const GaussianBucketArgs64&) = nullptr;
-  void (*linear_f64)(const LinearF64Args&) = nullptr;
-  /// Sequoia's tree attention (tree_attention.hpp): bitwise the same on every instruction set.
-  void (*tree_attention)(const TreeAttentionArgs&) = nullptr;
-  /// Element-wise maps (tests and benchmarks): y = exp(x); y = erf(x); y = act(x); y = exp(x) in float64.
-  void (*exp)(const float* x, float* y, index_t n) = nullptr;
-  void (*exp_f64)(const double* x, double* y, index_t n) = nullptr;
-  /// y = tanh(x) within 2^-24 (1 + 2^-17) relative (x may alias y).
-  void (*tanh)(const float* x, float* y, index_t n) = nullptr;
-  /// y = tanh(x) in float64 within 4 u (x may alias y).
-  void (*tanh_f64)(const double* x, double* y, index_t n) = nullptr;
-  void (*erf)(const float* x, float* y, index_t n) = nullptr;
-  void (*activation)(Activation act, const float* x, float* y, index_t n) = nullptr;
-  /// y = exp(x) as every softmax computes it (the cheaper reduction and polynomial of simd.hpp's
-  /// softmax_exp_parts: within (3.3 + 0.225 |x|) 2^-24 relative), x <= 88.37; below -87 e^-87.
-  void (*softmax_exp)(const float* x, float* y, index_t n) = nullptr;
+  /// The kernels, one function pointer per entry of SURROGATE_CPU_KERNELS (cpu_kernel_list.hpp, which
+  /// documents them and how to add one): linear, norm, latent_encode, ..., softmax_exp.
+#define SURROGATE_CPU_KERNEL_MEMBER(name, parameters) void(*name) parameters = nullptr;
+  SURROGATE_CPU_KERNELS(SURROGATE_CPU_KERNEL_MEMBER)
+#undef SURROGATE_CPU_KERNEL_MEMBER
 };
 
 /// The kernels of the best instruction set this CPU supports. The environment variable
