@@ -161,7 +161,8 @@ PetscErrorCode FormJacobian(SNES, Vec u, Mat jacobian, Mat preconditioner, void*
   PetscFunctionReturn(0);
 }
 
-PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes) {
+PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
+                          SNESLineSearchType linesearch) {
   KSP ksp;
   PC pc;
   Vec f;
@@ -178,21 +179,21 @@ PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, P
   PetscCall(KSPSetType(ksp, KSPGMRES));
   PetscCall(KSPGetPC(ksp, &pc));
   PetscCall(PCSetType(pc, PCGAMG));
+  if (linesearch) {
+    SNESLineSearch ls;
+    PetscCall(SNESGetLineSearch(*snes, &ls));
+    PetscCall(SNESLineSearchSetType(ls, linesearch));
+  }
   PetscCall(SNESSetFromOptions(*snes));
   PetscFunctionReturn(0);
 }
 
 PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, SNESLineSearchType linesearch, PetscReal atol,
                              SNES* snes) {
-  SNESLineSearch ls;
   PetscFunctionBeginUser;
-  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes));
-  // The run's default line search unless -snes_linesearch_type chose one for both runs.
-  PetscBool common = PETSC_FALSE;
-  PetscCall(PetscOptionsHasName(nullptr, nullptr, "-snes_linesearch_type", &common));
-  PetscCall(SNESGetLineSearch(*snes, &ls));
-  if (!common) PetscCall(SNESLineSearchSetType(ls, linesearch));
-  // Then the run's own options: SNESSetFromOptions keeps what they do not name.
+  // The run's line search as the default the common options (-snes_linesearch_type ...) start from,
+  // then the run's own options on top: SNESSetFromOptions keeps what they do not name.
+  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes, linesearch));
   PetscCall(SNESSetOptionsPrefix(*snes, run_prefix));
   PetscCall(SNESSetFromOptions(*snes));
   PetscFunctionReturn(0);

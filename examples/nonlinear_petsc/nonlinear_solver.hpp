@@ -46,8 +46,9 @@ PetscErrorCode FormJacobian(SNES snes, Vec u, Mat jacobian, Mat preconditioner, 
 /// Collective. A SNES for the problem: Newton with a backtracking line search (newtonls), GMRES with
 /// algebraic multigrid (GAMG), converged when ||F(u)||_2 <= atol (rtol and stol 0: both runs of the
 /// example stop at the same residual whatever their start); options with `prefix` override
-/// (-snes_*, -ksp_*, -pc_*).
-PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes);
+/// (-snes_*, -ksp_*, -pc_*). `linesearch`, when given, replaces newtonls' default (bt) before the options.
+PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
+                          SNESLineSearchType linesearch = nullptr);
 /// Collective. CreateSNES for one run of a comparison: the common options (-snes_*, -ksp_*, -pc_*) first,
 /// then the run's own (-<run_prefix>snes_*, ...), which override them for this SNES alone. `linesearch` is
 /// the run's line search unless -snes_linesearch_type or -<run_prefix>snes_linesearch_type names one.
