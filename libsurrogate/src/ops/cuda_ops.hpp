@@ -5,7 +5,9 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <span>
+#include <stdexcept>
 #include <vector>
 
 #include "../device/layers.hpp"
@@ -14,6 +16,8 @@
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
+#include "surrogate/kernels/cuda_tree_attention.hpp"  // Sequoia's members
+#include "surrogate/kernels/cuda_tree_layers.hpp"     // Sequoia's members
 
 namespace surrogate::ops {
 
@@ -108,6 +112,118 @@ class CudaOps {
  private:
   const float* w_;
   cudaStream_t stream_;
+
+  // ---------------------------------------------------------------------------------------------------
+  // Sequoia's members (rows.hpp): the launchers of kernels/cuda_tree_attention.hpp and cuda_tree_layers.hpp.
+ public:
+  /// Double values in the arena: `size` doubles from float offset `offset` (16-byte aligned).
+  using Wide = DeviceVector;
+  using Positional = TreePositional<Vector, Wide>;
+  /// The tree attention's scratch for heads wider than kMaxTreeHeadDim (grown on `scratch_device`).
+  kernels::cuda::DeviceBuffer<double>* tree_scratch = nullptr;
+  int scratch_device = 0;
+
+  const double* wide(const Wide& v) const {
+    return v.size > 0 ? reinterpret_cast<const double*>(w_ + v.offset) : nullptr;
+  }
+
+  void tree_attention(const TreeAttentionArgs<Positional>& a) const {
+    kernels::cuda::TreeAttentionArgs t;
+    t.queries = a.q.rows;
+    t.heads = a.heads;
+    t.e = a.q.width / a.heads;
+    t.q = a.q.data;
+    t.ldq = a.q.ld;
+    t.k = a.k.data;
+    t.v = a.v.data;
+    t.ldkv = a.k.ld;
+    t.query_positions = a.query_positions.data;
+    t.key_positions = a.key_positions.data;
+    t.first = a.first;
+    t.keys = a.keys;
+    t.pe_w1 = values(a.pe->w1);
+    t.pe_b1 = values(a.pe->b1);
+    t.bn_scale = values(a.pe->bn.alpha);
+    t.bn_shift = values(a.pe->bn.beta);
+    t.pe_w3 = wide(a.pe->w3);
+    t.pe_b3 = wide(a.pe->b3);
+    t.tau = a.tau;
+    t.fixed_denom = a.fixed_denom;
+    t.out = a.out.data;
+    t.ldo = a.out.ld;
+    if (t.e > kernels::cuda::kMaxTreeHeadDim && tree_scratch != nullptr) {
+      tree_scratch->resize(std::max<std::size_t>(static_cast<std::size_t>(t.queries) * static_cast<std::size_t>(a.q.width), 1),
+                           scratch_device);
+      t.scratch = tree_scratch->data();
+    }
+    kernels::cuda::tree_attention(t, stream_);
+  }
+  void tree_pool(const TreePoolArgs& a) const {
+    kernels::cuda::TreePoolArgs p;
+    p.x = a.x.data;
+    p.ldx = a.x.ld;
+    p.first = a.first;
+    p.rows = a.rows;
+    p.parents = a.out.rows;
+    p.width = a.out.width;
+    p.out = a.out.data;
+    p.ldo = a.out.ld;
+    kernels::cuda::tree_pool(p, stream_);
+  }
+  /// The terms share a stride (the kernel's): a.ld of the first present one.
+  void tree_mix(const TreeMixArgs& m) const {
+    kernels::cuda::TreeMixArgs t;
+    t.a = m.a.data;
+    t.b = m.b.data;
+    t.s = m.s.data;
+    t.ld = m.a.data != nullptr ? m.a.ld : m.b.data != nullptr ? m.b.ld : m.s.ld;
+    t.rows = m.y.rows;
+    t.width = m.y.width;
+    for (int i = 0; i < 3; ++i) t.w[i] = m.w[i];
+    t.out = m.y.data;
+    t.ldo = m.y.ld;
+    kernels::cuda::tree_mix(t, stream_);
+  }
+  void tree_norm(const TreeNormArgs<Vector>& a) const {
+    kernels::cuda::TreeNormArgs t;
+    t.x = a.x.data;
+    t.ld = a.x.ld;
+    t.rows = a.x.rows;
+    t.dim = a.x.width;
+    t.scale = values(a.bn->alpha);
+    t.shift = values(a.bn->beta);
+    t.relu = a.relu;
+    kernels::cuda::tree_norm(t, stream_);
+  }
+  void tree_layer_norm_relu(const TreeLayerNormArgs<Vector>& a) const {
+    kernels::cuda::TreeLayerNormArgs t;
+    t.x = a.x.data;
+    t.ld = a.x.ld;
+    t.rows = a.x.rows;
+    t.dim = a.x.width;
+    t.weight = values(*a.weight);
+    t.bias = values(*a.bias);
+    kernels::cuda::tree_layer_norm_relu(t, stream_);
+  }
+  /// All points at once: `self` must be 0 (the launch reads point i's position at row i).
+  void point_conv(const PointConvArgs<Vector>& a) const {
+    if (a.self != 0) throw std::invalid_argument("CudaOps::point_conv: a tile must start at point 0");
+    if (a.y.rows == 0) return;
+    kernels::cuda::PointConvArgs p;
+    p.x = a.x.data;
+    p.ldx = a.x.ld;
+    p.c = a.x.width;
+    p.positions = a.positions.data;
+    p.keys = a.keys;
+    p.k = a.k;
+    p.points = a.y.rows;
+    p.w = values(*a.w);
+    p.b = values(*a.b);
+    p.out = a.y.width;
+    p.y = a.y.data;
+    p.ldy = a.y.ld;
+    kernels::cuda::point_conv_max(p, stream_);
+  }
 };
 
 }  // namespace surrogate::ops

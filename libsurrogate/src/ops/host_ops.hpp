@@ -6,12 +6,15 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "../layers.hpp"
 #include "../prefetch.hpp"
 #include "rows.hpp"
 #include "surrogate/kernels/cpu.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"  // Sequoia's members
+#include "surrogate/kernels/tree_attention.hpp"  // Sequoia's members
 
 namespace surrogate::ops {
 
@@ -120,6 +123,140 @@ class HostOps {
  private:
   const kernels::CpuKernels* k_;
   std::vector<float> dist_;  // one ball's distance tile
+
+  // ---------------------------------------------------------------------------------------------------
+  // Sequoia's members (rows.hpp): the loops of Sequoia's CPU forward, on the tile of rows they are given.
+ public:
+  using Wide = std::vector<double>;
+  using Positional = TreePositional<Vector, Wide>;
+
+  /// The tile's queries in one kernel call (kernels/tree_attention.hpp), scratch for its longest list.
+  void tree_attention(const TreeAttentionArgs<Positional>& a) {
+    std::int64_t most = 0;
+    for (index_t r = 0; r < a.q.rows; ++r) most = std::max(most, a.first[r + 1] - a.first[r]);
+    const int e = a.q.width / a.heads;
+    tree_scratch_.resize(static_cast<std::size_t>(kernels::tree_attention_scratch(a.heads, e, most)));
+    kernels::TreeAttentionArgs t;
+    t.queries = a.q.rows;
+    t.heads = a.heads;
+    t.e = e;
+    t.q = a.q.data;
+    t.ldq = a.q.ld;
+    t.k = a.k.data;
+    t.v = a.v.data;
+    t.ldkv = a.k.ld;
+    t.query_positions = a.query_positions.data;
+    t.key_positions = a.key_positions.data;
+    t.first = a.first;
+    t.keys = a.keys;
+    t.pe_w1 = a.pe->w1.data();
+    t.pe_b1 = a.pe->b1.data();
+    t.bn_scale = a.pe->bn.alpha.data();
+    t.bn_shift = a.pe->bn.beta.data();
+    t.pe_w3 = a.pe->w3.data();
+    t.pe_b3 = a.pe->b3.data();
+    t.tau = a.tau;
+    t.fixed_denom = a.fixed_denom;
+    t.out = a.out.data;
+    t.ldo = a.out.ld;
+    t.scratch = tree_scratch_.data();
+    k_->tree_attention(t);
+  }
+
+  void tree_pool(const TreePoolArgs& a) const {
+    for (index_t p = 0; p < a.out.rows; ++p) {
+      float* dst = a.out.row(p);
+      if (a.first[p] == a.first[p + 1]) std::fill_n(dst, a.out.width, 0.0f);
+      for (std::int64_t j = a.first[p]; j < a.first[p + 1]; ++j) {
+        const float* src = a.x.row(a.rows[j]);
+        for (int c = 0; c < a.out.width; ++c) dst[c] = j > a.first[p] ? kernels::max_keep_nan(dst[c], src[c]) : src[c];
+      }
+    }
+  }
+
+  void tree_mix(const TreeMixArgs& m) const {
+    for (index_t r = 0; r < m.y.rows; ++r) {
+      const float* a = m.a.data != nullptr ? m.a.row(r) : nullptr;
+      const float* b = m.b.data != nullptr ? m.b.row(r) : nullptr;
+      const float* s = m.s.data != nullptr ? m.s.row(r) : nullptr;
+      float* y = m.y.row(r);
+      for (int c = 0; c < m.y.width; ++c) {
+        float v = a ? m.w[0] * a[c] : 0.0f;
+        if (b) v += m.w[1] * b[c];
+        if (s) v += m.w[2] * s[c];
+        y[c] = v;
+      }
+    }
+  }
+
+  void tree_norm(const TreeNormArgs<Vector>& a) const {
+    const float* scale = a.bn->alpha.data();
+    const float* shift = a.bn->beta.data();
+    for (index_t r = 0; r < a.x.rows; ++r) {
+      float* row = a.x.row(r);
+      for (int c = 0; c < a.x.width; ++c)
+        row[c] = static_cast<float>(static_cast<double>(row[c]) * scale[c] + static_cast<double>(shift[c]));
+      if (a.relu)
+        for (int c = 0; c < a.x.width; ++c) row[c] = kernels::relu_keep_nan(row[c]);
+    }
+  }
+
+  /// Eight rows' sums interleaved (the last row repeated for a short group), each row's double arithmetic
+  /// in the order written.
+  void tree_layer_norm_relu(const TreeLayerNormArgs<Vector>& a) const {
+    constexpr int kInterleaved = 8;
+    const int width = a.x.width;
+    const std::vector<float>& ln_w = *a.weight;
+    const std::vector<float>& ln_b = *a.bias;
+    for (index_t g0 = 0; g0 < a.x.rows; g0 += kInterleaved) {
+      const int nr = static_cast<int>(std::min<index_t>(kInterleaved, a.x.rows - g0));
+      float* row[kInterleaved];
+      for (int i = 0; i < kInterleaved; ++i) row[i] = a.x.row(g0 + std::min(i, nr - 1));
+      double mean[kInterleaved] = {}, var[kInterleaved] = {};
+      for (int c = 0; c < width; ++c)
+        for (int i = 0; i < kInterleaved; ++i) mean[i] += row[i][c];
+      for (int i = 0; i < kInterleaved; ++i) mean[i] /= width;
+      for (int c = 0; c < width; ++c)
+        for (int i = 0; i < kInterleaved; ++i) var[i] += (row[i][c] - mean[i]) * (row[i][c] - mean[i]);
+      for (int i = 0; i < nr; ++i) {
+        const double inv = 1.0 / std::sqrt(var[i] / width + 1e-5);
+        for (int c = 0; c < width; ++c)
+          row[i][c] = kernels::relu_keep_nan(static_cast<float>((row[i][c] - mean[i]) * inv * ln_w[static_cast<std::size_t>(c)] +
+                                                                ln_b[static_cast<std::size_t>(c)]));
+      }
+    }
+  }
+
+  /// Each message W [x_j ; p_j - p_i] + b summed in double (inputs in order), rounded to float once.
+  void point_conv(const PointConvArgs<Vector>& a) {
+    const int c = a.x.width, out = a.y.width, in = c + 3;
+    conv_in_.resize(static_cast<std::size_t>(in));
+    conv_msg_.resize(static_cast<std::size_t>(out));
+    const float* w = a.w->data();
+    const float* b = a.b->data();
+    for (index_t i = 0; i < a.y.rows; ++i) {
+      float* y = a.y.row(i);
+      const float* pi = a.positions.row(a.self + i);
+      for (int t = 0; t < a.k; ++t) {
+        const std::int64_t j = a.keys[i * a.k + t];
+        std::copy_n(a.x.row(j), c, conv_in_.begin());
+        const float* pj = a.positions.row(j);
+        for (int d = 0; d < 3; ++d) conv_in_[static_cast<std::size_t>(c + d)] = pj[d] - pi[d];
+        for (int o = 0; o < out; ++o) {
+          const float* wo = w + static_cast<std::size_t>(o) * static_cast<std::size_t>(in);
+          double s = a.b->empty() ? 0.0 : static_cast<double>(b[o]);
+          for (int k = 0; k < in; ++k) s += static_cast<double>(wo[k]) * static_cast<double>(conv_in_[static_cast<std::size_t>(k)]);
+          conv_msg_[static_cast<std::size_t>(o)] = static_cast<float>(s);
+        }
+        for (int o = 0; o < out; ++o)
+          y[o] = t == 0 ? conv_msg_[static_cast<std::size_t>(o)] : kernels::max_keep_nan(y[o], conv_msg_[static_cast<std::size_t>(o)]);
+      }
+    }
+  }
+
+ private:
+  std::vector<double> tree_scratch_;        // the tree attention's
+  std::vector<float> conv_in_, conv_msg_;  // one PointConv message
 };
 
 }  // namespace surrogate::ops

@@ -115,4 +115,83 @@ struct BallAttentionArgs {
   Rows out;
 };
 
+// ---------------------------------------------------------------------------------------------------
+// Sequoia's members (sequoia/program.hpp): its tree attention and the row layers around it, each with
+// the arithmetic of Sequoia's CPU forward (sums in double where it sums in double).
+//
+//   tree_attention(TreeAttentionArgs)  attention of each query over its key list, per-edge positional MLP
+//   tree_pool(TreePoolArgs)            per parent the max of its listed child rows (0 without rows)
+//   tree_mix(TreeMixArgs)              y = w0 a + w1 b + w2 s in float, left to right (null terms skipped)
+//   tree_norm(TreeNormArgs)            the eval BatchNorm in double, rounded once, then ReLU when asked
+//   tree_layer_norm_relu(TreeLayerNormArgs)  LayerNorm in double, then ReLU, in place
+//   point_conv(PointConvArgs)          PointConv with max aggregation over k listed neighbours
+
+/// Sequoia's positional MLP pe(p) = W3 ReLU(BN(W1 p + b1)) + b3 on three coordinates: W1 (3 x 3, row
+/// major), b1 and the folded BatchNorm as float Vectors, W3^T (3 x e, channel-contiguous) and b3 as Wide
+/// (double) vectors.
+template <class Vector, class Wide>
+struct TreePositional {
+  Vector w1, b1;
+  BatchNorm<Vector> bn;
+  Wide w3, b3;
+};
+
+/// Query a (q.rows queries) attends to the key rows keys[first[a] - first[0] .. ) of k and v with the edge
+/// term pe(p_a - p_key) (kernels/tree_attention.hpp); `first` holds q.rows + 1 offsets into the whole
+/// `keys` array (first[0] need not be 0). denom = tau * count + 1e-8, or fixed_denom when > 0.
+template <class Positional>
+struct TreeAttentionArgs {
+  const Positional* pe = nullptr;
+  int heads = 0;
+  Rows q, k, v;
+  Rows query_positions, key_positions;  // 3 values per row
+  const std::int64_t* first = nullptr;
+  const std::int64_t* keys = nullptr;
+  float tau = 1.0f, fixed_denom = 0.0f;
+  Rows out;
+};
+
+/// out row p = the max of x rows rows[first[p] .. first[p + 1]) (first: out.rows + 1 offsets into the
+/// whole `rows` array), in list order with kernels::max_keep_nan; 0 without rows.
+struct TreePoolArgs {
+  Rows x;
+  const std::int64_t* first = nullptr;
+  const std::int64_t* rows = nullptr;
+  Rows out;
+};
+
+struct TreeMixArgs {
+  float w[3] = {0, 0, 0};
+  Rows a, b, s;  // a null data: the term is skipped
+  Rows y;
+};
+
+template <class Vector>
+struct TreeNormArgs {
+  const BatchNorm<Vector>* bn = nullptr;
+  Rows x;  // in place
+  bool relu = false;
+};
+
+template <class Vector>
+struct TreeLayerNormArgs {
+  const Vector* weight = nullptr;
+  const Vector* bias = nullptr;
+  Rows x;  // in place
+};
+
+/// y row i = max over t < k of W [x row keys[i k + t] ; p_key - p_i] + b (W: out x (c + 3), a sum in
+/// double per output); positions of the rows of x, 3 values each. i < y.rows, rows i0 .. of the point
+/// rows: keys and `self` (the row of x and positions of point i) start at the tile's first point.
+template <class Vector>
+struct PointConvArgs {
+  const Vector* w = nullptr;
+  const Vector* b = nullptr;
+  Rows x, positions;
+  const std::int64_t* keys = nullptr;
+  int k = 0;
+  index_t self = 0;  // the row of the tile's first point in x and positions
+  Rows y;
+};
+
 }  // namespace surrogate::ops

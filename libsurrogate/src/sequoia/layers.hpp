@@ -1,5 +1,6 @@
-// Sequoia's CPU layers (share/docs/sequoia.md, "Forward"): dense rows, eval BatchNorm, the positional MLP
-// and tree attention over per-query key lists. Sums in double, each output rounded to float once.
+// Sequoia's host storage and weight loading (share/docs/sequoia.md, "Forward"): the forward's row matrices,
+// the key lists, the layers read from a model file as HostOps' (ops/host_ops.hpp), and the tree attention
+// over per-query key lists on whole matrices.
 #pragma once
 
 #include <cstdint>
@@ -8,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "../ops/host_ops.hpp"
 #include "surrogate/kernels/aligned_buffer.hpp"
 #include "surrogate/kernels/block_plan.hpp"
 #include "surrogate/kernels/cpu.hpp"
@@ -38,10 +40,6 @@ struct UninitialisedAllocator : std::allocator<T>, kernels::DefaultInitConstruct
   }
 };
 
-/// Work below which a loop runs on the calling thread: a parallel region costs a barrier, and on a busy
-/// machine a barrier can wait a whole time slice for a descheduled thread (the top levels have a few rows).
-constexpr std::int64_t kSerialWork = 1 << 15;
-
 /// Row-major float matrix: zeros, or left uninitialised (Rows::Uninitialised) for writers of every row.
 struct Rows {
   struct Uninitialised {};
@@ -62,45 +60,23 @@ struct Rows {
   }
 };
 
-/// torch.nn.Linear (bias optional): one vector in double (the positional MLP, PointConv's messages), or
-/// rows through the CPU kernels (float32 accumulation in input-channel order, per row independent of
-/// the blocking and the threads).
-struct Dense {
-  int in = 0, out = 0;
-  std::vector<float> w, b;  // out x in; out or empty
-  kernels::PackedLinear packed;
-  Dense() = default;
-  Dense(const ModelFile& f, const std::string& prefix, bool bias);
-  void apply(const float* x, float* y) const;
-  Rows apply(const Rows& x) const;
-  /// The same rows into y, whose storage is reused when it is large enough (a forward's buffers kept
-  /// from one block to the next are not mapped and cleared again).
-  void apply(const Rows& x, Rows& y) const;
-  /// The kernel on n rows of one thread: y at stride ldy >= packed.out_pad(), which it writes whole.
-  void apply_rows(const float* x, std::int64_t ldx, float* y, std::int64_t ldy, std::int64_t n) const;
-};
+/// torch.nn.Linear `prefix` (bias optional) packed for the CPU kernels (HostOps::Dense).
+kernels::PackedLinear pack_dense(const ModelFile& f, const std::string& prefix, bool bias);
 
-/// BatchNorm1d in eval mode: y = (x - mean) / sqrt(var + 1e-5) * weight + bias.
-struct BatchNorm {
-  std::vector<float> scale, shift;  // weight / sqrt(var + eps), bias - mean * scale
-  BatchNorm() = default;
-  BatchNorm(const ModelFile& f, const std::string& prefix);
-  void apply(float* x) const;
-  void apply(Rows& x, bool relu) const;
-};
+/// BatchNorm1d `prefix` in eval mode, folded in double: alpha = weight / sqrt(var + 1e-5), beta = bias -
+/// mean alpha, each rounded to float once (applied in double by the Ops' tree_norm).
+ops::BatchNorm<std::vector<float>> fold_batch_norm(const ModelFile& f, const std::string& prefix);
 
 /// pe_mlp: Linear(3, 3) -> BatchNorm1d(3) -> ReLU -> Linear(3, e), evaluated by the tree attention kernel
-/// (surrogate/kernels/tree_attention.hpp: each layer's output rounded to float, as Dense and BatchNorm
-/// round); the last layer's weights are kept in double, channel-contiguous per input (w3[t * e + c]).
-struct PositionalMlp {
-  Dense first, last;
-  BatchNorm norm;
-  std::vector<double> w3, b3;  // 3 x e (transposed), e
+/// (surrogate/kernels/tree_attention.hpp: each layer's output rounded to float); the last layer's weights
+/// kept in double, channel-contiguous per input (w3[t * e + c]). HostOps' positional MLP, from a file.
+struct PositionalMlp : ops::HostOps::Positional {
   PositionalMlp() = default;
   PositionalMlp(const ModelFile& f, const std::string& prefix);
 };
 
-/// Tree attention over key lists (TreeAttention / TreeAttentionSiblings): for query a with keys
+/// Tree attention over key lists (TreeAttention / TreeAttentionSiblings; the Ops' tree_attention on the
+/// CPU, for tests): for query a with keys
 /// keys[first[a] .. first[a+1]) and per edge pi = pe(p_a - p_key), per head h
 ///   logit = sum_e (q_a,e k_key,e + pi_e) / denom_a,  alpha = softmax over the edges,
 ///   out_a = sum alpha (v_key + pi)   (heads concatenated; queries without keys give 0),

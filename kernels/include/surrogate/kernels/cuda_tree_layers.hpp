@@ -1,7 +1,7 @@
 // CUDA kernels of Sequoia's layers around its tree attention (CUDA builds only; share/docs/cuda.md "Tree
 // attention"): eval BatchNorm, max pooling, the three-way mix, the head's LayerNorm and PointConv, each with
-// the arithmetic of sequoia/layers.cpp and network.cpp. Enqueue on the stream; std::invalid_argument for
-// bad sizes.
+// the arithmetic of the CPU forward (libsurrogate's ops/host_ops.hpp, Sequoia's members). Enqueue on the
+// stream; std::invalid_argument for bad sizes.
 #pragma once
 
 #include <cuda_runtime_api.h>
