@@ -180,7 +180,8 @@ int main(int argc, char** argv) {
     }
     options.cuda_device = device;
     const surrogate::ModelFile file = surrogate::testing::random_flare_file(cfg, 42);
-    surrogate::flare::cuda::Forward forward(cfg, file, device);
+    const surrogate::flare::Network network(file, cfg);
+    surrogate::flare::cuda::Forward forward(cfg, network, file.normalization, device);
     surrogate::SelfComm comm;
     const auto layout = surrogate::SampleLayout::build(comm, points, nullptr);
     // One plan of the points for every timed forward (the registered model here only builds the plan).

@@ -56,6 +56,15 @@ class ResidualMlp {
                 float* scratch_b, index_t ld_scratch, const float* extra, index_t ld_extra) const;
   int in() const { return in_; }
   int out() const { return out_; }
+  // What a device forward needs to rebuild the MLP from these layers (the weights are held once).
+  int num_layers() const { return num_layers_; }
+  kernels::Activation act() const { return act_; }
+  /// Whether a layer adds its input: fc (L = -1), fc1 (L >= 0), fc2 (L >= 0); every fcs.j does.
+  bool single_residual() const { return single_residual_; }
+  bool input_residual() const { return input_residual_; }
+  bool output_residual() const { return output_residual_; }
+  /// fc, or fc1, fcs.0 .. fcs.{L-1}, fc2.
+  const std::vector<kernels::PackedLinear>& layers() const { return layers_; }
 
  private:
   int in_ = 0, hidden_ = 0, out_ = 0, num_layers_ = 0;

@@ -30,7 +30,6 @@ class Model final : public surrogate::Model {
   void forward_on_device(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options);
 
   Config cfg_;
-  ModelFile file_;  // kept for uploading the weights to a device on first use
   index_t parameters_ = 0;
   Network network_;
 #if SURROGATE_HAVE_CUDA
@@ -49,8 +48,7 @@ Model::Model(const ModelFile& file)
     : surrogate::Model(file, static_cast<int>(file.config.get_size("in_dim", 1)),
                        static_cast<int>(file.config.get_size("out_dim", 1))),
       cfg_(Config::from_attributes(file.config)),
-      file_(checked(file, cfg_)),
-      network_(file, cfg_) {
+      network_(checked(file, cfg_), cfg_) {
   for (const auto& [name, tensor] : file.weights) parameters_ += tensor.numel();
 }
 
@@ -72,7 +70,7 @@ void Model::forward_on_device(const Comm& comm, Plan& plan, const Io& io, const 
 #if SURROGATE_HAVE_CUDA
   collectively(comm, [&] {
     if (!device_forward_ || device_forward_->device() != device)
-      device_forward_ = std::make_unique<cuda::Forward>(cfg_, file_, device);
+      device_forward_ = std::make_unique<cuda::Forward>(cfg_, network_, normalization(), device);
   });
   if (io.device)
     device_forward_->forward_device_arrays(comm, plan, *io.device, options, io.check_inputs, io.check_outputs);

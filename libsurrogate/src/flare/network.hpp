@@ -23,7 +23,7 @@ class Network {
   void forward(const Comm& comm, const Plan& plan, const float* in, index_t ld_in, float* out, index_t ld_out,
                const RunOptions& options);
 
- private:
+  /// The layers of one block; the model's only copy of its weights (a device forward uploads from them).
   struct Block {
     NormLayer norm1, norm2;
     ResidualMlp k_proj, v_proj, ffn;
@@ -31,6 +31,12 @@ class Network {
     std::optional<NormLayer> k_norm;
     AlignedBuffer<float> q;  // [H][M][E]: latent_queries()
   };
+  const ResidualMlp& in_proj() const { return in_proj_; }
+  const ResidualMlp& out_mlp() const { return out_mlp_; }
+  const std::optional<NormLayer>& out_norm() const { return out_norm_; }
+  const std::vector<Block>& blocks() const { return blocks_; }
+
+ private:
   /// One thread's scratch and encode partials per (local segment, head, latent).
   struct ThreadWork {
     AlignedBuffer<float> normed, scratch_a, scratch_b, values, decoded;

@@ -14,6 +14,7 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
 #include "../config.hpp"
+#include "../network.hpp"
 #include "../plan.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "tables.hpp"
@@ -29,10 +30,11 @@ struct Timing {
 
 class Forward {
  public:
-  /// Uploads the model to CUDA device `device`. Error(unsupported) when no such device is visible or the
+  /// Uploads the CPU network's layers (the model's only host copy of its weights) and the model's
+  /// normalisation to CUDA device `device`. Error(unsupported) when no such device is visible or the
   /// kernels do not cover the model (head width above 64, an MLP width above 256); CUDA errors as
   /// cuda_errors.hpp maps them.
-  Forward(const Config& cfg, const ModelFile& file, int device);
+  Forward(const Config& cfg, const Network& network, const Normalization& normalization, int device);
   ~Forward();
   Forward(const Forward&) = delete;
   Forward& operator=(const Forward&) = delete;
@@ -74,11 +76,10 @@ class Forward {
   };
 
   // the weights (weights.cpp)
-  /// A norm `prefix` (LayerNorm or RMSNorm as the configuration says).
-  device::Norm add_norm(const ModelFile& file, const std::string& prefix);
-  Mlp add_mlp(const ModelFile& file, const std::string& prefix, int in, int hidden, int out, int num_layers,
-              bool input_residual, bool output_residual);
-  Mlp add_linear(const ModelFile& file, const std::string& prefix, int in, int out);
+  device::Norm add_norm(const NormLayer& norm);
+  Mlp add_mlp(const ResidualMlp& mlp);
+  /// One layer of the table, packed for the fused MLP kernel.
+  void add_linear(const kernels::PackedLinear& layer, kernels::Activation act, bool add_input);
   void upload(const Normalization& normalization);
 
   // the forward (forward.cpp); stages enqueue on stream_

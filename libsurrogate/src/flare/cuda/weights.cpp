@@ -1,6 +1,6 @@
 // FLARE's CUDA forward, its weights (forward.hpp): the checks of what the kernels cover and the upload.
-// Every Linear is packed for the fused MLP kernel, the norms and the latent queries (latent_queries(),
-// the CPU network's own) follow, all in one arena and one device allocation.
+// Built from the CPU network's layers, the model's only host copy of its weights: every Linear packed for
+// the fused MLP kernel, the norms and the latent queries follow, in one arena and one device allocation.
 #include <algorithm>
 #include <span>
 
@@ -46,26 +46,24 @@ void check_supported(const Config& cfg, int device) {
 
 }  // namespace
 
-Forward::Forward(const Config& cfg, const ModelFile& file, int device)
+Forward::Forward(const Config& cfg, const Network& network, const Normalization& normalization, int device)
     : cfg_(cfg), device_(device), C_(cfg.channel_dim), H_(cfg.num_heads), M_(cfg.num_latents), E_(cfg.head_dim()) {
   try {
     check_supported(cfg, device);
-    const LayerNames names(cfg);
-    in_proj_ = add_mlp(file, "in_proj", cfg.in_dim, cfg.in_proj_hidden_dim, C_, cfg.num_layers_in_out_proj, false, true);
-    if (cfg.out_proj_norm) out_norm_ = add_norm(file, names.out_norm());
-    out_mlp_ = add_mlp(file, names.out_mlp(), C_, cfg.out_proj_hidden_dim, cfg.out_dim, cfg.num_layers_in_out_proj,
-                       true, false);
-    for (int b = 0; b < cfg.num_blocks; ++b) {
+    in_proj_ = add_mlp(network.in_proj());
+    if (network.out_norm()) out_norm_ = add_norm(*network.out_norm());
+    out_mlp_ = add_mlp(network.out_mlp());
+    for (const Network::Block& from : network.blocks()) {
       Block blk;
-      const std::string p = LayerNames::block(b);
-      blk.norm1 = add_norm(file, names.norm1(b));
-      blk.norm2 = add_norm(file, names.norm2(b));
-      blk.k_proj = add_mlp(file, p + "att.k_proj", C_, cfg.k_proj_hidden_dim, C_, cfg.num_layers_k_proj, true, true);
-      blk.v_proj = add_mlp(file, p + "att.v_proj", C_, cfg.v_proj_hidden_dim, C_, cfg.num_layers_v_proj, true, true);
-      blk.ffn = add_mlp(file, p + "mlp", C_, cfg.ffn_hidden_dim, C_, cfg.num_layers_ffn, true, true);
-      blk.out_proj = add_linear(file, p + "att.out_proj", C_, C_);
-      if (cfg.qk_norm) blk.k_norm = add_norm(file, p + "att.k_norm");
-      blk.q = weights_.append(std::span<const float>(latent_queries(file, cfg, b)), kAlignment);
+      blk.norm1 = add_norm(from.norm1);
+      blk.norm2 = add_norm(from.norm2);
+      blk.k_proj = add_mlp(from.k_proj);
+      blk.v_proj = add_mlp(from.v_proj);
+      blk.ffn = add_mlp(from.ffn);
+      blk.out_proj = {static_cast<int>(layer_specs_.size()), 1, C_, C_, C_};
+      add_linear(from.out_proj, kernels::Activation::none, false);
+      if (from.k_norm) blk.k_norm = add_norm(*from.k_norm);
+      blk.q = weights_.append(std::span<const float>(from.q.data(), from.q.size()), kAlignment);
       blocks_.push_back(blk);
     }
     slices_ = cu::encode_shape(M_).slices;
@@ -76,7 +74,7 @@ Forward::Forward(const Config& cfg, const ModelFile& file, int device)
     ev_uploaded_ = cu::Event(device_);
     ev_computed_ = cu::Event(device_);
     ev_end_ = cu::Event(device_);
-    upload(file.normalization);
+    upload(normalization);
   } catch (...) {
     detail::raise_current_cuda_error("flare", device);
   }
@@ -110,57 +108,52 @@ void Forward::upload(const Normalization& nf) {
   stream_.synchronize();  // the host copies may go now
 }
 
-device::Norm Forward::add_norm(const ModelFile& file, const std::string& prefix) {
-  std::span<const float> bias;
-  if (!cfg_.rmsnorm) bias = file.weight(prefix + ".bias").values;
-  return weights_.append_norm(file.weight(prefix + ".weight").values, bias, cfg_.rmsnorm, static_cast<float>(norm_eps(cfg_)));
+device::Norm Forward::add_norm(const NormLayer& norm) {
+  const auto dim = static_cast<std::size_t>(norm.dim());
+  std::span<const float> bias;  // none: RMSNorm
+  if (norm.bias() != nullptr) bias = {norm.bias(), dim};
+  return weights_.append_norm({norm.weight(), dim}, bias, norm.rms(), norm.eps());
 }
 
-Forward::Mlp Forward::add_linear(const ModelFile& file, const std::string& prefix, int in, int out) {
-  Mlp m;
-  m.first = static_cast<int>(layer_specs_.size());
-  m.count = 1;
-  m.in = in;
-  m.out = out;
-  m.max_width = std::max(in, out);
+void Forward::add_linear(const kernels::PackedLinear& layer, kernels::Activation act, bool add_input) {
+  // The CPU's packing holds W^T (in rows of out_pad values): back to PyTorch's (out, in) for the kernel's.
+  const int in = layer.in(), out = layer.out();
+  std::vector<float> weight(static_cast<std::size_t>(out) * static_cast<std::size_t>(in));
+  for (int k = 0; k < in; ++k)
+    for (int o = 0; o < out; ++o)
+      weight[static_cast<std::size_t>(o) * in + k] = layer.wt()[static_cast<std::size_t>(k) * layer.out_pad() + o];
   std::vector<float> wt, bias;
-  cu::pack_mlp_linear(file.weight(prefix + ".weight").values.data(), file.weight(prefix + ".bias").values.data(), out,
-                      in, wt, bias);
+  cu::pack_mlp_linear(weight.data(), layer.bias(), out, in, wt, bias);
   LayerSpec l;
   l.weight_t = weights_.append(std::span<const float>(wt), kAlignment);
   l.bias = weights_.append(std::span<const float>(bias), kAlignment);
   l.in = in;
   l.out = out;
+  l.act = act;
+  l.add_input = add_input;
   layer_specs_.push_back(l);
-  return m;
 }
 
-Forward::Mlp Forward::add_mlp(const ModelFile& file, const std::string& prefix, int in, int hidden, int out,
-                              int num_layers, bool input_residual, bool output_residual) {
-  // FLARE.py's ResidualMLP (model-format.md 4.1): L = -1 is one Linear (+ x iff both residual flags and
-  // in == out); else h = act(fc1 x) (+ x), h = h + act(fcs.j h), y = fc2 h (+ h).
-  if (num_layers == -1) {
-    Mlp m = add_linear(file, prefix + ".fc", in, out);
-    layer_specs_.back().add_input = input_residual && output_residual && in == out;
-    return m;
-  }
-  const kernels::Activation act = kernel_activation(cfg_);
+Forward::Mlp Forward::add_mlp(const ResidualMlp& mlp) {
+  // FLARE.py's ResidualMLP (model-format.md 4.1), as ResidualMlp runs it: L = -1 is one Linear (+ x iff
+  // both residual flags and in == out); else h = act(fc1 x) (+ x), h = h + act(fcs.j h), y = fc2 h (+ h).
+  const auto& layers = mlp.layers();
   Mlp m;
   m.first = static_cast<int>(layer_specs_.size());
-  m.in = in;
-  m.out = out;
-  m.max_width = std::max({in, hidden, out});
-  add_linear(file, prefix + ".fc1", in, hidden);
-  layer_specs_.back().act = act;
-  layer_specs_.back().add_input = input_residual && in == hidden;
-  for (int j = 0; j < num_layers; ++j) {
-    add_linear(file, prefix + ".fcs." + std::to_string(j), hidden, hidden);
-    layer_specs_.back().act = act;
-    layer_specs_.back().add_input = true;
+  m.count = static_cast<int>(layers.size());
+  m.in = mlp.in();
+  m.out = mlp.out();
+  m.max_width = std::max(m.in, m.out);
+  if (mlp.num_layers() == -1) {
+    add_linear(layers.front(), kernels::Activation::none, mlp.single_residual());
+    return m;
   }
-  add_linear(file, prefix + ".fc2", hidden, out);
-  layer_specs_.back().add_input = output_residual && hidden == out;
-  m.count = static_cast<int>(layer_specs_.size()) - m.first;
+  for (std::size_t j = 0; j < layers.size(); ++j) {
+    const bool first = j == 0, last = j + 1 == layers.size();
+    m.max_width = std::max(m.max_width, layers[j].out());
+    add_linear(layers[j], last ? kernels::Activation::none : mlp.act(),
+               first ? mlp.input_residual() : last ? mlp.output_residual() : true);
+  }
   return m;
 }
 
