@@ -15,6 +15,7 @@
 #include "../../ops/cuda_ops.hpp"
 #include "../transformer/host_ops.hpp"
 #include "../transformer/program.hpp"
+#include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/model_file.hpp"
 #include "surrogate/sphere/attention_device.hpp"
@@ -53,11 +54,14 @@ class SphereCudaOps : public ops::CudaOps {
     a.op->forward_rows(a.batch, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, s_);
   }
   void s2_attention(const program::AttentionArgs<Attention>& a) const {
-    if (a.op->global)
+    if (a.op->global) {
+      if (a.kv0 != 0 || a.kv1 != a.op->global->host().config().nlat_in)
+        throw Error(ErrorCode::internal, "s2 attention: global attention needs every key/value row");
       a.op->global->forward_rows(a.batch, a.lat0, a.lat1, a.q.data, a.kv.data, a.kv.data, a.out.data, s_);
-    else
+    } else {
       a.op->neighborhood->forward_rows(a.batch, a.lat0, a.lat1, a.q.data, a.kv0, a.kv1, a.kv.data, a.kv.data,
                                        a.out.data, s_);
+    }
   }
   void resample(const program::ResampleArgs<Resample>& a) const {
     a.op->forward_rows(a.batch, a.in.width, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, s_);

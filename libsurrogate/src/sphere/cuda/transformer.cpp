@@ -8,12 +8,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <optional>
 #include <span>
 #include <vector>
 
 #include "../../cuda_errors.hpp"
 #include "../transformer/internals.hpp"
+#include "exec.hpp"
 #include "ops.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/exchange.hpp"
@@ -50,16 +50,12 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;  // the dense, norm and vector layers' weights
   program::Layers<SphereCudaOps> layers_;
-  // The forward's buffers (program::Buf), the input and output rows of this rank, the band's output.
-  cu::DeviceBuffer<float> floats_[static_cast<std::size_t>(program::Buf::count)];
-  cu::DeviceBuffer<double> doubles_[static_cast<std::size_t>(program::Buf::count)];
-  cu::DeviceBuffer<float> pieces_in_, pieces_out_, band_out_;
+  DeviceBuffers buffers_;
 };
 
-/// program.hpp's Exec on a device: every stage once over all the band's rows, on the forward's stream; a
-/// failed launch is kept as pending and agreed over the ranks before the next exchange (and at the end),
-/// so a failure on any rank is the same Error on every rank.
-class DeviceExec {
+/// program.hpp's Exec on a device: every stage once over all the band's rows, on the forward's stream
+/// (DeviceRun: the buffers, the pending failures agreed before each exchange, the moves).
+class DeviceExec : public DeviceRun {
  public:
   using Ops = SphereCudaOps;
   struct Work {
@@ -68,8 +64,8 @@ class DeviceExec {
   };
 
   DeviceExec(SphereTransformerCuda& f, const Comm& comm, const TransformerBands::Exchanges& bands)
-      : f_(f), comm_(comm), bands_(bands), ops_(f.weights_.data(), f.stream_.get()),
-        place_{f.device_, f.stream_.get(), &comm.device_transport(f.device_)} {}
+      : DeviceRun(kModel, f.device_, f.stream_.get(), comm, f.buffers_), f_(f), bands_(bands),
+        ops_(f.weights_.data(), f.stream_.get()) {}
 
   const TransformerConfig& config() const { return f_.cfg_; }
   const program::Layers<Ops>& layers() const { return f_.layers_; }
@@ -85,54 +81,11 @@ class DeviceExec {
   void once(F&& f) {
     launch([&] { f(ops_); });
   }
-  Rows rows(program::Buf b, index_t rows, int width) {
-    auto& buf = f_.floats_[static_cast<std::size_t>(b)];
-    launch([&] { buf.resize(std::max<std::size_t>(static_cast<std::size_t>(rows * width), 1), f_.device_); });
-    return {buf.data(), width, rows, width, ops::Place::device};
-  }
-  double* sums(program::Buf b, index_t count) {
-    auto& buf = f_.doubles_[static_cast<std::size_t>(b)];
-    launch([&] { buf.resize(std::max<std::size_t>(static_cast<std::size_t>(count), 1), f_.device_); });
-    return buf.data();
-  }
-  void exchange(const ExchangePlan& plan, const Rows& src, const Rows& dst, int width) {
-    settle();
-    plan.forward(src.data, src.ld, dst.data, dst.ld, width, place_);
-  }
-  /// Doubles move as two floats each (the bytes unchanged).
-  void exchange(const ExchangePlan& plan, const double* src, double* dst, int width) {
-    settle();
-    plan.forward(reinterpret_cast<const float*>(src), 2 * width, reinterpret_cast<float*>(dst), 2 * width, 2 * width,
-                 place_);
-  }
-  struct NoPhase {};
-  NoPhase phase(program::Stage) const { return {}; }
-
-  /// Runs `work` unless an earlier launch failed; a failure is kept as pending.
-  template <class F>
-  void launch(F&& work) {
-    if (!pending_.ok()) return;
-    try {
-      work();
-    } catch (...) {
-      pending_ = surrogate::detail::status_of_current_cuda_error(kModel, f_.device_);
-    }
-  }
-  /// Collective: the stream's work done and the pending failure, if any rank has one, raised on every rank.
-  void settle() {
-    launch([&] { f_.stream_.synchronize(); });
-    const Status local = std::move(pending_);
-    pending_ = {};
-    comm_.agree_or_throw(local);
-  }
 
  private:
   SphereTransformerCuda& f_;
-  const Comm& comm_;
   const TransformerBands::Exchanges& bands_;
   SphereCudaOps ops_;
-  Place place_;
-  Status pending_;
 };
 
 SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device)
@@ -162,32 +115,18 @@ void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
 
 void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchanges& bands, const ExchangePlan* outputs,
                                 const float* in, index_t ld_in, index_t n, float* out, index_t ld_out) {
-  const int cin = cfg_.in_chans, cout = cfg_.out_chans;
-  const index_t band_rows = static_cast<index_t>(bands.batch) * (bands.g1 - bands.g0) * cfg_.nlon;
-  std::vector<float> host(static_cast<std::size_t>(n) * static_cast<std::size_t>(std::max(cin, cout)));
-  std::optional<cu::DeviceGuard> guard;
+  const int cout = cfg_.out_chans;
   DeviceExec exec(*this, comm, bands);
-  exec.launch([&] {  // this rank's input rows, dense, to the device
-    guard.emplace(device_);
-    for (index_t r = 0; r < n; ++r) std::copy_n(in + r * ld_in, cin, host.data() + r * cin);
-    pieces_in_.resize(std::max<std::size_t>(static_cast<std::size_t>(n * cin), 1), device_);
-    pieces_out_.resize(std::max<std::size_t>(static_cast<std::size_t>(n * cout), 1), device_);
-    band_out_.resize(std::max<std::size_t>(static_cast<std::size_t>(band_rows * cout), 1), device_);
-    cu::copy_to_device(pieces_in_.data(), host.data(), static_cast<std::size_t>(n * cin) * sizeof(float),
-                       stream_.get());
-  });
-  const Rows band_out{band_out_.data(), cout, band_rows, cout, ops::Place::device};
-  program::forward(exec, {pieces_in_.data(), cin, n, cin, ops::Place::device}, band_out);
-  Rows result = band_out;  // the whole grid's rows are the input's
+  const Rows input = exec.upload(in, ld_in, n, cfg_.in_chans);
+  const index_t band_rows = static_cast<index_t>(bands.batch) * (bands.g1 - bands.g0) * cfg_.nlon;
+  const Rows band_out = exec.rows(program::Buf::out, band_rows, cout);
+  program::forward(exec, input, band_out);
+  Rows result = band_out;  // the whole grid: the band's rows are the input's
   if (outputs != nullptr) {  // the output band back to this rank's rows
-    result = {pieces_out_.data(), cout, n, cout, ops::Place::device};
+    result = exec.output(n, cout);
     exec.exchange(*outputs, band_out, result, cout);
   }
-  exec.launch([&] {
-    cu::copy_to_host(host.data(), result.data, static_cast<std::size_t>(n * cout) * sizeof(float), stream_.get());
-  });
-  exec.settle();
-  for (index_t r = 0; r < n; ++r) std::copy_n(host.data() + r * cout, cout, out + r * ld_out);
+  exec.download(result, out, ld_out);
 }
 
 }  // namespace

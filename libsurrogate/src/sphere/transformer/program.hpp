@@ -205,7 +205,7 @@ enum class Stage : std::uint8_t { encoder, blocks, decoder };
 /// The forward's buffers (Exec::rows, Exec::sums) and a tile's work rows (Work::rows).
 enum class Buf : std::uint8_t {
   enc_in, dense, x, y, attn_in, attn_out, kv, upsampled, fourier, orders, partial, coeffs, inner_rows, own_in,
-  part, all_sums, mean, scale, shift, hidden, count
+  part, all_sums, mean, scale, shift, hidden, out, count
 };
 
 /// y = norm_which(x) over the band's rows (x, y: the residual stream). Instance norm: the statistics over
