@@ -63,10 +63,23 @@ void on_the_whole_grid(const SampleLayout& layout, index_t points, int cin, int 
       std::copy_n(grid_out.data() + (seg.sample * points + p) * cout, cout, out + (seg.begin + p) * ld_out);
 }
 
+/// The part of a transformer's file its device forward reads (cuda/ops.cpp: the DISCO and attention weights
+/// in the file's layout, which the CPU operators keep only in their own packed forms); the rest (the MLP,
+/// norm and embedding weights, the DISCO tables) the device forward takes from the network, held once.
+ModelFile device_part(const ModelFile& f) {
+  ModelFile d;
+  d.path = f.path;
+  d.architecture = f.architecture;
+  for (const auto& [key, t] : f.weights)
+    if (key == "encoder.conv.weight" || key == "decoder.conv.weight" || key.find(".self_attn.") != std::string::npos)
+      d.weights.emplace(key, t);
+  return d;
+}
+
 class SphereTransformerModel final : public Model {
  public:
   SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
-      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), file_(f) {}
+      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), device_file_(device_part(f)) {}
 
   index_t parameter_count() const override { return net_.parameter_count(); }
   std::vector<std::pair<std::string, std::string>> describe() const override {
@@ -136,14 +149,14 @@ class SphereTransformerModel final : public Model {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
 #if SURROGATE_HAVE_CUDA
-    device_ = make_sphere_transformer_device_forward(net_, file_, cuda_device);
+    device_ = make_sphere_transformer_device_forward(net_, device_file_, cuda_device);
 #else
     surrogate::detail::refuse_without_cuda_backend("sphere_transformer", cuda_device);
 #endif
   }
 
   SphericalTransformer net_;
-  ModelFile file_;  // the attention and DISCO weights the device forward uploads
+  ModelFile device_file_;  // device_part(): the attention and DISCO weights the device forward uploads
   std::unique_ptr<SphereTransformerDeviceForward> device_;
 };
 
