@@ -25,7 +25,7 @@
 //                                     Ops::sht_coefficients(bands, lmax, C): the plan and row width of the
 //                                     coefficients' exchange in the Ops' layout
 //
-// share/docs/sphere.md, "Code layout" and "Forward workspaces".
+// share/docs/sphere.md, "Source layout" and "Forward workspaces".
 #pragma once
 
 #include <cstdint>
