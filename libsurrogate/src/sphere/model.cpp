@@ -13,7 +13,9 @@
 #include "config.hpp"
 #include "cuda/layer.hpp"
 #include "cuda/transformer.hpp"
+#include "layer_program.hpp"
 #include "plan.hpp"
+#include "transformer/host_ops.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/sphere/attention.hpp"
@@ -61,10 +63,23 @@ void on_the_whole_grid(const SampleLayout& layout, index_t points, int cin, int 
       std::copy_n(grid_out.data() + (seg.sample * points + p) * cout, cout, out + (seg.begin + p) * ld_out);
 }
 
+/// The part of a transformer's file its device forward reads (cuda/ops.cpp: the DISCO and attention weights
+/// in the file's layout, which the CPU operators keep only in their own packed forms); the rest (the MLP,
+/// norm and embedding weights, the DISCO tables) the device forward takes from the network, held once.
+ModelFile device_part(const ModelFile& f) {
+  ModelFile d;
+  d.path = f.path;
+  d.architecture = f.architecture;
+  for (const auto& [key, t] : f.weights)
+    if (key == "encoder.conv.weight" || key == "decoder.conv.weight" || key.find(".self_attn.") != std::string::npos)
+      d.weights.emplace(key, t);
+  return d;
+}
+
 class SphereTransformerModel final : public Model {
  public:
   SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
-      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), file_(f) {}
+      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), device_file_(device_part(f)) {}
 
   index_t parameter_count() const override { return net_.parameter_count(); }
   std::vector<std::pair<std::string, std::string>> describe() const override {
@@ -134,19 +149,42 @@ class SphereTransformerModel final : public Model {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
 #if SURROGATE_HAVE_CUDA
-    device_ = make_sphere_transformer_device_forward(net_, file_, cuda_device);
+    device_ = make_sphere_transformer_device_forward(net_, device_file_, cuda_device);
 #else
     surrogate::detail::refuse_without_cuda_backend("sphere_transformer", cuda_device);
 #endif
   }
 
   SphericalTransformer net_;
-  ModelFile file_;  // the attention and DISCO weights the device forward uploads
+  ModelFile device_file_;  // device_part(): the attention and DISCO weights the device forward uploads
   std::unique_ptr<SphereTransformerDeviceForward> device_;
 };
 
 // ------------------------------------------------------------------------------------------------------
 // Single layers: AttentionS2 / NeighborhoodAttentionS2 as self-attention on one grid.
+
+/// layer_program.hpp's Exec on the CPU: the operator once (it threads itself), host buffers, host moves.
+class HostLayerExec {
+ public:
+  using Ops = SphereHostOps;
+  HostLayerExec() : ops_(kernels::cpu()) {}
+  template <class F>
+  void once(F&& f) {
+    f(ops_);
+  }
+  ops::Rows rows(program::Buf b, index_t rows, int width) {
+    std::vector<float>& v = buffers_[static_cast<std::size_t>(b)];
+    v.resize(static_cast<std::size_t>(rows * width));
+    return {v.data(), width, rows, width, ops::Place::host};
+  }
+  void exchange(const ExchangePlan& plan, const ops::Rows& src, const ops::Rows& dst, int width) const {
+    plan.forward(src.data, src.ld, dst.data, dst.ld, width);
+  }
+
+ private:
+  SphereHostOps ops_;
+  std::vector<float> buffers_[static_cast<std::size_t>(program::Buf::count)];
+};
 
 template <class Op>
 class S2LayerModel final : public Model {
@@ -154,10 +192,12 @@ class S2LayerModel final : public Model {
 
  public:
   S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, index_t points, std::int64_t params)
-      : Model(f, in, out), op_(std::move(op)), setup_(std::move(setup)), points_(points), parameters_(params) {}
+      : Model(f, in, out), setup_(std::move(setup)), points_(points), parameters_(params) {
+    attention_.op.template emplace<Op>(std::move(op));
+  }
   index_t parameter_count() const override { return parameters_; }
   std::vector<std::pair<std::string, std::string>> describe() const override {
-    const auto& c = op_.config();
+    const auto& c = op().config();
     return {{"grid", std::to_string(c.nlat_in) + " x " + std::to_string(c.nlon_in) + " " + to_string(c.grid_in)},
             {"channels in / k / out", std::to_string(c.in_channels) + " / " + std::to_string(c.k_channels) + " / " +
                                           std::to_string(c.out_channels)},
@@ -170,12 +210,12 @@ class S2LayerModel final : public Model {
   /// The bands of the solver's pieces, the output's way back, and the band's query and key/value rows:
   /// every row for global attention, the rows inside the cutoff for neighbourhood attention.
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions&) override {
-    const auto& c = op_.config();
+    const auto& c = op().config();
     SolverPieces pieces = solver_pieces(comm, basis.layout, c.nlat_in, c.nlon_in, architecture());
     auto plan = std::make_unique<SpherePlan>(std::move(basis), comm, std::move(pieces), c.nlon_in);
     const int g0 = plan->band_begin(), g1 = plan->band_end();
     std::pair<int, int> kv_rows{0, g0 < g1 ? c.nlat_in : 0};  // an empty band needs nothing
-    if constexpr (kNeighborhood) kv_rows = op_.input_rows(g0, g1);
+    if constexpr (kNeighborhood) kv_rows = op().input_rows(g0, g1);
     plan->plan_layer(comm, c.nlon_in, kv_rows, !kNeighborhood);
     return plan;
   }
@@ -184,23 +224,11 @@ class S2LayerModel final : public Model {
     if (io.device) return refuse_device_arrays(comm, architecture());
     SpherePlan& p = sphere_plan(plan);
     if (options.cuda_device >= 0) return forward_on_device(comm, p, io, options);
-    const LayerBands& l = p.layer();
-    const int cin = in_channels(), cout = out_channels();
-    const index_t B = p.layout().num_samples();
-    std::vector<float> rows(static_cast<std::size_t>(l.inputs.target_rows() * cin));
-    l.inputs.forward(io.in, io.ld_in, rows.data(), cin, cin);
-    const float* query = rows.data() + l.query_row * cin;
-    const float* kv = rows.data() + l.kv_row * cin;
-    std::vector<float> band_out(static_cast<std::size_t>(B * (l.lat_end - l.lat_begin) * op_.config().nlon_in * cout));
-    {
-      ThreadCount threads(options.threads);
-      if constexpr (kNeighborhood)
-        op_.forward_rows(static_cast<int>(B), l.lat_begin, l.lat_end, query, l.kv_begin, l.kv_end, kv, kv,
-                         band_out.data());
-      else
-        op_.forward_rows(static_cast<int>(B), l.lat_begin, l.lat_end, query, kv, kv, band_out.data());
-    }
-    p.outputs().forward(band_out.data(), cout, io.out, io.ld_out, cout);
+    ThreadCount threads(options.threads);
+    HostLayerExec exec;
+    program::layer_forward(exec, &attention_, p.layer(), p.outputs(), static_cast<int>(p.layout().num_samples()),
+                           op().config().nlon_in, ops::view(io.in, io.ld_in, 0, in_channels(), ops::Place::host),
+                           {io.out, io.ld_out, 0, out_channels(), ops::Place::host});
   }
 
  private:
@@ -232,7 +260,9 @@ class S2LayerModel final : public Model {
 #endif
   }
 
-  Op op_;
+  const Op& op() const { return std::get<Op>(attention_.op); }
+
+  HostAttention attention_;  // the operator (Op)
   LayerSetup setup_;  // the configuration and weights the device operator uploads
   std::unique_ptr<S2LayerDeviceForward> device_;
   index_t points_;

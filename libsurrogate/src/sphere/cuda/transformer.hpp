@@ -31,8 +31,8 @@ class SphereTransformerDeviceForward {
 };
 
 /// The device forward of `net` (its CPU operators, embedding, norms and MLP layers) with the attention and
-/// DISCO weights read again from `file` (the file `net` was built from). Error(unsupported) without a
-/// usable device.
+/// DISCO weights read again from `file` (the file `net` was built from, or a part of it holding those
+/// tensors). Error(unsupported) without a usable device.
 std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
                                                                                       const ModelFile& file, int device);
 

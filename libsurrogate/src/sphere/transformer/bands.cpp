@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <string>
+#include <variant>
 
 #include "internals.hpp"
 #include "surrogate/error.hpp"
@@ -85,8 +86,8 @@ TransformerBands SphericalTransformer::plan_bands(const Comm& comm, int batch, c
                                                   std::span<const RowRange> held,
                                                   std::span<const std::int64_t> held_first_row,
                                                   std::int64_t input_rows) const {
-  const TransformerView v = TransformerInternals::view(*this);
-  const TransformerConfig& c = *v.config;
+  const program::Layers<SphereHostOps>& v = TransformerInternals::layers(*this);
+  const TransformerConfig& c = config();
   if (batch < 1) throw Error(ErrorCode::invalid_argument, "SphericalTransformer::plan_bands: batch must be positive");
   if (image_bands.nlat() != c.nlat || static_cast<int>(image_bands.first.size()) != comm.size() + 1)
     throw Error(ErrorCode::invalid_argument, "SphericalTransformer::plan_bands: the image bands must cover the " +
@@ -109,11 +110,12 @@ TransformerBands SphericalTransformer::plan_bands(const Comm& comm, int batch, c
                                                band_ranges(B, P_img, c.nlon, x->encoder_rows.first, x->encoder_rows.second));
   // Attention (every block has the same operator): every row, or the neighbourhood halo.
   if (!v.blocks.empty()) {
-    if (v.blocks.front().global) {
+    const auto& attention = v.blocks.front().attention->op;
+    if (std::holds_alternative<AttentionS2>(attention)) {
       x->kv_rows = {0, x->i0 < x->i1 ? h : 0};
       x->key_value = gather_bands(comm, x->internal, B, w);
     } else {
-      x->kv_rows = v.blocks.front().neighborhood->input_rows(x->i0, x->i1);
+      x->kv_rows = std::get<NeighborhoodAttentionS2>(attention).input_rows(x->i0, x->i1);
       x->key_value = band_exchange(comm, B, P, w, x->i0, x->i1, band_ranges(B, P, w, x->kv_rows.first, x->kv_rows.second));
     }
     if (c.normalization_layer == BlockNorm::instance_norm) x->row_sums = gather_bands(comm, x->internal, B, 1);
@@ -121,7 +123,7 @@ TransformerBands SphericalTransformer::plan_bands(const Comm& comm, int batch, c
   // Decoder: the image rows [g0, g1) read the upsampled rows decoder_rows.
   x->decoder_rows = v.decoder->input_rows(x->g0, x->g1);
   if (v.sht) {
-    plan_sht(comm, *v.sht, h, *x);
+    plan_sht(comm, v.sht->analysis, h, *x);
   } else {
     x->resample_rows = v.resample->input_rows(x->decoder_rows.first, x->decoder_rows.second);
     x->resample_input = band_exchange(comm, B, P, w, x->i0, x->i1,
