@@ -350,7 +350,9 @@ class HostExec {
  public:
   using Ops = HostOps;
   HostExec(const Network& net, int threads)
-      : cfg_(&net.config()), layers_(&Stages::program_layers(net)), threads_(threads <= 0 ? omp_get_max_threads() : threads) {}
+      : cfg_(&net.config()),
+        layers_(&Stages::program_layers(net)),
+        threads_(threads <= 0 ? omp_get_max_threads() : threads) {}
   const Config& config() const { return *cfg_; }
   const program::Layers<HostOps>& layers() const { return *layers_; }
 
@@ -393,7 +395,9 @@ class HostLayers final : public HostExec {
     ld_ = round_up(D, kPad);
     ld_u_ = round_up(3 * D, kPad);
     ld_g_ = round_up(3 * H, kPad);
-    auto make = [&](AlignedBuffer<float>& b, index_t count, index_t ld) { b.resize(static_cast<std::size_t>(count * ld)); };
+    auto make = [](AlignedBuffer<float>& b, index_t count, index_t ld) {
+      b.resize(static_cast<std::size_t>(count * ld));
+    };
     for (AlignedBuffer<float>* b : {&h_, &o_, &residual_}) make(*b, rows, ld_);
     if (c.should_rotate) make(xr_, rows, ld_);
     make(u_, rows, ld_u_);
@@ -471,7 +475,8 @@ class HostLayers final : public HostExec {
     ex_->gather_blocks(r.kc.data, r.kc.rows, static_cast<int>(ld_), kc_all_.data());
     ex_->gather_blocks(r.vc.data, r.vc.rows, static_cast<int>(ld_), vc_all_.data());
     const index_t rows = static_cast<index_t>(all) / ld_;
-    return {{kc_all_.data(), ld_, rows, r.kc.width, ops::Place::host}, {vc_all_.data(), ld_, rows, r.vc.width, ops::Place::host}};
+    const auto host = ops::Place::host;
+    return {{kc_all_.data(), ld_, rows, r.kc.width, host}, {vc_all_.data(), ld_, rows, r.vc.width, host}};
   }
   std::int32_t* selection(std::size_t i) { return sel_.data() + sel_offsets_[i]; }
 

@@ -125,7 +125,8 @@ class CudaOps {
     }
     const index_t rows = a.out.rows * a.heads;  // (block, head)
     const int hidden = a.mlp[0].out;
-    copy({{a.tokens.data, E, rows * a.C, E, a.tokens.place}, a.gather, {a.mlp_in.data, E, rows * a.C, E, a.mlp_in.place}});
+    const index_t tokens = rows * a.C;
+    copy({{a.tokens.data, E, tokens, E, a.tokens.place}, a.gather, {a.mlp_in.data, E, tokens, E, a.mlp_in.place}});
     const Rows in{a.mlp_in.data, static_cast<index_t>(a.C) * E, rows, a.C * E, a.mlp_in.place};
     const Rows hid{a.mlp_hidden.data, hidden, rows, hidden, a.mlp_hidden.place};
     dense({&a.mlp[0], in, hid});

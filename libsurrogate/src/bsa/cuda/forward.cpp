@@ -201,7 +201,10 @@ class DeviceExec {
     }
     return r;
   }
-  Rows residual() const { return {f_.g_->residual.data(), f_.cfg_.c_hidden, f_.g_->rows, f_.cfg_.c_hidden, ops::Place::device}; }
+  Rows residual() const {
+    const int D = f_.cfg_.c_hidden;
+    return {f_.g_->residual.data(), D, f_.g_->rows, D, ops::Place::device};
+  }
   /// The ball-relative positions of the geometry (uploaded once).
   Rows ball_relative(const DeviceWork&, const program::LayerRows& r, int /*ball*/, index_t r0, index_t rows) const {
     return r.rel.range(r0, rows);
@@ -248,7 +251,8 @@ class DeviceExec {
     });
     f_.fetch_selected_blocks();
     const int D = f_.cfg_.c_hidden;
-    const Rows fetched{g.fetched.data(), 2 * D, static_cast<index_t>(g.fetched.size()) / (2 * D), 2 * D, ops::Place::device};
+    const auto rows = static_cast<index_t>(g.fetched.size()) / (2 * D);
+    const Rows fetched{g.fetched.data(), 2 * D, rows, 2 * D, ops::Place::device};
     return {fetched.columns(0, D), fetched.columns(D, D), g.first_row.data()};
   }
   /// Global attention on a plan where some rank holds part of a sample: the samples' [k | v] rows.
