@@ -12,6 +12,7 @@
 #include "../balltree/layers.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/nan_keeping.hpp"
 
 namespace surrogate::bsa::detail {
 namespace {
@@ -103,9 +104,49 @@ void scaled_copy(const float* src, int E, float scale, float* dst) {
 
 }  // namespace
 
-index_t SparseShape::selection_rows(index_t n) const {
-  if (block_level) return n / C;
-  return group_selection ? n / G : n;
+void compress_blocks(const CpuKernels& k, const kernels::PackedLinear* mlp, const float* src, index_t ld,
+                     index_t blocks, int C, int heads, int E, float* dst, index_t ld_c, int threads) {
+  using kernels::kPad;
+  using kernels::round_up;
+  const int H = heads;
+  if (mlp == nullptr) {
+#pragma omp parallel for num_threads(threads) schedule(static)
+    for (index_t b = 0; b < blocks; ++b)
+      for (int ch = 0; ch < H * E; ++ch) {
+        float sum = 0.0f;
+        for (int t = 0; t < C; ++t) sum += src[(b * C + t) * ld + ch];
+        dst[b * ld_c + ch] = sum / static_cast<float>(C);
+      }
+    return;
+  }
+  // Rows (block, head) of the MLP input, in chunks of kRows.
+  constexpr index_t kRows = 64;
+  const index_t rows = blocks * H;
+  const index_t ld_in = round_up(static_cast<index_t>(C) * E, kPad), ld_h = round_up(mlp[0].out(), kPad);
+  const index_t ld_o = round_up(E, kPad);
+#pragma omp parallel num_threads(threads)
+  {
+    AlignedBuffer<float> in(static_cast<std::size_t>(kRows * ld_in)), hid(static_cast<std::size_t>(kRows * ld_h));
+    AlignedBuffer<float> out(static_cast<std::size_t>(kRows * ld_o));
+#pragma omp for schedule(static)
+    for (index_t r0 = 0; r0 < rows; r0 += kRows) {
+      const index_t count = std::min(kRows, rows - r0);
+      for (index_t r = 0; r < count; ++r) {
+        const index_t b = (r0 + r) / H, h = (r0 + r) % H;
+        float* row = in.data() + r * ld_in;
+        std::fill_n(row + C * E, ld_in - C * E, 0.0f);
+        for (int t = 0; t < C; ++t) copy_head(src + (b * C + t) * ld + h * E, E, row + t * E);
+      }
+      balltree::layers::run_linear(k, mlp[0], in.data(), ld_in, hid.data(), ld_h, count);
+      for (index_t i = 0; i < count * ld_h; ++i)
+        hid[static_cast<std::size_t>(i)] = kernels::relu_keep_nan(hid[static_cast<std::size_t>(i)]);
+      balltree::layers::run_linear(k, mlp[1], hid.data(), ld_h, out.data(), ld_o, count);
+      for (index_t r = 0; r < count; ++r) {
+        const index_t b = (r0 + r) / H, h = (r0 + r) % H;
+        copy_head(out.data() + r * ld_o, E, dst + b * ld_c + h * E);
+      }
+    }
+  }
 }
 
 void local_branch(const CpuKernels& k, const Tokens& t, const float* positions, int dim, int ball, const float* sigma,

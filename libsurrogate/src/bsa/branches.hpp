@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <cstring>
 
+#include "../ops/rows.hpp"
 #include "surrogate/kernels/cpu.hpp"
 
 namespace surrogate::bsa::detail {
@@ -56,22 +57,14 @@ struct Blocks {
   index_t nb = 0;
 };
 
-/// The sparse-attention options that shape the branches (Config names in parentheses).
-struct SparseShape {
-  int P = 0;  // ball_size
-  int C = 0;  // compress_block_size
-  int S = 0;  // selected_blocks_number
-  int G = 0;  // group_selection_size (== C with block-level importance)
-  bool group_selection = true;  // use_group_selection
-  bool mask_own_ball = true;    // should_mask_blocks_in_ball
-  bool coarse_q_attn = true;    // use_coarse_q_attn
-  bool block_level = true;      // use_coarse_q_attn || use_coarse_q_importance
+/// The sparse-attention options that shape the branches (ops/rows.hpp, shared with the device).
+using SparseShape = ops::SparseShape;
 
-  /// Rows of the selection per sample and head: blocks (block-level), groups, or tokens.
-  index_t selection_rows(index_t n) const;
-  /// Query tokens that share one selection row.
-  int tokens_per_row() const { return group_selection ? G : 1; }
-};
+/// Compressed blocks of `blocks` blocks of C consecutive token rows (src, heads x E columns, stride ld)
+/// into dst (stride ld_c): with `mlp` ([2]: Linear(C E -> hidden), ReLU, Linear(hidden -> E)) on each
+/// (block, head) flattened token-major, in tasks of 64 such rows; without, the mean over the block.
+void compress_blocks(const CpuKernels& k, const kernels::PackedLinear* mlp, const float* src, index_t ld,
+                     index_t blocks, int C, int heads, int E, float* dst, index_t ld_c, int threads);
 
 /// Local branch: attention inside each ball of `ball` consecutive tokens with the bias
 /// sigma[h] * |p_i - p_j| (positions: rows x dim, in token order), scale 1/sqrt(E). Output: head h of

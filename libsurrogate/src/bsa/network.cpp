@@ -1,23 +1,26 @@
-// BSA forward on the CPU (one process). Token arrays are row-major (samples * n rows, n the common padded
-// sample size, round_up(width, kPad) columns); a layer runs phase by phase (projections in chunks of rows,
-// then the branches of branches.hpp), each phase an OpenMP loop over independent rows or
-// (sample, head, block) tasks, so the result does not depend on the thread count.
-// Semantics: share/docs/balltree.md (section "BSA").
+// BSA forward on the CPU (one process), and the stages both CPU forwards share (network.hpp). Token
+// arrays are row-major (samples * n rows, n the common padded sample size, round_up(width, kPad)
+// columns); the layers are the stage program of program.hpp run by a HostExec on the CPU kernels
+// (ops/host_ops.hpp): the row-wise stages in tiles of 64 rows and the ball attention ball by ball, one tile
+// per OpenMP iteration, the sample-wise branches (branches.hpp) as OpenMP loops over (sample, head, block)
+// tasks, so the result does not depend on the thread count. Semantics: share/docs/balltree.md ("BSA").
 #include <omp.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <limits>
 #include <string>
 
 #include "../balltree/layers.hpp"
-#include "surrogate/profile.hpp"
-#include "surrogate/kernels/nan_keeping.hpp"
 #include "../layers.hpp"
-#include "branches.hpp"
+#include "../ops/host_ops.hpp"
 #include "network.hpp"
+#include "program.hpp"
+#include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/profile.hpp"
 
 namespace {
 // The phases this file times (surrogate/profile.hpp).
@@ -29,21 +32,13 @@ namespace surrogate::bsa {
 namespace {
 
 using balltree::layers::run_linear;
-using balltree::layers::run_norm;
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
+using ops::HostOps;
+using ops::Rows;
 
-constexpr index_t kRows = 64;  // rows per task of the row-wise phases
-
-struct Layer {
-  AlignedBuffer<float> norm1, norm2;
-  PackedLinear qkv, out_proj, position_proj, w1, w2, w3;
-  std::vector<float> sigma;                     // sparse, ball
-  PackedLinear q_mlp[2], k_mlp[2], v_mlp[2];    // compression MLPs (Linear, ReLU, Linear)
-  PackedLinear gate;                            // token gate: D -> 3H, sigmoid
-  std::vector<float> static_gate;               // [H][2] sigmoid(gates) when the gate is static
-};
+constexpr index_t kRows = 64;  // rows per task of the prediction head
 
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
 
@@ -81,26 +76,12 @@ class Permutation final : public detail::LayerExchanges {
 
 }  // namespace
 
-/// The row buffers of one layer, kept across the layers of a forward: each layer writes every element it
-/// reads (the padding columns stay as first zeroed), and a fresh 2 MiB-aligned mapping per buffer and
-/// layer would have the kernel clear its pages again every time.
-struct LayerBuffers {
-  AlignedBuffer<float> h, u, gates, o, local, coarse, fine, kc, vc, qc;
-};
-
 struct Network::Impl {
   Config cfg;
   std::int64_t parameters = 0;
-  PackedLinear embed;
-  std::vector<Layer> layers;
+  program::Layers<HostOps> layers;
   std::vector<float> pos_enc;  // wrapper: (c_in/2) x d
   PackedLinear head0, head2;
-
-  void run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
-                 const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads,
-                 LayerBuffers& buffers) const;
-  void compress(const CpuKernels& k, const PackedLinear* mlp, const float* src, index_t ld_u, int samples, index_t n,
-                float* dst, index_t ld_c, int threads) const;
 };
 
 Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
@@ -115,20 +96,28 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
     for (const std::int64_t s : shape) count *= s;
     m.parameters += count;
   }
-  m.embed = pack_linear(file, "embed");
+  program::Layers<HostOps>& w = m.layers;
+  w.embed = pack_linear(file, "embed");
+  const int D = c.c_hidden;
+  const float eps = std::numeric_limits<float>::epsilon();
   for (int l = 0; l < c.depth; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const std::string a = p + "attn.";
-    Layer L;
-    L.norm1 = padded_vector(file.weight(p + "norm1.weight").values.data(), c.c_hidden, 0.0f);
-    L.norm2 = padded_vector(file.weight(p + "norm2.weight").values.data(), c.c_hidden, 0.0f);
-    L.qkv = pack_linear(file, a + "qkv");  // rows [q | k | v], each head-major: the layout the kernels take
-    L.out_proj = pack_linear(file, a + "out_proj");
-    L.position_proj = pack_linear(file, a + "position_proj");
-    L.w1 = pack_linear(file, p + "mlp.w1");
-    L.w2 = pack_linear(file, p + "mlp.w2");
-    L.w3 = pack_linear(file, p + "mlp.w3");
-    if (c.attention_type != AttentionType::global) L.sigma = file.weight(a + "sigma_att").values;
+    program::Layer<HostOps> L;
+    program::Block<HostOps>& b = L.block;
+    b.dim = D;
+    b.heads = c.num_heads;
+    b.ball = c.attention_type == AttentionType::ball ? c.attention_ball_size : c.ball_size;
+    b.norm1 = NormLayer(file.weight(p + "norm1.weight").values.data(), nullptr, D, true, eps);  // RMSNorms
+    b.norm2 = NormLayer(file.weight(p + "norm2.weight").values.data(), nullptr, D, true, eps);
+    b.qkv = pack_linear(file, a + "qkv");  // rows [q | k | v], each head-major: the layout the kernels take
+    b.proj = pack_linear(file, a + "out_proj");
+    b.pe = pack_linear(file, a + "position_proj");
+    b.w1 = pack_linear(file, p + "mlp.w1");
+    b.w2 = pack_linear(file, p + "mlp.w2");
+    b.w3 = pack_linear(file, p + "mlp.w3");
+    b.hidden = b.w1.out();
+    if (c.attention_type != AttentionType::global) b.sigma = file.weight(a + "sigma_att").values;
     if (c.attention_type == AttentionType::sparse) {
       if (c.use_compress_mlp) {
         for (int i = 0; i < 2; ++i) {
@@ -145,7 +134,7 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
         for (float& g : L.static_gate) g = sigmoid(g);
       }
     }
-    m.layers.push_back(std::move(L));
+    w.layers.push_back(std::move(L));
   }
   if (c.wrapper == Wrapper::shapenet_car) {
     m.pos_enc = file.weight("pos_enc.linear.weight").values;
@@ -159,257 +148,6 @@ Network::Network(Network&&) noexcept = default;
 Network& Network::operator=(Network&&) noexcept = default;
 const Config& Network::config() const { return impl_->cfg; }
 std::int64_t Network::parameter_count() const { return impl_->parameters; }
-
-// Compressed blocks of one of q/k/v (columns `src` of u): with the MLP, Linear(C*E -> h), ReLU,
-// Linear(h -> E) on each block of each head flattened token-major; otherwise the mean over the block.
-void Network::Impl::compress(const CpuKernels& k, const PackedLinear* mlp, const float* src, index_t ld_u, int samples,
-                             index_t n, float* dst, index_t ld_c, int threads) const {
-  const int H = cfg.num_heads, E = cfg.head_dim(), C = cfg.compress_block_size;
-  const index_t blocks = samples * (n / C);
-  if (!cfg.use_compress_mlp) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-    for (index_t b = 0; b < blocks; ++b)
-      for (int ch = 0; ch < H * E; ++ch) {
-        float sum = 0.0f;
-        for (int t = 0; t < C; ++t) sum += src[(b * C + t) * ld_u + ch];
-        dst[b * ld_c + ch] = sum / static_cast<float>(C);
-      }
-    return;
-  }
-  // Rows (block, head) of the MLP input, in chunks of kRows.
-  const index_t rows = blocks * H;
-  const index_t ld_in = round_up(static_cast<index_t>(C) * E, kPad), ld_h = round_up(mlp[0].out(), kPad);
-  const index_t ld_o = round_up(E, kPad);
-#pragma omp parallel num_threads(threads)
-  {
-    AlignedBuffer<float> in(static_cast<std::size_t>(kRows * ld_in)), hid(static_cast<std::size_t>(kRows * ld_h));
-    AlignedBuffer<float> out(static_cast<std::size_t>(kRows * ld_o));
-#pragma omp for schedule(static)
-    for (index_t r0 = 0; r0 < rows; r0 += kRows) {
-      const index_t count = std::min(kRows, rows - r0);
-      for (index_t r = 0; r < count; ++r) {
-        const index_t b = (r0 + r) / H, h = (r0 + r) % H;
-        float* row = in.data() + r * ld_in;
-        std::fill_n(row + C * E, ld_in - C * E, 0.0f);
-        for (int t = 0; t < C; ++t) detail::copy_head(src + (b * C + t) * ld_u + h * E, E, row + t * E);
-      }
-      run_linear(k, mlp[0], in.data(), ld_in, hid.data(), ld_h, count);
-      for (index_t i = 0; i < count * ld_h; ++i) hid[static_cast<std::size_t>(i)] = kernels::relu_keep_nan(hid[static_cast<std::size_t>(i)]);
-      run_linear(k, mlp[1], hid.data(), ld_h, out.data(), ld_o, count);
-      for (index_t r = 0; r < count; ++r) {
-        const index_t b = (r0 + r) / H, h = (r0 + r) % H;
-        detail::copy_head(out.data() + r * ld_o, E, dst + b * ld_c + h * E);
-      }
-    }
-  }
-}
-
-// One layer on samples x n tokens: x += out_proj(attention(RMSNorm1(x))), x += SwiGLU(RMSNorm2(x)).
-void Network::Impl::run_layer(const CpuKernels& k, const Layer& L, float* x, index_t ld, const float* pos,
-                              const detail::RowLayout& layout, const detail::LayerExchanges& ex, int threads,
-                              LayerBuffers& buffers) const {
-  const Config& c = cfg;
-  const int D = c.c_hidden, H = c.num_heads, E = c.head_dim(), d = c.dimensionality;
-  const index_t rows = layout.rows;
-  const float eps = std::numeric_limits<float>::epsilon();
-  const index_t ld_u = round_up(3 * D, kPad), ld_r = round_up(d, kPad), ld_g = round_up(3 * H, kPad);
-  const bool sparse = c.attention_type == AttentionType::sparse;
-  const int ball = c.attention_type == AttentionType::ball ? c.attention_ball_size : c.ball_size;
-
-  // Norm, position encoding (not for global attention), q/k/v, token gate.
-  AlignedBuffer<float>& h = buffers.h;
-  AlignedBuffer<float>& u = buffers.u;
-  AlignedBuffer<float>& gates = buffers.gates;
-  h.resize(static_cast<std::size_t>(rows * ld));
-  u.resize(static_cast<std::size_t>(rows * ld_u));
-  const bool token_gates = sparse && c.use_token_gated_attention;
-  if (token_gates) gates.resize(static_cast<std::size_t>(rows * ld_g));
-  std::vector<float> centres;
-  if (c.attention_type != AttentionType::global)
-    centres = balltree::mean_pool(std::span<const float>(pos, static_cast<std::size_t>(rows * d)), d, ball);
-  for_row_chunks(rows, threads, [&](index_t r0, index_t count) {
-    run_norm(k, x + r0 * ld, ld, h.data() + r0 * ld, ld, count, D, L.norm1, nullptr, eps, true);
-    if (c.attention_type != AttentionType::global) {
-      AlignedBuffer<float> rel(static_cast<std::size_t>(kRows * ld_r));
-      for (index_t r = 0; r < count; ++r)
-        for (int e = 0; e < d; ++e)
-          rel[static_cast<std::size_t>(r * ld_r + e)] = pos[(r0 + r) * d + e] - centres[static_cast<std::size_t>((r0 + r) / ball * d + e)];
-      run_linear(k, L.position_proj, rel.data(), ld_r, h.data() + r0 * ld, ld, count, kernels::Activation::none,
-                 h.data() + r0 * ld, ld);
-    }
-    run_linear(k, L.qkv, h.data() + r0 * ld, ld, u.data() + r0 * ld_u, ld_u, count);
-    if (token_gates) {
-      run_linear(k, L.gate, h.data() + r0 * ld, ld, gates.data() + r0 * ld_g, ld_g, count);
-      for (index_t i = r0 * ld_g; i < (r0 + count) * ld_g; ++i) gates[static_cast<std::size_t>(i)] = sigmoid(gates[static_cast<std::size_t>(i)]);
-    }
-  });
-  // Tokens of all local rows (row-wise and ball-wise branches) and of one segment (the sample-wise ones).
-  auto tokens = [&](index_t begin, int samples, index_t length, index_t row0) {
-    detail::Tokens t;
-    t.q = u.data() + begin * ld_u;
-    t.k = t.q + D;
-    t.v = t.q + 2 * D;
-    t.ld = ld_u;
-    t.samples = samples;
-    t.n = length;
-    t.heads = H;
-    t.E = E;
-    t.row0 = row0;
-    return t;
-  };
-  const detail::Tokens tok = tokens(0, 1, rows, 0);
-
-  // Attention: o (rows x ld) = the fused heads.
-  AlignedBuffer<float>& o = buffers.o;
-  o.resize(static_cast<std::size_t>(rows * ld));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t r = 0; r < rows; ++r) std::fill_n(o.data() + r * ld, ld, 0.0f);
-  if (c.attention_type == AttentionType::global) {
-    // A segment that is a whole sample attends to its own rows; a part of a sample (distributed) to the
-    // sample's keys and values fetched whole from their owners (n rows of [k | v] per such sample).
-    const int kv_width = 2 * D;
-    const index_t partial = ex.distributed() ? layout.partial_samples() : 0;
-    AlignedBuffer<float> fetched(static_cast<std::size_t>(partial * layout.n * kv_width));
-    if (ex.distributed()) {
-      AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
-      for (index_t r = 0; r < rows; ++r) std::copy_n(u.data() + r * ld_u + D, kv_width, kv.data() + r * kv_width);
-      ex.fetch_samples(kv.data(), kv_width, fetched.data());
-    }
-    index_t next_partial = 0;
-    for (const auto& g : layout.segments) {
-      detail::SampleKeys keys;
-      if (g.length < layout.n) {
-        keys.k = fetched.data() + next_partial++ * layout.n * kv_width;
-        keys.v = keys.k + D;
-        keys.ld = kv_width;
-        keys.n = layout.n;
-      }
-      detail::global_attention(k, tokens(g.begin, g.samples, g.length, g.row0), o.data() + g.begin * ld, ld, threads,
-                               g.length < layout.n ? &keys : nullptr);
-    }
-  } else if (c.attention_type == AttentionType::ball) {
-    detail::local_branch(k, tok, pos, d, ball, L.sigma.data(), o.data(), ld, threads);
-  } else {
-    const index_t nb = layout.n / c.compress_block_size, local_blocks = rows / c.compress_block_size;
-    const index_t ld_c = round_up(D, kPad);
-    AlignedBuffer<float>& kc = buffers.kc;
-    AlignedBuffer<float>& vc = buffers.vc;
-    AlignedBuffer<float>& qc = buffers.qc;
-    kc.resize(static_cast<std::size_t>(local_blocks * ld_c));
-    vc.resize(static_cast<std::size_t>(local_blocks * ld_c));
-    if (c.block_level_importance()) qc.resize(static_cast<std::size_t>(local_blocks * ld_c));
-    compress(k, L.k_mlp, tok.k, ld_u, 1, rows, kc.data(), ld_c, threads);
-    compress(k, L.v_mlp, tok.v, ld_u, 1, rows, vc.data(), ld_c, threads);
-    if (c.block_level_importance()) compress(k, L.q_mlp, tok.q, ld_u, 1, rows, qc.data(), ld_c, threads);
-    // The keys and values of every compressed block of the batch (distributed: all-gathered, N/C rows).
-    const bool distributed = ex.distributed();
-    AlignedBuffer<float> kc_all(distributed ? static_cast<std::size_t>(layout.samples * nb * ld_c) : 0), vc_all(kc_all.size());
-    if (distributed) {
-      ex.gather_blocks(kc.data(), local_blocks, static_cast<int>(ld_c), kc_all.data());
-      ex.gather_blocks(vc.data(), local_blocks, static_cast<int>(ld_c), vc_all.data());
-    }
-    detail::SparseShape s;
-    s.P = c.ball_size;
-    s.C = c.compress_block_size;
-    s.S = c.selected_blocks_number;
-    s.G = c.group_selection_size;
-    s.group_selection = c.use_group_selection;
-    s.mask_own_ball = c.should_mask_blocks_in_ball;
-    s.coarse_q_attn = c.use_coarse_q_attn;
-    s.block_level = c.block_level_importance();
-    AlignedBuffer<float>& local = buffers.local;
-    AlignedBuffer<float>& coarse = buffers.coarse;
-    AlignedBuffer<float>& fine = buffers.fine;
-    for (AlignedBuffer<float>* b : {&local, &coarse, &fine}) b->resize(static_cast<std::size_t>(rows * ld));
-    detail::local_branch(k, tok, pos, d, c.ball_size, L.sigma.data(), local.data(), ld, threads);
-    // Coarse branch and selection per segment (the queries of a window of samples, all their blocks).
-    std::vector<std::vector<std::int32_t>> sel(layout.segments.size());
-    for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-      const auto& g = layout.segments[i];
-      const detail::Tokens t = tokens(g.begin, g.samples, g.length, g.row0);
-      detail::Blocks blk;
-      blk.q = c.block_level_importance() ? qc.data() + g.begin / s.C * ld_c : nullptr;
-      blk.k = (distributed ? kc_all.data() : kc.data()) + g.sample * nb * ld_c;
-      blk.v = (distributed ? vc_all.data() : vc.data()) + g.sample * nb * ld_c;
-      blk.ld = ld_c;
-      blk.nb = nb;
-      sel[i].resize(static_cast<std::size_t>(g.samples * H * s.selection_rows(g.length) * s.S));
-      detail::coarse_and_select(k, t, blk, s, coarse.data() + g.begin * ld, ld, sel[i].data(), threads);
-    }
-    if (!distributed) {
-      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-        const auto& g = layout.segments[i];
-        detail::fine_branch(k, tokens(g.begin, g.samples, g.length, g.row0), s, sel[i].data(), fine.data() + g.begin * ld,
-                            ld, threads);
-      }
-    } else {
-      // Fine branch: the selected blocks (their token keys and values) fetched from their owners.
-      std::vector<std::int64_t> wanted;
-      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-        const auto& g = layout.segments[i];
-        const std::size_t per_sample = sel[i].size() / static_cast<std::size_t>(g.samples);
-        for (std::size_t j = 0; j < sel[i].size(); ++j)
-          wanted.push_back((g.sample + static_cast<std::int64_t>(j / per_sample)) * nb + sel[i][j]);
-      }
-      std::sort(wanted.begin(), wanted.end());
-      wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
-      const int kv_width = 2 * D;
-      AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
-      for (index_t r = 0; r < rows; ++r) std::copy_n(u.data() + r * ld_u + D, kv_width, kv.data() + r * kv_width);
-      AlignedBuffer<float> fetched(wanted.size() * static_cast<std::size_t>(s.C * kv_width));
-      ex.fetch_blocks(wanted, kv.data(), kv_width, fetched.data());
-      for (std::size_t i = 0; i < layout.segments.size(); ++i) {
-        const auto& g = layout.segments[i];
-        std::vector<std::int64_t> first_row(static_cast<std::size_t>(g.samples * nb), -1);
-        for (std::int64_t b = 0; b < g.samples * nb; ++b) {
-          const auto it = std::lower_bound(wanted.begin(), wanted.end(), g.sample * nb + b);
-          if (it != wanted.end() && *it == g.sample * nb + b) first_row[static_cast<std::size_t>(b)] = (it - wanted.begin()) * s.C;
-        }
-        detail::SelectedRows from;
-        from.k = fetched.data();
-        from.v = fetched.data() + D;
-        from.ld = kv_width;
-        from.nb = nb;
-        from.first_row = first_row.data();
-        detail::fine_branch(k, tokens(g.begin, g.samples, g.length, g.row0), s, sel[i].data(), fine.data() + g.begin * ld,
-                            ld, threads, &from);
-      }
-    }
-    // Gate: o = g_local * local + g_coarse * coarse + g_fine * fine per head (static: 1, sigmoid(gates)).
-    for_row_chunks(rows, threads, [&](index_t r0, index_t count) {
-      for (index_t r = r0; r < r0 + count; ++r)
-        for (int hd = 0; hd < H; ++hd) {
-          float g0 = 1.0f, g1, g2;
-          if (token_gates) {
-            const float* g = gates.data() + r * ld_g + 3 * hd;
-            g0 = g[0];
-            g1 = g[1];
-            g2 = g[2];
-          } else {
-            g1 = L.static_gate[static_cast<std::size_t>(2 * hd)];
-            g2 = L.static_gate[static_cast<std::size_t>(2 * hd + 1)];
-          }
-          for (int e = 0; e < E; ++e) {
-            const std::size_t i = static_cast<std::size_t>(r * ld + hd * E + e);
-            o[i] = g0 * local[i] + g1 * coarse[i] + g2 * fine[i];
-          }
-        }
-    });
-  }
-
-  // Output projection with the residual, then the SwiGLU half of the layer.
-  const index_t ld_m = round_up(static_cast<index_t>(D) * c.mlp_ratio, kPad);
-  for_row_chunks(rows, threads, [&](index_t r0, index_t count) {
-    float* xr = x + r0 * ld;
-    run_linear(k, L.out_proj, o.data() + r0 * ld, ld, xr, ld, count, kernels::Activation::none, xr, ld);
-    AlignedBuffer<float> a1(static_cast<std::size_t>(kRows * ld_m)), a2(a1.size());
-    run_norm(k, xr, ld, h.data() + r0 * ld, ld, count, D, L.norm2, nullptr, eps, true);
-    run_linear(k, L.w1, h.data() + r0 * ld, ld, a1.data(), ld_m, count, kernels::Activation::silu);
-    run_linear(k, L.w2, h.data() + r0 * ld, ld, a2.data(), ld_m, count);
-    for (index_t i = 0; i < count * ld_m; ++i) a1[static_cast<std::size_t>(i)] *= a2[static_cast<std::size_t>(i)];
-    run_linear(k, L.w3, a1.data(), ld_m, xr, ld, count, kernels::Activation::none, xr, ld);
-  });
-}
 
 // ---------------------------------------------------------------------------------------------------
 
@@ -500,31 +238,7 @@ namespace detail {
 
 index_t Stages::row_stride(const Network& net) { return round_up(net.config().c_hidden, kPad); }
 
-const PackedLinear& Stages::embed_weights(const Network& net) { return net.impl_->embed; }
-
-std::vector<LayerWeights> Stages::layer_weights(const Network& net) {
-  const Network::Impl& m = *net.impl_;
-  std::vector<LayerWeights> out;
-  for (const Layer& L : m.layers) {
-    LayerWeights w;
-    w.norm1 = L.norm1.data();
-    w.norm2 = L.norm2.data();
-    w.qkv = &L.qkv;
-    w.out_proj = &L.out_proj;
-    w.position_proj = &L.position_proj;
-    w.w1 = &L.w1;
-    w.w2 = &L.w2;
-    w.w3 = &L.w3;
-    w.sigma = &L.sigma;
-    w.q_mlp = L.q_mlp;
-    w.k_mlp = L.k_mlp;
-    w.v_mlp = L.v_mlp;
-    w.gate = m.cfg.use_token_gated_attention ? &L.gate : nullptr;
-    w.static_gate = &L.static_gate;
-    out.push_back(w);
-  }
-  return out;
-}
+const program::Layers<ops::HostOps>& Stages::program_layers(const Network& net) { return net.impl_->layers; }
 
 void Stages::check_sample_size(const Network& net, index_t n) {
   const Config& c = net.config();
@@ -612,47 +326,237 @@ void Stages::check_features(const Network& net, std::span<const float> features,
                                         std::to_string(first_point + static_cast<index_t>(i / static_cast<std::size_t>(c_in))));
 }
 
+namespace {
+
+/// A thread's work rows (program::Slot), made on first use in each parallel region: rows padded to kPad
+/// and zeroed, as the kernels want them.
+class HostWork {
+ public:
+  Rows rows(program::Slot slot, index_t rows, int width) {
+    const index_t ld = round_up(width, kPad);
+    AlignedBuffer<float>& b = buffers_[static_cast<std::size_t>(slot)];
+    if (b.size() < static_cast<std::size_t>(rows * ld)) b = AlignedBuffer<float>(static_cast<std::size_t>(rows * ld));
+    return {b.data(), ld, rows, width, ops::Place::host};
+  }
+
+ private:
+  std::array<AlignedBuffer<float>, static_cast<std::size_t>(program::Slot::count)> buffers_;
+};
+
+/// The CPU's Exec (program.hpp): tiles spread over OpenMP threads, each with its HostOps and HostWork
+/// (static schedules, so a tile's rows never depend on the thread count); the branch members (whole) on
+/// one HostOps whose own OpenMP loops use the threads.
+class HostExec {
+ public:
+  using Ops = HostOps;
+  HostExec(const Network& net, int threads)
+      : cfg_(&net.config()),
+        layers_(&Stages::program_layers(net)),
+        threads_(threads <= 0 ? omp_get_max_threads() : threads) {}
+  const Config& config() const { return *cfg_; }
+  const program::Layers<HostOps>& layers() const { return *layers_; }
+
+  template <class F>
+  void tiles(index_t n, index_t tile, F&& f) const {
+    const index_t count = (n + tile - 1) / tile;
+#pragma omp parallel num_threads(threads_)
+    {
+      HostOps ops(kernels::cpu());
+      HostWork work;
+#pragma omp for schedule(static)
+      for (index_t t = 0; t < count; ++t) f(ops, work, t * tile, std::min(tile, n - t * tile));
+    }
+  }
+  template <class F>
+  void whole(F&& f) const {
+    HostOps ops(kernels::cpu());
+    ops.set_threads(threads_);
+    f(ops);
+  }
+
+ protected:
+  const Config* cfg_;
+  const program::Layers<HostOps>* layers_;
+  int threads_;
+};
+
+/// The layers' rows: the caller's tokens and positions, the layer arrays (kept across the layers of a
+/// forward: each layer writes every element it reads, the padding columns stay as first zeroed, and a
+/// fresh mapping per layer would have the kernel clear its pages again), the balls' centres, the
+/// selection; what crosses processes through `ex`.
+class HostLayers final : public HostExec {
+ public:
+  HostLayers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
+             const LayerExchanges& ex, int threads)
+      : HostExec(net, threads), x_(x), pos_(pos), pos_rot_(pos_rot), layout_(&layout), ex_(&ex) {
+    const Config& c = *cfg_;
+    const int D = c.c_hidden, H = c.num_heads, d = c.dimensionality;
+    const index_t rows = layout.rows;
+    ld_ = round_up(D, kPad);
+    ld_u_ = round_up(3 * D, kPad);
+    ld_g_ = round_up(3 * H, kPad);
+    auto make = [](AlignedBuffer<float>& b, index_t count, index_t ld) {
+      b.resize(static_cast<std::size_t>(count * ld));
+    };
+    for (AlignedBuffer<float>* b : {&h_, &o_, &residual_}) make(*b, rows, ld_);
+    if (c.should_rotate) make(xr_, rows, ld_);
+    make(u_, rows, ld_u_);
+    if (c.attention_type == AttentionType::sparse) {
+      if (c.use_token_gated_attention) make(gates_, rows, ld_g_);
+      for (AlignedBuffer<float>* b : {&local_, &coarse_, &fine_}) make(*b, rows, ld_);
+      const index_t blocks = rows / c.compress_block_size;
+      make(kc_, blocks, ld_);
+      make(vc_, blocks, ld_);
+      if (c.block_level_importance()) make(qc_, blocks, ld_);
+      const ops::SparseShape s = program::sparse_shape(c);
+      sel_offsets_.assign(1, 0);
+      for (const RowLayout::Segment& g : layout.segments)
+        sel_offsets_.push_back(sel_offsets_.back() +
+                               static_cast<std::size_t>(g.samples * H * s.selection_rows(g.length) * s.S));
+      sel_.resize(sel_offsets_.back());
+    }
+    if (c.attention_type != AttentionType::global) {
+      const int ball = c.attention_type == AttentionType::ball ? c.attention_ball_size : c.ball_size;
+      const auto values = static_cast<std::size_t>(rows * d);
+      centres_ = balltree::mean_pool({pos, values}, d, ball);
+      if (c.should_rotate) centres_rot_ = balltree::mean_pool({pos_rot, values}, d, ball);
+    }
+  }
+
+  const RowLayout& layout() const { return *layout_; }
+
+  program::LayerRows rows(bool rotated) {
+    const Config& c = *cfg_;
+    const int D = c.c_hidden, H = c.num_heads, d = c.dimensionality;
+    const index_t n = layout_->rows, blocks = c.attention_type == AttentionType::sparse ? n / c.compress_block_size : 0;
+    const auto place = ops::Place::host;
+    auto rows_of = [&](AlignedBuffer<float>& b, index_t count, index_t ld, int width) {
+      return b.size() == 0 ? Rows{} : Rows{b.data(), ld, count, width, place};
+    };
+    program::LayerRows r;
+    r.x = {rotated ? xr_.data() : x_, ld_, n, D, place};
+    r.pos = ops::view(rotated ? pos_rot_ : pos_, d, n, d, place);
+    const std::vector<float>& centres = rotated ? centres_rot_ : centres_;
+    if (!centres.empty()) r.centres = ops::view(centres.data(), d, static_cast<index_t>(centres.size()) / d, d, place);
+    r.h = rows_of(h_, n, ld_, D);
+    r.u = rows_of(u_, n, ld_u_, 3 * D);
+    r.gates = rows_of(gates_, n, ld_g_, 3 * H);
+    r.o = rows_of(o_, n, ld_, D);
+    r.local = rows_of(local_, n, ld_, D);
+    r.coarse = rows_of(coarse_, n, ld_, D);
+    r.fine = rows_of(fine_, n, ld_, D);
+    r.kc = rows_of(kc_, blocks, ld_, D);
+    r.vc = rows_of(vc_, blocks, ld_, D);
+    r.qc = rows_of(qc_, blocks, ld_, D);
+    return r;
+  }
+  Rows residual() { return {residual_.data(), ld_, layout_->rows, cfg_->c_hidden, ops::Place::host}; }
+
+  /// A tile's positions relative to their ball's centre, computed in the thread's work rows.
+  Rows ball_relative(HostWork& work, const program::LayerRows& r, int ball, index_t r0, index_t rows) const {
+    const int d = cfg_->dimensionality;
+    const Rows rel = work.rows(program::Slot::rel, rows, d);
+    for (index_t i = 0; i < rows; ++i) {
+      const float* p = r.pos.row(r0 + i);
+      const float* centre = r.centres.row((r0 + i) / ball);
+      for (int e = 0; e < d; ++e) rel.row(i)[e] = p[e] - centre[e];
+    }
+    return rel;
+  }
+  void to_rotated() { ex_->to_rotated(x_, static_cast<int>(ld_), xr_.data()); }
+  void from_rotated() { ex_->from_rotated(xr_.data(), static_cast<int>(ld_), x_); }
+
+  /// One process: the layer's own blocks; distributed: every rank's, all-gathered.
+  program::CompressedBlocks compressed(const program::LayerRows& r) {
+    if (!ex_->distributed()) return {r.kc, r.vc};
+    const auto all = static_cast<std::size_t>(layout_->samples * (layout_->n / cfg_->compress_block_size) * ld_);
+    kc_all_.resize(all);
+    vc_all_.resize(all);
+    ex_->gather_blocks(r.kc.data, r.kc.rows, static_cast<int>(ld_), kc_all_.data());
+    ex_->gather_blocks(r.vc.data, r.vc.rows, static_cast<int>(ld_), vc_all_.data());
+    const index_t rows = static_cast<index_t>(all) / ld_;
+    const auto host = ops::Place::host;
+    return {{kc_all_.data(), ld_, rows, r.kc.width, host}, {vc_all_.data(), ld_, rows, r.vc.width, host}};
+  }
+  std::int32_t* selection(std::size_t i) { return sel_.data() + sel_offsets_[i]; }
+
+  /// Distributed: the token keys and values of the blocks the partial segments selected, fetched from their
+  /// owners (collective), and per partial segment its blocks' first fetched rows.
+  program::SelectedKeys fetch_selected(const program::LayerRows& r) {
+    if (!ex_->distributed()) return {};
+    const int D = cfg_->c_hidden, C = cfg_->compress_block_size;
+    const index_t nb = layout_->n / C, rows = layout_->rows;
+    std::vector<std::int64_t> wanted;
+    for (std::size_t i = 0; i < layout_->segments.size(); ++i) {
+      const RowLayout::Segment& g = layout_->segments[i];
+      if (g.length == layout_->n) continue;
+      for (std::size_t j = sel_offsets_[i]; j < sel_offsets_[i + 1]; ++j) wanted.push_back(g.sample * nb + sel_[j]);
+    }
+    std::sort(wanted.begin(), wanted.end());
+    wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
+    const int kv_width = 2 * D;
+    AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
+    for (index_t i = 0; i < rows; ++i) std::copy_n(r.u.row(i) + D, kv_width, kv.data() + i * kv_width);
+    fetched_ = AlignedBuffer<float>(wanted.size() * static_cast<std::size_t>(C * kv_width));
+    ex_->fetch_blocks(wanted, kv.data(), kv_width, fetched_.data());
+    first_row_.clear();
+    for (const RowLayout::Segment& g : layout_->segments) {
+      if (g.length == layout_->n) continue;
+      for (index_t b = 0; b < nb; ++b) {
+        const auto it = std::lower_bound(wanted.begin(), wanted.end(), g.sample * nb + b);
+        first_row_.push_back(it != wanted.end() && *it == g.sample * nb + b ? (it - wanted.begin()) * C : -1);
+      }
+    }
+    const auto fetched_rows = static_cast<index_t>(wanted.size()) * C;
+    const Rows f{fetched_.data(), kv_width, fetched_rows, kv_width, ops::Place::host};
+    return {f.columns(0, D), f.columns(D, D), first_row_.data()};
+  }
+  /// Distributed (global attention): [k | v] of every row of the samples the partial segments belong to.
+  Rows fetch_samples(const program::LayerRows& r) {
+    if (!ex_->distributed()) return {};
+    const int D = cfg_->c_hidden, kv_width = 2 * D;
+    const index_t rows = layout_->rows, fetched_rows = layout_->partial_samples() * layout_->n;
+    AlignedBuffer<float> kv(static_cast<std::size_t>(rows * kv_width));
+    for (index_t i = 0; i < rows; ++i) std::copy_n(r.u.row(i) + D, kv_width, kv.data() + i * kv_width);
+    fetched_ = AlignedBuffer<float>(static_cast<std::size_t>(fetched_rows * kv_width));
+    ex_->fetch_samples(kv.data(), kv_width, fetched_.data());
+    return {fetched_.data(), kv_width, fetched_rows, kv_width, ops::Place::host};
+  }
+
+ private:
+  float* x_;
+  const float *pos_, *pos_rot_;
+  const RowLayout* layout_;
+  const LayerExchanges* ex_;
+  index_t ld_ = 0, ld_u_ = 0, ld_g_ = 0;
+  AlignedBuffer<float> xr_, residual_, h_, u_, gates_, o_, local_, coarse_, fine_, kc_, vc_, qc_;
+  AlignedBuffer<float> kc_all_, vc_all_, fetched_;
+  std::vector<float> centres_, centres_rot_;
+  std::vector<std::int32_t> sel_;
+  std::vector<std::size_t> sel_offsets_;  // segment i's selection at sel_[sel_offsets_[i]]
+  std::vector<std::int64_t> first_row_;
+};
+
+}  // namespace
+
 void Stages::embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads) {
   const ScopedPhase phase(kEmbeddingPhase);
-  const Network::Impl& m = *net.impl_;
-  const CpuKernels& k = kernels::cpu();
-  const int c_in = m.cfg.c_in;
-  const index_t ld = row_stride(net), ld_in = round_up(c_in, kPad);
-  if (threads <= 0) threads = omp_get_max_threads();
+  const int c_in = net.config().c_in;
+  const index_t ld_in = round_up(c_in, kPad);
+  const HostExec e(net, threads);
   AlignedBuffer<float> in(static_cast<std::size_t>(points * ld_in));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t i = 0; i < points; ++i) std::copy_n(features.data() + i * c_in, c_in, in.data() + i * ld_in);
-  for_row_chunks(points, threads, [&](index_t r0, index_t count) {
-    run_linear(k, m.embed, in.data() + r0 * ld_in, ld_in, h + r0 * ld, ld, count);
+  e.tiles(points, program::kTileRows, [&](HostOps&, HostWork&, index_t r0, index_t rows) {
+    for (index_t i = r0; i < r0 + rows; ++i) std::copy_n(features.data() + i * c_in, c_in, in.data() + i * ld_in);
   });
+  balltree::program::embed(e, {in.data(), ld_in, points, c_in, ops::Place::host},
+                           {h, row_stride(net), points, net.config().c_hidden, ops::Place::host});
 }
 
 void Stages::layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
                     const LayerExchanges& ex, int threads) {
   const ScopedPhase phase(kSparseAttentionLayersPhase);
-  const Network::Impl& m = *net.impl_;
-  const Config& c = m.cfg;
-  const CpuKernels& k = kernels::cpu();
-  if (threads <= 0) threads = omp_get_max_threads();
-  const index_t rows = layout.rows, ld = row_stride(net);
-  AlignedBuffer<float> residual(static_cast<std::size_t>(rows * ld)), xr(c.should_rotate ? residual.size() : 0);
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t i = 0; i < rows * ld; ++i) residual[static_cast<std::size_t>(i)] = x[i];
-  LayerBuffers buffers;
-  for (int l = 0; l < c.depth; ++l) {
-    const Layer& L = m.layers[static_cast<std::size_t>(l)];
-    if (c.should_rotate && l % 2 == 1) {
-      ex.to_rotated(x, static_cast<int>(ld), xr.data());
-      m.run_layer(k, L, xr.data(), ld, pos_rot, layout, ex, threads, buffers);
-      ex.from_rotated(xr.data(), static_cast<int>(ld), x);
-    } else {
-      m.run_layer(k, L, x, ld, pos, layout, ex, threads, buffers);
-    }
-    if ((l + 1) % c.block_size == 0 || l + 1 == c.depth) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-      for (index_t i = 0; i < rows * ld; ++i) residual[static_cast<std::size_t>(i)] = x[i] += residual[static_cast<std::size_t>(i)];
-    }
-  }
+  HostLayers e(net, x, pos, pos_rot, layout, ex, threads);
+  program::layers(e);
 }
 
 std::vector<float> Stages::fourier(const Network& net, std::span<const float> positions, int threads) {
@@ -695,3 +599,4 @@ std::vector<float> Stages::head(const Network& net, std::span<const float> y, in
 }  // namespace detail
 
 }  // namespace surrogate::bsa
+

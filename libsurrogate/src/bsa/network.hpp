@@ -12,6 +12,15 @@
 #include "../layers.hpp"
 #include "surrogate/bsa.hpp"
 
+namespace surrogate::ops {
+class HostOps;  // ops/host_ops.hpp
+}  // namespace surrogate::ops
+
+namespace surrogate::bsa::program {
+template <class Ops>
+struct Layers;  // program.hpp
+}  // namespace surrogate::bsa::program
+
 namespace surrogate::bsa::detail {
 
 /// The rows a process runs, in tree order: `rows` slots, cut into segments that each lie inside samples
@@ -63,28 +72,11 @@ class LayerExchanges {
   virtual void fetch_samples(const float* local_rows, int width, float* fetched) const = 0;
 };
 
-/// The weights of one layer, read-only views into the Network (for the device forward, cuda/forward.cpp).
-/// The compression MLPs are pairs (Linear, ReLU, Linear); q_mlp only with block-level importance, none
-/// without use_compress_mlp; gate only with the token gate, static_gate ([H][2], sigmoid applied) only
-/// without it; sigma empty for global attention.
-struct LayerWeights {
-  const float* norm1 = nullptr;
-  const float* norm2 = nullptr;
-  const kernels::PackedLinear *qkv = nullptr, *out_proj = nullptr, *position_proj = nullptr;
-  const kernels::PackedLinear *w1 = nullptr, *w2 = nullptr, *w3 = nullptr;
-  const std::vector<float>* sigma = nullptr;
-  const kernels::PackedLinear* q_mlp = nullptr;  // [2]
-  const kernels::PackedLinear* k_mlp = nullptr;  // [2]
-  const kernels::PackedLinear* v_mlp = nullptr;  // [2]
-  const kernels::PackedLinear* gate = nullptr;
-  const std::vector<float>* static_gate = nullptr;
-};
-
 /// Friend of Network: the stages, implemented in network.cpp.
 struct Stages {
-  /// The embedding and the layers' weights (valid while the network lives).
-  static const kernels::PackedLinear& embed_weights(const Network& net);
-  static std::vector<LayerWeights> layer_weights(const Network& net);
+  /// The network's layers for program.hpp on the CPU (valid while the network lives; a device forward
+  /// converts them to its own).
+  static const program::Layers<ops::HostOps>& program_layers(const Network& net);
   /// Row stride of the hidden rows: round_up(c_hidden, kPad).
   static index_t row_stride(const Network& net);
   /// Error(input) naming the first wrong size of the common padded sample size n (every sample the same
@@ -102,8 +94,9 @@ struct Stages {
                                 const balltree::Batch& batch);
   /// h (points rows, stride row_stride) = embed(features (points x c_in)).
   static void embed(const Network& net, std::span<const float> features, index_t points, float* h, int threads);
-  /// The depth layers with the long residual on x (layout.rows rows in tree order, stride row_stride);
-  /// pos / pos_rot: the rows' positions in tree / rotated order (pos_rot unused without rotation).
+  /// The depth layers with the long residual on x (layout.rows rows in tree order, stride row_stride):
+  /// program.hpp's stages on the CPU's exec; pos / pos_rot: the rows' positions in tree / rotated order
+  /// (pos_rot unused without rotation).
   static void layers(const Network& net, float* x, const float* pos, const float* pos_rot, const RowLayout& layout,
                      const LayerExchanges& ex, int threads);
   /// The ShapeNet-Car wrapper: features [cos(p A^T), sin(p A^T)] of rows of positions, and the prediction

@@ -26,6 +26,7 @@
 #include <utility>
 #include <vector>
 
+#include "../balltree/program.hpp"
 #include "../ops/rows.hpp"
 #include "surrogate/erwin.hpp"
 
@@ -34,14 +35,11 @@ namespace surrogate::erwin::program {
 using kernels::Activation;
 using kernels::index_t;
 using ops::Rows;
-
-template <class Ops>
-struct Block {
-  int dim = 0, heads = 0, ball = 0, hidden = 0;
-  typename Ops::Norm norm1, norm2;                // RMSNorms
-  typename Ops::Dense qkv, proj, pe, w1, w2, w3;  // qkv rows [q | k | v], each head-major
-  typename Ops::Vector sigma;                     // heads values; empty: no distance bias (erwin_flash)
-};
+// The transformer block, its row sets and the embedding stage (balltree/program.hpp).
+using balltree::program::Block;
+using balltree::program::BlockRows;
+using balltree::program::embed;
+using balltree::program::kTileRows;
 
 template <class Ops>
 struct Step {
@@ -91,28 +89,15 @@ Layers<To> convert(const Layers<From>& from, const F& f) {
 /// The work rows of a tile (Work::rows).
 enum class Slot : std::uint8_t { h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd, rel, count };
 
-/// x: the nodes (whole balls, updated in place); pos, rel: their positions and ball-relative positions;
-/// the rest work rows of as many rows.
-struct BlockRows {
-  Rows x, pos, rel, h, u, att, a1, a2;
-};
-
-/// One transformer block: x += proj(BMSA(RMSNorm1(x) + pe(rel))), x += w3(silu(w1 h) * w2 h) with
-/// h = RMSNorm2(x).
+/// One transformer block on whole balls: the halves of balltree/program.hpp around BMSA (ball attention,
+/// with the distance bias when b.sigma holds values).
 template <class Ops>
 void block(Ops& ops, const Block<Ops>& b, const BlockRows& r) {
   const int D = b.dim, E = D / b.heads;
-  ops.norm({&b.norm1, r.x, r.h});
-  ops.dense({&b.pe, r.rel, r.h, Activation::none, r.h});
-  ops.dense({&b.qkv, r.h, r.u});
+  balltree::program::attention_input(ops, b, r);
   ops.ball_attention({b.ball, b.heads, r.u.columns(0, D), r.u.columns(D, D), r.u.columns(2 * D, D),
                       1.0f / std::sqrt(static_cast<float>(E)), &b.sigma, r.pos, r.att});
-  ops.dense({&b.proj, r.att, r.x, Activation::none, r.x});
-  ops.norm({&b.norm2, r.x, r.h});
-  ops.dense({&b.w1, r.h, r.a1, Activation::silu});
-  ops.dense({&b.w2, r.h, r.a2});
-  ops.combine({ops::Combine::multiply, r.a1, r.a2, r.a1});
-  ops.dense({&b.w3, r.a1, r.x, Activation::none, r.x});
+  balltree::program::attention_output(ops, b, r);
 }
 
 /// children: the s children of every parent (parents x s node rows); child_rel: per parent the children's
@@ -199,9 +184,6 @@ void update(Ops& ops, const Step<Ops>& step, const UpdateRows& r) {
 // ---------------------------------------------------------------------------------------------------
 // The stage sequence over an Exec (see the top of this file).
 
-/// Rows per tile of the row-wise stages on the CPU (a ball per tile for the blocks).
-inline constexpr index_t kTileRows = 64;
-
 /// A level's rows: the node array, positions (d per row), the balls' centres (one row per ball) or the
 /// positions relative to them (the exec's ball_relative reads either), and per parent of the next level
 /// its children's positions relative to it (none at the last level).
@@ -219,14 +201,6 @@ struct EdgeRows {
   std::span<const std::pair<index_t, index_t>> chunks;
   index_t edge_tile = 0;
 };
-
-/// h = embed.embed_fn(features).
-template <class Exec>
-void embed(Exec& e, const Rows& features, const Rows& h) {
-  e.tiles(h.rows, kTileRows, [&](auto& ops, auto&, index_t r0, index_t rows) {
-    ops.dense({&e.layers().embed, features.range(r0, rows), h.range(r0, rows)});
-  });
-}
 
 /// The mp_steps message-passing steps: the halo refreshed, the messages' means, the update.
 template <class Exec>

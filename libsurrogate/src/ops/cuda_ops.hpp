@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <stdexcept>
 #include <vector>
@@ -15,6 +16,7 @@
 #include "rows.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
+#include "surrogate/kernels/cuda_bsa_gate.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_tree_attention.hpp"  // Sequoia's members
 #include "surrogate/kernels/cuda_tree_layers.hpp"     // Sequoia's members
@@ -108,6 +110,149 @@ class CudaOps {
       return v.empty() ? Vector{} : Vector{arena->append(v), v.size()};
     }
   };
+
+  // -------------------------------------------------------------------------------------------------
+  // BSA's members (rows.hpp): the ball-tree attention kernels of BSA, the gate, the compression.
+
+  void map(const MapArgs& a) const {
+    device::map_rows(a.op == Map::relu ? kernels::cuda::RowMap::relu : kernels::cuda::RowMap::sigmoid, a.x.data,
+                     a.x.ld, a.x.rows, a.x.width, stream_);
+  }
+
+  /// The MLP: the gather of (block, head) rows through a.gather, the two layers with the ReLU between;
+  /// the mean: segment_mean over the blocks' starts.
+  void compress(const CompressArgs<Dense>& a) const {
+    const int E = a.tokens.width / a.heads;
+    if (a.mlp == nullptr) {
+      segment_mean({a.tokens, a.start, a.out});
+      return;
+    }
+    const index_t rows = a.out.rows * a.heads;  // (block, head)
+    const int hidden = a.mlp[0].out;
+    const index_t tokens = rows * a.C;
+    copy({{a.tokens.data, E, tokens, E, a.tokens.place}, a.gather, {a.mlp_in.data, E, tokens, E, a.mlp_in.place}});
+    const Rows in{a.mlp_in.data, static_cast<index_t>(a.C) * E, rows, a.C * E, a.mlp_in.place};
+    const Rows hid{a.mlp_hidden.data, hidden, rows, hidden, a.mlp_hidden.place};
+    dense({&a.mlp[0], in, hid});
+    map({Map::relu, hid});
+    dense({&a.mlp[1], hid, {a.out.data, E, rows, E, a.out.place}});
+  }
+
+  void coarse_select(const CoarseSelectArgs& a) const {
+    const SparseShape& s = a.shape;
+    const int E = a.q.width / a.heads;
+    const float scale = 1.0f / std::sqrt(static_cast<float>(E));
+    kernels::cuda::CoarseAttentionArgs coarse;
+    coarse.samples = a.samples;
+    coarse.heads = a.heads;
+    coarse.E = E;
+    coarse.q = s.coarse_q_attn ? a.qc.data : a.q.data;
+    coarse.ldq = s.coarse_q_attn ? a.qc.ld : a.q.ld;
+    coarse.queries = s.coarse_q_attn ? a.length / s.C : a.length;
+    coarse.k = a.kc.data;
+    coarse.v = a.vc.data;
+    coarse.ldkv = a.kc.ld;
+    coarse.keys = a.blocks;
+    coarse.scale = scale;
+    coarse.out = a.out.data;
+    coarse.ldo = a.out.ld;
+    coarse.copies = s.coarse_q_attn ? s.C : 1;
+    kernels::cuda::BlockSelectionArgs sel;
+    sel.samples = a.samples;
+    sel.heads = a.heads;
+    sel.E = E;
+    sel.q = s.block_level ? a.qc.data : a.q.data;
+    sel.ldq = s.block_level ? a.qc.ld : a.q.ld;
+    sel.group = s.block_level ? 1 : s.tokens_per_row();
+    sel.rows = s.selection_rows(a.length);
+    sel.k = a.kc.data;
+    sel.ldk = a.kc.ld;
+    sel.blocks = a.blocks;
+    sel.scale = scale;
+    sel.S = s.S;
+    if (s.mask_own_ball) {
+      sel.ball_tokens = s.P;
+      sel.ball_blocks = s.P / s.C;
+    }
+    sel.row_tokens = s.block_level ? s.C : s.tokens_per_row();
+    sel.row0 = s.selection_rows(a.row0);
+    sel.sel = a.sel;
+    if (s.coarse_q_attn && s.S <= kernels::cuda::kMaxOnePassSelectedBlocks) {
+      kernels::cuda::coarse_attention_and_select(coarse, sel, stream_);
+    } else {
+      kernels::cuda::coarse_attention(coarse, stream_);
+      kernels::cuda::select_blocks(sel, stream_);
+    }
+  }
+
+  void selected_attention(const SelectedAttentionArgs& a) const {
+    const SparseShape& s = a.shape;
+    const int E = a.q.width / a.heads;
+    const index_t rows = s.selection_rows(a.length);
+    kernels::cuda::SelectedBlockAttentionArgs f;
+    f.samples = a.samples;
+    f.n = a.length;
+    f.heads = a.heads;
+    f.E = E;
+    f.q = a.q.data;
+    f.k = a.k.data;
+    f.v = a.v.data;
+    f.ld = a.q.ld;
+    f.scale = 1.0f / std::sqrt(static_cast<float>(E));
+    f.C = s.C;
+    f.S = s.S;
+    f.tokens_per_row = static_cast<int>(a.length / rows);
+    f.rows = rows;
+    f.sel = a.sel;
+    f.out = a.out.data;
+    f.ldo = a.out.ld;
+    if (a.first_row != nullptr) {
+      f.first_row = a.first_row;
+      f.blocks = a.blocks;
+      f.ldkv = a.k.ld;
+    }
+    kernels::cuda::selected_block_attention(f, stream_);
+  }
+
+  void global_attention(const GlobalAttentionArgs& a) const {
+    const int E = a.q.width / a.heads;
+    kernels::cuda::CoarseAttentionArgs g;
+    g.samples = a.samples;
+    g.heads = a.heads;
+    g.E = E;
+    g.q = a.q.data;
+    g.ldq = a.q.ld;
+    g.queries = a.length;
+    g.k = a.k.data;
+    g.v = a.v.data;
+    g.ldkv = a.k.ld;
+    g.keys = a.keys;
+    g.scale = 1.0f / std::sqrt(static_cast<float>(E));
+    g.out = a.out.data;
+    g.ldo = a.out.ld;
+    g.copies = 1;
+    kernels::cuda::coarse_attention(g, stream_);
+  }
+
+  void gated_sum(const GatedSumArgs<Vector>& a) const {
+    kernels::cuda::GatedSumArgs g;
+    g.local = a.local.data;
+    g.coarse = a.coarse.data;
+    g.fine = a.fine.data;
+    g.ld = a.local.ld;  // (the three share it)
+    g.out = a.out.data;
+    g.ldo = a.out.ld;
+    g.rows = a.out.rows;
+    g.heads = a.heads;
+    g.E = a.out.width / a.heads;
+    if (a.gates.rows > 0) {
+      g.gates = a.gates.data;
+      g.ld_gates = a.gates.ld;
+    } else {
+      g.static_gates = values(*a.static_gates);
+    }
+    kernels::cuda::gated_sum(g, stream_);
+  }
 
  private:
   const float* w_;

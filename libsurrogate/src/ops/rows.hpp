@@ -194,4 +194,104 @@ struct PointConvArgs {
   Rows y;
 };
 
+// ---------------------------------------------------------------------------------------------------
+// BSA's members (bsa/program.hpp): the sparse-attention branches and what joins them.
+//
+//   map(MapArgs)                       x = f(x) elementwise in place (ReLU, sigmoid)
+//   compress(CompressArgs)             compressed blocks: C consecutive rows -> one (MLP per head, or the mean)
+//   coarse_select(CoarseSelectArgs)    coarse attention over a segment's compressed blocks and the top-S
+//                                      block selection
+//   selected_attention(SelectedAttentionArgs)  every query attends to the S blocks its row selected
+//   global_attention(GlobalAttentionArgs)      every query attends to all rows of its sample
+//   gated_sum(GatedSumArgs)            o = g_local local + g_coarse coarse + g_fine fine per head
+//
+// On the CPU the branch members run over all the rows they are given on the HostOps' threads (their own
+// OpenMP loops over (sample, head, query chunk)); map and gated_sum are row-wise, called per tile.
+
+enum class Map : std::uint8_t { relu, sigmoid };
+
+struct MapArgs {
+  Map op = Map::relu;
+  Rows x;
+};
+
+/// The sparse-attention options that shape the branches (bsa::Config names in parentheses).
+struct SparseShape {
+  int P = 0;  // ball_size
+  int C = 0;  // compress_block_size
+  int S = 0;  // selected_blocks_number
+  int G = 0;  // group_selection_size (== C with block-level importance)
+  bool group_selection = true;  // use_group_selection
+  bool mask_own_ball = true;    // should_mask_blocks_in_ball
+  bool coarse_q_attn = true;    // use_coarse_q_attn
+  bool block_level = true;      // use_coarse_q_attn || use_coarse_q_importance
+
+  /// Rows of the selection per sample and head: blocks (block-level), groups, or tokens.
+  index_t selection_rows(index_t n) const {
+    if (block_level) return n / C;
+    return group_selection ? n / G : n;
+  }
+  /// Query tokens that share one selection row.
+  int tokens_per_row() const { return group_selection ? G : 1; }
+};
+
+/// out row b = the block of tokens rows b C .. b C + C - 1 (heads x E columns): with `mlp` (two layers)
+/// Linear(C E -> hidden), ReLU, Linear(hidden -> E) on each (block, head) flattened token-major, else the
+/// mean over the block (the sum from token 0, divided by C). Device rows only: `gather` (the MLP's input
+/// rows as rows of E values of `tokens`, tokens.ld a multiple of E), `start` (the mean's out.rows + 1
+/// block starts), and the work rows mlp_in, mlp_hidden (the CPU uses its own per thread).
+template <class Dense>
+struct CompressArgs {
+  const Dense* mlp = nullptr;  // [2], or null
+  int C = 1, heads = 1;
+  Rows tokens, out;
+  const std::int64_t* gather = nullptr;
+  const std::int64_t* start = nullptr;
+  Rows mlp_in, mlp_hidden;
+};
+
+/// One segment: `samples` windows of `length` token rows (in-sample offset row0) with their q (queries of
+/// the coarse attention without coarse_q_attn, of the token-level selection) and the blocks: qc the
+/// compressed queries of the window's blocks (block-level importance), kc and vc all `blocks` compressed
+/// blocks of each of the samples. out: the coarse branch (every token of a query block receives its
+/// block's row with coarse_q_attn); sel: samples x heads x shape.selection_rows(length) x S block indices.
+struct CoarseSelectArgs {
+  SparseShape shape;
+  int heads = 1, samples = 1;
+  index_t length = 0, row0 = 0, blocks = 0;
+  Rows q, qc, kc, vc, out;
+  std::int32_t* sel = nullptr;
+};
+
+/// One segment: every query (q, `samples` x `length` rows) attends to the S C token rows of the blocks its
+/// selection row chose (scale 1/sqrt(E)): from k and v of the whole samples, or, when first_row is set,
+/// block b of sample s at row first_row[s * blocks + b] of k and v (blocks fetched from other ranks).
+struct SelectedAttentionArgs {
+  SparseShape shape;
+  int heads = 1, samples = 1;
+  index_t length = 0, blocks = 0;
+  Rows q, k, v;
+  const std::int32_t* sel = nullptr;
+  const std::int64_t* first_row = nullptr;
+  Rows out;
+};
+
+/// One segment: every query (q, `samples` x `length` rows) attends to the `keys` rows of its sample in k
+/// and v (sample s's at rows s keys ..), streamed in key order, scale 1/sqrt(E).
+struct GlobalAttentionArgs {
+  int heads = 1, samples = 1;
+  index_t length = 0, keys = 0;
+  Rows q, k, v, out;
+};
+
+/// out = g0 local + g1 coarse + g2 fine per head, with (g0, g1, g2) the row's 3 gates of the head in
+/// `gates`, or (1, static_gates[2 h], static_gates[2 h + 1]) when gates has no rows.
+template <class Vector>
+struct GatedSumArgs {
+  int heads = 1;
+  Rows local, coarse, fine, gates;
+  const Vector* static_gates = nullptr;
+  Rows out;
+};
+
 }  // namespace surrogate::ops

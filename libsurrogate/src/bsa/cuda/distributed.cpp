@@ -1,7 +1,8 @@
-// The BSA CUDA forward on a plan (device.hpp): every rank the layers of forward.cpp on its slots of the
-// distributed tree; the rotated layers, the compressed K/V all-gather, the selected blocks' fetch and the
-// global branch's sample rows are the plan's exchanges on device rows (NCCL, or staged through host
-// memory); a failure on one rank is kept and agreed before the next collective.
+// The BSA CUDA forward on a plan (device.hpp): every rank runs program.hpp's stages (forward.cpp's
+// DeviceExec) on its slots of the distributed tree; here the plan's geometry and what crosses ranks: the
+// rotated layers, the compressed K/V all-gather, the selected blocks' fetch and the global branch's sample
+// rows are the plan's exchanges on device rows (NCCL, or staged through host memory); a failure on one
+// rank is kept and agreed before the next collective.
 // share/docs/balltree.md, "BSA on a CUDA device", "Several ranks".
 #include <algorithm>
 #include <string>
@@ -130,9 +131,9 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
       t1 = cu::Event(device_);
       t0.record(stream_.get());
       upload(g_->features, slot_features);
-      dense(embed_, g_->features.data(), cfg_.c_in, g_->x.data(), D, g_->rows);
     });
-    layers();
+    const auto dev = ops::Place::device;
+    run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
     on_device([&] {
       if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
       t1.record(stream_.get());

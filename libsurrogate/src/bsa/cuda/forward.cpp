@@ -1,43 +1,22 @@
-// The BSA forward on a CUDA device (device.hpp): the layers of network.cpp on device arrays (the layer
-// helpers of device/layers.hpp, the gate kernels, the three ball-tree attention kernels and the top-S
-// block selection); here the one-process batch, a plan's slots in distributed.cpp. What stays on the host
-// and the arithmetic against the CPU: share/docs/balltree.md, "BSA on a CUDA device".
+// The BSA forward on a CUDA device (device.hpp): program.hpp's stages, the CPU forward's program, on
+// device arrays through CudaOps (ops/cuda_ops.hpp: one launch per layer or branch over all rows of a
+// stage); here the weights, the one-process batch and the Exec, a plan's slots and what crosses ranks in
+// distributed.cpp. What stays on the host and the arithmetic against the CPU: share/docs/balltree.md,
+// "BSA on a CUDA device".
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <cmath>
-#include <limits>
-#include <stdexcept>
 #include <string>
 
 #include "../../balltree/cuda/geometry.hpp"
 #include "../../cuda_errors.hpp"
-#include "../branches.hpp"
 #include "forward.hpp"
 #include "surrogate/error.hpp"
-#include "surrogate/kernels/cuda_ball_attention.hpp"
 
 namespace surrogate::bsa::detail {
 
 using balltree::device::ball_relative;
-using kernels::Activation;
-
-namespace {
-
-SparseShape sparse_shape(const Config& c) {
-  SparseShape s;
-  s.P = c.ball_size;
-  s.C = c.compress_block_size;
-  s.S = c.selected_blocks_number;
-  s.G = c.group_selection_size;
-  s.group_selection = c.use_group_selection;
-  s.mask_own_ball = c.should_mask_blocks_in_ball;
-  s.coarse_q_attn = c.use_coarse_q_attn;
-  s.block_level = c.block_level_importance();
-  return s;
-}
-
-}  // namespace
+using ops::Rows;
 
 BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
   std::string why;
@@ -53,41 +32,11 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg
   if (cfg_.head_dim() > cu::kMaxHeadDim)
     throw Error(ErrorCode::unsupported, "bsa: head width " + std::to_string(cfg_.head_dim()) +
                                             " exceeds the CUDA attention's " + std::to_string(cu::kMaxHeadDim));
-  const int D = cfg_.c_hidden;
   const bool sparse = cfg_.attention_type == AttentionType::sparse;
   if (sparse && cfg_.selected_blocks_number > cu::kMaxSelectedBlocks)
     throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(cfg_.selected_blocks_number) +
                                             " exceeds the CUDA selection's " + std::to_string(cu::kMaxSelectedBlocks));
-  const auto add = [&](const std::vector<float>& values) { return weights_.append(values); };
-  const auto add_dense = [&](const kernels::PackedLinear& layer) { return weights_.append_dense(layer); };
-  const float eps = std::numeric_limits<float>::epsilon();
-  embed_ = add_dense(Stages::embed_weights(net));
-  for (const LayerWeights& lw : Stages::layer_weights(net)) {
-    DeviceLayer L;
-    L.norm1 = weights_.append_norm({lw.norm1, static_cast<std::size_t>(D)}, {}, true, eps);
-    L.norm2 = weights_.append_norm({lw.norm2, static_cast<std::size_t>(D)}, {}, true, eps);
-    L.qkv = add_dense(*lw.qkv);
-    L.out_proj = add_dense(*lw.out_proj);
-    L.w1 = add_dense(*lw.w1);
-    L.w2 = add_dense(*lw.w2);
-    L.w3 = add_dense(*lw.w3);
-    if (cfg_.attention_type != AttentionType::global) {
-      L.position_proj = add_dense(*lw.position_proj);
-      L.sigma = add(*lw.sigma);
-    }
-    if (sparse) {
-      if (cfg_.use_compress_mlp)
-        for (int i = 0; i < 2; ++i) {
-          L.k_mlp[i] = add_dense(lw.k_mlp[i]);
-          L.v_mlp[i] = add_dense(lw.v_mlp[i]);
-          if (cfg_.block_level_importance()) L.q_mlp[i] = add_dense(lw.q_mlp[i]);
-        }
-      L.token_gate = lw.gate != nullptr;
-      if (L.token_gate) L.gate = add_dense(*lw.gate);
-      else L.static_gate = add(*lw.static_gate);
-    }
-    layers_.push_back(L);
-  }
+  layers_ = program::convert<CudaOps>(Stages::program_layers(net), CudaOps::Upload{&weights_});
   try {
     cu::DeviceGuard guard(device_);
     stream_ = cu::Stream(device_);
@@ -98,26 +47,6 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg
 }
 
 void BsaCudaForward::raise_current() const { surrogate::detail::raise_current_cuda_error("bsa", device_); }
-
-void BsaCudaForward::dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-                           Activation act, const float* residual, index_t ld_residual) {
-  surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), act, residual, ld_residual);
-}
-
-void BsaCudaForward::copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
-                          const std::int64_t* dst_index, index_t rows, int width) {
-  surrogate::device::copy_rows(src, ld_src, src_index, dst, ld_dst, dst_index, rows, width, stream_.get());
-}
-
-// RMSNorm of the rows (eps = float epsilon, no bias), g_->rows x c_hidden.
-void BsaCudaForward::rms_norm(const Norm& n, const float* x, float* y) {
-  const int D = cfg_.c_hidden;
-  surrogate::device::norm(n, weights_.data(), x, D, y, D, g_->rows, stream_.get());
-}
-
-void BsaCudaForward::map(cu::RowMap op, float* x, index_t ld, index_t rows, int width) {
-  surrogate::device::map_rows(op, x, ld, rows, width, stream_.get());
-}
 
 void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden, H = cfg_.num_heads;
@@ -131,7 +60,7 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
     if (cfg_.attention_type != AttentionType::global) upload(g_->rel_rot, ball_relative(rotated, d, ball));
   }
   const auto R = static_cast<std::size_t>(g_->rows), Du = static_cast<std::size_t>(D);
-  const auto hidden = static_cast<std::size_t>(layers_.empty() ? 1 : layers_.front().w1.out);
+  const auto hidden = static_cast<std::size_t>(layers_.layers.empty() ? 1 : layers_.layers.front().block.w1.out);
   for (cu::DeviceBuffer<float>* b : {&g_->x, &g_->residual, &g_->h, &g_->o}) b->resize(std::max<std::size_t>(1, R * Du), device_);
   if (cfg_.should_rotate) g_->xr.resize(std::max<std::size_t>(1, R * Du), device_);
   g_->u.resize(std::max<std::size_t>(1, R * 3 * Du), device_);
@@ -157,7 +86,7 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
             index[static_cast<std::size_t>((b * H + h) * C + t)] = (b * C + t) * 3 * H + h;
       upload(g_->compress_index, index);
       g_->mlp_in.resize(Bu * Du * static_cast<std::size_t>(C), device_);
-      const int mlp_hidden = layers_.front().k_mlp[0].out;
+      const int mlp_hidden = layers_.layers.front().k_mlp[0].out;
       g_->mlp_hidden.resize(Bu * static_cast<std::size_t>(H) * static_cast<std::size_t>(mlp_hidden), device_);
     } else {
       std::vector<std::int64_t> start(static_cast<std::size_t>(blocks) + 1);
@@ -165,7 +94,7 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
       upload(g_->block_start, start);
     }
     // The selection of every segment, one after another.
-    const SparseShape s = sparse_shape(cfg_);
+    const ops::SparseShape s = program::sparse_shape(cfg_);
     g_->sel_offsets.assign(1, 0);
     for (const RowLayout::Segment& g : g_->layout.segments)
       g_->sel_offsets.push_back(g_->sel_offsets.back() +
@@ -206,297 +135,146 @@ void BsaCudaForward::set_batch_geometry(const balltree::RotatedTrees& trees, std
   set_rows(pos, pr, points);
 }
 
-// Compressed blocks of q, k or v (column 0, D or 2 D of u) into dst (blocks x D): the MLP on each
-// (block, head) of C E values, token-major (Linear, ReLU, Linear: rows b H + h of E = block b's row of
-// D), or the mean over the block (the CPU's sum from 0 in token order, divided by C).
-void BsaCudaForward::compress(const Dense* mlp, int column, float* dst) {
-  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), C = cfg_.compress_block_size;
-  const index_t blocks = g_->rows / C;
-  if (!cfg_.use_compress_mlp) {
-    cu::SegmentMeanArgs a;
-    a.msg = g_->u.data() + column;
-    a.ld_msg = 3 * D;
-    a.start = g_->block_start.data();
-    a.receivers = blocks;
-    a.width = D;
-    a.agg = dst;
-    a.ld_agg = D;
-    cu::segment_mean(a, stream_.get());
-    return;
-  }
-  const index_t mlp_rows = blocks * H;
-  copy(g_->u.data() + column, E, g_->compress_index.data(), g_->mlp_in.data(), E, nullptr, mlp_rows * C, E);
-  dense(mlp[0], g_->mlp_in.data(), static_cast<index_t>(C) * E, g_->mlp_hidden.data(), mlp[0].out, mlp_rows);
-  map(cu::RowMap::relu, g_->mlp_hidden.data(), mlp[0].out, mlp_rows, mlp[0].out);
-  dense(mlp[1], g_->mlp_hidden.data(), mlp[0].out, dst, E, mlp_rows);
-}
-
-// Sparse attention (BSA): local, coarse and fine branches into g_->local, g_->coarse, g_->fine, then the gate
-// into g_->o. The coarse branch and the selection per segment, against all compressed blocks of the
-// segment's samples (on a plan: all-gathered); the fine branch of a whole sample reads its own rows,
-// that of a part of a sample the selected blocks fetched from their owners.
-void BsaCudaForward::sparse_attention(const DeviceLayer& L, const float* pos) {
-  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
-  const int C = cfg_.compress_block_size;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(E));
-  const index_t nb = g_->n / C;
-  const SparseShape s = sparse_shape(cfg_);
-  const std::vector<RowLayout::Segment>& segments = g_->layout.segments;
-
-  on_device([&] {
-    cu::BallAttentionLaunch local;
-    local.rows = g_->rows;
-    local.ball = cfg_.ball_size;
-    local.heads = H;
-    local.E = E;
-    local.q = g_->u.data();
-    local.k = g_->u.data() + D;
-    local.v = g_->u.data() + 2 * D;
-    local.ld = 3 * D;
-    local.scale = scale;
-    local.sigma = w(L.sigma);
-    local.positions = pos;
-    local.ld_pos = d;
-    local.dim = d;
-    local.out = g_->local.data();
-    local.ldo = D;
-    cu::ball_attention(local, stream_.get());
-    compress(L.k_mlp, D, g_->kc.data());
-    compress(L.v_mlp, 2 * D, g_->vc.data());
-    if (s.block_level) compress(L.q_mlp, 0, g_->qc.data());
-  });
-  // The compressed keys and values of every block of the segments' samples.
-  const float *k_all = g_->kc.data(), *v_all = g_->vc.data();
-  if (plan_ != nullptr) {
-    gather_compressed();
-    k_all = g_->kc_all.data();
-    v_all = g_->vc_all.data();
+/// The work rows of a stage on the device: the geometry's SwiGLU arrays (the ball-relative positions are
+/// part of the geometry).
+class DeviceWork {
+ public:
+  explicit DeviceWork(Geometry& g) : g_(&g) {}
+  Rows rows(program::Slot slot, index_t rows, int width) const {
+    float* data = slot == program::Slot::a1 ? g_->a1.data() : g_->a2.data();
+    return {data, width, rows, width, ops::Place::device};
   }
 
-  // The coarse branch and the selection, per segment (the window's in-sample offset row0 places the
-  // own-ball mask); in one pass when the coarse queries are the selection's.
-  on_device([&] {
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      const RowLayout::Segment& g = segments[i];
-      cu::CoarseAttentionArgs coarse;
-      coarse.samples = g.samples;
-      coarse.heads = H;
-      coarse.E = E;
-      coarse.q = s.coarse_q_attn ? g_->qc.data() + g.begin / C * D : g_->u.data() + g.begin * 3 * D;
-      coarse.ldq = s.coarse_q_attn ? D : 3 * D;
-      coarse.queries = s.coarse_q_attn ? g.length / C : g.length;
-      coarse.k = k_all + g.sample * nb * D;
-      coarse.v = v_all + g.sample * nb * D;
-      coarse.ldkv = D;
-      coarse.keys = nb;
-      coarse.scale = scale;
-      coarse.out = g_->coarse.data() + g.begin * D;
-      coarse.ldo = D;
-      coarse.copies = s.coarse_q_attn ? C : 1;
-      cu::BlockSelectionArgs sel;
-      sel.samples = g.samples;
-      sel.heads = H;
-      sel.E = E;
-      sel.q = s.block_level ? g_->qc.data() + g.begin / C * D : g_->u.data() + g.begin * 3 * D;
-      sel.ldq = s.block_level ? D : 3 * D;
-      sel.group = s.block_level ? 1 : s.tokens_per_row();
-      sel.rows = s.selection_rows(g.length);
-      sel.k = k_all + g.sample * nb * D;
-      sel.ldk = D;
-      sel.blocks = nb;
-      sel.scale = scale;
-      sel.S = s.S;
-      if (s.mask_own_ball) {
-        sel.ball_tokens = s.P;
-        sel.ball_blocks = s.P / C;
-      }
-      sel.row_tokens = s.block_level ? C : s.tokens_per_row();
-      sel.row0 = s.selection_rows(g.row0);
-      sel.sel = g_->sel.data() + g_->sel_offsets[i];
-      if (s.coarse_q_attn && s.S <= cu::kMaxOnePassSelectedBlocks) {
-        cu::coarse_attention_and_select(coarse, sel, stream_.get());
-      } else {
-        cu::coarse_attention(coarse, stream_.get());
-        cu::select_blocks(sel, stream_.get());
-      }
-    }
-    // The blocks to fetch are chosen on the host.
-    if (plan_ != nullptr && g_->any_partial) {
-      cu::copy_to_host(g_->sel_host.data(), g_->sel.data(), g_->sel_host.size() * sizeof(std::int32_t), stream_.get());
-      stream_.synchronize();
-    }
-  });
-  if (plan_ != nullptr && g_->any_partial) fetch_selected_blocks();
+ private:
+  Geometry* g_;
+};
 
-  on_device([&] {
-    std::size_t partial = 0;
-    for (std::size_t i = 0; i < segments.size(); ++i) {
-      const RowLayout::Segment& g = segments[i];
-      const index_t sel_rows = s.selection_rows(g.length);
-      cu::SelectedBlockAttentionArgs fine;
-      fine.samples = g.samples;
-      fine.n = g.length;
-      fine.heads = H;
-      fine.E = E;
-      fine.q = g_->u.data() + g.begin * 3 * D;
-      fine.ld = 3 * D;
-      fine.scale = scale;
-      fine.C = C;
-      fine.S = s.S;
-      fine.tokens_per_row = static_cast<int>(g.length / sel_rows);
-      fine.rows = sel_rows;
-      fine.sel = g_->sel.data() + g_->sel_offsets[i];
-      fine.out = g_->fine.data() + g.begin * D;
-      fine.ldo = D;
-      if (g.length == g_->n) {  // whole samples: their own rows
-        fine.k = fine.q + D;
-        fine.v = fine.q + 2 * D;
-      } else {  // part of a sample: the fetched blocks
-        fine.k = g_->fetched.data();
-        fine.v = g_->fetched.data() + D;
-        fine.ldkv = 2 * D;
-        fine.first_row = g_->first_row.data() + partial++ * nb;
-        fine.blocks = nb;
-      }
-      cu::selected_block_attention(fine, stream_.get());
-    }
+/// program.hpp's Exec on a device: every tile program and branch once over all rows (BsaCudaForward::
+/// on_device: in one process a failure is thrown at once, on a plan kept until the next collective); the
+/// rotated order, the compressed blocks, the selected blocks and the samples' rows are the plan's
+/// exchanges on a plan (distributed.cpp), a permutation or nothing in one process.
+class DeviceExec {
+ public:
+  using Ops = CudaOps;
+  explicit DeviceExec(BsaCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {}
+  const Config& config() const { return f_.cfg_; }
+  const program::Layers<CudaOps>& layers() const { return f_.layers_; }
+  const RowLayout& layout() const { return f_.g_->layout; }
 
-    cu::GatedSumArgs g;
-    g.local = g_->local.data();
-    g.coarse = g_->coarse.data();
-    g.fine = g_->fine.data();
-    g.ld = D;
-    g.out = g_->o.data();
-    g.ldo = D;
-    g.rows = g_->rows;
-    g.heads = H;
-    g.E = E;
-    if (L.token_gate) {
-      g.gates = g_->gates.data();
-      g.ld_gates = 3 * H;
-    } else {
-      g.static_gates = w(L.static_gate);
-    }
-    cu::gated_sum(g, stream_.get());
-  });
-}
+  template <class F>
+  void tiles(index_t n, index_t /*tile*/, F&& f) {
+    f_.on_device([&] { f(ops_, work_, index_t{0}, n); });
+  }
+  template <class F>
+  void whole(F&& f) {
+    f_.on_device([&] { f(ops_); });
+  }
 
-// Global attention: every token attends to all n tokens of its sample (streamed), from the sample's own
-// rows when the segment holds it whole, else from its K/V rows fetched from their owners.
-void BsaCudaForward::global_attention() {
-  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim();
-  if (plan_ != nullptr && g_->any_partial) fetch_sample_rows();
-  on_device([&] {
-    index_t partial = 0;
-    for (const RowLayout::Segment& g : g_->layout.segments) {
-      cu::CoarseAttentionArgs a;
-      a.samples = g.samples;
-      a.heads = H;
-      a.E = E;
-      a.q = g_->u.data() + g.begin * 3 * D;
-      a.ldq = 3 * D;
-      a.queries = g.length;
-      if (g.length == g_->n) {
-        a.k = a.q + D;
-        a.v = a.q + 2 * D;
-        a.ldkv = 3 * D;
-      } else {
-        a.k = g_->fetched.data() + partial++ * g_->n * 2 * D;
-        a.v = a.k + D;
-        a.ldkv = 2 * D;
-      }
-      a.keys = g_->n;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(E));
-      a.out = g_->o.data() + g.begin * D;
-      a.ldo = D;
-      a.copies = 1;
-      cu::coarse_attention(a, stream_.get());
+  program::LayerRows rows(bool rotated) const {
+    Geometry& g = *f_.g_;
+    const Config& c = f_.cfg_;
+    const int D = c.c_hidden, H = c.num_heads, d = c.dimensionality;
+    const index_t n = g.rows, blocks = c.attention_type == AttentionType::sparse ? n / c.compress_block_size : 0;
+    const auto dev = ops::Place::device;
+    auto rows_of = [&](cu::DeviceBuffer<float>& b, index_t count, int width) {
+      return Rows{b.data(), width, count, width, dev};
+    };
+    program::LayerRows r;
+    r.x = rows_of(rotated ? g.xr : g.x, n, D);
+    r.pos = rows_of(rotated ? g.pos_rot : g.pos, n, d);
+    if (c.attention_type != AttentionType::global) r.rel = rows_of(rotated ? g.rel_rot : g.rel, n, d);
+    r.h = rows_of(g.h, n, D);
+    r.u = rows_of(g.u, n, 3 * D);
+    r.o = rows_of(g.o, n, D);
+    if (c.attention_type == AttentionType::sparse) {
+      if (c.use_token_gated_attention) r.gates = rows_of(g.gates, n, 3 * H);
+      r.local = rows_of(g.local, n, D);
+      r.coarse = rows_of(g.coarse, n, D);
+      r.fine = rows_of(g.fine, n, D);
+      r.kc = rows_of(g.kc, blocks, D);
+      r.vc = rows_of(g.vc, blocks, D);
+      if (c.block_level_importance()) r.qc = rows_of(g.qc, blocks, D);
+      r.compress_gather = g.compress_index.data();
+      r.block_start = g.block_start.data();
+      r.mlp_in = {g.mlp_in.data(), 0, 0, 0, dev};  // (CudaOps::compress sets their shape)
+      r.mlp_hidden = {g.mlp_hidden.data(), 0, 0, 0, dev};
     }
-  });
-}
-
-// One layer (as Network::Impl::run_layer): x += out_proj(attention(RMSNorm1(x) [+ position_proj(rel)])),
-// x += w3(silu(w1 h) * w2 h) with h = RMSNorm2(x).
-void BsaCudaForward::run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel) {
-  const int D = cfg_.c_hidden, H = cfg_.num_heads, E = cfg_.head_dim(), d = cfg_.dimensionality;
-  on_device([&] {
-    rms_norm(L.norm1, x, g_->h.data());
-    if (cfg_.attention_type != AttentionType::global)
-      dense(L.position_proj, rel, d, g_->h.data(), D, g_->rows, Activation::none, g_->h.data(), D);
-    dense(L.qkv, g_->h.data(), D, g_->u.data(), 3 * D, g_->rows);
-    if (cfg_.attention_type == AttentionType::sparse && L.token_gate) {
-      dense(L.gate, g_->h.data(), D, g_->gates.data(), 3 * H, g_->rows);
-      map(cu::RowMap::sigmoid, g_->gates.data(), 3 * H, g_->rows, 3 * H);
+    return r;
+  }
+  Rows residual() const {
+    const int D = f_.cfg_.c_hidden;
+    return {f_.g_->residual.data(), D, f_.g_->rows, D, ops::Place::device};
+  }
+  /// The ball-relative positions of the geometry (uploaded once).
+  Rows ball_relative(const DeviceWork&, const program::LayerRows& r, int /*ball*/, index_t r0, index_t rows) const {
+    return r.rel.range(r0, rows);
+  }
+  /// The rotated tree's order: a permutation in one process, the plan's rotation exchange on a plan.
+  void to_rotated() {
+    Geometry& g = *f_.g_;
+    const int D = f_.cfg_.c_hidden;
+    if (f_.plan_ != nullptr) {
+      f_.agree();
+      f_.plan_->rotation().forward(g.x.data(), D, g.xr.data(), D, D, f_.place());
+      return;
     }
-  });
-  if (cfg_.attention_type == AttentionType::sparse) {
-    sparse_attention(L, pos);
-  } else if (cfg_.attention_type == AttentionType::ball) {
-    on_device([&] {
-      cu::BallAttentionLaunch a;
-      a.rows = g_->rows;
-      a.ball = cfg_.attention_ball_size;
-      a.heads = H;
-      a.E = E;
-      a.q = g_->u.data();
-      a.k = g_->u.data() + D;
-      a.v = g_->u.data() + 2 * D;
-      a.ld = 3 * D;
-      a.scale = 1.0f / std::sqrt(static_cast<float>(E));
-      a.sigma = w(L.sigma);
-      a.positions = pos;
-      a.ld_pos = d;
-      a.dim = d;
-      a.out = g_->o.data();
-      a.ldo = D;
-      cu::ball_attention(a, stream_.get());
+    whole([&](CudaOps& ops) { ops.copy({rows(false).x, g.rot.data(), rows(true).x}); });
+  }
+  void from_rotated() {
+    Geometry& g = *f_.g_;
+    const int D = f_.cfg_.c_hidden;
+    if (f_.plan_ != nullptr) {
+      f_.agree();
+      f_.plan_->rotation().backward(g.xr.data(), D, g.x.data(), D, D, f_.place());
+      return;
+    }
+    whole([&](CudaOps& ops) { ops.copy({rows(true).x, nullptr, rows(false).x, g.rot.data()}); });
+  }
+  /// On a plan: every rank's compressed blocks, all-gathered.
+  program::CompressedBlocks compressed(const program::LayerRows& r) {
+    if (f_.plan_ == nullptr) return {r.kc, r.vc};
+    f_.gather_compressed();
+    Geometry& g = *f_.g_;
+    const int D = f_.cfg_.c_hidden;
+    const index_t all = g.layout.samples * (g.n / f_.cfg_.compress_block_size);
+    return {{g.kc_all.data(), D, all, D, ops::Place::device}, {g.vc_all.data(), D, all, D, ops::Place::device}};
+  }
+  std::int32_t* selection(std::size_t i) const { return f_.g_->sel.data() + f_.g_->sel_offsets[i]; }
+  /// On a plan where some rank holds part of a sample: the selection to the host, the selected blocks'
+  /// token keys and values fetched (fetch_selected_blocks).
+  program::SelectedKeys fetch_selected(const program::LayerRows&) {
+    Geometry& g = *f_.g_;
+    if (f_.plan_ == nullptr || !g.any_partial) return {};
+    f_.on_device([&] {
+      cu::copy_to_host(g.sel_host.data(), g.sel.data(), g.sel_host.size() * sizeof(std::int32_t), f_.stream_.get());
+      f_.stream_.synchronize();
     });
-  } else {
-    global_attention();
+    f_.fetch_selected_blocks();
+    const int D = f_.cfg_.c_hidden;
+    const auto rows = static_cast<index_t>(g.fetched.size()) / (2 * D);
+    const Rows fetched{g.fetched.data(), 2 * D, rows, 2 * D, ops::Place::device};
+    return {fetched.columns(0, D), fetched.columns(D, D), g.first_row.data()};
   }
-  on_device([&] {
-    dense(L.out_proj, g_->o.data(), D, x, D, g_->rows, Activation::none, x, D);
-    rms_norm(L.norm2, x, g_->h.data());
-    const int hidden = L.w1.out;
-    dense(L.w1, g_->h.data(), D, g_->a1.data(), hidden, g_->rows, Activation::silu);
-    dense(L.w2, g_->h.data(), D, g_->a2.data(), hidden, g_->rows);
-    surrogate::device::combine_rows(cu::RowOp::multiply, g_->a1.data(), hidden, g_->a2.data(), hidden, g_->a1.data(),
-                                    hidden, g_->rows, hidden, stream_.get());
-    dense(L.w3, g_->a1.data(), hidden, x, D, g_->rows, Activation::none, x, D);
-  });
-}
+  /// Global attention on a plan where some rank holds part of a sample: the samples' [k | v] rows.
+  Rows fetch_samples(const program::LayerRows&) {
+    Geometry& g = *f_.g_;
+    if (f_.plan_ == nullptr || !g.any_partial) return {};
+    f_.fetch_sample_rows();
+    const int D = f_.cfg_.c_hidden;
+    return {g.fetched.data(), 2 * D, g.layout.partial_samples() * g.n, 2 * D, ops::Place::device};
+  }
 
-void BsaCudaForward::layers() {
-  const int D = cfg_.c_hidden;
-  on_device([&] { copy(g_->x.data(), D, nullptr, g_->residual.data(), D, nullptr, g_->rows, D); });
-  for (int l = 0; l < cfg_.depth; ++l) {
-    const DeviceLayer& L = layers_[static_cast<std::size_t>(l)];
-    if (cfg_.should_rotate && l % 2 == 1) {
-      // The rotated tree's order: a permutation in one process, the plan's rotation exchange on a plan.
-      if (plan_ != nullptr) {
-        agree();
-        plan_->rotation().forward(g_->x.data(), D, g_->xr.data(), D, D, place());
-      } else {
-        on_device([&] { copy(g_->x.data(), D, g_->rot.data(), g_->xr.data(), D, nullptr, g_->rows, D); });
-      }
-      run_layer(L, g_->xr.data(), g_->pos_rot.data(), g_->rel_rot.data());
-      if (plan_ != nullptr) {
-        agree();
-        plan_->rotation().backward(g_->xr.data(), D, g_->x.data(), D, D, place());
-      } else {
-        on_device([&] { copy(g_->xr.data(), D, nullptr, g_->x.data(), D, g_->rot.data(), g_->rows, D); });
-      }
-    } else {
-      run_layer(L, g_->x.data(), g_->pos.data(), g_->rel.data());
-    }
-    if ((l + 1) % cfg_.block_size == 0 || l + 1 == cfg_.depth) {  // the long residual
-      on_device([&] {
-        surrogate::device::combine_rows(cu::RowOp::add, g_->x.data(), D, g_->residual.data(), D, g_->x.data(), D, g_->rows,
-                                        D, stream_.get());
-        copy(g_->x.data(), D, nullptr, g_->residual.data(), D, nullptr, g_->rows, D);
-      });
-    }
-  }
+ private:
+  BsaCudaForward& f_;
+  CudaOps ops_;
+  DeviceWork work_;
+};
+
+void BsaCudaForward::run(const Rows& features, const Rows& h, const std::int64_t* to_tree) {
+  DeviceExec exec(*this);
+  balltree::program::embed(exec, features, h);
+  if (to_tree != nullptr) exec.whole([&](CudaOps& ops) { ops.copy({h, to_tree, exec.rows(false).x}); });
+  program::layers(exec);
 }
 
 std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const balltree::RotatedTrees& trees,
@@ -543,10 +321,11 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
     cu::Event t0(device_), t1(device_);
     t0.record(stream_.get());
     upload(g_->features, features);
-    dense(embed_, g_->features.data(), cfg_.c_in, g_->e.data(), D, points);
-    copy(g_->e.data(), D, g_->tree_index.data(), g_->x.data(), D, nullptr, g_->rows, D);
-    layers();
-    copy(g_->x.data(), D, g_->slot.data(), g_->out.data(), D, nullptr, points, D);
+    const auto dev = ops::Place::device;
+    run({g_->features.data(), cfg_.c_in, points, cfg_.c_in, dev}, {g_->e.data(), D, points, D, dev},
+        g_->tree_index.data());
+    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
+                                                  {g_->out.data(), D, points, D, dev}});
     cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
     t1.record(stream_.get());
     stream_.synchronize();

@@ -1,7 +1,8 @@
 // The BSA CUDA forward's classes (device.hpp), shared by forward.cpp (weights, the one-process geometry,
-// the layers) and distributed.cpp (a plan's slots, what crosses ranks): the layers run on the rows of a
-// Geometry cut into the segments of its RowLayout, the whole batch in one process or the rank's slots on a
-// plan, with the same per-row arithmetic either way. CUDA builds only; share/docs/balltree.md.
+// program.hpp's Exec on the device) and distributed.cpp (a plan's slots, what crosses ranks): the CPU
+// forward's stage program runs through ops::CudaOps on the rows of a Geometry cut into the segments of
+// its RowLayout, the whole batch in one process or the rank's slots on a plan. CUDA builds only;
+// share/docs/balltree.md, "BSA on a CUDA device".
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,26 +15,17 @@
 #include <vector>
 
 #include "../../device/layers.hpp"
+#include "../../ops/cuda_ops.hpp"
 #include "../network.hpp"
 #include "../plan.hpp"
+#include "../program.hpp"
 #include "device.hpp"
 #include "surrogate/kernels/cuda.hpp"
-#include "surrogate/kernels/cuda_bsa_gate.hpp"
-#include "surrogate/kernels/cuda_point_layers.hpp"
 
 namespace surrogate::bsa::detail {
 
 namespace cu = kernels::cuda;
-using surrogate::device::Dense;
-using surrogate::device::Norm;
-
-struct DeviceLayer {
-  Norm norm1, norm2;  // RMSNorms
-  std::size_t sigma = 0, static_gate = 0;
-  Dense qkv, out_proj, position_proj, w1, w2, w3, gate;
-  Dense q_mlp[2], k_mlp[2], v_mlp[2];
-  bool token_gate = false;
-};
+using ops::CudaOps;
 
 /// The rows of a forward on the device: their positions and index arrays, sized work arrays and the
 /// selection's host buffers (forward.cpp set_rows); a plan's (kept in the plan) or a one-process batch's
@@ -73,6 +65,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   const Network& net() const override { return *net_; }
 
  private:
+  friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
     surrogate::device::upload(dst, src, device_, stream_.get());
@@ -81,7 +74,6 @@ class BsaCudaForward final : public BsaDeviceForward {
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  const float* w(std::size_t offset) const { return weights_.data() + offset; }
   /// Call inside a catch block: the current exception as an Error naming the device.
   [[noreturn]] void raise_current() const;
   /// Runs `work` (device launches, copies, host work between exchanges) with the device current; a
@@ -95,26 +87,13 @@ class BsaCudaForward final : public BsaDeviceForward {
   /// The device and stream of the moves, with the transport of the plan's communicator.
   Place place() const;
 
-  // forward.cpp: launches on the stream.
-  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-             kernels::Activation act = kernels::Activation::none, const float* residual = nullptr,
-             index_t ld_residual = 0);
-  void copy(const float* src, index_t ld_src, const std::int64_t* src_index, float* dst, index_t ld_dst,
-            const std::int64_t* dst_index, index_t rows, int width);
-  void rms_norm(const Norm& n, const float* x, float* y);
-  void map(cu::RowMap op, float* x, index_t ld, index_t rows, int width);
-
   /// Positions (tree and rotated order) uploaded with their ball-relative offsets, the work arrays and
   /// the compression's index arrays sized for g_->rows rows in g_->layout.
   void set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points);
   void set_batch_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
-  void compress(const Dense* mlp, int column, float* dst);
-  void sparse_attention(const DeviceLayer& L, const float* pos);
-  void global_attention();
-  void run_layer(const DeviceLayer& L, float* x, const float* pos, const float* rel);
-  /// The depth layers with the long residual on g_->x; rotated layers through g_->rot in one process,
-  /// through the plan's rotation exchange on a plan.
-  void layers();
+  /// program.hpp's stages on g_ (DeviceExec, forward.cpp): the embedding of `features` into h, h's rows
+  /// gathered into g_->x through to_tree (one process; null on a plan: h is g_->x), the layers.
+  void run(const ops::Rows& features, const ops::Rows& h, const std::int64_t* to_tree);
 
   // distributed.cpp: a plan's slots and what crosses ranks (the plan's exchanges on device rows).
   void set_plan_geometry(Geometry& geometry, const BsaPlan& plan);
@@ -131,8 +110,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   int device_ = -1;
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
-  Dense embed_;
-  std::vector<DeviceLayer> layers_;
+  program::Layers<CudaOps> layers_;
 
   // The current call.
   Geometry* g_ = nullptr;  // the rows being uploaded or run on
