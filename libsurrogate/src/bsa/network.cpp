@@ -14,7 +14,7 @@
 
 #include "../balltree/layers.hpp"
 #include "../layers.hpp"
-#include "../ops/host_ops.hpp"
+#include "host_ops.hpp"
 #include "network.hpp"
 #include "program.hpp"
 #include "surrogate/balltree.hpp"
@@ -35,7 +35,6 @@ using balltree::layers::run_linear;
 using kernels::kPad;
 using kernels::PackedLinear;
 using kernels::round_up;
-using ops::HostOps;
 using ops::Rows;
 
 constexpr index_t kRows = 64;  // rows per task of the prediction head
@@ -79,7 +78,7 @@ class Permutation final : public detail::LayerExchanges {
 struct Network::Impl {
   Config cfg;
   std::int64_t parameters = 0;
-  program::Layers<HostOps> layers;
+  program::Layers<BsaHostOps> layers;
   std::vector<float> pos_enc;  // wrapper: (c_in/2) x d
   PackedLinear head0, head2;
 };
@@ -96,15 +95,15 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
     for (const std::int64_t s : shape) count *= s;
     m.parameters += count;
   }
-  program::Layers<HostOps>& w = m.layers;
+  program::Layers<BsaHostOps>& w = m.layers;
   w.embed = pack_linear(file, "embed");
   const int D = c.c_hidden;
   const float eps = std::numeric_limits<float>::epsilon();
   for (int l = 0; l < c.depth; ++l) {
     const std::string p = "layers." + std::to_string(l) + ".";
     const std::string a = p + "attn.";
-    program::Layer<HostOps> L;
-    program::Block<HostOps>& b = L.block;
+    program::Layer<BsaHostOps> L;
+    program::Block<BsaHostOps>& b = L.block;
     b.dim = D;
     b.heads = c.num_heads;
     b.ball = c.attention_type == AttentionType::ball ? c.attention_ball_size : c.ball_size;
@@ -238,7 +237,7 @@ namespace detail {
 
 index_t Stages::row_stride(const Network& net) { return round_up(net.config().c_hidden, kPad); }
 
-const program::Layers<ops::HostOps>& Stages::program_layers(const Network& net) { return net.impl_->layers; }
+const program::Layers<BsaHostOps>& Stages::program_layers(const Network& net) { return net.impl_->layers; }
 
 void Stages::check_sample_size(const Network& net, index_t n) {
   const Config& c = net.config();
@@ -343,25 +342,25 @@ class HostWork {
   std::array<AlignedBuffer<float>, static_cast<std::size_t>(program::Slot::count)> buffers_;
 };
 
-/// The CPU's Exec (program.hpp): tiles spread over OpenMP threads, each with its HostOps and HostWork
+/// The CPU's Exec (program.hpp): tiles spread over OpenMP threads, each with its BsaHostOps and HostWork
 /// (static schedules, so a tile's rows never depend on the thread count); the branch members (whole) on
-/// one HostOps whose own OpenMP loops use the threads.
+/// one BsaHostOps whose own OpenMP loops use the threads.
 class HostExec {
  public:
-  using Ops = HostOps;
+  using Ops = BsaHostOps;
   HostExec(const Network& net, int threads)
       : cfg_(&net.config()),
         layers_(&Stages::program_layers(net)),
         threads_(threads <= 0 ? omp_get_max_threads() : threads) {}
   const Config& config() const { return *cfg_; }
-  const program::Layers<HostOps>& layers() const { return *layers_; }
+  const program::Layers<BsaHostOps>& layers() const { return *layers_; }
 
   template <class F>
   void tiles(index_t n, index_t tile, F&& f) const {
     const index_t count = (n + tile - 1) / tile;
 #pragma omp parallel num_threads(threads_)
     {
-      HostOps ops(kernels::cpu());
+      BsaHostOps ops(kernels::cpu());
       HostWork work;
 #pragma omp for schedule(static)
       for (index_t t = 0; t < count; ++t) f(ops, work, t * tile, std::min(tile, n - t * tile));
@@ -369,14 +368,14 @@ class HostExec {
   }
   template <class F>
   void whole(F&& f) const {
-    HostOps ops(kernels::cpu());
+    BsaHostOps ops(kernels::cpu());
     ops.set_threads(threads_);
     f(ops);
   }
 
  protected:
   const Config* cfg_;
-  const program::Layers<HostOps>* layers_;
+  const program::Layers<BsaHostOps>* layers_;
   int threads_;
 };
 
@@ -545,7 +544,7 @@ void Stages::embed(const Network& net, std::span<const float> features, index_t 
   const index_t ld_in = round_up(c_in, kPad);
   const HostExec e(net, threads);
   AlignedBuffer<float> in(static_cast<std::size_t>(points * ld_in));
-  e.tiles(points, program::kTileRows, [&](HostOps&, HostWork&, index_t r0, index_t rows) {
+  e.tiles(points, program::kTileRows, [&](BsaHostOps&, HostWork&, index_t r0, index_t rows) {
     for (index_t i = r0; i < r0 + rows; ++i) std::copy_n(features.data() + i * c_in, c_in, in.data() + i * ld_in);
   });
   balltree::program::embed(e, {in.data(), ld_in, points, c_in, ops::Place::host},

@@ -12,9 +12,9 @@
 #include "../layers.hpp"
 #include "surrogate/bsa.hpp"
 
-namespace surrogate::ops {
-class HostOps;  // ops/host_ops.hpp
-}  // namespace surrogate::ops
+namespace surrogate::bsa {
+class BsaHostOps;  // host_ops.hpp
+}  // namespace surrogate::bsa
 
 namespace surrogate::bsa::program {
 template <class Ops>
@@ -76,7 +76,7 @@ class LayerExchanges {
 struct Stages {
   /// The network's layers for program.hpp on the CPU (valid while the network lives; a device forward
   /// converts them to its own).
-  static const program::Layers<ops::HostOps>& program_layers(const Network& net);
+  static const program::Layers<BsaHostOps>& program_layers(const Network& net);
   /// Row stride of the hidden rows: round_up(c_hidden, kPad).
   static index_t row_stride(const Network& net);
   /// Error(input) naming the first wrong size of the common padded sample size n (every sample the same

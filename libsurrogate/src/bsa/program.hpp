@@ -1,5 +1,5 @@
 // BSA's forward written once, for the CPU (network.cpp, network_distributed.cpp) and a CUDA device
-// (cuda/forward.cpp, cuda/distributed.cpp): the layers over an Ops (ops/rows.hpp: HostOps or CudaOps) and
+// (cuda/forward.cpp, cuda/distributed.cpp): the layers over an Ops (ops/rows.hpp: BsaHostOps or CudaOps) and
 // the stage sequence (the depth layers with the rotated order and the long residual; in a layer the
 // row-wise halves of balltree/program.hpp's transformer block around the attention: ball, global, or the
 // sparse branches with their gate) over an Exec:

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <vector>
 
-#include "../bsa/branches.hpp"
 #include "../layers.hpp"
 #include "../prefetch.hpp"
 #include "rows.hpp"
@@ -122,12 +121,8 @@ class HostOps {
   const kernels::CpuKernels& kernels() const { return *k_; }
 
   // -------------------------------------------------------------------------------------------------
-  // BSA's members (rows.hpp): the branches of bsa/branches.hpp on `threads()` threads, map and
-  // gated_sum on the tile's rows.
-
-  /// The threads the branch members spread over (their own OpenMP loops); 1 unless set.
-  void set_threads(int threads) { threads_ = threads; }
-  int threads() const { return threads_; }
+  // Row maps and BSA's gated sum (rows.hpp), on the tile's rows. BSA's sample-wise branches are
+  // BsaHostOps' (bsa/host_ops.hpp).
 
   void map(const MapArgs& a) const {
     for (index_t r = 0; r < a.x.rows; ++r) {
@@ -137,33 +132,6 @@ class HostOps {
       else
         for (int c = 0; c < a.x.width; ++c) x[c] = 1.0f / (1.0f + std::exp(-x[c]));
     }
-  }
-
-  void compress(const CompressArgs<Dense>& a) const {
-    bsa::detail::compress_blocks(*k_, a.mlp, a.tokens.data, a.tokens.ld, a.out.rows, a.C, a.heads,
-                                 a.tokens.width / a.heads, a.out.data, a.out.ld, threads_);
-  }
-
-  void coarse_select(const CoarseSelectArgs& a) const {
-    const bsa::detail::Blocks b{a.qc.data, a.kc.data, a.vc.data, a.kc.ld, a.blocks};
-    bsa::detail::coarse_and_select(*k_, tokens(a.q, a.q, a.q, a.heads, a.samples, a.length, a.row0), b, a.shape,
-                                   a.out.data, a.out.ld, a.sel, threads_);
-  }
-
-  void selected_attention(const SelectedAttentionArgs& a) const {
-    const bsa::detail::Tokens t = tokens(a.q, a.k, a.v, a.heads, a.samples, a.length, 0);
-    if (a.first_row == nullptr) {
-      bsa::detail::fine_branch(*k_, t, a.shape, a.sel, a.out.data, a.out.ld, threads_);
-      return;
-    }
-    const bsa::detail::SelectedRows from{a.k.data, a.v.data, a.k.ld, a.blocks, a.first_row};
-    bsa::detail::fine_branch(*k_, t, a.shape, a.sel, a.out.data, a.out.ld, threads_, &from);
-  }
-
-  void global_attention(const GlobalAttentionArgs& a) const {
-    const bsa::detail::SampleKeys keys{a.k.data, a.v.data, a.k.ld, a.keys};
-    bsa::detail::global_attention(*k_, tokens(a.q, a.k, a.v, a.heads, a.samples, a.length, 0), a.out.data, a.out.ld,
-                                  threads_, &keys);
   }
 
   void gated_sum(const GatedSumArgs<Vector>& a) const {
@@ -189,24 +157,8 @@ class HostOps {
   }
 
  private:
-  static bsa::detail::Tokens tokens(const Rows& q, const Rows& k, const Rows& v, int heads, int samples,
-                                    index_t length, index_t row0) {
-    bsa::detail::Tokens t;
-    t.q = q.data;
-    t.k = k.data;
-    t.v = v.data;
-    t.ld = q.ld;
-    t.samples = samples;
-    t.n = length;
-    t.heads = heads;
-    t.E = q.width / heads;
-    t.row0 = row0;
-    return t;
-  }
-
   const kernels::CpuKernels* k_;
   std::vector<float> dist_;  // one ball's distance tile
-  int threads_ = 1;
 
   // ---------------------------------------------------------------------------------------------------
   // Sequoia's members (rows.hpp): the loops of Sequoia's CPU forward, on the tile of rows they are given.

@@ -205,8 +205,9 @@ struct PointConvArgs {
 //   global_attention(GlobalAttentionArgs)      every query attends to all rows of its sample
 //   gated_sum(GatedSumArgs)            o = g_local local + g_coarse coarse + g_fine fine per head
 //
-// On the CPU the branch members run over all the rows they are given on the HostOps' threads (their own
-// OpenMP loops over (sample, head, query chunk)); map and gated_sum are row-wise, called per tile.
+// On the CPU the branch members are bsa::BsaHostOps' (bsa/host_ops.hpp), run over all the rows they are
+// given with their own OpenMP loops over (sample, head, query chunk); map and gated_sum are HostOps',
+// row-wise, called per tile.
 
 enum class Map : std::uint8_t { relu, sigmoid };
 

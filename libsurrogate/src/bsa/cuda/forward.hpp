@@ -16,6 +16,7 @@
 
 #include "../../device/layers.hpp"
 #include "../../ops/cuda_ops.hpp"
+#include "../host_ops.hpp"
 #include "../network.hpp"
 #include "../plan.hpp"
 #include "../program.hpp"
