@@ -327,20 +327,8 @@ void Stages::check_features(const Network& net, std::span<const float> features,
 
 namespace {
 
-/// A thread's work rows (program::Slot), made on first use in each parallel region: rows padded to kPad
-/// and zeroed, as the kernels want them.
-class HostWork {
- public:
-  Rows rows(program::Slot slot, index_t rows, int width) {
-    const index_t ld = round_up(width, kPad);
-    AlignedBuffer<float>& b = buffers_[static_cast<std::size_t>(slot)];
-    if (b.size() < static_cast<std::size_t>(rows * ld)) b = AlignedBuffer<float>(static_cast<std::size_t>(rows * ld));
-    return {b.data(), ld, rows, width, ops::Place::host};
-  }
-
- private:
-  std::array<AlignedBuffer<float>, static_cast<std::size_t>(program::Slot::count)> buffers_;
-};
+/// A thread's work rows.
+using HostWork = ops::HostWork<program::Slot>;
 
 /// The CPU's Exec (program.hpp): tiles spread over OpenMP threads, each with its BsaHostOps and HostWork
 /// (static schedules, so a tile's rows never depend on the thread count); the branch members (whole) on
@@ -357,14 +345,7 @@ class HostExec {
 
   template <class F>
   void tiles(index_t n, index_t tile, F&& f) const {
-    const index_t count = (n + tile - 1) / tile;
-#pragma omp parallel num_threads(threads_)
-    {
-      BsaHostOps ops(kernels::cpu());
-      HostWork work;
-#pragma omp for schedule(static)
-      for (index_t t = 0; t < count; ++t) f(ops, work, t * tile, std::min(tile, n - t * tile));
-    }
+    ops::parallel_tiles<BsaHostOps, HostWork>(threads_, n, tile, f);
   }
   template <class F>
   void whole(F&& f) const {

@@ -290,20 +290,8 @@ std::vector<float> Network::forward(const balltree::RotatedTrees& trees, std::sp
 namespace detail {
 namespace {
 
-/// A thread's work rows (program::Slot), made on first use in each parallel region: rows padded to kPad
-/// and zeroed, as the kernels want them.
-class HostWork {
- public:
-  Rows rows(program::Slot slot, index_t rows, int width) {
-    const index_t ld = round_up(width, kPad);
-    AlignedBuffer<float>& b = buffers_[static_cast<std::size_t>(slot)];
-    if (b.size() < static_cast<std::size_t>(rows * ld)) b = AlignedBuffer<float>(static_cast<std::size_t>(rows * ld));
-    return {b.data(), ld, rows, width, ops::Place::host};
-  }
-
- private:
-  std::array<AlignedBuffer<float>, static_cast<std::size_t>(program::Slot::count)> buffers_;
-};
+/// A thread's work rows.
+using HostWork = ops::HostWork<program::Slot>;
 
 /// The CPU's Exec (program.hpp): tiles and chunks spread over OpenMP threads, each with its HostOps and
 /// HostWork; static schedules, so a tile's rows never depend on the thread count.
@@ -317,14 +305,7 @@ class HostExec {
 
   template <class F>
   void tiles(index_t n, index_t tile, F&& f) const {
-    const index_t count = (n + tile - 1) / tile;
-#pragma omp parallel num_threads(threads_)
-    {
-      HostOps ops(kernels::cpu());
-      HostWork work;
-#pragma omp for schedule(static)
-      for (index_t t = 0; t < count; ++t) f(ops, work, t * tile, std::min(tile, n - t * tile));
-    }
+    ops::parallel_tiles<HostOps, HostWork>(threads_, n, tile, f);
   }
   template <class F>
   void chunks(std::span<const std::pair<index_t, index_t>> list, F&& f) const {

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <vector>
 
@@ -17,6 +18,36 @@
 #include "surrogate/kernels/tree_attention.hpp"  // Sequoia's members
 
 namespace surrogate::ops {
+
+/// A thread's work rows, one buffer per slot of a family's `Slot` enum (`Slot::count` slots): grown on
+/// demand, zeroed when made, rows padded to kPad (or to `ld`) as the kernels want them.
+template <class Slot>
+class HostWork {
+ public:
+  Rows rows(Slot slot, index_t rows, int width) { return this->rows(slot, rows, width, kernels::round_up(width, kernels::kPad)); }
+  Rows rows(Slot slot, index_t rows, int width, index_t ld) {
+    kernels::AlignedBuffer<float>& b = buffers_[static_cast<std::size_t>(slot)];
+    b.resize(static_cast<std::size_t>(std::max<index_t>(rows * ld, 1)));
+    return {b.data(), ld, rows, width, Place::host};
+  }
+
+ private:
+  std::array<kernels::AlignedBuffer<float>, static_cast<std::size_t>(Slot::count)> buffers_;
+};
+
+/// f(ops, work, r0, rows) for the tiles of `tile` rows of n rows, spread over `threads` OpenMP threads,
+/// each with its own Ops and Work; a static schedule, so a tile's rows never depend on the thread count.
+template <class Ops, class Work, class F>
+void parallel_tiles(int threads, index_t n, index_t tile, F&& f) {
+  const index_t count = (n + tile - 1) / tile;
+#pragma omp parallel num_threads(threads)
+  {
+    Ops ops(kernels::cpu());
+    Work work;
+#pragma omp for schedule(static)
+    for (index_t t = 0; t < count; ++t) f(ops, work, t * tile, std::min(tile, n - t * tile));
+  }
+}
 
 class HostOps {
  public:

@@ -125,24 +125,14 @@ using program::Array;
 using program::Slot;
 using HostRows = ops::Rows;
 
-/// A thread's work rows (program::Slot), made on first use in each parallel region: rows padded to kPad
-/// and zeroed, as the kernels want them.
-class HostWork {
+/// A thread's work rows (ops::HostWork) and the target of a dense layer's padded rows.
+class HostWork : public ops::HostWork<Slot> {
  public:
-  HostRows rows(Slot slot, index_t rows, int width) { return padded(slot, rows, width, kernels::round_up(width, kPad)); }
   /// y itself when the kernel may write whole rows of the layer's padded width there, else a tile.
   HostRows dense_target(const kernels::PackedLinear& l, const HostRows& y) {
     if (y.ld == l.out_pad() && y.width == l.out()) return y;
-    return padded(Slot::dense, y.rows, l.out(), l.out_pad());
+    return rows(Slot::dense, y.rows, l.out(), l.out_pad());
   }
-
- private:
-  HostRows padded(Slot slot, index_t rows, int width, index_t ld) {
-    kernels::AlignedBuffer<float>& b = buffers_[static_cast<std::size_t>(slot)];
-    b.resize(static_cast<std::size_t>(std::max<index_t>(rows * ld, 1)));
-    return {b.data(), ld, rows, width, ops::Place::host};
-  }
-  std::array<kernels::AlignedBuffer<float>, static_cast<std::size_t>(Slot::count)> buffers_;
 };
 
 /// program.hpp's Exec on the CPU: tiles over OpenMP threads (or on the calling thread for small stages),
