@@ -9,7 +9,13 @@ PetscErrorCode ParamsFromOptions(Params* p) {
   PetscCall(PetscOptionsReal("-k_left", "Base conductivity for x < x_interface [W/(m K)]", nullptr, p->k_left, &p->k_left, nullptr));
   PetscCall(PetscOptionsReal("-k_right", "Base conductivity for x >= x_interface [W/(m K)]", nullptr, p->k_right, &p->k_right, nullptr));
   PetscCall(PetscOptionsReal("-x_interface", "Material interface x [m]", nullptr, p->x_interface, &p->x_interface, nullptr));
-  PetscCall(PetscOptionsReal("-u_ref", "Conductivity k = k_base (1 + (u/u_ref)^3) [K]", nullptr, p->u_ref, &p->u_ref, nullptr));
+  PetscCall(PetscOptionsReal("-u_ref", "Conductivity k = k_base (1 + (u/u_ref)^3) (1 + (melt_factor - 1) m(u)) [K]", nullptr,
+                             p->u_ref, &p->u_ref, nullptr));
+  PetscCall(PetscOptionsReal("-melt_temperature", "Melted fraction m(u) = 1 / (1 + exp(-(u - melt_temperature) / melt_width)) [K]",
+                             nullptr, p->melt_temperature, &p->melt_temperature, nullptr));
+  PetscCall(PetscOptionsReal("-melt_width", "Width of the melting range [K]", nullptr, p->melt_width, &p->melt_width, nullptr));
+  PetscCall(PetscOptionsReal("-melt_factor", "Conductivity of the (stirred) melt over the solid's, >= 1", nullptr, p->melt_factor,
+                             &p->melt_factor, nullptr));
   PetscCall(PetscOptionsReal("-h", "Convective heat transfer coefficient [W/(m^2 K)]", nullptr, p->h, &p->h, nullptr));
   PetscCall(PetscOptionsReal("-emissivity", "Emissivity of the boundary (radiation to the ambient)", nullptr, p->emissivity,
                              &p->emissivity, nullptr));
@@ -20,9 +26,10 @@ PetscErrorCode ParamsFromOptions(Params* p) {
   PetscCall(PetscOptionsReal("-source_sigma", "Heat source width [m]", nullptr, p->source_sigma, &p->source_sigma, nullptr));
   PetscOptionsEnd();
   PetscCheck(p->k_left > 0 && p->k_right > 0 && p->u_ref > 0 && p->h >= 0 && p->emissivity >= 0 && p->emissivity <= 1 &&
-                 p->u_ambient > 0 && p->power >= 0 && p->source_sigma > 0,
+                 p->u_ambient > 0 && p->power >= 0 && p->source_sigma > 0 && p->melt_width > 0 && p->melt_factor >= 1,
              PETSC_COMM_WORLD, PETSC_ERR_ARG_OUTOFRANGE,
-             "need k_left, k_right, u_ref, u_ambient, source_sigma > 0, h >= 0, 0 <= emissivity <= 1, source_power >= 0");
+             "need k_left, k_right, u_ref, u_ambient, source_sigma, melt_width > 0, h >= 0, 0 <= emissivity <= 1, source_power >= 0, "
+             "melt_factor >= 1");
   PetscFunctionReturn(0);
 }
 

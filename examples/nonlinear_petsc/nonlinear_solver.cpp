@@ -174,7 +174,7 @@ PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, P
   PetscCall(VecDestroy(&f));  // the SNES holds a reference
   PetscCall(SNESSetJacobian(*snes, problem.jacobian, problem.jacobian, FormJacobian, &problem));
   PetscCall(SNESSetType(*snes, SNESNEWTONLS));
-  PetscCall(SNESSetTolerances(*snes, atol, 0.0, 0.0, 50, 10000));
+  PetscCall(SNESSetTolerances(*snes, atol, 0.0, 0.0, 200, 100000));  // a few cases creep at the melting front
   PetscCall(SNESGetKSP(*snes, &ksp));
   PetscCall(KSPSetType(ksp, KSPGMRES));
   PetscCall(KSPGetPC(ksp, &pc));
@@ -188,12 +188,17 @@ PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, P
   PetscFunctionReturn(0);
 }
 
-PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, SNESLineSearchType linesearch, PetscReal atol,
+PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, const RunDefaults& defaults, PetscReal atol,
                              SNES* snes) {
   PetscFunctionBeginUser;
-  // The run's line search as the default the common options (-snes_linesearch_type ...) start from,
-  // then the run's own options on top: SNESSetFromOptions keeps what they do not name.
-  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes, linesearch));
+  // The run's defaults as what the common options (-snes_linesearch_type ...) start from, then the run's
+  // own options on top: SNESSetFromOptions keeps what they do not name.
+  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes, defaults.linesearch));
+  KSP ksp;
+  PetscCall(SNESGetKSP(*snes, &ksp));
+  PetscCall(KSPSetTolerances(ksp, defaults.ksp_rtol, PETSC_DEFAULT, PETSC_DEFAULT, PETSC_DEFAULT));
+  PetscCall(SNESSetLagPreconditioner(*snes, defaults.lag_preconditioner));
+  PetscCall(SNESSetFromOptions(*snes));  // the common -snes_*, -ksp_* options still override
   PetscCall(SNESSetOptionsPrefix(*snes, run_prefix));
   PetscCall(SNESSetFromOptions(*snes));
   PetscFunctionReturn(0);

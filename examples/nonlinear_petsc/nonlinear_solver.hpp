@@ -1,7 +1,7 @@
 // nonlinear_petsc: the discrete nonlinear problem F(u) = 0 on heat_petsc's distributed P1 mesh, and the
 // SNES that solves it (see README.md "The discretisation").
 //
-//   F_i(u) = sum_T k_base(c_T) (1 + (ubar_T / u_ref)^3) |T| grad u_T . grad phi_i        (conduction)
+//   F_i(u) = sum_T k(c_T, ubar_T) |T| grad u_T . grad phi_i                              (conduction)
 //          + sum_{boundary edges e} |e| / 2 * flux(u_i)                                 (convection, radiation)
 //          - b_i,   b_i = q(x_i) m_i + int_boundary g phi_i                                (load)
 //
@@ -49,10 +49,20 @@ PetscErrorCode FormJacobian(SNES snes, Vec u, Mat jacobian, Mat preconditioner, 
 /// (-snes_*, -ksp_*, -pc_*). `linesearch`, when given, replaces newtonls' default (bt) before the options.
 PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
                           SNESLineSearchType linesearch = nullptr);
-/// Collective. CreateSNES for one run of a comparison: the common options (-snes_*, -ksp_*, -pc_*) first,
-/// then the run's own (-<run_prefix>snes_*, ...), which override them for this SNES alone. `linesearch` is
-/// the run's line search unless -snes_linesearch_type or -<run_prefix>snes_linesearch_type names one.
-PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, SNESLineSearchType linesearch, PetscReal atol,
+/// SNESSetLagPreconditioner's lag L rebuilds the preconditioner at a solve's Newton steps 0, L, 2L, ...;
+/// beyond the iteration limit (200) it is built once per solve, at its first step, and kept.
+constexpr PetscInt kLagOncePerSolve = 1000;
+/// A run's defaults, which its options override: the line search, the preconditioner's lag (1: rebuilt
+/// at every Newton step, PETSc's default) and GMRES's relative tolerance in each Newton step.
+struct RunDefaults {
+  SNESLineSearchType linesearch;
+  PetscInt lag_preconditioner = 1;
+  PetscReal ksp_rtol = 1e-5;  // PETSc's default
+};
+/// Collective. CreateSNES for one run of a comparison: the run's defaults, then the common options
+/// (-snes_*, -ksp_*, -pc_*), then the run's own (-<run_prefix>snes_*, ...), which override them for this
+/// SNES alone.
+PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_prefix, const RunDefaults& defaults, PetscReal atol,
                              SNES* snes);
 
 /// Collective. ||F(u)||_2 (uses `work` for F).

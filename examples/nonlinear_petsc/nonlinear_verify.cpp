@@ -41,8 +41,9 @@ PetscErrorCode Verify(MPI_Comm comm, bool* passed) {
   std::vector<double> errors;
   PetscFunctionBeginUser;
   char line[256];  // std::snprintf for %g (PETSc's printf writes "1." for 1.0)
-  std::snprintf(line, sizeof(line), "verify: manufactured solution u = 350 + 300 sin(pi x) sin(pi y) + 100 x y, k = %g (1 + (u/%g)^3), "
-                "h %g, emissivity %g, ambient %g K\n", k0, p.u_ref, p.h, p.emissivity, p.u_ambient);
+  std::snprintf(line, sizeof(line), "verify: manufactured solution u = 350 + 300 sin(pi x) sin(pi y) + 100 x y, k = %g (1 + (u/%g)^3) "
+                "(1 + %g m(u)) melting at %g K over %g K, h %g, emissivity %g, ambient %g K\n", k0, p.u_ref, p.melt_factor - 1,
+                p.melt_temperature, p.melt_width, p.h, p.emissivity, p.u_ambient);
   PetscCall(PetscPrintf(comm, "%s", line));
   for (PetscInt refine = 0; refine <= 3; ++refine) {
     heat::Mesh mesh;
@@ -53,7 +54,7 @@ PetscErrorCode Verify(MPI_Comm comm, bool* passed) {
     PetscCall(heat::MeshCreate(comm, 8, 8, 1.0, 1.0, refine, &mesh));
     PetscCall(ProblemCreate(mesh, p, &problem));
     PetscCall(ProblemSetLoad(&problem, q, g));
-    PetscCall(CreateSNES(comm, problem, "verify_", 1e-9, &snes));
+    PetscCall(CreateSNES(comm, problem, "verify_", 1e-9, &snes, SNESLINESEARCHL2));
     PetscCall(heat::MeshCreateVec(mesh, &u));
     PetscCall(VecDuplicate(u, &d));
     PetscCall(VecSet(u, p.u_ambient));

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Train the FLARE surrogate of examples/nonlinear_petsc: the steady temperature of a strongly nonlinear
-heat-conduction problem (conductivity k_base (1 + (u/u_ref)^3), convection and radiation at the boundary)
-from the case's source, materials and ambient temperature.
+heat-conduction problem (conductivity k_base (1 + (u/u_ref)^3), tripled where the material melts around
+650 K; convection and radiation at the boundary) from the case's source, materials and ambient temperature.
 
 The data come from the example's own solver (nonlinear_generate: P1 FEM on the DMPlex mesh, Newton to
 ||F|| <= 1e-9), see share/models/nonlinear/README.md:
