@@ -67,8 +67,8 @@ struct Params {
 PetscErrorCode ParamsFromOptions(Params* p);
 
 // The ranges of the parameter study (README.md "The parameter study"): source position, strength and
-// width, ambient temperature, the two materials' conductivities. u_ref, h, emissivity and x_interface
-// are kept from `base`.
+// width, ambient temperature, the two materials' conductivities. u_ref, h, emissivity, x_interface and
+// the melting are kept from `base`.
 Params RandomParams(std::mt19937_64& gen, const Params& base);
 
 }  // namespace nonlinear_example
