@@ -118,6 +118,15 @@ TEST(GpuSphereTransformer, GoldenModelsWithinTheFloat32Bound) {
     for (float& v : shifted) v = 0.5f * v + 0.25f;
     device->forward(g.batch, shifted.data(), other.data());
     EXPECT_GT(max_diff(other, dev), 100 * tol) << name;
+    // The whole grid's band is planned once per batch size: one sample alone is the batch's first, and the
+    // batch again after it is what it was.
+    ASSERT_GT(g.batch, 1) << name;
+    std::vector<float> first(dev.size() / static_cast<std::size_t>(g.batch));
+    device->forward(1, g.rows.data(), first.data());
+    EXPECT_LE(max_diff(first, std::vector<float>(dev.begin(), dev.begin() + static_cast<std::ptrdiff_t>(first.size()))), tol)
+        << name;
+    device->forward(g.batch, g.rows.data(), again.data());
+    EXPECT_EQ(again, dev) << name;
   }
 }
 

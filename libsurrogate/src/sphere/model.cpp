@@ -128,21 +128,14 @@ class SphereTransformerModel final : public Model {
   }
 
  private:
-  /// The CUDA forward (cuda/transformer.hpp), fp32. One rank: the whole-grid device forward. Several ranks:
-  /// the plan's latitude bands on every rank's device. The device object (the weights on the device) is
-  /// built on the first call, and again when the device changes.
+  /// The CUDA forward (cuda/transformer.hpp), fp32: the plan's latitude bands (at one rank one band, the
+  /// whole grid) on every rank's device, with the exchanges the plan built once. The device object (the
+  /// weights on the device) is built on the first call, and again when the device changes.
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
-    const TransformerConfig& c = net_.config();
     check_fp32("sphere_transformer", options);
-    if (comm.size() > 1) {
-      collectively(comm, [&] { ensure_device(options.cuda_device); });
-      ThreadCount threads(options.threads);
-      device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
-      return;
-    }
-    ensure_device(options.cuda_device);
-    on_the_whole_grid(p.layout(), static_cast<index_t>(c.nlat) * c.nlon, c.in_chans, c.out_chans, io.in, io.ld_in,
-                      io.out, io.ld_out, [&](int batch, const float* in, float* out) { device_->forward(batch, in, out); });
+    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    ThreadCount threads(options.threads);
+    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
   }
 
   void ensure_device(int cuda_device) {

@@ -8,6 +8,7 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -46,6 +47,9 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
 
   const SphericalTransformer& net_;
   TransformerConfig cfg_;
+  SelfComm self_;                              // the whole-grid forward's one rank
+  int whole_batch_ = 0;                        // the batch whole_ was planned for (0: none yet)
+  std::optional<TransformerBands> whole_;      // its one band, planned once per batch size
   int device_ = -1;
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;  // the dense, norm and vector layers' weights
@@ -104,13 +108,15 @@ SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, co
 void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
   if (batch < 1 || !in || !out)
     throw Error(ErrorCode::invalid_argument, "sphere_transformer: CUDA forward needs batch >= 1 and host arrays");
-  const SelfComm self;
   const RowRange whole{0, static_cast<index_t>(batch) * cfg_.nlat * cfg_.nlon};
-  const std::int64_t first_row = 0;
-  const TransformerBands bands = net_.plan_bands(self, batch, balanced_bands(cfg_.nlat, 1),
-                                                 std::span<const RowRange>(&whole, 1),
-                                                 std::span<const std::int64_t>(&first_row, 1), whole.end);
-  run(self, bands.exchanges(), nullptr, in, cfg_.in_chans, whole.end, out, cfg_.out_chans);
+  if (!whole_ || whole_batch_ != batch) {  // host work only when the batch size changes
+    const std::int64_t first_row = 0;
+    whole_.reset();
+    whole_.emplace(net_.plan_bands(self_, batch, balanced_bands(cfg_.nlat, 1), std::span<const RowRange>(&whole, 1),
+                                   std::span<const std::int64_t>(&first_row, 1), whole.end));
+    whole_batch_ = batch;
+  }
+  run(self_, whole_->exchanges(), nullptr, in, cfg_.in_chans, whole.end, out, cfg_.out_chans);
 }
 
 void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchanges& bands, const ExchangePlan* outputs,

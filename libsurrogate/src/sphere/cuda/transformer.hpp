@@ -1,7 +1,7 @@
-// The SphericalTransformer forward on a CUDA device, FP32 (transformer.cpp, transformer_bands.cpp; CUDA
-// builds only): the stages of the CPU forward (transformer/network.cpp) on device arrays of embed_dim floats
-// per point, on one rank (forward) or in the latitude bands of a SpherePlan on several (forward_bands), with
-// either decoder. share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
+// The SphericalTransformer forward on a CUDA device, FP32 (transformer.cpp; CUDA builds only): the
+// stages of the CPU forward (transformer/network.cpp) on device arrays of embed_dim floats per point, on
+// the whole grid (forward) or in the latitude bands of a SpherePlan (forward_bands), with either decoder.
+// share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
 #pragma once
 
 #include <memory>
@@ -17,7 +17,8 @@ class SphereTransformerDeviceForward {
  public:
   virtual ~SphereTransformerDeviceForward() = default;
   /// SphericalTransformer::forward (whole grid, one rank) on host arrays: in batch*nlat*nlon x in_chans,
-  /// out batch*nlat*nlon x out_chans, channels last. Uploads, runs on the device, downloads, synchronizes.
+  /// out batch*nlat*nlon x out_chans, channels last. Uploads, runs on the device, downloads, synchronizes;
+  /// the whole grid's band is planned on the host once per batch size.
   virtual void forward(int batch, const float* in, float* out) = 0;
   /// Collective. SphericalTransformer::forward_bands with the plan's TransformerBands on the device of every
   /// rank: this rank's rows `in` (its pieces in the working order, in_chans values at row stride ld_in)
