@@ -47,22 +47,6 @@ void check_fp32(const std::string& what, const RunOptions& options) {
                                             precision_name(options.precision) + "' requested)");
 }
 
-/// One rank on a device: the working rows (every segment a whole sample) gathered into grid order,
-/// run(batch, grid_in, grid_out) on the whole grid, the rows back (cout values each).
-template <class Run>
-void on_the_whole_grid(const SampleLayout& layout, index_t points, int cin, int cout, const float* in, index_t ld_in,
-                       float* out, index_t ld_out, Run&& run) {
-  const index_t B = layout.num_samples();
-  std::vector<float> grid_in(static_cast<std::size_t>(B * points * cin)), grid_out(static_cast<std::size_t>(B * points * cout));
-  for (const auto& seg : layout.segments())
-    for (index_t p = 0; p < seg.end - seg.begin; ++p)
-      std::copy_n(in + (seg.begin + p) * ld_in, cin, grid_in.data() + (seg.sample * points + p) * cin);
-  run(static_cast<int>(B), grid_in.data(), grid_out.data());
-  for (const auto& seg : layout.segments())
-    for (index_t p = 0; p < seg.end - seg.begin; ++p)
-      std::copy_n(grid_out.data() + (seg.sample * points + p) * cout, cout, out + (seg.begin + p) * ld_out);
-}
-
 /// The part of a transformer's file its device forward reads (cuda/ops.cpp: the DISCO and attention weights
 /// in the file's layout, which the CPU operators keep only in their own packed forms); the rest (the MLP,
 /// norm and embedding weights, the DISCO tables) the device forward takes from the network, held once.
@@ -184,8 +168,8 @@ class S2LayerModel final : public Model {
   static constexpr bool kNeighborhood = std::is_same_v<Op, NeighborhoodAttentionS2>;
 
  public:
-  S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, index_t points, std::int64_t params)
-      : Model(f, in, out), setup_(std::move(setup)), points_(points), parameters_(params) {
+  S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, std::int64_t params)
+      : Model(f, in, out), setup_(std::move(setup)), parameters_(params) {
     attention_.op.template emplace<Op>(std::move(op));
   }
   index_t parameter_count() const override { return parameters_; }
@@ -225,19 +209,14 @@ class S2LayerModel final : public Model {
   }
 
  private:
-  /// The CUDA forward (cuda/layer.hpp), fp32. One rank: the device operator on the whole grid. Several
-  /// ranks: the plan's bands on every rank's device. The device object is built on the first call (and
-  /// again when the device changes); the device operator refuses the upsampling mode at construction.
+  /// The CUDA forward (cuda/layer.hpp), fp32: the plan's bands (one rank: one band, the whole grid) on
+  /// every rank's device, the rank's rows uploaded as they are. The device object is built on the first
+  /// call (and again when the device changes); the device operator refuses the upsampling mode at
+  /// construction.
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
     check_fp32(architecture(), options);
-    if (comm.size() > 1) {
-      collectively(comm, [&] { ensure_device(options.cuda_device); });
-      device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
-      return;
-    }
-    ensure_device(options.cuda_device);
-    on_the_whole_grid(p.layout(), points_, in_channels(), out_channels(), io.in, io.ld_in, io.out, io.ld_out,
-                      [&](int batch, const float* in, float* out) { device_->forward(batch, in, out); });
+    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
   }
 
   void ensure_device(int cuda_device) {
@@ -258,7 +237,6 @@ class S2LayerModel final : public Model {
   HostAttention attention_;  // the operator (Op)
   LayerSetup setup_;  // the configuration and weights the device operator uploads
   std::unique_ptr<S2LayerDeviceForward> device_;
-  index_t points_;
   std::int64_t parameters_;
 };
 
@@ -273,19 +251,16 @@ std::unique_ptr<Model> make_attention_model(const ModelFile& file) {
   LayerSetup s = layer_setup(file, false, false);
   AttentionS2 op(s.att, s.weights);
   const auto& c = op.config();
-  const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), std::move(s), in, out, points,
-                                                     count_parameters(file));
+  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), std::move(s), in, out, count_parameters(file));
 }
 
 std::unique_ptr<Model> make_neighborhood_attention_model(const ModelFile& file) {
   LayerSetup s = layer_setup(file, true, false);
   NeighborhoodAttentionS2 op(s.nbh, s.weights);
   const auto& c = op.config();
-  const index_t points = static_cast<index_t>(c.nlat_in) * c.nlon_in;
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), std::move(s), in, out, points,
+  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), std::move(s), in, out,
                                                                  count_parameters(file));
 }
 

@@ -1,5 +1,5 @@
-// The single-layer spherical models on a CUDA device (layer.hpp): the whole grid through the device
-// operator of surrogate/sphere/attention_device.hpp on the object's stream; the plan's latitude bands through
+// The single-layer spherical models on a CUDA device (layer.hpp): the device operator of
+// surrogate/sphere/attention_device.hpp on the object's stream, in the plan's latitude bands through
 // ../layer_program.hpp, the CPU model's forward, on SphereCudaOps (ops.hpp) and a DeviceRun (exec.hpp).
 #include "layer.hpp"
 
@@ -50,31 +50,10 @@ class S2LayerCuda final : public S2LayerDeviceForward {
         in_channels_ = c.in_channels;
         out_channels_ = c.out_channels;
         nlon_ = c.nlon_in;
-        points_ = static_cast<index_t>(c.nlat_in) * c.nlon_in;
       };
       if (op_.global) set(op_.global->host().config());
       else set(op_.neighborhood->host().config());
       stream_ = cu::Stream(device_);
-    } catch (...) {
-      surrogate::detail::raise_current_cuda_error(model_, device_);
-    }
-  }
-
-  void forward(int batch, const float* in, float* out) override {
-    if (batch < 1 || !in || !out)
-      throw Error(ErrorCode::invalid_argument, std::string(model_) + ": CUDA forward needs batch >= 1 and host arrays");
-    try {
-      cu::DeviceGuard guard(device_);
-      const std::size_t in_count = static_cast<std::size_t>(batch * points_ * in_channels_);
-      const std::size_t out_count = static_cast<std::size_t>(batch * points_ * out_channels_);
-      buffers_.in.resize(in_count, device_);
-      buffers_.out.resize(out_count, device_);
-      cudaStream_t s = stream_.get();
-      cu::copy_to_device(buffers_.in.data(), in, in_count * sizeof(float), s);
-      if (op_.global) op_.global->forward(batch, buffers_.in.data(), nullptr, nullptr, buffers_.out.data(), s);
-      else op_.neighborhood->forward(batch, buffers_.in.data(), nullptr, nullptr, buffers_.out.data(), s);
-      cu::copy_to_host(out, buffers_.out.data(), out_count * sizeof(float), s);
-      stream_.synchronize();
     } catch (...) {
       surrogate::detail::raise_current_cuda_error(model_, device_);
     }
@@ -96,7 +75,6 @@ class S2LayerCuda final : public S2LayerDeviceForward {
   const char* model_;
   int device_;
   int in_channels_ = 0, out_channels_ = 0, nlon_ = 0;
-  index_t points_ = 0;
   DeviceAttention op_;
   cu::Stream stream_;
   DeviceBuffers buffers_;

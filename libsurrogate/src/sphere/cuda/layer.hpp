@@ -1,6 +1,6 @@
 // The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, FP32
 // (CUDA builds only): self-attention on the model's grid with AttentionS2Device / NeighborhoodAttentionS2Device
-// on the object's stream, whole grid on one rank, the plan's latitude bands on several; the device
+// on the object's stream, in a plan's latitude bands (at one rank one band, the whole grid); the device
 // operators refuse the neighbourhood upsampling mode (Error(unsupported) at construction).
 // share/docs/sphere.md, "Latitude bands on a device".
 #pragma once
@@ -17,15 +17,12 @@ namespace surrogate::sphere {
 class S2LayerDeviceForward {
  public:
   virtual ~S2LayerDeviceForward() = default;
-  /// The operator's whole-grid self-attention on host arrays: in batch*nlat*nlon x in_channels, out
-  /// batch*nlat*nlon x out_channels, channels last. Uploads, runs on the device, downloads, synchronizes.
-  virtual void forward(int batch, const float* in, float* out) = 0;
   /// Collective. The plan's latitude bands (SpherePlan::layer) on the device of every rank: this rank's
   /// rows `in` (its pieces in the working order, in_channels values at row stride ld_in) uploaded, the
   /// query and key/value rows moved between the devices (ExchangePlan device moves through the comm's
   /// DeviceTransport), the operator's row-range forward, the output band moved back to the pieces'
-  /// rows and downloaded into `out` (out_channels values at row stride ld_out). Bitwise the rows forward()
-  /// gives; a failure on any rank is the same Error on every rank.
+  /// rows and downloaded into `out` (out_channels values at row stride ld_out). Bitwise the same rows at
+  /// any rank count; a failure on any rank is the same Error on every rank.
   virtual void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
                              index_t ld_out) = 0;
   virtual int device() const = 0;
