@@ -40,7 +40,7 @@ PetscErrorCode Generate(const char* path) {
   Problem problem;
   PetscCall(ProblemCreate(mesh, base, &problem));
   SNES snes;
-  PetscCall(CreateSNES(comm, problem, nullptr, atol, &snes, SNESLINESEARCHL2));  // bt stalls at the melting front
+  PetscCall(CreateSNES(comm, problem, nullptr, atol, &snes, {SNESLINESEARCHL2}));  // bt stalls at the melting front
   const auto nv = static_cast<hsize_t>(mesh.global_vertices), C = static_cast<hsize_t>(cases);
   PetscCall(PetscPrintf(comm, "generate: %" PetscInt_FMT " cases on %" PetscInt_FMT " vertices, Newton to ||F|| <= %g -> %s\n", cases,
                         mesh.global_vertices, static_cast<double>(atol), path));

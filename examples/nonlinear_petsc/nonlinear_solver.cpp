@@ -162,7 +162,7 @@ PetscErrorCode FormJacobian(SNES, Vec u, Mat jacobian, Mat preconditioner, void*
 }
 
 PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
-                          SNESLineSearchType linesearch) {
+                          const RunDefaults& defaults) {
   KSP ksp;
   PC pc;
   Vec f;
@@ -177,12 +177,14 @@ PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, P
   PetscCall(SNESSetTolerances(*snes, atol, 0.0, 0.0, 200, 100000));  // a few cases creep at the melting front
   PetscCall(SNESGetKSP(*snes, &ksp));
   PetscCall(KSPSetType(ksp, KSPGMRES));
+  PetscCall(KSPSetTolerances(ksp, defaults.ksp_rtol, PETSC_DEFAULT, PETSC_DEFAULT, PETSC_DEFAULT));
   PetscCall(KSPGetPC(ksp, &pc));
   PetscCall(PCSetType(pc, PCGAMG));
-  if (linesearch) {
+  PetscCall(SNESSetLagPreconditioner(*snes, defaults.lag_preconditioner));
+  if (defaults.linesearch) {
     SNESLineSearch ls;
     PetscCall(SNESGetLineSearch(*snes, &ls));
-    PetscCall(SNESLineSearchSetType(ls, linesearch));
+    PetscCall(SNESLineSearchSetType(ls, defaults.linesearch));
   }
   PetscCall(SNESSetFromOptions(*snes));
   PetscFunctionReturn(0);
@@ -193,12 +195,7 @@ PetscErrorCode CreateRunSNES(MPI_Comm comm, Problem& problem, const char* run_pr
   PetscFunctionBeginUser;
   // The run's defaults as what the common options (-snes_linesearch_type ...) start from, then the run's
   // own options on top: SNESSetFromOptions keeps what they do not name.
-  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes, defaults.linesearch));
-  KSP ksp;
-  PetscCall(SNESGetKSP(*snes, &ksp));
-  PetscCall(KSPSetTolerances(ksp, defaults.ksp_rtol, PETSC_DEFAULT, PETSC_DEFAULT, PETSC_DEFAULT));
-  PetscCall(SNESSetLagPreconditioner(*snes, defaults.lag_preconditioner));
-  PetscCall(SNESSetFromOptions(*snes));  // the common -snes_*, -ksp_* options still override
+  PetscCall(CreateSNES(comm, problem, nullptr, atol, snes, defaults));
   PetscCall(SNESSetOptionsPrefix(*snes, run_prefix));
   PetscCall(SNESSetFromOptions(*snes));
   PetscFunctionReturn(0);

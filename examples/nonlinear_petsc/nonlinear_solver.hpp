@@ -43,22 +43,22 @@ PetscErrorCode ProblemSetLoad(Problem* problem, const std::function<double(doubl
 PetscErrorCode FormFunction(SNES snes, Vec u, Vec f, void* ctx);
 PetscErrorCode FormJacobian(SNES snes, Vec u, Mat jacobian, Mat preconditioner, void* ctx);
 
-/// Collective. A SNES for the problem: Newton with a backtracking line search (newtonls), GMRES with
-/// algebraic multigrid (GAMG), converged when ||F(u)||_2 <= atol (rtol and stol 0: both runs of the
-/// example stop at the same residual whatever their start); options with `prefix` override
-/// (-snes_*, -ksp_*, -pc_*). `linesearch`, when given, replaces newtonls' default (bt) before the options.
-PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
-                          SNESLineSearchType linesearch = nullptr);
 /// SNESSetLagPreconditioner's lag L rebuilds the preconditioner at a solve's Newton steps 0, L, 2L, ...;
 /// beyond the iteration limit (200) it is built once per solve, at its first step, and kept.
 constexpr PetscInt kLagOncePerSolve = 1000;
 /// A run's defaults, which its options override: the line search, the preconditioner's lag (1: rebuilt
 /// at every Newton step, PETSc's default) and GMRES's relative tolerance in each Newton step.
 struct RunDefaults {
-  SNESLineSearchType linesearch;
+  SNESLineSearchType linesearch = nullptr;
   PetscInt lag_preconditioner = 1;
   PetscReal ksp_rtol = 1e-5;  // PETSc's default
 };
+/// Collective. A SNES for the problem: Newton (newtonls) with `defaults`' line search (nullptr: newtonls'
+/// bt), GMRES with algebraic multigrid (GAMG), converged when ||F(u)||_2 <= atol (rtol and stol 0: both runs
+/// of the example stop at the same residual whatever their start); options with `prefix` override
+/// (-snes_*, -ksp_*, -pc_*) `defaults` and the rest.
+PetscErrorCode CreateSNES(MPI_Comm comm, Problem& problem, const char* prefix, PetscReal atol, SNES* snes,
+                          const RunDefaults& defaults = {});
 /// Collective. CreateSNES for one run of a comparison: the run's defaults, then the common options
 /// (-snes_*, -ksp_*, -pc_*), then the run's own (-<run_prefix>snes_*, ...), which override them for this
 /// SNES alone.

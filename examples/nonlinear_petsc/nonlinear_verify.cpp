@@ -54,7 +54,7 @@ PetscErrorCode Verify(MPI_Comm comm, bool* passed) {
     PetscCall(heat::MeshCreate(comm, 8, 8, 1.0, 1.0, refine, &mesh));
     PetscCall(ProblemCreate(mesh, p, &problem));
     PetscCall(ProblemSetLoad(&problem, q, g));
-    PetscCall(CreateSNES(comm, problem, "verify_", 1e-9, &snes, SNESLINESEARCHL2));
+    PetscCall(CreateSNES(comm, problem, "verify_", 1e-9, &snes, {SNESLINESEARCHL2}));
     PetscCall(heat::MeshCreateVec(mesh, &u));
     PetscCall(VecDuplicate(u, &d));
     PetscCall(VecSet(u, p.u_ambient));
