@@ -62,18 +62,25 @@ int main(int argc, char** argv) {
       }
       for (float& v : x) v = normal(gen);
     }
-    // 2. The geometry (host), timed apart; the official forward builds it in every call.
+    // 2. The geometry on the host (the CPU forward's) and on the device (a device run's plan), timed apart;
+    // the official forward builds it in every call. The device's must be the host's, bit for bit.
     auto geometry = [&](hept::Geometry& g) {
       hept::quantile_bins<float>(cfg, net.regions(), coords.data(), {hits}, g);
       hept::finish_geometry(cfg, {0}, g);
     };
     hept::Geometry g;
     const double geometry_ms = bench_io::best_ms(1, [&] { geometry(g); });
+    const auto forward = hept::gpu::make_cuda_forward(net, device);
+    auto device_geometry = forward->build_geometry(coords.data(), {hits}, {0});  // warm-up (allocations)
+    const hept::Geometry back = device_geometry->download();
+    const bool plan_identical = back.region_eta == g.region_eta && back.region_phi == g.region_phi &&
+                                back.codes == g.codes && back.pad_sort_order == g.pad_sort_order &&
+                                back.pad_seq == g.pad_seq && back.unpad == g.unpad && back.padded_codes == g.padded_codes;
+    const double plan_ms = bench_io::best_ms(repeats, [&] { device_geometry = forward->build_geometry(coords.data(), {hits}, {0}); });
     // 3. Both forwards; the outputs compared before any timing.
     const int od = cfg.out_dim();
     std::vector<float> cpu(static_cast<std::size_t>(hits * od)), gpu(cpu.size());
-    const auto forward = hept::gpu::make_cuda_forward(net, device);
-    forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr);  // warm-up (allocations)
+    forward->forward(*device_geometry, x.data(), gpu.data(), nullptr);  // warm-up (allocations)
     net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
     // Both float32 forwards against the CPU's float64 one (the precision an ill-conditioned checkpoint needs):
     // the largest difference and the share of hits whose row is within 1e-3 max|y| of it.
@@ -100,20 +107,21 @@ int main(int argc, char** argv) {
     const double gpu_agree = against_fp64(gpu, gpu_diff), cpu_agree = against_fp64(cpu, cpu_diff);
     if (from_files) bench_io::write_array(source + "/surrogate_out.f32", gpu);
     const double gpu_ms =
-        bench_io::best_ms(repeats, [&] { forward->forward(g, x.data(), coords.data(), gpu.data(), nullptr); });
+        bench_io::best_ms(repeats, [&] { forward->forward(*device_geometry, x.data(), gpu.data(), nullptr); });
     const double full_ms = bench_io::best_ms(repeats, [&] {  // what the official forward does in every call
-      hept::Geometry gr;
-      geometry(gr);
-      forward->forward(gr, x.data(), coords.data(), gpu.data(), nullptr);
+      const auto fresh = forward->build_geometry(coords.data(), {hits}, {0});
+      forward->forward(*fresh, x.data(), gpu.data(), nullptr);
     });
     const double cpu_ms = bench_io::best_ms(std::min(repeats, 2), [&] {
       net.forward(g, x.data(), coords.data(), cpu.data(), nullptr, nullptr, threads);
     });
-    std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"geometry_ms\": %.3f, "
+    std::printf("{\"hits\": %ld, \"device\": %d, \"cpu_threads\": %d, \"plan_identical\": %s, "
+                "\"geometry_ms\": %.3f, \"device_plan_ms\": %.3f, "
                 "\"gpu_forward_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
                 "\"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "
                 "\"gpu_agree_fp64\": %.5f, \"cpu_max_diff_fp64\": %.4g, \"cpu_agree_fp64\": %.5f}\n",
-                hits, device, threads, geometry_ms, gpu_ms, full_ms, cpu_ms, cpu_ms / gpu_ms, max_y, gpu_diff,
+                hits, device, threads, plan_identical ? "true" : "false", geometry_ms, plan_ms, gpu_ms, full_ms, cpu_ms,
+                cpu_ms / gpu_ms, max_y, gpu_diff,
                 gpu_agree, cpu_diff, cpu_agree);
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "hept_gpu_bench: %s\n", e.what());

@@ -114,9 +114,9 @@ __global__ void __launch_bounds__(kThreads) key_kernel(const LshKeyArgs a) {
     a.pq[i] = a.pk[i] = INFINITY;
     return;
   }
-  const float d = a.delta[r];
-  float shift = __fmul_rn(a.a[i], d);
-  if (a.factor) shift = __fadd_rn(__fmul_rn(shift, a.factor[r]), __fmul_rn(a.b[i], d));
+  const float d = __fsub_rn(a.hi[r], a.lo[r]);
+  float shift = __fmul_rn(static_cast<float>(a.a[i]), d);
+  if (a.factor) shift = __fadd_rn(__fmul_rn(shift, a.factor[r]), __fmul_rn(static_cast<float>(a.b[i]), d));
   a.pq[i] = __fadd_rn(a.pq[i], shift);
   a.pk[i] = __fadd_rn(a.pk[i], shift);
 }
@@ -152,8 +152,8 @@ void lsh_ranges(int rows, index_t points, const float* pq, const float* pk, floa
 void lsh_keys(const LshKeyArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, lsh_keys(a, stream));
   if (a.rows == 0 || a.points == 0) return;
-  require(a.rows > 0 && a.points > 0 && a.delta && a.a && (!a.factor || a.b), "lsh_keys",
-          "need rows, points > 0, delta, a, and b with factor");
+  require(a.rows > 0 && a.points > 0 && a.lo && a.hi && a.a && (!a.factor || a.b), "lsh_keys",
+          "need rows, points > 0, lo, hi, a, and b with factor");
   launch(key_kernel, blocks_for("lsh_keys", static_cast<index_t>(a.rows) * a.points, kThreads), kThreads, 0, stream, a);
   check_launch("key_kernel");
 }

@@ -9,9 +9,13 @@
 #include <string>
 #include <vector>
 
+#include <random>
+
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
+#include "hept/cuda/device.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
 
 namespace {
@@ -78,6 +82,94 @@ TEST(GpuHept, BothLayoutsMatchTheOfficialFloat32Runs) {
     const std::vector<float> cpu = c.predict(-1);
     EXPECT_LT(relative_error(device, std::vector<double>(cpu.begin(), cpu.end())), 4e-5);
     EXPECT_EQ(c.predict(surrogate::testing::test_device()), device) << "a second device forward differs";
+  }
+}
+
+// The plan's geometry built on the device (DeviceForward::build_geometry) against the CPU's quantile_bins
+// <float> and finish_geometry: every array bit for bit. Graphs of several sizes (at and past the block
+// size, padded by duplicates), coordinates drawn from a few values (ties in every sort), signed zeros,
+// both layouts, and regions of one point each (codes past 2^24: the double sort keys).
+TEST(GpuHept, DevicePlanIsTheCpuPlanBitForBit) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  namespace hept = surrogate::hept;
+  for (const std::string name : {"example_small", "src_small"}) {
+    for (const bool fine_regions : {false, true}) {
+      SCOPED_TRACE(name + (fine_regions ? ", a region per point" : ""));
+      surrogate::ModelFile file = surrogate::ModelFile::read(std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_" + name + ".h5");
+      const hept::Config cfg = hept::Config::from_attributes(file.config);
+      const bool src = cfg.layout == hept::Config::Layout::src;
+      if (fine_regions)
+        for (float& r : file.weights.at("regions").values) r = 4100.0f;
+      const hept::Network<float> net(file, cfg);
+      const auto forward = hept::gpu::make_cuda_forward(net, surrogate::testing::test_device());
+      const std::vector<std::int64_t> sizes = src ? std::vector<std::int64_t>{fine_regions ? 4100 : 333}
+                                                  : std::vector<std::int64_t>{32, 300, 97, fine_regions ? 4100 : 64};
+      const std::vector<std::int64_t> ids = src ? std::vector<std::int64_t>{0} : std::vector<std::int64_t>{0, 3, 4, 9};
+      std::int64_t n = 0;
+      for (const std::int64_t size : sizes) n += size;
+      std::mt19937 gen(11);
+      std::uniform_int_distribution<int> level(-3, 3);
+      std::uniform_real_distribution<float> uniform(-4.0f, 4.0f);
+      std::vector<float> coords(static_cast<std::size_t>(n * cfg.coords_dim));
+      for (std::int64_t i = 0; i < n; ++i)
+        for (int c = 0; c < cfg.coords_dim; ++c)  // eta and phi from 7 levels in every other graph point; -0 for +0
+          coords[static_cast<std::size_t>(i * cfg.coords_dim + c)] =
+              c < 2 && i % 2 == 0 ? (level(gen) == 0 ? (i % 4 == 0 ? -0.0f : 0.0f) : 0.5f * static_cast<float>(level(gen)))
+                                  : uniform(gen);
+      hept::Geometry want;
+      hept::quantile_bins<float>(cfg, net.regions(), coords.data(), sizes, want);
+      hept::finish_geometry(cfg, ids, want);
+      const auto built = forward->build_geometry(coords.data(), sizes, ids);
+      EXPECT_EQ(built->points(), n);
+      EXPECT_EQ(built->padded_points(), want.padded_points());
+      const hept::Geometry got = built->download();
+      EXPECT_EQ(got.sizes, want.sizes);
+      EXPECT_EQ(got.padded_sizes, want.padded_sizes);
+      EXPECT_EQ(got.bin_eta, want.bin_eta);
+      EXPECT_EQ(got.bin_phi, want.bin_phi);
+      EXPECT_EQ(got.bits_eta, want.bits_eta);
+      EXPECT_EQ(got.bits_code1, want.bits_code1);
+      EXPECT_TRUE(got.region_eta == want.region_eta) << "region_eta";
+      EXPECT_TRUE(got.region_phi == want.region_phi) << "region_phi";
+      EXPECT_TRUE(got.codes == want.codes) << "codes";
+      EXPECT_EQ(got.pad_sort_order, want.pad_sort_order);
+      EXPECT_EQ(got.pad_seq, want.pad_seq);
+      EXPECT_EQ(got.unpad, want.unpad);
+      EXPECT_TRUE(got.padded_codes == want.padded_codes) << "padded_codes";
+      if (fine_regions && !src) {
+        std::int64_t most = 0;
+        for (const std::int64_t c : want.codes) most = std::max(most, c);
+        EXPECT_GE(most, std::int64_t{1} << 24) << "the case meant to need the double sort keys does not";
+      }
+      if (fine_regions) continue;
+      // The forward on the device's plan is the forward on the CPU's plan uploaded.
+      std::vector<float> x(static_cast<std::size_t>(n * cfg.in_dim));
+      for (float& v : x) v = uniform(gen);
+      std::vector<float> on_built(static_cast<std::size_t>(n * cfg.out_dim())), on_uploaded(on_built.size());
+      forward->forward(*built, x.data(), on_built.data(), nullptr);
+      forward->forward(*forward->upload_geometry(want, coords.data(), n), x.data(), on_uploaded.data(), nullptr);
+      EXPECT_EQ(on_built, on_uploaded);
+    }
+  }
+}
+
+// The CPU's errors, from the device plan: a graph below the block size, before anything runs.
+TEST(GpuHept, DevicePlanRefusesWhatTheCpuPlanRefuses) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  namespace hept = surrogate::hept;
+  const surrogate::ModelFile file =
+      surrogate::ModelFile::read(std::string(SURROGATE_TEST_DATA_DIR) + "/hept/hept_example_small.h5");
+  const hept::Config cfg = hept::Config::from_attributes(file.config);
+  const hept::Network<float> net(file, cfg);
+  const auto forward = hept::gpu::make_cuda_forward(net, surrogate::testing::test_device());
+  const std::vector<float> coords(static_cast<std::size_t>(50 * cfg.coords_dim), 1.0f);
+  try {
+    forward->build_geometry(coords.data(), {32, 18}, {0, 7});
+    FAIL() << "a graph of 18 points was accepted";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+    EXPECT_NE(std::string(e.what()).find("hept: graph 7 has 18 points, fewer than the block size 32"), std::string::npos)
+        << e.what();
   }
 }
 

@@ -2,7 +2,8 @@
 // whole graphs on their owner ranks, and with fewer graphs than ranks the graphs split over the ranks'
 // devices (buckets sorted over the ranks, their rows moved between the devices), for graphs dealt to
 // ranks, points dealt round robin and everything on the last rank (empty ranks); the src layout split;
-// a launch failure on one rank, also inside the split bucket stage, is the same error on every rank.
+// a launch failure on one rank, also in the plan's geometry or inside the split bucket stage, is the same
+// error on every rank.
 #include <gtest/gtest.h>
 #include <mpi.h>
 
@@ -111,9 +112,10 @@ TEST(GpuHeptMpi, SrcLayoutSplitOverDevicesIsTheOneProcessForward) {
   }
 }
 
-// A kernel launch failing on the last rank in the middle of the forward (its tenth launch: inside the
-// first block) is the same Error on every rank, the failing rank's; nothing hangs, and the next call gives
-// the one-process bits.
+// A kernel launch failing on the last rank is the same Error on every rank, the failing rank's, wherever it
+// fails: in the plan's geometry on the device before its first maxima over the ranks (launch 1: the axis
+// keys; 4: the regions), between them (6: the codes), after them (10: the tags), or in the forward's
+// first block (20); nothing hangs, and the next call gives the one-process bits.
 TEST(HeptMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   SURROGATE_HOST_BACKEND_ONLY();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
@@ -123,16 +125,18 @@ TEST(HeptMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   const auto owner = [&](std::int64_t i) { return static_cast<int>(b.graph[static_cast<std::size_t>(i)] % comm.size()); };
   std::vector<std::int64_t> all, mine;
   const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(host_backend::kDevice), all);
-  if (comm.rank() == comm.size() - 1) host_backend::fail_after = 10;
-  try {
-    predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
-    ADD_FAILURE() << "rank " << comm.rank() << ": no error";
-  } catch (const surrogate::Error& e) {
-    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
-    EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("hept: CUDA device cuda-emulated"), std::string::npos) << e.what();
+  for (const int n : {1, 4, 6, 10, 20}) {
+    if (comm.rank() == comm.size() - 1) host_backend::fail_after = n;
+    try {
+      predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
+      ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << e.what();
+      EXPECT_NE(std::string(e.what()).find("hept: CUDA device cuda-emulated"), std::string::npos) << e.what();
+    }
+    host_backend::fail_after = 0;
   }
-  host_backend::fail_after = 0;
   const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
   expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failure");
 }

@@ -183,6 +183,8 @@ class Network {
   const Linear& mlp(int j) const { return mlp_[j]; }
   const Norm& mlp_norm(int j) const { return mlp_norms_[j]; }
   const Linear& out_proj() const { return out_proj_; }
+  /// Pileup: pids_enc.weight (kPidClasses x kPidEmbedding); empty otherwise.
+  const std::vector<float>& particle_embedding() const { return pids_; }
 
  private:
   Config cfg_;

@@ -169,6 +169,8 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
     comm.allreduce(std::span<float>(hi), ReduceOp::max);
   };
   const int od = cfg_.out_dim();
+  // One process: the ranges stay on the device (no host round trip per layer).
+  const auto* ranges = comm.size() > 1 ? &range : nullptr;
   const auto run_agreed = [&](auto&& step) {
     Status status;
     try {
@@ -179,26 +181,41 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
     }
     comm.agree_or_throw(status);
   };
+  // The plan's geometry on this device: built there (or uploaded, for split graphs) by the first device
+  // forward on the plan, then kept with it. Whether to build is agreed, since building is collective.
+  std::unique_ptr<gpu::DeviceGeometry>& kept = plan.device_geometry();
+  const bool build = comm.allreduce<int>(!kept || kept->device() != device_->device() ? 1 : 0, ReduceOp::max) != 0;
+  if (build) kept.reset();
   if (plan.split()) {
     const SplitGraphs& split = plan.split_graphs();
     const Geometry& g = split.geometry_of(false);
     const auto np = static_cast<std::size_t>(g.padded_points());
+    if (build)
+      run_agreed([&] { kept = device_->upload_geometry(g, split.coords(false).data(), static_cast<std::int64_t>(np)); });
     std::vector<float> x(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(cfg_.in_dim));
     split.inputs(false, io.in, io.ld_in, cfg_.in_dim, x.data());
     std::vector<float> out(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
     const gpu::SplitStage stage{&comm, &split};
-    run_agreed([&] { device_->forward(g, x.data(), split.coords(false).data(), out.data(), &range, &stage); });
+    run_agreed([&] { device_->forward(*kept, x.data(), out.data(), ranges, &stage); });
     const std::vector<float> y = unpadded_rows(g, out, od);
     split.outputs().backward(y.data(), od, io.out, io.ld_out, od);
     return;
+  }
+  if (build) {
+    // finish_geometry's maxima over the ranks; a rank that failed before them hands in -1 (geometry.hpp).
+    const gpu::ReduceMax reduce_max = [&comm](std::vector<std::int64_t>& v) {
+      const bool failed = std::any_of(v.begin(), v.end(), [](std::int64_t b) { return b < 0; });
+      if (comm.allreduce<int>(failed ? 1 : 0, ReduceOp::max) != 0) throw FailedElsewhere{};
+      comm.allreduce(std::span<std::int64_t>(v), ReduceOp::max);
+    };
+    run_agreed([&] { kept = device_->build_geometry(plan.coords().data(), plan.sizes(), plan.graph_ids(), reduce_max); });
   }
   ExchangePlan& rows = plan.owners().rows_plan();
   const auto m = static_cast<std::size_t>(plan.owners().rows());
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(cfg_.in_dim));
   rows.forward(io.in, io.ld_in, x.data(), cfg_.in_dim, cfg_.in_dim);
   std::vector<float> y(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
-  const Geometry& g = plan.geometry_of(false, comm);
-  run_agreed([&] { device_->forward(g, x.data(), plan.coords().data(), y.data(), &range); });
+  run_agreed([&] { device_->forward(*kept, x.data(), y.data(), ranges); });
   rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 

@@ -43,7 +43,6 @@ Plan::Plan(const Comm& comm, Basis basis, const Config& cfg, const std::vector<f
     sizes_.push_back(o.end - o.begin);
     ids_.push_back(o.sample);
   }
-  build_geometry<float>(comm, geometry32_);
 }
 
 template <class T>
@@ -56,12 +55,14 @@ void Plan::build_geometry(const Comm& comm, Geometry& g) const {
 }
 
 const Geometry& Plan::geometry_of(bool fp64, const Comm& comm) {
-  if (!fp64) return geometry32_;
-  if (!have64_) {
-    build_geometry<double>(comm, geometry64_);
-    have64_ = true;
+  bool& have = fp64 ? have64_ : have32_;
+  Geometry& g = fp64 ? geometry64_ : geometry32_;
+  if (!have) {
+    if (fp64) build_geometry<double>(comm, g);
+    else build_geometry<float>(comm, g);
+    have = true;
   }
-  return geometry64_;
+  return g;
 }
 
 }  // namespace surrogate::hept

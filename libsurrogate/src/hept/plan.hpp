@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "../exchange/sample_owners.hpp"
+#include "cuda/device.hpp"
 #include "split_graphs.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
@@ -32,9 +33,15 @@ class Plan final : public surrogate::Plan {
   detail::SampleOwners& owners() { return owners_; }
   /// Coordinates of the owned samples' points in owner order (points x coords_dim).
   const std::vector<float>& coords() const { return coords_; }
-  /// The owned samples' geometry in the forward's arithmetic; float64's is built at its first use, a
-  /// collective step (every rank runs the same precision in a forward).
+  /// The owned samples' geometry in the forward's arithmetic, built at its first use on the CPU: a
+  /// collective step (every rank runs the same precision and device in a forward).
   const Geometry& geometry_of(bool fp64, const Comm& comm);
+  /// The owned samples' sizes and batch numbers (the graphs of coords()).
+  const std::vector<std::int64_t>& sizes() const { return sizes_; }
+  const std::vector<std::int64_t>& graph_ids() const { return ids_; }
+  /// The geometry a device forward built or uploaded for this plan (null until then; kept with the plan,
+  /// so that a forward on an unchanged plan builds nothing).
+  std::unique_ptr<gpu::DeviceGeometry>& device_geometry() { return device_geometry_; }
   /// The CPU forward's work arrays in arithmetic T, kept with the plan (taken at the first forward).
   template <class T>
   ForwardWork<T>& work() {
@@ -52,7 +59,8 @@ class Plan final : public surrogate::Plan {
   std::vector<float> coords_;
   std::vector<std::int64_t> sizes_, ids_;  // the owned samples' sizes and batch numbers
   Geometry geometry32_, geometry64_;
-  bool have64_ = false;
+  bool have32_ = false, have64_ = false;
+  std::unique_ptr<gpu::DeviceGeometry> device_geometry_;
   ForwardWork<float> work32_;
   ForwardWork<double> work64_;
   std::unique_ptr<SplitGraphs> split_;

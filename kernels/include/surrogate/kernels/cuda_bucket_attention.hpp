@@ -114,14 +114,17 @@ void lsh_projections(const LshProjectionArgs& a, cudaStream_t stream);
 void lsh_ranges(int rows, index_t points, const float* pq, const float* pk, float* lo, float* hi, cudaStream_t stream);
 
 /// The sort keys, in place: row r, point p of pq and pk becomes +inf where pad[p] != 0, else
-/// key + s with s = a[r points + p] delta[r], or with `factor` (src) s = (a delta[r]) factor[r] + b delta[r]
-/// (each operation rounded on its own, as the CPU forward). a, b: region codes or indices as floats.
+/// key + s with s = a[r points + p] delta, or with `factor` (src) s = (a delta) factor[r] + b delta, where
+/// delta = hi[r] - lo[r] (the row's range, lsh_ranges' or reduced over ranks)
+/// (each operation rounded on its own, as the CPU forward). a, b: the plan's region codes (example) or
+/// region indices (src), each rounded to the nearest float as the CPU forward converts them.
 struct LshKeyArgs {
   int rows = 0;
   index_t points = 0;
-  const float* delta = nullptr;   // rows
-  const float* a = nullptr;       // rows x points
-  const float* b = nullptr;       // rows x points (with factor)
+  const float* lo = nullptr;            // rows
+  const float* hi = nullptr;            // rows
+  const std::int64_t* a = nullptr;      // rows x points
+  const std::int64_t* b = nullptr;      // rows x points (with factor)
   const float* factor = nullptr;  // rows, or nullptr
   const std::uint8_t* pad = nullptr;  // points flags, or nullptr
   float* pq = nullptr;

@@ -1,8 +1,9 @@
 // HEPT's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
-// detail::refuse_without_cuda_backend): the weights uploaded once, the geometry built on the host as for
-// the CPU forward, every layer on the device. share/docs/hept.md, "On a CUDA device".
+// detail::refuse_without_cuda_backend): the weights uploaded once, the plan's geometry built on the device
+// (the CPU's bits) and kept there, every layer on the device. share/docs/hept.md, "On a CUDA device".
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -27,16 +28,45 @@ struct SplitStage {
   const SplitGraphs* graphs = nullptr;
 };
 
+/// A batch's geometry on a device: the padded rows, their region codes (or src's region indices), their
+/// coordinates, and which padded row answers each input row. Made by a DeviceForward of that device.
+class DeviceGeometry {
+ public:
+  virtual ~DeviceGeometry() = default;
+  virtual int device() const = 0;
+  /// Input rows (the rows of a forward's x and out) and padded rows.
+  virtual std::int64_t points() const = 0;
+  virtual std::int64_t padded_points() const = 0;
+  /// The geometry copied back to the host, for tests: every field the device holds (a geometry built on
+  /// the device: all of Geometry's).
+  virtual Geometry download() const = 0;
+};
+
+/// finish_geometry's maxima over the ranks (in place). On the device it is called with -1 in every value
+/// when this rank failed before it, so that the caller can stop every rank there.
+using ReduceMax = std::function<void(std::vector<std::int64_t>&)>;
+
 class DeviceForward {
  public:
   virtual ~DeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
-  /// Network<float>::forward on the device, host arrays in and out (the same arguments; `range` is called
-  /// once per layer, also with no points, since it is collective over the ranks). With `split`, g, x and
-  /// coords are this rank's padded rows of SplitGraphs and the bucket stage is collective: an error of one
-  /// rank there is agreed (the same Error on every rank).
-  virtual void forward(const Geometry& g, const float* x, const float* coords, float* out,
+  /// quantile_bins<float> and finish_geometry on the device, bit for bit: the graphs `sizes` (consecutive
+  /// rows of `coords`, host, points x coords_dim) with batch numbers `graph_ids`; `reduce_max` as
+  /// finish_geometry's (collective: called on every rank, also after a failure here). The same Errors
+  /// as the CPU's for sizes and regions, before anything is enqueued.
+  virtual std::unique_ptr<DeviceGeometry> build_geometry(const float* coords, const std::vector<std::int64_t>& sizes,
+                                                         const std::vector<std::int64_t>& graph_ids,
+                                                         const ReduceMax& reduce_max = {}) = 0;
+  /// A geometry built on the host (the split graphs' rows) and its `inputs` input rows' coordinates.
+  virtual std::unique_ptr<DeviceGeometry> upload_geometry(const Geometry& g, const float* coords,
+                                                          std::int64_t inputs) = 0;
+  /// Network<float>::forward on the device: x (host, g.points() x in_dim) in, out (host, g.points() x
+  /// out_dim) out, the padded rows and their coordinates those of `g`. `range` is called once per layer,
+  /// also with no points, since it is collective over the ranks. With `split`, g is this rank's padded
+  /// rows of SplitGraphs (upload_geometry) and the bucket stage is collective: an error of one rank there
+  /// is agreed (the same Error on every rank).
+  virtual void forward(const DeviceGeometry& g, const float* x, float* out,
                        const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                        const SplitStage* split = nullptr) = 0;
 };

@@ -1,8 +1,8 @@
 // HEPT's float32 forward on a CUDA device (device.hpp): network.cpp's stages on device arrays, one call
 // per layer (device/layers.hpp), the LSH projections, keys, bucket sorts and bucket attention of
-// surrogate/kernels/cuda_bucket_attention.hpp. The projection ranges go through the host (the caller's
-// `range` reduces them over the ranks); split graphs sort on the host (split_buckets). share/docs/hept.md,
-// "On a CUDA device".
+// surrogate/kernels/cuda_bucket_attention.hpp, on the padded rows of a plan's device geometry
+// (geometry.hpp). The projection ranges go through the host (the caller's `range` reduces them over the
+// ranks); split graphs sort on the host (split_buckets). share/docs/hept.md, "On a CUDA device".
 #include "device.hpp"
 
 #include <cuda_runtime_api.h>
@@ -17,11 +17,13 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
 #include "../split_graphs.hpp"
+#include "geometry.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
+#include "surrogate/kernels/cuda_hept_plan.hpp"
 
 namespace surrogate::hept::gpu {
 namespace {
@@ -42,7 +44,11 @@ class CudaForward final : public DeviceForward {
  public:
   CudaForward(const Network<float>& net, int device);
   int device() const override { return device_; }
-  void forward(const Geometry& g, const float* x, const float* coords, float* out,
+  std::unique_ptr<DeviceGeometry> build_geometry(const float* coords, const std::vector<std::int64_t>& sizes,
+                                                 const std::vector<std::int64_t>& graph_ids,
+                                                 const ReduceMax& reduce_max) override;
+  std::unique_ptr<DeviceGeometry> upload_geometry(const Geometry& g, const float* coords, std::int64_t inputs) override;
+  void forward(const DeviceGeometry& g, const float* x, float* out,
                const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                const SplitStage* split) override;
 
@@ -52,7 +58,7 @@ class CudaForward final : public DeviceForward {
     Dense wq, wk, wv, out_linear, ff0, ff2;
     std::size_t alpha = 0, scale = 0;
   };
-  void run(const Geometry& g, const float* x, const float* coords, float* out,
+  void run(const PlanRows& g, const float* x, float* out,
            const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split);
   void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
@@ -75,18 +81,15 @@ class CudaForward final : public DeviceForward {
   Dense enc0_, enc2_, head_, mlp_[5], out_proj_;
   Norm mlp_norms_[4];
   std::vector<Layer> layers_;
+  std::size_t pids_ = 0;  // pileup: the particle-id embedding (kPidClasses x kPidEmbedding)
   // Work arrays, grown to the largest batch seen.
-  cu::DeviceBuffer<float> xp_, cp_, cat_, hid_, xn_, q_, k_, v_, qh_, kh_, pq_, pk_, attn_, lo_, hi_, delta_, a_, b_,
-      factor_, work_, eh_, ha_, hb_, res_, fin_;
-  cu::DeviceBuffer<std::uint8_t> zero_;
-  cu::DeviceBuffer<std::int64_t> first_, perm_q_, perm_k_;
+  cu::DeviceBuffer<float> x_, xp_, cat_, hid_, xn_, q_, k_, v_, qh_, kh_, pq_, pk_, attn_, lo_, hi_, factor_,
+      work_, eh_, ha_, hb_, res_, fin_, out_rows_;
+  cu::DeviceBuffer<std::int64_t> perm_q_, perm_k_;
   cu::SegmentSortWork sort_work_;
   // The split bucket stage: keys on the host, values by head, every slot's rows and sums, each table's sums
   // at the queries' rows, the slots' identity order.
   std::vector<float> keys_q_, keys_k_;
-  // Host staging of the inputs and outputs, kept between forwards (no fresh pages for every event).
-  std::vector<float> xp_host_, cp_host_, a_host_, b_host_, out_host_;
-  std::vector<std::uint8_t> zero_host_;
   cu::DeviceBuffer<float> vt_, slot_q_, slot_k_, slot_v_, slot_num_, slot_den_, slot_work_, num_all_, den_all_;
   cu::DeviceBuffer<std::int64_t> identity_;
 };
@@ -126,6 +129,7 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
   for (int j = 0; j < 5; ++j) mlp_[j] = weights_.append_dense(net.mlp(j).packed);
   for (int j = 0; j < 4; ++j) mlp_norms_[j] = layer_norm(weights_, net.mlp_norm(j));
   if (cfg_.num_classes > 0) out_proj_ = weights_.append_dense(net.out_proj().packed);
+  if (cfg_.task == Config::Task::pileup) pids_ = weights_.append(net.particle_embedding());
   try {
     const cu::DeviceGuard guard(device_);
     stream_ = cu::Stream(device_);
@@ -135,27 +139,52 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
   }
 }
 
-void CudaForward::forward(const Geometry& g, const float* x, const float* coords, float* out,
-                          const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
-                          const SplitStage* split) {
+std::unique_ptr<DeviceGeometry> CudaForward::build_geometry(const float* coords, const std::vector<std::int64_t>& sizes,
+                                                            const std::vector<std::int64_t>& graph_ids,
+                                                            const ReduceMax& reduce_max) {
   try {
     const cu::DeviceGuard guard(device_);
-    run(g, x, coords, out, range, split);
+    return build_plan_rows(cfg_, net_->regions(), device_, stream_.get(), coords, sizes, graph_ids, reduce_max);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("hept", device_);
   }
 }
 
-void CudaForward::run(const Geometry& g, const float* x, const float* coords, float* out,
+std::unique_ptr<DeviceGeometry> CudaForward::upload_geometry(const Geometry& g, const float* coords,
+                                                             std::int64_t inputs) {
+  try {
+    const cu::DeviceGuard guard(device_);
+    return upload_plan_rows(cfg_, device_, stream_.get(), g, coords, inputs);
+  } catch (...) {
+    surrogate::detail::raise_current_cuda_error("hept", device_);
+  }
+}
+
+void CudaForward::forward(const DeviceGeometry& geometry, const float* x, float* out,
+                          const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                          const SplitStage* split) {
+  const auto* g = dynamic_cast<const PlanRows*>(&geometry);
+  if (g == nullptr || g->device() != device_)
+    throw Error(ErrorCode::invalid_argument, "hept: the geometry was not made by this device forward");
+  try {
+    const cu::DeviceGuard guard(device_);
+    run(*g, x, out, range, split);
+  } catch (...) {
+    surrogate::detail::raise_current_cuda_error("hept", device_);
+  }
+}
+
+void CudaForward::run(const PlanRows& g, const float* x, float* out,
                       const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                       const SplitStage* split) {
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.encoder_in(), half = D / 2, od = cfg_.out_dim();
-  const index_t np = g.padded_points(), ldcat = static_cast<index_t>(L + 1) * D;
+  const index_t np = g.np, ldcat = static_cast<index_t>(L + 1) * D;
   const auto n = static_cast<std::size_t>(np);
-  const bool src_layout = cfg_.layout == Config::Layout::src;
+  const bool src_layout = cfg_.layout == Config::Layout::src, pileup = cfg_.task == Config::Task::pileup;
   const cudaStream_t s = stream_.get();
-  std::vector<float> lo(static_cast<std::size_t>(R)), hi(lo.size()), delta(lo.size());
+  std::vector<float> lo(static_cast<std::size_t>(R)), hi(lo.size());
+  const bool ranks = range && *range;  // the ranges reduced over ranks on the host
   if (np == 0 && !split) {  // no graph here: the ranges are still reduced once per layer with the other ranks
     for (int l = 0; l < L; ++l) {
       std::fill(lo.begin(), lo.end(), INFINITY);
@@ -178,54 +207,27 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     }
     if (failed) std::rethrow_exception(failed);
   };
-  // Padded inputs (duplicates copy their originals; src zero pads stay zero), the key shifts' factors.
-  std::vector<float>& xp = xp_host_;
-  std::vector<float>& cp = cp_host_;
-  std::vector<float>& a = a_host_;
-  std::vector<float>& b = b_host_;
-  std::vector<std::uint8_t>& zero = zero_host_;
-  xp.assign(n * static_cast<std::size_t>(in), 0.0f);
-  cp.assign(n * static_cast<std::size_t>(cd), 0.0f);
-  zero.assign(n, 0);
-  for (std::size_t p = 0; p < n; ++p) {
-    const std::int64_t i = g.pad_seq[p];
-    if (i < 0) {
-      zero[p] = 1;
-      continue;
-    }
-    net_->encoder_input(x + i * cfg_.in_dim, xp.data() + p * static_cast<std::size_t>(in));
-    std::copy(coords + i * cd, coords + (i + 1) * cd, cp.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(cd)));
-  }
-  a.resize(static_cast<std::size_t>(R) * n);
-  b.resize(src_layout ? a.size() : 0);
+  // The key shifts' factors (src): ceil(R_phi) + 1 of each row.
   std::vector<float> factor(src_layout ? static_cast<std::size_t>(R) : 0);
-  const auto count = static_cast<std::int64_t>(a.size());
-  if (!src_layout) {
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < count; ++i)
-      a[static_cast<std::size_t>(i)] = static_cast<float>(g.padded_codes[static_cast<std::size_t>(i)]);
-  } else {
-#pragma omp parallel for schedule(static)
-    for (std::int64_t i = 0; i < count; ++i) {
-      a[static_cast<std::size_t>(i)] = static_cast<float>(g.region_phi[static_cast<std::size_t>(i)]);
-      b[static_cast<std::size_t>(i)] = static_cast<float>(g.region_eta[static_cast<std::size_t>(i)]);
-    }
-    const std::vector<float>& regions = net_->regions();
-    for (int r = 0; r < R; ++r)
-      factor[static_cast<std::size_t>(r)] =
-          std::ceil(regions[static_cast<std::size_t>(((r / H) * 2) * H + r % H)]) + 1.0f;
-  }
-  std::vector<std::int64_t> first(1, 0);
-  for (const std::int64_t size : g.padded_sizes) first.push_back(first.back() + size);
+  for (std::size_t r = 0; r < factor.size(); ++r)
+    factor[r] = std::ceil(net_->regions()[((r / H) * 2) * H + r % H]) + 1.0f;
   const int dev = device_;
   try {
-    surrogate::device::upload(xp_, std::span<const float>(xp), dev, s);
-    surrogate::device::upload(cp_, std::span<const float>(cp), dev, s);
-    surrogate::device::upload(zero_, std::span<const std::uint8_t>(zero), dev, s);
-    surrogate::device::upload(a_, std::span<const float>(a), dev, s);
-    surrogate::device::upload(b_, std::span<const float>(b), dev, s);
+    // The inputs on the device, padded there (duplicates copy their originals; src zero pads stay zero).
+    surrogate::device::upload(x_, std::span<const float>(x, static_cast<std::size_t>(g.n * cfg_.in_dim)), dev, s);
+    cu::HeptPadRowsArgs pa;
+    pa.padded = np;
+    pa.pad_seq = g.pad_seq.data();
+    pa.in = x_.data();
+    pa.ldi = cfg_.in_dim;
+    pa.kept = pileup ? cfg_.in_dim - 1 : cfg_.in_dim;
+    pa.embedding = pileup ? weights_.data() + pids_ : nullptr;
+    pa.classes = kPidClasses;
+    pa.embedded = kPidEmbedding;
+    pa.out = sized(xp_, n * static_cast<std::size_t>(in), dev);
+    pa.ldo = in;
+    cu::hept_pad_rows(pa, s);
     surrogate::device::upload(factor_, std::span<const float>(factor), dev, s);
-    surrogate::device::upload(first_, std::span<const std::int64_t>(first), dev, s);
     sized(cat_, n * static_cast<std::size_t>(ldcat), dev);
     sized(hid_, n * static_cast<std::size_t>(D), dev);
     sized(xn_, n * static_cast<std::size_t>(D), dev);
@@ -289,11 +291,11 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       pa.q = q;
       pa.k = k;
       pa.ldqk = HD;
-      pa.coords = cp_.data();
+      pa.coords = g.coords.data();
       pa.ldc = cd;
       pa.scale = weights_.data() + layer.scale;
       pa.alpha = weights_.data() + layer.alpha;
-      pa.zero = src_layout ? zero_.data() : nullptr;
+      pa.zero = src_layout ? g.zero.data() : nullptr;
       pa.v = src_layout ? v : nullptr;
       pa.ldv = HD;
       pa.qh = qh;
@@ -301,26 +303,32 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
       pa.pq = pq;
       pa.pk = pk;
       cu::lsh_projections(pa, s);
-      // The range of every (table, head) over the batch: on the host, reduced over the ranks by `range`.
+      // The range of every (table, head) over the batch: reduced over the ranks by `range` on the host;
+      // without one (one process) it stays on the device.
       cu::lsh_ranges(R, np, pq, pk, d_lo, d_hi, s);
-      cu::copy_to_host(lo.data(), d_lo, lo.size() * sizeof(float), s);
-      cu::copy_to_host(hi.data(), d_hi, hi.size() * sizeof(float), s);
-      stream_.synchronize();
+      if (ranks) {
+        cu::copy_to_host(lo.data(), d_lo, lo.size() * sizeof(float), s);
+        cu::copy_to_host(hi.data(), d_hi, hi.size() * sizeof(float), s);
+        stream_.synchronize();
+      }
     } catch (...) {
       failed = std::current_exception();
     }
     reduce();
     if (!failed) try {
-      for (std::size_t r = 0; r < lo.size(); ++r) delta[r] = hi[r] - lo[r];
-      surrogate::device::upload(delta_, std::span<const float>(delta), dev, s);
+      if (ranks) {
+        surrogate::device::upload(lo_, std::span<const float>(lo), dev, s);
+        surrogate::device::upload(hi_, std::span<const float>(hi), dev, s);
+      }
       cu::LshKeyArgs ka;
       ka.rows = R;
       ka.points = np;
-      ka.delta = delta_.data();
-      ka.a = a_.data();
-      ka.b = src_layout ? b_.data() : nullptr;
+      ka.lo = d_lo;
+      ka.hi = d_hi;
+      ka.a = src_layout ? g.region_phi.data() : g.padded_codes.data();
+      ka.b = src_layout ? g.region_eta.data() : nullptr;
       ka.factor = src_layout ? factor_.data() : nullptr;
-      ka.pad = src_layout ? zero_.data() : nullptr;
+      ka.pad = src_layout ? g.zero.data() : nullptr;
       ka.pq = pq;
       ka.pk = pk;
       cu::lsh_keys(ka, s);
@@ -334,8 +342,8 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
         cu::SegmentSortLaunchOf<float> sa;
         sa.rows = R;
         sa.points = np;
-        sa.segments = static_cast<int>(g.padded_sizes.size());
-        sa.first = first_.data();
+        sa.segments = static_cast<int>(g.small.padded_sizes.size());
+        sa.first = g.padded_first.data();
         sa.work = &sort_work_;
         sa.keys = pq;
         sa.perm = perm_q;
@@ -394,16 +402,12 @@ void CudaForward::run(const Geometry& g, const float* x, const float* coords, fl
     dense(out_proj_, res, half, fin, cfg_.num_classes, np);
     result = fin;
   }
-  std::vector<float>& host = out_host_;
-  host.resize(n * static_cast<std::size_t>(od));
-  cu::copy_to_host(host.data(), result, host.size() * sizeof(float), s);
+  // Each input row's result (its original's padded row) to the host, the task's activation there.
+  float* rows_out = sized(out_rows_, static_cast<std::size_t>(g.n) * static_cast<std::size_t>(od), dev);
+  surrogate::device::copy_rows(result, od, g.point_row.data(), rows_out, od, nullptr, g.n, od, s);
+  cu::copy_to_host(out, rows_out, static_cast<std::size_t>(g.n * od) * sizeof(float), s);
   stream_.synchronize();
-  net_->finish_outputs(host.data(), np);
-  for (std::size_t p = 0; p < n; ++p)
-    if (g.unpad[p])
-      std::copy(host.begin() + static_cast<std::ptrdiff_t>(p * static_cast<std::size_t>(od)),
-                host.begin() + static_cast<std::ptrdiff_t>((p + 1) * static_cast<std::size_t>(od)),
-                out + g.pad_seq[p] * od);
+  net_->finish_outputs(out, g.n);
 }
 
 void CudaForward::split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed) {
