@@ -1,12 +1,14 @@
 #!/usr/bin/env python3
-"""FLARE forward on one GPU, side by side: surrogate's CUDA forward (bench_flare_gpu) and the official
-two-SDPA formulation in PyTorch (flare_pytorch_gpu.py) at FP32 (TF32 off) and BF16, same configuration.
-Prints every JSON record, then a Markdown table with the speed-ups.
+"""FLARE forward on one GPU, side by side: surrogate's CUDA forward (bench_flare_gpu) in fp32, tf32 and
+bf16, and the official two-SDPA formulation in PyTorch (flare_pytorch_gpu.py) eager in FP32 (TF32 off) and
+BF16 and under torch.compile in BF16 and in FP32 with TF32, same configuration. Prints every JSON record,
+then a Markdown table of the times and one of the speed-ups over the peer: torch.compile in bf16, what a
+PyTorch user would run.
 
     python3 benchmarks/gpu/flare_gpu_vs_pytorch.py --build build --points 262144 1048576 --latents 64 256
 
-surrogate's BF16 run uses `--precision bf16` (the MLPs on the tensor cores; the attention stays FP32, see
-share/docs/cuda.md), compared with PyTorch's BF16 forward; FP32 with FP32.
+A PyTorch run that fails (no Triton for torch.compile, out of memory) shows as nan; `--no-compile` leaves
+the compiled runs out (they compile during their warm-up, about a minute each).
 """
 import argparse
 import json
@@ -38,6 +40,7 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--python", default=sys.executable, help="Python with torch >= 2.1 and CUDA")
     ap.add_argument("--device", type=int, default=0)
+    ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile runs")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "gpu" / "bench_flare_gpu"
     if not bench.exists():
@@ -47,29 +50,47 @@ def main():
         for m in args.latents:
             common = ["--points", str(n), "--latents", str(m), "--heads", str(args.heads), "--blocks", str(args.blocks),
                       "--repeats", str(args.repeats)]
-            ours = run_json([str(bench), *common, "--device", str(args.device), "--json"])
-            ours_exact = run_json([str(bench), *common, "--device", str(args.device), "--json", "--reproducible"])
-            ours_bf16 = run_json([str(bench), *common, "--device", str(args.device), "--json", "--precision", "bf16"])
+            ours = {}
+            for name, extra in (("fp32", []), ("reproducible", ["--reproducible"]), ("tf32", ["--precision", "tf32"]),
+                                ("bf16", ["--precision", "bf16"])):
+                ours[name] = run_json([str(bench), *common, "--device", str(args.device), "--json", *extra])
             torch_side = {}
-            for dtype in ("float32", "bfloat16"):
-                torch_side[dtype] = run_json([args.python, str(HERE / "flare_pytorch_gpu.py"), *common, "--dtype", dtype,
-                                              "--device", f"cuda:{args.device}"])
-            rows.append((n, m, ours, ours_exact, ours_bf16, torch_side))
+            runs = [("eager fp32", ["--dtype", "float32"]), ("eager bf16", ["--dtype", "bfloat16"])]
+            if not args.no_compile:
+                runs += [("compile bf16", ["--dtype", "bfloat16", "--compile"]),
+                         ("compile tf32", ["--dtype", "float32", "--tf32", "--compile"])]
+            for name, extra in runs:
+                torch_side[name] = run_json([args.python, str(HERE / "flare_pytorch_gpu.py"), *common, *extra,
+                                             "--device", f"cuda:{args.device}"])
+            rows.append((n, m, ours, torch_side))
 
     def ms(record, key):
         return record[key] if record else float("nan")
 
     print()
-    print("| N | M | surrogate FP32 ms (compute / +copies) | reproducible ms | surrogate BF16 ms | TFLOP/s (FP32) "
-          "| activations TB/s | PyTorch FP32 ms | PyTorch BF16 ms | speed-up FP32 | speed-up BF16 |")
+    print("| N | M | surrogate fp32 ms (compute / +copies) | reproducible | tf32 | bf16 | TFLOP/s (fp32) "
+          "| PyTorch eager fp32 | eager bf16 | torch.compile bf16 | torch.compile fp32+TF32 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for n, m, ours, exact, ours_bf16, t in rows:
-        mine, mine_bf16 = ms(ours, "compute_ms"), ms(ours_bf16, "compute_ms")
-        fp32, bf16 = ms(t["float32"], "median_ms"), ms(t["bfloat16"], "median_ms")
-        print(f"| {n} | {m} | {mine:.2f} / {ms(ours, 'total_ms'):.2f} | {ms(exact, 'compute_ms'):.2f} | {mine_bf16:.2f} "
-              f"| {ms(ours, 'tflops'):.1f} | {ms(ours, 'hbm_tbs_used'):.2f} | {fp32:.2f} | {bf16:.2f} "
-              f"| {fp32 / mine:.1f}x | {bf16 / mine_bf16:.1f}x |")
-
+    for n, m, ours, t in rows:
+        print(f"| {n} | {m} | {ms(ours['fp32'], 'compute_ms'):.2f} / {ms(ours['fp32'], 'total_ms'):.2f} "
+              f"| {ms(ours['reproducible'], 'compute_ms'):.2f} | {ms(ours['tf32'], 'compute_ms'):.2f} "
+              f"| {ms(ours['bf16'], 'compute_ms'):.2f} | {ms(ours['fp32'], 'tflops'):.1f} "
+              f"| {ms(t.get('eager fp32'), 'median_ms'):.2f} | {ms(t.get('eager bf16'), 'median_ms'):.2f} "
+              f"| {ms(t.get('compile bf16'), 'median_ms'):.2f} | {ms(t.get('compile tf32'), 'median_ms'):.2f} |")
+    print()
+    print("Speed-up over the peer, torch.compile in bf16 (its time / ours; > 1: surrogate is faster), and each "
+          "precision over PyTorch's own:")
+    print()
+    print("| N | M | fp32 / compile bf16 | tf32 / compile bf16 | bf16 / compile bf16 | fp32 / eager fp32 "
+          "| tf32 / compile fp32+TF32 | bf16 / eager bf16 |")
+    print("|---|---|---|---|---|---|---|---|")
+    for n, m, ours, t in rows:
+        peer = ms(t.get("compile bf16"), "median_ms")
+        mine = {k: ms(ours[k], "compute_ms") for k in ("fp32", "tf32", "bf16")}
+        print(f"| {n} | {m} | {peer / mine['fp32']:.2f}x | {peer / mine['tf32']:.2f}x | {peer / mine['bf16']:.2f}x "
+              f"| {ms(t.get('eager fp32'), 'median_ms') / mine['fp32']:.2f}x "
+              f"| {ms(t.get('compile tf32'), 'median_ms') / mine['tf32']:.2f}x "
+              f"| {ms(t.get('eager bf16'), 'median_ms') / mine['bf16']:.2f}x |")
 
 if __name__ == "__main__":
     main()

@@ -6,11 +6,18 @@ elasticity layout, C = 64, tanh-GELU residual MLPs; random weights, not the same
 prints one JSON line to put next to `bench_flare_gpu --json`.
 
     python3 benchmarks/gpu/flare_pytorch_gpu.py --points 1048576 --latents 256 --dtype float32
-    python3 benchmarks/gpu/flare_pytorch_gpu.py --points 1048576 --latents 256 --dtype bfloat16
+    python3 benchmarks/gpu/flare_pytorch_gpu.py --points 1048576 --latents 256 --dtype bfloat16 --compile
+    python3 benchmarks/gpu/flare_pytorch_gpu.py --points 1048576 --latents 256 --tf32 --compile
     python3 benchmarks/gpu/flare_pytorch_gpu.py --device cpu --points 4096 --check   # formulation check
 
-Needs torch >= 2.1 (SDPA with `scale`). Without SDPA (Debian's torch 1.13) the attention falls back to
-explicit softmaxes and the JSON says "sdpa": false (only for --check, not a benchmark).
+`--compile` times `torch.compile` of the forward (mode `--compile-mode`, default "default": the one line a
+PyTorch user adds), compiled during the warm-up runs (at least two); the JSON then has "compiled": true and
+the compile time. torch.compile in bf16, and in fp32 with TF32, is the peer surrogate's device forward is
+measured against (flare_gpu_vs_pytorch.py).
+
+Needs torch >= 2.1 (SDPA with `scale`; --compile: Triton on the GPU). Without SDPA (Debian's torch 1.13)
+the attention falls back to explicit softmaxes and the JSON says "sdpa": false (only for --check, not a
+benchmark).
 """
 import argparse
 import json
@@ -72,7 +79,11 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--check", action="store_true", help="compare with the reference model's explicit softmaxes")
+    ap.add_argument("--compile", action="store_true", help="time torch.compile of the forward")
+    ap.add_argument("--compile-mode", default="default", help="torch.compile mode (default, max-autotune, ...)")
     args = ap.parse_args()
+    if args.compile and not hasattr(torch, "compile"):
+        sys.exit(f"flare_pytorch_gpu.py: --compile needs torch >= 2.0 (this is {torch.__version__})")
     dev = torch.device(args.device)
     dtype = getattr(torch, args.dtype)
     if dev.type == "cuda":
@@ -86,25 +97,33 @@ def main():
     result = {"impl": "pytorch-sdpa" if HAVE_SDPA else "pytorch-explicit-softmax", "sdpa": HAVE_SDPA,
               "torch": torch.__version__, "device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
               "dtype": args.dtype, "tf32": args.tf32, "points": args.points, "latents": args.latents,
-              "channels": args.channels, "heads": args.heads, "blocks": args.blocks}
+              "channels": args.channels, "heads": args.heads, "blocks": args.blocks, "compiled": args.compile}
+    run = lambda inputs: forward(model, inputs)  # noqa: E731
+    warmup = args.warmup
+    if args.compile:
+        run = torch.compile(run, mode=args.compile_mode)
+        result["compile_mode"] = args.compile_mode
+        warmup = max(warmup, 2)
     with torch.inference_mode():
         if args.check:
             diff = (forward(model, x) - model(x)).abs().max().item()
             result["check_max_abs_diff_vs_reference"] = diff
         times = []
-        for r in range(args.warmup + args.repeats):
+        for r in range(warmup + args.repeats):
             if dev.type == "cuda":
                 start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
                 start.record()
-                forward(model, x)
+                run(x)
                 stop.record()
                 torch.cuda.synchronize(dev)
                 ms = start.elapsed_time(stop)
             else:
                 t0 = time.perf_counter()
-                forward(model, x)
+                run(x)
                 ms = (time.perf_counter() - t0) * 1e3
-            if r >= args.warmup:
+            if r == 0 and args.compile:
+                result["first_call_ms"] = ms  # includes the compilation
+            if r >= warmup:
                 times.append(ms)
     times.sort()
     result["median_ms"] = times[len(times) // 2]
