@@ -390,6 +390,33 @@ TEST(FlareGpuHostBackend, ALaunchFailureIsAnErrorNamingTheDevice) {
   EXPECT_EQ(predict(*model, c.features, c.sample_ids, on_gpu(false)), good);
 }
 
+// In one process a predict on a kept plan waits for the device once, for its outputs' copy into host memory
+// (the ranks' agreements between the blocks need a wait each, one process does not). Reproducible mode adds
+// the per-block read of the |v| maxima its exact scales are computed from.
+TEST(FlareGpuHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const st::GoldenCase c = st::load_golden_case("default");
+  const surrogate::ModelFile file = surrogate::ModelFile::read(c.model_path);
+  const auto model = surrogate::make_model(file);
+  const int blocks = Config::from_attributes(file.config).num_blocks;
+  const surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(c.sample_ids.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, c.sample_ids.data());
+  std::vector<float> out(static_cast<std::size_t>(n) * model->out_channels());
+  for (const bool reproducible : {false, true}) {
+    const auto plan = model->plan(comm, layout, surrogate::PointGeometry{}, on_gpu(reproducible));
+    model->predict(comm, *plan, c.features.data(), model->in_channels(), out.data(), model->out_channels(),
+                   on_gpu(reproducible));  // the plan's device tables, the work arrays
+    const long long before = host_backend::host_waits;
+    model->predict(comm, *plan, c.features.data(), model->in_channels(), out.data(), model->out_channels(),
+                   on_gpu(reproducible));
+    const long long waits = host_backend::host_waits - before;
+    std::printf("  %s: %lld host waits per predict (%d blocks)\n", reproducible ? "reproducible" : "default", waits,
+                blocks);
+    EXPECT_EQ(waits, reproducible ? 1 + blocks : 1) << (reproducible ? "reproducible" : "default");
+  }
+}
+
 TEST_F(FlareGpu, AMissingDeviceIsRefusedClearly) {
   if (st::on_host_backend()) GTEST_SKIP() << "a device index beyond the visible ones: real devices only";
   const int count = surrogate::kernels::cuda::device_count();

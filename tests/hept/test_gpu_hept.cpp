@@ -14,6 +14,7 @@
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
 #include "hept/cuda/device.hpp"
+#include "host_backend_hooks.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
 #include "surrogate/model.hpp"
@@ -170,6 +171,36 @@ TEST(GpuHept, DevicePlanRefusesWhatTheCpuPlanRefuses) {
     EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
     EXPECT_NE(std::string(e.what()).find("hept: graph 7 has 18 points, fewer than the block size 32"), std::string::npos)
         << e.what();
+  }
+}
+
+// In one process a predict on a kept plan waits for the device once, for its outputs' copy into host
+// memory: the padding, the ranges and the sorts stay on the device. The first predict on a plan also builds
+// its geometry there, which reads the rows' maxima twice (the bit widths).
+TEST(HeptHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const std::string name : {"example_small", "src_pileup"}) {
+    SCOPED_TRACE(name);
+    const Case c(name);
+    const surrogate::SelfComm comm;
+    const auto n = static_cast<std::int64_t>(c.batch.size());
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, c.batch.data());
+    surrogate::PointGeometry g;
+    g.positions = c.coords.data();
+    g.ld_positions = c.coords_dim;
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    const int in = c.model->in_channels(), od = c.model->out_channels();
+    std::vector<float> first(static_cast<std::size_t>(n * od)), again(first.size());
+    const auto plan = c.model->plan(comm, layout, g, options);
+    const long long at_start = host_backend::host_waits;
+    c.model->predict(comm, *plan, c.x.data(), in, first.data(), od, options);
+    const long long after_first = host_backend::host_waits;
+    c.model->predict(comm, *plan, c.x.data(), in, again.data(), od, options);
+    const long long kept = host_backend::host_waits - after_first;
+    std::printf("  host waits: %lld with the geometry built, %lld on the kept plan\n", after_first - at_start, kept);
+    EXPECT_EQ(kept, 1);
+    EXPECT_EQ(again, first);
   }
 }
 

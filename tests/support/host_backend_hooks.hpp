@@ -49,4 +49,10 @@ struct BytesToHost {
 inline const BytesToDevice bytes_to_device;
 inline const BytesToHost bytes_to_host;
 
+/// Times the host waited for the emulated device so far (synchronisations, copies into pageable memory).
+struct HostWaits {
+  operator long long() const { return emu::counters().host_waits; }
+};
+inline const HostWaits host_waits;
+
 }  // namespace host_backend

@@ -147,6 +147,11 @@ Counters counters_total;
 int failure_countdown = 0;
 std::map<std::string, long long> named_launches;
 
+void count_wait() {
+  std::lock_guard lock(counters_mutex);
+  ++counters_total.host_waits;
+}
+
 void count_copy(const void* dst, const void* src, std::size_t bytes) {
   const bool to_device = find_allocation(dst) && !find_allocation(src);
   const bool to_host = find_allocation(src) && !find_allocation(dst);
@@ -243,10 +248,14 @@ cudaError_t stream_destroy(cudaStream_t stream) {
 cudaError_t stream_synchronize(cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaStreamSynchronize: unknown stream");
+  if (!q->ops.empty()) count_wait();
   return drain(*q);
 }
 
-cudaError_t device_synchronize() { return drain_all(); }
+cudaError_t device_synchronize() {
+  count_wait();
+  return drain_all();
+}
 
 bool owns_stream(cudaStream_t stream) noexcept {
   if (!stream) return tl_current;
@@ -289,6 +298,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   const bool src_pageable = !find_allocation(src) && !is_pinned(src);
   const bool dst_pageable = !find_allocation(dst) && !is_pinned(dst);
   if (dst_pageable) {
+    count_wait();
     const cudaError_t code = drain(*q);
     if (code != cudaSuccess) return code;
     std::memcpy(dst, src, bytes);
@@ -313,6 +323,7 @@ cudaError_t memset_async(void* dst, int value, std::size_t bytes, cudaStream_t s
 
 cudaError_t memcpy_blocking(void* dst, const void* src, std::size_t bytes) {
   if (bytes && ranges_overlap(dst, src, bytes)) return refuse_overlap("cudaMemcpy", bytes);
+  count_wait();
   const cudaError_t code = drain(null_queue);
   if (code != cudaSuccess) return code;
   if (bytes) std::memcpy(dst, src, bytes);
@@ -364,6 +375,7 @@ cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) {
 cudaError_t event_synchronize(cudaEvent_t event) {
   EventState* e = event_of(event);
   if (!e) return fail(cudaErrorInvalidResourceHandle, "emulated cudaEventSynchronize: unknown event");
+  if (e->recorded && !e->complete) count_wait();
   while (e->recorded && !e->complete && e->queue && !e->queue->ops.empty()) {
     Queue& q = *e->queue;
     Op op = std::move(q.ops.front());

@@ -90,6 +90,9 @@ void sync_warp(unsigned mask);
 /// Kernels launched on the emulated device, and bytes copied host to device and device to host.
 struct Counters {
   long long launches = 0, bytes_to_device = 0, bytes_to_host = 0;
+  /// Times the host waited for the device: stream and event synchronisations that found work pending,
+  /// device synchronisations, and copies into pageable host memory (which return when done).
+  long long host_waits = 0;
 };
 Counters counters();
 /// Launches checked (check_launch) under a kernel name that contains `part`.

@@ -112,14 +112,16 @@ class Forward {
   std::size_t exact_words() const { return exact_latents() * (static_cast<std::size_t>(E_) + 1) * 2; }
   std::size_t exact_size() const { return exact_words() + exact_latents(); }
 
-  /// Runs `work` under the device guard, waits for the stream, and agrees on the outcome (collective).
+  /// Runs `work` under the device guard and agrees on the outcome (collective). Across ranks the agreement
+  /// comes before a collective and needs the step's kernels finished: it waits for the stream. One process
+  /// has no collective to guard: the step's asynchronous errors surface at the forward's last wait.
   template <class F>
   void local_step(const Comm& comm, F&& work) {
     Status status;
     try {
       kernels::cuda::DeviceGuard guard(device_);
       work();
-      stream_.synchronize();
+      if (comm.size() > 1) stream_.synchronize();
     } catch (...) {
       status = detail::status_of_current_cuda_error("flare", device_);
     }
