@@ -26,7 +26,7 @@ void BsaCudaForward::set_plan_geometry(Geometry& geometry, const BsaPlan& plan) 
   g_->any_partial = false;
   for (int r = 0; r < plan.comm().size(); ++r)
     if (slots.size(r) > 0 && (slots.begin(r) % g_->n != 0 || slots.end(r) % g_->n != 0)) g_->any_partial = true;
-  on_device([&] {
+  steps_.run([&] {
     set_rows(plan.slot_positions(), plan.rotated_positions(), g_->rows);
     stream_.synchronize();  // the host arrays of set_rows are released on return
   });
@@ -36,11 +36,11 @@ void BsaCudaForward::gather_compressed() {
   const int D = cfg_.c_hidden;
   const ExchangePlan& all_gather = plan_->compressed_blocks();
   const auto all = static_cast<std::size_t>(all_gather.target_rows() * D);
-  on_device([&] {
+  steps_.run([&] {
     g_->kc_all.resize(std::max<std::size_t>(1, all), device_);
     g_->vc_all.resize(std::max<std::size_t>(1, all), device_);
   });
-  agree();
+  steps_.agree();
   all_gather.forward(g_->kc.data(), D, g_->kc_all.data(), D, D, place());
   all_gather.forward(g_->vc.data(), D, g_->vc_all.data(), D, D, place());
 }
@@ -49,7 +49,7 @@ void BsaCudaForward::fetch_selected_blocks() {
   const int D = cfg_.c_hidden, C = cfg_.compress_block_size;
   const index_t nb = g_->n / C;
   const std::vector<RowLayout::Segment>& segments = g_->layout.segments;
-  agree();  // (the selection is complete on every rank)
+  steps_.agree();  // (the selection is complete on every rank)
   // The union of the blocks the partial segments selected (all heads and rows), ascending global ids.
   std::vector<std::int64_t> wanted;
   for (std::size_t i = 0; i < segments.size(); ++i) {
@@ -60,7 +60,7 @@ void BsaCudaForward::fetch_selected_blocks() {
   std::sort(wanted.begin(), wanted.end());
   wanted.erase(std::unique(wanted.begin(), wanted.end()), wanted.end());
   const ExchangePlan fetch = plan_->fetch_plan(wanted);
-  on_device([&] {
+  steps_.run([&] {
     g_->fetched.resize(std::max<std::size_t>(1, wanted.size() * static_cast<std::size_t>(C) * 2 * D), device_);
     // Per partial segment, block b of its sample -> its first fetched row (-1: not selected).
     g_->first_row_host.clear();
@@ -73,17 +73,17 @@ void BsaCudaForward::fetch_selected_blocks() {
     }
     upload(g_->first_row, g_->first_row_host);
   });
-  agree();
+  steps_.agree();
   fetch.forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
 }
 
 void BsaCudaForward::fetch_sample_rows() {
   const int D = cfg_.c_hidden;
-  on_device([&] {
+  steps_.run([&] {
     const auto rows = static_cast<std::size_t>(g_->layout.partial_samples() * g_->n);
     g_->fetched.resize(std::max<std::size_t>(1, rows * 2 * D), device_);
   });
-  agree();
+  steps_.agree();
   plan_->sample_rows().forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
 }
 
@@ -103,30 +103,30 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
   // The plan's geometry on this device: uploaded by the first forward there, kept in the plan.
   std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
   plan_ = &plan;
-  pending_ = nullptr;
+  steps_.begin(&plan.comm());
   geometry_ms_ = 0.0;
   try {
     if (!kept || kept->device() != device_) {
       kept.reset();
       auto geometry = std::make_unique<Geometry>(device_);
       cu::Event g0, g1;
-      on_device([&] {
+      steps_.run([&] {
         g0 = cu::Event(device_);
         g1 = cu::Event(device_);
         g0.record(stream_.get());
       });
       set_plan_geometry(*geometry, plan);
-      on_device([&] {
+      steps_.run([&] {
         g1.record(stream_.get());
         stream_.synchronize();
         geometry_ms_ = g1.elapsed_ms_since(g0);
       });
-      agree();
+      steps_.agree();
       kept = std::move(geometry);
     }
     g_ = static_cast<Geometry*>(kept.get());
     cu::Event t0, t1;
-    on_device([&] {
+    steps_.run([&] {
       t0 = cu::Event(device_);
       t1 = cu::Event(device_);
       t0.record(stream_.get());
@@ -134,21 +134,22 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
     });
     const auto dev = ops::Place::device;
     run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
-    on_device([&] {
+    steps_.run([&] {
       if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
       t1.record(stream_.get());
       stream_.synchronize();
       forward_ms_ = t1.elapsed_ms_since(t0);
     });
-    agree();
+    steps_.agree();
   } catch (...) {
     plan_ = nullptr;
     g_ = nullptr;
-    pending_ = nullptr;
+    steps_.begin(nullptr);
     kept.reset();  // the next call uploads the geometry again
     throw;
   }
   plan_ = nullptr;
+  steps_.begin(nullptr);
   g_ = nullptr;
   return result;
 }

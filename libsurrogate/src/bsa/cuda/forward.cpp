@@ -18,7 +18,8 @@ namespace surrogate::bsa::detail {
 using balltree::device::ball_relative;
 using ops::Rows;
 
-BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
+BsaCudaForward::BsaCudaForward(const Network& net, int device)
+    : net_(&net), cfg_(net.config()), device_(device), steps_("bsa", device) {
   std::string why;
   const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
   if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
@@ -42,11 +43,9 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device) : net_(&net), cfg
     stream_ = cu::Stream(device_);
     weights_.upload(device_, stream_.get());
   } catch (...) {
-    raise_current();
+    surrogate::detail::raise_current_cuda_error("bsa", device_);
   }
 }
-
-void BsaCudaForward::raise_current() const { surrogate::detail::raise_current_cuda_error("bsa", device_); }
 
 void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden, H = cfg_.num_heads;
@@ -149,10 +148,10 @@ class DeviceWork {
   Geometry* g_;
 };
 
-/// program.hpp's Exec on a device: every tile program and branch once over all rows (BsaCudaForward::
-/// on_device: in one process a failure is thrown at once, on a plan kept until the next collective); the
-/// rotated order, the compressed blocks, the selected blocks and the samples' rows are the plan's
-/// exchanges on a plan (distributed.cpp), a permutation or nothing in one process.
+/// program.hpp's Exec on a device: every tile program and branch once over all rows (device::Steps: in one
+/// process a failure is thrown at once, on a plan kept until the next collective); the rotated order, the
+/// compressed blocks, the selected blocks and the samples' rows are the plan's exchanges on a plan
+/// (distributed.cpp), a permutation or nothing in one process.
 class DeviceExec {
  public:
   using Ops = CudaOps;
@@ -163,11 +162,11 @@ class DeviceExec {
 
   template <class F>
   void tiles(index_t n, index_t /*tile*/, F&& f) {
-    f_.on_device([&] { f(ops_, work_, index_t{0}, n); });
+    f_.steps_.run([&] { f(ops_, work_, index_t{0}, n); });
   }
   template <class F>
   void whole(F&& f) {
-    f_.on_device([&] { f(ops_); });
+    f_.steps_.run([&] { f(ops_); });
   }
 
   program::LayerRows rows(bool rotated) const {
@@ -214,7 +213,7 @@ class DeviceExec {
     Geometry& g = *f_.g_;
     const int D = f_.cfg_.c_hidden;
     if (f_.plan_ != nullptr) {
-      f_.agree();
+      f_.steps_.agree();
       f_.plan_->rotation().forward(g.x.data(), D, g.xr.data(), D, D, f_.place());
       return;
     }
@@ -224,7 +223,7 @@ class DeviceExec {
     Geometry& g = *f_.g_;
     const int D = f_.cfg_.c_hidden;
     if (f_.plan_ != nullptr) {
-      f_.agree();
+      f_.steps_.agree();
       f_.plan_->rotation().backward(g.xr.data(), D, g.x.data(), D, D, f_.place());
       return;
     }
@@ -245,7 +244,7 @@ class DeviceExec {
   program::SelectedKeys fetch_selected(const program::LayerRows&) {
     Geometry& g = *f_.g_;
     if (f_.plan_ == nullptr || !g.any_partial) return {};
-    f_.on_device([&] {
+    f_.steps_.run([&] {
       cu::copy_to_host(g.sel_host.data(), g.sel.data(), g.sel_host.size() * sizeof(std::int32_t), f_.stream_.get());
       f_.stream_.synchronize();
     });
@@ -285,6 +284,7 @@ std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const 
   auto geometry = std::make_unique<Geometry>(device_);
   g_ = geometry.get();
   plan_ = nullptr;
+  steps_.begin(nullptr);
   try {
     cu::DeviceGuard guard(device_);
     cu::Event g0(device_), g1(device_);
@@ -296,7 +296,7 @@ std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const 
     geometry_ms_ = g1.elapsed_ms_since(g0);
   } catch (...) {
     g_ = nullptr;
-    raise_current();
+    surrogate::detail::raise_current_cuda_error("bsa", device_);
   }
   g_ = nullptr;
   return geometry;
@@ -316,6 +316,7 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
   geometry_ms_ = 0.0;
   g_ = geometry;
   plan_ = nullptr;
+  steps_.begin(nullptr);
   try {
     cu::DeviceGuard guard(device_);
     cu::Event t0(device_), t1(device_);
@@ -332,7 +333,7 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
     forward_ms_ = t1.elapsed_ms_since(t0);
   } catch (...) {
     g_ = nullptr;
-    raise_current();
+    surrogate::detail::raise_current_cuda_error("bsa", device_);
   }
   g_ = nullptr;
   return result;

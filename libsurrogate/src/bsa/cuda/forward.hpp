@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "../../device/layers.hpp"
+#include "../../device/steps.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../host_ops.hpp"
 #include "../network.hpp"
@@ -75,16 +76,6 @@ class BsaCudaForward final : public BsaDeviceForward {
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  /// Call inside a catch block: the current exception as an Error naming the device.
-  [[noreturn]] void raise_current() const;
-  /// Runs `work` (device launches, copies, host work between exchanges) with the device current; a
-  /// failure is an Error naming the device: thrown at once in one process; on a plan (plan_ set) kept, the
-  /// rank's later device work skipped, until agree() before the next collective throws it on every rank.
-  template <class Work>
-  void on_device(Work&& work);
-  /// On a plan: the kept failure of any rank becomes the same Error on every rank (one allreduce).
-  /// Called before every collective, so no rank waits in one another rank has left.
-  void agree();
   /// The device and stream of the moves, with the transport of the plan's communicator.
   Place place() const;
 
@@ -116,31 +107,8 @@ class BsaCudaForward final : public BsaDeviceForward {
   // The current call.
   Geometry* g_ = nullptr;  // the rows being uploaded or run on
   BsaPlan* plan_ = nullptr;  // on a plan: its exchanges
-  std::exception_ptr pending_;  // on a plan: this rank's failure, not yet agreed
+  surrogate::device::Steps steps_;  // its device steps (device/steps.hpp): agreed across the plan's ranks
   double forward_ms_ = 0.0, geometry_ms_ = 0.0;
 };
-
-template <class Work>
-void BsaCudaForward::on_device(Work&& work) {
-  if (pending_) return;  // this rank failed earlier: nothing more until the failure is agreed
-  try {
-    try {
-      cu::DeviceGuard guard(device_);
-      work();
-    } catch (...) {
-      raise_current();
-    }
-  } catch (...) {
-    if (plan_ == nullptr) throw;
-    pending_ = std::current_exception();
-  }
-}
-
-inline void BsaCudaForward::agree() {
-  if (plan_ == nullptr) return;
-  collectively(plan_->comm(), [&] {
-    if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
-  });
-}
 
 }  // namespace surrogate::bsa::detail

@@ -1,8 +1,9 @@
 // The Erwin forward on a CUDA device (device.hpp): program.hpp's stages, the CPU forward's program, on
 // device arrays through CudaOps (ops/cuda_ops.hpp: one launch per layer over all rows of a stage), on the
-// rows of a DeviceLayout (layout.hpp: one process, or one rank of a plan); launch errors are kept until the
-// next collective point and agreed there. What stays on the host, the arithmetic against the CPU and the
-// exactness across ranks: share/docs/balltree.md, "Erwin on a CUDA device".
+// rows of a DeviceLayout (layout.hpp: one process, or one rank of a plan); on a plan, launch errors are kept
+// until the next collective point and agreed there (device/steps.hpp). What stays on the host, the
+// arithmetic against the CPU and the exactness across ranks: share/docs/balltree.md, "Erwin on a CUDA
+// device".
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -39,11 +40,11 @@ class DeviceExec {
 
   template <class F>
   void tiles(index_t n, index_t /*tile*/, F&& f) {
-    f_.launch([&] { f(ops_, work_, index_t{0}, n); });
+    f_.steps_.run([&] { f(ops_, work_, index_t{0}, n); });
   }
   template <class F>
   void chunks(std::span<const std::pair<index_t, index_t>> list, F&& f) {
-    f_.launch([&] {
+    f_.steps_.run([&] {
       for (const auto& [r0, r1] : list) f(ops_, work_, r0, r1);
     });
   }
@@ -67,7 +68,7 @@ class DeviceExec {
   /// The halo rows (remote sources) take their owners' current rows: collective when distributed.
   void refresh_halo() {
     const int D = f_.cfg_.c_hidden[0];
-    f_.agree_pending();
+    f_.steps_.agree();
     f_.g_->layout->refresh_halo(f_.g_->h.data(), D, D, f_.stream_);
   }
   program::EdgeRows edges() const {
@@ -110,7 +111,8 @@ class DeviceExec {
 };
 
 ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk)
-    : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)) {
+    : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)),
+      steps_("erwin", device) {
   std::string why;
   const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
   if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
@@ -139,13 +141,6 @@ ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_
   cu::DeviceGuard guard(device_);
   stream_ = cu::Stream(device_);
   weights_.upload(device_, stream_.get());
-}
-
-void ErwinCudaForward::agree_pending() {
-  const Status local = std::move(pending_);
-  pending_ = {};
-  if (const Comm* comm = g_ && g_->layout ? g_->layout->comm() : nullptr) comm->agree_or_throw(local);
-  else if (!local.ok()) local.raise();
 }
 
 std::unique_ptr<balltree::DeviceGeometry> ErwinCudaForward::upload_geometry(const balltree::RotatedTrees& trees,
@@ -201,29 +196,26 @@ std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const fl
 
 void ErwinCudaForward::upload_layout(Geometry& geometry) {
   g_ = &geometry;
-  pending_ = {};
+  steps_.begin(geometry.layout->comm());
   try {
-    // The guard and the events are made inside launch(): a failure there is agreed like any other (on a
-    // plan no rank may leave before the next collective).
-    std::optional<cu::DeviceGuard> guard;
+    // The events are made inside a step: a failure there is agreed like any other (on a plan no rank may
+    // leave before the next collective).
     std::optional<cu::Event> g0, g1;
-    launch([&] {
-      guard.emplace(device_);
+    steps_.run([&] {
       g0.emplace(device_);
       g1.emplace(device_);
       g0->record(stream_.get());
     });
     set_geometry(geometry);  // agrees its errors
-    launch([&] {
+    steps_.run([&] {
       g1->record(stream_.get());
       stream_.synchronize();
       geometry_ms_ = g1->elapsed_ms_since(*g0);
     });
-    agree_pending();
+    steps_.agree();
     g_ = nullptr;
   } catch (...) {
     g_ = nullptr;
-    pending_ = {};
     raise_current(device_);
   }
 }
@@ -231,14 +223,12 @@ void ErwinCudaForward::upload_layout(Geometry& geometry) {
 std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const float> features) {
   const int D0 = cfg_.c_hidden[0];
   g_ = &geometry;
-  pending_ = {};
+  steps_.begin(geometry.layout->comm());
   try {
-    std::optional<cu::DeviceGuard> guard;
     std::optional<cu::Event> t0, t1;
-    launch([&] { guard.emplace(device_); });
     const index_t n = g_->layout->points();
     std::vector<float> result(static_cast<std::size_t>(n * D0));
-    launch([&] {
+    steps_.run([&] {
       t0.emplace(device_);
       t1.emplace(device_);
       t0->record(stream_.get());
@@ -252,18 +242,17 @@ std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const flo
     move([&] { g_->layout->to_slots(g_->h.data(), D0, level0.x.data(), D0, D0, stream_); });
     program::levels(exec);
     move([&] { g_->layout->to_points(level0.x.data(), D0, g_->out.data(), D0, D0, stream_); });
-    launch([&] {
+    steps_.run([&] {
       cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
       t1->record(stream_.get());
       stream_.synchronize();
       forward_ms_ = t1->elapsed_ms_since(*t0);
     });
-    agree_pending();
+    steps_.agree();
     g_ = nullptr;
     return result;
   } catch (...) {
     g_ = nullptr;
-    pending_ = {};
     raise_current(device_);
   }
 }

@@ -14,6 +14,7 @@
 
 #include "../../cuda_errors.hpp"
 #include "../../device/layers.hpp"
+#include "../../device/steps.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../network.hpp"
 #include "../program.hpp"
@@ -80,15 +81,9 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   void upload(cu::DeviceBuffer<T>& dst, const std::vector<T>& src) {
     upload(dst, std::span<const T>(src));
   }
-  /// Runs `work` (launches) unless an earlier one failed; a failure is kept as pending_ (an Error).
-  template <class F>
-  void launch(F&& work);
-  /// A movement of the layout: after the pending error is agreed; collective on a plan, else a launch.
+  /// A movement of the layout: after the steps so far are agreed; collective on a plan, else a step.
   template <class F>
   void move(F&& movement);
-  /// The pending error agreed over the layout's ranks (or raised, in one process): call before every
-  /// collective movement and at the end.
-  void agree_pending();
   /// `geometry` with its layout set: the geometry uploaded (collective on a plan; errors agreed).
   void upload_layout(Geometry& geometry);
   /// upload_layout()'s launches and host arithmetic (geometry.cpp).
@@ -105,26 +100,16 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   program::Layers<CudaOps> layers_;
 
   // The current call.
-  Geometry* g_ = nullptr;  // the geometry being uploaded or run on
-  Status pending_;         // a failed launch, not yet agreed
+  Geometry* g_ = nullptr;          // the geometry being uploaded or run on
+  surrogate::device::Steps steps_;  // its device steps (device/steps.hpp): agreed across a plan's ranks
   double forward_ms_ = 0.0, geometry_ms_ = 0.0;
 };
 
 template <class F>
-void ErwinCudaForward::launch(F&& work) {
-  if (!pending_.ok()) return;
-  try {
-    work();
-  } catch (...) {
-    pending_ = surrogate::detail::status_of_current_cuda_error("erwin", device_);
-  }
-}
-
-template <class F>
 void ErwinCudaForward::move(F&& movement) {
-  agree_pending();
-  if (g_->layout->comm()) movement();  // a plan's exchange: its own errors agreed
-  else launch(movement);
+  steps_.agree();
+  if (steps_.comm()) movement();  // a plan's exchange: its own errors agreed
+  else steps_.run(movement);
 }
 
 }  // namespace surrogate::erwin::detail::cuda_forward

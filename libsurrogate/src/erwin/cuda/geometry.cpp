@@ -19,7 +19,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   const std::span<const index_t> nodes = layout.level_nodes();
   const bool rotate = cfg_.rotate > 0;
   const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
-  launch([&] { g_->layout->upload(device_, stream_); });
+  steps_.run([&] { g_->layout->upload(device_, stream_); });
 
   g_->levels.clear();
   g_->levels.resize(static_cast<std::size_t>(L));
@@ -34,7 +34,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     const int ball = cfg_.ball_sizes[iu];
     std::vector<float> rotated_pos;
     if (rotate) rotated_pos = layout.rotated_rows(i, pos, d);  // collective when distributed
-    launch([&] {
+    steps_.run([&] {
       upload(lv.pos, pos);
       upload(lv.rel, program::relative_to_group(pos, d, ball, d));
       if (rotate) {
@@ -54,7 +54,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     const int s = cfg_.strides[iu];
     std::vector<float> parent = s == 1 ? pos : balltree::mean_pool(pos, d, s);
     const std::vector<float> child_rel = program::relative_to_group(pos, d, s, d);
-    launch([&] { upload(lv.child_rel, child_rel); });
+    steps_.run([&] { upload(lv.child_rel, child_rel); });
     const auto np = static_cast<std::size_t>(nodes[iu + 1]), Dn = static_cast<std::size_t>(cfg_.c_hidden[iu + 1]);
     const auto su = static_cast<std::size_t>(s), du = static_cast<std::size_t>(d);
     scratch_join = std::max({scratch_join, np * su * (D + du), np * (Dn + su * du)});
@@ -70,15 +70,17 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   std::size_t most = 1;
   if (cfg_.mp_steps > 0) {
     order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_, 1);
-    if (order.bad_edge >= 0 && pending_.ok())  // the layouts check: a bug, agreed below
-      pending_ = {ErrorCode::internal, "erwin: local edge " + std::to_string(order.bad_edge) + " out of range"};
+    if (order.bad_edge >= 0)  // the layouts check: a bug, agreed below
+      steps_.run([&] {
+        throw Error(ErrorCode::internal, "erwin: local edge " + std::to_string(order.bad_edge) + " out of range");
+      });
     for (const auto& [r0, r1] : order.chunks)
       most = std::max<std::size_t>(most, static_cast<std::size_t>(order.start[static_cast<std::size_t>(r1)] -
                                                                   order.start[static_cast<std::size_t>(r0)]));
     g_->receiver_chunks = order.chunks;
     g_->edge_start_host = order.start;
   }
-  launch([&] {
+  steps_.run([&] {
     auto work = [&](program::Slot slot, std::size_t size) {
       g_->work[static_cast<std::size_t>(slot)].resize(std::max<std::size_t>(1, size), device_);
     };
@@ -106,7 +108,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     g_->features.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
     stream_.synchronize();  // the host arrays above are released on return
   });
-  agree_pending();
+  steps_.agree();
 }
 
 }  // namespace surrogate::erwin::detail::cuda_forward

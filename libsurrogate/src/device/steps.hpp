@@ -1,0 +1,62 @@
+// The device steps of a forward that may run on several ranks, and their failures (CUDA builds only): one
+// rule for every device forward whose steps alternate with collective exchanges. share/docs/cuda.md,
+// "Across ranks: NCCL or MPI".
+#pragma once
+
+#include <exception>
+#include <utility>
+
+#include "../cuda_errors.hpp"
+#include "surrogate/comm.hpp"
+#include "surrogate/kernels/cuda.hpp"
+
+namespace surrogate::device {
+
+/// run() executes a step (launches, copies, host work between exchanges) with the device current; a
+/// failure becomes an Error naming the model and the device (detail::raise_current_cuda_error). In one
+/// process it is thrown at once. Across ranks (begin() with a communicator) it is kept and the rank's later
+/// steps are skipped until agree(), called before every collective, throws the same Error on every rank:
+/// no rank waits in a collective another rank has left.
+class Steps {
+ public:
+  Steps(const char* what, int device) : what_(what), device_(device) {}
+
+  /// A new call: its ranks (null: one process); a kept failure is dropped.
+  void begin(const Comm* comm) {
+    comm_ = comm;
+    pending_ = nullptr;
+  }
+  const Comm* comm() const { return comm_; }
+
+  template <class Work>
+  void run(Work&& work) {
+    if (pending_) return;  // this rank failed earlier: nothing more until the failure is agreed
+    try {
+      try {
+        const kernels::cuda::DeviceGuard guard(device_);
+        work();
+      } catch (...) {
+        detail::raise_current_cuda_error(what_, device_);
+      }
+    } catch (...) {
+      if (comm_ == nullptr) throw;
+      pending_ = std::current_exception();
+    }
+  }
+
+  /// Across ranks: a kept failure of any rank becomes the same Error on every rank (one agreement).
+  void agree() {
+    if (comm_ == nullptr) return;
+    collectively(*comm_, [&] {
+      if (pending_) std::rethrow_exception(std::exchange(pending_, nullptr));
+    });
+  }
+
+ private:
+  const char* what_;
+  int device_;
+  const Comm* comm_ = nullptr;
+  std::exception_ptr pending_;
+};
+
+}  // namespace surrogate::device
