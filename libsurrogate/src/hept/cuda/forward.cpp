@@ -87,6 +87,7 @@ class CudaForward final : public DeviceForward {
       work_, eh_, ha_, hb_, res_, fin_, out_rows_;
   cu::DeviceBuffer<std::int64_t> perm_q_, perm_k_;
   cu::SegmentSortWork sort_work_;
+  PlanScratch plan_scratch_;  // building plan rows (geometry.hpp)
   // The split bucket stage: keys on the host, values by head, every slot's rows and sums, each table's sums
   // at the queries' rows, the slots' identity order.
   std::vector<float> keys_q_, keys_k_;
@@ -144,7 +145,8 @@ std::unique_ptr<DeviceGeometry> CudaForward::build_geometry(const float* coords,
                                                             const ReduceMax& reduce_max) {
   try {
     const cu::DeviceGuard guard(device_);
-    return build_plan_rows(cfg_, net_->regions(), device_, stream_.get(), coords, sizes, graph_ids, reduce_max);
+    return build_plan_rows(cfg_, net_->regions(), device_, stream_.get(), plan_scratch_, coords, sizes, graph_ids,
+                           reduce_max);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("hept", device_);
   }
@@ -154,7 +156,7 @@ std::unique_ptr<DeviceGeometry> CudaForward::upload_geometry(const Geometry& g, 
                                                              std::int64_t inputs) {
   try {
     const cu::DeviceGuard guard(device_);
-    return upload_plan_rows(cfg_, device_, stream_.get(), g, coords, inputs);
+    return upload_plan_rows(cfg_, device_, stream_.get(), plan_scratch_, g, coords, inputs);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("hept", device_);
   }

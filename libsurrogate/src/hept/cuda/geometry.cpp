@@ -38,14 +38,12 @@ std::vector<T> download_array(const cu::DeviceBuffer<T>& b, std::int64_t n, cuda
 /// failure so far: -1 handed to the reduction (every rank stops there), then rethrown.
 std::vector<std::int64_t> bit_widths(const std::int64_t* values, int rows, std::int64_t columns, const ReduceMax& reduce,
                                      std::int64_t* local_first, std::exception_ptr& failed, cudaStream_t stream,
-                                     int device) {
+                                     int device, cu::DeviceBuffer<std::int64_t>& maxima) {
   std::vector<std::int64_t> m(static_cast<std::size_t>(rows), 0);
   if (!failed) try {
       if (columns > 0) {
-        cu::DeviceBuffer<std::int64_t> d(static_cast<std::size_t>(rows), device);
-        cu::hept_row_max(values, rows, columns, d.data(), stream);
-        cu::copy_to_host(m.data(), d.data(), m.size() * sizeof(std::int64_t), stream);
-        cu::synchronize(stream);
+        cu::hept_row_max(values, rows, columns, sized(maxima, rows, device), stream);
+        cu::copy_to_host(m.data(), maxima.data(), m.size() * sizeof(std::int64_t), stream);  // returns when done
       }
     } catch (...) {
       failed = std::current_exception();
@@ -81,7 +79,7 @@ void pad_coordinates(PlanRows& p, const float* raw, cudaStream_t stream) {
 }  // namespace
 
 std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<float>& regions, int device,
-                                          cudaStream_t stream, const float* coords,
+                                          cudaStream_t stream, PlanScratch& scratch, const float* coords,
                                           const std::vector<std::int64_t>& sizes,
                                           const std::vector<std::int64_t>& graph_ids, const ReduceMax& reduce_max) {
   const int H = cfg.num_heads, rows = cfg.n_hashes * H, cd = cfg.coords_dim;
@@ -135,41 +133,37 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
   if (!src)
     for (int g = 0; g < G; ++g) small.padded_sizes.push_back(padded_first[static_cast<std::size_t>(g) + 1] - padded_first[static_cast<std::size_t>(g)]);
 
-  cu::DeviceBuffer<float> raw_coords, keys;
-  cu::DeviceBuffer<std::int64_t> first_dev, ranked_first_dev, order, rank;
-  cu::SegmentSortWork sort_work;
+  PlanScratch& w = scratch;
   // Ranks of eta and phi within each graph, the regions of every row.
   if (!failed && n > 0) try {
-      upload(raw_coords, std::span<const float>(coords, static_cast<std::size_t>(n * cd)), device, stream);
-      cu::hept_axis_keys(raw_coords.data(), cd, n, sized(keys, 2 * n, device), stream);
-      upload(first_dev, std::span<const std::int64_t>(first), device, stream);
-      upload(ranked_first_dev, std::span<const std::int64_t>(ranked_first), device, stream);
+      upload(w.coords, std::span<const float>(coords, static_cast<std::size_t>(n * cd)), device, stream);
+      cu::hept_axis_keys(w.coords.data(), cd, n, sized(w.keys, 2 * n, device), stream);
+      upload(w.first, std::span<const std::int64_t>(first), device, stream);
+      upload(w.ranked_first, std::span<const std::int64_t>(ranked_first), device, stream);
       cu::SegmentSortLaunchOf<float> sa;
       sa.rows = 2;
       sa.points = n;
       sa.segments = G;
-      sa.first = first_dev.data();
-      sa.keys = keys.data();
-      sa.perm = sized(order, 2 * n, device);
-      sa.work = &sort_work;
+      sa.first = w.first.data();
+      sa.keys = w.keys.data();
+      sa.perm = sized(w.order, 2 * n, device);
+      sa.work = &w.sort;
       cu::segment_sort(sa, stream);
-      cu::DeviceBuffer<std::int64_t> bins_dev;
-      upload(bins_dev, std::span<const std::int64_t>(bins), device, stream);
+      upload(w.bins, std::span<const std::int64_t>(bins), device, stream);
       cu::HeptRegionArgs ra;
       ra.rows = rows;
       ra.graphs = G;
       ra.points = n;
       ra.ranked = ranked;
-      ra.first = first_dev.data();
-      ra.ranked_first = ranked_first_dev.data();
-      ra.order = order.data();
-      ra.bins = bins_dev.data();
-      ra.rank = sized(rank, 2 * ranked, device);
+      ra.first = w.first.data();
+      ra.ranked_first = w.ranked_first.data();
+      ra.order = w.order.data();
+      ra.bins = w.bins.data();
+      ra.rank = sized(w.rank, 2 * ranked, device);
       ra.region_eta = sized(p->region_eta, rows * ranked, device);
       ra.region_phi = sized(p->region_phi, rows * ranked, device);
       cu::hept_regions(ra, stream);
       p->region_values = rows * ranked;
-      cu::synchronize(stream);  // bins_dev and the host offsets' staging released here
     } catch (...) {
       failed = std::current_exception();
     }
@@ -183,8 +177,8 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
     pa.zero_pads = true;
     pa.points = n;
     pa.padded = p->np;
-    pa.first = first_dev.data();
-    pa.padded_first = ranked_first_dev.data();
+    pa.first = w.first.data();
+    pa.padded_first = w.ranked_first.data();
     pa.pad_seq = sized(p->pad_seq, p->np, device);
     pa.point_row = sized(p->point_row, n, device);
     pa.unpad = sized(p->unpad, p->np, device);
@@ -193,59 +187,57 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
   } else {
     // Bit widths over the batch, the codes, the stable order of row 0's codes in each graph, the tags.
     std::int64_t local_max0 = 0;
-    small.bits_eta = bit_widths(p->region_eta.data(), rows, n, reduce_max, nullptr, failed, stream, device);
-    cu::DeviceBuffer<std::int64_t> bits_eta, bits_code1, ids;
+    small.bits_eta = bit_widths(p->region_eta.data(), rows, n, reduce_max, nullptr, failed, stream, device, w.maxima);
     cu::HeptCodeArgs ca;
     ca.rows = rows;
     ca.graphs = G;
     ca.points = n;
     if (n > 0) try {
-        upload(bits_eta, std::span<const std::int64_t>(small.bits_eta), device, stream);
-        ca.first = first_dev.data();
+        upload(w.bits_eta, std::span<const std::int64_t>(small.bits_eta), device, stream);
+        ca.first = w.first.data();
         ca.region_eta = p->region_eta.data();
         ca.region_phi = p->region_phi.data();
-        ca.bits_eta = bits_eta.data();
+        ca.bits_eta = w.bits_eta.data();
         ca.codes = sized(p->codes, rows * n, device);
         cu::hept_region_codes(ca, stream);
         p->code_values = rows * n;
       } catch (...) {
         failed = std::current_exception();
       }
-    small.bits_code1 = bit_widths(p->codes.data(), rows, n, reduce_max, &local_max0, failed, stream, device);
+    small.bits_code1 =
+        bit_widths(p->codes.data(), rows, n, reduce_max, &local_max0, failed, stream, device, w.maxima);
     if (n == 0) return p;
     // Row 0's codes before the tags (constant within a graph) as exact sort keys.
     cu::SegmentSortLaunchOf<float> sa;
     sa.rows = 1;
     sa.points = n;
     sa.segments = G;
-    sa.first = first_dev.data();
+    sa.first = w.first.data();
     sa.perm = sized(p->pad_sort_order, n, device);
-    sa.work = &sort_work;
+    sa.work = &w.sort;
     if (local_max0 < (std::int64_t{1} << 24)) {
-      cu::hept_code_keys(p->codes.data(), n, sized(keys, n, device), stream);
-      sa.keys = keys.data();
+      cu::hept_code_keys(p->codes.data(), n, sized(w.keys, n, device), stream);
+      sa.keys = w.keys.data();
       cu::segment_sort(sa, stream);
     } else {
       if (local_max0 >= (std::int64_t{1} << 53))
         throw Error(ErrorCode::unsupported, "hept: region codes up to " + std::to_string(local_max0) +
                                                 " exceed the device sort's exact keys (2^53)");
-      cu::DeviceBuffer<double> keys64;
-      cu::hept_code_keys_f64(p->codes.data(), n, sized(keys64, n, device), stream);
+      cu::hept_code_keys_f64(p->codes.data(), n, sized(w.keys64, n, device), stream);
       cu::SegmentSortLaunchOf<double> sd;
       sd.rows = 1;
       sd.points = n;
       sd.segments = G;
-      sd.first = first_dev.data();
-      sd.keys = keys64.data();
+      sd.first = w.first.data();
+      sd.keys = w.keys64.data();
       sd.perm = sa.perm;
-      sd.work = &sort_work;
+      sd.work = &w.sort;
       cu::segment_sort_f64(sd, stream);
-      cu::synchronize(stream);
     }
-    upload(bits_code1, std::span<const std::int64_t>(small.bits_code1), device, stream);
-    upload(ids, std::span<const std::int64_t>(graph_ids), device, stream);
-    ca.graph_ids = ids.data();
-    ca.bits_code1 = bits_code1.data();
+    upload(w.bits_code1, std::span<const std::int64_t>(small.bits_code1), device, stream);
+    upload(w.ids, std::span<const std::int64_t>(graph_ids), device, stream);
+    ca.graph_ids = w.ids.data();
+    ca.bits_code1 = w.bits_code1.data();
     cu::hept_tag_codes(ca, stream);
     upload(p->padded_first, std::span<const std::int64_t>(padded_first), device, stream);
     cu::HeptPaddingArgs pa;
@@ -253,7 +245,7 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
     pa.block = static_cast<int>(bs);
     pa.points = n;
     pa.padded = p->np;
-    pa.first = first_dev.data();
+    pa.first = w.first.data();
     pa.padded_first = p->padded_first.data();
     pa.order = p->pad_sort_order.data();
     pa.pad_seq = sized(p->pad_seq, p->np, device);
@@ -265,13 +257,12 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
     p->padded_code_values = rows * p->np;
   }
   // The padded rows' coordinates (zero rows and flags at src's pads).
-  pad_coordinates(*p, raw_coords.data(), stream);
-  cu::synchronize(stream);  // the scratch above is released on return
-  return p;
+  pad_coordinates(*p, w.coords.data(), stream);
+  return p;  // the host arrays above were staged when uploaded: nothing to wait for
 }
 
-std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaStream_t stream, const Geometry& g,
-                                           const float* coords, std::int64_t inputs) {
+std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaStream_t stream, PlanScratch& scratch,
+                                           const Geometry& g, const float* coords, std::int64_t inputs) {
   const int rows = cfg.n_hashes * cfg.num_heads, cd = cfg.coords_dim;
   auto p = std::make_unique<PlanRows>();
   p->device_id = device;
@@ -300,10 +291,8 @@ std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaSt
   upload(p->padded_codes, span64(g.padded_codes), device, stream);
   upload(p->region_eta, span64(g.region_eta), device, stream);
   upload(p->region_phi, span64(g.region_phi), device, stream);
-  cu::DeviceBuffer<float> raw;
-  upload(raw, std::span<const float>(coords, static_cast<std::size_t>(inputs * cd)), device, stream);
-  pad_coordinates(*p, raw.data(), stream);
-  cu::synchronize(stream);
+  upload(scratch.coords, std::span<const float>(coords, static_cast<std::size_t>(inputs * cd)), device, stream);
+  pad_coordinates(*p, scratch.coords.data(), stream);
   p->region_values = static_cast<std::int64_t>(g.region_eta.size());
   p->padded_code_values = static_cast<std::int64_t>(g.padded_codes.size());
   return p;
@@ -311,6 +300,7 @@ std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaSt
 
 Geometry PlanRows::download() const {
   const cu::DeviceGuard guard(device_id);
+  cu::device_synchronize(device_id);  // after the work of the stream that built the rows
   const cu::Stream stream(device_id);
   const cudaStream_t s = stream.get();
   Geometry g = small;

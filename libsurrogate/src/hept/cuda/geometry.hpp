@@ -11,6 +11,7 @@
 
 #include "device.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_bucket_attention.hpp"
 
 namespace surrogate::hept::gpu {
 
@@ -42,15 +43,26 @@ struct PlanRows final : DeviceGeometry {
   Geometry download() const override;
 };
 
+/// The work arrays of building plan rows, kept by the device forward from one plan to the next (grown, never
+/// shrunk): a new event allocates and frees only its own rows. Used on one stream.
+struct PlanScratch {
+  template <class T>
+  using Buffer = kernels::cuda::DeviceBuffer<T>;
+  Buffer<float> coords, keys;
+  Buffer<double> keys64;
+  Buffer<std::int64_t> first, ranked_first, order, rank, bins, maxima, bits_eta, bits_code1, ids;
+  kernels::cuda::SegmentSortWork sort;
+};
+
 /// quantile_bins<float> and finish_geometry on `device` (DeviceForward::build_geometry), on `stream`.
 std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<float>& regions, int device,
-                                          cudaStream_t stream, const float* coords,
+                                          cudaStream_t stream, PlanScratch& scratch, const float* coords,
                                           const std::vector<std::int64_t>& sizes,
                                           const std::vector<std::int64_t>& graph_ids, const ReduceMax& reduce_max);
 
 /// A host geometry and the coordinates of its `inputs` input rows (inputs x coords_dim, host) on `device`;
 /// an input row that is no original's receives its own row's result (the split graphs' duplicates).
-std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaStream_t stream, const Geometry& g,
-                                           const float* coords, std::int64_t inputs);
+std::unique_ptr<PlanRows> upload_plan_rows(const Config& cfg, int device, cudaStream_t stream, PlanScratch& scratch,
+                                           const Geometry& g, const float* coords, std::int64_t inputs);
 
 }  // namespace surrogate::hept::gpu
