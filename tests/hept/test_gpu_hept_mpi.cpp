@@ -42,6 +42,23 @@ void expect_rows(const std::vector<float>& out, const std::vector<std::int64_t>&
   }
 }
 
+/// A predict whose launch `n` fails on the last rank: the same agreed Error on this rank; returns its text.
+std::string injected_failure(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
+                             const std::function<int(std::int64_t)>& owner, int n, std::vector<std::int64_t>& mine) {
+  if (comm.rank() == comm.size() - 1) host_backend::fail_after = n;
+  std::string what;
+  try {
+    predict(comm, model, b, owner, on_device(host_backend::kDevice), mine);
+    ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
+  } catch (const surrogate::Error& e) {
+    what = e.what();
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << what;
+    EXPECT_NE(what.find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << what;
+  }
+  host_backend::fail_after = 0;
+  return what;
+}
+
 /// The bucket sorts over the ranks of `plan` so far (one per hash table and layer when graphs are split).
 std::uint64_t sorts_over_ranks(const surrogate::Plan& plan) {
   for (const auto& phase : plan.profile().phases())
@@ -126,16 +143,8 @@ TEST(HeptMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   std::vector<std::int64_t> all, mine;
   const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(host_backend::kDevice), all);
   for (const int n : {1, 4, 6, 10, 20}) {
-    if (comm.rank() == comm.size() - 1) host_backend::fail_after = n;
-    try {
-      predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
-      ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
-    } catch (const surrogate::Error& e) {
-      EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
-      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << e.what();
-      EXPECT_NE(std::string(e.what()).find("hept: CUDA device cuda-emulated"), std::string::npos) << e.what();
-    }
-    host_backend::fail_after = 0;
+    const std::string what = injected_failure(comm, *model, b, owner, n, mine);
+    EXPECT_NE(what.find("hept: CUDA device cuda-emulated"), std::string::npos) << what;
   }
   const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
   expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failure");
@@ -154,17 +163,7 @@ TEST(HeptMpiHostBackend, ALaunchFailureInTheSplitBucketStageIsAnAgreedError) {
   const auto owner = [size](std::int64_t i) { return static_cast<int>(i % size); };
   std::vector<std::int64_t> all, mine;
   const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, on_device(host_backend::kDevice), all);
-  for (const int n : {10, 11, 13, 15, 17, 19, 22, 26, 30}) {
-    if (comm.rank() == size - 1) host_backend::fail_after = n;
-    try {
-      predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
-      ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
-    } catch (const surrogate::Error& e) {
-      EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
-      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << e.what();
-    }
-    host_backend::fail_after = 0;
-  }
+  for (const int n : {10, 11, 13, 15, 17, 19, 22, 26, 30}) injected_failure(comm, *model, b, owner, n, mine);
   const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
   expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failures");
 }

@@ -180,8 +180,8 @@ void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const
     run_mlp(in_proj_, in_.data(), cfg_.in_dim, x_.data(), C_, n_);
     if (blocks > 0) start_block(*t, 0, reproducible);
   });
-  if (loaded) {  // reads what the load stage copied back: after it is done
-    local_step(comm, [&] { stream_.synchronize(); });
+  if (loaded) {  // reads what the load stage copied back: after it is done (across ranks the step waited)
+    if (comm.size() == 1) local_step(comm, [&] { stream_.synchronize(); });
     loaded();
   }
   for (int b = 0; b < blocks; ++b) {

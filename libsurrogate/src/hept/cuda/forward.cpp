@@ -81,9 +81,10 @@ class CudaForward final : public DeviceForward {
   Dense enc0_, enc2_, head_, mlp_[5], out_proj_;
   Norm mlp_norms_[4];
   std::vector<Layer> layers_;
-  std::size_t pids_ = 0;  // pileup: the particle-id embedding (kPidClasses x kPidEmbedding)
+  std::size_t pids_ = 0;    // pileup: the particle-id embedding (kPidClasses x kPidEmbedding)
+  std::size_t factor_ = 0;  // src: the key shifts' factor of every (table, head) row
   // Work arrays, grown to the largest batch seen.
-  cu::DeviceBuffer<float> x_, xp_, cat_, hid_, xn_, q_, k_, v_, qh_, kh_, pq_, pk_, attn_, lo_, hi_, factor_,
+  cu::DeviceBuffer<float> x_, xp_, cat_, hid_, xn_, q_, k_, v_, qh_, kh_, pq_, pk_, attn_, lo_, hi_,
       work_, eh_, ha_, hb_, res_, fin_, out_rows_;
   cu::DeviceBuffer<std::int64_t> perm_q_, perm_k_;
   cu::SegmentSortWork sort_work_;
@@ -131,6 +132,14 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
   for (int j = 0; j < 4; ++j) mlp_norms_[j] = layer_norm(weights_, net.mlp_norm(j));
   if (cfg_.num_classes > 0) out_proj_ = weights_.append_dense(net.out_proj().packed);
   if (cfg_.task == Config::Task::pileup) pids_ = weights_.append(net.particle_embedding());
+  if (cfg_.layout == Config::Layout::src) {  // the key shifts' factors: ceil(R_phi) + 1 of each row
+    const int H = cfg_.num_heads;
+    std::vector<float> factor(static_cast<std::size_t>(cfg_.n_hashes * H));
+    for (std::size_t r = 0; r < factor.size(); ++r)
+      factor[r] = std::ceil(net.regions()[(r / static_cast<std::size_t>(H)) * 2 * static_cast<std::size_t>(H) +
+                                          r % static_cast<std::size_t>(H)]) + 1.0f;
+    factor_ = weights_.append(factor);
+  }
   try {
     const cu::DeviceGuard guard(device_);
     stream_ = cu::Stream(device_);
@@ -209,10 +218,6 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
     }
     if (failed) std::rethrow_exception(failed);
   };
-  // The key shifts' factors (src): ceil(R_phi) + 1 of each row.
-  std::vector<float> factor(src_layout ? static_cast<std::size_t>(R) : 0);
-  for (std::size_t r = 0; r < factor.size(); ++r)
-    factor[r] = std::ceil(net_->regions()[((r / H) * 2) * H + r % H]) + 1.0f;
   const int dev = device_;
   try {
     // The inputs on the device, padded there (duplicates copy their originals; src zero pads stay zero).
@@ -229,7 +234,6 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
     pa.out = sized(xp_, n * static_cast<std::size_t>(in), dev);
     pa.ldo = in;
     cu::hept_pad_rows(pa, s);
-    surrogate::device::upload(factor_, std::span<const float>(factor), dev, s);
     sized(cat_, n * static_cast<std::size_t>(ldcat), dev);
     sized(hid_, n * static_cast<std::size_t>(D), dev);
     sized(xn_, n * static_cast<std::size_t>(D), dev);
@@ -329,7 +333,7 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
       ka.hi = d_hi;
       ka.a = src_layout ? g.region_phi.data() : g.padded_codes.data();
       ka.b = src_layout ? g.region_eta.data() : nullptr;
-      ka.factor = src_layout ? factor_.data() : nullptr;
+      ka.factor = src_layout ? weights_.data() + factor_ : nullptr;
       ka.pad = src_layout ? g.zero.data() : nullptr;
       ka.pq = pq;
       ka.pk = pk;

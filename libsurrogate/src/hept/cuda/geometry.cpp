@@ -62,6 +62,22 @@ std::vector<std::int64_t> bit_widths(const std::int64_t* values, int rows, std::
   return m;
 }
 
+/// Stable sorts of `rows` rows of n keys within each of the G graphs (offsets scratch.first): perm.
+template <class T>
+void sort_in_graphs(const T* keys, int rows, std::int64_t n, int G, PlanScratch& scratch, std::int64_t* perm,
+                    cudaStream_t stream) {
+  cu::SegmentSortLaunchOf<T> a;
+  a.rows = rows;
+  a.points = n;
+  a.segments = G;
+  a.first = scratch.first.data();
+  a.keys = keys;
+  a.perm = perm;
+  a.work = &scratch.sort;
+  if constexpr (sizeof(T) == sizeof(float)) cu::segment_sort(a, stream);
+  else cu::segment_sort_f64(a, stream);
+}
+
 /// The padded rows' coordinates from the input rows' (`raw`, device), with the zero flags of src's pads.
 void pad_coordinates(PlanRows& p, const float* raw, cudaStream_t stream) {
   cu::HeptPadRowsArgs a;
@@ -140,15 +156,7 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
       cu::hept_axis_keys(w.coords.data(), cd, n, sized(w.keys, 2 * n, device), stream);
       upload(w.first, std::span<const std::int64_t>(first), device, stream);
       upload(w.ranked_first, std::span<const std::int64_t>(ranked_first), device, stream);
-      cu::SegmentSortLaunchOf<float> sa;
-      sa.rows = 2;
-      sa.points = n;
-      sa.segments = G;
-      sa.first = w.first.data();
-      sa.keys = w.keys.data();
-      sa.perm = sized(w.order, 2 * n, device);
-      sa.work = &w.sort;
-      cu::segment_sort(sa, stream);
+      sort_in_graphs(w.keys.data(), 2, n, G, w, sized(w.order, 2 * n, device), stream);
       upload(w.bins, std::span<const std::int64_t>(bins), device, stream);
       cu::HeptRegionArgs ra;
       ra.rows = rows;
@@ -208,31 +216,16 @@ std::unique_ptr<PlanRows> build_plan_rows(const Config& cfg, const std::vector<f
         bit_widths(p->codes.data(), rows, n, reduce_max, &local_max0, failed, stream, device, w.maxima);
     if (n == 0) return p;
     // Row 0's codes before the tags (constant within a graph) as exact sort keys.
-    cu::SegmentSortLaunchOf<float> sa;
-    sa.rows = 1;
-    sa.points = n;
-    sa.segments = G;
-    sa.first = w.first.data();
-    sa.perm = sized(p->pad_sort_order, n, device);
-    sa.work = &w.sort;
+    std::int64_t* order = sized(p->pad_sort_order, n, device);
     if (local_max0 < (std::int64_t{1} << 24)) {
       cu::hept_code_keys(p->codes.data(), n, sized(w.keys, n, device), stream);
-      sa.keys = w.keys.data();
-      cu::segment_sort(sa, stream);
+      sort_in_graphs(w.keys.data(), 1, n, G, w, order, stream);
     } else {
       if (local_max0 >= (std::int64_t{1} << 53))
         throw Error(ErrorCode::unsupported, "hept: region codes up to " + std::to_string(local_max0) +
                                                 " exceed the device sort's exact keys (2^53)");
       cu::hept_code_keys_f64(p->codes.data(), n, sized(w.keys64, n, device), stream);
-      cu::SegmentSortLaunchOf<double> sd;
-      sd.rows = 1;
-      sd.points = n;
-      sd.segments = G;
-      sd.first = w.first.data();
-      sd.keys = w.keys64.data();
-      sd.perm = sa.perm;
-      sd.work = &w.sort;
-      cu::segment_sort_f64(sd, stream);
+      sort_in_graphs(w.keys64.data(), 1, n, G, w, order, stream);
     }
     upload(w.bits_code1, std::span<const std::int64_t>(small.bits_code1), device, stream);
     upload(w.ids, std::span<const std::int64_t>(graph_ids), device, stream);
