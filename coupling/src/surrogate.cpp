@@ -235,7 +235,9 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     const std::int32_t host_rank = (n > 0 && !(in_on_device && out_on_device)) ? 1 : 0;
     std::int32_t flags[2] = {device_rank, host_rank};
     s.comm.allreduce(std::span<std::int32_t>(flags, 2), ReduceOp::max);
-    if (flags[0] == 1 && flags[1] == 0) {
+    // Per-sample inputs or outputs are predict()'s alone (SampleArrays): such models are staged.
+    const bool per_point = s.model->sample_in_channels() == 0 && s.model->sample_out_channels() == 0;
+    if (flags[0] == 1 && flags[1] == 0 && per_point) {
       Model::DeviceArrays arrays;
       arrays.in = in.data;
       arrays.out = out.data;

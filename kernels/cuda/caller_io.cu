@@ -1,5 +1,6 @@
 // The caller's arrays on the device (device-resident predict): gather + normalise the inputs into the
-// working order, de-normalise + scatter the outputs into the caller's strided array. The arithmetic is
+// working order (optionally finding the first row whose value of one channel is outside a range),
+// de-normalise + scatter the outputs into the caller's strided array. The arithmetic is
 // that of the host path (Surrogate::predict, Model::predict): the value is rounded to float, normalised
 // in double, rounded to float; outputs are de-normalised in double from the float result, rounded to
 // float and then converted to the caller's type. The double operations are spelled with the _rn
@@ -26,7 +27,10 @@ __global__ void __launch_bounds__(kIoThreads) gather_kernel(CallerInput a) {
   if (!isfinite(f)) atomicAdd(a.bad + c, 1ull);
   double v = f;
   if (a.mean) v = __ddiv_rn(__dsub_rn(v, a.mean[c]), a.std[c]);
-  a.work[row * a.ld_work + c] = static_cast<float>(v);
+  const float w = static_cast<float>(v);
+  a.work[row * a.ld_work + c] = w;
+  if (c == a.range_channel && !(w > a.range_lo && w < a.range_hi))
+    atomicMax(a.outside, static_cast<unsigned long long>(a.rows - row));
 }
 
 template <class Real>

@@ -6,8 +6,13 @@
 #include <sstream>
 #include <type_traits>
 
+#include "device_support.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/profile.hpp"
+#if SURROGATE_HAVE_CUDA
+#include "cuda_errors.hpp"
+#include "device/caller_rows.hpp"
+#endif
 
 namespace {
 // The phases this file times (surrogate/profile.hpp).
@@ -493,11 +498,16 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
                                                    plan.model().architecture() + "')");
     if (options.cuda_device < 0)
       throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
+    if (sample_in_channels() > 0 || sample_out_channels() > 0)
+      throw Error(ErrorCode::unsupported, "predict_device: the " + architecture_ +
+                                              " model has per-sample inputs or outputs, which predict_device does "
+                                              "not take; call predict() with SampleArrays");
     if (n > 0 && (!arrays.in || !arrays.out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
     check_precision(options);
   });
   plan.rebind(comm);
   const ProfileScope scope(&plan.profile());
+  if (!takes_device_arrays()) return predict_device_staged(comm, plan, arrays, options);
   Io io;
   io.device = &arrays;
   // The same agreed summary as predict(): every rank's counts, per channel.
@@ -507,5 +517,91 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   const ScopedPhase phase(kForwardPhase);
   forward(comm, plan, io, options);
 }
+
+#if SURROGATE_HAVE_CUDA
+/// predict_device's rows on one device for a family whose forward takes host rows: a stream, the
+/// normalisation there and the working rows gathered from (scattered to) the caller's arrays.
+struct Model::DeviceStaging {
+  int device = -1;
+  kernels::cuda::Stream stream;
+  std::unique_ptr<device::CallerRows> rows;
+  kernels::cuda::DeviceBuffer<float> in, out;
+};
+
+void Model::predict_device_staged(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
+  namespace cu = kernels::cuda;
+  const index_t n = plan.layout().local_points();
+  const int device = options.cuda_device;
+  const index_t ld_in = kernels::round_up(in_channels_, kernels::kPad);
+  const index_t ld_out = kernels::round_up(out_channels_, kernels::kPad);
+  const auto in_values = static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_in);
+  const auto out_values = static_cast<std::size_t>(std::max<index_t>(n, 1) * ld_out);
+  // A step on the device; a CUDA failure becomes the library's Error, agreed by `collectively`.
+  const auto on_device = [&](auto&& step) {
+    try {
+      const cu::DeviceGuard guard(device);
+      step();
+    } catch (...) {
+      detail::raise_current_cuda_error(architecture_.c_str(), device);
+    }
+  };
+  // The caller's arrays gathered and normalised in the working order on the device, then to the host
+  // rows predict() would have made (padding columns zero).
+  collectively(comm, [&] {
+    on_device([&] {
+      if (!staging_ || staging_->device != device) {
+        staging_.reset();
+        auto fresh = std::make_unique<DeviceStaging>();
+        fresh->device = device;
+        fresh->stream = cu::Stream(device);
+        fresh->rows = std::make_unique<device::CallerRows>(normalization_, in_channels_, out_channels_, device,
+                                                           fresh->stream.get());
+        staging_ = std::move(fresh);
+      }
+      const cudaStream_t s = staging_->stream.get();
+      auto& order = plan.device_order();
+      if (!order || order->device() != device)
+        order = std::make_shared<device::CallerOrder>(plan.layout().order(), device, s);
+      staging_->in.resize(in_values, device);
+      staging_->out.resize(out_values, device);
+      cu::zero(staging_->in.data(), in_values * sizeof(float), s);
+      staging_->rows->gather(arrays, order->data(), n, staging_->in.data(), ld_in, s);
+      input_buffer_.resize(in_values);
+      output_buffer_.assign(out_values, 0.0f);
+      cu::copy_to_host(input_buffer_.data(), staging_->in.data(), in_values * sizeof(float), s);
+      cu::synchronize(s);
+    });
+  });
+  throw_if_non_finite(comm, staging_->rows->input_counts(), false);
+  Io io;
+  io.in = input_buffer_.data();
+  io.ld_in = ld_in;
+  io.out = output_buffer_.data();
+  io.ld_out = ld_out;
+  {
+    const ScopedPhase phase(kForwardPhase);
+    forward(comm, plan, io, options);
+  }
+  // The working rows' results back to the device, de-normalised into the caller's arrays.
+  collectively(comm, [&] {
+    on_device([&] {
+      const cudaStream_t s = staging_->stream.get();
+      cu::copy_to_device(staging_->out.data(), output_buffer_.data(), out_values * sizeof(float), s);
+      staging_->rows->scatter(arrays, plan.device_order()->data(), n, staging_->out.data(), ld_out,
+                              !options.allow_non_finite_output, s);
+      cu::synchronize(s);  // the caller's arrays are written on return
+    });
+  });
+  if (!options.allow_non_finite_output) throw_if_non_finite(comm, staging_->rows->output_counts(), true);
+}
+#else
+struct Model::DeviceStaging {};
+
+void Model::predict_device_staged(const Comm& comm, Plan&, const DeviceArrays&, const RunOptions& options) {
+  collectively(comm, [&] { detail::refuse_without_cuda_backend(architecture_, options.cuda_device); });
+}
+#endif
+
+Model::~Model() = default;
 
 }  // namespace surrogate

@@ -18,6 +18,7 @@
 
 #include "ball_golden_checks.hpp"
 #include "bsa/cuda/device.hpp"
+#include "device_arrays.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
@@ -121,6 +122,8 @@ inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model&
   const int cout = model.out_channels();
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, p.size() * cout)));
   model.predict(comm, plan, in.data(), g.cin, out.data(), cout, options);
+  if (options.cuda_device >= 0)  // the caller's device arrays: the same bits
+    surrogate::testing::expect_device_arrays_match(comm, model, plan, in, g.cin, out, cout, 0.0f, options, "bsa");
   out.resize(static_cast<std::size_t>(p.size() * cout));
   return out;
 }

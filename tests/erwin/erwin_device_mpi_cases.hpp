@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "device_arrays.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/balltree.hpp"
@@ -154,6 +155,8 @@ class Spread {
     surrogate::RunOptions options;
     options.cuda_device = cuda_device;
     model_.predict(comm_, *plan_, cin ? f.data() : nullptr, cin, out.data(), cout, options);
+    if (cuda_device >= 0 && cin > 0)  // the caller's device arrays: the same bits
+      surrogate::testing::expect_device_arrays_match(comm_, model_, *plan_, f, cin, out, cout, 0.0f, options, "erwin");
     // Back to canonical order on every rank.
     std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));
     const int mine_count = static_cast<int>(local);

@@ -1,11 +1,15 @@
 // HEPT's CUDA forward through the registered model (RunOptions::cuda_device), on the host backend (cuda.*)
 // and on a GPU (gpu.*, skipped without one): both layouts against the official float32 stable runs with
-// the CPU fp32 test's bound, the layer-0 buckets against the CPU's, repeatability, fp64 refused.
+// the CPU fp32 test's bound, the device plan against the CPU's, the caller's device arrays against host
+// arrays, the host waits, repeatability, fp64 refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <limits>
+#include <memory>
+#include <type_traits>
 #include <string>
 #include <vector>
 
@@ -201,6 +205,152 @@ TEST(HeptHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
     std::printf("  host waits: %lld with the geometry built, %lld on the kept plan\n", after_first - at_start, kept);
     EXPECT_EQ(kept, 1);
     EXPECT_EQ(again, first);
+  }
+}
+
+/// The golden case's points in a shuffled order (graphs interleaved, so the layout's working order is not
+/// the caller's), with a plan on `device`, and the host-array prediction of that order.
+struct Shuffled {
+  const Case& c;
+  surrogate::SelfComm comm;
+  std::vector<float> x, coords;
+  std::vector<std::int64_t> batch;
+  std::unique_ptr<surrogate::Plan> plan;
+  surrogate::RunOptions options;
+  std::vector<float> host;
+  Shuffled(const Case& k, int device) : c(k) {
+    const std::size_t n = c.batch.size(), in = static_cast<std::size_t>(c.model->in_channels());
+    std::vector<std::size_t> perm(n);
+    for (std::size_t i = 0; i < n; ++i) perm[i] = i;
+    std::shuffle(perm.begin(), perm.end(), std::mt19937(11));
+    for (const std::size_t p : perm) {
+      x.insert(x.end(), c.x.begin() + static_cast<std::ptrdiff_t>(p * in), c.x.begin() + static_cast<std::ptrdiff_t>((p + 1) * in));
+      coords.insert(coords.end(), c.coords.begin() + static_cast<std::ptrdiff_t>(p * c.coords_dim),
+                    c.coords.begin() + static_cast<std::ptrdiff_t>((p + 1) * c.coords_dim));
+      batch.push_back(c.batch[p]);
+    }
+    options.cuda_device = device;
+    surrogate::PointGeometry g;
+    g.positions = coords.data();
+    g.ld_positions = c.coords_dim;
+    const auto layout = surrogate::SampleLayout::build(comm, n_points(), batch.data());
+    plan = c.model->plan(comm, layout, g, options);
+    host = predict_host(x);
+  }
+  std::int64_t n_points() const { return static_cast<std::int64_t>(batch.size()); }
+  std::vector<float> predict_host(const std::vector<float>& in) const {
+    const int od = c.model->out_channels();
+    std::vector<float> out(static_cast<std::size_t>(n_points() * od));
+    c.model->predict(comm, *plan, in.data(), c.model->in_channels(), out.data(), od, options);
+    return out;
+  }
+  /// The caller's device arrays of `in_rows`: inputs in Fortran order (Real), outputs at a stride of
+  /// out + 2, filled with -7.
+  template <class Real>
+  struct Arrays {
+    surrogate::kernels::cuda::DeviceBuffer<Real> in, out;
+    surrogate::Model::DeviceArrays a;
+  };
+  template <class Real>
+  Arrays<Real> arrays(const std::vector<float>& in_rows) const {
+    namespace st = surrogate::testing;
+    const std::size_t n = batch.size(), in = static_cast<std::size_t>(c.model->in_channels());
+    const int ld_out = c.model->out_channels() + 2;
+    std::vector<Real> in_f(n * in);
+    for (std::size_t i = 0; i < n; ++i)
+      for (std::size_t j = 0; j < in; ++j) in_f[i + n * j] = static_cast<Real>(in_rows[i * in + j]);
+    Arrays<Real> d;
+    d.in = st::to_device(in_f, options.cuda_device);
+    d.out = st::to_device(std::vector<Real>(n * static_cast<std::size_t>(ld_out), Real(-7)), options.cuda_device);
+    d.a.in = d.in.data();
+    d.a.out = d.out.data();
+    d.a.is_double = std::is_same_v<Real, double>;
+    d.a.in_point_stride = 1;
+    d.a.in_component_stride = n_points();
+    d.a.out_point_stride = ld_out;
+    return d;
+  }
+  /// predict_device on arrays(in_rows); returns the caller's output array.
+  template <class Real>
+  std::vector<Real> predict_device(const std::vector<float>& in_rows) const {
+    const Arrays<Real> d = arrays<Real>(in_rows);
+    c.model->predict_device(comm, *plan, d.a, options);
+    return surrogate::testing::to_host(d.out.data(), d.out.size(), options.cuda_device);
+  }
+};
+
+/// The error of f, or a failure when it throws none.
+template <class F>
+std::string error_of(F&& f) {
+  try {
+    f();
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::input) << e.what();
+    return e.what();
+  }
+  ADD_FAILURE() << "no error";
+  return {};
+}
+
+// Device-resident predict (Model::predict_device): the caller's arrays in device memory, the points
+// shuffled (the working order is not the caller's), inputs in Fortran order, outputs at a stride with
+// gaps, float and double. Bitwise the host-array predict on the same device: the same rows reach the same
+// forward. A NaN input and (pileup) a particle class outside the embedding are refused on the device
+// with the host path's messages; gaps are never written.
+TEST(GpuHept, DeviceArraysGiveTheHostArrayResultBitwise) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  for (const std::string name : {"example_small", "src_small", "src_pileup"}) {
+    SCOPED_TRACE(name);
+    const Case c(name);
+    const Shuffled s(c, surrogate::testing::test_device());
+    const int od = c.model->out_channels(), ld_out = od + 2;
+    const auto check = [&](const auto& back) {
+      for (std::int64_t i = 0; i < s.n_points(); ++i) {
+        for (int j = 0; j < od; ++j)
+          ASSERT_EQ(back[static_cast<std::size_t>(i * ld_out + j)],
+                    static_cast<std::decay_t<decltype(back[0])>>(s.host[static_cast<std::size_t>(i * od + j)]))
+              << "point " << i << " channel " << j;
+        ASSERT_EQ(back[static_cast<std::size_t>(i * ld_out + od)], -7) << "gap overwritten";
+        ASSERT_EQ(back[static_cast<std::size_t>(i * ld_out + od + 1)], -7) << "gap overwritten";
+      }
+    };
+    check(s.predict_device<float>(s.x));
+    check(s.predict_device<double>(s.x));
+    std::vector<float> bad = s.x;
+    bad[bad.size() / 2] = std::numeric_limits<float>::quiet_NaN();
+    const std::string nan = error_of([&] { s.predict_device<float>(bad); });
+    EXPECT_NE(nan.find("1 NaN/Inf value(s)"), std::string::npos) << nan;
+    EXPECT_EQ(nan, error_of([&] { s.predict_host(bad); }));
+    if (name == "src_pileup") {
+      const int in = c.model->in_channels();
+      bad = s.x;
+      bad[static_cast<std::size_t>(7 * in + in - 1)] = 7.0f;   // one past the last class
+      bad[static_cast<std::size_t>(40 * in + in - 1)] = -1.0f;  // a later row: the first one is named
+      const std::string cls = error_of([&] { s.predict_device<float>(bad); });
+      EXPECT_NE(cls.find("particle-id class"), std::string::npos) << cls;
+      EXPECT_EQ(cls, error_of([&] { s.predict_host(bad); }));
+    }
+    check(s.predict_device<float>(s.x));  // and the next call is right
+  }
+}
+
+// In one process a device-resident predict on a kept plan waits for the device twice: for the counts of
+// non-finite inputs (the agreed check before the forward) and at its end (the caller's arrays written on
+// return). The rows move between the working and the owners' order on the device.
+TEST(HeptHostBackend, DeviceArraysWaitOnlyForTheChecksAndTheEnd) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const std::string name : {"example_small", "src_pileup"}) {
+    SCOPED_TRACE(name);
+    const Case c(name);
+    const Shuffled s(c, host_backend::kDevice);
+    const auto first = s.predict_device<float>(s.x);
+    const auto d = s.arrays<float>(s.x);
+    const long long before = host_backend::host_waits;
+    c.model->predict_device(s.comm, *s.plan, d.a, s.options);
+    const long long waits = host_backend::host_waits - before;
+    std::printf("  host waits of a device-array predict on a kept plan: %lld\n", waits);
+    EXPECT_EQ(waits, 2);
+    EXPECT_EQ(surrogate::testing::to_host(d.out.data(), d.out.size(), host_backend::kDevice), first);
   }
 }
 

@@ -1,7 +1,8 @@
 // HEPT's CUDA forward across 1-4 ranks on the device under test, bitwise the one-process device forward:
 // whole graphs on their owner ranks, and with fewer graphs than ranks the graphs split over the ranks'
 // devices (buckets sorted over the ranks, their rows moved between the devices), for graphs dealt to
-// ranks, points dealt round robin and everything on the last rank (empty ranks); the src layout split;
+// ranks, points dealt round robin and everything on the last rank (empty ranks), from host arrays and
+// from the caller's device arrays (predict_device); the src layout split;
 // a launch failure on one rank, also in the plan's geometry or inside the split bucket stage, is the same
 // error on every rank.
 #include <gtest/gtest.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "device_arrays.hpp"
 #include "gpu_mpi_test.hpp"
 #include "hept_batch.hpp"
 #include "host_backend_hooks.hpp"
@@ -66,7 +68,8 @@ std::uint64_t sorts_over_ranks(const surrogate::Plan& plan) {
   return 0;
 }
 
-/// predict() through a plan of this rank's points; `sorts`: the plan's bucket sorts over the ranks.
+/// predict() through a plan of this rank's points; `sorts`: the plan's bucket sorts over the ranks. The
+/// same plan's predict_device on the same rows in device memory gives the same bits.
 std::vector<float> predict_counting_sorts(const surrogate::Comm& comm, surrogate::Model& model, const Batch& b,
                                           const std::function<int(std::int64_t)>& owner, int device,
                                           std::vector<std::int64_t>& mine, std::uint64_t& sorts) {
@@ -77,6 +80,8 @@ std::vector<float> predict_counting_sorts(const surrogate::Comm& comm, surrogate
   std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(p.n(), 1) * od));
   model.predict(comm, *plan, p.x.data(), b.in, out.data(), od, on_device(device));
   sorts = sorts_over_ranks(*plan);
+  surrogate::testing::expect_device_arrays_match(comm, model, *plan, p.x, b.in, out, od, 0.0f, on_device(device),
+                                                 "device arrays");
   return out;
 }
 
@@ -148,6 +153,42 @@ TEST(HeptMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   }
   const auto out = predict(comm, *model, b, owner, on_device(host_backend::kDevice), mine);
   expect_rows(out, mine, reference, b.n(), model->out_channels(), "rank " + std::to_string(comm.rank()) + " after the failure");
+}
+
+// The same from the caller's device arrays (predict_device), whole graphs and split graphs: a launch
+// failing on the last rank in the gather of its arrays (launch 1), in the plan's geometry or the rows'
+// moves (2, 6, 12) or in the forward (30) is the failing rank's Error on every rank, before or after the
+// agreed check of the inputs; nothing hangs, and the next call gives the host-array bits.
+TEST(HeptMpiHostBackend, ADeviceArrayLaunchFailureOnOneRankIsAnAgreedError) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  const int size = comm.size(), device = host_backend::kDevice;
+  for (const std::int64_t graphs : {4, 1}) {
+    const Batch b(graphs);
+    const LocalPoints p(comm, b, [&](std::int64_t i) { return static_cast<int>(i % size); });
+    const int od = model->out_channels();
+    for (const int n : {1, 2, 6, 12, 30}) {
+      const auto plan = model->plan(comm, p.layout(comm), p.geometry(), on_device(device));
+      if (comm.rank() == size - 1) host_backend::fail_after = n;
+      try {
+        surrogate::testing::predict_device_rows(comm, *model, *plan, p.x, b.in, p.x.size() / b.in * od, od, 0.0f,
+                                                on_device(device));
+        ADD_FAILURE() << "rank " << comm.rank() << ", failure at launch " << n << ": no error";
+      } catch (const surrogate::Error& e) {
+        const std::string what = e.what();
+        EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << what;
+        EXPECT_NE(what.find("emulated launch failure"), std::string::npos) << "launch " << n << ": " << what;
+        EXPECT_EQ(what, comm.broadcast_string(what, size - 1)) << "rank " << comm.rank() << ", launch " << n;
+      }
+      host_backend::fail_after = 0;
+      std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(p.n(), 1) * od));
+      model->predict(comm, *plan, p.x.data(), b.in, out.data(), od, on_device(device));
+      out.resize(static_cast<std::size_t>(p.n() * od));
+      surrogate::testing::expect_device_arrays_match(comm, *model, *plan, p.x, b.in, out, od, 0.0f, on_device(device),
+                                                     "after the failure at launch " + std::to_string(n));
+    }
+  }
 }
 
 // One graph split over the ranks' devices: a launch failing on the last rank at nine points of the first

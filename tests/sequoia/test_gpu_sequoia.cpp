@@ -90,4 +90,36 @@ TEST(GpuSequoia, OnlyFloat32OnTheDevice) {
   }
 }
 
+// A classification model (per-sample outputs) from the caller's device arrays: predict_device takes no
+// SampleArrays, so it refuses the model by name and points to predict(); nothing is written.
+TEST(GpuSequoia, PredictDeviceRefusesPerSampleOutputs) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  namespace st = surrogate::testing;
+  const Batch c = sequoia_test::golden("cls", "small");
+  const auto model = surrogate::make_model(c.file);
+  const surrogate::SelfComm comm;
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  surrogate::RunOptions options;
+  options.cuda_device = st::test_device();
+  const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data()), g, options);
+  auto d_in = st::to_device(std::vector<float>(c.features.begin(), c.features.end()), options.cuda_device);
+  auto d_out = st::to_device(std::vector<float>(1, -7.0f), options.cuda_device);
+  surrogate::Model::DeviceArrays a;
+  a.in = d_in.data();
+  a.out = d_out.data();
+  a.in_point_stride = model->in_channels();
+  a.out_point_stride = 1;
+  try {
+    model->predict_device(comm, *plan, a, options);
+    FAIL() << "predict_device accepted a model with per-sample outputs";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+    EXPECT_NE(std::string(e.what()).find("per-sample"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("predict()"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(st::to_host(d_out.data(), 1, options.cuda_device)[0], -7.0f);
+}
+
 }  // namespace

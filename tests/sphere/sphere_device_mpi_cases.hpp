@@ -17,6 +17,7 @@
 #include <utility>
 #include <vector>
 
+#include "device_arrays.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
 #include "surrogate/comm.hpp"
@@ -113,6 +114,8 @@ inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model&
   surrogate::RunOptions options;
   options.cuda_device = cuda_device;
   model.predict(comm, plan, in.data(), ld_in, out.data(), ld_out, options);
+  if (cuda_device >= 0)  // the caller's device arrays: the same bits, the padding untouched
+    surrogate::testing::expect_device_arrays_match(comm, model, plan, in, ld_in, out, ld_out, -7.0f, options, c.name);
   std::vector<float> rows(static_cast<std::size_t>(m * cout));
   for (index_t r = 0; r < m; ++r) {
     for (int k = cout; k < ld_out; ++k)

@@ -68,7 +68,8 @@ class ExchangePlan {
   /// Rows of `width` values at row strides ld_source / ld_target, in host memory or in device memory
   /// (`place`): the same rows moved, bitwise the same. On a device, an error of one rank (a failed copy or
   /// launch) is the same Error on every rank, raised before any message, never a hang; the move is
-  /// complete on the stream when the call returns.
+  /// ordered on the stream (work enqueued there after the call sees its rows). Across ranks (and for an
+  /// all-gather) it has completed when the call returns; in one process it is only enqueued: no wait.
   void forward(const float* source, std::int64_t ld_source, float* target, std::int64_t ld_target, int width,
                const Place& place = {}) const;
   void backward(const float* target, std::int64_t ld_target, float* source, std::int64_t ld_source, int width,

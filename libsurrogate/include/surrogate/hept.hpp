@@ -72,6 +72,10 @@ struct Geometry {
 /// Pileup: every one of `rows` input rows (stride ld) must hold a particle-id class in its last column
 /// (in_dim - 1) that truncates to 0..kPidClasses-1; Error(input) naming the first row and value otherwise.
 void check_particle_classes(const Config& cfg, const float* in, std::int64_t ld, std::int64_t rows);
+/// The Error(input) of check_particle_classes for input row `row` holding `value` (the device's check).
+[[noreturn]] void refuse_particle_class(const Config& cfg, float value, std::int64_t row);
+/// The open interval the class column's values must lie in: (-1, kPidClasses).
+inline constexpr float kPidClassLow = -1.0f, kPidClassHigh = static_cast<float>(kPidClasses);
 
 /// The quantile bin size ceil(n * fl(1 / R)) of a graph of n points (padded, in the src layout) with R
 /// regions, in arithmetic T; Error(weights) unless it is finite and at least 1.

@@ -103,6 +103,9 @@ struct PointGeometry {
 };
 
 class Model;
+namespace device {
+class CallerOrder;  // a layout's working order on a CUDA device (CUDA builds; internal)
+}
 
 /// What a model builds once per point set and reuses in every predict while the points stay: trees,
 /// neighbour lists, latitude bands, exchange plans, device buffers. Built by Model::plan (collective);
@@ -132,6 +135,10 @@ class Plan {
   /// families that keep exchange plans rebind them.
   virtual void rebind(const Comm& comm);
 
+  /// The layout's working order on a CUDA device, kept for Model::predict_device (null until its first
+  /// call with this plan; internal).
+  std::shared_ptr<device::CallerOrder>& device_order() { return device_order_; }
+
   /// What Model::plan hands a family's plan: the model, the layout and the working-order geometry.
   struct Basis {
     const Model* model = nullptr;
@@ -151,11 +158,12 @@ class Plan {
   std::vector<std::int64_t> ids_, edges_;
   Traffic traffic_;
   std::unique_ptr<Profile> profile_;
+  std::shared_ptr<device::CallerOrder> device_order_;
 };
 
 class Model {
  public:
-  virtual ~Model() = default;
+  virtual ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;
 
@@ -254,11 +262,14 @@ class Model {
   };
   /// Collective over comm. predict() for arrays in the memory of CUDA device options.cuda_device (>= 0):
   /// reordering, normalisation, the forward and the de-normalisation run on that device and the outputs
-  /// are written into `arrays.out` directly (elements between the strides are not touched); no array
-  /// crosses the host. Same arithmetic and the same errors as predict() with the inputs rounded to float.
+  /// are written into `arrays.out` directly (elements between the strides are not touched). Same
+  /// arithmetic and the same errors as predict() with the inputs rounded to float and float outputs.
   /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
-  /// "Streams"); `arrays.out` is written on return.
-  /// Throws Error(unsupported) on every rank for model families without a device forward.
+  /// "Streams"); `arrays.out` is written on return. Families whose forward takes device rows
+  /// (takes_device_arrays(): FLARE, HEPT) keep every array on the device; the others get the gathered,
+  /// normalised rows through host memory (one copy each way, share/docs/cuda.md "Arrays in device
+  /// memory"). Models with per-sample inputs or outputs are refused (Error(unsupported) on every rank):
+  /// predict() takes them.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
   /// One-shot form (plan(), then predict_device()).
   void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
@@ -296,9 +307,12 @@ class Model {
     index_t ld_sample_out = 0;
     std::function<void(const std::vector<std::uint64_t>&)> check_inputs, check_outputs;
   };
-  /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. A family
-  /// without a device-resident predict refuses `io.device` with Error(unsupported) on every rank.
+  /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. `io.device`
+  /// is set only for a family that takes_device_arrays().
   virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) = 0;
+  /// True when the family's forward takes the caller's device arrays (Io::device) itself; otherwise
+  /// predict_device gathers them on the device and hands the forward host rows.
+  virtual bool takes_device_arrays() const { return false; }
 
   /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
   /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
@@ -314,8 +328,12 @@ class Model {
   void predict_rows(const Comm& comm, Plan& plan, const float* in, index_t ld_in, Real* out, index_t ld_out,
                     const SampleArrays& samples, const RunOptions& options);
 
+  void predict_device_staged(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
+
   std::vector<float> input_buffer_, output_buffer_;
   std::vector<double> output_buffer64_;
+  struct DeviceStaging;  // predict_device's rows on the device (model.cpp)
+  std::unique_ptr<DeviceStaging> staging_;
 };
 
 /// Creates the model of the file's architecture; throws Error(format) for an unknown architecture and

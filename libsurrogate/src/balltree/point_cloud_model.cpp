@@ -169,10 +169,4 @@ CanonicalBatch PointCloudModel::gather_canonical(const Comm& comm, const SampleL
   return result;
 }
 
-void PointCloudModel::refuse_device_arrays(const Comm& comm) const {
-  collectively(comm, [&] {
-    throw Error(ErrorCode::unsupported, "model architecture '" + architecture() + "' has no device-resident predict");
-  });
-}
-
 }  // namespace surrogate

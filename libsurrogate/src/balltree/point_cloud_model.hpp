@@ -148,10 +148,6 @@ class PointCloudModel : public Model {
   /// `uses_edges`: the network passes messages (edges are gathered or built); otherwise edges are ignored.
   PointCloudModel(const ModelFile& file, int in_channels, int out_channels, int dim, bool uses_edges);
 
-  /// The refusal of a forward on the caller's device arrays (predict_device): the ball-tree families take
-  /// host arrays (their CUDA forward with RunOptions::cuda_device). Error(unsupported) on every rank.
-  void refuse_device_arrays(const Comm& comm) const;
-
  private:
   int dim_;
   bool uses_edges_;

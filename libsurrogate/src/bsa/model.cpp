@@ -95,7 +95,6 @@ class BsaModel final : public PointCloudModel {
   /// its slots of the distributed tree. Either way the device geometry is uploaded by the first device
   /// forward on the plan and kept in it.
   void forward(const Comm& comm, Plan& base, const Io& io, const RunOptions& options) override {
-    if (io.device) refuse_device_arrays(comm);
     auto& plan = static_cast<detail::BsaPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) use_device(comm, options);

@@ -117,7 +117,6 @@ class ErwinModel final : public PointCloudModel {
   /// first device forward), the result moved back to the caller's rows; the wrapper's Fourier features and
   /// head on the host.
   void forward(const Comm& comm, Plan& base, const Io& io, const RunOptions& options) override {
-    if (io.device) refuse_device_arrays(comm);
     auto& plan = static_cast<detail::ErwinPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) prepare_device(comm, options);

@@ -146,10 +146,13 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
     }
   });
   count(sizeof(float) * static_cast<std::size_t>(width), forward_direction);
-  // The messages, by the transport (its own steps agreed).
+  // The messages, by the transport (its own steps agreed). One process sends none: its move is the local
+  // copies, enqueued on the stream, and nothing waits for the device.
+  const bool messages = all_gather_ || comm.size() > 1;
   const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(width);
   std::vector<std::size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
-  if (all_gather_) {
+  if (!messages) {
+  } else if (all_gather_) {
     to_bytes(recv_counts_, row_bytes, recv_bytes, recv_offsets);
     place.transport->allgatherv(d->packed_out.data(), static_cast<std::size_t>(source_rows_) * row_bytes,
                                 d->packed_in.data(), recv_bytes, recv_offsets, place.stream);
@@ -168,11 +171,12 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
       } else {
         const std::int64_t* remote_out = (forward_direction ? d->remote_target : d->remote_source).data();
         const std::int64_t unpacked_rows = forward_direction ? d->remote_received : d->remote_sent;
-        copy_rows(d->packed_in.data(), width, nullptr, out, ld_out, remote_out, unpacked_rows, width, stream);
+        if (messages)
+          copy_rows(d->packed_in.data(), width, nullptr, out, ld_out, remote_out, unpacked_rows, width, stream);
         if (forward_direction)
           copy_rows(out, ld_out, d->copy_source.data(), out, ld_out, d->copy_target.data(), d->copies, width, stream);
       }
-      cu::synchronize(stream);  // the packed buffers may be reused by the next move
+      if (messages) cu::synchronize(stream);  // the packed buffers may be reused by the next move
     } catch (...) {
       detail::raise_current_cuda_error("exchange plan", place.device);
     }

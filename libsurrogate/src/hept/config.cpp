@@ -120,19 +120,21 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
       {"device forward", "none (CPU only)"}};
 }
 
+void refuse_particle_class(const Config& cfg, float value, std::int64_t row) {
+  std::ostringstream text;
+  text << value;
+  throw Error(ErrorCode::input, "hept pileup: input channel " + std::to_string(cfg.in_dim - 1) +
+                                    " (the particle-id class, pids_enc = Embedding(7, 10)) of local point " +
+                                    std::to_string(row) + " is " + text.str() + "; expected 0..6");
+}
+
 void check_particle_classes(const Config& cfg, const float* in, std::int64_t ld, std::int64_t rows) {
   if (cfg.task != Config::Task::pileup) return;
   const int column = cfg.in_dim - 1;
   for (std::int64_t i = 0; i < rows; ++i) {
     const float v = in[i * ld + column];
     // torch's .long() truncates toward zero: (-1, 7) holds the classes 0..6.
-    if (!(v > -1.0f && v < static_cast<float>(kPidClasses))) {
-      std::ostringstream value;
-      value << v;
-      throw Error(ErrorCode::input, "hept pileup: input channel " + std::to_string(column) +
-                                        " (the particle-id class, pids_enc = Embedding(7, 10)) of local point " +
-                                        std::to_string(i) + " is " + value.str() + "; expected 0..6");
-    }
+    if (!(v > kPidClassLow && v < kPidClassHigh)) refuse_particle_class(cfg, v, i);
   }
 }
 

@@ -158,7 +158,6 @@ class Model final : public PointCloudModel {
   }
 
   void forward(const Comm& comm, surrogate::Plan& base, const Io& io, const RunOptions& options) override {
-    if (io.device) refuse_device_arrays(comm);
     const detail::ThreadCount threads(options.threads);
     auto& plan = static_cast<Plan&>(base);
     if (options.cuda_device >= 0) prepare_device(comm, options);

@@ -34,13 +34,6 @@ SpherePlan& sphere_plan(Plan& plan) {
   return *p;
 }
 
-/// Arrays in device memory (Model::predict_device) have no spherical forward: Error(unsupported) on every rank.
-void refuse_device_arrays(const Comm& comm, const std::string& architecture) {
-  collectively(comm, [&] {
-    throw Error(ErrorCode::unsupported, "model architecture '" + architecture + "' has no device-resident predict");
-  });
-}
-
 void check_fp32(const std::string& what, const RunOptions& options) {
   if (options.precision != Precision::fp32)
     throw Error(ErrorCode::unsupported, what + ": the CUDA forward computes in fp32 only (precision '" +
@@ -98,7 +91,6 @@ class SphereTransformerModel final : public Model {
   }
 
   void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) override {
-    if (io.device) return refuse_device_arrays(comm, architecture());
     SpherePlan& p = sphere_plan(plan);
     if (options.cuda_device >= 0) return forward_on_device(comm, p, io, options);
     const TransformerConfig& c = net_.config();
@@ -198,7 +190,6 @@ class S2LayerModel final : public Model {
   }
 
   void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) override {
-    if (io.device) return refuse_device_arrays(comm, architecture());
     SpherePlan& p = sphere_plan(plan);
     if (options.cuda_device >= 0) return forward_on_device(comm, p, io, options);
     ThreadCount threads(options.threads);

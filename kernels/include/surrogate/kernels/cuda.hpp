@@ -241,6 +241,12 @@ struct CallerInput {
   float* work = nullptr;              // device, rows x ld_work: (float(x) - mean) / std in double, as float
   index_t ld_work = 0;
   unsigned long long* bad = nullptr;  // device, channels counters of non-finite inputs (incremented)
+  // Optional: a channel whose working values must lie strictly between range_lo and range_hi (a class
+  // index, say). `outside` (device, zeroed by the caller) is raised to rows - r for every working row r
+  // outside (atomicMax): afterwards 0 means none, else the first such row is rows - *outside.
+  int range_channel = -1;
+  float range_lo = 0, range_hi = 0;
+  unsigned long long* outside = nullptr;
 };
 void gather_caller_input(const CallerInput& a, cudaStream_t stream);
 

@@ -234,58 +234,17 @@ void Forward::forward_host_arrays(const Comm& comm, Plan& plan, const float* in,
 void Forward::forward_device_arrays(const Comm& comm, Plan& plan, const surrogate::Model::DeviceArrays& arrays,
                                     const RunOptions& options, const CountCheck& check_inputs,
                                     const CountCheck& check_outputs) {
-  const auto in_c = static_cast<std::size_t>(cfg_.in_dim), out_c = static_cast<std::size_t>(cfg_.out_dim);
+  const bool count_outputs = static_cast<bool>(check_outputs);
   run(
       comm, plan, options,
+      // The per-channel counts of non-finite inputs are the only thing read back before the forward; they
+      // are checked once every rank has loaded (below), before any collective.
+      [&](cudaStream_t s, const Tables& t) { caller_->gather(arrays, t.order(), n_, in_.data(), cfg_.in_dim, s); },
       [&](cudaStream_t s, const Tables& t) {
-        // The caller's arrays may still be written or read by its work on the default stream.
-        cu::wait_for_default_stream(s, device_);
-        bad_.resize(in_c, device_);
-        bad_host_.resize(in_c);
-        cu::zero(bad_.data(), bad_.bytes(), s);
-        cu::CallerInput g;
-        g.data = arrays.in;
-        g.is_double = arrays.is_double;
-        g.point_stride = arrays.in_point_stride;
-        g.component_stride = arrays.in_component_stride;
-        g.channels = cfg_.in_dim;
-        g.rows = n_;
-        g.order = t.order();
-        g.mean = has_input_norm_ ? normalization_.data() : nullptr;
-        g.std = has_input_norm_ ? normalization_.data() + in_c : nullptr;
-        g.work = in_.data();
-        g.ld_work = cfg_.in_dim;
-        g.bad = bad_.data();
-        cu::gather_caller_input(g, s);
-        // The per-channel counts of non-finite inputs (in_dim integers) are the only thing read back
-        // before the forward; they are checked once every rank has loaded (below), before any collective.
-        cu::copy_to_host(bad_host_.data(), bad_.data(), bad_.bytes(), s);
+        caller_->scatter(arrays, t.order(), n_, out_.data(), cfg_.out_dim, count_outputs, s);
       },
-      [&](cudaStream_t s, const Tables& t) {
-        cu::CallerOutput o;
-        o.data = arrays.out;
-        o.is_double = arrays.is_double;
-        o.point_stride = arrays.out_point_stride;
-        o.component_stride = arrays.out_component_stride;
-        o.channels = cfg_.out_dim;
-        o.rows = n_;
-        o.order = t.order();
-        const std::size_t at = has_input_norm_ ? 2 * in_c : 0;
-        o.mean = has_output_norm_ ? normalization_.data() + at : nullptr;
-        o.std = has_output_norm_ ? normalization_.data() + at + out_c : nullptr;
-        o.work = out_.data();
-        o.ld_work = cfg_.out_dim;
-        if (check_outputs) {  // the per-channel counts of non-finite outputs: out_dim integers read back
-          bad_out_.resize(out_c, device_);
-          bad_out_host_.resize(out_c);
-          cu::zero(bad_out_.data(), bad_out_.bytes(), s);
-          o.bad = bad_out_.data();
-        }
-        cu::scatter_caller_output(o, s);
-        if (check_outputs) cu::copy_to_host(bad_out_host_.data(), bad_out_.data(), bad_out_.bytes(), s);
-      },
-      [] {}, [&] { check_inputs(std::vector<std::uint64_t>(bad_host_.data(), bad_host_.data() + in_c)); });
-  if (check_outputs) check_outputs(std::vector<std::uint64_t>(bad_out_host_.data(), bad_out_host_.data() + out_c));
+      [] {}, [&] { check_inputs(caller_->input_counts()); });
+  if (count_outputs) check_outputs(caller_->output_counts());
 }
 
 }  // namespace surrogate::flare::cuda

@@ -7,11 +7,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/caller_rows.hpp"
 #include "../../device/layers.hpp"
 #include "../config.hpp"
 #include "../network.hpp"
@@ -146,8 +148,7 @@ class Forward {
   Mlp in_proj_, out_mlp_;
   std::optional<device::Norm> out_norm_;
   std::vector<Block> blocks_;
-  cu::DeviceBuffer<double> normalization_;  // input mean, std, output mean, std (as present)
-  bool has_input_norm_ = false, has_output_norm_ = false;
+  std::unique_ptr<device::CallerRows> caller_;  // the normalisation, for the caller's device arrays
 
   // workspace, reused between calls; n_ and samples_ of the current forward
   index_t n_ = 0, samples_ = 0;
@@ -161,8 +162,6 @@ class Forward {
   std::vector<kernels::ExactScale> scales_host_;
   std::vector<float> value_max_host_;
   cu::DeviceBuffer<float> z_;  // [S][H][M][E]
-  cu::DeviceBuffer<unsigned long long> bad_, bad_out_;  // per input / output channel: non-finite values
-  cu::PinnedBuffer<unsigned long long> bad_host_, bad_out_host_;
 };
 
 }  // namespace surrogate::flare::cuda

@@ -99,12 +99,7 @@ void Forward::upload(const Normalization& nf) {
   }
   layer_specs_.clear();
   device::upload(layers_, std::span<const cu::MlpLayer>(table), device_, stream_.get());
-  std::vector<double> norm;
-  has_input_norm_ = nf.has_input();
-  has_output_norm_ = nf.has_output();
-  for (const auto* v : {&nf.input_mean, &nf.input_std, &nf.output_mean, &nf.output_std})
-    norm.insert(norm.end(), v->begin(), v->end());
-  device::upload(normalization_, std::span<const double>(norm), device_, stream_.get());
+  caller_ = std::make_unique<device::CallerRows>(nf, cfg_.in_dim, cfg_.out_dim, device_, stream_.get());
   stream_.synchronize();  // the host copies may go now
 }
 

@@ -69,6 +69,17 @@ class DeviceForward {
   virtual void forward(const DeviceGeometry& g, const float* x, float* out,
                        const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                        const SplitStage* split = nullptr) = 0;
+
+  /// For a caller that keeps the rows on the device (Model::predict_device): the forward's stream (a
+  /// cudaStream_t; the caller enqueues its gather, moves and scatter there), and device arrays for g's
+  /// input rows (in_dim values each) and output rows (out_dim), grown as needed, kept by the forward.
+  virtual void* stream() const = 0;
+  virtual float* input_rows(std::int64_t rows) = 0;
+  virtual float* output_rows(std::int64_t rows) = 0;
+  /// forward() of whole graphs on device rows x and out (this device's memory), enqueued on stream(): in
+  /// one process (range null) nothing waits for the device; across ranks only the ranges' reductions do.
+  virtual void forward_on_device(const DeviceGeometry& g, const float* x, float* out,
+                                 const std::function<void(std::vector<float>&, std::vector<float>&)>* range) = 0;
 };
 
 /// Uploads the network's weights to CUDA device `device` (or the emulated device). Throws

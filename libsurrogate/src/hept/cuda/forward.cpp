@@ -1,8 +1,9 @@
 // HEPT's float32 forward on a CUDA device (device.hpp): network.cpp's stages on device arrays, one call
 // per layer (device/layers.hpp), the LSH projections, keys, bucket sorts and bucket attention of
 // surrogate/kernels/cuda_bucket_attention.hpp, on the padded rows of a plan's device geometry
-// (geometry.hpp). The projection ranges go through the host (the caller's `range` reduces them over the
-// ranks); split graphs sort on the host (split_buckets). share/docs/hept.md, "On a CUDA device".
+// (geometry.hpp), from host rows or device rows (Model::predict_device). The projection ranges go through
+// the host across ranks (the caller's `range` reduces them); split graphs sort on the host
+// (split_buckets). share/docs/hept.md, "On a CUDA device".
 #include "device.hpp"
 
 #include <cuda_runtime_api.h>
@@ -51,6 +52,15 @@ class CudaForward final : public DeviceForward {
   void forward(const DeviceGeometry& g, const float* x, float* out,
                const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                const SplitStage* split) override;
+  void* stream() const override { return stream_.get(); }
+  float* input_rows(std::int64_t rows) override {
+    return sized(x_, static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg_.in_dim), device_);
+  }
+  float* output_rows(std::int64_t rows) override {
+    return sized(out_rows_, static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg_.out_dim()), device_);
+  }
+  void forward_on_device(const DeviceGeometry& g, const float* x, float* out,
+                         const std::function<void(std::vector<float>&, std::vector<float>&)>* range) override;
 
  private:
   struct Layer {
@@ -58,8 +68,14 @@ class CudaForward final : public DeviceForward {
     Dense wq, wk, wv, out_linear, ff0, ff2;
     std::size_t alpha = 0, scale = 0;
   };
+  /// x and out in host memory, or with `on_device` in this device's memory.
   void run(const PlanRows& g, const float* x, float* out,
-           const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split);
+           const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split,
+           bool on_device);
+  /// run() on a geometry of this forward, with the device current and CUDA failures as Errors.
+  void run_checked(const DeviceGeometry& geometry, const float* x, float* out,
+                   const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                   const SplitStage* split, bool on_device);
   void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
              const float* residual = nullptr, index_t ld_residual = 0) {
@@ -174,12 +190,23 @@ std::unique_ptr<DeviceGeometry> CudaForward::upload_geometry(const Geometry& g, 
 void CudaForward::forward(const DeviceGeometry& geometry, const float* x, float* out,
                           const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                           const SplitStage* split) {
+  run_checked(geometry, x, out, range, split, false);
+}
+
+void CudaForward::forward_on_device(const DeviceGeometry& geometry, const float* x, float* out,
+                                    const std::function<void(std::vector<float>&, std::vector<float>&)>* range) {
+  run_checked(geometry, x, out, range, nullptr, true);
+}
+
+void CudaForward::run_checked(const DeviceGeometry& geometry, const float* x, float* out,
+                              const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                              const SplitStage* split, bool on_device) {
   const auto* g = dynamic_cast<const PlanRows*>(&geometry);
   if (g == nullptr || g->device() != device_)
     throw Error(ErrorCode::invalid_argument, "hept: the geometry was not made by this device forward");
   try {
     const cu::DeviceGuard guard(device_);
-    run(*g, x, out, range, split);
+    run(*g, x, out, range, split, on_device);
   } catch (...) {
     surrogate::detail::raise_current_cuda_error("hept", device_);
   }
@@ -187,7 +214,7 @@ void CudaForward::forward(const DeviceGeometry& geometry, const float* x, float*
 
 void CudaForward::run(const PlanRows& g, const float* x, float* out,
                       const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
-                      const SplitStage* split) {
+                      const SplitStage* split, bool on_device) {
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.encoder_in(), half = D / 2, od = cfg_.out_dim();
   const index_t np = g.np, ldcat = static_cast<index_t>(L + 1) * D;
@@ -221,11 +248,11 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
   const int dev = device_;
   try {
     // The inputs on the device, padded there (duplicates copy their originals; src zero pads stay zero).
-    surrogate::device::upload(x_, std::span<const float>(x, static_cast<std::size_t>(g.n * cfg_.in_dim)), dev, s);
+    if (!on_device) surrogate::device::upload(x_, std::span<const float>(x, static_cast<std::size_t>(g.n * cfg_.in_dim)), dev, s);
     cu::HeptPadRowsArgs pa;
     pa.padded = np;
     pa.pad_seq = g.pad_seq.data();
-    pa.in = x_.data();
+    pa.in = on_device ? x : x_.data();
     pa.ldi = cfg_.in_dim;
     pa.kept = pileup ? cfg_.in_dim - 1 : cfg_.in_dim;
     pa.embedding = pileup ? weights_.data() + pids_ : nullptr;
@@ -408,12 +435,13 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
     dense(out_proj_, res, half, fin, cfg_.num_classes, np);
     result = fin;
   }
-  // Each input row's result (its original's padded row) to the host, the task's activation there.
-  float* rows_out = sized(out_rows_, static_cast<std::size_t>(g.n) * static_cast<std::size_t>(od), dev);
+  // Each input row's result (its original's padded row), the task's activation (pileup: the sigmoid).
+  float* rows_out = on_device ? out : sized(out_rows_, static_cast<std::size_t>(g.n) * static_cast<std::size_t>(od), dev);
   surrogate::device::copy_rows(result, od, g.point_row.data(), rows_out, od, nullptr, g.n, od, s);
+  if (pileup) map(cu::RowMap::sigmoid, rows_out, od, g.n, od);
+  if (on_device) return;
   cu::copy_to_host(out, rows_out, static_cast<std::size_t>(g.n * od) * sizeof(float), s);
   stream_.synchronize();
-  net_->finish_outputs(out, g.n);
 }
 
 void CudaForward::split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed) {
