@@ -507,7 +507,7 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   });
   plan.rebind(comm);
   const ProfileScope scope(&plan.profile());
-  if (!takes_device_arrays()) return predict_device_staged(comm, plan, arrays, options);
+  if (device_input() != DeviceInput::caller_arrays) return predict_device_gathered(comm, plan, arrays, options);
   Io io;
   io.device = &arrays;
   // The same agreed summary as predict(): every rank's counts, per channel.
@@ -518,9 +518,21 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   forward(comm, plan, io, options);
 }
 
+void* Model::device_stream(const Comm& comm, const RunOptions&) {
+  collectively(comm, [&] {
+    throw Error(ErrorCode::internal, architecture_ + ": device rows without the family's device stream");
+  });
+  return nullptr;
+}
+
+void Model::refuse_input(float value, index_t row) const {
+  throw Error(ErrorCode::internal, architecture_ + ": input row " + std::to_string(row) + " holds " +
+                                       std::to_string(value) + ", outside the model's range");
+}
+
 #if SURROGATE_HAVE_CUDA
-/// predict_device's rows on one device for a family whose forward takes host rows: a stream, the
-/// normalisation there and the working rows gathered from (scattered to) the caller's arrays.
+/// predict_device's rows on one device: a stream, the normalisation there and the working rows gathered
+/// from (scattered to) the caller's arrays.
 struct Model::DeviceStaging {
   int device = -1;
   kernels::cuda::Stream stream;
@@ -528,7 +540,7 @@ struct Model::DeviceStaging {
   kernels::cuda::DeviceBuffer<float> in, out;
 };
 
-void Model::predict_device_staged(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
+void Model::predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
   namespace cu = kernels::cuda;
   const index_t n = plan.layout().local_points();
   const int device = options.cuda_device;
@@ -545,8 +557,16 @@ void Model::predict_device_staged(const Comm& comm, Plan& plan, const DeviceArra
       detail::raise_current_cuda_error(architecture_.c_str(), device);
     }
   };
-  // The caller's arrays gathered and normalised in the working order on the device, then to the host
-  // rows predict() would have made (padding columns zero).
+  const bool device_rows = device_input() == DeviceInput::device_rows;
+  // The rows are gathered and scattered on the stream their forward uses (device rows), else on our own.
+  void* const family_stream = device_rows ? device_stream(comm, options) : nullptr;
+  const auto stream = [&] {
+    return family_stream ? static_cast<cudaStream_t>(family_stream) : staging_->stream.get();
+  };
+  const InputRange range = checked_input_range();
+  const device::ValueRange value_range{range.channel, range.lo, range.hi};
+  // The caller's arrays gathered and normalised in the working order on the device, the rows predict()
+  // would have made (padding columns zero), then to the host unless the forward reads device rows.
   collectively(comm, [&] {
     on_device([&] {
       if (!staging_ || staging_->device != device) {
@@ -558,35 +578,52 @@ void Model::predict_device_staged(const Comm& comm, Plan& plan, const DeviceArra
                                                            fresh->stream.get());
         staging_ = std::move(fresh);
       }
-      const cudaStream_t s = staging_->stream.get();
+      const cudaStream_t s = stream();
       auto& order = plan.device_order();
       if (!order || order->device() != device)
         order = std::make_shared<device::CallerOrder>(plan.layout().order(), device, s);
       staging_->in.resize(in_values, device);
       staging_->out.resize(out_values, device);
       cu::zero(staging_->in.data(), in_values * sizeof(float), s);
-      staging_->rows->gather(arrays, order->data(), n, staging_->in.data(), ld_in, s);
-      input_buffer_.resize(in_values);
-      output_buffer_.assign(out_values, 0.0f);
-      cu::copy_to_host(input_buffer_.data(), staging_->in.data(), in_values * sizeof(float), s);
+      staging_->rows->gather(arrays, order->data(), n, staging_->in.data(), ld_in, s,
+                             range.channel >= 0 ? &value_range : nullptr);
+      if (device_rows) {
+        cu::zero(staging_->out.data(), out_values * sizeof(float), s);
+      } else {
+        input_buffer_.resize(in_values);
+        output_buffer_.assign(out_values, 0.0f);
+        cu::copy_to_host(input_buffer_.data(), staging_->in.data(), in_values * sizeof(float), s);
+      }
       cu::synchronize(s);
     });
   });
   throw_if_non_finite(comm, staging_->rows->input_counts(), false);
+  collectively(comm, [&] {
+    const index_t row = range.channel >= 0 ? staging_->rows->first_outside() : -1;
+    if (row < 0) return;
+    float value = 0;
+    on_device([&] {
+      const cudaStream_t s = stream();
+      cu::copy_to_host(&value, staging_->in.data() + row * ld_in + range.channel, sizeof(float), s);
+      cu::synchronize(s);
+    });
+    refuse_input(value, row);
+  });
   Io io;
-  io.in = input_buffer_.data();
+  io.in = device_rows ? staging_->in.data() : input_buffer_.data();
   io.ld_in = ld_in;
-  io.out = output_buffer_.data();
+  io.out = device_rows ? staging_->out.data() : output_buffer_.data();
   io.ld_out = ld_out;
+  io.on_device = device_rows;
   {
     const ScopedPhase phase(kForwardPhase);
     forward(comm, plan, io, options);
   }
-  // The working rows' results back to the device, de-normalised into the caller's arrays.
+  // The working rows' results (back on the device), de-normalised into the caller's arrays.
   collectively(comm, [&] {
     on_device([&] {
-      const cudaStream_t s = staging_->stream.get();
-      cu::copy_to_device(staging_->out.data(), output_buffer_.data(), out_values * sizeof(float), s);
+      const cudaStream_t s = stream();
+      if (!device_rows) cu::copy_to_device(staging_->out.data(), output_buffer_.data(), out_values * sizeof(float), s);
       staging_->rows->scatter(arrays, plan.device_order()->data(), n, staging_->out.data(), ld_out,
                               !options.allow_non_finite_output, s);
       cu::synchronize(s);  // the caller's arrays are written on return
@@ -597,7 +634,7 @@ void Model::predict_device_staged(const Comm& comm, Plan& plan, const DeviceArra
 #else
 struct Model::DeviceStaging {};
 
-void Model::predict_device_staged(const Comm& comm, Plan&, const DeviceArrays&, const RunOptions& options) {
+void Model::predict_device_gathered(const Comm& comm, Plan&, const DeviceArrays&, const RunOptions& options) {
   collectively(comm, [&] { detail::refuse_without_cuda_backend(architecture_, options.cuda_device); });
 }
 #endif

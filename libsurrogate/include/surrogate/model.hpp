@@ -265,11 +265,11 @@ class Model {
   /// are written into `arrays.out` directly (elements between the strides are not touched). Same
   /// arithmetic and the same errors as predict() with the inputs rounded to float and float outputs.
   /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
-  /// "Streams"); `arrays.out` is written on return. Families whose forward takes device rows
-  /// (takes_device_arrays(): FLARE, HEPT) keep every array on the device; the others get the gathered,
-  /// normalised rows through host memory (one copy each way, share/docs/cuda.md "Arrays in device
-  /// memory"). Models with per-sample inputs or outputs are refused (Error(unsupported) on every rank):
-  /// predict() takes them.
+  /// "Streams"); `arrays.out` is written on return. Families whose forward reads device rows
+  /// (device_input(): FLARE, HEPT, the spherical models) keep every array on the device; the others get
+  /// the gathered, normalised rows through host memory (one copy each way; share/docs/cuda.md, "Host and
+  /// device arrays"). Models with per-sample inputs or outputs are refused (Error(unsupported) on every
+  /// rank): predict() takes them.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
   /// One-shot form (plan(), then predict_device()).
   void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
@@ -306,13 +306,31 @@ class Model {
     float* sample_out = nullptr;
     index_t ld_sample_out = 0;
     std::function<void(const std::vector<std::uint64_t>&)> check_inputs, check_outputs;
+    /// DeviceInput::device_rows: `in` and `out` are rows in the memory of RunOptions::cuda_device (same
+    /// layout as the host rows), gathered on the family's device_stream(); the forward enqueues its work
+    /// there (or waits for it before using another stream) and leaves its outputs enqueued there.
+    bool on_device = false;
   };
   /// The family's forward pass (collective), on host or device arrays (`io`), with its plan. `io.device`
-  /// is set only for a family that takes_device_arrays().
+  /// is set only for a family whose device_input() is caller_arrays; `io.on_device` for device_rows.
   virtual void forward(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) = 0;
-  /// True when the family's forward takes the caller's device arrays (Io::device) itself; otherwise
-  /// predict_device gathers them on the device and hands the forward host rows.
-  virtual bool takes_device_arrays() const { return false; }
+  /// How predict_device's arrays reach the family's forward: gathered and normalised on the device, then
+  /// as host rows (host_rows, the default) or as device rows (device_rows: Io::on_device); or the
+  /// caller's arrays themselves (caller_arrays: Io::device, for a forward that fuses the gather).
+  enum class DeviceInput { host_rows, device_rows, caller_arrays };
+  virtual DeviceInput device_input() const { return DeviceInput::host_rows; }
+  /// device_rows: the family's device forward for `options` made ready (collective, errors agreed) and
+  /// the cudaStream_t its forward enqueues on, where predict_device gathers and scatters the rows.
+  virtual void* device_stream(const Comm& comm, const RunOptions& options);
+  /// A channel whose normalised inputs must lie strictly inside (lo, hi), checked where predict_device
+  /// gathers them (HEPT's particle classes): the first working row outside goes to refuse_input, which
+  /// throws the error predict() gives for it (collective: called on every rank that has one).
+  struct InputRange {
+    int channel = -1;  // -1: none
+    float lo = 0, hi = 0;
+  };
+  virtual InputRange checked_input_range() const { return {}; }
+  virtual void refuse_input(float value, index_t row) const;
 
   /// Collective: throws the same Error(input) on every rank when any rank counted NaN/Inf values
   /// (`bad`, one count per channel), naming each channel with its total and the ranks that hold them.
@@ -328,7 +346,7 @@ class Model {
   void predict_rows(const Comm& comm, Plan& plan, const float* in, index_t ld_in, Real* out, index_t ld_out,
                     const SampleArrays& samples, const RunOptions& options);
 
-  void predict_device_staged(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
+  void predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
 
   std::vector<float> input_buffer_, output_buffer_;
   std::vector<double> output_buffer64_;

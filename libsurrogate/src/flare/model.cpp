@@ -22,7 +22,7 @@ class Model final : public surrogate::Model {
   bool supports_cpu_bf16() const override { return true; }
 
  protected:
-  bool takes_device_arrays() const override { return true; }
+  DeviceInput device_input() const override { return DeviceInput::caller_arrays; }
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
                                               const RunOptions& options) override;
   void forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) override;

@@ -18,7 +18,6 @@
 #include "../device_support.hpp"
 #if SURROGATE_HAVE_CUDA
 #include "../cuda_errors.hpp"
-#include "../device/caller_rows.hpp"
 #include "surrogate/exchange.hpp"
 #endif
 
@@ -34,7 +33,16 @@ class Model final : public surrogate::Model {
   bool supports_fp64() const override { return true; }
 
  protected:
-  bool takes_device_arrays() const override { return true; }
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
+  InputRange checked_input_range() const override {
+    if (cfg_.task != Config::Task::pileup) return {};
+    return {cfg_.in_dim - 1, kPidClassLow, kPidClassHigh};
+  }
+  void refuse_input(float value, index_t row) const override { refuse_particle_class(cfg_, value, row); }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    prepare_device(comm, options);
+    return device_->stream();
+  }
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
                                               const RunOptions& options) override;
   void forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) override;
@@ -50,11 +58,6 @@ class Model final : public surrogate::Model {
   Network<float> network32_;
   Network<double> network64_;
   std::unique_ptr<gpu::DeviceForward> device_;  // the fp32 weights on a device, once one was asked for
-#if SURROGATE_HAVE_CUDA
-  // predict_device: the normalisation on the device, and the caller's arrays as working rows there.
-  std::unique_ptr<device::CallerRows> caller_;
-  kernels::cuda::DeviceBuffer<float> caller_in_, caller_out_;
-#endif
 };
 
 const ModelFile& checked(const ModelFile& file, const Config& cfg) {
@@ -192,11 +195,6 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
     }
     comm.agree_or_throw(status);
   };
-  // The working rows: the caller's host rows, or (predict_device) the caller's device arrays gathered.
-  const float* in = io.in;
-  index_t ld_in = io.ld_in;
-  float* out = io.out;
-  index_t ld_out = io.ld_out;
 #if SURROGATE_HAVE_CUDA
   namespace cu = kernels::cuda;
   const int dev = device_->device();
@@ -204,58 +202,14 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
   const index_t local = plan.layout().local_points();
   // A step on this device; CUDA failures become the library's Errors, agreed by run_agreed.
   const auto on_device = [&](auto&& step) {
-    try {
-      const cu::DeviceGuard guard(dev);
-      step();
-    } catch (...) {
-      surrogate::detail::raise_current_cuda_error("hept", dev);
-    }
-  };
-  if (io.device) {
-    // The caller's arrays into working rows on the device, checked as predict() checks host arrays
-    // before any other collective: the non-finite counts and the first row whose particle class is
-    // outside the embedding are all that is read back.
-    const device::ValueRange classes{in_dim - 1, kPidClassLow, kPidClassHigh};
     run_agreed([&] {
-      on_device([&] {
-        if (!caller_ || caller_->device() != dev)
-          caller_ = std::make_unique<device::CallerRows>(normalization(), in_dim, od, dev, s);
-        auto& order = plan.device_order();
-        if (!order || order->device() != dev)
-          order = std::make_shared<device::CallerOrder>(plan.layout().order(), dev, s);
-        caller_in_.resize(static_cast<std::size_t>(std::max<index_t>(local, 1) * in_dim), dev);
-        caller_out_.resize(static_cast<std::size_t>(std::max<index_t>(local, 1) * od), dev);
-        caller_->gather(*io.device, order->data(), local, caller_in_.data(), in_dim, s,
-                        cfg_.task == Config::Task::pileup ? &classes : nullptr);
-        cu::synchronize(s);
-      });
+      try {
+        const cu::DeviceGuard guard(dev);
+        step();
+      } catch (...) {
+        surrogate::detail::raise_current_cuda_error("hept", dev);
+      }
     });
-    io.check_inputs(caller_->input_counts());
-    collectively(comm, [&] {
-      const index_t row = cfg_.task == Config::Task::pileup ? caller_->first_outside() : -1;
-      if (row < 0) return;
-      float value = 0;
-      on_device([&] {
-        cu::copy_to_host(&value, caller_in_.data() + row * in_dim + in_dim - 1, sizeof(float), s);
-        cu::synchronize(s);
-      });
-      refuse_particle_class(cfg_, value, row);
-    });
-    in = caller_in_.data();
-    ld_in = in_dim;
-    out = caller_out_.data();
-    ld_out = od;
-  }
-  // The working rows' results into the caller's arrays (de-normalised there), then the agreed check.
-  const auto scatter_outputs = [&] {
-    run_agreed([&] {
-      on_device([&] {
-        caller_->scatter(*io.device, plan.device_order()->data(), local, caller_out_.data(), od,
-                         static_cast<bool>(io.check_outputs), s);
-        cu::synchronize(s);  // the caller's arrays are written on return
-      });
-    });
-    if (io.check_outputs) io.check_outputs(caller_->output_counts());
   };
 #endif
   // The plan's geometry on this device: built there (or uploaded, for split graphs) by the first device
@@ -269,37 +223,32 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
     const auto np = static_cast<std::size_t>(g.padded_points());
     if (build)
       run_agreed([&] { kept = device_->upload_geometry(g, split.coords(false).data(), static_cast<std::int64_t>(np)); });
+    // Device rows (predict_device): split graphs move their rows through the host (split_graphs.hpp).
+    const float* in = io.in;
+    float* out = io.out;
     std::vector<float> staged_in, staged_out;
 #if SURROGATE_HAVE_CUDA
-    if (io.device) {  // split graphs move their rows through the host (split_graphs.hpp): staged here
-      staged_in.resize(std::max<std::size_t>(static_cast<std::size_t>(local * in_dim), 1));
-      staged_out.resize(std::max<std::size_t>(static_cast<std::size_t>(local * od), 1));
-      run_agreed([&] {
-        on_device([&] {
-          cu::copy_to_host(staged_in.data(), caller_in_.data(), static_cast<std::size_t>(local * in_dim) * sizeof(float), s);
-          cu::synchronize(s);
-        });
+    const auto rows_bytes = [&](index_t ld) { return static_cast<std::size_t>(local * ld) * sizeof(float); };
+    if (io.on_device) {
+      staged_in.resize(std::max<std::size_t>(rows_bytes(io.ld_in) / sizeof(float), 1));
+      staged_out.resize(std::max<std::size_t>(rows_bytes(io.ld_out) / sizeof(float), 1));
+      on_device([&] {
+        cu::copy_to_host(staged_in.data(), io.in, rows_bytes(io.ld_in), s);
+        cu::synchronize(s);
       });
       in = staged_in.data();
       out = staged_out.data();
     }
 #endif
     std::vector<float> x(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(in_dim));
-    split.inputs(false, in, ld_in, in_dim, x.data());
+    split.inputs(false, in, io.ld_in, in_dim, x.data());
     std::vector<float> y_padded(std::max<std::size_t>(np, 1) * static_cast<std::size_t>(od));
     const gpu::SplitStage stage{&comm, &split};
     run_agreed([&] { device_->forward(*kept, x.data(), y_padded.data(), ranges, &stage); });
     const std::vector<float> y = unpadded_rows(g, y_padded, od);
-    split.outputs().backward(y.data(), od, out, ld_out, od);
+    split.outputs().backward(y.data(), od, out, io.ld_out, od);
 #if SURROGATE_HAVE_CUDA
-    if (io.device) {
-      run_agreed([&] {
-        on_device([&] {
-          cu::copy_to_device(caller_out_.data(), staged_out.data(), static_cast<std::size_t>(local * od) * sizeof(float), s);
-        });
-      });
-      scatter_outputs();
-    }
+    if (io.on_device) on_device([&] { cu::copy_to_device(io.out, staged_out.data(), rows_bytes(io.ld_out), s); });
 #endif
     return;
   }
@@ -315,33 +264,30 @@ void Model::run_device(const Comm& comm, Plan& plan, const Io& io) {
   ExchangePlan& rows = plan.owners().rows_plan();
   const auto m = static_cast<std::size_t>(plan.owners().rows());
 #if SURROGATE_HAVE_CUDA
-  if (io.device) {  // the owners' rows move between the devices; nothing crosses the host
+  if (io.on_device) {  // the owners' rows move between the devices; nothing crosses the host
     const Place place{dev, s, &comm.device_transport(dev)};
     float *x = nullptr, *y = nullptr;
-    run_agreed([&] {
-      on_device([&] {
-        x = device_->input_rows(static_cast<std::int64_t>(m));
-        y = device_->output_rows(static_cast<std::int64_t>(m));
-      });
+    on_device([&] {
+      x = device_->input_rows(static_cast<std::int64_t>(m));
+      y = device_->output_rows(static_cast<std::int64_t>(m));
     });
-    rows.forward(caller_in_.data(), in_dim, x, in_dim, in_dim, place);
+    rows.forward(io.in, io.ld_in, x, in_dim, in_dim, place);
     run_agreed([&] { device_->forward_on_device(*kept, x, y, ranges); });
-    rows.backward(y, od, caller_out_.data(), od, od, place);
-    scatter_outputs();
+    rows.backward(y, od, io.out, io.ld_out, od, place);  // enqueued on the device stream (Model::Io)
     return;
   }
 #endif
   std::vector<float> x(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(in_dim));
-  rows.forward(in, ld_in, x.data(), in_dim, in_dim);
+  rows.forward(io.in, io.ld_in, x.data(), in_dim, in_dim);
   std::vector<float> y(std::max<std::size_t>(m, 1) * static_cast<std::size_t>(od));
   run_agreed([&] { device_->forward(*kept, x.data(), y.data(), ranges); });
-  rows.backward(y.data(), od, out, ld_out, od);
+  rows.backward(y.data(), od, io.out, io.ld_out, od);
 }
 
 void Model::forward(const Comm& comm, surrogate::Plan& plan, const Io& io, const RunOptions& options) {
   // Model::predict refuses a plan of another model, and this model builds hept::Plans.
   auto& p = static_cast<Plan&>(plan);
-  if (cfg_.task == Config::Task::pileup && !io.device)  // device arrays: checked where they are gathered
+  if (cfg_.task == Config::Task::pileup && !io.on_device)  // device rows: checked where they were gathered
     collectively(comm, [&] { check_particle_classes(cfg_, io.in, io.ld_in, p.layout().local_points()); });
   if (options.cuda_device >= 0) {
     prepare_device(comm, options);

@@ -79,6 +79,11 @@ class SphereTransformerModel final : public Model {
   }
 
  protected:
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    return device_->stream();
+  }
   /// The bands of the solver's pieces, the output's way back and the transformer's exchanges.
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions&) override {
     const TransformerConfig& c = net_.config();
@@ -111,7 +116,7 @@ class SphereTransformerModel final : public Model {
     check_fp32("sphere_transformer", options);
     collectively(comm, [&] { ensure_device(options.cuda_device); });
     ThreadCount threads(options.threads);
-    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
+    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out, io.on_device);
   }
 
   void ensure_device(int cuda_device) {
@@ -176,6 +181,11 @@ class S2LayerModel final : public Model {
   }
 
  protected:
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    return device_->stream();
+  }
   /// The bands of the solver's pieces, the output's way back, and the band's query and key/value rows:
   /// every row for global attention, the rows inside the cutoff for neighbourhood attention.
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions&) override {
@@ -207,7 +217,7 @@ class S2LayerModel final : public Model {
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
     check_fp32(architecture(), options);
     collectively(comm, [&] { ensure_device(options.cuda_device); });
-    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out);
+    device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out, io.on_device);
   }
 
   void ensure_device(int cuda_device) {

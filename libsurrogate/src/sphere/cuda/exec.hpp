@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/layers.hpp"
 #include "../transformer/program.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/exchange.hpp"
@@ -78,8 +79,14 @@ class DeviceRun {
   struct NoPhase {};
   NoPhase phase(program::Stage) const { return {}; }
 
+  /// Whether the forward's input and output rows are in this device's memory (Model::predict_device's
+  /// gathered rows) rather than host memory: then upload() only views them and download() copies on the
+  /// device.
+  bool rows_on_device = false;
+
   /// `n` host rows (width values at row stride ld) to the device rows buffers.in.
   program::Rows upload(const float* host, index_t ld, index_t n, int width) {
+    if (rows_on_device) return ops::view(host, ld, n, width, ops::Place::device);
     staging_.resize(static_cast<std::size_t>(n) * static_cast<std::size_t>(width));
     for (index_t r = 0; r < n; ++r) std::copy_n(host + r * ld, width, staging_.data() + r * width);
     grow(buffers_.in, staging_.size());
@@ -95,6 +102,12 @@ class DeviceRun {
   }
   /// Collective (settles): the device rows `rows` (dense) into host rows at row stride ld.
   void download(const program::Rows& rows, float* host, index_t ld) {
+    if (rows_on_device) {
+      launch([&] {
+        surrogate::device::copy_rows(rows.data, rows.ld, nullptr, host, ld, nullptr, rows.rows, rows.width, stream_);
+      });
+      return settle();
+    }
     staging_.resize(static_cast<std::size_t>(rows.rows) * static_cast<std::size_t>(rows.width));
     launch([&] {
       kernels::cuda::copy_to_host(staging_.data(), rows.data, staging_.size() * sizeof(float), stream_);

@@ -60,9 +60,10 @@ class S2LayerCuda final : public S2LayerDeviceForward {
   }
 
   void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
-                     index_t ld_out) override {
+                     index_t ld_out, bool on_device) override {
     const index_t n = plan.layout().local_points();
     LayerExec exec(model_, device_, stream_.get(), comm, buffers_);
+    exec.rows_on_device = on_device;
     const ops::Rows input = exec.upload(in, ld_in, n, in_channels_);
     const ops::Rows result = exec.output(n, out_channels_);
     program::layer_forward(exec, &op_, plan.layer(), plan.outputs(), static_cast<int>(plan.layout().num_samples()),
@@ -70,6 +71,7 @@ class S2LayerCuda final : public S2LayerDeviceForward {
     exec.download(result, out, ld_out);
   }
   int device() const override { return device_; }
+  void* stream() const override { return stream_.get(); }
 
  private:
   const char* model_;

@@ -22,10 +22,13 @@ class S2LayerDeviceForward {
   /// query and key/value rows moved between the devices (ExchangePlan device moves through the comm's
   /// DeviceTransport), the operator's row-range forward, the output band moved back to the pieces'
   /// rows and downloaded into `out` (out_channels values at row stride ld_out). Bitwise the same rows at
-  /// any rank count; a failure on any rank is the same Error on every rank.
+  /// any rank count; a failure on any rank is the same Error on every rank. With `on_device`, `in` and
+  /// `out` are rows in this device's memory (neither uploaded nor downloaded).
   virtual void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
-                             index_t ld_out) = 0;
+                             index_t ld_out, bool on_device = false) = 0;
   virtual int device() const = 0;
+  /// The stream the forward enqueues on (a cudaStream_t).
+  virtual void* stream() const = 0;
 };
 
 /// Throw Error(unsupported) for the configurations named above (and without a usable device).

@@ -33,17 +33,19 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device);
   void forward(int batch, const float* in, float* out) override;
   void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
-                     index_t ld_out) override {
-    run(comm, plan.transformer().exchanges(), &plan.outputs(), in, ld_in, plan.layout().local_points(), out, ld_out);
+                     index_t ld_out, bool on_device) override {
+    run(comm, plan.transformer().exchanges(), &plan.outputs(), in, ld_in, plan.layout().local_points(), out, ld_out,
+        on_device);
   }
   int device() const override { return device_; }
+  void* stream() const override { return stream_.get(); }
 
  private:
   friend class DeviceExec;
   /// Collective. This rank's input rows (n of them at row stride ld_in) uploaded, the program, the band's
   /// output moved to the input's rows by `outputs` (nullptr: the band is the output) and downloaded.
   void run(const Comm& comm, const TransformerBands::Exchanges& bands, const ExchangePlan* outputs, const float* in,
-           index_t ld_in, index_t n, float* out, index_t ld_out);
+           index_t ld_in, index_t n, float* out, index_t ld_out, bool on_device = false);
 
   const SphericalTransformer& net_;
   TransformerConfig cfg_;
@@ -120,9 +122,10 @@ void SphereTransformerCuda::forward(int batch, const float* in, float* out) {
 }
 
 void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchanges& bands, const ExchangePlan* outputs,
-                                const float* in, index_t ld_in, index_t n, float* out, index_t ld_out) {
+                                const float* in, index_t ld_in, index_t n, float* out, index_t ld_out, bool on_device) {
   const int cout = cfg_.out_chans;
   DeviceExec exec(*this, comm, bands);
+  exec.rows_on_device = on_device;
   const Rows input = exec.upload(in, ld_in, n, cfg_.in_chans);
   const index_t band_rows = static_cast<index_t>(bands.batch) * (bands.g1 - bands.g0) * cfg_.nlon;
   const Rows band_out = exec.rows(program::Buf::out, band_rows, cout);

@@ -25,10 +25,13 @@ class SphereTransformerDeviceForward {
   /// uploaded, each stage on the device, every exchange an ExchangePlan device move (through the comm's
   /// DeviceTransport: NCCL when every rank owns its GPU), the output band moved back to the pieces' rows
   /// and downloaded into `out` (out_chans values at row stride ld_out). Bitwise the one-rank device
-  /// forward for any partition; a failure on any rank is the same Error on every rank.
+  /// forward for any partition; a failure on any rank is the same Error on every rank. With `on_device`,
+  /// `in` and `out` are rows in this device's memory (neither uploaded nor downloaded).
   virtual void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
-                             index_t ld_out) = 0;
+                             index_t ld_out, bool on_device = false) = 0;
   virtual int device() const = 0;
+  /// The stream the forward enqueues on (a cudaStream_t).
+  virtual void* stream() const = 0;
 };
 
 /// The device forward of `net` (its CPU operators, embedding, norms and MLP layers) with the attention and
