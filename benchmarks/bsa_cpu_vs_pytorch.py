@@ -51,14 +51,29 @@ def write_model(path, config, state):
             w.create_dataset(k, data=v.numpy())
 
 
+def official_transformer(official_dir, config, state, compile_layers=False):
+    """The official Transformer (transformer.py of `official_dir`) in eval mode with `state`. Its sparse
+    layers wrap themselves in torch.compile; that is kept only with compile_layers (the state's keys are
+    then matched to the wrappers' `_orig_mod.` ones), else the model is eager."""
+    if official_dir not in sys.path:
+        sys.path.insert(0, official_dir)
+    import transformer as official
+    kwargs = {"ball_size": 256} if config["attention_type"] == "ball" else None  # attention_ball_size
+    compile_ = torch.compile
+    if not compile_layers:
+        torch.compile = lambda module, *a, **k: module
+    try:
+        model = official.Transformer(official.TransformerConfig(**dict(config, attention_kwargs=kwargs))).eval()
+    finally:
+        torch.compile = compile_
+    model.load_state_dict({k: state[k.replace("._orig_mod", "")] for k in model.state_dict()})
+    return model
+
+
 def pytorch_model(official_dir, config, state):
     from balltree import build_balltree_with_rotations
     if official_dir:
-        sys.path.insert(0, official_dir)
-        import transformer as official
-        kwargs = {"ball_size": 256} if config["attention_type"] == "ball" else None  # attention_ball_size
-        model = official.Transformer(official.TransformerConfig(**dict(config, attention_kwargs=kwargs))).eval()
-        model.load_state_dict(state)
+        model = official_transformer(official_dir, config, state)
         return lambda x, p, b: model(x, p, b), "official Transformer"
     model = BSAModel(config)
     model.load_official_state_dict(state)

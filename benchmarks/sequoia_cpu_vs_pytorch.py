@@ -89,6 +89,24 @@ def export(state, path, config, source):
         raise SystemExit(f"surrogate-export failed ({status})")
 
 
+def model_setup(official, kind, sample_points=None):
+    """--model seg|cls: (configuration, the exporter's --config, points per sample, description)."""
+    if kind == "seg":
+        cfg = SEG_CONFIG
+        return (cfg, json.dumps({"divide": cfg["divide"]}), sample_points or cfg["n_point"],
+                f"TreeTransformerSeg forward (ShapeNet-part configuration: dim {cfg['dim']}, heads {cfg['heads']}, "
+                f"depth {cfg['depth']}, divide {cfg['divide']}, {cfg['layers']} blocks)")
+    cfg = cls_config(official)
+    return (cfg, str(Path(official) / CLS_YAML), sample_points or cfg["num_point"],
+            f"TreeTransformerCls forward ({CLS_YAML}: dim {cfg['dim']}, heads {cfg['heads']}, depth "
+            f"{cfg['depth']}, divide {cfg['divide']}, {cfg['layers']} blocks, selection {cfg['selection']})")
+
+
+def source(off):
+    """The model file's source attribute (checkouts without .git: the golden data's commit)."""
+    return f"HySonLab/HierAttention@{'ec41d29' if off.commit == 'unknown' else off.commit[:7]}"
+
+
 def batch_of(g, off, kind, cfg, rng, samples, points):
     """Clouds, the official hierarchy of each, the collated batch (golden script's collate) and the
     per-sample class vectors (seg) or the points' normals as features (cls)."""
@@ -115,33 +133,47 @@ def levels(batch, g, cfg):
     return idx, b_nodes
 
 
-def exact_rule_calls(batch, g, cfg, k):
+def exact_lists(points, k, device="cpu"):
+    """The library's neighbour rule for one sample's points (float32, n x 3): squared distances of the
+    coordinates in float64, summed x, y, z in that order, nearest first, equal distances by ascending index
+    (golden script's exact_knn); the first min(n, k) of each row, int64, on `device`."""
+    p = torch.from_numpy(np.ascontiguousarray(points)).to(device=device, dtype=torch.float64)
+    sq = (p[:, None, :] - p[None, :, :]) ** 2
+    return torch.sort((sq[..., 0] + sq[..., 1]) + sq[..., 2], dim=1, stable=True).indices[:, :min(k, len(p))]
+
+
+def exact_rule_calls(batch, g, cfg, k, device="cpu"):
     """The library's sibling lists (exact squared distance, ties by index) in the official call order
-    (block, level, sample), each shaped as query_knn_point returns it: (1, n, min(n, k))."""
+    (block, level, sample), each shaped as query_knn_point returns it: (1, n, min(n, k)), on `device`."""
     coords = batch[0]
     idx, b_nodes = levels(batch, g, cfg)
     per_block = []
     for i in range(cfg["depth"]):
         b_level = b_nodes[idx[i]]
         for b in np.unique(b_level):
-            p = coords[idx[i][b_level == b]].astype(np.float64)
-            d = ((p[:, None, :] - p[None, :, :]) ** 2).sum(-1)
-            order = np.argsort(d, axis=1, kind="stable")[:, :min(k, len(p))]  # ties: lower index
-            per_block.append(torch.from_numpy(order.astype(np.int64))[None])
+            per_block.append(exact_lists(coords[idx[i][b_level == b]], k, device)[None])
     return per_block * cfg["layers"]
 
 
-def pointconv_lists(batch, g, off, cfg):
+def pointconv_lists(batch, g, off, cfg, device="cpu"):
     """cls: the library's PointConv lists (edges [query; neighbour] over the point rows, the form PyG's
-    knn returns), and how many queries the official kNN (real or stand-in) gives another set."""
+    knn returns, on `device`), and how many queries the official kNN (real or stand-in) gives another set."""
     idx, b_nodes = levels(batch, g, cfg)
-    ours = g.exact_pointconv_edges(batch, idx, b_nodes, K_POINTCONV)
-    p = torch.from_numpy(batch[0][idx[0]])
-    b = torch.from_numpy(b_nodes[idx[0]].astype(np.float32))  # the official batch vector is float
-    theirs = off.cls.knn(p, p, K_POINTCONV, b, b)  # the name the official module calls
+    points, b0 = batch[0][idx[0]], b_nodes[idx[0]]
+    rows, cols = [], []
+    for b in np.unique(b0):
+        members = torch.from_numpy(np.nonzero(b0 == b)[0]).to(device)
+        order = exact_lists(points[members.cpu().numpy()], K_POINTCONV, device)
+        rows.append(members.repeat_interleave(order.shape[1]))
+        cols.append(members[order].reshape(-1))
+    ours = torch.stack([torch.cat(rows), torch.cat(cols)])
+    p = torch.from_numpy(points).to(device)
+    b = torch.from_numpy(b0.astype(np.float32)).to(device)  # the official batch vector is float
+    with torch.device(device):  # the stand-in kNN makes tensors
+        theirs = off.cls.knn(p, p, K_POINTCONV, b, b)  # the name the official module calls
     sets = []
     for e in (ours, theirs):
-        row, col = e[0].numpy(), e[1].numpy()
+        row, col = e[0].cpu().numpy(), e[1].cpu().numpy()
         order = np.lexsort((col, row))  # by query, each query's neighbours as a sorted set
         sets.append(col[order].reshape(len(p), -1))
     return ours, int(np.any(sets[0] != sets[1], axis=1).sum()) if sets[0].shape == sets[1].shape else len(p)
@@ -180,18 +212,7 @@ def main():
     warnings.filterwarnings("ignore", category=FutureWarning)  # torch_geometric's torch.jit.script notice
     import sequoia_golden as g  # the golden script: official modules, stand-ins, weights, clouds, collation
     off = g.load_official(args.official)
-    if kind == "seg":
-        cfg = SEG_CONFIG
-        export_config = json.dumps({"divide": cfg["divide"]})
-        sample_points = args.sample_points or cfg["n_point"]
-        what = (f"TreeTransformerSeg forward (ShapeNet-part configuration: dim {cfg['dim']}, heads {cfg['heads']}, "
-                f"depth {cfg['depth']}, divide {cfg['divide']}, {cfg['layers']} blocks)")
-    else:
-        cfg = cls_config(args.official)
-        export_config = str(Path(args.official) / CLS_YAML)
-        sample_points = args.sample_points or cfg["num_point"]
-        what = (f"TreeTransformerCls forward ({CLS_YAML}: dim {cfg['dim']}, heads {cfg['heads']}, depth "
-                f"{cfg['depth']}, divide {cfg['divide']}, {cfg['layers']} blocks, selection {cfg['selection']})")
+    cfg, export_config, sample_points, what = model_setup(args.official, kind, args.sample_points)
     model = g.new_model(off, kind, cfg, args.seed)
     params = sum(t.numel() for t in model.parameters())
     rng = np.random.default_rng(args.seed)
@@ -204,8 +225,7 @@ def main():
                f"{args.tolerance:g} max(max|y|, 1) per {'point' if kind == 'seg' else 'sample'}", limits)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / f"sequoia_{kind}.h5"
-        commit = "ec41d29" if off.commit == "unknown" else off.commit[:7]  # checkouts without .git: the golden data's
-        export(model.state_dict(), model_path, export_config, f"HySonLab/HierAttention@{commit}")
+        export(model.state_dict(), model_path, export_config, source(off))
         extrapolate = {t: sbs.Extrapolation(exponent=1.0) for t in args.threads}
         for n in args.sizes:
             samples = max(1, n // sample_points)

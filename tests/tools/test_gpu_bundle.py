@@ -132,10 +132,12 @@ class Outcome(unittest.TestCase):
 
     def test_benchmark_tables_are_recognised_with_or_without_a_name(self):
         for row in ("| 1048576 | 64 | 87.32 |", "   60000 |     45.09    75.77 |",
-                    "   sparse    16384 |     72.53    73.86", "     ball    65536 |     45.69"):
+                    "   sparse    16384 |     72.53    73.86", "     ball    65536 |     45.69",
+                    "  seg    98304 |   48     0.52  6463.09", "transformer  115680 |   241x480    889.84"):
             self.assertTrue(run.is_table_row(row), row)
         for line in ("attention        N | device ms", "       N | device ms  full ms |", "sparse N 65536: only 0.0 %",
-                     "machine: Intel(R) Xeon(R) | x"):
+                     "machine: Intel(R) Xeon(R) | x", "   sparse  1000000: surrogate alone, full 1.00 ms, wall 1 ms",
+                     "  seg: TreeTransformerSeg forward (dim 128, heads 4 | x), 39728030 parameters"):
             self.assertFalse(run.is_table_row(line), line)
 
     def test_benchmarks_are_chosen_by_family(self):
@@ -160,6 +162,10 @@ class Outcome(unittest.TestCase):
             (Path(tmp) / "hept" / "example" / "transformer.py").write_text("")
             (Path(tmp) / "erwin").mkdir()
             (Path(tmp) / "erwin" / "erwin.py").write_text("")
+            for folder, file in (("seq", "point_cloud/classification/model/TreeTransformerCls.py"),
+                                 ("bsa", "transformer.py"), ("th", "torch_harmonics/__init__.py")):
+                (Path(tmp) / folder / file).parent.mkdir(parents=True)
+                (Path(tmp) / folder / file).write_text("")
             cwd = os.getcwd()
             os.chdir(tmp)
             try:
@@ -167,7 +173,12 @@ class Outcome(unittest.TestCase):
                 self.assertEqual(args.hept_official, str((Path(tmp) / "hept").resolve()))
                 self.assertEqual(args.erwin_official, str((Path(tmp) / "erwin").resolve()))
                 self.assertTrue(run.parse_args(["out", "--hept-official", "hept/example"]).hept_official)
-                for bad in (["--hept-official", "erwin"], ["--erwin-official", "hept"]):
+                args = run.parse_args(["out", "--sequoia-official", "seq", "--bsa-official", "bsa",
+                                       "--sphere-official", "th"])
+                for name, folder in (("sequoia_official", "seq"), ("bsa_official", "bsa"), ("sphere_official", "th")):
+                    self.assertEqual(getattr(args, name), str((Path(tmp) / folder).resolve()))
+                for bad in (["--hept-official", "erwin"], ["--erwin-official", "hept"], ["--sequoia-official", "bsa"],
+                            ["--bsa-official", "seq"], ["--sphere-official", "erwin"]):
                     with self.assertRaises(SystemExit, msg=bad), open(os.devnull, "w") as null:
                         stderr, sys.stderr = sys.stderr, null
                         try:

@@ -9,7 +9,8 @@ for the cmake -P tests, cmake on PATH.
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
             [--hept-official DIR] [--sequoia-sizes 65536 262144] [--bsa-sizes 16384 65536]
-            [--sphere-grids 241x480 721x1440]
+            [--sphere-grids 241x480 721x1440] [--sequoia-official DIR] [--bsa-official DIR]
+            [--sphere-official DIR] [--official-sizes 100000 1000000]
 
 A test passes, fails or is skipped by ctest's rules with the test's own properties (a test is skipped only
 when its output matches its SKIP_REGULAR_EXPRESSION, e.g. GoogleTest's "[  SKIPPED ]", or it exits with
@@ -26,6 +27,7 @@ import json
 import os
 import platform
 import re
+import shlex
 import shutil
 import signal
 import subprocess
@@ -259,7 +261,8 @@ def nccl_version(path, env):
 
 def probe_python(py):
     code = ("import json, importlib.util as u\n"
-            "r = {m: u.find_spec(m) is not None for m in ('torch', 'numpy', 'h5py', 'balltree')}\n"
+            "r = {m: u.find_spec(m) is not None for m in ('torch', 'numpy', 'h5py', 'balltree', 'einops',\n"
+            "                                             'yaml', 'torch_geometric', 'torch_harmonics')}\n"
             "if r['torch']:\n"
             "    import torch\n"
             "    r.update(torch_version=torch.__version__, torch_cuda=torch.version.cuda,\n"
@@ -370,7 +373,8 @@ class Runner:
         if self.python.get("torch"):
             py = self.python
             log(f"python: {py['python']}: torch {py['torch_version']} (CUDA {py['torch_cuda']}, available: "
-                f"{py['cuda_available']}), numpy {py['numpy']}, h5py {py['h5py']}, balltree {py['balltree']}")
+                f"{py['cuda_available']}), numpy {py['numpy']}, h5py {py['h5py']}, balltree {py['balltree']}, "
+                f"torch_geometric {py.get('torch_geometric')}, torch_harmonics {py.get('torch_harmonics')}")
         else:
             log(f"python: no PyTorch in {pythons}: the benchmarks run without their PyTorch side")
 
@@ -743,6 +747,30 @@ class Runner:
         py = self.python
         torch_ok = py.get("torch") and py.get("cuda_available")
         src = BUNDLE / "src" / "benchmarks" / "gpu"
+        # The C API driver of the Sequoia and spherical side-by-side scripts (capi_bench.py: the bundle's
+        # libsurrogate_coupling opened in this Python), with the tests' loader path and Open MPI.
+        coupling = sorted(BUNDLE.glob("lib/libsurrogate_coupling.so*"))
+        if coupling and py.get("python"):
+            exports = "".join(f"export {k}={shlex.quote(v)}\n" for k, v in self.env.items() if os.environ.get(k) != v)
+            w = wrap / "benchmarks" / "gpu" / "capi_bench"
+            argv = " ".join(shlex.quote(str(x)) for x in (py["python"], src / "capi_bench.py", coupling[0]))
+            w.write_text(f"#!/bin/sh\n{exports}exec {argv} \"$@\"\n")
+            w.chmod(0o755)
+
+        def lacking(*modules, capi=False):
+            """What the Python (or the bundle) lacks for a side-by-side script with the official code."""
+            why = [x for x in modules if not py.get(x)]
+            if py.get("torch") and not py.get("cuda_available"):
+                why.append("torch CUDA")
+            if capi and not coupling:
+                why.append("lib/libsurrogate_coupling.so in the bundle")
+            return ", ".join(why)
+
+        def official(name, script, argv, why):
+            if why:
+                self.skip_bench(name, f"the Python or the bundle lacks {why}")
+            else:
+                self.bench(name, [py["python"], str(src / script), "--build", str(wrap), *argv], self.python_env, 900)
         flare = exe.get("bench_flare_gpu") if "flare" in a.benchmarks else None
         if flare:
             self.bench("flare_machine", [flare, "--machine"], self.env, 300)
@@ -788,6 +816,13 @@ class Runner:
             for model in models:
                 for n in a.sequoia_sizes:
                     self.bench(f"sequoia {model.stem} N={n}", [sequoia, str(model), str(n), "5", "0"], self.env, 600)
+        # Against the official HySonLab/HierAttention model on this GPU (--sequoia-official): batches of
+        # official-size samples, surrogate through the C API; the cls model reads its configuration with PyYAML.
+        if a.sequoia_official:
+            official("sequoia official", "sequoia_gpu_vs_pytorch.py",
+                     ["--official", a.sequoia_official, "--sizes", *map(str, a.official_sizes),
+                      "--models", "seg", *(["cls"] if py.get("yaml") else [])],
+                     lacking("torch", "numpy", "h5py", "torch_geometric", capi=True))
         # BSA: the device forward against the CPU forward, model and inputs written by the script (numpy,
         # h5py and torch: the random weights of benchmarks/bsa_cpu_vs_pytorch.py's configuration).
         bsa = exe.get("bsa_gpu_bench")
@@ -798,6 +833,11 @@ class Runner:
         else:
             self.bench("bsa", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
                                "--sizes", *map(str, a.bsa_sizes)], self.python_env, 900)
+        # Against the official BSA Transformer on this GPU (--bsa-official; it builds its trees with balltree-erwin).
+        if a.bsa_official and bsa:
+            official("bsa official", "bsa_gpu_vs_pytorch.py",
+                     ["--official", a.bsa_official, "--sizes", *map(str, a.official_sizes)],
+                     lacking("torch", "numpy", "h5py", "einops", "balltree"))
         # The ball-tree attention kernels one by one at the shapes of a BSA sparse layer.
         kernels = exe.get("ball_kernels_gpu_bench")
         if kernels:
@@ -815,6 +855,12 @@ class Runner:
             for grid in a.sphere_grids:
                 nlat, nlon = grid.lower().split("x")
                 self.bench(f"sphere {grid}", [sphere, str(model), "5", nlat, nlon, "0"], self.env, 600)
+        # Against torch-harmonics' SphericalTransformer and NeighborhoodAttentionS2 on this GPU, when the Python
+        # has torch-harmonics or --sphere-official names a copy of it; surrogate through the C API.
+        if a.sphere_official or py.get("torch_harmonics"):
+            official("sphere official", "sphere_gpu_vs_pytorch.py",
+                     ["--grids", *a.sphere_grids] + (["--official", a.sphere_official] if a.sphere_official else []),
+                     lacking("torch", "numpy", "h5py", capi=True))
         erwin = exe.get("erwin_gpu_bench")
         if "erwin" not in a.benchmarks:
             return
@@ -937,6 +983,18 @@ def parse_args(argv=None):
     ap.add_argument("--hept-official", help="a checkout of Graph-COM/HEPT (or a folder holding a copy of its "
                     "example/) for the PyTorch side of the HEPT benchmark (hept_gpu_vs_pytorch.py; needs "
                     "torch_geometric and einops)")
+    ap.add_argument("--sequoia-official", help="a checkout of HySonLab/HierAttention (its point_cloud/): Sequoia "
+                    "against the official model on the GPU (sequoia_gpu_vs_pytorch.py; needs torch_geometric, and "
+                    "PyYAML for the cls model)")
+    ap.add_argument("--bsa-official", help="the folder of the official BSA transformer.py and "
+                    "native_sparse_attention.py: BSA against it on the GPU (bsa_gpu_vs_pytorch.py; needs einops and "
+                    "balltree-erwin)")
+    ap.add_argument("--sphere-official", help="a folder torch-harmonics is installed in (pip install --target, "
+                    "built for the machine's torch) for sphere_gpu_vs_pytorch.py, which also runs, without it, when "
+                    "the Python has torch_harmonics")
+    ap.add_argument("--official-sizes", type=int, nargs="+", default=[100000, 1000000],
+                    help="points of the Sequoia and BSA runs against the official code (the sphere's: "
+                    "--sphere-grids)")
     args = ap.parse_args(argv)
     for grid in args.sphere_grids:
         if not re.fullmatch(r"[1-9][0-9]*x[1-9][0-9]*", grid.lower()):
@@ -945,7 +1003,10 @@ def parse_args(argv=None):
         ap.error("--tests-only and --bench-only exclude each other")
     # The benchmarks run in a scratch folder: the official code's folders are made absolute here.
     for name, files in (("erwin_official", ("erwin_official.py", "erwin.py")),
-                        ("hept_official", ("example/transformer.py", "transformer.py"))):
+                        ("hept_official", ("example/transformer.py", "transformer.py")),
+                        ("sequoia_official", ("point_cloud/classification/model/TreeTransformerCls.py",)),
+                        ("bsa_official", ("transformer.py",)),
+                        ("sphere_official", ("torch_harmonics/__init__.py",))):
         folder = getattr(args, name)
         if folder is None:
             continue
