@@ -470,6 +470,44 @@ TEST(BallTreeInvariants, ThreadCountDoesNotChangeTheTrees) {
 #endif
 }
 
+TEST(BallTreeInvariants, LargeSubtreesBuiltAsTasksGiveTheSerialTrees) {
+#ifndef _OPENMP
+  GTEST_SKIP() << "built without OpenMP";
+#else
+  // Samples above the task threshold (8,192 points per subtree): one alone, then a batch where the large
+  // samples start past 0 (their indices are shifted after every subtree task has finished). Coordinates
+  // on a coarse grid, so that ties are split as std::nth_element splits them.
+  std::mt19937_64 rng(47);
+  for (const std::vector<std::int64_t>& sizes : {std::vector<std::int64_t>{40000},
+                                                 std::vector<std::int64_t>{3, 20000, 17, 33000}}) {
+    std::vector<std::int64_t> offsets{0};
+    for (const std::int64_t n : sizes) offsets.push_back(offsets.back() + n);
+    std::uniform_int_distribution<int> grid(0, 63);
+    std::vector<float> x(static_cast<std::size_t>(offsets.back()) * 3);
+    for (float& v : x) v = static_cast<float>(grid(rng)) / 64.0f;
+    const bt::Batch batch = bt::Batch::from_offsets(offsets);
+    const std::vector<int> strides{1}, balls{256, 256};
+    const int saved = omp_get_max_threads();
+    omp_set_num_threads(1);
+    const auto one = bt::build_with_rotations(x, 3, batch, strides, balls, 45.0);
+    const auto part_one = bt::partition(std::span<const float>(x), 3, batch, 9);
+    omp_set_num_threads(4);
+    const auto four = bt::build_with_rotations(x, 3, batch, strides, balls, 45.0);
+    const auto part_four = bt::partition(std::span<const float>(x), 3, batch, 9);
+    omp_set_num_threads(saved);
+    EXPECT_EQ(one.tree.index, four.tree.index) << sizes.size() << " samples";
+    EXPECT_EQ(one.tree.mask, four.tree.mask);
+    EXPECT_EQ(one.rotated, four.rotated);
+    EXPECT_EQ(part_one, part_four);
+    // Every point once with mask 1.
+    std::vector<int> seen(static_cast<std::size_t>(offsets.back()), 0);
+    for (std::size_t s = 0; s < four.tree.index.size(); ++s)
+      if (four.tree.mask[s]) ++seen[static_cast<std::size_t>(four.tree.index[s])];
+    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1), offsets.back());
+  }
+#endif
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Bad input: a surrogate::Error naming the argument.
 

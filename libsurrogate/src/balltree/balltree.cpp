@@ -20,6 +20,14 @@ using Index = std::int64_t;
 
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 
+/// Subtrees of at least this many points are built as OpenMP tasks. The two halves of a node own disjoint
+/// index and slot ranges and std::nth_element on a range depends on that range alone, so the result is
+/// the serial one whatever the thread count; one sample's tree thus uses every thread below its root.
+constexpr Index kTaskPoints = 8192;
+
+/// Whether a build over `points` points in `samples` samples opens a parallel region for its tasks.
+bool parallel_build(Index points, Index samples) { return samples > 1 || points >= 2 * kTaskPoints; }
+
 /// The split rule shared by the tree and the partition: dimension of largest spread, median split.
 class Splitter {
  public:
@@ -86,7 +94,12 @@ struct TreeBuilder {
     const Index mid = (start + end) / 2;
     if (count > 1) split.select(idx + start, count, mid - start, c);
     const Index child_slots = Index{1} << (max_level - level);  // slots of a subtree at level + 1
-    build(start, mid, out_start, level + 1);
+    if (count >= kTaskPoints) {
+#pragma omp task default(shared) firstprivate(start, mid, out_start, level)
+      build(start, mid, out_start, level + 1);
+    } else {
+      build(start, mid, out_start, level + 1);
+    }
     build(mid, end, out_start + child_slots, level + 1);
   }
 };
@@ -106,7 +119,12 @@ struct Partitioner {
     const Index c = split.split_dimension(idx + start, count);
     const Index mid = (start + end) / 2;
     split.select(idx + start, count, mid - start, c);
-    part(start, mid, out_start, level + 1);
+    if (count >= kTaskPoints) {
+#pragma omp task default(shared) firstprivate(start, mid, out_start, level)
+      part(start, mid, out_start, level + 1);
+    } else {
+      part(start, mid, out_start, level + 1);
+    }
     part(mid, end, out_start + (mid - start), level + 1);
   }
 };
@@ -234,20 +252,26 @@ Tree build(std::span<const double> points, int dim, const Batch& batch) {
   }
   t.index.resize(sz(t.slot_offsets.back()));
   t.mask.resize(t.index.size());
-  std::vector<Index> work(sz(batch.points()));  // allocated here: nothing allocates in the parallel loop
+  std::vector<Index> work(sz(batch.points()));  // allocated here: nothing allocates in the parallel region
   const double* x = points.data();
   const Index samples = batch.samples();
-#pragma omp parallel for schedule(static) if (samples > 1)
+  // One task per sample, and inside it one per large subtree (TreeBuilder::build); nothing in them throws.
+#pragma omp parallel if (parallel_build(batch.points(), samples))
+#pragma omp single
   for (Index b = 0; b < samples; ++b) {
-    const Index first = batch.begin(b), n = batch.size(b);
-    Index* idx = work.data() + first;
-    for (Index i = 0; i < n; ++i) idx[i] = i;
-    const Index slot0 = t.slot_offsets[sz(b)];
-    TreeBuilder builder{Splitter(x + first * dim, dim), idx, t.index.data() + slot0, t.mask.data() + slot0,
-                        static_cast<Index>(tree_depth(n))};
-    builder.build(0, n, 0, 0);
-    const Index slots = t.slot_offsets[sz(b) + 1] - slot0;
-    for (Index s = 0; s < slots; ++s) t.index[sz(slot0 + s)] += first;
+#pragma omp task default(shared) firstprivate(b)
+    {
+      const Index first = batch.begin(b), n = batch.size(b);
+      Index* idx = work.data() + first;
+      for (Index i = 0; i < n; ++i) idx[i] = i;
+      const Index slot0 = t.slot_offsets[sz(b)];
+      const TreeBuilder builder{Splitter(x + first * dim, dim), idx, t.index.data() + slot0, t.mask.data() + slot0,
+                                static_cast<Index>(tree_depth(n))};
+#pragma omp taskgroup  // waits for every subtree task, not only the children
+      builder.build(0, n, 0, 0);
+      const Index slots = t.slot_offsets[sz(b) + 1] - slot0;
+      for (Index s = 0; s < slots; ++s) t.index[sz(slot0 + s)] += first;
+    }
   }
   return t;
 }
@@ -266,14 +290,19 @@ std::vector<std::int64_t> partition(std::span<const double> points, int dim, con
   std::vector<Index> work(out.size());
   const double* x = points.data();
   const Index samples = batch.samples();
-#pragma omp parallel for schedule(static) if (samples > 1)
+#pragma omp parallel if (parallel_build(batch.points(), samples))
+#pragma omp single
   for (Index b = 0; b < samples; ++b) {
-    const Index first = batch.begin(b), n = batch.size(b);
-    Index* idx = work.data() + first;
-    for (Index i = 0; i < n; ++i) idx[i] = i;
-    Partitioner p{Splitter(x + first * dim, dim), idx, out.data() + first, target_level};
-    p.part(0, n, 0, 0);
-    for (Index i = 0; i < n; ++i) out[sz(first + i)] += first;
+#pragma omp task default(shared) firstprivate(b)
+    {
+      const Index first = batch.begin(b), n = batch.size(b);
+      Index* idx = work.data() + first;
+      for (Index i = 0; i < n; ++i) idx[i] = i;
+      const Partitioner p{Splitter(x + first * dim, dim), idx, out.data() + first, target_level};
+#pragma omp taskgroup
+      p.part(0, n, 0, 0);
+      for (Index i = 0; i < n; ++i) out[sz(first + i)] += first;
+    }
   }
   return out;
 }
