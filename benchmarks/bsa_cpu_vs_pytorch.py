@@ -19,6 +19,7 @@ PyTorch run whose power-law estimate from the smaller sizes exceeds --pytorch-ma
 available memory is skipped with the estimate printed; surrogate still runs.
 """
 import argparse
+import contextlib
 import sys
 import tempfile
 from pathlib import Path
@@ -49,6 +50,34 @@ def write_model(path, config, state):
         w = f.create_group("weights")
         for k, v in state.items():
             w.create_dataset(k, data=v.numpy())
+
+
+@contextlib.contextmanager
+def rotation_as_library(enabled=True):
+    """While active, the official tree rotation `torch.matmul(leaves, R)` (float32 leaves with 2 or 3
+    columns, R square of that size) is computed with every product and sum rounded on its own, as the
+    library and the golden data round it; every other matmul is unchanged. PyTorch's own rounding of that
+    product depends on the machine (fused multiply-adds with MKL on Intel AVX-512 CPUs and on GPUs), and
+    a rotated coordinate one ulp off can move a point into another rotated ball at large N
+    (share/docs/balltree.md, "Rotated trees")."""
+    matmul = torch.matmul
+
+    def rotate(a, b, *args, **kwargs):
+        if (not args and not kwargs and isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor)
+                and a.dim() == 2 and b.dim() == 2 and a.dtype == torch.float32 and a.shape[1] in (2, 3)
+                and tuple(b.shape) == (a.shape[1], a.shape[1])):
+            y = a[:, 0:1] * b[0:1, :]
+            for i in range(1, a.shape[1]):
+                y = y + a[:, i:i + 1] * b[i:i + 1, :]
+            return y
+        return matmul(a, b, *args, **kwargs)
+
+    if enabled:
+        torch.matmul = rotate
+    try:
+        yield
+    finally:
+        torch.matmul = matmul
 
 
 def official_transformer(official_dir, config, state, compile_layers=False):
@@ -94,6 +123,9 @@ def main():
                          "20 CPU s; 0: the warm-up is the timed run)")
     ap.add_argument("--attention", choices=["sparse", "ball"], default="sparse")
     ap.add_argument("--official", help="directory holding the official transformer.py")
+    ap.add_argument("--official-rotation", choices=["torch", "library"], default="torch",
+                    help="how the official run rounds its tree rotation: as this machine's torch.matmul does "
+                         "(default), or as the library does (see rotation_as_library)")
     ap.add_argument("--pytorch-max-s", type=float, default=300.0,
                     help="skip PyTorch where its estimated CPU seconds (warm-up + timed runs) exceed this")
     ap.add_argument("--tolerance", type=float, default=1e-2,
@@ -117,7 +149,9 @@ def main():
     params = sum(v.numel() for v in state.values())
     limits = machine.machine_limits(args.build)
     sbs.header(f"BSA forward ({args.attention}), one sample, D 64, H 8, P 256, depth 18, {params} parameters; "
-               f"PyTorch side: {label} (torch {torch.__version__}); best of {args.repeats} after a warm-up",
+               f"PyTorch side: {label} (torch {torch.__version__}; tree rotation rounded as "
+               f"{'the library' if args.official_rotation == 'library' else 'torch.matmul here'}); "
+               f"best of {args.repeats} after a warm-up",
                limits)
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / "bsa.h5"
@@ -142,7 +176,8 @@ def main():
                     continue
                 rss0 = sbs.peak_rss_mib()
                 x, p, b = torch.from_numpy(feat), torch.from_numpy(pos), torch.zeros(n, dtype=torch.long)
-                y, wall, cpu, first_cpu = sbs.time_pytorch(lambda: forward(x, p, b), threads, args.repeats)
+                with rotation_as_library(args.official_rotation == "library"):
+                    y, wall, cpu, first_cpu = sbs.time_pytorch(lambda: forward(x, p, b), threads, args.repeats)
                 theirs = (wall, cpu)
                 extrapolate.add(n, first_cpu, max(sbs.peak_rss_mib() - rss0, 1.0))
                 check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance,
