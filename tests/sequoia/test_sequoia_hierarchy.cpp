@@ -6,12 +6,17 @@
 #include <cstring>
 #include <limits>
 #include <ostream>
+#include <random>
 #include <string>
 #include <vector>
 
 #include "h5_golden.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/sequoia.hpp"
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
 
 namespace sq = surrogate::sequoia;
 using sequoia_test::H5;
@@ -138,6 +143,48 @@ TEST(HierarchyErrors, MoreVoxelsPerAxisThanInt32IsRefused) {
     EXPECT_NE(std::string(e.what()).find("1024^4 voxels per axis exceed int32 coordinates"), std::string::npos)
         << e.what();
   }
+}
+
+TEST(HierarchyBatch, SamplesBuiltOnManyThreadsGiveTheSerialHierarchyAndError) {
+#ifndef _OPENMP
+  GTEST_SKIP() << "built without OpenMP";
+#else
+  // Seven samples of different sizes (Gaussian clouds): the collated hierarchy of build_hierarchy
+  // (samples on the threads) is that of the samples built one after another and collated.
+  std::mt19937 gen(23u);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::int64_t> offsets{0};
+  for (const std::int64_t n : {300, 2, 2048, 77, 1000, 5, 129}) offsets.push_back(offsets.back() + n);
+  std::vector<float> points(static_cast<std::size_t>(offsets.back()) * 3);
+  for (float& v : points) v = normal(gen);
+  std::vector<sq::SampleHierarchy> serial;
+  for (std::size_t b = 0; b + 1 < offsets.size(); ++b)
+    serial.push_back(sq::build_sample_hierarchy(points.data() + offsets[b] * 3, offsets[b + 1] - offsets[b], 3, 4));
+  const sq::Hierarchy expected = sq::collate(serial);
+  const int saved = omp_get_max_threads();
+  omp_set_num_threads(4);
+  const sq::Hierarchy h = sq::build_hierarchy(points.data(), offsets, 3, 4);
+  EXPECT_EQ(bits(h.coords), bits(expected.coords));
+  EXPECT_EQ(h.mapping, expected.mapping);
+  EXPECT_EQ(h.offset, expected.offset);
+  EXPECT_EQ(h.level_ids, expected.level_ids);
+  EXPECT_EQ(h.pool_parent, expected.pool_parent);
+  EXPECT_EQ(h.parent_edges, expected.parent_edges);
+  EXPECT_EQ(h.child_edges, expected.child_edges);
+  // Samples 2 and 5 are bad: the error is sample 2's, as one after another.
+  points[static_cast<std::size_t>(offsets[2] * 3 + 4)] = std::numeric_limits<float>::quiet_NaN();
+  points[static_cast<std::size_t>(offsets[5] * 3)] = std::numeric_limits<float>::infinity();
+  for (int attempt = 0; attempt < 5; ++attempt) {
+    try {
+      sq::build_hierarchy(points.data(), offsets, 3, 4);
+      ADD_FAILURE() << "no error";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::input);
+      EXPECT_NE(std::string(e.what()).find("sample 2, point 1: non-finite coordinate 1"), std::string::npos) << e.what();
+    }
+  }
+  omp_set_num_threads(saved);
+#endif
 }
 
 TEST(Fnv, MultiplyThenXorSignExtended) {

@@ -42,6 +42,17 @@ struct SampleHierarchy {
 SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divide, int depth,
                                        const std::string& what = "sample");
 
+/// One sample's points for build_sample_hierarchies: n rows of (x, y, z) float32 and the name its errors use.
+struct SamplePoints {
+  const float* points = nullptr;
+  index_t n = 0;
+  std::string what;
+};
+
+/// build_sample_hierarchy of every sample, the samples on the OpenMP threads. The result and any error are
+/// those of building them one after another: the error of the first failing sample is thrown.
+std::vector<SampleHierarchy> build_sample_hierarchies(const std::vector<SamplePoints>& samples, int divide, int depth);
+
 /// A batch of samples collated as the reference's collate_fn and indexed as its _index: model level
 /// i = 0 .. depth (0 the points, depth the roots) = tree level depth - i.
 struct Hierarchy {

@@ -2,6 +2,7 @@
 // (share/docs/sequoia.md, "Hierarchy"). Float32 operations in the reference's order; no contraction.
 #include <algorithm>
 #include <cmath>
+#include <exception>
 #include <numeric>
 #include <string>
 #include <unordered_map>
@@ -158,6 +159,24 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
   return s;
 }
 
+std::vector<SampleHierarchy> build_sample_hierarchies(const std::vector<SamplePoints>& samples, int divide, int depth) {
+  const auto count = static_cast<std::int64_t>(samples.size());
+  std::vector<SampleHierarchy> built(samples.size());
+  std::vector<std::exception_ptr> errors(samples.size());  // no exception may leave the parallel loop
+#pragma omp parallel for schedule(dynamic) if (count > 1)
+  for (std::int64_t b = 0; b < count; ++b) {
+    const SamplePoints& s = samples[static_cast<std::size_t>(b)];
+    try {
+      built[static_cast<std::size_t>(b)] = build_sample_hierarchy(s.points, s.n, divide, depth, s.what);
+    } catch (...) {
+      errors[static_cast<std::size_t>(b)] = std::current_exception();
+    }
+  }
+  for (const std::exception_ptr& e : errors)
+    if (e) std::rethrow_exception(e);
+  return built;
+}
+
 Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index_t> sample_ids) {
   if (samples.empty()) throw Error(ErrorCode::input, "sequoia hierarchy: no samples");
   if (!sample_ids.empty() && sample_ids.size() != samples.size())
@@ -241,11 +260,10 @@ Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index
 }
 
 Hierarchy build_hierarchy(const float* points, const std::vector<index_t>& point_offsets, int divide, int depth) {
-  std::vector<SampleHierarchy> samples;
+  std::vector<SamplePoints> samples;
   for (std::size_t b = 0; b + 1 < point_offsets.size(); ++b)
-    samples.push_back(build_sample_hierarchy(points + point_offsets[b] * 3, point_offsets[b + 1] - point_offsets[b],
-                                             divide, depth, "sample " + std::to_string(b)));
-  return collate(samples);
+    samples.push_back({points + point_offsets[b] * 3, point_offsets[b + 1] - point_offsets[b], "sample " + std::to_string(b)});
+  return collate(build_sample_hierarchies(samples, divide, depth));
 }
 
 }  // namespace surrogate::sequoia

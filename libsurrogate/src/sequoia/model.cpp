@@ -68,14 +68,13 @@ class Model final : public PointCloudModel {
     owners.rows_plan().forward(plan.geometry().positions, 3, positions.data());
     collectively(comm, [&] {
       if (owners.owned().empty()) return;
-      std::vector<SampleHierarchy> samples;
+      std::vector<SamplePoints> samples;
       std::vector<index_t> ids;
       for (const detail::SampleOwners::Owned& o : owners.owned()) {
-        samples.push_back(build_sample_hierarchy(positions.data() + o.begin * 3, o.end - o.begin, cfg_.divide,
-                                                 cfg_.depth, "sample " + std::to_string(o.sample)));
+        samples.push_back({positions.data() + o.begin * 3, o.end - o.begin, "sample " + std::to_string(o.sample)});
         ids.push_back(o.sample);
       }
-      Hierarchy h = collate(samples, std::move(ids));
+      Hierarchy h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(ids));
       network_.check(h);
       Share share = Share::whole(h, cfg_);
       plan.set_hierarchy(std::move(h), std::move(share));
@@ -122,7 +121,7 @@ class Model final : public PointCloudModel {
     Hierarchy h;
     Share share;
     collectively(comm, [&] {
-      std::vector<SampleHierarchy> samples;
+      std::vector<SamplePoints> samples;
       std::vector<index_t> sample_ids;
       for (std::size_t t = 0; t < N; ++t) {
         const std::size_t g = order[t];
@@ -136,11 +135,10 @@ class Model final : public PointCloudModel {
         std::size_t u = t;
         while (u < N && all_keys[order[u] * 2] == all_keys[order[t] * 2]) ++u;
         sample_ids.push_back(all_keys[order[t] * 2]);
-        samples.push_back(build_sample_hierarchy(positions.data() + t * 3, static_cast<index_t>(u - t), cfg_.divide,
-                                                 cfg_.depth, "sample " + std::to_string(sample_ids.back())));
+        samples.push_back({positions.data() + t * 3, static_cast<index_t>(u - t), "sample " + std::to_string(sample_ids.back())});
         t = u;
       }
-      h = collate(samples, std::move(sample_ids));
+      h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(sample_ids));
       network_.check(h);
     });
     share = Share::split_over(comm, h, cfg_);
