@@ -133,10 +133,11 @@ def main():
                     continue
                 x, p = torch.from_numpy(feat).to(dev), torch.from_numpy(pos).to(dev)
                 b = torch.zeros(n, dtype=torch.long, device=dev)
-                rotation = cpu_bench.rotation_as_library(args.official_rotation == "library")
+                def timed():
+                    with cpu_bench.rotation_as_library(args.official_rotation == "library"):
+                        return sbs.time_on_device(lambda: model(x, p, b), args.repeats, dev)
                 try:
-                    with rotation:
-                        y, best = sbs.time_on_device(lambda: model(x, p, b), args.repeats, dev)
+                    y, best = timed()
                 except torch.cuda.OutOfMemoryError as e:
                     print(alone + f"out of device memory ({str(e).splitlines()[0][:100]})", flush=True)
                     torch.cuda.empty_cache()
@@ -148,8 +149,7 @@ def main():
                           f"{str(e).splitlines()[0][:120]}); eager from here on", flush=True)
                     compiled = False
                     model = official(args.official, config, state, dev, False)
-                    with cpu_bench.rotation_as_library(args.official_rotation == "library"):
-                        y, best = sbs.time_on_device(lambda: model(x, p, b), args.repeats, dev)
+                    y, best = timed()
                 y = y.detach().cpu().numpy().astype(np.float64)
                 try:
                     check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"{attention} N {n}",

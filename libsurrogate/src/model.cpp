@@ -7,6 +7,7 @@
 #include <type_traits>
 
 #include "device_support.hpp"
+#include "thread_count.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/profile.hpp"
 #if SURROGATE_HAVE_CUDA
@@ -206,6 +207,7 @@ std::unique_ptr<Plan> Model::plan(const Comm& comm, const SampleLayout& layout, 
   {
     const ProfileScope scope(profile.get());
     const ScopedPhase phase(kPlanPhase);
+    const detail::ThreadCount threads(options.threads);  // the plan's OpenMP regions (ball trees, hierarchies)
     built = build_plan(comm, std::move(basis), options);
   }
   built->profile_ = std::move(profile);

@@ -14,6 +14,7 @@
 
 #include "../balltree/layers.hpp"
 #include "../layers.hpp"
+#include "../thread_count.hpp"
 #include "host_ops.hpp"
 #include "network.hpp"
 #include "program.hpp"
@@ -152,7 +153,12 @@ std::int64_t Network::parameter_count() const { return impl_->parameters; }
 
 std::vector<float> Network::forward(std::span<const float> features, std::span<const float> positions,
                                     const balltree::Batch& batch, int threads) const {
-  return forward(build_trees(positions, batch), features, positions, batch, threads);
+  balltree::RotatedTrees trees;
+  {
+    const surrogate::detail::ThreadCount scope(threads);  // the tree build's tasks
+    trees = build_trees(positions, batch);
+  }
+  return forward(trees, features, positions, batch, threads);
 }
 
 balltree::RotatedTrees Network::build_trees(std::span<const float> positions, const balltree::Batch& batch) const {

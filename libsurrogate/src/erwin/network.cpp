@@ -12,6 +12,7 @@
 #include <string>
 
 #include "../layers.hpp"
+#include "../thread_count.hpp"
 #include "surrogate/profile.hpp"
 #include "../balltree/layers.hpp"
 #include "network.hpp"
@@ -183,8 +184,11 @@ std::vector<float> Network::forward(std::span<const float> features, std::span<c
                                       std::to_string(n) + " points x " + std::to_string(c.dimensionality));
   if (c.rotate > 0 && c.dimensionality != 2 && c.dimensionality != 3)
     throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
-  const balltree::RotatedTrees trees =
-      balltree::build_with_rotations(positions, c.dimensionality, batch, c.strides, c.ball_sizes, c.rotate);
+  balltree::RotatedTrees trees;
+  {
+    const surrogate::detail::ThreadCount scope(threads);  // the tree build's tasks
+    trees = balltree::build_with_rotations(positions, c.dimensionality, batch, c.strides, c.ball_sizes, c.rotate);
+  }
   return forward(trees, features, positions, batch, edge_index, threads);
 }
 
