@@ -11,9 +11,11 @@
 // strides of the tiles are w + 4 floats so that the two rows a warp reads lie in different banks.
 //
 // Every output element is bias + sum_k x_k w_k accumulated by one thread in k order, then the activation
-// and the residual: the same arithmetic whatever block or position the row has.
+// and the residual: the same arithmetic whatever block or position the row has. An input norm
+// (MlpArgs::norm) normalises the tile's rows in place after the load, one warp per row (row_norm.cuh).
 #include "launch.cuh"
 #include "activation.cuh"
+#include "row_norm.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -42,6 +44,11 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
     for (int i = tid; i < kMlpRows * in4; i += kThreads) {
       const int r = i / in4, c = i - r * in4;
       smem[r * lds + c] = (r < rows && c < in) ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
+    }
+    if (a.norm.weight) {  // each warp normalises rows warp, warp + 8, ... in place
+      __syncthreads();
+      for (int r = tid / 32; r < kMlpRows; r += kThreads / 32)
+        row_norm::apply(smem + r * lds, smem + r * lds, in, a.norm.weight, a.norm.bias, a.norm.eps, a.norm.rms, tid % 32);
     }
   }
 

@@ -1,179 +1,189 @@
-// Fused residual MLP on the tensor cores (MlpPrecision tf32 / bf16): the structure of mlp.cu (one block
-// takes kMlpRows = 64 rows through every layer, activations in shared memory between the layers, each
-// layer's weights staged 64 output columns at a time), with the products done by WMMA fragments:
+// Fused residual MLP on the tensor cores (MlpPrecision bf16 / tf32), with mma.sync (mma.cuh): every warp
+// takes its own 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers.
 //
-//   tf32: m16n16k8, operands read as float from shared memory and rounded with __float_to_tf32;
-//   bf16: m16n16k16, the layer's input tile and the weight stage converted to bf16 (round to nearest
-//         even) in shared memory;
-//   FP32 accumulators in both; bias, activation and residual in FP32 afterwards.
+//   - The input rows are loaded (and normalised, with MlpArgs::norm) once; a layer's input rows sit in
+//     FP32 in the warp's part of shared memory (two ping-pong tiles of 16 T rows x lda floats); A fragments
+//     are read from them and rounded as they are read (bf16 pairs, nearest even; or tf32, cvt.rna), so
+//     the residual adds the unrounded FP32 input.
+//   - B fragments come straight from global memory (cached: a layer is at most 128 KiB in bf16, 256 in tf32),
+//     packed by pack_mlp_fragments in the order the lanes read them: one coalesced 8-byte load a lane per
+//     16 x 8 (bf16) or 8 x 8 (tf32) tile.
+//   - A pass covers 64 output columns: 8 products per k step and row tile accumulate in registers (FP32);
+//     the epilogue adds bias, activation and residual in registers and writes the next layer's input tile,
+//     or the output (+ extra) to global memory after the last layer.
 //
-// 8 warps; a 64 x 64 pass is 4 x 4 fragments, warp w takes row tile w / 2 and two column tiles. The
-// accumulators are stored into the free ping-pong tile (the layer's output tile) and the epilogue adds
-// bias, activation and residual element-wise. Every activation tile column up to round_up(width, 64) is
-// written (zero beyond a layer's width), so the K padding of the next layer reads zeros. A row's result
-// does not depend on its block: the fragments of one row tile see only that tile's rows.
-#include <cuda_bf16.h>
-#include <mma.h>
-
-#include "launch.cuh"
+// A row's result depends on that row alone (each output is one product chain over its row), so not on its
+// warp or block. Shared memory: 4 warps x 2 x 16 T x lda floats, lda = round_up(w, 16) + 8 (bf16: 8-byte
+// fragment reads free of bank conflicts) or + 4 (tf32: 4-byte reads).
+#include "mma.cuh"
 #include "activation.cuh"
+#include "row_norm.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
-namespace wmma = nvcuda::wmma;
+constexpr int kWarps = 4, kThreads = 32 * kWarps;
+constexpr int kPassTiles = 8;  // n tiles of 8 columns in one pass: 64 output columns
 
-constexpr int kThreads = 256;
-constexpr int kCols = 64;            // output columns per pass
-constexpr int kBStride = kCols + 8;  // row stride of the bf16 weight stage (a multiple of 8)
-
-struct Geometry {
-  int w16 = 0;   // round_up(max width, 16): K of the largest layer
-  int lds = 0;   // float tile row stride: round_up(max width, 64) + 8
-  int lda = 0;   // bf16 input tile row stride: w16 + 8
-  std::size_t tile_bytes = 0, stage_bytes = 0, total = 0;
+struct Shape {
+  int tiles = 1;  // row tiles of 16 per warp
+  int lda = 0;    // row stride (floats) of the activation tiles
+  std::size_t bytes = 0;
 };
 
-Geometry geometry(MlpPrecision p, int max_width) {
-  Geometry g;
-  g.w16 = static_cast<int>(round_up(max_width, 16));
-  g.lds = static_cast<int>(round_up(max_width, 64)) + 8;
-  g.lda = g.w16 + 8;
-  g.tile_bytes = 2 * static_cast<std::size_t>(kMlpRows) * static_cast<std::size_t>(g.lds) * sizeof(float);
-  if (p == MlpPrecision::tf32)
-    g.stage_bytes = static_cast<std::size_t>(g.w16) * kCols * sizeof(float);
-  else
-    g.stage_bytes = (static_cast<std::size_t>(kMlpRows) * static_cast<std::size_t>(g.lda) +
-                     static_cast<std::size_t>(g.w16) * kBStride) * sizeof(__nv_bfloat16);
-  g.total = g.tile_bytes + g.stage_bytes;
-  return g;
+Shape shape(MlpPrecision precision, int max_width) {
+  Shape s;
+  const int k = static_cast<int>(round_up(max_width, 16));
+  s.tiles = k <= 64 ? 2 : 1;
+  s.lda = k + (precision == MlpPrecision::bf16 ? 8 : 4);
+  s.bytes = static_cast<std::size_t>(kWarps) * 2 * 16 * static_cast<std::size_t>(s.tiles) *
+            static_cast<std::size_t>(s.lda) * sizeof(float);
+  return s;
 }
 
-template <MlpPrecision P>
-__global__ void __launch_bounds__(kThreads) mlp_tc_kernel(MlpArgs a, int lds, int lda) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 800
-  __trap();  // the host refuses devices below compute capability 8.0
-#else
+template <MlpPrecision P, int T>
+__global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
   constexpr bool kBf16 = P == MlpPrecision::bf16;
-  constexpr int kK = kBf16 ? 16 : 8;  // K of one fragment
-  SURROGATE_DYNAMIC_SHARED(unsigned char, smem_raw);
-  float* const tiles = reinterpret_cast<float*>(smem_raw);
-  unsigned char* const stage = smem_raw + 2 * kMlpRows * lds * sizeof(float);
-  float* const ws = reinterpret_cast<float*>(stage);                                    // tf32: [k][kCols]
-  __nv_bfloat16* const ab = reinterpret_cast<__nv_bfloat16*>(stage);                    // bf16: [64][lda]
-  __nv_bfloat16* const wb = ab + kMlpRows * lda;                                        // bf16: [k][kBStride]
-  const int tid = static_cast<int>(threadIdx.x);
-  const int warp = tid / 32;
-  const int wr = 16 * (warp / 2);   // first row of the warp's row tile
-  const int wc = 32 * (warp % 2);   // first column (within the pass) of its two column tiles
-  const index_t row0 = static_cast<index_t>(blockIdx.x) * kMlpRows;
-  const int rows = static_cast<int>(a.rows - row0 < kMlpRows ? a.rows - row0 : kMlpRows);
+  constexpr int kK = kBf16 ? 16 : 8;  // K of one product
+  constexpr int kRows = 16 * T;
+  SURROGATE_DYNAMIC_SHARED(float, smem);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const int g = lane / 4, t = lane % 4;
+  const index_t row0 = (static_cast<index_t>(blockIdx.x) * kWarps + warp) * kRows;
+  if (row0 >= a.rows) return;  // the whole warp: nothing below waits for other warps
+  const int rows = a.rows - row0 < kRows ? static_cast<int>(a.rows - row0) : kRows;
+  const int tile_floats = kRows * lda;
+  float* const tiles = smem + static_cast<std::size_t>(warp) * 2 * tile_floats;  // the warp's two tiles
 
-  for (int i = tid; i < 2 * kMlpRows * lds; i += kThreads) tiles[i] = 0.0f;
-  __syncthreads();
-  {
-    const int in = a.layers[0].in;
-    for (int i = tid; i < kMlpRows * in; i += kThreads) {
-      const int r = i / in, c = i - r * in;
-      if (r < rows) tiles[r * lds + c] = a.x[(row0 + r) * a.ldx + c];
+  {  // the input rows; padding rows and the columns up to the first layer's K are zero
+    const int in = a.layers[0].in, width = (in + kK - 1) / kK * kK;
+    for (int i = lane; i < kRows * width; i += 32) {
+      const int r = i / width, c = i - r * width;
+      tiles[r * lda + c] = r < rows && c < in ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
     }
+    __syncwarp();
+    if (a.norm.weight)  // the input norm, in place, row by row (row_norm.cuh: the norm kernel's bits)
+      for (int r = 0; r < kRows; ++r)
+        row_norm::apply(tiles + r * lda, tiles + r * lda, in, a.norm.weight, a.norm.bias, a.norm.eps, a.norm.rms, lane);
   }
+  __syncwarp();
 
   int cur = 0;
   for (int l = 0; l < a.num_layers; ++l) {
     const MlpLayer L = a.layers[l];
     const bool last = l + 1 == a.num_layers;
-    const int kk = (L.in + kK - 1) / kK * kK;
-    const int k4 = (L.in + 3) & ~3;  // rows of the packed weight
-    const float* const src = tiles + cur * kMlpRows * lds;
-    float* const dst = tiles + (cur ^ 1) * kMlpRows * lds;
-    for (int c0 = 0; c0 < L.out; c0 += kCols) {
-      __syncthreads();  // src complete; the stage and this pass's dst columns are free
-      for (int i = tid; i < kk * kCols; i += kThreads) {
-        const int k = i / kCols, c = i - k * kCols;
-        const float w = k < k4 ? __ldg(L.weight_t + static_cast<index_t>(k) * L.ld + c0 + c) : 0.0f;
-        if constexpr (kBf16)
-          wb[k * kBStride + c] = __float2bfloat16_rn(w);
-        else
-          ws[k * kCols + c] = w;
-      }
-      if constexpr (kBf16) {
-        if (c0 == 0)
-          for (int i = tid; i < kMlpRows * kk; i += kThreads) {
-            const int r = i / kk, c = i - r * kk;
-            ab[r * lda + c] = __float2bfloat16_rn(src[r * lds + c]);
-          }
-      }
-      __syncthreads();
+    const float* const x = tiles + cur * tile_floats;
+    float* const next = tiles + (cur ^ 1) * tile_floats;
+    const int k_tiles = (L.in + kK - 1) / kK, n_tiles = (L.out + 7) / 8;
+    const uint2* const frags = reinterpret_cast<const uint2*>(kBf16 ? L.bf16 : L.tf32);
+    if (frags == nullptr) __trap();  // the layer was not packed for this precision
+    for (int n0 = 0; n0 < n_tiles; n0 += kPassTiles) {
+      float acc[T][kPassTiles][4];
+#pragma unroll
+      for (int m = 0; m < T; ++m)
+#pragma unroll
+        for (int j = 0; j < kPassTiles; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
 
-      wmma::fragment<wmma::accumulator, 16, 16, kK, float> acc[2];
-      wmma::fill_fragment(acc[0], 0.0f);
-      wmma::fill_fragment(acc[1], 0.0f);
-      if constexpr (kBf16) {
-        wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> fb;
-        for (int k = 0; k < kk; k += kK) {
-          wmma::load_matrix_sync(fa, ab + wr * lda + k, static_cast<unsigned>(lda));
+      for (int kt = 0; kt < k_tiles; ++kt) {
+        std::uint32_t af[T][4];
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            wmma::load_matrix_sync(fb, wb + k * kBStride + wc + 16 * j, static_cast<unsigned>(kBStride));
-            wmma::mma_sync(acc[j], fa, fb, acc[j]);
+        for (int m = 0; m < T; ++m) {
+          const float* const r0 = x + (16 * m + g) * lda + kt * kK;  // row g of row tile m
+          const float* const r8 = r0 + 8 * lda;                      // row g + 8
+          if constexpr (kBf16) {
+            const float2 v0 = *reinterpret_cast<const float2*>(r0 + 2 * t);
+            const float2 v1 = *reinterpret_cast<const float2*>(r8 + 2 * t);
+            const float2 v2 = *reinterpret_cast<const float2*>(r0 + 2 * t + 8);
+            const float2 v3 = *reinterpret_cast<const float2*>(r8 + 2 * t + 8);
+            af[m][0] = mma::bf16x2(v0.x, v0.y);
+            af[m][1] = mma::bf16x2(v1.x, v1.y);
+            af[m][2] = mma::bf16x2(v2.x, v2.y);
+            af[m][3] = mma::bf16x2(v3.x, v3.y);
+          } else {
+            af[m][0] = mma::tf32(r0[t]);
+            af[m][1] = mma::tf32(r8[t]);
+            af[m][2] = mma::tf32(r0[t + 4]);
+            af[m][3] = mma::tf32(r8[t + 4]);
           }
         }
-      } else {
-        wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fa;
-        wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> fb;
-        for (int k = 0; k < kk; k += kK) {
-          wmma::load_matrix_sync(fa, src + wr * lds + k, static_cast<unsigned>(lds));
 #pragma unroll
-          for (int t = 0; t < fa.num_elements; ++t) fa.x[t] = wmma::__float_to_tf32(fa.x[t]);
+        for (int j = 0; j < kPassTiles; ++j) {
+          if (n0 + j >= n_tiles) break;
+          const uint2 w = __ldg(frags + (static_cast<index_t>(n0 + j) * k_tiles + kt) * 32 + lane);
+          const std::uint32_t b[2] = {w.x, w.y};
 #pragma unroll
-          for (int j = 0; j < 2; ++j) {
-            wmma::load_matrix_sync(fb, ws + k * kCols + wc + 16 * j, static_cast<unsigned>(kCols));
-#pragma unroll
-            for (int t = 0; t < fb.num_elements; ++t) fb.x[t] = wmma::__float_to_tf32(fb.x[t]);
-            wmma::mma_sync(acc[j], fa, fb, acc[j]);
+          for (int m = 0; m < T; ++m) {
+            if constexpr (kBf16)
+              mma::bf16_m16n8k16(acc[m][j], af[m], b);
+            else
+              mma::tf32_m16n8k8(acc[m][j], af[m], b);
           }
         }
       }
-#pragma unroll
-      for (int j = 0; j < 2; ++j)
-        wmma::store_matrix_sync(dst + wr * lds + c0 + wc + 16 * j, acc[j], static_cast<unsigned>(lds), wmma::mem_row_major);
-      __syncthreads();
 
-      for (int i = tid; i < kMlpRows * kCols; i += kThreads) {
-        const int r = i / kCols, c = c0 + (i - (i / kCols) * kCols);
-        float* const d = dst + r * lds + c;
-        float v = activate(L.act, *d + __ldg(L.bias + c));  // the packed bias has ld >= c0 + 64 entries
-        if (L.add_input && c < L.in) v += src[r * lds + c];
-        if (!last) {
-          *d = c < L.out ? v : 0.0f;
-        } else if (r < rows && c < L.out) {
-          const index_t g = row0 + r;
-          if (a.extra) v += a.extra[g * a.ld_extra + c];
-          a.y[g * a.ldy + c] = v;
-        }
+      // Epilogue: lane (g, t) holds columns c, c + 1 of rows g and g + 8 of every row tile.
+#pragma unroll
+      for (int j = 0; j < kPassTiles; ++j) {
+        if (n0 + j >= n_tiles) break;
+        const int c = 8 * (n0 + j) + 2 * t;
+        const float2 bias = __ldg(reinterpret_cast<const float2*>(L.bias + c));  // padded to mlp_weight_ld(out)
+#pragma unroll
+        for (int m = 0; m < T; ++m)
+#pragma unroll
+          for (int h = 0; h < 2; ++h) {
+            const int r = 16 * m + g + 8 * h;
+            float v0 = activate(L.act, acc[m][j][2 * h] + bias.x);
+            float v1 = activate(L.act, acc[m][j][2 * h + 1] + bias.y);
+            if (L.add_input) {  // in == out; the input's columns past `in` are zero
+              v0 += x[r * lda + c];
+              v1 += x[r * lda + c + 1];
+            }
+            if (!last) {
+              *reinterpret_cast<float2*>(next + r * lda + c) = make_float2(v0, v1);
+            } else if (r < rows) {
+              const index_t row = row0 + r;
+              if (a.extra) {
+                v0 += a.extra[row * a.ld_extra + c];
+                if (c + 1 < L.out) v1 += a.extra[row * a.ld_extra + c + 1];
+              }
+              if (c < L.out) a.y[row * a.ldy + c] = v0;
+              if (c + 1 < L.out) a.y[row * a.ldy + c + 1] = v1;
+            }
+          }
       }
     }
+    if (!last) {  // bf16: the next layer's K reaches round_up(out, 16), the epilogue wrote round_up(out, 8)
+      const int from = 8 * n_tiles, width = (L.out + kK - 1) / kK * kK - from;
+      for (int i = lane; i < kRows * width; i += 32) next[(i / width) * lda + from + i % width] = 0.0f;
+    }
+    __syncwarp();  // the next tile is complete before anyone reads it; nobody reads this one any more
     cur ^= 1;
   }
-#endif
+}
+
+template <MlpPrecision P, int T>
+void launch_shape(const MlpArgs& a, const Shape& s, cudaStream_t stream) {
+  allow_dynamic_shared(mlp_mma_kernel<P, T>, s.bytes, "mlp_mma_kernel");
+  const index_t rows_per_block = static_cast<index_t>(kWarps) * 16 * T;
+  launch(mlp_mma_kernel<P, T>, blocks_for("mlp_mma_kernel", a.rows, static_cast<int>(rows_per_block)), kThreads,
+         s.bytes, stream, a, s.lda);
+  check_launch("mlp_mma_kernel");
 }
 
 template <MlpPrecision P>
 void launch_precision(const MlpArgs& a, cudaStream_t stream) {
-  const Geometry g = geometry(P, a.max_width);
-  allow_dynamic_shared(mlp_tc_kernel<P>, g.total, "mlp_tc_kernel");
-  const index_t blocks = (a.rows + kMlpRows - 1) / kMlpRows;
-  launch(mlp_tc_kernel<P>, static_cast<unsigned>(blocks), kThreads, g.total, stream, a, g.lds, g.lda);
-  check_launch("mlp_tc_kernel");
+  const Shape s = shape(P, a.max_width);
+  if (s.tiles == 2)
+    launch_shape<P, 2>(a, s, stream);
+  else
+    launch_shape<P, 1>(a, s, stream);
 }
 
 }  // namespace
 
-std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width) { return geometry(precision, max_width).total; }
+std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width) { return shape(precision, max_width).bytes; }
 
 void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, mlp_tensor_cores(a, stream));

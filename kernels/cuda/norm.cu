@@ -1,5 +1,6 @@
 // LayerNorm / RMSNorm over the channels of each row, one warp per row; and buffer fills.
 #include "launch.cuh"
+#include "row_norm.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -8,41 +9,11 @@ namespace {
 
 constexpr int kNormThreads = 256;  // 8 rows per block
 
-/// Butterfly sum over the warp: the same order for every row, so a row's result does not depend on
-/// which warp computes it.
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int offset = 16; offset >= 1; offset /= 2) v += __shfl_xor_sync(0xffffffffu, v, offset);
-  return v;
-}
-
 __global__ void __launch_bounds__(kNormThreads) norm_kernel(NormArgs a) {
   const index_t row = (static_cast<index_t>(blockIdx.x) * kNormThreads + threadIdx.x) / 32;
   const int lane = static_cast<int>(threadIdx.x % 32);
   if (row >= a.rows) return;  // uniform over the warp
-  const float* x = a.x + row * a.ldx;
-  float* y = a.y + row * a.ldy;
-  const float inv_dim = 1.0f / static_cast<float>(a.dim);
-  float mean = 0.0f;
-  if (!a.rms) {
-    float s = 0.0f;
-    for (int c = lane; c < a.dim; c += 32) s += x[c];
-    mean = warp_sum(s) * inv_dim;
-  }
-  float ss = 0.0f;
-  for (int c = lane; c < a.dim; c += 32) {
-    const float d = x[c] - mean;
-    ss = fmaf(d, d, ss);
-  }
-  const float var = warp_sum(ss) * inv_dim;
-  const float rstd = 1.0f / sqrtf(var + a.eps);
-  // Every lane has read all its inputs above (the shuffles order the warp), and each lane rewrites only
-  // the channels it reads: y may equal x.
-  // xhat * w + bias in one fused multiply-add, as the CPU kernels (norm_impl.hpp) spell it out.
-  for (int c = lane; c < a.dim; c += 32) {
-    const float xhat = (x[c] - mean) * rstd;
-    y[c] = a.bias ? fmaf(xhat, a.weight[c], a.bias[c]) : xhat * a.weight[c];
-  }
+  row_norm::apply(a.x + row * a.ldx, a.y + row * a.ldy, a.dim, a.weight, a.bias, a.eps, a.rms, lane);
 }
 
 template <class T>

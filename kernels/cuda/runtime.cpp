@@ -1,5 +1,8 @@
 // CUDA runtime wrappers: errors, devices, memory, streams, events, copies (host code, no kernels). The
 // emulated device (kEmulatedDevice) and its streams go to the host backend's runtime (host/emulator.hpp).
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
 #include <string>
 
 #include "host/emulator.hpp"
@@ -287,6 +290,61 @@ void pack_mlp_linear(const float* weight, const float* bias, int out, int in, st
           weight[static_cast<std::size_t>(o) * in + static_cast<std::size_t>(i)];
     if (bias) bias_out[b0 + static_cast<std::size_t>(o)] = bias[o];
   }
+}
+
+namespace {
+
+std::uint32_t float_bits(float f) {
+  std::uint32_t bits;
+  std::memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+/// Round to nearest even to the upper 16 bits (NaN stays a quiet NaN).
+std::uint32_t bf16_bits(float f) {
+  const std::uint32_t bits = float_bits(f);
+  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
+
+/// cvt.rna.tf32.f32: 10 stored mantissa bits, nearest, ties away from zero.
+std::uint32_t tf32_bits(float f) {
+  std::uint32_t bits = float_bits(f);
+  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
+  return bits;
+}
+
+}  // namespace
+
+std::size_t mlp_fragment_words(MlpPrecision precision, int out, int in) {
+  if (precision == MlpPrecision::fp32)
+    throw std::invalid_argument("cuda::mlp_fragment_words: precision fp32 has no fragments");
+  const std::size_t k = precision == MlpPrecision::bf16 ? 16 : 8;
+  const std::size_t k_tiles = (static_cast<std::size_t>(std::max(in, 0)) + k - 1) / k;
+  const std::size_t n_tiles = (static_cast<std::size_t>(std::max(out, 0)) + 7) / 8;
+  return n_tiles * k_tiles * 64;
+}
+
+void pack_mlp_fragments(const float* weight, int out, int in, MlpPrecision precision, std::vector<std::uint32_t>& words) {
+  const std::size_t first = words.size();
+  words.resize(first + mlp_fragment_words(precision, out, in), 0u);
+  const bool bf16 = precision == MlpPrecision::bf16;
+  const int kK = bf16 ? 16 : 8, k_tiles = (in + kK - 1) / kK, n_tiles = (out + 7) / 8;
+  auto w = [&](int n, int k) { return n < out && k < in ? weight[static_cast<std::size_t>(n) * in + k] : 0.0f; };
+  for (int nt = 0; nt < n_tiles; ++nt)
+    for (int kt = 0; kt < k_tiles; ++kt)
+      for (int lane = 0; lane < 32; ++lane) {
+        const int n = 8 * nt + lane / 4, t = lane % 4, k = kt * kK;
+        std::uint32_t* const out_words =
+            words.data() + first + ((static_cast<std::size_t>(nt) * k_tiles + kt) * 32 + lane) * 2;
+        if (bf16) {  // b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g] with B = W^T
+          out_words[0] = bf16_bits(w(n, k + 2 * t)) | bf16_bits(w(n, k + 2 * t + 1)) << 16;
+          out_words[1] = bf16_bits(w(n, k + 2 * t + 8)) | bf16_bits(w(n, k + 2 * t + 9)) << 16;
+        } else {  // b[0] = B[t][g], b[1] = B[t+4][g]
+          out_words[0] = tf32_bits(w(n, k + t));
+          out_words[1] = tf32_bits(w(n, k + t + 4));
+        }
+      }
 }
 
 }  // namespace surrogate::kernels::cuda

@@ -1,13 +1,18 @@
 // Host-side parts of the CUDA backend, which run (and must pass) on machines without a GPU: the launch
 // geometry of the latent kernels, the chunking of the points, the packing of Linear layers for the fused
-// MLP, and the errors a CUDA request gets when no device is usable. Tests that need a device skip.
+// MLPs (FP32 and tensor-core fragments), and the errors a CUDA request gets when no device is usable. Tests that need a device skip.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <random>
+#include <stdexcept>
+#include <utility>
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "precision_emulation.hpp"
 #include "random_models.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
@@ -82,21 +87,55 @@ TEST(CudaHost, LinearLayersArePackedTransposedAndZeroPadded) {
   }
 }
 
-// The tensor-core MLP's shared memory: within the 227 KiB a block may use on sm_90 up to the widest
-// supported layer, growing with the width, and the documented sizes (cuda.md) at width 256.
+// The tensor-core MLP's shared memory: within the 227 KiB a block may use on sm_90 for every supported
+// width, and the documented sizes (cuda.md) at widths 64 and 256: 4 warps x 2 tiles x 16 T rows x lda.
 TEST(CudaHost, TensorCoreMlpSharedMemoryFitsAnSm90Block) {
   constexpr std::size_t kSm90Limit = 227 * 1024;
-  for (auto p : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
-    std::size_t previous = 0;
-    for (int w = 1; w <= cu::kMaxMlpWidth; ++w) {
-      const std::size_t bytes = cu::mlp_tensor_core_smem(p, w);
-      ASSERT_LE(bytes, kSm90Limit) << "width " << w;
-      ASSERT_GE(bytes, previous) << "width " << w;
-      previous = bytes;
+  for (auto p : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16})
+    for (int w = 1; w <= cu::kMaxMlpWidth; ++w) ASSERT_LE(cu::mlp_tensor_core_smem(p, w), kSm90Limit) << "width " << w;
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 64), 4u * 2 * 32 * 72 * 4);    // 72 KiB
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 4u * 2 * 16 * 264 * 4);  // 132 KiB
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 4u * 2 * 16 * 260 * 4);  // 130 KiB
+}
+
+/// W (out x in) element (n, k) as the lane of pack_mlp_fragments' tile holds it, read back through the
+/// PTX ISA's B fragment layout (kernels/cuda/host/mma.hpp): bf16 b[0] = B[2t..2t+1][g], b[1] =
+/// B[2t+8..2t+9][g]; tf32 b[0] = B[t][g], b[1] = B[t+4][g], B = W^T, lane = 4 g + t.
+float fragment_element(const std::vector<std::uint32_t>& words, cu::MlpPrecision p, int in, int n, int k) {
+  const bool bf16 = p == cu::MlpPrecision::bf16;
+  const int kK = bf16 ? 16 : 8, k_tiles = (in + kK - 1) / kK, kk = k % kK;
+  const int t = bf16 ? (kk % 8) / 2 : kk % 4, reg = bf16 ? kk / 8 : kk / 4;
+  const std::size_t lane = static_cast<std::size_t>(4 * (n % 8) + t);
+  const std::uint32_t w = words[((static_cast<std::size_t>(n / 8) * k_tiles + k / kK) * 32 + lane) * 2 + reg];
+  const std::uint32_t bits = bf16 ? (kk % 2 ? w & 0xffff0000u : w << 16) : w;
+  float f;
+  std::memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// The tensor-core MLP's weights: every element of W where the fragment layout puts it, rounded as the
+// precision rounds (tests/support/precision_emulation), and the padding zero.
+TEST(CudaHost, TensorCoreFragmentsHoldTheRoundedWeightsInTheLanesLayout) {
+  std::mt19937 gen(5);
+  std::uniform_real_distribution<float> dist(-2.0f, 2.0f);
+  for (auto [p, round] : {std::pair{cu::MlpPrecision::bf16, &surrogate::testing::round_to_bf16},
+                          std::pair{cu::MlpPrecision::tf32, &surrogate::testing::round_to_tf32}})
+    for (auto [out, in] : {std::pair{1, 1}, {8, 16}, {17, 33}, {64, 64}, {130, 7}}) {
+      std::vector<float> w(static_cast<std::size_t>(out) * in);
+      for (float& v : w) v = dist(gen);
+      std::vector<std::uint32_t> words{0xdeadbeefu};  // appended after what is there
+      cu::pack_mlp_fragments(w.data(), out, in, p, words);
+      ASSERT_EQ(words.size(), 1 + cu::mlp_fragment_words(p, out, in));
+      ASSERT_EQ(words[0], 0xdeadbeefu);
+      const std::vector<std::uint32_t> packed(words.begin() + 1, words.end());
+      const int kK = p == cu::MlpPrecision::bf16 ? 16 : 8;
+      for (int n = 0; n < (out + 7) / 8 * 8; ++n)
+        for (int k = 0; k < (in + kK - 1) / kK * kK; ++k) {
+          const float expected = n < out && k < in ? round(w[static_cast<std::size_t>(n) * in + k]) : 0.0f;
+          ASSERT_EQ(fragment_element(packed, p, in, n, k), expected) << out << "x" << in << " n " << n << " k " << k;
+        }
     }
-  }
-  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 2u * 64 * 264 * 4 + 256u * 64 * 4);  // 196 KiB
-  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 2u * 64 * 264 * 4 + (64u * 264 + 256u * 72) * 2);
+  EXPECT_THROW((void)cu::mlp_fragment_words(cu::MlpPrecision::fp32, 8, 8), std::invalid_argument);
 }
 
 TEST(CudaHost, DeviceCountGivesAReasonWhenThereIsNoDevice) {

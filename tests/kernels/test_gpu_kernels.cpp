@@ -180,23 +180,32 @@ std::vector<float> cpu_mlp(const std::vector<HostLayer>& layers, const std::vect
 /// The layers packed and uploaded for the fused kernel.
 struct DeviceMlp {
   cu::DeviceBuffer<float> weights, biases;
+  cu::DeviceBuffer<std::uint32_t> fragments;
   cu::DeviceBuffer<cu::MlpLayer> table;
   int count = 0, width = 0;
   explicit DeviceMlp(const std::vector<HostLayer>& layers) {
     std::vector<float> wt, b;
-    std::vector<std::size_t> woff, boff;
+    std::vector<std::uint32_t> words;
+    std::vector<std::size_t> woff, boff, bf16off, tf32off;
     for (const auto& l : layers) {
       woff.push_back(wt.size());
       boff.push_back(b.size());
       cu::pack_mlp_linear(l.w.data(), l.b.data(), l.out, l.in, wt, b);
+      bf16off.push_back(words.size());
+      cu::pack_mlp_fragments(l.w.data(), l.out, l.in, cu::MlpPrecision::bf16, words);
+      tf32off.push_back(words.size());
+      cu::pack_mlp_fragments(l.w.data(), l.out, l.in, cu::MlpPrecision::tf32, words);
     }
     weights = to_device(wt);
     biases = to_device(b);
+    fragments = to_device(words);
     std::vector<cu::MlpLayer> t;
     for (std::size_t i = 0; i < layers.size(); ++i) {
       cu::MlpLayer d;
       d.weight_t = weights.data() + woff[i];
       d.bias = biases.data() + boff[i];
+      d.bf16 = fragments.data() + bf16off[i];
+      d.tf32 = fragments.data() + tf32off[i];
       d.in = layers[i].in;
       d.out = layers[i].out;
       d.ld = cu::mlp_weight_ld(layers[i].out);
@@ -209,9 +218,11 @@ struct DeviceMlp {
     width = max_width(layers);
   }
   void run(const float* x, k::index_t ldx, float* y, k::index_t ldy, k::index_t rows, const float* extra,
-           k::index_t ld_extra, cu::MlpPrecision precision = cu::MlpPrecision::fp32) const {
+           k::index_t ld_extra, cu::MlpPrecision precision = cu::MlpPrecision::fp32,
+           const cu::MlpInputNorm& norm = {}) const {
     cu::MlpArgs a;
     a.precision = precision;
+    a.norm = norm;
     a.layers = table.data();
     a.num_layers = count;
     a.max_width = width;
@@ -292,6 +303,7 @@ std::vector<double> exact_mlp(const std::vector<HostLayer>& layers, const std::v
 // up to ~4e-3 (tf32) of 1 + |y| though both are right. What must agree, per shape over 1,066 rows, is the
 // error against the float64 forward: its RMS within 5 % (a model of the flips gives 0.1 %; truncated
 // operands give 1.7-6x, unrounded ones ~0) and its maximum within 1.5x (share/docs/cuda.md, "Precision").
+// On the host backend, whose mma.sync accumulates in the emulation's order, every output is bitwise.
 TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
   std::mt19937 gen(4);
   const auto gelu = k::Activation::gelu_tanh, silu = k::Activation::silu;
@@ -321,6 +333,10 @@ TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
           for (int c = 0; c < s.out; ++c) {
             const double e = exact[r * s.out + c], d = y[r * ldy + c] - e, m = emu[r * s.out + c] - e;
             ASSERT_TRUE(std::isfinite(d)) << "row " << r << " col " << c;
+            // The host backend's mma.sync sums in k order, as the emulation: the same bits.
+            if (st::on_host_backend()) {
+              ASSERT_EQ(y[r * ldy + c], emu[r * s.out + c]) << "row " << r << " col " << c;
+            }
             sq_dev += d * d, sq_emu += m * m, count += 1;
             max_dev = std::max(max_dev, std::abs(d)), max_emu = std::max(max_emu, std::abs(m));
           }
@@ -337,6 +353,47 @@ TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
   }
 }
 
+// An input norm fused into the MLP (MlpArgs::norm) gives the bits of the norm kernel and then the MLP, in
+// every precision, for LayerNorm with bias and RMSNorm, out of place and in place (x = y = extra: FLARE's
+// x = x + ffn(norm2(x))), over rows that end inside a block.
+TEST_F(GpuKernels, FusedMlpInputNormGivesTheBitsOfTheNormKernelThenTheMlp) {
+  std::mt19937 gen(6);
+  const MlpShape shapes[] = {{64, 64, 64, 1, true, true, k::Activation::gelu_tanh},
+                             {17, 130, 17, 0, true, true, k::Activation::silu}};
+  for (const MlpShape& s : shapes) {
+    const auto layers = make_mlp(s, gen);
+    const DeviceMlp dev(layers);
+    const k::index_t rows = 301, ld = s.in + 3;
+    auto x = random_vector(static_cast<std::size_t>(rows * ld), 2.0f, gen);
+    for (auto& v : x) v += 1.5f;  // a non-zero mean
+    const auto w = random_vector(static_cast<std::size_t>(s.in), 1.0f, gen), b = random_vector(w.size(), 0.5f, gen);
+    const auto dx = to_device(x), dw = to_device(w), db = to_device(b);
+    for (bool rms : {false, true})
+      for (auto precision : {cu::MlpPrecision::fp32, cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+        cu::MlpInputNorm norm;
+        norm.weight = dw.data();
+        norm.bias = rms ? nullptr : db.data();
+        norm.eps = rms ? 1.1920929e-07f : 1e-5f;
+        norm.rms = rms;
+        cu::NormArgs n;
+        cu::DeviceBuffer<float> normed(x.size(), st::test_device()), two_step(x.size(), st::test_device());
+        n.x = dx.data(), n.ldx = ld, n.y = normed.data(), n.ldy = ld, n.rows = rows, n.dim = s.in;
+        n.weight = norm.weight, n.bias = norm.bias, n.eps = norm.eps, n.rms = rms;
+        cu::norm(n, nullptr);
+        cu::copy_blocking(two_step.data(), dx.data(), x.size() * sizeof(float), st::test_device());
+        dev.run(normed.data(), ld, two_step.data(), ld, rows, two_step.data(), ld, precision);  // x + mlp(norm(x))
+        auto fused = to_device(x);
+        dev.run(fused.data(), ld, fused.data(), ld, rows, fused.data(), ld, precision, norm);  // in place
+        const auto expected = to_host(two_step.data(), x.size()), got = to_host(fused.data(), x.size());
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < s.out; ++c)
+            ASSERT_EQ(got[r * ld + c], expected[r * ld + c])
+                << "in " << s.in << (rms ? " rms" : " layer norm") << " precision " << static_cast<int>(precision)
+                << " row " << r << " col " << c;
+      }
+  }
+}
+
 TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {
   std::mt19937 gen(3);
   const auto layers = make_mlp({64, 64, 64, 3, true, true, k::Activation::gelu_tanh}, gen);
@@ -345,13 +402,16 @@ TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {
   const auto x = random_vector(static_cast<std::size_t>(rows * ld), 1.0f, gen);
   auto dx = to_device(x);
   cu::DeviceBuffer<float> all(x.size(), st::test_device()), part(x.size(), st::test_device());
-  dev.run(dx.data(), ld, all.data(), ld, rows, nullptr, 0);
-  // The same rows in other blocks and positions: [37, 137), then [500, 501), then [901, 1000).
-  for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
-    dev.run(dx.data() + begin * ld, ld, part.data() + begin * ld, ld, count, nullptr, 0);
-  const auto a = to_host(all.data(), x.size()), p = to_host(part.data(), x.size());
-  for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
-    for (k::index_t i = begin * ld; i < (begin + count) * ld; ++i) ASSERT_EQ(a[i], p[i]) << "element " << i;
+  for (auto precision : {cu::MlpPrecision::fp32, cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    dev.run(dx.data(), ld, all.data(), ld, rows, nullptr, 0, precision);
+    // The same rows in other blocks and positions: [37, 137), then [500, 501), then [901, 1000).
+    for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
+      dev.run(dx.data() + begin * ld, ld, part.data() + begin * ld, ld, count, nullptr, 0, precision);
+    const auto a = to_host(all.data(), x.size()), p = to_host(part.data(), x.size());
+    for (auto [begin, count] : {std::pair<k::index_t, k::index_t>{37, 100}, {500, 1}, {901, 99}})
+      for (k::index_t i = begin * ld; i < (begin + count) * ld; ++i)
+        ASSERT_EQ(a[i], p[i]) << "precision " << static_cast<int>(precision) << " element " << i;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------------

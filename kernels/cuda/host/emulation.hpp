@@ -17,7 +17,7 @@
 #include <type_traits>
 
 #include "emulator.hpp"
-#include "wmma.hpp"
+#include "mma.hpp"
 
 #define SURROGATE_CUDA_HOST_BACKEND 1
 

@@ -774,6 +774,8 @@ class Runner:
         flare = exe.get("bench_flare_gpu") if "flare" in a.benchmarks else None
         if flare:
             self.bench("flare_machine", [flare, "--machine"], self.env, 300)
+            if exe.get("mlp_gpu_bench"):  # FLARE's dense layers alone, each precision's share of its limit
+                self.bench("flare_mlp", [exe["mlp_gpu_bench"]], self.env, 300)
             if torch_ok:
                 self.bench("flare", [py["python"], str(src / "flare_gpu_vs_pytorch.py"), "--build", str(wrap),
                                      "--points", *map(str, a.points), "--latents", *map(str, a.latents)],

@@ -283,15 +283,19 @@ struct NormArgs {
 void norm(const NormArgs& a, cudaStream_t stream);
 
 // ---------------------------------------------------------------------------------------------------
-// Fused residual MLP: a thread block takes kMlpRows rows through every layer, the activations staying in
-// shared memory between the layers and each layer's weights staged in shared memory 64 output columns
-// at a time. Every width (in, out) must be <= kMaxMlpWidth.
+// Fused residual MLP: the activations of a row stay on chip between the layers (shared memory). Every
+// width (in, out) must be <= kMaxMlpWidth.
 //
 // Layer l computes  h_{l+1} = act_l(h_l W_l^T + b_l) [+ h_l if add_input_l]; the last layer writes
 // y = h_L [+ extra] to global memory.
 
 inline constexpr int kMaxMlpWidth = 256;
-inline constexpr int kMlpRows = 64;
+inline constexpr int kMlpRows = 64;  // rows of one thread block of the FP32 kernel
+
+/// Arithmetic of the products x W^T: FP32 FMAs (default), or tensor cores (mma.sync) with both operands
+/// rounded to TF32 (cvt.rna: 10-bit mantissa, nearest, ties away) or BF16 (nearest even), FP32
+/// accumulation. Bias, activation and residuals are FP32 in every mode.
+enum class MlpPrecision { fp32, tf32, bf16 };
 
 /// Row stride of a packed weight: round_up(out, 64).
 int mlp_weight_ld(int out);
@@ -300,38 +304,53 @@ int mlp_weight_ld(int out);
 /// zero padded.
 void pack_mlp_linear(const float* weight, const float* bias, int out, int in, std::vector<float>& weight_t,
                      std::vector<float>& bias_out);
+/// Words of pack_mlp_fragments for a layer (precision tf32 or bf16; std::invalid_argument for fp32).
+std::size_t mlp_fragment_words(MlpPrecision precision, int out, int in);
+/// Appends W (out, in) row-major as the tensor-core MLP's B fragments of `precision`, rounded to it and
+/// zero padded: for each 8-column tile of W^T and each k tile (16 bf16, 8 tf32), 32 lanes x 2 words in
+/// the order mma.sync reads them (kernels/cuda/host/mma.hpp).
+void pack_mlp_fragments(const float* weight, int out, int in, MlpPrecision precision, std::vector<std::uint32_t>& words);
 
 struct MlpLayer {                   // lives in device memory (an array of them per MLP)
-  const float* weight_t = nullptr;  // device, packed by pack_mlp_linear
-  const float* bias = nullptr;      // device, packed
+  const float* weight_t = nullptr;  // device, packed by pack_mlp_linear (the FP32 kernel)
+  const float* bias = nullptr;      // device, packed, 8-byte aligned
+  const std::uint32_t* bf16 = nullptr;  // device, pack_mlp_fragments(bf16): needed by MlpPrecision::bf16
+  const std::uint32_t* tf32 = nullptr;  // device, pack_mlp_fragments(tf32): needed by MlpPrecision::tf32
   int in = 0, out = 0, ld = 0;      // ld = mlp_weight_ld(out)
   Activation act = Activation::none;
   bool add_input = false;           // requires in == out
 };
 
-/// Arithmetic of the products x W^T: FP32 FMAs (default), or tensor cores (WMMA) with both operands
-/// rounded to TF32 (cvt.rna: 10-bit mantissa, nearest, ties away) or BF16 (nearest even), FP32
-/// accumulation. Bias, activation and residuals are FP32 in every mode.
-enum class MlpPrecision { fp32, tf32, bf16 };
+/// A LayerNorm / RMSNorm of the MLP's input rows, applied as the kernel reads them, with the norm
+/// kernel's arithmetic (so the bits of norm() and then mlp()). weight == nullptr: none.
+struct MlpInputNorm {
+  const float* weight = nullptr;  // layers[0].in values
+  const float* bias = nullptr;    // layers[0].in values, or nullptr (LayerNorm without bias; RMSNorm)
+  float eps = 1e-5f;
+  bool rms = false;
+};
 
 struct MlpArgs {
   MlpPrecision precision = MlpPrecision::fp32;
   const MlpLayer* layers = nullptr;  // DEVICE array of num_layers descriptors
   int num_layers = 0;
   int max_width = 0;                 // max over the layers of in and out
-  const float* x = nullptr;          // rows x layers[0].in, must not alias y
-  index_t ldx = 0;
+  MlpInputNorm norm;                 // optional, on x
+  const float* x = nullptr;          // rows x layers[0].in; may be y with ldx == ldy (each row is read whole
+  index_t ldx = 0;                   // before it is written), must not overlap y otherwise
   float* y = nullptr;                // rows x layers[last].out
   index_t ldy = 0;
   index_t rows = 0;
   const float* extra = nullptr;      // added to the output; may alias y (in-place residual)
   index_t ld_extra = 0;
 };
-/// Throws std::invalid_argument for widths above kMaxMlpWidth.
+/// Throws std::invalid_argument for widths above kMaxMlpWidth. FP32: a thread block takes kMlpRows rows
+/// through every layer, each layer's W^T staged in shared memory 64 output columns at a time.
 void mlp(const MlpArgs& a, cudaStream_t stream);
-/// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it). Shared memory of a
-/// block: 2 x 64 x (round_up(w, 64) + 8) floats of activations plus, for tf32, round_up(w, 16) x 64
-/// floats of weights, for bf16 64 x (round_up(w, 16) + 8) + round_up(w, 16) x 72 bf16 values.
+/// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it): each warp takes its own
+/// 16 or 32 rows through every layer with mma.sync, the layer's B fragments read from global memory
+/// (kernels/cuda/mlp_tensor_cores.cu). Shared memory of a block (4 warps): 4 x 2 x 16 T x lda floats,
+/// T = 2 for widths up to 64, else 1; lda = round_up(w, 16) + 8 (bf16) or + 4 (tf32).
 void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream);
 /// Dynamic shared memory (bytes) of mlp_tensor_cores for the largest width w (host-side, testable).
 std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width);

@@ -6,8 +6,9 @@
 // each block: the device computes per-chunk partials and merges them per local segment, then the ranks
 // merge exactly as the CPU does (encode_merge.cpp).
 //
-// Device memory is O(N C): the residual stream, one scratch (norm output, then the decoded attention),
-// the keys and the values; the MLPs' hidden activations never leave the chip.
+// Device memory is O(N C): the residual stream, one scratch (the decoded attention; the norms run inside
+// the MLPs, as they read their input), the keys and the values; the MLPs' hidden activations never leave
+// the chip.
 #include "forward.hpp"
 
 #include <algorithm>
@@ -77,10 +78,16 @@ void Forward::run_norm(const device::Norm& n, const float* x, index_t ldx, float
   device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
 }
 
-void Forward::run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, const float* extra,
-                      index_t ld_extra) {
+void Forward::run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
+                      const device::Norm* norm, const float* extra, index_t ld_extra) {
   cu::MlpArgs a;
   a.precision = precision_;
+  if (norm) {
+    a.norm.weight = weights_.data() + norm->weight;
+    a.norm.bias = norm->has_bias ? weights_.data() + norm->bias : nullptr;
+    a.norm.eps = norm->eps;
+    a.norm.rms = norm->rms;
+  }
   a.layers = layers_.data() + m.first;
   a.num_layers = m.count;
   a.max_width = m.max_width;
@@ -112,10 +119,9 @@ cu::LatentProblem Forward::problem(const Tables& t, int b) const {
 void Forward::start_block(const Tables& t, int b, bool reproducible) {
   const Block& blk = blocks_[static_cast<std::size_t>(b)];
   const cudaStream_t s = stream_.get();
-  run_norm(blk.norm1, x_.data(), C_, scratch_.data(), C_, n_);
-  run_mlp(blk.k_proj, scratch_.data(), C_, keys_.data(), C_, n_);
+  run_mlp(blk.k_proj, x_.data(), C_, keys_.data(), C_, n_, &blk.norm1);  // k = k_proj(norm1(x))
   if (blk.k_norm) run_norm(*blk.k_norm, keys_.data(), E_, keys_.data(), E_, n_ * H_);  // per head, in place
-  run_mlp(blk.v_proj, scratch_.data(), C_, values_.data(), C_, n_);
+  run_mlp(blk.v_proj, x_.data(), C_, values_.data(), C_, n_, &blk.norm1);
   const cu::LatentProblem p = problem(t, b);
   const std::size_t global_hm = static_cast<std::size_t>(samples_) * H_ * M_;
   if (reproducible) {
@@ -155,9 +161,8 @@ void Forward::finish_block(const Tables& t, int b, bool reproducible) {
   d.tiles = t.tiles();
   d.num_tiles = t.num_tiles();
   cu::latent_decode(d, s);
-  run_mlp(blk.out_proj, scratch_.data(), C_, x_.data(), C_, n_, x_.data(), C_);  // x = x + out_proj(y)
-  run_norm(blk.norm2, x_.data(), C_, scratch_.data(), C_, n_);
-  run_mlp(blk.ffn, scratch_.data(), C_, x_.data(), C_, n_, x_.data(), C_);  // x = x + mlp(norm2(x))
+  run_mlp(blk.out_proj, scratch_.data(), C_, x_.data(), C_, n_, nullptr, x_.data(), C_);  // x = x + out_proj(y)
+  run_mlp(blk.ffn, x_.data(), C_, x_.data(), C_, n_, &blk.norm2, x_.data(), C_);  // x = x + mlp(norm2(x)), in place
 }
 
 void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const Stage& load, const Stage& store,
@@ -193,12 +198,7 @@ void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const
   }
   local_step(comm, [&] {
     const cudaStream_t s = stream_.get();
-    const float* head_in = x_.data();
-    if (out_norm_) {
-      run_norm(*out_norm_, x_.data(), C_, scratch_.data(), C_, n_);
-      head_in = scratch_.data();
-    }
-    run_mlp(out_mlp_, head_in, C_, out_.data(), cfg_.out_dim, n_);
+    run_mlp(out_mlp_, x_.data(), C_, out_.data(), cfg_.out_dim, n_, out_norm_ ? &*out_norm_ : nullptr);
     ev_computed_.record(s);
     store(s, *t);
     ev_end_.record(s);

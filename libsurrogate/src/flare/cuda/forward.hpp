@@ -66,6 +66,7 @@ class Forward {
   /// One layer of the table before the upload: offsets of its packed weights in the arena.
   struct LayerSpec {
     std::size_t weight_t = 0, bias = 0;
+    std::size_t bf16 = 0, tf32 = 0;  // offsets in fragment_words_
     int in = 0, out = 0;
     kernels::Activation act = kernels::Activation::none;
     bool add_input = false;
@@ -90,8 +91,10 @@ class Forward {
   /// Sizes the workspace for the plan's points (buffers only grow).
   void reserve(const Plan& plan, const Tables& t, bool reproducible);
   void run_norm(const device::Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows);
+  /// y = mlp(norm(x)) [+ extra]; the norm (optional) is applied by the MLP kernel as it reads x, and x
+  /// may be y (in place).
   void run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-               const float* extra = nullptr, index_t ld_extra = 0);
+               const device::Norm* norm = nullptr, const float* extra = nullptr, index_t ld_extra = 0);
   cu::LatentProblem problem(const Tables& t, int b) const;
   void start_block(const Tables& t, int b, bool reproducible);
   void finish_block(const Tables& t, int b, bool reproducible);
@@ -144,6 +147,8 @@ class Forward {
   // weights
   device::WeightArena weights_;
   std::vector<LayerSpec> layer_specs_;  // until the upload
+  std::vector<std::uint32_t> fragment_words_;  // the tensor-core MLP's weights (pack_mlp_fragments), until the upload
+  cu::DeviceBuffer<std::uint32_t> fragments_;
   cu::DeviceBuffer<cu::MlpLayer> layers_;
   Mlp in_proj_, out_mlp_;
   std::optional<device::Norm> out_norm_;
