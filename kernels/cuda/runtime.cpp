@@ -145,6 +145,66 @@ Stream::~Stream() {
   if (previous >= 0 && previous != device_) (void)cudaSetDevice(previous);
 }
 
+void Graph::capture(int device, cudaStream_t stream, const std::function<void()>& work) {
+  reset();
+  if (emulated(device)) {
+    check_emulated(emulator::begin_capture(stream), "cudaStreamBeginCapture");
+    try {
+      work();
+    } catch (...) {
+      void* discarded = nullptr;
+      (void)emulator::end_capture(stream, &discarded);
+      emulator::graph_destroy(discarded);
+      (void)emulator::get_last_error();
+      throw;
+    }
+    void* graph = nullptr;
+    check_emulated(emulator::end_capture(stream, &graph), "cudaStreamEndCapture");
+    exec_ = graph;
+    device_ = device;
+    return;
+  }
+  DeviceGuard guard(device);
+  check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "cudaStreamBeginCapture");
+  cudaGraph_t graph = nullptr;
+  try {
+    work();
+  } catch (...) {
+    (void)cudaStreamEndCapture(stream, &graph);
+    if (graph) (void)cudaGraphDestroy(graph);
+    (void)cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream, &graph), "cudaStreamEndCapture");
+  cudaGraphExec_t exec = nullptr;
+  const cudaError_t code = cudaGraphInstantiate(&exec, graph, 0);
+  (void)cudaGraphDestroy(graph);
+  check(code, "cudaGraphInstantiate");
+  exec_ = exec;
+  device_ = device;
+}
+
+void Graph::launch(cudaStream_t stream) const {
+  if (!exec_) throw std::logic_error("cuda::Graph::launch: no graph was captured");
+  if (is_emulated(device_)) check_emulated(emulator::graph_launch(exec_, stream), "cudaGraphLaunch");
+  else check(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec_), stream), "cudaGraphLaunch");
+}
+
+void Graph::reset() noexcept {
+  if (!exec_) return;
+  if (is_emulated(device_)) {
+    emulator::graph_destroy(exec_);
+  } else {
+    int previous = -1;
+    if (cudaGetDevice(&previous) != cudaSuccess) previous = -1;
+    if (previous != device_) (void)cudaSetDevice(device_);
+    (void)cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec_));
+    if (previous >= 0 && previous != device_) (void)cudaSetDevice(previous);
+  }
+  exec_ = nullptr;
+  device_ = -1;
+}
+
 void Stream::synchronize() const { cuda::synchronize(stream_); }
 void synchronize(cudaStream_t stream) {
   if (emulator::owns_stream(stream)) check_emulated(emulator::stream_synchronize(stream), "cudaStreamSynchronize");

@@ -111,6 +111,58 @@ TEST(CudaHostBackend, APageableSourceIsStagedAtTheCall) {
   EXPECT_EQ(back, (std::vector<float>{1, 2, 3, 4}));
 }
 
+__global__ void add_one(float* x, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) x[i] += 1.0f;
+}
+
+// cuda::Graph on the emulated device: a capture records the stream's work without running it (nor
+// counting its kernels as launches); each launch replays it in order with the captured arguments; a wait
+// inside a capture fails it as CUDA does, and an exception of the work ends it; the stream works after.
+TEST(CudaHostBackend, AGraphReplaysTheCapturedWork) {
+  const int n = 300;
+  cu::Stream stream(kDevice);
+  cu::DeviceBuffer<float> x(n, kDevice), y(n, kDevice);
+  cu::zero(x.data(), x.bytes(), stream.get());
+  stream.synchronize();
+  const emu::Counters before = emu::counters();
+  cu::Graph graph;
+  EXPECT_TRUE(graph.empty());
+  graph.capture(kDevice, stream.get(), [&] {
+    launch(add_one, (n + kThreads - 1) / kThreads, kThreads, 0, stream.get(), x.data(), n);
+    cu::host::check_launch("add_one");
+    cu::copy_on_device(y.data(), x.data(), x.bytes(), stream.get());
+  });
+  ASSERT_FALSE(graph.empty());
+  EXPECT_EQ(download(x), std::vector<float>(n, 0.0f)) << "the captured kernel ran";
+  EXPECT_EQ(emu::counters().launches, before.launches);
+  EXPECT_EQ(emu::counters().graph_captures, before.graph_captures + 1);
+  graph.launch(stream.get());
+  graph.launch(stream.get());
+  stream.synchronize();
+  EXPECT_EQ(download(x), std::vector<float>(n, 2.0f));
+  EXPECT_EQ(download(y), std::vector<float>(n, 2.0f)) << "the copy ran after the second kernel";
+  EXPECT_EQ(emu::counters().graph_launches, before.graph_launches + 2);
+  EXPECT_EQ(emu::counters().launches, before.launches);
+
+  // A wait inside the capture: refused, no graph held; so is a copy into pageable memory.
+  EXPECT_THROW(graph.capture(kDevice, stream.get(), [&] { stream.synchronize(); }), cu::CudaError);
+  EXPECT_TRUE(graph.empty());
+  std::vector<float> pageable(n);
+  EXPECT_THROW(graph.capture(kDevice, stream.get(),
+                             [&] { cu::copy_to_host(pageable.data(), x.data(), x.bytes(), stream.get()); }),
+               cu::CudaError);
+  EXPECT_THROW(graph.capture(kDevice, stream.get(), [] { throw std::runtime_error("the work failed"); }),
+               std::runtime_error);
+  EXPECT_THROW(graph.launch(stream.get()), std::logic_error);
+  // The stream is not capturing any more: its work runs when synchronised.
+  launch(add_one, (n + kThreads - 1) / kThreads, kThreads, 0, stream.get(), x.data(), n);
+  cu::host::check_launch("add_one");
+  stream.synchronize();
+  EXPECT_EQ(download(x), std::vector<float>(n, 3.0f));
+  EXPECT_THROW(graph.capture(kDevice, nullptr, [] {}), cu::CudaError) << "the null stream cannot capture";
+}
+
 TEST(CudaHostBackend, FreshDeviceMemoryIsPoisoned) {
   cu::DeviceBuffer<float> d(8, kDevice);
   for (float v : download(d)) EXPECT_TRUE(std::isnan(v));

@@ -417,6 +417,57 @@ TEST(FlareGpuHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
   }
 }
 
+// In one process a kept plan's default-mode forward is one captured CUDA graph from its second predict on:
+// no kernel launched one by one, the bits of the direct forward. Another precision is another graph
+// (run directly once, then captured); reproducible mode, which waits for the device between the blocks,
+// never captures.
+TEST(FlareGpuHostBackend, AKeptPlansForwardReplaysOneGraph) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const st::GoldenCase c = st::load_golden_case("default");
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(c.model_path));
+  const surrogate::SelfComm comm;
+  const auto n = static_cast<std::int64_t>(c.sample_ids.size());
+  const auto layout = surrogate::SampleLayout::build(comm, n, c.sample_ids.data());
+  const auto plan = model->plan(comm, layout, surrogate::PointGeometry{}, on_gpu(false));
+  const auto predict_on_plan = [&](const RunOptions& o) {
+    std::vector<float> y(static_cast<std::size_t>(n) * model->out_channels());
+    model->predict(comm, *plan, c.features.data(), model->in_channels(), y.data(), model->out_channels(), o);
+    return y;
+  };
+  struct Count {
+    long long launches, captures, graphs;
+  };
+  const auto count = [] {
+    return Count{host_backend::launches, host_backend::graph_captures, host_backend::graph_launches};
+  };
+  RunOptions bf16 = on_gpu(false);
+  bf16.precision = surrogate::Precision::bf16;
+  for (const RunOptions& o : {on_gpu(false), bf16}) {
+    const std::string what = surrogate::precision_name(o.precision);
+    Count c0 = count();
+    const auto direct = predict_on_plan(o);
+    Count c1 = count();
+    EXPECT_GT(c1.launches, c0.launches) << what << ": the first forward runs directly";
+    EXPECT_EQ(c1.graphs, c0.graphs) << what;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      EXPECT_EQ(predict_on_plan(o), direct) << what << ", repeat " << repeat;
+      const Count c2 = count();
+      EXPECT_EQ(c2.launches, c1.launches) << what << ": a kernel was launched outside the graph";
+      EXPECT_EQ(c2.captures, c1.captures + (repeat == 0 ? 1 : 0)) << what << ", repeat " << repeat;
+      EXPECT_EQ(c2.graphs, c1.graphs + 1) << what << ", repeat " << repeat;
+      c1 = c2;
+    }
+  }
+  const Count r0 = count();
+  const auto reproducible = predict_on_plan(on_gpu(true));
+  EXPECT_EQ(predict_on_plan(on_gpu(true)), reproducible);
+  const Count r1 = count();
+  EXPECT_EQ(r1.graphs, r0.graphs);
+  EXPECT_EQ(r1.captures, r0.captures);
+  EXPECT_GT(r1.launches, r0.launches);
+  EXPECT_EQ(predict_on_plan(on_gpu(false)).size(), reproducible.size());  // back to default: recaptured
+}
+
 TEST_F(FlareGpu, AMissingDeviceIsRefusedClearly) {
   if (st::on_host_backend()) GTEST_SKIP() << "a device index beyond the visible ones: real devices only";
   const int count = surrogate::kernels::cuda::device_count();

@@ -49,6 +49,16 @@ struct BytesToHost {
 inline const BytesToDevice bytes_to_device;
 inline const BytesToHost bytes_to_host;
 
+/// CUDA graphs captured and launched so far on the emulated device (their kernels are not `launches`).
+struct GraphCaptures {
+  operator long long() const { return emu::counters().graph_captures; }
+};
+struct GraphLaunches {
+  operator long long() const { return emu::counters().graph_launches; }
+};
+inline const GraphCaptures graph_captures;
+inline const GraphLaunches graph_launches;
+
 /// Times the host waited for the emulated device so far (synchronisations, copies into pageable memory).
 struct HostWaits {
   operator long long() const { return emu::counters().host_waits; }

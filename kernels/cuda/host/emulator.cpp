@@ -86,7 +86,18 @@ struct Op {
 
 struct Queue {
   std::deque<Op> ops;
+  // Between begin_capture and end_capture: what the stream is given goes here instead of `ops`.
+  std::shared_ptr<std::vector<Op>> capture;
+  std::string capture_failure;  // a call that cannot be captured: end_capture fails with it
 };
+
+/// Queues op on q, or records it into the graph q is capturing.
+void enqueue(Queue& q, Op op) {
+  if (q.capture)
+    q.capture->push_back(std::move(op));
+  else
+    q.ops.push_back(std::move(op));
+}
 
 struct EventState {
   Queue* queue = nullptr;  // the stream it was last recorded on
@@ -108,6 +119,21 @@ Queue* queue_of(cudaStream_t stream) {
   if (!stream) return &null_queue;
   std::lock_guard lock(registry_mutex);
   return streams().count(stream) ? reinterpret_cast<Queue*>(stream) : nullptr;
+}
+
+/// The first stream that is capturing a graph, or nullptr.
+Queue* capturing_queue() {
+  std::lock_guard lock(registry_mutex);
+  for (const void* s : streams())
+    if (static_cast<const Queue*>(s)->capture) return static_cast<Queue*>(const_cast<void*>(s));
+  return nullptr;
+}
+
+/// A call that would wait for a stream while it captures: it fails, and so will the capture (CUDA
+/// invalidates it).
+cudaError_t refuse_in_capture(Queue& q, const std::string& call) {
+  q.capture_failure = call + " while the stream was capturing";
+  return fail(cudaErrorStreamCaptureUnsupported, "emulated " + call + ": the stream is capturing a graph");
 }
 
 /// Runs the queued work of q in order; a failure drops the rest of the queue and is returned.
@@ -248,11 +274,13 @@ cudaError_t stream_destroy(cudaStream_t stream) {
 cudaError_t stream_synchronize(cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaStreamSynchronize: unknown stream");
+  if (q->capture) return refuse_in_capture(*q, "cudaStreamSynchronize");
   if (!q->ops.empty()) count_wait();
   return drain(*q);
 }
 
 cudaError_t device_synchronize() {
+  if (Queue* q = capturing_queue()) return refuse_in_capture(*q, "cudaDeviceSynchronize");
   count_wait();
   return drain_all();
 }
@@ -298,6 +326,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   const bool src_pageable = !find_allocation(src) && !is_pinned(src);
   const bool dst_pageable = !find_allocation(dst) && !is_pinned(dst);
   if (dst_pageable) {
+    if (q->capture) return refuse_in_capture(*q, "cudaMemcpyAsync into pageable host memory");
     count_wait();
     const cudaError_t code = drain(*q);
     if (code != cudaSuccess) return code;
@@ -307,22 +336,23 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   if (src_pageable) {
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + bytes);
-    q->ops.push_back(Op{[=] { std::memcpy(dst, staged->data(), bytes); }, "cudaMemcpyAsync"});
+    enqueue(*q, Op{[=] { std::memcpy(dst, staged->data(), bytes); }, "cudaMemcpyAsync"});
     return cudaSuccess;
   }
-  q->ops.push_back(Op{[=] { std::memcpy(dst, src, bytes); }, "cudaMemcpyAsync"});
+  enqueue(*q, Op{[=] { std::memcpy(dst, src, bytes); }, "cudaMemcpyAsync"});
   return cudaSuccess;
 }
 
 cudaError_t memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemsetAsync: unknown stream");
-  if (bytes) q->ops.push_back(Op{[=] { std::memset(dst, value, bytes); }, "cudaMemsetAsync"});
+  if (bytes) enqueue(*q, Op{[=] { std::memset(dst, value, bytes); }, "cudaMemsetAsync"});
   return cudaSuccess;
 }
 
 cudaError_t memcpy_blocking(void* dst, const void* src, std::size_t bytes) {
   if (bytes && ranges_overlap(dst, src, bytes)) return refuse_overlap("cudaMemcpy", bytes);
+  if (Queue* q = capturing_queue()) return refuse_in_capture(*q, "cudaMemcpy");
   count_wait();
   const cudaError_t code = drain(null_queue);
   if (code != cudaSuccess) return code;
@@ -361,6 +391,7 @@ cudaError_t event_record(cudaEvent_t event, cudaStream_t stream) {
   EventState* e = event_of(event);
   Queue* q = queue_of(stream);
   if (!e || !q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaEventRecord: unknown event or stream");
+  if (q->capture) return refuse_in_capture(*q, "cudaEventRecord (event nodes are not emulated)");
   e->queue = q;
   e->recorded = true;
   e->complete = false;
@@ -468,18 +499,18 @@ void launch(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem,
   }
   {
     std::lock_guard lock(counters_mutex);
-    ++counters_total.launches;
+    if (!q->capture) ++counters_total.launches;  // a captured kernel runs when its graph is launched
     if (failure_countdown > 0 && --failure_countdown == 0) {
       fail(cudaErrorLaunchFailure, "emulated launch failure (injected by fail_launch_after)");
       return;
     }
   }
-  q->ops.push_back(Op{[grid, block, dynamic_smem, body = std::move(body)] {
-                        detail::run_kernel(grid, block, dynamic_smem, body);
-                        const std::string damaged = check_guards();
-                        if (!damaged.empty()) throw detail::KernelFault("out-of-bounds device access: " + damaged);
-                      },
-                      "kernel"});
+  enqueue(*q, Op{[grid, block, dynamic_smem, body = std::move(body)] {
+                   detail::run_kernel(grid, block, dynamic_smem, body);
+                   const std::string damaged = check_guards();
+                   if (!damaged.empty()) throw detail::KernelFault("out-of-bounds device access: " + damaged);
+                 },
+                 "kernel"});
 }
 
 void name_last_launch(const char* kernel) {
@@ -490,11 +521,52 @@ void name_last_launch(const char* kernel) {
   // The launch just queued is at the back of its queue: name the kernels still unnamed.
   std::lock_guard lock(registry_mutex);
   auto rename = [&](Queue& q) {
-    if (!q.ops.empty() && q.ops.back().name == "kernel") q.ops.back().name = std::string("kernel ") + kernel;
+    if (q.capture) {
+      if (!q.capture->empty() && q.capture->back().name == "kernel") q.capture->back().name = std::string("kernel ") + kernel;
+    } else if (!q.ops.empty() && q.ops.back().name == "kernel") {
+      q.ops.back().name = std::string("kernel ") + kernel;
+    }
   };
   rename(null_queue);
   for (const void* s : streams()) rename(*static_cast<Queue*>(const_cast<void*>(s)));
 }
+
+// ------------------------------------------------------------------------------------------------------
+// Graphs: the work a stream was given between begin_capture and end_capture, replayed by graph_launch.
+
+cudaError_t begin_capture(cudaStream_t stream) {
+  Queue* q = stream ? queue_of(stream) : nullptr;
+  if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaStreamBeginCapture: unknown or null stream");
+  if (q->capture) return fail(cudaErrorIllegalState, "emulated cudaStreamBeginCapture: the stream is capturing already");
+  q->capture = std::make_shared<std::vector<Op>>();
+  q->capture_failure.clear();
+  return cudaSuccess;
+}
+
+cudaError_t end_capture(cudaStream_t stream, void** graph) {
+  *graph = nullptr;
+  Queue* q = stream ? queue_of(stream) : nullptr;
+  if (!q || !q->capture) return fail(cudaErrorIllegalState, "emulated cudaStreamEndCapture: the stream is not capturing");
+  std::shared_ptr<std::vector<Op>> ops = std::move(q->capture);
+  q->capture.reset();
+  if (!q->capture_failure.empty())
+    return fail(cudaErrorStreamCaptureInvalidated, "emulated cudaStreamEndCapture: " + q->capture_failure);
+  *graph = new std::vector<Op>(std::move(*ops));
+  std::lock_guard lock(counters_mutex);
+  ++counters_total.graph_captures;
+  return cudaSuccess;
+}
+
+cudaError_t graph_launch(const void* graph, cudaStream_t stream) {
+  Queue* q = queue_of(stream);
+  if (!q || !graph) return fail(cudaErrorInvalidResourceHandle, "emulated cudaGraphLaunch: unknown stream or graph");
+  for (const Op& op : *static_cast<const std::vector<Op>*>(graph)) enqueue(*q, op);
+  std::lock_guard lock(counters_mutex);
+  ++counters_total.graph_launches;
+  return cudaSuccess;
+}
+
+void graph_destroy(void* graph) noexcept { delete static_cast<std::vector<Op>*>(graph); }
 
 Counters counters() {
   std::lock_guard lock(counters_mutex);

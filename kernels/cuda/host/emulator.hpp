@@ -64,6 +64,18 @@ cudaError_t device_attribute(int* value, cudaDeviceAttr attribute);
 /// kept per kernel, and a launch above 48 KiB without an opt-in at least as large fails as on a GPU.
 cudaError_t func_set_attribute(const void* kernel, cudaFuncAttribute attribute, int value);
 
+// --- graphs (cudaStreamBeginCapture ... cudaGraphLaunch) ----------------------------------------------
+/// From begin_capture to end_capture, the work given to `stream` (not the null stream) is recorded
+/// instead of queued; a call that would wait for it meanwhile (a synchronisation, a copy into pageable
+/// memory, an event record) fails with cudaErrorStreamCaptureUnsupported and so does end_capture
+/// (cudaErrorStreamCaptureInvalidated). Kernels recorded are not counted as launches.
+cudaError_t begin_capture(cudaStream_t stream);
+/// The recorded work as a new graph (graph_destroy frees it).
+cudaError_t end_capture(cudaStream_t stream, void** graph);
+/// Queues the graph's work on `stream`, in the recorded order.
+cudaError_t graph_launch(const void* graph, cudaStream_t stream);
+void graph_destroy(void* graph) noexcept;
+
 // --- kernels ------------------------------------------------------------------------------------------
 /// Queues a launch on `stream` (checks the configuration as CUDA does: a bad one sets the last error).
 /// `body` runs once per thread with the thread's context current.
@@ -87,12 +99,15 @@ unsigned warp_ballot(unsigned mask, bool predicate);
 void warp_all(unsigned mask, unsigned long long bits, unsigned long long out[32]);
 void sync_warp(unsigned mask);
 // --- for tests ----------------------------------------------------------------------------------------
-/// Kernels launched on the emulated device, and bytes copied host to device and device to host.
+/// Kernels launched on the emulated device (one by one: not those a graph replays), and bytes copied host
+/// to device and device to host.
 struct Counters {
   long long launches = 0, bytes_to_device = 0, bytes_to_host = 0;
   /// Times the host waited for the device: stream and event synchronisations that found work pending,
   /// device synchronisations, and copies into pageable host memory (which return when done).
   long long host_waits = 0;
+  /// Graphs captured (end_capture) and launched (graph_launch).
+  long long graph_captures = 0, graph_launches = 0;
 };
 Counters counters();
 /// Launches checked (check_launch) under a kernel name that contains `part`.

@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -196,6 +197,30 @@ class Event {
 
  private:
   cudaEvent_t event_ = nullptr;
+  int device_ = -1;
+};
+
+/// The work one stream was given, captured once as a CUDA graph and replayed with one launch: no
+/// per-kernel launch cost, and the kernels' arguments as they were at the capture (the same buffers).
+/// The emulated device's streams are captured by the host backend.
+class Graph {
+ public:
+  Graph() = default;
+  Graph(const Graph&) = delete;
+  Graph& operator=(const Graph&) = delete;
+  ~Graph() { reset(); }
+  /// Captures what `work` enqueues on `stream` (a stream of `device`, not the default stream; nothing
+  /// runs) and instantiates it, replacing the graph held. A call inside `work` that waits for the stream
+  /// fails the capture (CudaError); an exception of `work` ends the capture and passes through. Either
+  /// way no graph is held afterwards.
+  void capture(int device, cudaStream_t stream, const std::function<void()>& work);
+  /// Enqueues the captured work on `stream` (throws CudaError; std::logic_error when none is held).
+  void launch(cudaStream_t stream) const;
+  bool empty() const noexcept { return exec_ == nullptr; }
+  void reset() noexcept;
+
+ private:
+  void* exec_ = nullptr;  // cudaGraphExec_t, or the host backend's graph
   int device_ = -1;
 };
 

@@ -96,6 +96,10 @@ class Forward {
   void run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
                const device::Norm* norm = nullptr, const float* extra = nullptr, index_t ld_extra = 0);
   cu::LatentProblem problem(const Tables& t, int b) const;
+  /// The compute of a default-mode forward in one process (input MLP, every block, the head): on the
+  /// second forward with the same tables, buffers and precision, captured as one graph, then replayed.
+  void compute(const Tables& t);
+  void compute_direct(const Tables& t);
   void start_block(const Tables& t, int b, bool reproducible);
   void finish_block(const Tables& t, int b, bool reproducible);
   /// The forward: `load` fills in_ (n x in_dim, normalised, working order) on the stream, `store`
@@ -158,6 +162,10 @@ class Forward {
   // workspace, reused between calls; n_ and samples_ of the current forward
   index_t n_ = 0, samples_ = 0;
   cu::DeviceBuffer<float> in_, x_, scratch_, keys_, values_, out_;
+  // The captured compute (compute()) and what it was captured for; `seen_` is the last key computed
+  // directly: a key met twice is captured.
+  cu::Graph graph_;
+  std::vector<std::uintptr_t> graph_key_, seen_;
   cu::PinnedBuffer<float> in_host_, out_host_;
   cu::DeviceBuffer<std::int32_t> part_ref_, local_ref_, global_ref_;
   cu::DeviceBuffer<double> part_acc_, sums_;

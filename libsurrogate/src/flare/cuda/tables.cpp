@@ -1,6 +1,7 @@
 // FLARE's device tables of a point set (tables.hpp).
 #include "tables.hpp"
 
+#include <atomic>
 #include <span>
 #include <vector>
 
@@ -8,7 +9,12 @@
 
 namespace surrogate::flare::cuda {
 
-Tables::Tables(const Plan& plan, int device, int chunk_rows, cudaStream_t stream) : DeviceTables(device) {
+namespace {
+std::atomic<std::uint64_t> tables_made{0};
+}  // namespace
+
+Tables::Tables(const Plan& plan, int device, int chunk_rows, cudaStream_t stream)
+    : DeviceTables(device), serial_(++tables_made) {
   const SampleLayout& layout = plan.layout();
   std::vector<cu::LatentChunk> chunks, tiles;
   std::vector<int> chunk_begin;

@@ -3,6 +3,8 @@
 // share/docs/cuda.md, "FLARE on the device".
 #pragma once
 
+#include <cstdint>
+
 #include "../plan.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -25,8 +27,11 @@ class Tables final : public DeviceTables {
   /// Working row -> caller's row (the layout's order) on the device; null when the caller's order is
   /// already the working order.
   const index_t* order() const { return has_order_ ? order_.data() : nullptr; }
+  /// A number no other Tables of this process had: what the forward's captured graph was built for.
+  std::uint64_t serial() const { return serial_; }
 
  private:
+  std::uint64_t serial_ = 0;
   int num_chunks_ = 0, num_tiles_ = 0, segments_ = 0;
   bool has_order_ = false;
   cu::DeviceBuffer<cu::LatentChunk> chunks_, tiles_;
