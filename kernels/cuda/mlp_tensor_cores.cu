@@ -59,10 +59,8 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
 
   {  // the input rows; padding rows and the columns up to the first layer's K are zero
     const int in = a.layers[0].in, width = (in + kK - 1) / kK * kK;
-    for (int i = lane; i < kRows * width; i += 32) {
-      const int r = i / width, c = i - r * width;
-      tiles[r * lda + c] = r < rows && c < in ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
-    }
+    for (int r = 0; r < kRows; ++r)  // lanes along a row: coalesced reads, no division
+      for (int c = lane; c < width; c += 32) tiles[r * lda + c] = r < rows && c < in ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
     __syncwarp();
     if (a.norm.weight)  // the input norm, in place, row by row (row_norm.cuh: the norm kernel's bits)
       for (int r = 0; r < kRows; ++r)
@@ -155,8 +153,9 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
       }
     }
     if (!last) {  // bf16: the next layer's K reaches round_up(out, 16), the epilogue wrote round_up(out, 8)
-      const int from = 8 * n_tiles, width = (L.out + kK - 1) / kK * kK - from;
-      for (int i = lane; i < kRows * width; i += 32) next[(i / width) * lda + from + i % width] = 0.0f;
+      const int from = 8 * n_tiles, to = (L.out + kK - 1) / kK * kK;  // at most 8 columns
+      for (int r = lane; r < kRows; r += 32)
+        for (int c = from; c < to; ++c) next[r * lda + c] = 0.0f;
     }
     __syncwarp();  // the next tile is complete before anyone reads it; nobody reads this one any more
     cur ^= 1;
