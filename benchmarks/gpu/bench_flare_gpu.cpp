@@ -1,6 +1,7 @@
 // FLARE forward on a CUDA device: one configuration per process.
 //   bench_flare_gpu [--points 1048576] [--latents 256] [--channels 64] [--heads 8] [--blocks 8]
 //                   [--repeats 5] [--warmup 2] [--reproducible] [--precision fp32|tf32|bf16] [--device 0]
+//                   [--graph on|off]   (off: the kept plan's kernels launched one by one, not as one CUDA graph)
 //                   [--json] [--machine]
 // Times the forward with CUDA events after warm-up (the library records them on its stream: upload of
 // the inputs, compute, download of the outputs) and by the wall clock, and reports
@@ -130,7 +131,7 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   long points = 1048576;
   int repeats = 5, warmup = 2, device = 0;
-  bool json = false, run_machine = false;
+  bool json = false, run_machine = false, graph = true;
   surrogate::RunOptions options;
   surrogate::flare::Config cfg = surrogate::testing::elasticity_config();
   cfg.num_latents = 256;
@@ -160,6 +161,14 @@ int main(int argc, char** argv) {
     else if (a == "--repeats") repeats = std::max(1, static_cast<int>(next()));
     else if (a == "--warmup") warmup = std::max(0, static_cast<int>(next()));
     else if (a == "--device") device = static_cast<int>(next());
+    else if (a == "--graph") {
+      const std::string v = argv[++i];
+      if (v != "on" && v != "off") {
+        std::fprintf(stderr, "bench_flare_gpu: --graph takes on or off\n");
+        return 2;
+      }
+      graph = v == "on";
+    }
     else if (a == "--reproducible") options.reproducible = true;
     else if (a == "--json") json = true;
     else if (a == "--machine") run_machine = true;
@@ -182,6 +191,7 @@ int main(int argc, char** argv) {
     const surrogate::ModelFile file = surrogate::testing::random_flare_file(cfg, 42);
     const surrogate::flare::Network network(file, cfg);
     surrogate::flare::cuda::Forward forward(cfg, network, file.normalization, device);
+    forward.set_graphs(graph);  // off: every kernel launched one by one, as before CUDA graphs
     surrogate::SelfComm comm;
     const auto layout = surrogate::SampleLayout::build(comm, points, nullptr);
     // One plan of the points for every timed forward (the registered model here only builds the plan).
@@ -216,13 +226,14 @@ int main(int argc, char** argv) {
       std::printf("{\"impl\": \"surrogate-cuda\", \"device\": \"%s\", \"points\": %ld, \"latents\": %d, \"channels\": %d, "
                   "\"heads\": %d, \"blocks\": %d, \"mode\": \"%s\", \"precision\": \"%s\", \"compute_ms\": %.3f, \"total_ms\": %.3f, "
                   "\"wall_ms\": %.3f, \"tflop\": %.4f, \"tflops\": %.2f, \"activation_gb\": %.3f, \"hbm_tbs_used\": %.3f, "
-                  "\"nominal_fp32_tflops\": %.1f, \"nominal_hbm_tbs\": %.2f}\n",
+                  "\"nominal_fp32_tflops\": %.1f, \"nominal_hbm_tbs\": %.2f, \"graph\": %s}\n",
                   nom.name.c_str(), points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, precision, ms,
-                  ms_total, ms_wall, tflop, tflop / (ms * 1e-3), gbytes, gbytes / ms, nom.fp32_tflops, nom.hbm_tbs);
+                  ms_total, ms_wall, tflop, tflop / (ms * 1e-3), gbytes, gbytes / ms, nom.fp32_tflops, nom.hbm_tbs,
+                  graph ? "true" : "false");
     } else {
-      std::printf("FLARE on %s, N=%ld M=%d C=%d H=%d B=%d, %s mode, %s MLPs (median of %d after %d warm-up):\n",
+      std::printf("FLARE on %s, N=%ld M=%d C=%d H=%d B=%d, %s mode, %s MLPs, %s (median of %d after %d warm-up):\n",
                   nom.name.c_str(), points, cfg.num_latents, cfg.channel_dim, cfg.num_heads, cfg.num_blocks, mode, precision,
-                  repeats, warmup);
+                  graph ? "one graph" : "kernel by kernel", repeats, warmup);
       std::printf("  compute %.3f ms: %.2f TFLOP/s of %.1f nominal FP32 (%.0f%%); %.2f GB of activations moved = "
                   "%.2f TB/s of %.2f nominal HBM (%.0f%%)\n",
                   ms, tflop / (ms * 1e-3), nom.fp32_tflops, 100.0 * tflop / (ms * 1e-3) / nom.fp32_tflops, gbytes,

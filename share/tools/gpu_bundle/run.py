@@ -776,6 +776,10 @@ class Runner:
             self.bench("flare_machine", [flare, "--machine"], self.env, 300)
             if exe.get("mlp_gpu_bench"):  # FLARE's dense layers alone, each precision's share of its limit
                 self.bench("flare_mlp", [exe["mlp_gpu_bench"]], self.env, 300)
+            for graph in ("off", "on"):  # the launch cost a kept plan's CUDA graph removes, where it matters
+                self.bench(f"flare_launches N=65536 graph {graph}",
+                           [flare, "--points", "65536", "--latents", "64", "--repeats", "20", "--json", "--graph", graph],
+                           self.env, 120)
             if torch_ok:
                 self.bench("flare", [py["python"], str(src / "flare_gpu_vs_pytorch.py"), "--build", str(wrap),
                                      "--points", *map(str, a.points), "--latents", *map(str, a.latents)],

@@ -175,6 +175,12 @@ void Forward::compute_direct(const Tables& t) {
 }
 
 void Forward::compute(const Tables& t) {
+  if (!graphs_) {
+    graph_.reset();
+    graph_key_.clear();
+    compute_direct(t);
+    return;
+  }
   // Everything a captured kernel reads or writes: the tables, the sizes, the precision, the buffers
   // (reserve() may have moved them); the weights never move.
   std::vector<std::uintptr_t> key{t.serial(), static_cast<std::uintptr_t>(n_), static_cast<std::uintptr_t>(samples_),

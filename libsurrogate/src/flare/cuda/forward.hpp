@@ -56,6 +56,9 @@ class Forward {
   void forward_device_arrays(const Comm& comm, Plan& plan, const surrogate::Model::DeviceArrays& arrays,
                              const RunOptions& options, const CountCheck& check_inputs, const CountCheck& check_outputs);
   const Timing& timing() const { return timing_; }
+  /// Whether a kept point set's compute runs as one captured graph (default; compute()), or kernel by
+  /// kernel: the benchmark's comparison of the launch cost.
+  void set_graphs(bool on) { graphs_ = on; }
 
  private:
   /// A residual MLP: layers [first, first + count) of the layer table.
@@ -164,6 +167,7 @@ class Forward {
   cu::DeviceBuffer<float> in_, x_, scratch_, keys_, values_, out_;
   // The captured compute (compute()) and what it was captured for; `seen_` is the last key computed
   // directly: a key met twice is captured.
+  bool graphs_ = true;
   cu::Graph graph_;
   std::vector<std::uintptr_t> graph_key_, seen_;
   cu::PinnedBuffer<float> in_host_, out_host_;
