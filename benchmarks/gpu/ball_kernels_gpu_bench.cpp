@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "device_arg.hpp"
+#include "event_timing.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
@@ -32,21 +33,6 @@ cu::DeviceBuffer<float> random_device(std::size_t count, std::mt19937& gen, int 
   return buffer;
 }
 
-/// Best CUDA-event time of `repeats` launches on `stream`, after one warm-up launch.
-double best_ms(int repeats, int device, cudaStream_t stream, const std::function<void()>& launch) {
-  launch();
-  cu::synchronize(stream);
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    cu::Event start(device), stop(device);
-    start.record(stream);
-    launch();
-    stop.record(stream);
-    cu::synchronize(stream);
-    best = std::min(best, static_cast<double>(stop.elapsed_ms_since(start)));
-  }
-  return best;
-}
 
 void print(const char* kernel, index_t n, double ms, double flop) {
   std::printf("{\"kernel\": \"%s\", \"points\": %ld, \"ms\": %.4f, \"gflop_per_s\": %.1f}\n", kernel,
@@ -99,7 +85,7 @@ int main(int argc, char** argv) {
     ball.dim = kDim;
     ball.out = out.data();
     ball.ldo = kD;
-    double ms = best_ms(repeats, device, stream.get(), [&] { cu::ball_attention(ball, stream.get()); });
+    double ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::ball_attention(ball, stream.get()); });
     print("ball_attention", n, ms, 4.0 * kE * kBall * static_cast<double>(n) * kHeads);
 
     // 3. The coarse branch: every block's compressed query against all compressed blocks.
@@ -118,7 +104,7 @@ int main(int argc, char** argv) {
     coarse.out = out.data();
     coarse.ldo = kD;
     coarse.copies = kC;
-    ms = best_ms(repeats, device, stream.get(), [&] { cu::coarse_attention(coarse, stream.get()); });
+    ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::coarse_attention(coarse, stream.get()); });
     print("coarse_attention", n, ms, 4.0 * kE * static_cast<double>(blocks) * blocks * kHeads);
 
     // 4. The top-S selection on the same blocks (the own ball masked), alone.
@@ -138,11 +124,11 @@ int main(int argc, char** argv) {
     select.ball_blocks = kBall / kC;
     select.row_tokens = kC;
     select.sel = sel.data();
-    ms = best_ms(repeats, device, stream.get(), [&] { cu::select_blocks(select, stream.get()); });
+    ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::select_blocks(select, stream.get()); });
     print("select_blocks", n, ms, 2.0 * kE * static_cast<double>(blocks) * blocks * kHeads);
 
     // 5. Both in one pass (what the BSA forward launches for this configuration).
-    ms = best_ms(repeats, device, stream.get(), [&] { cu::coarse_attention_and_select(coarse, select, stream.get()); });
+    ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::coarse_attention_and_select(coarse, select, stream.get()); });
     print("coarse_attention_and_select", n, ms, 6.0 * kE * static_cast<double>(blocks) * blocks * kHeads);
 
     // 6. The fine branch on the blocks just selected.
@@ -163,7 +149,7 @@ int main(int argc, char** argv) {
     fine.sel = sel.data();
     fine.out = out.data();
     fine.ldo = kD;
-    ms = best_ms(repeats, device, stream.get(), [&] { cu::selected_block_attention(fine, stream.get()); });
+    ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::selected_block_attention(fine, stream.get()); });
     print("selected_block_attention", n, ms, 4.0 * kE * kS * kC * static_cast<double>(n) * kHeads);
     return 0;
   } catch (const std::exception& e) {

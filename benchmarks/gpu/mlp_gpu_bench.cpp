@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "device_arg.hpp"
+#include "event_timing.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace cu = surrogate::kernels::cuda;
@@ -118,21 +119,6 @@ struct DeviceMlp {
   }
 };
 
-/// Best CUDA-event time of `repeats` runs on `stream`, after one warm-up run.
-double best_ms(int repeats, int device, cudaStream_t stream, const std::function<void()>& run) {
-  run();
-  cu::synchronize(stream);
-  double best = 1e300;
-  for (int r = 0; r < repeats; ++r) {
-    cu::Event start(device), stop(device);
-    start.record(stream);
-    run();
-    stop.record(stream);
-    cu::synchronize(stream);
-    best = std::min(best, static_cast<double>(stop.elapsed_ms_since(start)));
-  }
-  return best;
-}
 
 const char* name(cu::MlpPrecision p) {
   return p == cu::MlpPrecision::fp32 ? "fp32" : p == cu::MlpPrecision::tf32 ? "tf32" : "bf16";
@@ -167,7 +153,7 @@ int main(int argc, char** argv) {
     // The measured bandwidth: a device-to-device copy of 256 MiB reads and writes every byte once.
     const std::size_t copy_bytes = std::size_t{256} << 20;
     cu::DeviceBuffer<char> from(copy_bytes, device), to(copy_bytes, device);
-    const double copy_ms = best_ms(repeats, device, stream.get(),
+    const double copy_ms = bench_gpu::best_ms(repeats, device, stream.get(),
                                    [&] { cu::copy_on_device(to.data(), from.data(), copy_bytes, stream.get()); });
     const double bandwidth = 2.0 * double(copy_bytes) / (copy_ms * 1e-3);  // bytes/s
     std::printf("rows %ld, device-to-device copy %.0f GB/s; peaks fp32 %.1f, tf32 %.1f, bf16 %.1f TFLOP/s\n",
@@ -209,7 +195,7 @@ int main(int argc, char** argv) {
         cu::synchronize(stream.get());
         double err = 0;
         for (std::size_t i = 0; i < y.size(); ++i) err = std::max(err, std::abs(y[i] - ref[i]));
-        const double ms = best_ms(repeats, device, stream.get(), [&] { cu::mlp(a, stream.get()); });
+        const double ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::mlp(a, stream.get()); });
         const double hbm_ms = bytes / bandwidth * 1e3, flop_ms = flops / (peak[static_cast<int>(p)] * 1e12) * 1e3;
         std::printf("| %s | %s | %.2e | %.4f | %.0f | %.1f | %.4f / %.4f | %.0f %% |\n", s.name, name(p), err / max_ref,
                     ms, bytes / (ms * 1e6), flops / (ms * 1e9), hbm_ms, flop_ms, 100.0 * std::max(hbm_ms, flop_ms) / ms);

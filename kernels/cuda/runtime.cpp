@@ -1,11 +1,13 @@
 // CUDA runtime wrappers: errors, devices, memory, streams, events, copies (host code, no kernels). The
 // emulated device (kEmulatedDevice) and its streams go to the host backend's runtime (host/emulator.hpp).
+#include <cuda_bf16.h>
+
 #include <algorithm>
-#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "host/emulator.hpp"
+#include "host/mma.hpp"  // tf32_bits
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -352,30 +354,6 @@ void pack_mlp_linear(const float* weight, const float* bias, int out, int in, st
   }
 }
 
-namespace {
-
-std::uint32_t float_bits(float f) {
-  std::uint32_t bits;
-  std::memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-/// Round to nearest even to the upper 16 bits (NaN stays a quiet NaN).
-std::uint32_t bf16_bits(float f) {
-  const std::uint32_t bits = float_bits(f);
-  if ((bits & 0x7fffffffu) > 0x7f800000u) return (bits >> 16) | 0x40u;
-  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-}
-
-/// cvt.rna.tf32.f32: 10 stored mantissa bits, nearest, ties away from zero.
-std::uint32_t tf32_bits(float f) {
-  std::uint32_t bits = float_bits(f);
-  if ((bits & 0x7f800000u) != 0x7f800000u) bits = (bits + 0x1000u) & ~0x1fffu;
-  return bits;
-}
-
-}  // namespace
-
 std::size_t mlp_fragment_words(MlpPrecision precision, int out, int in) {
   if (precision == MlpPrecision::fp32)
     throw std::invalid_argument("cuda::mlp_fragment_words: precision fp32 has no fragments");
@@ -388,21 +366,22 @@ std::size_t mlp_fragment_words(MlpPrecision precision, int out, int in) {
 void pack_mlp_fragments(const float* weight, int out, int in, MlpPrecision precision, std::vector<std::uint32_t>& words) {
   const std::size_t first = words.size();
   words.resize(first + mlp_fragment_words(precision, out, in), 0u);
-  const bool bf16 = precision == MlpPrecision::bf16;
-  const int kK = bf16 ? 16 : 8, k_tiles = (in + kK - 1) / kK, n_tiles = (out + 7) / 8;
+  const int kK = precision == MlpPrecision::bf16 ? 16 : 8, k_tiles = (in + kK - 1) / kK, n_tiles = (out + 7) / 8;
   auto w = [&](int n, int k) { return n < out && k < in ? weight[static_cast<std::size_t>(n) * in + k] : 0.0f; };
+  // The roundings of the device: __float2bfloat16_rn, cvt.rna.tf32 (host/mma.hpp).
+  auto bf16 = [](float v) { return static_cast<std::uint32_t>(__bfloat16_as_ushort(__float2bfloat16_rn(v))); };
   for (int nt = 0; nt < n_tiles; ++nt)
     for (int kt = 0; kt < k_tiles; ++kt)
       for (int lane = 0; lane < 32; ++lane) {
         const int n = 8 * nt + lane / 4, t = lane % 4, k = kt * kK;
         std::uint32_t* const out_words =
             words.data() + first + ((static_cast<std::size_t>(nt) * k_tiles + kt) * 32 + lane) * 2;
-        if (bf16) {  // b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g] with B = W^T
-          out_words[0] = bf16_bits(w(n, k + 2 * t)) | bf16_bits(w(n, k + 2 * t + 1)) << 16;
-          out_words[1] = bf16_bits(w(n, k + 2 * t + 8)) | bf16_bits(w(n, k + 2 * t + 9)) << 16;
+        if (precision == MlpPrecision::bf16) {  // b[0] = B[2t..2t+1][g], b[1] = B[2t+8..2t+9][g] with B = W^T
+          out_words[0] = bf16(w(n, k + 2 * t)) | bf16(w(n, k + 2 * t + 1)) << 16;
+          out_words[1] = bf16(w(n, k + 2 * t + 8)) | bf16(w(n, k + 2 * t + 9)) << 16;
         } else {  // b[0] = B[t][g], b[1] = B[t+4][g]
-          out_words[0] = tf32_bits(w(n, k + t));
-          out_words[1] = tf32_bits(w(n, k + t + 4));
+          out_words[0] = emulator::tf32_bits(w(n, k + t));
+          out_words[1] = emulator::tf32_bits(w(n, k + t + 4));
         }
       }
 }
