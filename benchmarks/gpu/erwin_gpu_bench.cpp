@@ -1,5 +1,6 @@
 // Times the Erwin forward on a CUDA device (libsurrogate/src/erwin/cuda/device.hpp) on one sample:
-//   erwin_gpu_bench MODEL.h5 DIR REPEATS [K] [DEVICE]
+//   erwin_gpu_bench MODEL.h5 DIR REPEATS [K] [DEVICE] [PRECISION]   (fp32 default; tf32 / bf16: the
+//                                                                    dense layers on the tensor cores)
 // DIR/positions.f32 (N x d) and DIR/features.f32 (N x c_in), float32 raw, as erwin_bench. With message
 // passing the kNN graph (K neighbours, default 8, self loops) is built once, not timed, and written to
 // DIR/edges.i64 for the PyTorch side; the warm-up's output goes to DIR/surrogate_out.f32.
@@ -26,7 +27,7 @@
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [K] [DEVICE]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [K] [DEVICE] [fp32|tf32|bf16]\n", argv[0]);
     return 2;
   }
   using clock = std::chrono::steady_clock;
@@ -39,6 +40,7 @@ int main(int argc, char** argv) {
     const int repeats = std::max(1, std::atoi(argv[3]));
     const int k = argc > 4 ? std::atoi(argv[4]) : 8;
     const int device = argc > 5 ? std::atoi(argv[5]) : 0;
+    const surrogate::Precision precision = argc > 6 ? surrogate::parse_precision(argv[6]) : surrogate::Precision::fp32;
     const int d = cfg.dimensionality;
     const std::vector<float> pos = bench_io::read_array<float>(dir + "/positions.f32");
     const std::vector<float> feat = bench_io::read_array<float>(dir + "/features.f32");
@@ -56,6 +58,7 @@ int main(int argc, char** argv) {
     const surrogate::balltree::RotatedTrees trees = build();
     const double tree_s = seconds_since(t0);
     const auto forward = surrogate::erwin::detail::make_erwin_cuda_forward(net, device);
+    forward->set_precision(precision);
     const auto geometry = forward->upload_geometry(trees, pos, batch, edges);
     const double geometry_ms = forward->last_geometry_ms();
     const std::vector<float> first = forward->forward(*geometry, feat);
@@ -74,8 +77,8 @@ int main(int argc, char** argv) {
       full_wall_ms = std::min(full_wall_ms, 1e3 * seconds_since(t0));
     }
     std::printf("{\"points\": %ld, \"device\": %d, \"tree_s\": %.6f, \"geometry_ms\": %.4f, \"device_ms\": %.4f, "
-                "\"wall_ms\": %.4f, \"full_wall_ms\": %.4f}\n",
-                points, device, tree_s, geometry_ms, device_ms, wall_ms, full_wall_ms);
+                "\"wall_ms\": %.4f, \"full_wall_ms\": %.4f, \"precision\": \"%s\"}\n",
+                points, device, tree_s, geometry_ms, device_ms, wall_ms, full_wall_ms, surrogate::precision_name(precision));
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "erwin_gpu_bench: %s\n", e.what());
     return 1;

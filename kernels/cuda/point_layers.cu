@@ -16,6 +16,7 @@ using point_kernels::kThreads;
 void dense(const DenseArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, dense(a, stream));
   if (a.rows == 0 || a.out == 0) return;
+  if (a.precision != MlpPrecision::fp32) return backend::dense_tensor_cores(a, stream);
   require(a.rows > 0 && a.out > 0 && a.in >= 0, "dense", "need rows, out >= 0 and in >= 0");
   require(a.ldw >= a.out && a.ldx >= a.in && a.ldy >= a.out && (!a.add || a.ld_add >= a.out), "dense",
           "a row stride is smaller than its row (in " + std::to_string(a.in) + ", out " + std::to_string(a.out) +

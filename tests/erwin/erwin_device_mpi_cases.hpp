@@ -144,8 +144,9 @@ class Spread {
 
   surrogate::Plan& plan() { return *plan_; }
 
-  /// Model::predict with `cuda_device` on the plan; every rank's rows back in canonical order.
-  std::vector<float> predict(const std::vector<float>& features, int cuda_device = 0) {
+  /// Model::predict with `cuda_device` (and `precision`) on the plan; every rank's rows back in canonical order.
+  std::vector<float> predict(const std::vector<float>& features, int cuda_device = 0,
+                             surrogate::Precision precision = surrogate::Precision::fp32) {
     const int ranks = comm_.size(), cin = model_.in_channels(), cout = model_.out_channels();
     const auto local = static_cast<std::int64_t>(mine_.size());
     std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin)));
@@ -154,6 +155,7 @@ class Spread {
     std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
     surrogate::RunOptions options;
     options.cuda_device = cuda_device;
+    options.precision = precision;
     model_.predict(comm_, *plan_, cin ? f.data() : nullptr, cin, out.data(), cout, options);
     if (cuda_device >= 0 && cin > 0)  // the caller's device arrays: the same bits
       surrogate::testing::expect_device_arrays_match(comm_, model_, *plan_, f, cin, out, cout, 0.0f, options, "erwin");

@@ -183,33 +183,29 @@ TEST(ErwinDeviceMpiHostBackend, ALaunchFailureOnOneRankIsAgreedAndTheNextCallRec
   EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good) << "after the failure";
 }
 
-TEST(ErwinDeviceMpi, OtherPrecisionsAreRefusedOnEveryRank) {
+// tf32 and bf16 (the dense layers on the tensor cores) across ranks: bitwise the one-process device forward
+// in the same precision, with unequal and empty shares, and away from fp32 (the precision is applied).
+TEST(ErwinDeviceMpi, TensorCorePrecisionsAreBitwiseTheOneProcessDeviceForward) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const Case c = golden("mpnn_rot");
-  const auto model = surrogate::make_model(c.file);
-  const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  // Rank 0 holds every point (the others none): the refusal comes before any data moves.
-  const std::int64_t local = comm.rank() == 0 ? c.n() : 0;
-  const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, local, c.batch_idx.data());
-  std::vector<std::int64_t> ids(static_cast<std::size_t>(local));
-  std::iota(ids.begin(), ids.end(), 0);
-  surrogate::PointGeometry g;
-  g.positions = c.positions.data();
-  g.ld_positions = 3;
-  g.global_ids = ids.data();
-  g.edge_index = c.edges.data();
-  g.num_edges = comm.rank() == 0 ? static_cast<std::int64_t>(c.edges.size() / 2) : 0;
-  std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * model->out_channels())));
+  const int device = st::local_device();
+  const ew::Network net(c.file);
+  const auto& cfg = net.config();
+  const bt::Batch batch = bt::Batch::from_batch_idx(c.batch_idx);
+  const bt::RotatedTrees trees =
+      bt::build_with_rotations(c.positions, cfg.dimensionality, batch, cfg.strides, cfg.ball_sizes, cfg.rotate);
+  const auto fp32 = one_process(c, c.features, device).device_out;
   for (const surrogate::Precision p : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
-    surrogate::RunOptions options;
-    options.cuda_device = st::local_device();
-    options.precision = p;
-    try {
-      model->predict(comm, layout, g, c.features.data(), model->in_channels(), out.data(), model->out_channels(), options);
-      ADD_FAILURE() << "precision " << surrogate::precision_name(p) << " accepted";
-    } catch (const surrogate::Error& e) {
-      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
+    const std::string what = surrogate::precision_name(p);
+    const auto forward = ew::detail::make_erwin_cuda_forward(net, device);
+    forward->set_precision(p);
+    const auto ref = forward->forward(trees, c.features, c.positions, batch, edges_of(c, net));
+    EXPECT_NE(first_difference(ref, fp32), ref.size()) << what << ": the same bits as fp32";
+    for (const bool last_empty : {false, true}) {
+      const auto model = surrogate::make_model(c.file);
+      Spread spread(*model, c, last_empty, 7u);
+      const std::vector<float> got = spread.predict(c.features, device, p);
+      EXPECT_EQ(first_difference(got, ref), got.size()) << what << (last_empty ? ", last rank without points" : "");
     }
   }
 }

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -17,6 +18,7 @@
 #include "precision_emulation.hpp"
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_point_layers.hpp"
 
 namespace k = surrogate::kernels;
 namespace cu = surrogate::kernels::cuda;
@@ -392,6 +394,81 @@ TEST_F(GpuKernels, FusedMlpInputNormGivesTheBitsOfTheNormKernelThenTheMlp) {
                 << " row " << r << " col " << c;
       }
   }
+}
+
+// The dense layer on the tensor cores (DenseArgs::precision, any width) against the CPU emulation of its
+// arithmetic (the emulated kernel table's Linear: operands rounded, FP32 sums from zero, bias, activation,
+// residual): on the host backend bitwise, whose mma.sync sums in the emulation's order; on a GPU, which
+// sums in its own order, within the FP32 accumulation's bound of the rounded products,
+// in * 2^-23 * sum |x w| per output (a loose one: the products are exact, only the sums round).
+TEST_F(GpuKernels, DenseOnTensorCoresMatchesTheEmulation) {
+  std::mt19937 gen(8);
+  struct Shape {
+    int in, out;
+    k::Activation act;
+    bool residual;
+  };
+  const Shape shapes[] = {{64, 64, k::Activation::none, true},   {3, 17, k::Activation::gelu_erf, false},
+                          {520, 130, k::Activation::silu, true}, {33, 520, k::Activation::gelu_tanh, false},
+                          {1, 1, k::Activation::none, true}};
+  for (auto [precision, model_precision] : {std::pair{cu::MlpPrecision::tf32, surrogate::Precision::tf32},
+                                            std::pair{cu::MlpPrecision::bf16, surrogate::Precision::bf16}})
+    for (const Shape& s : shapes)
+      for (k::index_t rows : {1, 70, 300}) {
+        const k::index_t ldx = s.in + 5, ldy = s.out + 3;
+        const auto w = random_vector(static_cast<std::size_t>(s.in) * s.out, 1.2f / std::sqrt(float(s.in)), gen);
+        const auto b = random_vector(static_cast<std::size_t>(s.out), 0.1f, gen);
+        const auto x = random_vector(static_cast<std::size_t>(rows * ldx), 1.0f, gen);
+        const auto y0 = random_vector(static_cast<std::size_t>(rows * ldy), 1.0f, gen);  // the residual, in place
+        const k::PackedLinear packed(w.data(), b.data(), s.out, s.in);
+        std::vector<float> ref(y0);
+        {  // the CPU kernels take rows padded to kPad
+          const k::index_t lxc = k::round_up(s.in, k::kPad), lyc = k::round_up(s.out, k::kPad);
+          std::vector<float> xc(static_cast<std::size_t>(rows * lxc), 0.0f), yc(static_cast<std::size_t>(rows * lyc)),
+              ac(yc.size(), 0.0f);
+          for (k::index_t r = 0; r < rows; ++r) {
+            std::copy_n(x.begin() + r * ldx, s.in, xc.begin() + r * lxc);
+            std::copy_n(y0.begin() + r * ldy, s.out, ac.begin() + r * lyc);
+          }
+          const k::CpuKernels& emu = st::emulated_cpu_kernels(model_precision);
+          k::LinearArgs a;
+          a.layer = &packed;
+          a.x = xc.data(), a.ldx = lxc, a.y = yc.data(), a.ldy = lyc, a.rows = rows, a.act = s.act;
+          if (s.residual) a.add1 = ac.data(), a.ld_add1 = lyc;
+          emu.linear(a);
+          for (k::index_t r = 0; r < rows; ++r) std::copy_n(yc.begin() + r * lyc, s.out, ref.begin() + r * ldy);
+        }
+        std::vector<std::uint32_t> words;
+        cu::pack_mlp_fragments(w.data(), s.out, s.in, precision, words);
+        auto dwt = to_device(std::vector<float>(packed.wt(), packed.wt() + std::size_t(s.in) * packed.out_pad()));
+        auto dbias = to_device(std::vector<float>(packed.bias(), packed.bias() + packed.out_pad()));
+        auto dwords = to_device(words);
+        auto dx = to_device(x), dy = to_device(y0);
+        cu::DenseArgs a;
+        a.wt = dwt.data(), a.bias = dbias.data(), a.in = s.in, a.out = s.out, a.ldw = packed.out_pad();
+        a.x = dx.data(), a.ldx = ldx, a.y = dy.data(), a.ldy = ldy, a.rows = rows, a.act = s.act;
+        if (s.residual) a.add = dy.data(), a.ld_add = ldy;
+        a.precision = precision;
+        a.fragments = dwords.data();
+        cu::dense(a, nullptr);
+        const auto y = to_host(dy.data(), y0.size());
+        const std::string what = std::string(precision == cu::MlpPrecision::tf32 ? "tf32 " : "bf16 ") +
+                                 std::to_string(s.in) + " -> " + std::to_string(s.out) + ", " + std::to_string(rows) + " rows";
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < ldy; ++c) {
+            const std::size_t i = static_cast<std::size_t>(r * ldy + c);
+            if (c >= s.out) {
+              ASSERT_EQ(y[i], y0[i]) << what << ": a column past out was written";
+            } else if (st::on_host_backend()) {
+              ASSERT_EQ(y[i], ref[i]) << what << ", row " << r << " col " << c;
+            } else {
+              double bound = 0;
+              for (int kk = 0; kk < s.in; ++kk) bound += std::abs(double(x[r * ldx + kk]) * w[std::size_t(c) * s.in + kk]);
+              ASSERT_LE(std::abs(y[i] - ref[i]), 4 * (s.in * 0x1p-23 * bound + 1e-6 * (1 + std::abs(ref[i]))))
+                  << what << ", row " << r << " col " << c;
+            }
+          }
+      }
 }
 
 TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {

@@ -20,9 +20,11 @@ namespace surrogate::device {
 
 using kernels::index_t;
 
-/// A dense layer's place in a weight arena: the CPU's packed W^T (in x ldw) and its padded bias.
+/// A dense layer's place in a weight arena: the CPU's packed W^T (in x ldw) and its padded bias, and in
+/// the arena's words its tensor-core fragments (pack_mlp_fragments) for bf16 and tf32.
 struct Dense {
   std::size_t wt = 0, bias = 0;
+  std::size_t bf16 = 0, tf32 = 0;
   int in = 0, out = 0;
   index_t ldw = 0;
 };
@@ -49,7 +51,8 @@ class WeightArena {
   std::size_t append(std::span<const float> values, std::size_t alignment = 4) {
     return append(values.data(), values.size(), alignment);
   }
-  /// A packed Linear layer (W^T with its padded row stride, then the padded bias).
+  /// A packed Linear layer (W^T with its padded row stride, then the padded bias), and its tensor-core
+  /// fragments in the words.
   Dense append_dense(const kernels::PackedLinear& layer) {
     Dense d;
     d.in = layer.in();
@@ -57,6 +60,14 @@ class WeightArena {
     d.ldw = layer.out_pad();
     d.wt = append(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
     d.bias = append(layer.bias(), static_cast<std::size_t>(d.ldw));
+    std::vector<float> w(static_cast<std::size_t>(d.out) * static_cast<std::size_t>(d.in));  // (out, in)
+    for (int k = 0; k < d.in; ++k)
+      for (int o = 0; o < d.out; ++o)
+        w[static_cast<std::size_t>(o) * d.in + k] = layer.wt()[static_cast<std::size_t>(k) * d.ldw + o];
+    d.bf16 = words_host_.size();
+    kernels::cuda::pack_mlp_fragments(w.data(), d.out, d.in, kernels::cuda::MlpPrecision::bf16, words_host_);
+    d.tf32 = words_host_.size();
+    kernels::cuda::pack_mlp_fragments(w.data(), d.out, d.in, kernels::cuda::MlpPrecision::tf32, words_host_);
     return d;
   }
   /// A norm of `dim` channels (bias may be empty).
@@ -74,15 +85,22 @@ class WeightArena {
   void upload(int device, cudaStream_t stream) {
     device_.resize(std::max<std::size_t>(host_.size(), 1), device);
     if (!host_.empty()) kernels::cuda::copy_to_device(device_.data(), host_.data(), host_.size() * sizeof(float), stream);
+    words_.resize(std::max<std::size_t>(words_host_.size(), 1), device);
+    if (!words_host_.empty())
+      kernels::cuda::copy_to_device(words_.data(), words_host_.data(), words_host_.size() * sizeof(std::uint32_t), stream);
     kernels::cuda::synchronize(stream);
-    host_.clear();
-    host_.shrink_to_fit();
+    host_ = {};
+    words_host_ = {};
   }
   const float* data() const { return device_.data(); }
+  /// The dense layers' tensor-core fragments (Dense::bf16, Dense::tf32 are offsets in them).
+  const std::uint32_t* words() const { return words_.data(); }
 
  private:
   std::vector<float> host_;
+  std::vector<std::uint32_t> words_host_;
   kernels::cuda::DeviceBuffer<float> device_;
+  kernels::cuda::DeviceBuffer<std::uint32_t> words_;
 };
 
 /// Copies host values into dst (grown as needed) on `stream`. From pageable memory the runtime stages the
@@ -93,10 +111,13 @@ void upload(kernels::cuda::DeviceBuffer<T>& dst, std::span<const T> src, int dev
   if (!src.empty()) kernels::cuda::copy_to_device(dst.data(), src.data(), src.size() * sizeof(T), stream);
 }
 
-/// y = act(x W^T + b) (+ residual rows; `residual` may alias y), the CPU Linear's arithmetic.
+/// y = act(x W^T + b) (+ residual rows; `residual` may alias y): the CPU Linear's arithmetic in fp32, or
+/// the tensor cores for tf32 / bf16 with `words` the arena's words().
 inline void dense(const Dense& l, const float* weights, const float* x, index_t ldx, float* y, index_t ldy,
                   index_t rows, cudaStream_t stream, kernels::Activation act = kernels::Activation::none,
-                  const float* residual = nullptr, index_t ld_residual = 0) {
+                  const float* residual = nullptr, index_t ld_residual = 0,
+                  kernels::cuda::MlpPrecision precision = kernels::cuda::MlpPrecision::fp32,
+                  const std::uint32_t* words = nullptr) {
   kernels::cuda::DenseArgs a;
   a.wt = weights + l.wt;
   a.bias = weights + l.bias;
@@ -111,6 +132,9 @@ inline void dense(const Dense& l, const float* weights, const float* x, index_t 
   a.act = act;
   a.add = residual;
   a.ld_add = ld_residual;
+  a.precision = precision;
+  if (words && precision != kernels::cuda::MlpPrecision::fp32)
+    a.fragments = words + (precision == kernels::cuda::MlpPrecision::bf16 ? l.bf16 : l.tf32);
   kernels::cuda::dense(a, stream);
 }
 

@@ -101,7 +101,7 @@ class ErwinModel final : public PointCloudModel {
          "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built once "
          "per point set and reused by every predict on it; bitwise equal to one process)"},
         {"CUDA forward",
-         "fp32, any rank count (cuda_device >= 0: the plan built on the host, each rank's block and slots on "
+         "fp32 (tf32 / bf16: the dense layers on the tensor cores), any rank count (cuda_device >= 0: the plan built on the host, each rank's block and slots on "
          "its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
          "one-process device forward)"}};
     return d;
@@ -134,9 +134,6 @@ class ErwinModel final : public PointCloudModel {
   void prepare_device(const Comm& comm, const RunOptions& options) {
     const Config& c = net_.config();
     collectively(comm, [&] {
-      if (options.precision != Precision::fp32)
-        throw Error(ErrorCode::unsupported, std::string("erwin: the CUDA forward computes in fp32 only (precision '") +
-                                                precision_name(options.precision) + "' requested)");
       if (c.rotate > 0 && c.dimensionality != 2 && c.dimensionality != 3)
         throw Error(ErrorCode::unsupported, "erwin: rotated blocks need dimensionality 2 or 3 (the official rotation)");
       if (!device_ || device_->device() != options.cuda_device) {
@@ -147,6 +144,7 @@ class ErwinModel final : public PointCloudModel {
         surrogate::detail::refuse_without_cuda_backend("erwin", options.cuda_device);
 #endif
       }
+      device_->set_precision(options.precision);  // fp32, or tf32 / bf16 dense layers on the tensor cores
     });
   }
 

@@ -36,9 +36,16 @@ class CudaOps {
   static constexpr Place place = Place::device;
 
   CudaOps(const float* weights, cudaStream_t stream) : w_(weights), stream_(stream) {}
+  /// The dense layers on the tensor cores (precision tf32 / bf16; fp32: the FP32 kernel), `words` the
+  /// arena's fragments (device::WeightArena::words()).
+  void set_precision(kernels::cuda::MlpPrecision precision, const std::uint32_t* words) {
+    precision_ = precision;
+    words_ = words;
+  }
 
   void dense(const DenseArgs<Dense>& a) const {
-    device::dense(*a.layer, w_, a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_, a.act, a.add.data, a.add.ld);
+    device::dense(*a.layer, w_, a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_, a.act, a.add.data, a.add.ld,
+                  precision_, words_);
   }
   void norm(const NormArgs<Norm>& a) const {
     device::norm(*a.norm, w_, a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_);
@@ -257,6 +264,8 @@ class CudaOps {
  private:
   const float* w_;
   cudaStream_t stream_;
+  kernels::cuda::MlpPrecision precision_ = kernels::cuda::MlpPrecision::fp32;
+  const std::uint32_t* words_ = nullptr;
 
   // ---------------------------------------------------------------------------------------------------
   // Sequoia's members (rows.hpp): the launchers of kernels/cuda_tree_attention.hpp and cuda_tree_layers.hpp.

@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "surrogate/kernels/cpu.hpp"  // index_t, Activation
+#include "surrogate/kernels/cuda.hpp"  // MlpPrecision
 
 namespace surrogate::kernels::cuda {
 
@@ -40,8 +41,15 @@ struct DenseArgs {
   Activation act = Activation::none;
   const float* add = nullptr;
   index_t ld_add = 0;
+  /// tf32 / bf16: the products on the tensor cores (dense_tensor_cores: operands rounded, FP32 sums from
+  /// zero, then the bias), with `fragments` the layer's pack_mlp_fragments words of that precision.
+  MlpPrecision precision = MlpPrecision::fp32;
+  const std::uint32_t* fragments = nullptr;
 };
+/// FP32 (the fmaf chain above), or the tensor cores for precision tf32 / bf16.
 void dense(const DenseArgs& a, cudaStream_t stream);
+/// The tensor-core dense layer, any width: 16 rows x 64 columns a warp, no shared memory.
+void dense_tensor_cores(const DenseArgs& a, cudaStream_t stream);
 
 /// dst[dst_row(r), 0:width] = src[src_row(r), 0:width] for r < rows, with src_row(r) = src_index[r]
 /// (nullptr: r) and dst_row(r) = dst_index[r] (nullptr: r): a gather, a scatter (dst_index a

@@ -22,6 +22,9 @@ class ErwinDeviceForward {
   virtual ~ErwinDeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
+  /// The arithmetic of the dense layers of the next forwards: fp32 (default), or tf32 / bf16 on the
+  /// tensor cores (operands rounded, FP32 sums); everything else stays FP32.
+  virtual void set_precision(Precision precision) = 0;
 
   /// One process: the geometry of a batch on the device (trees as from balltree::build_with_rotations of
   /// `positions` and `batch`; edge_index 2 x E point indices, empty without message passing), for any

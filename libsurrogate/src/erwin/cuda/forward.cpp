@@ -34,7 +34,9 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
-  explicit DeviceExec(ErwinCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {}
+  explicit DeviceExec(ErwinCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {
+    ops_.set_precision(f.precision_, f.weights_.words());
+  }
   const Config& config() const { return f_.cfg_; }
   const program::Layers<CudaOps>& layers() const { return f_.layers_; }
 

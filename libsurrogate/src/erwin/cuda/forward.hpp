@@ -70,6 +70,11 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   std::vector<float> forward(ErwinPlan& plan, std::span<const float> block_features) override;
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
+  void set_precision(Precision precision) override {
+    precision_ = precision == Precision::bf16   ? cu::MlpPrecision::bf16
+                 : precision == Precision::tf32 ? cu::MlpPrecision::tf32
+                                                : cu::MlpPrecision::fp32;
+  }
 
  private:
   friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
@@ -98,6 +103,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
 
   // The current call.
   Geometry* g_ = nullptr;          // the geometry being uploaded or run on
