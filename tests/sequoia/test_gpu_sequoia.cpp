@@ -3,7 +3,8 @@
 // batches and random clouds of 1,350-1,500 points for both test models and both example models (cls with
 // root and leaf heads). Bitwise on the host backend, which runs the CPU's arithmetic and exp; within 1e-5 of
 // max|y| on a GPU, whose double exp may differ in the last bit (a float ulp now and then, carried through
-// the blocks). Also: repeatable, precisions other than fp32 refused.
+// the blocks). Also: repeatable, precisions other than fp32 refused, a kept plan's hierarchy kept on the
+// device (host backend).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
 #include "sequoia_batches.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
@@ -120,6 +122,48 @@ TEST(GpuSequoia, PredictDeviceRefusesPerSampleOutputs) {
     EXPECT_NE(std::string(e.what()).find("predict()"), std::string::npos) << e.what();
   }
   EXPECT_EQ(st::to_host(d_out.data(), 1, options.cuda_device)[0], -7.0f);
+}
+
+// A predict on a kept plan uploads only its features (and class vectors): the hierarchy's arrays stay on
+// the device from the plan's first device forward, with the same bits; a new plan of the same points
+// uploads its own. Segmentation with class vectors, one sample and several.
+TEST(GpuSequoiaHostBackend, AKeptPlanUploadsOnlyItsFeatures) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const std::vector<std::int64_t>& sizes : {std::vector<std::int64_t>{1500}, std::vector<std::int64_t>(4, 400)}) {
+    const Batch c = sequoia_test::synthetic(sequoia_test::example_model("seg"), sizes, 9u);
+    const surrogate::SelfComm comm;
+    const auto model = surrogate::make_model(c.file);
+    const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
+    surrogate::PointGeometry g;
+    g.positions = c.positions.data();
+    g.ld_positions = 3;
+    surrogate::RunOptions options;
+    options.cuda_device = surrogate::testing::test_device();
+    const int in = model->in_channels(), out = model->out_channels();
+    surrogate::Model::SampleArrays sa;
+    sa.in = c.sample_features.data();
+    sa.ld_in = model->sample_in_channels();
+    ASSERT_GT(sa.ld_in, 0);
+    const auto run = [&](surrogate::Plan& plan) {
+      std::vector<float> y(static_cast<std::size_t>(c.n() * out));
+      const long long before = host_backend::bytes_to_device;
+      model->predict(comm, plan, c.features.data(), in, y.data(), out, sa, options);
+      return std::pair{y, host_backend::bytes_to_device - before};
+    };
+    const auto plan = model->plan(comm, layout, g, options);
+    const auto [first, first_bytes] = run(*plan);
+    const auto [kept, kept_bytes] = run(*plan);
+    const long long inputs = (c.n() * in + static_cast<long long>(sizes.size()) * sa.ld_in) * 4;
+    EXPECT_EQ(kept, first) << sizes.size() << " sample(s)";
+    EXPECT_EQ(kept_bytes, inputs) << sizes.size() << " sample(s): the kept plan uploaded more than its inputs";
+    EXPECT_GT(first_bytes, 2 * inputs) << sizes.size() << " sample(s)";  // the weights and the hierarchy
+    const auto other = model->plan(comm, layout, g, options);  // the same points, a new hierarchy
+    const auto [again, again_bytes] = run(*other);
+    EXPECT_EQ(again, first);
+    EXPECT_GT(again_bytes, 2 * inputs) << "a new plan must upload its own hierarchy";
+    EXPECT_EQ(run(*other).second, inputs);
+    EXPECT_EQ(run(*plan).first, first) << "back on the first plan (its hierarchy uploaded again)";
+  }
 }
 
 }  // namespace

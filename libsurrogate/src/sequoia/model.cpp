@@ -172,12 +172,15 @@ class Model final : public PointCloudModel {
     }
     std::vector<float> result;
     if (plan.split()) {
-      result = options.cuda_device >= 0 ? device_->forward(comm, plan.share(), h, features.data(), classes.data())
-                                        : network_.forward(plan.share(), h, features.data(), classes.data());
+      result = options.cuda_device >= 0
+                   ? device_->forward(comm, plan.share(), h, features.data(), classes.data(), plan.hierarchy_serial())
+                   : network_.forward(plan.share(), h, features.data(), classes.data());
     } else {
       collectively(comm, [&] {
         if (h.samples() == 0) return;
-        if (options.cuda_device >= 0) result = device_->forward(comm, plan.share(), h, features.data(), classes.data());
+        if (options.cuda_device >= 0)
+          result =
+              device_->forward(comm, plan.share(), h, features.data(), classes.data(), plan.hierarchy_serial());
         else result = network_.forward(plan.share(), h, features.data(), classes.data());
       });
     }

@@ -3,6 +3,9 @@
 // ranks by lowest voxels (Share::split_over) on a hierarchy every rank holds whole.
 #pragma once
 
+#include <atomic>
+#include <cstdint>
+
 #include <vector>
 
 #include "../exchange/sample_owners.hpp"
@@ -28,6 +31,8 @@ class Plan final : public surrogate::Plan {
     rows_.count_into(&traffic());
   }
   void set_hierarchy(Hierarchy hierarchy, Share share) {
+    static std::atomic<std::uint64_t> made{0};
+    geometry_ = ++made;
     hierarchy_ = std::move(hierarchy);
     share_ = std::move(share);
     share_.to_halo.count_into(&traffic());
@@ -44,6 +49,9 @@ class Plan final : public surrogate::Plan {
   const Hierarchy& hierarchy() const { return hierarchy_; }
   /// What this rank computes of hierarchy() (whole samples: all of it).
   const Share& share() const { return share_; }
+  /// A number no other hierarchy of this process had: a device forward keeps the arrays it uploaded for
+  /// it (gpu::DeviceForward::forward's `geometry`).
+  std::uint64_t hierarchy_serial() const { return geometry_; }
   void rebind(const Comm& comm) override {
     if (!split_) return owners_.rebind(comm);
     rows_.rebind(comm);
@@ -57,6 +65,7 @@ class Plan final : public surrogate::Plan {
   ExchangePlan rows_;
   Hierarchy hierarchy_;
   Share share_;
+  std::uint64_t geometry_ = 0;
 };
 
 }  // namespace surrogate::sequoia

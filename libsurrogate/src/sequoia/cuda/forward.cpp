@@ -65,7 +65,7 @@ class CudaForward final : public DeviceForward {
   CudaForward(const Network& net, int device);
   int device() const override { return device_; }
   std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                             const float* sample_features) override;
+                             const float* sample_features, std::uint64_t geometry) override;
 
  private:
   friend class DeviceExec;
@@ -75,7 +75,9 @@ class CudaForward final : public DeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
-  // Per forward: the hierarchy's arrays and the work arrays, grown to the largest seen.
+  // The hierarchy's arrays, kept while the forwards name the same geometry (uploaded_: 0 when none is
+  // valid), and the work arrays, grown to the largest seen.
+  std::uint64_t uploaded_ = 0;
   std::vector<cu::DeviceBuffer<float>> pos_, arrays_, work_;
   std::vector<Lists> parents_, children_, siblings_, pool_;
   Lists conv_;
@@ -106,8 +108,8 @@ class DeviceExec {
  public:
   using Ops = CudaOps;
   DeviceExec(CudaForward& f, const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-             const float* sample_features)
-      : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features),
+             const float* sample_features, std::uint64_t geometry)
+      : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features), geometry_(geometry),
         ops_(f.weights_.data(), f.stream_.get()), work_(f.work_, f.device_) {
     ops_.tree_scratch = &f.scratch_;
     ops_.scratch_device = f.device_;
@@ -170,13 +172,15 @@ class DeviceExec {
   const Hierarchy& h_;
   const float* features_;
   const float* sample_features_;
+  std::uint64_t geometry_;
   CudaOps ops_;
   DeviceWork work_;
   program::Geometry g_;
 };
 
 /// The hierarchy on the device: positions (level 0: the points then the halo; level 1's queries: the owned
-/// voxels), the share's key lists, the pooling lists, the features (and the segmentation head's inputs).
+/// voxels), the share's key lists, the pooling lists (all kept while the forwards name the same geometry),
+/// the features (and the segmentation head's inputs: every call).
 void DeviceExec::prepare() {
   const Config& c = f_.cfg_;
   program::check_inputs(c, h_, sample_features_);
@@ -189,28 +193,37 @@ void DeviceExec::prepare() {
   const auto dev = [](const float* data, int width, index_t rows) {
     return ops::view(data, width, rows, width, ops::Place::device);
   };
+  const bool kept = geometry_ != 0 && f_.uploaded_ == geometry_;
+  f_.uploaded_ = 0;  // until this forward has succeeded
   f_.pos_.resize(level_count);
   for (auto* v : {&f_.parents_, &f_.children_, &f_.siblings_, &f_.pool_}) v->resize(level_count);
-  const program::HostGeometry hg = program::host_geometry(c, s_, h_);
-  upload(f_.pos_[0], std::span<const float>(hg.pos0), device, st);
-  upload(f_.pos1_, std::span<const float>(hg.pos1), device, st);
-  upload(f_.voxels_, std::span<const index_t>(s_.voxels), device, st);
-  g_.pos.push_back(dev(f_.pos_[0].data(), 3, ne));
-  for (int i = 1; i < L; ++i) {
-    const auto si = static_cast<std::size_t>(i);
-    upload(f_.pos_[si], std::span<const float>(h_.level_positions[si]), device, st);
-    g_.pos.push_back(dev(f_.pos_[si].data(), 3, h_.nodes(i)));
+  if (!kept) {
+    const program::HostGeometry hg = program::host_geometry(c, s_, h_);
+    upload(f_.pos_[0], std::span<const float>(hg.pos0), device, st);
+    upload(f_.pos1_, std::span<const float>(hg.pos1), device, st);
+    upload(f_.voxels_, std::span<const index_t>(s_.voxels), device, st);
+    for (int i = 1; i < L; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      upload(f_.pos_[si], std::span<const float>(h_.level_positions[si]), device, st);
+    }
+    for (int i = 0; i < L; ++i) {
+      const auto si = static_cast<std::size_t>(i);
+      if (i + 1 < L) {
+        f_.parents_[si].upload_from(s_.parents[si], device, st);
+        f_.siblings_[si].upload_from(s_.siblings[si], device, st);
+        f_.pool_[si].upload_from(hg.pool[si], device, st);
+      }
+      if (i > 0) f_.children_[si].upload_from(s_.children[si], device, st);
+    }
+    if (!seg) f_.conv_.upload_from(s_.pointconv, device, st);
+    else if (c.n_class > 0) upload(f_.batch_, std::span<const std::int64_t>(hg.batch), device, st);
   }
+  g_.pos.push_back(dev(f_.pos_[0].data(), 3, ne));
+  for (int i = 1; i < L; ++i) g_.pos.push_back(dev(f_.pos_[static_cast<std::size_t>(i)].data(), 3, h_.nodes(i)));
   g_.pos1 = dev(f_.pos1_.data(), 3, nv);
   g_.voxels = f_.voxels_.data();
   for (int i = 0; i < L; ++i) {
     const auto si = static_cast<std::size_t>(i);
-    if (i + 1 < L) {
-      f_.parents_[si].upload_from(s_.parents[si], device, st);
-      f_.siblings_[si].upload_from(s_.siblings[si], device, st);
-      f_.pool_[si].upload_from(hg.pool[si], device, st);
-    }
-    if (i > 0) f_.children_[si].upload_from(s_.children[si], device, st);
     g_.parents.push_back(f_.parents_[si].rows());
     g_.children.push_back(f_.children_[si].rows());
     g_.siblings.push_back(f_.siblings_[si].rows());
@@ -220,10 +233,8 @@ void DeviceExec::prepare() {
   if (n0 > 0) cu::copy_to_device(f_.features_.data(), features_, static_cast<std::size_t>(n0 * c.c) * sizeof(float), st);
   g_.features = dev(f_.features_.data(), c.c, seg ? n0 : ne);
   if (!seg) {
-    f_.conv_.upload_from(s_.pointconv, device, st);
     g_.conv = f_.conv_.rows();
   } else if (c.n_class > 0) {
-    upload(f_.batch_, std::span<const std::int64_t>(hg.batch), device, st);
     upload(f_.classes_, std::span<const float>(sample_features_, static_cast<std::size_t>(h_.samples() * c.n_class)), device, st);
     g_.batch = f_.batch_.data();
     g_.classes = dev(f_.classes_.data(), c.n_class, h_.samples());
@@ -248,12 +259,15 @@ CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cf
 }
 
 std::vector<float> CudaForward::forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                                        const float* sample_features) {
+                                        const float* sample_features, std::uint64_t geometry) {
   try {
     const cu::DeviceGuard guard(device_);
-    DeviceExec exec(*this, comm, s, h, features, sample_features);
-    return program::forward(exec);
+    DeviceExec exec(*this, comm, s, h, features, sample_features, geometry);
+    std::vector<float> result = program::forward(exec);
+    uploaded_ = geometry;  // the arrays are complete: the next forward on this geometry keeps them
+    return result;
   } catch (...) {
+    uploaded_ = 0;
     surrogate::detail::raise_current_cuda_error("sequoia", device_);
   }
 }
