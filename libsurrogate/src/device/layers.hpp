@@ -15,16 +15,40 @@
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bsa_gate.hpp"  // row_map
 #include "surrogate/kernels/cuda_point_layers.hpp"
+#include "surrogate/model.hpp"  // Precision
 
 namespace surrogate::device {
 
 using kernels::index_t;
 
+/// The arithmetic of the device's dense layers for a run's precision: tf32 / bf16 on the tensor cores,
+/// else FP32 (fp64 never reaches a device forward: Model::check_precision and the families refuse it).
+inline kernels::cuda::MlpPrecision tensor_core_precision(Precision p) {
+  switch (p) {
+    case Precision::tf32: return kernels::cuda::MlpPrecision::tf32;
+    case Precision::bf16: return kernels::cuda::MlpPrecision::bf16;
+    case Precision::fp32:
+    case Precision::fp64: break;
+  }
+  return kernels::cuda::MlpPrecision::fp32;
+}
+
+/// A layer's tensor-core fragments (pack_mlp_fragments), as offsets in a weight arena's words().
+struct Fragments {
+  std::size_t bf16 = 0, tf32 = 0;
+};
+
+/// The words of `f` for `precision` (tf32 or bf16) in an uploaded arena's words() at `words`.
+inline const std::uint32_t* fragment_words(const std::uint32_t* words, const Fragments& f,
+                                           kernels::cuda::MlpPrecision precision) {
+  return words + (precision == kernels::cuda::MlpPrecision::bf16 ? f.bf16 : f.tf32);
+}
+
 /// A dense layer's place in a weight arena: the CPU's packed W^T (in x ldw) and its padded bias, and in
 /// the arena's words its tensor-core fragments (pack_mlp_fragments) for bf16 and tf32.
 struct Dense {
   std::size_t wt = 0, bias = 0;
-  std::size_t bf16 = 0, tf32 = 0;
+  Fragments fragments;
   int in = 0, out = 0;
   index_t ldw = 0;
 };
@@ -64,11 +88,21 @@ class WeightArena {
     for (int k = 0; k < d.in; ++k)
       for (int o = 0; o < d.out; ++o)
         w[static_cast<std::size_t>(o) * d.in + k] = layer.wt()[static_cast<std::size_t>(k) * d.ldw + o];
-    d.bf16 = words_host_.size();
-    kernels::cuda::pack_mlp_fragments(w.data(), d.out, d.in, kernels::cuda::MlpPrecision::bf16, words_host_);
-    d.tf32 = words_host_.size();
-    kernels::cuda::pack_mlp_fragments(w.data(), d.out, d.in, kernels::cuda::MlpPrecision::tf32, words_host_);
+    d.fragments = append_fragments(w.data(), d.out, d.in);
     return d;
+  }
+  /// The tensor-core fragments of W (out, in), both precisions, appended to the words.
+  Fragments append_fragments(const float* weight, int out, int in) {
+    Fragments f;
+    f.bf16 = words_host_.size();
+    kernels::cuda::pack_mlp_fragments(weight, out, in, kernels::cuda::MlpPrecision::bf16, words_host_);
+    f.tf32 = words_host_.size();
+    kernels::cuda::pack_mlp_fragments(weight, out, in, kernels::cuda::MlpPrecision::tf32, words_host_);
+    return f;
+  }
+  /// The words of `f` for `precision` (tf32 or bf16), once uploaded.
+  const std::uint32_t* words(const Fragments& f, kernels::cuda::MlpPrecision precision) const {
+    return fragment_words(words_.data(), f, precision);
   }
   /// A norm of `dim` channels (bias may be empty).
   Norm append_norm(std::span<const float> weight, std::span<const float> bias, bool rms, float eps) {
@@ -93,7 +127,7 @@ class WeightArena {
     words_host_ = {};
   }
   const float* data() const { return device_.data(); }
-  /// The dense layers' tensor-core fragments (Dense::bf16, Dense::tf32 are offsets in them).
+  /// The layers' tensor-core fragments (Dense::fragments, append_fragments: offsets in them).
   const std::uint32_t* words() const { return words_.data(); }
 
  private:
@@ -133,8 +167,7 @@ inline void dense(const Dense& l, const float* weights, const float* x, index_t 
   a.add = residual;
   a.ld_add = ld_residual;
   a.precision = precision;
-  if (words && precision != kernels::cuda::MlpPrecision::fp32)
-    a.fragments = words + (precision == kernels::cuda::MlpPrecision::bf16 ? l.bf16 : l.tf32);
+  if (words && precision != kernels::cuda::MlpPrecision::fp32) a.fragments = fragment_words(words, l.fragments, precision);
   kernels::cuda::dense(a, stream);
 }
 

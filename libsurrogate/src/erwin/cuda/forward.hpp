@@ -71,9 +71,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
   void set_precision(Precision precision) override {
-    precision_ = precision == Precision::bf16   ? cu::MlpPrecision::bf16
-                 : precision == Precision::tf32 ? cu::MlpPrecision::tf32
-                                                : cu::MlpPrecision::fp32;
+    precision_ = surrogate::device::tensor_core_precision(precision);
   }
 
  private:

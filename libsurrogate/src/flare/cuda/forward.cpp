@@ -16,19 +16,6 @@
 #include <cstring>
 
 namespace surrogate::flare::cuda {
-namespace {
-
-cu::MlpPrecision to_kernel(Precision p) {
-  switch (p) {
-    case Precision::tf32: return cu::MlpPrecision::tf32;
-    case Precision::bf16: return cu::MlpPrecision::bf16;
-    case Precision::fp32:
-    case Precision::fp64: break;  // fp64 never reaches a forward of this family (Model::check_precision)
-  }
-  return cu::MlpPrecision::fp32;
-}
-
-}  // namespace
 
 const Tables& Forward::tables(Plan& plan) {
   if (const DeviceTables* kept = plan.device_tables(device_)) return static_cast<const Tables&>(*kept);
@@ -210,7 +197,7 @@ void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const
                   const std::function<void()>& finish, const std::function<void()>& loaded) {
   const int blocks = cfg_.num_blocks;
   const bool reproducible = options.reproducible;
-  precision_ = to_kernel(options.precision);
+  precision_ = device::tensor_core_precision(options.precision);
   n_ = plan.layout().local_points();
   samples_ = plan.layout().num_samples();
   transport_ = comm.size() > 1 ? &comm.device_transport(device_) : nullptr;  // collective on first use

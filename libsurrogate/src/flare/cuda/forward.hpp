@@ -69,7 +69,7 @@ class Forward {
   /// One layer of the table before the upload: offsets of its packed weights in the arena.
   struct LayerSpec {
     std::size_t weight_t = 0, bias = 0;
-    std::size_t bf16 = 0, tf32 = 0;  // offsets in fragment_words_
+    device::Fragments fragments;
     int in = 0, out = 0;
     kernels::Activation act = kernels::Activation::none;
     bool add_input = false;
@@ -154,8 +154,6 @@ class Forward {
   // weights
   device::WeightArena weights_;
   std::vector<LayerSpec> layer_specs_;  // until the upload
-  std::vector<std::uint32_t> fragment_words_;  // the tensor-core MLP's weights (pack_mlp_fragments), until the upload
-  cu::DeviceBuffer<std::uint32_t> fragments_;
   cu::DeviceBuffer<cu::MlpLayer> layers_;
   Mlp in_proj_, out_mlp_;
   std::optional<device::Norm> out_norm_;

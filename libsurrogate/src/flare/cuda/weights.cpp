@@ -85,14 +85,13 @@ Forward::~Forward() = default;
 /// The arena, then the layer table pointing into it, then the normalisation (synchronously).
 void Forward::upload(const Normalization& nf) {
   weights_.upload(device_, stream_.get());
-  device::upload(fragments_, std::span<const std::uint32_t>(fragment_words_), device_, stream_.get());
   std::vector<cu::MlpLayer> table;
   for (const LayerSpec& l : layer_specs_) {
     cu::MlpLayer d;
     d.weight_t = weights_.data() + l.weight_t;
     d.bias = weights_.data() + l.bias;
-    d.bf16 = fragments_.data() + l.bf16;
-    d.tf32 = fragments_.data() + l.tf32;
+    d.bf16 = weights_.words(l.fragments, cu::MlpPrecision::bf16);
+    d.tf32 = weights_.words(l.fragments, cu::MlpPrecision::tf32);
     d.in = l.in;
     d.out = l.out;
     d.ld = cu::mlp_weight_ld(l.out);
@@ -104,7 +103,6 @@ void Forward::upload(const Normalization& nf) {
   device::upload(layers_, std::span<const cu::MlpLayer>(table), device_, stream_.get());
   caller_ = std::make_unique<device::CallerRows>(nf, cfg_.in_dim, cfg_.out_dim, device_, stream_.get());
   stream_.synchronize();  // the host copies may go now
-  fragment_words_ = {};
 }
 
 device::Norm Forward::add_norm(const NormLayer& norm) {
@@ -126,10 +124,7 @@ void Forward::add_linear(const kernels::PackedLinear& layer, kernels::Activation
   LayerSpec l;
   l.weight_t = weights_.append(std::span<const float>(wt), kAlignment);
   l.bias = weights_.append(std::span<const float>(bias), kAlignment);
-  l.bf16 = fragment_words_.size();
-  cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::bf16, fragment_words_);
-  l.tf32 = fragment_words_.size();
-  cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::tf32, fragment_words_);
+  l.fragments = weights_.append_fragments(weight.data(), out, in);
   l.in = in;
   l.out = out;
   l.act = act;

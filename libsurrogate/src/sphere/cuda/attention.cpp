@@ -40,8 +40,8 @@ class DeviceHeads {
     const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
       std::vector<float> wt, bt;
       cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
-      parts_.push_back({.wt = blob.size(), .bias = blob.size() + wt.size(), .in = in, .out = out,
-                        .ldw = cu::mlp_weight_ld(out)});
+      parts_.push_back({.wt = blob.size(), .bias = blob.size() + wt.size(), .fragments = {}, .in = in, .out = out,
+                        .ldw = cu::mlp_weight_ld(out)});  // fp32 only: no fragments
       blob.insert(blob.end(), wt.begin(), wt.end());
       blob.insert(blob.end(), bt.begin(), bt.end());
     };
