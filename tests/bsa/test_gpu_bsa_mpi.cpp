@@ -5,7 +5,9 @@
 #include <gtest/gtest.h>
 #include <mpi.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -83,6 +85,50 @@ TEST(BsaMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   }
   host_backend::fail_after = 0;
   EXPECT_EQ(bit_differences(predict(comm, *model, *plan, g, p, g.features, options), good), 0) << "rank " << comm.rank();
+}
+
+// predict_device on a kept plan keeps the rows on the device: the caller's arrays reach the network's rows
+// and come back through the plan's exchanges on device rows, bitwise predict()'s result. In one process it
+// waits for the device twice (the agreed counts of non-finite inputs, and the end) and downloads only those
+// counts; across ranks the staged transport adds its copies (NCCL would not), printed per rank.
+TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  for (const char* name : {"sparse_rot", "global"}) {
+    SCOPED_TRACE(name);
+    const Golden g = load(name);
+    const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
+    const Part p = deal(g, comm.rank(), comm.size());
+    const auto model = surrogate::make_model(file);
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+    std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);  // plan and geometry kept
+    const int cout = model->out_channels();
+    good.resize(std::max<std::size_t>(good.size(), 1));
+    auto d_in = surrogate::testing::to_device(p.rows_of(g.features, g.cin), host_backend::kDevice);
+    auto d_out = surrogate::testing::to_device(std::vector<float>(good.size()), host_backend::kDevice);
+    surrogate::Model::DeviceArrays arrays;
+    arrays.in = d_in.data();
+    arrays.out = d_out.data();
+    arrays.in_point_stride = g.cin;
+    arrays.out_point_stride = cout;
+    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
+    model->predict_device(comm, *plan, arrays, options);
+    long long moved[2] = {host_backend::host_waits - waits, host_backend::bytes_to_host - down};
+    const std::vector<float> got = surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice);
+    EXPECT_EQ(bit_differences(got, good), 0) << "rank " << comm.rank();
+    std::vector<long long> all(static_cast<std::size_t>(2 * comm.size()));
+    MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (comm.rank() == 0)
+      for (int r = 0; r < comm.size(); ++r)
+        std::printf("%s, %d ranks, device arrays on a kept plan: rank %d waits %lld times, downloads %lld bytes\n", name,
+                    comm.size(), r, all[static_cast<std::size_t>(2 * r)], all[static_cast<std::size_t>(2 * r + 1)]);
+    if (comm.size() == 1) {
+      EXPECT_EQ(moved[0], 2);
+      EXPECT_LE(moved[1], static_cast<long long>(sizeof(unsigned long long)) * (g.cin + cout + 1));  // the counts
+    }
+  }
 }
 
 // A NaN feature on the last rank, tf32, and (host backend: it has one device) a device only the last rank

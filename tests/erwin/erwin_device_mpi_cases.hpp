@@ -143,15 +143,23 @@ class Spread {
   }
 
   surrogate::Plan& plan() { return *plan_; }
+  const surrogate::Comm& comm() const { return comm_; }
+
+  /// This rank's rows (its order) of `rows` (canonical order, `width` values each); one value when it has none.
+  std::vector<float> local_rows(const std::vector<float>& rows, int width) const {
+    const auto local = static_cast<std::int64_t>(mine_.size());
+    std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * width)));
+    for (std::int64_t r = 0; r < local; ++r)
+      std::copy_n(rows.begin() + mine_[static_cast<std::size_t>(r)] * width, width, f.begin() + r * width);
+    return f;
+  }
 
   /// Model::predict with `cuda_device` (and `precision`) on the plan; every rank's rows back in canonical order.
   std::vector<float> predict(const std::vector<float>& features, int cuda_device = 0,
                              surrogate::Precision precision = surrogate::Precision::fp32) {
     const int ranks = comm_.size(), cin = model_.in_channels(), cout = model_.out_channels();
     const auto local = static_cast<std::int64_t>(mine_.size());
-    std::vector<float> f(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cin)));
-    for (std::int64_t r = 0; r < local; ++r)
-      std::copy_n(features.begin() + mine_[static_cast<std::size_t>(r)] * cin, cin, f.begin() + r * cin);
+    const std::vector<float> f = local_rows(features, cin);
     std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
     surrogate::RunOptions options;
     options.cuda_device = cuda_device;

@@ -183,6 +183,50 @@ TEST(ErwinDeviceMpiHostBackend, ALaunchFailureOnOneRankIsAgreedAndTheNextCallRec
   EXPECT_EQ(spread.predict(c.features, host_backend::kDevice), good) << "after the failure";
 }
 
+// predict_device on a kept plan keeps the rows on the device: the caller's arrays reach the block and come
+// back through the plan's exchanges on device rows. In one process it waits for the device twice (the
+// agreed counts of non-finite inputs, and the end) and downloads only those counts; across ranks the
+// staged transport adds its copies (NCCL would not), printed per rank.
+TEST(ErwinDeviceMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const char* name : {"mpnn_rot", "flash_ref"}) {
+    SCOPED_TRACE(name);
+    const Case c = golden(name);
+    const auto model = surrogate::make_model(c.file);
+    Spread spread(*model, c, false, 7u);
+    const std::vector<float> reference = spread.predict(c.features, host_backend::kDevice);  // plan kept
+    const int cin = model->in_channels(), cout = model->out_channels();
+    const std::vector<float> in = spread.local_rows(c.features, cin);
+    const std::int64_t local = spread.plan().layout().local_points();
+    auto d_in = st::to_device(in, host_backend::kDevice);
+    auto d_out = st::to_device(std::vector<float>(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout))),
+                               host_backend::kDevice);
+    surrogate::Model::DeviceArrays arrays;
+    arrays.in = d_in.data();
+    arrays.out = d_out.data();
+    arrays.in_point_stride = cin;
+    arrays.out_point_stride = cout;
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
+    model->predict_device(spread.comm(), spread.plan(), arrays, options);
+    long long moved[2] = {host_backend::host_waits - waits, host_backend::bytes_to_host - down};
+    const int ranks = spread.comm().size();
+    std::vector<long long> all(static_cast<std::size_t>(2 * ranks));
+    MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    if (spread.comm().rank() == 0)
+      for (int r = 0; r < ranks; ++r)
+        std::printf("%s, %d ranks, device arrays on a kept plan: rank %d waits %lld times, downloads %lld bytes\n", name,
+                    ranks, r, all[static_cast<std::size_t>(2 * r)], all[static_cast<std::size_t>(2 * r + 1)]);
+    if (ranks == 1) {
+      EXPECT_EQ(moved[0], 2);
+      EXPECT_LE(moved[1], static_cast<long long>(sizeof(unsigned long long)) * (cin + cout + 1));  // the counts
+    }
+    // The bits of the first call (whose predict_device matched predict's host arrays).
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), host_backend::kDevice), spread.local_rows(reference, cout));
+  }
+}
+
 // tf32 and bf16 (the dense layers on the tensor cores) across ranks: bitwise the one-process device forward
 // in the same precision, with unequal and empty shares, and away from fp32 (the precision is applied).
 TEST(ErwinDeviceMpi, TensorCorePrecisionsAreBitwiseTheOneProcessDeviceForward) {

@@ -73,6 +73,23 @@ inline Batch synthetic(const std::string& path, const std::vector<std::int64_t>&
   return c;
 }
 
+/// A segmentation batch's model without class vectors (n_class 0: the head's first layer keeps the columns
+/// of the point features), the batch without them: a model predict_device takes.
+inline Batch without_class_vectors(Batch c) {
+  const sq::Config cfg = sq::Config::from_file(c.file);
+  surrogate::Tensor32& w = c.file.weights.at("cls.0.weight");
+  const std::int64_t rows = w.shape[0], cols = w.shape[1], kept = cols - cfg.n_class;
+  std::vector<float> values;
+  for (std::int64_t r = 0; r < rows; ++r)
+    values.insert(values.end(), w.values.begin() + r * cols, w.values.begin() + r * cols + kept);
+  w.values = std::move(values);
+  w.shape[1] = kept;
+  c.file.config.set("n_class", std::int64_t{0});
+  c.model += " (no class vectors)";
+  c.sample_features.clear();
+  return c;
+}
+
 inline std::string example_model(const std::string& name) {
   return std::string(SURROGATE_TEST_DATA_DIR) + "/../../share/models/sequoia/" + name + ".h5";
 }

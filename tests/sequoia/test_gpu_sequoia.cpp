@@ -22,6 +22,7 @@
 namespace {
 
 using sequoia_test::Batch;
+namespace st = surrogate::testing;
 
 /// The registered model's prediction of the batch in one process: per point (seg) or per sample (cls).
 std::vector<float> predict(const Batch& c, int device, surrogate::Precision precision = surrogate::Precision::fp32) {
@@ -164,6 +165,43 @@ TEST(GpuSequoiaHostBackend, AKeptPlanUploadsOnlyItsFeatures) {
     EXPECT_EQ(run(*other).second, inputs);
     EXPECT_EQ(run(*plan).first, first) << "back on the first plan (its hierarchy uploaded again)";
   }
+}
+
+// A segmentation model without class vectors takes the caller's device arrays: on a kept plan the rows
+// reach the share's points and come back by the plan's exchanges on device rows, bitwise predict()'s result;
+// once the first call has set up the device's normalisation and order, a call waits for the device twice
+// (the agreed counts of non-finite inputs, and the end) and downloads only those counts.
+TEST(GpuSequoiaHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const Batch c =
+      sequoia_test::without_class_vectors(sequoia_test::synthetic(sequoia_test::data_path("seg"), {700, 800}, 11u));
+  const surrogate::SelfComm comm;
+  const auto model = surrogate::make_model(c.file);
+  ASSERT_EQ(model->sample_in_channels(), 0);
+  const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
+  surrogate::PointGeometry g;
+  g.positions = c.positions.data();
+  g.ld_positions = 3;
+  surrogate::RunOptions options;
+  options.cuda_device = host_backend::kDevice;
+  const int in = model->in_channels(), out = model->out_channels();
+  const auto plan = model->plan(comm, layout, g, options);
+  std::vector<float> want(static_cast<std::size_t>(c.n() * out));
+  model->predict(comm, *plan, c.features.data(), in, want.data(), out, options);  // the hierarchy uploaded
+  auto d_in = st::to_device(c.features, options.cuda_device);
+  auto d_out = st::to_device(std::vector<float>(want.size()), options.cuda_device);
+  surrogate::Model::DeviceArrays arrays;
+  arrays.in = d_in.data();
+  arrays.out = d_out.data();
+  arrays.in_point_stride = in;
+  arrays.out_point_stride = out;
+  model->predict_device(comm, *plan, arrays, options);  // the first also uploads the normalisation and order
+  EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
+  const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
+  model->predict_device(comm, *plan, arrays, options);
+  EXPECT_EQ(host_backend::host_waits - waits, 2);
+  EXPECT_LE(host_backend::bytes_to_host - down, static_cast<long long>(sizeof(unsigned long long)) * (in + out + 1));
+  EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ using sequoia_test::Batch;
 
 std::vector<Batch> batches() {
   return {sequoia_test::golden("seg", "small"), sequoia_test::golden("cls", "small"),
+          sequoia_test::without_class_vectors(sequoia_test::synthetic(sequoia_test::data_path("seg"), {700, 800}, 31u)),
           sequoia_test::synthetic(sequoia_test::data_path("seg"), {1500}, 29u),
           sequoia_test::synthetic(sequoia_test::data_path("cls"), {1200, 150}, 29u),
           sequoia_test::synthetic(sequoia_test::example_model("cls"), {1500}, 29u)};

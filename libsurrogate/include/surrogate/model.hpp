@@ -266,10 +266,10 @@ class Model {
   /// arithmetic and the same errors as predict() with the inputs rounded to float and float outputs.
   /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
   /// "Streams"); `arrays.out` is written on return. Families whose forward reads device rows
-  /// (device_input(): FLARE, HEPT, the spherical models) keep every array on the device; the others get
-  /// the gathered, normalised rows through host memory (one copy each way; share/docs/cuda.md, "Host and
-  /// device arrays"). Models with per-sample inputs or outputs are refused (Error(unsupported) on every
-  /// rank): predict() takes them.
+  /// (device_input(): all but the ShapeNet-Car wrappers of Erwin and BSA) keep every array on the device;
+  /// the others get the gathered, normalised rows through host memory (one copy each way;
+  /// share/docs/cuda.md, "Host and device arrays"). Models with per-sample inputs or outputs are refused
+  /// (Error(unsupported) on every rank): predict() takes them.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
   /// One-shot form (plan(), then predict_device()).
   void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,

@@ -58,6 +58,14 @@ class BallTreePlan : public Plan {
   std::vector<float> to_block(const float* rows, index_t ld, int width) const;
   /// block_rows() x width values -> the caller's working rows (row stride ld). Collective.
   void to_solver(std::span<const float> block_rows, int width, float* rows, index_t ld) const;
+  /// The same moves on rows in the memory of `place`'s device (strides ld and ld_block), enqueued on its
+  /// stream; nothing crosses the host but what the transport stages. Collective.
+  void to_block(const float* rows, index_t ld, float* block, index_t ld_block, int width, const Place& place) const {
+    block_.to_block(rows, ld, block, ld_block, width, place);
+  }
+  void to_solver(const float* block, index_t ld_block, float* rows, index_t ld, int width, const Place& place) const {
+    block_.to_solver(block, ld_block, rows, ld, width, place);
+  }
 
   /// The distributed tree over the blocks (plan: block rows <-> slot rows) and the rotated orders.
   const DistributedRotatedTrees& trees() const { return trees_; }

@@ -109,12 +109,15 @@ class CanonicalBlock {
   /// solver rows (width values each) -> the block's rows, and back. Collective.
   void to_block(const float* solver_rows, int width, float* block_rows) const { plan_.forward(solver_rows, width, block_rows); }
   void to_solver(const float* block_rows, int width, float* solver_rows) const { plan_.backward(block_rows, width, solver_rows); }
-  /// The same moves at row strides (host memory). Collective.
-  void to_block(const float* solver_rows, index_t ld_solver, float* block_rows, index_t ld_block, int width) const {
-    plan_.forward(solver_rows, ld_solver, block_rows, ld_block, width);
+  /// The same moves at row strides: in host memory, or with a device `place` on rows in that device's
+  /// memory (enqueued on its stream). Collective.
+  void to_block(const float* solver_rows, index_t ld_solver, float* block_rows, index_t ld_block, int width,
+                const Place& place = {}) const {
+    plan_.forward(solver_rows, ld_solver, block_rows, ld_block, width, place);
   }
-  void to_solver(const float* block_rows, index_t ld_block, float* solver_rows, index_t ld_solver, int width) const {
-    plan_.backward(block_rows, ld_block, solver_rows, ld_solver, width);
+  void to_solver(const float* block_rows, index_t ld_block, float* solver_rows, index_t ld_solver, int width,
+                 const Place& place = {}) const {
+    plan_.backward(block_rows, ld_block, solver_rows, ld_solver, width, place);
   }
   void rebind(const Comm& comm) { plan_.rebind(comm); }
   void count_into(Traffic* sink) { plan_.count_into(sink); }

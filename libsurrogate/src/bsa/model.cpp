@@ -98,6 +98,11 @@ class BsaModel final : public PointCloudModel {
     auto& plan = static_cast<detail::BsaPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) use_device(comm, options);
+    if (io.on_device) {  // predict_device's rows: to the network's rows and back, all on the device
+      device_->forward_rows(plan, comm.size() == 1 ? &batch_geometry(comm, plan) : nullptr, io.in, io.ld_in, io.out,
+                            io.ld_out);
+      return;
+    }
     const std::vector<float> block_features = wrapped(net_)
                                                   ? detail::Stages::fourier(net_, plan.block_positions(), options.threads)
                                                   : plan.to_block(io.in, io.ld_in, in_channels());
@@ -111,6 +116,14 @@ class BsaModel final : public PointCloudModel {
 
  private:
   static bool wrapped(const Network& net) { return net.config().wrapper == Wrapper::shapenet_car; }
+
+  /// predict_device keeps the rows on the device, except through the ShapeNet-Car wrapper (its Fourier
+  /// features and head run on the host).
+  DeviceInput device_input() const override { return wrapped(net_) ? DeviceInput::host_rows : DeviceInput::device_rows; }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    use_device(comm, options);
+    return device_->stream();
+  }
 
   /// The device forward for options.cuda_device (made, and the weights uploaded, on first use); fp32
   /// only. Collective: a refusal or a device error on one rank is the same Error on all.
@@ -131,34 +144,41 @@ class BsaModel final : public PointCloudModel {
   }
 
   /// One rank: the one-process device forward on the plan's block (the whole batch in canonical order),
-  /// its geometry uploaded by the first call and kept in the plan. The batch's trees are the plan's: at
-  /// one rank the distributed tree and its rotated orders are the one-process ones (integer equality,
-  /// balltree_distributed.hpp). Errors: thrown alike (one rank).
+  /// on batch_geometry(). Errors: thrown alike (one rank).
   std::vector<float> forward_one_rank(const Comm& comm, detail::BsaPlan& plan, const std::vector<float>& features) {
+    balltree::DeviceGeometry& geometry = batch_geometry(comm, plan);
     std::vector<float> y;
     collectively(comm, [&] {
-      std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
-      if (!kept || kept->device() != device_->device()) {
-        kept.reset();
-        const balltree::DistributedRotatedTrees& distributed = plan.trees();
-        balltree::RotatedTrees trees;
-        trees.tree.index = distributed.tree.index;
-        trees.tree.mask = distributed.tree.mask;
-        trees.tree.slot_offsets = distributed.tree.slot_offsets;
-        trees.rotated = distributed.rotations.rotated;
-        trees.target_levels = distributed.rotations.target_levels;
-        std::vector<std::int64_t> offsets{0};
-        for (const index_t size : plan.layout().sample_sizes()) offsets.push_back(offsets.back() + size);
-        kept = device_->upload_geometry(trees, plan.block_positions(), balltree::Batch::from_offsets(offsets));
-      }
       try {
-        y = device_->forward(*kept, features);
+        y = device_->forward(geometry, features);
       } catch (...) {
-        kept.reset();  // the next call uploads the geometry again
+        plan.device_geometry().reset();  // the next call uploads the geometry again
         throw;
       }
     });
     return y;
+  }
+
+  /// One rank: the one-process device geometry of the plan's batch, uploaded by the first call and kept in
+  /// the plan. The batch's trees are the plan's: at one rank the distributed tree and its rotated orders
+  /// are the one-process ones (integer equality, balltree_distributed.hpp).
+  balltree::DeviceGeometry& batch_geometry(const Comm& comm, detail::BsaPlan& plan) {
+    std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
+    collectively(comm, [&] {
+      if (kept && kept->device() == device_->device()) return;
+      kept.reset();
+      const balltree::DistributedRotatedTrees& distributed = plan.trees();
+      balltree::RotatedTrees trees;
+      trees.tree.index = distributed.tree.index;
+      trees.tree.mask = distributed.tree.mask;
+      trees.tree.slot_offsets = distributed.tree.slot_offsets;
+      trees.rotated = distributed.rotations.rotated;
+      trees.target_levels = distributed.rotations.target_levels;
+      std::vector<std::int64_t> offsets{0};
+      for (const index_t size : plan.layout().sample_sizes()) offsets.push_back(offsets.back() + size);
+      kept = device_->upload_geometry(trees, plan.block_positions(), balltree::Batch::from_offsets(offsets));
+    });
+    return *kept;
   }
 
   Network net_;

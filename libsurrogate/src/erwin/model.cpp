@@ -108,6 +108,14 @@ class ErwinModel final : public PointCloudModel {
   }
 
  protected:
+  /// predict_device keeps the rows on the device, except through the ShapeNet-Car wrapper (its Fourier
+  /// features and head run on the host).
+  DeviceInput device_input() const override { return wrapper_ ? DeviceInput::host_rows : DeviceInput::device_rows; }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    prepare_device(comm, options);
+    return device_->stream();
+  }
+
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions& options) override {
     return std::make_unique<detail::ErwinPlan>(comm, std::move(basis), *this, net_, options.threads);
   }
@@ -120,6 +128,10 @@ class ErwinModel final : public PointCloudModel {
     auto& plan = static_cast<detail::ErwinPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
     if (on_device) prepare_device(comm, options);
+    if (io.on_device) {  // predict_device's rows: to the block, the network and back, all on the device
+      device_->forward_rows(plan, io.in, io.ld_in, io.out, io.ld_out);
+      return;
+    }
     const std::vector<float> block_features =
         wrapper_ ? fourier(plan.block_positions(), options.threads) : plan.to_block(io.in, io.ld_in, in_channels());
     std::vector<float> y =

@@ -160,6 +160,7 @@ class Model final : public PointCloudModel {
     auto& plan = static_cast<Plan&>(base);
     if (options.cuda_device >= 0) prepare_device(comm, options);
     const Hierarchy& h = plan.hierarchy();
+    if (io.on_device) return forward_rows(comm, plan, io, options);
     // This rank's points' features (the share's order), the class vectors of the hierarchy's samples.
     const auto rows = static_cast<index_t>(plan.share().points.size());
     std::vector<float> features(static_cast<std::size_t>(std::max<index_t>(1, rows * cfg_.c)));
@@ -196,6 +197,36 @@ class Model final : public PointCloudModel {
     } else {
       plan.owners().samples_to_all().forward(result.data(), cfg_.classes, io.sample_out, io.ld_sample_out, cfg_.classes);
     }
+  }
+
+  /// predict_device's rows of a segmentation model (no class vectors: predict_device refuses per-sample
+  /// arrays): to the share's points, the network and back, every move an exchange on device rows.
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
+  void* device_stream(const Comm& comm, const RunOptions& options) override {
+    prepare_device(comm, options);
+    return device_->stream();
+  }
+  void forward_rows(const Comm& comm, Plan& plan, const Io& io, const RunOptions& options) {
+    const Hierarchy& h = plan.hierarchy();
+    const int dev = options.cuda_device;
+    const auto rows = static_cast<index_t>(plan.share().points.size());
+    float *x = nullptr, *y = nullptr;
+    collectively(comm, [&] {
+      x = device_->input_rows(rows);
+      y = device_->output_rows(rows);
+    });
+    const Place place{dev, device_->stream(), &comm.device_transport(dev)};
+    const ExchangePlan& points = plan.split() ? plan.split_rows() : plan.owners().rows_plan();
+    points.forward(io.in, io.ld_in, x, cfg_.c, cfg_.c, place);
+    const auto run = [&] { device_->forward_rows(comm, plan.share(), h, x, nullptr, plan.hierarchy_serial(), y); };
+    if (plan.split()) {
+      run();
+    } else {
+      collectively(comm, [&] {
+        if (h.samples() > 0) run();
+      });
+    }
+    points.backward(y, cfg_.n_part, io.out, io.ld_out, cfg_.n_part, place);  // left enqueued (Model::Io)
   }
 
   /// The device forward of `options` (weights uploaded on first use); agreed errors for a precision other

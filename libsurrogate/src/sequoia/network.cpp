@@ -212,6 +212,7 @@ class HostExec {
     for (index_t i = 0; i < r.rows; ++i) std::copy_n(r.row(i), r.width, v.begin() + i * r.width);
     return v;
   }
+  std::vector<float> result(const HostRows& r) const { return host_values(r); }
   void phase(int i) {
     static const PhaseName* const names[] = {&kInitLevelsPhase, &kTreeBlocksPhase, &kSequoiaHeadPhase};
     phase_.reset();

@@ -12,6 +12,8 @@
 //   stage(f)              local work between two moves (split share: an error of one rank agreed by all)
 //   to_halo(rows), voxels_to_all(part, all)   the share's moves (collective on a split share)
 //   host_values(rows)     rows as host floats;  host_layers()  the HostOps layers (the classification head)
+//   result(rows)          the segmentation head's rows as the forward's result: host floats, or (a device
+//                         forward on device rows) left on the device for the caller, returning nothing
 //   trace()               the CPU's intermediate results (a device: none);  phase(i)  the profile's phases
 //
 // So a row's arithmetic is the same on both (the CPU's bits do not depend on the tiles), and a change to the
@@ -329,7 +331,7 @@ std::vector<float> segmentation_head(Exec& e) {
       ops.tree_layer_norm_relu({&w.ln_w, &w.ln_b, ut});
       dense(ops, work, w.head3, ut, y.range(r0, n));
     });
-    result = e.host_values(y);
+    result = e.result(y);
   });
   return result;
 }
@@ -357,7 +359,8 @@ struct HostGeometry {
 };
 HostGeometry host_geometry(const Config& c, const Share& s, const Hierarchy& h);
 
-/// Init, the blocks and the head. Returns segmentation: share points x n_part; classification: B x classes.
+/// Init, the blocks and the head. Returns segmentation: share points x n_part (e.result()); classification:
+/// B x classes.
 template <class Exec>
 std::vector<float> forward(Exec& e) {
   const Config& c = e.config();

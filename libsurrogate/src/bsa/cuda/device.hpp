@@ -49,8 +49,21 @@ class BsaDeviceForward {
   /// Collective: an error on one rank (device, input) is the same Error on all.
   virtual std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features) = 0;
 
+  /// predict_device's rows: `rows` (the plan's solver rows in this device's memory, c_in values at stride
+  /// ld) -> `out` (c_hidden values at stride ld_out), moved to the network's rows and back by the plan's
+  /// exchanges on device rows. With `batch` (one rank: the one-process geometry of the plan's batch, whose
+  /// trees are the plan's) as forward(batch, ...); without, on the plan's slots as forward(plan, ...).
+  /// Enqueued on stream(): nothing waits for the device but what the exchanges of several ranks and a
+  /// staged transport need. The rows' finiteness is the caller's check (predict_device counts it on the
+  /// device). Collective; errors agreed.
+  virtual void forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch, const float* rows, index_t ld, float* out,
+                            index_t ld_out) = 0;
+  /// The stream (a cudaStream_t) every forward enqueues on.
+  virtual void* stream() const = 0;
+
   /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
-  /// events; on a plan, includes the exchanges' waits), and of the geometry upload of the last call
+  /// events; on a plan, includes the exchanges' waits; 0 after forward_rows, which does not wait to read
+  /// them), and of the geometry upload of the last call
   /// (upload_geometry, or a plan forward that uploaded its plan's geometry; 0 after a forward that uploaded none).
   virtual double last_forward_ms() const = 0;
   virtual double last_geometry_ms() const = 0;

@@ -87,19 +87,18 @@ void BsaCudaForward::fetch_sample_rows() {
   plan_->sample_rows().forward(g_->u.data() + D, 3 * D, g_->fetched.data(), 2 * D, 2 * D, place());
 }
 
-std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features) {
+template <class Load, class Store>
+void BsaCudaForward::run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool timed) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden;
   const RowLayout& layout = plan.row_layout();
   collectively(plan.comm(), [&] {
     auto wrong = [](const std::string& what) { throw Error(ErrorCode::internal, "bsa (device, plan): " + what); };
-    if (static_cast<index_t>(slot_features.size()) != layout.rows * cfg_.c_in) wrong("slot features of the wrong size");
     if (static_cast<index_t>(plan.slot_positions().size()) != layout.rows * d) wrong("slot positions of the wrong size");
     if (cfg_.should_rotate && plan.rotated_positions().size() != plan.slot_positions().size())
       wrong("a rotated model without the rotated order");
     if (layout.samples < 1 || layout.n < 1) wrong("no samples");
     Stages::check_sample_size(*net_, layout.n);
   });
-  std::vector<float> result(static_cast<std::size_t>(layout.rows * D));
   // The plan's geometry on this device: uploaded by the first forward there, kept in the plan.
   std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
   plan_ = &plan;
@@ -126,20 +125,22 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
     }
     g_ = static_cast<Geometry*>(kept.get());
     cu::Event t0, t1;
-    steps_.run([&] {
-      t0 = cu::Event(device_);
-      t1 = cu::Event(device_);
-      t0.record(stream_.get());
-      upload(g_->features, slot_features);
-    });
+    if (timed)
+      steps_.run([&] {
+        t0 = cu::Event(device_);
+        t1 = cu::Event(device_);
+        t0.record(stream_.get());
+      });
+    load();
     const auto dev = ops::Place::device;
     run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
-    steps_.run([&] {
-      if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
-      t1.record(stream_.get());
-      stream_.synchronize();
-      forward_ms_ = t1.elapsed_ms_since(t0);
-    });
+    store();
+    if (timed)
+      steps_.run([&] {
+        t1.record(stream_.get());
+        stream_.synchronize();
+        forward_ms_ = t1.elapsed_ms_since(t0);
+      });
     steps_.agree();
   } catch (...) {
     plan_ = nullptr;
@@ -151,7 +152,50 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
   plan_ = nullptr;
   steps_.begin(nullptr);
   g_ = nullptr;
+}
+
+std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features) {
+  const RowLayout& layout = plan.row_layout();
+  collectively(plan.comm(), [&] {
+    if (static_cast<index_t>(slot_features.size()) != layout.rows * cfg_.c_in)
+      throw Error(ErrorCode::internal, "bsa (device, plan): slot features of the wrong size");
+  });
+  std::vector<float> result(static_cast<std::size_t>(layout.rows * cfg_.c_hidden));
+  run_on_plan(
+      plan, [&] { steps_.run([&] { upload(g_->features, slot_features); }); },
+      [&] {
+        steps_.run([&] {
+          if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
+        });
+      },
+      true);
   return result;
+}
+
+void BsaCudaForward::forward_plan_rows(BsaPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) {
+  const int cin = cfg_.c_in, D = cfg_.c_hidden;
+  const ExchangePlan& to_slots = plan.trees().tree.plan.exchange();
+  // The rows to the rank's block (c_in values) and its slots, the layers, the slots' rows back to the
+  // block and to the caller's rows: every move an exchange on device rows.
+  run_on_plan(
+      plan,
+      [&] {
+        steps_.run([&] {
+          const auto block = static_cast<std::size_t>(plan.block_rows() * std::max(cin, D));
+          g_->block.resize(std::max<std::size_t>(1, block), device_);
+          g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(g_->rows * cin)), device_);
+        });
+        steps_.agree();
+        plan.to_block(rows, ld, g_->block.data(), cin, cin, place());
+        to_slots.forward(g_->block.data(), cin, g_->features.data(), cin, cin, place());
+      },
+      [&] {
+        steps_.agree();
+        to_slots.backward(g_->x.data(), D, g_->block.data(), D, D, place());
+        plan.to_solver(g_->block.data(), D, out, ld_out, D, place());
+      },
+      false);
+  forward_ms_ = 0.0;
 }
 
 }  // namespace surrogate::bsa::detail

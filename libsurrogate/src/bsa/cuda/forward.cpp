@@ -339,6 +339,35 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
   return result;
 }
 
+void BsaCudaForward::forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch, const float* rows, index_t ld,
+                                  float* out, index_t ld_out) {
+  if (batch == nullptr) return forward_plan_rows(plan, rows, ld, out, ld_out);
+  auto* geometry = dynamic_cast<Geometry*>(batch);
+  if (geometry == nullptr || geometry->device() != device_ || geometry->on_plan)
+    throw Error(ErrorCode::invalid_argument, "bsa: the geometry was not uploaded by this device forward");
+  const int cin = cfg_.c_in, D = cfg_.c_hidden;
+  const index_t points = geometry->points;
+  g_ = geometry;
+  plan_ = nullptr;
+  steps_.begin(nullptr);
+  try {
+    cu::DeviceGuard guard(device_);
+    const Place place{device_, stream_.get(), &plan.comm().device_transport(device_)};
+    g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cin)), device_);
+    plan.to_block(rows, ld, g_->features.data(), cin, cin, place);  // the batch in canonical order
+    const auto dev = ops::Place::device;
+    run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
+    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
+                                                  {g_->out.data(), D, points, D, dev}});
+    plan.to_solver(g_->out.data(), D, out, ld_out, D, place);
+    forward_ms_ = 0.0;
+  } catch (...) {
+    g_ = nullptr;
+    surrogate::detail::raise_current_cuda_error("bsa", device_);
+  }
+  g_ = nullptr;
+}
+
 std::unique_ptr<BsaDeviceForward> make_bsa_cuda_forward(const Network& net, int device) {
   try {
     return std::make_unique<BsaCudaForward>(net, device);

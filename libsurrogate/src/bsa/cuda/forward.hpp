@@ -43,6 +43,7 @@ struct Geometry final : balltree::DeviceGeometry {
   // Work arrays.
   cu::DeviceBuffer<float> features, e, x, residual, xr, h, u, o, local, coarse, fine, gates, a1, a2, out;
   cu::DeviceBuffer<float> kc, vc, qc, mlp_in, mlp_hidden, kc_all, vc_all, fetched;
+  cu::DeviceBuffer<float> block;  // forward_rows on a plan: the rank's block rows (c_in, then c_hidden values)
   cu::DeviceBuffer<std::int32_t> sel;
   cu::DeviceBuffer<std::int64_t> first_row;
   std::vector<std::int32_t> sel_host;     // a plan's selection on the host (the blocks to fetch)
@@ -60,6 +61,9 @@ class BsaCudaForward final : public BsaDeviceForward {
                                                             const balltree::Batch& batch) override;
   std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features) override;
   std::vector<float> forward(BsaPlan& plan, std::span<const float> slot_features) override;
+  void forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch, const float* rows, index_t ld, float* out,
+                    index_t ld_out) override;
+  void* stream() const override { return stream_.get(); }
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
 
@@ -89,6 +93,13 @@ class BsaCudaForward final : public BsaDeviceForward {
 
   // distributed.cpp: a plan's slots and what crosses ranks (the plan's exchanges on device rows).
   void set_plan_geometry(Geometry& geometry, const BsaPlan& plan);
+  /// The layers on the plan's slots (its geometry uploaded by the first call, kept in the plan): `load`
+  /// fills g_->features (slots x c_in), `store` takes g_->x (slots x c_hidden); with `timed`, CUDA events
+  /// around the whole, read by waiting for the device. Collective; errors agreed.
+  template <class Load, class Store>
+  void run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool timed);
+  /// forward_rows on the plan's slots: the rows to the block and the slots, and back, on the device.
+  void forward_plan_rows(BsaPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out);
   /// g_->kc_all / vc_all = the batch's compressed K/V (the plan's all-gather).
   void gather_compressed();
   /// The token K/V rows of the blocks that the partial segments selected, fetched from their owners into

@@ -53,10 +53,19 @@ class ErwinDeviceForward {
   /// first call and kept in the plan (BallTreePlan::device_geometry). Collective; errors (NaN/Inf
   /// features, device errors on any rank) are agreed.
   virtual std::vector<float> forward(ErwinPlan& plan, std::span<const float> block_features) = 0;
+  /// The same on the caller's working rows in this device's memory (predict_device): `rows` (the plan's
+  /// solver rows, c_in values at stride ld) reach the block and the result (c_hidden[0] values at stride
+  /// ld_out) comes back into `out` through the plan's exchanges on device rows. Enqueued on stream();
+  /// nothing waits for the device, and only what a staged transport moves crosses the host. The rows'
+  /// finiteness is the caller's check (predict_device counts it on the device). Collective; errors agreed.
+  virtual void forward_rows(ErwinPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) = 0;
+  /// The stream (a cudaStream_t) every forward enqueues on.
+  virtual void* stream() const = 0;
 
   /// Device milliseconds of the last forward from the features' upload to the result's download (CUDA
-  /// events), and of the geometry upload of the last call (upload_geometry, or a plan forward that uploaded
-  /// its plan's geometry; 0 after a forward that uploaded none).
+  /// events; 0 after forward_rows, which does not wait to read them), and of the geometry upload of the
+  /// last call (upload_geometry, or a plan forward that uploaded its plan's geometry; 0 after a forward
+  /// that uploaded none).
   virtual double last_forward_ms() const = 0;
   virtual double last_geometry_ms() const = 0;
 };

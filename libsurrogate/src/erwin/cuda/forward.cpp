@@ -178,7 +178,33 @@ std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const fl
   if (static_cast<index_t>(block_features.size()) != plan.block_rows() * cfg_.c_in)
     throw Error(ErrorCode::internal, "erwin (plan, device): block features of the wrong size");
   collectively(plan.comm(), [&] { Stages::check_features(*net_, block_features, plan.block_begin()); });
-  // The plan's geometry on this device: uploaded by the first forward there, kept in the plan.
+  Geometry& geometry = plan_geometry(plan);
+  try {
+    return run(geometry, block_features);
+  } catch (...) {
+    // A failed forward may leave the work arrays half written: the next one uploads again.
+    plan.device_geometry().reset();
+    throw;
+  }
+}
+
+void ErwinCudaForward::forward_rows(ErwinPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) {
+  Geometry& geometry = plan_geometry(plan);
+  const int D0 = cfg_.c_hidden[0];
+  const Place place{device_, stream_.get(), &plan.comm().device_transport(device_)};
+  try {
+    run(
+        geometry,
+        [&] { move([&] { plan.to_block(rows, ld, g_->features.data(), cfg_.c_in, cfg_.c_in, place); }); },
+        [&] { move([&] { plan.to_solver(g_->out.data(), D0, out, ld_out, D0, place); }); }, false);
+    forward_ms_ = 0.0;
+  } catch (...) {
+    plan.device_geometry().reset();
+    throw;
+  }
+}
+
+Geometry& ErwinCudaForward::plan_geometry(ErwinPlan& plan) {
   std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
   geometry_ms_ = 0.0;
   if (!kept || kept->device() != device_) {
@@ -188,12 +214,7 @@ std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const fl
     upload_layout(*geometry);  // collective, errors agreed
     kept = std::move(geometry);
   }
-  try {
-    return run(static_cast<Geometry&>(*kept), block_features);
-  } catch (...) {
-    kept.reset();  // a failed forward may leave the work arrays half written: the next one uploads again
-    throw;
-  }
+  return static_cast<Geometry&>(*kept);
 }
 
 void ErwinCudaForward::upload_layout(Geometry& geometry) {
@@ -223,19 +244,31 @@ void ErwinCudaForward::upload_layout(Geometry& geometry) {
 }
 
 std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const float> features) {
+  std::vector<float> result(static_cast<std::size_t>(geometry.layout->points() * cfg_.c_hidden[0]));
+  run(
+      geometry, [&] { steps_.run([&] { upload(g_->features, features); }); },
+      [&] {
+        steps_.run([&] { cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get()); });
+      },
+      true);
+  return result;
+}
+
+template <class Load, class Store>
+void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool timed) {
   const int D0 = cfg_.c_hidden[0];
   g_ = &geometry;
   steps_.begin(geometry.layout->comm());
   try {
     std::optional<cu::Event> t0, t1;
     const index_t n = g_->layout->points();
-    std::vector<float> result(static_cast<std::size_t>(n * D0));
-    steps_.run([&] {
-      t0.emplace(device_);
-      t1.emplace(device_);
-      t0->record(stream_.get());
-      upload(g_->features, features);
-    });
+    if (timed)
+      steps_.run([&] {
+        t0.emplace(device_);
+        t1.emplace(device_);
+        t0->record(stream_.get());
+      });
+    load();
     DeviceExec exec(*this);
     program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, ops::Place::device},
                    {g_->h.data(), D0, n, D0, ops::Place::device});
@@ -244,15 +277,15 @@ std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const flo
     move([&] { g_->layout->to_slots(g_->h.data(), D0, level0.x.data(), D0, D0, stream_); });
     program::levels(exec);
     move([&] { g_->layout->to_points(level0.x.data(), D0, g_->out.data(), D0, D0, stream_); });
-    steps_.run([&] {
-      cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
-      t1->record(stream_.get());
-      stream_.synchronize();
-      forward_ms_ = t1->elapsed_ms_since(*t0);
-    });
+    store();
+    if (timed)
+      steps_.run([&] {
+        t1->record(stream_.get());
+        stream_.synchronize();
+        forward_ms_ = t1->elapsed_ms_since(*t0);
+      });
     steps_.agree();
     g_ = nullptr;
-    return result;
   } catch (...) {
     g_ = nullptr;
     raise_current(device_);

@@ -68,6 +68,8 @@ class ErwinCudaForward final : public ErwinDeviceForward {
                                                             std::span<const std::int64_t> edge_index) override;
   std::vector<float> forward(balltree::DeviceGeometry& geometry, std::span<const float> features) override;
   std::vector<float> forward(ErwinPlan& plan, std::span<const float> block_features) override;
+  void forward_rows(ErwinPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) override;
+  void* stream() const override { return stream_.get(); }
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
   void set_precision(Precision precision) override {
@@ -91,8 +93,15 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   void upload_layout(Geometry& geometry);
   /// upload_layout()'s launches and host arithmetic (geometry.cpp).
   void set_geometry(Geometry& geometry);
+  /// The plan's geometry on this device: uploaded by the first forward there (collective, errors agreed),
+  /// kept in the plan.
+  Geometry& plan_geometry(ErwinPlan& plan);
   /// The whole forward on an uploaded geometry: features (points x c_in, host) -> points x c_hidden[0].
   std::vector<float> run(Geometry& geometry, std::span<const float> features);
+  /// The same between device rows: `load` fills the geometry's features and `store` takes its result, each
+  /// a step or a move; with `timed`, CUDA events around the whole, read by waiting for the device.
+  template <class Load, class Store>
+  void run(Geometry& geometry, Load&& load, Store&& store, bool timed);
 
   const Network* net_;
   Config cfg_;

@@ -1,6 +1,7 @@
 // Sequoia's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
 // detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and neighbour lists built on
-// the host as for the CPU forward, every layer on the device. share/docs/sequoia.md, "On a CUDA device".
+// the host as for the CPU forward (uploaded once per plan), every layer on the device, from and to host or
+// device rows. share/docs/sequoia.md, "On a CUDA device".
 #pragma once
 
 #include <cstdint>
@@ -24,6 +25,17 @@ class DeviceForward {
   /// keeps the hierarchy's arrays it uploaded for it and uploads only the features; 0 uploads everything.
   virtual std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                      const float* sample_features, std::uint64_t geometry = 0) = 0;
+  /// The same for a segmentation model on rows in this device's memory (predict_device): `features` (the
+  /// share's points x c, row stride c) -> `out` (the share's points x n_part, row stride n_part), enqueued
+  /// on stream(); nothing waits for the device but a split share's moves through a staged transport.
+  virtual void forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                            const float* sample_features, std::uint64_t geometry, float* out) = 0;
+  /// Device arrays for forward_rows of at least `rows` rows of c (input_rows) and n_part (output_rows)
+  /// values, kept by the forward (grown, never shrunk; valid until the next call).
+  virtual float* input_rows(std::int64_t rows) = 0;
+  virtual float* output_rows(std::int64_t rows) = 0;
+  /// The stream (a cudaStream_t) every forward enqueues on.
+  virtual void* stream() const = 0;
 };
 
 /// Uploads the network's weights to CUDA device `device` (or the emulated device). Throws

@@ -1,7 +1,8 @@
 // Sequoia's float32 forward on a CUDA device (device.hpp): program.hpp's stages, the CPU forward's program,
-// on device arrays through CudaOps (ops/cuda_ops.hpp: one launch per layer over all rows of a stage). The
-// hierarchy's positions and key lists are built on the host as for the CPU and uploaded per forward; the
-// classification head's means and its small layers run on the host (program.cpp).
+// on device arrays through CudaOps (ops/cuda_ops.hpp: one launch per layer over all rows of a stage), from
+// and to host rows or device rows. The hierarchy's positions and key lists are built on the host as for the
+// CPU and uploaded once per plan; the classification head's means and its small layers run on the host
+// (program.cpp).
 // share/docs/sequoia.md, "On a CUDA device".
 #include "device.hpp"
 
@@ -66,8 +67,25 @@ class CudaForward final : public DeviceForward {
   int device() const override { return device_; }
   std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                              const float* sample_features, std::uint64_t geometry) override;
+  void forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                    const float* sample_features, std::uint64_t geometry, float* out) override;
+  float* input_rows(std::int64_t rows) override { return rows_of(in_rows_, rows, cfg_.c); }
+  float* output_rows(std::int64_t rows) override { return rows_of(out_rows_, rows, cfg_.n_part); }
+  void* stream() const override { return stream_.get(); }
 
  private:
+  float* rows_of(cu::DeviceBuffer<float>& b, std::int64_t rows, int width) {
+    try {
+      const cu::DeviceGuard guard(device_);
+      return sized(b, static_cast<std::size_t>(rows) * static_cast<std::size_t>(width), device_);
+    } catch (...) {
+      surrogate::detail::raise_current_cuda_error("sequoia", device_);
+    }
+  }
+  /// forward() or (`out` not null) forward_rows().
+  std::vector<float> run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                         const float* sample_features, std::uint64_t geometry, float* out);
+
   friend class DeviceExec;
   const Network::Impl* net_;
   Config cfg_;
@@ -82,6 +100,7 @@ class CudaForward final : public DeviceForward {
   std::vector<Lists> parents_, children_, siblings_, pool_;
   Lists conv_;
   cu::DeviceBuffer<float> pos1_, features_, classes_;
+  cu::DeviceBuffer<float> in_rows_, out_rows_;  // forward_rows' arrays (input_rows, output_rows)
   cu::DeviceBuffer<std::int64_t> voxels_, batch_;
   cu::DeviceBuffer<double> scratch_;
 };
@@ -107,10 +126,11 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
+  /// `features`: host rows, or with `out` (the segmentation head's rows go there) device rows.
   DeviceExec(CudaForward& f, const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-             const float* sample_features, std::uint64_t geometry)
+             const float* sample_features, std::uint64_t geometry, float* out)
       : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features), geometry_(geometry),
-        ops_(f.weights_.data(), f.stream_.get()), work_(f.work_, f.device_) {
+        out_(out), ops_(f.weights_.data(), f.stream_.get()), work_(f.work_, f.device_) {
     ops_.tree_scratch = &f.scratch_;
     ops_.scratch_device = f.device_;
     f.arrays_.resize(static_cast<std::size_t>(Array::count) * static_cast<std::size_t>(f.cfg_.levels()));
@@ -162,6 +182,11 @@ class DeviceExec {
     cu::synchronize(f_.stream_.get());
     return v;
   }
+  std::vector<float> result(const DeviceRows& r) const {
+    if (out_ == nullptr) return host_values(r);
+    if (r.rows > 0) ops_.copy({r, nullptr, {out_, r.width, r.rows, r.width, ops::Place::device}});
+    return {};
+  }
 
  private:
   Place place() const { return Place{f_.device_, f_.stream_.get(), &comm_.device_transport(f_.device_)}; }
@@ -173,6 +198,7 @@ class DeviceExec {
   const float* features_;
   const float* sample_features_;
   std::uint64_t geometry_;
+  float* out_;
   CudaOps ops_;
   DeviceWork work_;
   program::Geometry g_;
@@ -229,9 +255,13 @@ void DeviceExec::prepare() {
     g_.siblings.push_back(f_.siblings_[si].rows());
     g_.pool.push_back(f_.pool_[si].rows());
   }
-  sized(f_.features_, static_cast<std::size_t>(ne * c.c), device);
-  if (n0 > 0) cu::copy_to_device(f_.features_.data(), features_, static_cast<std::size_t>(n0 * c.c) * sizeof(float), st);
-  g_.features = dev(f_.features_.data(), c.c, seg ? n0 : ne);
+  if (out_ != nullptr && seg) {  // device rows: read where they are
+    g_.features = dev(features_, c.c, n0);
+  } else {
+    sized(f_.features_, static_cast<std::size_t>(ne * c.c), device);
+    if (n0 > 0) cu::copy_to_device(f_.features_.data(), features_, static_cast<std::size_t>(n0 * c.c) * sizeof(float), st);
+    g_.features = dev(f_.features_.data(), c.c, seg ? n0 : ne);
+  }
   if (!seg) {
     g_.conv = f_.conv_.rows();
   } else if (c.n_class > 0) {
@@ -260,9 +290,21 @@ CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cf
 
 std::vector<float> CudaForward::forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                         const float* sample_features, std::uint64_t geometry) {
+  return run(comm, s, h, features, sample_features, geometry, nullptr);
+}
+
+void CudaForward::forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                               const float* sample_features, std::uint64_t geometry, float* out) {
+  if (cfg_.kind != Config::Kind::segmentation)
+    throw Error(ErrorCode::internal, "sequoia (device rows): a classification model has per-sample outputs");
+  run(comm, s, h, features, sample_features, geometry, out);
+}
+
+std::vector<float> CudaForward::run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                                    const float* sample_features, std::uint64_t geometry, float* out) {
   try {
     const cu::DeviceGuard guard(device_);
-    DeviceExec exec(*this, comm, s, h, features, sample_features, geometry);
+    DeviceExec exec(*this, comm, s, h, features, sample_features, geometry, out);
     std::vector<float> result = program::forward(exec);
     uploaded_ = geometry;  // the arrays are complete: the next forward on this geometry keeps them
     return result;
