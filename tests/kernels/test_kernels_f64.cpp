@@ -79,40 +79,41 @@ TEST(KernelF64, ExpDoubleMeetsItsStatedBound) {
 // their block: the same row computed alone gives the same bits.
 TEST(KernelF64, LinearF64MatchesNaiveReference) {
   std::mt19937 gen(3);
-  std::normal_distribution<double> dist(0.0, 1.0);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
   for (const k::CpuKernels* t : tables())
-    for (const auto [rows, in, out] : {std::array{37, 24, 24}, std::array{9, 15, 192}, std::array{5, 256, 12}}) {
-      const int ldw = (out + 7) / 8 * 8, ldx = in + 3, ldy = out + 5;
-      std::vector<double> wt(static_cast<std::size_t>(in * ldw), 0.0), b(static_cast<std::size_t>(ldw), 0.0),
-          x(static_cast<std::size_t>(rows * ldx)), y(static_cast<std::size_t>(rows * ldy), -7.0);
-      for (int i = 0; i < in; ++i)
-        for (int o = 0; o < out; ++o) wt[static_cast<std::size_t>(i * ldw + o)] = dist(gen);
-      for (int o = 0; o < out; ++o) b[static_cast<std::size_t>(o)] = dist(gen);
-      for (auto& v : x) v = dist(gen);
-      t->linear_f64({wt.data(), ldw, b.data(), in, out, x.data(), ldx, y.data(), ldy, rows});
-      for (int r = 0; r < rows; ++r) {
-        for (int o = 0; o < out; ++o) {
-          long double s = 0, mag = 0;
-          for (int i = 0; i < in; ++i) {
-            const long double p = static_cast<long double>(x[static_cast<std::size_t>(r * ldx + i)]) *
-                                  wt[static_cast<std::size_t>(i * ldw + o)];
-            s += p;
-            mag += std::fabs(p);
+    for (const auto [rows, in, out] : {std::array{37, 24, 24}, std::array{9, 15, 192}, std::array{5, 256, 12}})
+      for (const bool with_bias : {true, false}) {
+        const int ldx = in + 3, ldy = out + 5;
+        std::vector<float> w(static_cast<std::size_t>(out * in)), b(static_cast<std::size_t>(out));
+        std::vector<double> x(static_cast<std::size_t>(rows * ldx)), y(static_cast<std::size_t>(rows * ldy), -7.0);
+        for (auto& v : w) v = dist(gen);
+        for (auto& v : b) v = dist(gen);
+        for (auto& v : x) v = dist(gen);
+        const k::PackedLinear layer(w.data(), with_bias ? b.data() : nullptr, out, in);
+        t->linear_f64({&layer, x.data(), ldx, y.data(), ldy, rows});
+        for (int r = 0; r < rows; ++r) {
+          for (int o = 0; o < out; ++o) {
+            long double s = 0, mag = 0;
+            for (int i = 0; i < in; ++i) {
+              const long double p = static_cast<long double>(x[static_cast<std::size_t>(r * ldx + i)]) *
+                                    w[static_cast<std::size_t>(o * in + i)];
+              s += p;
+              mag += std::fabs(p);
+            }
+            const long double ref = s + (with_bias ? b[static_cast<std::size_t>(o)] : 0.0f);
+            const double tol = static_cast<double>((in + 1) * u * mag + u * std::fabs(ref));
+            ASSERT_NEAR(y[static_cast<std::size_t>(r * ldy + o)], static_cast<double>(ref), tol)
+                << k::to_string(t->isa) << " r " << r << " o " << o;
           }
-          const long double ref = s + b[static_cast<std::size_t>(o)];
-          const double tol = static_cast<double>((in + 1) * u * mag + u * std::fabs(ref));
-          ASSERT_NEAR(y[static_cast<std::size_t>(r * ldy + o)], static_cast<double>(ref), tol)
-              << k::to_string(t->isa) << " r " << r << " o " << o;
+          for (int o = out; o < ldy; ++o) ASSERT_EQ(y[static_cast<std::size_t>(r * ldy + o)], -7.0);  // untouched
         }
-        for (int o = out; o < ldy; ++o) ASSERT_EQ(y[static_cast<std::size_t>(r * ldy + o)], -7.0);  // untouched
+        std::vector<double> alone(static_cast<std::size_t>(out));
+        const int r = rows - 1;
+        t->linear_f64({&layer, x.data() + r * ldx, ldx, alone.data(), out, 1});
+        for (int o = 0; o < out; ++o)
+          EXPECT_EQ(std::bit_cast<std::uint64_t>(alone[static_cast<std::size_t>(o)]),
+                    std::bit_cast<std::uint64_t>(y[static_cast<std::size_t>(r * ldy + o)]));
       }
-      std::vector<double> alone(static_cast<std::size_t>(out));
-      const int r = rows - 1;
-      t->linear_f64({wt.data(), ldw, b.data(), in, out, x.data() + r * ldx, ldx, alone.data(), out, 1});
-      for (int o = 0; o < out; ++o)
-        EXPECT_EQ(std::bit_cast<std::uint64_t>(alone[static_cast<std::size_t>(o)]),
-                  std::bit_cast<std::uint64_t>(y[static_cast<std::size_t>(r * ldy + o)]));
-    }
 }
 
 }  // namespace

@@ -1,5 +1,6 @@
-// Dense layer y = x W^T (+ b) in float64 (CpuKernels::linear_f64): R rows times NV vectors of output
-// channels accumulated in registers while i runs over the inputs in ascending order, the bias added last.
+// Dense layer y = x W^T (+ b) in float64 (CpuKernels::linear_f64) on a PackedLinear's float W^T and bias,
+// widened exactly as they are loaded: R rows times NV vectors of output channels accumulated in registers
+// while i runs over the inputs in ascending order, the bias added last.
 // Each output is one chain of FMAs per lane, so its bits do not depend on the blocking of rows.
 #pragma once
 
@@ -19,11 +20,13 @@ inline void linear_f64_block(const LinearF64Args& a, index_t r0, int j0) {
   for (int r = 0; r < R; ++r)
 #pragma GCC unroll 8
     for (int j = 0; j < NV; ++j) acc[r][j] = splatd(0.0);
-  for (int i = 0; i < a.in; ++i) {
-    const double* wi = a.wt + static_cast<index_t>(i) * a.ldw + j0;
+  const PackedLinear& l = *a.layer;
+  const float* bias = l.has_bias() ? l.bias() : nullptr;
+  for (int i = 0; i < l.in(); ++i) {
+    const float* wi = l.wt() + static_cast<index_t>(i) * l.out_pad() + j0;
     vd w[NV];
 #pragma GCC unroll 8
-    for (int j = 0; j < NV; ++j) w[j] = loadd(wi + j * WD);
+    for (int j = 0; j < NV; ++j) w[j] = load_widened(wi + j * WD);
 #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) {
       const vd xb = splatd(xr[r][i]);
@@ -36,13 +39,13 @@ inline void linear_f64_block(const LinearF64Args& a, index_t r0, int j0) {
     for (int j = 0; j < NV; ++j) {
       const int col = j0 + j * WD;
       vd v = acc[r][j];
-      if (a.bias) v += loadd(a.bias + col);
-      if (col + WD <= a.out) {
+      if (bias) v += load_widened(bias + col);
+      if (col + WD <= l.out()) {
         stored(y + col, v);
       } else {
         double lanes[WD];
         stored(lanes, v);
-        for (int c = col; c < a.out; ++c) y[c] = lanes[c - col];
+        for (int c = col; c < l.out(); ++c) y[c] = lanes[c - col];
       }
     }
   }
@@ -58,7 +61,7 @@ inline void linear_f64_columns(const LinearF64Args& a, int j0) {
 
 inline void linear_f64(const LinearF64Args& a) {
   constexpr int NV = kLinearVecs, step = NV * simd::WD;
-  const int vecs = (a.out + simd::WD - 1) / simd::WD;
+  const int vecs = (a.layer->out() + simd::WD - 1) / simd::WD;
   int j0 = 0;
   for (; j0 + step <= vecs * simd::WD; j0 += step) linear_f64_columns<NV>(a, j0);
   switch ((vecs * simd::WD - j0) / simd::WD) {

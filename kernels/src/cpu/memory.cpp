@@ -118,7 +118,11 @@ const std::uint16_t* PackedLinear::wt_bf16() const {
 }
 
 PackedLinear::PackedLinear(const float* weight, const float* bias, int out, int in)
-    : in_(in), out_(out), out_pad_(static_cast<int>(round_up(out, kPad))), bf16_(std::make_shared<Bf16Copy>()) {
+    : in_(in),
+      out_(out),
+      out_pad_(static_cast<int>(round_up(out, kPad))),
+      has_bias_(bias != nullptr),
+      bf16_(std::make_shared<Bf16Copy>()) {
   wt_.resize(static_cast<std::size_t>(std::max(in, 1)) * out_pad_);
   bias_.resize(out_pad_);
   for (int o = 0; o < out; ++o) {

@@ -28,6 +28,13 @@ inline vd loadd(const double* p) {
   return v;
 }
 inline void stored(double* p, vd v) { std::memcpy(p, &v, sizeof v); }
+/// WD floats widened to doubles (exactly).
+inline vd load_widened(const float* p) {
+  typedef float vf_lanes __attribute__((vector_size(WD * sizeof(float))));
+  vf_lanes v;
+  std::memcpy(&v, p, sizeof v);
+  return __builtin_convertvector(v, vd);
+}
 inline vl as_long(vd v) { return __builtin_bit_cast(vl, v); }
 inline vd as_double(vl v) { return __builtin_bit_cast(vd, v); }
 inline vd selectd(vl mask, vd a, vd b) { return mask ? a : b; }

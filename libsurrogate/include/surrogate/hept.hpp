@@ -12,6 +12,7 @@
 
 #include "surrogate/kernels/cpu.hpp"
 #include "surrogate/model_file.hpp"
+#include "surrogate/norm_layer.hpp"
 
 namespace surrogate::hept {
 
@@ -165,28 +166,21 @@ class Network {
     for (std::int64_t i = 0; i < rows * cfg_.out_dim(); ++i) out[i] = U(1) / (U(1) + std::exp(-out[i]));
   }
 
-  struct Linear {
-    int in = 0, out = 0, ldw = 0;
-    std::vector<T> wt, b;  // wt: in x ldw (the weight transposed; ldw = out rounded up to 8, zero columns)
-    kernels::PackedLinear packed;  // T = float: the same weights for the CPU kernels' dense layer
-  };
-  struct Norm {
-    std::vector<T> w, b;
-  };
   struct Layer {
-    Norm norm1, norm2;
-    Linear wq, wk, wv, out_linear, ff0, ff2;
+    NormLayer norm1, norm2;
+    kernels::PackedLinear wq, wk, wv, out_linear, ff0, ff2;
     std::vector<T> alpha;      // heads x hash_dim x n_hashes
     std::vector<T> rbf_scale;  // heads x coords_dim: sqrt(2 w')
   };
   // The weights, read by the device forward (hept/cuda): encoder(0|1), the blocks, the head's W, MLP
-  // layers 0..4 and norms 0..3, out_proj (in == 0 without it).
-  const Linear& encoder(int i) const { return i == 0 ? enc0_ : enc2_; }
+  // layers 0..4 and norms 0..3, out_proj (in() == 0 without it). The dense layers' float weights serve
+  // both arithmetics (fp64 widens them exactly).
+  const kernels::PackedLinear& encoder(int i) const { return i == 0 ? enc0_ : enc2_; }
   const std::vector<Layer>& layers() const { return layers_; }
-  const Linear& head() const { return W_; }
-  const Linear& mlp(int j) const { return mlp_[j]; }
-  const Norm& mlp_norm(int j) const { return mlp_norms_[j]; }
-  const Linear& out_proj() const { return out_proj_; }
+  const kernels::PackedLinear& head() const { return W_; }
+  const kernels::PackedLinear& mlp(int j) const { return mlp_[j]; }
+  const NormLayer& mlp_norm(int j) const { return mlp_norms_[j]; }
+  const kernels::PackedLinear& out_proj() const { return out_proj_; }
   /// Pileup: pids_enc.weight (kPidClasses x kPidEmbedding); empty otherwise.
   const std::vector<float>& particle_embedding() const { return pids_; }
 
@@ -194,10 +188,10 @@ class Network {
   Config cfg_;
   std::vector<float> regions_;  // n_hashes x 2 x heads
   std::vector<float> pids_;     // pileup: pids_enc.weight, kPidClasses x kPidEmbedding
-  Linear enc0_, enc2_, W_, out_proj_;
+  kernels::PackedLinear enc0_, enc2_, W_, out_proj_;
   std::vector<Layer> layers_;
-  Linear mlp_[5];
-  Norm mlp_norms_[4];
+  kernels::PackedLinear mlp_[5];
+  NormLayer mlp_norms_[4];
 };
 
 }  // namespace surrogate::hept

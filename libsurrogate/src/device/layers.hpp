@@ -16,6 +16,7 @@
 #include "surrogate/kernels/cuda_bsa_gate.hpp"  // row_map
 #include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/model.hpp"  // Precision
+#include "surrogate/norm_layer.hpp"
 
 namespace surrogate::device {
 
@@ -114,6 +115,13 @@ class WeightArena {
     n.rms = rms;
     n.eps = eps;
     return n;
+  }
+  /// A CPU norm layer's weights (and bias, LayerNorm) and its kind.
+  Norm append_norm(const NormLayer& layer) {
+    const auto dim = static_cast<std::size_t>(layer.dim());
+    std::span<const float> bias;  // none: RMSNorm
+    if (layer.bias() != nullptr) bias = {layer.bias(), dim};
+    return append_norm({layer.weight(), dim}, bias, layer.rms(), layer.eps());
   }
   /// Copies the arena to `device` (synchronously: the host image may be released afterwards).
   void upload(int device, cudaStream_t stream) {

@@ -33,37 +33,16 @@ constexpr int kGather = 32 / static_cast<int>(sizeof(T));
 // prefetching the next chunk's rows while the kernel ran was 10-16 % slower (benchmarks/RESULTS.md).
 constexpr std::int64_t kPrefetchRows = 32;
 
-template <class T>
-typename Network<T>::Linear linear(const ModelFile& file, const std::string& prefix, bool bias = true) {
-  typename Network<T>::Linear l;
+/// A Linear layer of the file (float weights: the float kernels use them packed, the float64 ones widen them).
+kernels::PackedLinear linear(const ModelFile& file, const std::string& prefix, bool bias = true) {
   const Tensor32& w = file.weight(prefix + ".weight");
-  l.out = static_cast<int>(w.shape[0]);
-  l.in = static_cast<int>(w.shape[1]);
-  l.ldw = (l.out + 7) / 8 * 8;
-  const auto ldw = static_cast<std::size_t>(l.ldw);
-  l.wt.assign(static_cast<std::size_t>(l.in) * ldw, T(0));
-  for (int o = 0; o < l.out; ++o)
-    for (int i = 0; i < l.in; ++i)
-      l.wt[static_cast<std::size_t>(i) * ldw + static_cast<std::size_t>(o)] =
-          static_cast<T>(w.values[static_cast<std::size_t>(o) * static_cast<std::size_t>(l.in) + static_cast<std::size_t>(i)]);
-  if (bias) {
-    const Tensor32& b = file.weight(prefix + ".bias");
-    l.b.assign(ldw, T(0));
-    std::copy(b.values.begin(), b.values.end(), l.b.begin());
-  }
-  if constexpr (std::is_same_v<T, float>)
-    l.packed = kernels::PackedLinear(w.values.data(), bias ? l.b.data() : nullptr, l.out, l.in);
-  return l;
+  return kernels::PackedLinear(w.values.data(), bias ? file.weight(prefix + ".bias").values.data() : nullptr,
+                               static_cast<int>(w.shape[0]), static_cast<int>(w.shape[1]));
 }
 
-template <class T>
-typename Network<T>::Norm norm(const ModelFile& file, const std::string& prefix) {
-  typename Network<T>::Norm n;
-  const Tensor32& w = file.weight(prefix + ".weight");
-  const Tensor32& b = file.weight(prefix + ".bias");
-  n.w.assign(w.values.begin(), w.values.end());
-  n.b.assign(b.values.begin(), b.values.end());
-  return n;
+/// A LayerNorm (eps 1e-5) of the file.
+NormLayer norm(const ModelFile& file, const std::string& prefix) {
+  return NormLayer(file, prefix, static_cast<int>(file.weight(prefix + ".weight").values.size()), false, 1e-5);
 }
 
 int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threads(); }
@@ -72,25 +51,25 @@ int thread_count(int threads) { return threads > 0 ? threads : omp_get_max_threa
 /// layer (float: linear, which writes the padded width; double: linear_f64, each output summed over the
 /// inputs in ascending order, then the bias).
 template <class T>
-void linear_rows(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+void linear_rows(const kernels::PackedLinear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
                  std::int64_t n) {
   if constexpr (std::is_same_v<T, float>) {
-    kernels::cpu().linear({.layer = &l.packed, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = n});
+    kernels::cpu().linear({.layer = &l, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = n});
   } else {
-    kernels::cpu().linear_f64({l.wt.data(), l.ldw, l.b.empty() ? nullptr : l.b.data(), l.in, l.out, x, ldx, y, ldy, n});
+    kernels::cpu().linear_f64({&l, x, ldx, y, ldy, n});
   }
 }
 
 /// y[n] = x[n] W^T (+ b) for `rows` rows (x at stride ldx, y at stride ldy), blocks of rows per thread (a
 /// row's bits do not depend on the blocks).
 template <class T>
-void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+void apply(const kernels::PackedLinear& l, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
            std::int64_t rows, int threads) {
   constexpr std::int64_t kRows = 256;
   if constexpr (std::is_same_v<T, float>) {
     // The kernel writes the padded width: straight into y when that is the width and y's stride.
-    const int pad = l.packed.out_pad();
-    const bool direct = l.out == pad && ldy == pad;
+    const int pad = l.out_pad();
+    const bool direct = l.out() == pad && ldy == pad;
 #pragma omp parallel num_threads(threads)
     {
       std::vector<float> block(direct ? 0 : static_cast<std::size_t>(kRows) * static_cast<std::size_t>(pad));
@@ -99,7 +78,7 @@ void apply(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, T
         const std::int64_t n = std::min(kRows, rows - r0);
         linear_rows<float>(l, x + r0 * ldx, ldx, direct ? y + r0 * ldy : block.data(), pad, n);
         for (std::int64_t r = 0; r < n && !direct; ++r)
-          std::copy(block.data() + r * pad, block.data() + r * pad + l.out, y + (r0 + r) * ldy);
+          std::copy(block.data() + r * pad, block.data() + r * pad + l.out(), y + (r0 + r) * ldy);
       }
     }
   } else {
@@ -128,11 +107,11 @@ void copy_row(const T* from, T* to, int n) {
 /// pass over a [n][heads * width] array. Rows of whole lines are copied whole (values past `width`
 /// undefined). Blocks are 64 rows.
 template <class T, class Finish, class FinishBlock>
-void apply_heads(const typename Network<T>::Linear& l, const T* x, std::int64_t ldx, int heads, int width, T* y,
+void apply_heads(const kernels::PackedLinear& l, const T* x, std::int64_t ldx, int heads, int width, T* y,
                  std::int64_t ldy, std::int64_t ldh, std::int64_t rows, int threads, const Finish& finish,
                  const FinishBlock& finish_block) {
   constexpr std::int64_t kRows = 64;  // (a block of 64 rows stays in L1 and below malloc's mmap threshold)
-  const int pad = std::is_same_v<T, float> ? l.packed.out_pad() : l.out;
+  const int pad = std::is_same_v<T, float> ? l.out_pad() : l.out();
 #pragma omp parallel num_threads(threads)
   {
     const int span = ldy % (64 / static_cast<int>(sizeof(T))) == 0 ? static_cast<int>(ldy) : width;
@@ -227,7 +206,7 @@ T* line_aligned(std::vector<T, A>& a, std::size_t n) {
 /// Eight rows at a time with their sums interleaved: eight independent chains of additions instead of one,
 /// each row's arithmetic unchanged (so a row's bits do not depend on the rows around it).
 template <class T>
-void layer_norm_rows(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+void layer_norm_rows(const NormLayer& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
                      std::int64_t first, std::int64_t count, int dim) {
   constexpr int R = 8;
   for (std::int64_t n0 = first; n0 < first + count; n0 += R) {
@@ -244,14 +223,14 @@ void layer_norm_rows(const typename Network<T>::Norm& nm, const T* x, std::int64
       const T inv = T(1) / std::sqrt(var[u] / static_cast<T>(dim) + T(1e-5));
       for (int c = 0; c < dim; ++c)
         y[(n0 + u) * ldy + c] =
-            (xr[u][c] - mean[u]) * inv * nm.w[static_cast<std::size_t>(c)] + nm.b[static_cast<std::size_t>(c)];
+            (xr[u][c] - mean[u]) * inv * static_cast<T>(nm.weight()[c]) + static_cast<T>(nm.bias()[c]);
     }
   }
 }
 
 /// layer_norm_rows over `rows` rows, blocks of them per thread.
 template <class T>
-void layer_norm(const typename Network<T>::Norm& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
+void layer_norm(const NormLayer& nm, const T* x, std::int64_t ldx, T* y, std::int64_t ldy,
                 std::int64_t rows, int dim, int threads) {
   constexpr std::int64_t kRows = 64;
 #pragma omp parallel for num_threads(threads) schedule(static)
@@ -280,20 +259,20 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
                                           std::to_string(i) + ": region counts must be positive (and at least "
                                           "1e-38, so that 1 / regions is finite)");
   regions_ = regions.values;
-  enc0_ = linear<T>(file, "feat_encoder.0");
-  enc2_ = linear<T>(file, "feat_encoder.2");
+  enc0_ = linear(file, "feat_encoder.0");
+  enc2_ = linear(file, "feat_encoder.2");
   const int H = cfg.num_heads, D = cfg.h_dim, K = cfg.num_w_per_dist, cd = cfg.coords_dim;
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "attns." + std::to_string(l) + ".";
     Layer layer;
-    layer.norm1 = norm<T>(file, p + "norm1");
-    layer.norm2 = norm<T>(file, p + "norm2");
-    layer.wq = linear<T>(file, p + "w_q", false);
-    layer.wk = linear<T>(file, p + "w_k", false);
-    layer.wv = linear<T>(file, p + "w_v", false);
-    layer.out_linear = linear<T>(file, p + "attn.out_linear");
-    layer.ff0 = linear<T>(file, p + "ff.0");
-    layer.ff2 = linear<T>(file, p + "ff.2");
+    layer.norm1 = norm(file, p + "norm1");
+    layer.norm2 = norm(file, p + "norm2");
+    layer.wq = linear(file, p + "w_q", false);
+    layer.wk = linear(file, p + "w_k", false);
+    layer.wv = linear(file, p + "w_v", false);
+    layer.out_linear = linear(file, p + "attn.out_linear");
+    layer.ff0 = linear(file, p + "ff.0");
+    layer.ff2 = linear(file, p + "ff.2");
     const Tensor32& alpha = file.weight(p + "attn.e2lsh.alpha");
     layer.alpha.assign(alpha.values.begin(), alpha.values.end());
     // RBF weights from w_rpe.weight viewed [h][d][r][k]: w[h][r] = sum_k exp(min(sum_d w, 50)); eta and phi
@@ -319,10 +298,10 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
             std::sqrt(T(2) * w[static_cast<std::size_t>(h * (cd - 1) + std::max(0, t - 1))]);
     layers_.push_back(std::move(layer));
   }
-  W_ = linear<T>(file, "W", false);
-  for (int j = 0; j < 5; ++j) mlp_[j] = linear<T>(file, "mlp_out.lins." + std::to_string(j));
-  for (int j = 0; j < 4; ++j) mlp_norms_[j] = norm<T>(file, "mlp_out.norms." + std::to_string(j));
-  if (cfg.num_classes > 0) out_proj_ = linear<T>(file, "out_proj");
+  W_ = linear(file, "W", false);
+  for (int j = 0; j < 5; ++j) mlp_[j] = linear(file, "mlp_out.lins." + std::to_string(j));
+  for (int j = 0; j < 4; ++j) mlp_norms_[j] = norm(file, "mlp_out.norms." + std::to_string(j));
+  if (cfg.num_classes > 0) out_proj_ = linear(file, "out_proj");
   if (cfg.task == Config::Task::pileup) pids_ = file.weight("pids_enc.weight").values;
 }
 
@@ -384,8 +363,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   // and output rows (ld_ff).
   constexpr std::int64_t kAttnRows = 64;
   const bool packed = std::is_same_v<T, float> && L > 0;
-  const int ld_out = packed ? layers_[0].out_linear.packed.out_pad() : D;
-  const int ld_ff = packed ? std::max(layers_[0].ff0.packed.out_pad(), layers_[0].ff2.packed.out_pad()) : D;
+  const int ld_out = packed ? layers_[0].out_linear.out_pad() : D;
+  const int ld_ff = packed ? std::max(layers_[0].ff0.out_pad(), layers_[0].ff2.out_pad()) : D;
   const auto attn_tiles = static_cast<std::size_t>(kAttnRows * (HD + ld_out + D + 2 * ld_ff));
   auto& attn = sized(w.attn, attn_tiles * static_cast<std::size_t>(threads));
   auto &tnum = w.tnum, &tden = w.tden;  // split graphs: one table's sums
@@ -398,7 +377,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   for (int l = 0; l < L; ++l) {
     const Layer& layer = layers_[static_cast<std::size_t>(l)];
     T* e = cat.data() + static_cast<std::int64_t>(l) * D;
-    layer_norm<T>(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
+    layer_norm(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
     // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords] and v [h][n][D] from their dense layers, the
     // E2LSH projections P [c][h][n] on alpha [h][t][c] of each block of rows while it is in the cache.
     const auto coordinates = [&](int h, std::int64_t n, T* row) {
@@ -633,7 +612,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   auto& eh = sized(w.eh, npu * static_cast<std::size_t>(half));
   auto& res = sized(w.res, eh.size());
   apply<T>(W_, cat.data(), ldcat, eh.data(), half, np, threads);
-  const int last_pad = std::is_same_v<T, float> ? mlp_[4].packed.out_pad() : half;
+  const int last_pad = std::is_same_v<T, float> ? mlp_[4].out_pad() : half;
   const auto per_thread = static_cast<std::size_t>(kHeadRows * 256);
   auto &a = sized(w.a, per_thread * static_cast<std::size_t>(threads)), &b = sized(w.b, a.size());
 #pragma omp parallel num_threads(threads)

@@ -107,12 +107,7 @@ class CudaOps {
   struct Upload {
     device::WeightArena* arena;
     Dense operator()(const HostOps::Dense& l) const { return arena->append_dense(l); }
-    Norm operator()(const HostOps::Norm& n) const {
-      const auto dim = static_cast<std::size_t>(n.dim());
-      std::span<const float> bias;  // none: RMSNorm
-      if (n.bias() != nullptr) bias = {n.bias(), dim};
-      return arena->append_norm({n.weight(), dim}, bias, n.rms(), n.eps());
-    }
+    Norm operator()(const HostOps::Norm& n) const { return arena->append_norm(n); }
     Vector operator()(const HostOps::Vector& v) const {
       return v.empty() ? Vector{} : Vector{arena->append(v), v.size()};
     }

@@ -44,6 +44,8 @@ class PackedLinear {
   int out_pad() const noexcept { return out_pad_; }
   const float* wt() const noexcept { return wt_.data(); }
   const float* bias() const noexcept { return bias_.data(); }
+  /// Whether the layer was given a bias (without, bias() holds zeros, which the FP32 kernels add).
+  bool has_bias() const noexcept { return has_bias_; }
   /// W^T rounded to BF16 (nearest even) in pairs of inputs, the operand layout of TDPBF16PS and
   /// VDPBF16PS: element (k, o) at [(k / 2) * out_pad + o] * 2 + k % 2, in_bf16_pad() rows, rows from in()
   /// on zero. Built on the first call (thread-safe), so FP32-only users never pay for it.
@@ -54,6 +56,7 @@ class PackedLinear {
  private:
   struct Bf16Copy;
   int in_ = 0, out_ = 0, out_pad_ = 0;
+  bool has_bias_ = false;
   AlignedBuffer<float> wt_, bias_;
   std::shared_ptr<Bf16Copy> bf16_;  // created with the weights; packed on first use
 };
@@ -332,15 +335,11 @@ struct GaussianBucketArgsOf {
 using GaussianBucketArgs = GaussianBucketArgsOf<float>;
 using GaussianBucketArgs64 = GaussianBucketArgsOf<double>;
 
-/// y = x W^T (+ b) in float64 over `rows` rows: every output the sum over the inputs in ascending order
-/// (fused multiply-adds where the instruction set has them), then the bias. wt: W^T as [in][ldw], ldw a
-/// multiple of 8 and columns out..ldw-1 zero; bias: ldw values or nullptr. Only columns [0, out) of y are
-/// written; x must not alias y.
+/// y = x W^T (+ b) in float64 over `rows` rows of the layer's float weights (widened exactly): every output
+/// the sum over the inputs in ascending order (fused multiply-adds where the instruction set has them),
+/// then the bias when the layer has one. Only columns [0, out) of y are written; x must not alias y.
 struct LinearF64Args {
-  const double* wt = nullptr;
-  index_t ldw = 0;
-  const double* bias = nullptr;
-  int in = 0, out = 0;
+  const PackedLinear* layer = nullptr;
   const double* x = nullptr;
   index_t ldx = 0;
   double* y = nullptr;

@@ -82,7 +82,6 @@ class Forward {
   };
 
   // the weights (weights.cpp)
-  device::Norm add_norm(const NormLayer& norm);
   Mlp add_mlp(const ResidualMlp& mlp);
   /// One layer of the table, packed for the fused MLP kernel.
   void add_linear(const kernels::PackedLinear& layer, kernels::Activation act, bool add_input);

@@ -51,18 +51,18 @@ Forward::Forward(const Config& cfg, const Network& network, const Normalization&
   try {
     check_supported(cfg, device);
     in_proj_ = add_mlp(network.in_proj());
-    if (network.out_norm()) out_norm_ = add_norm(*network.out_norm());
+    if (network.out_norm()) out_norm_ = weights_.append_norm(*network.out_norm());
     out_mlp_ = add_mlp(network.out_mlp());
     for (const Network::Block& from : network.blocks()) {
       Block blk;
-      blk.norm1 = add_norm(from.norm1);
-      blk.norm2 = add_norm(from.norm2);
+      blk.norm1 = weights_.append_norm(from.norm1);
+      blk.norm2 = weights_.append_norm(from.norm2);
       blk.k_proj = add_mlp(from.k_proj);
       blk.v_proj = add_mlp(from.v_proj);
       blk.ffn = add_mlp(from.ffn);
       blk.out_proj = {static_cast<int>(layer_specs_.size()), 1, C_, C_, C_};
       add_linear(from.out_proj, kernels::Activation::none, false);
-      if (from.k_norm) blk.k_norm = add_norm(*from.k_norm);
+      if (from.k_norm) blk.k_norm = weights_.append_norm(*from.k_norm);
       blk.q = weights_.append(std::span<const float>(from.q.data(), from.q.size()), kAlignment);
       blocks_.push_back(blk);
     }
@@ -103,13 +103,6 @@ void Forward::upload(const Normalization& nf) {
   device::upload(layers_, std::span<const cu::MlpLayer>(table), device_, stream_.get());
   caller_ = std::make_unique<device::CallerRows>(nf, cfg_.in_dim, cfg_.out_dim, device_, stream_.get());
   stream_.synchronize();  // the host copies may go now
-}
-
-device::Norm Forward::add_norm(const NormLayer& norm) {
-  const auto dim = static_cast<std::size_t>(norm.dim());
-  std::span<const float> bias;  // none: RMSNorm
-  if (norm.bias() != nullptr) bias = {norm.bias(), dim};
-  return weights_.append_norm({norm.weight(), dim}, bias, norm.rms(), norm.eps());
 }
 
 void Forward::add_linear(const kernels::PackedLinear& layer, kernels::Activation act, bool add_input) {

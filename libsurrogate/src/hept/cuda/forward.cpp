@@ -112,10 +112,6 @@ class CudaForward final : public DeviceForward {
   cu::DeviceBuffer<std::int64_t> identity_;
 };
 
-Norm layer_norm(surrogate::device::WeightArena& w, const Network<float>::Norm& n) {
-  return w.append_norm(n.w, n.b, false, 1e-5f);
-}
-
 CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
   std::string why;
   const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
@@ -127,26 +123,26 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
     throw Error(ErrorCode::unsupported, "hept: the CUDA bucket attention takes widths up to " +
                                             std::to_string(cu::kMaxBucketWidth) + "; the model has h_dim " +
                                             std::to_string(cfg_.h_dim) + " and hash_dim " + std::to_string(cfg_.hash_dim()));
-  enc0_ = weights_.append_dense(net.encoder(0).packed);
-  enc2_ = weights_.append_dense(net.encoder(1).packed);
+  enc0_ = weights_.append_dense(net.encoder(0));
+  enc2_ = weights_.append_dense(net.encoder(1));
   for (const Network<float>::Layer& l : net.layers()) {
     Layer d;
-    d.norm1 = layer_norm(weights_, l.norm1);
-    d.norm2 = layer_norm(weights_, l.norm2);
-    d.wq = weights_.append_dense(l.wq.packed);
-    d.wk = weights_.append_dense(l.wk.packed);
-    d.wv = weights_.append_dense(l.wv.packed);
-    d.out_linear = weights_.append_dense(l.out_linear.packed);
-    d.ff0 = weights_.append_dense(l.ff0.packed);
-    d.ff2 = weights_.append_dense(l.ff2.packed);
+    d.norm1 = weights_.append_norm(l.norm1);
+    d.norm2 = weights_.append_norm(l.norm2);
+    d.wq = weights_.append_dense(l.wq);
+    d.wk = weights_.append_dense(l.wk);
+    d.wv = weights_.append_dense(l.wv);
+    d.out_linear = weights_.append_dense(l.out_linear);
+    d.ff0 = weights_.append_dense(l.ff0);
+    d.ff2 = weights_.append_dense(l.ff2);
     d.alpha = weights_.append(l.alpha);
     d.scale = weights_.append(l.rbf_scale);
     layers_.push_back(d);
   }
-  head_ = weights_.append_dense(net.head().packed);
-  for (int j = 0; j < 5; ++j) mlp_[j] = weights_.append_dense(net.mlp(j).packed);
-  for (int j = 0; j < 4; ++j) mlp_norms_[j] = layer_norm(weights_, net.mlp_norm(j));
-  if (cfg_.num_classes > 0) out_proj_ = weights_.append_dense(net.out_proj().packed);
+  head_ = weights_.append_dense(net.head());
+  for (int j = 0; j < 5; ++j) mlp_[j] = weights_.append_dense(net.mlp(j));
+  for (int j = 0; j < 4; ++j) mlp_norms_[j] = weights_.append_norm(net.mlp_norm(j));
+  if (cfg_.num_classes > 0) out_proj_ = weights_.append_dense(net.out_proj());
   if (cfg_.task == Config::Task::pileup) pids_ = weights_.append(net.particle_embedding());
   if (cfg_.layout == Config::Layout::src) {  // the key shifts' factors: ceil(R_phi) + 1 of each row
     const int H = cfg_.num_heads;
