@@ -62,6 +62,13 @@ struct Norm {
   float eps = 1e-5f;
 };
 
+/// A device array of at least n values (and at least one) on `device`, resized only when it must grow.
+template <class T>
+T* sized(kernels::cuda::DeviceBuffer<T>& b, std::int64_t n, int device) {
+  b.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)), device);
+  return b.data();
+}
+
 /// The weights of a model, collected on the host and uploaded once (one device allocation).
 class WeightArena {
  public:

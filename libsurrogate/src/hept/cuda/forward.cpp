@@ -34,12 +34,7 @@ using surrogate::device::Dense;
 using surrogate::device::Norm;
 using kernels::index_t;
 
-/// A device array of at least n values (grown, never shrunk).
-template <class T>
-T* sized(cu::DeviceBuffer<T>& b, std::size_t n, int device) {
-  b.resize(std::max<std::size_t>(n, 1), device);
-  return b.data();
-}
+using surrogate::device::sized;
 
 class CudaForward final : public DeviceForward {
  public:

@@ -19,13 +19,8 @@ namespace surrogate::hept::gpu {
 namespace {
 
 namespace cu = kernels::cuda;
+using surrogate::device::sized;
 using surrogate::device::upload;
-
-template <class T>
-T* sized(cu::DeviceBuffer<T>& b, std::int64_t n, int device) {
-  b.resize(static_cast<std::size_t>(std::max<std::int64_t>(n, 1)), device);
-  return b.data();
-}
 
 template <class T>
 std::vector<T> download_array(const cu::DeviceBuffer<T>& b, std::int64_t n, cudaStream_t stream) {

@@ -32,12 +32,7 @@ using program::Slot;
 using surrogate::device::upload;
 using DeviceRows = ops::Rows;
 
-/// A device array of at least n values (grown, never shrunk).
-template <class T>
-T* sized(cu::DeviceBuffer<T>& b, std::size_t n, int device) {
-  b.resize(std::max<std::size_t>(n, 1), device);
-  return b.data();
-}
+using surrogate::device::sized;
 
 /// Key lists on the device.
 struct Lists {
