@@ -99,8 +99,13 @@ class BsaModel final : public PointCloudModel {
     const bool on_device = options.cuda_device >= 0;
     if (on_device) use_device(comm, options);
     if (io.on_device) {  // predict_device's rows: to the network's rows and back, all on the device
-      device_->forward_rows(plan, comm.size() == 1 ? &batch_geometry(comm, plan) : nullptr, io.in, io.ld_in, io.out,
-                            io.ld_out);
+      balltree::DeviceGeometry* const batch = comm.size() == 1 ? &batch_geometry(comm, plan) : nullptr;
+      try {
+        device_->forward_rows(plan, batch, io.in, io.ld_in, io.out, io.ld_out);
+      } catch (...) {
+        if (batch) plan.device_geometry().reset();  // as forward_one_rank: the next call uploads it again
+        throw;
+      }
       return;
     }
     const std::vector<float> block_features = wrapped(net_)
