@@ -90,7 +90,8 @@ TEST(BsaMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
 // predict_device on a kept plan keeps the rows on the device: the caller's arrays reach the network's rows
 // and come back through the plan's exchanges on device rows, bitwise predict()'s result. In one process it
 // waits for the device twice (the agreed counts of non-finite inputs, and the end) and downloads only those
-// counts; across ranks the staged transport adds its copies (NCCL would not), printed per rank.
+// counts; across ranks the staged transport adds its copies (NCCL would not), printed per rank. A launch
+// failure in that path is agreed and the next call recovers.
 TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   SURROGATE_HOST_BACKEND_ONLY();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
@@ -128,6 +129,20 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
       EXPECT_EQ(moved[0], 2);
       EXPECT_LE(moved[1], static_cast<long long>(sizeof(unsigned long long)) * (g.cin + cout + 1));  // the counts
     }
+    // A launch failing inside the forward on the last rank is one Error on every rank, and the next call
+    // (its geometry uploaded again) gives the same bits.
+    if (comm.rank() == comm.size() - 1) host_backend::fail_after = 5;
+    try {
+      model->predict_device(comm, *plan, arrays, options);
+      ADD_FAILURE() << "rank " << comm.rank() << ": no error";
+    } catch (const Error& e) {
+      EXPECT_EQ(e.code(), ErrorCode::internal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+    }
+    host_backend::fail_after = 0;
+    model->predict_device(comm, *plan, arrays, options);
+    EXPECT_EQ(bit_differences(surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice), good), 0)
+        << "rank " << comm.rank() << ", after the failure";
   }
 }
 

@@ -186,7 +186,8 @@ TEST(ErwinDeviceMpiHostBackend, ALaunchFailureOnOneRankIsAgreedAndTheNextCallRec
 // predict_device on a kept plan keeps the rows on the device: the caller's arrays reach the block and come
 // back through the plan's exchanges on device rows. In one process it waits for the device twice (the
 // agreed counts of non-finite inputs, and the end) and downloads only those counts; across ranks the
-// staged transport adds its copies (NCCL would not), printed per rank.
+// staged transport adds its copies (NCCL would not), printed per rank. A launch failure in that path is
+// agreed and the next call recovers.
 TEST(ErwinDeviceMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   SURROGATE_HOST_BACKEND_ONLY();
   for (const char* name : {"mpnn_rot", "flash_ref"}) {
@@ -223,7 +224,21 @@ TEST(ErwinDeviceMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
       EXPECT_LE(moved[1], static_cast<long long>(sizeof(unsigned long long)) * (cin + cout + 1));  // the counts
     }
     // The bits of the first call (whose predict_device matched predict's host arrays).
-    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), host_backend::kDevice), spread.local_rows(reference, cout));
+    const std::vector<float> expected = spread.local_rows(reference, cout);
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), host_backend::kDevice), expected);
+    // A launch failing inside the forward on the last rank is one Error on every rank, and the next call
+    // (its geometry uploaded again) gives the same bits.
+    if (spread.comm().rank() == ranks - 1) host_backend::fail_after = 5;
+    try {
+      model->predict_device(spread.comm(), spread.plan(), arrays, options);
+      ADD_FAILURE() << "rank " << spread.comm().rank() << ": no error";
+    } catch (const surrogate::Error& e) {
+      EXPECT_EQ(e.code(), surrogate::ErrorCode::internal) << e.what();
+      EXPECT_NE(std::string(e.what()).find("emulated launch failure"), std::string::npos) << e.what();
+    }
+    host_backend::fail_after = 0;
+    model->predict_device(spread.comm(), spread.plan(), arrays, options);
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), host_backend::kDevice), expected) << "after the failure";
   }
 }
 
