@@ -69,6 +69,7 @@ class CudaForward final : public DeviceForward {
   void* stream() const override { return stream_.get(); }
 
  private:
+  /// `b` sized for `rows` rows of `width` values; a CUDA failure becomes the library's Error.
   float* rows_of(cu::DeviceBuffer<float>& b, std::int64_t rows, int width) {
     try {
       const cu::DeviceGuard guard(device_);
