@@ -9,7 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "bsa_device_mpi_cases.hpp"
@@ -30,6 +32,20 @@ using surrogate::testing::local_device;
 /// Bytes uploaded to the emulated device so far (host backend), to check that this rank's part went
 /// through its device; 0 on a GPU.
 long long uploaded() { return surrogate::testing::on_host_backend() ? host_backend::bytes_to_device : 0; }
+
+/// A golden model on the emulated device, this rank's part of its points and the plan of them.
+struct OnEmulatedDevice {
+  OnEmulatedDevice(const surrogate::Comm& comm, const std::string& name)
+      : g(load(name)), p(deal(g, comm.rank(), comm.size())),
+        model(surrogate::make_model(surrogate::ModelFile::read(g.path))), plan(plan_of(comm, *model, g, p)) {
+    options.cuda_device = host_backend::kDevice;
+  }
+  Golden g;
+  Part p;
+  std::unique_ptr<surrogate::Model> model;
+  surrogate::RunOptions options;
+  std::unique_ptr<surrogate::Plan> plan;
+};
 
 class GpuBsaMpi : public ::testing::TestWithParam<const char*> {};
 
@@ -66,13 +82,8 @@ TEST(GpuBsaMpiSmall, RanksWithoutSlots) {
 TEST(BsaMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
   SURROGATE_HOST_BACKEND_ONLY();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const Golden g = load("means_static");
-  const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
-  const Part p = deal(g, comm.rank(), comm.size());
-  const auto model = surrogate::make_model(file);
-  surrogate::RunOptions options;
-  options.cuda_device = host_backend::kDevice;
-  const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+  const OnEmulatedDevice setup(comm, "means_static");
+  const auto& [g, p, model, options, plan] = std::tie(setup.g, setup.p, setup.model, setup.options, setup.plan);
   const std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);
   if (comm.rank() == comm.size() - 1) host_backend::fail_after = 3;
   try {
@@ -97,13 +108,8 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   for (const char* name : {"sparse_rot", "global"}) {
     SCOPED_TRACE(name);
-    const Golden g = load(name);
-    const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
-    const Part p = deal(g, comm.rank(), comm.size());
-    const auto model = surrogate::make_model(file);
-    surrogate::RunOptions options;
-    options.cuda_device = host_backend::kDevice;
-    const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
+    const OnEmulatedDevice setup(comm, name);
+    const auto& [g, p, model, options, plan] = std::tie(setup.g, setup.p, setup.model, setup.options, setup.plan);
     std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);  // plan and geometry kept
     const int cout = model->out_channels();
     good.resize(std::max<std::size_t>(good.size(), 1));

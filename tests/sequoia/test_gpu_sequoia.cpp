@@ -24,14 +24,20 @@ namespace {
 using sequoia_test::Batch;
 namespace st = surrogate::testing;
 
-/// The registered model's prediction of the batch in one process: per point (seg) or per sample (cls).
-std::vector<float> predict(const Batch& c, int device, surrogate::Precision precision = surrogate::Precision::fp32) {
-  const surrogate::SelfComm comm;
-  const auto model = surrogate::make_model(c.file);
+/// The model's plan of the batch's points in one process (a new hierarchy every call).
+std::unique_ptr<surrogate::Plan> plan_of(const surrogate::Comm& comm, surrogate::Model& model, const Batch& c,
+                                         const surrogate::RunOptions& options) {
   const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
   surrogate::PointGeometry g;
   g.positions = c.positions.data();
   g.ld_positions = 3;
+  return model.plan(comm, layout, g, options);
+}
+
+/// The registered model's prediction of the batch in one process: per point (seg) or per sample (cls).
+std::vector<float> predict(const Batch& c, int device, surrogate::Precision precision = surrogate::Precision::fp32) {
+  const surrogate::SelfComm comm;
+  const auto model = surrogate::make_model(c.file);
   surrogate::RunOptions options;
   options.cuda_device = device;
   options.precision = precision;
@@ -43,7 +49,7 @@ std::vector<float> predict(const Batch& c, int device, surrogate::Precision prec
   sa.ld_in = model->sample_in_channels();
   sa.out = s_out > 0 ? per_sample.data() : nullptr;
   sa.ld_out = s_out;
-  const auto plan = model->plan(comm, layout, g, options);
+  const auto plan = plan_of(comm, *model, c, options);
   model->predict(comm, *plan, c.features.data(), in, out > 0 ? per_point.data() : nullptr, out, sa, options);
   return out > 0 ? per_point : per_sample;
 }
@@ -134,10 +140,6 @@ TEST(GpuSequoiaHostBackend, AKeptPlanUploadsOnlyItsFeatures) {
     const Batch c = sequoia_test::synthetic(sequoia_test::example_model("seg"), sizes, 9u);
     const surrogate::SelfComm comm;
     const auto model = surrogate::make_model(c.file);
-    const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
-    surrogate::PointGeometry g;
-    g.positions = c.positions.data();
-    g.ld_positions = 3;
     surrogate::RunOptions options;
     options.cuda_device = surrogate::testing::test_device();
     const int in = model->in_channels(), out = model->out_channels();
@@ -151,14 +153,14 @@ TEST(GpuSequoiaHostBackend, AKeptPlanUploadsOnlyItsFeatures) {
       model->predict(comm, plan, c.features.data(), in, y.data(), out, sa, options);
       return std::pair{y, host_backend::bytes_to_device - before};
     };
-    const auto plan = model->plan(comm, layout, g, options);
+    const auto plan = plan_of(comm, *model, c, options);
     const auto [first, first_bytes] = run(*plan);
     const auto [kept, kept_bytes] = run(*plan);
     const long long inputs = (c.n() * in + static_cast<long long>(sizes.size()) * sa.ld_in) * 4;
     EXPECT_EQ(kept, first) << sizes.size() << " sample(s)";
     EXPECT_EQ(kept_bytes, inputs) << sizes.size() << " sample(s): the kept plan uploaded more than its inputs";
     EXPECT_GT(first_bytes, 2 * inputs) << sizes.size() << " sample(s)";  // the weights and the hierarchy
-    const auto other = model->plan(comm, layout, g, options);  // the same points, a new hierarchy
+    const auto other = plan_of(comm, *model, c, options);  // the same points, a new hierarchy
     const auto [again, again_bytes] = run(*other);
     EXPECT_EQ(again, first);
     EXPECT_GT(again_bytes, 2 * inputs) << "a new plan must upload its own hierarchy";
@@ -178,14 +180,10 @@ TEST(GpuSequoiaHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   const surrogate::SelfComm comm;
   const auto model = surrogate::make_model(c.file);
   ASSERT_EQ(model->sample_in_channels(), 0);
-  const auto layout = surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data());
-  surrogate::PointGeometry g;
-  g.positions = c.positions.data();
-  g.ld_positions = 3;
   surrogate::RunOptions options;
   options.cuda_device = host_backend::kDevice;
   const int in = model->in_channels(), out = model->out_channels();
-  const auto plan = model->plan(comm, layout, g, options);
+  const auto plan = plan_of(comm, *model, c, options);
   std::vector<float> want(static_cast<std::size_t>(c.n() * out));
   model->predict(comm, *plan, c.features.data(), in, want.data(), out, options);  // the hierarchy uploaded
   auto d_in = st::to_device(c.features, options.cuda_device);

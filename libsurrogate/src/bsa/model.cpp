@@ -99,13 +99,10 @@ class BsaModel final : public PointCloudModel {
     const bool on_device = options.cuda_device >= 0;
     if (on_device) use_device(comm, options);
     if (io.on_device) {  // predict_device's rows: to the network's rows and back, all on the device
-      balltree::DeviceGeometry* const batch = comm.size() == 1 ? &batch_geometry(comm, plan) : nullptr;
-      try {
-        device_->forward_rows(plan, batch, io.in, io.ld_in, io.out, io.ld_out);
-      } catch (...) {
-        if (batch) plan.device_geometry().reset();  // as forward_one_rank: the next call uploads it again
-        throw;
-      }
+      if (comm.size() > 1) return device_->forward_rows(plan, nullptr, io.in, io.ld_in, io.out, io.ld_out);
+      on_batch(comm, plan, [&](balltree::DeviceGeometry& batch) {
+        device_->forward_rows(plan, &batch, io.in, io.ld_in, io.out, io.ld_out);
+      });
       return;
     }
     const std::vector<float> block_features = wrapped(net_)
@@ -148,42 +145,44 @@ class BsaModel final : public PointCloudModel {
     });
   }
 
-  /// One rank: the one-process device forward on the plan's block (the whole batch in canonical order),
-  /// on batch_geometry(). Errors: thrown alike (one rank).
+  /// One rank: the one-process device forward on the plan's block (the whole batch in canonical order).
   std::vector<float> forward_one_rank(const Comm& comm, detail::BsaPlan& plan, const std::vector<float>& features) {
-    balltree::DeviceGeometry& geometry = batch_geometry(comm, plan);
     std::vector<float> y;
-    collectively(comm, [&] {
-      try {
-        y = device_->forward(geometry, features);
-      } catch (...) {
-        plan.device_geometry().reset();  // the next call uploads the geometry again
-        throw;
-      }
-    });
+    on_batch(comm, plan, [&](balltree::DeviceGeometry& batch) { y = device_->forward(batch, features); });
     return y;
   }
 
-  /// One rank: the one-process device geometry of the plan's batch, uploaded by the first call and kept in
-  /// the plan. The batch's trees are the plan's: at one rank the distributed tree and its rotated orders
-  /// are the one-process ones (integer equality, balltree_distributed.hpp).
-  balltree::DeviceGeometry& batch_geometry(const Comm& comm, detail::BsaPlan& plan) {
+  /// One rank: `run(geometry)` on the one-process device geometry of the plan's batch, uploaded by the
+  /// first call and kept in the plan; a failure drops it (the next call uploads it again, not reusing work
+  /// arrays left half written). The batch's trees are the plan's: at one rank the distributed tree and its
+  /// rotated orders are the one-process ones (integer equality, balltree_distributed.hpp). Errors agreed.
+  template <class Run>
+  void on_batch(const Comm& comm, detail::BsaPlan& plan, Run&& run) {
     std::unique_ptr<balltree::DeviceGeometry>& kept = plan.device_geometry();
     collectively(comm, [&] {
-      if (kept && kept->device() == device_->device()) return;
-      kept.reset();
-      const balltree::DistributedRotatedTrees& distributed = plan.trees();
-      balltree::RotatedTrees trees;
-      trees.tree.index = distributed.tree.index;
-      trees.tree.mask = distributed.tree.mask;
-      trees.tree.slot_offsets = distributed.tree.slot_offsets;
-      trees.rotated = distributed.rotations.rotated;
-      trees.target_levels = distributed.rotations.target_levels;
-      std::vector<std::int64_t> offsets{0};
-      for (const index_t size : plan.layout().sample_sizes()) offsets.push_back(offsets.back() + size);
-      kept = device_->upload_geometry(trees, plan.block_positions(), balltree::Batch::from_offsets(offsets));
+      try {
+        if (!kept || kept->device() != device_->device()) {
+          kept.reset();
+          kept = upload_batch(plan);
+        }
+        run(*kept);
+      } catch (...) {
+        kept.reset();
+        throw;
+      }
     });
-    return *kept;
+  }
+  std::unique_ptr<balltree::DeviceGeometry> upload_batch(const detail::BsaPlan& plan) {
+    const balltree::DistributedRotatedTrees& distributed = plan.trees();
+    balltree::RotatedTrees trees;
+    trees.tree.index = distributed.tree.index;
+    trees.tree.mask = distributed.tree.mask;
+    trees.tree.slot_offsets = distributed.tree.slot_offsets;
+    trees.rotated = distributed.rotations.rotated;
+    trees.target_levels = distributed.rotations.target_levels;
+    std::vector<std::int64_t> offsets{0};
+    for (const index_t size : plan.layout().sample_sizes()) offsets.push_back(offsets.back() + size);
+    return device_->upload_geometry(trees, plan.block_positions(), balltree::Batch::from_offsets(offsets));
   }
 
   Network net_;
