@@ -118,7 +118,8 @@ __global__ void add_one(float* x, int n) {
 
 // cuda::Graph on the emulated device: a capture records the stream's work without running it (nor
 // counting its kernels as launches); each launch replays it in order with the captured arguments; a wait
-// inside a capture fails it as CUDA does, and an exception of the work ends it; the stream works after.
+// or an allocation inside a capture fails it as CUDA does, and an exception of the work ends it; the
+// stream works after.
 TEST(CudaHostBackend, AGraphReplaysTheCapturedWork) {
   const int n = 300;
   cu::Stream stream(kDevice);
@@ -152,6 +153,9 @@ TEST(CudaHostBackend, AGraphReplaysTheCapturedWork) {
   EXPECT_THROW(graph.capture(kDevice, stream.get(),
                              [&] { cu::copy_to_host(pageable.data(), x.data(), x.bytes(), stream.get()); }),
                cu::CudaError);
+  // An allocation (a buffer that grows inside the compute): refused on the capturing thread, as by CUDA.
+  EXPECT_THROW(graph.capture(kDevice, stream.get(), [&] { cu::DeviceBuffer<float> grown(n, kDevice); }), cu::CudaError);
+  EXPECT_TRUE(graph.empty());
   EXPECT_THROW(graph.capture(kDevice, stream.get(), [] { throw std::runtime_error("the work failed"); }),
                std::runtime_error);
   EXPECT_THROW(graph.launch(stream.get()), std::logic_error);

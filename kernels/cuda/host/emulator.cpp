@@ -192,6 +192,8 @@ void count_copy(const void* dst, const void* src, std::size_t bytes) {
 
 cudaError_t malloc_device(void** p, std::size_t bytes) {
   *p = nullptr;
+  // CUDA refuses an allocation on the thread that captures (cudaStreamCaptureModeThreadLocal).
+  if (Queue* q = capturing_queue()) return refuse_in_capture(*q, "cudaMalloc");
   if (bytes > (std::size_t{1} << 40)) return fail(cudaErrorMemoryAllocation, "emulated cudaMalloc: out of memory");
   auto* base = static_cast<unsigned char*>(std::malloc(bytes + 2 * kGuard));
   if (!base) return fail(cudaErrorMemoryAllocation, "emulated cudaMalloc: out of memory");
@@ -206,6 +208,7 @@ cudaError_t malloc_device(void** p, std::size_t bytes) {
 
 cudaError_t free_device(void* p) {
   if (!p) return cudaSuccess;
+  if (Queue* q = capturing_queue()) return refuse_in_capture(*q, "cudaFree");
   const cudaError_t pending = drain_all();
   std::string damaged = check_guards();
   std::lock_guard lock(registry_mutex);
@@ -560,8 +563,15 @@ cudaError_t end_capture(cudaStream_t stream, void** graph) {
 cudaError_t graph_launch(const void* graph, cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q || !graph) return fail(cudaErrorInvalidResourceHandle, "emulated cudaGraphLaunch: unknown stream or graph");
-  for (const Op& op : *static_cast<const std::vector<Op>*>(graph)) enqueue(*q, op);
   std::lock_guard lock(counters_mutex);
+  for (const Op& op : *static_cast<const std::vector<Op>*>(graph)) {
+    // An injected failure counts the graph's kernels too; it fails as the kernel runs, asynchronously.
+    if (op.name.rfind("kernel", 0) == 0 && failure_countdown > 0 && --failure_countdown == 0) {
+      enqueue(*q, Op{[] { throw std::runtime_error("emulated launch failure (injected by fail_launch_after)"); }, op.name});
+      continue;
+    }
+    enqueue(*q, op);
+  }
   ++counters_total.graph_launches;
   return cudaSuccess;
 }

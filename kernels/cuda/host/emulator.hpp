@@ -112,8 +112,8 @@ struct Counters {
 Counters counters();
 /// Launches checked (check_launch) under a kernel name that contains `part`.
 long long launches_named(const std::string& part);
-/// Fault injection: the n-th kernel launch from now fails as a CUDA launch failure (check_launch throws);
-/// 0 clears it. launches_until_failure() is what is left (0 once it fired, or when none is set).
+/// Fault injection: the n-th kernel launch from now fails as a CUDA launch failure (check_launch throws;
+/// a kernel of a launched graph fails as it runs, surfacing at the next wait); 0 clears it. launches_until_failure() is what is left (0 once it fired, or when none is set).
 void fail_launch_after(int n);
 int launches_until_failure();
 
