@@ -434,34 +434,14 @@ TEST(FlareGpuHostBackend, AKeptPlansForwardReplaysOneGraph) {
     model->predict(comm, *plan, c.features.data(), model->in_channels(), y.data(), model->out_channels(), o);
     return y;
   };
-  struct Count {
-    long long launches, captures, graphs;
-  };
-  const auto count = [] {
-    return Count{host_backend::launches, host_backend::graph_captures, host_backend::graph_launches};
-  };
   RunOptions bf16 = on_gpu(false);
   bf16.precision = surrogate::Precision::bf16;
-  for (const RunOptions& o : {on_gpu(false), bf16}) {
-    const std::string what = surrogate::precision_name(o.precision);
-    Count c0 = count();
-    const auto direct = predict_on_plan(o);
-    Count c1 = count();
-    EXPECT_GT(c1.launches, c0.launches) << what << ": the first forward runs directly";
-    EXPECT_EQ(c1.graphs, c0.graphs) << what;
-    for (int repeat = 0; repeat < 2; ++repeat) {
-      EXPECT_EQ(predict_on_plan(o), direct) << what << ", repeat " << repeat;
-      const Count c2 = count();
-      EXPECT_EQ(c2.launches, c1.launches) << what << ": a kernel was launched outside the graph";
-      EXPECT_EQ(c2.captures, c1.captures + (repeat == 0 ? 1 : 0)) << what << ", repeat " << repeat;
-      EXPECT_EQ(c2.graphs, c1.graphs + 1) << what << ", repeat " << repeat;
-      c1 = c2;
-    }
-  }
-  const Count r0 = count();
+  for (const RunOptions& o : {on_gpu(false), bf16})
+    host_backend::expect_one_graph_per_plan([&] { return predict_on_plan(o); }, surrogate::precision_name(o.precision));
+  const host_backend::Counts r0 = host_backend::counts();
   const auto reproducible = predict_on_plan(on_gpu(true));
   EXPECT_EQ(predict_on_plan(on_gpu(true)), reproducible);
-  const Count r1 = count();
+  const host_backend::Counts r1 = host_backend::counts();
   EXPECT_EQ(r1.graphs, r0.graphs);
   EXPECT_EQ(r1.captures, r0.captures);
   EXPECT_GT(r1.launches, r0.launches);

@@ -3,6 +3,9 @@
 // launches and the bytes staged between host and device. Test binaries built with HOOKS can include it.
 #pragma once
 
+#include <cstdio>
+#include <string>
+
 #include "gpu_test.hpp"  // makes the emulated device current when it is the device under test
 #include "host/emulator.hpp"
 #include "surrogate/kernels/cuda.hpp"
@@ -58,6 +61,38 @@ struct GraphLaunches {
 };
 inline const GraphCaptures graph_captures;
 inline const GraphLaunches graph_launches;
+
+/// Kernels launched one by one, graphs captured and graphs launched so far.
+struct Counts {
+  long long launches = 0, captures = 0, graphs = 0;
+};
+inline Counts counts() {
+  const emu::Counters c = emu::counters();
+  return {c.launches, c.graph_captures, c.graph_launches};
+}
+
+/// One graph per kept plan (device/compute_graph.hpp): `predict()`, a call on one kept plan returning its
+/// result, runs directly the first time, is captured as one graph the second time and replayed from the
+/// third, always with the first call's bits; apart from the graph it launches `outside` kernels per call
+/// (its load and store).
+template <class Predict>
+void expect_one_graph_per_plan(Predict&& predict, const std::string& what, long long outside = 0) {
+  Counts c0 = counts();
+  const auto direct = predict();
+  Counts c1 = counts();
+  EXPECT_GT(c1.launches, c0.launches + outside) << what << ": the first forward runs directly";
+  EXPECT_EQ(c1.graphs, c0.graphs) << what;
+  std::printf("%s: %lld kernel launches per forward, then one graph launch\n", what.c_str(),
+              c1.launches - c0.launches - outside);
+  for (int repeat = 0; repeat < 2; ++repeat) {
+    EXPECT_EQ(predict(), direct) << what << ", repeat " << repeat;
+    const Counts c2 = counts();
+    EXPECT_EQ(c2.launches, c1.launches + outside) << what << ": a kernel was launched outside the graph";
+    EXPECT_EQ(c2.captures, c1.captures + (repeat == 0 ? 1 : 0)) << what << ", repeat " << repeat;
+    EXPECT_EQ(c2.graphs, c1.graphs + 1) << what << ", repeat " << repeat;
+    c1 = c2;
+  }
+}
 
 /// Times the host waited for the emulated device so far (synchronisations, copies into pageable memory).
 struct HostWaits {

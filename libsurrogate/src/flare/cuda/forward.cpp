@@ -162,35 +162,16 @@ void Forward::compute_direct(const Tables& t) {
 }
 
 void Forward::compute(const Tables& t) {
-  if (!graphs_) {
-    graph_.reset();
-    graph_key_.clear();
-    compute_direct(t);
-    return;
-  }
   // Everything a captured kernel reads or writes: the tables, the sizes, the precision, the buffers
   // (reserve() may have moved them); the weights never move.
-  std::vector<std::uintptr_t> key{t.serial(), static_cast<std::uintptr_t>(n_), static_cast<std::uintptr_t>(samples_),
-                                  static_cast<std::uintptr_t>(precision_)};
-  for (const void* p : {static_cast<const void*>(in_.data()), static_cast<const void*>(x_.data()),
-                        static_cast<const void*>(scratch_.data()), static_cast<const void*>(keys_.data()),
-                        static_cast<const void*>(values_.data()), static_cast<const void*>(out_.data()),
-                        static_cast<const void*>(z_.data()), static_cast<const void*>(part_ref_.data()),
-                        static_cast<const void*>(part_acc_.data()), static_cast<const void*>(local_ref_.data()),
-                        static_cast<const void*>(sums_.data())})
-    key.push_back(reinterpret_cast<std::uintptr_t>(p));
-  if (graph_.empty() || key != graph_key_) {
-    graph_.reset();
-    graph_key_.clear();
-    if (key != seen_) {  // a point set seen once runs directly: a capture pays off from the second forward on
-      seen_ = std::move(key);
-      compute_direct(t);
-      return;
-    }
-    graph_.capture(device_, stream_.get(), [&] { compute_direct(t); });
-    graph_key_ = std::move(key);
-  }
-  graph_.launch(stream_.get());
+  const auto key = [&] {
+    return device::ComputeGraph::key(
+        {t.serial(), static_cast<std::uintptr_t>(n_), static_cast<std::uintptr_t>(samples_),
+         static_cast<std::uintptr_t>(precision_)},
+        {in_.data(), x_.data(), scratch_.data(), keys_.data(), values_.data(), out_.data(), z_.data(), part_ref_.data(),
+         part_acc_.data(), local_ref_.data(), sums_.data()});
+  };
+  graph_.run(device_, stream_.get(), key, [&] { compute_direct(t); });
 }
 
 void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const Stage& load, const Stage& store,

@@ -14,6 +14,7 @@
 
 #include "../../cuda_errors.hpp"
 #include "../../device/caller_rows.hpp"
+#include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
 #include "../config.hpp"
 #include "../network.hpp"
@@ -58,7 +59,7 @@ class Forward {
   const Timing& timing() const { return timing_; }
   /// Whether a kept point set's compute runs as one captured graph (default; compute()), or kernel by
   /// kernel: the benchmark's comparison of the launch cost.
-  void set_graphs(bool on) { graphs_ = on; }
+  void set_graphs(bool on) { graph_.set_enabled(on); }
 
  private:
   /// A residual MLP: layers [first, first + count) of the layer table.
@@ -162,11 +163,7 @@ class Forward {
   // workspace, reused between calls; n_ and samples_ of the current forward
   index_t n_ = 0, samples_ = 0;
   cu::DeviceBuffer<float> in_, x_, scratch_, keys_, values_, out_;
-  // The captured compute (compute()) and what it was captured for; `seen_` is the last key computed
-  // directly: a key met twice is captured.
-  bool graphs_ = true;
-  cu::Graph graph_;
-  std::vector<std::uintptr_t> graph_key_, seen_;
+  device::ComputeGraph graph_;  // the captured compute (compute())
   cu::PinnedBuffer<float> in_host_, out_host_;
   cu::DeviceBuffer<std::int32_t> part_ref_, local_ref_, global_ref_;
   cu::DeviceBuffer<double> part_acc_, sums_;
