@@ -152,6 +152,48 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   }
 }
 
+// One graph per kept plan: on one rank the batch's device forward runs directly once, is captured as one
+// CUDA graph on the second predict and replayed from the third, with the direct forward's bits (host
+// arrays and the caller's device arrays alike). Across ranks nothing is captured.
+TEST(BsaMpiHostBackend, AKeptPlansForwardIsOneGraphOnOneRank) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  for (const char* name : {"sparse_rot", "global"}) {
+    SCOPED_TRACE(name);
+    const OnEmulatedDevice setup(comm, name);
+    const auto& [g, p, model, options, plan] = std::tie(setup.g, setup.p, setup.model, setup.options, setup.plan);
+    const std::vector<float> in = p.rows_of(g.features, g.cin);
+    const int cout = model->out_channels();
+    const auto predict_on_plan = [&] {
+      std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, p.size() * cout)));
+      model->predict(comm, *plan, in.data(), g.cin, out.data(), cout, options);
+      return out;
+    };
+    if (comm.size() > 1) {
+      const host_backend::Counts before = host_backend::counts();
+      EXPECT_EQ(bit_differences(predict_on_plan(), predict_on_plan()), 0) << "rank " << comm.rank();
+      EXPECT_EQ(host_backend::counts().captures, before.captures);
+      EXPECT_EQ(host_backend::counts().graphs, before.graphs);
+      continue;
+    }
+    host_backend::expect_one_graph_per_plan(predict_on_plan, name);
+    // predict_device on the same plan replays the same graph between its own gather and scatter.
+    const std::vector<float> good = predict_on_plan();
+    auto d_in = surrogate::testing::to_device(in, host_backend::kDevice);
+    auto d_out = surrogate::testing::to_device(std::vector<float>(good.size()), host_backend::kDevice);
+    surrogate::Model::DeviceArrays arrays;
+    arrays.in = d_in.data();
+    arrays.out = d_out.data();
+    arrays.in_point_stride = g.cin;
+    arrays.out_point_stride = cout;
+    const host_backend::Counts before = host_backend::counts();
+    model->predict_device(comm, *plan, arrays, options);
+    EXPECT_EQ(host_backend::counts().captures, before.captures);
+    EXPECT_EQ(host_backend::counts().graphs, before.graphs + 1);
+    EXPECT_EQ(bit_differences(surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice), good), 0);
+  }
+}
+
 // A NaN feature on the last rank, tf32, and (host backend: it has one device) a device only the last rank
 // asks for are the same Error on every rank.
 TEST(GpuBsaMpiErrors, InputAndOptionErrorsAreAgreed) {

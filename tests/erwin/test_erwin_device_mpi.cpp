@@ -242,6 +242,47 @@ TEST(ErwinDeviceMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   }
 }
 
+// One graph per kept plan: on one rank a kept plan's device forward runs directly once, is captured as one
+// CUDA graph on the second predict and replayed from the third, with the direct forward's bits and the
+// plan's traffic counted per call as before; another precision is another graph. Across ranks (messages
+// between the steps) nothing is captured.
+TEST(ErwinDeviceMpiHostBackend, AKeptPlansForwardIsOneGraphOnOneRank) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const Case c = golden("mpnn_rot");
+  const auto model = surrogate::make_model(c.file);
+  Spread spread(*model, c, false, 11u);
+  const int cin = model->in_channels(), cout = model->out_channels();
+  const std::vector<float> in = spread.local_rows(c.features, cin);
+  const std::int64_t local = spread.plan().layout().local_points();
+  const auto predict = [&](surrogate::Precision precision) {
+    std::vector<float> out(static_cast<std::size_t>(std::max<std::int64_t>(1, local * cout)));
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    options.precision = precision;
+    model->predict(spread.comm(), spread.plan(), in.data(), cin, out.data(), cout, options);
+    return out;
+  };
+  if (spread.comm().size() > 1) {
+    const host_backend::Counts before = host_backend::counts();
+    EXPECT_EQ(predict(surrogate::Precision::fp32), predict(surrogate::Precision::fp32));
+    EXPECT_EQ(host_backend::counts().captures, before.captures);
+    EXPECT_EQ(host_backend::counts().graphs, before.graphs);
+    return;
+  }
+  for (const surrogate::Precision p : {surrogate::Precision::fp32, surrogate::Precision::bf16})
+    host_backend::expect_one_graph_per_plan([&] { return predict(p); }, surrogate::precision_name(p));
+  surrogate::Traffic t[3];
+  for (auto& traffic : t) {  // a call after another precision's graph runs directly, then one is captured
+    traffic = spread.plan().traffic();
+    predict(surrogate::Precision::fp32);
+  }
+  const surrogate::Traffic& now = spread.plan().traffic();
+  EXPECT_GT(t[1].moves, t[0].moves);
+  EXPECT_EQ(t[1].moves - t[0].moves, t[2].moves - t[1].moves);
+  EXPECT_EQ(t[1].moves - t[0].moves, now.moves - t[2].moves) << "the replay counts the captured moves";
+  EXPECT_EQ(t[1].local - t[0].local, now.local - t[2].local);
+}
+
 // tf32 and bf16 (the dense layers on the tensor cores) across ranks: bitwise the one-process device forward
 // in the same precision, with unequal and empty shares, and away from fp32 (the precision is applied).
 TEST(ErwinDeviceMpi, TensorCorePrecisionsAreBitwiseTheOneProcessDeviceForward) {

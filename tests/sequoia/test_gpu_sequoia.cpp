@@ -35,23 +35,30 @@ std::unique_ptr<surrogate::Plan> plan_of(const surrogate::Comm& comm, surrogate:
 }
 
 /// The registered model's prediction of the batch in one process: per point (seg) or per sample (cls).
+/// Model::predict on `plan`: the points' rows (segmentation) or the samples' rows (classification).
+std::vector<float> predict_on(surrogate::Model& model, surrogate::Plan& plan, const Batch& c,
+                              const surrogate::RunOptions& options) {
+  const surrogate::SelfComm comm;
+  const int in = model.in_channels(), out = model.out_channels(), s_out = model.sample_out_channels();
+  std::vector<float> per_point(static_cast<std::size_t>(c.n() * std::max(out, 1)));
+  std::vector<float> per_sample(c.sizes.size() * static_cast<std::size_t>(std::max(s_out, 1)));
+  surrogate::Model::SampleArrays sa;
+  sa.in = model.sample_in_channels() > 0 ? c.sample_features.data() : nullptr;
+  sa.ld_in = model.sample_in_channels();
+  sa.out = s_out > 0 ? per_sample.data() : nullptr;
+  sa.ld_out = s_out;
+  model.predict(comm, plan, c.features.data(), in, out > 0 ? per_point.data() : nullptr, out, sa, options);
+  return out > 0 ? per_point : per_sample;
+}
+
 std::vector<float> predict(const Batch& c, int device, surrogate::Precision precision = surrogate::Precision::fp32) {
   const surrogate::SelfComm comm;
   const auto model = surrogate::make_model(c.file);
   surrogate::RunOptions options;
   options.cuda_device = device;
   options.precision = precision;
-  const int in = model->in_channels(), out = model->out_channels(), s_out = model->sample_out_channels();
-  std::vector<float> per_point(static_cast<std::size_t>(c.n() * std::max(out, 1)));
-  std::vector<float> per_sample(c.sizes.size() * static_cast<std::size_t>(std::max(s_out, 1)));
-  surrogate::Model::SampleArrays sa;
-  sa.in = model->sample_in_channels() > 0 ? c.sample_features.data() : nullptr;
-  sa.ld_in = model->sample_in_channels();
-  sa.out = s_out > 0 ? per_sample.data() : nullptr;
-  sa.ld_out = s_out;
   const auto plan = plan_of(comm, *model, c, options);
-  model->predict(comm, *plan, c.features.data(), in, out > 0 ? per_point.data() : nullptr, out, sa, options);
-  return out > 0 ? per_point : per_sample;
+  return predict_on(*model, *plan, c, options);
 }
 
 std::vector<Batch> batches() {
@@ -166,6 +173,26 @@ TEST(GpuSequoiaHostBackend, AKeptPlanUploadsOnlyItsFeatures) {
     EXPECT_GT(again_bytes, 2 * inputs) << "a new plan must upload its own hierarchy";
     EXPECT_EQ(run(*other).second, inputs);
     EXPECT_EQ(run(*plan).first, first) << "back on the first plan (its hierarchy uploaded again)";
+  }
+}
+
+// One graph per kept plan: a whole share's network (segmentation and classification) runs directly on the
+// plan's first forward, is captured as one CUDA graph on the second and replayed from the third, with the
+// direct forward's bits; another plan starts over.
+TEST(GpuSequoiaHostBackend, AKeptPlansNetworkIsOneGraph) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const char* kind : {"seg", "cls"}) {
+    const Batch c = sequoia_test::synthetic(sequoia_test::example_model(kind), {700, 800}, 9u);
+    const surrogate::SelfComm comm;
+    const auto model = surrogate::make_model(c.file);
+    surrogate::RunOptions options;
+    options.cuda_device = surrogate::testing::test_device();
+    const auto run = [&](surrogate::Plan& plan) { return predict_on(*model, plan, c, options); };
+    const auto plan = plan_of(comm, *model, c, options);
+    host_backend::expect_one_graph_per_plan([&] { return run(*plan); }, kind);
+    const auto other = plan_of(comm, *model, c, options);
+    host_backend::expect_one_graph_per_plan([&] { return run(*other); }, std::string(kind) + ", another plan");
+    EXPECT_EQ(run(*plan), run(*other));
   }
 }
 

@@ -181,6 +181,45 @@ TEST(GpuSphereTransformer, RegisteredModelWithCudaDevice) {
   EXPECT_LE(max_diff(y_dev, y_cpu), 2 * (4 * max_diff(gs.ref32, gs.ref64) + 16 * 6e-8 * mag_sht)) << "upsample_sht";
 }
 
+// One graph per kept plan: on one rank the stages and exchanges of the transformer (neighborhood attention
+// with the bilinear decoder, global attention with the SHT decoder) and of the single-layer models run
+// directly on the plan's first forward, are captured as one CUDA graph on the second and replayed from the
+// third, with the direct forward's bits; another plan of the same grid starts over.
+TEST(GpuSphereHostBackend, AKeptPlansForwardIsOneGraph) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  const surrogate::SelfComm comm;
+  const auto check = [&](const std::string& name, const std::vector<float>& rows, index_t batch) {
+    const std::string dir = model_dir(name.c_str());
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
+    const int cin = model->in_channels(), cout = model->out_channels();
+    const auto n = static_cast<index_t>(rows.size()) / cin, points = n / batch;
+    std::vector<std::int64_t> sample(static_cast<std::size_t>(n));
+    for (index_t r = 0; r < n; ++r) sample[static_cast<std::size_t>(r)] = r / points;
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, sample.data());
+    surrogate::RunOptions options;
+    options.cuda_device = st::test_device();
+    const auto predict_on = [&](surrogate::Plan& plan) {
+      std::vector<float> y(static_cast<std::size_t>(n * cout));
+      model->predict(comm, plan, rows.data(), cin, y.data(), cout, options);
+      return y;
+    };
+    const auto plan = model->plan(comm, layout, surrogate::PointGeometry{}, options);
+    host_backend::expect_one_graph_per_plan([&] { return predict_on(*plan); }, name);
+    const auto other = model->plan(comm, layout, surrogate::PointGeometry{}, options);
+    host_backend::expect_one_graph_per_plan([&] { return predict_on(*other); }, name + ", another plan");
+    EXPECT_EQ(predict_on(*plan), predict_on(*other)) << name;
+  };
+  for (const char* name : {"st_neighborhood_layernorm_lat", "st_sht_global_lobatto"}) {
+    const Golden g = read_golden(model_dir(name));
+    check(name, g.rows, g.batch);
+  }
+  for (const char* name : {"s2_attention_self_qknorm", "s2_neighborhood_self"}) {
+    const st::Array x = st::read_array(model_dir(name) + "/io.h5", "input");
+    const std::vector<double> xr = to_rows(x);
+    check(name, std::vector<float>(xr.begin(), xr.end()), x.shape[0]);
+  }
+}
+
 // The registered single-layer models (s2_attention, s2_neighborhood_attention; cuda/layer.cpp) with
 // RunOptions::cuda_device = 0 against cuda_device = -1 and the official output, on their self-attention
 // golden files. Tolerance as tests/sphere/test_sphere_models.cpp: within 4 gap + 16 u' mag of the float64

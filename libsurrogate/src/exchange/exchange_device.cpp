@@ -135,7 +135,9 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
       const auto w = static_cast<std::size_t>(width);
       d->packed_out.resize(static_cast<std::size_t>(std::max<std::int64_t>(packed_rows, 1)) * w, place.device);
       d->packed_in.resize(static_cast<std::size_t>(std::max<std::int64_t>(unpacked_rows, 1)) * w, place.device);
-      if (all_gather_) {
+      if (all_gather_ && comm.size() == 1) {  // one rank gathers its own rows: a copy
+        copy_rows(in, ld_in, nullptr, out, ld_out, nullptr, source_rows_, width, stream);
+      } else if (all_gather_) {
         copy_rows(in, ld_in, nullptr, d->packed_out.data(), width, nullptr, source_rows_, width, stream);
       } else {
         copy_rows(in, ld_in, local_in, out, ld_out, local_out, d->local, width, stream);
@@ -147,8 +149,8 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
   });
   count(sizeof(float) * static_cast<std::size_t>(width), forward_direction);
   // The messages, by the transport (its own steps agreed). One process sends none: its move is the local
-  // copies, enqueued on the stream, and nothing waits for the device.
-  const bool messages = all_gather_ || comm.size() > 1;
+  // copies (an all-gather's too), enqueued on the stream, and nothing waits for the device.
+  const bool messages = comm.size() > 1;
   const std::size_t row_bytes = sizeof(float) * static_cast<std::size_t>(width);
   std::vector<std::size_t> send_bytes, send_offsets, recv_bytes, recv_offsets;
   if (!messages) {
@@ -167,7 +169,7 @@ void ExchangePlan::move_on_device(const float* in, std::int64_t ld_in, float* ou
     try {
       cu::DeviceGuard guard(place.device);
       if (all_gather_) {
-        copy_rows(d->packed_in.data(), width, nullptr, out, ld_out, nullptr, target_rows_, width, stream);
+        if (messages) copy_rows(d->packed_in.data(), width, nullptr, out, ld_out, nullptr, target_rows_, width, stream);
       } else {
         const std::int64_t* remote_out = (forward_direction ? d->remote_target : d->remote_source).data();
         const std::int64_t unpacked_rows = forward_direction ? d->remote_received : d->remote_sent;

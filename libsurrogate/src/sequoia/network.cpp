@@ -213,6 +213,10 @@ class HostExec {
     return v;
   }
   std::vector<float> result(const HostRows& r) const { return host_values(r); }
+  template <class F>
+  void compute(F&& f) {
+    f();
+  }
   void phase(int i) {
     static const PhaseName* const names[] = {&kInitLevelsPhase, &kTreeBlocksPhase, &kSequoiaHeadPhase};
     phase_.reset();

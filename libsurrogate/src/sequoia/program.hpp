@@ -15,6 +15,8 @@
 //   result(rows)          the segmentation head's rows as the forward's result: host floats, or (a device
 //                         forward on device rows) left on the device for the caller, returning nothing
 //   trace()               the CPU's intermediate results (a device: none);  phase(i)  the profile's phases
+//   compute(f)            the network between prepare() and result(): the CPU runs f; a device in one
+//                         process replays it as one captured graph on a kept geometry
 //
 // So a row's arithmetic is the same on both (the CPU's bits do not depend on the tiles), and a change to the
 // network is made once. share/docs/sequoia.md, "Code layout".
@@ -314,13 +316,12 @@ void tree_block(Exec& e, std::size_t index) {
 /// Segmentation head: [x ; class vector of the point's sample] -> Linear -> LayerNorm -> ReLU -> Linear,
 /// tile by tile (the 512-wide activations never fill a points x 512 array).
 template <class Exec>
-std::vector<float> segmentation_head(Exec& e) {
+void segmentation_head(Exec& e) {
   const Config& c = e.config();
   const auto& w = e.layers();
   const Geometry& g = e.geometry();
   const auto n0 = static_cast<index_t>(e.share().points.size());
   const Rows x0 = e.array(Array::x, 0, n0, c.dim), y = e.array(Array::out, 0, n0, c.n_part);
-  std::vector<float> result;
   e.stage([&] {
     e.tiles(n0, kTileRows, n0 > kTileRows, [&](auto& ops, auto& work, index_t r0, index_t n) {
       const Rows z = work.rows(Slot::z, n, c.dim + c.n_class), u = work.rows(Slot::u, n, w.hidden);
@@ -331,9 +332,7 @@ std::vector<float> segmentation_head(Exec& e) {
       ops.tree_layer_norm_relu({&w.ln_w, &w.ln_b, ut});
       dense(ops, work, w.head3, ut, y.range(r0, n));
     });
-    result = e.result(y);
   });
-  return result;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -366,14 +365,24 @@ std::vector<float> forward(Exec& e) {
   const Config& c = e.config();
   const Share& s = e.share();
   const Hierarchy& h = e.hierarchy();
+  const bool seg = c.kind == Config::Kind::segmentation;
   e.stage([&] { e.prepare(); });  // the checks and the geometry
-  if (c.kind == Config::Kind::classification) e.to_halo(e.geometry().features);
-  e.phase(0);
-  init(e);
-  e.phase(1);
-  for (std::size_t b = 0; b < e.layers().blocks.size(); ++b) tree_block(e, b);
-  e.phase(2);
-  if (c.kind == Config::Kind::segmentation) return segmentation_head(e);
+  if (!seg) e.to_halo(e.geometry().features);
+  e.compute([&] {
+    e.phase(0);
+    init(e);
+    e.phase(1);
+    for (std::size_t b = 0; b < e.layers().blocks.size(); ++b) tree_block(e, b);
+    e.phase(2);
+    if (seg) segmentation_head(e);
+  });
+  if (seg) {
+    const auto n0 = static_cast<index_t>(s.points.size());
+    const Rows y = e.array(Array::out, 0, n0, c.n_part);
+    std::vector<float> result;
+    e.stage([&] { result = e.result(y); });
+    return result;
+  }
   // Classification: the mean of a level's nodes per sample (root: its one node). The points' mean adds per
   // lowest voxel first (its points in order), then the voxels in order: the same sums on any ranks.
   const int level = head_level(c), cols = c.width(level);

@@ -861,6 +861,10 @@ class Runner:
             for grid in a.sphere_grids:
                 nlat, nlon = grid.lower().split("x")
                 self.bench(f"sphere {grid}", [sphere, str(model), "5", nlat, nlon, "0"], self.env, 600)
+            # The kept bands' forward is one CUDA graph; kernel by kernel for the launch cost it removes.
+            nlat, nlon = a.sphere_grids[0].lower().split("x")
+            self.bench(f"sphere {a.sphere_grids[0]} graphs off", [sphere, str(model), "5", nlat, nlon, "0"],
+                       {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
         # Against torch-harmonics' SphericalTransformer and NeighborhoodAttentionS2 on this GPU, when the Python
         # has torch-harmonics or --sphere-official names a copy of it; surrogate through the C API.
         if a.sphere_official or py.get("torch_harmonics"):
@@ -892,6 +896,10 @@ class Runner:
             write_erwin_inputs(data, n, py, self.python_env)
             self.bench(f"erwin N={n}", [erwin, str(BUNDLE / m["erwin_bench_model"]), str(data), "5", "8", "0"],
                        self.env, 600)
+            if n == a.erwin_sizes[0]:  # the kept geometry's forward is one CUDA graph; kernel by kernel
+                self.bench(f"erwin N={n} graphs off",
+                           [erwin, str(BUNDLE / m["erwin_bench_model"]), str(data), "5", "8", "0"],
+                           {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
             shutil.rmtree(data, ignore_errors=True)
 
     # -- all -----------------------------------------------------------------------------------------------

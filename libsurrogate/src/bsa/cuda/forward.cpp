@@ -276,6 +276,19 @@ void BsaCudaForward::run(const Rows& features, const Rows& h, const std::int64_t
   program::layers(exec);
 }
 
+void BsaCudaForward::compute_batch() {
+  const int cin = cfg_.c_in, D = cfg_.c_hidden;
+  const index_t points = g_->points;
+  const auto dev = ops::Place::device;
+  // The geometry's arrays are sized once, at its upload; only the features may grow (forward_rows).
+  const auto key = [&] { return surrogate::device::ComputeGraph::key({g_->serial}, {g_->features.data()}); };
+  graph_.run(device_, stream_.get(), key, [&] {
+    run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
+    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
+                                                  {g_->out.data(), D, points, D, dev}});
+  });
+}
+
 std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const balltree::RotatedTrees& trees,
                                                                           std::span<const float> positions,
                                                                           const balltree::Batch& batch) {
@@ -322,11 +335,7 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
     cu::Event t0(device_), t1(device_);
     t0.record(stream_.get());
     upload(g_->features, features);
-    const auto dev = ops::Place::device;
-    run({g_->features.data(), cfg_.c_in, points, cfg_.c_in, dev}, {g_->e.data(), D, points, D, dev},
-        g_->tree_index.data());
-    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
-                                                  {g_->out.data(), D, points, D, dev}});
+    compute_batch();
     cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
     t1.record(stream_.get());
     stream_.synchronize();
@@ -355,10 +364,7 @@ void BsaCudaForward::forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch
     const Place place{device_, stream_.get(), &plan.comm().device_transport(device_)};
     g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cin)), device_);
     plan.to_block(rows, ld, g_->features.data(), cin, cin, place);  // the batch in canonical order
-    const auto dev = ops::Place::device;
-    run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
-    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
-                                                  {g_->out.data(), D, points, D, dev}});
+    compute_batch();
     plan.to_solver(g_->out.data(), D, out, ld_out, D, place);
     forward_ms_ = 0.0;
   } catch (...) {

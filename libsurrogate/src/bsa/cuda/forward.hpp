@@ -7,6 +7,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -14,6 +15,7 @@
 #include <utility>
 #include <vector>
 
+#include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
 #include "../../device/steps.hpp"
 #include "../../ops/cuda_ops.hpp"
@@ -33,7 +35,9 @@ using ops::CudaOps;
 /// selection's host buffers (forward.cpp set_rows); a plan's (kept in the plan) or a one-process batch's
 /// (kept by the caller).
 struct Geometry final : balltree::DeviceGeometry {
-  explicit Geometry(int device) : DeviceGeometry(device) {}
+  explicit Geometry(int device) : DeviceGeometry(device), serial(++made) {}
+  static inline std::atomic<std::uint64_t> made{0};
+  const std::uint64_t serial;  // no other geometry of this process had it: the captured compute's key
   bool on_plan = false;  // a plan's slots (else a one-process batch)
   RowLayout layout;
   index_t points = 0, rows = 0, n = 0;  // points (one process), rows here, slots per sample
@@ -90,6 +94,9 @@ class BsaCudaForward final : public BsaDeviceForward {
   /// program.hpp's stages on g_ (DeviceExec, forward.cpp): the embedding of `features` into h, h's rows
   /// gathered into g_->x through to_tree (one process; null on a plan: h is g_->x), the layers.
   void run(const ops::Rows& features, const ops::Rows& h, const std::int64_t* to_tree);
+  /// A one-process batch (g_): its features through the layers into g_->out (points x c_hidden, point
+  /// order), captured as one graph from the second forward on the same geometry on (device::ComputeGraph).
+  void compute_batch();
 
   // distributed.cpp: a plan's slots and what crosses ranks (the plan's exchanges on device rows).
   void set_plan_geometry(Geometry& geometry, const BsaPlan& plan);
@@ -114,6 +121,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  surrogate::device::ComputeGraph graph_;  // compute_batch()'s
 
   // The current call.
   Geometry* g_ = nullptr;  // the rows being uploaded or run on

@@ -171,7 +171,7 @@ std::vector<float> ErwinCudaForward::forward(balltree::DeviceGeometry& uploaded,
                                       std::to_string(n) + " points x c_in " + std::to_string(cfg_.c_in));
   Stages::check_features(*net_, features, 0);
   geometry_ms_ = 0.0;
-  return run(*geometry, features);
+  return run(*geometry, features, nullptr);
 }
 
 std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const float> block_features) {
@@ -180,7 +180,7 @@ std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const fl
   collectively(plan.comm(), [&] { Stages::check_features(*net_, block_features, plan.block_begin()); });
   Geometry& geometry = plan_geometry(plan);
   try {
-    return run(geometry, block_features);
+    return run(geometry, block_features, &plan.traffic());
   } catch (...) {
     // A failed forward may leave the work arrays half written: the next one uploads again.
     plan.device_geometry().reset();
@@ -196,7 +196,7 @@ void ErwinCudaForward::forward_rows(ErwinPlan& plan, const float* rows, index_t 
     run(
         geometry,
         [&] { move([&] { plan.to_block(rows, ld, g_->features.data(), cfg_.c_in, cfg_.c_in, place); }); },
-        [&] { move([&] { plan.to_solver(g_->out.data(), D0, out, ld_out, D0, place); }); }, false);
+        [&] { move([&] { plan.to_solver(g_->out.data(), D0, out, ld_out, D0, place); }); }, false, &plan.traffic());
     forward_ms_ = 0.0;
   } catch (...) {
     plan.device_geometry().reset();
@@ -243,25 +243,62 @@ void ErwinCudaForward::upload_layout(Geometry& geometry) {
   }
 }
 
-std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const float> features) {
+std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const float> features, Traffic* traffic) {
   std::vector<float> result(static_cast<std::size_t>(geometry.layout->points() * cfg_.c_hidden[0]));
   run(
       geometry, [&] { steps_.run([&] { upload(g_->features, features); }); },
       [&] {
         steps_.run([&] { cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get()); });
       },
-      true);
+      true, traffic);
   return result;
 }
 
-template <class Load, class Store>
-void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool timed) {
+void ErwinCudaForward::compute_direct() {
   const int D0 = cfg_.c_hidden[0];
+  const index_t n = g_->layout->points();
+  DeviceExec exec(*this);
+  program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, ops::Place::device},
+                 {g_->h.data(), D0, n, D0, ops::Place::device});
+  if (cfg_.mp_steps > 0) program::message_passing(exec);
+  Level& level0 = g_->levels.front();
+  move([&] { g_->layout->to_slots(g_->h.data(), D0, level0.x.data(), D0, D0, stream_); });
+  program::levels(exec);
+  move([&] { g_->layout->to_points(level0.x.data(), D0, g_->out.data(), D0, D0, stream_); });
+}
+
+void ErwinCudaForward::compute(Traffic* traffic) {
+  // Across ranks the moves exchange messages between the steps: launched one by one.
+  const Comm* comm = g_->layout->comm();
+  if (comm && comm->size() > 1) {
+    graph_.reset();
+    return compute_direct();
+  }
+  // One rank agrees with itself: a failure is thrown where it happens (and ends a capture), not kept.
+  steps_.agree();
+  steps_.begin(nullptr);
+  try {
+    // Every array the kernels touch belongs to the geometry (sized once, at its upload) or to the weights;
+    // the one-rank moves of a plan are device copies whose lists it uploaded on the first forward.
+    steps_.run([&] {
+      const auto key = [&] {
+        return surrogate::device::ComputeGraph::key({g_->serial, static_cast<std::uintptr_t>(precision_)});
+      };
+      graph_.run(device_, stream_.get(), key, [&] { compute_direct(); }, traffic);
+    });
+  } catch (...) {
+    steps_.begin(comm);
+    throw;
+  }
+  steps_.begin(comm);
+}
+
+template <class Load, class Store>
+void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool timed, Traffic* traffic) {
   g_ = &geometry;
   steps_.begin(geometry.layout->comm());
   try {
     std::optional<cu::Event> t0, t1;
-    const index_t n = g_->layout->points();
     if (timed)
       steps_.run([&] {
         t0.emplace(device_);
@@ -269,14 +306,7 @@ void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool 
         t0->record(stream_.get());
       });
     load();
-    DeviceExec exec(*this);
-    program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, ops::Place::device},
-                   {g_->h.data(), D0, n, D0, ops::Place::device});
-    if (cfg_.mp_steps > 0) program::message_passing(exec);
-    Level& level0 = g_->levels.front();
-    move([&] { g_->layout->to_slots(g_->h.data(), D0, level0.x.data(), D0, D0, stream_); });
-    program::levels(exec);
-    move([&] { g_->layout->to_points(level0.x.data(), D0, g_->out.data(), D0, D0, stream_); });
+    compute(traffic);
     store();
     if (timed)
       steps_.run([&] {

@@ -6,6 +6,7 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
 #include "../../device/steps.hpp"
 #include "../../ops/cuda_ops.hpp"
@@ -45,7 +47,9 @@ struct Level {
 /// A layout's geometry on the device and the work arrays sized for it (geometry.cpp): a plan's (kept in
 /// the plan) or a one-process batch's (kept by the caller).
 struct Geometry final : balltree::DeviceGeometry {
-  explicit Geometry(int device) : DeviceGeometry(device) {}
+  explicit Geometry(int device) : DeviceGeometry(device), serial(++made) {}
+  static inline std::atomic<std::uint64_t> made{0};
+  const std::uint64_t serial;  // no other geometry of this process had it: the captured compute's key
   std::unique_ptr<DeviceLayout> layout;
   std::vector<Level> levels;
   cu::DeviceBuffer<std::int64_t> edge_src, edge_dst, edge_start;  // edges grouped by receiver
@@ -96,12 +100,17 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   /// The plan's geometry on this device: uploaded by the first forward there (collective, errors agreed),
   /// kept in the plan.
   Geometry& plan_geometry(ErwinPlan& plan);
-  /// The whole forward on an uploaded geometry: features (points x c_in, host) -> points x c_hidden[0].
-  std::vector<float> run(Geometry& geometry, std::span<const float> features);
+  /// The whole forward on an uploaded geometry: features (points x c_in, host) -> points x c_hidden[0];
+  /// `traffic`: the plan's count of its exchanges (null without a plan).
+  std::vector<float> run(Geometry& geometry, std::span<const float> features, Traffic* traffic);
   /// The same between device rows: `load` fills the geometry's features and `store` takes its result, each
   /// a step or a move; with `timed`, CUDA events around the whole, read by waiting for the device.
   template <class Load, class Store>
-  void run(Geometry& geometry, Load&& load, Store&& store, bool timed);
+  void run(Geometry& geometry, Load&& load, Store&& store, bool timed, Traffic* traffic);
+  /// The network between the geometry's features and its out rows (no host wait): in one process one
+  /// captured graph from the second forward on a geometry (device::ComputeGraph).
+  void compute(Traffic* traffic);
+  void compute_direct();
 
   const Network* net_;
   Config cfg_;
@@ -111,6 +120,8 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
   cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
+
+  surrogate::device::ComputeGraph graph_;
 
   // The current call.
   Geometry* g_ = nullptr;          // the geometry being uploaded or run on

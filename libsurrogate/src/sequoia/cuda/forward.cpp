@@ -14,6 +14,7 @@
 #include <string>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/compute_graph.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../network_impl.hpp"
 #include "surrogate/comm.hpp"
@@ -99,6 +100,7 @@ class CudaForward final : public DeviceForward {
   cu::DeviceBuffer<float> in_rows_, out_rows_;  // forward_rows' arrays (input_rows, output_rows)
   cu::DeviceBuffer<std::int64_t> voxels_, batch_;
   cu::DeviceBuffer<double> scratch_;
+  surrogate::device::ComputeGraph graph_;  // DeviceExec::compute()'s
 };
 
 /// The work rows of a stage (program::Slot): arrays of the forward, rows of `width` values.
@@ -141,6 +143,23 @@ class DeviceExec {
   Network::Trace* trace() const { return nullptr; }
   void phase(int) const {}
   void prepare();
+  /// A whole share's network is device work alone: on a numbered geometry, one captured graph from its
+  /// second forward on (device::ComputeGraph). A split share's moves between the ranks run directly.
+  template <class F>
+  void compute(F&& f) {
+    if (s_.split || geometry_ == 0) {
+      f_.graph_.reset();
+      return f();
+    }
+    const auto key = [&] {
+      surrogate::device::ComputeGraph::Key k = surrogate::device::ComputeGraph::key(
+          {geometry_}, {g_.features.data, g_.classes.data, out_, f_.scratch_.data()});
+      for (const auto* buffers : {&f_.arrays_, &f_.work_})
+        for (const cu::DeviceBuffer<float>& b : *buffers) k.push_back(reinterpret_cast<std::uintptr_t>(b.data()));
+      return k;
+    };
+    f_.graph_.run(f_.device_, f_.stream_.get(), key, f);
+  }
 
   DeviceRows array(Array a, int level, index_t rows, int width) {
     if (a == Array::part && !s_.split) a = Array::x;  // one process: the owned voxels are level 1's rows
@@ -306,6 +325,7 @@ std::vector<float> CudaForward::run(const Comm& comm, const Share& s, const Hier
     return result;
   } catch (...) {
     uploaded_ = 0;
+    graph_.reset();  // the arrays are uploaded again: nothing captured is kept
     surrogate::detail::raise_current_cuda_error("sequoia", device_);
   }
 }

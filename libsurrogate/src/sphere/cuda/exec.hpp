@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
 #include "../transformer/program.hpp"
 #include "surrogate/comm.hpp"
@@ -51,6 +52,16 @@ class DeviceRun {
   /// Collective: the stream's work done and the pending failure, if any rank has one, raised on every rank.
   void settle() {
     launch([&] { kernels::cuda::synchronize(stream_); });
+    raise_pending();
+  }
+  /// Before an exchange: settle() across ranks; one rank has nothing to agree on and moves on the stream,
+  /// so only a failure so far is raised (the kernels' own surface at the download's wait).
+  void agree() {
+    if (comm_.size() > 1) return settle();
+    raise_pending();
+  }
+  /// The pending failure, if any rank has one, raised on every rank (collective).
+  void raise_pending() {
     const Status local = std::move(pending_);
     pending_ = {};
     comm_.agree_or_throw(local);
@@ -67,15 +78,40 @@ class DeviceRun {
     return buf.data();
   }
   void exchange(const ExchangePlan& plan, const program::Rows& src, const program::Rows& dst, int width) {
-    settle();
+    agree();
     plan.forward(src.data, src.ld, dst.data, dst.ld, width, place_);
   }
   /// Doubles move as two floats each (the bytes unchanged).
   void exchange(const ExchangePlan& plan, const double* src, double* dst, int width) {
-    settle();
+    agree();
     plan.forward(reinterpret_cast<const float*>(src), 2 * width, reinterpret_cast<float*>(dst), 2 * width, 2 * width,
                  place_);
   }
+  /// The stages of `compute` on this rank's stream (it raises its failures: see raise_pending): across
+  /// ranks launched one by one; on one rank one captured graph, replayed while `key_of()` stays the same
+  /// (device::ComputeGraph). The key names the bands; the buffers' and the given addresses are added.
+  template <class KeyOf, class Compute>
+  void run_graph(surrogate::device::ComputeGraph& graph, KeyOf&& key_of, Compute&& compute) {
+    if (comm_.size() > 1) {  // the exchanges send messages between the stages
+      graph.reset();
+      return compute();
+    }
+    const auto key = [&] {
+      surrogate::device::ComputeGraph::Key k = key_of();
+      for (std::size_t b = 0; b < DeviceBuffers::kCount; ++b)
+        for (const void* p : {static_cast<const void*>(buffers_.floats[b].data()),
+                              static_cast<const void*>(buffers_.doubles[b].data())})
+          k.push_back(reinterpret_cast<std::uintptr_t>(p));
+      return k;
+    };
+    launch([&] {
+      graph.run(device_, stream_, key, [&] {
+        compute();
+        raise_pending();  // a failure ends the capture: no partial graph is kept
+      });
+    });
+  }
+
   struct NoPhase {};
   NoPhase phase(program::Stage) const { return {}; }
 

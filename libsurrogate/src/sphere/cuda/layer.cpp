@@ -66,8 +66,17 @@ class S2LayerCuda final : public S2LayerDeviceForward {
     exec.rows_on_device = on_device;
     const ops::Rows input = exec.upload(in, ld_in, n, in_channels_);
     const ops::Rows result = exec.output(n, out_channels_);
-    program::layer_forward(exec, &op_, plan.layer(), plan.outputs(), static_cast<int>(plan.layout().num_samples()),
-                           nlon_, input, result);
+    const LayerBands& bands = plan.layer();
+    exec.run_graph(
+        graph_,
+        [&] {
+          return surrogate::device::ComputeGraph::key({bands.serial, static_cast<std::uintptr_t>(n)},
+                                                      {input.data, result.data, &plan.outputs()});
+        },
+        [&] {
+          program::layer_forward(exec, &op_, bands, plan.outputs(), static_cast<int>(plan.layout().num_samples()),
+                                 nlon_, input, result);
+        });
     exec.download(result, out, ld_out);
   }
   int device() const override { return device_; }
@@ -80,6 +89,7 @@ class S2LayerCuda final : public S2LayerDeviceForward {
   DeviceAttention op_;
   cu::Stream stream_;
   DeviceBuffers buffers_;
+  surrogate::device::ComputeGraph graph_;  // forward_bands' stages on one rank
 };
 
 }  // namespace

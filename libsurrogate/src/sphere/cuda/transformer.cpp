@@ -57,6 +57,7 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   surrogate::device::WeightArena weights_;  // the dense, norm and vector layers' weights
   program::Layers<SphereCudaOps> layers_;
   DeviceBuffers buffers_;
+  surrogate::device::ComputeGraph graph_;  // run()'s stages on one rank
 };
 
 /// program.hpp's Exec on a device: every stage once over all the band's rows, on the forward's stream
@@ -129,12 +130,20 @@ void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchan
   const Rows input = exec.upload(in, ld_in, n, cfg_.in_chans);
   const index_t band_rows = static_cast<index_t>(bands.batch) * (bands.g1 - bands.g0) * cfg_.nlon;
   const Rows band_out = exec.rows(program::Buf::out, band_rows, cout);
-  program::forward(exec, input, band_out);
   Rows result = band_out;  // the whole grid: the band's rows are the input's
-  if (outputs != nullptr) {  // the output band back to this rank's rows
-    result = exec.output(n, cout);
-    exec.exchange(*outputs, band_out, result, cout);
-  }
+  if (outputs != nullptr) result = exec.output(n, cout);  // the output band back to this rank's rows
+  // One rank: every stage and exchange is device work on the stream, one captured graph on kept bands
+  // (the key: the bands and the rows in and out; the forward's buffers grow in a direct run only).
+  exec.run_graph(
+      graph_,
+      [&] {
+        return surrogate::device::ComputeGraph::key({bands.serial, static_cast<std::uintptr_t>(n)},
+                                                    {input.data, result.data, outputs});
+      },
+      [&] {
+        program::forward(exec, input, band_out);
+        if (outputs != nullptr) exec.exchange(*outputs, band_out, result, cout);
+      });
   exec.download(result, out, ld_out);
 }
 

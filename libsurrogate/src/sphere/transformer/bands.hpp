@@ -4,6 +4,8 @@
 // device forward (cuda/transformer_bands.cpp). share/docs/sphere.md, "Multi-rank mode".
 #pragma once
 
+#include <atomic>
+#include <cstdint>
 #include <utility>
 #include <vector>
 
@@ -14,6 +16,8 @@
 namespace surrogate::sphere {
 
 struct TransformerBands::Exchanges {
+  static inline std::atomic<std::uint64_t> made{0};
+  const std::uint64_t serial = ++made;  // no other bands of this process had it (a device graph's key)
   int batch = 0;
   BandPartition image, internal;  // the ranks' rows of the image grid and of the internal grid
   // This rank's rows: internal [i0, i1), image [g0, g1); the input rows of the encoder, of the
