@@ -18,6 +18,7 @@
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
 #include "hept/cuda/device.hpp"
+#include "device_arrays.hpp"
 #include "host_backend_hooks.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
@@ -205,6 +206,38 @@ TEST(HeptHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
     std::printf("  host waits: %lld with the geometry built, %lld on the kept plan\n", after_first - at_start, kept);
     EXPECT_EQ(kept, 1);
     EXPECT_EQ(again, first);
+  }
+}
+
+// One graph per kept plan: in one process the network on a kept plan runs directly on the plan's first
+// predict, is captured as one CUDA graph on the second and replayed from the third, with the direct
+// forward's bits (both layouts); a predict_device on the same plan replays the same graph between its own
+// gather and scatter.
+TEST(HeptHostBackend, AKeptPlansForwardIsOneGraph) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const std::string name : {"example_small", "src_pileup"}) {
+    const Case c(name);
+    const surrogate::SelfComm comm;
+    const auto n = static_cast<std::int64_t>(c.batch.size());
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, c.batch.data());
+    surrogate::PointGeometry g;
+    g.positions = c.coords.data();
+    g.ld_positions = c.coords_dim;
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    const int in = c.model->in_channels(), od = c.model->out_channels();
+    const auto plan = c.model->plan(comm, layout, g, options);
+    const auto predict_on_plan = [&] {
+      std::vector<float> y(static_cast<std::size_t>(n * od));
+      c.model->predict(comm, *plan, c.x.data(), in, y.data(), od, options);
+      return y;
+    };
+    host_backend::expect_one_graph_per_plan(predict_on_plan, name);
+    const std::vector<float> host = predict_on_plan();
+    const host_backend::Counts before = host_backend::counts();
+    surrogate::testing::expect_device_arrays_match(comm, *c.model, *plan, c.x, in, host, od, 0.0f, options, name);
+    EXPECT_EQ(host_backend::counts().captures, before.captures) << name;
+    EXPECT_EQ(host_backend::counts().graphs, before.graphs + 1) << name;
   }
 }
 

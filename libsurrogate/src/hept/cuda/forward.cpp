@@ -16,6 +16,7 @@
 #include <string>
 
 #include "../../cuda_errors.hpp"
+#include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
 #include "../split_graphs.hpp"
 #include "geometry.hpp"
@@ -63,10 +64,19 @@ class CudaForward final : public DeviceForward {
     Dense wq, wk, wv, out_linear, ff0, ff2;
     std::size_t alpha = 0, scale = 0;
   };
-  /// x and out in host memory, or with `on_device` in this device's memory.
+  /// x and out in host memory, or with `on_device` in this device's memory. In one process (no ranges to
+  /// reduce, no split stage) the network between the input's upload and the output's download is one
+  /// captured CUDA graph on a kept geometry (device::ComputeGraph); otherwise run_layers() as it comes.
   void run(const PlanRows& g, const float* x, float* out,
            const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split,
            bool on_device);
+  /// The whole forward, launched kernel by kernel: uploads x unless `on_device`, reduces the ranges over
+  /// the ranks through `range`, runs a split bucket stage, downloads the output unless `on_device`.
+  void run_layers(const PlanRows& g, const float* x, float* out,
+                  const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                  const SplitStage* split, bool on_device);
+  /// run()'s graph key: the geometry, the rows in and out and every work array.
+  surrogate::device::ComputeGraph::Key graph_key(const PlanRows& g, const float* x, const float* out) const;
   /// run() on a geometry of this forward, with the device current and CUDA failures as Errors.
   void run_checked(const DeviceGeometry& geometry, const float* x, float* out,
                    const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
@@ -105,6 +115,7 @@ class CudaForward final : public DeviceForward {
   std::vector<float> keys_q_, keys_k_;
   cu::DeviceBuffer<float> vt_, slot_q_, slot_k_, slot_v_, slot_num_, slot_den_, slot_work_, num_all_, den_all_;
   cu::DeviceBuffer<std::int64_t> identity_;
+  surrogate::device::ComputeGraph graph_;  // run()'s, in one process
 };
 
 CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
@@ -206,6 +217,41 @@ void CudaForward::run_checked(const DeviceGeometry& geometry, const float* x, fl
 void CudaForward::run(const PlanRows& g, const float* x, float* out,
                       const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                       const SplitStage* split, bool on_device) {
+  if ((range && *range) || split || g.np == 0) {  // ranks wait for each other between the layers
+    graph_.reset();
+    return run_layers(g, x, out, range, split, on_device);
+  }
+  const cudaStream_t s = stream_.get();
+  const std::int64_t od = cfg_.out_dim();
+  const float* in = x;
+  float* rows_out = out;
+  if (!on_device) {
+    surrogate::device::upload(x_, std::span<const float>(x, static_cast<std::size_t>(g.n * cfg_.in_dim)), device_, s);
+    in = x_.data();
+    rows_out = sized(out_rows_, static_cast<std::size_t>(g.n * od), device_);
+  }
+  graph_.run(device_, s, [&] { return graph_key(g, in, rows_out); },
+             [&] { run_layers(g, in, rows_out, nullptr, nullptr, true); });
+  if (on_device) return;
+  cu::copy_to_host(out, rows_out, static_cast<std::size_t>(g.n * od) * sizeof(float), s);
+  stream_.synchronize();
+}
+
+surrogate::device::ComputeGraph::Key CudaForward::graph_key(const PlanRows& g, const float* x, const float* out) const {
+  surrogate::device::ComputeGraph::Key k =
+      surrogate::device::ComputeGraph::key({g.serial, static_cast<std::uintptr_t>(g.np)}, {x, out});
+  for (const cu::DeviceBuffer<float>* b : {&xp_, &cat_, &hid_, &xn_, &q_, &k_, &v_, &qh_, &kh_, &pq_, &pk_, &attn_, &lo_,
+                                           &hi_, &work_, &eh_, &ha_, &hb_, &res_, &fin_})
+    k.push_back(reinterpret_cast<std::uintptr_t>(b->data()));
+  for (const void* p : {static_cast<const void*>(perm_q_.data()), static_cast<const void*>(perm_k_.data()),
+                        static_cast<const void*>(sort_work_.bytes.data())})
+    k.push_back(reinterpret_cast<std::uintptr_t>(p));
+  return k;
+}
+
+void CudaForward::run_layers(const PlanRows& g, const float* x, float* out,
+                             const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
+                             const SplitStage* split, bool on_device) {
   const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
   const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.encoder_in(), half = D / 2, od = cfg_.out_dim();
   const index_t np = g.np, ldcat = static_cast<index_t>(L + 1) * D;

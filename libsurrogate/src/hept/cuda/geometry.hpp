@@ -5,6 +5,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -19,6 +20,9 @@ namespace surrogate::hept::gpu {
 struct PlanRows final : DeviceGeometry {
   template <class T>
   using Buffer = kernels::cuda::DeviceBuffer<T>;
+
+  static inline std::atomic<std::uint64_t> made{0};
+  const std::uint64_t serial = ++made;  // no other rows of this process had it (the forward's graph key)
 
   int device_id = -1;
   int rows = 0;  // tables x heads
