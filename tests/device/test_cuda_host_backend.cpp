@@ -153,6 +153,10 @@ TEST(CudaHostBackend, AGraphReplaysTheCapturedWork) {
   EXPECT_THROW(graph.capture(kDevice, stream.get(),
                              [&] { cu::copy_to_host(pageable.data(), x.data(), x.bytes(), stream.get()); }),
                cu::CudaError);
+  // A copy from pageable memory (its values would be the capture's): refused.
+  EXPECT_THROW(graph.capture(kDevice, stream.get(),
+                             [&] { cu::copy_to_device(x.data(), pageable.data(), x.bytes(), stream.get()); }),
+               cu::CudaError);
   // An allocation (a buffer that grows inside the compute): refused on the capturing thread, as by CUDA.
   EXPECT_THROW(graph.capture(kDevice, stream.get(), [&] { cu::DeviceBuffer<float> grown(n, kDevice); }), cu::CudaError);
   EXPECT_TRUE(graph.empty());

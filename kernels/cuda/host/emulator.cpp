@@ -337,6 +337,8 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
     return cudaSuccess;
   }
   if (src_pageable) {
+    // Captured, the copy would replay the values of the capture: CUDA refuses pageable memory there.
+    if (q->capture) return refuse_in_capture(*q, "cudaMemcpyAsync from pageable host memory");
     auto staged = std::make_shared<std::vector<unsigned char>>(static_cast<const unsigned char*>(src),
                                                                static_cast<const unsigned char*>(src) + bytes);
     enqueue(*q, Op{[=] { std::memcpy(dst, staged->data(), bytes); }, "cudaMemcpyAsync"});
