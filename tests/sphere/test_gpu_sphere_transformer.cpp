@@ -205,6 +205,25 @@ TEST(GpuSphereHostBackend, AKeptPlansForwardIsOneGraph) {
     };
     const auto plan = model->plan(comm, layout, surrogate::PointGeometry{}, options);
     host_backend::expect_one_graph_per_plan([&] { return predict_on(*plan); }, name);
+    // The caller's device arrays on the kept plan (other input rows: another graph, run directly once,
+    // then captured): two waits for the device, the agreed counts of non-finite inputs and the end.
+    const std::vector<float> host = predict_on(*plan);
+    auto d_in = st::to_device(rows, options.cuda_device);
+    auto d_out = st::to_device(std::vector<float>(host.size(), -7.0f), options.cuda_device);
+    surrogate::Model::DeviceArrays arrays;
+    arrays.in = d_in.data();
+    arrays.out = d_out.data();
+    arrays.in_point_stride = cin;
+    arrays.out_point_stride = cout;
+    model->predict_device(comm, *plan, arrays, options);
+    model->predict_device(comm, *plan, arrays, options);
+    const host_backend::Counts before = host_backend::counts();
+    const long long waits = host_backend::host_waits;
+    model->predict_device(comm, *plan, arrays, options);
+    EXPECT_EQ(host_backend::host_waits - waits, 2) << name;
+    EXPECT_EQ(host_backend::counts().captures, before.captures) << name;
+    EXPECT_EQ(host_backend::counts().graphs, before.graphs + 1) << name;
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), host) << name;
     const auto other = model->plan(comm, layout, surrogate::PointGeometry{}, options);
     host_backend::expect_one_graph_per_plan([&] { return predict_on(*other); }, name + ", another plan");
     EXPECT_EQ(predict_on(*plan), predict_on(*other)) << name;

@@ -136,13 +136,14 @@ class DeviceRun {
     grow(buffers_.out, static_cast<std::size_t>(n * width));
     return {buffers_.out.data(), width, n, width, ops::Place::device};
   }
-  /// Collective (settles): the device rows `rows` (dense) into host rows at row stride ld.
+  /// Collective (settles): the device rows `rows` (dense) into host rows at row stride ld. Device rows
+  /// (rows_on_device) are copied on the stream; one rank then leaves them enqueued there (agree()).
   void download(const program::Rows& rows, float* host, index_t ld) {
     if (rows_on_device) {
       launch([&] {
         surrogate::device::copy_rows(rows.data, rows.ld, nullptr, host, ld, nullptr, rows.rows, rows.width, stream_);
       });
-      return settle();
+      return agree();
     }
     staging_.resize(static_cast<std::size_t>(rows.rows) * static_cast<std::size_t>(rows.width));
     launch([&] {
