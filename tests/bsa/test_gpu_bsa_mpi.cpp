@@ -45,6 +45,23 @@ struct OnEmulatedDevice {
   std::unique_ptr<surrogate::Model> model;
   surrogate::RunOptions options;
   std::unique_ptr<surrogate::Plan> plan;
+
+  /// This rank's input rows and `out_values` zeros on the emulated device, as predict_device's arrays.
+  struct DeviceRows {
+    surrogate::kernels::cuda::DeviceBuffer<float> in, out;
+    surrogate::Model::DeviceArrays arrays;
+    std::vector<float> outputs() const { return surrogate::testing::to_host(out.data(), out.size(), host_backend::kDevice); }
+  };
+  DeviceRows device_rows(std::size_t out_values) const {
+    DeviceRows d;
+    d.in = surrogate::testing::to_device(p.rows_of(g.features, g.cin), host_backend::kDevice);
+    d.out = surrogate::testing::to_device(std::vector<float>(out_values), host_backend::kDevice);
+    d.arrays.in = d.in.data();
+    d.arrays.out = d.out.data();
+    d.arrays.in_point_stride = g.cin;
+    d.arrays.out_point_stride = model->out_channels();
+    return d;
+  }
 };
 
 class GpuBsaMpi : public ::testing::TestWithParam<const char*> {};
@@ -113,18 +130,12 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
     std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);  // plan and geometry kept
     const int cout = model->out_channels();
     good.resize(std::max<std::size_t>(good.size(), 1));
-    auto d_in = surrogate::testing::to_device(p.rows_of(g.features, g.cin), host_backend::kDevice);
-    auto d_out = surrogate::testing::to_device(std::vector<float>(good.size()), host_backend::kDevice);
-    surrogate::Model::DeviceArrays arrays;
-    arrays.in = d_in.data();
-    arrays.out = d_out.data();
-    arrays.in_point_stride = g.cin;
-    arrays.out_point_stride = cout;
+    const auto rows = setup.device_rows(good.size());
+    const surrogate::Model::DeviceArrays& arrays = rows.arrays;
     const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
     model->predict_device(comm, *plan, arrays, options);
     long long moved[2] = {host_backend::host_waits - waits, host_backend::bytes_to_host - down};
-    const std::vector<float> got = surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice);
-    EXPECT_EQ(bit_differences(got, good), 0) << "rank " << comm.rank();
+    EXPECT_EQ(bit_differences(rows.outputs(), good), 0) << "rank " << comm.rank();
     std::vector<long long> all(static_cast<std::size_t>(2 * comm.size()));
     MPI_Gather(moved, 2, MPI_LONG_LONG, all.data(), 2, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
     if (comm.rank() == 0)
@@ -147,8 +158,7 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
     }
     host_backend::fail_after = 0;
     model->predict_device(comm, *plan, arrays, options);
-    EXPECT_EQ(bit_differences(surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice), good), 0)
-        << "rank " << comm.rank() << ", after the failure";
+    EXPECT_EQ(bit_differences(rows.outputs(), good), 0) << "rank " << comm.rank() << ", after the failure";
   }
 }
 
@@ -179,18 +189,12 @@ TEST(BsaMpiHostBackend, AKeptPlansForwardIsOneGraphOnOneRank) {
     host_backend::expect_one_graph_per_plan(predict_on_plan, name);
     // predict_device on the same plan replays the same graph between its own gather and scatter.
     const std::vector<float> good = predict_on_plan();
-    auto d_in = surrogate::testing::to_device(in, host_backend::kDevice);
-    auto d_out = surrogate::testing::to_device(std::vector<float>(good.size()), host_backend::kDevice);
-    surrogate::Model::DeviceArrays arrays;
-    arrays.in = d_in.data();
-    arrays.out = d_out.data();
-    arrays.in_point_stride = g.cin;
-    arrays.out_point_stride = cout;
+    const auto rows = setup.device_rows(good.size());
     const host_backend::Counts before = host_backend::counts();
-    model->predict_device(comm, *plan, arrays, options);
+    model->predict_device(comm, *plan, rows.arrays, options);
     EXPECT_EQ(host_backend::counts().captures, before.captures);
     EXPECT_EQ(host_backend::counts().graphs, before.graphs + 1);
-    EXPECT_EQ(bit_differences(surrogate::testing::to_host(d_out.data(), d_out.size(), host_backend::kDevice), good), 0);
+    EXPECT_EQ(bit_differences(rows.outputs(), good), 0);
   }
 }
 

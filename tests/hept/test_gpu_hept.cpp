@@ -179,6 +179,30 @@ TEST(GpuHept, DevicePlanRefusesWhatTheCpuPlanRefuses) {
   }
 }
 
+/// A golden case in one process on the emulated device, with its plan (kept from one predict to the next).
+struct OnKeptPlan {
+  explicit OnKeptPlan(const std::string& name) : c(name) {
+    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n(), c.batch.data());
+    surrogate::PointGeometry g;
+    g.positions = c.coords.data();
+    g.ld_positions = c.coords_dim;
+    options.cuda_device = host_backend::kDevice;
+    plan = c.model->plan(comm, layout, g, options);
+  }
+  std::int64_t n() const { return static_cast<std::int64_t>(c.batch.size()); }
+  /// Model::predict of the case's rows on the plan.
+  std::vector<float> predict() const {
+    const int od = c.model->out_channels();
+    std::vector<float> y(static_cast<std::size_t>(n() * od));
+    c.model->predict(comm, *plan, c.x.data(), c.model->in_channels(), y.data(), od, options);
+    return y;
+  }
+  const Case c;
+  const surrogate::SelfComm comm;
+  surrogate::RunOptions options;
+  std::unique_ptr<surrogate::Plan> plan;
+};
+
 // In one process a predict on a kept plan waits for the device once, for its outputs' copy into host
 // memory: the padding, the ranges and the sorts stay on the device. The first predict on a plan also builds
 // its geometry there, which reads the rows' maxima twice (the bit widths).
@@ -186,22 +210,11 @@ TEST(HeptHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
   SURROGATE_HOST_BACKEND_ONLY();
   for (const std::string name : {"example_small", "src_pileup"}) {
     SCOPED_TRACE(name);
-    const Case c(name);
-    const surrogate::SelfComm comm;
-    const auto n = static_cast<std::int64_t>(c.batch.size());
-    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, c.batch.data());
-    surrogate::PointGeometry g;
-    g.positions = c.coords.data();
-    g.ld_positions = c.coords_dim;
-    surrogate::RunOptions options;
-    options.cuda_device = host_backend::kDevice;
-    const int in = c.model->in_channels(), od = c.model->out_channels();
-    std::vector<float> first(static_cast<std::size_t>(n * od)), again(first.size());
-    const auto plan = c.model->plan(comm, layout, g, options);
+    const OnKeptPlan k(name);
     const long long at_start = host_backend::host_waits;
-    c.model->predict(comm, *plan, c.x.data(), in, first.data(), od, options);
+    const std::vector<float> first = k.predict();
     const long long after_first = host_backend::host_waits;
-    c.model->predict(comm, *plan, c.x.data(), in, again.data(), od, options);
+    const std::vector<float> again = k.predict();
     const long long kept = host_backend::host_waits - after_first;
     std::printf("  host waits: %lld with the geometry built, %lld on the kept plan\n", after_first - at_start, kept);
     EXPECT_EQ(kept, 1);
@@ -216,26 +229,12 @@ TEST(HeptHostBackend, OneProcessWaitsForTheDeviceOnlyForItsOutputs) {
 TEST(HeptHostBackend, AKeptPlansForwardIsOneGraph) {
   SURROGATE_HOST_BACKEND_ONLY();
   for (const std::string name : {"example_small", "src_pileup"}) {
-    const Case c(name);
-    const surrogate::SelfComm comm;
-    const auto n = static_cast<std::int64_t>(c.batch.size());
-    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, c.batch.data());
-    surrogate::PointGeometry g;
-    g.positions = c.coords.data();
-    g.ld_positions = c.coords_dim;
-    surrogate::RunOptions options;
-    options.cuda_device = host_backend::kDevice;
-    const int in = c.model->in_channels(), od = c.model->out_channels();
-    const auto plan = c.model->plan(comm, layout, g, options);
-    const auto predict_on_plan = [&] {
-      std::vector<float> y(static_cast<std::size_t>(n * od));
-      c.model->predict(comm, *plan, c.x.data(), in, y.data(), od, options);
-      return y;
-    };
-    host_backend::expect_one_graph_per_plan(predict_on_plan, name);
-    const std::vector<float> host = predict_on_plan();
+    const OnKeptPlan k(name);
+    host_backend::expect_one_graph_per_plan([&] { return k.predict(); }, name);
+    const std::vector<float> host = k.predict();
     const host_backend::Counts before = host_backend::counts();
-    surrogate::testing::expect_device_arrays_match(comm, *c.model, *plan, c.x, in, host, od, 0.0f, options, name);
+    surrogate::testing::expect_device_arrays_match(k.comm, *k.c.model, *k.plan, k.c.x, k.c.model->in_channels(), host,
+                                                   k.c.model->out_channels(), 0.0f, k.options, name);
     EXPECT_EQ(host_backend::counts().captures, before.captures) << name;
     EXPECT_EQ(host_backend::counts().graphs, before.graphs + 1) << name;
   }
