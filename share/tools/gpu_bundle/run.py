@@ -822,6 +822,10 @@ class Runner:
             for model in models:
                 for n in a.sequoia_sizes:
                     self.bench(f"sequoia {model.stem} N={n}", [sequoia, str(model), str(n), "5", "0"], self.env, 600)
+            # gpu_kept_ms is one CUDA graph per kept plan; kernel by kernel for the launch cost it removes.
+            n = a.sequoia_sizes[0]
+            self.bench(f"sequoia {models[0].stem} N={n} graphs off", [sequoia, str(models[0]), str(n), "5", "0"],
+                       {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
         # Against the official HySonLab/HierAttention model on this GPU (--sequoia-official): batches of
         # official-size samples, surrogate through the C API; the cls model reads its configuration with PyYAML.
         if a.sequoia_official:
