@@ -157,6 +157,8 @@ TEST(CudaHostBackend, AGraphReplaysTheCapturedWork) {
   EXPECT_THROW(graph.capture(kDevice, stream.get(),
                              [&] { cu::copy_to_device(x.data(), pageable.data(), x.bytes(), stream.get()); }),
                cu::CudaError);
+  // Work for the default stream while a stream captures: refused (unordered with the capture).
+  EXPECT_THROW(graph.capture(kDevice, stream.get(), [&] { cu::zero(x.data(), x.bytes(), nullptr); }), cu::CudaError);
   // An allocation (a buffer that grows inside the compute): refused on the capturing thread, as by CUDA.
   EXPECT_THROW(graph.capture(kDevice, stream.get(), [&] { cu::DeviceBuffer<float> grown(n, kDevice); }), cu::CudaError);
   EXPECT_TRUE(graph.empty());

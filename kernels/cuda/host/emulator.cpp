@@ -136,6 +136,14 @@ cudaError_t refuse_in_capture(Queue& q, const std::string& call) {
   return fail(cudaErrorStreamCaptureUnsupported, "emulated " + call + ": the stream is capturing a graph");
 }
 
+/// Work for the default (legacy) stream while a stream captures: outside the capture and unordered with
+/// it; refused, failing the capture, as CUDA refuses an implicit dependency on the legacy stream.
+cudaError_t refuse_default_stream_in_capture(const Queue& q, const std::string& call) {
+  if (&q != &null_queue) return cudaSuccess;
+  if (Queue* capturing = capturing_queue()) return refuse_in_capture(*capturing, call + " on the default stream");
+  return cudaSuccess;
+}
+
 /// Runs the queued work of q in order; a failure drops the rest of the queue and is returned.
 cudaError_t drain(Queue& q) {
   while (!q.ops.empty()) {
@@ -322,6 +330,7 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemcpyAsync: unknown stream");
   if (!bytes) return cudaSuccess;
+  if (const cudaError_t code = refuse_default_stream_in_capture(*q, "cudaMemcpyAsync")) return code;
   if (ranges_overlap(dst, src, bytes)) return refuse_overlap("cudaMemcpyAsync", bytes);
   count_copy(dst, src, bytes);
   // As CUDA with pageable host memory: the source is staged at the call (the caller may reuse it at
@@ -351,7 +360,9 @@ cudaError_t memcpy_async(void* dst, const void* src, std::size_t bytes, cudaStre
 cudaError_t memset_async(void* dst, int value, std::size_t bytes, cudaStream_t stream) {
   Queue* q = queue_of(stream);
   if (!q) return fail(cudaErrorInvalidResourceHandle, "emulated cudaMemsetAsync: unknown stream");
-  if (bytes) enqueue(*q, Op{[=] { std::memset(dst, value, bytes); }, "cudaMemsetAsync"});
+  if (!bytes) return cudaSuccess;
+  if (const cudaError_t code = refuse_default_stream_in_capture(*q, "cudaMemsetAsync")) return code;
+  enqueue(*q, Op{[=] { std::memset(dst, value, bytes); }, "cudaMemsetAsync"});
   return cudaSuccess;
 }
 
@@ -476,6 +487,7 @@ void launch(const void* kernel, dim3 grid, dim3 block, std::size_t dynamic_smem,
     fail(cudaErrorInvalidResourceHandle, "emulated launch: unknown stream");
     return;
   }
+  if (refuse_default_stream_in_capture(*q, "a kernel launch") != cudaSuccess) return;
   const unsigned long long threads = 1ull * block.x * block.y * block.z;
   if (threads == 0 || threads > 1024 || block.z > 64 || grid.x == 0 || grid.y == 0 || grid.z == 0 ||
       grid.x > 2147483647u || grid.y > 65535u || grid.z > 65535u) {
