@@ -101,7 +101,8 @@ TEST_P(Bf16Linear, MatchesTheEmulatedArithmetic) {
                           {64, 32, 16}, {64, 64, 17}, {16, 48, 32}, {40, 80, 49}, {20, 16, 6}};
   for (const auto& s : shapes) {
     for (k::Activation act :
-         {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu, k::Activation::gelu_erf}) {
+         {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu, k::Activation::gelu_erf,
+          k::Activation::relu}) {
       for (int residuals = 0; residuals <= 2; ++residuals) {
         const k::index_t ldx = k::round_up(s.in, k::kPad) + 16, ldy = k::round_up(s.out, k::kPad) + 32;
         const auto w = random_vector(static_cast<std::size_t>(s.in) * s.out, 1.0f / std::sqrt(float(s.in)), gen);

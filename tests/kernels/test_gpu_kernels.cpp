@@ -410,7 +410,7 @@ TEST_F(GpuKernels, DenseOnTensorCoresMatchesTheEmulation) {
   };
   const Shape shapes[] = {{64, 64, k::Activation::none, true},   {3, 17, k::Activation::gelu_erf, false},
                           {520, 130, k::Activation::silu, true}, {33, 520, k::Activation::gelu_tanh, false},
-                          {1, 1, k::Activation::none, true}};
+                          {1, 1, k::Activation::none, true},     {40, 24, k::Activation::relu, true}};
   for (auto [precision, model_precision] : {std::pair{cu::MlpPrecision::tf32, surrogate::Precision::tf32},
                                             std::pair{cu::MlpPrecision::bf16, surrogate::Precision::bf16}})
     for (const Shape& s : shapes)

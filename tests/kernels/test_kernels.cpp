@@ -48,6 +48,7 @@ double act_ref(k::Activation a, double x) {
     case k::Activation::gelu_tanh: return gelu_tanh_ref(x);
     case k::Activation::gelu_erf: return gelu_erf_ref(x);
     case k::Activation::silu: return silu_ref(x);
+    case k::Activation::relu: return x < 0.0 ? 0.0 : x;
     case k::Activation::none: break;
   }
   return x;
@@ -215,6 +216,22 @@ TEST_P(KernelTest, ActivationsKeepSpecialValues) {
   }
 }
 
+// ReLU as torch.relu and kernels::relu_keep_nan: negatives to +0, NaN and -0 kept, the rest itself.
+TEST_P(KernelTest, ReluKeepsNanAndNegativeZero) {
+  const float inf = std::numeric_limits<float>::infinity();
+  const float special[8] = {inf, std::numeric_limits<float>::quiet_NaN(), -1000.0f, 1000.0f, 0.0f, -0.0f, -inf, 1e-40f};
+  float out[8];
+  kern().activation(k::Activation::relu, special, out, 8);
+  EXPECT_EQ(out[0], inf);
+  EXPECT_TRUE(std::isnan(out[1]));
+  EXPECT_TRUE(out[2] == 0.0f && !std::signbit(out[2]));
+  EXPECT_EQ(out[3], 1000.0f);
+  EXPECT_TRUE(out[4] == 0.0f && !std::signbit(out[4]));
+  EXPECT_TRUE(out[5] == 0.0f && std::signbit(out[5]));
+  EXPECT_TRUE(out[6] == 0.0f && !std::signbit(out[6]));
+  EXPECT_EQ(out[7], 1e-40f);
+}
+
 /// Distance of float y from the double r in units of the float spacing at |r| (2^-149 for subnormals).
 double ulps(float y, double r) {
   if (r == 0.0) return y == 0.0f ? 0.0 : std::numeric_limits<double>::infinity();
@@ -291,7 +308,7 @@ TEST_P(KernelTest, LinearMatchesNaiveReference) {
                                 {32, 130, 9}, {130, 48, 6}, {64, 256, 12}};
   for (const auto& s : shapes) {
     for (k::Activation act : {k::Activation::none, k::Activation::gelu_tanh, k::Activation::silu,
-                              k::Activation::gelu_erf}) {
+                              k::Activation::gelu_erf, k::Activation::relu}) {
       for (int residuals = 0; residuals <= 2; ++residuals) {
         const k::index_t ldx = k::round_up(s.in, k::kPad) + 16, ldy = k::round_up(s.out, k::kPad) + 32;
         const auto w = random_vector(static_cast<std::size_t>(s.in) * s.out, 1.0f / std::sqrt(float(s.in)), gen);

@@ -47,6 +47,7 @@ double activation_double(kn::Activation act, double s) {
     case kn::Activation::silu: return s / (1.0 + std::exp(-s));
     case kn::Activation::gelu_erf: return 0.5 * s * (1.0 + std::erf(s / std::sqrt(2.0)));
     case kn::Activation::gelu_tanh: return 0.5 * s * (1.0 + std::tanh(0.7978845608028654 * (s + 0.044715 * s * s * s)));
+    case kn::Activation::relu: return s < 0.0 ? 0.0 : s;
     case kn::Activation::none: break;
   }
   return s;
@@ -69,6 +70,7 @@ TEST(PointLayersEmulated, DenseMatchesTheCpuLinearAndADoubleReference) {
   const DenseCase cases[] = {{5, 7, 13, kn::Activation::none, false},
                              {37, 45, 29, kn::Activation::gelu_erf, false},
                              {48, 16, 40, kn::Activation::silu, true},
+                             {31, 20, 17, kn::Activation::relu, false},
                              {19, 67, 9, kn::Activation::none, true},
                              {70, 130, 131, kn::Activation::none, true},  // several tiles each way, a partial k tile
                              {64, 64, 128, kn::Activation::gelu_tanh, false}};

@@ -32,6 +32,7 @@ float device_activation(kernels::Activation act, float v) {
     }
     case kernels::Activation::silu: return v / (1.0f + std::exp(std::fmin(-v, 80.0f)));
     case kernels::Activation::gelu_erf: return 0.5f * v * (1.0f + std::erf(v * 0.70710678118654752440f));
+    case kernels::Activation::relu: return v < 0.0f ? 0.0f : v;
     case kernels::Activation::none: break;
   }
   return v;

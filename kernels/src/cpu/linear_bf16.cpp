@@ -87,6 +87,7 @@ void finish_rows(const LinearArgs& a, index_t r0, int n, int c0, const float* su
     case Activation::gelu_tanh: return finish_rows_with<V>(a, r0, n, c0, sums, ld_sums, [](vf v) { return simd::gelu_tanh(v); });
     case Activation::gelu_erf: return finish_rows_with<V>(a, r0, n, c0, sums, ld_sums, [](vf v) { return simd::gelu_erf(v); });
     case Activation::silu: return finish_rows_with<V>(a, r0, n, c0, sums, ld_sums, [](vf v) { return simd::silu(v); });
+    case Activation::relu: return finish_rows_with<V>(a, r0, n, c0, sums, ld_sums, [](vf v) { return simd::relu(v); });
     case Activation::none: break;
   }
   finish_rows_with<V>(a, r0, n, c0, sums, ld_sums, [](vf v) { return v; });

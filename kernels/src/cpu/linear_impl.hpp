@@ -17,6 +17,7 @@ inline simd::vf apply_activation(Activation act, simd::vf v) {
     case Activation::gelu_tanh: return simd::gelu_tanh(v);
     case Activation::gelu_erf: return simd::gelu_erf(v);
     case Activation::silu: return simd::silu(v);
+    case Activation::relu: return simd::relu(v);
     case Activation::none: break;
   }
   return v;
@@ -64,6 +65,7 @@ inline void linear_block(const LinearArgs& a, index_t r0, int j0) {
     case Activation::gelu_tanh: activate_block<R, NV>(acc, [](vf v) { return gelu_tanh(v); }); break;
     case Activation::gelu_erf: activate_block<R, NV>(acc, [](vf v) { return gelu_erf(v); }); break;
     case Activation::silu: activate_block<R, NV>(acc, [](vf v) { return silu(v); }); break;
+    case Activation::relu: activate_block<R, NV>(acc, [](vf v) { return relu(v); }); break;
     case Activation::none: break;
   }
   // The residuals and the output through locals: a vector store may alias anything, so fields of `a`

@@ -368,6 +368,12 @@ template <class Slope>
       x, 9.675f, [](vf v) { return splat(-2.302208185e+00f) + splat(-1.029432416e-01f) * (v * v); });
 }
 
+/// ReLU with NaN and -0 kept: x < 0 ? 0 : x (kernels::relu_keep_nan, lane by lane).
+[[gnu::always_inline]] inline vf relu(vf x) {
+  const vf zero{};
+  return x < zero ? zero : x;
+}
+
 /// SiLU: x * sigmoid(x) = x / (1 + exp(-x)) = x / (1 + 2^(-x log2 e)); t(-80) = 115.4.
 [[gnu::always_inline]] inline vf silu(vf x) {
   return divide_by_one_plus_exp2(x, 80.0f, [](vf) { return splat(-1.44269504088896341f); });

@@ -25,7 +25,8 @@ inline constexpr int kPad = 16;
 constexpr index_t round_up(index_t n, index_t m) { return (n + m - 1) / m * m; }
 
 /// gelu_tanh: PyTorch's GELU(approximate='tanh'); gelu_erf: the exact GELU 0.5 x (1 + erf(x / sqrt(2))).
-enum class Activation : std::uint8_t { none, gelu_tanh, silu, gelu_erf };
+/// relu: max(x, 0) with NaN and -0 kept (relu_keep_nan, nan_keeping.hpp), as torch.relu.
+enum class Activation : std::uint8_t { none, gelu_tanh, silu, gelu_erf, relu };
 enum class Isa : std::uint8_t { generic, avx2, avx512 };
 const char* to_string(Isa isa) noexcept;
 /// What runs the Linear layers of a kernel table: FP32 FMAs, or BF16 operands with FP32 accumulation on

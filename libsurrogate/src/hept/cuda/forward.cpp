@@ -83,7 +83,11 @@ class CudaForward final : public DeviceForward {
                    const SplitStage* split, bool on_device);
   void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-             const float* residual = nullptr, index_t ld_residual = 0) {
+             kernels::Activation act = kernels::Activation::none) {
+    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), act);
+  }
+  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, const float* residual,
+             index_t ld_residual) {
     surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
                              residual, ld_residual);
   }
@@ -336,8 +340,7 @@ void CudaForward::run_layers(const PlanRows& g, const float* x, float* out,
   if (!failed) {
     try {
       // Feature encoder: Linear, ReLU, Linear into the first block of the concatenation.
-      dense(enc0_, xp_.data(), in, hid, D, np);
-      map(cu::RowMap::relu, hid, D, np, D);
+      dense(enc0_, xp_.data(), in, hid, D, np, kernels::Activation::relu);
       dense(enc2_, hid, D, cat, ldcat, np);
     } catch (...) {
       failed = std::current_exception();
@@ -442,8 +445,7 @@ void CudaForward::run_layers(const PlanRows& g, const float* x, float* out,
       // Residuals into the next block of the concatenation: e + attn, then + ff(LN2(.)).
       dense(layer.out_linear, attn, HD, next, ldcat, np, e, ldcat);
       norm(layer.norm2, next, ldcat, xn, D, np);
-      dense(layer.ff0, xn, D, hid, D, np);
-      map(cu::RowMap::relu, hid, D, np, D);
+      dense(layer.ff0, xn, D, hid, D, np, kernels::Activation::relu);
       dense(layer.ff2, hid, D, next, ldcat, np, next, ldcat);
     } catch (...) {
       failed = std::current_exception();

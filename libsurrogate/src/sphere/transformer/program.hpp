@@ -298,10 +298,12 @@ void block(Exec& e, const Block<typename Exec::Ops>& b, const Rows& x, const Row
       ops.combine({ops::Combine::add, xs, ys, xs});
       return;
     }
-    // x += fc2(act(fc1(norm1(x)))): the exact GELU in fc1's epilogue, or ReLU after it.
+    // x += fc2(act(fc1(norm1(x)))): the exact GELU or the ReLU (or nothing) in fc1's epilogue.
     const Rows hid = work.rows(Buf::hidden, m, L.hidden);
-    ops.dense({&b.fc1, ys, hid, c.activation == MlpActivation::gelu ? Activation::gelu_erf : Activation::none});
-    if (c.activation == MlpActivation::relu) ops.relu(hid);
+    const Activation act = c.activation == MlpActivation::gelu   ? Activation::gelu_erf
+                           : c.activation == MlpActivation::relu ? Activation::relu
+                                                                 : Activation::none;
+    ops.dense({&b.fc1, ys, hid, act});
     ops.dense({&b.fc2, hid, xs, Activation::none, xs});
   });
 }
