@@ -15,8 +15,8 @@
 //   result(rows)          the segmentation head's rows as the forward's result: host floats, or (a device
 //                         forward on device rows) left on the device for the caller, returning nothing
 //   trace()               the CPU's intermediate results (a device: none);  phase(i)  the profile's phases
-//   compute(f)            the network between prepare() and result(): the CPU runs f; a device in one
-//                         process replays it as one captured graph on a kept geometry
+//   compute(f)            the network between prepare() and result(): the CPU runs f; a device on a whole
+//                         share replays it as one captured graph on a kept geometry
 //
 // So a row's arithmetic is the same on both (the CPU's bits do not depend on the tiles), and a change to the
 // network is made once. share/docs/sequoia.md, "Code layout".
