@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "../serial.hpp"
 #include "point_cloud_model.hpp"
 #include "surrogate/balltree_distributed.hpp"
 #include "surrogate/model.hpp"
@@ -26,9 +27,12 @@ class DeviceGeometry {
   DeviceGeometry(const DeviceGeometry&) = delete;
   DeviceGeometry& operator=(const DeviceGeometry&) = delete;
   int device() const { return device_; }
+  /// A number no other geometry of this process had (what a device forward's captured graph is keyed by).
+  std::uint64_t serial() const { return serial_.value(); }
 
  private:
   int device_;
+  surrogate::detail::Serial serial_;
 };
 
 /// The shape of the distributed tree of a family: the levels' strides and ball sizes, the rotation angle

@@ -3,12 +3,12 @@
 // ranks by lowest voxels (Share::split_over) on a hierarchy every rank holds whole.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 
 #include <vector>
 
 #include "../exchange/sample_owners.hpp"
+#include "../serial.hpp"
 #include "share.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/sequoia.hpp"
@@ -31,8 +31,7 @@ class Plan final : public surrogate::Plan {
     rows_.count_into(&traffic());
   }
   void set_hierarchy(Hierarchy hierarchy, Share share) {
-    static std::atomic<std::uint64_t> made{0};
-    geometry_ = ++made;
+    geometry_ = surrogate::detail::Serial().value();
     hierarchy_ = std::move(hierarchy);
     share_ = std::move(share);
     share_.to_halo.count_into(&traffic());

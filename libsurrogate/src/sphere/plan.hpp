@@ -4,14 +4,13 @@
 // SphericalTransformer's TransformerBands). share/docs/sphere.md, "Multi-rank mode".
 #pragma once
 
-#include <atomic>
-
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "../serial.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/sphere/bands.hpp"
@@ -39,8 +38,7 @@ SolverPieces solver_pieces(const Comm& comm, const SampleLayout& layout, int nla
 /// pieces -> this rank's query rows (its band of every sample) and key/value rows (every row for global
 /// attention, the neighbourhood halo otherwise), one exchange.
 struct LayerBands {
-  static inline std::atomic<std::uint64_t> made{0};
-  std::uint64_t serial = ++made;           // no other bands of this process had it (a device graph's key)
+  surrogate::detail::Serial serial;        // a device forward's graph key
   int lat_begin = 0, lat_end = 0;          // the band: the query and output latitudes
   int kv_begin = 0, kv_end = 0;            // the key/value latitudes
   std::int64_t query_row = 0, kv_row = 0;  // where the queries and the key/values start in the target rows

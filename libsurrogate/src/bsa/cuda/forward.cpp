@@ -281,7 +281,7 @@ void BsaCudaForward::compute_batch() {
   const index_t points = g_->points;
   const auto dev = ops::Place::device;
   // The geometry's arrays are sized once, at its upload; only the features may grow (forward_rows).
-  const auto key = [&] { return surrogate::device::ComputeGraph::key({g_->serial}, {g_->features.data()}); };
+  const auto key = [&] { return surrogate::device::ComputeGraph::key({g_->serial()}, {g_->features.data()}); };
   graph_.run(device_, stream_.get(), key, [&] {
     run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
     CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),

@@ -7,7 +7,6 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <exception>
 #include <memory>
@@ -35,9 +34,7 @@ using ops::CudaOps;
 /// selection's host buffers (forward.cpp set_rows); a plan's (kept in the plan) or a one-process batch's
 /// (kept by the caller).
 struct Geometry final : balltree::DeviceGeometry {
-  explicit Geometry(int device) : DeviceGeometry(device), serial(++made) {}
-  static inline std::atomic<std::uint64_t> made{0};
-  const std::uint64_t serial;  // no other geometry of this process had it: the captured compute's key
+  explicit Geometry(int device) : DeviceGeometry(device) {}
   bool on_plan = false;  // a plan's slots (else a one-process batch)
   RowLayout layout;
   index_t points = 0, rows = 0, n = 0;  // points (one process), rows here, slots per sample

@@ -282,7 +282,7 @@ void ErwinCudaForward::compute(Traffic* traffic) {
     // the one-rank moves of a plan are device copies whose lists it uploaded on the first forward.
     steps_.run([&] {
       const auto key = [&] {
-        return surrogate::device::ComputeGraph::key({g_->serial, static_cast<std::uintptr_t>(precision_)});
+        return surrogate::device::ComputeGraph::key({g_->serial(), static_cast<std::uintptr_t>(precision_)});
       };
       graph_.run(device_, stream_.get(), key, [&] { compute_direct(); }, traffic);
     });

@@ -6,7 +6,6 @@
 #include <cuda_runtime_api.h>
 
 #include <array>
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -47,9 +46,7 @@ struct Level {
 /// A layout's geometry on the device and the work arrays sized for it (geometry.cpp): a plan's (kept in
 /// the plan) or a one-process batch's (kept by the caller).
 struct Geometry final : balltree::DeviceGeometry {
-  explicit Geometry(int device) : DeviceGeometry(device), serial(++made) {}
-  static inline std::atomic<std::uint64_t> made{0};
-  const std::uint64_t serial;  // no other geometry of this process had it: the captured compute's key
+  explicit Geometry(int device) : DeviceGeometry(device) {}
   std::unique_ptr<DeviceLayout> layout;
   std::vector<Level> levels;
   cu::DeviceBuffer<std::int64_t> edge_src, edge_dst, edge_start;  // edges grouped by receiver

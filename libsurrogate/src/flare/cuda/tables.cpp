@@ -1,7 +1,6 @@
 // FLARE's device tables of a point set (tables.hpp).
 #include "tables.hpp"
 
-#include <atomic>
 #include <span>
 #include <vector>
 
@@ -9,12 +8,8 @@
 
 namespace surrogate::flare::cuda {
 
-namespace {
-std::atomic<std::uint64_t> tables_made{0};
-}  // namespace
-
 Tables::Tables(const Plan& plan, int device, int chunk_rows, cudaStream_t stream)
-    : DeviceTables(device), serial_(++tables_made) {
+    : DeviceTables(device) {
   const SampleLayout& layout = plan.layout();
   std::vector<cu::LatentChunk> chunks, tiles;
   std::vector<int> chunk_begin;

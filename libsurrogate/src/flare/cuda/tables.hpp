@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "../../serial.hpp"
 #include "../plan.hpp"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -28,10 +29,10 @@ class Tables final : public DeviceTables {
   /// already the working order.
   const index_t* order() const { return has_order_ ? order_.data() : nullptr; }
   /// A number no other Tables of this process had: what the forward's captured graph was built for.
-  std::uint64_t serial() const { return serial_; }
+  std::uint64_t serial() const { return serial_.value(); }
 
  private:
-  std::uint64_t serial_ = 0;
+  surrogate::detail::Serial serial_;
   int num_chunks_ = 0, num_tiles_ = 0, segments_ = 0;
   bool has_order_ = false;
   cu::DeviceBuffer<cu::LatentChunk> chunks_, tiles_;

@@ -243,7 +243,7 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
 
 surrogate::device::ComputeGraph::Key CudaForward::graph_key(const PlanRows& g, const float* x, const float* out) const {
   surrogate::device::ComputeGraph::Key k =
-      surrogate::device::ComputeGraph::key({g.serial, static_cast<std::uintptr_t>(g.np)}, {x, out});
+      surrogate::device::ComputeGraph::key({g.serial.value(), static_cast<std::uintptr_t>(g.np)}, {x, out});
   for (const cu::DeviceBuffer<float>* b : {&xp_, &cat_, &hid_, &xn_, &q_, &k_, &v_, &qh_, &kh_, &pq_, &pk_, &attn_, &lo_,
                                            &hi_, &work_, &eh_, &ha_, &hb_, &res_, &fin_})
     k.push_back(reinterpret_cast<std::uintptr_t>(b->data()));

@@ -5,11 +5,11 @@
 
 #include <cuda_runtime_api.h>
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <vector>
 
+#include "../../serial.hpp"
 #include "device.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
@@ -21,8 +21,7 @@ struct PlanRows final : DeviceGeometry {
   template <class T>
   using Buffer = kernels::cuda::DeviceBuffer<T>;
 
-  static inline std::atomic<std::uint64_t> made{0};
-  const std::uint64_t serial = ++made;  // no other rows of this process had it (the forward's graph key)
+  surrogate::detail::Serial serial;  // the forward's graph key
 
   int device_id = -1;
   int rows = 0;  // tables x heads

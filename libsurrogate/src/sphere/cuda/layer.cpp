@@ -70,7 +70,7 @@ class S2LayerCuda final : public S2LayerDeviceForward {
     exec.run_graph(
         graph_,
         [&] {
-          return surrogate::device::ComputeGraph::key({bands.serial, static_cast<std::uintptr_t>(n)},
+          return surrogate::device::ComputeGraph::key({bands.serial.value(), static_cast<std::uintptr_t>(n)},
                                                       {input.data, result.data, &plan.outputs()});
         },
         [&] {

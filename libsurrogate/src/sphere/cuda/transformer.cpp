@@ -137,7 +137,7 @@ void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchan
   exec.run_graph(
       graph_,
       [&] {
-        return surrogate::device::ComputeGraph::key({bands.serial, static_cast<std::uintptr_t>(n)},
+        return surrogate::device::ComputeGraph::key({bands.serial.value(), static_cast<std::uintptr_t>(n)},
                                                     {input.data, result.data, outputs});
       },
       [&] {

@@ -4,11 +4,10 @@
 // device forward (cuda/transformer_bands.cpp). share/docs/sphere.md, "Multi-rank mode".
 #pragma once
 
-#include <atomic>
-#include <cstdint>
 #include <utility>
 #include <vector>
 
+#include "../../serial.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/sphere/bands.hpp"
 #include "surrogate/sphere/transformer.hpp"
@@ -16,8 +15,7 @@
 namespace surrogate::sphere {
 
 struct TransformerBands::Exchanges {
-  static inline std::atomic<std::uint64_t> made{0};
-  const std::uint64_t serial = ++made;  // no other bands of this process had it (a device graph's key)
+  surrogate::detail::Serial serial;  // a device forward's graph key
   int batch = 0;
   BandPartition image, internal;  // the ranks' rows of the image grid and of the internal grid
   // This rank's rows: internal [i0, i1), image [g0, g1); the input rows of the encoder, of the
