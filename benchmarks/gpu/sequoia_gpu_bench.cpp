@@ -2,7 +2,8 @@
 // CPU forward, same model and sample, outputs compared first:
 //   sequoia_gpu_bench MODEL.h5 POINTS REPEATS [DEVICE|cuda-emulated] [THREADS]
 // One sample of POINTS points on a bumpy ellipsoid (seed 7; features the coordinates, repeated; the first
-// class for a segmentation model). One JSON line (ms; the hierarchy and neighbour lists on the host, timed apart):
+// class for a segmentation model). One JSON line (ms): plan_ms is a CPU plan (hierarchy and neighbour lists on
+// the host), device_plan_ms a CUDA plan's (the lists on the device; lists_identical compares them);
 // gpu_forward_ms uploads the hierarchy every call, gpu_kept_ms is a solver's call on a kept plan (the
 // hierarchy kept on the device, the layers one CUDA graph unless SURROGATE_CUDA_GRAPHS=0).
 #include <omp.h>
@@ -54,13 +55,24 @@ int main(int argc, char** argv) {
     }
     std::vector<float> classes(static_cast<std::size_t>(std::max(cfg.n_class, 1)), 0.0f);
     classes[0] = 1.0f;
-    // 2. The hierarchy and the neighbour lists (host), as a plan builds them once.
+    // 2. The plan: the hierarchy (host), then the neighbour lists on the host and on the device, as a plan
+    //    for the CPU and one for a CUDA device build them; the two sets of lists compared before timing.
+    const auto forward = sq::gpu::make_cuda_forward(net, device);
+    const sq::NearestFinder on_device = [&](const std::vector<float>& p, const std::vector<std::int64_t>& b, int k,
+                                            const std::vector<std::int64_t>& q) { return forward->nearest_lists(p, b, k, q); };
     auto t0 = clock::now();
     const sq::Hierarchy h = sq::build_hierarchy(positions.data(), {0, points}, cfg.divide, cfg.depth);
+    const double hierarchy_ms = ms_since(t0);
+    t0 = clock::now();
     const sq::Share share = sq::Share::whole(h, cfg);
-    const double plan_ms = ms_since(t0);
+    const double host_lists_ms = ms_since(t0);
+    sq::Share device_share = sq::Share::whole(h, cfg, nullptr, on_device);
+    bool lists_identical = device_share.pointconv.keys == share.pointconv.keys;
+    for (std::size_t i = 0; i < share.siblings.size(); ++i)
+      lists_identical = lists_identical && device_share.siblings[i].keys == share.siblings[i].keys;
+    const double device_lists_ms =
+        bench_io::best_ms(repeats, [&] { device_share = sq::Share::whole(h, cfg, nullptr, on_device); });
     // 3. Both forwards; the outputs compared before any timing.
-    const auto forward = sq::gpu::make_cuda_forward(net, device);
     const surrogate::SelfComm self;
     std::vector<float> gpu = forward->forward(self, share, h, features.data(), classes.data());
     std::vector<float> cpu = net.forward(share, h, features.data(), classes.data());
@@ -74,11 +86,13 @@ int main(int argc, char** argv) {
         std::max(repeats, 3), [&] { kept = forward->forward(self, share, h, features.data(), classes.data(), kKept); });
     const double cpu_ms =
         bench_io::best_ms(std::min(repeats, 2), [&] { cpu = net.forward(share, h, features.data(), classes.data()); });
-    std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"plan_ms\": %.3f, \"gpu_forward_ms\": %.3f, "
-                "\"gpu_kept_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, \"max_abs_y\": %.4g, "
-                "\"max_diff\": %.4g, \"kept_diff\": %.4g}\n",
-                points, device, omp_get_max_threads(), plan_ms, gpu_ms, kept_ms, cpu_ms, cpu_ms / gpu_ms, max_y, max_diff,
-                kept_diff);
+    std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"plan_ms\": %.3f, \"device_plan_ms\": %.3f, "
+                "\"hierarchy_ms\": %.3f, \"host_lists_ms\": %.3f, \"device_lists_ms\": %.3f, \"lists_identical\": %s, "
+                "\"gpu_forward_ms\": %.3f, \"gpu_kept_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
+                "\"max_abs_y\": %.4g, \"max_diff\": %.4g, \"kept_diff\": %.4g}\n",
+                points, device, omp_get_max_threads(), hierarchy_ms + host_lists_ms, hierarchy_ms + device_lists_ms,
+                hierarchy_ms, host_lists_ms, device_lists_ms, lists_identical ? "true" : "false", gpu_ms, kept_ms, cpu_ms,
+                cpu_ms / gpu_ms, max_y, max_diff, kept_diff);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sequoia_gpu_bench: %s\n", e.what());
     return 1;

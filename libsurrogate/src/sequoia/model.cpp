@@ -54,13 +54,22 @@ class Model final : public PointCloudModel {
     const std::vector<index_t>& sizes = plan->layout().sample_sizes();
     const index_t total = std::accumulate(sizes.begin(), sizes.end(), index_t{0});
     const index_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
-    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan);
-    else build_whole_samples(comm, *plan);
+    // On a CUDA device the neighbour lists are computed there (the same lists).
+    NearestFinder find;
+    if (options.cuda_device >= 0) {
+      prepare_device(comm, options);
+      find = [this](const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
+                    const std::vector<std::int64_t>& queries) {
+        return device_->nearest_lists(positions, batch, k, queries);
+      };
+    }
+    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan, find);
+    else build_whole_samples(comm, *plan, find);
     return plan;
   }
 
   /// Every sample on one owner rank, its hierarchy built there.
-  void build_whole_samples(const Comm& comm, Plan& plan) {
+  void build_whole_samples(const Comm& comm, Plan& plan, const NearestFinder& find) {
     plan.set_owners(detail::SampleOwners::build(comm, plan.layout(), plan.geometry().global_ids));
     detail::SampleOwners& owners = plan.owners();
     // The positions of the owned samples, each sample's points by increasing global id.
@@ -76,14 +85,14 @@ class Model final : public PointCloudModel {
       }
       Hierarchy h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(ids));
       network_.check(h);
-      Share share = Share::whole(h, cfg_);
+      Share share = Share::whole(h, cfg_, nullptr, find);
       plan.set_hierarchy(std::move(h), std::move(share));
     });
   }
 
   /// Every sample split over the ranks by lowest voxels: every rank gathers all positions and builds the
   /// whole hierarchy, then computes its share.
-  void build_split(const Comm& comm, Plan& plan) {
+  void build_split(const Comm& comm, Plan& plan, const NearestFinder& find) {
     const SampleLayout& layout = plan.layout();
     const index_t n = layout.local_points();
     const std::vector<std::int64_t> ids = detail::SampleOwners::working_ids(comm, layout, plan.geometry().global_ids);
@@ -141,7 +150,7 @@ class Model final : public PointCloudModel {
       h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(sample_ids));
       network_.check(h);
     });
-    share = Share::split_over(comm, h, cfg_);
+    share = Share::split_over(comm, h, cfg_, find);
     // The share's points from the working rows that hold them.
     std::vector<int> source_rank;
     std::vector<std::int64_t> source_key;

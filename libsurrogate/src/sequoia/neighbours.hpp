@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "surrogate/sequoia.hpp"
@@ -18,5 +19,11 @@ std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, con
 /// nearest_lists gives that node (the tree of a large sample still spans all its nodes).
 std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                                         const std::vector<std::int64_t>& queries, std::int64_t brute_force_up_to = 64);
+
+/// What computes nearest_lists(positions, batch, k, queries) for a plan: empty for the host's, or a
+/// device's (gpu::DeviceForward::nearest_lists: the same lists, bit for bit).
+using NearestFinder = std::function<std::vector<std::int64_t>(const std::vector<float>& positions,
+                                                              const std::vector<std::int64_t>& batch, int k,
+                                                              const std::vector<std::int64_t>& queries)>;
 
 }  // namespace surrogate::sequoia

@@ -51,6 +51,14 @@ std::vector<index_t> range(index_t begin, index_t end) {
   return r;
 }
 
+/// The first `k` of every row of `lists` (`width` per row).
+std::vector<std::int64_t> first_columns(const std::vector<std::int64_t>& lists, int width, int k) {
+  std::vector<std::int64_t> out;
+  out.reserve(lists.size() / static_cast<std::size_t>(width) * static_cast<std::size_t>(k));
+  for (auto row = lists.begin(); row != lists.end(); row += width) out.insert(out.end(), row, row + k);
+  return out;
+}
+
 /// The rows of `fixed` (k per node) of the nodes `queries`.
 std::vector<std::int64_t> rows_of(const std::vector<std::int64_t>& fixed, const std::vector<index_t>& queries, int k) {
   std::vector<std::int64_t> out;
@@ -60,7 +68,11 @@ std::vector<std::int64_t> rows_of(const std::vector<std::int64_t>& fixed, const 
 }
 
 Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, std::vector<index_t> owned_voxels,
-            const std::vector<std::vector<std::int64_t>>* given) {
+            const std::vector<std::vector<std::int64_t>>* given, const NearestFinder& finder) {
+  const auto find = [&](const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
+                        const std::vector<std::int64_t>& queries) {
+    return finder ? finder(positions, batch, k, queries) : nearest_lists(positions, batch, k, queries);
+  };
   Share s;
   const int L = cfg.levels(), ks = cfg.k_siblings();
   const bool cls = cfg.kind == Config::Kind::classification;
@@ -76,8 +88,13 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
   }
   const auto& pos0 = h.level_positions[0];
   const auto& batch0 = h.level_batch[0];
-  std::vector<std::int64_t> sib0 = given ? rows_of((*given)[0], s.points, ks) : nearest_lists(pos0, batch0, ks, s.points);
-  std::vector<std::int64_t> conv = cls ? nearest_lists(pos0, batch0, Config::k_pointconv, s.points) : std::vector<std::int64_t>{};
+  // Classification's PointConv lists and the point siblings rank the same candidates: the k_siblings
+  // nearest are the first k_siblings of the k_pointconv nearest (the padding too), so one search gives both.
+  std::vector<std::int64_t> conv = cls ? find(pos0, batch0, Config::k_pointconv, s.points) : std::vector<std::int64_t>{};
+  std::vector<std::int64_t> sib0;
+  if (given) sib0 = rows_of((*given)[0], s.points, ks);
+  else if (cls && ks <= Config::k_pointconv) sib0 = first_columns(conv, Config::k_pointconv, ks);
+  else sib0 = find(pos0, batch0, ks, s.points);
 
   // Extended rows: the points, then the other ranks' points the lists name (ascending).
   const auto n0 = static_cast<index_t>(s.points.size());
@@ -116,11 +133,13 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
         throw Error(ErrorCode::internal, "sequoia share: a lowest voxel's child (" + foreign + ") is not among its points");
       if (i + 1 < L)
         s.siblings[si] = fixed_lists(given ? rows_of((*given)[si], voxels, ks)
-                                           : nearest_lists(h.level_positions[si], h.level_batch[si], ks, voxels), ks);
+                                           : find(h.level_positions[si], h.level_batch[si], ks, voxels), ks);
     } else {
       s.parents[si] = up;
       s.children[si] = down;
-      if (i + 1 < L) s.siblings[si] = fixed_lists(given ? (*given)[si] : sibling_lists(h, i, ks), ks);
+      if (i + 1 < L)
+        s.siblings[si] =
+            fixed_lists(given ? (*given)[si] : find(h.level_positions[si], h.level_batch[si], ks, range(0, h.nodes(i))), ks);
     }
   }
   return s;
@@ -128,8 +147,9 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
 
 }  // namespace
 
-Share Share::whole(const Hierarchy& h, const Config& cfg, const std::vector<std::vector<std::int64_t>>* siblings) {
-  return build(h, cfg, range(0, h.nodes(0)), range(0, h.nodes(1)), siblings);
+Share Share::whole(const Hierarchy& h, const Config& cfg, const std::vector<std::vector<std::int64_t>>* siblings,
+                   const NearestFinder& find) {
+  return build(h, cfg, range(0, h.nodes(0)), range(0, h.nodes(1)), siblings, find);
 }
 
 namespace {
@@ -193,7 +213,7 @@ std::vector<int> Share::voxel_owners(const Hierarchy& h, int ranks) {
   return owner;
 }
 
-Share Share::split_over(const Comm& comm, const Hierarchy& h, const Config& cfg) {
+Share Share::split_over(const Comm& comm, const Hierarchy& h, const Config& cfg, const NearestFinder& find) {
   const int rank = comm.rank();
   std::vector<int> owner;
   Share s;
@@ -204,7 +224,7 @@ Share Share::split_over(const Comm& comm, const Hierarchy& h, const Config& cfg)
       if (owner[static_cast<std::size_t>(h.pool_parent[0][r])] == rank) my_points.push_back(static_cast<index_t>(r));
     for (std::size_t v = 0; v < owner.size(); ++v)
       if (owner[v] == rank) my_voxels.push_back(static_cast<index_t>(v));
-    s = build(h, cfg, std::move(my_points), std::move(my_voxels), nullptr);
+    s = build(h, cfg, std::move(my_points), std::move(my_voxels), nullptr, find);
   });
   // A point's key at its owner is its index among the owner's points; a voxel's, among its voxels.
   const auto keys_at_owners = [&](std::size_t count, auto owner_of) {

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "layers.hpp"
+#include "neighbours.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/exchange.hpp"
 #include "surrogate/sequoia.hpp"
@@ -31,11 +32,12 @@ struct Share {
   bool split = false;
   ExchangePlan to_halo, voxels_to_all;
 
-  /// Every node of `h` on one process (`siblings`: per model level, lists replacing sibling_lists).
+  /// Every node of `h` on one process (`siblings`: per model level, lists replacing sibling_lists; `find`:
+  /// where the neighbour lists are computed, the host when empty).
   static Share whole(const Hierarchy& h, const Config& cfg,
-                     const std::vector<std::vector<std::int64_t>>* siblings = nullptr);
+                     const std::vector<std::vector<std::int64_t>>* siblings = nullptr, const NearestFinder& find = {});
   /// Collective: this rank's share of the hierarchy that every rank of `comm` holds whole (voxel_owners).
-  static Share split_over(const Comm& comm, const Hierarchy& h, const Config& cfg);
+  static Share split_over(const Comm& comm, const Hierarchy& h, const Config& cfg, const NearestFinder& find = {});
   /// The rank of every lowest voxel: the voxels in spatial order (samples in order, then the Morton order
   /// of the voxel centres), voxel v to rank floor(P * (points of the voxels before v in that order) / N).
   static std::vector<int> voxel_owners(const Hierarchy& h, int ranks);

@@ -1,6 +1,6 @@
 // Sequoia's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
-// detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and neighbour lists built on
-// the host as for the CPU forward (uploaded once per plan), every layer on the device, from and to host or
+// detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy built on the host and the
+// neighbour lists on the device (uploaded once per plan), every layer on the device, from and to host or
 // device rows. share/docs/sequoia.md, "On a CUDA device".
 #pragma once
 
@@ -36,6 +36,10 @@ class DeviceForward {
   virtual float* output_rows(std::int64_t rows) = 0;
   /// The stream (a cudaStream_t) every forward enqueues on.
   virtual void* stream() const = 0;
+  /// nearest_lists (neighbours.hpp) computed on this device: the same lists (a plan's NearestFinder).
+  virtual std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions,
+                                                  const std::vector<std::int64_t>& batch, int k,
+                                                  const std::vector<std::int64_t>& queries) = 0;
 };
 
 /// Uploads the network's weights to CUDA device `device` (or the emulated device). Throws

@@ -15,6 +15,7 @@
 
 #include "../../cuda_errors.hpp"
 #include "../../device/compute_graph.hpp"
+#include "../../device/nearest_lists.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../network_impl.hpp"
 #include "surrogate/comm.hpp"
@@ -68,6 +69,14 @@ class CudaForward final : public DeviceForward {
   float* input_rows(std::int64_t rows) override { return rows_of(in_rows_, rows, cfg_.c); }
   float* output_rows(std::int64_t rows) override { return rows_of(out_rows_, rows, cfg_.n_part); }
   void* stream() const override { return stream_.get(); }
+  std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch,
+                                          int k, const std::vector<std::int64_t>& queries) override {
+    try {
+      return nearest_(device_, stream_.get(), positions, batch, k, queries);
+    } catch (...) {
+      surrogate::detail::raise_current_cuda_error("sequoia neighbour lists", device_);
+    }
+  }
 
  private:
   /// `b` sized for `rows` rows of `width` values; a CUDA failure becomes the library's Error.
@@ -98,6 +107,7 @@ class CudaForward final : public DeviceForward {
   Lists conv_;
   cu::DeviceBuffer<float> pos1_, features_, classes_;
   cu::DeviceBuffer<float> in_rows_, out_rows_;  // forward_rows' arrays (input_rows, output_rows)
+  surrogate::device::NearestLists nearest_;
   cu::DeviceBuffer<std::int64_t> voxels_, batch_;
   cu::DeviceBuffer<double> scratch_;
   surrogate::device::ComputeGraph graph_;  // DeviceExec::compute()'s
