@@ -775,6 +775,74 @@ TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
   }
 }
 
+// The decode on the tensor cores against a float64 decode, within a bound derived from the operand format
+// (unit roundoff u: bf16 2^-8, tf32 2^-11). A logit's products of rounded operands are off by at most
+// (2u + u^2) |q_e k_e| each and its FP32 sum by E 2^-24 sum |q_e k_e|: delta = max_m of that; a softmax
+// weight then moves by at most e^(2 delta) - 1 relative, the weights and values rounded to the format add
+// u each, the exp (the fp32 kernel's) and the FP32 sums over M latents and E channels (M + E) 2^-23: all
+// of it relative to max_m |z_m|.
+TEST_F(GpuKernels, DecodeOnTensorCoresIsWithinItsFormatsBound) {
+  std::mt19937 gen(16);
+  for (const auto precision : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    const double u = precision == cu::MlpPrecision::bf16 ? 0x1p-8 : 0x1p-11;
+    double worst = 0.0;  // the largest error / bound seen
+    for (const LatentShape& s : kLatentShapes) {
+      const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
+      const auto z = random_vector(static_cast<std::size_t>(d.segments()) * d.H * d.M * d.E, 1.0f, gen);
+      const k::index_t ldy = d.C + 3;
+      std::vector<cu::LatentChunk> tiles;
+      for (int seg = 0; seg < d.segments(); ++seg)
+        cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
+      auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
+      auto dtiles = to_device(tiles);
+      cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), st::test_device());
+      cu::LatentDecodeArgs a;
+      a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
+      a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
+      a.precision = precision;
+      cu::latent_decode(a, nullptr);
+      const auto y = to_host(dy.data(), static_cast<std::size_t>(d.rows * ldy));
+      for (int seg = 0; seg < d.segments(); ++seg)
+        for (int h = 0; h < d.H; ++h) {
+          const float* q = d.q.data() + static_cast<std::size_t>(h) * d.M * d.E;
+          const float* zh = z.data() + (static_cast<std::size_t>(seg) * d.H + h) * d.M * d.E;
+          double zmax = 0.0;
+          for (std::size_t i = 0; i < static_cast<std::size_t>(d.M) * d.E; ++i) zmax = std::max(zmax, std::abs(double{zh[i]}));
+          for (k::index_t r = d.seg_begin[seg]; r < d.seg_begin[seg] + d.seg_rows[seg]; ++r) {
+            const float* kr = d.kk.data() + r * d.C + h * d.E;
+            std::vector<double> logit(static_cast<std::size_t>(d.M));
+            double delta = 0.0, top = -1e300;
+            for (int m = 0; m < d.M; ++m) {
+              double l = 0.0, mag = 0.0;
+              for (int e = 0; e < d.E; ++e) {
+                l += double{q[m * d.E + e]} * kr[e];
+                mag += std::abs(double{q[m * d.E + e]} * kr[e]);
+              }
+              logit[static_cast<std::size_t>(m)] = l;
+              top = std::max(top, l);
+              delta = std::max(delta, (2.0 * u + u * u + d.E * 0x1p-24) * mag);
+            }
+            double sum = 0.0;
+            std::vector<double> want(static_cast<std::size_t>(d.E), 0.0);
+            for (int m = 0; m < d.M; ++m) {
+              const double w = std::exp(logit[static_cast<std::size_t>(m)] - top);
+              sum += w;
+              for (int e = 0; e < d.E; ++e) want[static_cast<std::size_t>(e)] += w * zh[m * d.E + e];
+            }
+            const double bound = (std::expm1(2.0 * delta) + 2.0 * u + (d.M + d.E) * 0x1p-23) * zmax;
+            for (int e = 0; e < d.E; ++e) {
+              const double err = std::abs(y[r * ldy + h * d.E + e] - want[static_cast<std::size_t>(e)] / sum);
+              worst = std::max(worst, err / bound);
+              ASSERT_LE(err, bound) << (precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32") << ", H " << s.H
+                                    << " M " << s.M << " E " << s.E << " row " << r << " head " << h << " channel " << e;
+            }
+          }
+        }
+    }
+    std::printf("%s decode: largest error / bound %.3f\n", precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32", worst);
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 TEST_F(GpuKernels, RuntimeErrorsNameTheCall) {
   try {

@@ -1,7 +1,7 @@
-// Accuracy of the tensor-core precisions of the CUDA MLPs (tf32, bf16), measured WITHOUT a GPU: every
-// golden case run by the CPU forward with the Linear layers emulating the GPU's arithmetic (inputs and
-// weights of every Linear rounded to TF32 / BF16, FP32 accumulation; tests/support/precision_emulation),
-// against the official float64 reference. The table printed here is the one of share/docs/cuda.md.
+// Accuracy of the tensor-core precisions of the CUDA forward (tf32, bf16), measured WITHOUT a GPU: every
+// golden case run by the CPU forward with the Linear layers and the latent decode emulating the GPU's
+// arithmetic (the operands of every Linear and of the decode's two products rounded to TF32 / BF16, FP32
+// accumulation; tests/support/precision_emulation), against the official float64 reference. The table printed here is the one of share/docs/cuda.md.
 // Also: the rounding functions, and the CPU's refusal of tf32. Runs in every build.
 #include <gtest/gtest.h>
 
@@ -86,7 +86,7 @@ Errors errors(const std::vector<float>& y, const std::vector<double>& ref) {
 // the check that the emulation does change the result (above the FP32 error).
 constexpr double kTf32Bound = 1e-2, kBf16Bound = 6e-2;  // measured worst: 5.3e-3, 3.8e-2
 
-TEST(PrecisionEmulation, GoldenCasesWithTf32AndBf16LinearLayers) {
+TEST(PrecisionEmulation, GoldenCasesWithTf32AndBf16TensorCoreOperands) {
   std::printf("%-22s %8s | %-21s | %-21s | %-21s\n", "case", "points", "fp32 max / mean", "tf32 max / mean",
               "bf16 max / mean");
   double worst_tf32 = 0, worst_bf16 = 0;

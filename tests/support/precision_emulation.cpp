@@ -1,5 +1,6 @@
 #include "precision_emulation.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -63,9 +64,40 @@ void emulated_linear(const kernels::LinearArgs& a) {
   }
 }
 
-kernels::CpuKernels with_linear(void (*linear)(const kernels::LinearArgs&)) {
+/// The latent decode of the tensor-core kernel (kernels/cuda/latent_decode.cu): keys and latent queries
+/// rounded, logits accumulated in FP32 in e order, FP32 softmax statistics, the weights and the values
+/// rounded for their product, accumulated in FP32. The decode's bias forms (the spherical attention, no
+/// tensor-core path) run the CPU kernel.
+template <Round R>
+void emulated_latent_decode(const kernels::LatentDecodeArgs& a) {
+  if (a.bias || a.latent_bias) return kernels::cpu(kernels::best_cpu_isa())->latent_decode(a);
+  const int M = a.M, E = a.E;
+  const kernels::index_t ldq = a.ldq ? a.ldq : E, ldz = a.ldz ? a.ldz : E;
+  std::vector<float> logit(static_cast<std::size_t>(M)), acc(static_cast<std::size_t>(E));
+  for (kernels::index_t r = 0; r < a.rows; ++r) {
+    float top = -INFINITY;
+    for (int m = 0; m < M; ++m) {
+      float l = 0.0f;
+      for (int e = 0; e < E; ++e) l = std::fma(R(a.q[m * ldq + e]), R(a.k[r * a.ldk + e] * a.k_scale), l);
+      logit[static_cast<std::size_t>(m)] = l;
+      top = std::fmax(top, l);
+    }
+    float sum = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int m = 0; m < M; ++m) {
+      const float w = std::exp(logit[static_cast<std::size_t>(m)] - top);
+      sum += w;
+      for (int e = 0; e < E; ++e) acc[static_cast<std::size_t>(e)] = std::fma(R(w), R(a.z[m * ldz + e]), acc[static_cast<std::size_t>(e)]);
+    }
+    for (int e = 0; e < E; ++e) a.y[r * a.ldy + e] = acc[static_cast<std::size_t>(e)] / sum;
+  }
+}
+
+template <Round R>
+kernels::CpuKernels emulated(EmulatedKernels which) {
   kernels::CpuKernels k = *kernels::cpu(kernels::best_cpu_isa());
-  k.linear = linear;
+  k.linear = &emulated_linear<R>;
+  if (which == EmulatedKernels::linear_and_decode) k.latent_decode = &emulated_latent_decode<R>;
   return k;
 }
 
@@ -84,21 +116,24 @@ float round_to_tf32(float x) {
   return float_of((u + 0x1000u) & 0xffffe000u);  // add half of the dropped 13 bits' unit: ties away
 }
 
-const kernels::CpuKernels& emulated_cpu_kernels(Precision precision) {
+const kernels::CpuKernels& emulated_cpu_kernels(Precision precision, EmulatedKernels which) {
   static const kernels::CpuKernels fp32 = *kernels::cpu(kernels::best_cpu_isa());
-  static const kernels::CpuKernels tf32 = with_linear(&emulated_linear<&round_to_tf32>);
-  static const kernels::CpuKernels bf16 = with_linear(&emulated_linear<&round_to_bf16>);
+  static const kernels::CpuKernels tf32[2] = {emulated<&round_to_tf32>(EmulatedKernels::linear_and_decode),
+                                              emulated<&round_to_tf32>(EmulatedKernels::linear)};
+  static const kernels::CpuKernels bf16[2] = {emulated<&round_to_bf16>(EmulatedKernels::linear_and_decode),
+                                              emulated<&round_to_bf16>(EmulatedKernels::linear)};
+  const int i = which == EmulatedKernels::linear ? 1 : 0;
   switch (precision) {
-    case Precision::tf32: return tf32;
-    case Precision::bf16: return bf16;
+    case Precision::tf32: return tf32[i];
+    case Precision::bf16: return bf16[i];
     case Precision::fp32:
     case Precision::fp64: break;
   }
   return fp32;
 }
 
-ScopedPrecisionEmulation::ScopedPrecisionEmulation(Precision precision) {
-  kernels::replace_cpu_kernels(&emulated_cpu_kernels(precision));
+ScopedPrecisionEmulation::ScopedPrecisionEmulation(Precision precision, EmulatedKernels which) {
+  kernels::replace_cpu_kernels(&emulated_cpu_kernels(precision, which));
 }
 
 ScopedPrecisionEmulation::~ScopedPrecisionEmulation() { kernels::replace_cpu_kernels(nullptr); }

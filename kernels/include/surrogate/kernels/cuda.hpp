@@ -470,6 +470,9 @@ struct LatentDecodeArgs {
   index_t ldy = 0;
   const LatentChunk* tiles = nullptr;  // device
   int num_tiles = 0;
+  /// fp32: SIMT, FP32 products; tf32 / bf16: keys, latent queries, weights and values rounded to the
+  /// format on the tensor cores, FP32 accumulation and softmax statistics (compute capability >= 8.0).
+  MlpPrecision precision = MlpPrecision::fp32;
 };
 void latent_decode(const LatentDecodeArgs& a, cudaStream_t stream);
 

@@ -147,6 +147,7 @@ void Forward::finish_block(const Tables& t, int b, bool reproducible) {
   d.ldy = C_;
   d.tiles = t.tiles();
   d.num_tiles = t.num_tiles();
+  d.precision = precision_;
   cu::latent_decode(d, s);
   run_mlp(blk.out_proj, scratch_.data(), C_, x_.data(), C_, n_, nullptr, x_.data(), C_);  // x = x + out_proj(y)
   run_mlp(blk.ffn, x_.data(), C_, x_.data(), C_, n_, &blk.norm2, x_.data(), C_);  // x = x + mlp(norm2(x)), in place
