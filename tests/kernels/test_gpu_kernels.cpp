@@ -568,8 +568,9 @@ struct DefaultEncode {
   std::vector<float> z;           // [S][H][M][E]
 };
 
-DefaultEncode gpu_default_encode(const LatentData& d, int chunk_rows) {
+DefaultEncode gpu_default_encode(const LatentData& d, int chunk_rows, cu::MlpPrecision precision = cu::MlpPrecision::fp32) {
   DeviceLatent dl(d, chunk_rows);
+  dl.p.precision = precision;
   const cu::EncodeShape shape = cu::encode_shape(d.M);
   const std::size_t hm = static_cast<std::size_t>(d.H) * d.M, width = static_cast<std::size_t>(d.E) + 1;
   const std::size_t parts = static_cast<std::size_t>(std::max(dl.num_chunks, 1)) * shape.slices;
@@ -717,6 +718,63 @@ TEST_F(GpuKernels, ReproducibleEncodeIsBitwiseIndependentOfTheChunks) {
       EXPECT_EQ(other.acc, base.acc) << "fixed-point sums differ with chunks of " << chunk_rows << " rows";
       EXPECT_EQ(other.z, base.z) << "chunks of " << chunk_rows;
     }
+  }
+}
+
+// The default encode on the tensor cores (partials per chunk, merged in double) against a float64 encode,
+// within a bound derived as the decode's (DecodeOnTensorCoresIsWithinItsFormatsBound): the logits' rounding
+// delta through the softmax over the segment's points, the weights' and values' rounding, the FP32 sums
+// within a chunk of at most `chunk` points, relative to max_n |v_n| of the head; chunks of 256 and 37 rows.
+TEST_F(GpuKernels, DefaultEncodeOnTensorCoresIsWithinItsFormatsBound) {
+  std::mt19937 gen(17);
+  for (const auto precision : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    const double u = precision == cu::MlpPrecision::bf16 ? 0x1p-8 : 0x1p-11;
+    double worst = 0.0;
+    for (const LatentShape& s : kLatentShapes) {
+      const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
+      for (const int chunk : {256, 37}) {
+        const DefaultEncode got = gpu_default_encode(d, chunk, precision);
+        for (int seg = 0; seg < d.segments(); ++seg)
+          for (int h = 0; h < d.H; ++h) {
+            const k::index_t r0 = d.seg_begin[seg], r1 = r0 + d.seg_rows[seg];
+            double vmax = 0.0;
+            for (k::index_t r = r0; r < r1; ++r)
+              for (int e = 0; e < d.E; ++e) vmax = std::max(vmax, std::abs(double{d.v[r * d.C + h * d.E + e]}));
+            for (int m = 0; m < d.M; ++m) {
+              const float* q = d.q.data() + (static_cast<std::size_t>(h) * d.M + m) * d.E;
+              std::vector<double> logit;
+              double delta = 0.0, top = -1e300;
+              for (k::index_t r = r0; r < r1; ++r) {
+                double l = 0.0, mag = 0.0;
+                for (int e = 0; e < d.E; ++e) {
+                  l += double{q[e]} * d.kk[r * d.C + h * d.E + e];
+                  mag += std::abs(double{q[e]} * d.kk[r * d.C + h * d.E + e]);
+                }
+                logit.push_back(l);
+                top = std::max(top, l);
+                delta = std::max(delta, (2.0 * u + u * u + d.E * 0x1p-24) * mag);
+              }
+              double sum = 0.0;
+              std::vector<double> want(static_cast<std::size_t>(d.E), 0.0);
+              for (k::index_t r = r0; r < r1; ++r) {
+                const double w = std::exp(logit[static_cast<std::size_t>(r - r0)] - top);
+                sum += w;
+                for (int e = 0; e < d.E; ++e) want[static_cast<std::size_t>(e)] += w * d.v[r * d.C + h * d.E + e];
+              }
+              const double bound = (std::expm1(2.0 * delta) + 2.0 * u + (chunk + d.E + 16) * 0x1p-23) * vmax;
+              for (int e = 0; e < d.E; ++e) {
+                const float z = got.z[((static_cast<std::size_t>(seg) * d.H + h) * d.M + m) * d.E + e];
+                const double err = std::abs(z - want[static_cast<std::size_t>(e)] / sum);
+                worst = std::max(worst, err / bound);
+                ASSERT_LE(err, bound) << (precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32") << ", H " << s.H
+                                      << " M " << s.M << " E " << s.E << " chunks of " << chunk << ", segment " << seg
+                                      << " head " << h << " latent " << m << " channel " << e;
+              }
+            }
+          }
+      }
+    }
+    std::printf("%s encode: largest error / bound %.3f\n", precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32", worst);
   }
 }
 

@@ -93,11 +93,54 @@ void emulated_latent_decode(const kernels::LatentDecodeArgs& a) {
   }
 }
 
+/// The default-mode latent encode of the tensor-core kernel (kernels/cuda/latent_encode.cu) over this
+/// call's rows as one chunk: queries and keys rounded, logits in FP32, the FP32 running sum of
+/// exp(l - max) and the rounded weights times the rounded values summed in FP32; the chunk's partial then
+/// joins the running sums in their power-of-two form (reference round(max log2 e)), exactly as the
+/// device merges its chunks. BSA's selecting form runs the CPU kernel.
+template <Round R>
+void emulated_latent_encode(const kernels::LatentEncodeArgs& a) {
+  if (a.select_S > 0 || a.rows == 0) return kernels::cpu(kernels::best_cpu_isa())->latent_encode(a);
+  const int M = a.M, E = a.E;
+  std::vector<float> logit(static_cast<std::size_t>(a.rows)), acc(static_cast<std::size_t>(E));
+  for (int m = 0; m < M; ++m) {
+    float top = -INFINITY;
+    for (kernels::index_t r = 0; r < a.rows; ++r) {
+      float l = 0.0f;
+      for (int e = 0; e < E; ++e) l = std::fma(R(a.q[m * E + e]), R(a.k[r * a.ldk + e]), l);
+      logit[static_cast<std::size_t>(r)] = l;
+      top = std::fmax(top, l);
+    }
+    float sum = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (kernels::index_t r = 0; r < a.rows; ++r) {
+      const float w = std::exp(logit[static_cast<std::size_t>(r)] - top);
+      sum += w;
+      for (int e = 0; e < E; ++e) acc[static_cast<std::size_t>(e)] = std::fma(R(w), R(a.v[r * a.ldv + e]), acc[static_cast<std::size_t>(e)]);
+    }
+    // The partial relative to 2^ref: exp(top) = 2^(top log2 e) = f 2^ref with ref the rounded exponent.
+    const double t2 = static_cast<double>(top) * 1.4426950408889634;
+    const auto ref = static_cast<std::int32_t>(std::nearbyint(t2));
+    const double f = std::exp2(t2 - ref);
+    std::int32_t& into = a.ref_exp[m];
+    const std::int32_t joint = into == kernels::kNoExponent ? ref : std::max(into, ref);
+    const double old_scale = into == kernels::kNoExponent ? 0.0 : std::ldexp(1.0, into - joint);
+    const double new_scale = f * std::ldexp(1.0, ref - joint);
+    a.sum[m] = a.sum[m] * old_scale + sum * new_scale;
+    for (int e = 0; e < E; ++e)
+      a.weighted[m * E + e] = a.weighted[m * E + e] * old_scale + acc[static_cast<std::size_t>(e)] * new_scale;
+    into = joint;
+  }
+}
+
 template <Round R>
 kernels::CpuKernels emulated(EmulatedKernels which) {
   kernels::CpuKernels k = *kernels::cpu(kernels::best_cpu_isa());
   k.linear = &emulated_linear<R>;
-  if (which == EmulatedKernels::linear_and_decode) k.latent_decode = &emulated_latent_decode<R>;
+  if (which == EmulatedKernels::linear_and_attention) {
+    k.latent_encode = &emulated_latent_encode<R>;
+    k.latent_decode = &emulated_latent_decode<R>;
+  }
   return k;
 }
 
@@ -118,9 +161,9 @@ float round_to_tf32(float x) {
 
 const kernels::CpuKernels& emulated_cpu_kernels(Precision precision, EmulatedKernels which) {
   static const kernels::CpuKernels fp32 = *kernels::cpu(kernels::best_cpu_isa());
-  static const kernels::CpuKernels tf32[2] = {emulated<&round_to_tf32>(EmulatedKernels::linear_and_decode),
+  static const kernels::CpuKernels tf32[2] = {emulated<&round_to_tf32>(EmulatedKernels::linear_and_attention),
                                               emulated<&round_to_tf32>(EmulatedKernels::linear)};
-  static const kernels::CpuKernels bf16[2] = {emulated<&round_to_bf16>(EmulatedKernels::linear_and_decode),
+  static const kernels::CpuKernels bf16[2] = {emulated<&round_to_bf16>(EmulatedKernels::linear_and_attention),
                                               emulated<&round_to_bf16>(EmulatedKernels::linear)};
   const int i = which == EmulatedKernels::linear ? 1 : 0;
   switch (precision) {

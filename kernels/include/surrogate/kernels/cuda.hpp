@@ -417,6 +417,10 @@ struct LatentProblem {
   index_t ld = 0;            // row stride of k and v
   const LatentChunk* chunks = nullptr;  // device
   int num_chunks = 0;
+  /// The default-mode partials (latent_encode_partials, _merge): fp32 SIMT with double sums, or tf32 /
+  /// bf16 on the tensor cores (queries, keys, weights and values rounded to the format, FP32 sums within
+  /// a chunk, one partial per chunk; compute capability >= 8.0). The reproducible mode ignores it.
+  MlpPrecision precision = MlpPrecision::fp32;
 };
 
 struct SegmentInfo {
@@ -425,7 +429,8 @@ struct SegmentInfo {
   int segments = 0;
 };
 
-/// Partial sums: part_ref [num_chunks * slices][H][M], part_acc the same x (E + 1) (sum, then acc[e]).
+/// Partial sums: part_ref [num_chunks * slices][H][M], part_acc the same x (E + 1) (sum, then acc[e]);
+/// slices = encode_shape(M).slices in fp32, 1 on the tensor cores.
 void latent_encode_partials(const LatentProblem& p, std::int32_t* part_ref, double* part_acc, cudaStream_t stream);
 /// Merges the partials of every local segment into ref/acc at the segment's *sample* index
 /// ([B][H][M] and [B][H][M][E + 1]); entries of other samples are not touched.

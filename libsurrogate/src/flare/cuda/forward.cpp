@@ -99,6 +99,7 @@ cu::LatentProblem Forward::problem(const Tables& t, int b) const {
   p.ld = C_;
   p.chunks = t.chunks();
   p.num_chunks = t.num_chunks();
+  p.precision = precision_;
   return p;
 }
 
