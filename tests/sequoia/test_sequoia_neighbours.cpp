@@ -1,6 +1,6 @@
-// The tree search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp, through
-// surrogate::graph::knn_graph on double coordinates) gives exactly the brute force's lists — same nodes,
-// same order, ties by index — on clouds that stress it: random, lattice points with repeats (ties
+// The grid search of the neighbour lists (libsurrogate/src/sequoia/neighbours.cpp, grid_nearest.hpp; for
+// k above 32 surrogate::graph::knn_graph's k-d tree on double coordinates) gives exactly the brute force's
+// lists — same nodes, same order, ties by index — on clouds that stress it: random, lattice points with repeats (ties
 // everywhere), a plane, a line, a sphere's surface, identical points, tight clusters far apart, a far
 // outlier, several samples of different sizes, samples of fewer than k nodes.
 #include <gtest/gtest.h>
@@ -26,9 +26,9 @@ struct Cloud {
 };
 
 void expect_same(const Cloud& c, const std::string& what) {
-  for (const int k : {8, 16}) {
+  for (const int k : {8, 16, 40}) {  // 40: above the grid's 32, through the k-d tree
     const auto brute = sq::nearest_lists(c.positions, c.batch, k, 1 << 30);
-    const auto tree = sq::nearest_lists(c.positions, c.batch, k, 0);
+    const auto tree = sq::nearest_lists(c.positions, c.batch, k, 0);  // every sample on the grid (or tree)
     ASSERT_EQ(brute.size(), tree.size());
     std::size_t first = brute.size();
     for (std::size_t i = 0; i < brute.size() && first == brute.size(); ++i)

@@ -1,28 +1,29 @@
 // Nearest same-sample nodes of a level: the sibling lists and PointConv's kNN (share/docs/sequoia.md,
 // "Neighbour order"): squared distances of the float32 positions in double, ties by ascending id. Small
-// samples by brute force, larger ones through the graph library's k-d tree (the same lists).
+// samples by brute force, larger ones on a uniform grid, the device's search (surrogate/kernels/
+// grid_nearest.hpp; the same lists); a k above its limit through the graph library's k-d tree.
 #include "neighbours.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <span>
 
 #include "surrogate/balltree.hpp"
 #include "surrogate/graph.hpp"
+#include "surrogate/kernels/grid_nearest.hpp"
 
 namespace surrogate::sequoia {
 namespace {
 
 using Candidate = std::pair<double, std::int64_t>;  // squared distance, node id: compared in that order
 
+namespace gn = kernels::grid_nearest;
+
 double squared_distance(const float* a, const float* b) {
-  double s = 0.0;
-  for (int c = 0; c < 3; ++c) {
-    const double t = static_cast<double>(a[c]) - static_cast<double>(b[c]);
-    s += t * t;
-  }
-  return s;
+  const double q[3] = {static_cast<double>(a[0]), static_cast<double>(a[1]), static_cast<double>(a[2])};
+  return gn::squared_distance(q, b);
 }
 
 /// The k first of `d` (all when fewer), then the first entry repeated up to k.
@@ -52,7 +53,46 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, Queries
   }
 }
 
-/// Larger samples through the graph library's k-d tree (surrogate/graph.hpp) on the positions in double:
+/// Larger samples on a uniform grid (grid_nearest.hpp, as on the device): the nodes binned by cell with
+/// a counting sort, their positions copied next to their neighbours', the queries in parallel.
+void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
+  const std::int64_t n = end - begin;
+  float mn[3], mx[3];
+  for (int c = 0; c < 3; ++c) mn[c] = mx[c] = pos[begin * 3 + c];
+  for (std::int64_t j = begin; j < end; ++j)
+    for (int c = 0; c < 3; ++c) {
+      mn[c] = std::fmin(mn[c], pos[j * 3 + c]);
+      mx[c] = std::fmax(mx[c], pos[j * 3 + c]);
+    }
+  const gn::Grid g = gn::make_grid(mn, mx, n);
+  std::vector<std::int64_t> start(static_cast<std::size_t>(g.cells()) + 1, 0), cell(static_cast<std::size_t>(n));
+  for (std::int64_t j = 0; j < n; ++j) {
+    cell[static_cast<std::size_t>(j)] = gn::cell_of(g, pos + (begin + j) * 3);
+    ++start[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)]) + 1];
+  }
+  std::partial_sum(start.begin(), start.end(), start.begin());
+  std::vector<std::int64_t> cursor(start.begin(), start.end() - 1), id(static_cast<std::size_t>(n));
+  std::vector<float> at(static_cast<std::size_t>(n) * 3);
+  for (std::int64_t j = 0; j < n; ++j) {
+    const auto slot = static_cast<std::size_t>(cursor[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)])]++);
+    id[slot] = begin + j;
+    std::copy_n(pos + (begin + j) * 3, 3, at.begin() + static_cast<std::ptrdiff_t>(slot * 3));
+  }
+  const int kk = static_cast<int>(std::min<std::int64_t>(k, n));
+#pragma omp parallel for schedule(dynamic, 64) if (q.count > 256)
+  for (std::int64_t t = 0; t < q.count; ++t) {
+    const float* p = pos + q.ids[t] * 3;
+    const double qd[3] = {static_cast<double>(p[0]), static_cast<double>(p[1]), static_cast<double>(p[2])};
+    gn::Best best;
+    gn::search(g, qd, kk, best, [&](long long c) {
+      for (auto slot = start[static_cast<std::size_t>(c)]; slot < start[static_cast<std::size_t>(c) + 1]; ++slot)
+        best.consider(gn::squared_distance(qd, at.data() + slot * 3), id[static_cast<std::size_t>(slot)], kk);
+    });
+    for (int j = 0; j < k; ++j) lists[t * k + j] = best.id[j < kk ? j : 0];
+  }
+}
+
+/// k above the grid's limit: the graph library's k-d tree (surrogate/graph.hpp) on the positions in double:
 /// its squared distance, sum_c (a_c - b_c)^2 accumulated from c = 0 without fused multiply-add, is this
 /// rule's, and its ties go to the smaller index, so the lists are the brute force's.
 void tree_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
@@ -89,6 +129,7 @@ std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, con
     const Queries q{queries.data() + t, static_cast<std::int64_t>(u - t)};
     std::int64_t* out = lists.data() + t * static_cast<std::size_t>(k);
     if (end - begin <= brute_force_up_to) brute_force(positions.data(), begin, end, q, k, out);
+    else if (k <= gn::kMaxK) grid_search(positions.data(), begin, end, q, k, out);
     else tree_search(positions.data(), begin, end, q, k, out);
     t = u;
   }

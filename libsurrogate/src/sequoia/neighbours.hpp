@@ -12,7 +12,8 @@ namespace surrogate::sequoia {
 /// k nearest nodes of each node among the nodes of its sample (`batch`: sample of each node, grouped),
 /// positions row-major x 3: squared distance in double, ties by ascending index, fewer than k nodes
 /// padded with the first entry. Samples of at most `brute_force_up_to` nodes by brute force, larger ones
-/// through surrogate::graph::knn_graph's k-d tree (the same lists).
+/// on a uniform grid (surrogate/kernels/grid_nearest.hpp; k above its 32 through surrogate::graph's k-d
+/// tree): the same lists.
 std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                                         std::int64_t brute_force_up_to = 64);
 /// The lists of the nodes `queries` only (ascending node ids), query t's at t * k: each the list

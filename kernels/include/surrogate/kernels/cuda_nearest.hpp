@@ -14,7 +14,7 @@
 namespace surrogate::kernels::cuda {
 
 /// The largest k of nearest_lists (each query keeps its k best in the thread's own memory).
-inline constexpr int kMaxNearest = 32;
+inline constexpr int kMaxNearest = 32;  // grid_nearest::kMaxK
 
 /// Scratch of nearest_lists: the samples' grids and the nodes binned by cell (device memory, grown on
 /// demand, reused across calls).
