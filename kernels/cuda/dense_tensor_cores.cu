@@ -84,13 +84,7 @@ void dense_tensor_cores(const DenseArgs& a, cudaStream_t stream) {
   const int passes = (a.out + 8 * kPassTiles - 1) / (8 * kPassTiles);
   require(row_blocks <= 2147483647 && passes <= 65535, "dense_tensor_cores",
           std::to_string(a.rows) + " rows x " + std::to_string(a.out) + " outputs exceed the grid");
-  int device = 0, major = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-        "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-  require(major >= 8, "dense_tensor_cores",
-          "tf32/bf16 need compute capability 8.0 or newer (device " + std::to_string(device) + " has " +
-              std::to_string(major) + ".x)");
+  require_tensor_cores("dense_tensor_cores");
   const dim3 grid(static_cast<unsigned>(row_blocks), static_cast<unsigned>(passes));
   if (a.precision == MlpPrecision::bf16)
     launch(dense_mma_kernel<MlpPrecision::bf16>, grid, kThreads, 0, stream, a);

@@ -12,18 +12,16 @@
 // Reproducible mode: pass 1 takes maxima (exact, order-free), pass 2 adds fixed-point images of every
 // term with 64-bit integer atomics (exact, order-free).
 //
-// tf32 / bf16 in the default mode (LatentProblem::precision): the partials on the tensor cores, the
-// decode's scheme with the roles turned (latent_decode.cu): each warp takes 16 latents of a head (their
-// queries as mma A fragments), the block streams the chunk's keys and values through shared memory 64
-// points at a time, per 16 points two m16n8 products give the logits, the running maximum and sum stay
-// FP32, and the weights times the values accumulate on the tensor cores. One partial per chunk and
-// latent, written in the Pow2Softmax form (reference 2^round(max log2 e), sums in double) that the merge
-// and the ranks' reduction take.
+// tf32 / bf16 in the default mode (LatentProblem::precision): the partials on the tensor cores
+// (mma_softmax.cuh, the decode's softmax with the roles turned): each warp takes 16 latents of a head,
+// the block streams the chunk's keys and values through shared memory 64 points at a time. One partial
+// per chunk and latent, written in the Pow2Softmax form (reference 2^round(max log2 e), sums in double)
+// that the merge and the ranks' reduction take.
 #include <algorithm>
 
 #include "launch.cuh"
 #include "latent_softmax.cuh"
-#include "mma.cuh"
+#include "mma_softmax.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -120,44 +118,22 @@ int partial_slices(const LatentProblem& p) { return p.precision == MlpPrecision:
 template <MlpPrecision P, int kE>
 __global__ void __launch_bounds__(kTcMaxWarps * 32) encode_tc_kernel(LatentProblem p, std::int32_t* part_ref,
                                                                      double* part_acc) {
-  constexpr int kK = P == MlpPrecision::bf16 ? 16 : 8;  // the logits' k per product
-  constexpr int kChunks = (kE + kK - 1) / kK, kPad = kChunks * kK, kTiles = kE / 8;
-  __shared__ float ks[kTcPoints * kPad];
+  using Softmax = detail::MmaSoftmax<P, kE>;
+  __shared__ float ks[kTcPoints * Softmax::kPad];
   __shared__ float vs[kTcPoints * kE];
   const LatentChunk chunk = p.chunks[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y), E = p.E, M = p.M;
-  const float kInf = __int_as_float(0x7f800000);
-  const int warps = static_cast<int>(blockDim.x) / 32, lane = static_cast<int>(threadIdx.x) % 32;
-  const int warp = static_cast<int>(threadIdx.x) / 32, g = lane / 4, t = lane % 4;
+  const int warps = static_cast<int>(blockDim.x) / 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int first = (static_cast<int>(blockIdx.z) * warps + warp) * 16;  // this warp's first latent
-  const int ma = first + g, mb = ma + 8;
-  const auto query = [&](int m, int e) {
-    return m < M && e < E ? p.q[(static_cast<std::size_t>(h) * M + m) * E + e] : 0.0f;
-  };
-  std::uint32_t qa[kChunks][4];
-#pragma unroll
-  for (int c = 0; c < kChunks; ++c) {
-    if constexpr (P == MlpPrecision::bf16) {
-      const int e = kK * c + 2 * t;
-      qa[c][0] = mma::bf16x2(query(ma, e), query(ma, e + 1));
-      qa[c][1] = mma::bf16x2(query(mb, e), query(mb, e + 1));
-      qa[c][2] = mma::bf16x2(query(ma, e + 8), query(ma, e + 9));
-      qa[c][3] = mma::bf16x2(query(mb, e + 8), query(mb, e + 9));
-    } else {
-      const int e = kK * c + t;
-      qa[c][0] = mma::tf32(query(ma, e));
-      qa[c][1] = mma::tf32(query(mb, e));
-      qa[c][2] = mma::tf32(query(ma, e + 4));
-      qa[c][3] = mma::tf32(query(mb, e + 4));
-    }
-  }
-  float o[kTiles][4] = {};
-  float row_max[2] = {-kInf, -kInf}, row_sum[2] = {0.0f, 0.0f};
+  Softmax sm;
+  sm.start([&](int r, int e) {
+    return first + r < M && e < E ? p.q[(static_cast<std::size_t>(h) * M + first + r) * E + e] : 0.0f;
+  });
   for (int r0 = 0; r0 < chunk.rows; r0 += kTcPoints) {
     const int count = min(kTcPoints, chunk.rows - r0);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcPoints * kPad; i += static_cast<int>(blockDim.x)) {
-      const int r = i / kPad, e = i % kPad;
+    for (int i = static_cast<int>(threadIdx.x); i < kTcPoints * Softmax::kPad; i += static_cast<int>(blockDim.x)) {
+      const int r = i / Softmax::kPad, e = i % Softmax::kPad;
       ks[i] = r < count && e < E ? p.k[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e] : 0.0f;
     }
     for (int i = static_cast<int>(threadIdx.x); i < kTcPoints * kE; i += static_cast<int>(blockDim.x)) {
@@ -166,104 +142,29 @@ __global__ void __launch_bounds__(kTcMaxWarps * 32) encode_tc_kernel(LatentProbl
     }
     __syncthreads();
     if (first >= M) continue;  // no latents for this warp (it still joins the barriers)
-    for (int l0 = 0; l0 < count; l0 += 16) {
-      float s[2][4] = {};  // logits of points l0 + 8j + (2t, 2t + 1), latents g and g + 8
-#pragma unroll
-      for (int j = 0; j < 2; ++j) {
-        const float* k = ks + (l0 + 8 * j + g) * kPad;  // column g of B: point l0 + 8j + g
-#pragma unroll
-        for (int c = 0; c < kChunks; ++c) {
-          std::uint32_t b[2];
-          if constexpr (P == MlpPrecision::bf16) {
-            b[0] = mma::bf16x2(k[kK * c + 2 * t], k[kK * c + 2 * t + 1]);
-            b[1] = mma::bf16x2(k[kK * c + 2 * t + 8], k[kK * c + 2 * t + 9]);
-            mma::bf16_m16n8k16(s[j], qa[c], b);
-          } else {
-            b[0] = mma::tf32(k[kK * c + t]);
-            b[1] = mma::tf32(k[kK * c + t + 4]);
-            mma::tf32_m16n8k8(s[j], qa[c], b);
-          }
-        }
-#pragma unroll
-        for (int e = 0; e < 4; ++e)
-          if (l0 + 8 * j + 2 * t + e % 2 >= count) s[j][e] = -kInf;  // points past the chunk
-      }
-      float w[2][4];
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        float m = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-        const float top = fmaxf(row_max[r], m);  // finite: every pass has a point
-        const float rescale = row_max[r] == -kInf ? 0.0f : detail::exp_nonpositive(row_max[r] - top);
-        row_max[r] = top;
-        float sum = 0.0f;
-#pragma unroll
-        for (int j = 0; j < 2; ++j)
-#pragma unroll
-          for (int e = 2 * r; e < 2 * r + 2; ++e) {
-            w[j][e] = s[j][e] == -kInf ? 0.0f : detail::exp_nonpositive(s[j][e] - top);
-            sum += w[j][e];
-          }
-        row_sum[r] = row_sum[r] * rescale + sum;
-#pragma unroll
-        for (int n = 0; n < kTiles; ++n) {
-          o[n][2 * r] *= rescale;
-          o[n][2 * r + 1] *= rescale;
-        }
-      }
-      if constexpr (P == MlpPrecision::bf16) {
-        const std::uint32_t wa[4] = {mma::bf16x2(w[0][0], w[0][1]), mma::bf16x2(w[0][2], w[0][3]),
-                                     mma::bf16x2(w[1][0], w[1][1]), mma::bf16x2(w[1][2], w[1][3])};
-        const float* v = vs + (l0 + 2 * t) * kE + g;  // B[k][n] = value (point l0 + k, channel 8n-tile + g)
-#pragma unroll
-        for (int n = 0; n < kTiles; ++n) {
-          const std::uint32_t b[2] = {mma::bf16x2(v[8 * n], v[kE + 8 * n]), mma::bf16x2(v[8 * kE + 8 * n], v[9 * kE + 8 * n])};
-          mma::bf16_m16n8k16(o[n], wa, b);
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {  // A[row][k] = w of point l0 + 8j + k: lane 4g + k / 2, entry k % 2
-          const int near = 4 * g + t / 2, far = near + 2;
-          const float a0 = __shfl_sync(0xffffffffu, w[j][0], near), a1 = __shfl_sync(0xffffffffu, w[j][1], near);
-          const float b0 = __shfl_sync(0xffffffffu, w[j][2], near), b1 = __shfl_sync(0xffffffffu, w[j][3], near);
-          const float c0 = __shfl_sync(0xffffffffu, w[j][0], far), c1 = __shfl_sync(0xffffffffu, w[j][1], far);
-          const float d0 = __shfl_sync(0xffffffffu, w[j][2], far), d1 = __shfl_sync(0xffffffffu, w[j][3], far);
-          const bool odd = t % 2 != 0;
-          const std::uint32_t wa[4] = {mma::tf32(odd ? a1 : a0), mma::tf32(odd ? b1 : b0), mma::tf32(odd ? c1 : c0),
-                                       mma::tf32(odd ? d1 : d0)};
-          const float* v = vs + (l0 + 8 * j + t) * kE + g;
-#pragma unroll
-          for (int n = 0; n < kTiles; ++n) {
-            const std::uint32_t b[2] = {mma::tf32(v[8 * n]), mma::tf32(v[4 * kE + 8 * n])};
-            mma::tf32_m16n8k8(o[n], wa, b);
-          }
-        }
-      }
-    }
+    for (int l0 = 0; l0 < count; l0 += 16) sm.add(ks, vs, l0, count);
   }
   if (first >= M) return;
+  sm.finish();
   // The partial of each latent row in Pow2Softmax's form: sum_n 2^(l_n log2 e - ref) with ref the
   // rounded max l log2 e is row_sum times 2^(max log2 e - ref), the mantissa of exp(max).
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
-    row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
-    const int m = r == 0 ? ma : mb;
+    const int m = first + sm.g + 8 * r;
     if (m >= M) continue;
     const std::size_t idx = (static_cast<std::size_t>(blockIdx.x) * p.H + h) * M + m;
-    const detail::ExpParts top = detail::exp_parts(row_max[r]);
+    const detail::ExpParts top = detail::exp_parts(sm.row_max[r]);
     const double f = top.mantissa;
     double* dst = part_acc + idx * (E + 1);
-    if (t == 0) {
+    if (sm.t == 0) {
       part_ref[idx] = top.k;
-      dst[0] = static_cast<double>(row_sum[r]) * f;
+      dst[0] = static_cast<double>(sm.row_sum[r]) * f;
     }
 #pragma unroll
-    for (int n = 0; n < kTiles; ++n)
+    for (int n = 0; n < Softmax::kTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 2; ++e)
-        if (8 * n + 2 * t + e < E) dst[1 + 8 * n + 2 * t + e] = static_cast<double>(o[n][2 * r + e]) * f;
+        if (8 * n + 2 * sm.t + e < E) dst[1 + 8 * n + 2 * sm.t + e] = static_cast<double>(sm.o[n][2 * r + e]) * f;
   }
 }
 
@@ -496,13 +397,7 @@ void latent_encode_partials(const LatentProblem& p, std::int32_t* part_ref, doub
   check_problem(p);
   if (p.num_chunks == 0) return;
   if (p.precision != MlpPrecision::fp32) {
-    int device = 0, major = 0;
-    check(cudaGetDevice(&device), "cudaGetDevice");
-    check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-          "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-    if (major < 8)
-      throw std::invalid_argument("cuda::latent_encode_partials: tf32/bf16 need compute capability 8.0 or newer "
-                                  "(device " + std::to_string(device) + " has " + std::to_string(major) + ".x)");
+    require_tensor_cores("latent_encode_partials");
     if (p.E < 1 || p.E > kMaxHeadDim)
       throw std::invalid_argument("cuda latent kernels: head width " + std::to_string(p.E) + " outside 1.." +
                                   std::to_string(kMaxHeadDim));

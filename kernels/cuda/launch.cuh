@@ -85,5 +85,16 @@ inline void require(bool ok, const char* kernel, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);
 }
 
+/// tf32 / bf16 launchers: std::invalid_argument naming `kernel` unless the current device has the
+/// mma.sync tensor cores (compute capability 8.0 or newer).
+inline void require_tensor_cores(const char* kernel) {
+  int device = 0, major = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
+        "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
+  require(major >= 8, kernel, "tf32/bf16 need compute capability 8.0 or newer (device " + std::to_string(device) +
+                                  " has " + std::to_string(major) + ".x)");
+}
+
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

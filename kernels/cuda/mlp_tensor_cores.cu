@@ -191,13 +191,7 @@ void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream) {
   if (a.max_width < 1 || a.max_width > kMaxMlpWidth)
     throw std::invalid_argument("cuda::mlp_tensor_cores: layer width " + std::to_string(a.max_width) +
                                 " is outside the fused kernel's range 1.." + std::to_string(kMaxMlpWidth));
-  int device = 0, major = 0;
-  check(cudaGetDevice(&device), "cudaGetDevice");
-  check(cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device),
-        "cudaDeviceGetAttribute(ComputeCapabilityMajor)");
-  if (major < 8)
-    throw std::invalid_argument("cuda::mlp_tensor_cores: tf32/bf16 need compute capability 8.0 or newer (device " +
-                                std::to_string(device) + " has " + std::to_string(major) + ".x)");
+  require_tensor_cores("mlp_tensor_cores");
   switch (a.precision) {
     case MlpPrecision::tf32: launch_precision<MlpPrecision::tf32>(a, stream); break;
     case MlpPrecision::bf16: launch_precision<MlpPrecision::bf16>(a, stream); break;

@@ -793,6 +793,23 @@ TEST_F(GpuKernels, ReproducibleEncodeGivesNaNWhereATermDoesNotFit) {
   }
 }
 
+/// The device decode of d's keys against latent values z ([segments][H][M][E]), rows at stride ldy.
+std::vector<float> gpu_decode(const LatentData& d, const std::vector<float>& z, k::index_t ldy,
+                              cu::MlpPrecision precision) {
+  std::vector<cu::LatentChunk> tiles;
+  for (int seg = 0; seg < d.segments(); ++seg)
+    cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
+  auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
+  auto dtiles = to_device(tiles);
+  cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), st::test_device());
+  cu::LatentDecodeArgs a;
+  a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
+  a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
+  a.precision = precision;
+  cu::latent_decode(a, nullptr);
+  return to_host(dy.data(), static_cast<std::size_t>(d.rows * ldy));
+}
+
 TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
   std::mt19937 gen(6);
   const k::CpuKernels& cpu = k::cpu();
@@ -800,17 +817,7 @@ TEST_F(GpuKernels, DecodeMatchesTheCpuKernel) {
     const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
     const auto z = random_vector(static_cast<std::size_t>(d.segments()) * d.H * d.M * d.E, 1.0f, gen);
     const k::index_t ldy = d.C + 3;
-    std::vector<cu::LatentChunk> tiles;
-    for (int seg = 0; seg < d.segments(); ++seg)
-      cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
-    auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
-    auto dtiles = to_device(tiles);
-    cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), st::test_device());
-    cu::LatentDecodeArgs a;
-    a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
-    a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
-    cu::latent_decode(a, nullptr);
-    const auto y = to_host(dy.data(), static_cast<std::size_t>(d.rows * ldy));
+    const auto y = gpu_decode(d, z, ldy, cu::MlpPrecision::fp32);
 
     const k::index_t ld = k::round_up(d.C, k::kPad);
     const auto kc = d.padded(d.kk);
@@ -848,18 +855,7 @@ TEST_F(GpuKernels, DecodeOnTensorCoresIsWithinItsFormatsBound) {
       const LatentData d(s.H, s.M, s.E, s.seg_rows, gen);
       const auto z = random_vector(static_cast<std::size_t>(d.segments()) * d.H * d.M * d.E, 1.0f, gen);
       const k::index_t ldy = d.C + 3;
-      std::vector<cu::LatentChunk> tiles;
-      for (int seg = 0; seg < d.segments(); ++seg)
-        cu::append_chunks(d.seg_begin[seg], d.seg_begin[seg] + d.seg_rows[seg], seg, cu::kDecodeRows, tiles);
-      auto dq = to_device(d.q), dz = to_device(z), dk = to_device(d.kk);
-      auto dtiles = to_device(tiles);
-      cu::DeviceBuffer<float> dy(static_cast<std::size_t>(d.rows * ldy), st::test_device());
-      cu::LatentDecodeArgs a;
-      a.q = dq.data(), a.z = dz.data(), a.H = d.H, a.M = d.M, a.E = d.E, a.k = dk.data(), a.ldk = d.C;
-      a.y = dy.data(), a.ldy = ldy, a.tiles = dtiles.data(), a.num_tiles = static_cast<int>(tiles.size());
-      a.precision = precision;
-      cu::latent_decode(a, nullptr);
-      const auto y = to_host(dy.data(), static_cast<std::size_t>(d.rows * ldy));
+      const auto y = gpu_decode(d, z, ldy, precision);
       for (int seg = 0; seg < d.segments(); ++seg)
         for (int h = 0; h < d.H; ++h) {
           const float* q = d.q.data() + static_cast<std::size_t>(h) * d.M * d.E;

@@ -1,0 +1,154 @@
+// The online softmax of 16 rows over columns on the tensor cores, shared by FLARE's encode (rows: latents,
+// columns: points) and decode (rows: points, columns: latents) in tf32 / bf16 (latent_encode.cu,
+// latent_decode.cu): one warp holds the 16 rows' vectors as mma A fragments; per 16 staged columns two
+// m16n8 products give the logits (bf16 m16n8k16 per 16 channels, tf32 m16n8k8 per 8), each row's running
+// maximum and sum stay FP32 across its 4 lanes, and the weights exp(l - max) (the fp32 kernels' exp) times
+// the columns' values accumulate on the tensor cores (bf16: the logits' accumulator layout is the A layout
+// as it stands; tf32: moved to it by shuffles), rescaled when a maximum grows. Lane 4g + t holds rows g and
+// g + 8 (mma.cuh, host/mma.hpp).
+#pragma once
+
+#include <cstdint>
+
+#include "latent_softmax.cuh"
+#include "mma.cuh"
+
+namespace surrogate::kernels::cuda {
+SURROGATE_CUDA_BACKEND_BEGIN
+namespace detail {
+
+/// kE: the vectors' width padded to a multiple of 8 (the values'); the logits read kPad channels.
+template <MlpPrecision P, int kE>
+struct MmaSoftmax {
+  static constexpr int kK = P == MlpPrecision::bf16 ? 16 : 8;  // the logits' k per product
+  static constexpr int kChunks = (kE + kK - 1) / kK, kPad = kChunks * kK, kTiles = kE / 8;
+
+  std::uint32_t a[kChunks][4];
+  float o[kTiles][4];
+  float row_max[2], row_sum[2];
+  int g, t;
+
+  /// The rows' vectors: row(r, e) for r < 16 and e < kPad (0 past the rows and the width).
+  template <class Row>
+  __device__ __forceinline__ void start(Row&& row) {
+    const int lane = static_cast<int>(threadIdx.x) % 32;
+    g = lane / 4;
+    t = lane % 4;
+#pragma unroll
+    for (int c = 0; c < kChunks; ++c) {
+      if constexpr (P == MlpPrecision::bf16) {
+        const int e = kK * c + 2 * t;
+        a[c][0] = mma::bf16x2(row(g, e), row(g, e + 1));
+        a[c][1] = mma::bf16x2(row(g + 8, e), row(g + 8, e + 1));
+        a[c][2] = mma::bf16x2(row(g, e + 8), row(g, e + 9));
+        a[c][3] = mma::bf16x2(row(g + 8, e + 8), row(g + 8, e + 9));
+      } else {
+        const int e = kK * c + t;
+        a[c][0] = mma::tf32(row(g, e));
+        a[c][1] = mma::tf32(row(g + 8, e));
+        a[c][2] = mma::tf32(row(g, e + 4));
+        a[c][3] = mma::tf32(row(g + 8, e + 4));
+      }
+    }
+#pragma unroll
+    for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
+    row_max[0] = row_max[1] = -__int_as_float(0x7f800000);
+    row_sum[0] = row_sum[1] = 0.0f;
+  }
+
+  /// Columns c0 .. c0 + 15 of the staged ones (those at or past `count` left out): their vectors at
+  /// keys + c kPad, their values at values + c kE (shared memory, zero past the width).
+  __device__ __forceinline__ void add(const float* keys, const float* values, int c0, int count) {
+    const float inf = __int_as_float(0x7f800000);
+    float s[2][4] = {};  // logits of columns c0 + 8j + (2t, 2t + 1), rows g and g + 8
+#pragma unroll
+    for (int j = 0; j < 2; ++j) {
+      const float* k = keys + (c0 + 8 * j + g) * kPad;  // column g of B
+#pragma unroll
+      for (int c = 0; c < kChunks; ++c) {
+        std::uint32_t b[2];
+        if constexpr (P == MlpPrecision::bf16) {
+          b[0] = mma::bf16x2(k[kK * c + 2 * t], k[kK * c + 2 * t + 1]);
+          b[1] = mma::bf16x2(k[kK * c + 2 * t + 8], k[kK * c + 2 * t + 9]);
+          mma::bf16_m16n8k16(s[j], a[c], b);
+        } else {
+          b[0] = mma::tf32(k[kK * c + t]);
+          b[1] = mma::tf32(k[kK * c + t + 4]);
+          mma::tf32_m16n8k8(s[j], a[c], b);
+        }
+      }
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (c0 + 8 * j + 2 * t + e % 2 >= count) s[j][e] = -inf;
+    }
+    float w[2][4];
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {  // row g: entries 0, 1; row g + 8: entries 2, 3
+      float m = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+      const float top = fmaxf(row_max[r], m);  // finite: c0 < count
+      const float rescale = row_max[r] == -inf ? 0.0f : exp_nonpositive(row_max[r] - top);
+      row_max[r] = top;
+      float sum = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 2; ++j)
+#pragma unroll
+        for (int e = 2 * r; e < 2 * r + 2; ++e) {
+          w[j][e] = s[j][e] == -inf ? 0.0f : exp_nonpositive(s[j][e] - top);
+          sum += w[j][e];
+        }
+      row_sum[r] = row_sum[r] * rescale + sum;
+#pragma unroll
+      for (int n = 0; n < kTiles; ++n) {
+        o[n][2 * r] *= rescale;
+        o[n][2 * r + 1] *= rescale;
+      }
+    }
+    if constexpr (P == MlpPrecision::bf16) {
+      const std::uint32_t wa[4] = {mma::bf16x2(w[0][0], w[0][1]), mma::bf16x2(w[0][2], w[0][3]),
+                                   mma::bf16x2(w[1][0], w[1][1]), mma::bf16x2(w[1][2], w[1][3])};
+      const float* v = values + (c0 + 2 * t) * kE + g;  // B[k][n] = value of column c0 + k, channel 8 tile + g
+#pragma unroll
+      for (int n = 0; n < kTiles; ++n) {
+        const std::uint32_t b[2] = {mma::bf16x2(v[8 * n], v[kE + 8 * n]),
+                                    mma::bf16x2(v[8 * kE + 8 * n], v[9 * kE + 8 * n])};
+        mma::bf16_m16n8k16(o[n], wa, b);
+      }
+    } else {
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {  // A[row][k] = w of column c0 + 8j + k: lane 4g + k / 2, entry k % 2
+        const int near = 4 * g + t / 2, far = near + 2;
+        const float a0 = __shfl_sync(0xffffffffu, w[j][0], near), a1 = __shfl_sync(0xffffffffu, w[j][1], near);
+        const float b0 = __shfl_sync(0xffffffffu, w[j][2], near), b1 = __shfl_sync(0xffffffffu, w[j][3], near);
+        const float c0f = __shfl_sync(0xffffffffu, w[j][0], far), c1f = __shfl_sync(0xffffffffu, w[j][1], far);
+        const float d0 = __shfl_sync(0xffffffffu, w[j][2], far), d1 = __shfl_sync(0xffffffffu, w[j][3], far);
+        const bool odd = t % 2 != 0;
+        const std::uint32_t wa[4] = {mma::tf32(odd ? a1 : a0), mma::tf32(odd ? b1 : b0), mma::tf32(odd ? c1f : c0f),
+                                     mma::tf32(odd ? d1 : d0)};
+        const float* v = values + (c0 + 8 * j + t) * kE + g;
+#pragma unroll
+        for (int n = 0; n < kTiles; ++n) {
+          const std::uint32_t b[2] = {mma::tf32(v[8 * n]), mma::tf32(v[4 * kE + 8 * n])};
+          mma::tf32_m16n8k8(o[n], wa, b);
+        }
+      }
+    }
+  }
+
+  /// The rows' sums over their 4 lanes (every lane of the warp calls it); then row r's (0: g, 1: g + 8)
+  /// weighted values are o[n][2 r + e] at channel 8 n + 2 t + e, its sum row_sum[r], its maximum row_max[r].
+  __device__ __forceinline__ void finish() {
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
+      row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
+    }
+  }
+};
+
+}  // namespace detail
+SURROGATE_CUDA_BACKEND_END
+}  // namespace surrogate::kernels::cuda
