@@ -1,6 +1,6 @@
 // Exact k-nearest-neighbour lists computed on a CUDA device (CUDA builds only): the host arrays of
 // sequoia::nearest_lists uploaded, kernels::cuda::nearest_lists run, the lists downloaded — the same lists
-// as the host's k-d tree, bit for bit (share/docs/cuda.md, "Nearest-neighbour lists").
+// as sequoia::nearest_lists, bit for bit (share/docs/cuda.md, "Nearest-neighbour lists").
 #pragma once
 
 #include <cuda_runtime_api.h>
