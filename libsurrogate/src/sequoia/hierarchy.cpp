@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/stable_key_sort.hpp"
 #include "surrogate/sequoia.hpp"
 
 namespace surrogate::sequoia {
@@ -23,13 +24,82 @@ struct Unique {
   std::vector<std::uint64_t> values;
   std::vector<index_t> first, inverse;
 };
-Unique unique_sorted(const std::vector<std::uint64_t>& hashes) {
-  const index_t n = static_cast<index_t>(hashes.size());
+Unique unique_by_table(const std::vector<std::uint64_t>& hashes) {
+  const std::size_t n = hashes.size();
+  // The distinct values are few against the elements (every element of a level is in one of its voxels):
+  // an open-addressing table of the values (slot: value, first occurrence), filled in element order, so
+  // that a value's first insertion is its first occurrence; then the distinct values sorted.
+  std::size_t capacity = 64;  // grows by doubling (small, so that the golden tests' clouds grow it)
+  std::vector<std::uint64_t> slot_value(capacity);
+  std::vector<index_t> slot_first(capacity, -1);
+  std::vector<std::uint32_t> slot_of(n);  // each element's slot (rehashing renumbers them)
+  std::size_t used = 0;
+  auto home = [](std::uint64_t h, std::size_t mask) {
+    h ^= h >> 33;  // the FNV values' low bits follow their last column: mixed before masking
+    h *= 0xff51afd7ed558ccdull;
+    h ^= h >> 33;
+    return static_cast<std::size_t>(h) & mask;
+  };
+  auto find_or_insert = [&](std::uint64_t h, index_t e) {
+    std::size_t s = home(h, capacity - 1);
+    while (slot_first[s] >= 0 && slot_value[s] != h) s = (s + 1) & (capacity - 1);
+    if (slot_first[s] < 0) {
+      slot_value[s] = h;
+      slot_first[s] = e;
+      ++used;
+    }
+    return s;
+  };
+  for (std::size_t e = 0; e < n; ++e) {
+    if (2 * (used + 1) > capacity) {  // keep the table at most half full
+      std::vector<std::uint64_t> old_value = std::move(slot_value);
+      std::vector<index_t> old_first = std::move(slot_first);
+      if (capacity >= (std::size_t{1} << 31))
+        throw Error(ErrorCode::input, "sequoia hierarchy: more than 2^30 distinct voxels");
+      capacity *= 2;
+      slot_value.assign(capacity, 0);
+      slot_first.assign(capacity, -1);
+      std::vector<std::uint32_t> renumber(old_first.size());
+      used = 0;
+      for (std::size_t t = 0; t < old_first.size(); ++t)
+        if (old_first[t] >= 0) renumber[t] = static_cast<std::uint32_t>(find_or_insert(old_value[t], old_first[t]));
+      for (std::size_t f = 0; f < e; ++f) slot_of[f] = renumber[slot_of[f]];
+    }
+    slot_of[e] = static_cast<std::uint32_t>(find_or_insert(hashes[e], static_cast<index_t>(e)));
+  }
+  std::vector<std::uint32_t> slots;
+  slots.reserve(used);
+  for (std::size_t t = 0; t < capacity; ++t)
+    if (slot_first[t] >= 0) slots.push_back(static_cast<std::uint32_t>(t));
+  std::sort(slots.begin(), slots.end(), [&](std::uint32_t x, std::uint32_t y) { return slot_value[x] < slot_value[y]; });
+  Unique u{std::vector<std::uint64_t>(slots.size()), std::vector<index_t>(slots.size()), std::vector<index_t>(n)};
+  std::vector<index_t> rank_of_slot(capacity);
+  for (std::size_t r = 0; r < slots.size(); ++r) {
+    u.values[r] = slot_value[slots[r]];
+    u.first[r] = slot_first[slots[r]];
+    rank_of_slot[slots[r]] = static_cast<index_t>(r);
+  }
+  for (std::size_t e = 0; e < n; ++e) u.inverse[e] = rank_of_slot[slot_of[e]];
+  return u;
+}
+
+/// unique_by_table's result by a stable radix sort of all the elements: for values nearly all distinct.
+/// A hash with its top bit flipped, read as int64, orders as the hash does as uint64.
+Unique unique_by_sort(const std::vector<std::uint64_t>& hashes) {
+  const auto n = static_cast<index_t>(hashes.size());
   std::vector<index_t> order(static_cast<std::size_t>(n));
-  std::iota(order.begin(), order.end(), index_t{0});
-  std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
-    return hashes[static_cast<std::size_t>(a)] < hashes[static_cast<std::size_t>(b)];
-  });
+  if (n < (index_t{1} << 32)) {
+    std::vector<std::int64_t> keys(static_cast<std::size_t>(n));
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      keys[i] = static_cast<std::int64_t>(hashes[i] ^ (std::uint64_t{1} << 63));
+    kernels::StableKeySortWork<std::int64_t> work;
+    kernels::stable_key_sort(keys.data(), n, 0, order.data(), work);
+  } else {  // beyond the radix sort's positions
+    std::iota(order.begin(), order.end(), index_t{0});
+    std::stable_sort(order.begin(), order.end(), [&](index_t a, index_t b) {
+      return hashes[static_cast<std::size_t>(a)] < hashes[static_cast<std::size_t>(b)];
+    });
+  }
   Unique u;
   u.inverse.assign(static_cast<std::size_t>(n), 0);
   for (index_t k = 0; k < n; ++k) {
@@ -37,11 +107,36 @@ Unique unique_sorted(const std::vector<std::uint64_t>& hashes) {
     const std::uint64_t h = hashes[static_cast<std::size_t>(e)];
     if (u.values.empty() || u.values.back() != h) {
       u.values.push_back(h);
-      u.first.push_back(e);  // stable sort: the first element of a run is the first occurrence
+      u.first.push_back(e);  // stable: the first element of a run is the first occurrence
     }
     u.inverse[static_cast<std::size_t>(e)] = static_cast<index_t>(u.values.size()) - 1;
   }
   return u;
+}
+
+/// The distinct values of `hashes`, of which there are at most `distinct_bound`: by the table when they
+/// are few against the elements, else by the sort (the same result either way).
+Unique unique_sorted(const std::vector<std::uint64_t>& hashes, double distinct_bound) {
+  return 4.0 * distinct_bound <= static_cast<double>(hashes.size()) ? unique_by_table(hashes) : unique_by_sort(hashes);
+}
+
+/// Edges (query, other) in ascending query order, ties in their order (std::stable_sort's), by the radix
+/// sort of the queries (local ids, >= 0).
+void sort_by_query(std::vector<std::pair<std::int64_t, std::int64_t>>& edges,
+                   kernels::StableKeySortWork<std::int64_t>& work) {
+  const auto n = static_cast<std::int64_t>(edges.size());
+  const auto by_query = [](const auto& a, const auto& b) { return a.first < b.first; };
+  if (std::is_sorted(edges.begin(), edges.end(), by_query)) return;  // e.g. the points' parents, in point order
+  if (n >= (std::int64_t{1} << 32)) {  // beyond the radix sort's positions
+    std::stable_sort(edges.begin(), edges.end(), by_query);
+    return;
+  }
+  std::vector<std::int64_t> queries(edges.size()), order(edges.size());
+  for (std::size_t e = 0; e < edges.size(); ++e) queries[e] = edges[e].first;
+  kernels::stable_key_sort(queries.data(), n, 0, order.data(), work);
+  std::vector<std::pair<std::int64_t, std::int64_t>> sorted(edges.size());
+  for (std::size_t e = 0; e < edges.size(); ++e) sorted[e] = edges[static_cast<std::size_t>(order[e])];
+  edges = std::move(sorted);
 }
 
 }  // namespace
@@ -112,7 +207,10 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
       cols[3] = l;
       hashes[r] = fnv64(cols, 4);
     }
-  const Unique voxels = unique_sorted(hashes);
+  // At most min(n, divide^(3l)) voxels at level l.
+  double voxel_bound = 0.0;
+  for (int l = 0; l < depth; ++l) voxel_bound += std::min(static_cast<double>(n), std::pow(double(divide), 3.0 * l));
+  const Unique voxels = unique_sorted(hashes, voxel_bound);
   const index_t V = static_cast<index_t>(voxels.values.size());
   s.voxel_hashes = voxels.values;
   s.voxel_rows.resize(static_cast<std::size_t>(V) * 4);
@@ -144,6 +242,7 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
   auto add_row = [&](std::int64_t parent, std::int64_t child, int pl) {
     s.mapping.insert(s.mapping.end(), {parent, child, std::int64_t{pl}, std::int64_t{pl + 1}});
   };
+  s.mapping.reserve(static_cast<std::size_t>(4 * (V + n)));  // a row per voxel below the root, one per point
   for (const index_t v : level1) add_row(roots[0], v, 0);
   for (int l = 1; l + 1 < depth; ++l) {
     std::vector<std::uint64_t> pair_hash(static_cast<std::size_t>(n));
@@ -151,7 +250,9 @@ SampleHierarchy build_sample_hierarchy(const float* points, index_t n, int divid
       const std::int64_t pair[2] = {node_of(l, j), node_of(l + 1, j)};
       pair_hash[static_cast<std::size_t>(j)] = fnv64(pair, 2);
     }
-    const Unique pairs = unique_sorted(pair_hash);
+    // One pair per voxel of level l + 1 (its parent is unique).
+    const Unique pairs =
+        unique_sorted(pair_hash, std::min(static_cast<double>(n), std::pow(double(divide), 3.0 * (l + 1))));
     s.pair_hashes.push_back(pairs.values);
     for (const index_t j : pairs.first) add_row(node_of(l, j), node_of(l + 1, j), l);
   }
@@ -191,6 +292,14 @@ Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index
   h.point_offsets.push_back(0);
   index_t nodes = 0;
   std::vector<std::int64_t> sample_of;
+  std::size_t coord_count = 0, mapping_count = 0;
+  for (const SampleHierarchy& s : samples) {
+    coord_count += s.points.size() + s.virtual_positions.size();
+    mapping_count += s.mapping.size();
+  }
+  h.coords.reserve(coord_count);
+  h.mapping.reserve(mapping_count);
+  sample_of.reserve(coord_count / 3);
   for (std::size_t b = 0; b < samples.size(); ++b) {
     const SampleHierarchy& s = samples[b];
     h.point_offsets.push_back(h.point_offsets.back() + s.n);
@@ -212,6 +321,16 @@ Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index
   h.level_ids.assign(static_cast<std::size_t>(levels), {});
   h.level_batch.assign(static_cast<std::size_t>(levels), {});
   h.level_positions.assign(static_cast<std::size_t>(levels), {});
+  {
+    std::vector<std::size_t> count(static_cast<std::size_t>(levels), 0);
+    for (const int t : level_of)
+      if (t >= 0) ++count[static_cast<std::size_t>(h.depth - t)];
+    for (std::size_t i = 0; i < count.size(); ++i) {
+      h.level_ids[i].reserve(count[i]);
+      h.level_batch[i].reserve(count[i]);
+      h.level_positions[i].reserve(3 * count[i]);
+    }
+  }
   for (index_t id = 0; id < nodes; ++id) {
     const int t = level_of[static_cast<std::size_t>(id)];
     if (t < 0) continue;
@@ -231,26 +350,48 @@ Hierarchy collate(const std::vector<SampleHierarchy>& samples, std::vector<index
   h.pool_parent.assign(static_cast<std::size_t>(h.depth), {});
   h.parent_edges.assign(static_cast<std::size_t>(levels), {});
   h.child_edges.assign(static_cast<std::size_t>(levels), {});
+  // The mapping rows by the tree level in column 2 (parent) and 3 (child), each list in row order: what
+  // a scan of all rows per level would visit, in one pass.
+  auto rows_by_level = [&](std::size_t column) {
+    std::vector<std::vector<std::size_t>> rows(static_cast<std::size_t>(levels));
+    std::vector<std::size_t> count(static_cast<std::size_t>(levels), 0);
+    for (std::size_t r = 0; r < M; ++r) {
+      const std::int64_t t = h.mapping[4 * r + column];
+      if (t >= 0 && t < levels) ++count[static_cast<std::size_t>(t)];
+    }
+    for (std::size_t t = 0; t < rows.size(); ++t) rows[t].reserve(count[t]);
+    for (std::size_t r = 0; r < M; ++r) {
+      const std::int64_t t = h.mapping[4 * r + column];
+      if (t >= 0 && t < levels) rows[static_cast<std::size_t>(t)].push_back(r);
+    }
+    return rows;
+  };
+  const std::vector<std::vector<std::size_t>> by_parent_level = rows_by_level(2), by_child_level = rows_by_level(3);
   std::vector<char> seen(static_cast<std::size_t>(nodes), 0);
+  kernels::StableKeySortWork<std::int64_t> sort_work;
   for (int i = 0; i < levels; ++i) {
     const int t = h.depth - i;  // tree level of model level i
     auto& pe = h.parent_edges[static_cast<std::size_t>(i)];
     auto& ce = h.child_edges[static_cast<std::size_t>(i)];
-    for (std::size_t r = 0; r < M; ++r) {
+    pe.reserve(by_child_level[static_cast<std::size_t>(t)].size());
+    ce.reserve(by_parent_level[static_cast<std::size_t>(t)].size());
+    for (const std::size_t r : by_child_level[static_cast<std::size_t>(t)]) {
       const std::int64_t* m = &h.mapping_local[4 * r];
-      if (m[3] == t) pe.emplace_back(m[1], m[0]);
-      if (m[2] == t) ce.emplace_back(m[0], m[1]);
+      pe.emplace_back(m[1], m[0]);
     }
-    auto by_query = [](const auto& a, const auto& b) { return a.first < b.first; };
-    std::stable_sort(pe.begin(), pe.end(), by_query);
-    std::stable_sort(ce.begin(), ce.end(), by_query);
+    for (const std::size_t r : by_parent_level[static_cast<std::size_t>(t)]) {
+      const std::int64_t* m = &h.mapping_local[4 * r];
+      ce.emplace_back(m[0], m[1]);
+    }
+    sort_by_query(pe, sort_work);
+    sort_by_query(ce, sort_work);
     if (i + 1 < levels) {
       // Init pools child row r of level i into the parent of the r-th mapping row of this parent level
       // (the reference's positional pairing); a child listed twice keeps its first row.
       auto& pool = h.pool_parent[static_cast<std::size_t>(i)];
-      for (std::size_t r = 0; r < M; ++r) {
+      for (const std::size_t r : by_parent_level[static_cast<std::size_t>(t - 1)]) {
         const std::int64_t* m = &h.mapping[4 * r];
-        if (m[2] != t - 1 || seen[static_cast<std::size_t>(m[1])]) continue;
+        if (seen[static_cast<std::size_t>(m[1])]) continue;
         seen[static_cast<std::size_t>(m[1])] = 1;
         pool.push_back(local[static_cast<std::size_t>(m[0])]);
       }
