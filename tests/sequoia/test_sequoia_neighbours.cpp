@@ -5,12 +5,14 @@
 // outlier, several samples of different sizes, samples of fewer than k nodes.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "sequoia/neighbours.hpp"
+#include "surrogate/kernels/grid_nearest.hpp"
 
 namespace sq = surrogate::sequoia;
 
@@ -71,6 +73,42 @@ TEST(SequoiaNeighbours, GridEqualsBruteForce) {
   expect_same(outlier, "far outlier");
   expect_same(samples, "four samples");
   expect_same(tiny, "samples of fewer than k nodes");
+}
+
+// The grid is made finer where the nodes crowd few of its cells (a surface), never beyond 8 cells a node,
+// and kept where they fill the box (a cube): the lists above are the same on any grid, this is the speed.
+TEST(SequoiaNeighbours, GridRefinedWhereNodesCrowdFewCells) {
+  namespace gn = surrogate::kernels::grid_nearest;
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  const auto refined = [](const std::vector<float>& p) {
+    const long long n = static_cast<long long>(p.size() / 3);
+    float mn[3] = {p[0], p[1], p[2]}, mx[3] = {p[0], p[1], p[2]};
+    for (long long j = 0; j < n; ++j)
+      for (int c = 0; c < 3; ++c) {
+        mn[c] = std::fmin(mn[c], p[j * 3 + c]);
+        mx[c] = std::fmax(mx[c], p[j * 3 + c]);
+      }
+    const gn::Grid g = gn::make_grid(mn, mx, n);
+    std::vector<char> used(static_cast<std::size_t>(g.cells()), 0);
+    for (long long j = 0; j < n; ++j) used[static_cast<std::size_t>(gn::cell_of(g, &p[j * 3]))] = 1;
+    const long long occupied = std::count(used.begin(), used.end(), 1);
+    return std::pair{g, gn::refine_grid(g, mx, n, occupied)};
+  };
+  std::vector<float> surface, cube;
+  for (int i = 0; i < 20000; ++i) {
+    const float x = normal(gen), y = normal(gen), z = normal(gen), r = std::sqrt(x * x + y * y + z * z);
+    surface.insert(surface.end(), {x / r, y / r, z / r});
+    cube.insert(cube.end(), {uniform(gen), uniform(gen), uniform(gen)});
+  }
+  const auto [coarse, fine] = refined(surface);
+  EXPECT_LT(fine.h, 0.6 * coarse.h);
+  EXPECT_LE(fine.cells(), gn::kMaxCellsPerNode * 20000LL);
+  EXPECT_GT(fine.cells(), coarse.cells());
+  const auto [kept, same] = refined(cube);
+  EXPECT_EQ(same.h, kept.h);
+  EXPECT_EQ(same.cells(), kept.cells());
 }
 
 }  // namespace

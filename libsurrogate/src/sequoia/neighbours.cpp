@@ -52,8 +52,9 @@ void brute_force(const float* pos, std::int64_t begin, std::int64_t end, Queries
   }
 }
 
-/// Larger samples on a uniform grid (grid_nearest.hpp, as on the device): the nodes binned by cell with
-/// a counting sort, their positions copied next to their neighbours', the queries in parallel.
+/// Larger samples on a uniform grid (grid_nearest.hpp, as on the device), made finer where the nodes crowd
+/// few cells (a surface): the nodes binned by cell with a counting sort, their positions copied next to
+/// their neighbours', the queries in parallel.
 void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries q, int k, std::int64_t* lists) {
   const std::int64_t n = end - begin;
   float mn[3], mx[3];
@@ -63,11 +64,20 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries
       mn[c] = std::fmin(mn[c], pos[j * 3 + c]);
       mx[c] = std::fmax(mx[c], pos[j * 3 + c]);
     }
-  const gn::Grid g = gn::make_grid(mn, mx, n);
-  std::vector<std::int64_t> start(static_cast<std::size_t>(g.cells()) + 1, 0), cell(static_cast<std::size_t>(n));
-  for (std::int64_t j = 0; j < n; ++j) {
-    cell[static_cast<std::size_t>(j)] = gn::cell_of(g, pos + (begin + j) * 3);
-    ++start[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)]) + 1];
+  gn::Grid g = gn::make_grid(mn, mx, n);
+  std::vector<std::int64_t> start, cell(static_cast<std::size_t>(n));
+  const auto bin = [&] {  // the nodes per cell, at start[cell + 1]
+    start.assign(static_cast<std::size_t>(g.cells()) + 1, 0);
+    for (std::int64_t j = 0; j < n; ++j) {
+      cell[static_cast<std::size_t>(j)] = gn::cell_of(g, pos + (begin + j) * 3);
+      ++start[static_cast<std::size_t>(cell[static_cast<std::size_t>(j)]) + 1];
+    }
+  };
+  bin();
+  const auto occupied = static_cast<long long>(std::count_if(start.begin() + 1, start.end(), [](std::int64_t c) { return c; }));
+  if (const gn::Grid finer = gn::refine_grid(g, mx, n, occupied); finer.h != g.h) {
+    g = finer;
+    bin();
   }
   std::partial_sum(start.begin(), start.end(), start.begin());
   std::vector<std::int64_t> cursor(start.begin(), start.end() - 1), id(static_cast<std::size_t>(n));
@@ -78,8 +88,19 @@ void grid_search(const float* pos, std::int64_t begin, std::int64_t end, Queries
     std::copy_n(pos + (begin + j) * 3, 3, at.begin() + static_cast<std::ptrdiff_t>(slot * 3));
   }
   const int kk = static_cast<int>(std::min<std::int64_t>(k, n));
+  // The queries in cell order, so that a thread's consecutive queries read the same cells from cache (the
+  // lists go to the queries' own places: the same lists in any order).
+  std::vector<std::int64_t> order(static_cast<std::size_t>(q.count));
+  {
+    const auto cell_of_query = [&](std::int64_t t) { return static_cast<std::size_t>(cell[static_cast<std::size_t>(q.ids[t] - begin)]); };
+    std::vector<std::int64_t> next(static_cast<std::size_t>(g.cells()) + 1, 0);
+    for (std::int64_t t = 0; t < q.count; ++t) ++next[cell_of_query(t) + 1];
+    std::partial_sum(next.begin(), next.end(), next.begin());
+    for (std::int64_t t = 0; t < q.count; ++t) order[static_cast<std::size_t>(next[cell_of_query(t)]++)] = t;
+  }
 #pragma omp parallel for schedule(dynamic, 64) if (q.count > 256)
-  for (std::int64_t t = 0; t < q.count; ++t) {
+  for (std::int64_t s = 0; s < q.count; ++s) {
+    const std::int64_t t = order[static_cast<std::size_t>(s)];
     const float* p = pos + q.ids[t] * 3;
     const double qd[3] = {static_cast<double>(p[0]), static_cast<double>(p[1]), static_cast<double>(p[2])};
     gn::Best best;

@@ -27,7 +27,7 @@ struct NearestListsWork {
 /// operation rounded to double (no fused multiply-add); ties go to the smaller node. A sample of fewer
 /// than k nodes lists all of them, then its first entry repeated up to k. Positions must be finite.
 struct NearestListsArgs {
-  index_t nodes = 0;                        // rows of positions, < 2^31
+  index_t nodes = 0;                        // rows of positions; 8 nodes + samples < 2^31 - 1
   const float* positions = nullptr;         // device, nodes x 3
   int samples = 0;                          // >= 1
   const std::int64_t* first = nullptr;      // device, samples + 1 ascending offsets, 0 first, nodes last

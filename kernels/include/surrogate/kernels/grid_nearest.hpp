@@ -30,6 +30,26 @@ struct Grid {
   SURROGATE_GRID_NEAREST long long cells() const { return static_cast<long long>(dims[0]) * dims[1] * dims[2]; }
 };
 
+namespace detail {
+
+/// The cells of edge h over the extents (at least one, at most kMaxAxisCells per axis), h grown by 1.25
+/// until there are at most `cap`.
+SURROGATE_GRID_NEAREST void fit_cells(Grid& g, const double (&ext)[3], double h, long long cap) {
+  for (;;) {
+    long long cells = 1;
+    for (int c = 0; c < 3; ++c) {
+      const double d = ext[c] > 0.0 ? floor(ext[c] / h) + 1.0 : 1.0;
+      g.dims[c] = d < kMaxAxisCells ? static_cast<int>(d) : kMaxAxisCells;
+      cells *= g.dims[c];
+    }
+    if (cells <= cap) break;
+    h *= 1.25;
+  }
+  g.h = h;
+}
+
+}  // namespace detail
+
 /// The grid of a sample of n nodes whose bounding box is [mn, mx]: about two nodes per cell over the axes
 /// the sample spans, at most max(1, n) cells and kMaxAxisCells per axis (base left 0).
 SURROGATE_GRID_NEAREST Grid make_grid(const float (&mn)[3], const float (&mx)[3], long long n) {
@@ -48,18 +68,26 @@ SURROGATE_GRID_NEAREST Grid make_grid(const float (&mn)[3], const float (&mx)[3]
   const double cells_wanted = n > 2 ? static_cast<double>(n) / 2.0 : 1.0;
   double h = spanned > 0 ? pow(volume / cells_wanted, 1.0 / spanned) : 1.0;
   if (!(h > 0.0) || !(h < 1e300)) h = fmax(fmax(ext[0], ext[1]), fmax(ext[2], 1e-300));
-  for (;;) {
-    long long cells = 1;
-    for (int c = 0; c < 3; ++c) {
-      const double d = ext[c] > 0.0 ? floor(ext[c] / h) + 1.0 : 1.0;
-      g.dims[c] = d < kMaxAxisCells ? static_cast<int>(d) : kMaxAxisCells;
-      cells *= g.dims[c];
-    }
-    if (cells <= cap) break;
-    h *= 1.25;
-  }
-  g.h = h;
+  detail::fit_cells(g, ext, h, cap);
   return g;
+}
+
+/// The most cells refine_grid gives a sample of n nodes, per node.
+inline constexpr int kMaxCellsPerNode = 8;
+
+/// g = make_grid(mn, mx, n) made finer when its `occupied` non-empty cells hold more than 4 nodes each on
+/// average (a surface fills few cells of its box: the nodes per occupied cell grow as n^(1/3)): the edge
+/// shrunk as for a surface, whose nodes per cell go as h^2, to about two nodes per occupied cell, at most
+/// kMaxCellsPerNode * n cells. The same grid otherwise. Any grid gives the same lists; a finer one offers
+/// each query fewer candidates.
+SURROGATE_GRID_NEAREST Grid refine_grid(const Grid& g, const float (&mx)[3], long long n, long long occupied) {
+  if (n < 1 || occupied < 1 || n <= 4 * occupied) return g;
+  double ext[3];
+  for (int c = 0; c < 3; ++c) ext[c] = static_cast<double>(mx[c]) - g.lo[c];
+  const double shrink = fmin(sqrt(static_cast<double>(n) / (2.0 * static_cast<double>(occupied))), 8.0);
+  Grid r = g;
+  detail::fit_cells(r, ext, g.h / shrink, kMaxCellsPerNode * n);
+  return r.h < g.h ? r : g;
 }
 
 /// floor((p - lo) / h) clamped to 0 .. dims - 1 (NaN to 0).
