@@ -508,6 +508,28 @@ TEST(BallTreeInvariants, LargeSubtreesBuiltAsTasksGiveTheSerialTrees) {
 #endif
 }
 
+// Up to four coordinates the builder selects on records of the coordinates and the index, above on the
+// indices alone: a cloud in 3 coordinates padded with three zero ones (never the split dimension: their
+// spread 0 is not strictly larger) takes the second path and must give the first path's trees.
+TEST(BallTreeInvariants, IndexAndRecordSelectionGiveTheSameTrees) {
+  std::mt19937_64 rng(53);
+  std::uniform_int_distribution<int> grid(0, 31);  // a coarse grid: many ties
+  const std::vector<std::int64_t> offsets{0, 5000, 5003, 12000};
+  const std::size_t n = static_cast<std::size_t>(offsets.back());
+  std::vector<double> x3(n * 3), x6(n * 6, 0.0);
+  for (std::size_t i = 0; i < n; ++i)
+    for (std::size_t c = 0; c < 3; ++c) x3[i * 3 + c] = x6[i * 6 + c] = grid(rng) / 32.0;
+  const bt::Batch batch = bt::Batch::from_offsets(offsets);
+  const bt::Tree records = bt::build(std::span<const double>(x3), 3, batch);
+  const bt::Tree indices = bt::build(std::span<const double>(x6), 6, batch);
+  EXPECT_EQ(records.index, indices.index);
+  EXPECT_EQ(records.mask, indices.mask);
+  for (const int level : {0, 4, 11})
+    EXPECT_EQ(bt::partition(std::span<const double>(x3), 3, batch, level),
+              bt::partition(std::span<const double>(x6), 6, batch, level))
+        << "level " << level;
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Bad input: a surrogate::Error naming the argument.
 

@@ -3,13 +3,17 @@
 // The order left inside every node is whatever libstdc++'s std::nth_element leaves behind, so this
 // file must be compiled against libstdc++ and must call std::nth_element exactly where the official
 // builder does: once per inner node with more than one point, on the node's index range, with the
-// strict float64 less-than on the split coordinate, starting from the identity order of the sample.
+// strict float64 less-than on the split coordinate, starting from the identity order of the sample. It
+// runs on records of the coordinates and the index (up to four coordinates): the same comparisons, so
+// the same order, from memory read in sequence.
 #include "surrogate/balltree.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
 #include <string>
+#include <type_traits>
+#include <vector>
 
 #include "surrogate/error.hpp"
 
@@ -28,22 +32,43 @@ constexpr Index kTaskPoints = 8192;
 /// Whether a build over `points` points in `samples` samples opens a parallel region for its tasks.
 bool parallel_build(Index points, Index samples) { return samples > 1 || points >= 2 * kTaskPoints; }
 
-/// The split rule shared by the tree and the partition: dimension of largest spread, median split.
+/// The split rule shared by the tree and the partition: dimension of largest spread, median split. The
+/// sample's points are the elements of a working array E: either their local indices (E = Index,
+/// coordinates read from x) or, for up to four coordinates, records of the coordinates and the index
+/// (E = Record<D>, read in place). std::nth_element on the records makes the comparisons and moves it
+/// makes on the indices (the same comparison outcomes), so both leave the same order; the records keep
+/// the points next to each other in memory.
+template <int D>
+struct Record {
+  double x[D];
+  Index id;
+};
+
+template <class E>
 class Splitter {
  public:
   Splitter(const double* x, Index dim) : x_(x), dim_(dim) {}
 
-  /// The dimension with the strictly largest (max - min) over idx[0..count), scanning 0, 1, ...; ties keep
+  static Index id(const E& e) {
+    if constexpr (std::is_same_v<E, Index>) return e;
+    else return e.id;
+  }
+  double coordinate(const E& e, Index c) const {
+    if constexpr (std::is_same_v<E, Index>) return x_[e * dim_ + c];
+    else return e.x[c];
+  }
+
+  /// The dimension with the strictly largest (max - min) over e[0..count), scanning 0, 1, ...; ties keep
   /// the earlier dimension, all-zero spreads give 0.
-  Index split_dimension(const Index* idx, Index count) const {
+  Index split_dimension(const E* e, Index count) const {
     if (count <= 1) return 0;
     Index best = 0;
     double best_spread = 0;
     for (Index c = 0; c < dim_; ++c) {
-      double lo = x_[idx[0] * dim_ + c];
+      double lo = coordinate(e[0], c);
       double hi = lo;
       for (Index i = 1; i < count; ++i) {
-        const double v = x_[idx[i] * dim_ + c];
+        const double v = coordinate(e[i], c);
         lo = std::min(lo, v);
         hi = std::max(hi, v);
       }
@@ -56,22 +81,37 @@ class Splitter {
     return best;
   }
 
-  /// Puts the `k` smallest points of idx[0..count) (along `c`) first, in libstdc++'s leftover order.
-  void select(Index* idx, Index count, Index k, Index c) const {
-    const double* x = x_;
-    const Index dim = dim_;
-    std::nth_element(idx, idx + k, idx + count, [x, dim, c](Index a, Index b) { return x[a * dim + c] < x[b * dim + c]; });
+  /// Puts the `k` smallest points of e[0..count) (along `c`) first, in libstdc++'s leftover order.
+  void select(E* e, Index count, Index k, Index c) const {
+    std::nth_element(e, e + k, e + count, [this, c](const E& a, const E& b) { return coordinate(a, c) < coordinate(b, c); });
+  }
+
+  /// The working array of a sample of n points in the identity order.
+  void fill(E* e, Index n) const {
+    for (Index i = 0; i < n; ++i) {
+      if constexpr (std::is_same_v<E, Index>) {
+        e[i] = i;
+      } else {
+        for (int c = 0; c < D_of(); ++c) e[i].x[c] = x_[i * dim_ + c];
+        e[i].id = i;
+      }
+    }
   }
 
  private:
+  static constexpr int D_of() {
+    if constexpr (std::is_same_v<E, Index>) return 0;
+    else return static_cast<int>(sizeof(E::x) / sizeof(double));
+  }
   const double* x_;
   Index dim_;
 };
 
+template <class E>
 struct TreeBuilder {
-  Splitter split;
-  Index* idx;      // working index array of the sample (local indices)
-  Index* out;      // the sample's slots
+  Splitter<E> split;
+  E* idx;          // working array of the sample
+  Index* out;      // the sample's slots (local indices)
   std::uint8_t* mask;
   Index max_level;  // L
 
@@ -79,13 +119,13 @@ struct TreeBuilder {
     const Index count = end - start;
     if (level == max_level) {
       // 1 or 2 points (n lies in (2^L, 2^(L+1)] and every split is floor/ceil).
-      out[out_start] = idx[start];
+      out[out_start] = split.id(idx[start]);
       mask[out_start] = 1;
       if (count == 1) {
-        out[out_start + 1] = idx[start];
+        out[out_start + 1] = split.id(idx[start]);
         mask[out_start + 1] = 0;
       } else {
-        out[out_start + 1] = idx[start + 1];
+        out[out_start + 1] = split.id(idx[start + 1]);
         mask[out_start + 1] = 1;
       }
       return;
@@ -104,16 +144,17 @@ struct TreeBuilder {
   }
 };
 
+template <class E>
 struct Partitioner {
-  Splitter split;
-  Index* idx;
+  Splitter<E> split;
+  E* idx;
   Index* out;
   Index target_level;
 
   void part(Index start, Index end, Index out_start, Index level) const {
     const Index count = end - start;
     if (level == target_level || count <= 1) {
-      std::copy(idx + start, idx + end, out + out_start);
+      for (Index i = start; i < end; ++i) out[out_start + (i - start)] = split.id(idx[i]);
       return;
     }
     const Index c = split.split_dimension(idx + start, count);
@@ -128,6 +169,19 @@ struct Partitioner {
     part(mid, end, out_start + (mid - start), level + 1);
   }
 };
+
+/// f(E) with E = Record<dim> for dim 1..4, else E = Index: the working element of a build over `dim`
+/// coordinates.
+template <class F>
+auto with_element(int dim, F&& f) {
+  switch (dim) {
+    case 1: return f(Record<1>{});
+    case 2: return f(Record<2>{});
+    case 3: return f(Record<3>{});
+    case 4: return f(Record<4>{});
+    default: return f(Index{});
+  }
+}
 
 std::string point_text(Index p, const Batch& batch) {
   const auto& o = batch.offsets();
@@ -252,27 +306,31 @@ Tree build(std::span<const double> points, int dim, const Batch& batch) {
   }
   t.index.resize(sz(t.slot_offsets.back()));
   t.mask.resize(t.index.size());
-  std::vector<Index> work(sz(batch.points()));  // allocated here: nothing allocates in the parallel region
   const double* x = points.data();
   const Index samples = batch.samples();
-  // One task per sample, and inside it one per large subtree (TreeBuilder::build); nothing in them throws.
+  with_element(dim, [&](auto element) {
+    using E = decltype(element);
+    std::vector<E> work(sz(batch.points()));  // allocated here: nothing allocates in the parallel region
+    // One task per sample, and inside it one per large subtree (TreeBuilder::build); nothing in them throws.
 #pragma omp parallel if (parallel_build(batch.points(), samples))
 #pragma omp single
-  for (Index b = 0; b < samples; ++b) {
+    for (Index b = 0; b < samples; ++b) {
 #pragma omp task default(shared) firstprivate(b)
-    {
-      const Index first = batch.begin(b), n = batch.size(b);
-      Index* idx = work.data() + first;
-      for (Index i = 0; i < n; ++i) idx[i] = i;
-      const Index slot0 = t.slot_offsets[sz(b)];
-      const TreeBuilder builder{Splitter(x + first * dim, dim), idx, t.index.data() + slot0, t.mask.data() + slot0,
-                                static_cast<Index>(tree_depth(n))};
+      {
+        const Index first = batch.begin(b), n = batch.size(b);
+        const Splitter<E> split(x + first * dim, dim);
+        E* idx = work.data() + first;
+        split.fill(idx, n);
+        const Index slot0 = t.slot_offsets[sz(b)];
+        const TreeBuilder<E> builder{split, idx, t.index.data() + slot0, t.mask.data() + slot0,
+                                     static_cast<Index>(tree_depth(n))};
 #pragma omp taskgroup  // waits for every subtree task, not only the children
-      builder.build(0, n, 0, 0);
-      const Index slots = t.slot_offsets[sz(b) + 1] - slot0;
-      for (Index s = 0; s < slots; ++s) t.index[sz(slot0 + s)] += first;
+        builder.build(0, n, 0, 0);
+        const Index slots = t.slot_offsets[sz(b) + 1] - slot0;
+        for (Index s = 0; s < slots; ++s) t.index[sz(slot0 + s)] += first;
+      }
     }
-  }
+  });
   return t;
 }
 
@@ -287,23 +345,27 @@ std::vector<std::int64_t> partition(std::span<const double> points, int dim, con
   if (target_level < 0)
     throw Error(ErrorCode::invalid_argument, "ball tree partition: target_level must be non-negative, found " + std::to_string(target_level));
   std::vector<std::int64_t> out(sz(batch.points()));
-  std::vector<Index> work(out.size());
   const double* x = points.data();
   const Index samples = batch.samples();
+  with_element(dim, [&](auto element) {
+    using E = decltype(element);
+    std::vector<E> work(out.size());
 #pragma omp parallel if (parallel_build(batch.points(), samples))
 #pragma omp single
-  for (Index b = 0; b < samples; ++b) {
+    for (Index b = 0; b < samples; ++b) {
 #pragma omp task default(shared) firstprivate(b)
-    {
-      const Index first = batch.begin(b), n = batch.size(b);
-      Index* idx = work.data() + first;
-      for (Index i = 0; i < n; ++i) idx[i] = i;
-      const Partitioner p{Splitter(x + first * dim, dim), idx, out.data() + first, target_level};
+      {
+        const Index first = batch.begin(b), n = batch.size(b);
+        const Splitter<E> split(x + first * dim, dim);
+        E* idx = work.data() + first;
+        split.fill(idx, n);
+        const Partitioner<E> p{split, idx, out.data() + first, target_level};
 #pragma omp taskgroup
-      p.part(0, n, 0, 0);
-      for (Index i = 0; i < n; ++i) out[sz(first + i)] += first;
+        p.part(0, n, 0, 0);
+        for (Index i = 0; i < n; ++i) out[sz(first + i)] += first;
+      }
     }
-  }
+  });
   return out;
 }
 
