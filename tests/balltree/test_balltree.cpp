@@ -508,9 +508,10 @@ TEST(BallTreeInvariants, LargeSubtreesBuiltAsTasksGiveTheSerialTrees) {
 #endif
 }
 
-// Up to four coordinates the builder selects on records of the coordinates and the index, above on the
-// indices alone: a cloud in 3 coordinates padded with three zero ones (never the split dimension: their
-// spread 0 is not strictly larger) takes the second path and must give the first path's trees.
+// Up to four coordinates the builder selects on records of the coordinates and the index (float32 ones
+// for float32 input), above on the indices alone: a cloud in 3 coordinates padded with three zero ones
+// (never the split dimension: their spread 0 is not strictly larger) takes the second path and must give
+// the first path's trees, in float64 and float32.
 TEST(BallTreeInvariants, IndexAndRecordSelectionGiveTheSameTrees) {
   std::mt19937_64 rng(53);
   std::uniform_int_distribution<int> grid(0, 31);  // a coarse grid: many ties
@@ -520,14 +521,19 @@ TEST(BallTreeInvariants, IndexAndRecordSelectionGiveTheSameTrees) {
   for (std::size_t i = 0; i < n; ++i)
     for (std::size_t c = 0; c < 3; ++c) x3[i * 3 + c] = x6[i * 6 + c] = grid(rng) / 32.0;
   const bt::Batch batch = bt::Batch::from_offsets(offsets);
-  const bt::Tree records = bt::build(std::span<const double>(x3), 3, batch);
-  const bt::Tree indices = bt::build(std::span<const double>(x6), 6, batch);
-  EXPECT_EQ(records.index, indices.index);
-  EXPECT_EQ(records.mask, indices.mask);
-  for (const int level : {0, 4, 11})
-    EXPECT_EQ(bt::partition(std::span<const double>(x3), 3, batch, level),
-              bt::partition(std::span<const double>(x6), 6, batch, level))
-        << "level " << level;
+  const auto same_trees = [&](const auto& p3, const auto& p6, const char* type) {
+    const bt::Tree records = bt::build(p3, 3, batch);
+    const bt::Tree indices = bt::build(p6, 6, batch);
+    EXPECT_EQ(records.index, indices.index) << type;
+    EXPECT_EQ(records.mask, indices.mask) << type;
+    for (const int level : {0, 4, 11})
+      EXPECT_EQ(bt::partition(p3, 3, batch, level), bt::partition(p6, 6, batch, level)) << type << ", level " << level;
+  };
+  same_trees(std::span<const double>(x3), std::span<const double>(x6), "float64");
+  // float32 records (with 32-bit indices) against the indices over float32 coordinates.
+  const std::vector<float> f3(x3.begin(), x3.end()), f6(x6.begin(), x6.end());
+  same_trees(std::span<const float>(f3), std::span<const float>(f6), "float32");
+  EXPECT_EQ(bt::build(std::span<const float>(f3), 3, batch).index, bt::build(std::span<const double>(x3), 3, batch).index);
 }
 
 // ---------------------------------------------------------------------------------------------------

@@ -35,27 +35,53 @@ bool parallel_build(Index points, Index samples) { return samples > 1 || points 
 /// The split rule shared by the tree and the partition: dimension of largest spread, median split. The
 /// sample's points are the elements of a working array E: either their local indices (E = Index,
 /// coordinates read from x) or, for up to four coordinates, records of the coordinates and the index
-/// (E = Record<D>, read in place). std::nth_element on the records makes the comparisons and moves it
+/// (E = Record, read in place). std::nth_element on the records makes the comparisons and moves it
 /// makes on the indices (the same comparison outcomes), so both leave the same order; the records keep
-/// the points next to each other in memory.
-template <int D>
+/// the points next to each other in memory. Float32 coordinates stay float32 in the records: converted
+/// to float64 they compare and order alike, and the spreads are taken in float64 as before.
+template <int D, class T, class Id>
 struct Record {
-  double x[D];
-  Index id;
+  T x[D];
+  Id id;
 };
 
-template <class E>
+/// The working element of a build over `dim` coordinates of type T (f is called with a value of it):
+/// a Record for dim 1..4 (float32 records with 32-bit indices when every sample has fewer than 2^32
+/// points), else Index.
+template <class T, class F>
+auto with_element(int dim, Index largest_sample, F&& f) {
+  if constexpr (std::is_same_v<T, float>) {
+    if (largest_sample < (Index{1} << 32)) {
+      switch (dim) {
+        case 1: return f(Record<1, float, std::uint32_t>{});
+        case 2: return f(Record<2, float, std::uint32_t>{});
+        case 3: return f(Record<3, float, std::uint32_t>{});
+        case 4: return f(Record<4, float, std::uint32_t>{});
+        default: return f(Index{});
+      }
+    }
+  }
+  switch (dim) {
+    case 1: return f(Record<1, T, Index>{});
+    case 2: return f(Record<2, T, Index>{});
+    case 3: return f(Record<3, T, Index>{});
+    case 4: return f(Record<4, T, Index>{});
+    default: return f(Index{});
+  }
+}
+
+template <class E, class T>
 class Splitter {
  public:
-  Splitter(const double* x, Index dim) : x_(x), dim_(dim) {}
+  Splitter(const T* x, Index dim) : x_(x), dim_(dim) {}
 
   static Index id(const E& e) {
     if constexpr (std::is_same_v<E, Index>) return e;
-    else return e.id;
+    else return static_cast<Index>(e.id);
   }
   double coordinate(const E& e, Index c) const {
-    if constexpr (std::is_same_v<E, Index>) return x_[e * dim_ + c];
-    else return e.x[c];
+    if constexpr (std::is_same_v<E, Index>) return static_cast<double>(x_[e * dim_ + c]);
+    else return static_cast<double>(e.x[c]);
   }
 
   /// The dimension with the strictly largest (max - min) over e[0..count), scanning 0, 1, ...; ties keep
@@ -93,7 +119,7 @@ class Splitter {
         e[i] = i;
       } else {
         for (int c = 0; c < D_of(); ++c) e[i].x[c] = x_[i * dim_ + c];
-        e[i].id = i;
+        e[i].id = static_cast<decltype(e[i].id)>(i);
       }
     }
   }
@@ -101,15 +127,15 @@ class Splitter {
  private:
   static constexpr int D_of() {
     if constexpr (std::is_same_v<E, Index>) return 0;
-    else return static_cast<int>(sizeof(E::x) / sizeof(double));
+    else return static_cast<int>(sizeof(E::x) / sizeof(E::x[0]));
   }
-  const double* x_;
+  const T* x_;
   Index dim_;
 };
 
-template <class E>
+template <class E, class T>
 struct TreeBuilder {
-  Splitter<E> split;
+  Splitter<E, T> split;
   E* idx;          // working array of the sample
   Index* out;      // the sample's slots (local indices)
   std::uint8_t* mask;
@@ -144,9 +170,9 @@ struct TreeBuilder {
   }
 };
 
-template <class E>
+template <class E, class T>
 struct Partitioner {
-  Splitter<E> split;
+  Splitter<E, T> split;
   E* idx;
   Index* out;
   Index target_level;
@@ -169,19 +195,6 @@ struct Partitioner {
     part(mid, end, out_start + (mid - start), level + 1);
   }
 };
-
-/// f(E) with E = Record<dim> for dim 1..4, else E = Index: the working element of a build over `dim`
-/// coordinates.
-template <class F>
-auto with_element(int dim, F&& f) {
-  switch (dim) {
-    case 1: return f(Record<1>{});
-    case 2: return f(Record<2>{});
-    case 3: return f(Record<3>{});
-    case 4: return f(Record<4>{});
-    default: return f(Index{});
-  }
-}
 
 std::string point_text(Index p, const Batch& batch) {
   const auto& o = batch.offsets();
@@ -215,8 +228,6 @@ void check_points(std::span<const T> points, int dim, const Batch& batch, const 
                                       " of " + point_text(p, batch));
   }
 }
-
-std::vector<double> to_double(std::span<const float> points) { return {points.begin(), points.end()}; }
 
 }  // namespace
 
@@ -293,22 +304,27 @@ std::vector<std::int64_t> Tree::slot_of_point() const {
 }
 
 // ---------------------------------------------------------------------------------------------------
-Tree build(std::span<const double> points, int dim, const Batch& batch) {
+namespace {
+
+template <class T>
+Tree build_tree(std::span<const T> points, int dim, const Batch& batch) {
   check_points(points, dim, batch, "ball tree");
   Tree t;
   t.slot_offsets.assign(1, 0);
+  Index largest = 0;
   for (Index b = 0; b < batch.samples(); ++b) {
     if (batch.size(b) < 2)
       throw Error(ErrorCode::input, "ball tree: sample " + std::to_string(b) + " has " + std::to_string(batch.size(b)) +
                                         " point; every sample needs at least 2 points (the official balltree-erwin fails "
                                         "on a 1-point sample too)");
     t.slot_offsets.push_back(t.slot_offsets.back() + padded_size(batch.size(b)));
+    largest = std::max(largest, batch.size(b));
   }
   t.index.resize(sz(t.slot_offsets.back()));
   t.mask.resize(t.index.size());
-  const double* x = points.data();
+  const T* x = points.data();
   const Index samples = batch.samples();
-  with_element(dim, [&](auto element) {
+  with_element<T>(dim, largest, [&](auto element) {
     using E = decltype(element);
     std::vector<E> work(sz(batch.points()));  // allocated here: nothing allocates in the parallel region
     // One task per sample, and inside it one per large subtree (TreeBuilder::build); nothing in them throws.
@@ -318,12 +334,12 @@ Tree build(std::span<const double> points, int dim, const Batch& batch) {
 #pragma omp task default(shared) firstprivate(b)
       {
         const Index first = batch.begin(b), n = batch.size(b);
-        const Splitter<E> split(x + first * dim, dim);
+        const Splitter<E, T> split(x + first * dim, dim);
         E* idx = work.data() + first;
         split.fill(idx, n);
         const Index slot0 = t.slot_offsets[sz(b)];
-        const TreeBuilder<E> builder{split, idx, t.index.data() + slot0, t.mask.data() + slot0,
-                                     static_cast<Index>(tree_depth(n))};
+        const TreeBuilder<E, T> builder{split, idx, t.index.data() + slot0, t.mask.data() + slot0,
+                                        static_cast<Index>(tree_depth(n))};
 #pragma omp taskgroup  // waits for every subtree task, not only the children
         builder.build(0, n, 0, 0);
         const Index slots = t.slot_offsets[sz(b) + 1] - slot0;
@@ -334,20 +350,17 @@ Tree build(std::span<const double> points, int dim, const Batch& batch) {
   return t;
 }
 
-Tree build(std::span<const float> points, int dim, const Batch& batch) {
-  check_points(points, dim, batch, "ball tree");
-  const std::vector<double> x = to_double(points);
-  return build(std::span<const double>(x), dim, batch);
-}
-
-std::vector<std::int64_t> partition(std::span<const double> points, int dim, const Batch& batch, int target_level) {
+template <class T>
+std::vector<std::int64_t> partition_points(std::span<const T> points, int dim, const Batch& batch, int target_level) {
   check_points(points, dim, batch, "ball tree partition");
   if (target_level < 0)
     throw Error(ErrorCode::invalid_argument, "ball tree partition: target_level must be non-negative, found " + std::to_string(target_level));
   std::vector<std::int64_t> out(sz(batch.points()));
-  const double* x = points.data();
+  const T* x = points.data();
   const Index samples = batch.samples();
-  with_element(dim, [&](auto element) {
+  Index largest = 0;
+  for (Index b = 0; b < samples; ++b) largest = std::max(largest, batch.size(b));
+  with_element<T>(dim, largest, [&](auto element) {
     using E = decltype(element);
     std::vector<E> work(out.size());
 #pragma omp parallel if (parallel_build(batch.points(), samples))
@@ -356,10 +369,10 @@ std::vector<std::int64_t> partition(std::span<const double> points, int dim, con
 #pragma omp task default(shared) firstprivate(b)
       {
         const Index first = batch.begin(b), n = batch.size(b);
-        const Splitter<E> split(x + first * dim, dim);
+        const Splitter<E, T> split(x + first * dim, dim);
         E* idx = work.data() + first;
         split.fill(idx, n);
-        const Partitioner<E> p{split, idx, out.data() + first, target_level};
+        const Partitioner<E, T> p{split, idx, out.data() + first, target_level};
 #pragma omp taskgroup
         p.part(0, n, 0, 0);
         for (Index i = 0; i < n; ++i) out[sz(first + i)] += first;
@@ -369,10 +382,16 @@ std::vector<std::int64_t> partition(std::span<const double> points, int dim, con
   return out;
 }
 
+}  // namespace
+
+Tree build(std::span<const double> points, int dim, const Batch& batch) { return build_tree(points, dim, batch); }
+Tree build(std::span<const float> points, int dim, const Batch& batch) { return build_tree(points, dim, batch); }
+
+std::vector<std::int64_t> partition(std::span<const double> points, int dim, const Batch& batch, int target_level) {
+  return partition_points(points, dim, batch, target_level);
+}
 std::vector<std::int64_t> partition(std::span<const float> points, int dim, const Batch& batch, int target_level) {
-  check_points(points, dim, batch, "ball tree partition");
-  const std::vector<double> x = to_double(points);
-  return partition(std::span<const double>(x), dim, batch, target_level);
+  return partition_points(points, dim, batch, target_level);
 }
 
 }  // namespace surrogate::balltree
