@@ -37,37 +37,29 @@ bool parallel_build(Index points, Index samples) { return samples > 1 || points 
 /// coordinates read from x) or, for up to four coordinates, records of the coordinates and the index
 /// (E = Record, read in place). std::nth_element on the records makes the comparisons and moves it
 /// makes on the indices (the same comparison outcomes), so both leave the same order; the records keep
-/// the points next to each other in memory. Float32 coordinates stay float32 in the records: converted
-/// to float64 they compare and order alike, and the spreads are taken in float64 as before.
-template <int D, class T, class Id>
+/// the points next to each other in memory. Float32 coordinates stay float32 in the records (16 bytes for
+/// three): converted to float64 they compare and order alike, and the spreads are taken in float64.
+template <int D, class T>
 struct Record {
+  static constexpr int kDim = D;
   T x[D];
-  Id id;
+  std::uint32_t id;  // local index: samples of fewer than 2^32 points
 };
 
 /// The working element of a build over `dim` coordinates of type T (f is called with a value of it):
-/// a Record for dim 1..4 (float32 records with 32-bit indices when every sample has fewer than 2^32
-/// points), else Index.
+/// a Record for dim 1..4 when every sample has fewer than 2^32 points, else Index.
 template <class T, class F>
 auto with_element(int dim, Index largest_sample, F&& f) {
-  if constexpr (std::is_same_v<T, float>) {
-    if (largest_sample < (Index{1} << 32)) {
-      switch (dim) {
-        case 1: return f(Record<1, float, std::uint32_t>{});
-        case 2: return f(Record<2, float, std::uint32_t>{});
-        case 3: return f(Record<3, float, std::uint32_t>{});
-        case 4: return f(Record<4, float, std::uint32_t>{});
-        default: return f(Index{});
-      }
+  if (largest_sample < (Index{1} << 32)) {
+    switch (dim) {
+      case 1: return f(Record<1, T>{});
+      case 2: return f(Record<2, T>{});
+      case 3: return f(Record<3, T>{});
+      case 4: return f(Record<4, T>{});
+      default: break;
     }
   }
-  switch (dim) {
-    case 1: return f(Record<1, T, Index>{});
-    case 2: return f(Record<2, T, Index>{});
-    case 3: return f(Record<3, T, Index>{});
-    case 4: return f(Record<4, T, Index>{});
-    default: return f(Index{});
-  }
+  return f(Index{});
 }
 
 template <class E, class T>
@@ -118,17 +110,13 @@ class Splitter {
       if constexpr (std::is_same_v<E, Index>) {
         e[i] = i;
       } else {
-        for (int c = 0; c < D_of(); ++c) e[i].x[c] = x_[i * dim_ + c];
-        e[i].id = static_cast<decltype(e[i].id)>(i);
+        for (int c = 0; c < E::kDim; ++c) e[i].x[c] = x_[i * dim_ + c];
+        e[i].id = static_cast<std::uint32_t>(i);
       }
     }
   }
 
  private:
-  static constexpr int D_of() {
-    if constexpr (std::is_same_v<E, Index>) return 0;
-    else return static_cast<int>(sizeof(E::x) / sizeof(E::x[0]));
-  }
   const T* x_;
   Index dim_;
 };
