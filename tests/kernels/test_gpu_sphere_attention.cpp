@@ -117,3 +117,35 @@ TEST(SphereAttentionDevice, NeighborhoodMatchesCpu) {
     compare(t, gpu.host(), gpu, w, rng);
   }
 }
+
+namespace {
+/// A device operator built on a CPU operator the caller keeps uploads that operator's weights (read back
+/// from its packed copy) and gives, bitwise, what one built from the weights gives; host() is the given
+/// operator.
+template <class Config, class Cpu, class DeviceOp>
+void check_built_on_cpu_operator(const std::vector<Case>& cases, std::mt19937& rng) {
+  for (const Case& t : cases) {
+    if (t.cin > 16 || t.nlat_in * t.nlon_in > 512) continue;  // the small cases: bias, none, qk-norm, both grids
+    const auto c = config_of<Config>(t);
+    const sphere::AttentionS2Weights w = random_weights(t, rng);
+    const Cpu cpu(c, w);
+    DeviceOp from_weights(c, w, st::test_device());
+    DeviceOp on_cpu(cpu, st::test_device());
+    EXPECT_EQ(&on_cpu.host(), &cpu) << t.name;
+    const Inputs in = random_inputs(t, rng);
+    const std::size_t out_size = in.q.size() / static_cast<std::size_t>(t.cin) * static_cast<std::size_t>(t.cout);
+    const std::vector<float> a = run_on_device(from_weights, t, in.q, in.k, in.v, out_size);
+    const std::vector<float> b = run_on_device(on_cpu, t, in.q, in.k, in.v, out_size);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), out_size * sizeof(float))) << t.name;
+  }
+}
+}  // namespace
+
+TEST(SphereAttentionDevice, BuiltOnACpuOperatorGivesTheSameBits) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(31);
+  check_built_on_cpu_operator<sphere::AttentionS2Config, sphere::AttentionS2, sphere::AttentionS2Device>(global_cases(),
+                                                                                                         rng);
+  check_built_on_cpu_operator<sphere::NeighborhoodAttentionS2Config, sphere::NeighborhoodAttentionS2,
+                              sphere::NeighborhoodAttentionS2Device>(neighborhood_cases(), rng);
+}

@@ -263,3 +263,48 @@ TEST(SphereGridOpsDevice, BadForwardArgumentsAreRefused) {
 }
 
 }  // namespace
+
+// Device operators built on CPU operators the caller keeps (a model's device forward builds them so):
+// the same bits as the ones built from the configuration and weights, whatever order the CPU operator
+// runs in (the device reads its table and its weights, read back exactly), and host() is that operator.
+TEST(SphereGridOpsDevice, BuiltOnACpuOperatorGivesTheSameBits) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 rng(24);
+  for (const DiscoCase& t : disco_cases()) {
+    const sp::DiscoConfig& c = t.config;
+    const int K = sp::filter_basis_size(c.basis, c.kernel_shape), cg = c.in_channels / c.groups;
+    const std::vector<float> weight = random_vector(static_cast<std::size_t>(c.out_channels * cg * K), rng, -1.0f, 1.0f);
+    const std::vector<float> bias =
+        c.bias ? random_vector(static_cast<std::size_t>(c.out_channels), rng, -0.5f, 0.5f) : std::vector<float>{};
+    const Inputs in = make_inputs(c, t.batch, rng);
+    const std::vector<float> expected = disco_on_device(c, weight, bias, t.batch, in.x, t.name);
+    for (const sp::DiscoOrder order : {sp::DiscoOrder::gather_first, sp::DiscoOrder::weights_first}) {
+      const sp::DiscoConvS2 cpu(c, weight, bias, nullptr, order);
+      sp::DiscoConvS2Device op(cpu, st::test_device());
+      EXPECT_EQ(&op.host(), &cpu) << t.name;
+      const cu::DeviceBuffer<float> dx = st::to_device(in.x);
+      cu::device_synchronize(st::test_device());
+      const std::vector<float> got =
+          run_twice(expected.size(), t.name, [&](float* y, cudaStream_t s) { op.forward(t.batch, dx.data(), y, s); });
+      EXPECT_EQ(0, std::memcmp(expected.data(), got.data(), expected.size() * sizeof(float)))
+          << t.name << (order == sp::DiscoOrder::gather_first ? ", gather first" : ", weights first");
+    }
+  }
+  for (const ResampleCase& t : resample_cases()) {
+    const sp::ResampleConfig& c = t.config;
+    const std::vector<float> x =
+        random_vector(static_cast<std::size_t>(t.batch * c.nlat_in * c.nlon_in * t.channels), rng, -2.0f, 2.0f);
+    const std::size_t n_out = static_cast<std::size_t>(t.batch * c.nlat_out * c.nlon_out * t.channels);
+    const cu::DeviceBuffer<float> dx = st::to_device(x);
+    cu::device_synchronize(st::test_device());
+    sp::ResampleS2Device own(c, st::test_device());
+    const sp::ResampleS2 cpu(c);
+    sp::ResampleS2Device on_cpu(cpu, st::test_device());
+    EXPECT_EQ(&on_cpu.host(), &cpu) << t.name;
+    const auto run = [&](sp::ResampleS2Device& op) {
+      return run_twice(n_out, t.name, [&](float* y, cudaStream_t s) { op.forward(t.batch, t.channels, dx.data(), y, s); });
+    };
+    const std::vector<float> a = run(own), b = run(on_cpu);
+    EXPECT_EQ(0, std::memcmp(a.data(), b.data(), n_out * sizeof(float))) << t.name;
+  }
+}

@@ -3,10 +3,13 @@
 // random weights for the comparisons with the naive references.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cmath>
 #include <cstddef>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "h5_reader.hpp"
@@ -101,6 +104,26 @@ surrogate::sphere::AttentionS2Weights random_weights(const Config& c, std::mt199
     w.k_norm_weights = random_vector(uck / static_cast<std::size_t>(c.num_heads), rng, 0.5f);
   }
   return w;
+}
+
+/// Op(c, w).weights() gives back every tensor of random weights w, value for value, with and without bias
+/// and qk-norm (the read-back from the operator's packed layers that a device operator built on it uploads).
+template <class Op, class Config>
+void expect_weights_read_back(Config c, std::mt19937& rng) {
+  using W = surrogate::sphere::AttentionS2Weights;
+  const std::pair<std::vector<float> W::*, const char*> tensors[] = {
+      {&W::q_weights, "q_weights"}, {&W::k_weights, "k_weights"}, {&W::v_weights, "v_weights"},
+      {&W::proj_weights, "proj_weights"}, {&W::q_bias, "q_bias"}, {&W::k_bias, "k_bias"}, {&W::v_bias, "v_bias"},
+      {&W::proj_bias, "proj_bias"}, {&W::q_norm_weights, "q_norm_weights"}, {&W::k_norm_weights, "k_norm_weights"}};
+  for (const bool bias : {true, false})
+    for (const bool qknorm : {false, true}) {
+      c.bias = bias;
+      c.use_qknorm = qknorm;
+      const W w = random_weights(c, rng);
+      const W got = Op(c, w).weights();
+      for (const auto& [tensor, name] : tensors)
+        EXPECT_EQ(w.*tensor, got.*tensor) << "bias " << bias << ", qknorm " << qknorm << ": " << name;
+    }
 }
 
 }  // namespace sphere_test

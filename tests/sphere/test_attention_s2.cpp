@@ -286,3 +286,17 @@ TEST(AttentionS2, RejectsBadArguments) {
   expect_error([&] { att.forward(0, x.data(), nullptr, nullptr, y.data()); }, surrogate::ErrorCode::invalid_argument, "batch");
   expect_error([&] { att.forward(1, x.data(), x.data(), nullptr, y.data()); }, surrogate::ErrorCode::invalid_argument, "value");
 }
+
+// weights() reads the weights back from the operator's packed layers exactly (a device operator built on
+// this operator uploads them): with and without bias and qk-norm.
+TEST(AttentionS2, WeightsReadBackExactly) {
+  std::mt19937 rng(19);
+  sphere::AttentionS2Config c;
+  c.in_channels = 10;
+  c.num_heads = 2;
+  c.k_channels = 6;
+  c.out_channels = 14;
+  c.nlat_in = c.nlat_out = 6;
+  c.nlon_in = c.nlon_out = 12;
+  sphere_test::expect_weights_read_back<sphere::AttentionS2>(c, rng);
+}

@@ -17,6 +17,7 @@
 #include <map>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "disco_cases.hpp"
@@ -313,3 +314,31 @@ TEST(DiscoConvS2, RejectsBadArguments) {
 }
 
 }  // namespace
+
+// weight() and bias() read the weights back from the per-group packed layers exactly (a device operator
+// built on this operator uploads them), in both orders, grouped or not, with and without bias.
+TEST(DiscoConvS2, WeightsReadBackExactly) {
+  std::mt19937 rng(13);
+  for (const bool grouped : {true, false})
+    for (const bool bias : {true, false})
+      for (const DiscoOrder order : {DiscoOrder::gather_first, DiscoOrder::weights_first}) {
+        DiscoConfig c = grouped_config();
+        if (!grouped) c.groups = 1;
+        c.bias = bias;
+        const int K = filter_basis_size(c.basis, c.kernel_shape);
+        const auto w = random_normal(static_cast<std::size_t>(c.out_channels) * (c.in_channels / c.groups) * K, rng);
+        const auto b = bias ? random_normal(static_cast<std::size_t>(c.out_channels), rng) : std::vector<float>();
+        const DiscoConvS2 conv(c, w, b, nullptr, order);
+        const std::string what = std::string(grouped ? "grouped" : "ungrouped") + (bias ? ", bias, " : ", no bias, ") +
+                                 order_name(order);
+        EXPECT_EQ(conv.weight(), w) << what;
+        EXPECT_EQ(conv.bias(), b) << what;
+        DiscoConfig t = c;  // the transpose maps the coarse grid to the fine one
+        std::swap(t.nlat_in, t.nlat_out);
+        std::swap(t.nlon_in, t.nlon_out);
+        std::swap(t.grid_in, t.grid_out);
+        const DiscoConvTransposeS2 transpose(t, w, b, nullptr, order);
+        EXPECT_EQ(transpose.weight(), w) << "transpose, " << what;
+        EXPECT_EQ(transpose.bias(), b) << "transpose, " << what;
+      }
+}

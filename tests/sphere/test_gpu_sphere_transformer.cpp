@@ -94,7 +94,7 @@ TEST(GpuSphereTransformer, GoldenModelsWithinTheFloat32Bound) {
     const Golden g = read_golden(dir);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, st::test_device());
+    auto device = sp::make_sphere_transformer_device_forward(net, st::test_device());
     const int before = launches();
     device->forward(g.batch, g.rows.data(), dev.data());
     if (st::on_host_backend()) {
@@ -324,7 +324,7 @@ TEST(GpuSphereTransformer, ShtDecoderGoldenModels) {
     const Golden g = read_golden(dir);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, st::test_device());
+    auto device = sp::make_sphere_transformer_device_forward(net, st::test_device());
     const int before = sht_launches();
     device->forward(g.batch, g.rows.data(), dev.data());
     if (st::on_host_backend()) {
@@ -523,7 +523,7 @@ TEST(GpuSphereTransformer, ZooOneHeadE128BothAttentionModes) {
     const sp::SphericalTransformer net(file);
     std::vector<float> cpu(g.ref64.size()), dev(g.ref64.size(), -7.0f);
     net.forward(g.batch, g.rows.data(), cpu.data());
-    auto device = sp::make_sphere_transformer_device_forward(net, file, st::test_device());
+    auto device = sp::make_sphere_transformer_device_forward(net, st::test_device());
     const int before = wide_attention_launches();
     device->forward(g.batch, g.rows.data(), dev.data());
     if (st::on_host_backend()) {

@@ -337,3 +337,15 @@ TEST(NeighborhoodAttentionS2, RejectsBadArguments) {
   sphere::NeighborhoodAttentionS2 down(bad, w);
   expect_error([&] { down.forward(1, x.data(), nullptr, nullptr, y.data()); }, ErrorCode::invalid_argument, "self-attention");
 }
+
+// weights() reads the weights back from the operator's packed layers exactly, as AttentionS2's.
+TEST(NeighborhoodAttentionS2, WeightsReadBackExactly) {
+  std::mt19937 rng(23);
+  sphere::NeighborhoodAttentionS2Config c;
+  c.in_channels = 12;
+  c.num_heads = 3;
+  c.out_channels = 9;
+  c.nlat_in = c.nlat_out = 8;
+  c.nlon_in = c.nlon_out = 16;
+  sphere_test::expect_weights_read_back<sphere::NeighborhoodAttentionS2>(c, rng);
+}

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "huge_blocks.hpp"
 #include "surrogate/kernels/block_plan.hpp"
@@ -129,6 +130,13 @@ PackedLinear::PackedLinear(const float* weight, const float* bias, int out, int 
     for (int i = 0; i < in; ++i) wt_[static_cast<std::size_t>(i) * out_pad_ + o] = weight[static_cast<std::size_t>(o) * in + i];
     bias_[o] = bias ? bias[o] : 0.0f;
   }
+}
+
+std::vector<float> PackedLinear::weight() const {
+  std::vector<float> w(static_cast<std::size_t>(out_) * static_cast<std::size_t>(in_));
+  for (int o = 0; o < out_; ++o)
+    for (int i = 0; i < in_; ++i) w[static_cast<std::size_t>(o) * in_ + i] = wt_[static_cast<std::size_t>(i) * out_pad_ + o];
+  return w;
 }
 
 }  // namespace surrogate::kernels

@@ -92,11 +92,7 @@ class WeightArena {
     d.ldw = layer.out_pad();
     d.wt = append(layer.wt(), static_cast<std::size_t>(std::max(d.in, 1)) * static_cast<std::size_t>(d.ldw));
     d.bias = append(layer.bias(), static_cast<std::size_t>(d.ldw));
-    std::vector<float> w(static_cast<std::size_t>(d.out) * static_cast<std::size_t>(d.in));  // (out, in)
-    for (int k = 0; k < d.in; ++k)
-      for (int o = 0; o < d.out; ++o)
-        w[static_cast<std::size_t>(o) * d.in + k] = layer.wt()[static_cast<std::size_t>(k) * d.ldw + o];
-    d.fragments = append_fragments(w.data(), d.out, d.in);
+    d.fragments = append_fragments(layer.weight().data(), d.out, d.in);
     return d;
   }
   /// The tensor-core fragments of W (out, in), both precisions, appended to the words.

@@ -40,23 +40,10 @@ void check_fp32(const std::string& what, const RunOptions& options) {
                                             precision_name(options.precision) + "' requested)");
 }
 
-/// The part of a transformer's file its device forward reads (cuda/ops.cpp: the DISCO and attention weights
-/// in the file's layout, which the CPU operators keep only in their own packed forms); the rest (the MLP,
-/// norm and embedding weights, the DISCO tables) the device forward takes from the network, held once.
-ModelFile device_part(const ModelFile& f) {
-  ModelFile d;
-  d.path = f.path;
-  d.architecture = f.architecture;
-  for (const auto& [key, t] : f.weights)
-    if (key == "encoder.conv.weight" || key == "decoder.conv.weight" || key.find(".self_attn.") != std::string::npos)
-      d.weights.emplace(key, t);
-  return d;
-}
-
 class SphereTransformerModel final : public Model {
  public:
   SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
-      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)), device_file_(device_part(f)) {}
+      : Model(f, net.config().in_chans, net.config().out_chans), net_(std::move(net)) {}
 
   index_t parameter_count() const override { return net_.parameter_count(); }
   std::vector<std::pair<std::string, std::string>> describe() const override {
@@ -123,14 +110,13 @@ class SphereTransformerModel final : public Model {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
 #if SURROGATE_HAVE_CUDA
-    device_ = make_sphere_transformer_device_forward(net_, device_file_, cuda_device);
+    device_ = make_sphere_transformer_device_forward(net_, cuda_device);
 #else
     surrogate::detail::refuse_without_cuda_backend("sphere_transformer", cuda_device);
 #endif
   }
 
-  SphericalTransformer net_;
-  ModelFile device_file_;  // device_part(): the attention and DISCO weights the device forward uploads
+  SphericalTransformer net_;  // the weights, held once: the device forward uploads them from its layers
   std::unique_ptr<SphereTransformerDeviceForward> device_;
 };
 
@@ -165,8 +151,8 @@ class S2LayerModel final : public Model {
   static constexpr bool kNeighborhood = std::is_same_v<Op, NeighborhoodAttentionS2>;
 
  public:
-  S2LayerModel(const ModelFile& f, Op op, LayerSetup setup, int in, int out, std::int64_t params)
-      : Model(f, in, out), setup_(std::move(setup)), parameters_(params) {
+  S2LayerModel(const ModelFile& f, Op op, int in, int out, std::int64_t params)
+      : Model(f, in, out), parameters_(params) {
     attention_.op.template emplace<Op>(std::move(op));
   }
   index_t parameter_count() const override { return parameters_; }
@@ -224,10 +210,8 @@ class S2LayerModel final : public Model {
     if (device_ && device_->device() == cuda_device) return;
     device_.reset();
 #if SURROGATE_HAVE_CUDA
-    if constexpr (kNeighborhood)
-      device_ = make_s2_neighborhood_attention_device_forward(setup_.nbh, setup_.weights, cuda_device);
-    else
-      device_ = make_s2_attention_device_forward(setup_.att, setup_.weights, cuda_device);
+    if constexpr (kNeighborhood) device_ = make_s2_neighborhood_attention_device_forward(op(), cuda_device);
+    else device_ = make_s2_attention_device_forward(op(), cuda_device);
 #else
     surrogate::detail::refuse_without_cuda_backend(architecture(), cuda_device);
 #endif
@@ -235,8 +219,7 @@ class S2LayerModel final : public Model {
 
   const Op& op() const { return std::get<Op>(attention_.op); }
 
-  HostAttention attention_;  // the operator (Op)
-  LayerSetup setup_;  // the configuration and weights the device operator uploads
+  HostAttention attention_;  // the operator (Op), whose weights the device operator uploads (held once)
   std::unique_ptr<S2LayerDeviceForward> device_;
   std::int64_t parameters_;
 };
@@ -253,7 +236,7 @@ std::unique_ptr<Model> make_attention_model(const ModelFile& file) {
   AttentionS2 op(s.att, s.weights);
   const auto& c = op.config();
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), std::move(s), in, out, count_parameters(file));
+  return std::make_unique<S2LayerModel<AttentionS2>>(file, std::move(op), in, out, count_parameters(file));
 }
 
 std::unique_ptr<Model> make_neighborhood_attention_model(const ModelFile& file) {
@@ -261,8 +244,7 @@ std::unique_ptr<Model> make_neighborhood_attention_model(const ModelFile& file) 
   NeighborhoodAttentionS2 op(s.nbh, s.weights);
   const auto& c = op.config();
   const int in = c.in_channels, out = c.out_channels;
-  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), std::move(s), in, out,
-                                                                 count_parameters(file));
+  return std::make_unique<S2LayerModel<NeighborhoodAttentionS2>>(file, std::move(op), in, out, count_parameters(file));
 }
 
 }  // namespace surrogate::sphere

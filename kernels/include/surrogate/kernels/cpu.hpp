@@ -14,6 +14,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <vector>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
 #include "surrogate/kernels/cpu_kernel_list.hpp"
@@ -45,6 +46,8 @@ class PackedLinear {
   int out_pad() const noexcept { return out_pad_; }
   const float* wt() const noexcept { return wt_.data(); }
   const float* bias() const noexcept { return bias_.data(); }
+  /// W (out, in) row-major as the constructor took it, read back from W^T (a copy, exact).
+  std::vector<float> weight() const;
   /// Whether the layer was given a bias (without, bias() holds zeros, which the FP32 kernels add).
   bool has_bias() const noexcept { return has_bias_; }
   /// W^T rounded to BF16 (nearest even) in pairs of inputs, the operand layout of TDPBF16PS and

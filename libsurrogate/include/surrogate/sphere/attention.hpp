@@ -80,6 +80,8 @@ class AttentionS2 {
   float scale() const noexcept;
   /// The per-latitude log quadrature weights of the key grid (float32, as the official buffer).
   const std::vector<float>& log_quad_weights() const noexcept;
+  /// The weights as the constructor took them (read back from the operator's packed copy, exactly).
+  AttentionS2Weights weights() const;
 
   /// The forward's scratch (padded inputs, projected operands, attention results) is kept between
   /// forwards and reused, one workspace per concurrent forward. It is freed when the operator (the last

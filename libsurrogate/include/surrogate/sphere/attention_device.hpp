@@ -11,7 +11,9 @@
 //   output projection: as the q/k/v projections.
 //
 // Each object builds the CPU operator first (every check of the configuration and weights, the scale,
-// the quadrature weights and the neighbour lists come from it), then uploads what the device needs.
+// the quadrature weights and the neighbour lists come from it), then uploads what the device needs; or
+// it is built on a CPU operator the caller keeps (a model holding both), whose weights it uploads, so
+// that the host holds them once.
 // Any head width and channel count; batch <= 65535 (Error(invalid_argument) in the forward).
 // A forward enqueues on `stream` and returns; its scratch buffers belong to the object, so one object
 // runs one forward at a time (the next forward on the same stream is fine). The caller's current
@@ -31,6 +33,9 @@ namespace surrogate::sphere {
 class AttentionS2Device {
  public:
   AttentionS2Device(const AttentionS2Config& config, const AttentionS2Weights& weights, int device = 0);
+  /// The device forward of `host`, which must outlive this object (host() returns it): its weights are
+  /// uploaded, no second CPU operator is built.
+  explicit AttentionS2Device(const AttentionS2& host, int device = 0);
   ~AttentionS2Device();
   AttentionS2Device(AttentionS2Device&&) noexcept;
   AttentionS2Device& operator=(AttentionS2Device&&) noexcept;
@@ -61,6 +66,8 @@ class NeighborhoodAttentionS2Device {
  public:
   NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2Config& config,
                                 const NeighborhoodAttentionS2Weights& weights, int device = 0);
+  /// As AttentionS2Device's: on a CPU operator the caller keeps (it must outlive this object).
+  explicit NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2& host, int device = 0);
   ~NeighborhoodAttentionS2Device();
   NeighborhoodAttentionS2Device(NeighborhoodAttentionS2Device&&) noexcept;
   NeighborhoodAttentionS2Device& operator=(NeighborhoodAttentionS2Device&&) noexcept;

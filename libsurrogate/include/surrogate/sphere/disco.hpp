@@ -152,6 +152,10 @@ class DiscoConvS2 {
   const FilterTable& table() const;
   /// The order in use (gather_first or weights_first).
   DiscoOrder order() const;
+  /// The weight (out_channels, in_channels/groups, K) and bias (empty without) as the constructor took
+  /// them, read back from the operator's packed copy (exactly).
+  std::vector<float> weight() const;
+  std::vector<float> bias() const;
   /// The scratch is kept between forwards (one set per concurrent forward; share/docs/sphere.md, "Forward
   /// workspaces"): release_workspace() frees the sets no forward is using, workspace_bytes() is what they hold.
   void release_workspace() const noexcept;
@@ -193,6 +197,10 @@ class DiscoConvTransposeS2 {
   const FilterTable& table() const;
   /// The order in use (gather_first or weights_first).
   DiscoOrder order() const;
+  /// The weight (out_channels, in_channels/groups, K) and bias (empty without) as the constructor took
+  /// them, read back from the operator's packed copy (exactly).
+  std::vector<float> weight() const;
+  std::vector<float> bias() const;
   /// The scratch is kept between forwards (one set per concurrent forward; share/docs/sphere.md, "Forward
   /// workspaces"): release_workspace() frees the sets no forward is using, workspace_bytes() is what they hold.
   void release_workspace() const noexcept;

@@ -14,7 +14,8 @@
 //
 // Each object builds the CPU operator first (every check of the configuration, weights and table, the
 // filter table and the interpolation tables are the CPU's; host() returns it), then uploads what the
-// device needs once. A forward's scratch belongs to the object: one forward at a time per object (the
+// device needs once; or it is built on a CPU operator the caller keeps (a model holding both), so that
+// the host holds the table and weights once. A forward's scratch belongs to the object: one forward at a time per object (the
 // next one on the same stream is fine). The caller's current device is restored. CUDA failures become
 // Error (out_of_memory, unsupported or internal) naming the operator and the device.
 #pragma once
@@ -51,6 +52,9 @@ class DiscoConvS2Device {
   /// As DiscoConvS2's constructor (table: nullptr = computed), on `device`.
   DiscoConvS2Device(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
                     const FilterTable* table = nullptr, int device = 0);
+  /// The device forward of `host`, which must outlive this object (host() returns it): its table and
+  /// weights are uploaded, no second CPU operator is built.
+  explicit DiscoConvS2Device(const DiscoConvS2& host, int device = 0);
   ~DiscoConvS2Device();
   DiscoConvS2Device(DiscoConvS2Device&&) noexcept;
   DiscoConvS2Device& operator=(DiscoConvS2Device&&) noexcept;
@@ -80,6 +84,8 @@ class DiscoConvS2Device {
 class ResampleS2Device {
  public:
   explicit ResampleS2Device(const ResampleConfig& config, int device = 0);
+  /// On a CPU operator the caller keeps (it must outlive this object; host() returns it).
+  explicit ResampleS2Device(const ResampleS2& host, int device = 0);
   ~ResampleS2Device();
   ResampleS2Device(ResampleS2Device&&) noexcept;
   ResampleS2Device& operator=(ResampleS2Device&&) noexcept;

@@ -89,6 +89,8 @@ class NeighborhoodAttentionS2 {
   const NeighborhoodCsr& neighbors() const noexcept;
   /// The float32 quadrature weight of each input latitude (the official quad_weights buffer).
   const std::vector<float>& quad_weights() const noexcept;
+  /// The weights as the constructor took them (read back from the operator's packed copy, exactly).
+  NeighborhoodAttentionS2Weights weights() const;
 
   /// The forward's scratch (padded inputs, projected operands, attention results) is kept between
   /// forwards and reused, one workspace per concurrent forward. It is freed when the operator (the last

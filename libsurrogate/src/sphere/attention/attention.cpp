@@ -63,6 +63,7 @@ void AttentionS2::release_workspace() const noexcept { impl_->workspaces->releas
 std::size_t AttentionS2::workspace_bytes() const { return impl_->workspaces->idle_bytes(); }
 void AttentionS2::share_workspace(const AttentionS2& other) const noexcept { impl_->workspaces = other.impl_->workspaces; }
 const std::vector<float>& AttentionS2::log_quad_weights() const noexcept { return impl_->log_w; }
+AttentionS2Weights AttentionS2::weights() const { return impl_->h.weights(); }
 
 void AttentionS2::forward(int batch, const float* query, const float* key, const float* value, float* out) const {
   forward_rows(batch, 0, impl_->cfg.nlat_out, query, key, value, out);

@@ -147,7 +147,27 @@ S2Heads::S2Heads(const char* op, int in_channels, int num_heads, int& k_channels
   if (use_qknorm) {
     for (float x : w.q_norm_weights) q_norm_.push_back(1.0f + x);
     for (float x : w.k_norm_weights) k_norm_.push_back(1.0f + x);
+    q_norm_weights_ = w.q_norm_weights;
+    k_norm_weights_ = w.k_norm_weights;
   }
+}
+
+AttentionS2Weights S2Heads::weights() const {
+  const auto bias_of = [](const kernels::PackedLinear& l) {
+    return l.has_bias() ? std::vector<float>(l.bias(), l.bias() + l.out()) : std::vector<float>();
+  };
+  AttentionS2Weights w;
+  w.q_weights = q_.weight();
+  w.k_weights = k_.weight();
+  w.v_weights = v_.weight();
+  w.proj_weights = proj_.weight();
+  w.q_bias = bias_of(q_);
+  w.k_bias = bias_of(k_);
+  w.v_bias = bias_of(v_);
+  w.proj_bias = bias_of(proj_);
+  w.q_norm_weights = q_norm_weights_;
+  w.k_norm_weights = k_norm_weights_;
+  return w;
 }
 
 void S2Heads::check_forward(int batch, const float*& query, const float*& key, const float*& value, const float* out,

@@ -69,6 +69,9 @@ class S2Heads {
 
   int in_channels() const { return in_channels_; }
 
+  /// The weights as the constructor took them, read back from the packed layers (exact copies).
+  AttentionS2Weights weights() const;
+
  private:
   const char* op_;
   int in_channels_ = 0;
@@ -79,6 +82,7 @@ class S2Heads {
   kernels::PackedLinear q_scaled_;
   bool q_scale_folded_ = false;
   std::vector<float> q_norm_, k_norm_;  // 1 + weights (float32, as torch forms them)
+  std::vector<float> q_norm_weights_, k_norm_weights_;  // the weights themselves (weights())
 };
 
 }  // namespace surrogate::sphere::detail

@@ -83,6 +83,7 @@ const NeighborhoodAttentionS2Config& NeighborhoodAttentionS2::config() const noe
 float NeighborhoodAttentionS2::scale() const noexcept { return impl_->h.s; }
 const NeighborhoodCsr& NeighborhoodAttentionS2::neighbors() const noexcept { return impl_->csr; }
 const std::vector<float>& NeighborhoodAttentionS2::quad_weights() const noexcept { return impl_->quad_w; }
+NeighborhoodAttentionS2Weights NeighborhoodAttentionS2::weights() const { return impl_->h.weights(); }
 void NeighborhoodAttentionS2::release_workspace() const noexcept { impl_->workspaces->release(); }
 std::size_t NeighborhoodAttentionS2::workspace_bytes() const { return impl_->workspaces->idle_bytes(); }
 void NeighborhoodAttentionS2::share_workspace(const NeighborhoodAttentionS2& other) const noexcept {

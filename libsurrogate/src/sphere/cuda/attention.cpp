@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -166,27 +167,40 @@ class DeviceHeads {
 
 // ---------------------------------------------------------------------------------------------------
 
+namespace {
+/// The device heads of the CPU operator `cpu` (AttentionS2 or NeighborhoodAttentionS2) with its weights `w`.
+template <class Cpu>
+DeviceHeads heads_of(const char* op, const Cpu& cpu, const AttentionS2Weights& w, const std::vector<float>& log_w_lat,
+                     int device) {
+  const auto& c = cpu.config();
+  return DeviceHeads(op, w, c.in_channels, c.num_heads, c.k_channels, c.out_channels, c.bias, c.use_qknorm,
+                     cpu.scale(), log_w_lat, device);
+}
+}  // namespace
+
 struct AttentionS2Device::Impl {
   Impl(const AttentionS2Config& config, const AttentionS2Weights& w, int device)
-      : cpu(config, w),
-        heads("AttentionS2 (CUDA)", w, cpu.config().in_channels, cpu.config().num_heads, cpu.config().k_channels,
-              cpu.config().out_channels, cpu.config().bias, cpu.config().use_qknorm, cpu.scale(),
-              cpu.log_quad_weights(), device) {}
-  AttentionS2 cpu;
+      : owned(std::in_place, config, w), cpu(&*owned),
+        heads(heads_of("AttentionS2 (CUDA)", *cpu, w, cpu->log_quad_weights(), device)) {}
+  Impl(const AttentionS2& host, int device)
+      : cpu(&host), heads(heads_of("AttentionS2 (CUDA)", host, host.weights(), host.log_quad_weights(), device)) {}
+  std::optional<AttentionS2> owned;  // the CPU operator, unless the caller's is borrowed
+  const AttentionS2* cpu;
   DeviceHeads heads;
 };
 
 AttentionS2Device::AttentionS2Device(const AttentionS2Config& config, const AttentionS2Weights& weights, int device)
     : impl_(std::make_unique<Impl>(config, weights, device)) {}
+AttentionS2Device::AttentionS2Device(const AttentionS2& host, int device) : impl_(std::make_unique<Impl>(host, device)) {}
 AttentionS2Device::~AttentionS2Device() = default;
 AttentionS2Device::AttentionS2Device(AttentionS2Device&&) noexcept = default;
 AttentionS2Device& AttentionS2Device::operator=(AttentionS2Device&&) noexcept = default;
-const AttentionS2& AttentionS2Device::host() const noexcept { return impl_->cpu; }
+const AttentionS2& AttentionS2Device::host() const noexcept { return *impl_->cpu; }
 int AttentionS2Device::device() const noexcept { return impl_->heads.device(); }
 
 void AttentionS2Device::forward(int batch, const float* query, const float* key, const float* value, float* out,
                                 cudaStream_t stream) {
-  const AttentionS2Config& c = impl_->cpu.config();
+  const AttentionS2Config& c = impl_->cpu->config();
   impl_->heads.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   impl_->heads.forward(batch, static_cast<index_t>(c.nlat_out) * c.nlon_out, static_cast<index_t>(c.nlat_in) * c.nlon_in,
                        c.nlon_in, query, key, value, out, stream,
@@ -205,7 +219,7 @@ void check_lat_range(const char* op, const char* what, int lat_begin, int lat_en
 
 void AttentionS2Device::forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key,
                                      const float* value, float* out, cudaStream_t stream) {
-  const AttentionS2Config& c = impl_->cpu.config();
+  const AttentionS2Config& c = impl_->cpu->config();
   check_lat_range("AttentionS2 (CUDA)", "output latitude", lat_begin, lat_end, c.nlat_out);
   if (!key || !value)
     throw Error(ErrorCode::invalid_argument, "AttentionS2 (CUDA): forward_rows needs the key and value rows");
@@ -237,17 +251,23 @@ const char* gather_mode_only(const NeighborhoodAttentionS2& cpu) {
 
 struct NeighborhoodAttentionS2Device::Impl {
   Impl(const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& w, int device)
-      : cpu(config, w),
-        heads(gather_mode_only(cpu), w, cpu.config().in_channels, cpu.config().num_heads,
-              cpu.config().k_channels, cpu.config().out_channels, cpu.config().bias, cpu.config().use_qknorm,
-              cpu.scale(), log_of(cpu.quad_weights()), device) {
+      : owned(std::in_place, config, w), cpu(&*owned),
+        heads(heads_of(gather_mode_only(*cpu), *cpu, w, log_of(cpu->quad_weights()), device)) {
+    upload_lists(device);
+  }
+  Impl(const NeighborhoodAttentionS2& host, int device)
+      : cpu(&host), heads(heads_of(gather_mode_only(host), host, host.weights(), log_of(host.quad_weights()), device)) {
+    upload_lists(device);
+  }
+  void upload_lists(int device) {
     on_device("NeighborhoodAttentionS2 (CUDA)", device, [&] {
-      upload(row_offsets, cpu.neighbors().row_offsets, device);
-      upload(columns, cpu.neighbors().columns, device);
+      upload(row_offsets, cpu->neighbors().row_offsets, device);
+      upload(columns, cpu->neighbors().columns, device);
       kernels::cuda::device_synchronize(device);  // after uploading the neighbour lists
     });
   }
-  NeighborhoodAttentionS2 cpu;
+  std::optional<NeighborhoodAttentionS2> owned;  // the CPU operator, unless the caller's is borrowed
+  const NeighborhoodAttentionS2* cpu;
   DeviceHeads heads;
   kernels::cuda::DeviceBuffer<std::int64_t> row_offsets, columns;
   // forward_rows: the lists of output rows [band_begin, band_end), columns rebased to input row band_in.
@@ -259,7 +279,7 @@ struct NeighborhoodAttentionS2Device::Impl {
   /// outside the input rows [in_begin, in_end).
   void set_band(int lat_begin, int lat_end, int in_begin, int in_end) {
     if (lat_begin == band_begin && lat_end == band_end && in_begin == band_in) return;
-    const NeighborhoodCsr& csr = cpu.neighbors();
+    const NeighborhoodCsr& csr = cpu->neighbors();
     const std::int64_t nlon_in = csr.nlon_in, first = csr.row_offsets[static_cast<std::size_t>(lat_begin)];
     std::vector<std::int64_t> offsets, cols;
     for (int t = lat_begin; t <= lat_end; ++t) offsets.push_back(csr.row_offsets[static_cast<std::size_t>(t)] - first);
@@ -291,16 +311,18 @@ struct NeighborhoodAttentionS2Device::Impl {
 NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2Config& config,
                                                              const NeighborhoodAttentionS2Weights& weights, int device)
     : impl_(std::make_unique<Impl>(config, weights, device)) {}
+NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(const NeighborhoodAttentionS2& host, int device)
+    : impl_(std::make_unique<Impl>(host, device)) {}
 NeighborhoodAttentionS2Device::~NeighborhoodAttentionS2Device() = default;
 NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(NeighborhoodAttentionS2Device&&) noexcept = default;
 NeighborhoodAttentionS2Device& NeighborhoodAttentionS2Device::operator=(NeighborhoodAttentionS2Device&&) noexcept =
     default;
-const NeighborhoodAttentionS2& NeighborhoodAttentionS2Device::host() const noexcept { return impl_->cpu; }
+const NeighborhoodAttentionS2& NeighborhoodAttentionS2Device::host() const noexcept { return *impl_->cpu; }
 int NeighborhoodAttentionS2Device::device() const noexcept { return impl_->heads.device(); }
 
 void NeighborhoodAttentionS2Device::forward(int batch, const float* query, const float* key, const float* value,
                                             float* out, cudaStream_t stream) {
-  const NeighborhoodAttentionS2Config& c = impl_->cpu.config();
+  const NeighborhoodAttentionS2Config& c = impl_->cpu->config();
   impl_->heads.check_forward(batch, query, key, value, out, c.nlat_in == c.nlat_out && c.nlon_in == c.nlon_out);
   cu::SphereNeighbors n;
   n.row_offsets = impl_->row_offsets.data();
@@ -315,7 +337,7 @@ void NeighborhoodAttentionS2Device::forward(int batch, const float* query, const
 void NeighborhoodAttentionS2Device::forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin,
                                                  int in_end, const float* key, const float* value, float* out,
                                                  cudaStream_t stream) {
-  const NeighborhoodAttentionS2Config& c = impl_->cpu.config();
+  const NeighborhoodAttentionS2Config& c = impl_->cpu->config();
   const char* op = "NeighborhoodAttentionS2 (CUDA)";
   check_lat_range(op, "output latitude", lat_begin, lat_end, c.nlat_out);
   check_lat_range(op, "input latitude", in_begin, in_end, c.nlat_in);

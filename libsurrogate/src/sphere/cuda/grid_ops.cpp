@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <numeric>
+#include <optional>
 #include <string>
 
 #include "on_device.hpp"
@@ -62,20 +63,29 @@ struct DiscoConvS2Device::Impl {
   Impl(const DiscoConfig& config, const std::vector<float>& weight, const std::vector<float>& bias,
        const FilterTable* table, int device_index)
       // gather first, the order the device kernels follow (the emulation tests compare bitwise with it)
-      : cpu(config, weight, bias, table, DiscoOrder::gather_first), device(device_index) {
-    const int K = cpu.kernel_size();
-    const DiscoSegments s = disco_segments(cpu.table(), K);
+      : owned(std::in_place, config, weight, bias, table, DiscoOrder::gather_first), cpu(&*owned),
+        device(device_index) {
+    upload_operator(weight, bias);
+  }
+  Impl(const DiscoConvS2& host, int device_index) : cpu(&host), device(device_index) {
+    upload_operator(host.weight(), host.bias());
+  }
+  /// The regrouped table of the CPU operator and the weights (its own, as the constructor took them).
+  void upload_operator(const std::vector<float>& weight, const std::vector<float>& bias) {
+    const int K = cpu->kernel_size();
+    const DiscoSegments s = disco_segments(cpu->table(), K);
     on_device(kDiscoName, device, [&] {
       upload(segment, s.segment, device);
       upload(lat_in, s.lat_in, device);
       upload(lon_in, s.lon_in, device);
       upload(value, s.value, device);
-      upload(grouped_weight, disco_grouped_weight(cpu.config(), K, weight), device);
-      if (config.bias) upload(bias_values, bias, device);
+      upload(grouped_weight, disco_grouped_weight(cpu->config(), K, weight), device);
+      if (cpu->config().bias) upload(bias_values, bias, device);
       cu::device_synchronize(device);  // after uploading the table and weights
     });
   }
-  DiscoConvS2 cpu;
+  std::optional<DiscoConvS2> owned;  // the CPU operator, unless the caller's is borrowed
+  const DiscoConvS2* cpu;
   int device;
   cu::DeviceBuffer<std::int64_t> segment;
   cu::DeviceBuffer<std::int32_t> lat_in, lon_in;
@@ -88,8 +98,8 @@ struct DiscoConvS2Device::Impl {
   /// input rows [in_begin, in_end)).
   void set_band(int out_begin, int out_end, int in_begin, int in_end) {
     if (out_begin == band_begin && out_end == band_end && in_begin == band_in) return;
-    const int K = cpu.kernel_size();
-    DiscoSegments s = disco_segments(cpu.table(), K);
+    const int K = cpu->kernel_size();
+    DiscoSegments s = disco_segments(cpu->table(), K);
     const auto first = static_cast<std::size_t>(s.segment[static_cast<std::size_t>(out_begin) * static_cast<std::size_t>(K)]);
     const auto last = static_cast<std::size_t>(s.segment[static_cast<std::size_t>(out_end) * static_cast<std::size_t>(K)]);
     for (std::size_t z = first; z < last; ++z) {
@@ -118,8 +128,8 @@ struct DiscoConvS2Device::Impl {
   /// `in_rows` input rows per sample, whose entries' latitudes `lat` (relative to the first row of `in`).
   void contract(int batch, const float* in, int in_rows, const std::int32_t* lat, int out_first, int out_rows,
                 float* out, cudaStream_t stream) {
-    const DiscoConfig& c = cpu.config();
-    const int K = cpu.kernel_size();
+    const DiscoConfig& c = cpu->config();
+    const int K = cpu->kernel_size();
     const index_t width = static_cast<index_t>(K) * c.in_channels;  // y columns
     const index_t rows = static_cast<index_t>(batch) * out_rows;    // (sample, output latitude) rows
     const index_t per_row = width * c.nlon_out;
@@ -169,15 +179,16 @@ struct DiscoConvS2Device::Impl {
 DiscoConvS2Device::DiscoConvS2Device(const DiscoConfig& config, std::vector<float> weight, std::vector<float> bias,
                                      const FilterTable* table, int device)
     : impl_(std::make_unique<Impl>(config, weight, bias, table, device)) {}
+DiscoConvS2Device::DiscoConvS2Device(const DiscoConvS2& host, int device) : impl_(std::make_unique<Impl>(host, device)) {}
 DiscoConvS2Device::~DiscoConvS2Device() = default;
 DiscoConvS2Device::DiscoConvS2Device(DiscoConvS2Device&&) noexcept = default;
 DiscoConvS2Device& DiscoConvS2Device::operator=(DiscoConvS2Device&&) noexcept = default;
-const DiscoConvS2& DiscoConvS2Device::host() const noexcept { return impl_->cpu; }
+const DiscoConvS2& DiscoConvS2Device::host() const noexcept { return *impl_->cpu; }
 int DiscoConvS2Device::device() const noexcept { return impl_->device; }
 
 void DiscoConvS2Device::forward(int batch, const float* in, float* out, cudaStream_t stream) {
   Impl& m = *impl_;
-  const DiscoConfig& c = m.cpu.config();
+  const DiscoConfig& c = m.cpu->config();
   if (batch < 0) throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": batch must be non-negative, got " + std::to_string(batch));
   if (batch == 0) return;
   if (!in || !out) throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": in and out must not be null");
@@ -187,7 +198,7 @@ void DiscoConvS2Device::forward(int batch, const float* in, float* out, cudaStre
 void DiscoConvS2Device::forward_rows(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin,
                                      int out_end, cudaStream_t stream) {
   Impl& m = *impl_;
-  const DiscoConfig& c = m.cpu.config();
+  const DiscoConfig& c = m.cpu->config();
   const auto invalid = [](const std::string& msg) { throw Error(ErrorCode::invalid_argument, std::string(kDiscoName) + ": " + msg); };
   if (batch < 0) invalid("batch must be non-negative, got " + std::to_string(batch));
   if (out_begin < 0 || out_begin > out_end || out_end > c.nlat_out)
@@ -205,17 +216,22 @@ void DiscoConvS2Device::forward_rows(int batch, const float* in, int in_begin, i
 // ---------------------------------------------------------------------------------------------------
 
 struct ResampleS2Device::Impl {
-  Impl(const ResampleConfig& config, int device_index) : cpu(config), device(device_index) {
+  Impl(const ResampleConfig& config, int device_index) : owned(std::in_place, config), cpu(&*owned), device(device_index) {
+    upload_tables();
+  }
+  Impl(const ResampleS2& host, int device_index) : cpu(&host), device(device_index) { upload_tables(); }
+  void upload_tables() {
     on_device(kResampleName, device, [&] {
-      upload(lat_index, cpu.lat_index(), device);
-      upload(lat_weight, cpu.lat_weight(), device);
-      upload(lon_left, cpu.lon_left(), device);
-      upload(lon_right, cpu.lon_right(), device);
-      upload(lon_weight, cpu.lon_weight(), device);
+      upload(lat_index, cpu->lat_index(), device);
+      upload(lat_weight, cpu->lat_weight(), device);
+      upload(lon_left, cpu->lon_left(), device);
+      upload(lon_right, cpu->lon_right(), device);
+      upload(lon_weight, cpu->lon_weight(), device);
       cu::device_synchronize(device);  // after uploading the interpolation tables
     });
   }
-  ResampleS2 cpu;
+  std::optional<ResampleS2> owned;  // the CPU operator, unless the caller's is borrowed
+  const ResampleS2* cpu;
   int device;
   cu::DeviceBuffer<int> lat_index, lon_left, lon_right;
   cu::DeviceBuffer<float> lat_weight, lon_weight, poles;
@@ -223,21 +239,22 @@ struct ResampleS2Device::Impl {
 
 ResampleS2Device::ResampleS2Device(const ResampleConfig& config, int device)
     : impl_(std::make_unique<Impl>(config, device)) {}
+ResampleS2Device::ResampleS2Device(const ResampleS2& host, int device) : impl_(std::make_unique<Impl>(host, device)) {}
 ResampleS2Device::~ResampleS2Device() = default;
 ResampleS2Device::ResampleS2Device(ResampleS2Device&&) noexcept = default;
 ResampleS2Device& ResampleS2Device::operator=(ResampleS2Device&&) noexcept = default;
-const ResampleS2& ResampleS2Device::host() const noexcept { return impl_->cpu; }
+const ResampleS2& ResampleS2Device::host() const noexcept { return *impl_->cpu; }
 int ResampleS2Device::device() const noexcept { return impl_->device; }
 
 void ResampleS2Device::forward(int batch, int channels, const float* in, float* out, cudaStream_t stream) {
-  const ResampleConfig& c = impl_->cpu.config();
+  const ResampleConfig& c = impl_->cpu->config();
   forward_rows(batch, channels, in, 0, c.nlat_in, out, 0, c.nlat_out, stream);
 }
 
 void ResampleS2Device::forward_rows(int batch, int channels, const float* in, int in_begin, int in_end, float* out,
                                     int out_begin, int out_end, cudaStream_t stream) {
   Impl& m = *impl_;
-  const ResampleConfig& c = m.cpu.config();
+  const ResampleConfig& c = m.cpu->config();
   const auto invalid = [](const std::string& msg) { throw Error(ErrorCode::invalid_argument, std::string(kResampleName) + ": " + msg); };
   const auto rows = [](int b, int e) {
     std::string r(1, '[');
@@ -260,17 +277,17 @@ void ResampleS2Device::forward_rows(int batch, int channels, const float* in, in
                                   static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(channels);
     const std::size_t out_values = static_cast<std::size_t>(batch) * static_cast<std::size_t>(out_end - out_begin) *
                                    static_cast<std::size_t>(c.nlon_out) * static_cast<std::size_t>(channels);
-    const bool same_rows = in == out && m.cpu.identity() && in_begin == out_begin && in_end == out_end;
+    const bool same_rows = in == out && m.cpu->identity() && in_begin == out_begin && in_end == out_end;
     const auto a = reinterpret_cast<std::uintptr_t>(in), b = reinterpret_cast<std::uintptr_t>(out);
     if (!same_rows && a < b + out_values * sizeof(float) && b < a + in_values * sizeof(float))
       invalid("in and out overlap (only the identity resampling of the same rows may run in place)");
   }
-  const auto needed = m.cpu.input_rows(out_begin, out_end);
+  const auto needed = m.cpu->input_rows(out_begin, out_end);
   if (needed.first < in_begin || needed.second > in_end)
     invalid("output rows " + rows(out_begin, out_end) + " read input rows " + rows(needed.first, needed.second) +
             ", the given input holds " + rows(in_begin, in_end));
   on_device(kResampleName, m.device, [&] {
-    if (m.cpu.identity()) {
+    if (m.cpu->identity()) {
       const std::size_t row_values = static_cast<std::size_t>(c.nlon_in) * static_cast<std::size_t>(channels);
       const std::size_t in_sample = static_cast<std::size_t>(in_end - in_begin) * row_values;
       const std::size_t out_sample = static_cast<std::size_t>(out_end - out_begin) * row_values;
@@ -284,7 +301,7 @@ void ResampleS2Device::forward_rows(int batch, int channels, const float* in, in
                            in + static_cast<std::size_t>(b) * in_sample + skip, out_sample * sizeof(float), stream);
       return;
     }
-    if (m.cpu.expand_poles())
+    if (m.cpu->expand_poles())
       m.poles.resize(static_cast<std::size_t>(batch) * 2 * static_cast<std::size_t>(channels), m.device);
     cu::ResampleTables t;
     t.lat_index = m.lat_index.data();
@@ -292,7 +309,7 @@ void ResampleS2Device::forward_rows(int batch, int channels, const float* in, in
     t.lon_left = m.lon_left.data();
     t.lon_right = m.lon_right.data();
     t.lon_weight = m.lon_weight.data();
-    t.expand_poles = m.cpu.expand_poles();
+    t.expand_poles = m.cpu->expand_poles();
     t.spherical = c.mode == ResampleMode::bilinear_spherical;
     cu::ResampleArgs a;
     a.x = in;
@@ -309,7 +326,7 @@ void ResampleS2Device::forward_rows(int batch, int channels, const float* in, in
     a.out_begin = out_begin;
     a.out_end = out_end;
     // The pole rows these output rows read (the extended rows 0 and nlat_in + 1), as the CPU decides.
-    const std::vector<int>& lat = m.cpu.lat_index();
+    const std::vector<int>& lat = m.cpu->lat_index();
     a.north = t.expand_poles && lat[static_cast<std::size_t>(out_begin)] == 0;
     a.south = t.expand_poles && lat[static_cast<std::size_t>(out_end - 1)] + 1 == c.nlat_in + 1;
     cu::resample(a, t, stream);

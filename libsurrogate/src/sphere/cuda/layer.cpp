@@ -38,14 +38,13 @@ class LayerExec : public DeviceRun {
 
 class S2LayerCuda final : public S2LayerDeviceForward {
  public:
-  /// Config, Weights: AttentionS2's or NeighborhoodAttentionS2's.
-  template <class Config, class Weights>
-  S2LayerCuda(const char* model, const Config& config, const Weights& weights, int device)
-      : model_(model), device_(device) {
+  /// Host: AttentionS2 or NeighborhoodAttentionS2 (kept by the caller).
+  template <class Host>
+  S2LayerCuda(const char* model, const Host& host, int device) : model_(model), device_(device) {
     try {
       // The device operator refuses what it cannot run, first.
-      if constexpr (std::is_same_v<Config, AttentionS2Config>) op_.global.emplace(config, weights, device);
-      else op_.neighborhood.emplace(config, weights, device);
+      if constexpr (std::is_same_v<Host, AttentionS2>) op_.global.emplace(host, device);
+      else op_.neighborhood.emplace(host, device);
       const auto set = [&](const auto& c) {  // the operator's configuration
         in_channels_ = c.in_channels;
         out_channels_ = c.out_channels;
@@ -94,14 +93,13 @@ class S2LayerCuda final : public S2LayerDeviceForward {
 
 }  // namespace
 
-std::unique_ptr<S2LayerDeviceForward> make_s2_attention_device_forward(const AttentionS2Config& config,
-                                                                       const AttentionS2Weights& weights, int device) {
-  return std::make_unique<S2LayerCuda>("s2_attention", config, weights, device);
+std::unique_ptr<S2LayerDeviceForward> make_s2_attention_device_forward(const AttentionS2& op, int device) {
+  return std::make_unique<S2LayerCuda>("s2_attention", op, device);
 }
 
-std::unique_ptr<S2LayerDeviceForward> make_s2_neighborhood_attention_device_forward(
-    const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& weights, int device) {
-  return std::make_unique<S2LayerCuda>("s2_neighborhood_attention", config, weights, device);
+std::unique_ptr<S2LayerDeviceForward> make_s2_neighborhood_attention_device_forward(const NeighborhoodAttentionS2& op,
+                                                                                   int device) {
+  return std::make_unique<S2LayerCuda>("s2_neighborhood_attention", op, device);
 }
 
 }  // namespace surrogate::sphere

@@ -31,10 +31,10 @@ class S2LayerDeviceForward {
   virtual void* stream() const = 0;
 };
 
-/// Throw Error(unsupported) for the configurations named above (and without a usable device).
-std::unique_ptr<S2LayerDeviceForward> make_s2_attention_device_forward(const AttentionS2Config& config,
-                                                                       const AttentionS2Weights& weights, int device);
-std::unique_ptr<S2LayerDeviceForward> make_s2_neighborhood_attention_device_forward(
-    const NeighborhoodAttentionS2Config& config, const NeighborhoodAttentionS2Weights& weights, int device);
+/// The device forward of the CPU operator `op` (which must outlive it; its weights are uploaded, held once
+/// on the host). Throw Error(unsupported) for the configurations named above (and without a usable device).
+std::unique_ptr<S2LayerDeviceForward> make_s2_attention_device_forward(const AttentionS2& op, int device);
+std::unique_ptr<S2LayerDeviceForward> make_s2_neighborhood_attention_device_forward(const NeighborhoodAttentionS2& op,
+                                                                                   int device);
 
 }  // namespace surrogate::sphere

@@ -7,7 +7,6 @@
 #include <span>
 #include <vector>
 
-#include "../transformer/internals.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda_point_layers.hpp"
 #include "surrogate/kernels/cuda_sphere_grid_norm.hpp"
@@ -142,16 +141,6 @@ void SphereCudaOps::sht_synthesis(const program::ShtSynthesisArgs<Sht>& a) const
   cu::sht_fourier_synthesis(fs, s_);
 }
 
-std::unique_ptr<SphereCudaOps::Disco> SphereCudaOps::Upload::disco(const DiscoConvS2& op,
-                                                                   const std::string& name) const {
-  return std::make_unique<Disco>(op.config(), file->weight(name + ".conv.weight").values, std::vector<float>{},
-                                 &op.table(), device);
-}
-
-std::unique_ptr<SphereCudaOps::Resample> SphereCudaOps::Upload::resample(const ResampleS2& op) const {
-  return std::make_unique<Resample>(op.config(), device);
-}
-
 std::unique_ptr<SphereCudaOps::Sht> SphereCudaOps::Upload::sht(const HostSht& op) const {
   auto d = std::make_unique<Sht>();
   d->device = device;
@@ -179,11 +168,10 @@ std::unique_ptr<SphereCudaOps::Sht> SphereCudaOps::Upload::sht(const HostSht& op
   return d;
 }
 
-std::unique_ptr<SphereCudaOps::Attention> SphereCudaOps::Upload::attention(const HostAttention& op, int block) const {
+std::unique_ptr<SphereCudaOps::Attention> SphereCudaOps::Upload::attention(const HostAttention& op) const {
   auto a = std::make_unique<Attention>();
-  const AttentionS2Weights w = transformer_attention_weights(*file, block);
-  if (const auto* g = std::get_if<AttentionS2>(&op.op)) a->global.emplace(g->config(), w, device);
-  else a->neighborhood.emplace(std::get<NeighborhoodAttentionS2>(op.op).config(), w, device);
+  if (const auto* g = std::get_if<AttentionS2>(&op.op)) a->global.emplace(*g, device);
+  else a->neighborhood.emplace(std::get<NeighborhoodAttentionS2>(op.op), device);
   return a;
 }
 

@@ -17,7 +17,6 @@
 #include "../transformer/program.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
-#include "surrogate/model_file.hpp"
 #include "surrogate/sphere/attention_device.hpp"
 #include "surrogate/sphere/grid_ops_device.hpp"
 
@@ -82,21 +81,20 @@ class SphereCudaOps : public ops::CudaOps {
   }
 
   /// The CPU network's layers -> this Ops' (program::convert): the dense, norm and vector weights appended
-  /// to `arena`; the operators built on `device` from the CPU operators' configurations and tables, the
-  /// DISCO and attention weights read from `file` (the file the network was built from).
+  /// to `arena`; the device operators built on the CPU operators (which must outlive them: the host holds
+  /// their tables and weights once).
   struct Upload {
     ops::CudaOps::Upload weights;
-    const ModelFile* file = nullptr;
     int device = 0;
     cudaStream_t stream = nullptr;  // the tables' uploads (synchronized by the caller)
 
     Dense dense(const SphereHostOps::Dense& l) const { return weights(l); }
     Norm norm(const SphereHostOps::Norm& n) const { return n.dim() > 0 ? weights(n) : Norm{}; }
     Vector vector(const SphereHostOps::Vector& v) const { return weights(v); }
-    std::unique_ptr<Disco> disco(const DiscoConvS2& op, const std::string& name) const;
-    std::unique_ptr<Resample> resample(const ResampleS2& op) const;
+    std::unique_ptr<Disco> disco(const DiscoConvS2& op) const { return std::make_unique<Disco>(op, device); }
+    std::unique_ptr<Resample> resample(const ResampleS2& op) const { return std::make_unique<Resample>(op, device); }
     std::unique_ptr<Sht> sht(const HostSht& op) const;
-    std::unique_ptr<Attention> attention(const HostAttention& op, int block) const;
+    std::unique_ptr<Attention> attention(const HostAttention& op) const;
   };
 
  private:

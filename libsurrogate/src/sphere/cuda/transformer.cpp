@@ -30,7 +30,7 @@ constexpr const char* kModel = "sphere_transformer";
 
 class SphereTransformerCuda final : public SphereTransformerDeviceForward {
  public:
-  SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device);
+  SphereTransformerCuda(const SphericalTransformer& net, int device);
   void forward(int batch, const float* in, float* out) override;
   void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
                      index_t ld_out, bool on_device) override {
@@ -95,12 +95,12 @@ class DeviceExec : public DeviceRun {
   SphereCudaOps ops_;
 };
 
-SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, const ModelFile& file, int device)
+SphereTransformerCuda::SphereTransformerCuda(const SphericalTransformer& net, int device)
     : net_(net), cfg_(net.config()), device_(device) {
   try {
     cu::DeviceGuard guard(device_);  // the uploads below run on this device whatever the caller's current one
     stream_ = cu::Stream(device_);
-    SphereCudaOps::Upload upload{ops::CudaOps::Upload{&weights_}, &file, device_, stream_.get()};
+    SphereCudaOps::Upload upload{ops::CudaOps::Upload{&weights_}, device_, stream_.get()};
     layers_ = program::convert<SphereCudaOps>(TransformerInternals::layers(net), upload);
     weights_.upload(device_, stream_.get());
   } catch (...) {
@@ -150,8 +150,8 @@ void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchan
 }  // namespace
 
 std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
-                                                                                      const ModelFile& file, int device) {
-  return std::make_unique<SphereTransformerCuda>(net, file, device);
+                                                                                      int device) {
+  return std::make_unique<SphereTransformerCuda>(net, device);
 }
 
 }  // namespace surrogate::sphere

@@ -8,7 +8,6 @@
 
 #include "../plan.hpp"
 #include "surrogate/comm.hpp"
-#include "surrogate/model_file.hpp"
 #include "surrogate/sphere/transformer.hpp"
 
 namespace surrogate::sphere {
@@ -34,10 +33,9 @@ class SphereTransformerDeviceForward {
   virtual void* stream() const = 0;
 };
 
-/// The device forward of `net` (its CPU operators, embedding, norms and MLP layers) with the attention and
-/// DISCO weights read again from `file` (the file `net` was built from, or a part of it holding those
-/// tensors). Error(unsupported) without a usable device.
+/// The device forward of `net`: its layers' weights and tables uploaded from its CPU layers (the network
+/// must outlive the result; the host holds them once). Error(unsupported) without a usable device.
 std::unique_ptr<SphereTransformerDeviceForward> make_sphere_transformer_device_forward(const SphericalTransformer& net,
-                                                                                      const ModelFile& file, int device);
+                                                                                      int device);
 
 }  // namespace surrogate::sphere

@@ -87,6 +87,8 @@ DiscoConvS2& DiscoConvS2::operator=(DiscoConvS2&&) noexcept = default;
 const DiscoConfig& DiscoConvS2::config() const { return impl_->config; }
 int DiscoConvS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvS2::table() const { return impl_->table; }
+std::vector<float> DiscoConvS2::weight() const { return impl_->rows->weight(); }
+std::vector<float> DiscoConvS2::bias() const { return impl_->rows->bias(); }
 void DiscoConvS2::release_workspace() const noexcept { impl_->rows->release_scratch(); }
 std::size_t DiscoConvS2::workspace_bytes() const { return impl_->rows->scratch_bytes(); }
 DiscoOrder DiscoConvS2::order() const {
@@ -137,6 +139,8 @@ DiscoConvTransposeS2& DiscoConvTransposeS2::operator=(DiscoConvTransposeS2&&) no
 const DiscoConfig& DiscoConvTransposeS2::config() const { return impl_->config; }
 int DiscoConvTransposeS2::kernel_size() const { return impl_->K; }
 const FilterTable& DiscoConvTransposeS2::table() const { return impl_->table; }
+std::vector<float> DiscoConvTransposeS2::weight() const { return impl_->rows->weight(); }
+std::vector<float> DiscoConvTransposeS2::bias() const { return impl_->rows->bias(); }
 void DiscoConvTransposeS2::release_workspace() const noexcept { impl_->rows->release_scratch(); }
 std::size_t DiscoConvTransposeS2::workspace_bytes() const { return impl_->rows->scratch_bytes(); }
 DiscoOrder DiscoConvTransposeS2::order() const {

@@ -98,6 +98,26 @@ DiscoRows::DiscoRows(const char* who, const DiscoConfig& config, int kernel_size
   }
 }
 
+std::vector<float> DiscoRows::weight() const {
+  const int G = config_.groups;
+  std::vector<float> w(static_cast<std::size_t>(G) * Og * Cg * K);
+  for (int g = 0; g < G; ++g) {
+    const std::vector<float> wg = layers[static_cast<std::size_t>(g)].weight();  // (o, k*Cg + c)
+    for (int o = 0; o < Og; ++o)
+      for (int c = 0; c < Cg; ++c)
+        for (int k = 0; k < K; ++k)
+          w[((static_cast<std::size_t>(g) * Og + o) * Cg + c) * K + k] = wg[(static_cast<std::size_t>(o) * K + k) * Cg + c];
+  }
+  return w;
+}
+
+std::vector<float> DiscoRows::bias() const {
+  std::vector<float> b;
+  if (!config_.bias) return b;
+  for (const kernels::PackedLinear& l : layers) b.insert(b.end(), l.bias(), l.bias() + Og);
+  return b;
+}
+
 std::pair<int, int> DiscoRows::input_rows(int lat_begin, int lat_end) const {
   int first = config_.nlat_in, last = -1;
   const auto Ks = static_cast<std::size_t>(K);

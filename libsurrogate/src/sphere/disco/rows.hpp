@@ -64,6 +64,10 @@ class DiscoRows {
   void run(int batch, const float* in, int in_begin, int in_end, float* out, int out_begin, int out_end) const;
   /// Whether the rows run weights first (see above).
   bool weights_first() const { return weights_first_; }
+  /// The weight (out_channels, in_channels/groups, K) and the bias (empty without) as the constructor
+  /// took them, read back from the per-group layers (exact copies).
+  std::vector<float> weight() const;
+  std::vector<float> bias() const;
   void release_scratch() const noexcept { scratch_.release(); }
   std::size_t scratch_bytes() const { return scratch_.idle_bytes(); }
 

@@ -72,9 +72,7 @@ std::unique_ptr<FilterTable> table_from_file(const ModelFile& f, const std::stri
   return t;
 }
 
-
-}  // namespace
-
+/// The weights of block `block`'s attention (blocks.<block>.self_attn.*).
 AttentionS2Weights transformer_attention_weights(const ModelFile& f, int block) {
   const std::string p = "blocks." + std::to_string(block) + ".self_attn.";
   AttentionS2Weights aw;
@@ -88,6 +86,8 @@ AttentionS2Weights transformer_attention_weights(const ModelFile& f, int block) 
   aw.proj_bias = optional_values(f, p + "proj_bias");
   return aw;
 }
+
+}  // namespace
 
 /// A forward's buffers (program::Buf), kept between forwards in the model's pool (../workspace_pool.hpp):
 /// their pages are taken once, not in every forward. Not cleared on reuse: every forward writes what it

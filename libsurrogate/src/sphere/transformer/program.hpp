@@ -61,8 +61,8 @@ struct Layers {
   std::vector<Block<Ops>> blocks;
 };
 
-/// The layers of one Ops as another's: `f` has dense, norm, vector, attention(op, block), disco(op, name),
-/// resample and sht members.
+/// The layers of one Ops as another's: `f` has dense, norm, vector, attention, disco, resample and sht
+/// members, each taking the source layer.
 template <class To, class From, class F>
 Layers<To> convert(const Layers<From>& from, F& f) {
   Layers<To> to;
@@ -70,8 +70,8 @@ Layers<To> convert(const Layers<From>& from, F& f) {
   to.w = from.w;
   to.C = from.C;
   to.hidden = from.hidden;
-  to.encoder = f.disco(*from.encoder, "encoder");
-  to.decoder = f.disco(*from.decoder, "decoder");
+  to.encoder = f.disco(*from.encoder);
+  to.decoder = f.disco(*from.decoder);
   if (from.resample) to.resample = f.resample(*from.resample);
   if (from.sht) to.sht = f.sht(*from.sht);
   to.pos = f.vector(from.pos);
@@ -80,7 +80,7 @@ Layers<To> convert(const Layers<From>& from, F& f) {
     const Block<From>& b = from.blocks[i];
     Block<To>& t = to.blocks.emplace_back();
     for (int n = 0; n < 2; ++n) t.norm[n] = f.norm(b.norm[n]);
-    t.attention = f.attention(*b.attention, static_cast<int>(i));
+    t.attention = f.attention(*b.attention);
     if (from.hidden > 0) {
       t.fc1 = f.dense(b.fc1);
       t.fc2 = f.dense(b.fc2);
