@@ -263,6 +263,36 @@ void check_kept_work() {
 TEST(HeptGolden, KeptWorkArraysGiveTheFreshForwardsBitsFloat32) { check_kept_work<float>(); }
 TEST(HeptGolden, KeptWorkArraysGiveTheFreshForwardsBitsFloat64) { check_kept_work<double>(); }
 
+
+// A network built on another arithmetic's network shares its weights (the registered model holds them
+// once for fp32 and fp64) and gives the bits of the network read from the file: its RBF scales are
+// computed in its own arithmetic from w_rpe.weight, the float weights widen exactly. Both layouts, the
+// pileup task (particle embedding, out_proj), both directions.
+template <class T, class U>
+void check_shared_weights(const char* name) {
+  const Golden c(name);
+  const hept::Network<U> other(c.file, c.cfg);
+  const hept::Network<T> shared(other), own(c.file, c.cfg);
+  EXPECT_TRUE(shared.shares_weights_with(other)) << name;
+  EXPECT_FALSE(own.shares_weights_with(other)) << name;
+  for (int l = 0; l < c.cfg.n_layers; ++l)
+    expect_equal(shared.rbf_scale(l), own.rbf_scale(l),
+                 std::string(name) + ": rbf_scale of layer " + std::to_string(l));
+  const hept::Geometry g = c.geometry<T>(shared.regions());
+  const auto size = static_cast<std::size_t>(g.points() * c.cfg.out_dim());
+  std::vector<T> a(size), b(size);
+  shared.forward(g, c.x.data(), c.coords.data(), a.data(), nullptr, nullptr, 2);
+  own.forward(g, c.x.data(), c.coords.data(), b.data(), nullptr, nullptr, 2);
+  expect_equal(a, b, std::string(name) + ": shared weights");
+}
+
+TEST(HeptGolden, Float64NetworkOnFloat32WeightsGivesTheFileNetworksBits) {
+  for (const char* name : {"example_small", "checkpoint_tracking", "src_pileup"})
+    check_shared_weights<double, float>(name);
+}
+TEST(HeptGolden, Float32NetworkOnFloat64WeightsGivesTheFileNetworksBits) {
+  for (const char* name : {"example_small", "src_pileup"}) check_shared_weights<float, double>(name);
+}
 // The bucket formula evaluated naively in long double for query i: den = sum_j a_ij (without the 1e-20)
 // and num[e] = sum_j a_ij v_je, a_ij = exp(-|q_i - k_j|^2 / 2) (= exp(q.k - |q|^2/2 - |k|^2/2), at most 1).
 template <class T>

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -129,13 +130,36 @@ struct ForwardWork {
   std::size_t bytes() const;
 };
 
+/// The weights of a HEPT network, one copy for both arithmetics: the dense layers' float weights (the
+/// float kernels use them packed, the float64 ones widen them exactly) and the file's other tensors the
+/// forward reads. Read and checked from the file once; Network<float> and Network<double> share them.
+struct Weights {
+  struct Layer {
+    NormLayer norm1, norm2;
+    kernels::PackedLinear wq, wk, wv, out_linear, ff0, ff2;
+    std::vector<float> alpha;  // e2lsh.alpha: heads x hash_dim x n_hashes
+    std::vector<float> rpe;    // w_rpe.weight, [h][d][r][k]: the source of the RBF scales
+  };
+  Weights(const ModelFile& file, const Config& cfg);
+  std::vector<float> regions;  // n_hashes x 2 x heads
+  std::vector<float> pids;     // pileup: pids_enc.weight, kPidClasses x kPidEmbedding; empty otherwise
+  kernels::PackedLinear enc0, enc2, W, out_proj;  // out_proj: in() == 0 without it
+  std::vector<Layer> layers;
+  kernels::PackedLinear mlp[5];
+  NormLayer mlp_norms[4];
+};
+
 /// The HEPT network in arithmetic T (float or double) on the CPU, for a batch of whole graphs on one
 /// process (the registered model adds the ranks).
 template <class T>
 class Network {
  public:
-  Network() = default;
+  using Layer = Weights::Layer;
   Network(const ModelFile& file, const Config& cfg);
+  /// The network in arithmetic T on the weights of `other`, shared rather than copied (the registered
+  /// model's fp32 and fp64 forwards hold them once); the same bits as a network read from the file.
+  template <class U>
+  explicit Network(const Network<U>& other) : cfg_(other.cfg_), w_(other.w_), rbf_scale_(rbf_scales(cfg_, *w_)) {}
   /// x: points x in_dim, coords: points x coords_dim (input order, graphs consecutive); out: points x
   /// out_dim. `range` reduces the per-(table, head) minima and maxima over the ranks (identity when null);
   /// `buckets`, when given, replaces the per-graph sorts and bucket attention of each hash table; `work`,
@@ -143,7 +167,7 @@ class Network {
   void forward(const Geometry& g, const float* x, const float* coords, T* out, Trace<T>* trace = nullptr,
                const std::function<void(std::vector<T>&, std::vector<T>&)>* range = nullptr, int threads = 0,
                const BucketStage<T>* buckets = nullptr, ForwardWork<T>* work = nullptr) const;
-  const std::vector<float>& regions() const { return regions_; }
+  const std::vector<float>& regions() const { return w_->regions; }
   const Config& config() const { return cfg_; }
   /// One point's feature-encoder input (encoder_in() values) from its input row (in_dim values): the row,
   /// or for pileup its first in_dim - 1 values and the embedding of its class (the last value truncated
@@ -156,7 +180,7 @@ class Network {
     if (!pileup) return;
     if (!(x[kept] > -1.0f && x[kept] < static_cast<float>(kPidClasses)))  // the model checks first, agreed
       check_particle_classes(cfg_, x, cfg_.in_dim, 1);
-    const float* e = pids_.data() + static_cast<std::ptrdiff_t>(x[kept]) * kPidEmbedding;
+    const float* e = w_->pids.data() + static_cast<std::ptrdiff_t>(x[kept]) * kPidEmbedding;
     for (int c = 0; c < kPidEmbedding; ++c) row[kept + c] = static_cast<U>(e[c]);
   }
   /// The task's output activation, in place on `rows` rows of out_dim() values (pileup: the sigmoid).
@@ -166,32 +190,33 @@ class Network {
     for (std::int64_t i = 0; i < rows * cfg_.out_dim(); ++i) out[i] = U(1) / (U(1) + std::exp(-out[i]));
   }
 
-  struct Layer {
-    NormLayer norm1, norm2;
-    kernels::PackedLinear wq, wk, wv, out_linear, ff0, ff2;
-    std::vector<T> alpha;      // heads x hash_dim x n_hashes
-    std::vector<T> rbf_scale;  // heads x coords_dim: sqrt(2 w')
-  };
   // The weights, read by the device forward (hept/cuda): encoder(0|1), the blocks, the head's W, MLP
-  // layers 0..4 and norms 0..3, out_proj (in() == 0 without it). The dense layers' float weights serve
-  // both arithmetics (fp64 widens them exactly).
-  const kernels::PackedLinear& encoder(int i) const { return i == 0 ? enc0_ : enc2_; }
-  const std::vector<Layer>& layers() const { return layers_; }
-  const kernels::PackedLinear& head() const { return W_; }
-  const kernels::PackedLinear& mlp(int j) const { return mlp_[j]; }
-  const NormLayer& mlp_norm(int j) const { return mlp_norms_[j]; }
-  const kernels::PackedLinear& out_proj() const { return out_proj_; }
+  // layers 0..4 and norms 0..3, out_proj (in() == 0 without it).
+  const kernels::PackedLinear& encoder(int i) const { return i == 0 ? w_->enc0 : w_->enc2; }
+  const std::vector<Layer>& layers() const { return w_->layers; }
+  const kernels::PackedLinear& head() const { return w_->W; }
+  const kernels::PackedLinear& mlp(int j) const { return w_->mlp[j]; }
+  const NormLayer& mlp_norm(int j) const { return w_->mlp_norms[j]; }
+  const kernels::PackedLinear& out_proj() const { return w_->out_proj; }
   /// Pileup: pids_enc.weight (kPidClasses x kPidEmbedding); empty otherwise.
-  const std::vector<float>& particle_embedding() const { return pids_; }
+  const std::vector<float>& particle_embedding() const { return w_->pids; }
+  /// Layer l's RBF scales sqrt(2 w'), heads x coords_dim, computed in T from w_rpe.weight.
+  const std::vector<T>& rbf_scale(int l) const { return rbf_scale_[static_cast<std::size_t>(l)]; }
+  /// Whether this network reads the same weights as `other` (one copy between them).
+  template <class U>
+  bool shares_weights_with(const Network<U>& other) const {
+    return w_ != nullptr && w_ == other.w_;
+  }
 
  private:
+  template <class U>
+  friend class Network;
+  /// Every layer's RBF scales in T.
+  static std::vector<std::vector<T>> rbf_scales(const Config& cfg, const Weights& w);
+
   Config cfg_;
-  std::vector<float> regions_;  // n_hashes x 2 x heads
-  std::vector<float> pids_;     // pileup: pids_enc.weight, kPidClasses x kPidEmbedding
-  kernels::PackedLinear enc0_, enc2_, W_, out_proj_;
-  std::vector<Layer> layers_;
-  kernels::PackedLinear mlp_[5];
-  NormLayer mlp_norms_[4];
+  std::shared_ptr<const Weights> w_;
+  std::vector<std::vector<T>> rbf_scale_;  // per layer: heads x coords_dim
 };
 
 }  // namespace surrogate::hept

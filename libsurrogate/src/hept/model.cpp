@@ -56,7 +56,7 @@ class Model final : public surrogate::Model {
   Config cfg_;
   index_t parameters_ = 0;
   Network<float> network32_;
-  Network<double> network64_;
+  Network<double> network64_;  // on network32_'s weights (one copy)
   std::unique_ptr<gpu::DeviceForward> device_;  // the fp32 weights on a device, once one was asked for
 };
 
@@ -70,7 +70,7 @@ Model::Model(const ModelFile& file)
                        Config::from_attributes(file.config).out_dim()),
       cfg_(Config::from_attributes(file.config)),
       network32_(checked(file, cfg_), cfg_),
-      network64_(file, cfg_) {
+      network64_(network32_) {
   for (const auto& [name, tensor] : file.weights) parameters_ += tensor.numel();
   // The pileup task's class channel is looked up in pids_enc after the library's input normalisation:
   // anything but the identity there would turn class 3 into another class, or into an error.

@@ -139,9 +139,11 @@ constexpr int kProjectionLanes = 32 / static_cast<int>(sizeof(T));
 
 /// The E2LSH projections p[(c0 + j) * ldp + u] = sum_t row[u][t] alpha[t * C + c0 + j] of G tables for the
 /// points row[0 .. lanes), t ascending with each product and sum rounded, as one point's scalar loop: a point
-/// per lane and G tables' chains side by side, where the scalar loop waits on each addition.
+/// per lane and G tables' chains side by side, where the scalar loop waits on each addition. alpha holds
+/// the file's float values (widened exactly in float64).
 template <class T, int G>
-void hash_projections_of(const T* const* row, int lanes, int dh, const T* alpha, int C, int c0, T* p, std::size_t ldp) {
+void hash_projections_of(const T* const* row, int lanes, int dh, const float* alpha, int C, int c0, T* p,
+                         std::size_t ldp) {
   using V [[gnu::vector_size(16)]] = T;
   constexpr int VL = 16 / static_cast<int>(sizeof(T));
   V lo[G] = {}, hi[G] = {};
@@ -151,10 +153,10 @@ void hash_projections_of(const T* const* row, int lanes, int dh, const T* alpha,
       xl[u] = row[u][t];
       xh[u] = row[VL + u][t];
     }
-    const T* a = alpha + static_cast<std::size_t>(t * C + c0);
+    const float* a = alpha + static_cast<std::size_t>(t * C + c0);
     for (int j = 0; j < G; ++j) {
-      lo[j] += xl * a[j];
-      hi[j] += xh * a[j];
+      lo[j] += xl * static_cast<T>(a[j]);
+      hi[j] += xh * static_cast<T>(a[j]);
     }
   }
   for (int j = 0; j < G; ++j)
@@ -165,8 +167,8 @@ void hash_projections_of(const T* const* row, int lanes, int dh, const T* alpha,
 /// The projections P[c][n] (at stride ldp per table) of every table for points n0 .. n0 + kProjectionLanes - 1
 /// (those below np) of x [n][dh] (rows at stride ldx), alpha [t][c].
 template <class T>
-void hash_projections(const T* x, std::int64_t ldx, std::int64_t np, std::int64_t n0, int dh, const T* alpha, int C,
-                      T* p, std::size_t ldp) {
+void hash_projections(const T* x, std::int64_t ldx, std::int64_t np, std::int64_t n0, int dh, const float* alpha,
+                      int C, T* p, std::size_t ldp) {
   constexpr int L = kProjectionLanes<T>;
   const T* row[L];
   for (int u = 0; u < L; ++u) row[u] = x + std::min<std::int64_t>(n0 + u, np - 1) * ldx;  // (the last repeated)
@@ -249,19 +251,18 @@ void tanh_in_place(T* v, std::int64_t n) {
 
 }  // namespace
 
-template <class T>
-Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
-  const Tensor32& regions = file.weight("regions");
+Weights::Weights(const ModelFile& file, const Config& cfg) {
+  const Tensor32& region_counts = file.weight("regions");
   // Each region count R becomes a quantile bin ceil(n / R): R must be positive with a finite 1 / R.
-  for (std::size_t i = 0; i < regions.values.size(); ++i)
-    if (!(regions.values[i] > 0.0f) || !std::isfinite(1.0f / regions.values[i]))
-      throw Error(ErrorCode::weights, "tensor 'regions' holds " + std::to_string(regions.values[i]) + " at index " +
-                                          std::to_string(i) + ": region counts must be positive (and at least "
+  for (std::size_t i = 0; i < region_counts.values.size(); ++i)
+    if (!(region_counts.values[i] > 0.0f) || !std::isfinite(1.0f / region_counts.values[i]))
+      throw Error(ErrorCode::weights, "tensor 'regions' holds " + std::to_string(region_counts.values[i]) +
+                                          " at index " + std::to_string(i) +
+                                          ": region counts must be positive (and at least "
                                           "1e-38, so that 1 / regions is finite)");
-  regions_ = regions.values;
-  enc0_ = linear(file, "feat_encoder.0");
-  enc2_ = linear(file, "feat_encoder.2");
-  const int H = cfg.num_heads, D = cfg.h_dim, K = cfg.num_w_per_dist, cd = cfg.coords_dim;
+  regions = region_counts.values;
+  enc0 = linear(file, "feat_encoder.0");
+  enc2 = linear(file, "feat_encoder.2");
   for (int l = 0; l < cfg.n_layers; ++l) {
     const std::string p = "attns." + std::to_string(l) + ".";
     Layer layer;
@@ -273,36 +274,48 @@ Network<T>::Network(const ModelFile& file, const Config& cfg) : cfg_(cfg) {
     layer.out_linear = linear(file, p + "attn.out_linear");
     layer.ff0 = linear(file, p + "ff.0");
     layer.ff2 = linear(file, p + "ff.2");
-    const Tensor32& alpha = file.weight(p + "attn.e2lsh.alpha");
-    layer.alpha.assign(alpha.values.begin(), alpha.values.end());
-    // RBF weights from w_rpe.weight viewed [h][d][r][k]: w[h][r] = sum_k exp(min(sum_d w, 50)); eta and phi
-    // share r = 0, so the per-coordinate weights are [w0, w0, w1, ...]; the scale is sqrt(2 w').
-    const Tensor32& rpe = file.weight(p + "w_rpe.weight");
-    const int cols = (cd - 1) * K;
-    std::vector<T> w(static_cast<std::size_t>(H * (cd - 1)));
+    layer.alpha = file.weight(p + "attn.e2lsh.alpha").values;
+    layer.rpe = file.weight(p + "w_rpe.weight").values;
+    layers.push_back(std::move(layer));
+  }
+  W = linear(file, "W", false);
+  for (int j = 0; j < 5; ++j) mlp[j] = linear(file, "mlp_out.lins." + std::to_string(j));
+  for (int j = 0; j < 4; ++j) mlp_norms[j] = norm(file, "mlp_out.norms." + std::to_string(j));
+  if (cfg.num_classes > 0) out_proj = linear(file, "out_proj");
+  if (cfg.task == Config::Task::pileup) pids = file.weight("pids_enc.weight").values;
+}
+
+template <class T>
+Network<T>::Network(const ModelFile& file, const Config& cfg)
+    : cfg_(cfg), w_(std::make_shared<const Weights>(file, cfg)), rbf_scale_(rbf_scales(cfg_, *w_)) {}
+
+template <class T>
+std::vector<std::vector<T>> Network<T>::rbf_scales(const Config& cfg, const Weights& w) {
+  // RBF weights from w_rpe.weight viewed [h][d][r][k]: w[h][r] = sum_k exp(min(sum_d w, 50)); eta and phi
+  // share r = 0, so the per-coordinate weights are [w0, w0, w1, ...]; the scale is sqrt(2 w'), all in T.
+  const int H = cfg.num_heads, D = cfg.h_dim, K = cfg.num_w_per_dist, cd = cfg.coords_dim;
+  const int cols = (cd - 1) * K;
+  std::vector<std::vector<T>> scales;
+  for (const Weights::Layer& layer : w.layers) {
+    std::vector<T> sums(static_cast<std::size_t>(H * (cd - 1)));
     for (int h = 0; h < H; ++h)
       for (int r = 0; r < cd - 1; ++r) {
         T total = 0;
         for (int k = 0; k < K; ++k) {
           T s = 0;
           for (int d = 0; d < D; ++d)
-            s += static_cast<T>(rpe.values[static_cast<std::size_t>((h * D + d) * cols + r * K + k)]);
+            s += static_cast<T>(layer.rpe[static_cast<std::size_t>((h * D + d) * cols + r * K + k)]);
           total += std::exp(std::min(s, T(50)));
         }
-        w[static_cast<std::size_t>(h * (cd - 1) + r)] = total;
+        sums[static_cast<std::size_t>(h * (cd - 1) + r)] = total;
       }
-    layer.rbf_scale.resize(static_cast<std::size_t>(H * cd));
+    std::vector<T>& scale = scales.emplace_back(static_cast<std::size_t>(H * cd));
     for (int h = 0; h < H; ++h)
       for (int t = 0; t < cd; ++t)
-        layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] =
-            std::sqrt(T(2) * w[static_cast<std::size_t>(h * (cd - 1) + std::max(0, t - 1))]);
-    layers_.push_back(std::move(layer));
+        scale[static_cast<std::size_t>(h * cd + t)] =
+            std::sqrt(T(2) * sums[static_cast<std::size_t>(h * (cd - 1) + std::max(0, t - 1))]);
   }
-  W_ = linear(file, "W", false);
-  for (int j = 0; j < 5; ++j) mlp_[j] = linear(file, "mlp_out.lins." + std::to_string(j));
-  for (int j = 0; j < 4; ++j) mlp_norms_[j] = norm(file, "mlp_out.norms." + std::to_string(j));
-  if (cfg.num_classes > 0) out_proj_ = linear(file, "out_proj");
-  if (cfg.task == Config::Task::pileup) pids_ = file.weight("pids_enc.weight").values;
+  return scales;
 }
 
 template <class T>
@@ -337,10 +350,10 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     for (int c = 0; c < cd; ++c) cp[static_cast<std::size_t>(p * cd + c)] = static_cast<T>(coords[i * cd + c]);
   }
   auto &cat = sized(w.cat, npu * static_cast<std::size_t>(ldcat)), &hid = sized(w.hid, npu * static_cast<std::size_t>(D));
-  apply<T>(enc0_, xp.data(), in, hid.data(), D, np, threads);
+  apply<T>(w_->enc0, xp.data(), in, hid.data(), D, np, threads);
 #pragma omp parallel for num_threads(threads) schedule(static)
   for (std::size_t i = 0; i < hid.size(); ++i) hid[i] = std::max(hid[i], T(0));
-  apply<T>(enc2_, hid.data(), D, cat.data(), ldcat, np, threads);
+  apply<T>(w_->enc2, hid.data(), D, cat.data(), ldcat, np, threads);
 
   const std::size_t heads_rows = static_cast<std::size_t>(H) * npu, table_rows = static_cast<std::size_t>(rows) * npu;
   auto& xn = sized(w.xn, npu * static_cast<std::size_t>(D));
@@ -363,8 +376,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   // and output rows (ld_ff).
   constexpr std::int64_t kAttnRows = 64;
   const bool packed = std::is_same_v<T, float> && L > 0;
-  const int ld_out = packed ? layers_[0].out_linear.out_pad() : D;
-  const int ld_ff = packed ? std::max(layers_[0].ff0.out_pad(), layers_[0].ff2.out_pad()) : D;
+  const int ld_out = packed ? w_->layers[0].out_linear.out_pad() : D;
+  const int ld_ff = packed ? std::max(w_->layers[0].ff0.out_pad(), w_->layers[0].ff2.out_pad()) : D;
   const auto attn_tiles = static_cast<std::size_t>(kAttnRows * (HD + ld_out + D + 2 * ld_ff));
   auto& attn = sized(w.attn, attn_tiles * static_cast<std::size_t>(threads));
   auto &tnum = w.tnum, &tden = w.tden;  // split graphs: one table's sums
@@ -375,20 +388,21 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
 
   std::optional<ScopedPhase> phase(std::in_place, kLshAttentionLayersPhase);
   for (int l = 0; l < L; ++l) {
-    const Layer& layer = layers_[static_cast<std::size_t>(l)];
+    const Layer& layer = w_->layers[static_cast<std::size_t>(l)];
+    const std::vector<T>& rbf_scale = rbf_scale_[static_cast<std::size_t>(l)];
     T* e = cat.data() + static_cast<std::int64_t>(l) * D;
     layer_norm(layer.norm1, e, ldcat, xn.data(), D, np, D, threads);
     // q_hat, k_hat [h][n][Dh] = [q ; sqrt(2 w') * coords] and v [h][n][D] from their dense layers, the
     // E2LSH projections P [c][h][n] on alpha [h][t][c] of each block of rows while it is in the cache.
     const auto coordinates = [&](int h, std::int64_t n, T* row) {
       for (int t = 0; t < cd; ++t)
-        row[D + t] = layer.rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
+        row[D + t] = rbf_scale[static_cast<std::size_t>(h * cd + t)] * cp[static_cast<std::size_t>(n * cd + t)];
     };
     const auto projections = [&](const T* rows_h, T* p) {
       return [&, rows_h, p](std::int64_t r0, std::int64_t n) {
         for (int h = 0; h < H; ++h) {
           const std::size_t head = static_cast<std::size_t>(h) * npu;
-          const T* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
+          const float* alpha = layer.alpha.data() + static_cast<std::size_t>(h * Dh * C);
           for (std::int64_t n0 = r0; n0 < r0 + n; n0 += kProjectionLanes<T>)
             hash_projections<T>(rows_h + head * static_cast<std::size_t>(ldh), ldh, np, n0, Dh, alpha, C, p + head,
                                 static_cast<std::size_t>(H) * npu);
@@ -430,7 +444,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
     for (int r = 0; r < rows; ++r) {
       const T dr = delta[static_cast<std::size_t>(r)];
       // src: shift (phi * Delta) * (ceil(R_eta) + 1) + eta * Delta, the pads' keys +inf.
-      const T factor = std::ceil(static_cast<T>(regions_[static_cast<std::size_t>(((r / H) * 2) * H + r % H)])) + T(1);
+      const float region_count = w_->regions[static_cast<std::size_t>(((r / H) * 2) * H + r % H)];
+      const T factor = std::ceil(static_cast<T>(region_count)) + T(1);
       for (std::size_t n = 0; n < npu; ++n) {
         const auto i = static_cast<std::size_t>(r) * npu + n;
         if (!src_layout) {
@@ -611,8 +626,8 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   constexpr std::int64_t kHeadRows = 64;
   auto& eh = sized(w.eh, npu * static_cast<std::size_t>(half));
   auto& res = sized(w.res, eh.size());
-  apply<T>(W_, cat.data(), ldcat, eh.data(), half, np, threads);
-  const int last_pad = std::is_same_v<T, float> ? mlp_[4].out_pad() : half;
+  apply<T>(w_->W, cat.data(), ldcat, eh.data(), half, np, threads);
+  const int last_pad = std::is_same_v<T, float> ? w_->mlp[4].out_pad() : half;
   const auto per_thread = static_cast<std::size_t>(kHeadRows * 256);
   auto &a = sized(w.a, per_thread * static_cast<std::size_t>(threads)), &b = sized(w.b, a.size());
 #pragma omp parallel num_threads(threads)
@@ -625,13 +640,13 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
       const T* src = eh.data() + r0 * half;
       std::int64_t ld = half;
       for (int j = 0; j < 4; ++j) {
-        linear_rows<T>(mlp_[j], src, ld, ta, 256, n);
-        layer_norm_rows<T>(mlp_norms_[j], ta, 256, tb, 256, 0, n, 256);
+        linear_rows<T>(w_->mlp[j], src, ld, ta, 256, n);
+        layer_norm_rows<T>(w_->mlp_norms[j], ta, 256, tb, 256, 0, n, 256);
         tanh_in_place(tb, n * 256);
         src = tb;
         ld = 256;
       }
-      linear_rows<T>(mlp_[4], src, ld, ta, last_pad, n);  // (the kernel writes the padded width)
+      linear_rows<T>(w_->mlp[4], src, ld, ta, last_pad, n);  // (the kernel writes the padded width)
       for (std::int64_t r = 0; r < n; ++r)
         for (int c = 0; c < half; ++c)
           res[static_cast<std::size_t>((r0 + r) * half + c)] =
@@ -641,7 +656,7 @@ void Network<T>::forward(const Geometry& g, const float* x, const float* coords,
   const T* result = res.data();
   if (cfg_.num_classes > 0) {
     auto& final_out = sized(w.final_out, npu * static_cast<std::size_t>(cfg_.num_classes));
-    apply<T>(out_proj_, res.data(), half, final_out.data(), cfg_.num_classes, np, threads);
+    apply<T>(w_->out_proj, res.data(), half, final_out.data(), cfg_.num_classes, np, threads);
     finish_outputs(final_out.data(), np);  // pileup: the sigmoid
     result = final_out.data();
   }

@@ -135,7 +135,8 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
                                             std::to_string(cfg_.h_dim) + " and hash_dim " + std::to_string(cfg_.hash_dim()));
   enc0_ = weights_.append_dense(net.encoder(0));
   enc2_ = weights_.append_dense(net.encoder(1));
-  for (const Network<float>::Layer& l : net.layers()) {
+  for (std::size_t i = 0; i < net.layers().size(); ++i) {
+    const Network<float>::Layer& l = net.layers()[i];
     Layer d;
     d.norm1 = weights_.append_norm(l.norm1);
     d.norm2 = weights_.append_norm(l.norm2);
@@ -146,7 +147,7 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
     d.ff0 = weights_.append_dense(l.ff0);
     d.ff2 = weights_.append_dense(l.ff2);
     d.alpha = weights_.append(l.alpha);
-    d.scale = weights_.append(l.rbf_scale);
+    d.scale = weights_.append(net.rbf_scale(static_cast<int>(i)));
     layers_.push_back(d);
   }
   head_ = weights_.append_dense(net.head());
