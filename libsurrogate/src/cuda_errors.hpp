@@ -44,6 +44,20 @@ inline ErrorCode error_code_for(cudaError_t e) {
   }
 }
 
+/// Error(unsupported) "<what>: CUDA device <device> requested, but no CUDA device is visible (why)" or
+/// "... but N device(s) are visible", unless `device` is a visible device or the host backend's emulated
+/// one: every device forward's first check.
+inline void require_visible_device(const char* what, int device) {
+  if (device == kernels::cuda::kEmulatedDevice) return;
+  std::string why;
+  const int count = kernels::cuda::device_count(&why);
+  if (device >= 0 && device < count) return;
+  throw Error(ErrorCode::unsupported, std::string(what) + ": CUDA device " + std::to_string(device) +
+                                          " requested, but " +
+                                          (count == 0 ? "no CUDA device is visible (" + why + ")"
+                                                      : std::to_string(count) + " device(s) are visible"));
+}
+
 /// raise_current_cuda_error as a Status (for code that agrees on a Status before a collective).
 inline Status status_of_current_cuda_error(const char* what, int device) noexcept {
   try {

@@ -3,7 +3,10 @@
 // "Across ranks: NCCL or MPI".
 #pragma once
 
+#include <cuda_runtime_api.h>
+
 #include <exception>
+#include <optional>
 #include <utility>
 
 #include "../cuda_errors.hpp"
@@ -42,6 +45,29 @@ class Steps {
       if (comm_ == nullptr) throw;
       pending_ = std::current_exception();
     }
+  }
+
+  /// `work` between two CUDA events on `stream`: returns the device milliseconds between them, read by
+  /// waiting for the device (0 without `timed`, or when this rank has failed). The events are made and
+  /// read in steps, so their failures are kept or thrown like any other.
+  template <class Work>
+  double timed(cudaStream_t stream, bool timed, Work&& work) {
+    std::optional<kernels::cuda::Event> t0, t1;
+    if (timed)
+      run([&] {
+        t0.emplace(device_);
+        t1.emplace(device_);
+        t0->record(stream);
+      });
+    work();
+    double ms = 0.0;
+    if (timed)
+      run([&] {
+        t1->record(stream);
+        kernels::cuda::synchronize(stream);
+        ms = t1->elapsed_ms_since(*t0);
+      });
+    return ms;
   }
 
   /// Across ranks: a kept failure of any rank becomes the same Error on every rank (one agreement).

@@ -108,39 +108,18 @@ void BsaCudaForward::run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool
     if (!kept || kept->device() != device_) {
       kept.reset();
       auto geometry = std::make_unique<Geometry>(device_);
-      cu::Event g0, g1;
-      steps_.run([&] {
-        g0 = cu::Event(device_);
-        g1 = cu::Event(device_);
-        g0.record(stream_.get());
-      });
-      set_plan_geometry(*geometry, plan);
-      steps_.run([&] {
-        g1.record(stream_.get());
-        stream_.synchronize();
-        geometry_ms_ = g1.elapsed_ms_since(g0);
-      });
+      geometry_ms_ = steps_.timed(stream_.get(), true, [&] { set_plan_geometry(*geometry, plan); });
       steps_.agree();
       kept = std::move(geometry);
     }
     g_ = static_cast<Geometry*>(kept.get());
-    cu::Event t0, t1;
-    if (timed)
-      steps_.run([&] {
-        t0 = cu::Event(device_);
-        t1 = cu::Event(device_);
-        t0.record(stream_.get());
-      });
-    load();
-    const auto dev = ops::Place::device;
-    run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
-    store();
-    if (timed)
-      steps_.run([&] {
-        t1.record(stream_.get());
-        stream_.synchronize();
-        forward_ms_ = t1.elapsed_ms_since(t0);
-      });
+    const double ms = steps_.timed(stream_.get(), timed, [&] {
+      load();
+      const auto dev = ops::Place::device;
+      run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
+      store();
+    });
+    if (timed) forward_ms_ = ms;
     steps_.agree();
   } catch (...) {
     plan_ = nullptr;

@@ -20,12 +20,7 @@ using ops::Rows;
 
 BsaCudaForward::BsaCudaForward(const Network& net, int device)
     : net_(&net), cfg_(net.config()), device_(device), steps_("bsa", device) {
-  std::string why;
-  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
-  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
-    throw Error(ErrorCode::unsupported, "bsa: CUDA device " + std::to_string(device) + " requested, but " +
-                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
-                                                        : std::to_string(count) + " device(s) are visible"));
+  surrogate::detail::require_visible_device("bsa", device);
   if (cfg_.dimensionality > cu::kMaxBallPositionDim)
     throw Error(ErrorCode::unsupported, "bsa: the CUDA forward takes positions of up to " +
                                             std::to_string(cu::kMaxBallPositionDim) + " coordinates, the model has " +
@@ -299,14 +294,9 @@ std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const 
   plan_ = nullptr;
   steps_.begin(nullptr);
   try {
-    cu::DeviceGuard guard(device_);
-    cu::Event g0(device_), g1(device_);
-    g0.record(stream_.get());
     g_->n = n;
-    set_batch_geometry(trees, positions, points);
-    g1.record(stream_.get());
-    stream_.synchronize();  // the host arrays of set_batch_geometry are released on return
-    geometry_ms_ = g1.elapsed_ms_since(g0);
+    // (timed waits for the device: the host arrays of set_batch_geometry are released on return)
+    geometry_ms_ = steps_.timed(stream_.get(), true, [&] { steps_.run([&] { set_batch_geometry(trees, positions, points); }); });
   } catch (...) {
     g_ = nullptr;
     surrogate::detail::raise_current_cuda_error("bsa", device_);
@@ -331,15 +321,13 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
   plan_ = nullptr;
   steps_.begin(nullptr);
   try {
-    cu::DeviceGuard guard(device_);
-    cu::Event t0(device_), t1(device_);
-    t0.record(stream_.get());
-    upload(g_->features, features);
-    compute_batch();
-    cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
-    t1.record(stream_.get());
-    stream_.synchronize();
-    forward_ms_ = t1.elapsed_ms_since(t0);
+    forward_ms_ = steps_.timed(stream_.get(), true, [&] {
+      steps_.run([&] {
+        upload(g_->features, features);
+        compute_batch();
+        cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
+      });
+    });
   } catch (...) {
     g_ = nullptr;
     surrogate::detail::raise_current_cuda_error("bsa", device_);

@@ -7,7 +7,6 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
-#include <optional>
 #include <string>
 
 #include "../plan.hpp"
@@ -115,12 +114,7 @@ class DeviceExec {
 ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk)
     : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)),
       steps_("erwin", device) {
-  std::string why;
-  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
-  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
-    throw Error(ErrorCode::unsupported, "erwin: CUDA device " + std::to_string(device) + " requested, but " +
-                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
-                                                        : std::to_string(count) + " device(s) are visible"));
+  surrogate::detail::require_visible_device("erwin", device);
   if (cfg_.dimensionality > cu::kMaxBallPositionDim)
     throw Error(ErrorCode::unsupported, "erwin: the CUDA forward takes positions of up to " +
                                             std::to_string(cu::kMaxBallPositionDim) + " coordinates, the model has " +
@@ -221,20 +215,7 @@ void ErwinCudaForward::upload_layout(Geometry& geometry) {
   g_ = &geometry;
   steps_.begin(geometry.layout->comm());
   try {
-    // The events are made inside a step: a failure there is agreed like any other (on a plan no rank may
-    // leave before the next collective).
-    std::optional<cu::Event> g0, g1;
-    steps_.run([&] {
-      g0.emplace(device_);
-      g1.emplace(device_);
-      g0->record(stream_.get());
-    });
-    set_geometry(geometry);  // agrees its errors
-    steps_.run([&] {
-      g1->record(stream_.get());
-      stream_.synchronize();
-      geometry_ms_ = g1->elapsed_ms_since(*g0);
-    });
+    geometry_ms_ = steps_.timed(stream_.get(), true, [&] { set_geometry(geometry); });  // (agrees its errors)
     steps_.agree();
     g_ = nullptr;
   } catch (...) {
@@ -298,22 +279,12 @@ void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool 
   g_ = &geometry;
   steps_.begin(geometry.layout->comm());
   try {
-    std::optional<cu::Event> t0, t1;
-    if (timed)
-      steps_.run([&] {
-        t0.emplace(device_);
-        t1.emplace(device_);
-        t0->record(stream_.get());
-      });
-    load();
-    compute(traffic);
-    store();
-    if (timed)
-      steps_.run([&] {
-        t1->record(stream_.get());
-        stream_.synchronize();
-        forward_ms_ = t1->elapsed_ms_since(*t0);
-      });
+    const double ms = steps_.timed(stream_.get(), timed, [&] {
+      load();
+      compute(traffic);
+      store();
+    });
+    if (timed) forward_ms_ = ms;
     steps_.agree();
     g_ = nullptr;
   } catch (...) {

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <span>
 
+#include "../../cuda_errors.hpp"
 #include "forward.hpp"
 
 namespace surrogate::flare::cuda {
@@ -15,12 +16,7 @@ constexpr std::size_t kAlignment = 64;
 /// Error(unsupported) unless `device` is visible and the kernels cover the model: head width <= 64, every
 /// MLP width <= 256.
 void check_supported(const Config& cfg, int device) {
-  std::string why;
-  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
-  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
-    throw Error(ErrorCode::unsupported, "CUDA device " + std::to_string(device) + " requested, but " +
-                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
-                                                        : std::to_string(count) + " device(s) are visible"));
+  surrogate::detail::require_visible_device("flare", device);
   std::vector<std::string> problems;
   if (cfg.head_dim() > cu::kMaxHeadDim)
     problems.push_back("head width " + std::to_string(cfg.head_dim()) + " > " + std::to_string(cu::kMaxHeadDim));

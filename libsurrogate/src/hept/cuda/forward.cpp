@@ -123,12 +123,7 @@ class CudaForward final : public DeviceForward {
 };
 
 CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cfg_(net.config()), device_(device) {
-  std::string why;
-  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
-  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
-    throw Error(ErrorCode::unsupported, "hept: CUDA device " + std::to_string(device) + " requested, but " +
-                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
-                                                        : std::to_string(count) + " device(s) are visible"));
+  surrogate::detail::require_visible_device("hept", device);
   if (cfg_.hash_dim() > cu::kMaxBucketWidth || cfg_.h_dim > cu::kMaxBucketWidth)
     throw Error(ErrorCode::unsupported, "hept: the CUDA bucket attention takes widths up to " +
                                             std::to_string(cu::kMaxBucketWidth) + "; the model has h_dim " +

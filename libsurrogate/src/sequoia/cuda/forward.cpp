@@ -297,12 +297,7 @@ void DeviceExec::prepare() {
 }
 
 CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cfg_(net.config()), device_(device) {
-  std::string why;
-  const int count = device == cu::kEmulatedDevice ? 0 : cu::device_count(&why);
-  if (device != cu::kEmulatedDevice && (device < 0 || device >= count))
-    throw Error(ErrorCode::unsupported, "sequoia: CUDA device " + std::to_string(device) + " requested, but " +
-                                            (count == 0 ? "no CUDA device is visible (" + why + ")"
-                                                        : std::to_string(count) + " device(s) are visible"));
+  surrogate::detail::require_visible_device("sequoia", device);
   layers_ = program::convert<CudaOps>(net_->layers, Upload{{&weights_}});
   try {
     const cu::DeviceGuard guard(device_);
