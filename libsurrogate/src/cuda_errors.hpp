@@ -44,6 +44,18 @@ inline ErrorCode error_code_for(cudaError_t e) {
   }
 }
 
+/// f() with `device` current, returning what f returns; a CUDA failure or a launcher's refusal leaves as
+/// raise_current_cuda_error's Error naming `what` (the model or operator) and the device.
+template <class F>
+decltype(auto) on_device(const char* what, int device, F&& f) {
+  try {
+    const kernels::cuda::DeviceGuard guard(device);
+    return f();
+  } catch (...) {
+    raise_current_cuda_error(what, device);
+  }
+}
+
 /// Error(unsupported) "<what>: CUDA device <device> requested, but no CUDA device is visible (why)" or
 /// "... but N device(s) are visible", unless `device` is a visible device or the host backend's emulated
 /// one: every device forward's first check.

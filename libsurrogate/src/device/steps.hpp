@@ -35,12 +35,7 @@ class Steps {
   void run(Work&& work) {
     if (pending_) return;  // this rank failed earlier: nothing more until the failure is agreed
     try {
-      try {
-        const kernels::cuda::DeviceGuard guard(device_);
-        work();
-      } catch (...) {
-        detail::raise_current_cuda_error(what_, device_);
-      }
+      detail::on_device(what_, device_, work);
     } catch (...) {
       if (comm_ == nullptr) throw;
       pending_ = std::current_exception();

@@ -33,13 +33,10 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device)
     throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(cfg_.selected_blocks_number) +
                                             " exceeds the CUDA selection's " + std::to_string(cu::kMaxSelectedBlocks));
   layers_ = program::convert<CudaOps>(Stages::program_layers(net), CudaOps::Upload{&weights_});
-  try {
-    cu::DeviceGuard guard(device_);
+  surrogate::detail::on_device("bsa", device_, [&] {
     stream_ = cu::Stream(device_);
     weights_.upload(device_, stream_.get());
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("bsa", device_);
-  }
+  });
 }
 
 void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {
@@ -296,7 +293,8 @@ std::unique_ptr<balltree::DeviceGeometry> BsaCudaForward::upload_geometry(const 
   try {
     g_->n = n;
     // (timed waits for the device: the host arrays of set_batch_geometry are released on return)
-    geometry_ms_ = steps_.timed(stream_.get(), true, [&] { steps_.run([&] { set_batch_geometry(trees, positions, points); }); });
+    geometry_ms_ = steps_.timed(stream_.get(), true,
+                                [&] { steps_.run([&] { set_batch_geometry(trees, positions, points); }); });
   } catch (...) {
     g_ = nullptr;
     surrogate::detail::raise_current_cuda_error("bsa", device_);

@@ -158,35 +158,26 @@ CudaForward::CudaForward(const Network<float>& net, int device) : net_(&net), cf
                                           r % static_cast<std::size_t>(H)]) + 1.0f;
     factor_ = weights_.append(factor);
   }
-  try {
-    const cu::DeviceGuard guard(device_);
+  surrogate::detail::on_device("hept", device_, [&] {
     stream_ = cu::Stream(device_);
     weights_.upload(device_, stream_.get());
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("hept", device_);
-  }
+  });
 }
 
 std::unique_ptr<DeviceGeometry> CudaForward::build_geometry(const float* coords, const std::vector<std::int64_t>& sizes,
                                                             const std::vector<std::int64_t>& graph_ids,
                                                             const ReduceMax& reduce_max) {
-  try {
-    const cu::DeviceGuard guard(device_);
+  return surrogate::detail::on_device("hept", device_, [&] {
     return build_plan_rows(cfg_, net_->regions(), device_, stream_.get(), plan_scratch_, coords, sizes, graph_ids,
                            reduce_max);
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("hept", device_);
-  }
+  });
 }
 
 std::unique_ptr<DeviceGeometry> CudaForward::upload_geometry(const Geometry& g, const float* coords,
                                                              std::int64_t inputs) {
-  try {
-    const cu::DeviceGuard guard(device_);
+  return surrogate::detail::on_device("hept", device_, [&] {
     return upload_plan_rows(cfg_, device_, stream_.get(), plan_scratch_, g, coords, inputs);
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("hept", device_);
-  }
+  });
 }
 
 void CudaForward::forward(const DeviceGeometry& geometry, const float* x, float* out,
@@ -206,12 +197,7 @@ void CudaForward::run_checked(const DeviceGeometry& geometry, const float* x, fl
   const auto* g = dynamic_cast<const PlanRows*>(&geometry);
   if (g == nullptr || g->device() != device_)
     throw Error(ErrorCode::invalid_argument, "hept: the geometry was not made by this device forward");
-  try {
-    const cu::DeviceGuard guard(device_);
-    run(*g, x, out, range, split, on_device);
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("hept", device_);
-  }
+  surrogate::detail::on_device("hept", device_, [&] { run(*g, x, out, range, split, on_device); });
 }
 
 void CudaForward::run(const PlanRows& g, const float* x, float* out,

@@ -81,12 +81,9 @@ class CudaForward final : public DeviceForward {
  private:
   /// `b` sized for `rows` rows of `width` values; a CUDA failure becomes the library's Error.
   float* rows_of(cu::DeviceBuffer<float>& b, std::int64_t rows, int width) {
-    try {
-      const cu::DeviceGuard guard(device_);
+    return surrogate::detail::on_device("sequoia", device_, [&] {
       return sized(b, static_cast<std::size_t>(rows) * static_cast<std::size_t>(width), device_);
-    } catch (...) {
-      surrogate::detail::raise_current_cuda_error("sequoia", device_);
-    }
+    });
   }
   /// forward() or (`out` not null) forward_rows().
   std::vector<float> run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
@@ -299,13 +296,10 @@ void DeviceExec::prepare() {
 CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cfg_(net.config()), device_(device) {
   surrogate::detail::require_visible_device("sequoia", device);
   layers_ = program::convert<CudaOps>(net_->layers, Upload{{&weights_}});
-  try {
-    const cu::DeviceGuard guard(device_);
+  surrogate::detail::on_device("sequoia", device_, [&] {
     stream_ = cu::Stream(device_);
     weights_.upload(device_, stream_.get());
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error("sequoia", device_);
-  }
+  });
 }
 
 std::vector<float> CudaForward::forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,

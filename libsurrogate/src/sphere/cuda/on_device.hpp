@@ -1,6 +1,6 @@
-// What the spherical device operators share (CUDA builds): CUDA work with the operator's device current,
-// its failures turned into Error by the library's one mapping (cuda_errors.hpp), and uploads of host
-// vectors. share/docs/cuda.md.
+// What the spherical device operators share (CUDA builds): CUDA work with the operator's device current
+// (on_device: cuda_errors.hpp's one mapping of its failures), and uploads of host vectors.
+// share/docs/cuda.md.
 #pragma once
 
 #include <span>
@@ -12,17 +12,7 @@
 
 namespace surrogate::sphere::device_ops {
 
-/// Runs f with `device` current; a CUDA failure or a launcher's refusal becomes the Error of
-/// raise_current_cuda_error naming the operator `op` and the device.
-template <class F>
-void on_device(const char* op, int device, F&& f) {
-  try {
-    kernels::cuda::DeviceGuard guard(device);
-    f();
-  } catch (...) {
-    surrogate::detail::raise_current_cuda_error(op, device);
-  }
-}
+using surrogate::detail::on_device;
 
 /// Copies `src` into `dst` (grown on `device`) on the default stream; the caller synchronizes the device
 /// before a non-blocking stream reads it.
