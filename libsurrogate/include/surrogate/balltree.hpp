@@ -71,6 +71,18 @@ Tree build(std::span<const float> points, int dim, const Batch& batch);
 std::vector<std::int64_t> partition(std::span<const double> points, int dim, const Batch& batch, int target_level);
 std::vector<std::int64_t> partition(std::span<const float> points, int dim, const Batch& batch, int target_level);
 
+/// build() and partition() of float32 points computed elsewhere with the same results (a CUDA device:
+/// device::BallTrees, share/docs/cuda.md "Ball trees"): what build_with_rotations and the distributed tree
+/// (DistributedOptions::finisher: the nodes a rank holds whole, several as the samples of one batch) call
+/// instead when given one. Throws on failure.
+class NodeFinisher {
+ public:
+  virtual ~NodeFinisher() = default;
+  virtual Tree build(std::span<const float> points, int dim, const Batch& batch) = 0;
+  virtual std::vector<std::int64_t> partition(std::span<const float> points, int dim, const Batch& batch,
+                                              int target_level) = 0;
+};
+
 /// The rotation matrix of the official generate_rotation_matrix (degrees; dim 2 or 3), row-major,
 /// each entry computed in double and rounded to float32; the first dim*dim entries hold R row-major
 /// (the rest are 0). Applied to row vectors: y = x R.
@@ -100,10 +112,11 @@ struct RotatedTrees {
 /// levels the rotated nodes are mean-pooled in float32 over consecutive groups of strides[i] (the sum in
 /// PyTorch's CPU order, then divided by the stride) and the sample index subsampled ([::stride]).
 /// Requires float32 points (the official code works only on float32) and strides.size() + 1 ==
-/// ball_sizes.size(). The pooled-level node count must be divisible by each stride.
+/// ball_sizes.size(). The pooled-level node count must be divisible by each stride. `finisher`: what
+/// builds the tree and the partitions (null: this host).
 RotatedTrees build_with_rotations(std::span<const float> points, int dim, const Batch& batch,
                                   std::span<const int> strides, std::span<const int> ball_sizes,
-                                  double angle_degrees);
+                                  double angle_degrees, NodeFinisher* finisher = nullptr);
 
 /// The mean pooling between rotated levels: rows of (n x dim) float32 averaged over consecutive groups of
 /// `stride` rows, summed in the order PyTorch's CPU sum kernel uses (four interleaved partial sums,

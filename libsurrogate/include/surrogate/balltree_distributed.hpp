@@ -60,6 +60,9 @@ struct DistributedOptions {
   /// gathered on one rank and finished there. Any value >= 0 gives the same tree; it trades rounds of
   /// small collectives against memory on that rank.
   std::int64_t serial_threshold = 4096;
+  /// Finishes the float32 nodes this rank holds whole; null: balltree::build / partition on this host.
+  /// It must give their results: the tree does not depend on it.
+  NodeFinisher* finisher = nullptr;
 };
 
 /// This rank's part of the distributed tree.

@@ -123,9 +123,10 @@ struct PlacedRange {
 /// Places every sample exactly as the single-process build()/partition() of its serial array would, into
 /// the global output order (sample b's outputs start at out_offsets[b]) cut among ranks by `ranges`.
 /// Collective. See share/docs/balltree.md "Distributed tree" for the algorithm and its costs.
-/// `serial_threshold`: see DistributedOptions::serial_threshold.
+/// `serial_threshold`, `finisher`: see DistributedOptions.
 template <class T>
 PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode, int target_level,
-                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold);
+                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold,
+                  NodeFinisher* finisher);
 
 }  // namespace surrogate::balltree::detail

@@ -11,8 +11,10 @@
 //      output range straddles two ranks, with the distributed selection on the work array
 //      (distributed_selection.cpp); a node inside one rank's output range becomes a piece;
 //   3. each piece's array goes, in its current order, to the rank owning its output range (one
-//      all-to-all), which finishes it with the serial build()/partition().
+//      all-to-all), which finishes it with the serial build()/partition() (or DistributedOptions::finisher:
+//      the same on a device), the pieces of one kind in one batch.
 #include <algorithm>
+#include <map>
 #include <numeric>
 #include <string>
 
@@ -30,6 +32,22 @@ std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
 struct Piece {
   Index start, count, out_begin, out_size, levels;
 };
+
+/// build() / partition() of a group of pieces: by the finisher when there is one (float32 points only).
+Tree finish_build(NodeFinisher* finisher, std::span<const float> points, int dim, const Batch& batch) {
+  return finisher ? finisher->build(points, dim, batch) : build(points, dim, batch);
+}
+Tree finish_build(NodeFinisher*, std::span<const double> points, int dim, const Batch& batch) {
+  return build(points, dim, batch);
+}
+std::vector<std::int64_t> finish_partition(NodeFinisher* finisher, std::span<const float> points, int dim,
+                                           const Batch& batch, int level) {
+  return finisher ? finisher->partition(points, dim, batch, level) : partition(points, dim, batch, level);
+}
+std::vector<std::int64_t> finish_partition(NodeFinisher*, std::span<const double> points, int dim, const Batch& batch,
+                                           int level) {
+  return partition(points, dim, batch, level);
+}
 
 /// The serial recursion over the node ranges (identical on every rank): splits the nodes that straddle
 /// two output ranks, lists the others as pieces.
@@ -92,7 +110,8 @@ Index points_before(Placement mode, Index n, Index slots, Index o) {
 
 template <class T>
 PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode, int target_level,
-                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold) {
+                  std::span<const std::int64_t> out_offsets, const RankRanges& ranges, std::int64_t serial_threshold,
+                  NodeFinisher* finisher) {
   const int p = comm.size(), me = comm.rank();
   const auto up = sz(p);
   const Index samples = data.samples;
@@ -329,41 +348,74 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
       result.ids[sz(k)] = id;
       if (mode == Placement::tree) result.mask[sz(k)] = m;
     };
+    // This rank's pieces, grouped by what finishes them: build() (level -1) or partition() to a level.
+    // A node of out_size slots holds n in [out_size/2, out_size] points. With n > out_size/2 the serial
+    // recursion below it is exactly build() of its array (same depth). With n == out_size/2 (a power of
+    // two) the serial builder splits down to one point per leaf, which build() of n points would not do
+    // (it stops at two per leaf): that is partition() to one point per range, each point followed by its
+    // padding duplicate. A partition piece of one point or no level left keeps its order.
+    std::map<int, std::vector<const Piece*>> groups;
     for (const Piece& piece : pieces) {
       if (ranges.owner(piece.out_begin) != me) continue;
-      const Index out_begin = piece.out_begin, out_size = piece.out_size, levels = piece.levels, n = piece.count;
       const Index at = piece.start - recv_first;
-      if (at < 0 || at + n > recv_size)
+      if (at < 0 || at + piece.count > recv_size)
         throw Error(ErrorCode::internal, "distributed ball tree: a piece outside the received positions");
-      const Index* pid = in_ids_at + at;
-      const std::span<const T> pc(in_coords_at + at * dim, sz(n * dim));
-      if (mode == Placement::tree) {
-        // A node of out_size slots holds n in [out_size/2, out_size] points. With n > out_size/2 the
-        // serial recursion below it is exactly build() of its array (same depth). With n == out_size/2
-        // (a power of two) the serial builder splits down to one point per leaf, which build() of n
-        // points would not do (it stops at two per leaf): that is partition() to one point per range,
-        // each point followed by its padding duplicate.
-        if (2 * n == out_size) {
-          int levels_below = 0;
-          while ((Index{2} << levels_below) < out_size) ++levels_below;
-          std::vector<std::int64_t> perm(sz(n), 0);
-          if (n > 1) perm = partition(pc, dim, Batch::single(n), levels_below);
-          for (Index i = 0; i < n; ++i) {
-            put(out_begin + 2 * i, pid[perm[sz(i)]], 1);
-            put(out_begin + 2 * i + 1, pid[perm[sz(i)]], 0);
-          }
-          continue;
+      int level = -1;
+      if (mode == Placement::tree && 2 * piece.count == piece.out_size) {
+        level = 0;
+        while ((Index{2} << level) < piece.out_size) ++level;
+      } else if (mode == Placement::partition) {
+        level = piece.levels > 0 && piece.count > 1 ? static_cast<int>(piece.levels) : 0;
+      }
+      groups[level].push_back(&piece);
+    }
+    for (const auto& [level, group] : groups) {
+      // The group's points as the samples of one batch (no copy for a single piece).
+      std::vector<Index> offsets{0};
+      for (const Piece* piece : group) offsets.push_back(offsets.back() + piece->count);
+      std::vector<T> joined;
+      std::span<const T> points(in_coords_at + (group[0]->start - recv_first) * dim, sz(offsets.back() * dim));
+      if (group.size() > 1) {
+        joined.reserve(sz(offsets.back() * dim));
+        for (const Piece* piece : group) {
+          const T* from = in_coords_at + (piece->start - recv_first) * dim;
+          joined.insert(joined.end(), from, from + piece->count * dim);
         }
-        const Tree t = build(pc, dim, Batch::single(n));
-        if (t.slots() != out_size)
-          throw Error(ErrorCode::internal, "distributed ball tree: a subtree of " + std::to_string(n) + " points has " +
-                                               std::to_string(t.slots()) + " slots, expected " + std::to_string(out_size));
-        for (Index s = 0; s < out_size; ++s) put(out_begin + s, pid[t.index[sz(s)]], t.mask[sz(s)]);
-      } else {
-        std::vector<std::int64_t> perm(sz(n));
-        if (levels > 0 && n > 1) perm = partition(pc, dim, Batch::single(n), static_cast<int>(levels));
-        else std::iota(perm.begin(), perm.end(), 0);
-        for (Index i = 0; i < n; ++i) put(out_begin + i, pid[perm[sz(i)]], 0);
+        points = joined;
+      }
+      if (level < 0) {
+        const Tree t = finish_build(finisher, points, dim, Batch::from_offsets(offsets));
+        for (std::size_t k = 0; k < group.size(); ++k) {
+          const Piece& piece = *group[k];
+          const Index slots = t.slot_offsets[k + 1] - t.slot_offsets[k];
+          if (slots != piece.out_size)
+            throw Error(ErrorCode::internal, "distributed ball tree: a subtree of " + std::to_string(piece.count) + " points has " +
+                                                 std::to_string(slots) + " slots, expected " + std::to_string(piece.out_size));
+          const Index* pid = in_ids_at + (piece.start - recv_first);
+          for (Index s = 0; s < slots; ++s) {
+            const auto slot = sz(t.slot_offsets[k] + s);
+            put(piece.out_begin + s, pid[t.index[slot] - offsets[k]], t.mask[slot]);
+          }
+        }
+        continue;
+      }
+      std::vector<std::int64_t> perm(sz(offsets.back()));
+      if (level > 0)
+        perm = finish_partition(finisher, points, dim, Batch::from_offsets(offsets), level);
+      else
+        std::iota(perm.begin(), perm.end(), 0);
+      for (std::size_t k = 0; k < group.size(); ++k) {
+        const Piece& piece = *group[k];
+        const Index* pid = in_ids_at + (piece.start - recv_first);
+        for (Index i = 0; i < piece.count; ++i) {
+          const Index id = pid[perm[sz(offsets[k] + i)] - offsets[k]];
+          if (mode == Placement::tree) {
+            put(piece.out_begin + 2 * i, id, 1);
+            put(piece.out_begin + 2 * i + 1, id, 0);
+          } else {
+            put(piece.out_begin + i, id, 0);
+          }
+        }
       }
     }
     if (std::find(filled.begin(), filled.end(), 0) != filled.end())
@@ -374,8 +426,8 @@ PlacedRange place(const Comm& comm, const SpreadSamples<T>& data, Placement mode
 }
 
 template PlacedRange place<float>(const Comm&, const SpreadSamples<float>&, Placement, int, std::span<const std::int64_t>,
-                                  const RankRanges&, std::int64_t);
+                                  const RankRanges&, std::int64_t, NodeFinisher*);
 template PlacedRange place<double>(const Comm&, const SpreadSamples<double>&, Placement, int,
-                                   std::span<const std::int64_t>, const RankRanges&, std::int64_t);
+                                   std::span<const std::int64_t>, const RankRanges&, std::int64_t, NodeFinisher*);
 
 }  // namespace surrogate::balltree::detail

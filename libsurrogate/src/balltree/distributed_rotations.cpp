@@ -89,7 +89,8 @@ DistributedRotatedTrees build_distributed_with_rotations(const Comm& comm, std::
     for (Index k = 0; k < nodes.size(me); ++k) data.ids[sz(k)] = nodes.begin(me) + k;
     data.coords = coords;
     detail::PlacedRange placed =
-        detail::place(comm, data, detail::Placement::partition, rot.target_levels.back(), offsets, nodes, options.serial_threshold);
+        detail::place(comm, data, detail::Placement::partition, rot.target_levels.back(), offsets, nodes,
+                      options.serial_threshold, options.finisher);
     rot.peak_points = std::max(rot.peak_points, placed.peak_points);
 
     const Index local_nodes = nodes.size(me);

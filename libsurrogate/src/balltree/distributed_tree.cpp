@@ -126,7 +126,8 @@ DistributedTree build_impl(const Comm& comm, std::span<const T> positions, int d
     std::copy_n(positions.begin() + row * dim, dim, data.coords.begin() + g * dim);
   }
 
-  detail::PlacedRange placed = detail::place(comm, data, detail::Placement::tree, 0, t.slot_offsets, t.slots, options.serial_threshold);
+  detail::PlacedRange placed = detail::place(comm, data, detail::Placement::tree, 0, t.slot_offsets, t.slots, options.serial_threshold,
+                                                options.finisher);
   t.index = std::move(placed.ids);
   t.mask = std::move(placed.mask);
   t.peak_points = placed.peak_points;

@@ -1,8 +1,13 @@
 // The shared part of the ball-tree families' plans (plan.hpp).
 #include "plan.hpp"
-#include "surrogate/profile.hpp"
+
+#include <string>
 
 #include "surrogate/error.hpp"
+#include "surrogate/profile.hpp"
+#if SURROGATE_HAVE_CUDA
+#include "../device/ball_trees.hpp"
+#endif
 
 namespace {
 // The phases this file times (surrogate/profile.hpp).
@@ -22,11 +27,30 @@ CanonicalBatch BallTreePlan::gather_block(const PointCloudModel& model, int thre
   return all;
 }
 
-void BallTreePlan::build_tree(const TreeShape& shape, int dim) {
+DeviceTrees::DeviceTrees() = default;
+DeviceTrees::~DeviceTrees() = default;
+
+NodeFinisher* DeviceTrees::for_run(int cuda_device, void* stream) {
+  if (cuda_device < 0) return nullptr;
+#if SURROGATE_HAVE_CUDA
+  if (!finisher_ || device_ != cuda_device || stream_ != stream) {
+    finisher_ = std::make_unique<device::BallTrees>(cuda_device, static_cast<cudaStream_t>(stream));
+    device_ = cuda_device;
+    stream_ = stream;
+  }
+  return finisher_.get();
+#else
+  throw Error(ErrorCode::unsupported, "ball trees on device " + std::to_string(cuda_device) +
+                                          ": this build of the library has no CUDA backend");
+#endif
+}
+
+void BallTreePlan::build_tree(const TreeShape& shape, int dim, NodeFinisher* finisher) {
   const ScopedPhase phase(kBallTreePhase);
   // The distributed tree over the canonical blocks: its serial numbering (samples in order, rank-major
   // inside a sample) is the canonical order, so it is the single-process tree of the batch.
-  const DistributedOptions options{shape.granularity};
+  DistributedOptions options{shape.granularity};
+  options.finisher = finisher;
   if (shape.rotate > 0)
     trees_ = build_distributed_with_rotations(*comm_, block_.positions(), dim, block_.samples(), shape.strides,
                                               shape.ball_sizes, shape.rotate, options);

@@ -35,6 +35,24 @@ class DeviceGeometry {
   surrogate::detail::Serial serial_;
 };
 
+/// What finishes a family's ball trees for a run (DistributedOptions::finisher): on a CUDA device the
+/// device's kernels (device::BallTrees: the same trees, bit for bit), kept while the device and stream
+/// stay; null for a CPU run (the host builds them).
+class DeviceTrees {
+ public:
+  DeviceTrees();
+  ~DeviceTrees();
+  DeviceTrees(const DeviceTrees&) = delete;
+  DeviceTrees& operator=(const DeviceTrees&) = delete;
+  /// The finisher on `cuda_device`'s `stream` (a cudaStream_t), or null for cuda_device < 0.
+  NodeFinisher* for_run(int cuda_device, void* stream);
+
+ private:
+  std::unique_ptr<NodeFinisher> finisher_;
+  int device_ = -1;
+  void* stream_ = nullptr;
+};
+
 /// The shape of the distributed tree of a family: the levels' strides and ball sizes, the rotation angle
 /// (> 0: the rotated orders and their exchanges too) and the granularity of the rank ranges.
 struct TreeShape {
@@ -85,8 +103,9 @@ class BallTreePlan : public Plan {
   /// batch is returned for what the family builds from it (edges). Collective; errors agreed.
   CanonicalBatch gather_block(const PointCloudModel& model, int threads, const std::string& family);
   /// The distributed tree over the blocks (build_distributed, with rotations when shape.rotate > 0) and the
-  /// slots' positions. Collective; the tree's input errors are agreed.
-  void build_tree(const TreeShape& shape, int dim);
+  /// slots' positions; the nodes this rank holds whole finished by `finisher` (DeviceTrees::for_run) or,
+  /// when null, on the host. Collective; the tree's input errors are agreed.
+  void build_tree(const TreeShape& shape, int dim, NodeFinisher* finisher);
   /// Adds the moves of `plan` to Plan::traffic() (every exchange plan a family keeps or builds per forward).
   void count(ExchangePlan& plan) { plan.count_into(&traffic()); }
 

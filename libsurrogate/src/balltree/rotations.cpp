@@ -126,7 +126,8 @@ std::vector<float> mean_pool(std::span<const float> rows, int dim, int stride) {
 }
 
 RotatedTrees build_with_rotations(std::span<const float> points, int dim, const Batch& batch,
-                                  std::span<const int> strides, std::span<const int> ball_sizes, double angle_degrees) {
+                                  std::span<const int> strides, std::span<const int> ball_sizes, double angle_degrees,
+                                  NodeFinisher* finisher) {
   if (ball_sizes.empty())
     throw Error(ErrorCode::invalid_argument, "rotated ball trees: ball_sizes is empty (one entry per tree level is needed)");
   if (strides.size() + 1 != ball_sizes.size())
@@ -144,7 +145,7 @@ RotatedTrees build_with_rotations(std::span<const float> points, int dim, const 
   RotatedTrees result;
   const bool rotated = angle_degrees > 0;
   if (rotated) rotation_matrix(angle_degrees, dim);  // refuses a dim other than 2 and 3 before any work
-  result.tree = build(points, dim, batch);
+  result.tree = finisher ? finisher->build(points, dim, batch) : build(points, dim, batch);
   if (!rotated) return result;
 
   const Tree& tree = result.tree;
@@ -165,7 +166,9 @@ RotatedTrees build_with_rotations(std::span<const float> points, int dim, const 
                                                    std::string("does not keep the samples apart at level ") +
                                                    std::to_string(i) + " (" + e.what() + ")");
     }
-    result.rotated.push_back(partition(std::span<const float>(rot), dim, b, result.target_levels[i]));
+    const std::span<const float> level_points(rot);
+    result.rotated.push_back(finisher ? finisher->partition(level_points, dim, b, result.target_levels[i])
+                                      : partition(level_points, dim, b, result.target_levels[i]));
     if (i + 1 == ball_sizes.size()) break;
     const int s = strides[i];
     const Index nodes = static_cast<Index>(level_batch.size());

@@ -77,7 +77,7 @@ class BsaModel final : public PointCloudModel {
                        "batch; the plan is built once per point set and reused by every predict on it; bitwise "
                        "equal to one process)");
     d.emplace_back("CUDA forward",
-                   "fp32 (cuda_device >= 0: tree and top-S block selection on the host, the layers on the device; "
+                   "fp32 (cuda_device >= 0: the ball trees' node selections and the layers on the device; "
                    "several ranks: each on its slots of the distributed tree, the exchanges device to device "
                    "(NCCL) or staged through host memory)");
     return d;
@@ -85,7 +85,13 @@ class BsaModel final : public PointCloudModel {
 
  protected:
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions& options) override {
-    return std::make_unique<detail::BsaPlan>(comm, std::move(basis), *this, net_, options.threads);
+    // On a CUDA device the ball trees are finished there (the same trees).
+    balltree::NodeFinisher* trees = nullptr;
+    if (options.cuda_device >= 0) {
+      use_device(comm, options);
+      trees = device_trees_.for_run(device_->device(), device_->stream());
+    }
+    return std::make_unique<detail::BsaPlan>(comm, std::move(basis), *this, net_, options.threads, trees);
   }
 
   /// The network on the plan (plan.hpp): the features moved to this rank's block, the layers there (on the
@@ -187,6 +193,7 @@ class BsaModel final : public PointCloudModel {
 
   Network net_;
   std::unique_ptr<detail::BsaDeviceForward> device_;  // the weights on a device, once a device was asked for
+  balltree::DeviceTrees device_trees_;                // the plans' trees on that device (on its stream)
 };
 
 }  // namespace

@@ -37,7 +37,8 @@ std::int64_t tree_granularity(const Config& c) {
   return g;
 }
 
-BsaPlan::BsaPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads)
+BsaPlan::BsaPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads,
+                 balltree::NodeFinisher* finisher)
     : BallTreePlan(comm, std::move(basis)), compress_block_size_(net.config().compress_block_size) {
   const Config& c = net.config();
   const int d = c.dimensionality;
@@ -49,7 +50,7 @@ BsaPlan::BsaPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& mod
     shape.rotate = c.rotation_angle;
   }
   shape.granularity = tree_granularity(c);
-  build_tree(shape, d);
+  build_tree(shape, d, finisher);
   const balltree::DistributedTree& tree = trees().tree;
   // Equal padded sample sizes, whole balls, blocks and groups (global data: the same on every rank).
   const std::int64_t samples = static_cast<std::int64_t>(tree.slot_offsets.size()) - 1;

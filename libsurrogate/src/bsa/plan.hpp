@@ -40,7 +40,8 @@ class BsaPlan final : public balltree::BallTreePlan {
  public:
   /// Collective. Errors (the tree's input errors, unequal padded sample sizes, a size that is not whole
   /// balls, blocks and groups) are agreed.
-  BsaPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads);
+  BsaPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads,
+          balltree::NodeFinisher* finisher);
 
   void rebind(const Comm& comm) override;
 

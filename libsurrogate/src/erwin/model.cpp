@@ -102,7 +102,7 @@ class ErwinModel final : public PointCloudModel {
          "per point set and reused by every predict on it; bitwise equal to one process)"},
         {"CUDA forward",
          "fp32 (tf32 / bf16: the dense layers on the tensor cores), any rank count (cuda_device >= 0: the "
-         "plan built on the host, each rank's block and slots on its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
+         "plan built on the host with its ball trees' node selections on the device, each rank's block and slots on its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
          "one-process device forward)"}};
     return d;
   }
@@ -117,7 +117,13 @@ class ErwinModel final : public PointCloudModel {
   }
 
   std::unique_ptr<Plan> build_plan(const Comm& comm, Plan::Basis basis, const RunOptions& options) override {
-    return std::make_unique<detail::ErwinPlan>(comm, std::move(basis), *this, net_, options.threads);
+    // On a CUDA device the ball trees are finished there (the same trees).
+    balltree::NodeFinisher* trees = nullptr;
+    if (options.cuda_device >= 0) {
+      prepare_device(comm, options);
+      trees = device_trees_.for_run(device_->device(), device_->stream());
+    }
+    return std::make_unique<detail::ErwinPlan>(comm, std::move(basis), *this, net_, options.threads, trees);
   }
 
   /// The network on the plan (plan.hpp): the features moved to this rank's block, the network there (on
@@ -213,6 +219,7 @@ class ErwinModel final : public PointCloudModel {
   Network net_;
   bool wrapper_;
   std::unique_ptr<detail::ErwinDeviceForward> device_;  // the weights on a device, once a device was asked for
+  balltree::DeviceTrees device_trees_;                  // the plans' trees on that device (on its stream)
   std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
   kernels::PackedLinear head0_, head2_;
   index_t parameters_ = 0;

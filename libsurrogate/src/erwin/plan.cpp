@@ -20,7 +20,8 @@ std::int64_t tree_granularity(const Config& c) {
   return std::lcm(g, stride_product);
 }
 
-ErwinPlan::ErwinPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads)
+ErwinPlan::ErwinPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads,
+                     balltree::NodeFinisher* finisher)
     : BallTreePlan(comm, std::move(basis)) {
   const Config& c = net.config();
   const int d = c.dimensionality, L = c.levels();
@@ -70,7 +71,7 @@ ErwinPlan::ErwinPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel&
     halo_plan_.forward(block_positions().data(), d, edge_positions_.data() + n * d);  // the halo's positions
   }
 
-  build_tree({c.strides, c.ball_sizes, c.rotate, tree_granularity(c)}, d);
+  build_tree({c.strides, c.ball_sizes, c.rotate, tree_granularity(c)}, d, finisher);
   const balltree::DistributedTree& tree = trees().tree;
   const std::vector<index_t> global_nodes = Stages::level_nodes(net, tree.total_slots());  // same on every rank
   level_nodes_.resize(static_cast<std::size_t>(L));

@@ -28,8 +28,10 @@ std::int64_t tree_granularity(const Config& config);
 class ErwinPlan final : public balltree::BallTreePlan {
  public:
   /// Collective. Errors (a configuration that cannot run, no edges for message passing, the tree's input
-  /// errors, a level that is not whole balls) are agreed.
-  ErwinPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads);
+  /// errors, a level that is not whole balls) are agreed. `finisher`: what finishes the ball trees
+  /// (balltree::DeviceTrees::for_run; null: the host).
+  ErwinPlan(const Comm& comm, Plan::Basis basis, const PointCloudModel& model, const Network& net, int threads,
+            balltree::NodeFinisher* finisher);
 
   void rebind(const Comm& comm) override;
 

@@ -1,0 +1,195 @@
+// The device's ball trees (surrogate/kernels/cuda_ball_tree.hpp), on the host backend (cuda.*) and on a
+// GPU (gpu.*, skipped without one), against the CPU's balltree::build and balltree::partition (which run
+// libstdc++'s std::nth_element itself, checked against the official package by the golden tests): the
+// slots, masks and partitions element for element. Clouds that stress the selection: random points in 1 to
+// 5 dimensions, lattice points with many equal coordinates (ties in every partition), identical points, a
+// line, sorted and organ-pipe coordinates, samples of 2 and 3 points next to large ones; with the default
+// split between block and thread nodes and with blocks down to nodes of 2, 5 and 40 points; the arguments
+// it refuses.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "gpu_test.hpp"
+#include "surrogate/balltree.hpp"
+#include "surrogate/kernels/cuda.hpp"
+#include "surrogate/kernels/cuda_ball_tree.hpp"
+
+namespace {
+
+namespace bt = surrogate::balltree;
+namespace cu = surrogate::kernels::cuda;
+using surrogate::testing::to_device;
+using surrogate::testing::to_host;
+
+struct Cloud {
+  int dim = 3;
+  std::vector<float> positions;
+  std::vector<std::int64_t> first{0};
+  std::int64_t points() const { return first.back(); }
+  /// Appends a sample of n points, coordinate d of point i given by f(i, d).
+  template <class F>
+  void sample(int n, F f) {
+    for (int i = 0; i < n; ++i)
+      for (int d = 0; d < dim; ++d) positions.push_back(f(i, d));
+    first.push_back(first.back() + n);
+  }
+  bt::Batch batch() const { return bt::Batch::from_offsets(first); }
+};
+
+struct DeviceTree {
+  std::vector<std::int64_t> index;
+  std::vector<std::uint8_t> mask;
+};
+
+/// The tree (target_level < 0) or partition on the device.
+DeviceTree on_device(const Cloud& c, int target_level, int serial_points) {
+  const int device = surrogate::testing::test_device();
+  const auto positions = to_device(c.positions);
+  const int samples = static_cast<int>(c.first.size()) - 1;
+  const std::int64_t outputs = target_level < 0 ? cu::ball_tree_slots(c.first.data(), samples) : c.points();
+  cu::DeviceBuffer<std::int64_t> index(static_cast<std::size_t>(outputs), device);
+  cu::DeviceBuffer<std::uint8_t> mask(static_cast<std::size_t>(outputs), device);
+  cu::BallTreeWork work;
+  cu::BallTreeArgs a;
+  a.points = c.points();
+  a.dim = c.dim;
+  a.positions = positions.data();
+  a.samples = samples;
+  a.first = c.first.data();
+  a.target_level = target_level;
+  a.index = index.data();
+  a.mask = target_level < 0 ? mask.data() : nullptr;
+  a.serial_points = serial_points;
+  a.work = &work;
+  cu::ball_tree(a, nullptr);
+  DeviceTree t;
+  t.index = to_host(index.data(), static_cast<std::size_t>(outputs));
+  if (target_level < 0) t.mask = to_host(mask.data(), static_cast<std::size_t>(outputs));
+  return t;
+}
+
+template <class V>
+std::ptrdiff_t first_difference(const V& want, const V& got) {
+  if (want.size() != got.size()) return -1;
+  return std::mismatch(want.begin(), want.end(), got.begin()).first - want.begin();
+}
+
+void expect_trees(const Cloud& c, const std::string& what) {
+  const bt::Tree want = bt::build(std::span<const float>(c.positions), c.dim, c.batch());
+  for (const int serial : {0, 3, 40}) {
+    const DeviceTree got = on_device(c, -1, serial);
+    const auto size = static_cast<std::ptrdiff_t>(want.index.size());
+    EXPECT_EQ(first_difference(want.index, got.index), size) << what << ", serial_points " << serial << ": slots";
+    EXPECT_EQ(first_difference(want.mask, got.mask), size) << what << ", serial_points " << serial << ": masks";
+  }
+}
+
+void expect_partitions(const Cloud& c, const std::string& what) {
+  for (const int level : {0, 1, 3, 6, 40})
+    for (const int serial : {0, 2, 40}) {
+      const auto want = bt::partition(std::span<const float>(c.positions), c.dim, c.batch(), level);
+      const DeviceTree got = on_device(c, level, serial);
+      EXPECT_EQ(first_difference(want, got.index), static_cast<std::ptrdiff_t>(want.size()))
+          << what << ", target level " << level << ", serial_points " << serial;
+    }
+}
+
+TEST(GpuBallTree, TreesAreTheHostsOnHardClouds) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(5);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> cell(0, 4);
+  for (const int dim : {1, 2, 3, 4, 5}) {
+    Cloud random;
+    random.dim = dim;
+    random.sample(1500, [&](int, int) { return normal(gen); });
+    expect_trees(random, "random, dim " + std::to_string(dim));
+  }
+  Cloud lattice, identical, line, sorted, organ_pipe, samples;
+  lattice.sample(1300, [&](int, int) { return 0.25f * static_cast<float>(cell(gen)); });
+  identical.sample(700, [](int, int) { return 0.5f; });
+  line.sample(900, [&](int i, int d) { return d == 1 ? static_cast<float>(i % 37) : -1.0f; });
+  sorted.sample(1024, [](int i, int d) { return static_cast<float>(d == 0 ? i / 3 : 0); });
+  organ_pipe.sample(1000, [](int i, int d) { return static_cast<float>(d == 2 ? std::min(i, 999 - i) : i % 2); });
+  samples.sample(2, [&](int, int) { return normal(gen); });
+  samples.sample(900, [&](int, int) { return normal(gen); });
+  samples.sample(3, [&](int, int) { return normal(gen); });
+  samples.sample(257, [&](int, int) { return static_cast<float>(cell(gen)); });
+  samples.sample(2, [](int, int) { return 1.0f; });
+  expect_trees(lattice, "lattice with repeats");
+  expect_trees(identical, "identical points");
+  expect_trees(line, "a line of repeated values");
+  expect_trees(sorted, "sorted with runs");
+  expect_trees(organ_pipe, "organ pipe");
+  expect_trees(samples, "five samples of 2 to 900 points");
+}
+
+TEST(GpuBallTree, PartitionsAreTheHostsAtEveryTargetLevel) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(7);
+  std::normal_distribution<float> normal;
+  std::uniform_int_distribution<int> cell(0, 3);
+  Cloud random, lattice, samples;
+  random.dim = 2;
+  random.sample(1200, [&](int, int) { return normal(gen); });
+  lattice.sample(1000, [&](int, int) { return static_cast<float>(cell(gen)); });
+  samples.sample(1, [](int, int) { return 2.0f; });
+  samples.sample(700, [&](int, int) { return normal(gen); });
+  samples.sample(5, [&](int, int) { return static_cast<float>(cell(gen)); });
+  expect_partitions(random, "random, dim 2");
+  expect_partitions(lattice, "lattice with repeats");
+  expect_partitions(samples, "samples of 1, 700 and 5 points");
+}
+
+TEST(GpuBallTree, ALargeSampleGetsTheHostsTree) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(11);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  Cloud cube;
+  cube.sample(20000, [&](int, int) { return uniform(gen); });
+  const bt::Tree want = bt::build(std::span<const float>(cube.positions), cube.dim, cube.batch());
+  const DeviceTree got = on_device(cube, -1, 0);
+  EXPECT_EQ(first_difference(want.index, got.index), static_cast<std::ptrdiff_t>(want.index.size()));
+  EXPECT_EQ(first_difference(want.mask, got.mask), static_cast<std::ptrdiff_t>(want.mask.size()));
+}
+
+TEST(GpuBallTree, ArgumentsItRefuses) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  Cloud c;
+  c.sample(10, [](int i, int) { return static_cast<float>(i); });
+  c.sample(1, [](int, int) { return 0.0f; });
+  const auto positions = to_device(c.positions);
+  cu::DeviceBuffer<std::int64_t> index(64, surrogate::testing::test_device());
+  cu::DeviceBuffer<std::uint8_t> mask(64, surrogate::testing::test_device());
+  cu::BallTreeWork work;
+  cu::BallTreeArgs a;
+  a.points = c.points();
+  a.dim = 3;
+  a.positions = positions.data();
+  a.samples = 2;
+  a.first = c.first.data();
+  a.index = index.data();
+  a.mask = mask.data();
+  a.work = &work;
+  EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);  // a tree of a 1-point sample
+  a.target_level = 2;
+  EXPECT_NO_THROW(cu::ball_tree(a, nullptr));  // a partition takes it
+  a.serial_points = 1;
+  EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
+  a.serial_points = 0;
+  a.dim = 0;
+  EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
+  a.dim = 3;
+  const std::vector<std::int64_t> wrong_end{0, 10, 12};
+  a.first = wrong_end.data();
+  EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
+  cu::device_synchronize(surrogate::testing::test_device());
+}
+
+}  // namespace
