@@ -878,6 +878,11 @@ class Runner:
         erwin = exe.get("erwin_gpu_bench")
         if "erwin" not in a.benchmarks:
             return
+        # The ball trees of a new point set (Erwin's and BSA's plans), the host's threads against the device.
+        trees = exe.get("ball_tree_gpu_bench")
+        if trees:
+            for n in (*a.erwin_sizes, 1048576):
+                self.bench(f"erwin trees N={n}", [trees, str(n), "5", "0"], self.env, 300)
         if not erwin:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
             return
