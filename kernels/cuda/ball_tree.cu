@@ -31,6 +31,7 @@ constexpr int kMaxThreads = 1024;    // a block per large node: 32 to 1024 threa
 constexpr int kMaxWarps = kMaxThreads / 32;
 constexpr int kSerialThreads = 128;  // a thread per small node
 constexpr int kMaxStack = 96;        // a serial subtree's pending nodes (two per level at most)
+constexpr int kSpreadDims = 4;       // coordinates whose spreads one pass over a node's points finds
 
 struct Entry {
   float key;
@@ -151,21 +152,30 @@ __device__ void block_min_max(double& lo, double& hi, double* scratch) {
 }
 
 /// Splitter::split_dimension over the block's node: the first dimension of strictly largest max - min.
+/// One pass over the node's points per kSpreadDims coordinates.
 __device__ int block_split_dimension(const Context& c, const Entry* e, int count, double* scratch) {
   int best = 0;
   double best_spread = 0.0;
-  for (int d = 0; d < c.dim; ++d) {
-    double lo = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d]), hi = lo;
+  for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
+    const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
+    double lo[kSpreadDims], hi[kSpreadDims];
+    for (int k = 0; k < dims; ++k)
+      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
     for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
-      const double v = static_cast<double>(c.positions[static_cast<long long>(e[i].point) * c.dim + d]);
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
+      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
+      for (int k = 0; k < dims; ++k) {
+        const double v = static_cast<double>(p[k]);
+        lo[k] = v < lo[k] ? v : lo[k];
+        hi[k] = v > hi[k] ? v : hi[k];
+      }
     }
-    block_min_max(lo, hi, scratch);
-    const double spread = __dsub_rn(hi, lo);
-    if (spread > best_spread) {
-      best_spread = spread;
-      best = d;
+    for (int k = 0; k < dims; ++k) {
+      block_min_max(lo[k], hi[k], scratch);
+      const double spread = __dsub_rn(hi[k], lo[k]);
+      if (spread > best_spread) {
+        best_spread = spread;
+        best = d0 + k;
+      }
     }
   }
   return best;
@@ -255,20 +265,29 @@ __global__ void __launch_bounds__(kMaxThreads) split_level_kernel(const Context 
 
 // ---- a thread per node --------------------------------------------------------------------------------
 
+/// Splitter::split_dimension by one thread: one pass over the node's points per kSpreadDims coordinates.
 __device__ int serial_split_dimension(const Context& c, const Entry* e, int count) {
   int best = 0;
   double best_spread = 0.0;
-  for (int d = 0; d < c.dim; ++d) {
-    double lo = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d]), hi = lo;
+  for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
+    const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
+    double lo[kSpreadDims], hi[kSpreadDims];
+    for (int k = 0; k < dims; ++k)
+      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
     for (int i = 1; i < count; ++i) {
-      const double v = static_cast<double>(c.positions[static_cast<long long>(e[i].point) * c.dim + d]);
-      lo = v < lo ? v : lo;
-      hi = v > hi ? v : hi;
+      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
+      for (int k = 0; k < dims; ++k) {
+        const double v = static_cast<double>(p[k]);
+        lo[k] = v < lo[k] ? v : lo[k];
+        hi[k] = v > hi[k] ? v : hi[k];
+      }
     }
-    const double spread = __dsub_rn(hi, lo);
-    if (spread > best_spread) {
-      best_spread = spread;
-      best = d;
+    for (int k = 0; k < dims; ++k) {
+      const double spread = __dsub_rn(hi[k], lo[k]);
+      if (spread > best_spread) {
+        best_spread = spread;
+        best = d0 + k;
+      }
     }
   }
   return best;
