@@ -4,7 +4,7 @@
 // slots, masks and partitions element for element. Clouds that stress the selection: random points in 1 to
 // 5 dimensions, lattice points with many equal coordinates (ties in every partition), identical points, a
 // line, sorted and organ-pipe coordinates, samples of 2 and 3 points next to large ones; with the default
-// split between block and thread nodes and with blocks down to nodes of 2, 5 and 40 points; the arguments
+// split between block and thread nodes and with blocks down to nodes of 2 or 3 points and of 40; the arguments
 // it refuses.
 #include <gtest/gtest.h>
 
