@@ -151,9 +151,11 @@ __device__ void block_min_max(double& lo, double& hi, double* scratch) {
   __syncthreads();
 }
 
-/// Splitter::split_dimension over the block's node: the first dimension of strictly largest max - min.
-/// One pass over the node's points per kSpreadDims coordinates.
-__device__ int block_split_dimension(const Context& c, const Entry* e, int count, double* scratch) {
+/// Splitter::split_dimension: the first dimension of strictly largest max - min, one pass over the node's
+/// points per kSpreadDims coordinates. This thread visits points first, first + stride, ...; `combine`
+/// merges the threads' minima and maxima (BlockMinMax, or nothing when one thread visits them all).
+template <class Combine>
+__device__ int split_dimension(const Context& c, const Entry* e, int count, int first, int stride, Combine combine) {
   int best = 0;
   double best_spread = 0.0;
   for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
@@ -161,7 +163,7 @@ __device__ int block_split_dimension(const Context& c, const Entry* e, int count
     double lo[kSpreadDims], hi[kSpreadDims];
     for (int k = 0; k < dims; ++k)
       lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
-    for (int i = static_cast<int>(threadIdx.x); i < count; i += static_cast<int>(blockDim.x)) {
+    for (int i = first; i < count; i += stride) {
       const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
       for (int k = 0; k < dims; ++k) {
         const double v = static_cast<double>(p[k]);
@@ -170,7 +172,7 @@ __device__ int block_split_dimension(const Context& c, const Entry* e, int count
       }
     }
     for (int k = 0; k < dims; ++k) {
-      block_min_max(lo[k], hi[k], scratch);
+      combine(lo[k], hi[k]);
       const double spread = __dsub_rn(hi[k], lo[k]);
       if (spread > best_spread) {
         best_spread = spread;
@@ -180,6 +182,14 @@ __device__ int block_split_dimension(const Context& c, const Entry* e, int count
   }
   return best;
 }
+
+struct BlockMinMax {
+  double* scratch;
+  __device__ void operator()(double& lo, double& hi) const { block_min_max(lo, hi, scratch); }
+};
+struct OneThread {
+  __device__ void operator()(double&, double&) const {}
+};
 
 /// One Hoare partition of e[0, n) around e[0].key from its stop positions; returns the cut. One pass lists
 /// the left stops (lefts[k]: the k-th from the start) and the right stops (rights[k]: the k-th from the
@@ -256,7 +266,8 @@ __global__ void __launch_bounds__(kMaxThreads) split_level_kernel(const Context 
   node_range(s.n, ls.level, node, start, end);
   Entry* e = c.work + s.begin + start;
   const int n = end - start;
-  const int d = block_split_dimension(c, e, n, scratch);
+  const int d =
+      split_dimension(c, e, n, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), BlockMinMax{scratch});
   for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x))
     e[i].key = c.positions[static_cast<long long>(e[i].point) * c.dim + d];
   __syncthreads();
@@ -264,34 +275,6 @@ __global__ void __launch_bounds__(kMaxThreads) split_level_kernel(const Context 
 }
 
 // ---- a thread per node --------------------------------------------------------------------------------
-
-/// Splitter::split_dimension by one thread: one pass over the node's points per kSpreadDims coordinates.
-__device__ int serial_split_dimension(const Context& c, const Entry* e, int count) {
-  int best = 0;
-  double best_spread = 0.0;
-  for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
-    const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
-    double lo[kSpreadDims], hi[kSpreadDims];
-    for (int k = 0; k < dims; ++k)
-      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
-    for (int i = 1; i < count; ++i) {
-      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
-      for (int k = 0; k < dims; ++k) {
-        const double v = static_cast<double>(p[k]);
-        lo[k] = v < lo[k] ? v : lo[k];
-        hi[k] = v > hi[k] ? v : hi[k];
-      }
-    }
-    for (int k = 0; k < dims; ++k) {
-      const double spread = __dsub_rn(hi[k], lo[k]);
-      if (spread > best_spread) {
-        best_spread = spread;
-        best = d0 + k;
-      }
-    }
-  }
-  return best;
-}
 
 struct Pending {
   int start, end, level;
@@ -331,7 +314,7 @@ __global__ void __launch_bounds__(kSerialThreads) finish_kernel(const Context c,
       for (int i = 0; i < n; ++i) c.index[s.begin + p.start + i] = e[i].point;
       continue;
     }
-    const int d = serial_split_dimension(c, e, n);
+    const int d = split_dimension(c, e, n, 1, 1, OneThread{});
     for (int i = 0; i < n; ++i) e[i].key = c.positions[static_cast<long long>(e[i].point) * c.dim + d];
     const int mid = (p.start + p.end) / 2;
     if (n > 1) replica::nth_element(e, e + (mid - p.start), e + n, ByKey{});
