@@ -20,6 +20,7 @@
 #include "surrogate/kernels/cuda_sphere_sht.hpp"
 #include "surrogate/kernels/cuda_tree_attention.hpp"
 #include "surrogate/kernels/cuda_tree_layers.hpp"
+#include "surrogate/kernels/cuda_voxel_hierarchy.hpp"
 
 #define SURROGATE_CUDA_LAUNCHERS(X)                                                                        \
   X(gather_caller_input) X(scatter_caller_output) X(norm) X(mlp) X(mlp_tensor_cores) X(mlp_tensor_core_smem) \
@@ -36,7 +37,7 @@
   X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention) X(tree_norm) X(tree_pool) X(tree_mix)         \
   X(tree_layer_norm_relu) X(point_conv_max) X(hept_axis_keys) X(hept_regions) X(hept_row_max)             \
   X(hept_region_codes) X(hept_tag_codes) X(hept_code_keys) X(hept_code_keys_f64) X(hept_padding)           \
-  X(hept_gather_columns) X(hept_pad_rows) X(nearest_lists) X(ball_tree)
+  X(hept_gather_columns) X(hept_pad_rows) X(nearest_lists) X(ball_tree) X(voxel_hierarchy)
 
 namespace surrogate::kernels::cuda::host {
 

@@ -2,6 +2,7 @@
 // TreeTransformerCls): the plan (plan.hpp: whole samples on owner ranks) and the CPU forward (network.cpp).
 // share/docs/sequoia.md.
 #include <algorithm>
+#include <functional>
 #include <memory>
 #include <numeric>
 #include <string>
@@ -47,6 +48,9 @@ class Model final : public PointCloudModel {
   }
 
  protected:
+  /// The collated hierarchy of samples (with their ids in the caller's batch).
+  using HierarchyBuilder = std::function<Hierarchy(const std::vector<SamplePoints>&, std::vector<index_t>)>;
+
   std::unique_ptr<surrogate::Plan> build_plan(const Comm& comm, surrogate::Plan::Basis basis,
                                               const RunOptions& options) override {
     const detail::ThreadCount threads(options.threads);
@@ -54,22 +58,28 @@ class Model final : public PointCloudModel {
     const std::vector<index_t>& sizes = plan->layout().sample_sizes();
     const index_t total = std::accumulate(sizes.begin(), sizes.end(), index_t{0});
     const index_t largest = sizes.empty() ? 0 : *std::max_element(sizes.begin(), sizes.end());
-    // On a CUDA device the neighbour lists are computed there (the same lists).
+    // On a CUDA device the hierarchy and the neighbour lists are computed there (the same ones).
+    HierarchyBuilder build = [this](const std::vector<SamplePoints>& samples, std::vector<index_t> ids) {
+      return collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(ids));
+    };
     NearestFinder find;
     if (options.cuda_device >= 0) {
       prepare_device(comm, options);
+      build = [this](const std::vector<SamplePoints>& samples, std::vector<index_t> ids) {
+        return device_->hierarchy(samples, cfg_.divide, cfg_.depth, std::move(ids));
+      };
       find = [this](const std::vector<float>& positions, const std::vector<std::int64_t>& batch, int k,
                     const std::vector<std::int64_t>& queries) {
         return device_->nearest_lists(positions, batch, k, queries);
       };
     }
-    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan, find);
-    else build_whole_samples(comm, *plan, find);
+    if (comm.size() > 1 && largest * comm.size() > total) build_split(comm, *plan, build, find);
+    else build_whole_samples(comm, *plan, build, find);
     return plan;
   }
 
   /// Every sample on one owner rank, its hierarchy built there.
-  void build_whole_samples(const Comm& comm, Plan& plan, const NearestFinder& find) {
+  void build_whole_samples(const Comm& comm, Plan& plan, const HierarchyBuilder& build, const NearestFinder& find) {
     plan.set_owners(detail::SampleOwners::build(comm, plan.layout(), plan.geometry().global_ids));
     detail::SampleOwners& owners = plan.owners();
     // The positions of the owned samples, each sample's points by increasing global id.
@@ -83,7 +93,7 @@ class Model final : public PointCloudModel {
         samples.push_back({positions.data() + o.begin * 3, o.end - o.begin, "sample " + std::to_string(o.sample)});
         ids.push_back(o.sample);
       }
-      Hierarchy h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(ids));
+      Hierarchy h = build(samples, std::move(ids));
       network_.check(h);
       Share share = Share::whole(h, cfg_, nullptr, find);
       plan.set_hierarchy(std::move(h), std::move(share));
@@ -92,7 +102,7 @@ class Model final : public PointCloudModel {
 
   /// Every sample split over the ranks by lowest voxels: every rank gathers all positions and builds the
   /// whole hierarchy, then computes its share.
-  void build_split(const Comm& comm, Plan& plan, const NearestFinder& find) {
+  void build_split(const Comm& comm, Plan& plan, const HierarchyBuilder& build, const NearestFinder& find) {
     const SampleLayout& layout = plan.layout();
     const index_t n = layout.local_points();
     const std::vector<std::int64_t> ids = detail::SampleOwners::working_ids(comm, layout, plan.geometry().global_ids);
@@ -147,7 +157,7 @@ class Model final : public PointCloudModel {
         samples.push_back({positions.data() + t * 3, static_cast<index_t>(u - t), "sample " + std::to_string(sample_ids.back())});
         t = u;
       }
-      h = collate(build_sample_hierarchies(samples, cfg_.divide, cfg_.depth), std::move(sample_ids));
+      h = build(samples, std::move(sample_ids));
       network_.check(h);
     });
     share = Share::split_over(comm, h, cfg_, find);

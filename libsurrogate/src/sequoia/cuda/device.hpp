@@ -1,7 +1,7 @@
 // Sequoia's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
-// detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy built on the host and the
-// neighbour lists on the device (uploaded once per plan), every layer on the device, from and to host or
-// device rows. share/docs/sequoia.md, "On a CUDA device".
+// detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and the neighbour lists
+// built on the device for a plan (downloaded into it, uploaded once per plan), every layer on the device,
+// from and to host or device rows. share/docs/sequoia.md, "On a CUDA device".
 #pragma once
 
 #include <cstdint>
@@ -40,6 +40,10 @@ class DeviceForward {
   virtual std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions,
                                                   const std::vector<std::int64_t>& batch, int k,
                                                   const std::vector<std::int64_t>& queries) = 0;
+  /// collate(build_sample_hierarchies(samples, divide, depth), sample_ids) computed on this device: the
+  /// same hierarchy and the same errors (a plan's HierarchyBuilder).
+  virtual Hierarchy hierarchy(const std::vector<SamplePoints>& samples, int divide, int depth,
+                              std::vector<index_t> sample_ids) = 0;
 };
 
 /// Uploads the network's weights to CUDA device `device` (or the emulated device). Throws

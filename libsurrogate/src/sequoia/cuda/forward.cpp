@@ -16,6 +16,7 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/compute_graph.hpp"
 #include "../../device/nearest_lists.hpp"
+#include "../../device/voxel_hierarchy.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../network_impl.hpp"
 #include "surrogate/comm.hpp"
@@ -77,6 +78,15 @@ class CudaForward final : public DeviceForward {
       surrogate::detail::raise_current_cuda_error("sequoia neighbour lists", device_);
     }
   }
+  Hierarchy hierarchy(const std::vector<SamplePoints>& samples, int divide, int depth,
+                      std::vector<index_t> sample_ids) override {
+    try {
+      return hierarchy_(device_, stream_.get(), samples, divide, depth, std::move(sample_ids));
+    } catch (...) {  // the host builder's Error (input it refuses) passes through
+
+      surrogate::detail::raise_current_cuda_error("sequoia hierarchy", device_);
+    }
+  }
 
  private:
   /// `b` sized for `rows` rows of `width` values; a CUDA failure becomes the library's Error.
@@ -105,6 +115,7 @@ class CudaForward final : public DeviceForward {
   cu::DeviceBuffer<float> pos1_, features_, classes_;
   cu::DeviceBuffer<float> in_rows_, out_rows_;  // forward_rows' arrays (input_rows, output_rows)
   surrogate::device::NearestLists nearest_;
+  surrogate::device::VoxelHierarchies hierarchy_;
   cu::DeviceBuffer<std::int64_t> voxels_, batch_;
   cu::DeviceBuffer<double> scratch_;
   surrogate::device::ComputeGraph graph_;  // DeviceExec::compute()'s
