@@ -45,6 +45,11 @@ KeyLists select(const KeyLists& all, const std::vector<index_t>& queries, KeyMap
   return l;
 }
 
+/// Whether `ids` (ascending, distinct) are 0 .. count - 1.
+bool is_range(const std::vector<index_t>& ids, index_t count) {
+  return static_cast<index_t>(ids.size()) == count && (count == 0 || ids.back() == count - 1);
+}
+
 std::vector<index_t> range(index_t begin, index_t end) {
   std::vector<index_t> r(static_cast<std::size_t>(end - begin));
   std::iota(r.begin(), r.end(), begin);
@@ -96,18 +101,25 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
   else if (cls && ks <= Config::k_pointconv) sib0 = first_columns(conv, Config::k_pointconv, ks);
   else sib0 = find(pos0, batch0, ks, s.points);
 
-  // Extended rows: the points, then the other ranks' points the lists name (ascending).
+  // Extended rows: the points, then the other ranks' points the lists name (ascending). A share of every
+  // point (and every lowest voxel) has no halo and numbers its rows as the nodes: its lists are the
+  // hierarchy's as they stand (renumbering them is a random read per key, most of the share's time at
+  // 10^6 points).
   const auto n0 = static_cast<index_t>(s.points.size());
-  std::vector<index_t> extended(static_cast<std::size_t>(h.nodes(0)), -1);
-  for (index_t t = 0; t < n0; ++t) extended[static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] = t;
-  for (const auto* list : {&sib0, &conv})
-    for (const std::int64_t key : *list)
-      if (extended[static_cast<std::size_t>(key)] < 0) s.halo.push_back(key);
-  std::sort(s.halo.begin(), s.halo.end());
-  s.halo.erase(std::unique(s.halo.begin(), s.halo.end()), s.halo.end());
-  for (std::size_t j = 0; j < s.halo.size(); ++j) extended[static_cast<std::size_t>(s.halo[j])] = n0 + static_cast<index_t>(j);
-  for (auto* list : {&sib0, &conv})
-    for (std::int64_t& key : *list) key = extended[static_cast<std::size_t>(key)];
+  const bool every_point = is_range(s.points, h.nodes(0)), every_voxel = every_point && is_range(voxels, h.nodes(1));
+  std::vector<index_t> extended;  // empty: the identity
+  if (!every_point) {
+    extended.assign(static_cast<std::size_t>(h.nodes(0)), -1);
+    for (index_t t = 0; t < n0; ++t) extended[static_cast<std::size_t>(s.points[static_cast<std::size_t>(t)])] = t;
+    for (const auto* list : {&sib0, &conv})
+      for (const std::int64_t key : *list)
+        if (extended[static_cast<std::size_t>(key)] < 0) s.halo.push_back(key);
+    std::sort(s.halo.begin(), s.halo.end());
+    s.halo.erase(std::unique(s.halo.begin(), s.halo.end()), s.halo.end());
+    for (std::size_t j = 0; j < s.halo.size(); ++j) extended[static_cast<std::size_t>(s.halo[j])] = n0 + static_cast<index_t>(j);
+    for (auto* list : {&sib0, &conv})
+      for (std::int64_t& key : *list) key = extended[static_cast<std::size_t>(key)];
+  }
   if (cls) s.pointconv = fixed_lists(std::move(conv), Config::k_pointconv);
 
   const auto same = [](std::int64_t key) { return key; };
@@ -116,19 +128,21 @@ Share build(const Hierarchy& h, const Config& cfg, std::vector<index_t> points, 
   s.siblings.resize(static_cast<std::size_t>(L));
   for (int i = 0; i < L; ++i) {
     const auto si = static_cast<std::size_t>(i);
-    const KeyLists up = lists_of(h.parent_edges[si], h.nodes(i)), down = lists_of(h.child_edges[si], h.nodes(i));
+    KeyLists up = lists_of(h.parent_edges[si], h.nodes(i)), down = lists_of(h.child_edges[si], h.nodes(i));
     if (i == 0) {
-      s.parents[si] = select(up, s.points, same);
-      s.children[si] = select(down, s.points, same);
+      s.parents[si] = every_point ? std::move(up) : select(up, s.points, same);
+      s.children[si] = every_point ? std::move(down) : select(down, s.points, same);
       s.siblings[si] = fixed_lists(std::move(sib0), ks);
     } else if (i == 1) {
       std::string foreign;
-      s.parents[si] = select(up, voxels, same);
-      s.children[si] = select(down, voxels, [&](std::int64_t key) {
-        const index_t t = extended[static_cast<std::size_t>(key)];
-        if ((t < 0 || t >= n0) && foreign.empty()) foreign = "point " + std::to_string(key);
-        return t;
-      });
+      s.parents[si] = every_voxel ? std::move(up) : select(up, voxels, same);
+      if (every_voxel) s.children[si] = std::move(down);  // every key a point here, numbered as its node
+      else
+        s.children[si] = select(down, voxels, [&](std::int64_t key) {
+          const index_t t = extended.empty() ? key : extended[static_cast<std::size_t>(key)];
+          if ((t < 0 || t >= n0) && foreign.empty()) foreign = "point " + std::to_string(key);
+          return t;
+        });
       if (!foreign.empty())
         throw Error(ErrorCode::internal, "sequoia share: a lowest voxel's child (" + foreign + ") is not among its points");
       if (i + 1 < L)
