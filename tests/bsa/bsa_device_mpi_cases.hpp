@@ -181,7 +181,10 @@ inline std::vector<float> shifted(const std::vector<float>& v) {
 /// rank 0): bitwise; within 8e-6 max|y| (the float32 bound of the one-rank device tests) of the CPU
 /// forward; a second call (kept plan and device geometry) the same bits; new features the one-rank
 /// forward's bits for them.
-inline void expect_one_rank_device_bits(const Golden& g, const char* name, int device) {
+/// `precision` (tf32 / bf16: the dense layers on the tensor cores) for the device forwards on both sides;
+/// the bound against the CPU's fp32 forward holds for fp32 alone.
+inline void expect_one_rank_device_bits(const Golden& g, const char* name, int device,
+                                        surrogate::Precision precision = surrogate::Precision::fp32) {
   namespace bsa = surrogate::bsa;
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
@@ -192,6 +195,7 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
   if (comm.rank() == 0) {
     const bt::RotatedTrees trees = ball_golden::bsa_trees_for(net.config(), g.positions, g.batch());
     const auto one_rank = bsa::detail::make_bsa_cuda_forward(net, device);
+    one_rank->set_precision(precision);
     const auto geometry = one_rank->upload_geometry(trees, g.positions, g.batch());
     device_ref = one_rank->forward(*geometry, g.features);
     device_other = one_rank->forward(*geometry, other);
@@ -206,6 +210,7 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
   const auto model = surrogate::make_model(file);
   surrogate::RunOptions options;
   options.cuda_device = device;
+  options.precision = precision;
   const double t0 = MPI_Wtime();
   const std::unique_ptr<surrogate::Plan> plan = plan_of(comm, *model, g, p);
   const std::vector<float> y = predict(comm, *model, *plan, g, p, g.features, options);
@@ -226,12 +231,16 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
   MPI_Allreduce(MPI_IN_PLACE, &most, 1, MPI_LONG_LONG, MPI_MAX, MPI_COMM_WORLD);
   if (comm.rank() == 0)
     std::printf("%s at %d ranks (%lld..%lld points per rank): |device - cpu| %.3g (bound %.3g); predict %.1f ms "
-                "(plan and geometry built), %.1f ms (kept) on rank 0\n",
-                name, comm.size(), fewest, most, from_cpu, 2 * tol, 1e3 * (t1 - t0), 1e3 * (t2 - t1));
-  EXPECT_LE(from_cpu, 2 * tol);
+                "(plan and geometry built), %.1f ms (kept) on rank 0, %s\n",
+                name, comm.size(), fewest, most, from_cpu, 2 * tol, 1e3 * (t1 - t0), 1e3 * (t2 - t1),
+                surrogate::precision_name(precision));
+  if (precision == surrogate::Precision::fp32) {
+    EXPECT_LE(from_cpu, 2 * tol);
+  }
 }
-inline void expect_one_rank_device_bits(const char* name, int device) {
-  expect_one_rank_device_bits(load(name), name, device);
+inline void expect_one_rank_device_bits(const char* name, int device,
+                                        surrogate::Precision precision = surrogate::Precision::fp32) {
+  expect_one_rank_device_bits(load(name), name, device, precision);
 }
 
 }  // namespace bsa_device_mpi

@@ -81,6 +81,13 @@ INSTANTIATE_TEST_SUITE_P(Bsa, GpuBsaMpi,
                          ::testing::Values("sparse_rot", "means_static", "token_groups_2d", "per_token_nomask", "ball",
                                            "global"));
 
+// The dense layers in bf16 and tf32: every rank count gives the one-rank device forward in that precision.
+TEST(GpuBsaMpiPrecision, TensorCorePrecisionsAreTheOneRankForwardBitwise) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  expect_one_rank_device_bits("sparse_rot", local_device(), surrogate::Precision::bf16);
+  expect_one_rank_device_bits("ball", local_device(), surrogate::Precision::tf32);
+}
+
 // One sample of 250 points (256 slots, two tree granules of 128): at 3 ranks one rank holds no slot but takes
 // part in every exchange (with group selection and block means).
 TEST(GpuBsaMpiSmall, RanksWithoutSlots) {
@@ -224,9 +231,9 @@ TEST(GpuBsaMpiErrors, InputAndOptionErrorsAreAgreed) {
   std::vector<float> nan_on_last = g.features;
   nan_on_last[static_cast<std::size_t>(id_on_last_rank * g.cin)] = std::nanf("");
   expect_error(nan_on_last, options, ErrorCode::input, "NaN");
-  surrogate::RunOptions tf32 = options;
-  tf32.precision = surrogate::Precision::tf32;
-  expect_error(g.features, tf32, ErrorCode::unsupported, "fp32 only");
+  surrogate::RunOptions fp64 = options;
+  fp64.precision = surrogate::Precision::fp64;
+  expect_error(g.features, fp64, ErrorCode::unsupported, "fp64");
   if (surrogate::testing::on_host_backend()) {
     surrogate::RunOptions mixed = options;
     if (comm.rank() == comm.size() - 1) mixed.cuda_device = 1;

@@ -112,6 +112,29 @@ TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
   }
 }
 
+// The dense layers in bf16 and tf32 across the ranks, whole and split graphs: the one-process device
+// forward in that precision, bitwise.
+TEST(GpuHeptMpi, TensorCorePrecisionsAreTheOneProcessForwardBitwise) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const int size = comm.size();
+  const auto model = surrogate::make_model(surrogate::ModelFile::read(kPath));
+  for (const auto precision : {surrogate::Precision::bf16, surrogate::Precision::tf32}) {
+    surrogate::RunOptions options = on_device(local_device());
+    options.precision = precision;
+    for (const std::int64_t graphs : {4, 1}) {
+      const Batch b(graphs);
+      std::vector<std::int64_t> all, mine;
+      const auto reference = predict(self, *model, b, [](std::int64_t) { return 0; }, options, all);
+      const auto out = predict(comm, *model, b, [&](std::int64_t i) { return static_cast<int>(i % size); }, options, mine);
+      expect_rows(out, mine, reference, b.n(), model->out_channels(),
+                  std::string(surrogate::precision_name(precision)) + ", rank " + std::to_string(comm.rank()) + ", " +
+                      std::to_string(graphs) + " graphs");
+    }
+  }
+}
+
 // The src layout (one graph, zero pads with +inf keys; tracking and pileup) split over the ranks'
 // devices: bitwise one process.
 TEST(GpuHeptMpi, SrcLayoutSplitOverDevicesIsTheOneProcessForward) {

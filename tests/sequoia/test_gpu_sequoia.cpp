@@ -3,18 +3,20 @@
 // batches and random clouds of 1,350-1,500 points for both test models and both example models (cls with
 // root and leaf heads). Bitwise on the host backend, which runs the CPU's arithmetic and exp; within 1e-5 of
 // max|y| on a GPU, whose double exp may differ in the last bit (a float ulp now and then, carried through
-// the blocks). Also: repeatable, precisions other than fp32 refused, a kept plan's hierarchy kept on the
-// device (host backend).
+// the blocks). Also: repeatable, the dense layers in tf32 / bf16 against their emulation on the CPU, fp64
+// refused, a kept plan's hierarchy kept on the device (host backend).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
 
 #include "gpu_test.hpp"
 #include "host_backend_hooks.hpp"
+#include "precision_emulation.hpp"
 #include "sequoia_batches.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
@@ -93,16 +95,45 @@ TEST(GpuSequoia, MatchesTheCpuForward) {
   }
 }
 
-TEST(GpuSequoia, OnlyFloat32OnTheDevice) {
+// tf32 / bf16: the dense layers on the tensor cores (the tree attention, norms and pooling stay fp32). The
+// error against the CPU's fp32 forward within twice that of the CPU forward with the same rounding of the
+// dense layers' operands (tests/support/precision_emulation) plus the fp32 bound, well above the fp32
+// device forward's (the precision took effect); repeatable. fp64 is refused.
+TEST(GpuSequoia, Tf32AndBf16DenseLayersOnTheDevice) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  const Batch c = sequoia_test::golden("cls", "small");
-  for (const auto precision : {surrogate::Precision::fp64, surrogate::Precision::bf16}) {
-    try {
-      predict(c, surrogate::testing::test_device(), precision);
-      FAIL() << "precision " << surrogate::precision_name(precision) << " accepted on the device";
-    } catch (const surrogate::Error& e) {
-      EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
+  const int device = surrogate::testing::test_device();
+  const auto max_error = [](const std::vector<float>& a, const std::vector<float>& b) {
+    double e = 0.0;
+    for (std::size_t i = 0; i < a.size(); ++i) e = std::max(e, std::fabs(static_cast<double>(a[i]) - b[i]));
+    return e;
+  };
+  for (const Batch& c : {sequoia_test::golden("seg", "unequal_sizes"), sequoia_test::golden("cls", "medium"),
+                         sequoia_test::synthetic(sequoia_test::example_model("seg"), {1200}, 9u)}) {
+    SCOPED_TRACE(c.model);
+    const std::vector<float> cpu = predict(c, -1), fp32 = predict(c, device);
+    double top = 1.0;
+    for (const float v : cpu) top = std::max(top, std::fabs(static_cast<double>(v)));
+    const double tol = 1e-5 * top;
+    for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+      std::vector<float> emulated;
+      {
+        st::ScopedPrecisionEmulation emulate(precision);
+        emulated = predict(c, -1);
+      }
+      const std::vector<float> tc = predict(c, device, precision);
+      const double emulated_error = max_error(emulated, cpu), error = max_error(tc, cpu);
+      EXPECT_LE(error, 2 * emulated_error + tol) << surrogate::precision_name(precision) << ": emulated " << emulated_error;
+      EXPECT_GT(error, 4 * max_error(fp32, cpu) + 1e-7 * top) << surrogate::precision_name(precision) << " not applied";
+      EXPECT_EQ(predict(c, device, precision), tc) << "a second device forward differs";
+      std::printf("  %s %s: |device - cpu fp32| %.3g, emulated on the CPU %.3g (max|y| %.3g)\n", c.model.c_str(),
+                  surrogate::precision_name(precision), error, emulated_error, top);
     }
+  }
+  try {
+    predict(sequoia_test::golden("cls", "small"), device, surrogate::Precision::fp64);
+    FAIL() << "precision fp64 accepted on the device";
+  } catch (const surrogate::Error& e) {
+    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
   }
 }
 

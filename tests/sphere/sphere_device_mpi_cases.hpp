@@ -105,7 +105,8 @@ inline surrogate::SampleLayout layout_of(const surrogate::Comm& comm, const Case
 /// Model::predict of rows [begin, end) with `plan` (a plan of layout_of(begin, end); input stride cin + 3,
 /// output stride cout + 2: the padding must stay untouched); returns the rows (cout wide).
 inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, surrogate::Plan& plan,
-                                  const Case& c, index_t begin, index_t end, int cuda_device) {
+                                  const Case& c, index_t begin, index_t end, int cuda_device,
+                                  surrogate::Precision precision = surrogate::Precision::fp32) {
   const int cin = model.in_channels(), cout = model.out_channels();
   const index_t ld_in = cin + 3, ld_out = cout + 2, m = end - begin;
   std::vector<float> in(static_cast<std::size_t>(m * ld_in), 99.0f), out(static_cast<std::size_t>(m * ld_out), -7.0f);
@@ -113,6 +114,7 @@ inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model&
     std::copy_n(c.rows.data() + (begin + r) * cin, cin, in.data() + r * ld_in);
   surrogate::RunOptions options;
   options.cuda_device = cuda_device;
+  options.precision = precision;
   model.predict(comm, plan, in.data(), ld_in, out.data(), ld_out, options);
   if (cuda_device >= 0)  // the caller's device arrays: the same bits, the padding untouched
     surrogate::testing::expect_device_arrays_match(comm, model, plan, in, ld_in, out, ld_out, -7.0f, options, c.name);
@@ -127,9 +129,10 @@ inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model&
 
 /// The same with a plan of its own (Model::plan, then predict).
 inline std::vector<float> predict(const surrogate::Comm& comm, surrogate::Model& model, const Case& c, index_t begin,
-                                  index_t end, int cuda_device) {
+                                  index_t end, int cuda_device,
+                                  surrogate::Precision precision = surrogate::Precision::fp32) {
   const auto plan = model.plan(comm, layout_of(comm, c, begin, end));
-  return predict(comm, model, *plan, c, begin, end, cuda_device);
+  return predict(comm, model, *plan, c, begin, end, cuda_device, precision);
 }
 
 /// Every rank's rows in rank order (the whole output).

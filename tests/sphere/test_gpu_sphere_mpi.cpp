@@ -53,6 +53,28 @@ INSTANTIATE_TEST_SUITE_P(Transformers, GpuSphereMpi,
                                            "st_neighborhood_layernorm_lat", "st_global_none_morlet",
                                            "st_sht_global_lobatto", "st_sht_neighborhood_instance",
                                            "zoo_s2ntransformer_e128_reduced"));
+// The transformer's dense layers in bf16 and tf32 in latitude bands: the one-process device forward in that
+// precision, bitwise, with the last rank holding rows or none.
+TEST(GpuSphereMpiPrecision, TensorCorePrecisionsAreTheOneProcessForwardBitwise) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const surrogate::MpiComm comm(MPI_COMM_WORLD);
+  const surrogate::SelfComm self;
+  const Case c = load("st_neighborhood_layernorm_lat");
+  const auto file = surrogate::ModelFile::read(comm, c.dir + "/model.h5");
+  for (const auto precision : {surrogate::Precision::bf16, surrogate::Precision::tf32}) {
+    const auto single = surrogate::make_model(file);
+    const std::vector<float> one = predict(self, *single, c, 0, c.n(), st::local_device(), precision);
+    for (const bool last_empty : {false, true}) {
+      const auto model = surrogate::make_model(file);
+      const auto [begin, end] = piece(c.n(), comm.rank(), comm.size(), last_empty);
+      const std::vector<float> got = gather(predict(comm, *model, c, begin, end, st::local_device(), precision));
+      EXPECT_EQ(first_difference(got, one), got.size())
+          << surrogate::precision_name(precision) << (last_empty ? ", last rank empty" : "") << " at " << comm.size()
+          << " ranks";
+    }
+  }
+}
+
 /// Every rank's band runs the device operator (counted on the emulated device of each rank). Prints the
 /// bytes each rank copies to and from its device per forward (the second call on the same plan: the
 /// band's neighbour lists and the exchanges' row lists already uploaded).

@@ -20,6 +20,7 @@
 #include "gpu_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "h5_io.hpp"
+#include "precision_emulation.hpp"
 #include "sphere/cuda/transformer.hpp"
 #include "sphere_rows.hpp"
 #include "surrogate/comm.hpp"
@@ -179,6 +180,50 @@ TEST(GpuSphereTransformer, RegisteredModelWithCudaDevice) {
   double mag_sht = 0.0;
   for (double v : gs.ref64) mag_sht = std::max(mag_sht, std::fabs(v));
   EXPECT_LE(max_diff(y_dev, y_cpu), 2 * (4 * max_diff(gs.ref32, gs.ref64) + 16 * 6e-8 * mag_sht)) << "upsample_sht";
+}
+
+// tf32 / bf16 through the registered model: the dense layers on the tensor cores (the DISCO convolutions,
+// attention operators, norms and transforms stay fp32). The error against float64 within twice that of the
+// CPU forward with the same rounding of the dense layers' operands (tests/support/precision_emulation) plus
+// the fp32 bound, above the fp32 device forward's (the precision took effect); repeatable.
+TEST(GpuSphereTransformer, DenseLayersInTf32AndBf16) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const surrogate::SelfComm comm;
+  for (const char* name : {"st_neighborhood_layernorm_lat", "st_sht_global_lobatto"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = model_dir(name);
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
+    const Golden g = read_golden(dir);
+    const int cin = model->in_channels(), cout = model->out_channels();
+    const auto n = static_cast<index_t>(g.rows.size()) / cin;
+    const surrogate::SampleLayout one = surrogate::SampleLayout::build(comm, n, nullptr);
+    const auto predict = [&](const surrogate::RunOptions& options) {
+      std::vector<float> y(static_cast<std::size_t>(n * cout));
+      model->predict(comm, one, g.rows.data(), cin, y.data(), cout, options);
+      return y;
+    };
+    double mag = 0.0;
+    for (double v : g.ref64) mag = std::max(mag, std::fabs(v));
+    const double tol = 4 * max_diff(g.ref32, g.ref64) + 16 * 6e-8 * mag;
+    surrogate::RunOptions options;
+    options.cuda_device = st::test_device();
+    const double fp32_error = max_diff(predict(options), g.ref64);
+    for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+      std::vector<float> emulated;
+      {
+        st::ScopedPrecisionEmulation emulate(precision);
+        emulated = predict(surrogate::RunOptions{});
+      }
+      options.precision = precision;
+      const std::vector<float> tc = predict(options);
+      const double emulated_error = max_diff(emulated, g.ref64), error = max_diff(tc, g.ref64);
+      EXPECT_LE(error, 2 * emulated_error + tol) << surrogate::precision_name(precision);
+      EXPECT_GT(error, 4 * fp32_error) << surrogate::precision_name(precision) << " not applied";
+      EXPECT_EQ(predict(options), tc) << "a second forward differs";
+      std::printf("  %s %s: |device - f64| %.3g, emulated on the CPU %.3g (fp32 %.3g, max|y| %.3g)\n", name,
+                  surrogate::precision_name(precision), error, emulated_error, fp32_error, mag);
+    }
+  }
 }
 
 // One graph per kept plan: on one rank the stages and exchanges of the transformer (neighborhood attention

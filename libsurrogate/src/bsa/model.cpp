@@ -133,13 +133,14 @@ class BsaModel final : public PointCloudModel {
     return device_->stream();
   }
 
-  /// The device forward for options.cuda_device (made, and the weights uploaded, on first use); fp32
-  /// only. Collective: a refusal or a device error on one rank is the same Error on all.
+  /// The device forward for options.cuda_device (made, and the weights uploaded, on first use) in its
+  /// precision: fp32, or the dense layers in tf32 / bf16 on the tensor cores. Collective: a refusal or a
+  /// device error on one rank is the same Error on all.
   void use_device(const Comm& comm, const RunOptions& options) {
     collectively(comm, [&] {
-      if (options.precision != Precision::fp32)
-        throw Error(ErrorCode::unsupported, std::string("bsa: the CUDA forward computes in fp32 only (precision '") +
-                                                precision_name(options.precision) + "' requested)");
+      if (options.precision == Precision::fp64)
+        throw Error(ErrorCode::unsupported, "bsa: the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64' "
+                                            "requested)");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA
@@ -148,6 +149,7 @@ class BsaModel final : public PointCloudModel {
         surrogate::detail::refuse_without_cuda_backend("bsa", options.cuda_device);
 #endif
       }
+      device_->set_precision(options.precision);
     });
   }
 

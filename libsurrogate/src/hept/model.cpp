@@ -156,9 +156,9 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
 
 void Model::prepare_device(const Comm& comm, const RunOptions& options) {
   collectively(comm, [&] {
-    if (options.precision != Precision::fp32)
-      throw Error(ErrorCode::unsupported, std::string("hept: the CUDA forward computes in fp32 only (precision '") +
-                                              precision_name(options.precision) + "' requested; fp64 runs on the CPU)");
+    if (options.precision == Precision::fp64)
+      throw Error(ErrorCode::unsupported, "hept: the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64' "
+                                          "requested; fp64 runs on the CPU)");
     if (!device_ || device_->device() != options.cuda_device) {
       device_.reset();
 #if SURROGATE_HAVE_CUDA
@@ -167,6 +167,7 @@ void Model::prepare_device(const Comm& comm, const RunOptions& options) {
       surrogate::detail::refuse_without_cuda_backend("hept", options.cuda_device);
 #endif
     }
+    device_->set_precision(options.precision);
   });
 }
 

@@ -248,13 +248,14 @@ class Model final : public PointCloudModel {
     points.backward(y, cfg_.n_part, io.out, io.ld_out, cfg_.n_part, place);  // left enqueued (Model::Io)
   }
 
-  /// The device forward of `options` (weights uploaded on first use); agreed errors for a precision other
-  /// than fp32, a build without CUDA or a missing device.
+  /// The device forward of `options` (weights uploaded on first use) in its precision (fp32, or the dense
+  /// layers in tf32 / bf16 on the tensor cores); agreed errors for fp64, a build without CUDA or a missing
+  /// device.
   void prepare_device(const Comm& comm, const RunOptions& options) {
     collectively(comm, [&] {
-      if (options.precision != Precision::fp32)
-        throw Error(ErrorCode::unsupported, std::string("sequoia: the CUDA forward computes in fp32 only (precision '") +
-                                                precision_name(options.precision) + "' requested)");
+      if (options.precision == Precision::fp64)
+        throw Error(ErrorCode::unsupported, "sequoia: the CUDA forward computes in fp32, tf32 or bf16 (precision "
+                                            "'fp64' requested)");
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA
@@ -263,6 +264,7 @@ class Model final : public PointCloudModel {
         surrogate::detail::refuse_without_cuda_backend("sequoia", options.cuda_device);
 #endif
       }
+      device_->set_precision(options.precision);
     });
   }
 

@@ -96,12 +96,18 @@ class SphereTransformerModel final : public Model {
   }
 
  private:
-  /// The CUDA forward (cuda/transformer.hpp), fp32: the plan's latitude bands (at one rank one band, the
-  /// whole grid) on every rank's device, with the exchanges the plan built once. The device object (the
-  /// weights on the device) is built on the first call, and again when the device changes.
+  /// The CUDA forward (cuda/transformer.hpp), fp32 or its dense layers in tf32 / bf16: the plan's latitude
+  /// bands (at one rank one band, the whole grid) on every rank's device, with the exchanges the plan built
+  /// once. The device object (the weights on the device) is built on the first call, and again when the
+  /// device changes.
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
-    check_fp32("sphere_transformer", options);
-    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    if (options.precision == Precision::fp64)
+      throw Error(ErrorCode::unsupported, "sphere_transformer: the CUDA forward computes in fp32, tf32 or bf16 "
+                                          "(precision 'fp64' requested)");
+    collectively(comm, [&] {
+      ensure_device(options.cuda_device);
+      device_->set_precision(options.precision);
+    });
     ThreadCount threads(options.threads);
     device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out, io.on_device);
   }

@@ -12,6 +12,7 @@
 #include "../network.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
+#include "surrogate/model.hpp"  // Precision
 
 namespace surrogate::bsa::detail {
 
@@ -22,6 +23,8 @@ class BsaDeviceForward {
   virtual ~BsaDeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
+  /// The arithmetic of the dense layers from the next forward on: fp32, or tf32 / bf16 on the tensor cores.
+  virtual void set_precision(Precision precision) = 0;
 
   /// One process: the geometry of a batch on the device (trees as balltree::build, or
   /// build_with_rotations with strides [1] when the model rotates, of `positions` and `batch`), for any

@@ -147,7 +147,9 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
-  explicit DeviceExec(BsaCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {}
+  explicit DeviceExec(BsaCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {
+    ops_.set_precision(f.precision_, f.weights_.words());
+  }
   const Config& config() const { return f_.cfg_; }
   const program::Layers<CudaOps>& layers() const { return f_.layers_; }
   const RowLayout& layout() const { return f_.g_->layout; }
@@ -273,7 +275,10 @@ void BsaCudaForward::compute_batch() {
   const index_t points = g_->points;
   const auto dev = ops::Place::device;
   // The geometry's arrays are sized once, at its upload; only the features may grow (forward_rows).
-  const auto key = [&] { return surrogate::device::ComputeGraph::key({g_->serial()}, {g_->features.data()}); };
+  const auto key = [&] {
+    return surrogate::device::ComputeGraph::key({g_->serial(), static_cast<std::uintptr_t>(precision_)},
+                                                {g_->features.data()});
+  };
   graph_.run(device_, stream_.get(), key, [&] {
     run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
     CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),

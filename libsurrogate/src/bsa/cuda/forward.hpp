@@ -65,6 +65,9 @@ class BsaCudaForward final : public BsaDeviceForward {
   void forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch, const float* rows, index_t ld, float* out,
                     index_t ld_out) override;
   void* stream() const override { return stream_.get(); }
+  void set_precision(Precision precision) override {
+    precision_ = surrogate::device::tensor_core_precision(precision);
+  }
   double last_forward_ms() const override { return forward_ms_; }
   double last_geometry_ms() const override { return geometry_ms_; }
 
@@ -118,6 +121,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
   surrogate::device::ComputeGraph graph_;  // compute_batch()'s
 
   // The current call.

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "surrogate/hept.hpp"
+#include "surrogate/model.hpp"  // Precision
 
 namespace surrogate {
 class Comm;
@@ -51,6 +52,9 @@ class DeviceForward {
   virtual ~DeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
+  /// The arithmetic of the dense layers from the next forward on: fp32, or tf32 / bf16 on the tensor cores
+  /// (the bucket attention, norms and the plan stay fp32).
+  virtual void set_precision(Precision precision) = 0;
   /// quantile_bins<float> and finish_geometry on the device, bit for bit: the graphs `sizes` (consecutive
   /// rows of `coords`, host, points x coords_dim) with batch numbers `graph_ids`; `reduce_max` as
   /// finish_geometry's (collective: called on every rank, also after a failure here). The same Errors

@@ -49,6 +49,9 @@ class CudaForward final : public DeviceForward {
                const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                const SplitStage* split) override;
   void* stream() const override { return stream_.get(); }
+  void set_precision(Precision precision) override {
+    precision_ = surrogate::device::tensor_core_precision(precision);
+  }
   float* input_rows(std::int64_t rows) override {
     return sized(x_, static_cast<std::size_t>(rows) * static_cast<std::size_t>(cfg_.in_dim), device_);
   }
@@ -84,12 +87,13 @@ class CudaForward final : public DeviceForward {
   void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
              kernels::Activation act = kernels::Activation::none) {
-    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), act);
+    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), act, nullptr, 0, precision_,
+                             weights_.words());
   }
   void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, const float* residual,
              index_t ld_residual) {
     surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
-                             residual, ld_residual);
+                             residual, ld_residual, precision_, weights_.words());
   }
   void norm(const Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
     surrogate::device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
@@ -103,6 +107,7 @@ class CudaForward final : public DeviceForward {
   int device_;
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
   Dense enc0_, enc2_, head_, mlp_[5], out_proj_;
   Norm mlp_norms_[4];
   std::vector<Layer> layers_;
@@ -225,7 +230,8 @@ void CudaForward::run(const PlanRows& g, const float* x, float* out,
 
 surrogate::device::ComputeGraph::Key CudaForward::graph_key(const PlanRows& g, const float* x, const float* out) const {
   surrogate::device::ComputeGraph::Key k =
-      surrogate::device::ComputeGraph::key({g.serial.value(), static_cast<std::uintptr_t>(g.np)}, {x, out});
+      surrogate::device::ComputeGraph::key(
+          {g.serial.value(), static_cast<std::uintptr_t>(g.np), static_cast<std::uintptr_t>(precision_)}, {x, out});
   for (const cu::DeviceBuffer<float>* b : {&xp_, &cat_, &hid_, &xn_, &q_, &k_, &v_, &qh_, &kh_, &pq_, &pk_, &attn_, &lo_,
                                            &hi_, &work_, &eh_, &ha_, &hb_, &res_, &fin_})
     k.push_back(reinterpret_cast<std::uintptr_t>(b->data()));

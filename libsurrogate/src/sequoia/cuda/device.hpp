@@ -1,4 +1,4 @@
-// Sequoia's forward on a CUDA device, float32 (CUDA builds only; elsewhere the model refuses with
+// Sequoia's forward on a CUDA device, fp32 or its dense layers in tf32 / bf16 (CUDA builds only; elsewhere the model refuses with
 // detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and the neighbour lists
 // built on the device for a plan (downloaded into it, uploaded once per plan), every layer on the device,
 // from and to host or device rows. share/docs/sequoia.md, "On a CUDA device".
@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "../share.hpp"
+#include "surrogate/model.hpp"  // Precision
 #include "surrogate/sequoia.hpp"
 
 namespace surrogate::sequoia::gpu {
@@ -18,6 +19,8 @@ class DeviceForward {
   virtual ~DeviceForward() = default;
   /// The device the weights live on.
   virtual int device() const = 0;
+  /// The arithmetic of the dense layers from the next forward on: fp32, or tf32 / bf16 on the tensor cores.
+  virtual void set_precision(Precision precision) = 0;
   /// Network::forward(share, ...) on the device, host arrays in and out: a whole share (every node of `h`
   /// on this rank), or a split one (collective over `comm`: the halo and voxel rows move between the
   /// ranks' devices through the share's exchange plans; an error of one rank is agreed before any move).

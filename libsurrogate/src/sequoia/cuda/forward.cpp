@@ -70,6 +70,9 @@ class CudaForward final : public DeviceForward {
   float* input_rows(std::int64_t rows) override { return rows_of(in_rows_, rows, cfg_.c); }
   float* output_rows(std::int64_t rows) override { return rows_of(out_rows_, rows, cfg_.n_part); }
   void* stream() const override { return stream_.get(); }
+  void set_precision(Precision precision) override {
+    precision_ = surrogate::device::tensor_core_precision(precision);
+  }
   std::vector<std::int64_t> nearest_lists(const std::vector<float>& positions, const std::vector<std::int64_t>& batch,
                                           int k, const std::vector<std::int64_t>& queries) override {
     try {
@@ -106,6 +109,7 @@ class CudaForward final : public DeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
   // The hierarchy's arrays, kept while the forwards name the same geometry (uploaded_: 0 when none is
   // valid), and the work arrays, grown to the largest seen.
   std::uint64_t uploaded_ = 0;
@@ -147,6 +151,7 @@ class DeviceExec {
              const float* sample_features, std::uint64_t geometry, float* out)
       : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features), geometry_(geometry),
         out_(out), ops_(f.weights_.data(), f.stream_.get()), work_(f.work_, f.device_) {
+    ops_.set_precision(f.precision_, f.weights_.words());
     ops_.tree_scratch = &f.scratch_;
     ops_.scratch_device = f.device_;
     f.arrays_.resize(static_cast<std::size_t>(Array::count) * static_cast<std::size_t>(f.cfg_.levels()));
@@ -171,7 +176,8 @@ class DeviceExec {
     }
     const auto key = [&] {
       surrogate::device::ComputeGraph::Key k = surrogate::device::ComputeGraph::key(
-          {geometry_}, {g_.features.data, g_.classes.data, out_, f_.scratch_.data()});
+          {geometry_, static_cast<std::uintptr_t>(f_.precision_)},
+          {g_.features.data, g_.classes.data, out_, f_.scratch_.data()});
       for (const auto* buffers : {&f_.arrays_, &f_.work_})
         for (const cu::DeviceBuffer<float>& b : *buffers) k.push_back(reinterpret_cast<std::uintptr_t>(b.data()));
       return k;

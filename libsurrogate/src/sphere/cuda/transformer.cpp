@@ -39,6 +39,9 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   }
   int device() const override { return device_; }
   void* stream() const override { return stream_.get(); }
+  void set_precision(Precision precision) override {
+    precision_ = surrogate::device::tensor_core_precision(precision);
+  }
 
  private:
   friend class DeviceExec;
@@ -56,6 +59,7 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;  // the dense, norm and vector layers' weights
   program::Layers<SphereCudaOps> layers_;
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
   DeviceBuffers buffers_;
   surrogate::device::ComputeGraph graph_;  // run()'s stages on one rank
 };
@@ -72,7 +76,9 @@ class DeviceExec : public DeviceRun {
 
   DeviceExec(SphereTransformerCuda& f, const Comm& comm, const TransformerBands::Exchanges& bands)
       : DeviceRun(kModel, f.device_, f.stream_.get(), comm, f.buffers_), f_(f), bands_(bands),
-        ops_(f.weights_.data(), f.stream_.get()) {}
+        ops_(f.weights_.data(), f.stream_.get()) {
+    ops_.set_precision(f.precision_, f.weights_.words());
+  }
 
   const TransformerConfig& config() const { return f_.cfg_; }
   const program::Layers<Ops>& layers() const { return f_.layers_; }
@@ -137,8 +143,9 @@ void SphereTransformerCuda::run(const Comm& comm, const TransformerBands::Exchan
   exec.run_graph(
       graph_,
       [&] {
-        return surrogate::device::ComputeGraph::key({bands.serial.value(), static_cast<std::uintptr_t>(n)},
-                                                    {input.data, result.data, outputs});
+        return surrogate::device::ComputeGraph::key(
+            {bands.serial.value(), static_cast<std::uintptr_t>(n), static_cast<std::uintptr_t>(precision_)},
+            {input.data, result.data, outputs});
       },
       [&] {
         program::forward(exec, input, band_out);

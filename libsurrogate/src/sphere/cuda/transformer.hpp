@@ -1,4 +1,5 @@
-// The SphericalTransformer forward on a CUDA device, FP32 (transformer.cpp; CUDA builds only): the
+// The SphericalTransformer forward on a CUDA device, FP32 or its dense layers in TF32 / BF16
+// (transformer.cpp; CUDA builds only): the
 // stages of the CPU forward (transformer/network.cpp) on device arrays of embed_dim floats per point, on
 // the whole grid (forward) or in the latitude bands of a SpherePlan (forward_bands), with either decoder.
 // share/docs/sphere.md, "CUDA forward of the SphericalTransformer".
@@ -8,6 +9,7 @@
 
 #include "../plan.hpp"
 #include "surrogate/comm.hpp"
+#include "surrogate/model.hpp"  // Precision
 #include "surrogate/sphere/transformer.hpp"
 
 namespace surrogate::sphere {
@@ -31,6 +33,9 @@ class SphereTransformerDeviceForward {
   virtual int device() const = 0;
   /// The stream the forward enqueues on (a cudaStream_t).
   virtual void* stream() const = 0;
+  /// The arithmetic of the dense layers from the next forward on: fp32, or tf32 / bf16 on the tensor cores
+  /// (the DISCO convolutions, the attention operators, norms and transforms stay fp32).
+  virtual void set_precision(Precision precision) = 0;
 };
 
 /// The device forward of `net`: its layers' weights and tables uploaded from its CPU layers (the network
