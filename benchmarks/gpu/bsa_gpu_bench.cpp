@@ -1,6 +1,6 @@
 // BSA's fp32 forward on a CUDA device (libsurrogate/src/bsa/cuda/device.hpp) side by side with the CPU
 // forward, same model and sample, outputs compared first (share/docs/cuda.md, "Tests and benchmark"):
-//   bsa_gpu_bench MODEL.h5 DIR REPEATS [DEVICE|cuda-emulated] [THREADS]
+//   bsa_gpu_bench MODEL.h5 DIR REPEATS [DEVICE|cuda-emulated] [THREADS] [fp32|tf32|bf16]
 // DIR/positions.f32 (N x d) and DIR/features.f32 (N x c_in), float32 raw, as bsa_bench; the device
 // output goes to DIR/surrogate_out.f32. One JSON line (ms; the trees are built on the host, timed apart).
 #include <omp.h>
@@ -17,10 +17,11 @@
 #include "bsa/cuda/device.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/model.hpp"  // Precision
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [DEVICE|cuda-emulated] [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.h5 DIR REPEATS [DEVICE|cuda-emulated] [THREADS] [fp32|tf32|bf16]\n", argv[0]);
     return 2;
   }
   try {
@@ -29,7 +30,8 @@ int main(int argc, char** argv) {
     const std::string dir = argv[2];
     const int repeats = std::max(1, std::atoi(argv[3]));
     const int device = bench_gpu::device_arg(argc, argv, 4);
-    const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
+    const int threads = argc > 5 && std::atoi(argv[5]) > 0 ? std::atoi(argv[5]) : omp_get_max_threads();
+    const surrogate::Precision precision = argc > 6 ? surrogate::parse_precision(argv[6]) : surrogate::Precision::fp32;
     // 1. The sample and its trees (host), timed as the official forward builds them every call.
     const std::vector<float> pos = bench_io::read_array<float>(dir + "/positions.f32");
     const std::vector<float> feat = bench_io::read_array<float>(dir + "/features.f32");
@@ -39,6 +41,7 @@ int main(int argc, char** argv) {
     const double tree_ms = bench_io::best_ms(1, [&] { trees = net.build_trees(pos, batch); });
     // 2. Both forwards on the same trees; the outputs compared before any timing.
     const auto forward = surrogate::bsa::detail::make_bsa_cuda_forward(net, device);
+    forward->set_precision(precision);  // the device forward's dense layers; the CPU's stay fp32
     const auto geometry = forward->upload_geometry(trees, pos, batch);
     const double geometry_ms = forward->last_geometry_ms();
     const std::vector<float> gpu = forward->forward(*geometry, feat);
@@ -72,10 +75,11 @@ int main(int argc, char** argv) {
         bench_io::best_ms(std::min(repeats, 2), [&] { static_cast<void>(net.forward(trees, feat, pos, batch, threads)); });
     std::printf("{\"points\": %ld, \"device\": %d, \"cpu_threads\": %d, \"tree_ms\": %.3f, \"geometry_ms\": %.3f, "
                 "\"device_ms\": %.3f, \"wall_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, "
-                "\"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g, \"agree\": %.5f, \"agree_1e3\": %.5f}\n",
+                "\"speedup\": %.2f, \"max_abs_y\": %.4g, \"max_diff\": %.4g, \"agree\": %.5f, \"agree_1e3\": %.5f, "
+                "\"precision\": \"%s\"}\n",
                 points, device, threads, tree_ms, geometry_ms, device_ms, wall_ms, full_ms, cpu_ms, cpu_ms / wall_ms,
                 max_y, max_diff, static_cast<double>(agree) / static_cast<double>(std::max(points, 1L)),
-                static_cast<double>(agree_1e3) / static_cast<double>(std::max(points, 1L)));
+                static_cast<double>(agree_1e3) / static_cast<double>(std::max(points, 1L)), surrogate::precision_name(precision));
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "bsa_gpu_bench: %s\n", e.what());
     return 1;

@@ -9,12 +9,13 @@ float32 output is as far from its float64 output); the share within 1e-3 is prin
 share/docs/cuda-results.md.
 
     python3 benchmarks/gpu/bsa_gpu_vs_cpu.py --build build [--sizes 16384 65536] [--attention sparse ball]
-        [--repeats 5] [--device 0|cuda-emulated] [--threads T]
+        [--repeats 5] [--device 0|cuda-emulated] [--threads T] [--precision fp32|tf32|bf16]
 
 Columns (milliseconds): `device` = CUDA-event time of a forward on the kept geometry (features upload, the
 network with the top-S selection, result download); `wall` = its wall time; `full` = the trees
 built on the host + geometry upload + forward, what the official forward does in every call; `CPU` = the
-CPU forward on the same trees. Speed-up = CPU / wall. No PyTorch side: the official code needs the
+CPU forward on the same trees. Speed-up = CPU / wall. --precision: the device forward's dense layers (tf32 /
+bf16 on the tensor cores; the CPU stays fp32, so the agreement check then reads the precision's error too). No PyTorch side: the official code needs the
 balltree-erwin package, which the lent GPU machines lack (benchmarks/bsa_cpu_vs_pytorch.py runs it on a CPU).
 """
 import argparse
@@ -40,10 +41,13 @@ def main():
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--device", default="0", help="surrogate's CUDA device index, or cuda-emulated")
     ap.add_argument("--threads", type=int, default=0, help="CPU threads (0: all)")
+    ap.add_argument("--precision", default="fp32", choices=["fp32", "tf32", "bf16"],
+                    help="the device forward's dense layers")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "gpu" / "bsa_gpu_bench"
     if not bench.exists():
         sys.exit(f"{bench} not found: a CUDA build with -DSURROGATE_BUILD_BENCHMARKS=ON")
+    print(f"device forward in {args.precision}")
     print(f"{'attention':>9} {'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} | {'CPU ms':>9} {'thr':>3} | "
           f"{'speed-up':>8} | {'agree':>6} {'(1e-3)':>6} {'max|diff|':>9} {'max|y|':>8}")
     with tempfile.TemporaryDirectory() as tmp:
@@ -58,8 +62,7 @@ def main():
                 sbs.write_inputs(data, rng.random((n, 3)).astype(np.float32),
                                  rng.standard_normal((n, config["c_in"])).astype(np.float32))
                 argv = [str(bench), str(model), str(data), str(args.repeats), args.device]
-                if args.threads > 0:
-                    argv.append(str(args.threads))
+                argv += [str(args.threads), args.precision]
                 r = sbs.run_json(argv)
                 if not r["agree"] >= 0.3:
                     sys.exit(f"{attention} N {n}: only {100 * r['agree']:.1f} % of the points agree with the CPU "

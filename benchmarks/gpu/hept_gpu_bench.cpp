@@ -1,6 +1,6 @@
 // HEPT's fp32 forward on a CUDA device (libsurrogate/src/hept/cuda/device.hpp) side by side with the CPU
 // forward, same model and event, outputs compared first (share/docs/cuda.md, "Tests and benchmark"):
-//   hept_gpu_bench MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS]
+//   hept_gpu_bench MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS] [fp32|tf32|bf16]
 // HITS: a synthetic event in one graph (eta, phi uniform, the rest N(0, 1), seed 7); DIR: DIR/features.f32
 // and DIR/coords.f32, the device output written to DIR/surrogate_out.f32. One JSON line (ms).
 #include <omp.h>
@@ -18,10 +18,12 @@
 #include "hept/cuda/device.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/hept.hpp"
+#include "surrogate/model.hpp"  // Precision
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.h5 HITS|DIR REPEATS [DEVICE|cuda-emulated] [THREADS] [fp32|tf32|bf16]\n",
+                 argv[0]);
     return 2;
   }
   namespace hept = surrogate::hept;
@@ -33,7 +35,8 @@ int main(int argc, char** argv) {
     const bool from_files = source.find_first_not_of("0123456789") != std::string::npos;
     const int repeats = std::max(1, std::atoi(argv[3]));
     const int device = bench_gpu::device_arg(argc, argv, 4);
-    const int threads = argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads();
+    const int threads = argc > 5 && std::atoi(argv[5]) > 0 ? std::atoi(argv[5]) : omp_get_max_threads();
+    const surrogate::Precision precision = argc > 6 ? surrogate::parse_precision(argv[6]) : surrogate::Precision::fp32;
     // 1. The event: read, or eta in [-4, 4], phi in [-pi, pi), the rest of the coordinates and the features N(0, 1).
     std::vector<float> coords, x;
     long hits = 0;
@@ -71,6 +74,7 @@ int main(int argc, char** argv) {
     hept::Geometry g;
     const double geometry_ms = bench_io::best_ms(1, [&] { geometry(g); });
     const auto forward = hept::gpu::make_cuda_forward(net, device);
+    forward->set_precision(precision);  // the device forward's dense layers; the CPU's stay as they are
     auto device_geometry = forward->build_geometry(coords.data(), {hits}, {0});  // warm-up (allocations)
     const hept::Geometry back = device_geometry->download();
     const bool plan_identical = back.region_eta == g.region_eta && back.region_phi == g.region_phi &&
@@ -119,10 +123,10 @@ int main(int argc, char** argv) {
                 "\"geometry_ms\": %.3f, \"device_plan_ms\": %.3f, "
                 "\"gpu_forward_ms\": %.3f, \"full_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
                 "\"max_abs_y_fp64\": %.4g, \"gpu_max_diff_fp64\": %.4g, "
-                "\"gpu_agree_fp64\": %.5f, \"cpu_max_diff_fp64\": %.4g, \"cpu_agree_fp64\": %.5f}\n",
+                "\"gpu_agree_fp64\": %.5f, \"cpu_max_diff_fp64\": %.4g, \"cpu_agree_fp64\": %.5f, \"precision\": \"%s\"}\n",
                 hits, device, threads, plan_identical ? "true" : "false", geometry_ms, plan_ms, gpu_ms, full_ms, cpu_ms,
                 cpu_ms / gpu_ms, max_y, gpu_diff,
-                gpu_agree, cpu_diff, cpu_agree);
+                gpu_agree, cpu_diff, cpu_agree, surrogate::precision_name(precision));
   } catch (const surrogate::Error& e) {
     std::fprintf(stderr, "hept_gpu_bench: %s\n", e.what());
     return 1;

@@ -1,6 +1,6 @@
 // Sequoia's fp32 forward on a CUDA device (libsurrogate/src/sequoia/cuda/device.hpp) side by side with the
 // CPU forward, same model and sample, outputs compared first:
-//   sequoia_gpu_bench MODEL.h5 POINTS REPEATS [DEVICE|cuda-emulated] [THREADS]
+//   sequoia_gpu_bench MODEL.h5 POINTS REPEATS [DEVICE|cuda-emulated] [THREADS] [fp32|tf32|bf16]
 // One sample of POINTS points on a bumpy ellipsoid (seed 7; features the coordinates, repeated; the first
 // class for a segmentation model). One JSON line (ms): plan_ms is a CPU plan (hierarchy and neighbour lists on
 // the host), device_plan_ms a CUDA plan's (both on the device, downloaded; hierarchy_identical and
@@ -25,6 +25,7 @@
 #include "sequoia/cuda/device.hpp"
 #include "surrogate/comm.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/model.hpp"  // Precision
 #include "surrogate/sequoia.hpp"
 
 namespace {
@@ -47,7 +48,7 @@ bool same_hierarchy(const surrogate::sequoia::Hierarchy& a, const surrogate::seq
 
 int main(int argc, char** argv) {
   if (argc < 4) {
-    std::fprintf(stderr, "usage: %s MODEL.h5 POINTS REPEATS [DEVICE] [THREADS]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s MODEL.h5 POINTS REPEATS [DEVICE] [THREADS] [fp32|tf32|bf16]\n", argv[0]);
     return 2;
   }
   using clock = std::chrono::steady_clock;
@@ -60,7 +61,8 @@ int main(int argc, char** argv) {
     const long points = std::atol(argv[2]);
     const int repeats = std::max(1, std::atoi(argv[3]));
     const int device = bench_gpu::device_arg(argc, argv, 4);
-    omp_set_num_threads(argc > 5 ? std::atoi(argv[5]) : omp_get_max_threads());
+    if (argc > 5 && std::atoi(argv[5]) > 0) omp_set_num_threads(std::atoi(argv[5]));
+    const surrogate::Precision precision = argc > 6 ? surrogate::parse_precision(argv[6]) : surrogate::Precision::fp32;
     // 1. The sample.
     std::mt19937 gen(7u);
     std::uniform_real_distribution<double> unit(0.0, 1.0);
@@ -78,6 +80,7 @@ int main(int argc, char** argv) {
     // 2. The plan: the hierarchy and the neighbour lists on the host and on the device, as a plan for the CPU
     //    and one for a CUDA device build them; the hierarchies and the lists compared before timing.
     const auto forward = sq::gpu::make_cuda_forward(net, device);
+    forward->set_precision(precision);  // the device forward's dense layers; the CPU's stay fp32
     const sq::NearestFinder on_device = [&](const std::vector<float>& p, const std::vector<std::int64_t>& b, int k,
                                             const std::vector<std::int64_t>& q) { return forward->nearest_lists(p, b, k, q); };
     sq::Hierarchy h = sq::build_hierarchy(positions.data(), {0, points}, cfg.divide, cfg.depth);
@@ -115,11 +118,12 @@ int main(int argc, char** argv) {
                 "\"hierarchy_ms\": %.3f, \"device_hierarchy_ms\": %.3f, \"hierarchy_identical\": %s, "
                 "\"host_lists_ms\": %.3f, \"device_lists_ms\": %.3f, \"lists_identical\": %s, "
                 "\"gpu_forward_ms\": %.3f, \"gpu_kept_ms\": %.3f, \"cpu_forward_ms\": %.3f, \"speedup\": %.2f, "
-                "\"max_abs_y\": %.4g, \"max_diff\": %.4g, \"kept_diff\": %.4g}\n",
+                "\"max_abs_y\": %.4g, \"max_diff\": %.4g, \"kept_diff\": %.4g, \"precision\": \"%s\"}\n",
                 points, device, omp_get_max_threads(), hierarchy_ms + host_lists_ms,
                 device_hierarchy_ms + device_lists_ms, hierarchy_ms, device_hierarchy_ms,
                 hierarchy_identical ? "true" : "false", host_lists_ms, device_lists_ms, lists_identical ? "true" : "false",
-                gpu_ms, kept_ms, cpu_ms, cpu_ms / gpu_ms, max_y, max_diff, kept_diff);
+                gpu_ms, kept_ms, cpu_ms, cpu_ms / gpu_ms, max_y, max_diff, kept_diff,
+                surrogate::precision_name(precision));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "sequoia_gpu_bench: %s\n", e.what());
     return 1;

@@ -805,6 +805,9 @@ class Runner:
         else:
             for n in a.hept_sizes:
                 self.bench(f"hept N={n}", [hept, str(model), str(n), "5", "0"], self.env, 600)
+            for precision in ("tf32", "bf16"):  # the dense layers on the tensor cores, at the first size
+                self.bench(f"hept N={a.hept_sizes[0]} {precision}",
+                           [hept, str(model), str(a.hept_sizes[0]), "5", "0", "0", precision], self.env, 600)
             if a.hept_official and torch_ok:
                 self.bench("hept official", [py["python"], str(src / "hept_gpu_vs_pytorch.py"), "--build", str(wrap),
                                              "--official", a.hept_official, "--models", str(model.parent),
@@ -824,6 +827,9 @@ class Runner:
                     self.bench(f"sequoia {model.stem} N={n}", [sequoia, str(model), str(n), "5", "0"], self.env, 600)
             # gpu_kept_ms is one CUDA graph per kept plan; kernel by kernel for the launch cost it removes.
             n = a.sequoia_sizes[0]
+            for precision in ("tf32", "bf16"):  # the dense layers on the tensor cores
+                self.bench(f"sequoia {models[0].stem} N={n} {precision}",
+                           [sequoia, str(models[0]), str(n), "5", "0", "0", precision], self.env, 600)
             self.bench(f"sequoia {models[0].stem} N={n} graphs off", [sequoia, str(models[0]), str(n), "5", "0"],
                        {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
         # Against the official HySonLab/HierAttention model on this GPU (--sequoia-official): batches of
@@ -843,6 +849,8 @@ class Runner:
         else:
             self.bench("bsa", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
                                "--sizes", *map(str, a.bsa_sizes)], self.python_env, 900)
+            self.bench("bsa bf16", [py["python"], str(src / "bsa_gpu_vs_cpu.py"), "--build", str(wrap),
+                                    "--sizes", str(a.bsa_sizes[-1]), "--precision", "bf16"], self.python_env, 600)
         # Against the official BSA Transformer on this GPU (--bsa-official; it builds its trees with balltree-erwin).
         if a.bsa_official and bsa:
             official("bsa official", "bsa_gpu_vs_pytorch.py",
@@ -867,6 +875,9 @@ class Runner:
                 self.bench(f"sphere {grid}", [sphere, str(model), "5", nlat, nlon, "0"], self.env, 600)
             # The kept bands' forward is one CUDA graph; kernel by kernel for the launch cost it removes.
             nlat, nlon = a.sphere_grids[0].lower().split("x")
+            for precision in ("tf32", "bf16"):  # the dense layers on the tensor cores
+                self.bench(f"sphere {a.sphere_grids[0]} {precision}",
+                           [sphere, str(model), "5", nlat, nlon, "0", precision], self.env, 600)
             self.bench(f"sphere {a.sphere_grids[0]} graphs off", [sphere, str(model), "5", nlat, nlon, "0"],
                        {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
         # Against torch-harmonics' SphericalTransformer and NeighborhoodAttentionS2 on this GPU, when the Python
