@@ -32,6 +32,22 @@ std::vector<Batch> batches() {
           sequoia_test::synthetic(sequoia_test::example_model("cls"), {1500}, 29u)};
 }
 
+/// A device forward's outputs against the one-process reference: bitwise on the host backend, within 1e-5
+/// of max|y| on GPUs.
+void expect_device_result(const std::vector<float>& y, const std::vector<float>& want, int spread) {
+  ASSERT_EQ(y.size(), want.size()) << "spread " << spread;
+  if (surrogate::testing::on_host_backend()) {
+    EXPECT_TRUE(bitwise_equal(y, want)) << "spread " << spread;
+    return;
+  }
+  float top = 1.0f, err = 0.0f;
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    top = std::max(top, std::fabs(want[i]));
+    err = std::max(err, std::fabs(y[i] - want[i]));
+  }
+  EXPECT_LE(err, 1e-5f * top) << "spread " << spread;
+}
+
 TEST(GpuSequoiaMpi, MatchesTheCpuForwardOfOneProcess) {
   SURROGATE_SKIP_WITHOUT_GPU();
   surrogate::RunOptions device;
@@ -49,18 +65,7 @@ TEST(GpuSequoiaMpi, MatchesTheCpuForwardOfOneProcess) {
                                                          model.out_channels(), 0.0f, device, c.model);
       };
       const Outputs got = distributed(c, s, 41u + static_cast<unsigned>(s), 1, nullptr, {}, device, device_arrays);
-      const std::vector<float>& y = got.per_point.empty() ? got.per_sample : got.per_point;
-      ASSERT_EQ(y.size(), want.size()) << "spread " << static_cast<int>(s);
-      if (surrogate::testing::on_host_backend()) {
-        EXPECT_TRUE(bitwise_equal(y, want)) << "spread " << static_cast<int>(s);
-      } else {
-        float top = 1.0f, err = 0.0f;
-        for (std::size_t i = 0; i < want.size(); ++i) {
-          top = std::max(top, std::fabs(want[i]));
-          err = std::max(err, std::fabs(y[i] - want[i]));
-        }
-        EXPECT_LE(err, 1e-5f * top) << "spread " << static_cast<int>(s);
-      }
+      expect_device_result(got.per_point.empty() ? got.per_sample : got.per_point, want, static_cast<int>(s));
       if (got.per_point.empty()) {
         EXPECT_TRUE(same_on_every_rank(got.per_sample));
       }
@@ -102,18 +107,7 @@ TEST(GpuSequoiaMpi, TensorCorePrecisionsAreTheOneProcessForward) {
       const std::vector<float> want = one_process(c, device);
       for (const Spread s : {Spread::even, Spread::last_rank_empty}) {
         const Outputs got = distributed(c, s, 43u + static_cast<unsigned>(s), 1, nullptr, {}, device);
-        const std::vector<float>& y = got.per_point.empty() ? got.per_sample : got.per_point;
-        ASSERT_EQ(y.size(), want.size()) << "spread " << static_cast<int>(s);
-        if (surrogate::testing::on_host_backend()) {
-          EXPECT_TRUE(bitwise_equal(y, want)) << "spread " << static_cast<int>(s);
-        } else {
-          float top = 1.0f, err = 0.0f;
-          for (std::size_t i = 0; i < want.size(); ++i) {
-            top = std::max(top, std::fabs(want[i]));
-            err = std::max(err, std::fabs(y[i] - want[i]));
-          }
-          EXPECT_LE(err, 1e-5f * top) << "spread " << static_cast<int>(s);
-        }
+        expect_device_result(got.per_point.empty() ? got.per_sample : got.per_point, want, static_cast<int>(s));
       }
     }
   }
