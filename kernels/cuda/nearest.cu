@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 
+#include "block_box.cuh"
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_nearest.hpp"
@@ -38,32 +39,11 @@ __device__ __forceinline__ int sample_of(const std::int64_t* first, int samples,
 /// One block per sample: the bounding box (a block reduction, its upper corner kept in box_hi), then
 /// grid_nearest::make_grid.
 __global__ void __launch_bounds__(kThreads) grid_kernel(const NearestListsArgs a, Grid* grids, float* box_hi) {
-  __shared__ float low[3][kThreads], high[3][kThreads];
-  const int s = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x);
+  const int s = static_cast<int>(blockIdx.x);
   const index_t b = a.first[s], e = a.first[s + 1];
-  const float inf = __int_as_float(0x7f800000);
-  float mn[3] = {inf, inf, inf}, mx[3] = {-inf, -inf, -inf};
-  for (index_t i = b + t; i < e; i += kThreads)
-    for (int c = 0; c < 3; ++c) {
-      const float p = a.positions[i * 3 + c];
-      mn[c] = fminf(mn[c], p);
-      mx[c] = fmaxf(mx[c], p);
-    }
-  for (int c = 0; c < 3; ++c) {
-    low[c][t] = mn[c];
-    high[c][t] = mx[c];
-  }
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (t < half)
-      for (int c = 0; c < 3; ++c) {
-        low[c][t] = fminf(low[c][t], low[c][t + half]);
-        high[c][t] = fmaxf(high[c][t], high[c][t + half]);
-      }
-    __syncthreads();
-  }
-  if (t != 0) return;
-  const float lo[3] = {low[0][0], low[1][0], low[2][0]}, hi[3] = {high[0][0], high[1][0], high[2][0]};
+  float lo[3], hi[3];
+  block_box<kThreads>(a.positions, b, e, lo, hi);
+  if (threadIdx.x != 0) return;
   for (int c = 0; c < 3; ++c) box_hi[s * 3 + c] = hi[c];
   grids[s] = grid_nearest::make_grid(lo, hi, static_cast<long long>(e - b));
 }

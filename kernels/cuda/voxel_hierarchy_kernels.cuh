@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "block_box.cuh"
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -52,39 +53,15 @@ struct Batch {
 /// One block per sample: the box (lo = min - 1e-6, hi = max + 1e-6), the steps (hi - lo) / divide^l, and
 /// status 1 for a non-finite coordinate or an axis without extent.
 __global__ void __launch_bounds__(kThreads) box_kernel(const Batch a, float* lo, float* steps, unsigned* status) {
-  __shared__ float low[3][kThreads], high[3][kThreads];
-  __shared__ int bad;
-  const int s = static_cast<int>(blockIdx.x), t = static_cast<int>(threadIdx.x);
-  if (t == 0) bad = 0;
-  __syncthreads();
-  const float inf = __int_as_float(0x7f800000);
-  float mn[3] = {inf, inf, inf}, mx[3] = {-inf, -inf, -inf};
-  for (index_t i = a.first[s] + t; i < a.first[s + 1]; i += kThreads)
-    for (int c = 0; c < 3; ++c) {
-      const float p = a.xyz[i * 3 + c];
-      if (!isfinite(p)) atomicMax(&bad, 1);
-      mn[c] = p < mn[c] ? p : mn[c];
-      mx[c] = p > mx[c] ? p : mx[c];
-    }
-  for (int c = 0; c < 3; ++c) {
-    low[c][t] = mn[c];
-    high[c][t] = mx[c];
-  }
-  __syncthreads();
-  for (int half = kThreads / 2; half > 0; half /= 2) {
-    if (t < half)
-      for (int c = 0; c < 3; ++c) {
-        low[c][t] = low[c][t + half] < low[c][t] ? low[c][t + half] : low[c][t];
-        high[c][t] = high[c][t + half] > high[c][t] ? high[c][t + half] : high[c][t];
-      }
-    __syncthreads();
-  }
-  if (t != 0) return;
+  const int s = static_cast<int>(blockIdx.x);
+  float low[3], high[3];
+  bool bad = block_box<kThreads>(a.xyz, a.first[s], a.first[s + 1], low, high);
+  if (threadIdx.x != 0) return;
   float extent[3];
   for (int c = 0; c < 3; ++c) {
-    lo[s * 3 + c] = __fsub_rn(low[c][0], 1e-6f);
-    const float hi = __fadd_rn(high[c][0], 1e-6f);
-    if (!(hi > lo[s * 3 + c])) atomicMax(&bad, 1);
+    lo[s * 3 + c] = __fsub_rn(low[c], 1e-6f);
+    const float hi = __fadd_rn(high[c], 1e-6f);
+    bad = bad || !(hi > lo[s * 3 + c]);
     extent[c] = __fsub_rn(hi, lo[s * 3 + c]);
   }
   float cells = 1.0f;
