@@ -12,11 +12,11 @@
 #include <exception>
 #include <memory>
 #include <numeric>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "mpi_steps.hpp"
+#include "sequoia_sample.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
 #include "surrogate/mpi_comm.hpp"
@@ -83,17 +83,8 @@ int main(int argc, char** argv) {
     const auto model = surrogate::make_model(surrogate::ModelFile::read(argv[1]));
     const int in = model->in_channels();
     // 1. The sample: a bumpy ellipsoid; the point features are the positions' coordinates, repeated.
-    std::mt19937 gen(7u);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    std::vector<float> positions, features;
-    for (std::int64_t i = 0; i < points; ++i) {
-      const double z = 2.0 * unit(gen) - 1.0, phi = 2.0 * 3.14159265358979 * unit(gen), s = std::sqrt(1.0 - z * z);
-      const double r = 1.0 + 0.1 * std::sin(5.0 * phi) * s;
-      const float p[3] = {static_cast<float>(2.0 * r * s * std::cos(phi)), static_cast<float>(r * s * std::sin(phi)),
-                          static_cast<float>(0.7 * r * z)};
-      positions.insert(positions.end(), p, p + 3);
-      for (int c = 0; c < in; ++c) features.push_back(p[c % 3]);
-    }
+    const std::vector<float> positions = bench_sequoia::bumpy_ellipsoid(points);
+    const std::vector<float> features = bench_sequoia::coordinate_features(positions, in);
     // 2. Rank 0 alone: the reference output and its time.
     std::vector<std::int64_t> all(static_cast<std::size_t>(points));
     std::iota(all.begin(), all.end(), std::int64_t{0});

@@ -8,13 +8,12 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdlib>
-#include <random>
 #include <vector>
 
 #include "bench_io.hpp"
+#include "sequoia_sample.hpp"
 #include "sequoia/neighbours.hpp"
 #include "sequoia/share.hpp"
 #include "surrogate/error.hpp"
@@ -34,15 +33,7 @@ int main(int argc, char** argv) {
     const int repeats = std::max(1, std::atoi(argv[3]));
     omp_set_num_threads(argc > 4 ? std::atoi(argv[4]) : omp_get_max_threads());
     // 1. The sample.
-    std::mt19937 gen(7u);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    std::vector<float> positions;
-    for (long i = 0; i < points; ++i) {
-      const double z = 2.0 * unit(gen) - 1.0, phi = 2.0 * 3.14159265358979 * unit(gen), s = std::sqrt(1.0 - z * z);
-      const double r = 1.0 + 0.1 * std::sin(5.0 * phi) * s;
-      positions.insert(positions.end(), {static_cast<float>(2.0 * r * s * std::cos(phi)),
-                                         static_cast<float>(r * s * std::sin(phi)), static_cast<float>(0.7 * r * z)});
-    }
+    const std::vector<float> positions = bench_sequoia::bumpy_ellipsoid(points);
     // 2. The hierarchy: every sample's, then the collation.
     const std::vector<sq::SamplePoints> sample{{positions.data(), points, "sample 0"}};
     std::vector<sq::SampleHierarchy> built;

@@ -11,16 +11,15 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cmath>
 #include <cstdio>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "../bench_io.hpp"
+#include "../sequoia_sample.hpp"
 #include "device_arg.hpp"
 #include "sequoia/cuda/device.hpp"
 #include "surrogate/comm.hpp"
@@ -64,17 +63,8 @@ int main(int argc, char** argv) {
     if (argc > 5 && std::atoi(argv[5]) > 0) omp_set_num_threads(std::atoi(argv[5]));
     const surrogate::Precision precision = argc > 6 ? surrogate::parse_precision(argv[6]) : surrogate::Precision::fp32;
     // 1. The sample.
-    std::mt19937 gen(7u);
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    std::vector<float> positions, features;
-    for (long i = 0; i < points; ++i) {
-      const double z = 2.0 * unit(gen) - 1.0, phi = 2.0 * 3.14159265358979 * unit(gen), s = std::sqrt(1.0 - z * z);
-      const double r = 1.0 + 0.1 * std::sin(5.0 * phi) * s;
-      const float p[3] = {static_cast<float>(2.0 * r * s * std::cos(phi)), static_cast<float>(r * s * std::sin(phi)),
-                          static_cast<float>(0.7 * r * z)};
-      positions.insert(positions.end(), p, p + 3);
-      for (int c = 0; c < cfg.c; ++c) features.push_back(p[c % 3]);
-    }
+    const std::vector<float> positions = bench_sequoia::bumpy_ellipsoid(points);
+    const std::vector<float> features = bench_sequoia::coordinate_features(positions, cfg.c);
     std::vector<float> classes(static_cast<std::size_t>(std::max(cfg.n_class, 1)), 0.0f);
     classes[0] = 1.0f;
     // 2. The plan: the hierarchy and the neighbour lists on the host and on the device, as a plan for the CPU
