@@ -21,4 +21,10 @@ void refuse_device_for_cpu_only_family(const std::string& what, int device) {
 #endif
 }
 
+void refuse_fp64_on_device(const std::string& what, Precision precision) {
+  if (precision == Precision::fp64)
+    throw Error(ErrorCode::unsupported, what + ": the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64' "
+                                               "requested; fp64 runs on the CPU where the model offers it)");
+}
+
 }  // namespace surrogate::detail

@@ -1,8 +1,10 @@
 // What the device paths of every family share in every build: the one refusal of a build without the
-// CUDA backend (share/docs/adding-a-family.md, "Device forward").
+// CUDA backend, and of fp64 on a device (share/docs/adding-a-family.md, "Device forward").
 #pragma once
 
 #include <string>
+
+#include "surrogate/model.hpp"  // Precision
 
 namespace surrogate::detail {
 
@@ -14,5 +16,9 @@ namespace surrogate::detail {
 /// <label> requested); run it with device \"cpu\"" (label: the number, or "cuda-emulated"), or in a build
 /// without the CUDA backend refuse_without_cuda_backend's error.
 [[noreturn]] void refuse_device_for_cpu_only_family(const std::string& what, int device);
+
+/// Throws Error(unsupported) "<what>: the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64'
+/// requested; fp64 runs on the CPU where the model offers it)" for fp64; nothing otherwise.
+void refuse_fp64_on_device(const std::string& what, Precision precision);
 
 }  // namespace surrogate::detail

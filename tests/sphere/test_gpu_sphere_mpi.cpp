@@ -53,13 +53,14 @@ INSTANTIATE_TEST_SUITE_P(Transformers, GpuSphereMpi,
                                            "st_neighborhood_layernorm_lat", "st_global_none_morlet",
                                            "st_sht_global_lobatto", "st_sht_neighborhood_instance",
                                            "zoo_s2ntransformer_e128_reduced"));
-// The transformer's dense layers in bf16 and tf32 in latitude bands: the one-process device forward in that
-// precision, bitwise, with the last rank holding rows or none.
-TEST(GpuSphereMpiPrecision, TensorCorePrecisionsAreTheOneProcessForwardBitwise) {
+// The transformer's dense layers and the layer models' projections in bf16 and tf32 in latitude bands: the
+// one-process device forward in that precision, bitwise, with the last rank holding rows or none.
+class GpuSphereMpiPrecision : public ::testing::TestWithParam<const char*> {};
+TEST_P(GpuSphereMpiPrecision, TensorCorePrecisionsAreTheOneProcessForwardBitwise) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
   const surrogate::SelfComm self;
-  const Case c = load("st_neighborhood_layernorm_lat");
+  const Case c = load(GetParam());
   const auto file = surrogate::ModelFile::read(comm, c.dir + "/model.h5");
   for (const auto precision : {surrogate::Precision::bf16, surrogate::Precision::tf32}) {
     const auto single = surrogate::make_model(file);
@@ -74,6 +75,9 @@ TEST(GpuSphereMpiPrecision, TensorCorePrecisionsAreTheOneProcessForwardBitwise) 
     }
   }
 }
+INSTANTIATE_TEST_SUITE_P(Models, GpuSphereMpiPrecision,
+                         ::testing::Values("st_neighborhood_layernorm_lat", "s2_attention_self_qknorm",
+                                           "s2_neighborhood_self"));
 
 /// Every rank's band runs the device operator (counted on the emulated device of each rank). Prints the
 /// bytes each rank copies to and from its device per forward (the second call on the same plan: the

@@ -284,34 +284,59 @@ TEST(GpuSphereHostBackend, AKeptPlansForwardIsOneGraph) {
   }
 }
 
+/// A single-layer model's self-attention golden file: the rows (channels last), the official float32
+/// output and the float64 one where the file has it, and the bound of the models' tests
+/// (tests/sphere/test_sphere_models.cpp): 4 gap + 16 u' mag of float64 with it, else 32 u' mag of the
+/// official float32 output (NeighborhoodAttentionS2 alone: one projection, one softmax, the output projection).
+struct LayerGolden {
+  std::vector<float> rows;
+  std::vector<double> ref;  // float64 where the file has it, else the official float32 output
+  bool has64 = false;
+  index_t batch = 0, points = 0;
+  double mag = 0.0, tol = 0.0;
+};
+
+LayerGolden read_layer_golden(const std::string& dir) {
+  LayerGolden g;
+  const st::Array x = st::read_array(dir + "/io.h5", "input");
+  const std::vector<double> xr = to_rows(x);
+  g.rows.assign(xr.begin(), xr.end());
+  g.batch = x.shape[0];
+  g.points = x.shape[2] * x.shape[3];
+  const std::vector<double> ref32 = to_rows(st::read_array(dir + "/io.h5", "output"));
+  g.has64 = st::has_dataset(dir + "/io.h5", "output_f64");
+  g.ref = g.has64 ? to_rows(st::read_array(dir + "/io.h5", "output_f64")) : ref32;
+  for (double v : g.ref) g.mag = std::max(g.mag, std::fabs(v));
+  g.tol = g.has64 ? 4 * max_diff(ref32, g.ref) + 16 * 6e-8 * g.mag : 32 * 6e-8 * g.mag;
+  return g;
+}
+
+/// Every sample its own: the layout of a golden file's batch.
+surrogate::SampleLayout layer_layout(const surrogate::Comm& comm, const LayerGolden& g) {
+  const index_t n = g.batch * g.points;
+  std::vector<std::int64_t> sample(static_cast<std::size_t>(n));
+  for (index_t r = 0; r < n; ++r) sample[static_cast<std::size_t>(r)] = r / g.points;
+  return surrogate::SampleLayout::build(comm, n, sample.data());
+}
+
 // The registered single-layer models (s2_attention, s2_neighborhood_attention; cuda/layer.cpp) with
 // RunOptions::cuda_device = 0 against cuda_device = -1 and the official output, on their self-attention
-// golden files. Tolerance as tests/sphere/test_sphere_models.cpp: within 4 gap + 16 u' mag of the float64
-// output where the file has one (gap = |official float32 - float64|), else within 32 u' mag of the
-// official float32 output (NeighborhoodAttentionS2 alone: one projection, one softmax, the output
-// projection); and within twice that of the CPU forward. Also: the device path ran, a second forward
-// (the same device object) repeats the values, and precision tf32 is refused.
+// golden files, within the bound of read_layer_golden and within twice that of the CPU forward. Also: the
+// device path ran, a second forward (the same device object) repeats the values, and fp64 is refused.
 TEST(GpuSphereTransformer, RegisteredLayerModelsWithCudaDevice) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::SelfComm comm;
   for (const char* name : {"s2_attention_self_qknorm", "s2_neighborhood_self"}) {
     const std::string dir = model_dir(name);
     const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
-    const st::Array x = st::read_array(dir + "/io.h5", "input");
-    const std::vector<double> xr = to_rows(x);
-    const std::vector<float> rows(xr.begin(), xr.end());
-    const std::vector<double> ref32 = to_rows(st::read_array(dir + "/io.h5", "output"));
-    const bool has64 = st::has_dataset(dir + "/io.h5", "output_f64");
-    const std::vector<double> ref64 = has64 ? to_rows(st::read_array(dir + "/io.h5", "output_f64")) : ref32;
+    const LayerGolden g = read_layer_golden(dir);
     const int cin = model->in_channels(), cout = model->out_channels();
-    const index_t batch = x.shape[0], points = x.shape[2] * x.shape[3], n = batch * points;
-    ASSERT_EQ(static_cast<index_t>(rows.size()), n * cin) << name;
-    std::vector<std::int64_t> sample(static_cast<std::size_t>(n));
-    for (index_t r = 0; r < n; ++r) sample[static_cast<std::size_t>(r)] = r / points;
-    const surrogate::SampleLayout layout = surrogate::SampleLayout::build(comm, n, sample.data());
+    const index_t n = g.batch * g.points;
+    ASSERT_EQ(static_cast<index_t>(g.rows.size()), n * cin) << name;
+    const surrogate::SampleLayout layout = layer_layout(comm, g);
     const index_t ld_in = cin + 3, ld_out = cout + 2;  // strides wider than the rows
     std::vector<float> in(static_cast<std::size_t>(n * ld_in), 99.0f);
-    for (index_t r = 0; r < n; ++r) std::copy_n(rows.data() + r * cin, cin, in.data() + r * ld_in);
+    for (index_t r = 0; r < n; ++r) std::copy_n(g.rows.data() + r * cin, cin, in.data() + r * ld_in);
     std::vector<float> cpu(static_cast<std::size_t>(n * ld_out), -7.0f), dev(cpu.size(), -7.0f), again(cpu.size(), -7.0f);
     model->predict(comm, layout, in.data(), ld_in, cpu.data(), ld_out);
     surrogate::RunOptions options;
@@ -324,9 +349,6 @@ TEST(GpuSphereTransformer, RegisteredLayerModelsWithCudaDevice) {
     }
     model->predict(comm, *plan, in.data(), ld_in, again.data(), ld_out, options);
     EXPECT_EQ(again, dev) << name;
-    double mag = 0.0;
-    for (double v : ref64) mag = std::max(mag, std::fabs(v));
-    const double tol = has64 ? 4 * max_diff(ref32, ref64) + 16 * 6e-8 * mag : 32 * 6e-8 * mag;
     double err_ref = 0.0, err_cpu = 0.0;
     for (index_t r = 0; r < n; ++r)
       for (int c = 0; c < ld_out; ++c) {
@@ -335,22 +357,66 @@ TEST(GpuSphereTransformer, RegisteredLayerModelsWithCudaDevice) {
           ASSERT_EQ(dev[i], -7.0f) << name << ": padding written, row " << r;
           continue;
         }
-        const double want = ref64[static_cast<std::size_t>(r * cout + c)];
+        const double want = g.ref[static_cast<std::size_t>(r * cout + c)];
         err_ref = std::max(err_ref, std::fabs(static_cast<double>(dev[i]) - want));
         err_cpu = std::max(err_cpu, std::fabs(static_cast<double>(dev[i]) - static_cast<double>(cpu[i])));
       }
     std::printf("%s: |device - %s| %.3g, |device - CPU| %.3g, bound %.3g (mag %.3g)\n", name,
-                has64 ? "f64" : "official f32", err_ref, err_cpu, tol, mag);
-    EXPECT_LE(err_ref, tol) << name;
-    EXPECT_LE(err_cpu, 2 * tol) << name;
-    options.precision = surrogate::Precision::tf32;
+                g.has64 ? "f64" : "official f32", err_ref, err_cpu, g.tol, g.mag);
+    EXPECT_LE(err_ref, g.tol) << name;
+    EXPECT_LE(err_cpu, 2 * g.tol) << name;
+    options.precision = surrogate::Precision::fp64;
     try {
       model->predict(comm, layout, in.data(), ld_in, dev.data(), ld_out, options);
-      ADD_FAILURE() << name << ": tf32 accepted on a device";
+      ADD_FAILURE() << name << ": fp64 accepted on a device";
     } catch (const surrogate::Error& e) {
       EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
-      EXPECT_NE(std::string(e.what()).find("fp32 only"), std::string::npos) << e.what();
     }
+  }
+}
+
+// tf32 / bf16 through the registered single-layer models: the four projections on the tensor cores, the
+// softmax FP32. Reference: the CPU forward under ScopedPrecisionEmulation (its Linear layers, the
+// projections, rounded the same way); the device's error against the golden output at most twice that
+// of the emulation plus the fp32 bound, larger than the fp32 device forward's (the precision took
+// effect), the same bits from a second forward, and fp32 again afterwards the fp32 bits.
+TEST(GpuSphereTransformer, LayerModelProjectionsInTf32AndBf16) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const surrogate::SelfComm comm;
+  for (const char* name : {"s2_attention_self_qknorm", "s2_neighborhood_self"}) {
+    SCOPED_TRACE(name);
+    const std::string dir = model_dir(name);
+    const auto model = surrogate::make_model(surrogate::ModelFile::read(dir + "/model.h5"));
+    const LayerGolden g = read_layer_golden(dir);
+    const int cout = model->out_channels();
+    const surrogate::SampleLayout layout = layer_layout(comm, g);
+    const auto plan = model->plan(comm, layout);
+    const auto predict = [&](const surrogate::RunOptions& options) {
+      std::vector<float> y(static_cast<std::size_t>(layout.local_points() * cout));
+      model->predict(comm, *plan, g.rows.data(), model->in_channels(), y.data(), cout, options);
+      return y;
+    };
+    surrogate::RunOptions options;
+    options.cuda_device = st::test_device();
+    const std::vector<float> fp32 = predict(options);
+    const double fp32_error = max_diff(fp32, g.ref);
+    for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+      std::vector<float> emulated;
+      {
+        st::ScopedPrecisionEmulation emulate(precision);
+        emulated = predict(surrogate::RunOptions{});
+      }
+      options.precision = precision;
+      const std::vector<float> tc = predict(options);
+      const double emulated_error = max_diff(emulated, g.ref), error = max_diff(tc, g.ref);
+      EXPECT_LE(error, 2 * emulated_error + g.tol) << surrogate::precision_name(precision);
+      EXPECT_GT(error, 4 * fp32_error) << surrogate::precision_name(precision) << " not applied";
+      EXPECT_EQ(predict(options), tc) << "a second forward differs";
+      std::printf("  %s %s: |device - reference| %.3g, emulated on the CPU %.3g (fp32 %.3g, max|y| %.3g)\n", name,
+                  surrogate::precision_name(precision), error, emulated_error, fp32_error, g.mag);
+    }
+    options.precision = surrogate::Precision::fp32;
+    EXPECT_EQ(predict(options), fp32) << "fp32 after tf32 / bf16";
   }
 }
 

@@ -138,9 +138,7 @@ class BsaModel final : public PointCloudModel {
   /// device error on one rank is the same Error on all.
   void use_device(const Comm& comm, const RunOptions& options) {
     collectively(comm, [&] {
-      if (options.precision == Precision::fp64)
-        throw Error(ErrorCode::unsupported, "bsa: the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64' "
-                                            "requested)");
+      surrogate::detail::refuse_fp64_on_device("bsa", options.precision);
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA

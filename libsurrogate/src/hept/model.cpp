@@ -156,9 +156,7 @@ void Model::run(const Comm& comm, Plan& plan, const Network<T>& network, const I
 
 void Model::prepare_device(const Comm& comm, const RunOptions& options) {
   collectively(comm, [&] {
-    if (options.precision == Precision::fp64)
-      throw Error(ErrorCode::unsupported, "hept: the CUDA forward computes in fp32, tf32 or bf16 (precision 'fp64' "
-                                          "requested; fp64 runs on the CPU)");
+    surrogate::detail::refuse_fp64_on_device("hept", options.precision);
     if (!device_ || device_->device() != options.cuda_device) {
       device_.reset();
 #if SURROGATE_HAVE_CUDA

@@ -43,7 +43,8 @@ class Model final : public PointCloudModel {
     auto d = cfg_.describe();
     d.emplace_back("multi-rank", "whole samples on owner ranks, or samples split by lowest voxels when one is larger "
                                  "than N / P points");
-    d.emplace_back("device forward", "CUDA, fp32 (either scheme across ranks)");
+    d.emplace_back("device forward", "CUDA, fp32 / tf32 / bf16 (either scheme across ranks); the voxel hierarchy and "
+                                     "neighbour lists built on the device");
     return d;
   }
 
@@ -253,9 +254,7 @@ class Model final : public PointCloudModel {
   /// device.
   void prepare_device(const Comm& comm, const RunOptions& options) {
     collectively(comm, [&] {
-      if (options.precision == Precision::fp64)
-        throw Error(ErrorCode::unsupported, "sequoia: the CUDA forward computes in fp32, tf32 or bf16 (precision "
-                                            "'fp64' requested)");
+      surrogate::detail::refuse_fp64_on_device("sequoia", options.precision);
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA

@@ -34,12 +34,6 @@ SpherePlan& sphere_plan(Plan& plan) {
   return *p;
 }
 
-void check_fp32(const std::string& what, const RunOptions& options) {
-  if (options.precision != Precision::fp32)
-    throw Error(ErrorCode::unsupported, what + ": the CUDA forward computes in fp32 only (precision '" +
-                                            precision_name(options.precision) + "' requested)");
-}
-
 class SphereTransformerModel final : public Model {
  public:
   SphereTransformerModel(const ModelFile& f, SphericalTransformer net)
@@ -101,9 +95,7 @@ class SphereTransformerModel final : public Model {
   /// once. The device object (the weights on the device) is built on the first call, and again when the
   /// device changes.
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
-    if (options.precision == Precision::fp64)
-      throw Error(ErrorCode::unsupported, "sphere_transformer: the CUDA forward computes in fp32, tf32 or bf16 "
-                                          "(precision 'fp64' requested)");
+    surrogate::detail::refuse_fp64_on_device("sphere_transformer", options.precision);
     collectively(comm, [&] {
       ensure_device(options.cuda_device);
       device_->set_precision(options.precision);
@@ -202,13 +194,16 @@ class S2LayerModel final : public Model {
   }
 
  private:
-  /// The CUDA forward (cuda/layer.hpp), fp32: the plan's bands (one rank: one band, the whole grid) on
-  /// every rank's device, the rank's rows uploaded as they are. The device object is built on the first
-  /// call (and again when the device changes); the device operator refuses the upsampling mode at
-  /// construction.
+  /// The CUDA forward (cuda/layer.hpp), fp32 or its projections in tf32 / bf16: the plan's bands (one
+  /// rank: one band, the whole grid) on every rank's device, the rank's rows uploaded as they are. The
+  /// device object is built on the first call (and again when the device changes); the device operator
+  /// refuses the upsampling mode at construction.
   void forward_on_device(const Comm& comm, SpherePlan& p, const Io& io, const RunOptions& options) {
-    check_fp32(architecture(), options);
-    collectively(comm, [&] { ensure_device(options.cuda_device); });
+    surrogate::detail::refuse_fp64_on_device(architecture(), options.precision);
+    collectively(comm, [&] {
+      ensure_device(options.cuda_device);
+      device_->set_precision(options.precision);
+    });
     device_->forward_bands(comm, p, io.in, io.ld_in, io.out, io.ld_out, io.on_device);
   }
 

@@ -3,7 +3,8 @@
 // operators (attention.hpp, neighborhood_attention.hpp; share/docs/sphere.md "CUDA"), on device pointers:
 //
 //   q/k/v projections (1x1 convolutions with bias): kernels::cuda::mlp, one FP32 layer each (channel
-//   counts above 256: kernels::cuda::dense, the same fmaf chain per output);
+//   counts above 256: kernels::cuda::dense, the same fmaf chain per output); after set_precision(tf32 or
+//   bf16) kernels::cuda::dense on the tensor cores (operands rounded to that precision, FP32 sums);
 //   optional RMS qk-norm and the scale of q: kernels::cuda::sphere_head_norm_scale;
 //   the quadrature-weighted softmax: kernels::cuda::sphere_global_attention / sphere_neighborhood_attention
 //   (the online softmax of latent_softmax.cuh, double sums; one thread per (sample, head, query) for head
@@ -25,6 +26,7 @@
 
 #include <memory>
 
+#include "surrogate/model.hpp"  // Precision
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 
@@ -52,6 +54,11 @@ class AttentionS2Device {
   /// rows: a query's keys do not depend on its latitude). Nothing is enqueued for an empty range.
   void forward_rows(int batch, int lat_begin, int lat_end, const float* query, const float* key, const float* value,
                     float* out, cudaStream_t stream);
+
+  /// The arithmetic of the four projections (q, k, v, output) from the next forward on: fp32 (the
+  /// default), or tf32 / bf16 on the tensor cores; the qk-norm and the softmax stay FP32 (double sums).
+  /// Error(unsupported) for fp64.
+  void set_precision(Precision precision);
 
   /// The CPU operator with the same configuration and weights.
   const AttentionS2& host() const noexcept;
@@ -83,6 +90,9 @@ class NeighborhoodAttentionS2Device {
   /// synchronized first). Bitwise the rows forward() computes. Nothing is enqueued for an empty range.
   void forward_rows(int batch, int lat_begin, int lat_end, const float* query, int in_begin, int in_end,
                     const float* key, const float* value, float* out, cudaStream_t stream);
+
+  /// As AttentionS2Device's.
+  void set_precision(Precision precision);
 
   const NeighborhoodAttentionS2& host() const noexcept;
   int device() const noexcept;

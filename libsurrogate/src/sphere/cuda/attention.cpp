@@ -1,7 +1,7 @@
 // The CUDA forward of AttentionS2 and NeighborhoodAttentionS2 (surrogate/sphere/attention_device.hpp;
 // CUDA builds only). Host code: the packed weights on the device, the scratch of the projected operands,
-// and the launches of the kernels of kernels/cuda (mlp.cu or device::dense for the projections,
-// sphere_attention.cu). share/docs/sphere.md, "CUDA forward of both attention operators".
+// and the launches of the kernels of kernels/cuda (mlp.cu or device::dense for the projections, in fp32 or
+// on the tensor cores, sphere_attention.cu). share/docs/sphere.md, "CUDA forward of both attention operators".
 #include "surrogate/sphere/attention_device.hpp"
 
 #include <algorithm>
@@ -15,6 +15,7 @@
 #include "surrogate/error.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
+#include "../../device_support.hpp"
 #include "on_device.hpp"
 
 namespace surrogate::sphere {
@@ -36,13 +37,20 @@ class DeviceHeads {
       : op_(op), device_(device), cin_(in_channels), heads_(heads), ck_(k_channels), cout_(out_channels),
         ek_(k_channels / heads), ev_(out_channels / heads), s_(scale) {
     // One blob: W^T and bias of q, k, v, proj (pack_mlp_linear; each part a multiple of 4 floats, so the
-    // kernels' float4 loads stay aligned), then the qk-norm weights.
+    // kernels' float4 loads stay aligned), then the qk-norm weights; and the words: each projection's
+    // tensor-core fragments in bf16 and tf32 (pack_mlp_fragments).
     std::vector<float> blob;
+    std::vector<std::uint32_t> words;
     const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
       std::vector<float> wt, bt;
       cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
-      parts_.push_back({.wt = blob.size(), .bias = blob.size() + wt.size(), .fragments = {}, .in = in, .out = out,
-                        .ldw = cu::mlp_weight_ld(out)});  // fp32 only: no fragments
+      device::Fragments fragments;
+      fragments.bf16 = words.size();
+      cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::bf16, words);
+      fragments.tf32 = words.size();
+      cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::tf32, words);
+      parts_.push_back({.wt = blob.size(), .bias = blob.size() + wt.size(), .fragments = fragments, .in = in,
+                        .out = out, .ldw = cu::mlp_weight_ld(out)});
       blob.insert(blob.end(), wt.begin(), wt.end());
       blob.insert(blob.end(), bt.begin(), bt.end());
     };
@@ -57,6 +65,7 @@ class DeviceHeads {
     }
     on_device(op, device_, [&] {
       upload(blob_, blob, device_);
+      upload(words_, words, device_);
       std::vector<cu::MlpLayer> layers;
       for (const device::Dense& p : parts_) {
         cu::MlpLayer l;
@@ -79,6 +88,12 @@ class DeviceHeads {
   }
 
   int device() const noexcept { return device_; }
+
+  /// The projections' arithmetic from the next forward on (fp64 refused before any change).
+  void set_precision(Precision precision) {
+    surrogate::detail::refuse_fp64_on_device(op_, precision);
+    precision_ = device::tensor_core_precision(precision);
+  }
 
   /// The checks of the CPU operators' forward; key = value = query for self-attention.
   void check_forward(int batch, const float* query, const float*& key, const float*& value, const float* out,
@@ -131,13 +146,16 @@ class DeviceHeads {
   }
 
  private:
-  /// One projection: the fused MLP kernel (mlp.cu) for widths up to kMaxMlpWidth, else device::dense (one
-  /// thread per output, no width limit) on the same packed weights. Both compute bias + sum_k x_k w_k as
-  /// one fmaf chain in k order, so the width only changes the speed.
+  /// One projection. FP32: the fused MLP kernel (mlp.cu) for widths up to kMaxMlpWidth, else device::dense
+  /// (no width limit) on the same packed weights; both compute bias + sum_k x_k w_k as one fmaf chain in
+  /// k order, so the width only changes the speed. tf32 / bf16: device::dense on the tensor cores with the
+  /// projection's fragments (operands rounded, FP32 sums from zero, then the bias), the CPU Linear's
+  /// emulation of that precision.
   void linear(int layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, cudaStream_t stream) const {
     const device::Dense& p = parts_[static_cast<std::size_t>(layer)];
-    if (std::max(p.in, p.out) > cu::kMaxMlpWidth) {
-      device::dense(p, blob_.data(), x, ldx, y, ldy, rows, stream);
+    if (precision_ != cu::MlpPrecision::fp32 || std::max(p.in, p.out) > cu::kMaxMlpWidth) {
+      device::dense(p, blob_.data(), x, ldx, y, ldy, rows, stream, kernels::Activation::none, nullptr, 0, precision_,
+                    words_.data());
       return;
     }
     cu::MlpArgs m;
@@ -157,6 +175,8 @@ class DeviceHeads {
   int device_, cin_, heads_, ck_, cout_, ek_, ev_;
   float s_;
   cu::DeviceBuffer<float> blob_, log_w_;
+  cu::DeviceBuffer<std::uint32_t> words_;                   // the projections' fragments (parts_[i].fragments)
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the projections
   cu::DeviceBuffer<cu::MlpLayer> layers_;
   const float* q_norm_ = nullptr;  // into blob_, or nullptr without qk-norm
   const float* k_norm_ = nullptr;
@@ -196,6 +216,7 @@ AttentionS2Device::~AttentionS2Device() = default;
 AttentionS2Device::AttentionS2Device(AttentionS2Device&&) noexcept = default;
 AttentionS2Device& AttentionS2Device::operator=(AttentionS2Device&&) noexcept = default;
 const AttentionS2& AttentionS2Device::host() const noexcept { return *impl_->cpu; }
+void AttentionS2Device::set_precision(Precision precision) { impl_->heads.set_precision(precision); }
 int AttentionS2Device::device() const noexcept { return impl_->heads.device(); }
 
 void AttentionS2Device::forward(int batch, const float* query, const float* key, const float* value, float* out,
@@ -318,6 +339,7 @@ NeighborhoodAttentionS2Device::NeighborhoodAttentionS2Device(NeighborhoodAttenti
 NeighborhoodAttentionS2Device& NeighborhoodAttentionS2Device::operator=(NeighborhoodAttentionS2Device&&) noexcept =
     default;
 const NeighborhoodAttentionS2& NeighborhoodAttentionS2Device::host() const noexcept { return *impl_->cpu; }
+void NeighborhoodAttentionS2Device::set_precision(Precision precision) { impl_->heads.set_precision(precision); }
 int NeighborhoodAttentionS2Device::device() const noexcept { return impl_->heads.device(); }
 
 void NeighborhoodAttentionS2Device::forward(int batch, const float* query, const float* key, const float* value,

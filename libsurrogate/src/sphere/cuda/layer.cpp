@@ -69,7 +69,8 @@ class S2LayerCuda final : public S2LayerDeviceForward {
     exec.run_graph(
         graph_,
         [&] {
-          return surrogate::device::ComputeGraph::key({bands.serial.value(), static_cast<std::uintptr_t>(n)},
+          return surrogate::device::ComputeGraph::key({bands.serial.value(), static_cast<std::uintptr_t>(n),
+                                                       static_cast<std::uintptr_t>(precision_)},
                                                       {input.data, result.data, &plan.outputs()});
         },
         [&] {
@@ -78,6 +79,10 @@ class S2LayerCuda final : public S2LayerDeviceForward {
         });
     exec.download(result, out, ld_out);
   }
+  void set_precision(Precision precision) override {
+    op_.set_precision(precision);
+    precision_ = precision;
+  }
   int device() const override { return device_; }
   void* stream() const override { return stream_.get(); }
 
@@ -85,6 +90,7 @@ class S2LayerCuda final : public S2LayerDeviceForward {
   const char* model_;
   int device_;
   int in_channels_ = 0, out_channels_ = 0, nlon_ = 0;
+  Precision precision_ = Precision::fp32;  // of the projections (in the graph's key)
   DeviceAttention op_;
   cu::Stream stream_;
   DeviceBuffers buffers_;

@@ -1,5 +1,5 @@
-// The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, FP32
-// (CUDA builds only): self-attention on the model's grid with AttentionS2Device / NeighborhoodAttentionS2Device
+// The single-layer spherical models ("s2_attention", "s2_neighborhood_attention") on a CUDA device, FP32 or
+// the projections in tf32 / bf16 (CUDA builds only): self-attention on the model's grid with AttentionS2Device / NeighborhoodAttentionS2Device
 // on the object's stream, in a plan's latitude bands (at one rank one band, the whole grid); the device
 // operators refuse the neighbourhood upsampling mode (Error(unsupported) at construction).
 // share/docs/sphere.md, "Latitude bands on a device".
@@ -9,6 +9,7 @@
 
 #include "../plan.hpp"
 #include "surrogate/comm.hpp"
+#include "surrogate/model.hpp"  // Precision
 #include "surrogate/sphere/attention.hpp"
 #include "surrogate/sphere/neighborhood_attention.hpp"
 
@@ -26,6 +27,8 @@ class S2LayerDeviceForward {
   /// `out` are rows in this device's memory (neither uploaded nor downloaded).
   virtual void forward_bands(const Comm& comm, const SpherePlan& plan, const float* in, index_t ld_in, float* out,
                              index_t ld_out, bool on_device = false) = 0;
+  /// The projections' arithmetic from the next forward on: fp32, or tf32 / bf16 on the tensor cores.
+  virtual void set_precision(Precision precision) = 0;
   virtual int device() const = 0;
   /// The stream the forward enqueues on (a cudaStream_t).
   virtual void* stream() const = 0;

@@ -26,6 +26,11 @@ namespace surrogate::sphere {
 struct DeviceAttention {
   std::optional<AttentionS2Device> global;
   std::optional<NeighborhoodAttentionS2Device> neighborhood;
+  /// The projections' arithmetic (the operator's set_precision).
+  void set_precision(Precision precision) {
+    if (global) global->set_precision(precision);
+    else neighborhood->set_precision(precision);
+  }
 };
 
 /// The SHT upsampling on the kernels of cuda_sphere_sht.hpp with the CPU classes' tables and truncation:

@@ -40,6 +40,7 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   int device() const override { return device_; }
   void* stream() const override { return stream_.get(); }
   void set_precision(Precision precision) override {
+    for (program::Block<SphereCudaOps>& b : layers_.blocks) b.attention->set_precision(precision);
     precision_ = surrogate::device::tensor_core_precision(precision);
   }
 
@@ -59,7 +60,7 @@ class SphereTransformerCuda final : public SphereTransformerDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;  // the dense, norm and vector layers' weights
   program::Layers<SphereCudaOps> layers_;
-  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers and the attention's projections
   DeviceBuffers buffers_;
   surrogate::device::ComputeGraph graph_;  // run()'s stages on one rank
 };
