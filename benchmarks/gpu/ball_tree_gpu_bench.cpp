@@ -1,11 +1,13 @@
 // The ball trees of a new point set, as Erwin's and BSA's plans build them (the tree and its rotated
 // partitions, balltree::build_distributed_with_rotations on one process), with the nodes finished on the
-// host (every OpenMP thread) and on a CUDA device (device::BallTrees), side by side:
+// host (every OpenMP thread) and on a CUDA device (device::BallTrees), side by side, the device with its
+// top levels' large nodes split by many blocks each (the default) and by one block each:
 //   ball_tree_gpu_bench POINTS REPEATS [DEVICE]
 // POINTS float32 points drawn uniformly in the unit cube, one sample; Erwin's ShapeNet-Car configuration
 // (ball sizes 256 and 256, stride 1, rotation 45 degrees, granularity 256). The device's trees are
 // compared with the host's first (integer equality), then one JSON line: the best of REPEATS wall times
-// of each (the device's with its upload and download), their ratio. DEVICE: a CUDA device index (0 by
+// of each (the device's with its upload and download; `device_one_block_ms`: no node split by many
+// blocks), their ratio. DEVICE: a CUDA device index (0 by
 // default) or cuda-emulated (the host backend: a check, not a timing).
 #include <omp.h>
 
@@ -50,7 +52,8 @@ int main(int argc, char** argv) {
     const std::vector<int> strides{1}, balls{256, 256};
     surrogate::SelfComm comm;
     const surrogate::kernels::cuda::Stream stream(device);
-    surrogate::device::BallTrees on_device(device, stream.get());
+    surrogate::device::BallTrees on_device(device, stream.get()), one_block(device, stream.get());
+    one_block.set_wide_points(2147483647);
     auto build = [&](bt::NodeFinisher* finisher) {
       bt::DistributedOptions options{256};
       options.finisher = finisher;
@@ -67,15 +70,16 @@ int main(int argc, char** argv) {
       return best;
     };
     // Outputs first: the device's trees must be the host's.
-    const bool identical = same(build(nullptr), build(&on_device));
+    const bt::DistributedRotatedTrees host = build(nullptr);
+    const bool identical = same(host, build(&on_device)) && same(host, build(&one_block));
     if (!identical) {
       std::fprintf(stderr, "ball_tree_gpu_bench: the device's trees differ from the host's\n");
       return 1;
     }
-    const double host_ms = best_ms(nullptr), device_ms = best_ms(&on_device);
+    const double host_ms = best_ms(nullptr), device_ms = best_ms(&on_device), one_block_ms = best_ms(&one_block);
     std::printf("{\"points\": %ld, \"host_threads\": %d, \"host_ms\": %.3f, \"device_ms\": %.3f, "
-                "\"host_over_device\": %.2f, \"trees_identical\": true}\n",
-                points, omp_get_max_threads(), host_ms, device_ms, host_ms / device_ms);
+                "\"device_one_block_ms\": %.3f, \"host_over_device\": %.2f, \"trees_identical\": true}\n",
+                points, omp_get_max_threads(), host_ms, device_ms, one_block_ms, host_ms / device_ms);
     return 0;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "ball_tree_gpu_bench: %s\n", e.what());

@@ -2,6 +2,8 @@
 // balltree::partition: a node's split dimension is the one of strictly largest max - min (in double), and
 // std::nth_element at its middle leaves the order its children start from. The nodes of a level are
 // independent, so the levels run one after another, every node of a level at once:
+//   * a node of more than `wide_points` points gets many blocks, each round's steps a launch over its tiles
+//     (ball_tree_wide.cuh), until one block can finish it;
 //   * a node of more than `serial_points` points gets a block: the spreads by block reductions, then
 //     libstdc++'s introselect rounds, the pivot chosen by one thread and each Hoare partition computed from
 //     its stop positions (as balltree/introselect.hpp: the k-th left stop swaps with the k-th right stop
@@ -11,338 +13,61 @@
 //     (surrogate/kernels/introselect.hpp).
 // Elements are (key, point) pairs, the key the float32 coordinate of the node's split dimension: float32
 // values compare as the float64 ones the host compares.
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
 
+#include "ball_tree_kernels.cuh"
+#include "ball_tree_wide.cuh"
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_tree.hpp"
-#include "surrogate/kernels/introselect.hpp"
 
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
-namespace replica = surrogate::kernels::introselect;
-
-constexpr int kThreads = 256;        // one thread per point
-constexpr int kMaxThreads = 1024;    // a block per large node: 32 to 1024 threads, by the level's nodes
-constexpr int kMaxWarps = kMaxThreads / 32;
-constexpr int kSerialThreads = 128;  // a thread per small node
-constexpr int kMaxStack = 96;        // a serial subtree's pending nodes (two per level at most)
-constexpr int kSpreadDims = 4;       // coordinates whose spreads one pass over a node's points finds
-
-struct Entry {
-  float key;
-  int point;
-};
-
-struct ByKey {
-  __host__ __device__ __forceinline__ bool operator()(const Entry& a, const Entry& b) const { return a.key < b.key; }
-};
-
-/// A sample as the kernels see it: its rows [begin, begin + n) of the working order, its levels (the
-/// tree's depth, or the partition's target level), the level from which its nodes are finished by one
-/// thread each, and its first slot (the tree).
-struct SampleShape {
-  long long begin, slot_begin;
-  int n, levels, serial_level;
-};
-
-/// One sample's nodes in a launch: its 2^level nodes are the launch's units unit_begin, unit_begin + 1, ...
-struct LaunchSample {
-  long long unit_begin;
-  int sample, level;
-};
-
-struct Context {
-  const float* positions;
-  int dim;
-  bool tree;
-  Entry* work;  // points entries
-  int* lefts;   // points: a round's left stops, relative to its first position
-  int* rights;  // points: its right stops from the end
-  const SampleShape* shapes;
-  std::int64_t* index;
-  std::uint8_t* mask;
-};
-
-/// The sample and node of launch unit u (the last LaunchSample starting at or before u).
-__device__ __forceinline__ LaunchSample find_unit(const LaunchSample* list, int count, long long u, long long& node) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (list[mid].unit_begin <= u) lo = mid;
-    else hi = mid - 1;
-  }
-  node = u - list[lo].unit_begin;
-  return list[lo];
-}
-
-/// The point range [start, end) of node `node` of `level` in a sample of n points (each split at the
-/// middle, (start + end) / 2).
-__device__ __forceinline__ void node_range(int n, int level, long long node, int& start, int& end) {
-  start = 0;
-  end = n;
-  for (int k = level - 1; k >= 0; --k) {
-    const int mid = (start + end) / 2;
-    if ((node >> k) & 1) start = mid;
-    else end = mid;
-  }
-}
-
-__global__ void __launch_bounds__(kThreads) identity_kernel(Entry* work, index_t points) {
-  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-  if (i < points) work[i] = Entry{0.0f, static_cast<int>(i)};
-}
-
-// ---- a block per node -------------------------------------------------------------------------------
-// Any block size that is a multiple of 32, up to kMaxThreads; scans and reductions by warp shuffles, the
-// warps' totals in shared memory.
-
-constexpr unsigned kFull = 0xffffffffu;
-
-__device__ __forceinline__ int lane() { return static_cast<int>(threadIdx.x) % 32; }
-__device__ __forceinline__ int warp() { return static_cast<int>(threadIdx.x) / 32; }
-__device__ __forceinline__ int warps() { return static_cast<int>(blockDim.x) / 32; }
-
-/// The warp's inclusive prefix sum of v.
-__device__ __forceinline__ int warp_inclusive_sum(int v) {
-  for (int offset = 1; offset < 32; offset *= 2) {
-    const int other = __shfl_up_sync(kFull, v, offset);
-    if (lane() >= offset) v += other;
-  }
-  return v;
-}
-
-/// The exclusive prefix sum of v over the block's threads; `total` gets the sum. `totals`: kMaxWarps ints
-/// that no other thread reads or writes until the block's next barrier but one (callers alternate two).
-__device__ int block_exclusive_scan(int v, int* totals, int& total) {
-  const int inclusive = warp_inclusive_sum(v);
-  if (lane() == 31) totals[warp()] = inclusive;
-  __syncthreads();
-  if (warp() == 0) {
-    const int t = lane() < warps() ? totals[lane()] : 0;
-    const int scanned = warp_inclusive_sum(t);
-    if (lane() < warps()) totals[lane()] = scanned;
-  }
-  __syncthreads();
-  total = totals[warps() - 1];
-  return inclusive - v + (warp() > 0 ? totals[warp() - 1] : 0);
-}
-
-/// The block's min and max of [lo, hi] (every thread gets them); `scratch`: 2 kMaxWarps doubles.
-__device__ void block_min_max(double& lo, double& hi, double* scratch) {
-  for (int offset = 16; offset >= 1; offset /= 2) {
-    const double l = __shfl_xor_sync(kFull, lo, offset), h = __shfl_xor_sync(kFull, hi, offset);
-    lo = l < lo ? l : lo;
-    hi = h > hi ? h : hi;
-  }
-  if (lane() == 0) {
-    scratch[warp()] = lo;
-    scratch[kMaxWarps + warp()] = hi;
-  }
-  __syncthreads();
-  for (int w = 0; w < warps(); ++w) {
-    lo = scratch[w] < lo ? scratch[w] : lo;
-    hi = scratch[kMaxWarps + w] > hi ? scratch[kMaxWarps + w] : hi;
-  }
-  __syncthreads();
-}
-
-/// Splitter::split_dimension: the first dimension of strictly largest max - min, one pass over the node's
-/// points per kSpreadDims coordinates. This thread visits points first, first + stride, ...; `combine`
-/// merges the threads' minima and maxima (BlockMinMax, or nothing when one thread visits them all).
-template <class Combine>
-__device__ int split_dimension(const Context& c, const Entry* e, int count, int first, int stride, Combine combine) {
-  int best = 0;
-  double best_spread = 0.0;
-  for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
-    const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
-    double lo[kSpreadDims], hi[kSpreadDims];
-    for (int k = 0; k < dims; ++k)
-      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
-    for (int i = first; i < count; i += stride) {
-      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
-      for (int k = 0; k < dims; ++k) {
-        const double v = static_cast<double>(p[k]);
-        lo[k] = v < lo[k] ? v : lo[k];
-        hi[k] = v > hi[k] ? v : hi[k];
-      }
-    }
-    for (int k = 0; k < dims; ++k) {
-      combine(lo[k], hi[k]);
-      const double spread = __dsub_rn(hi[k], lo[k]);
-      if (spread > best_spread) {
-        best_spread = spread;
-        best = d0 + k;
-      }
-    }
-  }
-  return best;
-}
-
-struct BlockMinMax {
-  double* scratch;
-  __device__ void operator()(double& lo, double& hi) const { block_min_max(lo, hi, scratch); }
-};
-struct OneThread {
-  __device__ void operator()(double&, double&) const {}
-};
-
-/// One Hoare partition of e[0, n) around e[0].key from its stop positions; returns the cut. One pass lists
-/// the left stops (lefts[k]: the k-th from the start) and the right stops (rights[k]: the k-th from the
-/// start, so the k-th from the end is rights[R - 1 - k]); the swaps are the pairs that have not crossed,
-/// a prefix of k (the left stops increase, the right ones from the end decrease), found by a search.
-__device__ int block_partition(Entry* e, int n, int* lefts, int* rights, int* shared) {
-  const int t = static_cast<int>(threadIdx.x), threads = static_cast<int>(blockDim.x);
-  const float pivot = e[0].key;
-  int left_total = 0, right_total = 0, parity = 0;
-  for (int tile = 0; tile < n; tile += threads, parity ^= 1) {
-    const int i = tile + t;
-    const bool left = i < n && i > 0 && !(e[i].key < pivot);
-    const bool right = i < n && !(pivot < e[i].key);
-    int total = 0;
-    const int before = block_exclusive_scan((left ? 1 : 0) | (right ? 1 << 16 : 0), shared + parity * kMaxWarps, total);
-    if (left) lefts[left_total + (before & 0xffff)] = i;
-    if (right) rights[right_total + (before >> 16)] = i;
-    left_total += total & 0xffff;
-    right_total += total >> 16;
-  }
-  __syncthreads();
-  int* pairs_at = shared + 2 * kMaxWarps;
-  if (t == 0) {
-    int lo = 0, hi = left_total < right_total ? left_total : right_total;
-    while (lo < hi) {  // the most pairs k whose k-th left stop lies before the k-th right stop from the end
-      const int mid = (lo + hi + 1) / 2;
-      if (lefts[mid - 1] < rights[right_total - mid]) lo = mid;
-      else hi = mid - 1;
-    }
-    *pairs_at = lo;
-  }
-  __syncthreads();
-  const int pairs = *pairs_at;
-  for (int k = t; k < pairs; k += threads) replica::swap_at(e + lefts[k], e + rights[right_total - 1 - k]);
-  int cut = pairs < left_total ? lefts[pairs] : n;
-  if (pairs > 0 && rights[right_total - pairs] < cut) cut = rights[right_total - pairs];
-  __syncthreads();
-  return cut;
-}
-
-/// std::nth_element(e, e + nth, e + count) by the block, with the replica's element order.
-__device__ void block_select(Entry* e, int count, int nth, int* lefts, int* rights, int* shared) {
-  const int t = static_cast<int>(threadIdx.x);
-  int first = 0, last = count;
-  long long depth = replica::depth_limit(count);
-  while (last - first > 3) {
-    if (depth == 0) {
-      if (t == 0) {
-        replica::heap_select(e + first, e + nth + 1, e + last, ByKey{});
-        replica::swap_at(e + first, e + nth);
-      }
-      __syncthreads();
-      return;
-    }
-    --depth;
-    if (t == 0) replica::pivot_to_first(e + first, e + last, ByKey{});
-    __syncthreads();
-    const int cut = first + block_partition(e + first, last - first, lefts, rights, shared);
-    if (cut <= nth) first = cut;
-    else last = cut;
-  }
-  if (t == 0) replica::insertion_sort(e + first, e + last, ByKey{});
-  __syncthreads();
-}
-
-/// Every node of a level of the listed samples (a block each): split dimension, keys, selection.
-__global__ void __launch_bounds__(kMaxThreads) split_level_kernel(const Context c, const LaunchSample* list, int count) {
-  __shared__ int shared[2 * kMaxWarps + 1];
-  __shared__ double scratch[2 * kMaxWarps];
-  long long node = 0;
-  const LaunchSample ls = find_unit(list, count, static_cast<long long>(blockIdx.x), node);
-  const SampleShape s = c.shapes[ls.sample];
-  int start = 0, end = 0;
-  node_range(s.n, ls.level, node, start, end);
-  Entry* e = c.work + s.begin + start;
-  const int n = end - start;
-  const int d =
-      split_dimension(c, e, n, static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), BlockMinMax{scratch});
-  for (int i = static_cast<int>(threadIdx.x); i < n; i += static_cast<int>(blockDim.x))
-    e[i].key = c.positions[static_cast<long long>(e[i].point) * c.dim + d];
-  __syncthreads();
-  block_select(e, n, (start + end) / 2 - start, c.lefts + s.begin + start, c.rights + s.begin + start, shared);
-}
-
-// ---- a thread per node --------------------------------------------------------------------------------
-
-struct Pending {
-  int start, end, level;
-  long long out;  // the node's first slot (tree) in its sample
-};
-
-/// Every node of the listed samples' serial level (a thread each): its whole subtree, depth first, as
-/// TreeBuilder::build / Partitioner::part.
-__global__ void __launch_bounds__(kSerialThreads) finish_kernel(const Context c, const LaunchSample* list, int count,
-                                                                 long long units) {
-  const long long u = static_cast<long long>(blockIdx.x) * kSerialThreads + threadIdx.x;
-  if (u >= units) return;
-  long long node = 0;
-  const LaunchSample ls = find_unit(list, count, u, node);
-  const SampleShape s = c.shapes[ls.sample];
-  Pending stack[kMaxStack];
-  int top = 0;
-  {
-    int start = 0, end = 0;
-    node_range(s.n, ls.level, node, start, end);
-    stack[top++] = Pending{start, end, ls.level, node << (s.levels - ls.level + 1)};
-  }
-  Entry* const w = c.work + s.begin;
-  while (top > 0) {
-    const Pending p = stack[--top];
-    const int n = p.end - p.start;
-    Entry* e = w + p.start;
-    if (c.tree && p.level == s.levels) {  // a leaf: 1 or 2 points, the first repeated as padding
-      const long long slot = s.slot_begin + p.out;
-      c.index[slot] = e[0].point;
-      c.mask[slot] = 1;
-      c.index[slot + 1] = e[n == 1 ? 0 : 1].point;
-      c.mask[slot + 1] = n == 1 ? 0 : 1;
-      continue;
-    }
-    if (!c.tree && (p.level == s.levels || n <= 1)) {
-      for (int i = 0; i < n; ++i) c.index[s.begin + p.start + i] = e[i].point;
-      continue;
-    }
-    const int d = split_dimension(c, e, n, 1, 1, OneThread{});
-    for (int i = 0; i < n; ++i) e[i].key = c.positions[static_cast<long long>(e[i].point) * c.dim + d];
-    const int mid = (p.start + p.end) / 2;
-    if (n > 1) replica::nth_element(e, e + (mid - p.start), e + n, ByKey{});
-    const long long child_slots = 1LL << (s.levels - p.level);
-    stack[top++] = Pending{mid, p.end, p.level + 1, c.tree ? p.out + child_slots : 0};
-    stack[top++] = Pending{p.start, mid, p.level + 1, p.out};
-  }
-}
-
 std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// A level's nodes as the launches take them: those of a block each (block_*), then the wide ones
+/// (wide_*: many blocks each, ball_tree_wide.cuh), each kind a run of `list`.
+struct LevelSchedule {
+  std::size_t block_at = 0, wide_at = 0, end = 0;  // the runs in `list`
+  long long block_units = 0;
+  int block_threads = 32;  // about 8 points per thread, 32 to kMaxThreads threads
+  int wide_units = 0, wide_tiles = 0;
+};
+
+/// The threads of a block per node of at most `points` points: about 8 points per thread, 32 to 1024.
+int block_threads_for(long long points) {
+  int threads = 32;
+  while (threads < ball_tree_kernels::kMaxThreads && threads * 8LL < points) threads *= 2;
+  return threads;
+}
 
 }  // namespace
 
 void ball_tree(const BallTreeArgs& a, cudaStream_t stream) {
   SURROGATE_CUDA_ON_HOST_BACKEND(stream, ball_tree(a, stream));
+  using namespace ball_tree_kernels;
   const bool tree = a.target_level < 0;
   require(a.points >= 1 && a.points < 2147483647LL, "ball_tree", "points must be in 1 .. 2^31 - 2, found " + std::to_string(a.points));
   require(a.dim >= 1 && a.samples >= 1, "ball_tree", "need dim >= 1 and samples >= 1");
   require(a.positions && a.first && a.index && a.work && (!tree || a.mask), "ball_tree", "a null array");
   require(a.serial_points == 0 || a.serial_points >= 2, "ball_tree", "serial_points must be 0 or at least 2");
+  require(a.wide_points == 0 || a.wide_points >= 3, "ball_tree", "wide_points must be 0 or at least 3");
   require(a.target_level < 62, "ball_tree", "target_level " + std::to_string(a.target_level) + " is too deep");
   require(a.first[0] == 0 && a.first[a.samples] == a.points, "ball_tree", "the offsets must run from 0 to points");
   const int serial = a.serial_points > 0 ? a.serial_points : kBallTreeSerialPoints;
+  const int wide = a.wide_points > 0 ? a.wide_points : kBallTreeWidePoints;
 
-  // The schedule: every sample's shape, its levels split by blocks and its serial level.
+  // The schedule: every sample's shape, its levels split by many blocks, by a block and by one thread.
   std::vector<SampleShape> shapes(static_cast<std::size_t>(a.samples));
+  std::vector<int> wide_level(static_cast<std::size_t>(a.samples));  // the first level not split wide
   long long slots = 0;
   int block_levels = 0;
+  const auto largest_node = [](std::int64_t n, int level) { return (n + (std::int64_t{1} << level) - 1) >> level; };
   for (int b = 0; b < a.samples; ++b) {
     const std::int64_t n = a.first[b + 1] - a.first[b];
     require(n >= (tree ? 2 : 1), "ball_tree", "sample " + std::to_string(b) + " has " + std::to_string(n) +
@@ -354,32 +79,51 @@ void ball_tree(const BallTreeArgs& a, cudaStream_t stream) {
     s.slot_begin = slots;
     if (tree) slots += ball_tree_padded_size(n);
     s.serial_level = 0;  // the first level whose nodes (at most ceil(n / 2^level) points) are small
-    while (s.serial_level < s.levels && (n + (std::int64_t{1} << s.serial_level) - 1) >> s.serial_level > serial)
-      ++s.serial_level;
+    while (s.serial_level < s.levels && largest_node(n, s.serial_level) > serial) ++s.serial_level;
+    int& w = wide_level[static_cast<std::size_t>(b)];
+    w = 0;
+    while (w < s.serial_level && largest_node(n, w) > wide) ++w;
     block_levels = s.serial_level > block_levels ? s.serial_level : block_levels;
   }
-  std::vector<LaunchSample> list;                 // the block levels' lists, then the serial one
-  std::vector<std::size_t> level_at(1, 0);        // where each level's list starts in `list`
-  std::vector<long long> level_units;
-  std::vector<int> level_threads;  // a block per node: about 8 points per thread, 32 to kMaxThreads threads
+  std::vector<LaunchSample> list;  // per level its block run and its wide run, then the serial run
+  std::vector<LevelSchedule> levels;
+  std::size_t wide_nodes = 0, wide_cells = 0;  // the largest wide level: nodes, nodes x tiles
   for (int level = 0; level < block_levels; ++level) {
-    long long units = 0, largest = 0;
+    LevelSchedule l;
+    long long wide_units = 0, wide_largest = 0;
+    for (int b = 0; b < a.samples; ++b)
+      if (level < wide_level[static_cast<std::size_t>(b)]) {
+        wide_units += 1LL << level;
+        wide_largest = std::max<long long>(wide_largest, largest_node(shapes[static_cast<std::size_t>(b)].n, level));
+      }
+    const bool wide_fits = wide_units <= 65535;  // the launches' second grid dimension; else all by blocks
+    long long block_largest = 0;
+    l.block_at = list.size();
     for (int b = 0; b < a.samples; ++b) {
       const SampleShape& s = shapes[static_cast<std::size_t>(b)];
-      if (level < s.serial_level) {
-        list.push_back(LaunchSample{units, b, level});
-        units += 1LL << level;
-        const long long points = (static_cast<long long>(s.n) + (1LL << level) - 1) >> level;
-        largest = points > largest ? points : largest;
+      if (level < s.serial_level && (level >= wide_level[static_cast<std::size_t>(b)] || !wide_fits)) {
+        list.push_back(LaunchSample{l.block_units, b, level});
+        l.block_units += 1LL << level;
+        block_largest = std::max<long long>(block_largest, largest_node(s.n, level));
       }
     }
-    int threads = 32;
-    while (threads < kMaxThreads && threads * 8LL < largest) threads *= 2;
-    level_threads.push_back(threads);
-    require(units <= 2147483647LL, "ball_tree", "too many nodes at level " + std::to_string(level));
-    level_units.push_back(units);
-    level_at.push_back(list.size());
+    require(l.block_units <= 2147483647LL, "ball_tree", "too many nodes at level " + std::to_string(level));
+    l.block_threads = block_threads_for(block_largest);
+    l.wide_at = list.size();
+    if (wide_fits) {
+      for (int b = 0; b < a.samples; ++b)
+        if (level < wide_level[static_cast<std::size_t>(b)]) {
+          list.push_back(LaunchSample{l.wide_units, b, level});
+          l.wide_units += 1 << level;
+        }
+      l.wide_tiles = static_cast<int>((wide_largest + kWideTile - 1) / kWideTile);
+      wide_nodes = std::max<std::size_t>(wide_nodes, static_cast<std::size_t>(l.wide_units));
+      wide_cells = std::max<std::size_t>(wide_cells, static_cast<std::size_t>(l.wide_units) * l.wide_tiles);
+    }
+    l.end = list.size();
+    levels.push_back(l);
   }
+  const std::size_t serial_at = list.size();
   long long serial_units = 0;
   for (int b = 0; b < a.samples; ++b) {
     const int level = shapes[static_cast<std::size_t>(b)].serial_level;
@@ -390,10 +134,14 @@ void ball_tree(const BallTreeArgs& a, cudaStream_t stream) {
   const auto points = static_cast<std::size_t>(a.points);
   const std::size_t work_bytes = aligned(points * sizeof(Entry)), stop_bytes = aligned(points * sizeof(int)),
                     shape_bytes = aligned(shapes.size() * sizeof(SampleShape)),
-                    list_bytes = aligned(list.size() * sizeof(LaunchSample));
+                    list_bytes = aligned(list.size() * sizeof(LaunchSample)),
+                    node_bytes = aligned(wide_nodes * sizeof(WideNode)),
+                    count_bytes = aligned(wide_cells * sizeof(StopCounts)),
+                    partial_bytes = aligned(wide_cells * 2 * static_cast<std::size_t>(a.dim) * sizeof(double));
   int device = 0;
   check(cudaGetDevice(&device), "cudaGetDevice");
-  a.work->bytes.resize(work_bytes + 2 * stop_bytes + shape_bytes + list_bytes, device);
+  a.work->bytes.resize(work_bytes + 2 * stop_bytes + shape_bytes + list_bytes + node_bytes + count_bytes + partial_bytes,
+                       device);
   unsigned char* at = a.work->bytes.data();
   const auto take = [&](std::size_t bytes) {
     unsigned char* p = at;
@@ -409,6 +157,9 @@ void ball_tree(const BallTreeArgs& a, cudaStream_t stream) {
   c.rights = reinterpret_cast<int*>(take(stop_bytes));
   auto* device_shapes = reinterpret_cast<SampleShape*>(take(shape_bytes));
   auto* device_list = reinterpret_cast<LaunchSample*>(take(list_bytes));
+  auto* nodes = reinterpret_cast<WideNode*>(take(node_bytes));
+  auto* counts = reinterpret_cast<StopCounts*>(take(count_bytes));
+  auto* partial = reinterpret_cast<double*>(take(partial_bytes));
   c.shapes = device_shapes;
   c.index = a.index;
   c.mask = a.mask;
@@ -417,17 +168,56 @@ void ball_tree(const BallTreeArgs& a, cudaStream_t stream) {
 
   launch(identity_kernel, dim3(blocks_for("ball_tree", a.points, kThreads)), kThreads, 0, stream, c.work, a.points);
   check_launch("identity_kernel");
-  for (int level = 0; level < block_levels; ++level) {
-    const std::size_t first = level_at[static_cast<std::size_t>(level)];
-    const int count = static_cast<int>(level_at[static_cast<std::size_t>(level) + 1] - first);
-    launch(split_level_kernel, dim3(static_cast<unsigned>(level_units[static_cast<std::size_t>(level)])),
-           level_threads[static_cast<std::size_t>(level)], 0, stream, c, static_cast<const LaunchSample*>(device_list + first),
-           count);
-    check_launch("split_level_kernel");
+  std::vector<WideNode> states;
+  for (const LevelSchedule& l : levels) {
+    if (l.block_units > 0) {
+      launch(split_level_kernel, dim3(static_cast<unsigned>(l.block_units)), l.block_threads, 0, stream, c,
+             static_cast<const LaunchSample*>(device_list + l.block_at), static_cast<int>(l.wide_at - l.block_at));
+      check_launch("split_level_kernel");
+    }
+    if (l.wide_units == 0) continue;
+    // The wide nodes: split dimension and keys over every tile, then the rounds, launched four at a time
+    // until the host reads that no node is left to them (one wait per four rounds); one block each finishes.
+    const int units = l.wide_units, tiles = l.wide_tiles;
+    const dim3 per_node(static_cast<unsigned>((units + kWideNodeThreads - 1) / kWideNodeThreads));
+    const dim3 per_tile(static_cast<unsigned>(tiles), static_cast<unsigned>(units));
+    launch(wide_setup_kernel, per_node, kWideNodeThreads, 0, stream, c,
+           static_cast<const LaunchSample*>(device_list + l.wide_at), static_cast<int>(l.end - l.wide_at), units, nodes);
+    check_launch("wide node setup");
+    launch(wide_spread_kernel, per_tile, kWideThreads, 0, stream, c, static_cast<const WideNode*>(nodes), tiles, partial);
+    check_launch("wide node spreads");
+    launch(wide_dimension_kernel, per_node, kWideNodeThreads, 0, stream, c, units, tiles,
+           static_cast<const double*>(partial), nodes);
+    check_launch("wide node dimension");
+    launch(wide_keys_kernel, per_tile, kWideThreads, 0, stream, c, static_cast<const WideNode*>(nodes));
+    check_launch("wide node keys");
+    states.resize(static_cast<std::size_t>(units));
+    for (int round = 1;; ++round) {
+      launch(wide_pivot_kernel, per_node, kWideNodeThreads, 0, stream, c.work, units, wide, nodes);
+      check_launch("wide node pivot");
+      launch(wide_count_kernel, per_tile, kWideThreads, 0, stream, static_cast<const Entry*>(c.work),
+             static_cast<const WideNode*>(nodes), tiles, counts);
+      check_launch("wide node counts");
+      launch(wide_scan_kernel, dim3(static_cast<unsigned>(units)), kWideThreads, 0, stream, tiles, counts, nodes);
+      check_launch("wide node scan");
+      launch(wide_write_kernel, per_tile, kWideThreads, 0, stream, c, static_cast<const WideNode*>(nodes), tiles,
+             static_cast<const StopCounts*>(counts));
+      check_launch("wide node stops");
+      launch(wide_search_kernel, per_node, kWideNodeThreads, 0, stream, c, units, nodes);
+      check_launch("wide node search");
+      launch(wide_swap_kernel, per_tile, kWideThreads, 0, stream, c, static_cast<const WideNode*>(nodes), tiles);
+      check_launch("wide node swaps");
+      if (round % 4 != 0) continue;
+      copy_to_host(states.data(), nodes, states.size() * sizeof(WideNode), stream);
+      synchronize(stream);
+      if (std::none_of(states.begin(), states.end(), [](const WideNode& w) { return w.active != 0; })) break;
+    }
+    launch(select_rest_kernel, dim3(static_cast<unsigned>(units)), block_threads_for(wide), 0, stream, c,
+           static_cast<const WideNode*>(nodes));
+    check_launch("wide node rest");
   }
-  const std::size_t first = level_at.back();
   launch(finish_kernel, dim3(blocks_for("ball_tree", serial_units, kSerialThreads)), kSerialThreads, 0, stream, c,
-         static_cast<const LaunchSample*>(device_list + first), static_cast<int>(list.size() - first), serial_units);
+         static_cast<const LaunchSample*>(device_list + serial_at), static_cast<int>(list.size() - serial_at), serial_units);
   check_launch("finish_kernel");
 }
 

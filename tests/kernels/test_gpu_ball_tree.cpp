@@ -4,8 +4,9 @@
 // slots, masks and partitions element for element. Clouds that stress the selection: random points in 1 to
 // 5 dimensions, lattice points with many equal coordinates (ties in every partition), identical points, a
 // line, sorted and organ-pipe coordinates, samples of 2 and 3 points next to large ones; with the default
-// split between block and thread nodes and with blocks down to nodes of 2 or 3 points and of 40; the arguments
-// it refuses.
+// split between block and thread nodes and with blocks down to nodes of 2 or 3 points and of 40; nodes split
+// by many blocks (ball_tree_wide.cuh) down to 20 and 100 points, and over up to ten tiles of 20,000-point
+// samples; the arguments it refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,6 +17,7 @@
 #include <vector>
 
 #include "gpu_test.hpp"
+#include "host_backend_hooks.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_tree.hpp"
@@ -47,8 +49,22 @@ struct DeviceTree {
   std::vector<std::uint8_t> mask;
 };
 
+/// How the levels are split: nodes above `wide` points by many blocks, above `serial` by a block, the
+/// rest by a thread (0: the defaults).
+struct Split {
+  int serial = 0, wide = 0;
+  std::string name() const { return "serial_points " + std::to_string(serial) + ", wide_points " + std::to_string(wide); }
+};
+/// The defaults, blocks down to nodes of 3 and of 40 points, many blocks down to 20 and to 100.
+const Split kSplits[] = {{0, 0}, {3, 0}, {40, 0}, {3, 20}, {40, 100}};
+
+/// Launches of the wide nodes' steps so far (host backend; 0 on a GPU).
+int wide_launches() {
+  return surrogate::testing::on_host_backend() ? static_cast<int>(host_backend::NamedLaunches{"wide node"}) : 0;
+}
+
 /// The tree (target_level < 0) or partition on the device.
-DeviceTree on_device(const Cloud& c, int target_level, int serial_points) {
+DeviceTree on_device(const Cloud& c, int target_level, Split split) {
   const int device = surrogate::testing::test_device();
   const auto positions = to_device(c.positions);
   const int samples = static_cast<int>(c.first.size()) - 1;
@@ -65,7 +81,8 @@ DeviceTree on_device(const Cloud& c, int target_level, int serial_points) {
   a.target_level = target_level;
   a.index = index.data();
   a.mask = target_level < 0 ? mask.data() : nullptr;
-  a.serial_points = serial_points;
+  a.serial_points = split.serial;
+  a.wide_points = split.wide;
   a.work = &work;
   cu::ball_tree(a, nullptr);
   DeviceTree t;
@@ -80,24 +97,29 @@ std::ptrdiff_t first_difference(const V& want, const V& got) {
   return std::mismatch(want.begin(), want.end(), got.begin()).first - want.begin();
 }
 
+void expect_tree(const Cloud& c, const bt::Tree& want, Split split, const std::string& what) {
+  const DeviceTree got = on_device(c, -1, split);
+  const auto size = static_cast<std::ptrdiff_t>(want.index.size());
+  EXPECT_EQ(first_difference(want.index, got.index), size) << what << ", " << split.name() << ": slots";
+  EXPECT_EQ(first_difference(want.mask, got.mask), size) << what << ", " << split.name() << ": masks";
+}
+
 void expect_trees(const Cloud& c, const std::string& what) {
   const bt::Tree want = bt::build(std::span<const float>(c.positions), c.dim, c.batch());
-  for (const int serial : {0, 3, 40}) {
-    const DeviceTree got = on_device(c, -1, serial);
-    const auto size = static_cast<std::ptrdiff_t>(want.index.size());
-    EXPECT_EQ(first_difference(want.index, got.index), size) << what << ", serial_points " << serial << ": slots";
-    EXPECT_EQ(first_difference(want.mask, got.mask), size) << what << ", serial_points " << serial << ": masks";
-  }
+  for (const Split split : kSplits) expect_tree(c, want, split, what);
+}
+
+void expect_partition(const Cloud& c, int level, Split split, const std::string& what) {
+  const auto want = bt::partition(std::span<const float>(c.positions), c.dim, c.batch(), level);
+  const DeviceTree got = on_device(c, level, split);
+  EXPECT_EQ(first_difference(want, got.index), static_cast<std::ptrdiff_t>(want.size()))
+      << what << ", target level " << level << ", " << split.name();
 }
 
 void expect_partitions(const Cloud& c, const std::string& what) {
   for (const int level : {0, 1, 3, 6, 40})
-    for (const int serial : {0, 2, 40}) {
-      const auto want = bt::partition(std::span<const float>(c.positions), c.dim, c.batch(), level);
-      const DeviceTree got = on_device(c, level, serial);
-      EXPECT_EQ(first_difference(want, got.index), static_cast<std::ptrdiff_t>(want.size()))
-          << what << ", target level " << level << ", serial_points " << serial;
-    }
+    for (const Split split : {Split{0, 0}, Split{2, 0}, Split{40, 0}, Split{2, 20}, Split{40, 100}})
+      expect_partition(c, level, split, what);
 }
 
 TEST(GpuBallTree, TreesAreTheHostsOnHardClouds) {
@@ -154,9 +176,43 @@ TEST(GpuBallTree, ALargeSampleGetsTheHostsTree) {
   Cloud cube;
   cube.sample(20000, [&](int, int) { return uniform(gen); });
   const bt::Tree want = bt::build(std::span<const float>(cube.positions), cube.dim, cube.batch());
-  const DeviceTree got = on_device(cube, -1, 0);
+  const DeviceTree got = on_device(cube, -1, Split{});
   EXPECT_EQ(first_difference(want.index, got.index), static_cast<std::ptrdiff_t>(want.index.size()));
   EXPECT_EQ(first_difference(want.mask, got.mask), static_cast<std::ptrdiff_t>(want.mask.size()));
+}
+
+// Nodes split by many blocks over several tiles (20,000 points: ten tiles at the root, with the wide nodes
+// down to 3,000 or 700 points), on clouds whose stops and ties cross the tiles: uniform, a lattice of five
+// values per coordinate, sorted with runs, organ pipe, identical points, two samples of unequal size.
+// On the host backend the wide nodes' steps are counted, so that the case cannot pass without them.
+TEST(GpuBallTree, WideNodesOverManyTilesGetTheHostsTrees) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  std::mt19937 gen(13);
+  std::uniform_real_distribution<float> uniform(0.0f, 1.0f);
+  std::uniform_int_distribution<int> cell(0, 4);
+  Cloud cube, lattice, sorted, organ_pipe, identical, two;
+  cube.sample(20000, [&](int, int) { return uniform(gen); });
+  lattice.sample(20000, [&](int, int) { return 0.25f * static_cast<float>(cell(gen)); });
+  sorted.sample(20000, [](int i, int d) { return static_cast<float>(d == 1 ? i / 7 : 0); });
+  organ_pipe.sample(20000, [](int i, int d) { return static_cast<float>(d == 0 ? std::min(i, 19999 - i) : i % 3); });
+  identical.sample(9000, [](int, int) { return -3.0f; });
+  two.sample(20000, [&](int, int) { return uniform(gen); });
+  two.sample(9000, [&](int, int) { return static_cast<float>(cell(gen)); });
+  const std::pair<const Cloud*, const char*> clouds[] = {{&cube, "uniform"},       {&lattice, "lattice"},
+                                                         {&sorted, "sorted"},      {&organ_pipe, "organ pipe"},
+                                                         {&identical, "identical"}, {&two, "two samples"}};
+  for (const auto& [cloud, name] : clouds) {
+    const bt::Tree want = bt::build(std::span<const float>(cloud->positions), cloud->dim, cloud->batch());
+    for (const Split split : {Split{0, 3000}, Split{40, 700}}) {
+      const int before = wide_launches();
+      expect_tree(*cloud, want, split, name);
+      if (surrogate::testing::on_host_backend()) {
+        EXPECT_GT(wide_launches(), before) << name << ": no wide node";
+      }
+    }
+    expect_partition(*cloud, 2, Split{0, 3000}, name);
+    expect_partition(*cloud, 5, Split{40, 700}, name);
+  }
 }
 
 TEST(GpuBallTree, ArgumentsItRefuses) {
@@ -183,6 +239,9 @@ TEST(GpuBallTree, ArgumentsItRefuses) {
   a.serial_points = 1;
   EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
   a.serial_points = 0;
+  a.wide_points = 2;
+  EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
+  a.wide_points = 0;
   a.dim = 0;
   EXPECT_THROW(cu::ball_tree(a, nullptr), std::invalid_argument);
   a.dim = 3;

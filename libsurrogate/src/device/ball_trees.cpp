@@ -32,6 +32,7 @@ void BallTrees::run(std::span<const float> points, int dim, const balltree::Batc
   a.target_level = target_level;
   a.index = sized(index_, outputs, device_);
   a.mask = target_level < 0 ? sized(mask_, outputs, device_) : nullptr;
+  a.wide_points = wide_points_;
   a.work = &work_;
   cu::ball_tree(a, stream_);
 }

@@ -25,6 +25,9 @@ class BallTrees final : public balltree::NodeFinisher {
   balltree::Tree build(std::span<const float> points, int dim, const balltree::Batch& batch) override;
   std::vector<std::int64_t> partition(std::span<const float> points, int dim, const balltree::Batch& batch,
                                       int target_level) override;
+  /// Nodes above this many points are split by many blocks each (BallTreeArgs::wide_points; 0: the
+  /// default, kBallTreeWidePoints; a benchmark's knob, the trees are the same whatever it is).
+  void set_wide_points(int points) { wide_points_ = points; }
 
  private:
   /// Uploads the points and runs the launcher into index_ (and mask_ for a tree) for `outputs` outputs.
@@ -32,6 +35,7 @@ class BallTrees final : public balltree::NodeFinisher {
 
   int device_;
   cudaStream_t stream_;
+  int wide_points_ = 0;
   kernels::cuda::DeviceBuffer<float> positions_;
   kernels::cuda::DeviceBuffer<std::int64_t> index_;
   kernels::cuda::DeviceBuffer<std::uint8_t> mask_;

@@ -18,6 +18,11 @@ namespace surrogate::kernels::cuda {
 /// (BallTreeArgs::serial_points = 0); larger nodes by a block of threads each.
 inline constexpr int kBallTreeSerialPoints = 64;
 
+/// Nodes of more than this many points are split by many blocks each, the round's steps one launch each
+/// over (tile, node) blocks, with one wait for the device per four rounds (BallTreeArgs::wide_points = 0);
+/// smaller ones by a block each.
+inline constexpr int kBallTreeWidePoints = 32768;
+
 /// Scratch of ball_tree: the working order, the partition's stop lists and the level schedule (device
 /// memory, grown on demand, reused across calls).
 struct BallTreeWork {
@@ -36,6 +41,7 @@ struct BallTreeArgs {
   std::int64_t* index = nullptr;        // device: the slots' or positions' point (global row of positions)
   std::uint8_t* mask = nullptr;         // device, the tree only: 1 for a point, 0 for a padding duplicate
   int serial_points = 0;                // 0: kBallTreeSerialPoints (other values >= 2: tests)
+  int wide_points = 0;                  // 0: kBallTreeWidePoints (other values >= 3: tests)
   BallTreeWork* work = nullptr;         // host object holding the device scratch
 };
 
@@ -52,8 +58,8 @@ inline std::int64_t ball_tree_slots(const std::int64_t* first, int samples) {
   return slots;
 }
 
-/// Enqueues the tree or partition on `stream`; std::invalid_argument for arguments it does not take, before
-/// anything is enqueued.
+/// Enqueues the tree or partition on `stream` (waiting for it between the rounds of the wide nodes, when
+/// there are any); std::invalid_argument for arguments it does not take, before anything is enqueued.
 void ball_tree(const BallTreeArgs& a, cudaStream_t stream);
 
 }  // namespace surrogate::kernels::cuda
