@@ -36,41 +36,38 @@ class DeviceHeads {
               int device)
       : op_(op), device_(device), cin_(in_channels), heads_(heads), ck_(k_channels), cout_(out_channels),
         ek_(k_channels / heads), ev_(out_channels / heads), s_(scale) {
-    // One blob: W^T and bias of q, k, v, proj (pack_mlp_linear; each part a multiple of 4 floats, so the
-    // kernels' float4 loads stay aligned), then the qk-norm weights; and the words: each projection's
-    // tensor-core fragments in bf16 and tf32 (pack_mlp_fragments).
-    std::vector<float> blob;
-    std::vector<std::uint32_t> words;
+    // The weight arena: W^T and bias of q, k, v, proj (pack_mlp_linear, the fused MLP kernel's layout)
+    // with their tensor-core fragments in bf16 and tf32, then the qk-norm weights.
     const auto add = [&](const std::vector<float>& weight, const std::vector<float>& b, int out, int in) {
       std::vector<float> wt, bt;
       cu::pack_mlp_linear(weight.data(), bias ? b.data() : nullptr, out, in, wt, bt);
-      device::Fragments fragments;
-      fragments.bf16 = words.size();
-      cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::bf16, words);
-      fragments.tf32 = words.size();
-      cu::pack_mlp_fragments(weight.data(), out, in, cu::MlpPrecision::tf32, words);
-      parts_.push_back({.wt = blob.size(), .bias = blob.size() + wt.size(), .fragments = fragments, .in = in,
-                        .out = out, .ldw = cu::mlp_weight_ld(out)});
-      blob.insert(blob.end(), wt.begin(), wt.end());
-      blob.insert(blob.end(), bt.begin(), bt.end());
+      device::Dense d;
+      d.in = in;
+      d.out = out;
+      d.ldw = cu::mlp_weight_ld(out);
+      d.wt = weights_.append(wt);
+      d.bias = weights_.append(bt);
+      d.fragments = weights_.append_fragments(weight.data(), out, in);
+      parts_.push_back(d);
     };
     add(w.q_weights, w.q_bias, ck_, cin_);
     add(w.k_weights, w.k_bias, ck_, cin_);
     add(w.v_weights, w.v_bias, cout_, cin_);
     add(w.proj_weights, w.proj_bias, cout_, cout_);
-    const std::size_t norm_at = blob.size();
+    std::size_t norm_at = 0;
     if (use_qknorm) {
-      for (float x : w.q_norm_weights) blob.push_back(1.0f + x);
-      for (float x : w.k_norm_weights) blob.push_back(1.0f + x);
+      std::vector<float> norms;  // q's then k's, 1 + w
+      for (float x : w.q_norm_weights) norms.push_back(1.0f + x);
+      for (float x : w.k_norm_weights) norms.push_back(1.0f + x);
+      norm_at = weights_.append(norms);
     }
     on_device(op, device_, [&] {
-      upload(blob_, blob, device_);
-      upload(words_, words, device_);
+      weights_.upload(device_, nullptr);
       std::vector<cu::MlpLayer> layers;
       for (const device::Dense& p : parts_) {
         cu::MlpLayer l;
-        l.weight_t = blob_.data() + p.wt;
-        l.bias = blob_.data() + p.bias;
+        l.weight_t = weights_.data() + p.wt;
+        l.bias = weights_.data() + p.bias;
         l.in = p.in;
         l.out = p.out;
         l.ld = p.ldw;
@@ -82,7 +79,7 @@ class DeviceHeads {
       cu::device_synchronize(device_);  // after uploading the weights
     });
     if (use_qknorm) {
-      q_norm_ = blob_.data() + norm_at;
+      q_norm_ = weights_.data() + norm_at;
       k_norm_ = q_norm_ + ek_;
     }
   }
@@ -154,8 +151,8 @@ class DeviceHeads {
   void linear(int layer, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, cudaStream_t stream) const {
     const device::Dense& p = parts_[static_cast<std::size_t>(layer)];
     if (precision_ != cu::MlpPrecision::fp32 || std::max(p.in, p.out) > cu::kMaxMlpWidth) {
-      device::dense(p, blob_.data(), x, ldx, y, ldy, rows, stream, kernels::Activation::none, nullptr, 0, precision_,
-                    words_.data());
+      device::dense(p, weights_.data(), x, ldx, y, ldy, rows, stream, kernels::Activation::none, nullptr, 0, precision_,
+                    weights_.words());
       return;
     }
     cu::MlpArgs m;
@@ -170,15 +167,15 @@ class DeviceHeads {
     cu::mlp(m, stream);
   }
 
-  std::vector<device::Dense> parts_;  // q, k, v, proj: offsets in blob_ (each a multiple of 4 floats)
+  std::vector<device::Dense> parts_;  // q, k, v, proj: their places in weights_
   std::string op_;
   int device_, cin_, heads_, ck_, cout_, ek_, ev_;
   float s_;
-  cu::DeviceBuffer<float> blob_, log_w_;
-  cu::DeviceBuffer<std::uint32_t> words_;                   // the projections' fragments (parts_[i].fragments)
+  device::WeightArena weights_;  // the projections and the qk-norm weights
+  cu::DeviceBuffer<float> log_w_;
   cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the projections
   cu::DeviceBuffer<cu::MlpLayer> layers_;
-  const float* q_norm_ = nullptr;  // into blob_, or nullptr without qk-norm
+  const float* q_norm_ = nullptr;  // into weights_, or nullptr without qk-norm
   const float* k_norm_ = nullptr;
   cu::DeviceBuffer<float> q_, k_, v_, o_;
 };
