@@ -1,4 +1,6 @@
 // A layout's geometry on the device for the Erwin CUDA forward (forward.hpp).
+#include <omp.h>
+
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -69,7 +71,8 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   program::EdgeOrder order;
   std::size_t most = 1;
   if (cfg_.mp_steps > 0) {
-    order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_, 1);
+    order = program::order_edges(layout.edges(), layout.edge_positions(), d, n, n_all, edge_chunk_,
+                                 omp_get_max_threads());  // the per-edge gathers on the run's threads
     if (order.bad_edge >= 0)  // the layouts check: a bug, agreed below
       steps_.run([&] {
         throw Error(ErrorCode::internal, "erwin: local edge " + std::to_string(order.bad_edge) + " out of range");
