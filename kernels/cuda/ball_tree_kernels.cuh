@@ -142,6 +142,22 @@ __device__ void block_min_max(double& lo, double& hi, double* scratch) {
   __syncthreads();
 }
 
+/// The minima and maxima (in double) of coordinates d0 .. d0 + dims - 1 (dims <= kSpreadDims) of the points
+/// e[0] and e[i] for i = first, first + stride, ... < count.
+__device__ __forceinline__ void coordinate_extremes(const Context& c, const Entry* e, int count, int first, int stride,
+                                                    int d0, int dims, double* lo, double* hi) {
+  for (int k = 0; k < dims; ++k)
+    lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
+  for (int i = first; i < count; i += stride) {
+    const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
+    for (int k = 0; k < dims; ++k) {
+      const double v = static_cast<double>(p[k]);
+      lo[k] = v < lo[k] ? v : lo[k];
+      hi[k] = v > hi[k] ? v : hi[k];
+    }
+  }
+}
+
 /// Splitter::split_dimension: the first dimension of strictly largest max - min, one pass over the node's
 /// points per kSpreadDims coordinates. This thread visits points first, first + stride, ...; `combine`
 /// merges the threads' minima and maxima (BlockMinMax, or nothing when one thread visits them all).
@@ -152,16 +168,7 @@ __device__ int split_dimension(const Context& c, const Entry* e, int count, int 
   for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
     const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
     double lo[kSpreadDims], hi[kSpreadDims];
-    for (int k = 0; k < dims; ++k)
-      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
-    for (int i = first; i < count; i += stride) {
-      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
-      for (int k = 0; k < dims; ++k) {
-        const double v = static_cast<double>(p[k]);
-        lo[k] = v < lo[k] ? v : lo[k];
-        hi[k] = v > hi[k] ? v : hi[k];
-      }
-    }
+    coordinate_extremes(c, e, count, first, stride, d0, dims, lo, hi);
     for (int k = 0; k < dims; ++k) {
       combine(lo[k], hi[k]);
       const double spread = __dsub_rn(hi[k], lo[k]);

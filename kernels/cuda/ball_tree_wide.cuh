@@ -84,16 +84,7 @@ __global__ void __launch_bounds__(kWideThreads) wide_spread_kernel(const Context
   for (int d0 = 0; d0 < c.dim; d0 += kSpreadDims) {
     const int dims = c.dim - d0 < kSpreadDims ? c.dim - d0 : kSpreadDims;
     double lo[kSpreadDims], hi[kSpreadDims];
-    for (int k = 0; k < dims; ++k)
-      lo[k] = hi[k] = static_cast<double>(c.positions[static_cast<long long>(e[0].point) * c.dim + d0 + k]);
-    for (int i = static_cast<int>(threadIdx.x); i < count; i += kWideThreads) {
-      const float* p = c.positions + static_cast<long long>(e[i].point) * c.dim + d0;
-      for (int k = 0; k < dims; ++k) {
-        const double v = static_cast<double>(p[k]);
-        lo[k] = v < lo[k] ? v : lo[k];
-        hi[k] = v > hi[k] ? v : hi[k];
-      }
-    }
+    coordinate_extremes(c, e, count, static_cast<int>(threadIdx.x), kWideThreads, d0, dims, lo, hi);
     for (int k = 0; k < dims; ++k) {
       block_min_max(lo[k], hi[k], scratch);
       if (threadIdx.x == 0) {

@@ -182,6 +182,36 @@ TEST(GpuSphereTransformer, RegisteredModelWithCudaDevice) {
   EXPECT_LE(max_diff(y_dev, y_cpu), 2 * (4 * max_diff(gs.ref32, gs.ref64) + 16 * 6e-8 * mag_sht)) << "upsample_sht";
 }
 
+/// tf32 and bf16 through `predict` (RunOptions -> outputs) against `ref`: the device's error at most twice
+/// that of the CPU forward under ScopedPrecisionEmulation (the same operands rounded) plus `tol`, above
+/// four times the fp32 device forward's (the precision took effect), the same bits from a second
+/// forward, and fp32 afterwards the fp32 bits again.
+template <class Predict>
+void expect_tensor_core_precisions(const char* name, Predict&& predict, const std::vector<double>& ref, double tol,
+                                   double mag) {
+  surrogate::RunOptions options;
+  options.cuda_device = st::test_device();
+  const std::vector<float> fp32 = predict(options);
+  const double fp32_error = max_diff(fp32, ref);
+  for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
+    std::vector<float> emulated;
+    {
+      st::ScopedPrecisionEmulation emulate(precision);
+      emulated = predict(surrogate::RunOptions{});
+    }
+    options.precision = precision;
+    const std::vector<float> tc = predict(options);
+    const double emulated_error = max_diff(emulated, ref), error = max_diff(tc, ref);
+    EXPECT_LE(error, 2 * emulated_error + tol) << surrogate::precision_name(precision);
+    EXPECT_GT(error, 4 * fp32_error) << surrogate::precision_name(precision) << " not applied";
+    EXPECT_EQ(predict(options), tc) << "a second forward differs";
+    std::printf("  %s %s: |device - reference| %.3g, emulated on the CPU %.3g (fp32 %.3g, max|y| %.3g)\n", name,
+                surrogate::precision_name(precision), error, emulated_error, fp32_error, mag);
+  }
+  options.precision = surrogate::Precision::fp32;
+  EXPECT_EQ(predict(options), fp32) << "fp32 after tf32 / bf16";
+}
+
 // tf32 / bf16 through the registered model: the dense layers on the tensor cores (the DISCO convolutions,
 // attention operators, norms and transforms stay fp32). The error against float64 within twice that of the
 // CPU forward with the same rounding of the dense layers' operands (tests/support/precision_emulation) plus
@@ -205,24 +235,7 @@ TEST(GpuSphereTransformer, DenseLayersInTf32AndBf16) {
     double mag = 0.0;
     for (double v : g.ref64) mag = std::max(mag, std::fabs(v));
     const double tol = 4 * max_diff(g.ref32, g.ref64) + 16 * 6e-8 * mag;
-    surrogate::RunOptions options;
-    options.cuda_device = st::test_device();
-    const double fp32_error = max_diff(predict(options), g.ref64);
-    for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
-      std::vector<float> emulated;
-      {
-        st::ScopedPrecisionEmulation emulate(precision);
-        emulated = predict(surrogate::RunOptions{});
-      }
-      options.precision = precision;
-      const std::vector<float> tc = predict(options);
-      const double emulated_error = max_diff(emulated, g.ref64), error = max_diff(tc, g.ref64);
-      EXPECT_LE(error, 2 * emulated_error + tol) << surrogate::precision_name(precision);
-      EXPECT_GT(error, 4 * fp32_error) << surrogate::precision_name(precision) << " not applied";
-      EXPECT_EQ(predict(options), tc) << "a second forward differs";
-      std::printf("  %s %s: |device - f64| %.3g, emulated on the CPU %.3g (fp32 %.3g, max|y| %.3g)\n", name,
-                  surrogate::precision_name(precision), error, emulated_error, fp32_error, mag);
-    }
+    expect_tensor_core_precisions(name, predict, g.ref64, tol, mag);
   }
 }
 
@@ -376,10 +389,8 @@ TEST(GpuSphereTransformer, RegisteredLayerModelsWithCudaDevice) {
 }
 
 // tf32 / bf16 through the registered single-layer models: the four projections on the tensor cores, the
-// softmax FP32. Reference: the CPU forward under ScopedPrecisionEmulation (its Linear layers, the
-// projections, rounded the same way); the device's error against the golden output at most twice that
-// of the emulation plus the fp32 bound, larger than the fp32 device forward's (the precision took
-// effect), the same bits from a second forward, and fp32 again afterwards the fp32 bits.
+// softmax FP32; the CPU emulation rounds the same projections (its Linear layers). Checks of
+// expect_tensor_core_precisions against the golden output, with read_layer_golden's bound.
 TEST(GpuSphereTransformer, LayerModelProjectionsInTf32AndBf16) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::SelfComm comm;
@@ -396,27 +407,7 @@ TEST(GpuSphereTransformer, LayerModelProjectionsInTf32AndBf16) {
       model->predict(comm, *plan, g.rows.data(), model->in_channels(), y.data(), cout, options);
       return y;
     };
-    surrogate::RunOptions options;
-    options.cuda_device = st::test_device();
-    const std::vector<float> fp32 = predict(options);
-    const double fp32_error = max_diff(fp32, g.ref);
-    for (const auto precision : {surrogate::Precision::tf32, surrogate::Precision::bf16}) {
-      std::vector<float> emulated;
-      {
-        st::ScopedPrecisionEmulation emulate(precision);
-        emulated = predict(surrogate::RunOptions{});
-      }
-      options.precision = precision;
-      const std::vector<float> tc = predict(options);
-      const double emulated_error = max_diff(emulated, g.ref), error = max_diff(tc, g.ref);
-      EXPECT_LE(error, 2 * emulated_error + g.tol) << surrogate::precision_name(precision);
-      EXPECT_GT(error, 4 * fp32_error) << surrogate::precision_name(precision) << " not applied";
-      EXPECT_EQ(predict(options), tc) << "a second forward differs";
-      std::printf("  %s %s: |device - reference| %.3g, emulated on the CPU %.3g (fp32 %.3g, max|y| %.3g)\n", name,
-                  surrogate::precision_name(precision), error, emulated_error, fp32_error, g.mag);
-    }
-    options.precision = surrogate::Precision::fp32;
-    EXPECT_EQ(predict(options), fp32) << "fp32 after tf32 / bf16";
+    expect_tensor_core_precisions(name, predict, g.ref, g.tol, g.mag);
   }
 }
 
