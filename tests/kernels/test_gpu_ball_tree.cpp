@@ -6,11 +6,13 @@
 // line, sorted and organ-pipe coordinates, samples of 2 and 3 points next to large ones; with the default
 // split between block and thread nodes and with blocks down to nodes of 2 or 3 points and of 40; nodes split
 // by many blocks (ball_tree_wide.cuh) down to 20 and 100 points, and over up to ten tiles of 20,000-point
-// samples; the arguments it refuses.
+// samples; a root selection that reaches introselect's depth limit (the heap selection); the arguments it
+// refuses.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -21,6 +23,7 @@
 #include "surrogate/balltree.hpp"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_tree.hpp"
+#include "surrogate/kernels/introselect.hpp"
 
 namespace {
 
@@ -212,6 +215,60 @@ TEST(GpuBallTree, WideNodesOverManyTilesGetTheHostsTrees) {
     }
     expect_partition(*cloud, 2, Split{0, 3000}, name);
     expect_partition(*cloud, 5, Split{40, 700}, name);
+  }
+}
+
+/// Values on which std::nth_element at the middle of [0, n) spends its depth limit and ends in the heap
+/// selection (McIlroy's adversary, run against the replica of libstdc++'s introselect): values are
+/// frozen, lowest first, only when a comparison needs it, each time the one that is not the last pivot
+/// candidate, so every partition splits off few elements. The values the comparisons never fixed are
+/// equal and above all others; replaying the selection on the result takes the same path.
+std::vector<float> depth_limit_killer(int n) {
+  std::vector<int> value(static_cast<std::size_t>(n), n), order(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) order[static_cast<std::size_t>(i)] = i;
+  int frozen = 0, candidate = -1;
+  const auto less = [&](int x, int y) {
+    int& vx = value[static_cast<std::size_t>(x)];
+    int& vy = value[static_cast<std::size_t>(y)];
+    if (vx == n && vy == n) (x == candidate ? vx : vy) = frozen++;
+    if (vx == n) candidate = x;
+    else if (vy == n) candidate = y;
+    return vx < vy;
+  };
+  surrogate::kernels::introselect::nth_element(order.data(), order.data() + n / 2, order.data() + n, less);
+  return {value.begin(), value.end()};
+}
+
+// A sample whose root selection reaches introselect's depth limit (the rounds split off few points each,
+// so the heap selection finishes it), in one dimension and, as the first coordinate of the largest spread,
+// in three: the device's trees and partitions equal the host's with the root by many blocks, by a block
+// and by one thread's subtree. The replayed selection is checked to spend the whole depth limit.
+TEST(GpuBallTree, ASelectionAtItsDepthLimitGetsTheHostsTree) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const int n = 3000;
+  const std::vector<float> killer = depth_limit_killer(n);
+  {
+    namespace is = surrogate::kernels::introselect;
+    std::vector<float> replay = killer;
+    std::int64_t rounds = 0;
+    const auto counted = [&](float* first, float* last, std::less<float> less) {
+      ++rounds;
+      return is::hoare_partition(first, last, less);
+    };
+    is::introselect_from(replay.data(), replay.data() + n / 2, replay.data() + n, is::depth_limit(n), std::less<float>{},
+                         counted);
+    ASSERT_EQ(rounds, is::depth_limit(n)) << "the input does not reach the depth limit";
+  }
+  Cloud line, space;
+  line.dim = 1;
+  line.sample(n, [&](int i, int) { return killer[static_cast<std::size_t>(i)]; });
+  space.sample(n, [&](int i, int d) { return d == 0 ? killer[static_cast<std::size_t>(i)] : 0.001f * static_cast<float>(i % 7); });
+  for (const auto& [cloud, name] : {std::pair<const Cloud*, const char*>{&line, "1-d"}, {&space, "3-d"}}) {
+    const bt::Tree want = bt::build(std::span<const float>(cloud->positions), cloud->dim, cloud->batch());
+    for (const Split split : {Split{0, 0}, Split{0, 100}, Split{4096, 0}}) {
+      expect_tree(*cloud, want, split, name);
+      expect_partition(*cloud, 1, split, name);
+    }
   }
 }
 
