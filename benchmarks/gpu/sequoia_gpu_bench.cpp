@@ -29,13 +29,13 @@
 
 namespace {
 
-/// Every field of two hierarchies equal, floats bit for bit.
+/// Every field a plan reads equal, floats bit for bit (a plan's device hierarchy leaves out coords, mapping
+/// and mapping_local, which only the collation reads).
 bool same_hierarchy(const surrogate::sequoia::Hierarchy& a, const surrogate::sequoia::Hierarchy& b) {
   const auto same_bits = [](const std::vector<float>& x, const std::vector<float>& y) {
     return x.size() == y.size() && (x.empty() || std::memcmp(x.data(), y.data(), x.size() * sizeof(float)) == 0);
   };
-  bool same = a.point_offsets == b.point_offsets && a.offset == b.offset && same_bits(a.coords, b.coords) &&
-              a.mapping == b.mapping && a.mapping_local == b.mapping_local && a.level_ids == b.level_ids &&
+  bool same = a.point_offsets == b.point_offsets && a.offset == b.offset && a.level_ids == b.level_ids &&
               a.level_batch == b.level_batch && a.pool_parent == b.pool_parent && a.parent_edges == b.parent_edges &&
               a.child_edges == b.child_edges && a.level_positions.size() == b.level_positions.size();
   for (std::size_t i = 0; same && i < a.level_positions.size(); ++i)

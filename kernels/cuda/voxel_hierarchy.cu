@@ -393,9 +393,11 @@ void voxel_hierarchy(const VoxelHierarchyArgs& a, VoxelHierarchyResult& out, cud
   download(out.parent_first, parent_first, D + 2, stream);
   download(out.child_first, child_first, D + 2, stream);
   download(out.pool_first, pool_first, D + 1, stream);
-  download(out.coords, v.coords, T * 3, stream);
-  download(out.mapping, v.mapping, M * 4, stream);
-  download(out.mapping_local, v.mapping_local, M * 4, stream);
+  if (a.node_arrays) {
+    download(out.coords, v.coords, T * 3, stream);
+    download(out.mapping, v.mapping, M * 4, stream);
+    download(out.mapping_local, v.mapping_local, M * 4, stream);
+  }
   download(out.level_ids, v.sorted_id, T, stream);
   download(out.level_batch, v.batch, T, stream);
   download(out.level_positions, v.positions, T * 3, stream);

@@ -148,6 +148,23 @@ TEST_F(GpuSequoiaHierarchy, ABatchIsTheHosts) {
   check(batch, 3, 3, {11, 3, 7, 2, 40, 5});  // the samples' ids in a caller's batch
 }
 
+// A plan's hierarchy (node_arrays false, as a Sequoia plan for a CUDA device asks for it): coords, mapping
+// and mapping_local left empty, every other field the host's.
+TEST_F(GpuSequoiaHierarchy, APlansHierarchyLeavesOutTheCollationsRows) {
+  Batch batch;
+  batch.add(surface(5000, 12));
+  batch.add(box(700, 13));
+  const sq::Hierarchy want = sq::collate(sq::build_sample_hierarchies(batch.samples(), 3, 3));
+  sq::Hierarchy got = build_(device_, stream_->get(), batch.samples(), 3, 3, {}, false);
+  EXPECT_TRUE(got.coords.empty());
+  EXPECT_TRUE(got.mapping.empty());
+  EXPECT_TRUE(got.mapping_local.empty());
+  got.coords = want.coords;
+  got.mapping = want.mapping;
+  got.mapping_local = want.mapping_local;
+  expect_same(got, want);
+}
+
 TEST_F(GpuSequoiaHierarchy, OneLargeSampleIsTheHosts) {
   Batch batch;
   batch.add(surface(60000, 11));

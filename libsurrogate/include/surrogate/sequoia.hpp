@@ -54,7 +54,9 @@ struct SamplePoints {
 std::vector<SampleHierarchy> build_sample_hierarchies(const std::vector<SamplePoints>& samples, int divide, int depth);
 
 /// A batch of samples collated as the reference's collate_fn and indexed as its _index: model level
-/// i = 0 .. depth (0 the points, depth the roots) = tree level depth - i.
+/// i = 0 .. depth (0 the points, depth the roots) = tree level depth - i. coords, mapping and
+/// mapping_local are the collation's rows, read by nothing after it: a plan built on a CUDA device leaves
+/// them empty.
 struct Hierarchy {
   int depth = 0;                                   // voxel levels; model levels = depth + 1
   std::vector<index_t> point_offsets;              // B + 1: the samples' points in the batch's point rows

@@ -42,7 +42,7 @@ std::vector<std::vector<std::pair<std::int64_t, std::int64_t>>> cut_edges(const 
 
 sequoia::Hierarchy VoxelHierarchies::operator()(int device, cudaStream_t stream,
                                                 const std::vector<sequoia::SamplePoints>& samples, int divide,
-                                                int depth, std::vector<index_t> sample_ids) {
+                                                int depth, std::vector<index_t> sample_ids, bool node_arrays) {
   const auto on_host = [&] { return sequoia::collate(sequoia::build_sample_hierarchies(samples, divide, depth),
                                                      std::move(sample_ids)); };
   bool takes = !samples.empty() && divide >= 2 && depth >= 2 &&
@@ -66,6 +66,7 @@ sequoia::Hierarchy VoxelHierarchies::operator()(int device, cudaStream_t stream,
   a.depth = depth;
   a.first = first.data();
   a.points = points;
+  a.node_arrays = node_arrays;
   a.work = &work_;
   cu::VoxelHierarchyResult r;
   cu::voxel_hierarchy(a, r, stream);

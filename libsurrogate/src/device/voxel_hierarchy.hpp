@@ -20,9 +20,11 @@ class VoxelHierarchies {
   /// The collated hierarchy of `samples` (sample_ids as sequoia::collate takes them), built on `stream` of
   /// `device`; returns when it is on the host. Arguments or samples the host builder refuses (no samples,
   /// a sample without points, a non-finite coordinate, not one root voxel, ...) are handed to it, so that
-  /// its Error is thrown. Throws kernels::cuda::CudaError.
+  /// its Error is thrown. Throws kernels::cuda::CudaError. Without `node_arrays`, coords, mapping and
+  /// mapping_local stay empty (only collate reads them; a plan needs the rest) unless the host built it.
   sequoia::Hierarchy operator()(int device, cudaStream_t stream, const std::vector<sequoia::SamplePoints>& samples,
-                                int divide, int depth, std::vector<sequoia::index_t> sample_ids = {});
+                                int divide, int depth, std::vector<sequoia::index_t> sample_ids = {},
+                                bool node_arrays = true);
 
  private:
   kernels::cuda::DeviceBuffer<float> points_;

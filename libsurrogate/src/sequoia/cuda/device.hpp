@@ -44,7 +44,8 @@ class DeviceForward {
                                                   const std::vector<std::int64_t>& batch, int k,
                                                   const std::vector<std::int64_t>& queries) = 0;
   /// collate(build_sample_hierarchies(samples, divide, depth), sample_ids) computed on this device: the
-  /// same hierarchy and the same errors (a plan's HierarchyBuilder).
+  /// same hierarchy and the same errors (a plan's HierarchyBuilder), but for coords, mapping and
+  /// mapping_local, which only the collation reads: left empty, not copied from the device.
   virtual Hierarchy hierarchy(const std::vector<SamplePoints>& samples, int divide, int depth,
                               std::vector<index_t> sample_ids) = 0;
 };

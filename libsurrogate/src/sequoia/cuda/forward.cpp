@@ -84,7 +84,7 @@ class CudaForward final : public DeviceForward {
   Hierarchy hierarchy(const std::vector<SamplePoints>& samples, int divide, int depth,
                       std::vector<index_t> sample_ids) override {
     try {
-      return hierarchy_(device_, stream_.get(), samples, divide, depth, std::move(sample_ids));
+      return hierarchy_(device_, stream_.get(), samples, divide, depth, std::move(sample_ids), false);
     } catch (...) {  // the host builder's Error (input it refuses) passes through
 
       surrogate::detail::raise_current_cuda_error("sequoia hierarchy", device_);
