@@ -189,6 +189,35 @@ struct OneThread {
   __device__ void operator()(double&, double&) const {}
 };
 
+/// Element i of a round's range e[0, m) (pivot e[0]): a left stop (i > 0, key not less than the pivot:
+/// bit 0) and a right stop (the pivot not less than the key: bit 16).
+__device__ __forceinline__ int stop_bits(const Entry* e, int i, int m, float pivot) {
+  if (i >= m) return 0;
+  const float key = e[i].key;
+  return (i > 0 && !(key < pivot) ? 1 : 0) | (!(pivot < key) ? 1 << 16 : 0);
+}
+
+/// The swaps of a Hoare partition from its stops (lefts[0, left_total), rights[0, right_total), both
+/// ascending): the most pairs k whose k-th left stop lies before the k-th right stop from the end.
+__device__ __forceinline__ int hoare_pairs(const int* lefts, int left_total, const int* rights, int right_total) {
+  int lo = 0, hi = left_total < right_total ? left_total : right_total;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (lefts[mid - 1] < rights[right_total - mid]) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+/// Where the Hoare scan of n elements ends after `pairs` swaps: the next left stop, or the last swapped
+/// right stop when it comes first.
+__device__ __forceinline__ int hoare_cut(const int* lefts, int left_total, const int* rights, int right_total, int n,
+                                         int pairs) {
+  int cut = pairs < left_total ? lefts[pairs] : n;
+  if (pairs > 0 && rights[right_total - pairs] < cut) cut = rights[right_total - pairs];
+  return cut;
+}
+
 /// One Hoare partition of e[0, n) around e[0].key from its stop positions; returns the cut. One pass lists
 /// the left stops (lefts[k]: the k-th from the start) and the right stops (rights[k]: the k-th from the
 /// start, so the k-th from the end is rights[R - 1 - k]); the swaps are the pairs that have not crossed,
@@ -198,32 +227,21 @@ __device__ int block_partition(Entry* e, int n, int* lefts, int* rights, int* sh
   const float pivot = e[0].key;
   int left_total = 0, right_total = 0, parity = 0;
   for (int tile = 0; tile < n; tile += threads, parity ^= 1) {
-    const int i = tile + t;
-    const bool left = i < n && i > 0 && !(e[i].key < pivot);
-    const bool right = i < n && !(pivot < e[i].key);
+    const int i = tile + t, bits = stop_bits(e, i, n, pivot);
     int total = 0;
-    const int before = block_exclusive_scan((left ? 1 : 0) | (right ? 1 << 16 : 0), shared + parity * kMaxWarps, total);
-    if (left) lefts[left_total + (before & 0xffff)] = i;
-    if (right) rights[right_total + (before >> 16)] = i;
+    const int before = block_exclusive_scan(bits, shared + parity * kMaxWarps, total);
+    if (bits & 1) lefts[left_total + (before & 0xffff)] = i;
+    if (bits >> 16) rights[right_total + (before >> 16)] = i;
     left_total += total & 0xffff;
     right_total += total >> 16;
   }
   __syncthreads();
   int* pairs_at = shared + 2 * kMaxWarps;
-  if (t == 0) {
-    int lo = 0, hi = left_total < right_total ? left_total : right_total;
-    while (lo < hi) {  // the most pairs k whose k-th left stop lies before the k-th right stop from the end
-      const int mid = (lo + hi + 1) / 2;
-      if (lefts[mid - 1] < rights[right_total - mid]) lo = mid;
-      else hi = mid - 1;
-    }
-    *pairs_at = lo;
-  }
+  if (t == 0) *pairs_at = hoare_pairs(lefts, left_total, rights, right_total);
   __syncthreads();
   const int pairs = *pairs_at;
   for (int k = t; k < pairs; k += threads) replica::swap_at(e + lefts[k], e + rights[right_total - 1 - k]);
-  int cut = pairs < left_total ? lefts[pairs] : n;
-  if (pairs > 0 && rights[right_total - pairs] < cut) cut = rights[right_total - pairs];
+  const int cut = hoare_cut(lefts, left_total, rights, right_total, n, pairs);
   __syncthreads();
   return cut;
 }

@@ -146,14 +146,6 @@ __global__ void __launch_bounds__(kWideNodeThreads) wide_pivot_kernel(Entry* wor
   replica::pivot_to_first(work + w.begin + w.first, work + w.begin + w.last, ByKey{});
 }
 
-/// Element i of the round's range (relative to its first place, pivot e[0]): a left stop (i > 0, key not
-/// less than the pivot: bit 0) and a right stop (the pivot not less than the key: bit 16).
-__device__ __forceinline__ int stop_bits(const Entry* e, int i, int m, float pivot) {
-  if (i >= m) return 0;
-  const float key = e[i].key;
-  return (i > 0 && !(key < pivot) ? 1 : 0) | (!(pivot < key) ? 1 << 16 : 0);
-}
-
 /// Each tile's numbers of left and right stops (counts[u * tiles + t]: left, right).
 __global__ void __launch_bounds__(kWideThreads) wide_count_kernel(const Entry* work, const WideNode* nodes, int tiles,
                                                                  StopCounts* counts) {
@@ -232,19 +224,10 @@ __global__ void __launch_bounds__(kWideNodeThreads) wide_search_kernel(const Con
   WideNode& w = nodes[u];
   const int* lefts = c.lefts + w.begin;
   const int* rights = c.rights + w.begin;
-  const int n = w.last - w.first, left_total = w.left_total, right_total = w.right_total;
-  int lo = 0, hi = left_total < right_total ? left_total : right_total;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (lefts[mid - 1] < rights[right_total - mid]) lo = mid;
-    else hi = mid - 1;
-  }
-  const int pairs = lo;
-  int cut = pairs < left_total ? lefts[pairs] : n;
-  if (pairs > 0 && rights[right_total - pairs] < cut) cut = rights[right_total - pairs];
+  const int pairs = hoare_pairs(lefts, w.left_total, rights, w.right_total);
+  const int cut = w.first + hoare_cut(lefts, w.left_total, rights, w.right_total, w.last - w.first, pairs);
   w.pairs = pairs;
   w.base = w.first;
-  cut += w.first;
   if (cut <= w.nth) w.first = cut;
   else w.last = cut;
 }
