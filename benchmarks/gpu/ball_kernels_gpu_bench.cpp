@@ -1,7 +1,8 @@
 // The ball-tree attention kernels alone (surrogate/kernels/cuda_ball_attention.hpp) at the shapes of one
 // sparse layer of the BSA benchmark's model (D 64, 8 heads of width 8, balls of 256, blocks of C = 8, S = 4,
 // block-level importance), random inputs: CUDA-event milliseconds per launch, best of REPEATS after a
-// warm-up, one JSON line per kernel (share/docs/cuda.md, "Tests and benchmark").
+// warm-up, one JSON line per kernel (share/docs/cuda.md, "Tests and benchmark"); the ball attention also
+// in tf32 and bf16 on the tensor cores.
 //   ball_kernels_gpu_bench N [REPEATS] [DEVICE|cuda-emulated]
 #include <algorithm>
 #include <cstdint>
@@ -10,6 +11,7 @@
 #include <functional>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "device_arg.hpp"
@@ -87,6 +89,13 @@ int main(int argc, char** argv) {
     ball.ldo = kD;
     double ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::ball_attention(ball, stream.get()); });
     print("ball_attention", n, ms, 4.0 * kE * kBall * static_cast<double>(n) * kHeads);
+    // The same on the tensor cores (BallAttentionLaunch::precision), the rounding checked by the tests.
+    for (const auto& [precision, name] : {std::pair{cu::MlpPrecision::tf32, "ball_attention_tf32"},
+                                          std::pair{cu::MlpPrecision::bf16, "ball_attention_bf16"}}) {
+      ball.precision = precision;
+      ms = bench_gpu::best_ms(repeats, device, stream.get(), [&] { cu::ball_attention(ball, stream.get()); });
+      print(name, n, ms, 4.0 * kE * kBall * static_cast<double>(n) * kHeads);
+    }
 
     // 3. The coarse branch: every block's compressed query against all compressed blocks.
     cu::CoarseAttentionArgs coarse;

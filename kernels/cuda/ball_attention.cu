@@ -15,9 +15,16 @@
 // weighted sum divided by (ball) or multiplied by the inverse of (coarse, fine) the double sum, rounded
 // to float once.
 //
-// The kernels are in ball_attention_kernels.cuh (also run on the CPU by tests/kernels/test_ball_kernels_emulated.cpp);
-// this file has the checks, the head-width dispatch and the launches; BSA's block selection (one thread per
-// selection row and head, no softmax) is in block_selection_kernels.cuh.
+// The fp32 kernels are in ball_attention_kernels.cuh; this file has the checks, the head-width dispatch,
+// the launches and the ball attention on the tensor cores (tf32 / bf16, below); BSA's block selection (one
+// thread per selection row and head, no softmax) is in block_selection_kernels.cuh.
+//
+// The ball attention on the tensor cores (BallAttentionLaunch::precision): mma_softmax.cuh's online
+// softmax, FlashAttention's order for a narrow head. A block of kTcWarps warps takes 64 queries of one ball
+// and head, each warp 16 of them as mma A fragments (scaled by one float multiply, then rounded); the
+// ball's keys, values and positions are staged through shared memory 64 at a time, E padded to the
+// fragment width with zeros; the distance bias is computed per logit as the fp32 kernel computes it and
+// added with the same fused multiply-add before the softmax.
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -25,6 +32,7 @@
 #include "launch.cuh"
 #include "ball_attention_kernels.cuh"
 #include "block_selection_kernels.cuh"
+#include "mma_softmax.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
 
@@ -55,6 +63,91 @@ dim3 thread_grid(const char* kernel, index_t threads, int heads) {
   return dim3(static_cast<unsigned>(blocks), static_cast<unsigned>(heads));
 }
 
+constexpr int kTcWarps = 4;              // warps per block, 16 queries each
+constexpr int kTcQueries = 16 * kTcWarps;  // queries of a ball per block
+constexpr int kTcKeys = 64;               // keys staged per pass
+
+/// Grid (ball x query tile, head); kE: E padded to a multiple of 8.
+template <MlpPrecision P, int kE, bool kBias>
+__global__ void __launch_bounds__(kTcWarps * 32) ball_tc_kernel(BallAttentionLaunch a, int tiles) {
+  using Softmax = detail::MmaSoftmax<P, kE>;
+  constexpr int kDim = kMaxBallPositionDim;
+  __shared__ float ks[kTcKeys * Softmax::kPad];
+  __shared__ float vs[kTcKeys * kE];
+  __shared__ float ps[kTcKeys * kDim];
+  const int B = a.ball, E = a.E;
+  const index_t base = static_cast<index_t>(blockIdx.x / static_cast<unsigned>(tiles)) * B;  // the ball's row 0
+  const index_t c0 = static_cast<index_t>(blockIdx.y) * E;
+  const int warp = static_cast<int>(threadIdx.x) / 32;
+  const int first = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles)) * kTcQueries + 16 * warp;
+  Softmax sm;
+  sm.start([&](int r, int e) {
+    return first + r < B && e < E ? __fmul_rn(a.q[(base + first + r) * a.ld + c0 + e], a.scale) : 0.0f;
+  });
+  float pi[2][kDim] = {};  // the positions of the lane's rows g and g + 8
+  const float sigma = kBias ? a.sigma[blockIdx.y] : 0.0f;
+  if constexpr (kBias)
+    for (int r = 0; r < 2; ++r)
+      for (int c = 0; c < a.dim; ++c)
+        if (first + sm.g + 8 * r < B) pi[r][c] = a.positions[(base + first + sm.g + 8 * r) * a.ld_pos + c];
+  for (int j0 = 0; j0 < B; j0 += kTcKeys) {
+    const int count = min(kTcKeys, B - j0);
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Softmax::kPad; i += kTcWarps * 32) {
+      const int j = i / Softmax::kPad, e = i % Softmax::kPad;
+      ks[i] = j < count && e < E ? a.k[(base + j0 + j) * a.ld + c0 + e] : 0.0f;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
+      const int j = i / kE, e = i % kE;
+      vs[i] = j < count && e < E ? a.v[(base + j0 + j) * a.ld + c0 + e] : 0.0f;
+    }
+    if constexpr (kBias)
+      for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kDim; i += kTcWarps * 32) {
+        const int j = i / kDim, c = i % kDim;
+        ps[i] = j < count && c < a.dim ? a.positions[(base + j0 + j) * a.ld_pos + c] : 0.0f;
+      }
+    __syncthreads();
+    if (first >= B) continue;  // no queries for this warp (it still joins the barriers)
+    for (int l0 = 0; l0 < count; l0 += 16) {
+      if constexpr (kBias)
+        sm.add(ks, vs, l0, count, [&](int r, int column, float logit) {
+          return fmaf(sigma, ball_kernels::distance(pi[r], ps + column * kDim, a.dim), logit);
+        });
+      else
+        sm.add(ks, vs, l0, count);
+    }
+  }
+  if (first >= B) return;
+  sm.finish();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const int row = first + sm.g + 8 * r;
+    if (row >= B) continue;
+    const float inv = 1.0f / sm.row_sum[r];  // >= 1: the largest weight is exp(0)
+    float* o = a.out + (base + row) * a.ldo + c0;
+#pragma unroll
+    for (int n = 0; n < Softmax::kTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * n + 2 * sm.t + e < E) o[8 * n + 2 * sm.t + e] = sm.o[n][2 * r + e] * inv;
+  }
+}
+
+template <MlpPrecision P, bool kBias>
+void launch_ball_tensor_cores(const BallAttentionLaunch& a, cudaStream_t stream) {
+  const int tiles = (a.ball + kTcQueries - 1) / kTcQueries;
+  const index_t blocks = a.rows / a.ball * tiles;
+  if (blocks > 2147483647)
+    throw std::invalid_argument("cuda::ball_attention: " + std::to_string(a.rows) + " queries exceed the grid");
+  const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.heads));
+  switch (a.E <= 8 ? 8 : a.E <= 16 ? 16 : a.E <= 32 ? 32 : 64) {
+    case 8: launch(ball_tc_kernel<P, 8, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
+    case 16: launch(ball_tc_kernel<P, 16, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
+    case 32: launch(ball_tc_kernel<P, 32, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
+    default: launch(ball_tc_kernel<P, 64, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
+  }
+}
+
 }  // namespace
 
 void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream) {
@@ -67,6 +160,19 @@ void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream) {
   if (a.sigma && (a.dim < 1 || a.dim > kMaxBallPositionDim || !a.positions))
     throw std::invalid_argument("cuda::ball_attention: the distance bias needs positions of dimension 1.." +
                                 std::to_string(kMaxBallPositionDim) + " (got " + std::to_string(a.dim) + ")");
+  if (a.precision != MlpPrecision::fp32) {
+    require_tensor_cores("ball_attention");
+    const bool bias = a.sigma != nullptr;
+    if (a.precision == MlpPrecision::bf16) {
+      if (bias) launch_ball_tensor_cores<MlpPrecision::bf16, true>(a, stream);
+      else launch_ball_tensor_cores<MlpPrecision::bf16, false>(a, stream);
+    } else {
+      if (bias) launch_ball_tensor_cores<MlpPrecision::tf32, true>(a, stream);
+      else launch_ball_tensor_cores<MlpPrecision::tf32, false>(a, stream);
+    }
+    check_launch("ball_tc_kernel");
+    return;
+  }
   const dim3 grid = thread_grid("ball_attention", a.rows, a.heads);
   detail::dispatch_head_width(a.E, [&](auto width) {
     constexpr int kE = decltype(width)::value;

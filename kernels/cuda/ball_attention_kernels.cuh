@@ -1,8 +1,6 @@
 // The device code of the ball-tree attention kernels (ball_attention.cu has the launchers; see there and
-// surrogate/kernels/cuda_ball_attention.hpp for what they compute). In a header of its own so that a host
-// emulation (tests/gpu/test_ball_kernels_emulated.cpp) can run exactly this code on the CPU: it uses no
-// shared memory, no synchronisation and, besides those of latent_softmax.cuh, only the intrinsics
-// __fmul_rn and sqrtf.
+// surrogate/kernels/cuda_ball_attention.hpp for what they compute): the fp32 kernels, one thread per query
+// and head, with no shared memory and no synchronisation; the tensor-core ball kernel is in ball_attention.cu.
 #pragma once
 
 #include "launch.cuh"

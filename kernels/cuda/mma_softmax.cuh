@@ -17,6 +17,11 @@ namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace detail {
 
+/// The logits as the products give them (MmaSoftmax::add's default).
+struct NoBias {
+  __device__ __forceinline__ float operator()(int /*row*/, int /*column*/, float logit) const { return logit; }
+};
+
 /// kE: the vectors' width padded to a multiple of 8 (the values'); the logits read kPad channels.
 template <MlpPrecision P, int kE>
 struct MmaSoftmax {
@@ -59,8 +64,11 @@ struct MmaSoftmax {
   }
 
   /// Columns c0 .. c0 + 15 of the staged ones (those at or past `count` left out): their vectors at
-  /// keys + c kPad, their values at values + c kE (shared memory, zero past the width).
-  __device__ __forceinline__ void add(const float* keys, const float* values, int c0, int count) {
+  /// keys + c kPad, their values at values + c kE (shared memory, zero past the width). `bias(r, c, l)`
+  /// returns the logit l of row r (0: g, 1: g + 8) and staged column c with its additive term (Erwin's
+  /// distance bias); the default leaves it.
+  template <class Bias = NoBias>
+  __device__ __forceinline__ void add(const float* keys, const float* values, int c0, int count, Bias bias = {}) {
     const float inf = __int_as_float(0x7f800000);
     float s[2][4] = {};  // logits of columns c0 + 8j + (2t, 2t + 1), rows g and g + 8
 #pragma unroll
@@ -80,8 +88,10 @@ struct MmaSoftmax {
         }
       }
 #pragma unroll
-      for (int e = 0; e < 4; ++e)
-        if (c0 + 8 * j + 2 * t + e % 2 >= count) s[j][e] = -inf;
+      for (int e = 0; e < 4; ++e) {
+        const int column = c0 + 8 * j + 2 * t + e % 2;
+        s[j][e] = column < count ? bias(e / 2, column, s[j][e]) : -inf;
+      }
     }
     float w[2][4];
 #pragma unroll

@@ -1,10 +1,15 @@
 // The ball-tree attention kernels on the GPU (the library's launchers, device arrays): the checks of
 // ball_attention_checks.hpp (naive double reference with a float32 error bound, the CPU kernel and BSA's
-// CPU branches, determinism, launch independence) and block_selection_checks.hpp (the selection bitwise).
+// CPU branches, determinism, launch independence) and block_selection_checks.hpp (the selection bitwise),
+// and the ball attention on the tensor cores within the bound of its operand format (below).
 // Every test SKIPS when no CUDA device is visible.
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -118,5 +123,128 @@ TEST_F(GpuBallAttention, SelectedBlockAttentionMatchesTheNaiveReferenceAndTheCpu
 }
 TEST_F(GpuBallAttention, BlockSelectionIsTheNaiveAndTheCpuSelection) { checks::check_block_selection(backend); }
 TEST_F(GpuBallAttention, CoarseAttentionAndSelectionInOnePass) { checks::check_coarse_and_select(backend); }
+
+// The ball attention on the tensor cores (tf32, bf16) against the attention in double, within a bound
+// derived from the operand format (unit roundoff u: bf16 2^-8, tf32 2^-11), as for FLARE's decode: a
+// logit's products of rounded operands (the query scaled by one float multiply first) are off by at most
+// (2u + u^2 + 2^-24) |q_e k_e| each, their FP32 sum by E 2^-24 sum |q_e k_e|, the float distance and the
+// bias's fused multiply-add by (dim + 4) 2^-24 |sigma| d + 2^-24 |l|: delta = max_j of that; a softmax
+// weight then moves by at most e^(2 delta) - 1 relative, the weights and values rounded to the format add
+// u each, the exp (8 ulps) and the FP32 sums over the ball's keys and the channels (ball + E + 8) 2^-23:
+// all of it relative to max_j |v_j|. The rounding must act (the error above four times the fp32 kernel's),
+// the result is repeatable and a ball's rows do not depend on the other balls of the launch.
+TEST_F(GpuBallAttention, TensorCoresAreWithinTheirFormatsBound) {
+  std::mt19937 gen(23);
+  struct Case {
+    int balls, ball, heads, E, dim;
+    bool bias;
+  };
+  // Balls of 1 to 256 keys (several query tiles and key passes, partial ones), head widths of every
+  // padded width 8 / 16 / 32 / 64 and between them, 1 to 4 coordinates, with and without the bias.
+  const Case cases[] = {{3, 16, 2, 8, 3, true},  {2, 256, 2, 8, 3, true},  {4, 100, 3, 12, 4, true},
+                        {2, 48, 2, 64, 3, true}, {5, 1, 2, 16, 2, true},   {3, 64, 1, 32, 1, true},
+                        {2, 130, 2, 24, 3, false}, {6, 8, 5, 3, 2, true},  {1, 200, 1, 40, 3, true}};
+  for (const auto precision : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    const double u = precision == cu::MlpPrecision::bf16 ? 0x1p-8 : 0x1p-11;
+    const char* name = precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32";
+    double worst = 0.0, largest = 0.0, largest_fp32 = 0.0;  // error / bound; errors / max|v|
+    for (const Case& t : cases) {
+      const index_t rows = static_cast<index_t>(t.balls) * t.ball;
+      const int H = t.heads, E = t.E, C = H * E;
+      const index_t ld = C + 3, ldo = C + 2, ld_pos = t.dim + 1;
+      const auto q = checks::random_rows(rows, ld, C, 1.0f, gen), kk = checks::random_rows(rows, ld, C, 1.0f, gen);
+      const auto v = checks::random_rows(rows, ld, C, 1.0f, gen);
+      std::vector<float> pos(static_cast<std::size_t>(rows * ld_pos), checks::kNaN);
+      std::uniform_real_distribution<float> unit(0.0f, 1.0f);
+      for (index_t r = 0; r < rows; ++r)
+        for (int c = 0; c < t.dim; ++c) pos[r * ld_pos + c] = unit(gen);
+      std::vector<float> sigma(static_cast<std::size_t>(H));
+      for (auto& x : sigma) x = -1.0f - unit(gen);
+      std::vector<float> init(static_cast<std::size_t>(rows * ldo), checks::kSentinel);
+      cu::BallAttentionLaunch g;
+      g.rows = rows;
+      g.ball = t.ball;
+      g.heads = H;
+      g.E = E;
+      g.q = q.data();
+      g.k = kk.data();
+      g.v = v.data();
+      g.ld = ld;
+      g.scale = 1.0f / std::sqrt(static_cast<float>(E));
+      g.sigma = t.bias ? sigma.data() : nullptr;
+      g.positions = pos.data();
+      g.ld_pos = ld_pos;
+      g.dim = t.dim;
+      g.out = init.data();
+      g.ldo = ldo;
+      const std::vector<float> fp32 = backend.ball(g);
+      g.precision = precision;
+      const std::vector<float> out = backend.ball(g);
+      const std::string what = std::string(name) + ", ball " + std::to_string(t.ball) + " E " + std::to_string(E);
+
+      for (index_t i = 0; i < rows; ++i) {
+        const index_t b0 = i - i % t.ball;
+        for (int h = 0; h < H; ++h) {
+          std::vector<double> logit(static_cast<std::size_t>(t.ball));
+          double delta = 0.0, top = -1e300, max_v = 0.0;
+          for (int j = 0; j < t.ball; ++j) {
+            const float* qi = &q[i * ld + h * E];
+            const float* kj = &kk[(b0 + j) * ld + h * E];
+            double l = 0.0, mag = 0.0;
+            for (int e = 0; e < E; ++e) {
+              l += static_cast<double>(qi[e]) * g.scale * kj[e];
+              mag += std::abs(static_cast<double>(qi[e]) * g.scale * kj[e]);
+              max_v = std::max(max_v, std::abs(static_cast<double>(v[(b0 + j) * ld + h * E + e])));
+            }
+            double bias_error = 0.0;
+            if (t.bias) {
+              double d2 = 0.0;
+              for (int c = 0; c < t.dim; ++c) {
+                const double diff = static_cast<double>(pos[i * ld_pos + c]) - pos[(b0 + j) * ld_pos + c];
+                d2 += diff * diff;
+              }
+              l += static_cast<double>(sigma[h]) * std::sqrt(d2);
+              bias_error = (t.dim + 4) * 0x1p-24 * std::abs(sigma[h]) * std::sqrt(d2) + 0x1p-24 * std::abs(l);
+            }
+            logit[static_cast<std::size_t>(j)] = l;
+            top = std::max(top, l);
+            delta = std::max(delta, (2.0 * u + u * u + (E + 1) * 0x1p-24) * mag + bias_error);
+          }
+          double sum = 0.0;
+          std::vector<double> want(static_cast<std::size_t>(E), 0.0);
+          for (int j = 0; j < t.ball; ++j) {
+            const double w = std::exp(logit[static_cast<std::size_t>(j)] - top);
+            sum += w;
+            for (int e = 0; e < E; ++e) want[static_cast<std::size_t>(e)] += w * v[(b0 + j) * ld + h * E + e];
+          }
+          const double bound = (std::expm1(2.0 * delta) + 2.0 * u + (t.ball + E + 8) * 0x1p-23) * max_v;
+          for (int e = 0; e < E; ++e) {
+            const double exact = want[static_cast<std::size_t>(e)] / sum;
+            const double err = std::abs(out[i * ldo + h * E + e] - exact);
+            worst = std::max(worst, err / bound);
+            largest = std::max(largest, err / max_v);
+            largest_fp32 = std::max(largest_fp32, std::abs(fp32[i * ldo + h * E + e] - exact) / max_v);
+            ASSERT_LE(err, bound) << what << " row " << i << " head " << h << " channel " << e;
+          }
+        }
+        for (index_t c = C; c < ldo; ++c) ASSERT_EQ(out[i * ldo + c], checks::kSentinel) << what << " row " << i;
+      }
+      EXPECT_EQ(backend.ball(g), out) << what << ": run to run";
+      if (t.balls > 1) {  // the balls after the first alone: the same rows
+        cu::BallAttentionLaunch tail = g;
+        tail.rows = rows - t.ball;
+        tail.q += t.ball * ld;
+        tail.k += t.ball * ld;
+        tail.v += t.ball * ld;
+        tail.positions += t.ball * ld_pos;
+        const std::vector<float> got = backend.ball(tail);
+        EXPECT_TRUE(std::equal(got.begin(), got.end(), out.begin() + t.ball * ldo)) << what << ": launch independence";
+      }
+    }
+    EXPECT_GT(largest, 4.0 * largest_fp32) << name << ": the operands' rounding does not show";
+    std::printf("%s ball attention: largest error / bound %.3f, error / max|v| %.3g (fp32 kernel %.3g)\n", name,
+                worst, largest, largest_fp32);
+  }
+}
 
 }  // namespace

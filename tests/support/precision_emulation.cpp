@@ -133,6 +133,38 @@ void emulated_latent_encode(const kernels::LatentEncodeArgs& a) {
   }
 }
 
+/// The ball attention of the tensor-core kernel (kernels/cuda/ball_attention.cu), one ball: the scaled query
+/// (one float multiply) and the keys rounded, logits accumulated in FP32 in e order, the distance bias added
+/// with one fused multiply-add, FP32 softmax statistics, the weights and the values rounded for their
+/// product, accumulated in FP32.
+template <Round R>
+void emulated_ball_attention(const kernels::BallAttentionArgs& a) {
+  const int m = a.m, E = a.E;
+  std::vector<float> logit(static_cast<std::size_t>(m)), acc(static_cast<std::size_t>(E));
+  for (int h = 0; h < a.heads; ++h)
+    for (int i = 0; i < m; ++i) {
+      const float* q = a.q + i * a.ld + h * E;
+      float top = -INFINITY;
+      for (int j = 0; j < m; ++j) {
+        const float* k = a.k + j * a.ld + h * E;
+        float l = 0.0f;
+        for (int e = 0; e < E; ++e) l = std::fma(R(q[e] * a.scale), R(k[e]), l);
+        if (a.sigma) l = std::fma(a.sigma[h], a.bias[i * a.ld_bias + j], l);
+        logit[static_cast<std::size_t>(j)] = l;
+        top = std::fmax(top, l);
+      }
+      float sum = 0.0f;
+      std::fill(acc.begin(), acc.end(), 0.0f);
+      for (int j = 0; j < m; ++j) {
+        const float w = std::exp(logit[static_cast<std::size_t>(j)] - top);
+        sum += w;
+        const float* v = a.v + j * a.ld + h * E;
+        for (int e = 0; e < E; ++e) acc[static_cast<std::size_t>(e)] = std::fma(R(w), R(v[e]), acc[static_cast<std::size_t>(e)]);
+      }
+      for (int e = 0; e < E; ++e) a.out[i * a.ldo + h * E + e] = acc[static_cast<std::size_t>(e)] / sum;
+    }
+}
+
 template <Round R>
 kernels::CpuKernels emulated(EmulatedKernels which) {
   kernels::CpuKernels k = *kernels::cpu(kernels::best_cpu_isa());
@@ -140,6 +172,7 @@ kernels::CpuKernels emulated(EmulatedKernels which) {
   if (which == EmulatedKernels::linear_and_attention) {
     k.latent_encode = &emulated_latent_encode<R>;
     k.latent_decode = &emulated_latent_decode<R>;
+    k.ball_attention = &emulated_ball_attention<R>;
   }
   return k;
 }

@@ -36,8 +36,8 @@ class CudaOps {
   static constexpr Place place = Place::device;
 
   CudaOps(const float* weights, cudaStream_t stream) : w_(weights), stream_(stream) {}
-  /// The dense layers on the tensor cores (precision tf32 / bf16; fp32: the FP32 kernel), `words` the
-  /// arena's fragments (device::WeightArena::words()).
+  /// The dense layers and the ball attention on the tensor cores (precision tf32 / bf16; fp32: the FP32
+  /// kernels), `words` the arena's fragments (device::WeightArena::words()).
   void set_precision(kernels::cuda::MlpPrecision precision, const std::uint32_t* words) {
     precision_ = precision;
     words_ = words;
@@ -98,6 +98,7 @@ class CudaOps {
     l.dim = a.positions.width;
     l.out = a.out.data;
     l.ldo = a.out.ld;
+    l.precision = precision_;
     kernels::cuda::ball_attention(l, stream_);
   }
 

@@ -898,27 +898,37 @@ class Runner:
             self.skip_bench("erwin", "erwin_gpu_bench is not in the bundle")
             return
         official = ["--official", a.erwin_official] if a.erwin_official else []
-        if torch_ok and py.get("numpy") and py.get("h5py") and (py.get("balltree") or official):
+        compared = bool(torch_ok and py.get("numpy") and py.get("h5py") and (py.get("balltree") or official))
+        if compared:
             self.bench("erwin", [py["python"], str(src / "erwin_gpu_vs_pytorch.py"), "--build", str(wrap),
                                  "--sizes", *map(str, a.erwin_sizes), *official], self.python_env, 900)
-            return
-        lacking = [x for x in ("torch", "numpy", "h5py") if not py.get(x)]
-        if not py.get("balltree") and not official:
-            lacking.append("balltree (or --erwin-official DIR)")
-        if py.get("torch") and not py.get("cuda_available"):
-            lacking.append("torch CUDA")
-        self.log(f"  Erwin: PyTorch side needs {', '.join(lacking)}: surrogate's side only, on the bundled model")
+        else:
+            lacking = [x for x in ("torch", "numpy", "h5py") if not py.get(x)]
+            if not py.get("balltree") and not official:
+                lacking.append("balltree (or --erwin-official DIR)")
+            if py.get("torch") and not py.get("cuda_available"):
+                lacking.append("torch CUDA")
+            self.log(f"  Erwin: PyTorch side needs {', '.join(lacking)}: surrogate's side only, on the bundled model")
         if not m.get("erwin_bench_model"):
             self.skip_bench("erwin", "the bundle has no Erwin benchmark model")
             return
+        # The bundled model: fp32 at every size unless compared above; tf32 and bf16 (the dense layers and the
+        # ball attention on the tensor cores) and kernel by kernel at the first size.
+        model = str(BUNDLE / m["erwin_bench_model"])
         for n in a.erwin_sizes:
+            first = n == a.erwin_sizes[0]
+            if compared and not first:
+                continue
             data = Path(tempfile.mkdtemp(prefix=f"erwin-n{n}-", dir=str(self.scratch)))
             write_erwin_inputs(data, n, py, self.python_env)
-            self.bench(f"erwin N={n}", [erwin, str(BUNDLE / m["erwin_bench_model"]), str(data), "5", "8", "0"],
-                       self.env, 600)
-            if n == a.erwin_sizes[0]:  # the kept geometry's forward is one CUDA graph; kernel by kernel
-                self.bench(f"erwin N={n} graphs off",
-                           [erwin, str(BUNDLE / m["erwin_bench_model"]), str(data), "5", "8", "0"],
+            if not compared:
+                self.bench(f"erwin N={n}", [erwin, model, str(data), "5", "8", "0"], self.env, 600)
+            if first:
+                for precision in ("tf32", "bf16"):
+                    self.bench(f"erwin N={n} {precision}", [erwin, model, str(data), "5", "8", "0", precision],
+                               self.env, 600)
+                # The kept geometry's forward is one CUDA graph; kernel by kernel for the launch cost it removes.
+                self.bench(f"erwin N={n} graphs off", [erwin, model, str(data), "5", "8", "0"],
                            {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
             shutil.rmtree(data, ignore_errors=True)
 

@@ -1,7 +1,7 @@
 // CUDA kernels of the ball-tree attentions (CUDA builds only): Erwin's ball attention with the distance
 // bias (also BSA's local branch), BSA's coarse (block-compressed) and selected-block (fine) branches and
 // its top-S block selection.
-// They compute what the CPU code computes (kernels::CpuKernels::ball_attention, bsa::detail::
+// In fp32 they compute what the CPU code computes (kernels::CpuKernels::ball_attention, bsa::detail::
 // coarse_branch / fine_branch) on the device's online softmax (latent_softmax.cuh: the CPU kernels' exp
 // arithmetic, power-of-two reference, double sums), one query and head per thread, the keys streamed
 // (no score matrix, no bias matrix, no scratch in global memory).
@@ -10,8 +10,8 @@
 // row stride >= the row's width. E <= kMaxHeadDim (64); heads <= 65535. Every launcher enqueues on the
 // given stream and returns at once; invalid sizes throw std::invalid_argument before anything is enqueued.
 //
-// Tested on a GPU by tests/kernels/test_gpu_kernels.cpp and, the unchanged device code on the CPU
-// through the host emulation, by tests/kernels/test_ball_kernels_emulated.cpp (status: share/docs/cuda.md).
+// Tested by tests/kernels/test_gpu_ball_attention.cpp, on a GPU (gpu.*) and on the host backend (cuda.*:
+// the same device code run on the CPU; status: share/docs/cuda.md).
 // Used by the Erwin and BSA device forwards.
 #pragma once
 
@@ -19,7 +19,8 @@
 
 #include <cstdint>
 
-#include "surrogate/kernels/cpu.hpp"  // index_t
+#include "surrogate/kernels/cpu.hpp"   // index_t
+#include "surrogate/kernels/cuda.hpp"  // MlpPrecision
 
 namespace surrogate::kernels::cuda {
 
@@ -34,6 +35,9 @@ inline constexpr int kMaxBallPositionDim = 4;
 /// duplicates of the ball tree are ordinary tokens here, as on the CPU (no mask). One launch covers every
 /// ball of the rows and computes the distances itself (the CPU's kernels::BallAttentionArgs is one ball
 /// with a precomputed bias tile).
+/// precision tf32 / bf16: the two products on the tensor cores (compute capability >= 8.0): the scaled
+/// query and the keys, then the softmax weights and the values, rounded to the format and accumulated in
+/// FP32; the bias added to each logit as in fp32, the softmax's running maximum and sum FP32.
 struct BallAttentionLaunch {
   index_t rows = 0;
   int ball = 0;
@@ -49,6 +53,7 @@ struct BallAttentionLaunch {
   int dim = 0;                       // 1 .. kMaxBallPositionDim
   float* out = nullptr;
   index_t ldo = 0;
+  MlpPrecision precision = MlpPrecision::fp32;
 };
 void ball_attention(const BallAttentionLaunch& a, cudaStream_t stream);
 
