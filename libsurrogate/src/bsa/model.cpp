@@ -76,10 +76,11 @@ class BsaModel final : public PointCloudModel {
                        "; the canonical order is routed through the ranks owning the ids, no rank gathers the "
                        "batch; the plan is built once per point set and reused by every predict on it; bitwise "
                        "equal to one process)");
-    d.emplace_back("CUDA forward",
-                   "fp32 (cuda_device >= 0: the ball trees' node selections and the layers on the device; "
-                   "several ranks: each on its slots of the distributed tree, the exchanges device to device "
-                   "(NCCL) or staged through host memory)");
+    d.emplace_back("device forward",
+                   "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the local branch's ball attention "
+                   "on the tensor cores); the ball trees' node selections and the layers on the device; several "
+                   "ranks: each on its slots of the distributed tree, the exchanges device to device (NCCL) or "
+                   "staged through host memory");
     return d;
   }
 

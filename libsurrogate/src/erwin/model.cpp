@@ -100,8 +100,9 @@ class ErwinModel final : public PointCloudModel {
          "distributed ball tree (every rank runs its subtrees and its points' message passing; the canonical "
          "order is routed through the ranks owning the ids, no rank gathers the batch; the plan is built once "
          "per point set and reused by every predict on it; bitwise equal to one process)"},
-        {"CUDA forward",
-         "fp32 (tf32 / bf16: the dense layers on the tensor cores), any rank count (cuda_device >= 0: the "
+        {"device forward",
+         "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the ball attention on the tensor cores), any "
+         "rank count (cuda_device >= 0: the "
          "plan built on the host with its ball trees' node selections on the device, each rank's block and slots on its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
          "one-process device forward)"}};
     return d;

@@ -18,7 +18,12 @@ class Model final : public surrogate::Model {
  public:
   explicit Model(const ModelFile& file);
   index_t parameter_count() const override { return parameters_; }
-  std::vector<std::pair<std::string, std::string>> describe() const override { return cfg_.describe(); }
+  std::vector<std::pair<std::string, std::string>> describe() const override {
+    auto d = cfg_.describe();
+    d.emplace_back("device forward", "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the MLPs and the latent encode and decode "
+                                     "on the tensor cores), any rank count; heads up to 64 wide, MLPs up to 256");
+    return d;
+  }
   bool supports_cpu_bf16() const override { return true; }
 
  protected:

@@ -56,7 +56,9 @@ class SphereTransformerModel final : public Model {
                             : std::string("bilinear (ResampleS2)")},
             {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, SHT orders split "
                                  "over the ranks, global attention "
-                                 "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"}};
+                                 "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"},
+            {"device forward", "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the attention's "
+                               "projections on the tensor cores), any rank count"}};
   }
 
  protected:
@@ -161,7 +163,9 @@ class S2LayerModel final : public Model {
                                           std::to_string(c.out_channels)},
             {"heads", std::to_string(c.num_heads)},
             {"multi-rank mode", kNeighborhood ? "latitude bands; key/value halo of the rows inside the cutoff"
-                                              : "latitude bands; keys/values all-gathered (global attention)"}};
+                                              : "latitude bands; keys/values all-gathered (global attention)"},
+            {"device forward", "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the q, k, v and output projections on the "
+                               "tensor cores), any rank count"}};
   }
 
  protected:
