@@ -13,10 +13,16 @@
 // Heads wider than kSphereRegisterHeadDim (64) run on the column-split kernels of
 // sphere_attention_kernels.cuh (wide_*_attention_kernel): several threads per query, 64 value columns
 // each, the logits computed once per key into shared memory with the same fmaf chain. Same results.
+//
+// Global attention in tf32 / bf16 (SphereAttentionArgs::precision, heads up to 64 wide): on the tensor
+// cores with mma_softmax.cuh, FLARE's decode scheme: a block of 4 warps takes 64 queries of one (sample,
+// head), each warp 16 as mma A fragments; keys, values and their latitudes' log weights are staged through
+// shared memory 64 at a time, the widths padded to 8, 16, 32 or 64 with zeros.
 #include <stdexcept>
 #include <string>
 
 #include "launch.cuh"
+#include "mma_softmax.cuh"
 #include "sphere_attention_kernels.cuh"
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_sphere.hpp"
@@ -40,6 +46,70 @@ dim3 grid_of(const SphereAttentionArgs& a) {
               static_cast<unsigned>(a.batch));
 }
 
+constexpr int kTcWarps = 4;              // warps per block, 16 queries each
+constexpr int kTcQueries = 16 * kTcWarps;  // queries per block
+constexpr int kTcKeys = 64;               // keys staged per pass
+
+/// Grid (query tile, head, sample); kE: max(ek, ev) padded to a multiple of 8.
+template <MlpPrecision P, int kE>
+__global__ void __launch_bounds__(kTcWarps * 32) global_tc_kernel(SphereAttentionArgs a) {
+  using Softmax = detail::MmaSoftmax<P, kE>;
+  __shared__ float ks[kTcKeys * Softmax::kPad];
+  __shared__ float vs[kTcKeys * kE];
+  __shared__ float lw[kTcKeys];
+  const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
+  const index_t first = static_cast<index_t>(blockIdx.x) * kTcQueries + 16 * (static_cast<int>(threadIdx.x) / 32);
+  const float* const q = a.q + static_cast<index_t>(b) * a.queries * a.ldq + h * a.ek;
+  const float* const k = a.k + static_cast<index_t>(b) * a.keys * a.ldk + h * a.ek;
+  const float* const v = a.v + static_cast<index_t>(b) * a.keys * a.ldv + h * a.ev;
+  Softmax sm;
+  sm.start([&](int r, int e) { return first + r < a.queries && e < a.ek ? q[(first + r) * a.ldq + e] : 0.0f; });
+  for (index_t j0 = 0; j0 < a.keys; j0 += kTcKeys) {
+    const int count = static_cast<int>(a.keys - j0 < kTcKeys ? a.keys - j0 : kTcKeys);
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Softmax::kPad; i += kTcWarps * 32) {
+      const int t = i / Softmax::kPad, e = i % Softmax::kPad;
+      ks[i] = t < count && e < a.ek ? k[(j0 + t) * a.ldk + e] : 0.0f;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
+      const int t = i / kE, e = i % kE;
+      vs[i] = t < count && e < a.ev ? v[(j0 + t) * a.ldv + e] : 0.0f;
+    }
+    for (int t = static_cast<int>(threadIdx.x); t < count; t += kTcWarps * 32) lw[t] = a.log_w_lat[(j0 + t) / a.nlon_in];
+    __syncthreads();
+    if (first >= a.queries) continue;  // no queries for this warp (it still joins the barriers)
+    for (int l0 = 0; l0 < count; l0 += 16)
+      sm.add(ks, vs, l0, count, [&](int /*row*/, int column, float logit) { return logit + lw[column]; });
+  }
+  if (first >= a.queries) return;
+  sm.finish();
+#pragma unroll
+  for (int r = 0; r < 2; ++r) {
+    const index_t row = first + sm.g + 8 * r;
+    if (row >= a.queries) continue;
+    const float inv = 1.0f / sm.row_sum[r];  // >= 1: the largest weight is exp(0)
+    float* const o = a.o + (static_cast<index_t>(b) * a.queries + row) * a.ldo + h * a.ev;
+#pragma unroll
+    for (int n = 0; n < Softmax::kTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * n + 2 * sm.t + e < a.ev) o[8 * n + 2 * sm.t + e] = sm.o[n][2 * r + e] * inv;
+  }
+}
+
+template <MlpPrecision P>
+void launch_global_tensor_cores(const SphereAttentionArgs& a, cudaStream_t stream) {
+  const dim3 grid(static_cast<unsigned>((a.queries + kTcQueries - 1) / kTcQueries), static_cast<unsigned>(a.heads),
+                  static_cast<unsigned>(a.batch));
+  const int widest = a.ek > a.ev ? a.ek : a.ev;
+  switch (widest <= 8 ? 8 : widest <= 16 ? 16 : widest <= 32 ? 32 : 64) {
+    case 8: launch(global_tc_kernel<P, 8>, grid, kTcWarps * 32, 0, stream, a); break;
+    case 16: launch(global_tc_kernel<P, 16>, grid, kTcWarps * 32, 0, stream, a); break;
+    case 32: launch(global_tc_kernel<P, 32>, grid, kTcWarps * 32, 0, stream, a); break;
+    default: launch(global_tc_kernel<P, 64>, grid, kTcWarps * 32, 0, stream, a); break;
+  }
+}
+
 }  // namespace
 
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream) {
@@ -47,6 +117,13 @@ void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream) 
   check_args(a, "cuda::sphere_global_attention");
   if (a.batch < 1 || a.queries < 1) return;
   if (a.keys < 1) throw std::invalid_argument("cuda::sphere_global_attention: no keys");
+  if (a.precision != MlpPrecision::fp32 && (a.ek > a.ev ? a.ek : a.ev) <= kSphereRegisterHeadDim) {
+    require_tensor_cores("sphere_global_attention");
+    if (a.precision == MlpPrecision::bf16) launch_global_tensor_cores<MlpPrecision::bf16>(a, stream);
+    else launch_global_tensor_cores<MlpPrecision::tf32>(a, stream);
+    check_launch("sphere global_tc_kernel");
+    return;
+  }
   dispatch_attention(
       a,
       [&](auto width) {

@@ -21,6 +21,7 @@
 
 #include "gpu_test.hpp"
 #include "sphere_attention_reference.hpp"
+#include "surrogate/kernels/cuda_sphere.hpp"
 #include "surrogate/sphere/attention_device.hpp"
 #include "surrogate/sphere/quadrature.hpp"
 
@@ -148,4 +149,128 @@ TEST(SphereAttentionDevice, BuiltOnACpuOperatorGivesTheSameBits) {
                                                                                                          rng);
   check_built_on_cpu_operator<sphere::NeighborhoodAttentionS2Config, sphere::NeighborhoodAttentionS2,
                               sphere::NeighborhoodAttentionS2Device>(neighborhood_cases(), rng);
+}
+
+namespace {
+/// cuda::sphere_global_attention on random operands held in device buffers; returns the output rows.
+std::vector<float> global_attention(surrogate::kernels::cuda::SphereAttentionArgs a, const std::vector<float>& q,
+                                    const std::vector<float>& k, const std::vector<float>& v,
+                                    const std::vector<float>& log_w) {
+  namespace cu = surrogate::kernels::cuda;
+  const cu::DeviceBuffer<float> dq = st::to_device(q), dk = st::to_device(k), dv = st::to_device(v);
+  const cu::DeviceBuffer<float> dw = st::to_device(log_w);
+  const std::size_t size = static_cast<std::size_t>(a.batch * a.queries * a.ldo);
+  cu::DeviceBuffer<float> o = st::to_device(std::vector<float>(size, -7.0f));  // a sentinel outside the heads
+  a.q = dq.data();
+  a.k = dk.data();
+  a.v = dv.data();
+  a.log_w_lat = dw.data();
+  a.o = o.data();
+  cu::device_synchronize(st::test_device());
+  cu::sphere_global_attention(a, nullptr);
+  return st::to_host(o.data(), size);
+}
+}  // namespace
+
+// The global attention on the tensor cores (tf32, bf16) against the attention in double, within the bound
+// of FLARE's decode test (test_gpu_kernels.cpp): a logit's products of rounded operands off by at most
+// (2u + u^2) |q_e k_e| each (u: bf16 2^-8, tf32 2^-11) and its FP32 sum by E 2^-24 sum |q_e k_e|, the log
+// weight's FP32 addition by 2^-24 |l|: delta = max_j of that; a weight then moves by at most e^(2 delta) - 1
+// relative, the weights and values rounded add u each, the exp and the FP32 sums over the keys and the
+// channels (keys + E + 8) 2^-23: all relative to max_j |v_j|. Unequal ek and ev, partial query tiles and key
+// passes, several samples and heads; the rounding must show (the error above four times the fp32 kernel's),
+// run to run the same bits; heads wider than 64 keep the fp32 kernel, bitwise.
+TEST(SphereAttentionDevice, GlobalOnTensorCoresIsWithinItsFormatsBound) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  namespace cu = surrogate::kernels::cuda;
+  struct Shape {
+    int batch, heads, ek, ev;
+    long queries;
+    int nlat, nlon;
+  };
+  const Shape shapes[] = {{1, 1, 8, 8, 100, 8, 16}, {2, 3, 16, 12, 70, 5, 12}, {1, 2, 32, 32, 33, 10, 20},
+                          {1, 1, 64, 40, 130, 6, 10}, {2, 2, 3, 5, 17, 4, 8}, {1, 1, 80, 72, 20, 3, 8}};
+  std::mt19937 rng(97);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::uniform_real_distribution<float> weight(0.01f, 0.2f);
+  for (const auto precision : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    const double u = precision == cu::MlpPrecision::bf16 ? 0x1p-8 : 0x1p-11;
+    const char* name = precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32";
+    double worst = 0.0, largest = 0.0, largest_fp32 = 0.0;  // error / bound; errors / max|v|
+    for (const Shape& s : shapes) {
+      cu::SphereAttentionArgs a;
+      a.batch = s.batch;
+      a.heads = s.heads;
+      a.ek = s.ek;
+      a.ev = s.ev;
+      a.queries = s.queries;
+      a.keys = static_cast<long>(s.nlat) * s.nlon;
+      a.nlon_in = s.nlon;
+      a.ldq = a.ldk = s.heads * s.ek + 1;
+      a.ldv = s.heads * s.ev + 2;
+      a.ldo = s.heads * s.ev + 3;
+      auto random = [&](std::size_t n, float scale) {
+        std::vector<float> x(n);
+        for (float& e : x) e = scale * normal(rng);
+        return x;
+      };
+      const auto q = random(static_cast<std::size_t>(s.batch * s.queries * a.ldq), 0.5f);
+      const auto k = random(static_cast<std::size_t>(s.batch * a.keys * a.ldk), 0.5f);
+      const auto v = random(static_cast<std::size_t>(s.batch * a.keys * a.ldv), 1.0f);
+      std::vector<float> log_w(static_cast<std::size_t>(s.nlat));
+      for (float& w : log_w) w = std::log(weight(rng));
+      const std::vector<float> fp32 = global_attention(a, q, k, v, log_w);
+      a.precision = precision;
+      const std::vector<float> out = global_attention(a, q, k, v, log_w);
+      const std::string what = std::string(name) + ", ek " + std::to_string(s.ek) + " ev " + std::to_string(s.ev);
+      EXPECT_EQ(global_attention(a, q, k, v, log_w), out) << what << ": run to run";
+      if (std::max(s.ek, s.ev) > surrogate::kernels::cuda::kSphereRegisterHeadDim) {
+        EXPECT_EQ(out, fp32) << what << ": wide heads keep the fp32 kernel";
+        continue;
+      }
+      for (int b = 0; b < s.batch; ++b)
+        for (int h = 0; h < s.heads; ++h)
+          for (long i = 0; i < s.queries; ++i) {
+            const float* qi = &q[static_cast<std::size_t>((b * s.queries + i) * a.ldq + h * s.ek)];
+            std::vector<double> logit(static_cast<std::size_t>(a.keys));
+            double delta = 0.0, top = -1e300, max_v = 0.0;
+            for (long j = 0; j < a.keys; ++j) {
+              const float* kj = &k[static_cast<std::size_t>((b * a.keys + j) * a.ldk + h * s.ek)];
+              double l = 0.0, mag = 0.0;
+              for (int e = 0; e < s.ek; ++e) {
+                l += static_cast<double>(qi[e]) * kj[e];
+                mag += std::abs(static_cast<double>(qi[e]) * kj[e]);
+              }
+              l += log_w[static_cast<std::size_t>(j / s.nlon)];
+              for (int e = 0; e < s.ev; ++e)
+                max_v = std::max(max_v, std::abs(static_cast<double>(v[static_cast<std::size_t>((b * a.keys + j) * a.ldv + h * s.ev + e)])));
+              logit[static_cast<std::size_t>(j)] = l;
+              top = std::max(top, l);
+              delta = std::max(delta, (2.0 * u + u * u + s.ek * 0x1p-24) * mag + 0x1p-24 * std::abs(l));
+            }
+            double sum = 0.0;
+            std::vector<double> want(static_cast<std::size_t>(s.ev), 0.0);
+            for (long j = 0; j < a.keys; ++j) {
+              const double w = std::exp(logit[static_cast<std::size_t>(j)] - top);
+              sum += w;
+              for (int e = 0; e < s.ev; ++e)
+                want[static_cast<std::size_t>(e)] += w * v[static_cast<std::size_t>((b * a.keys + j) * a.ldv + h * s.ev + e)];
+            }
+            const double bound = (std::expm1(2.0 * delta) + 2.0 * u + static_cast<double>(a.keys + s.ev + 8) * 0x1p-23) * max_v;
+            for (int e = 0; e < s.ev; ++e) {
+              const std::size_t at = static_cast<std::size_t>((b * s.queries + i) * a.ldo + h * s.ev + e);
+              const double exact = want[static_cast<std::size_t>(e)] / sum, err = std::abs(out[at] - exact);
+              worst = std::max(worst, err / bound);
+              largest = std::max(largest, err / max_v);
+              largest_fp32 = std::max(largest_fp32, std::abs(fp32[at] - exact) / max_v);
+              ASSERT_LE(err, bound) << what << " sample " << b << " head " << h << " query " << i << " channel " << e;
+            }
+          }
+      for (long r = 0; r < s.batch * s.queries; ++r)  // the columns past the heads are not written
+        for (long c = s.heads * s.ev; c < a.ldo; ++c) ASSERT_EQ(out[static_cast<std::size_t>(r * a.ldo + c)], -7.0f) << what;
+    }
+    EXPECT_GT(largest, 4.0 * largest_fp32) << name << ": the operands' rounding does not show";
+    std::printf("%s global S2 attention: largest error / bound %.3f, error / max|v| %.3g (fp32 kernel %.3g)\n", name,
+                worst, largest, largest_fp32);
+  }
 }

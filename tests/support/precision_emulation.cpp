@@ -64,13 +64,14 @@ void emulated_linear(const kernels::LinearArgs& a) {
   }
 }
 
-/// The latent decode of the tensor-core kernel (kernels/cuda/latent_decode.cu): keys and latent queries
-/// rounded, logits accumulated in FP32 in e order, FP32 softmax statistics, the weights and the values
-/// rounded for their product, accumulated in FP32. The decode's bias forms (the spherical attention, no
-/// tensor-core path) run the CPU kernel.
+/// The latent decode of the tensor-core kernels (kernels/cuda/latent_decode.cu; with latent_bias, the
+/// global S2 attention of sphere_attention.cu): keys and latent queries rounded, logits accumulated in FP32
+/// in e order (then the latent's bias added), FP32 softmax statistics, the weights and the values rounded
+/// for their product, accumulated in FP32. The per-row bias form and S2 heads wider than 64 (no tensor-core
+/// path: kernels::cuda::kSphereRegisterHeadDim) run the CPU kernel.
 template <Round R>
 void emulated_latent_decode(const kernels::LatentDecodeArgs& a) {
-  if (a.bias || a.latent_bias) return kernels::cpu(kernels::best_cpu_isa())->latent_decode(a);
+  if (a.bias || (a.latent_bias && a.E > 64)) return kernels::cpu(kernels::best_cpu_isa())->latent_decode(a);
   const int M = a.M, E = a.E;
   const kernels::index_t ldq = a.ldq ? a.ldq : E, ldz = a.ldz ? a.ldz : E;
   std::vector<float> logit(static_cast<std::size_t>(M)), acc(static_cast<std::size_t>(E));
@@ -79,6 +80,7 @@ void emulated_latent_decode(const kernels::LatentDecodeArgs& a) {
     for (int m = 0; m < M; ++m) {
       float l = 0.0f;
       for (int e = 0; e < E; ++e) l = std::fma(R(a.q[m * ldq + e]), R(a.k[r * a.ldk + e] * a.k_scale), l);
+      if (a.latent_bias) l += a.latent_bias[m];
       logit[static_cast<std::size_t>(m)] = l;
       top = std::fmax(top, l);
     }

@@ -57,8 +57,11 @@ class SphereTransformerModel final : public Model {
             {"multi-rank mode", "latitude bands: DISCO/resample/neighbourhood halos from their owners, SHT orders split "
                                  "over the ranks, global attention "
                                  "on all-gathered rows, instance-norm sums per row in row order (bitwise any rank count)"},
-            {"device forward", "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the attention's "
-                               "projections on the tensor cores), any rank count"}};
+            {"device forward", std::string("CUDA, fp32 / tf32 / bf16 (tf32 / bf16: ") +
+                                   (c.neighborhood ? "the dense layers and the attention's projections"
+                                                   : "the dense layers, the attention's projections and the global "
+                                                     "attention (heads up to 64 wide)") +
+                                   " on the tensor cores), any rank count"}};
   }
 
  protected:
@@ -164,8 +167,9 @@ class S2LayerModel final : public Model {
             {"heads", std::to_string(c.num_heads)},
             {"multi-rank mode", kNeighborhood ? "latitude bands; key/value halo of the rows inside the cutoff"
                                               : "latitude bands; keys/values all-gathered (global attention)"},
-            {"device forward", "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the q, k, v and output projections on the "
-                               "tensor cores), any rank count"}};
+            {"device forward", std::string("CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the q, k, v and output projections") +
+                                   (kNeighborhood ? "" : " and the attention (heads up to 64 wide)") +
+                                   " on the tensor cores), any rank count"}};
   }
 
  protected:

@@ -878,6 +878,13 @@ class Runner:
             for precision in ("tf32", "bf16"):  # the dense layers on the tensor cores
                 self.bench(f"sphere {a.sphere_grids[0]} {precision}",
                            [sphere, str(model), "5", nlat, nlon, "0", precision], self.env, 600)
+            # A global-attention model (embed_dim 16, one head) moved to 91 x 180 (its internal grid 46 x 90:
+            # 4,140 keys a query): the global attention on the tensor cores in tf32 / bf16.
+            glob = model.parent.parent / "st_global_instance_spectral" / "model.h5"
+            if glob.is_file():
+                for precision in ("fp32", "tf32", "bf16"):
+                    self.bench(f"sphere global 91x180 {precision}",
+                               [sphere, str(glob), "5", "91", "180", "0", precision], self.env, 600)
             self.bench(f"sphere {a.sphere_grids[0]} graphs off", [sphere, str(model), "5", nlat, nlon, "0"],
                        {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
         # Against torch-harmonics' SphericalTransformer and NeighborhoodAttentionS2 on this GPU, when the Python

@@ -17,7 +17,8 @@
 
 #include <cstdint>
 
-#include "surrogate/kernels/cpu.hpp"  // index_t
+#include "surrogate/kernels/cpu.hpp"   // index_t
+#include "surrogate/kernels/cuda.hpp"  // MlpPrecision
 
 namespace surrogate::kernels::cuda {
 
@@ -41,10 +42,15 @@ struct SphereAttentionArgs {
   index_t queries = 0;  // query (output) points per sample
   index_t keys = 0;     // key (input) points per sample: nlat_in * nlon_in
   int nlon_in = 0;
+  MlpPrecision precision = MlpPrecision::fp32;  // global attention only (below)
 };
 
 /// AttentionS2: every query against all keys of its sample. Throws std::invalid_argument for head widths
-/// below 1.
+/// below 1. precision tf32 / bf16 with max(ek, ev) <= kSphereRegisterHeadDim: the two products on the tensor
+/// cores (compute capability >= 8.0), q and k, then the softmax weights and v, rounded to the format and
+/// accumulated in FP32, the log weight added to each logit in FP32, running maximum and sum FP32 (not bitwise
+/// reproducible across launch geometries then, but run to run); wider heads, and the neighbourhood attention
+/// in every precision, keep the FP32 kernels.
 void sphere_global_attention(const SphereAttentionArgs& a, cudaStream_t stream);
 
 /// The CSR neighbour lists of NeighborhoodAttentionS2 on the device (NeighborhoodCsr): output point

@@ -137,6 +137,7 @@ class DeviceHeads {
       a.queries = queries;
       a.keys = keys;
       a.nlon_in = nlon_in;
+      a.precision = precision_;  // the global attention's products too (cuda_sphere.hpp)
       attend(a);
       linear(3, o_.data(), cout_, out, cout_, rows_q, stream);
     });
@@ -173,7 +174,7 @@ class DeviceHeads {
   float s_;
   device::WeightArena weights_;  // the projections and the qk-norm weights
   cu::DeviceBuffer<float> log_w_;
-  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the projections
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the projections and the global attention
   cu::DeviceBuffer<cu::MlpLayer> layers_;
   const float* q_norm_ = nullptr;  // into weights_, or nullptr without qk-norm
   const float* k_norm_ = nullptr;
