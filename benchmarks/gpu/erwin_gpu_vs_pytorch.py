@@ -12,7 +12,8 @@ surrogate columns (milliseconds): `device` = CUDA-event time of a forward on the
 upload, the network, result download); `wall` = its wall time; `full` = wall time of the ball-tree build
 (its nodes selected on the device, as a plan built for the device does) + geometry upload + forward, which
 is what the official forward does in every call (it builds its trees inside); `tree s` = the host's trees,
-`dev tree ms` = the same trees with the device's selections. PyTorch: wall time of model(x, pos, batch, edge_index) with torch.cuda.synchronize()
+`dev tree ms` = the same trees with the device's selections, `geom ms` = wall time of the geometry upload
+(its host arithmetic included). PyTorch: wall time of model(x, pos, batch, edge_index) with torch.cuda.synchronize()
 around it, TF32 off (FP32 everywhere), best of --repeats after a warm-up. Speed-up = PyTorch / full.
 PyTorch side: the official ErwinTransformer when --official names a directory holding erwin_official.py
 or erwin.py (torch 2.x with balltree-erwin), else share/python/surrogate_ref/erwin.py (trees built on the
@@ -99,7 +100,7 @@ def main():
                                          if torch.cuda.is_available() else "; no CUDA device visible to PyTorch"))
     print(f"Erwin forward (ShapeNet-Car config), one sample, kNN {cpu_bench.KNN}; PyTorch: {label} "
           f"(torch {torch.__version__}, {args.device}, TF32 off); best of {args.repeats} after a warm-up")
-    print(f"{'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} {'tree s':>7} {'dev tree ms':>11} | {'PyTorch ms':>10} | "
+    print(f"{'N':>8} | {'device ms':>9} {'wall ms':>8} {'full ms':>8} {'tree s':>7} {'dev tree ms':>11} {'geom ms':>8} | {'PyTorch ms':>10} | "
           f"{'speed-up':>8} | {'max|diff|':>9} {'max|y|':>8}")
     with tempfile.TemporaryDirectory() as tmp:
         model_path = Path(tmp) / "erwin.h5"
@@ -123,13 +124,13 @@ def main():
             left = f"{n:>8} | "
             if ours:
                 left += (f"{ours['device_ms']:>9.2f} {ours['wall_ms']:>8.2f} {ours['full_wall_ms']:>8.2f} {ours['tree_s']:>7.3f} "
-                         f"{ours['device_tree_ms']:>11.2f} | ")
+                         f"{ours['device_tree_ms']:>11.2f} {ours['geometry_wall_ms']:>8.2f} | ")
                 check = sbs.check_agreement(sbs.read_output(data, y.shape), y, f"N {n}", args.tolerance, args.min_agree)
                 diff, scale = check[0], check[1]
                 print(left + f"{1e3 * best:>10.2f} | {1e3 * best / ours['full_wall_ms']:>8.2f} | {diff:>9.2e} {scale:>8.3g}",
                       flush=True)
             else:
-                print(left + f"{'-':>9} {'-':>8} {'-':>8} {'-':>7} {'-':>11} | {1e3 * best:>10.2f} | {'-':>8} | {'-':>9} "
+                print(left + f"{'-':>9} {'-':>8} {'-':>8} {'-':>7} {'-':>11} {'-':>8} | {1e3 * best:>10.2f} | {'-':>8} | {'-':>9} "
                       f"{float(np.abs(y).max()):>8.3g}", flush=True)
 
 
