@@ -1,7 +1,11 @@
 // HEPT's bucket sorts and Gaussian bucket attention (surrogate/kernels/cuda_bucket_attention.hpp).
 // Sorts: CUB radix sorts of the keys' order-preserving images with positions as values (stable: ties keep
 // position order), float keys in one flat sort with the segment above the key bits; on the host backend
-// kernels::stable_key_sort. The attention's device code: bucket_attention_kernels.cuh.
+// kernels::stable_key_sort. The attention's device code: bucket_attention_kernels.cuh; in tf32 / bf16 the
+// bucket sums run on the tensor cores (bucket_tc_kernel below, mma_softmax.cuh with a zero reference:
+// HEPT's weights exp(min(0, l)) are not normalised per table): a block of 4 warps takes 64 sorted queries of
+// one bucket and row, each warp 16 as mma A fragments; the bucket's k̂, v and half squares are gathered
+// through the permutation into shared memory 64 keys at a time.
 #include <algorithm>
 #include <stdexcept>
 #include <string>
@@ -9,6 +13,7 @@
 
 #include "launch.cuh"
 #include "bucket_attention_kernels.cuh"
+#include "mma_softmax.cuh"
 #include "latent_softmax.cuh"  // detail::dispatch_head_width
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
@@ -195,6 +200,80 @@ void check_buckets(const GaussianBucketsLaunchOf<T>& a, const char* name, Step s
   if (a.points > 0 && (!inputs || !outputs)) throw std::invalid_argument(kernel + ": a null array");
 }
 
+constexpr int kTcWarps = 4;              // warps per block, 16 sorted queries each
+constexpr int kTcQueries = 16 * kTcWarps;  // queries of a bucket per block
+constexpr int kTcKeys = 64;               // keys staged per pass
+
+/// Grid (bucket x query tile, row); kE: max(dh, dv) padded to a multiple of 8. The sums of sorted
+/// positions s of the bucket, written to the slots of their queries perm_q[s] as bucket_kernel writes them.
+template <MlpPrecision P, int kE>
+__global__ void __launch_bounds__(kTcWarps * 32)
+    bucket_tc_kernel(const GaussianBucketsLaunchOf<float> a, int tiles, const float* qsq, const float* ksq, float* num,
+                     float* den) {
+  using Sums = detail::MmaSoftmax<P, kE, true>;
+  __shared__ float ks[kTcKeys * Sums::kPad];
+  __shared__ float vs[kTcKeys * kE];
+  __shared__ float ksq_tile[kTcKeys];
+  const int B = a.bucket, r = static_cast<int>(blockIdx.y), h = r % a.heads;
+  const index_t b0 = static_cast<index_t>(blockIdx.x / static_cast<unsigned>(tiles)) * B;  // the bucket's first
+  const int first = static_cast<int>(blockIdx.x % static_cast<unsigned>(tiles)) * kTcQueries +
+                    16 * (static_cast<int>(threadIdx.x) / 32);
+  const std::int64_t* pq = a.perm_q + static_cast<index_t>(r) * a.points + b0;
+  const std::int64_t* pk = a.perm_k + static_cast<index_t>(r) * a.points + b0;
+  const index_t head = static_cast<index_t>(h) * a.points;
+  Sums sm;
+  sm.start([&](int i, int e) { return first + i < B && e < a.dh ? a.qh[(head + pq[first + i]) * a.dh + e] : 0.0f; });
+  float qs[2] = {0.0f, 0.0f};  // -|q̂|^2 / 2 of the lane's rows g and g + 8
+  for (int i = 0; i < 2; ++i)
+    if (first + sm.g + 8 * i < B) qs[i] = qsq[head + pq[first + sm.g + 8 * i]];
+  for (int j0 = 0; j0 < B; j0 += kTcKeys) {
+    const int count = min(kTcKeys, B - j0);
+    __syncthreads();
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Sums::kPad; i += kTcWarps * 32) {
+      const int j = i / Sums::kPad, e = i % Sums::kPad;
+      ks[i] = j < count && e < a.dh ? a.kh[(head + pk[j0 + j]) * a.dh + e] : 0.0f;
+    }
+    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
+      const int j = i / kE, e = i % kE;
+      vs[i] = j < count && e < a.dv ? a.v[pk[j0 + j] * a.ldv + static_cast<index_t>(h) * a.dv + e] : 0.0f;
+    }
+    for (int j = static_cast<int>(threadIdx.x); j < count; j += kTcWarps * 32) ksq_tile[j] = ksq[head + pk[j0 + j]];
+    __syncthreads();
+    if (first >= B) continue;  // no queries for this warp (it still joins the barriers)
+    for (int l0 = 0; l0 < count; l0 += 16)
+      sm.add(ks, vs, l0, count, [&](int i, int column, float dot) { return fminf((dot + qs[i]) + ksq_tile[column], 0.0f); });
+  }
+  if (first >= B) return;
+  sm.finish();
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const int s = first + sm.g + 8 * i;
+    if (s >= B) continue;
+    const index_t slot = static_cast<index_t>(r) * a.points + pq[s];
+#pragma unroll
+    for (int n = 0; n < Sums::kTiles; ++n)
+#pragma unroll
+      for (int e = 0; e < 2; ++e)
+        if (8 * n + 2 * sm.t + e < a.dv) num[slot * a.dv + 8 * n + 2 * sm.t + e] = sm.o[n][2 * i + e];
+    if (sm.t == 0) den[slot] = sm.row_sum[i] + 1e-20f;
+  }
+}
+
+template <MlpPrecision P>
+void launch_bucket_tensor_cores(const GaussianBucketsLaunchOf<float>& a, const float* qsq, const float* ksq, float* num,
+                                float* den, cudaStream_t stream) {
+  const int tiles = (a.bucket + kTcQueries - 1) / kTcQueries;
+  const dim3 grid(static_cast<unsigned>(a.points / a.bucket * tiles),
+                  static_cast<unsigned>(static_cast<index_t>(a.tables) * a.heads));
+  const int widest = std::max(a.dh, a.dv);
+  switch (widest <= 8 ? 8 : widest <= 16 ? 16 : widest <= 32 ? 32 : 64) {
+    case 8: launch(bucket_tc_kernel<P, 8>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
+    case 16: launch(bucket_tc_kernel<P, 16>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
+    case 32: launch(bucket_tc_kernel<P, 32>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
+    default: launch(bucket_tc_kernel<P, 64>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
+  }
+}
+
 // Every row's numerators and denominators of every query (qsq: 2 heads points values of scratch).
 template <class T>
 void sums(const GaussianBucketsLaunchOf<T>& a, T* num, T* den, T* qsq, cudaStream_t stream) {
@@ -204,6 +283,17 @@ void sums(const GaussianBucketsLaunchOf<T>& a, T* num, T* den, T* qsq, cudaStrea
   const dim3 flat(static_cast<unsigned>((per_head + kThreads - 1) / kThreads));
   launch(bucket_kernels::half_squares_kernel<T>, flat, kThreads, 0, stream, a, qsq, ksq);
   check_launch("half_squares_kernel");
+  if constexpr (std::is_same_v<T, float>) {
+    if (a.precision != MlpPrecision::fp32) {
+      require_tensor_cores("gaussian_buckets");
+      if (a.precision == MlpPrecision::bf16)
+        launch_bucket_tensor_cores<MlpPrecision::bf16>(a, qsq, ksq, num, den, stream);
+      else
+        launch_bucket_tensor_cores<MlpPrecision::tf32>(a, qsq, ksq, num, den, stream);
+      check_launch("bucket_tc_kernel");
+      return;
+    }
+  }
   const dim3 grid(static_cast<unsigned>(n / a.bucket * bucket_kernels::query_groups(a.bucket)),
                   static_cast<unsigned>(rows));
   detail::dispatch_head_width(std::max(a.dh, a.dv), [&](auto width) {

@@ -23,7 +23,9 @@ struct NoBias {
 };
 
 /// kE: the vectors' width padded to a multiple of 8 (the values'); the logits read kPad channels.
-template <MlpPrecision P, int kE>
+/// kZeroReference: the weights are exp(l) for logits the bias makes <= 0 (HEPT's Gaussian kernel, whose
+/// sums are not normalised per table): no running maximum (row_max stays 0), no rescaling.
+template <MlpPrecision P, int kE, bool kZeroReference = false>
 struct MmaSoftmax {
   static constexpr int kK = P == MlpPrecision::bf16 ? 16 : 8;  // the logits' k per product
   static constexpr int kChunks = (kE + kK - 1) / kK, kPad = kChunks * kK, kTiles = kE / 8;
@@ -59,7 +61,7 @@ struct MmaSoftmax {
     for (int n = 0; n < kTiles; ++n)
 #pragma unroll
       for (int e = 0; e < 4; ++e) o[n][e] = 0.0f;
-    row_max[0] = row_max[1] = -__int_as_float(0x7f800000);
+    row_max[0] = row_max[1] = kZeroReference ? 0.0f : -__int_as_float(0x7f800000);
     row_sum[0] = row_sum[1] = 0.0f;
   }
 
@@ -96,12 +98,15 @@ struct MmaSoftmax {
     float w[2][4];
 #pragma unroll
     for (int r = 0; r < 2; ++r) {  // row g: entries 0, 1; row g + 8: entries 2, 3
-      float m = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
-      m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
-      const float top = fmaxf(row_max[r], m);  // finite: c0 < count
-      const float rescale = row_max[r] == -inf ? 0.0f : exp_nonpositive(row_max[r] - top);
-      row_max[r] = top;
+      float top = 0.0f, rescale = 1.0f;
+      if constexpr (!kZeroReference) {
+        float m = fmaxf(fmaxf(s[0][2 * r], s[0][2 * r + 1]), fmaxf(s[1][2 * r], s[1][2 * r + 1]));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
+        m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
+        top = fmaxf(row_max[r], m);  // finite: c0 < count
+        rescale = row_max[r] == -inf ? 0.0f : exp_nonpositive(row_max[r] - top);
+        row_max[r] = top;
+      }
       float sum = 0.0f;
 #pragma unroll
       for (int j = 0; j < 2; ++j)
@@ -111,11 +116,12 @@ struct MmaSoftmax {
           sum += w[j][e];
         }
       row_sum[r] = row_sum[r] * rescale + sum;
+      if constexpr (!kZeroReference)
 #pragma unroll
-      for (int n = 0; n < kTiles; ++n) {
-        o[n][2 * r] *= rescale;
-        o[n][2 * r + 1] *= rescale;
-      }
+        for (int n = 0; n < kTiles; ++n) {
+          o[n][2 * r] *= rescale;
+          o[n][2 * r + 1] *= rescale;
+        }
     }
     if constexpr (P == MlpPrecision::bf16) {
       const std::uint32_t wa[4] = {mma::bf16x2(w[0][0], w[0][1]), mma::bf16x2(w[0][2], w[0][3]),

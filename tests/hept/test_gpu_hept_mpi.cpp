@@ -112,8 +112,8 @@ TEST(GpuHeptMpi, AnySpreadIsTheOneProcessDeviceForwardBitwise) {
   }
 }
 
-// The dense layers in bf16 and tf32 across the ranks, whole and split graphs: the one-process device
-// forward in that precision, bitwise.
+// The dense layers and the bucket attention in bf16 and tf32 across the ranks, whole and split graphs:
+// the one-process device forward in that precision, bitwise.
 TEST(GpuHeptMpi, TensorCorePrecisionsAreTheOneProcessForwardBitwise) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);

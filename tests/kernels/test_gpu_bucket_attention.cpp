@@ -126,7 +126,11 @@ struct Problem {
   /// of the magnitudes S); exp adds 2 ulp (CUDA's expf; libm's is within 1); the weights' relative error
   /// e = gamma S + 4u then moves the weighted mean sum w v / sum w by at most 2 e max|v|, and the sums
   /// over tables x bucket terms add gamma(tables bucket + 2) each to numerator and denominator.
-  void reference(std::vector<long double>& out, std::vector<long double>& bound) const {
+  /// operand_u > 0: the bound of the tensor-core kernel whose products' operands are rounded to a format of
+  /// unit roundoff operand_u (each logit product off by (2 operand_u + operand_u^2) |q_t k_t| more, a weight
+  /// then by expm1 of its logit's error relative, moving the mean by 2 e / (1 - e) max|v|; the weights and
+  /// values rounded add operand_u each).
+  void reference(std::vector<long double>& out, std::vector<long double>& bound, long double operand_u = 0) const {
     const long double u = std::numeric_limits<T>::epsilon() / 2;
     auto gamma = [u](long double k) { return k * u / (1 - k * u); };
     out.assign(static_cast<std::size_t>(points * heads * dv), 0.0L);
@@ -155,7 +159,8 @@ struct Problem {
             const long double x = std::min(0.0L, dot - qq / 2 - kk / 2);
             const long double w = std::exp(x);
             const std::size_t slot = static_cast<std::size_t>(qp * heads + h);
-            worst[slot] = std::max(worst[slot], gamma(dh + 2) * (mag + qq / 2 + kk / 2) + 4 * u);
+            worst[slot] = std::max(worst[slot], gamma(dh + 2) * (mag + qq / 2 + kk / 2) + 4 * u +
+                                                    (2 * operand_u + operand_u * operand_u) * mag);
             total += w;
             for (int d = 0; d < dv; ++d) num[slot * dv + d] += w * v[static_cast<std::size_t>(kp * ldv() + h * dv + d)];
           }
@@ -167,7 +172,9 @@ struct Problem {
     for (std::size_t slot = 0; slot < den.size(); ++slot)
       for (int d = 0; d < dv; ++d) {
         out[slot * dv + d] = num[slot * dv + d] / den[slot];
-        bound[slot * dv + d] = (2 * worst[slot] + 2 * gamma(tables * bucket + 2) + 2 * u) * vmax;
+        const long double e = operand_u > 0 ? std::expm1(worst[slot]) : worst[slot];
+        bound[slot * dv + d] =
+            (2 * e / (1 - e) + 2 * gamma(tables * bucket + 2) + 2 * u + 2 * operand_u) * vmax;
       }
   }
 };
@@ -284,6 +291,61 @@ TEST(GpuBucketKernels, SumsThenCombineAreTheOneLaunchBits) {
   EXPECT_THROW(cu::gaussian_bucket_sums(a, num.data(), nullptr, nullptr), std::invalid_argument);
   a.points = pb.points - 1;
   EXPECT_THROW(cu::gaussian_bucket_sums(a, num.data(), den.data(), nullptr), std::invalid_argument);  // not whole buckets
+}
+
+// The bucket sums on the tensor cores (tf32, bf16) within the bound of their operand format against the
+// long double formula (Problem::reference with operand_u); the rounding must show (the largest error above
+// four times the fp32 kernel's); the same bits run to run; the two steps (sums, combine) the one launch's
+// bits. Buckets of 8 to 200 (several query tiles and key passes), widths 3 to 64.
+TEST(GpuBucketKernels, TensorCoresAreWithinTheirFormatsBound) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Problem<float> problems[] = {Problem<float>(5), Problem<float>(7, 200, {0, 200, 600}, 30, 24),
+                                     Problem<float>(13, 100, {0, 300}, 64, 40), Problem<float>(17, 17, {0, 34, 51}, 3, 5)};
+  for (const auto precision : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16}) {
+    const long double u = precision == cu::MlpPrecision::bf16 ? 0x1p-8L : 0x1p-11L;
+    const char* name = precision == cu::MlpPrecision::bf16 ? "bf16" : "tf32";
+    long double worst_ratio = 0, largest = 0, largest_fp32 = 0;
+    for (const Problem<float>& pb : problems) {
+      DeviceProblem<float> dp(pb);
+      const index_t ldo = pb.heads * pb.dv + 1;
+      const std::size_t size = static_cast<std::size_t>(pb.points * ldo);
+      auto out = to_device(std::vector<float>(size, -7.0f));
+      cu::GaussianBucketsLaunchOf<float> a = dp.args;
+      a.out = out.data();
+      a.ldo = ldo;
+      cu::gaussian_buckets(a, nullptr);
+      const std::vector<float> fp32 = to_host(out.data(), size);
+      a.precision = precision;
+      cu::gaussian_buckets(a, nullptr);
+      const std::vector<float> got = to_host(out.data(), size);
+      std::vector<long double> want, bound;
+      pb.reference(want, bound, u);
+      for (index_t p = 0; p < pb.points; ++p) {
+        for (int c = 0; c < pb.heads * pb.dv; ++c) {
+          const auto i = static_cast<std::size_t>(p * pb.heads * pb.dv + c), at = static_cast<std::size_t>(p * ldo + c);
+          const long double err = std::fabs(static_cast<long double>(got[at]) - want[i]);
+          ASSERT_LE(err, bound[i]) << name << ", bucket " << pb.bucket << " dh " << pb.dh << ": point " << p << ", column " << c;
+          worst_ratio = std::max(worst_ratio, err / bound[i]);
+          largest = std::max(largest, err);
+          largest_fp32 = std::max(largest_fp32, std::fabs(static_cast<long double>(fp32[at]) - want[i]));
+        }
+        EXPECT_EQ(got[static_cast<std::size_t>(p * ldo + pb.heads * pb.dv)], -7.0f) << "the padding column was written";
+      }
+      cu::gaussian_buckets(a, nullptr);
+      EXPECT_EQ(to_host(out.data(), size), got) << name << ": run to run";
+      const auto rows = static_cast<std::size_t>(pb.tables * pb.heads), n = static_cast<std::size_t>(pb.points);
+      cu::DeviceBuffer<float> num(rows * n * static_cast<std::size_t>(pb.dv), surrogate::testing::test_device());
+      cu::DeviceBuffer<float> den(rows * n, surrogate::testing::test_device());
+      cu::gaussian_bucket_sums(a, num.data(), den.data(), nullptr);
+      auto two = to_device(std::vector<float>(size, -7.0f));
+      a.out = two.data();
+      cu::gaussian_buckets_combine(a, num.data(), den.data(), nullptr);
+      EXPECT_EQ(to_host(two.data(), size), got) << name << ": sums then combine";
+    }
+    EXPECT_GT(largest, 4 * largest_fp32) << name << ": the operands' rounding does not show";
+    std::printf("%s buckets: max error / bound %.3Lg, largest error %.3Lg (fp32 kernel %.3Lg)\n", name, worst_ratio, largest,
+                largest_fp32);
+  }
 }
 
 TEST(GpuBucketKernels, SizesTheKernelsDoNotTakeAreRefused) {

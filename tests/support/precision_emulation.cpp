@@ -167,6 +167,41 @@ void emulated_ball_attention(const kernels::BallAttentionArgs& a) {
     }
 }
 
+/// HEPT's bucket attention of the tensor-core kernel (kernels/cuda/bucket_attention.cu), one bucket: q̂ and k̂
+/// rounded, logits accumulated in FP32 in t order, then (l + (-|q̂|^2/2)) + (-|k̂|^2/2) and min(0, .) in FP32
+/// with the half squares FP32 sums in t order, exp, the weights and the values rounded for their product,
+/// accumulated in FP32; the denominator the FP32 sum of the weights + 1e-20.
+template <Round R>
+void emulated_gaussian_bucket(const kernels::GaussianBucketArgs& a) {
+  const int m = a.m;
+  std::vector<float> ksq(static_cast<std::size_t>(m)), acc(static_cast<std::size_t>(a.dv));
+  for (int j = 0; j < m; ++j) {
+    const float* k = a.k + a.krow[j] * a.ldk;
+    float s = 0.0f;
+    for (int t = 0; t < a.dh; ++t) s = std::fma(k[t], k[t], s);
+    ksq[static_cast<std::size_t>(j)] = -0.5f * s;
+  }
+  for (int i = 0; i < m; ++i) {
+    const float* q = a.q + a.qrow[i] * a.ldq;
+    float s = 0.0f;
+    for (int t = 0; t < a.dh; ++t) s = std::fma(q[t], q[t], s);
+    const float qsq = -0.5f * s;
+    float total = 0.0f;
+    std::fill(acc.begin(), acc.end(), 0.0f);
+    for (int j = 0; j < m; ++j) {
+      const float* k = a.k + a.krow[j] * a.ldk;
+      float l = 0.0f;
+      for (int t = 0; t < a.dh; ++t) l = std::fma(R(q[t]), R(k[t]), l);
+      const float w = std::exp(std::min((l + qsq) + ksq[static_cast<std::size_t>(j)], 0.0f));
+      total += w;
+      const float* v = a.v + a.krow[j] * a.ldv;
+      for (int d = 0; d < a.dv; ++d) acc[static_cast<std::size_t>(d)] = std::fma(R(w), R(v[d]), acc[static_cast<std::size_t>(d)]);
+    }
+    for (int d = 0; d < a.dv; ++d) a.num[static_cast<std::size_t>(i) * a.dv + d] = acc[static_cast<std::size_t>(d)];
+    a.den[i] = total + 1e-20f;
+  }
+}
+
 template <Round R>
 kernels::CpuKernels emulated(EmulatedKernels which) {
   kernels::CpuKernels k = *kernels::cpu(kernels::best_cpu_isa());
@@ -175,6 +210,7 @@ kernels::CpuKernels emulated(EmulatedKernels which) {
     k.latent_encode = &emulated_latent_encode<R>;
     k.latent_decode = &emulated_latent_decode<R>;
     k.ball_attention = &emulated_ball_attention<R>;
+    k.gaussian_bucket = &emulated_gaussian_bucket<R>;
   }
   return k;
 }

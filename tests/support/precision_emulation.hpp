@@ -1,7 +1,8 @@
 // Emulation, on the CPU, of the tensor-core precisions of the CUDA forward (MlpPrecision tf32 / bf16): a
 // CPU kernel table whose Linear layers round both operands (the layer's input and its weights) to TF32
 // or BF16 and accumulate in FP32, and whose latent encode (default mode), decode (also the global S2
-// attention's) and ball attention round their two products' operands likewise, every other kernel unchanged. It documents the accuracy of the GPU
+// attention's), ball attention and Gaussian bucket attention round their two products' operands likewise,
+// every other kernel unchanged. It documents the accuracy of the GPU
 // options without a GPU (share/docs/cuda.md) and is the reference of the GPU tensor-core tests.
 #pragma once
 
@@ -16,8 +17,8 @@ float round_to_bf16(float x);
 float round_to_tf32(float x);
 
 /// What an emulation rounds: the CUDA forward's tensor-core kernels (the Linear layers, FLARE's latent
-/// encode and decode, the ball attention of Erwin and BSA, the global S2 attention), or the Linear layers
-/// only (the CPU's bf16 engines).
+/// encode and decode, the ball attention of Erwin and BSA, the global S2 attention, HEPT's bucket
+/// attention), or the Linear layers only (the CPU's bf16 engines).
 enum class EmulatedKernels { linear_and_attention, linear };
 
 /// The detected CPU kernels with `linear` (and `latent_encode`, `latent_decode`, `ball_attention`) replaced by the

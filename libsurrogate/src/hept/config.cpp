@@ -114,7 +114,8 @@ std::vector<std::pair<std::string, std::string>> Config::describe() const {
       {"hashing", std::to_string(n_hashes) + " E2LSH tables (OR), eta x phi regions (AND, num_regions " +
                       std::to_string(num_regions) + "), buckets of " + std::to_string(block_size)},
       {"sorts", "stable (ties by the point's index within its graph)"},
-      {"precision", "fp32 or fp64 (CPU), fp32 / tf32 / bf16 (CUDA); the shipped tracking checkpoint needs fp64"},
+      {"precision", "fp32 or fp64 (CPU), fp32 / tf32 / bf16 (CUDA; tf32 / bf16: the dense layers and the bucket "
+                    "attention's products on the tensor cores); the shipped tracking checkpoint needs fp64"},
       {"multi-rank", "whole samples gathered on owner ranks (global-id order), results returned; bit widths and "
                          "ranges global; bitwise the one-process result"},
       {"device forward", "CUDA: whole graphs' geometry (regions, hashes, bucket sorts) and forward on the device; "

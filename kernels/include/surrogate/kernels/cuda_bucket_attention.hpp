@@ -51,6 +51,10 @@ void segment_sort_f64(const SegmentSortLaunchOf<double>& a, cudaStream_t stream)
 /// * dh; v: v + p * ldv + h * dv. Every sum in ascending order (keys j, table c), products as fused
 /// multiply-adds: the result does not depend on the launch geometry. `work` holds
 /// gaussian_buckets_work(tables, heads, points, dv) values of T.
+/// precision tf32 / bf16 (float only; compute capability >= 8.0): each bucket's two products on the tensor
+/// cores, <q̂_i, k̂_j> and A_ij v_j, operands rounded to the format and FP32 sums (not in key order: the
+/// same bits run to run, not across launch geometries); the half squares, the min and the exp FP32; the
+/// tables combined as in fp32.
 template <class T>
 struct GaussianBucketsLaunchOf {
   int tables = 0, heads = 0;
@@ -66,6 +70,7 @@ struct GaussianBucketsLaunchOf {
   T* out = nullptr;
   index_t ldo = 0;
   T* work = nullptr;
+  MlpPrecision precision = MlpPrecision::fp32;  // float launches only
 };
 /// Values of T the work array of gaussian_buckets needs: each row's numerators and denominators, each
 /// head's -|q̂|^2/2 and -|k̂|^2/2.

@@ -107,7 +107,7 @@ class CudaForward final : public DeviceForward {
   int device_;
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
-  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
+  cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers and the bucket attention
   Dense enc0_, enc2_, head_, mlp_[5], out_proj_;
   Norm mlp_norms_[4];
   std::vector<Layer> layers_;
@@ -428,6 +428,7 @@ void CudaForward::run_layers(const PlanRows& g, const float* x, float* out,
         ga.out = attn;
         ga.ldo = HD;
         ga.work = work;
+        ga.precision = precision_;
         cu::gaussian_buckets(ga, s);
       }
       // Residuals into the next block of the concatenation: e + attn, then + ff(LN2(.)).
@@ -546,6 +547,7 @@ void CudaForward::split_buckets(const SplitStage& split, index_t np, const std::
       a.perm_q = identity_.data();
       a.perm_k = identity_.data();
       a.work = slot_work_.data();
+      a.precision = precision_;
       cu::gaussian_bucket_sums(a, slot_num_.data(), slot_den_.data(), s);
     });
     comm.agree_or_throw(status);
