@@ -119,18 +119,11 @@ __global__ void __launch_bounds__(kTcWarps * 32) ball_tc_kernel(BallAttentionLau
   }
   if (first >= B) return;
   sm.finish();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  const float inv[2] = {1.0f / sm.row_sum[0], 1.0f / sm.row_sum[1]};  // >= 1: the largest weight is exp(0)
+  sm.for_each_value(E, [&](int r, int c, float value) {
     const int row = first + sm.g + 8 * r;
-    if (row >= B) continue;
-    const float inv = 1.0f / sm.row_sum[r];  // >= 1: the largest weight is exp(0)
-    float* o = a.out + (base + row) * a.ldo + c0;
-#pragma unroll
-    for (int n = 0; n < Softmax::kTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (8 * n + 2 * sm.t + e < E) o[8 * n + 2 * sm.t + e] = sm.o[n][2 * r + e] * inv;
-  }
+    if (row < B) a.out[(base + row) * a.ldo + c0 + c] = value * inv[r];
+  });
 }
 
 template <MlpPrecision P, bool kBias>
@@ -140,12 +133,9 @@ void launch_ball_tensor_cores(const BallAttentionLaunch& a, cudaStream_t stream)
   if (blocks > 2147483647)
     throw std::invalid_argument("cuda::ball_attention: " + std::to_string(a.rows) + " queries exceed the grid");
   const dim3 grid(static_cast<unsigned>(blocks), static_cast<unsigned>(a.heads));
-  switch (a.E <= 8 ? 8 : a.E <= 16 ? 16 : a.E <= 32 ? 32 : 64) {
-    case 8: launch(ball_tc_kernel<P, 8, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
-    case 16: launch(ball_tc_kernel<P, 16, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
-    case 32: launch(ball_tc_kernel<P, 32, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
-    default: launch(ball_tc_kernel<P, 64, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles); break;
-  }
+  detail::dispatch_mma_width(a.E, [&](auto width) {
+    launch(ball_tc_kernel<P, decltype(width)::value, kBias>, grid, kTcWarps * 32, 0, stream, a, tiles);
+  });
 }
 
 }  // namespace

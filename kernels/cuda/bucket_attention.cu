@@ -245,18 +245,15 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   }
   if (first >= B) return;
   sm.finish();
-#pragma unroll
-  for (int i = 0; i < 2; ++i) {
-    const int s = first + sm.g + 8 * i;
-    if (s >= B) continue;
-    const index_t slot = static_cast<index_t>(r) * a.points + pq[s];
-#pragma unroll
-    for (int n = 0; n < Sums::kTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (8 * n + 2 * sm.t + e < a.dv) num[slot * a.dv + 8 * n + 2 * sm.t + e] = sm.o[n][2 * i + e];
-    if (sm.t == 0) den[slot] = sm.row_sum[i] + 1e-20f;
-  }
+  index_t slot[2] = {0, 0};  // of the lane's rows' queries
+  for (int i = 0; i < 2; ++i)
+    if (first + sm.g + 8 * i < B) {
+      slot[i] = static_cast<index_t>(r) * a.points + pq[first + sm.g + 8 * i];
+      if (sm.t == 0) den[slot[i]] = sm.row_sum[i] + 1e-20f;
+    }
+  sm.for_each_value(a.dv, [&](int i, int c, float value) {
+    if (first + sm.g + 8 * i < B) num[slot[i] * a.dv + c] = value;
+  });
 }
 
 template <MlpPrecision P>
@@ -265,13 +262,9 @@ void launch_bucket_tensor_cores(const GaussianBucketsLaunchOf<float>& a, const f
   const int tiles = (a.bucket + kTcQueries - 1) / kTcQueries;
   const dim3 grid(static_cast<unsigned>(a.points / a.bucket * tiles),
                   static_cast<unsigned>(static_cast<index_t>(a.tables) * a.heads));
-  const int widest = std::max(a.dh, a.dv);
-  switch (widest <= 8 ? 8 : widest <= 16 ? 16 : widest <= 32 ? 32 : 64) {
-    case 8: launch(bucket_tc_kernel<P, 8>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
-    case 16: launch(bucket_tc_kernel<P, 16>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
-    case 32: launch(bucket_tc_kernel<P, 32>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
-    default: launch(bucket_tc_kernel<P, 64>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den); break;
-  }
+  detail::dispatch_mma_width(std::max(a.dh, a.dv), [&](auto width) {
+    launch(bucket_tc_kernel<P, decltype(width)::value>, grid, kTcWarps * 32, 0, stream, a, tiles, qsq, ksq, num, den);
+  });
 }
 
 // Every row's numerators and denominators of every query (qsq: 2 heads points values of scratch).

@@ -94,28 +94,18 @@ __global__ void __launch_bounds__(kTcWarps * 32) decode_tc_kernel(LatentDecodeAr
   }
   if (first >= tile.rows) return;
   sm.finish();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  const float inv[2] = {1.0f / sm.row_sum[0], 1.0f / sm.row_sum[1]};  // >= 1: the largest weight is exp(0)
+  sm.for_each_value(E, [&](int r, int c, float value) {
     const int row = first + sm.g + 8 * r;
-    if (row >= tile.rows) continue;
-    const float inv = 1.0f / sm.row_sum[r];  // >= 1: the largest weight is exp(0)
-    float* y = a.y + (tile.begin + row) * a.ldy + static_cast<index_t>(h) * E;
-#pragma unroll
-    for (int n = 0; n < Softmax::kTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (8 * n + 2 * sm.t + e < E) y[8 * n + 2 * sm.t + e] = sm.o[n][2 * r + e] * inv;
-  }
+    if (row < tile.rows) a.y[(tile.begin + row) * a.ldy + static_cast<index_t>(h) * E + c] = value * inv[r];
+  });
 }
 
 template <MlpPrecision P>
 void launch_tensor_cores(const LatentDecodeArgs& a, dim3 grid, cudaStream_t stream) {
-  switch (a.E <= 8 ? 8 : a.E <= 16 ? 16 : a.E <= 32 ? 32 : 64) {
-    case 8: launch(decode_tc_kernel<P, 8>, grid, kTcWarps * 32, 0, stream, a); break;
-    case 16: launch(decode_tc_kernel<P, 16>, grid, kTcWarps * 32, 0, stream, a); break;
-    case 32: launch(decode_tc_kernel<P, 32>, grid, kTcWarps * 32, 0, stream, a); break;
-    default: launch(decode_tc_kernel<P, 64>, grid, kTcWarps * 32, 0, stream, a); break;
-  }
+  detail::dispatch_mma_width(a.E, [&](auto width) {
+    launch(decode_tc_kernel<P, decltype(width)::value>, grid, kTcWarps * 32, 0, stream, a);
+  });
 }
 
 }  // namespace

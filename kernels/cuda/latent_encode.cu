@@ -172,12 +172,9 @@ template <MlpPrecision P>
 void launch_encode_tc(const LatentProblem& p, cudaStream_t stream, std::int32_t* part_ref, double* part_acc) {
   const int warps = tc_warps(p.M), groups = (p.M + 16 * warps - 1) / (16 * warps);
   const dim3 grid(static_cast<unsigned>(p.num_chunks), static_cast<unsigned>(p.H), static_cast<unsigned>(groups));
-  switch (p.E <= 8 ? 8 : p.E <= 16 ? 16 : p.E <= 32 ? 32 : 64) {
-    case 8: launch(encode_tc_kernel<P, 8>, grid, 32 * warps, 0, stream, p, part_ref, part_acc); break;
-    case 16: launch(encode_tc_kernel<P, 16>, grid, 32 * warps, 0, stream, p, part_ref, part_acc); break;
-    case 32: launch(encode_tc_kernel<P, 32>, grid, 32 * warps, 0, stream, p, part_ref, part_acc); break;
-    default: launch(encode_tc_kernel<P, 64>, grid, 32 * warps, 0, stream, p, part_ref, part_acc); break;
-  }
+  detail::dispatch_mma_width(p.E, [&](auto width) {
+    launch(encode_tc_kernel<P, decltype(width)::value>, grid, 32 * warps, 0, stream, p, part_ref, part_acc);
+  });
 }
 
 /// One thread per (segment, head, latent, channel c < E + 1).

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <type_traits>
 
 #include "latent_softmax.cuh"
 #include "mma.cuh"
@@ -16,6 +17,18 @@
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace detail {
+
+/// f(std::integral_constant<int, kE>{}) with kE the width (1 .. 64) padded to 8, 16, 32 or 64: the
+/// MmaSoftmax widths the tensor-core kernels are instantiated for (host side, their launchers).
+template <class F>
+void dispatch_mma_width(int width, F&& f) {
+  switch (width <= 8 ? 8 : width <= 16 ? 16 : width <= 32 ? 32 : 64) {
+    case 8: f(std::integral_constant<int, 8>{}); break;
+    case 16: f(std::integral_constant<int, 16>{}); break;
+    case 32: f(std::integral_constant<int, 32>{}); break;
+    default: f(std::integral_constant<int, 64>{}); break;
+  }
+}
 
 /// The logits as the products give them (MmaSoftmax::add's default).
 struct NoBias {
@@ -162,6 +175,19 @@ struct MmaSoftmax {
       row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 1);
       row_sum[r] += __shfl_xor_sync(0xffffffffu, row_sum[r], 2);
     }
+  }
+
+  /// After finish(): f(r, c, value) for the lane's rows r (0: g, 1: g + 8) and its channels c < width, with
+  /// the row's weighted sum of channel c (not divided by row_sum[r]).
+  template <class F>
+  __device__ __forceinline__ void for_each_value(int width, F&& f) const {
+#pragma unroll
+    for (int r = 0; r < 2; ++r)
+#pragma unroll
+      for (int n = 0; n < kTiles; ++n)
+#pragma unroll
+        for (int e = 0; e < 2; ++e)
+          if (8 * n + 2 * t + e < width) f(r, 8 * n + 2 * t + e, o[n][2 * r + e]);
   }
 };
 

@@ -83,31 +83,20 @@ __global__ void __launch_bounds__(kTcWarps * 32) global_tc_kernel(SphereAttentio
   }
   if (first >= a.queries) return;
   sm.finish();
-#pragma unroll
-  for (int r = 0; r < 2; ++r) {
+  const float inv[2] = {1.0f / sm.row_sum[0], 1.0f / sm.row_sum[1]};  // >= 1: the largest weight is exp(0)
+  sm.for_each_value(a.ev, [&](int r, int c, float value) {
     const index_t row = first + sm.g + 8 * r;
-    if (row >= a.queries) continue;
-    const float inv = 1.0f / sm.row_sum[r];  // >= 1: the largest weight is exp(0)
-    float* const o = a.o + (static_cast<index_t>(b) * a.queries + row) * a.ldo + h * a.ev;
-#pragma unroll
-    for (int n = 0; n < Softmax::kTiles; ++n)
-#pragma unroll
-      for (int e = 0; e < 2; ++e)
-        if (8 * n + 2 * sm.t + e < a.ev) o[8 * n + 2 * sm.t + e] = sm.o[n][2 * r + e] * inv;
-  }
+    if (row < a.queries) a.o[(static_cast<index_t>(b) * a.queries + row) * a.ldo + h * a.ev + c] = value * inv[r];
+  });
 }
 
 template <MlpPrecision P>
 void launch_global_tensor_cores(const SphereAttentionArgs& a, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((a.queries + kTcQueries - 1) / kTcQueries), static_cast<unsigned>(a.heads),
                   static_cast<unsigned>(a.batch));
-  const int widest = a.ek > a.ev ? a.ek : a.ev;
-  switch (widest <= 8 ? 8 : widest <= 16 ? 16 : widest <= 32 ? 32 : 64) {
-    case 8: launch(global_tc_kernel<P, 8>, grid, kTcWarps * 32, 0, stream, a); break;
-    case 16: launch(global_tc_kernel<P, 16>, grid, kTcWarps * 32, 0, stream, a); break;
-    case 32: launch(global_tc_kernel<P, 32>, grid, kTcWarps * 32, 0, stream, a); break;
-    default: launch(global_tc_kernel<P, 64>, grid, kTcWarps * 32, 0, stream, a); break;
-  }
+  detail::dispatch_mma_width(a.ek > a.ev ? a.ek : a.ev, [&](auto width) {
+    launch(global_tc_kernel<P, decltype(width)::value>, grid, kTcWarps * 32, 0, stream, a);
+  });
 }
 
 }  // namespace
