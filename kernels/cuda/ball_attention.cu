@@ -93,19 +93,16 @@ __global__ void __launch_bounds__(kTcWarps * 32) ball_tc_kernel(BallAttentionLau
   for (int j0 = 0; j0 < B; j0 += kTcKeys) {
     const int count = min(kTcKeys, B - j0);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Softmax::kPad; i += kTcWarps * 32) {
-      const int j = i / Softmax::kPad, e = i % Softmax::kPad;
-      ks[i] = j < count && e < E ? a.k[(base + j0 + j) * a.ld + c0 + e] : 0.0f;
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
-      const int j = i / kE, e = i % kE;
-      vs[i] = j < count && e < E ? a.v[(base + j0 + j) * a.ld + c0 + e] : 0.0f;
-    }
+    detail::stage_columns<kTcKeys, Softmax::kPad>(ks, count, E, [&](int j, int e) {
+      return a.k[(base + j0 + j) * a.ld + c0 + e];
+    });
+    detail::stage_columns<kTcKeys, kE>(vs, count, E, [&](int j, int e) {
+      return a.v[(base + j0 + j) * a.ld + c0 + e];
+    });
     if constexpr (kBias)
-      for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kDim; i += kTcWarps * 32) {
-        const int j = i / kDim, c = i % kDim;
-        ps[i] = j < count && c < a.dim ? a.positions[(base + j0 + j) * a.ld_pos + c] : 0.0f;
-      }
+      detail::stage_columns<kTcKeys, kDim>(ps, count, a.dim, [&](int j, int c) {
+        return a.positions[(base + j0 + j) * a.ld_pos + c];
+      });
     __syncthreads();
     if (first >= B) continue;  // no queries for this warp (it still joins the barriers)
     for (int l0 = 0; l0 < count; l0 += 16) {

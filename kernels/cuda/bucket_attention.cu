@@ -229,19 +229,19 @@ __global__ void __launch_bounds__(kTcWarps * 32)
   for (int j0 = 0; j0 < B; j0 += kTcKeys) {
     const int count = min(kTcKeys, B - j0);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Sums::kPad; i += kTcWarps * 32) {
-      const int j = i / Sums::kPad, e = i % Sums::kPad;
-      ks[i] = j < count && e < a.dh ? a.kh[(head + pk[j0 + j]) * a.dh + e] : 0.0f;
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
-      const int j = i / kE, e = i % kE;
-      vs[i] = j < count && e < a.dv ? a.v[pk[j0 + j] * a.ldv + static_cast<index_t>(h) * a.dv + e] : 0.0f;
-    }
+    detail::stage_columns<kTcKeys, Sums::kPad>(ks, count, a.dh, [&](int j, int e) {
+      return a.kh[(head + pk[j0 + j]) * a.dh + e];
+    });
+    detail::stage_columns<kTcKeys, kE>(vs, count, a.dv, [&](int j, int e) {
+      return a.v[pk[j0 + j] * a.ldv + static_cast<index_t>(h) * a.dv + e];
+    });
     for (int j = static_cast<int>(threadIdx.x); j < count; j += kTcWarps * 32) ksq_tile[j] = ksq[head + pk[j0 + j]];
     __syncthreads();
     if (first >= B) continue;  // no queries for this warp (it still joins the barriers)
     for (int l0 = 0; l0 < count; l0 += 16)
-      sm.add(ks, vs, l0, count, [&](int i, int column, float dot) { return fminf((dot + qs[i]) + ksq_tile[column], 0.0f); });
+      sm.add(ks, vs, l0, count, [&](int i, int column, float dot) {
+        return fminf((dot + qs[i]) + ksq_tile[column], 0.0f);
+      });
   }
   if (first >= B) return;
   sm.finish();

@@ -80,14 +80,12 @@ __global__ void __launch_bounds__(kTcWarps * 32) decode_tc_kernel(LatentDecodeAr
   for (int m0 = 0; m0 < M; m0 += kTcLatents) {
     const int count = min(kTcLatents, M - m0);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcLatents * Softmax::kPad; i += kTcWarps * 32) {
-      const int m = i / Softmax::kPad, e = i % Softmax::kPad;
-      qs[i] = m < count && e < E ? qh[static_cast<std::size_t>(m0 + m) * E + e] : 0.0f;
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kTcLatents * kE; i += kTcWarps * 32) {
-      const int m = i / kE, e = i % kE;
-      zs[i] = m < count && e < E ? zh[static_cast<std::size_t>(m0 + m) * E + e] : 0.0f;
-    }
+    detail::stage_columns<kTcLatents, Softmax::kPad>(qs, count, E, [&](int m, int e) {
+      return qh[static_cast<std::size_t>(m0 + m) * E + e];
+    });
+    detail::stage_columns<kTcLatents, kE>(zs, count, E, [&](int m, int e) {
+      return zh[static_cast<std::size_t>(m0 + m) * E + e];
+    });
     __syncthreads();
     if (first >= tile.rows) continue;  // no rows for this warp (it still joins the barriers)
     for (int l0 = 0; l0 < count; l0 += 16) sm.add(qs, zs, l0, count);

@@ -132,14 +132,12 @@ __global__ void __launch_bounds__(kTcMaxWarps * 32) encode_tc_kernel(LatentProbl
   for (int r0 = 0; r0 < chunk.rows; r0 += kTcPoints) {
     const int count = min(kTcPoints, chunk.rows - r0);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcPoints * Softmax::kPad; i += static_cast<int>(blockDim.x)) {
-      const int r = i / Softmax::kPad, e = i % Softmax::kPad;
-      ks[i] = r < count && e < E ? p.k[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e] : 0.0f;
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kTcPoints * kE; i += static_cast<int>(blockDim.x)) {
-      const int r = i / kE, e = i % kE;
-      vs[i] = r < count && e < E ? p.v[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e] : 0.0f;
-    }
+    detail::stage_columns<kTcPoints, Softmax::kPad>(ks, count, E, [&](int r, int e) {
+      return p.k[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e];
+    });
+    detail::stage_columns<kTcPoints, kE>(vs, count, E, [&](int r, int e) {
+      return p.v[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e];
+    });
     __syncthreads();
     if (first >= M) continue;  // no latents for this warp (it still joins the barriers)
     for (int l0 = 0; l0 < count; l0 += 16) sm.add(ks, vs, l0, count);

@@ -30,6 +30,16 @@ void dispatch_mma_width(int width, F&& f) {
   }
 }
 
+/// Stages kRows columns of kWidth values into shared memory, the block's threads striding over it:
+/// tile[j kWidth + e] = at(j, e) for the `count` first columns and e < width, 0 elsewhere.
+template <int kRows, int kWidth, class At>
+__device__ __forceinline__ void stage_columns(float* tile, int count, int width, At&& at) {
+  for (int i = static_cast<int>(threadIdx.x); i < kRows * kWidth; i += static_cast<int>(blockDim.x)) {
+    const int j = i / kWidth, e = i % kWidth;
+    tile[i] = j < count && e < width ? at(j, e) : 0.0f;
+  }
+}
+
 /// The logits as the products give them (MmaSoftmax::add's default).
 struct NoBias {
   __device__ __forceinline__ float operator()(int /*row*/, int /*column*/, float logit) const { return logit; }

@@ -67,14 +67,10 @@ __global__ void __launch_bounds__(kTcWarps * 32) global_tc_kernel(SphereAttentio
   for (index_t j0 = 0; j0 < a.keys; j0 += kTcKeys) {
     const int count = static_cast<int>(a.keys - j0 < kTcKeys ? a.keys - j0 : kTcKeys);
     __syncthreads();
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * Softmax::kPad; i += kTcWarps * 32) {
-      const int t = i / Softmax::kPad, e = i % Softmax::kPad;
-      ks[i] = t < count && e < a.ek ? k[(j0 + t) * a.ldk + e] : 0.0f;
-    }
-    for (int i = static_cast<int>(threadIdx.x); i < kTcKeys * kE; i += kTcWarps * 32) {
-      const int t = i / kE, e = i % kE;
-      vs[i] = t < count && e < a.ev ? v[(j0 + t) * a.ldv + e] : 0.0f;
-    }
+    detail::stage_columns<kTcKeys, Softmax::kPad>(ks, count, a.ek, [&](int t, int e) {
+      return k[(j0 + t) * a.ldk + e];
+    });
+    detail::stage_columns<kTcKeys, kE>(vs, count, a.ev, [&](int t, int e) { return v[(j0 + t) * a.ldv + e]; });
     for (int t = static_cast<int>(threadIdx.x); t < count; t += kTcWarps * 32) lw[t] = a.log_w_lat[(j0 + t) / a.nlon_in];
     __syncthreads();
     if (first >= a.queries) continue;  // no queries for this warp (it still joins the barriers)
