@@ -29,6 +29,7 @@
   X(latent_decode) X(ball_attention) X(coarse_attention) X(selected_block_attention) X(select_blocks)      \
   X(coarse_attention_and_select)                                                                           \
   X(row_map) X(gated_sum) X(dense) X(dense_tensor_cores) X(copy_rows) X(row_binary) X(batch_norm) X(segment_mean)                \
+  X(fourier_features)                                                                                      \
   X(sphere_global_attention) X(sphere_neighborhood_attention) X(sphere_head_norm_scale) X(grid_row_sums)  \
   X(grid_norm_stats) X(channel_affine) X(relu_rows) X(disco_contraction) X(grouped_linear) X(resample)     \
   X(sht_fourier_analysis) X(sht_fourier_synthesis) X(sht_legendre_analysis) X(sht_legendre_synthesis)       \

@@ -68,5 +68,17 @@ void segment_mean(const SegmentMeanArgs& a, cudaStream_t stream) {
   check_launch("segment_mean_kernel");
 }
 
+void fourier_features(const FourierArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, fourier_features(a, stream));
+  if (a.rows == 0 || a.half == 0) return;
+  require(a.rows > 0 && a.half > 0 && a.dim >= 0, "fourier_features", "need rows, half >= 0 and dim >= 0");
+  require(a.ld_pos >= a.dim && a.ld_features >= 2 * a.half, "fourier_features",
+          "row strides " + std::to_string(a.ld_pos) + " / " + std::to_string(a.ld_features) + " below dim " +
+              std::to_string(a.dim) + " / 2 x half " + std::to_string(2 * a.half));
+  launch(point_kernels::fourier_features_kernel, blocks_for("fourier_features", a.rows * a.half, kThreads), kThreads, 0,
+         stream, a);
+  check_launch("fourier_features_kernel");
+}
+
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

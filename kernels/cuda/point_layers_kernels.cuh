@@ -85,6 +85,19 @@ __global__ void __launch_bounds__(kThreads) segment_mean_kernel(SegmentMeanArgs 
   a.agg[i * a.ld_agg + c] = sum / static_cast<float>(count);
 }
 
+__global__ void __launch_bounds__(kThreads) fourier_features_kernel(FourierArgs a) {
+  const index_t t = flat_index();
+  if (t >= a.rows * a.half) return;
+  const index_t r = t / a.half;
+  const int j = static_cast<int>(t - r * a.half);
+  const float* p = a.positions + r * a.ld_pos;
+  float proj = 0.0f;
+  for (int e = 0; e < a.dim; ++e) proj = __fadd_rn(proj, __fmul_rn(p[e], a.freq[j * a.dim + e]));
+  float* f = a.features + r * a.ld_features;
+  f[j] = cosf(proj);
+  f[a.half + j] = sinf(proj);
+}
+
 }  // namespace point_kernels
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

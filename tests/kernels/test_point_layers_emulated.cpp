@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <tuple>
 #include <vector>
 
 #include "surrogate/kernels/aligned_buffer.hpp"
@@ -284,6 +285,57 @@ TEST(PointLayersEmulated, SegmentMeanIsTheCpuReceiverLoop) {
       ASSERT_EQ(agg[static_cast<std::size_t>(i * ld_agg + c)], acc[static_cast<std::size_t>(c)] / count) << "receiver " << i;
     for (index_t c = width; c < ld_agg; ++c) {
       ASSERT_EQ(agg[static_cast<std::size_t>(i * ld_agg + c)], -1.0f);
+    }
+  }
+}
+
+// The ShapeNet-Car wrapper's Fourier features, for 2 and 3 coordinates and 1 to 32 frequencies, rows with
+// gaps between them: bitwise the CPU loop (ops::HostOps::fourier, written out here: the projection from
+// 0.0f in coordinate order, every product and sum rounded, then cosf / sinf), and against a double
+// reference within the float32 bound of a d-term sum (its rounding, amplified by at most 1 through cos
+// and sin, plus their own error of a few units in the last place). A zero frequency row gives sin(+0).
+TEST(PointLayersEmulated, FourierFeaturesAreTheCpuLoop) {
+  for (const auto& [dim, half, rows] : {std::tuple{3, 32, index_t{97}}, {2, 1, 5}, {3, 5, 300}, {2, 17, 1}}) {
+    const index_t ld_pos = dim + 2, ld_features = 2 * half + 3;
+    const std::vector<float> pos = random_values(static_cast<std::size_t>(rows * ld_pos), 41, -2.0f, 2.0f);
+    std::vector<float> freq = random_values(static_cast<std::size_t>(half * dim), 43, -8.0f, 8.0f);
+    for (int e = 0; e < dim; ++e) freq[static_cast<std::size_t>(e)] = 0.0f;  // the first projection: 0
+    std::vector<float> features(static_cast<std::size_t>(rows * ld_features), -7.0f);
+    cu::FourierArgs a;
+    a.positions = pos.data();
+    a.ld_pos = ld_pos;
+    a.rows = rows;
+    a.dim = dim;
+    a.freq = freq.data();
+    a.half = half;
+    a.features = features.data();
+    a.ld_features = ld_features;
+    run(rows * half, [&] { pk::fourier_features_kernel(a); });
+    for (index_t r = 0; r < rows; ++r) {
+      const float* p = pos.data() + r * ld_pos;
+      const float* f = features.data() + r * ld_features;
+      for (int j = 0; j < half; ++j) {
+        float proj = 0.0f;
+        double exact = 0.0, magnitude = 0.0;
+        for (int e = 0; e < dim; ++e) {
+          const float w = freq[static_cast<std::size_t>(j * dim + e)];
+          proj += p[e] * w;
+          exact += static_cast<double>(p[e]) * w;
+          magnitude += std::abs(static_cast<double>(p[e]) * w);
+        }
+        ASSERT_EQ(f[j], std::cos(proj)) << "row " << r << " frequency " << j;
+        ASSERT_EQ(f[half + j], std::sin(proj)) << "row " << r << " frequency " << j;
+        const double bound = (dim + 1) * std::numeric_limits<float>::epsilon() * magnitude +
+                             4 * std::numeric_limits<float>::epsilon();
+        EXPECT_NEAR(f[j], std::cos(exact), bound);
+        EXPECT_NEAR(f[half + j], std::sin(exact), bound);
+        if (j == 0) {
+          ASSERT_FALSE(std::signbit(f[half]));
+        }
+      }
+      for (index_t c = 2 * half; c < ld_features; ++c) {
+        ASSERT_EQ(f[c], -7.0f) << "padding of row " << r;
+      }
     }
   }
 }

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "../balltree/layers.hpp"
+#include "../balltree/shapenet_wrapper.hpp"
 #include "../layers.hpp"
 #include "../thread_count.hpp"
 #include "host_ops.hpp"
@@ -32,21 +33,11 @@ const surrogate::PhaseName kSparseAttentionLayersPhase{"sparse attention layers"
 namespace surrogate::bsa {
 namespace {
 
-using balltree::layers::run_linear;
 using kernels::kPad;
-using kernels::PackedLinear;
 using kernels::round_up;
 using ops::Rows;
 
-constexpr index_t kRows = 64;  // rows per task of the prediction head
-
 float sigmoid(float x) { return 1.0f / (1.0f + std::exp(-x)); }
-
-template <typename F>
-void for_row_chunks(index_t rows, int threads, F&& body) {
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t r0 = 0; r0 < rows; r0 += kRows) body(r0, std::min(kRows, rows - r0));
-}
 
 /// The rotated order of one process: rotated row i = tree row rot[i]; no other process.
 class Permutation final : public detail::LayerExchanges {
@@ -80,8 +71,7 @@ struct Network::Impl {
   Config cfg;
   std::int64_t parameters = 0;
   program::Layers<BsaHostOps> layers;
-  std::vector<float> pos_enc;  // wrapper: (c_in/2) x d
-  PackedLinear head0, head2;
+  balltree::wrapper::Layers<ops::HostOps> wrapper;  // the ShapeNet-Car wrapper's layers
 };
 
 Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
@@ -137,9 +127,7 @@ Network::Network(const ModelFile& file) : impl_(std::make_unique<Impl>()) {
     w.layers.push_back(std::move(L));
   }
   if (c.wrapper == Wrapper::shapenet_car) {
-    m.pos_enc = file.weight("pos_enc.linear.weight").values;
-    m.head0 = pack_linear(file, "pred_head.0");
-    m.head2 = pack_linear(file, "pred_head.2");
+    m.wrapper = balltree::wrapper::read(file);
   }
 }
 
@@ -546,41 +534,14 @@ void Stages::layers(const Network& net, float* x, const float* pos, const float*
 }
 
 std::vector<float> Stages::fourier(const Network& net, std::span<const float> positions, int threads) {
-  const Network::Impl& m = *net.impl_;
-  const Config& c = m.cfg;
-  const int d = c.dimensionality, half = c.c_in / 2;
-  const auto points = static_cast<index_t>(positions.size()) / d;
-  if (threads <= 0) threads = omp_get_max_threads();
-  std::vector<float> features(static_cast<std::size_t>(points * c.c_in));
-#pragma omp parallel for num_threads(threads) schedule(static)
-  for (index_t i = 0; i < points; ++i)
-    for (int j = 0; j < half; ++j) {
-      float proj = 0.0f;
-      for (int e = 0; e < d; ++e) proj += positions[static_cast<std::size_t>(i * d + e)] * m.pos_enc[static_cast<std::size_t>(j * d + e)];
-      features[static_cast<std::size_t>(i * c.c_in + j)] = std::cos(proj);
-      features[static_cast<std::size_t>(i * c.c_in + half + j)] = std::sin(proj);
-    }
-  return features;
+  return balltree::wrapper::fourier(net.impl_->wrapper, positions, net.config().dimensionality, threads);
 }
 
 std::vector<float> Stages::head(const Network& net, std::span<const float> y, int threads) {
-  const Network::Impl& m = *net.impl_;
-  const int D = m.cfg.c_hidden;
-  const auto points = static_cast<index_t>(y.size()) / D;
-  // pred_head: Linear(D, D), exact GELU, Linear(D, 1).
-  const index_t ld = round_up(D, kPad);
-  std::vector<float> out(static_cast<std::size_t>(points));
-  const CpuKernels& k = kernels::cpu();
-  for_row_chunks(points, threads <= 0 ? omp_get_max_threads() : threads, [&](index_t r0, index_t count) {
-    AlignedBuffer<float> in(static_cast<std::size_t>(kRows * ld)), hid(in.size()), o(static_cast<std::size_t>(kRows * kPad));
-    std::fill_n(in.data(), kRows * ld, 0.0f);
-    for (index_t r = 0; r < count; ++r) std::copy_n(y.data() + (r0 + r) * D, D, in.data() + r * ld);
-    run_linear(k, m.head0, in.data(), ld, hid.data(), ld, count, kernels::Activation::gelu_erf);
-    run_linear(k, m.head2, hid.data(), ld, o.data(), kPad, count);
-    for (index_t r = 0; r < count; ++r) out[static_cast<std::size_t>(r0 + r)] = o[static_cast<std::size_t>(r * kPad)];
-  });
-  return out;
+  return balltree::wrapper::head(net.impl_->wrapper, y, net.config().c_hidden, threads);
 }
+
+const balltree::wrapper::Layers<ops::HostOps>& Stages::wrapper_layers(const Network& net) { return net.impl_->wrapper; }
 
 }  // namespace detail
 

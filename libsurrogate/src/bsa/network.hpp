@@ -9,6 +9,7 @@
 #include <span>
 #include <vector>
 
+#include "../balltree/shapenet_wrapper.hpp"
 #include "../layers.hpp"
 #include "surrogate/bsa.hpp"
 
@@ -103,6 +104,8 @@ struct Stages {
   /// head on rows of c_hidden values (one value per row).
   static std::vector<float> fourier(const Network& net, std::span<const float> positions, int threads);
   static std::vector<float> head(const Network& net, std::span<const float> y, int threads);
+  /// The wrapper's layers (empty without the wrapper), for the device forward.
+  static const balltree::wrapper::Layers<ops::HostOps>& wrapper_layers(const Network& net);
 };
 
 }  // namespace surrogate::bsa::detail

@@ -3,13 +3,11 @@
 // experiments (/config wrapper = "shapenet_car": inputs are the positions only, features = [cos(pos A^T),
 // sin(pos A^T)] with A = pos_enc.linear.weight, output = pred_head.2(GELU_erf(pred_head.0(erwin(...)))),
 // one channel). Docs: share/docs/balltree.md, "Running Erwin".
-#include <omp.h>
-
 #include <algorithm>
-#include <cmath>
 #include <memory>
 
 #include "../balltree/point_cloud_model.hpp"
+#include "../balltree/shapenet_wrapper.hpp"
 #include "../device_support.hpp"
 #include "../layers.hpp"
 #include "cuda/device.hpp"
@@ -18,9 +16,6 @@
 
 namespace surrogate::erwin {
 namespace {
-
-using kernels::kPad;
-using kernels::round_up;
 
 constexpr const char* kShapenetCar = "shapenet_car";
 const char* const kWrapperKeys[] = {"pos_enc.linear.weight", "pred_head.0.weight", "pred_head.0.bias",
@@ -65,9 +60,7 @@ class ErwinModel final : public PointCloudModel {
                         {"pred_head.0.bias", {d}},
                         {"pred_head.2.weight", {1, d}},
                         {"pred_head.2.bias", {1}}});
-    frequencies_ = file.weight("pos_enc.linear.weight").values;
-    head0_ = pack_linear(file, "pred_head.0");
-    head2_ = pack_linear(file, "pred_head.2");
+    wrapper_layers_ = balltree::wrapper::read(file);
     parameters_ = half * c.dimensionality + d * d + d + d + 1;
   }
 
@@ -139,11 +132,13 @@ class ErwinModel final : public PointCloudModel {
       device_->forward_rows(plan, io.in, io.ld_in, io.out, io.ld_out);
       return;
     }
+    const int d = net_.config().dimensionality, D = net_.config().c_hidden.front();
     const std::vector<float> block_features =
-        wrapper_ ? fourier(plan.block_positions(), options.threads) : plan.to_block(io.in, io.ld_in, in_channels());
+        wrapper_ ? balltree::wrapper::fourier(wrapper_layers_, plan.block_positions(), d, options.threads)
+                 : plan.to_block(io.in, io.ld_in, in_channels());
     std::vector<float> y =
         on_device ? device_->forward(plan, block_features) : plan.forward(net_, block_features, options.threads);
-    if (wrapper_) y = head(y, options.threads);
+    if (wrapper_) y = balltree::wrapper::head(wrapper_layers_, y, D, options.threads);
     plan.to_solver(y, out_channels(), io.out, io.ld_out);
   }
 
@@ -167,62 +162,11 @@ class ErwinModel final : public PointCloudModel {
     });
   }
 
-  /// The wrapper's Fourier features [cos(p A^T), sin(p A^T)] of rows of positions (per row, float32).
-  std::vector<float> fourier(std::span<const float> positions, int threads) const {
-    const Config& c = net_.config();
-    const int half = c.c_in / 2, dim = c.dimensionality;
-    const auto n = static_cast<std::int64_t>(positions.size()) / dim;
-    const int nt = threads > 0 ? threads : omp_get_max_threads();
-    std::vector<float> features(static_cast<std::size_t>(n * c.c_in));
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (std::int64_t i = 0; i < n; ++i)
-      for (int f = 0; f < half; ++f) {
-        float proj = 0.0f;
-        for (int k = 0; k < dim; ++k)
-          proj += positions[static_cast<std::size_t>(i * dim + k)] * frequencies_[static_cast<std::size_t>(f * dim + k)];
-        features[static_cast<std::size_t>(i * c.c_in + f)] = std::cos(proj);
-        features[static_cast<std::size_t>(i * c.c_in + half + f)] = std::sin(proj);
-      }
-    return features;
-  }
-
-  /// The wrapper's prediction head on rows of c_hidden[0] values (per row), 64 rows at a time.
-  std::vector<float> head(const std::vector<float>& y, int threads) const {
-    const int D = net_.config().c_hidden.front();
-    const auto n = static_cast<std::int64_t>(y.size()) / D;
-    const int nt = threads > 0 ? threads : omp_get_max_threads();
-    const index_t ld = round_up(D, kPad), ld_out = round_up(1, kPad), chunk = 64;
-    std::vector<float> out(static_cast<std::size_t>(n));
-    const auto& k = kernels::cpu();
-#pragma omp parallel num_threads(nt)
-    {
-      AlignedBuffer<float> x(static_cast<std::size_t>(chunk * ld)), h(static_cast<std::size_t>(chunk * ld)),
-          o(static_cast<std::size_t>(chunk * ld_out));
-#pragma omp for schedule(static)
-      for (std::int64_t r0 = 0; r0 < n; r0 += chunk) {
-        const index_t rows = std::min<index_t>(chunk, n - r0);
-        std::fill(x.data(), x.data() + chunk * ld, 0.0f);
-        for (index_t r = 0; r < rows; ++r) std::copy_n(y.data() + (r0 + r) * D, D, x.data() + r * ld);
-        linear(k, head0_, x.data(), ld, h.data(), ld, rows);
-        k.activation(kernels::Activation::gelu_erf, h.data(), h.data(), rows * ld);
-        linear(k, head2_, h.data(), ld, o.data(), ld_out, rows);
-        for (index_t r = 0; r < rows; ++r) out[static_cast<std::size_t>(r0 + r)] = o[static_cast<std::size_t>(r * ld_out)];
-      }
-    }
-    return out;
-  }
-
-  static void linear(const CpuKernels& k, const kernels::PackedLinear& layer, const float* x, index_t ldx, float* y,
-                     index_t ldy, index_t rows) {
-    k.linear({.layer = &layer, .x = x, .ldx = ldx, .y = y, .ldy = ldy, .rows = rows});
-  }
-
   Network net_;
   bool wrapper_;
   std::unique_ptr<detail::ErwinDeviceForward> device_;  // the weights on a device, once a device was asked for
   balltree::DeviceTrees device_trees_;                  // the plans' trees on that device (on its stream)
-  std::vector<float> frequencies_;  // (c_in / 2) x dim, row-major
-  kernels::PackedLinear head0_, head2_;
+  balltree::wrapper::Layers<ops::HostOps> wrapper_layers_;  // with the wrapper
   index_t parameters_ = 0;
 };
 

@@ -102,6 +102,19 @@ class CudaOps {
     kernels::cuda::ball_attention(l, stream_);
   }
 
+  void fourier(const FourierArgs<Vector>& a) const {
+    kernels::cuda::FourierArgs f;
+    f.positions = a.positions.data;
+    f.ld_pos = a.positions.ld;
+    f.rows = a.features.rows;
+    f.dim = a.positions.width;
+    f.freq = values(*a.frequencies);
+    f.half = a.features.width / 2;
+    f.features = a.features.data;
+    f.ld_features = a.features.ld;
+    kernels::cuda::fourier_features(f, stream_);
+  }
+
   const float* values(const Vector& v) const { return v.size > 0 ? w_ + v.offset : nullptr; }
 
   /// Host layers (HostOps) -> this Ops' layers, appended to `arena` (uploaded afterwards).

@@ -149,6 +149,21 @@ class HostOps {
     }
   }
 
+  void fourier(const FourierArgs<Vector>& a) const {
+    const int d = a.positions.width, half = a.features.width / 2;
+    const float* freq = a.frequencies->data();
+    for (index_t r = 0; r < a.features.rows; ++r) {
+      const float* p = a.positions.row(r);
+      float* f = a.features.row(r);
+      for (int j = 0; j < half; ++j) {
+        float proj = 0.0f;
+        for (int e = 0; e < d; ++e) proj += p[e] * freq[j * d + e];
+        f[j] = std::cos(proj);
+        f[half + j] = std::sin(proj);
+      }
+    }
+  }
+
   const kernels::CpuKernels& kernels() const { return *k_; }
 
   // -------------------------------------------------------------------------------------------------

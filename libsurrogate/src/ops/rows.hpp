@@ -8,6 +8,7 @@
 //   combine(CombineArgs)        y = a + b or a * b, row-wise
 //   segment_mean(SegmentMeanArgs)  the mean of consecutive message rows per receiver
 //   ball_attention(BallAttentionArgs)  attention within consecutive balls (optional distance bias)
+//   fourier(FourierArgs)        [cos(p F^T), sin(p F^T)] of rows of positions (the ShapeNet-Car wrapper)
 //
 // Two Ops implement them: HostOps (host_ops.hpp, the CPU kernel table on one tile of rows, inside the
 // family's OpenMP loops) and CudaOps (cuda_ops.hpp, the device layers on a stream, once over all rows).
@@ -113,6 +114,15 @@ struct BallAttentionArgs {
   const Vector* sigma = nullptr;
   Rows positions;
   Rows out;
+};
+
+/// features row r = [cos(p_r F^T), sin(p_r F^T)] with p_r = positions row r (positions.width values) and
+/// F the frequencies (features.width / 2 rows of positions.width values, row-major); each projection sums
+/// its products from 0 in coordinate order, every product and sum rounded to float.
+template <class Vector>
+struct FourierArgs {
+  const Vector* frequencies = nullptr;
+  Rows positions, features;
 };
 
 // ---------------------------------------------------------------------------------------------------

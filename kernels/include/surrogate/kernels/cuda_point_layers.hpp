@@ -111,4 +111,20 @@ struct SegmentMeanArgs {
 };
 void segment_mean(const SegmentMeanArgs& a, cudaStream_t stream);
 
+/// The Fourier features of the ShapeNet-Car wrapper (Erwin, BSA): for rows r < rows and j < half,
+/// p = sum_e positions[r, e] freq[j, e] (from 0.0f in e order, each product rounded before the sum: the
+/// CPU's loop, which is not contracted), features[r, j] = cos(p), features[r, half + j] = sin(p).
+/// `freq` is half x dim, row-major.
+struct FourierArgs {
+  const float* positions = nullptr;
+  index_t ld_pos = 0;
+  index_t rows = 0;
+  int dim = 0;
+  const float* freq = nullptr;
+  int half = 0;
+  float* features = nullptr;
+  index_t ld_features = 0;
+};
+void fourier_features(const FourierArgs& a, cudaStream_t stream);
+
 }  // namespace surrogate::kernels::cuda
