@@ -21,6 +21,7 @@
 #include "device_arrays.hpp"
 #include "golden.hpp"
 #include "h5_io.hpp"
+#include "shapenet_wrapped.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/comm.hpp"
@@ -34,6 +35,7 @@ namespace st = surrogate::testing;
 
 struct Golden {
   std::string path;
+  surrogate::ModelFile file;  // the model (path's, or a variant of it)
   std::vector<float> features, positions;
   std::vector<double> exact;
   std::vector<std::int64_t> offsets{0}, sample;  // sample offsets; sample of every point
@@ -45,6 +47,7 @@ struct Golden {
 inline Golden load(const std::string& name) {
   Golden g;
   g.path = st::data_dir() + "/bsa/bsa_" + name + ".h5";
+  g.file = surrogate::ModelFile::read(g.path);
   g.features = st::to_float(st::read_array(g.path, "/golden/features").values);
   g.positions = st::to_float(st::read_array(g.path, "/golden/positions").values);
   g.exact = st::read_array(g.path, "/golden/output_f64").values;
@@ -68,6 +71,18 @@ inline Golden first_sample(const Golden& all) {
   g.features.resize(points * static_cast<std::size_t>(g.cin));
   g.positions.resize(points * static_cast<std::size_t>(g.dim));
   g.exact.resize(all.exact.size() / all.sample.size() * points);
+  return g;
+}
+
+/// The case's model inside the ShapeNet-Car wrapper (make_bsa_cli_inputs' construction: c_in 6 Fourier
+/// features, seeded random pos_enc, embedding and pred_head weights): inputs are the positions only, the
+/// output one value a point; `exact` is left empty (no float64 reference).
+inline Golden shapenet(const Golden& base) {
+  Golden g = base;
+  g.file = bsa_testing::shapenet_wrapped(base.file, base.dim);
+  g.features.clear();
+  g.exact.clear();
+  g.cin = 0;
   return g;
 }
 
@@ -180,15 +195,18 @@ inline std::vector<float> shifted(const std::vector<float>& v) {
 /// the one-rank device forward of the whole batch (bsa::detail::make_bsa_cuda_forward(...)->forward on
 /// rank 0): bitwise; within 8e-6 max|y| (the float32 bound of the one-rank device tests) of the CPU
 /// forward; a second call (kept plan and device geometry) the same bits; new features the one-rank
-/// forward's bits for them.
+/// forward's bits for them. A case in the ShapeNet-Car wrapper (shapenet()) has no features: its one
+/// value a point against the wrapped forwards (forward_shapenet on the CPU), the bound scaled by the CPU's
+/// largest value.
 /// `precision` (tf32 / bf16: the dense layers on the tensor cores) for the device forwards on both sides;
 /// the bound against the CPU's fp32 forward holds for fp32 alone.
 inline void expect_one_rank_device_bits(const Golden& g, const char* name, int device,
                                         surrogate::Precision precision = surrogate::Precision::fp32) {
   namespace bsa = surrogate::bsa;
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  const surrogate::ModelFile file = surrogate::ModelFile::read(g.path);
+  const surrogate::ModelFile& file = g.file;
   const bsa::Network net(file);
+  const bool wrapped = net.config().wrapper == bsa::Wrapper::shapenet_car;
   const std::vector<float> other = shifted(g.features);
   // The references, on rank 0: the one-rank device forward of the whole batch and the CPU forward.
   std::vector<float> device_ref, device_other, cpu;
@@ -199,12 +217,12 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
     const auto geometry = one_rank->upload_geometry(trees, g.positions, g.batch());
     device_ref = one_rank->forward(*geometry, g.features);
     device_other = one_rank->forward(*geometry, other);
-    cpu = net.forward(trees, g.features, g.positions, g.batch(), 1);
+    cpu = wrapped ? net.forward_shapenet(g.positions, g.batch(), 1) : net.forward(trees, g.features, g.positions, g.batch(), 1);
   }
   broadcast(device_ref);
   broadcast(device_other);
   broadcast(cpu);
-  const int D = net.config().c_hidden;
+  const int D = wrapped ? 1 : net.config().c_hidden;
 
   const Part p = deal(g, comm.rank(), comm.size());
   const auto model = surrogate::make_model(file);
@@ -224,7 +242,9 @@ inline void expect_one_rank_device_bits(const Golden& g, const char* name, int d
                                          << max_error(y, want);
   EXPECT_EQ(bit_differences(again, y), 0) << "rank " << comm.rank() << ": the kept geometry changed the result";
   EXPECT_EQ(bit_differences(y_other, rows_for(p, device_other, D)), 0) << "rank " << comm.rank() << ": new features";
-  const double tol = 4e-6 * ball_golden::max_abs(g.exact);
+  double largest = 0.0;
+  for (const float v : cpu) largest = std::max(largest, std::abs(static_cast<double>(v)));
+  const double tol = 4e-6 * (wrapped ? largest : ball_golden::max_abs(g.exact));
   const double from_cpu = max_over_ranks(max_error(y, rows_for(p, cpu, D)));
   long long fewest = p.size(), most = p.size();
   MPI_Allreduce(MPI_IN_PLACE, &fewest, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD);

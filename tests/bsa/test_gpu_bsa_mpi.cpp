@@ -35,11 +35,12 @@ long long uploaded() { return surrogate::testing::on_host_backend() ? host_backe
 
 /// A golden model on the emulated device, this rank's part of its points and the plan of them.
 struct OnEmulatedDevice {
-  OnEmulatedDevice(const surrogate::Comm& comm, const std::string& name)
-      : g(load(name)), p(deal(g, comm.rank(), comm.size())),
-        model(surrogate::make_model(surrogate::ModelFile::read(g.path))), plan(plan_of(comm, *model, g, p)) {
+  OnEmulatedDevice(const surrogate::Comm& comm, Golden golden)
+      : g(std::move(golden)), p(deal(g, comm.rank(), comm.size())), model(surrogate::make_model(g.file)),
+        plan(plan_of(comm, *model, g, p)) {
     options.cuda_device = host_backend::kDevice;
   }
+  OnEmulatedDevice(const surrogate::Comm& comm, const std::string& name) : OnEmulatedDevice(comm, load(name)) {}
   Golden g;
   Part p;
   std::unique_ptr<surrogate::Model> model;
@@ -88,6 +89,16 @@ TEST(GpuBsaMpiPrecision, TensorCorePrecisionsAreTheOneRankForwardBitwise) {
   expect_one_rank_device_bits("ball", local_device(), surrogate::Precision::tf32);
 }
 
+// The ShapeNet-Car wrapper around sparse_rot (inputs: the positions only): its Fourier features and
+// head on the device, every rank count the one-rank device forward's bits, fp32 within the bound of the
+// CPU's wrapped forward, bf16 bitwise across ranks too.
+TEST(GpuBsaMpiWrapper, ShapenetCarWrapperOnTheDevice) {
+  SURROGATE_SKIP_WITHOUT_GPU();
+  const Golden g = shapenet(load("sparse_rot"));
+  expect_one_rank_device_bits(g, "sparse_rot in the ShapeNet-Car wrapper", local_device());
+  expect_one_rank_device_bits(g, "sparse_rot in the ShapeNet-Car wrapper", local_device(), surrogate::Precision::bf16);
+}
+
 // One sample of 250 points (256 slots, two tree granules of 128): at 3 ranks one rank holds no slot but takes
 // part in every exchange (with group selection and block means).
 TEST(GpuBsaMpiSmall, RanksWithoutSlots) {
@@ -126,13 +137,15 @@ TEST(BsaMpiHostBackend, ALaunchFailureOnOneRankIsAnAgreedError) {
 // and come back through the plan's exchanges on device rows, bitwise predict()'s result. In one process it
 // waits for the device twice (the agreed counts of non-finite inputs, and the end) and downloads only those
 // counts; across ranks the staged transport adds its copies (NCCL would not), printed per rank. A launch
-// failure in that path is agreed and the next call recovers.
+// failure in that path is agreed and the next call recovers. So with the ShapeNet-Car wrapper (no input
+// rows; its Fourier features and head on the device).
 TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   SURROGATE_HOST_BACKEND_ONLY();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  for (const char* name : {"sparse_rot", "global"}) {
+  for (const char* name : {"sparse_rot", "global", "wrapped sparse_rot"}) {
     SCOPED_TRACE(name);
-    const OnEmulatedDevice setup(comm, name);
+    const std::string base = name;
+    const OnEmulatedDevice setup(comm, base == "wrapped sparse_rot" ? shapenet(load("sparse_rot")) : load(name));
     const auto& [g, p, model, options, plan] = std::tie(setup.g, setup.p, setup.model, setup.options, setup.plan);
     std::vector<float> good = predict(comm, *model, *plan, g, p, g.features, options);  // plan and geometry kept
     const int cout = model->out_channels();
@@ -175,9 +188,10 @@ TEST(BsaMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
 TEST(BsaMpiHostBackend, AKeptPlansForwardIsOneGraphOnOneRank) {
   SURROGATE_HOST_BACKEND_ONLY();
   const surrogate::MpiComm comm(MPI_COMM_WORLD);
-  for (const char* name : {"sparse_rot", "global"}) {
+  for (const char* name : {"sparse_rot", "global", "wrapped sparse_rot"}) {
     SCOPED_TRACE(name);
-    const OnEmulatedDevice setup(comm, name);
+    const std::string base = name;
+    const OnEmulatedDevice setup(comm, base == "wrapped sparse_rot" ? shapenet(load("sparse_rot")) : load(name));
     const auto& [g, p, model, options, plan] = std::tie(setup.g, setup.p, setup.model, setup.options, setup.plan);
     const std::vector<float> in = p.rows_of(g.features, g.cin);
     const int cout = model->out_channels();

@@ -101,7 +101,7 @@ TEST(ErwinDeviceMpi, FewPointsAndBuiltGraph) {
 
 TEST(ErwinDeviceMpi, ShapenetCarWrapper) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  // The wrapper (Fourier features and head on the host, kNN 8 graph by its rule): every rank count gives
+  // The wrapper (Fourier features and head on the device, kNN 8 graph by its rule): every rank count gives
   // the bits of the one-process registered model on the device, within the bound of the float64 output.
   Case c = golden("shapenet_car");
   const surrogate::SelfComm self;
@@ -186,11 +186,12 @@ TEST(ErwinDeviceMpiHostBackend, ALaunchFailureOnOneRankIsAgreedAndTheNextCallRec
 // predict_device on a kept plan keeps the rows on the device: the caller's arrays reach the block and come
 // back through the plan's exchanges on device rows. In one process it waits for the device twice (the
 // agreed counts of non-finite inputs, and the end) and downloads only those counts; across ranks the
-// staged transport adds its copies (NCCL would not), printed per rank. A launch failure in that path is
-// agreed and the next call recovers.
+// staged transport adds its copies (NCCL would not), printed per rank. So with the ShapeNet-Car wrapper
+// (no input rows; its Fourier features and head on the device). A launch failure in that path is agreed
+// and the next call recovers.
 TEST(ErwinDeviceMpiHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   SURROGATE_HOST_BACKEND_ONLY();
-  for (const char* name : {"mpnn_rot", "flash_ref"}) {
+  for (const char* name : {"mpnn_rot", "flash_ref", "shapenet_car"}) {
     SCOPED_TRACE(name);
     const Case c = golden(name);
     const auto model = surrogate::make_model(c.file);

@@ -80,7 +80,8 @@ class BsaModel final : public PointCloudModel {
                    "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the local branch's ball attention "
                    "on the tensor cores); the ball trees' node selections and the layers on the device; several "
                    "ranks: each on its slots of the distributed tree, the exchanges device to device (NCCL) or "
-                   "staged through host memory");
+                   "staged through host memory" +
+                       std::string(wrapped(net_) ? "; the wrapper's Fourier features and head on the device too" : ""));
     return d;
   }
 
@@ -97,7 +98,7 @@ class BsaModel final : public PointCloudModel {
 
   /// The network on the plan (plan.hpp): the features moved to this rank's block, the layers there (on the
   /// CPU, or with cuda_device >= 0 on the device), the result moved back to the caller's rows; the
-  /// wrapper's Fourier features and head on the host. On one rank the device runs the one-process forward
+  /// wrapper's Fourier features and head where the layers run. On one rank the device runs the one-process forward
   /// on the block (the whole batch in canonical order) with the trees of the batch; on several, every rank
   /// its slots of the distributed tree. Either way the device geometry is uploaded by the first device
   /// forward on the plan and kept in it.
@@ -112,13 +113,18 @@ class BsaModel final : public PointCloudModel {
       });
       return;
     }
+    if (on_device) {  // (the wrapper's features from the plan's positions on the device: no input rows)
+      const std::vector<float> block_features =
+          wrapped(net_) ? std::vector<float>{} : plan.to_block(io.in, io.ld_in, in_channels());
+      const std::vector<float> y = comm.size() == 1 ? forward_one_rank(comm, plan, block_features)
+                                                    : plan.forward_on_device(*device_, net_, block_features);
+      plan.to_solver(y, out_channels(), io.out, io.ld_out);
+      return;
+    }
     const std::vector<float> block_features = wrapped(net_)
                                                   ? detail::Stages::fourier(net_, plan.block_positions(), options.threads)
                                                   : plan.to_block(io.in, io.ld_in, in_channels());
-    std::vector<float> y;
-    if (on_device && comm.size() == 1) y = forward_one_rank(comm, plan, block_features);
-    else if (on_device) y = plan.forward_on_device(*device_, net_, block_features);
-    else y = plan.forward(net_, block_features, options.threads);
+    std::vector<float> y = plan.forward(net_, block_features, options.threads);
     if (wrapped(net_)) y = detail::Stages::head(net_, y, options.threads);
     plan.to_solver(y, out_channels(), io.out, io.ld_out);
   }
@@ -126,9 +132,8 @@ class BsaModel final : public PointCloudModel {
  private:
   static bool wrapped(const Network& net) { return net.config().wrapper == Wrapper::shapenet_car; }
 
-  /// predict_device keeps the rows on the device, except through the ShapeNet-Car wrapper (its Fourier
-  /// features and head run on the host).
-  DeviceInput device_input() const override { return wrapped(net_) ? DeviceInput::host_rows : DeviceInput::device_rows; }
+  /// predict_device keeps the rows on the device (the ShapeNet-Car wrapper's features and head run there).
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
   void* device_stream(const Comm& comm, const RunOptions& options) override {
     use_device(comm, options);
     return device_->stream();

@@ -72,19 +72,20 @@ std::vector<float> BsaPlan::forward(const Network& net, std::span<const float> b
 std::vector<float> BsaPlan::forward_on_device(BsaDeviceForward& device, const Network& net,
                                               std::span<const float> block_features) {
   const Config& c = net.config();
-  const int D = c.c_hidden, cin = c.c_in;
+  const bool wrapped = c.wrapper == Wrapper::shapenet_car;  // features and head on the device
+  const int width = wrapped ? 1 : c.c_hidden, cin = wrapped ? 0 : c.c_in;
   const std::int64_t n = block_rows();
   if (static_cast<std::int64_t>(block_features.size()) != n * cin)
     throw Error(ErrorCode::internal, "bsa (plan, device): block features of the wrong size");
-  collectively(comm(), [&] { Stages::check_features(net, block_features, block_begin()); });
+  if (!wrapped) collectively(comm(), [&] { Stages::check_features(net, block_features, block_begin()); });
   // The features to the rank's slots on the host (c_in values per row: fewer bytes than the hidden rows),
-  // the layers on the device, the hidden rows back to the block on the host.
+  // the layers on the device, the result rows back to the block on the host.
   const balltree::DistributedTree& tree = trees().tree;
   std::vector<float> slot_features(static_cast<std::size_t>(tree.local_slots() * cin));
-  tree.plan.exchange().forward(block_features.data(), cin, slot_features.data(), cin, cin);
+  if (cin > 0) tree.plan.exchange().forward(block_features.data(), cin, slot_features.data(), cin, cin);
   const std::vector<float> y = device.forward(*this, slot_features);
-  std::vector<float> result(static_cast<std::size_t>(n * D));
-  tree.plan.exchange().backward(y.data(), D, result.data(), D, D);
+  std::vector<float> result(static_cast<std::size_t>(n * width));
+  tree.plan.exchange().backward(y.data(), width, result.data(), width, width);
   return result;
 }
 

@@ -50,8 +50,9 @@ class BsaPlan final : public balltree::BallTreePlan {
   /// Error(input). network_distributed.cpp.
   std::vector<float> forward(const Network& net, std::span<const float> block_features, int threads);
   /// The same with the layers on a CUDA device (cuda/device.hpp): the features moved to the rank's slots
-  /// on the host, the layers on the device, the result moved back to the block on the host. Collective;
-  /// errors agreed.
+  /// on the host, the layers on the device, the result moved back to the block on the host. With the
+  /// ShapeNet-Car wrapper: no features, and the wrapper's one value a row (features and head on the
+  /// device). Collective; errors agreed.
   std::vector<float> forward_on_device(BsaDeviceForward& device, const Network& net,
                                        std::span<const float> block_features);
 

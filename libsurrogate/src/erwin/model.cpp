@@ -96,15 +96,16 @@ class ErwinModel final : public PointCloudModel {
         {"device forward",
          "CUDA, fp32 / tf32 / bf16 (tf32 / bf16: the dense layers and the ball attention on the tensor cores), any "
          "rank count (cuda_device >= 0: the "
-         "plan built on the host with its ball trees' node selections on the device, each rank's block and slots on its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
-         "one-process device forward)"}};
+         "plan built on the host with its ball trees' node selections on the device, each rank's block and slots "
+         "on its device, the exchanges device to device (NCCL) or staged through host memory; bitwise the "
+         "one-process device forward)" +
+             std::string(wrapper_ ? "; the wrapper's Fourier features and head on the device too" : "")}};
     return d;
   }
 
  protected:
-  /// predict_device keeps the rows on the device, except through the ShapeNet-Car wrapper (its Fourier
-  /// features and head run on the host).
-  DeviceInput device_input() const override { return wrapper_ ? DeviceInput::host_rows : DeviceInput::device_rows; }
+  /// predict_device keeps the rows on the device (the ShapeNet-Car wrapper's features and head run there).
+  DeviceInput device_input() const override { return DeviceInput::device_rows; }
   void* device_stream(const Comm& comm, const RunOptions& options) override {
     prepare_device(comm, options);
     return device_->stream();
@@ -123,7 +124,7 @@ class ErwinModel final : public PointCloudModel {
   /// The network on the plan (plan.hpp): the features moved to this rank's block, the network there (on
   /// the CPU, or with cuda_device >= 0 on the device: cuda/device.hpp, the plan's geometry uploaded by the
   /// first device forward), the result moved back to the caller's rows; the wrapper's Fourier features and
-  /// head on the host.
+  /// head where the network runs.
   void forward(const Comm& comm, Plan& base, const Io& io, const RunOptions& options) override {
     auto& plan = static_cast<detail::ErwinPlan&>(base);
     const bool on_device = options.cuda_device >= 0;
@@ -132,12 +133,17 @@ class ErwinModel final : public PointCloudModel {
       device_->forward_rows(plan, io.in, io.ld_in, io.out, io.ld_out);
       return;
     }
+    if (on_device) {  // (the wrapper's features from the plan's positions on the device: no input rows)
+      const std::vector<float> y =
+          device_->forward(plan, wrapper_ ? std::vector<float>{} : plan.to_block(io.in, io.ld_in, in_channels()));
+      plan.to_solver(y, out_channels(), io.out, io.ld_out);
+      return;
+    }
     const int d = net_.config().dimensionality, D = net_.config().c_hidden.front();
     const std::vector<float> block_features =
         wrapper_ ? balltree::wrapper::fourier(wrapper_layers_, plan.block_positions(), d, options.threads)
                  : plan.to_block(io.in, io.ld_in, in_channels());
-    std::vector<float> y =
-        on_device ? device_->forward(plan, block_features) : plan.forward(net_, block_features, options.threads);
+    std::vector<float> y = plan.forward(net_, block_features, options.threads);
     if (wrapper_) y = balltree::wrapper::head(wrapper_layers_, y, D, options.threads);
     plan.to_solver(y, out_channels(), io.out, io.ld_out);
   }
@@ -153,7 +159,8 @@ class ErwinModel final : public PointCloudModel {
       if (!device_ || device_->device() != options.cuda_device) {
         device_.reset();
 #if SURROGATE_HAVE_CUDA
-        device_ = detail::make_erwin_cuda_forward(net_, options.cuda_device);
+        device_ = detail::make_erwin_cuda_forward(net_, options.cuda_device, detail::kDefaultEdgeChunk,
+                                                  wrapper_ ? &wrapper_layers_ : nullptr);
 #else
         surrogate::detail::refuse_without_cuda_backend("erwin", options.cuda_device);
 #endif

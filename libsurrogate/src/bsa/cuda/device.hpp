@@ -26,6 +26,10 @@ class BsaDeviceForward {
   /// The arithmetic of the dense layers from the next forward on: fp32, or tf32 / bf16 on the tensor cores.
   virtual void set_precision(Precision precision) = 0;
 
+  /// With the ShapeNet-Car wrapper (/config wrapper) every forward below takes no features (an empty
+  /// span, rows unread): the network's features are the wrapper's Fourier features of the geometry's
+  /// positions, and its result the wrapper's one value a row (pred_head), both on the device.
+
   /// One process: the geometry of a batch on the device (trees as balltree::build, or
   /// build_with_rotations with strides [1] when the model rotates, of `positions` and `batch`), for any
   /// number of forward() calls. Error(input) as Network::forward for positions and trees that do not
@@ -40,7 +44,8 @@ class BsaDeviceForward {
   /// Both at once (a geometry used for one call only).
   std::vector<float> forward(const balltree::RotatedTrees& trees, std::span<const float> features,
                              std::span<const float> positions, const balltree::Batch& batch) {
-    Stages::check_inputs(net(), trees, features, positions, batch);
+    if (net().config().wrapper == Wrapper::shapenet_car) Stages::check_geometry(net(), trees, positions, batch);
+    else Stages::check_inputs(net(), trees, features, positions, batch);
     return forward(*upload_geometry(trees, positions, batch), features);
   }
 

@@ -116,7 +116,9 @@ void BsaCudaForward::run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool
     const double ms = steps_.timed(stream_.get(), timed, [&] {
       load();
       const auto dev = ops::Place::device;
+      if (wrapper_) wrapper_features(g_->pos.data(), g_->rows);  // the slots' positions (padding: duplicates)
       run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
+      if (wrapper_) wrapper_head(g_->x.data(), g_->rows);
       store();
     });
     if (timed) forward_ms_ = ms;
@@ -136,15 +138,19 @@ void BsaCudaForward::run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool
 std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float> slot_features) {
   const RowLayout& layout = plan.row_layout();
   collectively(plan.comm(), [&] {
-    if (static_cast<index_t>(slot_features.size()) != layout.rows * cfg_.c_in)
+    if (static_cast<index_t>(slot_features.size()) != (wrapper_ ? 0 : layout.rows * cfg_.c_in))
       throw Error(ErrorCode::internal, "bsa (device, plan): slot features of the wrong size");
   });
-  std::vector<float> result(static_cast<std::size_t>(layout.rows * cfg_.c_hidden));
+  std::vector<float> result(static_cast<std::size_t>(layout.rows * out_width()));
   run_on_plan(
-      plan, [&] { steps_.run([&] { upload(g_->features, slot_features); }); },
+      plan,
+      [&] {
+        if (!wrapper_) steps_.run([&] { upload(g_->features, slot_features); });
+      },
       [&] {
         steps_.run([&] {
-          if (!result.empty()) cu::copy_to_host(result.data(), g_->x.data(), result.size() * sizeof(float), stream_.get());
+          const float* y = wrapper_ ? g_->values.data() : g_->x.data();
+          if (!result.empty()) cu::copy_to_host(result.data(), y, result.size() * sizeof(float), stream_.get());
         });
       },
       true);
@@ -152,7 +158,7 @@ std::vector<float> BsaCudaForward::forward(BsaPlan& plan, std::span<const float>
 }
 
 void BsaCudaForward::forward_plan_rows(BsaPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) {
-  const int cin = cfg_.c_in, D = cfg_.c_hidden;
+  const int cin = cfg_.c_in, D = cfg_.c_hidden, width = out_width();
   const ExchangePlan& to_slots = plan.trees().tree.plan.exchange();
   // The rows to the rank's block (c_in values) and its slots, the layers, the slots' rows back to the
   // block and to the caller's rows: every move an exchange on device rows.
@@ -164,14 +170,15 @@ void BsaCudaForward::forward_plan_rows(BsaPlan& plan, const float* rows, index_t
           g_->block.resize(std::max<std::size_t>(1, block), device_);
           g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(g_->rows * cin)), device_);
         });
+        if (wrapper_) return;  // (its features come from the slots' positions)
         steps_.agree();
         plan.to_block(rows, ld, g_->block.data(), cin, cin, place());
         to_slots.forward(g_->block.data(), cin, g_->features.data(), cin, cin, place());
       },
       [&] {
         steps_.agree();
-        to_slots.backward(g_->x.data(), D, g_->block.data(), D, D, place());
-        plan.to_solver(g_->block.data(), D, out, ld_out, D, place());
+        to_slots.backward(wrapper_ ? g_->values.data() : g_->x.data(), width, g_->block.data(), width, width, place());
+        plan.to_solver(g_->block.data(), width, out, ld_out, width, place());
       },
       false);
   forward_ms_ = 0.0;

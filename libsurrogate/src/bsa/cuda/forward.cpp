@@ -33,6 +33,9 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device)
     throw Error(ErrorCode::unsupported, "bsa: selected_blocks_number = " + std::to_string(cfg_.selected_blocks_number) +
                                             " exceeds the CUDA selection's " + std::to_string(cu::kMaxSelectedBlocks));
   layers_ = program::convert<CudaOps>(Stages::program_layers(net), CudaOps::Upload{&weights_});
+  if (cfg_.wrapper == Wrapper::shapenet_car)
+    wrapper_ = std::make_unique<balltree::wrapper::Layers<CudaOps>>(
+        balltree::wrapper::convert<CudaOps>(Stages::wrapper_layers(net), CudaOps::Upload{&weights_}));
   surrogate::detail::on_device("bsa", device_, [&] {
     stream_ = cu::Stream(device_);
     weights_.upload(device_, stream_.get());
@@ -94,6 +97,11 @@ void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float>
     if (g_->on_plan) g_->sel_host.resize(g_->sel_offsets.back());
   }
   g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cfg_.c_in)), device_);
+  if (wrapper_) {  // pred_head's rows: the batch's points, or a plan's slots
+    const auto head_rows = static_cast<std::size_t>(std::max<index_t>({1, points, g_->rows}));
+    g_->head_hidden.resize(head_rows * Du, device_);
+    g_->values.resize(head_rows, device_);
+  }
   if (!g_->on_plan) {
     g_->e.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points) * Du), device_);
     g_->out.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points) * Du), device_);
@@ -123,7 +131,28 @@ void BsaCudaForward::set_batch_geometry(const balltree::RotatedTrees& trees, std
   g_->layout.segments.push_back({0, static_cast<int>(g_->layout.samples), g_->n, 0, 0});
   upload(g_->tree_index, tree.index);
   upload(g_->slot, tree.slot_of_point());
+  if (wrapper_) upload(g_->positions, positions);  // the Fourier features' input, point order
   set_rows(pos, pr, points);
+}
+
+void BsaCudaForward::wrapper_features(const float* positions, index_t rows) {
+  const int d = cfg_.dimensionality, cin = cfg_.c_in;
+  const auto dev = ops::Place::device;
+  steps_.run([&] {
+    CudaOps ops = device_ops();
+    balltree::wrapper::features(ops, *wrapper_, ops::view(positions, d, rows, d, dev),
+                                {g_->features.data(), cin, rows, cin, dev});
+  });
+}
+
+void BsaCudaForward::wrapper_head(const float* y, index_t rows) {
+  const int D = cfg_.c_hidden;
+  const auto dev = ops::Place::device;
+  steps_.run([&] {
+    CudaOps ops = device_ops();
+    balltree::wrapper::head(ops, *wrapper_, ops::view(y, D, rows, D, dev), {g_->head_hidden.data(), D, rows, D, dev},
+                            {g_->values.data(), 1, rows, 1, dev});
+  });
 }
 
 /// The work rows of a stage on the device: the geometry's SwiGLU arrays (the ball-relative positions are
@@ -147,9 +176,7 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
-  explicit DeviceExec(BsaCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {
-    ops_.set_precision(f.precision_, f.weights_.words());
-  }
+  explicit DeviceExec(BsaCudaForward& f) : f_(f), ops_(f.device_ops()), work_(*f.g_) {}
   const Config& config() const { return f_.cfg_; }
   const program::Layers<CudaOps>& layers() const { return f_.layers_; }
   const RowLayout& layout() const { return f_.g_->layout; }
@@ -280,9 +307,11 @@ void BsaCudaForward::compute_batch() {
                                                 {g_->features.data()});
   };
   graph_.run(device_, stream_.get(), key, [&] {
+    if (wrapper_) wrapper_features(g_->positions.data(), points);
     run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
     CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
                                                   {g_->out.data(), D, points, D, dev}});
+    if (wrapper_) wrapper_head(g_->out.data(), points);
   });
 }
 
@@ -312,13 +341,13 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
   auto* geometry = dynamic_cast<Geometry*>(&uploaded);
   if (geometry == nullptr || geometry->device() != device_ || geometry->on_plan)
     throw Error(ErrorCode::invalid_argument, "bsa: the geometry was not uploaded by this device forward");
-  const int D = cfg_.c_hidden;
   const index_t points = geometry->points;
-  if (static_cast<index_t>(features.size()) != points * cfg_.c_in)
+  if (static_cast<index_t>(features.size()) != (wrapper_ ? 0 : points * cfg_.c_in))
     throw Error(ErrorCode::input, "bsa: features has " + std::to_string(features.size()) + " values, expected " +
-                                      std::to_string(points) + " points x c_in " + std::to_string(cfg_.c_in));
-  Stages::check_features(*net_, features, 0);
-  std::vector<float> result(static_cast<std::size_t>(points * D));
+                                      (wrapper_ ? std::string("none (the ShapeNet-Car wrapper computes them)")
+                                                : std::to_string(points) + " points x c_in " + std::to_string(cfg_.c_in)));
+  if (!wrapper_) Stages::check_features(*net_, features, 0);
+  std::vector<float> result(static_cast<std::size_t>(points * out_width()));
   geometry_ms_ = 0.0;
   g_ = geometry;
   plan_ = nullptr;
@@ -326,9 +355,10 @@ std::vector<float> BsaCudaForward::forward(balltree::DeviceGeometry& uploaded, s
   try {
     forward_ms_ = steps_.timed(stream_.get(), true, [&] {
       steps_.run([&] {
-        upload(g_->features, features);
+        if (!wrapper_) upload(g_->features, features);
         compute_batch();
-        cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get());
+        cu::copy_to_host(result.data(), wrapper_ ? g_->values.data() : g_->out.data(), result.size() * sizeof(float),
+                         stream_.get());
       });
     });
   } catch (...) {
@@ -345,7 +375,7 @@ void BsaCudaForward::forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch
   auto* geometry = dynamic_cast<Geometry*>(batch);
   if (geometry == nullptr || geometry->device() != device_ || geometry->on_plan)
     throw Error(ErrorCode::invalid_argument, "bsa: the geometry was not uploaded by this device forward");
-  const int cin = cfg_.c_in, D = cfg_.c_hidden;
+  const int cin = cfg_.c_in, width = out_width();
   const index_t points = geometry->points;
   g_ = geometry;
   plan_ = nullptr;
@@ -353,10 +383,12 @@ void BsaCudaForward::forward_rows(BsaPlan& plan, balltree::DeviceGeometry* batch
   try {
     cu::DeviceGuard guard(device_);
     const Place place{device_, stream_.get(), &plan.comm().device_transport(device_)};
-    g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cin)), device_);
-    plan.to_block(rows, ld, g_->features.data(), cin, cin, place);  // the batch in canonical order
+    if (!wrapper_) {  // (the wrapper's features come from the geometry's positions)
+      g_->features.resize(std::max<std::size_t>(1, static_cast<std::size_t>(points * cin)), device_);
+      plan.to_block(rows, ld, g_->features.data(), cin, cin, place);  // the batch in canonical order
+    }
     compute_batch();
-    plan.to_solver(g_->out.data(), D, out, ld_out, D, place);
+    plan.to_solver(wrapper_ ? g_->values.data() : g_->out.data(), width, out, ld_out, width, place);
     forward_ms_ = 0.0;
   } catch (...) {
     g_ = nullptr;

@@ -45,6 +45,7 @@ struct Geometry final : balltree::DeviceGeometry {
   cu::DeviceBuffer<float> features, e, x, residual, xr, h, u, o, local, coarse, fine, gates, a1, a2, out;
   cu::DeviceBuffer<float> kc, vc, qc, mlp_in, mlp_hidden, kc_all, vc_all, fetched;
   cu::DeviceBuffer<float> block;  // forward_rows on a plan: the rank's block rows (c_in, then c_hidden values)
+  cu::DeviceBuffer<float> positions, head_hidden, values;  // the wrapper's (positions: one process, point order)
   cu::DeviceBuffer<std::int32_t> sel;
   cu::DeviceBuffer<std::int64_t> first_row;
   std::vector<std::int32_t> sel_host;     // a plan's selection on the host (the blocks to fetch)
@@ -76,6 +77,18 @@ class BsaCudaForward final : public BsaDeviceForward {
 
  private:
   friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
+  /// The layers' Ops on this forward's weights, stream and precision.
+  CudaOps device_ops() const {
+    CudaOps ops(weights_.data(), stream_.get());
+    ops.set_precision(precision_, weights_.words());
+    return ops;
+  }
+  /// Values a row of a forward's result: c_hidden, or 1 through the ShapeNet-Car wrapper.
+  int out_width() const { return wrapper_ ? 1 : cfg_.c_hidden; }
+  /// The wrapper's stages on g_ (rows rows): its Fourier features of `positions` into g_->features, and
+  /// pred_head of `y` (c_hidden values a row) into g_->values.
+  void wrapper_features(const float* positions, index_t rows);
+  void wrapper_head(const float* y, index_t rows);
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
     surrogate::device::upload(dst, src, device_, stream_.get());
@@ -121,6 +134,7 @@ class BsaCudaForward final : public BsaDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  std::unique_ptr<balltree::wrapper::Layers<CudaOps>> wrapper_;  // the ShapeNet-Car wrapper's, or null
   cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
   surrogate::device::ComputeGraph graph_;  // compute_batch()'s
 

@@ -13,6 +13,14 @@
 #include "surrogate/balltree.hpp"
 #include "surrogate/erwin.hpp"
 
+namespace surrogate::ops {
+class HostOps;
+}
+namespace surrogate::balltree::wrapper {
+template <class Ops>
+struct Layers;  // shapenet_wrapper.hpp
+}
+
 namespace surrogate::erwin::detail {
 
 class ErwinPlan;  // plan.hpp
@@ -25,6 +33,11 @@ class ErwinDeviceForward {
   /// The arithmetic of the dense layers of the next forwards: fp32 (default), or tf32 / bf16 on the
   /// tensor cores (operands rounded, FP32 sums); everything else stays FP32.
   virtual void set_precision(Precision precision) = 0;
+
+  /// With the ShapeNet-Car wrapper (make_erwin_cuda_forward's `wrapper`) every forward below takes no
+  /// features (an empty span, rows unread): the network's features are the wrapper's Fourier features of
+  /// the geometry's positions, and its result the wrapper's one value a point (pred_head), both on the
+  /// device.
 
   /// One process: the geometry of a batch on the device (trees as from balltree::build_with_rotations of
   /// `positions` and `batch`; edge_index 2 x E point indices, empty without message passing), for any
@@ -72,11 +85,13 @@ class ErwinDeviceForward {
 
 /// Uploads the network's weights to CUDA device `device`. Throws Error(unsupported) when no such device is
 /// visible, or the network is outside what the kernels cover (head width > 64, distance-bias dimension >
-/// 4, stride 1 between levels of different widths). The network must outlive the result. `edge_chunk`:
+/// 4, stride 1 between levels of different widths). The network must outlive the result; `wrapper` (the
+/// ShapeNet-Car wrapper's layers, null without) is uploaded with the weights. `edge_chunk`:
 /// messages computed at once (receivers are grouped into chunks of at most that many edges, a receiver
 /// with more edges alone); it bounds the message buffers, not the result.
 inline constexpr index_t kDefaultEdgeChunk = index_t{1} << 17;
-std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device,
-                                                            index_t edge_chunk = kDefaultEdgeChunk);
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(
+    const Network& net, int device, index_t edge_chunk = kDefaultEdgeChunk,
+    const balltree::wrapper::Layers<ops::HostOps>* wrapper = nullptr);
 
 }  // namespace surrogate::erwin::detail

@@ -33,9 +33,7 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
-  explicit DeviceExec(ErwinCudaForward& f) : f_(f), ops_(f.weights_.data(), f.stream_.get()), work_(*f.g_) {
-    ops_.set_precision(f.precision_, f.weights_.words());
-  }
+  explicit DeviceExec(ErwinCudaForward& f) : f_(f), ops_(f.device_ops()), work_(*f.g_) {}
   const Config& config() const { return f_.cfg_; }
   const program::Layers<CudaOps>& layers() const { return f_.layers_; }
 
@@ -111,7 +109,8 @@ class DeviceExec {
   DeviceWork work_;
 };
 
-ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk)
+ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_chunk,
+                                   const balltree::wrapper::Layers<ops::HostOps>* wrapper)
     : net_(&net), cfg_(net.config()), device_(device), edge_chunk_(std::max<index_t>(1, edge_chunk)),
       steps_("erwin", device) {
   surrogate::detail::require_visible_device("erwin", device);
@@ -134,6 +133,9 @@ ErwinCudaForward::ErwinCudaForward(const Network& net, int device, index_t edge_
   check_heads(host.bottleneck);
   for (const auto& level : host.decoder) check_heads(level);
   layers_ = program::convert<CudaOps>(host, CudaOps::Upload{&weights_});
+  if (wrapper != nullptr)
+    wrapper_ = std::make_unique<balltree::wrapper::Layers<CudaOps>>(
+        balltree::wrapper::convert<CudaOps>(*wrapper, CudaOps::Upload{&weights_}));
   cu::DeviceGuard guard(device_);
   stream_ = cu::Stream(device_);
   weights_.upload(device_, stream_.get());
@@ -160,18 +162,19 @@ std::vector<float> ErwinCudaForward::forward(balltree::DeviceGeometry& uploaded,
   if (geometry == nullptr || geometry->device() != device_ || !geometry->layout)
     throw Error(ErrorCode::invalid_argument, "erwin: the geometry was not uploaded by this device forward");
   const index_t n = geometry->layout->points();
-  if (static_cast<index_t>(features.size()) != n * cfg_.c_in)
+  if (static_cast<index_t>(features.size()) != (wrapper_ ? 0 : n * cfg_.c_in))
     throw Error(ErrorCode::input, "erwin: features has " + std::to_string(features.size()) + " values, expected " +
-                                      std::to_string(n) + " points x c_in " + std::to_string(cfg_.c_in));
-  Stages::check_features(*net_, features, 0);
+                                      (wrapper_ ? std::string("none (the ShapeNet-Car wrapper computes them)")
+                                                : std::to_string(n) + " points x c_in " + std::to_string(cfg_.c_in)));
+  if (!wrapper_) Stages::check_features(*net_, features, 0);
   geometry_ms_ = 0.0;
   return run(*geometry, features, nullptr);
 }
 
 std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const float> block_features) {
-  if (static_cast<index_t>(block_features.size()) != plan.block_rows() * cfg_.c_in)
+  if (static_cast<index_t>(block_features.size()) != (wrapper_ ? 0 : plan.block_rows() * cfg_.c_in))
     throw Error(ErrorCode::internal, "erwin (plan, device): block features of the wrong size");
-  collectively(plan.comm(), [&] { Stages::check_features(*net_, block_features, plan.block_begin()); });
+  if (!wrapper_) collectively(plan.comm(), [&] { Stages::check_features(*net_, block_features, plan.block_begin()); });
   Geometry& geometry = plan_geometry(plan);
   try {
     return run(geometry, block_features, &plan.traffic());
@@ -184,13 +187,15 @@ std::vector<float> ErwinCudaForward::forward(ErwinPlan& plan, std::span<const fl
 
 void ErwinCudaForward::forward_rows(ErwinPlan& plan, const float* rows, index_t ld, float* out, index_t ld_out) {
   Geometry& geometry = plan_geometry(plan);
-  const int D0 = cfg_.c_hidden[0];
+  const int width = out_width();
   const Place place{device_, stream_.get(), &plan.comm().device_transport(device_)};
   try {
     run(
         geometry,
-        [&] { move([&] { plan.to_block(rows, ld, g_->features.data(), cfg_.c_in, cfg_.c_in, place); }); },
-        [&] { move([&] { plan.to_solver(g_->out.data(), D0, out, ld_out, D0, place); }); }, false, &plan.traffic());
+        [&] {
+          if (!wrapper_) move([&] { plan.to_block(rows, ld, g_->features.data(), cfg_.c_in, cfg_.c_in, place); });
+        },
+        [&] { move([&] { plan.to_solver(result_rows(), width, out, ld_out, width, place); }); }, false, &plan.traffic());
     forward_ms_ = 0.0;
   } catch (...) {
     plan.device_geometry().reset();
@@ -225,11 +230,14 @@ void ErwinCudaForward::upload_layout(Geometry& geometry) {
 }
 
 std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const float> features, Traffic* traffic) {
-  std::vector<float> result(static_cast<std::size_t>(geometry.layout->points() * cfg_.c_hidden[0]));
+  std::vector<float> result(static_cast<std::size_t>(geometry.layout->points() * out_width()));
   run(
-      geometry, [&] { steps_.run([&] { upload(g_->features, features); }); },
+      geometry,
       [&] {
-        steps_.run([&] { cu::copy_to_host(result.data(), g_->out.data(), result.size() * sizeof(float), stream_.get()); });
+        if (!wrapper_) steps_.run([&] { upload(g_->features, features); });
+      },
+      [&] {
+        steps_.run([&] { cu::copy_to_host(result.data(), result_rows(), result.size() * sizeof(float), stream_.get()); });
       },
       true, traffic);
   return result;
@@ -238,14 +246,27 @@ std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const flo
 void ErwinCudaForward::compute_direct() {
   const int D0 = cfg_.c_hidden[0];
   const index_t n = g_->layout->points();
+  const int d = cfg_.dimensionality;
+  const auto dev = ops::Place::device;
+  if (wrapper_)  // the network's features: the wrapper's Fourier features of the points' positions
+    steps_.run([&] {
+      CudaOps ops = device_ops();
+      balltree::wrapper::features(ops, *wrapper_, {g_->positions.data(), d, n, d, dev},
+                                  {g_->features.data(), cfg_.c_in, n, cfg_.c_in, dev});
+    });
   DeviceExec exec(*this);
-  program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, ops::Place::device},
-                 {g_->h.data(), D0, n, D0, ops::Place::device});
+  program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, dev}, {g_->h.data(), D0, n, D0, dev});
   if (cfg_.mp_steps > 0) program::message_passing(exec);
   Level& level0 = g_->levels.front();
   move([&] { g_->layout->to_slots(g_->h.data(), D0, level0.x.data(), D0, D0, stream_); });
   program::levels(exec);
   move([&] { g_->layout->to_points(level0.x.data(), D0, g_->out.data(), D0, D0, stream_); });
+  if (wrapper_)  // pred_head: one value a point
+    steps_.run([&] {
+      CudaOps ops = device_ops();
+      balltree::wrapper::head(ops, *wrapper_, {g_->out.data(), D0, n, D0, dev}, {g_->head_hidden.data(), D0, n, D0, dev},
+                              {g_->values.data(), 1, n, 1, dev});
+    });
 }
 
 void ErwinCudaForward::compute(Traffic* traffic) {
@@ -297,9 +318,10 @@ void ErwinCudaForward::run(Geometry& geometry, Load&& load, Store&& store, bool 
 
 namespace surrogate::erwin::detail {
 
-std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device, index_t edge_chunk) {
+std::unique_ptr<ErwinDeviceForward> make_erwin_cuda_forward(const Network& net, int device, index_t edge_chunk,
+                                                            const balltree::wrapper::Layers<ops::HostOps>* wrapper) {
   try {
-    return std::make_unique<cuda_forward::ErwinCudaForward>(net, device, edge_chunk);
+    return std::make_unique<cuda_forward::ErwinCudaForward>(net, device, edge_chunk, wrapper);
   } catch (...) {
     cuda_forward::raise_current(device);
   }

@@ -15,6 +15,7 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
+#include "../../balltree/shapenet_wrapper.hpp"
 #include "../../device/steps.hpp"
 #include "../../ops/cuda_ops.hpp"
 #include "../network.hpp"
@@ -54,6 +55,7 @@ struct Geometry final : balltree::DeviceGeometry {
   std::vector<std::pair<index_t, index_t>> receiver_chunks;       // [r0, r1) with few enough edges
   std::vector<std::int64_t> edge_start_host;                      // the same on the host
   cu::DeviceBuffer<float> features, h, agg, out;
+  cu::DeviceBuffer<float> positions, head_hidden, values;  // the wrapper's: points x d, x c_hidden[0], x 1
   cu::DeviceBuffer<float> xr;
   /// The work rows of the program's tiles (program::Slot): h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd.
   std::array<cu::DeviceBuffer<float>, static_cast<std::size_t>(program::Slot::count)> work;
@@ -61,7 +63,8 @@ struct Geometry final : balltree::DeviceGeometry {
 
 class ErwinCudaForward final : public ErwinDeviceForward {
  public:
-  ErwinCudaForward(const Network& net, int device, index_t edge_chunk);
+  ErwinCudaForward(const Network& net, int device, index_t edge_chunk,
+                   const balltree::wrapper::Layers<ops::HostOps>* wrapper);
   int device() const override { return device_; }
   using ErwinDeviceForward::forward;
   std::unique_ptr<balltree::DeviceGeometry> upload_geometry(const balltree::RotatedTrees& trees,
@@ -79,6 +82,14 @@ class ErwinCudaForward final : public ErwinDeviceForward {
 
  private:
   friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
+  /// The layers' Ops on this forward's weights, stream and precision.
+  CudaOps device_ops() const {
+    CudaOps ops(weights_.data(), stream_.get());
+    ops.set_precision(precision_, weights_.words());
+    return ops;
+  }
+  /// The rows a forward's result is read from (g_): the network's out, or the wrapper's values.
+  float* result_rows() const { return wrapper_ ? g_->values.data() : g_->out.data(); }
   template <class T>
   void upload(cu::DeviceBuffer<T>& dst, std::span<const T> src) {
     surrogate::device::upload(dst, src, device_, stream_.get());
@@ -97,7 +108,10 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   /// The plan's geometry on this device: uploaded by the first forward there (collective, errors agreed),
   /// kept in the plan.
   Geometry& plan_geometry(ErwinPlan& plan);
-  /// The whole forward on an uploaded geometry: features (points x c_in, host) -> points x c_hidden[0];
+  /// Values a point of the result: c_hidden[0], or 1 through the wrapper.
+  int out_width() const { return wrapper_ ? 1 : cfg_.c_hidden[0]; }
+  /// The whole forward on an uploaded geometry: features (points x c_in, host; none with the wrapper)
+  /// -> points x out_width();
   /// `traffic`: the plan's count of its exchanges (null without a plan).
   std::vector<float> run(Geometry& geometry, std::span<const float> features, Traffic* traffic);
   /// The same between device rows: `load` fills the geometry's features and `store` takes its result, each
@@ -116,6 +130,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
   cu::Stream stream_;
   surrogate::device::WeightArena weights_;
   program::Layers<CudaOps> layers_;
+  std::unique_ptr<balltree::wrapper::Layers<CudaOps>> wrapper_;  // the ShapeNet-Car wrapper's, or null
   cu::MlpPrecision precision_ = cu::MlpPrecision::fp32;  // of the dense layers
 
   surrogate::device::ComputeGraph graph_;

@@ -109,6 +109,11 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     g_->h.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
     g_->out.resize(std::max<std::size_t>(1, nu * D0), device_);
     g_->features.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
+    if (wrapper_) {  // the Fourier features' positions and pred_head's rows
+      upload(g_->positions, layout.point_positions());
+      g_->head_hidden.resize(std::max<std::size_t>(1, nu * D0), device_);
+      g_->values.resize(std::max<std::size_t>(1, nu), device_);
+    }
     stream_.synchronize();  // the host arrays above are released on return
   });
   steps_.agree();

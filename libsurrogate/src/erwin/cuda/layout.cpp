@@ -61,6 +61,7 @@ class SingleProcessLayout final : public DeviceLayout {
     }
     points_ = n;
     edge_positions_ = positions;
+    point_positions_ = positions;
     const index_t slots = level_nodes_[0];
     tree_index_host_.assign(tree.index.begin(), tree.index.begin() + slots);
     slot_positions_.resize(static_cast<std::size_t>(slots * d));
@@ -117,6 +118,7 @@ class PlanLayout final : public DeviceLayout {
     } else {
       edge_positions_ = plan.block_positions();
     }
+    point_positions_ = plan.block_positions();
     level_nodes_.assign(plan.level_nodes().begin(), plan.level_nodes().end());
     slot_positions_.assign(plan.slot_positions().begin(), plan.slot_positions().end());
   }

@@ -28,6 +28,8 @@ class DeviceLayout {
   std::span<const std::int64_t> edges() const { return edges_; }
   /// (points + halo) x dimensionality.
   std::span<const float> edge_positions() const { return edge_positions_; }
+  /// points x dimensionality: the positions of the rows of the embedding (the ShapeNet-Car wrapper's input).
+  std::span<const float> point_positions() const { return point_positions_; }
   /// Nodes per level (level 0: the slots) and the slots' positions in tree order.
   std::span<const index_t> level_nodes() const { return level_nodes_; }
   std::span<const float> slot_positions() const { return slot_positions_; }
@@ -55,7 +57,7 @@ class DeviceLayout {
  protected:
   index_t points_ = 0, halo_ = 0;
   std::span<const std::int64_t> edges_;
-  std::span<const float> edge_positions_;
+  std::span<const float> edge_positions_, point_positions_;
   std::vector<index_t> level_nodes_;
   std::vector<float> slot_positions_;
 };
