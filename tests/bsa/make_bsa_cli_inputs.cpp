@@ -6,11 +6,11 @@
 // shapenet_points.h5 (/coords, /batch_idx only), shapenet_reference.h5 (Network::forward_shapenet).
 #include <filesystem>
 #include <iostream>
-#include <random>
 #include <string>
 #include <vector>
 
 #include "h5_io.hpp"
+#include "shapenet_wrapped.hpp"
 #include "surrogate/bsa.hpp"
 
 namespace st = surrogate::testing;
@@ -48,26 +48,7 @@ int main(int argc, char** argv) {
     st::write_file(out + "bsa_reference.h5", {{"prediction", {n, net.out_channels()}, as_double(y)}});
 
     // The ShapeNet-Car wrapper: c_in 6 Fourier features of the positions, head D -> D -> 1.
-    surrogate::ModelFile wrapped = file;
-    const std::int64_t D = net.config().c_hidden, d = 3, cin = 6;
-    std::mt19937 rng(7);
-    std::normal_distribution<float> normal(0.0f, 1.0f);
-    auto tensor = [&](std::vector<std::int64_t> shape, float scale) {
-      surrogate::Tensor32 t;
-      t.shape = shape;
-      std::int64_t count = 1;
-      for (const auto s : shape) count *= s;
-      for (std::int64_t i = 0; i < count; ++i) t.values.push_back(scale * normal(rng));
-      return t;
-    };
-    wrapped.config.set("c_in", cin);
-    wrapped.config.set("wrapper", std::string("shapenet_car"));
-    wrapped.weights["embed.weight"] = tensor({D, cin}, 0.4f);
-    wrapped.weights["pos_enc.linear.weight"] = tensor({cin / 2, d}, 1.0f);
-    wrapped.weights["pred_head.0.weight"] = tensor({D, D}, 0.2f);
-    wrapped.weights["pred_head.0.bias"] = tensor({D}, 0.1f);
-    wrapped.weights["pred_head.2.weight"] = tensor({1, D}, 0.2f);
-    wrapped.weights["pred_head.2.bias"] = tensor({1}, 0.1f);
+    const surrogate::ModelFile wrapped = bsa_testing::shapenet_wrapped(file, 3);
     wrapped.write(out + "shapenet_model.h5");
     st::write_file(out + "shapenet_points.h5", {{"coords", positions.shape, positions.values},
                                                 int_dataset("batch_idx", {n}, batch_idx)});

@@ -10,12 +10,12 @@
 #include <cstdio>
 #include <limits>
 #include <numeric>
-#include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
 #include "h5_io.hpp"
+#include "shapenet_wrapped.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model_file.hpp"
@@ -201,26 +201,8 @@ TEST(Sensitivity, RotatedOrderMatters) {
 
 TEST(Wrapper, ShapenetForwardIsFeaturesModelAndHead) {
   const Case c = load("sparse_rot");
-  ModelFile f = c.file;
-  const int D = 32, d = 3, cin = 6;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto tensor = [&](std::vector<std::int64_t> shape, float scale) {
-    surrogate::Tensor32 t;
-    t.shape = shape;
-    std::int64_t count = 1;
-    for (const auto s : shape) count *= s;
-    for (std::int64_t i = 0; i < count; ++i) t.values.push_back(scale * normal(rng));
-    return t;
-  };
-  f.config.set("c_in", std::int64_t{cin});
-  f.config.set("wrapper", std::string("shapenet_car"));
-  f.weights["embed.weight"] = tensor({D, cin}, 0.4f);
-  f.weights["pos_enc.linear.weight"] = tensor({cin / 2, d}, 1.0f);
-  f.weights["pred_head.0.weight"] = tensor({D, D}, 0.2f);
-  f.weights["pred_head.0.bias"] = tensor({D}, 0.1f);
-  f.weights["pred_head.2.weight"] = tensor({1, D}, 0.2f);
-  f.weights["pred_head.2.bias"] = tensor({1}, 0.1f);
+  const int D = 32, d = 3, cin = 6;  // sparse_rot's width; the wrapper's c_in
+  ModelFile f = bsa_testing::shapenet_wrapped(c.file, d);
   const bsa::Network net(f);
   const std::vector<float> got = net.forward_shapenet(c.positions, c.batch(), 2);
   const std::size_t n = c.positions.size() / d;

@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "h5_io.hpp"
+#include "shapenet_wrapped.hpp"
 #include "surrogate/bsa.hpp"
 #include "surrogate/error.hpp"
 #include "surrogate/model.hpp"
@@ -171,25 +172,7 @@ TEST(BsaMpi, GoldenModelsBitwiseEqualToOneProcess) {
 TEST(BsaMpi, ShapenetWrapperBitwiseEqualToOneProcess) {
   // sparse_rot inside the wrapper with random Fourier and head weights (inputs: positions only).
   Batch c = golden("sparse_rot");
-  const int D = 32, d = 3, cin = 6;
-  std::mt19937 rng(7);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  auto tensor = [&](std::vector<std::int64_t> shape, float scale) {
-    surrogate::Tensor32 t;
-    t.shape = shape;
-    std::int64_t count = 1;
-    for (const auto s : shape) count *= s;
-    for (std::int64_t i = 0; i < count; ++i) t.values.push_back(scale * normal(rng));
-    return t;
-  };
-  c.file.config.set("c_in", std::int64_t{cin});
-  c.file.config.set("wrapper", std::string("shapenet_car"));
-  c.file.weights["embed.weight"] = tensor({D, cin}, 0.4f);
-  c.file.weights["pos_enc.linear.weight"] = tensor({cin / 2, d}, 1.0f);
-  c.file.weights["pred_head.0.weight"] = tensor({D, D}, 0.2f);
-  c.file.weights["pred_head.0.bias"] = tensor({D}, 0.1f);
-  c.file.weights["pred_head.2.weight"] = tensor({1, D}, 0.2f);
-  c.file.weights["pred_head.2.bias"] = tensor({1}, 0.1f);
+  c.file = bsa_testing::shapenet_wrapped(c.file, 3);
   c.features.clear();
   expect_all_spreads_equal(c, "sparse_rot in the ShapeNet-Car wrapper");
 }
