@@ -36,6 +36,11 @@ class CudaOps {
   static constexpr Place place = Place::device;
 
   CudaOps(const float* weights, cudaStream_t stream) : w_(weights), stream_(stream) {}
+  /// On an uploaded arena's weights, with the dense layers and the ball attention in `precision`.
+  CudaOps(const device::WeightArena& arena, cudaStream_t stream, kernels::cuda::MlpPrecision precision)
+      : CudaOps(arena.data(), stream) {
+    set_precision(precision, arena.words());
+  }
   /// The dense layers and the ball attention on the tensor cores (precision tf32 / bf16; fp32: the FP32
   /// kernels), `words` the arena's fragments (device::WeightArena::words()).
   void set_precision(kernels::cuda::MlpPrecision precision, const std::uint32_t* words) {

@@ -309,8 +309,7 @@ void BsaCudaForward::compute_batch() {
   graph_.run(device_, stream_.get(), key, [&] {
     if (wrapper_) wrapper_features(g_->positions.data(), points);
     run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
-    CudaOps(weights_.data(), stream_.get()).copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(),
-                                                  {g_->out.data(), D, points, D, dev}});
+    device_ops().copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(), {g_->out.data(), D, points, D, dev}});
     if (wrapper_) wrapper_head(g_->out.data(), points);
   });
 }

@@ -78,11 +78,7 @@ class BsaCudaForward final : public BsaDeviceForward {
  private:
   friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
   /// The layers' Ops on this forward's weights, stream and precision.
-  CudaOps device_ops() const {
-    CudaOps ops(weights_.data(), stream_.get());
-    ops.set_precision(precision_, weights_.words());
-    return ops;
-  }
+  CudaOps device_ops() const { return {weights_, stream_.get(), precision_}; }
   /// Values a row of a forward's result: c_hidden, or 1 through the ShapeNet-Car wrapper.
   int out_width() const { return wrapper_ ? 1 : cfg_.c_hidden; }
   /// The wrapper's stages on g_ (rows rows): its Fourier features of `positions` into g_->features, and

@@ -83,11 +83,7 @@ class ErwinCudaForward final : public ErwinDeviceForward {
  private:
   friend class DeviceExec;  // forward.cpp: program.hpp's Exec on this forward
   /// The layers' Ops on this forward's weights, stream and precision.
-  CudaOps device_ops() const {
-    CudaOps ops(weights_.data(), stream_.get());
-    ops.set_precision(precision_, weights_.words());
-    return ops;
-  }
+  CudaOps device_ops() const { return {weights_, stream_.get(), precision_}; }
   /// The rows a forward's result is read from (g_): the network's out, or the wrapper's values.
   float* result_rows() const { return wrapper_ ? g_->values.data() : g_->out.data(); }
   template <class T>

@@ -150,8 +150,7 @@ class DeviceExec {
   DeviceExec(CudaForward& f, const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
              const float* sample_features, std::uint64_t geometry, float* out)
       : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features), geometry_(geometry),
-        out_(out), ops_(f.weights_.data(), f.stream_.get()), work_(f.work_, f.device_) {
-    ops_.set_precision(f.precision_, f.weights_.words());
+        out_(out), ops_(f.weights_, f.stream_.get(), f.precision_), work_(f.work_, f.device_) {
     ops_.tree_scratch = &f.scratch_;
     ops_.scratch_device = f.device_;
     f.arrays_.resize(static_cast<std::size_t>(Array::count) * static_cast<std::size_t>(f.cfg_.levels()));

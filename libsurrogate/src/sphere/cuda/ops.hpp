@@ -53,6 +53,8 @@ class SphereCudaOps : public ops::CudaOps {
   using Sht = DeviceSht;
 
   SphereCudaOps(const float* weights, cudaStream_t stream) : CudaOps(weights, stream), w_(weights), s_(stream) {}
+  SphereCudaOps(const device::WeightArena& arena, cudaStream_t stream, kernels::cuda::MlpPrecision precision)
+      : CudaOps(arena, stream, precision), w_(arena.data()), s_(stream) {}
 
   void disco(const program::DiscoArgs<Disco>& a) const {
     a.op->forward_rows(a.batch, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, s_);

@@ -77,9 +77,7 @@ class DeviceExec : public DeviceRun {
 
   DeviceExec(SphereTransformerCuda& f, const Comm& comm, const TransformerBands::Exchanges& bands)
       : DeviceRun(kModel, f.device_, f.stream_.get(), comm, f.buffers_), f_(f), bands_(bands),
-        ops_(f.weights_.data(), f.stream_.get()) {
-    ops_.set_precision(f.precision_, f.weights_.words());
-  }
+        ops_(f.weights_, f.stream_.get(), f.precision_) {}
 
   const TransformerConfig& config() const { return f_.cfg_; }
   const program::Layers<Ops>& layers() const { return f_.layers_; }
