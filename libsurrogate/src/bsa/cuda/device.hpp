@@ -1,7 +1,8 @@
 // The BSA forward on a CUDA device (CUDA builds: forward.cpp, distributed.cpp; elsewhere the model refuses
 // with detail::refuse_without_cuda_backend): the weights uploaded once per model, what depends only on the
-// geometry once into a DeviceGeometry (a plan's, or a one-process batch's), the layers on the device, the
-// top-S block selection on the host. share/docs/balltree.md, "BSA on a CUDA device".
+// geometry once into a DeviceGeometry (a plan's, or a one-process batch's), the layers (the top-S block
+// selection and the ShapeNet-Car wrapper included) on the device. share/docs/balltree.md, "BSA on a CUDA
+// device".
 #pragma once
 
 #include <memory>
