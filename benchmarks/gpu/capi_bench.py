@@ -6,7 +6,8 @@ the GPU side-by-side scripts whose device benchmark programs cannot take the off
     python3 benchmarks/gpu/capi_bench.py LIBRARY MODEL.h5 DIR REPEATS DEVICE
 
 LIBRARY: BUILD/coupling/libsurrogate_coupling.so (in a GPU bundle: lib/libsurrogate_coupling.so.0); DEVICE:
-cpu, cuda, cuda:N or cuda-emulated. DIR holds raw arrays: features.f32 (N x in_channels, float32),
+cpu, cuda, cuda:N or cuda-emulated. DIR holds raw arrays: features.f32 (N x in_channels, float32; not read
+for a model without input channels, e.g. in the ShapeNet-Car wrapper, whose N comes from positions.f32),
 positions.f32 (N x d: the model's positions; absent for models without, whose points then get a placeholder
 coordinate), sizes.i64 (points per sample, samples contiguous; absent: one sample) and sample_inputs.f32
 (B x sample_in: Sequoia's class vectors). Writes the first predict's output to DIR/surrogate_out.f32 (N x
@@ -92,8 +93,12 @@ def main():
     call("surrogate_sample_channels", handle, ctypes.byref(ints[2]), ctypes.byref(ints[3]))
     call("surrogate_position_dim", handle, ctypes.byref(ints[4]))
     c_in, c_out, s_in, s_out, dim = (i.value for i in ints)
-    features = np.ascontiguousarray(np.fromfile(folder / "features.f32", dtype=np.float32).reshape(-1, c_in))
-    n = features.shape[0]
+    if c_in > 0:
+        features = np.ascontiguousarray(np.fromfile(folder / "features.f32", dtype=np.float32).reshape(-1, c_in))
+        n = features.shape[0]
+    else:  # the positions are the only input
+        n = np.fromfile(folder / "positions.f32", dtype=np.float32).size // max(dim, 1)
+        features = None
     if dim > 0:
         coords = np.ascontiguousarray(np.fromfile(folder / "positions.f32", dtype=np.float32).reshape(n, dim))
     else:
@@ -116,7 +121,8 @@ def main():
             call("surrogate_set_sample_inputs_f32", handle, ctypes.c_int64(samples), s_in, values.ctypes.data_as(f32p))
 
     def predict():
-        call("surrogate_predict_f32", handle, features.ctypes.data_as(f32p), ctypes.c_int64(c_in), ctypes.c_int64(1),
+        rows = features.ctypes.data_as(f32p) if features is not None else None
+        call("surrogate_predict_f32", handle, rows, ctypes.c_int64(max(c_in, 1)), ctypes.c_int64(1),
              out.ctypes.data_as(f32p) if c_out > 0 else None, ctypes.c_int64(max(c_out, 1)), ctypes.c_int64(1))
 
     def ms(fn):

@@ -938,6 +938,24 @@ class Runner:
                 self.bench(f"erwin N={n} graphs off", [erwin, model, str(data), "5", "8", "0"],
                            {**self.env, "SURROGATE_CUDA_GRAPHS": "0"}, 600)
             shutil.rmtree(data, ignore_errors=True)
+        # The registered model in the ShapeNet-Car wrapper as a solver calls it (the C API, host arrays, the
+        # positions its only input, its kNN graph by rule): the whole call on a new point set and a predict on
+        # a kept plan, on the CPU's threads and on the device, at the first two sizes.
+        capi = wrap / "benchmarks" / "gpu" / "capi_bench"
+        if not (capi.exists() and py.get("numpy") and py.get("h5py")):
+            self.skip_bench("erwin wrapped", "the Python lacks numpy or h5py, or the bundle the C API library")
+            return
+        wrapped = self.scratch / "erwin_shapenet_wrapped.h5"
+        if not write_wrapped_erwin_model(model, wrapped, py, self.python_env):
+            self.skip_bench("erwin wrapped", "the wrapped model could not be written")
+            return
+        for n in a.erwin_sizes[:2]:
+            data = Path(tempfile.mkdtemp(prefix=f"erwin-wrapped-n{n}-", dir=str(self.scratch)))
+            write_erwin_inputs(data, n, py, self.python_env)
+            for device in ("cpu", "cuda"):
+                self.bench(f"erwin wrapped N={n} {device}", [str(capi), str(wrapped), str(data), "3", device],
+                           self.python_env, 600)
+            shutil.rmtree(data, ignore_errors=True)
 
     # -- all -----------------------------------------------------------------------------------------------
     def main(self):
@@ -975,6 +993,23 @@ class Runner:
         self.summary["result"] = "ok" if ok else "failures"
         self.write_summary(final=True)
         return 0 if self.summary["result"] == "ok" else 1
+
+
+def write_wrapped_erwin_model(source, target, py, env):
+    """The Erwin benchmark model `source` inside the ShapeNet-Car wrapper, written to `target`: c_in / 2
+    Fourier frequencies and pred_head with seeded random weights, and the kNN 8 graph rule (the registered
+    model builds its graph); with the machine's numpy and h5py. False when that fails."""
+    code = ("import sys, shutil, h5py, numpy as np\n"
+            "shutil.copyfile(sys.argv[1], sys.argv[2]); rng = np.random.default_rng(2)\n"
+            "with h5py.File(sys.argv[2], 'r+') as f:\n"
+            "    c = f['config'].attrs\n"
+            "    d, cin, D = int(c['dimensionality']), int(c['c_in']), int(np.asarray(c['c_hidden'])[0])\n"
+            "    c['wrapper'] = 'shapenet_car'; c['graph'] = 'knn'; c['graph_k'] = np.int64(8)\n"
+            "    shapes = {'pos_enc.linear.weight': (cin // 2, d), 'pred_head.0.weight': (D, D),\n"
+            "              'pred_head.0.bias': (D,), 'pred_head.2.weight': (1, D), 'pred_head.2.bias': (1,)}\n"
+            "    for k, s in shapes.items():\n"
+            "        f['weights'].create_dataset(k, data=(rng.standard_normal(s) / np.sqrt(s[-1])).astype(np.float32))\n")
+    return subprocess.run([py["python"], "-c", code, str(source), str(target)], env=env).returncode == 0
 
 
 def write_erwin_inputs(directory, n, py, env):
