@@ -14,8 +14,9 @@ coordinate), sizes.i64 (points per sample, samples contiguous; absent: one sampl
 out_channels, or B x sample_out for models with one output row per sample) and prints one JSON line, in
 milliseconds: open_ms (surrogate_open: the model file read and checked), first_ms (set_points and the first
 predict, which sets up the device forward: weights and tables uploaded), then the best of REPEATS of
-plan_ms (set_points on a new point set: the plan), forward_ms (predict on the kept plan) and full_ms
-(set_points + predict: the whole call on a new point set).
+plan_ms (set_points on a new point set: its checks and copies only, since the plan is built by the
+next predict), forward_ms (predict on the kept plan) and full_ms (set_points + predict: the whole call on a
+new point set, the plan's build included).
 
 One MPI rank (MPI_Init through ctypes; Open MPI). No PyTorch in this process: the scripts start it as a
 program of its own (side_by_side.run_json). The surrogate libraries are preloaded (LD_PRELOAD; the script
