@@ -125,7 +125,7 @@ INSTANTIATE_TEST_SUITE_P(Erwin, GpuErwinGolden, ::testing::Values("mpnn_rot", "p
 
 // The registered model (surrogate::make_model, Model::predict) with cuda_device 0 against cuda_device -1:
 // the ShapeNet-Car wrapper (positions only, kNN graph built by the model's rule, Fourier features and
-// head on the host), one process.
+// head on the device), one process.
 TEST(GpuErwinModel, PredictOnTheDeviceMatchesTheCpu) {
   SURROGATE_SKIP_WITHOUT_GPU();
   const std::string p = path_of("shapenet_car");
