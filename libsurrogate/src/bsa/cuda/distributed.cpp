@@ -28,6 +28,7 @@ void BsaCudaForward::set_plan_geometry(Geometry& geometry, const BsaPlan& plan) 
     if (slots.size(r) > 0 && (slots.begin(r) % g_->n != 0 || slots.end(r) % g_->n != 0)) g_->any_partial = true;
   steps_.run([&] {
     set_rows(plan.slot_positions(), plan.rotated_positions(), g_->rows);
+    if (wrapper_) wrapper_features(g_->pos.data(), g_->rows);  // the slots' positions (padding: duplicates)
     stream_.synchronize();  // the host arrays of set_rows are released on return
   });
 }
@@ -116,7 +117,6 @@ void BsaCudaForward::run_on_plan(BsaPlan& plan, Load&& load, Store&& store, bool
     const double ms = steps_.timed(stream_.get(), timed, [&] {
       load();
       const auto dev = ops::Place::device;
-      if (wrapper_) wrapper_features(g_->pos.data(), g_->rows);  // the slots' positions (padding: duplicates)
       run({g_->features.data(), cfg_.c_in, g_->rows, cfg_.c_in, dev}, {g_->x.data(), D, g_->rows, D, dev}, nullptr);
       if (wrapper_) wrapper_head(g_->x.data(), g_->rows);
       store();

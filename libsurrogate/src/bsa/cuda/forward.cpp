@@ -133,6 +133,7 @@ void BsaCudaForward::set_batch_geometry(const balltree::RotatedTrees& trees, std
   upload(g_->slot, tree.slot_of_point());
   if (wrapper_) upload(g_->positions, positions);  // the Fourier features' input, point order
   set_rows(pos, pr, points);
+  if (wrapper_) wrapper_features(g_->positions.data(), points);  // fixed by the points: once per geometry
 }
 
 void BsaCudaForward::wrapper_features(const float* positions, index_t rows) {
@@ -307,7 +308,6 @@ void BsaCudaForward::compute_batch() {
                                                 {g_->features.data()});
   };
   graph_.run(device_, stream_.get(), key, [&] {
-    if (wrapper_) wrapper_features(g_->positions.data(), points);
     run({g_->features.data(), cin, points, cin, dev}, {g_->e.data(), D, points, D, dev}, g_->tree_index.data());
     device_ops().copy({{g_->x.data(), D, g_->rows, D, dev}, g_->slot.data(), {g_->out.data(), D, points, D, dev}});
     if (wrapper_) wrapper_head(g_->out.data(), points);

@@ -81,8 +81,9 @@ class BsaCudaForward final : public BsaDeviceForward {
   CudaOps device_ops() const { return {weights_, stream_.get(), precision_}; }
   /// Values a row of a forward's result: c_hidden, or 1 through the ShapeNet-Car wrapper.
   int out_width() const { return wrapper_ ? 1 : cfg_.c_hidden; }
-  /// The wrapper's stages on g_ (rows rows): its Fourier features of `positions` into g_->features, and
-  /// pred_head of `y` (c_hidden values a row) into g_->values.
+  /// The wrapper's stages on g_ (rows rows): its Fourier features of `positions` into g_->features (once
+  /// per geometry: they depend on the points alone), and pred_head of `y` (c_hidden values a row) into
+  /// g_->values (every forward).
   void wrapper_features(const float* positions, index_t rows);
   void wrapper_head(const float* y, index_t rows);
   template <class T>

@@ -246,15 +246,8 @@ std::vector<float> ErwinCudaForward::run(Geometry& geometry, std::span<const flo
 void ErwinCudaForward::compute_direct() {
   const int D0 = cfg_.c_hidden[0];
   const index_t n = g_->layout->points();
-  const int d = cfg_.dimensionality;
   const auto dev = ops::Place::device;
-  if (wrapper_)  // the network's features: the wrapper's Fourier features of the points' positions
-    steps_.run([&] {
-      CudaOps ops = device_ops();
-      balltree::wrapper::features(ops, *wrapper_, {g_->positions.data(), d, n, d, dev},
-                                  {g_->features.data(), cfg_.c_in, n, cfg_.c_in, dev});
-    });
-  DeviceExec exec(*this);
+  DeviceExec exec(*this);  // (with the wrapper, the features were computed with the geometry)
   program::embed(exec, {g_->features.data(), cfg_.c_in, n, cfg_.c_in, dev}, {g_->h.data(), D0, n, D0, dev});
   if (cfg_.mp_steps > 0) program::message_passing(exec);
   Level& level0 = g_->levels.front();

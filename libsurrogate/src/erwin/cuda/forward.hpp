@@ -56,6 +56,7 @@ struct Geometry final : balltree::DeviceGeometry {
   std::vector<std::int64_t> edge_start_host;                      // the same on the host
   cu::DeviceBuffer<float> features, h, agg, out;
   cu::DeviceBuffer<float> positions, head_hidden, values;  // the wrapper's: points x d, x c_hidden[0], x 1
+                                                           // (its features, in `features`, are the geometry's)
   cu::DeviceBuffer<float> xr;
   /// The work rows of the program's tiles (program::Slot): h, u, att, a1, a2, join, z, msg_in, msg, upd_in, upd.
   std::array<cu::DeviceBuffer<float>, static_cast<std::size_t>(program::Slot::count)> work;

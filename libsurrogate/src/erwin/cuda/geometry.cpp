@@ -109,8 +109,13 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     g_->h.resize(std::max<std::size_t>(1, static_cast<std::size_t>(n_all) * D0), device_);
     g_->out.resize(std::max<std::size_t>(1, nu * D0), device_);
     g_->features.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
-    if (wrapper_) {  // the Fourier features' positions and pred_head's rows
+    if (wrapper_) {  // the network's features (the wrapper's Fourier features: fixed by the points) and
+                     // pred_head's rows
       upload(g_->positions, layout.point_positions());
+      const auto dev = ops::Place::device;
+      CudaOps ops = device_ops();
+      balltree::wrapper::features(ops, *wrapper_, {g_->positions.data(), d, n, d, dev},
+                                  {g_->features.data(), cfg_.c_in, n, cfg_.c_in, dev});
       g_->head_hidden.resize(std::max<std::size_t>(1, nu * D0), device_);
       g_->values.resize(std::max<std::size_t>(1, nu), device_);
     }
