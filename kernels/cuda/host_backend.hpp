@@ -36,7 +36,7 @@
   X(segment_sort) X(segment_sort_f64) X(gaussian_buckets) X(gaussian_buckets_f64) X(gaussian_bucket_sums)     \
   X(gaussian_buckets_combine)                                                                               \
   X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention) X(tree_norm) X(tree_pool) X(tree_mix)         \
-  X(tree_layer_norm_relu) X(point_conv_max) X(hept_axis_keys) X(hept_regions) X(hept_row_max)             \
+  X(tree_sums) X(tree_layer_norm_relu) X(point_conv_max) X(hept_axis_keys) X(hept_regions) X(hept_row_max)             \
   X(hept_region_codes) X(hept_tag_codes) X(hept_code_keys) X(hept_code_keys_f64) X(hept_padding)           \
   X(hept_gather_columns) X(hept_pad_rows) X(nearest_lists) X(ball_tree) X(voxel_hierarchy)
 

@@ -88,6 +88,23 @@ __global__ void __launch_bounds__(kThreads) point_conv_max_kernel(const PointCon
   a.y[p * a.ldy + o] = m;
 }
 
+__global__ void __launch_bounds__(kThreads) tree_sums_kernel(const TreeSumsArgs a) {
+  const index_t i = static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
+  if (i >= a.lists * a.width) return;
+  const index_t l = i / a.width;
+  const int c = static_cast<int>(i - l * a.width);
+  const std::int64_t j0 = a.first[l], j1 = a.first[l + 1];
+  double s = 0.0;
+  for (std::int64_t j = j0; j < j1; ++j)
+    s = __dadd_rn(s, a.x ? static_cast<double>(a.x[a.rows[j] * a.ldx + c]) : a.x64[a.rows[j] * a.ldx + c]);
+  if (!a.means) {
+    a.sums[l * a.width + c] = s;
+    return;
+  }
+  const double count = a.counts ? a.counts[l] : static_cast<double>(j1 - j0);
+  a.means[l * a.ldm + c] = static_cast<float>(__ddiv_rn(s, count));
+}
+
 }  // namespace
 
 void tree_norm(const TreeNormArgs& a, cudaStream_t stream) {
@@ -132,6 +149,16 @@ void point_conv_max(const PointConvArgs& a, cudaStream_t stream) {
           "point_conv_max", "bad sizes or a null array");
   launch(point_conv_max_kernel, blocks_for("point_conv_max", a.points * a.out, kThreads), kThreads, 0, stream, a);
   check_launch("point_conv_max_kernel");
+}
+
+void tree_sums(const TreeSumsArgs& a, cudaStream_t stream) {
+  SURROGATE_CUDA_ON_HOST_BACKEND(stream, tree_sums(a, stream));
+  if (a.lists == 0) return;
+  require(a.lists > 0 && a.width > 0 && a.ldx >= a.width && (a.x || a.x64) && a.first && a.rows &&
+              (a.means ? a.ldm >= a.width : a.sums != nullptr),
+          "tree_sums", "bad sizes or a null array");
+  launch(tree_sums_kernel, blocks_for("tree_sums", a.lists * a.width, kThreads), kThreads, 0, stream, a);
+  check_launch("tree_sums_kernel");
 }
 
 SURROGATE_CUDA_BACKEND_END

@@ -338,6 +338,21 @@ class CudaOps {
     p.ldo = a.out.ld;
     kernels::cuda::tree_pool(p, stream_);
   }
+  void tree_sums(const TreeSumsArgs& a) const {
+    kernels::cuda::TreeSumsArgs t;
+    t.x = a.x.data;
+    t.x64 = a.x64;
+    t.ldx = a.x.data != nullptr ? a.x.ld : a.width;
+    t.first = a.first;
+    t.rows = a.rows;
+    t.lists = a.lists;
+    t.width = a.width;
+    t.sums = a.sums;
+    t.counts = a.counts;
+    t.means = a.means.data;
+    t.ldm = a.means.ld;
+    kernels::cuda::tree_sums(t, stream_);
+  }
   /// The terms share a stride (the kernel's): a.ld of the first present one.
   void tree_mix(const TreeMixArgs& m) const {
     kernels::cuda::TreeMixArgs t;

@@ -256,6 +256,19 @@ class HostOps {
     }
   }
 
+  void tree_sums(const TreeSumsArgs& a) const {
+    for (index_t l = 0; l < a.lists; ++l) {
+      const std::int64_t j0 = a.first[l], j1 = a.first[l + 1];
+      for (int c = 0; c < a.width; ++c) {
+        double s = 0.0;
+        for (std::int64_t j = j0; j < j1; ++j)
+          s += a.x.data != nullptr ? static_cast<double>(a.x.row(a.rows[j])[c]) : a.x64[a.rows[j] * a.width + c];
+        if (a.means.data == nullptr) a.sums[l * a.width + c] = s;
+        else a.means.row(l)[c] = static_cast<float>(s / (a.counts ? a.counts[l] : static_cast<double>(j1 - j0)));
+      }
+    }
+  }
+
   void tree_mix(const TreeMixArgs& m) const {
     for (index_t r = 0; r < m.y.rows; ++r) {
       const float* a = m.a.data != nullptr ? m.a.row(r) : nullptr;

@@ -135,6 +135,8 @@ struct FourierArgs {
 //   tree_norm(TreeNormArgs)            the eval BatchNorm in double, rounded once, then ReLU when asked
 //   tree_layer_norm_relu(TreeLayerNormArgs)  LayerNorm in double, then ReLU, in place
 //   point_conv(PointConvArgs)          PointConv with max aggregation over k listed neighbours
+//   tree_sums(TreeSumsArgs)            per list the sum of its rows in double, in list order (the
+//                                      classification head's means)
 
 /// Sequoia's positional MLP pe(p) = W3 ReLU(BN(W1 p + b1)) + b3 on three coordinates: W1 (3 x 3, row
 /// major), b1 and the folded BatchNorm as float Vectors, W3^T (3 x e, channel-contiguous) and b3 as Wide
@@ -188,6 +190,23 @@ struct TreeLayerNormArgs {
   const Vector* weight = nullptr;
   const Vector* bias = nullptr;
   Rows x;  // in place
+};
+
+/// Per list l < lists: s = the sum from 0.0 in double of the rows rows[first[l] .. first[l+1]) of x
+/// (float rows), or of x64 (double rows of `width` values, contiguous) when x has no data, in list order;
+/// kept in double (sums: lists x width, contiguous) or, with `means`, divided by counts[l] (the list's
+/// length when counts is null) and rounded once to float into means row l. `first`: lists + 1 offsets
+/// into the whole `rows` array (first[0] need not be 0). Arrays live where the rows live.
+struct TreeSumsArgs {
+  Rows x;
+  const double* x64 = nullptr;
+  const std::int64_t* first = nullptr;
+  const std::int64_t* rows = nullptr;
+  index_t lists = 0;
+  int width = 0;
+  double* sums = nullptr;
+  const double* counts = nullptr;
+  Rows means{};
 };
 
 /// y row i = max over t < k of W [x row keys[i k + t] ; p_key - p_i] + b (W: out x (c + 3), a sum in

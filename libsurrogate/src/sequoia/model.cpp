@@ -186,11 +186,7 @@ class Model final : public PointCloudModel {
     std::vector<float> features(static_cast<std::size_t>(std::max<index_t>(1, rows * cfg_.c)));
     if (plan.split()) plan.split_rows().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
     else plan.owners().rows_plan().forward(io.in, io.ld_in, features.data(), cfg_.c, cfg_.c);
-    std::vector<float> classes;  // hierarchy samples x n_class, dense
-    for (std::size_t b = 0; b < h.sample_ids.size() && sample_in_channels() > 0; ++b) {
-      const float* row = io.sample_in + h.sample_ids[b] * io.ld_sample_in;
-      classes.insert(classes.end(), row, row + cfg_.n_class);
-    }
+    const std::vector<float> classes = class_vectors(h, io);
     std::vector<float> result;
     if (plan.split()) {
       result = options.cuda_device >= 0
@@ -207,10 +203,26 @@ class Model final : public PointCloudModel {
     }
     // Per-point outputs back to the rows' ranks; per-sample outputs to every rank, in sample order.
     result.resize(std::max<std::size_t>(1, result.size()));
-    if (segmentation(cfg_)) {
-      if (plan.split()) plan.split_rows().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
-      else plan.owners().rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
-    } else if (plan.split()) {
+    if (!segmentation(cfg_)) return write_sample_outputs(plan, io, result);
+    if (plan.split()) plan.split_rows().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
+    else plan.owners().rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
+  }
+
+  /// The class vectors of the hierarchy's samples (samples x n_class, dense) from the caller's rows.
+  std::vector<float> class_vectors(const Hierarchy& h, const Io& io) const {
+    std::vector<float> classes;
+    for (std::size_t b = 0; b < h.sample_ids.size() && sample_in_channels() > 0; ++b) {
+      const float* row = io.sample_in + h.sample_ids[b] * io.ld_sample_in;
+      classes.insert(classes.end(), row, row + cfg_.n_class);
+    }
+    return classes;
+  }
+  /// A classification's B x classes results (the hierarchy's samples; one process: this rank's, if any)
+  /// into every rank's per-sample rows, in sample order.
+  void write_sample_outputs(Plan& plan, const Io& io, std::vector<float>& result) const {
+    const Hierarchy& h = plan.hierarchy();
+    result.resize(std::max<std::size_t>(1, result.size()));
+    if (plan.split()) {
       for (std::size_t b = 0; b < h.sample_ids.size(); ++b)
         std::copy_n(result.begin() + static_cast<std::ptrdiff_t>(b) * cfg_.classes, cfg_.classes,
                     io.sample_out + h.sample_ids[b] * io.ld_sample_out);
@@ -219,8 +231,9 @@ class Model final : public PointCloudModel {
     }
   }
 
-  /// predict_device's rows of a segmentation model (no class vectors: predict_device refuses per-sample
-  /// arrays): to the share's points, the network and back, every move an exchange on device rows.
+  /// predict_device's rows: to the share's points, the network and back (a segmentation's per-point
+  /// outputs), every move an exchange on device rows; the class vectors and a classification's B x classes
+  /// results are the host's per-sample arrays.
   DeviceInput device_input() const override { return DeviceInput::device_rows; }
   void* device_stream(const Comm& comm, const RunOptions& options) override {
     prepare_device(comm, options);
@@ -238,7 +251,11 @@ class Model final : public PointCloudModel {
     const Place place{dev, device_->stream(), &comm.device_transport(dev)};
     const ExchangePlan& points = plan.split() ? plan.split_rows() : plan.owners().rows_plan();
     points.forward(io.in, io.ld_in, x, cfg_.c, cfg_.c, place);
-    const auto run = [&] { device_->forward_rows(comm, plan.share(), h, x, nullptr, plan.hierarchy_serial(), y); };
+    const std::vector<float> classes = class_vectors(h, io);
+    std::vector<float> result;
+    const auto run = [&] {
+      result = device_->forward_rows(comm, plan.share(), h, x, classes.data(), plan.hierarchy_serial(), y);
+    };
     if (plan.split()) {
       run();
     } else {
@@ -246,6 +263,7 @@ class Model final : public PointCloudModel {
         if (h.samples() > 0) run();
       });
     }
+    if (!segmentation(cfg_)) return write_sample_outputs(plan, io, result);
     points.backward(y, cfg_.n_part, io.out, io.ld_out, cfg_.n_part, place);  // left enqueued (Model::Io)
   }
 

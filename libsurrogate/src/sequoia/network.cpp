@@ -149,7 +149,6 @@ class HostExec {
 
   const Config& config() const { return m_.cfg; }
   const program::Layers<Ops>& layers() const { return m_.layers; }
-  const program::Layers<Ops>& host_layers() const { return m_.layers; }
   const Share& share() const { return s_; }
   const Hierarchy& hierarchy() const { return h_; }
   const program::Geometry& geometry() const { return g_; }
@@ -202,10 +201,16 @@ class HostExec {
   void voxels_to_all(const HostRows& part, const HostRows& all) {
     if (s_.split) s_.voxels_to_all.forward(part.data, part.width, all.data);
   }
-  void voxels_to_all(std::vector<double>& part, std::vector<double>& all, int cols) {
-    if (!s_.split) return std::swap(part, all);
-    all.resize(static_cast<std::size_t>(h_.nodes(1)) * static_cast<std::size_t>(cols));
-    s_.voxels_to_all.forward(part.data(), cols, all.data());
+  /// The classification head's double sums of `rows` owned voxels, and of every rank's voxels.
+  double* sums(index_t rows, int cols) {
+    part_sums_.resize(static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols));
+    return part_sums_.data();
+  }
+  const double* voxel_sums_to_all(const double* part, int cols) {
+    if (!s_.split) return part;
+    all_sums_.resize(static_cast<std::size_t>(h_.nodes(1)) * static_cast<std::size_t>(cols));
+    s_.voxels_to_all.forward(part, cols, all_sums_.data());
+    return all_sums_.data();
   }
   std::vector<float> host_values(const HostRows& r) const {
     std::vector<float> v(static_cast<std::size_t>(r.rows) * static_cast<std::size_t>(r.width));
@@ -236,6 +241,7 @@ class HostExec {
   program::Geometry g_;
   program::HostGeometry hg_;
   Rows ext_features_;
+  std::vector<double> part_sums_, all_sums_;
   std::optional<ScopedPhase> phase_;
 };
 
@@ -271,6 +277,8 @@ void HostExec::prepare() {
     ext_features_ = Rows(ne, cfg.c, Rows::Uninitialised{});
     std::copy(features_, features_ + n0 * cfg.c, ext_features_.v.begin());
     g_.features = {ext_features_.v.data(), cfg.c, ne, cfg.c, ops::Place::host};
+    g_.samples = {hg_.samples.first.data(), hg_.samples.keys.data()};
+    g_.sample_counts = hg_.sample_counts.empty() ? nullptr : hg_.sample_counts.data();
   }
 }
 

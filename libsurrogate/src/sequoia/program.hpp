@@ -11,12 +11,14 @@
 //   Work::dense_target(layer, y)   where a dense layer writes y's rows (the CPU: a padded tile if needed)
 //   stage(f)              local work between two moves (split share: an error of one rank agreed by all)
 //   to_halo(rows), voxels_to_all(part, all)   the share's moves (collective on a split share)
-//   host_values(rows)     rows as host floats;  host_layers()  the HostOps layers (the classification head)
+//   host_values(rows)     rows as host floats (a classification's result)
+//   sums(rows, cols), voxel_sums_to_all(part, cols)   the classification head's double sums of the owned
+//                         voxels, and of every rank's voxels (a move on a split share; else `part` itself)
 //   result(rows)          the segmentation head's rows as the forward's result: host floats, or (a device
 //                         forward on device rows) left on the device for the caller, returning nothing
 //   trace()               the CPU's intermediate results (a device: none);  phase(i)  the profile's phases
-//   compute(f)            the network between prepare() and result(): the CPU runs f; a device on a whole
-//                         share replays it as one captured graph on a kept geometry
+//   compute(f)            the network and its head between prepare() and the result: the CPU runs f; a
+//                         device on a whole share replays it as one captured graph on a kept geometry
 //
 // So a row's arithmetic is the same on both (the CPU's bits do not depend on the tiles), and a change to the
 // network is made once. share/docs/sequoia.md, "Code layout".
@@ -104,7 +106,9 @@ struct Lists {
 /// What a forward runs on (Exec::geometry): per model level the nodes' positions (level 0: the extended
 /// rows, points then halo), the owned voxels' positions and ids, the share's key lists, the pooling lists
 /// (per parent its children's rows, level 0: the points of each owned voxel), the input features (cls:
-/// extended rows, the halo's filled by to_halo), and the segmentation head's sample of every point.
+/// extended rows, the halo's filled by to_halo), the segmentation head's sample of every point, and the
+/// classification head's lists (per sample its rows of the head level, level 0: every rank's voxels) and
+/// divisors (level 0: the sample's points; above: null, the list's length).
 struct Geometry {
   std::vector<Rows> pos;
   Rows pos1;
@@ -114,10 +118,12 @@ struct Geometry {
   Rows features;
   const std::int64_t* batch = nullptr;
   Rows classes;
+  Lists samples;
+  const double* sample_counts = nullptr;
 };
 
 /// The forward's arrays (Exec::array; one per kind and level).
-enum class Array : std::uint8_t { x, part, pooled, y, q, k, v, q1, kw, vw, att_p, att_c, att_s, out, count };
+enum class Array : std::uint8_t { x, part, pooled, y, q, k, v, q1, kw, vw, att_p, att_c, att_s, means, out, count };
 /// The work rows of a tile (Work::rows).
 enum class Slot : std::uint8_t { dense, z, u, count };
 
@@ -335,31 +341,68 @@ void segmentation_head(Exec& e) {
   });
 }
 
-// ---------------------------------------------------------------------------------------------------
-// The classification head on the host (program.cpp), for both execs: the model level its head reads; the
-// terms of that level's means on this rank (level >= 1: every node's row; the points: the sums of this
-// rank's lowest voxels, each voxel's points in order); the per-sample means from every rank's terms in
-// node order; the head (Linear, BN, ReLU, Linear) on the means.
+/// The model level the classification head reads (root, inner or the points).
 int head_level(const Config& c);
-std::vector<double> mean_terms(const Share& s, const std::vector<float>& xs, int cols, int level);
-std::vector<float> sample_means(const Hierarchy& h, const std::vector<double>& all, int level, int cols);
-std::vector<float> classify(const Layers<ops::HostOps>& w, const std::vector<float>& z, int cols);
+
+/// Classification head: per sample the mean of the head level's rows in double, rounded once (level 0, the
+/// points: the sums of each owned lowest voxel's points in order, then of every rank's voxels in node
+/// order, so the same sums on any ranks), then Linear, BN, ReLU, Linear on the B means, into the `out`
+/// array (B x classes).
+template <class Exec>
+void classification_head(Exec& e) {
+  const Config& c = e.config();
+  const auto& w = e.layers();
+  const Share& s = e.share();
+  const Hierarchy& h = e.hierarchy();
+  const Geometry& g = e.geometry();
+  const int level = head_level(c), cols = c.width(level), classes = c.classes;
+  const index_t B = h.samples();
+  const Rows z = e.array(Array::means, 0, B, cols), o = e.array(Array::out, 0, B, classes);
+  const double* all = nullptr;
+  if (level == 0) {
+    const auto n0 = static_cast<index_t>(s.points.size()), nv = static_cast<index_t>(s.voxels.size());
+    const Rows x0 = e.array(Array::x, 0, n0, cols);
+    double* part = e.sums(nv, cols);
+    e.stage([&] {
+      e.tiles(nv, kTileRows, false, [&](auto& ops, auto&, index_t r0, index_t n) {
+        ops.tree_sums({x0, nullptr, g.pool[0].first + r0, g.pool[0].keys, n, cols, part + r0 * cols});
+      });
+    });
+    all = e.voxel_sums_to_all(part, cols);
+  }
+  e.stage([&] {
+    const Rows x = level == 0 ? Rows{} : e.array(Array::x, level, h.nodes(level), cols);
+    e.tiles(B, kTileRows, false, [&](auto& ops, auto&, index_t r0, index_t n) {
+      ops.tree_sums({x, all, g.samples.first + r0, g.samples.keys, n, cols, nullptr,
+                     g.sample_counts ? g.sample_counts + r0 : nullptr, z.range(r0, n)});
+    });
+    e.tiles(B, kTileRows, false, [&](auto& ops, auto& work, index_t r0, index_t n) {
+      const Rows ut = work.dense_target(w.head0, work.rows(Slot::u, n, w.hidden));
+      ops.dense({&w.head0, z.range(r0, n), ut});
+      ops.tree_norm({&w.head_bn, ut, true});
+      dense(ops, work, w.head3, ut, o.range(r0, n));
+    });
+  });
+}
 
 /// Throws for a hierarchy of another depth than the model's, or a segmentation model's missing class vectors.
 void check_inputs(const Config& c, const Hierarchy& h, const float* sample_features);
 
 /// The host arrays a Geometry is made of, for either exec: the extended rows' positions (points then
 /// halo), the owned voxels' positions, the pooling lists of every level but the last (level 0: the share's
-/// points into its owned voxels; per parent its rows in order) and, segmentation, every point's sample.
+/// points into its owned voxels; per parent its rows in order) and, segmentation, every point's sample;
+/// classification, the head's per-sample lists and divisors (Geometry).
 struct HostGeometry {
   std::vector<float> pos0, pos1;
   std::vector<KeyLists> pool;
   std::vector<std::int64_t> batch;
+  KeyLists samples;
+  std::vector<double> sample_counts;
 };
 HostGeometry host_geometry(const Config& c, const Share& s, const Hierarchy& h);
 
 /// Init, the blocks and the head. Returns segmentation: share points x n_part (e.result()); classification:
-/// B x classes.
+/// B x classes (host values).
 template <class Exec>
 std::vector<float> forward(Exec& e) {
   const Config& c = e.config();
@@ -375,26 +418,13 @@ std::vector<float> forward(Exec& e) {
     for (std::size_t b = 0; b < e.layers().blocks.size(); ++b) tree_block(e, b);
     e.phase(2);
     if (seg) segmentation_head(e);
+    else classification_head(e);
   });
-  if (seg) {
-    const auto n0 = static_cast<index_t>(s.points.size());
-    const Rows y = e.array(Array::out, 0, n0, c.n_part);
-    std::vector<float> result;
-    e.stage([&] { result = e.result(y); });
-    return result;
-  }
-  // Classification: the mean of a level's nodes per sample (root: its one node). The points' mean adds per
-  // lowest voxel first (its points in order), then the voxels in order: the same sums on any ranks.
-  const int level = head_level(c), cols = c.width(level);
-  std::vector<double> terms, all;
-  e.stage([&] {
-    const index_t rows = level == 0 ? static_cast<index_t>(s.points.size()) : h.nodes(level);
-    terms = mean_terms(s, e.host_values(e.array(Array::x, level, rows, cols)), cols, level);
-  });
-  if (level == 0) e.voxels_to_all(terms, all, cols);
-  else all = std::move(terms);
+  // Segmentation: the points' rows (left on the device for device rows); classification: B x classes.
+  const Rows y = seg ? e.array(Array::out, 0, static_cast<index_t>(s.points.size()), c.n_part)
+                     : e.array(Array::out, 0, h.samples(), c.classes);
   std::vector<float> result;
-  e.stage([&] { result = classify(e.host_layers(), sample_means(h, all, level, cols), cols); });
+  e.stage([&] { result = seg ? e.result(y) : e.host_values(y); });
   return result;
 }
 

@@ -1,5 +1,6 @@
 // CUDA kernels of Sequoia's layers around its tree attention (CUDA builds only; share/docs/cuda.md "Tree
-// attention"): eval BatchNorm, max pooling, the three-way mix, the head's LayerNorm and PointConv, each with
+// attention"): eval BatchNorm, max pooling, the three-way mix, the head's LayerNorm, PointConv and the
+// classification head's ordered sums, each with
 // the arithmetic of the CPU forward (libsurrogate's ops/host_ops.hpp, Sequoia's members). Enqueue on the
 // stream; std::invalid_argument for bad sizes.
 #pragma once
@@ -83,5 +84,24 @@ struct PointConvArgs {
   index_t ldy = 0;
 };
 void point_conv_max(const PointConvArgs& a, cudaStream_t stream);
+
+/// Ordered sums in double: s = the sum from 0.0 of x[rows[j], c] over j = first[l] .. first[l+1]-1 in
+/// order (x float rows, or x64 double rows when x is null), then sums[l * width + c] = s, or, with
+/// `means`, means[l * ldm + c] = float(s / counts[l]) (counts null: the list's length), l < lists,
+/// c < width. `first` holds lists + 1 offsets into the whole `rows` array.
+struct TreeSumsArgs {
+  const float* x = nullptr;
+  const double* x64 = nullptr;
+  index_t ldx = 0;
+  const std::int64_t* first = nullptr;
+  const std::int64_t* rows = nullptr;
+  index_t lists = 0;
+  int width = 0;
+  double* sums = nullptr;
+  const double* counts = nullptr;
+  float* means = nullptr;
+  index_t ldm = 0;
+};
+void tree_sums(const TreeSumsArgs& a, cudaStream_t stream);
 
 }  // namespace surrogate::kernels::cuda

@@ -1,7 +1,7 @@
 // Sequoia's forward on a CUDA device, fp32 or its dense layers in tf32 / bf16 (CUDA builds only; elsewhere the model refuses with
 // detail::refuse_without_cuda_backend): the weights uploaded once, the hierarchy and the neighbour lists
-// built on the device for a plan (downloaded into it, uploaded once per plan), every layer on the device,
-// from and to host or device rows. share/docs/sequoia.md, "On a CUDA device".
+// built on the device for a plan (downloaded into it, uploaded once per plan), every layer and both heads
+// on the device, from and to host or device rows. share/docs/sequoia.md, "On a CUDA device".
 #pragma once
 
 #include <cstdint>
@@ -28,11 +28,13 @@ class DeviceForward {
   /// keeps the hierarchy's arrays it uploaded for it and uploads only the features; 0 uploads everything.
   virtual std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                      const float* sample_features, std::uint64_t geometry = 0) = 0;
-  /// The same for a segmentation model on rows in this device's memory (predict_device): `features` (the
-  /// share's points x c, row stride c) -> `out` (the share's points x n_part, row stride n_part), enqueued
-  /// on stream(); nothing waits for the device but a split share's moves through a staged transport.
-  virtual void forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                            const float* sample_features, std::uint64_t geometry, float* out) = 0;
+  /// The same on rows in this device's memory (predict_device): `features` (the share's points x c, row
+  /// stride c) -> a segmentation model's `out` (the share's points x n_part, row stride n_part), enqueued
+  /// on stream(), returning nothing; nothing waits for the device but a split share's moves through a
+  /// staged transport. A classification model returns its B x classes host values (one download, `out`
+  /// unused); `sample_features` (the class vectors) are host values, as for forward().
+  virtual std::vector<float> forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                                          const float* sample_features, std::uint64_t geometry, float* out) = 0;
   /// Device arrays for forward_rows of at least `rows` rows of c (input_rows) and n_part (output_rows)
   /// values, kept by the forward (grown, never shrunk; valid until the next call).
   virtual float* input_rows(std::int64_t rows) = 0;

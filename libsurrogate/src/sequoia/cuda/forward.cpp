@@ -1,8 +1,8 @@
 // Sequoia's float32 forward on a CUDA device (device.hpp): program.hpp's stages, the CPU forward's program,
 // on device arrays through CudaOps (ops/cuda_ops.hpp: one launch per layer over all rows of a stage), from
 // and to host rows or device rows. The hierarchy's positions and key lists are built on the host as for the
-// CPU and uploaded once per plan; the classification head's means and its small layers run on the host
-// (program.cpp).
+// CPU and uploaded once per plan; the classification head runs on the device, only its B x classes result
+// comes back.
 // share/docs/sequoia.md, "On a CUDA device".
 #include "device.hpp"
 
@@ -65,8 +65,8 @@ class CudaForward final : public DeviceForward {
   int device() const override { return device_; }
   std::vector<float> forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                              const float* sample_features, std::uint64_t geometry) override;
-  void forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                    const float* sample_features, std::uint64_t geometry, float* out) override;
+  std::vector<float> forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                                  const float* sample_features, std::uint64_t geometry, float* out) override;
   float* input_rows(std::int64_t rows) override { return rows_of(in_rows_, rows, cfg_.c); }
   float* output_rows(std::int64_t rows) override { return rows_of(out_rows_, rows, cfg_.n_part); }
   void* stream() const override { return stream_.get(); }
@@ -98,9 +98,10 @@ class CudaForward final : public DeviceForward {
       return sized(b, static_cast<std::size_t>(rows) * static_cast<std::size_t>(width), device_);
     });
   }
-  /// forward() or (`out` not null) forward_rows().
+  /// forward() (host rows) or forward_rows() (`device_rows`: features and a segmentation's `out` on the
+  /// device).
   std::vector<float> run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                         const float* sample_features, std::uint64_t geometry, float* out);
+                         const float* sample_features, std::uint64_t geometry, bool device_rows, float* out);
 
   friend class DeviceExec;
   const Network::Impl* net_;
@@ -122,6 +123,8 @@ class CudaForward final : public DeviceForward {
   surrogate::device::VoxelHierarchies hierarchy_;
   cu::DeviceBuffer<std::int64_t> voxels_, batch_;
   cu::DeviceBuffer<double> scratch_;
+  Lists samples_;                                       // the classification head's (Geometry)
+  cu::DeviceBuffer<double> sample_counts_, part_sums_, all_sums_;
   surrogate::device::ComputeGraph graph_;  // DeviceExec::compute()'s
 };
 
@@ -146,11 +149,12 @@ class DeviceWork {
 class DeviceExec {
  public:
   using Ops = CudaOps;
-  /// `features`: host rows, or with `out` (the segmentation head's rows go there) device rows.
+  /// `features`: host rows, or (`device_rows`) device rows; a segmentation head's rows go to `out` when
+  /// set (device rows), else to the host.
   DeviceExec(CudaForward& f, const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-             const float* sample_features, std::uint64_t geometry, float* out)
+             const float* sample_features, std::uint64_t geometry, bool device_rows, float* out)
       : f_(f), comm_(comm), s_(s), h_(h), features_(features), sample_features_(sample_features), geometry_(geometry),
-        out_(out), ops_(f.weights_, f.stream_.get(), f.precision_), work_(f.work_, f.device_) {
+        device_rows_(device_rows), out_(out), ops_(f.weights_, f.stream_.get(), f.precision_), work_(f.work_, f.device_) {
     ops_.tree_scratch = &f.scratch_;
     ops_.scratch_device = f.device_;
     f.arrays_.resize(static_cast<std::size_t>(Array::count) * static_cast<std::size_t>(f.cfg_.levels()));
@@ -158,7 +162,6 @@ class DeviceExec {
   }
   const Config& config() const { return f_.cfg_; }
   const program::Layers<CudaOps>& layers() const { return f_.layers_; }
-  const program::Layers<ops::HostOps>& host_layers() const { return f_.net_->layers; }
   const Share& share() const { return s_; }
   const Hierarchy& hierarchy() const { return h_; }
   const program::Geometry& geometry() const { return g_; }
@@ -176,7 +179,7 @@ class DeviceExec {
     const auto key = [&] {
       surrogate::device::ComputeGraph::Key k = surrogate::device::ComputeGraph::key(
           {geometry_, static_cast<std::uintptr_t>(f_.precision_)},
-          {g_.features.data, g_.classes.data, out_, f_.scratch_.data()});
+          {g_.features.data, g_.classes.data, out_, f_.scratch_.data(), f_.part_sums_.data()});
       for (const auto* buffers : {&f_.arrays_, &f_.work_})
         for (const cu::DeviceBuffer<float>& b : *buffers) k.push_back(reinterpret_cast<std::uintptr_t>(b.data()));
       return k;
@@ -206,10 +209,17 @@ class DeviceExec {
   void voxels_to_all(const DeviceRows& part, const DeviceRows& all) {
     if (s_.split) s_.voxels_to_all.forward(part.data, part.ld, all.data, all.ld, part.width, place());
   }
-  void voxels_to_all(std::vector<double>& part, std::vector<double>& all, int cols) {
-    if (!s_.split) return std::swap(part, all);
-    all.resize(static_cast<std::size_t>(h_.nodes(1)) * static_cast<std::size_t>(cols));
-    s_.voxels_to_all.forward(part.data(), cols, all.data());
+  /// The classification head's double sums of `rows` owned voxels, and of every rank's voxels: moved as
+  /// rows of 2 cols floats (the exchange moves bits, so the doubles arrive unchanged).
+  double* sums(index_t rows, int cols) {
+    return sized(f_.part_sums_, static_cast<std::size_t>(rows) * static_cast<std::size_t>(cols), f_.device_);
+  }
+  const double* voxel_sums_to_all(const double* part, int cols) {
+    if (!s_.split) return part;
+    double* all = sized(f_.all_sums_, static_cast<std::size_t>(h_.nodes(1)) * static_cast<std::size_t>(cols), f_.device_);
+    const auto* from = reinterpret_cast<const float*>(part);
+    s_.voxels_to_all.forward(from, 2 * cols, reinterpret_cast<float*>(all), 2 * cols, 2 * cols, place());
+    return all;
   }
   std::vector<float> host_values(const DeviceRows& r) const {
     std::vector<float> v(static_cast<std::size_t>(r.rows) * static_cast<std::size_t>(r.width));
@@ -236,6 +246,7 @@ class DeviceExec {
   const float* features_;
   const float* sample_features_;
   std::uint64_t geometry_;
+  bool device_rows_;
   float* out_;
   CudaOps ops_;
   DeviceWork work_;
@@ -279,8 +290,13 @@ void DeviceExec::prepare() {
       }
       if (i > 0) f_.children_[si].upload_from(s_.children[si], device, st);
     }
-    if (!seg) f_.conv_.upload_from(s_.pointconv, device, st);
-    else if (c.n_class > 0) upload(f_.batch_, std::span<const std::int64_t>(hg.batch), device, st);
+    if (!seg) {
+      f_.conv_.upload_from(s_.pointconv, device, st);
+      f_.samples_.upload_from(hg.samples, device, st);
+      upload(f_.sample_counts_, std::span<const double>(hg.sample_counts), device, st);
+    } else if (c.n_class > 0) {
+      upload(f_.batch_, std::span<const std::int64_t>(hg.batch), device, st);
+    }
   }
   g_.pos.push_back(dev(f_.pos_[0].data(), 3, ne));
   for (int i = 1; i < L; ++i) g_.pos.push_back(dev(f_.pos_[static_cast<std::size_t>(i)].data(), 3, h_.nodes(i)));
@@ -293,15 +309,19 @@ void DeviceExec::prepare() {
     g_.siblings.push_back(f_.siblings_[si].rows());
     g_.pool.push_back(f_.pool_[si].rows());
   }
-  if (out_ != nullptr && seg) {  // device rows: read where they are
+  if (device_rows_ && seg) {  // read where they are
     g_.features = dev(features_, c.c, n0);
-  } else {
+  } else {  // (classification: room for the halo's rows)
     sized(f_.features_, static_cast<std::size_t>(ne * c.c), device);
-    if (n0 > 0) cu::copy_to_device(f_.features_.data(), features_, static_cast<std::size_t>(n0 * c.c) * sizeof(float), st);
+    const auto bytes = static_cast<std::size_t>(n0 * c.c) * sizeof(float);
+    if (n0 > 0 && device_rows_) cu::copy_on_device(f_.features_.data(), features_, bytes, st);
+    else if (n0 > 0) cu::copy_to_device(f_.features_.data(), features_, bytes, st);
     g_.features = dev(f_.features_.data(), c.c, seg ? n0 : ne);
   }
   if (!seg) {
     g_.conv = f_.conv_.rows();
+    g_.samples = f_.samples_.rows();
+    g_.sample_counts = program::head_level(c) == 0 ? f_.sample_counts_.data() : nullptr;
   } else if (c.n_class > 0) {
     upload(f_.classes_, std::span<const float>(sample_features_, static_cast<std::size_t>(h_.samples() * c.n_class)), device, st);
     g_.batch = f_.batch_.data();
@@ -320,21 +340,19 @@ CudaForward::CudaForward(const Network& net, int device) : net_(&net.impl()), cf
 
 std::vector<float> CudaForward::forward(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
                                         const float* sample_features, std::uint64_t geometry) {
-  return run(comm, s, h, features, sample_features, geometry, nullptr);
+  return run(comm, s, h, features, sample_features, geometry, false, nullptr);
 }
 
-void CudaForward::forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                               const float* sample_features, std::uint64_t geometry, float* out) {
-  if (cfg_.kind != Config::Kind::segmentation)
-    throw Error(ErrorCode::internal, "sequoia (device rows): a classification model has per-sample outputs");
-  run(comm, s, h, features, sample_features, geometry, out);
+std::vector<float> CudaForward::forward_rows(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
+                                             const float* sample_features, std::uint64_t geometry, float* out) {
+  return run(comm, s, h, features, sample_features, geometry, true, out);
 }
 
 std::vector<float> CudaForward::run(const Comm& comm, const Share& s, const Hierarchy& h, const float* features,
-                                    const float* sample_features, std::uint64_t geometry, float* out) {
+                                    const float* sample_features, std::uint64_t geometry, bool device_rows, float* out) {
   try {
     const cu::DeviceGuard guard(device_);
-    DeviceExec exec(*this, comm, s, h, features, sample_features, geometry, out);
+    DeviceExec exec(*this, comm, s, h, features, sample_features, geometry, device_rows, out);
     std::vector<float> result = program::forward(exec);
     uploaded_ = geometry;  // the arrays are complete: the next forward on this geometry keeps them
     return result;
