@@ -100,16 +100,17 @@ int surrogate_set_points_f32(surrogate_t handle, int64_t n_local, int dim, const
  * pinned and managed memory count as host memory). Everything else (set_points coordinates and ids,
  * options, the VTK and point-query functions) is host memory, and with device "cpu" both arrays must be
  * host memory.
- *  - When every rank with points passes device memory for BOTH arrays (and the model has no per-sample
- *    inputs or outputs), the predict is device-resident: reordering, normalisation and
- *    de-normalisation run on the device and the outputs are written into `out` directly (any strides;
- *    elements between the strides are not touched). FLARE and HEPT run their forward on those device
- *    rows (only small per-block reductions cross ranks, over NCCL when each rank owns its GPU, else
- *    through host memory and MPI); the other families take the gathered rows through host memory once
- *    each way. The in_channels counters of NaN/Inf inputs are copied back for the input check.
+ *  - When every rank with points passes device memory for BOTH arrays (a model without per-point
+ *    outputs, a classification, may pass NULL for `out`), the predict is device-resident: reordering,
+ *    normalisation, the forward and de-normalisation run on the device and the outputs are written into
+ *    `out` directly (any strides; elements between the strides are not touched). Rows cross ranks
+ *    between the devices (over NCCL when each rank owns its GPU, else through host memory and MPI). The
+ *    in_channels counters of NaN/Inf inputs are copied back for the input check. Per-sample values stay
+ *    host memory (set_sample_inputs, get_sample_outputs): uploaded, and a classification's B x sample_out
+ *    results downloaded, once per predict.
  *    The predict orders itself after the work enqueued before the call on the default stream (and so on
  *    every blocking stream); synchronise your own non-blocking streams first. On return `out` is written.
- *  - Otherwise (one array on the device, ranks differing, or per-sample values) a device array is staged through host
+ *  - Otherwise (one array on the device, or ranks differing) a device array is staged through host
  *    memory (non-negative strides required). Host arrays always take the host path.
  * On an error `out` may hold part of the results (the check of the outputs for NaN/Inf runs after they
  * are written), never values outside its strided elements. */

@@ -193,6 +193,21 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     }
     return *st.plan;
   };
+  // The per-sample arrays: the kept inputs (set_sample_inputs), the outputs' buffer for the current samples.
+  const auto sample_arrays = [](State& st) {
+    Model::SampleArrays samples;
+    const int s_in = st.model->sample_in_channels(), s_out = st.model->sample_out_channels();
+    st.sample_out_buffer.assign(static_cast<std::size_t>(st.layout.num_samples() * s_out), 0.0f);
+    if (s_in > 0) {
+      samples.in = st.sample_in.data();
+      samples.ld_in = s_in;
+    }
+    if (s_out > 0) {
+      samples.out = st.sample_out_buffer.data();
+      samples.ld_out = s_out;
+    }
+    return samples;
+  };
   const std::int64_t n = s.layout.local_points();
   const int cin = s.model->in_channels(), cout = s.model->out_channels();
   RunOptions run;
@@ -231,13 +246,13 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     out_on_device = detail::is_device_pointer(out.data);
   });
   if (s.cuda_device >= 0) {
-    const std::int32_t device_rank = (n > 0 && in_on_device && out_on_device) ? 1 : 0;
-    const std::int32_t host_rank = (n > 0 && !(in_on_device && out_on_device)) ? 1 : 0;
+    // A model without per-point inputs (or outputs: a classification) reads (writes) nothing there.
+    const bool resident = (cin == 0 || in_on_device) && (cout == 0 || out_on_device);
+    const std::int32_t device_rank = (n > 0 && resident) ? 1 : 0;
+    const std::int32_t host_rank = (n > 0 && !resident) ? 1 : 0;
     std::int32_t flags[2] = {device_rank, host_rank};
     s.comm.allreduce(std::span<std::int32_t>(flags, 2), ReduceOp::max);
-    // Per-sample inputs or outputs are predict()'s alone (SampleArrays): such models are staged.
-    const bool per_point = s.model->sample_in_channels() == 0 && s.model->sample_out_channels() == 0;
-    if (flags[0] == 1 && flags[1] == 0 && per_point) {
+    if (flags[0] == 1 && flags[1] == 0) {
       Model::DeviceArrays arrays;
       arrays.in = in.data;
       arrays.out = out.data;
@@ -247,7 +262,8 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
       arrays.out_point_stride = out.point_stride;
       arrays.out_component_stride = out.component_stride;
       const double t0 = MPI_Wtime();
-      s.model->predict_device(s.comm, current_plan(s, run), arrays, run);
+      s.model->predict_device(s.comm, current_plan(s, run), arrays, sample_arrays(s), run);
+      s.sample_out.assign(s.sample_out_buffer.begin(), s.sample_out_buffer.end());
       s.last_seconds = MPI_Wtime() - t0;
       ++s.predictions;
       return;
@@ -304,18 +320,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   const index_t ld_in = in_direct ? std::max<index_t>(in.point_stride, 1) : std::max(cin, 1);
   const index_t ld_out = out_direct ? std::max<index_t>(out.point_stride, 1) : std::max(cout, 1);
   const double t0 = MPI_Wtime();
-  Model::SampleArrays samples;
-  const int s_in = s.model->sample_in_channels(), s_out = s.model->sample_out_channels();
-  s.sample_out_buffer.assign(static_cast<std::size_t>(s.layout.num_samples() * s_out), 0.0f);
-  if (s_in > 0) {
-    samples.in = s.sample_in.data();
-    samples.ld_in = s_in;
-  }
-  if (s_out > 0) {
-    samples.out = s.sample_out_buffer.data();
-    samples.ld_out = s_out;
-  }
-  s.model->predict(s.comm, current_plan(s, run), in_rows, ld_in, out_rows, ld_out, samples, run);
+  s.model->predict(s.comm, current_plan(s, run), in_rows, ld_in, out_rows, ld_out, sample_arrays(s), run);
   s.sample_out.assign(s.sample_out_buffer.begin(), s.sample_out_buffer.end());
   s.last_seconds = MPI_Wtime() - t0;
   ++s.predictions;

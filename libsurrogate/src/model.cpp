@@ -268,7 +268,6 @@ void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t 
                          const SampleArrays& samples, const RunOptions& options) {
   const SampleLayout& layout = plan.layout();
   const index_t B = layout.num_samples();
-  const int s_in = sample_in_channels(), s_out = sample_out_channels();
   const index_t n = layout.local_points();
   const index_t ld_work_in = kernels::round_up(in_channels_, kernels::kPad);
   const index_t ld_work_out = kernels::round_up(out_channels_, kernels::kPad);
@@ -281,22 +280,7 @@ void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t 
                                                    plan.model().architecture() + "')");
     if (n > 0 && ((!in && in_channels_ > 0) || (!out && out_channels_ > 0)))
       throw Error(ErrorCode::invalid_argument, "null input or output array");
-    if (s_in > 0 && !samples.in)
-      throw Error(ErrorCode::input, "predict: the " + architecture_ + " model needs " + std::to_string(s_in) +
-                                        " per-sample input value(s) for each of the " + std::to_string(B) +
-                                        " samples; none were given");
-    if (s_in > 0 && samples.ld_in < s_in)
-      throw Error(ErrorCode::invalid_argument, "predict: per-sample input row stride " + std::to_string(samples.ld_in) +
-                                                   " < " + std::to_string(s_in));
-    if (s_out > 0 && (!samples.out || samples.ld_out < s_out))
-      throw Error(ErrorCode::invalid_argument, "predict: the " + architecture_ + " model outputs " +
-                                                   std::to_string(s_out) +
-                                                   " value(s) per sample: give a per-sample output array");
-    for (index_t b = 0; b < B && s_in > 0; ++b)
-      for (int c = 0; c < s_in; ++c)
-        if (!std::isfinite(samples.in[b * samples.ld_in + c]))
-          throw Error(ErrorCode::input, "predict: per-sample input of sample " + std::to_string(b) + ", value " +
-                                            std::to_string(c) + " is NaN/Inf");
+    check_sample_arrays(B, samples, "predict");
     check_precision(options);
     if (ld_in < in_channels_ || ld_out < out_channels_)
       throw Error(ErrorCode::invalid_argument, "row stride smaller than the channel count (input " +
@@ -311,14 +295,7 @@ void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t 
     status = Status::from_current_exception();
   }
   comm.agree_or_throw(status);
-  if (s_in > 0) {  // the per-sample inputs must be the same on every rank
-    const auto h = static_cast<std::int64_t>(digest_rows(samples.in, B, s_in, samples.ld_in));
-    collectively(comm, [&] {
-      if (comm.allreduce<std::int64_t>(h, ReduceOp::min) != comm.allreduce<std::int64_t>(h, ReduceOp::max))
-        throw Error(ErrorCode::input, "predict: the per-sample inputs differ between ranks (they must be the same "
-                                      "B x " + std::to_string(s_in) + " values on every rank)");
-    });
-  }
+  agree_sample_inputs(comm, B, samples, "predict");
   {
     std::vector<std::uint64_t> bad(static_cast<std::size_t>(in_channels_), 0);
     for (index_t i = 0; i < n; ++i)
@@ -376,35 +353,71 @@ void Model::predict_rows(const Comm& comm, Plan& plan, const float* in, index_t 
       for (int c = 0; c < out_channels_; ++c)
         if (!std::isfinite(out[i * ld_out + c])) ++bad[static_cast<std::size_t>(c)];
     throw_if_non_finite(comm, bad, true);
-    // Per-sample outputs (a classification's logits, a regression per sample) are checked the same way;
-    // every rank holds all B rows, so the counts are agreed by maximum, not summed. s_out is the model's:
-    // the same on every rank, and most models have none (no collective then).
-    if (s_out == 0) return;
-    std::vector<std::uint64_t> bad_samples(static_cast<std::size_t>(s_out), 0);
-    for (index_t b = 0; b < B; ++b)
-      for (int c = 0; c < s_out; ++c)
-        if (!std::isfinite(samples.out[b * samples.ld_out + c])) ++bad_samples[static_cast<std::size_t>(c)];
-    std::uint64_t total = 0;
-    for (const std::uint64_t k : bad_samples) total += k;
-    if (comm.allreduce<std::int64_t>(static_cast<std::int64_t>(total), ReduceOp::max) > 0) {
-      std::ostringstream message;
-      int named = 0, more = 0;
-      for (int c = 0; c < s_out; ++c) {
-        if (bad_samples[static_cast<std::size_t>(c)] == 0) continue;
-        if (++named > kNamedChannels) {
-          ++more;
-          continue;
-        }
-        message << (message.tellp() > 0 ? "; " : "") << "per-sample output value " << c << " is NaN/Inf in "
-                << bad_samples[static_cast<std::size_t>(c)] << " of the " << B << " sample(s)";
+    check_sample_outputs(comm, B, samples);
+  }
+}
+
+void Model::check_sample_arrays(index_t B, const SampleArrays& samples, const char* call) const {
+  const int s_in = sample_in_channels(), s_out = sample_out_channels();
+  const std::string name(call);
+  if (s_in > 0 && !samples.in)
+    throw Error(ErrorCode::input, name + ": the " + architecture_ + " model needs " + std::to_string(s_in) +
+                                      " per-sample input value(s) for each of the " + std::to_string(B) +
+                                      " samples; none were given");
+  if (s_in > 0 && samples.ld_in < s_in)
+    throw Error(ErrorCode::invalid_argument, name + ": per-sample input row stride " + std::to_string(samples.ld_in) +
+                                                 " < " + std::to_string(s_in));
+  if (s_out > 0 && (!samples.out || samples.ld_out < s_out))
+    throw Error(ErrorCode::invalid_argument, name + ": the " + architecture_ + " model outputs " + std::to_string(s_out) +
+                                                 " value(s) per sample: give a per-sample output array");
+  for (index_t b = 0; b < B && s_in > 0; ++b)
+    for (int c = 0; c < s_in; ++c)
+      if (!std::isfinite(samples.in[b * samples.ld_in + c]))
+        throw Error(ErrorCode::input, name + ": per-sample input of sample " + std::to_string(b) + ", value " +
+                                          std::to_string(c) + " is NaN/Inf");
+}
+
+void Model::agree_sample_inputs(const Comm& comm, index_t B, const SampleArrays& samples, const char* call) const {
+  const int s_in = sample_in_channels();
+  if (s_in == 0) return;  // the model's: the same on every rank
+  const auto h = static_cast<std::int64_t>(digest_rows(samples.in, B, s_in, samples.ld_in));
+  collectively(comm, [&] {
+    if (comm.allreduce<std::int64_t>(h, ReduceOp::min) != comm.allreduce<std::int64_t>(h, ReduceOp::max))
+      throw Error(ErrorCode::input, std::string(call) + ": the per-sample inputs differ between ranks (they must be "
+                                    "the same B x " + std::to_string(s_in) + " values on every rank)");
+  });
+}
+
+void Model::check_sample_outputs(const Comm& comm, index_t B, const SampleArrays& samples) const {
+  // Per-sample outputs (a classification's logits, a regression per sample) are checked as the per-point
+  // ones; every rank holds all B rows, so the counts are agreed by maximum, not summed. s_out is the
+  // model's: the same on every rank, and most models have none (no collective then).
+  const int s_out = sample_out_channels();
+  if (s_out == 0) return;
+  std::vector<std::uint64_t> bad_samples(static_cast<std::size_t>(s_out), 0);
+  for (index_t b = 0; b < B; ++b)
+    for (int c = 0; c < s_out; ++c)
+      if (!std::isfinite(samples.out[b * samples.ld_out + c])) ++bad_samples[static_cast<std::size_t>(c)];
+  std::uint64_t total = 0;
+  for (const std::uint64_t k : bad_samples) total += k;
+  if (comm.allreduce<std::int64_t>(static_cast<std::int64_t>(total), ReduceOp::max) > 0) {
+    std::ostringstream message;
+    int named = 0, more = 0;
+    for (int c = 0; c < s_out; ++c) {
+      if (bad_samples[static_cast<std::size_t>(c)] == 0) continue;
+      if (++named > kNamedChannels) {
+        ++more;
+        continue;
       }
-      if (more > 0) message << "; and " << more << " more value(s)";
-      if (message.tellp() == 0) message << "per-sample outputs are NaN/Inf on another rank";
-      throw Error(ErrorCode::input, "the model produced non-finite predictions: " + message.str() +
-                                        ". Likely causes: inputs far outside the training range or overflowing "
-                                        "logits; the option allow_non_finite_output (--allow-non-finite on the "
-                                        "command line) hands them to the caller instead");
+      message << (message.tellp() > 0 ? "; " : "") << "per-sample output value " << c << " is NaN/Inf in "
+              << bad_samples[static_cast<std::size_t>(c)] << " of the " << B << " sample(s)";
     }
+    if (more > 0) message << "; and " << more << " more value(s)";
+    if (message.tellp() == 0) message << "per-sample outputs are NaN/Inf on another rank";
+    throw Error(ErrorCode::input, "the model produced non-finite predictions: " + message.str() +
+                                      ". Likely causes: inputs far outside the training range or overflowing "
+                                      "logits; the option allow_non_finite_output (--allow-non-finite on the "
+                                      "command line) hands them to the caller instead");
   }
 }
 
@@ -489,10 +502,15 @@ void Model::throw_if_non_finite(const Comm& comm, const std::vector<std::uint64_
 void Model::predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
                            const RunOptions& options) {
   const std::unique_ptr<Plan> p = plan(comm, layout, PointGeometry{}, options);
-  predict_device(comm, *p, arrays, options);
+  predict_device(comm, *p, arrays, SampleArrays{}, options);
 }
 
 void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
+  predict_device(comm, plan, arrays, SampleArrays{}, options);
+}
+
+void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const SampleArrays& samples,
+                           const RunOptions& options) {
   const index_t n = plan.layout().local_points();
   collectively(comm, [&] {
     if (&plan.model() != this)
@@ -500,16 +518,18 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
                                                    plan.model().architecture() + "')");
     if (options.cuda_device < 0)
       throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
-    if (sample_in_channels() > 0 || sample_out_channels() > 0)
-      throw Error(ErrorCode::unsupported, "predict_device: the " + architecture_ +
-                                              " model has per-sample inputs or outputs, which predict_device does "
-                                              "not take; call predict() with SampleArrays");
-    if (n > 0 && (!arrays.in || !arrays.out)) throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if (n > 0 && ((!arrays.in && in_channels_ > 0) || (!arrays.out && out_channels_ > 0)))
+      throw Error(ErrorCode::invalid_argument, "null input or output array");
+    if ((sample_in_channels() > 0 || sample_out_channels() > 0) && device_input() == DeviceInput::caller_arrays)
+      throw Error(ErrorCode::internal, "predict_device: the " + architecture_ +
+                                           " forward on the caller's arrays takes no per-sample arrays");
+    check_sample_arrays(plan.layout().num_samples(), samples, "predict_device");
     check_precision(options);
   });
+  agree_sample_inputs(comm, plan.layout().num_samples(), samples, "predict_device");
   plan.rebind(comm);
   const ProfileScope scope(&plan.profile());
-  if (device_input() != DeviceInput::caller_arrays) return predict_device_gathered(comm, plan, arrays, options);
+  if (device_input() != DeviceInput::caller_arrays) return predict_device_gathered(comm, plan, arrays, samples, options);
   Io io;
   io.device = &arrays;
   // The same agreed summary as predict(): every rank's counts, per channel.
@@ -542,7 +562,8 @@ struct Model::DeviceStaging {
   kernels::cuda::DeviceBuffer<float> in, out;
 };
 
-void Model::predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options) {
+void Model::predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays,
+                                    const SampleArrays& samples, const RunOptions& options) {
   namespace cu = kernels::cuda;
   const index_t n = plan.layout().local_points();
   const int device = options.cuda_device;
@@ -617,6 +638,10 @@ void Model::predict_device_gathered(const Comm& comm, Plan& plan, const DeviceAr
   io.out = device_rows ? staging_->out.data() : output_buffer_.data();
   io.ld_out = ld_out;
   io.on_device = device_rows;
+  io.sample_in = samples.in;
+  io.ld_sample_in = samples.ld_in;
+  io.sample_out = samples.out;
+  io.ld_sample_out = samples.ld_out;
   {
     const ScopedPhase phase(kForwardPhase);
     forward(comm, plan, io, options);
@@ -631,12 +656,15 @@ void Model::predict_device_gathered(const Comm& comm, Plan& plan, const DeviceAr
       cu::synchronize(s);  // the caller's arrays are written on return
     });
   });
-  if (!options.allow_non_finite_output) throw_if_non_finite(comm, staging_->rows->output_counts(), true);
+  if (options.allow_non_finite_output) return;
+  throw_if_non_finite(comm, staging_->rows->output_counts(), true);
+  check_sample_outputs(comm, plan.layout().num_samples(), samples);
 }
 #else
 struct Model::DeviceStaging {};
 
-void Model::predict_device_gathered(const Comm& comm, Plan&, const DeviceArrays&, const RunOptions& options) {
+void Model::predict_device_gathered(const Comm& comm, Plan&, const DeviceArrays&, const SampleArrays&,
+                                    const RunOptions& options) {
   collectively(comm, [&] { detail::refuse_without_cuda_backend(architecture_, options.cuda_device); });
 }
 #endif

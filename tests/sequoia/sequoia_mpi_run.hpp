@@ -27,9 +27,10 @@ struct Outputs {
 /// Runs the registered model with the points spread over the ranks; returns every point's outputs (by
 /// global id) and the per-sample outputs of this rank.
 /// `inspect` (optional) sees the plan after the predicts; `check` (optional) also this rank's input rows
-/// (cin wide) and the per-point outputs predict() wrote (cout wide).
+/// (cin wide), the per-point outputs predict() wrote (cout wide) and the per-sample arrays it took (their
+/// outputs written).
 using Check = std::function<void(const surrogate::Comm&, surrogate::Model&, surrogate::Plan&, const std::vector<float>&,
-                                 const std::vector<float>&)>;
+                                 const std::vector<float>&, const surrogate::Model::SampleArrays&)>;
 inline Outputs distributed(const Batch& c, Spread spread, unsigned seed, int repeats = 1, const float* sample_in = nullptr,
                            const std::function<void(surrogate::Plan&)>& inspect = {},
                            const surrogate::RunOptions& options = {}, const Check& check = {}) {
@@ -82,7 +83,7 @@ inline Outputs distributed(const Batch& c, Spread spread, unsigned seed, int rep
   const auto plan = model->plan(comm, layout, g, options);
   for (int t = 0; t < repeats; ++t)
     model->predict(comm, *plan, f.data(), cin, cout > 0 ? out.data() : nullptr, cout, sa, options);
-  if (check) check(comm, *model, *plan, f, out);
+  if (check) check(comm, *model, *plan, f, out, sa);
   if (inspect) inspect(*plan);
   // Every point's outputs by global id.
   std::vector<int> counts(static_cast<std::size_t>(ranks)), displs(static_cast<std::size_t>(ranks));

@@ -4,7 +4,8 @@
 // root and leaf heads). Bitwise on the host backend, which runs the CPU's arithmetic and exp; within 1e-5 of
 // max|y| on a GPU, whose double exp may differ in the last bit (a float ulp now and then, carried through
 // the blocks). Also: repeatable, the dense layers in tf32 / bf16 against their emulation on the CPU, fp64
-// refused, a kept plan's hierarchy kept on the device (host backend).
+// refused, the caller's device arrays with per-sample host arrays, a kept plan's hierarchy kept on the
+// device (host backend).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "device_arrays.hpp"
 #include "gpu_test.hpp"
 #include "host_backend_hooks.hpp"
 #include "precision_emulation.hpp"
@@ -137,36 +139,63 @@ TEST(GpuSequoia, Tf32AndBf16DenseLayersOnTheDevice) {
   }
 }
 
-// A classification model (per-sample outputs) from the caller's device arrays: predict_device takes no
-// SampleArrays, so it refuses the model by name and points to predict(); nothing is written.
-TEST(GpuSequoia, PredictDeviceRefusesPerSampleOutputs) {
+// Per-sample arrays beside the caller's device arrays (predict_device with SampleArrays, host memory): a
+// classification's logits (its head on the device) and a segmentation's class vectors give predict()'s
+// bits; without them, or with a NaN class vector, the host path's errors on a call that writes nothing.
+TEST(GpuSequoia, PredictDeviceTakesPerSampleArraysOnTheHost) {
   SURROGATE_SKIP_WITHOUT_GPU();
-  namespace st = surrogate::testing;
-  const Batch c = sequoia_test::golden("cls", "small");
-  const auto model = surrogate::make_model(c.file);
-  const surrogate::SelfComm comm;
-  surrogate::PointGeometry g;
-  g.positions = c.positions.data();
-  g.ld_positions = 3;
-  surrogate::RunOptions options;
-  options.cuda_device = st::test_device();
-  const auto plan = model->plan(comm, surrogate::SampleLayout::build(comm, c.n(), c.batch_idx.data()), g, options);
-  auto d_in = st::to_device(std::vector<float>(c.features.begin(), c.features.end()), options.cuda_device);
-  auto d_out = st::to_device(std::vector<float>(1, -7.0f), options.cuda_device);
-  surrogate::Model::DeviceArrays a;
-  a.in = d_in.data();
-  a.out = d_out.data();
-  a.in_point_stride = model->in_channels();
-  a.out_point_stride = 1;
-  try {
-    model->predict_device(comm, *plan, a, options);
-    FAIL() << "predict_device accepted a model with per-sample outputs";
-  } catch (const surrogate::Error& e) {
-    EXPECT_EQ(e.code(), surrogate::ErrorCode::unsupported) << e.what();
-    EXPECT_NE(std::string(e.what()).find("per-sample"), std::string::npos) << e.what();
-    EXPECT_NE(std::string(e.what()).find("predict()"), std::string::npos) << e.what();
+  for (const Batch& c : {sequoia_test::golden("cls", "small"), sequoia_test::golden("seg", "small"),
+                         sequoia_test::synthetic(sequoia_test::example_model("cls"), {700, 800}, 12u)}) {
+    SCOPED_TRACE(c.model);
+    const auto model = surrogate::make_model(c.file);
+    const surrogate::SelfComm comm;
+    surrogate::RunOptions options;
+    options.cuda_device = st::test_device();
+    const auto plan = plan_of(comm, *model, c, options);
+    const int in = model->in_channels(), out = model->out_channels();
+    const int s_in = model->sample_in_channels(), s_out = model->sample_out_channels();
+    ASSERT_GT(s_in + s_out, 0);
+    std::vector<float> per_point(static_cast<std::size_t>(std::max<std::int64_t>(c.n() * out, 1)));
+    std::vector<float> per_sample(c.sizes.size() * static_cast<std::size_t>(std::max(s_out, 1)));
+    surrogate::Model::SampleArrays sa;
+    sa.in = s_in > 0 ? c.sample_features.data() : nullptr;
+    sa.ld_in = s_in;
+    sa.out = s_out > 0 ? per_sample.data() : nullptr;
+    sa.ld_out = s_out;
+    model->predict(comm, *plan, c.features.data(), in, out > 0 ? per_point.data() : nullptr, out, sa, options);
+    if (out == 0) per_point.clear();
+    st::expect_device_arrays_match(comm, *model, *plan, c.features, in, per_point, out, 0.0f, options, c.model, sa);
+
+    const auto refused = [&](const surrogate::Model::SampleArrays& samples, surrogate::ErrorCode code,
+                             const std::string& words) {
+      auto d_in = st::to_device(c.features, options.cuda_device);
+      auto d_out = st::to_device(std::vector<float>(std::max<std::size_t>(per_point.size(), 1), -7.0f), options.cuda_device);
+      surrogate::Model::DeviceArrays a;
+      a.in = d_in.data();
+      a.out = out > 0 ? d_out.data() : nullptr;
+      a.in_point_stride = in;
+      a.out_point_stride = out;
+      try {
+        model->predict_device(comm, *plan, a, samples, options);
+        ADD_FAILURE() << "predict_device accepted " << words;
+      } catch (const surrogate::Error& e) {
+        EXPECT_EQ(e.code(), code) << e.what();
+        EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("predict_device"), std::string::npos) << e.what();
+      }
+      const std::vector<float> left = st::to_host(d_out.data(), d_out.size(), options.cuda_device);
+      EXPECT_TRUE(std::all_of(left.begin(), left.end(), [](float v) { return v == -7.0f; })) << "written";
+    };
+    if (s_out > 0) refused({}, surrogate::ErrorCode::invalid_argument, "per-sample output array");
+    if (s_in > 0) {
+      refused({}, surrogate::ErrorCode::input, "per-sample input");
+      std::vector<float> bad = c.sample_features;
+      bad[1] = std::nanf("");
+      surrogate::Model::SampleArrays nan = sa;
+      nan.in = bad.data();
+      refused(nan, surrogate::ErrorCode::input, "NaN/Inf");
+    }
   }
-  EXPECT_EQ(st::to_host(d_out.data(), 1, options.cuda_device)[0], -7.0f);
 }
 
 // A predict on a kept plan uploads only its features (and class vectors): the hierarchy's arrays stay on
@@ -227,37 +256,59 @@ TEST(GpuSequoiaHostBackend, AKeptPlansNetworkIsOneGraph) {
   }
 }
 
-// A segmentation model without class vectors takes the caller's device arrays: on a kept plan the rows
-// reach the share's points and come back by the plan's exchanges on device rows, bitwise predict()'s result;
-// once the first call has set up the device's normalisation and order, a call waits for the device twice
-// (the agreed counts of non-finite inputs, and the end) and downloads only those counts.
+// The caller's device arrays on a kept plan: the rows reach the share's points and come back by the plan's
+// exchanges on device rows, bitwise predict()'s result; once the first call has set up the device's
+// normalisation and order, a call waits for the device twice (the agreed counts of non-finite inputs, and
+// the end) and downloads only those counts; a classification's second wait is for its B x classes logits,
+// which it downloads besides (its end has nothing left to wait for). A segmentation model without and with
+// class vectors (uploaded every call).
 TEST(GpuSequoiaHostBackend, DeviceArraysStayOnTheDeviceOnAKeptPlan) {
   SURROGATE_HOST_BACKEND_ONLY();
-  const Batch c =
-      sequoia_test::without_class_vectors(sequoia_test::synthetic(sequoia_test::data_path("seg"), {700, 800}, 11u));
-  const surrogate::SelfComm comm;
-  const auto model = surrogate::make_model(c.file);
-  ASSERT_EQ(model->sample_in_channels(), 0);
-  surrogate::RunOptions options;
-  options.cuda_device = host_backend::kDevice;
-  const int in = model->in_channels(), out = model->out_channels();
-  const auto plan = plan_of(comm, *model, c, options);
-  std::vector<float> want(static_cast<std::size_t>(c.n() * out));
-  model->predict(comm, *plan, c.features.data(), in, want.data(), out, options);  // the hierarchy uploaded
-  auto d_in = st::to_device(c.features, options.cuda_device);
-  auto d_out = st::to_device(std::vector<float>(want.size()), options.cuda_device);
-  surrogate::Model::DeviceArrays arrays;
-  arrays.in = d_in.data();
-  arrays.out = d_out.data();
-  arrays.in_point_stride = in;
-  arrays.out_point_stride = out;
-  model->predict_device(comm, *plan, arrays, options);  // the first also uploads the normalisation and order
-  EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
-  const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
-  model->predict_device(comm, *plan, arrays, options);
-  EXPECT_EQ(host_backend::host_waits - waits, 2);
-  EXPECT_LE(host_backend::bytes_to_host - down, static_cast<long long>(sizeof(unsigned long long)) * (in + out + 1));
-  EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
+  const Batch seg = sequoia_test::synthetic(sequoia_test::data_path("seg"), {700, 800}, 11u);
+  for (const Batch& c : {sequoia_test::without_class_vectors(seg), seg,
+                         sequoia_test::synthetic(sequoia_test::data_path("cls"), {700, 800}, 11u)}) {
+    SCOPED_TRACE(c.model);
+    const surrogate::SelfComm comm;
+    const auto model = surrogate::make_model(c.file);
+    surrogate::RunOptions options;
+    options.cuda_device = host_backend::kDevice;
+    const int in = model->in_channels(), out = model->out_channels(), s_out = model->sample_out_channels();
+    const auto B = static_cast<long long>(c.sizes.size());
+    const auto plan = plan_of(comm, *model, c, options);
+    std::vector<float> want(static_cast<std::size_t>(std::max<long long>(c.n() * out, 1)));
+    std::vector<float> want_samples(static_cast<std::size_t>(std::max<long long>(B * s_out, 1)));
+    surrogate::Model::SampleArrays sa;
+    sa.in = model->sample_in_channels() > 0 ? c.sample_features.data() : nullptr;
+    sa.ld_in = model->sample_in_channels();
+    sa.out = s_out > 0 ? want_samples.data() : nullptr;
+    sa.ld_out = s_out;
+    model->predict(comm, *plan, c.features.data(), in, out > 0 ? want.data() : nullptr, out, sa, options);  // uploads
+    std::vector<float> got_samples(want_samples.size());
+    surrogate::Model::SampleArrays device_sa = sa;
+    device_sa.out = s_out > 0 ? got_samples.data() : nullptr;
+    auto d_in = st::to_device(c.features, options.cuda_device);
+    auto d_out = st::to_device(std::vector<float>(want.size()), options.cuda_device);
+    surrogate::Model::DeviceArrays arrays;
+    arrays.in = d_in.data();
+    arrays.out = out > 0 ? d_out.data() : nullptr;
+    arrays.in_point_stride = in;
+    arrays.out_point_stride = out;
+    model->predict_device(comm, *plan, arrays, device_sa, options);  // the first also uploads the normalisation and order
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
+    EXPECT_EQ(got_samples, want_samples);
+    std::fill(got_samples.begin(), got_samples.end(), 0.0f);
+    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host, up = host_backend::bytes_to_device;
+    model->predict_device(comm, *plan, arrays, device_sa, options);
+    const long long waited = host_backend::host_waits - waits, downloaded = host_backend::bytes_to_host - down,
+                    uploaded = host_backend::bytes_to_device - up;
+    std::printf("  %s: %lld waits, %lld bytes down, %lld bytes up on a kept plan\n", c.model.c_str(), waited,
+                downloaded, uploaded);
+    EXPECT_EQ(waited, 2);
+    EXPECT_LE(downloaded, static_cast<long long>(sizeof(unsigned long long)) * (in + out + 1) + B * s_out * 4);
+    EXPECT_EQ(uploaded, B * model->sample_in_channels() * 4) << "only the class vectors";
+    EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), options.cuda_device), want);
+    EXPECT_EQ(got_samples, want_samples);
+  }
 }
 
 }  // namespace

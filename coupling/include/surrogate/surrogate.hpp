@@ -97,11 +97,11 @@ class Surrogate {
   /// physical units, in the order of set_points (`out` may be null when out_channels() is 0); per-sample
   /// inputs and outputs through set_sample_inputs() / sample_outputs(). Inputs with NaN/Inf are an error on every rank.
   /// With a CUDA device selected, `in` and `out` (and nothing else of this class) may be CUDA device
-  /// memory of the rank's device. Both on the device on every rank with points: device-resident (the
-  /// normalisation and de-normalisation run on the device, outputs written into `out` directly, any
-  /// strides; FLARE's and HEPT's forward read the device rows, the other families' take them through host
-  /// memory). One of them on the device, or per-sample values: staged through host memory (non-negative
-  /// strides). The rules in detail: surrogate.h (surrogate_predict_f64), cuda.md.
+  /// memory of the rank's device. Both on the device on every rank with points (a null `out` when
+  /// out_channels() is 0): device-resident (the normalisation, the forward and the de-normalisation run on
+  /// the device, outputs written into `out` directly, any strides; per-sample values stay host memory).
+  /// One of them on the device: staged through host memory (non-negative strides). The rules in detail:
+  /// surrogate.h (surrogate_predict_f64), cuda.md.
   template <class Real>
   void predict(Strided<const Real> in, Strided<Real> out);
 

@@ -265,12 +265,16 @@ class Model {
   /// are written into `arrays.out` directly (elements between the strides are not touched). Same
   /// arithmetic and the same errors as predict() with the inputs rounded to float and float outputs.
   /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
-  /// "Streams"); `arrays.out` is written on return. Families whose forward reads device rows
-  /// (device_input(): all but the ShapeNet-Car wrappers of Erwin and BSA) keep every array on the device;
-  /// the others get the gathered, normalised rows through host memory (one copy each way;
-  /// share/docs/cuda.md, "Host and device arrays"). Models with per-sample inputs or outputs are refused
-  /// (Error(unsupported) on every rank): predict() takes them.
+  /// "Streams"); `arrays.out` is written on return. Every family's forward reads the arrays on the device
+  /// (device_input()); the only host traffic is the agreed status (share/docs/cuda.md, "Host and device
+  /// arrays"). A model with per-sample inputs or outputs takes them with the SampleArrays form.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
+  /// predict_device() with per-sample arrays in host memory (SampleArrays, as predict() takes them: B rows
+  /// of a few values, checked the same way): the per-point arrays stay on the device, the per-sample inputs
+  /// are uploaded and the per-sample outputs written on every rank on return (Sequoia's class vectors and
+  /// classification logits).
+  void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const SampleArrays& samples,
+                      const RunOptions& options);
   /// One-shot form (plan(), then predict_device()).
   void predict_device(const Comm& comm, const SampleLayout& layout, const DeviceArrays& arrays,
                       const RunOptions& options);
@@ -346,7 +350,13 @@ class Model {
   void predict_rows(const Comm& comm, Plan& plan, const float* in, index_t ld_in, Real* out, index_t ld_out,
                     const SampleArrays& samples, const RunOptions& options);
 
-  void predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
+  void predict_device_gathered(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const SampleArrays& samples,
+                               const RunOptions& options);
+  /// The per-sample arrays' checks of predict() and predict_device(), `call` naming the call: this rank's
+  /// arrays (local); the inputs equal on every rank (collective); the outputs finite (collective).
+  void check_sample_arrays(index_t B, const SampleArrays& samples, const char* call) const;
+  void agree_sample_inputs(const Comm& comm, index_t B, const SampleArrays& samples, const char* call) const;
+  void check_sample_outputs(const Comm& comm, index_t B, const SampleArrays& samples) const;
 
   std::vector<float> input_buffer_, output_buffer_;
   std::vector<double> output_buffer64_;
