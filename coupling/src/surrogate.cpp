@@ -273,7 +273,7 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
   std::vector<Real> in_stage, out_stage;
   const Real* in_data = in.data;
   Real* out_data = out.data;
-  if (in_on_device || out_on_device) {
+  if (s.cuda_device >= 0) {  // every rank (the ranks' arrays may differ: some on the device, some not)
     collectively(s.comm, [&] {
       const std::int64_t in_extent = strided_extent(n, cin, in.point_stride, in.component_stride);
       const std::int64_t out_extent = strided_extent(n, cout, out.point_stride, out.component_stride);
@@ -328,8 +328,10 @@ void Surrogate::predict(Strided<const Real> in, Strided<Real> out) {
     for (std::int64_t i = 0; i < n; ++i)
       for (int c = 0; c < cout; ++c)
         out_data[i * out.point_stride + c * out.component_stride] = out_buffer[static_cast<std::size_t>(i * cout + c)];
-  if (out_on_device)
-    collectively(s.comm, [&] { detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real)); });
+  if (s.cuda_device >= 0)  // every rank, as above
+    collectively(s.comm, [&] {
+      if (out_on_device) detail::copy_host_to_device(out.data, out_stage.data(), out_stage.size() * sizeof(Real));
+    });
 }
 
 const char* version() noexcept { return SURROGATE_VERSION_STRING; }

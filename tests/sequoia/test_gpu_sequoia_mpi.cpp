@@ -119,7 +119,8 @@ TEST(GpuSequoiaMpi, TensorCorePrecisionsAreTheOneProcessForward) {
 // Through the coupling API (surrogate::Surrogate, the engine of the C and Fortran APIs): device arrays for
 // the points' inputs and outputs (a classification: no outputs, a null `out`) with the per-sample values
 // on the host (set_sample_inputs, sample_outputs) take the device-resident predict, bitwise the predict
-// from host arrays, at 1-4 ranks with unequal shares and an empty last rank.
+// from host arrays, at 1-4 ranks with unequal shares and an empty last rank; ranks that differ (host
+// arrays on one, device arrays on the others) are staged, with the same values.
 TEST(GpuSequoiaMpi, CouplingApiTakesDeviceArraysWithPerSampleValues) {
   SURROGATE_SKIP_WITHOUT_GPU();
   namespace st = surrogate::testing;
@@ -167,6 +168,14 @@ TEST(GpuSequoiaMpi, CouplingApiTakesDeviceArraysWithPerSampleValues) {
       EXPECT_EQ(s.sample_outputs(), host_samples);
       EXPECT_EQ(st::to_host(d_out.data(), d_out.size(), st::local_device()), host_out);
       EXPECT_EQ(host_samples.empty(), s.sample_out_channels() == 0);
+      // Ranks that differ (rank 0 host arrays, the others device arrays): staged, the same values.
+      auto d_out2 = st::to_device(std::vector<float>(host_out.size(), -1.0f), st::local_device());
+      std::vector<float> out2(host_out.size(), -1.0f);
+      if (rank == 0) s.predict<float>({in.data(), cin, 1}, {out > 0 ? out2.data() : nullptr, out, 1});
+      else s.predict<float>({d_in.data(), cin, 1}, {out > 0 ? d_out2.data() : nullptr, out, 1});
+      if (rank != 0) out2 = st::to_host(d_out2.data(), d_out2.size(), st::local_device());
+      EXPECT_EQ(out2, host_out);
+      EXPECT_EQ(s.sample_outputs(), host_samples);
     }
   }
 }
