@@ -266,8 +266,9 @@ class Model {
   /// arithmetic and the same errors as predict() with the inputs rounded to float and float outputs.
   /// Ordered after the work enqueued before the call on the device's default stream (share/docs/cuda.md,
   /// "Streams"); `arrays.out` is written on return. Every family's forward reads the arrays on the device
-  /// (device_input()); the only host traffic is the agreed status (share/docs/cuda.md, "Host and device
-  /// arrays"). A model with per-sample inputs or outputs takes them with the SampleArrays form.
+  /// (device_input()); the only host traffic is the agreed status and the per-sample values
+  /// (share/docs/cuda.md, "Host and device arrays"). A model with per-sample inputs or outputs takes them
+  /// with the SampleArrays form.
   void predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arrays, const RunOptions& options);
   /// predict_device() with per-sample arrays in host memory (SampleArrays, as predict() takes them: B rows
   /// of a few values, checked the same way): the per-point arrays stay on the device, the per-sample inputs
