@@ -520,9 +520,6 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
       throw Error(ErrorCode::invalid_argument, "predict_device: no CUDA device selected (RunOptions::cuda_device)");
     if (n > 0 && ((!arrays.in && in_channels_ > 0) || (!arrays.out && out_channels_ > 0)))
       throw Error(ErrorCode::invalid_argument, "null input or output array");
-    if ((sample_in_channels() > 0 || sample_out_channels() > 0) && device_input() == DeviceInput::caller_arrays)
-      throw Error(ErrorCode::internal, "predict_device: the " + architecture_ +
-                                           " forward on the caller's arrays takes no per-sample arrays");
     check_sample_arrays(plan.layout().num_samples(), samples, "predict_device");
     check_precision(options);
   });
@@ -532,12 +529,19 @@ void Model::predict_device(const Comm& comm, Plan& plan, const DeviceArrays& arr
   if (device_input() != DeviceInput::caller_arrays) return predict_device_gathered(comm, plan, arrays, samples, options);
   Io io;
   io.device = &arrays;
+  io.sample_in = samples.in;
+  io.ld_sample_in = samples.ld_in;
+  io.sample_out = samples.out;
+  io.ld_sample_out = samples.ld_out;
   // The same agreed summary as predict(): every rank's counts, per channel.
   io.check_inputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(comm, bad, false); };
   if (!options.allow_non_finite_output)
     io.check_outputs = [&](const std::vector<std::uint64_t>& bad) { throw_if_non_finite(comm, bad, true); };
-  const ScopedPhase phase(kForwardPhase);
-  forward(comm, plan, io, options);
+  {
+    const ScopedPhase phase(kForwardPhase);
+    forward(comm, plan, io, options);
+  }
+  if (!options.allow_non_finite_output) check_sample_outputs(comm, plan.layout().num_samples(), samples);
 }
 
 void* Model::device_stream(const Comm& comm, const RunOptions&) {

@@ -202,8 +202,8 @@ class Model final : public PointCloudModel {
       });
     }
     // Per-point outputs back to the rows' ranks; per-sample outputs to every rank, in sample order.
-    result.resize(std::max<std::size_t>(1, result.size()));
     if (!segmentation(cfg_)) return write_sample_outputs(plan, io, result);
+    result.resize(std::max<std::size_t>(1, result.size()));
     if (plan.split()) plan.split_rows().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
     else plan.owners().rows_plan().backward(result.data(), cfg_.n_part, io.out, io.ld_out, cfg_.n_part);
   }

@@ -372,11 +372,9 @@ void classification_head(Exec& e) {
   }
   e.stage([&] {
     const Rows x = level == 0 ? Rows{} : e.array(Array::x, level, h.nodes(level), cols);
-    e.tiles(B, kTileRows, false, [&](auto& ops, auto&, index_t r0, index_t n) {
+    e.tiles(B, kTileRows, false, [&](auto& ops, auto& work, index_t r0, index_t n) {
       ops.tree_sums({x, all, g.samples.first + r0, g.samples.keys, n, cols, nullptr,
                      g.sample_counts ? g.sample_counts + r0 : nullptr, z.range(r0, n)});
-    });
-    e.tiles(B, kTileRows, false, [&](auto& ops, auto& work, index_t r0, index_t n) {
       const Rows ut = work.dense_target(w.head0, work.rows(Slot::u, n, w.hidden));
       ops.dense({&w.head0, z.range(r0, n), ut});
       ops.tree_norm({&w.head_bn, ut, true});
