@@ -8,7 +8,8 @@ PyTorch user would run.
     python3 benchmarks/gpu/flare_gpu_vs_pytorch.py --build build --points 262144 1048576 --latents 64 256
 
 A PyTorch run that fails (no Triton for torch.compile, out of memory) shows as nan; `--no-compile` leaves
-the compiled runs out (they compile during their warm-up, about a minute each).
+the compiled runs out (they compile during their warm-up, about a minute each), `--compile-runs bf16` keeps
+only the peer's (where device time is short).
 """
 import argparse
 import json
@@ -41,6 +42,8 @@ def main():
     ap.add_argument("--python", default=sys.executable, help="Python with torch >= 2.1 and CUDA")
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--no-compile", action="store_true", help="leave out the torch.compile runs")
+    ap.add_argument("--compile-runs", nargs="+", choices=["bf16", "tf32"], default=["bf16", "tf32"],
+                    help="which torch.compile runs (default both; the peer is bf16)")
     args = ap.parse_args()
     bench = Path(args.build) / "benchmarks" / "gpu" / "bench_flare_gpu"
     if not bench.exists():
@@ -56,9 +59,10 @@ def main():
                 ours[name] = run_json([str(bench), *common, "--device", str(args.device), "--json", *extra])
             torch_side = {}
             runs = [("eager fp32", ["--dtype", "float32"]), ("eager bf16", ["--dtype", "bfloat16"])]
+            compiled = {"bf16": ("compile bf16", ["--dtype", "bfloat16", "--compile"]),
+                        "tf32": ("compile tf32", ["--dtype", "float32", "--tf32", "--compile"])}
             if not args.no_compile:
-                runs += [("compile bf16", ["--dtype", "bfloat16", "--compile"]),
-                         ("compile tf32", ["--dtype", "float32", "--tf32", "--compile"])]
+                runs += [compiled[k] for k in ("bf16", "tf32") if k in args.compile_runs]
             for name, extra in runs:
                 torch_side[name] = run_json([args.python, str(HERE / "flare_pytorch_gpu.py"), *common, *extra,
                                              "--device", f"cuda:{args.device}"])

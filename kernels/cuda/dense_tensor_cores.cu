@@ -4,7 +4,8 @@
 // from the layer's packed fragments (pack_mlp_fragments: one 8-byte load a lane per tile), FP32
 // accumulators from zero; then bias, activation and residual in FP32, as the tensor-core MLP
 // (mlp_tensor_cores.cu) and the CPU emulation of its arithmetic (tests/support/precision_emulation).
-// No shared memory, no barrier; a row's result depends on that row alone.
+// No shared memory, no barrier; a row's result depends on that row alone. A values are loaded one k step
+// ahead, and the residual before the first store (it may alias y), so that loads overlap work.
 #include "mma.cuh"
 #include "activation.cuh"
 #include "surrogate/kernels/cuda.hpp"
@@ -29,22 +30,37 @@ __global__ void __launch_bounds__(kThreads) dense_mma_kernel(DenseArgs a) {
   // x[row][k], zero outside the layer (the padding of the fragments is zero too, so 0 * 0).
   auto x = [&](index_t row, int k) { return row < a.rows && k < a.in ? __ldg(a.x + row * a.ldx + k) : 0.0f; };
   const index_t r_lo = row0 + g, r_hi = row0 + g + 8;
+  // A values of k tile kt, in fragment order. Loaded one k tile ahead of the products that use them, so
+  // that the loads' latency overlaps the products instead of stalling the warp at every k step.
+  constexpr int kA = kBf16 ? 8 : 4;
+  auto load_a = [&](int kt, float (&v)[kA]) {
+    const int k = kt * kK;
+    if constexpr (kBf16) {
+      const int c0 = k + 2 * t, c1 = c0 + 8;
+      v[0] = x(r_lo, c0), v[1] = x(r_lo, c0 + 1), v[2] = x(r_hi, c0), v[3] = x(r_hi, c0 + 1);
+      v[4] = x(r_lo, c1), v[5] = x(r_lo, c1 + 1), v[6] = x(r_hi, c1), v[7] = x(r_hi, c1 + 1);
+    } else {
+      v[0] = x(r_lo, k + t), v[1] = x(r_hi, k + t), v[2] = x(r_lo, k + t + 4), v[3] = x(r_hi, k + t + 4);
+    }
+  };
   float acc[kPassTiles][4];
 #pragma unroll
   for (int j = 0; j < kPassTiles; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.0f;
+  float cur[kA] = {}, ahead[kA] = {};
+  if (k_tiles > 0) load_a(0, cur);
   for (int kt = 0; kt < k_tiles; ++kt) {
-    const int k = kt * kK;
+    if (kt + 1 < k_tiles) load_a(kt + 1, ahead);
     std::uint32_t af[4];
     if constexpr (kBf16) {
-      af[0] = mma::bf16x2(x(r_lo, k + 2 * t), x(r_lo, k + 2 * t + 1));
-      af[1] = mma::bf16x2(x(r_hi, k + 2 * t), x(r_hi, k + 2 * t + 1));
-      af[2] = mma::bf16x2(x(r_lo, k + 2 * t + 8), x(r_lo, k + 2 * t + 9));
-      af[3] = mma::bf16x2(x(r_hi, k + 2 * t + 8), x(r_hi, k + 2 * t + 9));
+      af[0] = mma::bf16x2(cur[0], cur[1]);
+      af[1] = mma::bf16x2(cur[2], cur[3]);
+      af[2] = mma::bf16x2(cur[4], cur[5]);
+      af[3] = mma::bf16x2(cur[6], cur[7]);
     } else {
-      af[0] = mma::tf32(x(r_lo, k + t));
-      af[1] = mma::tf32(x(r_hi, k + t));
-      af[2] = mma::tf32(x(r_lo, k + t + 4));
-      af[3] = mma::tf32(x(r_hi, k + t + 4));
+      af[0] = mma::tf32(cur[0]);
+      af[1] = mma::tf32(cur[1]);
+      af[2] = mma::tf32(cur[2]);
+      af[3] = mma::tf32(cur[3]);
     }
 #pragma unroll
     for (int j = 0; j < kPassTiles; ++j) {
@@ -56,7 +72,20 @@ __global__ void __launch_bounds__(kThreads) dense_mma_kernel(DenseArgs a) {
       else
         mma::tf32_m16n8k8(acc[j], af, b);
     }
+#pragma unroll
+    for (int i = 0; i < kA; ++i) cur[i] = ahead[i];
   }
+  // The residual is read whole before the first store: `add` may alias y, and a load after a store to a
+  // possibly equal address would wait for memory at every output.
+  float add[kPassTiles][4];
+#pragma unroll
+  for (int j = 0; j < kPassTiles; ++j)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const index_t row = e < 2 ? r_lo : r_hi;
+      const int c = 8 * (n0 + j) + 2 * t + e % 2;
+      add[j][e] = a.add && n0 + j < n_tiles && row < a.rows && c < a.out ? a.add[row * a.ld_add + c] : 0.0f;
+    }
 #pragma unroll
   for (int j = 0; j < kPassTiles; ++j) {
     if (n0 + j >= n_tiles) break;
@@ -66,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) dense_mma_kernel(DenseArgs a) {
       const int c = 8 * (n0 + j) + 2 * t + e % 2;
       if (row >= a.rows || c >= a.out) continue;
       float v = activate(a.act, acc[j][e] + __ldg(a.bias + c));
-      if (a.add) v += a.add[row * a.ld_add + c];
+      if (a.add) v += add[j][e];
       a.y[row * a.ldy + c] = v;
     }
   }

@@ -1,23 +1,25 @@
 // Fused residual MLP on the tensor cores (MlpPrecision bf16 / tf32), with mma.sync (mma.cuh): every warp
 // takes its own 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers.
 //
-//   - The input rows are loaded (and normalised, with MlpArgs::norm) once; a layer's input rows sit in
-//     FP32 in the warp's part of shared memory (two ping-pong tiles of 16 T rows x lda floats); A fragments
-//     are read from them and rounded as they are read (bf16 pairs, nearest even; or tf32, cvt.rna), so
-//     the residual adds the unrounded FP32 input.
+//   - The input rows are loaded (row_tiles.cuh: batched, coalesced) and normalised (MlpArgs::norm) once;
+//     a layer's input rows sit in FP32 in the warp's part of shared memory (one tile of 16 T rows x lda
+//     floats, outputs in place, up to width 64; two, ping-pong, above); A fragments are read from them and
+//     rounded as they are read (bf16 pairs, nearest even; or tf32, cvt.rna), so the residual adds the
+//     unrounded FP32 input.
 //   - B fragments come straight from global memory (cached: a layer is at most 128 KiB in bf16, 256 in tf32),
 //     packed by pack_mlp_fragments in the order the lanes read them: one coalesced 8-byte load a lane per
 //     16 x 8 (bf16) or 8 x 8 (tf32) tile.
 //   - A pass covers 64 output columns: 8 products per k step and row tile accumulate in registers (FP32);
-//     the epilogue adds bias, activation and residual in registers and writes the next layer's input tile,
-//     or the output (+ extra) to global memory after the last layer.
+//     the epilogue adds bias, activation and residual in registers and writes the next layer's input tile;
+//     the last layer's tile leaves for global memory whole (row_tiles.cuh, + extra as it leaves).
 //
 // A row's result depends on that row alone (each output is one product chain over its row), so not on its
-// warp or block. Shared memory: 4 warps x 2 x 16 T x lda floats, lda = round_up(w, 16) + 8 (bf16: 8-byte
-// fragment reads free of bank conflicts) or + 4 (tf32: 4-byte reads).
+// warp or block. Shared memory: 4 warps x (1 for T = 2, else 2) x 16 T x lda floats, lda = round_up(w, 16)
+// + 8 (bf16: 8-byte fragment reads free of bank conflicts) or + 4 (tf32: 4-byte reads).
 #include "mma.cuh"
 #include "activation.cuh"
 #include "row_norm.cuh"
+#include "row_tiles.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -26,6 +28,11 @@ namespace {
 
 constexpr int kWarps = 4, kThreads = 32 * kWarps;
 constexpr int kPassTiles = 8;  // n tiles of 8 columns in one pass: 64 output columns
+
+// Widths up to 64 (T = 2) take every layer in one pass: a layer's outputs replace its inputs in one tile
+// once all its products have read them (half the shared memory: more warps on an SM). Wider layers take
+// several passes over the same inputs: two tiles, ping-pong.
+__host__ __device__ constexpr int tiles_per_warp(int T) { return T == 2 ? 1 : 2; }
 
 struct Shape {
   int tiles = 1;  // row tiles of 16 per warp
@@ -38,7 +45,7 @@ Shape shape(MlpPrecision precision, int max_width) {
   const int k = static_cast<int>(round_up(max_width, 16));
   s.tiles = k <= 64 ? 2 : 1;
   s.lda = k + (precision == MlpPrecision::bf16 ? 8 : 4);
-  s.bytes = static_cast<std::size_t>(kWarps) * 2 * 16 * static_cast<std::size_t>(s.tiles) *
+  s.bytes = static_cast<std::size_t>(kWarps) * tiles_per_warp(s.tiles) * 16 * static_cast<std::size_t>(s.tiles) *
             static_cast<std::size_t>(s.lda) * sizeof(float);
   return s;
 }
@@ -48,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
   constexpr bool kBf16 = P == MlpPrecision::bf16;
   constexpr int kK = kBf16 ? 16 : 8;  // K of one product
   constexpr int kRows = 16 * T;
+  constexpr bool kInPlace = tiles_per_warp(T) == 1;
   SURROGATE_DYNAMIC_SHARED(float, smem);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
@@ -55,12 +63,11 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
   if (row0 >= a.rows) return;  // the whole warp: nothing below waits for other warps
   const int rows = a.rows - row0 < kRows ? static_cast<int>(a.rows - row0) : kRows;
   const int tile_floats = kRows * lda;
-  float* const tiles = smem + static_cast<std::size_t>(warp) * 2 * tile_floats;  // the warp's two tiles
+  float* const tiles = smem + static_cast<std::size_t>(warp) * tiles_per_warp(T) * tile_floats;
 
   {  // the input rows; padding rows and the columns up to the first layer's K are zero
     const int in = a.layers[0].in, width = (in + kK - 1) / kK * kK;
-    for (int r = 0; r < kRows; ++r)  // lanes along a row: coalesced reads, no division
-      for (int c = lane; c < width; c += 32) tiles[r * lda + c] = r < rows && c < in ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
+    row_tiles::load(a.x + row0 * a.ldx, a.ldx, rows, in, kRows, width, tiles, lda, lane);
     __syncwarp();
     if (a.norm.weight)  // the input norm, in place, row by row (row_norm.cuh: the norm kernel's bits)
       for (int r = 0; r < kRows; ++r)
@@ -73,7 +80,7 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
     const MlpLayer L = a.layers[l];
     const bool last = l + 1 == a.num_layers;
     const float* const x = tiles + cur * tile_floats;
-    float* const next = tiles + (cur ^ 1) * tile_floats;
+    float* const next = tiles + (kInPlace ? 0 : cur ^ 1) * tile_floats;
     const int k_tiles = (L.in + kK - 1) / kK, n_tiles = (L.out + 7) / 8;
     const uint2* const frags = reinterpret_cast<const uint2*>(kBf16 ? L.bf16 : L.tf32);
     if (frags == nullptr) __trap();  // the layer was not packed for this precision
@@ -121,6 +128,7 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
         }
       }
 
+      if (kInPlace) __syncwarp();  // every lane has read its A fragments before any output replaces them
       // Epilogue: lane (g, t) holds columns c, c + 1 of rows g and g + 8 of every row tile.
 #pragma unroll
       for (int j = 0; j < kPassTiles; ++j) {
@@ -138,17 +146,7 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
               v0 += x[r * lda + c];
               v1 += x[r * lda + c + 1];
             }
-            if (!last) {
-              *reinterpret_cast<float2*>(next + r * lda + c) = make_float2(v0, v1);
-            } else if (r < rows) {
-              const index_t row = row0 + r;
-              if (a.extra) {
-                v0 += a.extra[row * a.ld_extra + c];
-                if (c + 1 < L.out) v1 += a.extra[row * a.ld_extra + c + 1];
-              }
-              if (c < L.out) a.y[row * a.ldy + c] = v0;
-              if (c + 1 < L.out) a.y[row * a.ldy + c + 1] = v1;
-            }
+            *reinterpret_cast<float2*>(next + r * lda + c) = make_float2(v0, v1);
           }
       }
     }
@@ -158,8 +156,11 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
         for (int c = from; c < to; ++c) next[r * lda + c] = 0.0f;
     }
     __syncwarp();  // the next tile is complete before anyone reads it; nobody reads this one any more
-    cur ^= 1;
+    if (!kInPlace) cur ^= 1;
   }
+  // The last layer's rows (in the tile `cur` now) go out whole: coalesced, extra added as they leave.
+  row_tiles::store(tiles + cur * tile_floats, lda, rows, a.layers[a.num_layers - 1].out, a.y + row0 * a.ldy, a.ldy,
+                   a.extra ? a.extra + row0 * a.ld_extra : nullptr, a.ld_extra, lane);
 }
 
 template <MlpPrecision P, int T>

@@ -355,6 +355,78 @@ TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
   }
 }
 
+// The MLP kernels (FP32 and tensor cores) read their rows and write their results with 16-byte accesses
+// where the strides, widths and addresses allow it and 4-byte ones elsewhere (kernels/cuda/row_tiles.cuh):
+// both give the same bits, with `extra` apart or in place (x = y = extra), for rows that end inside a
+// warp's tile, and neither touches the columns of y past `out`. On the host backend the tensor cores'
+// 4-byte layout is also bitwise the CPU emulation with the extra added.
+TEST_F(GpuKernels, FusedMlpGivesTheSameBitsForEveryRowLayout) {
+  std::mt19937 gen(12);
+  const auto gelu = k::Activation::gelu_tanh, silu = k::Activation::silu;
+  const MlpShape shapes[] = {{64, 64, 64, 3, true, true, gelu}, {16, 40, 16, 1, true, true, silu},
+                             {12, 24, 20, 1, false, false, gelu}, {3, 5, 7, -1, true, true, gelu},
+                             {256, 256, 256, 1, true, true, gelu}};
+  const float sentinel = -7.25f;
+  for (auto [precision, model_precision] : {std::pair{cu::MlpPrecision::fp32, surrogate::Precision::fp32},
+                                            std::pair{cu::MlpPrecision::tf32, surrogate::Precision::tf32},
+                                            std::pair{cu::MlpPrecision::bf16, surrogate::Precision::bf16}})
+    for (const MlpShape& s : shapes) {
+      const auto layers = make_mlp(s, gen);
+      const DeviceMlp dev(layers);
+      for (k::index_t rows : {1, 65, 301}) {
+        const std::string what = "in " + std::to_string(s.in) + " out " + std::to_string(s.out) + " rows " +
+                                 std::to_string(rows) + " precision " + std::to_string(static_cast<int>(precision));
+        const k::index_t ld4 = k::round_up(std::max(s.in, s.out), 4) + 4;  // 16-byte rows
+        const auto x = random_vector(static_cast<std::size_t>(rows * ld4), 1.0f, gen);
+        const auto extra = random_vector(static_cast<std::size_t>(rows * ld4), 1.0f, gen);
+        // 4-byte layout: odd strides.
+        const k::index_t ldx1 = s.in + 3, ldy1 = s.out + 1, lde1 = s.out + 2;
+        std::vector<float> x1(static_cast<std::size_t>(rows * ldx1)), e1(static_cast<std::size_t>(rows * lde1));
+        std::vector<float> xc(static_cast<std::size_t>(rows * s.in)), ec(static_cast<std::size_t>(rows * s.out));
+        for (k::index_t r = 0; r < rows; ++r) {
+          std::copy_n(x.begin() + r * ld4, s.in, x1.begin() + r * ldx1);
+          std::copy_n(x.begin() + r * ld4, s.in, xc.begin() + r * s.in);
+          std::copy_n(extra.begin() + r * ld4, s.out, e1.begin() + r * lde1);
+          std::copy_n(extra.begin() + r * ld4, s.out, ec.begin() + r * s.out);
+        }
+        const auto dx1 = to_device(x1), de1 = to_device(e1);
+        auto dy1 = to_device(std::vector<float>(static_cast<std::size_t>(rows * ldy1), sentinel));
+        dev.run(dx1.data(), ldx1, dy1.data(), ldy1, rows, de1.data(), lde1, precision);
+        const auto y1 = to_host(dy1.data(), static_cast<std::size_t>(rows * ldy1));
+        if (st::on_host_backend() && precision != cu::MlpPrecision::fp32) {
+          st::ScopedPrecisionEmulation emulate(model_precision);
+          const auto emu = cpu_mlp(layers, xc, s.in, rows, &ec);
+          for (k::index_t r = 0; r < rows; ++r)
+            for (int c = 0; c < s.out; ++c)
+              ASSERT_EQ(y1[r * ldy1 + c], emu[r * s.out + c]) << what << " row " << r << " col " << c;
+        }
+        // 16-byte layout (in, out multiples of 4): the same bits, the padding columns untouched.
+        const auto dx4 = to_device(x), de4 = to_device(extra);
+        auto dy4 = to_device(std::vector<float>(static_cast<std::size_t>(rows * ld4), sentinel));
+        dev.run(dx4.data(), ld4, dy4.data(), ld4, rows, de4.data(), ld4, precision);
+        const auto y4 = to_host(dy4.data(), static_cast<std::size_t>(rows * ld4));
+        for (k::index_t r = 0; r < rows; ++r)
+          for (int c = 0; c < ld4; ++c)
+            ASSERT_EQ(y4[r * ld4 + c], c < s.out ? y1[r * ldy1 + c] : sentinel) << what << " row " << r << " col " << c;
+        if (s.in != s.out) continue;
+        // In place, x = y = extra (FLARE's x = x + ffn(x)), in both layouts.
+        for (k::index_t ld : {ld4, ldx1}) {
+          std::vector<float> xy(static_cast<std::size_t>(rows * ld), sentinel);
+          for (k::index_t r = 0; r < rows; ++r) std::copy_n(x.begin() + r * ld4, s.in, xy.begin() + r * ld);
+          auto dxy = to_device(xy);
+          auto dref = to_device(std::vector<float>(static_cast<std::size_t>(rows * ld), sentinel));
+          dev.run(dxy.data(), ld, dref.data(), ld, rows, dxy.data(), ld, precision);  // y = mlp(x) + x, apart
+          dev.run(dxy.data(), ld, dxy.data(), ld, rows, dxy.data(), ld, precision);
+          const auto got = to_host(dxy.data(), xy.size()), ref = to_host(dref.data(), xy.size());
+          for (k::index_t r = 0; r < rows; ++r)
+            for (int c = 0; c < ld; ++c)
+              ASSERT_EQ(got[r * ld + c], c < s.out ? ref[r * ld + c] : sentinel)
+                  << what << " in place, ld " << ld << " row " << r << " col " << c;
+        }
+      }
+    }
+}
+
 // An input norm fused into the MLP (MlpArgs::norm) gives the bits of the norm kernel and then the MLP, in
 // every precision, for LayerNorm with bias and RMSNorm, out of place and in place (x = y = extra: FLARE's
 // x = x + ffn(norm2(x))), over rows that end inside a block.

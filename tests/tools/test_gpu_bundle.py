@@ -251,6 +251,16 @@ class ThisBuild(unittest.TestCase):
             self.assertTrue(summary["machine"]["mpirun_np3"])
             self.assertEqual(summary["missing_libraries"], {})
             self.assertTrue((out / "log.txt").read_text().count("----"))
+            # --exec: one command with the tests' environment (the bundle's libraries first), its exit status kept.
+            done = subprocess.run(["bash", str(tmp / "unpacked" / "surrogate-gpu-bundle" / "run"), str(tmp / "exec"),
+                                   "--checkout", str(source), "--exec",
+                                   'case "$LD_LIBRARY_PATH" in "$BUNDLE"/lib*) echo exec-env-ok; exit 3;; esac'],
+                                  env=env, capture_output=True, text=True)
+            summary = json.loads((tmp / "exec" / "summary.json").read_text())
+            self.assertEqual(done.returncode, 1, done.stdout[-2000:])
+            self.assertEqual(summary["exec"]["returncode"], 3)
+            self.assertIn("exec-env-ok", summary["exec"]["tail"])
+            self.assertEqual(summary["tests"], [])
 
 
 if __name__ == "__main__":

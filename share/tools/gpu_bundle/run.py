@@ -7,6 +7,7 @@ for the cmake -P tests, cmake on PATH.
 
     run OUT [--check] [--labels gpu] [--select REGEX] [--exclude REGEX] [--tests-only | --bench-only] [--list]
             [--timeout 300] [--budget 540] [--jobs 1] [--python PYTHON] [--points 1048576] [--latents 64 256]
+            [--flare-compile bf16 tf32] [--exec COMMAND]
             [--erwin-sizes 16384 65536 262144] [--erwin-official DIR] [--hept-sizes 60000 240000]
             [--hept-official DIR] [--sequoia-sizes 65536 262144] [--bsa-sizes 16384 65536]
             [--sphere-grids 241x480 721x1440] [--sequoia-official DIR] [--bsa-official DIR]
@@ -781,8 +782,9 @@ class Runner:
                            [flare, "--points", "65536", "--latents", "64", "--repeats", "20", "--json", "--graph", graph],
                            self.env, 120)
             if torch_ok:
+                compiled = ["--compile-runs", *a.flare_compile] if a.flare_compile else ["--no-compile"]
                 self.bench("flare", [py["python"], str(src / "flare_gpu_vs_pytorch.py"), "--build", str(wrap),
-                                     "--points", *map(str, a.points), "--latents", *map(str, a.latents)],
+                                     "--points", *map(str, a.points), "--latents", *map(str, a.latents), *compiled],
                            self.python_env, 900)
             else:
                 why = "no PyTorch with CUDA" if not py.get("torch") else "torch.cuda.is_available() is False"
@@ -957,6 +959,22 @@ class Runner:
                            self.python_env, 600)
             shutil.rmtree(data, ignore_errors=True)
 
+    def run_exec(self, command):
+        """--exec: one shell command with the tests' loader path and Open MPI (e.g. ncu on a benchmark);
+        $BUNDLE is the unpacked bundle (the benchmarks: $BUNDLE/build/benchmarks/gpu)."""
+        env = {**self.env, "BUNDLE": str(BUNDLE)}
+        limit = self.args.budget or self.args.timeout
+        self.log(f"\n== exec ==\n$ {command}")
+        rc, output, timed_out, seconds = run_process(["bash", "-c", command], env, os.getcwd(), limit)
+        self.log(output.rstrip())
+        status = "timed out" if timed_out else f"exit {rc}"
+        self.log(f"exec: {status} after {seconds:.1f} s")
+        self.summary["exec"] = {"command": command, "returncode": rc, "timed_out": timed_out, "seconds": seconds,
+                                "tail": output.splitlines()[-40:]}
+        self.summary["result"] = "ok" if rc == 0 and not timed_out else "failures"
+        self.write_summary(final=True)
+        return 0 if self.summary["result"] == "ok" else 1
+
     # -- all -----------------------------------------------------------------------------------------------
     def main(self):
         try:
@@ -976,6 +994,8 @@ class Runner:
             self.write_summary(final=True)
             self.log(f"check: {len(self.summary['problems'])} problem(s); {self.elapsed():.0f} s")
             return 0 if not self.summary["problems"] else 1
+        if a.exec:
+            return self.run_exec(a.exec)
         if not a.bench_only:
             self.run_tests()
         if not a.tests_only:
@@ -1042,6 +1062,9 @@ def parse_args(argv=None):
     ap.add_argument("--list", action="store_true", help="print the selected tests and exit")
     ap.add_argument("--check", action="store_true", help="only check the machine (glibc, libraries, devices, "
                     "mpirun, cmake) and exit: 0 without problems")
+    ap.add_argument("--exec", metavar="COMMAND", help="after the machine's set-up, run only this shell command "
+                    "with the tests' loader path and Open MPI ($BUNDLE: the unpacked bundle), e.g. ncu on a "
+                    "benchmark; its time limit is --budget, else --timeout")
     ap.add_argument("--timeout", type=float, default=300, help="seconds per test at most (default 300)")
     ap.add_argument("--budget", type=float, default=0, help="stop starting tests and benchmarks after this many "
                     "seconds and cut running ones (0: no limit)")
@@ -1050,6 +1073,9 @@ def parse_args(argv=None):
     ap.add_argument("--python", help="the Python with PyTorch for the benchmarks (default: this one, python3, python)")
     ap.add_argument("--points", type=int, nargs="+", default=[1048576], help="FLARE benchmark point counts")
     ap.add_argument("--latents", type=int, nargs="+", default=[64, 256], help="FLARE benchmark latent counts")
+    ap.add_argument("--flare-compile", nargs="*", choices=["bf16", "tf32"], default=["bf16", "tf32"],
+                    help="FLARE's torch.compile runs (about a minute each to compile): default both, bf16 "
+                    "alone for the peer, none to leave them out")
     ap.add_argument("--erwin-sizes", type=int, nargs="+", default=[16384, 65536, 262144])
     ap.add_argument("--hept-sizes", type=int, nargs="+", default=[60000, 240000],
                     help="HEPT benchmark hits (hept_gpu_bench, the checkout's share/models/hept/model.h5)")
