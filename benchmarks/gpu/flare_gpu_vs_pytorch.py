@@ -68,19 +68,30 @@ def main():
                                              "--device", f"cuda:{args.device}"])
             rows.append((n, m, ours, torch_side))
 
-    def ms(record, key):
-        return record[key] if record else float("nan")
+    # A run that was asked for and failed shows as nan; one that was not asked for (--no-compile,
+    # --compile-runs) as "-".
+    skipped = object()
+
+    def value(record, key):
+        return skipped if record is skipped else record[key] if record else float("nan")
+
+    def cell(v, digits=2):
+        return "-" if v is skipped else f"{v:.{digits}f}"
+
+    def ratio(a, b):
+        return "-" if a is skipped or b is skipped else f"{a / b:.2f}x"
 
     print()
     print("| N | M | surrogate fp32 ms (compute / +copies) | reproducible | tf32 | bf16 | TFLOP/s (fp32) "
           "| PyTorch eager fp32 | eager bf16 | torch.compile bf16 | torch.compile fp32+TF32 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for n, m, ours, t in rows:
-        print(f"| {n} | {m} | {ms(ours['fp32'], 'compute_ms'):.2f} / {ms(ours['fp32'], 'total_ms'):.2f} "
-              f"| {ms(ours['reproducible'], 'compute_ms'):.2f} | {ms(ours['tf32'], 'compute_ms'):.2f} "
-              f"| {ms(ours['bf16'], 'compute_ms'):.2f} | {ms(ours['fp32'], 'tflops'):.1f} "
-              f"| {ms(t.get('eager fp32'), 'median_ms'):.2f} | {ms(t.get('eager bf16'), 'median_ms'):.2f} "
-              f"| {ms(t.get('compile bf16'), 'median_ms'):.2f} | {ms(t.get('compile tf32'), 'median_ms'):.2f} |")
+        torch_ms = {k: value(t.get(k, skipped), "median_ms")
+                    for k in ("eager fp32", "eager bf16", "compile bf16", "compile tf32")}
+        print(f"| {n} | {m} | {cell(value(ours['fp32'], 'compute_ms'))} / {cell(value(ours['fp32'], 'total_ms'))} "
+              f"| {cell(value(ours['reproducible'], 'compute_ms'))} | {cell(value(ours['tf32'], 'compute_ms'))} "
+              f"| {cell(value(ours['bf16'], 'compute_ms'))} | {cell(value(ours['fp32'], 'tflops'), 1)} "
+              + "".join(f"| {cell(torch_ms[k])} " for k in torch_ms) + "|")
     print()
     print("Speed-up over the peer, torch.compile in bf16 (its time / ours; > 1: surrogate is faster), and each "
           "precision over PyTorch's own:")
@@ -89,12 +100,14 @@ def main():
           "| tf32 / compile fp32+TF32 | bf16 / eager bf16 |")
     print("|---|---|---|---|---|---|---|---|")
     for n, m, ours, t in rows:
-        peer = ms(t.get("compile bf16"), "median_ms")
-        mine = {k: ms(ours[k], "compute_ms") for k in ("fp32", "tf32", "bf16")}
-        print(f"| {n} | {m} | {peer / mine['fp32']:.2f}x | {peer / mine['tf32']:.2f}x | {peer / mine['bf16']:.2f}x "
-              f"| {ms(t.get('eager fp32'), 'median_ms') / mine['fp32']:.2f}x "
-              f"| {ms(t.get('compile tf32'), 'median_ms') / mine['tf32']:.2f}x "
-              f"| {ms(t.get('eager bf16'), 'median_ms') / mine['bf16']:.2f}x |")
+        torch_ms = {k: value(t.get(k, skipped), "median_ms")
+                    for k in ("eager fp32", "eager bf16", "compile bf16", "compile tf32")}
+        mine = {k: value(ours[k], "compute_ms") for k in ("fp32", "tf32", "bf16")}
+        peer = torch_ms["compile bf16"]
+        print(f"| {n} | {m} | {ratio(peer, mine['fp32'])} | {ratio(peer, mine['tf32'])} | {ratio(peer, mine['bf16'])} "
+              f"| {ratio(torch_ms['eager fp32'], mine['fp32'])} | {ratio(torch_ms['compile tf32'], mine['tf32'])} "
+              f"| {ratio(torch_ms['eager bf16'], mine['bf16'])} |")
+
 
 if __name__ == "__main__":
     main()
