@@ -1,10 +1,9 @@
 // Fused residual MLP: one thread block takes kMlpRows = 64 rows through every layer of the MLP.
 //
 // Shared memory (dynamic): two activation tiles of 64 rows x lds floats (ping-pong: a layer reads one and
-// writes the other; the input comes in and the last layer's tile goes out through row_tiles.cuh, batched
-// and coalesced) and one weight stage of round_up(in, 4) x 64 floats (W^T, 64 output columns of one layer
-// at a time). With width w (<= 256) that is (2 * 64 * (w + 4) + w * 64) * 4 bytes: 49 KiB for w = 64,
-// 193 KiB for w = 256.
+// writes the other, so only the last layer touches global memory) and one weight stage of
+// round_up(in, 4) x 64 floats (W^T, 64 output columns of one layer at a time). With width w (<= 256) that
+// is (2 * 64 * (w + 4) + w * 64) * 4 bytes: 49 KiB for w = 64, 193 KiB for w = 256.
 //
 // 256 threads as 16 x 16: thread (ty, tx) computes rows ty + 16 i (i < 4) and columns 4 tx + j (j < 4) of
 // the current 64-column pass, a 4 x 4 register tile; per 4 steps of k it loads four float4 of activations
@@ -17,7 +16,6 @@
 #include "launch.cuh"
 #include "activation.cuh"
 #include "row_norm.cuh"
-#include "row_tiles.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -26,7 +24,6 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kCols = 64;  // output columns per pass
-constexpr int kWarpRows = kMlpRows / (kThreads / 32);  // rows a warp loads and stores
 
 __device__ __forceinline__ float component(const float4& v, int i) {
   return i == 0 ? v.x : i == 1 ? v.y : i == 2 ? v.z : v.w;
@@ -41,11 +38,13 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
   const index_t row0 = static_cast<index_t>(blockIdx.x) * kMlpRows;
   const int rows = static_cast<int>(a.rows - row0 < kMlpRows ? a.rows - row0 : kMlpRows);
 
-  {  // the input tile, each warp its kMlpRows / 8 rows (row_tiles.cuh: batched loads); padding is zero
+  {  // the input tile; padding rows and columns are zero
     const int in = a.layers[0].in;
     const int in4 = (in + 3) & ~3;
-    const int r0 = tid / 32 * kWarpRows, warp_rows = rows - r0 < 0 ? 0 : rows - r0 < kWarpRows ? rows - r0 : kWarpRows;
-    row_tiles::load(a.x + (row0 + r0) * a.ldx, a.ldx, warp_rows, in, kWarpRows, in4, smem + r0 * lds, lds, tid % 32);
+    for (int i = tid; i < kMlpRows * in4; i += kThreads) {
+      const int r = i / in4, c = i - r * in4;
+      smem[r * lds + c] = (r < rows && c < in) ? a.x[(row0 + r) * a.ldx + c] : 0.0f;
+    }
     if (a.norm.weight) {  // each warp normalises rows warp, warp + 8, ... in place
       __syncthreads();
       for (int r = tid / 32; r < kMlpRows; r += kThreads / 32)
@@ -56,6 +55,7 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
   int cur = 0;
   for (int l = 0; l < a.num_layers; ++l) {
     const MlpLayer L = a.layers[l];
+    const bool last = l + 1 == a.num_layers;
     const int k4 = (L.in + 3) & ~3;
     const int out4 = (L.out + 3) & ~3;
     const float* const src = smem + cur * kMlpRows * lds;
@@ -102,17 +102,23 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
           const float4 s = *reinterpret_cast<const float4*>(src + r * lds + c);
           v[0] += s.x, v[1] += s.y, v[2] += s.z, v[3] += s.w;
         }
-        // Columns [out, out4) come out as zero (zero weights and bias, act(0) = 0, zero input padding).
-        if (c < out4) *reinterpret_cast<float4*>(dst + r * lds + c) = make_float4(v[0], v[1], v[2], v[3]);
+        if (!last) {
+          // Columns [out, out4) come out as zero (zero weights and bias, act(0) = 0, zero input padding).
+          if (c < out4) *reinterpret_cast<float4*>(dst + r * lds + c) = make_float4(v[0], v[1], v[2], v[3]);
+        } else if (r < rows) {
+          const index_t g = row0 + r;
+#pragma unroll
+          for (int j = 0; j < 4; ++j) {
+            if (c + j >= L.out) break;
+            float o = v[j];
+            if (a.extra) o += a.extra[g * a.ld_extra + c + j];
+            a.y[g * a.ldy + c + j] = o;
+          }
+        }
       }
     }
     cur ^= 1;
   }
-  __syncthreads();  // the last layer's tile is complete: each warp sends its rows out (+ extra)
-  const int r0 = tid / 32 * kWarpRows, warp_rows = rows - r0 < 0 ? 0 : rows - r0 < kWarpRows ? rows - r0 : kWarpRows;
-  row_tiles::store(smem + cur * kMlpRows * lds + r0 * lds, lds, warp_rows, a.layers[a.num_layers - 1].out,
-                   a.y + (row0 + r0) * a.ldy, a.ldy, a.extra ? a.extra + (row0 + r0) * a.ld_extra : nullptr,
-                   a.ld_extra, tid % 32);
 }
 
 }  // namespace

@@ -14,7 +14,7 @@ namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace row_tiles {
 
-constexpr int kBatch = 8;  // accesses in flight per lane (16-byte: 4 KiB a warp)
+constexpr int kBatch = 4;  // accesses in flight per lane (16-byte: 2 KiB a warp)
 
 __device__ __forceinline__ bool aligned4(const float* p, index_t ld, int width) {
   return (reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ld % 4 == 0 && width % 4 == 0;
