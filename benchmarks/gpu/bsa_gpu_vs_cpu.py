@@ -15,8 +15,12 @@ Columns (milliseconds): `device` = CUDA-event time of a forward on the kept geom
 network with the top-S selection, result download); `wall` = its wall time; `full` = the trees
 built on the host + geometry upload + forward, what the official forward does in every call; `CPU` = the
 CPU forward on the same trees. Speed-up = CPU / wall. --precision: the device forward's dense layers (tf32 /
-bf16 on the tensor cores; the CPU stays fp32, so the agreement check then reads the precision's error too). No PyTorch side: the official code needs the
-balltree-erwin package, which the lent GPU machines lack (benchmarks/bsa_cpu_vs_pytorch.py runs it on a CPU).
+bf16 on the tensor cores; the CPU stays fp32, so the agreement then reads the precision's error too). In tf32
+and bf16 the sparse attention's top-S selection picks other blocks wherever the rounded scores reorder
+near-ties, so its agreement is printed, not required (the golden tests bound those precisions' errors:
+share/docs/cuda.md, "Precision"); the ball attention, which selects nothing, must still agree. No PyTorch
+side: the official code needs the balltree-erwin package (bsa_gpu_vs_pytorch.py; benchmarks/bsa_cpu_vs_pytorch.py
+runs it on a CPU).
 """
 import argparse
 import sys
@@ -64,14 +68,17 @@ def main():
                 argv = [str(bench), str(model), str(data), str(args.repeats), args.device]
                 argv += [str(args.threads), args.precision]
                 r = sbs.run_json(argv)
-                if not r["agree"] >= 0.3:
+                required = args.precision == "fp32" or attention == "ball"
+                if required and not r["agree"] >= 0.3:
                     sys.exit(f"{attention} N {n}: only {100 * r['agree']:.1f} % of the points agree with the CPU "
                              f"within 1e-2 max|y| "
                              f"(max|diff| {r['max_diff']:.3e}, max|y| {r['max_abs_y']:.3e}); not timing different "
                              "models")
                 print(f"{attention:>9} {n:>8} | {r['device_ms']:>9.2f} {r['wall_ms']:>8.2f} {r['full_ms']:>8.2f} | "
                       f"{r['cpu_forward_ms']:>9.2f} {r['cpu_threads']:>3} | {r['speedup']:>8.2f} | "
-                      f"{r['agree']:>6.3f} {r['agree_1e3']:>6.3f} {r['max_diff']:>9.2e} {r['max_abs_y']:>8.3g}", flush=True)
+                      f"{r['agree']:>6.3f} {r['agree_1e3']:>6.3f} {r['max_diff']:>9.2e} {r['max_abs_y']:>8.3g}"
+                      + ("" if required else f"  ({args.precision}: other blocks selected, agreement not required)"),
+                      flush=True)
 
 
 if __name__ == "__main__":
