@@ -8,6 +8,7 @@ benchmarks, uncompressed) packed from this build, unpacked elsewhere and run und
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -187,6 +188,20 @@ class Outcome(unittest.TestCase):
                             sys.stderr = stderr
             finally:
                 os.chdir(cwd)
+
+    @unittest.skipUnless(shutil.which("ninja"), "needs ninja")
+    def test_a_partial_build_is_refused(self):
+        # A program the tests run that the build makes but has not made (ninja with a target list) is named.
+        with tempfile.TemporaryDirectory() as tmp:
+            build = Path(tmp)
+            (build / "build.ninja").write_text("rule touch\n  command = touch $out\n"
+                                               "build tests/run_me: touch\nbuild tests/made: touch\n")
+            (build / "tests").mkdir()
+            (build / "tests" / "made").write_text("")
+            named = {"tests/run_me", "tests/made", "tests/output.h5", ""}
+            self.assertEqual(pack.unbuilt_outputs(build, named), ["tests/run_me"])
+            (build / "build.ninja").unlink()
+            self.assertEqual(pack.unbuilt_outputs(build, named), [])
 
     def test_timeout_ends_the_process_and_its_children(self):
         start = time.monotonic()

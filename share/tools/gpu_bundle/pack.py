@@ -378,6 +378,17 @@ def erwin_bench_model(source_dir, path):
 
 # ---------------------------------------------------------------------------------------------------------
 
+def unbuilt_outputs(build_dir, named):
+    """The named build-tree paths that the build's ninja file makes but that do not exist (a partial build:
+    a test would run without its program). Empty when the build has no build.ninja."""
+    ninja = shutil.which("ninja")
+    if not ninja or not (build_dir / "build.ninja").is_file():
+        return []
+    done = subprocess.run([ninja, "-C", str(build_dir), "-t", "targets", "all"], capture_output=True, text=True)
+    outputs = {line.split(":", 1)[0] for line in done.stdout.splitlines() if ":" in line}
+    return sorted(rel for rel in named if rel in outputs and not (build_dir / rel).exists())
+
+
 def cache_value(build_dir, key):
     for line in (Path(build_dir) / "CMakeCache.txt").read_text().splitlines():
         m = re.match(re.escape(key) + r":[A-Z]+=(.*)$", line)
@@ -450,6 +461,9 @@ def main():
     rewrite = Rewriter(build_dir, source_dir, program_replacements(document, build_dir, source_dir, mpiexec),
                        args.test_data_from_checkout)
     entries = manifest_tests(tests, rewrite)
+    missing = unbuilt_outputs(build_dir, rewrite.named["build"])
+    if missing:
+        sys.exit(f"gpu-bundle: {build_dir} has not built what the selected tests run: {', '.join(missing)}")
 
     cuda_compiler = cache_value(build_dir, "CMAKE_CUDA_COMPILER")
     cuda_roots = [str(Path(os.path.realpath(cuda_compiler)).parent.parent)] if cuda_compiler else []
