@@ -14,10 +14,60 @@ namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace row_tiles {
 
-constexpr int kBatch = 4;  // accesses in flight per lane (16-byte: 2 KiB a warp)
+constexpr int kBatch = 4;  // accesses in flight per lane (16-byte: 2 KiB a warp; 4-byte: four times as many)
 
 __device__ __forceinline__ bool aligned4(const float* p, index_t ld, int width) {
   return (reinterpret_cast<std::uintptr_t>(p) % 16 == 0) && ld % 4 == 0 && width % 4 == 0;
+}
+
+__device__ __forceinline__ float zero(float) { return 0.0f; }
+__device__ __forceinline__ float4 zero(float4) { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
+__device__ __forceinline__ float sum(float a, float b) { return a + b; }
+__device__ __forceinline__ float4 sum(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+
+/// load() in accesses of V (float or float4): element e of the warp's sweep is row e / per_row, its
+/// columns from kW (e % per_row).
+template <typename V>
+__device__ __forceinline__ void load_as(const float* x, index_t ldx, int rows, int in, int tile_rows, int width,
+                                        float* tile, int ldt, int lane) {
+  constexpr int kW = sizeof(V) / sizeof(float), kN = 4 * kBatch / kW;
+  const int per_row = width / kW, total = tile_rows * per_row;
+  for (int e0 = 0; e0 < total; e0 += 32 * kN) {
+    V v[kN];
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int e = e0 + 32 * u + lane, r = e / per_row, c = kW * (e - r * per_row);
+      v[u] = e < total && r < rows && c < in ? *reinterpret_cast<const V*>(x + r * ldx + c) : zero(V{});
+    }
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int e = e0 + 32 * u + lane, r = e / per_row, c = kW * (e - r * per_row);
+      if (e < total) *reinterpret_cast<V*>(tile + r * ldt + c) = v[u];
+    }
+  }
+}
+
+/// store() in accesses of V.
+template <typename V>
+__device__ __forceinline__ void store_as(const float* tile, int ldt, int rows, int out, float* y, index_t ldy,
+                                         const float* extra, index_t ld_extra, int lane) {
+  constexpr int kW = sizeof(V) / sizeof(float), kN = 4 * kBatch / kW;
+  const int per_row = out / kW, total = rows * per_row;
+  for (int e0 = 0; e0 < total; e0 += 32 * kN) {
+    V add[kN];
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int e = e0 + 32 * u + lane, r = e / per_row, c = kW * (e - r * per_row);
+      add[u] = extra && e < total ? *reinterpret_cast<const V*>(extra + r * ld_extra + c) : zero(V{});
+    }
+#pragma unroll
+    for (int u = 0; u < kN; ++u) {
+      const int e = e0 + 32 * u + lane, r = e / per_row, c = kW * (e - r * per_row);
+      if (e >= total) continue;
+      const V v = *reinterpret_cast<const V*>(tile + r * ldt + c);
+      *reinterpret_cast<V*>(y + r * ldy + c) = extra ? sum(v, add[u]) : v;
+    }
+  }
 }
 
 /// tile[r * ldt + c] = x[r * ldx + c] for r < rows, c < in; zero for rows <= r < tile_rows or
@@ -25,79 +75,20 @@ __device__ __forceinline__ bool aligned4(const float* p, index_t ld, int width) 
 /// output the caller writes later. The whole warp calls it.
 __device__ __forceinline__ void load(const float* x, index_t ldx, int rows, int in, int tile_rows, int width,
                                      float* tile, int ldt, int lane) {
-  if (aligned4(x, ldx, in)) {
-    const int per_row = width / 4, total = tile_rows * per_row;
-    for (int e0 = 0; e0 < total; e0 += 32 * kBatch) {
-      float4 v[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int e = e0 + 32 * u + lane, r = e / per_row, c = 4 * (e - r * per_row);
-        v[u] = e < total && r < rows && c < in ? *reinterpret_cast<const float4*>(x + r * ldx + c)
-                                               : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int e = e0 + 32 * u + lane, r = e / per_row, c = 4 * (e - r * per_row);
-        if (e < total) *reinterpret_cast<float4*>(tile + r * ldt + c) = v[u];
-      }
-    }
-    return;
-  }
-  const int total = tile_rows * width;
-  for (int e0 = 0; e0 < total; e0 += 32 * 4 * kBatch) {
-    float v[4 * kBatch];
-#pragma unroll
-    for (int u = 0; u < 4 * kBatch; ++u) {
-      const int e = e0 + 32 * u + lane, r = e / width, c = e - r * width;
-      v[u] = e < total && r < rows && c < in ? x[r * ldx + c] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4 * kBatch; ++u) {
-      const int e = e0 + 32 * u + lane, r = e / width, c = e - r * width;
-      if (e < total) tile[r * ldt + c] = v[u];
-    }
-  }
+  if (aligned4(x, ldx, in))
+    load_as<float4>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
+  else
+    load_as<float>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
 }
 
 /// y[r * ldy + c] = tile[r * ldt + c] (+ extra[r * ld_extra + c]) for r < rows, c < out. extra may alias
 /// y: each lane reads a batch of extra before it writes the same elements. The whole warp calls it.
 __device__ __forceinline__ void store(const float* tile, int ldt, int rows, int out, float* y, index_t ldy,
                                       const float* extra, index_t ld_extra, int lane) {
-  if (aligned4(y, ldy, out) && (extra == nullptr || aligned4(extra, ld_extra, out))) {
-    const int per_row = out / 4, total = rows * per_row;
-    for (int e0 = 0; e0 < total; e0 += 32 * kBatch) {
-      float4 add[kBatch];
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int e = e0 + 32 * u + lane, r = e / per_row, c = 4 * (e - r * per_row);
-        add[u] = extra && e < total ? *reinterpret_cast<const float4*>(extra + r * ld_extra + c)
-                                    : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      }
-#pragma unroll
-      for (int u = 0; u < kBatch; ++u) {
-        const int e = e0 + 32 * u + lane, r = e / per_row, c = 4 * (e - r * per_row);
-        if (e >= total) continue;
-        float4 v = *reinterpret_cast<const float4*>(tile + r * ldt + c);
-        if (extra) v = make_float4(v.x + add[u].x, v.y + add[u].y, v.z + add[u].z, v.w + add[u].w);
-        *reinterpret_cast<float4*>(y + r * ldy + c) = v;
-      }
-    }
-    return;
-  }
-  const int total = rows * out;
-  for (int e0 = 0; e0 < total; e0 += 32 * 4 * kBatch) {
-    float add[4 * kBatch];
-#pragma unroll
-    for (int u = 0; u < 4 * kBatch; ++u) {
-      const int e = e0 + 32 * u + lane, r = e / out, c = e - r * out;
-      add[u] = extra && e < total ? extra[r * ld_extra + c] : 0.0f;
-    }
-#pragma unroll
-    for (int u = 0; u < 4 * kBatch; ++u) {
-      const int e = e0 + 32 * u + lane, r = e / out, c = e - r * out;
-      if (e < total) y[r * ldy + c] = extra ? tile[r * ldt + c] + add[u] : tile[r * ldt + c];
-    }
-  }
+  if (aligned4(y, ldy, out) && (extra == nullptr || aligned4(extra, ld_extra, out)))
+    store_as<float4>(tile, ldt, rows, out, y, ldy, extra, ld_extra, lane);
+  else
+    store_as<float>(tile, ldt, rows, out, y, ldy, extra, ld_extra, lane);
 }
 
 }  // namespace row_tiles
