@@ -28,6 +28,7 @@ def load(name):
 
 pack = load("pack")
 run = load("run")
+ncu_summary = load("ncu_summary")
 
 SRC, BUILD = "/src/proj", "/src/proj/build"
 
@@ -202,6 +203,40 @@ class Outcome(unittest.TestCase):
             self.assertEqual(pack.unbuilt_outputs(build, named), ["tests/run_me"])
             (build / "build.ninja").unlink()
             self.assertEqual(pack.unbuilt_outputs(build, named), [])
+
+    def test_ncu_text_output_is_summed_per_kernel(self):
+        # Two kernels in ncu's default text: one with the Speed Of Light section, one with --metrics; units
+        # ms, us and ns; an unnamed namespace; a launch without a duration is left out.
+        text = """==PROF== Connected to process 1 (/b/bench)
+  void unnamed>::mlp_mma_kernel<2, 2>(MlpArgs, int) (8192, 1, 1)x(128, 1, 1), Context 1, Stream 13, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+    Memory Throughput                 %        16.97
+    Duration                         ms         1.20
+    Compute (SM) Throughput           %        15.55
+  ns::decode_tc_kernel<(Precision)2, 8>(Args) (66, 8, 1)x(512, 1, 1), Context 1, Stream 13, Device 0, CC 9.0
+    gpu__time_duration.sum             us       300.00
+  void unnamed>::mlp_mma_kernel<2, 2>(MlpArgs, int) (8192, 1, 1)x(128, 1, 1), Context 1, Stream 13, Device 0, CC 9.0
+    Memory Throughput                 %        17.03
+    Duration                         us     1,000.00
+    Compute (SM) Throughput           %        16.45
+  (anonymous namespace)::fill_kernel<int>(int *, unsigned long, int) (1, 1, 1)x(256, 1, 1), Context 1, Stream 13, Device 0, CC 9.0
+    Duration                         ns       500.00
+  lost_kernel(int) (1, 1, 1)x(32, 1, 1), Context 1, Stream 13, Device 0, CC 9.0
+    Section: GPU Speed Of Light Throughput
+"""
+        rows = ncu_summary.summary(ncu_summary.parse(text.splitlines()))
+        self.assertEqual([r["name"] for r in rows], ["mlp_mma_kernel<2, 2>", "decode_tc_kernel<(Precision)2, 8>",
+                                                     "fill_kernel<int>"])
+        self.assertEqual(rows[0]["launches"], 2)
+        self.assertAlmostEqual(rows[0]["ms"], 2.2)
+        self.assertAlmostEqual(rows[0]["memory"], 17.0)
+        self.assertAlmostEqual(rows[0]["compute"], 16.0)
+        self.assertAlmostEqual(rows[1]["ms"], 0.3)
+        self.assertIsNone(rows[1]["memory"])
+        self.assertAlmostEqual(rows[2]["ms"], 5e-4)
+        markdown = ncu_summary.table(rows, top=2, width=70)
+        self.assertIn("| `mlp_mma_kernel<2, 2>` | 2 | 2.200 | 88.0 % | 17.0 | 16.0 |", markdown)
+        self.assertIn("| 1 other kernels | 1 | 0.001 | 0.0 % | | |", markdown)
 
     def test_timeout_ends_the_process_and_its_children(self):
         start = time.monotonic()

@@ -96,7 +96,8 @@ def descendants(pid):
     children = {}
     for stat in glob.glob("/proc/[0-9]*/stat"):
         try:
-            text = open(stat).read()
+            with open(stat) as f:
+                text = f.read()
             fields = text[text.rindex(")") + 2:].split()
             children.setdefault(int(fields[1]), []).append(int(stat.split("/")[2]))
         except (OSError, ValueError, IndexError):
