@@ -85,13 +85,13 @@ def main():
     print("| N | M | surrogate fp32 ms (compute / +copies) | reproducible | tf32 | bf16 | TFLOP/s (fp32) "
           "| PyTorch eager fp32 | eager bf16 | torch.compile bf16 | torch.compile fp32+TF32 |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for n, m, ours, t in rows:
-        torch_ms = {k: value(t.get(k, skipped), "median_ms")
-                    for k in ("eager fp32", "eager bf16", "compile bf16", "compile tf32")}
+    torch_runs = ("eager fp32", "eager bf16", "compile bf16", "compile tf32")
+    rows = [(n, m, ours, {k: value(t.get(k, skipped), "median_ms") for k in torch_runs}) for n, m, ours, t in rows]
+    for n, m, ours, torch_ms in rows:
         print(f"| {n} | {m} | {cell(value(ours['fp32'], 'compute_ms'))} / {cell(value(ours['fp32'], 'total_ms'))} "
               f"| {cell(value(ours['reproducible'], 'compute_ms'))} | {cell(value(ours['tf32'], 'compute_ms'))} "
               f"| {cell(value(ours['bf16'], 'compute_ms'))} | {cell(value(ours['fp32'], 'tflops'), 1)} "
-              + "".join(f"| {cell(torch_ms[k])} " for k in torch_ms) + "|")
+              + "".join(f"| {cell(torch_ms[k])} " for k in torch_runs) + "|")
     print()
     print("Speed-up over the peer, torch.compile in bf16 (its time / ours; > 1: surrogate is faster), and each "
           "precision over PyTorch's own:")
@@ -99,9 +99,7 @@ def main():
     print("| N | M | fp32 / compile bf16 | tf32 / compile bf16 | bf16 / compile bf16 | fp32 / eager fp32 "
           "| tf32 / compile fp32+TF32 | bf16 / eager bf16 |")
     print("|---|---|---|---|---|---|---|---|")
-    for n, m, ours, t in rows:
-        torch_ms = {k: value(t.get(k, skipped), "median_ms")
-                    for k in ("eager fp32", "eager bf16", "compile bf16", "compile tf32")}
+    for n, m, ours, torch_ms in rows:
         mine = {k: value(ours[k], "compute_ms") for k in ("fp32", "tf32", "bf16")}
         peer = torch_ms["compile bf16"]
         print(f"| {n} | {m} | {ratio(peer, mine['fp32'])} | {ratio(peer, mine['tf32'])} | {ratio(peer, mine['bf16'])} "
