@@ -14,8 +14,9 @@
 //     the last layer's tile leaves for global memory whole (row_tiles.cuh, + extra as it leaves).
 //
 // A row's result depends on that row alone (each output is one product chain over its row), so not on its
-// warp or block. Shared memory: 4 warps x (1 for T = 2, else 2) x 16 T x lda floats, lda = round_up(w, 16)
-// + 8 (bf16: 8-byte fragment reads free of bank conflicts) or + 4 (tf32: 4-byte reads).
+// warp or block. Shared memory of a block: 4 warps x 1 tile (T = 2) or 2 warps x 2 tiles (T = 1) of 16 T x
+// lda floats, lda = round_up(w, 16) + 8 (bf16: 8-byte fragment reads free of bank conflicts) or + 4 (tf32:
+// 4-byte reads).
 #include "mma.cuh"
 #include "activation.cuh"
 #include "row_norm.cuh"
@@ -26,13 +27,17 @@ namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
-constexpr int kWarps = 4, kThreads = 32 * kWarps;
+
 constexpr int kPassTiles = 8;  // n tiles of 8 columns in one pass: 64 output columns
 
 // Widths up to 64 (T = 2) take every layer in one pass: a layer's outputs replace its inputs in one tile
 // once all its products have read them (half the shared memory: more warps on an SM). Wider layers take
-// several passes over the same inputs: two tiles, ping-pong.
+// several passes over the same inputs: two tiles, ping-pong, in blocks of two warps (a 256-wide block
+// of four would take 132 KiB: one block, four warps an SM; two-warp blocks fit three). Their warps, few
+// on an SM, load each k step's B fragments one step ahead (the registers are there: shared memory
+// bounds them).
 __host__ __device__ constexpr int tiles_per_warp(int T) { return T == 2 ? 1 : 2; }
+__host__ __device__ constexpr int warps_per_block(int T) { return T == 2 ? 4 : 2; }
 
 struct Shape {
   int tiles = 1;  // row tiles of 16 per warp
@@ -45,21 +50,21 @@ Shape shape(MlpPrecision precision, int max_width) {
   const int k = static_cast<int>(round_up(max_width, 16));
   s.tiles = k <= 64 ? 2 : 1;
   s.lda = k + (precision == MlpPrecision::bf16 ? 8 : 4);
-  s.bytes = static_cast<std::size_t>(kWarps) * tiles_per_warp(s.tiles) * 16 * static_cast<std::size_t>(s.tiles) *
+  s.bytes = static_cast<std::size_t>(warps_per_block(s.tiles)) * tiles_per_warp(s.tiles) * 16 * static_cast<std::size_t>(s.tiles) *
             static_cast<std::size_t>(s.lda) * sizeof(float);
   return s;
 }
 
 template <MlpPrecision P, int T>
-__global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
+__global__ void __launch_bounds__(32 * warps_per_block(T)) mlp_mma_kernel(MlpArgs a, int lda) {
   constexpr bool kBf16 = P == MlpPrecision::bf16;
   constexpr int kK = kBf16 ? 16 : 8;  // K of one product
   constexpr int kRows = 16 * T;
-  constexpr bool kInPlace = tiles_per_warp(T) == 1;
+  constexpr bool kInPlace = tiles_per_warp(T) == 1, kAhead = !kInPlace;
   SURROGATE_DYNAMIC_SHARED(float, smem);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
   const int g = lane / 4, t = lane % 4;
-  const index_t row0 = (static_cast<index_t>(blockIdx.x) * kWarps + warp) * kRows;
+  const index_t row0 = (static_cast<index_t>(blockIdx.x) * warps_per_block(T) + warp) * kRows;
   if (row0 >= a.rows) return;  // the whole warp: nothing below waits for other warps
   const int rows = a.rows - row0 < kRows ? static_cast<int>(a.rows - row0) : kRows;
   const int tile_floats = kRows * lda;
@@ -91,7 +96,21 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
 #pragma unroll
         for (int j = 0; j < kPassTiles; ++j) acc[m][j][0] = acc[m][j][1] = acc[m][j][2] = acc[m][j][3] = 0.0f;
 
+      // B fragments of k step kt for this pass's n tiles (zero past the layer's).
+      auto load_b = [&](int kt, uint2 (&w)[kPassTiles]) {
+#pragma unroll
+        for (int j = 0; j < kPassTiles; ++j)
+          w[j] = n0 + j < n_tiles ? __ldg(frags + (static_cast<index_t>(n0 + j) * k_tiles + kt) * 32 + lane)
+                                  : make_uint2(0u, 0u);
+      };
+      uint2 wb[kPassTiles] = {}, ahead[kPassTiles] = {};
+      if constexpr (kAhead) load_b(0, wb);
       for (int kt = 0; kt < k_tiles; ++kt) {
+        if constexpr (kAhead) {
+          if (kt + 1 < k_tiles) load_b(kt + 1, ahead);
+        } else {
+          load_b(kt, wb);
+        }
         std::uint32_t af[T][4];
 #pragma unroll
         for (int m = 0; m < T; ++m) {
@@ -116,8 +135,7 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
 #pragma unroll
         for (int j = 0; j < kPassTiles; ++j) {
           if (n0 + j >= n_tiles) break;
-          const uint2 w = __ldg(frags + (static_cast<index_t>(n0 + j) * k_tiles + kt) * 32 + lane);
-          const std::uint32_t b[2] = {w.x, w.y};
+          const std::uint32_t b[2] = {wb[j].x, wb[j].y};
 #pragma unroll
           for (int m = 0; m < T; ++m) {
             if constexpr (kBf16)
@@ -125,6 +143,10 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
             else
               mma::tf32_m16n8k8(acc[m][j], af[m], b);
           }
+        }
+        if constexpr (kAhead) {
+#pragma unroll
+          for (int j = 0; j < kPassTiles; ++j) wb[j] = ahead[j];
         }
       }
 
@@ -166,8 +188,9 @@ __global__ void __launch_bounds__(kThreads) mlp_mma_kernel(MlpArgs a, int lda) {
 template <MlpPrecision P, int T>
 void launch_shape(const MlpArgs& a, const Shape& s, cudaStream_t stream) {
   allow_dynamic_shared(mlp_mma_kernel<P, T>, s.bytes, "mlp_mma_kernel");
-  const index_t rows_per_block = static_cast<index_t>(kWarps) * 16 * T;
-  launch(mlp_mma_kernel<P, T>, blocks_for("mlp_mma_kernel", a.rows, static_cast<int>(rows_per_block)), kThreads,
+  const index_t rows_per_block = static_cast<index_t>(warps_per_block(T)) * 16 * T;
+  launch(mlp_mma_kernel<P, T>, blocks_for("mlp_mma_kernel", a.rows, static_cast<int>(rows_per_block)),
+         32 * warps_per_block(T),
          s.bytes, stream, a, s.lda);
   check_launch("mlp_mma_kernel");
 }

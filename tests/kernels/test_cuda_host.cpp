@@ -88,14 +88,15 @@ TEST(CudaHost, LinearLayersArePackedTransposedAndZeroPadded) {
 }
 
 // The tensor-core MLP's shared memory: within the 227 KiB a block may use on sm_90 for every supported
-// width, and the documented sizes (cuda.md) at widths 64 and 256: 4 warps x 2 tiles x 16 T rows x lda.
+// width, and the documented sizes (cuda.md) at widths 64 and 256: 4 warps x 1 tile x 32 rows, or 2 warps x
+// 2 tiles x 16 rows, of lda floats.
 TEST(CudaHost, TensorCoreMlpSharedMemoryFitsAnSm90Block) {
   constexpr std::size_t kSm90Limit = 227 * 1024;
   for (auto p : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16})
     for (int w = 1; w <= cu::kMaxMlpWidth; ++w) ASSERT_LE(cu::mlp_tensor_core_smem(p, w), kSm90Limit) << "width " << w;
   EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 64), 4u * 1 * 32 * 72 * 4);    // 36 KiB, in place
-  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 4u * 2 * 16 * 264 * 4);  // 132 KiB
-  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 4u * 2 * 16 * 260 * 4);  // 130 KiB
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 2u * 2 * 16 * 264 * 4);  // 66 KiB, 2 warps
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 2u * 2 * 16 * 260 * 4);  // 65 KiB
 }
 
 /// W (out x in) element (n, k) as the lane of pack_mlp_fragments' tile holds it, read back through the

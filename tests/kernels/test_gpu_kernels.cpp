@@ -358,14 +358,15 @@ TEST_F(GpuKernels, FusedMlpOnTensorCoresMatchesTheEmulation) {
 // The MLP kernels (FP32 and tensor cores) read their rows and write their results with 16-byte accesses
 // where the strides, widths and addresses allow it and 4-byte ones elsewhere (kernels/cuda/row_tiles.cuh):
 // both give the same bits, with `extra` apart or in place (x = y = extra), for rows that end inside a
-// warp's tile, and neither touches the columns of y past `out`. On the host backend the tensor cores'
+// warp's tile (and a wide MLP whose first layer is one k step, its B fragments loaded ahead), and neither
+// touches the columns of y past `out`. On the host backend the tensor cores'
 // 4-byte layout is also bitwise the CPU emulation with the extra added.
 TEST_F(GpuKernels, FusedMlpGivesTheSameBitsForEveryRowLayout) {
   std::mt19937 gen(12);
   const auto gelu = k::Activation::gelu_tanh, silu = k::Activation::silu;
   const MlpShape shapes[] = {{64, 64, 64, 3, true, true, gelu}, {16, 40, 16, 1, true, true, silu},
                              {12, 24, 20, 1, false, false, gelu}, {3, 5, 7, -1, true, true, gelu},
-                             {256, 256, 256, 1, true, true, gelu}};
+                             {256, 256, 256, 1, true, true, gelu}, {3, 130, 5, 1, true, true, silu}};
   const float sentinel = -7.25f;
   for (auto [precision, model_precision] : {std::pair{cu::MlpPrecision::fp32, surrogate::Precision::fp32},
                                             std::pair{cu::MlpPrecision::tf32, surrogate::Precision::tf32},

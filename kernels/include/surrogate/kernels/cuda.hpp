@@ -374,8 +374,8 @@ struct MlpArgs {
 void mlp(const MlpArgs& a, cudaStream_t stream);
 /// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it): each warp takes its own
 /// 16 or 32 rows through every layer with mma.sync, the layer's B fragments read from global memory
-/// (kernels/cuda/mlp_tensor_cores.cu). Shared memory of a block (4 warps): 4 x 16 T x lda floats with
-/// T = 2 for widths up to 64 (one tile a warp), else 4 x 2 x 16 x lda (two); lda = round_up(w, 16) + 8
+/// (kernels/cuda/mlp_tensor_cores.cu). Shared memory of a block: 4 warps x 32 x lda floats for widths up
+/// to 64 (one tile a warp), else 2 warps x 2 x 16 x lda (two tiles a warp); lda = round_up(w, 16) + 8
 /// (bf16) or + 4 (tf32).
 void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream);
 /// Dynamic shared memory (bytes) of mlp_tensor_cores for the largest width w (host-side, testable).
