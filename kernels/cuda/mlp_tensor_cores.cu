@@ -8,7 +8,7 @@
 //     unrounded FP32 input.
 //   - B fragments come straight from global memory (cached: a layer is at most 128 KiB in bf16, 256 in tf32),
 //     packed by pack_mlp_fragments in the order the lanes read them: one coalesced 8-byte load a lane per
-//     16 x 8 (bf16) or 8 x 8 (tf32) tile.
+//     16 x 8 (bf16) or 8 x 8 (tf32) tile; above width 64, one k step ahead of their products.
 //   - A pass covers 64 output columns: 8 products per k step and row tile accumulate in registers (FP32);
 //     the epilogue adds bias, activation and residual in registers and writes the next layer's input tile;
 //     the last layer's tile leaves for global memory whole (row_tiles.cuh, + extra as it leaves).
@@ -26,7 +26,6 @@
 namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
-
 
 constexpr int kPassTiles = 8;  // n tiles of 8 columns in one pass: 64 output columns
 
@@ -50,8 +49,8 @@ Shape shape(MlpPrecision precision, int max_width) {
   const int k = static_cast<int>(round_up(max_width, 16));
   s.tiles = k <= 64 ? 2 : 1;
   s.lda = k + (precision == MlpPrecision::bf16 ? 8 : 4);
-  s.bytes = static_cast<std::size_t>(warps_per_block(s.tiles)) * tiles_per_warp(s.tiles) * 16 * static_cast<std::size_t>(s.tiles) *
-            static_cast<std::size_t>(s.lda) * sizeof(float);
+  s.bytes = static_cast<std::size_t>(warps_per_block(s.tiles)) * tiles_per_warp(s.tiles) * 16 *
+            static_cast<std::size_t>(s.tiles) * static_cast<std::size_t>(s.lda) * sizeof(float);
   return s;
 }
 

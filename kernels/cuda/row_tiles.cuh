@@ -23,7 +23,9 @@ __device__ __forceinline__ bool aligned4(const float* p, index_t ld, int width) 
 __device__ __forceinline__ float zero(float) { return 0.0f; }
 __device__ __forceinline__ float4 zero(float4) { return make_float4(0.0f, 0.0f, 0.0f, 0.0f); }
 __device__ __forceinline__ float sum(float a, float b) { return a + b; }
-__device__ __forceinline__ float4 sum(float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); }
+__device__ __forceinline__ float4 sum(float4 a, float4 b) {
+  return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w);
+}
 
 /// load() in accesses of V (float or float4): element e of the warp's sweep is row e / per_row, its
 /// columns from kW (e % per_row).
