@@ -10,6 +10,7 @@
 // Memory is O(N C): the residual stream x, the keys K (needed again by the decode) and, in reproducible
 // mode, the values V. No M x N score matrix is ever formed.
 #include "network.hpp"
+#include "program.hpp"
 #include "surrogate/profile.hpp"
 
 #include <omp.h>
@@ -25,6 +26,8 @@ const surrogate::PhaseName kEncodeMergeOverThreadsPhase{"encode merge over threa
 }  // namespace
 
 namespace surrogate::flare {
+
+using program::Rows;
 
 namespace {
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
@@ -103,95 +106,163 @@ void Network::reset_encode_partials(ThreadWork& w, bool reproducible) {
   }
 }
 
-void Network::start_block(const CpuKernels& k, int b, const Tile& tile, ThreadWork& w, bool reproducible) {
-  const Block& blk = blocks_[static_cast<std::size_t>(b)];
-  float* x = x_.data() + tile.begin * ld_c_;
-  float* keys = keys_.data() + tile.begin * ld_c_;
-  float* values = reproducible ? values_.data() + tile.begin * ld_c_ : w.values.data();
-  blk.norm1.apply(k, x, ld_c_, w.normed.data(), ld_c_, tile.rows);
-  blk.k_proj.run(k, w.normed.data(), ld_c_, keys, ld_c_, tile.rows, w.scratch_a.data(), w.scratch_b.data(), ld_scratch_);
-  if (blk.k_norm) blk.k_norm->apply_grouped(keys, ld_c_, tile.rows, H_);
-  blk.v_proj.run(k, w.normed.data(), ld_c_, values, ld_c_, tile.rows, w.scratch_a.data(), w.scratch_b.data(), ld_scratch_);
+/// program.hpp's Ops on one tile of the plan, on one thread: the CPU kernel table, the thread's scratch and
+/// encode partials, the tile's segment.
+class Network::TileOps {
+ public:
+  using Norm = NormLayer;
+  TileOps(const Network& net, const CpuKernels& k, ThreadWork& w, const Tile& tile, bool reproducible)
+      : net_(net), k_(k), w_(w), tile_(tile), reproducible_(reproducible) {}
 
-  const std::size_t base = static_cast<std::size_t>(tile.segment) * H_ * M_;
-  if (reproducible) {
-    for (int h = 0; h < H_; ++h) {
-      kernels::LatentMaxArgs a;
-      a.q = blk.q.data() + static_cast<std::size_t>(h) * M_ * E_;
-      a.M = M_;
-      a.E = E_;
-      a.k = keys + h * E_;
-      a.ldk = ld_c_;
-      a.rows = tile.rows;
-      a.max = w.logit_max.data() + base + static_cast<std::size_t>(h) * M_;
-      k.latent_max(a);
-      float& vmax = w.value_max[static_cast<std::size_t>(tile.segment) * H_ + h];
-      for (index_t r = 0; r < tile.rows; ++r)
-        for (int e = 0; e < E_; ++e) vmax = std::max(vmax, std::abs(values[r * ld_c_ + h * E_ + e]));
+  /// norm(x) into the thread's scratch, read by the MLPs that follow.
+  program::MlpInput<Norm> normed(const Norm& n, const Rows& x) const {
+    n.apply(k_, x.data, x.ld, w_.normed.data(), net_.ld_c_, x.rows);
+    return {{w_.normed.data(), net_.ld_c_, x.rows, x.width, ops::Place::host}};
+  }
+  void mlp(const program::MlpArgs<ResidualMlp, Norm>& a) const {
+    a.layer->run(k_, a.in.x.data, a.in.x.ld, a.y.data, a.y.ld, a.y.rows, w_.scratch_a.data(), w_.scratch_b.data(),
+                 net_.ld_scratch_, a.extra.data, a.extra.ld);
+  }
+  void mlp(const program::MlpArgs<kernels::PackedLinear, Norm>& a) const {
+    k_.linear({.layer = a.layer, .x = a.in.x.data, .ldx = a.in.x.ld, .y = a.y.data, .ldy = a.y.ld, .rows = a.y.rows,
+               .add1 = a.extra.data, .ld_add1 = a.extra.ld});
+  }
+  void head_norm(const Norm& n, const Rows& x) const { n.apply_grouped(x.data, x.ld, x.rows, net_.H_); }
+
+  /// Default mode: the tile's running maxima and rescaled sums per (segment, head, latent); reproducible
+  /// mode: the logit and |v| maxima only (the exact sums follow in merge_encode_exact).
+  void encode(int b, const Rows& keys, const Rows& values) const {
+    const int H = net_.H_, M = net_.M_, E = net_.E_;
+    const float* q = net_.blocks_[static_cast<std::size_t>(b)].q.data();
+    const std::size_t base = static_cast<std::size_t>(tile_.segment) * H * M;
+    for (int h = 0; h < H; ++h) {
+      const std::size_t shm = base + static_cast<std::size_t>(h) * M;
+      if (reproducible_) {
+        kernels::LatentMaxArgs a;
+        a.q = q + static_cast<std::size_t>(h) * M * E;
+        a.M = M;
+        a.E = E;
+        a.k = keys.data + h * E;
+        a.ldk = keys.ld;
+        a.rows = keys.rows;
+        a.max = w_.logit_max.data() + shm;
+        k_.latent_max(a);
+        float& vmax = w_.value_max[static_cast<std::size_t>(tile_.segment) * H + h];
+        for (index_t r = 0; r < values.rows; ++r)
+          for (int e = 0; e < E; ++e) vmax = std::max(vmax, std::abs(values.row(r)[h * E + e]));
+        continue;
+      }
+      kernels::LatentEncodeArgs a;
+      a.q = q + static_cast<std::size_t>(h) * M * E;
+      a.M = M;
+      a.E = E;
+      a.k = keys.data + h * E;
+      a.ldk = keys.ld;
+      a.v = values.data + h * E;
+      a.ldv = values.ld;
+      a.rows = keys.rows;
+      a.ref_exp = w_.ref_exp.data() + shm;
+      a.sum = w_.sum.data() + shm;
+      a.weighted = w_.weighted.data() + shm * E;
+      k_.latent_encode(a);
     }
-    return;
   }
-  for (int h = 0; h < H_; ++h) {
-    const std::size_t shm = base + static_cast<std::size_t>(h) * M_;
-    kernels::LatentEncodeArgs a;
-    a.q = blk.q.data() + static_cast<std::size_t>(h) * M_ * E_;
-    a.M = M_;
-    a.E = E_;
-    a.k = keys + h * E_;
-    a.ldk = ld_c_;
-    a.v = values + h * E_;
-    a.ldv = ld_c_;
-    a.rows = tile.rows;
-    a.ref_exp = w.ref_exp.data() + shm;
-    a.sum = w.sum.data() + shm;
-    a.weighted = w.weighted.data() + shm * E_;
-    k.latent_encode(a);
+  void decode(int b, const Rows& keys, const Rows& y) const {
+    const int H = net_.H_, M = net_.M_, E = net_.E_;
+    const float* z = net_.latents_.data() + static_cast<std::size_t>(tile_.segment) * H * M * E;
+    for (int h = 0; h < H; ++h) {
+      kernels::LatentDecodeArgs a;
+      a.q = net_.blocks_[static_cast<std::size_t>(b)].q.data() + static_cast<std::size_t>(h) * M * E;
+      a.z = z + static_cast<std::size_t>(h) * M * E;
+      a.M = M;
+      a.E = E;
+      a.k = keys.data + h * E;
+      a.ldk = keys.ld;
+      a.y = y.data + h * E;
+      a.ldy = y.ld;
+      a.rows = keys.rows;
+      k_.latent_decode(a);
+    }
   }
-}
 
-void Network::finish_block(const CpuKernels& k, int b, const Tile& tile, ThreadWork& w) {
-  const Block& blk = blocks_[static_cast<std::size_t>(b)];
-  float* x = x_.data() + tile.begin * ld_c_;
-  const float* keys = keys_.data() + tile.begin * ld_c_;
-  const float* z = latents_.data() + static_cast<std::size_t>(tile.segment) * H_ * M_ * E_;
-  for (int h = 0; h < H_; ++h) {
-    kernels::LatentDecodeArgs a;
-    a.q = blk.q.data() + static_cast<std::size_t>(h) * M_ * E_;
-    a.z = z + static_cast<std::size_t>(h) * M_ * E_;
-    a.M = M_;
-    a.E = E_;
-    a.k = keys + h * E_;
-    a.ldk = ld_c_;
-    a.y = w.decoded.data() + h * E_;
-    a.ldy = ld_c_;
-    a.rows = tile.rows;
-    k.latent_decode(a);
-  }
-  kernels::LinearArgs proj;
-  proj.layer = &blk.out_proj;
-  proj.x = w.decoded.data();
-  proj.ldx = ld_c_;
-  proj.y = x;
-  proj.ldy = ld_c_;
-  proj.rows = tile.rows;
-  proj.add1 = x;  // x = x + out_proj(y)
-  proj.ld_add1 = ld_c_;
-  k.linear(proj);
-  blk.norm2.apply(k, x, ld_c_, w.normed.data(), ld_c_, tile.rows);
-  blk.ffn.run(k, w.normed.data(), ld_c_, x, ld_c_, tile.rows, w.scratch_a.data(), w.scratch_b.data(), ld_scratch_, x,
-              ld_c_);
-}
+ private:
+  const Network& net_;
+  const CpuKernels& k_;
+  ThreadWork& w_;
+  const Tile& tile_;
+  bool reproducible_;
+};
 
-void Network::output_head(const CpuKernels& k, const Tile& tile, ThreadWork& w, float* out, index_t ld_out) {
-  const float* x = x_.data() + tile.begin * ld_c_;
-  const float* head_in = x;
-  if (out_norm_) {
-    out_norm_->apply(k, x, ld_c_, w.normed.data(), ld_c_, tile.rows);
-    head_in = w.normed.data();
+/// program.hpp's Exec on the CPU: each sweep over the plan's tiles, a static schedule over the threads
+/// (a tile's rows and arithmetic never depend on the thread count), errors agreed after the sweep.
+class Network::Exec {
+ public:
+  Exec(Network& net, const Comm& comm, const Plan& plan, const CpuKernels& k, const float* in, index_t ld_in,
+       float* out, index_t ld_out, bool reproducible)
+      : net_(net), comm_(comm), plan_(plan), k_(k), in_(in), ld_in_(ld_in), out_(out), ld_out_(ld_out),
+        reproducible_(reproducible) {}
+  int blocks() const { return net_.num_blocks_; }
+  const Block& block(int b) const { return net_.blocks_[static_cast<std::size_t>(b)]; }
+  const ResidualMlp& in_proj() const { return net_.in_proj_; }
+  const ResidualMlp& out_mlp() const { return net_.out_mlp_; }
+  const NormLayer* out_norm() const { return net_.out_norm_ ? &*net_.out_norm_ : nullptr; }
+
+  template <class F>
+  void sweep(int b, F&& f) {
+    const int threads = net_.threads_;
+    if (b < net_.num_blocks_)
+      for (int t = 0; t < threads; ++t) reset_encode_partials(net_.work_[static_cast<std::size_t>(t)], reproducible_);
+    const std::vector<Tile>& tiles = plan_.tiles();
+    const index_t ld_c = net_.ld_c_;
+    const auto host = ops::Place::host;
+    Status status;
+    {
+      const ScopedPhase phase(kProjectionsEncodeAndDecodePhase);
+#pragma omp parallel num_threads(threads)
+      {
+        ThreadWork& w = net_.work_[static_cast<std::size_t>(omp_get_thread_num())];
+#pragma omp for schedule(static)
+        for (std::size_t i = 0; i < tiles.size(); ++i) {
+          const Tile& tile = tiles[i];
+          try {
+            TileOps ops(net_, k_, w, tile, reproducible_);
+            const index_t n = tile.rows, first = tile.begin;
+            const int C = net_.C_;
+            program::SweepRows r;
+            r.in = ops::view(in_ + first * ld_in_, ld_in_, n, net_.in_proj_.in(), host);
+            r.x = {net_.x_.data() + first * ld_c, ld_c, n, C, host};
+            r.keys = {net_.keys_.data() + first * ld_c, ld_c, n, C, host};
+            r.values = {reproducible_ ? net_.values_.data() + first * ld_c : w.values.data(), ld_c, n, C, host};
+            r.decoded = {w.decoded.data(), ld_c, n, C, host};
+            r.out = {out_ + first * ld_out_, ld_out_, n, net_.out_mlp_.out(), host};
+            f(ops, r);
+          } catch (...) {
+#pragma omp critical(surrogate_flare_error)
+            if (status.ok()) status = Status::from_current_exception();
+          }
+        }
+      }
+    }
+    comm_.agree_or_throw(status);
   }
-  out_mlp_.run(k, head_in, ld_c_, out + tile.begin * ld_out, ld_out, tile.rows, w.scratch_a.data(), w.scratch_b.data(),
-               ld_scratch_);
-}
+
+  void merge_encode(int b) {
+    const ScopedPhase merge(kEncodeMergeOverThreadsPhase);
+    if (reproducible_) net_.merge_encode_exact(comm_, plan_, k_, b);
+    else net_.merge_encode(comm_, plan_);
+  }
+
+ private:
+  Network& net_;
+  const Comm& comm_;
+  const Plan& plan_;
+  const CpuKernels& k_;
+  const float* in_;
+  index_t ld_in_;
+  float* out_;
+  index_t ld_out_;
+  bool reproducible_;
+};
 
 void Network::encode_exact(const CpuKernels& k, const Plan& plan, int b, const Tile& tile, ThreadWork& w) {
   const Block& blk = blocks_[static_cast<std::size_t>(b)];
@@ -225,43 +296,9 @@ void Network::forward(const Comm& comm, const Plan& plan, const float* in, index
   const bool reproducible = options.reproducible;
   const int threads = options.threads > 0 ? options.threads : omp_get_max_threads();
   collectively(comm, [&] { prepare(plan, threads, reproducible); });
-  const std::vector<Tile>& tiles = plan.tiles();
-  // Sweep b (b = 0 .. blocks): finish block b-1 (or the input projection), then start block b (or the
-  // output head); between sweeps, the encode of block b is merged over threads and ranks.
   threads_ = threads;
-  for (int b = 0; b <= num_blocks_; ++b) {
-    Status status;
-    if (b < num_blocks_)
-      for (int t = 0; t < threads; ++t) reset_encode_partials(work_[static_cast<std::size_t>(t)], reproducible);
-    {
-      const ScopedPhase sweep(kProjectionsEncodeAndDecodePhase);
-#pragma omp parallel num_threads(threads)
-      {
-        ThreadWork& w = work_[static_cast<std::size_t>(omp_get_thread_num())];
-#pragma omp for schedule(static)
-        for (std::size_t i = 0; i < tiles.size(); ++i) {
-          const Tile& tile = tiles[i];
-          try {
-            if (b == 0)
-              in_proj_.run(k, in + tile.begin * ld_in, ld_in, x_.data() + tile.begin * ld_c_, ld_c_, tile.rows,
-                           w.scratch_a.data(), w.scratch_b.data(), ld_scratch_);
-            else
-              finish_block(k, b - 1, tile, w);
-            if (b < num_blocks_) start_block(k, b, tile, w, reproducible);
-            else output_head(k, tile, w, out, ld_out);
-          } catch (...) {
-#pragma omp critical(surrogate_flare_error)
-            if (status.ok()) status = Status::from_current_exception();
-          }
-        }
-      }
-    }
-    comm.agree_or_throw(status);
-    if (b == num_blocks_) break;
-    const ScopedPhase merge(kEncodeMergeOverThreadsPhase);
-    if (reproducible) merge_encode_exact(comm, plan, k, b);
-    else merge_encode(comm, plan);
-  }
+  Exec exec(*this, comm, plan, k, in, ld_in, out, ld_out, reproducible);
+  program::forward(exec);
 }
 
 // ---------------------------------------------------------------------------------------------------

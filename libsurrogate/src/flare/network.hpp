@@ -51,12 +51,12 @@ class Network {
     AlignedBuffer<std::int64_t> exact_bad;  // [S][H][M]: terms that did not fit (non-finite)
   };
 
+  // program.hpp's Ops on one tile, and its Exec over the plan's tiles (network.cpp)
+  class TileOps;
+  class Exec;
+
   void prepare(const Plan& plan, int threads, bool reproducible);
   static void reset_encode_partials(ThreadWork& w, bool reproducible);
-  // the stages of one tile
-  void start_block(const CpuKernels& k, int b, const Tile& tile, ThreadWork& w, bool reproducible);
-  void finish_block(const CpuKernels& k, int b, const Tile& tile, ThreadWork& w);
-  void output_head(const CpuKernels& k, const Tile& tile, ThreadWork& w, float* out, index_t ld_out);
   void encode_exact(const CpuKernels& k, const Plan& plan, int b, const Tile& tile, ThreadWork& w);
   // the encode of a block merged over the threads and the ranks (collective)
   void merge_encode(const Comm& comm, const Plan& plan);

@@ -1,8 +1,8 @@
 // FLARE's forward pass on a CUDA device (forward.hpp).
 //
 // A forward copies the normalised inputs to the device (or gathers and normalises the caller's device
-// arrays), runs every point-local stage with the kernels of surrogate/kernels/cuda.hpp, and copies the
-// outputs back (or de-normalises and scatters them). The only global quantities are the encode sums of
+// arrays), runs the CPU's stage program (../program.hpp) with the kernels of surrogate/kernels/cuda.hpp as
+// its Ops, and copies the outputs back (or de-normalises and scatters them). The only global quantities are the encode sums of
 // each block: the device computes per-chunk partials and merges them per local segment, then the ranks
 // merge exactly as the CPU does (encode_merge.cpp).
 //
@@ -15,7 +15,11 @@
 #include <cmath>
 #include <cstring>
 
+#include "../program.hpp"
+
 namespace surrogate::flare::cuda {
+
+using program::Rows;
 
 const Tables& Forward::tables(Plan& plan) {
   if (const DeviceTables* kept = plan.device_tables(device_)) return static_cast<const Tables&>(*kept);
@@ -61,33 +65,6 @@ void Forward::reserve(const Plan& plan, const Tables& t, bool reproducible) {
   }
 }
 
-void Forward::run_norm(const device::Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
-  device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
-}
-
-void Forward::run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-                      const device::Norm* norm, const float* extra, index_t ld_extra) {
-  cu::MlpArgs a;
-  a.precision = precision_;
-  if (norm) {
-    a.norm.weight = weights_.data() + norm->weight;
-    a.norm.bias = norm->has_bias ? weights_.data() + norm->bias : nullptr;
-    a.norm.eps = norm->eps;
-    a.norm.rms = norm->rms;
-  }
-  a.layers = layers_.data() + m.first;
-  a.num_layers = m.count;
-  a.max_width = m.max_width;
-  a.x = x;
-  a.ldx = ldx;
-  a.y = y;
-  a.ldy = ldy;
-  a.rows = rows;
-  a.extra = extra;
-  a.ld_extra = ld_extra;
-  cu::mlp(a, stream_.get());
-}
-
 cu::LatentProblem Forward::problem(const Tables& t, int b) const {
   cu::LatentProblem p;
   p.q = weights_.data() + blocks_[static_cast<std::size_t>(b)].q;
@@ -103,64 +80,134 @@ cu::LatentProblem Forward::problem(const Tables& t, int b) const {
   return p;
 }
 
-/// norm1, k/v projections and this rank's part of the encode of block b (up to the per-sample merge).
-void Forward::start_block(const Tables& t, int b, bool reproducible) {
-  const Block& blk = blocks_[static_cast<std::size_t>(b)];
-  const cudaStream_t s = stream_.get();
-  run_mlp(blk.k_proj, x_.data(), C_, keys_.data(), C_, n_, &blk.norm1);  // k = k_proj(norm1(x))
-  if (blk.k_norm) run_norm(*blk.k_norm, keys_.data(), E_, keys_.data(), E_, n_ * H_);  // per head, in place
-  run_mlp(blk.v_proj, x_.data(), C_, values_.data(), C_, n_, &blk.norm1);
-  const cu::LatentProblem p = problem(t, b);
-  const std::size_t global_hm = static_cast<std::size_t>(samples_) * H_ * M_;
-  if (reproducible) {
-    cu::fill(maxima_.data(), maxima_.size(), -INFINITY, s);
-    cu::latent_max_partials(p, part_max_.data(), part_vmax_.data(), s);
-    cu::latent_max_merge(p, part_max_.data(), part_vmax_.data(), t.segment_info(), maxima_.data(),
-                         maxima_.data() + global_hm, s);
-  } else {
-    cu::fill(local_ref_.data(), global_hm, kernels::kNoExponent, s);
-    cu::zero(sums_.data(), sums_.bytes(), s);
-    cu::latent_encode_partials(p, part_ref_.data(), part_acc_.data(), s);
-    cu::latent_encode_merge(p, part_ref_.data(), part_acc_.data(), t.segment_info(), local_ref_.data(), sums_.data(), s);
-  }
-}
+/// program.hpp's Ops on this device: each member one or a few launches over all local rows. The MLP
+/// kernel applies a deferred norm as it reads its rows (normed() only names it).
+class Forward::DeviceOps {
+ public:
+  using Norm = device::Norm;
+  DeviceOps(Forward& f, const Tables& t, bool reproducible) : f_(f), t_(t), reproducible_(reproducible) {}
 
-/// Z from the reduced sums, decode, out_proj, norm2 and the feed-forward of block b.
-void Forward::finish_block(const Tables& t, int b, bool reproducible) {
-  const Block& blk = blocks_[static_cast<std::size_t>(b)];
-  const cudaStream_t s = stream_.get();
-  const cu::SegmentInfo seg = t.segment_info();
-  if (reproducible) {
-    cu::latent_exact_finalize(exact_.data(), exact_.data() + exact_words(), seg, scales_.data(), scales_.data() + seg.segments,
-                              H_, M_, E_, z_.data(), s);
+  program::MlpInput<Norm> normed(const Norm& n, const Rows& x) const { return {x, &n}; }
+  /// y = mlp(norm(x)) [+ extra] in one fused kernel; x may be y (in place).
+  void mlp(const program::MlpArgs<Mlp, Norm>& a) const {
+    cu::MlpArgs m;
+    m.precision = f_.precision_;
+    if (const Norm* n = a.in.norm) {
+      m.norm.weight = f_.weights_.data() + n->weight;
+      m.norm.bias = n->has_bias ? f_.weights_.data() + n->bias : nullptr;
+      m.norm.eps = n->eps;
+      m.norm.rms = n->rms;
+    }
+    m.layers = f_.layers_.data() + a.layer->first;
+    m.num_layers = a.layer->count;
+    m.max_width = a.layer->max_width;
+    m.x = a.in.x.data;
+    m.ldx = a.in.x.ld;
+    m.y = a.y.data;
+    m.ldy = a.y.ld;
+    m.rows = a.y.rows;
+    m.extra = a.extra.data;
+    m.ld_extra = a.extra.ld;
+    cu::mlp(m, f_.stream_.get());
   }
-  else
-    cu::latent_encode_finalize(sums_.data(), seg, H_, M_, E_, z_.data(), s);
-  cu::LatentDecodeArgs d;
-  d.q = weights_.data() + blk.q;
-  d.z = z_.data();
-  d.H = H_;
-  d.M = M_;
-  d.E = E_;
-  d.k = keys_.data();
-  d.ldk = C_;
-  d.y = scratch_.data();
-  d.ldy = C_;
-  d.tiles = t.tiles();
-  d.num_tiles = t.num_tiles();
-  d.precision = precision_;
-  cu::latent_decode(d, s);
-  run_mlp(blk.out_proj, scratch_.data(), C_, x_.data(), C_, n_, nullptr, x_.data(), C_);  // x = x + out_proj(y)
-  run_mlp(blk.ffn, x_.data(), C_, x_.data(), C_, n_, &blk.norm2, x_.data(), C_);  // x = x + mlp(norm2(x)), in place
-}
+  /// Rows of C = H E values (ld C) normed as H rows of E each, in place.
+  void head_norm(const Norm& n, const Rows& x) const {
+    device::norm(n, f_.weights_.data(), x.data, f_.E_, x.data, f_.E_, x.rows * f_.H_, f_.stream_.get());
+  }
+  /// This rank's part of the encode of block b (of keys_ and values_), merged per local segment.
+  void encode(int b, const Rows&, const Rows&) const {
+    const cudaStream_t s = f_.stream_.get();
+    const cu::LatentProblem p = f_.problem(t_, b);
+    const std::size_t global_hm = static_cast<std::size_t>(f_.samples_) * f_.H_ * f_.M_;
+    if (reproducible_) {
+      cu::fill(f_.maxima_.data(), f_.maxima_.size(), -INFINITY, s);
+      cu::latent_max_partials(p, f_.part_max_.data(), f_.part_vmax_.data(), s);
+      cu::latent_max_merge(p, f_.part_max_.data(), f_.part_vmax_.data(), t_.segment_info(), f_.maxima_.data(),
+                           f_.maxima_.data() + global_hm, s);
+    } else {
+      cu::fill(f_.local_ref_.data(), global_hm, kernels::kNoExponent, s);
+      cu::zero(f_.sums_.data(), f_.sums_.bytes(), s);
+      cu::latent_encode_partials(p, f_.part_ref_.data(), f_.part_acc_.data(), s);
+      cu::latent_encode_merge(p, f_.part_ref_.data(), f_.part_acc_.data(), t_.segment_info(), f_.local_ref_.data(),
+                              f_.sums_.data(), s);
+    }
+  }
+  /// Z from the merged sums, then the decode of every local row into y.
+  void decode(int b, const Rows& keys, const Rows& y) const {
+    const cudaStream_t s = f_.stream_.get();
+    const cu::SegmentInfo seg = t_.segment_info();
+    const int H = f_.H_, M = f_.M_, E = f_.E_;
+    if (reproducible_)
+      cu::latent_exact_finalize(f_.exact_.data(), f_.exact_.data() + f_.exact_words(), seg, f_.scales_.data(),
+                                f_.scales_.data() + seg.segments, H, M, E, f_.z_.data(), s);
+    else
+      cu::latent_encode_finalize(f_.sums_.data(), seg, H, M, E, f_.z_.data(), s);
+    cu::LatentDecodeArgs d;
+    d.q = f_.weights_.data() + f_.blocks_[static_cast<std::size_t>(b)].q;
+    d.z = f_.z_.data();
+    d.H = H;
+    d.M = M;
+    d.E = E;
+    d.k = keys.data;
+    d.ldk = keys.ld;
+    d.y = y.data;
+    d.ldy = y.ld;
+    d.tiles = t_.tiles();
+    d.num_tiles = t_.num_tiles();
+    d.precision = f_.precision_;
+    cu::latent_decode(d, s);
+  }
+
+ private:
+  Forward& f_;
+  const Tables& t_;
+  bool reproducible_;
+};
+
+/// program.hpp's Exec on this device: a sweep step is the launches over all local rows; across ranks (or
+/// in reproducible mode) each sweep is a local step whose errors are agreed, and the encode merged over
+/// the ranks between them. Without a Comm (the one-process graph) the launches only.
+class Forward::DeviceExec {
+ public:
+  DeviceExec(Forward& f, const Tables& t, bool reproducible, const Comm* comm = nullptr, const Plan* plan = nullptr)
+      : f_(f), t_(t), reproducible_(reproducible), comm_(comm), plan_(plan) {}
+  int blocks() const { return f_.cfg_.num_blocks; }
+  const Block& block(int b) const { return f_.blocks_[static_cast<std::size_t>(b)]; }
+  const Mlp& in_proj() const { return f_.in_proj_; }
+  const Mlp& out_mlp() const { return f_.out_mlp_; }
+  const device::Norm* out_norm() const { return f_.out_norm_ ? &*f_.out_norm_ : nullptr; }
+
+  template <class F>
+  void sweep(int /*b*/, F&& step) {
+    DeviceOps ops(f_, t_, reproducible_);
+    const index_t n = f_.n_;
+    const int C = f_.C_, in = f_.cfg_.in_dim, out = f_.cfg_.out_dim;
+    const auto dev = ops::Place::device;
+    program::SweepRows r;
+    r.in = {f_.in_.data(), in, n, in, dev};
+    r.x = {f_.x_.data(), C, n, C, dev};
+    r.keys = {f_.keys_.data(), C, n, C, dev};
+    r.values = {f_.values_.data(), C, n, C, dev};
+    r.decoded = {f_.scratch_.data(), C, n, C, dev};
+    r.out = {f_.out_.data(), out, n, out, dev};
+    if (comm_ == nullptr) return step(ops, r);
+    f_.local_step(*comm_, [&] { step(ops, r); });
+  }
+  void merge_encode(int b) {
+    if (comm_ != nullptr) f_.merge_encode(*comm_, *plan_, t_, b, reproducible_);
+  }
+
+ private:
+  Forward& f_;
+  const Tables& t_;
+  bool reproducible_;
+  const Comm* comm_;
+  const Plan* plan_;
+};
 
 void Forward::compute_direct(const Tables& t) {
-  run_mlp(in_proj_, in_.data(), cfg_.in_dim, x_.data(), C_, n_);
-  for (int b = 0; b < cfg_.num_blocks; ++b) {
-    start_block(t, b, false);  // one process: nothing to merge between the two halves of a block
-    finish_block(t, b, false);
-  }
-  run_mlp(out_mlp_, x_.data(), C_, out_.data(), cfg_.out_dim, n_, out_norm_ ? &*out_norm_ : nullptr);
+  DeviceExec exec(*this, t, false);  // one process: nothing to merge between the two halves of a block
+  program::forward(exec);
 }
 
 void Forward::compute(const Tables& t) {
@@ -178,7 +225,6 @@ void Forward::compute(const Tables& t) {
 
 void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const Stage& load, const Stage& store,
                   const std::function<void()>& finish, const std::function<void()>& loaded) {
-  const int blocks = cfg_.num_blocks;
   const bool reproducible = options.reproducible;
   precision_ = device::tensor_core_precision(options.precision);
   n_ = plan.layout().local_points();
@@ -196,27 +242,18 @@ void Forward::run(const Comm& comm, Plan& plan, const RunOptions& options, const
     ev_start_.record(s);
     load(s, *t);
     ev_uploaded_.record(s);
-    if (one_graph) {
-      compute(*t);
-      return;
-    }
-    run_mlp(in_proj_, in_.data(), cfg_.in_dim, x_.data(), C_, n_);
-    if (blocks > 0) start_block(*t, 0, reproducible);
+    if (one_graph) compute(*t);
   });
   if (loaded) {  // reads what the load stage copied back: after it is done (across ranks the step waited)
     if (comm.size() == 1) local_step(comm, [&] { stream_.synchronize(); });
     loaded();
   }
-  for (int b = 0; b < blocks && !one_graph; ++b) {
-    merge_encode(comm, plan, *t, b, reproducible);
-    local_step(comm, [&] {
-      finish_block(*t, b, reproducible);
-      if (b + 1 < blocks) start_block(*t, b + 1, reproducible);
-    });
+  if (!one_graph) {
+    DeviceExec exec(*this, *t, reproducible, &comm, &plan);
+    program::forward(exec);
   }
   local_step(comm, [&] {
     const cudaStream_t s = stream_.get();
-    if (!one_graph) run_mlp(out_mlp_, x_.data(), C_, out_.data(), cfg_.out_dim, n_, out_norm_ ? &*out_norm_ : nullptr);
     ev_computed_.record(s);
     store(s, *t);
     ev_end_.record(s);

@@ -93,18 +93,14 @@ class Forward {
   const Tables& tables(Plan& plan);
   /// Sizes the workspace for the plan's points (buffers only grow).
   void reserve(const Plan& plan, const Tables& t, bool reproducible);
-  void run_norm(const device::Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows);
-  /// y = mlp(norm(x)) [+ extra]; the norm (optional) is applied by the MLP kernel as it reads x, and x
-  /// may be y (in place).
-  void run_mlp(const Mlp& m, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-               const device::Norm* norm = nullptr, const float* extra = nullptr, index_t ld_extra = 0);
   cu::LatentProblem problem(const Tables& t, int b) const;
+  /// program.hpp's Ops and Exec on this device (forward.cpp).
+  class DeviceOps;
+  class DeviceExec;
   /// The compute of a default-mode forward in one process (input MLP, every block, the head): on the
   /// second forward with the same tables, buffers and precision, captured as one graph, then replayed.
   void compute(const Tables& t);
   void compute_direct(const Tables& t);
-  void start_block(const Tables& t, int b, bool reproducible);
-  void finish_block(const Tables& t, int b, bool reproducible);
   /// The forward: `load` fills in_ (n x in_dim, normalised, working order) on the stream, `store`
   /// enqueues the use of out_ (n x out_dim), `finish` runs on the host after the stream completed;
   /// `loaded`, when given, runs on every rank once the load step succeeded everywhere (collectives allowed).
