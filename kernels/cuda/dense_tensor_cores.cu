@@ -86,6 +86,17 @@ __global__ void __launch_bounds__(kThreads) dense_mma_kernel(DenseArgs a) {
       const int c = 8 * (n0 + j) + 2 * t + e % 2;
       add[j][e] = a.add && n0 + j < n_tiles && row < a.rows && c < a.out ? a.add[row * a.ld_add + c] : 0.0f;
     }
+  // Bias and activation (chosen once: activation.cuh), then the residual and the stores.
+  with_activation(a.act, [&](auto act) {
+#pragma unroll
+    for (int j = 0; j < kPassTiles; ++j) {
+      const int c = 8 * (n0 + j) + 2 * t;
+      const float b0 = n0 + j < n_tiles && c < a.out ? __ldg(a.bias + c) : 0.0f;
+      const float b1 = n0 + j < n_tiles && c + 1 < a.out ? __ldg(a.bias + c + 1) : 0.0f;
+#pragma unroll
+      for (int e = 0; e < 4; ++e) acc[j][e] = activate<decltype(act)::value>(acc[j][e] + (e % 2 == 0 ? b0 : b1));
+    }
+  });
 #pragma unroll
   for (int j = 0; j < kPassTiles; ++j) {
     if (n0 + j >= n_tiles) break;
@@ -94,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) dense_mma_kernel(DenseArgs a) {
       const index_t row = e < 2 ? r_lo : r_hi;
       const int c = 8 * (n0 + j) + 2 * t + e % 2;
       if (row >= a.rows || c >= a.out) continue;
-      float v = activate(a.act, acc[j][e] + __ldg(a.bias + c));
+      float v = acc[j][e];
       if (a.add) v += add[j][e];
       a.y[row * a.ldy + c] = v;
     }

@@ -92,12 +92,18 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
       }
 
       const int c = c0 + 4 * tx;
+      with_activation(L.act, [&](auto act) {  // chosen once for the tile (activation.cuh)
+#pragma unroll
+        for (int i = 0; i < 4; ++i)
+#pragma unroll
+          for (int j = 0; j < 4; ++j) acc[i][j] = activate<decltype(act)::value>(acc[i][j]);
+      });
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = ty + 16 * i;
         float v[4];
 #pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = activate(L.act, acc[i][j]);
+        for (int j = 0; j < 4; ++j) v[j] = acc[i][j];
         if (L.add_input && c < k4) {  // in == out: the layer's input has the same columns
           const float4 s = *reinterpret_cast<const float4*>(src + r * lds + c);
           v[0] += s.x, v[1] += s.y, v[2] += s.z, v[3] += s.w;

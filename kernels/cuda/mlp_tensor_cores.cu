@@ -150,19 +150,30 @@ __global__ void __launch_bounds__(32 * warps_per_block(T)) mlp_mma_kernel(MlpArg
       }
 
       if (kInPlace) __syncwarp();  // every lane has read its A fragments before any output replaces them
-      // Epilogue: lane (g, t) holds columns c, c + 1 of rows g and g + 8 of every row tile.
+      // Epilogue: lane (g, t) holds columns c, c + 1 of rows g and g + 8 of every row tile. Bias and the
+      // layer's activation first, the activation chosen once for the pass (activation.cuh).
+      with_activation(L.act, [&](auto act) {
+#pragma unroll
+        for (int j = 0; j < kPassTiles; ++j) {
+          if (n0 + j >= n_tiles) break;
+          const float2 bias = __ldg(reinterpret_cast<const float2*>(L.bias + 8 * (n0 + j) + 2 * t));  // padded
+#pragma unroll
+          for (int m = 0; m < T; ++m)
+#pragma unroll
+            for (int e = 0; e < 4; ++e)
+              acc[m][j][e] = activate<decltype(act)::value>(acc[m][j][e] + (e % 2 == 0 ? bias.x : bias.y));
+        }
+      });
 #pragma unroll
       for (int j = 0; j < kPassTiles; ++j) {
         if (n0 + j >= n_tiles) break;
         const int c = 8 * (n0 + j) + 2 * t;
-        const float2 bias = __ldg(reinterpret_cast<const float2*>(L.bias + c));  // padded to mlp_weight_ld(out)
 #pragma unroll
         for (int m = 0; m < T; ++m)
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
             const int r = 16 * m + g + 8 * h;
-            float v0 = activate(L.act, acc[m][j][2 * h] + bias.x);
-            float v1 = activate(L.act, acc[m][j][2 * h + 1] + bias.y);
+            float v0 = acc[m][j][2 * h], v1 = acc[m][j][2 * h + 1];
             if (L.add_input) {  // in == out; the input's columns past `in` are zero
               v0 += x[r * lda + c];
               v1 += x[r * lda + c + 1];

@@ -36,8 +36,13 @@ __global__ void __launch_bounds__(kDenseThreads) dense_tiled_kernel(DenseArgs a)
   tile_gemm::accumulate(
       a.rows, a.out, a.in, r0, c0, [&](index_t r, int k) { return a.x[r * a.ldx + k]; },
       [&](int k, int c) { return a.wt[static_cast<index_t>(k) * a.ldw + c]; }, acc);
+  with_activation(a.act, [&](auto act) {  // chosen once for the tile (activation.cuh)
+#pragma unroll
+    for (int i = 0; i < 4; ++i)
+#pragma unroll
+      for (int j = 0; j < 4; ++j) acc[i][j] = activate<decltype(act)::value>(acc[i][j]);
+  });
   tile_gemm::for_each_output(a.rows, a.out, r0, c0, acc, [&](index_t r, int c, float v) {
-    v = activate(a.act, v);
     if (a.add) v += a.add[r * a.ld_add + c];
     a.y[r * a.ldy + c] = v;
   });
