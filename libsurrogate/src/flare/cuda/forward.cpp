@@ -1,10 +1,10 @@
 // FLARE's forward pass on a CUDA device (forward.hpp).
 //
 // A forward copies the normalised inputs to the device (or gathers and normalises the caller's device
-// arrays), runs the CPU's stage program (../program.hpp) with the kernels of surrogate/kernels/cuda.hpp as
-// its Ops, and copies the outputs back (or de-normalises and scatters them). The only global quantities are the encode sums of
-// each block: the device computes per-chunk partials and merges them per local segment, then the ranks
-// merge exactly as the CPU does (encode_merge.cpp).
+// arrays), runs the CPU's stage program (../program.hpp) with the kernels of surrogate/kernels/cuda.hpp
+// as its Ops, and copies the outputs back (or de-normalises and scatters them). The only global
+// quantities are the encode sums of each block: the device computes per-chunk partials and merges them
+// per local segment, then the ranks merge exactly as the CPU does (encode_merge.cpp).
 //
 // Device memory is O(N C): the residual stream, one scratch (the decoded attention; the norms run inside
 // the MLPs, as they read their input), the keys and the values; the MLPs' hidden activations never leave
