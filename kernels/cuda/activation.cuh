@@ -48,12 +48,5 @@ __device__ __forceinline__ void with_activation(Activation act, F&& f) {
   f(ActivationTag<Activation::none>{});
 }
 
-/// The activation chosen at run time, for code that applies it to a few values only.
-__device__ __forceinline__ float activate(Activation act, float v) {
-  float r = v;
-  with_activation(act, [&](auto tag) { r = activate<decltype(tag)::value>(v); });
-  return r;
-}
-
 SURROGATE_CUDA_BACKEND_END
 }  // namespace surrogate::kernels::cuda

@@ -101,9 +101,7 @@ __global__ void __launch_bounds__(kThreads) mlp_kernel(MlpArgs a, int lds) {
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
         const int r = ty + 16 * i;
-        float v[4];
-#pragma unroll
-        for (int j = 0; j < 4; ++j) v[j] = acc[i][j];
+        float(&v)[4] = acc[i];
         if (L.add_input && c < k4) {  // in == out: the layer's input has the same columns
           const float4 s = *reinterpret_cast<const float4*>(src + r * lds + c);
           v[0] += s.x, v[1] += s.y, v[2] += s.z, v[3] += s.w;
