@@ -10,8 +10,9 @@
 //   tree_s        host time of build_with_rotations (the official forward builds its trees every call),
 //   device_tree_ms  best wall time of the same trees with their nodes selected on the device (what a plan
 //                 built for the device does; checked identical to the host's first),
-//   geometry_ms   device time of the geometry upload, geometry_wall_ms its best wall time (with the host's
-//                 arithmetic: levels, ball-relative positions, the edges grouped by receiver),
+//   geometry_ms   device time of the geometry upload, geometry_wall_ms its best wall time (the slots'
+//                 positions and the edges uploaded; levels, ball-relative positions and the edges grouped
+//                 by receiver computed on the device),
 //   device_ms     best device time (CUDA events) of a forward on the kept geometry (features upload, the
 //                 whole network, result download),
 //   wall_ms       best wall time of such a forward,

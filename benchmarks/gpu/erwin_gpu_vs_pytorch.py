@@ -13,7 +13,7 @@ upload, the network, result download); `wall` = its wall time; `full` = wall tim
 (its nodes selected on the device, as a plan built for the device does) + geometry upload + forward, which
 is what the official forward does in every call (it builds its trees inside); `tree s` = the host's trees,
 `dev tree ms` = the same trees with the device's selections, `geom ms` = wall time of the geometry upload
-(its host arithmetic included). PyTorch: wall time of model(x, pos, batch, edge_index) with torch.cuda.synchronize()
+(the slots' positions and edges uploaded, the geometry computed on the device). PyTorch: wall time of model(x, pos, batch, edge_index) with torch.cuda.synchronize()
 around it, TF32 off (FP32 everywhere), best of --repeats after a warm-up. Speed-up = PyTorch / full.
 PyTorch side: the official ErwinTransformer when --official names a directory holding erwin_official.py
 or erwin.py (torch 2.x with balltree-erwin), else share/python/surrogate_ref/erwin.py (trees built on the

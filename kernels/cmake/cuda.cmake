@@ -8,8 +8,8 @@
 set(SURROGATE_CUDA_KERNEL_SOURCES
   norm.cu mlp.cu mlp_tensor_cores.cu dense_tensor_cores.cu latent_encode.cu latent_decode.cu caller_io.cu ball_attention.cu
   point_layers.cu bsa_gate.cu sphere_attention.cu sphere_grid_ops.cu sphere_grid_norm.cu sphere_sht.cu
-  bucket_attention.cu lsh_keys.cu hept_plan.cu nearest.cu ball_tree.cu voxel_hierarchy.cu tree_attention.cu
-  tree_layers.cu)
+  bucket_attention.cu lsh_keys.cu hept_plan.cu nearest.cu ball_tree.cu ball_geometry.cu voxel_hierarchy.cu
+  tree_attention.cu tree_layers.cu)
 list(TRANSFORM SURROGATE_CUDA_KERNEL_SOURCES PREPEND cuda/ OUTPUT_VARIABLE gpu_sources)
 set(host_sources)
 foreach(source IN LISTS SURROGATE_CUDA_KERNEL_SOURCES)

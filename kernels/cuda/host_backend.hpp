@@ -8,6 +8,7 @@
 
 #include "surrogate/kernels/cuda.hpp"
 #include "surrogate/kernels/cuda_ball_attention.hpp"
+#include "surrogate/kernels/cuda_ball_geometry.hpp"
 #include "surrogate/kernels/cuda_ball_tree.hpp"
 #include "surrogate/kernels/cuda_bsa_gate.hpp"
 #include "surrogate/kernels/cuda_bucket_attention.hpp"
@@ -38,7 +39,8 @@
   X(lsh_projections) X(lsh_ranges) X(lsh_keys) X(tree_attention) X(tree_norm) X(tree_pool) X(tree_mix)         \
   X(tree_sums) X(tree_layer_norm_relu) X(point_conv_max) X(hept_axis_keys) X(hept_regions) X(hept_row_max)             \
   X(hept_region_codes) X(hept_tag_codes) X(hept_code_keys) X(hept_code_keys_f64) X(hept_padding)           \
-  X(hept_gather_columns) X(hept_pad_rows) X(nearest_lists) X(ball_tree) X(voxel_hierarchy)
+  X(hept_gather_columns) X(hept_pad_rows) X(nearest_lists) X(ball_tree) X(voxel_hierarchy)   \
+  X(group_means) X(group_offsets) X(edges_by_receiver)
 
 namespace surrogate::kernels::cuda::host {
 

@@ -12,54 +12,13 @@
 
 #include "surrogate/balltree.hpp"
 #include "surrogate/error.hpp"
+#include "surrogate/kernels/torch_order_sum.hpp"
 
 namespace surrogate::balltree {
 namespace {
 
 using Index = std::int64_t;
 std::size_t sz(Index i) { return static_cast<std::size_t>(i); }
-
-/// PyTorch's ceil-log2 helper of the CPU sum kernel: 1 for x <= 2, else ceil(log2(x)).
-Index ceil_log2_torch(Index x) {
-  if (x <= 2) return 1;
-  Index r = 0;
-  for (auto v = static_cast<std::uint64_t>(x - 1); v != 0; v >>= 1) ++r;
-  return r;
-}
-
-/// Sum of v[0], v[stride], ..., v[(count-1)*stride] in the order of PyTorch's CPU float sum over a
-/// non-contiguous reduced dimension: the elements are read as rows of four; four partial sums (one per
-/// column) accumulate the rows with a cascade of four levels (2^p rows per level step, p >= 4); the
-/// count % 4 trailing elements go into partial 0; then partial 0 + 1, + 2, + 3.
-float torch_order_sum(const float* v, Index stride, Index count) {
-  constexpr Index ilp = 4, levels = 4;
-  const Index rows = count / ilp;
-  float acc[levels][ilp] = {};
-  const Index level_power = std::max<Index>(4, ceil_log2_torch(rows) / levels);
-  const Index level_step = Index{1} << level_power;
-  const Index level_mask = level_step - 1;
-  auto add_row = [&](Index r) {
-    for (Index k = 0; k < ilp; ++k) acc[0][k] += v[(r * ilp + k) * stride];
-  };
-  Index r = 0;
-  while (r + level_step <= rows) {
-    for (Index j = 0; j < level_step; ++j, ++r) add_row(r);
-    for (Index j = 1; j < levels; ++j) {
-      for (Index k = 0; k < ilp; ++k) {
-        acc[j][k] += acc[j - 1][k];
-        acc[j - 1][k] = 0.0f;
-      }
-      if ((r & (level_mask << (j * level_power))) != 0) break;
-    }
-  }
-  for (; r < rows; ++r) add_row(r);
-  for (Index j = 1; j < levels; ++j)
-    for (Index k = 0; k < ilp; ++k) acc[0][k] += acc[j][k];
-  float partial[ilp] = {acc[0][0], acc[0][1], acc[0][2], acc[0][3]};
-  for (Index i = rows * ilp; i < count; ++i) partial[0] += v[i * stride];
-  for (Index k = 1; k < ilp; ++k) partial[0] += partial[k];
-  return partial[0];
-}
 
 }  // namespace
 
@@ -121,7 +80,7 @@ std::vector<float> mean_pool(std::span<const float> rows, int dim, int stride) {
   const auto divisor = static_cast<float>(stride);
   for (Index g = 0; g < groups; ++g)
     for (Index c = 0; c < dim; ++c)
-      out[sz(g * dim + c)] = torch_order_sum(rows.data() + g * stride * dim + c, dim, stride) / divisor;
+      out[sz(g * dim + c)] = kernels::torch_order_sum(rows.data() + g * stride * dim + c, dim, stride) / divisor;
   return out;
 }
 

@@ -53,16 +53,21 @@ EdgeOrder order_edges(std::span<const std::int64_t> edge_index, std::span<const 
     const float* pd = positions.data() + static_cast<std::size_t>(dst[e]) * du;
     for (std::size_t c = 0; c < du; ++c) o.rel[qu * du + c] = ps[c] - pd[c];
   }
+  o.chunks = receiver_chunks(o.start, n, chunk_edges);
+  return o;
+}
+
+std::vector<std::pair<index_t, index_t>> receiver_chunks(std::span<const std::int64_t> start, index_t n,
+                                                         index_t chunk_edges) {
+  std::vector<std::pair<index_t, index_t>> chunks;
   for (index_t r0 = 0; r0 < n;) {
     index_t r1 = r0 + 1;
-    auto edges_to = [&](index_t r) {
-      return o.start[static_cast<std::size_t>(r)] - o.start[static_cast<std::size_t>(r0)];
-    };
+    auto edges_to = [&](index_t r) { return start[static_cast<std::size_t>(r)] - start[static_cast<std::size_t>(r0)]; };
     while (r1 < n && edges_to(r1 + 1) <= chunk_edges) ++r1;
-    o.chunks.emplace_back(r0, r1);
+    chunks.emplace_back(r0, r1);
     r0 = r1;
   }
-  return o;
+  return chunks;
 }
 
 }  // namespace surrogate::erwin::program

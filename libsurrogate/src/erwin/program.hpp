@@ -310,5 +310,8 @@ struct EdgeOrder {
 };
 EdgeOrder order_edges(std::span<const std::int64_t> edge_index, std::span<const float> positions, int d, index_t n,
                       index_t n_all, index_t chunk_edges, int threads);
+/// order_edges()'s chunks of the n receivers from their edge offsets `start` (n + 1 entries).
+std::vector<std::pair<index_t, index_t>> receiver_chunks(std::span<const std::int64_t> start, index_t n,
+                                                         index_t chunk_edges);
 
 }  // namespace surrogate::erwin::program

@@ -1,21 +1,24 @@
-// Host arithmetic of the geometry the ball-tree device forwards upload once per plan (erwin/cuda,
-// bsa/cuda): the CPU forward's own functions, so the device sees the CPU's bits. CUDA builds only.
+// The ball-relative positions of the ball-tree device forwards (erwin/cuda, bsa/cuda), computed on the
+// device with the CPU forwards' arithmetic (surrogate/kernels/cuda_ball_geometry.hpp). CUDA builds only.
 #pragma once
 
-#include <cstddef>
-#include <vector>
+#include <cuda_runtime_api.h>
 
-#include "surrogate/balltree.hpp"
+#include "surrogate/kernels/cuda_ball_geometry.hpp"
 
 namespace surrogate::balltree::device {
 
-/// Offsets of rows from their ball's centre (mean_pool, the CPU's summation), balls of `ball` rows.
-inline std::vector<float> ball_relative(const std::vector<float>& pos, int d, int ball) {
-  const std::vector<float> centres = mean_pool(pos, d, ball);
-  std::vector<float> rel(pos.size());
-  for (std::size_t r = 0; r < pos.size() / static_cast<std::size_t>(d); ++r)
-    for (int c = 0; c < d; ++c) rel[r * d + c] = pos[r * d + c] - centres[(r / static_cast<std::size_t>(ball)) * d + c];
-  return rel;
+/// rel = rows - the mean of their ball of `ball` consecutive rows (balltree::mean_pool's sums), d values a
+/// row, count rows on the device; balls of one row are their own centre (x - x). `centres` is scratch,
+/// grown on `device` when needed.
+inline void ball_relative(const float* rows, kernels::index_t count, int d, int ball, float* rel,
+                          kernels::cuda::DeviceBuffer<float>& centres, int device, cudaStream_t stream) {
+  namespace cu = kernels::cuda;
+  if (ball > 1) {
+    centres.resize(static_cast<std::size_t>(count / ball) * static_cast<std::size_t>(d), device);
+    cu::group_means({rows, count / ball, d, ball, centres.data()}, stream);
+  }
+  cu::group_offsets({rows, count, d, ball, ball > 1 ? centres.data() : rows, rel}, stream);
 }
 
 }  // namespace surrogate::balltree::device

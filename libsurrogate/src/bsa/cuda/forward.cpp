@@ -45,14 +45,17 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device)
 void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden, H = cfg_.num_heads;
   const int ball = cfg_.attention_type == AttentionType::ball ? cfg_.attention_ball_size : cfg_.ball_size;
-  const std::vector<float> tree_pos(pos.begin(), pos.end());
-  upload(g_->pos, tree_pos);
-  if (cfg_.attention_type != AttentionType::global) upload(g_->rel, ball_relative(tree_pos, d, ball));
-  if (cfg_.should_rotate) {
-    const std::vector<float> rotated(pos_rot.begin(), pos_rot.end());
-    upload(g_->pos_rot, rotated);
-    if (cfg_.attention_type != AttentionType::global) upload(g_->rel_rot, ball_relative(rotated, d, ball));
-  }
+  // The positions relative to their ball's centre, on the device (balltree/cuda/geometry.hpp).
+  const bool balls = cfg_.attention_type != AttentionType::global;
+  const auto relative = [&](cu::DeviceBuffer<float>& rows, std::span<const float> host, cu::DeviceBuffer<float>& rel) {
+    upload(rows, host);
+    if (!balls) return;
+    rel.resize(std::max<std::size_t>(1, host.size()), device_);
+    ball_relative(rows.data(), static_cast<index_t>(host.size()) / d, d, ball, rel.data(), g_->centres, device_,
+                  stream_.get());
+  };
+  relative(g_->pos, pos, g_->rel);
+  if (cfg_.should_rotate) relative(g_->pos_rot, pos_rot, g_->rel_rot);
   const auto R = static_cast<std::size_t>(g_->rows), Du = static_cast<std::size_t>(D);
   const auto hidden = static_cast<std::size_t>(layers_.layers.empty() ? 1 : layers_.layers.front().block.w1.out);
   for (cu::DeviceBuffer<float>* b : {&g_->x, &g_->residual, &g_->h, &g_->o}) b->resize(std::max<std::size_t>(1, R * Du), device_);

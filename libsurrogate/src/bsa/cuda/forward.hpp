@@ -39,6 +39,7 @@ struct Geometry final : balltree::DeviceGeometry {
   RowLayout layout;
   index_t points = 0, rows = 0, n = 0;  // points (one process), rows here, slots per sample
   cu::DeviceBuffer<float> pos, rel, pos_rot, rel_rot;
+  cu::DeviceBuffer<float> centres;  // the balls' centres while rel and rel_rot are computed
   cu::DeviceBuffer<std::int64_t> tree_index, slot, rot, compress_index, block_start;
   bool any_partial = false;  // a plan where some rank holds part of a sample (else nothing is fetched)
   // Work arrays.

@@ -15,13 +15,6 @@ namespace {
 namespace cu = kernels::cuda;
 using surrogate::device::copy_rows;
 
-std::vector<float> permute_rows(const std::vector<float>& rows, int width, const std::vector<std::int64_t>& order) {
-  std::vector<float> out(order.size() * static_cast<std::size_t>(width));
-  for (std::size_t r = 0; r < order.size(); ++r)
-    std::copy_n(rows.begin() + order[r] * width, width, out.begin() + static_cast<std::ptrdiff_t>(r * width));
-  return out;
-}
-
 /// One process: gathers by the tree's index arrays on the device, no halo.
 class SingleProcessLayout final : public DeviceLayout {
  public:
@@ -71,9 +64,6 @@ class SingleProcessLayout final : public DeviceLayout {
   }
 
   const Comm* comm() const override { return nullptr; }
-  std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
-    return permute_rows(rows, width, rotated_[static_cast<std::size_t>(level)]);
-  }
   void upload(int device, const cu::Stream& stream) override {
     surrogate::device::upload(tree_index_, std::span<const std::int64_t>(tree_index_host_), device, stream.get());
     surrogate::device::upload(slot_, std::span<const std::int64_t>(slot_of_point_host_), device, stream.get());
@@ -124,12 +114,6 @@ class PlanLayout final : public DeviceLayout {
   }
 
   const Comm* comm() const override { return &plan_->comm(); }
-  std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const override {
-    const ExchangePlan& e = rotation(level);
-    std::vector<float> out(static_cast<std::size_t>(e.target_rows()) * static_cast<std::size_t>(width));
-    e.forward(rows.data(), width, out.data());
-    return out;
-  }
   void upload(int device, const cu::Stream&) override { device_ = device; }  // the plans upload their own lists
   void refresh_halo(float* h, index_t ld, int width, const cu::Stream& stream) const override {
     plan_->halo_plan().forward(h, ld, h + points_ * ld, ld, width, place(stream));

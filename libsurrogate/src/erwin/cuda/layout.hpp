@@ -36,8 +36,6 @@ class DeviceLayout {
 
   /// The communicator of the distributed forward (its errors are agreed there), null in one process.
   virtual const Comm* comm() const = 0;
-  /// Host rows of level `level`'s nodes (`width` values each) in the rotated order. Collective when distributed.
-  virtual std::vector<float> rotated_rows(int level, const std::vector<float>& rows, int width) const = 0;
   /// Uploads what the movements need (index arrays) to `device`, once per geometry.
   virtual void upload(int device, const kernels::cuda::Stream& stream) = 0;
 
@@ -49,7 +47,8 @@ class DeviceLayout {
                         const kernels::cuda::Stream& stream) const = 0;
   virtual void to_points(const float* x, index_t ld_x, float* h, index_t ld_h, int width,
                          const kernels::cuda::Stream& stream) const = 0;
-  /// Level rows (contiguous, `width` values) in tree order -> rotated order, and back.
+  /// Level rows (contiguous, `width` values) in tree order -> rotated order, and back (the node arrays and
+  /// the levels' positions). Collective when distributed.
   virtual void to_rotated(int level, const float* x, float* rotated, int width, const kernels::cuda::Stream& stream) const = 0;
   virtual void from_rotated(int level, const float* rotated, float* x, int width,
                             const kernels::cuda::Stream& stream) const = 0;
