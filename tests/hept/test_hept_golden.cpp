@@ -235,9 +235,8 @@ TEST(HeptGolden, ThreadCountIndependent) {
 // added to the kept ones instead of stored.
 template <class T>
 void poison(hept::ForwardWork<T>& w) {
-  for (typename hept::ForwardWork<T>::template Array<T>* array : {&w.xp, &w.cp, &w.cat, &w.hid, &w.xn, &w.qh, &w.kh, &w.vh, &w.pq, &w.pk, &w.num,
-                                &w.attn, &w.y, &w.tnum, &w.tden, &w.eh, &w.a, &w.b, &w.res,
-                                &w.final_out})
+  for (typename hept::ForwardWork<T>::template Array<T>* array : {&w.xp, &w.cp, &w.cat, &w.xn, &w.qh, &w.kh, &w.vh, &w.pq, &w.pk, &w.num,
+                                &w.tiles, &w.y, &w.tnum, &w.tden, &w.eh, &w.res, &w.final_out})
     std::fill(array->begin(), array->end(), std::numeric_limits<T>::quiet_NaN());
   std::fill(w.perm_q.begin(), w.perm_q.end(), 0);
   std::fill(w.perm_k.begin(), w.perm_k.end(), 0);

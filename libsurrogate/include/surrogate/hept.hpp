@@ -123,8 +123,9 @@ template <class T>
 struct ForwardWork {
   template <class U>
   using Array = std::vector<U, kernels::FirstTouchAllocator<U>>;
-  Array<T> xp, cp, cat, hid, xn, qh, kh, vh, pq, pk, num, attn, y, tnum, tden;
-  Array<T> eh, a, b, res, final_out;
+  Array<T> xp, cp, cat, xn, qh, kh, vh, pq, pk, num, y, tnum, tden;
+  Array<T> eh, res, final_out;
+  Array<T> tiles;  // the tile programs' work rows, per thread
   Array<std::int64_t> perm_q, perm_k;
   /// Bytes held (capacities).
   std::size_t bytes() const;

@@ -28,22 +28,25 @@ using kernels::index_t;
 enum class Place : std::uint8_t { host, device };
 
 /// `rows` rows of `width` values, row r at data + r * ld, on the host or on a device. Layer calls never
-/// write through the views they read (inputs made from const arrays with `view` stay unchanged).
-struct Rows {
-  float* data = nullptr;
+/// write through the views they read (inputs made from const arrays with `view` stay unchanged). Rows of
+/// float unless a family's program runs in another arithmetic (HEPT's float64 reference).
+template <class T>
+struct RowsOf {
+  T* data = nullptr;
   index_t ld = 0;
   index_t rows = 0;
   int width = 0;
   Place place = Place::host;
 
-  float* row(index_t r) const { return data + r * ld; }
+  T* row(index_t r) const { return data + r * ld; }
   /// Columns first .. first + count - 1 of every row.
-  Rows columns(int first, int count) const { return {data + first, ld, rows, count, place}; }
+  RowsOf columns(int first, int count) const { return {data + first, ld, rows, count, place}; }
   /// Rows first .. first + count - 1.
-  Rows range(index_t first, index_t count) const { return {data + first * ld, ld, count, width, place}; }
+  RowsOf range(index_t first, index_t count) const { return {data + first * ld, ld, count, width, place}; }
   /// Rows first, first + step, first + 2 step, ...: member `first` of every group of `step` rows.
-  Rows every(int step, int first) const { return {data + first * ld, ld * step, rows / step, width, place}; }
+  RowsOf every(int step, int first) const { return {data + first * ld, ld * step, rows / step, width, place}; }
 };
+using Rows = RowsOf<float>;
 
 /// A view of rows the program only reads.
 inline Rows view(const float* data, index_t ld, index_t rows, int width, Place place) {
@@ -57,18 +60,18 @@ struct BatchNorm {
   Vector alpha, beta;
 };
 
-template <class Dense>
+template <class Dense, class R = Rows>
 struct DenseArgs {
   const Dense* layer = nullptr;
-  Rows x, y;  // y.rows = x.rows
+  R x, y;  // y.rows = x.rows
   Activation act = Activation::none;
-  Rows add{};  // optional, may alias y
+  R add{};  // optional, may alias y
 };
 
-template <class Norm>
+template <class Norm, class R = Rows>
 struct NormArgs {
   const Norm* norm = nullptr;
-  Rows x, y;
+  R x, y;
 };
 
 template <class Vector>

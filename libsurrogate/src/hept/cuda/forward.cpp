@@ -1,5 +1,6 @@
-// HEPT's float32 forward on a CUDA device (device.hpp): network.cpp's stages on device arrays, one call
-// per layer (device/layers.hpp), the LSH projections, keys, bucket sorts and bucket attention of
+// HEPT's float32 forward on a CUDA device (device.hpp): the CPU's stage program (../program.hpp) through
+// DeviceExec, its tile programs once over all rows with one call per layer (device/layers.hpp), its LSH
+// stages the projections, keys, bucket sorts and bucket attention of
 // surrogate/kernels/cuda_bucket_attention.hpp, on the padded rows of a plan's device geometry
 // (geometry.hpp), from host rows or device rows (Model::predict_device). The projection ranges go through
 // the host across ranks (the caller's `range` reduces them); split graphs sort on the host
@@ -18,6 +19,7 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
+#include "../program.hpp"
 #include "../split_graphs.hpp"
 #include "geometry.hpp"
 #include "surrogate/comm.hpp"
@@ -73,11 +75,13 @@ class CudaForward final : public DeviceForward {
   void run(const PlanRows& g, const float* x, float* out,
            const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split,
            bool on_device);
-  /// The whole forward, launched kernel by kernel: uploads x unless `on_device`, reduces the ranges over
-  /// the ranks through `range`, runs a split bucket stage, downloads the output unless `on_device`.
+  /// The whole forward, launched kernel by kernel (program::forward through DeviceExec): uploads x unless
+  /// `on_device`, reduces the ranges over the ranks through `range`, runs a split bucket stage, downloads
+  /// the output unless `on_device`.
   void run_layers(const PlanRows& g, const float* x, float* out,
                   const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                   const SplitStage* split, bool on_device);
+  friend class DeviceExec;
   /// run()'s graph key: the geometry, the rows in and out and every work array.
   surrogate::device::ComputeGraph::Key graph_key(const PlanRows& g, const float* x, const float* out) const;
   /// run() on a geometry of this forward, with the device current and CUDA failures as Errors.
@@ -85,22 +89,6 @@ class CudaForward final : public DeviceForward {
                    const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                    const SplitStage* split, bool on_device);
   void split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed);
-  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows,
-             kernels::Activation act = kernels::Activation::none) {
-    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), act, nullptr, 0, precision_,
-                             weights_.words());
-  }
-  void dense(const Dense& l, const float* x, index_t ldx, float* y, index_t ldy, index_t rows, const float* residual,
-             index_t ld_residual) {
-    surrogate::device::dense(l, weights_.data(), x, ldx, y, ldy, rows, stream_.get(), kernels::Activation::none,
-                             residual, ld_residual, precision_, weights_.words());
-  }
-  void norm(const Norm& n, const float* x, index_t ldx, float* y, index_t ldy, index_t rows) {
-    surrogate::device::norm(n, weights_.data(), x, ldx, y, ldy, rows, stream_.get());
-  }
-  void map(kernels::cuda::RowMap op, float* x, index_t ld, index_t rows, int width) {
-    surrogate::device::map_rows(op, x, ld, rows, width, stream_.get());
-  }
 
   const Network<float>* net_;
   Config cfg_;
@@ -241,235 +229,313 @@ surrogate::device::ComputeGraph::Key CudaForward::graph_key(const PlanRows& g, c
   return k;
 }
 
+/// program.hpp's Ops on the device: every tile program once over all rows, one launch per layer on the
+/// forward's stream, weights and precision; the work rows are the forward's arrays.
+class DeviceOps {
+ public:
+  using Dense = surrogate::device::Dense;
+  using Norm = surrogate::device::Norm;
+  using R = program::Rows<float>;
+
+  DeviceOps(const surrogate::device::WeightArena& weights, cudaStream_t stream, cu::MlpPrecision precision,
+            const R (&slots)[static_cast<int>(program::Slot::count)], R attention)
+      : weights_(&weights), stream_(stream), precision_(precision), attention_(attention) {
+    std::copy(std::begin(slots), std::end(slots), slots_);
+  }
+  void dense(const ops::DenseArgs<Dense, R>& a) const {
+    surrogate::device::dense(*a.layer, weights_->data(), a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_, a.act,
+                             a.add.data, a.add.ld, precision_, weights_->words());
+  }
+  void norm(const ops::NormArgs<Norm, R>& a) const {
+    surrogate::device::norm(*a.norm, weights_->data(), a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_);
+  }
+  void tanh(const R& x) const { surrogate::device::map_rows(cu::RowMap::tanh, x.data, x.ld, x.rows, x.width, stream_); }
+  /// The bucket attention's output (the kernel divides its sums).
+  R attention(index_t r0, index_t n) const { return attention_.range(r0, n); }
+  R scratch(program::Slot slot, index_t n, int width) const {
+    const R& s = slots_[static_cast<int>(slot)];
+    return {s.data, s.ld, n, width, ops::Place::device};
+  }
+
+ private:
+  const surrogate::device::WeightArena* weights_;
+  cudaStream_t stream_;
+  cu::MlpPrecision precision_;
+  R slots_[static_cast<int>(program::Slot::count)];
+  R attention_;
+};
+
+/// program.hpp's Exec on the device: the tile programs once over all padded rows; the LSH stages as the
+/// CudaForward's kernels. A device failure is kept until the next range reduction or split stage, which
+/// every rank reaches (a failed rank hands NaN ranges to `range`, which fails everywhere), and thrown after
+/// the last one: no rank waits in a collective another has left. With no padded rows and no split stage,
+/// only the ranges are reduced (with the other ranks).
+class DeviceExec {
+ public:
+  using Value = float;
+  using Ops = DeviceOps;
+  using R = program::Rows<float>;
+  using Dense = surrogate::device::Dense;
+  using Norm = surrogate::device::Norm;
+
+  DeviceExec(CudaForward& f, const PlanRows& g, const float* x, float* out,
+             const std::function<void(std::vector<float>&, std::vector<float>&)>* range, const SplitStage* split,
+             bool on_device)
+      : f_(f), g_(g), cfg_(f.cfg_), x_(x), out_(out), range_(range), split_(split), on_device_(on_device),
+        idle_(g.np == 0 && !split) {
+    const int D = cfg_.h_dim, tables_heads = cfg_.n_hashes * cfg_.num_heads;
+    np_ = g.np;
+    ldcat_ = static_cast<index_t>(cfg_.n_layers + 1) * D;
+    lo_.resize(static_cast<std::size_t>(tables_heads));
+    hi_.resize(lo_.size());
+    head_ = {&f.enc0_, &f.enc2_, &f.head_, {}, {}, cfg_.num_classes > 0 ? &f.out_proj_ : nullptr};
+    for (int j = 0; j < 5; ++j) head_.mlp[j] = &f.mlp_[j];
+    for (int j = 0; j < 4; ++j) head_.mlp_norms[j] = &f.mlp_norms_[j];
+    for (const auto& l : f.layers_) blocks_.push_back({&l.out_linear, &l.ff0, &l.ff2, &l.norm2});
+  }
+
+  const Config& config() const { return cfg_; }
+  const program::Head<Dense, Norm>& head() const { return head_; }
+  const program::Block<Dense, Norm>& block(int l) const { return blocks_[static_cast<std::size_t>(l)]; }
+  R inputs() const { return rows(f_.xp_.data(), cfg_.encoder_in()); }
+  R concatenation() const { return rows(f_.cat_.data(), static_cast<int>(ldcat_)); }
+  R head_rows() const { return rows(f_.eh_.data(), cfg_.h_dim / 2); }
+  R head_out() const { return rows(f_.res_.data(), cfg_.h_dim / 2); }
+  R classes() const { return rows(f_.fin_.data(), cfg_.num_classes); }
+
+  template <class F>
+  void tiles(F&& fn) {
+    step([&] {
+      DeviceOps o = ops();
+      fn(o, index_t{0}, np_);
+    });
+  }
+  void enter(program::Part) {}
+  void layer_done(int) {}
+  void load();
+  void project(int l);
+  void ranges(int l);
+  void keys(int l);
+  void buckets(int l);
+  void store();
+
+ private:
+  R rows(float* data, int width) const { return {data, width, np_, width, ops::Place::device}; }
+  DeviceOps ops() const {
+    const int D = cfg_.h_dim, HD = cfg_.num_heads * D;
+    const R slots[] = {rows(f_.hid_.data(), D), rows(f_.xn_.data(), D), rows(f_.ha_.data(), program::kHeadHidden),
+                       rows(f_.hb_.data(), program::kHeadHidden)};
+    return DeviceOps(f_.weights_, f_.stream_.get(), f_.precision_, slots, rows(f_.attn_.data(), HD));
+  }
+  /// Launches and copies of this rank, skipped after a failure (kept for the next collective point) and
+  /// when there is nothing to compute.
+  template <class F>
+  void step(F&& f) {
+    if (failed_ || idle_) return;
+    try {
+      f();
+    } catch (...) {
+      failed_ = std::current_exception();
+    }
+  }
+
+  CudaForward& f_;
+  const PlanRows& g_;
+  const Config& cfg_;
+  const float* x_;
+  float* out_;
+  const std::function<void(std::vector<float>&, std::vector<float>&)>* range_;
+  const SplitStage* split_;
+  bool on_device_, idle_;
+  index_t np_ = 0, ldcat_ = 0;
+  program::Head<Dense, Norm> head_;
+  std::vector<program::Block<Dense, Norm>> blocks_;
+  std::vector<float> lo_, hi_;
+  std::exception_ptr failed_;
+};
+
+void DeviceExec::load() {
+  // The inputs on the device, padded there (duplicates copy their originals; src zero pads stay zero).
+  step([&] {
+    const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, Dh = cfg_.hash_dim(), in = cfg_.encoder_in();
+    const std::size_t n = static_cast<std::size_t>(np_), rows = static_cast<std::size_t>(C * H);
+    const bool pileup = cfg_.task == Config::Task::pileup;
+    const int dev = f_.device_;
+    const cudaStream_t s = f_.stream_.get();
+    if (!on_device_)
+      surrogate::device::upload(f_.x_, std::span<const float>(x_, static_cast<std::size_t>(g_.n * cfg_.in_dim)), dev, s);
+    cu::HeptPadRowsArgs pa;
+    pa.padded = np_;
+    pa.pad_seq = g_.pad_seq.data();
+    pa.in = on_device_ ? x_ : f_.x_.data();
+    pa.ldi = cfg_.in_dim;
+    pa.kept = pileup ? cfg_.in_dim - 1 : cfg_.in_dim;
+    pa.embedding = pileup ? f_.weights_.data() + f_.pids_ : nullptr;
+    pa.classes = kPidClasses;
+    pa.embedded = kPidEmbedding;
+    pa.out = sized(f_.xp_, n * static_cast<std::size_t>(in), dev);
+    pa.ldo = in;
+    cu::hept_pad_rows(pa, s);
+    const auto HD = static_cast<std::size_t>(H * D);
+    sized(f_.cat_, n * static_cast<std::size_t>(ldcat_), dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.hid_, &f_.xn_}) sized(*b, n * static_cast<std::size_t>(D), dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.q_, &f_.k_, &f_.v_, &f_.attn_}) sized(*b, n * HD, dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.qh_, &f_.kh_}) sized(*b, static_cast<std::size_t>(H) * n * static_cast<std::size_t>(Dh), dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.pq_, &f_.pk_}) sized(*b, rows * n, dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.lo_, &f_.hi_}) sized(*b, rows, dev);
+    sized(f_.work_, cu::gaussian_buckets_work(C, H, np_, D), dev);
+    for (cu::DeviceBuffer<std::int64_t>* b : {&f_.perm_q_, &f_.perm_k_}) sized(*b, rows * n, dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.eh_, &f_.res_}) sized(*b, n * static_cast<std::size_t>(D / 2), dev);
+    for (cu::DeviceBuffer<float>* b : {&f_.ha_, &f_.hb_}) sized(*b, n * program::kHeadHidden, dev);
+    if (cfg_.num_classes > 0) sized(f_.fin_, n * static_cast<std::size_t>(cfg_.num_classes), dev);
+  });
+}
+
+void DeviceExec::project(int l) {
+  // xn = norm1(e_l); q, k, v; q_hat, k_hat [h][n][Dh] and the E2LSH projections (src: the pads' zero).
+  step([&] {
+    const int H = cfg_.num_heads, D = cfg_.h_dim, HD = H * D;
+    const auto& layer = f_.layers_[static_cast<std::size_t>(l)];
+    const R xn = rows(f_.xn_.data(), D);
+    const DeviceOps o = ops();
+    o.norm(ops::NormArgs<Norm, R>{&layer.norm1, concatenation().columns(l * D, D), xn});
+    o.dense(ops::DenseArgs<Dense, R>{&layer.wq, xn, rows(f_.q_.data(), HD)});
+    o.dense(ops::DenseArgs<Dense, R>{&layer.wk, xn, rows(f_.k_.data(), HD)});
+    o.dense(ops::DenseArgs<Dense, R>{&layer.wv, xn, rows(f_.v_.data(), HD)});
+    const bool src_layout = cfg_.layout == Config::Layout::src;
+    cu::LshProjectionArgs pa;
+    pa.heads = H;
+    pa.tables = cfg_.n_hashes;
+    pa.dq = D;
+    pa.cd = cfg_.coords_dim;
+    pa.points = np_;
+    pa.q = f_.q_.data();
+    pa.k = f_.k_.data();
+    pa.ldqk = HD;
+    pa.coords = g_.coords.data();
+    pa.ldc = cfg_.coords_dim;
+    pa.scale = f_.weights_.data() + layer.scale;
+    pa.alpha = f_.weights_.data() + layer.alpha;
+    pa.zero = src_layout ? g_.zero.data() : nullptr;
+    pa.v = src_layout ? f_.v_.data() : nullptr;
+    pa.ldv = HD;
+    pa.qh = f_.qh_.data();
+    pa.kh = f_.kh_.data();
+    pa.pq = f_.pq_.data();
+    pa.pk = f_.pk_.data();
+    cu::lsh_projections(pa, f_.stream_.get());
+  });
+}
+
+void DeviceExec::ranges(int /*l*/) {
+  // The range of every (table, head) over the batch: reduced over the ranks by `range` on the host;
+  // without one (one process) it stays on the device.
+  const bool ranks = range_ && *range_;
+  std::fill(lo_.begin(), lo_.end(), INFINITY);
+  std::fill(hi_.begin(), hi_.end(), -INFINITY);
+  step([&] {
+    const cudaStream_t s = f_.stream_.get();
+    cu::lsh_ranges(cfg_.n_hashes * cfg_.num_heads, np_, f_.pq_.data(), f_.pk_.data(), f_.lo_.data(), f_.hi_.data(), s);
+    if (!ranks) return;
+    cu::copy_to_host(lo_.data(), f_.lo_.data(), lo_.size() * sizeof(float), s);
+    cu::copy_to_host(hi_.data(), f_.hi_.data(), hi_.size() * sizeof(float), s);
+    f_.stream_.synchronize();
+  });
+  if (!ranks) return;
+  if (!failed_) {
+    (*range_)(lo_, hi_);
+  } else {  // the other ranks wait in this reduction: NaN ranges fail it everywhere
+    std::fill(lo_.begin(), lo_.end(), NAN);
+    try {
+      (*range_)(lo_, hi_);
+    } catch (...) {
+    }
+    std::rethrow_exception(failed_);
+  }
+  step([&] {
+    surrogate::device::upload(f_.lo_, std::span<const float>(lo_), f_.device_, f_.stream_.get());
+    surrogate::device::upload(f_.hi_, std::span<const float>(hi_), f_.device_, f_.stream_.get());
+  });
+}
+
+void DeviceExec::keys(int /*l*/) {
+  step([&] {
+    const bool src_layout = cfg_.layout == Config::Layout::src;
+    cu::LshKeyArgs ka;
+    ka.rows = cfg_.n_hashes * cfg_.num_heads;
+    ka.points = np_;
+    ka.lo = f_.lo_.data();
+    ka.hi = f_.hi_.data();
+    ka.a = src_layout ? g_.region_phi.data() : g_.padded_codes.data();
+    ka.b = src_layout ? g_.region_eta.data() : nullptr;
+    ka.factor = src_layout ? f_.weights_.data() + f_.factor_ : nullptr;
+    ka.pad = src_layout ? g_.zero.data() : nullptr;
+    ka.pq = f_.pq_.data();
+    ka.pk = f_.pk_.data();
+    cu::lsh_keys(ka, f_.stream_.get());
+  });
+}
+
+void DeviceExec::buckets(int /*l*/) {
+  if (split_) return f_.split_buckets(*split_, np_, failed_);  // collective: a failure so far is agreed there
+  // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
+  step([&] {
+    const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes;
+    const cudaStream_t s = f_.stream_.get();
+    cu::SegmentSortLaunchOf<float> sa;
+    sa.rows = C * H;
+    sa.points = np_;
+    sa.segments = static_cast<int>(g_.small.padded_sizes.size());
+    sa.first = g_.padded_first.data();
+    sa.work = &f_.sort_work_;
+    sa.keys = f_.pq_.data();
+    sa.perm = f_.perm_q_.data();
+    cu::segment_sort(sa, s);
+    sa.keys = f_.pk_.data();
+    sa.perm = f_.perm_k_.data();
+    cu::segment_sort(sa, s);
+    cu::GaussianBucketsLaunchOf<float> ga;
+    ga.tables = C;
+    ga.heads = H;
+    ga.points = np_;
+    ga.bucket = cfg_.block_size;
+    ga.dh = cfg_.hash_dim();
+    ga.dv = D;
+    ga.qh = f_.qh_.data();
+    ga.kh = f_.kh_.data();
+    ga.v = f_.v_.data();
+    ga.ldv = H * D;
+    ga.perm_q = f_.perm_q_.data();
+    ga.perm_k = f_.perm_k_.data();
+    ga.out = f_.attn_.data();
+    ga.ldo = H * D;
+    ga.work = f_.work_.data();
+    ga.precision = f_.precision_;
+    cu::gaussian_buckets(ga, s);
+  });
+}
+
+void DeviceExec::store() {
+  if (failed_) std::rethrow_exception(failed_);  // after the last range: agreed by the caller
+  if (idle_) return;
+  // Each input row's result (its original's padded row), the task's activation (pileup: the sigmoid).
+  const int od = cfg_.out_dim();
+  const int dev = f_.device_;
+  const cudaStream_t s = f_.stream_.get();
+  const float* result = cfg_.num_classes > 0 ? f_.fin_.data() : f_.res_.data();
+  float* rows_out = on_device_ ? out_ : sized(f_.out_rows_, static_cast<std::size_t>(g_.n) * static_cast<std::size_t>(od), dev);
+  surrogate::device::copy_rows(result, od, g_.point_row.data(), rows_out, od, nullptr, g_.n, od, s);
+  if (cfg_.task == Config::Task::pileup) surrogate::device::map_rows(cu::RowMap::sigmoid, rows_out, od, g_.n, od, s);
+  if (on_device_) return;
+  cu::copy_to_host(out_, rows_out, static_cast<std::size_t>(g_.n * od) * sizeof(float), s);
+  f_.stream_.synchronize();
+}
+
 void CudaForward::run_layers(const PlanRows& g, const float* x, float* out,
                              const std::function<void(std::vector<float>&, std::vector<float>&)>* range,
                              const SplitStage* split, bool on_device) {
-  const int H = cfg_.num_heads, D = cfg_.h_dim, C = cfg_.n_hashes, cd = cfg_.coords_dim, Dh = cfg_.hash_dim();
-  const int R = C * H, L = cfg_.n_layers, HD = H * D, in = cfg_.encoder_in(), half = D / 2, od = cfg_.out_dim();
-  const index_t np = g.np, ldcat = static_cast<index_t>(L + 1) * D;
-  const auto n = static_cast<std::size_t>(np);
-  const bool src_layout = cfg_.layout == Config::Layout::src, pileup = cfg_.task == Config::Task::pileup;
-  const cudaStream_t s = stream_.get();
-  std::vector<float> lo(static_cast<std::size_t>(R)), hi(lo.size());
-  const bool ranks = range && *range;  // the ranges reduced over ranks on the host
-  if (np == 0 && !split) {  // no graph here: the ranges are still reduced once per layer with the other ranks
-    for (int l = 0; l < L; ++l) {
-      std::fill(lo.begin(), lo.end(), INFINITY);
-      std::fill(hi.begin(), hi.end(), -INFINITY);
-      if (range && *range) (*range)(lo, hi);
-    }
-    return;
-  }
-  // A device error before a range would leave the other ranks waiting in it: this rank then hands NaN
-  // ranges to `range` (which fails on every rank) and throws its own error.
-  std::exception_ptr failed;
-  const auto reduce = [&] {
-    if (failed) std::fill(lo.begin(), lo.end(), NAN);
-    if (range && *range) {
-      if (!failed) return (*range)(lo, hi);
-      try {
-        (*range)(lo, hi);
-      } catch (...) {
-      }
-    }
-    if (failed) std::rethrow_exception(failed);
-  };
-  const int dev = device_;
-  try {
-    // The inputs on the device, padded there (duplicates copy their originals; src zero pads stay zero).
-    if (!on_device) surrogate::device::upload(x_, std::span<const float>(x, static_cast<std::size_t>(g.n * cfg_.in_dim)), dev, s);
-    cu::HeptPadRowsArgs pa;
-    pa.padded = np;
-    pa.pad_seq = g.pad_seq.data();
-    pa.in = on_device ? x : x_.data();
-    pa.ldi = cfg_.in_dim;
-    pa.kept = pileup ? cfg_.in_dim - 1 : cfg_.in_dim;
-    pa.embedding = pileup ? weights_.data() + pids_ : nullptr;
-    pa.classes = kPidClasses;
-    pa.embedded = kPidEmbedding;
-    pa.out = sized(xp_, n * static_cast<std::size_t>(in), dev);
-    pa.ldo = in;
-    cu::hept_pad_rows(pa, s);
-    sized(cat_, n * static_cast<std::size_t>(ldcat), dev);
-    sized(hid_, n * static_cast<std::size_t>(D), dev);
-    sized(xn_, n * static_cast<std::size_t>(D), dev);
-    sized(q_, n * static_cast<std::size_t>(HD), dev);
-    sized(k_, n * static_cast<std::size_t>(HD), dev);
-    sized(v_, n * static_cast<std::size_t>(HD), dev);
-    sized(qh_, static_cast<std::size_t>(H) * n * static_cast<std::size_t>(Dh), dev);
-    sized(kh_, static_cast<std::size_t>(H) * n * static_cast<std::size_t>(Dh), dev);
-    sized(pq_, static_cast<std::size_t>(R) * n, dev);
-    sized(pk_, static_cast<std::size_t>(R) * n, dev);
-    sized(attn_, n * static_cast<std::size_t>(HD), dev);
-    sized(lo_, lo.size(), dev);
-    sized(hi_, hi.size(), dev);
-    sized(work_, cu::gaussian_buckets_work(C, H, np, D), dev);
-    sized(perm_q_, static_cast<std::size_t>(R) * n, dev);
-    sized(perm_k_, static_cast<std::size_t>(R) * n, dev);
-  } catch (...) {
-    failed = std::current_exception();
-  }
-  float* const cat = cat_.data();
-  float* const hid = hid_.data();
-  float* const xn = xn_.data();
-  float* const q = q_.data();
-  float* const k = k_.data();
-  float* const v = v_.data();
-  float* const qh = qh_.data();
-  float* const kh = kh_.data();
-  float* const pq = pq_.data();
-  float* const pk = pk_.data();
-  float* const attn = attn_.data();
-  float* const d_lo = lo_.data();
-  float* const d_hi = hi_.data();
-  float* const work = work_.data();
-  std::int64_t* const perm_q = perm_q_.data();
-  std::int64_t* const perm_k = perm_k_.data();
-  if (!failed) {
-    try {
-      // Feature encoder: Linear, ReLU, Linear into the first block of the concatenation.
-      dense(enc0_, xp_.data(), in, hid, D, np, kernels::Activation::relu);
-      dense(enc2_, hid, D, cat, ldcat, np);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  for (int l = 0; l < L; ++l) {
-    const Layer& layer = layers_[static_cast<std::size_t>(l)];
-    float* e = cat + static_cast<index_t>(l) * D;
-    float* next = e + D;
-    if (!failed) try {
-      norm(layer.norm1, e, ldcat, xn, D, np);
-      dense(layer.wq, xn, D, q, HD, np);
-      dense(layer.wk, xn, D, k, HD, np);
-      dense(layer.wv, xn, D, v, HD, np);
-      cu::LshProjectionArgs pa;
-      pa.heads = H;
-      pa.tables = C;
-      pa.dq = D;
-      pa.cd = cd;
-      pa.points = np;
-      pa.q = q;
-      pa.k = k;
-      pa.ldqk = HD;
-      pa.coords = g.coords.data();
-      pa.ldc = cd;
-      pa.scale = weights_.data() + layer.scale;
-      pa.alpha = weights_.data() + layer.alpha;
-      pa.zero = src_layout ? g.zero.data() : nullptr;
-      pa.v = src_layout ? v : nullptr;
-      pa.ldv = HD;
-      pa.qh = qh;
-      pa.kh = kh;
-      pa.pq = pq;
-      pa.pk = pk;
-      cu::lsh_projections(pa, s);
-      // The range of every (table, head) over the batch: reduced over the ranks by `range` on the host;
-      // without one (one process) it stays on the device.
-      cu::lsh_ranges(R, np, pq, pk, d_lo, d_hi, s);
-      if (ranks) {
-        cu::copy_to_host(lo.data(), d_lo, lo.size() * sizeof(float), s);
-        cu::copy_to_host(hi.data(), d_hi, hi.size() * sizeof(float), s);
-        stream_.synchronize();
-      }
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    reduce();
-    if (!failed) try {
-      if (ranks) {
-        surrogate::device::upload(lo_, std::span<const float>(lo), dev, s);
-        surrogate::device::upload(hi_, std::span<const float>(hi), dev, s);
-      }
-      cu::LshKeyArgs ka;
-      ka.rows = R;
-      ka.points = np;
-      ka.lo = d_lo;
-      ka.hi = d_hi;
-      ka.a = src_layout ? g.region_phi.data() : g.padded_codes.data();
-      ka.b = src_layout ? g.region_eta.data() : nullptr;
-      ka.factor = src_layout ? weights_.data() + factor_ : nullptr;
-      ka.pad = src_layout ? g.zero.data() : nullptr;
-      ka.pq = pq;
-      ka.pk = pk;
-      cu::lsh_keys(ka, s);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-    if (split) split_buckets(*split, np, failed);  // collective: a failure so far is agreed there first
-    if (!failed) try {
-      if (!split) {
-        // Stable sorts within each graph, then every table's buckets, OR-combined, divided.
-        cu::SegmentSortLaunchOf<float> sa;
-        sa.rows = R;
-        sa.points = np;
-        sa.segments = static_cast<int>(g.small.padded_sizes.size());
-        sa.first = g.padded_first.data();
-        sa.work = &sort_work_;
-        sa.keys = pq;
-        sa.perm = perm_q;
-        cu::segment_sort(sa, s);
-        sa.keys = pk;
-        sa.perm = perm_k;
-        cu::segment_sort(sa, s);
-        cu::GaussianBucketsLaunchOf<float> ga;
-        ga.tables = C;
-        ga.heads = H;
-        ga.points = np;
-        ga.bucket = cfg_.block_size;
-        ga.dh = Dh;
-        ga.dv = D;
-        ga.qh = qh;
-        ga.kh = kh;
-        ga.v = v;
-        ga.ldv = HD;
-        ga.perm_q = perm_q;
-        ga.perm_k = perm_k;
-        ga.out = attn;
-        ga.ldo = HD;
-        ga.work = work;
-        ga.precision = precision_;
-        cu::gaussian_buckets(ga, s);
-      }
-      // Residuals into the next block of the concatenation: e + attn, then + ff(LN2(.)).
-      dense(layer.out_linear, attn, HD, next, ldcat, np, e, ldcat);
-      norm(layer.norm2, next, ldcat, xn, D, np);
-      dense(layer.ff0, xn, D, hid, D, np, kernels::Activation::relu);
-      dense(layer.ff2, hid, D, next, ldcat, np, next, ldcat);
-    } catch (...) {
-      failed = std::current_exception();
-    }
-  }
-  if (failed) std::rethrow_exception(failed);  // after the last range: agreed by the caller
-  // Head: e = W [e_0 ; ... ; e_L]; out = e + MLP(e) (4 x Linear, LayerNorm, tanh; a last Linear).
-  float* eh = sized(eh_, n * static_cast<std::size_t>(half), dev);
-  float* ha = sized(ha_, n * 256, dev);
-  float* hb = sized(hb_, n * 256, dev);
-  float* res = sized(res_, n * static_cast<std::size_t>(half), dev);
-  dense(head_, cat, ldcat, eh, half, np);
-  const float* src = eh;
-  index_t ld = half;
-  for (int j = 0; j < 4; ++j) {
-    dense(mlp_[j], src, ld, ha, 256, np);
-    norm(mlp_norms_[j], ha, 256, hb, 256, np);
-    map(cu::RowMap::tanh, hb, 256, np, 256);
-    src = hb;
-    ld = 256;
-  }
-  dense(mlp_[4], src, ld, res, half, np, eh, half);
-  const float* result = res;
-  if (cfg_.num_classes > 0) {
-    float* fin = sized(fin_, n * static_cast<std::size_t>(cfg_.num_classes), dev);
-    dense(out_proj_, res, half, fin, cfg_.num_classes, np);
-    result = fin;
-  }
-  // Each input row's result (its original's padded row), the task's activation (pileup: the sigmoid).
-  float* rows_out = on_device ? out : sized(out_rows_, static_cast<std::size_t>(g.n) * static_cast<std::size_t>(od), dev);
-  surrogate::device::copy_rows(result, od, g.point_row.data(), rows_out, od, nullptr, g.n, od, s);
-  if (pileup) map(cu::RowMap::sigmoid, rows_out, od, g.n, od);
-  if (on_device) return;
-  cu::copy_to_host(out, rows_out, static_cast<std::size_t>(g.n * od) * sizeof(float), s);
-  stream_.synchronize();
+  DeviceExec exec(*this, g, x, out, range, split, on_device);
+  program::forward(exec);
 }
 
 void CudaForward::split_buckets(const SplitStage& split, index_t np, const std::exception_ptr& failed) {
