@@ -21,6 +21,7 @@
 #include "erwin/cuda/device.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
+#include "host_backend_hooks.hpp"
 #include "ball_golden_checks.hpp"
 #include "golden.hpp"
 #include "precision_emulation.hpp"
@@ -122,6 +123,31 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
 }
 
 INSTANTIATE_TEST_SUITE_P(Erwin, GpuErwinGolden, ::testing::Values("mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"));
+
+// The geometry is computed on the device from the slots' positions and the edges (cuda.md, "Ball-tree
+// geometry"): uploading it brings back only the edges' offsets and the bad-edge flag (none without
+// message passing) and waits for the device twice (counted by the host backend, which counts a wait only
+// when work is queued): once for the geometry's launches (with message passing, the offsets' copy), once
+// for the upload's timing.
+TEST(ErwinHostBackend, TheGeometryIsComputedOnTheDevice) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const char* name : {"mpnn_rot", "plain_rot_2d"}) {
+    SCOPED_TRACE(name);
+    const Case c = load(name);
+    const ew::Network net(c.file);
+    const auto& cfg = net.config();
+    const bt::RotatedTrees trees =
+        bt::build_with_rotations(c.positions, cfg.dimensionality, c.batch(), cfg.strides, cfg.ball_sizes, cfg.rotate);
+    const auto device = ew::detail::make_erwin_cuda_forward(net, st::test_device());
+    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
+    const auto geometry = device->upload_geometry(trees, c.positions, c.batch(), c.edges);
+    long long points = 0;
+    for (const std::int64_t s : c.sizes) points += s;
+    const bool messages = cfg.mp_steps > 0;
+    EXPECT_EQ(host_backend::bytes_to_host - down, messages ? (points + 2) * 8 : 0);
+    EXPECT_EQ(host_backend::host_waits - waits, 2);
+  }
+}
 
 // The registered model (surrogate::make_model, Model::predict) with cuda_device 0 against cuda_device -1:
 // the ShapeNet-Car wrapper (positions only, kNN graph built by the model's rule, Fourier features and

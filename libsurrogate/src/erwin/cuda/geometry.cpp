@@ -89,15 +89,13 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   if (cfg_.mp_steps > 0) {
     const std::span<const std::int64_t> edge_index = layout.edges();
     const auto E = static_cast<index_t>(edge_index.size() / 2);
-    cu::DeviceBuffer<std::int64_t> edges, first_bad;
+    cu::DeviceBuffer<std::int64_t> edges;
     cu::DeviceBuffer<float> positions;
     cu::EdgeOrderWork work;
-    std::int64_t bad = -1;
     steps_.run([&] {
       upload(edges, edge_index);
       upload(positions, layout.edge_positions());
-      first_bad.resize(1, device_);
-      g_->edge_start.resize(nu + 1, device_);
+      g_->edge_start.resize(nu + 2, device_);  // the offsets, then the first bad edge (one download)
       for (cu::DeviceBuffer<std::int64_t>* b : {&g_->edge_src, &g_->edge_dst})
         b->resize(std::max<std::size_t>(1, static_cast<std::size_t>(E)), device_);
       g_->edge_rel.resize(std::max<std::size_t>(1, static_cast<std::size_t>(E) * du), device_);
@@ -108,17 +106,17 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
       a.sources = n_all;
       a.positions = positions.data();
       a.dim = d;
-      a.first_bad = first_bad.data();
+      a.first_bad = g_->edge_start.data() + nu + 1;
       a.start = g_->edge_start.data();
       a.src = g_->edge_src.data();
       a.dst = g_->edge_dst.data();
       a.rel = g_->edge_rel.data();
       a.work = &work;
       cu::edges_by_receiver(a, stream_.get());
-      g_->edge_start_host.resize(nu + 1);
-      cu::copy_to_host(&bad, first_bad.data(), sizeof bad, stream_.get());
-      cu::copy_to_host(g_->edge_start_host.data(), g_->edge_start.data(), (nu + 1) * sizeof(std::int64_t), stream_.get());
-      stream_.synchronize();
+      g_->edge_start_host.resize(nu + 2);
+      cu::copy_to_host(g_->edge_start_host.data(), g_->edge_start.data(), (nu + 2) * sizeof(std::int64_t), stream_.get());
+      const std::int64_t bad = g_->edge_start_host.back();
+      g_->edge_start_host.pop_back();
       if (bad >= 0)  // the layouts check: a bug, agreed below
         throw Error(ErrorCode::internal, "erwin: local edge " + std::to_string(bad) + " out of range");
       g_->receiver_chunks = program::receiver_chunks(g_->edge_start_host, n, edge_chunk_);
