@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <functional>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -340,7 +341,8 @@ class HostOps {
   void dense(const ops::DenseArgs<Dense, R>& a) const {
     const Dense& l = *a.layer;
     const int pad = std::is_same_v<T, float> ? l.out_pad() : l.out();
-    const bool work_rows = a.y.data >= arena_ && a.y.data < block_;
+    const std::less<const T*> before;  // (a total order, also for pointers into other arrays)
+    const bool work_rows = !before(a.y.data, arena_) && before(a.y.data, block_);
     const bool direct = !a.add.data && (std::is_same_v<T, double> || (work_rows && a.y.ld >= pad));
     T* to = direct ? a.y.data : block_;
     const index_t ld = direct ? a.y.ld : pad;
