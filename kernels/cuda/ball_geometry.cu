@@ -92,14 +92,6 @@ __global__ void host_sort_kernel(const u64* in, index_t n, u64* out) {
 }
 #endif
 
-int bits_for(u64 x) {
-  int bits = 1;
-  while (bits < 64 && (x >> bits) != 0) ++bits;
-  return bits;
-}
-
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 }  // namespace
 
 void group_means(const GroupMeansArgs& a, cudaStream_t stream) {

@@ -28,8 +28,6 @@ namespace surrogate::kernels::cuda {
 SURROGATE_CUDA_BACKEND_BEGIN
 namespace {
 
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 /// A level's nodes as the launches take them: those of a block each (block_*), then the wide ones
 /// (wide_*: many blocks each, ball_tree_wide.cuh), each kind a run of `list`.
 struct LevelSchedule {

@@ -87,8 +87,6 @@ __global__ void __launch_bounds__(kThreads) offsets_kernel(const SegmentSortLaun
   offsets[i] = i == count ? count / a.segments * a.points : (i / a.segments) * a.points + a.first[i % a.segments];
 }
 
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 /// float keys: (segment r * segments + g) << 32 | the key's image, so that one flat stable sort orders
 /// every segment in place (CUB's segmented sort gives each segment one thread block: 24 blocks for HEPT).
 __global__ void __launch_bounds__(kThreads) flat_bits_kernel(const SegmentSortLaunchOf<float> a,

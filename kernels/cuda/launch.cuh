@@ -80,6 +80,16 @@ inline unsigned blocks_for(const char* kernel, index_t elements, int threads) {
   return static_cast<unsigned>(blocks);
 }
 
+/// `bytes` rounded up to 256: the offsets of the arrays a launcher carves out of one scratch allocation.
+inline std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
+
+/// The bits that hold x (at least 1): the end bit of a radix sort of keys up to x.
+inline int bits_for(unsigned long long x) {
+  int bits = 1;
+  while (bits < 64 && (x >> bits) != 0) ++bits;
+  return bits;
+}
+
 /// A launcher's argument check: std::invalid_argument "cuda::<kernel>: <what>" unless ok.
 inline void require(bool ok, const char* kernel, const std::string& what) {
   if (!ok) throw std::invalid_argument(std::string("cuda::") + kernel + ": " + what);

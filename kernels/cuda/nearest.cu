@@ -159,8 +159,6 @@ __global__ void __launch_bounds__(kThreads) query_kernel(const NearestListsArgs 
   }
 }
 
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 }  // namespace
 
 void nearest_lists(const NearestListsArgs& a, cudaStream_t stream) {

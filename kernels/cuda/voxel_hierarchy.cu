@@ -35,8 +35,6 @@ namespace {
 
 using namespace voxel_kernels;  // NOLINT: this file's kernels
 
-std::size_t aligned(std::size_t bytes) { return (bytes + 255) / 256 * 256; }
-
 /// Carves typed arrays out of one allocation: a first pass (no base) measures, the second hands out.
 class Carver {
  public:
@@ -130,12 +128,6 @@ class Steps {
   void* scratch_ = nullptr;
   std::size_t bytes_ = 0;
 };
-
-int bits_for(u64 x) {
-  int bits = 1;
-  while (bits < 64 && (x >> bits) != 0) ++bits;
-  return bits;
-}
 
 dim3 grid_for(index_t elements) { return dim3(blocks_for("voxel_hierarchy", elements, kThreads)); }
 
