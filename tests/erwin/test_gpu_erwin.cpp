@@ -124,11 +124,12 @@ TEST_P(GpuErwinGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) 
 
 INSTANTIATE_TEST_SUITE_P(Erwin, GpuErwinGolden, ::testing::Values("mpnn_rot", "plain_rot_2d", "mpnn_norot", "flash_ref"));
 
-// The geometry is computed on the device from the slots' positions and the edges (cuda.md, "Ball-tree
-// geometry"): uploading it brings back only the edges' offsets and the bad-edge flag (none without
-// message passing) and waits for the device twice (counted by the host backend, which counts a wait only
-// when work is queued): once for the geometry's launches (with message passing, the offsets' copy), once
-// for the upload's timing.
+// The geometry is computed on the device from the points' positions and the edges (cuda.md, "Ball-tree
+// geometry"): uploading it sends the positions once, the edges and the tree's index arrays (slot of each
+// point, point of each slot, each level's rotation), brings back only the edges' offsets and the bad-edge
+// flag (none without message passing) and waits for the device twice (counted by the host backend, which
+// counts a wait only when work is queued): once for the geometry's launches (with message passing, the
+// offsets' copy), once for the upload's timing.
 TEST(ErwinHostBackend, TheGeometryIsComputedOnTheDevice) {
   SURROGATE_HOST_BACKEND_ONLY();
   for (const char* name : {"mpnn_rot", "plain_rot_2d"}) {
@@ -139,11 +140,17 @@ TEST(ErwinHostBackend, TheGeometryIsComputedOnTheDevice) {
     const bt::RotatedTrees trees =
         bt::build_with_rotations(c.positions, cfg.dimensionality, c.batch(), cfg.strides, cfg.ball_sizes, cfg.rotate);
     const auto device = ew::detail::make_erwin_cuda_forward(net, st::test_device());
-    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host;
+    const long long waits = host_backend::host_waits, down = host_backend::bytes_to_host,
+                    up = host_backend::bytes_to_device;
     const auto geometry = device->upload_geometry(trees, c.positions, c.batch(), c.edges);
     long long points = 0;
     for (const std::int64_t s : c.sizes) points += s;
     const bool messages = cfg.mp_steps > 0;
+    long long index_values = trees.tree.slots() + points;
+    if (cfg.rotate > 0)
+      for (const auto& r : trees.rotated) index_values += static_cast<long long>(r.size());
+    const long long edge_values = messages ? static_cast<long long>(c.edges.size()) : 0;
+    EXPECT_EQ(host_backend::bytes_to_device - up, points * cfg.dimensionality * 4 + (edge_values + index_values) * 8);
     EXPECT_EQ(host_backend::bytes_to_host - down, messages ? (points + 2) * 8 : 0);
     EXPECT_EQ(host_backend::host_waits - waits, 2);
   }

@@ -12,7 +12,8 @@ namespace surrogate::erwin::detail::cuda_forward {
 // The geometry of a layout on the device: the positions of every level (level 0 the slots, then the
 // children's means), ball-relative positions (tree and rotated order), the children's positions relative
 // to their parent, the edges grouped by receiver, the layout's index arrays, and the work arrays. Computed
-// on the device from the slots' positions and the edges (surrogate/kernels/cuda_ball_geometry.hpp), bit for
+// on the device from the points' or a plan's slots' positions and the edges (each uploaded once;
+// surrogate/kernels/cuda_ball_geometry.hpp), bit for
 // bit the CPU forward's arithmetic (balltree::mean_pool, program::relative_to_group, program::order_edges);
 // the rotated positions are the layout's movement of the level's positions (an exchange on a plan). The
 // host waits once, for the edges' offsets (the receiver chunks of the message passing).
@@ -24,6 +25,10 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   const bool rotate = cfg_.rotate > 0;
   const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
   const auto du = static_cast<std::size_t>(d);
+  const bool one_process = layout.comm() == nullptr;
+  const bool edges_on_points = cfg_.mp_steps > 0 && layout.edge_positions().data() == layout.point_positions().data() &&
+                               layout.edge_positions().size() == layout.point_positions().size();
+  const bool points_up = one_process || wrapper_ || edges_on_points;
   steps_.run([&] { layout.upload(device_, stream_); });
 
   g_->levels.clear();
@@ -52,7 +57,13 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
       scratch_join = std::max({scratch_join, np * s * (D + du), np * (Dn + s * du)});
       scratch_z = std::max(scratch_z, np * s * D);
     }
-    upload(g_->levels[0].pos, layout.slot_positions());
+    // The points' positions go up once: in one process the slots' positions are gathered from them, and
+    // the wrapper's features and (when they are the same rows) the edges' offsets read them.
+    if (points_up) upload(g_->positions, layout.point_positions());
+    if (one_process)
+      layout.to_slots(g_->positions.data(), d, g_->levels[0].pos.data(), d, d, stream_);
+    else
+      upload(g_->levels[0].pos, layout.slot_positions());
   });
   const auto relative = [&](const float* rows, index_t count, int ball, float* rel) {
     balltree::device::ball_relative(rows, count, d, ball, rel, centres, device_, stream_.get());
@@ -94,7 +105,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     cu::EdgeOrderWork work;
     steps_.run([&] {
       upload(edges, edge_index);
-      upload(positions, layout.edge_positions());
+      if (!edges_on_points) upload(positions, layout.edge_positions());
       g_->edge_start.resize(nu + 2, device_);  // the offsets, then the first bad edge (one download)
       for (cu::DeviceBuffer<std::int64_t>* b : {&g_->edge_src, &g_->edge_dst})
         b->resize(std::max<std::size_t>(1, static_cast<std::size_t>(E)), device_);
@@ -104,7 +115,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
       a.edge_index = edges.data();
       a.receivers = n;
       a.sources = n_all;
-      a.positions = positions.data();
+      a.positions = edges_on_points ? g_->positions.data() : positions.data();
       a.dim = d;
       a.first_bad = g_->edge_start.data() + nu + 1;
       a.start = g_->edge_start.data();
@@ -149,7 +160,6 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     g_->features.resize(std::max<std::size_t>(1, nu * static_cast<std::size_t>(cfg_.c_in)), device_);
     if (wrapper_) {  // the network's features (the wrapper's Fourier features: fixed by the points) and
                      // pred_head's rows
-      upload(g_->positions, layout.point_positions());
       const auto dev = ops::Place::device;
       CudaOps ops = device_ops();
       balltree::wrapper::features(ops, *wrapper_, {g_->positions.data(), d, n, d, dev},

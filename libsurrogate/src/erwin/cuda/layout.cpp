@@ -2,7 +2,6 @@
 // exchanges on device rows.
 #include "layout.hpp"
 
-#include <algorithm>
 #include <string>
 
 #include "../../device/layers.hpp"
@@ -21,7 +20,7 @@ class SingleProcessLayout final : public DeviceLayout {
   SingleProcessLayout(const Network& net, const balltree::RotatedTrees& trees, std::span<const float> positions,
                       index_t n, std::span<const std::int64_t> edge_index) {
     const Config& c = net.config();
-    const int d = c.dimensionality, L = c.levels();
+    const int L = c.levels();
     const balltree::Tree& tree = trees.tree;
     level_nodes_ = Stages::level_nodes(net, tree.slots());
     if (tree.mask.size() != tree.index.size() || tree.slots() < n)
@@ -55,11 +54,7 @@ class SingleProcessLayout final : public DeviceLayout {
     points_ = n;
     edge_positions_ = positions;
     point_positions_ = positions;
-    const index_t slots = level_nodes_[0];
-    tree_index_host_.assign(tree.index.begin(), tree.index.begin() + slots);
-    slot_positions_.resize(static_cast<std::size_t>(slots * d));
-    for (index_t s = 0; s < slots; ++s)
-      std::copy_n(positions.data() + tree_index_host_[static_cast<std::size_t>(s)] * d, d, slot_positions_.data() + s * d);
+    tree_index_host_.assign(tree.index.begin(), tree.index.begin() + level_nodes_[0]);
     slot_of_point_host_ = tree.slot_of_point();
   }
 

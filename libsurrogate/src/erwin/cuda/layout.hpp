@@ -30,8 +30,10 @@ class DeviceLayout {
   std::span<const float> edge_positions() const { return edge_positions_; }
   /// points x dimensionality: the positions of the rows of the embedding (the ShapeNet-Car wrapper's input).
   std::span<const float> point_positions() const { return point_positions_; }
-  /// Nodes per level (level 0: the slots) and the slots' positions in tree order.
+  /// Nodes per level (level 0: the slots).
   std::span<const index_t> level_nodes() const { return level_nodes_; }
+  /// A plan's slots' positions in tree order (its slots hold other ranks' points); empty in one process,
+  /// where to_slots() gathers them from point_positions() on the device.
   std::span<const float> slot_positions() const { return slot_positions_; }
 
   /// The communicator of the distributed forward (its errors are agreed there), null in one process.
