@@ -25,8 +25,6 @@ constexpr int kThreads = 256;
 constexpr long long kNoBadEdge = 0x7fffffffffffffffLL;  // the flag while no edge is out of range
 using u64 = unsigned long long;
 
-__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-
 __global__ void __launch_bounds__(kThreads) group_means_kernel(const GroupMeansArgs a) {
   const index_t i = flat_index();
   if (i >= a.groups * a.dim) return;

@@ -16,10 +16,6 @@ namespace bsa_kernels {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ index_t flat_index() {
-  return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-}
-
 __global__ void __launch_bounds__(kThreads) row_map_kernel(RowMapArgs a) {
   const index_t t = flat_index();
   if (t >= a.rows * a.width) return;

@@ -15,20 +15,6 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x; }
-
-/// The last of `count` ranges (offsets first[0 .. count], ascending) that starts at or before i: the range
-/// holding i (empty ranges skipped).
-__device__ __forceinline__ int range_of(const std::int64_t* first, int count, index_t i) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 __global__ void __launch_bounds__(kThreads) axis_keys_kernel(const float* coords, index_t ldc, index_t points,
                                                               float* keys) {
   const index_t i = flat_index();

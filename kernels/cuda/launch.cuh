@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <map>
 #include <mutex>
 #include <stdexcept>
@@ -78,6 +79,21 @@ inline unsigned blocks_for(const char* kernel, index_t elements, int threads) {
     throw std::invalid_argument(std::string("cuda::") + kernel + ": " + std::to_string(elements) +
                                 " elements exceed the grid");
   return static_cast<unsigned>(blocks);
+}
+
+/// In a kernel launched with blocks_for: the element of this thread (numbered across the grid).
+__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
+
+/// In a kernel: the last b in 0 .. count - 1 with first[b] * scale <= i (count >= 1; ascending offsets
+/// first[0 .. count]: the range holding element i, empty ranges skipped).
+__device__ __forceinline__ int range_of(const std::int64_t* first, int count, index_t i, index_t scale = 1) {
+  int lo = 0, hi = count - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (first[mid] * scale <= i) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
 }
 
 /// `bytes` rounded up to 256: the offsets of the arrays a launcher carves out of one scratch allocation.

@@ -17,8 +17,6 @@ namespace {
 constexpr int kThreads = 128;
 constexpr int kRangeThreads = 256;
 
-__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x; }
-
 /// Thread (point p, head h): q̂ = [q_h ; s_h x] and k̂ written once, then every table's projections from
 /// registers (kMax >= dq + cd; 0: any width, re-read from the rows just written). The same products and sums
 /// in the same order either way.

@@ -23,19 +23,6 @@ constexpr int kScanThreads = 1024;  // the one block of the scan
 
 using grid_nearest::Grid;
 
-__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x; }
-
-/// The sample holding node i: the last of the ascending offsets first[0 .. samples] at or before i.
-__device__ __forceinline__ int sample_of(const std::int64_t* first, int samples, index_t i) {
-  int lo = 0, hi = samples - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first[mid] <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 /// One block per sample: the bounding box (a block reduction, its upper corner kept in box_hi), then
 /// grid_nearest::make_grid.
 __global__ void __launch_bounds__(kThreads) grid_kernel(const NearestListsArgs a, Grid* grids, float* box_hi) {
@@ -82,7 +69,7 @@ __global__ void __launch_bounds__(kThreads) count_kernel(const NearestListsArgs 
                                                           int* count) {
   const index_t i = flat_index();
   if (i >= a.nodes) return;
-  const int cell = static_cast<int>(grid_nearest::cell_of(grids[sample_of(a.first, a.samples, i)], a.positions + i * 3));
+  const int cell = static_cast<int>(grid_nearest::cell_of(grids[range_of(a.first, a.samples, i)], a.positions + i * 3));
   node_cell[i] = cell;
   atomicAdd(count + cell, 1);
 }
@@ -143,7 +130,7 @@ __global__ void __launch_bounds__(kThreads) query_kernel(const NearestListsArgs 
   if (at >= a.nodes) return;
   const index_t node = sorted_id[at];
   if (query_of[node] < 0) return;
-  const int s = sample_of(a.first, a.samples, node);
+  const int s = range_of(a.first, a.samples, node);
   const index_t n = a.first[s + 1] - a.first[s];
   const int k = static_cast<int>(n < a.k ? n : a.k);
   const double q[3] = {static_cast<double>(sorted_pos[at * 3]), static_cast<double>(sorted_pos[at * 3 + 1]),

@@ -18,11 +18,6 @@ namespace point_kernels {
 
 constexpr int kThreads = 128;
 
-/// The flat index of this thread (elements are numbered row-major over rows x width).
-__device__ __forceinline__ index_t flat_index() {
-  return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-}
-
 /// The dense layer in 64 x 64 output tiles (tile_gemm.cuh; blockIdx.x: rows, blockIdx.y: columns). Every
 /// output is one fmaf chain, bias first, then k in order (the CPU Linear kernels' sequence on AVX2 and
 /// AVX-512).

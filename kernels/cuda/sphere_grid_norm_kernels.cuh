@@ -15,10 +15,6 @@ namespace grid_norm_kernels {
 
 constexpr int kThreads = 128;
 
-__device__ __forceinline__ index_t flat_index() {
-  return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x;
-}
-
 __global__ void __launch_bounds__(kThreads) grid_row_sums_kernel(GridRowSumsArgs a) {
   const index_t t = flat_index();
   const index_t tasks = static_cast<index_t>(a.batch) * a.lat_rows;

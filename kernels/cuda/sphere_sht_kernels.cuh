@@ -13,10 +13,6 @@ namespace sht_kernels {
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ index_t flat_index() {
-  return static_cast<index_t>(blockIdx.x) * blockDim.x + threadIdx.x;
-}
-
 /// y[(r * mmax + m) * 2C + part * C + c]: sum over j in order of x * twiddle in double (fma), times 1/nlon,
 /// rounded to float; zero for m >= modes and for the imaginary part of the real orders 0 and nlon / 2.
 __global__ void __launch_bounds__(kThreads) fourier_analysis_kernel(ShtFourierArgs a) {

@@ -18,19 +18,6 @@ using u64 = unsigned long long;
 using i64 = std::int64_t;
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ index_t flat_index() { return static_cast<index_t>(blockIdx.x) * kThreads + threadIdx.x; }
-
-/// The last b in 0 .. count - 1 with first[b] * scale <= i (ascending offsets: the range holding i).
-__device__ __forceinline__ int range_of(const i64* first, int count, index_t i, index_t scale = 1) {
-  int lo = 0, hi = count - 1;
-  while (lo < hi) {
-    const int mid = (lo + hi + 1) / 2;
-    if (first[mid] * scale <= i) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 /// sequoia::fnv64: per column multiply, then xor the sign-extended value.
 __device__ __forceinline__ u64 fnv64(const long long* columns, int count) {
   u64 h = 14695981039346656037ull;
