@@ -55,7 +55,8 @@ struct Geometry final : balltree::DeviceGeometry {
   std::vector<std::pair<index_t, index_t>> receiver_chunks;       // [r0, r1) with few enough edges
   std::vector<std::int64_t> edge_start_host;                      // the same on the host
   cu::DeviceBuffer<float> features, h, agg, out;
-  cu::DeviceBuffer<float> positions;  // points x d, when one process, the wrapper or the edges read them
+  cu::DeviceBuffer<float> positions;  // the layout's edge_positions (point_positions without message
+                                      // passing), when one process, the edges or the wrapper read them
   cu::DeviceBuffer<float> head_hidden, values;  // the wrapper's: points x c_hidden[0], x 1 (its features, in
                                                 // `features`, are the geometry's)
   cu::DeviceBuffer<float> xr;

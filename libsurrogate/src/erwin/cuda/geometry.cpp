@@ -25,10 +25,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   const bool rotate = cfg_.rotate > 0;
   const index_t n = layout.points(), n_all = layout.points() + layout.halo_rows();
   const auto du = static_cast<std::size_t>(d);
-  const bool one_process = layout.comm() == nullptr;
-  const bool edges_on_points = cfg_.mp_steps > 0 && layout.edge_positions().data() == layout.point_positions().data() &&
-                               layout.edge_positions().size() == layout.point_positions().size();
-  const bool points_up = one_process || wrapper_ || edges_on_points;
+  const bool one_process = layout.comm() == nullptr, messages = cfg_.mp_steps > 0;
   steps_.run([&] { layout.upload(device_, stream_); });
 
   g_->levels.clear();
@@ -57,9 +54,11 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
       scratch_join = std::max({scratch_join, np * s * (D + du), np * (Dn + s * du)});
       scratch_z = std::max(scratch_z, np * s * D);
     }
-    // The points' positions go up once: in one process the slots' positions are gathered from them, and
-    // the wrapper's features and (when they are the same rows) the edges' offsets read them.
-    if (points_up) upload(g_->positions, layout.point_positions());
+    // The positions go up once: the points' (with message passing, followed by the halo's, the edges'
+    // sources). In one process the slots' positions are gathered from them; the edges' offsets and the
+    // wrapper's features read them.
+    if (messages) upload(g_->positions, layout.edge_positions());
+    else if (one_process || wrapper_) upload(g_->positions, layout.point_positions());
     if (one_process)
       layout.to_slots(g_->positions.data(), d, g_->levels[0].pos.data(), d, d, stream_);
     else
@@ -97,15 +96,13 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
   g_->receiver_chunks.clear();
   g_->edge_start_host.clear();
   std::size_t most = 1;
-  if (cfg_.mp_steps > 0) {
+  if (messages) {
     const std::span<const std::int64_t> edge_index = layout.edges();
     const auto E = static_cast<index_t>(edge_index.size() / 2);
     cu::DeviceBuffer<std::int64_t> edges;
-    cu::DeviceBuffer<float> positions;
     cu::EdgeOrderWork work;
     steps_.run([&] {
       upload(edges, edge_index);
-      if (!edges_on_points) upload(positions, layout.edge_positions());
       g_->edge_start.resize(nu + 2, device_);  // the offsets, then the first bad edge (one download)
       for (cu::DeviceBuffer<std::int64_t>* b : {&g_->edge_src, &g_->edge_dst})
         b->resize(std::max<std::size_t>(1, static_cast<std::size_t>(E)), device_);
@@ -115,7 +112,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
       a.edge_index = edges.data();
       a.receivers = n;
       a.sources = n_all;
-      a.positions = edges_on_points ? g_->positions.data() : positions.data();
+      a.positions = g_->positions.data();
       a.dim = d;
       a.first_bad = g_->edge_start.data() + nu + 1;
       a.start = g_->edge_start.data();
@@ -148,7 +145,7 @@ void ErwinCudaForward::set_geometry(Geometry& geometry) {
     work(program::Slot::a2, scratch_h);
     work(program::Slot::join, scratch_join);
     work(program::Slot::z, scratch_z);
-    if (cfg_.mp_steps > 0) {
+    if (messages) {
       work(program::Slot::msg_in, most * (2 * D0 + du));
       work(program::Slot::msg, most * D0);
       work(program::Slot::upd_in, nu * 2 * D0);

@@ -26,7 +26,7 @@ class DeviceLayout {
   index_t halo_rows() const { return halo_; }
   /// 2 x E: sources (< points + halo), receivers (< points), in edge order per receiver.
   std::span<const std::int64_t> edges() const { return edges_; }
-  /// (points + halo) x dimensionality.
+  /// (points + halo) x dimensionality, the first `points` rows point_positions()'s values.
   std::span<const float> edge_positions() const { return edge_positions_; }
   /// points x dimensionality: the positions of the rows of the embedding (the ShapeNet-Car wrapper's input).
   std::span<const float> point_positions() const { return point_positions_; }
