@@ -238,6 +238,47 @@ class Outcome(unittest.TestCase):
         self.assertIn("| `mlp_mma_kernel<2, 2>` | 2 | 2.200 | 88.0 % | 17.0 | 16.0 |", markdown)
         self.assertIn("| 1 other kernels | 1 | 0.001 | 0.0 % | | |", markdown)
 
+    def test_the_erwin_model_is_the_bundles_or_the_machines(self):
+        # Packed with --erwin-model: the bundle's file, nothing written.
+        path, why = run.erwin_bench_model({"erwin_bench_model": "bench/erwin_shapenet.h5"}, {}, "/nonexistent", {})
+        self.assertEqual((path, why), (str(run.BUNDLE / "bench" / "erwin_shapenet.h5"), None))
+        # Without it, a Python lacking what writes the model is named, with the packer's option.
+        for py, missing in (({"python": "python3", "torch": True, "numpy": True}, "h5py"),
+                            ({"python": "python3", "numpy": True, "h5py": True}, "torch"),
+                            ({"torch": True, "numpy": True, "h5py": True}, "python")):
+            path, why = run.erwin_bench_model({"erwin_bench_model": None}, py, "/nonexistent", {})
+            self.assertIsNone(path)
+            self.assertIn(missing, why)
+            self.assertIn("--erwin-model", why)
+
+    @unittest.skipUnless(all(importlib.util.find_spec(m) for m in ("torch", "numpy", "h5py")),
+                         "this Python lacks torch, numpy or h5py")
+    def test_the_runner_writes_the_erwin_model_from_the_bundled_scripts(self):
+        # The bundle's src/ holds benchmarks/ and share/python/ as the packer copies them; here, links to the
+        # checkout's. The runner writes the model into its scratch with this Python, as pack.py would.
+        root = Path(__file__).resolve().parents[2]
+        with tempfile.TemporaryDirectory() as tmp:
+            bundle, scratch = Path(tmp) / "bundle", Path(tmp) / "scratch"
+            (bundle / "src" / "share").mkdir(parents=True)
+            scratch.mkdir()
+            (bundle / "src" / "benchmarks").symlink_to(root / "benchmarks")
+            (bundle / "src" / "share" / "python").symlink_to(root / "share" / "python")
+            saved, run.BUNDLE = run.BUNDLE, bundle
+            try:
+                py = {"python": sys.executable, "torch": True, "numpy": True, "h5py": True}
+                path, why = run.erwin_bench_model({"erwin_bench_model": None}, py, scratch, dict(os.environ))
+            finally:
+                run.BUNDLE = saved
+            self.assertIsNone(why)
+            self.assertEqual(path, str(scratch / "erwin_shapenet.h5"))
+            data = Path(path).read_bytes()
+            self.assertEqual(data[:8], b"\x89HDF\r\n\x1a\n")
+            self.assertGreater(len(data), 4 << 20)  # the ShapeNet-Car configuration's weights
+            # Scripts that are not there: the reason comes back, nothing is claimed written.
+            why = run.write_erwin_bench_model(scratch / "other.h5", sys.executable, dict(os.environ), scratch)
+            self.assertIn("erwin_cpu_vs_pytorch", why)
+            self.assertFalse((scratch / "other.h5").exists())
+
     def test_timeout_ends_the_process_and_its_children(self):
         start = time.monotonic()
         rc, output, timed_out, seconds = run.run_process(

@@ -3,7 +3,7 @@
 builds, then calls this; share/docs/cuda.md, "First run on a GPU machine").
 
     pack.py --build BUILD --source SOURCE --output ARCHIVE [--labels gpu,cuda] [--select REGEX] [--exclude REGEX]
-            [--compression xz|gz|none] [--ctest-json FILE] [--test-data-from-checkout]
+            [--compression xz|gz|none] [--ctest-json FILE] [--test-data-from-checkout] [--erwin-model]
 
 What goes in (bundle root `surrogate-gpu-bundle/`):
   manifest.json  the selected ctest tests (every test with one of --labels, plus the fixture set-ups they
@@ -21,11 +21,13 @@ What goes in (bundle root `surrogate-gpu-bundle/`):
                  only when the machine has none; NCCL and cuBLAS are too large and must be the machine's
   openmpi/, pmix/  Open MPI's mpirun, plugins, help and parameter files, PMIx's plugins, in their
                  installation layout below a relocatable prefix (OPAL_PREFIX)
-  bench/         the Erwin benchmark's model file (the ShapeNet-Car configuration with random weights)
+  bench/         with --erwin-model, the Erwin benchmark's model file (the ShapeNet-Car configuration with
+                 random weights, 4.7 MB compressed); without, the runner writes it with the machine's Python
   run, run.py    the runner (share/tools/gpu_bundle/run.py)
 """
 import argparse
 import datetime
+import importlib.util
 import json
 import os
 import re
@@ -39,6 +41,17 @@ from pathlib import Path
 
 BUNDLE_NAME = "surrogate-gpu-bundle"
 HERE = Path(__file__).resolve().parent
+
+
+def _runner():
+    """The runner's module (run.py, which the bundle carries): what both sides write the same way."""
+    spec = importlib.util.spec_from_file_location("surrogate_gpu_bundle_run", HERE / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+runner = _runner()
 
 # Open MPI components for network fabrics (UCX, libfabric, PSM, verbs, usNIC, Portals): the bundle runs on one
 # node over shared memory (pml ob1, btl self,vader); these would pull in the fabric stacks and their own
@@ -360,20 +373,9 @@ def local_imports(script, roots):
 
 
 def erwin_bench_model(source_dir, path):
-    """The Erwin benchmark's model file (benchmarks/erwin_cpu_vs_pytorch.py's ShapeNet-Car configuration,
-    random weights, seed 0) written here, where Python has torch and h5py; None (with the reason) if not."""
-    code = (
-        "import sys, numpy as np\n"
-        f"sys.path[:0] = [{str(source_dir / 'benchmarks')!r}, {str(source_dir / 'share' / 'python')!r}]\n"
-        "import erwin_cpu_vs_pytorch as cpu_bench, side_by_side as sbs\n"
-        "from surrogate_ref.erwin import expected_state_shapes\n"
-        "state = sbs.random_state(expected_state_shapes(dict(cpu_bench.CONFIG, variant='erwin')),"
-        " np.random.default_rng(0))\n"
-        f"cpu_bench.write_model({str(path)!r}, state)\n")
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
-    if out.returncode != 0:
-        return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else "failed"
-    return None
+    """The Erwin benchmark's model file written here (run.py's write_erwin_bench_model with this Python, which
+    needs torch, numpy and h5py); None, or the reason it was not written."""
+    return runner.write_erwin_bench_model(path, sys.executable, None, source_dir)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -446,6 +448,9 @@ def main():
     ap.add_argument("--ctest-json", type=Path,
                     help="use this `ctest --show-only=json-v1` output instead of running ctest")
     ap.add_argument("--no-benchmarks", action="store_true", help="leave out the GPU benchmarks")
+    ap.add_argument("--erwin-model", action="store_true",
+                    help="pack the Erwin benchmark's model (4.7 MB compressed) instead of leaving it to the "
+                         "runner, for a machine whose Python lacks torch, numpy or h5py")
     ap.add_argument("--test-data-from-checkout", action="store_true",
                     help="leave tests/data out: the runner reads it from a checkout of the same commit (--checkout)")
     ap.add_argument("--keep", type=Path, help="also leave the unpacked bundle in this (new) directory")
@@ -531,10 +536,13 @@ def main():
                     if not dst.exists():
                         copy_file(f, dst)
             benchmarks = sorted(str(p.relative_to(bundle)) for p in (bundle / "build" / "benchmarks" / "gpu").glob("*"))
-            (bundle / "bench").mkdir()
-            why = erwin_bench_model(source_dir, bundle / "bench" / "erwin_shapenet.h5")
-            if why:
-                log(f"no Erwin benchmark model ({why}); the runner will skip erwin_gpu_bench")
+            # The Erwin benchmark's model (random weights, 5 MB that do not compress) is written by the runner
+            # with the machine's Python; --erwin-model packs it for a machine whose Python cannot.
+            if args.erwin_model:
+                (bundle / "bench").mkdir()
+                why = erwin_bench_model(source_dir, bundle / "bench" / "erwin_shapenet.h5")
+                if why:
+                    log(f"no Erwin benchmark model ({why}); the runner will write one if its Python can")
 
         # Open MPI, PMIx, then the libraries of everything.
         openmpi = pack_openmpi(bundle, mpiexec, closure) if mpiexec else None

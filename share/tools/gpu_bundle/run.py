@@ -919,12 +919,12 @@ class Runner:
             if py.get("torch") and not py.get("cuda_available"):
                 lacking.append("torch CUDA")
             self.log(f"  Erwin: PyTorch side needs {', '.join(lacking)}: surrogate's side only, on the bundled model")
-        if not m.get("erwin_bench_model"):
-            self.skip_bench("erwin", "the bundle has no Erwin benchmark model")
+        model, why = erwin_bench_model(m, py, self.scratch, self.python_env)
+        if why:
+            self.skip_bench("erwin", why)
             return
-        # The bundled model: fp32 at every size unless compared above; tf32 and bf16 (the dense layers and the
-        # ball attention on the tensor cores) and kernel by kernel at the first size.
-        model = str(BUNDLE / m["erwin_bench_model"])
+        # The benchmark model: fp32 at every size unless compared above; tf32 and bf16 (the dense layers and
+        # the ball attention on the tensor cores) and kernel by kernel at the first size.
         for n in a.erwin_sizes:
             first = n == a.erwin_sizes[0]
             if compared and not first:
@@ -1014,6 +1014,41 @@ class Runner:
         self.summary["result"] = "ok" if ok else "failures"
         self.write_summary(final=True)
         return 0 if self.summary["result"] == "ok" else 1
+
+
+def write_erwin_bench_model(target, python, env, src_root):
+    """The Erwin benchmark's model (benchmarks/erwin_cpu_vs_pytorch.py's ShapeNet-Car configuration, random
+    weights drawn with seed 0) written to `target` by `python`, which needs torch, numpy and h5py; `src_root`
+    holds benchmarks/ and share/python/ (a checkout, or a bundle's src/). None when written, else why not."""
+    code = ("import sys, numpy as np\n"
+            "root = sys.argv[1]; sys.path[:0] = [root + '/benchmarks', root + '/share/python']\n"
+            "import erwin_cpu_vs_pytorch as cpu_bench, side_by_side as sbs\n"
+            "from surrogate_ref.erwin import expected_state_shapes\n"
+            "state = sbs.random_state(expected_state_shapes(dict(cpu_bench.CONFIG, variant='erwin')),"
+            " np.random.default_rng(0))\n"
+            "cpu_bench.write_model(sys.argv[2], state)\n")
+    try:
+        out = subprocess.run([python, "-c", code, str(src_root), str(target)], env=env, capture_output=True,
+                             text=True, timeout=300)
+    except (OSError, subprocess.TimeoutExpired) as e:
+        return str(e)
+    if out.returncode != 0:
+        return out.stderr.strip().splitlines()[-1] if out.stderr.strip() else f"exit status {out.returncode}"
+    return None
+
+
+def erwin_bench_model(manifest, py, scratch, env):
+    """The model of erwin_gpu_bench: the bundle's (packed with --erwin-model), else written into `scratch`
+    by the machine's Python. (path, None), or (None, why there is none)."""
+    if manifest.get("erwin_bench_model"):
+        return str(BUNDLE / manifest["erwin_bench_model"]), None
+    lacking = [m for m in ("torch", "numpy", "h5py") if not py.get(m)]
+    if lacking or not py.get("python"):
+        return None, ("the bundle has no Erwin benchmark model (pack.py --erwin-model) and the Python lacks "
+                      + ", ".join(lacking or ["python"]) + " to write one")
+    target = Path(scratch) / "erwin_shapenet.h5"
+    why = write_erwin_bench_model(target, py["python"], env, BUNDLE / "src")
+    return (None, f"the Erwin benchmark model could not be written: {why}") if why else (str(target), None)
 
 
 def write_wrapped_erwin_model(source, target, py, env):
