@@ -21,6 +21,7 @@
 #include "golden.hpp"
 #include "gpu_test.hpp"
 #include "h5_io.hpp"
+#include "host_backend_hooks.hpp"
 #include "precision_emulation.hpp"
 #include "surrogate/balltree.hpp"
 #include "surrogate/bsa.hpp"
@@ -99,6 +100,35 @@ TEST_P(GpuBsaGolden, DeviceForwardMatchesTheCpuForwardAndTheFloat64Reference) {
     EXPECT_LE(max_error(tc, c.exact), 2 * emulated_error + tol) << surrogate::precision_name(precision);
     std::printf("  %s: |device - f64| %.3g, emulated on the CPU %.3g\n", surrogate::precision_name(precision),
                 max_error(tc, c.exact), emulated_error);
+  }
+}
+
+// The one-process geometry is computed on the device from the points' positions (cuda.md, "Ball-tree
+// geometry"): an upload sends the positions once (the slots' and the rotated order's are gathered on the
+// device), the tree's index arrays (point of each slot, slot of each point, the rotation) and the sparse
+// layers' compression index (one per compressed token row with the compression MLP, else each block's
+// first row), and brings nothing back.
+TEST(BsaHostBackend, TheGeometryIsComputedOnTheDevice) {
+  SURROGATE_HOST_BACKEND_ONLY();
+  for (const char* name : {"sparse_rot", "means_static", "ball", "global"}) {
+    SCOPED_TRACE(name);
+    const Case c = load(name);
+    const bsa::Network net(c.file);
+    const auto& cfg = net.config();
+    const bt::RotatedTrees trees = bsa_trees_for(cfg, c.positions, c.batch());
+    const auto device = bsa::detail::make_bsa_cuda_forward(net, st::test_device());
+    const long long up = host_backend::bytes_to_device, down = host_backend::bytes_to_host;
+    const auto geometry = device->upload_geometry(trees, c.positions, c.batch());
+    const long long points = c.offsets.back(), slots = trees.tree.slots();
+    long long index_values = slots + points + (cfg.should_rotate ? slots : 0);
+    if (cfg.attention_type == bsa::AttentionType::sparse) {
+      const long long blocks = slots / cfg.compress_block_size;
+      index_values += cfg.use_compress_mlp ? blocks * cfg.num_heads * cfg.compress_block_size : blocks + 1;
+    }
+    EXPECT_EQ(host_backend::bytes_to_device - up, points * cfg.dimensionality * 4 + index_values * 8);
+    EXPECT_EQ(host_backend::bytes_to_host - down, 0);
+    // The forward on this geometry: within the golden bound of the float64 output.
+    EXPECT_LE(max_error(device->forward(*geometry, c.features), c.exact), 4e-6 * max_abs(c.exact));
   }
 }
 

@@ -27,7 +27,9 @@ void BsaCudaForward::set_plan_geometry(Geometry& geometry, const BsaPlan& plan) 
   for (int r = 0; r < plan.comm().size(); ++r)
     if (slots.size(r) > 0 && (slots.begin(r) % g_->n != 0 || slots.end(r) % g_->n != 0)) g_->any_partial = true;
   steps_.run([&] {
-    set_rows(plan.slot_positions(), plan.rotated_positions(), g_->rows);
+    upload(g_->pos, plan.slot_positions());
+    if (cfg_.should_rotate) upload(g_->pos_rot, plan.rotated_positions());
+    set_rows(g_->rows);
     if (wrapper_) wrapper_features(g_->pos.data(), g_->rows);  // the slots' positions (padding: duplicates)
     stream_.synchronize();  // the host arrays of set_rows are released on return
   });

@@ -42,21 +42,19 @@ BsaCudaForward::BsaCudaForward(const Network& net, int device)
   });
 }
 
-void BsaCudaForward::set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points) {
+void BsaCudaForward::set_rows(index_t points) {
   const int d = cfg_.dimensionality, D = cfg_.c_hidden, H = cfg_.num_heads;
   const int ball = cfg_.attention_type == AttentionType::ball ? cfg_.attention_ball_size : cfg_.ball_size;
   // The positions relative to their ball's centre, on the device (balltree/cuda/geometry.hpp).
-  const bool balls = cfg_.attention_type != AttentionType::global;
-  const auto relative = [&](cu::DeviceBuffer<float>& rows, std::span<const float> host, cu::DeviceBuffer<float>& rel) {
-    upload(rows, host);
-    if (!balls) return;
-    rel.resize(std::max<std::size_t>(1, host.size()), device_);
-    ball_relative(rows.data(), static_cast<index_t>(host.size()) / d, d, ball, rel.data(), g_->centres, device_,
-                  stream_.get());
-  };
-  relative(g_->pos, pos, g_->rel);
-  if (cfg_.should_rotate) relative(g_->pos_rot, pos_rot, g_->rel_rot);
   const auto R = static_cast<std::size_t>(g_->rows), Du = static_cast<std::size_t>(D);
+  if (cfg_.attention_type != AttentionType::global) {
+    const auto relative = [&](const cu::DeviceBuffer<float>& rows, cu::DeviceBuffer<float>& rel) {
+      rel.resize(std::max<std::size_t>(1, R * static_cast<std::size_t>(d)), device_);
+      ball_relative(rows.data(), g_->rows, d, ball, rel.data(), g_->centres, device_, stream_.get());
+    };
+    relative(g_->pos, g_->rel);
+    if (cfg_.should_rotate) relative(g_->pos_rot, g_->rel_rot);
+  }
   const auto hidden = static_cast<std::size_t>(layers_.layers.empty() ? 1 : layers_.layers.front().block.w1.out);
   for (cu::DeviceBuffer<float>* b : {&g_->x, &g_->residual, &g_->h, &g_->o}) b->resize(std::max<std::size_t>(1, R * Du), device_);
   if (cfg_.should_rotate) g_->xr.resize(std::max<std::size_t>(1, R * Du), device_);
@@ -117,15 +115,6 @@ void BsaCudaForward::set_batch_geometry(const balltree::RotatedTrees& trees, std
   const int d = cfg_.dimensionality;
   const balltree::Tree& tree = trees.tree;
   g_->rows = tree.slots();
-  std::vector<float> pos(static_cast<std::size_t>(g_->rows * d)), pr(cfg_.should_rotate ? pos.size() : 0);
-  for (index_t s = 0; s < g_->rows; ++s)
-    std::copy_n(positions.data() + tree.index[static_cast<std::size_t>(s)] * d, d, pos.data() + s * d);
-  if (cfg_.should_rotate) {
-    const std::vector<std::int64_t>& rot = trees.rotated[1];
-    for (std::size_t i = 0; i < rot.size(); ++i)
-      std::copy_n(pos.begin() + rot[i] * d, d, pr.begin() + static_cast<std::ptrdiff_t>(i * d));
-    upload(g_->rot, rot);
-  }
   // One segment: every sample whole.
   g_->layout = RowLayout{};
   g_->layout.rows = g_->rows;
@@ -134,8 +123,20 @@ void BsaCudaForward::set_batch_geometry(const balltree::RotatedTrees& trees, std
   g_->layout.segments.push_back({0, static_cast<int>(g_->layout.samples), g_->n, 0, 0});
   upload(g_->tree_index, tree.index);
   upload(g_->slot, tree.slot_of_point());
-  if (wrapper_) upload(g_->positions, positions);  // the Fourier features' input, point order
-  set_rows(pos, pr, points);
+  // The points' positions go up once (point order: the wrapper's Fourier features read them); the slots'
+  // positions are gathered from them on the device, and the rotated order from those.
+  upload(g_->positions, positions);
+  const auto rows_d = std::max<std::size_t>(1, static_cast<std::size_t>(g_->rows) * static_cast<std::size_t>(d));
+  g_->pos.resize(rows_d, device_);
+  surrogate::device::copy_rows(g_->positions.data(), d, g_->tree_index.data(), g_->pos.data(), d, nullptr, g_->rows, d,
+                               stream_.get());
+  if (cfg_.should_rotate) {
+    upload(g_->rot, trees.rotated[1]);
+    g_->pos_rot.resize(rows_d, device_);
+    surrogate::device::copy_rows(g_->pos.data(), d, g_->rot.data(), g_->pos_rot.data(), d, nullptr, g_->rows, d,
+                                 stream_.get());
+  }
+  set_rows(points);
   if (wrapper_) wrapper_features(g_->positions.data(), points);  // fixed by the points: once per geometry
 }
 

@@ -46,7 +46,8 @@ struct Geometry final : balltree::DeviceGeometry {
   cu::DeviceBuffer<float> features, e, x, residual, xr, h, u, o, local, coarse, fine, gates, a1, a2, out;
   cu::DeviceBuffer<float> kc, vc, qc, mlp_in, mlp_hidden, kc_all, vc_all, fetched;
   cu::DeviceBuffer<float> block;  // forward_rows on a plan: the rank's block rows (c_in, then c_hidden values)
-  cu::DeviceBuffer<float> positions, head_hidden, values;  // the wrapper's (positions: one process, point order)
+  cu::DeviceBuffer<float> positions;  // one process: the points' positions, point order
+  cu::DeviceBuffer<float> head_hidden, values;  // the wrapper's
   cu::DeviceBuffer<std::int32_t> sel;
   cu::DeviceBuffer<std::int64_t> first_row;
   std::vector<std::int32_t> sel_host;     // a plan's selection on the host (the blocks to fetch)
@@ -98,9 +99,9 @@ class BsaCudaForward final : public BsaDeviceForward {
   /// The device and stream of the moves, with the transport of the plan's communicator.
   Place place() const;
 
-  /// Positions (tree and rotated order) uploaded with their ball-relative offsets, the work arrays and
-  /// the compression's index arrays sized for g_->rows rows in g_->layout.
-  void set_rows(std::span<const float> pos, std::span<const float> pos_rot, index_t points);
+  /// With g_->pos and g_->pos_rot (tree and rotated order) on the device: their ball-relative offsets, the
+  /// work arrays and the compression's index arrays sized for g_->rows rows in g_->layout.
+  void set_rows(index_t points);
   void set_batch_geometry(const balltree::RotatedTrees& trees, std::span<const float> positions, index_t points);
   /// program.hpp's stages on g_ (DeviceExec, forward.cpp): the embedding of `features` into h, h's rows
   /// gathered into g_->x through to_tree (one process; null on a plan: h is g_->x), the layers.
