@@ -165,10 +165,12 @@ int main(int argc, char** argv) {
       const char* name;
       int in, hidden, out, hidden_layers;
     };
-    // FLARE C = 64: out_proj (one Linear), the k/v projections (1 hidden layer) and the feed-forward
-    // (hidden 256, as with ffn_hidden_dim = 4 C).
+    // FLARE C = 64: out_proj (one Linear), a residual MLP of 1 hidden layer, the k/v projections and the
+    // feed-forward of bench_flare_gpu's configuration (3 hidden layers: 5 Linear), and a 256-wide MLP (as
+    // with ffn_hidden_dim = 4 C).
     const Shape shapes[] = {{"linear 64-64", 64, 64, 64, -1},
                             {"mlp 64-64-64-64", 64, 64, 64, 1},
+                            {"mlp 64 x 5 (FLARE's k, v, ffn)", 64, 64, 64, 3},
                             {"mlp 64-256-256-64", 64, 256, 64, 1}};
     std::mt19937 gen(7);
     for (const Shape& s : shapes) {

@@ -25,6 +25,7 @@
 
 #define SURROGATE_CUDA_LAUNCHERS(X)                                                                        \
   X(gather_caller_input) X(scatter_caller_output) X(norm) X(mlp) X(mlp_tensor_cores) X(mlp_tensor_core_smem) \
+  X(mlp_streamed_smem)                                                                                      \
   X(latent_encode_partials) X(latent_encode_merge) X(latent_encode_rescale) X(latent_encode_finalize)      \
   X(latent_max_partials) X(latent_max_merge) X(latent_encode_exact) X(latent_exact_finalize)               \
   X(latent_decode) X(ball_attention) X(coarse_attention) X(selected_block_attention) X(select_blocks)      \

@@ -4,12 +4,14 @@
 // to its host twin (SURROGATE_CUDA_ON_HOST_BACKEND); launch() is the only place that writes <<< >>>.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <mutex>
 #include <stdexcept>
 #include <string>
+#include <tuple>
 #include <utility>
 
 #include "host/emulator.hpp"
@@ -71,6 +73,28 @@ void allow_dynamic_shared(void (*kernel)(Params...), std::size_t bytes, const ch
         (std::string("cudaFuncSetAttribute(") + name + ", MaxDynamicSharedMemorySize)").c_str());
   limit = bytes;
 }
+/// The blocks of `kernel` (`threads` threads, `smem` bytes of dynamic shared memory, allowed beforehand by
+/// allow_dynamic_shared) the current device holds at once: its multiprocessors times the blocks one runs.
+/// The grid of a kernel whose warps loop over tiles of rows, so that one wave covers any row count.
+template <class... Params>
+unsigned resident_blocks(void (*kernel)(Params...), int threads, std::size_t smem, const char* name) {
+  static std::mutex mutex;
+  static std::map<std::tuple<void (*)(Params...), int, int, std::size_t>, unsigned> known;
+  int device = 0;
+  check(cudaGetDevice(&device), "cudaGetDevice");
+  const auto key = std::make_tuple(kernel, device, threads, smem);
+  std::lock_guard lock(mutex);
+  if (const auto it = known.find(key); it != known.end()) return it->second;
+  int per_sm = 0, sms = 0;
+  check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, threads, smem),
+        (std::string("cudaOccupancyMaxActiveBlocksPerMultiprocessor(") + name + ")").c_str());
+  check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device),
+        "cudaDeviceGetAttribute(MultiProcessorCount)");
+  const unsigned blocks = static_cast<unsigned>(std::max(per_sm, 1)) * static_cast<unsigned>(std::max(sms, 1));
+  known.emplace(key, blocks);
+  return blocks;
+}
+
 /// Blocks of `threads` threads for one thread per element; std::invalid_argument naming the kernel when
 /// the grid cannot hold them.
 inline unsigned blocks_for(const char* kernel, index_t elements, int threads) {

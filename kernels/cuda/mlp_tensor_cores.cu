@@ -1,11 +1,15 @@
 // Fused residual MLP on the tensor cores (MlpPrecision bf16 / tf32), with mma.sync (mma.cuh): every warp
-// takes its own 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers.
+// takes tiles of 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers,
+// one tile after another (the grid is one wave of resident blocks; a warp's tiles are a grid stride apart).
 //
-//   - The input rows are loaded (row_tiles.cuh: batched, coalesced) and normalised (MlpArgs::norm) once;
-//     a layer's input rows sit in FP32 in the warp's part of shared memory (one tile of 16 T rows x lda
-//     floats, outputs in place, up to width 64; two, ping-pong, above); A fragments are read from them and
-//     rounded as they are read (bf16 pairs, nearest even; or tf32, cvt.rna), so the residual adds the
-//     unrounded FP32 input.
+//   - The input rows are loaded and normalised (MlpArgs::norm) once; a layer's input rows sit in FP32 in
+//     the warp's part of shared memory (one tile of 16 T rows x lda floats, outputs in place, up to width
+//     64; two, ping-pong, above); A fragments are read from them and rounded as they are read (bf16
+//     pairs, nearest even; or tf32, cvt.rna), so the residual adds the unrounded FP32 input.
+//   - Up to width 64 the warp's second tile receives its next rows by cp.async (row_tiles::load_async)
+//     while it computes on the first: the rows' trip from memory overlaps the products and epilogues,
+//     which a warp loading before computing leaves to other warps to hide. Wider layers load as they go
+//     (row_tiles.cuh: batched, coalesced): their second tile is the ping-pong.
 //   - B fragments come straight from global memory (cached: a layer is at most 128 KiB in bf16, 256 in tf32),
 //     packed by pack_mlp_fragments in the order the lanes read them: one coalesced 8-byte load a lane per
 //     16 x 8 (bf16) or 8 x 8 (tf32) tile; above width 64, one k step ahead of their products.
@@ -14,13 +18,15 @@
 //     the last layer's tile leaves for global memory whole (row_tiles.cuh, + extra as it leaves).
 //
 // A row's result depends on that row alone (each output is one product chain over its row), so not on its
-// warp or block. Shared memory of a block: 4 warps x 1 tile (T = 2) or 2 warps x 2 tiles (T = 1) of 16 T x
-// lda floats, lda = round_up(w, 16) + 8 (bf16: 8-byte fragment reads free of bank conflicts) or + 4 (tf32:
-// 4-byte reads).
+// warp, block or tile. Shared memory of a block: 4 warps x 2 tiles (T = 2) or 2 warps x 2 tiles (T = 1) of
+// 16 T x lda floats, lda = round_up(w, 16) + 8 (bf16: 8-byte fragment reads free of bank conflicts) or + 4
+// (tf32: 4-byte reads). A warp's rows are its own: x may alias y or extra (a residual), as no warp reads
+// rows another writes.
 #include "mma.cuh"
 #include "activation.cuh"
 #include "row_norm.cuh"
 #include "row_tiles.cuh"
+#include "async_copy.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace surrogate::kernels::cuda {
@@ -30,12 +36,12 @@ namespace {
 constexpr int kPassTiles = 8;  // n tiles of 8 columns in one pass: 64 output columns
 
 // Widths up to 64 (T = 2) take every layer in one pass: a layer's outputs replace its inputs in one tile
-// once all its products have read them (half the shared memory: more warps on an SM). Wider layers take
-// several passes over the same inputs: two tiles, ping-pong, in blocks of two warps (a 256-wide block
-// of four would take 132 KiB: one block, four warps an SM; two-warp blocks fit three). Their warps, few
-// on an SM, load each k step's B fragments one step ahead (the registers are there: shared memory
+// once all its products have read them; the second tile is the next rows' landing place. Wider layers
+// take several passes over the same inputs: two tiles, ping-pong, in blocks of two warps (a 256-wide
+// block of four would take 132 KiB: one block, four warps an SM; two-warp blocks fit three). Their warps,
+// few on an SM, load each k step's B fragments one step ahead (the registers are there: shared memory
 // bounds them).
-__host__ __device__ constexpr int tiles_per_warp(int T) { return T == 2 ? 1 : 2; }
+__host__ __device__ constexpr int tiles_per_warp(int) { return 2; }
 __host__ __device__ constexpr int warps_per_block(int T) { return T == 2 ? 4 : 2; }
 
 struct Shape {
@@ -54,37 +60,22 @@ Shape shape(MlpPrecision precision, int max_width) {
   return s;
 }
 
+/// A warp's tile of rows through every layer, from its input rows in tiles[cur] (loaded and normalised)
+/// to y: the products, epilogues and the last layer's store.
 template <MlpPrecision P, int T>
-__global__ void __launch_bounds__(32 * warps_per_block(T)) mlp_mma_kernel(MlpArgs a, int lda) {
+__device__ __forceinline__ void tile_layers(const MlpArgs& a, int lda, float* tiles, int cur, index_t row0, int rows,
+                                            int lane) {
   constexpr bool kBf16 = P == MlpPrecision::bf16;
   constexpr int kK = kBf16 ? 16 : 8;  // K of one product
   constexpr int kRows = 16 * T;
-  constexpr bool kInPlace = tiles_per_warp(T) == 1, kAhead = !kInPlace;
-  SURROGATE_DYNAMIC_SHARED(float, smem);
-  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  constexpr bool kInPlace = T == 2, kAhead = !kInPlace;
   const int g = lane / 4, t = lane % 4;
-  const index_t row0 = (static_cast<index_t>(blockIdx.x) * warps_per_block(T) + warp) * kRows;
-  if (row0 >= a.rows) return;  // the whole warp: nothing below waits for other warps
-  const int rows = a.rows - row0 < kRows ? static_cast<int>(a.rows - row0) : kRows;
   const int tile_floats = kRows * lda;
-  float* const tiles = smem + static_cast<std::size_t>(warp) * tiles_per_warp(T) * tile_floats;
-
-  {  // the input rows; padding rows and the columns up to the first layer's K are zero
-    const int in = a.layers[0].in, width = (in + kK - 1) / kK * kK;
-    row_tiles::load(a.x + row0 * a.ldx, a.ldx, rows, in, kRows, width, tiles, lda, lane);
-    __syncwarp();
-    if (a.norm.weight)  // the input norm, in place, row by row (row_norm.cuh: the norm kernel's bits)
-      for (int r = 0; r < kRows; ++r)
-        row_norm::apply(tiles + r * lda, tiles + r * lda, in, a.norm.weight, a.norm.bias, a.norm.eps, a.norm.rms, lane);
-  }
-  __syncwarp();
-
-  int cur = 0;
   for (int l = 0; l < a.num_layers; ++l) {
     const MlpLayer L = a.layers[l];
     const bool last = l + 1 == a.num_layers;
     const float* const x = tiles + cur * tile_floats;
-    float* const next = tiles + (kInPlace ? 0 : cur ^ 1) * tile_floats;
+    float* const next = tiles + (kInPlace ? cur : cur ^ 1) * tile_floats;
     const int k_tiles = (L.in + kK - 1) / kK, n_tiles = (L.out + 7) / 8;
     const uint2* const frags = reinterpret_cast<const uint2*>(kBf16 ? L.bf16 : L.tf32);
     if (frags == nullptr) __trap();  // the layer was not packed for this precision
@@ -196,12 +187,64 @@ __global__ void __launch_bounds__(32 * warps_per_block(T)) mlp_mma_kernel(MlpArg
 }
 
 template <MlpPrecision P, int T>
+__global__ void __launch_bounds__(32 * warps_per_block(T), T == 2 ? 3 : 1) mlp_mma_kernel(MlpArgs a, int lda) {
+  constexpr int kK = P == MlpPrecision::bf16 ? 16 : 8;  // K of one product
+  constexpr int kRows = 16 * T;
+  constexpr bool kPrefetch = T == 2;  // up to width 64: the second tile receives the next rows
+  SURROGATE_DYNAMIC_SHARED(float, smem);
+  const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
+  const index_t row_tiles = (a.rows + kRows - 1) / kRows;
+  index_t tile = static_cast<index_t>(blockIdx.x) * warps_per_block(T) + warp;
+  if (tile >= row_tiles) return;  // the whole warp: nothing below waits for other warps
+  const int tile_floats = kRows * lda;
+  float* const tiles = smem + static_cast<std::size_t>(warp) * tiles_per_warp(T) * tile_floats;
+  // The input rows of a tile; padding rows and the columns up to the first layer's K are zero.
+  const int in = a.layers[0].in, width = (in + kK - 1) / kK * kK;
+  auto rows_of = [&](index_t tl) {
+    const index_t left = a.rows - tl * kRows;
+    return left < kRows ? static_cast<int>(left) : kRows;
+  };
+  auto fetch = [&](index_t tl, float* to) {  // by cp.async, as one group
+    row_tiles::load_async(a.x + tl * kRows * a.ldx, a.ldx, rows_of(tl), in, kRows, width, to, lda, lane);
+    async_copy::commit();
+  };
+  auto normalise = [&](float* rows_in) {  // the input norm, in place, row by row (row_norm.cuh: its bits)
+    if (a.norm.weight)
+      for (int r = 0; r < kRows; ++r)
+        row_norm::apply(rows_in + r * lda, rows_in + r * lda, in, a.norm.weight, a.norm.bias, a.norm.eps, a.norm.rms,
+                        lane);
+    __syncwarp();
+  };
+  if constexpr (!kPrefetch) {  // one tile a warp (the grid covers them), loaded as it goes
+    row_tiles::load(a.x + tile * kRows * a.ldx, a.ldx, rows_of(tile), in, kRows, width, tiles, lda, lane);
+    __syncwarp();
+    normalise(tiles);
+    tile_layers<P, T>(a, lda, tiles, 0, tile * kRows, rows_of(tile), lane);
+    return;
+  }
+  const index_t stride = static_cast<index_t>(gridDim.x) * warps_per_block(T);  // between a warp's tiles
+  int landing = 0;  // the tile that receives the warp's next rows
+  fetch(tile, tiles);
+  for (; tile < row_tiles; tile += stride) {
+    async_copy::wait<0>();  // this tile's rows have landed: this lane's copies ...
+    __syncwarp();           // ... and every lane's; every lane has stored the tile the next rows replace
+    const int cur = landing;
+    landing ^= 1;
+    if (tile + stride < row_tiles) fetch(tile + stride, tiles + landing * tile_floats);  // meanwhile
+    normalise(tiles + cur * tile_floats);
+    tile_layers<P, T>(a, lda, tiles, cur, tile * kRows, rows_of(tile), lane);
+  }
+}
+
+template <MlpPrecision P, int T>
 void launch_shape(const MlpArgs& a, const Shape& s, cudaStream_t stream) {
   allow_dynamic_shared(mlp_mma_kernel<P, T>, s.bytes, "mlp_mma_kernel");
-  const index_t rows_per_block = static_cast<index_t>(warps_per_block(T)) * 16 * T;
-  launch(mlp_mma_kernel<P, T>, blocks_for("mlp_mma_kernel", a.rows, static_cast<int>(rows_per_block)),
-         32 * warps_per_block(T),
-         s.bytes, stream, a, s.lda);
+  const int threads = 32 * warps_per_block(T), rows_per_block = warps_per_block(T) * 16 * T;
+  // Up to width 64 one wave, its warps looping over the row tiles (fetching the next while they compute);
+  // wider, a tile a warp.
+  unsigned blocks = blocks_for("mlp_mma_kernel", a.rows, rows_per_block);
+  if (T == 2) blocks = std::min(blocks, resident_blocks(mlp_mma_kernel<P, T>, threads, s.bytes, "mlp_mma_kernel"));
+  launch(mlp_mma_kernel<P, T>, blocks, threads, s.bytes, stream, a, s.lda);
   check_launch("mlp_mma_kernel");
 }
 

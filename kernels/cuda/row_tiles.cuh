@@ -3,10 +3,12 @@
 // first store: a store waiting on each load in turn would serialise the warp on memory latency. 16-byte
 // accesses where the rows allow them (strides, widths and addresses multiples of 4 floats), else 4-byte.
 // The batch is small on purpose: the kernel's registers, not the loads in flight, bound its occupancy.
+// load_async() fills a tile by cp.async instead: a warp issues its next rows and computes meanwhile.
 #pragma once
 
 #include <cstdint>
 
+#include "async_copy.cuh"
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -81,6 +83,31 @@ __device__ __forceinline__ void load(const float* x, index_t ldx, int rows, int 
     load_as<float4>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
   else
     load_as<float>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
+}
+
+/// load() in asynchronous copies of kBytes (async_copy.cuh), one an element of the sweep, no registers;
+/// thread `lane` of `threads` (a warp, or a block that loads a tile together).
+template <int kBytes>
+__device__ __forceinline__ void load_async_as(const float* x, index_t ldx, int rows, int in, int tile_rows, int width,
+                                              float* tile, int ldt, int lane, int threads = 32) {
+  constexpr int kW = kBytes / static_cast<int>(sizeof(float));
+  const int per_row = width / kW, total = tile_rows * per_row;
+  for (int e = lane; e < total; e += threads) {
+    const int r = e / per_row, c = kW * (e - r * per_row);
+    const bool valid = r < rows && c < in;
+    async_copy::copy<kBytes>(tile + r * ldt + c, valid ? x + r * ldx + c : x, valid);
+  }
+}
+
+/// The tile of load(), by asynchronous copies: complete once this lane's async_copy::wait covers the
+/// group the caller commits next, and the warp's __syncwarp after it. For the rows a warp takes next
+/// while it computes on others. The whole warp calls it.
+__device__ __forceinline__ void load_async(const float* x, index_t ldx, int rows, int in, int tile_rows, int width,
+                                           float* tile, int ldt, int lane) {
+  if (aligned4(x, ldx, in))
+    load_async_as<16>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
+  else
+    load_async_as<4>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
 }
 
 /// y[r * ldy + c] = tile[r * ldt + c] (+ extra[r * ld_extra + c]) for r < rows, c < out. extra may alias

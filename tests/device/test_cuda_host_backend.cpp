@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "host/emulator.hpp"
+#include "async_copy.cuh"
 #include "launch.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
@@ -335,6 +336,68 @@ TEST(CudaHostBackend, SharedMemoryAbove48KiBNeedsTheKernelsOptIn) {
   EXPECT_THROW(cu::host::check_launch("fill_value_wide"), cu::CudaError);
   launch(fill_value, 1, 32, 64 * 1024, nullptr, d.data(), 32, 1.0f);  // the opt-in is per kernel
   EXPECT_THROW(cu::host::check_launch("fill_value"), cu::CudaError);
+}
+
+// cp.async (async_copy.cuh): lane l copies 16 bytes (row l of `src`) and then 4 bytes into shared memory,
+// as two groups; the second 16-byte copy of odd lanes is invalid and lands as zeros. Under the forward
+// schedule a copy lands at the wait that covers its group: before any wait the tile holds what was there,
+// wait<1> lands the first group only, wait<0> all. Under the others it lands as issued. out: the lane's
+// row seen at each of the three points, 3 x 5 floats a lane.
+__global__ void async_copies(const float* src, float* out) {
+  __align__(16) __shared__ float tile[32 * 8];
+  const int l = static_cast<int>(threadIdx.x);
+  float* row = tile + 8 * l;
+  for (int c = 0; c < 8; ++c) row[c] = -1.0f;
+  cu::host::async_copy::copy<16>(row, src + 4 * l, true);
+  cu::host::async_copy::copy<16>(row + 4, src + 4 * l, l % 2 == 0);
+  cu::host::async_copy::commit();
+  cu::host::async_copy::copy<4>(row + 4, src + 128 + l, true);
+  cu::host::async_copy::commit();
+  auto seen = [&](int at) {
+    for (int c = 0; c < 5; ++c) out[15 * l + 5 * at + c] = row[c];
+  };
+  seen(0);
+  cu::host::async_copy::wait<1>();
+  seen(1);
+  cu::host::async_copy::wait<0>();
+  seen(2);
+}
+
+TEST(CudaHostBackend, AsyncCopiesLandAtTheWaitThatCoversTheirGroup) {
+  std::vector<float> h(160);
+  for (int i = 0; i < 160; ++i) h[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  cu::DeviceBuffer<float> src(h.size(), kDevice), out(32 * 15, kDevice);
+  cu::copy_blocking(src.data(), h.data(), h.size() * sizeof(float), kDevice);
+  for (const char* schedule : {"forward", "reverse"}) {
+    WithSchedule with(schedule);
+    launch(async_copies, 1, 32, 0, nullptr, src.data(), out.data());
+    cu::host::check_launch("async_copies");
+    const auto o = download(out);
+    const bool at_wait = std::string(schedule) == "forward";
+    for (int l = 0; l < 32; ++l) {
+      const float* at = o.data() + 15 * l;
+      const float first = l % 2 == 0 ? static_cast<float>(4 * l + 1) : 0.0f, second = static_cast<float>(128 + l + 1);
+      for (int c = 0; c < 4; ++c)
+        EXPECT_EQ(at[c], at_wait ? -1.0f : static_cast<float>(4 * l + c + 1)) << schedule << " lane " << l << " col " << c;
+      EXPECT_EQ(at[4], at_wait ? -1.0f : second) << schedule << " lane " << l;
+      for (int c = 0; c < 4; ++c) EXPECT_EQ(at[5 + c], static_cast<float>(4 * l + c + 1)) << schedule << " lane " << l;
+      EXPECT_EQ(at[9], at_wait ? first : second) << schedule << " lane " << l << ": after the first group";
+      for (int c = 0; c < 4; ++c) EXPECT_EQ(at[10 + c], static_cast<float>(4 * l + c + 1)) << schedule << " lane " << l;
+      EXPECT_EQ(at[14], second) << schedule << " lane " << l << ": the second group lands over the first";
+    }
+  }
+}
+
+TEST(CudaHostBackend, OccupancyCountsSharedMemoryAndThreads) {
+  int blocks = 0;
+  ASSERT_EQ(emu::occupancy(&blocks, 128, 73728), cudaSuccess);
+  EXPECT_EQ(blocks, 3);  // 228 KiB over 72 + 1 KiB
+  ASSERT_EQ(emu::occupancy(&blocks, 1024, 0), cudaSuccess);
+  EXPECT_EQ(blocks, 2);  // 2,048 threads
+  ASSERT_EQ(emu::occupancy(&blocks, 32, 0), cudaSuccess);
+  EXPECT_EQ(blocks, 32);
+  EXPECT_NE(emu::occupancy(&blocks, 2048, 0), cudaSuccess);
+  (void)emu::get_last_error();
 }
 
 TEST(CudaHostBackend, SchedulesParse) {

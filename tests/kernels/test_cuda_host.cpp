@@ -94,9 +94,20 @@ TEST(CudaHost, TensorCoreMlpSharedMemoryFitsAnSm90Block) {
   constexpr std::size_t kSm90Limit = 227 * 1024;
   for (auto p : {cu::MlpPrecision::tf32, cu::MlpPrecision::bf16})
     for (int w = 1; w <= cu::kMaxMlpWidth; ++w) ASSERT_LE(cu::mlp_tensor_core_smem(p, w), kSm90Limit) << "width " << w;
-  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 64), 4u * 1 * 32 * 72 * 4);    // 36 KiB, in place
+  // 72 KiB up to width 64: 4 warps, the tile they compute on in place and the next rows' (three blocks an SM)
+  EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 64), 4u * 2 * 32 * 72 * 4);
+  EXPECT_LE(3 * (cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 64) + 1024), 228u * 1024);
   EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::bf16, 256), 2u * 2 * 16 * 264 * 4);  // 66 KiB, 2 warps
   EXPECT_EQ(cu::mlp_tensor_core_smem(cu::MlpPrecision::tf32, 256), 2u * 2 * 16 * 260 * 4);  // 65 KiB
+}
+
+// The FP32 MLP's streamed form (three tiles of 64 rows, two weight stages) up to width 64, FLARE's: 83 KiB
+// at 64, two blocks an SM; wider MLPs staged.
+TEST(CudaHost, Fp32MlpStreamedFormTakesWidthsUpTo64TwoBlocksAnSm) {
+  EXPECT_EQ(cu::mlp_streamed_smem(64), (3u * 64 * 68 + 2u * 64 * 64) * 4);
+  EXPECT_EQ(cu::mlp_streamed_smem(2), (3u * 64 * 8 + 2u * 4 * 64) * 4);
+  EXPECT_EQ(cu::mlp_streamed_smem(65), 0u);
+  for (int w = 1; w <= 64; ++w) ASSERT_LE(2 * (cu::mlp_streamed_smem(w) + 1024), 228u * 1024) << "width " << w;
 }
 
 /// W (out x in) element (n, k) as the lane of pack_mlp_fragments' tile holds it, read back through the

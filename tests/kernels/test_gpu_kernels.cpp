@@ -564,6 +564,64 @@ TEST_F(GpuKernels, FusedMlpRowsDoNotDependOnTheirBlock) {
   }
 }
 
+// Up to width 64 both MLP kernels run one wave of resident blocks whose warps (tensor cores) or blocks
+// (FP32, the streamed form: the next layer's weights arrive as well) take a row tile after another, the
+// next arriving by cp.async while they compute (kernels/cuda/mlp_tensor_cores.cu, mlp.cu). With more rows
+// than a wave holds (the host backend's 4 SMs: 1,536 rows on the tensor cores, 512 in FP32; an H200's
+// about 50,000 and 17,000), in place with the input norm (FLARE's x = x + ffn(norm2(x))) and a last tile
+// cut short, every row gets the bits of launches of 500 rows, in which no warp or block takes a second
+// tile; on the host backend the tensor cores also give the bits of the CPU emulation. A kernel computing
+// on rows before their copies land, or fetching into a tile it still reads, fails here: the host
+// backend's copies land at their wait (forward schedule) or at once (shuffle).
+TEST_F(GpuKernels, FusedMlpWarpsTakingTileAfterTileGiveEveryRowItsBits) {
+  std::mt19937 gen(21);
+  const auto layers = make_mlp({64, 64, 64, 3, true, true, k::Activation::gelu_tanh}, gen);
+  const DeviceMlp dev(layers);
+  const k::index_t rows = st::on_host_backend() ? 5003 : 400003, ld = 68, chunk = 500;
+  auto x = random_vector(static_cast<std::size_t>(rows * ld), 2.0f, gen);
+  for (auto& v : x) v += 0.5f;
+  const auto w = random_vector(64, 1.0f, gen), b = random_vector(64, 0.5f, gen);
+  const auto dw = to_device(w), db = to_device(b);
+  cu::MlpInputNorm norm;
+  norm.weight = dw.data(), norm.bias = db.data(), norm.eps = 1e-5f;
+  for (auto [precision, model_precision] : {std::pair{cu::MlpPrecision::fp32, surrogate::Precision::fp32},
+                                            std::pair{cu::MlpPrecision::tf32, surrogate::Precision::tf32},
+                                            std::pair{cu::MlpPrecision::bf16, surrogate::Precision::bf16}}) {
+    auto all = to_device(x), parts = to_device(x);
+    dev.run(all.data(), ld, all.data(), ld, rows, all.data(), ld, precision, norm);
+    for (k::index_t r0 = 0; r0 < rows; r0 += chunk) {
+      const k::index_t n = std::min(chunk, rows - r0);
+      float* p = parts.data() + r0 * ld;
+      dev.run(p, ld, p, ld, n, p, ld, precision, norm);
+    }
+    const auto a = to_host(all.data(), x.size()), p = to_host(parts.data(), x.size());
+    const std::string what = precision == cu::MlpPrecision::fp32   ? "fp32"
+                             : precision == cu::MlpPrecision::tf32 ? "tf32"
+                                                                   : "bf16";
+    for (k::index_t i = 0; i < rows * ld; ++i) ASSERT_EQ(a[i], p[i]) << what << " row " << i / ld << " col " << i % ld;
+    // FP32 sums in the CPU kernels' other order: FusedMlpMatchesTheCpuKernels bounds its error.
+    if (!st::on_host_backend() || precision == cu::MlpPrecision::fp32) continue;
+    // The emulation of the MLP on the norm kernel's rows (the fused norm gives its bits: the test above).
+    const auto dx = to_device(x);
+    cu::DeviceBuffer<float> dn(x.size(), st::test_device());
+    cu::NormArgs n;
+    n.x = dx.data(), n.ldx = ld, n.y = dn.data(), n.ldy = ld, n.rows = rows, n.dim = 64;
+    n.weight = norm.weight, n.bias = norm.bias, n.eps = norm.eps;
+    cu::norm(n, nullptr);
+    const auto hn = to_host(dn.data(), x.size());
+    std::vector<float> xc(static_cast<std::size_t>(rows * 64)), normed(xc.size());
+    for (k::index_t r = 0; r < rows; ++r) {
+      std::copy_n(x.begin() + r * ld, 64, xc.begin() + r * 64);
+      std::copy_n(hn.begin() + r * ld, 64, normed.begin() + r * 64);
+    }
+    st::ScopedPrecisionEmulation emulate(model_precision);
+    const auto emu = cpu_mlp(layers, normed, 64, rows, &xc);
+    for (k::index_t r = 0; r < rows; ++r)
+      for (int c = 0; c < 64; ++c)
+        ASSERT_EQ(a[r * ld + c], emu[r * 64 + c]) << what << " against the emulation, row " << r << " col " << c;
+  }
+}
+
 // ---------------------------------------------------------------------------------------------------
 // Latent attention: several segments (samples), every head, against the CPU kernels per segment and head.
 

@@ -51,6 +51,8 @@
 #define cudaGetDevice(device) (*(device) = ::surrogate::kernels::cuda::kEmulatedDevice, cudaSuccess)
 #define cudaDeviceGetAttribute(value, attribute, device) \
   ::surrogate::kernels::cuda::emulator::device_attribute(value, attribute)
+#define cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, kernel, threads, smem) \
+  ((void)(kernel), ::surrogate::kernels::cuda::emulator::occupancy(blocks, threads, smem))
 
 // CUDA's global min and max (the common type of the arguments; floating point as fmin and fmax).
 template <class A, class B>

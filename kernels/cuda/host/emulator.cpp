@@ -465,6 +465,13 @@ cudaError_t device_attribute(int* value, cudaDeviceAttr attribute) {
   }
 }
 
+cudaError_t occupancy(int* blocks, int threads, std::size_t smem) {
+  if (threads < 1 || threads > 1024) return fail(cudaErrorInvalidValue, "emulated occupancy: " + std::to_string(threads) + " threads a block");
+  const std::size_t by_smem = (228 * 1024) / (smem + 1024);
+  *blocks = static_cast<int>(std::min<std::size_t>({std::size_t{32}, static_cast<std::size_t>(2048 / threads), by_smem}));
+  return cudaSuccess;
+}
+
 namespace {
 std::mutex opt_in_mutex;
 std::map<const void*, std::size_t> shared_opt_in;  // kernel -> MaxDynamicSharedMemorySize set for it

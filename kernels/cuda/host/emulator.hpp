@@ -98,6 +98,19 @@ unsigned warp_ballot(unsigned mask, bool predicate);
 /// Every lane of `mask` deposits `bits` and receives all lanes' deposits (out[l] for lane l of the mask).
 void warp_all(unsigned mask, unsigned long long bits, unsigned long long out[32]);
 void sync_warp(unsigned mask);
+/// cp.async of the calling thread: `bytes` into shared memory at dst, the first `src_bytes` from src and
+/// the rest zero, at either end of the time a GPU may take. Under the forward schedule the copy lands
+/// when a later async_wait of this thread covers its group (a read of dst before that sees the old
+/// contents); under the others as it is issued (a tile still being read is overwritten at once).
+void async_copy(void* dst, const void* src, unsigned bytes, unsigned src_bytes);
+/// cp.async.commit_group: the thread's copies issued since the last commit become one group.
+void async_commit();
+/// cp.async.wait_group: completes the thread's committed groups but the `pending` newest.
+void async_wait(int pending);
+/// cudaOccupancyMaxActiveBlocksPerMultiprocessor on the emulated device: blocks of `threads` threads and
+/// `smem` bytes of dynamic shared memory an SM of 2,048 threads, 32 blocks and 228 KiB of shared memory
+/// holds (1 KiB reserved a block), registers not counted.
+cudaError_t occupancy(int* blocks, int threads, std::size_t smem);
 // --- for tests ----------------------------------------------------------------------------------------
 /// Kernels launched on the emulated device (one by one: not those a graph replays), and bytes copied host
 /// to device and device to host.

@@ -5,6 +5,8 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
+#include <deque>
 #include <memory>
 #include <mutex>
 #include <numeric>
@@ -86,6 +88,13 @@ surrogate_emulator_switch:
 )");
 #endif
 
+/// A cp.async of a lane, done at the lane's async_wait that covers its group.
+struct AsyncCopy {
+  void* dst;
+  const void* src;
+  unsigned bytes, src_bytes;
+};
+
 struct Lane {
 #if defined(__x86_64__)
   void* sp = nullptr;  // saved stack pointer while suspended
@@ -95,6 +104,8 @@ struct Lane {
   std::unique_ptr<unsigned char[]> stack;
   LaneState state = LaneState::ready;
   ThreadContext ctx;
+  std::vector<AsyncCopy> async_open;                 // issued since the last commit
+  std::deque<std::vector<AsyncCopy>> async_groups;  // committed, oldest first
 };
 
 struct Warp {
@@ -114,6 +125,7 @@ struct Engine {
   int current = -1;  // running lane
   const std::function<void()>* body = nullptr;
   std::vector<unsigned char> smem;
+  bool copies_at_issue = false;  // cp.async lands as issued (else at the wait that covers it)
   std::string fault;
   void* fake_stack = nullptr;  // AddressSanitizer's bookkeeping of the scheduler's stack
   const void* scheduler_stack_bottom = nullptr;
@@ -201,6 +213,8 @@ void reset_lane(Lane& lane) {
   makecontext(&lane.context, fiber_main, 0);
 #endif
   lane.state = LaneState::ready;
+  lane.async_open.clear();
+  lane.async_groups.clear();
 }
 
 Lane& running_lane() {
@@ -266,6 +280,7 @@ void run_blocks(dim3 grid, dim3 block, std::size_t dynamic_smem, const std::func
   }
   engine.warps.assign(static_cast<std::size_t>((threads + 31) / 32), Warp{});
   engine.smem.assign(dynamic_smem, 0xff);
+  engine.copies_at_issue = s.order != Schedule::forward;
   engine.body = &body;
   for (int t = 0; t < threads; ++t) {
     ThreadContext& c = engine.lanes[static_cast<std::size_t>(t)].ctx;
@@ -392,6 +407,36 @@ void warp_all(unsigned mask, unsigned long long bits, unsigned long long out[32]
 }
 
 void sync_warp(unsigned mask) { (void)warp_arrive(mask, 0); }
+
+namespace {
+void land(const AsyncCopy& c) {
+  if (c.src_bytes) std::memcpy(c.dst, c.src, c.src_bytes);
+  std::memset(static_cast<unsigned char*>(c.dst) + c.src_bytes, 0, c.bytes - c.src_bytes);
+}
+}  // namespace
+
+void async_copy(void* dst, const void* src, unsigned bytes, unsigned src_bytes) {
+  if (src_bytes > bytes) kernel_fault("cp.async: src-size " + std::to_string(src_bytes) + " above its size " + std::to_string(bytes));
+  const AsyncCopy c{dst, src, bytes, src_bytes};
+  if (engine.copies_at_issue)
+    land(c);
+  else
+    running_lane().async_open.push_back(c);
+}
+
+void async_commit() {
+  Lane& lane = running_lane();
+  lane.async_groups.push_back(std::move(lane.async_open));
+  lane.async_open.clear();
+}
+
+void async_wait(int pending) {
+  Lane& lane = running_lane();
+  while (static_cast<int>(lane.async_groups.size()) > pending) {
+    for (const AsyncCopy& c : lane.async_groups.front()) land(c);
+    lane.async_groups.pop_front();
+  }
+}
 
 void kernel_fault(const std::string& what) { throw KernelFault(what); }
 

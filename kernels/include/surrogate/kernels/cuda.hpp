@@ -370,13 +370,18 @@ struct MlpArgs {
   index_t ld_extra = 0;
 };
 /// Throws std::invalid_argument for widths above kMaxMlpWidth. FP32: a thread block takes kMlpRows rows
-/// through every layer, each layer's W^T staged in shared memory 64 output columns at a time.
+/// through every layer. Up to width 64 one wave of blocks takes tile after tile, the next tile's rows and
+/// the next layer's W^T arriving while it computes (mlp_streamed_smem); wider, a block a tile, each layer's
+/// W^T staged 64 output columns at a time (kernels/cuda/mlp.cu). The same sums either way.
 void mlp(const MlpArgs& a, cudaStream_t stream);
-/// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it): each warp takes its own
+/// Shared memory of the FP32 MLP's streamed form (three row tiles, two weight stages) for layers up to
+/// max_width wide, or 0 above 64, where the staged form runs instead.
+std::size_t mlp_streamed_smem(int max_width);
+/// The tensor-core variant (a.precision tf32 or bf16; mlp() dispatches to it): each warp takes tiles of
 /// 16 or 32 rows through every layer with mma.sync, the layer's B fragments read from global memory
-/// (kernels/cuda/mlp_tensor_cores.cu). Shared memory of a block: 4 warps x 32 x lda floats for widths up
-/// to 64 (one tile a warp), else 2 warps x 2 x 16 x lda (two tiles a warp); lda = round_up(w, 16) + 8
-/// (bf16) or + 4 (tf32).
+/// (kernels/cuda/mlp_tensor_cores.cu). Shared memory of a block: 4 warps x 2 x 32 x lda floats for widths
+/// up to 64 (the tile a warp computes on and the next rows'), else 2 warps x 2 x 16 x lda (ping-pong);
+/// lda = round_up(w, 16) + 8 (bf16) or + 4 (tf32).
 void mlp_tensor_cores(const MlpArgs& a, cudaStream_t stream);
 /// Dynamic shared memory (bytes) of mlp_tensor_cores for the largest width w (host-side, testable).
 std::size_t mlp_tensor_core_smem(MlpPrecision precision, int max_width);
