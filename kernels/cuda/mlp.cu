@@ -1,9 +1,13 @@
-// Fused residual MLP: one thread block takes kMlpRows = 64 rows through every layer of the MLP.
+// Fused residual MLP: one thread block takes a tile of kMlpRows = 64 rows through every layer of the MLP,
+// in one of two forms with the same arithmetic (layer_pass):
 //
-// Shared memory (dynamic): two activation tiles of 64 rows x lds floats (ping-pong: a layer reads one and
-// writes the other, so only the last layer touches global memory) and one weight stage of
-// round_up(in, 4) x 64 floats (W^T, 64 output columns of one layer at a time). With width w (<= 256) that
-// is (2 * 64 * (w + 4) + w * 64) * 4 bytes: 49 KiB for w = 64, 193 KiB for w = 256.
+//   staged (widths above 64): a block a tile. Shared memory: two activation tiles of 64 rows x lds floats
+//   (ping-pong: a layer reads one and writes the other, so only the last layer touches global memory) and
+//   one weight stage of round_up(in, 4) x 64 floats (W^T, 64 output columns of one layer at a time). With
+//   width w (<= 256): (2 * 64 * (w + 4) + w * 64) * 4 bytes, 193 KiB for w = 256.
+//   streamed (widths up to 64): one wave of blocks taking tile after tile; a third tile receives the next
+//   rows and a second weight stage the next layer's W^T by cp.async while the block computes: 83 KiB at
+//   w = 64 (mlp_streamed_smem).
 //
 // 256 threads as 16 x 16: thread (ty, tx) computes rows ty + 16 i (i < 4) and columns 4 tx + j (j < 4) of
 // the current 64-column pass, a 4 x 4 register tile; per 4 steps of k it loads four float4 of activations
