@@ -1,10 +1,11 @@
 // Fused residual MLP on the tensor cores (MlpPrecision bf16 / tf32), with mma.sync (mma.cuh): every warp
-// takes tiles of 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers,
-// one tile after another (the grid is one wave of resident blocks; a warp's tiles are a grid stride apart).
+// takes tiles of 16 T rows (T = 2 up to width 64, else 1) through every layer, without block barriers:
+// up to width 64 one tile after another (the grid is one wave of resident blocks; a warp's tiles are a
+// grid stride apart), wider one tile a warp.
 //
 //   - The input rows are loaded and normalised (MlpArgs::norm) once; a layer's input rows sit in FP32 in
-//     the warp's part of shared memory (one tile of 16 T rows x lda floats, outputs in place, up to width
-//     64; two, ping-pong, above); A fragments are read from them and rounded as they are read (bf16
+//     the warp's part of shared memory (a tile of 16 T rows x lda floats, outputs in place, up to width
+//     64; two tiles, ping-pong, above); A fragments are read from them and rounded as they are read (bf16
 //     pairs, nearest even; or tf32, cvt.rna), so the residual adds the unrounded FP32 input.
 //   - Up to width 64 the warp's second tile receives its next rows by cp.async (row_tiles::load_async)
 //     while it computes on the first: the rows' trip from memory overlaps the products and epilogues,
@@ -193,9 +194,9 @@ __global__ void __launch_bounds__(32 * warps_per_block(T), T == 2 ? 3 : 1) mlp_m
   constexpr bool kPrefetch = T == 2;  // up to width 64: the second tile receives the next rows
   SURROGATE_DYNAMIC_SHARED(float, smem);
   const int lane = static_cast<int>(threadIdx.x) % 32, warp = static_cast<int>(threadIdx.x) / 32;
-  const index_t row_tiles = (a.rows + kRows - 1) / kRows;
+  const index_t tile_count = (a.rows + kRows - 1) / kRows;
   index_t tile = static_cast<index_t>(blockIdx.x) * warps_per_block(T) + warp;
-  if (tile >= row_tiles) return;  // the whole warp: nothing below waits for other warps
+  if (tile >= tile_count) return;  // the whole warp: nothing below waits for other warps
   const int tile_floats = kRows * lda;
   float* const tiles = smem + static_cast<std::size_t>(warp) * tiles_per_warp(T) * tile_floats;
   // The input rows of a tile; padding rows and the columns up to the first layer's K are zero.
@@ -225,12 +226,12 @@ __global__ void __launch_bounds__(32 * warps_per_block(T), T == 2 ? 3 : 1) mlp_m
   const index_t stride = static_cast<index_t>(gridDim.x) * warps_per_block(T);  // between a warp's tiles
   int landing = 0;  // the tile that receives the warp's next rows
   fetch(tile, tiles);
-  for (; tile < row_tiles; tile += stride) {
+  for (; tile < tile_count; tile += stride) {
     async_copy::wait<0>();  // this tile's rows have landed: this lane's copies ...
     __syncwarp();           // ... and every lane's; every lane has stored the tile the next rows replace
     const int cur = landing;
     landing ^= 1;
-    if (tile + stride < row_tiles) fetch(tile + stride, tiles + landing * tile_floats);  // meanwhile
+    if (tile + stride < tile_count) fetch(tile + stride, tiles + landing * tile_floats);  // meanwhile
     normalise(tiles + cur * tile_floats);
     tile_layers<P, T>(a, lda, tiles, cur, tile * kRows, rows_of(tile), lane);
   }
