@@ -157,18 +157,13 @@ __global__ void __launch_bounds__(kThreads, 2) mlp_streamed_kernel(MlpArgs a, in
   index_t tile = blockIdx.x;
   if (tile >= tiles) return;  // the whole block
   const int L = a.num_layers, in = a.layers[0].in, in4 = (in + 3) & ~3;
-  const bool vec = row_tiles::aligned4(a.x, a.ldx, in);
   auto rows_of = [&](index_t t) {
     const index_t left = a.rows - t * kMlpRows;
     return left < kMlpRows ? static_cast<int>(left) : kMlpRows;
   };
   auto fetch_rows = [&](index_t t, int to) {  // the tile's rows, zero padded to in4 columns
-    const float* x = a.x + t * kMlpRows * a.ldx;
-    float* const tile_to = smem + to * kMlpRows * lds;
-    if (vec)
-      row_tiles::load_async_as<16>(x, a.ldx, rows_of(t), in, kMlpRows, in4, tile_to, lds, tid, kThreads);
-    else
-      row_tiles::load_async_as<4>(x, a.ldx, rows_of(t), in, kMlpRows, in4, tile_to, lds, tid, kThreads);
+    row_tiles::load_async(a.x + t * kMlpRows * a.ldx, a.ldx, rows_of(t), in, kMlpRows, in4,
+                          smem + to * kMlpRows * lds, lds, tid, kThreads);
   };
   auto fetch_layer = [&](int l, int stage) {  // W^T of layer l, its 64 columns, into a stage
     const MlpLayer& layer = a.layers[l];

@@ -99,15 +99,15 @@ __device__ __forceinline__ void load_async_as(const float* x, index_t ldx, int r
   }
 }
 
-/// The tile of load(), by asynchronous copies: complete once this lane's async_copy::wait covers the
-/// group the caller commits next, and the warp's __syncwarp after it. For the rows a warp takes next
-/// while it computes on others. The whole warp calls it.
+/// The tile of load(), by asynchronous copies: complete once each thread's async_copy::wait covers the
+/// group the caller commits next, and the barrier after it (__syncwarp, or __syncthreads when a block of
+/// `threads` loads it together). For the rows a warp or block takes next while it computes on others.
 __device__ __forceinline__ void load_async(const float* x, index_t ldx, int rows, int in, int tile_rows, int width,
-                                           float* tile, int ldt, int lane) {
+                                           float* tile, int ldt, int lane, int threads = 32) {
   if (aligned4(x, ldx, in))
-    load_async_as<16>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
+    load_async_as<16>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane, threads);
   else
-    load_async_as<4>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane);
+    load_async_as<4>(x, ldx, rows, in, tile_rows, width, tile, ldt, lane, threads);
 }
 
 /// y[r * ldy + c] = tile[r * ldt + c] (+ extra[r * ld_extra + c]) for r < rows, c < out. extra may alias
