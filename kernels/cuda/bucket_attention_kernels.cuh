@@ -14,6 +14,7 @@ SURROGATE_CUDA_BACKEND_BEGIN
 namespace bucket_kernels {
 
 constexpr int kThreads = 128;
+constexpr int kGatherBatch = 4;  // key elements a thread gathers before storing them
 
 template <class T>
 __device__ __forceinline__ T fused(T a, T b, T c) {
@@ -85,11 +86,24 @@ __global__ void __launch_bounds__(kThreads)
   for (int j0 = 0; j0 < a.bucket; j0 += kChunk) {
     const int n = a.bucket - j0 < kChunk ? a.bucket - j0 : kChunk;
     __syncthreads();  // nobody reads the previous chunk any more
-    for (int idx = static_cast<int>(threadIdx.x); idx < n * kMax; idx += kThreads) {
-      const int j = idx / kMax, t = idx % kMax;
-      const index_t krow = pk[b0 + j0 + j];
-      k_tile[j][t] = t < a.dh ? a.kh[(head + krow) * a.dh + t] : T(0);
-      v_tile[j][t] = t < a.dv ? a.v[krow * a.ldv + static_cast<index_t>(h) * a.dv + t] : T(0);
+    // A thread's gathers in batches of kGatherBatch, issued before their stores (their trips overlap).
+    for (int idx0 = static_cast<int>(threadIdx.x); idx0 < n * kMax; idx0 += kGatherBatch * kThreads) {
+      T kv[kGatherBatch], vv[kGatherBatch];
+#pragma unroll
+      for (int s = 0; s < kGatherBatch; ++s) {
+        const int idx = idx0 + s * kThreads, j = idx / kMax, t = idx % kMax;
+        const index_t krow = idx < n * kMax ? pk[b0 + j0 + j] : 0;
+        kv[s] = idx < n * kMax && t < a.dh ? a.kh[(head + krow) * a.dh + t] : T(0);
+        vv[s] = idx < n * kMax && t < a.dv ? a.v[krow * a.ldv + static_cast<index_t>(h) * a.dv + t] : T(0);
+      }
+#pragma unroll
+      for (int s = 0; s < kGatherBatch; ++s) {
+        const int idx = idx0 + s * kThreads;
+        if (idx < n * kMax) {
+          k_tile[idx / kMax][idx % kMax] = kv[s];
+          v_tile[idx / kMax][idx % kMax] = vv[s];
+        }
+      }
     }
     for (int j = static_cast<int>(threadIdx.x); j < n; j += kThreads) ksq_tile[j] = ksq[head + pk[b0 + j0 + j]];
     __syncthreads();

@@ -8,8 +8,9 @@
 //
 // tf32 / bf16 (LatentDecodeArgs::precision): the same softmax on the tensor cores (mma_softmax.cuh,
 // FlashAttention's order for a narrow head). A block of 16 warps takes the tile, each warp 16 points whose
-// keys it holds as mma A fragments; the latents' queries and values are staged 64 at a time, E padded to
-// the fragment width with zeros.
+// keys it holds as mma A fragments; the latents' queries and values stream in 64 at a time by cp.async,
+// E padded to the fragment width with zeros.
+#include "async_copy.cuh"
 #include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "mma_softmax.cuh"
@@ -61,12 +62,14 @@ constexpr int kTcWarps = kDecodeRows / 16;  // one warp per 16 rows of a tile
 constexpr int kTcLatents = 64;              // latents staged per pass
 
 /// The decode on the tensor cores (mma_softmax.cuh: rows the warp's 16 points, columns the latents); kE:
-/// E padded to a multiple of 8.
+/// E padded to a multiple of 8. The latents' queries and values stream through shared memory by cp.async,
+/// 64 latents a pass (detail::stream_passes).
 template <MlpPrecision P, int kE>
 __global__ void __launch_bounds__(kTcWarps * 32) decode_tc_kernel(LatentDecodeArgs a) {
   using Softmax = detail::MmaSoftmax<P, kE>;
-  __shared__ float qs[kTcLatents * Softmax::kPad];
-  __shared__ float zs[kTcLatents * kE];
+  constexpr int kStages = detail::pipeline_stages(kTcLatents * (Softmax::kPad + kE) * 4);
+  __shared__ float qs[kStages][kTcLatents * Softmax::kPad];
+  __shared__ float zs[kStages][kTcLatents * kE];
   const LatentChunk tile = a.tiles[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y), E = a.E, M = a.M;
   const int warp = static_cast<int>(threadIdx.x) / 32, first = 16 * warp;  // the warp's first row
@@ -77,19 +80,20 @@ __global__ void __launch_bounds__(kTcWarps * 32) decode_tc_kernel(LatentDecodeAr
   });
   const float* qh = a.q + static_cast<std::size_t>(h) * M * E;
   const float* zh = a.z + (static_cast<std::size_t>(tile.segment) * a.H + h) * M * E;
-  for (int m0 = 0; m0 < M; m0 += kTcLatents) {
-    const int count = min(kTcLatents, M - m0);
-    __syncthreads();
-    detail::stage_columns<kTcLatents, Softmax::kPad>(qs, count, E, [&](int m, int e) {
-      return qh[static_cast<std::size_t>(m0 + m) * E + e];
-    });
-    detail::stage_columns<kTcLatents, kE>(zs, count, E, [&](int m, int e) {
-      return zh[static_cast<std::size_t>(m0 + m) * E + e];
-    });
-    __syncthreads();
-    if (first >= tile.rows) continue;  // no rows for this warp (it still joins the barriers)
-    for (int l0 = 0; l0 < count; l0 += 16) sm.add(qs, zs, l0, count);
-  }
+  const auto count_of = [&](int pass) { return min(kTcLatents, M - pass * kTcLatents); };
+  detail::stream_passes<kStages>(
+      (M + kTcLatents - 1) / kTcLatents,
+      [&](int pass, int slot) {
+        const std::size_t m0 = static_cast<std::size_t>(pass) * kTcLatents;
+        detail::stage_columns_async<kTcLatents, Softmax::kPad>(qs[slot], count_of(pass), E, qh,
+                                                               [&](int m, int e) { return qh + (m0 + m) * E + e; });
+        detail::stage_columns_async<kTcLatents, kE>(zs[slot], count_of(pass), E, zh,
+                                                    [&](int m, int e) { return zh + (m0 + m) * E + e; });
+      },
+      [&](int pass, int slot) {
+        if (first >= tile.rows) return;  // no rows for this warp (it still joins the barriers)
+        for (int l0 = 0; l0 < count_of(pass); l0 += 16) sm.add(qs[slot], zs[slot], l0, count_of(pass));
+      });
   if (first >= tile.rows) return;
   sm.finish();
   const float inv[2] = {1.0f / sm.row_sum[0], 1.0f / sm.row_sum[1]};  // >= 1: the largest weight is exp(0)

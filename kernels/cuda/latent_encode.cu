@@ -14,11 +14,13 @@
 //
 // tf32 / bf16 in the default mode (LatentProblem::precision): the partials on the tensor cores
 // (mma_softmax.cuh, the decode's softmax with the roles turned): each warp takes 16 latents of a head,
-// the block streams the chunk's keys and values through shared memory 64 points at a time. One partial
+// the block streams the chunk's keys and values through shared memory 64 points a pass by cp.async, up to
+// three passes in flight (mma_softmax.cuh, stream_passes). One partial
 // per chunk and latent, written in the Pow2Softmax form (reference 2^round(max log2 e), sums in double)
 // that the merge and the ranks' reduction take.
 #include <algorithm>
 
+#include "async_copy.cuh"
 #include "launch.cuh"
 #include "latent_softmax.cuh"
 #include "mma_softmax.cuh"
@@ -61,18 +63,38 @@ __device__ __forceinline__ void load_query(const LatentProblem& p, int h, const 
     q[e] = (t.active && e < p.E) ? p.q[(static_cast<std::size_t>(h) * p.M + t.m) * p.E + e] : 0.0f;
 }
 
-/// Stages rows [r0, r0 + n) of the chunk's head-h keys (and values, as V) into shared memory.
-template <class V>
+/// Stages rows [r0, r0 + n) of the chunk's head-h keys (and values, as V) into shared memory, a thread's
+/// loads issued in batches of kBatch before their stores (mma_softmax.cuh, stage_columns).
+template <int kBatch, class V>
 __device__ __forceinline__ void stage(const LatentProblem& p, const LatentChunk& chunk, int h, int r0, int n, float* ks,
                                       V* vs) {
-  const int E = p.E;
-  for (int i = static_cast<int>(threadIdx.x); i < n * E; i += static_cast<int>(blockDim.x)) {
-    const int r = i / E, e = i - r * E;
-    const index_t at = (chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e;
-    ks[i] = p.k[at];
-    if (vs) vs[i] = static_cast<V>(p.v[at]);
+  const int E = p.E, size = n * E, stride = static_cast<int>(blockDim.x);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < size; i0 += kBatch * stride) {
+    float k[kBatch] = {}, v[kBatch] = {};
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride, r = i / E, e = i - r * E;
+      const index_t at = (chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e;
+      if (i < size) {
+        k[b] = p.k[at];
+        if (vs) v[b] = p.v[at];
+      }
+    }
+#pragma unroll
+    for (int b = 0; b < kBatch; ++b) {
+      const int i = i0 + b * stride;
+      if (i < size) {
+        ks[i] = k[b];
+        if (vs) vs[i] = static_cast<V>(v[b]);
+      }
+    }
   }
 }
+
+/// stage()'s batch in a kernel of head width kMaxE: one load at a time at width 64, whose registers the
+/// softmax's accumulators take (a batch there spills).
+template <int kMaxE>
+inline constexpr int kBatchOf = kMaxE >= 64 ? 1 : detail::kStageBatch;
 
 template <int kMaxE>
 __global__ void __launch_bounds__(kMaxThreads) encode_partials_kernel(LatentProblem p, EncodeShape s,
@@ -91,7 +113,7 @@ __global__ void __launch_bounds__(kMaxThreads) encode_partials_kernel(LatentProb
   for (int r0 = 0; r0 < chunk.rows; r0 += tile_rows) {
     const int n = min(tile_rows, chunk.rows - r0);
     __syncthreads();
-    stage(p, chunk, h, r0, n, ks, vs);
+    stage<kBatchOf<kMaxE>>(p, chunk, h, r0, n, ks, vs);
     __syncthreads();
     if (t.active)
       for (int r = t.g; r < n; r += s.slices) sm.add(detail::logit<kMaxE>(q, ks + r * E, E), vs + r * E, E);
@@ -115,12 +137,15 @@ int tc_warps(int M) { return std::min(kTcMaxWarps, (M + 15) / 16); }
 /// Partials per chunk: the SIMT kernel's point slices, or one (tensor cores).
 int partial_slices(const LatentProblem& p) { return p.precision == MlpPrecision::fp32 ? encode_shape(p.M).slices : 1; }
 
+/// The chunk streams through shared memory by cp.async (detail::stream_passes): while the warps compute on
+/// one pass of kTcPoints points, the next ones' keys and values travel (a chunk is hundreds of passes).
 template <MlpPrecision P, int kE>
 __global__ void __launch_bounds__(kTcMaxWarps * 32) encode_tc_kernel(LatentProblem p, std::int32_t* part_ref,
                                                                      double* part_acc) {
   using Softmax = detail::MmaSoftmax<P, kE>;
-  __shared__ float ks[kTcPoints * Softmax::kPad];
-  __shared__ float vs[kTcPoints * kE];
+  constexpr int kStages = detail::pipeline_stages(kTcPoints * (Softmax::kPad + kE) * 4);
+  __shared__ float ks[kStages][kTcPoints * Softmax::kPad];
+  __shared__ float vs[kStages][kTcPoints * kE];
   const LatentChunk chunk = p.chunks[blockIdx.x];
   const int h = static_cast<int>(blockIdx.y), E = p.E, M = p.M;
   const int warps = static_cast<int>(blockDim.x) / 32, warp = static_cast<int>(threadIdx.x) / 32;
@@ -129,19 +154,20 @@ __global__ void __launch_bounds__(kTcMaxWarps * 32) encode_tc_kernel(LatentProbl
   sm.start([&](int r, int e) {
     return first + r < M && e < E ? p.q[(static_cast<std::size_t>(h) * M + first + r) * E + e] : 0.0f;
   });
-  for (int r0 = 0; r0 < chunk.rows; r0 += kTcPoints) {
-    const int count = min(kTcPoints, chunk.rows - r0);
-    __syncthreads();
-    detail::stage_columns<kTcPoints, Softmax::kPad>(ks, count, E, [&](int r, int e) {
-      return p.k[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e];
-    });
-    detail::stage_columns<kTcPoints, kE>(vs, count, E, [&](int r, int e) {
-      return p.v[(chunk.begin + r0 + r) * p.ld + static_cast<index_t>(h) * E + e];
-    });
-    __syncthreads();
-    if (first >= M) continue;  // no latents for this warp (it still joins the barriers)
-    for (int l0 = 0; l0 < count; l0 += 16) sm.add(ks, vs, l0, count);
-  }
+  const auto count_of = [&](int pass) { return min(kTcPoints, chunk.rows - pass * kTcPoints); };
+  detail::stream_passes<kStages>(
+      (chunk.rows + kTcPoints - 1) / kTcPoints,
+      [&](int pass, int slot) {
+        const index_t row0 = (chunk.begin + static_cast<index_t>(pass) * kTcPoints) * p.ld + static_cast<index_t>(h) * E;
+        detail::stage_columns_async<kTcPoints, Softmax::kPad>(ks[slot], count_of(pass), E, p.k,
+                                                              [&](int r, int e) { return p.k + row0 + r * p.ld + e; });
+        detail::stage_columns_async<kTcPoints, kE>(vs[slot], count_of(pass), E, p.v,
+                                                   [&](int r, int e) { return p.v + row0 + r * p.ld + e; });
+      },
+      [&](int pass, int slot) {
+        if (first >= M) return;  // no latents for this warp (it still joins the barriers)
+        for (int l0 = 0; l0 < count_of(pass); l0 += 16) sm.add(ks[slot], vs[slot], l0, count_of(pass));
+      });
   if (first >= M) return;
   sm.finish();
   // The partial of each latent row in Pow2Softmax's form: sum_n 2^(l_n log2 e - ref) with ref the
@@ -330,7 +356,7 @@ __global__ void __launch_bounds__(kMaxThreads) exact_kernel(LatentProblem p, Enc
   for (int r0 = 0; r0 < chunk.rows; r0 += tile_rows) {
     const int n = min(tile_rows, chunk.rows - r0);
     __syncthreads();
-    stage(p, chunk, h, r0, n, ks, vs);
+    stage<kBatchOf<kMaxE>>(p, chunk, h, r0, n, ks, vs);
     __syncthreads();
     if (!t.active) continue;
     for (int r = t.g; r < n; r += s.slices) {

@@ -5,12 +5,15 @@
 // maximum and sum stay FP32 across its 4 lanes, and the weights exp(l - max) (the fp32 kernels' exp) times
 // the columns' values accumulate on the tensor cores (bf16: the logits' accumulator layout is the A layout
 // as it stands; tf32: moved to it by shuffles), rescaled when a maximum grows. Lane 4g + t holds rows g and
-// g + 8 (mma.cuh, host/mma.hpp).
+// g + 8 (mma.cuh, host/mma.hpp). Also the staging of the columns that these kernels (and the ball, bucket and
+// S2 attentions) share: stage_columns, stage_columns_async and stream_passes, a block's passes over tiles
+// arriving by cp.async.
 #pragma once
 
 #include <cstdint>
 #include <type_traits>
 
+#include "async_copy.cuh"
 #include "latent_softmax.cuh"
 #include "mma.cuh"
 
@@ -31,12 +34,67 @@ void dispatch_mma_width(int width, F&& f) {
 }
 
 /// Stages kRows columns of kWidth values into shared memory, the block's threads striding over it:
-/// tile[j kWidth + e] = at(j, e) for the `count` first columns and e < width, 0 elsewhere.
+/// tile[j kWidth + e] = at(j, e) for the `count` first columns and e < width, 0 elsewhere. A thread
+/// issues up to kStageBatch loads before its first store, so their trips from memory overlap: a store
+/// after each load would wait for memory once per value.
+inline constexpr int kStageBatch = 8;
 template <int kRows, int kWidth, class At>
 __device__ __forceinline__ void stage_columns(float* tile, int count, int width, At&& at) {
+  constexpr int kSize = kRows * kWidth;
+  const int stride = static_cast<int>(blockDim.x);
+  for (int i0 = static_cast<int>(threadIdx.x); i0 < kSize; i0 += kStageBatch * stride) {
+    float v[kStageBatch];
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b) {
+      const int i = i0 + b * stride, j = i / kWidth, e = i % kWidth;
+      v[b] = i < kSize && j < count && e < width ? at(j, e) : 0.0f;
+    }
+#pragma unroll
+    for (int b = 0; b < kStageBatch; ++b)
+      if (i0 + b * stride < kSize) tile[i0 + b * stride] = v[b];
+  }
+}
+
+/// stage_columns by cp.async (async_copy.cuh): tile[j kWidth + e] receives *at(j, e) (a pointer) for the
+/// `count` first columns and e < width, zeros elsewhere (their copies name `any`, a valid address, and
+/// read nothing). The caller commits, waits and synchronises the block before reading the tile.
+template <int kRows, int kWidth, class At>
+__device__ __forceinline__ void stage_columns_async(float* tile, int count, int width, const float* any, At&& at) {
   for (int i = static_cast<int>(threadIdx.x); i < kRows * kWidth; i += static_cast<int>(blockDim.x)) {
     const int j = i / kWidth, e = i % kWidth;
-    tile[i] = j < count && e < width ? at(j, e) : 0.0f;
+    const bool valid = j < count && e < width;
+    async_copy::copy<4>(tile + i, valid ? at(j, e) : any, valid);
+  }
+}
+
+/// Passes a block keeps in flight in stream_passes, for tiles of `bytes` a pass: three while they take at
+/// most 32 KiB of shared memory, two up to 40 KiB, else one (whose copies still travel together).
+__host__ __device__ constexpr int pipeline_stages(int bytes) {
+  return 3 * bytes <= 32 * 1024 ? 3 : 2 * bytes <= 40 * 1024 ? 2 : 1;
+}
+
+/// The passes of a block over staged tiles, kStages deep: issue(pass, slot) starts the cp.async copies of
+/// a pass into its slot (pass % kStages) and compute(pass, slot) reads them, in pass order, every thread of
+/// the block calling both. While the block computes on one pass the next kStages - 1 travel; one barrier a
+/// pass, after which every warp has left the previous pass, whose slot then takes the pass kStages - 1
+/// ahead (with one stage: issued there and waited for at once).
+template <int kStages, class Issue, class Compute>
+__device__ __forceinline__ void stream_passes(int passes, Issue&& issue, Compute&& compute) {
+  static_assert(kStages >= 1 && kStages <= 3);
+  const auto fill = [&](int pass) {
+    if (pass < passes) issue(pass, pass % kStages);
+    async_copy::commit();  // a group per pass, empty past the last: the waits count passes
+  };
+  for (int pass = 0; pass + 1 < kStages; ++pass) fill(pass);
+  for (int pass = 0; pass < passes; ++pass) {
+    if constexpr (kStages == 1) {
+      __syncthreads();  // every warp has left the previous pass: its slot is free
+      fill(pass);
+    }
+    async_copy::wait<kStages == 1 ? 0 : kStages - 2>();  // this thread's copies of `pass` have landed
+    __syncthreads();                                      // and every thread's
+    if constexpr (kStages > 1) fill(pass + kStages - 1);
+    compute(pass, pass % kStages);
   }
 }
 

@@ -54,9 +54,10 @@ constexpr int kTcKeys = 64;               // keys staged per pass
 template <MlpPrecision P, int kE>
 __global__ void __launch_bounds__(kTcWarps * 32) global_tc_kernel(SphereAttentionArgs a) {
   using Softmax = detail::MmaSoftmax<P, kE>;
-  __shared__ float ks[kTcKeys * Softmax::kPad];
-  __shared__ float vs[kTcKeys * kE];
-  __shared__ float lw[kTcKeys];
+  constexpr int kStages = detail::pipeline_stages(kTcKeys * (Softmax::kPad + kE + 1) * 4);
+  __shared__ float ks[kStages][kTcKeys * Softmax::kPad];
+  __shared__ float vs[kStages][kTcKeys * kE];
+  __shared__ float lw[kStages][kTcKeys];
   const int h = static_cast<int>(blockIdx.y), b = static_cast<int>(blockIdx.z);
   const index_t first = static_cast<index_t>(blockIdx.x) * kTcQueries + 16 * (static_cast<int>(threadIdx.x) / 32);
   const float* const q = a.q + static_cast<index_t>(b) * a.queries * a.ldq + h * a.ek;
@@ -64,19 +65,30 @@ __global__ void __launch_bounds__(kTcWarps * 32) global_tc_kernel(SphereAttentio
   const float* const v = a.v + static_cast<index_t>(b) * a.keys * a.ldv + h * a.ev;
   Softmax sm;
   sm.start([&](int r, int e) { return first + r < a.queries && e < a.ek ? q[(first + r) * a.ldq + e] : 0.0f; });
-  for (index_t j0 = 0; j0 < a.keys; j0 += kTcKeys) {
-    const int count = static_cast<int>(a.keys - j0 < kTcKeys ? a.keys - j0 : kTcKeys);
-    __syncthreads();
-    detail::stage_columns<kTcKeys, Softmax::kPad>(ks, count, a.ek, [&](int t, int e) {
-      return k[(j0 + t) * a.ldk + e];
-    });
-    detail::stage_columns<kTcKeys, kE>(vs, count, a.ev, [&](int t, int e) { return v[(j0 + t) * a.ldv + e]; });
-    for (int t = static_cast<int>(threadIdx.x); t < count; t += kTcWarps * 32) lw[t] = a.log_w_lat[(j0 + t) / a.nlon_in];
-    __syncthreads();
-    if (first >= a.queries) continue;  // no queries for this warp (it still joins the barriers)
-    for (int l0 = 0; l0 < count; l0 += 16)
-      sm.add(ks, vs, l0, count, [&](int /*row*/, int column, float logit) { return logit + lw[column]; });
-  }
+  // The keys stream through shared memory by cp.async, kTcKeys a pass (detail::stream_passes): all of a
+  // sample's grid points pass by every block.
+  const auto count_of = [&](index_t pass) {
+    return static_cast<int>(a.keys - pass * kTcKeys < kTcKeys ? a.keys - pass * kTcKeys : kTcKeys);
+  };
+  detail::stream_passes<kStages>(
+      static_cast<int>((a.keys + kTcKeys - 1) / kTcKeys),
+      [&](int pass, int slot) {
+        const index_t j0 = static_cast<index_t>(pass) * kTcKeys;
+        const int count = count_of(pass);
+        detail::stage_columns_async<kTcKeys, Softmax::kPad>(ks[slot], count, a.ek, k,
+                                                            [&](int t, int e) { return k + (j0 + t) * a.ldk + e; });
+        detail::stage_columns_async<kTcKeys, kE>(vs[slot], count, a.ev, v,
+                                                 [&](int t, int e) { return v + (j0 + t) * a.ldv + e; });
+        for (int t = static_cast<int>(threadIdx.x); t < count; t += kTcWarps * 32)
+          async_copy::copy<4>(lw[slot] + t, a.log_w_lat + (j0 + t) / a.nlon_in, true);
+      },
+      [&](int pass, int slot) {
+        if (first >= a.queries) return;  // no queries for this warp (it still joins the barriers)
+        const int count = count_of(pass);
+        for (int l0 = 0; l0 < count; l0 += 16)
+          sm.add(ks[slot], vs[slot], l0, count,
+                 [&](int /*row*/, int column, float logit) { return logit + lw[slot][column]; });
+      });
   if (first >= a.queries) return;
   sm.finish();
   const float inv[2] = {1.0f / sm.row_sum[0], 1.0f / sm.row_sum[1]};  // >= 1: the largest weight is exp(0)

@@ -21,6 +21,10 @@ using detail::Pow2Softmax;
 
 constexpr int kQueries = 128;  // threads (queries) per block
 constexpr int kKeyTile = 64;   // keys staged per step (global attention)
+/// Key elements a thread of the global attention loads before storing them: four, one at width 64
+/// (whose double sums take the registers).
+template <int kMaxE>
+inline constexpr int kKeyBatch = kMaxE >= 64 ? 1 : 4;
 
 template <int kMaxE>
 __device__ __forceinline__ void load_query(const float* src, int ek, float (&q)[kMaxE]) {
@@ -54,10 +58,24 @@ __global__ void __launch_bounds__(kQueries) global_attention_kernel(SphereAttent
   for (index_t j0 = 0; j0 < a.keys; j0 += kKeyTile) {
     const int n = static_cast<int>(a.keys - j0 < kKeyTile ? a.keys - j0 : kKeyTile);
     __syncthreads();  // nobody reads the previous tile any more
-    for (int idx = static_cast<int>(threadIdx.x); idx < n * kMaxE; idx += kQueries) {
-      const int t = idx / kMaxE, e = idx % kMaxE;
-      k_tile[t][e] = e < a.ek ? k[(j0 + t) * a.ldk + e] : 0.0f;
-      v_tile[t][e] = e < a.ev ? v[(j0 + t) * a.ldv + e] : 0.0f;
+    // A thread's loads in batches, issued before their stores (their trips from memory overlap).
+    constexpr int kBatch = kKeyBatch<kMaxE>;
+    for (int idx0 = static_cast<int>(threadIdx.x); idx0 < n * kMaxE; idx0 += kBatch * kQueries) {
+      float kv[kBatch], vv[kBatch];
+#pragma unroll
+      for (int s = 0; s < kBatch; ++s) {
+        const int idx = idx0 + s * kQueries, t = idx / kMaxE, e = idx % kMaxE;
+        kv[s] = idx < n * kMaxE && e < a.ek ? k[(j0 + t) * a.ldk + e] : 0.0f;
+        vv[s] = idx < n * kMaxE && e < a.ev ? v[(j0 + t) * a.ldv + e] : 0.0f;
+      }
+#pragma unroll
+      for (int s = 0; s < kBatch; ++s) {
+        const int idx = idx0 + s * kQueries;
+        if (idx < n * kMaxE) {
+          k_tile[idx / kMaxE][idx % kMaxE] = kv[s];
+          v_tile[idx / kMaxE][idx % kMaxE] = vv[s];
+        }
+      }
     }
     for (int t = static_cast<int>(threadIdx.x); t < n; t += kQueries)
       log_w_tile[t] = a.log_w_lat[(j0 + t) / a.nlon_in];

@@ -14,23 +14,41 @@ constexpr int kRows = 64, kCols = 64, kK = 16, kThreads = 256;
 /// acc[i][j] += x(row0 + ty + 16 i, k) w(k, col0 + tx + 16 j) for k = 0 .. in - 1 in order, where
 /// ty, tx = threadIdx.x / 16, % 16. x_at(r, k) and w_at(k, c) read the operands; they are called only for
 /// r < rows, c < cols and k < in. Only real inputs enter the chain (a padded fmaf would turn -0 into +0).
-/// Every thread of the block must call it (it synchronises).
+/// Every thread of the block must call it (it synchronises). A thread's loads of the next 16 inputs are
+/// issued before the products of the current ones (held in registers, stored after the next barrier), so
+/// their trip from memory overlaps the products instead of stalling the block at every step.
 template <class XAt, class WAt>
 __device__ __forceinline__ void accumulate(index_t rows, int cols, int in, index_t row0, int col0, XAt x_at, WAt w_at,
                                            float (&acc)[4][4]) {
+  constexpr int kPerThread = kRows * kK / kThreads;  // x (and w) values a thread stages per step
+  static_assert(kRows * kK == kCols * kK && kRows * kK % kThreads == 0);
   __shared__ float xs[kK][kRows + 1];  // transposed x tile (+1: the stores go to different banks)
   __shared__ float ws[kK][kCols];
   const int tx = static_cast<int>(threadIdx.x) % 16, ty = static_cast<int>(threadIdx.x) / 16;
+  float xr[kPerThread], wr[kPerThread];  // the step's values on their way to shared memory
+  auto fetch = [&](int k0) {
+    const int n = in - k0 < kK ? in - k0 : kK;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+      const int r = e / kK, k = e % kK;  // x row-major: consecutive threads, consecutive inputs
+      xr[i] = row0 + r < rows && k < n ? x_at(row0 + r, k0 + k) : 0.0f;
+      const int wk = e / kCols, c = e % kCols;  // w row-major: consecutive threads, consecutive columns
+      wr[i] = col0 + c < cols && wk < n ? w_at(k0 + wk, col0 + c) : 0.0f;
+    }
+  };
+  if (in > 0) fetch(0);
   for (int k0 = 0; k0 < in; k0 += kK) {
     const int n = in - k0 < kK ? in - k0 : kK;
     __syncthreads();  // nobody reads the previous tiles any more
-    for (int e = static_cast<int>(threadIdx.x); e < kRows * kK; e += kThreads) {
-      const int r = e / kK, k = e % kK;  // x row-major: consecutive threads, consecutive inputs
-      xs[k][r] = row0 + r < rows && k < n ? x_at(row0 + r, k0 + k) : 0.0f;
-      const int wk = e / kCols, c = e % kCols;  // w row-major: consecutive threads, consecutive columns
-      ws[wk][c] = col0 + c < cols && wk < n ? w_at(k0 + wk, col0 + c) : 0.0f;
+#pragma unroll
+    for (int i = 0; i < kPerThread; ++i) {
+      const int e = static_cast<int>(threadIdx.x) + i * kThreads;
+      xs[e % kK][e / kK] = xr[i];
+      ws[e / kCols][e % kCols] = wr[i];
     }
     __syncthreads();
+    if (k0 + kK < in) fetch(k0 + kK);
     for (int k = 0; k < n; ++k) {
       float xv[4], wv[4];
 #pragma unroll

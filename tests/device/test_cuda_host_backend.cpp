@@ -11,6 +11,7 @@
 #include "host/emulator.hpp"
 #include "async_copy.cuh"
 #include "launch.cuh"
+#include "mma_softmax.cuh"
 #include "surrogate/kernels/cuda.hpp"
 
 namespace {
@@ -385,6 +386,56 @@ TEST(CudaHostBackend, AsyncCopiesLandAtTheWaitThatCoversTheirGroup) {
       for (int c = 0; c < 4; ++c) EXPECT_EQ(at[10 + c], static_cast<float>(4 * l + c + 1)) << schedule << " lane " << l;
       EXPECT_EQ(at[14], second) << schedule << " lane " << l << ": the second group lands over the first";
     }
+  }
+}
+
+// detail::stream_passes (mma_softmax.cuh), kStages deep: pass p's tile holds src[64 p ..] (zeros past n, by
+// stage_columns_async), and every thread records what it reads of it at out[(p kThreads + t) 2], with the
+// pass and slot it was handed at + 1.
+template <int kStages>
+__global__ void streamed_passes(const float* src, int n, float* out) {
+  __shared__ float tile[kStages][64];
+  const int t = static_cast<int>(threadIdx.x);
+  cu::host::detail::stream_passes<kStages>(
+      (n + 63) / 64,
+      [&](int pass, int slot) {
+        cu::host::detail::stage_columns_async<64, 1>(tile[slot], n - 64 * pass, 1, src,
+                                                     [&](int j, int) { return src + 64 * pass + j; });
+      },
+      [&](int pass, int slot) {
+        out[2 * (pass * kThreads + t)] = tile[slot][(t * 37) % 64];
+        out[2 * (pass * kThreads + t) + 1] = static_cast<float>(pass * kStages + slot);
+      });
+}
+
+TEST(CudaHostBackend, StreamedPassesHandEveryPassItsOwnTileAtEveryDepth) {
+  constexpr int n = 6 * 64 + 29, passes = 7;  // the last pass partial: its tile's tail zeros
+  std::vector<float> h(n);
+  for (int i = 0; i < n; ++i) h[static_cast<std::size_t>(i)] = static_cast<float>(i + 1);
+  cu::DeviceBuffer<float> src(h.size(), kDevice), out(2 * passes * kThreads, kDevice);
+  cu::copy_blocking(src.data(), h.data(), h.size() * sizeof(float), kDevice);
+  const auto check = [&](int stages, const char* schedule) {
+    const auto o = download(out);
+    for (int pass = 0; pass < passes; ++pass)
+      for (int t = 0; t < kThreads; ++t) {
+        const int i = 64 * pass + (t * 37) % 64;
+        const auto at = static_cast<std::size_t>(2 * (pass * kThreads + t));
+        ASSERT_EQ(o[at], i < n ? static_cast<float>(i + 1) : 0.0f)
+            << stages << " stages, " << schedule << ", pass " << pass << ", thread " << t;
+        ASSERT_EQ(o[at + 1], static_cast<float>(pass * stages + pass % stages)) << stages << " stages, pass " << pass;
+      }
+  };
+  for (const char* schedule : {"forward", "reverse", "shuffle:7"}) {
+    WithSchedule with(schedule);
+    launch(streamed_passes<1>, 1, kThreads, 0, nullptr, src.data(), n, out.data());
+    cu::host::check_launch("streamed_passes<1>");
+    check(1, schedule);
+    launch(streamed_passes<2>, 1, kThreads, 0, nullptr, src.data(), n, out.data());
+    cu::host::check_launch("streamed_passes<2>");
+    check(2, schedule);
+    launch(streamed_passes<3>, 1, kThreads, 0, nullptr, src.data(), n, out.data());
+    cu::host::check_launch("streamed_passes<3>");
+    check(3, schedule);
   }
 }
 
