@@ -19,6 +19,7 @@
 #include "../../cuda_errors.hpp"
 #include "../../device/compute_graph.hpp"
 #include "../../device/layers.hpp"
+#include "../../ops/cuda_ops.hpp"
 #include "../program.hpp"
 #include "../split_graphs.hpp"
 #include "geometry.hpp"
@@ -229,27 +230,19 @@ surrogate::device::ComputeGraph::Key CudaForward::graph_key(const PlanRows& g, c
   return k;
 }
 
-/// program.hpp's Ops on the device: every tile program once over all rows, one launch per layer on the
-/// forward's stream, weights and precision; the work rows are the forward's arrays.
-class DeviceOps {
+/// program.hpp's Ops on the device: CudaOps' dense layers and norms (every tile program once over all rows,
+/// one launch per layer on the forward's stream, weights and precision) and HEPT's own members: tanh, the
+/// bucket attention's rows and the work rows, the forward's arrays.
+class DeviceOps : public ops::CudaOps {
  public:
-  using Dense = surrogate::device::Dense;
-  using Norm = surrogate::device::Norm;
   using R = program::Rows<float>;
 
   DeviceOps(const surrogate::device::WeightArena& weights, cudaStream_t stream, cu::MlpPrecision precision,
             const R (&slots)[static_cast<int>(program::Slot::count)], R attention)
-      : weights_(&weights), stream_(stream), precision_(precision), attention_(attention) {
+      : CudaOps(weights, stream, precision), attention_(attention) {
     std::copy(std::begin(slots), std::end(slots), slots_);
   }
-  void dense(const ops::DenseArgs<Dense, R>& a) const {
-    surrogate::device::dense(*a.layer, weights_->data(), a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_, a.act,
-                             a.add.data, a.add.ld, precision_, weights_->words());
-  }
-  void norm(const ops::NormArgs<Norm, R>& a) const {
-    surrogate::device::norm(*a.norm, weights_->data(), a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_);
-  }
-  void tanh(const R& x) const { surrogate::device::map_rows(cu::RowMap::tanh, x.data, x.ld, x.rows, x.width, stream_); }
+  void tanh(const R& x) const { surrogate::device::map_rows(cu::RowMap::tanh, x.data, x.ld, x.rows, x.width, stream()); }
   /// The bucket attention's output (the kernel divides its sums).
   R attention(index_t r0, index_t n) const { return attention_.range(r0, n); }
   R scratch(program::Slot slot, index_t n, int width) const {
@@ -258,9 +251,6 @@ class DeviceOps {
   }
 
  private:
-  const surrogate::device::WeightArena* weights_;
-  cudaStream_t stream_;
-  cu::MlpPrecision precision_;
   R slots_[static_cast<int>(program::Slot::count)];
   R attention_;
 };

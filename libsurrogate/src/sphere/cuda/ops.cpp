@@ -25,7 +25,7 @@ void SphereCudaOps::position(const program::PositionArgs<Vector>& a) const {
   for (index_t r = 0; r < a.x.rows;) {  // the rows of one sample at a time
     const index_t p = (a.row0 + r) % a.points, count = std::min(a.points - p, a.x.rows - r);
     surrogate::device::combine_rows(cu::RowOp::add, a.enc.row(r), a.enc.ld, pos + (a.first_point + p) * a.pos_ld,
-                                    a.pos_ld, a.x.row(r), a.x.ld, count, a.x.width, s_);
+                                    a.pos_ld, a.x.row(r), a.x.ld, count, a.x.width, stream());
     r += count;
   }
 }
@@ -40,7 +40,7 @@ void SphereCudaOps::grid_row_sums(const program::RowSumsArgs& a) const {
   rs.dim = a.x.width;
   rs.mean = a.mean;
   rs.part = a.part;
-  cu::grid_row_sums(rs, s_);
+  cu::grid_row_sums(rs, stream());
 }
 
 void SphereCudaOps::grid_norm_stats(const program::NormStatsArgs<Norm>& a) const {
@@ -54,12 +54,12 @@ void SphereCudaOps::grid_norm_stats(const program::NormStatsArgs<Norm>& a) const
   if (a.finish) {
     st.finish = true;
     st.eps = 1e-6;
-    st.weight = w_ + a.norm->weight;
-    st.bias = w_ + a.norm->bias;
+    st.weight = weights() + a.norm->weight;
+    st.bias = weights() + a.norm->bias;
     st.scale = a.scale;
     st.shift = a.shift;
   }
-  cu::grid_norm_stats(st, s_);
+  cu::grid_norm_stats(st, stream());
 }
 
 void SphereCudaOps::channel_affine(const program::AffineArgs& a) const {
@@ -76,10 +76,10 @@ void SphereCudaOps::channel_affine(const program::AffineArgs& a) const {
   af.dim = a.x.width;
   af.scale = a.scale + first;
   af.shift = a.shift + first;
-  cu::channel_affine(af, s_);
+  cu::channel_affine(af, stream());
 }
 
-void SphereCudaOps::relu(const ops::Rows& h) const { cu::relu_rows(h.data, h.ld, h.rows, h.width, s_); }
+void SphereCudaOps::relu(const ops::Rows& h) const { cu::relu_rows(h.data, h.ld, h.rows, h.width, stream()); }
 
 void SphereCudaOps::sht_fourier(const program::ShtFourierArgs<Sht>& a) const {
   cu::ShtFourierArgs fa;
@@ -92,7 +92,7 @@ void SphereCudaOps::sht_fourier(const program::ShtFourierArgs<Sht>& a) const {
   fa.channels = a.x.width;
   fa.mmax = a.op->mmax_;
   fa.modes = a.op->modes_in;
-  cu::sht_fourier_analysis(fa, s_);
+  cu::sht_fourier_analysis(fa, stream());
 }
 
 void SphereCudaOps::sht_legendre(const program::ShtLegendreArgs<Sht>& a) const {
@@ -106,7 +106,7 @@ void SphereCudaOps::sht_legendre(const program::ShtLegendreArgs<Sht>& a) const {
   la.mmax = a.m1 - a.m0;
   la.m_first = a.m0;
   la.channels = a.C;
-  cu::sht_legendre_analysis(la, s_);
+  cu::sht_legendre_analysis(la, stream());
 }
 
 void SphereCudaOps::sht_synthesis(const program::ShtSynthesisArgs<Sht>& a) const {
@@ -128,7 +128,7 @@ void SphereCudaOps::sht_synthesis(const program::ShtSynthesisArgs<Sht>& a) const
   ls.nyquist = d.nyquist;
   ls.lat_first = a.lat0;
   ls.lat_rows = a.lat1 - a.lat0;
-  cu::sht_legendre_synthesis(ls, s_);
+  cu::sht_legendre_synthesis(ls, stream());
   cu::ShtFourierArgs fs;
   fs.x = d.g.data();
   fs.y = a.out.data;
@@ -138,7 +138,7 @@ void SphereCudaOps::sht_synthesis(const program::ShtSynthesisArgs<Sht>& a) const
   fs.nlon = d.nlon_out;
   fs.channels = C;
   fs.mmax = fs.modes = d.modes_out;
-  cu::sht_fourier_synthesis(fs, s_);
+  cu::sht_fourier_synthesis(fs, stream());
 }
 
 std::unique_ptr<SphereCudaOps::Sht> SphereCudaOps::Upload::sht(const HostSht& op) const {

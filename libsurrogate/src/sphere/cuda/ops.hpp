@@ -52,25 +52,25 @@ class SphereCudaOps : public ops::CudaOps {
   using Resample = ResampleS2Device;
   using Sht = DeviceSht;
 
-  SphereCudaOps(const float* weights, cudaStream_t stream) : CudaOps(weights, stream), w_(weights), s_(stream) {}
+  SphereCudaOps(const float* weights, cudaStream_t stream) : CudaOps(weights, stream) {}
   SphereCudaOps(const device::WeightArena& arena, cudaStream_t stream, kernels::cuda::MlpPrecision precision)
-      : CudaOps(arena, stream, precision), w_(arena.data()), s_(stream) {}
+      : CudaOps(arena, stream, precision) {}
 
   void disco(const program::DiscoArgs<Disco>& a) const {
-    a.op->forward_rows(a.batch, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, s_);
+    a.op->forward_rows(a.batch, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, stream());
   }
   void s2_attention(const program::AttentionArgs<Attention>& a) const {
     if (a.op->global) {
       if (a.kv0 != 0 || a.kv1 != a.op->global->host().config().nlat_in)
         throw Error(ErrorCode::internal, "s2 attention: global attention needs every key/value row");
-      a.op->global->forward_rows(a.batch, a.lat0, a.lat1, a.q.data, a.kv.data, a.kv.data, a.out.data, s_);
+      a.op->global->forward_rows(a.batch, a.lat0, a.lat1, a.q.data, a.kv.data, a.kv.data, a.out.data, stream());
     } else {
       a.op->neighborhood->forward_rows(a.batch, a.lat0, a.lat1, a.q.data, a.kv0, a.kv1, a.kv.data, a.kv.data,
-                                       a.out.data, s_);
+                                       a.out.data, stream());
     }
   }
   void resample(const program::ResampleArgs<Resample>& a) const {
-    a.op->forward_rows(a.batch, a.in.width, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, s_);
+    a.op->forward_rows(a.batch, a.in.width, a.in.data, a.in0, a.in1, a.out.data, a.out0, a.out1, stream());
   }
   /// Per sample: x = enc + pos (combine_rows); without an embedding, enc copied unless it is x.
   void position(const program::PositionArgs<Vector>& a) const;
@@ -104,9 +104,6 @@ class SphereCudaOps : public ops::CudaOps {
     std::unique_ptr<Attention> attention(const HostAttention& op) const;
   };
 
- private:
-  const float* w_;
-  cudaStream_t s_;
 };
 
 }  // namespace surrogate::sphere
