@@ -51,7 +51,6 @@ class CudaOps {
   /// The stream its launches go to and the weights they read: for a family's own members.
   cudaStream_t stream() const { return stream_; }
   const float* weights() const { return w_; }
-  kernels::cuda::MlpPrecision precision() const { return precision_; }
 
   void dense(const DenseArgs<Dense>& a) const {
     device::dense(*a.layer, w_, a.x.data, a.x.ld, a.y.data, a.y.ld, a.x.rows, stream_, a.act, a.add.data, a.add.ld,
