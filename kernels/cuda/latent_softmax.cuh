@@ -82,6 +82,18 @@ __device__ __forceinline__ float exp_nonpositive(float x) {
   return scale_down(p.mantissa, p.k);
 }
 
+/// 2^x on the special-function unit (ex2.approx.ftz.f32: within 2 ulp, results below 2^-126 flushed to 0,
+/// 2^-inf = 0): one instruction where exp_parts takes a dozen; the host backend rounds exp2f the same way.
+__device__ __forceinline__ float exp2_sfu(float x) {
+#if defined(SURROGATE_CUDA_HOST_BACKEND)
+  return surrogate_ex2_approx_ftz(x);
+#else
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+#endif
+}
+
 /// 2^d for d <= 0, exactly; 0 when it would be subnormal.
 template <class T> __device__ __forceinline__ T pow2_nonpositive(int d);
 template <> __device__ __forceinline__ float pow2_nonpositive<float>(int d) {

@@ -3,9 +3,9 @@
 // up to width 64 one tile after another (the grid is one wave of resident blocks; a warp's tiles are a
 // grid stride apart), wider one tile a warp.
 //
-//   - The input rows are loaded and normalised (MlpArgs::norm) once; a layer's input rows sit in FP32 in
-//     the warp's part of shared memory (a tile of 16 T rows x lda floats, outputs in place, up to width
-//     64; two tiles, ping-pong, above); A fragments are read from them and rounded as they are read (bf16
+//   - The input rows are loaded and normalised (MlpArgs::norm; a lane a row up to width 64) once; a
+//     layer's input rows sit in FP32 in the warp's part of shared memory (a tile of 16 T rows x lda floats,
+//     outputs in place, up to width 64; two tiles, ping-pong, above); A fragments are read from them and rounded as they are read (bf16
 //     pairs, nearest even; or tf32, cvt.rna), so the residual adds the unrounded FP32 input.
 //   - Up to width 64 the warp's second tile receives its next rows by cp.async (row_tiles::load_async)
 //     while it computes on the first: the rows' trip from memory overlaps the products and epilogues,
@@ -209,11 +209,18 @@ __global__ void __launch_bounds__(32 * warps_per_block(T), T == 2 ? 3 : 1) mlp_m
     row_tiles::load_async(a.x + tl * kRows * a.ldx, a.ldx, rows_of(tl), in, kRows, width, to, lda, lane);
     async_copy::commit();
   };
-  auto normalise = [&](float* rows_in) {  // the input norm, in place, row by row (row_norm.cuh: its bits)
-    if (a.norm.weight)
+  // The input norm, in place (row_norm.cuh: its bits): up to 64 channels a lane a row, all rows at once;
+  // wider, the warp row by row.
+  auto normalise = [&](float* rows_in) {
+    if (a.norm.weight && in <= 64) {
+      if (lane < kRows)
+        row_norm::apply_own_row<64>(rows_in + lane * lda, rows_in + lane * lda, in, a.norm.weight, a.norm.bias,
+                                    a.norm.eps, a.norm.rms);
+    } else if (a.norm.weight) {
       for (int r = 0; r < kRows; ++r)
         row_norm::apply(rows_in + r * lda, rows_in + r * lda, in, a.norm.weight, a.norm.bias, a.norm.eps, a.norm.rms,
                         lane);
+    }
     __syncwarp();
   };
   if constexpr (!kPrefetch) {  // one tile a warp (the grid covers them), loaded as it goes

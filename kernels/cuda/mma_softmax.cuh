@@ -2,9 +2,10 @@
 // columns: points) and decode (rows: points, columns: latents) in tf32 / bf16 (latent_encode.cu,
 // latent_decode.cu): one warp holds the 16 rows' vectors as mma A fragments; per 16 staged columns two
 // m16n8 products give the logits (bf16 m16n8k16 per 16 channels, tf32 m16n8k8 per 8), each row's running
-// maximum and sum stay FP32 across its 4 lanes, and the weights exp(l - max) (the fp32 kernels' exp) times
-// the columns' values accumulate on the tensor cores (bf16: the logits' accumulator layout is the A layout
-// as it stands; tf32: moved to it by shuffles), rescaled when a maximum grows. Lane 4g + t holds rows g and
+// maximum and sum stay FP32 across its 4 lanes, and the weights exp(l - max) (shared between the fp32
+// kernels' FMA polynomial and the special-function unit: MmaSoftmax::weight) times the columns' values
+// accumulate on the tensor cores (bf16: the logits' accumulator layout is the A layout as it stands; tf32:
+// moved to it by shuffles), rescaled when a maximum grows. Lane 4g + t holds rows g and
 // g + 8 (mma.cuh, host/mma.hpp). Also the staging of the columns that these kernels (and the ball, bucket and
 // S2 attentions) share: stage_columns, stage_columns_async and stream_passes, a block's passes over tiles
 // arriving by cp.async.
@@ -193,7 +194,7 @@ struct MmaSoftmax {
       for (int j = 0; j < 2; ++j)
 #pragma unroll
         for (int e = 2 * r; e < 2 * r + 2; ++e) {
-          w[j][e] = s[j][e] == -inf ? 0.0f : exp_nonpositive(s[j][e] - top);
+          w[j][e] = weight(j, e % 2, s[j][e], top);
           sum += w[j][e];
         }
       row_sum[r] = row_sum[r] * rescale + sum;
@@ -233,6 +234,17 @@ struct MmaSoftmax {
         }
       }
     }
+  }
+
+  /// exp(l - top) (0 for l = -inf) for the weight of staged column 8j + 2t + odd: columns 2t of the first
+  /// eight by exp_nonpositive's FMA polynomial, the other three of four on the special-function unit
+  /// (exp2_sfu), so that the two units share the exponentials, which bound the softmax at these widths
+  /// (a dozen FMA-pipe instructions a polynomial, one SFU instruction at an eighth of the FMA rate: 3 of 4
+  /// balances them). Which unit computes a weight depends on its staged column alone.
+  static __device__ __forceinline__ float weight(int j, int odd, float l, float top) {
+    const float inf = __int_as_float(0x7f800000);
+    if (j == 0 && odd == 0) return l == -inf ? 0.0f : exp_nonpositive(l - top);
+    return exp2_sfu((l - top) * 1.44269504088896341f);  // -inf: 2^-inf = 0
   }
 
   /// The rows' sums over their 4 lanes (every lane of the warp calls it); then row r's (0: g, 1: g + 8)

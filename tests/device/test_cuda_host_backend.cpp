@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -437,6 +438,39 @@ TEST(CudaHostBackend, StreamedPassesHandEveryPassItsOwnTileAtEveryDepth) {
     cu::host::check_launch("streamed_passes<3>");
     check(3, schedule);
   }
+}
+
+// y[i] = exp2_sfu(x[i]): the special-function unit's 2^x as the tensor-core softmax calls it.
+__global__ void sfu_exp2(const float* x, float* y, int n) {
+  const int i = static_cast<int>(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] = cu::host::detail::exp2_sfu(x[i]);
+}
+
+TEST(CudaHostBackend, SpecialFunctionExp2KeepsTheInstructionsContract) {
+  // ex2.approx.ftz.f32: within 2 ulp of 2^x where the result is normal, subnormal results and inputs
+  // flushed to zero, 2^-inf = +0 (what MmaSoftmax::weight relies on for masked columns).
+  std::vector<float> x = {0.0f, -0.0f, 1e-40f, -1e-40f, -1.0f, -0.5f, -126.0f, -126.5f, -127.0f, -149.0f, -200.0f,
+                          -std::numeric_limits<float>::infinity(), 3.0f, 127.5f};
+  for (int i = 0; i < 4000; ++i) x.push_back(-125.0f * static_cast<float>(i) / 3999.0f - 0.3f * (i % 7) / 7.0f);
+  const int n = static_cast<int>(x.size());
+  cu::DeviceBuffer<float> dx(x.size(), kDevice), dy(x.size(), kDevice);
+  cu::copy_blocking(dx.data(), x.data(), x.size() * sizeof(float), kDevice);
+  launch(sfu_exp2, (n + kThreads - 1) / kThreads, kThreads, 0, nullptr, dx.data(), dy.data(), n);
+  cu::host::check_launch("sfu_exp2");
+  const auto y = download(dy);
+  for (int i = 0; i < n; ++i) {
+    const auto u = static_cast<std::size_t>(i);
+    const double exact = std::exp2(static_cast<double>(std::fpclassify(x[u]) == FP_SUBNORMAL ? 0.0f : x[u]));
+    if (exact < 0x1p-126) {
+      EXPECT_EQ(y[u], 0.0f) << "2^" << x[u] << " is below the normal range: flushed";
+      EXPECT_FALSE(std::signbit(y[u])) << "2^" << x[u];
+      continue;
+    }
+    const double ulp = std::ldexp(1.0, std::ilogb(exact) - 23);
+    EXPECT_LE(std::abs(static_cast<double>(y[u]) - exact), 2.0 * ulp) << "2^" << x[u];
+  }
+  EXPECT_EQ(y[0], 1.0f);
+  EXPECT_EQ(y[2], 1.0f) << "a subnormal input counts as 0";
 }
 
 TEST(CudaHostBackend, OccupancyCountsSharedMemoryAndThreads) {

@@ -181,6 +181,13 @@ inline double __dadd_rn(double a, double b) { return a + b; }
 inline double __dsub_rn(double a, double b) { return a - b; }
 inline double __dmul_rn(double a, double b) { return a * b; }
 inline double __ddiv_rn(double a, double b) { return a / b; }
+// ex2.approx.ftz.f32 (the special-function unit's 2^x): exp2f rounded to nearest, where the device's own
+// approximation is within 2 ulp of it; subnormal inputs and results flushed to zero, 2^-inf = +0.
+inline float surrogate_ex2_approx_ftz(float x) {
+  if (fpclassify(x) == FP_SUBNORMAL) x = 0.0f;
+  const float y = exp2f(x);
+  return fpclassify(y) == FP_SUBNORMAL ? 0.0f : y;
+}
 // cvt.rzi.s64.f64: clamped to the range, NaN to 0 (a plain cast would be undefined there)
 inline long long __double2ll_rz(double d) {
   if (!(d == d)) return 0;
