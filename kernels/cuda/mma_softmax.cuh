@@ -4,11 +4,11 @@
 // m16n8 products give the logits (bf16 m16n8k16 per 16 channels, tf32 m16n8k8 per 8), each row's running
 // maximum and sum stay FP32 across its 4 lanes, and the weights exp(l - max) (shared between the fp32
 // kernels' FMA polynomial and the special-function unit: MmaSoftmax::weight) times the columns' values
-// accumulate on the tensor cores (bf16: the logits' accumulator layout is the A layout as it stands; tf32:
-// moved to it by shuffles), rescaled when a maximum grows. Lane 4g + t holds rows g and
-// g + 8 (mma.cuh, host/mma.hpp). Also the staging of the columns that these kernels (and the ball, bucket and
-// S2 attentions) share: stage_columns, stage_columns_async and stream_passes, a block's passes over tiles
-// arriving by cp.async.
+// accumulate on the tensor cores (the logits' accumulator layout is the A layout as it stands: bf16 by the
+// fragments' design, tf32 with the columns of each 8 taken in another order), rescaled when a maximum
+// grows. Lane 4g + t holds rows g and g + 8 (mma.cuh, host/mma.hpp). Also the staging of the columns that
+// these kernels (and the ball, bucket and S2 attentions) share: stage_columns, stage_columns_async and
+// stream_passes, a block's passes over tiles arriving by cp.async.
 #pragma once
 
 #include <cstdint>
@@ -217,19 +217,16 @@ struct MmaSoftmax {
       }
     } else {
 #pragma unroll
-      for (int j = 0; j < 2; ++j) {  // A[row][k] = w of column c0 + 8j + k: lane 4g + k / 2, entry k % 2
-        const int near = 4 * g + t / 2, far = near + 2;
-        const float a0 = __shfl_sync(0xffffffffu, w[j][0], near), a1 = __shfl_sync(0xffffffffu, w[j][1], near);
-        const float b0 = __shfl_sync(0xffffffffu, w[j][2], near), b1 = __shfl_sync(0xffffffffu, w[j][3], near);
-        const float c0f = __shfl_sync(0xffffffffu, w[j][0], far), c1f = __shfl_sync(0xffffffffu, w[j][1], far);
-        const float d0 = __shfl_sync(0xffffffffu, w[j][2], far), d1 = __shfl_sync(0xffffffffu, w[j][3], far);
-        const bool odd = t % 2 != 0;
-        const std::uint32_t wa[4] = {mma::tf32(odd ? a1 : a0), mma::tf32(odd ? b1 : b0), mma::tf32(odd ? c1f : c0f),
-                                     mma::tf32(odd ? d1 : d0)};
-        const float* v = values + (c0 + 8 * j + t) * kE + g;
+      // The product over the 8 columns of j taken in the order 0, 2, 4, 6, 1, 3, 5, 7 (k = t: column 2t,
+      // k = t + 4: column 2t + 1): then the logits' accumulator layout is the A layout as it stands, with
+      // no shuffles, and B reads the values in the same order. The same sum (the emulation adds in k order).
+#pragma unroll
+      for (int j = 0; j < 2; ++j) {
+        const std::uint32_t wa[4] = {mma::tf32(w[j][0]), mma::tf32(w[j][2]), mma::tf32(w[j][1]), mma::tf32(w[j][3])};
+        const float* v = values + (c0 + 8 * j + 2 * t) * kE + g;
 #pragma unroll
         for (int n = 0; n < kTiles; ++n) {
-          const std::uint32_t b[2] = {mma::tf32(v[8 * n]), mma::tf32(v[4 * kE + 8 * n])};
+          const std::uint32_t b[2] = {mma::tf32(v[8 * n]), mma::tf32(v[kE + 8 * n])};
           mma::tf32_m16n8k8(o[n], wa, b);
         }
       }
