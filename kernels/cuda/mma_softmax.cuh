@@ -186,8 +186,17 @@ struct MmaSoftmax {
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 1));
         m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, 2));
         top = fmaxf(row_max[r], m);  // finite: c0 < count
-        rescale = row_max[r] == -inf ? 0.0f : exp_nonpositive(row_max[r] - top);
-        row_max[r] = top;
+        // Only a new maximum moves what was summed; past the first columns it rarely comes, and the
+        // rescaling (an exp and kTiles x 2 products) is then skipped rather than done with exp(0).
+        if (top != row_max[r]) {
+          rescale = row_max[r] == -inf ? 0.0f : exp_nonpositive(row_max[r] - top);
+          row_max[r] = top;
+#pragma unroll
+          for (int n = 0; n < kTiles; ++n) {
+            o[n][2 * r] *= rescale;
+            o[n][2 * r + 1] *= rescale;
+          }
+        }
       }
       float sum = 0.0f;
 #pragma unroll
@@ -198,12 +207,6 @@ struct MmaSoftmax {
           sum += w[j][e];
         }
       row_sum[r] = row_sum[r] * rescale + sum;
-      if constexpr (!kZeroReference)
-#pragma unroll
-        for (int n = 0; n < kTiles; ++n) {
-          o[n][2 * r] *= rescale;
-          o[n][2 * r + 1] *= rescale;
-        }
     }
     if constexpr (P == MlpPrecision::bf16) {
       const std::uint32_t wa[4] = {mma::bf16x2(w[0][0], w[0][1]), mma::bf16x2(w[0][2], w[0][3]),
